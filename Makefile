@@ -1,0 +1,42 @@
+# maxfx developer entry points. `make demo` and `make test` set everything up.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+# Find a working Python 3.12: PATH first, then pyenv (see .ci/find_python312.sh).
+PYTHON312 := $(shell bash .ci/find_python312.sh)
+
+.PHONY: demo test test-all bench docs venv clean
+
+$(STAMP): pyproject.toml
+	@if [ ! -x "$(PY)" ]; then \
+	  if [ -z "$(PYTHON312)" ]; then \
+	    echo "error: Python 3.12 not found. Install it (e.g. 'pyenv install 3.12' or your OS package python3.12) and retry." >&2; exit 1; \
+	  fi; \
+	  "$(PYTHON312)" -m venv $(VENV) || exit 1; \
+	fi
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m maxfx.demo
+
+test: $(STAMP)
+	@$(PY) -m pytest -n $${PYTEST_WORKERS:-2} -m "not slow and not gpu" tests; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi; exit $$rc
+
+test-all: $(STAMP)
+	$(PY) -m pytest -n $${PYTEST_WORKERS:-2} tests
+
+bench: $(STAMP)
+	@for f in tests/bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
+
+clean:
+	rm -rf $(VENV) site .pytest_cache

@@ -1,0 +1,151 @@
+"""Compiling blocks with XLA, cached.
+
+`CompiledBlock` turns a top-level `Block` into a callable: it checks the inputs
+against the block's types, binds symbolic dims, and runs one XLA executable per
+concrete input signature. Executables are cached process-wide by
+``(block structure hash, input avals, weight avals, device)``, so identical
+graphs share them and a loop that rebuilds the same graph compiles once.
+Weights are arguments of the executable, never baked-in constants.
+
+Set ``MAXFX_COMPILATION_CACHE_DIR`` (or call `enable_persistent_cache`) to also
+keep XLA executables on disk across processes.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from lowering.dims import bind_symbols
+from lowering.dtypes import DType
+from lowering.interpret import run_block
+from lowering.ir import Block
+from lowering.registry import get_op
+from lowering.types import BufferType
+from lowering.x64 import x64
+
+__all__ = ["CompiledBlock", "InputMismatchError", "compile_stats", "enable_persistent_cache", "clear_cache"]
+
+_CACHE_SIZE = 512
+_cache: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
+_lock = threading.Lock()
+_stats = {"compiles": 0, "hits": 0}
+
+
+class InputMismatchError(ValueError):
+    """An argument does not match the graph input type it is bound to."""
+
+
+def compile_stats() -> dict[str, int]:
+    """Counts of XLA compiles and cache hits since start (for tests and benchmarks)."""
+    return dict(_stats)
+
+
+def clear_cache() -> None:
+    """Drop every cached executable."""
+    with _lock:
+        _cache.clear()
+
+
+def enable_persistent_cache(path: str | os.PathLike) -> None:
+    """Keep compiled XLA executables in ``path`` across processes."""
+    jax.config.update("jax_compilation_cache_dir", os.fspath(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+if os.environ.get("MAXFX_COMPILATION_CACHE_DIR"):
+    enable_persistent_cache(os.environ["MAXFX_COMPILATION_CACHE_DIR"])
+
+
+def _aval_key(x: Any) -> tuple:
+    return (tuple(x.shape), str(x.dtype))
+
+
+def _is_data_dependent(block: Block) -> bool:
+    for n in block.nodes:
+        if get_op(n.op).data_dependent:
+            return True
+        for p in n.params.values():
+            if isinstance(p, Block) and _is_data_dependent(p):
+                return True
+            if isinstance(p, (tuple, list)) and any(isinstance(b, Block) and _is_data_dependent(b) for b in p):
+                return True
+    return False
+
+
+class CompiledBlock:
+    """A block ready to run on a device with bound weights.
+
+    Args:
+        block: the top-level block (inputs, nodes, outputs).
+        weights: weight name → array (numpy or jax), passed to every call.
+        device: the JAX device to run on.
+    """
+
+    def __init__(self, block: Block, weights: Mapping[str, Any], device: jax.Device):
+        self.block = block
+        self.device = device
+        with x64():
+            self.weights = {k: jax.device_put(v, device) for k, v in weights.items()}
+        self._weight_key = tuple(sorted((k, _aval_key(v)) for k, v in self.weights.items()))
+        self._interpreted = _is_data_dependent(block)
+        self._buffer_inputs = [i for i, v in enumerate(block.inputs) if isinstance(v.type, BufferType)]
+
+        def program(args, weights):
+            outs, finals = run_block(block, args, weights)
+            return outs, [finals[i] for i in self._buffer_inputs]
+
+        self._program = program
+
+    def check_inputs(self, args: Sequence[Any], names: Sequence[str] | None = None) -> dict[str, int]:
+        """Check dtypes/ranks/dims of ``args``; returns the symbol binding.
+
+        Raises:
+            InputMismatchError: naming the input, the expected type and what was given.
+        """
+        if len(args) != len(self.block.inputs):
+            raise InputMismatchError(f"expected {len(self.block.inputs)} inputs, got {len(args)}")
+        env: dict[str, int] = {}
+        for i, (v, a) in enumerate(zip(self.block.inputs, args)):
+            t = v.type
+            label = f"input {i}" + (f" ({names[i]!r})" if names and names[i] else "")
+            got_dtype = DType.from_numpy(a.dtype)
+            if got_dtype is not t.dtype:
+                raise InputMismatchError(f"{label}: expected dtype {t.dtype.name}, got {got_dtype.name} (expected type {t})")
+            err = bind_symbols(t.shape, a.shape, env)
+            if err:
+                raise InputMismatchError(f"{label}: shape {list(a.shape)} does not match {t}: {err}")
+        return env
+
+    def __call__(self, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+        """Run on ``args`` (arrays); returns (outputs, final buffer-input values)."""
+        with x64():
+            args = [a if isinstance(a, jax.Array) and self.device in a.devices() else jax.device_put(a, self.device) for a in args]
+            if self._interpreted:
+                return self._program(args, self.weights)
+            key = (self.block.structure_key(), tuple(_aval_key(a) for a in args), self._weight_key, self.device.id, self.device.platform)
+            with _lock:
+                exe = _cache.get(key)
+                if exe is not None:
+                    _cache.move_to_end(key)
+                    _stats["hits"] += 1
+            if exe is None:
+                exe = jax.jit(self._program).lower(args, self.weights).compile()
+                with _lock:
+                    _stats["compiles"] += 1
+                    _cache[key] = exe
+                    while len(_cache) > _CACHE_SIZE:
+                        _cache.popitem(last=False)
+            return exe(args, self.weights)
+
+    def lower_text(self, args: Sequence[Any]) -> str:
+        """StableHLO text of the program for ``args`` (for inspection)."""
+        with x64():
+            return jax.jit(self._program).lower([np.asarray(a) for a in args], self.weights).as_text()

@@ -1,0 +1,42 @@
+"""Mapping graph `DeviceRef`s onto JAX devices."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+
+from lowering.types import DeviceKind, DeviceRef
+
+__all__ = ["jax_device", "accelerators", "device_ref_of"]
+
+
+@functools.cache
+def accelerators() -> tuple[jax.Device, ...]:
+    """The GPUs JAX can see (empty on a CPU-only machine)."""
+    try:
+        return tuple(jax.devices("gpu"))
+    except RuntimeError:
+        return ()
+
+
+def jax_device(ref: DeviceRef) -> jax.Device:
+    """The JAX device a `DeviceRef` names.
+
+    Raises:
+        ValueError: for a GPU reference on a machine without that GPU.
+    """
+    if ref.device_type is DeviceKind.CPU:
+        cpus = jax.devices("cpu")
+        return cpus[ref.id] if 0 <= ref.id < len(cpus) else cpus[0]
+    gpus = accelerators()
+    if not 0 <= ref.id < len(gpus):
+        raise ValueError(f"device {ref} does not exist: this machine has {len(gpus)} accelerator(s)")
+    return gpus[ref.id]
+
+
+def device_ref_of(device: jax.Device) -> DeviceRef:
+    """The `DeviceRef` of a JAX device."""
+    if device.platform == "cpu":
+        return DeviceRef.CPU(device.id)
+    return DeviceRef.GPU(accelerators().index(device) if device in accelerators() else device.id)

@@ -1,0 +1,483 @@
+"""Tensor dimensions: static, symbolic and algebraic, with MAX's printing.
+
+A dimension is a polynomial with integer coefficients over named symbols
+(plus opaque ``//`` and ``%`` terms). Arithmetic canonicalises, so
+``-Dim("x") - 4 == -(Dim("x") + 4)``; a constant result is a `StaticDim`, a bare
+symbol a `SymbolicDim`, anything else an `AlgebraicDim`.
+
+Symbolic dims stay symbolic while a graph is built and are bound to concrete
+sizes when it runs (`Dim.evaluate`); `to_jax` maps them onto
+``jax.export.symbolic_shape`` expressions for export.
+
+Example:
+    >>> from lowering.dims import Dim
+    >>> print(Dim("batch") * 5)
+    batch * 5
+    >>> Dim(5) == 5
+    True
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable, Mapping
+from typing import Any, Union
+
+import numpy as np
+
+__all__ = ["Dim", "StaticDim", "SymbolicDim", "AlgebraicDim", "Shape", "DimLike", "ShapeLike", "UnboundDimError"]
+
+# A polynomial: tuple of (monomial, coeff) sorted; monomial = tuple of atoms (with repetition) sorted.
+# An atom is a symbol name (str) or an opaque ("//" | "%", poly, poly) tuple.
+_Poly = tuple
+
+
+class UnboundDimError(ValueError):
+    """A symbolic dimension has no value in the binding environment."""
+
+
+def _atom_key(atom) -> str:
+    return atom if isinstance(atom, str) else f"({_format_poly(atom[1])} {atom[0]} {_format_poly(atom[2])})"
+
+
+def _make_poly(terms: Mapping[tuple, int]) -> _Poly:
+    return tuple(sorted(((m, c) for m, c in terms.items() if c != 0), key=lambda mc: (-len(mc[0]), [_atom_key(a) for a in mc[0]])))
+
+
+def _poly_add(a: _Poly, b: _Poly, sign: int = 1) -> _Poly:
+    out = dict(a)
+    for m, c in b:
+        out[m] = out.get(m, 0) + sign * c
+    return _make_poly(out)
+
+
+def _poly_mul(a: _Poly, b: _Poly) -> _Poly:
+    out: dict[tuple, int] = {}
+    for ma, ca in a:
+        for mb, cb in b:
+            m = tuple(sorted(ma + mb, key=_atom_key))
+            out[m] = out.get(m, 0) + ca * cb
+    return _make_poly(out)
+
+
+def _poly_const(p: _Poly) -> int | None:
+    if not p:
+        return 0
+    if len(p) == 1 and p[0][0] == ():
+        return p[0][1]
+    return None
+
+
+def _format_term(mono: tuple, coeff: int) -> str:
+    names = [_atom_key(a) for a in mono]
+    if not names:
+        return str(coeff)
+    body = " * ".join(names)
+    if coeff == 1:
+        return body
+    if coeff == -1:
+        return f"-{body}"
+    return f"{body} * {coeff}"
+
+
+def _format_poly(p: _Poly) -> str:
+    if not p:
+        return "0"
+    parts: list[str] = []
+    for i, (m, c) in enumerate(p):
+        if i == 0:
+            parts.append(_format_term(m, c))
+        elif c < 0:
+            parts.append(f"- {_format_term(m, -c)}")
+        else:
+            parts.append(f"+ {_format_term(m, c)}")
+    return " ".join(parts)
+
+
+def _eval_poly(p: _Poly, env: Mapping[str, Any]) -> Any:
+    total: Any = 0
+    for mono, coeff in p:
+        term: Any = coeff
+        for atom in mono:
+            term = term * _eval_atom(atom, env)
+        total = total + term
+    return total
+
+
+def _eval_atom(atom, env: Mapping[str, Any]) -> Any:
+    if isinstance(atom, str):
+        try:
+            return env[atom]
+        except KeyError:
+            raise UnboundDimError(f"symbolic dimension {atom!r} has no value") from None
+    op, a, b = atom
+    va, vb = _eval_poly(a, env), _eval_poly(b, env)
+    return va // vb if op == "//" else va % vb
+
+
+def _atoms_symbols(p: _Poly, out: dict[str, None]) -> None:
+    for mono, _ in p:
+        for atom in mono:
+            if isinstance(atom, str):
+                out.setdefault(atom)
+            else:
+                _atoms_symbols(atom[1], out)
+                _atoms_symbols(atom[2], out)
+
+
+class Dim:
+    """A tensor dimension. ``Dim(5)``, ``Dim("batch")`` or an expression of dims.
+
+    ``Dim(value)`` returns a `StaticDim` for ints, a `SymbolicDim` for strings and
+    the dim itself for dims.
+    """
+
+    __slots__ = ("_poly", "_hash")
+
+    def __new__(cls, value: Any = None, *args, **kwargs):
+        if cls is Dim:
+            return _to_dim(value)
+        return object.__new__(cls)
+
+    def _init_poly(self, poly: _Poly) -> None:
+        self._poly = poly
+        self._hash = None
+
+    # -- arithmetic -------------------------------------------------------
+    def __add__(self, other):
+        return _from_poly(_poly_add(self._poly, _as_poly(other)))
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return _from_poly(_poly_add(self._poly, _as_poly(other), -1))
+
+    def __rsub__(self, other):
+        return _from_poly(_poly_add(_as_poly(other), self._poly, -1))
+
+    def __mul__(self, other):
+        return _from_poly(_poly_mul(self._poly, _as_poly(other)))
+
+    __rmul__ = __mul__
+
+    def __neg__(self):
+        return _from_poly(_poly_mul(self._poly, _const_poly(-1)))
+
+    def __floordiv__(self, other):
+        return _divmod_dim("//", self._poly, _as_poly(other))
+
+    def __rfloordiv__(self, other):
+        return _divmod_dim("//", _as_poly(other), self._poly)
+
+    def __mod__(self, other):
+        return _divmod_dim("%", self._poly, _as_poly(other))
+
+    def __rmod__(self, other):
+        return _divmod_dim("%", _as_poly(other), self._poly)
+
+    # -- comparison -------------------------------------------------------
+    def __eq__(self, other):
+        try:
+            return self._poly == _as_poly(other)
+        except TypeError:
+            return NotImplemented
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self):
+        if self._hash is None:
+            c = _poly_const(self._poly)
+            self._hash = hash(c) if c is not None else hash(self._poly)
+        return self._hash
+
+    def __bool__(self):
+        return self._poly != ()
+
+    # -- queries ----------------------------------------------------------
+    @property
+    def parameters(self) -> Iterable[SymbolicDim]:
+        """The symbolic dims this dim depends on."""
+        names: dict[str, None] = {}
+        _atoms_symbols(self._poly, names)
+        return [SymbolicDim(n) for n in names]
+
+    def evaluate(self, env: Mapping[str, int]) -> int:
+        """The concrete size once every symbol has a value in ``env``."""
+        return int(_eval_poly(self._poly, env))
+
+    def to_jax(self, symbols: Mapping[str, Any]) -> Any:
+        """This dim as a JAX shape-polymorphism expression over ``symbols``."""
+        return _eval_poly(self._poly, symbols)
+
+    def __str__(self) -> str:
+        return _format_poly(self._poly)
+
+    def __repr__(self) -> str:
+        return f"Dim({str(self)!r})"
+
+    def __reduce__(self):
+        return (_from_poly, (self._poly,))
+
+    def to_mlir(self):
+        """This dim as an MLIR attribute (integer, symbol reference or string)."""
+        from lowering import mlir_interop  # noqa: PLC0415 - MLIR is loaded only when asked for
+
+        return mlir_interop.dim_to_attr(self)
+
+    @staticmethod
+    def from_mlir(attr) -> Dim:
+        """Inverse of `to_mlir`."""
+        from lowering import mlir_interop  # noqa: PLC0415
+
+        return mlir_interop.dim_from_attr(attr)
+
+
+class StaticDim(Dim):
+    """A known size. ``int(StaticDim(3)) == 3``; compares equal to ints."""
+
+    __slots__ = ()
+
+    def __init__(self, dim: int | StaticDim):
+        value = int(dim)
+        if value < 0 and not isinstance(dim, StaticDim):
+            # Negative static dims exist only as intermediate algebra (-1 reshape sentinel handled by ops).
+            pass
+        self._init_poly(_const_poly(value))
+
+    @property
+    def dim(self) -> int:
+        """The size as an int."""
+        return _poly_const(self._poly)  # type: ignore[return-value]
+
+    def __int__(self) -> int:
+        return self.dim
+
+    def __index__(self) -> int:
+        return self.dim
+
+    def __lt__(self, other):
+        return self.dim < int(other)
+
+    def __le__(self, other):
+        return self.dim <= int(other)
+
+    def __gt__(self, other):
+        return self.dim > int(other)
+
+    def __ge__(self, other):
+        return self.dim >= int(other)
+
+    def __repr__(self) -> str:
+        return f"Dim({self.dim})"
+
+
+class SymbolicDim(Dim):
+    """A named size known only at run time, e.g. ``SymbolicDim("batch")``."""
+
+    __slots__ = ()
+
+    def __init__(self, name: str | SymbolicDim):
+        name = name.name if isinstance(name, SymbolicDim) else name
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"SymbolicDim: name must be a Python identifier, got {name!r}")
+        self._init_poly((((name,), 1),))
+
+    @property
+    def name(self) -> str:
+        """The symbol's name."""
+        return self._poly[0][0][0]
+
+
+class AlgebraicDim(Dim):
+    """An expression over symbolic dims, e.g. ``Dim("batch") * 5 + 1``."""
+
+    __slots__ = ()
+
+    def __init__(self, value: Any):
+        self._init_poly(_as_poly(value))
+
+    @classmethod
+    def apply(cls, op: str, *operands: DimLike) -> Dim:
+        """Combine ``operands`` with ``op`` (one of ``+ - * // %`` or ``add``,
+        ``sub``, ``mul``, ``floordiv``, ``mod``, ``neg``)."""
+        ops = {
+            "+": lambda a, b: a + b, "add": lambda a, b: a + b,
+            "-": lambda a, b: a - b, "sub": lambda a, b: a - b,
+            "*": lambda a, b: a * b, "mul": lambda a, b: a * b,
+            "//": lambda a, b: a // b, "floordiv": lambda a, b: a // b,
+            "%": lambda a, b: a % b, "mod": lambda a, b: a % b,
+        }  # fmt: skip
+        dims = [Dim(o) for o in operands]
+        if op in ("neg", "-") and len(dims) == 1:
+            return -dims[0]
+        if op not in ops or len(dims) < 2:
+            raise ValueError(f"AlgebraicDim.apply: unsupported op {op!r} with {len(dims)} operands")
+        out = dims[0]
+        for d in dims[1:]:
+            out = ops[op](out, d)
+        return out
+
+    @property
+    def attr(self) -> Any:
+        """The MLIR attribute of this expression (see `Dim.to_mlir`)."""
+        return self.to_mlir()
+
+
+def _const_poly(v: int) -> _Poly:
+    return _make_poly({(): v})
+
+
+def _as_poly(value: Any) -> _Poly:
+    if isinstance(value, Dim):
+        return value._poly
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"expected a dimension, got bool {value!r}")
+    if isinstance(value, (numbers.Integral, np.integer)):
+        return _const_poly(int(value))
+    if isinstance(value, str):
+        return SymbolicDim(value)._poly
+    raise TypeError(f"expected a dimension (int, str or Dim), got {type(value).__name__} {value!r}")
+
+
+def _from_poly(poly: _Poly) -> Dim:
+    c = _poly_const(poly)
+    if c is not None:
+        return StaticDim(c)
+    if len(poly) == 1 and poly[0][1] == 1 and len(poly[0][0]) == 1 and isinstance(poly[0][0][0], str):
+        return SymbolicDim(poly[0][0][0])
+    d = object.__new__(AlgebraicDim)
+    d._init_poly(poly)
+    return d
+
+
+def _divmod_dim(op: str, a: _Poly, b: _Poly) -> Dim:
+    ca, cb = _poly_const(a), _poly_const(b)
+    if cb == 0:
+        raise ZeroDivisionError(f"dimension {op} by zero")
+    if ca is not None and cb is not None:
+        return StaticDim(ca // cb if op == "//" else ca % cb)
+    if cb is not None and all(c % cb == 0 for _, c in a):
+        # Exact division of every coefficient: (4*x + 8) // 4 == x + 2, and % is 0.
+        return _from_poly(_make_poly({m: c // cb for m, c in a})) if op == "//" else StaticDim(0)
+    return _from_poly(_make_poly({((op, a, b),): 1}))
+
+
+def _to_dim(value: Any) -> Dim:
+    if isinstance(value, Dim):
+        return value
+    if isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return StaticDim(int(value))
+    if isinstance(value, str):
+        return SymbolicDim(value)
+    raise TypeError(f"Dim: expected int, str or Dim, got {type(value).__name__} {value!r}")
+
+
+DimLike = Union[int, str, Dim, np.integer]
+
+
+class Shape(list):
+    """A list of `Dim`s. Compares equal to lists and tuples of ints/strings.
+
+    Example:
+        >>> s = Shape([2, "batch"])
+        >>> s
+        [Dim(2), Dim('batch')]
+        >>> s == [2, "batch"] and s == (2, "batch")
+        True
+    """
+
+    def __init__(self, dims: Iterable[DimLike] = ()):
+        super().__init__(Dim(d) for d in dims)
+
+    def __eq__(self, other):
+        if isinstance(other, (list, tuple)):
+            if len(self) != len(other):
+                return False
+            try:
+                return all(a == Dim(b) for a, b in zip(self, other))
+            except TypeError:
+                return False
+        return NotImplemented
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like list
+
+    @property
+    def rank(self) -> int:
+        """Number of dimensions."""
+        return len(self)
+
+    @property
+    def static_dims(self) -> list[int]:
+        """The sizes of the static dims, in order."""
+        return [d.dim for d in self if isinstance(d, StaticDim)]
+
+    @property
+    def parameters(self) -> Iterable[SymbolicDim]:
+        """Every symbolic dim used by this shape."""
+        seen: dict[str, SymbolicDim] = {}
+        for d in self:
+            for p in d.parameters:
+                seen.setdefault(p.name, p)
+        return list(seen.values())
+
+    @staticmethod
+    def is_static(shape: Iterable[DimLike]) -> bool:
+        """True if every dim is a `StaticDim`."""
+        return all(isinstance(Dim(d), StaticDim) for d in shape)
+
+    def to_mlir(self):
+        """This shape as an MLIR array attribute of dims."""
+        from lowering import mlir_interop  # noqa: PLC0415
+
+        return mlir_interop.shape_to_attr(self)
+
+    @classmethod
+    def from_mlir(cls, attr) -> Shape:
+        """Inverse of `to_mlir`."""
+        from lowering import mlir_interop  # noqa: PLC0415
+
+        return cls(mlir_interop.shape_from_attr(attr))
+
+
+ShapeLike = Iterable[DimLike]
+
+
+def evaluate_shape(shape: Iterable[Dim], env: Mapping[str, int]) -> tuple[int, ...]:
+    """Concrete sizes of ``shape`` under the symbol binding ``env``."""
+    return tuple(d.evaluate(env) if not isinstance(d, StaticDim) else d.dim for d in shape)
+
+
+def bind_symbols(expected: Iterable[Dim], actual: Iterable[int], env: dict[str, int]) -> str | None:
+    """Unify ``expected`` dims with the concrete ``actual`` sizes, filling ``env``.
+
+    Returns an error message (naming the mismatching dim) or None on success.
+    Bare symbols bind first; algebraic dims are then checked against the binding.
+    """
+    expected, actual = list(expected), list(actual)
+    if len(expected) != len(actual):
+        return f"expected rank {len(expected)}, got rank {len(actual)}"
+    deferred = []
+    for i, (d, n) in enumerate(zip(expected, actual)):
+        if isinstance(d, StaticDim):
+            if d.dim != n:
+                return f"dim {i}: expected {d.dim}, got {n}"
+        elif isinstance(d, SymbolicDim):
+            bound = env.setdefault(d.name, n)
+            if bound != n:
+                return f"dim {i} ({d.name}): got {n}, but {d.name} is already {bound}"
+        else:
+            deferred.append((i, d, n))
+    for i, d, n in deferred:
+        try:
+            want = d.evaluate(env)
+        except UnboundDimError as e:
+            return f"dim {i} ({d}): {e}"
+        if want != n:
+            return f"dim {i}: expected {d} = {want}, got {n}"
+    return None

@@ -1,0 +1,106 @@
+"""Replaying a `Block` as a pure JAX function.
+
+`run_block` walks the nodes in order, looking up each op's impl in the
+registry. Symbolic dims are bound from the concrete input shapes first, so
+params holding dims (``reshape(x, ["batch", -1])``) become ints before the impl
+sees them. Buffer mutations rebind the buffer's var to its new value; the final
+values of buffer inputs are returned next to the outputs so that callers can
+write them back.
+
+Under ``jax.jit`` this is tracing: the result is one XLA program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lowering.dims import Dim, StaticDim, bind_symbols
+from lowering.ir import Block, ConstantValue, Node
+from lowering.registry import get_op
+from lowering.types import Type
+
+__all__ = ["Interpreter", "resolve_params", "run_block"]
+
+
+def resolve_params(params: Mapping[str, Any], dims: Mapping[str, int]) -> dict[str, Any]:
+    """``params`` with every `Dim` replaced by its concrete int under ``dims``."""
+    return {k: _resolve(v, dims) for k, v in params.items()}
+
+
+def _resolve(v: Any, dims: Mapping[str, int]) -> Any:
+    if isinstance(v, Dim):
+        return v.dim if isinstance(v, StaticDim) else v.evaluate(dims)
+    if isinstance(v, tuple):
+        return tuple(_resolve(x, dims) for x in v)
+    if isinstance(v, list):
+        return [_resolve(x, dims) for x in v]
+    if isinstance(v, ConstantValue):
+        return v.array
+    return v
+
+
+class Interpreter:
+    """Evaluates blocks over JAX values.
+
+    Attributes:
+        weights: weight name → array, read by ``weight`` nodes.
+        dims: symbol name → size, filled from input shapes as blocks run.
+    """
+
+    def __init__(self, weights: Mapping[str, Any] | None = None, dims: dict[str, int] | None = None):
+        self.weights = weights or {}
+        self.dims: dict[str, int] = {} if dims is None else dims
+
+    def bind_dims(self, types: Sequence[Type], values: Sequence[Any], what: str) -> None:
+        """Bind symbolic dims of ``types`` to the shapes of ``values``."""
+        for i, (t, v) in enumerate(zip(types, values)):
+            shape = getattr(t, "shape", None)
+            if shape is None:
+                continue
+            err = bind_symbols(shape, getattr(v, "shape", ()), self.dims)
+            if err:
+                raise ValueError(f"{what} {i}: {err}")
+
+    def run(self, block: Block, args: Sequence[Any], env: dict[int, Any] | None = None) -> tuple[list[Any], dict[int, Any]]:
+        """Run ``block`` on ``args``; returns (outputs, final environment).
+
+        ``env`` holds values of enclosing blocks (closure capture); it is copied,
+        and the returned environment shows buffer vars rebound by mutations.
+        """
+        env = dict(env or {})
+        self.bind_dims([v.type for v in block.inputs], args, "input")
+        for v, a in zip(block.inputs, args):
+            env[v.id] = a
+        for node in block.nodes:
+            self.run_node(node, env)
+        return [env[v.id] for v in block.outputs], env
+
+    def run_node(self, node: Node, env: dict[int, Any]) -> None:
+        op = get_op(node.op)
+        ins = [env[v.id] for v in node.inputs]
+        params = resolve_params(node.params, self.dims)
+        if op.interpret is not None:
+            outs = op.interpret(self, node, ins, params, env)
+        else:
+            outs = op.impl(*ins, **params)
+        n_out = len(node.outputs)
+        if not isinstance(outs, (tuple, list)):
+            outs = (outs,) if (n_out or op.mutates) else ()
+        outs = tuple(outs)
+        for v, a in zip(node.outputs, outs[:n_out]):
+            env[v.id] = a
+        for idx, a in zip(op.mutates, outs[n_out:]):
+            env[node.inputs[idx].id] = a
+        if op.data_dependent:
+            self.bind_dims([v.type for v in node.outputs], outs[:n_out], f"{node.op} output")
+
+
+def run_block(block: Block, args: Sequence[Any], weights: Mapping[str, Any] | None = None) -> tuple[list[Any], list[Any]]:
+    """Run a top-level block: returns (outputs, final values of its inputs).
+
+    The final input values differ from ``args`` only for mutated buffers.
+    """
+    interp = Interpreter(weights)
+    outs, env = interp.run(block, args)
+    return outs, [env[v.id] for v in block.inputs]

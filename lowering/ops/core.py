@@ -1,0 +1,145 @@
+"""Ops every context relies on: ``constant``, ``cast`` and graph ``weight`` inputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lowering.context import bind, current_context
+from lowering.dtypes import DType, result_dtype_for_python_scalar
+from lowering.ir import ConstantValue
+from lowering.ops._rules import OpError, fmt, require_tensor
+from lowering.registry import OpDef, front, register
+from lowering.types import DeviceRef, TensorType
+
+__all__ = ["constant", "cast", "weight_p", "constant_p", "cast_p", "to_constant_array"]
+
+
+# ─── constant ─────────────────────────────────────────────────────────────
+
+
+def _constant_rule(*, value: ConstantValue, dtype: DType, device: DeviceRef) -> TensorType:
+    return TensorType(dtype, value.array.shape, device)
+
+
+constant_p = register(
+    OpDef(
+        "constant",
+        rule=_constant_rule,
+        impl=lambda *, value, dtype, device: jnp.asarray(value, dtype=dtype.to_numpy()),
+        differentiable=False,
+    )
+)
+
+
+def to_constant_array(value: Any, dtype: DType | None, op: str = "constant") -> tuple[np.ndarray, DType]:
+    """Host array and dtype for constant data (scalar, nested list or DLPack array).
+
+    Precision loss is allowed (16777217 becomes 16777216.0 in float32); values
+    outside an integer dtype's range are an error.
+    """
+    if hasattr(value, "__dlpack__") and not isinstance(value, np.ndarray):
+        try:
+            value = np.from_dlpack(value)
+        except (TypeError, BufferError, RuntimeError):
+            value = np.asarray(value)
+    arr = np.asarray(value)
+    if arr.dtype == object:
+        raise TypeError(f"{op}: value must be a number, a nested sequence of numbers or a DLPack array, got {type(value).__name__}")
+    if dtype is None:
+        if isinstance(value, (np.ndarray, np.generic)) or arr.dtype not in (np.float64, np.int64, np.bool_):
+            dtype = DType.from_numpy(arr.dtype)
+        elif arr.dtype == np.float64:
+            dtype = DType.float32
+        else:
+            dtype = result_dtype_for_python_scalar(arr.flat[0] if arr.size else 0.0) if arr.dtype != np.bool_ else DType.bool
+    if dtype.is_integral() and arr.size:
+        info = np.iinfo(dtype.to_numpy())
+        if arr.dtype.kind in "iub" and (int(arr.min()) < info.min or int(arr.max()) > info.max):
+            raise ValueError(f"{op}: value out of range for dtype {dtype.name} (range [{info.min}, {info.max}])")
+    return np.asarray(arr, dtype=dtype.to_numpy()), dtype
+
+
+@front(constant_p)
+def constant(value: Any, dtype: DType | None = None, device: Any = None):
+    """A constant tensor from a scalar, nested list or DLPack array.
+
+    Args:
+        value: the data; its shape becomes the tensor's shape.
+        dtype: element type (default: from numpy arrays, float32 for Python floats,
+            int64 for Python ints).
+        device: ``DeviceRef`` or driver ``Device`` (default: the graph's device).
+
+    Example:
+        >>> with Graph("g") as g:  # doctest: +SKIP
+        ...     c = ops.constant([1, 2, 3], DType.int32, DeviceRef.CPU())
+    """
+    arr, dtype = to_constant_array(value, dtype)
+    ctx = current_context()
+    if device is None:
+        device = getattr(ctx, "default_device", None) or DeviceRef.CPU()
+    return bind(constant_p, value=ConstantValue(arr), dtype=dtype, device=DeviceRef.from_device(device))
+
+
+# ─── cast ─────────────────────────────────────────────────────────────────
+
+
+def _cast_rule(x, *, dtype: DType) -> TensorType:
+    x = require_tensor("cast", x)
+    if not isinstance(dtype, DType):
+        raise TypeError(f"cast: dtype must be a DType, got {type(dtype).__name__} {dtype!r}")
+    return TensorType(dtype, x.shape, x.device)
+
+
+def _cast_impl(x, *, dtype: DType):
+    target = dtype.to_numpy()
+    if dtype is DType.bool:
+        return x != 0
+    return x.astype(target)
+
+
+cast_p = register(OpDef("cast", rule=_cast_rule, impl=_cast_impl))
+
+
+@front(cast_p)
+def cast(x: Any, dtype: DType):
+    """Elementwise conversion to ``dtype`` (floats truncate toward zero into ints).
+
+    Example:
+        >>> ops.cast(x, DType.int32)  # doctest: +SKIP
+    """
+    return bind(cast_p, x, dtype=dtype)
+
+
+# ─── weights (graph inputs bound at load time) ────────────────────────────
+
+
+def _weight_rule(*, name: str, type: TensorType, shard: tuple[int, int, int] | None = None) -> TensorType:
+    return type
+
+
+def _weight_interpret(interp, node, ins, params, env):
+    name = params["name"]
+    try:
+        value = interp.weights[name]
+    except KeyError:
+        raise KeyError(f"weight {name!r} has no value: pass it in weights_registry") from None
+    shard = params.get("shard")
+    if shard is not None:
+        axis, idx, n = shard
+        size = value.shape[axis] // n
+        value = jax.lax.slice_in_dim(value, idx * size, (idx + 1) * size, axis=axis)
+    return _check_weight_value(name, value, node.outputs[0].type)
+
+
+def _check_weight_value(name: str, value: Any, t: TensorType):
+    got = DType.from_numpy(value.dtype)
+    if got is not t.dtype or len(value.shape) != t.rank:
+        raise OpError(f"weight {name!r}: expected {fmt(t)}, got {got.name}{list(value.shape)}")
+    return value
+
+
+weight_p = register(OpDef("weight", rule=_weight_rule, interpret=_weight_interpret, differentiable=False))

@@ -1,0 +1,120 @@
+"""The one op registry.
+
+Every operation is an `OpDef`: its name, a shape/dtype *rule* (input types and
+params → output types, raising MAX-style errors that name the op and the
+offending shapes/dtypes) and a JAX *impl* (input arrays and params → output
+arrays). Each op also has a *front*: the user-facing function with MAX's
+signature, which parses arguments and calls `bind`. ``maxfx.graph.ops``,
+``maxfx.functional``, and the ``Tensor``/``TensorValue`` operators are all built
+from the fronts registered here; nothing else defines op math.
+
+Example (the whole definition of an op)::
+
+    relu_p = register(OpDef("relu", rule=rules.same_type(numeric=True),
+                            impl=lambda x: jnp.maximum(x, 0)))
+
+    @front(relu_p)
+    def relu(x):
+        '''Rectified linear unit, ``max(x, 0)``.'''
+        return bind(relu_p, x)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["OpDef", "register", "get_op", "all_ops", "front", "fronts", "OpError"]
+
+
+@dataclass(eq=False)
+class OpDef:
+    """Definition of one op.
+
+    Attributes:
+        name: the op's MAX name (``"add"``, ``"conv2d"``...).
+        rule: ``rule(*input_types, **params) -> Type | tuple[Type, ...]``.
+        impl: ``impl(*arrays, **params) -> Array | tuple[Array, ...]`` using jnp/lax
+            (or a custom_calls kernel). Dims in params are concrete ints by then.
+        multiple_results: the rule/impl return tuples (e.g. ``split``, ``top_k``).
+        promote: indices of inputs unified by MAX dtype promotion before the rule
+            runs; Python scalars among them take the promoted dtype.
+        mutates: indices of buffer inputs the op writes; ``impl`` returns the new
+            values of those buffers after its regular outputs.
+        effect: the op has an observable side effect (printing): never dropped.
+        differentiable: gradients are defined (used by the grad-check table).
+        data_dependent: output dims depend on input *values* (``nonzero``); graphs
+            containing it run op by op instead of as one jitted program.
+        interpret: optional ``interpret(interp, node, args) -> outputs`` hook for ops
+            that run nested blocks (``cond``, ``while_loop``, ``call``).
+    """
+
+    name: str
+    rule: Callable[..., Any]
+    impl: Callable[..., Any] | None = None
+    multiple_results: bool = False
+    promote: Sequence[int] = ()
+    mutates: Sequence[int] = ()
+    effect: bool = False
+    differentiable: bool = True
+    data_dependent: bool = False
+    interpret: Callable[..., Any] | None = None
+    front: Callable[..., Any] | None = field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        return f"OpDef({self.name!r})"
+
+
+class OpError(ValueError):
+    """An op rejected its inputs (shape, dtype, rank or parameter error)."""
+
+
+_REGISTRY: dict[str, OpDef] = {}
+_FRONTS: dict[str, Callable[..., Any]] = {}
+
+
+def register(op: OpDef) -> OpDef:
+    """Add ``op`` to the registry (each name once)."""
+    if op.name in _REGISTRY:
+        raise ValueError(f"op {op.name!r} is already registered")
+    _REGISTRY[op.name] = op
+    return op
+
+
+def get_op(name: str) -> OpDef:
+    """The registered op called ``name``."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"no op named {name!r} in the registry") from None
+
+
+def all_ops() -> dict[str, OpDef]:
+    """A copy of the registry: name → OpDef."""
+    return dict(_REGISTRY)
+
+
+def front(*ops: OpDef, name: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register ``fn`` as the user-facing function of ``ops`` (named ``name`` or ``fn.__name__``).
+
+    A front may serve several ops (``max`` is both the elementwise and the
+    reducing maximum) and an op may have no front of its own (``cast`` is
+    reached through ``TensorValue.cast``).
+    """
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        key = name or fn.__name__.rstrip("_")
+        if key in _FRONTS:
+            raise ValueError(f"front {key!r} is already registered")
+        _FRONTS[key] = fn
+        for op in ops:
+            op.front = fn
+        return fn
+
+    return deco
+
+
+def fronts() -> dict[str, Callable[..., Any]]:
+    """User-facing op functions by MAX name (what ``maxfx.graph.ops`` exports)."""
+    return dict(_FRONTS)

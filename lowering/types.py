@@ -1,0 +1,308 @@
+"""Graph value types: `TensorType`, `BufferType`, `DeviceRef` and layouts.
+
+These are the avals of the IR: every op's shape/dtype rule maps input types to
+output types. Reprs follow MAX exactly, e.g.
+``TensorType(dtype=float32, shape=[Dim(5)], device=cpu:0)``.
+
+Example:
+    >>> from lowering.types import TensorType
+    >>> from lowering.dtypes import DType
+    >>> TensorType(DType.float32, ["batch", 3])
+    TensorType(dtype=float32, shape=[Dim('batch'), Dim(3)], device=cpu:0)
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Any
+
+from lowering.dims import Dim, Shape, ShapeLike, StaticDim
+from lowering.dtypes import DType
+
+__all__ = [
+    "DeviceKind",
+    "DeviceRef",
+    "Type",
+    "TensorType",
+    "BufferType",
+    "OpaqueType",
+    "ConvInputLayout",
+    "FilterLayout",
+    "InterpolationMode",
+    "set_device_resolver",
+]
+
+
+class DeviceKind(str, enum.Enum):
+    """Kind of device a value lives on."""
+
+    CPU = "cpu"
+    GPU = "gpu"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @staticmethod
+    def from_string(txt: str) -> DeviceKind:
+        """``"cpu"``/``"gpu"`` (any case) to a DeviceKind."""
+        try:
+            return DeviceKind(txt.lower())
+        except ValueError:
+            raise ValueError(f"DeviceKind.from_string: unknown device kind {txt!r}; expected 'cpu' or 'gpu'") from None
+
+
+# maxfx.driver installs the function mapping a DeviceRef to a driver Device
+# (lowering cannot import maxfx; the dependency only points downward).
+_device_resolver: Callable[[DeviceRef], Any] | None = None
+
+
+def set_device_resolver(fn: Callable[[DeviceRef], Any]) -> None:
+    """Install the DeviceRef → driver Device mapping (called by ``maxfx.driver``)."""
+    global _device_resolver
+    _device_resolver = fn
+
+
+class DeviceRef:
+    """A device in a graph type: kind and index. ``str(DeviceRef.GPU()) == 'gpu:0'``."""
+
+    __slots__ = ("device_type", "id")
+
+    def __init__(self, device_type: DeviceKind | str, id: int = 0):
+        self.device_type = device_type if isinstance(device_type, DeviceKind) else DeviceKind.from_string(device_type)
+        self.id = int(id)
+
+    @staticmethod
+    def CPU(id: int = 0) -> DeviceRef:  # noqa: N802 - MAX's name
+        """A CPU device reference."""
+        return DeviceRef(DeviceKind.CPU, id)
+
+    @staticmethod
+    def GPU(id: int = 0) -> DeviceRef:  # noqa: N802 - MAX's name
+        """A GPU device reference."""
+        return DeviceRef(DeviceKind.GPU, id)
+
+    def is_cpu(self) -> bool:
+        """True for CPU devices."""
+        return self.device_type is DeviceKind.CPU
+
+    def is_gpu(self) -> bool:
+        """True for GPU devices."""
+        return self.device_type is DeviceKind.GPU
+
+    @staticmethod
+    def from_device(device: Any) -> DeviceRef:
+        """A DeviceRef for a driver ``Device`` (or a DeviceRef, returned as is)."""
+        if isinstance(device, DeviceRef):
+            return device
+        label = getattr(device, "label", None)
+        if label is None:
+            raise TypeError(f"DeviceRef.from_device: expected a Device or DeviceRef, got {type(device).__name__}")
+        return DeviceRef(DeviceKind.from_string(label), 0 if label == "cpu" else getattr(device, "id", 0))
+
+    def to_device(self) -> Any:
+        """The driver ``Device`` this reference names."""
+        if _device_resolver is None:
+            raise RuntimeError("DeviceRef.to_device: maxfx.driver is not loaded")
+        return _device_resolver(self)
+
+    def to_mlir(self):
+        """This device as an MLIR string attribute (``"cpu:0"``)."""
+        from lowering import mlir_interop  # noqa: PLC0415
+
+        return mlir_interop.string_attr(str(self))
+
+    @staticmethod
+    def from_mlir(attr) -> DeviceRef:
+        """Inverse of `to_mlir`."""
+        from lowering import mlir_interop  # noqa: PLC0415
+
+        kind, _, idx = mlir_interop.attr_to_string(attr).partition(":")
+        return DeviceRef(kind, int(idx or 0))
+
+    def __eq__(self, other):
+        if not isinstance(other, DeviceRef):
+            return NotImplemented
+        return self.device_type is other.device_type and self.id == other.id
+
+    def __hash__(self):
+        return hash((self.device_type, self.id))
+
+    def __str__(self) -> str:
+        return f"{self.device_type.value}:{self.id}"
+
+    def __repr__(self) -> str:
+        return f"DeviceRef({self.device_type.value!r}, {self.id})"
+
+    def __reduce__(self):
+        return (DeviceRef, (self.device_type.value, self.id))
+
+
+def _as_device_ref(device: Any) -> DeviceRef:
+    if device is None:
+        return DeviceRef.CPU()
+    return DeviceRef.from_device(device)
+
+
+class Type:
+    """Base of every graph value type."""
+
+    __slots__ = ()
+
+    def to_mlir(self):
+        """This type as an MLIR type."""
+        from lowering import mlir_interop  # noqa: PLC0415
+
+        return mlir_interop.type_to_mlir(self)
+
+    @staticmethod
+    def from_mlir(t) -> Type:
+        """A graph type from an MLIR type."""
+        from lowering import mlir_interop  # noqa: PLC0415
+
+        return mlir_interop.type_from_mlir(t)
+
+
+class _ShapedType(Type):
+    __slots__ = ("dtype", "shape", "device", "_layout", "_key")
+    _name = ""
+
+    def __init__(self, dtype: DType, shape: ShapeLike, device: Any = None, _layout: Any = None):
+        if not isinstance(dtype, DType):
+            raise TypeError(f"{self._name}: dtype must be a DType, got {type(dtype).__name__} {dtype!r}")
+        self.dtype = dtype
+        self.shape = shape if isinstance(shape, Shape) else Shape(shape)
+        self.device = _as_device_ref(device)
+        self._layout = _layout
+        self._key = None
+
+    @property
+    def rank(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    def key(self) -> tuple:
+        """A hashable identity (dtype, dims, device)."""
+        if self._key is None:
+            self._key = (self._name, self.dtype, tuple(self.shape), self.device)
+        return self._key
+
+    def is_static(self) -> bool:
+        """True when every dim is static."""
+        return all(isinstance(d, StaticDim) for d in self.shape)
+
+    def __eq__(self, other):
+        if not isinstance(other, _ShapedType):
+            return NotImplemented
+        return self.key() == other.key()
+
+    def __hash__(self):
+        return hash(self.key())
+
+    def __repr__(self) -> str:
+        return f"{self._name}(dtype={self.dtype.name}, shape={list(self.shape)!r}, device={self.device})"
+
+    def __reduce__(self):
+        return (type(self), (self.dtype, list(self.shape), self.device))
+
+
+class TensorType(_ShapedType):
+    """Type of an immutable tensor value: dtype, shape (dims may be symbolic) and device.
+
+    ``device`` defaults to the CPU (MAX's signature requires it, but most examples omit it).
+    """
+
+    __slots__ = ()
+    _name = "TensorType"
+
+    def as_buffer(self) -> BufferType:
+        """The mutable buffer type with the same dtype, shape and device."""
+        return BufferType(self.dtype, self.shape, self.device)
+
+
+class BufferType(_ShapedType):
+    """Type of a mutable buffer value (graph input or `ops.buffer_create`)."""
+
+    __slots__ = ()
+    _name = "BufferType"
+
+    def as_tensor(self) -> TensorType:
+        """The immutable tensor type with the same dtype, shape and device."""
+        return TensorType(self.dtype, self.shape, self.device)
+
+
+class OpaqueType(Type):
+    """An opaque, named value type (e.g. a KV-cache handle) carrying Python metadata."""
+
+    __slots__ = ("name", "parameters")
+
+    def __init__(self, name: str, parameters: dict | None = None):
+        self.name = name
+        self.parameters = dict(parameters or {})
+
+    def key(self) -> tuple:
+        return ("OpaqueType", self.name, tuple(sorted((k, repr(v)) for k, v in self.parameters.items())))
+
+    def __eq__(self, other):
+        return isinstance(other, OpaqueType) and self.key() == other.key()
+
+    def __hash__(self):
+        return hash(self.key())
+
+    def __repr__(self) -> str:
+        return f"OpaqueType({self.name!r})"
+
+
+class ConvInputLayout(enum.Enum):
+    """Activation layout of convolution inputs."""
+
+    NHWC = "NHWC"
+    NCHW = "NCHW"
+
+    def to_mlir(self):
+        """As an MLIR string attribute."""
+        from lowering import mlir_interop  # noqa: PLC0415
+
+        return mlir_interop.string_attr(self.value)
+
+    @staticmethod
+    def from_mlir(attr) -> ConvInputLayout:
+        """Inverse of `to_mlir`."""
+        from lowering import mlir_interop  # noqa: PLC0415
+
+        return ConvInputLayout(mlir_interop.attr_to_string(attr))
+
+
+class FilterLayout(enum.Enum):
+    """Layout of convolution filters (R,S = spatial, C = in channels, F = out channels)."""
+
+    RSCF = "RSCF"
+    QRSCF = "QRSCF"
+    FCRS = "FCRS"
+    FCQRS = "FCQRS"
+    CFRS = "CFRS"
+
+    def to_mlir(self):
+        """As an MLIR string attribute."""
+        from lowering import mlir_interop  # noqa: PLC0415
+
+        return mlir_interop.string_attr(self.value)
+
+    @staticmethod
+    def from_mlir(attr) -> FilterLayout:
+        """Inverse of `to_mlir`."""
+        from lowering import mlir_interop  # noqa: PLC0415
+
+        return FilterLayout(mlir_interop.attr_to_string(attr))
+
+
+def dims_repr(dims) -> str:
+    return "[" + ", ".join(repr(Dim(d)) for d in dims) + "]"
+
+
+class InterpolationMode(enum.Enum):
+    """Interpolation of ``ops.resize``."""
+
+    BICUBIC = "bicubic"
+    BILINEAR = "bilinear"
+    NEAREST = "nearest"

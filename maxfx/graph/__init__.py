@@ -1,0 +1,45 @@
+"""Explicit graph construction (``max.graph``): build, then compile with `maxfx.engine`.
+
+Example:
+    >>> from maxfx.graph import Graph, TensorType, ops
+    >>> from maxfx.dtype import DType
+    >>> with Graph("add_one", input_types=[TensorType(DType.float32, ["batch", 2])]) as g:
+    ...     g.output(g.inputs[0] + 1)
+"""
+
+from maxfx.graph import dim, ops, shape, type  # noqa: A004
+from maxfx.graph._graph import Graph, KernelLibrary
+from maxfx.graph._value import BufferValue, TensorValue, Value
+from maxfx.graph._weight import ShardingStrategy, Weight
+from maxfx.graph.dim import AlgebraicDim, Dim, DimLike, StaticDim, SymbolicDim
+from maxfx.graph.shape import Shape, ShapeLike
+from maxfx.graph.type import BufferType, ConvInputLayout, DeviceKind, DeviceRef, FilterLayout, OpaqueType, TensorType, Type
+
+__all__ = [
+    "AlgebraicDim",
+    "BufferType",
+    "BufferValue",
+    "ConvInputLayout",
+    "DeviceKind",
+    "DeviceRef",
+    "Dim",
+    "DimLike",
+    "FilterLayout",
+    "Graph",
+    "KernelLibrary",
+    "OpaqueType",
+    "Shape",
+    "ShapeLike",
+    "ShardingStrategy",
+    "StaticDim",
+    "SymbolicDim",
+    "TensorType",
+    "TensorValue",
+    "Type",
+    "Value",
+    "Weight",
+    "dim",
+    "ops",
+    "shape",
+    "type",
+]

@@ -1,0 +1,271 @@
+"""`Graph`: build a computation explicitly, then compile it with `InferenceSession`.
+
+Example:
+    >>> from maxfx.graph import Graph, TensorType, ops
+    >>> from maxfx.dtype import DType
+    >>> with Graph("relu_graph", input_types=[TensorType(DType.float32, [5])]) as graph:
+    ...     graph.output(ops.relu(graph.inputs[0]))
+    >>> graph.output_types
+    [TensorType(dtype=float32, shape=[Dim(5)], device=cpu:0)]
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from lowering.context import GraphBuilder, use_context
+from lowering.ir import Block, Var
+from lowering.types import BufferType, DeviceRef, TensorType, Type
+from maxfx.graph._value import TensorValue, Value, wrap_var
+
+__all__ = ["Graph", "KernelLibrary"]
+
+_graph_stack: contextvars.ContextVar[tuple[Graph, ...]] = contextvars.ContextVar("maxfx_graphs", default=())
+
+
+class _CurrentGraph:
+    """Descriptor so that ``Graph.current`` reads the innermost active graph."""
+
+    def __get__(self, obj, owner) -> Graph:
+        stack = _graph_stack.get()
+        if not stack:
+            raise LookupError("Graph.current: no graph is being built (use `with Graph(...) as g:`)")
+        return stack[-1]
+
+
+class KernelLibrary:
+    """Paths of custom-kernel libraries attached to a graph.
+
+    MAX loads Mojo kernels from these paths. maxfx runs custom ops from its own
+    Python/JAX registry (`maxfx.graph.ops.custom`), so paths are recorded and
+    checked to exist, and ``verify_custom_op`` checks an op name is registered.
+    """
+
+    def __init__(self, context: Any = None, paths: Iterable[str | Path] = ()):
+        self.context = context
+        self._paths: list[Path] = []
+        for p in paths:
+            self.add_path(p)
+
+    def add_path(self, path: str | Path) -> None:
+        """Add a kernel library path (must exist)."""
+        p = Path(path)
+        if not p.exists():
+            raise FileNotFoundError(f"KernelLibrary.add_path: {p} does not exist")
+        if p not in self._paths:
+            self._paths.append(p)
+
+    def library_paths(self) -> list[Path]:
+        """The paths added so far."""
+        return list(self._paths)
+
+    def load_paths(self, context: Any, custom_extensions: Iterable[str | Path]) -> None:
+        """Add every path of ``custom_extensions``."""
+        self.context = context
+        for p in custom_extensions or ():
+            self.add_path(p)
+
+    def verify_custom_op(self, custom_op: Any) -> None:
+        """Raise if ``custom_op`` (a name) is not in maxfx's custom-op registry."""
+        from lowering.ops.custom import lookup_custom_op  # noqa: PLC0415
+
+        lookup_custom_op(custom_op if isinstance(custom_op, str) else getattr(custom_op, "name", str(custom_op)))
+
+    def __contains__(self, name: str) -> bool:
+        try:
+            self.verify_custom_op(name)
+        except (KeyError, ValueError):
+            return False
+        return True
+
+
+class Graph:
+    """A computation graph under construction.
+
+    Use it as a context manager: inside ``with Graph(name, input_types=[...]) as g``,
+    ``g.inputs`` are symbolic values, ops record nodes, and ``g.output(...)`` sets
+    the results. Or pass ``forward``: ``Graph(name, forward=fn, input_types=...)``
+    builds immediately by calling ``fn(*inputs)``.
+
+    Args:
+        name: graph name.
+        forward: optional function of the inputs returning the outputs.
+        input_types: `TensorType`/`BufferType` of each input (str dims are symbolic).
+        path: loading a serialized MAX graph is not supported (raises).
+        custom_extensions: kernel library paths (recorded, see `KernelLibrary`).
+    """
+
+    current = _CurrentGraph()
+
+    def __init__(
+        self,
+        name: str,
+        forward: Callable[..., Any] | None = None,
+        input_types: Iterable[Type] = (),
+        path: Path | None = None,
+        *args: Any,
+        custom_extensions: Iterable[str | Path] = (),
+        context: Any = None,
+        kernel_library: KernelLibrary | None = None,
+        module: Any = None,
+        **kwargs: Any,
+    ):
+        if path is not None:
+            raise ValueError(
+                f"Graph(path={path!r}): loading serialized MAX (MLIR) graphs is not supported by maxfx; "
+                "build the graph in Python or use maxfx.export artifacts"
+            )
+        self.name = name
+        self._block = Block(name)
+        input_types = list(input_types)
+        for i, t in enumerate(input_types):
+            if not isinstance(t, Type):
+                raise TypeError(f"Graph {name!r}: input_types[{i}] must be a TensorType or BufferType, got {type(t).__name__}")
+        device = next((t.device for t in input_types if hasattr(t, "device")), DeviceRef.CPU())
+        self._builder = GraphBuilder(self._block, wrap_var, default_device=device)
+        self._block.inputs = [Var(t) for t in input_types]
+        self._inputs = tuple(wrap_var(self._builder, v) for v in self._block.inputs)
+        self._weights: dict[str, Any] = {}  # name -> Weight
+        self._weight_values: dict[str, TensorValue] = {}
+        self._subgraphs: dict[str, Graph] = {}
+        self._has_output = False
+        self._ctx_stack: list[tuple[Any, Any]] = []
+        self.kernel_library = kernel_library or KernelLibrary(context, custom_extensions)
+        self.device_chains: dict[DeviceRef, Any] = {}
+        self._parent: Graph | None = None
+        if forward is not None:
+            with self:
+                outputs = forward(*self._inputs, *args, **kwargs)
+                if outputs is None:
+                    self.output()
+                elif isinstance(outputs, (tuple, list)):
+                    self.output(*outputs)
+                else:
+                    self.output(outputs)
+
+    # -- context management ------------------------------------------------
+    def __enter__(self) -> Graph:
+        token_ctx = use_context(self._builder)
+        token_ctx.__enter__()
+        token_stack = _graph_stack.set(_graph_stack.get() + (self,))
+        self._ctx_stack.append((token_ctx, token_stack))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        token_ctx, token_stack = self._ctx_stack.pop()
+        _graph_stack.reset(token_stack)
+        token_ctx.__exit__(*exc)
+
+    # -- inputs / outputs ----------------------------------------------------
+    @property
+    def inputs(self) -> Sequence[Value]:
+        """Symbolic values of the inputs, in ``input_types`` order."""
+        return self._inputs
+
+    def output(self, *outputs: Any) -> None:
+        """Set the graph's results (values or constants). Call exactly once."""
+        if self._has_output:
+            raise ValueError(f"Graph {self.name!r}: output() was already called")
+        from maxfx.graph import ops  # noqa: PLC0415
+
+        vars_: list[Var] = []
+        with use_context(self._builder):
+            for i, o in enumerate(outputs):
+                if not isinstance(o, Value):
+                    try:
+                        o = ops.constant(o, device=self._builder.default_device)
+                    except TypeError:
+                        raise TypeError(f"Graph {self.name!r}: output {i} must be a graph value or constant data, got {type(o).__name__}") from None
+                if o._builder is not self._builder:
+                    raise ValueError(f"Graph {self.name!r}: output {i} belongs to a different graph")
+                vars_.append(o._var)
+        self._block.outputs = vars_
+        self._block.invalidate()
+        self._has_output = True
+
+    @property
+    def output_types(self) -> list[Type]:
+        """Types of the outputs (empty until `output` is called)."""
+        return [v.type for v in self._block.outputs]
+
+    @property
+    def input_types(self) -> list[Type]:
+        """Types of the inputs."""
+        return [v.type for v in self._block.inputs]
+
+    # -- weights ---------------------------------------------------------------
+    def add_weight(self, weight: Any, force_initial_weight_on_host: bool = True) -> TensorValue:
+        """Add a `Weight` as a graph input bound at load time; returns its value.
+
+        The same Weight again returns the existing value; a different Weight with
+        the same name is a ValueError.
+        """
+        from maxfx.graph._weight import weight_params  # noqa: PLC0415
+
+        params = weight_params(weight)
+        name = weight.name if weight.shard_idx is None else f"{weight.name}[shard {weight.shard_idx}]"
+        existing = self._weights.get(name)
+        if existing is not None:
+            if existing is weight or _same_weight(existing, weight):
+                return self._weight_values[name]
+            raise ValueError(f"Graph {self.name!r}: a different weight named {name!r} was already added ({existing.type} vs {weight.type})")
+        from lowering.ops.core import weight_p  # noqa: PLC0415
+
+        value = self._builder.bind(weight_p, [], params)
+        self._weights[name] = weight
+        self._weight_values[name] = value
+        return value
+
+    def weights(self) -> dict[str, Any]:
+        """Weights used by this graph, by name."""
+        return dict(self._weights)
+
+    # -- subgraphs ---------------------------------------------------------
+    def add_subgraph(
+        self,
+        name: str,
+        forward: Callable[..., Any] | None = None,
+        input_types: Iterable[Type] = (),
+        path: Path | None = None,
+        custom_extensions: Iterable[str | Path] = (),
+        devices: Iterable[DeviceRef] = (),
+    ) -> Graph:
+        """A named subgraph, invoked with ``ops.call(subgraph, *args)``."""
+        if name in self._subgraphs:
+            raise ValueError(f"Graph {self.name!r}: subgraph {name!r} already exists")
+        sub = Graph(name, forward=forward, input_types=input_types, path=path, custom_extensions=custom_extensions, kernel_library=self.kernel_library)
+        sub._parent = self
+        self._subgraphs[name] = sub
+        return sub
+
+    # -- misc --------------------------------------------------------------
+    @property
+    def always_ready_chain(self) -> Any:
+        """The graph's effect chain token (maxfx orders effects by node order)."""
+        return self._block
+
+    @property
+    def kernel_libraries_paths(self) -> list[Path]:
+        """Kernel library paths attached to this graph."""
+        return self.kernel_library.library_paths()
+
+    @property
+    def _ir(self) -> Block:
+        return self._block
+
+    def __str__(self) -> str:
+        return self._block.format()
+
+    def __repr__(self) -> str:
+        return f"Graph({self.name!r}, inputs={self.input_types}, outputs={self.output_types})"
+
+
+def _same_weight(a: Any, b: Any) -> bool:
+    return a._weight_type() == b._weight_type() and getattr(a, "quantization_encoding", None) == getattr(b, "quantization_encoding", None)
+
+
+def _is_tensor_type(t: Type) -> bool:
+    return isinstance(t, (TensorType, BufferType))

@@ -1,0 +1,332 @@
+"""Symbolic graph values: `Value`, `TensorValue`, `BufferValue`.
+
+A value is a handle on one IR var of a graph being built. Its operators and
+methods call the ops in `maxfx.graph.ops` (generated from the registry), so
+``x + 1`` records the same ``add`` node as ``ops.add(x, 1)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lowering.context import GraphBuilder
+from lowering.dims import Shape
+from lowering.dtypes import DType
+from lowering.ir import Var
+from lowering.types import BufferType, DeviceRef, OpaqueType, TensorType, Type
+
+__all__ = ["Value", "TensorValue", "BufferValue", "wrap_var"]
+
+
+def _ops():
+    from maxfx.graph import ops  # noqa: PLC0415 - ops imports this module
+
+    return ops
+
+
+class Value:
+    """A symbolic value of a `Graph`. Downcast with `.tensor`, `.buffer`, `.opaque`."""
+
+    __slots__ = ("_builder", "_var")
+
+    def __init__(self, value: Any):
+        if not isinstance(value, Value):
+            raise TypeError(f"{type(self).__name__}: expected a graph Value, got {type(value).__name__}")
+        self._builder = value._builder
+        self._var = value._var
+
+    @classmethod
+    def _make(cls, builder: GraphBuilder, var: Var) -> Value:
+        v = object.__new__(cls)
+        v._builder = builder
+        v._var = var
+        return v
+
+    @property
+    def __lowering_context__(self) -> GraphBuilder:
+        return self._builder
+
+    @property
+    def type(self) -> Type:
+        """The value's graph type."""
+        return self._var.type
+
+    @property
+    def tensor(self) -> TensorValue:
+        """This value as a `TensorValue` (TypeError if it is not a tensor)."""
+        if not isinstance(self.type, TensorType):
+            raise TypeError(f"value of type {self.type!r} is not a tensor")
+        return self if isinstance(self, TensorValue) else TensorValue._make(self._builder, self._var)
+
+    @property
+    def buffer(self) -> BufferValue:
+        """This value as a `BufferValue` (TypeError if it is not a buffer)."""
+        if not isinstance(self.type, BufferType):
+            raise TypeError(f"value of type {self.type!r} is not a buffer")
+        return self if isinstance(self, BufferValue) else BufferValue._make(self._builder, self._var)
+
+    @property
+    def opaque(self) -> Value:
+        """This value as an opaque value (TypeError if it is not opaque)."""
+        if not isinstance(self.type, OpaqueType):
+            raise TypeError(f"value of type {self.type!r} is not opaque")
+        return self
+
+    def to_mlir(self):
+        """The value's type as an MLIR type (values themselves have no MLIR handle in maxfx)."""
+        return self.type.to_mlir()
+
+    @classmethod
+    def from_mlir(cls, value: Any) -> Value:
+        """Wrap an existing graph value (maxfx keeps no MLIR values; accepts maxfx values)."""
+        if isinstance(value, Value):
+            return wrap_var(value._builder, value._var)
+        raise TypeError(f"{cls.__name__}.from_mlir: expected a maxfx graph Value, got {type(value).__name__}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({_type_fields(self.type)})"
+
+
+def _type_fields(t: Type) -> str:
+    if isinstance(t, (TensorType, BufferType)):
+        return f"dtype={t.dtype.name}, shape={list(t.shape)!r}, device={t.device}"
+    return repr(t)
+
+
+class _Shaped(Value):
+    __slots__ = ()
+
+    @property
+    def dtype(self) -> DType:
+        """Element type."""
+        return self._var.type.dtype
+
+    @property
+    def shape(self) -> Shape:
+        """Shape as a list of `Dim`s."""
+        return self._var.type.shape
+
+    @property
+    def rank(self) -> int:
+        """Number of dimensions."""
+        return len(self._var.type.shape)
+
+    @property
+    def device(self) -> DeviceRef:
+        """The device the value lives on."""
+        return self._var.type.device
+
+    def print(self, label: str = "debug_tensor") -> None:
+        """Print the value at run time, prefixed by ``label``."""
+        _ops().print(self, label=label)
+
+
+class TensorValue(_Shaped):
+    """An immutable tensor inside a graph, with numpy-like operators.
+
+    Example:
+        >>> with Graph("g", input_types=[TensorType(DType.float32, [2, 3])]) as g:  # doctest: +SKIP
+        ...     x = g.inputs[0].tensor
+        ...     g.output((x * 2 + 1).mean(axis=1))
+    """
+
+    __slots__ = ()
+
+    # -- methods ---------------------------------------------------------
+    def cast(self, dtype: DType) -> TensorValue:
+        """Elementwise conversion to ``dtype``."""
+        return _ops().cast(self, dtype)
+
+    def reshape(self, shape) -> TensorValue:
+        """Same data, new shape (one ``-1`` allowed)."""
+        return _ops().reshape(self, shape)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> TensorValue:
+        """Merge dims ``start_dim..end_dim`` (inclusive) into one."""
+        return _ops().flatten(self, start_dim, end_dim)
+
+    def broadcast_to(self, shape) -> TensorValue:
+        """Broadcast to ``shape``."""
+        return _ops().broadcast_to(self, shape)
+
+    def permute(self, dims) -> TensorValue:
+        """Reorder dims by the permutation ``dims``."""
+        return _ops().permute(self, dims)
+
+    def transpose(self, dim_1: int, dim_2: int) -> TensorValue:
+        """Swap two dims."""
+        return _ops().transpose(self, dim_1, dim_2)
+
+    @property
+    def T(self) -> TensorValue:  # noqa: N802 - MAX's name
+        """Transpose of the last two dims."""
+        return _ops().transpose(self, -1, -2)
+
+    def rebind(self, shape, message: str = "") -> TensorValue:
+        """Assert at run time that the value has ``shape`` (names symbolic dims)."""
+        return _ops().rebind(self, shape, message)
+
+    def to(self, device) -> TensorValue:
+        """Transfer to ``device`` (a DeviceRef or driver Device)."""
+        return _ops().transfer_to(self, device)
+
+    def argmax(self, axis: int = -1) -> TensorValue:
+        """Index of the maximum along ``axis`` (kept as size 1), int64."""
+        return _ops().argmax(self, axis)
+
+    def max(self, axis: int = -1) -> TensorValue:
+        """Maximum along ``axis`` (kept as size 1)."""
+        return _ops().max(self, axis=axis)
+
+    def min(self, axis: int = -1) -> TensorValue:
+        """Minimum along ``axis`` (kept as size 1)."""
+        return _ops().min(self, axis=axis)
+
+    def mean(self, axis: int = -1) -> TensorValue:
+        """Mean along ``axis`` (kept as size 1)."""
+        return _ops().mean(self, axis)
+
+    def var(self, axis: int = -1) -> TensorValue:
+        """Population variance along ``axis`` (kept as size 1)."""
+        ops = _ops()
+        centered = self - ops.mean(self, axis)
+        return ops.mean(centered * centered, axis)
+
+    def stdev(self, axis: int = -1) -> TensorValue:
+        """Population standard deviation along ``axis`` (kept as size 1)."""
+        return _ops().sqrt(self.var(axis))
+
+    # -- operators -------------------------------------------------------
+    def __getitem__(self, index) -> TensorValue:
+        return _ops().slice_tensor(self, index if isinstance(index, tuple) else (index,))
+
+    def __add__(self, rhs):
+        return _ops().add(self, rhs)
+
+    def __radd__(self, lhs):
+        return _ops().add(lhs, self)
+
+    def __sub__(self, rhs):
+        return _ops().sub(self, rhs)
+
+    def __rsub__(self, lhs):
+        return _ops().sub(lhs, self)
+
+    def __mul__(self, rhs):
+        return _ops().mul(self, rhs)
+
+    def __rmul__(self, lhs):
+        return _ops().mul(lhs, self)
+
+    def __truediv__(self, rhs):
+        return _ops().div(self, rhs)
+
+    def __rtruediv__(self, lhs):
+        return _ops().div(lhs, self)
+
+    def __floordiv__(self, rhs):
+        return _ops().floor_div(self, rhs)
+
+    def __rfloordiv__(self, lhs):
+        return _ops().floor_div(lhs, self)
+
+    def __mod__(self, rhs):
+        return _ops().mod(self, rhs)
+
+    def __rmod__(self, lhs):
+        return _ops().mod(lhs, self)
+
+    def __pow__(self, rhs):
+        return _ops().pow(self, rhs)
+
+    def __rpow__(self, lhs):
+        return _ops().pow(lhs, self)
+
+    def __matmul__(self, rhs):
+        return _ops().matmul(self, rhs)
+
+    def __rmatmul__(self, lhs):
+        return _ops().matmul(lhs, self)
+
+    def __neg__(self):
+        return _ops().negate(self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return _ops().abs(self)
+
+    def __invert__(self):
+        return _ops().logical_not(self)
+
+    def __and__(self, rhs):
+        return _ops().logical_and(self, rhs)
+
+    def __rand__(self, lhs):
+        return _ops().logical_and(lhs, self)
+
+    def __or__(self, rhs):
+        return _ops().logical_or(self, rhs)
+
+    def __ror__(self, lhs):
+        return _ops().logical_or(lhs, self)
+
+    def __xor__(self, rhs):
+        return _ops().logical_xor(self, rhs)
+
+    def __rxor__(self, lhs):
+        return _ops().logical_xor(lhs, self)
+
+    def __eq__(self, rhs):  # type: ignore[override]
+        return _ops().equal(self, rhs)
+
+    def __ne__(self, rhs):  # type: ignore[override]
+        return _ops().not_equal(self, rhs)
+
+    def __lt__(self, rhs):
+        return _ops().greater(rhs, self)
+
+    def __le__(self, rhs):
+        return _ops().greater_equal(rhs, self)
+
+    def __gt__(self, rhs):
+        return _ops().greater(self, rhs)
+
+    def __ge__(self, rhs):
+        return _ops().greater_equal(self, rhs)
+
+    __hash__ = object.__hash__
+
+    def __bool__(self):
+        raise TypeError("the truth value of a symbolic TensorValue is unknown while building a graph; use ops.cond or ops.where")
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a rank-0 TensorValue")
+        return int(self.shape[0])
+
+    def __iter__(self):
+        raise TypeError("TensorValue is not iterable; index it or use ops.split")
+
+
+class BufferValue(_Shaped):
+    """A mutable buffer inside a graph: read with `ops.buffer_load`, write with `ops.buffer_store`."""
+
+    __slots__ = ()
+
+    def __getitem__(self, index) -> TensorValue:
+        return _ops().slice_tensor(_ops().buffer_load(self), index if isinstance(index, tuple) else (index,))
+
+    def __setitem__(self, index, value) -> None:
+        _ops().buffer_store_slice(self, value, index if isinstance(index, tuple) else (index,))
+
+
+def wrap_var(builder: GraphBuilder, var: Var) -> Value:
+    """The user-facing value object for ``var``."""
+    t = var.type
+    if isinstance(t, TensorType):
+        return TensorValue._make(builder, var)
+    if isinstance(t, BufferType):
+        return BufferValue._make(builder, var)
+    return Value._make(builder, var)

@@ -1,0 +1,15 @@
+"""Shared pytest setup: CPU only, deterministic numpy RNG."""
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("MAXFX_DEFAULT_DEVICE", "cpu")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def rng():
+    """A seeded numpy Generator (tests must not depend on global random state)."""
+    return np.random.default_rng(0)
