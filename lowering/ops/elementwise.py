@@ -2,24 +2,520 @@
 
 Binary ops promote their operands with MAX's rules (`lowering.dtypes`) before
 their rule runs, so rules see equal dtypes; shapes broadcast numpy-style.
+
+Dtype classes (checked by each op's rule, error names the op and the type):
+
+- *float*: transcendental math (``exp``, ``sqrt``, ``gelu``...) accepts
+  floating-point inputs only; ints must be cast first.
+- *numeric*: arithmetic (``add``, ``abs``, ``floor``...) accepts ints and floats,
+  not bool.
+- *bool*: ``logical_*`` accept bool only.
+- comparisons accept any dtype and return bool.
+
+Unary ops need a typed value (a graph value, eager tensor or JAX array): MAX
+raises TypeError for ``ops.exp(1.0)`` and so does maxfx.
 """
 
 from __future__ import annotations
 
+import functools
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import jax
 import jax.numpy as jnp
+from jax import lax
 
-from lowering.context import bind
+from lowering.context import bind, is_weak
+from lowering.dims import Dim, StaticDim
+from lowering.dtypes import DType
 from lowering.ops import _rules as R
-from lowering.registry import OpDef, front, register
+from lowering.registry import OpDef, OpError, front, register
+from lowering.types import TensorType
 
-__all__ = ["add", "relu"]
+__all__ = [
+    # unary
+    "abs",
+    "acos",
+    "atanh",
+    "cos",
+    "erf",
+    "exp",
+    "floor",
+    "gelu",
+    "is_inf",
+    "is_nan",
+    "log",
+    "log1p",
+    "logical_not",
+    "negate",
+    "relu",
+    "round",
+    "rsqrt",
+    "sigmoid",
+    "silu",
+    "sin",
+    "sqrt",
+    "tanh",
+    "trunc",
+    # binary
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "mod",
+    "floor_div",
+    "pow",
+    "equal",
+    "not_equal",
+    "greater",
+    "greater_equal",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    # select / other
+    "where",
+    "outer",
+]
 
-add_p = register(OpDef("add", rule=R.elementwise("add", dtypes=R.is_numeric, expected="numeric"), impl=jnp.add, promote=(0, 1)))
+# ─── dtype classes ────────────────────────────────────────────────────────
+
+# kind -> (accepts dtype, what the error says was expected, how to fix it)
+_KINDS: dict[str, tuple[Callable[[DType], bool], str, str]] = {
+    "float": (R.is_float, "a floating-point", "; cast it first, e.g. x.cast(DType.float32)"),
+    "numeric": (R.is_numeric, "a numeric (int or float)", "; cast bool inputs to a numeric dtype first"),
+    "bool": (R.is_bool, "a bool", "; compare to get a bool tensor (e.g. x != 0) or cast with x.cast(DType.bool)"),
+    "any": (lambda d: True, "any", ""),
+}
+
+
+def _check_kind(name: str, kind: str, types: list[TensorType]) -> None:
+    accepts, expected, hint = _KINDS[kind]
+    if not all(accepts(t.dtype) for t in types):
+        what = "input" if len(types) == 1 else "inputs"
+        raise OpError(f"{name}: expected {expected} dtype for {what}, got {R.fmt_all(types)}{hint}")
+
+
+def _require_value(name: str, x: Any) -> None:
+    # MAX: unary graph ops on non-max objects (Python numbers, numpy arrays) are a TypeError.
+    if is_weak(x):
+        raise TypeError(
+            f"{name}: expected a tensor or graph value, got {type(x).__name__}; "
+            "wrap Python/numpy data with ops.constant(value, dtype, device) first"
+        )
+
+
+# ─── unary ops ────────────────────────────────────────────────────────────
+
+
+def _unary_rule(name: str, kind: str, out_dtype: DType | None = None) -> Callable[..., TensorType]:
+    def rule(x, **params: Any) -> TensorType:
+        t = R.require_tensor(name, x)
+        _check_kind(name, kind, [t])
+        return TensorType(out_dtype or t.dtype, t.shape, t.device)
+
+    rule.__name__ = f"{name}_rule"
+    return rule
+
+
+def _unary(name: str, kind: str, impl: Callable[..., Any], *, out_dtype: DType | None = None, differentiable: bool = True) -> OpDef:
+    return register(OpDef(name, rule=_unary_rule(name, kind, out_dtype), impl=impl, differentiable=differentiable))
+
+
+def _bind_unary(op: OpDef, x: Any, **params: Any):
+    _require_value(op.name, x)
+    return bind(op, x, **params)
+
+
+def _zero_like(x):
+    return jnp.zeros((), x.dtype)
+
+
+def _acos_impl(x):
+    # MAX clamps out-of-domain inputs to [-1, 1] instead of returning NaN.
+    one = jnp.ones((), x.dtype)
+    return jnp.arccos(jnp.clip(x, -one, one))
+
+
+def _gelu_impl(x, *, approximate: str):
+    if approximate == "none":
+        return jax.nn.gelu(x, approximate=False)
+    if approximate == "tanh":
+        c = jnp.asarray(0.7978845608028654, x.dtype)
+        k = jnp.asarray(0.044715, x.dtype)
+        half = jnp.asarray(0.5, x.dtype)
+        return half * x * (1 + jnp.tanh(c * (x + k * x * x * x)))
+    # "quick"; the front and the rule reject anything else.
+    return jax.nn.sigmoid(jnp.asarray(1.702, x.dtype) * x) * x
+
+
+def _floor_impl(x):
+    # Integers are already whole: floor/round/trunc are the identity on them.
+    return x if not jnp.issubdtype(x.dtype, jnp.floating) else jnp.floor(x)
+
+
+def _round_impl(x):
+    # jnp.round is round-half-to-even, as MAX 26.7 (0.5 -> 0, 1.5 -> 2, 2.5 -> 2).
+    return x if not jnp.issubdtype(x.dtype, jnp.floating) else jnp.round(x)
+
+
+def _trunc_impl(x):
+    return x if not jnp.issubdtype(x.dtype, jnp.floating) else jnp.trunc(x)
+
+
+abs_p = _unary("abs", "numeric", jnp.abs)
+acos_p = _unary("acos", "float", _acos_impl)
+atanh_p = _unary("atanh", "float", jnp.arctanh)
+cos_p = _unary("cos", "float", jnp.cos)
+erf_p = _unary("erf", "float", lax.erf)
+exp_p = _unary("exp", "float", jnp.exp)
+floor_p = _unary("floor", "numeric", _floor_impl, differentiable=False)
+is_inf_p = _unary("is_inf", "numeric", jnp.isinf, out_dtype=DType.bool, differentiable=False)
+is_nan_p = _unary("is_nan", "numeric", jnp.isnan, out_dtype=DType.bool, differentiable=False)
+log_p = _unary("log", "float", jnp.log)
+log1p_p = _unary("log1p", "float", jnp.log1p)
+logical_not_p = _unary("logical_not", "bool", jnp.logical_not, differentiable=False)
+negate_p = _unary("negate", "numeric", jnp.negative)
+relu_p = _unary("relu", "numeric", lambda x: jnp.maximum(x, _zero_like(x)))
+round_p = _unary("round", "numeric", _round_impl, differentiable=False)
+rsqrt_p = _unary("rsqrt", "float", lax.rsqrt)
+sigmoid_p = _unary("sigmoid", "float", jax.nn.sigmoid)
+silu_p = _unary("silu", "float", lambda x: x * jax.nn.sigmoid(x))
+sin_p = _unary("sin", "float", jnp.sin)
+sqrt_p = _unary("sqrt", "float", jnp.sqrt)
+tanh_p = _unary("tanh", "float", jnp.tanh)
+trunc_p = _unary("trunc", "numeric", _trunc_impl, differentiable=False)
+
+_GELU_MODES = ("none", "tanh", "quick")
+
+
+_gelu_type = _unary_rule("gelu", "float")
+
+
+def _gelu_rule(x, *, approximate: str) -> TensorType:
+    if approximate not in _GELU_MODES:
+        raise ValueError(f"gelu: approximate must be one of {', '.join(map(repr, _GELU_MODES))}, got {approximate!r}")
+    return _gelu_type(x)
+
+
+gelu_p = register(OpDef("gelu", rule=_gelu_rule, impl=_gelu_impl))
+
+
+@front(abs_p)
+def abs(x):  # noqa: A001 - MAX's name
+    """Elementwise absolute value ``|x|`` (ints and floats).
+
+    Example:
+        >>> y = ops.abs(x)  # doctest: +SKIP
+    """
+    return _bind_unary(abs_p, x)
+
+
+@front(acos_p)
+def acos(x):
+    """Elementwise arccosine in radians, ``[0, pi]``; inputs outside [-1, 1] are clamped to it.
+
+    Raises:
+        ValueError: if ``x`` is not floating-point.
+
+    Example:
+        >>> y = ops.acos(x)  # acos(2.0) == 0.0, acos(-2.0) == pi  # doctest: +SKIP
+    """
+    return _bind_unary(acos_p, x)
+
+
+@front(atanh_p)
+def atanh(x):
+    """Elementwise inverse hyperbolic tangent (floats; +-inf at +-1, NaN outside).
+
+    Example:
+        >>> y = ops.atanh(x)  # doctest: +SKIP
+    """
+    return _bind_unary(atanh_p, x)
+
+
+@front(cos_p)
+def cos(x):
+    """Elementwise cosine (floats).
+
+    Example:
+        >>> y = ops.cos(x)  # doctest: +SKIP
+    """
+    return _bind_unary(cos_p, x)
+
+
+@front(erf_p)
+def erf(x):
+    """Elementwise Gauss error function (floats).
+
+    Example:
+        >>> y = ops.erf(x)  # doctest: +SKIP
+    """
+    return _bind_unary(erf_p, x)
+
+
+@front(exp_p)
+def exp(x):
+    """Elementwise ``e ** x`` (floats).
+
+    Example:
+        >>> y = ops.exp(x)  # doctest: +SKIP
+    """
+    return _bind_unary(exp_p, x)
+
+
+@front(floor_p)
+def floor(x):
+    """Elementwise largest integer value ``<= x`` (same dtype; identity on ints).
+
+    Example:
+        >>> y = ops.floor(x)  # floor(-1.5) == -2.0  # doctest: +SKIP
+    """
+    return _bind_unary(floor_p, x)
+
+
+@front(gelu_p)
+def gelu(x, approximate: str = "none"):
+    """Elementwise Gaussian error linear unit (floats).
+
+    Args:
+        x: the input tensor.
+        approximate: ``"none"`` (exact, ``0.5 * x * (1 + erf(x / sqrt(2)))``),
+            ``"tanh"`` (``0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x**3)))``)
+            or ``"quick"`` (``sigmoid(1.702 * x) * x``).
+
+    Raises:
+        ValueError: if ``approximate`` is not one of those, or ``x`` is not floating-point.
+
+    Example:
+        >>> y = ops.gelu(x, approximate="tanh")  # doctest: +SKIP
+    """
+    if not isinstance(approximate, str) or approximate not in _GELU_MODES:
+        raise ValueError(f"gelu: approximate must be one of {', '.join(map(repr, _GELU_MODES))}, got {approximate!r}")
+    return _bind_unary(gelu_p, x, approximate=approximate)
+
+
+@front(is_inf_p)
+def is_inf(x):
+    """Elementwise ``x == +inf or x == -inf``, as a bool tensor (all False for ints).
+
+    Example:
+        >>> mask = ops.is_inf(x)  # doctest: +SKIP
+    """
+    return _bind_unary(is_inf_p, x)
+
+
+@front(is_nan_p)
+def is_nan(x):
+    """Elementwise ``x != x`` (NaN test), as a bool tensor (all False for ints).
+
+    Example:
+        >>> mask = ops.is_nan(x)  # doctest: +SKIP
+    """
+    return _bind_unary(is_nan_p, x)
+
+
+@front(log_p)
+def log(x):
+    """Elementwise natural logarithm (floats; -inf at 0, NaN below).
+
+    Example:
+        >>> y = ops.log(x)  # doctest: +SKIP
+    """
+    return _bind_unary(log_p, x)
+
+
+@front(log1p_p)
+def log1p(x):
+    """Elementwise ``log(1 + x)``, accurate near 0 (floats).
+
+    Example:
+        >>> y = ops.log1p(x)  # doctest: +SKIP
+    """
+    return _bind_unary(log1p_p, x)
+
+
+@front(logical_not_p)
+def logical_not(x):
+    """Elementwise boolean NOT (bool in, bool out); ``~x`` on a TensorValue.
+
+    Example:
+        >>> y = ops.logical_not(mask)  # doctest: +SKIP
+    """
+    return _bind_unary(logical_not_p, x)
+
+
+@front(negate_p)
+def negate(x):
+    """Elementwise ``-x`` (ints and floats); ``-x`` on a TensorValue.
+
+    Example:
+        >>> y = ops.negate(x)  # doctest: +SKIP
+    """
+    return _bind_unary(negate_p, x)
+
+
+@front(relu_p)
+def relu(x):
+    """Rectified linear unit ``max(x, 0)`` (``relu(-2.0)`` is ``0.0``, not ``-0.0``).
+
+    Example:
+        >>> y = ops.relu(x)  # doctest: +SKIP
+    """
+    return _bind_unary(relu_p, x)
+
+
+@front(round_p)
+def round(x):  # noqa: A001 - MAX's name
+    """Elementwise rounding to the nearest integer, ties to even (``0.5 -> 0``, ``1.5 -> 2``, ``2.5 -> 2``).
+
+    Same dtype as ``x``; the identity on ints.
+
+    Example:
+        >>> y = ops.round(x)  # doctest: +SKIP
+    """
+    return _bind_unary(round_p, x)
+
+
+@front(rsqrt_p)
+def rsqrt(x):
+    """Elementwise ``1 / sqrt(x)`` (floats).
+
+    Example:
+        >>> y = ops.rsqrt(x)  # doctest: +SKIP
+    """
+    return _bind_unary(rsqrt_p, x)
+
+
+@front(sigmoid_p)
+def sigmoid(x):
+    """Elementwise logistic sigmoid ``1 / (1 + exp(-x))`` (floats).
+
+    Example:
+        >>> y = ops.sigmoid(x)  # doctest: +SKIP
+    """
+    return _bind_unary(sigmoid_p, x)
+
+
+@front(silu_p)
+def silu(x):
+    """Elementwise ``x * sigmoid(x)`` (floats).
+
+    Example:
+        >>> y = ops.silu(x)  # doctest: +SKIP
+    """
+    return _bind_unary(silu_p, x)
+
+
+@front(sin_p)
+def sin(x):
+    """Elementwise sine (floats).
+
+    Example:
+        >>> y = ops.sin(x)  # doctest: +SKIP
+    """
+    return _bind_unary(sin_p, x)
+
+
+@front(sqrt_p)
+def sqrt(x):
+    """Elementwise square root (floats; NaN below 0).
+
+    Example:
+        >>> y = ops.sqrt(x)  # doctest: +SKIP
+    """
+    return _bind_unary(sqrt_p, x)
+
+
+@front(tanh_p)
+def tanh(x):
+    """Elementwise hyperbolic tangent (floats).
+
+    Example:
+        >>> y = ops.tanh(x)  # doctest: +SKIP
+    """
+    return _bind_unary(tanh_p, x)
+
+
+@front(trunc_p)
+def trunc(x):
+    """Elementwise rounding toward zero (same dtype; the identity on ints).
+
+    Example:
+        >>> y = ops.trunc(x)  # trunc(-1.7) == -1.0  # doctest: +SKIP
+    """
+    return _bind_unary(trunc_p, x)
+
+
+# ─── binary ops ───────────────────────────────────────────────────────────
+
+
+def _binary_rule(name: str, kind: str, out_dtype: Callable[[DType], DType] | DType | None = None) -> Callable[..., TensorType]:
+    def rule(lhs, rhs) -> TensorType:
+        ts = [R.require_tensor(name, lhs, "lhs"), R.require_tensor(name, rhs, "rhs")]
+        if ts[0].dtype is not ts[1].dtype:
+            # Only reachable by binding without promotion (bind promotes first).
+            raise OpError(f"{name}: inputs must have the same dtype, got {R.fmt_all(ts)}")
+        _check_kind(name, kind, ts)
+        device = R.same_device(name, *ts)
+        shape = R.broadcast_shapes(name, ts[0].shape, ts[1].shape)
+        dt = ts[0].dtype
+        out = dt if out_dtype is None else (out_dtype if isinstance(out_dtype, DType) else out_dtype(dt))
+        return TensorType(out, shape, device)
+
+    rule.__name__ = f"{name}_rule"
+    return rule
+
+
+def _binary(name: str, kind: str, impl: Callable[..., Any], *, out_dtype=None, differentiable: bool = True) -> OpDef:
+    return register(
+        OpDef(name, rule=_binary_rule(name, kind, out_dtype), impl=impl, promote=(0, 1), differentiable=differentiable)
+    )
+
+
+def _div_out_dtype(d: DType) -> DType:
+    # True division: ints become float64 (MAX 26.7: int32 / int32 -> float64).
+    return d if d.is_float() else DType.float64
+
+
+def _div_impl(lhs, rhs):
+    if not jnp.issubdtype(lhs.dtype, jnp.floating):
+        lhs, rhs = lhs.astype(jnp.float64), rhs.astype(jnp.float64)
+    return lax.div(lhs, rhs)
+
+
+def _pow_impl(lhs, rhs):
+    # Integer powers stay integers; a negative integer exponent has no integer
+    # result and gives 0 for |base| > 1 (XLA's integer pow), not a float.
+    return jnp.power(lhs, rhs)
+
+
+add_p = _binary("add", "numeric", jnp.add)
+sub_p = _binary("sub", "numeric", jnp.subtract)
+mul_p = _binary("mul", "numeric", jnp.multiply)
+div_p = _binary("div", "numeric", _div_impl, out_dtype=_div_out_dtype)
+# jnp.remainder / floor_divide follow Python: the remainder takes the divisor's sign.
+mod_p = _binary("mod", "numeric", jnp.remainder)
+floor_div_p = _binary("floor_div", "numeric", jnp.floor_divide, differentiable=False)
+pow_p = _binary("pow", "numeric", _pow_impl)
+equal_p = _binary("equal", "any", jnp.equal, out_dtype=DType.bool, differentiable=False)
+not_equal_p = _binary("not_equal", "any", jnp.not_equal, out_dtype=DType.bool, differentiable=False)
+greater_p = _binary("greater", "any", jnp.greater, out_dtype=DType.bool, differentiable=False)
+greater_equal_p = _binary("greater_equal", "any", jnp.greater_equal, out_dtype=DType.bool, differentiable=False)
+logical_and_p = _binary("logical_and", "bool", jnp.logical_and, differentiable=False)
+logical_or_p = _binary("logical_or", "bool", jnp.logical_or, differentiable=False)
+logical_xor_p = _binary("logical_xor", "bool", jnp.logical_xor, differentiable=False)
 
 
 @front(add_p)
 def add(lhs, rhs):
     """Elementwise ``lhs + rhs`` with numpy broadcasting and MAX dtype promotion.
+
+    Raises:
+        ValueError: shapes that do not broadcast, or dtypes MAX does not promote
+            (``int32 + float32``, ``int32 + 1.5``).
+        TypeError: if neither operand is a tensor or graph value.
 
     Example:
         >>> y = ops.add(x, 1.0)  # doctest: +SKIP
@@ -27,14 +523,204 @@ def add(lhs, rhs):
     return bind(add_p, lhs, rhs)
 
 
-relu_p = register(OpDef("relu", rule=R.unary("relu", dtypes=R.is_numeric, expected="numeric"), impl=lambda x: jnp.maximum(x, jnp.zeros((), x.dtype))))
-
-
-@front(relu_p)
-def relu(x):
-    """Rectified linear unit ``max(x, 0)``.
+@front(sub_p)
+def sub(lhs, rhs):
+    """Elementwise ``lhs - rhs`` (broadcasting and promotion as `add`).
 
     Example:
-        >>> y = ops.relu(x)  # doctest: +SKIP
+        >>> y = ops.sub(2, x)  # same as 2 - x  # doctest: +SKIP
     """
-    return bind(relu_p, x)
+    return bind(sub_p, lhs, rhs)
+
+
+@front(mul_p)
+def mul(lhs, rhs):
+    """Elementwise ``lhs * rhs`` (broadcasting and promotion as `add`).
+
+    Example:
+        >>> y = ops.mul(x, 2.0)  # doctest: +SKIP
+    """
+    return bind(mul_p, lhs, rhs)
+
+
+@front(div_p)
+def div(lhs, rhs):
+    """Elementwise true division ``lhs / rhs``.
+
+    Float operands keep their (promoted) dtype; integer operands are divided as
+    floats and give float64, like Python's ``/`` (and MAX 26.7).
+
+    Raises:
+        ValueError: shapes that do not broadcast, or dtypes MAX does not promote.
+
+    Example:
+        >>> y = ops.div(x, 2)  # int32 x -> float64 result  # doctest: +SKIP
+    """
+    return bind(div_p, lhs, rhs)
+
+
+@front(mod_p)
+def mod(lhs, rhs):
+    """Elementwise remainder with Python (floor) semantics: the result has the sign of ``rhs``.
+
+    ``-3 % 2 == 1`` and ``3 % -2 == -1``, for ints and floats; ``lhs == (lhs // rhs) * rhs + lhs % rhs``.
+
+    Example:
+        >>> y = ops.mod(x, 2)  # doctest: +SKIP
+    """
+    return bind(mod_p, lhs, rhs)
+
+
+@front(floor_div_p)
+def floor_div(lhs, rhs):
+    """Elementwise floor division ``lhs // rhs`` (rounds toward -inf; ints stay ints).
+
+    Example:
+        >>> y = ops.floor_div(x, 2)  # -7 // 2 == -4  # doctest: +SKIP
+    """
+    return bind(floor_div_p, lhs, rhs)
+
+
+@front(pow_p)
+def pow(lhs, rhs):  # noqa: A001 - MAX's name
+    """Elementwise ``lhs ** rhs`` (promoted dtype; integer powers stay integers).
+
+    Example:
+        >>> y = ops.pow(x, 2)  # doctest: +SKIP
+    """
+    return bind(pow_p, lhs, rhs)
+
+
+@front(equal_p)
+def equal(lhs, rhs):
+    """Elementwise ``lhs == rhs`` as a bool tensor.
+
+    Example:
+        >>> mask = ops.equal(x, 0)  # doctest: +SKIP
+    """
+    return bind(equal_p, lhs, rhs)
+
+
+@front(not_equal_p)
+def not_equal(lhs, rhs):
+    """Elementwise ``lhs != rhs`` as a bool tensor.
+
+    Example:
+        >>> mask = ops.not_equal(x, 0)  # doctest: +SKIP
+    """
+    return bind(not_equal_p, lhs, rhs)
+
+
+@front(greater_p)
+def greater(lhs, rhs):
+    """Elementwise ``lhs > rhs`` as a bool tensor (``lhs < rhs`` is ``greater(rhs, lhs)``).
+
+    Example:
+        >>> mask = ops.greater(x, 0.5)  # doctest: +SKIP
+    """
+    return bind(greater_p, lhs, rhs)
+
+
+@front(greater_equal_p)
+def greater_equal(lhs, rhs):
+    """Elementwise ``lhs >= rhs`` as a bool tensor (``lhs <= rhs`` is ``greater_equal(rhs, lhs)``).
+
+    Example:
+        >>> mask = ops.greater_equal(x, 0)  # doctest: +SKIP
+    """
+    return bind(greater_equal_p, lhs, rhs)
+
+
+@front(logical_and_p)
+def logical_and(lhs, rhs):
+    """Elementwise boolean AND of bool tensors (``a & b``).
+
+    Example:
+        >>> both = ops.logical_and(mask_a, mask_b)  # doctest: +SKIP
+    """
+    return bind(logical_and_p, lhs, rhs)
+
+
+@front(logical_or_p)
+def logical_or(lhs, rhs):
+    """Elementwise boolean OR of bool tensors (``a | b``).
+
+    Example:
+        >>> either = ops.logical_or(mask_a, mask_b)  # doctest: +SKIP
+    """
+    return bind(logical_or_p, lhs, rhs)
+
+
+@front(logical_xor_p)
+def logical_xor(lhs, rhs):
+    """Elementwise boolean XOR of bool tensors (``a ^ b``).
+
+    Example:
+        >>> one = ops.logical_xor(mask_a, mask_b)  # doctest: +SKIP
+    """
+    return bind(logical_xor_p, lhs, rhs)
+
+
+# ─── select / outer ───────────────────────────────────────────────────────
+
+
+def _where_rule(condition, x, y) -> TensorType:
+    c = R.require_tensor("where", condition, "condition")
+    tx = R.require_tensor("where", x, "x")
+    ty = R.require_tensor("where", y, "y")
+    R.require_dtype("where", c, R.is_bool, "bool", "condition")
+    if tx.dtype is not ty.dtype:
+        raise OpError(f"where: x and y must have the same dtype, got {R.fmt_all([tx, ty])}")
+    device = R.same_device("where", c, tx, ty)
+    return TensorType(tx.dtype, R.broadcast_shapes("where", c.shape, tx.shape, ty.shape), device)
+
+
+where_p = register(OpDef("where", rule=_where_rule, impl=jnp.where, promote=(1, 2)))
+
+
+@front(where_p)
+def where(condition, x, y):
+    """Elementwise ``condition ? x : y``, broadcasting all three.
+
+    Args:
+        condition: a bool tensor.
+        x: values where ``condition`` is true.
+        y: values where ``condition`` is false; ``x`` and ``y`` are promoted
+            together (either may be a Python scalar, not both).
+
+    Raises:
+        ValueError: if ``condition`` is not bool, or the shapes do not broadcast.
+
+    Example:
+        >>> y = ops.where(x > 0, x, 0.0)  # doctest: +SKIP
+    """
+    return bind(where_p, condition, x, y)
+
+
+def _num_elements(shape) -> Dim:
+    return functools.reduce(operator.mul, shape, StaticDim(1))
+
+
+def _outer_rule(lhs, rhs) -> TensorType:
+    ts = [R.require_tensor("outer", lhs, "lhs"), R.require_tensor("outer", rhs, "rhs")]
+    if ts[0].dtype is not ts[1].dtype:
+        raise OpError(f"outer: inputs must have the same dtype, got {R.fmt_all(ts)}")
+    _check_kind("outer", "numeric", ts)
+    device = R.same_device("outer", *ts)
+    return TensorType(ts[0].dtype, [_num_elements(ts[0].shape), _num_elements(ts[1].shape)], device)
+
+
+outer_p = register(OpDef("outer", rule=_outer_rule, impl=jnp.outer, promote=(0, 1)))
+
+
+@front(outer_p)
+def outer(lhs, rhs):
+    """Outer product: both inputs are flattened to vectors; the result is ``[lhs.size, rhs.size]``.
+
+    ``out[i, j] = lhs.flat[i] * rhs.flat[j]``.
+
+    Example:
+        >>> m = ops.outer(a, b)  # a: [3], b: [2, 2] -> [3, 4]  # doctest: +SKIP
+    """
+    return bind(outer_p, lhs, rhs)
+

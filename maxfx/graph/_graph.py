@@ -91,7 +91,7 @@ class Graph:
     builds immediately by calling ``fn(*inputs)``.
 
     Args:
-        name: graph name.
+        name: graph name (MAX requires it; some of its examples omit it, so it defaults to "graph").
         forward: optional function of the inputs returning the outputs.
         input_types: `TensorType`/`BufferType` of each input (str dims are symbolic).
         path: loading a serialized MAX graph is not supported (raises).
@@ -102,7 +102,7 @@ class Graph:
 
     def __init__(
         self,
-        name: str,
+        name: str = "graph",
         forward: Callable[..., Any] | None = None,
         input_types: Iterable[Type] = (),
         path: Path | None = None,
