@@ -27,13 +27,11 @@ _graph_stack: contextvars.ContextVar[tuple[Graph, ...]] = contextvars.ContextVar
 
 
 class _CurrentGraph:
-    """Descriptor so that ``Graph.current`` reads the innermost active graph."""
+    """Descriptor so that ``Graph.current`` reads the innermost active graph (None outside one)."""
 
-    def __get__(self, obj, owner) -> Graph:
+    def __get__(self, obj, owner) -> Graph | None:
         stack = _graph_stack.get()
-        if not stack:
-            raise LookupError("Graph.current: no graph is being built (use `with Graph(...) as g:`)")
-        return stack[-1]
+        return stack[-1] if stack else None
 
 
 class KernelLibrary:

@@ -128,10 +128,9 @@ class Weight(TensorValue):
     def _value(self) -> TensorValue:
         from maxfx.graph._graph import Graph  # noqa: PLC0415
 
-        try:
-            graph = Graph.current
-        except LookupError:
-            raise RuntimeError(f"Weight {self.name!r} used outside a graph: build ops inside `with Graph(...)`") from None
+        graph = Graph.current
+        if graph is None:
+            raise RuntimeError(f"Weight {self.name!r} used outside a graph: build ops inside `with Graph(...)`")
         return graph.add_weight(self)
 
     @property

@@ -1,0 +1,450 @@
+"""Reductions, scans and normalisations: argmax/argmin, sum/mean, max/min, cumsum,
+softmax/logsoftmax, top_k, argsort, layer_norm.
+
+Every axis reduction KEEPS the reduced axis with size 1 (MAX semantics,
+API_INVENTORY §3.2): ``[2, 3]`` reduced over ``axis=1`` is ``[2, 1]``. Negative
+axes count from the end. Index results (argmax, argmin, argsort, top_k indices)
+are int64.
+
+``max``/``min`` have one front each, MAX's overload ``max(x, y=None, /, axis=None)``:
+with two operands it is the elementwise ``maximum`` op (MAX dtype promotion,
+broadcasting), with one it is the ``reduce_max`` reduction (``axis=None`` means -1).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from lowering.context import bind
+from lowering.dims import StaticDim
+from lowering.dtypes import DType
+from lowering.ops import _rules as R
+from lowering.registry import OpDef, front, register
+from lowering.types import TensorType
+
+__all__ = [
+    "argmax",
+    "argmin",
+    "mean",
+    "sum_",
+    "max_",
+    "min_",
+    "cumsum",
+    "softmax",
+    "logsoftmax",
+    "top_k",
+    "argsort",
+    "layer_norm",
+]
+
+
+# ─── helpers ──────────────────────────────────────────────────────────────
+
+
+def _any_dtype(d: DType) -> bool:
+    return True
+
+
+def _reduce_rule(name: str, *, dtypes=_any_dtype, expected: str = "", out_dtype: DType | None = None, nonempty: bool = False):
+    """Rule of a keepdim reduction along one ``axis``."""
+
+    def rule(x, *, axis: int) -> TensorType:
+        x = R.require_tensor(name, x)
+        R.require_dtype(name, x, dtypes, expected)
+        R.require_rank(name, x, lambda r: r >= 1, ">= 1 (a rank-0 tensor has no axis to reduce)")
+        ax = R.normalize_axis(name, axis, x.rank)
+        if nonempty and x.shape[ax] == 0:
+            raise R.OpError(f"{name}: cannot reduce the empty axis {axis} of {R.fmt(x)}")
+        shape = list(x.shape)
+        shape[ax] = StaticDim(1)
+        return TensorType(out_dtype or x.dtype, shape, x.device)
+
+    return rule
+
+
+def _axis(x, axis: int) -> int:
+    return axis % x.ndim
+
+
+def _compute_dtype(dtype) -> jnp.dtype:
+    """float32 for narrow floats (float16/bfloat16/float8): accumulate precisely, cast back."""
+    dt = jnp.dtype(dtype)
+    if jnp.issubdtype(dt, jnp.floating) and dt.itemsize < 4:
+        return jnp.dtype(jnp.float32)
+    return dt
+
+
+def _check_axis_param(name: str, axis) -> int:
+    if isinstance(axis, bool) or not hasattr(axis, "__index__"):
+        raise TypeError(f"{name}: axis must be an int, got {type(axis).__name__} {axis!r}")
+    return int(axis)
+
+
+# ─── argmax / argmin ──────────────────────────────────────────────────────
+
+
+def _argmax_impl(x, *, axis: int):
+    # jnp.argmax returns the first index among equal maxima, as MAX does on CPU.
+    return jnp.argmax(x, axis=_axis(x, axis), keepdims=True).astype(jnp.int64)
+
+
+def _argmin_impl(x, *, axis: int):
+    return jnp.argmin(x, axis=_axis(x, axis), keepdims=True).astype(jnp.int64)
+
+
+argmax_p = register(
+    OpDef("argmax", rule=_reduce_rule("argmax", out_dtype=DType.int64, nonempty=True), impl=_argmax_impl, differentiable=False)
+)
+argmin_p = register(
+    OpDef("argmin", rule=_reduce_rule("argmin", out_dtype=DType.int64, nonempty=True), impl=_argmin_impl, differentiable=False)
+)
+
+
+@front(argmax_p)
+def argmax(x, axis=-1):
+    """Index of the largest value along ``axis`` (int64; the axis is kept with size 1).
+
+    Ties resolve to the first index.
+
+    Example:
+        >>> idx = ops.argmax(x, axis=-1)  # doctest: +SKIP
+        >>> # x: float32[2, 3] -> idx: int64[2, 1]
+    """
+    return bind(argmax_p, x, axis=_check_axis_param("argmax", axis))
+
+
+@front(argmin_p)
+def argmin(x, axis=-1):
+    """Index of the smallest value along ``axis`` (int64; the axis is kept with size 1).
+
+    Ties resolve to the first index.
+
+    Example:
+        >>> idx = ops.argmin(x, axis=0)  # doctest: +SKIP
+        >>> # x: float32[2, 3] -> idx: int64[1, 3]
+    """
+    return bind(argmin_p, x, axis=_check_axis_param("argmin", axis))
+
+
+# ─── sum / mean ───────────────────────────────────────────────────────────
+
+
+def _sum_impl(x, *, axis: int):
+    return jnp.sum(x, axis=_axis(x, axis), keepdims=True, dtype=x.dtype)
+
+
+def _mean_impl(x, *, axis: int):
+    ax = _axis(x, axis)
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        # Integer mean stays integral (the result has the input's dtype): floor of sum / n,
+        # accumulated in 64 bits so that narrow ints do not wrap around before the division.
+        wide = jnp.uint64 if jnp.issubdtype(x.dtype, jnp.unsignedinteger) else jnp.int64
+        total = jnp.sum(x, axis=ax, keepdims=True, dtype=wide)
+        return (total // jnp.asarray(max(x.shape[ax], 1), wide)).astype(x.dtype)
+    ct = _compute_dtype(x.dtype)
+    return jnp.mean(x.astype(ct), axis=ax, keepdims=True).astype(x.dtype)
+
+
+sum_p = register(OpDef("sum", rule=_reduce_rule("sum", dtypes=R.is_numeric, expected="numeric (not bool)"), impl=_sum_impl))
+mean_p = register(OpDef("mean", rule=_reduce_rule("mean", dtypes=R.is_numeric, expected="numeric (not bool)"), impl=_mean_impl))
+
+
+@front(sum_p, name="sum")
+def sum_(x, axis=-1):
+    """Sum along ``axis``; the axis is kept with size 1 and the dtype is unchanged.
+
+    Example:
+        >>> s = ops.sum(x, axis=1)  # doctest: +SKIP
+        >>> # x: float32[2, 3] -> s: float32[2, 1]
+    """
+    return bind(sum_p, x, axis=_check_axis_param("sum", axis))
+
+
+@front(mean_p)
+def mean(x, axis=-1):
+    """Mean along ``axis``; the axis is kept with size 1 and the dtype is unchanged.
+
+    Integer inputs give the floor of the exact mean.
+
+    Example:
+        >>> m = ops.mean(x)  # doctest: +SKIP
+        >>> # x: float32[batch, 3] -> m: float32[batch, 1]
+    """
+    return bind(mean_p, x, axis=_check_axis_param("mean", axis))
+
+
+# ─── max / min (elementwise and reducing) ─────────────────────────────────
+
+
+maximum_p = register(OpDef("maximum", rule=R.elementwise("max"), impl=jnp.maximum, promote=(0, 1)))
+minimum_p = register(OpDef("minimum", rule=R.elementwise("min"), impl=jnp.minimum, promote=(0, 1)))
+reduce_max_p = register(
+    OpDef(
+        "reduce_max",
+        rule=_reduce_rule("max", nonempty=True),
+        impl=lambda x, *, axis: jnp.max(x, axis=_axis(x, axis), keepdims=True),
+    )
+)
+reduce_min_p = register(
+    OpDef(
+        "reduce_min",
+        rule=_reduce_rule("min", nonempty=True),
+        impl=lambda x, *, axis: jnp.min(x, axis=_axis(x, axis), keepdims=True),
+    )
+)
+
+
+@front(maximum_p, reduce_max_p, name="max")
+def max_(x, y=None, /, axis=None):
+    """Elementwise maximum of ``x`` and ``y``, or the maximum of ``x`` along ``axis``.
+
+    With two operands ``axis`` is ignored; the operands broadcast and promote
+    like ``add``. With one operand the reduction keeps ``axis`` with size 1
+    (``axis=None`` reduces the last axis).
+
+    Example:
+        >>> m = ops.max(x, y)         # doctest: +SKIP
+        >>> r = ops.max(x, axis=0)    # doctest: +SKIP
+        >>> # x: float32[2, 3] -> r: float32[1, 3]
+    """
+    if y is not None:
+        return bind(maximum_p, x, y)
+    return bind(reduce_max_p, x, axis=-1 if axis is None else _check_axis_param("max", axis))
+
+
+@front(minimum_p, reduce_min_p, name="min")
+def min_(x, y=None, /, axis=None):
+    """Elementwise minimum of ``x`` and ``y``, or the minimum of ``x`` along ``axis``.
+
+    Mirror of `max`: two operands → elementwise (``axis`` ignored); one operand →
+    reduction keeping ``axis`` with size 1 (``axis=None`` reduces the last axis).
+
+    Example:
+        >>> m = ops.min(x, 0.0)       # doctest: +SKIP
+        >>> r = ops.min(x)            # doctest: +SKIP
+        >>> # x: float32[2, 3] -> r: float32[2, 1]
+    """
+    if y is not None:
+        return bind(minimum_p, x, y)
+    return bind(reduce_min_p, x, axis=-1 if axis is None else _check_axis_param("min", axis))
+
+
+# ─── cumsum ───────────────────────────────────────────────────────────────
+
+
+def _cumsum_rule(x, *, axis: int, exclusive: bool, reverse: bool) -> TensorType:
+    x = R.require_tensor("cumsum", x)
+    R.require_dtype("cumsum", x, R.is_numeric, "numeric (not bool)")
+    R.require_rank("cumsum", x, lambda r: r >= 1, ">= 1")
+    R.normalize_axis("cumsum", axis, x.rank)
+    return x
+
+
+def _cumsum_impl(x, *, axis: int, exclusive: bool, reverse: bool):
+    ax = _axis(x, axis)
+    ct = _compute_dtype(x.dtype)
+    out = jax.lax.cumsum(x.astype(ct), axis=ax, reverse=reverse)
+    n = x.shape[ax]
+    if exclusive and n > 0:
+        # Shift by one element: the first (last, if reversed) value becomes 0 and the total drops out.
+        zeros = jnp.zeros_like(jax.lax.slice_in_dim(out, 0, 1, axis=ax))
+        if reverse:
+            out = jnp.concatenate([jax.lax.slice_in_dim(out, 1, n, axis=ax), zeros], axis=ax)
+        else:
+            out = jnp.concatenate([zeros, jax.lax.slice_in_dim(out, 0, n - 1, axis=ax)], axis=ax)
+    return out.astype(x.dtype)
+
+
+cumsum_p = register(OpDef("cumsum", rule=_cumsum_rule, impl=_cumsum_impl))
+
+
+@front(cumsum_p)
+def cumsum(x, axis=-1, exclusive=False, reverse=False):
+    """Cumulative sum along ``axis`` (same shape and dtype as ``x``).
+
+    Args:
+        x: input tensor.
+        axis: the axis to accumulate along (negative counts from the end).
+        exclusive: start at 0 and leave out the current element.
+        reverse: accumulate from the back of the axis to the front.
+
+    Example:
+        >>> y = ops.cumsum(x, axis=-1, exclusive=True)  # doctest: +SKIP
+        >>> # x = [1, 2, 3] -> y = [0, 1, 3]
+    """
+    return bind(cumsum_p, x, axis=_check_axis_param("cumsum", axis), exclusive=bool(exclusive), reverse=bool(reverse))
+
+
+# ─── softmax / logsoftmax ─────────────────────────────────────────────────
+
+
+def _softmax_rule(name: str):
+    def rule(x, *, axis: int) -> TensorType:
+        x = R.require_tensor(name, x)
+        R.require_dtype(name, x, R.is_float, "a floating-point")
+        R.require_rank(name, x, lambda r: r >= 1, ">= 1")
+        R.normalize_axis(name, axis, x.rank)
+        return x
+
+    return rule
+
+
+def _softmax_impl(x, *, axis: int):
+    return jax.nn.softmax(x.astype(_compute_dtype(x.dtype)), axis=_axis(x, axis)).astype(x.dtype)
+
+
+def _logsoftmax_impl(x, *, axis: int):
+    return jax.nn.log_softmax(x.astype(_compute_dtype(x.dtype)), axis=_axis(x, axis)).astype(x.dtype)
+
+
+softmax_p = register(OpDef("softmax", rule=_softmax_rule("softmax"), impl=_softmax_impl))
+logsoftmax_p = register(OpDef("logsoftmax", rule=_softmax_rule("logsoftmax"), impl=_logsoftmax_impl))
+
+
+@front(softmax_p)
+def softmax(value, axis=-1):
+    """Softmax along ``axis``: ``exp(x - max) / sum(exp(x - max))``.
+
+    Example:
+        >>> p = ops.softmax(logits, axis=-1)  # doctest: +SKIP
+    """
+    return bind(softmax_p, value, axis=_check_axis_param("softmax", axis))
+
+
+@front(logsoftmax_p)
+def logsoftmax(value, axis=-1):
+    """Log of the softmax along ``axis``, computed stably (``x - logsumexp(x)``).
+
+    Example:
+        >>> lp = ops.logsoftmax(logits)  # doctest: +SKIP
+    """
+    return bind(logsoftmax_p, value, axis=_check_axis_param("logsoftmax", axis))
+
+
+# ─── top_k / argsort ──────────────────────────────────────────────────────
+
+
+def _top_k_rule(x, *, k: int, axis: int) -> tuple[TensorType, TensorType]:
+    x = R.require_tensor("top_k", x)
+    R.require_dtype("top_k", x, R.is_numeric, "numeric (not bool)")
+    R.require_rank("top_k", x, lambda r: r >= 1, ">= 1")
+    ax = R.normalize_axis("top_k", axis, x.rank)
+    d = x.shape[ax]
+    if k < 0:
+        raise R.OpError(f"top_k: k must be non-negative, got k={k}")
+    if isinstance(d, StaticDim) and k > d.dim:
+        raise R.OpError(f"top_k: k={k} is larger than dim {axis} of {R.fmt(x)} (size {d.dim})")
+    shape = list(x.shape)
+    shape[ax] = StaticDim(k)
+    return TensorType(x.dtype, shape, x.device), TensorType(DType.int64, shape, x.device)
+
+
+def _top_k_impl(x, *, k: int, axis: int):
+    ax = _axis(x, axis)
+    xt = jnp.moveaxis(x, ax, -1)
+    if k > xt.shape[-1]:
+        raise ValueError(f"top_k: k={k} is larger than dim {axis} (size {xt.shape[-1]})")
+    values, indices = jax.lax.top_k(xt, k)
+    return jnp.moveaxis(values, -1, ax), jnp.moveaxis(indices.astype(jnp.int64), -1, ax)
+
+
+top_k_p = register(OpDef("top_k", rule=_top_k_rule, impl=_top_k_impl, multiple_results=True))
+
+
+@front(top_k_p)
+def top_k(input, k, axis=-1):
+    """The ``k`` largest values along ``axis`` (descending) and their int64 indices.
+
+    Equal values keep their original order (lower index first).
+
+    Returns:
+        ``(values, indices)``, each the shape of ``input`` with ``k`` along ``axis``.
+
+    Example:
+        >>> values, indices = ops.top_k(logits, 5, axis=-1)  # doctest: +SKIP
+    """
+    if isinstance(k, bool) or not hasattr(k, "__index__"):
+        raise TypeError(f"top_k: k must be an int, got {type(k).__name__} {k!r}")
+    return bind(top_k_p, input, k=int(k), axis=_check_axis_param("top_k", axis))
+
+
+def _argsort_rule(x, *, ascending: bool) -> TensorType:
+    x = R.require_tensor("argsort", x)
+    R.require_dtype("argsort", x, R.is_numeric, "numeric (not bool)")
+    R.require_rank("argsort", x, lambda r: r == 1, "1 (argsort sorts along the first and only dimension)")
+    return TensorType(DType.int64, x.shape, x.device)
+
+
+def _argsort_impl(x, *, ascending: bool):
+    return jnp.argsort(x, axis=0, stable=True, descending=not ascending).astype(jnp.int64)
+
+
+argsort_p = register(OpDef("argsort", rule=_argsort_rule, impl=_argsort_impl, differentiable=False))
+
+
+@front(argsort_p)
+def argsort(x, ascending=True):
+    """Indices (int64) that sort the rank-1 tensor ``x``; ties keep their order.
+
+    Example:
+        >>> order = ops.argsort(scores, ascending=False)  # doctest: +SKIP
+    """
+    return bind(argsort_p, x, ascending=bool(ascending))
+
+
+# ─── layer_norm ───────────────────────────────────────────────────────────
+
+
+def _layer_norm_rule(x, gamma, beta, *, epsilon: float) -> TensorType:
+    x = R.require_tensor("layer_norm", x)
+    gamma = R.require_tensor("layer_norm", gamma, "gamma")
+    beta = R.require_tensor("layer_norm", beta, "beta")
+    R.require_dtype("layer_norm", x, R.is_float, "a floating-point")
+    R.require_rank("layer_norm", x, lambda r: r >= 1, ">= 1")
+    R.same_device("layer_norm", x, gamma, beta)
+    last = x.shape[-1]
+    for what, t in (("gamma", gamma), ("beta", beta)):
+        if t.rank != 1 or t.shape[0] != last:
+            raise R.OpError(
+                f"layer_norm: {what} must have shape [{last}] (the last dim of input {R.fmt(x)}), got {what} {R.fmt(t)}"
+            )
+    return x
+
+
+def _layer_norm_impl(x, gamma, beta, *, epsilon: float):
+    ct = _compute_dtype(x.dtype)
+    xc = x.astype(ct)
+    mu = jnp.mean(xc, axis=-1, keepdims=True)
+    centered = xc - mu
+    var = jnp.mean(centered * centered, axis=-1, keepdims=True)
+    out = centered * jax.lax.rsqrt(var + jnp.asarray(epsilon, ct)) * gamma.astype(ct) + beta.astype(ct)
+    return out.astype(x.dtype)
+
+
+layer_norm_p = register(OpDef("layer_norm", rule=_layer_norm_rule, impl=_layer_norm_impl, promote=(0, 1, 2)))
+
+
+@front(layer_norm_p)
+def layer_norm(input, gamma, beta, epsilon):
+    """Layer normalization over the last dimension: ``(x - mean) / sqrt(var + epsilon) * gamma + beta``.
+
+    Args:
+        input: floating-point tensor ``[..., d]``.
+        gamma: scale, shape ``[d]``.
+        beta: offset, shape ``[d]``.
+        epsilon: positive constant added to the (population) variance.
+
+    Raises:
+        ValueError: gamma or beta is not of size ``d``, or ``epsilon <= 0``.
+
+    Example:
+        >>> y = ops.layer_norm(x, gamma, beta, epsilon=1e-5)  # doctest: +SKIP
+    """
+    try:
+        eps = float(epsilon)
+    except (TypeError, ValueError):
+        raise TypeError(f"layer_norm: epsilon must be a number, got {type(epsilon).__name__} {epsilon!r}") from None
+    if not eps > 0:
+        raise ValueError(f"layer_norm: epsilon must be positive, got {epsilon!r}")
+    return bind(layer_norm_p, input, gamma, beta, epsilon=eps)

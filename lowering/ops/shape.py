@@ -1,0 +1,906 @@
+"""Shape and layout ops: reshape, flatten, squeeze/unsqueeze, transpose/permute,
+broadcast_to, rebind, concat/stack, split/chunk, tile, repeat_interleave, pad,
+band_part, as_interleaved_complex, shape_to_tensor.
+
+Rules work on symbolic dims with `Dim` algebra (``reshape([batch, 4] → [-1, 2])``
+gives ``[batch * 2, 2]``). Dims in node params become ints at replay time, once
+the graph's symbolic dims are bound to the concrete input shapes, so the impls
+see plain Python ints.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Iterable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lowering.context import bind, current_context
+from lowering.dims import Dim, StaticDim, bind_symbols
+from lowering.dims import _from_poly, _make_poly  # exact division by a monomial (see _exact_div)
+from lowering.dtypes import DType
+from lowering.ops import _rules as R
+from lowering.registry import OpDef, front, register
+from lowering.types import DeviceRef, TensorType
+
+__all__ = [
+    "reshape",
+    "flatten",
+    "squeeze",
+    "unsqueeze",
+    "transpose",
+    "permute",
+    "broadcast_to",
+    "rebind",
+    "concat",
+    "stack",
+    "split",
+    "chunk",
+    "tile",
+    "repeat_interleave",
+    "pad",
+    "band_part",
+    "as_interleaved_complex",
+    "shape_to_tensor",
+]
+
+
+# ─── helpers ──────────────────────────────────────────────────────────────
+
+
+def _prod(dims: Iterable[Dim]) -> Dim:
+    return functools.reduce(operator.mul, dims, StaticDim(1))
+
+
+def _exact_div(n: Dim, p: Dim) -> Dim | None:
+    """``n / p`` when ``p`` divides ``n`` exactly as a polynomial, else None.
+
+    Handles constant divisors (``(batch * 4) / 2``) and single-monomial ones
+    (``(batch * seq * 4) / batch``), which covers reshapes like
+    ``[batch, seq, d] → [batch, -1]``.
+    """
+    if p == 0:
+        return None
+    q = n // p
+    if q * p == n:
+        return q
+    terms = p._poly
+    if len(terms) != 1:
+        return None
+    (p_mono, p_coeff), = terms
+    out: dict[tuple, int] = {}
+    for mono, coeff in n._poly:
+        if coeff % p_coeff:
+            return None
+        rest = list(mono)
+        for atom in p_mono:
+            if atom not in rest:
+                return None
+            rest.remove(atom)
+        key = tuple(rest)
+        out[key] = out.get(key, 0) + coeff // p_coeff
+    return _from_poly(_make_poly(out))
+
+
+def _as_dims(op: str, shape: Any, what: str = "shape") -> tuple[Dim, ...]:
+    """A tuple of Dims from an iterable of ints / strings / Dims."""
+    if hasattr(shape, "type") or isinstance(shape, (jax.Array, jax.core.Tracer)):
+        raise TypeError(f"{op}: {what} must be a list of dims (ints, strings or Dims), got a tensor value")
+    if isinstance(shape, (str, Dim)) or not isinstance(shape, Iterable):
+        raise TypeError(f"{op}: {what} must be a list of dims (ints, strings or Dims), got {type(shape).__name__} {shape!r}")
+    dims = []
+    for d in shape:
+        try:
+            dims.append(Dim(d))
+        except TypeError:
+            raise TypeError(f"{op}: {what} entries must be ints, strings or Dims, got {type(d).__name__} {d!r}") from None
+    return tuple(dims)
+
+
+def _as_ints(op: str, values: Any, what: str) -> tuple[int, ...]:
+    if hasattr(values, "type") or isinstance(values, (str, jax.Array, jax.core.Tracer)) or not isinstance(values, Iterable):
+        raise TypeError(f"{op}: {what} must be a list of ints, got {type(values).__name__} {values!r}")
+    out = []
+    for v in values:
+        if isinstance(v, (bool, np.bool_)) or not hasattr(v, "__index__"):
+            raise TypeError(f"{op}: {what} entries must be ints, got {type(v).__name__} {v!r}")
+        out.append(int(v))
+    return tuple(out)
+
+
+def _all_static(dims: Iterable[Dim]) -> bool:
+    return all(isinstance(d, StaticDim) for d in dims)
+
+
+def _opt_int(v: Any) -> Any:
+    """``int(v)`` for int-like values; anything else (None, bad types) is left for the rule to judge."""
+    return int(v) if hasattr(v, "__index__") and not isinstance(v, (bool, np.bool_)) else v
+
+
+def _fmt_dims(dims: Iterable[Any]) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def _is_tensor_value(x: Any) -> bool:
+    return isinstance(getattr(x, "type", None), TensorType) or isinstance(x, (jax.Array, jax.core.Tracer))
+
+
+# ─── reshape / flatten ────────────────────────────────────────────────────
+
+
+def _reshape_rule(x, *, shape: tuple[Dim, ...]) -> TensorType:
+    x = R.require_tensor("reshape", x)
+    holes = [i for i, d in enumerate(shape) if d == -1]
+    if len(holes) > 1:
+        raise R.OpError(f"reshape: at most one -1 is allowed in the target shape, got {_fmt_dims(shape)}")
+    bad = [d for d in shape if isinstance(d, StaticDim) and d.dim < -1]
+    if bad:
+        raise R.OpError(f"reshape: negative dim {bad[0]} in target shape {_fmt_dims(shape)} (only -1 is allowed)")
+    total = _prod(x.shape)
+    known = _prod(d for i, d in enumerate(shape) if i not in holes)
+    out = list(shape)
+    if holes:
+        q = _exact_div(total, known)
+        if q is None:
+            if _all_static(x.shape) and _all_static(shape):
+                raise R.OpError(
+                    f"reshape: cannot reshape {R.fmt(x)} ({total} elements) to {_fmt_dims(shape)}: "
+                    f"{total} is not divisible by {known}"
+                )
+            raise R.OpError(
+                f"reshape: cannot infer the -1 in {_fmt_dims(shape)} for input {R.fmt(x)}: "
+                f"{total} elements is not a provable multiple of {known}; give the dim explicitly or rebind first"
+            )
+        out[holes[0]] = q
+    elif total != known:
+        raise R.OpError(
+            f"reshape: input {R.fmt(x)} has {total} elements but target shape {_fmt_dims(shape)} has {known}"
+        )
+    return TensorType(x.dtype, out, x.device)
+
+
+reshape_p = register(OpDef("reshape", rule=_reshape_rule, impl=lambda x, *, shape: jnp.reshape(x, shape)))
+
+
+@front(reshape_p)
+def reshape(x, shape):
+    """Same elements in row-major order, new shape. One dim may be ``-1`` (inferred).
+
+    Symbolic dims work: ``[batch, 4]`` → ``["batch", 2, 2]`` or ``[-1, 2]``
+    (the ``-1`` becomes ``batch * 2``).
+
+    Raises:
+        ValueError: the element counts differ, or more than one ``-1``.
+
+    Example:
+        >>> y = ops.reshape(x, [-1, 2])  # doctest: +SKIP
+        >>> # x: float32[batch, 4] -> y: float32[batch * 2, 2]
+    """
+    return bind(reshape_p, x, shape=_as_dims("reshape", shape))
+
+
+def _flatten_rule(x, *, start_dim: int, end_dim: int) -> TensorType:
+    x = R.require_tensor("flatten", x)
+    if x.rank == 0:
+        return TensorType(x.dtype, [1], x.device)
+    s = R.normalize_axis("flatten", start_dim, x.rank, name="start_dim")
+    e = R.normalize_axis("flatten", end_dim, x.rank, name="end_dim")
+    if s > e:
+        raise R.OpError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for {R.fmt(x)}")
+    shape = list(x.shape[:s]) + [_prod(x.shape[s : e + 1])] + list(x.shape[e + 1 :])
+    return TensorType(x.dtype, shape, x.device)
+
+
+def _flatten_impl(x, *, start_dim: int, end_dim: int):
+    if x.ndim == 0:
+        return jnp.reshape(x, (1,))
+    s, e = start_dim % x.ndim, end_dim % x.ndim
+    return jnp.reshape(x, x.shape[:s] + (-1,) + x.shape[e + 1 :])
+
+
+flatten_p = register(OpDef("flatten", rule=_flatten_rule, impl=_flatten_impl))
+
+
+@front(flatten_p)
+def flatten(x, start_dim=0, end_dim=-1):
+    """Merge dims ``start_dim`` through ``end_dim`` (inclusive) into one.
+
+    Example:
+        >>> y = ops.flatten(x, 1)  # doctest: +SKIP
+        >>> # x: float32[2, 3, 4] -> y: float32[2, 12]
+    """
+    return bind(flatten_p, x, start_dim=start_dim, end_dim=end_dim)
+
+
+# ─── squeeze / unsqueeze / transpose / permute ────────────────────────────
+
+
+def _squeeze_rule(x, *, axis: int) -> TensorType:
+    x = R.require_tensor("squeeze", x)
+    ax = R.normalize_axis("squeeze", axis, x.rank)
+    if x.shape[ax] != 1:
+        raise R.OpError(f"squeeze: dim {axis} of {R.fmt(x)} must have size 1, got {x.shape[ax]}")
+    return TensorType(x.dtype, x.shape[:ax] + x.shape[ax + 1 :], x.device)
+
+
+squeeze_p = register(OpDef("squeeze", rule=_squeeze_rule, impl=lambda x, *, axis: jnp.squeeze(x, axis % x.ndim)))
+
+
+@front(squeeze_p)
+def squeeze(x, axis):
+    """Remove the size-1 dim ``axis`` (negative counts from the end).
+
+    Example:
+        >>> y = ops.squeeze(x, -1)  # doctest: +SKIP
+        >>> # x: float32[3, 1] -> y: float32[3]
+    """
+    return bind(squeeze_p, x, axis=axis)
+
+
+def _unsqueeze_rule(x, *, axis: int) -> TensorType:
+    x = R.require_tensor("unsqueeze", x)
+    ax = R.normalize_axis("unsqueeze", axis, x.rank, new_axis=True)
+    return TensorType(x.dtype, list(x.shape[:ax]) + [StaticDim(1)] + list(x.shape[ax:]), x.device)
+
+
+unsqueeze_p = register(
+    OpDef("unsqueeze", rule=_unsqueeze_rule, impl=lambda x, *, axis: jnp.expand_dims(x, axis % (x.ndim + 1)))
+)
+
+
+@front(unsqueeze_p)
+def unsqueeze(x, axis):
+    """Insert a size-1 dim at ``axis``; negative axes count from ``rank + 1``.
+
+    Example:
+        >>> y = ops.unsqueeze(x, -1)  # doctest: +SKIP
+        >>> # x: float32[3] -> y: float32[3, 1]
+    """
+    return bind(unsqueeze_p, x, axis=axis)
+
+
+def _transpose_rule(x, *, axis_1: int, axis_2: int) -> TensorType:
+    x = R.require_tensor("transpose", x)
+    a = R.normalize_axis("transpose", axis_1, x.rank, name="axis_1")
+    b = R.normalize_axis("transpose", axis_2, x.rank, name="axis_2")
+    shape = list(x.shape)
+    shape[a], shape[b] = shape[b], shape[a]
+    return TensorType(x.dtype, shape, x.device)
+
+
+transpose_p = register(
+    OpDef(
+        "transpose",
+        rule=_transpose_rule,
+        impl=lambda x, *, axis_1, axis_2: jnp.swapaxes(x, axis_1 % x.ndim, axis_2 % x.ndim),
+    )
+)
+
+
+@front(transpose_p)
+def transpose(x, axis_1, axis_2):
+    """Swap two axes (negative axes count from the end).
+
+    Example:
+        >>> y = ops.transpose(x, -1, -2)  # doctest: +SKIP
+        >>> # x: float32[2, 3, 4] -> y: float32[2, 4, 3]
+    """
+    return bind(transpose_p, x, axis_1=axis_1, axis_2=axis_2)
+
+
+def _permute_rule(x, *, dims: tuple[int, ...]) -> TensorType:
+    x = R.require_tensor("permute", x)
+    if len(dims) != x.rank:
+        raise R.OpError(f"permute: dims {list(dims)} must list all {x.rank} dims of {R.fmt(x)}")
+    norm = [R.normalize_axis("permute", d, x.rank, name="dim") for d in dims]
+    if sorted(norm) != list(range(x.rank)):
+        raise R.OpError(f"permute: dims {list(dims)} is not a permutation of the {x.rank} dims of {R.fmt(x)}")
+    return TensorType(x.dtype, [x.shape[i] for i in norm], x.device)
+
+
+permute_p = register(
+    OpDef("permute", rule=_permute_rule, impl=lambda x, *, dims: jnp.transpose(x, [d % x.ndim for d in dims]))
+)
+
+
+@front(permute_p)
+def permute(x, dims):
+    """Reorder all dims: output dim ``i`` is input dim ``dims[i]``.
+
+    Example:
+        >>> y = ops.permute(x, [2, 0, 1])  # doctest: +SKIP
+        >>> # x: float32[2, 3, 4] -> y: float32[4, 2, 3]
+    """
+    return bind(permute_p, x, dims=_as_ints("permute", dims, "dims"))
+
+
+# ─── broadcast_to ─────────────────────────────────────────────────────────
+
+
+def _broadcast_to_rule(x, *shape_tensor, shape: tuple[Dim, ...]) -> TensorType:
+    x = R.require_tensor("broadcast_to", x)
+    if shape_tensor:
+        st = R.require_tensor("broadcast_to", shape_tensor[0], "shape")
+        R.require_rank("broadcast_to", st, lambda r: r == 1, "1", "shape")
+        R.require_dtype("broadcast_to", st, R.is_int, "an integer", "shape")
+        if isinstance(st.shape[0], StaticDim) and st.shape[0] != len(shape):
+            raise R.OpError(f"broadcast_to: shape tensor {R.fmt(st)} has {st.shape[0]} entries but out_dims {_fmt_dims(shape)} has {len(shape)}")
+    if len(shape) < x.rank:
+        raise R.OpError(f"broadcast_to: cannot broadcast {R.fmt(x)} to the lower-rank shape {_fmt_dims(shape)}")
+    for i in range(1, x.rank + 1):
+        d, t = x.shape[-i], shape[-i]
+        if d != 1 and d != t:
+            raise R.OpError(
+                f"broadcast_to: cannot broadcast {R.fmt(x)} to {_fmt_dims(shape)}: "
+                f"dim {-i} is {d}, expected 1 or {t}"
+            )
+    return TensorType(x.dtype, shape, x.device)
+
+
+broadcast_to_p = register(
+    OpDef("broadcast_to", rule=_broadcast_to_rule, impl=lambda x, *shape_tensor, shape: jnp.broadcast_to(x, shape))
+)
+
+
+@front(broadcast_to_p)
+def broadcast_to(x, shape, out_dims=None):
+    """Broadcast ``x`` to ``shape``: each input dim (right-aligned) must be 1 or equal the target.
+
+    Args:
+        x: the tensor to broadcast.
+        shape: the target dims, or a 1-D integer tensor holding them (then
+            ``out_dims`` gives the output's symbolic dims).
+        out_dims: output dims for a tensor-valued ``shape``.
+
+    Raises:
+        ValueError: incompatible dims, or a tensor-valued shape without ``out_dims``.
+
+    Example:
+        >>> y = ops.broadcast_to(x, ["batch", 3])  # doctest: +SKIP
+        >>> # x: float32[1, 3] -> y: float32[batch, 3]
+    """
+    if _is_tensor_value(shape):
+        if out_dims is None:
+            raise ValueError("broadcast_to: a tensor-valued shape needs out_dims (the output's dims)")
+        return bind(broadcast_to_p, x, shape, shape=_as_dims("broadcast_to", out_dims, "out_dims"))
+    return bind(broadcast_to_p, x, shape=_as_dims("broadcast_to", shape))
+
+
+# ─── rebind ───────────────────────────────────────────────────────────────
+
+
+class _ShapeSpec:
+    """Rebind's target dims, kept as Dims in the node params.
+
+    Params holding bare Dims are resolved before an op runs, which fails for
+    symbols that nothing has bound yet; rebind is what binds them, so its dims
+    travel in this wrapper and are unified with the concrete shape at replay.
+    """
+
+    __slots__ = ("dims",)
+
+    def __init__(self, dims: Iterable[Dim]):
+        self.dims = tuple(dims)
+
+    def __maxfx_param_key__(self) -> tuple:
+        return ("shape_spec", tuple(str(d) for d in self.dims))
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, _ShapeSpec) and self.__maxfx_param_key__() == other.__maxfx_param_key__()
+
+    def __hash__(self) -> int:
+        return hash(self.__maxfx_param_key__())
+
+    def __repr__(self) -> str:
+        return _fmt_dims(self.dims)
+
+
+def _rebind_rule(x, *, shape: _ShapeSpec, message: str, layout: Any) -> TensorType:
+    x = R.require_tensor("rebind", x)
+    dims = shape.dims
+    why = f" ({message})" if message else ""
+    if len(dims) != x.rank:
+        raise R.OpError(f"rebind: cannot rebind {R.fmt(x)} to {_fmt_dims(dims)}: rank {x.rank} vs {len(dims)}{why}")
+    for i, (d, t) in enumerate(zip(x.shape, dims)):
+        if isinstance(d, StaticDim) and isinstance(t, StaticDim) and d != t:
+            raise R.OpError(f"rebind: cannot rebind {R.fmt(x)} to {_fmt_dims(dims)}: dim {i} is {d}, not {t}{why}")
+    return TensorType(x.dtype, dims, x.device, _layout=layout)
+
+
+def _rebind_check(x, spec: _ShapeSpec, message: str, env: dict[str, int]) -> None:
+    err = bind_symbols(spec.dims, x.shape, env)
+    if err:
+        raise ValueError(f"rebind: {message + ': ' if message else ''}shape {list(x.shape)} does not match {_fmt_dims(spec.dims)}: {err}")
+
+
+def _rebind_impl(x, *, shape: _ShapeSpec, message: str, layout: Any):
+    # Direct (traced) use: shapes are concrete, so the check is complete except for cross-op symbol bindings.
+    _rebind_check(x, shape, message, {})
+    return x
+
+
+def _rebind_interpret(interp, node, ins, params, env):
+    # Graph replay: unify with the graph's symbol binding, binding new symbols for later ops.
+    _rebind_check(ins[0], params["shape"], params["message"], interp.dims)
+    return ins[0]
+
+
+rebind_p = register(OpDef("rebind", rule=_rebind_rule, impl=_rebind_impl, interpret=_rebind_interpret))
+
+
+@front(rebind_p)
+def rebind(x, shape, message="", layout=None):
+    """Assert that ``x`` has ``shape`` and give it those (symbolic) dims.
+
+    A mismatch between static dims is an error at build time; symbolic dims are
+    checked when the graph runs (maxfx compiles per concrete shape), raising a
+    ValueError that includes ``message``. New symbols in ``shape`` are bound to
+    the actual sizes, so later ops may use them.
+
+    Args:
+        x: the tensor.
+        shape: the dims to assert.
+        message: text of the run-time error.
+        layout: optional filter layout recorded on the result type (for conv filters).
+
+    Example:
+        >>> y = ops.rebind(x, ["seq", 64], message="expected 64 features")  # doctest: +SKIP
+    """
+    if not isinstance(message, str):
+        raise TypeError(f"rebind: message must be a str, got {type(message).__name__}")
+    return bind(rebind_p, x, shape=_ShapeSpec(_as_dims("rebind", shape)), message=message, layout=layout)
+
+
+# ─── concat / stack ───────────────────────────────────────────────────────
+
+
+def _same_dtype_rank(op: str, ts: list[TensorType]) -> None:
+    if len({t.dtype for t in ts}) > 1:
+        raise R.OpError(f"{op}: inputs must have the same dtype, got {R.fmt_all(ts)}")
+    if len({t.rank for t in ts}) > 1:
+        raise R.OpError(f"{op}: inputs must have the same rank, got {R.fmt_all(ts)}")
+    R.same_device(op, *ts)
+
+
+def _concat_rule(*xs, axis: int) -> TensorType:
+    if not xs:
+        raise R.OpError("concat: needs at least one input")
+    ts = [R.require_tensor("concat", t, f"input {i}") for i, t in enumerate(xs)]
+    _same_dtype_rank("concat", ts)
+    R.require_rank("concat", ts[0], lambda r: r >= 1, ">= 1", "input 0")
+    ax = R.normalize_axis("concat", axis, ts[0].rank)
+    first = ts[0]
+    for i, t in enumerate(ts[1:], 1):
+        for j, (a, b) in enumerate(zip(first.shape, t.shape)):
+            if j != ax and a != b:
+                raise R.OpError(
+                    f"concat: inputs must match in every dim but axis {axis}; input 0 {R.fmt(first)} and input {i} {R.fmt(t)} differ in dim {j}"
+                )
+    shape = list(first.shape)
+    shape[ax] = functools.reduce(operator.add, (t.shape[ax] for t in ts), StaticDim(0))
+    return TensorType(first.dtype, shape, first.device)
+
+
+concat_p = register(OpDef("concat", rule=_concat_rule, impl=lambda *xs, axis: jnp.concatenate(xs, axis=axis % xs[0].ndim)))
+
+
+@front(concat_p)
+def concat(original_vals, axis=0):
+    """Concatenate tensors along ``axis`` (same dtype and rank; other dims equal).
+
+    Example:
+        >>> y = ops.concat([a, b], axis=-1)  # doctest: +SKIP
+        >>> # a: float32[2, 3], b: float32[2, 5] -> y: float32[2, 8]
+    """
+    vals = list(original_vals)
+    if not vals:
+        raise ValueError("concat: original_vals must contain at least one tensor")
+    return bind(concat_p, *vals, axis=axis)
+
+
+def _stack_rule(*xs, axis: int) -> TensorType:
+    if not xs:
+        raise R.OpError("stack: needs at least one input")
+    ts = [R.require_tensor("stack", t, f"input {i}") for i, t in enumerate(xs)]
+    _same_dtype_rank("stack", ts)
+    first = ts[0]
+    for i, t in enumerate(ts[1:], 1):
+        if list(t.shape) != list(first.shape):
+            raise R.OpError(f"stack: inputs must have the same shape; input 0 is {R.fmt(first)}, input {i} is {R.fmt(t)}")
+    ax = R.normalize_axis("stack", axis, first.rank, new_axis=True)
+    shape = list(first.shape[:ax]) + [StaticDim(len(ts))] + list(first.shape[ax:])
+    return TensorType(first.dtype, shape, first.device)
+
+
+stack_p = register(OpDef("stack", rule=_stack_rule, impl=lambda *xs, axis: jnp.stack(xs, axis=axis % (xs[0].ndim + 1))))
+
+
+@front(stack_p)
+def stack(values, axis=0):
+    """Stack equal-shaped tensors along a new ``axis`` (negative counts from ``rank + 1``).
+
+    Example:
+        >>> y = ops.stack([a, b, c], axis=0)  # doctest: +SKIP
+        >>> # each float32[2, 3] -> y: float32[3, 2, 3]
+    """
+    vals = list(values)
+    if not vals:
+        raise ValueError("stack: values must contain at least one tensor")
+    return bind(stack_p, *vals, axis=axis)
+
+
+# ─── split / chunk ────────────────────────────────────────────────────────
+
+
+def _split_rule(x, *, split_sizes: tuple[Dim, ...], axis: int) -> tuple[TensorType, ...]:
+    x = R.require_tensor("split", x)
+    R.require_rank("split", x, lambda r: r >= 1, ">= 1")
+    ax = R.normalize_axis("split", axis, x.rank)
+    neg = [s for s in split_sizes if isinstance(s, StaticDim) and s.dim < 0]
+    if neg:
+        raise R.OpError(f"split: split_sizes must be non-negative, got {_fmt_dims(split_sizes)}")
+    total = functools.reduce(operator.add, split_sizes, StaticDim(0))
+    if total != x.shape[ax]:
+        raise R.OpError(
+            f"split: split_sizes {_fmt_dims(split_sizes)} add up to {total}, but dim {axis} of {R.fmt(x)} is {x.shape[ax]}"
+        )
+    outs = []
+    for s in split_sizes:
+        shape = list(x.shape)
+        shape[ax] = s
+        outs.append(TensorType(x.dtype, shape, x.device))
+    return tuple(outs)
+
+
+def _split_impl(x, *, split_sizes: tuple[int, ...], axis: int):
+    ax = axis % x.ndim
+    outs, start = [], 0
+    for s in split_sizes:
+        outs.append(jax.lax.slice_in_dim(x, start, start + s, axis=ax))
+        start += s
+    return tuple(outs)
+
+
+split_p = register(OpDef("split", rule=_split_rule, impl=_split_impl, multiple_results=True))
+
+
+@front(split_p)
+def split(x, split_sizes, axis=0):
+    """Split ``x`` along ``axis`` into pieces of ``split_sizes`` (which must sum to the dim).
+
+    Returns:
+        A list with one tensor per size.
+
+    Example:
+        >>> a, b = ops.split(x, [2, 3], axis=0)  # doctest: +SKIP
+        >>> # x: float32[5, 4] -> a: float32[2, 4], b: float32[3, 4]
+    """
+    return list(bind(split_p, x, split_sizes=_as_dims("split", split_sizes, "split_sizes"), axis=axis))
+
+
+def _chunk_rule(x, *, chunks: int, axis: int) -> tuple[TensorType, ...]:
+    x = R.require_tensor("chunk", x)
+    R.require_rank("chunk", x, lambda r: r >= 1, ">= 1")
+    ax = R.normalize_axis("chunk", axis, x.rank)
+    if chunks <= 0:
+        raise R.OpError(f"chunk: chunks must be positive, got {chunks}")
+    d = x.shape[ax]
+    size = _exact_div(d, StaticDim(chunks))
+    if size is None:
+        raise R.OpError(f"chunk: {chunks} chunks must evenly divide dim {axis} of {R.fmt(x)} (size {d})")
+    shape = list(x.shape)
+    shape[ax] = size
+    return tuple(TensorType(x.dtype, shape, x.device) for _ in range(chunks))
+
+
+chunk_p = register(
+    OpDef(
+        "chunk",
+        rule=_chunk_rule,
+        impl=lambda x, *, chunks, axis: tuple(jnp.split(x, chunks, axis=axis % x.ndim)),
+        multiple_results=True,
+    )
+)
+
+
+@front(chunk_p)
+def chunk(x, chunks, axis=0):
+    """Split ``x`` into ``chunks`` equal pieces along ``axis``.
+
+    ``chunks`` must evenly divide the dim (MAX's rule; the doc example that
+    splits 5 elements into 2 chunks contradicts it and raises here).
+
+    Raises:
+        ValueError: ``chunks`` does not divide ``x.shape[axis]``.
+
+    Example:
+        >>> a, b = ops.chunk(x, 2, axis=0)  # doctest: +SKIP
+        >>> # x: float32[4, 3] -> a, b: float32[2, 3]
+    """
+    if isinstance(chunks, bool) or not hasattr(chunks, "__index__"):
+        raise TypeError(f"chunk: chunks must be an int, got {type(chunks).__name__} {chunks!r}")
+    return list(bind(chunk_p, x, chunks=int(chunks), axis=axis))
+
+
+# ─── tile / repeat_interleave ─────────────────────────────────────────────
+
+
+def _tile_rule(x, *, repeats: tuple[Dim, ...]) -> TensorType:
+    x = R.require_tensor("tile", x)
+    if len(repeats) != x.rank:
+        raise R.OpError(f"tile: repeats {_fmt_dims(repeats)} must have one entry per dim of {R.fmt(x)}")
+    if any(isinstance(r, StaticDim) and r.dim < 0 for r in repeats):
+        raise R.OpError(f"tile: repeats must be non-negative, got {_fmt_dims(repeats)}")
+    return TensorType(x.dtype, [d * r for d, r in zip(x.shape, repeats)], x.device)
+
+
+tile_p = register(OpDef("tile", rule=_tile_rule, impl=lambda x, *, repeats: jnp.tile(x, repeats)))
+
+
+@front(tile_p)
+def tile(x, repeats):
+    """Repeat the whole tensor ``repeats[i]`` times along each dim ``i``.
+
+    Example:
+        >>> y = ops.tile(x, [2, 1])  # doctest: +SKIP
+        >>> # x: float32[2, 3] -> y: float32[4, 3]
+    """
+    return bind(tile_p, x, repeats=_as_dims("tile", repeats, "repeats"))
+
+
+def _repeat_interleave_rule(x, *rep, repeats: int | None, axis: int | None, out_dim: Dim | None) -> TensorType:
+    x = R.require_tensor("repeat_interleave", x)
+    if axis is None:
+        base, ax = [_prod(x.shape)], 0
+    else:
+        R.require_rank("repeat_interleave", x, lambda r: r >= 1, ">= 1")
+        base, ax = list(x.shape), R.normalize_axis("repeat_interleave", axis, x.rank)
+    shape = list(base)
+    if not rep:
+        if repeats is None or repeats <= 0:
+            raise R.OpError(f"repeat_interleave: repeats must be positive, got {repeats}")
+        shape[ax] = base[ax] * repeats
+        if out_dim is not None and out_dim != shape[ax]:
+            raise R.OpError(f"repeat_interleave: out_dim {out_dim} does not match the output size {shape[ax]}")
+        return TensorType(x.dtype, shape, x.device)
+    r = R.require_tensor("repeat_interleave", rep[0], "repeats")
+    R.require_dtype("repeat_interleave", r, R.is_int, "an integer", "repeats")
+    R.require_rank("repeat_interleave", r, lambda k: k <= 1, "0 or 1", "repeats")
+    if r.rank == 1 and r.shape[0] != 1 and r.shape[0] != base[ax]:
+        raise R.OpError(
+            f"repeat_interleave: repeats {R.fmt(r)} must have 1 or {base[ax]} entries (dim {axis} of input {R.fmt(x)})"
+        )
+    if out_dim is None:
+        raise R.OpError("repeat_interleave: tensor-valued repeats need out_dim (the size of the repeated axis)")
+    bound = {p.name for t in (x, r) for d in t.shape for p in d.parameters}
+    unbound = [p.name for p in out_dim.parameters if p.name not in bound]
+    if unbound:
+        raise R.OpError(
+            f"repeat_interleave: out_dim {out_dim} depends on the values of repeats ({', '.join(unbound)} is not a dim of any input); "
+            "maxfx compiles per concrete shape and cannot size an output from tensor values: pass a static int out_dim"
+        )
+    shape[ax] = out_dim
+    return TensorType(x.dtype, shape, x.device)
+
+
+def _repeat_interleave_impl(x, *rep, repeats, axis, out_dim):
+    if rep:
+        # total_repeat_length keeps the output size static (jit-able); it must equal sum(repeats).
+        return jnp.repeat(x, rep[0], axis=axis, total_repeat_length=out_dim)
+    return jnp.repeat(x, repeats, axis=axis)
+
+
+repeat_interleave_p = register(OpDef("repeat_interleave", rule=_repeat_interleave_rule, impl=_repeat_interleave_impl))
+
+
+@front(repeat_interleave_p)
+def repeat_interleave(x, repeats, axis=None, out_dim=None):
+    """Repeat each element ``repeats`` times along ``axis`` (``torch.repeat_interleave``).
+
+    Args:
+        x: input tensor.
+        repeats: a positive int, or a 1-D integer tensor (or list) with one count
+            per element along ``axis``.
+        axis: the axis to repeat along; None flattens ``x`` first.
+        out_dim: size of the repeated axis; required for tensor-valued
+            ``repeats`` (it must equal their sum). maxfx needs it static (or made
+            of input dims), since outputs are sized at compile time. Lists of
+            ints are summed for you.
+
+    Raises:
+        ValueError: non-positive ``repeats``, bad ``axis``, or tensor repeats without ``out_dim``.
+
+    Example:
+        >>> y = ops.repeat_interleave(x, 2, axis=0)  # doctest: +SKIP
+        >>> # [[1, 2], [3, 4]] -> [[1, 2], [1, 2], [3, 4], [3, 4]]
+    """
+    if axis is not None and (isinstance(axis, bool) or not hasattr(axis, "__index__")):
+        raise TypeError(f"repeat_interleave: axis must be an int or None, got {type(axis).__name__} {axis!r}")
+    axis = None if axis is None else int(axis)
+    out = None if out_dim is None else Dim(out_dim)
+    if isinstance(repeats, (bool, np.bool_)):
+        raise TypeError("repeat_interleave: repeats must be an int or an integer tensor, got bool")
+    if hasattr(repeats, "__index__") and not _is_tensor_value(repeats):
+        n = int(repeats)
+        if n <= 0:
+            raise ValueError(f"repeat_interleave: repeats must be positive, got {n}")
+        return bind(repeat_interleave_p, x, repeats=n, axis=axis, out_dim=out)
+    if isinstance(repeats, (list, tuple, np.ndarray)):
+        counts = np.asarray(repeats)
+        if counts.ndim > 1 or (counts.size and counts.dtype.kind not in "iu"):
+            raise TypeError(f"repeat_interleave: repeats must be an int or a 1-D list of ints, got {repeats!r}")
+        if (counts < 0).any():
+            raise ValueError(f"repeat_interleave: repeats must be non-negative, got {counts.tolist()}")
+        if counts.size == 1:
+            return repeat_interleave(x, int(counts.reshape(())), axis, out_dim)
+        total = int(counts.sum())
+        if out is not None and out != total:
+            raise ValueError(f"repeat_interleave: out_dim {out} differs from sum(repeats) = {total}")
+        return bind(repeat_interleave_p, x, counts.astype(np.int64), repeats=None, axis=axis, out_dim=StaticDim(total))
+    if not _is_tensor_value(repeats):
+        raise TypeError(f"repeat_interleave: repeats must be an int or an integer tensor, got {type(repeats).__name__}")
+    if out is None:
+        raise ValueError("repeat_interleave: tensor-valued repeats need out_dim (the size of the repeated axis)")
+    return bind(repeat_interleave_p, x, repeats, repeats=None, axis=axis, out_dim=out)
+
+
+# ─── pad / band_part / as_interleaved_complex ─────────────────────────────
+
+
+def _pad_rule(x, value, *, paddings: tuple[int, ...]) -> TensorType:
+    x = R.require_tensor("pad", x)
+    v = R.require_tensor("pad", value, "value")
+    R.require_rank("pad", v, lambda r: r == 0, "0 (a scalar)", "value")
+    if len(paddings) != 2 * x.rank:
+        raise R.OpError(
+            f"pad: paddings must have 2 * rank = {2 * x.rank} values [before0, after0, ...] for {R.fmt(x)}, got {list(paddings)}"
+        )
+    if any(p < 0 for p in paddings):
+        raise R.OpError(f"pad: paddings must be non-negative, got {list(paddings)}")
+    shape = [d + paddings[2 * i] + paddings[2 * i + 1] for i, d in enumerate(x.shape)]
+    return TensorType(x.dtype, shape, x.device)
+
+
+def _pad_impl(x, value, *, paddings):
+    config = [(paddings[2 * i], paddings[2 * i + 1], 0) for i in range(x.ndim)]
+    return jax.lax.pad(x, value.astype(x.dtype), config)
+
+
+pad_p = register(OpDef("pad", rule=_pad_rule, impl=_pad_impl, promote=(0, 1)))
+
+
+@front(pad_p)
+def pad(input, paddings, mode="constant", value=0):
+    """Pad with a constant: ``paddings = [before0, after0, before1, after1, ...]``.
+
+    Args:
+        input: the tensor to pad.
+        paddings: 2 * rank non-negative ints.
+        mode: only ``"constant"`` is supported.
+        value: the fill value (a scalar; must fit the input's dtype).
+
+    Raises:
+        ValueError: another mode, or the wrong number of paddings.
+
+    Example:
+        >>> y = ops.pad(x, [1, 1, 0, 2])  # doctest: +SKIP
+        >>> # x: float32[2, 3] -> y: float32[4, 5]
+    """
+    if mode != "constant":
+        raise ValueError(f"pad: only mode='constant' is supported, got mode={mode!r}")
+    return bind(pad_p, input, value, paddings=_as_ints("pad", paddings, "paddings"))
+
+
+def _band_part_rule(x, *, num_lower: int | None, num_upper: int | None, exclude: bool) -> TensorType:
+    x = R.require_tensor("band_part", x)
+    R.require_rank("band_part", x, lambda r: r >= 2, ">= 2 (the last two dims are the matrix)")
+    for name, v, d in (("num_lower", num_lower, x.shape[-2]), ("num_upper", num_upper, x.shape[-1])):
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"band_part: {name} must be an int or None, got {type(v).__name__} {v!r}")
+        if v < 0 or (isinstance(d, StaticDim) and v > d.dim):
+            raise R.OpError(f"band_part: {name}={v} is out of bounds for {R.fmt(x)} (expected 0 <= {name} <= {d}, or None)")
+    return x
+
+
+def _band_part_impl(x, *, num_lower, num_upper, exclude):
+    m = jax.lax.broadcasted_iota(jnp.int64, x.shape[-2:], 0)
+    n = jax.lax.broadcasted_iota(jnp.int64, x.shape[-2:], 1)
+    keep = jnp.ones(x.shape[-2:], jnp.bool_)
+    if num_lower is not None:
+        keep = keep & (m - n <= num_lower)
+    if num_upper is not None:
+        keep = keep & (n - m <= num_upper)
+    if exclude:
+        keep = ~keep
+    return jnp.where(keep, x, jnp.zeros((), x.dtype))
+
+
+band_part_p = register(OpDef("band_part", rule=_band_part_rule, impl=_band_part_impl))
+
+
+@front(band_part_p)
+def band_part(x, num_lower=None, num_upper=None, exclude=False):
+    """Zero everything outside a diagonal band of the last two dims.
+
+    Keeps ``x[..., m, n]`` where ``(num_lower is None or m - n <= num_lower)`` and
+    ``(num_upper is None or n - m <= num_upper)``; ``exclude=True`` zeroes the
+    band instead.
+
+    Raises:
+        ValueError: rank < 2, or a negative / too large bound.
+
+    Example:
+        >>> causal = ops.band_part(ones, num_lower=None, num_upper=0)  # doctest: +SKIP
+    """
+    return bind(band_part_p, x, num_lower=_opt_int(num_lower), num_upper=_opt_int(num_upper), exclude=bool(exclude))
+
+
+def _interleaved_rule(x) -> TensorType:
+    x = R.require_tensor("as_interleaved_complex", x)
+    R.require_rank("as_interleaved_complex", x, lambda r: r >= 1, ">= 1")
+    half = _exact_div(x.shape[-1], StaticDim(2))
+    if half is None:
+        raise R.OpError(f"as_interleaved_complex: the last dim of {R.fmt(x)} must be even (pairs of real, imag)")
+    return TensorType(x.dtype, list(x.shape[:-1]) + [half, StaticDim(2)], x.device)
+
+
+as_interleaved_complex_p = register(
+    OpDef(
+        "as_interleaved_complex",
+        rule=_interleaved_rule,
+        impl=lambda x: jnp.reshape(x, x.shape[:-1] + (x.shape[-1] // 2, 2)),
+    )
+)
+
+
+@front(as_interleaved_complex_p)
+def as_interleaved_complex(x):
+    """View alternating (real, imag) values as complex pairs: ``[..., n]`` → ``[..., n/2, 2]``.
+
+    Example:
+        >>> c = ops.as_interleaved_complex(x)  # doctest: +SKIP
+        >>> # x: float32[4, 8] -> c: float32[4, 4, 2]
+    """
+    return bind(as_interleaved_complex_p, x)
+
+
+# ─── shape_to_tensor ──────────────────────────────────────────────────────
+
+
+def _shape_to_tensor_rule(*, shape: tuple[Dim, ...], device: DeviceRef) -> TensorType:
+    return TensorType(DType.int64, [len(shape)], device)
+
+
+shape_to_tensor_p = register(
+    OpDef(
+        "shape_to_tensor",
+        rule=_shape_to_tensor_rule,
+        impl=lambda *, shape, device: jnp.asarray(shape, dtype=jnp.int64).reshape((len(shape),)),
+        differentiable=False,
+    )
+)
+
+
+@front(shape_to_tensor_p)
+def shape_to_tensor(shape):
+    """The dims of ``shape`` as a 1-D int64 tensor.
+
+    Static shapes become a constant; symbolic dims are read when the graph runs.
+
+    Example:
+        >>> t = ops.shape_to_tensor(x.shape)  # doctest: +SKIP
+        >>> # x: float32[batch, 3] -> t: int64[2] holding [batch, 3]
+    """
+    from lowering.ops.core import constant  # noqa: PLC0415 - core registers before this family
+
+    dims = _as_dims("shape_to_tensor", shape)
+    if _all_static(dims):
+        return constant(np.asarray([d.dim for d in dims], dtype=np.int64).reshape((len(dims),)), DType.int64)
+    device = getattr(current_context(), "default_device", None) or DeviceRef.CPU()
+    return bind(shape_to_tensor_p, shape=dims, device=device)
