@@ -26,7 +26,7 @@ import numpy as np
 
 from lowering.dims import Dim
 from lowering.dtypes import DType, promote_strong, promote_weak, result_dtype_for_python_scalar
-from lowering.ir import Block, ConstantValue, Node, Var, param_key
+from lowering.ir import Block, ConstantValue, Node, Var, holds_graph_values, param_key
 from lowering.registry import OpDef, OpError, get_op
 from lowering.types import DeviceRef, TensorType, Type
 
@@ -166,6 +166,8 @@ def infer_types(op: OpDef, types: Sequence[Type], params: dict[str, Any]) -> tup
     Params that can only be keyed by identity (callables, blocks holding
     closures) bypass the memo.
     """
+    if holds_graph_values(params):
+        return _run_rule(op, types, params)
     try:
         key = (op.name, tuple(t.key() for t in types), param_key(params))
         cached = _RULE_CACHE.get(key)

@@ -24,7 +24,7 @@ import numpy as np
 from lowering.dims import Dim
 from lowering.types import DeviceRef, Type
 
-__all__ = ["Var", "Node", "Block", "param_key", "ConstantValue"]
+__all__ = ["Var", "Node", "Block", "param_key", "holds_graph_values", "ConstantValue"]
 
 _var_ids = itertools.count()
 
@@ -165,8 +165,10 @@ class ConstantValue:
 
     def digest(self) -> str:
         if self._digest is None:
-            a = np.ascontiguousarray(self.array)
-            self._digest = hashlib.sha256(a.view(np.uint8).tobytes() + str((a.shape, a.dtype)).encode()).hexdigest()
+            # Shape and dtype come from the original array: ascontiguousarray makes 0-d arrays 1-d.
+            a = self.array
+            data = np.ascontiguousarray(a).view(np.uint8).tobytes()
+            self._digest = hashlib.sha256(data + str((a.shape, a.dtype)).encode()).hexdigest()
         return self._digest
 
     def __repr__(self) -> str:
@@ -174,6 +176,21 @@ class ConstantValue:
         if a.size <= 8:
             return f"const({a.tolist()!r}, {a.dtype})"
         return f"const(<{a.dtype}{list(a.shape)}>)"
+
+
+def holds_graph_values(p: Any) -> bool:
+    """True if a param (recursively) holds a `Block` or `Var`.
+
+    Their meaning depends on the enclosing graph (captured vars and their
+    types), so rules over such params are not memoised.
+    """
+    if isinstance(p, (Block, Var)):
+        return True
+    if isinstance(p, (tuple, list)):
+        return any(holds_graph_values(x) for x in p)
+    if isinstance(p, dict):
+        return any(holds_graph_values(x) for x in p.values())
+    return False
 
 
 def param_key(p: Any, numbering: dict[int, int] | None = None) -> Any:
@@ -193,7 +210,9 @@ def param_key(p: Any, numbering: dict[int, int] | None = None) -> Any:
     if isinstance(p, Block):
         return ("block", p._structure({} if numbering is None else numbering))
     if isinstance(p, Var):
-        return ("var", (numbering or {}).setdefault(p.id, len(numbering or {})))
+        if numbering is None:
+            return ("var", "id", p.id)  # ids are never reused
+        return ("var", numbering.setdefault(p.id, len(numbering)))
     if isinstance(p, slice):
         return ("slice", param_key((p.start, p.stop, p.step), numbering))
     if isinstance(p, Type):

@@ -101,3 +101,11 @@ def test_graph_rejects_non_type_inputs():
 def test_graph_path_is_not_supported():
     with pytest.raises(ValueError, match="not supported"):
         Graph("p", path="model.mlir")
+
+
+def test_constants_of_equal_bytes_but_different_shapes_keep_their_types():
+    # A 0-d and a 1-element constant hold the same bytes; cached rules must not confuse them.
+    with Graph("consts"):
+        vec = ops.constant(np.zeros((1,)), DType.int64)
+        scalar = ops.constant(0, DType.int64)
+    assert vec.shape == [1] and scalar.shape == []

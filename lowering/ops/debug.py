@@ -1,0 +1,129 @@
+"""Debugging ops: run-time ``print`` and the build-time ``assert_same_device`` check."""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import sys
+from typing import Any
+
+import jax
+import numpy as np
+
+from lowering.context import bind
+from lowering.dtypes import DType
+from lowering.ops._rules import OpError, fmt
+from lowering.registry import OpDef, front, register
+from lowering.types import BufferType, DeviceRef, TensorType, Type
+
+__all__ = ["print_", "assert_same_device", "format_tensor"]
+
+# MAX prints dtypes with their MLIR element-type names (``dtype=f32``).
+_SHORT = {
+    DType.bool: "bool",
+    DType.float16: "f16",
+    DType.bfloat16: "bf16",
+    DType.float32: "f32",
+    DType.float64: "f64",
+    DType.int8: "si8",
+    DType.int16: "si16",
+    DType.int32: "si32",
+    DType.int64: "si64",
+    DType.uint8: "ui8",
+    DType.uint16: "ui16",
+    DType.uint32: "ui32",
+    DType.uint64: "ui64",
+}
+
+
+def format_tensor(label: str, array: Any) -> str:
+    """``label = tensor([1.0000, 2.0000], dtype=f32, shape=[2])`` for a host array."""
+    a = np.asarray(array)
+    dtype = DType.from_numpy(a.dtype)
+    if a.dtype.kind == "f" or a.dtype.kind == "V":
+        a32 = a.astype(np.float64)
+        body = np.array2string(a32, separator=", ", threshold=1000, formatter={"float_kind": lambda v: f"{v:.4f}"})
+    elif a.dtype == np.bool_:
+        body = np.array2string(a, separator=", ", threshold=1000, formatter={"bool": lambda v: "True" if v else "False"})
+    else:
+        body = np.array2string(a, separator=", ", threshold=1000)
+    short = _SHORT.get(dtype, dtype.name)
+    return f"{label} = tensor({body}, dtype={short}, shape=[{', '.join(str(d) for d in a.shape)}])"
+
+
+def _emit(text: str) -> None:
+    builtins.print(text, file=sys.stdout, flush=True)
+
+
+def _emit_tensor(label: str, x: Any) -> None:
+    _emit(format_tensor(label, x))
+
+
+def _print_rule(*types: Type, label: str, message: str | None) -> None:
+    if message is None:
+        if len(types) != 1 or not isinstance(types[0], (TensorType, BufferType)):
+            raise OpError(f"print: value must be a str or a tensor, got {', '.join(fmt(t) for t in types) or 'nothing'}")
+    return None
+
+
+def _print_impl(*xs, label: str, message: str | None):
+    # An ordered callback stays in jitted programs, branches and loops, and
+    # prints run in program order (MAX orders them with its chain).
+    if message is not None:
+        jax.debug.callback(functools.partial(_emit, f"{label} = {message}"), ordered=True)
+    else:
+        jax.debug.callback(functools.partial(_emit_tensor, label), xs[0], ordered=True)
+    return None
+
+
+print_p = register(OpDef("print", rule=_print_rule, impl=_print_impl, effect=True, differentiable=False))
+
+
+@front(print_p)
+def print_(value: Any, label: str = "debug_tensor") -> None:
+    """Print a tensor's contents (or a string) when the graph runs.
+
+    Output looks like ``label = tensor([4.0000, 6.0000], dtype=f32, shape=[2])``
+    (``label = text`` for a string). Printing happens while the model executes,
+    in program order, also inside ``cond`` branches and loop bodies.
+
+    Args:
+        value: a tensor (or buffer) value, or a str.
+        label: printed before the value.
+
+    Example:
+        >>> ops.print(out, label="addition_output")  # doctest: +SKIP
+    """
+    if not isinstance(label, str):
+        raise TypeError(f"print: label must be a str, got {type(label).__name__}")
+    if isinstance(value, str):
+        return bind(print_p, label=label, message=value)
+    if getattr(value, "type", None) is None and not hasattr(value, "shape"):
+        raise TypeError(f"print: value must be a str or a tensor value, got {type(value).__name__}")
+    bind(print_p, value, label=label, message=None)
+    return None
+
+
+print_.__name__ = print_.__qualname__ = "print"  # exported as ops.print
+
+
+def _device_of(v: Any) -> DeviceRef:
+    dev = getattr(v, "device", None)
+    if dev is None:
+        raise TypeError(f"assert_same_device: expected TensorValue or BufferValue, got {type(v).__name__}")
+    return dev if isinstance(dev, DeviceRef) else DeviceRef.from_device(dev)
+
+
+@front(name="assert_same_device")
+def assert_same_device(*values: Any, **named_values: Any) -> None:
+    """Raise ValueError unless every value lives on the same device.
+
+    Example:
+        >>> ops.assert_same_device(x, w, bias=b)  # doctest: +SKIP
+    """
+    named = {**{str(i): v for i, v in enumerate(values)}, **named_values}
+    devices = {k: _device_of(v) for k, v in named.items()}
+    if len(set(devices.values())) > 1:
+        lines = "\n".join(f"    {k}: {fmt(getattr(named[k], 'type', named[k]))} on {d}" for k, d in devices.items())
+        raise ValueError(f"assert_same_device: input values must be on the same device\n{lines}")
+    return None
