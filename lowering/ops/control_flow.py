@@ -540,10 +540,9 @@ def _register_weights(graph: Any, prefix: str) -> None:
     weights = graph.weights() if callable(getattr(graph, "weights", None)) else {}
     if not weights:
         return
-    try:
-        caller = type(graph).current
-    except LookupError:
-        raise RuntimeError(f"call: subgraph {graph.name!r} uses weights; call it inside `with Graph(...)`") from None
+    caller = type(graph).current
+    if caller is None:
+        raise RuntimeError(f"call: subgraph {graph.name!r} uses weights; call it inside `with Graph(...)`")
     if caller is graph:
         raise ValueError(f"call: graph {graph.name!r} cannot call itself")
     for w in weights.values():
