@@ -63,3 +63,15 @@ def test_shape_equality_with_lists_and_tuples():
     assert s.rank == 2 and s.static_dims == [2]
     assert not Shape.is_static(s) and Shape.is_static([1, 2])
     assert [p.name for p in s.parameters] == ["batch"]
+
+
+def test_dims_map_onto_jax_symbolic_shapes():
+    import jax
+    import jax.numpy as jnp
+
+    a, b = jax.export.symbolic_shape("a, b")
+    e = Dim("a") * 2 + Dim("b") - 1
+    expr = e.to_jax({"a": a, "b": b})
+    # jax evaluates the same polynomial: check through a shape-polymorphic eval_shape.
+    out = jax.eval_shape(lambda x: jnp.zeros(expr), jax.ShapeDtypeStruct((a, b), jnp.float32))
+    assert out.shape[0] == 2 * a + b - 1

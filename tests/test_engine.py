@@ -97,3 +97,9 @@ def test_load_requires_outputs_and_rejects_paths():
 def test_default_session_device_is_cpu():
     assert InferenceSession().devices == [CPU()]
     assert InferenceSession(devices=None).devices == [CPU()]
+
+
+def test_stablehlo_text_is_available():
+    model = InferenceSession().load(_relu_graph(["batch", 2]))
+    text = model._stablehlo(np.zeros((3, 2), np.float32))
+    assert "stablehlo.maximum" in text and "tensor<3x2xf32>" in text
