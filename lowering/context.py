@@ -359,7 +359,7 @@ class TraceContext(Context):
             from lowering.interpret import resolve_params  # noqa: PLC0415
 
             out = op.impl(*coerced, **resolve_params(params, {}))
-        if op.mutates:
+        if op.mutates and not callable(op.mutates):
             raise TypeError(f"{op.name}: mutates a buffer and cannot run on immutable JAX arrays")
         if op.multiple_results:
             return tuple(out)

@@ -85,12 +85,13 @@ class Interpreter:
         else:
             outs = op.impl(*ins, **params)
         n_out = len(node.outputs)
+        written = op.written_inputs(node)
         if not isinstance(outs, (tuple, list)):
-            outs = (outs,) if (n_out or op.mutates) else ()
+            outs = (outs,) if (n_out or written) else ()
         outs = tuple(outs)
         for v, a in zip(node.outputs, outs[:n_out]):
             env[v.id] = a
-        for idx, a in zip(op.mutates, outs[n_out:]):
+        for idx, a in zip(written, outs[n_out:]):
             env[node.inputs[idx].id] = a
         if op.data_dependent:
             self.bind_dims([v.type for v in node.outputs], outs[:n_out], f"{node.op} output")

@@ -40,8 +40,10 @@ class OpDef:
         multiple_results: the rule/impl return tuples (e.g. ``split``, ``top_k``).
         promote: indices of inputs unified by MAX dtype promotion before the rule
             runs; Python scalars among them take the promoted dtype.
-        mutates: indices of buffer inputs the op writes; ``impl`` returns the new
-            values of those buffers after its regular outputs.
+        mutates: indices of buffer inputs the op writes, or a function of the node
+            giving them (ops whose number of written buffers varies per node);
+            ``impl`` returns the new values of those buffers after its regular
+            outputs, in input order.
         effect: the op has an observable side effect (printing): never dropped.
         differentiable: gradients are defined (used by the grad-check table).
         data_dependent: output dims depend on input *values* (``nonzero``); graphs
@@ -55,12 +57,16 @@ class OpDef:
     impl: Callable[..., Any] | None = None
     multiple_results: bool = False
     promote: Sequence[int] = ()
-    mutates: Sequence[int] = ()
+    mutates: Sequence[int] | Callable[[Any], Sequence[int]] = ()
     effect: bool = False
     differentiable: bool = True
     data_dependent: bool = False
     interpret: Callable[..., Any] | None = None
     front: Callable[..., Any] | None = field(default=None, repr=False)
+
+    def written_inputs(self, node: Any) -> Sequence[int]:
+        """Indices of the inputs of ``node`` (an IR node of this op) that it writes."""
+        return self.mutates(node) if callable(self.mutates) else self.mutates
 
     def __repr__(self) -> str:
         return f"OpDef({self.name!r})"

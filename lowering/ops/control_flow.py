@@ -37,14 +37,17 @@ from lowering.types import BufferType, TensorType, Type
 __all__ = ["cond", "while_loop", "call", "cond_p", "while_loop_p", "call_p", "mutated_outer_vars", "mutates_from"]
 
 
-def mutates_from(start: int) -> range:
-    """``OpDef.mutates`` for ops whose inputs from ``start`` on are all written buffers.
+def mutates_from(start: int):
+    """``OpDef.mutates`` for ops that write every buffer input from index ``start`` on.
 
-    The number of such inputs differs per node; the interpreter pairs mutated
-    indices with the extra outputs an impl returns, so a long range covers any
-    count (``range`` answers ``in`` in O(1)).
+    The number of such inputs differs per node, so this returns a function of
+    the node rather than fixed indices.
     """
-    return range(start, 1 << 30)
+
+    def written(node) -> list[int]:
+        return [i for i in range(start, len(node.inputs)) if isinstance(node.inputs[i].type, BufferType)]
+
+    return written
 
 
 def mutated_outer_vars(block: Block) -> list[Var]:
@@ -52,13 +55,10 @@ def mutated_outer_vars(block: Block) -> list[Var]:
     defined = {v.id for v in block.inputs}
     found: dict[int, Var] = {}
     for node in block.nodes:
-        mutates = get_op(node.op).mutates
-        if mutates:
-            for i, v in enumerate(node.inputs):
-                # Ops with a variable number of written buffers mark every input from some
-                # index on (`mutates_from`); only buffer-typed inputs among them are written.
-                if i in mutates and v.id not in defined and isinstance(v.type, BufferType):
-                    found.setdefault(v.id, v)
+        for i in get_op(node.op).written_inputs(node):
+            v = node.inputs[i]
+            if v.id not in defined and isinstance(v.type, BufferType):
+                found.setdefault(v.id, v)
         defined.update(v.id for v in node.outputs)
     return list(found.values())
 
