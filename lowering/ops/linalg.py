@@ -1,0 +1,62 @@
+"""Linear algebra: ``matmul``."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from lowering.context import bind
+from lowering.dims import Dim
+from lowering.dtypes import DType
+from lowering.ops import _rules as R
+from lowering.registry import OpDef, front, register
+from lowering.types import TensorType
+
+__all__ = ["matmul"]
+
+
+def _matmul_rule(lhs, rhs) -> TensorType:
+    lhs = R.require_tensor("matmul", lhs, "lhs")
+    rhs = R.require_tensor("matmul", rhs, "rhs")
+    if lhs.dtype is DType.bool:
+        raise R.OpError(f"matmul: expected numeric inputs, got {R.fmt(lhs)} @ {R.fmt(rhs)}")
+    if lhs.rank == 0 or rhs.rank == 0:
+        raise R.OpError(f"matmul: inputs must have rank >= 1, got {R.fmt(lhs)} @ {R.fmt(rhs)}")
+    device = R.same_device("matmul", lhs, rhs)
+    ls, rs = list(lhs.shape), list(rhs.shape)
+    lhs_vec, rhs_vec = len(ls) == 1, len(rs) == 1
+    if lhs_vec:
+        ls = [Dim(1)] + ls
+    if rhs_vec:
+        rs = rs + [Dim(1)]
+    if ls[-1] != rs[-2]:
+        raise R.OpError(
+            f"matmul: contracting dims differ: lhs {R.fmt(lhs)} has {ls[-1]} columns but rhs {R.fmt(rhs)} has {rs[-2]} rows"
+        )
+    batch = R.broadcast_shapes("matmul", ls[:-2], rs[:-2])
+    out = list(batch) + ([] if lhs_vec else [ls[-2]]) + ([] if rhs_vec else [rs[-1]])
+    return TensorType(lhs.dtype, out, device)
+
+
+def _matmul_impl(lhs, rhs):
+    # Half-precision inputs accumulate in float32, like MAX's kernels.
+    if lhs.dtype in (jnp.float16, jnp.bfloat16):
+        return jnp.matmul(lhs, rhs, preferred_element_type=jnp.float32).astype(lhs.dtype)
+    return jnp.matmul(lhs, rhs, precision=jax.lax.Precision.HIGHEST)
+
+
+matmul_p = register(OpDef("matmul", rule=_matmul_rule, impl=_matmul_impl, promote=(0, 1)))
+
+
+@front(matmul_p)
+def matmul(lhs, rhs):
+    """Matrix product with numpy semantics: batch dims broadcast, 1-D operands
+    become a row (lhs) or column (rhs) vector whose added dim is removed.
+
+    Raises:
+        ValueError: when the contracting dims differ (names both shapes).
+
+    Example:
+        >>> y = ops.matmul(x, w)  # doctest: +SKIP  # [batch, k] @ [k, n] -> [batch, n]
+    """
+    return bind(matmul_p, lhs, rhs)
