@@ -36,7 +36,7 @@ bench: $(STAMP)
 	@for f in tests/bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 docs: $(STAMP)
-	$(VENV)/bin/mkdocs build --strict
+	$(VENV)/bin/mkdocs build --strict -f docs/mkdocs.yml
 
 clean:
 	rm -rf $(VENV) site .pytest_cache
