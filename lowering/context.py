@@ -285,6 +285,8 @@ class GraphBuilder(Context):
         self.wrap = wrap
         self.parent = parent
         self.default_device = default_device or DeviceRef.CPU()
+        # Weight name -> graph value, shared by nested blocks: one value per name per graph.
+        self.weights: dict[str, Any] = parent.weights if parent is not None else {}
 
     def var_of(self, x: Any) -> Var:
         """The var behind value ``x`` (which must belong to this builder or an ancestor)."""

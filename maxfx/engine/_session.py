@@ -208,12 +208,12 @@ class InferenceSession:
             raise ValueError(f"InferenceSession.load: graph {model.name!r} has no outputs; call graph.output(...)")
         registry = dict(weights_registry or {})
         weights = {}
-        for key, w in model.weights().items():
-            if w.name not in registry:
-                raise ValueError(f"InferenceSession.load: weight {w.name!r} ({w.type}) is missing from weights_registry")
-            arr = as_array(registry[w.name])
-            _check_weight(w, arr)
-            weights[w.name] = arr
+        for name, (t, full_shape) in _weight_inputs(model._ir).items():
+            if name not in registry:
+                raise ValueError(f"InferenceSession.load: weight {name!r} ({t}) is missing from weights_registry")
+            arr = as_array(registry[name])
+            _check_weight(name, t, full_shape, arr)
+            weights[name] = arr
         device = self._device_for(model._ir)
         compiled = CompiledBlock(model._ir, weights, device)
         names = [f"input{i}" for i in range(len(model.inputs))]
@@ -254,11 +254,32 @@ class InferenceSession:
         return f"InferenceSession(devices={self._devices})"
 
 
-def _check_weight(w: Any, arr: Any) -> None:
-    t = w.type
+def _weight_inputs(block: Block, found: dict | None = None, prefix: str = "") -> dict[str, tuple[TensorType, tuple[int, ...]]]:
+    """Every ``weight`` node of ``block`` and its nested blocks: name → (type, full shape before sharding).
+
+    Subgraphs invoked by ``ops.call`` see their weights under the call's prefix.
+    """
+    found = {} if found is None else found
+    for node in block.nodes:
+        if node.op == "weight":
+            t = node.params["type"]
+            shape = [int(d) for d in t.shape]
+            shard = node.params.get("shard")
+            if shard is not None:
+                axis, _, n = shard
+                shape[axis] *= n
+            found.setdefault(prefix + node.params["name"], (t, tuple(shape)))
+        inner = prefix + node.params.get("prefix", "") if node.op == "call" else prefix
+        for p in node.params.values():
+            for b in p if isinstance(p, (tuple, list)) else (p,):
+                if isinstance(b, Block):
+                    _weight_inputs(b, found, inner)
+    return found
+
+
+def _check_weight(name: str, t: TensorType, full_shape: tuple[int, ...], arr: Any) -> None:
     got = DType.from_numpy(arr.dtype)
     if got is not t.dtype:
-        raise ValueError(f"InferenceSession.load: weight {w.name!r} expects dtype {t.dtype.name}, got {got.name}")
-    want = tuple(int(d) for d in (w._shard_of[0].shape if w._shard_of else t.shape))
-    if tuple(arr.shape) != want:
-        raise ValueError(f"InferenceSession.load: weight {w.name!r} expects shape {list(want)}, got {list(arr.shape)}")
+        raise ValueError(f"InferenceSession.load: weight {name!r} expects dtype {t.dtype.name}, got {got.name}")
+    if tuple(arr.shape) != full_shape:
+        raise ValueError(f"InferenceSession.load: weight {name!r} expects shape {list(full_shape)}, got {list(arr.shape)}")

@@ -212,7 +212,10 @@ class Graph:
             raise ValueError(f"Graph {self.name!r}: a different weight named {name!r} was already added ({existing.type} vs {weight.type})")
         from lowering.ops.core import weight_p  # noqa: PLC0415
 
+        if name in self._builder.weights:
+            raise ValueError(f"Graph {self.name!r}: weight name {name!r} is already used by ops.constant_external")
         value = self._builder.bind(weight_p, [], params)
+        self._builder.weights[name] = value
         self._weights[name] = weight
         self._weight_values[name] = value
         return value
