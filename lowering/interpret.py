@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lowering.dims import Dim, StaticDim, bind_symbols
+from lowering.dims import Dim, StaticDim, UnboundDimError, bind_symbols
 from lowering.ir import Block, ConstantValue, Node
 from lowering.registry import get_op
 from lowering.types import Type
@@ -30,7 +30,12 @@ def resolve_params(params: Mapping[str, Any], dims: Mapping[str, int]) -> dict[s
 
 def _resolve(v: Any, dims: Mapping[str, int]) -> Any:
     if isinstance(v, Dim):
-        return v.dim if isinstance(v, StaticDim) else v.evaluate(dims)
+        if isinstance(v, StaticDim):
+            return v.dim
+        try:
+            return v.evaluate(dims)
+        except UnboundDimError:
+            return v  # a size the op itself determines (nonzero's out_dim), bound after it runs
     if isinstance(v, tuple):
         return tuple(_resolve(x, dims) for x in v)
     if isinstance(v, list):

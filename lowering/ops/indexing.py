@@ -9,11 +9,12 @@ import jax.numpy as jnp
 
 from lowering.context import bind
 from lowering.dims import Dim, StaticDim
+from lowering.dtypes import DType
 from lowering.ops import _rules as R
 from lowering.registry import OpDef, front, register
 from lowering.types import TensorType
 
-__all__ = ["slice_tensor", "gather", "gather_nd"]
+__all__ = ["slice_tensor", "gather", "gather_nd", "scatter", "scatter_nd", "masked_scatter", "nonzero"]
 
 
 # ─── slice_tensor ────────────────────────────────────────────────────────
@@ -178,3 +179,148 @@ def gather_nd(input, indices, batch_dims=0):  # noqa: A002 - MAX's name
         >>> y = ops.gather_nd(x, idx, batch_dims=1)  # doctest: +SKIP
     """
     return bind(gather_nd_p, input, indices, batch_dims=int(batch_dims))
+
+
+# ─── scatter / scatter_nd / masked_scatter ───────────────────────────────
+
+
+def _scatter_rule(x, updates, idx, *, axis: int) -> TensorType:
+    x = R.require_tensor("scatter", x, "input")
+    updates = R.require_tensor("scatter", updates, "updates")
+    idx = R.require_tensor("scatter", idx, "indices")
+    R.require_dtype("scatter", idx, lambda d: d.is_integral(), "an integer", "indices")
+    if updates.dtype is not x.dtype:
+        raise R.OpError(f"scatter: updates dtype must match input, got input {R.fmt(x)} and updates {R.fmt(updates)}")
+    if list(idx.shape) != list(updates.shape):
+        raise R.OpError(f"scatter: indices {R.fmt(idx)} must have the shape of updates {R.fmt(updates)}")
+    if updates.rank != x.rank:
+        raise R.OpError(f"scatter: updates {R.fmt(updates)} must have the rank of input {R.fmt(x)}")
+    R.normalize_axis("scatter", axis, x.rank)
+    return TensorType(x.dtype, x.shape, R.same_device("scatter", x, updates, idx))
+
+
+def _scatter_impl(x, updates, idx, *, axis: int):
+    axis = axis % x.ndim
+    grids = list(jnp.indices(idx.shape, sparse=True))
+    grids[axis] = jnp.where(idx < 0, idx + x.shape[axis], idx)
+    return x.at[tuple(grids)].set(updates)
+
+
+scatter_p = register(OpDef("scatter", rule=_scatter_rule, impl=_scatter_impl))
+
+
+@front(scatter_p)
+def scatter(input, updates, indices, axis=-1):  # noqa: A002 - MAX's name
+    """Copy of ``input`` with ``updates`` written along ``axis`` at ``indices``
+    (ONNX ScatterElements: ``out[..., indices[i, j], ...] = updates[i, j]``).
+
+    Example:
+        >>> y = ops.scatter(x, upd, idx, axis=0)  # doctest: +SKIP
+    """
+    return bind(scatter_p, input, updates, indices, axis=int(axis))
+
+
+def _scatter_nd_rule(x, updates, idx) -> TensorType:
+    x = R.require_tensor("scatter_nd", x, "input")
+    updates = R.require_tensor("scatter_nd", updates, "updates")
+    idx = R.require_tensor("scatter_nd", idx, "indices")
+    R.require_dtype("scatter_nd", idx, lambda d: d.is_integral(), "an integer", "indices")
+    if updates.dtype is not x.dtype:
+        raise R.OpError(f"scatter_nd: updates dtype must match input, got {R.fmt(x)} and {R.fmt(updates)}")
+    if idx.rank < 1:
+        raise R.OpError(f"scatter_nd: indices must have rank >= 1, got {R.fmt(idx)}")
+    k = R.static_int("scatter_nd", idx.shape[-1], "the last dim of indices")
+    if k > x.rank:
+        raise R.OpError(f"scatter_nd: indices {R.fmt(idx)} address {k} dims of input {R.fmt(x)}")
+    want = list(idx.shape[:-1]) + list(x.shape[k:])
+    if list(updates.shape) != want:
+        raise R.OpError(f"scatter_nd: updates {R.fmt(updates)} must have shape [{', '.join(str(d) for d in want)}] for indices {R.fmt(idx)} into {R.fmt(x)}")
+    return TensorType(x.dtype, x.shape, R.same_device("scatter_nd", x, updates, idx))
+
+
+def _scatter_nd_impl(x, updates, idx):
+    k = idx.shape[-1]
+    return x.at[tuple(idx[..., j] for j in range(k))].set(updates)
+
+
+scatter_nd_p = register(OpDef("scatter_nd", rule=_scatter_nd_rule, impl=_scatter_nd_impl))
+
+
+@front(scatter_nd_p)
+def scatter_nd(input, updates, indices):  # noqa: A002 - MAX's name
+    """Copy of ``input`` with ``updates[i]`` written at the index tuple ``indices[i]``.
+
+    ``indices`` is ``[..., k]``; ``updates`` is ``indices.shape[:-1] + input.shape[k:]``.
+
+    Example:
+        >>> y = ops.scatter_nd(x, rows, idx)  # doctest: +SKIP
+    """
+    return bind(scatter_nd_p, input, updates, indices)
+
+
+def _masked_scatter_rule(x, mask, updates, *, out_dim: Dim) -> TensorType:
+    x = R.require_tensor("masked_scatter", x, "input")
+    mask = R.require_tensor("masked_scatter", mask, "mask")
+    updates = R.require_tensor("masked_scatter", updates, "updates")
+    R.require_dtype("masked_scatter", mask, lambda d: d is DType.bool, "bool", "mask")
+    if updates.dtype is not x.dtype:
+        raise R.OpError(f"masked_scatter: updates dtype must match input, got {R.fmt(x)} and {R.fmt(updates)}")
+    shape = R.broadcast_shapes("masked_scatter", x.shape, mask.shape)
+    if list(shape) != list(x.shape):
+        raise R.OpError(f"masked_scatter: mask {R.fmt(mask)} must broadcast to input {R.fmt(x)}")
+    return TensorType(x.dtype, x.shape, R.same_device("masked_scatter", x, mask, updates))
+
+
+def _masked_scatter_impl(x, mask, updates, *, out_dim):
+    # Like torch.masked_scatter: the k-th True position takes the k-th element of updates.
+    mask = jnp.broadcast_to(mask, x.shape).reshape(-1)
+    src = updates.reshape(-1)
+    pos = jnp.clip(jnp.cumsum(mask) - 1, 0, max(src.shape[0] - 1, 0))
+    taken = src[pos] if src.shape[0] else jnp.zeros_like(x.reshape(-1))
+    return jnp.where(mask, taken, x.reshape(-1)).reshape(x.shape)
+
+
+masked_scatter_p = register(OpDef("masked_scatter", rule=_masked_scatter_rule, impl=_masked_scatter_impl))
+
+
+@front(masked_scatter_p)
+def masked_scatter(input, mask, updates, out_dim):  # noqa: A002 - MAX's name
+    """Copy of ``input`` where the positions of ``mask`` that are True take the
+    elements of ``updates`` in row-major order (``out_dim`` names their count).
+
+    Example:
+        >>> y = ops.masked_scatter(x, x > 0, vals, out_dim="n")  # doctest: +SKIP
+    """
+    return bind(masked_scatter_p, input, mask, updates, out_dim=Dim(out_dim))
+
+
+# ─── nonzero (data-dependent size) ───────────────────────────────────────
+
+
+def _nonzero_rule(x, *, out_dim: Dim) -> TensorType:
+    x = R.require_tensor("nonzero", x)
+    if x.rank == 0:
+        raise R.OpError(f"nonzero: input must have rank >= 1, got {R.fmt(x)}")
+    return TensorType(DType.int64, [out_dim, x.rank], x.device)
+
+
+def _nonzero_impl(x, *, out_dim):
+    # Runs op by op (data_dependent): the count is known once x is concrete.
+    return jnp.stack(jnp.nonzero(x), axis=1).astype(jnp.int64)
+
+
+nonzero_p = register(OpDef("nonzero", rule=_nonzero_rule, impl=_nonzero_impl, differentiable=False, data_dependent=True))
+
+
+@front(nonzero_p)
+def nonzero(x, out_dim):
+    """Row-major indices of the nonzero elements of ``x``: int64 ``[out_dim, rank]``.
+
+    ``out_dim`` (usually a new symbolic name) is the count, known only at run
+    time; graphs with ``nonzero`` therefore run op by op rather than as one
+    compiled program.
+
+    Example:
+        >>> idx = ops.nonzero(mask, "n_true")  # doctest: +SKIP
+    """
+    return bind(nonzero_p, x, out_dim=Dim(out_dim))

@@ -7,7 +7,7 @@ from maxfx.dtype import DType
 from maxfx.graph import Graph, TensorType, ops
 from tests.ops.harness import rand, run_op
 
-COVERED_OPS = {"slice_tensor", "gather", "gather_nd"}
+COVERED_OPS = {"slice_tensor", "gather", "gather_nd", "scatter", "scatter_nd", "masked_scatter", "nonzero"}
 
 INDICES = [
     (0,),
@@ -87,3 +87,63 @@ def test_gather_nd_errors():
             ops.gather_nd(g.inputs[0], g.inputs[1])
         with pytest.raises(ValueError, match="batch dim 0"):
             ops.gather_nd(g.inputs[0], g.inputs[2], batch_dims=1)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_scatter_elements(rng, axis):
+    x = rand(rng, [4, 5])
+    upd = rand(rng, [2, 3])
+    # Distinct indices along the axis for each position of the other axis: the result is unambiguous.
+    if axis == 0:
+        idx = np.stack([rng.permutation(4)[:2] for _ in range(3)], axis=1)
+    else:
+        idx = np.stack([rng.permutation(5)[:3] for _ in range(2)], axis=0)
+    idx = idx.astype(np.int64)
+    ref = x.copy()
+    for i in range(2):
+        for j in range(3):
+            if axis == 0:
+                ref[idx[i, j], j] = upd[i, j]
+            else:
+                ref[i, idx[i, j]] = upd[i, j]
+    np.testing.assert_array_equal(run_op(lambda v, u, i: ops.scatter(v, u, i, axis=axis), x, upd, idx), ref)
+
+
+def test_scatter_nd(rng):
+    x = rand(rng, [4, 5, 3])
+    idx = np.array([[0, 1], [3, 4], [2, 0]], np.int64)
+    upd = rand(rng, [3, 3])
+    ref = x.copy()
+    ref[idx[:, 0], idx[:, 1]] = upd
+    np.testing.assert_array_equal(run_op(ops.scatter_nd, x, upd, idx), ref)
+
+
+def test_scatter_errors():
+    with Graph("s", input_types=[TensorType(DType.float32, [4, 5]), TensorType(DType.float32, [2, 3]), TensorType(DType.int64, [2, 2])]) as g:
+        x, u, i = g.inputs
+        with pytest.raises(ValueError, match="scatter: indices"):
+            ops.scatter(x, u, i)
+        with pytest.raises(ValueError, match="scatter_nd: updates"):
+            ops.scatter_nd(x, u, i)
+
+
+def test_masked_scatter(rng):
+    x = rand(rng, [3, 4])
+    mask = x > 0
+    upd = np.arange(12, dtype=np.float32) + 100
+    ref = x.copy()
+    ref[mask] = upd[: mask.sum()]
+    np.testing.assert_array_equal(run_op(lambda v, m, u: ops.masked_scatter(v, m, u, out_dim="n"), x, mask, upd), ref)
+
+
+def test_nonzero_has_a_data_dependent_size(rng):
+    with Graph("nz", input_types=[TensorType(DType.float32, [3, 4])]) as g:
+        idx = ops.nonzero(g.inputs[0], "n")
+        assert idx.dtype is DType.int64 and idx.shape == ["n", 2]
+        g.output(idx)
+    from maxfx.engine import InferenceSession
+
+    model = InferenceSession().load(g)
+    for density in (0.2, 0.7):
+        x = (rng.random((3, 4)) < density).astype(np.float32)
+        np.testing.assert_array_equal(model.execute(x)[0].to_numpy(), np.argwhere(x))
