@@ -16,20 +16,6 @@ def _relu_graph(shape):
     return g
 
 
-def test_seed_000_graph_workflow():
-    cpu = CPU()
-    input_type = TensorType(DType.float32, shape=[5], device=cpu)
-    with Graph("relu_graph", input_types=[input_type]) as graph:
-        x = graph.inputs[0]
-        y = ops.relu(x)
-        graph.output(y)
-    session = InferenceSession(devices=[cpu])
-    model = session.load(graph)
-    input_data = np.array([1.0, -2.0, 3.0, -4.0, 5.0], dtype=np.float32)
-    result = model.execute(input_data)
-    assert str(np.from_dlpack(result[0])) == "[1. 0. 3. 0. 5.]"
-
-
 def test_symbolic_batch_compiles_once_per_shape():
     model = InferenceSession().load(_relu_graph(["batch", 2]))
     before = compile_stats()["compiles"]
