@@ -37,7 +37,15 @@ class UnboundDimError(ValueError):
 
 
 def _atom_key(atom) -> str:
-    return atom if isinstance(atom, str) else f"({_format_poly(atom[1])} {atom[0]} {_format_poly(atom[2])})"
+    if isinstance(atom, str):
+        return atom
+    op, a, b = atom
+    return f"({_operand(a)} {op} {_operand(b)})"
+
+
+def _operand(p: _Poly) -> str:
+    text = _format_poly(p)
+    return f"({text})" if len(p) > 1 or (p and len(p[0][0]) > 0 and p[0][1] != 1) else text
 
 
 def _make_poly(terms: Mapping[tuple, int]) -> _Poly:

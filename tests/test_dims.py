@@ -75,3 +75,8 @@ def test_dims_map_onto_jax_symbolic_shapes():
     # jax evaluates the same polynomial: check through a shape-polymorphic eval_shape.
     out = jax.eval_shape(lambda x: jnp.zeros(expr), jax.ShapeDtypeStruct((a, b), jnp.float32))
     assert out.shape[0] == 2 * a + b - 1
+
+
+def test_floordiv_text_keeps_precedence():
+    assert str((Dim("batch") + 1) // 2) == "((batch + 1) // 2)"
+    assert ((Dim("batch") + 1) // 2).evaluate({"batch": 5}) == 3

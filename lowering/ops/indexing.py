@@ -1,4 +1,17 @@
-"""Indexing: ``slice_tensor`` (numpy basic indexing), ``gather``, ``gather_nd``."""
+"""Indexing: ``slice_tensor`` (numpy basic indexing, ``x[...]``), ``gather``,
+``gather_nd``, ``scatter``, ``scatter_nd``, ``masked_scatter``, ``nonzero``.
+
+Out-of-range indices, slice bounds and axes raise `IndexOpError`, which is both
+an IndexError (numpy; MAX's ``gather``) and a ValueError (MAX's other ops).
+
+Slicing a symbolic dim with static bounds gives the matching dim expression
+(``x[1:]`` of ``batch`` is ``batch - 1``); the bounds are then checked, and new
+symbols of ``(slice, out_dim)`` pairs bound, when the graph runs.
+
+``nonzero`` is the one data-dependent op here: its output length is the
+number of nonzero inputs, so graphs using it run op by op and bind its
+``out_dim`` symbol from the result.
+"""
 
 from __future__ import annotations
 
@@ -6,153 +19,356 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax import lax
 
-from lowering.context import bind
-from lowering.dims import Dim, StaticDim
+from lowering.context import bind, is_weak
+from lowering.dims import Dim, StaticDim, bind_symbols
 from lowering.dtypes import DType
 from lowering.ops import _rules as R
+from lowering.ops._indexing_util import DataDim, IndexOpError, axis_index, is_int, is_value, require_index_dtype
 from lowering.registry import OpDef, front, register
 from lowering.types import TensorType
 
-__all__ = ["slice_tensor", "gather", "gather_nd", "scatter", "scatter_nd", "masked_scatter", "nonzero"]
+__all__ = ["slice_tensor", "gather", "gather_nd", "scatter", "scatter_nd", "masked_scatter", "nonzero", "IndexOpError"]
 
 
-# ─── slice_tensor ────────────────────────────────────────────────────────
+# ─── slice_tensor ─────────────────────────────────────────────────────────
+#
+# The ``index`` param is a tuple of hashable specs, one per index entry:
+#   ("i", k)                            int index (drops the dim)
+#   ("t", j)                            scalar integer tensor, the j-th extra input (drops the dim)
+#   ("s", start, stop, step, out_dim)   slice; start/stop are None, ints, Dims or ("t", j);
+#                                       out_dim is a DataDim or None
+#   ("n",)                              None: a new size-1 dim
+#   ("e",)                              Ellipsis
+
+_FULL = ("s", None, None, 1, None)
 
 
-def _slice_len(dim: Dim, s: slice) -> Dim:
-    """Length of ``dim[s]`` (symbolic dims need static, in-bounds, forward bounds)."""
-    if isinstance(dim, StaticDim):
-        return Dim(len(range(*s.indices(dim.dim))))
-    step = 1 if s.step is None else s.step
-    if step != 1:
-        raise R.OpError(f"slice_tensor: a step of {step} on symbolic dim {dim} needs an explicit out_dim: (slice, out_dim)")
-
-    def bound(v: Any, default: Dim) -> Dim:
-        if v is None:
-            return default
-        return dim + v if v < 0 else Dim(v)
-
-    return bound(s.stop, dim) - bound(s.start, Dim(0))
+def _slice_bound(op: str, v: Any, what: str, pos: int, tensors: list[Any]) -> Any:
+    if v is None:
+        return None
+    if is_int(v):
+        return int(v)
+    if isinstance(v, Dim):
+        return v  # a symbolic bound (x[:seq]); resolved when the graph runs
+    if is_value(v):
+        tensors.append(v)
+        return ("t", len(tensors) - 1)
+    raise TypeError(f"{op}: slice {what} of index {pos} must be an int, a Dim, a scalar integer tensor or None, got {type(v).__name__} {v!r}")
 
 
-def _normalize_index(x: TensorType, index: tuple) -> tuple[tuple, list[Dim]]:
-    """Static index tuple for the impl and the output dims."""
-    n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
-    if n_real > x.rank:
-        raise IndexError(f"slice_tensor: too many indices ({n_real}) for {R.fmt(x)}")
-    if sum(1 for i in index if i is Ellipsis) > 1:
-        raise IndexError("slice_tensor: an index can only have a single Ellipsis")
-    expanded: list[Any] = []
-    for i in index:
-        if i is Ellipsis:
-            expanded.extend([slice(None)] * (x.rank - n_real))
+def _is_named_slice(ix: Any) -> bool:
+    return isinstance(ix, tuple) and len(ix) == 2 and isinstance(ix[0], slice) and (
+        isinstance(ix[1], str) or (isinstance(ix[1], Dim) and not isinstance(ix[1], StaticDim))
+    )
+
+
+def _parse_index(indices: Any) -> tuple[tuple, list[Any]]:
+    """Index specs (see above) and the tensor-valued entries."""
+    op = "slice_tensor"
+    if not isinstance(indices, (list, tuple)):
+        indices = (indices,)
+    if _is_named_slice(indices):
+        indices = (indices,)  # x[1:, "n"] cannot mean two entries: a str is no index, so it is one (slice, out_dim) pair
+    specs: list[tuple] = []
+    tensors: list[Any] = []
+    for pos, ix in enumerate(indices):
+        out_dim = None
+        if isinstance(ix, tuple):
+            if len(ix) != 2 or not isinstance(ix[0], slice):
+                raise TypeError(f"{op}: index {pos} is a tuple {ix!r}; only (slice, out_dim) pairs are allowed")
+            ix, out_dim = ix
+            try:
+                out_dim = DataDim(out_dim)
+            except TypeError:
+                raise TypeError(f"{op}: out_dim of index {pos} must be an int, str or Dim, got {type(out_dim).__name__} {out_dim!r}") from None
+        if ix is None:
+            specs.append(("n",))
+        elif ix is Ellipsis:
+            specs.append(("e",))
+        elif isinstance(ix, slice):
+            step = 1 if ix.step is None else ix.step
+            if not is_int(step):
+                raise TypeError(f"{op}: slice step of index {pos} must be an int, got {type(step).__name__} {step!r}")
+            if int(step) == 0:
+                raise R.OpError(f"{op}: slice step of index {pos} cannot be zero")
+            start = _slice_bound(op, ix.start, "start", pos, tensors)
+            stop = _slice_bound(op, ix.stop, "stop", pos, tensors)
+            specs.append(("s", start, stop, int(step), out_dim))
+        elif is_int(ix):
+            specs.append(("i", int(ix)))
+        elif is_value(ix):
+            specs.append(("t", len(tensors)))
+            tensors.append(ix)
         else:
-            expanded.append(i)
-    if Ellipsis not in index:
-        expanded.extend([slice(None)] * (x.rank - n_real))
-    static: list[Any] = []
+            raise TypeError(
+                f"{op}: unsupported index {ix!r} ({type(ix).__name__}) at position {pos}; use ints, slices, None, Ellipsis, "
+                "(slice, out_dim) pairs or scalar integer tensors (ops.gather selects by an index tensor)"
+            )
+    return tuple(specs), tensors
+
+
+def _expand(op: str, specs: tuple, rank: int, what: str) -> list[tuple]:
+    """Specs with the Ellipsis replaced by full slices and missing trailing dims filled."""
+    n_real = sum(1 for s in specs if s[0] not in ("n", "e"))
+    if sum(1 for s in specs if s[0] == "e") > 1:
+        raise IndexOpError(f"{op}: an index can only have a single Ellipsis (...)")
+    if n_real > rank:
+        raise IndexOpError(f"{op}: too many indices ({n_real}) for {what} of rank {rank}")
+    out: list[tuple] = []
+    for s in specs:
+        if s[0] == "e":
+            out.extend([_FULL] * (rank - n_real))
+        else:
+            out.append(s)
+    if not any(s[0] == "e" for s in specs):
+        out.extend([_FULL] * (rank - n_real))
+    return out
+
+
+def _is_dynamic(s: tuple) -> bool:
+    return isinstance(s[1], tuple) or isinstance(s[2], tuple)
+
+
+def _check_slice_bounds(n: int, s: tuple, axis: int, what: str) -> None:
+    # MAX: bounds within [-dim, dim] for a positive step, [-dim - 1, dim - 1] for a negative one.
+    _, start, stop, step, _ = s
+    lo, hi = (-n, n) if step > 0 else (-n - 1, n - 1)
+    for name, v in (("start", start), ("stop", stop)):
+        if isinstance(v, int) and not lo <= v <= hi:
+            sign = "positive" if step > 0 else "negative"
+            raise IndexOpError(
+                f"slice_tensor: slice {name} {v} is out of range for axis {axis} of size {n} in {what} "
+                f"(a {sign} step needs {lo} <= {name} <= {hi})"
+            )
+
+
+def _norm_bound(d: Dim, v: Any) -> Dim:
+    return d + v if isinstance(v, int) and v < 0 else Dim(v)
+
+
+def _slice_len(d: Dim, s: tuple) -> Dim:
+    """Length of ``d[start:stop:step]`` for in-range bounds, as a dim expression."""
+    _, start, stop, step, _ = s
+    if step > 0:
+        lo = Dim(0) if start is None else _norm_bound(d, start)
+        hi = d if stop is None else _norm_bound(d, stop)
+        span, k = hi - lo, step
+    else:
+        hi = d - 1 if start is None else _norm_bound(d, start)
+        lo = Dim(-1) if stop is None else _norm_bound(d, stop)  # -1: just before the first element
+        span, k = hi - lo, -step
+    n = span if k == 1 else (span + (k - 1)) // k
+    if isinstance(n, StaticDim) and n.dim < 0:
+        return StaticDim(0)
+    return n
+
+
+def _slice_rule(x, *index_types, index: tuple) -> TensorType:
+    op = "slice_tensor"
+    x = R.require_tensor(op, x)
+    for t in index_types:
+        t = R.require_tensor(op, t, "tensor index")
+        if not t.dtype.is_integral():
+            raise TypeError(f"{op}: tensor indices must have an integer dtype, got {R.fmt(t)}")
+        if not all(isinstance(d, StaticDim) and d.dim == 1 for d in t.shape):
+            raise R.OpError(f"{op}: a tensor index must be a scalar (one element), got {R.fmt(t)}")
     out: list[Dim] = []
     axis = 0
-    for i in expanded:
-        if i is None:
-            static.append(None)
-            out.append(Dim(1))
+    for s in _expand(op, index, x.rank, R.fmt(x)):
+        if s[0] == "n":
+            out.append(StaticDim(1))
             continue
-        dim = x.shape[axis]
-        if isinstance(i, tuple) and len(i) == 2 and isinstance(i[0], slice):
-            static.append(i[0])
-            out.append(Dim(i[1]))
-        elif isinstance(i, slice):
-            for part in (i.start, i.stop, i.step):
-                if part is not None and not isinstance(part, int):
-                    raise TypeError(f"slice_tensor: slice bounds must be ints or None, got {i!r}")
-            if i.step == 0:
-                raise ValueError("slice_tensor: slice step cannot be zero")
-            static.append(i)
-            out.append(_slice_len(dim, i))
-        elif isinstance(i, int) and not isinstance(i, bool) or hasattr(i, "__index__") and not isinstance(i, bool):
-            k = int(i)
-            if isinstance(dim, StaticDim) and not -dim.dim <= k < dim.dim:
-                raise IndexError(f"slice_tensor: index {k} is out of range for axis {axis} of size {dim.dim} in {R.fmt(x)}")
-            static.append(k)
-        else:
-            raise TypeError(f"slice_tensor: unsupported index {i!r} ({type(i).__name__}); use ints, slices, None or Ellipsis")
+        d = x.shape[axis]
+        if s[0] == "i":
+            if isinstance(d, StaticDim) and not -d.dim <= s[1] < d.dim:
+                raise IndexOpError(f"{op}: index {s[1]} is out of range for axis {axis} of size {d.dim} in {R.fmt(x)}")
+        elif s[0] == "s":
+            out.append(_slice_rule_dim(x, axis, d, s))
         axis += 1
-    return tuple(static), out
-
-
-def _slice_rule(x, *, index: tuple) -> TensorType:
-    x = R.require_tensor("slice_tensor", x)
-    _, out = _normalize_index(x, index)
     return TensorType(x.dtype, out, x.device)
 
 
-def _slice_impl(x, *, index: tuple):
-    static = tuple(i[0] if isinstance(i, tuple) else i for i in index)
-    return x[static]
+def _slice_rule_dim(x: TensorType, axis: int, d: Dim, s: tuple) -> Dim:
+    op = "slice_tensor"
+    _, start, stop, step, out_dim = s
+    if _is_dynamic(s):
+        if out_dim is None:
+            raise R.OpError(f"{op}: a slice with tensor bounds (axis {axis} of {R.fmt(x)}) needs an out_dim: pass (slice, out_dim)")
+        if step < 0:
+            raise R.OpError(f"{op}: slices with tensor bounds need a positive step, got {step} (axis {axis} of {R.fmt(x)})")
+        return out_dim.dim
+    if isinstance(d, StaticDim) and all(v is None or isinstance(v, int) for v in (start, stop)):
+        _check_slice_bounds(d.dim, s, axis, R.fmt(x))
+        n = StaticDim(len(range(*slice(start, stop, step).indices(d.dim))))
+        if out_dim is not None and out_dim.dim != n:
+            raise R.OpError(f"{op}: slice {slice(start, stop, step)} of axis {axis} in {R.fmt(x)} has {n} elements, but out_dim is {out_dim}")
+        return n
+    return out_dim.dim if out_dim is not None else _slice_len(d, s)
 
 
-slice_tensor_p = register(OpDef("slice_tensor", rule=_slice_rule, impl=_slice_impl))
+def _slice_apply(x, tensor_idx, index: tuple, env: dict[str, int]):
+    """``x[index]`` on a concrete-shaped array; ``env`` binds the symbols of out_dims."""
+    basic: list[Any] = []
+    axis = 0
+    for s in _expand("slice_tensor", index, x.ndim, f"an array of shape {list(x.shape)}"):
+        if s[0] == "n":
+            basic.append(None)
+            continue
+        n = x.shape[axis]
+        if s[0] == "i":
+            if not -n <= s[1] < n:
+                raise IndexOpError(f"slice_tensor: index {s[1]} is out of range for axis {axis} of size {n}")
+            basic.append(s[1])
+        elif s[0] == "t":
+            # A run-time position: negative counts from the end; out-of-range positions clamp (no errors under jit).
+            i = jnp.reshape(tensor_idx[s[1]], ())
+            x = lax.dynamic_index_in_dim(x, jnp.where(i < 0, i + n, i), axis, keepdims=True)
+            basic.append(0)
+        elif _is_dynamic(s):
+            x = _dynamic_slice(x, tensor_idx, s, axis, env)
+            basic.append(slice(None, None, s[3]))
+        else:
+            _check_slice_bounds(n, s, axis, f"an array of shape {list(x.shape)}")
+            basic.append(slice(s[1], s[2], s[3]))
+        axis += 1
+    return x[tuple(basic)]
+
+
+def _dynamic_slice(x, tensor_idx, s: tuple, axis: int, env: dict[str, int]):
+    _, start, _, step, out_dim = s
+    length = out_dim.evaluate(env)
+    if length is None:
+        raise ValueError(
+            f"slice_tensor: out_dim {out_dim} of a slice with tensor bounds is not bound by the graph's input shapes; "
+            "use a static int or a dim that appears in an input shape"
+        )
+    n = x.shape[axis]
+    span = (length - 1) * step + 1 if length > 0 else 0
+    if span > n:
+        raise IndexOpError(f"slice_tensor: out_dim {out_dim} = {length} with step {step} needs {span} elements, but axis {axis} has {n}")
+    if isinstance(start, tuple):
+        i = jnp.reshape(tensor_idx[start[1]], ())
+        begin = jnp.where(i < 0, i + n, i)
+    else:
+        begin = 0 if start is None else (start + n if start < 0 else start)
+    # lax.dynamic_slice shifts the window back inside the dim if it would overrun (no errors under jit).
+    return lax.dynamic_slice_in_dim(x, begin, span, axis=axis)
+
+
+def _slice_impl(x, *tensor_idx, index: tuple):
+    return _slice_apply(x, tensor_idx, index, {})
+
+
+def _slice_interpret(interp, node, ins, params, env):
+    # Graph replay: symbolic dims are concrete now; check the result against the
+    # recorded type and bind new symbols of (slice, out_dim) pairs for later ops.
+    out = _slice_apply(ins[0], ins[1:], params["index"], interp.dims)
+    t = node.outputs[0].type
+    err = bind_symbols(t.shape, out.shape, interp.dims)
+    if err:
+        raise IndexOpError(
+            f"slice_tensor: at run time the result has shape {list(out.shape)} but the graph expects {R.fmt(t)} ({err}); "
+            "slice bounds must lie within their dims ([-dim, dim] for a positive step, [-dim - 1, dim - 1] for a negative one)"
+        )
+    return out
+
+
+slice_tensor_p = register(OpDef("slice_tensor", rule=_slice_rule, impl=_slice_impl, interpret=_slice_interpret))
 
 
 @front(slice_tensor_p)
 def slice_tensor(x, indices):
-    """Numpy basic indexing: ints drop a dim, slices (negative steps too), None
-    adds a dim, Ellipsis fills; ``(slice, out_dim)`` names the result size of a
-    slice over a symbolic dim. ``x[...]`` on a TensorValue calls this.
+    """Numpy basic indexing; ``x[...]`` on a tensor value calls this.
+
+    Each entry of ``indices`` is one of: an int (drops the dim; negative counts
+    from the end), a ``slice`` (negative steps allowed), ``None`` (a new size-1
+    dim), ``Ellipsis``, a scalar integer tensor (a run-time position; drops the
+    dim), or a ``(slice, out_dim)`` pair naming the result size of a slice whose
+    size cannot be derived (tensor bounds, or to give it a new symbolic name).
+
+    Slice bounds must lie in ``[-dim, dim]`` for a positive step and in
+    ``[-dim - 1, dim - 1]`` for a negative one (they are not clamped). Slicing
+    a symbolic dim with int bounds gives a dim expression: ``x[1:]`` of
+    ``batch`` is ``batch - 1``, ``x[::2]`` is ``(batch + 1) // 2``.
 
     Raises:
-        IndexError: an int index out of range for its dim.
+        IndexError: an int index or slice bound out of range, too many indices
+            or several Ellipses (`IndexOpError`, also a ValueError).
+        ValueError: a zero step, or a non-scalar tensor index.
+        TypeError: an unsupported index type.
 
     Example:
-        >>> y = ops.slice_tensor(x, (0, slice(None, None, -1)))  # doctest: +SKIP  # x[0, ::-1]
+        >>> y = ops.slice_tensor(x, [slice(None, None, -1)])  # doctest: +SKIP  # x[::-1]
+        >>> z = ops.slice_tensor(x, [..., None, slice(None)])  # doctest: +SKIP  # x[..., None, :]
     """
-    index = tuple(indices) if isinstance(indices, (tuple, list)) else (indices,)
-    return bind(slice_tensor_p, x, index=index)
+    specs, tensors = _parse_index(indices)
+    return bind(slice_tensor_p, x, *tensors, index=specs)
 
 
-# ─── gather / gather_nd ──────────────────────────────────────────────────
+# ─── gather / gather_nd ───────────────────────────────────────────────────
 
 
 def _gather_rule(x, idx, *, axis: int) -> TensorType:
     x = R.require_tensor("gather", x, "input")
     idx = R.require_tensor("gather", idx, "indices")
-    R.require_dtype("gather", idx, lambda d: d.is_integral(), "an integer", "indices")
-    a = R.normalize_axis("gather", axis, x.rank)
+    require_index_dtype("gather", idx)
+    a = axis_index("gather", axis, x.rank)
     device = R.same_device("gather", x, idx)
     return TensorType(x.dtype, list(x.shape[:a]) + list(idx.shape) + list(x.shape[a + 1 :]), device)
 
 
-gather_p = register(OpDef("gather", rule=_gather_rule, impl=lambda x, idx, *, axis: jnp.take(x, idx, axis=axis)))
+def _gather_impl(x, idx, *, axis: int):
+    n = x.shape[axis]
+    # Negative indices count from the end (np.take); out-of-range ones clamp (no errors under jit).
+    return jnp.take(x, jnp.where(idx < 0, idx + n, idx), axis=axis, mode="clip")
+
+
+gather_p = register(OpDef("gather", rule=_gather_rule, impl=_gather_impl))
 
 
 @front(gather_p)
 def gather(input, indices, axis):  # noqa: A002 - MAX's name
-    """``np.take(input, indices, axis)``: out shape ``in[:axis] + indices.shape + in[axis+1:]``.
+    """Select entries of ``input`` along ``axis`` by ``indices`` (``np.take``).
+
+    The output shape is ``input.shape[:axis] + indices.shape + input.shape[axis + 1:]``.
+    Negative indices count from the end.
+
+    Args:
+        input: the tensor to select from.
+        indices: int32 or int64 tensor of positions along ``axis``.
+        axis: the axis to index; negative counts from the end.
+
+    Raises:
+        IndexError: ``axis`` out of range (`IndexOpError`, also a ValueError).
+        ValueError: non-integer ``indices``.
 
     Example:
         >>> rows = ops.gather(table, ids, axis=0)  # doctest: +SKIP
+        >>> # table: float32[vocab, 64], ids: int64[batch, seq] -> float32[batch, seq, 64]
     """
-    return bind(gather_p, input, indices, axis=int(axis))
+    return bind(gather_p, input, indices, axis=int(axis) if is_int(axis) else axis)
 
 
 def _gather_nd_rule(x, idx, *, batch_dims: int) -> TensorType:
-    x = R.require_tensor("gather_nd", x, "input")
-    idx = R.require_tensor("gather_nd", idx, "indices")
-    R.require_dtype("gather_nd", idx, lambda d: d.is_integral(), "an integer", "indices")
+    op = "gather_nd"
+    x = R.require_tensor(op, x, "input")
+    idx = R.require_tensor(op, idx, "indices")
+    R.require_dtype(op, idx, lambda d: d.is_integral(), "an integer", "indices")
     if idx.rank < 1:
-        raise R.OpError(f"gather_nd: indices must have rank >= 1, got {R.fmt(idx)}")
-    k = R.static_int("gather_nd", idx.shape[-1], "the last dim of indices")
+        raise R.OpError(f"{op}: indices must have rank >= 1, got {R.fmt(idx)}")
+    k = R.static_int(op, idx.shape[-1], "the last dim of indices")
     b = batch_dims
-    if not 0 <= b < idx.rank or b > x.rank:
-        raise R.OpError(f"gather_nd: batch_dims={b} is out of range for input {R.fmt(x)} and indices {R.fmt(idx)}")
+    if b < 0 or b > idx.rank - 1:
+        raise R.OpError(f"{op}: batch_dims={b} must be in [0, {idx.rank - 1}] for indices {R.fmt(idx)}")
     if b + k > x.rank:
-        raise R.OpError(f"gather_nd: indices {R.fmt(idx)} index {k} dims after {b} batch dims, but input {R.fmt(x)} has rank {x.rank}")
+        raise R.OpError(f"{op}: indices {R.fmt(idx)} index {k} dims after {b} batch dims, but input {R.fmt(x)} has rank {x.rank}")
     for i in range(b):
         if x.shape[i] != idx.shape[i]:
-            raise R.OpError(f"gather_nd: batch dim {i} differs: input {R.fmt(x)} vs indices {R.fmt(idx)}")
-    device = R.same_device("gather_nd", x, idx)
+            raise R.OpError(f"{op}: batch dim {i} differs between input {R.fmt(x)} and indices {R.fmt(idx)} (no broadcasting)")
+    device = R.same_device(op, x, idx)
     return TensorType(x.dtype, list(x.shape[:b]) + list(idx.shape[b:-1]) + list(x.shape[b + k :]), device)
 
 
@@ -161,6 +377,7 @@ def _gather_nd_impl(x, idx, *, batch_dims: int):
         return jax.vmap(lambda xx, ii: _gather_nd_impl(xx, ii, batch_dims=batch_dims - 1))(x, idx)
     k = idx.shape[-1]
     flat = idx.reshape(-1, k)
+    # Plain integer-array indexing: negative indices count from the end, out-of-range ones clamp.
     picked = x[tuple(flat[:, i] for i in range(k))]
     return picked.reshape(idx.shape[:-1] + x.shape[k:])
 
@@ -170,40 +387,58 @@ gather_nd_p = register(OpDef("gather_nd", rule=_gather_nd_rule, impl=_gather_nd_
 
 @front(gather_nd_p)
 def gather_nd(input, indices, batch_dims=0):  # noqa: A002 - MAX's name
-    """Gather slices addressed by the last dim of ``indices``.
+    """Gather entries (or slices) of ``input`` addressed by the last dim of ``indices``.
 
-    Output shape: ``input[:b] + indices[b:-1] + input[b + indices[-1]:]`` with
-    ``b = batch_dims`` leading dims shared by input and indices.
+    The output shape is ``input.shape[:b] + indices.shape[b:-1] + input.shape[b + k:]``
+    with ``b = batch_dims`` leading dims shared exactly by input and indices
+    (no broadcasting) and ``k = indices.shape[-1]`` (must be static).
+
+    Raises:
+        ValueError: non-integer indices, a symbolic last dim, ``batch_dims``
+            out of range, too long index vectors or mismatched batch dims.
 
     Example:
         >>> y = ops.gather_nd(x, idx, batch_dims=1)  # doctest: +SKIP
+        >>> # x: [a, b, c, d, e], idx: int32[a, f, 3] -> [a, f, e]
     """
+    if not is_int(batch_dims):
+        raise TypeError(f"gather_nd: batch_dims must be an int, got {type(batch_dims).__name__} {batch_dims!r}")
     return bind(gather_nd_p, input, indices, batch_dims=int(batch_dims))
 
 
 # ─── scatter / scatter_nd / masked_scatter ───────────────────────────────
 
 
-def _scatter_rule(x, updates, idx, *, axis: int) -> TensorType:
-    x = R.require_tensor("scatter", x, "input")
-    updates = R.require_tensor("scatter", updates, "updates")
-    idx = R.require_tensor("scatter", idx, "indices")
-    R.require_dtype("scatter", idx, lambda d: d.is_integral(), "an integer", "indices")
-    if updates.dtype is not x.dtype:
-        raise R.OpError(f"scatter: updates dtype must match input, got input {R.fmt(x)} and updates {R.fmt(updates)}")
-    if list(idx.shape) != list(updates.shape):
-        raise R.OpError(f"scatter: indices {R.fmt(idx)} must have the shape of updates {R.fmt(updates)}")
-    if updates.rank != x.rank:
-        raise R.OpError(f"scatter: updates {R.fmt(updates)} must have the rank of input {R.fmt(x)}")
-    R.normalize_axis("scatter", axis, x.rank)
-    return TensorType(x.dtype, x.shape, R.same_device("scatter", x, updates, idx))
+def _same_dtype(op: str, x: TensorType, upd: TensorType) -> None:
+    if x.dtype is not upd.dtype:
+        raise R.OpError(f"{op}: input {R.fmt(x)} and updates {R.fmt(upd)} must have the same dtype")
 
 
-def _scatter_impl(x, updates, idx, *, axis: int):
-    axis = axis % x.ndim
-    grids = list(jnp.indices(idx.shape, sparse=True))
-    grids[axis] = jnp.where(idx < 0, idx + x.shape[axis], idx)
-    return x.at[tuple(grids)].set(updates)
+def _scatter_rule(x, upd, idx, *, axis: int) -> TensorType:
+    op = "scatter"
+    x = R.require_tensor(op, x, "input")
+    upd = R.require_tensor(op, upd, "updates")
+    idx = R.require_tensor(op, idx, "indices")
+    _same_dtype(op, x, upd)
+    require_index_dtype(op, idx)
+    a = axis_index(op, axis, x.rank)
+    if not upd.rank == idx.rank == x.rank:
+        raise R.OpError(f"{op}: input {R.fmt(x)}, updates {R.fmt(upd)} and indices {R.fmt(idx)} must have the same rank")
+    if any(u != i for u, i in zip(upd.shape, idx.shape)):
+        raise R.OpError(f"{op}: updates {R.fmt(upd)} and indices {R.fmt(idx)} must have the same shape")
+    for d, (i, n) in enumerate(zip(idx.shape, x.shape)):
+        if d != a and isinstance(i, StaticDim) and isinstance(n, StaticDim) and i.dim > n.dim:
+            raise R.OpError(f"{op}: dim {d} of indices {R.fmt(idx)} exceeds that of input {R.fmt(x)}")
+    device = R.same_device(op, x, upd, idx)
+    return TensorType(x.dtype, x.shape, device)
+
+
+def _scatter_impl(x, upd, idx, *, axis: int):
+    n = x.shape[axis]
+    # ScatterElements: out[..., idx[i, j, ...] (at axis), ...] = upd[i, j, ...]; other coordinates are i, j, ...
+    where = list(jnp.indices(idx.shape, sparse=True))
+    where[axis] = jnp.where(idx < 0, idx + n, idx)
+    return x.at[tuple(where)].set(upd)
 
 
 scatter_p = register(OpDef("scatter", rule=_scatter_rule, impl=_scatter_impl))
@@ -211,36 +446,51 @@ scatter_p = register(OpDef("scatter", rule=_scatter_rule, impl=_scatter_impl))
 
 @front(scatter_p)
 def scatter(input, updates, indices, axis=-1):  # noqa: A002 - MAX's name
-    """Copy of ``input`` with ``updates`` written along ``axis`` at ``indices``
-    (ONNX ScatterElements: ``out[..., indices[i, j], ...] = updates[i, j]``).
+    """A copy of ``input`` with ``updates`` written at ``indices`` along ``axis``.
+
+    ScatterElements semantics: ``updates`` and ``indices`` have the same shape
+    and the rank of ``input``; for 2-D with ``axis=0``,
+    ``out[indices[i][j]][j] = updates[i][j]``; with ``axis=1``,
+    ``out[i][indices[i][j]] = updates[i][j]``. Negative indices count from the
+    end; which of several updates to one position wins is unspecified.
+
+    Raises:
+        IndexError: ``axis`` out of range (`IndexOpError`, also a ValueError).
+        ValueError: dtype mismatch, non-int32/int64 indices, or mismatched shapes.
 
     Example:
         >>> y = ops.scatter(x, upd, idx, axis=0)  # doctest: +SKIP
+        >>> # x=[1, 2, 3, 4, 5], upd=[10, 20], idx=[0, 3] -> [10, 2, 3, 20, 5]
     """
-    return bind(scatter_p, input, updates, indices, axis=int(axis))
+    return bind(scatter_p, input, updates, indices, axis=int(axis) if is_int(axis) else axis)
 
 
-def _scatter_nd_rule(x, updates, idx) -> TensorType:
-    x = R.require_tensor("scatter_nd", x, "input")
-    updates = R.require_tensor("scatter_nd", updates, "updates")
-    idx = R.require_tensor("scatter_nd", idx, "indices")
-    R.require_dtype("scatter_nd", idx, lambda d: d.is_integral(), "an integer", "indices")
-    if updates.dtype is not x.dtype:
-        raise R.OpError(f"scatter_nd: updates dtype must match input, got {R.fmt(x)} and {R.fmt(updates)}")
+def _scatter_nd_rule(x, upd, idx) -> TensorType:
+    op = "scatter_nd"
+    x = R.require_tensor(op, x, "input")
+    upd = R.require_tensor(op, upd, "updates")
+    idx = R.require_tensor(op, idx, "indices")
+    _same_dtype(op, x, upd)
+    require_index_dtype(op, idx)
     if idx.rank < 1:
-        raise R.OpError(f"scatter_nd: indices must have rank >= 1, got {R.fmt(idx)}")
-    k = R.static_int("scatter_nd", idx.shape[-1], "the last dim of indices")
+        raise R.OpError(f"{op}: indices must have rank >= 1 ([num_updates, k]), got {R.fmt(idx)}")
+    k = R.static_int(op, idx.shape[-1], "the last dim of indices")
     if k > x.rank:
-        raise R.OpError(f"scatter_nd: indices {R.fmt(idx)} address {k} dims of input {R.fmt(x)}")
+        raise R.OpError(f"{op}: index vectors of length {k} (indices {R.fmt(idx)}) exceed the rank of input {R.fmt(x)}")
     want = list(idx.shape[:-1]) + list(x.shape[k:])
-    if list(updates.shape) != want:
-        raise R.OpError(f"scatter_nd: updates {R.fmt(updates)} must have shape [{', '.join(str(d) for d in want)}] for indices {R.fmt(idx)} into {R.fmt(x)}")
-    return TensorType(x.dtype, x.shape, R.same_device("scatter_nd", x, updates, idx))
+    if len(want) != upd.rank or any(a != b for a, b in zip(want, upd.shape)):
+        raise R.OpError(
+            f"{op}: updates {R.fmt(upd)} must have shape indices.shape[:-1] + input.shape[{k}:] = "
+            f"[{', '.join(str(d) for d in want)}] (input {R.fmt(x)}, indices {R.fmt(idx)})"
+        )
+    device = R.same_device(op, x, upd, idx)
+    return TensorType(x.dtype, x.shape, device)
 
 
-def _scatter_nd_impl(x, updates, idx):
+def _scatter_nd_impl(x, upd, idx):
     k = idx.shape[-1]
-    return x.at[tuple(idx[..., j] for j in range(k))].set(updates)
+    where = tuple(jnp.where(idx[..., i] < 0, idx[..., i] + x.shape[i], idx[..., i]) for i in range(k))
+    return x.at[where].set(upd)
 
 
 scatter_nd_p = register(OpDef("scatter_nd", rule=_scatter_nd_rule, impl=_scatter_nd_impl))
@@ -248,36 +498,50 @@ scatter_nd_p = register(OpDef("scatter_nd", rule=_scatter_nd_rule, impl=_scatter
 
 @front(scatter_nd_p)
 def scatter_nd(input, updates, indices):  # noqa: A002 - MAX's name
-    """Copy of ``input`` with ``updates[i]`` written at the index tuple ``indices[i]``.
+    """A copy of ``input`` with ``updates`` scattered at N-dimensional ``indices``.
 
-    ``indices`` is ``[..., k]``; ``updates`` is ``indices.shape[:-1] + input.shape[k:]``.
+    ``indices`` has shape ``[*Q, k]`` (``k <= rank``, static): each index vector
+    selects an element (``k == rank``) or a slice of the trailing
+    ``rank - k`` dims; ``updates`` has shape ``[*Q, *input.shape[k:]]``.
+
+    Raises:
+        ValueError: dtype mismatch, non-int32/int64 indices, ``k > rank`` or a
+            wrong updates shape.
 
     Example:
-        >>> y = ops.scatter_nd(x, rows, idx)  # doctest: +SKIP
+        >>> y = ops.scatter_nd(x, upd, idx)  # doctest: +SKIP
+        >>> # x=[[1, 2], [3, 4], [5, 6]], upd=[[10, 20], [50, 60]], idx=[[0], [2]] -> [[10, 20], [3, 4], [50, 60]]
     """
     return bind(scatter_nd_p, input, updates, indices)
 
 
-def _masked_scatter_rule(x, mask, updates, *, out_dim: Dim) -> TensorType:
-    x = R.require_tensor("masked_scatter", x, "input")
-    mask = R.require_tensor("masked_scatter", mask, "mask")
-    updates = R.require_tensor("masked_scatter", updates, "updates")
-    R.require_dtype("masked_scatter", mask, lambda d: d is DType.bool, "bool", "mask")
-    if updates.dtype is not x.dtype:
-        raise R.OpError(f"masked_scatter: updates dtype must match input, got {R.fmt(x)} and {R.fmt(updates)}")
-    shape = R.broadcast_shapes("masked_scatter", x.shape, mask.shape)
-    if list(shape) != list(x.shape):
-        raise R.OpError(f"masked_scatter: mask {R.fmt(mask)} must broadcast to input {R.fmt(x)}")
-    return TensorType(x.dtype, x.shape, R.same_device("masked_scatter", x, mask, updates))
+def _masked_scatter_rule(x, mask, upd, *, out_dim: DataDim) -> TensorType:
+    op = "masked_scatter"
+    x = R.require_tensor(op, x, "input")
+    mask = R.require_tensor(op, mask, "mask")
+    upd = R.require_tensor(op, upd, "updates")
+    _same_dtype(op, x, upd)
+    shape = R.broadcast_shapes(op, x.shape, mask.shape)
+    if len(shape) != x.rank or any(a != b for a, b in zip(shape, x.shape)):
+        raise R.OpError(f"{op}: mask {R.fmt(mask)} must broadcast to the shape of input {R.fmt(x)}")
+    n = out_dim.dim
+    count: Dim = StaticDim(1)
+    for d in upd.shape:
+        count = count * d
+    if isinstance(n, StaticDim) and isinstance(count, StaticDim) and count.dim < n.dim:
+        raise R.OpError(f"{op}: updates {R.fmt(upd)} have {count} elements, fewer than out_dim {n}")
+    device = R.same_device(op, x, mask, upd)
+    return TensorType(x.dtype, x.shape, device)
 
 
-def _masked_scatter_impl(x, mask, updates, *, out_dim):
-    # Like torch.masked_scatter: the k-th True position takes the k-th element of updates.
-    mask = jnp.broadcast_to(mask, x.shape).reshape(-1)
-    src = updates.reshape(-1)
-    pos = jnp.clip(jnp.cumsum(mask) - 1, 0, max(src.shape[0] - 1, 0))
-    taken = src[pos] if src.shape[0] else jnp.zeros_like(x.reshape(-1))
-    return jnp.where(mask, taken, x.reshape(-1)).reshape(x.shape)
+def _masked_scatter_impl(x, mask, upd, *, out_dim: DataDim):
+    where = jnp.broadcast_to(mask != 0, x.shape).reshape(-1)
+    src = upd.reshape(-1)
+    if src.size == 0:
+        return x
+    # The k-th True position (row-major) takes the k-th update; computed without data-dependent shapes.
+    pos = jnp.clip(jnp.cumsum(where) - 1, 0, src.size - 1)
+    return jnp.where(where, src[pos], x.reshape(-1)).reshape(x.shape)
 
 
 masked_scatter_p = register(OpDef("masked_scatter", rule=_masked_scatter_rule, impl=_masked_scatter_impl))
@@ -285,28 +549,53 @@ masked_scatter_p = register(OpDef("masked_scatter", rule=_masked_scatter_rule, i
 
 @front(masked_scatter_p)
 def masked_scatter(input, mask, updates, out_dim):  # noqa: A002 - MAX's name
-    """Copy of ``input`` where the positions of ``mask`` that are True take the
-    elements of ``updates`` in row-major order (``out_dim`` names their count).
+    """A copy of ``input`` with ``updates`` written where ``mask`` is true.
+
+    True positions are filled in row-major order: the first takes the first
+    element of (flattened) ``updates``, and so on. ``mask`` (bool, or any dtype
+    with nonzero meaning true; Python lists are accepted) broadcasts to the
+    shape of ``input``. ``out_dim`` names the number of true positions; the
+    result has the shape of ``input``, so it needs no data-dependent shape.
+    ``updates`` needs at least that many elements (extra ones are unused).
+
+    Raises:
+        ValueError: dtype mismatch between input and updates, a mask that does
+            not broadcast to the input, or fewer updates than a static out_dim.
 
     Example:
-        >>> y = ops.masked_scatter(x, x > 0, vals, out_dim="n")  # doctest: +SKIP
+        >>> y = ops.masked_scatter(x, x > 0, vals, out_dim="n_pos")  # doctest: +SKIP
+        >>> # x=[[1, 2], [3, 4]], mask=[[True, False], [False, True]], vals=[10, 20] -> [[10, 2], [3, 20]]
     """
-    return bind(masked_scatter_p, input, mask, updates, out_dim=Dim(out_dim))
+    try:
+        od = DataDim(out_dim)
+    except TypeError:
+        raise TypeError(f"masked_scatter: out_dim must be an int, str or Dim, got {type(out_dim).__name__} {out_dim!r}") from None
+    if is_weak(mask) and not isinstance(mask, Dim):
+        mask = np.asarray(mask).astype(bool)
+    return bind(masked_scatter_p, input, mask, updates, out_dim=od)
 
 
-# ─── nonzero (data-dependent size) ───────────────────────────────────────
+# ─── nonzero ──────────────────────────────────────────────────────────────
 
 
-def _nonzero_rule(x, *, out_dim: Dim) -> TensorType:
+def _nonzero_rule(x, *, out_dim: DataDim) -> TensorType:
     x = R.require_tensor("nonzero", x)
-    if x.rank == 0:
-        raise R.OpError(f"nonzero: input must have rank >= 1, got {R.fmt(x)}")
-    return TensorType(DType.int64, [out_dim, x.rank], x.device)
+    return TensorType(DType.int64, [out_dim.dim, x.rank], x.device)
 
 
-def _nonzero_impl(x, *, out_dim):
-    # Runs op by op (data_dependent): the count is known once x is concrete.
-    return jnp.stack(jnp.nonzero(x), axis=1).astype(jnp.int64)
+def _nonzero_impl(x, *, out_dim: DataDim):
+    size = out_dim.evaluate({})
+    if isinstance(x, jax.core.Tracer):
+        if size is None:
+            raise ValueError(
+                f"nonzero: under jax.jit/vmap the number of nonzero elements is unknown, so out_dim {out_dim} cannot be sized; "
+                "pass a static int out_dim (the result is then padded with zero rows or truncated, like jnp.nonzero(size=...))"
+            )
+        return jnp.argwhere(x, size=size).astype(jnp.int64)
+    out = jnp.argwhere(x).astype(jnp.int64)
+    if size is not None and out.shape[0] != size:
+        raise ValueError(f"nonzero: out_dim is {size} but the input has {out.shape[0]} nonzero elements")
+    return out
 
 
 nonzero_p = register(OpDef("nonzero", rule=_nonzero_rule, impl=_nonzero_impl, differentiable=False, data_dependent=True))
@@ -314,13 +603,21 @@ nonzero_p = register(OpDef("nonzero", rule=_nonzero_rule, impl=_nonzero_impl, di
 
 @front(nonzero_p)
 def nonzero(x, out_dim):
-    """Row-major indices of the nonzero elements of ``x``: int64 ``[out_dim, rank]``.
+    """Indices of the nonzero elements of ``x``: int64 ``[out_dim, rank]``, row-major order.
 
-    ``out_dim`` (usually a new symbolic name) is the count, known only at run
-    time; graphs with ``nonzero`` therefore run op by op rather than as one
-    compiled program.
+    ``out_dim`` names the data-dependent count: a new symbol (``"n_nonzero"``)
+    is bound when the graph runs and may be used by later ops; an int asserts
+    the count (a ValueError at run time if it differs). Graphs using
+    ``nonzero`` run op by op rather than as one compiled program. Under
+    ``jax.jit``, only an int ``out_dim`` works, and the result is padded with
+    zero rows or truncated to it.
 
     Example:
-        >>> idx = ops.nonzero(mask, "n_true")  # doctest: +SKIP
+        >>> idx = ops.nonzero(x, "nz")  # doctest: +SKIP
+        >>> # x=[[0, 3], [4, 0]] -> [[0, 1], [1, 0]] : int64[nz, 2]
     """
-    return bind(nonzero_p, x, out_dim=Dim(out_dim))
+    try:
+        od = DataDim(out_dim)
+    except TypeError:
+        raise TypeError(f"nonzero: out_dim must be an int, str or Dim, got {type(out_dim).__name__} {out_dim!r}") from None
+    return bind(nonzero_p, x, out_dim=od)
