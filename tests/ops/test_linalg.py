@@ -1,5 +1,7 @@
 """matmul against numpy."""
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -47,3 +49,12 @@ def test_matmul_errors():
             ops.matmul(a, c)
         with pytest.raises(ValueError, match="rank"):
             ops.matmul(ops.constant(1.0, DType.float32), a)
+
+
+def test_matmul_under_jit_and_grad(rng):
+    a, b = rand(rng, [2, 3, 4]), rand(rng, [4, 5])
+    np.testing.assert_allclose(np.asarray(jax.jit(ops.matmul)(a, b)), a @ b, rtol=1e-5, atol=1e-5)
+    grad = jax.grad(lambda x: jnp.sum(ops.matmul(x, b)))(a)
+    np.testing.assert_allclose(np.asarray(grad), np.broadcast_to(b.sum(1), a.shape), rtol=1e-5)
+    with pytest.raises(ValueError, match=r"matmul: contracting dims differ.*float32\[2, 3, 4\].*float32\[5, 4\]"):
+        ops.matmul(jnp.asarray(a), jnp.asarray(b.T))

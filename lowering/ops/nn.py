@@ -1,0 +1,784 @@
+"""Convolution, pooling, fold, resize and inverse real FFT.
+
+Layouts (MAX's): activations are channels-last by default (NHWC, NDHWC for
+3-D); ``input_layout=ConvInputLayout.NCHW`` makes them channels-first and the
+output follows the input's layout. Filters are RSCF ``(H, W, C_in/groups,
+C_out)`` (QRSCF for 3-D); ``FCRS`` is PyTorch's ``(C_out, C_in/groups, H, W)``
+and ``CFRS`` is ``(C_in/groups, C_out, H, W)``. Paddings list
+``(before, after)`` per spatial dim in order (``(top, bottom, left, right)``).
+
+Output sizes follow MAX/PyTorch: ``(in + pad_before + pad_after -
+dilation*(k-1) - 1) // stride + 1`` (pooling's ``ceil_mode`` rounds up).
+Spatial dims may be symbolic; kernel sizes must be static.
+
+Half-precision inputs accumulate in float32 and are cast back, like matmul.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from lowering.context import bind
+from lowering.dims import Dim, StaticDim
+from lowering.dtypes import DType
+from lowering.ops import _rules as R
+from lowering.registry import OpDef, OpError, front, register
+from lowering.types import ConvInputLayout, FilterLayout, InterpolationMode, TensorType
+
+__all__ = [
+    "conv2d",
+    "conv2d_transpose",
+    "conv3d",
+    "max_pool2d",
+    "avg_pool2d",
+    "fold",
+    "resize",
+    "irfft",
+    "Normalization",
+]
+
+
+# ─── argument helpers ─────────────────────────────────────────────────────
+
+
+def _int(op: str, v: Any, name: str, minimum: int) -> int:
+    if isinstance(v, StaticDim):
+        v = v.dim
+    if isinstance(v, (bool, np.bool_)) or not hasattr(v, "__index__"):
+        raise TypeError(f"{op}: {name} must be ints, got {type(v).__name__} {v!r}")
+    v = int(v)
+    if v < minimum:
+        raise OpError(f"{op}: {name} must be >= {minimum}, got {v}")
+    return v
+
+
+def _ints(op: str, value: Any, n: int, name: str, *, minimum: int = 0, scalar_ok: bool = True) -> tuple[int, ...]:
+    """``n`` ints from a sequence of ``n`` (or one int replicated, if ``scalar_ok``)."""
+    if scalar_ok and not isinstance(value, (str, bytes)) and not isinstance(value, Iterable):
+        return (_int(op, value, name, minimum),) * n
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"{op}: {name} must be a sequence of {n} ints, got {type(value).__name__} {value!r}")
+    vals = tuple(value)
+    if len(vals) != n:
+        raise OpError(f"{op}: {name} must have {n} values, got {len(vals)}: {value!r}")
+    return tuple(_int(op, v, name, minimum) for v in vals)
+
+
+def _enum(op: str, value: Any, cls: type[enum.Enum], name: str) -> enum.Enum:
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str):
+        for member in cls:
+            if value.lower() in (member.value.lower(), member.name.lower()):
+                return member
+    options = ", ".join(m.name for m in cls)
+    raise OpError(f"{op}: {name} must be a {cls.__name__} ({options}), got {value!r}")
+
+
+def _window_out(op: str, size: Dim, k: int, s: int, d: int, pad: int, ceil_mode: bool, what: str) -> Dim:
+    """Sliding-window output size (MAX's get_sliding_window_out_dim)."""
+    span = size + pad - (d * (k - 1) + 1)
+    out = (span + s - 1) // s + 1 if ceil_mode else span // s + 1
+    if isinstance(out, StaticDim) and out.dim <= 0:
+        raise OpError(
+            f"{op}: {what} of size {size} with padding {pad} is smaller than the dilated window "
+            f"({d}*({k}-1)+1 = {d * (k - 1) + 1}); the output would be empty"
+        )
+    return out
+
+
+def _acc_dtype(dtype) -> Any:
+    """float32 accumulation for narrow floats, else None (the input dtype)."""
+    dt = jnp.dtype(dtype)
+    return jnp.float32 if jnp.issubdtype(dt, jnp.floating) and dt.itemsize < 4 else None
+
+
+def _precision(dtype) -> Any:
+    return lax.Precision.HIGHEST if jnp.issubdtype(jnp.dtype(dtype), jnp.floating) else None
+
+
+# ─── convolution ──────────────────────────────────────────────────────────
+
+# Letter specs (lax.conv_general_dilated) of each layout: I = input channels of
+# the filter, O = output channels.
+_INPUT_SPECS = {
+    (2, ConvInputLayout.NHWC): "NHWC",
+    (2, ConvInputLayout.NCHW): "NCHW",
+    (3, ConvInputLayout.NHWC): "NDHWC",
+    (3, ConvInputLayout.NCHW): "NCDHW",
+}
+_FILTER_SPECS = {
+    ("conv2d", FilterLayout.RSCF): "HWIO",
+    ("conv2d", FilterLayout.FCRS): "OIHW",
+    ("conv2d", FilterLayout.CFRS): "IOHW",
+    ("conv3d", FilterLayout.QRSCF): "DHWIO",
+    ("conv3d", FilterLayout.FCQRS): "OIDHW",
+    # conv2d_transpose: RSCF is (H, W, C_out, C_in) and CFRS is PyTorch's
+    # ConvTranspose2d weight (C_in, C_out, H, W); I is the input's channels.
+    ("conv2d_transpose", FilterLayout.RSCF): "HWOI",
+    ("conv2d_transpose", FilterLayout.CFRS): "IOHW",
+}
+_FILTER_DOCS = {
+    "conv2d": "RSCF (H, W, C_in/groups, C_out), FCRS (C_out, C_in/groups, H, W) or CFRS (C_in/groups, C_out, H, W)",
+    "conv3d": "QRSCF (D, H, W, C_in/groups, C_out) or FCQRS (C_out, C_in/groups, D, H, W)",
+    "conv2d_transpose": "RSCF (H, W, C_out, C_in) or CFRS (C_in, C_out, H, W)",
+}
+
+
+def _specs(op: str, nd: int, input_layout: ConvInputLayout, filter_layout: FilterLayout) -> tuple[str, str]:
+    try:
+        fspec = _FILTER_SPECS[(op, filter_layout)]
+    except KeyError:
+        raise OpError(f"{op}: unsupported filter_layout {filter_layout}; expected {_FILTER_DOCS[op]}") from None
+    return _INPUT_SPECS[(nd, input_layout)], fspec
+
+
+def _conv_rule(op: str, nd: int, transpose: bool):
+    def rule(x, filt, *bias, stride, dilation, padding, groups=1, output_paddings=None, input_layout, filter_layout) -> TensorType:
+        x = R.require_tensor(op, x, "input")
+        f = R.require_tensor(op, filt, "filter")
+        xspec, fspec = _specs(op, nd, input_layout, filter_layout)
+        if x.rank != nd + 2:
+            raise OpError(f"{op}: input must have rank {nd + 2} ({xspec}), got {R.fmt(x)}")
+        if f.rank != nd + 2:
+            raise OpError(f"{op}: filter must have rank {nd + 2} ({filter_layout.value}: {_FILTER_DOCS[op]}), got {R.fmt(f)}")
+        if x.dtype is DType.bool:
+            raise OpError(f"{op}: expected numeric inputs, got {R.fmt_all([x, f])}")
+        device = R.same_device(op, x, f, *bias)
+        fdim = {c: f.shape[i] for i, c in enumerate(fspec)}
+        xdim = {c: x.shape[i] for i, c in enumerate(xspec)}
+        spatial = xspec.replace("N", "").replace("C", "")
+        kernel = []
+        for c in spatial:
+            if not isinstance(fdim[c], StaticDim):
+                raise OpError(f"{op}: the filter's spatial dims must be static, got {R.fmt(f)}")
+            kernel.append(fdim[c].dim)
+        cin, cout = xdim["C"], fdim["O"]
+        if fdim["I"] * groups != cin:
+            expect = f"C_in/groups = {cin}/{groups}" if groups > 1 else f"C_in = {cin}"
+            raise OpError(
+                f"{op}: input channels do not match the filter: input {R.fmt(x)} ({xspec}) has {cin} channels, "
+                f"filter {R.fmt(f)} ({filter_layout.value}) expects {expect} (its dim is {fdim['I']})"
+            )
+        if groups > 1 and isinstance(cout, StaticDim) and cout.dim % groups:
+            raise OpError(f"{op}: output channels {cout} of filter {R.fmt(f)} are not divisible by groups={groups}")
+        if bias:
+            b = R.require_tensor(op, bias[0], "bias")
+            if b.rank != 1 or b.shape[0] != cout:
+                raise OpError(f"{op}: bias must have shape [{cout}] (out_channels), got {R.fmt(b)}")
+        out_spatial = []
+        for i, c in enumerate(spatial):
+            k, s, d = kernel[i], stride[i], dilation[i]
+            lo, hi = padding[2 * i], padding[2 * i + 1]
+            if transpose:
+                size = (xdim[c] - 1) * s - lo - hi + d * (k - 1) + 1 + output_paddings[i]
+                if isinstance(size, StaticDim) and size.dim <= 0:
+                    raise OpError(f"{op}: output spatial dim {i} would be {size} for input {R.fmt(x)}; reduce the padding")
+                out_spatial.append(size)
+            else:
+                out_spatial.append(_window_out(op, xdim[c], k, s, d, lo + hi, False, f"input spatial dim {c}"))
+        dims = {"N": xdim["N"], "C": cout, **dict(zip(spatial, out_spatial))}
+        return TensorType(x.dtype, [dims[c] for c in xspec], device)
+
+    rule.__name__ = f"_{op}_rule"
+    return rule
+
+
+def _add_bias(out, bias, xspec: str):
+    shape = [1] * out.ndim
+    shape[xspec.index("C")] = -1
+    return out + bias.astype(out.dtype).reshape(shape)
+
+
+def _conv_impl(op: str, nd: int):
+    def impl(x, f, *bias, stride, dilation, padding, groups=1, output_paddings=None, input_layout, filter_layout):
+        xspec, fspec = _specs(op, nd, input_layout, filter_layout)
+        dn = lax.conv_dimension_numbers(x.shape, f.shape, (xspec, fspec, xspec))
+        acc = _acc_dtype(x.dtype)
+        pads = [(padding[2 * i], padding[2 * i + 1]) for i in range(nd)]
+        out = lax.conv_general_dilated(
+            x,
+            f,
+            window_strides=stride,
+            padding=pads,
+            rhs_dilation=dilation,
+            dimension_numbers=dn,
+            feature_group_count=groups,
+            precision=_precision(x.dtype),
+            preferred_element_type=acc,
+        )
+        if bias:
+            out = _add_bias(out, bias[0], xspec)
+        return out.astype(x.dtype)
+
+    return impl
+
+
+def _conv_transpose_impl(x, f, *bias, stride, dilation, padding, output_paddings, input_layout, filter_layout, groups=1):
+    op = "conv2d_transpose"
+    xspec, fspec = _specs(op, 2, input_layout, filter_layout)
+    spatial = [fspec.index(c) for c in "HW"]
+    ks = [f.shape[a] for a in spatial]
+    # The gradient of a strided conv w.r.t. its input: dilate the input by the
+    # stride and correlate with the spatially flipped kernel.
+    f = jnp.flip(f, axis=spatial)
+    pads = [
+        (dilation[i] * (ks[i] - 1) - padding[2 * i], dilation[i] * (ks[i] - 1) - padding[2 * i + 1] + output_paddings[i])
+        for i in range(2)
+    ]
+    dn = lax.conv_dimension_numbers(x.shape, f.shape, (xspec, fspec, xspec))
+    out = lax.conv_general_dilated(
+        x,
+        f,
+        window_strides=(1, 1),
+        padding=pads,
+        lhs_dilation=stride,
+        rhs_dilation=dilation,
+        dimension_numbers=dn,
+        precision=_precision(x.dtype),
+        preferred_element_type=_acc_dtype(x.dtype),
+    )
+    if bias:
+        out = _add_bias(out, bias[0], xspec)
+    return out.astype(x.dtype)
+
+
+conv2d_p = register(OpDef("conv2d", rule=_conv_rule("conv2d", 2, False), impl=_conv_impl("conv2d", 2), promote=(0, 1, 2)))
+conv3d_p = register(OpDef("conv3d", rule=_conv_rule("conv3d", 3, False), impl=_conv_impl("conv3d", 3), promote=(0, 1, 2)))
+conv2d_transpose_p = register(
+    OpDef("conv2d_transpose", rule=_conv_rule("conv2d_transpose", 2, True), impl=_conv_transpose_impl, promote=(0, 1, 2))
+)
+
+
+def _conv_params(op: str, nd: int, stride, dilation, padding, input_layout, filter_layout) -> dict[str, Any]:
+    return {
+        "stride": _ints(op, stride, nd, "stride", minimum=1),
+        "dilation": _ints(op, dilation, nd, "dilation", minimum=1),
+        "padding": _ints(op, padding, 2 * nd, "padding", scalar_ok=False),
+        "input_layout": _enum(op, input_layout, ConvInputLayout, "input_layout"),
+        "filter_layout": _enum(op, filter_layout, FilterLayout, "filter_layout"),
+    }
+
+
+def _inputs(x, filter, bias) -> tuple:
+    return (x, filter) if bias is None else (x, filter, bias)
+
+
+@front(conv2d_p)
+def conv2d(
+    x,
+    filter,
+    stride=(1, 1),
+    dilation=(1, 1),
+    padding=(0, 0, 0, 0),
+    groups=1,
+    bias=None,
+    input_layout=ConvInputLayout.NHWC,
+    filter_layout=FilterLayout.RSCF,
+):
+    """2-D convolution (cross-correlation) of an NHWC input with an RSCF filter.
+
+    Args:
+        x: ``(N, H, W, C_in)`` (``(N, C_in, H, W)`` with ``input_layout=NCHW``).
+        filter: ``(kH, kW, C_in/groups, C_out)`` (or per ``filter_layout``).
+        stride, dilation: ``(h, w)`` pairs.
+        padding: ``(top, bottom, left, right)`` zeros around the input.
+        groups: split channels into this many independent convolutions.
+        bias: optional ``(C_out,)`` added to every output position.
+
+    Returns:
+        ``(N, H_out, W_out, C_out)`` in the input's layout, with
+        ``H_out = (H + top + bottom - dilation*(kH-1) - 1) // stride + 1``.
+
+    Raises:
+        ValueError: wrong ranks, channel mismatch, bad layout or an empty output.
+
+    Example:
+        >>> y = ops.conv2d(x, w, stride=(2, 2), padding=(1, 1, 1, 1))  # doctest: +SKIP
+        >>> # x: float32[batch, 32, 32, 3], w: float32[3, 3, 3, 16] -> float32[batch, 16, 16, 16]
+    """
+    params = _conv_params("conv2d", 2, stride, dilation, padding, input_layout, filter_layout)
+    return bind(conv2d_p, *_inputs(x, filter, bias), groups=_int("conv2d", groups, "groups", 1), **params)
+
+
+@front(conv3d_p)
+def conv3d(
+    x,
+    filter,
+    stride=(1, 1, 1),
+    dilation=(1, 1, 1),
+    padding=(0, 0, 0, 0, 0, 0),
+    groups=1,
+    bias=None,
+    input_layout=ConvInputLayout.NHWC,
+    filter_layout=FilterLayout.QRSCF,
+):
+    """3-D convolution of an NDHWC input with a QRSCF filter ``(kD, kH, kW, C_in/groups, C_out)``.
+
+    ``padding`` is ``(front, back, top, bottom, left, right)``; ``input_layout=NCHW``
+    means NCDHW and ``filter_layout=FCQRS`` is PyTorch's ``(C_out, C_in/groups, kD, kH, kW)``.
+    Returns ``(N, D_out, H_out, W_out, C_out)`` in the input's layout.
+
+    Raises:
+        ValueError: wrong ranks, channel mismatch, bad layout or an empty output.
+
+    Example:
+        >>> y = ops.conv3d(x, w, padding=(1, 1, 1, 1, 1, 1))  # doctest: +SKIP
+        >>> # x: float32[1, 8, 8, 8, 4], w: float32[3, 3, 3, 4, 8] -> float32[1, 8, 8, 8, 8]
+    """
+    params = _conv_params("conv3d", 3, stride, dilation, padding, input_layout, filter_layout)
+    return bind(conv3d_p, *_inputs(x, filter, bias), groups=_int("conv3d", groups, "groups", 1), **params)
+
+
+@front(conv2d_transpose_p)
+def conv2d_transpose(
+    x,
+    filter,
+    stride=(1, 1),
+    dilation=(1, 1),
+    padding=(0, 0, 0, 0),
+    output_paddings=(0, 0),
+    bias=None,
+    input_layout=ConvInputLayout.NHWC,
+    filter_layout=FilterLayout.RSCF,
+):
+    """2-D transposed convolution: the gradient of ``conv2d`` w.r.t. its input.
+
+    Args:
+        x: ``(N, H, W, C_in)`` (NCHW with ``input_layout=NCHW``).
+        filter: RSCF ``(kH, kW, C_out, C_in)``; ``CFRS`` is PyTorch's
+            ConvTranspose2d weight ``(C_in, C_out, kH, kW)``.
+        stride, dilation: ``(h, w)`` of the convolution this transposes.
+        padding: ``(top, bottom, left, right)`` removed from the output.
+        output_paddings: extra rows/columns computed at the bottom/right of the
+            output to pick one of the sizes a strided conv maps to the same input
+            size (PyTorch's ``output_padding``); each must be smaller than its
+            stride or its dilation.
+        bias: optional ``(C_out,)``.
+
+    Returns:
+        ``(N, H_out, W_out, C_out)`` with ``H_out = (H-1)*stride - top - bottom
+        + dilation*(kH-1) + 1 + output_padding``.
+
+    Raises:
+        ValueError: wrong ranks, channel mismatch, bad layout or output padding.
+
+    Example:
+        >>> y = ops.conv2d_transpose(x, w, stride=(2, 2))  # doctest: +SKIP
+        >>> # x: float32[1, 4, 4, 8], w: float32[2, 2, 3, 8] -> float32[1, 8, 8, 3]
+    """
+    op = "conv2d_transpose"
+    params = _conv_params(op, 2, stride, dilation, padding, input_layout, filter_layout)
+    ops_ = _ints(op, output_paddings, 2, "output_paddings")
+    for i in range(2):
+        if ops_[i] >= params["stride"][i] and ops_[i] >= params["dilation"][i]:
+            raise OpError(
+                f"{op}: output padding must be smaller than either stride or dilation, got "
+                f"output_paddings={tuple(output_paddings)} with stride={params['stride']} and dilation={params['dilation']}"
+            )
+    return bind(conv2d_transpose_p, *_inputs(x, filter, bias), output_paddings=ops_, **params)
+
+
+# ─── pooling ──────────────────────────────────────────────────────────────
+
+
+def _pool_geometry(op: str, kernel_size, stride, dilation, padding) -> dict[str, Any]:
+    if isinstance(kernel_size, (str, bytes)) or not isinstance(kernel_size, Iterable) or len(tuple(kernel_size)) != 2:
+        raise TypeError(f"{op}: kernel_size must be a pair (kH, kW), got {kernel_size!r}")
+    kernel = tuple(Dim(k) for k in kernel_size)
+    if not all(isinstance(k, StaticDim) for k in kernel):
+        raise OpError(f"{op}: kernel_size must be static, got {kernel_size!r}")
+    pad = _ints(op, padding, 2, "padding")
+    return {
+        "kernel_size": _ints(op, kernel, 2, "kernel_size", minimum=1),
+        "stride": _ints(op, stride, 2, "stride", minimum=1),
+        "dilation": _ints(op, dilation, 2, "dilation", minimum=1),
+        # MAX pads (pad_h, pad_h, pad_w, pad_w).
+        "padding": (pad[0], pad[0], pad[1], pad[1]),
+    }
+
+
+def _pool_rule(op: str, float_only: bool):
+    def rule(x, *, kernel_size, stride, dilation, padding, ceil_mode, count_boundary=True) -> TensorType:
+        x = R.require_tensor(op, x)
+        R.require_rank(op, x, lambda r: r == 4, "4 (N, H, W, C)")
+        if float_only:
+            R.require_dtype(op, x, R.is_float, "a floating-point")
+        else:
+            R.require_dtype(op, x, R.is_numeric, "a numeric")
+        out = [
+            _window_out(op, x.shape[1 + i], kernel_size[i], stride[i], dilation[i], padding[2 * i] + padding[2 * i + 1], ceil_mode, ("height", "width")[i])
+            for i in range(2)
+        ]
+        return TensorType(x.dtype, [x.shape[0], *out, x.shape[3]], x.device)
+
+    rule.__name__ = f"_{op}_rule"
+    return rule
+
+
+def _pool_windows(x_shape, kernel_size, stride, dilation, padding, ceil_mode):
+    """Output sizes and the reduce_window padding (ceil mode adds a partial window at the end)."""
+    outs, pads = [], [(0, 0)]
+    for i in range(2):
+        size, k, s, d = x_shape[1 + i], kernel_size[i], stride[i], dilation[i]
+        lo, hi = padding[2 * i], padding[2 * i + 1]
+        span = size + lo + hi - (d * (k - 1) + 1)
+        out = (-(-span // s) if ceil_mode else span // s) + 1
+        extra = max(0, (out - 1) * s + d * (k - 1) + 1 - (size + lo + hi))
+        outs.append(out)
+        pads.append((lo, hi + extra))
+    pads.append((0, 0))
+    return outs, pads
+
+
+def _max_pool_impl(x, *, kernel_size, stride, dilation, padding, ceil_mode):
+    _, pads = _pool_windows(x.shape, kernel_size, stride, dilation, padding, ceil_mode)
+    dt = jnp.dtype(x.dtype)
+    init = -jnp.inf if jnp.issubdtype(dt, jnp.floating) else jnp.iinfo(dt).min
+    return lax.reduce_window(
+        x, jnp.array(init, dt), lax.max, (1, *kernel_size, 1), (1, *stride, 1), pads, window_dilation=(1, *dilation, 1)
+    )
+
+
+def _valid_counts(size: int, out: int, k: int, s: int, d: int, lo: int) -> np.ndarray:
+    pos = np.arange(out)[:, None] * s - lo + np.arange(k)[None, :] * d
+    return ((pos >= 0) & (pos < size)).sum(axis=1)
+
+
+def _avg_pool_impl(x, *, kernel_size, stride, dilation, padding, ceil_mode, count_boundary):
+    outs, pads = _pool_windows(x.shape, kernel_size, stride, dilation, padding, ceil_mode)
+    acc = _acc_dtype(x.dtype) or x.dtype
+    total = lax.reduce_window(
+        x.astype(acc), jnp.array(0, acc), lax.add, (1, *kernel_size, 1), (1, *stride, 1), pads, window_dilation=(1, *dilation, 1)
+    )
+    if count_boundary:
+        # MAX divides by the full window, counting padding and the ceil-mode overhang.
+        count = np.full(outs, kernel_size[0] * kernel_size[1])
+    else:
+        ch = _valid_counts(x.shape[1], outs[0], kernel_size[0], stride[0], dilation[0], padding[0])
+        cw = _valid_counts(x.shape[2], outs[1], kernel_size[1], stride[1], dilation[1], padding[2])
+        count = np.maximum(ch[:, None] * cw[None, :], 1)  # a window entirely in padding sums to 0
+    return (total / jnp.asarray(count[None, :, :, None], acc)).astype(x.dtype)
+
+
+max_pool2d_p = register(OpDef("max_pool2d", rule=_pool_rule("max_pool2d", False), impl=_max_pool_impl))
+avg_pool2d_p = register(OpDef("avg_pool2d", rule=_pool_rule("avg_pool2d", True), impl=_avg_pool_impl))
+
+
+@front(max_pool2d_p)
+def max_pool2d(input, kernel_size, stride=1, dilation=1, padding=0, ceil_mode=False):
+    """2-D max pooling over an NHWC tensor.
+
+    Args:
+        input: ``(N, H, W, C)``.
+        kernel_size: ``(kH, kW)`` (static).
+        stride, dilation: int or ``(h, w)``.
+        padding: int or ``(pad_h, pad_w)``, applied on both sides (padding never wins the max).
+        ceil_mode: round the output size up (a last partial window) instead of down.
+
+    Example:
+        >>> y = ops.max_pool2d(x, (2, 2), stride=2)  # doctest: +SKIP
+        >>> # x: float32[1, 8, 8, 3] -> float32[1, 4, 4, 3]
+    """
+    return bind(max_pool2d_p, input, ceil_mode=bool(ceil_mode), **_pool_geometry("max_pool2d", kernel_size, stride, dilation, padding))
+
+
+@front(avg_pool2d_p)
+def avg_pool2d(input, kernel_size, stride=1, dilation=1, padding=0, ceil_mode=False, count_boundary=True):
+    """2-D average pooling over an NHWC float tensor.
+
+    ``count_boundary=True`` divides every window sum by ``kH * kW`` (padding
+    counts as zeros, as in MAX); ``False`` divides by the number of window
+    elements that lie inside the input.
+
+    Example:
+        >>> y = ops.avg_pool2d(x, (3, 3), padding=1, count_boundary=False)  # doctest: +SKIP
+        >>> # x: float32[1, 8, 8, 3] -> float32[1, 8, 8, 3]
+    """
+    geometry = _pool_geometry("avg_pool2d", kernel_size, stride, dilation, padding)
+    return bind(avg_pool2d_p, input, ceil_mode=bool(ceil_mode), count_boundary=bool(count_boundary), **geometry)
+
+
+# ─── fold (col2im) ────────────────────────────────────────────────────────
+
+
+def _fold_rule(x, *, output_size, kernel_size, stride, dilation, padding) -> TensorType:
+    op = "fold"
+    x = R.require_tensor(op, x)
+    R.require_rank(op, x, lambda r: r == 3, "3 (N, C * kH * kW, L)")
+    R.require_dtype(op, x, R.is_numeric, "a numeric")
+    kk = kernel_size[0] * kernel_size[1]
+    cols = x.shape[1]
+    if isinstance(cols, StaticDim) and cols.dim % kk:
+        raise OpError(f"{op}: dim 1 of {R.fmt(x)} must be a multiple of kH * kW = {kernel_size[0]} * {kernel_size[1]}")
+    blocks = [
+        _window_out(op, Dim(output_size[i]), kernel_size[i], stride[i], dilation[i], 2 * padding[i], False, f"output_size[{i}]")
+        for i in range(2)
+    ]
+    expected = blocks[0] * blocks[1]
+    if isinstance(expected, StaticDim) and isinstance(x.shape[2], StaticDim) and x.shape[2] != expected:
+        raise OpError(
+            f"{op}: last dim of {R.fmt(x)} must equal the number of sliding blocks {blocks[0]} * {blocks[1]} = {expected} "
+            f"for output_size={tuple(output_size)}, kernel_size={kernel_size}, stride={stride}, dilation={dilation}, padding={padding}"
+        )
+    return TensorType(x.dtype, [x.shape[0], cols // kk, *output_size], x.device)
+
+
+def _fold_impl(x, *, output_size, kernel_size, stride, dilation, padding):
+    n, cols, _ = x.shape
+    (kh, kw), (sh, sw), (dh, dw), (ph, pw) = kernel_size, stride, dilation, padding
+    h, w = output_size
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    c = cols // (kh * kw)
+    acc = _acc_dtype(x.dtype) or x.dtype
+    blocks = x.astype(acc).reshape(n, c, kh, kw, oh, ow)
+    canvas = jnp.zeros((n, c, h + 2 * ph, w + 2 * pw), acc)
+    # Column (c, i, j) of block (y, x) lands at row i*dh + y*sh, column j*dw + x*sw.
+    for i in range(kh):
+        for j in range(kw):
+            rows = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
+            colsl = slice(j * dw, j * dw + sw * (ow - 1) + 1, sw)
+            canvas = canvas.at[:, :, rows, colsl].add(blocks[:, :, i, j])
+    return canvas[:, :, ph : ph + h, pw : pw + w].astype(x.dtype)
+
+
+fold_p = register(OpDef("fold", rule=_fold_rule, impl=_fold_impl))
+
+
+@front(fold_p)
+def fold(input, output_size, kernel_size, stride=1, dilation=1, padding=0):
+    """Sum sliding blocks back into an image (col2im, PyTorch's ``nn.Fold``).
+
+    Args:
+        input: ``(N, C * kH * kW, L)``; column ``c*kH*kW + i*kW + j`` of block ``l``
+            is kernel offset ``(i, j)`` of channel ``c``.
+        output_size: ``(H, W)`` of the result.
+        kernel_size: ``(kH, kW)`` (static).
+        stride, dilation, padding: int or ``(h, w)``.
+
+    Returns:
+        ``(N, C, H, W)`` where overlapping block values add up.
+
+    Raises:
+        ValueError: dim 1 not a multiple of ``kH*kW``, or ``L`` differing from the
+            number of blocks ``prod((size + 2*pad - dil*(k-1) - 1) // stride + 1)``.
+
+    Example:
+        >>> y = ops.fold(cols, (4, 4), (2, 2), stride=2)  # doctest: +SKIP
+        >>> # cols: float32[1, 12, 4] -> float32[1, 3, 4, 4]
+    """
+    op = "fold"
+    if isinstance(output_size, (str, bytes)) or not isinstance(output_size, Iterable) or len(tuple(output_size)) != 2:
+        raise TypeError(f"{op}: output_size must be a pair (H, W), got {output_size!r}")
+    if isinstance(kernel_size, (str, bytes)) or not isinstance(kernel_size, Iterable) or len(tuple(kernel_size)) != 2:
+        raise TypeError(f"{op}: kernel_size must be a pair (kH, kW), got {kernel_size!r}")
+    kernel = tuple(Dim(k) for k in kernel_size)
+    if not all(isinstance(k, StaticDim) for k in kernel):
+        raise OpError(f"{op}: kernel_size must be static, got {kernel_size!r}")
+    return bind(
+        fold_p,
+        input,
+        output_size=tuple(Dim(d) for d in output_size),
+        kernel_size=_ints(op, kernel, 2, "kernel_size", minimum=1),
+        stride=_ints(op, stride, 2, "stride", minimum=1),
+        dilation=_ints(op, dilation, 2, "dilation", minimum=1),
+        padding=_ints(op, padding, 2, "padding"),
+    )
+
+
+# ─── resize ───────────────────────────────────────────────────────────────
+
+
+def _resize_rule(x, *, shape, interpolation: InterpolationMode) -> TensorType:
+    op = "resize"
+    x = R.require_tensor(op, x)
+    if x.rank != 4:
+        raise OpError(f"{op}: input must have rank 4 (N, C, H, W), got {R.fmt(x)}")
+    if interpolation is InterpolationMode.NEAREST:
+        R.require_dtype(op, x, lambda d: True, "any")
+    else:
+        R.require_dtype(op, x, R.is_float, f"a floating-point ({interpolation.name} interpolation)")
+    for i, what in ((0, "batch"), (1, "channel")):
+        if shape[i] != x.shape[i]:
+            raise OpError(
+                f"{op}: resize changes only H and W; the {what} dim of shape {list(shape)} ({shape[i]}) "
+                f"differs from the input {R.fmt(x)}"
+            )
+    for d in shape[2:]:
+        if isinstance(d, StaticDim) and d.dim <= 0:
+            raise OpError(f"{op}: output H and W must be positive, got shape {list(shape)}")
+    return TensorType(x.dtype, list(shape), x.device)
+
+
+def _src_coords(in_size: int, out_size: int) -> np.ndarray:
+    # half_pixel mapping in float32, as MAX's kernels compute it.
+    scale = np.float32(in_size) / np.float32(out_size)
+    return (np.arange(out_size, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5)
+
+
+def _cubic(t: np.ndarray, a: float = -0.75) -> np.ndarray:
+    # Keys' cubic convolution with a = -0.75, PyTorch's/torchvision's (and MAX's) bicubic.
+    t = np.abs(t)
+    near = ((a + 2) * t - (a + 3)) * t * t + 1
+    far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+    return np.where(t <= 1, near, np.where(t < 2, far, 0)).astype(np.float32)
+
+
+def _resize_matrix(in_size: int, out_size: int, mode: InterpolationMode) -> np.ndarray:
+    """``[out, in]`` interpolation weights along one axis (edge indices clamp)."""
+    x = _src_coords(in_size, out_size)
+    x0 = np.floor(x)
+    t = x - x0
+    m = np.zeros((out_size, in_size), np.float32)
+    rows = np.arange(out_size)
+    if mode is InterpolationMode.BILINEAR:
+        taps = [(0, 1 - t), (1, t)]
+    else:
+        taps = [(k, _cubic(k - 1 - t)) for k in range(4)]
+        x0 = x0 - 1
+    for k, weight in taps:
+        np.add.at(m, (rows, np.clip(x0.astype(np.int64) + k, 0, in_size - 1)), weight)
+    return m
+
+
+def _nearest_index(in_size: int, out_size: int) -> np.ndarray:
+    # MAX's default nearest rounding is "half down": ceil(x - 0.5).
+    return np.clip(np.ceil(_src_coords(in_size, out_size) - np.float32(0.5)), 0, in_size - 1).astype(np.int32)
+
+
+def _resize_impl(x, *, shape, interpolation: InterpolationMode):
+    (_, _, h, w), (oh, ow) = x.shape, shape[2:]
+    if interpolation is InterpolationMode.NEAREST:
+        return jnp.take(jnp.take(x, _nearest_index(h, oh), axis=2), _nearest_index(w, ow), axis=3)
+    acc = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+    mh = jnp.asarray(_resize_matrix(h, oh, interpolation), acc)
+    mw = jnp.asarray(_resize_matrix(w, ow, interpolation), acc)
+    out = jnp.einsum("oh,nchw,pw->ncop", mh, x.astype(acc), mw, precision=lax.Precision.HIGHEST)
+    return out.astype(x.dtype)
+
+
+resize_p = register(OpDef("resize", rule=_resize_rule, impl=_resize_impl))
+
+
+@front(resize_p)
+def resize(input, shape, interpolation=InterpolationMode.BILINEAR):
+    """Resize the H and W dims of an NCHW tensor to ``shape`` (half-pixel centers).
+
+    ``BICUBIC`` is PyTorch's/MAX's bicubic (a = -0.75, edge pixels repeated),
+    ``BILINEAR`` is PyTorch's ``align_corners=False`` bilinear without
+    antialiasing, ``NEAREST`` picks ``ceil(src - 0.5)`` (MAX's half-down rounding).
+
+    Args:
+        input: ``(N, C, H, W)``.
+        shape: ``(N, C, H_out, W_out)``; N and C must equal the input's.
+        interpolation: an `InterpolationMode` (default BILINEAR).
+
+    Raises:
+        ValueError: input not rank 4, ``shape`` not 4 dims (or changing N/C), or an
+            unknown interpolation mode.
+
+    Example:
+        >>> y = ops.resize(x, [1, 3, 64, 64], InterpolationMode.BICUBIC)  # doctest: +SKIP
+        >>> # x: float32[1, 3, 32, 32] -> float32[1, 3, 64, 64]
+    """
+    op = "resize"
+    if hasattr(shape, "type") or isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
+        raise OpError(f"{op}: shape must be 4 dims (N, C, H, W), got {shape!r}")
+    dims = tuple(Dim(d) for d in shape)
+    if len(dims) != 4:
+        raise OpError(f"{op}: shape must have 4 elements (N, C, H, W), got {len(dims)}: {list(dims)}")
+    mode = _enum(op, interpolation, InterpolationMode, "interpolation")
+    return bind(resize_p, input, shape=dims, interpolation=mode)
+
+
+# ─── irfft ────────────────────────────────────────────────────────────────
+
+
+class Normalization(enum.Enum):
+    """Scaling of ``irfft``: ``BACKWARD`` divides by n, ``ORTHO`` by sqrt(n), ``FORWARD`` not at all."""
+
+    BACKWARD = "backward"
+    ORTHO = "ortho"
+    FORWARD = "forward"
+
+
+def _irfft_rule(x, *, n, axis, normalization, input_is_complex) -> TensorType:
+    op = "irfft"
+    x = R.require_tensor(op, x, "input_tensor")
+    R.require_dtype(op, x, R.is_float, "a floating-point", "input_tensor")
+    shape = list(x.shape)
+    if input_is_complex:
+        if x.rank < 2 or shape[-1] != 2:
+            raise OpError(f"{op}: input_is_complex=True needs a trailing dim of 2 (re, im), got {R.fmt(x)}")
+        shape = shape[:-1]
+    else:
+        R.require_rank(op, x, lambda r: r >= 1, ">= 1", "input_tensor")
+    ax = R.normalize_axis(op, axis, len(shape))
+    m = shape[ax]
+    if not isinstance(m, StaticDim):
+        raise OpError(f"{op}: the transformed axis {axis} of {R.fmt(x)} must be static, got {m}")
+    size = 2 * (m.dim - 1) if n is None else n
+    if size <= 0:
+        raise OpError(f"{op}: output length n must be positive, got n={size} for {R.fmt(x)} (axis {axis} has {m} bins)")
+    shape[ax] = StaticDim(size)
+    return TensorType(x.dtype, shape, x.device)
+
+
+def _irfft_impl(x, *, n, axis, normalization, input_is_complex):
+    real_dt = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+    xr = x.astype(real_dt)
+    if input_is_complex:
+        spec = lax.complex(xr[..., 0], xr[..., 1])
+    else:
+        spec = xr.astype(jnp.complex128 if real_dt == jnp.float64 else jnp.complex64)
+    ax = axis % spec.ndim
+    size = 2 * (spec.shape[ax] - 1) if n is None else n
+    # jnp.fft.irfft zero-pads or truncates the spectrum to size // 2 + 1 bins, like MAX.
+    return jnp.fft.irfft(spec, n=size, axis=ax, norm=normalization).astype(x.dtype)
+
+
+irfft_p = register(OpDef("irfft", rule=_irfft_rule, impl=_irfft_impl))
+
+
+@front(irfft_p)
+def irfft(input_tensor, n=None, axis=-1, normalization=Normalization.BACKWARD, input_is_complex=False, buffer_size_mb=512):
+    """Inverse real FFT along ``axis`` (numpy's ``irfft`` semantics).
+
+    Args:
+        input_tensor: float spectrum; its imaginary parts are zero unless
+            ``input_is_complex``, where a trailing dim of 2 holds ``(re, im)``
+            (that dim is not counted by ``axis``).
+        n: output length (static int); the spectrum is zero-padded or truncated
+            to ``n // 2 + 1`` bins. Default ``2 * (bins - 1)``.
+        axis: transformed axis (static size).
+        normalization: ``"backward"`` (divide by n), ``"ortho"`` (by sqrt(n)) or
+            ``"forward"`` (no scaling), or a `Normalization`.
+        input_is_complex: see ``input_tensor``.
+        buffer_size_mb: MAX's scratch-buffer hint; XLA plans its own memory, so
+            it is accepted and ignored.
+
+    Returns:
+        The real signal: the input's shape (without the complex dim) with
+        ``axis`` replaced by ``n``.
+
+    Example:
+        >>> y = ops.irfft(spec, n=16, input_is_complex=True)  # doctest: +SKIP
+        >>> # spec: float32[4, 9, 2] -> float32[4, 16]
+    """
+    op = "irfft"
+    if n is not None:
+        n = _int(op, n, "n", 1)
+    if isinstance(axis, bool) or not hasattr(axis, "__index__"):
+        raise TypeError(f"{op}: axis must be an int, got {type(axis).__name__} {axis!r}")
+    norm = normalization.value if isinstance(normalization, enum.Enum) else normalization
+    if not isinstance(norm, str) or norm.lower() not in {m.value for m in Normalization}:
+        raise OpError(f"{op}: invalid normalization {normalization!r}; expected 'backward', 'ortho' or 'forward'")
+    _int(op, buffer_size_mb, "buffer_size_mb", 0)
+    return bind(irfft_p, input_tensor, n=n, axis=int(axis), normalization=norm.lower(), input_is_complex=bool(input_is_complex))

@@ -1,0 +1,237 @@
+"""Quantized ops: ``dequantize`` and ``qmatmul`` over packed uint8 weights.
+
+Encodings are `QuantizationEncoding` members (a member's value such as
+``"Q4_K"`` is accepted too). The math lives in ``custom_calls.qmatmul`` (a
+plain-jnp reference today, Pallas kernels behind the same functions later);
+this module checks shapes and dtypes at the call site and binds the ops.
+
+- GGUF (``Q4_0``, ``Q4_K``, ``Q5_K``, ``Q6_K``): a quantized matrix is
+  ``uint8 [rows, row_bytes]``, each row a run of blocks (Q4_0: 32 elements in
+  18 bytes; K-quants: 256 in 144/176/210). ``dequantize`` gives float32
+  ``[..., row_bytes / block_size * elements_per_block]``, bit-identical to
+  ``gguf.quants.dequantize``. MAX documents Q4_0/Q4_K/Q6_K; Q5_K is an extension.
+- GPTQ int4 (only in ``qmatmul``, configured by a `QuantizationConfig` with
+  ``quant_method="gptq"``, ``bits=4``, ``sym=True``): the rhs is MAX's packed
+  ``uint8 [K/2 + 2*K/group_size, N]`` (raw ``qweight`` bytes then raw f16
+  ``scales`` bytes, see ``custom_calls.qmatmul.gptq_pack``), plus ``perm_idx
+  [K]`` when ``desc_act`` (the lhs is then already gathered by ``perm_idx``).
+
+``qmatmul`` returns ``lhs @ dequantize(rhs).T`` (GGUF, rhs transposed) or
+``lhs @ W`` (GPTQ) in the lhs dtype with float32 accumulation. MAX's kernels
+also quantize the activations; maxfx does not, so results differ from MAX's by
+MAX's own quantization error (~1e-2 relative) and are closer to the exact product.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from custom_calls import qmatmul as cq
+from lowering.context import bind
+from lowering.dims import StaticDim
+from lowering.dtypes import DType
+from lowering.ops import _rules as R
+from lowering.quantization import QuantizationEncoding
+from lowering.registry import OpDef, OpError, front, register
+from lowering.types import TensorType
+
+__all__ = ["dequantize", "qmatmul", "QuantizedInputError"]
+
+
+class QuantizedInputError(OpError, TypeError):
+    """A quantized op got an operand of the wrong dtype or rank.
+
+    MAX raises TypeError for these; maxfx op errors are ValueErrors. This class is
+    both, so either ``except`` clause catches it.
+    """
+
+
+def _as_encoding(op: str, encoding: Any) -> QuantizationEncoding:
+    if isinstance(encoding, QuantizationEncoding):
+        return encoding
+    if isinstance(encoding, str):
+        for member in QuantizationEncoding:
+            if encoding.upper() in (member.value, f"QUANTIZATIONENCODING.{member.value}"):
+                return member
+    supported = ", ".join(m.value for m in QuantizationEncoding)
+    raise OpError(f"{op}: unsupported quantization encoding {encoding!r}; expected a QuantizationEncoding ({supported})")
+
+
+def _gguf_block(op: str, enc: QuantizationEncoding) -> tuple[int, int]:
+    if enc.value not in cq.GGUF_BLOCKS:
+        raise OpError(f"{op}: unsupported quantization encoding {enc}")
+    return cq.block_shape(enc.value)
+
+
+def _quantized_matrix(op: str, enc: QuantizationEncoding, t: Any, name: str) -> TensorType:
+    t = R.require_tensor(op, t, name)
+    if t.dtype is not DType.uint8:
+        raise QuantizedInputError(f"{op}: {name} must be uint8 bytes packed as {enc}, got {R.fmt(t)}")
+    return t
+
+
+# ─── dequantize ───────────────────────────────────────────────────────────
+
+
+def _dequantize_rule(quantized, *, encoding: QuantizationEncoding) -> TensorType:
+    op = "dequantize"
+    if encoding is QuantizationEncoding.GPTQ:
+        raise OpError(
+            f"{op}: {encoding} weights have no standalone block layout (their packing depends on a "
+            "QuantizationConfig); use ops.qmatmul(encoding, config, x, weight) instead"
+        )
+    elems, nbytes = _gguf_block(op, encoding)
+    q = _quantized_matrix(op, encoding, quantized, "quantized")
+    R.require_rank(op, q, lambda r: r >= 1, ">= 1 (rows of packed blocks)", "quantized")
+    last = q.shape[-1]
+    if not isinstance(last, StaticDim):
+        raise QuantizedInputError(f"{op}: the last dim of {R.fmt(q)} must be static to dequantize {encoding}")
+    if last.dim % nbytes:
+        raise OpError(
+            f"{op}: last dim of {R.fmt(q)} ({last.dim} bytes) is not a multiple of the {encoding} block size ({nbytes} bytes)"
+        )
+    return TensorType(DType.float32, list(q.shape[:-1]) + [last.dim // nbytes * elems], q.device)
+
+
+dequantize_p = register(
+    OpDef(
+        "dequantize",
+        rule=_dequantize_rule,
+        impl=lambda q, *, encoding: cq.dequantize(encoding.value, q),
+        differentiable=False,
+    )
+)
+
+
+@front(dequantize_p)
+def dequantize(encoding, quantized):
+    """Decode packed GGUF blocks to float32 (bit-identical to ``gguf.quants.dequantize``).
+
+    Args:
+        encoding: ``QuantizationEncoding.Q4_0``, ``Q4_K``, ``Q5_K`` or ``Q6_K``.
+        quantized: uint8 ``[..., row_bytes]``; ``row_bytes`` must be a static
+            multiple of ``encoding.block_size``.
+
+    Returns:
+        float32 ``[..., row_bytes / block_size * elements_per_block]``.
+
+    Raises:
+        ValueError: unsupported encoding (including GPTQ), or a byte width that is
+            not a whole number of blocks.
+        TypeError: ``quantized`` is not uint8 or its last dim is symbolic (the
+            error is also a ValueError).
+
+    Example:
+        >>> w = ops.dequantize(QuantizationEncoding.Q4_0, packed)  # doctest: +SKIP
+        >>> # packed: uint8[4096, 2304] -> w: float32[4096, 4096]
+    """
+    enc = _as_encoding("dequantize", encoding)
+    return bind(dequantize_p, quantized, encoding=enc)
+
+
+# ─── qmatmul ──────────────────────────────────────────────────────────────
+
+
+def _qmatmul_rule(lhs, *rhs, encoding: QuantizationEncoding, group_size: int | None = None, desc_act: bool = False) -> TensorType:
+    op = "qmatmul"
+    lhs = R.require_tensor(op, lhs, "lhs")
+    if not lhs.dtype.is_float():
+        raise QuantizedInputError(f"{op}: lhs must be a float tensor, got {R.fmt(lhs)}")
+    R.require_rank(op, lhs, lambda r: r >= 1, ">= 1", "lhs")
+    if not rhs:
+        raise OpError(f"{op}: missing the quantized rhs")
+    w = _quantized_matrix(op, encoding, rhs[0], "rhs")
+    shapes = f"lhs {R.fmt(lhs)}, rhs {R.fmt(w)}"
+    if w.rank != 2:
+        raise QuantizedInputError(f"{op}: rhs packed as {encoding} must be a rank-2 matrix, got {shapes}")
+    width = w.shape[1] if encoding.is_gguf else w.shape[0]
+    if not isinstance(width, StaticDim):
+        raise OpError(f"{op}: the packed byte dim of rhs must be static for {encoding}, got {shapes}")
+    if encoding.is_gguf:
+        elems, nbytes = _gguf_block(op, encoding)
+        if len(rhs) != 1:
+            raise OpError(f"{op}: {encoding} takes one quantized rhs, got {len(rhs)} tensors")
+        if width.dim % nbytes:
+            raise OpError(
+                f"{op}: rhs row width {width.dim} bytes is not a multiple of the {encoding} block size "
+                f"({nbytes} bytes): {shapes} (rhs is transposed: [N, K / {elems} * {nbytes}])"
+            )
+        k, n = width.dim // nbytes * elems, w.shape[0]
+    else:
+        try:
+            k = cq.gptq_packed_k(width.dim, group_size)
+        except ValueError as e:
+            raise OpError(f"{op}: {encoding}: {e} ({shapes}; rhs is [K/2 + 2*K/group_size, N])") from None
+        n = w.shape[1]
+        expected = 2 if desc_act else 1
+        if len(rhs) != expected:
+            what = "the packed weight and perm_idx" if desc_act else "only the packed weight (desc_act=False)"
+            raise OpError(f"{op}: {encoding} with desc_act={desc_act} takes {what}, got {len(rhs)} rhs tensors")
+        if desc_act:
+            perm = R.require_tensor(op, rhs[1], "perm_idx")
+            if not perm.dtype.is_integral() or perm.rank != 1 or perm.shape[0] != k:
+                raise OpError(f"{op}: perm_idx must be an int tensor [{k}], got {R.fmt(perm)}")
+    if lhs.shape[-1] != k:
+        raise OpError(f"{op}: lhs last dim {lhs.shape[-1]} must equal K = {k} of the {encoding} rhs: {shapes}")
+    device = R.same_device(op, lhs, *rhs)
+    return TensorType(lhs.dtype, list(lhs.shape[:-1]) + [n], device)
+
+
+def _qmatmul_impl(lhs, *rhs, encoding: QuantizationEncoding, group_size: int | None = None, desc_act: bool = False):
+    if encoding.is_gguf:
+        return cq.qmatmul(encoding.value, lhs, rhs[0])
+    return cq.gptq_qmatmul(lhs, rhs[0], rhs[1] if desc_act else None, group_size=group_size)
+
+
+qmatmul_p = register(OpDef("qmatmul", rule=_qmatmul_rule, impl=_qmatmul_impl))
+
+
+def _gptq_params(config: Any) -> tuple[int, bool]:
+    if config is None:
+        raise OpError("qmatmul: GPTQ needs a QuantizationConfig(quant_method='gptq', bits=4, group_size=..., sym=True)")
+    fields = {k: getattr(config, k, None) for k in ("quant_method", "bits", "group_size", "desc_act", "sym")}
+    if str(fields["quant_method"]).lower() != "gptq" or fields["bits"] != 4:
+        raise OpError(f"qmatmul: unsupported GPTQ config {config!r}; only quant_method='gptq' with bits=4 is supported")
+    if not fields["sym"]:
+        raise OpError(
+            f"qmatmul: unsupported GPTQ config {config!r}: sym=False needs zero points, which the packed "
+            "GPTQ weight does not carry; only symmetric (sym=True) GPTQ is supported"
+        )
+    gs = fields["group_size"]
+    if isinstance(gs, bool) or not isinstance(gs, int) or gs <= 0:
+        raise OpError(f"qmatmul: GPTQ group_size must be a positive int, got {gs!r}")
+    return gs, bool(fields["desc_act"])
+
+
+@front(qmatmul_p)
+def qmatmul(encoding, config, lhs, *rhs):
+    """Matmul of a float lhs with a quantized, TRANSPOSED rhs: ``lhs @ dequantize(rhs).T``.
+
+    Leading dims of ``lhs`` broadcast: ``[..., K]`` with a GGUF rhs
+    ``uint8 [N, K / elements_per_block * block_size]`` gives ``[..., N]``.
+    For GPTQ (``config`` required) the rhs is the packed ``uint8
+    [K/2 + 2*K/group_size, N]`` weight, followed by ``perm_idx [K]`` when
+    ``config.desc_act`` (``lhs`` must then already be gathered by ``perm_idx``).
+    The result has the lhs dtype, accumulated in float32.
+
+    Args:
+        encoding: a `QuantizationEncoding` (Q4_0, Q4_K, Q5_K, Q6_K or GPTQ).
+        config: `QuantizationConfig` for GPTQ; ignored (None) for GGUF.
+        lhs: float ``[..., K]``.
+        *rhs: the quantized weight (and ``perm_idx`` for act-order GPTQ).
+
+    Raises:
+        ValueError: unsupported encoding/config, a byte width that is not a whole
+            number of blocks, or K differing from ``lhs``'s last dim.
+        TypeError: rhs not a uint8 matrix or lhs not float (also a ValueError).
+
+    Example:
+        >>> y = ops.qmatmul(QuantizationEncoding.Q4_K, None, x, w)  # doctest: +SKIP
+        >>> # x: float32[batch, 4096], w: uint8[11008, 2304] -> y: float32[batch, 11008]
+    """
+    enc = _as_encoding("qmatmul", encoding)
+    if enc is QuantizationEncoding.GPTQ:
+        group_size, desc_act = _gptq_params(config)
+        return bind(qmatmul_p, lhs, *rhs, encoding=enc, group_size=group_size, desc_act=desc_act)
+    _gguf_block("qmatmul", enc)
+    return bind(qmatmul_p, lhs, *rhs, encoding=enc)
