@@ -215,3 +215,18 @@ def test_002_tensor_type_example():
         tensor_type = TensorType(DType.float32, [2, 3])
         assert str(tensor_type.dtype) == "DType.float32"
         assert tensor_type.shape == [2, 3]
+
+
+def test_002_graph_weights_example():
+    # Create a graph and get its weights interface
+    graph = Graph("my_model")
+    weights = graph.weights()
+    # Allocate weights with hierarchical naming
+    attn_weight = weights.transformer.layers[0].attention.weight.allocate(dtype=DType.float32, shape=(768, 768))
+    # Creates weight named "transformer.layers.0.attention.weight"
+    assert attn_weight.name == "transformer.layers.0.attention.weight"
+    # Check if a weight exists before allocating
+    if weights.transformer.layers[0].mlp.weight.exists():
+        weights.transformer.layers[0].mlp.weight.allocate(dtype=DType.float16, shape=(768, 3072))
+    assert list(graph.weights()) == ["transformer.layers.0.attention.weight"]
+    assert weights.transformer.layers[0].attention.weight.exists()

@@ -12,7 +12,7 @@ Example:
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from lowering.ir import Block, Var
 from lowering.types import BufferType, DeviceRef, TensorType, Type
 from maxfx.graph._value import TensorValue, Value, wrap_var
 
-__all__ = ["Graph", "KernelLibrary"]
+__all__ = ["Graph", "GraphWeights", "KernelLibrary"]
 
 _graph_stack: contextvars.ContextVar[tuple[Graph, ...]] = contextvars.ContextVar("maxfx_graphs", default=())
 
@@ -220,9 +220,10 @@ class Graph:
         self._weight_values[name] = value
         return value
 
-    def weights(self) -> dict[str, Any]:
-        """Weights used by this graph, by name."""
-        return dict(self._weights)
+    def weights(self) -> GraphWeights:
+        """The graph's weights: a mapping name → `Weight` that also allocates new
+        weights by hierarchical name (``weights.layers[0].attn.weight.allocate(dtype=..., shape=...)``)."""
+        return GraphWeights(self)
 
     # -- subgraphs ---------------------------------------------------------
     def add_subgraph(
@@ -262,6 +263,68 @@ class Graph:
 
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, inputs={self.input_types}, outputs={self.output_types})"
+
+
+class GraphWeights(Mapping):
+    """Weights of a graph by name, with hierarchical allocation.
+
+    As a mapping it lists the weights added so far. Attribute and index access
+    build dotted names (``w.layers[0].mlp`` → ``"layers.0.mlp"``); `allocate`
+    creates a `Weight` of that name in the graph and `exists` says whether one
+    is already there.
+
+    Example:
+        >>> graph = Graph("my_model")  # doctest: +SKIP
+        >>> w = graph.weights().transformer.layers[0].attention.weight.allocate(dtype=DType.float32, shape=(768, 768))
+    """
+
+    def __init__(self, graph: Graph, prefix: str = ""):
+        self._graph = graph
+        self._prefix = prefix
+
+    @property
+    def name(self) -> str:
+        """The dotted name built so far."""
+        return self._prefix.rstrip(".")
+
+    def _child(self, key: Any) -> GraphWeights:
+        return GraphWeights(self._graph, f"{self._prefix}{key}.")
+
+    def __getattr__(self, attr: str) -> GraphWeights:
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return self._child(attr)
+
+    def __getitem__(self, key: Any) -> Any:
+        full = f"{self._prefix}{key}"
+        if full in self._graph._weights:
+            return self._graph._weights[full]
+        return self._child(key)
+
+    def __iter__(self):
+        return (n[len(self._prefix) :] for n in self._graph._weights if n.startswith(self._prefix))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, key: object) -> bool:
+        return f"{self._prefix}{key}" in self._graph._weights
+
+    def exists(self) -> bool:
+        """True if a weight with exactly this name is in the graph."""
+        return self.name in self._graph._weights
+
+    def allocate(self, dtype: Any = None, shape: Any = None, quantization_encoding: Any = None, device: Any = None) -> Any:
+        """Create the weight called `name` in the graph and return it."""
+        from maxfx.graph._weight import Weight  # noqa: PLC0415
+
+        if not self.name:
+            raise ValueError("GraphWeights.allocate: name a weight first, e.g. weights.layer.weight.allocate(...)")
+        if dtype is None or shape is None:
+            raise ValueError(f"GraphWeights.allocate({self.name!r}): dtype and shape are required (the graph has no weight file)")
+        weight = Weight(self.name, dtype, shape, device, quantization_encoding)
+        self._graph.add_weight(weight)
+        return weight
 
 
 def _same_weight(a: Any, b: Any) -> bool:
