@@ -4,10 +4,11 @@ MAX builds its graphs in its own MLIR dialect; maxfx lowers to StableHLO, so
 types map to builtin MLIR types (``tensor<?x3xf32>``) and dims, shapes,
 devices and layouts to builtin attributes. Static dims are ``i64`` integer
 attributes; symbolic and algebraic dims are string attributes holding their
-text (``"batch"``, ``"batch * 2"``), so they round-trip exactly. Tensor types
-lose symbolic names (MLIR only has ``?``); ``type_from_mlir`` names them
-``d0``, ``d1``... unless the type was produced by ``type_to_mlir`` in this
-process, in which case the original names come back.
+text (``"batch"``, ``"batch * 2"``), so they round-trip exactly. Tensor and
+buffer types become ranked tensor types with ``?`` for symbolic dims; what
+that cannot say (dim names, a non-CPU device, buffer vs tensor) is kept in the
+type's encoding attribute, so ``type_from_mlir(type_to_mlir(t)) == t``. A ``?``
+with no name (a type made elsewhere) comes back as ``d0``, ``d1``... by position.
 
 Example:
     >>> from lowering.dims import Dim
@@ -123,61 +124,110 @@ def shape_from_attr(attr: Any) -> list[Dim]:
     return [dim_from_attr(a) for a in _ir().ArrayAttr(attr)]
 
 
+@functools.cache
 def _element_types() -> dict[DType, Any]:
     ir = _ir()
-    table = {
-        DType.bool: ir.IntegerType.get_signless(1),
-        DType.int8: ir.IntegerType.get_signless(8),
-        DType.int16: ir.IntegerType.get_signless(16),
-        DType.int32: ir.IntegerType.get_signless(32),
-        DType.int64: ir.IntegerType.get_signless(64),
-        DType.uint8: ir.IntegerType.get_unsigned(8),
-        DType.uint16: ir.IntegerType.get_unsigned(16),
-        DType.uint32: ir.IntegerType.get_unsigned(32),
-        DType.uint64: ir.IntegerType.get_unsigned(64),
-        DType.float16: ir.F16Type.get(),
-        DType.bfloat16: ir.BF16Type.get(),
-        DType.float32: ir.F32Type.get(),
-        DType.float64: ir.F64Type.get(),
-        DType.float8_e4m3fn: ir.Float8E4M3FNType.get(),
-        DType.float8_e4m3fnuz: ir.Float8E4M3FNUZType.get(),
-        DType.float8_e5m2: ir.Float8E5M2Type.get(),
-        DType.float8_e5m2fnuz: ir.Float8E5M2FNUZType.get(),
-    }
-    if hasattr(ir, "Float4E2M1FNType"):
-        table[DType.float4_e2m1fn] = ir.Float4E2M1FNType.get()
+    with _Scope():
+        table = {
+            DType.bool: ir.IntegerType.get_signless(1),
+            DType.int8: ir.IntegerType.get_signless(8),
+            DType.int16: ir.IntegerType.get_signless(16),
+            DType.int32: ir.IntegerType.get_signless(32),
+            DType.int64: ir.IntegerType.get_signless(64),
+            DType.uint8: ir.IntegerType.get_unsigned(8),
+            DType.uint16: ir.IntegerType.get_unsigned(16),
+            DType.uint32: ir.IntegerType.get_unsigned(32),
+            DType.uint64: ir.IntegerType.get_unsigned(64),
+            DType.float16: ir.F16Type.get(),
+            DType.bfloat16: ir.BF16Type.get(),
+            DType.float32: ir.F32Type.get(),
+            DType.float64: ir.F64Type.get(),
+        }
+        # Float8/float4 types exist only in newer bindings.
+        for dtype, name in [
+            (DType.float8_e4m3fn, "Float8E4M3FNType"),
+            (DType.float8_e4m3fnuz, "Float8E4M3FNUZType"),
+            (DType.float8_e5m2, "Float8E5M2Type"),
+            (DType.float8_e5m2fnuz, "Float8E5M2FNUZType"),
+            (DType.float4_e2m1fn, "Float4E2M1FNType"),
+        ]:
+            if hasattr(ir, name):
+                table[dtype] = getattr(ir, name).get()
     return table
 
 
-# Symbolic names of tensor types made here, keyed by the MLIR type's text.
-_symbolic_names: dict[str, tuple[Any, ...]] = {}
+@functools.cache
+def _dtypes_by_text() -> dict[str, DType]:
+    return {str(t): d for d, t in _element_types().items()}
+
+
+def _encoding(t: Any) -> Any:
+    """What ``tensor<?x3xf32>`` cannot say (dim names, device, buffer-ness), or None."""
+    from lowering.types import BufferType, DeviceRef  # noqa: PLC0415 - lowering.types imports this module lazily
+
+    ir = _ir()
+    entries = {}
+    if not all(isinstance(d, StaticDim) for d in t.shape):
+        entries["dims"] = shape_to_attr(t.shape)
+    if t.device != DeviceRef.CPU():
+        entries["device"] = string_attr(str(t.device))
+    if isinstance(t, BufferType):
+        entries["kind"] = string_attr("buffer")
+    if not entries:
+        return None
+    with _Scope():
+        return ir.DictAttr.get(entries)
 
 
 def type_to_mlir(t: Any) -> Any:
-    """A `TensorType`/`BufferType` as a ranked tensor type (``?`` for symbolic dims)."""
+    """A `TensorType`/`BufferType` as an MLIR ranked tensor type.
+
+    Symbolic dims are ``?``. When the plain type would lose something (dim
+    names, a non-CPU device, or that it is a buffer), that goes into the
+    type's encoding: ``tensor<?x3xf32, {dims = ["batch", 3]}>``.
+    """
     ir = _ir()
+    elem = _element_types().get(t.dtype)
+    if elem is None:
+        raise ValueError(f"type_to_mlir: {t.dtype.name} has no MLIR element type in these MLIR bindings")
+    sizes = [d.dim if isinstance(d, StaticDim) else ir.ShapedType.get_dynamic_size() for d in t.shape]
+    encoding = _encoding(t)
     with _Scope():
-        elem = _element_types()[t.dtype]
-        sizes = [d.dim if isinstance(d, StaticDim) else ir.ShapedType.get_dynamic_size() for d in t.shape]
-        out = ir.RankedTensorType.get(sizes, elem)
-    _symbolic_names[str(out)] = (type(t), tuple(t.shape), t.device)
-    return out
+        return ir.RankedTensorType.get(sizes, elem, encoding)
 
 
 def type_from_mlir(mlir_type: Any) -> Any:
-    """Inverse of `type_to_mlir` (symbolic dims come back by name when known)."""
-    from lowering.types import TensorType  # noqa: PLC0415
+    """Inverse of `type_to_mlir`: a `TensorType` (a `BufferType` if encoded as one).
 
-    known = _symbolic_names.get(str(mlir_type))
+    A ``?`` without a name in the encoding comes back as ``d0``, ``d1``... by
+    position; a type without our encoding is on the CPU.
+    """
+    from lowering.types import BufferType, DeviceRef, TensorType  # noqa: PLC0415
+
     ir = _ir()
-    rt = ir.RankedTensorType(mlir_type)
-    elem = str(rt.element_type)
-    with _Scope():
-        dtype = next((d for d, e in _element_types().items() if str(e) == elem), None)
+    try:
+        rt = ir.RankedTensorType(mlir_type)
+    except (ValueError, TypeError):
+        raise ValueError(f"type_from_mlir: expected a ranked tensor type, got {mlir_type}") from None
+    dtype = _dtypes_by_text().get(str(rt.element_type))
     if dtype is None:
-        raise ValueError(f"type_from_mlir: element type {elem} has no MAX DType")
-    if known is not None:
-        cls, dims, device = known
-        return cls(dtype, list(dims), device)
-    dims = [s if s >= 0 else f"d{i}" for i, s in enumerate(rt.shape)]
-    return TensorType(dtype, dims)
+        raise ValueError(f"type_from_mlir: element type {rt.element_type} has no MAX DType")
+    dims: list[Any] = [s if s >= 0 else f"d{i}" for i, s in enumerate(rt.shape)]
+    device, cls = DeviceRef.CPU(), TensorType
+    encoding = rt.encoding
+    if encoding is not None:
+        try:
+            entries = ir.DictAttr(encoding)
+        except (ValueError, TypeError):
+            entries = None  # someone else's encoding (sparsity, bounds): nothing of ours in it
+        if entries is not None:
+            if "dims" in entries:
+                named = shape_from_attr(entries["dims"])
+                if len(named) != len(dims):
+                    raise ValueError(f"type_from_mlir: {mlir_type} names {len(named)} dims for rank {len(dims)}")
+                dims = named
+            if "device" in entries:
+                device = DeviceRef.from_mlir(entries["device"])
+            if "kind" in entries and attr_to_string(entries["kind"]) == "buffer":
+                cls = BufferType
+    return cls(dtype, dims, device)

@@ -25,7 +25,7 @@ def _imported_packages(path: Path) -> set[str]:
             found.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.add(node.module.split(".")[0])
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module":
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in ("import_module", "__import__"):
             if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
                 found.add(node.args[0].value.split(".")[0])
     return found
@@ -43,5 +43,5 @@ def test_no_upward_imports(package):
 
 def test_the_checker_sees_imports(tmp_path):
     f = tmp_path / "m.py"
-    f.write_text("import maxfx.graph\nfrom lowering import ir\ndef f():\n    importlib.import_module('custom_calls.x')\n")
-    assert _imported_packages(f) >= {"maxfx", "lowering", "custom_calls"}
+    f.write_text("import maxfx.graph\nfrom lowering import ir\ndef f():\n    importlib.import_module('custom_calls.x')\n    __import__('numpy')\n")
+    assert _imported_packages(f) == {"maxfx", "lowering", "custom_calls", "numpy"}
