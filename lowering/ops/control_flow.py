@@ -66,6 +66,22 @@ def mutated_outer_vars(block: Block) -> list[Var]:
 # ─── helpers shared by cond / while_loop ─────────────────────────────────
 
 
+def _checked_results(op: str, who: str, child, res, types, count_desc: str, slot) -> list[Var]:
+    """Vars of a branch/body's results, checked against the expected ``types``.
+
+    ``count_desc`` and ``slot(i)`` word the errors ("out_types has" /
+    "out_types[i]" for cond, "the loop carries" / "initial value i" for loops).
+    """
+    if len(res) != len(types):
+        got = ", ".join(fmt(getattr(r, "type", r)) for r in res) or "nothing"
+        raise OpError(f"{op}: {who} returned {len(res)} value(s) ({got}) but {count_desc} {len(types)} ({fmt_all(types) or 'None'})")
+    out = [_result_var(op, f"{who} result {i}", child, r, t) for i, (r, t) in enumerate(zip(res, types))]
+    for i, (v, t) in enumerate(zip(out, types)):
+        if v.type != t:
+            raise OpError(f"{op}: {who} result {i} has type {fmt(v.type)} but {slot(i)} is {fmt(t)}")
+    return out
+
+
 def _results(res: Any) -> list[Any]:
     """A branch/body result as a list: None → [], a value → [value], a sequence → list."""
     if res is None:
@@ -222,13 +238,7 @@ def cond(pred: Any, out_types: Iterable[Type] | None, then_fn: Callable[[], Any]
     blocks, result_vars = [], []
     for name, fn in (("then_fn", then_fn), ("else_fn", else_fn)):
         block, res, child = _build_block("cond", ctx, name.replace("_fn", "_block"), fn, [], name)
-        if len(res) != len(types):
-            got = ", ".join(fmt(getattr(r, "type", r)) for r in res) or "nothing"
-            raise OpError(f"cond: {name} returned {len(res)} value(s) ({got}) but out_types has {len(types)} ({fmt_all(types) or 'None'})")
-        vs = [_result_var("cond", f"{name} result {i}", child, r, want) for i, (r, want) in enumerate(zip(res, types))]
-        for i, (v, want) in enumerate(zip(vs, types)):
-            if v.type != want:
-                raise OpError(f"cond: {name} result {i} has type {fmt(v.type)} but out_types[{i}] is {fmt(want)}")
+        vs = _checked_results("cond", name, child, res, types, "out_types has", lambda i: f"out_types[{i}]")
         blocks.append(block)
         result_vars.append(vs)
     writes = _merge_vars(*(mutated_outer_vars(b) for b in blocks))
@@ -399,13 +409,7 @@ def while_loop(initial_values: Iterable[Any] | Any, predicate: Callable[..., Any
         raise OpError("while_loop: the predicate must not write buffers; write them in the loop body")
 
     body_block, res, child = _build_block("while_loop", ctx, "while_body", body, types, "body")
-    if len(res) != len(types):
-        got = ", ".join(fmt(getattr(r, "type", r)) for r in res) or "nothing"
-        raise OpError(f"while_loop: body returned {len(res)} value(s) ({got}) but the loop carries {len(types)} ({fmt_all(types)})")
-    out_vars = [_result_var("while_loop", f"body result {i}", child, r, t) for i, (r, t) in enumerate(zip(res, types))]
-    for i, (v, t) in enumerate(zip(out_vars, types)):
-        if v.type != t:
-            raise OpError(f"while_loop: body result {i} has type {fmt(v.type)} but initial value {i} is {fmt(t)}")
+    out_vars = _checked_results("while_loop", "body", child, res, types, "the loop carries", lambda i: f"initial value {i}")
     writes = mutated_outer_vars(body_block)
     body_block.outputs = out_vars + writes
     body_block.invalidate()
