@@ -16,6 +16,7 @@ from lowering.ops import (  # noqa: F401  (imports register the ops)
     linalg,
     nn,
     quantized,
+    random,
     reduction,
     shape,
 )

@@ -15,13 +15,20 @@ from lowering.dtypes import DType
 from lowering.ir import Var
 from lowering.types import BufferType, DeviceRef, OpaqueType, TensorType, Type
 
-__all__ = ["Value", "TensorValue", "BufferValue", "wrap_var"]
+__all__ = ["Value", "TensorValue", "BufferValue", "TensorOperators", "wrap_var"]
+
+
+_OPS: Any = None
 
 
 def _ops():
-    from maxfx.graph import ops  # noqa: PLC0415 - ops imports this module
+    """``maxfx.graph.ops`` (imported on first use: it imports this module)."""
+    global _OPS
+    if _OPS is None:
+        from maxfx.graph import ops  # noqa: PLC0415
 
-    return ops
+        _OPS = ops
+    return _OPS
 
 
 class Value:
@@ -121,13 +128,12 @@ class _Shaped(Value):
         _ops().print(self, label=label)
 
 
-class TensorValue(_Shaped):
-    """An immutable tensor inside a graph, with numpy-like operators.
+class TensorOperators:
+    """Numpy-style operators and methods shared by `TensorValue` and the eager `Tensor`.
 
-    Example:
-        >>> with Graph("g", input_types=[TensorType(DType.float32, [2, 3])]) as g:  # doctest: +SKIP
-        ...     x = g.inputs[0].tensor
-        ...     g.output((x * 2 + 1).mean(axis=1))
+    Every method calls an op front (``maxfx.graph.ops``); the front binds the op in
+    the context that owns ``self`` (a graph being built, the eager realization
+    context, or a JAX trace), so the same code serves all three.
     """
 
     __slots__ = ()
@@ -161,14 +167,6 @@ class TensorValue(_Shaped):
     def T(self) -> TensorValue:  # noqa: N802 - MAX's name
         """Transpose of the last two dims."""
         return _ops().transpose(self, -1, -2)
-
-    def rebind(self, shape, message: str = "") -> TensorValue:
-        """Assert at run time that the value has ``shape`` (names symbolic dims)."""
-        return _ops().rebind(self, shape, message)
-
-    def to(self, device) -> TensorValue:
-        """Transfer to ``device`` (a DeviceRef or driver Device)."""
-        return _ops().transfer_to(self, device)
 
     def argmax(self, axis: int = -1) -> TensorValue:
         """Index of the maximum along ``axis`` (kept as size 1), int64."""
@@ -297,6 +295,26 @@ class TensorValue(_Shaped):
         return _ops().greater_equal(self, rhs)
 
     __hash__ = object.__hash__
+
+
+class TensorValue(TensorOperators, _Shaped):
+    """An immutable tensor inside a graph, with numpy-like operators.
+
+    Example:
+        >>> with Graph("g", input_types=[TensorType(DType.float32, [2, 3])]) as g:  # doctest: +SKIP
+        ...     x = g.inputs[0].tensor
+        ...     g.output((x * 2 + 1).mean(axis=1))
+    """
+
+    __slots__ = ()
+
+    def rebind(self, shape, message: str = "") -> TensorValue:
+        """Assert at run time that the value has ``shape`` (names symbolic dims)."""
+        return _ops().rebind(self, shape, message)
+
+    def to(self, device) -> TensorValue:
+        """Transfer to ``device`` (a DeviceRef or driver Device)."""
+        return _ops().transfer_to(self, device)
 
     def __bool__(self):
         raise TypeError("the truth value of a symbolic TensorValue is unknown while building a graph; use ops.cond or ops.where")

@@ -1,0 +1,647 @@
+"""The eager `Tensor`: lazily recorded ops, realized when observed.
+
+A `Tensor` is a handle on one var of the eager graph (`lowering.eager`):
+operators and ``maxfx.functional`` ops record nodes (checking shapes and dtypes
+at the call), and reading values (``print``, ``item``, numpy/DLPack,
+``bool``, ``realize``, ``driver_tensor``) realizes everything the tensor
+depends on as one fused XLA program. Inside ``jax.jit``/``grad``/``vmap`` a
+Tensor holds a tracer and ops apply directly. While ``Module.compile`` traces,
+a Tensor wraps a graph value (`Tensor.from_graph_value`) and ops record into
+that graph.
+
+Example:
+    >>> from maxfx.experimental.tensor import Tensor
+    >>> x = Tensor.constant([1.0, -2.0, 3.0])
+    >>> print(x * 2 + 1)
+    TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [3.0, -3.0, 7.0]
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from lowering.context import Context, use_context
+from lowering.devices import jax_device
+from lowering.dims import Shape
+from lowering.dtypes import DType
+from lowering.eager import EAGER, LazyVar, realize
+from lowering.ops.core import to_constant_array
+from lowering.types import DeviceRef, TensorType
+from lowering.x64 import x64
+from maxfx import driver
+from maxfx.driver._device import as_device, device_of_jax
+from maxfx.experimental._defaults import defaults
+from maxfx.graph._value import TensorOperators, Value, _ops
+
+__all__ = ["Tensor", "ComputeGraph", "driver_tensor_type"]
+
+
+# ─── Construction helpers ─────────────────────────────────────────────────
+
+
+def _new(var: LazyVar) -> Tensor:
+    t = object.__new__(Tensor)
+    t._var = var
+    t._gv = None
+    var.owner = weakref.ref(t)
+    return t
+
+
+EAGER.wrap = _new
+
+
+def _device_ref(device: driver.Device) -> DeviceRef:
+    return DeviceRef.from_device(device)
+
+
+def _put(array: np.ndarray, device: driver.Device) -> jax.Array:
+    with x64():
+        return jax.device_put(array, device.jax_device)
+
+
+def _leaf(array: Any, dtype: DType | None = None, device: driver.Device | None = None) -> Tensor:
+    """A realized tensor holding the JAX array ``array`` (or tracer)."""
+    if dtype is None:
+        dtype = DType.from_numpy(array.dtype)
+    ref = _device_ref(device) if device is not None else _array_device_ref(array)
+    return _new(LazyVar(TensorType(dtype, array.shape, ref), array=array))
+
+
+def _array_device_ref(array: Any) -> DeviceRef:
+    try:
+        return _device_ref(device_of_jax(next(iter(array.devices()))))
+    except (AttributeError, StopIteration, jax.errors.ConcretizationTypeError, ValueError):
+        return DeviceRef.CPU()
+
+
+def _is_array_like(x: Any) -> bool:
+    return isinstance(x, (np.ndarray, jax.Array)) or (hasattr(x, "__dlpack__") and not isinstance(x, Tensor))
+
+
+class _GraphTensors(Context):
+    """Binds ops on Tensors that wrap values of a graph being built; results are Tensors again."""
+
+    def __init__(self, builder: Context):
+        self.builder = builder
+        self.parent = builder
+
+    def bind(self, op, inputs, params):
+        values = [x._gv if isinstance(x, Tensor) else x for x in inputs]
+        out = self.builder.bind(op, values, params)
+        if isinstance(out, tuple):
+            return tuple(Tensor.from_graph_value(v) for v in out)
+        return None if out is None else Tensor.from_graph_value(out)
+
+
+def _graph_context(builder: Context) -> _GraphTensors:
+    ctx = getattr(builder, "_tensor_context", None)
+    if ctx is None:
+        ctx = builder._tensor_context = _GraphTensors(builder)
+    return ctx
+
+
+# ─── Tensor ───────────────────────────────────────────────────────────────
+
+
+class Tensor(TensorOperators):
+    """A lazily evaluated tensor with numpy-style operators.
+
+    Args:
+        data: a scalar, nested list, numpy/JAX/DLPack array or Tensor.
+        dtype: element type (default: the array's dtype, else `defaults()`).
+        device: a driver ``Device`` (default: `defaults()`).
+        storage: a realized ``driver.Tensor`` to wrap instead of ``data``.
+        value: a graph ``TensorValue`` to wrap (see `from_graph_value`).
+
+    Example:
+        >>> t = Tensor([[1.0, 2.0], [3.0, 4.0]])
+        >>> t.shape, t.dtype
+        ([Dim(2), Dim(2)], <DType.float32: 81>)
+        >>> (t @ t)[0, 0].item()
+        7.0
+    """
+
+    __slots__ = ("_var", "_gv", "__weakref__")
+
+    def __init__(self, data: Any = None, dtype: DType | None = None, device: Any = None, *, storage: Any = None, value: Any = None):
+        if value is not None:
+            src = Tensor.from_graph_value(value)
+        elif storage is not None:
+            src = Tensor._from_driver(storage)
+        elif data is not None:
+            src = Tensor.constant(data, dtype=dtype, device=device)
+        else:
+            raise TypeError("Tensor() needs data (a scalar, list or array), storage= (a driver.Tensor) or value= (a graph value)")
+        self._var = src._var
+        self._gv = src._gv
+        if self._var is not None:
+            self._var.owner = weakref.ref(self)
+
+    # -- context (how ops on this tensor are bound) ------------------------
+    @property
+    def __lowering_context__(self) -> Context:
+        if self._gv is not None:
+            return _graph_context(self._gv.__lowering_context__)
+        return EAGER
+
+    # -- constructors ------------------------------------------------------
+    @classmethod
+    def constant(cls, value: Any, *, dtype: DType | None = None, device: Any = None) -> Tensor:
+        """A tensor holding ``value`` (scalar, nested list or DLPack array).
+
+        Python data gets the default dtype (`defaults`); arrays keep theirs
+        unless ``dtype`` is given.
+
+        Example:
+            >>> Tensor.constant([1, 2, 3]).dtype
+            <DType.float32: 81>
+        """
+        if isinstance(value, Tensor):
+            out = value if dtype is None or value.dtype is dtype else value.cast(dtype)
+            return out if device is None else out.to(device)
+        if isinstance(value, driver.Tensor):
+            out = cls._from_driver(value)
+            return cls.constant(out, dtype=dtype, device=device) if dtype is not None or device is not None else out
+        keep_dtype = dtype is None and (_is_array_like(value) or isinstance(value, np.generic) or _is_bool_data(value))
+        requested, dev = defaults(dtype, device)
+        arr, dtype = to_constant_array(value, None if keep_dtype else requested, op="Tensor.constant")
+        return _leaf(_put(arr, dev), dtype, dev)
+
+    @classmethod
+    def _from_driver(cls, storage: driver.Tensor) -> Tensor:
+        if not isinstance(storage, driver.Tensor):
+            raise TypeError(f"Tensor(storage=...): expected a driver.Tensor, got {type(storage).__name__}")
+        array = storage._jax_input()
+        if isinstance(array, np.ndarray):
+            array = _put(np.array(array), storage.device)  # copy: the driver tensor stays mutable
+        return _leaf(array, storage.dtype, storage.device)
+
+    @classmethod
+    def from_dlpack(cls, array: Any) -> Tensor:
+        """Wrap a DLPack array (numpy, JAX, torch...) without copying where the device allows."""
+        if isinstance(array, Tensor):
+            return array
+        if isinstance(array, jax.Array):
+            return _leaf(array)
+        return cls._from_driver(driver.Tensor.from_dlpack(array))
+
+    @classmethod
+    def from_graph_value(cls, value: Any) -> Tensor:
+        """A Tensor wrapping a graph value (used while ``Module.compile`` traces)."""
+        if isinstance(value, Tensor):
+            return value
+        if not isinstance(value, Value):
+            raise TypeError(f"Tensor.from_graph_value: expected a graph TensorValue, got {type(value).__name__}")
+        t = object.__new__(cls)
+        t._var = None
+        t._gv = value.tensor
+        return t
+
+    @classmethod
+    def _filled(cls, shape: Any, value: Any, dtype: DType | None, device: Any, where: str) -> Tensor:
+        dtype, dev = defaults(dtype, device)
+        dims = _static_shape(shape, where)
+        arr, _ = to_constant_array(value, dtype, op=where)
+        with x64():
+            array = jax.device_put(np.broadcast_to(arr, dims), dev.jax_device)
+        return _leaf(array, dtype, dev)
+
+    @classmethod
+    def full(cls, shape: Any, value: Any, *, dtype: DType | None = None, device: Any = None) -> Tensor:
+        """A tensor of ``shape`` filled with ``value``.
+
+        Example:
+            >>> Tensor.full([2], 7.0)[0].item()
+            7.0
+        """
+        return cls._filled(shape, value, dtype, device, "Tensor.full")
+
+    @classmethod
+    def zeros(cls, shape: Any, *, dtype: DType | None = None, device: Any = None) -> Tensor:
+        """A tensor of zeros."""
+        return cls._filled(shape, 0, dtype, device, "Tensor.zeros")
+
+    @classmethod
+    def ones(cls, shape: Any, *, dtype: DType | None = None, device: Any = None) -> Tensor:
+        """A tensor of ones."""
+        return cls._filled(shape, 1, dtype, device, "Tensor.ones")
+
+    @classmethod
+    def full_like(cls, type: Any, value: Any) -> Tensor:
+        """A tensor with ``type``'s dtype, shape and device (a TensorType or Tensor), filled with ``value``."""
+        dtype, shape, device = _type_parts(type, "Tensor.full_like")
+        return cls._filled(shape, value, dtype, device, "Tensor.full_like")
+
+    @classmethod
+    def zeros_like(cls, type: Any) -> Tensor:
+        """Zeros with ``type``'s dtype, shape and device."""
+        return cls.full_like(type, 0)
+
+    @classmethod
+    def ones_like(cls, type: Any) -> Tensor:
+        """Ones with ``type``'s dtype, shape and device."""
+        return cls.full_like(type, 1)
+
+    @classmethod
+    def arange(cls, start: Any = 0, stop: Any = None, step: Any = 1, *, dtype: DType | None = None, device: Any = None) -> Tensor:
+        """Evenly spaced values in ``[start, stop)``, like Python's ``range``.
+
+        Example:
+            >>> Tensor.arange(4).shape
+            [Dim(4)]
+        """
+        if stop is None:
+            start, stop = 0, start
+        if step == 0:
+            raise ValueError("Tensor.arange: step must not be zero")
+        dtype, dev = defaults(dtype, device)
+        with x64():
+            arr = np.arange(start, stop, step).astype(dtype.to_numpy())
+        return _leaf(_put(arr, dev), dtype, dev)
+
+    range = arange
+
+    @classmethod
+    def range_like(cls, type: Any) -> Tensor:
+        """``0..n-1`` along the last dim of ``type`` (TensorType or Tensor), broadcast to its shape."""
+        dtype, shape, device = _type_parts(type, "Tensor.range_like")
+        if not shape:
+            raise ValueError("Tensor.range_like: type must have rank >= 1")
+        arr = np.broadcast_to(np.arange(shape[-1]).astype(dtype.to_numpy()), shape)
+        return _leaf(_put(np.ascontiguousarray(arr), device), dtype, device)
+
+    @classmethod
+    def randn(cls, shape: Any, *, dtype: DType | None = None, device: Any = None) -> Tensor:
+        """Standard-normal samples (``maxfx.random.normal``)."""
+        from maxfx.experimental import random  # noqa: PLC0415
+
+        return random.normal(shape, dtype=dtype, device=device)
+
+    # -- properties --------------------------------------------------------
+    @property
+    def type(self) -> TensorType:
+        """``TensorType(dtype, shape, device)`` of the tensor."""
+        return self._gv.type if self._gv is not None else self._var.type
+
+    @property
+    def dtype(self) -> DType:
+        """Element type."""
+        return self.type.dtype
+
+    @property
+    def shape(self) -> Shape:
+        """Shape as a list of `Dim` (equal to a list or tuple of ints)."""
+        return self.type.shape
+
+    @property
+    def rank(self) -> int:
+        """Number of dimensions."""
+        return len(self.type.shape)
+
+    @property
+    def device(self) -> driver.Device:
+        """The driver device holding the tensor."""
+        return self.type.device.to_device()
+
+    @property
+    def real(self) -> bool:
+        """True when the values exist (realized), False while work is pending."""
+        return self._gv is None and self._var.node is None
+
+    @property
+    def realize(self) -> Tensor:
+        """Force computation of this tensor (a property, as in MAX); returns the tensor."""
+        self._array()
+        return self
+
+    @property
+    def storage(self) -> driver.Tensor | None:
+        """The driver tensor holding the values, or None while unrealized."""
+        if not self.real:
+            return None
+        return driver.Tensor._from_array(self._var.array)
+
+    @property
+    def driver_tensor(self) -> driver.Tensor:
+        """The values as a ``driver.Tensor`` (realizes the tensor)."""
+        return driver.Tensor._from_array(self._array())
+
+    def num_elements(self) -> int:
+        """Number of elements."""
+        n = 1
+        for d in self.shape:
+            n *= int(d)
+        return n
+
+    # -- realization -------------------------------------------------------
+    def _array(self) -> Any:
+        """The realized value (a JAX array, or a tracer under a JAX transform)."""
+        if self._gv is not None:
+            raise TypeError(
+                "this Tensor is a symbolic graph value (inside Module.compile or a Graph); its values exist only when the graph runs"
+            )
+        var = self._var
+        if var.node is not None:
+            realize([var])
+        return var.array
+
+    def _numpy(self) -> np.ndarray:
+        array = self._array()
+        if isinstance(array, jax.core.Tracer):
+            raise jax.errors.ConcretizationTypeError(array, "reading a Tensor's values inside a JAX transformation")
+        return np.asarray(array)
+
+    def to_numpy(self) -> np.ndarray:
+        """The values as a numpy array (realizes; copies off accelerators)."""
+        return self._numpy()
+
+    def item(self) -> Any:
+        """The single value as a Python scalar.
+
+        Raises:
+            ValueError: the tensor has more than one element.
+        """
+        n = self.num_elements()
+        if n != 1:
+            raise ValueError(f"Tensor.item: only tensors with exactly one element can be converted to a Python scalar; this one has shape {list(map(int, self.shape))} ({n} elements)")
+        return self._numpy().reshape(()).item()
+
+    def to(self, device: Any) -> Tensor:
+        """A copy on ``device`` (a driver Device or DeviceRef)."""
+        if self._gv is not None:
+            return _ops().transfer_to(self, device)
+        dev = as_device(device, "Tensor.to")
+        if dev == self.device:
+            return self
+        array = self._array()
+        with x64():
+            moved = jax.device_put(array, dev.jax_device)
+        return _leaf(moved, self.dtype, dev)
+
+    # -- extra methods (MAX 26.7) -----------------------------------------
+    def sum(self, axis: int = -1) -> Tensor:
+        """Sum along ``axis`` (kept as size 1)."""
+        return _ops().sum(self, axis)
+
+    def squeeze(self, axis: int) -> Tensor:
+        """Remove the size-1 dim ``axis``."""
+        return _ops().squeeze(self, axis)
+
+    def unsqueeze(self, axis: int) -> Tensor:
+        """Insert a size-1 dim at ``axis``."""
+        return _ops().unsqueeze(self, axis)
+
+    def split(self, split_sizes: Sequence[int], axis: int = 0) -> list[Tensor]:
+        """Split along ``axis`` into pieces of ``split_sizes``."""
+        return list(_ops().split(self, split_sizes, axis))
+
+    def clip(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002 - MAX's names
+        """Clamp values into ``[min, max]`` (either bound may be None)."""
+        out = self
+        if min is not None:
+            out = _ops().max(out, min)
+        if max is not None:
+            out = _ops().min(out, max)
+        return out
+
+    # -- Python protocols --------------------------------------------------
+    def __repr__(self) -> str:
+        if self._gv is not None:
+            return f"Tensor({self._gv.type})"
+        array = self._var.array if self.real else self._array()
+        if isinstance(array, jax.core.Tracer):
+            return f"{self.type}: <traced {type(array).__name__}>"
+        return f"{self.type}: {format_values(np.asarray(array))}"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        if spec:
+            return format(self.item(), spec)
+        return str(self)
+
+    def __bool__(self) -> bool:
+        if self.num_elements() != 1:
+            raise ValueError(f"the truth value of a Tensor with {self.num_elements()} elements is ambiguous; use .item() on a one-element tensor")
+        return bool(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __index__(self) -> int:
+        if not self.dtype.is_integral():
+            raise TypeError(f"only integer tensors can be used as an index, got {self.dtype.name}")
+        return int(self.item())
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a rank-0 Tensor")
+        return int(self.shape[0])
+
+    def __iter__(self) -> Iterator[Tensor]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """Write ``value`` into ``self[index]`` (numpy basic indexing); realizes both."""
+        if self._gv is not None:
+            raise TypeError("Tensor.__setitem__: graph-valued tensors are immutable; use buffers in a Graph")
+        current = np.array(self._numpy())
+        new = value._numpy() if isinstance(value, Tensor) else np.asarray(value)
+        if new.dtype.kind == "f" and not self.dtype.is_float():
+            raise TypeError(f"Tensor.__setitem__: cannot store {new.dtype} values into a {self.dtype.name} tensor")
+        try:
+            current[index] = new
+        except (ValueError, IndexError) as e:
+            raise type(e)(f"Tensor.__setitem__: {e} (tensor shape {list(current.shape)})") from None
+        self._var = _leaf(_put(current, self.device), self.dtype, self.device)._var
+        self._var.owner = weakref.ref(self)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        arr = self._numpy()
+        if dtype is not None:
+            arr = arr.astype(dtype)
+        return np.array(arr) if copy else arr
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._array().__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._array().__dlpack_device__()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"array": self._numpy(), "dtype": self.dtype, "device": self.device}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        src = _leaf(_put(state["array"], state["device"]), state["dtype"], state["device"])
+        self._var = src._var
+        self._gv = None
+        self._var.owner = weakref.ref(self)
+
+
+def _is_bool_data(value: Any) -> bool:
+    return isinstance(value, (bool, list, tuple)) and np.asarray(value).dtype == np.bool_
+
+
+def _static_shape(shape: Any, where: str) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    try:
+        dims = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise TypeError(f"{where}: shape must be a sequence of ints, got {shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"{where}: shape must not have negative dims, got {list(dims)}")
+    return dims
+
+
+def _type_parts(t: Any, where: str) -> tuple[DType, tuple[int, ...], driver.Device]:
+    if isinstance(t, Tensor):
+        t = t.type
+    if not isinstance(t, TensorType):
+        raise TypeError(f"{where}: expected a TensorType or Tensor, got {type(t).__name__}")
+    return t.dtype, _static_shape(t.shape, where), t.device.to_device()
+
+
+# ─── Printing ─────────────────────────────────────────────────────────────
+
+_SUMMARY_THRESHOLD = 1000
+_EDGE = 3
+
+
+def _scalar_text(x: Any) -> str:
+    if isinstance(x, (bool, np.bool_)):
+        return str(bool(x))
+    if isinstance(x, (np.integer, int)):
+        return str(int(x))
+    if isinstance(x, np.floating) and x.dtype in (np.float32, np.float16):
+        return str(x)  # numpy prints the shortest text that round-trips in that dtype
+    if isinstance(x, np.complexfloating):
+        return str(complex(x))
+    return repr(float(x))
+
+
+def format_values(array: np.ndarray) -> str:
+    """Values as a nested list, floats always with a decimal point (``[1.0, 0.0]``).
+
+    Tensors of more than 1000 elements show the first and last 3 entries per axis.
+    """
+    summarize = array.size > _SUMMARY_THRESHOLD
+
+    def fmt(a: np.ndarray) -> str:
+        if a.ndim == 0:
+            return _scalar_text(a[()])
+        n = a.shape[0]
+        if summarize and n > 2 * _EDGE:
+            parts = [fmt(a[i]) for i in range(_EDGE)] + ["..."] + [fmt(a[i]) for i in range(n - _EDGE, n)]
+        else:
+            parts = [fmt(a[i]) for i in range(n)]
+        return "[" + ", ".join(parts) + "]"
+
+    return fmt(array)
+
+
+# ─── ComputeGraph ────────────────────────────────────────────────────────
+
+
+class ComputeGraph:
+    """A group of eager tensors realized together (MAX's lazy-evaluation graph).
+
+    ``evaluate`` realizes the requested tensor and every other live
+    unrealized tensor added with `add_unrealized`, as one program.
+
+    Example:
+        >>> import asyncio
+        >>> g = ComputeGraph()
+        >>> a = Tensor.constant([1.0]) + 1
+        >>> g.add_unrealized(a)
+        >>> asyncio.run(g.evaluate(a * 2))
+        >>> a.real
+        True
+    """
+
+    def __init__(self, context: Any = None, sources: Sequence[Tensor] = (), seed: int = 0):
+        self.context = context
+        self.seed = seed
+        self.sources: dict[Any, Tensor] = {}
+        self.unrealized: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+        for s in sources:
+            self.add_source(s)
+
+    def add_source(self, tensor: Tensor) -> None:
+        """Register a realized input tensor (held strongly)."""
+        self.sources[tensor._var] = tensor
+
+    def add_unrealized(self, tensor: Tensor) -> None:
+        """Register a pending tensor (held weakly) to be realized by the next `evaluate`."""
+        self.unrealized[id(tensor)] = tensor
+
+    @property
+    def graph(self):
+        """The pending work as a `maxfx.graph.Graph` (inputs: realized leaves; outputs: unrealized tensors)."""
+        from lowering.eager import _plan  # noqa: PLC0415
+        from maxfx.graph import Graph  # noqa: PLC0415
+
+        pending = [t._var for t in self.unrealized.values() if not t.real]
+        g = Graph("compute_graph")
+        if pending:
+            plan = _plan(pending)
+            g._block.inputs = list(plan.leaves)
+            g._block.nodes = list(plan.nodes)
+            g._block.outputs = list(plan.outputs)
+        return g
+
+    async def evaluate(self, tensor: Tensor) -> None:
+        """Realize ``tensor`` and all other live unrealized tensors of this graph."""
+        with use_context(None):
+            realize([tensor._var] + [t._var for t in self.unrealized.values() if t._gv is None])
+
+
+def driver_tensor_type(t: driver.Tensor) -> TensorType:
+    """The `TensorType` of a driver tensor.
+
+    Example:
+        >>> from maxfx import driver
+        >>> from maxfx.dtype import DType
+        >>> driver_tensor_type(driver.Tensor.zeros((2,), DType.int32))
+        TensorType(dtype=int32, shape=[Dim(2)], device=cpu:0)
+    """
+    if not isinstance(t, driver.Tensor):
+        raise TypeError(f"driver_tensor_type: expected a driver.Tensor, got {type(t).__name__}")
+    return TensorType(t.dtype, t.shape, DeviceRef.from_device(t.device))
+
+
+# ─── JAX pytree ───────────────────────────────────────────────────────────
+
+
+def _flatten(t: Tensor):
+    if t._gv is not None:
+        return (t._gv,), "graph"
+    return (t._array(),), None
+
+
+def _unflatten(aux: Any, children: Sequence[Any]) -> Tensor:
+    (child,) = children
+    if aux == "graph":
+        return Tensor.from_graph_value(child)
+    if hasattr(child, "shape") and hasattr(child, "dtype"):
+        try:
+            return _leaf(child)
+        except (ValueError, TypeError):
+            pass
+    # Pytree utilities may unflatten with placeholders (None, sentinels): keep them as-is.
+    t = object.__new__(Tensor)
+    t._var = LazyVar(None, array=child)
+    t._gv = None
+    return t
+
+
+jax.tree_util.register_pytree_node(Tensor, _flatten, _unflatten)
