@@ -202,21 +202,25 @@ def _array_device(x: Any) -> DeviceRef:
     return DeviceRef("cpu" if dev.platform == "cpu" else "gpu", dev.id if dev.platform != "cpu" else 0)
 
 
-def coerce_inputs(ctx: Context, op: OpDef, inputs: Sequence[Any]) -> list[Any]:
-    """Apply MAX promotion and turn weak data into typed constants in ``ctx``.
+def coercion_plan(op: OpDef, types: Sequence[Type | None]) -> tuple[Any, ...]:
+    """How each input of ``op`` must be converted, from the input types alone.
 
-    Returns the inputs as ``ctx``-native values (whatever ``ctx.constant`` and
-    ``ctx.cast`` produce, and typed values unchanged).
+    ``types[i]`` is None for weak Python/numpy data. Returns one action per
+    input: None (use as is), ``("cast", dtype)`` (a typed input promoted to
+    ``dtype``), ``("weak", dtype)`` (weak data that must fit ``dtype`` exactly)
+    or ``("default",)`` (weak data outside the promoted inputs: a constant of its
+    natural dtype).
+
+    Raises:
+        TypeError: no typed operand among the promoted inputs.
+        OpError: typed operands whose dtypes MAX does not promote (int32 + float32).
     """
-    inputs = list(inputs)
-    types = [type_of(ctx, x) for x in inputs]
-    promote = [i for i in op.promote if i < len(inputs)]
-    device = next((t.device for t in types if t is not None and hasattr(t, "device")), None)
+    actions: list[Any] = [None] * len(types)
+    promote = [i for i in op.promote if i < len(types)]
     if promote:
         strong = [i for i in promote if types[i] is not None]
         if not strong:
-            kinds = ", ".join(type(inputs[i]).__name__ for i in promote)
-            raise TypeError(f"{op.name}: Binary ops require at least one max object (a tensor or graph value); got {kinds}")
+            raise TypeError(f"{op.name}: Binary ops require at least one max object (a tensor or graph value)")
         target = types[strong[0]].dtype
         for i in strong[1:]:
             try:
@@ -226,11 +230,41 @@ def coerce_inputs(ctx: Context, op: OpDef, inputs: Sequence[Any]) -> list[Any]:
                 raise OpError(f"{op.name}: incompatible input dtypes ({shapes}): {e}") from None
         for i in promote:
             if types[i] is None:
-                inputs[i] = ctx.constant(_weak_to_numpy(op.name, inputs[i], target), target, device)
+                actions[i] = ("weak", target)
             elif types[i].dtype is not target:
-                inputs[i] = ctx.cast(inputs[i], target)
+                actions[i] = ("cast", target)
+    for i, t in enumerate(types):
+        if t is None and actions[i] is None:
+            actions[i] = ("default",)
+    return tuple(actions)
+
+
+def coerce_inputs(ctx: Context, op: OpDef, inputs: Sequence[Any]) -> list[Any]:
+    """Apply MAX promotion and turn weak data into typed constants in ``ctx``.
+
+    Returns the inputs as ``ctx``-native values (whatever ``ctx.constant`` and
+    ``ctx.cast`` produce, and typed values unchanged).
+    """
+    inputs = list(inputs)
+    types = [type_of(ctx, x) for x in inputs]
     for i, x in enumerate(inputs):
-        if types[i] is None and i not in promote and is_weak(x):
+        if types[i] is None and not is_weak(x) and i in op.promote:
+            raise TypeError(f"{op.name}: Binary ops require at least one max object (a tensor or graph value); got {type(x).__name__}")
+    try:
+        actions = coercion_plan(op, types)
+    except TypeError:
+        kinds = ", ".join(type(inputs[i]).__name__ for i in op.promote if i < len(inputs))
+        raise TypeError(f"{op.name}: Binary ops require at least one max object (a tensor or graph value); got {kinds}") from None
+    device = next((t.device for t in types if t is not None and hasattr(t, "device")), None)
+    for i, act in enumerate(actions):
+        if act is None:
+            continue
+        x = inputs[i]
+        if act[0] == "cast":
+            inputs[i] = ctx.cast(x, act[1])
+        elif act[0] == "weak":
+            inputs[i] = ctx.constant(_weak_to_numpy(op.name, x, act[1]), act[1], device)
+        elif is_weak(x):
             arr = _weak_array(x)
             dtype = _default_dtype(arr, x)
             inputs[i] = ctx.constant(arr.astype(dtype.to_numpy()), dtype, device)

@@ -20,12 +20,22 @@ def accelerators() -> tuple[jax.Device, ...]:
         return ()
 
 
+_resolved: dict[DeviceRef, jax.Device] = {}
+
+
 def jax_device(ref: DeviceRef) -> jax.Device:
     """The JAX device a `DeviceRef` names.
 
     Raises:
         ValueError: for a GPU reference on a machine without that GPU.
     """
+    dev = _resolved.get(ref)
+    if dev is None:
+        dev = _resolved[ref] = _lookup(ref)
+    return dev
+
+
+def _lookup(ref: DeviceRef) -> jax.Device:
     if ref.device_type is DeviceKind.CPU:
         cpus = jax.devices("cpu")
         return cpus[ref.id] if 0 <= ref.id < len(cpus) else cpus[0]

@@ -59,6 +59,10 @@ class DType(enum.Enum):
     def __str__(self) -> str:
         return f"DType.{self.name}"
 
+    # Members are singletons compared by identity; the C-level hash keeps the
+    # type-keyed memos of the eager path cheap (Enum's own hash is Python code).
+    __hash__ = object.__hash__
+
     # -- classification ---------------------------------------------------
     def is_float(self) -> bool:
         """True for every floating-point type (float4/8/16/32/64, bfloat16)."""

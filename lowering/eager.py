@@ -35,11 +35,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from lowering.context import TRACE, Context, coerce_inputs, infer_types
+from lowering.context import TRACE, Context, coerce_inputs, coercion_plan, infer_types
 from lowering.devices import jax_device
-from lowering.dtypes import DType
+from lowering.dtypes import DType, promote_weak, result_dtype_for_python_scalar
 from lowering.interpret import Interpreter
-from lowering.ir import Node, Var, param_key
+from lowering.ir import Node, Var, _var_ids, param_key
 from lowering.registry import OpDef, OpError, get_op
 from lowering.types import DeviceRef, TensorType
 from lowering.x64 import x64
@@ -66,7 +66,8 @@ class LazyVar(Var):
     __slots__ = ("node", "array", "owner", "pending")
 
     def __init__(self, type: Any, array: Any = None, node: Node | None = None, pending: int = 0):
-        super().__init__(type)
+        self.id = next(_var_ids)
+        self.type = type
         self.array = array
         self.node = node
         self.owner = None
@@ -123,6 +124,77 @@ def _device_constant(array: np.ndarray, device: jax.Device) -> jax.Array:
 # ─── Recording ────────────────────────────────────────────────────────────
 
 
+_SCALARS = (int, float, bool)
+
+
+class _BindPlan:
+    """What binding an op to inputs of given types does: conversions, output types, node signature.
+
+    Computed once per (op, input types, params); building it runs the op's rule,
+    so shape and dtype errors are raised here, at the call.
+    """
+
+    __slots__ = ("actions", "out_types", "signature", "device", "immediate", "single")
+
+    def __init__(self, op: OpDef, kinds: list[Any], params: dict[str, Any]):
+        # kinds[i]: the input's graph type, or the Python type of a scalar input.
+        types = [None if isinstance(k, type) else k for k in kinds]
+        self.actions = coercion_plan(op, types)
+        typed = [t for t in types if t is not None]
+        self.device = next((t.device for t in typed if hasattr(t, "device")), None)
+        device = self.device or DeviceRef.CPU()
+        in_types = []
+        for k, t, act in zip(kinds, types, self.actions):
+            if act is None:
+                in_types.append(t)
+            elif act[0] == "cast":
+                in_types.append(TensorType(act[1], t.shape, t.device))
+            elif act[0] == "weak":
+                in_types.append(TensorType(act[1], [], device))
+            else:
+                in_types.append(TensorType(result_dtype_for_python_scalar(k()), [], device))
+        _check_device_types(op, typed)
+        self.out_types = infer_types(op, in_types, params)
+        self.signature = _intern_signature((op.name, param_key(params), tuple(t.key() for t in self.out_types)))
+        self.immediate = bool(op.mutates or op.effect or op.data_dependent or op.name in _IMMEDIATE)
+        self.single = len(self.out_types) == 1 and not op.multiple_results
+
+
+_bind_plans: dict[tuple, _BindPlan] = {}
+_signatures: dict[tuple, int] = {}
+
+
+def _intern_signature(sig: tuple) -> int:
+    """A small int standing for a node signature: program keys hash ints, not nested tuples."""
+    n = _signatures.get(sig)
+    if n is None:
+        n = _signatures[sig] = len(_signatures)
+    return n
+_scalar_leaves: collections.OrderedDict[tuple, LazyVar] = collections.OrderedDict()
+
+
+def _scalar_leaf(op_name: str, x: Any, dtype: DType | None, device: DeviceRef | None) -> LazyVar:
+    """A realized rank-0 constant for the Python scalar ``x`` (cached: loops reuse ``x * 2``'s 2)."""
+    key = (type(x), x, dtype, device)
+    leaf = _scalar_leaves.get(key)
+    if leaf is None:
+        if dtype is None:
+            dtype = result_dtype_for_python_scalar(x)
+        else:
+            try:
+                promote_weak(dtype, x)
+            except ValueError as e:
+                raise OpError(f"{op_name}: {e}") from None
+        device = device or DeviceRef.CPU()
+        arr = np.asarray(x, dtype.to_numpy())
+        with x64():
+            leaf = LazyVar(TensorType(dtype, [], device), array=jax.device_put(arr, jax_device(device)))
+        _scalar_leaves[key] = leaf
+        if len(_scalar_leaves) > 4096:
+            _scalar_leaves.popitem(last=False)
+    return leaf
+
+
 class EagerContext(Context):
     """Records ops on eager tensors into a pending graph.
 
@@ -160,26 +232,89 @@ class EagerContext(Context):
         return LazyVar(type, array=array)
 
     def bind(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
-        if any(_is_tracer(getattr(getattr(x, "_var", None), "array", None)) or _is_tracer(x) for x in inputs):
+        key: list[Any] = [op]
+        for x in inputs:
+            v = getattr(x, "_var", None)
+            if v is not None:
+                if isinstance(v.array, jax.core.Tracer):
+                    return self._bind_traced(op, inputs, params)
+                key.append(v.type)
+            elif type(x) in _SCALARS:
+                key.append(type(x))
+            elif isinstance(x, LazyVar):
+                key.append(x.type)
+            else:
+                return self._bind_general(op, inputs, params)
+        try:
+            key.append(param_key(params) if params else ())
+            key_t = tuple(key)
+            plan = _bind_plans.get(key_t)
+        except TypeError:  # unhashable params
+            return self._bind_general(op, inputs, params)
+        if plan is None:
+            plan = _BindPlan(op, key[1:-1], params)
+            if len(_bind_plans) > 8192:
+                _bind_plans.clear()
+            _bind_plans[key_t] = plan
+        in_vars = []
+        for x, act in zip(inputs, plan.actions):
+            if act is None:
+                in_vars.append(x if x.__class__ is LazyVar else x._var)
+            elif act[0] == "cast":
+                in_vars.append(self.cast(x, act[1]))
+            else:
+                in_vars.append(_scalar_leaf(op.name, x, act[1] if act[0] == "weak" else None, plan.device))
+        if plan.immediate:
+            return self._finish(op, in_vars, params, plan.out_types, plan.signature)
+        # The common case, kept tight: record one node with one output.
+        pending = 1
+        for v in in_vars:
+            pending += v.pending
+        node = Node(op.name, tuple(in_vars), params, ())
+        node._sig = plan.signature
+        if plan.single:
+            out = LazyVar(plan.out_types[0], None, node, pending)
+            node.outputs = (out,)
+            if pending > MAX_PENDING:
+                realize(node.outputs)
+            return self.wrap(out)
+        outs = tuple([LazyVar(t, None, node, pending) for t in plan.out_types])
+        node.outputs = outs
+        if pending > MAX_PENDING:
+            realize(outs)
+        if op.multiple_results:
+            return tuple([self.wrap(v) for v in outs])
+        return self.wrap(outs[0]) if outs else None
+
+    def _bind_general(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
+        if any(_is_tracer(x) for x in inputs):
             return self._bind_traced(op, inputs, params)
         coerced = coerce_inputs(self, op, inputs)
         in_vars = [self.var_of(x) for x in coerced]
         _check_devices(op, in_vars)
         out_types = infer_types(op, [v.type for v in in_vars], params)
+        return self._finish(op, in_vars, params, out_types, None)
+
+    def _finish(self, op: OpDef, in_vars: list[LazyVar], params: dict[str, Any], out_types: Sequence[Any], signature: Any) -> Any:
         if op.mutates or op.effect or op.data_dependent or op.name in _IMMEDIATE:
             outs = self._run_now(op, in_vars, params, out_types)
         else:
-            outs = self._record(op, in_vars, params, out_types)
-        values = tuple(self.wrap(v) for v in outs)
+            outs = self._record(op, in_vars, params, out_types, signature)
+        wrap = self.wrap
         if op.multiple_results:
-            return values
-        return values[0] if values else None
+            return tuple(wrap(v) for v in outs)
+        return wrap(outs[0]) if outs else None
 
-    def _record(self, op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any]) -> tuple[LazyVar, ...]:
-        pending = 1 + sum(v.pending for v in in_vars)
+    def _record(self, op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any], signature: Any = None) -> tuple[LazyVar, ...]:
+        pending = 1
+        for v in in_vars:
+            pending += v.pending
         node = Node(op.name, tuple(in_vars), params, ())
+        node._sig = signature
         outs = tuple(LazyVar(t, node=node, pending=pending) for t in out_types)
         node.outputs = outs
+        if signature is None:
+            _node_signature(node)
         if pending > MAX_PENDING:
             realize(outs)
         return outs
@@ -231,11 +366,15 @@ def _device_ref(array: Any) -> DeviceRef:
 
 
 def _check_devices(op: OpDef, in_vars: Sequence[LazyVar]) -> None:
-    if len(in_vars) < 2 or op.name == "transfer_to":
+    _check_device_types(op, [v.type for v in in_vars])
+
+
+def _check_device_types(op: OpDef, types: Sequence[Any]) -> None:
+    if len(types) < 2 or op.name == "transfer_to":
         return
-    first = in_vars[0].type.device
-    for v in in_vars[1:]:
-        d = getattr(v.type, "device", first)
+    first = getattr(types[0], "device", None)
+    for t in types[1:]:
+        d = getattr(t, "device", first)
         if d != first:
             raise ValueError(
                 f"{op.name}: inputs are on different devices ({first} and {d}); move one with `.to(device)` first"
@@ -260,11 +399,10 @@ class _Plan:
         self.key = key
 
 
-def _node_signature(node: Node) -> tuple:
+def _node_signature(node: Node) -> int:
     sig = getattr(node, "_sig", None)
     if sig is None:
-        sig = (node.op, param_key(node.params), tuple(v.type.key() for v in node.outputs))
-        node._sig = sig
+        sig = node._sig = _intern_signature((node.op, param_key(node.params), tuple(v.type.key() for v in node.outputs)))
     return sig
 
 
@@ -272,44 +410,52 @@ def _plan(targets: Sequence[LazyVar]) -> _Plan:
     slot: dict[int, int] = {}
     leaves: list[LazyVar] = []
     nodes: list[Node] = []
-    key: list[Any] = []
-    done_nodes: set[int] = set()
+    key: list[Any] = []  # flat: leaf (shape, dtype) pairs and node (signature, input slots..., -1) runs
+    push_key = key.append
     # Iterative post-order walk: deep chains must not hit Python's recursion limit.
-    stack: list[tuple[LazyVar, bool]] = [(v, False) for v in reversed(targets)]
+    stack: list[Any] = list(reversed(targets))
+    push, pop = stack.append, stack.pop
     while stack:
-        v, expanded = stack.pop()
+        v = pop()
+        if v.__class__ is Node:  # all inputs of this node are placed: emit it
+            node = v
+            if node.outputs[0].id in slot:
+                continue
+            nodes.append(node)
+            push_key(node._sig)
+            for u in node.inputs:
+                push_key(slot[u.id])
+            push_key(-1)
+            for o in node.outputs:
+                slot[o.id] = len(slot)
+            continue
         if v.id in slot:
             continue
         node = v.node
         if node is None:
             slot[v.id] = len(slot)
             leaves.append(v)
-            a = v.array
-            key.append(("L", a.shape, a.dtype.str if isinstance(a, np.ndarray) else str(a.dtype)))
+            push_key(v.array.shape)
+            push_key(v.type.dtype)
             continue
-        if id(node) in done_nodes:
+        if node.outputs[0].id in slot:
             continue
-        if not expanded:
-            stack.append((v, True))
-            for u in reversed(node.inputs):
-                if u.id not in slot:
-                    stack.append((u, False))
-            continue
-        done_nodes.add(id(node))
-        nodes.append(node)
-        ins = tuple(slot[u.id] for u in node.inputs)
-        for o in node.outputs:
-            slot[o.id] = len(slot)
-        key.append((_node_signature(node), ins))
+        push(node)
+        for u in reversed(node.inputs):
+            if u.id not in slot:
+                push(u)
     # Outputs: the targets plus every other var of the graph a live tensor still holds.
     outputs = list(targets)
-    wanted = {v.id for v in targets}
-    for node in nodes:
-        for o in node.outputs:
-            if o.id not in wanted and o.owner is not None and o.owner() is not None:
-                outputs.append(o)
-                wanted.add(o.id)
-    key.append(("O", tuple(slot[o.id] for o in outputs)))
+    if len(nodes) > 1 or len(nodes[0].outputs) > 1:
+        wanted = {v.id for v in targets}
+        for node in nodes:
+            for o in node.outputs:
+                if o.id not in wanted and o.owner is not None and o.owner() is not None:
+                    outputs.append(o)
+                    wanted.add(o.id)
+    push_key("out")
+    for o in outputs:
+        push_key(slot[o.id])
     return _Plan(nodes, leaves, outputs, tuple(key))
 
 
@@ -321,34 +467,43 @@ def _run_nodes(nodes: Sequence[Node], leaf_ids: Sequence[int], out_ids: Sequence
     return tuple(env[i] for i in out_ids)
 
 
-_programs: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
-_seen: collections.OrderedDict[tuple, None] = collections.OrderedDict()
-_lock = threading.RLock()
+_programs: dict[tuple, Any] = {}
+_seen: dict[tuple, None] = {}
+_lock = threading.Lock()
 _CACHE_SIZE = 1024
 
 
-def _compiled(plan: _Plan, device: jax.Device) -> Any | None:
-    """The jitted program for ``plan`` (None on the first sighting of its key)."""
-    key = (plan.key, device)
+_WIDE = frozenset({DType.int64, DType.uint64, DType.float64})
+
+
+def _needs_x64(plan: _Plan) -> bool:
+    """Whether any value of the plan is 64-bit (else the program runs without JAX's x64 mode, which is cheaper to call)."""
+    for v in plan.leaves:
+        if v.type.dtype in _WIDE:
+            return True
+    return any(getattr(o.type, "dtype", None) in _WIDE for n in plan.nodes for o in n.outputs)
+
+
+def _compiled(key: tuple, plan: _Plan) -> tuple[Any, bool] | None:
+    """The jitted program for ``plan`` and whether it needs x64 (None on the first sighting of its key)."""
+    entry = _programs.get(key)
+    if entry is not None:
+        return entry
     with _lock:
-        fn = _programs.get(key)
-        if fn is not None:
-            _programs.move_to_end(key)
-            return fn
         if key not in _seen:
-            _seen[key] = None
             if len(_seen) > 4 * _CACHE_SIZE:
-                _seen.popitem(last=False)
+                _seen.clear()
+            _seen[key] = None
             return None
         nodes = plan.nodes
         leaf_ids = [v.id for v in plan.leaves]
         out_ids = [v.id for v in plan.outputs]
-        fn = jax.jit(lambda *leaves: _run_nodes(nodes, leaf_ids, out_ids, leaves))
-        _programs[key] = fn
+        entry = (jax.jit(lambda *leaves: _run_nodes(nodes, leaf_ids, out_ids, leaves)), _needs_x64(plan))
+        if len(_programs) >= _CACHE_SIZE:
+            del _programs[next(iter(_programs))]  # oldest first
+        _programs[key] = entry
         _stats.compiles += 1
-        while len(_programs) > _CACHE_SIZE:
-            _programs.popitem(last=False)
-        return fn
+        return entry
 
 
 def realize(vars: Sequence[LazyVar]) -> None:
@@ -358,15 +513,20 @@ def realize(vars: Sequence[LazyVar]) -> None:
         return
     plan = _plan(targets)
     device = jax_device(targets[0].type.device)
-    leaves = [_on_device(v.array, device) for v in plan.leaves]
+    leaves = [v.array for v in plan.leaves]
     try:
-        with x64():
-            fn = _compiled(plan, device)
-            if fn is None:
-                _stats.op_by_op_runs += 1
+        entry = _compiled((plan.key, device), plan)
+        if entry is None:
+            _stats.op_by_op_runs += 1
+            with x64():
                 results = _run_nodes(plan.nodes, [v.id for v in plan.leaves], [v.id for v in plan.outputs], leaves)
+        else:
+            _stats.fused_runs += 1
+            fn, wide = entry
+            if wide:
+                with x64():
+                    results = fn(*leaves)
             else:
-                _stats.fused_runs += 1
                 results = fn(*leaves)
     except OpError:
         raise
@@ -377,12 +537,6 @@ def realize(vars: Sequence[LazyVar]) -> None:
         v.array = a
         v.node = None
         v.pending = 0
-
-
-def _on_device(a: Any, device: jax.Device) -> Any:
-    if isinstance(a, np.ndarray):
-        return _device_constant(a, device)
-    return a
 
 
 def bind_owner(var: LazyVar, tensor: Any) -> None:

@@ -66,11 +66,12 @@ def set_device_resolver(fn: Callable[[DeviceRef], Any]) -> None:
 class DeviceRef:
     """A device in a graph type: kind and index. ``str(DeviceRef.GPU()) == 'gpu:0'``."""
 
-    __slots__ = ("device_type", "id")
+    __slots__ = ("device_type", "id", "_hash")
 
     def __init__(self, device_type: DeviceKind | str, id: int = 0):
         self.device_type = device_type if isinstance(device_type, DeviceKind) else DeviceKind.from_string(device_type)
         self.id = int(id)
+        self._hash = hash((self.device_type.value, self.id))
 
     @staticmethod
     def CPU(id: int = 0) -> DeviceRef:  # noqa: N802 - MAX's name
@@ -126,7 +127,7 @@ class DeviceRef:
         return self.device_type is other.device_type and self.id == other.id
 
     def __hash__(self):
-        return hash((self.device_type, self.id))
+        return self._hash
 
     def __str__(self) -> str:
         return f"{self.device_type.value}:{self.id}"
@@ -164,7 +165,7 @@ class Type:
 
 
 class _ShapedType(Type):
-    __slots__ = ("dtype", "shape", "device", "_layout", "_key")
+    __slots__ = ("dtype", "shape", "device", "_layout", "_key", "_hash")
     _name = ""
 
     def __init__(self, dtype: DType, shape: ShapeLike, device: Any = None, _layout: Any = None):
@@ -175,6 +176,7 @@ class _ShapedType(Type):
         self.device = _as_device_ref(device)
         self._layout = _layout
         self._key = None
+        self._hash = None
 
     @property
     def rank(self) -> int:
@@ -197,7 +199,10 @@ class _ShapedType(Type):
         return self.key() == other.key()
 
     def __hash__(self):
-        return hash(self.key())
+        # Types key the rule and eager-plan memos: hash once.
+        if self._hash is None:
+            self._hash = hash(self.key())
+        return self._hash
 
     def __repr__(self) -> str:
         return f"{self._name}(dtype={self.dtype.name}, shape={list(self.shape)!r}, device={self.device})"

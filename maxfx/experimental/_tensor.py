@@ -36,7 +36,8 @@ from lowering.x64 import x64
 from maxfx import driver
 from maxfx.driver._device import as_device, device_of_jax
 from maxfx.experimental._defaults import defaults
-from maxfx.graph._value import TensorOperators, Value, _ops
+from lowering.registry import get_op
+from maxfx.graph._value import BINARY_OPERATORS, TensorOperators, Value, _ops
 
 __all__ = ["Tensor", "ComputeGraph", "driver_tensor_type"]
 
@@ -617,6 +618,33 @@ def driver_tensor_type(t: driver.Tensor) -> TensorType:
     if not isinstance(t, driver.Tensor):
         raise TypeError(f"driver_tensor_type: expected a driver.Tensor, got {type(t).__name__}")
     return TensorType(t.dtype, t.shape, DeviceRef.from_device(t.device))
+
+
+# ─── Fast operators ──────────────────────────────────────────────────────
+
+_SCALARS = (int, float, bool)
+
+
+def _eager_operator(name: str, op_name: str, swapped: bool):
+    """``name`` for eager tensors: bind straight into the eager context (the common case of
+    ``x * 2`` or ``x + y``), else defer to the generic operator (graph values, arrays...)."""
+    op = get_op(op_name)
+    generic = getattr(TensorOperators, name)
+
+    def method(self, other):
+        if self._gv is None and (other.__class__ in _SCALARS or (other.__class__ is Tensor and other._gv is None)):
+            return EAGER.bind(op, (other, self) if swapped else (self, other), _NO_PARAMS)
+        return generic(self, other)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = generic.__doc__
+    return method
+
+
+_NO_PARAMS: dict[str, Any] = {}
+for _name, (_op_name, _swapped) in BINARY_OPERATORS.items():
+    setattr(Tensor, _name, _eager_operator(_name, _op_name, _swapped))
+Tensor.__hash__ = object.__hash__
 
 
 # ─── JAX pytree ───────────────────────────────────────────────────────────

@@ -15,7 +15,7 @@ from lowering.dtypes import DType
 from lowering.ir import Var
 from lowering.types import BufferType, DeviceRef, OpaqueType, TensorType, Type
 
-__all__ = ["Value", "TensorValue", "BufferValue", "TensorOperators", "wrap_var"]
+__all__ = ["Value", "TensorValue", "BufferValue", "TensorOperators", "BINARY_OPERATORS", "wrap_var"]
 
 
 _OPS: Any = None
@@ -198,54 +198,6 @@ class TensorOperators:
     def __getitem__(self, index) -> TensorValue:
         return _ops().slice_tensor(self, index if isinstance(index, tuple) else (index,))
 
-    def __add__(self, rhs):
-        return _ops().add(self, rhs)
-
-    def __radd__(self, lhs):
-        return _ops().add(lhs, self)
-
-    def __sub__(self, rhs):
-        return _ops().sub(self, rhs)
-
-    def __rsub__(self, lhs):
-        return _ops().sub(lhs, self)
-
-    def __mul__(self, rhs):
-        return _ops().mul(self, rhs)
-
-    def __rmul__(self, lhs):
-        return _ops().mul(lhs, self)
-
-    def __truediv__(self, rhs):
-        return _ops().div(self, rhs)
-
-    def __rtruediv__(self, lhs):
-        return _ops().div(lhs, self)
-
-    def __floordiv__(self, rhs):
-        return _ops().floor_div(self, rhs)
-
-    def __rfloordiv__(self, lhs):
-        return _ops().floor_div(lhs, self)
-
-    def __mod__(self, rhs):
-        return _ops().mod(self, rhs)
-
-    def __rmod__(self, lhs):
-        return _ops().mod(lhs, self)
-
-    def __pow__(self, rhs):
-        return _ops().pow(self, rhs)
-
-    def __rpow__(self, lhs):
-        return _ops().pow(lhs, self)
-
-    def __matmul__(self, rhs):
-        return _ops().matmul(self, rhs)
-
-    def __rmatmul__(self, lhs):
-        return _ops().matmul(lhs, self)
-
     def __neg__(self):
         return _ops().negate(self)
 
@@ -258,43 +210,61 @@ class TensorOperators:
     def __invert__(self):
         return _ops().logical_not(self)
 
-    def __and__(self, rhs):
-        return _ops().logical_and(self, rhs)
-
-    def __rand__(self, lhs):
-        return _ops().logical_and(lhs, self)
-
-    def __or__(self, rhs):
-        return _ops().logical_or(self, rhs)
-
-    def __ror__(self, lhs):
-        return _ops().logical_or(lhs, self)
-
-    def __xor__(self, rhs):
-        return _ops().logical_xor(self, rhs)
-
-    def __rxor__(self, lhs):
-        return _ops().logical_xor(lhs, self)
-
-    def __eq__(self, rhs):  # type: ignore[override]
-        return _ops().equal(self, rhs)
-
-    def __ne__(self, rhs):  # type: ignore[override]
-        return _ops().not_equal(self, rhs)
-
-    def __lt__(self, rhs):
-        return _ops().greater(rhs, self)
-
-    def __le__(self, rhs):
-        return _ops().greater_equal(rhs, self)
-
-    def __gt__(self, rhs):
-        return _ops().greater(self, rhs)
-
-    def __ge__(self, rhs):
-        return _ops().greater_equal(self, rhs)
-
     __hash__ = object.__hash__
+
+
+# Binary operator → (registry op, operands swapped). ``x < y`` is ``greater(y, x)``:
+# MAX has no ``less`` op. Reflected forms (``2 * x``) swap too.
+BINARY_OPERATORS: dict[str, tuple[str, bool]] = {
+    "__add__": ("add", False),
+    "__radd__": ("add", True),
+    "__sub__": ("sub", False),
+    "__rsub__": ("sub", True),
+    "__mul__": ("mul", False),
+    "__rmul__": ("mul", True),
+    "__truediv__": ("div", False),
+    "__rtruediv__": ("div", True),
+    "__floordiv__": ("floor_div", False),
+    "__rfloordiv__": ("floor_div", True),
+    "__mod__": ("mod", False),
+    "__rmod__": ("mod", True),
+    "__pow__": ("pow", False),
+    "__rpow__": ("pow", True),
+    "__matmul__": ("matmul", False),
+    "__rmatmul__": ("matmul", True),
+    "__and__": ("logical_and", False),
+    "__rand__": ("logical_and", True),
+    "__or__": ("logical_or", False),
+    "__ror__": ("logical_or", True),
+    "__xor__": ("logical_xor", False),
+    "__rxor__": ("logical_xor", True),
+    "__eq__": ("equal", False),
+    "__ne__": ("not_equal", False),
+    "__lt__": ("greater", True),
+    "__le__": ("greater_equal", True),
+    "__gt__": ("greater", False),
+    "__ge__": ("greater_equal", False),
+}
+
+
+def _binary_operator(name: str, op_name: str, swapped: bool):
+    if swapped:
+
+        def method(self, other):
+            return getattr(_ops(), op_name)(other, self)
+    else:
+
+        def method(self, other):
+            return getattr(_ops(), op_name)(self, other)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"``ops.{op_name}`` with {'swapped ' if swapped else ''}operands."
+    return method
+
+
+for _name, (_op_name, _swapped) in BINARY_OPERATORS.items():
+    setattr(TensorOperators, _name, _binary_operator(_name, _op_name, _swapped))
+TensorOperators.__hash__ = object.__hash__  # __eq__ is elementwise; identity hashing keeps values usable as dict keys
 
 
 class TensorValue(TensorOperators, _Shaped):

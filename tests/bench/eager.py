@@ -1,0 +1,120 @@
+"""Eager Tensor benchmarks: maxfx against JAX, side by side in one process.
+
+1. small step: ``y = x * 2 + 1`` on 4 float32 values, read back to numpy —
+   maxfx vs JAX eager (jnp). Target: ratio ≤ 1.0.
+2. 20-op elementwise chain on 1M float32 values, read back — maxfx (lazy, one
+   fused program) vs the same chain under ``jax.jit`` (target ≤ 1.5×) and JAX
+   eager.
+3. cold start: a fresh process imports the library, builds a 3-element tensor,
+   applies relu and prints it — maxfx vs plain JAX (target ≤ 1.5×).
+
+Run: ``make bench`` or ``.venv/bin/python tests/bench/eager.py [--quick]``.
+Results: a table on stdout and tests/bench/results/eager.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from _timing import fmt_time, interleaved, machine, save
+
+from maxfx import functional as F
+from maxfx.tensor import Tensor
+
+
+def small_step(repeats: int) -> dict[str, float]:
+    x_np = np.arange(4, dtype=np.float32)
+    xm = Tensor.constant(x_np)
+    xj = jnp.asarray(x_np)
+
+    def maxfx_step():
+        return np.asarray(xm * 2 + 1)
+
+    def jax_step():
+        return np.asarray(xj * 2 + 1)
+
+    np.testing.assert_array_equal(maxfx_step(), jax_step())
+    return interleaved({"maxfx": maxfx_step, "jax eager": jax_step}, repeats=repeats, warmup=200)
+
+
+def _chain(x, relu, tanh):
+    for _ in range(4):
+        x = x * 1.5
+        x = x + 1.0
+        x = relu(x)
+        x = x - 0.5
+        x = tanh(x)
+    return x
+
+
+def fused_chain(repeats: int) -> dict[str, float]:
+    x_np = np.linspace(-2, 2, 1_000_000, dtype=np.float32)
+    xm = Tensor.constant(x_np)
+    xj = jnp.asarray(x_np)
+    jitted = jax.jit(lambda x: _chain(x, jax.nn.relu, jnp.tanh))
+
+    def maxfx_chain():
+        return np.asarray(_chain(xm, F.relu, F.tanh))
+
+    def jit_chain():
+        return np.asarray(jitted(xj))
+
+    def eager_chain():
+        return np.asarray(_chain(xj, jax.nn.relu, jnp.tanh))
+
+    np.testing.assert_allclose(maxfx_chain(), jit_chain(), rtol=1e-6, atol=1e-6)
+    return interleaved({"maxfx": maxfx_chain, "jax.jit": jit_chain, "jax eager": eager_chain}, repeats=repeats, warmup=3)
+
+
+COLD_MAXFX = (
+    "from maxfx import functional as F\n"
+    "from maxfx.tensor import Tensor\n"
+    "print(F.relu(Tensor.constant([1.0, -2.0, 3.0])))\n"
+)
+COLD_JAX = "import jax, jax.numpy as jnp\nprint(jax.nn.relu(jnp.array([1.0, -2.0, 3.0])))\n"
+
+
+def cold_start(repeats: int) -> dict[str, float]:
+    samples: dict[str, list[float]] = {"maxfx": [], "jax": []}
+    for _ in range(repeats):
+        for name, code in (("maxfx", COLD_MAXFX), ("jax", COLD_JAX)):
+            t = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+            samples[name].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def _report(title: str, times: dict[str, float], base: str, target: str) -> dict:
+    print(f"\n{title}")
+    for name, t in times.items():
+        ratio = times["maxfx"] / t if name != "maxfx" else 1.0
+        extra = f"   maxfx / {name} = {ratio:5.2f}" if name != "maxfx" else ""
+        print(f"  {name:10s} {fmt_time(t)}{extra}")
+    ratio = times["maxfx"] / times[base]
+    print(f"  → maxfx / {base}: {ratio:.2f} (target {target})")
+    return {"median_s": times, "ratio_vs_" + base.replace(" ", "_"): ratio, "target": target}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
+    args = parser.parse_args(argv)
+    q = args.quick
+    results = {"machine": machine()}
+    results["small_step"] = _report("small step: x * 2 + 1 (4 × f32) → numpy", small_step(300 if q else 5000), "jax eager", "≤ 1.0")
+    results["fused_chain"] = _report("20-op elementwise chain on 1M × f32 → numpy", fused_chain(5 if q else 40), "jax.jit", "≤ 1.5")
+    results["cold_start"] = _report("cold start: import, 3-element tensor, relu, print", cold_start(2 if q else 7), "jax", "≤ 1.5")
+    print(f"\nwritten {save('eager', results)}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
