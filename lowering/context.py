@@ -384,9 +384,15 @@ class TraceContext(Context):
         return get_op("cast").impl(x, dtype=dtype)
 
     def bind(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
+        import contextlib  # noqa: PLC0415
+
         from lowering.x64 import x64  # noqa: PLC0415
 
-        with x64():
+        # Concrete arrays: compute with 64-bit types available. Tracers: the enclosing
+        # trace decides (switching x64 mid-trace would mix 32- and 64-bit values);
+        # maxfx.jit traces with x64 on, plain jax.jit gives JAX's 32-bit defaults.
+        tracing = any(isinstance(x, jax.core.Tracer) for x in inputs)
+        with contextlib.nullcontext() if tracing else x64():
             coerced = coerce_inputs(self, op, inputs)
             types = [type_of(self, x) for x in coerced]
             out_types = infer_types(op, types, params)

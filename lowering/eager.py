@@ -473,22 +473,16 @@ _lock = threading.Lock()
 _CACHE_SIZE = 1024
 
 
-_WIDE = frozenset({DType.int64, DType.uint64, DType.float64})
+def _compiled(key: tuple, plan: _Plan, leaves: Sequence[Any]) -> Any | None:
+    """The compiled program for ``plan`` (None on the first sighting of its key).
 
-
-def _needs_x64(plan: _Plan) -> bool:
-    """Whether any value of the plan is 64-bit (else the program runs without JAX's x64 mode, which is cheaper to call)."""
-    for v in plan.leaves:
-        if v.type.dtype in _WIDE:
-            return True
-    return any(getattr(o.type, "dtype", None) in _WIDE for n in plan.nodes for o in n.outputs)
-
-
-def _compiled(key: tuple, plan: _Plan) -> tuple[Any, bool] | None:
-    """The jitted program for ``plan`` and whether it needs x64 (None on the first sighting of its key)."""
-    entry = _programs.get(key)
-    if entry is not None:
-        return entry
+    Programs are traced and compiled with x64 on (int64/float64 stay what they
+    are) and called without it: a compiled executable no longer depends on the
+    flag, and the context switch is skipped on the hot path.
+    """
+    exe = _programs.get(key)
+    if exe is not None:
+        return exe
     with _lock:
         if key not in _seen:
             if len(_seen) > 4 * _CACHE_SIZE:
@@ -498,12 +492,13 @@ def _compiled(key: tuple, plan: _Plan) -> tuple[Any, bool] | None:
         nodes = plan.nodes
         leaf_ids = [v.id for v in plan.leaves]
         out_ids = [v.id for v in plan.outputs]
-        entry = (jax.jit(lambda *leaves: _run_nodes(nodes, leaf_ids, out_ids, leaves)), _needs_x64(plan))
+        with x64():
+            exe = jax.jit(lambda *args: _run_nodes(nodes, leaf_ids, out_ids, args)).lower(*leaves).compile()
         if len(_programs) >= _CACHE_SIZE:
             del _programs[next(iter(_programs))]  # oldest first
-        _programs[key] = entry
+        _programs[key] = exe
         _stats.compiles += 1
-        return entry
+        return exe
 
 
 def realize(vars: Sequence[LazyVar]) -> None:
@@ -515,19 +510,14 @@ def realize(vars: Sequence[LazyVar]) -> None:
     device = jax_device(targets[0].type.device)
     leaves = [v.array for v in plan.leaves]
     try:
-        entry = _compiled((plan.key, device), plan)
-        if entry is None:
+        exe = _compiled((plan.key, device), plan, leaves)
+        if exe is None:
             _stats.op_by_op_runs += 1
             with x64():
                 results = _run_nodes(plan.nodes, [v.id for v in plan.leaves], [v.id for v in plan.outputs], leaves)
         else:
             _stats.fused_runs += 1
-            fn, wide = entry
-            if wide:
-                with x64():
-                    results = fn(*leaves)
-            else:
-                results = fn(*leaves)
+            results = exe(*leaves)
     except OpError:
         raise
     except Exception as e:  # an impl failed on values the rules accepted: say which graph

@@ -264,8 +264,13 @@ def test_div_int_by_int_is_float64():
     out = run_op(ops.div, a, b)
     assert out.dtype == np.float64
     np.testing.assert_array_equal(out, [3.5, -3.5, 1 / 3])
-    # The traced path agrees.
-    assert jax.jit(ops.div)(jnp.asarray(a), jnp.asarray(b)).dtype == jnp.float64
+    # The traced path agrees when the trace has 64-bit types (maxfx traces with x64 on);
+    # under plain 32-bit jax.jit the result follows JAX's defaults.
+    with jax.enable_x64(True):
+        assert jax.jit(ops.div)(jnp.asarray(a), jnp.asarray(b)).dtype == jnp.float64
+    assert jax.jit(ops.div)(jnp.asarray(a), jnp.asarray(b)).dtype == jnp.float32
+    # Concrete arrays outside any trace compute with 64-bit types.
+    assert ops.div(jnp.asarray(a), jnp.asarray(b)).dtype == jnp.float64
 
 
 # ─── broadcasting and Python scalars ──────────────────────────────────────
