@@ -83,6 +83,9 @@ class Context:
     """Where ops applied to this context's values go."""
 
     parent: Context | None = None
+    concrete: bool = False
+    """Values of this context hold data (JAX arrays, eager tensors): next to graph
+    values they become constants of the graph."""
 
     def bind(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
         raise NotImplementedError  # abstract: GraphBuilder and TraceContext implement it
@@ -117,9 +120,9 @@ def find_context(op_name: str, inputs: Sequence[Any]) -> Context:
         elif found.is_ancestor_of(ctx):
             found = ctx
         elif not ctx.is_ancestor_of(found):
-            if ctx is TRACE or found is TRACE:
-                # Concrete JAX arrays next to graph values become graph constants.
-                found = found if ctx is TRACE else ctx
+            if ctx.concrete or found.concrete:
+                # Concrete data (JAX arrays, eager tensors) next to graph values become graph constants.
+                found = found if ctx.concrete else ctx
                 continue
             raise ValueError(f"{op_name}: inputs come from different graphs; values of one graph cannot be used in another")
     if found is None:
@@ -341,6 +344,9 @@ class GraphBuilder(Context):
     def _lift(self, x: Any) -> Any:
         if isinstance(x, (jax.Array,)) and not isinstance(x, jax.core.Tracer):
             return np.asarray(x)
+        ctx = getattr(x, "__lowering_context__", None)
+        if ctx is not None and ctx.concrete:
+            return np.asarray(x)  # an eager tensor: its (realized) values become a constant
         return x
 
     def _record(self, op: OpDef, in_vars: Sequence[Var], params: dict[str, Any], out_types: Sequence[Type]) -> tuple[Var, ...]:
@@ -374,6 +380,8 @@ class GraphBuilder(Context):
 
 class TraceContext(Context):
     """Runs ops directly on JAX arrays or tracers after checking their rules."""
+
+    concrete = True
 
     def constant(self, array: np.ndarray, dtype: DType, device: DeviceRef | None) -> Any:
         import jax.numpy as jnp  # noqa: PLC0415

@@ -202,6 +202,8 @@ class EagerContext(Context):
         wrap: ``wrap(var) -> tensor`` makes the user-facing object for a new var.
     """
 
+    concrete = True
+
     def __init__(self, wrap: Callable[[LazyVar], Any] | None = None):
         self.wrap = wrap or (lambda v: v)
         self.default_device = DeviceRef.CPU()

@@ -367,6 +367,8 @@ class Tensor(TensorOperators):
         Raises:
             ValueError: the tensor has more than one element.
         """
+        if self._gv is not None:
+            self._array()  # raises: symbolic values have no Python value
         n = self.num_elements()
         if n != 1:
             raise ValueError(f"Tensor.item: only tensors with exactly one element can be converted to a Python scalar; this one has shape {list(map(int, self.shape))} ({n} elements)")

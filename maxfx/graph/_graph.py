@@ -172,6 +172,9 @@ class Graph:
         vars_: list[Var] = []
         with use_context(self._builder):
             for i, o in enumerate(outputs):
+                gv = getattr(o, "_gv", None)  # an eager-API Tensor wrapping a value of this graph
+                if gv is not None:
+                    o = gv
                 if not isinstance(o, Value):
                     try:
                         o = ops.constant(o, device=self._builder.default_device)
