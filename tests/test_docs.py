@@ -18,13 +18,17 @@ def test_mkdocs_strict_build(tmp_path):
     assert (tmp_path / "site" / "index.html").exists()
 
 
-def test_graph_page_examples_run():
-    """The Graph API page's examples run as written, in order, in one namespace."""
+import pytest
+
+
+@pytest.mark.parametrize("page", ["graph.md", "eager.md"])
+def test_page_examples_run(page):
+    """A page's examples run as written, in order, in one namespace."""
     import re
 
-    text = (ROOT / "docs" / "pages" / "graph.md").read_text()
+    text = (ROOT / "docs" / "pages" / page).read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert blocks
     namespace: dict = {}
     for block in blocks:
-        exec(compile(block, "graph.md", "exec"), namespace)  # noqa: S102 - our own docs
+        exec(compile(block, page, "exec"), namespace)  # noqa: S102 - our own docs

@@ -474,6 +474,10 @@ class Tensor(TensorOperators):
             arr = arr.astype(dtype)
         return np.array(arr) if copy else arr
 
+    def __jax_array__(self) -> Any:
+        """The value as a JAX array, so ``jnp`` functions accept Tensors (``jnp.sin(t)``)."""
+        return self._array()
+
     def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
         return self._array().__dlpack__(*args, **kwargs)
 

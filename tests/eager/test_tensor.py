@@ -269,6 +269,10 @@ def test_tensors_are_pytrees_under_jit_and_vmap():
     assert [np.asarray(a).tolist() for a in jax.tree_util.tree_leaves({"w": x})] == [xa.tolist()]
 
 
+def test_jnp_accepts_tensors():
+    np.testing.assert_allclose(np.asarray(jnp.sin(Tensor.constant([0.5, 1.0]))), np.sin([0.5, 1.0]), rtol=1e-6)
+
+
 def test_graph_valued_tensors_record_into_the_graph():
     with Graph("g", input_types=[TensorType(DType.float32, [3])]) as g:
         t = Tensor.from_graph_value(g.inputs[0])
