@@ -38,8 +38,8 @@ import numpy as np
 from lowering.context import TRACE, Context, coerce_inputs, coercion_plan, infer_types
 from lowering.devices import jax_device
 from lowering.dtypes import DType, promote_weak, result_dtype_for_python_scalar
-from lowering.interpret import Interpreter
-from lowering.ir import Node, Var, _var_ids, param_key
+from lowering.interpret import Interpreter, resolve_params
+from lowering.ir import Block, Node, Var, _var_ids, param_key
 from lowering.registry import OpDef, OpError, get_op
 from lowering.types import DeviceRef, TensorType
 from lowering.x64 import x64
@@ -57,25 +57,49 @@ class LazyVar(Var):
     """A var of the eager graph: either realized (``array``) or pending (``node``).
 
     Attributes:
-        node: the node that computes it while pending; None once realized.
-        array: its value once realized (a JAX array or tracer, or a numpy constant).
+        node: the `PendingNode` that computes it while pending; None once realized.
+        index: which output of ``node`` it is.
+        array: its value once realized (a JAX array or tracer).
         owner: weak reference to the user-facing tensor holding it (if any).
         pending: estimate of the number of pending nodes behind it.
     """
 
-    __slots__ = ("node", "array", "owner", "pending")
+    __slots__ = ("node", "index", "array", "owner", "pending")
 
-    def __init__(self, type: Any, array: Any = None, node: Node | None = None, pending: int = 0):
+    def __init__(self, type: Any, array: Any = None, node: PendingNode | None = None, pending: int = 0, index: int = 0):
         self.id = next(_var_ids)
         self.type = type
         self.array = array
         self.node = node
+        self.index = index
         self.owner = None
         self.pending = pending
 
     @property
     def realized(self) -> bool:
         return self.node is None
+
+
+class PendingNode:
+    """One recorded op application of the eager graph.
+
+    Its outputs are referenced *weakly*: vars point at their node, never the
+    other way round, so the pending graph has no reference cycles and dead
+    intermediates are freed by reference counting alone (no garbage-collector
+    pauses in tight eager loops).
+    """
+
+    __slots__ = ("op", "inputs", "params", "sig", "outs")
+
+    def __init__(self, op: OpDef, inputs: tuple[LazyVar, ...], params: dict[str, Any], sig: int):
+        self.op = op
+        self.inputs = inputs
+        self.params = params
+        self.sig = sig
+        self.outs: tuple[weakref.ref, ...] = ()
+
+    def live_outputs(self) -> list[LazyVar]:
+        return [o for o in (r() for r in self.outs) if o is not None]
 
 
 class _Stats:
@@ -266,22 +290,21 @@ class EagerContext(Context):
                 in_vars.append(self.cast(x, act[1]))
             else:
                 in_vars.append(_scalar_leaf(op.name, x, act[1] if act[0] == "weak" else None, plan.device))
-        if plan.immediate:
+        if plan.immediate or op.impl is None:
             return self._finish(op, in_vars, params, plan.out_types, plan.signature)
         # The common case, kept tight: record one node with one output.
         pending = 1
         for v in in_vars:
             pending += v.pending
-        node = Node(op.name, tuple(in_vars), params, ())
-        node._sig = plan.signature
+        node = PendingNode(op, tuple(in_vars), params, plan.signature)
         if plan.single:
             out = LazyVar(plan.out_types[0], None, node, pending)
-            node.outputs = (out,)
+            node.outs = (weakref.ref(out),)
             if pending > MAX_PENDING:
-                realize(node.outputs)
+                realize((out,))
             return self.wrap(out)
-        outs = tuple([LazyVar(t, None, node, pending) for t in plan.out_types])
-        node.outputs = outs
+        outs = tuple([LazyVar(t, None, node, pending, i) for i, t in enumerate(plan.out_types)])
+        node.outs = tuple([weakref.ref(o) for o in outs])
         if pending > MAX_PENDING:
             realize(outs)
         if op.multiple_results:
@@ -298,6 +321,8 @@ class EagerContext(Context):
         return self._finish(op, in_vars, params, out_types, None)
 
     def _finish(self, op: OpDef, in_vars: list[LazyVar], params: dict[str, Any], out_types: Sequence[Any], signature: Any) -> Any:
+        if op.impl is None:
+            raise TypeError(f"{op.name}: exists only inside a Graph (it runs nested blocks or reads weights); build one with `with Graph(...)`")
         if op.mutates or op.effect or op.data_dependent or op.name in _IMMEDIATE:
             outs = self._run_now(op, in_vars, params, out_types)
         else:
@@ -311,12 +336,11 @@ class EagerContext(Context):
         pending = 1
         for v in in_vars:
             pending += v.pending
-        node = Node(op.name, tuple(in_vars), params, ())
-        node._sig = signature
-        outs = tuple(LazyVar(t, node=node, pending=pending) for t in out_types)
-        node.outputs = outs
         if signature is None:
-            _node_signature(node)
+            signature = _intern_signature((op.name, param_key(params), tuple(t.key() for t in out_types)))
+        node = PendingNode(op, tuple(in_vars), params, signature)
+        outs = tuple(LazyVar(t, None, node, pending, i) for i, t in enumerate(out_types))
+        node.outs = tuple(weakref.ref(o) for o in outs)
         if pending > MAX_PENDING:
             realize(outs)
         return outs
@@ -390,83 +414,115 @@ EAGER = EagerContext()
 
 
 class _Plan:
-    """The pending subgraph behind some vars, in topological order."""
+    """The pending subgraph behind some vars, in topological order.
 
-    __slots__ = ("nodes", "leaves", "outputs", "key")
+    ``steps`` holds ``(node, input slots, first output slot)``: values live in a
+    flat list of slots (leaves first), so programs never look at var ids.
+    """
 
-    def __init__(self, nodes: list[Node], leaves: list[LazyVar], outputs: list[LazyVar], key: tuple):
-        self.nodes = nodes
+    __slots__ = ("steps", "leaves", "leaf_slots", "outputs", "out_slots", "n_slots", "key")
+
+    def __init__(self, steps, leaves, leaf_slots, outputs, out_slots, n_slots, key):
+        self.steps = steps
         self.leaves = leaves
+        self.leaf_slots = leaf_slots
         self.outputs = outputs
+        self.out_slots = out_slots
+        self.n_slots = n_slots
         self.key = key
 
 
-def _node_signature(node: Node) -> int:
-    sig = getattr(node, "_sig", None)
-    if sig is None:
-        sig = node._sig = _intern_signature((node.op, param_key(node.params), tuple(v.type.key() for v in node.outputs)))
-    return sig
-
-
 def _plan(targets: Sequence[LazyVar]) -> _Plan:
-    slot: dict[int, int] = {}
+    slot: dict[int, int] = {}  # var id -> slot
+    base: dict[int, int] = {}  # id(node) -> its first output slot
     leaves: list[LazyVar] = []
-    nodes: list[Node] = []
+    leaf_slots: list[int] = []
+    steps: list[tuple] = []
     key: list[Any] = []  # flat: leaf (shape, dtype) pairs and node (signature, input slots..., -1) runs
     push_key = key.append
+    n = 0
     # Iterative post-order walk: deep chains must not hit Python's recursion limit.
     stack: list[Any] = list(reversed(targets))
     push, pop = stack.append, stack.pop
     while stack:
         v = pop()
-        if v.__class__ is Node:  # all inputs of this node are placed: emit it
-            node = v
-            if node.outputs[0].id in slot:
+        if v.__class__ is PendingNode:  # all inputs of this node are placed: emit it
+            if id(v) in base:
                 continue
-            nodes.append(node)
-            push_key(node._sig)
-            for u in node.inputs:
-                push_key(slot[u.id])
+            ins = tuple([slot[u.id] if u.node is None else base[id(u.node)] + u.index for u in v.inputs])
+            base[id(v)] = n
+            steps.append((v, ins, n))
+            push_key(v.sig)
+            key.extend(ins)
             push_key(-1)
-            for o in node.outputs:
-                slot[o.id] = len(slot)
-            continue
-        if v.id in slot:
+            n += len(v.outs)
             continue
         node = v.node
         if node is None:
-            slot[v.id] = len(slot)
-            leaves.append(v)
-            push_key(v.array.shape)
-            push_key(v.type.dtype)
+            if v.id not in slot:
+                slot[v.id] = n
+                leaf_slots.append(n)
+                n += 1
+                leaves.append(v)
+                push_key(v.array.shape)
+                push_key(v.type.dtype)
             continue
-        if node.outputs[0].id in slot:
+        if id(node) in base:
             continue
         push(node)
         for u in reversed(node.inputs):
-            if u.id not in slot:
+            if u.node is None:
+                if u.id not in slot:
+                    push(u)
+            elif id(u.node) not in base:
                 push(u)
     # Outputs: the targets plus every other var of the graph a live tensor still holds.
     outputs = list(targets)
-    if len(nodes) > 1 or len(nodes[0].outputs) > 1:
+    if len(steps) > 1 or len(steps[0][0].outs) > 1:
         wanted = {v.id for v in targets}
-        for node in nodes:
-            for o in node.outputs:
-                if o.id not in wanted and o.owner is not None and o.owner() is not None:
+        for node, _, _ in steps:
+            for ref in node.outs:
+                o = ref()
+                if o is not None and o.owner is not None and o.id not in wanted and o.owner() is not None:
                     outputs.append(o)
                     wanted.add(o.id)
+    out_slots = tuple([base[id(o.node)] + o.index for o in outputs])
     push_key("out")
-    for o in outputs:
-        push_key(slot[o.id])
-    return _Plan(nodes, leaves, outputs, tuple(key))
+    key.extend(out_slots)
+    return _Plan(steps, leaves, leaf_slots, outputs, out_slots, n, tuple(key))
 
 
-def _run_nodes(nodes: Sequence[Node], leaf_ids: Sequence[int], out_ids: Sequence[int], leaves: Sequence[Any]) -> tuple:
-    env = dict(zip(leaf_ids, leaves))
-    interp = Interpreter()
-    for n in nodes:
-        interp.run_node(n, env)
-    return tuple(env[i] for i in out_ids)
+def _run_plan(steps: Sequence[tuple], n_slots: int, leaf_slots: Sequence[int], out_slots: Sequence[int], leaves: Sequence[Any]) -> tuple:
+    """Evaluate the steps on ``leaves`` with each op's impl (traced by jax.jit, or eagerly)."""
+    env: list[Any] = [None] * n_slots
+    for s, a in zip(leaf_slots, leaves):
+        env[s] = a
+    for node, ins, first in steps:
+        op = node.op
+        out = op.impl(*[env[i] for i in ins], **resolve_params(node.params, {}))
+        if len(node.outs) == 1 and not op.multiple_results:
+            env[first] = out
+        else:
+            for k, a in enumerate(out):
+                env[first + k] = a
+    return tuple([env[s] for s in out_slots])
+
+
+def plan_as_block(targets: Sequence[LazyVar], name: str = "compute_graph") -> Block:
+    """The pending work behind ``targets`` as an IR `Block` (for printing and inspection)."""
+    plan = _plan(targets)
+    vars_: dict[int, Var] = {}
+    block = Block(name)
+    for v, s in zip(plan.leaves, plan.leaf_slots):
+        vars_[s] = v
+        block.inputs.append(v)
+    for node, ins, first in plan.steps:
+        outs = tuple(Var(r().type) if r() is not None else Var(None) for r in node.outs)
+        for k, o in enumerate(outs):
+            vars_[first + k] = o
+        block.nodes.append(Node(node.op.name, tuple(vars_[i] for i in ins), node.params, outs))
+    block.outputs = [vars_[s] for s in plan.out_slots]
+    return block
 
 
 _programs: dict[tuple, Any] = {}
@@ -491,11 +547,9 @@ def _compiled(key: tuple, plan: _Plan, leaves: Sequence[Any]) -> Any | None:
                 _seen.clear()
             _seen[key] = None
             return None
-        nodes = plan.nodes
-        leaf_ids = [v.id for v in plan.leaves]
-        out_ids = [v.id for v in plan.outputs]
+        steps, n_slots, leaf_slots, out_slots = plan.steps, plan.n_slots, plan.leaf_slots, plan.out_slots
         with x64():
-            exe = jax.jit(lambda *args: _run_nodes(nodes, leaf_ids, out_ids, args)).lower(*leaves).compile()
+            exe = jax.jit(lambda *args: _run_plan(steps, n_slots, leaf_slots, out_slots, args)).lower(*leaves).compile()
         if len(_programs) >= _CACHE_SIZE:
             del _programs[next(iter(_programs))]  # oldest first
         _programs[key] = exe
@@ -516,14 +570,15 @@ def realize(vars: Sequence[LazyVar]) -> None:
         if exe is None:
             _stats.op_by_op_runs += 1
             with x64():
-                results = _run_nodes(plan.nodes, [v.id for v in plan.leaves], [v.id for v in plan.outputs], leaves)
+                results = _run_plan(plan.steps, plan.n_slots, plan.leaf_slots, plan.out_slots, leaves)
         else:
             _stats.fused_runs += 1
-            results = exe(*leaves)
+            # The executable's C++ entry point (created on first call) skips a Python frame.
+            results = (getattr(exe, "_call", None) or exe)(*leaves)
     except OpError:
         raise
     except Exception as e:  # an impl failed on values the rules accepted: say which graph
-        ops = ", ".join(dict.fromkeys(n.op for n in plan.nodes))
+        ops = ", ".join(dict.fromkeys(step[0].op.name for step in plan.steps))
         raise RuntimeError(f"realizing a tensor failed while running [{ops}]: {e}") from e
     for v, a in zip(plan.outputs, results):
         v.array = a

@@ -469,7 +469,11 @@ class Tensor(TensorOperators):
         self._var.owner = weakref.ref(self)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        arr = self._numpy()
+        var = self._var
+        if var is None or var.node is not None:
+            arr = np.asarray(self._array())  # realizes (or explains why a graph value cannot be read)
+        else:
+            arr = np.asarray(var.array)  # the hot path of `np.asarray(t)` on a realized tensor
         if dtype is not None:
             arr = arr.astype(dtype)
         return np.array(arr) if copy else arr
@@ -594,16 +598,14 @@ class ComputeGraph:
     @property
     def graph(self):
         """The pending work as a `maxfx.graph.Graph` (inputs: realized leaves; outputs: unrealized tensors)."""
-        from lowering.eager import _plan  # noqa: PLC0415
+        from lowering.eager import plan_as_block  # noqa: PLC0415
         from maxfx.graph import Graph  # noqa: PLC0415
 
         pending = [t._var for t in self.unrealized.values() if not t.real]
         g = Graph("compute_graph")
         if pending:
-            plan = _plan(pending)
-            g._block.inputs = list(plan.leaves)
-            g._block.nodes = list(plan.nodes)
-            g._block.outputs = list(plan.outputs)
+            block = plan_as_block(pending)
+            g._block.inputs, g._block.nodes, g._block.outputs = block.inputs, block.nodes, block.outputs
         return g
 
     async def evaluate(self, tensor: Tensor) -> None:
