@@ -193,16 +193,14 @@ def type_of(ctx: Context, x: Any) -> Type | None:
     if isinstance(t, Type):
         return t
     if isinstance(x, (jax.Array, jax.core.Tracer)):
-        return TensorType(DType.from_numpy(x.dtype), x.shape, _array_device(x))
+        return TensorType(DType.from_numpy(x.dtype), x.shape, _JAX_VALUE_DEVICE)
     return None
 
 
-def _array_device(x: Any) -> DeviceRef:
-    try:
-        dev = next(iter(x.devices()))
-    except Exception:  # tracers have no devices
-        return DeviceRef.CPU()
-    return DeviceRef("cpu" if dev.platform == "cpu" else "gpu", dev.id if dev.platform != "cpu" else 0)
+# Raw JAX values (arrays, tracers) are typed on one placeholder device: placement
+# is JAX's business there (tracers carry no device, and constants made while
+# tracing land on the default device), so MAX's same-device rule must not fire.
+_JAX_VALUE_DEVICE = DeviceRef.CPU()
 
 
 def coercion_plan(op: OpDef, types: Sequence[Type | None]) -> tuple[Any, ...]:
