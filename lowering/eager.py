@@ -149,6 +149,8 @@ def _device_constant(array: np.ndarray, device: jax.Device) -> jax.Array:
 
 
 _SCALARS = (int, float, bool)
+_NO_PARAMS: dict[str, Any] = {}
+_Tracer = jax.core.Tracer
 
 
 class _BindPlan:
@@ -256,6 +258,33 @@ class EagerContext(Context):
         if type is None:
             type = TensorType(DType.from_numpy(array.dtype), array.shape, _device_ref(array))
         return LazyVar(type, array=array)
+
+    def bind_binary(self, op: OpDef, lhs: Any, rhs: Any) -> Any:
+        """`bind` for a parameterless binary op whose operands are eager tensors or Python scalars.
+
+        The operators (``x * 2``, ``a + b``) come here; it is `bind` minus the
+        generic argument handling, because this is the path of every eager step.
+        """
+        lv = None if lhs.__class__ in _SCALARS else lhs._var
+        rv = None if rhs.__class__ in _SCALARS else rhs._var
+        if (lv is not None and isinstance(lv.array, _Tracer)) or (rv is not None and isinstance(rv.array, _Tracer)):
+            return self._bind_traced(op, (lhs, rhs), {})
+        key = (op, lhs.__class__ if lv is None else lv.type, rhs.__class__ if rv is None else rv.type, ())
+        plan = _bind_plans.get(key)
+        if plan is None or plan.immediate or not plan.single:
+            return self.bind(op, (lhs, rhs), {})
+        la, ra = plan.actions
+        if la is not None:
+            lv = self.cast(lhs, la[1]) if la[0] == "cast" else _scalar_leaf(op.name, lhs, la[1] if la[0] == "weak" else None, plan.device)
+        if ra is not None:
+            rv = self.cast(rhs, ra[1]) if ra[0] == "cast" else _scalar_leaf(op.name, rhs, ra[1] if ra[0] == "weak" else None, plan.device)
+        pending = 1 + lv.pending + rv.pending
+        node = PendingNode(op, (lv, rv), _NO_PARAMS, plan.signature)
+        out = LazyVar(plan.out_types[0], None, node, pending)
+        node.outs = (weakref.ref(out),)
+        if pending > MAX_PENDING:
+            realize((out,))
+        return self.wrap(out)
 
     def bind(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
         key: list[Any] = [op]
@@ -433,15 +462,16 @@ class _Plan:
 
 
 def _plan(targets: Sequence[LazyVar]) -> _Plan:
-    slot: dict[int, int] = {}  # var id -> slot
+    slot: dict[int, int] = {}  # leaf var id -> slot
     base: dict[int, int] = {}  # id(node) -> its first output slot
     leaves: list[LazyVar] = []
     leaf_slots: list[int] = []
     steps: list[tuple] = []
     key: list[Any] = []  # flat: leaf (shape, dtype) pairs and node (signature, input slots..., -1) runs
-    push_key = key.append
     n = 0
-    # Iterative post-order walk: deep chains must not hit Python's recursion limit.
+    # Iterative post-order walk (deep chains must not hit Python's recursion limit).
+    # Leaves get their slots when their consumer is expanded; the numbering is
+    # deterministic, so equal graphs give equal keys.
     stack: list[Any] = list(reversed(targets))
     push, pop = stack.append, stack.pop
     while stack:
@@ -452,29 +482,26 @@ def _plan(targets: Sequence[LazyVar]) -> _Plan:
             ins = tuple([slot[u.id] if u.node is None else base[id(u.node)] + u.index for u in v.inputs])
             base[id(v)] = n
             steps.append((v, ins, n))
-            push_key(v.sig)
+            key.append(v.sig)
             key.extend(ins)
-            push_key(-1)
+            key.append(-1)
             n += len(v.outs)
             continue
         node = v.node
-        if node is None:
-            if v.id not in slot:
-                slot[v.id] = n
-                leaf_slots.append(n)
-                n += 1
-                leaves.append(v)
-                push_key(v.array.shape)
-                push_key(v.type.dtype)
-            continue
         if id(node) in base:
             continue
         push(node)
         for u in reversed(node.inputs):
-            if u.node is None:
+            un = u.node
+            if un is None:
                 if u.id not in slot:
-                    push(u)
-            elif id(u.node) not in base:
+                    slot[u.id] = n
+                    leaf_slots.append(n)
+                    leaves.append(u)
+                    key.append(u.array.shape)
+                    key.append(u.type.dtype)
+                    n += 1
+            elif id(un) not in base:
                 push(u)
     # Outputs: the targets plus every other var of the graph a live tensor still holds.
     outputs = list(targets)
@@ -487,7 +514,7 @@ def _plan(targets: Sequence[LazyVar]) -> _Plan:
                     outputs.append(o)
                     wanted.add(o.id)
     out_slots = tuple([base[id(o.node)] + o.index for o in outputs])
-    push_key("out")
+    key.append("out")
     key.extend(out_slots)
     return _Plan(steps, leaves, leaf_slots, outputs, out_slots, n, tuple(key))
 
@@ -564,17 +591,24 @@ def realize(vars: Sequence[LazyVar]) -> None:
         return
     plan = _plan(targets)
     device = jax_device(targets[0].type.device)
+    key = (plan.key, device)
     leaves = [v.array for v in plan.leaves]
     try:
-        exe = _compiled((plan.key, device), plan, leaves)
-        if exe is None:
-            _stats.op_by_op_runs += 1
-            with x64():
-                results = _run_plan(plan.steps, plan.n_slots, plan.leaf_slots, plan.out_slots, leaves)
-        else:
+        run = _programs.get(key)
+        if run is not None:  # the hot path: a cached executable's C++ entry point
             _stats.fused_runs += 1
-            # The executable's C++ entry point (created on first call) skips a Python frame.
-            results = (getattr(exe, "_call", None) or exe)(*leaves)
+            results = run(*leaves)
+        else:
+            exe = _compiled(key, plan, leaves)
+            if exe is None:
+                _stats.op_by_op_runs += 1
+                with x64():
+                    results = _run_plan(plan.steps, plan.n_slots, plan.leaf_slots, plan.out_slots, leaves)
+            else:
+                _stats.fused_runs += 1
+                results = exe(*leaves)
+                # Calling the executable's C++ entry point (made by the first call) skips a Python frame.
+                _programs[key] = getattr(exe, "_call", None) or exe
     except OpError:
         raise
     except Exception as e:  # an impl failed on values the rules accepted: say which graph

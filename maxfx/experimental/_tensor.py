@@ -641,7 +641,7 @@ def _eager_operator(name: str, op_name: str, swapped: bool):
 
     def method(self, other):
         if self._gv is None and (other.__class__ in _SCALARS or (other.__class__ is Tensor and other._gv is None)):
-            return EAGER.bind(op, (other, self) if swapped else (self, other), _NO_PARAMS)
+            return EAGER.bind_binary(op, other, self) if swapped else EAGER.bind_binary(op, self, other)
         return generic(self, other)
 
     method.__name__ = method.__qualname__ = name
@@ -649,7 +649,6 @@ def _eager_operator(name: str, op_name: str, swapped: bool):
     return method
 
 
-_NO_PARAMS: dict[str, Any] = {}
 for _name, (_op_name, _swapped) in BINARY_OPERATORS.items():
     setattr(Tensor, _name, _eager_operator(_name, _op_name, _swapped))
 Tensor.__hash__ = object.__hash__
