@@ -269,6 +269,13 @@ def test_tensors_are_pytrees_under_jit_and_vmap():
     assert [np.asarray(a).tolist() for a in jax.tree_util.tree_leaves({"w": x})] == [xa.tolist()]
 
 
+def test_grad_through_tensor_ops():
+    w = Tensor.constant([1.0, -2.0, 3.0])
+    g = jax.grad(lambda w: jnp.sum(F.relu(w) * w))(w)  # jnp.sum reads the Tensor via __jax_array__
+    assert isinstance(g, Tensor)
+    np.testing.assert_array_equal(g.to_numpy(), [2.0, 0.0, 6.0])  # d/dw relu(w) * w = 2w for w > 0
+
+
 def test_jnp_accepts_tensors():
     np.testing.assert_allclose(np.asarray(jnp.sin(Tensor.constant([0.5, 1.0]))), np.sin([0.5, 1.0]), rtol=1e-6)
 
