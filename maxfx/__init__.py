@@ -16,7 +16,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("dtype", "driver", "graph", "engine", "experimental", "tensor", "functional", "random")
+_SUBMODULES = ("dtype", "driver", "graph", "engine", "experimental", "tensor", "functional", "random", "nn")
 
 __all__ = list(_SUBMODULES)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_SUBMODULES = ("tensor", "functional", "random")
+_SUBMODULES = ("tensor", "functional", "random", "nn")
 
 __all__ = ["Tensor", *_SUBMODULES]
 

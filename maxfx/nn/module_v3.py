@@ -1,0 +1,12 @@
+"""``max.nn.module_v3``: the same classes as ``maxfx.experimental.nn``.
+
+Example:
+    >>> from maxfx.nn.module_v3 import Linear
+    >>> from maxfx.experimental.nn import Linear as L2
+    >>> Linear is L2
+    True
+"""
+
+from maxfx.experimental.nn import Embedding, LayerNorm, Linear, Module, ModuleList, Sequential, module_dataclass
+
+__all__ = ["Embedding", "LayerNorm", "Linear", "Module", "ModuleList", "Sequential", "module_dataclass"]
