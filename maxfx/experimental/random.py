@@ -16,7 +16,9 @@ Example:
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -145,3 +147,13 @@ def gaussian_like(like: TensorType, mean: float = 0, std: float = 1):
 
 
 normal_like = gaussian_like
+
+
+class _CallableModule(types.ModuleType):
+    """Seed 003 calls the module itself (``random([3, 2], dtype=...)``): that draws `uniform` samples."""
+
+    def __call__(self, shape: Any = (), *, dtype: DType | None = None, device: Any = None) -> Tensor:
+        return uniform(shape, dtype=dtype, device=device)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -100,6 +100,8 @@ class Embedding(Module):
         return self.dims[0]
 
     def forward(self, indices: Tensor) -> Tensor:
+        if indices.dtype not in (DType.int32, DType.int64):  # token ids often come as uint64
+            indices = indices.cast(DType.int64)
         return F.gather(self.weight, indices, axis=0)
 
     def __repr__(self) -> str:

@@ -214,12 +214,16 @@ class Module:
         clone.apply_to_parameters(f)
         return clone
 
-    def load_state(self, lookup: Callable[..., Any]) -> None:
+    def load_state(self, lookup: Callable[..., Any] | Mapping[str, Any]) -> None:
         """Replace each parameter by ``lookup(name)`` or ``lookup(name, tensor)`` (by the lookup's arity).
+
+        A mapping is accepted too (``model.load_state(weights)``).
 
         All values are fetched and checked before any is assigned: on error the
         module is unchanged.
         """
+        if isinstance(lookup, Mapping):  # seed 003 also passes the dict itself
+            lookup = lookup.__getitem__
         two_args = _arity(lookup) >= 2
         new = {name: (lookup(name, t) if two_args else lookup(name)) for name, t in self.parameters}
         self._assign_checked(new)
