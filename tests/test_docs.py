@@ -21,7 +21,7 @@ def test_mkdocs_strict_build(tmp_path):
 import pytest
 
 
-@pytest.mark.parametrize("page", ["graph.md", "eager.md"])
+@pytest.mark.parametrize("page", ["graph.md", "eager.md", "modules.md"])
 def test_page_examples_run(page):
     """A page's examples run as written, in order, in one namespace."""
     import re
