@@ -347,3 +347,36 @@ def test_forward_must_be_defined():
 
     with pytest.raises(NotImplementedError, match="Empty must define forward"):
         Empty()(Tensor.ones([1]))
+
+
+def test_sequential_of_identical_blocks_compiles_as_one_loop(rng):
+    from maxfx import functional as F
+
+    @module_dataclass
+    class Block(Module):
+        norm: LayerNorm
+        up: Linear
+        down: Linear
+
+        def forward(self, x):
+            return x + self.down(F.gelu(self.up(self.norm(x))))
+
+    @module_dataclass
+    class Net(Module):
+        blocks: Sequential
+        head: Linear
+
+        def forward(self, x):
+            return self.head(self.blocks(x))
+
+    net = Net(blocks=Sequential(*[Block(LayerNorm(8), Linear(8, 16), Linear(16, 8)) for _ in range(4)]), head=Linear(8, 3))
+    x = rng.normal(size=(5, 8)).astype(np.float32)
+    compiled = net.compile(TensorType(DType.float32, ["batch", 8]))
+    np.testing.assert_allclose(compiled(Tensor.constant(x)).to_numpy(), net(Tensor.constant(x)).to_numpy(), rtol=1e-5, atol=1e-5)
+    ir = str(compiled.model._compiled.block)
+    assert ir.count("while_loop(") == 1 and ir.count("layer_norm(") == 1  # the block is traced once
+    assert "blocks.*.up.weight" in ir  # weights stacked [4, ...]
+    # A Sequential of different blocks is traced as written.
+    mixed = Sequential(Linear(8, 8), LayerNorm(8))
+    ir2 = str(mixed.compile(TensorType(DType.float32, [2, 8])).model._compiled.block)
+    assert "while_loop(" not in ir2

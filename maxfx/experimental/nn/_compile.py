@@ -6,6 +6,9 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
+import numpy as np
+
 from lowering.compile import InputMismatchError
 from lowering.types import DeviceRef, Type
 from maxfx.driver._tensor import as_array
@@ -37,7 +40,67 @@ def _module_cls():
     return Module
 
 
-def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[str, Any] | None) -> CompiledModule:
+def _scannable(module: Any) -> bool:
+    """A Sequential of ≥ 2 children with one structure (same class, static attributes, parameter types)."""
+    from maxfx.experimental.nn._layers import Sequential  # noqa: PLC0415
+
+    if not isinstance(module, Sequential) or len(module) < 2:
+        return False
+    first = list(module)[0]
+    ref = (jax.tree_util.tree_structure(first), [(n, t.type) for n, t in first.parameters])
+    return all(type(m) is type(first) and (jax.tree_util.tree_structure(m), [(n, t.type) for n, t in m.parameters]) == ref for m in module)
+
+
+def _scan_groups(module: Any) -> dict[str, Any]:
+    """Qualified prefix ("blocks.") → Sequential, for the outermost scannable Sequentials."""
+    groups: dict[str, Any] = {}
+    for prefix, m in module._walk(""):
+        if any(prefix.startswith(g) for g in groups):
+            continue
+        if _scannable(m):
+            groups[prefix] = m
+    return groups
+
+
+class _ScannedSequential:
+    """Stands in for a Sequential of identical blocks while tracing: one loop over stacked weights.
+
+    The block is traced once, inside a ``while_loop`` whose counter selects each
+    block's weights from ``[n, ...]`` stacked graph weights, so the compiled
+    program (and its compile time) does not grow with the number of blocks.
+    """
+
+    def __init__(self, template: Any, stacked: dict[str, Any], n: int):
+        self.template = template
+        self.stacked = stacked
+        self.n = n
+
+    def __call__(self, x: Any) -> Any:
+        from maxfx.graph import ops  # noqa: PLC0415
+        from lowering.dtypes import DType  # noqa: PLC0415
+
+        if not isinstance(x, Tensor) or x._gv is None:
+            raise TypeError("a scanned Sequential takes one graph-valued Tensor")
+        counter = ops.constant(0, DType.int64, x._gv.device)
+
+        def body(i, h):
+            block = self.template.map_parameters(lambda name, t: Tensor.from_graph_value(ops.slice_tensor(self.stacked[name], [i])))
+            out = block(Tensor.from_graph_value(h))
+            return [i + 1, out._gv]
+
+        _, out = ops.while_loop([counter, x._gv], lambda i, h: self.n > i, body)
+        return Tensor.from_graph_value(out)
+
+
+def _set_path(root: Any, prefix: str, value: Any) -> None:
+    *parents, last = prefix[:-1].split(".")
+    obj = root
+    for p in parents:
+        obj = obj[int(p)] if p.isdigit() and not hasattr(obj, p) else getattr(obj, p)
+    object.__setattr__(obj, last, value)
+
+
+def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[str, Any] | None, *, scan: bool = True) -> CompiledModule:
     from maxfx.engine import InferenceSession  # noqa: PLC0415
     from maxfx.graph import Graph, Weight  # noqa: PLC0415
 
@@ -50,13 +113,35 @@ def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[st
     unknown = sorted(set(overrides) - {n for n, _ in params})
     if unknown:
         raise ValueError(f"{type(module).__name__}.compile: weights has unknown parameter name(s) {unknown}")
+    values = {name: overrides[name] if name in overrides else t for name, t in params}
+    groups = _scan_groups(module) if scan else {}
+    registry: dict[str, Any] = {}
     graph = Graph(type(module).__name__, input_types=list(input_types))
     with graph:
-        values = {
-            name: graph.add_weight(Weight(name, t.dtype, [int(d) for d in t.shape], DeviceRef.from_device(t.device)))
-            for name, t in params
-        }
-        traced = module.map_parameters(lambda name, t: Tensor.from_graph_value(values[name]))
+
+        def add(name: str, t: Any, value: Any) -> Any:
+            registry[name] = value
+            return graph.add_weight(Weight(name, t.dtype, [int(d) for d in t.shape], DeviceRef.from_device(t.device)))
+
+        in_group = {}
+        stacked_values: dict[str, dict[str, Any]] = {}
+        for prefix, seq in groups.items():
+            n = len(seq)
+            stacked_values[prefix] = {}
+            for rest, t in list(seq)[0].parameters:
+                arrays = [np.asarray(_host(values[f"{prefix}{i}.{rest}"])) for i in range(n)]
+                stacked = np.stack(arrays)
+                stacked_values[prefix][rest] = add(f"{prefix}*.{rest}", _StackedType(t, n), stacked)
+                for i in range(n):
+                    in_group[f"{prefix}{i}.{rest}"] = prefix
+        graph_values = {name: add(name, t, _host_or_array(values[name])) for name, t in params if name not in in_group}
+        traced = module.map_parameters(lambda name, t: Tensor.from_graph_value(graph_values[name]) if name in graph_values else t)
+        for prefix, seq in groups.items():
+            scanned = _ScannedSequential(list(seq)[0], stacked_values[prefix], len(seq))
+            if prefix:
+                _set_path(traced, prefix, scanned)
+            else:
+                traced = scanned  # the module itself is the Sequential
         try:
             out = traced(*[Tensor.from_graph_value(v) for v in graph.inputs])
         except (TypeError, ValueError, IndexError):
@@ -66,9 +151,25 @@ def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[st
         is_tuple = isinstance(out, (tuple, list))
         outs = list(out) if is_tuple else [out]
         graph.output(*outs)
-    registry = {name: as_array(overrides[name]) if name in overrides else t._array() for name, t in params}
     model = InferenceSession(devices=[module.device]).load(graph, weights_registry=registry)
     return CompiledModule(model, type(module).__name__, is_tuple)
+
+
+class _StackedType:
+    """dtype/shape/device of ``n`` stacked copies of parameter ``t`` (for Weight creation)."""
+
+    def __init__(self, t: Any, n: int):
+        self.dtype = t.dtype
+        self.shape = [n, *[int(d) for d in t.shape]]
+        self.device = t.device
+
+
+def _host(value: Any) -> Any:
+    return value.to_numpy() if isinstance(value, Tensor) else as_array(value)
+
+
+def _host_or_array(value: Any) -> Any:
+    return value._array() if isinstance(value, Tensor) else as_array(value)
 
 
 class CompiledModule:
