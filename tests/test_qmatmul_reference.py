@@ -12,9 +12,10 @@ import pytest
 
 from custom_calls import qmatmul as cq
 
-ENCODINGS = ["Q4_0", "Q4_K", "Q5_K", "Q6_K"]
+ENCODINGS = ["Q4_0", "Q4_K", "Q5_K", "Q6_K"]  # the ones MAX's QuantizationEncoding has
+ALL_ENCODINGS = ENCODINGS + ["Q8_0"]  # custom_calls also decodes Q8_0
 # Byte offsets of each encoding's float16 fields (super-block scales).
-_F16_FIELDS = {"Q4_0": (0,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+_F16_FIELDS = {"Q4_0": (0,), "Q8_0": (0,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
 
 
 def random_blocks(rng: np.random.Generator, encoding: str, rows: int, blocks_per_row: int, *, raw: bool = False) -> np.ndarray:
@@ -71,7 +72,7 @@ gptq_qmatmul = jax.jit(cq.gptq_qmatmul, static_argnames=("group_size",))
 # ─── GGUF ─────────────────────────────────────────────────────────────────
 
 
-@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("encoding", ALL_ENCODINGS)
 def test_dequantize_is_bit_exact_with_gguf(rng, encoding):
     data = random_blocks(rng, encoding, 6, 3)
     want = gguf_dequant(encoding, data)
@@ -83,7 +84,7 @@ def test_dequantize_is_bit_exact_with_gguf(rng, encoding):
     np.testing.assert_array_equal(_bits(blocks).reshape(6, 3 * elems), _bits(want))
 
 
-@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("encoding", ALL_ENCODINGS)
 def test_dequantize_any_bytes(rng, encoding):
     """Every byte pattern, subnormal/huge scales included, decodes like gguf (NaN where gguf has NaN)."""
     data = random_blocks(rng, encoding, 64, 4, raw=True)
@@ -95,15 +96,16 @@ def test_dequantize_any_bytes(rng, encoding):
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
 
 
-def test_q4_0_roundtrip_with_gguf_quantize(rng):
+@pytest.mark.parametrize("encoding, bound", [("Q4_0", 0.5), ("Q8_0", 0.03)])
+def test_roundtrip_with_gguf_quantize(rng, encoding, bound):
     w = rng.standard_normal((8, 64)).astype(np.float32)
-    packed = gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q4_0)
-    got = np.asarray(dequantize("Q4_0", packed))
-    np.testing.assert_array_equal(_bits(got), _bits(gguf_dequant("Q4_0", packed)))
-    assert np.abs(got - w).max() < 0.5  # 4-bit error bound for N(0, 1) data
+    packed = gguf.quants.quantize(w, getattr(gguf.GGMLQuantizationType, encoding))
+    got = np.asarray(dequantize(encoding, packed))
+    np.testing.assert_array_equal(_bits(got), _bits(gguf_dequant(encoding, packed)))
+    assert np.abs(got - w).max() < bound  # 4-bit / 8-bit error bound for N(0, 1) data
 
 
-@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("encoding", ALL_ENCODINGS)
 def test_qmatmul_matches_numpy(rng, encoding):
     w = random_blocks(rng, encoding, 5, 2)
     k = gguf_dequant(encoding, w).shape[1]
@@ -129,8 +131,8 @@ def test_qmatmul_transforms(rng):
 
 
 def test_reference_errors(rng):
-    with pytest.raises(ValueError, match="unsupported GGUF encoding 'Q8_0'"):
-        cq.dequantize("Q8_0", np.zeros((1, 34), np.uint8))
+    with pytest.raises(ValueError, match="unsupported GGUF encoding 'Q2_K'"):
+        cq.dequantize("Q2_K", np.zeros((1, 84), np.uint8))
     with pytest.raises(ValueError, match="multiple of 144 bytes"):
         cq.dequantize("Q4_K", np.zeros((1, 100), np.uint8))
     with pytest.raises(ValueError, match="uint8"):
@@ -190,3 +192,23 @@ def test_gptq_errors():
         cq.gptq_pack(np.zeros((4, 8), np.int32), np.zeros((2, 4), np.float16))
     with pytest.raises(ValueError, match="packed weight must be a uint8 matrix"):
         cq.gptq_dequantize_packed(np.zeros((66,), np.uint8), group_size=128)
+
+
+# ─── int8 per output channel ──────────────────────────────────────────────
+
+
+def test_int8_per_channel(rng):
+    q = rng.integers(-128, 128, size=(6, 40)).astype(np.int8)
+    scale = rng.uniform(0.001, 0.02, size=6).astype(np.float32)
+    want = q.astype(np.float32) * scale[:, None]
+    np.testing.assert_array_equal(np.asarray(cq.int8_dequantize(q, scale)), want)
+    x = rng.standard_normal((2, 3, 40)).astype(np.float32)
+    got = jax.jit(cq.int8_qmatmul)(x, q, scale)
+    assert got.shape == (2, 3, 6) and got.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(got), x.astype(np.float64) @ want.astype(np.float64).T, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="weight must be an int8 matrix"):
+        cq.int8_dequantize(q.astype(np.int16), scale)
+    with pytest.raises(ValueError, match="scale must be a float vector"):
+        cq.int8_dequantize(q, scale[:5])
+    with pytest.raises(ValueError, match="does not match weight"):
+        cq.int8_qmatmul(x[..., :32], q, scale)

@@ -7,7 +7,8 @@ function works on concrete arrays and under ``jax.jit``/``vmap``/``grad``
 Formats (byte layouts: ``shared/design/PALLAS_NOTES.md`` §7, llama.cpp's):
 
 - GGUF blocks, named by string: ``"Q4_0"`` (32 elements in 18 bytes),
-  ``"Q4_K"`` (256 in 144), ``"Q5_K"`` (256 in 176), ``"Q6_K"`` (256 in 210).
+  ``"Q8_0"`` (32 in 34: f16 scale + 32 int8), ``"Q4_K"`` (256 in 144),
+  ``"Q5_K"`` (256 in 176), ``"Q6_K"`` (256 in 210).
   A quantized matrix is ``uint8 [rows, row_bytes]``: each row is its blocks
   back to back. Decoding is bit-exact with ``gguf.quants.dequantize``: the
   float32 operations are the same and in the same order.
@@ -19,6 +20,8 @@ Formats (byte layouts: ``shared/design/PALLAS_NOTES.md`` §7, llama.cpp's):
   the raw bytes of ``scales`` as one ``uint8 [K/2 + 2K/g, N]`` matrix, zero
   point 8, and for act-order a ``perm_idx [K]`` (``argsort(g_idx)``) with the
   activations already gathered by it (see `gptq_pack`).
+- int8 per output channel: ``int8 [N, K]`` weight and a ``scale [N]``;
+  ``W[n, k] = q[n, k] * scale[n]`` (`int8_dequantize`, `int8_qmatmul`).
 
 The matmuls compute ``lhs @ dequantize(rhs).T`` for GGUF (rhs is transposed:
 ``[N, row_bytes]``) and ``lhs @ W`` for GPTQ (``W [K, N]``) with float32
@@ -57,11 +60,14 @@ __all__ = [
     "gptq_dequantize_packed",
     "gptq_qmatmul",
     "gptq_pack",
+    "int8_dequantize",
+    "int8_qmatmul",
 ]
 
 # encoding -> (elements per block, bytes per block)
 GGUF_BLOCKS: dict[str, tuple[int, int]] = {
     "Q4_0": (32, 18),
+    "Q8_0": (32, 34),
     "Q4_K": (256, 144),
     "Q5_K": (256, 176),
     "Q6_K": (256, 210),
@@ -102,6 +108,12 @@ def _q4_0(b: jax.Array) -> jax.Array:
     return d[..., None] * q.astype(jnp.float32)
 
 
+def _q8_0(b: jax.Array) -> jax.Array:
+    d = _f16_at(b, 0)
+    q = lax.bitcast_convert_type(b[..., 2:34], jnp.int8)
+    return d[..., None] * q.astype(jnp.float32)
+
+
 def _k_scale_min(s: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The 8 six-bit scales and mins packed in the 12 ``scales`` bytes of Q4_K/Q5_K."""
     d, m, md = s[..., 0:4], s[..., 4:8], s[..., 8:12]
@@ -139,20 +151,26 @@ def _q5_k(b: jax.Array) -> jax.Array:
     return (scale * q - minimum).reshape(b.shape[:-1] + (256,))
 
 
-def _q6_k(b: jax.Array) -> jax.Array:
+def _q6_k_codes(b: jax.Array) -> jax.Array:
+    """The 256 six-bit codes (0..63) of Q6_K blocks in element order: ``uint8 [..., 256]``."""
     lead = b.shape[:-1]
     ql = b[..., 0:128].reshape(lead + (2, 1, 64))
     ql = ((ql >> jnp.array([0, 4], jnp.uint8)[:, None]) & 0xF).reshape(lead + (8, 32))
     qh = b[..., 128:192].reshape(lead + (2, 1, 32))
     qh = ((qh >> jnp.array([0, 2, 4, 6], jnp.uint8)[:, None]) & 3).reshape(lead + (8, 32))
-    q = (ql | (qh << 4)).astype(jnp.int8) - jnp.int8(32)
+    return (ql | (qh << 4)).reshape(lead + (256,))
+
+
+def _q6_k(b: jax.Array) -> jax.Array:
+    lead = b.shape[:-1]
+    q = _q6_k_codes(b).astype(jnp.int8) - jnp.int8(32)
     scales = lax.bitcast_convert_type(b[..., 192:208], jnp.int8).astype(jnp.float32)
     d = _f16_at(b, 208)
     scale = (d[..., None] * scales)[..., None]  # [..., 16, 1], exact (11-bit x 8-bit)
     return (scale * q.reshape(lead + (16, 16)).astype(jnp.float32)).reshape(lead + (256,))
 
 
-_DECODERS = {"Q4_0": _q4_0, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}
+_DECODERS = {"Q4_0": _q4_0, "Q8_0": _q8_0, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}
 
 
 def dequantize_blocks(encoding: str, blocks: Any) -> jax.Array:
@@ -331,3 +349,31 @@ def gptq_pack(qweight: np.ndarray, scales: np.ndarray) -> np.ndarray:
     n = qweight.shape[1]
     raw = np.concatenate([qweight.view(np.uint8).reshape(-1), scales.view(np.uint8).reshape(-1)])
     return raw.reshape(-1, n)
+
+
+# ─── int8 per output channel ──────────────────────────────────────────────
+
+
+def _int8_check(q: jax.Array, scale: jax.Array) -> None:
+    if q.dtype != jnp.int8 or q.ndim != 2:
+        raise ValueError(f"int8 qmatmul: weight must be an int8 matrix [N, K], got {q.dtype}{list(q.shape)}")
+    if scale.ndim != 1 or scale.shape[0] != q.shape[0] or not jnp.issubdtype(scale.dtype, jnp.floating):
+        raise ValueError(
+            f"int8 qmatmul: scale must be a float vector [N] = [{q.shape[0]}], got {scale.dtype}{list(scale.shape)}"
+        )
+
+
+def int8_dequantize(weight: Any, scale: Any) -> jax.Array:
+    """``int8 [N, K]`` and per-output-channel ``scale [N]`` → ``float32 [N, K]`` (``q * scale[n]``)."""
+    q, s = jnp.asarray(weight), jnp.asarray(scale)
+    _int8_check(q, s)
+    return q.astype(jnp.float32) * s.astype(jnp.float32)[:, None]
+
+
+def int8_qmatmul(lhs: Any, weight: Any, scale: Any) -> jax.Array:
+    """``lhs @ int8_dequantize(weight, scale).T``: ``lhs [..., K]`` → ``[..., N]`` in ``lhs``'s dtype."""
+    lhs = jnp.asarray(lhs)
+    w = int8_dequantize(weight, scale)
+    if lhs.shape[-1:] != (w.shape[1],):
+        raise ValueError(f"int8 qmatmul: lhs {list(lhs.shape)} does not match weight {list(w.shape)} (K = {w.shape[1]})")
+    return _matmul_nt(lhs, w)

@@ -1,0 +1,244 @@
+"""The generic Triton-style Pallas dequant-matmul kernel shared by every packed format.
+
+``y[M, N] = x[M, K] @ dequant(W)[N, K]^T`` where ``W`` is held in a *prepared*
+(repacked, see `PreparedWeight`) structure-of-arrays layout. The kernel never
+writes the dequantized matrix anywhere: each program streams its ``bn`` weight
+rows chunk by chunk (``CHUNK = 256`` elements of K), decodes the chunk in
+registers into ``parts`` float32 tiles ``[bn, part_width]`` (each format's
+``decode`` function), and accumulates in float32:
+
+- ``mode="dot"``: ``acc[bm, bn] += x_tile @ w_tile^T`` (``jnp.dot`` → ``tl.dot``,
+  tensor cores), with ``swap=True`` computing ``acc[bn, bm] += w_tile @ x_tile^T``
+  instead (the decoded weight becomes the register "A" operand). Used for
+  M ≥ 2: decode rows are padded to ``bm = 16`` (Triton's minimum dot tile),
+  prefill uses 64/128-row tiles.
+- ``mode="fma"`` (M = 1): no dot; ``acc[bn, W] += w * x`` elementwise and one row
+  reduction at the end. Cheapest ALU path for a bandwidth-bound GEMV.
+
+Grid ``(Mp/bm, Np/bn, splits)``. With ``splits > 1`` each program covers
+``n_chunks/splits`` chunks and writes float32 partials ``[splits, Mp, Np]`` that
+XLA sums (split-K for decode shapes with few output tiles). Programs never
+accumulate into a shared block (that would race on GPU).
+
+Triton rules honoured (``shared/design/PALLAS_NOTES.md`` §2): every loaded or
+computed tensor has power-of-two dims; weights are sliced on the *ref*
+(``ref[:, pl.ds(...)]``), never as values; no ``concatenate``; arrays are
+padded by the prepare step / wrapper so no load is out of bounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+CHUNK = 256  # K elements decoded per loop step (one K-quant super-block)
+N_ALIGN = 128  # prepared weights have N padded to a multiple of this (largest bn)
+
+__all__ = ["CHUNK", "N_ALIGN", "Format", "KernelConfig", "PreparedWeight", "default_config", "matmul_prepared"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+    """How a prepared weight is decoded inside the kernel.
+
+    Attributes:
+        name: e.g. ``"Q4_0"``.
+        parts: tiles per chunk; ``parts * part_width == CHUNK``.
+        part_width: K width of one decoded tile (a power of two).
+        decode: ``decode(refs, t, bn) -> [parts x float32 [bn, part_width]]``
+            for chunk ``t`` (a traced int32); ``refs`` are the plane refs in
+            `PreparedWeight.planes` order.
+        row_scale: the last plane is a ``float32 [Np, 1]`` per-output-row scale
+            applied to the accumulator at the end (int8 per channel), not by
+            ``decode``.
+    """
+
+    name: str
+    parts: int
+    part_width: int
+    decode: Callable
+    row_scale: bool = False
+
+
+@jax.tree_util.register_pytree_node_class
+class PreparedWeight:
+    """A weight repacked once into the kernel's layout (a pytree: jit/vmap-safe).
+
+    Attributes:
+        fmt: the `Format` name (``"Q4_0"``, ``"Q8_0"``, ``"Q4_K"``, ``"Q6_K"``,
+            ``"GPTQ"``, ``"INT8"``).
+        planes: the arrays the kernel reads, each ``[Np, cols]`` with
+            ``Np = round_up(N, 128)``; see each format's ``prepare`` for the
+            exact planes.
+        n, k: the logical output rows and reduction length.
+        kp: K padded to a multiple of ``CHUNK`` (padding rows have zero scale).
+        meta: static extras (e.g. GPTQ group size).
+    """
+
+    def __init__(self, fmt: str, planes: Sequence[jax.Array], n: int, k: int, kp: int, meta: tuple = ()):
+        self.fmt, self.planes, self.n, self.k, self.kp, self.meta = fmt, tuple(planes), n, k, kp, meta
+
+    def tree_flatten(self):
+        return self.planes, (self.fmt, self.n, self.k, self.kp, self.meta)
+
+    @classmethod
+    def tree_unflatten(cls, aux, planes):
+        fmt, n, k, kp, meta = aux
+        return cls(fmt, planes, n, k, kp, meta)
+
+    @property
+    def np_(self) -> int:
+        return self.planes[0].shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.size * p.dtype.itemsize for p in self.planes)
+
+    def __repr__(self) -> str:
+        planes = ", ".join(f"{p.dtype}{list(p.shape)}" for p in self.planes)
+        return f"PreparedWeight({self.fmt}, n={self.n}, k={self.k}, planes=[{planes}])"
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelConfig:
+    """Tiling of one kernel launch.
+
+    ``bm`` rows of x per program (1 with ``mode="fma"``, else ≥ 16), ``bn``
+    weight rows per program (power of two ≤ 128), ``splits`` K splits (must
+    divide the number of chunks), Triton ``num_warps``/``num_stages``.
+    """
+
+    bm: int = 16
+    bn: int = 64
+    mode: str = "dot"  # "dot" | "fma"
+    swap: bool = False
+    splits: int = 1
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+def default_config(m: int, n_chunks: int, np_: int) -> KernelConfig:
+    """Heuristic tiling by M (tuned on H100, see docs/pages/kernels_qmatmul.md)."""
+    if m == 1:
+        return KernelConfig(bm=1, bn=16, mode="fma", splits=1, num_warps=4, num_stages=3)
+    if m <= 16:
+        return KernelConfig(bm=16, bn=32, mode="dot", swap=True, splits=1, num_warps=4, num_stages=3)
+    if m <= 64:
+        return KernelConfig(bm=64, bn=64, mode="dot", swap=False, num_warps=4, num_stages=3)
+    return KernelConfig(bm=128, bn=128, mode="dot", swap=False, num_warps=8, num_stages=3)
+
+
+def _round_up(a: int, b: int) -> int:
+    return -(-a // b) * b
+
+
+def _kernel(x_ref, *refs, fmt: Format, cfg: KernelConfig, chunks_per_split: int, cdt, precision):
+    o_ref = refs[-1]
+    plane_refs = refs[:-1]
+    bn, w_ = cfg.bn, fmt.part_width
+    s = pl.program_id(2)
+    t0 = s * chunks_per_split
+
+    if cfg.mode == "fma":
+
+        def body(i, acc):
+            t = t0 + i
+            ws = fmt.decode(plane_refs, t, bn)
+            for p, w in enumerate(ws):
+                xs = x_ref[:, pl.ds(t * CHUNK + p * w_, w_)].astype(jnp.float32)  # [1, W]
+                acc = acc + w * xs
+            return acc
+
+        acc = lax.fori_loop(0, chunks_per_split, body, jnp.zeros((bn, w_), jnp.float32))
+        col = jnp.sum(acc, axis=1, keepdims=True)  # [bn, 1]
+        if fmt.row_scale:
+            col = col * plane_refs[-1][...]
+        o_ref[...] = col.T.astype(o_ref.dtype)
+        return
+
+    dims = (((1,), (1,)), ((), ()))
+
+    def body(i, acc):
+        t = t0 + i
+        ws = fmt.decode(plane_refs, t, bn)
+        for p, w in enumerate(ws):
+            xs = x_ref[:, pl.ds(t * CHUNK + p * w_, w_)].astype(cdt)  # [bm, W]
+            w = w.astype(cdt)
+            if cfg.swap:
+                acc = acc + lax.dot_general(w, xs, dims, precision=precision, preferred_element_type=jnp.float32)
+            else:
+                acc = acc + lax.dot_general(xs, w, dims, precision=precision, preferred_element_type=jnp.float32)
+        return acc
+
+    shape = (bn, cfg.bm) if cfg.swap else (cfg.bm, bn)
+    acc = lax.fori_loop(0, chunks_per_split, body, jnp.zeros(shape, jnp.float32))
+    if fmt.row_scale:
+        sc = plane_refs[-1][...]  # [bn, 1]
+        acc = acc * sc if cfg.swap else acc * sc.T
+    o_ref[...] = (acc.T if cfg.swap else acc).astype(o_ref.dtype)
+
+
+def matmul_prepared(
+    fmt: Format,
+    x: jax.Array,
+    w: PreparedWeight,
+    cfg: KernelConfig | None = None,
+    *,
+    interpret: bool = False,
+) -> jax.Array:
+    """``x [M, K] @ dequant(w)^T`` → ``[M, N]`` in ``x``'s dtype with the Pallas kernel.
+
+    ``x`` must be float32, bfloat16 or float16 (16-bit activations multiply
+    16-bit decoded tiles; float32 uses full-precision (IEEE) dots). No checks
+    beyond that: the public wrappers in ``pallas_gguf``/``pallas_gptq`` validate.
+    """
+    m, k = x.shape
+    if k != w.k:
+        raise ValueError(f"{fmt.name} kernel: x has K={k}, the weight K={w.k}")
+    np_, kp = w.np_, w.kp
+    n_chunks = kp // CHUNK
+    cfg = cfg or default_config(m, n_chunks, np_)
+    if cfg.mode == "fma" and (cfg.bm != 1 or m != 1):
+        raise ValueError(f"KernelConfig(mode='fma') needs M = 1 and bm = 1, got M={m}, bm={cfg.bm}")
+    if np_ % cfg.bn or n_chunks % cfg.splits:
+        raise ValueError(f"config {cfg} does not tile Np={np_}, chunks={n_chunks}")
+    mp = _round_up(m, cfg.bm)
+    if mp != m or kp != k:
+        x = jnp.pad(x, ((0, mp - m), (0, kp - k)))
+    if x.dtype == jnp.float32:
+        cdt, precision = jnp.float32, lax.Precision.HIGHEST
+    else:
+        cdt, precision = x.dtype, None
+    cps = n_chunks // cfg.splits
+    split = cfg.splits > 1
+    out_dtype = jnp.float32 if split else x.dtype
+    grid = (mp // cfg.bm, np_ // cfg.bn, cfg.splits)
+    in_specs = [pl.BlockSpec((cfg.bm, kp), lambda i, j, s: (i, 0))]
+    in_specs += [pl.BlockSpec((cfg.bn, p.shape[1]), lambda i, j, s: (j, 0)) for p in w.planes]
+    if split:
+        out_shape = jax.ShapeDtypeStruct((cfg.splits, mp, np_), out_dtype)
+        out_spec = pl.BlockSpec((None, cfg.bm, cfg.bn), lambda i, j, s: (s, i, j))
+    else:
+        out_shape = jax.ShapeDtypeStruct((mp, np_), out_dtype)
+        out_spec = pl.BlockSpec((cfg.bm, cfg.bn), lambda i, j, s: (i, j))
+    kernel = functools.partial(_kernel, fmt=fmt, cfg=cfg, chunks_per_split=cps, cdt=cdt, precision=precision)
+    y = pl.pallas_call(
+        kernel,
+        out_shape=out_shape,
+        grid=grid,
+        in_specs=in_specs,
+        out_specs=out_spec,
+        compiler_params=pltriton.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
+        interpret=interpret,
+        name=f"qmatmul_{fmt.name.lower()}",
+    )(x, *w.planes)
+    if split:
+        y = y.sum(axis=0).astype(x.dtype)
+    return y[:m, : w.n]

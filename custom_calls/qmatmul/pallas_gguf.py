@@ -1,0 +1,251 @@
+"""Pallas (Triton backend) kernels for GGUF Q4_0, Q8_0, Q4_K and Q6_K matmuls.
+
+``qmatmul(encoding, lhs, rhs)`` computes ``lhs @ dequantize(rhs).T`` for the
+raw GGUF rows ``rhs uint8 [N, K/elems*bytes]`` (MAX's transposed-weight
+convention) **without materialising the dequantized matrix**: the weight is
+decoded tile by tile in registers inside the kernel (`_pallas_core`).
+
+Prepared layout (`prepare`, run once per weight)
+-----------------------------------------------
+GGUF blocks are 18/34/144/210 bytes, which leaves their f16 fields unaligned
+and their quant bytes in block-local orders. `prepare` repacks a weight once
+into aligned planes (structure of arrays), each ``[Np, cols]`` with ``Np`` = N
+rounded up to 128 and K padded to ``Kp`` = a multiple of 256 (padding has zero
+scales). Within every 256-element K chunk ``c``:
+
+* 4-bit codes ``qs uint8 [Np, Kp/2]``: byte ``128c + j`` holds element
+  ``256c + j`` in its low nibble and ``256c + 128 + j`` in its high nibble, so
+  the kernel gets two contiguous 128-wide tiles from one load.
+* ``Q4_0``: ``qs``, ``d f16 [Np, Kp/32]`` (value ``d * (q - 8)``): 4.5 bits/weight.
+* ``Q8_0``: ``q int8 [Np, Kp]``, ``d f16 [Np, Kp/32]``: 8.5 bits/weight.
+* ``Q4_K``: ``qs``, ``sc uint8 [Np, Kp/32]`` and ``mn uint8 [Np, Kp/32]``
+  (the unpacked 6-bit sub-block scales and mins), ``d f16 [Np, Kp/256]``,
+  ``dmin f16 [Np, Kp/256]``; value ``(d*sc)*q - dmin*mn``: 4.625 bits/weight.
+* ``Q6_K``: ``ql uint8 [Np, Kp/2]`` (low 4 bits, nibble layout above),
+  ``qh uint8 [Np, Kp/4]`` (byte ``64c + j`` holds the high 2 bits of
+  element ``256c + 64i + j`` at bits ``2i``), ``sc int8 [Np, Kp/16]``,
+  ``d f16 [Np, Kp/256]``; value ``(d*sc)*(q - 32)``: 6.5625 bits/weight.
+
+The scale products are formed in float32 exactly as ``gguf.quants`` does, so
+with float32 activations the decoded tile equals `reference.dequantize`.
+
+Example:
+    >>> import numpy as np
+    >>> from custom_calls.qmatmul import pallas_gguf as pg
+    >>> w = pg.prepare("Q4_0", np.zeros((3, 18), np.uint8))
+    >>> w
+    PreparedWeight(Q4_0, n=3, k=32, planes=[uint8[128, 128], float16[128, 8]])
+    >>> pg.qmatmul("Q4_0", np.ones((2, 32), np.float32), w, interpret=True).shape
+    (2, 3)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+from custom_calls.qmatmul import reference as ref
+from custom_calls.qmatmul._pallas_core import (
+    CHUNK,
+    N_ALIGN,
+    Format,
+    KernelConfig,
+    PreparedWeight,
+    matmul_prepared,
+)
+
+__all__ = ["ENCODINGS", "FORMATS", "prepare", "qmatmul", "KernelConfig", "PreparedWeight"]
+
+ENCODINGS = ("Q4_0", "Q8_0", "Q4_K", "Q6_K")
+
+
+# ─── in-kernel decoders (refs → float32 tiles) ────────────────────────────
+
+
+def _grouped(codes: jax.Array, scale: jax.Array) -> jax.Array:
+    """``scale [bn, G]`` broadcast over ``G`` equal column groups of ``codes [bn, W]``."""
+    bn, w = codes.shape
+    g = scale.shape[1]
+    return (scale[:, :, None] * codes.reshape(bn, g, w // g)).reshape(bn, w)
+
+
+def _nibbles(q_ref, t):
+    q = q_ref[:, pl.ds(t * (CHUNK // 2), CHUNK // 2)]
+    return (q & 0xF).astype(jnp.float32), (q >> 4).astype(jnp.float32)
+
+
+def _decode_q4_0(refs, t, bn):
+    qs, d = refs
+    parts = _nibbles(qs, t)
+    return [_grouped(q - 8.0, d[:, pl.ds(t * 8 + 4 * p, 4)].astype(jnp.float32)) for p, q in enumerate(parts)]
+
+
+def _decode_q8_0(refs, t, bn):
+    q, d = refs
+    return [
+        _grouped(q[:, pl.ds(t * CHUNK + 128 * p, 128)].astype(jnp.float32), d[:, pl.ds(t * 8 + 4 * p, 4)].astype(jnp.float32))
+        for p in range(2)
+    ]
+
+
+def _decode_q4_k(refs, t, bn):
+    qs, sc, mn, d, dmin = refs
+    dd = d[:, pl.ds(t, 1)].astype(jnp.float32)  # [bn, 1]
+    dm = dmin[:, pl.ds(t, 1)].astype(jnp.float32)
+    out = []
+    for p, q in enumerate(_nibbles(qs, t)):
+        scale = dd * sc[:, pl.ds(t * 8 + 4 * p, 4)].astype(jnp.float32)  # [bn, 4], exact as in gguf
+        minimum = dm * mn[:, pl.ds(t * 8 + 4 * p, 4)].astype(jnp.float32)
+        out.append((scale[:, :, None] * q.reshape(bn, 4, 32) - minimum[:, :, None]).reshape(bn, 128))
+    return out
+
+
+def _decode_q6_k(refs, t, bn):
+    ql, qh, sc, d = refs
+    lo0 = ql[:, pl.ds(t * 128, 64)]
+    lo1 = ql[:, pl.ds(t * 128 + 64, 64)]
+    hi = qh[:, pl.ds(t * 64, 64)]
+    codes = (
+        (lo0 & 0xF) | ((hi & 3) << 4),
+        (lo1 & 0xF) | (((hi >> 2) & 3) << 4),
+        (lo0 >> 4) | (((hi >> 4) & 3) << 4),
+        (lo1 >> 4) | ((hi >> 6) << 4),
+    )
+    dd = d[:, pl.ds(t, 1)].astype(jnp.float32)
+    out = []
+    for p, c in enumerate(codes):
+        scale = dd * sc[:, pl.ds(t * 16 + 4 * p, 4)].astype(jnp.float32)  # [bn, 4], exact
+        out.append(_grouped(c.astype(jnp.float32) - 32.0, scale))
+    return out
+
+
+FORMATS: dict[str, Format] = {
+    "Q4_0": Format("Q4_0", parts=2, part_width=128, decode=_decode_q4_0),
+    "Q8_0": Format("Q8_0", parts=2, part_width=128, decode=_decode_q8_0),
+    "Q4_K": Format("Q4_K", parts=2, part_width=128, decode=_decode_q4_k),
+    "Q6_K": Format("Q6_K", parts=4, part_width=64, decode=_decode_q6_k),
+}
+
+
+# ─── prepare: raw GGUF rows → planes (once per weight) ────────────────────
+
+
+def _round_up(a: int, b: int) -> int:
+    return -(-a // b) * b
+
+
+def _f16(b: jax.Array, i: int) -> jax.Array:
+    u16 = b[..., i].astype(jnp.uint16) | (b[..., i + 1].astype(jnp.uint16) << 8)
+    return lax.bitcast_convert_type(u16, jnp.float16)
+
+
+def _pad2(a: jax.Array, rows: int, cols: int) -> jax.Array:
+    return jnp.pad(a, ((0, rows - a.shape[0]), (0, cols - a.shape[1])))
+
+
+def pack_nibbles(codes: jax.Array) -> jax.Array:
+    """``uint8 [R, Kp]`` 4-bit codes (Kp a multiple of 256) → ``uint8 [R, Kp/2]`` chunk-split nibbles."""
+    r, kp = codes.shape
+    c = codes.astype(jnp.uint8).reshape(r, kp // CHUNK, 2, CHUNK // 2)
+    return (c[:, :, 0] | (c[:, :, 1] << 4)).reshape(r, kp // 2)
+
+
+def _pack_crumbs(codes: jax.Array) -> jax.Array:
+    """``uint8 [R, Kp]`` 2-bit codes → ``uint8 [R, Kp/4]``: byte ``64c + j`` holds element ``256c + 64i + j`` at bits ``2i``."""
+    r, kp = codes.shape
+    c = codes.astype(jnp.uint8).reshape(r, kp // CHUNK, 4, CHUNK // 4)
+    return (c[:, :, 0] | (c[:, :, 1] << 2) | (c[:, :, 2] << 4) | (c[:, :, 3] << 6)).reshape(r, kp // 4)
+
+
+def prepare(encoding: str, raw: Any) -> PreparedWeight:
+    """Repack raw GGUF rows ``uint8 [N, K/elems*bytes]`` into the kernel layout (see module doc).
+
+    Pure jnp (jit-able, no host sync). Do it once per weight and keep the
+    result: that is the whole point (``dispatch`` caches it for concrete
+    arrays; inside a traced function it runs per call).
+
+    Raises:
+        ValueError: an encoding without a kernel (e.g. ``"Q5_K"``), ``raw`` not
+            a uint8 matrix, or a row length that is not a whole number of blocks.
+    """
+    if encoding not in FORMATS:
+        raise ValueError(f"encoding: no Pallas kernel for {encoding!r}; kernels exist for {list(ENCODINGS)}")
+    elems, nbytes = ref.block_shape(encoding)
+    raw = jnp.asarray(raw)
+    if raw.dtype != jnp.uint8 or raw.ndim != 2 or raw.shape[1] % nbytes or raw.shape[1] == 0:
+        raise ValueError(
+            f"rhs: {encoding} weight must be uint8 [N, a multiple of {nbytes} bytes], got {raw.dtype}{list(raw.shape)}"
+        )
+    n, nb = raw.shape[0], raw.shape[1] // nbytes
+    k = nb * elems
+    np_, kp = _round_up(n, N_ALIGN), _round_up(k, CHUNK)
+    b = raw.reshape(n, nb, nbytes)
+    if encoding == "Q4_0":
+        qs = b[..., 2:18]
+        codes = jnp.concatenate([qs & 0xF, qs >> 4], axis=-1).reshape(n, k)
+        planes = [pack_nibbles(_pad2(codes, np_, kp)), _pad2(_f16(b, 0), np_, kp // 32)]
+    elif encoding == "Q8_0":
+        q = lax.bitcast_convert_type(b[..., 2:34], jnp.int8).reshape(n, k)
+        planes = [_pad2(q, np_, kp), _pad2(_f16(b, 0), np_, kp // 32)]
+    elif encoding == "Q4_K":
+        codes = ref._low_nibble_subblocks(b[..., 16:144]).reshape(n, k)
+        sc, mn = ref._k_scale_min(b[..., 4:16])  # [n, nb, 8] each
+        planes = [
+            pack_nibbles(_pad2(codes, np_, kp)),
+            _pad2(sc.reshape(n, nb * 8), np_, kp // 32),
+            _pad2(mn.reshape(n, nb * 8), np_, kp // 32),
+            _pad2(_f16(b, 0), np_, kp // CHUNK),
+            _pad2(_f16(b, 2), np_, kp // CHUNK),
+        ]
+    else:  # Q6_K
+        codes = _pad2(ref._q6_k_codes(b).reshape(n, k), np_, kp)
+        sc = lax.bitcast_convert_type(b[..., 192:208], jnp.int8).reshape(n, nb * 16)
+        planes = [
+            pack_nibbles(codes & 0xF),
+            _pack_crumbs(codes >> 4),
+            _pad2(sc, np_, kp // 16),
+            _pad2(_f16(b, 208), np_, kp // CHUNK),
+        ]
+    return PreparedWeight(encoding, planes, n, k, kp)
+
+
+def qmatmul(
+    encoding: str,
+    lhs: Any,
+    rhs: Any,
+    *,
+    config: KernelConfig | None = None,
+    interpret: bool = False,
+) -> jax.Array:
+    """``lhs @ dequantize(encoding, rhs).T`` with the Pallas kernel (no dispatch, no fallback).
+
+    Args:
+        encoding: ``"Q4_0"``, ``"Q8_0"``, ``"Q4_K"`` or ``"Q6_K"``.
+        lhs: ``[..., K]`` float32, bfloat16 or float16.
+        rhs: raw GGUF rows ``uint8 [N, row_bytes]`` (repacked here, per call)
+            or a `PreparedWeight` from `prepare` (no per-call repack).
+        config: tiling; None picks `_pallas_core.default_config` by M.
+        interpret: run the kernel in Pallas interpret mode (CPU).
+
+    Returns:
+        ``[..., N]`` in ``lhs``'s dtype (float32 accumulation).
+
+    Raises:
+        ValueError: see `prepare`; ``lhs`` dtype not float32/bfloat16/float16;
+            K mismatch.
+    """
+    w = rhs if isinstance(rhs, PreparedWeight) else prepare(encoding, rhs)
+    if w.fmt != encoding:
+        raise ValueError(f"rhs: prepared for {w.fmt}, called with encoding {encoding!r}")
+    lhs = jnp.asarray(lhs)
+    if lhs.dtype not in (jnp.float32, jnp.bfloat16, jnp.float16):
+        raise ValueError(f"lhs: dtype must be float32, bfloat16 or float16 for the {encoding} kernel, got {lhs.dtype}")
+    if lhs.ndim == 0 or lhs.shape[-1] != w.k:
+        raise ValueError(f"lhs: {encoding} qmatmul lhs {list(lhs.shape)} does not match rhs (K = {w.k})")
+    lead = lhs.shape[:-1]
+    y = matmul_prepared(FORMATS[encoding], lhs.reshape(-1, w.k), w, config, interpret=interpret)
+    return y.reshape(lead + (w.n,))
