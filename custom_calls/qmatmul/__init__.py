@@ -1,9 +1,11 @@
-"""Quantized matmul and dequantisation of packed weights (GGUF blocks, GPTQ int4).
+"""Quantized matmul and dequantisation of packed weights (GGUF blocks, GPTQ int4, int8 per channel).
 
-The functions exported here are what ``lowering`` calls. Today they are the
-plain-jnp reference (`custom_calls.qmatmul.reference`); the Pallas kernels will
-plug in behind the same names through a ``dispatch.py`` that picks kernel or
-reference per platform and shape, without changing any caller.
+The functions exported here are what ``lowering`` calls. ``qmatmul``,
+``gptq_qmatmul`` and ``int8_qmatmul`` go through `custom_calls.qmatmul.dispatch`:
+the Pallas kernels (``pallas_gguf``: Q4_0/Q8_0/Q4_K/Q6_K, ``pallas_gptq``: GPTQ
+int4 and int8 per channel) on GPU or with ``MAXFX_PALLAS_INTERPRET=1``, the
+plain-jnp reference (`custom_calls.qmatmul.reference`) elsewhere. The
+dequantisation functions are the reference.
 
 Example:
     >>> import numpy as np
@@ -14,6 +16,13 @@ Example:
     (2, 3)
 """
 
+from custom_calls.qmatmul.dispatch import (
+    gptq_qmatmul,
+    int8_qmatmul,
+    prepare,
+    qmatmul,
+    qmatmul_prepared,
+)
 from custom_calls.qmatmul.reference import (
     GGUF_BLOCKS,
     block_shape,
@@ -23,9 +32,8 @@ from custom_calls.qmatmul.reference import (
     gptq_dequantize_packed,
     gptq_pack,
     gptq_packed_k,
-    gptq_qmatmul,
     gptq_unpack_int4,
-    qmatmul,
+    int8_dequantize,
 )
 
 __all__ = [
@@ -40,4 +48,8 @@ __all__ = [
     "gptq_dequantize_packed",
     "gptq_qmatmul",
     "gptq_pack",
+    "int8_dequantize",
+    "int8_qmatmul",
+    "prepare",
+    "qmatmul_prepared",
 ]

@@ -1,0 +1,269 @@
+"""Per-call choice between the Pallas kernels and the jnp reference.
+
+Rule (``shared/design/PALLAS_NOTES.md`` §9):
+
+* ``MAXFX_PALLAS_INTERPRET=1`` (any value but ``""``/``"0"``): the Pallas
+  kernel in interpret mode, on any backend (how CPU tests exercise kernels).
+* else, when JAX's default backend is a GPU: ``lax.platform_dependent`` with
+  the Pallas (Triton) kernel for ``cuda`` and the reference as the default, so a
+  computation placed on the CPU of a GPU machine still lowers.
+* else: the reference (`custom_calls.qmatmul.reference`).
+
+Errors and fallbacks when a kernel would be used:
+
+* malformed operands (unknown encoding, rhs not whole blocks, K mismatch,
+  non-float ``lhs``): ``ValueError`` naming the parameter, the same on every path;
+* no kernel for the case (``Q5_K``; GPTQ ``group_size`` not a power of two
+  ≥ 32; float64 ``lhs``; an empty ``lhs``): the reference, with a one-time
+  ``UserWarning`` per (function, reason).
+
+Weights: the kernels read a *prepared* layout (``pallas_gguf.prepare``,
+``pallas_gptq.prepare_gptq``/``prepare_int8``). For a concrete ``jax.Array``
+weight the prepared form is cached (keyed by the array object, dropped when
+it is garbage collected), so repacking happens once per weight. A traced
+weight (inside ``jit``) is repacked in the graph on every call (one extra
+elementwise pass over the packed bytes); hot paths should call
+`qmatmul_prepared` with a weight prepared once at load time.
+
+Gradients: the kernels sit in a ``jax.custom_vjp`` whose backward pass is
+``dy @ dequantize(W)`` (XLA); weights get no gradient.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+import weakref
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from custom_calls.qmatmul import pallas_gguf, pallas_gptq
+from custom_calls.qmatmul import reference as ref
+from custom_calls.qmatmul._pallas_core import KernelConfig, PreparedWeight
+
+__all__ = [
+    "ENV_INTERPRET",
+    "kernel_mode",
+    "qmatmul",
+    "gptq_qmatmul",
+    "int8_qmatmul",
+    "qmatmul_prepared",
+    "prepare",
+    "clear_cache",
+]
+
+ENV_INTERPRET = "MAXFX_PALLAS_INTERPRET"
+
+_warned: set[tuple[str, str]] = set()
+_cache: dict[tuple, tuple[tuple, PreparedWeight]] = {}
+
+
+def kernel_mode() -> str | None:
+    """``"interpret"`` (env var set), ``"gpu"`` (default backend is a GPU) or None (use the reference)."""
+    if os.environ.get(ENV_INTERPRET, "") not in ("", "0"):
+        return "interpret"
+    return "gpu" if jax.default_backend() == "gpu" else None
+
+
+def _warn_once(fn: str, reason: str) -> None:
+    if (fn, reason) not in _warned:
+        _warned.add((fn, reason))
+        warnings.warn(f"{fn}: {reason}; using the jnp reference instead of the Pallas kernel", UserWarning, stacklevel=3)
+
+
+def clear_cache() -> None:
+    """Drop every cached prepared weight (and forget which fallback warnings were shown)."""
+    _cache.clear()
+    _warned.clear()
+
+
+def _concrete(x: Any) -> bool:
+    return isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)
+
+
+def _cached(key: tuple, arrays: tuple, build: Callable[[], PreparedWeight]) -> PreparedWeight:
+    """``build()`` once per tuple of concrete jax arrays (by identity); tracers/numpy rebuild each call."""
+    live = [a for a in arrays if a is not None]
+    if not live or not all(_concrete(a) for a in live):
+        return build()
+    full = key + tuple(id(a) for a in arrays)
+    hit = _cache.get(full)
+    if hit is not None and all(r() is a for r, a in zip(hit[0], live)):
+        return hit[1]
+    w = build()
+    refs = tuple(weakref.ref(a, lambda _, k=full: _cache.pop(k, None)) for a in live)
+    _cache[full] = (refs, w)
+    return w
+
+
+def _check_lhs(fn: str, lhs: jax.Array) -> str | None:
+    """A fallback reason, or None when the kernel applies; raises for unusable dtypes."""
+    if not jnp.issubdtype(lhs.dtype, jnp.floating):
+        raise ValueError(f"{fn}: lhs must be a floating-point array, got {lhs.dtype}")
+    if lhs.dtype == jnp.float64:
+        return "float64 lhs has no kernel"
+    if lhs.size == 0:
+        return "empty lhs"
+    return None
+
+
+def _with_grad(kernel: Callable, dequant_nt: Callable) -> Callable:
+    """``kernel(lhs, w, raw)`` made differentiable in ``lhs``: ``dx = dy @ dequant_nt(raw)`` (``[N, K]``)."""
+
+    @jax.custom_vjp
+    def f(lhs, w, raw):
+        return kernel(lhs, w)
+
+    def fwd(lhs, w, raw):
+        return kernel(lhs, w), raw
+
+    def bwd(raw, dy):
+        wt = dequant_nt(raw)
+        dx = lax.dot_general(dy.astype(jnp.float32), wt, (((dy.ndim - 1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        return dx.astype(dy.dtype), None, None
+
+    f.defvjp(fwd, bwd)
+    return f
+
+
+def _run(mode: str, kernel: Callable, dequant_nt: Callable, reference: Callable, lhs, w_fn: Callable, raw):
+    """Kernel on the chosen path; ``w_fn()`` builds the prepared weight."""
+    if mode == "interpret":
+        return _with_grad(lambda x, w: kernel(x, w, True), dequant_nt)(lhs, w_fn(), raw)
+
+    def cuda(x, r):
+        return _with_grad(lambda x_, w: kernel(x_, w, False), dequant_nt)(x, w_fn(), r)
+
+    return lax.platform_dependent(lhs, raw, cuda=cuda, default=lambda x, r: reference(x, r))
+
+
+def qmatmul(encoding: str, lhs: Any, rhs: Any) -> jax.Array:
+    """``lhs @ dequantize(encoding, rhs).T`` (GGUF rows ``rhs uint8 [N, row_bytes]``), kernel or reference.
+
+    Same contract as `reference.qmatmul`: ``lhs [..., K]`` → ``[..., N]`` in
+    ``lhs``'s dtype, float32 accumulation. Kernels: Q4_0, Q8_0, Q4_K, Q6_K.
+
+    Raises:
+        ValueError: unknown ``encoding``; ``rhs`` not a uint8 matrix of whole
+            blocks; ``lhs`` K differs from rhs's or ``lhs`` is not floating.
+    """
+    lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
+    elems, nbytes = ref.block_shape(encoding)
+    if rhs.dtype != jnp.uint8 or rhs.ndim != 2 or rhs.shape[1] % nbytes:
+        raise ValueError(
+            f"rhs: {encoding} qmatmul needs uint8 [N, a multiple of {nbytes} bytes], got {rhs.dtype}{list(rhs.shape)}"
+        )
+    k = rhs.shape[1] // nbytes * elems
+    if lhs.shape[-1:] != (k,):
+        raise ValueError(f"lhs: {encoding} qmatmul lhs {list(lhs.shape)} does not match rhs {list(rhs.shape)} (K = {k})")
+    mode = kernel_mode()
+    if mode is None:
+        return ref.qmatmul(encoding, lhs, rhs)
+    why = _check_lhs("qmatmul", lhs)
+    if why is None and encoding not in pallas_gguf.FORMATS:
+        why = f"no kernel for encoding {encoding}"
+    if why:
+        _warn_once("qmatmul", why)
+        return ref.qmatmul(encoding, lhs, rhs)
+    return _run(
+        mode,
+        lambda x, w, interp: pallas_gguf.qmatmul(encoding, x, w, interpret=interp),
+        lambda r: ref.dequantize(encoding, r),
+        lambda x, r: ref.qmatmul(encoding, x, r),
+        lhs,
+        lambda: _cached(("gguf", encoding), (rhs,), lambda: pallas_gguf.prepare(encoding, rhs)),
+        rhs,
+    )
+
+
+def gptq_qmatmul(lhs: Any, packed: Any, perm_idx: Any = None, *, group_size: int) -> jax.Array:
+    """``lhs @ W`` for MAX's packed GPTQ weight (``lhs`` already gathered by ``perm_idx``), kernel or reference.
+
+    Same contract as `reference.gptq_qmatmul`. The kernel handles group sizes
+    that are powers of two ≥ 32; others fall back (one-time warning).
+    """
+    lhs, packed = jnp.asarray(lhs), jnp.asarray(packed)
+    if packed.dtype != jnp.uint8 or packed.ndim != 2:
+        raise ValueError(f"packed: GPTQ packed weight must be a uint8 matrix, got {packed.dtype}{list(packed.shape)}")
+    k = ref.gptq_packed_k(packed.shape[0], group_size)
+    if lhs.shape[-1:] != (k,):
+        raise ValueError(f"lhs: GPTQ qmatmul lhs {list(lhs.shape)} does not match the packed weight (K = {k})")
+    perm = None if perm_idx is None else jnp.asarray(perm_idx)
+    mode = kernel_mode()
+    if mode is None:
+        return ref.gptq_qmatmul(lhs, packed, perm, group_size=group_size)
+    why = _check_lhs("gptq_qmatmul", lhs)
+    if why is None and not pallas_gptq.supported_group_size(group_size):
+        why = f"group_size {group_size} is not a power of two >= 32"
+    if why:
+        _warn_once("gptq_qmatmul", why)
+        return ref.gptq_qmatmul(lhs, packed, perm, group_size=group_size)
+    return _run(
+        mode,
+        lambda x, w, interp: pallas_gptq.gptq_qmatmul(x, w, group_size=group_size, interpret=interp),
+        lambda r: ref.gptq_dequantize_packed(r[0], r[1], group_size=group_size).T,
+        lambda x, r: ref.gptq_qmatmul(x, r[0], r[1], group_size=group_size),
+        lhs,
+        lambda: _cached(
+            ("gptq", group_size), (packed, perm), lambda: pallas_gptq.prepare_gptq(packed, perm, group_size=group_size)
+        ),
+        (packed, perm),
+    )
+
+
+def int8_qmatmul(lhs: Any, weight: Any, scale: Any) -> jax.Array:
+    """``lhs @ (weight * scale[:, None]).T`` for ``int8 [N, K]`` with per-output-channel ``scale [N]``."""
+    lhs, weight, scale = jnp.asarray(lhs), jnp.asarray(weight), jnp.asarray(scale)
+    ref._int8_check(weight, scale)
+    if lhs.shape[-1:] != (weight.shape[1],):
+        raise ValueError(f"lhs: int8 qmatmul lhs {list(lhs.shape)} does not match weight {list(weight.shape)}")
+    mode = kernel_mode()
+    if mode is None:
+        return ref.int8_qmatmul(lhs, weight, scale)
+    why = _check_lhs("int8_qmatmul", lhs)
+    if why:
+        _warn_once("int8_qmatmul", why)
+        return ref.int8_qmatmul(lhs, weight, scale)
+    return _run(
+        mode,
+        lambda x, w, interp: pallas_gptq.int8_qmatmul(x, w, interpret=interp),
+        lambda r: ref.int8_dequantize(r[0], r[1]),
+        lambda x, r: ref.int8_qmatmul(x, r[0], r[1]),
+        lhs,
+        lambda: _cached(("int8",), (weight, scale), lambda: pallas_gptq.prepare_int8(weight, scale)),
+        (weight, scale),
+    )
+
+
+def prepare(encoding: str, weight: Any, *extra: Any, group_size: int | None = None) -> PreparedWeight:
+    """Repack a weight once for `qmatmul_prepared`.
+
+    ``encoding``: a GGUF kernel encoding (``weight`` = raw rows), ``"GPTQ"``
+    (``weight`` = packed, ``extra`` = optional ``perm_idx``, ``group_size``
+    required) or ``"INT8"`` (``extra`` = ``scale``).
+    """
+    if encoding == "GPTQ":
+        if group_size is None:
+            raise ValueError("group_size: required for GPTQ")
+        return pallas_gptq.prepare_gptq(weight, *extra, group_size=group_size)
+    if encoding == "INT8":
+        return pallas_gptq.prepare_int8(weight, *extra)
+    return pallas_gguf.prepare(encoding, weight)
+
+
+def qmatmul_prepared(lhs: Any, w: PreparedWeight, *, config: KernelConfig | None = None, interpret: bool | None = None):
+    """``lhs @ dequant(w)^T`` on a `PreparedWeight`: always the Pallas kernel (no reference, no grad).
+
+    ``interpret=None`` interprets unless the default backend is a GPU (or the
+    env var forces it).
+    """
+    if interpret is None:
+        interpret = kernel_mode() != "gpu"
+    if w.fmt.startswith("GPTQ"):
+        return pallas_gptq.gptq_qmatmul(lhs, w, group_size=w.meta[0], config=config, interpret=interpret)
+    if w.fmt == "INT8":
+        return pallas_gptq.int8_qmatmul(lhs, w, config=config, interpret=interpret)
+    return pallas_gguf.qmatmul(w.fmt, lhs, w, config=config, interpret=interpret)
