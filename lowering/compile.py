@@ -124,26 +124,39 @@ class CompiledBlock:
                 raise InputMismatchError(f"{label}: shape {list(a.shape)} does not match {t}: {err}")
         return env
 
+    def _place(self, args: Sequence[Any]) -> list[Any]:
+        return [a if isinstance(a, jax.Array) and self.device in a.devices() else jax.device_put(a, self.device) for a in args]
+
+    def _executable(self, args: Sequence[Any]) -> Any:
+        """The cached XLA executable for these argument shapes (compiled on first use)."""
+        key = (self.block.structure_key(), tuple(_aval_key(a) for a in args), self._weight_key, self.device.id, self.device.platform)
+        with _lock:
+            exe = _cache.get(key)
+            if exe is not None:
+                _cache.move_to_end(key)
+                _stats["hits"] += 1
+                return exe
+        exe = jax.jit(self._program).lower(args, self.weights).compile()
+        with _lock:
+            _stats["compiles"] += 1
+            _cache[key] = exe
+            while len(_cache) > _CACHE_SIZE:
+                _cache.popitem(last=False)
+        return exe
+
+    def precompile(self, args: Sequence[Any]) -> None:
+        """Compile for the shapes of ``args`` without running (no-op for op-by-op graphs)."""
+        if not self._interpreted:
+            with x64():
+                self._executable(self._place(args))
+
     def __call__(self, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
         """Run on ``args`` (arrays); returns (outputs, final buffer-input values)."""
         with x64():
-            args = [a if isinstance(a, jax.Array) and self.device in a.devices() else jax.device_put(a, self.device) for a in args]
+            args = self._place(args)
             if self._interpreted:
                 return self._program(args, self.weights)
-            key = (self.block.structure_key(), tuple(_aval_key(a) for a in args), self._weight_key, self.device.id, self.device.platform)
-            with _lock:
-                exe = _cache.get(key)
-                if exe is not None:
-                    _cache.move_to_end(key)
-                    _stats["hits"] += 1
-            if exe is None:
-                exe = jax.jit(self._program).lower(args, self.weights).compile()
-                with _lock:
-                    _stats["compiles"] += 1
-                    _cache[key] = exe
-                    while len(_cache) > _CACHE_SIZE:
-                        _cache.popitem(last=False)
-            return exe(args, self.weights)
+            return self._executable(args)(args, self.weights)
 
     def lower_text(self, args: Sequence[Any]) -> str:
         """StableHLO text of the program for ``args`` (for inspection)."""

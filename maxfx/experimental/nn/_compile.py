@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -129,9 +130,8 @@ def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[st
             n = len(seq)
             stacked_values[prefix] = {}
             for rest, t in list(seq)[0].parameters:
-                arrays = [np.asarray(_host(values[f"{prefix}{i}.{rest}"])) for i in range(n)]
-                stacked = np.stack(arrays)
-                stacked_values[prefix][rest] = add(f"{prefix}*.{rest}", _StackedType(t, n), stacked)
+                blocks = [_host_or_array(values[f"{prefix}{i}.{rest}"]) for i in range(n)]
+                stacked_values[prefix][rest] = add(f"{prefix}*.{rest}", _StackedType(t, n), _stacked(seq, rest, blocks))
                 for i in range(n):
                     in_group[f"{prefix}{i}.{rest}"] = prefix
         graph_values = {name: add(name, t, _host_or_array(values[name])) for name, t in params if name not in in_group}
@@ -155,6 +155,26 @@ def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[st
     return CompiledModule(model, type(module).__name__, is_tuple)
 
 
+_stack_cache: weakref.WeakKeyDictionary[Any, dict[str, tuple]] = weakref.WeakKeyDictionary()
+
+
+def _stacked(seq: Any, name: str, blocks: list[Any]) -> Any:
+    """``[n, ...]`` stack of the blocks' values of parameter ``name``, made once per set of arrays.
+
+    Stacking copies every block's weights (hundreds of MB for a real model), so
+    it is cached on the Sequential until one of its parameters changes.
+    """
+    ids = tuple(id(b) for b in blocks)
+    per_seq = _stack_cache.setdefault(seq, {})
+    hit = per_seq.get(name)
+    if hit is not None and hit[0] == ids:
+        return hit[1]
+    device = next(iter(blocks[0].devices())) if isinstance(blocks[0], jax.Array) else None
+    stacked = jax.device_put(np.stack([np.asarray(b) for b in blocks]), device)
+    per_seq[name] = (ids, stacked, blocks)  # blocks kept alive so their ids stay unique
+    return stacked
+
+
 class _StackedType:
     """dtype/shape/device of ``n`` stacked copies of parameter ``t`` (for Weight creation)."""
 
@@ -162,10 +182,6 @@ class _StackedType:
         self.dtype = t.dtype
         self.shape = [n, *[int(d) for d in t.shape]]
         self.device = t.device
-
-
-def _host(value: Any) -> Any:
-    return value.to_numpy() if isinstance(value, Tensor) else as_array(value)
 
 
 def _host_or_array(value: Any) -> Any:
