@@ -31,11 +31,10 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from custom_calls.qmatmul import pallas_gguf, pallas_gptq
 from custom_calls.qmatmul import reference as ref
-from custom_calls.qmatmul._pallas_core import KernelConfig, PreparedWeight, default_config
+from custom_calls.qmatmul._pallas_core import KernelConfig, default_config
 from tests.bench import _timing
 
 FORMATS = ("Q4_0", "Q4_K", "Q8_0", "Q6_K", "GPTQ", "INT8")
@@ -166,6 +165,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--no-sweep", action="store_true", help="time only the default tiling")
     p.add_argument("--sweep-formats", default="Q4_0,Q4_K", help="formats whose tilings are swept")
     p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--reps", type=int, default=12, help="independent matmuls (own x and weight) per timed call")
+    p.add_argument("--budget-s", type=float, default=0, help="skip the remaining cases after this many seconds")
     p.add_argument("--out", default=None, help="JSON path (default tests/bench/results/qmatmul_kernels.json)")
     a = p.parse_args(argv)
     gpu = jax.default_backend() == "gpu"
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         decode_shapes = [(4096, 4096), (4096, 14336), (14336, 4096)]
         prefill_shapes = [(4096, 4096), (4096, 14336)]
-        m_prefill, reps, repeats = 512, 16, a.repeats
+        m_prefill, reps, repeats = 512, a.reps, a.repeats
     out = {"machine": _timing.machine(), "device": str(jax.devices()[0]), "smoke": smoke, "decode": [], "prefill": []}
     path = Path(a.out) if a.out else _timing.RESULTS / "qmatmul_kernels.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -188,8 +189,24 @@ def main(argv: list[str] | None = None) -> dict:
     def save():
         path.write_text(json.dumps(out, indent=2, default=str))
 
-    for fmt in formats:
-        for n, k in decode_shapes:
+    # Tasks in priority order (a --budget-s cut keeps the most important ones).
+    tasks = []
+    swept = [f for f in formats if f in sweep]
+    rest = [f for f in formats if f not in sweep]
+    tasks += [("decode", f, s) for s in decode_shapes[:2] for f in swept]
+    if not a.no_prefill:
+        tasks += [("prefill", f, prefill_shapes[0]) for f in swept]
+    tasks += [("decode", f, s) for s in decode_shapes[2:] for f in swept]
+    tasks += [("decode", f, s) for f in rest for s in decode_shapes]
+    if not a.no_prefill:
+        tasks += [("prefill", f, s) for s in prefill_shapes[1:] for f in swept]
+        tasks += [("prefill", f, s) for f in rest for s in prefill_shapes]
+    t_start = time.perf_counter()
+    for kind, fmt, (n, k) in tasks:
+        if a.budget_s and time.perf_counter() - t_start > a.budget_s:
+            out.setdefault("skipped_for_budget", []).append(f"{kind} {fmt} {n}x{k}")
+            continue
+        if kind == "decode":
             cfgs = DECODE_CONFIGS if fmt in sweep else {}
             r = bench_case(fmt, 1, n, k, cfgs, reps=reps, repeats=repeats, interpret=smoke, key=key)
             out["decode"].append(r)
@@ -198,12 +215,10 @@ def main(argv: list[str] | None = None) -> dict:
                 f"decode {fmt:5s} M=1 N={n:5d} K={k:5d}: bf16 {r['xla_bf16_us']:8.1f} µs, best {r['best']} "
                 f"{r['configs'][r['best']]['us']:8.1f} µs = {r['best_speedup_vs_bf16']:.2f}x "
                 f"({r['configs'][r['best']]['weight_GBps']} GB/s; default {r['default_speedup_vs_bf16']}x; "
-                f"err {r['best_max_rel_err']:.1e})",
+                f"err {r['best_max_rel_err']:.1e}; {time.perf_counter() - t_start:.0f}s)",
                 flush=True,
             )
-        if a.no_prefill:
-            continue
-        for n, k in prefill_shapes:
+        else:
             cfgs = PREFILL_CONFIGS if fmt in sweep and not smoke else {}
             r = bench_case(fmt, m_prefill, n, k, cfgs, reps=max(2, reps // 4), repeats=repeats, interpret=smoke, key=key)
             out["prefill"].append(r)
@@ -212,7 +227,8 @@ def main(argv: list[str] | None = None) -> dict:
             print(
                 f"prefill {fmt:5s} M={m_prefill} N={n:5d} K={k:5d}: bf16 {r['xla_bf16_us']:8.1f} µs, best {r['best']} "
                 f"{r['configs'][r['best']]['us']:8.1f} µs = {r['best_speedup_vs_bf16']:.2f}x of bf16 throughput "
-                f"({tflops:.0f} TFLOP/s; err {r['best_max_rel_err']:.1e})",
+                f"({tflops:.0f} TFLOP/s; default {r['default_speedup_vs_bf16']}x; err {r['best_max_rel_err']:.1e}; "
+                f"{time.perf_counter() - t_start:.0f}s)",
                 flush=True,
             )
     save()

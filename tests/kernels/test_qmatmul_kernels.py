@@ -297,8 +297,7 @@ def test_benchmark_smoke(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_GPU, reason="needs a GPU")
 @pytest.mark.parametrize("fmt", GGUF + ["GPTQ", "INT8"])
-@pytest.mark.parametrize("m", [1, 5, 130])
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("m, dtype", [(1, "bfloat16"), (5, "float32"), (130, "bfloat16")])
 def test_gpu_kernels(fmt, m, dtype):
     from tests.bench.qmatmul_kernels import kernel_fn, make_weight
 
