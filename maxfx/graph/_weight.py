@@ -92,6 +92,7 @@ class Weight(TensorValue):
         "_has_alias",
         "_original",
         "_shard_of",
+        "_loaded_value",  # set by nn.Module.load_state_dict
     )
 
     def __init__(
@@ -122,6 +123,7 @@ class Weight(TensorValue):
         self._has_alias = _has_alias
         self._original: tuple[DType, Shape] | None = None
         self._shard_of: tuple[Weight, int] | None = None
+        self._loaded_value: Any = None
 
     # The graph value is resolved against whichever graph is active.
     @property

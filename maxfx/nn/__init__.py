@@ -1,10 +1,47 @@
 """Neural-network layers (``max.nn``).
 
-So far: ``maxfx.nn.module_v3`` (the eager Module API, same classes as
-``maxfx.experimental.nn``). The graph-API layers of ``max.nn`` (``Linear``,
-attention, KV cache, ...) arrive with the Module-layer issue.
+The graph-API layers (`Module`, `Linear`, `MLP`, `Embedding`, `LayerNorm`,
+`RMSNorm`, `Sequential`, `LayerList`, hooks) build graph ops inside ``with
+Graph(...)``; ``maxfx.nn.module_v3`` is the eager Module API (the same classes
+as ``maxfx.experimental.nn``). Attention, rotary embeddings, KV cache,
+sampling and the remaining layers arrive with later work on the Module issue.
+
+Example:
+    >>> from maxfx import nn
+    >>> from maxfx.dtype import DType
+    >>> from maxfx.graph import DeviceRef
+    >>> mlp = nn.MLP(DType.float32, None, 8, 32, [DeviceRef.CPU()])
+    >>> sorted(mlp.state_dict())
+    ['down_proj.weight', 'gate_proj.weight', 'up_proj.weight']
 """
 
-from maxfx.nn import module_v3
+from maxfx.nn import clamp, embedding, layer, linear, module_v3, norm, sequential
+from maxfx.nn._basic import MLP, Embedding, LayerNorm, Linear, RMSNorm, Sequential
+from maxfx.nn._layer import Layer, LayerList, Module, Shardable, add_layer_hook, clear_hooks, recursive_named_layers
 
-__all__ = ["module_v3"]
+EmbeddingV2 = Embedding
+"""Seed 002's example name for `Embedding` (API_INVENTORY §6 #8)."""
+
+__all__ = [
+    "Embedding",
+    "EmbeddingV2",
+    "Layer",
+    "LayerList",
+    "LayerNorm",
+    "Linear",
+    "MLP",
+    "Module",
+    "RMSNorm",
+    "Sequential",
+    "Shardable",
+    "add_layer_hook",
+    "clamp",
+    "clear_hooks",
+    "embedding",
+    "layer",
+    "linear",
+    "module_v3",
+    "norm",
+    "recursive_named_layers",
+    "sequential",
+]

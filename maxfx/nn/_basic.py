@@ -1,0 +1,272 @@
+"""Graph-API layers: `Linear`, `MLP`, `Embedding`, `LayerNorm`, `RMSNorm`, `Sequential`, `clamp`.
+
+Each builds graph ops on `TensorValue`\\ s inside ``with Graph(...)``. Weights
+are created on the CPU with local names (``weight``, ``bias``) and moved to the
+layer's device in the graph; the Module tree qualifies their names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from lowering.dtypes import DType
+from lowering.types import DeviceRef
+from maxfx.graph import ops
+from maxfx.graph._weight import Weight
+from maxfx.graph.quantization import QuantizationEncoding
+from maxfx.nn._layer import Layer, Module, Shardable
+
+__all__ = ["Linear", "MLP", "Embedding", "LayerNorm", "RMSNorm", "Sequential", "clamp"]
+
+
+def clamp(x: Any, min: float | None = None, max: float | None = None) -> Any:  # noqa: A002 - MAX's names
+    """``x`` limited to ``[min, max]``; a None bound is unbounded.
+
+    Example:
+        >>> y = clamp(x, min=-1.0, max=1.0)  # doctest: +SKIP
+    """
+    if min is not None:
+        x = ops.max(x, min)
+    if max is not None:
+        x = ops.min(x, max)
+    return x
+
+
+def _device(device: Any) -> DeviceRef:
+    return DeviceRef.from_device(device) if device is not None else DeviceRef.CPU()
+
+
+def _on(value: Any, device: DeviceRef) -> Any:
+    return value.to(device) if value.device != device else value
+
+
+def _weight_shape(encoding: QuantizationEncoding | None, out_dim: int, in_dim: int, where: str) -> tuple[DType | None, list[int]]:
+    if encoding is None:
+        return None, [out_dim, in_dim]
+    elems, nbytes = encoding.block_parameters.elements_per_block, encoding.block_parameters.block_size
+    if in_dim % elems:
+        raise ValueError(f"{where}: in_dim {in_dim} must be a multiple of the {encoding.name} block size {elems}")
+    return DType.uint8, [out_dim, in_dim // elems * nbytes]
+
+
+class Linear(Module, Shardable):
+    """``y = x @ weight.T + bias`` with ``weight: [out_dim, in_dim]``.
+
+    With ``quantization_encoding`` (GGUF Q4_0/Q4_K/Q6_K...) the weight holds
+    packed blocks (uint8) and the product is ``ops.qmatmul``. ``clip_weight``
+    clamps the weight to ``[-clip_weight, clip_weight]`` first.
+
+    Example:
+        >>> lin = Linear(4, 2, DType.float32, DeviceRef.CPU(), has_bias=True)
+        >>> sorted(lin.state_dict())
+        ['bias', 'weight']
+    """
+
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        dtype: DType,
+        device: Any,
+        has_bias: bool = False,
+        quantization_encoding: QuantizationEncoding | None = None,
+        float8_config: Any = None,
+        name: str | None = None,
+        clip_weight: float | None = None,
+    ):
+        super().__init__()
+        if float8_config is not None:
+            raise ValueError("Linear: float8_config (float8 scaled matmul) is not supported by maxfx; use a float dtype or a GGUF/GPTQ quantization_encoding")
+        self.in_dim, self.out_dim = int(in_dim), int(out_dim)
+        self.device = _device(device)
+        self.quantization_encoding = quantization_encoding
+        self.clip_weight = clip_weight
+        qdtype, shape = _weight_shape(quantization_encoding, self.out_dim, self.in_dim, "Linear")
+        prefix = f"{name}." if name else ""
+        self.weight = Weight(prefix + "weight", qdtype or dtype, shape, DeviceRef.CPU(), quantization_encoding=quantization_encoding)
+        self.bias = Weight(prefix + "bias", dtype, [self.out_dim], DeviceRef.CPU()) if has_bias else None
+        self.input_scale = None
+        self.weight_scale = None
+
+    def __call__(self, x: Any) -> Any:
+        w = _on(self.weight, self.device)
+        if self.quantization_encoding is not None:
+            out = ops.qmatmul(self.quantization_encoding, None, x, w)
+        else:
+            if self.clip_weight is not None:
+                w = clamp(w, -self.clip_weight, self.clip_weight)
+            out = x @ w.T
+        if self.bias is not None:
+            out = out + _on(self.bias, self.device)
+        return out
+
+    def shard(self, devices: Iterable[Any]) -> list[Linear]:
+        """Row-split copies of this layer, one per device (weights sharded by ``sharding_strategy``)."""
+        devices = list(devices)
+        strategy = self.sharding_strategy
+        if strategy is None:
+            raise ValueError("Linear.shard: set sharding_strategy first (e.g. ShardingStrategy.rowwise(n))")
+        self.weight.sharding_strategy = strategy
+        shards = self.weight.shard(devices)
+        out = []
+        for dev, w in zip(devices, shards):
+            layer = Linear.__new__(Linear)
+            Module.__init__(layer)
+            layer.in_dim, layer.out_dim = int(w.shape[1]), int(w.shape[0])
+            layer.device, layer.quantization_encoding, layer.clip_weight = _device(dev), self.quantization_encoding, self.clip_weight
+            layer.weight, layer.bias, layer.input_scale, layer.weight_scale = w, None, None, None
+            out.append(layer)
+        return out
+
+    @property
+    def sharding_strategy(self) -> Any:
+        return self.__dict__.get("_sharding_strategy")
+
+    @sharding_strategy.setter
+    def sharding_strategy(self, strategy: Any) -> None:
+        self.__dict__["_sharding_strategy"] = strategy
+
+    def __repr__(self) -> str:
+        return f"Linear(in_dim={self.in_dim}, out_dim={self.out_dim}, dtype={self.weight.dtype.name}, bias={self.bias is not None})"
+
+
+_ACTIVATIONS: dict[str, Callable[[Any], Any]] = {
+    "silu": ops.silu,
+    "gelu": ops.gelu,
+    "gelu_tanh": lambda x: ops.gelu(x, approximate="tanh"),
+    "relu": ops.relu,
+    "tanh": ops.tanh,
+    "sigmoid": ops.sigmoid,
+}
+
+
+class MLP(Module):
+    """Gated feed-forward: ``down(act(gate(x)) * up(x))`` (Llama's MLP).
+
+    Example:
+        >>> mlp = MLP(DType.float32, None, 8, 32, [DeviceRef.CPU()])
+        >>> sorted(mlp.state_dict())
+        ['down_proj.weight', 'gate_proj.weight', 'up_proj.weight']
+    """
+
+    def __init__(
+        self,
+        dtype: DType,
+        quantization_encoding: QuantizationEncoding | None,
+        hidden_dim: int,
+        feed_forward_length: int,
+        devices: Sequence[Any],
+        linear_cls: Callable[..., Linear] = Linear,
+        has_bias: bool = False,
+        activation_function: str = "silu",
+        float8_config: Any = None,
+        dist_gemm_config: Any = None,
+    ):
+        super().__init__()
+        if activation_function not in _ACTIVATIONS:
+            raise ValueError(f"MLP: activation_function must be one of {sorted(_ACTIVATIONS)}, got {activation_function!r}")
+        devices = list(devices) or [DeviceRef.CPU()]
+        self.devices = [_device(d) for d in devices]
+        self.activation_function = activation_function
+        make = lambda i, o: linear_cls(i, o, dtype, self.devices[0], has_bias=has_bias, quantization_encoding=quantization_encoding, float8_config=float8_config)  # noqa: E731
+        self.gate_proj = make(hidden_dim, feed_forward_length)
+        self.down_proj = make(feed_forward_length, hidden_dim)
+        self.up_proj = make(hidden_dim, feed_forward_length)
+
+    def __call__(self, x: Any) -> Any:
+        act = _ACTIVATIONS[self.activation_function]
+        return self.down_proj(act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Embedding(Module):
+    """Row lookup in ``weight: [vocab_size, hidden_dim]``.
+
+    Example:
+        >>> emb = Embedding(100, 8, DType.float32, DeviceRef.CPU())
+        >>> list(emb.state_dict())
+        ['weight']
+    """
+
+    def __init__(self, vocab_size: int, hidden_dim: int, dtype: DType, device: Any, quantization_encoding: QuantizationEncoding | None = None, name: str | None = None):
+        super().__init__()
+        self.device = _device(device)
+        self.quantization_encoding = quantization_encoding
+        qdtype, shape = _weight_shape(quantization_encoding, int(vocab_size), int(hidden_dim), "Embedding")
+        self.weight = Weight(name or "weight", qdtype or dtype, shape, DeviceRef.CPU(), quantization_encoding=quantization_encoding)
+
+    def __call__(self, indices: Any) -> Any:
+        w = _on(self.weight, self.device)
+        if self.quantization_encoding is not None:
+            w = ops.dequantize(self.quantization_encoding, w)
+        return ops.gather(w, indices, axis=0)
+
+
+class LayerNorm(Module, Shardable):
+    """``ops.layer_norm`` over the last dim with ``weight`` (and ``bias`` when ``use_bias``).
+
+    Example:
+        >>> norm = LayerNorm(8, [DeviceRef.CPU()], DType.float32)
+        >>> sorted(norm.state_dict())
+        ['bias', 'weight']
+    """
+
+    def __init__(self, dims: int, devices: Sequence[Any], dtype: DType, eps: float = 1e-5, use_bias: bool = True):
+        super().__init__()
+        self.devices = [_device(d) for d in (list(devices) or [DeviceRef.CPU()])]
+        self.eps = eps
+        self.dims = int(dims)
+        self.weight = Weight("weight", dtype, [self.dims], DeviceRef.CPU())
+        self.bias = Weight("bias", dtype, [self.dims], DeviceRef.CPU()) if use_bias else None
+
+    def __call__(self, x: Any) -> Any:
+        dev = self.devices[0]
+        w = _on(self.weight, dev)
+        b = _on(self.bias, dev) if self.bias is not None else ops.broadcast_to(ops.constant(0.0, w.dtype, dev), [self.dims])
+        return ops.layer_norm(x, w, b, self.eps)
+
+
+class RMSNorm(Module, Shardable):
+    """``x * rsqrt(mean(x², -1) + eps) * (weight + weight_offset)``, computed in float32.
+
+    ``multiply_before_cast=True`` multiplies by the weight before casting back
+    to the input dtype (Gemma); ``False`` casts first (Llama).
+
+    Example:
+        >>> norm = RMSNorm(8, DType.float32)
+        >>> list(norm.state_dict())
+        ['weight']
+    """
+
+    def __init__(self, dim: int, dtype: DType, eps: float = 1e-6, weight_offset: float = 0.0, multiply_before_cast: bool = True):
+        super().__init__()
+        self.dim, self.eps, self.weight_offset, self.multiply_before_cast = int(dim), eps, weight_offset, multiply_before_cast
+        self.weight = Weight("weight", dtype, [self.dim], DeviceRef.CPU())
+
+    def __call__(self, x: Any) -> Any:
+        w = _on(self.weight, x.device)
+        x32 = x.cast(DType.float32) if x.dtype is not DType.float32 else x
+        normed = x32 * ops.rsqrt(ops.mean(x32 * x32, -1) + self.eps)
+        scale = w.cast(DType.float32) + self.weight_offset if self.weight_offset else w.cast(DType.float32)
+        if self.multiply_before_cast:
+            return (normed * scale).cast(x.dtype)
+        return normed.cast(x.dtype) * (w + self.weight_offset if self.weight_offset else w)
+
+
+class Sequential(Module):
+    """Applies ``layers`` in order.
+
+    Example:
+        >>> seq = Sequential([Linear(4, 4, DType.float32, DeviceRef.CPU()), Linear(4, 2, DType.float32, DeviceRef.CPU())])
+        >>> sorted(seq.state_dict())
+        ['layers.0.weight', 'layers.1.weight']
+    """
+
+    def __init__(self, layers: Sequence[Layer]):
+        super().__init__()
+        self.layers = list(layers)
+
+    def __call__(self, x: Any) -> Any:
+        for layer in self.layers:
+            x = layer(x)
+        return x

@@ -1,0 +1,5 @@
+"""``max.nn.layer``: `Module`, `Layer`, `LayerList`, `Shardable`, layer hooks."""
+
+from maxfx.nn._layer import Layer, LayerList, Module, Shardable, add_layer_hook, clear_hooks, recursive_named_layers
+
+__all__ = ["Layer", "LayerList", "Module", "Shardable", "add_layer_hook", "clear_hooks", "recursive_named_layers"]
