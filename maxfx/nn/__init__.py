@@ -18,11 +18,21 @@ Example:
 from maxfx.nn import clamp, embedding, layer, linear, module_v3, norm, sequential
 from maxfx.nn._basic import MLP, Embedding, LayerNorm, Linear, RMSNorm, Sequential
 from maxfx.nn._layer import Layer, LayerList, Module, Shardable, add_layer_hook, clear_hooks, recursive_named_layers
+from maxfx.nn._v1 import MLPV1, ConstantLayerNorm, EmbeddingV1, GPTQLinearV1, GroupNorm, LayerNormV1, LinearV1, QLinearV1, RMSNormV1
 
 EmbeddingV2 = Embedding
 """Seed 002's example name for `Embedding` (API_INVENTORY §6 #8)."""
 
 __all__ = [
+    "ConstantLayerNorm",
+    "EmbeddingV1",
+    "GPTQLinearV1",
+    "GroupNorm",
+    "LayerNormV1",
+    "LinearV1",
+    "MLPV1",
+    "QLinearV1",
+    "RMSNormV1",
     "Embedding",
     "EmbeddingV2",
     "Layer",

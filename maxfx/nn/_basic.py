@@ -17,7 +17,7 @@ from maxfx.graph._weight import Weight
 from maxfx.graph.quantization import QuantizationEncoding
 from maxfx.nn._layer import Layer, Module, Shardable
 
-__all__ = ["Linear", "MLP", "Embedding", "LayerNorm", "RMSNorm", "Sequential", "clamp"]
+__all__ = ["Linear", "MLP", "Embedding", "LayerNorm", "RMSNorm", "Sequential", "clamp", "rms_norm"]
 
 
 def clamp(x: Any, min: float | None = None, max: float | None = None) -> Any:  # noqa: A002 - MAX's names
@@ -109,13 +109,20 @@ class Linear(Module, Shardable):
             raise ValueError("Linear.shard: set sharding_strategy first (e.g. ShardingStrategy.rowwise(n))")
         self.weight.sharding_strategy = strategy
         shards = self.weight.shard(devices)
+        if self.bias is not None:
+            if strategy.axis != 0:
+                raise ValueError("Linear.shard: a bias can only be split with rowwise (axis 0) sharding")
+            self.bias.sharding_strategy = type(strategy)(strategy.num_devices, 0)
+            bias_shards = self.bias.shard(devices)
+        else:
+            bias_shards = [None] * len(devices)
         out = []
-        for dev, w in zip(devices, shards):
+        for dev, w, b in zip(devices, shards, bias_shards):
             layer = Linear.__new__(Linear)
             Module.__init__(layer)
             layer.in_dim, layer.out_dim = int(w.shape[1]), int(w.shape[0])
             layer.device, layer.quantization_encoding, layer.clip_weight = _device(dev), self.quantization_encoding, self.clip_weight
-            layer.weight, layer.bias, layer.input_scale, layer.weight_scale = w, None, None, None
+            layer.weight, layer.bias, layer.input_scale, layer.weight_scale = w, b, None, None
             out.append(layer)
         return out
 
@@ -141,7 +148,7 @@ _ACTIVATIONS: dict[str, Callable[[Any], Any]] = {
 }
 
 
-class MLP(Module):
+class MLP(Module, Shardable):
     """Gated feed-forward: ``down(act(gate(x)) * up(x))`` (Llama's MLP).
 
     Example:
@@ -173,6 +180,27 @@ class MLP(Module):
         self.gate_proj = make(hidden_dim, feed_forward_length)
         self.down_proj = make(feed_forward_length, hidden_dim)
         self.up_proj = make(hidden_dim, feed_forward_length)
+
+    def shard(self, devices: Iterable[Any]) -> list[MLP]:
+        """One MLP per device (tensor parallel): gate/up split by output rows, down by input columns.
+
+        Each shard computes a partial result; their sum (an allreduce) is the full output.
+        """
+        from maxfx.graph._weight import ShardingStrategy  # noqa: PLC0415
+
+        devices = list(devices)
+        n = len(devices)
+        for lin, axis in ((self.gate_proj, 0), (self.up_proj, 0), (self.down_proj, 1)):
+            lin.sharding_strategy = ShardingStrategy(n, axis)
+        parts = [lin.shard(devices) for lin in (self.gate_proj, self.down_proj, self.up_proj)]
+        out = []
+        for i, dev in enumerate(devices):
+            m = MLP.__new__(MLP)
+            Module.__init__(m)
+            m.devices, m.activation_function = [_device(dev)], self.activation_function
+            m.gate_proj, m.down_proj, m.up_proj = parts[0][i], parts[1][i], parts[2][i]
+            out.append(m)
+        return out
 
     def __call__(self, x: Any) -> Any:
         act = _ACTIVATIONS[self.activation_function]
@@ -244,13 +272,18 @@ class RMSNorm(Module, Shardable):
         self.weight = Weight("weight", dtype, [self.dim], DeviceRef.CPU())
 
     def __call__(self, x: Any) -> Any:
-        w = _on(self.weight, x.device)
-        x32 = x.cast(DType.float32) if x.dtype is not DType.float32 else x
-        normed = x32 * ops.rsqrt(ops.mean(x32 * x32, -1) + self.eps)
-        scale = w.cast(DType.float32) + self.weight_offset if self.weight_offset else w.cast(DType.float32)
-        if self.multiply_before_cast:
-            return (normed * scale).cast(x.dtype)
-        return normed.cast(x.dtype) * (w + self.weight_offset if self.weight_offset else w)
+        return rms_norm(x, _on(self.weight, x.device), self.eps, self.weight_offset, self.multiply_before_cast)
+
+
+def rms_norm(x: Any, weight: Any, eps: float, weight_offset: float, multiply_before_cast: bool) -> Any:
+    """``x * rsqrt(mean(x², -1) + eps) * (weight + weight_offset)`` in float32, cast back to ``x``'s dtype
+    after (``multiply_before_cast``) or before the weight multiply."""
+    x32 = x.cast(DType.float32) if x.dtype is not DType.float32 else x
+    normed = x32 * ops.rsqrt(ops.mean(x32 * x32, -1) + eps)
+    if multiply_before_cast:
+        scale = weight.cast(DType.float32)
+        return (normed * (scale + weight_offset if weight_offset else scale)).cast(x.dtype)
+    return normed.cast(x.dtype) * (weight + weight_offset if weight_offset else weight)
 
 
 class Sequential(Module):

@@ -1,5 +1,6 @@
-"""``max.nn.linear``: `Linear` and the gated `MLP`."""
+"""``max.nn.linear``: `Linear`, the gated `MLP`, and the deprecated V1 layers."""
 
 from maxfx.nn._basic import MLP, Linear
+from maxfx.nn._v1 import MLPV1, GPTQLinearV1, LinearV1, QLinearV1
 
-__all__ = ["Linear", "MLP"]
+__all__ = ["GPTQLinearV1", "Linear", "LinearV1", "MLP", "MLPV1", "QLinearV1"]

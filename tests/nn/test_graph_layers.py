@@ -22,7 +22,8 @@ def _run(layer, *arrays, types=None):
     with Graph("layer", input_types=types) as g:
         out = layer(*[v.tensor for v in g.inputs])
         g.output(*(out if isinstance(out, (list, tuple)) else [out]))
-    outs = InferenceSession().load(g, weights_registry=layer.state_dict()).execute(*arrays)
+    registry = layer.state_dict() if hasattr(layer, "state_dict") else {}
+    outs = InferenceSession().load(g, weights_registry=registry).execute(*arrays)
     return [o.to_numpy() for o in outs] if len(outs) > 1 else outs[0].to_numpy()
 
 
@@ -193,3 +194,48 @@ def test_module_names_and_aliases():
     lst.insert(0, nn.Linear(2, 3, DType.float32, CPU))
     lst.extend([nn.Linear(3, 3, DType.float32, CPU)])
     assert len(lst) == 3 and list(lst.sublayers) == ["0", "1", "2"] and lst[0].out_dim == 3
+
+
+def test_v1_layers_and_group_norm(rng):
+    x = rng.normal(size=(3, 8)).astype(np.float32)
+    w, b = rng.normal(size=(4, 8)).astype(np.float32), rng.normal(size=4).astype(np.float32)
+    np.testing.assert_allclose(_run(nn.LinearV1(w, b), x), x @ w.T + b, rtol=1e-5, atol=1e-5)
+    g, u, d = (rng.normal(size=s).astype(np.float32) for s in ((6, 8), (6, 8), (8, 6)))
+    silu = lambda z: z / (1 + np.exp(-z))  # noqa: E731
+    mlp = nn.MLPV1(nn.LinearV1(g), nn.LinearV1(d), nn.LinearV1(u))
+    np.testing.assert_allclose(_run(mlp, x), (silu(x @ g.T) * (x @ u.T)) @ d.T, rtol=1e-4, atol=1e-4)
+    table = rng.normal(size=(5, 3)).astype(np.float32)
+    ids = np.array([4, 0], np.int64)
+    np.testing.assert_array_equal(_run(nn.EmbeddingV1(table, CPU), ids), table[ids])
+    gamma = rng.normal(size=8).astype(np.float32)
+    mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    np.testing.assert_allclose(_run(nn.LayerNormV1(gamma, eps=1e-6), x), (x - mu) / np.sqrt(var + 1e-6) * gamma, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(_run(nn.ConstantLayerNorm(8, CPU, DType.float32), x), (x - mu) / np.sqrt(var + 1e-5), rtol=1e-4, atol=1e-5)
+    rms = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * gamma
+    np.testing.assert_allclose(_run(nn.RMSNormV1(gamma), x), rms, rtol=1e-5, atol=1e-5)
+    packed = gguf.quants.quantize(w.repeat(4, axis=1), gguf.GGMLQuantizationType.Q4_0)  # [4, 32] -> Q4_0
+    xq = rng.normal(size=(2, 32)).astype(np.float32)
+    ref = xq @ gguf.quants.dequantize(packed, gguf.GGMLQuantizationType.Q4_0).T
+    np.testing.assert_allclose(_run(nn.QLinearV1(packed, None, QuantizationEncoding.Q4_0), xq), ref, rtol=1e-4, atol=1e-3)
+
+    gn = nn.GroupNorm(2, 4, device=CPU)
+    st = _fill(gn, rng)
+    img = rng.normal(size=(2, 4, 3, 3)).astype(np.float32)
+    grp = img.reshape(2, 2, -1)
+    normed = ((grp - grp.mean(-1, keepdims=True)) / np.sqrt(grp.var(-1, keepdims=True) + 1e-5)).reshape(img.shape)
+    ref = normed * st["weight"][None, :, None, None] + st["bias"][None, :, None, None]
+    np.testing.assert_allclose(_run(gn, img), ref, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="divisible"):
+        nn.GroupNorm(3, 4)
+
+
+def test_mlp_shards_sum_to_the_full_output(rng):
+    mlp = nn.MLP(DType.float32, None, 4, 8, [CPU])
+    st = _fill(mlp, rng)
+    shards = mlp.shard([CPU, CPU])
+    with Graph("s", input_types=[TensorType(DType.float32, [2, 4])]) as g:
+        x = g.inputs[0].tensor
+        g.output(mlp(x), shards[0](x) + shards[1](x))
+    full, summed = InferenceSession().load(g, weights_registry=st).execute(rng.normal(size=(2, 4)).astype(np.float32))
+    np.testing.assert_allclose(summed.to_numpy(), full.to_numpy(), rtol=1e-5, atol=1e-5)
+    assert isinstance(mlp, nn.Shardable)
