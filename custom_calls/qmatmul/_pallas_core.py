@@ -52,9 +52,10 @@ class Format:
         name: e.g. ``"Q4_0"``.
         parts: tiles per chunk; ``parts * part_width == CHUNK``.
         part_width: K width of one decoded tile (a power of two).
-        decode: ``decode(refs, t, bn) -> [parts x float32 [bn, part_width]]``
-            for chunk ``t`` (a traced int32); ``refs`` are the plane refs in
-            `PreparedWeight.planes` order.
+        load: ``load(refs, t) -> tuple`` of the raw tiles of chunk ``t`` (a
+            traced int32); ``refs`` are the plane refs in `PreparedWeight.planes`
+            order. Loads of several chunks are issued before any is decoded.
+        dequant: ``dequant(loaded, bn) -> [parts x float32 [bn, part_width]]``.
         row_scale: the last plane is a ``float32 [Np, 1]`` per-output-row scale
             applied to the accumulator at the end (int8 per channel), not by
             ``decode``.
@@ -63,8 +64,12 @@ class Format:
     name: str
     parts: int
     part_width: int
-    decode: Callable
+    load: Callable
+    dequant: Callable
     row_scale: bool = False
+
+    def decode(self, refs, t, bn):
+        return self.dequant(self.load(refs, t), bn)
 
 
 @jax.tree_util.register_pytree_node_class
@@ -111,8 +116,11 @@ class KernelConfig:
     """Tiling of one kernel launch.
 
     ``bm`` rows of x per program (1 with ``mode="fma"``, else ≥ 16), ``bn``
-    weight rows per program (power of two ≤ 128), ``splits`` K splits (must
-    divide the number of chunks), Triton ``num_warps``/``num_stages``.
+    weight rows per program (power of two ≤ 128), ``splits`` K splits,
+    ``unroll`` chunks per loop iteration (their loads are all issued before
+    any decode: more bytes in flight per program), Triton
+    ``num_warps``/``num_stages``. ``splits`` and ``unroll`` are lowered to
+    divisors of the chunk count when they do not divide it.
     """
 
     bm: int = 16
@@ -120,6 +128,7 @@ class KernelConfig:
     mode: str = "dot"  # "dot" | "fma"
     swap: bool = False
     splits: int = 1
+    unroll: int = 1
     num_warps: int = 4
     num_stages: int = 3
 
@@ -127,12 +136,12 @@ class KernelConfig:
 def default_config(m: int, n_chunks: int, np_: int) -> KernelConfig:
     """Heuristic tiling by M (tuned on H100, see docs/pages/kernels_qmatmul.md)."""
     if m == 1:
-        return KernelConfig(bm=1, bn=16, mode="fma", splits=1, num_warps=4, num_stages=3)
+        return KernelConfig(bm=1, bn=16, mode="fma", splits=4, unroll=2, num_warps=4, num_stages=3)
     if m <= 16:
-        return KernelConfig(bm=16, bn=32, mode="dot", swap=True, splits=1, num_warps=4, num_stages=3)
+        return KernelConfig(bm=16, bn=32, mode="dot", swap=True, splits=4, unroll=2, num_warps=4, num_stages=3)
     if m <= 64:
-        return KernelConfig(bm=64, bn=64, mode="dot", swap=False, num_warps=4, num_stages=3)
-    return KernelConfig(bm=128, bn=128, mode="dot", swap=False, num_warps=8, num_stages=3)
+        return KernelConfig(bm=64, bn=64, mode="dot", num_warps=4, num_stages=3)
+    return KernelConfig(bm=128, bn=128, mode="dot", swap=True, num_warps=8, num_stages=2)
 
 
 def _round_up(a: int, b: int) -> int:
@@ -142,47 +151,45 @@ def _round_up(a: int, b: int) -> int:
 def _kernel(x_ref, *refs, fmt: Format, cfg: KernelConfig, chunks_per_split: int, cdt, precision):
     o_ref = refs[-1]
     plane_refs = refs[:-1]
-    bn, w_ = cfg.bn, fmt.part_width
-    s = pl.program_id(2)
-    t0 = s * chunks_per_split
+    bn, w_, u_ = cfg.bn, fmt.part_width, cfg.unroll
+    t0 = pl.program_id(2) * chunks_per_split
+    dims = (((1,), (1,)), ((), ()))
+
+    def body(i, acc):
+        ts = [t0 + i * u_ + u for u in range(u_)]
+        loaded = [fmt.load(plane_refs, t) for t in ts]  # issue every load first
+        xs = [[x_ref[:, pl.ds(t * CHUNK + p * w_, w_)] for p in range(fmt.parts)] for t in ts]
+        for u in range(u_):
+            for p, w in enumerate(fmt.dequant(loaded[u], bn)):
+                if cfg.mode == "fma":  # M = 1: elementwise, reduced once at the end
+                    acc = acc + w * xs[u][p].astype(jnp.float32)
+                elif cfg.swap:
+                    acc = acc + lax.dot_general(
+                        w.astype(cdt), xs[u][p].astype(cdt), dims, precision=precision, preferred_element_type=jnp.float32
+                    )
+                else:
+                    acc = acc + lax.dot_general(
+                        xs[u][p].astype(cdt), w.astype(cdt), dims, precision=precision, preferred_element_type=jnp.float32
+                    )
+        return acc
 
     if cfg.mode == "fma":
-
-        def body(i, acc):
-            t = t0 + i
-            ws = fmt.decode(plane_refs, t, bn)
-            for p, w in enumerate(ws):
-                xs = x_ref[:, pl.ds(t * CHUNK + p * w_, w_)].astype(jnp.float32)  # [1, W]
-                acc = acc + w * xs
-            return acc
-
-        acc = lax.fori_loop(0, chunks_per_split, body, jnp.zeros((bn, w_), jnp.float32))
+        acc = lax.fori_loop(0, chunks_per_split // u_, body, jnp.zeros((bn, w_), jnp.float32))
         col = jnp.sum(acc, axis=1, keepdims=True)  # [bn, 1]
         if fmt.row_scale:
             col = col * plane_refs[-1][...]
         o_ref[...] = col.T.astype(o_ref.dtype)
         return
-
-    dims = (((1,), (1,)), ((), ()))
-
-    def body(i, acc):
-        t = t0 + i
-        ws = fmt.decode(plane_refs, t, bn)
-        for p, w in enumerate(ws):
-            xs = x_ref[:, pl.ds(t * CHUNK + p * w_, w_)].astype(cdt)  # [bm, W]
-            w = w.astype(cdt)
-            if cfg.swap:
-                acc = acc + lax.dot_general(w, xs, dims, precision=precision, preferred_element_type=jnp.float32)
-            else:
-                acc = acc + lax.dot_general(xs, w, dims, precision=precision, preferred_element_type=jnp.float32)
-        return acc
-
     shape = (bn, cfg.bm) if cfg.swap else (cfg.bm, bn)
-    acc = lax.fori_loop(0, chunks_per_split, body, jnp.zeros(shape, jnp.float32))
+    acc = lax.fori_loop(0, chunks_per_split // u_, body, jnp.zeros(shape, jnp.float32))
     if fmt.row_scale:
         sc = plane_refs[-1][...]  # [bn, 1]
         acc = acc * sc if cfg.swap else acc * sc.T
     o_ref[...] = (acc.T if cfg.swap else acc).astype(o_ref.dtype)
+
+
+def _largest_divisor(n: int, at_most: int) -> int:
+    return max(d for d in range(1, max(1, at_most) + 1) if n % d == 0)
 
 
 def matmul_prepared(
@@ -207,8 +214,10 @@ def matmul_prepared(
     cfg = cfg or default_config(m, n_chunks, np_)
     if cfg.mode == "fma" and (cfg.bm != 1 or m != 1):
         raise ValueError(f"KernelConfig(mode='fma') needs M = 1 and bm = 1, got M={m}, bm={cfg.bm}")
-    if np_ % cfg.bn or n_chunks % cfg.splits:
-        raise ValueError(f"config {cfg} does not tile Np={np_}, chunks={n_chunks}")
+    if np_ % cfg.bn:
+        raise ValueError(f"config {cfg} does not tile Np={np_}")
+    splits = _largest_divisor(n_chunks, cfg.splits)
+    cfg = dataclasses.replace(cfg, splits=splits, unroll=_largest_divisor(n_chunks // splits, cfg.unroll))
     mp = _round_up(m, cfg.bm)
     if mp != m or kp != k:
         x = jnp.pad(x, ((0, mp - m), (0, kp - k)))

@@ -73,61 +73,89 @@ def _grouped(codes: jax.Array, scale: jax.Array) -> jax.Array:
     return (scale[:, :, None] * codes.reshape(bn, g, w // g)).reshape(bn, w)
 
 
-def _nibbles(q_ref, t):
-    q = q_ref[:, pl.ds(t * (CHUNK // 2), CHUNK // 2)]
+def _nibbles(q: jax.Array):
+    """uint8 ``[bn, 128]`` chunk-split bytes → the chunk's two 128-wide code tiles (float32)."""
     return (q & 0xF).astype(jnp.float32), (q >> 4).astype(jnp.float32)
 
 
-def _decode_q4_0(refs, t, bn):
+def _load_nibbles(q_ref, t):
+    return q_ref[:, pl.ds(t * (CHUNK // 2), CHUNK // 2)]
+
+
+def _load_q4_0(refs, t):
     qs, d = refs
-    parts = _nibbles(qs, t)
-    return [_grouped(q - 8.0, d[:, pl.ds(t * 8 + 4 * p, 4)].astype(jnp.float32)) for p, q in enumerate(parts)]
+    return _load_nibbles(qs, t), d[:, pl.ds(t * 8, 4)], d[:, pl.ds(t * 8 + 4, 4)]
 
 
-def _decode_q8_0(refs, t, bn):
+def _dequant_q4_0(loaded, bn):
+    q, d0, d1 = loaded
+    return [_grouped(c - 8.0, d.astype(jnp.float32)) for c, d in zip(_nibbles(q), (d0, d1))]
+
+
+def _load_q8_0(refs, t):
     q, d = refs
-    return [
-        _grouped(q[:, pl.ds(t * CHUNK + 128 * p, 128)].astype(jnp.float32), d[:, pl.ds(t * 8 + 4 * p, 4)].astype(jnp.float32))
-        for p in range(2)
-    ]
+    return tuple(q[:, pl.ds(t * CHUNK + 128 * p, 128)] for p in range(2)) + tuple(
+        d[:, pl.ds(t * 8 + 4 * p, 4)] for p in range(2)
+    )
 
 
-def _decode_q4_k(refs, t, bn):
+def _dequant_q8_0(loaded, bn):
+    q0, q1, d0, d1 = loaded
+    return [_grouped(q.astype(jnp.float32), d.astype(jnp.float32)) for q, d in ((q0, d0), (q1, d1))]
+
+
+def _load_q4_k(refs, t):
     qs, sc, mn, d, dmin = refs
-    dd = d[:, pl.ds(t, 1)].astype(jnp.float32)  # [bn, 1]
-    dm = dmin[:, pl.ds(t, 1)].astype(jnp.float32)
+    return (
+        _load_nibbles(qs, t),
+        sc[:, pl.ds(t * 8, 4)],
+        sc[:, pl.ds(t * 8 + 4, 4)],
+        mn[:, pl.ds(t * 8, 4)],
+        mn[:, pl.ds(t * 8 + 4, 4)],
+        d[:, pl.ds(t, 1)],
+        dmin[:, pl.ds(t, 1)],
+    )
+
+
+def _dequant_q4_k(loaded, bn):
+    q, sc0, sc1, mn0, mn1, d, dmin = loaded
+    dd, dm = d.astype(jnp.float32), dmin.astype(jnp.float32)  # [bn, 1]
     out = []
-    for p, q in enumerate(_nibbles(qs, t)):
-        scale = dd * sc[:, pl.ds(t * 8 + 4 * p, 4)].astype(jnp.float32)  # [bn, 4], exact as in gguf
-        minimum = dm * mn[:, pl.ds(t * 8 + 4 * p, 4)].astype(jnp.float32)
-        out.append((scale[:, :, None] * q.reshape(bn, 4, 32) - minimum[:, :, None]).reshape(bn, 128))
+    for c, sc, mn in zip(_nibbles(q), (sc0, sc1), (mn0, mn1)):
+        scale = dd * sc.astype(jnp.float32)  # [bn, 4], exact as in gguf
+        minimum = dm * mn.astype(jnp.float32)
+        out.append((scale[:, :, None] * c.reshape(bn, 4, 32) - minimum[:, :, None]).reshape(bn, 128))
     return out
 
 
-def _decode_q6_k(refs, t, bn):
+def _load_q6_k(refs, t):
     ql, qh, sc, d = refs
-    lo0 = ql[:, pl.ds(t * 128, 64)]
-    lo1 = ql[:, pl.ds(t * 128 + 64, 64)]
-    hi = qh[:, pl.ds(t * 64, 64)]
+    return (
+        ql[:, pl.ds(t * 128, 64)],
+        ql[:, pl.ds(t * 128 + 64, 64)],
+        qh[:, pl.ds(t * 64, 64)],
+        *(sc[:, pl.ds(t * 16 + 4 * p, 4)] for p in range(4)),
+        d[:, pl.ds(t, 1)],
+    )
+
+
+def _dequant_q6_k(loaded, bn):
+    lo0, lo1, hi, s0, s1, s2, s3, d = loaded
     codes = (
         (lo0 & 0xF) | ((hi & 3) << 4),
         (lo1 & 0xF) | (((hi >> 2) & 3) << 4),
         (lo0 >> 4) | (((hi >> 4) & 3) << 4),
         (lo1 >> 4) | ((hi >> 6) << 4),
     )
-    dd = d[:, pl.ds(t, 1)].astype(jnp.float32)
-    out = []
-    for p, c in enumerate(codes):
-        scale = dd * sc[:, pl.ds(t * 16 + 4 * p, 4)].astype(jnp.float32)  # [bn, 4], exact
-        out.append(_grouped(c.astype(jnp.float32) - 32.0, scale))
-    return out
+    dd = d.astype(jnp.float32)
+    return [_grouped(c.astype(jnp.float32) - 32.0, dd * s.astype(jnp.float32)) for c, s in zip(codes, (s0, s1, s2, s3))]
 
 
 FORMATS: dict[str, Format] = {
-    "Q4_0": Format("Q4_0", parts=2, part_width=128, decode=_decode_q4_0),
-    "Q8_0": Format("Q8_0", parts=2, part_width=128, decode=_decode_q8_0),
-    "Q4_K": Format("Q4_K", parts=2, part_width=128, decode=_decode_q4_k),
-    "Q6_K": Format("Q6_K", parts=4, part_width=64, decode=_decode_q6_k),
+    "Q4_0": Format("Q4_0", parts=2, part_width=128, load=_load_q4_0, dequant=_dequant_q4_0),
+    "Q8_0": Format("Q8_0", parts=2, part_width=128, load=_load_q8_0, dequant=_dequant_q8_0),
+    "Q4_K": Format("Q4_K", parts=2, part_width=128, load=_load_q4_k, dequant=_dequant_q4_k),
+    "Q6_K": Format("Q6_K", parts=4, part_width=64, load=_load_q6_k, dequant=_dequant_q6_k),
 }
 
 

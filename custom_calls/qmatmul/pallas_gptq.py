@@ -38,7 +38,7 @@ from jax.experimental import pallas as pl
 
 from custom_calls.qmatmul import reference as ref
 from custom_calls.qmatmul._pallas_core import CHUNK, N_ALIGN, Format, KernelConfig, PreparedWeight, matmul_prepared
-from custom_calls.qmatmul.pallas_gguf import _grouped, _nibbles, _pad2, _round_up, pack_nibbles
+from custom_calls.qmatmul.pallas_gguf import _grouped, _load_nibbles, _nibbles, _pad2, _round_up, pack_nibbles
 
 __all__ = [
     "gptq_format",
@@ -62,19 +62,20 @@ def gptq_format(group_size: int) -> Format:
     g = group_size
     half = CHUNK // 2
 
-    def decode(refs, t, bn):
+    def load(refs, t):
         qs, s = refs
-        out = []
-        for p, q in enumerate(_nibbles(qs, t)):
-            if g <= half:  # 128/g groups per 128-wide part
-                ng = half // g
-                scale = s[:, pl.ds(t * (CHUNK // g) + p * ng, ng)]
-            else:  # one group spans this whole chunk
-                scale = s[:, pl.ds(t // (g // CHUNK), 1)]
-            out.append(_grouped(q - 8.0, scale.astype(jnp.float32)))
-        return out
+        if g <= half:  # 128/g groups per 128-wide part
+            ng = half // g
+            scales = tuple(s[:, pl.ds(t * (CHUNK // g) + p * ng, ng)] for p in range(2))
+        else:  # one group spans this whole chunk
+            scales = (s[:, pl.ds(t // (g // CHUNK), 1)],) * 2
+        return (_load_nibbles(qs, t),) + scales
 
-    return Format(f"GPTQ_g{g}", parts=2, part_width=half, decode=decode)
+    def dequant(loaded, bn):
+        q, s0, s1 = loaded
+        return [_grouped(c - 8.0, s.astype(jnp.float32)) for c, s in zip(_nibbles(q), (s0, s1))]
+
+    return Format(f"GPTQ_g{g}", parts=2, part_width=half, load=load, dequant=dequant)
 
 
 def prepare_gptq(packed: Any, perm_idx: Any = None, *, group_size: int) -> PreparedWeight:
@@ -133,12 +134,16 @@ def gptq_qmatmul(
 # ─── int8 per output channel ──────────────────────────────────────────────
 
 
-def _decode_int8(refs, t, bn):
+def _load_int8(refs, t):
     q = refs[0]
-    return [q[:, pl.ds(t * CHUNK + 128 * p, 128)].astype(jnp.float32) for p in range(2)]
+    return tuple(q[:, pl.ds(t * CHUNK + 128 * p, 128)] for p in range(2))
 
 
-INT8_FORMAT = Format("INT8", parts=2, part_width=128, decode=_decode_int8, row_scale=True)
+def _dequant_int8(loaded, bn):
+    return [q.astype(jnp.float32) for q in loaded]
+
+
+INT8_FORMAT = Format("INT8", parts=2, part_width=128, load=_load_int8, dequant=_dequant_int8, row_scale=True)
 
 
 def prepare_int8(weight: Any, scale: Any) -> PreparedWeight:
