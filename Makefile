@@ -33,7 +33,7 @@ test-all: $(STAMP)
 	$(PY) -m pytest -n $${PYTEST_WORKERS:-2} tests
 
 bench: $(STAMP)
-	@for f in tests/bench/[!_]*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+	@for f in tests/bench/[!_]*.py; do m=$$(echo $${f%.py} | tr / .); echo "== $$m"; $(PY) -m $$m || exit 1; done
 
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict -f docs/mkdocs.yml

@@ -8,7 +8,7 @@
 3. cold start: a fresh process imports the library, builds a 3-element tensor,
    applies relu and prints it — maxfx vs plain JAX (target ≤ 1.5×).
 
-Run: ``make bench`` or ``.venv/bin/python tests/bench/eager.py [--quick]``.
+Run: ``make bench`` or ``.venv/bin/python -m tests.bench.eager [--quick]``.
 Results: a table on stdout and tests/bench/results/eager.json.
 """
 
@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from _timing import fmt_time, interleaved, machine, save
+from tests.bench._timing import fmt_time, interleaved, machine, save
 
 from maxfx import functional as F
 from maxfx.tensor import Tensor

@@ -4,7 +4,7 @@
    forward (target ≤ 1.10×) and compile time vs ``jax.jit(...).lower().compile()``
    (target ≤ 3×).
 
-Run: ``make bench`` or ``.venv/bin/python tests/bench/modules.py [--quick]``.
+Run: ``make bench`` or ``.venv/bin/python -m tests.bench.modules [--quick]``.
 Results: a table on stdout and tests/bench/results/modules.json.
 """
 
@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from _timing import fmt_time, interleaved, machine, save
+from tests.bench._timing import fmt_time, interleaved, machine, save
 
 from lowering.compile import clear_cache
 from maxfx import functional as F
