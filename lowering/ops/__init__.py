@@ -4,6 +4,7 @@ One file per family; each op is one `OpDef` + one front (see `lowering.registry`
 """
 
 from lowering.ops import (  # noqa: F401  (imports register the ops)
+    attention,
     buffer,
     collective,
     control_flow,
@@ -12,6 +13,7 @@ from lowering.ops import (  # noqa: F401  (imports register the ops)
     custom,
     debug,
     elementwise,
+    fused,
     indexing,
     linalg,
     nn,
