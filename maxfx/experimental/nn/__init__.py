@@ -8,7 +8,8 @@ Example:
     [Dim(3), Dim(2)]
 """
 
+from maxfx.experimental.nn._extra_layers import QuantizedLinear, RMSNorm
 from maxfx.experimental.nn._layers import Embedding, LayerNorm, Linear, ModuleList, Sequential
 from maxfx.experimental.nn.module import Module, module_dataclass
 
-__all__ = ["Embedding", "LayerNorm", "Linear", "Module", "ModuleList", "Sequential", "module_dataclass"]
+__all__ = ["Embedding", "LayerNorm", "Linear", "Module", "ModuleList", "QuantizedLinear", "RMSNorm", "Sequential", "module_dataclass"]

@@ -1,0 +1,125 @@
+"""More eager Module layers: `RMSNorm` and `QuantizedLinear` (packed GGUF weights).
+
+Like the other layers they only call ``maxfx.functional`` ops, so they run
+eagerly, under ``jax.jit`` and inside `Module.compile`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lowering.dims import Dim, StaticDim
+from lowering.dtypes import DType
+from lowering.quantization import QuantizationEncoding
+from maxfx.experimental import functional as F
+from maxfx.experimental._tensor import Tensor
+from maxfx.experimental.nn.module import Module
+from maxfx.graph import ops as _graph_ops
+
+__all__ = ["QuantizedLinear", "RMSNorm"]
+
+# Not among the documented functional ops, but registry fronts all the same.
+_qmatmul = F.functional(_graph_ops.qmatmul)
+_dequantize = F.functional(_graph_ops.dequantize)
+
+
+class RMSNorm(Module):
+    """Root-mean-square normalisation over the last dim: ``x / sqrt(mean(x²) + eps) * weight``.
+
+    The statistics are computed in float32 and the result is cast back to the
+    input dtype before the scale is applied (as Llama's reference does).
+
+    Args:
+        dim: size of the normalised (last) dim.
+        eps: added to the mean square (> 0).
+        dtype: dtype of ``weight`` (default float32).
+        weight: an existing ``[dim]`` scale to use instead of ones.
+
+    Example:
+        >>> norm = RMSNorm(2)
+        >>> norm(Tensor.constant([[3.0, 4.0]])).to_numpy().round(4).tolist()
+        [[0.8485, 1.1314]]
+    """
+
+    def __init__(self, dim: int, *, eps: float = 1e-6, dtype: DType | None = None, weight: Tensor | None = None):
+        if isinstance(dim, bool) or int(dim) <= 0:
+            raise ValueError(f"RMSNorm: dim must be a positive int, got {dim!r}")
+        if not eps > 0:
+            raise ValueError(f"RMSNorm: eps must be > 0, got {eps}")
+        if weight is not None and [int(d) for d in weight.shape] != [int(dim)]:
+            raise ValueError(f"RMSNorm: weight must have shape [{int(dim)}], got {[int(d) for d in weight.shape]}")
+        self.weight = Tensor.ones([int(dim)], dtype=dtype) if weight is None else weight
+        self.eps = float(eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.shape[-1] != self.weight.shape[0]:
+            raise ValueError(f"RMSNorm: input {x.type} must end in dim {self.weight.shape[0]}")
+        x32 = x if x.dtype is DType.float32 else F.cast(x, DType.float32)
+        y = x32 * F.rsqrt(F.mean(x32 * x32, axis=-1) + self.eps)
+        if x.dtype is not DType.float32:
+            y = F.cast(y, x.dtype)
+        return y * self.weight
+
+    def __repr__(self) -> str:
+        return f"RMSNorm(dim={self.weight.shape[0]!r}, eps={self.eps})"
+
+
+def _encoding(encoding: Any) -> QuantizationEncoding:
+    if isinstance(encoding, QuantizationEncoding) and encoding.is_gguf:
+        return encoding
+    if isinstance(encoding, str):
+        for member in QuantizationEncoding:
+            if member.is_gguf and member.value == encoding.upper():
+                return member
+    supported = ", ".join(m.value for m in QuantizationEncoding if m.is_gguf)
+    raise ValueError(f"QuantizedLinear: unsupported encoding {encoding!r}; expected a GGUF QuantizationEncoding ({supported})")
+
+
+class QuantizedLinear(Module):
+    """``y = x @ dequantize(weight).T (+ bias)`` with ``weight`` kept packed as GGUF blocks.
+
+    ``weight`` is uint8 ``[out_dim, in_dim / elements_per_block * block_size]``
+    (a row of blocks per output feature, as GGUF stores a Linear); the product
+    runs through ``ops.qmatmul`` so the weight is never dequantized as a whole
+    outside the kernel.
+
+    Args:
+        weight: the packed uint8 Tensor.
+        encoding: its `QuantizationEncoding` (Q4_0, Q4_K, Q5_K or Q6_K).
+        bias: optional float ``[out_dim]``.
+
+    Example:
+        >>> import numpy as np
+        >>> packed = Tensor.constant(np.zeros((3, 18), np.uint8))  # 3 rows of one Q4_0 block
+        >>> QuantizedLinear(packed, "Q4_0")(Tensor.ones([2, 32])).shape
+        [Dim(2), Dim(3)]
+    """
+
+    def __init__(self, weight: Tensor, encoding: QuantizationEncoding | str, bias: Tensor | None = None):
+        enc = _encoding(encoding)
+        if weight.dtype is not DType.uint8 or weight.rank != 2:
+            raise ValueError(f"QuantizedLinear: weight must be a uint8 matrix of {enc.value} blocks, got {weight.type}")
+        if int(weight.shape[1]) % enc.block_size:
+            raise ValueError(f"QuantizedLinear: weight rows of {int(weight.shape[1])} bytes are not whole {enc.value} blocks of {enc.block_size} bytes")
+        self.weight = weight
+        self.bias = 0 if bias is None else bias
+        self.encoding = enc
+
+    @property
+    def in_dim(self) -> Dim:
+        return StaticDim(int(self.weight.shape[1]) // self.encoding.block_size * self.encoding.elements_per_block)
+
+    @property
+    def out_dim(self) -> Dim:
+        return StaticDim(int(self.weight.shape[0]))
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = _qmatmul(self.encoding, None, x, self.weight)
+        return y if isinstance(self.bias, int) else y + self.bias
+
+    def dequantized_weight(self) -> Tensor:
+        """The float32 ``[out_dim, in_dim]`` weight (for inspection; the forward never builds it)."""
+        return _dequantize(self.encoding, self.weight)
+
+    def __repr__(self) -> str:
+        return f"QuantizedLinear(in_dim={self.in_dim!r}, out_dim={self.out_dim!r}, encoding={self.encoding.value})"
