@@ -18,14 +18,22 @@ __version__ = "0.1.0"
 
 _SUBMODULES = ("dtype", "driver", "graph", "engine", "experimental", "tensor", "functional", "random", "nn")
 
-__all__ = list(_SUBMODULES)
+# Transformations and training helpers (issue 6): name -> module defining it, loaded on first use.
+_LAZY = {name: "maxfx._transforms" for name in ("jit", "grad", "value_and_grad", "vmap", "checkpoint", "remat", "scan")} | {"optim": "maxfx.optim"}
+# Export, sharding and interop (issue 6).
+_LAZY |= {"export": "maxfx._export", "load_exported": "maxfx._export", "shard": "maxfx._sharding", "make_mesh": "maxfx._sharding", "interop": "maxfx.interop"}
+
+__all__ = list(_SUBMODULES) + list(_LAZY)
 
 
 def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
         return importlib.import_module(f"maxfx.{name}")
+    if name in _LAZY:
+        module = importlib.import_module(_LAZY[name])
+        return module if module.__name__ == f"maxfx.{name}" else getattr(module, name)
     raise AttributeError(f"module 'maxfx' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_SUBMODULES))
+    return sorted(set(globals()) | set(_SUBMODULES) | set(_LAZY))

@@ -1,0 +1,358 @@
+"""Functional transformations over Tensors and Modules: `jit`, `grad`, `value_and_grad`, `vmap`, `checkpoint`, `scan`.
+
+Each is the JAX transformation of the same name, made for functions of maxfx
+`Tensor`\\ s, `Module`\\ s and pytrees of them (both are pytrees: a Tensor is one
+array leaf, a Module's leaves are its parameters). They compose with raw
+``jax.*`` transforms and ``jax.lax`` control flow in either order.
+
+Two rules make them feel like the eager API:
+
+- **64-bit types**: called outside any JAX trace, a transform traces and runs
+  with ``jax_enable_x64`` on (scoped, like the eager path), so int64/float64
+  Tensors and ops with 64-bit results (``argmax``, token ids) keep their MAX
+  dtypes. Called on tracers (inside ``jax.jit``), the enclosing trace decides.
+- **Outputs become Tensors**: when any input leaf is a Tensor, a raw JAX array
+  returned by the function, or as a direct item of a returned tuple, list or
+  dict, comes back as a Tensor. Tensors and Modules keep their type anyway
+  (they are pytrees); arrays nested deeper (an optax state) stay JAX arrays,
+  so third-party libraries get back the values they made. Without Tensor
+  inputs nothing is converted: the transforms then act exactly like JAX's.
+
+Example:
+    >>> import maxfx
+    >>> from maxfx.experimental.tensor import Tensor
+    >>> f = lambda x: (x * x).sum(axis=0).squeeze(0)
+    >>> maxfx.grad(f)(Tensor.constant([1.0, 2.0])).to_numpy().tolist()
+    [2.0, 4.0]
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lowering.x64 import x64
+from maxfx.experimental._tensor import Tensor, _leaf
+
+__all__ = ["jit", "grad", "value_and_grad", "vmap", "checkpoint", "remat", "scan"]
+
+
+# ─── helpers ────────────────────────────────────────────────────────────────
+
+
+def _is_tensor(x: Any) -> bool:
+    return isinstance(x, Tensor)
+
+
+def _has_tensor(tree: Any) -> bool:
+    return any(isinstance(x, Tensor) for x in jax.tree_util.tree_leaves(tree, is_leaf=_is_tensor))
+
+
+def _tracing(tree: Any) -> bool:
+    """True when called on tracers (inside an enclosing JAX transformation)."""
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(tree))
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, (jax.Array, jax.core.Tracer)) and not isinstance(x, Tensor)
+
+
+def _as_tensor(x: Any) -> Any:
+    return _leaf(x) if _is_array(x) else x
+
+
+def _tensorize(out: Any) -> Any:
+    """The output rule: raw arrays at the top level (or direct items of a tuple/list/dict) become Tensors."""
+    if _is_array(out):
+        return _leaf(out)
+    if type(out) in (tuple, list):
+        return type(out)(_as_tensor(x) for x in out)
+    if type(out) is dict:
+        return {k: _as_tensor(v) for k, v in out.items()}
+    return out
+
+
+def _converting(fun: Callable[..., Any]) -> Callable[..., Any]:
+    """``fun`` with the output rule applied."""
+
+    @functools.wraps(fun)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        out = fun(*args, **kwargs)
+        return _tensorize(out) if _has_tensor((args, kwargs)) else out
+
+    return wrapped
+
+
+def _scoped(call: Callable[..., Any], args: Any, *a: Any, **kw: Any) -> Any:
+    """``call(*a, **kw)`` with x64 on, unless ``args`` holds tracers (the outer trace decides)."""
+    if _tracing(args):
+        return call(*a, **kw)
+    with x64():
+        return call(*a, **kw)
+
+
+def _name(fun: Callable[..., Any]) -> str:
+    return getattr(fun, "__name__", None) or type(fun).__name__
+
+
+# ─── jit ────────────────────────────────────────────────────────────────────
+
+
+def jit(fun: Callable[..., Any] | None = None, /, **jit_kwargs: Any) -> Any:
+    """``jax.jit`` for functions of Tensors, Modules and pytrees of them.
+
+    Keyword arguments go to ``jax.jit`` (``static_argnums``, ``donate_argnums``...).
+    Usable as ``@maxfx.jit`` or ``@maxfx.jit(static_argnums=1)``. The compiled
+    function runs with 64-bit types enabled (see the module docs).
+
+    Example:
+        >>> import maxfx
+        >>> from maxfx.experimental.tensor import Tensor
+        >>> @maxfx.jit
+        ... def affine(x, w):
+        ...     return x @ w + 1
+        >>> affine(Tensor.ones([1, 2]), Tensor.ones([2, 2])).to_numpy().tolist()
+        [[3.0, 3.0]]
+    """
+    if fun is None:
+        return functools.partial(jit, **jit_kwargs)
+    jitted = jax.jit(_converting(fun), **jit_kwargs)
+
+    @functools.wraps(fun)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return _scoped(jitted, (args, kwargs), *args, **kwargs)
+
+    call.lower = lambda *args, **kwargs: _scoped(jitted.lower, (args, kwargs), *args, **kwargs)  # type: ignore[attr-defined]
+    call.jitted = jitted  # type: ignore[attr-defined]
+    return call
+
+
+# ─── grad ───────────────────────────────────────────────────────────────────
+
+
+def _arg_name(fun: Callable[..., Any], i: int) -> str:
+    try:
+        params = [p for p in inspect.signature(fun).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    return f"argument {i} ({params[i].name!r})" if i < len(params) else f"argument {i}"
+
+
+def _leaf_desc(x: Any) -> str:
+    shape = [int(d) for d in getattr(x, "shape", ())]
+    dtype = x.dtype.name if isinstance(x, Tensor) else np.dtype(getattr(x, "dtype", type(x))).name
+    return f"dtype {dtype}, shape {shape}"
+
+
+def _check_differentiable_args(fun: Callable[..., Any], args: Sequence[Any], argnums: Sequence[int], where: str) -> None:
+    """Every leaf we differentiate with respect to must be floating point (else say which one)."""
+    for i in argnums:
+        if i >= len(args):
+            raise TypeError(f"{where}({_name(fun)}): argnums includes {i} but only {len(args)} positional argument(s) were given")
+        for path, leaf in jax.tree_util.tree_flatten_with_path(args[i], is_leaf=_is_tensor)[0]:
+            dtype = leaf.dtype.to_numpy() if isinstance(leaf, Tensor) else getattr(leaf, "dtype", None)
+            if dtype is None:
+                dtype = np.asarray(leaf).dtype
+            if not jnp.issubdtype(dtype, np.inexact):
+                where_in = f" at {jax.tree_util.keystr(path)}" if path else ""
+                raise TypeError(
+                    f"{where}({_name(fun)}): cannot differentiate with respect to {_arg_name(fun, i)}{where_in}: "
+                    f"it has {_leaf_desc(leaf)}; gradients need floating-point values. Pass integer inputs "
+                    f"(token ids, indices) through a position not in argnums, or cast them to a float dtype"
+                )
+
+
+def _scalar_output(fun: Callable[..., Any], has_aux: bool, where: str) -> Callable[..., Any]:
+    """``fun`` returning a raw scalar array (Tensors unwrapped), checked to be a real scalar."""
+
+    @functools.wraps(fun)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        out = fun(*args, **kwargs)
+        if has_aux:
+            if not (isinstance(out, (tuple, list)) and len(out) == 2):
+                raise TypeError(f"{where}({_name(fun)}, has_aux=True): the function must return a pair (loss, aux), got {type(out).__name__}")
+            value, aux = out
+        else:
+            value, aux = out, None
+        array = value._array() if isinstance(value, Tensor) else value
+        shape = getattr(array, "shape", None)
+        dtype = getattr(array, "dtype", None)
+        if shape is None or dtype is None:
+            raise TypeError(f"{where}({_name(fun)}): the function must return a scalar Tensor or array, got {type(value).__name__}")
+        if tuple(shape) != () or not jnp.issubdtype(dtype, np.floating):
+            raise TypeError(
+                f"{where}({_name(fun)}): the function's output must be a floating-point scalar (shape []), got "
+                f"dtype {np.dtype(dtype).name}, shape {list(shape)}; reduce it first (e.g. `.mean()` / `F.sum`), "
+                f"or use jax.vjp/jax.jacrev for non-scalar outputs"
+            )
+        if has_aux:
+            return array, (_tensorize(aux) if _has_tensor((args, kwargs)) else aux)
+        return array
+
+    return wrapped
+
+
+def _argnums_tuple(argnums: int | Sequence[int]) -> tuple[int, ...]:
+    return (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+
+def value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False, allow_int: bool = False) -> Callable[..., Any]:
+    """``jax.value_and_grad`` for functions of Tensors and Modules.
+
+    Returns ``f(*args) -> (value, grads)`` (``((value, aux), grads)`` with
+    ``has_aux``). Gradients have the structure of the differentiated
+    arguments: a Module argument gives a Module of gradient Tensors, ready for
+    optax. ``value`` is a Tensor when an input is a Tensor.
+
+    Raises:
+        TypeError: the output is not a floating-point scalar, or an argument in
+            ``argnums`` holds integer/bool values (the message names the
+            argument, its dtype and shape).
+
+    Example:
+        >>> import maxfx
+        >>> from maxfx.experimental.tensor import Tensor
+        >>> loss, g = maxfx.value_and_grad(lambda w: (w * w).sum(axis=0).squeeze(0))(Tensor.constant([3.0]))
+        >>> loss.item(), g.to_numpy().tolist()
+        (9.0, [6.0])
+    """
+    return _value_and_grad(fun, argnums, has_aux, allow_int, "maxfx.value_and_grad")
+
+
+def _value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int], has_aux: bool, allow_int: bool, where: str) -> Callable[..., Any]:
+    nums = _argnums_tuple(argnums)
+    inner = jax.value_and_grad(_scalar_output(fun, has_aux, where), argnums=argnums, has_aux=has_aux, allow_int=allow_int)
+
+    @functools.wraps(fun)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not allow_int:
+            _check_differentiable_args(fun, args, nums, where)
+        value, grads = _scoped(inner, (args, kwargs), *args, **kwargs)
+        if _has_tensor((args, kwargs)):
+            value = (_as_tensor(value[0]), value[1]) if has_aux else _as_tensor(value)
+        return value, grads
+
+    return call
+
+
+def grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False, allow_int: bool = False) -> Callable[..., Any]:
+    """``jax.grad`` for functions of Tensors and Modules (see `value_and_grad`).
+
+    Example:
+        >>> import maxfx
+        >>> from maxfx.experimental import functional as F
+        >>> from maxfx.experimental.tensor import Tensor
+        >>> maxfx.grad(lambda x: F.sum(F.sin(x)).squeeze(0))(Tensor.constant([0.0])).to_numpy().tolist()
+        [1.0]
+    """
+    vg = _value_and_grad(fun, argnums, has_aux, allow_int, "maxfx.grad")
+
+    @functools.wraps(fun)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        value, grads = vg(*args, **kwargs)
+        return (grads, value[1]) if has_aux else grads
+
+    return call
+
+
+# ─── vmap, checkpoint, scan ─────────────────────────────────────────────────
+
+
+def vmap(fun: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0, **vmap_kwargs: Any) -> Callable[..., Any]:
+    """``jax.vmap`` for functions of Tensors and Modules.
+
+    ``in_axes`` is a prefix of the arguments' structure as in JAX: use ``None``
+    for a Module whose parameters are shared across the batch.
+
+    Example:
+        >>> import maxfx
+        >>> from maxfx.experimental.tensor import Tensor
+        >>> maxfx.vmap(lambda row, w: row @ w, in_axes=(0, None))(Tensor.ones([3, 2]), Tensor.ones([2, 4])).shape
+        [Dim(3), Dim(4)]
+    """
+    inner = jax.vmap(_converting(fun), in_axes=in_axes, out_axes=out_axes, **vmap_kwargs)
+
+    @functools.wraps(fun)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return _scoped(inner, (args, kwargs), *args, **kwargs)
+
+    return call
+
+
+def checkpoint(fun: Callable[..., Any], **checkpoint_kwargs: Any) -> Callable[..., Any]:
+    """``jax.checkpoint`` (rematerialization) for functions of Tensors and Modules.
+
+    The backward pass recomputes ``fun``'s intermediates instead of storing
+    them; ``policy=``/``prevent_cse=``/``static_argnums=`` go to JAX. A Module
+    works as ``fun`` (``maxfx.checkpoint(block)(x)``). Also named ``remat``.
+
+    Example:
+        >>> import maxfx
+        >>> from maxfx.experimental import functional as F
+        >>> from maxfx.experimental.tensor import Tensor
+        >>> body = maxfx.checkpoint(lambda x: F.tanh(x) * 2)
+        >>> maxfx.grad(lambda x: body(x).sum(axis=0).squeeze(0))(Tensor.constant([0.0])).to_numpy().tolist()
+        [2.0]
+    """
+    inner = jax.checkpoint(_converting(fun), **checkpoint_kwargs)
+
+    @functools.wraps(fun)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return _scoped(inner, (args, kwargs), *args, **kwargs)
+
+    return call
+
+
+remat = checkpoint
+
+
+def _like(template: Any, value: Any) -> Any:
+    """``value`` with Tensors where ``template`` has Tensors and arrays where it has arrays.
+
+    ``lax.scan`` needs the carry to keep its exact pytree structure, and a body
+    may well return ``jnp`` results for a Tensor carry (or the other way round).
+    """
+
+    def match(t: Any, v: Any) -> Any:
+        if isinstance(t, Tensor):
+            return v if isinstance(v, Tensor) else _leaf(jnp.asarray(v))
+        return v._array() if isinstance(v, Tensor) else v
+
+    return jax.tree_util.tree_map(match, template, value, is_leaf=_is_tensor)
+
+
+def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, length: int | None = None, reverse: bool = False, unroll: int | bool = 1) -> tuple[Any, Any]:
+    """``jax.lax.scan`` over Tensors and Modules: ``f(carry, x) -> (carry, y)``.
+
+    ``xs`` may be a Module whose parameters are stacked along a leading axis
+    (``jax.tree.map(lambda *p: jnp.stack(p), *layers)``): each step then gets
+    one layer as a Module, which is how repeated layers compile once. The
+    carry keeps its structure (Tensor stays Tensor); stacked ``ys`` follow the
+    output rule.
+
+    Example:
+        >>> import maxfx
+        >>> from maxfx.experimental.tensor import Tensor
+        >>> total, running = maxfx.scan(lambda c, x: (c + x, c + x), Tensor.constant(0.0), Tensor.constant([1.0, 2.0, 3.0]))
+        >>> total.item(), running.to_numpy().tolist()
+        (6.0, [1.0, 3.0, 6.0])
+    """
+
+    def body(carry: Any, x: Any) -> tuple[Any, Any]:
+        out = f(carry, x)
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            raise TypeError(f"maxfx.scan({_name(f)}): the body must return a pair (carry, y), got {type(out).__name__}")
+        new_carry, y = out
+        try:
+            new_carry = _like(carry, new_carry)
+        except ValueError as e:
+            raise TypeError(f"maxfx.scan({_name(f)}): the carry returned by the body must have the structure of init: {e}") from None
+        return new_carry, (_tensorize(y) if _has_tensor((carry, x)) else y)
+
+    return _scoped(jax.lax.scan, (init, xs), body, init, xs, length=length, reverse=reverse, unroll=unroll)
