@@ -19,11 +19,15 @@ from maxfx.nn import clamp, embedding, layer, linear, module_v3, norm, sequentia
 from maxfx.nn._basic import MLP, Embedding, LayerNorm, Linear, RMSNorm, Sequential
 from maxfx.nn._layer import Layer, LayerList, Module, Shardable, add_layer_hook, clear_hooks, recursive_named_layers
 from maxfx.nn._v1 import MLPV1, ConstantLayerNorm, EmbeddingV1, GPTQLinearV1, GroupNorm, LayerNormV1, LinearV1, QLinearV1, RMSNormV1
+from maxfx.nn import rotary_embedding
+from maxfx.nn.rotary_embedding import *  # noqa: F403 - RoPE layers and scaling params
 
 EmbeddingV2 = Embedding
 """Seed 002's example name for `Embedding` (API_INVENTORY §6 #8)."""
 
 __all__ = [
+    *rotary_embedding.__all__,
+    "rotary_embedding",
     "ConstantLayerNorm",
     "EmbeddingV1",
     "GPTQLinearV1",
