@@ -1,0 +1,293 @@
+"""Plain-jnp attention: the oracle of the Pallas kernels and the CPU path.
+
+Layouts follow ``jax.nn.dot_product_attention``: ``q [batch, q_seq, n_heads,
+head_dim]``, ``k``/``v`` ``[batch, kv_seq, n_kv_heads, head_dim]`` with
+``n_heads % n_kv_heads == 0`` (GQA; MQA when ``n_kv_heads == 1``). Scores and
+softmax are float32 whatever the input dtype; the output has ``q``'s dtype.
+
+Masks (combined with AND):
+
+* ``causal``: query ``i`` sees keys at positions ``<= pos(i)``.
+* ``local_window_size``: an int ``w`` or a ``(left, right)`` pair, the same
+  convention as ``jax.nn.dot_product_attention``: key ``j`` is visible from
+  query position ``p`` iff ``p - left <= j <= p + right`` (an int means
+  ``(w, w)``; with ``causal`` the right side is 0). A "sliding window of W
+  tokens including the current one" is ``local_window_size=(W - 1, 0)``.
+* per-batch lengths: keys at ``>= kv_len`` and query rows at ``>= q_len`` are
+  masked; query rows that see no key give zeros (and ``lse = -inf``).
+
+Query positions: dense `attention` places query ``i`` at position
+``q_offset + i`` (``q_offset=0``: top-left aligned like ``jax.nn``). The ragged
+and decode functions align the queries of each sequence to the *end* of its
+keys (``pos(i) = kv_len - q_len + i``): the queries are the newest tokens and
+the KV already holds them.
+
+Example:
+    >>> import numpy as np
+    >>> from custom_calls.attention import reference as ref
+    >>> q = np.ones((1, 4, 2, 8), np.float32); kv = np.ones((1, 4, 1, 8), np.float32)
+    >>> ref.attention(q, kv, kv, causal=True).shape
+    (1, 4, 2, 8)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "window_pair",
+    "attention",
+    "attention_with_lse",
+    "ragged_attention",
+    "decode_attention",
+    "paged_decode_attention",
+    "gather_pages",
+    "ragged_to_padded",
+]
+
+Window = tuple[int, int] | None
+
+
+def window_pair(local_window_size: Any, causal: bool) -> Window:
+    """Normalize ``local_window_size`` to ``(left, right)`` (right 0 when causal) or None."""
+    if local_window_size is None:
+        return None
+    if isinstance(local_window_size, (int, np.integer)):
+        left = right = int(local_window_size)
+    else:
+        try:
+            left, right = (int(x) for x in local_window_size)
+        except (TypeError, ValueError):
+            raise ValueError(f"local_window_size: expected an int or a (left, right) pair, got {local_window_size!r}") from None
+    if left < 0 or right < 0:
+        raise ValueError(f"local_window_size: window sizes must be >= 0, got {(left, right)}")
+    return (left, 0 if causal else right)
+
+
+def _visible(qpos, kpos, causal: bool, window: Window):
+    """Boolean mask broadcasting ``qpos[..., None]`` against ``kpos``."""
+    qp, kp = qpos[..., :, None], kpos[..., None, :]
+    ok = jnp.ones(jnp.broadcast_shapes(qp.shape, kp.shape), bool)
+    if causal:
+        ok = ok & (kp <= qp)
+    if window is not None:
+        ok = ok & (kp >= qp - window[0]) & (kp <= qp + window[1])
+    return ok
+
+
+def _core(q, k, v, *, causal, window, scale, q_len, kv_len, q_pos0):
+    """Masked GQA attention on ``[B, Sq, Hq, D]`` / ``[B, Sk, Hkv, D]``; returns (o, lse) (lse natural log, [B, Hq, Sq])."""
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    g = hq // hkv
+    qf = q.astype(jnp.float32).reshape(b, sq, hkv, g, d)
+    s = jnp.einsum("bqhgd,bkhd->bhgqk", qf, k.astype(jnp.float32), precision="highest") * scale
+    qpos = q_pos0[:, None] + jnp.arange(sq)[None, :]  # [B, Sq]
+    kpos = jnp.arange(sk)
+    ok = _visible(qpos, kpos[None, :], causal, window)  # [B, Sq, Sk]
+    ok = ok & (kpos[None, None, :] < kv_len[:, None, None]) & (jnp.arange(sq)[None, :, None] < q_len[:, None, None])
+    s = jnp.where(ok[:, None, None], s, -jnp.inf)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    m_safe = jnp.where(jnp.isfinite(m), m, 0.0)
+    p = jnp.exp(s - m_safe)
+    l = jnp.sum(p, axis=-1, keepdims=True)
+    o = jnp.einsum("bhgqk,bkhd->bqhgd", p / jnp.where(l == 0, 1.0, l), v.astype(jnp.float32), precision="highest")
+    lse = jnp.where(l[..., 0] == 0, -jnp.inf, m_safe[..., 0] + jnp.log(jnp.where(l[..., 0] == 0, 1.0, l[..., 0])))
+    return o.reshape(b, sq, hq, d).astype(q.dtype), lse.reshape(b, hq, sq)
+
+
+def _check_qkv(fn: str, q, k, v, q_rank: int) -> None:
+    if q.ndim != q_rank or k.ndim != q_rank or v.ndim != q_rank:
+        raise ValueError(f"{fn}: q, k, v must be rank {q_rank}, got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+    if k.shape != v.shape:
+        raise ValueError(f"{fn}: k {list(k.shape)} and v {list(v.shape)} must have the same shape")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"{fn}: head_dim of q ({q.shape[-1]}) and k ({k.shape[-1]}) differ")
+    if k.shape[-2] == 0 or q.shape[-2] % k.shape[-2]:
+        raise ValueError(f"{fn}: n_heads ({q.shape[-2]}) must be a multiple of n_kv_heads ({k.shape[-2]})")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise ValueError(f"{fn}: {name} must be floating point, got {x.dtype}")
+
+
+def _scale(scale, d: int) -> float:
+    return 1.0 / math.sqrt(d) if scale is None else float(scale)
+
+
+def _lens(x, b: int, default: int):
+    return jnp.full((b,), default, jnp.int32) if x is None else jnp.asarray(x, jnp.int32).reshape(b)
+
+
+def attention_with_lse(
+    q, k, v, *, causal=False, local_window_size=None, scale=None, q_lens=None, kv_lens=None, q_offset=0
+):
+    """`attention` plus the natural-log logsumexp of the scores, ``float32 [B, n_heads, q_seq]``."""
+    q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
+    _check_qkv("attention", q, k, v, 4)
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"attention: batch of q ({q.shape[0]}) and k ({k.shape[0]}) differ")
+    b, sq = q.shape[:2]
+    return _core(
+        q, k, v,
+        causal=causal,
+        window=window_pair(local_window_size, causal),
+        scale=_scale(scale, q.shape[-1]),
+        q_len=_lens(q_lens, b, sq),
+        kv_len=_lens(kv_lens, b, k.shape[1]),
+        q_pos0=jnp.broadcast_to(jnp.asarray(q_offset, jnp.int32), (b,)),
+    )
+
+
+def attention(q, k, v, *, causal=False, local_window_size=None, scale=None, q_lens=None, kv_lens=None, q_offset=0):
+    """Softmax attention ``softmax(q k^T * scale + mask) v``, fp32 inside.
+
+    Args:
+        q: ``[B, Sq, Hq, D]``; k, v: ``[B, Sk, Hkv, D]``.
+        causal, local_window_size: masks (module docstring).
+        scale: defaults to ``1/sqrt(D)``.
+        q_lens, kv_lens: optional ``int [B]`` valid lengths (padding masks).
+        q_offset: position of query row 0 (int or ``int [B]``).
+
+    Returns:
+        ``[B, Sq, Hq, D]`` in ``q.dtype``.
+    """
+    return attention_with_lse(
+        q, k, v, causal=causal, local_window_size=local_window_size, scale=scale,
+        q_lens=q_lens, kv_lens=kv_lens, q_offset=q_offset,
+    )[0]
+
+
+def _max_len(offsets, total: int, max_seq_len) -> int:
+    if max_seq_len is not None:
+        return int(max_seq_len)
+    try:
+        return int(np.max(np.diff(np.asarray(offsets)))) if np.asarray(offsets).size > 1 else 0
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return total  # traced offsets: the total is an upper bound
+
+
+def ragged_to_padded(x, offsets, max_len: int):
+    """``[T, H, D]`` rows ``offsets[b]:offsets[b+1]`` → ``[B, max_len, H, D]`` (rows past a sequence are clipped copies)."""
+    idx = offsets[:-1, None] + jnp.arange(max_len)[None, :]
+    return x[jnp.clip(idx, 0, max(x.shape[0] - 1, 0))]
+
+
+def ragged_attention(
+    q,
+    k,
+    v,
+    input_row_offsets,
+    *,
+    kv_row_offsets=None,
+    causal=False,
+    local_window_size=None,
+    scale=None,
+    max_seq_len=None,
+    max_kv_len=None,
+):
+    """Attention over ragged batches packed along the token axis.
+
+    Args:
+        q: ``[total_q, Hq, D]``; k, v: ``[total_kv, Hkv, D]``.
+        input_row_offsets: ``int [B+1]``, sequence ``b`` is q rows ``[off[b], off[b+1])``.
+        kv_row_offsets: ``int [B+1]`` for k/v (default: ``input_row_offsets``).
+            Queries are aligned to the end of their keys (module docstring).
+        max_seq_len, max_kv_len: static bounds on the query / key lengths
+            (computed from concrete offsets; under ``jit`` pass them or the
+            totals are used).
+
+    Returns:
+        ``[total_q, Hq, D]``; rows not covered by any sequence are zero.
+    """
+    q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
+    _check_qkv("ragged_attention", q, k, v, 3)
+    qo = jnp.asarray(input_row_offsets, jnp.int32)
+    ko = qo if kv_row_offsets is None else jnp.asarray(kv_row_offsets, jnp.int32)
+    if qo.ndim != 1 or ko.shape != qo.shape:
+        raise ValueError(f"ragged_attention: row offsets must be int [B+1], got {list(qo.shape)} and {list(ko.shape)}")
+    lq = _max_len(input_row_offsets, q.shape[0], max_seq_len)
+    lk = max(lq if kv_row_offsets is None else _max_len(kv_row_offsets, k.shape[0], max_kv_len), 1)
+    q_len, kv_len = qo[1:] - qo[:-1], ko[1:] - ko[:-1]
+    qp = ragged_to_padded(q, qo, max(lq, 1))
+    kp, vp = ragged_to_padded(k, ko, lk), ragged_to_padded(v, ko, lk)
+    o, _ = _core(
+        qp, kp, vp,
+        causal=causal,
+        window=window_pair(local_window_size, causal),
+        scale=_scale(scale, q.shape[-1]),
+        q_len=q_len,
+        kv_len=kv_len,
+        q_pos0=kv_len - q_len,
+    )
+    # scatter back: row t belongs to the sequence whose offsets bracket it
+    t = jnp.arange(q.shape[0])
+    seq = jnp.clip(jnp.searchsorted(qo, t, side="right") - 1, 0, qo.shape[0] - 2)
+    row = t - qo[seq]
+    inside = (t >= qo[0]) & (t < qo[-1])
+    out = o[seq, jnp.clip(row, 0, o.shape[1] - 1)]
+    return jnp.where(inside[:, None, None], out, 0).astype(q.dtype)
+
+
+def decode_attention(q, k_cache, v_cache, kv_lens, *, causal=True, local_window_size=None, scale=None):
+    """A few new query tokens per sequence against a KV cache that already holds them.
+
+    Args:
+        q: ``[B, Sq, Hq, D]`` (``Sq`` new tokens, usually 1).
+        k_cache, v_cache: ``[B, T, Hkv, D]``; only the first ``kv_lens[b]`` are valid.
+        kv_lens: ``int [B]``; query ``i`` sits at position ``kv_lens[b] - Sq + i``.
+
+    Returns:
+        ``[B, Sq, Hq, D]`` in ``q.dtype``.
+    """
+    q, k, v = jnp.asarray(q), jnp.asarray(k_cache), jnp.asarray(v_cache)
+    _check_qkv("decode_attention", q, k, v, 4)
+    b, sq = q.shape[:2]
+    kv_len = _lens(kv_lens, b, k.shape[1])
+    return _core(
+        q, k, v,
+        causal=causal,
+        window=window_pair(local_window_size, causal),
+        scale=_scale(scale, q.shape[-1]),
+        q_len=jnp.full((b,), sq, jnp.int32),
+        kv_len=kv_len,
+        q_pos0=kv_len - sq,
+    )[0]
+
+
+def gather_pages(pages, block_table):
+    """``pages [P, page, Hkv, D]`` gathered by ``block_table [B, n]`` → ``[B, n * page, Hkv, D]``."""
+    g = pages[block_table]  # [B, n, page, Hkv, D]
+    return g.reshape(g.shape[0], g.shape[1] * g.shape[2], *g.shape[3:])
+
+
+def paged_decode_attention(
+    q, k_pages, v_pages, block_table, kv_lens, *, causal=True, local_window_size=None, scale=None
+):
+    """`decode_attention` over a paged KV cache.
+
+    Args:
+        q: ``[B, Sq, Hq, D]``.
+        k_pages, v_pages: the block pool ``[num_pages, page_size, Hkv, D]``.
+        block_table: ``int [B, max_pages]``; logical page ``j`` of sequence ``b``
+            is pool page ``block_table[b, j]`` (entries past ``kv_lens`` are ignored).
+        kv_lens: ``int [B]``.
+    """
+    k_pages, v_pages = jnp.asarray(k_pages), jnp.asarray(v_pages)
+    bt = jnp.asarray(block_table, jnp.int32)
+    if k_pages.ndim != 4 or k_pages.shape != v_pages.shape:
+        raise ValueError(
+            f"paged_decode_attention: k_pages/v_pages must be [num_pages, page_size, n_kv_heads, head_dim], "
+            f"got {list(k_pages.shape)} and {list(v_pages.shape)}"
+        )
+    if bt.ndim != 2 or bt.shape[0] != jnp.shape(q)[0]:
+        raise ValueError(f"paged_decode_attention: block_table must be int [batch, max_pages], got {list(bt.shape)}")
+    bt = jnp.clip(bt, 0, k_pages.shape[0] - 1)
+    return decode_attention(
+        q, gather_pages(k_pages, bt), gather_pages(v_pages, bt), kv_lens,
+        causal=causal, local_window_size=local_window_size, scale=scale,
+    )
