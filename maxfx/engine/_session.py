@@ -193,14 +193,21 @@ class InferenceSession:
     ) -> Model:
         """Prepare ``model`` (a `Graph`) to run; values of its Weights come from ``weights_registry``.
 
+        ``model`` may also be the path of an artifact written by ``maxfx.export(...).save(path)``.
+
         Raises:
             ValueError: a weight has no value, or its value's dtype/shape differs from the Weight.
-            RuntimeError: ``model`` is a path (serialized MAX graphs are not supported).
+            RuntimeError: ``model`` is a path to anything but a ``maxfx.export`` artifact
+                (serialized MAX graphs are not supported).
         """
         from maxfx.driver._tensor import as_array  # noqa: PLC0415
         from maxfx.graph import Graph  # noqa: PLC0415
 
         if isinstance(model, (str, Path)):
+            from maxfx._export import is_exported_artifact, load_exported  # noqa: PLC0415
+
+            if is_exported_artifact(model):  # written by maxfx.export(...).save(path)
+                return load_exported(model, device=self._devices[0]).model
             raise RuntimeError(f"InferenceSession.load({model!r}): loading serialized MAX graphs from a path is not supported; pass a maxfx Graph")
         if not isinstance(model, Graph):
             raise TypeError(f"InferenceSession.load: expected a Graph, got {type(model).__name__}")
