@@ -21,12 +21,19 @@ from maxfx.nn._layer import Layer, LayerList, Module, Shardable, add_layer_hook,
 from maxfx.nn._v1 import MLPV1, ConstantLayerNorm, EmbeddingV1, GPTQLinearV1, GroupNorm, LayerNormV1, LinearV1, QLinearV1, RMSNormV1
 from maxfx.nn import rotary_embedding
 from maxfx.nn.rotary_embedding import *  # noqa: F403 - RoPE layers and scaling params
+from maxfx.nn import conv, conv_transpose
+from maxfx.nn.conv import *  # noqa: F403
+from maxfx.nn.conv_transpose import *  # noqa: F403
 
 EmbeddingV2 = Embedding
 """Seed 002's example name for `Embedding` (API_INVENTORY §6 #8)."""
 
 __all__ = [
     *rotary_embedding.__all__,
+    *conv.__all__,
+    *conv_transpose.__all__,
+    "conv",
+    "conv_transpose",
     "rotary_embedding",
     "ConstantLayerNorm",
     "EmbeddingV1",

@@ -32,6 +32,8 @@ import numpy as np
 from lowering.dtypes import DType
 from lowering.types import DeviceRef
 from maxfx.graph import Dim, Graph, ops
+from maxfx.nn._graph_util import as_value as _as_value
+from maxfx.nn._graph_util import shape_str
 from maxfx.nn._layer import Module
 
 __all__ = [
@@ -166,13 +168,6 @@ def _cos_sin(positions: Any, inv_freq: Any, scale: float = 1.0) -> Any:
     return ops.stack([cos, sin], axis=-1)
 
 
-def _as_value(x: Any) -> Any:
-    if hasattr(x, "type"):
-        return getattr(x, "tensor", x)
-    arr = np.asarray(x)
-    return ops.constant(arr, DType.from_numpy(arr.dtype), _CPU)
-
-
 # ─── base layer ───────────────────────────────────────────────────────────
 
 
@@ -272,9 +267,9 @@ class RotaryEmbedding(Module):
     def _check_input(self, v: Any) -> None:
         name = type(self).__name__
         if v.rank != 4:
-            raise ValueError(f"{name}: expected a [batch, seq_len, n_heads, head_dim] value, got rank {v.rank} shape {list(v.shape)}")
+            raise ValueError(f"{name}: expected a [batch, seq_len, n_heads, head_dim] value, got rank {v.rank} shape {shape_str(v.shape)}")
         if str(v.shape[-1]) != str(self._rope_dim):
-            raise ValueError(f"{name}: the last dim of the input {list(v.shape)} must be head_dim={self._rope_dim}")
+            raise ValueError(f"{name}: the last dim of the input {shape_str(v.shape)} must be head_dim={self._rope_dim}")
         if not v.dtype.is_float():
             raise ValueError(f"{name}: expected a floating-point input, got {v.dtype}")
 

@@ -1,0 +1,374 @@
+"""Graph-API convolution layers: `Conv1D`, `Conv2d`, `Conv3D` and the deprecated V1 forms.
+
+Layouts follow ``ops.conv2d``/``ops.conv3d``: inputs are channels-last
+(``(N, L, C)``, NHWC, NDHWC) and filters are stored spatial-first
+(``(k, C_in/groups, C_out)``, RSCF, QRSCF). With ``permute=True`` the layer
+takes PyTorch layouts instead: inputs and outputs channels-first and the
+filter ``(C_out, C_in/groups, *kernel)``, so PyTorch checkpoints load as they are.
+A 1-D convolution is a 2-D one over a unit height.
+
+Example:
+    >>> from maxfx import nn
+    >>> from maxfx.dtype import DType
+    >>> conv = nn.Conv2d(3, in_channels=4, out_channels=8, dtype=DType.float32, padding=1)
+    >>> [int(d) for d in conv.filter.shape]
+    [3, 3, 4, 8]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lowering.dtypes import DType
+from lowering.types import ConvInputLayout, DeviceRef, FilterLayout
+from maxfx.graph import ops
+from maxfx.graph._weight import Weight
+from maxfx.nn._graph_util import as_value as _as_value
+from maxfx.nn._graph_util import shape_str
+from maxfx.nn._layer import Layer, Module, Shardable
+
+__all__ = ["Conv1D", "Conv2d", "Conv3D", "Conv1DV1", "Conv2dV1", "Conv3DV1", "conv_tuple", "conv_padding"]
+
+
+# ─── argument normalisation ───────────────────────────────────────────────
+
+
+def conv_tuple(layer: str, name: str, value: Any, n: int, minimum: int = 1) -> tuple[int, ...]:
+    """``value`` (an int or ``n`` ints) as ``n`` ints, each at least ``minimum``."""
+    vals = (value,) * n if isinstance(value, int) else tuple(value)
+    if len(vals) != n or not all(isinstance(v, int) and v >= minimum for v in vals):
+        raise ValueError(f"{layer}: {name} must be an int or {n} ints >= {minimum}, got {value!r}")
+    return vals
+
+
+def conv_padding(layer: str, value: Any, nd: int) -> tuple[int, ...]:
+    """Padding as ``2 * nd`` ints ``(before_0, after_0, before_1, ...)``; an int or ``nd`` ints pad both sides."""
+    if isinstance(value, int):
+        value = (value,) * nd
+    vals = tuple(value)
+    if len(vals) == nd:
+        vals = tuple(v for p in vals for v in (p, p))
+    if len(vals) != 2 * nd or not all(isinstance(v, int) and v >= 0 for v in vals):
+        raise ValueError(f"{layer}: padding must be an int, {nd} ints or {2 * nd} ints >= 0, got {value!r}")
+    return vals
+
+
+def _device(device: Any) -> DeviceRef:
+    return DeviceRef.from_device(device) if device is not None else DeviceRef.CPU()
+
+
+def _on(value: Any, device: DeviceRef) -> Any:
+    return value.to(device) if value.device != device else value
+
+
+_INPUT_DOC = {1: ("(N, L, C)", "(N, C, L)"), 2: ("NHWC", "NCHW"), 3: ("NDHWC", "NCDHW")}
+
+
+def check_conv_input(layer: str, x: Any, nd: int, in_channels: int | None, channels_first: bool) -> None:
+    """Raise a ValueError naming ``layer`` unless ``x`` is a rank ``nd + 2`` float value with ``in_channels`` channels."""
+    layout = _INPUT_DOC[nd][1 if channels_first else 0]
+    if x.rank != nd + 2:
+        raise ValueError(f"{layer}: expected a rank-{nd + 2} {layout} input, got shape {shape_str(x.shape)}")
+    c = x.shape[1 if channels_first else -1]
+    if in_channels is not None and str(c) != str(in_channels):
+        raise ValueError(f"{layer}: the input {shape_str(x.shape)} ({layout}) has {c} channels, expected in_channels={in_channels}")
+
+
+# ─── layers ───────────────────────────────────────────────────────────────
+
+
+class _ConvND(Module):
+    """Shared body of `Conv1D`/`Conv2d`/`Conv3D`: one Weight ``filter`` (+ ``bias``) and an ``ops.conv*`` call."""
+
+    _nd = 2
+
+    def _setup(self, kernel: tuple[int, ...], in_channels: int, out_channels: int, dtype: DType, num_groups: int, device: Any, has_bias: bool, permute: bool, name: str | None) -> None:
+        layer = type(self).__name__
+        for what, v in (("in_channels", in_channels), ("out_channels", out_channels), ("num_groups", num_groups)):
+            if not isinstance(v, int) or v <= 0:
+                raise ValueError(f"{layer}: {what} must be a positive int, got {v!r}")
+        if in_channels % num_groups or out_channels % num_groups:
+            raise ValueError(f"{layer}: in_channels={in_channels} and out_channels={out_channels} must both be divisible by num_groups={num_groups}")
+        self.in_channels, self.out_channels, self.num_groups = in_channels, out_channels, num_groups
+        self.device = _device(device)
+        self.permute = bool(permute)
+        shape = [out_channels, in_channels // num_groups, *kernel] if permute else [*kernel, in_channels // num_groups, out_channels]
+        prefix = f"{name}." if name else ""
+        self.filter = Weight(prefix + "weight", dtype, shape, DeviceRef.CPU())
+        self.bias = Weight(prefix + "bias", dtype, [out_channels], DeviceRef.CPU()) if has_bias else None
+
+    def _conv(self, x: Any, filt: Any, bias: Any, stride: tuple, dilation: tuple, padding: tuple) -> Any:
+        in_layout = ConvInputLayout.NCHW if self.permute else ConvInputLayout.NHWC
+        if self._nd == 3:
+            f_layout = FilterLayout.FCQRS if self.permute else FilterLayout.QRSCF
+            return ops.conv3d(x, filt, stride, dilation, padding, self.num_groups, bias, in_layout, f_layout)
+        f_layout = FilterLayout.FCRS if self.permute else FilterLayout.RSCF
+        return ops.conv2d(x, filt, stride, dilation, padding, self.num_groups, bias, in_layout, f_layout)
+
+    def _weights_on_device(self) -> tuple[Any, Any]:
+        bias = _on(self.bias, self.device) if self.bias is not None else None
+        return _on(self.filter, self.device), bias
+
+
+class Conv1D(_ConvND):
+    """A 1D convolution over an input signal composed of several input planes.
+
+    Input ``(batch, length, in_channels)`` (``(batch, in_channels, length)``
+    with ``permute=True``); ``filter`` is ``(kernel_size, in_channels/num_groups,
+    out_channels)`` (PyTorch's ``(out, in/groups, kernel_size)`` with ``permute``).
+    Like `Conv1DV1`, existing values can be passed as ``filter=``/``bias=``
+    keywords instead of the sizes (the form seed 002's conv example uses).
+
+    Example:
+        >>> conv = Conv1D(3, 16, 32, DType.float32, padding=1, has_bias=True)
+        >>> sorted(conv.state_dict())
+        ['bias', 'filter']
+    """
+
+    _nd = 1
+
+    def __init__(
+        self,
+        kernel_size: int | None = None,
+        in_channels: int | None = None,
+        out_channels: int | None = None,
+        dtype: DType | None = None,
+        stride: int = 1,
+        padding: int = 0,
+        dilation: int = 1,
+        num_groups: int = 1,
+        device: Any = None,
+        has_bias: bool = False,
+        permute: bool = False,
+        name: str | None = None,
+        *,
+        filter: Any = None,  # noqa: A002 - MAX's name
+        bias: Any = None,
+    ) -> None:
+        super().__init__()
+        self.stride = conv_tuple("Conv1D", "stride", stride, 1)[0]
+        self.dilation = conv_tuple("Conv1D", "dilation", dilation, 1)[0]
+        pad = conv_padding("Conv1D", padding, 1)
+        self.padding = pad[0] if pad[0] == pad[1] else pad
+        if filter is not None:
+            self._adopt(filter, bias, num_groups, device, permute)
+            return
+        if None in (kernel_size, in_channels, out_channels, dtype):
+            raise TypeError("Conv1D: pass kernel_size, in_channels, out_channels and dtype (or existing values as filter=/bias=)")
+        self._setup(conv_tuple("Conv1D", "kernel_size", kernel_size, 1), in_channels, out_channels, dtype, num_groups, device, has_bias, permute, name)
+
+    def _adopt(self, filt: Any, bias: Any, num_groups: int, device: Any, permute: bool) -> None:
+        shape = [int(d) for d in filt.shape]
+        if len(shape) != 3:
+            raise ValueError(f"Conv1D: filter must have rank 3, got shape {shape}")
+        out_c, in_per_group = (shape[0], shape[1]) if permute else (shape[2], shape[1])
+        self.in_channels, self.out_channels, self.num_groups = in_per_group * num_groups, out_c, num_groups
+        self.device, self.permute = _device(device if device is not None else getattr(filt, "device", None)), bool(permute)
+        self.filter, self.bias = filt, bias
+
+    def __call__(self, x: Any) -> Any:
+        """Convolve ``x``; returns ``(batch, new_length, out_channels)`` (channels-first with ``permute``)."""
+        x = _as_value(x)
+        check_conv_input("Conv1D", x, 1, self.in_channels, self.permute)
+        filt, bias = self._weights_on_device()
+        filt, bias = _as_value(filt), (_as_value(bias) if bias is not None else None)
+        # A unit height turns the 1-D convolution into a 2-D one.
+        x = ops.unsqueeze(x, 2 if self.permute else 1)
+        filt = ops.unsqueeze(filt, 2 if self.permute else 0)
+        pad = conv_padding("Conv1D", self.padding, 1)
+        out = self._conv(x, filt, bias, (1, self.stride), (1, self.dilation), (0, 0, *pad))
+        return ops.squeeze(out, 2 if self.permute else 1)
+
+
+class Conv2d(_ConvND, Shardable):
+    """A 2D convolution over an input signal composed of several input planes.
+
+    Input NHWC, ``filter`` RSCF ``(kH, kW, in/groups, out)``; with
+    ``permute=True`` NCHW and PyTorch's ``(out, in/groups, kH, kW)``.
+    ``padding`` is an int, ``(pad_h, pad_w)`` or ``(top, bottom, left, right)``.
+
+    Example:
+        >>> conv = Conv2d((3, 5), 4, 8, DType.float32, stride=2, padding=(1, 2))
+        >>> conv.padding
+        (1, 1, 2, 2)
+    """
+
+    _nd = 2
+
+    def __init__(
+        self,
+        kernel_size: int | tuple[int, int],
+        in_channels: int,
+        out_channels: int,
+        dtype: DType,
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] | tuple[int, int, int, int] = 0,
+        dilation: int | tuple[int, int] = 1,
+        num_groups: int = 1,
+        device: Any = None,
+        has_bias: bool = False,
+        permute: bool = False,
+        name: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.kernel_size = conv_tuple("Conv2d", "kernel_size", kernel_size, 2)
+        self.stride = conv_tuple("Conv2d", "stride", stride, 2)
+        self.padding = conv_padding("Conv2d", padding, 2)
+        self.dilation = conv_tuple("Conv2d", "dilation", dilation, 2)
+        self._setup(self.kernel_size, in_channels, out_channels, dtype, num_groups, device, has_bias, permute, name)
+
+    def __call__(self, x: Any) -> Any:
+        """Convolve ``x`` (NHWC, or NCHW with ``permute``); the output has the input's layout."""
+        x = _as_value(x)
+        check_conv_input("Conv2d", x, 2, self.in_channels, self.permute)
+        filt, bias = self._weights_on_device()
+        return self._conv(x, filt, bias, self.stride, self.dilation, self.padding)
+
+    @property
+    def sharding_strategy(self) -> Any:
+        """Get the Conv2d sharding strategy (only replication is supported)."""
+        return self.__dict__.get("_sharding_strategy")
+
+    @sharding_strategy.setter
+    def sharding_strategy(self, strategy: Any) -> None:
+        if strategy is not None and not strategy.is_replicate:
+            raise ValueError(f"Conv2d: only replicate sharding is supported, got {strategy}")
+        self.__dict__["_sharding_strategy"] = strategy
+        for w in (self.filter, self.bias):
+            if w is not None:
+                w.sharding_strategy = strategy
+
+    def shard(self, devices: Iterable[Any]) -> list[Conv2d]:
+        """Creates sharded views of this Conv2d layer across multiple devices (each holds the full filter)."""
+        devices = list(devices)
+        if self.sharding_strategy is None:
+            raise ValueError("Conv2d.shard: set sharding_strategy first (ShardingStrategy.replicate(n))")
+        filters = self.filter.shard(devices)
+        biases = self.bias.shard(devices) if self.bias is not None else [None] * len(devices)
+        out = []
+        for dev, f, b in zip(devices, filters, biases):
+            layer = Conv2d.__new__(Conv2d)
+            Module.__init__(layer)
+            for attr in ("kernel_size", "stride", "padding", "dilation", "in_channels", "out_channels", "num_groups", "permute"):
+                setattr(layer, attr, getattr(self, attr))
+            layer.device, layer.filter, layer.bias = _device(dev), f, b
+            out.append(layer)
+        return out
+
+
+class Conv3D(_ConvND):
+    """A 3D convolution over an input signal composed of several input planes.
+
+    Input NDHWC, ``filter`` ``(depth, height, width, in/groups, out)``; with
+    ``permute=True`` NCDHW and PyTorch's ``(out, in/groups, D, H, W)``.
+    ``padding`` is an int, 3 ints or ``(front, back, top, bottom, left, right)``.
+
+    Example:
+        >>> conv = Conv3D(2, 3, 3, in_channels=4, out_channels=8, dtype=DType.float32, padding=1)
+        >>> [int(d) for d in conv.filter.shape]
+        [2, 3, 3, 4, 8]
+    """
+
+    _nd = 3
+
+    def __init__(
+        self,
+        depth: int,
+        height: int,
+        width: int,
+        in_channels: int,
+        out_channels: int,
+        dtype: DType,
+        stride: int | tuple[int, int, int] = 1,
+        padding: int | tuple[int, int, int, int, int, int] = 0,
+        dilation: int | tuple[int, int, int] = 1,
+        num_groups: int = 1,
+        device: Any = None,
+        has_bias: bool = False,
+        permute: bool = False,
+        name: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.kernel_size = conv_tuple("Conv3D", "kernel size (depth, height, width)", (depth, height, width), 3)
+        self.stride = conv_tuple("Conv3D", "stride", stride, 3)
+        self.padding = conv_padding("Conv3D", padding, 3)
+        self.dilation = conv_tuple("Conv3D", "dilation", dilation, 3)
+        self._setup(self.kernel_size, in_channels, out_channels, dtype, num_groups, device, has_bias, permute, name)
+
+    def __call__(self, x: Any) -> Any:
+        """Convolve ``x`` (NDHWC, or NCDHW with ``permute``); the output has the input's layout."""
+        x = _as_value(x)
+        check_conv_input("Conv3D", x, 3, self.in_channels, self.permute)
+        filt, bias = self._weights_on_device()
+        return self._conv(x, filt, bias, self.stride, self.dilation, self.padding)
+
+
+# ─── deprecated value-holding forms ───────────────────────────────────────
+
+
+def _v1_call(layer: str, nd: int, x: Any, filt: Any, bias: Any, stride: Sequence[int], dilation: Sequence[int], padding: Sequence[int], groups: int) -> Any:
+    x = _as_value(x)
+    filt = _as_value(filt)
+    bias = _as_value(bias) if bias is not None else None
+    check_conv_input(layer, x, nd, None, False)
+    if filt.rank != nd + 2:
+        raise ValueError(f"{layer}: filter must have rank {nd + 2}, got shape {shape_str(filt.shape)}")
+    if nd == 3:
+        return ops.conv3d(x, filt, stride, dilation, padding, groups, bias)
+    return ops.conv2d(x, filt, stride, dilation, padding, groups, bias)
+
+
+@dataclass
+class Conv1DV1(Layer):
+    """DEPRECATED (use `Conv1D`): 1-D convolution of a ``(N, L, C)`` input with a ``(k, C/groups, out)`` filter value."""
+
+    filter: Any  # noqa: A003 - MAX's name
+    bias: Any = None
+    stride: int = 1
+    padding: int = 0
+    dilation: int = 1
+    groups: int = 1
+
+    def __call__(self, x: Any) -> Any:
+        filt = _as_value(self.filter)
+        if filt.rank != 3:
+            raise ValueError(f"Conv1DV1: filter must be (kernel_size, in_channels/groups, out_channels), got shape {shape_str(filt.shape)}")
+        x = _as_value(x)
+        check_conv_input("Conv1DV1", x, 1, None, False)
+        pad = conv_padding("Conv1DV1", self.padding, 1)
+        out = _v1_call("Conv1DV1", 2, ops.unsqueeze(x, 1), ops.unsqueeze(filt, 0), self.bias, (1, self.stride), (1, self.dilation), (0, 0, *pad), self.groups)
+        return ops.squeeze(out, 1)
+
+
+@dataclass
+class Conv2dV1(Layer):
+    """DEPRECATED (use `Conv2d`): NHWC input, RSCF filter value; ``padding`` an int or ``(top, bottom, left, right)``."""
+
+    filter: Any  # noqa: A003 - MAX's name
+    bias: Any = None
+    stride: int | tuple[int, int] = (1, 1)
+    padding: int | tuple[int, int, int, int] = (0, 0, 0, 0)
+    dilation: int | tuple[int, int] = (1, 1)
+    groups: int = 1
+
+    def __call__(self, x: Any) -> Any:
+        args = conv_tuple("Conv2dV1", "stride", self.stride, 2), conv_tuple("Conv2dV1", "dilation", self.dilation, 2), conv_padding("Conv2dV1", self.padding, 2)
+        return _v1_call("Conv2dV1", 2, x, self.filter, self.bias, *args, self.groups)
+
+
+@dataclass
+class Conv3DV1(Layer):
+    """DEPRECATED (use `Conv3D`): NDHWC input, QRSCF filter value; ``padding`` an int or 6 ints."""
+
+    filter: Any  # noqa: A003 - MAX's name
+    bias: Any = None
+    stride: int | tuple[int, int, int] = (1, 1, 1)
+    padding: int | tuple[int, int, int, int, int, int] = (0, 0, 0, 0, 0, 0)
+    dilation: int | tuple[int, int, int] = (1, 1, 1)
+    groups: int = 1
+
+    def __call__(self, x: Any) -> Any:
+        args = conv_tuple("Conv3DV1", "stride", self.stride, 3), conv_tuple("Conv3DV1", "dilation", self.dilation, 3), conv_padding("Conv3DV1", self.padding, 3)
+        return _v1_call("Conv3DV1", 3, x, self.filter, self.bias, *args, self.groups)
