@@ -15,6 +15,7 @@ from lowering.types import DeviceRef
 from maxfx.graph import ops
 from maxfx.graph._weight import Weight
 from maxfx.graph.quantization import QuantizationEncoding
+from maxfx.nn._float8_linear import float8_matmul, float8_weights
 from maxfx.nn._layer import Layer, Module, Shardable
 
 __all__ = ["Linear", "MLP", "Embedding", "LayerNorm", "RMSNorm", "Sequential", "clamp", "rms_norm"]
@@ -76,9 +77,10 @@ class Linear(Module, Shardable):
         clip_weight: float | None = None,
     ):
         super().__init__()
-        if float8_config is not None:
-            raise ValueError("Linear: float8_config (float8 scaled matmul) is not supported by maxfx; use a float dtype or a GGUF/GPTQ quantization_encoding")
+        if float8_config is not None and quantization_encoding is not None:
+            raise ValueError("Linear: float8_config and quantization_encoding are exclusive; pick one weight format")
         self.in_dim, self.out_dim = int(in_dim), int(out_dim)
+        self.float8_config = float8_config
         self.device = _device(device)
         self.quantization_encoding = quantization_encoding
         self.clip_weight = clip_weight
@@ -88,10 +90,15 @@ class Linear(Module, Shardable):
         self.bias = Weight(prefix + "bias", dtype, [self.out_dim], DeviceRef.CPU()) if has_bias else None
         self.input_scale = None
         self.weight_scale = None
+        if float8_config is not None:
+            self.weight, self.weight_scale, self.input_scale = float8_weights(float8_config, self.in_dim, self.out_dim, prefix)
 
     def __call__(self, x: Any) -> Any:
         w = _on(self.weight, self.device)
-        if self.quantization_encoding is not None:
+        if getattr(self, "float8_config", None) is not None:
+            scales = [_on(s, self.device) if s is not None else None for s in (self.weight_scale, self.input_scale)]
+            out = float8_matmul(self, x, w, *scales)
+        elif self.quantization_encoding is not None:
             out = ops.qmatmul(self.quantization_encoding, None, x, w)
         else:
             if self.clip_weight is not None:
@@ -107,6 +114,8 @@ class Linear(Module, Shardable):
         strategy = self.sharding_strategy
         if strategy is None:
             raise ValueError("Linear.shard: set sharding_strategy first (e.g. ShardingStrategy.rowwise(n))")
+        if getattr(self, "float8_config", None) is not None:
+            raise ValueError("Linear.shard: sharding float8 layers (weights with scales) is not supported")
         self.weight.sharding_strategy = strategy
         shards = self.weight.shard(devices)
         if self.bias is not None:
