@@ -16,7 +16,7 @@ from lowering.ops._rules import OpError, fmt
 from lowering.registry import OpDef, front, register
 from lowering.types import BufferType, DeviceRef, TensorType, Type
 
-__all__ = ["print_", "assert_same_device", "format_tensor"]
+__all__ = ["print_", "export_tensor", "assert_same_device", "format_tensor"]
 
 # MAX prints dtypes with their MLIR element-type names (``dtype=f32``).
 _SHORT = {
@@ -105,6 +105,43 @@ def print_(value: Any, label: str = "debug_tensor") -> None:
 
 
 print_.__name__ = print_.__qualname__ = "print"  # exported as ops.print
+
+
+def _save_tensor(path: str, label: str, x: Any) -> None:
+    import os  # noqa: PLC0415
+
+    os.makedirs(path, exist_ok=True)
+    np.save(os.path.join(path, f"{label}.npy"), np.asarray(x))
+
+
+def _export_rule(x: Type, *, path: str, label: str) -> None:
+    if not isinstance(x, (TensorType, BufferType)):
+        raise OpError(f"export_tensor: value must be a tensor, got {fmt(x)}")
+    if not label or "/" in label or label.startswith("."):
+        raise OpError(f"export_tensor: label must be a plain file name, got {label!r}")
+    return None
+
+
+def _export_impl(x, *, path: str, label: str):
+    # Same ordered callback as print: the file is written when the graph runs.
+    jax.debug.callback(functools.partial(_save_tensor, path, label), x, ordered=True)
+    return None
+
+
+export_tensor_p = register(OpDef("export_tensor", rule=_export_rule, impl=_export_impl, effect=True, differentiable=False))
+
+
+@front(export_tensor_p)
+def export_tensor(value: Any, path: str, label: str) -> None:
+    """Save a tensor's contents to ``{path}/{label}.npy`` when the graph runs (debug checkpoints).
+
+    Example:
+        >>> ops.export_tensor(hidden, "/tmp/ckpt", "layer0-output")  # doctest: +SKIP
+    """
+    if not isinstance(path, str) or not isinstance(label, str):
+        raise TypeError(f"export_tensor: path and label must be str, got {type(path).__name__}, {type(label).__name__}")
+    bind(export_tensor_p, value, path=path, label=label)
+    return None
 
 
 def _device_of(v: Any) -> DeviceRef:

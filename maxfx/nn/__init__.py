@@ -24,6 +24,9 @@ from maxfx.nn.rotary_embedding import *  # noqa: F403 - RoPE layers and scaling 
 from maxfx.nn import conv, conv_transpose
 from maxfx.nn.conv import *  # noqa: F403
 from maxfx.nn.conv_transpose import *  # noqa: F403
+from maxfx.nn import hooks, sampling
+from maxfx.nn.hooks import PrintHook
+from maxfx.nn.sampling import *  # noqa: F403
 
 EmbeddingV2 = Embedding
 """Seed 002's example name for `Embedding` (API_INVENTORY §6 #8)."""
@@ -34,6 +37,10 @@ __all__ = [
     *conv_transpose.__all__,
     "conv",
     "conv_transpose",
+    *sampling.__all__,
+    "PrintHook",
+    "hooks",
+    "sampling",
     "rotary_embedding",
     "ConstantLayerNorm",
     "EmbeddingV1",
