@@ -173,3 +173,124 @@ def test_reference_errors_name_the_parameter():
         ref.attention(z, z, z, local_window_size="wide")
     with pytest.raises(ValueError, match="head_dim"):
         ref.attention(z, np.zeros((1, 4, 3, 4), np.float32), np.zeros((1, 4, 3, 4), np.float32))
+
+
+# ─── flash attention kernels (interpret mode) ─────────────────────────────
+
+from custom_calls.attention import pallas_flash as pf  # noqa: E402
+
+# Small tiles so that tiny sequences span several tiles (block skipping, edge tiles, masks).
+CFG = pf.FlashConfig(block_q=32, block_k=16, num_warps=4, num_stages=2, block_q_bwd=16, block_k_bwd=32)
+TOL = {"float32": 2e-5, "bfloat16": 3e-2, "float16": 4e-3}
+
+FWD_CASES = [
+    # (B, Sq, Sk, Hq, Hkv, D, dtype, kwargs)
+    (2, 64, 64, 4, 4, 32, "float32", {}),
+    (1, 50, 70, 4, 1, 24, "float32", dict(causal=True)),  # uneven S, non-power-of-2 head_dim, MQA
+    (2, 45, 45, 2, 2, 32, "float32", dict(local_window_size=(7, 3))),
+    (1, 64, 64, 4, 2, 32, "float32", dict(causal=True, local_window_size=(20, 0))),
+    (2, 40, 48, 4, 2, 32, "float32", dict(causal=True, q_lens=[33, 40], kv_lens=[48, 21], q_offset=8)),
+    (1, 64, 64, 4, 2, 64, "bfloat16", dict(causal=True)),
+    (2, 40, 40, 2, 1, 32, "float16", {}),
+]
+
+
+def _case_id(c):
+    b, sq, sk, hq, hkv, d, dt, kw = c
+    return f"B{b}-Sq{sq}-Sk{sk}-H{hq}/{hkv}-D{d}-{dt}-" + ",".join(f"{k}={v}" for k, v in kw.items())
+
+
+@pytest.mark.parametrize("case", FWD_CASES, ids=[_case_id(c) for c in FWD_CASES])
+def test_flash_forward_matches_reference(rng, case):
+    b, sq, sk, hq, hkv, d, dt, kw = case
+    q, k, v = _rand(rng, (b, sq, hq, d), dt), _rand(rng, (b, sk, hkv, d), dt), _rand(rng, (b, sk, hkv, d), dt)
+    o, lse = pf.flash_attention(q, k, v, config=CFG, interpret=True, return_lse=True, **kw)
+    o_ref, lse_ref = ref.attention_with_lse(q, k, v, **kw)
+    assert o.shape == q.shape and o.dtype == q.dtype
+    assert _err(o, o_ref) < TOL[dt]
+    fin = np.isfinite(np.asarray(lse_ref))
+    assert np.array_equal(np.isfinite(np.asarray(lse)), fin)
+    assert _err(np.asarray(lse)[fin], np.asarray(lse_ref)[fin]) < 1e-4
+
+
+GRAD_CASES = [
+    (1, 50, 50, 4, 2, 24, "float32", dict(causal=True)),
+    (2, 45, 45, 2, 2, 32, "float32", dict(local_window_size=(7, 3))),
+    (2, 64, 64, 4, 2, 32, "float32", {}),
+    (1, 64, 64, 4, 1, 32, "bfloat16", dict(causal=True)),
+]
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=[_case_id(c) for c in GRAD_CASES])
+def test_flash_gradients_match_reference(rng, case):
+    b, sq, sk, hq, hkv, d, dt, kw = case
+    q, k, v = _rand(rng, (b, sq, hq, d), dt), _rand(rng, (b, sk, hkv, d), dt), _rand(rng, (b, sk, hkv, d), dt)
+    do = _rand(rng, (b, sq, hq, d), dt)
+    o, vjp = jax.vjp(lambda *a: pf.flash_attention(*a, config=CFG, interpret=True, **kw), q, k, v)
+    o_ref, vjp_ref = jax.vjp(lambda *a: ref.attention(*a, **kw), q, k, v)
+    assert _err(o, o_ref) < TOL[dt]
+    for name, g, g_ref in zip("qkv", vjp(do), vjp_ref(do)):
+        assert g.dtype == jnp.dtype(dt) and g.shape == g_ref.shape
+        scale = max(float(np.abs(np.asarray(g_ref, np.float32)).max()), 1.0)
+        assert _err(g, g_ref) / scale < (1e-5 if dt == "float32" else 3e-2), name
+
+
+def test_flash_ragged_forward_and_gradients(rng):
+    # 4 sequences (one empty), keys longer than queries (cached prefix), GQA, causal
+    qo, ko = np.array([0, 5, 5, 37, 50]), np.array([0, 9, 12, 44, 63])
+    q, k, v = _rand(rng, (52, 4, 32)), _rand(rng, (63, 2, 32)), _rand(rng, (63, 2, 32))
+    do = _rand(rng, (52, 4, 32))
+    kw = dict(kv_row_offsets=ko, causal=True)
+    o, vjp = jax.vjp(lambda *a: pf.flash_attention_ragged(*a, qo, config=CFG, interpret=True, **kw), q, k, v)
+    o_ref, vjp_ref = jax.vjp(lambda *a: ref.ragged_attention(*a, qo, **kw), q, k, v)
+    assert _err(o, o_ref) < 2e-5 and not np.asarray(o)[50:].any()
+    for g, g_ref in zip(vjp(do), vjp_ref(do)):
+        assert _err(g, g_ref) < 1e-4
+
+
+# ─── Triton lowering, checked on CPU ──────────────────────────────────────
+
+
+def _lowers_for_cuda(f, *args) -> int:
+    """Export ``f`` for CUDA from the CPU (abstract H100); returns the number of Triton custom calls."""
+    from jax import export
+    from jax.experimental.pallas import triton as pltriton
+    from jax.sharding import AbstractDevice, AbstractMesh, AxisType, use_abstract_mesh
+
+    h100 = AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", num_cores=132, platform="gpu")
+    with use_abstract_mesh(AbstractMesh((1,), ("x",), (AxisType.Explicit,), abstract_device=h100)):
+        exp = export.export(
+            jax.jit(f), platforms=["cuda"], disabled_checks=[export.DisabledSafetyCheck.custom_call(pltriton.CUSTOM_CALL_TARGET_NAME)]
+        )(*args)
+    return exp.mlir_module().count(pltriton.CUSTOM_CALL_TARGET_NAME)
+
+
+LOWER_FLASH = [
+    # (S, Hq, Hkv, D, dtype, kwargs, config)
+    (4096, 16, 16, 128, jnp.bfloat16, dict(causal=True), None),  # the benchmark shape, default H100 blocks
+    (1000, 8, 2, 64, jnp.float16, dict(local_window_size=(128, 16)), None),
+    (300, 4, 1, 80, jnp.float32, dict(causal=True, local_window_size=(64, 0)), None),
+    (512, 4, 4, 256, jnp.bfloat16, {}, None),
+    (512, 8, 2, 128, jnp.bfloat16, dict(causal=True), pf.FlashConfig(64, 64, 4, 3, 32, 32, 4, 2)),
+]
+
+
+@pytest.mark.parametrize("case", LOWER_FLASH, ids=[f"S{c[0]}-H{c[1]}/{c[2]}-D{c[3]}-{jnp.dtype(c[4]).name}" for c in LOWER_FLASH])
+def test_flash_triton_lowering(case):
+    s, hq, hkv, d, dt, kw, cfg = case
+    q, kv = jax.ShapeDtypeStruct((2, s, hq, d), dt), jax.ShapeDtypeStruct((2, s, hkv, d), dt)
+    fwd = lambda q, k, v: pf.flash_attention(q, k, v, config=cfg, **kw)  # noqa: E731
+    assert _lowers_for_cuda(fwd, q, kv, kv) == 1
+    grad = jax.grad(lambda q, k, v: fwd(q, k, v).astype(jnp.float32).sum(), argnums=(0, 1, 2))
+    assert _lowers_for_cuda(grad, q, kv, kv) == 3  # forward, dK/dV, dQ
+
+
+def test_flash_ragged_triton_lowering():
+    q, kv = jax.ShapeDtypeStruct((700, 8, 128), jnp.bfloat16), jax.ShapeDtypeStruct((900, 2, 128), jnp.bfloat16)
+    off = jax.ShapeDtypeStruct((5,), jnp.int32)
+    f = lambda q, k, v, qo, ko: pf.flash_attention_ragged(  # noqa: E731
+        q, k, v, qo, kv_row_offsets=ko, causal=True, max_seq_len=512, max_kv_len=512
+    )
+    assert _lowers_for_cuda(f, q, kv, kv, off, off) == 1
+    g = jax.grad(lambda q, k, v, qo, ko: f(q, k, v, qo, ko).astype(jnp.float32).sum(), argnums=(0, 1, 2))
+    assert _lowers_for_cuda(g, q, kv, kv, off, off) == 3

@@ -1,0 +1,151 @@
+"""Helpers shared by the Triton-style attention kernels: masked tile loads, dots, tile ranges.
+
+Every function here runs *inside* a Pallas kernel body (traced into Triton IR
+on GPU, emulated in interpret mode on CPU), so it follows the Triton rules of
+``shared/design/PALLAS_NOTES.md`` §2: refs are sliced (never values), every
+loaded tensor has power-of-two dims, out-of-range rows are masked loads (no
+out-of-bounds access), no captured constants.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+LOG2E = 1.4426950408889634
+NEG_INF = float("-inf")
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def _rows_idx(start, n, dp, head):
+    # one indexer only: the Triton lowering rejects a ref sliced twice (ref.at[a].at[b])
+    if head is None:
+        return (pl.ds(start, n), pl.ds(0, dp))
+    return (pl.ds(start, n), head, pl.ds(0, dp))
+
+
+def load_rows(ref, start, n: int, d: int, dp: int, row_ok=None, other=0.0, head=None):
+    """Rows ``[start, start + n)`` of a ``[T, Dp]`` ref (``[T, G, Dp]`` with ``head``).
+
+    Columns ``>= d`` and rows where ``row_ok`` is False read ``other``.
+    """
+    idx = _rows_idx(start, n, dp, head)
+    mask = None
+    if d != dp:
+        mask = (jnp.arange(dp) < d)[None, :]
+    if row_ok is not None:
+        mask = row_ok[:, None] if mask is None else mask & row_ok[:, None]
+    if mask is None:
+        return ref[idx]
+    return pltriton.load(ref.at[idx], mask=mask, other=other)
+
+
+def store_rows(ref, start, x, d: int, dp: int, row_ok=None, head=None):
+    """Store ``x [n, Dp]`` at rows ``[start, start + n)`` (masked like `load_rows`)."""
+    idx = _rows_idx(start, x.shape[0], dp, head)
+    mask = None
+    if d != dp:
+        mask = (jnp.arange(dp) < d)[None, :]
+    if row_ok is not None:
+        mask = row_ok[:, None] if mask is None else mask & row_ok[:, None]
+    if mask is None:
+        ref[idx] = x
+    else:
+        pltriton.store(ref.at[idx], x, mask=mask)
+
+
+def load_vec(ref, start, n: int, ok=None, other=0.0, head=None):
+    """``ref[start:start + n]`` of a 1-D ref (``ref[head, start:start + n]`` of a 2-D one), masked where ``ok`` is False."""
+    idx = (pl.ds(start, n),) if head is None else (head, pl.ds(start, n))
+    if ok is None:
+        return ref[idx]
+    return pltriton.load(ref.at[idx], mask=ok, other=other)
+
+
+def store_vec(ref, start, x, ok=None):
+    if ok is None:
+        ref[pl.ds(start, x.shape[0])] = x
+    else:
+        pltriton.store(ref.at[pl.ds(start, x.shape[0])], x, mask=ok)
+
+
+def dot(a, b, *, trans_b: bool, precision=None):
+    """``a @ b`` (or ``a @ b.T``) with float32 accumulation."""
+    dims = (((1,), (1,)), ((), ())) if trans_b else (((1,), (0,)), ((), ()))
+    return lax.dot_general(a, b, dims, precision=precision, preferred_element_type=jnp.float32)
+
+
+def visible(qpos, kpos, causal: bool, window):
+    """``[len(qpos), len(kpos)]`` mask of key positions visible from query positions (None when all are)."""
+    ok = None
+
+    def _and(a, b):
+        return b if a is None else a & b
+
+    qp, kp = qpos[:, None], kpos[None, :]
+    if causal:
+        ok = _and(ok, kp <= qp)
+    if window is not None:
+        ok = _and(ok, kp >= qp - window[0])
+        if not causal:
+            ok = _and(ok, kp <= qp + window[1])
+    return ok
+
+
+def _right(causal: bool, window):
+    if causal:
+        return 0
+    return None if window is None else window[1]
+
+
+def kv_tile_range(qmin, qmax, kv_len, bk: int, causal: bool, window):
+    """KV tiles a block of queries at positions ``[qmin, qmax]`` needs.
+
+    Returns ``(lo, a, c, hi)``: tiles ``[lo, hi)`` hold some visible key, and
+    tiles ``[a, c)`` ⊆ ``[lo, hi)`` are visible from *every* query of the
+    block and lie inside ``kv_len`` (they need no mask).
+    """
+    right = _right(causal, window)
+    lo, hi = 0, cdiv(kv_len, bk)
+    full_lo, full_hi = 0, kv_len // bk
+    if right is not None:
+        hi = jnp.minimum(hi, cdiv(jnp.maximum(qmax + right + 1, 0), bk))
+        full_hi = jnp.minimum(full_hi, jnp.maximum(qmin + right + 1, 0) // bk)
+    if window is not None:
+        lo = jnp.maximum(qmin - window[0], 0) // bk
+        full_lo = cdiv(jnp.maximum(qmax - window[0], 0), bk)
+    hi = jnp.maximum(hi, lo)
+    a = jnp.clip(full_lo, lo, hi)
+    c = jnp.clip(full_hi, a, hi)
+    return lo, a, c, hi
+
+
+def q_tile_range(kmin, kmax, pos0, q_len, bq: int, causal: bool, window, keys_all_valid):
+    """Query tiles (rows ``r``, position ``pos0 + r``) that see some key in ``[kmin, kmax]``.
+
+    Same ``(lo, a, c, hi)`` convention as `kv_tile_range`; ``[a, c)`` are
+    tiles whose rows all exist and see every key (``keys_all_valid`` False
+    empties it).
+    """
+    right = _right(causal, window)
+    lo, hi = 0, cdiv(q_len, bq)
+    full_lo, full_hi = 0, q_len // bq
+    if right is not None:
+        lo = jnp.maximum(kmin - right - pos0, 0) // bq
+        full_lo = cdiv(jnp.maximum(kmax - right - pos0, 0), bq)
+    if window is not None:
+        hi = jnp.minimum(hi, cdiv(jnp.maximum(kmax + window[0] + 1 - pos0, 0), bq))
+        full_hi = jnp.minimum(full_hi, jnp.maximum(kmin + window[0] - pos0 + 1, 0) // bq)
+    hi = jnp.maximum(hi, lo)
+    a = jnp.clip(full_lo, lo, hi)
+    c = jnp.clip(jnp.where(keys_all_valid, full_hi, a), a, hi)
+    return lo, a, c, hi

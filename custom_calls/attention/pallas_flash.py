@@ -1,0 +1,575 @@
+"""Flash attention (FlashAttention-2 style) as Triton-backend Pallas kernels, with a custom VJP.
+
+All entry points work on a *packed* token layout: ``q [Tq, Hq, D]``, ``k``/``v``
+``[Tk, Hkv, D]`` plus a per-sequence table ``seq int32 [5, B]`` = (q start,
+q length, kv start, kv length, position of the first query). The dense
+``[B, S, H, D]`` layout is the special case ``start = b * S`` (a free reshape),
+ragged batches pass their row offsets. Query ``r`` of sequence ``b`` sits at
+position ``pos0[b] + r``; key ``j`` at position ``j``.
+
+Forward (`flash_attention` / `flash_attention_packed`): grid
+``(q tiles, B, Hq)``; each program keeps its ``block_q`` query rows and loops
+over ``block_k`` KV tiles with an online softmax in base 2 (float32 ``m``,
+``l``, accumulator; ``scale·log2 e`` folded into the scores). Only the KV tiles
+that hold a visible key are visited (causal / sliding-window block skipping),
+split in three loops so that the tiles visible to every query of the block
+run without any mask. GQA: program ``(·, ·, h)`` reads KV head ``h // G``.
+Residual: the base-2 logsumexp per query row (``+inf`` for rows that see no
+key, which makes their probabilities exactly 0 in the backward pass).
+
+Backward (FlashAttention-2): ``delta = rowsum(o · do)`` in XLA, then
+
+* dK/dV kernel, grid ``(kv tiles, B, Hkv)``: keeps one KV tile, loops over the
+  ``G`` query heads of its group and their visible query tiles, computing in
+  the transposed orientation ``sT = k qᵀ`` (no transposes in registers);
+  GQA gradients are summed inside the kernel, nothing per query head is stored.
+* dQ kernel, grid ``(q tiles, B, Hq)``: the forward's loop structure.
+
+Dtypes: float32, bfloat16, float16 in; float32 accumulation; 16-bit inputs
+multiply 16-bit tiles on the tensor cores, float32 uses full-precision dots.
+head_dim: any size ≤ 256; non-powers of two are masked up to the next power.
+
+Example:
+    >>> import numpy as np
+    >>> from custom_calls.attention import pallas_flash as pf
+    >>> q = np.ones((1, 40, 4, 32), np.float32); kv = np.ones((1, 40, 2, 32), np.float32)
+    >>> pf.flash_attention(q, kv, kv, causal=True, interpret=True).shape
+    (1, 40, 4, 32)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+from custom_calls.attention import _tiles as t_
+from custom_calls.attention.reference import window_pair
+
+__all__ = [
+    "FlashConfig",
+    "default_config",
+    "SUPPORTED_DTYPES",
+    "MAX_HEAD_DIM",
+    "flash_attention",
+    "flash_attention_packed",
+    "flash_attention_ragged",
+    "dense_seq_table",
+    "ragged_seq_table",
+]
+
+SUPPORTED_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
+MAX_HEAD_DIM = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class FlashConfig:
+    """Block sizes (powers of two ≥ 16) and Triton launch parameters.
+
+    ``block_q``/``block_k``: forward tiles. ``block_q_bwd``/``block_k_bwd``:
+    tiles of both backward kernels. Blocks larger than the (power-of-two
+    rounded) sequence are shrunk to it.
+    """
+
+    block_q: int = 128
+    block_k: int = 64
+    num_warps: int = 4
+    num_stages: int = 3
+    block_q_bwd: int = 64
+    block_k_bwd: int = 64
+    num_warps_bwd: int = 4
+    num_stages_bwd: int = 2
+
+    def __post_init__(self):
+        for f in ("block_q", "block_k", "block_q_bwd", "block_k_bwd"):
+            v = getattr(self, f)
+            if v < 16 or v & (v - 1):
+                raise ValueError(f"{f}: must be a power of two >= 16, got {v}")
+
+
+def default_config(head_dim: int) -> FlashConfig:
+    """H100 starting points (PALLAS_NOTES §6.1/§8.2; re-tune with tests/bench/kernels.py)."""
+    if head_dim <= 64:
+        return FlashConfig(128, 64, 4, 3, 64, 64, 4, 2)
+    if head_dim <= 128:
+        return FlashConfig(128, 128, 8, 2, 64, 64, 8, 2)
+    return FlashConfig(64, 32, 8, 2, 32, 32, 8, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+    """Everything static about one kernel launch (hashable: custom_vjp nondiff arg)."""
+
+    causal: bool
+    window: tuple[int, int] | None
+    scale: float
+    d: int
+    dp: int
+    group: int
+    even: bool  # every sequence fills whole tiles: no row masks
+    max_q: int
+    max_k: int
+    cfg: FlashConfig
+    interpret: bool
+
+    def blocks(self, bwd: bool) -> tuple[int, int]:
+        bq = self.cfg.block_q_bwd if bwd else self.cfg.block_q
+        bk = self.cfg.block_k_bwd if bwd else self.cfg.block_k
+        return min(bq, max(16, t_.next_pow2(self.max_q))), min(bk, max(16, t_.next_pow2(self.max_k)))
+
+
+def _prec(dtype):
+    return lax.Precision.HIGHEST if dtype == jnp.float32 else None
+
+
+def _seq(seq_ref, b):
+    return tuple(seq_ref[j, b] for j in range(5))
+
+
+# ─── forward ──────────────────────────────────────────────────────────────
+
+
+def _fwd_kernel(seq_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, spec: _Spec):
+    bq, bk = spec.blocks(False)
+    i, b = pl.program_id(0), pl.program_id(1)
+    q_start, q_len, k_start, k_len, pos0 = _seq(seq_ref, b)
+    r0 = i * bq
+    c = spec.scale * t_.LOG2E
+
+    @pl.when(r0 < q_len)
+    def _():
+        rows = r0 + jnp.arange(bq)
+        row_ok = None if spec.even else rows < q_len
+        q = t_.load_rows(q_ref, q_start + r0, bq, spec.d, spec.dp, row_ok)
+        prec = _prec(q.dtype)
+        qpos = pos0 + rows
+        lo, a, cc, hi = t_.kv_tile_range(pos0 + r0, pos0 + r0 + bq - 1, k_len, bk, spec.causal, spec.window)
+
+        def step(masked: bool):
+            def body(t, carry):
+                acc, m, l = carry
+                kpos = t * bk + jnp.arange(bk)
+                key_ok = (kpos < k_len) if masked else None
+                k = t_.load_rows(k_ref, k_start + t * bk, bk, spec.d, spec.dp, key_ok)
+                v = t_.load_rows(v_ref, k_start + t * bk, bk, spec.d, spec.dp, key_ok)
+                s = t_.dot(q, k, trans_b=True, precision=prec) * c
+                if masked:
+                    ok = t_.visible(qpos, kpos, spec.causal, spec.window)
+                    ok = key_ok[None, :] if ok is None else ok & key_ok[None, :]
+                    s = jnp.where(ok, s, t_.NEG_INF)
+                m_new = jnp.maximum(m, jnp.max(s, axis=1))
+                m_use = jnp.where(m_new == t_.NEG_INF, 0.0, m_new) if masked else m_new
+                p = jnp.exp2(s - m_use[:, None])
+                alpha = jnp.exp2(m - m_use)
+                l = l * alpha + jnp.sum(p, axis=1)
+                acc = acc * alpha[:, None] + t_.dot(p.astype(v.dtype), v, trans_b=False, precision=prec)
+                return acc, m_new, l
+
+            return body
+
+        carry = (
+            jnp.zeros((bq, spec.dp), jnp.float32),
+            jnp.full((bq,), t_.NEG_INF, jnp.float32),
+            jnp.zeros((bq,), jnp.float32),
+        )
+        carry = lax.fori_loop(lo, a, step(True), carry)
+        carry = lax.fori_loop(a, cc, step(False), carry)
+        acc, m, l = lax.fori_loop(cc, hi, step(True), carry)
+        empty = l == 0.0
+        l_safe = jnp.where(empty, 1.0, l)
+        o = acc / l_safe[:, None]
+        t_.store_rows(o_ref, q_start + r0, o.astype(o_ref.dtype), spec.d, spec.dp, row_ok)
+        lse = jnp.where(empty, jnp.inf, m + jnp.log2(l_safe))
+        t_.store_vec(lse_ref, q_start + r0, lse, row_ok)
+
+
+def _fwd_call(q, k, v, seq, spec: _Spec):
+    tq, hq, _ = q.shape
+    tk = k.shape[0]
+    nb = seq.shape[1]
+    bq, _ = spec.blocks(False)
+    g, dp = spec.group, spec.dp
+    grid = (t_.cdiv(spec.max_q, bq), nb, hq)
+    return pl.pallas_call(
+        functools.partial(_fwd_kernel, spec=spec),
+        out_shape=(jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((hq, tq), jnp.float32)),
+        grid=grid,
+        in_specs=[
+            pl.BlockSpec(seq.shape, lambda i, b, h: (0, 0)),
+            pl.BlockSpec((tq, None, dp), lambda i, b, h: (0, h, 0)),
+            pl.BlockSpec((tk, None, dp), lambda i, b, h: (0, h // g, 0)),
+            pl.BlockSpec((tk, None, dp), lambda i, b, h: (0, h // g, 0)),
+        ],
+        out_specs=(
+            pl.BlockSpec((tq, None, dp), lambda i, b, h: (0, h, 0)),
+            pl.BlockSpec((None, tq), lambda i, b, h: (h, 0)),
+        ),
+        compiler_params=pltriton.CompilerParams(num_warps=spec.cfg.num_warps, num_stages=spec.cfg.num_stages),
+        interpret=spec.interpret,
+        name="flash_attention_fwd",
+    )(seq, q, k, v)
+
+
+# ─── backward ─────────────────────────────────────────────────────────────
+
+
+def _dkdv_kernel(seq_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, *, spec: _Spec):
+    bq, bk = spec.blocks(True)
+    j, b = pl.program_id(0), pl.program_id(1)
+    q_start, q_len, k_start, k_len, pos0 = _seq(seq_ref, b)
+    k0 = j * bk
+    c = spec.scale * t_.LOG2E
+
+    @pl.when(k0 < k_len)
+    def _():
+        kpos = k0 + jnp.arange(bk)
+        key_ok = None if spec.even else kpos < k_len
+        k = t_.load_rows(k_ref, k_start + k0, bk, spec.d, spec.dp, key_ok)
+        v = t_.load_rows(v_ref, k_start + k0, bk, spec.d, spec.dp, key_ok)
+        prec = _prec(k.dtype)
+        lo, a, cc, hi = t_.q_tile_range(
+            k0, k0 + bk - 1, pos0, q_len, bq, spec.causal, spec.window, k0 + bk <= k_len
+        )
+
+        def step(masked: bool, g):
+            def body(t, carry):
+                dk, dv = carry
+                rows = t * bq + jnp.arange(bq)
+                row_ok = (rows < q_len) if masked else None
+                q = t_.load_rows(q_ref, q_start + t * bq, bq, spec.d, spec.dp, row_ok, head=g)
+                do = t_.load_rows(do_ref, q_start + t * bq, bq, spec.d, spec.dp, row_ok, head=g)
+                lse = t_.load_vec(lse_ref, q_start + t * bq, bq, row_ok, other=jnp.inf, head=g)
+                delta = t_.load_vec(delta_ref, q_start + t * bq, bq, row_ok, head=g)
+                st = t_.dot(k, q, trans_b=True, precision=prec) * c  # [bk, bq]
+                if masked:
+                    ok = t_.visible(pos0 + rows, kpos, spec.causal, spec.window)
+                    if ok is not None:
+                        st = jnp.where(ok.T, st, t_.NEG_INF)
+                pt = jnp.exp2(st - lse[None, :])
+                dv = dv + t_.dot(pt.astype(do.dtype), do, trans_b=False, precision=prec)
+                dpt = t_.dot(v, do, trans_b=True, precision=prec)
+                dst = pt * (dpt - delta[None, :])
+                dk = dk + t_.dot(dst.astype(q.dtype), q, trans_b=False, precision=prec)
+                return dk, dv
+
+            return body
+
+        def head(g, carry):
+            carry = lax.fori_loop(lo, a, step(True, g), carry)
+            carry = lax.fori_loop(a, cc, step(False, g), carry)
+            return lax.fori_loop(cc, hi, step(True, g), carry)
+
+        zeros = jnp.zeros((bk, spec.dp), jnp.float32)
+        dk, dv = lax.fori_loop(0, spec.group, head, (zeros, zeros))
+        t_.store_rows(dk_ref, k_start + k0, (dk * spec.scale).astype(dk_ref.dtype), spec.d, spec.dp, key_ok)
+        t_.store_rows(dv_ref, k_start + k0, dv.astype(dv_ref.dtype), spec.d, spec.dp, key_ok)
+
+
+def _dq_kernel(seq_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, *, spec: _Spec):
+    bq, bk = spec.blocks(True)
+    i, b = pl.program_id(0), pl.program_id(1)
+    q_start, q_len, k_start, k_len, pos0 = _seq(seq_ref, b)
+    r0 = i * bq
+    c = spec.scale * t_.LOG2E
+
+    @pl.when(r0 < q_len)
+    def _():
+        rows = r0 + jnp.arange(bq)
+        row_ok = None if spec.even else rows < q_len
+        q = t_.load_rows(q_ref, q_start + r0, bq, spec.d, spec.dp, row_ok)
+        do = t_.load_rows(do_ref, q_start + r0, bq, spec.d, spec.dp, row_ok)
+        lse = t_.load_vec(lse_ref, q_start + r0, bq, row_ok, other=jnp.inf)
+        delta = t_.load_vec(delta_ref, q_start + r0, bq, row_ok)
+        prec = _prec(q.dtype)
+        qpos = pos0 + rows
+        lo, a, cc, hi = t_.kv_tile_range(pos0 + r0, pos0 + r0 + bq - 1, k_len, bk, spec.causal, spec.window)
+
+        def step(masked: bool):
+            def body(t, dq):
+                kpos = t * bk + jnp.arange(bk)
+                key_ok = (kpos < k_len) if masked else None
+                k = t_.load_rows(k_ref, k_start + t * bk, bk, spec.d, spec.dp, key_ok)
+                v = t_.load_rows(v_ref, k_start + t * bk, bk, spec.d, spec.dp, key_ok)
+                s = t_.dot(q, k, trans_b=True, precision=prec) * c
+                if masked:
+                    ok = t_.visible(qpos, kpos, spec.causal, spec.window)
+                    ok = key_ok[None, :] if ok is None else ok & key_ok[None, :]
+                    s = jnp.where(ok, s, t_.NEG_INF)
+                p = jnp.exp2(s - lse[:, None])
+                dp_ = t_.dot(do, v, trans_b=True, precision=prec)
+                ds = p * (dp_ - delta[:, None])
+                return dq + t_.dot(ds.astype(k.dtype), k, trans_b=False, precision=prec)
+
+            return body
+
+        dq = jnp.zeros((bq, spec.dp), jnp.float32)
+        dq = lax.fori_loop(lo, a, step(True), dq)
+        dq = lax.fori_loop(a, cc, step(False), dq)
+        dq = lax.fori_loop(cc, hi, step(True), dq)
+        t_.store_rows(dq_ref, q_start + r0, (dq * spec.scale).astype(dq_ref.dtype), spec.d, spec.dp, row_ok)
+
+
+def _bwd_calls(q, k, v, seq, o, lse, do, spec: _Spec):
+    tq, hq, _ = q.shape
+    tk, hkv, _ = k.shape
+    nb = seq.shape[1]
+    g, dp = spec.group, spec.dp
+    bq, bk = spec.blocks(True)
+    delta = jnp.sum(o.astype(jnp.float32) * do.astype(jnp.float32), axis=-1).T  # [Hq, Tq]
+    params = pltriton.CompilerParams(num_warps=spec.cfg.num_warps_bwd, num_stages=spec.cfg.num_stages_bwd)
+    seq_spec = pl.BlockSpec(seq.shape, lambda *_: (0, 0))
+    # Rows outside every sequence are never written: start from zeros unless every row is covered.
+    zero_init = not spec.even
+    dkdv_kernel = functools.partial(_dkdv_kernel, spec=spec)
+    dq_kernel = functools.partial(_dq_kernel, spec=spec)
+    extra_in, extra_specs, aliases_kv, aliases_q = (), [], {}, {}
+    if zero_init:
+        dkdv_kernel = _drop_aliased(dkdv_kernel, 2)
+        dq_kernel = _drop_aliased(dq_kernel, 1)
+        aliases_kv = {7: 0, 8: 1}
+        aliases_q = {7: 0}
+    dk, dv = pl.pallas_call(
+        dkdv_kernel,
+        out_shape=(jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)),
+        grid=(t_.cdiv(spec.max_k, bk), nb, hkv),
+        in_specs=[
+            seq_spec,
+            pl.BlockSpec((tq, g, dp), lambda j, b, h: (0, h, 0)),
+            pl.BlockSpec((tk, None, dp), lambda j, b, h: (0, h, 0)),
+            pl.BlockSpec((tk, None, dp), lambda j, b, h: (0, h, 0)),
+            pl.BlockSpec((tq, g, dp), lambda j, b, h: (0, h, 0)),
+            pl.BlockSpec((g, tq), lambda j, b, h: (h, 0)),
+            pl.BlockSpec((g, tq), lambda j, b, h: (h, 0)),
+        ]
+        + ([pl.BlockSpec((tk, None, dp), lambda j, b, h: (0, h, 0))] * 2 if zero_init else []),
+        out_specs=(
+            pl.BlockSpec((tk, None, dp), lambda j, b, h: (0, h, 0)),
+            pl.BlockSpec((tk, None, dp), lambda j, b, h: (0, h, 0)),
+        ),
+        compiler_params=params,
+        interpret=spec.interpret,
+        input_output_aliases=aliases_kv,
+        name="flash_attention_dkdv",
+    )(seq, q, k, v, do, lse, delta, *((jnp.zeros_like(k), jnp.zeros_like(v)) if zero_init else ()))
+    dq = pl.pallas_call(
+        dq_kernel,
+        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+        grid=(t_.cdiv(spec.max_q, bq), nb, hq),
+        in_specs=[
+            seq_spec,
+            pl.BlockSpec((tq, None, dp), lambda i, b, h: (0, h, 0)),
+            pl.BlockSpec((tk, None, dp), lambda i, b, h: (0, h // g, 0)),
+            pl.BlockSpec((tk, None, dp), lambda i, b, h: (0, h // g, 0)),
+            pl.BlockSpec((tq, None, dp), lambda i, b, h: (0, h, 0)),
+            pl.BlockSpec((None, tq), lambda i, b, h: (h, 0)),
+            pl.BlockSpec((None, tq), lambda i, b, h: (h, 0)),
+        ]
+        + ([pl.BlockSpec((tq, None, dp), lambda i, b, h: (0, h, 0))] if zero_init else []),
+        out_specs=pl.BlockSpec((tq, None, dp), lambda i, b, h: (0, h, 0)),
+        compiler_params=params,
+        interpret=spec.interpret,
+        input_output_aliases=aliases_q,
+        name="flash_attention_dq",
+    )(seq, q, k, v, do, lse, delta, *((jnp.zeros_like(q),) if zero_init else ()))
+    return dq, dk, dv
+
+
+def _drop_aliased(kernel, n_aliased: int):
+    """``kernel`` ignoring the ``n_aliased`` zero-filled input refs that alias its outputs."""
+
+    def wrapped(*refs):
+        n_out = n_aliased
+        ins, outs = refs[: -(2 * n_out)], refs[-n_out:]
+        return kernel(*ins, *outs)
+
+    return wrapped
+
+
+# ─── custom VJP over the packed layout ────────────────────────────────────
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _flash(q, k, v, seq, spec):
+    return _fwd_call(q, k, v, seq, spec)
+
+
+def _flash_fwd(q, k, v, seq, spec):
+    o, lse = _fwd_call(q, k, v, seq, spec)
+    return (o, lse), (q, k, v, seq, o, lse)
+
+
+def _flash_bwd(spec, res, cts):
+    q, k, v, seq, o, lse = res
+    do, _ = cts  # the logsumexp output is not differentiated
+    dq, dk, dv = _bwd_calls(q, k, v, seq, o, lse, do.astype(o.dtype), spec)
+    return dq, dk, dv, None
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+def dense_seq_table(b: int, sq: int, sk: int, q_lens=None, kv_lens=None, q_offset=0):
+    """The ``seq [5, B]`` table of a dense ``[B, S, H, D]`` batch flattened to ``[B*S, H, D]``."""
+    ar = jnp.arange(b, dtype=jnp.int32)
+    ql = jnp.full((b,), sq, jnp.int32) if q_lens is None else jnp.minimum(jnp.asarray(q_lens, jnp.int32).reshape(b), sq)
+    kl = jnp.full((b,), sk, jnp.int32) if kv_lens is None else jnp.minimum(jnp.asarray(kv_lens, jnp.int32).reshape(b), sk)
+    pos0 = jnp.broadcast_to(jnp.asarray(q_offset, jnp.int32), (b,))
+    return jnp.stack([ar * sq, ql, ar * sk, kl, pos0])
+
+
+def ragged_seq_table(q_offsets, kv_offsets=None):
+    """The ``seq [5, B]`` table of ragged row offsets (queries aligned to the end of their keys)."""
+    qo = jnp.asarray(q_offsets, jnp.int32)
+    ko = qo if kv_offsets is None else jnp.asarray(kv_offsets, jnp.int32)
+    ql, kl = qo[1:] - qo[:-1], ko[1:] - ko[:-1]
+    return jnp.stack([qo[:-1], ql, ko[:-1], kl, kl - ql])
+
+
+def check_inputs(fn: str, q, k, v, rank: int) -> None:
+    """Raise ``ValueError`` (naming the parameter) for inputs no attention path accepts."""
+    if q.ndim != rank or k.ndim != rank or v.ndim != rank:
+        raise ValueError(f"{fn}: q, k, v must be rank {rank}, got q{list(q.shape)}, k{list(k.shape)}, v{list(v.shape)}")
+    if k.shape != v.shape:
+        raise ValueError(f"{fn}: k{list(k.shape)} and v{list(v.shape)} must have the same shape")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"{fn}: head_dim of q ({q.shape[-1]}) and k ({k.shape[-1]}) differ")
+    if k.shape[-2] == 0 or q.shape[-2] % k.shape[-2]:
+        raise ValueError(f"{fn}: n_heads of q ({q.shape[-2]}) must be a multiple of n_kv_heads ({k.shape[-2]})")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"{fn}: q, k, v dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}")
+    if not jnp.issubdtype(q.dtype, jnp.floating):
+        raise ValueError(f"{fn}: dtype must be floating point, got {q.dtype}")
+
+
+def unsupported_reason(q) -> str | None:
+    """Why the kernels cannot run these (valid) inputs, or None."""
+    if q.dtype not in SUPPORTED_DTYPES:
+        return f"dtype {q.dtype} has no kernel (float32, bfloat16, float16)"
+    if q.shape[-1] > MAX_HEAD_DIM:
+        return f"head_dim {q.shape[-1]} > {MAX_HEAD_DIM}"
+    return None
+
+
+def _make_spec(q, k, *, causal, local_window_size, scale, even, max_q, max_k, config, interpret):
+    d = q.shape[-1]
+    window = window_pair(local_window_size, causal)
+    return _Spec(
+        causal=bool(causal),
+        window=window,
+        scale=float(1.0 / math.sqrt(d) if scale is None else scale),
+        d=d,
+        dp=max(16, t_.next_pow2(d)),
+        group=q.shape[-2] // k.shape[-2],
+        even=even,
+        max_q=max(int(max_q), 1),
+        max_k=max(int(max_k), 1),
+        cfg=config or default_config(d),
+        interpret=bool(interpret),
+    )
+
+
+def flash_attention_packed(
+    q, k, v, seq, *, causal=False, local_window_size=None, scale=None, max_q_len, max_kv_len,
+    even=False, config: FlashConfig | None = None, interpret=False, return_lse=False,
+):
+    """Flash attention on the packed layout (module docstring); differentiable in q, k, v.
+
+    Args:
+        q: ``[Tq, Hq, D]``; k, v: ``[Tk, Hkv, D]`` (same dtype).
+        seq: ``int32 [5, B]`` (`dense_seq_table` / `ragged_seq_table`).
+        max_q_len, max_kv_len: static upper bounds of the lengths in ``seq``.
+        even: promise that every sequence has ``max_q_len``/``max_kv_len``
+            rows, multiples of the blocks (skips the row masks).
+        return_lse: also return the natural-log logsumexp ``float32 [Hq, Tq]``
+            (``-inf`` for rows that see no key).
+
+    Rows of ``q`` not covered by any sequence are left unwritten (undefined).
+    """
+    check_inputs("flash_attention", q, k, v, 3)
+    why = unsupported_reason(q)
+    if why:
+        raise ValueError(f"flash_attention kernel: {why}")
+    spec = _make_spec(
+        q, k, causal=causal, local_window_size=local_window_size, scale=scale, even=even,
+        max_q=max_q_len, max_k=max_kv_len, config=config, interpret=interpret,
+    )
+    o, lse2 = _flash(q, k, v, jnp.asarray(seq, jnp.int32), spec)
+    if return_lse:
+        return o, jnp.where(jnp.isposinf(lse2), -jnp.inf, lse2 / t_.LOG2E)
+    return o
+
+
+def flash_attention(
+    q, k, v, *, causal=False, local_window_size=None, scale=None, q_lens=None, kv_lens=None, q_offset=0,
+    config: FlashConfig | None = None, interpret=False, return_lse=False,
+):
+    """Flash attention on ``[B, S, H, D]`` (``jax.nn.dot_product_attention`` layout).
+
+    Same semantics as `reference.attention` (masks, ``q_offset``, lengths);
+    query rows past ``q_lens`` come out as zeros. With ``return_lse`` also
+    returns the natural-log logsumexp ``float32 [B, Hq, Sq]``.
+    """
+    q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
+    check_inputs("flash_attention", q, k, v, 4)
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"flash_attention: batch of q ({q.shape[0]}) and k ({k.shape[0]}) differ")
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    cfg = config or default_config(d)
+    probe = _make_spec(
+        q, k, causal=causal, local_window_size=local_window_size, scale=scale, even=False,
+        max_q=sq, max_k=sk, config=cfg, interpret=interpret,
+    )
+    bq, bk = probe.blocks(False)
+    bqb, bkb = probe.blocks(True)
+    even = q_lens is None and kv_lens is None and sq % max(bq, bqb) == 0 and sk % max(bk, bkb) == 0
+    seq = dense_seq_table(b, sq, sk, q_lens, kv_lens, q_offset)
+    out = flash_attention_packed(
+        q.reshape(b * sq, hq, d), k.reshape(b * sk, hkv, d), v.reshape(b * sk, hkv, d), seq,
+        causal=causal, local_window_size=local_window_size, scale=scale, max_q_len=sq, max_kv_len=sk,
+        even=even, config=cfg, interpret=interpret, return_lse=return_lse,
+    )
+    o, lse = out if return_lse else (out, None)
+    o = o.reshape(b, sq, hq, d)
+    if q_lens is not None:  # rows past a sequence's length are never written
+        valid = jnp.arange(sq)[None, :] < jnp.asarray(q_lens, jnp.int32).reshape(b, 1)
+        o = jnp.where(valid[:, :, None, None], o, 0).astype(o.dtype)
+    if not return_lse:
+        return o
+    lse = lse.reshape(hq, b, sq).transpose(1, 0, 2)
+    if q_lens is not None:
+        lse = jnp.where(valid[:, None, :], lse, -jnp.inf)
+    return o, lse
+
+
+def flash_attention_ragged(
+    q, k, v, input_row_offsets, *, kv_row_offsets=None, causal=False, local_window_size=None, scale=None,
+    max_seq_len=None, max_kv_len=None, config: FlashConfig | None = None, interpret=False,
+):
+    """Flash attention over ragged batches (same semantics as `reference.ragged_attention`).
+
+    ``q [total_q, Hq, D]``, ``k/v [total_kv, Hkv, D]``, ``input_row_offsets``
+    (and ``kv_row_offsets``) ``int [B+1]``. ``max_seq_len``/``max_kv_len``
+    size the grid: computed from concrete offsets, else the totals (correct
+    but launches idle programs). Rows outside ``[off[0], off[-1])`` are zero.
+    """
+    from custom_calls.attention.reference import _max_len  # noqa: PLC0415 - one helper, one place
+
+    q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
+    check_inputs("flash_attention_ragged", q, k, v, 3)
+    lq = _max_len(input_row_offsets, q.shape[0], max_seq_len)
+    lk = lq if kv_row_offsets is None else _max_len(kv_row_offsets, k.shape[0], max_kv_len)
+    seq = ragged_seq_table(input_row_offsets, kv_row_offsets)
+    o = flash_attention_packed(
+        q, k, v, seq, causal=causal, local_window_size=local_window_size, scale=scale,
+        max_q_len=lq, max_kv_len=lk, config=config, interpret=interpret,
+    )
+    qo = jnp.asarray(input_row_offsets, jnp.int32)
+    t = jnp.arange(q.shape[0])
+    return jnp.where(((t >= qo[0]) & (t < qo[-1]))[:, None, None], o, 0).astype(o.dtype)
