@@ -1,0 +1,35 @@
+"""Pretrained causal language models as eager Modules: Llama and GPT-2.
+
+`load_pretrained` reads a Hugging Face folder (``config.json`` with
+safetensors or PyTorch ``.bin`` weights) or a llama.cpp ``.gguf`` file and
+returns a Module tree: ``model(input_ids)`` gives logits ``[B, T, vocab]``,
+``model.compile(model.input_types()[0])`` compiles it for any batch and
+length, and ``model.generate(...)`` decodes with a KV cache.
+
+Example:
+    >>> from maxfx.models import load_pretrained
+    >>> model = load_pretrained("tests/data/models/tiny_llama")  # doctest: +SKIP
+    >>> model.generate([[5, 6, 7]], max_new_tokens=4)  # doctest: +SKIP
+    array([[...]])
+"""
+
+from maxfx.models._config import ConfigError, GPT2Config, LlamaConfig
+from maxfx.models._generate import CausalLM, GenerationStats, compile_counts
+from maxfx.models._gpt2 import GPT2LMHeadModel
+from maxfx.models._llama import LlamaForCausalLM
+from maxfx.models._loading import ARCHITECTURES, load_pretrained
+from maxfx.models._source import CheckpointMismatchError
+
+__all__ = [
+    "ARCHITECTURES",
+    "CausalLM",
+    "CheckpointMismatchError",
+    "ConfigError",
+    "GPT2Config",
+    "GPT2LMHeadModel",
+    "GenerationStats",
+    "LlamaConfig",
+    "LlamaForCausalLM",
+    "compile_counts",
+    "load_pretrained",
+]

@@ -1,0 +1,250 @@
+"""Model configurations: `LlamaConfig` and `GPT2Config`, read from ``config.json`` or GGUF metadata.
+
+Configs are frozen (hashable) dataclasses: a model stores its config as static
+pytree metadata, so two models with equal configs share compiled programs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ConfigError", "GPT2Config", "LlamaConfig"]
+
+
+class ConfigError(ValueError):
+    """A model configuration is missing a key, has a bad value, or names an unsupported architecture."""
+
+
+def _need(cfg: Mapping[str, Any], key: str, source: str, *alts: str) -> Any:
+    for k in (key, *alts):
+        if cfg.get(k) is not None:
+            return cfg[k]
+    names = " or ".join(repr(k) for k in (key, *alts))
+    raise ConfigError(f"{source}: missing config key {names}")
+
+
+def _positive_int(value: Any, key: str, source: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) <= 0:
+        raise ConfigError(f"{source}: {key} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _freeze(d: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...] | None:
+    return None if not d else tuple(sorted((str(k), v) for k, v in d.items()))
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """Hyperparameters of a Llama-family decoder (grouped-query attention, RoPE, SwiGLU).
+
+    ``rope_scaling`` holds Llama 3's ``{"rope_type": "llama3", "factor", "low_freq_factor",
+    "high_freq_factor", "original_max_position_embeddings"}`` as sorted items;
+    ``rope_freq_factors`` holds the per-frequency divisors GGUF files store
+    instead (``rope_freqs.weight``).
+
+    Example:
+        >>> cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+        ...                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+        >>> cfg.head_dim, cfg.inv_freq().shape
+        (16, (8,))
+    """
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int = 0
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: tuple[tuple[str, Any], ...] | None = None
+    rope_freq_factors: tuple[float, ...] | None = None
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 2048
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+
+    architecture = "llama"
+
+    def __post_init__(self) -> None:
+        src = "LlamaConfig"
+        for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads"):
+            _positive_int(getattr(self, key), key, src)
+        if not self.head_dim:
+            if self.hidden_size % self.num_attention_heads:
+                raise ConfigError(f"{src}: hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}")
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
+        if self.head_dim % 2:
+            raise ConfigError(f"{src}: head_dim must be even for RoPE, got {self.head_dim}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ConfigError(
+                f"{src}: num_attention_heads {self.num_attention_heads} must be a multiple of num_key_value_heads {self.num_key_value_heads}"
+            )
+        if self.rope_scaling is not None:
+            kind = dict(self.rope_scaling).get("rope_type", dict(self.rope_scaling).get("type"))
+            if kind not in ("llama3", "default", None):
+                raise ConfigError(f"{src}: rope_scaling type {kind!r} is not supported (supported: 'llama3', 'default')")
+        if self.rope_freq_factors is not None and len(self.rope_freq_factors) != self.head_dim // 2:
+            raise ConfigError(f"{src}: rope_freq_factors has {len(self.rope_freq_factors)} entries, head_dim {self.head_dim} needs {self.head_dim // 2}")
+
+    @classmethod
+    def from_hf(cls, cfg: Mapping[str, Any], source: str = "config.json") -> LlamaConfig:
+        """From a Hugging Face ``config.json`` dict (``rope_theta``/``rope_scaling`` or ``rope_parameters``)."""
+        rope = cfg.get("rope_parameters") or {}
+        theta = cfg.get("rope_theta", rope.get("rope_theta", 10000.0))
+        scaling = cfg.get("rope_scaling")
+        if scaling is None and rope.get("rope_type", "default") != "default":
+            scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
+        if scaling is not None and not isinstance(scaling, Mapping):
+            raise ConfigError(f"{source}: rope_scaling must be an object or null, got {scaling!r}")
+        heads = _need(cfg, "num_attention_heads", source)
+        try:
+            return cls(
+                vocab_size=_need(cfg, "vocab_size", source),
+                hidden_size=_need(cfg, "hidden_size", source),
+                intermediate_size=_need(cfg, "intermediate_size", source),
+                num_hidden_layers=_need(cfg, "num_hidden_layers", source),
+                num_attention_heads=heads,
+                num_key_value_heads=cfg.get("num_key_value_heads") or heads,
+                head_dim=cfg.get("head_dim") or 0,
+                rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+                rope_theta=float(theta),
+                rope_scaling=_freeze(scaling),
+                tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
+                bos_token_id=_first(cfg.get("bos_token_id")),
+                eos_token_id=_first(cfg.get("eos_token_id")),
+            )
+        except ConfigError as e:
+            raise ConfigError(str(e).replace("LlamaConfig", source, 1)) from None
+
+    @classmethod
+    def from_gguf(cls, meta: Mapping[str, Any], tensor_names: set[str], rope_factors: np.ndarray | None, source: str) -> LlamaConfig:
+        """From GGUF metadata (``llama.*`` keys) and the file's tensor names."""
+        p = "llama."
+        heads = _need(meta, p + "attention.head_count", source)
+        hidden = _need(meta, p + "embedding_length", source)
+        vocab = meta.get(p + "vocab_size")
+        if vocab is None:
+            tokens = meta.get("tokenizer.ggml.tokens")
+            vocab = len(tokens) if tokens is not None else None
+        return cls(
+            vocab_size=_need({"v": vocab}, "v", source) if vocab is None else int(vocab),
+            hidden_size=int(hidden),
+            intermediate_size=int(_need(meta, p + "feed_forward_length", source)),
+            num_hidden_layers=int(_need(meta, p + "block_count", source)),
+            num_attention_heads=int(heads),
+            num_key_value_heads=int(meta.get(p + "attention.head_count_kv") or heads),
+            head_dim=int(meta.get(p + "attention.key_length") or meta.get(p + "rope.dimension_count") or 0),
+            rms_norm_eps=float(meta.get(p + "attention.layer_norm_rms_epsilon", 1e-5)),
+            rope_theta=float(meta.get(p + "rope.freq_base", 10000.0)),
+            rope_freq_factors=None if rope_factors is None else tuple(float(f) for f in np.asarray(rope_factors).reshape(-1)),
+            tie_word_embeddings="output.weight" not in tensor_names,
+            max_position_embeddings=int(meta.get(p + "context_length", 2048)),
+            bos_token_id=_first(meta.get("tokenizer.ggml.bos_token_id")),
+            eos_token_id=_first(meta.get("tokenizer.ggml.eos_token_id")),
+        )
+
+    def inv_freq(self) -> np.ndarray:
+        """RoPE inverse frequencies ``[head_dim // 2]`` (float64), with Llama-3 scaling applied."""
+        d = self.head_dim
+        inv = 1.0 / self.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+        if self.rope_freq_factors is not None:
+            return inv / np.asarray(self.rope_freq_factors, np.float64)
+        s = dict(self.rope_scaling or ())
+        if s.get("rope_type", s.get("type")) == "llama3":
+            factor, lo, hi = float(s["factor"]), float(s["low_freq_factor"]), float(s["high_freq_factor"])
+            old = float(s["original_max_position_embeddings"])
+            wavelen = 2 * math.pi / inv
+            smooth = (old / wavelen - lo) / (hi - lo)
+            scaled = np.where(wavelen > old / lo, inv / factor, inv)
+            mid = (wavelen <= old / lo) & (wavelen >= old / hi)
+            inv = np.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
+        return inv
+
+    def replace(self, **changes: Any) -> LlamaConfig:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class GPT2Config:
+    """Hyperparameters of GPT-2 (learned positions, LayerNorm, GELU (tanh), tied embeddings).
+
+    Example:
+        >>> GPT2Config(vocab_size=256, n_embd=64, n_layer=2, n_head=4).head_dim
+        16
+    """
+
+    vocab_size: int
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_positions: int = 1024
+    n_inner: int | None = None
+    layer_norm_epsilon: float = 1e-5
+    activation_function: str = "gelu_new"
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+
+    architecture = "gpt2"
+
+    def __post_init__(self) -> None:
+        for key in ("vocab_size", "n_embd", "n_layer", "n_head", "n_positions"):
+            _positive_int(getattr(self, key), key, "GPT2Config")
+        if self.n_embd % self.n_head:
+            raise ConfigError(f"GPT2Config: n_embd {self.n_embd} is not a multiple of n_head {self.n_head}")
+        if self.activation_function not in _GPT2_ACTIVATIONS:
+            raise ConfigError(f"GPT2Config: activation_function {self.activation_function!r} is not supported (supported: {sorted(_GPT2_ACTIVATIONS)})")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def inner_dim(self) -> int:
+        return self.n_inner or 4 * self.n_embd
+
+    @property
+    def max_position_embeddings(self) -> int:
+        return self.n_positions
+
+    @classmethod
+    def from_hf(cls, cfg: Mapping[str, Any], source: str = "config.json") -> GPT2Config:
+        """From a Hugging Face GPT-2 ``config.json`` dict."""
+        try:
+            return cls(
+                vocab_size=_need(cfg, "vocab_size", source),
+                n_embd=_need(cfg, "n_embd", source, "hidden_size"),
+                n_layer=_need(cfg, "n_layer", source, "num_hidden_layers"),
+                n_head=_need(cfg, "n_head", source, "num_attention_heads"),
+                n_positions=int(cfg.get("n_positions", cfg.get("max_position_embeddings", 1024))),
+                n_inner=cfg.get("n_inner"),
+                layer_norm_epsilon=float(cfg.get("layer_norm_epsilon", 1e-5)),
+                activation_function=cfg.get("activation_function", "gelu_new"),
+                bos_token_id=_first(cfg.get("bos_token_id")),
+                eos_token_id=_first(cfg.get("eos_token_id")),
+            )
+        except ConfigError as e:
+            raise ConfigError(str(e).replace("GPT2Config", source, 1)) from None
+
+
+# HF's activation names -> maxfx gelu's `approximate` mode.
+_GPT2_ACTIVATIONS = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}
+
+
+def gpt2_gelu_mode(cfg: GPT2Config) -> str:
+    return _GPT2_ACTIVATIONS[cfg.activation_function]
+
+
+def _first(value: Any) -> int | None:
+    if isinstance(value, (list, tuple)):
+        return int(value[0]) if value else None
+    return None if value is None else int(value)
