@@ -442,10 +442,10 @@ def _paged_rule(q, blocks, lookup, layer, row_offsets, cache_lengths, *rest, mas
     _check_heads(op, q, pool, q.shape[1], pool.shape[4])
     if v_dim is None and int(pool.shape[1]) != 2:
         raise OpError(f"{op}: a cache with kv_dim {pool.shape[1]} holds no values; pass v_dim (MLA: values are the first v_dim latent dims)")
-    opt = _optional(("kv_lengths", "sink"), present, rest)
-    if opt["kv_lengths"] is not None:
-        t = _ints(op, opt["kv_lengths"], "kv_lengths", 1)
-        _same(op, "kv_lengths and cache_lengths batch sizes", t.shape[0], cache_lengths.shape[0], t, cache_lengths)
+    opt = _optional(("kv_row_offsets", "sink"), present, rest)
+    if opt["kv_row_offsets"] is not None:
+        t = _ints(op, opt["kv_row_offsets"], "kv_row_offsets", 1)
+        _same(op, "kv_row_offsets and input_row_offsets sizes", t.shape[0], row_offsets.shape[0], t, row_offsets)
     if opt["sink"] is not None:
         t = _float(op, opt["sink"], "sink_weights", 1)
         _same(op, "sink weights and query heads", t.shape[0], q.shape[1], t, q)
@@ -459,7 +459,11 @@ def _paged_impl(q, blocks, lookup, layer, row_offsets, cache_lengths, *rest, mas
     v = k[..., :v_dim] if v_dim is not None else _pool_layer(blocks, lookup, layer, 1)
     offs = _offsets(row_offsets)
     cl = cache_lengths.astype(jnp.int32)
-    kv_len = opt["kv_lengths"].astype(jnp.int32) if "kv_lengths" in opt else cl + offs[1:] - offs[:-1]
+    if "kv_row_offsets" in opt:
+        ko = _offsets(opt["kv_row_offsets"])
+        kv_len = ko[1:] - ko[:-1]
+    else:
+        kv_len = cl + offs[1:] - offs[:-1]
     out = attention_reference(_to_padded(q, offs, q.shape[0]), k, v, cl, kv_len, opt.get("sink"), mask=mask, scale=scale, window=window)
     return _to_ragged(out, offs, q.shape[0])
 
@@ -468,18 +472,19 @@ paged_attention_p = register(OpDef("paged_attention", rule=_paged_rule, impl=_pa
 
 
 @front(paged_attention_p)
-def paged_attention(q, blocks, lookup_table, layer_idx, input_row_offsets, cache_lengths, *, mask: str = "causal", scale: float, window: int = -1, kv_lengths=None, sink_weights=None, v_dim: int | None = None):
+def paged_attention(q, blocks, lookup_table, layer_idx, input_row_offsets, cache_lengths, *, mask: str = "causal", scale: float, window: int = -1, kv_row_offsets=None, sink_weights=None, v_dim: int | None = None):
     """Attention of ragged queries ``[total_tokens, n_heads, head_dim]`` over a paged KV cache.
 
     Query ``i`` of sequence ``b`` is at position ``cache_lengths[b] + i``; the
     sequence's keys are its cache positions ``< cache_lengths[b] + seq_len[b]``
-    (the new rows must already be stored), or ``< kv_lengths[b]`` when given.
+    (the new rows must already be stored); with ``kv_row_offsets`` (cross
+    attention) the keys are positions ``< kv_row_offsets[b+1] - kv_row_offsets[b]``.
     ``v_dim`` reads values as the first ``v_dim`` dims of the keys (MLA's latent cache).
 
     Example:
         >>> out = ops.paged_attention(q, blocks, lookup, layer, offsets, cache_lengths, scale=0.125)  # doctest: +SKIP
     """
-    extra = {"kv_lengths": kv_lengths, "sink": sink_weights}
+    extra = {"kv_row_offsets": kv_row_offsets, "sink": sink_weights}
     present = tuple(n for n, x in extra.items() if x is not None)
     return bind(
         paged_attention_p, q, blocks, lookup_table, layer_idx, input_row_offsets, cache_lengths, *[extra[n] for n in present],

@@ -1,0 +1,48 @@
+"""``max.nn.attention``: attention layers over ragged batches and the paged KV cache.
+
+`AttentionWithRope` is Llama's attention (fused QKV projection writing the
+cache, RoPE, causal flash attention, ``o_proj``); `RaggedAttention` drops RoPE;
+`MultiheadAttention` works on padded batches without a cache; the latent
+(MLA), quantized and distributed variants follow MAX's names.
+
+Example:
+    >>> from maxfx.nn.attention import MultiheadAttention
+    >>> MultiheadAttention(num_attention_heads=2, hidden_size=8).head_dim
+    4
+"""
+
+from maxfx.nn.attention import attention_with_rope, interfaces, mask_config, multihead_attention, ragged_attention
+from maxfx.nn.attention._other import MultiheadAttention, RaggedAttention
+from maxfx.nn.attention._rope_attention import (
+    AttentionWithRope,
+    AttentionWithRopeNoOpaque,
+    DataParallelAttentionWithRope,
+    GGUFQAttentionWithRope,
+    GPTQAttentionWithRope,
+    TensorParallelAttentionWithRope,
+    distribute_value,
+)
+from maxfx.nn.attention.interfaces import DistributedAttentionImpl
+from maxfx.nn.attention.mask_config import AttentionMaskVariant, MHAMaskConfig, MHAMaskVariant, PositionalEncodingVariant
+
+__all__ = [
+    "AttentionMaskVariant",
+    "AttentionWithRope",
+    "AttentionWithRopeNoOpaque",
+    "DataParallelAttentionWithRope",
+    "DistributedAttentionImpl",
+    "GGUFQAttentionWithRope",
+    "GPTQAttentionWithRope",
+    "MHAMaskConfig",
+    "MHAMaskVariant",
+    "MultiheadAttention",
+    "PositionalEncodingVariant",
+    "RaggedAttention",
+    "TensorParallelAttentionWithRope",
+    "attention_with_rope",
+    "distribute_value",
+    "interfaces",
+    "mask_config",
+    "multihead_attention",
+    "ragged_attention",
+]

@@ -1,0 +1,450 @@
+"""Attention with rotary embeddings over a ragged batch and the paged KV cache.
+
+`AttentionWithRope` is Llama's attention: ``fused_qkv_ragged_matmul`` (Q out,
+K/V into the cache) → ``fused_qk_ragged_rope`` → ``flash_attention_ragged``
+(causal) → ``o_proj``. Weights follow the Hugging Face names: ``q_proj``,
+``k_proj``, ``v_proj``, ``o_proj`` (``qkv_proj`` when ``stacked_qkv``), plus
+``q_norm``/``k_norm`` with ``use_qk_norm``.
+
+Call: ``attn(layer_idx, x, kv_collection, freqs_cis, input_row_offsets)`` with
+``x [total_tokens, hidden]`` ragged, ``kv_collection`` a `PagedCacheValues`,
+``freqs_cis`` the rope table ``[max_seq_len * 2, head_dim]`` and
+``input_row_offsets`` uint32 ``[batch + 1]``; returns ``[total_tokens, hidden]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from lowering.dtypes import DType
+from lowering.types import DeviceRef
+from maxfx.graph import ops
+from maxfx.graph._weight import ShardingStrategy
+from maxfx.nn import kernels
+from maxfx.nn._basic import Linear, RMSNorm, clamp
+from maxfx.nn._layer import Module, Shardable
+from maxfx.nn.attention.interfaces import DistributedAttentionImpl
+from maxfx.nn.attention.mask_config import MHAMaskVariant
+from maxfx.nn.kv_cache._params import KVCacheParams
+
+__all__ = [
+    "AttentionWithRope",
+    "AttentionWithRopeNoOpaque",
+    "DataParallelAttentionWithRope",
+    "GGUFQAttentionWithRope",
+    "GPTQAttentionWithRope",
+    "TensorParallelAttentionWithRope",
+    "distribute_value",
+]
+
+
+def distribute_value(v: Any, devices: Sequence[Any]) -> list[Any]:
+    """``v`` copied to each device (``v.to(device)``; no copy where it already is)."""
+    out = []
+    for d in devices:
+        ref = DeviceRef.from_device(d)
+        out.append(v if v.device == ref else v.to(ref))
+    return out
+
+
+def _devices(devices: Iterable[Any] | None) -> list[DeviceRef]:
+    devs = list(devices) if devices is not None else []
+    return [DeviceRef.from_device(d) for d in devs] or [DeviceRef.CPU()]
+
+
+def _on(v: Any, device: DeviceRef) -> Any:
+    return v if v.device == device else v.to(device)
+
+
+def _check_heads(layer: str, n_heads: int, n_kv: int, hidden: int, kv_params: Any) -> None:
+    if not isinstance(kv_params, KVCacheParams):
+        raise TypeError(f"{layer}: kv_params must be a KVCacheParams, got {type(kv_params).__name__}")
+    if n_heads < 1 or n_kv < 1 or n_heads % n_kv:
+        raise ValueError(f"{layer}: num_attention_heads ({n_heads}) must be a positive multiple of num_key_value_heads ({n_kv})")
+    if kv_params.n_kv_heads != n_kv:
+        raise ValueError(f"{layer}: kv_params.n_kv_heads ({kv_params.n_kv_heads}) differs from num_key_value_heads ({n_kv})")
+    if hidden < 1:
+        raise ValueError(f"{layer}: hidden_size must be positive, got {hidden}")
+
+
+class _RaggedAttentionBase(Module, Shardable):
+    """Projections and the cache-attention pipeline shared by the ragged attention layers."""
+
+    mask_variant: Any = MHAMaskVariant.CAUSAL_MASK
+    local_window_size: int = -1
+
+    def _init_common(
+        self, layer: str, *, num_attention_heads: int, num_key_value_heads: int, hidden_size: int, kv_params: KVCacheParams, devices: Any, dtype: DType,
+        linear_cls: Callable[..., Any], stacked_qkv: bool, scale: float | None, has_bias: bool, clip_qkv: float | None, quantization_encoding: Any = None,
+    ) -> None:  # fmt: skip
+        _check_heads(layer, int(num_attention_heads), int(num_key_value_heads), int(hidden_size), kv_params)
+        self.n_heads, self.n_kv_heads, self.hidden_size = int(num_attention_heads), int(num_key_value_heads), int(hidden_size)
+        self.kv_params, self.devices, self.dtype = kv_params, _devices(devices), dtype
+        self.head_dim = kv_params.head_dim
+        self.stacked_qkv, self.has_bias, self.clip_qkv = bool(stacked_qkv), bool(has_bias), clip_qkv
+        self.scale = float(scale) if scale is not None else self._default_scale()
+        q_dim, kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        dev = self.devices[0]
+        qe = {} if quantization_encoding is None else {"quantization_encoding": quantization_encoding}
+        if self.stacked_qkv:
+            if quantization_encoding is not None:
+                raise ValueError(f"{layer}: stacked_qkv cannot be combined with a quantization encoding")
+            self.qkv_proj = linear_cls(self.hidden_size, q_dim + 2 * kv_dim, dtype, dev, has_bias=has_bias)
+        else:
+            self.q_proj = linear_cls(self.hidden_size, q_dim, dtype, dev, has_bias=has_bias, **qe)
+            self.k_proj = linear_cls(self.hidden_size, kv_dim, dtype, dev, has_bias=has_bias, **qe)
+            self.v_proj = linear_cls(self.hidden_size, kv_dim, dtype, dev, has_bias=has_bias, **qe)
+        self.o_proj = linear_cls(q_dim, self.hidden_size, dtype, dev, **qe)
+
+    def _default_scale(self) -> float:
+        return math.sqrt(1.0 / self.kv_params.head_dim)
+
+    # ── fused weights ──
+    def _projections(self) -> list[Any]:
+        return [self.qkv_proj] if self.stacked_qkv else [self.q_proj, self.k_proj, self.v_proj]
+
+    @property
+    def wqkv(self) -> Any:
+        """The concatenation of q, k, and v weight vectors (``[(n_heads + 2 n_kv_heads) * head_dim, hidden]``)."""
+        dev = self.devices[0]
+        ws = [_on(p.weight, dev) for p in self._projections()]
+        w = ws[0] if len(ws) == 1 else ops.concat(ws, axis=0)
+        return clamp(w, -self.clip_qkv, self.clip_qkv) if self.clip_qkv is not None else w
+
+    @property
+    def wqkv_bias(self) -> Any:
+        """The concatenation of q, k, and v bias weight vectors (None without biases)."""
+        if not self.has_bias:
+            return None
+        dev = self.devices[0]
+        bs = [_on(p.bias, dev) for p in self._projections()]
+        return bs[0] if len(bs) == 1 else ops.concat(bs, axis=0)
+
+    # ── sharding ──
+    @property
+    def sharding_strategy(self) -> ShardingStrategy | None:
+        """Get the Module sharding strategy."""
+        return self.__dict__.get("_sharding_strategy")
+
+    @sharding_strategy.setter
+    def sharding_strategy(self, strategy: ShardingStrategy | None) -> None:
+        self.__dict__["_sharding_strategy"] = strategy
+
+    def shard(self, devices: Iterable[Any]) -> list[Any]:
+        """Tensor-parallel views, one per device: each owns ``n_heads / n`` query and
+        ``n_kv_heads / n`` KV heads (q/k/v rows split), ``o_proj`` split by columns;
+        the shards' outputs sum to the full output.
+
+        Raises:
+            ValueError: the heads do not split evenly, or the layer is stacked/quantized.
+        """
+        devs = _devices(devices)
+        n = len(devs)
+        name = type(self).__name__
+        if self.n_heads % n or self.n_kv_heads % n:
+            raise ValueError(f"{name}.shard: {self.n_heads} query / {self.n_kv_heads} KV heads do not split evenly over {n} devices")
+        if self.stacked_qkv:
+            raise ValueError(f"{name}.shard: stacked_qkv weights cannot be split by heads; load q/k/v separately")
+        for lin, axis in ((self.q_proj, 0), (self.k_proj, 0), (self.v_proj, 0), (self.o_proj, 1)):
+            lin.sharding_strategy = ShardingStrategy(n, axis)
+        parts = [lin.shard(devs) for lin in (self.q_proj, self.k_proj, self.v_proj, self.o_proj)]
+        kv_params = dataclasses.replace(self.kv_params, n_devices=n, data_parallel_degree=1, n_kv_heads_per_device=0)
+        out = []
+        for i, dev in enumerate(devs):
+            s = type(self).__new__(type(self))
+            Module.__init__(s)
+            for k, v in self.__dict__.items():
+                if not k.startswith("_") and k not in self.__dict__["_sublayers"] and k not in self.__dict__["_layer_weights"]:
+                    s.__dict__[k] = v  # plain settings (sizes, scale, flags)
+            s.n_heads, s.n_kv_heads, s.devices, s.kv_params = self.n_heads // n, self.n_kv_heads // n, [dev], kv_params
+            s.q_proj, s.k_proj, s.v_proj, s.o_proj = (p[i] for p in parts)
+            for k, v in self.__dict__.get("_sublayers", {}).items():
+                if k not in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                    setattr(s, k, v)  # norms and rope are shared (replicated)
+            out.append(s)
+        return out
+
+    # ── the pipeline ──
+    def _qkv(self, layer_idx: Any, x: Any, kv: Any, offsets: Any) -> Any:
+        """Q ``[T, n_heads, head_dim]``; K/V written into the cache."""
+        xq = kernels.fused_qkv_ragged_matmul(self.kv_params, x, offsets, self.wqkv, kv, layer_idx, self.n_heads, bias=self.wqkv_bias)
+        return ops.reshape(xq, [x.shape[0], self.n_heads, self.head_dim])
+
+    def _position(self, layer_idx: Any, xq: Any, kv: Any, freqs_cis: Any, offsets: Any) -> Any:
+        return xq
+
+    def _attend(self, layer_idx: Any, xq: Any, kv: Any, offsets: Any) -> Any:
+        return kernels.flash_attention_ragged(self.kv_params, xq, offsets, kv, layer_idx, self.mask_variant, self.scale, self.local_window_size)
+
+    def __call__(self, layer_idx: Any, x: Any, kv_collection: Any, freqs_cis: Any = None, input_row_offsets: Any = None, **kwargs: Any) -> Any:
+        name = type(self).__name__
+        if input_row_offsets is None:
+            input_row_offsets = kwargs.get("input_row_offsets")
+        if input_row_offsets is None:
+            raise ValueError(f"{name}: input_row_offsets (uint32 [batch + 1]) is required for ragged inputs")
+        if x.rank != 2 or int(x.shape[1]) != self.hidden_size:
+            raise ValueError(f"{name}: x must be ragged [total_tokens, {self.hidden_size}], got shape {list(x.shape)}")
+        xq = self._qkv(layer_idx, x, kv_collection, input_row_offsets)
+        xq = self._position(layer_idx, xq, kv_collection, freqs_cis, input_row_offsets)
+        attn = self._attend(layer_idx, xq, kv_collection, input_row_offsets)
+        return self.o_proj(ops.reshape(attn, [x.shape[0], self.n_heads * self.head_dim]))
+
+
+class AttentionWithRope(_RaggedAttentionBase):
+    """Implementation of attention that uses Rotary Position Embedding (RoPE).
+
+    Grouped-query attention when ``num_key_value_heads < num_attention_heads``.
+    ``scale`` defaults to ``rope.compute_scale()`` (``1/sqrt(head_dim)``);
+    ``use_qk_norm`` RMS-normalizes queries and keys per head before RoPE (Qwen3);
+    ``clip_qkv`` clamps the fused QKV weight.
+
+    Example:
+        >>> attn = AttentionWithRope(rope=rope, num_attention_heads=4, num_key_value_heads=2,  # doctest: +SKIP
+        ...                          hidden_size=32, kv_params=kv_params)
+        >>> y = attn(0, x, kv_collection, rope.freqs_cis, input_row_offsets)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self, *, rope: Any, sharding_strategy: ShardingStrategy | None = None, num_attention_heads: int, num_key_value_heads: int, hidden_size: int,
+        kv_params: KVCacheParams, devices: Sequence[Any] | None = None, dtype: DType = DType.float32, linear_cls: Callable[..., Any] = Linear,
+        stacked_qkv: bool = False, scale: float | None = None, has_bias: bool = False, float8_config: Any = None, clip_qkv: float | None = None,
+        use_qk_norm: bool = False, rms_norm_eps: float = 1e-6,
+    ):  # fmt: skip
+        super().__init__()
+        name = type(self).__name__
+        if float8_config is not None:
+            raise ValueError(f"{name}: float8_config is not supported by the maxfx layer; use kernels.fused_qkv_ragged_matmul_scaled_float8 with float8 weights")
+        self.rope = rope
+        self._init_common(
+            name, num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads, hidden_size=hidden_size, kv_params=kv_params,
+            devices=devices, dtype=dtype, linear_cls=linear_cls, stacked_qkv=stacked_qkv, scale=scale, has_bias=has_bias, clip_qkv=clip_qkv,
+        )  # fmt: skip
+        self.use_qk_norm, self.rms_norm_eps = bool(use_qk_norm), float(rms_norm_eps)
+        if self.use_qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, dtype, eps=rms_norm_eps, multiply_before_cast=False)
+            self.k_norm = RMSNorm(self.head_dim, dtype, eps=rms_norm_eps, multiply_before_cast=False)
+        self.sharding_strategy = sharding_strategy
+
+    def _default_scale(self) -> float:
+        compute = getattr(self.rope, "compute_scale", None)
+        return float(compute()) if callable(compute) else super()._default_scale()
+
+    @property
+    def qkv_input_scale(self) -> Any:
+        """The max of q, k, and v scale input vectors (None: this layer has no float8 input scales)."""
+        return None
+
+    @property
+    def qkv_weight_scale(self) -> Any:
+        """The max of q, k, and v scale weight vectors.
+
+        Raises:
+            ValueError: the layer has no float8 weights (maxfx layers hold float weights).
+        """
+        raise ValueError(f"{type(self).__name__}.qkv_weight_scale: the layer has no float8 weight scales (float8_config is unsupported); weights are {self.dtype}")
+
+    def _position(self, layer_idx: Any, xq: Any, kv: Any, freqs_cis: Any, offsets: Any) -> Any:
+        if freqs_cis is None:
+            freqs_cis = self.rope.freqs_cis
+        if self.use_qk_norm:
+            xq = self.q_norm(xq)
+            k_gamma = _on(self.k_norm.weight, xq.device)
+            kernels.rms_norm_key_cache(self.kv_params, kv, k_gamma, self.rms_norm_eps, layer_idx, xq.shape[0], offsets, 0.0, multiply_before_cast=False)
+        return kernels.fused_qk_ragged_rope(self.kv_params, xq, offsets, kv, freqs_cis, layer_idx, interleaved=getattr(self.rope, "interleaved", True))
+
+
+class AttentionWithRopeNoOpaque(AttentionWithRope):
+    """Attention with RoPE without the fused (opaque) cache kernels.
+
+    Q, K and V come from separate projections; RoPE is applied to K before it
+    is stored (``ops.rope_ragged`` + ``ops.kv_cache_store``), then
+    ``flash_attention_ragged`` reads the cache. Same results as
+    `AttentionWithRope` (no float8, stacked qkv, bias or clipping).
+    """
+
+    def __init__(
+        self, *, rope: Any, num_attention_heads: int, num_key_value_heads: int, hidden_size: int, kv_params: KVCacheParams,
+        devices: Sequence[Any] | None = None, dtype: DType = DType.float32, linear_cls: Callable[..., Any] = Linear, scale: float | None = None,
+    ):  # fmt: skip
+        super().__init__(
+            rope=rope, num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads, hidden_size=hidden_size,
+            kv_params=kv_params, devices=devices, dtype=dtype, linear_cls=linear_cls, scale=scale,
+        )  # fmt: skip
+
+    def _qkv(self, layer_idx: Any, x: Any, kv: Any, offsets: Any) -> Any:
+        self._pending = (layer_idx, x)
+        return ops.reshape(self.q_proj(x), [x.shape[0], self.n_heads, self.head_dim])
+
+    def _position(self, layer_idx: Any, xq: Any, kv: Any, freqs_cis: Any, offsets: Any) -> Any:
+        _, x = self._pending
+        del self._pending
+        freqs = self.rope.freqs_cis if freqs_cis is None else freqs_cis
+        freqs = _on(freqs, x.device)
+        interleaved = getattr(self.rope, "interleaved", True)
+        layer = ops.constant(int(layer_idx), DType.uint32, x.device) if not hasattr(layer_idx, "type") else ops.reshape(layer_idx, [])
+        zero = ops.constant(0, DType.uint32, x.device)
+        t = x.shape[0]
+        k = ops.reshape(self.k_proj(x), [t, self.n_kv_heads, self.head_dim])
+        v = ops.reshape(self.v_proj(x), [t, self.n_kv_heads, self.head_dim])
+        k = ops.rope_ragged(k, freqs, offsets, kv.cache_lengths, interleaved=interleaved)
+        for kv_index, rows in ((0, k), (1, v)):
+            ops.kv_cache_store(kv.kv_blocks, rows.cast(kv.kv_blocks.dtype), kv.lookup_table, layer, offsets, kv.cache_lengths, zero, kv_index=kv_index)
+        return ops.rope_ragged(xq, freqs, offsets, kv.cache_lengths, interleaved=interleaved)
+
+
+class GGUFQAttentionWithRope(AttentionWithRope):
+    """Attention with RoPE over GGUF-quantized projections (``q_proj``/``k_proj``/``v_proj``/``o_proj``
+    hold packed blocks; ``unfused_qkv_ragged_matmul_gguf_quantized``)."""
+
+    def __init__(
+        self, *, rope: Any, num_attention_heads: int, num_key_value_heads: int, hidden_size: int, kv_params: KVCacheParams, dtype: DType,
+        quantization_encoding: Any, devices: Sequence[Any] | None = None, linear_cls: Callable[..., Any] = Linear, scale: float | None = None,
+        has_bias: bool = False, clip_qkv: float | None = None,
+    ):  # fmt: skip
+        Module.__init__(self)
+        name = type(self).__name__
+        if quantization_encoding is None:
+            raise ValueError(f"{name}: quantization_encoding is required")
+        if has_bias or clip_qkv is not None:
+            raise ValueError(f"{name}: biases and clip_qkv are not supported with GGUF-quantized projections")
+        self.rope, self.quantization_encoding = rope, quantization_encoding
+        self.use_qk_norm, self.rms_norm_eps = False, 1e-6
+        self._init_common(
+            name, num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads, hidden_size=hidden_size, kv_params=kv_params,
+            devices=devices, dtype=dtype, linear_cls=linear_cls, stacked_qkv=False, scale=scale, has_bias=False, clip_qkv=None,
+            quantization_encoding=quantization_encoding,
+        )  # fmt: skip
+
+    def _qkv(self, layer_idx: Any, x: Any, kv: Any, offsets: Any) -> Any:
+        dev, enc = self.devices[0], self.quantization_encoding
+        ws = [_on(p.weight, dev) for p in (self.q_proj, self.k_proj, self.v_proj)]
+        xq = kernels.unfused_qkv_ragged_matmul_gguf_quantized(self.kv_params, x, offsets, self.n_heads, *ws, enc, enc, enc, kv, layer_idx)
+        return ops.reshape(xq, [x.shape[0], self.n_heads, self.head_dim])
+
+    def shard(self, devices: Iterable[Any]) -> list[Any]:
+        """Raises ValueError: packed GGUF blocks cannot be split by heads here."""
+        raise ValueError(f"{type(self).__name__}.shard: GGUF-quantized attention does not support tensor parallelism")
+
+
+class GPTQAttentionWithRope(AttentionWithRope):
+    """Attention with RoPE whose q/k/v/o projections are GPTQ-packed (``fused_qkv_ragged_matmul_quantized``).
+
+    Each projection holds ``weight`` (uint8 GPTQ blocks, as ``ops.qmatmul`` takes them)
+    and, with act-order (``quantization_config.desc_act``), ``perm_idx``.
+    """
+
+    def __init__(
+        self, quantization_config: Any, rope: Any, num_attention_heads: int, num_key_value_heads: int, hidden_size: int, kv_params: KVCacheParams,
+        devices: Sequence[Any] | None = None, dtype: DType = DType.float32, scale: float | None = None, linear_cls: Callable[..., Any] = Linear,
+    ):  # fmt: skip
+        from maxfx.nn.attention._gptq import gptq_projection  # noqa: PLC0415
+
+        Module.__init__(self)
+        name = type(self).__name__
+        if quantization_config is None:
+            raise ValueError(f"{name}: quantization_config is required")
+        self.rope, self.quantization_config = rope, quantization_config
+        self.use_qk_norm, self.rms_norm_eps = False, 1e-6
+        _check_heads(name, int(num_attention_heads), int(num_key_value_heads), int(hidden_size), kv_params)
+        self.n_heads, self.n_kv_heads, self.hidden_size = int(num_attention_heads), int(num_key_value_heads), int(hidden_size)
+        self.kv_params, self.devices, self.dtype, self.head_dim = kv_params, _devices(devices), dtype, kv_params.head_dim
+        self.stacked_qkv, self.has_bias, self.clip_qkv = False, False, None
+        self.scale = float(scale) if scale is not None else self._default_scale()
+        q_dim, kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        make = lambda i, o: gptq_projection(i, o, dtype, self.devices[0], quantization_config)  # noqa: E731
+        self.q_proj, self.k_proj, self.v_proj = make(hidden_size, q_dim), make(hidden_size, kv_dim), make(hidden_size, kv_dim)
+        self.o_proj = make(q_dim, hidden_size)
+
+    @property
+    def wqkv(self) -> Any:
+        """The concatenation of q, k, and v weight vectors (packed + scales), along the output dim."""
+        from maxfx.nn.attention._gptq import concat_gptq  # noqa: PLC0415
+
+        dev = self.devices[0]
+        packed = [_on(p.weight, dev) for p in (self.q_proj, self.k_proj, self.v_proj)]
+        return concat_gptq(packed, self.hidden_size, int(self.quantization_config.group_size))
+
+    def _qkv(self, layer_idx: Any, x: Any, kv: Any, offsets: Any) -> Any:
+        perm = _on(self.q_proj.perm_idx, self.devices[0]) if getattr(self.q_proj, "perm_idx", None) is not None else None
+        xq = kernels.fused_qkv_ragged_matmul_quantized(self.kv_params, x, offsets, self.wqkv, kv, layer_idx, self.n_heads, self.quantization_config, perm_idx=perm)
+        return ops.reshape(xq, [x.shape[0], self.n_heads, self.head_dim])
+
+    def shard(self, devices: Iterable[Any]) -> list[Any]:
+        """Raises ValueError: GPTQ-packed weights cannot be split by heads here."""
+        raise ValueError(f"{type(self).__name__}.shard: GPTQ attention does not support tensor parallelism")
+
+
+# ─── distributed ──────────────────────────────────────────────────────────
+
+
+def _per_device(name: str, n: int, **lists: Any) -> None:
+    for k, v in lists.items():
+        if not isinstance(v, (list, tuple)) or len(v) != n:
+            raise ValueError(f"{name}: {k} must be a list with one entry per device ({n}), got {type(v).__name__} of length {len(v) if isinstance(v, (list, tuple)) else '-'}")
+
+
+class TensorParallelAttentionWithRope(AttentionWithRope, DistributedAttentionImpl):
+    """Tensor-parallel wrapper that delegates sharding to the base module.
+
+    Each device runs `shard`'s slice of the heads on its copy of the input and
+    its own KV collection; the partial ``o_proj`` outputs are summed (an
+    allreduce) and the sum is returned on every device.
+
+    Call: ``attn(layer_idx, xs, signal_buffers, kv_collections, freqs_cis, input_row_offsets)``
+    with per-device lists (``signal_buffers`` may be None).
+    """
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        n = len(self.devices)
+        if self.n_heads % n or self.n_kv_heads % n:
+            raise ValueError(f"TensorParallelAttentionWithRope: {self.n_heads} query / {self.n_kv_heads} KV heads do not split evenly over {n} devices")
+
+    def __call__(self, layer_idx: Any, xs: Any, signal_buffers: Any = None, kv_collections: Any = None, freqs_cis: Any = None, input_row_offsets: Any = None, **kwargs: Any) -> list[Any]:  # type: ignore[override]
+        n = len(self.devices)
+        name = type(self).__name__
+        _per_device(name, n, xs=xs, kv_collections=kv_collections, freqs_cis=freqs_cis, input_row_offsets=input_row_offsets)
+        shards = self.shard(self.devices)  # at call time: weights carry their qualified names by now
+        parts = [s._forward_shard(layer_idx, x, kv, f, o) for s, x, kv, f, o in zip(shards, xs, kv_collections, freqs_cis, input_row_offsets)]
+        total = parts[0]
+        for p in parts[1:]:
+            total = total + _on(p, total.device)
+        return [_on(total, d) for d in self.devices]
+
+
+def _forward_shard(self: Any, layer_idx: Any, x: Any, kv: Any, freqs: Any, offsets: Any) -> Any:
+    return _RaggedAttentionBase.__call__(self, layer_idx, x, kv, freqs, offsets)
+
+
+_RaggedAttentionBase._forward_shard = _forward_shard  # type: ignore[attr-defined]
+
+
+class DataParallelAttentionWithRope(AttentionWithRope, DistributedAttentionImpl):
+    """Data-parallel implementation of Attention with RoPE.
+
+    The same weights run on every device over that device's own inputs
+    (``xs[i]``, ``kv_collections[i]``, ``freqs_cis[i]``, ``input_row_offsets[i]``
+    rebased to 0); no collectives, each KV cache stays local.
+
+    Call: ``attn(layer_idx, xs, kv_collections, freqs_cis, input_row_offsets)`` → one output per device.
+    """
+
+    def __call__(self, layer_idx: Any, xs: Any, kv_collections: Any = None, freqs_cis: Any = None, input_row_offsets: Any = None, **kwargs: Any) -> list[Any]:  # type: ignore[override]
+        n = len(self.devices)
+        _per_device(type(self).__name__, n, xs=xs, kv_collections=kv_collections, freqs_cis=freqs_cis, input_row_offsets=input_row_offsets)
+        home = self.devices
+        outs = []
+        try:
+            for dev, x, kv, f, o in zip(home, xs, kv_collections, freqs_cis, input_row_offsets):
+                self.devices = [dev]
+                for lin in self._projections() + [self.o_proj]:
+                    lin.device = dev
+                outs.append(_RaggedAttentionBase.__call__(self, layer_idx, x, kv, f, o))
+        finally:
+            self.devices = home
+            for lin in self._projections() + [self.o_proj]:
+                lin.device = home[0]
+        return outs

@@ -1,0 +1,5 @@
+"""``max.nn.attention.ragged_attention``: cache attention with the mask variant inside the kernel."""
+
+from maxfx.nn.attention._other import RaggedAttention
+
+__all__ = ["RaggedAttention"]

@@ -1,0 +1,445 @@
+"""Attention and paged KV-cache kernels of ``max.nn.kernels``.
+
+Each wrapper checks its arguments against the `KVCacheParams` and composes
+registry ops (``ops.paged_attention``, ``ops.kv_cache_store``, ...). The
+``kv_collection`` argument is a `PagedCacheValues` (see
+``maxfx.nn.kv_cache``): writes to the cache update its block-pool buffer.
+
+Ragged inputs are ``[total_tokens, ...]`` with ``input_row_offsets [batch + 1]``
+(uint32 prefix sums); the new tokens of sequence ``b`` sit at cache positions
+``cache_lengths[b] + i``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lowering.dtypes import DType
+from maxfx.graph import ops
+from maxfx.nn.kv_cache._paged import PagedCacheValues
+from maxfx.nn.kv_cache._params import KVCacheParams, KVCacheStrategy
+
+__all__ = [
+    "cross_attention_ragged",
+    "flash_attention_gpu",
+    "flash_attention_ragged",
+    "flash_attention_ragged_gpu",
+    "fused_qk_ragged_rope",
+    "fused_qkv_ragged_matmul",
+    "fused_qkv_ragged_matmul_quantized",
+    "fused_qkv_ragged_matmul_scaled_float8",
+    "k_cache_to_buffer",
+    "kv_cache_get_max_seq_len",
+    "kv_cache_ragged_radd",
+    "matmul_k_cache_ragged",
+    "matmul_k_cache_ragged_scaled_float8",
+    "matmul_kv_cache_ragged",
+    "rms_norm_key_cache",
+    "unfused_qkv_ragged_matmul_gguf_quantized",
+]
+
+# Mask variants by enum value: MHAMaskVariant uses '0'..'4', AttentionMaskVariant names.
+_MASKS = {
+    "0": "causal",
+    "1": "causal_alibi",
+    "2": "null",
+    "3": "chunked",
+    "4": "sliding_window",
+    "causal": "causal",
+    "null": "null",
+    "chunked_causal": "chunked",
+    "sliding_window_causal": "sliding_window",
+}
+
+
+def mask_name(where: str, mask_variant: Any, local_window_size: int = -1) -> str:
+    """The registry op's mask string for an `MHAMaskVariant` / `AttentionMaskVariant`."""
+    value = getattr(mask_variant, "value", mask_variant)
+    if value == "tensor_mask":
+        raise ValueError(f"{where}: AttentionMaskVariant.TENSOR_MASK needs an explicit mask tensor, which this kernel does not take; use ops.attention with q_offset/kv_length")
+    if value not in _MASKS:
+        raise ValueError(f"{where}: mask_variant must be an MHAMaskVariant or AttentionMaskVariant, got {mask_variant!r}")
+    mask = _MASKS[value]
+    if mask in ("sliding_window", "chunked") and int(local_window_size) <= 0:
+        raise ValueError(f"{where}: {mask_variant!r} needs local_window_size > 0, got {local_window_size}")
+    return mask
+
+
+def _params(where: str, kv_params: Any) -> KVCacheParams:
+    if not isinstance(kv_params, KVCacheParams):
+        raise TypeError(f"{where}: kv_params must be a KVCacheParams, got {type(kv_params).__name__}")
+    if kv_params.cache_strategy is not KVCacheStrategy.PAGED:
+        raise ValueError(f"{where}: maxfx kernels use the PAGED cache strategy, got {kv_params.cache_strategy}")
+    return kv_params
+
+
+def _collection(where: str, kv_collection: Any) -> PagedCacheValues:
+    if not isinstance(kv_collection, PagedCacheValues):
+        raise TypeError(f"{where}: kv_collection must be a PagedCacheValues (see maxfx.nn.kv_cache), got {type(kv_collection).__name__}")
+    return kv_collection
+
+
+def _index(value: Any, device: Any) -> Any:
+    """An int or scalar tensor as a uint32 scalar graph value."""
+    if hasattr(value, "type"):
+        return value.reshape([]) if value.rank else value
+    return ops.constant(int(value), DType.uint32, device)
+
+
+def _rows(where: str, x: Any, n_heads: int, head_dim: int, what: str) -> Any:
+    """``[T, n_heads * head_dim]`` → ``[T, n_heads, head_dim]``."""
+    if x.rank != 2 or int(x.shape[1]) != n_heads * head_dim:
+        raise ValueError(f"{where}: {what} must be [total_tokens, {n_heads} * {head_dim}], got shape {list(x.shape)}")
+    return ops.reshape(x, [x.shape[0], n_heads, head_dim])
+
+
+def _store(kv: PagedCacheValues, rows: Any, layer: Any, offsets: Any, kv_index: int, batch_offset: Any = None, start: Any = None) -> None:
+    dev = rows.device
+    zero = _index(0 if batch_offset is None else batch_offset, dev)
+    start = kv.cache_lengths if start is None else start
+    ops.kv_cache_store(kv.kv_blocks, rows.cast(kv.kv_blocks.dtype), kv.lookup_table, layer, offsets, start, zero, kv_index=kv_index)
+
+
+def _gather(kv: PagedCacheValues, layer: Any, offsets: Any, n_rows: Any, kv_index: int, batch_offset: Any = None, start: Any = None) -> Any:
+    dev = offsets.device
+    zero = _index(0 if batch_offset is None else batch_offset, dev)
+    start = kv.cache_lengths if start is None else start
+    return ops.kv_cache_gather(kv.kv_blocks, kv.lookup_table, layer, offsets, start, zero, n_rows=n_rows, kv_index=kv_index)
+
+
+def _check_input(where: str, x: Any, rank: int, what: str = "input") -> None:
+    if x.rank != rank:
+        raise ValueError(f"{where}: {what} must have rank {rank}, got shape {list(x.shape)}")
+
+
+# ─── attention ────────────────────────────────────────────────────────────
+
+
+def flash_attention_gpu(q: Any, k: Any, v: Any, mask_variant: Any, scale: float, local_window_size: int = -1, valid_length: Any = None) -> Any:
+    """Attention over padded ``q, k, v [batch, seq, heads, head_dim]``.
+
+    ``valid_length`` (uint32 ``[batch]``) limits each sequence's keys. Runs on
+    any device (the name is MAX's).
+
+    Example:
+        >>> out = flash_attention_gpu(q, k, v, MHAMaskVariant.CAUSAL_MASK, scale=0.125)  # doctest: +SKIP
+    """
+    where = "flash_attention_gpu"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_input(where, t, 4, name)
+    mask = mask_name(where, mask_variant, local_window_size)
+    return ops.attention(q, k, v, mask=mask, scale=scale, window=local_window_size, kv_length=valid_length)
+
+
+def flash_attention_ragged_gpu(q: Any, k: Any, v: Any, input_row_offsets: Any, max_seq_len: Any, mask_variant: Any, scale: float, local_window_size: int = -1) -> Any:
+    """Attention over ragged ``q, k, v [total_tokens, heads, head_dim]`` (no KV cache).
+
+    ``max_seq_len`` (an int) bounds the per-sequence length; a tensor value is
+    accepted and ignored (the bound then is the token count).
+
+    Example:
+        >>> out = flash_attention_ragged_gpu(q, k, v, offsets, 128, MHAMaskVariant.CAUSAL_MASK, 0.125)  # doctest: +SKIP
+    """
+    where = "flash_attention_ragged_gpu"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_input(where, t, 3, name)
+    mask = mask_name(where, mask_variant, local_window_size)
+    bound = int(max_seq_len) if isinstance(max_seq_len, int) else 0
+    return ops.ragged_attention(q, k, v, input_row_offsets, mask=mask, scale=scale, window=local_window_size, max_q_len=bound, max_kv_len=bound)
+
+
+def flash_attention_ragged(
+    kv_params: Any, input: Any, input_row_offsets: Any, kv_collection: Any, layer_idx: Any, mask_variant: Any, scale: float, local_window_size: int = -1, sink_weights: Any = None  # noqa: A002
+) -> Any:
+    """Self-attention of ragged queries ``[total_tokens, n_heads, head_dim]`` over the paged cache.
+
+    The new tokens' K/V must already be in the cache (`fused_qkv_ragged_matmul`).
+    ``sink_weights [n_heads]`` adds a per-head sink logit to each softmax.
+
+    Example:
+        >>> attn = flash_attention_ragged(kv_params, xq, offsets, kv, layer_idx, MHAMaskVariant.CAUSAL_MASK, scale)  # doctest: +SKIP
+    """
+    where = "flash_attention_ragged"
+    p, kv = _params(where, kv_params), _collection(where, kv_collection)
+    _check_input(where, input, 3)
+    if int(input.shape[2]) != p.head_dim:
+        raise ValueError(f"{where}: input head_dim {input.shape[2]} differs from kv_params.head_dim {p.head_dim}")
+    mask = mask_name(where, mask_variant, local_window_size)
+    layer = _index(layer_idx, input.device)
+    return ops.paged_attention(
+        input, kv.kv_blocks, kv.lookup_table, layer, input_row_offsets, kv.cache_lengths,
+        mask=mask, scale=scale, window=local_window_size, sink_weights=sink_weights,
+    )  # fmt: skip
+
+
+def cross_attention_ragged(
+    kv_params: Any, input: Any, input_row_offsets: Any, kv_collection: Any, layer_idx: Any, mask_variant: Any, kv_input_row_offsets: Any, q_max_seq_len: Any, scale: float, local_window_size: int = -1  # noqa: A002
+) -> Any:
+    """Cross-attention of ragged queries over keys cached from another ragged input.
+
+    Sequence ``b`` attends to cache positions ``0 .. kv_len[b]-1`` with
+    ``kv_len = diff(kv_input_row_offsets)`` (stored earlier, e.g. by
+    `matmul_kv_cache_ragged` on the encoder states); ``q_max_seq_len`` is informational.
+
+    Example:
+        >>> out = cross_attention_ragged(kv_params, xq, offsets, kv, 0, MHAMaskVariant.NULL_MASK, vision_offsets, 16, scale)  # doctest: +SKIP
+    """
+    where = "cross_attention_ragged"
+    _params(where, kv_params)
+    kv = _collection(where, kv_collection)
+    _check_input(where, input, 3)
+    mask = mask_name(where, mask_variant, local_window_size)
+    layer = _index(layer_idx, input.device)
+    return ops.paged_attention(
+        input, kv.kv_blocks, kv.lookup_table, layer, input_row_offsets, kv.cache_lengths,
+        mask=mask, scale=scale, window=local_window_size, kv_row_offsets=kv_input_row_offsets,
+    )  # fmt: skip
+
+
+# ─── projections that write the cache ─────────────────────────────────────
+
+
+def _split_qkv(where: str, p: KVCacheParams, qkv: Any, n_heads: int) -> tuple[Any, Any, Any]:
+    nkv, d = p.n_kv_heads_per_device, p.head_dim
+    qd, kd = n_heads * d, nkv * d
+    if int(qkv.shape[-1]) != qd + 2 * kd:
+        raise ValueError(f"{where}: the QKV projection has {qkv.shape[-1]} columns; expected (n_heads + 2 * n_kv_heads) * head_dim = ({n_heads} + 2 * {nkv}) * {d} = {qd + 2 * kd}")
+    return qkv[:, :qd], qkv[:, qd : qd + kd], qkv[:, qd + kd :]
+
+
+def _write_kv(where: str, p: KVCacheParams, kv: PagedCacheValues, k: Any, v: Any, layer: Any, offsets: Any) -> None:
+    nkv, d = p.n_kv_heads_per_device, p.head_dim
+    _store(kv, _rows(where, k, nkv, d, "K"), layer, offsets, 0)
+    if v is not None:
+        _store(kv, _rows(where, v, nkv, d, "V"), layer, offsets, 1)
+
+
+def _check_matmul(where: str, x: Any, w: Any) -> None:
+    _check_input(where, x, 2)
+    if w.rank != 2 or w.shape[1] != x.shape[1]:
+        raise ValueError(f"{where}: weight must be [out_dim, {x.shape[1]}] to multiply input {list(x.shape)}, got {list(w.shape)}")
+
+
+def fused_qkv_ragged_matmul(kv_params: Any, input: Any, input_row_offsets: Any, wqkv: Any, kv_collection: Any, layer_idx: Any, n_heads: int, bias: Any = None) -> Any:  # noqa: A002
+    """``input @ wqkv.T (+ bias)``: writes K and V rows into the cache, returns Q ``[total_tokens, n_heads * head_dim]``.
+
+    ``wqkv`` is ``[(n_heads + 2 * n_kv_heads) * head_dim, hidden]`` (Q rows, then K, then V).
+
+    Example:
+        >>> xq = fused_qkv_ragged_matmul(kv_params, x, offsets, attn.wqkv, kv, layer_idx, n_heads=8)  # doctest: +SKIP
+    """
+    where = "fused_qkv_ragged_matmul"
+    p, kv = _params(where, kv_params), _collection(where, kv_collection)
+    _check_matmul(where, input, wqkv)
+    qkv = input @ wqkv.T
+    if bias is not None:
+        qkv = qkv + bias
+    q, k, v = _split_qkv(where, p, qkv, n_heads)
+    _write_kv(where, p, kv, k, v, _index(layer_idx, input.device), input_row_offsets)
+    return q
+
+
+def fused_qkv_ragged_matmul_quantized(
+    kv_params: Any, input: Any, input_row_offsets: Any, wqkv: Any, kv_collection: Any, layer_idx: Any, n_heads: int, quantization_config: Any, perm_idx: Any = None, bias: Any = None  # noqa: A002
+) -> Any:
+    """`fused_qkv_ragged_matmul` with a GPTQ-packed ``wqkv`` (``ops.qmatmul``; ``perm_idx`` for act-order).
+
+    Raises:
+        ValueError: ``quantization_config`` is missing.
+    """
+    from maxfx.graph.quantization import QuantizationEncoding  # noqa: PLC0415
+
+    where = "fused_qkv_ragged_matmul_quantized"
+    p, kv = _params(where, kv_params), _collection(where, kv_collection)
+    if quantization_config is None:
+        raise ValueError(f"{where}: quantization_config (GPTQ) is required")
+    _check_input(where, input, 2)
+    rhs = [wqkv]
+    x = input
+    if perm_idx is not None:
+        x = ops.gather(input, perm_idx, axis=-1)
+        rhs.append(perm_idx)
+    qkv = ops.qmatmul(QuantizationEncoding.GPTQ, quantization_config, x, *rhs)
+    if bias is not None:
+        qkv = qkv + bias
+    q, k, v = _split_qkv(where, p, qkv, n_heads)
+    _write_kv(where, p, kv, k, v, _index(layer_idx, input.device), input_row_offsets)
+    return q
+
+
+def fused_qkv_ragged_matmul_scaled_float8(
+    kv_params: Any, input: Any, input_row_offsets: Any, wqkv: Any, kv_collection: Any, layer_idx: Any, n_heads: int, input_scale: Any, weight_scale: Any, bias: Any = None  # noqa: A002
+) -> Any:
+    """`fused_qkv_ragged_matmul` for float8 ``input``/``wqkv`` with scales (``ops.scaled_matmul``; tensor, row or block scales).
+
+    The product is cast to ``kv_params.dtype``.
+    """
+    where = "fused_qkv_ragged_matmul_scaled_float8"
+    p, kv = _params(where, kv_params), _collection(where, kv_collection)
+    _check_matmul(where, input, wqkv)
+    qkv = ops.scaled_matmul(input, wqkv, input_scale, weight_scale, out_dtype=p.dtype)
+    if bias is not None:
+        qkv = qkv + bias.cast(p.dtype)
+    q, k, v = _split_qkv(where, p, qkv, n_heads)
+    _write_kv(where, p, kv, k, v, _index(layer_idx, input.device), input_row_offsets)
+    return q
+
+
+def unfused_qkv_ragged_matmul_gguf_quantized(
+    kv_params: Any, input: Any, input_row_offsets: Any, n_heads: int, q_weight: Any, k_weight: Any, v_weight: Any,  # noqa: A002
+    quantization_encoding_q: Any, quantization_encoding_k: Any, quantization_encoding_v: Any, kv_collection: Any, layer_idx: Any,
+) -> Any:  # fmt: skip
+    """Q, K and V from three GGUF-quantized weights (``ops.qmatmul`` each); K/V go to the cache, Q is returned.
+
+    Raises:
+        ValueError: an encoding is missing.
+    """
+    where = "unfused_qkv_ragged_matmul_gguf_quantized"
+    p, kv = _params(where, kv_params), _collection(where, kv_collection)
+    _check_input(where, input, 2)
+    encs = (quantization_encoding_q, quantization_encoding_k, quantization_encoding_v)
+    if any(e is None for e in encs):
+        raise ValueError(f"{where}: all three quantization encodings are required, got {encs}")
+    q, k, v = (ops.qmatmul(e, None, input, w) for e, w in zip(encs, (q_weight, k_weight, v_weight)))
+    if int(q.shape[-1]) != n_heads * p.head_dim:
+        raise ValueError(f"{where}: q_weight gives {q.shape[-1]} columns; expected n_heads * head_dim = {n_heads * p.head_dim}")
+    _write_kv(where, p, kv, k, v, _index(layer_idx, input.device), input_row_offsets)
+    return q
+
+
+def matmul_kv_cache_ragged(kv_params: Any, hidden_states: Any, input_row_offsets: Any, weight: Any, kv_collection: Any, layer_idx: Any) -> None:
+    """``hidden_states @ weight.T`` = ``[K | V]`` rows, written into the cache.
+
+    Example:
+        >>> matmul_kv_cache_ragged(kv_params, encoder_states, enc_offsets, wkv, kv, 0)  # doctest: +SKIP
+    """
+    where = "matmul_kv_cache_ragged"
+    p, kv = _params(where, kv_params), _collection(where, kv_collection)
+    _check_matmul(where, hidden_states, weight)
+    kvd = p.n_kv_heads_per_device * p.head_dim
+    out = hidden_states @ weight.T
+    if int(out.shape[-1]) != 2 * kvd:
+        raise ValueError(f"{where}: weight gives {out.shape[-1]} columns; expected 2 * n_kv_heads * head_dim = {2 * kvd}")
+    _write_kv(where, p, kv, out[:, :kvd], out[:, kvd:], _index(layer_idx, hidden_states.device), input_row_offsets)
+
+
+def matmul_k_cache_ragged(kv_params: Any, hidden_states: Any, input_row_offsets: Any, weight: Any, kv_collection: Any, layer_idx: Any) -> None:
+    """``hidden_states @ weight.T`` = K rows (MLA: the latent cache), written into the cache."""
+    where = "matmul_k_cache_ragged"
+    p, kv = _params(where, kv_params), _collection(where, kv_collection)
+    _check_matmul(where, hidden_states, weight)
+    _write_kv(where, p, kv, hidden_states @ weight.T, None, _index(layer_idx, hidden_states.device), input_row_offsets)
+
+
+def matmul_k_cache_ragged_scaled_float8(
+    kv_params: Any, hidden_states: Any, input_row_offsets: Any, weight: Any, input_scale: Any, weight_scale: Any, kv_collection: Any, scales_granularity_mnk: Any, layer_idx: Any
+) -> None:
+    """`matmul_k_cache_ragged` for float8 inputs with block scales.
+
+    ``scales_granularity_mnk`` = ``(m, n, k)`` block sizes: ``input_scale`` is
+    ``[tokens / m, K / k]`` and ``weight_scale`` ``[N / n, K / k]`` (``ops.scaled_matmul``).
+
+    Raises:
+        ValueError: the scale shapes do not match the block sizes.
+    """
+    where = "matmul_k_cache_ragged_scaled_float8"
+    p, kv = _params(where, kv_params), _collection(where, kv_collection)
+    _check_matmul(where, hidden_states, weight)
+    m, n, k = (int(s) for s in scales_granularity_mnk)
+    n_blocks = (int(weight.shape[0]) // n, int(weight.shape[1]) // k)
+    if tuple(int(d) for d in weight_scale.shape) != n_blocks:
+        raise ValueError(f"{where}: weight_scale must be [N/n, K/k] = {list(n_blocks)} for blocks {(m, n, k)}, got {list(weight_scale.shape)}")
+    out = ops.scaled_matmul(hidden_states, weight, input_scale, weight_scale, out_dtype=p.dtype)
+    _write_kv(where, p, kv, out, None, _index(layer_idx, hidden_states.device), input_row_offsets)
+
+
+# ─── cache maintenance ────────────────────────────────────────────────────
+
+
+def fused_qk_ragged_rope(
+    kv_params: Any, input: Any, input_row_offsets: Any, kv_collection: Any, freqs_cis: Any, layer_idx: Any, interleaved: bool = True, position_ids: Any = None, mrope_section: Any = None  # noqa: A002
+) -> Any:
+    """RoPE on the queries (returned) and on this step's keys in the cache (rotated in place).
+
+    Token ``i`` of sequence ``b`` is at position ``cache_lengths[b] + i`` unless
+    ``position_ids`` says otherwise; ``freqs_cis`` is ``[max_seq_len * 2, head_dim]``.
+
+    Example:
+        >>> xq = fused_qk_ragged_rope(kv_params, xq, offsets, kv, rope.freqs_cis, layer_idx)  # doctest: +SKIP
+    """
+    where = "fused_qk_ragged_rope"
+    _params(where, kv_params)
+    kv = _collection(where, kv_collection)
+    _check_input(where, input, 3)
+    freqs = freqs_cis if freqs_cis.device == input.device else freqs_cis.to(input.device)
+    layer = _index(layer_idx, input.device)
+    rope = dict(interleaved=interleaved, position_ids=position_ids, mrope_section=mrope_section)
+    k_new = _gather(kv, layer, input_row_offsets, input.shape[0], 0)
+    _store(kv, ops.rope_ragged(k_new, freqs, input_row_offsets, kv.cache_lengths, **rope), layer, input_row_offsets, 0)
+    return ops.rope_ragged(input, freqs, input_row_offsets, kv.cache_lengths, **rope)
+
+
+def kv_cache_ragged_radd(kv_params: Any, a: Any, kv_collection: Any, input_row_offsets: Any, batch_offset: Any, layer_idx: Any) -> None:
+    """Add ``a [total_tokens, 2 * n_kv_heads * head_dim]`` (K half, V half) to this step's cache rows
+    of sequences ``batch_offset, batch_offset + 1, ...`` (``input_row_offsets`` covers that sub-batch)."""
+    where = "kv_cache_ragged_radd"
+    p, kv = _params(where, kv_params), _collection(where, kv_collection)
+    _check_input(where, a, 2, "a")
+    nkv, d = p.n_kv_heads_per_device, p.head_dim
+    if int(a.shape[1]) != 2 * nkv * d:
+        raise ValueError(f"{where}: a must be [total_tokens, 2 * {nkv} * {d}], got {list(a.shape)}")
+    layer = _index(layer_idx, a.device)
+    for kv_index, part in enumerate((a[:, : nkv * d], a[:, nkv * d :])):
+        old = _gather(kv, layer, input_row_offsets, a.shape[0], kv_index, batch_offset)
+        new = old + _rows(where, part, nkv, d, "a").cast(old.dtype)
+        _store(kv, new, layer, input_row_offsets, kv_index, batch_offset)
+
+
+def rms_norm_key_cache(
+    kv_params: Any, kv_collection: Any, gamma: Any, epsilon: float, layer_idx: Any, total_seq_len: Any, input_row_offsets: Any, weight_offset: float,
+    rms_norm_cols: int | None = None, multiply_before_cast: bool = True, per_head_norm: bool = True,
+) -> None:  # fmt: skip
+    """RMSNorm of this step's K rows in the cache (in place): per head over ``head_dim``
+    (``per_head_norm``) or over all heads; only the first ``rms_norm_cols`` columns when given."""
+    from maxfx.nn._basic import rms_norm  # noqa: PLC0415
+
+    where = "rms_norm_key_cache"
+    p, kv = _params(where, kv_params), _collection(where, kv_collection)
+    nkv, d = p.n_kv_heads_per_device, p.head_dim
+    layer = _index(layer_idx, input_row_offsets.device)
+    k = _gather(kv, layer, input_row_offsets, total_seq_len, 0)
+    width = d if per_head_norm else nkv * d
+    rows = k if per_head_norm else ops.reshape(k, [k.shape[0], width])
+    cols = width if rms_norm_cols is None else int(rms_norm_cols)
+    if int(gamma.shape[0]) != cols or cols > width:
+        raise ValueError(f"{where}: gamma must have {cols} entries (the normalized columns, at most {width}), got {list(gamma.shape)}")
+    head = rows[..., :cols] if cols < width else rows
+    normed = rms_norm(head, gamma.cast(rows.dtype) if gamma.dtype != rows.dtype else gamma, epsilon, weight_offset, multiply_before_cast)
+    if cols < width:
+        normed = ops.concat([normed, rows[..., cols:]], axis=-1)
+    _store(kv, ops.reshape(normed, [k.shape[0], nkv, d]), layer, input_row_offsets, 0)
+
+
+def kv_cache_get_max_seq_len(kv_params: Any, kv_collection: Any) -> Any:
+    """The longest total sequence (cached + new tokens) of this step: ``max_lengths[0, 1]`` as uint32 ``[1]``."""
+    where = "kv_cache_get_max_seq_len"
+    _params(where, kv_params)
+    kv = _collection(where, kv_collection)
+    return ops.reshape(kv.max_lengths[0, 1], [1])
+
+
+def k_cache_to_buffer(kv_params: Any, buffer_row_offsets_1d: Any, cache_offsets_1d: Any, kv_collection: Any, layer_idx: Any, buffer_length: Any, buffer_size: int, weight_dim: int) -> Any:
+    """Copy cached K rows into a contiguous ``[buffer_size, weight_dim]`` buffer.
+
+    Buffer rows ``buffer_row_offsets_1d[b] : buffer_row_offsets_1d[b+1]`` hold
+    sequence ``b``'s cache positions from ``cache_offsets_1d[b]`` on; rows past
+    the last offset (``buffer_length``) are zero.
+    """
+    where = "k_cache_to_buffer"
+    p, kv = _params(where, kv_params), _collection(where, kv_collection)
+    width = p.n_kv_heads_per_device * p.head_dim
+    if int(weight_dim) > width:
+        raise ValueError(f"{where}: weight_dim {weight_dim} exceeds the cached row width {width}")
+    layer = _index(layer_idx, buffer_row_offsets_1d.device)
+    rows = _gather(kv, layer, buffer_row_offsets_1d, int(buffer_size), 0, start=cache_offsets_1d)
+    return ops.reshape(rows, [int(buffer_size), width])[:, : int(weight_dim)]

@@ -1,0 +1,136 @@
+"""`KVCacheParams` and `KVCacheStrategy`: the shape of a model's KV cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from lowering.dtypes import DType
+from lowering.types import BufferType, DeviceRef, TensorType
+
+__all__ = ["KVCacheParams", "KVCacheStrategy"]
+
+
+class KVCacheStrategy(str, enum.Enum):
+    """How the KV cache is stored: ``PAGED`` (maxfx's paged block pool) or ``MODEL_DEFAULT``
+    (resolved to the model's own strategy, which is ``PAGED`` for every maxfx model)."""
+
+    MODEL_DEFAULT = "model_default"
+    PAGED = "paged"
+
+    def kernel_substring(self) -> str:
+        """The strategy's part of kernel names (``"paged"``).
+
+        Raises:
+            ValueError: for ``MODEL_DEFAULT``, which must be resolved to a concrete strategy first.
+        """
+        if self is KVCacheStrategy.MODEL_DEFAULT:
+            raise ValueError("KVCacheStrategy.MODEL_DEFAULT has no kernels: resolve it to a concrete strategy (PAGED) first")
+        return self.value
+
+    def uses_opaque(self) -> bool:
+        """True when kernels take the cache as one opaque collection (`PagedCacheValues`)."""
+        return self is KVCacheStrategy.PAGED
+
+
+@dataclass
+class KVCacheParams:
+    """Configuration of a model's KV cache.
+
+    ``n_kv_heads_per_device`` is computed: all heads on every device with data
+    parallelism, else ``n_kv_heads // n_devices`` (1 when devices outnumber heads,
+    which then repeat). ``page_size`` (tokens per page) is required for
+    ``PAGED``; MAX's kernels need multiples of 128, maxfx's take any positive size.
+
+    Example:
+        >>> p = KVCacheParams(DType.bfloat16, n_kv_heads=8, head_dim=64, page_size=128)
+        >>> p.dtype_shorthand, p.n_kv_heads_per_device
+        ('bf16', 8)
+    """
+
+    dtype: DType
+    n_kv_heads: int
+    head_dim: int
+    enable_prefix_caching: bool = False
+    enable_kvcache_swapping_to_host: bool = False
+    host_kvcache_swap_space_gb: float | None = None
+    cache_strategy: KVCacheStrategy = KVCacheStrategy.PAGED
+    page_size: int | None = None
+    n_devices: int = 1
+    is_mla: bool = False
+    data_parallel_degree: int = 1
+    n_kv_heads_per_device: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.dtype, DType):
+            raise TypeError(f"KVCacheParams: dtype must be a DType, got {type(self.dtype).__name__}")
+        self.cache_strategy = KVCacheStrategy(self.cache_strategy)
+        for name in ("n_kv_heads", "head_dim", "n_devices", "data_parallel_degree"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"KVCacheParams: {name} must be >= 1, got {getattr(self, name)}")
+        if self.cache_strategy is KVCacheStrategy.PAGED and (self.page_size is None or int(self.page_size) < 1):
+            raise ValueError(f"KVCacheParams: page_size (tokens per page) is required for the PAGED strategy, got {self.page_size}")
+        if self.enable_kvcache_swapping_to_host and self.host_kvcache_swap_space_gb is None:
+            raise ValueError("KVCacheParams: host_kvcache_swap_space_gb is required when enable_kvcache_swapping_to_host is set")
+        if self.data_parallel_degree not in (1, self.n_devices):
+            raise ValueError(f"KVCacheParams: data_parallel_degree must be 1 or n_devices ({self.n_devices}), got {self.data_parallel_degree} (DP+TP is not supported)")
+        self.n_kv_heads_per_device = self._heads_per_device()
+
+    def _heads_per_device(self) -> int:
+        if self.data_parallel_degree > 1 or self.n_devices == 1:
+            return self.n_kv_heads
+        if self.n_kv_heads % self.n_devices == 0:
+            return self.n_kv_heads // self.n_devices
+        if self.n_devices % self.n_kv_heads == 0:
+            return 1
+        raise ValueError(f"KVCacheParams: {self.n_kv_heads} KV heads cannot be split over {self.n_devices} devices")
+
+    @property
+    def dtype_shorthand(self) -> str:
+        """``'bf16'`` for bfloat16 caches, else ``'f32'``."""
+        return "bf16" if self.dtype is DType.bfloat16 else "f32"
+
+    @property
+    def static_cache_shape(self) -> tuple[str, str, str, str, str]:
+        """Dimension names of a contiguous (non-paged) cache tensor."""
+        return ("num_layers", "batch_size", "seq_len", "n_kv_heads", "head_dim")
+
+    @property
+    def kv_dim(self) -> int:
+        """Entries per cached token: 2 (K and V), or 1 for MLA's single latent cache."""
+        return 1 if self.is_mla else 2
+
+    def copy_as_dp_1(self) -> KVCacheParams:
+        """A copy with data parallelism off and ``n_devices`` divided by the old degree.
+
+        Raises:
+            ValueError: ``n_devices`` is not divisible by ``data_parallel_degree``.
+        """
+        if self.n_devices % self.data_parallel_degree:
+            raise ValueError(f"KVCacheParams.copy_as_dp_1: n_devices ({self.n_devices}) is not divisible by data_parallel_degree ({self.data_parallel_degree})")
+        return dataclasses.replace(self, n_devices=self.n_devices // self.data_parallel_degree, data_parallel_degree=1, n_kv_heads_per_device=0)
+
+    def blocks_shape(self, num_layers: Any = "num_layers", total_num_pages: Any = "total_num_pages") -> list[Any]:
+        """Shape of the paged block pool: ``[total_num_pages, kv_dim, num_layers, page_size, n_kv_heads_per_device, head_dim]``."""
+        return [total_num_pages, self.kv_dim, num_layers, int(self.page_size or 1), self.n_kv_heads_per_device, self.head_dim]
+
+    def input_types(self, device: Any = None) -> list[Any]:
+        """Graph input types of one step's cache: blocks (a buffer), cache_lengths, lookup_table, max_lengths.
+
+        Pass ``[v for v in graph.inputs[i:i+4]]`` to `PagedCacheValues.from_graph_inputs`.
+
+        Example:
+            >>> [str(t.dtype) for t in KVCacheParams(DType.float32, 2, 8, page_size=16).input_types()]
+            ['DType.float32', 'DType.uint32', 'DType.uint32', 'DType.uint32']
+        """
+        if self.cache_strategy is not KVCacheStrategy.PAGED:
+            raise ValueError(f"KVCacheParams.input_types: only the PAGED strategy has graph inputs, got {self.cache_strategy}")
+        dev = DeviceRef.from_device(device) if device is not None else DeviceRef.CPU()
+        return [
+            BufferType(self.dtype, self.blocks_shape(), dev),
+            TensorType(DType.uint32, ["batch_size"], dev),
+            TensorType(DType.uint32, ["batch_size", "max_num_pages"], dev),
+            TensorType(DType.uint32, ["steps_remaining", 2], DeviceRef.CPU()),
+        ]
