@@ -27,11 +27,32 @@ from maxfx.nn.conv_transpose import *  # noqa: F403
 from maxfx.nn import hooks, sampling
 from maxfx.nn.hooks import PrintHook
 from maxfx.nn.sampling import *  # noqa: F403
+from maxfx.nn import comm, float8_config, kernels, lora, moe
+from maxfx.nn._gptq import GPTQLinear
+from maxfx.nn._parallel import ColumnParallelLinear, DistributedGemmConfig, VocabParallelEmbedding
+from maxfx.nn.comm import Allreduce, Signals
+from maxfx.nn.float8_config import *  # noqa: F403 - float8 specs and parse_float8_config
+from maxfx.nn.lora import *  # noqa: F403 - LinearLoRA, SupportsLoRA
+from maxfx.nn.moe import *  # noqa: F403 - MoE, MoEFp8, MoEGate
 
 EmbeddingV2 = Embedding
 """Seed 002's example name for `Embedding` (API_INVENTORY §6 #8)."""
 
 __all__ = [
+    *float8_config.__all__,
+    *lora.__all__,
+    *moe.__all__,
+    "Allreduce",
+    "ColumnParallelLinear",
+    "DistributedGemmConfig",
+    "GPTQLinear",
+    "Signals",
+    "VocabParallelEmbedding",
+    "comm",
+    "float8_config",
+    "kernels",
+    "lora",
+    "moe",
     *rotary_embedding.__all__,
     *conv.__all__,
     *conv_transpose.__all__,

@@ -1,0 +1,111 @@
+"""``max.nn.comm``: multi-device collectives as layers (`Allreduce`, `Signals`).
+
+MAX's custom allreduce synchronises GPUs through peer-to-peer *signal buffers*
+(barriers plus scratch space). A maxfx graph runs as one XLA program, and XLA
+orders cross-device transfers itself, so the signal buffers carry no data
+here: `Signals` still provides them (uint8 buffers of MAX's size, one per
+device) so graphs keep MAX's signature, and the collectives check and accept
+them. `Allreduce` is the naive device-to-device allreduce: every device
+receives the other devices' values (``ops.transfer_to``) and adds them in
+device order, so all devices hold bit-identical sums.
+
+Example:
+    >>> from maxfx.graph import DeviceRef
+    >>> sig = Signals([DeviceRef.GPU(0), DeviceRef.GPU(1)])
+    >>> [str(t.device) for t in sig.input_types()], Signals.NUM_BYTES
+    (['gpu:0', 'gpu:1'], 537919488)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from lowering.devices import accelerators
+from lowering.dtypes import DType
+from lowering.types import BufferType, DeviceRef
+from maxfx.graph import ops
+
+__all__ = ["Allreduce", "Signals"]
+
+
+class Signals:
+    """One uint8 signal buffer of ``NUM_BYTES`` per device in ``devices`` (see the module notes).
+
+    Example:
+        >>> Signals([DeviceRef.CPU()]).input_types()[0].shape  # doctest: +SKIP
+        [Dim(537919488)]
+    """
+
+    NUM_BYTES = 537919488
+    """Size in bytes of each signal buffer (MAX's value)."""
+
+    def __init__(self, devices: Sequence[Any]):
+        devices = [DeviceRef.from_device(d) for d in devices]
+        if not devices:
+            raise ValueError("Signals: need at least one device")
+        self.devices: list[DeviceRef] = devices
+
+    def input_types(self) -> list[BufferType]:
+        """Graph input types of the signal buffers: ``BufferType(uint8, [NUM_BYTES], device)`` per device."""
+        return [BufferType(DType.uint8, [self.NUM_BYTES], d) for d in self.devices]
+
+    def buffers(self) -> list[Any]:
+        """Zero-filled driver tensors matching `input_types` (one per device), to pass to ``Model.execute``."""
+        from maxfx.driver import Tensor  # noqa: PLC0415 - driver pulls in device discovery
+
+        return [Tensor.zeros([self.NUM_BYTES], DType.uint8, device=_driver_device(d)) for d in self.devices]
+
+
+def _driver_device(ref: DeviceRef) -> Any:
+    from maxfx.driver import CPU, Accelerator  # noqa: PLC0415
+
+    return CPU() if str(ref).startswith("cpu") else Accelerator(ref.id)
+
+
+class Allreduce:
+    """Sum one tensor per device and give every device the total.
+
+    ``devices`` lists ``num_accelerators`` accelerators; on a machine with fewer
+    GPUs the missing slots are the host CPU, so multi-device graphs can still be
+    built and run (XLA runs them as one program).
+
+    Example:
+        >>> ar = Allreduce(2)
+        >>> len(ar.devices)
+        2
+        >>> outs = ar([x0, x1], signals.buffers())  # doctest: +SKIP
+    """
+
+    def __init__(self, num_accelerators: int):
+        if isinstance(num_accelerators, bool) or not isinstance(num_accelerators, int) or num_accelerators < 1:
+            raise ValueError(f"Allreduce: num_accelerators must be an int >= 1, got {num_accelerators!r}")
+        from maxfx.driver import CPU, Accelerator  # noqa: PLC0415
+
+        available = len(accelerators())
+        self.num_accelerators = num_accelerators
+        self.devices: list[Any] = [Accelerator(i) if i < available else CPU() for i in range(num_accelerators)]
+
+    def __call__(self, inputs: Iterable[Any], signal_buffers: Iterable[Any]) -> list[Any]:
+        """``[sum(inputs) on inputs[i].device for each i]``; ``signal_buffers`` has one buffer per input."""
+        inputs, signal_buffers = list(inputs), list(signal_buffers)
+        if len(inputs) != self.num_accelerators:
+            raise ValueError(f"Allreduce: expected {self.num_accelerators} inputs (one per device), got {len(inputs)}")
+        if len(signal_buffers) != len(inputs):
+            raise ValueError(f"Allreduce: expected number of inputs ({len(inputs)}) and number of signal buffers ({len(signal_buffers)}) to match")
+        for i, buf in enumerate(signal_buffers):
+            if not isinstance(getattr(buf, "type", None), BufferType):
+                raise TypeError(f"Allreduce: signal buffer {i} must be a BufferValue (from Signals.input_types()), got {type(buf).__name__}")
+        first = inputs[0]
+        for i, x in enumerate(inputs[1:], 1):
+            if x.dtype is not first.dtype or list(x.shape) != list(first.shape):
+                raise ValueError(f"Allreduce: inputs must share dtype and shape; input 0 is {first.dtype.name}{list(first.shape)}, input {i} is {x.dtype.name}{list(x.shape)}")
+        return [self._sum_on(inputs, x.device) for x in inputs]
+
+    @staticmethod
+    def _sum_on(inputs: list[Any], device: DeviceRef) -> Any:
+        total = None
+        for x in inputs:
+            part = ops.transfer_to(x, device)
+            total = part if total is None else total + part
+        return total
