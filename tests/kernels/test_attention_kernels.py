@@ -294,3 +294,71 @@ def test_flash_ragged_triton_lowering():
     assert _lowers_for_cuda(f, q, kv, kv, off, off) == 1
     g = jax.grad(lambda q, k, v, qo, ko: f(q, k, v, qo, ko).astype(jnp.float32).sum(), argnums=(0, 1, 2))
     assert _lowers_for_cuda(g, q, kv, kv, off, off) == 3
+
+
+# ─── decode kernels (interpret mode) ──────────────────────────────────────
+
+from custom_calls.attention import pallas_decode as pd  # noqa: E402
+
+DECODE_CASES = [
+    # (B, Sq, Hq, Hkv, D, T, kv_lens, dtype, kwargs, config)
+    (2, 1, 8, 2, 64, 300, [17, 300], "float32", {}, pd.DecodeConfig(block_k=32, num_splits=3)),
+    (3, 3, 4, 4, 40, 100, [3, 50, 100], "float32", dict(local_window_size=(20, 0)), pd.DecodeConfig(block_k=16)),
+    (2, 2, 4, 1, 32, 64, [0, 37], "float32", dict(causal=False), pd.DecodeConfig(block_k=16, num_splits=2)),
+    (2, 1, 16, 2, 64, 200, [130, 7], "bfloat16", {}, pd.DecodeConfig(block_k=32, num_splits=4)),
+]
+
+
+def _paged(rng, k, v, page):
+    """Scatter dense caches ``[B, T, H, D]`` into a shuffled pool of pages; returns (k_pages, v_pages, block_table)."""
+    b, t = k.shape[:2]
+    n = -(-t // page)
+    pool = b * n + 3
+    table = rng.permutation(pool)[: b * n].reshape(b, n).astype(np.int32)
+    pad = ((0, 0), (0, n * page - t), (0, 0), (0, 0))
+    kk, vv = np.pad(np.asarray(k, np.float32), pad), np.pad(np.asarray(v, np.float32), pad)
+    kp = np.full((pool, page) + k.shape[2:], np.nan, np.float32)  # unused pages are poison
+    vp = kp.copy()
+    for bi in range(b):
+        for j in range(n):
+            kp[table[bi, j]], vp[table[bi, j]] = kk[bi, j * page:(j + 1) * page], vv[bi, j * page:(j + 1) * page]
+    return jnp.asarray(kp, k.dtype), jnp.asarray(vp, k.dtype), table
+
+
+@pytest.mark.parametrize("case", DECODE_CASES, ids=[f"B{c[0]}-Sq{c[1]}-H{c[2]}/{c[3]}-D{c[4]}-T{c[5]}-{c[7]}" for c in DECODE_CASES])
+def test_decode_kernel_matches_reference(rng, case):
+    b, sq, hq, hkv, d, t, lens, dt, kw, cfg = case
+    q, k, v = _rand(rng, (b, sq, hq, d), dt), _rand(rng, (b, t, hkv, d), dt), _rand(rng, (b, t, hkv, d), dt)
+    lens = np.array(lens, np.int32)
+    want = ref.decode_attention(q, k, v, lens, **kw)
+    got = pd.decode_attention(q, k, v, lens, config=cfg, interpret=True, **kw)
+    assert got.shape == q.shape and got.dtype == q.dtype
+    assert _err(got, want) < TOL[dt]
+    page = 16 if d != 40 else 32  # page 32 with 16-key tiles: two tiles per page
+    kp, vp, table = _paged(rng, k, v, page)
+    got_p = pd.paged_decode_attention(q, kp, vp, table, lens, config=cfg, interpret=True, **kw)
+    assert _err(got_p, want) < TOL[dt]
+
+
+def test_decode_gradients_use_the_reference(rng):
+    b, sq, hq, hkv, d, t, lens, _, kw, cfg = DECODE_CASES[0]
+    q, k, v = _rand(rng, (b, sq, hq, d)), _rand(rng, (b, t, hkv, d)), _rand(rng, (b, t, hkv, d))
+    lens = np.array(lens, np.int32)
+    got = jax.grad(lambda *a: pd.decode_attention(*a, lens, config=cfg, interpret=True).sum(), argnums=(0, 1, 2))(q, k, v)
+    want = jax.grad(lambda *a: ref.decode_attention(*a, lens).sum(), argnums=(0, 1, 2))(q, k, v)
+    for g, w in zip(got, want):
+        assert _err(g, w) < 1e-5
+
+
+def test_decode_triton_lowering():
+    s = jax.ShapeDtypeStruct
+    bf = jnp.bfloat16
+    dense = lambda q, k, v, n: pd.decode_attention(q, k, v, n)  # noqa: E731
+    assert _lowers_for_cuda(dense, s((8, 1, 32, 128), bf), s((8, 8192, 8, 128), bf), s((8, 8192, 8, 128), bf), s((8,), jnp.int32)) == 1
+    win = lambda q, k, v, n: pd.decode_attention(q, k, v, n, local_window_size=(100, 0))  # noqa: E731
+    f32 = jnp.float32
+    assert _lowers_for_cuda(win, s((2, 3, 8, 80), f32), s((2, 1000, 2, 80), f32), s((2, 1000, 2, 80), f32), s((2,), jnp.int32)) == 1
+    paged = lambda q, k, v, bt, n: pd.paged_decode_attention(q, k, v, bt, n)  # noqa: E731
+    for page, dt in ((128, bf), (16, jnp.float16)):
+        pool = s((600, page, 8, 128), dt)
+        assert _lowers_for_cuda(paged, s((4, 1, 32, 128), dt), pool, pool, s((4, 64), jnp.int32), s((4,), jnp.int32)) == 1

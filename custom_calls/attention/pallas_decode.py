@@ -1,0 +1,342 @@
+"""Split-K flash-decoding: a few new query tokens against a long KV cache (dense or paged).
+
+Layout: ``q [B, Sq, Hq, D]`` (``Sq`` new tokens, usually 1), dense caches
+``k/v [B, T, Hkv, D]`` or a paged pool ``k/v_pages [num_pages, page_size, Hkv, D]``
+with ``block_table int [B, max_pages]``, and ``kv_lens int [B]`` (the cache
+already holds the new tokens: query ``i`` sits at position ``kv_len - Sq + i``).
+
+Kernel (grid ``(B, Hkv, splits)``): the ``G = Hq / Hkv`` query heads of a KV
+head and the ``Sq`` tokens are folded into the rows of one query tile
+(``Sq·G`` rows padded to a power of two ≥ 16, Triton's smallest dot), so each
+K/V tile is read from memory once per KV head. The context is cut into
+``splits`` contiguous ranges (multiples of ``block_k``); each program runs an
+online softmax over the ``block_k`` tiles of its range that hold a visible key
+(``kv_len``, causal and sliding-window limits; tiles past ``kv_len`` are never
+read) and writes its normalized partial output and base-2 logsumexp. XLA
+merges the splits (``o = Σ o_s·2^(lse_s − lse)``). Splits default to enough
+programs for ~2 waves on an H100 (``B·Hkv·splits ≥ 264``).
+
+Paged: the same kernel with a tile loader that maps logical tile ``t`` to
+pool page ``block_table[b, t·block_k // page_size]`` (``block_k`` divides the
+page size). Page sizes must have a power-of-two factor ≥ 16.
+
+Gradients (rarely needed for decode): a ``custom_vjp`` whose backward pass is
+``jax.vjp`` of the jnp reference.
+
+Example:
+    >>> import numpy as np
+    >>> from custom_calls.attention import pallas_decode as pd
+    >>> q = np.ones((2, 1, 8, 64), np.float32); kv = np.ones((2, 300, 2, 64), np.float32)
+    >>> pd.decode_attention(q, kv, kv, np.array([17, 300]), interpret=True).shape
+    (2, 1, 8, 64)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+from custom_calls.attention import _tiles as t_
+from custom_calls.attention import reference as ref
+from custom_calls.attention.pallas_flash import check_inputs, unsupported_reason
+from custom_calls.attention.reference import window_pair
+
+__all__ = ["DecodeConfig", "decode_attention", "paged_decode_attention", "page_block", "TARGET_PROGRAMS"]
+
+TARGET_PROGRAMS = 264  # 2 waves of 132 SMs (H100)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeConfig:
+    """``block_k`` keys per tile (power of two ≥ 16), ``num_splits`` (None: auto), Triton launch parameters."""
+
+    block_k: int = 128
+    num_splits: int | None = None
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def __post_init__(self):
+        if self.block_k < 16 or self.block_k & (self.block_k - 1):
+            raise ValueError(f"block_k: must be a power of two >= 16, got {self.block_k}")
+        if self.num_splits is not None and self.num_splits < 1:
+            raise ValueError(f"num_splits: must be >= 1, got {self.num_splits}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+    causal: bool
+    window: tuple[int, int] | None
+    scale: float
+    d: int
+    dp: int
+    rows: int  # Sq * G real rows
+    rp: int  # padded rows
+    group: int
+    sq: int
+    bk: int
+    split_len: int  # keys per split (multiple of bk)
+    page: int  # page size (0: dense cache)
+    interpret: bool
+
+
+def page_block(page_size: int, block_k: int) -> int:
+    """Tile size for a paged cache: the largest power of two ≤ ``block_k`` dividing ``page_size`` (0 if < 16)."""
+    b = page_size & -page_size if page_size > 0 else 0
+    b = min(b, block_k)
+    return b if b >= 16 else 0
+
+
+def _kernel(lens_ref, *refs, spec: _Spec):
+    if spec.page:
+        bt_ref, q_ref, k_ref, v_ref, o_ref, lse_ref = refs
+    else:
+        q_ref, k_ref, v_ref, o_ref, lse_ref = refs
+    b, s = pl.program_id(0), pl.program_id(2)
+    bk = spec.bk
+    kv_len = lens_ref[b]
+    c = spec.scale * t_.LOG2E
+    q = q_ref[...]  # [rp, dp], zero-padded by the wrapper
+    prec = lax.Precision.HIGHEST if q.dtype == jnp.float32 else None
+    qpos = kv_len - spec.sq + jnp.arange(spec.rp) // spec.group
+    lo_key = s * spec.split_len
+    hi_key = jnp.minimum(lo_key + spec.split_len, kv_len)
+    if spec.window is not None:  # keys left of the oldest query's window are never visible
+        lo_key = jnp.maximum(lo_key, kv_len - spec.sq - spec.window[0])
+    lo_key = jnp.minimum(lo_key, hi_key)
+    t_lo, t_hi = lo_key // bk, t_.cdiv(hi_key, bk)
+
+    def load(ref, t, key_ok):
+        if not spec.page:
+            return t_.load_rows(ref, t * bk, bk, spec.d, spec.dp, key_ok)
+        per_page = spec.page // bk
+        page = bt_ref[b, t // per_page]
+        idx = (page, pl.ds((t % per_page) * bk, bk), pl.ds(0, spec.dp))
+        mask = key_ok[:, None] & (jnp.arange(spec.dp) < spec.d)[None, :]
+        return pltriton.load(ref.at[idx], mask=mask, other=0.0)
+
+    def body(t, carry):
+        acc, m, l = carry
+        kpos = t * bk + jnp.arange(bk)
+        key_ok = (kpos >= lo_key) & (kpos < hi_key)
+        k = load(k_ref, t, key_ok)
+        v = load(v_ref, t, key_ok)
+        sc = t_.dot(q, k, trans_b=True, precision=prec) * c
+        ok = t_.visible(qpos, kpos, spec.causal, spec.window)
+        ok = key_ok[None, :] if ok is None else ok & key_ok[None, :]
+        sc = jnp.where(ok, sc, t_.NEG_INF)
+        m_new = jnp.maximum(m, jnp.max(sc, axis=1))
+        m_use = jnp.where(m_new == t_.NEG_INF, 0.0, m_new)
+        p = jnp.exp2(sc - m_use[:, None])
+        alpha = jnp.exp2(m - m_use)
+        l = l * alpha + jnp.sum(p, axis=1)
+        acc = acc * alpha[:, None] + t_.dot(p.astype(v.dtype), v, trans_b=False, precision=prec)
+        return acc, m_new, l
+
+    carry = (
+        jnp.zeros((spec.rp, spec.dp), jnp.float32),
+        jnp.full((spec.rp,), t_.NEG_INF, jnp.float32),
+        jnp.zeros((spec.rp,), jnp.float32),
+    )
+    acc, m, l = lax.fori_loop(t_lo, t_hi, body, carry)
+    empty = l == 0.0
+    l_safe = jnp.where(empty, 1.0, l)
+    o_ref[...] = acc / l_safe[:, None]
+    lse_ref[...] = jnp.where(empty, t_.NEG_INF, m + jnp.log2(l_safe))
+
+
+def _fold_q(q, hkv: int, rp: int, dp: int):
+    """``[B, Sq, Hq, D]`` → ``[B, Hkv, rp, dp]``: row ``i·G + g`` = token ``i``, head ``hkv·G + g``."""
+    b, sq, hq, d = q.shape
+    g = hq // hkv
+    x = q.reshape(b, sq, hkv, g, d).transpose(0, 2, 1, 3, 4).reshape(b, hkv, sq * g, d)
+    return jnp.pad(x, ((0, 0), (0, 0), (0, rp - sq * g), (0, dp - d)))
+
+
+def _unfold_o(o, shape):
+    b, sq, hq, d = shape
+    hkv = o.shape[1]
+    x = o[:, :, : sq * (hq // hkv), :d].reshape(b, hkv, sq, hq // hkv, d)
+    return x.transpose(0, 2, 1, 3, 4).reshape(shape)
+
+
+def _merge(o_s, lse_s):
+    """Combine per-split ``o [.., S, R, D]`` / base-2 ``lse [.., S, R]`` over the split axis."""
+    m = jnp.max(lse_s, axis=2, keepdims=True)
+    m = jnp.where(m == -jnp.inf, 0.0, m)
+    w = jnp.exp2(lse_s - m)  # 0 for empty splits
+    den = jnp.sum(w, axis=2)
+    return jnp.sum(o_s * w[..., None], axis=2) / jnp.where(den == 0, 1.0, den)[..., None]
+
+
+def _splits(cfg: DecodeConfig, b: int, hkv: int, n_keys: int, bk: int) -> int:
+    tiles = max(1, t_.cdiv(n_keys, bk))
+    want = cfg.num_splits or t_.cdiv(TARGET_PROGRAMS, b * hkv)
+    return max(1, min(want, tiles))
+
+
+def _run(q, k, v, lens, bt, *, spec: _Spec, splits: int, cfg: DecodeConfig):
+    b, _, hq, _ = q.shape
+    hkv = k.shape[-2]
+    qf = _fold_q(q, hkv, spec.rp, spec.dp)
+    rp, dp = spec.rp, spec.dp
+    if spec.page:
+        kv_spec = pl.BlockSpec((k.shape[0], spec.page, None, dp), lambda b_, h, s: (0, 0, h, 0))
+        extra, extra_specs = (bt,), [pl.BlockSpec(bt.shape, lambda b_, h, s: (0, 0))]
+    else:
+        kv_spec = pl.BlockSpec((None, k.shape[1], None, dp), lambda b_, h, s: (b_, 0, h, 0))
+        extra, extra_specs = (), []
+    o_s, lse_s = pl.pallas_call(
+        functools.partial(_kernel, spec=spec),
+        out_shape=(
+            jax.ShapeDtypeStruct((b, hkv, splits, rp, dp), jnp.float32),
+            jax.ShapeDtypeStruct((b, hkv, splits, rp), jnp.float32),
+        ),
+        grid=(b, hkv, splits),
+        in_specs=[pl.BlockSpec(lens.shape, lambda b_, h, s: (0,))]
+        + extra_specs
+        + [pl.BlockSpec((None, None, rp, dp), lambda b_, h, s: (b_, h, 0, 0)), kv_spec, kv_spec],
+        out_specs=(
+            pl.BlockSpec((None, None, None, rp, dp), lambda b_, h, s: (b_, h, s, 0, 0)),
+            pl.BlockSpec((None, None, None, rp), lambda b_, h, s: (b_, h, s, 0)),
+        ),
+        compiler_params=pltriton.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
+        interpret=spec.interpret,
+        name="paged_decode_attention" if spec.page else "decode_attention",
+    )(lens, *extra, qf, k, v)
+    return _unfold_o(_merge(o_s, lse_s), q.shape).astype(q.dtype)
+
+
+def _make_spec(q, hkv, *, causal, local_window_size, scale, bk, split_len, page, interpret):
+    _, sq, hq, d = q.shape
+    g = hq // hkv
+    return _Spec(
+        causal=bool(causal),
+        window=window_pair(local_window_size, causal),
+        scale=float(1.0 / math.sqrt(d) if scale is None else scale),
+        d=d,
+        dp=max(16, t_.next_pow2(d)),
+        rows=sq * g,
+        rp=max(16, t_.next_pow2(sq * g)),
+        group=g,
+        sq=sq,
+        bk=bk,
+        split_len=split_len,
+        page=page,
+        interpret=bool(interpret),
+    )
+
+
+def _with_reference_vjp(kernel, reference):
+    """``kernel(q, k, v, *rest)`` made differentiable in q, k, v through ``jax.vjp(reference)``."""
+
+    @jax.custom_vjp
+    def f(q, k, v, *rest):
+        return kernel(q, k, v, *rest)
+
+    def fwd(q, k, v, *rest):
+        return kernel(q, k, v, *rest), (q, k, v, rest)
+
+    def bwd(res, do):
+        q, k, v, rest = res
+        _, vjp = jax.vjp(lambda a, b_, c: reference(a, b_, c, *rest), q, k, v)
+        return (*vjp(do), *(None for _ in rest))
+
+    f.defvjp(fwd, bwd)
+    return f
+
+
+def _check_supported(fn: str, q):
+    why = unsupported_reason(q)
+    if why:
+        raise ValueError(f"{fn} kernel: {why}")
+
+
+def decode_attention(
+    q, k_cache, v_cache, kv_lens, *, causal=True, local_window_size=None, scale=None,
+    config: DecodeConfig | None = None, interpret=False,
+):
+    """Split-K decode attention over a dense cache; semantics of `reference.decode_attention`.
+
+    Args:
+        q: ``[B, Sq, Hq, D]``; k_cache, v_cache: ``[B, T, Hkv, D]`` (q's dtype).
+        kv_lens: ``int [B]`` valid cache lengths (clipped to ``T``).
+        config: `DecodeConfig` (``block_k`` is shrunk for short caches).
+    """
+    q, k, v = jnp.asarray(q), jnp.asarray(k_cache), jnp.asarray(v_cache)
+    check_inputs("decode_attention", q, k, v, 4)
+    _check_supported("decode_attention", q)
+    if k.shape[0] != q.shape[0]:
+        raise ValueError(f"decode_attention: batch of q ({q.shape[0]}) and k_cache ({k.shape[0]}) differ")
+    cfg = config or DecodeConfig()
+    b, t = k.shape[0], k.shape[1]
+    hkv = k.shape[2]
+    bk = min(cfg.block_k, max(16, t_.next_pow2(t)))
+    splits = _splits(cfg, b, hkv, t, bk)
+    split_len = t_.cdiv(t_.cdiv(t, splits), bk) * bk
+    spec = _make_spec(
+        q, hkv, causal=causal, local_window_size=local_window_size, scale=scale,
+        bk=bk, split_len=split_len, page=0, interpret=interpret,
+    )
+    lens = jnp.minimum(jnp.asarray(kv_lens, jnp.int32).reshape(b), t)
+
+    def kernel(q, k, v, lens):
+        return _run(q, k, v, lens, None, spec=spec, splits=t_.cdiv(t, split_len), cfg=cfg)
+
+    def reference(q, k, v, lens):
+        return ref.decode_attention(q, k, v, lens, causal=causal, local_window_size=local_window_size, scale=scale)
+
+    return _with_reference_vjp(kernel, reference)(q, k, v, lens)
+
+
+def paged_decode_attention(
+    q, k_pages, v_pages, block_table, kv_lens, *, causal=True, local_window_size=None, scale=None,
+    config: DecodeConfig | None = None, interpret=False,
+):
+    """Split-K decode attention over a paged cache; semantics of `reference.paged_decode_attention`.
+
+    Args:
+        q: ``[B, Sq, Hq, D]``; k_pages, v_pages: ``[num_pages, page_size, Hkv, D]``.
+        block_table: ``int [B, max_pages]``; kv_lens: ``int [B]`` (clipped to
+            ``max_pages * page_size``).
+
+    Raises:
+        ValueError: ``page_size`` has no power-of-two factor ≥ 16 (see `page_block`),
+            or malformed shapes.
+    """
+    q, k, v = jnp.asarray(q), jnp.asarray(k_pages), jnp.asarray(v_pages)
+    bt = jnp.asarray(block_table, jnp.int32)
+    check_inputs("paged_decode_attention", q, k, v, 4)
+    _check_supported("paged_decode_attention", q)
+    if bt.ndim != 2 or bt.shape[0] != q.shape[0]:
+        raise ValueError(f"block_table: paged_decode_attention needs int [batch, max_pages], got {list(bt.shape)}")
+    cfg = config or DecodeConfig()
+    page, hkv = k.shape[1], k.shape[2]
+    bk = page_block(page, cfg.block_k)
+    if not bk:
+        raise ValueError(f"page_size: the paged decode kernel needs a multiple of 16, got {page}")
+    b, n_keys = q.shape[0], bt.shape[1] * page
+    splits = _splits(cfg, b, hkv, n_keys, bk)
+    split_len = t_.cdiv(t_.cdiv(n_keys, splits), bk) * bk
+    spec = _make_spec(
+        q, hkv, causal=causal, local_window_size=local_window_size, scale=scale,
+        bk=bk, split_len=split_len, page=page, interpret=interpret,
+    )
+    lens = jnp.minimum(jnp.asarray(kv_lens, jnp.int32).reshape(b), n_keys)
+    bt = jnp.clip(bt, 0, k.shape[0] - 1)  # never follow an out-of-pool entry
+
+    def kernel(q, k, v, lens, bt):
+        return _run(q, k, v, lens, bt, spec=spec, splits=t_.cdiv(n_keys, split_len), cfg=cfg)
+
+    def reference(q, k, v, lens, bt):
+        return ref.paged_decode_attention(
+            q, k, v, bt, lens, causal=causal, local_window_size=local_window_size, scale=scale
+        )
+
+    return _with_reference_vjp(kernel, reference)(q, k, v, lens, bt)
