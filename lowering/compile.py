@@ -8,19 +8,31 @@ graphs share them and a loop that rebuilds the same graph compiles once.
 Weights are arguments of the executable, never baked-in constants.
 
 Set ``MAXFX_COMPILATION_CACHE_DIR`` (or call `enable_persistent_cache`) to also
-keep XLA executables on disk across processes.
+keep executables on disk across processes, at two levels: JAX's persistent
+cache (keyed by the HLO, for every jitted program including eager realization)
+and, for compiled blocks, a maxfx cache keyed by the block's structure key, the
+argument avals, the device and a fingerprint of the lowering code. A maxfx hit
+skips tracing and lowering as well as XLA, so a second process loads a model in
+a small fraction of the first compile time. Blocks whose params have no stable
+identity across processes (Python callables of custom ops) skip the maxfx level.
+Like JAX's, the cache directory is trusted: its entries are unpickled.
 """
 
 from __future__ import annotations
 
 import collections
+import hashlib
 import os
+import pickle
 import threading
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental import serialize_executable
+from jax.experimental.compilation_cache import compilation_cache
 
 from lowering.dims import bind_symbols
 from lowering.dtypes import DType
@@ -35,7 +47,7 @@ __all__ = ["CompiledBlock", "InputMismatchError", "compile_stats", "enable_persi
 _CACHE_SIZE = 512
 _cache: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
 _lock = threading.Lock()
-_stats = {"compiles": 0, "hits": 0}
+_stats = {"compiles": 0, "hits": 0, "disk_hits": 0}
 
 
 class InputMismatchError(ValueError):
@@ -43,7 +55,8 @@ class InputMismatchError(ValueError):
 
 
 def compile_stats() -> dict[str, int]:
-    """Counts of XLA compiles and cache hits since start (for tests and benchmarks)."""
+    """Counts since start: executables built (``compiles``, including ``disk_hits`` loaded from the
+    persistent cache) and in-memory cache ``hits`` (for tests and benchmarks)."""
     return dict(_stats)
 
 
@@ -53,15 +66,21 @@ def clear_cache() -> None:
         _cache.clear()
 
 
+_disk_dir: Path | None = None
+
+
 def enable_persistent_cache(path: str | os.PathLike) -> None:
-    """Keep compiled XLA executables in ``path`` across processes."""
-    jax.config.update("jax_compilation_cache_dir", os.fspath(path))
+    """Keep compiled executables in ``path`` across processes (see the module docstring)."""
+    global _disk_dir
+    path = os.fspath(path)
+    os.makedirs(path, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", path)
+    # Cache every program: the default thresholds skip compiles under 1 s, i.e. most of them.
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-
-
-if os.environ.get("MAXFX_COMPILATION_CACHE_DIR"):
-    enable_persistent_cache(os.environ["MAXFX_COMPILATION_CACHE_DIR"])
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    compilation_cache.reset_cache()  # JAX decides once per process whether to use its cache; decide again
+    _disk_dir = Path(path) / "maxfx"
+    _disk_dir.mkdir(exist_ok=True)
 
 
 def _aval_key(x: Any) -> tuple:
@@ -136,9 +155,16 @@ class CompiledBlock:
                 _cache.move_to_end(key)
                 _stats["hits"] += 1
                 return exe
-        exe = jax.jit(self._program).lower(args, self.weights).compile()
+        disk = _disk_path(self.block, key, self.device) if _disk_dir is not None else None
+        exe = _disk_load(disk, self.device) if disk is not None else None
+        loaded = exe is not None
+        if exe is None:
+            exe = jax.jit(self._program).lower(args, self.weights).compile()
+            if disk is not None:
+                _disk_store(disk, exe)
         with _lock:
             _stats["compiles"] += 1
+            _stats["disk_hits"] += loaded
             _cache[key] = exe
             while len(_cache) > _CACHE_SIZE:
                 _cache.popitem(last=False)
@@ -162,3 +188,61 @@ class CompiledBlock:
         """StableHLO text of the program for ``args`` (for inspection)."""
         with x64():
             return jax.jit(self._program).lower([np.asarray(a) for a in args], self.weights).as_text()
+
+
+# ─── the maxfx level of the persistent cache ────────────────────────────────
+
+_portable: dict[str, bool] = {}
+_fingerprint: list[str] = []
+
+
+def _code_fingerprint() -> str:
+    """Hash of the lowering and kernel sources plus JAX/XLA versions and flags: an edit invalidates entries."""
+    if not _fingerprint:
+        h = hashlib.sha256(f"{jax.__version__} {os.environ.get('XLA_FLAGS', '')}".encode())
+        root = Path(__file__).resolve().parent
+        for folder in (root, root.parent / "custom_calls"):
+            for f in sorted(folder.rglob("*.py")):
+                h.update(f.read_bytes())
+        _fingerprint.append(h.hexdigest())
+    return _fingerprint[0]
+
+
+def _disk_path(block: Block, key: tuple, device: jax.Device) -> Path | None:
+    """The file for ``key``, or None when the block's params are not stable across processes."""
+    skey = key[0]
+    if skey not in _portable:
+        text = repr(block._structure())
+        # Default reprs (" at 0x...") and id-based keys name objects of this process only.
+        _portable[skey] = " at 0x" not in text and "('obj', " not in text and "('var', 'id'," not in text
+    if not _portable[skey]:
+        return None
+    digest = hashlib.sha256(repr((key, device.device_kind, _code_fingerprint())).encode()).hexdigest()
+    return _disk_dir / f"{digest}.exe"
+
+
+def _disk_load(path: Path, device: jax.Device) -> Any:
+    try:
+        payload, in_tree, out_tree = pickle.loads(path.read_bytes())
+        return serialize_executable.deserialize_and_load(payload, in_tree, out_tree, backend=device.client, execution_devices=[device])
+    except FileNotFoundError:
+        return None
+    except Exception:  # noqa: BLE001 - a stale or truncated entry is a miss; it is rewritten after compiling
+        return None
+
+
+def _disk_store(path: Path, exe: Any) -> None:
+    try:
+        data = pickle.dumps(serialize_executable.serialize(exe))
+    except Exception:  # noqa: BLE001 - some executables (constant args, host callbacks) cannot be serialized
+        return
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the whole new one
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+if os.environ.get("MAXFX_COMPILATION_CACHE_DIR"):
+    enable_persistent_cache(os.environ["MAXFX_COMPILATION_CACHE_DIR"])
