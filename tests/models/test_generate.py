@@ -1,0 +1,141 @@
+"""KV-cache generation: batching ragged prompts, sampling, streaming, compile counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from maxfx.experimental.tensor import Tensor
+from maxfx.models import GenerationStats, compile_counts
+from tests.models._helpers import LLAMA, golden, model
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return model(str(LLAMA))
+
+
+_PAD = 32  # causal: padding after the sequence leaves its logits alone; one shape, one compile
+
+
+def _forward(m, ids):
+    import jax  # noqa: PLC0415
+
+    from lowering.x64 import x64  # noqa: PLC0415
+
+    with x64():
+        return jax.jit(lambda mod, x: mod(x))(m, Tensor.constant(ids)).to_numpy()
+
+
+def _teacher_forced_logits(m, prompt, new):
+    """Full-sequence logits (no cache) of prompt + generated tokens, at the positions that chose them."""
+    seq = np.concatenate([prompt, new])
+    padded = np.zeros((2, _PAD), np.int64)
+    padded[0, : len(seq)] = seq
+    logits = _forward(m, padded)[0]
+    return logits[len(prompt) - 1 : len(prompt) - 1 + len(new)]
+
+
+def test_greedy_equals_argmax_of_full_forward(llama):
+    ids = golden(LLAMA)["input_ids"]
+    prompt = ids[1, :7]
+    new = llama.generate(ids[:, :7], max_new_tokens=6)[1]
+    np.testing.assert_array_equal(new, _teacher_forced_logits(llama, prompt, new).argmax(-1))
+
+
+def test_ragged_batch_matches_single_prompts(llama):
+    ids = golden(LLAMA)["input_ids"]
+    prompts = [ids[0, :5], ids[1, :12], ids[0, 3:11]]
+    batched = llama.generate(prompts, max_new_tokens=8)
+    assert batched.shape == (3, 8) and batched.dtype == np.int64
+    for i, p in enumerate(prompts):
+        np.testing.assert_array_equal(batched[i], llama.generate([p], max_new_tokens=8)[0])
+
+
+def test_decode_compiles_once_per_bucket(llama):
+    ids = golden(LLAMA)["input_ids"]
+    llama.generate(ids[:, :9], max_new_tokens=20)  # warm the (batch 2, prompt bucket 16, cache 64) programs
+    before = compile_counts()
+    for t in (9, 10, 12, 16):  # same buckets: no new program, however many steps
+        llama.generate(ids[:, :t], max_new_tokens=20)
+    assert compile_counts() == before
+    llama.generate(ids[:, :9], max_new_tokens=20, temperature=0.7, seed=0)  # sampling: one new program per step kind
+    after = compile_counts()
+    assert after["decode"] == before["decode"] + 1 and after["prefill"] == before["prefill"] + 1
+    llama.generate(ids[:, :9], max_new_tokens=20, temperature=1.3, top_p=0.9, seed=5)  # values are arrays, top_p adds a variant
+    llama.generate(ids[:, :9], max_new_tokens=20, temperature=0.2, top_p=0.5, seed=6)
+    assert compile_counts()["decode"] == after["decode"] + 1
+
+
+def test_sampling_is_reproducible_under_a_seed(llama):
+    ids = golden(LLAMA)["input_ids"]
+    a = llama.generate(ids, max_new_tokens=12, temperature=1.0, seed=42)
+    b = llama.generate(ids, max_new_tokens=12, temperature=1.0, seed=42)
+    c = llama.generate(ids, max_new_tokens=12, temperature=1.0, seed=43)
+    np.testing.assert_array_equal(a, b)
+    assert (a != c).any()
+
+
+def test_top_k_one_and_tiny_top_p_are_greedy(llama):
+    ids = golden(LLAMA)["input_ids"]
+    greedy = golden(LLAMA)["greedy_ids"]
+    np.testing.assert_array_equal(llama.generate(ids, 16, temperature=2.0, top_k=1, seed=1), greedy)
+    np.testing.assert_array_equal(llama.generate(ids, 16, temperature=2.0, top_p=1e-6, seed=1), greedy)
+
+
+def test_sampled_tokens_respect_top_k_and_top_p(llama):
+    ids = golden(LLAMA)["input_ids"]
+    prompt = ids[0]
+    new = llama.generate(ids, 10, temperature=1.5, top_k=3, seed=7)[0]
+    logits = _teacher_forced_logits(llama, prompt, new)
+    ranks = (logits > logits[np.arange(len(new)), new][:, None]).sum(-1)
+    assert ranks.max() < 3, ranks
+    new = llama.generate(ids, 10, temperature=1.0, top_p=0.5, seed=7)[0]
+    logits = _teacher_forced_logits(llama, prompt, new).astype(np.float64)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    for p, tok in zip(probs, new):  # the chosen token is inside the smallest set reaching mass 0.5
+        above = p[p > p[tok]].sum()
+        assert above < 0.5 + 1e-5
+
+
+def test_high_temperature_samples_spread(llama):
+    out = llama.generate(golden(LLAMA)["input_ids"], 16, temperature=50.0, seed=3)
+    assert len(np.unique(out)) > 20  # nearly uniform over 256 tokens
+
+
+def test_stream_callback_iterator_and_stats(llama):
+    ids = golden(LLAMA)["input_ids"]
+    seen = []
+    out, stats = llama.generate(ids, 5, stream=seen.append, progress=True, return_stats=True)
+    np.testing.assert_array_equal(np.stack(seen, 1), out)
+    assert isinstance(stats, GenerationStats) and stats.new_tokens == 10 and stats.prompt_tokens == 24
+    assert stats.prefill_tokens_per_s > 0 and stats.decode_tokens_per_s > 0
+    steps = list(llama.stream(ids, 5))
+    np.testing.assert_array_equal(np.stack(steps, 1), out)
+
+
+def test_eos_stops_rows(llama):
+    g = golden(LLAMA)
+    eos = int(g["greedy_ids"][0, 2])
+    out = llama.generate(g["input_ids"], 16, eos_token_id=eos)
+    row0 = out[0]
+    assert (row0[2:] == eos).all()
+    first = np.flatnonzero(g["greedy_ids"][1] == eos)
+    stop = first[0] if len(first) else 16
+    np.testing.assert_array_equal(out[1, :stop], g["greedy_ids"][1, :stop])
+
+
+def test_bad_arguments(llama):
+    with pytest.raises(ValueError, match="max_new_tokens must be a positive int"):
+        llama.generate([[1, 2]], 0)
+    with pytest.raises(ValueError, match="temperature must be >= 0"):
+        llama.generate([[1, 2]], 2, temperature=-1)
+    with pytest.raises(ValueError, match=r"top_k must be an int in \[1, 256\]"):
+        llama.generate([[1, 2]], 2, temperature=1.0, top_k=0)
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
+        llama.generate([[1, 2]], 2, temperature=1.0, top_p=1.5)
+    with pytest.raises(ValueError, match=r"token ids outside \[0, 256\)"):
+        llama.generate([[1, 999]], 2)
+    with pytest.raises(ValueError, match="prompt 1 must be a non-empty"):
+        llama.generate([[1, 2], []], 2)
