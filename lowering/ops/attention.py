@@ -188,7 +188,8 @@ def _ints(op: str, t: Type, name: str, rank: int) -> TensorType:
 
 
 def _same(op: str, what: str, a: Dim, b: Dim, ta: Type, tb: Type) -> None:
-    if a != b:
+    # Symbolic dims may be bound to equal sizes at run time: only provable mismatches are errors here.
+    if a != b and (isinstance(a, StaticDim) and isinstance(b, StaticDim) or not isinstance(a, StaticDim) and not isinstance(b, StaticDim) and str(a) == str(b)):
         raise OpError(f"{op}: {what} differ: {a} vs {b} ({fmt(ta)} and {fmt(tb)})")
 
 

@@ -277,3 +277,202 @@ def test_attention_layer_errors():
         with pytest.raises(TypeError, match="kv_collection must be a PagedCacheValues"):
             kernels.flash_attention_ragged(_attn_params(), ops.reshape(g.inputs[0].tensor, [3, 2, 4]), g.inputs[1].tensor, list(kv), 0, MHAMaskVariant.CAUSAL_MASK, 1.0)
         g.output(g.inputs[0].tensor)
+
+
+# ─── multi-latent attention ───────────────────────────────────────────────
+
+R, NOPE, ROPE_D, VD, MH = 8, 4, 4, 6, 2
+
+
+def _mla_params():
+    return KVCacheParams(F32, n_kv_heads=1, head_dim=R + ROPE_D, page_size=4, is_mla=True)
+
+
+def _np_mla(w, x):
+    s = x.shape[0]
+    ckv = x @ w["kv_a_proj_with_mqa.weight"].T
+    latent = np_rms(ckv[:, :R], w["kv_a_layernorm.weight"])
+    k_pe = np_rope(ckv[:, R:][:, None, :], 10000.0, True)
+    q = (x @ w["q_proj.weight"].T).reshape(s, MH, NOPE + ROPE_D)
+    q = np.concatenate([q[..., :NOPE], np_rope(q[..., NOPE:], 10000.0, True)], -1)
+    kvb = (latent @ w["kv_b_proj.weight"].T).reshape(s, MH, NOPE + VD)
+    k = np.concatenate([kvb[..., :NOPE], np.repeat(k_pe, MH, axis=1)], -1)
+    a = np_causal_attention(q, k, kvb[..., NOPE:], 1 / np.sqrt(NOPE + ROPE_D))
+    return a.reshape(s, MH * VD) @ w["o_proj.weight"].T
+
+
+def _mla_layer(cls=None, **kw):
+    from maxfx.nn.attention import LatentAttentionWithRope
+
+    rope = RotaryEmbedding(HID, MH, 10000.0, 32, head_dim=ROPE_D)
+    return (cls or LatentAttentionWithRope)(
+        rope=rope, num_attention_heads=MH, num_key_value_heads=1, hidden_size=HID, kv_params=_mla_params(), dtype=F32,
+        kv_lora_rank=R, qk_nope_head_dim=NOPE, qk_rope_head_dim=ROPE_D, v_head_dim=VD, **kw,
+    )  # fmt: skip
+
+
+def test_latent_attention_prefill_then_decode(rng):
+    layer = _mla_layer()
+    w = _fill(layer, rng, scale=0.4)
+    steps, full = _two_steps(rng)
+    _check_steps(_run_steps(layer, _mla_params(), steps), full, lambda x: _np_mla(w, x))
+
+
+def test_tensor_parallel_latent_attention_sums_head_shards(rng):
+    from maxfx.nn.attention import TensorParallelLatentAttentionWithRope
+
+    layer = _mla_layer(TensorParallelLatentAttentionWithRope, devices=[CPU, CPU])
+    w = _fill(layer, rng, scale=0.4)
+    x = rng.normal(size=(4, HID)).astype(np.float32)
+    types = [TensorType(F32, ["t", HID]), TensorType(DType.uint32, ["b1"])] + _mla_params().input_types() * 2
+    with Graph("tp_mla", input_types=types) as g:
+        xi, offs = g.inputs[0].tensor, g.inputs[1].tensor
+        kvs = [PagedCacheValues.from_graph_inputs(g.inputs[2 + 4 * i : 6 + 4 * i]) for i in range(2)]
+        f = layer.rope.freqs_cis
+        g.output(*layer(0, [xi, xi], None, kvs, [f, f], [offs, offs]))
+    model = InferenceSession().load(g, weights_registry=layer.state_dict())
+    ins = []
+    for _ in range(2):
+        m = PagedKVCacheManager(_mla_params(), 1, 4, 1, 8)
+        ins += list(m.fetch([m.claim()], [4]))
+    for o in model.execute(x, np.array([0, 4], np.uint32), *ins):
+        np.testing.assert_allclose(o.to_numpy(), _np_mla(w, x), rtol=1e-4, atol=1e-5)
+
+
+def test_mla_prefill_kernels_match_decode_kernel(rng):
+    """plan → decompress K/V from the latent cache → flare_mla_prefill_ragged equals the absorbed flare_mla_decode_ragged."""
+    p = _mla_params()
+    w_kvb = (0.5 * rng.normal(size=(MH * (NOPE + VD), R))).astype(np.float32)
+    q = rng.normal(size=(5, MH, NOPE + ROPE_D)).astype(np.float32)
+    pool = rng.normal(size=(8, 1, 1, 4, 1, R + ROPE_D)).astype(np.float32)
+    lookup = np.array([[2, 5, 0], [7, 1, 0]], np.uint32)
+    cache_len, offs = np.array([3, 6], np.uint32), np.array([0, 3, 5], np.uint32)
+    types = [TensorType(F32, [5, MH, NOPE + ROPE_D]), TensorType(F32, list(w_kvb.shape)), TensorType(DType.uint32, [3])] + p.input_types()
+    with Graph("mla_kernels", input_types=types) as g:
+        qv, wv, ov = (v.tensor for v in g.inputs[:3])
+        kv = PagedCacheValues.from_graph_inputs(g.inputs[3:])
+        bro, co, blen = kernels.flare_mla_prefill_plan(p, ov, kv, 0, buffer_size=64, max_chunks=2)
+        kvb = kernels.flare_mla_decompress_k_cache(p, bro[0], co[0], blen[0], wv, kv, 0, 64)  # [64, H*(nope+v)]
+        kvb = ops.reshape(kvb, [64, MH, NOPE + VD])
+        k_pe = ops.reshape(kernels.k_cache_to_buffer(p, bro[0], co[0], kv, 0, blen[0], 64, R + ROPE_D)[:, R:], [64, 1, ROPE_D])
+        k = ops.concat([kvb[:, :, :NOPE], ops.broadcast_to(k_pe, [64, MH, ROPE_D])], axis=-1)
+        pre = kernels.flare_mla_prefill_ragged(p, qv, k, kvb[:, :, NOPE:], ov, bro[0], co[0], kv, 0, MHAMaskVariant.CAUSAL_MASK, 0.3, ROPE_D)
+        w_uk = ops.reshape(wv, [MH, NOPE + VD, R])
+        q_lat = ops.permute(ops.permute(qv[:, :, :NOPE], [1, 0, 2]) @ w_uk[:, :NOPE, :], [1, 0, 2])
+        dec = kernels.flare_mla_decode_ragged(p, ops.concat([q_lat, qv[:, :, NOPE:]], axis=-1), ov, kv, 0, MHAMaskVariant.CAUSAL_MASK, 0.3, ROPE_D)
+        dec = ops.permute(ops.permute(dec, [1, 0, 2]) @ ops.permute(w_uk[:, NOPE:, :], [0, 2, 1]), [1, 0, 2])
+        g.output(pre, dec, bro, co, blen, kernels.kv_cache_get_max_seq_len(p, kv))
+    from maxfx.driver import Tensor
+
+    max_lengths = np.array([[3, 8]], np.uint32)
+    pre, dec, bro, co, blen, mx = (o.to_numpy() for o in InferenceSession().load(g).execute(q, w_kvb, offs, Tensor.from_numpy(pool), cache_len, lookup, max_lengths))
+    np.testing.assert_array_equal(bro, [[0, 6, 14], [0, 0, 0]])  # 6 and 8 keys in one chunk of 64
+    np.testing.assert_array_equal(co, [[0, 0], [6, 8]])  # the unused chunk starts past every key
+    np.testing.assert_array_equal(blen, [14, 0])
+    np.testing.assert_array_equal(mx, [8])
+    np.testing.assert_allclose(pre, dec, rtol=1e-4, atol=1e-5)
+
+
+def test_mla_prefill_plan_splits_long_batches():
+    p = _mla_params()
+    with Graph("plan", input_types=[TensorType(DType.uint32, [3])] + p.input_types()) as g:
+        kv = PagedCacheValues.from_graph_inputs(g.inputs[1:])
+        g.output(*kernels.flare_mla_prefill_plan(p, g.inputs[0].tensor, kv, 0, buffer_size=4, max_chunks=4))
+    from maxfx.driver import Tensor
+
+    pool = Tensor.from_numpy(np.zeros((2, 1, 1, 4, 1, R + ROPE_D), np.float32))
+    outs = InferenceSession().load(g).execute(np.array([0, 2, 3], np.uint32), pool, np.array([3, 1], np.uint32), np.zeros((2, 1), np.uint32), np.zeros((1, 2), np.uint32))
+    bro, co, blen = (o.to_numpy() for o in outs)
+    # sequence lengths 5 and 2 (7 keys): chunks [0,4) [4,7)
+    np.testing.assert_array_equal(bro, [[0, 4, 4], [0, 1, 3], [0, 0, 0], [0, 0, 0]])
+    np.testing.assert_array_equal(co, [[0, 0], [4, 0], [5, 2], [5, 2]])
+    np.testing.assert_array_equal(blen, [4, 3, 0, 0])
+
+
+# ─── kernels ──────────────────────────────────────────────────────────────
+
+
+def test_flash_attention_gpu_sliding_window_and_valid_length(rng):
+    from tests.ops.test_attention_ops import np_attend
+
+    q, k, v = (rng.normal(size=(2, 6, 4, 8)).astype(np.float32) for _ in range(3))
+    valid = np.array([6, 4], np.uint32)
+    with Graph("fa", input_types=[TensorType(F32, [2, 6, 4, 8])] * 3 + [TensorType(DType.uint32, [2])]) as g:
+        a, b, c, n = (x.tensor for x in g.inputs)
+        g.output(kernels.flash_attention_gpu(a, b, c, MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK, 0.5, local_window_size=3, valid_length=n))
+    out = InferenceSession().load(g).execute(q, k, v, valid)[0].to_numpy()
+    for i in range(2):
+        want = np_attend(q[i], k[i], v[i], np.arange(6), valid[i], "sliding_window", 0.5, 3)
+        np.testing.assert_allclose(out[i, : valid[i]], want[: valid[i]], rtol=1e-5, atol=1e-5)
+
+
+def test_flash_attention_ragged_gpu(rng):
+    from tests.ops.test_attention_ops import np_attend
+
+    q, k, v = (rng.normal(size=(7, 2, 4)).astype(np.float32) for _ in range(3))
+    offs = np.array([0, 5, 7], np.uint32)
+    with Graph("far", input_types=[TensorType(F32, [7, 2, 4])] * 3 + [TensorType(DType.uint32, [3])]) as g:
+        a, b, c, o = (x.tensor for x in g.inputs)
+        g.output(kernels.flash_attention_ragged_gpu(a, b, c, o, 5, MHAMaskVariant.CAUSAL_MASK, 0.5))
+    out = InferenceSession().load(g).execute(q, k, v, offs)[0].to_numpy()
+    for s, e in ((0, 5), (5, 7)):
+        np.testing.assert_allclose(out[s:e], np_attend(q[s:e], k[s:e], v[s:e], np.arange(e - s), e - s, "causal", 0.5), rtol=1e-5, atol=1e-5)
+
+
+def test_cache_kernels_write_radd_norm_and_cross_attention(rng):
+    """matmul_kv_cache_ragged stores encoder K/V, kv_cache_ragged_radd and rms_norm_key_cache update them in place,
+    cross_attention_ragged attends over them; compared with numpy on the same data."""
+    from maxfx.driver import Tensor
+    from tests.ops.test_attention_ops import np_attend
+
+    p = _attn_params(page_size=4)
+    enc = rng.normal(size=(5, HID)).astype(np.float32)
+    w_kv = (0.5 * rng.normal(size=(2 * NKV * HD, HID))).astype(np.float32)
+    delta = rng.normal(size=(5, 2 * NKV * HD)).astype(np.float32)
+    gamma = (1 + 0.1 * rng.normal(size=HD)).astype(np.float32)
+    q = rng.normal(size=(3, NH, HD)).astype(np.float32)
+    enc_offs, q_offs = np.array([0, 2, 5], np.uint32), np.array([0, 1, 3], np.uint32)
+    types = [TensorType(F32, [5, HID]), TensorType(F32, list(w_kv.shape)), TensorType(F32, [5, 2 * NKV * HD]), TensorType(F32, [HD]), TensorType(F32, [3, NH, HD])]
+    types += [TensorType(DType.uint32, [3]), TensorType(DType.uint32, [3])] + p.input_types()
+    with Graph("cache_kernels", input_types=types) as g:
+        e, wkv, d, gm, qv, eo, qo = (x.tensor for x in g.inputs[:7])
+        kv = PagedCacheValues.from_graph_inputs(g.inputs[7:])
+        kernels.matmul_kv_cache_ragged(p, e, eo, wkv, kv, 0)
+        kernels.kv_cache_ragged_radd(p, d, kv, eo, 0, 0)
+        kernels.rms_norm_key_cache(p, kv, gm, 1e-6, 0, e.shape[0], eo, 0.0)
+        g.output(kernels.cross_attention_ragged(p, qv, qo, kv, 0, MHAMaskVariant.NULL_MASK, eo, 2, 0.5))
+    lookup = np.array([[0, 1], [2, 3]], np.uint32)
+    pool = Tensor.from_numpy(np.zeros((4, 2, 1, 4, NKV, HD), np.float32))
+    out = InferenceSession().load(g).execute(enc, w_kv, delta, gamma, q, enc_offs, q_offs, pool, np.zeros(2, np.uint32), lookup, np.zeros((1, 2), np.uint32))[0].to_numpy()
+    kvd = NKV * HD
+    kvr = enc @ w_kv.T + delta
+    k = np_rms(kvr[:, :kvd].reshape(5, NKV, HD), gamma)
+    v = kvr[:, kvd:].reshape(5, NKV, HD)
+    np.testing.assert_allclose(pool.to_numpy()[0, 0, 0, :2], k[:2], rtol=1e-5, atol=1e-5)  # seq 0's keys, page 0
+    for b, (qs, qe, ks, ke) in enumerate(((0, 1, 0, 2), (1, 3, 2, 5))):
+        want = np_attend(q[qs:qe], k[ks:ke], v[ks:ke], np.zeros(qe - qs, int), ke - ks, "null", 0.5)
+        np.testing.assert_allclose(out[qs:qe], want, rtol=1e-4, atol=1e-5)
+
+
+def test_gguf_attention_matches_dequantized_numpy(rng):
+    import gguf
+
+    from maxfx.graph.quantization import QuantizationEncoding
+    from maxfx.nn.attention import GGUFQAttentionWithRope
+
+    hid, heads, kvh, hd = 32, 2, 1, 32
+    p = KVCacheParams(F32, kvh, hd, page_size=4)
+    rope = RotaryEmbedding(hid, heads, 10000.0, 32, head_dim=hd)
+    layer = GGUFQAttentionWithRope(rope=rope, num_attention_heads=heads, num_key_value_heads=kvh, hidden_size=hid, kv_params=p, dtype=F32, quantization_encoding=QuantizationEncoding.Q4_0)
+    dense = {n: (0.3 * rng.normal(size=s)).astype(np.float32) for n, s in (("q_proj", (64, 32)), ("k_proj", (32, 32)), ("v_proj", (32, 32)), ("o_proj", (32, 64)))}
+    packed = {f"{n}.weight": gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q4_0) for n, w in dense.items()}
+    layer.load_state_dict(packed)
+    deq = {k: gguf.quants.dequantize(v, gguf.GGMLQuantizationType.Q4_0).astype(np.float64) for k, v in packed.items()}
+    x = rng.normal(size=(4, hid)).astype(np.float32)
+    types = [TensorType(F32, ["t", hid]), TensorType(DType.uint32, ["b1"])] + p.input_types()
+    with Graph("gguf_attn", input_types=types) as g:
+        kv = PagedCacheValues.from_graph_inputs(g.inputs[2:])
+        g.output(layer(0, g.inputs[0].tensor, kv, rope.freqs_cis, g.inputs[1].tensor))
+    mgr = PagedKVCacheManager(p, 1, 4, 1, 8)
+    out = InferenceSession().load(g, weights_registry=layer.state_dict()).execute(x, np.array([0, 4], np.uint32), *mgr.fetch([mgr.claim()], [4]))[0].to_numpy()
+    np.testing.assert_allclose(out, np_attention_layer(deq, "", x, heads, kvh, hd, 10000.0, True), rtol=1e-3, atol=1e-4)

@@ -11,7 +11,8 @@ Example:
     4
 """
 
-from maxfx.nn.attention import attention_with_rope, interfaces, mask_config, multihead_attention, ragged_attention
+from maxfx.nn.attention import attention_with_rope, interfaces, mask_config, multi_latent_attention, multihead_attention, ragged_attention
+from maxfx.nn.attention._latent import DataParallelLatentAttentionWithRope, LatentAttentionWithRope, TensorParallelLatentAttentionWithRope
 from maxfx.nn.attention._other import MultiheadAttention, RaggedAttention
 from maxfx.nn.attention._rope_attention import (
     AttentionWithRope,
@@ -30,6 +31,10 @@ __all__ = [
     "AttentionWithRope",
     "AttentionWithRopeNoOpaque",
     "DataParallelAttentionWithRope",
+    "DataParallelLatentAttentionWithRope",
+    "LatentAttentionWithRope",
+    "TensorParallelLatentAttentionWithRope",
+    "multi_latent_attention",
     "DistributedAttentionImpl",
     "GGUFQAttentionWithRope",
     "GPTQAttentionWithRope",

@@ -443,3 +443,89 @@ def k_cache_to_buffer(kv_params: Any, buffer_row_offsets_1d: Any, cache_offsets_
     layer = _index(layer_idx, buffer_row_offsets_1d.device)
     rows = _gather(kv, layer, buffer_row_offsets_1d, int(buffer_size), 0, start=cache_offsets_1d)
     return ops.reshape(rows, [int(buffer_size), width])[:, : int(weight_dim)]
+
+
+# ─── multi-latent attention (MLA) ─────────────────────────────────────────
+# The MLA cache has kv_dim 1, one KV head and rows [kv_lora_rank latent | qk_rope_dim rotated key].
+
+
+def flare_mla_decode_ragged(kv_params: Any, input: Any, input_row_offsets: Any, kv_collection: Any, layer_idx: Any, mask_variant: Any, scale: float, qk_rope_dim: int = 64) -> Any:  # noqa: A002
+    """Absorbed MLA attention: queries ``[total_tokens, n_heads, kv_lora_rank + qk_rope_dim]`` against
+    the latent cache rows (keys: whole rows; values: the first ``kv_lora_rank`` dims).
+
+    Returns ``[total_tokens, n_heads, kv_lora_rank]``.
+    """
+    where = "flare_mla_decode_ragged"
+    p, kv = _params(where, kv_params), _collection(where, kv_collection)
+    _check_input(where, input, 3)
+    if int(input.shape[2]) != p.head_dim or not 0 < int(qk_rope_dim) < p.head_dim:
+        raise ValueError(f"{where}: input head dim {input.shape[2]} must equal the latent cache's head_dim {p.head_dim}, with 0 < qk_rope_dim ({qk_rope_dim}) < it")
+    mask = mask_name(where, mask_variant)
+    layer = _index(layer_idx, input.device)
+    return ops.paged_attention(input, kv.kv_blocks, kv.lookup_table, layer, input_row_offsets, kv.cache_lengths, mask=mask, scale=scale, v_dim=p.head_dim - int(qk_rope_dim))
+
+
+def flare_mla_prefill_plan(kv_params: Any, input_row_offsets: Any, kv_collection: Any, layer_idx: Any, buffer_size: int, max_chunks: int = 16) -> tuple[Any, Any, Any]:
+    """Split every sequence's keys (cached + new, concatenated over the batch) into chunks of at most ``buffer_size`` rows.
+
+    Returns ``(buffer_row_offsets [max_chunks, batch + 1], cache_offsets [max_chunks, batch],
+    buffer_lengths [max_chunks])`` (uint32/int32): chunk ``c`` holds rows
+    ``buffer_row_offsets[c, b]:buffer_row_offsets[c, b+1]`` of sequence ``b``,
+    starting at its cache position ``cache_offsets[c, b]``; unused chunks have length 0.
+    """
+    where = "flare_mla_prefill_plan"
+    _params(where, kv_params)
+    kv = _collection(where, kv_collection)
+    dev = input_row_offsets.device
+    offs = input_row_offsets.cast(DType.int64)
+    new = (offs[1:] - offs[:-1]).rebind(kv.cache_lengths.shape, f"{where}: input_row_offsets must have batch_size + 1 entries")
+    lengths = kv.cache_lengths.cast(DType.int64) + new  # [B]
+    n_b = kv.cache_lengths.shape[0]
+    zero = ops.constant([0], DType.int64, dev)
+    # Start of each sequence in the concatenation: 0, then inclusive prefix sums (a lower-triangular matmul).
+    tri = ops.cast(ops.range(0, n_b, dtype=DType.int64, device=dev)[:, None] >= ops.range(0, n_b, dtype=DType.int64, device=dev)[None, :], DType.int64)
+    starts = ops.concat([zero, ops.reshape(tri @ ops.unsqueeze(lengths, -1), [-1])], axis=0)  # [B+1]
+    c = ops.range(0, int(max_chunks), dtype=DType.int64, device=dev)[:, None] * int(buffer_size)  # [chunks, 1]
+    lo, hi = c, c + int(buffer_size)
+    clipped = ops.min(ops.max(starts[None, :], lo), hi) - lo  # [chunks, B+1]
+    cache_off = ops.min(ops.max(lo - starts[None, :-1], ops.constant(0, DType.int64, dev)), lengths[None, :])
+    buffer_lengths = clipped[:, -1] - clipped[:, 0]
+    return clipped.cast(DType.uint32), cache_off.cast(DType.uint32), buffer_lengths.cast(DType.int32)
+
+
+def flare_mla_decompress_k_cache(
+    kv_params: Any, buffer_row_offsets_1d: Any, cache_offsets_1d: Any, buffer_length: Any, weight: Any, kv_collection: Any, layer_idx: Any, buffer_size: int
+) -> Any:
+    """Up-project cached latents into a ``[buffer_size, weight.shape[0]]`` buffer: `k_cache_to_buffer` of the
+    first ``weight.shape[1]`` (``kv_lora_rank``) dims, times ``weight.T``."""
+    where = "flare_mla_decompress_k_cache"
+    if weight.rank != 2:
+        raise ValueError(f"{where}: weight must be [out_dim, kv_lora_rank], got shape {list(weight.shape)}")
+    latent = k_cache_to_buffer(kv_params, buffer_row_offsets_1d, cache_offsets_1d, kv_collection, layer_idx, buffer_length, buffer_size, int(weight.shape[1]))
+    return latent.cast(weight.dtype) @ weight.T
+
+
+def flare_mla_prefill_ragged(
+    kv_params: Any, input: Any, k: Any, v: Any, input_row_offsets: Any, buffer_row_offsets: Any, cache_offsets: Any, kv_collection: Any,  # noqa: A002
+    layer_idx: Any, mask_variant: Any, scale: float, qk_rope_dim: int = 64, prev_output: Any = None, prev_softmax_info: Any = None,
+) -> Any:  # fmt: skip
+    """MLA prefill over one key chunk: ragged queries ``[total_tokens, n_heads, qk_head_dim]`` (token ``i`` of
+    sequence ``b`` at position ``cache_lengths[b] + i``) against decompressed ``k``/``v`` rows
+    (``buffer_row_offsets``; the chunk starts at cache position ``cache_offsets[b]``).
+
+    Raises:
+        ValueError: ``prev_output``/``prev_softmax_info`` are given: maxfx runs the whole
+            key range in one chunk (plan with a ``buffer_size`` covering it), so there is nothing to merge.
+    """
+    where = "flare_mla_prefill_ragged"
+    _params(where, kv_params)
+    kv = _collection(where, kv_collection)
+    if prev_output is not None or prev_softmax_info is not None:
+        raise ValueError(f"{where}: merging with a previous chunk (prev_output/prev_softmax_info) is not supported; plan one chunk whose buffer_size covers every key")
+    for name, t in (("input", input), ("k", k), ("v", v)):
+        _check_input(where, t, 3, name)
+    mask = mask_name(where, mask_variant)
+    return ops.ragged_attention(input, k, v, input_row_offsets, mask=mask, scale=scale, kv_row_offsets=buffer_row_offsets, q_start=kv.cache_lengths, kv_start=cache_offsets)
+
+
+__all__ += ["flare_mla_decode_ragged", "flare_mla_decompress_k_cache", "flare_mla_prefill_plan", "flare_mla_prefill_ragged"]
