@@ -362,3 +362,94 @@ def test_decode_triton_lowering():
     for page, dt in ((128, bf), (16, jnp.float16)):
         pool = s((600, page, 8, 128), dt)
         assert _lowers_for_cuda(paged, s((4, 1, 32, 128), dt), pool, pool, s((4, 64), jnp.int32), s((4,), jnp.int32)) == 1
+
+
+# ─── dispatch ─────────────────────────────────────────────────────────────
+
+from custom_calls.attention import dispatch  # noqa: E402
+
+
+def _uses_pallas(f, *args) -> bool:
+    return "pallas_call" in str(jax.make_jaxpr(f)(*args))
+
+
+def test_dispatch_reference_without_env(monkeypatch, rng):
+    monkeypatch.delenv(dispatch.ENV_INTERPRET, raising=False)
+    q, kv = _rand(rng, (1, 8, 2, 16)), _rand(rng, (1, 8, 2, 16))
+    if not HAS_GPU:
+        assert dispatch.kernel_mode() is None
+        assert not _uses_pallas(lambda a: ca.flash_attention(a, kv, kv, causal=True), q)
+        assert not _uses_pallas(lambda a: ca.decode_attention(a[:, :1], kv, kv, jnp.array([5])), q)
+    assert _err(ca.flash_attention(q, kv, kv, causal=True), ref.attention(q, kv, kv, causal=True)) < 1e-6
+
+
+def test_dispatch_env_forces_interpreted_kernels(monkeypatch, rng):
+    """The public functions under MAXFX_PALLAS_INTERPRET=1 reuse the shapes compiled above (no new compiles)."""
+    monkeypatch.setenv(dispatch.ENV_INTERPRET, "1")
+    assert dispatch.kernel_mode() == "interpret" and dispatch.kernel_mode("reference") is None
+    # flash: the first grad case, through the public API (default config → different tiles, same results)
+    b, sq, sk, hq, hkv, d, dt, kw = GRAD_CASES[2]
+    q, k, v = _rand(rng, (b, sq, hq, d)), _rand(rng, (b, sk, hkv, d)), _rand(rng, (b, sk, hkv, d))
+    f = lambda *a: ca.flash_attention(*a, config=CFG)  # noqa: E731
+    assert _uses_pallas(f, q, k, v)
+    assert _err(f(q, k, v), ref.attention(q, k, v)) < 2e-5
+    # ragged: whole rows through the public API
+    qo = np.array([0, 20, 64])
+    o = ca.flash_attention_ragged(q[0], k[0], v[0], qo, causal=True, config=CFG)
+    assert _err(o, ref.ragged_attention(q[0], k[0], v[0], qo, causal=True)) < 2e-5
+    # decode and paged
+    b, sq, hq, hkv, d, t, lens, dt, kw, cfg = DECODE_CASES[3]
+    qd, kc, vc = _rand(rng, (b, sq, hq, d), dt), _rand(rng, (b, t, hkv, d), dt), _rand(rng, (b, t, hkv, d), dt)
+    lens = np.array(lens, np.int32)
+    want = ref.decode_attention(qd, kc, vc, lens)
+    assert _uses_pallas(lambda a: ca.decode_attention(a, kc, vc, lens, config=cfg), qd)
+    assert _err(ca.decode_attention(qd, kc, vc, lens, config=cfg), want) < TOL[dt]
+    kp, vp, table = _paged(rng, kc, vc, 16)
+    assert _err(ca.paged_decode_attention(qd, kp, vp, table, lens, config=cfg), want) < TOL[dt]
+
+
+def test_dispatch_fallbacks_warn_once(monkeypatch, rng):
+    monkeypatch.setenv(dispatch.ENV_INTERPRET, "1")
+    dispatch.reset_warnings()
+    with jax.enable_x64(True):
+        q = jnp.asarray(rng.standard_normal((1, 4, 2, 8)), jnp.float64)
+        with pytest.warns(UserWarning, match="flash_attention: dtype float64 has no kernel"):
+            o = ca.flash_attention(q, q, q, causal=True)
+        assert o.dtype == jnp.float64 and _err(o, ref.attention(q, q, q, causal=True)) < 1e-12
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            ca.flash_attention(q, q, q, causal=True)  # second time: silent
+    big = _rand(rng, (1, 2, 1, 288))
+    with pytest.warns(UserWarning, match="head_dim 288 > 256"):
+        ca.decode_attention(big, big, big, np.array([2]))
+    qd, pages = _rand(rng, (1, 1, 2, 8)), _rand(rng, (3, 8, 1, 8))
+    with pytest.warns(UserWarning, match="page_size 8 is not a multiple of 16"):
+        o = ca.paged_decode_attention(qd, pages, pages, np.array([[2, 0]]), np.array([11]))
+    assert _err(o, ref.paged_decode_attention(qd, pages, pages, np.array([[2, 0]]), np.array([11]))) < 1e-6
+
+
+def test_dispatch_errors_name_the_parameter(rng):
+    z = np.zeros((1, 4, 4, 8), np.float32)
+    kv3 = np.zeros((1, 4, 3, 8), np.float32)
+    with pytest.raises(ValueError, match=r"n_heads of q \(4\) must be a multiple of n_kv_heads \(3\)"):
+        ca.flash_attention(z, kv3, kv3)
+    with pytest.raises(ValueError, match="dtypes differ"):
+        ca.flash_attention(z, z.astype(np.float16), z)
+    with pytest.raises(ValueError, match="dtype must be floating point"):
+        ca.flash_attention(z.astype(np.int32), z.astype(np.int32), z.astype(np.int32))
+    with pytest.raises(ValueError, match="local_window_size"):
+        ca.flash_attention(z, z, z, local_window_size=(-1, 2))
+    with pytest.raises(ValueError, match=r"kv_lens: flash_attention expects int \[1\]"):
+        ca.flash_attention(z, z, z, kv_lens=[1, 2])
+    with pytest.raises(ValueError, match="input_row_offsets"):
+        ca.flash_attention_ragged(z[0], z[0], z[0], np.array([[0, 4]]))
+    with pytest.raises(ValueError, match=r"kv_lens: decode_attention expects int \[1\]"):
+        ca.decode_attention(z[:, :1], z, z, np.array([1, 2]))
+    with pytest.raises(ValueError, match="block_table"):
+        ca.paged_decode_attention(z[:, :1], z, z, np.array([0, 1]), np.array([3]))
+    with pytest.raises(ValueError, match="impl"):
+        ca.flash_attention(z, z, z, impl="cudnn")
+    with pytest.raises(ValueError, match="block_q: must be a power of two"):
+        pf.FlashConfig(block_q=48)
+    with pytest.raises(ValueError, match="page_size: the paged decode kernel needs a multiple of 16"):
+        pd.paged_decode_attention(z[:, :1], z, z, np.array([[0]]), np.array([3]), interpret=True)

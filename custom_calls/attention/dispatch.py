@@ -1,0 +1,323 @@
+"""Per-call choice between the Pallas attention kernels and the jnp reference.
+
+Rule (``shared/design/PALLAS_NOTES.md`` §9, same as `custom_calls.qmatmul.dispatch`):
+
+* ``impl="reference"`` / ``"pallas"`` / ``"pallas_interpret"`` force a path.
+* ``impl=None`` (default): ``MAXFX_PALLAS_INTERPRET=1`` (any value but
+  ``""``/``"0"``) → the kernel in interpret mode on any backend (how CPU tests
+  exercise kernels); else, when JAX's default backend is a GPU →
+  ``lax.platform_dependent`` with the Pallas (Triton) kernel for ``cuda`` and
+  the reference as the default (a computation placed on the CPU of a GPU
+  machine still lowers); else the reference.
+
+Errors, the same on every path (``ValueError`` naming the parameter): q/k/v of
+the wrong rank or mismatched shapes, ``n_heads`` not a multiple of
+``n_kv_heads``, head_dim of q and k differ, q/k/v dtypes differ or are not
+floating point, malformed ``local_window_size``, row offsets / ``kv_lens`` /
+``block_table`` of the wrong shape.
+
+Fallbacks to the reference with a one-time ``UserWarning`` per (function,
+reason), when a kernel would otherwise run:
+
+* every function: dtype not float32/bfloat16/float16 (e.g. float64);
+  head_dim > 256; empty inputs;
+* `paged_decode_attention`: ``page_size`` not a multiple of 16.
+
+Gradients: `flash_attention` and `flash_attention_ragged` have Pallas
+backward kernels (``custom_vjp``); the decode functions differentiate through
+the reference.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from custom_calls.attention import pallas_decode as pd
+from custom_calls.attention import pallas_flash as pf
+from custom_calls.attention import reference as ref
+
+__all__ = [
+    "ENV_INTERPRET",
+    "IMPLS",
+    "kernel_mode",
+    "flash_attention",
+    "flash_attention_ragged",
+    "decode_attention",
+    "paged_decode_attention",
+    "reset_warnings",
+]
+
+ENV_INTERPRET = "MAXFX_PALLAS_INTERPRET"
+IMPLS = (None, "reference", "pallas", "pallas_interpret")
+
+_warned: set[tuple[str, str]] = set()
+
+
+def kernel_mode(impl: str | None = None) -> str | None:
+    """``"interpret"``, ``"pallas"`` (compiled kernel), ``"gpu"`` (kernel on cuda, reference elsewhere) or None (reference)."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl: expected one of {IMPLS}, got {impl!r}")
+    if impl == "reference":
+        return None
+    if impl == "pallas_interpret":
+        return "interpret"
+    if impl == "pallas":
+        return "pallas"
+    if os.environ.get(ENV_INTERPRET, "") not in ("", "0"):
+        return "interpret"
+    return "gpu" if jax.default_backend() == "gpu" else None
+
+
+def reset_warnings() -> None:
+    """Forget which fallback warnings were shown (tests)."""
+    _warned.clear()
+
+
+def _warn_once(fn: str, reason: str) -> None:
+    if (fn, reason) not in _warned:
+        _warned.add((fn, reason))
+        warnings.warn(f"{fn}: {reason}; using the jnp reference instead of the Pallas kernel", UserWarning, stacklevel=4)
+
+
+def _fallback_reason(q, k) -> str | None:
+    why = pf.unsupported_reason(q)
+    if why is None and (q.size == 0 or k.size == 0):
+        why = "empty input"
+    return why
+
+
+def _run(fn: str, impl, args: tuple, kernel: Callable, reference: Callable, why: str | None):
+    """``kernel(*args, interpret=...)`` or ``reference(*args)`` per `kernel_mode`."""
+    mode = kernel_mode(impl)
+    if mode is None:
+        return reference(*args)
+    if why:
+        _warn_once(fn, why)
+        return reference(*args)
+    if mode == "interpret":
+        return kernel(*args, interpret=True)
+    if mode == "pallas":
+        return kernel(*args, interpret=False)
+    return lax.platform_dependent(*args, cuda=lambda *a: kernel(*a, interpret=False), default=reference)
+
+
+def flash_attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    causal: bool = False,
+    local_window_size: int | tuple[int, int] | None = None,
+    scale: float | None = None,
+    q_lens: Any = None,
+    kv_lens: Any = None,
+    q_offset: Any = 0,
+    config: pf.FlashConfig | None = None,
+    impl: str | None = None,
+) -> jax.Array:
+    """Attention on ``[batch, seq, heads, head_dim]`` (``jax.nn.dot_product_attention`` layout).
+
+    Args:
+        q: ``[B, Sq, Hq, D]``; k, v: ``[B, Sk, Hkv, D]``, ``Hq % Hkv == 0`` (GQA/MQA).
+        causal: mask keys after the query position (top-left aligned: query
+            ``i`` at position ``q_offset + i``).
+        local_window_size: ``w`` or ``(left, right)``: keys in
+            ``[pos - left, pos + right]`` (``jax.nn`` convention).
+        scale: score scale, default ``1/sqrt(D)``.
+        q_lens, kv_lens: optional ``int [B]`` valid lengths (rows past
+            ``q_lens`` are zero).
+        q_offset: position of query row 0 (int or ``int [B]``).
+        config: kernel tiling (`pallas_flash.FlashConfig`), default per head_dim.
+        impl: force ``"reference"``, ``"pallas"``, ``"pallas_interpret"``.
+
+    Returns:
+        ``[B, Sq, Hq, D]`` in ``q``'s dtype (float32 softmax/accumulation).
+
+    Example:
+        >>> import numpy as np
+        >>> from custom_calls.attention import flash_attention
+        >>> q = np.ones((1, 8, 4, 16), np.float32); kv = np.ones((1, 8, 2, 16), np.float32)
+        >>> flash_attention(q, kv, kv, causal=True).shape
+        (1, 8, 4, 16)
+    """
+    q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
+    pf.check_inputs("flash_attention", q, k, v, 4)
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"flash_attention: batch of q ({q.shape[0]}) and k ({k.shape[0]}) differ")
+    ref.window_pair(local_window_size, causal)  # validate on every path
+    b = q.shape[0]
+    extras = tuple(jnp.asarray(x, jnp.int32) for x in (q_lens, kv_lens, q_offset) if x is not None)
+    names = [n for n, x in (("q_lens", q_lens), ("kv_lens", kv_lens), ("q_offset", q_offset)) if x is not None]
+    for n, x in zip(names, extras):
+        if x.size not in (1, b) or (n != "q_offset" and x.shape != (b,)):
+            raise ValueError(f"{n}: flash_attention expects int [{b}], got {list(x.shape)}")
+    common = dict(causal=causal, local_window_size=local_window_size, scale=scale)
+
+    def unpack(rest):
+        return dict(zip(names, rest))
+
+    def kernel(q, k, v, *rest, interpret):
+        return pf.flash_attention(q, k, v, **common, **unpack(rest), config=config, interpret=interpret)
+
+    def reference(q, k, v, *rest):
+        return ref.attention(q, k, v, **common, **unpack(rest))
+
+    return _run("flash_attention", impl, (q, k, v, *extras), kernel, reference, _fallback_reason(q, k))
+
+
+def flash_attention_ragged(
+    q: Any,
+    k: Any,
+    v: Any,
+    input_row_offsets: Any,
+    *,
+    kv_row_offsets: Any = None,
+    causal: bool = False,
+    local_window_size: int | tuple[int, int] | None = None,
+    scale: float | None = None,
+    max_seq_len: int | None = None,
+    max_kv_len: int | None = None,
+    config: pf.FlashConfig | None = None,
+    impl: str | None = None,
+) -> jax.Array:
+    """Attention over ragged batches packed along the token axis.
+
+    Args:
+        q: ``[total_q, Hq, D]``; k, v: ``[total_kv, Hkv, D]``.
+        input_row_offsets: ``int [B+1]``: sequence ``b`` is q rows ``[off[b], off[b+1])``.
+        kv_row_offsets: ``int [B+1]`` for k/v, default ``input_row_offsets``.
+            Queries align to the end of their keys (query ``i`` of a sequence
+            sits at position ``kv_len - q_len + i``): a cached prefix works.
+        max_seq_len, max_kv_len: static bounds on the lengths (computed from
+            concrete offsets; under ``jit`` pass them, else the totals are used).
+        Other arguments as in `flash_attention`.
+
+    Returns:
+        ``[total_q, Hq, D]``; rows outside ``[off[0], off[-1])`` are zero.
+    """
+    q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
+    pf.check_inputs("flash_attention_ragged", q, k, v, 3)
+    ref.window_pair(local_window_size, causal)
+    qo = jnp.asarray(input_row_offsets, jnp.int32)
+    ko = qo if kv_row_offsets is None else jnp.asarray(kv_row_offsets, jnp.int32)
+    if qo.ndim != 1 or qo.shape[0] < 2 or ko.shape != qo.shape:
+        raise ValueError(
+            f"input_row_offsets: flash_attention_ragged expects int [batch+1] offsets (and kv_row_offsets of the same "
+            f"shape), got {list(qo.shape)} and {list(ko.shape)}"
+        )
+    lq = ref._max_len(input_row_offsets, q.shape[0], max_seq_len)
+    lk = lq if kv_row_offsets is None else ref._max_len(kv_row_offsets, k.shape[0], max_kv_len)
+    common = dict(causal=causal, local_window_size=local_window_size, scale=scale, max_seq_len=lq)
+    kv_given = kv_row_offsets is not None
+
+    def kernel(q, k, v, qo, ko, interpret):
+        return pf.flash_attention_ragged(
+            q, k, v, qo, kv_row_offsets=ko if kv_given else None, max_kv_len=lk, **common,
+            config=config, interpret=interpret,
+        )
+
+    def reference(q, k, v, qo, ko):
+        return ref.ragged_attention(q, k, v, qo, kv_row_offsets=ko if kv_given else None, max_kv_len=lk, **common)
+
+    return _run("flash_attention_ragged", impl, (q, k, v, qo, ko), kernel, reference, _fallback_reason(q, k))
+
+
+def _check_lens(fn: str, kv_lens, b: int):
+    lens = jnp.asarray(kv_lens, jnp.int32)
+    if lens.shape != (b,):
+        raise ValueError(f"kv_lens: {fn} expects int [{b}], got {list(lens.shape)}")
+    return lens
+
+
+def decode_attention(
+    q: Any,
+    k_cache: Any,
+    v_cache: Any,
+    kv_lens: Any,
+    *,
+    causal: bool = True,
+    local_window_size: int | tuple[int, int] | None = None,
+    scale: float | None = None,
+    config: pd.DecodeConfig | None = None,
+    impl: str | None = None,
+) -> jax.Array:
+    """A few new query tokens against a dense KV cache (split-K flash-decoding on GPU).
+
+    Args:
+        q: ``[B, Sq, Hq, D]`` (``Sq`` new tokens, usually 1).
+        k_cache, v_cache: ``[B, T, Hkv, D]``; the first ``kv_lens[b]`` entries
+            are valid and already include the new tokens.
+        kv_lens: ``int [B]``; query ``i`` sits at position ``kv_lens[b] - Sq + i``.
+        causal: mask keys after each query's position (matters for ``Sq > 1``).
+        config: `pallas_decode.DecodeConfig` (``block_k``, ``num_splits``, warps, stages).
+        Other arguments as in `flash_attention`.
+
+    Returns:
+        ``[B, Sq, Hq, D]`` in ``q``'s dtype.
+    """
+    q, k, v = jnp.asarray(q), jnp.asarray(k_cache), jnp.asarray(v_cache)
+    pf.check_inputs("decode_attention", q, k, v, 4)
+    if k.shape[0] != q.shape[0]:
+        raise ValueError(f"k_cache: decode_attention batch ({k.shape[0]}) differs from q's ({q.shape[0]})")
+    ref.window_pair(local_window_size, causal)
+    lens = _check_lens("decode_attention", kv_lens, q.shape[0])
+    common = dict(causal=causal, local_window_size=local_window_size, scale=scale)
+
+    def kernel(q, k, v, lens, interpret):
+        return pd.decode_attention(q, k, v, lens, **common, config=config, interpret=interpret)
+
+    def reference(q, k, v, lens):
+        return ref.decode_attention(q, k, v, lens, **common)
+
+    return _run("decode_attention", impl, (q, k, v, lens), kernel, reference, _fallback_reason(q, k))
+
+
+def paged_decode_attention(
+    q: Any,
+    k_pages: Any,
+    v_pages: Any,
+    block_table: Any,
+    kv_lens: Any,
+    *,
+    causal: bool = True,
+    local_window_size: int | tuple[int, int] | None = None,
+    scale: float | None = None,
+    config: pd.DecodeConfig | None = None,
+    impl: str | None = None,
+) -> jax.Array:
+    """`decode_attention` over a paged KV cache (a block pool plus a block table).
+
+    Args:
+        q: ``[B, Sq, Hq, D]``.
+        k_pages, v_pages: ``[num_pages, page_size, Hkv, D]``.
+        block_table: ``int [B, max_pages]``: logical page ``j`` of sequence ``b``
+            is pool page ``block_table[b, j]``; entries past ``kv_lens`` are ignored.
+        kv_lens: ``int [B]``.
+        Other arguments as in `decode_attention`. The kernel needs
+        ``page_size % 16 == 0`` (else the reference, with a one-time warning).
+    """
+    q, k, v = jnp.asarray(q), jnp.asarray(k_pages), jnp.asarray(v_pages)
+    pf.check_inputs("paged_decode_attention", q, k, v, 4)
+    ref.window_pair(local_window_size, causal)
+    bt = jnp.asarray(block_table, jnp.int32)
+    if bt.ndim != 2 or bt.shape[0] != q.shape[0]:
+        raise ValueError(f"block_table: paged_decode_attention expects int [{q.shape[0]}, max_pages], got {list(bt.shape)}")
+    lens = _check_lens("paged_decode_attention", kv_lens, q.shape[0])
+    common = dict(causal=causal, local_window_size=local_window_size, scale=scale)
+    why = _fallback_reason(q, k)
+    if why is None and not pd.page_block(k.shape[1], (config or pd.DecodeConfig()).block_k):
+        why = f"page_size {k.shape[1]} is not a multiple of 16"
+
+    def kernel(q, k, v, bt, lens, interpret):
+        return pd.paged_decode_attention(q, k, v, bt, lens, **common, config=config, interpret=interpret)
+
+    def reference(q, k, v, bt, lens):
+        return ref.paged_decode_attention(q, k, v, bt, lens, **common)
+
+    return _run("paged_decode_attention", impl, (q, k, v, bt, lens), kernel, reference, why)
