@@ -476,3 +476,17 @@ def test_gguf_attention_matches_dequantized_numpy(rng):
     mgr = PagedKVCacheManager(p, 1, 4, 1, 8)
     out = InferenceSession().load(g, weights_registry=layer.state_dict()).execute(x, np.array([0, 4], np.uint32), *mgr.fetch([mgr.claim()], [4]))[0].to_numpy()
     np.testing.assert_allclose(out, np_attention_layer(deq, "", x, heads, kvh, hd, 10000.0, True), rtol=1e-3, atol=1e-4)
+
+
+def test_docs_page_example_runs(capsys):
+    """docs/pages/attention.md's example runs as written."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "pages" / "attention.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert blocks
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "attention.md", "exec"), namespace)  # noqa: S102 - our own docs
+    assert capsys.readouterr().out.strip() == "(2, 64) [7, 5]"
