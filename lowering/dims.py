@@ -212,8 +212,13 @@ class Dim:
         return [SymbolicDim(n) for n in names]
 
     def evaluate(self, env: Mapping[str, int]) -> int:
-        """The concrete size once every symbol has a value in ``env``."""
-        return int(_eval_poly(self._poly, env))
+        """The concrete size once every symbol has a value in ``env``.
+
+        Under ``jax.export`` the symbols are bound to JAX symbolic sizes, which
+        stay symbolic (``int()`` of them would fail).
+        """
+        size = _eval_poly(self._poly, env)
+        return size if _is_symbolic_size(size) else int(size)
 
     def to_jax(self, symbols: Mapping[str, Any]) -> Any:
         """This dim as a JAX shape-polymorphism expression over ``symbols``."""
@@ -454,6 +459,12 @@ class Shape(list):
 
 
 ShapeLike = Iterable[DimLike]
+
+
+def _is_symbolic_size(size: Any) -> bool:
+    # Concrete sizes are numbers (int, numpy ints, Fractions); a jax.export
+    # symbolic size (a _DimExpr) is not.
+    return not isinstance(size, numbers.Number)
 
 
 def evaluate_shape(shape: Iterable[Dim], env: Mapping[str, int]) -> tuple[int, ...]:

@@ -125,6 +125,17 @@ def test_pure_function_two_symbolic_dims_and_tuple_output(rng):
         art(x, np.zeros((2, 4), np.float32))  # m is already 3 from input 0
 
 
+def test_reshape_over_a_symbolic_dim_stays_symbolic(rng):
+    # Attention blocks split heads with reshapes that name the batch symbol.
+    def f(x):
+        return F.reshape(x, ["n", 2, 2]).sum(axis=-1)
+
+    art = maxfx.load_exported(maxfx.export(f, _t("n", 4)).serialize())
+    for n in (1, 5):
+        x = rng.standard_normal((n, 4)).astype(np.float32)
+        np.testing.assert_allclose(art(x).to_numpy(), x.reshape(n, 2, 2).sum(-1, keepdims=True), rtol=1e-6)
+
+
 def test_embedding_int64_inputs(rng):
     emb = Embedding(11, dim=3)
     art = maxfx.load_exported(maxfx.export(emb.compile(_t("batch", "seq", dtype=DType.int64))).serialize())
