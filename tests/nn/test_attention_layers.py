@@ -490,3 +490,25 @@ def test_docs_page_example_runs(capsys):
     for block in blocks:
         exec(compile(block, "attention.md", "exec"), namespace)  # noqa: S102 - our own docs
     assert capsys.readouterr().out.strip() == "(2, 64) [7, 5]"
+
+
+def test_sgmv_qkv_lora_kernel_adds_kv_deltas_to_the_cache(rng):
+    from maxfx.driver import Tensor
+
+    p = _attn_params()
+    qd, kvd, rank = NH * HD, NKV * HD, 2
+    x = rng.normal(size=(3, HID)).astype(np.float32)
+    a = rng.normal(size=(1, rank, HID)).astype(np.float32)
+    b = rng.normal(size=(1, qd + 2 * kvd, rank)).astype(np.float32)
+    types = [TensorType(F32, [3, HID]), TensorType(F32, [1, rank, HID]), TensorType(F32, [1, qd + 2 * kvd, rank]), TensorType(DType.int32, [1]), TensorType(DType.int32, [1]), TensorType(DType.uint32, [2])]
+    with Graph("lora", input_types=types + p.input_types()) as g:
+        xv, av, bv, ids, ranks, offs = (v.tensor for v in g.inputs[:6])
+        kv = PagedCacheValues.from_graph_inputs(g.inputs[6:])
+        g.output(kernels.sgmv_qkv_lora_kernel(xv, av, bv, ids, ranks, offs, offs, kv, p, 0, 8, rank, qd, kvd))
+    pool = Tensor.from_numpy(np.zeros((2, 2, 1, 4, NKV, HD), np.float32))
+    args = (x, a, b, np.zeros(1, np.int32), np.array([rank], np.int32), np.array([0, 3], np.uint32), pool, np.zeros(1, np.uint32), np.array([[1]], np.uint32), np.zeros((1, 2), np.uint32))
+    q = InferenceSession().load(g).execute(*args)[0].to_numpy()
+    delta = x @ a[0].T @ b[0].T
+    np.testing.assert_allclose(q, delta[:, :qd], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(pool.to_numpy()[1, 0, 0, :3].reshape(3, kvd), delta[:, qd : qd + kvd], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(pool.to_numpy()[1, 1, 0, :3].reshape(3, kvd), delta[:, qd + kvd :], rtol=1e-4, atol=1e-5)

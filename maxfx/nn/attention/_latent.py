@@ -43,6 +43,9 @@ class LatentAttentionWithRope(Module, Shardable):
         ...     kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8)
     """
 
+    rope: Any
+    """The rope layer (``qk_rope_head_dim`` wide) the freqs_cis table comes from."""
+
     def __init__(
         self, *, rope: Any, num_attention_heads: int, num_key_value_heads: int, hidden_size: int, kv_params: KVCacheParams, dtype: DType,
         devices: Sequence[Any] | None = None, linear_cls: Callable[..., Any] = Linear, scale: float | None = None, q_lora_rank: int | None = None,

@@ -529,3 +529,29 @@ def flare_mla_prefill_ragged(
 
 
 __all__ += ["flare_mla_decode_ragged", "flare_mla_decompress_k_cache", "flare_mla_prefill_plan", "flare_mla_prefill_ragged"]
+
+
+def sgmv_qkv_lora_kernel(
+    input: Any, lora_a: Any, lora_b: Any, lora_ids: Any, lora_ranks: Any, input_row_offsets: Any, lora_grouped_offsets: Any,  # noqa: A002
+    kv_collection: Any, kv_params: Any, layer_idx: Any, max_lora_seq_len: int, max_rank: int, q_dim: int, kv_dim: int, bias: Any = None,
+) -> Any:  # fmt: skip
+    """LoRA deltas of the fused QKV projection: ``sgmv_lora_kernel`` over the adapter groups
+    (``lora_grouped_offsets``) gives ``[total_tokens, q_dim + 2 * kv_dim]``; the K and V parts are
+    added to this step's cache rows (`kv_cache_ragged_radd`), the Q part ``[total_tokens, q_dim]`` is returned.
+    """
+    from maxfx.nn.kernels._lora import sgmv_lora_kernel  # noqa: PLC0415  (the LoRA family's kernel)
+
+    where = "sgmv_qkv_lora_kernel"
+    p = _params(where, kv_params)
+    if int(kv_dim) != p.n_kv_heads_per_device * p.head_dim:
+        raise ValueError(f"{where}: kv_dim {kv_dim} differs from n_kv_heads * head_dim = {p.n_kv_heads_per_device * p.head_dim}")
+    if lora_a.rank == 3 and int(lora_a.shape[1]) > int(max_rank):
+        raise ValueError(f"{where}: lora_a has rank {lora_a.shape[1]}, more than max_rank {max_rank}")
+    delta = sgmv_lora_kernel(input, lora_a, lora_b, lora_ids, lora_ranks, lora_grouped_offsets, max_lora_seq_len, bias)
+    if int(delta.shape[-1]) != int(q_dim) + 2 * int(kv_dim):
+        raise ValueError(f"{where}: lora_b gives {delta.shape[-1]} columns; expected q_dim + 2 * kv_dim = {int(q_dim) + 2 * int(kv_dim)}")
+    kv_cache_ragged_radd(p, delta[:, int(q_dim) :], kv_collection, input_row_offsets, 0, layer_idx)
+    return delta[:, : int(q_dim)]
+
+
+__all__ += ["sgmv_qkv_lora_kernel"]
