@@ -34,11 +34,17 @@ from maxfx.nn.comm import Allreduce, Signals
 from maxfx.nn.float8_config import *  # noqa: F403 - float8 specs and parse_float8_config
 from maxfx.nn.lora import *  # noqa: F403 - LinearLoRA, SupportsLoRA
 from maxfx.nn.moe import *  # noqa: F403 - MoE, MoEFp8, MoEGate
+from maxfx.nn import attention, kv_cache, transformer
+from maxfx.nn.attention import AttentionWithRope, MultiheadAttention, RaggedAttention
+from maxfx.nn.kv_cache import KVCacheParams, KVCacheStrategy, PagedCacheValues, PagedKVCacheManager
+from maxfx.nn.transformer import DistributedTransformer, DistributedTransformerBlock, ReturnLogits, Transformer, TransformerBlock
 
 EmbeddingV2 = Embedding
 """Seed 002's example name for `Embedding` (API_INVENTORY §6 #8)."""
 
 __all__ = [
+    "attention", "kv_cache", "transformer", "AttentionWithRope", "MultiheadAttention", "RaggedAttention", "KVCacheParams", "KVCacheStrategy",
+    "PagedCacheValues", "PagedKVCacheManager", "DistributedTransformer", "DistributedTransformerBlock", "ReturnLogits", "Transformer", "TransformerBlock",
     *float8_config.__all__,
     *lora.__all__,
     *moe.__all__,
