@@ -7,6 +7,8 @@ in private files: attention and KV-cache kernels, float8/MoE/LoRA/sampling
 kernels.
 """
 
+from maxfx.nn.kernels import _attention
+from maxfx.nn.kernels._attention import *  # noqa: F403  (attention and paged KV-cache kernels)
 from maxfx.nn.kernels import _float8, _lora, _misc, _moe, _sampling
 from maxfx.nn.kernels._float8 import *  # noqa: F403  (float8 quantize / scaled matmul)
 from maxfx.nn.kernels._lora import *  # noqa: F403  (SGMV LoRA)
@@ -15,4 +17,5 @@ from maxfx.nn.kernels._moe import *  # noqa: F403  (MoE indices, grouped matmul)
 from maxfx.nn.kernels._sampling import *  # noqa: F403  (fused sampling, penalties)
 
 __all__: list[str] = []
+__all__ += _attention.__all__
 __all__ += _float8.__all__ + _lora.__all__ + _misc.__all__ + _moe.__all__ + _sampling.__all__
