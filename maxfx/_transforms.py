@@ -101,6 +101,16 @@ def _name(fun: Callable[..., Any]) -> str:
     return getattr(fun, "__name__", None) or type(fun).__name__
 
 
+def _commit(tree: Any) -> Any:
+    """``tree`` with uncommitted arrays committed to their device.
+
+    Eager results are uncommitted while a jitted function's outputs are
+    committed, and jax.jit keys its cache on that: feeding a step its own
+    outputs (a training loop) would compile the step twice.
+    """
+    return jax.tree_util.tree_map(lambda x: jax.device_put(x, next(iter(x.devices()))) if isinstance(x, jax.Array) and not x.committed else x, tree)
+
+
 # ─── jit ────────────────────────────────────────────────────────────────────
 
 
@@ -126,7 +136,13 @@ def jit(fun: Callable[..., Any] | None = None, /, **jit_kwargs: Any) -> Any:
 
     @functools.wraps(fun)
     def call(*args: Any, **kwargs: Any) -> Any:
-        return _scoped(jitted, (args, kwargs), *args, **kwargs)
+        leaves = jax.tree_util.tree_leaves((args, kwargs))
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            return jitted(*args, **kwargs)
+        if any(isinstance(x, jax.Array) and not x.committed for x in leaves):
+            args, kwargs = _commit((args, kwargs))
+        with x64():
+            return jitted(*args, **kwargs)
 
     call.lower = lambda *args, **kwargs: _scoped(jitted.lower, (args, kwargs), *args, **kwargs)  # type: ignore[attr-defined]
     call.jitted = jitted  # type: ignore[attr-defined]

@@ -1,0 +1,114 @@
+"""Training glue between maxfx Modules and optax: `init` and `make_train_step`.
+
+optax works on pytrees, and a Module is one (its leaves are its parameter
+Tensors), so optax needs almost nothing from maxfx. The one style maxfx
+supports is **functional**: a train step takes the model and returns a *new*
+Module with updated parameters (the old one is left as it was, unless you ask
+for buffer donation); nothing is mutated in place::
+
+    step = maxfx.optim.make_train_step(loss_fn, optax.adam(1e-3))
+    opt_state = maxfx.optim.init(optax.adam(1e-3), model)
+    for batch in batches:
+        model, opt_state, loss = step(model, opt_state, *batch)
+
+``loss_fn(model, *batch)`` returns a floating-point scalar (Tensor or array).
+
+Example:
+    >>> import optax
+    >>> import maxfx
+    >>> from maxfx.experimental import functional as F
+    >>> from maxfx.experimental.nn import Linear
+    >>> from maxfx.experimental.tensor import Tensor
+    >>> model = Linear(2, 1)
+    >>> def loss_fn(m, x, y):
+    ...     d = m(x) - y
+    ...     return F.reshape(F.mean(F.reshape(d * d, [-1]), axis=0), [])
+    >>> opt = optax.sgd(0.1)
+    >>> step = maxfx.optim.make_train_step(loss_fn, opt)
+    >>> state = maxfx.optim.init(opt, model)
+    >>> x, y = Tensor.ones([4, 2]), Tensor.zeros([4, 1])
+    >>> first = loss_fn(model, x, y).item()
+    >>> for _ in range(20):
+    ...     model, state, loss = step(model, state, x, y)
+    >>> loss.item() < first
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from lowering.x64 import x64
+from maxfx._transforms import _leaf_desc, jit, value_and_grad
+from maxfx.experimental._tensor import Tensor
+
+__all__ = ["init", "make_train_step"]
+
+
+def _check_trainable(model: Any, where: str) -> None:
+    """optax updates every leaf: all of them must be floating point."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(model, is_leaf=lambda x: isinstance(x, Tensor))[0]:
+        dtype = leaf.dtype.to_numpy() if isinstance(leaf, Tensor) else np.asarray(leaf).dtype
+        if not np.issubdtype(dtype, np.inexact):
+            raise TypeError(
+                f"{where}: parameter {jax.tree_util.keystr(path) or 'model'} has {_leaf_desc(leaf)}; optax can only "
+                f"update floating-point parameters. Keep integer tensors out of the Module's attributes (e.g. "
+                f"store them as numpy arrays) or pass them in the batch"
+            )
+
+
+def init(optimizer: Any, model: Any) -> Any:
+    """``optimizer.init(model)``: the optax state for the Module's parameters.
+
+    Raises:
+        TypeError: ``optimizer`` is not an optax ``GradientTransformation``, or a
+            parameter is not floating point (the message names it).
+    """
+    if not hasattr(optimizer, "init") or not hasattr(optimizer, "update"):
+        raise TypeError(f"maxfx.optim.init: expected an optax GradientTransformation (with init/update), got {type(optimizer).__name__}")
+    _check_trainable(model, "maxfx.optim.init")
+    # One compiled program instead of op-by-op zeros per parameter shape; its outputs are also
+    # committed to the model's device like the train step's, so every step shares one executable.
+    with x64():
+        return jax.jit(optimizer.init)(model)
+
+
+def make_train_step(
+    loss_fn: Callable[..., Any], optimizer: Any, *, has_aux: bool = False, donate: bool = False, jit_compile: bool = True
+) -> Callable[..., Any]:
+    """A pure train step ``(model, opt_state, *batch) -> (model, opt_state, loss)``.
+
+    Computes ``loss_fn(model, *batch)`` and its gradient with respect to
+    ``model`` (`maxfx.value_and_grad`), applies ``optimizer`` and returns the
+    new Module, the new optimizer state and the loss (``(loss, aux)`` with
+    ``has_aux``). The step is compiled with `maxfx.jit` (one compile per batch
+    shape) unless ``jit_compile=False``.
+
+    Args:
+        loss_fn: ``loss_fn(model, *batch)`` → a floating-point scalar.
+        optimizer: an optax ``GradientTransformation``.
+        has_aux: ``loss_fn`` returns ``(loss, aux)``.
+        donate: let XLA reuse the buffers of the model and optimizer state
+            passed in (faster, less memory; the *old* model's Tensors become
+            unusable).
+        jit_compile: compile the step (turn off to debug with prints).
+    """
+    if not hasattr(optimizer, "update"):
+        raise TypeError(f"maxfx.optim.make_train_step: expected an optax GradientTransformation, got {type(optimizer).__name__}")
+    import optax  # noqa: PLC0415 - optax is only needed once a train step is built
+
+    grad_fn = value_and_grad(loss_fn, has_aux=has_aux)
+
+    def step(model: Any, opt_state: Any, *batch: Any) -> tuple[Any, Any, Any]:
+        loss, grads = grad_fn(model, *batch)
+        updates, opt_state = optimizer.update(grads, opt_state, model)
+        return optax.apply_updates(model, updates), opt_state, loss
+
+    step.__name__ = f"train_step[{getattr(loss_fn, '__name__', 'loss_fn')}]"
+    if not jit_compile:
+        return step
+    return jit(step, donate_argnums=(0, 1) if donate else ())
