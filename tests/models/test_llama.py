@@ -312,3 +312,26 @@ def test_missing_files(tmp_path):
         load_pretrained(tmp_path / "ckpt")
     with pytest.raises(ConfigError, match="missing config key 'hidden_size'"):
         LlamaConfig.from_hf({"vocab_size": 2, "num_attention_heads": 1})
+
+
+def test_bfloat16_load_and_progress_bar(monkeypatch):
+    import maxfx.models._source as source  # noqa: PLC0415
+
+    totals = []
+    real = source.progress_bar
+
+    def spy(total, desc):
+        totals.append((total, desc))
+        return real(total, desc)
+
+    monkeypatch.setattr(source, "progress_bar", spy)
+    m = load_pretrained(LLAMA, dtype=DType.bfloat16)
+    assert totals == [((LLAMA / "model.safetensors").stat().st_size - _header_bytes(LLAMA / "model.safetensors"), "loading model.safetensors")]
+    assert {t.dtype for _, t in m.parameters} == {DType.bfloat16}
+    g = golden(LLAMA)
+    np.testing.assert_allclose(m(Tensor.constant(g["input_ids"])).to_numpy(), g["logits"], rtol=0, atol=0.15)
+
+
+def _header_bytes(path):
+    with open(path, "rb") as f:
+        return 8 + int.from_bytes(f.read(8), "little")
