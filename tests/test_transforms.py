@@ -281,6 +281,7 @@ def test_import_maxfx_does_not_load_transforms():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
 
 
+@pytest.mark.slow  # the page trains two small models (~15-30 s on a busy 2-core machine)
 def test_docs_page_examples_run():
     text = (Path(__file__).parents[1] / "docs" / "pages" / "transforms.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
