@@ -453,3 +453,75 @@ def test_dispatch_errors_name_the_parameter(rng):
         pf.FlashConfig(block_q=48)
     with pytest.raises(ValueError, match="page_size: the paged decode kernel needs a multiple of 16"):
         pd.paged_decode_attention(z[:, :1], z, z, np.array([[0]]), np.array([3]), interpret=True)
+
+
+# ─── benchmark script smoke run ───────────────────────────────────────────
+
+
+def _bench_quick(tmp_path, *extra):
+    from tests.bench import kernels
+
+    out = tmp_path / "k.json"
+    res = kernels.main(["--quick", "--out", str(out), *extra])
+    data = json.loads(out.read_text())
+    assert data["quick"] and res["prefill"] and res["decode"]
+    pre = data["prefill"][0]
+    assert not pre["errors"] and pre["fwd"]["pallas_default"]["us"] > 0 and pre["fwd_rel_err_vs_xla"] < 1e-2
+    dec = data["decode"][0]
+    assert not dec["errors"] and dec["impls"]["pallas_paged"]["GBps"] > 0 and dec["rel_err_vs_xla"] < 1e-2
+    return pre
+
+
+def test_benchmark_quick_forward_and_decode(tmp_path):
+    _bench_quick(tmp_path, "--no-bwd")
+
+
+@pytest.mark.slow
+def test_benchmark_quick_with_backward(tmp_path):
+    pre = _bench_quick(tmp_path)
+    assert max(pre["grad_rel_err_vs_xla"]) < 1e-2 and "pallas_default" in pre["fwd_bwd"]
+
+
+# ─── GPU (compiled Triton kernels) ────────────────────────────────────────
+
+GPU_FLASH = [
+    (2, 256, 256, 8, 2, 128, "bfloat16", dict(causal=True)),
+    (1, 300, 300, 4, 4, 64, "float16", dict(local_window_size=(64, 0), causal=True)),
+    (2, 200, 330, 4, 1, 80, "float32", {}),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a GPU")
+@pytest.mark.parametrize("case", GPU_FLASH, ids=[_case_id(c) for c in GPU_FLASH])
+def test_gpu_flash_forward_and_gradients(case):
+    b, sq, sk, hq, hkv, d, dt, kw = case
+    with jax.default_device(jax.devices("gpu")[0]):
+        ks = jax.random.split(jax.random.key(0), 4)
+        q = jax.random.normal(ks[0], (b, sq, hq, d), dt)
+        k, v = (jax.random.normal(x, (b, sk, hkv, d), dt) for x in ks[1:3])
+        do = jax.random.normal(ks[3], (b, sq, hq, d), dt)
+        o, vjp = jax.vjp(jax.jit(lambda *a: pf.flash_attention(*a, **kw)), q, k, v)
+        o_ref, vjp_ref = jax.vjp(lambda *a: ref.attention(*(x.astype(jnp.float32) for x in a), **kw), q, k, v)
+        assert _err(o, o_ref) < TOL[dt] * 2
+        for g, g_ref in zip(vjp(do), vjp_ref(do.astype(jnp.float32))):
+            scale = max(float(jnp.abs(g_ref).max()), 1.0)
+            assert _err(g, g_ref) / scale < (1e-4 if dt == "float32" else 3e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a GPU")
+def test_gpu_decode_paged_and_dispatch(rng):
+    dev = jax.devices("gpu")[0]
+    with jax.default_device(dev):
+        b, hq, hkv, d, t = 3, 32, 8, 128, 1000
+        q, k, v = _rand(rng, (b, 1, hq, d), "bfloat16"), _rand(rng, (b, t, hkv, d), "bfloat16"), _rand(rng, (b, t, hkv, d), "bfloat16")
+        lens = jnp.array([1, 517, 1000], jnp.int32)
+        want = ref.decode_attention(q, k, v, lens)
+        assert _err(jax.jit(pd.decode_attention)(q, k, v, lens), want) < 2e-2
+        kp, vp, table = _paged(rng, k, v, 128)
+        assert _err(jax.jit(pd.paged_decode_attention)(q, kp, vp, table, lens), want) < 2e-2
+        f = jax.jit(lambda *a: ca.flash_attention(*a, causal=True))
+        qq = jax.device_put(q.reshape(b, 1, hq, d).repeat(64, axis=1), dev)
+        assert "triton" in f.lower(qq, k[:, :64], v[:, :64]).as_text()
+        assert _err(f(qq, k[:, :64], v[:, :64]), ref.attention(qq, k[:, :64], v[:, :64], causal=True)) < 2e-2
