@@ -32,7 +32,7 @@ from maxfx.nn._gptq import GPTQLinear
 from maxfx.nn._parallel import ColumnParallelLinear, DistributedGemmConfig, VocabParallelEmbedding
 from maxfx.nn.comm import Allreduce, Signals
 from maxfx.nn.float8_config import *  # noqa: F403 - float8 specs and parse_float8_config
-from maxfx.nn.lora import *  # noqa: F403 - LinearLoRA, SupportsLoRA
+from maxfx.nn.lora import *  # noqa: F403 - AttentionWithRopeAndLoRA, LinearLoRA, SupportsLoRA
 from maxfx.nn.moe import *  # noqa: F403 - MoE, MoEFp8, MoEGate
 from maxfx.nn import attention, kv_cache, transformer
 from maxfx.nn.attention import AttentionWithRope, MultiheadAttention, RaggedAttention

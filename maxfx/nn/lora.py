@@ -6,7 +6,8 @@ each group of rows, < 0 for none), ``lora_ranks [groups]`` and
 ``lora_grouped_offsets [groups + 1]`` (row prefix sums; rows after the last
 offset use no adapter). `LinearLoRA.apply_lora` then computes
 ``x @ W.T + b + (x @ A[id].T)[:, :rank] @ B[id].T (+ lora_bias[id])`` per group
-with the SGMV kernels.
+with the SGMV kernels. `AttentionWithRopeAndLoRA` puts `LinearLoRA` adapters on
+the Q/K/V projections of `AttentionWithRope` (over the paged KV cache).
 
 Example:
     >>> from maxfx.dtype import DType
@@ -24,9 +25,10 @@ from lowering.dtypes import DType
 from lowering.types import DeviceRef
 from maxfx.graph._weight import Weight
 from maxfx.nn._basic import Linear
+from maxfx.nn._lora_attention import AttentionWithRopeAndLoRA
 from maxfx.nn.kernels._lora import sgmv_lora_kernel
 
-__all__ = ["SupportsLoRA", "LinearLoRA"]
+__all__ = ["AttentionWithRopeAndLoRA", "SupportsLoRA", "LinearLoRA"]
 
 
 class SupportsLoRA:
