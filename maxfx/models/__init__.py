@@ -17,6 +17,7 @@ from maxfx.models._config import ConfigError, GPT2Config, LlamaConfig
 from maxfx.models._generate import CausalLM, GenerationStats, compile_counts
 from maxfx.models._gpt2 import GPT2LMHeadModel
 from maxfx.models._llama import LlamaForCausalLM
+from maxfx.models._llama_graph import LlamaGraphModel, load_pretrained_graph
 from maxfx.models._loading import ARCHITECTURES, load_pretrained
 from maxfx.models._source import CheckpointMismatchError
 
@@ -30,6 +31,8 @@ __all__ = [
     "GenerationStats",
     "LlamaConfig",
     "LlamaForCausalLM",
+    "LlamaGraphModel",
     "compile_counts",
     "load_pretrained",
+    "load_pretrained_graph",
 ]

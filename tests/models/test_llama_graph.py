@@ -1,0 +1,161 @@
+"""The graph-API Llama (maxfx.nn layers + InferenceSession + paged KV cache) vs the reference goldens.
+
+Every fixture format's logits match the goldens, greedy generation matches token
+for token, decode steps reuse one executable, ragged batches match the goldens'
+prefixes, GGUF Q4_0 stays packed, tied embeddings match a numpy reference.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from lowering.compile import compile_stats
+from lowering.dtypes import DType
+from lowering.quantization import QuantizationEncoding
+from maxfx.models import ConfigError, load_pretrained_graph
+from maxfx.nn.attention import AttentionWithRope, GGUFQAttentionWithRope
+from tests.models._helpers import FP32_ATOL, GPT2, LLAMA, golden
+from tests.nn._llama_ref import np_attention_layer, np_rms
+
+FORMATS = {
+    "safetensors": (str(LLAMA), "golden.npz"),
+    "bin": ("bin", "golden.npz"),
+    "gguf_q8_0": (str(LLAMA / "tiny_llama-q8_0.gguf"), "golden_q8_0.npz"),
+    "gguf_q4_0": (str(LLAMA / "tiny_llama-q4_0.gguf"), "golden_q4_0.npz"),
+}
+
+
+@pytest.fixture(scope="module")
+def bin_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny_llama_bin")  # config.json + pytorch_model.bin only
+    for f in ("config.json", "pytorch_model.bin"):
+        shutil.copy(LLAMA / f, d)
+    return d
+
+
+@functools.cache
+def _graph_model(path: str):
+    return load_pretrained_graph(path, max_batch_size=4)
+
+
+def _load(fmt, bin_dir):
+    path = FORMATS[fmt][0]
+    return _graph_model(str(bin_dir) if path == "bin" else path)
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_logits_match_golden(fmt, bin_dir):
+    g = golden(LLAMA, FORMATS[fmt][1])
+    logits = _load(fmt, bin_dir)(g["input_ids"])
+    assert logits.shape == (2, 12, 256) and logits.dtype == np.float32
+    # GGUF goldens are the reference run on the dequantized weights (float32 math): same bound.
+    np.testing.assert_allclose(logits, g["logits"], rtol=0, atol=FP32_ATOL)
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_greedy_generation_matches_golden_and_decode_does_not_recompile(fmt, bin_dir):
+    g = golden(LLAMA, FORMATS[fmt][1])
+    compiles = []  # compile count seen after each step's token was chosen
+    out = _load(fmt, bin_dir).generate(g["input_ids"], g["greedy_ids"].shape[1], stream=lambda t: compiles.append(compile_stats()["compiles"]))
+    np.testing.assert_array_equal(out, g["greedy_ids"])
+    # compiles[0]: after the prefill; compiles[1]: after the first decode step (its one compile, if any).
+    assert len(compiles) == 16 and compiles[1:] == [compiles[1]] * 15, f"decode steps recompiled: {compiles}"
+
+
+def test_ragged_prefill_matches_golden_prefixes():
+    g = golden(LLAMA)
+    model = _graph_model(str(LLAMA))
+    a, b = g["input_ids"]
+    parts = model.forward_ragged([a[:5], b, a[:9]])
+    assert [p.shape for p in parts] == [(5, 256), (12, 256), (9, 256)]
+    for got, want in zip(parts, (g["logits"][0, :5], g["logits"][1], g["logits"][0, :9])):
+        np.testing.assert_allclose(got, want, rtol=0, atol=FP32_ATOL)  # causal: a prefix's logits are the full run's
+
+
+def test_ragged_generation_equals_single_prompts():
+    g = golden(LLAMA)
+    model = _graph_model(str(LLAMA))
+    a, b = g["input_ids"]
+    batched = model.generate([a[:7], b], 6)
+    assert batched.shape == (2, 6) and batched.dtype == np.int64
+    np.testing.assert_array_equal(batched[1], g["greedy_ids"][1, :6])  # the full prompt: the golden's tokens
+    np.testing.assert_array_equal(batched[0], model.generate([a[:7]], 6)[0])
+    assert model.cache.num_free_pages == model.cache.total_num_pages  # every call gives its pages back
+
+
+def test_sampling_is_seeded_and_top_k_1_is_greedy():
+    g = golden(LLAMA)
+    model = _graph_model(str(LLAMA))
+    ids = g["input_ids"]
+    s1 = model.generate(ids, 5, temperature=0.8, top_p=0.9, seed=3)
+    np.testing.assert_array_equal(s1, model.generate(ids, 5, temperature=0.8, top_p=0.9, seed=3))
+    np.testing.assert_array_equal(model.generate(ids, 5, temperature=1.5, top_k=1, seed=0), g["greedy_ids"][:, :5])
+    prompt = [ids[0, :7]]  # the shapes test_ragged_generation_equals_single_prompts compiled
+    free = model.generate(prompt, 6)[0]
+    out = model.generate(prompt, 6, eos_token_id=int(free[2]))
+    np.testing.assert_array_equal(out[0], free[: list(free).index(free[2]) + 1])  # stops once the only row emitted EOS
+
+
+def test_gguf_q4_0_stays_packed_and_q8_0_is_dequantized(bin_dir):
+    q4 = _load("gguf_q4_0", bin_dir).transformer
+    attn = q4.layers[0].self_attn
+    assert isinstance(attn, GGUFQAttentionWithRope) and attn.quantization_encoding is QuantizationEncoding.Q4_0
+    assert attn.q_proj.weight.dtype is DType.uint8 and [int(d) for d in attn.q_proj.weight.shape] == [64, 64 // 32 * 18]
+    assert q4.lm_head.quantization_encoding is QuantizationEncoding.Q4_0 and q4.layers[1].mlp.down_proj.quantization_encoding is QuantizationEncoding.Q4_0
+    assert q4.embed_tokens.quantization_encoding is QuantizationEncoding.Q4_0
+    q8 = _load("gguf_q8_0", bin_dir).transformer  # MAX has no Q8_0 encoding: float32 at load
+    assert isinstance(q8.layers[0].self_attn, AttentionWithRope) and q8.layers[0].self_attn.q_proj.weight.dtype is DType.float32
+
+
+def _np_logits(w, tokens, cfg):
+    """float64 numpy Llama (rotate-half RoPE, eps from the config)."""
+    w = {k: np.asarray(v, np.float64) for k, v in w.items()}
+    eps, hd = cfg["rms_norm_eps"], cfg["head_dim"]
+    h = w["embed_tokens.weight"][np.asarray(tokens)]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"layers.{i}."
+        x = np_rms(h, w[p + "input_layernorm.weight"], eps)
+        h = h + np_attention_layer(w, p + "self_attn.", x, cfg["num_attention_heads"], cfg["num_key_value_heads"], hd, cfg["rope_theta"], False)
+        x = np_rms(h, w[p + "post_attention_layernorm.weight"], eps)
+        gate, up = x @ w[p + "mlp.gate_proj.weight"].T, x @ w[p + "mlp.up_proj.weight"].T
+        h = h + (gate / (1 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
+    return np_rms(h, w["norm.weight"], eps) @ w["embed_tokens.weight"].T
+
+
+def test_tied_embeddings_match_numpy(tmp_path):
+    cfg = json.loads((LLAMA / "config.json").read_text())
+    cfg["tie_word_embeddings"] = True
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    tensors = load_file(LLAMA / "model.safetensors")
+    del tensors["lm_head.weight"]
+    save_file(tensors, tmp_path / "model.safetensors")
+    model = load_pretrained_graph(tmp_path, max_batch_size=1, max_seq_len=16)
+    assert "lm_head.weight" not in model.transformer.raw_state_dict()  # the head reads the embedding's weight
+    tokens = golden(LLAMA)["input_ids"][0, :6]
+    ref = _np_logits({k.removeprefix("model."): v for k, v in tensors.items()}, tokens, cfg)
+    np.testing.assert_allclose(model([tokens])[0], ref, rtol=0, atol=FP32_ATOL)
+
+
+def test_bad_inputs_raise_clear_errors(tmp_path):
+    model = _graph_model(str(LLAMA))
+    with pytest.raises(ConfigError, match="llama architecture only"):
+        load_pretrained_graph(GPT2)
+    with pytest.raises(ValueError, match="max_batch_size=4"):
+        model.generate([[1, 2]] * 5, 2)
+    with pytest.raises(ValueError, match=r"outside \[0, 256\)"):
+        model([[1, 256]])
+    with pytest.raises(ValueError, match="max_seq_len is 128"):
+        model.generate([[1, 2, 3]], 127)
+    with pytest.raises(ValueError, match="forward_ragged"):
+        model([1, 2, 3])
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        model.generate([[1, 2]], 0)
+    with pytest.raises(ValueError, match="not .gguf"):
+        load_pretrained_graph(LLAMA / "model.safetensors")
+    assert model.cache.num_free_pages == model.cache.total_num_pages  # failed calls hold no pages
