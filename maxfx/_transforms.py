@@ -39,6 +39,7 @@ import numpy as np
 
 from lowering.x64 import x64
 from maxfx.experimental._tensor import Tensor, _leaf
+from maxfx.experimental.nn.module import Module
 
 __all__ = ["jit", "grad", "value_and_grad", "vmap", "checkpoint", "remat", "scan"]
 
@@ -111,6 +112,40 @@ def _commit(tree: Any) -> Any:
     return jax.tree_util.tree_map(lambda x: jax.device_put(x, next(iter(x.devices()))) if isinstance(x, jax.Array) and not x.committed else x, tree)
 
 
+def _call_module(module: Any, *args: Any, **kwargs: Any) -> Any:
+    return module(*args, **kwargs)
+
+
+def _shift_argnums(kwargs: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """``kwargs`` with the given argnums options moved one position right (a Module went first)."""
+    out = dict(kwargs)
+    for name in names:
+        nums = out.get(name)
+        if nums is not None:
+            out[name] = nums + 1 if isinstance(nums, int) else tuple(n + 1 for n in nums)
+    return out
+
+
+def _module_as_argument(fun: Any, transform: Callable[..., Any], argnum_options: Sequence[str], **kwargs: Any) -> Callable[..., Any] | None:
+    """``transform`` applied to a Module ``fun`` that takes the Module as its first argument.
+
+    A Module passed as the function is called through ``module(*args)`` with the
+    Module itself as a traced argument: its parameters become inputs of the
+    compiled program (not constants baked into it, so later in-place updates are
+    seen), and parameters still pending in the eager graph are realized before
+    tracing starts rather than inside the trace. Returns None for other callables.
+    """
+    if not isinstance(fun, Module):
+        return None
+    inner = transform(_call_module, **_shift_argnums(kwargs, argnum_options))
+
+    @functools.wraps(type(fun).__call__)
+    def call(*args: Any, **kw: Any) -> Any:
+        return inner(fun, *args, **kw)
+
+    return call
+
+
 # ─── jit ────────────────────────────────────────────────────────────────────
 
 
@@ -119,7 +154,10 @@ def jit(fun: Callable[..., Any] | None = None, /, **jit_kwargs: Any) -> Any:
 
     Keyword arguments go to ``jax.jit`` (``static_argnums``, ``donate_argnums``...).
     Usable as ``@maxfx.jit`` or ``@maxfx.jit(static_argnums=1)``. The compiled
-    function runs with 64-bit types enabled (see the module docs).
+    function runs with 64-bit types enabled (see the module docs). A Module
+    given as ``fun`` (``maxfx.jit(model)``) is passed to the program as an
+    argument: its parameters are inputs, not constants, so in-place updates
+    of the Module are seen by later calls.
 
     Example:
         >>> import maxfx
@@ -132,6 +170,9 @@ def jit(fun: Callable[..., Any] | None = None, /, **jit_kwargs: Any) -> Any:
     """
     if fun is None:
         return functools.partial(jit, **jit_kwargs)
+    as_module = _module_as_argument(fun, jit, ("static_argnums", "donate_argnums"), **jit_kwargs)
+    if as_module is not None:
+        return as_module
     jitted = jax.jit(_converting(fun), **jit_kwargs)
 
     @functools.wraps(fun)
@@ -292,6 +333,15 @@ def vmap(fun: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0, **vmap_kw
         >>> maxfx.vmap(lambda row, w: row @ w, in_axes=(0, None))(Tensor.ones([3, 2]), Tensor.ones([2, 4])).shape
         [Dim(3), Dim(4)]
     """
+    if isinstance(fun, Module):  # the Module's parameters are shared by every batch element
+        module = fun
+
+        @functools.wraps(type(fun).__call__)
+        def call_module(*args: Any, **kwargs: Any) -> Any:
+            axes = (None, *in_axes) if isinstance(in_axes, (tuple, list)) else (None,) + (in_axes,) * len(args)
+            return vmap(_call_module, in_axes=axes, out_axes=out_axes, **vmap_kwargs)(module, *args, **kwargs)
+
+        return call_module
     inner = jax.vmap(_converting(fun), in_axes=in_axes, out_axes=out_axes, **vmap_kwargs)
 
     @functools.wraps(fun)
@@ -316,6 +366,9 @@ def checkpoint(fun: Callable[..., Any], **checkpoint_kwargs: Any) -> Callable[..
         >>> maxfx.grad(lambda x: body(x).sum(axis=0).squeeze(0))(Tensor.constant([0.0])).to_numpy().tolist()
         [2.0]
     """
+    as_module = _module_as_argument(fun, checkpoint, ("static_argnums",), **checkpoint_kwargs)
+    if as_module is not None:
+        return as_module
     inner = jax.checkpoint(_converting(fun), **checkpoint_kwargs)
 
     @functools.wraps(fun)

@@ -165,6 +165,33 @@ def test_jit_static_argnums_and_module_argument():
     assert "dot_general" in f.lower(m, Tensor.constant(x), 2.0).as_text()
 
 
+def test_jit_vmap_checkpoint_of_a_module_take_its_weights_as_arguments():
+    m = Linear(3, 2)  # fresh: its random weights are still pending in the eager graph
+    x = RNG.normal(size=(4, 3)).astype(np.float32)
+    f = maxfx.jit(m)
+    out = f(Tensor.constant(x))
+    assert isinstance(m.weight._var.array, jax.Array) and not isinstance(m.weight._var.array, jax.core.Tracer)
+    w, b = m.weight.to_numpy(), m.bias.to_numpy()
+    np.testing.assert_allclose(out.to_numpy(), x @ w.T + b, rtol=1e-5, atol=1e-6)
+    m.weight = m.weight * 0  # an in-place update is seen: weights are inputs, not baked constants
+    np.testing.assert_allclose(f(Tensor.constant(x)).to_numpy(), np.broadcast_to(b, (4, 2)), rtol=1e-6)
+    np.testing.assert_allclose(maxfx.vmap(m)(Tensor.constant(x)).to_numpy(), np.broadcast_to(b, (4, 2)), rtol=1e-6)
+    g = maxfx.grad(lambda t: _sum_all(maxfx.checkpoint(m)(t)))(Tensor.constant(x))
+    np.testing.assert_allclose(g.to_numpy(), np.zeros((4, 3)), atol=0)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="lowering/eager.py realizes a pending tensor captured by a jax.jit-traced closure inside the trace: its "
+    "LazyVar then holds a tracer (realize should run under jax.ensure_compile_time_eval)",
+)
+def test_pending_tensor_closed_over_by_jax_jit_stays_concrete():
+    m = Linear(3, 2)  # pending random weights, closed over (not an argument)
+    jax.jit(lambda x: m(x))(Tensor.ones([1, 3]))
+    assert not isinstance(m.weight._var.array, jax.core.Tracer), "the eager weight now holds a leaked tracer"
+
+
 # ─── vmap / checkpoint / scan ─────────────────────────────────────────────
 
 
