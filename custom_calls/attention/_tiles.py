@@ -84,14 +84,18 @@ def dot(a, b, *, trans_b: bool, precision=None):
     return lax.dot_general(a, b, dims, precision=precision, preferred_element_type=jnp.float32)
 
 
-def visible(qpos, kpos, causal: bool, window):
-    """``[len(qpos), len(kpos)]`` mask of key positions visible from query positions (None when all are)."""
+def visible(qpos, kpos, causal: bool, window, *, transposed: bool = False):
+    """``[len(qpos), len(kpos)]`` mask of key positions visible from query positions (None when all are).
+
+    ``transposed`` builds the ``[len(kpos), len(qpos)]`` mask directly (no
+    in-register transpose, which costs a layout conversion on GPU).
+    """
     ok = None
 
     def _and(a, b):
         return b if a is None else a & b
 
-    qp, kp = qpos[:, None], kpos[None, :]
+    qp, kp = (qpos[None, :], kpos[:, None]) if transposed else (qpos[:, None], kpos[None, :])
     if causal:
         ok = _and(ok, kp <= qp)
     if window is not None:

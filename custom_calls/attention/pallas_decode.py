@@ -210,6 +210,8 @@ def _run(q, k, v, lens, bt, *, spec: _Spec, splits: int, cfg: DecodeConfig):
         interpret=spec.interpret,
         name="paged_decode_attention" if spec.page else "decode_attention",
     )(lens, *extra, qf, k, v)
+    # merge only the real rows/columns (XLA fuses the slice into the reduction)
+    o_s, lse_s = o_s[..., : spec.rows, : spec.d], lse_s[..., : spec.rows]
     return _unfold_o(_merge(o_s, lse_s), q.shape).astype(q.dtype)
 
 

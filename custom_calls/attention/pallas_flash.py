@@ -135,9 +135,17 @@ def _seq(seq_ref, b):
 # ─── forward ──────────────────────────────────────────────────────────────
 
 
+def _q_tile(spec: _Spec):
+    """This program's query tile; causal grids run the (longest) last tiles first for a shorter tail."""
+    i = pl.program_id(0)
+    if spec.causal:
+        return pl.num_programs(0) - 1 - i
+    return i
+
+
 def _fwd_kernel(seq_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, spec: _Spec):
     bq, bk = spec.blocks(False)
-    i, b = pl.program_id(0), pl.program_id(1)
+    i, b = _q_tile(spec), pl.program_id(1)
     q_start, q_len, k_start, k_len, pos0 = _seq(seq_ref, b)
     r0 = i * bq
     c = spec.scale * t_.LOG2E
@@ -248,9 +256,9 @@ def _dkdv_kernel(seq_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_re
                 delta = t_.load_vec(delta_ref, q_start + t * bq, bq, row_ok, head=g)
                 st = t_.dot(k, q, trans_b=True, precision=prec) * c  # [bk, bq]
                 if masked:
-                    ok = t_.visible(pos0 + rows, kpos, spec.causal, spec.window)
+                    ok = t_.visible(pos0 + rows, kpos, spec.causal, spec.window, transposed=True)
                     if ok is not None:
-                        st = jnp.where(ok.T, st, t_.NEG_INF)
+                        st = jnp.where(ok, st, t_.NEG_INF)
                 pt = jnp.exp2(st - lse[None, :])
                 dv = dv + t_.dot(pt.astype(do.dtype), do, trans_b=False, precision=prec)
                 dpt = t_.dot(v, do, trans_b=True, precision=prec)
@@ -273,7 +281,7 @@ def _dkdv_kernel(seq_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_re
 
 def _dq_kernel(seq_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, *, spec: _Spec):
     bq, bk = spec.blocks(True)
-    i, b = pl.program_id(0), pl.program_id(1)
+    i, b = _q_tile(spec), pl.program_id(1)
     q_start, q_len, k_start, k_len, pos0 = _seq(seq_ref, b)
     r0 = i * bq
     c = spec.scale * t_.LOG2E

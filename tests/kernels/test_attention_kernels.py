@@ -235,6 +235,25 @@ def test_flash_gradients_match_reference(rng, case):
         assert _err(g, g_ref) / scale < (1e-5 if dt == "float32" else 3e-2), name
 
 
+MASKS = [{}, dict(causal=True), dict(local_window_size=(5, 2)), dict(causal=True, local_window_size=(9, 0))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dt", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("kw", MASKS, ids=[str(m) for m in MASKS])
+@pytest.mark.parametrize("heads", [(4, 4), (4, 2), (4, 1)], ids=["mha", "gqa", "mqa"])
+def test_flash_grid_slow(rng, dt, kw, heads):
+    """The full dtype x mask x head-ratio grid at an uneven length (forward; gradients for float32)."""
+    q, k, v = _rand(rng, (2, 40, heads[0], 32), dt), _rand(rng, (2, 40, heads[1], 32), dt), _rand(rng, (2, 40, heads[1], 32), dt)
+    o, vjp = jax.vjp(lambda *a: pf.flash_attention(*a, config=CFG, interpret=True, **kw), q, k, v)
+    o_ref, vjp_ref = jax.vjp(lambda *a: ref.attention(*a, **kw), q, k, v)
+    assert _err(o, o_ref) < TOL[dt]
+    if dt == "float32":
+        do = _rand(rng, o.shape)
+        for g, g_ref in zip(vjp(do), vjp_ref(do)):
+            assert _err(g, g_ref) < 1e-4
+
+
 def test_flash_ragged_forward_and_gradients(rng):
     # 4 sequences (one empty), keys longer than queries (cached prefix), GQA, causal
     qo, ko = np.array([0, 5, 5, 37, 50]), np.array([0, 9, 12, 44, 63])
