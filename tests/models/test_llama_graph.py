@@ -159,3 +159,13 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="not .gguf"):
         load_pretrained_graph(LLAMA / "model.safetensors")
     assert model.cache.num_free_pages == model.cache.total_num_pages  # failed calls hold no pages
+
+
+def test_docs_page_example_runs(capsys):
+    import re  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "pages" / "models_graph.md"
+    (block,) = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
+    exec(compile(block, str(page), "exec"), {})  # noqa: S102 - our own docs
+    assert capsys.readouterr().out.splitlines() == ["(2, 12, 256) True", "[(7, 256), (12, 256)]", "True True"]
