@@ -169,3 +169,36 @@ def test_docs_page_example_runs(capsys):
     (block,) = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
     exec(compile(block, str(page), "exec"), {})  # noqa: S102 - our own docs
     assert capsys.readouterr().out.splitlines() == ["(2, 12, 256) True", "[(7, 256), (12, 256)]", "True True"]
+
+
+def _rope_table(rope) -> np.ndarray:
+    from maxfx.engine import InferenceSession  # noqa: PLC0415
+    from maxfx.graph import Graph  # noqa: PLC0415
+
+    with Graph("rope_table", input_types=[]) as g:
+        g.output(rope.freqs_cis)
+    return InferenceSession().load(g).execute()[0].to_numpy()
+
+
+def _np_table(inv_freq, length):
+    ang = np.arange(length)[:, None] * inv_freq[None, :]
+    return np.stack([np.cos(ang), np.sin(ang)], -1).reshape(length, -1)
+
+
+def test_rope_scaling_and_gguf_freq_factors_reach_the_rope_layer():
+    from maxfx.models import LlamaConfig  # noqa: PLC0415
+    from maxfx.models._llama_graph import _rope  # noqa: PLC0415
+
+    base = dict(vocab_size=32, hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2)
+    inv = 10000.0 ** (-np.arange(0, 16, 2) / 16)
+    # Llama 3: wavelengths < 64/4 kept, > 64/1 divided by 8, blended in between (all three bands occur here).
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    cfg = LlamaConfig.from_hf({**base, "rope_scaling": scaling})
+    wavelen = 2 * np.pi / inv
+    smooth = (64 / wavelen - 1.0) / (4.0 - 1.0)
+    want = np.where(wavelen < 16, inv, np.where(wavelen > 64, inv / 8, (1 - smooth) * inv / 8 + smooth * inv))
+    assert (wavelen < 16).any() and (wavelen > 64).any() and ((wavelen >= 16) & (wavelen <= 64)).any()
+    np.testing.assert_allclose(_rope_table(_rope(cfg, 8, False)), _np_table(want, 16), rtol=0, atol=2e-5)
+    factors = tuple(1.0 + np.arange(8) / 2)  # GGUF's rope_freqs: per-frequency divisors
+    cfg = LlamaConfig(**base, rope_freq_factors=factors)
+    np.testing.assert_allclose(_rope_table(_rope(cfg, 8, False)), _np_table(inv / np.array(factors), 16), rtol=0, atol=2e-5)
