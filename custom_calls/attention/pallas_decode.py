@@ -190,7 +190,8 @@ def _run(q, k, v, lens, bt, *, spec: _Spec, splits: int, cfg: DecodeConfig):
         kv_spec = pl.BlockSpec((k.shape[0], spec.page, None, dp), lambda b_, h, s: (0, 0, h, 0))
         extra, extra_specs = (bt,), [pl.BlockSpec(bt.shape, lambda b_, h, s: (0, 0))]
     else:
-        kv_spec = pl.BlockSpec((None, k.shape[1], None, dp), lambda b_, h, s: (b_, 0, h, 0))
+        # at least one tile of rows, so tile slices are in-bounds at trace time (see pallas_flash._block_rows)
+        kv_spec = pl.BlockSpec((None, max(k.shape[1], spec.bk), None, dp), lambda b_, h, s: (b_, 0, h, 0))
         extra, extra_specs = (), []
     o_s, lse_s = pl.pallas_call(
         functools.partial(_kernel, spec=spec),

@@ -197,16 +197,23 @@ def _fwd_kernel(seq_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, spec: _Spec):
         t_.store_vec(lse_ref, q_start + r0, lse, row_ok)
 
 
+def _block_rows(q, k, bq: int, bk: int) -> tuple[int, int]:
+    """Row extent of the whole-array blocks: at least one tile, so every tile slice is in-bounds at trace
+    time (interpret mode pads the block; on GPU a block is only a base pointer and rows past the array
+    are masked)."""
+    return max(q.shape[0], bq), max(k.shape[0], bk)
+
+
 def _fwd_call(q, k, v, seq, spec: _Spec):
-    tq, hq, _ = q.shape
-    tk = k.shape[0]
+    hq = q.shape[1]
     nb = seq.shape[1]
-    bq, _ = spec.blocks(False)
+    bq, bk = spec.blocks(False)
+    tq, tk = _block_rows(q, k, bq, bk)
     g, dp = spec.group, spec.dp
     grid = (t_.cdiv(spec.max_q, bq), nb, hq)
     return pl.pallas_call(
         functools.partial(_fwd_kernel, spec=spec),
-        out_shape=(jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((hq, tq), jnp.float32)),
+        out_shape=(jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((hq, q.shape[0]), jnp.float32)),
         grid=grid,
         in_specs=[
             pl.BlockSpec(seq.shape, lambda i, b, h: (0, 0)),
@@ -324,11 +331,11 @@ def _dq_kernel(seq_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref,
 
 
 def _bwd_calls(q, k, v, seq, o, lse, do, spec: _Spec):
-    tq, hq, _ = q.shape
-    tk, hkv, _ = k.shape
+    hq, hkv = q.shape[1], k.shape[1]
     nb = seq.shape[1]
     g, dp = spec.group, spec.dp
     bq, bk = spec.blocks(True)
+    tq, tk = _block_rows(q, k, bq, bk)
     delta = jnp.sum(o.astype(jnp.float32) * do.astype(jnp.float32), axis=-1).T  # [Hq, Tq]
     params = pltriton.CompilerParams(num_warps=spec.cfg.num_warps_bwd, num_stages=spec.cfg.num_stages_bwd)
     seq_spec = pl.BlockSpec(seq.shape, lambda *_: (0, 0))

@@ -177,6 +177,7 @@ def test_reference_errors_name_the_parameter():
 
 # ─── flash attention kernels (interpret mode) ─────────────────────────────
 
+from custom_calls.attention import pallas_decode as pd  # noqa: E402
 from custom_calls.attention import pallas_flash as pf  # noqa: E402
 
 # Small tiles so that tiny sequences span several tiles (block skipping, edge tiles, masks).
@@ -233,6 +234,16 @@ def test_flash_gradients_match_reference(rng, case):
         assert g.dtype == jnp.dtype(dt) and g.shape == g_ref.shape
         scale = max(float(np.abs(np.asarray(g_ref, np.float32)).max()), 1.0)
         assert _err(g, g_ref) / scale < (1e-5 if dt == "float32" else 3e-2), name
+
+
+def test_inputs_shorter_than_one_tile(rng):
+    """40 rows in all, default tiles of 64: whole-array blocks must still hold one tile (regression)."""
+    q, k = _rand(rng, (1, 40, 4, 32)), _rand(rng, (1, 40, 2, 32))
+    g = jax.grad(lambda q, k: pf.flash_attention(q, k, k, causal=True, interpret=True).sum(), argnums=(0, 1))(q, k)
+    g_ref = jax.grad(lambda q, k: ref.attention(q, k, k, causal=True).sum(), argnums=(0, 1))(q, k)
+    assert all(_err(a, b) < 1e-5 for a, b in zip(g, g_ref))
+    lens = np.array([33], np.int32)
+    assert _err(pd.decode_attention(q[:, :1], k, k, lens, interpret=True), ref.decode_attention(q[:, :1], k, k, lens)) < 1e-5
 
 
 MASKS = [{}, dict(causal=True), dict(local_window_size=(5, 2)), dict(causal=True, local_window_size=(9, 0))]
@@ -316,8 +327,6 @@ def test_flash_ragged_triton_lowering():
 
 
 # ─── decode kernels (interpret mode) ──────────────────────────────────────
-
-from custom_calls.attention import pallas_decode as pd  # noqa: E402
 
 DECODE_CASES = [
     # (B, Sq, Hq, Hkv, D, T, kv_lens, dtype, kwargs, config)
