@@ -602,7 +602,10 @@ def realize(vars: Sequence[LazyVar]) -> None:
             exe = _compiled(key, plan, leaves)
             if exe is None:
                 _stats.op_by_op_runs += 1
-                with x64():
+                # Under an enclosing jax trace (a pending tensor captured by a jitted
+                # function) jnp ops would be staged into that trace; the leaves are
+                # concrete, so compute now and keep the tensor concrete.
+                with x64(), jax.ensure_compile_time_eval():
                     results = _run_plan(plan.steps, plan.n_slots, plan.leaf_slots, plan.out_slots, leaves)
             else:
                 _stats.fused_runs += 1

@@ -227,11 +227,6 @@ def test_grad_check(name):
         check_grads(jax.jit(f) if row.jit else f, args, order=1, modes=["rev"], **kw)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="lowering/ops/nn.py pools pass reduce_window's init as jnp.array: traced under jit, JAX cannot see the "
-    "max/add monoid and uses the generic reduce_window, which has no reverse mode (an np.array init fixes it)",
-)
 @pytest.mark.parametrize("name", ["max_pool2d", "avg_pool2d"])
 def test_pools_differentiate_under_jit(name):
     front = get_op(name).front

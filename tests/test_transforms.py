@@ -180,13 +180,8 @@ def test_jit_vmap_checkpoint_of_a_module_take_its_weights_as_arguments():
     np.testing.assert_allclose(g.to_numpy(), np.zeros((4, 3)), atol=0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="lowering/eager.py realizes a pending tensor captured by a jax.jit-traced closure inside the trace: its "
-    "LazyVar then holds a tracer (realize should run under jax.ensure_compile_time_eval)",
-)
 def test_pending_tensor_closed_over_by_jax_jit_stays_concrete():
+    """Realizing a pending tensor during a jax.jit trace computes it concretely (no leaked tracer)."""
     m = Linear(3, 2)  # pending random weights, closed over (not an argument)
     jax.jit(lambda x: m(x))(Tensor.ones([1, 3]))
     assert not isinstance(m.weight._var.array, jax.core.Tracer), "the eager weight now holds a leaked tracer"

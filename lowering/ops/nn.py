@@ -442,7 +442,7 @@ def _max_pool_impl(x, *, kernel_size, stride, dilation, padding, ceil_mode):
     dt = jnp.dtype(x.dtype)
     init = -jnp.inf if jnp.issubdtype(dt, jnp.floating) else jnp.iinfo(dt).min
     return lax.reduce_window(
-        x, jnp.array(init, dt), lax.max, (1, *kernel_size, 1), (1, *stride, 1), pads, window_dilation=(1, *dilation, 1)
+        x, np.array(init, dt), lax.max, (1, *kernel_size, 1), (1, *stride, 1), pads, window_dilation=(1, *dilation, 1)
     )
 
 
@@ -455,7 +455,7 @@ def _avg_pool_impl(x, *, kernel_size, stride, dilation, padding, ceil_mode, coun
     outs, pads = _pool_windows(x.shape, kernel_size, stride, dilation, padding, ceil_mode)
     acc = _acc_dtype(x.dtype) or x.dtype
     total = lax.reduce_window(
-        x.astype(acc), jnp.array(0, acc), lax.add, (1, *kernel_size, 1), (1, *stride, 1), pads, window_dilation=(1, *dilation, 1)
+        x.astype(acc), np.array(0, acc), lax.add, (1, *kernel_size, 1), (1, *stride, 1), pads, window_dilation=(1, *dilation, 1)
     )
     if count_boundary:
         # MAX divides by the full window, counting padding and the ceil-mode overhang.
