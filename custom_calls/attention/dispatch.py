@@ -212,7 +212,7 @@ def flash_attention_ragged(
             f"shape), got {list(qo.shape)} and {list(ko.shape)}"
         )
     lq = ref._max_len(input_row_offsets, q.shape[0], max_seq_len)
-    lk = lq if kv_row_offsets is None else ref._max_len(kv_row_offsets, k.shape[0], max_kv_len)
+    lk = lq if kv_row_offsets is None else ref._max_len(kv_row_offsets, k.shape[0], max_kv_len, "max_kv_len")
     common = dict(causal=causal, local_window_size=local_window_size, scale=scale, max_seq_len=lq)
     kv_given = kv_row_offsets is not None
 

@@ -579,7 +579,7 @@ def flash_attention_ragged(
     q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
     check_inputs("flash_attention_ragged", q, k, v, 3)
     lq = _max_len(input_row_offsets, q.shape[0], max_seq_len)
-    lk = lq if kv_row_offsets is None else _max_len(kv_row_offsets, k.shape[0], max_kv_len)
+    lk = lq if kv_row_offsets is None else _max_len(kv_row_offsets, k.shape[0], max_kv_len, "max_kv_len")
     seq = ragged_seq_table(input_row_offsets, kv_row_offsets)
     o = flash_attention_packed(
         q, k, v, seq, causal=causal, local_window_size=local_window_size, scale=scale,

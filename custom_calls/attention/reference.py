@@ -162,13 +162,18 @@ def attention(q, k, v, *, causal=False, local_window_size=None, scale=None, q_le
     )[0]
 
 
-def _max_len(offsets, total: int, max_seq_len) -> int:
-    if max_seq_len is not None:
-        return int(max_seq_len)
+def _max_len(offsets, total: int, max_seq_len, name: str = "max_seq_len") -> int:
+    """Static bound on the sequence lengths of ``offsets`` (checked against concrete offsets)."""
     try:
-        return int(np.max(np.diff(np.asarray(offsets)))) if np.asarray(offsets).size > 1 else 0
+        o = np.asarray(offsets)
+        actual = int(np.max(np.diff(o))) if o.size > 1 else 0
     except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-        return total  # traced offsets: the total is an upper bound
+        actual = None  # traced offsets: the total is an upper bound
+    if max_seq_len is None:
+        return total if actual is None else actual
+    if actual is not None and actual > int(max_seq_len):
+        raise ValueError(f"{name}: {max_seq_len} is smaller than the longest sequence in the offsets ({actual})")
+    return int(max_seq_len)
 
 
 def ragged_to_padded(x, offsets, max_len: int):
@@ -211,7 +216,7 @@ def ragged_attention(
     if qo.ndim != 1 or ko.shape != qo.shape:
         raise ValueError(f"ragged_attention: row offsets must be int [B+1], got {list(qo.shape)} and {list(ko.shape)}")
     lq = _max_len(input_row_offsets, q.shape[0], max_seq_len)
-    lk = max(lq if kv_row_offsets is None else _max_len(kv_row_offsets, k.shape[0], max_kv_len), 1)
+    lk = max(lq if kv_row_offsets is None else _max_len(kv_row_offsets, k.shape[0], max_kv_len, "max_kv_len"), 1)
     q_len, kv_len = qo[1:] - qo[:-1], ko[1:] - ko[:-1]
     qp = ragged_to_padded(q, qo, max(lq, 1))
     kp, vp = ragged_to_padded(k, ko, lk), ragged_to_padded(v, ko, lk)

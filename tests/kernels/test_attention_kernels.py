@@ -471,6 +471,8 @@ def test_dispatch_errors_name_the_parameter(rng):
         ca.flash_attention(z, z, z, kv_lens=[1, 2])
     with pytest.raises(ValueError, match="input_row_offsets"):
         ca.flash_attention_ragged(z[0], z[0], z[0], np.array([[0, 4]]))
+    with pytest.raises(ValueError, match=r"max_seq_len: 3 is smaller than the longest sequence in the offsets \(4\)"):
+        ca.flash_attention_ragged(z[0], z[0], z[0], np.array([0, 4]), max_seq_len=3)
     with pytest.raises(ValueError, match=r"kv_lens: decode_attention expects int \[1\]"):
         ca.decode_attention(z[:, :1], z, z, np.array([1, 2]))
     with pytest.raises(ValueError, match="block_table"):
