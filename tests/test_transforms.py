@@ -5,7 +5,6 @@ References are numpy or the same math written in raw JAX on raw arrays.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import jax
@@ -302,12 +301,3 @@ def test_import_maxfx_does_not_load_transforms():
     code = "import sys, maxfx; assert 'maxfx._transforms' not in sys.modules and 'jax' not in sys.modules; maxfx.jit; assert 'maxfx._transforms' in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
 
-
-@pytest.mark.slow  # the page trains two small models (~15-30 s on a busy 2-core machine)
-def test_docs_page_examples_run():
-    text = (Path(__file__).parents[1] / "docs" / "pages" / "transforms.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert blocks
-    namespace: dict = {}
-    for block in blocks:
-        exec(compile(block, "transforms.md", "exec"), namespace)  # noqa: S102 - our own docs

@@ -478,20 +478,6 @@ def test_gguf_attention_matches_dequantized_numpy(rng):
     np.testing.assert_allclose(out, np_attention_layer(deq, "", x, heads, kvh, hd, 10000.0, True), rtol=1e-3, atol=1e-4)
 
 
-def test_docs_page_example_runs(capsys):
-    """docs/pages/attention.md's example runs as written."""
-    import re
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[2] / "docs" / "pages" / "attention.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert blocks
-    namespace: dict = {}
-    for block in blocks:
-        exec(compile(block, "attention.md", "exec"), namespace)  # noqa: S102 - our own docs
-    assert capsys.readouterr().out.strip() == "(2, 64) [7, 5]"
-
-
 def test_sgmv_qkv_lora_kernel_adds_kv_deltas_to_the_cache(rng):
     from maxfx.driver import Tensor
 

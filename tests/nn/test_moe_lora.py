@@ -271,15 +271,3 @@ def test_misc_kernels(rng):
     with Graph("e", input_types=[TensorType(DType.float32, [3, 4])]) as g, pytest.raises(ValueError, match="swish_glu: b0 and b1 must both be"):
         x = g.inputs[0].tensor
         kernels.swish_glu(x, x, x.T)
-
-
-def test_docs_page_examples_run(capsys):
-    """docs/pages/nn_quant_moe.md: every example runs, in order, and prints what the text says."""
-    import re
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[2] / "docs" / "pages" / "nn_quant_moe.md").read_text()
-    namespace: dict = {}
-    for block in re.findall(r"```python\n(.*?)```", text, re.S):
-        exec(compile(block, "nn_quant_moe.md", "exec"), namespace)  # noqa: S102 - our own docs
-    assert capsys.readouterr().out.splitlines() == ["block (4, 8) (1, 8)", "True", "(5, 8)", "(3, 4)", "2 True"]

@@ -227,16 +227,3 @@ def test_public_module_names():
     for mod in (sampling_mod, hooks_mod):
         for name in mod.__all__:
             assert getattr(nn, name) is getattr(mod, name)
-
-
-def test_nn_layers_docs_page_examples_run():
-    """docs/pages/nn_layers.md: every example runs as written, in order, in one namespace."""
-    import re
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[2] / "docs" / "pages" / "nn_layers.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) >= 8
-    namespace: dict = {}
-    for block in blocks:
-        exec(compile(block, "nn_layers.md", "exec"), namespace)  # noqa: S102 - our own docs
