@@ -1,11 +1,14 @@
 """The maxfx showcase, run by ``make demo``.
 
+0. The MAX developer guide's eager tour: lazy Tensors realized as one fused
+   program when printed, in the guide's exact output format.
 1. The MAX developer guide's graph workflow, verbatim with ``max`` → ``maxfx``.
 2. A two-layer MLP graph with a symbolic batch dim and weights bound at load
    time, run at batch 1, 7 and 64: one XLA compile per shape, then cache hits.
 3. What a user sees when an input does not match the graph.
 4. A tiny Llama (`maxfx.models`) trained on a built-in text for a few hundred
-   steps (jax.grad + optax over the Module pytree), then text generated with
+   steps (`maxfx.optim.make_train_step`: maxfx.value_and_grad + optax over the
+   Module pytree), then text generated with
    the KV cache (greedy and sampled), with tokens/s.
 """
 
@@ -27,6 +30,27 @@ from maxfx.graph import DeviceRef, Graph, TensorType, Weight, ops  # noqa: E402
 
 def _title(text: str) -> None:
     print(f"\n── {text} " + "─" * max(0, 70 - len(text)))
+
+
+def guide_eager_tour() -> None:
+    _title("0. eager tensors from the MAX developer guide")
+    from maxfx import functional as F  # noqa: PLC0415
+    from maxfx import random  # noqa: PLC0415
+    from maxfx.tensor import Tensor  # noqa: PLC0415
+
+    x = Tensor.constant([1.0, -2.0, 3.0, -4.0, 5.0])
+    print(F.relu(x))
+    a, b = Tensor.constant([1.0, 2.0, 3.0]), Tensor.constant([4.0, 5.0, 6.0])
+    print(a + b)
+    print(a * b)
+    m = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
+    w = random.gaussian([2, 2], std=0.1)
+    h = F.relu(m @ w) + 1  # recorded lazily: matmul, relu and add realize as one program below
+    print(h.mean(axis=-1))  # reductions keep the axis, as in MAX
+    try:
+        m @ Tensor.constant([1.0, 2.0, 3.0])  # shapes are checked at the call, before anything runs
+    except ValueError as e:
+        print(f"{type(e).__name__}: {e}")
 
 
 def guide_graph_workflow() -> None:
@@ -101,10 +125,9 @@ def _char_loss(model, x, y):
 
 def tiny_llm(steps: int = 300) -> None:
     _title("4. train a tiny Llama on characters, generate with the KV cache")
-    import jax  # noqa: PLC0415
     import optax  # noqa: PLC0415
 
-    from lowering.x64 import x64  # noqa: PLC0415
+    import maxfx.optim  # noqa: PLC0415
     from maxfx.experimental.tensor import Tensor  # noqa: PLC0415
     from maxfx.models import LlamaConfig, LlamaForCausalLM  # noqa: PLC0415
 
@@ -114,26 +137,19 @@ def tiny_llm(steps: int = 300) -> None:
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
     model = LlamaForCausalLM.random(cfg, seed=0)
     opt = optax.adam(3e-3)
-    state = opt.init(model)
-
-    @jax.jit
-    def step(model, state, x, y):
-        # jax differentiates raw arrays: hand it the loss Tensor's (traced) array
-        loss, grads = jax.value_and_grad(lambda m: _char_loss(m, x, y)._array())(model)
-        updates, state = opt.update(grads, state, model)
-        return optax.apply_updates(model, updates), state, loss
+    state = maxfx.optim.init(opt, model)
+    step = maxfx.optim.make_train_step(_char_loss, opt)
 
     rng = np.random.default_rng(0)
     batch, seq = 16, 48
     t0 = time.perf_counter()
-    with x64():
-        for i in range(steps):
-            starts = rng.integers(0, len(ids) - seq - 1, batch)
-            x = np.stack([ids[s : s + seq] for s in starts])
-            y = np.stack([ids[s + 1 : s + seq + 1] for s in starts])
-            model, state, loss = step(model, state, Tensor.constant(x), Tensor.constant(y))
-            if i % 100 == 0 or i == steps - 1:
-                print(f"step {i:4d}  loss {float(loss):.3f}")
+    for i in range(steps):
+        starts = rng.integers(0, len(ids) - seq - 1, batch)
+        x = np.stack([ids[s : s + seq] for s in starts])
+        y = np.stack([ids[s + 1 : s + seq + 1] for s in starts])
+        model, state, loss = step(model, state, Tensor.constant(x), Tensor.constant(y))
+        if i % 100 == 0 or i == steps - 1:
+            print(f"step {i:4d}  loss {loss.item():.3f}")
     print(f"trained {steps} steps in {time.perf_counter() - t0:.1f} s ({model.config.num_hidden_layers} layers, "
           f"{sum(t.num_elements() for _, t in model.parameters)} parameters)")
 
@@ -148,6 +164,7 @@ def tiny_llm(steps: int = 300) -> None:
 
 
 def main() -> None:
+    guide_eager_tour()
     guide_graph_workflow()
     symbolic_mlp()
     input_errors()
