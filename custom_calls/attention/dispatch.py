@@ -21,7 +21,12 @@ reason), when a kernel would otherwise run:
 
 * every function: dtype not float32/bfloat16/float16 (e.g. float64);
   head_dim > 256; empty inputs;
-* `paged_decode_attention`: ``page_size`` not a multiple of 16.
+* `paged_decode_attention`: ``page_size`` not a multiple of 16;
+* `flash_attention` / `flash_attention_packed` extensions the kernels lack:
+  ``chunk_size`` (chunked mask), ``alibi``, ``sinks``, and a ``v`` whose
+  head_dim differs from ``k``'s (MLA). These are what the registry ops
+  (``lowering/ops/attention.py``) need for MAX's chunked / ALiBi masks, sink
+  weights and MLA values.
 
 Gradients: `flash_attention` and `flash_attention_ragged` have Pallas
 backward kernels (``custom_vjp``); the decode functions differentiate through
@@ -50,6 +55,7 @@ __all__ = [
     "flash_attention_ragged",
     "decode_attention",
     "paged_decode_attention",
+    "flash_attention_packed",
     "reset_warnings",
 ]
 
@@ -92,6 +98,20 @@ def _fallback_reason(q, k) -> str | None:
     return why
 
 
+def _check(fn: str, q, k, v, rank: int) -> str | None:
+    """`pf.check_inputs`, letting ``v`` differ from ``k`` in head_dim only (then: the reason the kernel cannot run)."""
+    if v.ndim == k.ndim == rank and v.shape[:-1] == k.shape[:-1] and v.shape[-1] != k.shape[-1]:
+        pf.check_inputs(fn, q, k, jax.ShapeDtypeStruct(k.shape, v.dtype), rank)
+        return f"value head_dim {v.shape[-1]} differs from the key head_dim {k.shape[-1]}"
+    pf.check_inputs(fn, q, k, v, rank)
+    return None
+
+
+def _extension_reason(chunk_size, alibi, sinks) -> str | None:
+    named = [n for n, on in (("chunk_size (chunked mask)", chunk_size is not None), ("alibi", alibi), ("sinks", sinks is not None)) if on]
+    return f"{', '.join(named)} not supported by the kernel" if named else None
+
+
 def _run(fn: str, impl, args: tuple, kernel: Callable, reference: Callable, why: str | None):
     """``kernel(*args, interpret=...)`` or ``reference(*args)`` per `kernel_mode`."""
     mode = kernel_mode(impl)
@@ -120,6 +140,9 @@ def flash_attention(
     q_offset: Any = 0,
     config: pf.FlashConfig | None = None,
     impl: str | None = None,
+    chunk_size: int | None = None,
+    alibi: bool = False,
+    sinks: Any = None,
 ) -> jax.Array:
     """Attention on ``[batch, seq, heads, head_dim]`` (``jax.nn.dot_product_attention`` layout).
 
@@ -135,9 +158,13 @@ def flash_attention(
         q_offset: position of query row 0 (int or ``int [B]``).
         config: kernel tiling (`pallas_flash.FlashConfig`), default per head_dim.
         impl: force ``"reference"``, ``"pallas"``, ``"pallas_interpret"``.
+        chunk_size, alibi, sinks: extensions (chunked mask, ALiBi bias, sink
+            logits ``[Hq]``, see `reference`); with any of them, or a ``v``
+            head_dim unlike ``k``'s, the reference runs (one-time warning
+            where a kernel would have run).
 
     Returns:
-        ``[B, Sq, Hq, D]`` in ``q``'s dtype (float32 softmax/accumulation).
+        ``[B, Sq, Hq, Dv]`` in ``q``'s dtype (float32 softmax/accumulation).
 
     Example:
         >>> import numpy as np
@@ -147,7 +174,7 @@ def flash_attention(
         (1, 8, 4, 16)
     """
     q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
-    pf.check_inputs("flash_attention", q, k, v, 4)
+    why = _check("flash_attention", q, k, v, 4) or _extension_reason(chunk_size, alibi, sinks)
     if q.shape[0] != k.shape[0]:
         raise ValueError(f"flash_attention: batch of q ({q.shape[0]}) and k ({k.shape[0]}) differ")
     ref.window_pair(local_window_size, causal)  # validate on every path
@@ -157,7 +184,10 @@ def flash_attention(
     for n, x in zip(names, extras):
         if x.size not in (1, b) or (n != "q_offset" and x.shape != (b,)):
             raise ValueError(f"{n}: flash_attention expects int [{b}], got {list(x.shape)}")
+    if sinks is not None:
+        extras, names = (*extras, jnp.asarray(sinks)), [*names, "sinks"]
     common = dict(causal=causal, local_window_size=local_window_size, scale=scale)
+    mods = dict(chunk_size=chunk_size, alibi=alibi)
 
     def unpack(rest):
         return dict(zip(names, rest))
@@ -166,9 +196,9 @@ def flash_attention(
         return pf.flash_attention(q, k, v, **common, **unpack(rest), config=config, interpret=interpret)
 
     def reference(q, k, v, *rest):
-        return ref.attention(q, k, v, **common, **unpack(rest))
+        return ref.attention(q, k, v, **common, **mods, **unpack(rest))
 
-    return _run("flash_attention", impl, (q, k, v, *extras), kernel, reference, _fallback_reason(q, k))
+    return _run("flash_attention", impl, (q, k, v, *extras), kernel, reference, why or _fallback_reason(q, k))
 
 
 def flash_attention_ragged(
@@ -321,3 +351,67 @@ def paged_decode_attention(
         return ref.paged_decode_attention(q, k, v, bt, lens, **common)
 
     return _run("paged_decode_attention", impl, (q, k, v, bt, lens), kernel, reference, why)
+
+
+def flash_attention_packed(
+    q: Any,
+    k: Any,
+    v: Any,
+    seq: Any,
+    *,
+    max_q_len: int,
+    max_kv_len: int,
+    causal: bool = False,
+    local_window_size: int | tuple[int, int] | None = None,
+    scale: float | None = None,
+    chunk_size: int | None = None,
+    alibi: bool = False,
+    sinks: Any = None,
+    config: pf.FlashConfig | None = None,
+    impl: str | None = None,
+) -> jax.Array:
+    """Attention on the kernel's packed layout: any per-sequence q/kv rows and query positions.
+
+    The general form behind `flash_attention_ragged` (extension, not part of
+    the stable four): it also covers queries not aligned to the end of their
+    keys (chunked prefill) and keys read from a padded or gathered cache.
+
+    Args:
+        q: ``[Tq, Hq, D]``; k, v: ``[Tk, Hkv, D]``.
+        seq: ``int [5, B]``: per sequence the first q row, q length, first k/v
+            row, k/v length and the position of its first query (keys at
+            positions ``0..kv_len-1``).
+        max_q_len, max_kv_len: static bounds of the lengths in ``seq``.
+        Other arguments as in `flash_attention`.
+
+    Returns:
+        ``[Tq, Hq, Dv]``; rows no sequence covers are zero.
+
+    Example:
+        >>> import numpy as np
+        >>> from custom_calls.attention.dispatch import flash_attention_packed
+        >>> q = np.ones((5, 2, 8), np.float32); seq = np.array([[0, 2], [2, 3], [0, 2], [2, 3], [0, 0]])
+        >>> flash_attention_packed(q, q, q, seq, max_q_len=3, max_kv_len=3, causal=True).shape
+        (5, 2, 8)
+    """
+    q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
+    why = _check("flash_attention_packed", q, k, v, 3) or _extension_reason(chunk_size, alibi, sinks)
+    ref.window_pair(local_window_size, causal)
+    table = jnp.asarray(seq, jnp.int32)
+    if table.ndim != 2 or table.shape[0] != 5:
+        raise ValueError(f"seq: flash_attention_packed expects int [5, batch], got {list(table.shape)}")
+    common = dict(causal=causal, local_window_size=local_window_size, scale=scale, max_q_len=max_q_len, max_kv_len=max_kv_len)
+    args = (q, k, v, table) if sinks is None else (q, k, v, table, jnp.asarray(sinks))
+
+    def kernel(q, k, v, table, interpret):
+        o = pf.flash_attention_packed(q, k, v, table, **common, config=config, interpret=interpret)
+        t = jnp.arange(q.shape[0])[:, None]
+        covered = jnp.any((t >= table[0][None, :]) & (t < (table[0] + table[1])[None, :]), axis=1)
+        return jnp.where(covered[:, None, None], o, 0).astype(o.dtype)  # the kernel leaves such rows unwritten
+
+    def reference(q, k, v, table, *sink):
+        return ref.packed_attention(
+            q, k, v, table, **common, chunk_size=chunk_size, alibi=alibi, sinks=sink[0] if sink else None
+        )
+
+    return _run("flash_attention_packed", impl, args, kernel, reference, why or _fallback_reason(q, k))

@@ -13,8 +13,19 @@ Masks (combined with AND):
   query position ``p`` iff ``p - left <= j <= p + right`` (an int means
   ``(w, w)``; with ``causal`` the right side is 0). A "sliding window of W
   tokens including the current one" is ``local_window_size=(W - 1, 0)``.
+* ``chunk_size`` ``c``: key and query in the same chunk of ``c`` positions
+  (``j // c == pos // c``; Llama-4's chunked attention, combine with ``causal``).
 * per-batch lengths: keys at ``>= kv_len`` and query rows at ``>= q_len`` are
   masked; query rows that see no key give zeros (and ``lse = -inf``).
+
+Score modifiers (no Pallas kernel has them; `dispatch` falls back here):
+
+* ``alibi``: add ``slope[h] * (j - pos)`` (ALiBi, `alibi_slopes`) to the scores.
+* ``sinks``: ``[n_heads]`` logits of an extra "sink" key whose value is zero
+  (it takes softmax mass without adding to the output).
+
+``v`` may have a different head_dim than ``q``/``k`` (MLA's value width); the
+output then has ``v``'s head_dim.
 
 Query positions: dense `attention` places query ``i`` at position
 ``q_offset + i`` (``q_offset=0``: top-left aligned like ``jax.nn``). The ragged
@@ -48,6 +59,8 @@ __all__ = [
     "paged_decode_attention",
     "gather_pages",
     "ragged_to_padded",
+    "alibi_slopes",
+    "packed_attention",
 ]
 
 Window = tuple[int, int] | None
@@ -69,7 +82,15 @@ def window_pair(local_window_size: Any, causal: bool) -> Window:
     return (left, 0 if causal else right)
 
 
-def _visible(qpos, kpos, causal: bool, window: Window):
+def alibi_slopes(n_heads: int) -> np.ndarray:
+    """ALiBi head slopes (Press et al.): ``2^(-8 i / n)`` for the nearest power of two ``n``, interleaved beyond it."""
+    n = 2 ** math.floor(math.log2(n_heads))
+    slopes = [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+    slopes += [2.0 ** (-4.0 * (2 * i + 1) / n) for i in range(n_heads - n)]
+    return np.asarray(slopes, np.float32)
+
+
+def _visible(qpos, kpos, causal: bool, window: Window, chunk: int | None = None):
     """Boolean mask broadcasting ``qpos[..., None]`` against ``kpos``."""
     qp, kp = qpos[..., :, None], kpos[..., None, :]
     ok = jnp.ones(jnp.broadcast_shapes(qp.shape, kp.shape), bool)
@@ -77,10 +98,12 @@ def _visible(qpos, kpos, causal: bool, window: Window):
         ok = ok & (kp <= qp)
     if window is not None:
         ok = ok & (kp >= qp - window[0]) & (kp <= qp + window[1])
+    if chunk is not None:
+        ok = ok & (kp // chunk == qp // chunk)
     return ok
 
 
-def _core(q, k, v, *, causal, window, scale, q_len, kv_len, q_pos0):
+def _core(q, k, v, *, causal, window, scale, q_len, kv_len, q_pos0, chunk=None, alibi=False, sinks=None):
     """Masked GQA attention on ``[B, Sq, Hq, D]`` / ``[B, Sk, Hkv, D]``; returns (o, lse) (lse natural log, [B, Hq, Sq])."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
@@ -89,23 +112,31 @@ def _core(q, k, v, *, causal, window, scale, q_len, kv_len, q_pos0):
     s = jnp.einsum("bqhgd,bkhd->bhgqk", qf, k.astype(jnp.float32), precision="highest") * scale
     qpos = q_pos0[:, None] + jnp.arange(sq)[None, :]  # [B, Sq]
     kpos = jnp.arange(sk)
-    ok = _visible(qpos, kpos[None, :], causal, window)  # [B, Sq, Sk]
+    if alibi:
+        rel = (kpos[None, None, :] - qpos[:, :, None]).astype(jnp.float32)  # [B, Sq, Sk]
+        s = s + jnp.asarray(alibi_slopes(hq)).reshape(1, hkv, g, 1, 1) * rel[:, None, None]
+    ok = _visible(qpos, kpos[None, :], causal, window, chunk)  # [B, Sq, Sk]
     ok = ok & (kpos[None, None, :] < kv_len[:, None, None]) & (jnp.arange(sq)[None, :, None] < q_len[:, None, None])
     s = jnp.where(ok[:, None, None], s, -jnp.inf)
     m = jnp.max(s, axis=-1, keepdims=True)
+    if sinks is not None:  # the sink key joins the softmax (max and denominator), with value 0
+        sink = jnp.asarray(sinks).astype(jnp.float32).reshape(1, hkv, g, 1, 1)
+        m = jnp.maximum(m, sink)
     m_safe = jnp.where(jnp.isfinite(m), m, 0.0)
     p = jnp.exp(s - m_safe)
     l = jnp.sum(p, axis=-1, keepdims=True)
+    if sinks is not None:
+        l = l + jnp.exp(sink - m_safe)
     o = jnp.einsum("bhgqk,bkhd->bqhgd", p / jnp.where(l == 0, 1.0, l), v.astype(jnp.float32), precision="highest")
     lse = jnp.where(l[..., 0] == 0, -jnp.inf, m_safe[..., 0] + jnp.log(jnp.where(l[..., 0] == 0, 1.0, l[..., 0])))
-    return o.reshape(b, sq, hq, d).astype(q.dtype), lse.reshape(b, hq, sq)
+    return o.reshape(b, sq, hq, v.shape[-1]).astype(q.dtype), lse.reshape(b, hq, sq)
 
 
 def _check_qkv(fn: str, q, k, v, q_rank: int) -> None:
     if q.ndim != q_rank or k.ndim != q_rank or v.ndim != q_rank:
         raise ValueError(f"{fn}: q, k, v must be rank {q_rank}, got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
-    if k.shape != v.shape:
-        raise ValueError(f"{fn}: k {list(k.shape)} and v {list(v.shape)} must have the same shape")
+    if k.shape[:-1] != v.shape[:-1]:  # v's head_dim may differ (MLA)
+        raise ValueError(f"{fn}: k {list(k.shape)} and v {list(v.shape)} must agree except in head_dim")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"{fn}: head_dim of q ({q.shape[-1]}) and k ({k.shape[-1]}) differ")
     if k.shape[-2] == 0 or q.shape[-2] % k.shape[-2]:
@@ -123,8 +154,18 @@ def _lens(x, b: int, default: int):
     return jnp.full((b,), default, jnp.int32) if x is None else jnp.asarray(x, jnp.int32).reshape(b)
 
 
+def _mods(chunk_size, alibi, sinks, hq: int) -> dict:
+    """Validated chunk / ALiBi / sink arguments of `_core`."""
+    if chunk_size is not None and int(chunk_size) <= 0:
+        raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
+    if sinks is not None and jnp.shape(sinks) != (hq,):
+        raise ValueError(f"sinks: expected float [{hq}] (one logit per query head), got {list(jnp.shape(sinks))}")
+    return dict(chunk=None if chunk_size is None else int(chunk_size), alibi=bool(alibi), sinks=sinks)
+
+
 def attention_with_lse(
-    q, k, v, *, causal=False, local_window_size=None, scale=None, q_lens=None, kv_lens=None, q_offset=0
+    q, k, v, *, causal=False, local_window_size=None, scale=None, q_lens=None, kv_lens=None, q_offset=0,
+    chunk_size=None, alibi=False, sinks=None,
 ):
     """`attention` plus the natural-log logsumexp of the scores, ``float32 [B, n_heads, q_seq]``."""
     q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
@@ -140,10 +181,14 @@ def attention_with_lse(
         q_len=_lens(q_lens, b, sq),
         kv_len=_lens(kv_lens, b, k.shape[1]),
         q_pos0=jnp.broadcast_to(jnp.asarray(q_offset, jnp.int32), (b,)),
+        **_mods(chunk_size, alibi, sinks, q.shape[2]),
     )
 
 
-def attention(q, k, v, *, causal=False, local_window_size=None, scale=None, q_lens=None, kv_lens=None, q_offset=0):
+def attention(
+    q, k, v, *, causal=False, local_window_size=None, scale=None, q_lens=None, kv_lens=None, q_offset=0,
+    chunk_size=None, alibi=False, sinks=None,
+):
     """Softmax attention ``softmax(q k^T * scale + mask) v``, fp32 inside.
 
     Args:
@@ -152,13 +197,15 @@ def attention(q, k, v, *, causal=False, local_window_size=None, scale=None, q_le
         scale: defaults to ``1/sqrt(D)``.
         q_lens, kv_lens: optional ``int [B]`` valid lengths (padding masks).
         q_offset: position of query row 0 (int or ``int [B]``).
+        chunk_size, alibi, sinks: chunked mask, ALiBi bias, sink logits ``[Hq]``
+            (module docstring).
 
     Returns:
-        ``[B, Sq, Hq, D]`` in ``q.dtype``.
+        ``[B, Sq, Hq, Dv]`` in ``q.dtype``.
     """
     return attention_with_lse(
         q, k, v, causal=causal, local_window_size=local_window_size, scale=scale,
-        q_lens=q_lens, kv_lens=kv_lens, q_offset=q_offset,
+        q_lens=q_lens, kv_lens=kv_lens, q_offset=q_offset, chunk_size=chunk_size, alibi=alibi, sinks=sinks,
     )[0]
 
 
@@ -178,7 +225,12 @@ def _max_len(offsets, total: int, max_seq_len, name: str = "max_seq_len") -> int
 
 def ragged_to_padded(x, offsets, max_len: int):
     """``[T, H, D]`` rows ``offsets[b]:offsets[b+1]`` → ``[B, max_len, H, D]`` (rows past a sequence are clipped copies)."""
-    idx = offsets[:-1, None] + jnp.arange(max_len)[None, :]
+    return _rows_from(x, offsets[:-1], max_len)
+
+
+def _rows_from(x, starts, max_len: int):
+    """``x[starts[b] + i]`` for ``i < max_len`` → ``[B, max_len, ...]`` (indices clipped into ``x``)."""
+    idx = starts[:, None] + jnp.arange(max_len)[None, :]
     return x[jnp.clip(idx, 0, max(x.shape[0] - 1, 0))]
 
 
@@ -296,3 +348,44 @@ def paged_decode_attention(
         q, gather_pages(k_pages, bt), gather_pages(v_pages, bt), kv_lens,
         causal=causal, local_window_size=local_window_size, scale=scale,
     )
+
+
+def packed_attention(
+    q, k, v, seq, *, max_q_len: int, max_kv_len: int, causal=False, local_window_size=None, scale=None,
+    chunk_size=None, alibi=False, sinks=None,
+):
+    """Attention on the packed token layout of the flash kernel (``pallas_flash``).
+
+    Args:
+        q: ``[Tq, Hq, D]``; k, v: ``[Tk, Hkv, D]`` (``v`` may have another head_dim).
+        seq: ``int [5, B]``: per sequence the first q row, q length, first k/v
+            row, k/v length and the position of its first query (keys sit at
+            positions ``0..kv_len-1``).
+        max_q_len, max_kv_len: static upper bounds of the lengths.
+        Other arguments as in `attention`.
+
+    Returns:
+        ``[Tq, Hq, Dv]``; rows no sequence covers are zero.
+    """
+    q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
+    _check_qkv("packed_attention", q, k, v, 3)
+    seq = jnp.asarray(seq, jnp.int32)
+    if seq.ndim != 2 or seq.shape[0] != 5:
+        raise ValueError(f"seq: packed_attention expects int [5, batch], got {list(seq.shape)}")
+    q_start, q_len, kv_start, kv_len, pos0 = seq
+    lq, lk = max(int(max_q_len), 1), max(int(max_kv_len), 1)
+    qp, kp, vp = _rows_from(q, q_start, lq), _rows_from(k, kv_start, lk), _rows_from(v, kv_start, lk)
+    o, _ = _core(
+        qp, kp, vp,
+        causal=causal,
+        window=window_pair(local_window_size, causal),
+        scale=_scale(scale, q.shape[-1]),
+        q_len=q_len,
+        kv_len=kv_len,
+        q_pos0=pos0,
+        **_mods(chunk_size, alibi, sinks, q.shape[1]),
+    )
+    i = jnp.arange(lq)[None, :]
+    rows = jnp.where(i < q_len[:, None], q_start[:, None] + i, q.shape[0])  # out of range: dropped
+    out = jnp.zeros((q.shape[0], q.shape[1], v.shape[-1]), q.dtype)
+    return out.at[rows].set(o, mode="drop")

@@ -1,14 +1,16 @@
 """Attention and paged KV-cache ops.
 
-All attention math lives in one function, `attention_reference`: masked
-``softmax(Q Kᵀ · scale) V`` over a padded batch ``[batch, seq, heads, dim]``
-with float32 accumulation, grouped-query heads (``n_heads`` a multiple of
-``n_kv_heads``), per-sequence query offsets (the position of the first query
-in the key sequence, i.e. the cache length) and key lengths. The ops
-``attention`` (padded), ``ragged_attention`` (ragged q/k/v) and
-``paged_attention`` (ragged q, K/V read from a paged cache) only move data
-into that layout and back; a Pallas kernel can replace `attention_reference`
-under all three.
+The attention math lives in `custom_calls.attention` (one jnp reference,
+the Pallas flash kernels on GPU or with ``MAXFX_PALLAS_INTERPRET=1``, chosen
+by its dispatch); this module checks types, maps MAX's mask names to the
+kernels' keywords and moves data into their layouts. ``attention`` (padded
+``[batch, seq, heads, dim]``) calls ``flash_attention``; ``ragged_attention``
+and ``paged_attention`` describe each sequence's q rows, k/v rows and first
+query position in the kernel's packed table and call
+``flash_attention_packed`` (the paged cache is gathered per layer first).
+Scores and softmax are float32; ``n_heads`` is a multiple of ``n_kv_heads``
+(GQA). Sink weights, ALiBi, chunked masks and MLA's narrower values run the
+reference (the dispatch warns once where a kernel would have run).
 
 Ragged tensors are ``[total_tokens, ...]`` with ``row_offsets [batch + 1]``
 prefix sums; rows past ``row_offsets[-1]`` are padding.
@@ -29,14 +31,13 @@ in ``(q_pos - window, q_pos]``), ``"chunked"`` (causal within chunks of
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
+from custom_calls.attention import dispatch as att
 from lowering.context import bind
 from lowering.dims import Dim, StaticDim
 from lowering.ops._rules import OpError, fmt, require_tensor, same_device
@@ -46,7 +47,7 @@ from lowering.types import BufferType, TensorType, Type
 __all__ = [
     "MASKS",
     "attention",
-    "attention_reference",
+    "flash_attention",
     "kv_cache_gather",
     "kv_cache_store",
     "paged_attention",
@@ -55,87 +56,42 @@ __all__ = [
 ]
 
 MASKS = ("null", "causal", "sliding_window", "chunked", "causal_alibi")
-_HIGHEST = jax.lax.Precision.HIGHEST
 
 
-# ─── the attention math ───────────────────────────────────────────────────
+# ─── masks → the attention kernels ───────────────────────────────────────
 
 
-def alibi_slopes(n_heads: int) -> np.ndarray:
-    """ALiBi head slopes (Press et al.): ``2^(-8 i / n)`` for the nearest power of two, interleaved beyond it."""
-    n = 2 ** math.floor(math.log2(n_heads))
-    slopes = [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
-    if n < n_heads:
-        extra = [2.0 ** (-4.0 * (2 * i + 1) / n) for i in range(n_heads - n)]
-        slopes += extra
-    return np.asarray(slopes, np.float32)
+def _mask_args(mask: str, window: int) -> dict[str, Any]:
+    """MAX mask name → `custom_calls.attention` keywords (positions are absolute, keys at 0..kv_len-1).
 
-
-def _mask(mask: str, window: int, q_pos, k_pos, kv_length):
-    """Boolean ``[batch, Sq, Sk]``: key ``k_pos`` visible from query ``q_pos``."""
-    visible = k_pos[None, None, :] < kv_length[:, None, None]
-    if mask == "null":
-        return visible
-    causal = k_pos[None, None, :] <= q_pos[:, :, None]
-    visible = visible & causal
-    if mask == "sliding_window":
-        visible = visible & (k_pos[None, None, :] > q_pos[:, :, None] - window)
-    elif mask == "chunked":
-        visible = visible & (k_pos[None, None, :] // window == q_pos[:, :, None] // window)
-    return visible
-
-
-def attention_reference(q, k, v, q_offset, kv_length, sink=None, *, mask: str, scale: float, window: int = -1, return_stats: bool = False):
-    """Masked softmax attention over padded sequences (float32 accumulation).
-
-    Args:
-        q: ``[batch, Sq, n_heads, D]``; query ``i`` of sequence ``b`` is at
-            position ``q_offset[b] + i``.
-        k: ``[batch, Sk, n_kv_heads, D]``; key ``j`` is at position ``j`` and
-            exists when ``j < kv_length[b]``.
-        v: ``[batch, Sk, n_kv_heads, Dv]``.
-        q_offset, kv_length: integer ``[batch]``.
-        sink: optional ``[n_heads]`` logits of an extra "sink" key with a zero value.
-        mask: one of `MASKS`; ``window`` sizes the sliding/chunked masks.
-        return_stats: also return ``[batch, Sq, n_heads, 2]`` softmax stats
-            (row max, row sum of ``exp(s - max)``) for merging partial results.
-
-    Returns:
-        ``[batch, Sq, n_heads, Dv]`` in ``q``'s dtype; rows with no visible key are 0.
+    MAX's sliding window of ``W`` tokens including the current one is the
+    ``jax.nn``-style window ``(W - 1, 0)``; chunked and ALiBi masks are
+    reference-only extensions of the dispatch.
     """
-    b, sq, hq, d = q.shape
-    sk, hkv = k.shape[1], k.shape[2]
-    group = hq // hkv
-    qf = q.astype(jnp.float32).reshape(b, sq, hkv, group, d)
-    s = jnp.einsum("bqhgd,bkhd->bhgqk", qf, k.astype(jnp.float32), precision=_HIGHEST) * jnp.float32(scale)
-    q_pos = q_offset.astype(jnp.int32)[:, None] + jnp.arange(sq, dtype=jnp.int32)[None, :]
-    k_pos = jnp.arange(sk, dtype=jnp.int32)
-    if mask == "causal_alibi":
-        slopes = jnp.asarray(alibi_slopes(hq)).reshape(hkv, group)
-        rel = (k_pos[None, None, :] - q_pos[:, :, None]).astype(jnp.float32)  # [b, sq, sk], <= 0 where visible
-        s = s + slopes[None, :, :, None, None] * rel[:, None, None]
-    visible = _mask(mask, window, q_pos, k_pos, kv_length.astype(jnp.int32))
-    s = jnp.where(visible[:, None, None], s, -jnp.inf)
-    m = jnp.max(s, axis=-1, keepdims=True)
-    if sink is not None:
-        sink_l = sink.astype(jnp.float32).reshape(1, hkv, group, 1, 1)
-        m = jnp.maximum(m, sink_l)
-    m = jnp.where(jnp.isfinite(m), m, 0.0)
-    p = jnp.exp(s - m)
-    denom = jnp.sum(p, axis=-1, keepdims=True)
-    if sink is not None:
-        denom = denom + jnp.exp(sink_l - m)
-    o = jnp.einsum("bhgqk,bkhd->bqhgd", p, v.astype(jnp.float32), precision=_HIGHEST)
-    dn = jnp.moveaxis(denom[..., 0], 3, 1)[..., None]  # [b, sq, hkv, group, 1]
-    o = jnp.where(dn > 0, o / jnp.where(dn > 0, dn, 1.0), 0.0)
-    out = o.reshape(b, sq, hq, v.shape[-1]).astype(q.dtype)
-    if not return_stats:
-        return out
-    stats = jnp.stack([jnp.moveaxis(m[..., 0], 3, 1), jnp.moveaxis(denom[..., 0], 3, 1)], axis=-1).reshape(b, sq, hq, 2)
-    return out, stats
+    if mask == "null":
+        return {"causal": False}
+    args: dict[str, Any] = {"causal": True}
+    if mask == "sliding_window":
+        args["local_window_size"] = (window - 1, 0)
+    elif mask == "chunked":
+        args["chunk_size"] = window
+    elif mask == "causal_alibi":
+        args["alibi"] = True
+    return args
 
 
-# ─── ragged ↔ padded ──────────────────────────────────────────────────────
+def _packed(q, k, v, seq, sink, *, max_q: int, max_kv: int, mask: str, scale: float, window: int):
+    """Attention over the packed layout (`custom_calls.attention.dispatch.flash_attention_packed`)."""
+    k, v = _like(q, k), _like(q, v)
+    return att.flash_attention_packed(q, k, v, seq, max_q_len=max_q, max_kv_len=max_kv, scale=scale, sinks=sink, **_mask_args(mask, window))
+
+
+def _like(q, x):
+    # The rules accept any float k/v; the kernels need one dtype (scores are float32 either way).
+    return x if x.dtype == q.dtype else x.astype(q.dtype)
+
+
+# ─── ragged rows ──────────────────────────────────────────────────────────
 
 
 def _offsets(row_offsets):
@@ -150,24 +106,6 @@ def _row_batch(row_offsets, n_rows: int):
     b = jnp.clip(jnp.searchsorted(offs[1:], t, side="right"), 0, max(nb - 1, 0)).astype(jnp.int32)
     valid = t < offs[-1]
     return b, t - offs[b], valid
-
-
-def _to_padded(x, row_offsets, s: int):
-    """``[T, ...]`` ragged rows → ``[batch, s, ...]`` (zeros past each length)."""
-    offs = _offsets(row_offsets)
-    lens = offs[1:] - offs[:-1]
-    pos = jnp.arange(s, dtype=jnp.int32)
-    idx = offs[:-1, None] + pos[None, :]
-    out = jnp.take(x, jnp.clip(idx, 0, x.shape[0] - 1), axis=0)
-    valid = (pos[None, :] < lens[:, None]).reshape(idx.shape + (1,) * (x.ndim - 1))
-    return jnp.where(valid, out, jnp.zeros((), x.dtype))
-
-
-def _to_ragged(y, row_offsets, n_rows: int):
-    """``[batch, s, ...]`` → ``[n_rows, ...]`` ragged rows (padding rows are 0)."""
-    b, i, valid = _row_batch(row_offsets, n_rows)
-    out = y[b, jnp.clip(i, 0, y.shape[1] - 1)]
-    return jnp.where(valid.reshape((-1,) + (1,) * (out.ndim - 1)), out, jnp.zeros((), y.dtype))
 
 
 # ─── rule helpers ─────────────────────────────────────────────────────────
@@ -241,10 +179,9 @@ def _attention_rule(q, k, v, *rest, mask: str, scale: float, window: int, presen
 
 def _attention_impl(q, k, v, *rest, mask, scale, window, present):
     opt = dict(zip(present, rest))
-    b = q.shape[0]
-    q_offset = opt.get("q_offset", jnp.zeros((b,), jnp.int32))
-    kv_length = opt.get("kv_length", jnp.full((b,), k.shape[1], jnp.int32))
-    return attention_reference(q, k, v, q_offset, kv_length, opt.get("sink"), mask=mask, scale=scale, window=window)
+    return att.flash_attention(
+        q, _like(q, k), _like(q, v), scale=scale, q_offset=opt.get("q_offset", 0), kv_lens=opt.get("kv_length"), sinks=opt.get("sink"), **_mask_args(mask, window)
+    )
 
 
 attention_p = register(OpDef("attention", rule=_attention_rule, impl=_attention_impl))
@@ -264,6 +201,36 @@ def attention(q, k, v, *, mask: str = "causal", scale: float, window: int = -1, 
     extra = {"q_offset": q_offset, "kv_length": kv_length, "sink": sink_weights}
     present = tuple(n for n, x in extra.items() if x is not None)
     return bind(attention_p, q, k, v, *[extra[n] for n in present], mask=mask, scale=float(scale), window=int(window), present=present)
+
+
+@front()
+def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None, local_window_size: int = -1):
+    """``jax.nn``-style attention on ``[batch, seq, heads, head_dim]`` (the functional API's entry).
+
+    A thin front over ``attention`` (the Pallas flash kernel on GPU, the
+    reference elsewhere): ``k``/``v`` may have fewer heads (GQA); ``scale``
+    defaults to ``1/sqrt(head_dim)``; queries and keys are top-left aligned.
+    ``local_window_size`` ``W > 0`` is MAX's sliding window of ``W`` tokens
+    including the current one (as in ``maxfx.nn.kernels.flash_attention_gpu``)
+    and needs ``causal=True``.
+
+    Example:
+        >>> from maxfx import functional as F
+        >>> from maxfx.tensor import Tensor
+        >>> x = Tensor.ones([1, 4, 2, 8])
+        >>> F.flash_attention(x, x, x, causal=True).shape
+        [Dim(1), Dim(4), Dim(2), Dim(8)]
+    """
+    window = int(local_window_size)
+    if window > 0 and not causal:
+        raise OpError(f"flash_attention: local_window_size={window} is a causal sliding window (MAX convention); pass causal=True")
+    if scale is None:
+        d = Dim(q.shape[-1]) if len(q.shape) else None
+        if not isinstance(d, StaticDim):
+            raise OpError(f"flash_attention: the default scale needs q [batch, seq, heads, head_dim] with a static head_dim, got shape {list(q.shape)}")
+        scale = 1.0 / float(d.dim) ** 0.5
+    mask = "null" if not causal else ("sliding_window" if window > 0 else "causal")
+    return attention(q, k, v, mask=mask, scale=float(scale), window=window)
 
 
 # ─── ragged_attention ─────────────────────────────────────────────────────
@@ -295,10 +262,9 @@ def _ragged_impl(q, k, v, q_rows, kv_rows, *rest, mask, scale, window, present, 
     qo, ko = _offsets(q_rows), _offsets(kv_rows)
     q_start = opt.get("q_start", jnp.zeros((nb,), jnp.int32)).astype(jnp.int32)
     kv_start = opt.get("kv_start", jnp.zeros((nb,), jnp.int32)).astype(jnp.int32)
-    out = attention_reference(
-        _to_padded(q, qo, sq), _to_padded(k, ko, sk), _to_padded(v, ko, sk), q_start - kv_start, ko[1:] - ko[:-1], mask=mask, scale=scale, window=window
-    )
-    return _to_ragged(out, qo, q.shape[0])
+    # keys sit at kv_start + j, queries at q_start + i: only the difference matters
+    seq = jnp.stack([qo[:-1], qo[1:] - qo[:-1], ko[:-1], ko[1:] - ko[:-1], q_start - kv_start])
+    return _packed(q, k, v, seq, None, max_q=sq, max_kv=sk, mask=mask, scale=scale, window=window)
 
 
 ragged_attention_p = register(OpDef("ragged_attention", rule=_ragged_rule, impl=_ragged_impl))
@@ -465,8 +431,11 @@ def _paged_impl(q, blocks, lookup, layer, row_offsets, cache_lengths, *rest, mas
         kv_len = ko[1:] - ko[:-1]
     else:
         kv_len = cl + offs[1:] - offs[:-1]
-    out = attention_reference(_to_padded(q, offs, q.shape[0]), k, v, cl, kv_len, opt.get("sink"), mask=mask, scale=scale, window=window)
-    return _to_ragged(out, offs, q.shape[0])
+    # the gathered cache is [batch, s, ...]: sequence b's keys are rows b*s.. of its flattening
+    b, s = k.shape[:2]
+    seq = jnp.stack([offs[:-1], offs[1:] - offs[:-1], jnp.arange(b, dtype=jnp.int32) * s, kv_len, cl])
+    flat = lambda x: x.reshape(b * s, *x.shape[2:])  # noqa: E731
+    return _packed(q, flat(k), flat(v), seq, opt.get("sink"), max_q=q.shape[0], max_kv=s, mask=mask, scale=scale, window=window)
 
 
 paged_attention_p = register(OpDef("paged_attention", rule=_paged_rule, impl=_paged_impl))
