@@ -51,3 +51,12 @@ def test_page_examples_run(page, capsys):
         exec(compile(block, page, "exec"), namespace)  # noqa: S102 - our own docs
     if page in EXPECTED_OUTPUT:
         assert capsys.readouterr().out.splitlines() == EXPECTED_OUTPUT[page]
+
+
+def test_readme_examples_run(monkeypatch):
+    """The README's examples (the front door) run as written from the project root."""
+    monkeypatch.chdir(ROOT)
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert len(blocks) >= 3
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {})  # noqa: S102 - our own docs
