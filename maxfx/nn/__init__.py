@@ -1,10 +1,12 @@
 """Neural-network layers (``max.nn``).
 
-The graph-API layers (`Module`, `Linear`, `MLP`, `Embedding`, `LayerNorm`,
-`RMSNorm`, `Sequential`, `LayerList`, hooks) build graph ops inside ``with
-Graph(...)``; ``maxfx.nn.module_v3`` is the eager Module API (the same classes
-as ``maxfx.experimental.nn``). Attention, rotary embeddings, KV cache,
-sampling and the remaining layers arrive with later work on the Module issue.
+The graph-API layers build graph ops inside ``with Graph(...)``: `Module` /
+`Layer` and containers, `Linear` (+ GGUF/GPTQ/float8), `MLP`, `Embedding`,
+norms, rotary embeddings (``rotary_embedding``), attention and the paged KV
+cache (``attention``, ``kv_cache``), ``transformer``, ``kernels``, ``conv``,
+``moe``, ``lora``, ``sampling``, ``hooks`` and the tensor-parallel layers.
+``maxfx.nn.module_v3`` is the eager Module API (the same classes as
+``maxfx.experimental.nn``).
 
 Example:
     >>> from maxfx import nn
