@@ -11,7 +11,8 @@ shapes, so it reuses one executable.
 
 Weight formats: float tensors as stored; GGUF Q4_0/Q4_K/Q5_K/Q6_K matrices stay
 packed (``ops.qmatmul`` in `Linear`, GGUF attention kernel); GGUF Q8_0 (no MAX
-encoding) is dequantized to float32 at load. GGUF's Q/K rows (llama.cpp's
+encoding) stays 8-bit as int8 quants + float16 scales, decoded inside the graph
+(`maxfx.nn._q8`: ``Q8Linear``, ``Q8Embedding``, ``Q8AttentionWithRope``). GGUF's Q/K rows (llama.cpp's
 interleaved-RoPE order) are put back into HF's order at load (packed rows too),
 so every format runs the same rotate-half RoPE graph and shares its executables.
 
@@ -43,7 +44,9 @@ from maxfx.graph.weights import GGUFWeights, load_weights
 from maxfx.models._config import ConfigError, LlamaConfig
 from maxfx.models._generate import _progress, _rows
 from maxfx.models._loading import _architecture, _weight_files
+from maxfx.models._layers import split_q8_0
 from maxfx.models._source import _PACKED, CheckpointSource, GGUFSource, unpermute_rows
+from maxfx.nn._q8 import Q8AttentionWithRope, Q8Embedding, Q8Linear
 from maxfx.nn.attention import AttentionWithRope, GGUFQAttentionWithRope
 from maxfx.nn.kv_cache import KVCacheParams, PagedCacheValues, PagedKVCacheManager
 from maxfx.nn.rotary_embedding import Llama3RopeScalingParams, Llama3RotaryEmbedding
@@ -52,8 +55,11 @@ from maxfx.nn.transformer import ReturnLogits, Transformer, TransformerBlock
 __all__ = ["LlamaGraphModel", "load_pretrained_graph"]
 
 _CPU = DeviceRef.CPU()
-# A weight: (value, encoding). Packed GGUF blocks carry their QuantizationEncoding; floats carry None.
-_Weight = tuple[np.ndarray, QuantizationEncoding | None]
+# GGUF Q8_0, which MAX's QuantizationEncoding lacks: the format tag of its two parts (int8 quants, float16 scales).
+Q8_0 = "Q8_0"
+# A weight: (value, format). Packed GGUF blocks carry their QuantizationEncoding, Q8_0 parts Q8_0, floats None.
+_Format = QuantizationEncoding | str | None
+_Weight = tuple[np.ndarray, _Format]
 _PROJ = ("q_proj", "k_proj", "v_proj", "o_proj")
 _MLP = ("gate_proj", "up_proj", "down_proj")
 
@@ -142,7 +148,9 @@ def _from_gguf(path: Path, dtype: DType | None) -> tuple[LlamaConfig, dict[str, 
         gname, qtype = src._raw(hf, shape)
         if qtype in _PACKED and len(shape) == 2:
             value, enc = src._packed(gname), _PACKED[qtype]
-        else:  # floats, and block formats MAX has no encoding for (Q8_0, ...): the reader dequantizes them
+        elif qtype == Q8_0 and len(shape) == 2:  # raw blocks; _collect splits them into quants + scales
+            value, enc = src._packed(gname), Q8_0
+        else:  # floats, and other block formats MAX has no encoding for: the reader dequantizes them
             value, enc = src._cast(src._read(gname), gname), None
         rope_heads = heads.get(hf.rsplit(".", 2)[-2])
         if rope_heads:
@@ -154,12 +162,24 @@ def _from_gguf(path: Path, dtype: DType | None) -> tuple[LlamaConfig, dict[str, 
     return config, weights
 
 
+class _StateDict(dict):
+    """State-dict name → `_Weight`; a Q8_0 matrix's raw blocks become two entries, ``weight`` (int8) and ``scales`` (float16)."""
+
+    def __setitem__(self, name: str, weight: _Weight) -> None:
+        value, fmt = weight
+        if fmt != Q8_0:
+            return super().__setitem__(name, weight)
+        quants, scales = split_q8_0(value)  # a byte view: the values stay 8-bit
+        super().__setitem__(name, (quants, Q8_0))
+        super().__setitem__(name.removesuffix("weight") + "scales", (scales, Q8_0))
+
+
 def _collect(c: LlamaConfig, read: Callable[[str, tuple[int, ...]], _Weight]) -> dict[str, _Weight]:
     """Every tensor of the model under its `Transformer` state-dict name (HF's without ``model.``)."""
     hd, e, ff = c.head_dim, c.hidden_size, c.intermediate_size
     q, kv = c.num_attention_heads * hd, c.num_key_value_heads * hd
     shapes = {"q_proj": (q, e), "k_proj": (kv, e), "v_proj": (kv, e), "o_proj": (e, q), "gate_proj": (ff, e), "up_proj": (ff, e), "down_proj": (e, ff)}
-    out: dict[str, _Weight] = {}
+    out: dict[str, _Weight] = _StateDict()
     for i in range(c.num_hidden_layers):
         p = f"layers.{i}."
         for n in _PROJ:
@@ -172,7 +192,7 @@ def _collect(c: LlamaConfig, read: Callable[[str, tuple[int, ...]], _Weight]) ->
     out["norm.weight"] = read("model.norm.weight", (e,))
     if not c.tie_word_embeddings:
         out["lm_head.weight"] = read("lm_head.weight", (c.vocab_size, e))
-    return out
+    return dict(out)
 
 
 # ─── the graph ────────────────────────────────────────────────────────────
@@ -196,7 +216,9 @@ def _rope(c: LlamaConfig, max_seq_len: int, interleaved: bool) -> Any:
     return Llama3RotaryEmbedding(*args, head_dim=c.head_dim, interleaved=interleaved, scaling_params=params)
 
 
-def _linear(in_dim: int, out_dim: int, dtype: DType, enc: QuantizationEncoding | None) -> nn.Linear:
+def _linear(in_dim: int, out_dim: int, dtype: DType, enc: _Format) -> nn.Linear | Q8Linear:
+    if enc == Q8_0:
+        return Q8Linear(in_dim, out_dim, dtype, _CPU)
     return nn.Linear(in_dim, out_dim, dtype, _CPU, quantization_encoding=enc)
 
 
@@ -207,8 +229,13 @@ def _attention(c: LlamaConfig, w: dict[str, _Weight], prefix: str, rope: Any, kv
         raise ValueError(f"LlamaGraphModel: {prefix}self_attn q/k/v projections mix weight formats {encs}; the fused QKV kernels need one format")
     (enc,) = qkv
     kw = dict(rope=rope, num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads, hidden_size=c.hidden_size, kv_params=kv_params)
-    attn = AttentionWithRope(**kw, dtype=dtype) if enc is None else GGUFQAttentionWithRope(**kw, dtype=dtype, quantization_encoding=enc)
-    if encs["o_proj"] is not enc:
+    if enc is None:
+        attn = AttentionWithRope(**kw, dtype=dtype)
+    elif enc == Q8_0:  # the fused QKV kernel gets a wqkv decoded in the graph
+        attn = Q8AttentionWithRope(**kw, dtype=dtype)
+    else:
+        attn = GGUFQAttentionWithRope(**kw, dtype=dtype, quantization_encoding=enc)
+    if encs["o_proj"] != enc:
         attn.o_proj = _linear(c.num_attention_heads * c.head_dim, c.hidden_size, dtype, encs["o_proj"])
     return attn
 
@@ -231,8 +258,13 @@ def build_transformer(c: LlamaConfig, w: dict[str, _Weight], kv_params: KVCacheP
         norms = [nn.RMSNorm(c.hidden_size, dtype, eps=c.rms_norm_eps) for _ in range(2)]
         blocks.append(TransformerBlock(_attention(c, w, p, rope, kv_params, dtype), _mlp(c, w, p, dtype), *norms))
     emb_enc = w["embed_tokens.weight"][1]
-    embedding = nn.Embedding(c.vocab_size, c.hidden_size, dtype, _CPU, quantization_encoding=emb_enc)
-    if c.tie_word_embeddings:
+    if emb_enc == Q8_0:
+        embedding = Q8Embedding(c.vocab_size, c.hidden_size, dtype, _CPU)
+    else:
+        embedding = nn.Embedding(c.vocab_size, c.hidden_size, dtype, _CPU, quantization_encoding=emb_enc)
+    if c.tie_word_embeddings and emb_enc == Q8_0:
+        head = embedding.tied_head()  # one table (quants + scales), two uses
+    elif c.tie_word_embeddings:
         head = _linear(c.hidden_size, c.vocab_size, dtype, emb_enc)
         head.set_shared_weight("weight", embedding.weight)  # one tensor, two uses
     else:
@@ -253,7 +285,8 @@ class LlamaGraphModel:
 
     Args:
         config: the `LlamaConfig`.
-        weights: state-dict name (HF's without ``model.``) → (array, `QuantizationEncoding` of packed blocks or None).
+        weights: state-dict name (HF's without ``model.``) → (array, format): the `QuantizationEncoding`
+            of packed blocks, ``Q8_0`` for the int8 ``*.weight`` / float16 ``*.scales`` of a Q8_0 matrix, or None.
         interleaved: Q/K rows are in the interleaved-RoPE (llama.cpp) order; default HF's rotate-half order.
         max_batch_size, max_seq_len, page_size: size the KV-cache pool (see `load_pretrained_graph`).
         session: the `InferenceSession` to load into (default a new CPU session).

@@ -2,7 +2,8 @@
 
 Every fixture format's logits match the goldens, greedy generation matches token
 for token, decode steps reuse one executable, ragged batches match the goldens'
-prefixes, GGUF Q4_0 stays packed, tied embeddings match a numpy reference.
+prefixes, GGUF Q4_0 stays packed, Q8_0 stays 8-bit (decoded in the graph), tied
+embeddings match a numpy reference (float and Q8_0 tables).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from lowering.compile import compile_stats
 from lowering.dtypes import DType
 from lowering.quantization import QuantizationEncoding
 from maxfx.models import ConfigError, load_pretrained_graph
-from maxfx.nn.attention import AttentionWithRope, GGUFQAttentionWithRope
+from maxfx.nn._q8 import Q8AttentionWithRope, Q8Embedding, Q8Linear
+from maxfx.nn.attention import GGUFQAttentionWithRope
 from tests.models._helpers import FP32_ATOL, GPT2, LLAMA, golden
 from tests.nn._llama_ref import np_attention_layer, np_rms
 
@@ -102,15 +104,32 @@ def test_sampling_is_seeded_and_top_k_1_is_greedy():
     np.testing.assert_array_equal(out[0], free[: list(free).index(free[2]) + 1])  # stops once the only row emitted EOS
 
 
-def test_gguf_q4_0_stays_packed_and_q8_0_is_dequantized(bin_dir):
+def test_gguf_q4_0_stays_packed(bin_dir):
     q4 = _load("gguf_q4_0", bin_dir).transformer
     attn = q4.layers[0].self_attn
     assert isinstance(attn, GGUFQAttentionWithRope) and attn.quantization_encoding is QuantizationEncoding.Q4_0
     assert attn.q_proj.weight.dtype is DType.uint8 and [int(d) for d in attn.q_proj.weight.shape] == [64, 64 // 32 * 18]
     assert q4.lm_head.quantization_encoding is QuantizationEncoding.Q4_0 and q4.layers[1].mlp.down_proj.quantization_encoding is QuantizationEncoding.Q4_0
     assert q4.embed_tokens.quantization_encoding is QuantizationEncoding.Q4_0
-    q8 = _load("gguf_q8_0", bin_dir).transformer  # MAX has no Q8_0 encoding: float32 at load
-    assert isinstance(q8.layers[0].self_attn, AttentionWithRope) and q8.layers[0].self_attn.q_proj.weight.dtype is DType.float32
+
+
+def test_gguf_q8_0_stays_8_bit(bin_dir):
+    from maxfx.models._llama_graph import _from_gguf  # noqa: PLC0415
+
+    _, registry = _from_gguf(LLAMA / "tiny_llama-q8_0.gguf", None)  # what LlamaGraphModel hands to weights_registry
+    matrices = [n for n in registry if n.endswith("_proj.weight") or n in ("embed_tokens.weight", "lm_head.weight")]
+    assert len(matrices) == 2 * 7 + 2
+    for n in matrices:  # int8 quants [rows, cols] + float16 scales [rows, cols / 32]: the file's bytes, not float32
+        quants, scales = registry[n][0], registry[n.removesuffix("weight") + "scales"][0]
+        assert quants.dtype == np.int8 and scales.dtype == np.float16 and scales.shape == (quants.shape[0], quants.shape[1] // 32), n
+    assert {v.dtype for v, _ in registry.values()} == {np.dtype(np.int8), np.dtype(np.float16), np.dtype(np.float32)}
+    assert all(v.ndim == 1 for v, _ in registry.values() if v.dtype == np.float32)  # only the norms are float
+    q8 = _load("gguf_q8_0", bin_dir).transformer
+    attn = q8.layers[0].self_attn
+    assert isinstance(attn, Q8AttentionWithRope) and isinstance(attn.o_proj, Q8Linear) and isinstance(q8.layers[1].mlp.down_proj, Q8Linear)
+    assert isinstance(q8.embed_tokens, Q8Embedding) and isinstance(q8.lm_head, Q8Linear)
+    graph_weights = q8.raw_state_dict()
+    assert graph_weights["layers.0.self_attn.q_proj.weight"].dtype is DType.int8 and graph_weights["lm_head.scales"].dtype is DType.float16
 
 
 def _np_logits(w, tokens, cfg):
@@ -140,6 +159,27 @@ def test_tied_embeddings_match_numpy(tmp_path):
     tokens = golden(LLAMA)["input_ids"][0, :6]
     ref = _np_logits({k.removeprefix("model."): v for k, v in tensors.items()}, tokens, cfg)
     np.testing.assert_allclose(model([tokens])[0], ref, rtol=0, atol=FP32_ATOL)
+
+
+def test_tied_q8_0_embeddings_match_numpy():
+    import dataclasses  # noqa: PLC0415
+
+    from maxfx.models._llama_graph import LlamaGraphModel, _from_gguf  # noqa: PLC0415
+
+    config, weights = _from_gguf(LLAMA / "tiny_llama-q8_0.gguf", None)
+    del weights["lm_head.weight"], weights["lm_head.scales"]
+    model = LlamaGraphModel(dataclasses.replace(config, tie_word_embeddings=True), weights, max_batch_size=1, max_seq_len=16)
+    assert not any(n.startswith("lm_head") for n in model.transformer.raw_state_dict())  # the head reads the Q8_0 table
+    decoded = {}  # numpy decode of the Q8_0 parts: int8 quants times their block's float16 scale
+    for name, (value, _) in weights.items():
+        if name.endswith("scales"):
+            continue
+        scales = weights.get(name.removesuffix("weight") + "scales")
+        decoded[name] = value if scales is None else (value.reshape(len(value), -1, 32) * scales[0][..., None].astype(np.float64)).reshape(value.shape)
+    cfg = {"rms_norm_eps": config.rms_norm_eps, "head_dim": config.head_dim, "num_hidden_layers": config.num_hidden_layers, "rope_theta": config.rope_theta}
+    cfg.update(num_attention_heads=config.num_attention_heads, num_key_value_heads=config.num_key_value_heads)
+    tokens = golden(LLAMA)["input_ids"][0, :6]
+    np.testing.assert_allclose(model([tokens])[0], _np_logits(decoded, tokens, cfg), rtol=0, atol=FP32_ATOL)
 
 
 def test_bad_inputs_raise_clear_errors(tmp_path):
