@@ -159,6 +159,22 @@ def _yarn_ramp(beta_fast: float, beta_slow: float, dim: int, base: float, max_po
     return 1.0 - ramp
 
 
+def _yarn_interpolate(inv_freq: Any, factor: float, beta_fast: float, beta_slow: float, dim: int, base: float, max_pos: int, truncate: bool) -> Any:
+    """Blend ``inv_freq`` (extrapolated) with ``inv_freq / factor`` (interpolated) along the YaRN ramp."""
+    keep = _yarn_ramp(beta_fast, beta_slow, dim, base, max_pos, truncate)
+    return (inv_freq / float(factor)) * (1.0 - keep) + inv_freq * keep
+
+
+def _inv_freqs(theta: float, rope_dim: int) -> Any:
+    """``[rope_dim // 2]`` float32 ``theta ** (-2i / rope_dim)`` (exponent in float64, as MAX does)."""
+    iota = ops.range(0, rope_dim, 2, dtype=DType.float64, device=_CPU)
+    return ops.cast(1.0 / (theta ** (iota / float(rope_dim))), DType.float32)
+
+
+def _positions(start: int, stop: int) -> Any:
+    return ops.range(start, stop, dtype=DType.float32, device=_CPU)
+
+
 def _cos_sin(positions: Any, inv_freq: Any, scale: float = 1.0) -> Any:
     """``(len(positions), len(inv_freq), 2)`` table of ``[cos, sin] * scale``."""
     freqs = ops.outer(positions, inv_freq)
@@ -225,14 +241,15 @@ class RotaryEmbedding(Module):
         return self.max_seq_len * 2
 
     def _compute_inv_freqs(self) -> Any:
-        """``[rope_dim // 2]`` float32 ``theta ** (-2i / rope_dim)`` (exponent in float64, as MAX does)."""
-        n = self._rope_dim
-        iota = ops.range(0, n, 2, dtype=DType.float64, device=_CPU)
-        return ops.cast(1.0 / (self.theta ** (iota / float(n))), DType.float32)
+        """``[rope_dim // 2]`` float32 ``theta ** (-2i / rope_dim)``."""
+        return _inv_freqs(self.theta, self._rope_dim)
+
+    def _table_scale(self) -> float:
+        """Magnitude applied to cos and sin (YaRN variants scale the table)."""
+        return 1.0
 
     def _build_table(self) -> Any:
-        positions = ops.range(0, self._table_len(), dtype=DType.float32, device=_CPU)
-        return _cos_sin(positions, self._compute_inv_freqs())
+        return _cos_sin(_positions(0, self._table_len()), self._compute_inv_freqs(), self._table_scale())
 
     def freqs_cis_base(self) -> Any:
         """Computes the frequency tensor for complex exponentials (cis) for a given seq_len.
@@ -408,9 +425,7 @@ class DynamicRotaryEmbedding(RotaryEmbedding):
         return self._compute_inv_freqs()
 
     def _compute_inv_freqs(self) -> Any:
-        n = self._rope_dim
-        iota = ops.range(0, n, 2, dtype=DType.float64, device=_CPU)
-        return ops.cast(1.0 / (self.current_theta ** (iota / float(n))), DType.float32)
+        return _inv_freqs(self.current_theta, self._rope_dim)
 
     def _table_len(self) -> int:
         return self.max_seq_len_cached * 2
@@ -487,13 +502,10 @@ class YarnRotaryEmbedding(RotaryEmbedding):
         base = super()._compute_inv_freqs()
         if p is None:
             return base
-        keep = _yarn_ramp(p.beta_fast, p.beta_slow, self._rope_dim, self.theta, p.original_max_position_embeddings, p.truncate)
-        return (base / float(p.factor)) * (1.0 - keep) + base * keep
+        return _yarn_interpolate(base, p.factor, p.beta_fast, p.beta_slow, self._rope_dim, self.theta, p.original_max_position_embeddings, p.truncate)
 
-    def _build_table(self) -> Any:
-        scale = _yarn_mscale(self.scaling_params.factor) if self.scaling_params is not None else 1.0
-        positions = ops.range(0, self._table_len(), dtype=DType.float32, device=_CPU)
-        return _cos_sin(positions, self._compute_inv_freqs(), scale)
+    def _table_scale(self) -> float:
+        return _yarn_mscale(self.scaling_params.factor) if self.scaling_params is not None else 1.0
 
     def freqs_cis_base(self) -> Any:
         """Computes the frequency tensor for complex exponentials (cis) with YARN scaling applied."""
@@ -552,14 +564,11 @@ class DeepseekYarnRotaryEmbedding(RotaryEmbedding):
         p = self._params()
         base = super()._compute_inv_freqs()
         # DeepSeek always rounds the correction range (floor/ceil) with an integer base.
-        keep = _yarn_ramp(p.beta_fast, p.beta_slow, self.dim, float(int(self.theta)), p.original_max_position_embeddings, True)
-        return (base / float(p.scaling_factor)) * (1.0 - keep) + base * keep
+        return _yarn_interpolate(base, p.scaling_factor, p.beta_fast, p.beta_slow, self.dim, float(int(self.theta)), p.original_max_position_embeddings, True)
 
-    def _build_table(self) -> Any:
+    def _table_scale(self) -> float:
         p = self._params()
-        scale = _yarn_mscale(p.scaling_factor, p.mscale) / _yarn_mscale(p.scaling_factor, p.mscale_all_dim)
-        positions = ops.range(0, self._table_len(), dtype=DType.float32, device=_CPU)
-        return _cos_sin(positions, self._compute_inv_freqs(), scale)
+        return _yarn_mscale(p.scaling_factor, p.mscale) / _yarn_mscale(p.scaling_factor, p.mscale_all_dim)
 
     def freqs_cis_base(self) -> Any:
         """Computes the frequency tensor for complex exponentials (cis) for a given seq_len.
@@ -627,9 +636,9 @@ class LongRoPERotaryEmbedding(RotaryEmbedding):
             return super()._build_table()
         total = self._table_len()
         split = min(p.original_max_position, total)
-        parts = [_cos_sin(ops.range(0, split, dtype=DType.float32, device=_CPU), self._scaled(p.short_factor))]
+        parts = [_cos_sin(_positions(0, split), self._scaled(p.short_factor))]
         if split < total:
-            parts.append(_cos_sin(ops.range(split, total, dtype=DType.float32, device=_CPU), self._scaled(p.long_factor)))
+            parts.append(_cos_sin(_positions(split, total), self._scaled(p.long_factor)))
         return parts[0] if len(parts) == 1 else ops.concat(parts, axis=0)
 
     def freqs_cis_base(self) -> Any:
