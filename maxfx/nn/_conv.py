@@ -60,7 +60,24 @@ def _device(device: Any) -> DeviceRef:
 
 
 def _on(value: Any, device: DeviceRef) -> Any:
+    """``value`` moved to ``device`` (``None`` stays ``None``: an absent bias)."""
+    if value is None:
+        return None
     return value.to(device) if value.device != device else value
+
+
+def _check_positive(layer: str, **sizes: Any) -> None:
+    """Raise a ValueError naming ``layer`` and the first of ``sizes`` that is not a positive int."""
+    for what, v in sizes.items():
+        if not isinstance(v, int) or v <= 0:
+            raise ValueError(f"{layer}: {what} must be a positive int, got {v!r}")
+
+
+def _new_weights(name: str | None, dtype: DType, shape: list[int], out_channels: int, has_bias: bool) -> tuple[Weight, Weight | None]:
+    """The layer's ``weight`` of ``shape`` and, with ``has_bias``, its ``(out_channels,)`` ``bias`` (names prefixed by ``name.``)."""
+    prefix = f"{name}." if name else ""
+    bias = Weight(prefix + "bias", dtype, [out_channels], DeviceRef.CPU()) if has_bias else None
+    return Weight(prefix + "weight", dtype, shape, DeviceRef.CPU()), bias
 
 
 _INPUT_DOC = {1: ("(N, L, C)", "(N, C, L)"), 2: ("NHWC", "NCHW"), 3: ("NDHWC", "NCDHW")}
@@ -86,18 +103,30 @@ class _ConvND(Module):
 
     def _setup(self, kernel: tuple[int, ...], in_channels: int, out_channels: int, dtype: DType, num_groups: int, device: Any, has_bias: bool, permute: bool, name: str | None) -> None:
         layer = type(self).__name__
-        for what, v in (("in_channels", in_channels), ("out_channels", out_channels), ("num_groups", num_groups)):
-            if not isinstance(v, int) or v <= 0:
-                raise ValueError(f"{layer}: {what} must be a positive int, got {v!r}")
+        _check_positive(layer, in_channels=in_channels, out_channels=out_channels, num_groups=num_groups)
         if in_channels % num_groups or out_channels % num_groups:
             raise ValueError(f"{layer}: in_channels={in_channels} and out_channels={out_channels} must both be divisible by num_groups={num_groups}")
         self.in_channels, self.out_channels, self.num_groups = in_channels, out_channels, num_groups
         self.device = _device(device)
         self.permute = bool(permute)
         shape = [out_channels, in_channels // num_groups, *kernel] if permute else [*kernel, in_channels // num_groups, out_channels]
-        prefix = f"{name}." if name else ""
-        self.filter = Weight(prefix + "weight", dtype, shape, DeviceRef.CPU())
-        self.bias = Weight(prefix + "bias", dtype, [out_channels], DeviceRef.CPU()) if has_bias else None
+        self.filter, self.bias = _new_weights(name, dtype, shape, out_channels, has_bias)
+
+    def _setup_nd(self, kernel_what: str, kernel_size: Any, stride: Any, padding: Any, dilation: Any, *setup_args: Any) -> None:
+        """`Conv2d`/`Conv3D`: normalise the geometry to ``_nd``-tuples, then `_setup` the weights."""
+        layer, nd = type(self).__name__, self._nd
+        self.kernel_size = conv_tuple(layer, kernel_what, kernel_size, nd)
+        self.stride = conv_tuple(layer, "stride", stride, nd)
+        self.padding = conv_padding(layer, padding, nd)
+        self.dilation = conv_tuple(layer, "dilation", dilation, nd)
+        self._setup(self.kernel_size, *setup_args)
+
+    def __call__(self, x: Any) -> Any:
+        """Convolve ``x`` (channels-last, or channels-first with ``permute``); the output has the input's layout."""
+        x = _as_value(x)
+        check_conv_input(type(self).__name__, x, self._nd, self.in_channels, self.permute)
+        filt, bias = self._weights_on_device()
+        return self._conv(x, filt, bias, self.stride, self.dilation, self.padding)
 
     def _conv(self, x: Any, filt: Any, bias: Any, stride: tuple, dilation: tuple, padding: tuple) -> Any:
         in_layout = ConvInputLayout.NCHW if self.permute else ConvInputLayout.NHWC
@@ -108,8 +137,7 @@ class _ConvND(Module):
         return ops.conv2d(x, filt, stride, dilation, padding, self.num_groups, bias, in_layout, f_layout)
 
     def _weights_on_device(self) -> tuple[Any, Any]:
-        bias = _on(self.bias, self.device) if self.bias is not None else None
-        return _on(self.filter, self.device), bias
+        return _on(self.filter, self.device), _on(self.bias, self.device)
 
 
 class Conv1D(_ConvND):
@@ -213,18 +241,7 @@ class Conv2d(_ConvND, Shardable):
         name: str | None = None,
     ) -> None:
         super().__init__()
-        self.kernel_size = conv_tuple("Conv2d", "kernel_size", kernel_size, 2)
-        self.stride = conv_tuple("Conv2d", "stride", stride, 2)
-        self.padding = conv_padding("Conv2d", padding, 2)
-        self.dilation = conv_tuple("Conv2d", "dilation", dilation, 2)
-        self._setup(self.kernel_size, in_channels, out_channels, dtype, num_groups, device, has_bias, permute, name)
-
-    def __call__(self, x: Any) -> Any:
-        """Convolve ``x`` (NHWC, or NCHW with ``permute``); the output has the input's layout."""
-        x = _as_value(x)
-        check_conv_input("Conv2d", x, 2, self.in_channels, self.permute)
-        filt, bias = self._weights_on_device()
-        return self._conv(x, filt, bias, self.stride, self.dilation, self.padding)
+        self._setup_nd("kernel_size", kernel_size, stride, padding, dilation, in_channels, out_channels, dtype, num_groups, device, has_bias, permute, name)
 
     @property
     def sharding_strategy(self) -> Any:
@@ -291,18 +308,8 @@ class Conv3D(_ConvND):
         name: str | None = None,
     ) -> None:
         super().__init__()
-        self.kernel_size = conv_tuple("Conv3D", "kernel size (depth, height, width)", (depth, height, width), 3)
-        self.stride = conv_tuple("Conv3D", "stride", stride, 3)
-        self.padding = conv_padding("Conv3D", padding, 3)
-        self.dilation = conv_tuple("Conv3D", "dilation", dilation, 3)
-        self._setup(self.kernel_size, in_channels, out_channels, dtype, num_groups, device, has_bias, permute, name)
-
-    def __call__(self, x: Any) -> Any:
-        """Convolve ``x`` (NDHWC, or NCDHW with ``permute``); the output has the input's layout."""
-        x = _as_value(x)
-        check_conv_input("Conv3D", x, 3, self.in_channels, self.permute)
-        filt, bias = self._weights_on_device()
-        return self._conv(x, filt, bias, self.stride, self.dilation, self.padding)
+        kernel = (depth, height, width)
+        self._setup_nd("kernel size (depth, height, width)", kernel, stride, padding, dilation, in_channels, out_channels, dtype, num_groups, device, has_bias, permute, name)
 
 
 # ─── deprecated value-holding forms ───────────────────────────────────────

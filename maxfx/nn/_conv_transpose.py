@@ -21,7 +21,7 @@ from lowering.dtypes import DType
 from lowering.types import ConvInputLayout, DeviceRef, FilterLayout
 from maxfx.graph import ops
 from maxfx.graph._weight import Weight
-from maxfx.nn._conv import _device, _on, check_conv_input, conv_tuple
+from maxfx.nn._conv import _check_positive, _device, _new_weights, _on, check_conv_input, conv_tuple
 from maxfx.nn._graph_util import as_value as _as_value
 from maxfx.nn._layer import Module
 
@@ -75,9 +75,7 @@ class ConvTranspose1d(Module):
     ) -> None:
         super().__init__()
         layer = type(self).__name__
-        for what, v in (("length", length), ("in_channels", in_channels), ("out_channels", out_channels)):
-            if not isinstance(v, int) or v <= 0:
-                raise ValueError(f"{layer}: {what} must be a positive int, got {v!r}")
+        _check_positive(layer, length=length, in_channels=in_channels, out_channels=out_channels)
         self.kernel_length, self.in_channels, self.out_channels = length, in_channels, out_channels
         self.device = _device(device)
         self.permute = bool(permute)
@@ -86,9 +84,7 @@ class ConvTranspose1d(Module):
         self.output_padding = _pair_1d(layer, "output_padding", output_padding, 0)
         self.padding = _padding_1d(layer, padding)
         shape = [in_channels, out_channels, length] if permute else [length, out_channels, in_channels]
-        prefix = f"{name}." if name else ""
-        self.weight = Weight(prefix + "weight", dtype, shape, DeviceRef.CPU())
-        self.bias = Weight(prefix + "bias", dtype, [out_channels], DeviceRef.CPU()) if has_bias else None
+        self.weight, self.bias = _new_weights(name, dtype, shape, out_channels, has_bias)
 
     def _apply(self, x: Any, weight: Any, bias: Any) -> Any:
         x = _as_value(x)
@@ -111,8 +107,7 @@ class ConvTranspose1d(Module):
 
     def __call__(self, x: Any) -> Any:
         """``(batch, length, in_channels)`` -> ``(batch, new_length, out_channels)`` (channels-first with ``permute``)."""
-        bias = _on(self.bias, self.device) if self.bias is not None else None
-        return self._apply(x, _on(self.weight, self.device), bias)
+        return self._apply(x, _on(self.weight, self.device), _on(self.bias, self.device))
 
 
 class WeightNormConvTranspose1d(Module):
@@ -166,5 +161,4 @@ class WeightNormConvTranspose1d(Module):
 
     def __call__(self, x: Any) -> Any:
         """The transposed convolution of ``x`` with the normalized weight."""
-        bias = _on(self.bias, self.device) if self.bias is not None else None
-        return self.conv._apply(x, self._weight(), bias)
+        return self.conv._apply(x, self._weight(), _on(self.bias, self.device))
