@@ -51,6 +51,21 @@ def _group_size(input_scale_spec: Float8InputScaleSpec, group_size_or_per_token:
     return group_size_or_per_token
 
 
+def _quantize_dynamic(kernel: str, rank: int, input: Any, input_scale_spec: Any, weight_scale_spec: Any, scale_ub: float, group_size_or_per_token: int, out_type: DType, scales_type: DType) -> tuple[Any, Any]:  # noqa: A002
+    """The checks and op shared by the plain (rank 2) and batched (rank 3) dynamic quantizations."""
+    _specs(kernel, input_scale_spec, weight_scale_spec)
+    _rank(kernel, input, "input", rank)
+    return ops.quantize_dynamic_float8(input, _group_size(input_scale_spec, group_size_or_per_token), scale_ub, out_type, scales_type)
+
+
+def _dynamic_scaled_matmul(kernel: str, rank: int, a: Any, b: Any, a_scales: Any, b_scales: Any, input_scale_spec: Any, weight_scale_spec: Any, out_type: DType) -> Any:
+    """The checks and op shared by the plain (rank 2) and batched (rank 3) scaled matmuls."""
+    _specs(kernel, input_scale_spec, weight_scale_spec)
+    for t, name in ((a, "a"), (b, "b"), (a_scales, "a_scales"), (b_scales, "b_scales")):
+        _rank(kernel, t, name, rank)
+    return ops.scaled_matmul(a, b, a_scales, b_scales, out_type)
+
+
 def quantize_static_scaled_float8(x: Any, scale: Any, scale_is_inverted: bool = True, out_type: DType = DType.float8_e4m3fn) -> Any:
     """``x`` quantized with one static scale: ``x * scale`` if ``scale_is_inverted`` else ``x / scale``.
 
@@ -78,10 +93,7 @@ def quantize_dynamic_scaled_float8(
     Example:
         >>> q, s = quantize_dynamic_scaled_float8(x, in_spec, w_spec)  # doctest: +SKIP
     """
-    kernel = "quantize_dynamic_scaled_float8"
-    _specs(kernel, input_scale_spec, weight_scale_spec)
-    _rank(kernel, input, "input", 2)
-    return ops.quantize_dynamic_float8(input, _group_size(input_scale_spec, group_size_or_per_token), scale_ub, out_type, scales_type)
+    return _quantize_dynamic("quantize_dynamic_scaled_float8", 2, input, input_scale_spec, weight_scale_spec, scale_ub, group_size_or_per_token, out_type, scales_type)
 
 
 def batched_quantize_dynamic_scaled_float8(
@@ -98,10 +110,7 @@ def batched_quantize_dynamic_scaled_float8(
     Example:
         >>> q, s = batched_quantize_dynamic_scaled_float8(x3, in_spec, w_spec)  # doctest: +SKIP
     """
-    kernel = "batched_quantize_dynamic_scaled_float8"
-    _specs(kernel, input_scale_spec, weight_scale_spec)
-    _rank(kernel, input, "input", 3)
-    return ops.quantize_dynamic_float8(input, _group_size(input_scale_spec, group_size_or_per_token), scale_ub, out_type, scales_type)
+    return _quantize_dynamic("batched_quantize_dynamic_scaled_float8", 3, input, input_scale_spec, weight_scale_spec, scale_ub, group_size_or_per_token, out_type, scales_type)
 
 
 def dynamic_scaled_matmul(
@@ -112,11 +121,7 @@ def dynamic_scaled_matmul(
     Example:
         >>> y = dynamic_scaled_matmul(xq, wq, xs, ws, in_spec, w_spec)  # doctest: +SKIP
     """
-    kernel = "dynamic_scaled_matmul"
-    _specs(kernel, input_scale_spec, weight_scale_spec)
-    for t, name in ((a, "a"), (b, "b"), (a_scales, "a_scales"), (b_scales, "b_scales")):
-        _rank(kernel, t, name, 2)
-    return ops.scaled_matmul(a, b, a_scales, b_scales, out_type)
+    return _dynamic_scaled_matmul("dynamic_scaled_matmul", 2, a, b, a_scales, b_scales, input_scale_spec, weight_scale_spec, out_type)
 
 
 def batched_dynamic_scaled_fp8_matmul(
@@ -127,11 +132,7 @@ def batched_dynamic_scaled_fp8_matmul(
     Example:
         >>> y = batched_dynamic_scaled_fp8_matmul(aq, bq, as_, bs, in_spec, w_spec)  # doctest: +SKIP
     """
-    kernel = "batched_dynamic_scaled_fp8_matmul"
-    _specs(kernel, input_scale_spec, weight_scale_spec)
-    for t, name in ((a, "a"), (b, "b"), (a_scales, "a_scales"), (b_scales, "b_scales")):
-        _rank(kernel, t, name, 3)
-    return ops.scaled_matmul(a, b, a_scales, b_scales, out_type)
+    return _dynamic_scaled_matmul("batched_dynamic_scaled_fp8_matmul", 3, a, b, a_scales, b_scales, input_scale_spec, weight_scale_spec, out_type)
 
 
 def _scalar(kernel: str, s: Any, name: str) -> Any:
