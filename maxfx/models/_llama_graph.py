@@ -27,7 +27,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -40,12 +39,12 @@ from lowering.quantization import QuantizationEncoding
 from maxfx import nn
 from maxfx.engine import InferenceSession
 from maxfx.graph import DeviceRef, Graph, TensorType
-from maxfx.graph.weights import GGUFWeights, load_weights
+from maxfx.graph.weights import GGUFWeights
 from maxfx.models._config import ConfigError, LlamaConfig
 from maxfx.models._generate import _progress, _rows
-from maxfx.models._loading import _architecture, _weight_files
+from maxfx.models._loading import check_architecture, hf_checkpoint_source, read_hf_config
 from maxfx.models._layers import split_q8_0
-from maxfx.models._source import _PACKED, CheckpointSource, GGUFSource, unpermute_rows
+from maxfx.models._source import _PACKED, GGUFSource, unpermute_rows
 from maxfx.nn._q8 import Q8AttentionWithRope, Q8Embedding, Q8Linear
 from maxfx.nn.attention import AttentionWithRope, GGUFQAttentionWithRope
 from maxfx.nn.kv_cache import KVCacheParams, PagedCacheValues, PagedKVCacheManager
@@ -103,26 +102,16 @@ def load_pretrained_graph(
 
 
 def _llama_only(arch: Any, where: str, key: str) -> None:
-    _architecture(arch, where, key)  # unknown architectures: the same error as load_pretrained
+    check_architecture(arch, where, key)  # unknown architectures: the same error as load_pretrained
     if arch != "llama":
         raise ConfigError(f"{where}: the graph-API model supports the llama architecture only, got {key}={arch!r} (use load_pretrained)")
 
 
 def _from_folder(folder: Path, dtype: DType | None) -> tuple[LlamaConfig, dict[str, _Weight]]:
-    cfg_path = folder / "config.json"
-    if not cfg_path.is_file():
-        raise FileNotFoundError(f"load_pretrained_graph: {str(folder)!r} has no config.json")
-    try:
-        raw = json.loads(cfg_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{cfg_path}: not valid JSON ({e})") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{cfg_path}: expected a JSON object")
-    _llama_only(raw.get("model_type"), str(cfg_path), "model_type")
-    config = LlamaConfig.from_hf(raw, str(cfg_path))
-    files = _weight_files(folder)
-    label = str(files[0]) if len(files) == 1 else f"{len(files)} files in {folder}"
-    src = CheckpointSource(load_weights(files), label, dtype, str(cfg_path))
+    raw, where = read_hf_config(folder, "load_pretrained_graph")
+    _llama_only(raw["model_type"], where, "model_type")
+    config = LlamaConfig.from_hf(raw, where)
+    src = hf_checkpoint_source(folder, dtype, where)
 
     def read(hf: str, shape: tuple[int, ...]) -> _Weight:
         value = src._read(hf)

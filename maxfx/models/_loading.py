@@ -21,7 +21,7 @@ from maxfx.models._gpt2 import GPT2LMHeadModel
 from maxfx.models._llama import LlamaForCausalLM
 from maxfx.models._source import CheckpointSource, GGUFSource
 
-__all__ = ["ARCHITECTURES", "load_pretrained"]
+__all__ = ["ARCHITECTURES", "check_architecture", "hf_checkpoint_source", "load_pretrained", "read_hf_config"]
 
 # model_type / general.architecture -> (config class, model class)
 ARCHITECTURES: dict[str, tuple[type, type]] = {
@@ -64,23 +64,42 @@ def load_pretrained(path: os.PathLike[str] | str, *, dtype: DType | None = None,
     return model if device is None else model.to(device)
 
 
-def _from_folder(folder: Path, dtype: DType | None) -> CausalLM:
+def read_hf_config(folder: Path, caller: str = "load_pretrained") -> tuple[dict[str, Any], str]:
+    """The ``config.json`` of a Hugging Face folder as a dict, and its path (for messages).
+
+    Raises:
+        FileNotFoundError: the folder has no ``config.json`` (the message starts with ``caller``).
+        ConfigError: the file is not a JSON object, or its ``model_type`` is not in `ARCHITECTURES`.
+
+    Example:
+        >>> raw, where = read_hf_config(Path("tests/data/models/tiny_llama"))  # doctest: +SKIP
+        >>> raw["model_type"]  # doctest: +SKIP
+        'llama'
+    """
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
-        raise FileNotFoundError(f"load_pretrained: {str(folder)!r} has no config.json")
+        raise FileNotFoundError(f"{caller}: {str(folder)!r} has no config.json")
     try:
         raw = json.loads(cfg_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{cfg_path}: not valid JSON ({e})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{cfg_path}: expected a JSON object")
-    arch = raw.get("model_type")
-    config_cls, model_cls = _architecture(arch, str(cfg_path), "model_type")
-    config = config_cls.from_hf(raw, str(cfg_path))
+    check_architecture(raw.get("model_type"), str(cfg_path), "model_type")
+    return raw, str(cfg_path)
+
+
+def hf_checkpoint_source(folder: Path, dtype: DType | None, config_label: str) -> CheckpointSource:
+    """A `CheckpointSource` over the folder's weight files (single file or shards; see `_WEIGHT_PATTERNS`)."""
     files = _weight_files(folder)
-    weights = load_weights(files)
     label = str(files[0]) if len(files) == 1 else f"{len(files)} files in {folder}"
-    return model_cls.from_source(config, CheckpointSource(weights, label, dtype, str(cfg_path)))
+    return CheckpointSource(load_weights(files), label, dtype, config_label)
+
+
+def _from_folder(folder: Path, dtype: DType | None) -> CausalLM:
+    raw, where = read_hf_config(folder)
+    config_cls, model_cls = ARCHITECTURES[raw["model_type"]]
+    return model_cls.from_source(config_cls.from_hf(raw, where), hf_checkpoint_source(folder, dtype, where))
 
 
 def _weight_files(folder: Path) -> list[Path]:
@@ -91,7 +110,8 @@ def _weight_files(folder: Path) -> list[Path]:
     raise FileNotFoundError(f"load_pretrained: {str(folder)!r} has no weights (looked for {', '.join(_WEIGHT_PATTERNS)})")
 
 
-def _architecture(arch: Any, where: str, key: str) -> tuple[type, type]:
+def check_architecture(arch: Any, where: str, key: str) -> tuple[type, type]:
+    """(config class, model class) of ``arch``; ConfigError naming ``where`` and ``key`` when it is unsupported."""
     if arch not in ARCHITECTURES:
         raise ConfigError(f"{where}: unsupported architecture {key}={arch!r}; supported: {', '.join(sorted(ARCHITECTURES))}")
     return ARCHITECTURES[arch]
@@ -101,7 +121,7 @@ def _from_gguf(path: Path, dtype: DType | None) -> CausalLM:
     weights = GGUFWeights(path)
     meta = weights.metadata
     arch = meta.get("general.architecture")
-    config_cls, model_cls = _architecture(arch, str(path), "general.architecture")
+    config_cls, model_cls = check_architecture(arch, str(path), "general.architecture")
     if model_cls is not LlamaForCausalLM:
         raise ConfigError(f"{path}: GGUF loading supports the llama architecture only, got general.architecture={arch!r}")
     names = {n for n, _ in weights.items()}

@@ -201,6 +201,21 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
     assert model.cache.num_free_pages == model.cache.total_num_pages  # failed calls hold no pages
 
 
+def test_folder_config_errors_come_from_the_shared_reader(tmp_path):
+    from maxfx.models import load_pretrained  # noqa: PLC0415
+
+    with pytest.raises(FileNotFoundError, match="load_pretrained_graph: .* has no config.json"):
+        load_pretrained_graph(tmp_path)
+    (tmp_path / "config.json").write_text("{not json")
+    for load in (load_pretrained, load_pretrained_graph):  # one reader, one message
+        with pytest.raises(ConfigError, match="config.json: not valid JSON"):
+            load(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mamba"}))
+    for load in (load_pretrained, load_pretrained_graph):
+        with pytest.raises(ConfigError, match="unsupported architecture model_type='mamba'"):
+            load(tmp_path)
+
+
 def test_docs_page_example_runs(capsys):
     import re  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
