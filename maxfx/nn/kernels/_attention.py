@@ -214,6 +214,15 @@ def _write_kv(where: str, p: KVCacheParams, kv: PagedCacheValues, k: Any, v: Any
         _store(kv, _rows(where, v, nkv, d, "V"), layer, offsets, 1)
 
 
+def _qkv_to_cache(where: str, p: KVCacheParams, kv: PagedCacheValues, qkv: Any, bias: Any, n_heads: int, layer: Any, offsets: Any) -> Any:
+    """The tail of the fused QKV matmuls: add ``bias``, write the K and V columns into the cache, return the Q columns."""
+    if bias is not None:
+        qkv = qkv + bias
+    q, k, v = _split_qkv(where, p, qkv, n_heads)
+    _write_kv(where, p, kv, k, v, layer, offsets)
+    return q
+
+
 def _check_matmul(where: str, x: Any, w: Any) -> None:
     _check_input(where, x, 2)
     if w.rank != 2 or w.shape[1] != x.shape[1]:
@@ -231,12 +240,7 @@ def fused_qkv_ragged_matmul(kv_params: Any, input: Any, input_row_offsets: Any, 
     where = "fused_qkv_ragged_matmul"
     p, kv = _params(where, kv_params), _collection(where, kv_collection)
     _check_matmul(where, input, wqkv)
-    qkv = input @ wqkv.T
-    if bias is not None:
-        qkv = qkv + bias
-    q, k, v = _split_qkv(where, p, qkv, n_heads)
-    _write_kv(where, p, kv, k, v, _index(layer_idx, input.device), input_row_offsets)
-    return q
+    return _qkv_to_cache(where, p, kv, input @ wqkv.T, bias, n_heads, _index(layer_idx, input.device), input_row_offsets)
 
 
 def fused_qkv_ragged_matmul_quantized(
@@ -260,11 +264,7 @@ def fused_qkv_ragged_matmul_quantized(
         x = ops.gather(input, perm_idx, axis=-1)
         rhs.append(perm_idx)
     qkv = ops.qmatmul(QuantizationEncoding.GPTQ, quantization_config, x, *rhs)
-    if bias is not None:
-        qkv = qkv + bias
-    q, k, v = _split_qkv(where, p, qkv, n_heads)
-    _write_kv(where, p, kv, k, v, _index(layer_idx, input.device), input_row_offsets)
-    return q
+    return _qkv_to_cache(where, p, kv, qkv, bias, n_heads, _index(layer_idx, input.device), input_row_offsets)
 
 
 def fused_qkv_ragged_matmul_scaled_float8(
@@ -278,11 +278,8 @@ def fused_qkv_ragged_matmul_scaled_float8(
     p, kv = _params(where, kv_params), _collection(where, kv_collection)
     _check_matmul(where, input, wqkv)
     qkv = ops.scaled_matmul(input, wqkv, input_scale, weight_scale, out_dtype=p.dtype)
-    if bias is not None:
-        qkv = qkv + bias.cast(p.dtype)
-    q, k, v = _split_qkv(where, p, qkv, n_heads)
-    _write_kv(where, p, kv, k, v, _index(layer_idx, input.device), input_row_offsets)
-    return q
+    bias = bias.cast(p.dtype) if bias is not None else None
+    return _qkv_to_cache(where, p, kv, qkv, bias, n_heads, _index(layer_idx, input.device), input_row_offsets)
 
 
 def unfused_qkv_ragged_matmul_gguf_quantized(
