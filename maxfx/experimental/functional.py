@@ -35,6 +35,10 @@ _DOCUMENTED = (
     "top_k transfer_to transpose trunc unsqueeze where"
 ).split()
 
+# maxfx extensions: registry fronts MAX's functional module lacks (docs/pages/kernels.md). Module
+# attributes like the rest, but kept out of __all__, which lists MAX's documented names.
+_EXTENSIONS = ("flash_attention",)
+
 __all__ = ["functional", *_DOCUMENTED]
 
 
@@ -80,10 +84,11 @@ def _eager_constant(value: Any, dtype: Any = None, device: Any = None) -> Any:
 
 def _generate() -> dict[str, Callable[..., Any]]:
     table = _fronts()
-    missing = [n for n in _DOCUMENTED if n not in table and n != "constant"]
+    names = [n for n in (*_DOCUMENTED, *_EXTENSIONS) if n != "constant"]
+    missing = [n for n in names if n not in table]
     if missing:
         raise ImportError(f"maxfx.functional: no registry front for {missing}")
-    out = {name: functional(table[name]) for name in _DOCUMENTED if name != "constant"}
+    out = {name: functional(table[name]) for name in names}
     out["constant"] = functools.update_wrapper(_eager_constant, table["constant"], assigned=("__module__", "__name__", "__qualname__"))
     return out
 
