@@ -148,6 +148,16 @@ def flash_attention_ragged_gpu(q: Any, k: Any, v: Any, input_row_offsets: Any, m
     return ops.ragged_attention(q, k, v, input_row_offsets, mask=mask, scale=scale, window=local_window_size, max_q_len=bound, max_kv_len=bound)
 
 
+def _cache_attention(where: str, kv: PagedCacheValues, input: Any, input_row_offsets: Any, layer_idx: Any, mask_variant: Any, scale: float, local_window_size: int = -1, **extra: Any) -> Any:  # noqa: A002
+    """``ops.paged_attention`` of ``input`` over the collection's cache (``extra``: cross-attention offsets, sinks, MLA's ``v_dim``)."""
+    mask = mask_name(where, mask_variant, local_window_size)
+    layer = _index(layer_idx, input.device)
+    return ops.paged_attention(
+        input, kv.kv_blocks, kv.lookup_table, layer, input_row_offsets, kv.cache_lengths,
+        mask=mask, scale=scale, window=local_window_size, **extra,
+    )  # fmt: skip
+
+
 def flash_attention_ragged(
     kv_params: Any, input: Any, input_row_offsets: Any, kv_collection: Any, layer_idx: Any, mask_variant: Any, scale: float, local_window_size: int = -1, sink_weights: Any = None  # noqa: A002
 ) -> Any:
@@ -164,12 +174,7 @@ def flash_attention_ragged(
     _check_input(where, input, 3)
     if int(input.shape[2]) != p.head_dim:
         raise ValueError(f"{where}: input head_dim {input.shape[2]} differs from kv_params.head_dim {p.head_dim}")
-    mask = mask_name(where, mask_variant, local_window_size)
-    layer = _index(layer_idx, input.device)
-    return ops.paged_attention(
-        input, kv.kv_blocks, kv.lookup_table, layer, input_row_offsets, kv.cache_lengths,
-        mask=mask, scale=scale, window=local_window_size, sink_weights=sink_weights,
-    )  # fmt: skip
+    return _cache_attention(where, kv, input, input_row_offsets, layer_idx, mask_variant, scale, local_window_size, sink_weights=sink_weights)
 
 
 def cross_attention_ragged(
@@ -188,12 +193,7 @@ def cross_attention_ragged(
     _params(where, kv_params)
     kv = _collection(where, kv_collection)
     _check_input(where, input, 3)
-    mask = mask_name(where, mask_variant, local_window_size)
-    layer = _index(layer_idx, input.device)
-    return ops.paged_attention(
-        input, kv.kv_blocks, kv.lookup_table, layer, input_row_offsets, kv.cache_lengths,
-        mask=mask, scale=scale, window=local_window_size, kv_row_offsets=kv_input_row_offsets,
-    )  # fmt: skip
+    return _cache_attention(where, kv, input, input_row_offsets, layer_idx, mask_variant, scale, local_window_size, kv_row_offsets=kv_input_row_offsets)
 
 
 # ─── projections that write the cache ─────────────────────────────────────
@@ -457,9 +457,7 @@ def flare_mla_decode_ragged(kv_params: Any, input: Any, input_row_offsets: Any, 
     _check_input(where, input, 3)
     if int(input.shape[2]) != p.head_dim or not 0 < int(qk_rope_dim) < p.head_dim:
         raise ValueError(f"{where}: input head dim {input.shape[2]} must equal the latent cache's head_dim {p.head_dim}, with 0 < qk_rope_dim ({qk_rope_dim}) < it")
-    mask = mask_name(where, mask_variant)
-    layer = _index(layer_idx, input.device)
-    return ops.paged_attention(input, kv.kv_blocks, kv.lookup_table, layer, input_row_offsets, kv.cache_lengths, mask=mask, scale=scale, v_dim=p.head_dim - int(qk_rope_dim))
+    return _cache_attention(where, kv, input, input_row_offsets, layer_idx, mask_variant, scale, v_dim=p.head_dim - int(qk_rope_dim))
 
 
 def flare_mla_prefill_plan(kv_params: Any, input_row_offsets: Any, kv_collection: Any, layer_idx: Any, buffer_size: int, max_chunks: int = 16) -> tuple[Any, Any, Any]:
