@@ -22,8 +22,8 @@ from maxfx.graph import ops
 from maxfx.graph._weight import ShardingStrategy
 from maxfx.nn import kernels
 from maxfx.nn._basic import Linear, RMSNorm
-from maxfx.nn._layer import Module, Shardable
-from maxfx.nn.attention._rope_attention import _devices, _on, _per_device
+from maxfx.nn._layer import Module
+from maxfx.nn.attention._rope_attention import _devices, _HeadShardable, _on, _per_device, _shard_view
 from maxfx.nn.attention.interfaces import DistributedAttentionImpl
 from maxfx.nn.attention.mask_config import MHAMaskVariant
 from maxfx.nn.kv_cache._params import KVCacheParams
@@ -31,7 +31,7 @@ from maxfx.nn.kv_cache._params import KVCacheParams
 __all__ = ["DataParallelLatentAttentionWithRope", "LatentAttentionWithRope", "TensorParallelLatentAttentionWithRope"]
 
 
-class LatentAttentionWithRope(Module, Shardable):
+class LatentAttentionWithRope(Module, _HeadShardable):
     """Implementation of Latent Attention with Rope.
 
     Call: ``attn(layer_idx, x, kv_collection, freqs_cis, input_row_offsets)`` like
@@ -84,15 +84,6 @@ class LatentAttentionWithRope(Module, Shardable):
         w = ops.reshape(_on(self.kv_b_proj.weight, self.devices[0]), [self.n_heads, self.qk_nope_head_dim + self.v_head_dim, self.kv_lora_rank])
         return [w[:, : self.qk_nope_head_dim, :], ops.permute(w[:, self.qk_nope_head_dim :, :], [0, 2, 1])]
 
-    @property
-    def sharding_strategy(self) -> ShardingStrategy | None:
-        """Get the Module sharding strategy."""
-        return self.__dict__.get("_sharding_strategy")
-
-    @sharding_strategy.setter
-    def sharding_strategy(self, strategy: ShardingStrategy | None) -> None:
-        self.__dict__["_sharding_strategy"] = strategy
-
     def shard(self, devices: Iterable[Any]) -> list[LatentAttentionWithRope]:
         """Tensor-parallel views split by heads (q/kv_b rows, o_proj columns); the latent
         projection, norms and the KV cache are replicated on every device.
@@ -112,11 +103,7 @@ class LatentAttentionWithRope(Module, Shardable):
             parts[attr] = lin.shard(devs)
         out = []
         for i, dev in enumerate(devs):
-            s = type(self).__new__(type(self))
-            Module.__init__(s)
-            for k, v in self.__dict__.items():
-                if not k.startswith("_") and k not in self.__dict__["_sublayers"] and k not in self.__dict__["_layer_weights"]:
-                    s.__dict__[k] = v
+            s = _shard_view(self)
             s.n_heads, s.devices = self.n_heads // n, [dev]
             for k, v in self.__dict__["_sublayers"].items():
                 setattr(s, k, parts[k][i] if k in parts else v)

@@ -70,7 +70,31 @@ def _check_heads(layer: str, n_heads: int, n_kv: int, hidden: int, kv_params: An
         raise ValueError(f"{layer}: hidden_size must be positive, got {hidden}")
 
 
-class _RaggedAttentionBase(Module, Shardable):
+class _HeadShardable(Shardable):
+    """A settable `sharding_strategy` for attention layers whose `shard` splits by heads itself."""
+
+    @property
+    def sharding_strategy(self) -> ShardingStrategy | None:
+        """Get the Module sharding strategy."""
+        return self.__dict__.get("_sharding_strategy")
+
+    @sharding_strategy.setter
+    def sharding_strategy(self, strategy: ShardingStrategy | None) -> None:
+        self.__dict__["_sharding_strategy"] = strategy
+
+
+def _shard_view(layer: Module) -> Any:
+    """A new instance of ``layer``'s class holding only its plain settings (sizes, scale, flags): no weights, no sublayers."""
+    s = type(layer).__new__(type(layer))
+    Module.__init__(s)
+    d = layer.__dict__
+    for k, v in d.items():
+        if not k.startswith("_") and k not in d["_sublayers"] and k not in d["_layer_weights"]:
+            s.__dict__[k] = v
+    return s
+
+
+class _RaggedAttentionBase(Module, _HeadShardable):
     """Projections and the cache-attention pipeline shared by the ragged attention layers."""
 
     mask_variant: Any = MHAMaskVariant.CAUSAL_MASK
@@ -124,15 +148,6 @@ class _RaggedAttentionBase(Module, Shardable):
         return bs[0] if len(bs) == 1 else ops.concat(bs, axis=0)
 
     # ── sharding ──
-    @property
-    def sharding_strategy(self) -> ShardingStrategy | None:
-        """Get the Module sharding strategy."""
-        return self.__dict__.get("_sharding_strategy")
-
-    @sharding_strategy.setter
-    def sharding_strategy(self, strategy: ShardingStrategy | None) -> None:
-        self.__dict__["_sharding_strategy"] = strategy
-
     def shard(self, devices: Iterable[Any]) -> list[Any]:
         """Tensor-parallel views, one per device: each owns ``n_heads / n`` query and
         ``n_kv_heads / n`` KV heads (q/k/v rows split), ``o_proj`` split by columns;
@@ -154,11 +169,7 @@ class _RaggedAttentionBase(Module, Shardable):
         kv_params = dataclasses.replace(self.kv_params, n_devices=n, data_parallel_degree=1, n_kv_heads_per_device=0)
         out = []
         for i, dev in enumerate(devs):
-            s = type(self).__new__(type(self))
-            Module.__init__(s)
-            for k, v in self.__dict__.items():
-                if not k.startswith("_") and k not in self.__dict__["_sublayers"] and k not in self.__dict__["_layer_weights"]:
-                    s.__dict__[k] = v  # plain settings (sizes, scale, flags)
+            s = _shard_view(self)
             s.n_heads, s.n_kv_heads, s.devices, s.kv_params = self.n_heads // n, self.n_kv_heads // n, [dev], kv_params
             s.q_proj, s.k_proj, s.v_proj, s.o_proj = (p[i] for p in parts)
             for k, v in self.__dict__.get("_sublayers", {}).items():
