@@ -136,6 +136,20 @@ def _check_heads(op: str, q: TensorType, k: TensorType, hq: Dim, hkv: Dim) -> No
         raise OpError(f"{op}: query heads ({hq}) must be a multiple of key/value heads ({hkv}) for grouped-query attention ({fmt(q)} vs {fmt(k)})")
 
 
+def _check_qkv(op: str, q: Type, k: Type, v: Type, rank: int, mask: str, window: int) -> tuple[TensorType, TensorType, TensorType]:
+    """q, k, v as rank-``rank`` float tensors (heads on axis -2, head dim last), and a valid mask."""
+    q, k, v = _float(op, q, "q", rank), _float(op, k, "k", rank), _float(op, v, "v", rank)
+    _check_mask(op, mask, window)
+    return q, k, v
+
+
+def _check_qkv_heads(op: str, q: TensorType, k: TensorType, v: TensorType) -> None:
+    """Key and value heads agree, query and key head dims agree, and the query heads group over the key heads."""
+    _same(op, "key and value heads", k.shape[-2], v.shape[-2], k, v)
+    _same(op, "query and key head dims", q.shape[-1], k.shape[-1], q, k)
+    _check_heads(op, q, k, q.shape[-2], k.shape[-2])
+
+
 def _check_mask(op: str, mask: str, window: int) -> None:
     if mask not in MASKS:
         raise OpError(f"{op}: mask must be one of {MASKS}, got {mask!r}")
@@ -159,13 +173,10 @@ def _optional(names: Sequence[str], present: Sequence[str], types: Sequence[Type
 
 def _attention_rule(q, k, v, *rest, mask: str, scale: float, window: int, present: tuple[str, ...]):
     op = "attention"
-    q, k, v = _float(op, q, "q", 4), _float(op, k, "k", 4), _float(op, v, "v", 4)
-    _check_mask(op, mask, window)
+    q, k, v = _check_qkv(op, q, k, v, 4, mask, window)
     _same(op, "batch sizes", q.shape[0], k.shape[0], q, k)
     _same(op, "key and value lengths", k.shape[1], v.shape[1], k, v)
-    _same(op, "key and value heads", k.shape[2], v.shape[2], k, v)
-    _same(op, "query and key head dims", q.shape[3], k.shape[3], q, k)
-    _check_heads(op, q, k, q.shape[2], k.shape[2])
+    _check_qkv_heads(op, q, k, v)
     opt = _optional(("q_offset", "kv_length", "sink"), present, rest)
     for name in ("q_offset", "kv_length"):
         if opt[name] is not None:
@@ -238,12 +249,9 @@ def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None
 
 def _ragged_rule(q, k, v, q_rows, kv_rows, *rest, mask, scale, window, present, max_q, max_kv):
     op = "ragged_attention"
-    q, k, v = _float(op, q, "q", 3), _float(op, k, "k", 3), _float(op, v, "v", 3)
-    _check_mask(op, mask, window)
+    q, k, v = _check_qkv(op, q, k, v, 3, mask, window)
     _same(op, "key and value rows", k.shape[0], v.shape[0], k, v)
-    _same(op, "key and value heads", k.shape[1], v.shape[1], k, v)
-    _same(op, "query and key head dims", q.shape[2], k.shape[2], q, k)
-    _check_heads(op, q, k, q.shape[1], k.shape[1])
+    _check_qkv_heads(op, q, k, v)
     qr, kr = _ints(op, q_rows, "input_row_offsets", 1), _ints(op, kv_rows, "kv_row_offsets", 1)
     _same(op, "query and key/value batch sizes (row offsets)", qr.shape[0], kr.shape[0], qr, kr)
     opt = _optional(("q_start", "kv_start"), present, rest)
