@@ -16,6 +16,14 @@ skips tracing and lowering as well as XLA, so a second process loads a model in
 a small fraction of the first compile time. Blocks whose params have no stable
 identity across processes (Python callables of custom ops) skip the maxfx level.
 Like JAX's, the cache directory is trusted: its entries are unpickled.
+
+Buffer inputs (the values a graph mutates) can be donated: called with
+``donate_buffers=True`` (as `InferenceSession` models do), the executable
+reuses a written buffer's memory for its new value instead of copying it, so a
+decode step does not copy the whole KV-cache pool. The caller must rebind its
+handle to the returned final value: the donated array is deleted. Donation is
+skipped (the inputs are copied as before) when a buffer's array is also another
+argument or a weight, which XLA cannot alias, and for op-by-op graphs.
 """
 
 from __future__ import annotations
@@ -116,9 +124,14 @@ class CompiledBlock:
         self._weight_key = tuple(sorted((k, _aval_key(v)) for k, v in self.weights.items()))
         self._interpreted = _is_data_dependent(block)
         self._buffer_inputs = [i for i, v in enumerate(block.inputs) if isinstance(v.type, BufferType)]
+        self._weight_buffers = {_buffer_id(w) for w in self.weights.values()}
 
-        def program(args, weights):
-            outs, finals = run_block(block, args, weights)
+        def program(args, buffers, weights):
+            # Buffer inputs come apart from the others so that jit can donate just them (argument 1).
+            full = list(args)
+            for i, b in zip(self._buffer_inputs, buffers):
+                full[i] = b
+            outs, finals = run_block(block, full, weights)
             return outs, [finals[i] for i in self._buffer_inputs]
 
         self._program = program
@@ -146,9 +159,30 @@ class CompiledBlock:
     def _place(self, args: Sequence[Any]) -> list[Any]:
         return [a if isinstance(a, jax.Array) and self.device in a.devices() else jax.device_put(a, self.device) for a in args]
 
-    def _executable(self, args: Sequence[Any]) -> Any:
-        """The cached XLA executable for these argument shapes (compiled on first use)."""
-        key = (self.block.structure_key(), tuple(_aval_key(a) for a in args), self._weight_key, self.device.id, self.device.platform)
+    def _split(self, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+        """(args with None at the buffer inputs, the buffer inputs): the program's first two arguments."""
+        rest = list(args)
+        for i in self._buffer_inputs:
+            rest[i] = None
+        return rest, [args[i] for i in self._buffer_inputs]
+
+    def _can_donate(self, args: Sequence[Any]) -> bool:
+        """Whether the buffer inputs of ``args`` (placed arrays) can be donated.
+
+        XLA rejects donating a buffer that the same call also reads through another
+        argument or a weight (``f(a, donate(a))``), so any such sharing turns donation off.
+        """
+        if not self._buffer_inputs or self._interpreted:
+            return False
+        donated = [_buffer_id(args[i]) for i in self._buffer_inputs]
+        if len(set(donated)) != len(donated) or self._weight_buffers.intersection(donated):
+            return False
+        others = {_buffer_id(a) for i, a in enumerate(args) if i not in self._buffer_inputs}
+        return others.isdisjoint(donated)
+
+    def _executable(self, args: Sequence[Any], donate: bool = False) -> Any:
+        """The cached XLA executable for these argument shapes (compiled on first use); ``donate``: buffer inputs donated."""
+        key = (self.block.structure_key(), tuple(_aval_key(a) for a in args), self._weight_key, self.device.id, self.device.platform, donate)
         with _lock:
             exe = _cache.get(key)
             if exe is not None:
@@ -159,7 +193,7 @@ class CompiledBlock:
         exe = _disk_load(disk, self.device) if disk is not None else None
         loaded = exe is not None
         if exe is None:
-            exe = jax.jit(self._program).lower(args, self.weights).compile()
+            exe = self._jit(donate).lower(*self._split(args), self.weights).compile()
             if disk is not None:
                 _disk_store(disk, exe)
         with _lock:
@@ -170,24 +204,43 @@ class CompiledBlock:
                 _cache.popitem(last=False)
         return exe
 
-    def precompile(self, args: Sequence[Any]) -> None:
+    def _jit(self, donate: bool) -> Any:
+        return jax.jit(self._program, donate_argnums=(1,) if donate else ())
+
+    def precompile(self, args: Sequence[Any], donate_buffers: bool = False) -> None:
         """Compile for the shapes of ``args`` without running (no-op for op-by-op graphs)."""
         if not self._interpreted:
             with x64():
-                self._executable(self._place(args))
+                args = self._place(args)
+                self._executable(args, donate_buffers and self._can_donate(args))
 
-    def __call__(self, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-        """Run on ``args`` (arrays); returns (outputs, final buffer-input values)."""
+    def __call__(self, args: Sequence[Any], donate_buffers: bool = False) -> tuple[list[Any], list[Any]]:
+        """Run on ``args`` (arrays); returns (outputs, final buffer-input values).
+
+        ``donate_buffers``: let the executable reuse the buffer inputs' memory for
+        their final values (see the module docstring). The buffer-input arrays
+        passed in are then deleted; only the returned finals may be read.
+        """
         with x64():
             args = self._place(args)
             if self._interpreted:
-                return self._program(args, self.weights)
-            return self._executable(args)(args, self.weights)
+                return self._program(*self._split(args), self.weights)
+            donate = donate_buffers and self._can_donate(args)
+            return self._executable(args, donate)(*self._split(args), self.weights)
 
-    def lower_text(self, args: Sequence[Any]) -> str:
-        """StableHLO text of the program for ``args`` (for inspection)."""
+    def lower_text(self, args: Sequence[Any], donate_buffers: bool = False) -> str:
+        """StableHLO text of the program for ``args`` (for inspection); ``donate_buffers`` marks the buffer inputs donated."""
         with x64():
-            return jax.jit(self._program).lower([np.asarray(a) for a in args], self.weights).as_text()
+            args = [np.asarray(a) for a in args]
+            return self._jit(donate_buffers and bool(self._buffer_inputs)).lower(*self._split(args), self.weights).as_text()
+
+
+def _buffer_id(a: Any) -> int:
+    """Identity of the memory behind ``a``: its device buffer's address where it has one buffer, else the object."""
+    try:
+        return a.unsafe_buffer_pointer()
+    except Exception:  # noqa: BLE001 - numpy, sharded or deleted arrays: fall back to object identity
+        return id(a)
 
 
 # ─── the maxfx level of the persistent cache ────────────────────────────────

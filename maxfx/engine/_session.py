@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import enum
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +83,16 @@ class TensorSpec:
         return f"TensorSpec(shape={self.shape}, dtype={self.dtype.name}, name={self.name!r})"
 
 
+# Arrays this engine wrote into buffer Tensors (id -> array, weakly). Only these, and host
+# numpy memory (copied onto the device per call), are donated: a jax.Array the caller
+# wrapped (Tensor.from_dlpack shares it) may still be read through the caller's own name.
+_engine_buffers: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def _donatable(array: Any) -> bool:
+    return isinstance(array, np.ndarray) or _engine_buffers.get(id(array)) is array
+
+
 def _spec(t: Any, name: str) -> TensorSpec:
     dims = [d.dim if d.__class__.__name__ == "StaticDim" else None for d in t.shape]
     return TensorSpec(dims, t.dtype, name)
@@ -110,7 +121,9 @@ class Model:
 
         Arguments may be driver Tensors, numpy/JAX/DLPack arrays or Python scalars
         (for rank-0 inputs). Buffer inputs must be driver Tensors; they are updated
-        in place.
+        in place: the executable reuses (donates) their memory when the engine owns it
+        (a previous execution's value, or host memory it copies anyway), so a
+        step does not copy e.g. a whole KV-cache pool.
 
         Raises:
             ValueError: an input's dtype or shape does not match the graph (the
@@ -133,9 +146,14 @@ class Model:
             self._compiled.check_inputs(arrays, self._input_names)
         except InputMismatchError as e:
             raise ValueError(f"Model {self._name!r}: {e}") from None
-        outs, buffer_finals = self._compiled(arrays)
-        for i, final in zip(self._compiled._buffer_inputs, buffer_finals):
+        # Donated: the executable writes the buffers' new values over their old memory (no copy of
+        # e.g. a KV-cache pool per step); the Tensors are rebound to those values right below.
+        buffers = self._compiled._buffer_inputs
+        donate = all(_donatable(arrays[i]) for i in buffers)
+        outs, buffer_finals = self._compiled(arrays, donate_buffers=donate)
+        for i, final in zip(buffers, buffer_finals):
             args[i]._assign(final)
+            _engine_buffers[id(final)] = final
         return [Tensor._from_array(o) for o in outs]
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
@@ -154,7 +172,7 @@ class Model:
     def _stablehlo(self, *args: Any) -> str:
         from maxfx.driver._tensor import as_array  # noqa: PLC0415
 
-        return self._compiled.lower_text([as_array(a) for a in args])
+        return self._compiled.lower_text([as_array(a) for a in args], donate_buffers=True)
 
     def __repr__(self) -> str:
         return f"Model({self._name!r}, inputs={self.input_metadata}, outputs={self.output_metadata})"
