@@ -29,12 +29,16 @@ F8_MAX = 448.0
 
 
 def np_expand(s, shape):
-    """Numpy reference of block-scale broadcasting."""
-    for ax in (-2, -1):
-        block = -(-shape[ax] // s.shape[ax])
-        s = np.repeat(s, block, axis=ax)
-        s = np.take(s, np.arange(shape[ax]), axis=ax)
-    return s
+    """Numpy reference of block-scale broadcasting: element ``(i, j)`` takes the scale of its block.
+
+    A block covers ``ceil(rows / s_rows)`` rows and ``ceil(cols / s_cols)`` columns
+    (the last block may be partial), so the scale index is ``(i // block_rows, j // block_cols)``.
+    """
+    rows, cols = shape[-2], shape[-1]
+    block_rows, block_cols = -(-rows // s.shape[-2]), -(-cols // s.shape[-1])
+    i = np.arange(rows)[:, None] // block_rows
+    j = np.arange(cols)[None, :] // block_cols
+    return s[..., i, j]
 
 
 def test_quantize_static(rng):
