@@ -14,7 +14,7 @@ from lowering.types import DeviceRef
 from maxfx.graph import ops
 from maxfx.graph._weight import Weight
 from maxfx.graph.quantization import QuantizationConfig, QuantizationEncoding
-from maxfx.nn._basic import Linear
+from maxfx.nn._basic import Linear, _on
 
 __all__ = ["GPTQLinear"]
 
@@ -55,11 +55,10 @@ class GPTQLinear(Linear):
         self.perm_idx = Weight("perm_idx", DType.int32, [in_dim], cpu) if quantization_config.desc_act else None
 
     def __call__(self, x: Any) -> Any:
-        on = lambda w: w.to(self.device) if w.device != self.device else w  # noqa: E731
-        rhs = [on(self.weight)]
+        rhs = [_on(self.weight, self.device)]
         if self.perm_idx is not None:
-            perm = on(self.perm_idx)
+            perm = _on(self.perm_idx, self.device)
             x = ops.gather(x, perm, axis=-1)
             rhs.append(perm)
         out = ops.qmatmul(QuantizationEncoding.GPTQ, self.quantization_config, x, *rhs)
-        return out + on(self.bias) if self.bias is not None else out
+        return out + _on(self.bias, self.device) if self.bias is not None else out
