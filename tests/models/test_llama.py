@@ -201,6 +201,15 @@ def _copy(tmp_path, files=("config.json", "model.safetensors")):
     return d
 
 
+def _copy_with_config(tmp_path, **changes):
+    """The tiny checkpoint with ``changes`` written over its config.json entries."""
+    d = _copy(tmp_path)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(changes)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
 def test_truncated_safetensors_names_file(tmp_path):
     d = _copy(tmp_path)
     data = (d / "model.safetensors").read_bytes()
@@ -251,10 +260,7 @@ def test_truncated_gguf_names_file(tmp_path):
 
 
 def test_config_weights_shape_mismatch_names_tensor(tmp_path):
-    d = _copy(tmp_path)
-    cfg = json.loads((d / "config.json").read_text())
-    cfg["intermediate_size"] = 96
-    (d / "config.json").write_text(json.dumps(cfg))
+    d = _copy_with_config(tmp_path, intermediate_size=96)
     with pytest.raises(CheckpointMismatchError, match=r"model\.safetensors: tensor 'model\.layers\.0\.mlp\.gate_proj\.weight' has shape \[128, 64\] but .*config\.json needs \[96, 64\]"):
         load_pretrained(d)
 
@@ -271,19 +277,13 @@ def test_missing_tensor_names_it(tmp_path):
 
 
 def test_extra_layers_in_checkpoint_are_reported(tmp_path):
-    d = _copy(tmp_path)
-    cfg = json.loads((d / "config.json").read_text())
-    cfg["num_hidden_layers"] = 1
-    (d / "config.json").write_text(json.dumps(cfg))
+    d = _copy_with_config(tmp_path, num_hidden_layers=1)
     with pytest.raises(CheckpointMismatchError, match=r"not part of the model.*model\.layers\.1\."):
         load_pretrained(d)
 
 
 def test_unknown_architecture(tmp_path):
-    d = _copy(tmp_path)
-    cfg = json.loads((d / "config.json").read_text())
-    cfg["model_type"] = "mamba"
-    (d / "config.json").write_text(json.dumps(cfg))
+    d = _copy_with_config(tmp_path, model_type="mamba")
     with pytest.raises(ConfigError, match=r"config\.json: unsupported architecture model_type='mamba'; supported: gpt2, llama"):
         load_pretrained(d)
 
