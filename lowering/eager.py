@@ -605,7 +605,7 @@ def realize(vars: Sequence[LazyVar]) -> None:
                 # Under an enclosing jax trace (a pending tensor captured by a jitted
                 # function) jnp ops would be staged into that trace; the leaves are
                 # concrete, so compute now and keep the tensor concrete.
-                with x64(), jax.ensure_compile_time_eval():
+                with x64(), jax.core.eval_context():
                     results = _run_plan(plan.steps, plan.n_slots, plan.leaf_slots, plan.out_slots, leaves)
             else:
                 _stats.fused_runs += 1

@@ -10,6 +10,7 @@ out-of-bounds access), no captured constants.
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
@@ -26,11 +27,23 @@ def cdiv(a, b):
     return (a + b - 1) // b
 
 
+def ds(start, n: int):
+    """``pl.ds(start, n)`` with a static ``start`` typed int32.
+
+    Interpret mode turns static starts into arrays when the enclosing program
+    is lowered; under ``jax_enable_x64`` (maxfx graphs) a Python int would then
+    be int64 next to int32 program ids, and the emulated slice rejects mixed
+    index types. An ``np.int32`` stays int32 either way (and lowers to the same
+    Triton literal).
+    """
+    return pl.ds(np.int32(start) if isinstance(start, int) else start, n)
+
+
 def _rows_idx(start, n, dp, head):
     # one indexer only: the Triton lowering rejects a ref sliced twice (ref.at[a].at[b])
     if head is None:
-        return (pl.ds(start, n), pl.ds(0, dp))
-    return (pl.ds(start, n), head, pl.ds(0, dp))
+        return (ds(start, n), ds(0, dp))
+    return (ds(start, n), head, ds(0, dp))
 
 
 def load_rows(ref, start, n: int, d: int, dp: int, row_ok=None, other=0.0, head=None):
@@ -65,7 +78,7 @@ def store_rows(ref, start, x, d: int, dp: int, row_ok=None, head=None):
 
 def load_vec(ref, start, n: int, ok=None, other=0.0, head=None):
     """``ref[start:start + n]`` of a 1-D ref (``ref[head, start:start + n]`` of a 2-D one), masked where ``ok`` is False."""
-    idx = (pl.ds(start, n),) if head is None else (head, pl.ds(start, n))
+    idx = (ds(start, n),) if head is None else (head, ds(start, n))
     if ok is None:
         return ref[idx]
     return pltriton.load(ref.at[idx], mask=ok, other=other)
@@ -73,9 +86,9 @@ def load_vec(ref, start, n: int, ok=None, other=0.0, head=None):
 
 def store_vec(ref, start, x, ok=None):
     if ok is None:
-        ref[pl.ds(start, x.shape[0])] = x
+        ref[ds(start, x.shape[0])] = x
     else:
-        pltriton.store(ref.at[pl.ds(start, x.shape[0])], x, mask=ok)
+        pltriton.store(ref.at[ds(start, x.shape[0])], x, mask=ok)
 
 
 def dot(a, b, *, trans_b: bool, precision=None):

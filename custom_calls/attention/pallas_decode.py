@@ -117,7 +117,7 @@ def _kernel(lens_ref, *refs, spec: _Spec):
             return t_.load_rows(ref, t * bk, bk, spec.d, spec.dp, key_ok)
         per_page = spec.page // bk
         page = bt_ref[b, t // per_page]
-        idx = (page, pl.ds((t % per_page) * bk, bk), pl.ds(0, spec.dp))
+        idx = (page, t_.ds((t % per_page) * bk, bk), t_.ds(0, spec.dp))
         mask = key_ok[:, None] & (jnp.arange(spec.dp) < spec.d)[None, :]
         return pltriton.load(ref.at[idx], mask=mask, other=0.0)
 
