@@ -7,7 +7,9 @@ kernels' keywords and moves data into their layouts. ``attention`` (padded
 ``[batch, seq, heads, dim]``) calls ``flash_attention``; ``ragged_attention``
 and ``paged_attention`` describe each sequence's q rows, k/v rows and first
 query position in the kernel's packed table and call
-``flash_attention_packed`` (the paged cache is gathered per layer first).
+``flash_attention_packed`` (the paged cache is gathered per layer first;
+a decode step, one query row per sequence, runs ``paged_decode_attention``
+over the layer's pages instead where a kernel runs).
 Scores and softmax are float32; ``n_heads`` is a multiple of ``n_kv_heads``
 (GQA). Sink weights, ALiBi, chunked masks and MLA's narrower values run the
 reference (the dispatch warns once where a kernel would have run).
@@ -38,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from custom_calls.attention import dispatch as att
+from custom_calls.attention.pallas_decode import DecodeConfig, page_block
 from lowering.context import bind
 from lowering.dims import Dim, StaticDim
 from lowering.ops._rules import OpError, fmt, require_tensor, same_device
@@ -429,6 +432,8 @@ def _paged_rule(q, blocks, lookup, layer, row_offsets, cache_lengths, *rest, mas
 
 
 def _paged_impl(q, blocks, lookup, layer, row_offsets, cache_lengths, *rest, mask, scale, window, present, v_dim):
+    if _decode_step(q, blocks, lookup, mask, present, v_dim):
+        return _paged_decode(q, blocks, lookup, layer, row_offsets, cache_lengths, mask=mask, scale=scale, window=window)
     opt = dict(zip(present, rest))
     k = _pool_layer(blocks, lookup, layer, 0)
     v = k[..., :v_dim] if v_dim is not None else _pool_layer(blocks, lookup, layer, 1)
@@ -444,6 +449,62 @@ def _paged_impl(q, blocks, lookup, layer, row_offsets, cache_lengths, *rest, mas
     seq = jnp.stack([offs[:-1], offs[1:] - offs[:-1], jnp.arange(b, dtype=jnp.int32) * s, kv_len, cl])
     flat = lambda x: x.reshape(b * s, *x.shape[2:])  # noqa: E731
     return _packed(q, flat(k), flat(v), seq, opt.get("sink"), max_q=q.shape[0], max_kv=s, mask=mask, scale=scale, window=window)
+
+
+# A decode step (one query row per sequence) runs the split-K paged decode kernel, which reads K/V through the
+# page table; everything else (prefill, cross attention, sinks, ALiBi, chunked masks, MLA) gathers the layer's
+# pages and runs the packed flash kernel above.
+_DECODE_MASKS = ("null", "causal", "sliding_window")
+
+
+def _decode_step(q, blocks, lookup, mask: str, present, v_dim) -> bool:
+    """Static choice of the decode kernel: ``total_tokens == batch`` and options the kernel supports.
+
+    Only where a kernel runs (GPU, ``MAXFX_PALLAS_INTERPRET=1``): on the
+    reference path the gathered packed attention is kept as is.
+    """
+    return (
+        0 < q.shape[0] == lookup.shape[0]
+        and mask in _DECODE_MASKS
+        and not present
+        and v_dim is None
+        and blocks.shape[1] == 2
+        and att.kernel_mode() is not None
+        and page_block(blocks.shape[3], DecodeConfig().block_k) > 0
+    )
+
+
+def _layer_pages(blocks, lookup, layer):
+    """K and V pages ``[n, page_size, n_kv_heads, head_dim]`` of one layer, and ``lookup`` re-addressed into them.
+
+    The pool interleaves K, V and layers inside each page, so the kernel's
+    ``[num_pages, page_size, ...]`` view of one layer is a copy: take the
+    smaller one of the layer's whole pool and the pages the table names.
+    """
+    li = layer.astype(jnp.int32).reshape(())
+    lookup = lookup.astype(jnp.int32)
+    if blocks.shape[0] <= lookup.size:
+        return blocks[:, 0, li], blocks[:, 1, li], lookup
+    ids = lookup.reshape(-1)
+    table = jnp.arange(ids.shape[0], dtype=jnp.int32).reshape(lookup.shape)
+    return blocks[ids, 0, li], blocks[ids, 1, li], table
+
+
+def _paged_decode(q, blocks, lookup, layer, row_offsets, cache_lengths, *, mask, scale, window):
+    """`paged_decode_attention` with each query row as its own one-token sequence.
+
+    Row ``i`` of sequence ``b`` sits at position ``cache_lengths[b] + i`` and
+    (causal masks) sees keys ``< cache_lengths[b] + i + 1``: exact for any row
+    offsets, and for the decode step's ``0..batch`` it is ``cache_lengths + 1``
+    (the new token is stored before attention). Padding rows see no key (zeros).
+    """
+    b, i, valid = _row_batch(row_offsets, q.shape[0])
+    offs, cl = _offsets(row_offsets), cache_lengths.astype(jnp.int32)
+    seen = offs[b + 1] - offs[b] if mask == "null" else i + 1
+    kv_len = jnp.where(valid, cl[b] + seen, 0)
+    k, v, table = _layer_pages(blocks, lookup, layer)
+    out = att.paged_decode_attention(q[:, None], _like(q, k), _like(q, v), table[b], kv_len, scale=scale, **_mask_args(mask, window))
+    return out[:, 0]
 
 
 paged_attention_p = register(OpDef("paged_attention", rule=_paged_rule, impl=_paged_impl))
