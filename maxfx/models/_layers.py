@@ -6,8 +6,10 @@
   MAX has no Q8_0 encoding, so ``ops.qmatmul`` does not take it; the product
   decodes the blocks inside the compiled program instead.
 - `PackedEmbedding`: rows of GGUF blocks (Q4_0, Q4_K, ...) decoded after the gather.
-- `attend` / `rope`: causal (grouped-query) attention over a KV cache and
-  rotary position embeddings, written with ``maxfx.functional`` ops.
+- `attend` / `rope`: causal (grouped-query) attention over a KV cache (the
+  registry ``attention`` op: the Pallas flash kernel on GPU, the jnp
+  reference elsewhere) and rotary position embeddings, written with
+  ``maxfx.functional`` ops.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from maxfx.graph import ops as _graph_ops
 __all__ = ["Conv1D", "PackedEmbedding", "Q8Embedding", "Q8Linear", "attend", "embedding", "linear", "rope"]
 
 _dequantize = F.functional(_graph_ops.dequantize)
+_attention = F.functional(_graph_ops.attention)
 
 Q8_BLOCK = 32  # values per Q8_0 block (34 bytes: float16 scale + 32 int8)
 
@@ -147,29 +150,28 @@ def rope(x: Tensor, pos: Tensor, inv_freq: np.ndarray) -> Tensor:
     return x * cos + rotated * sin
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor) -> Tensor:
-    """Causal grouped-query attention: query at position p sees keys at slots ``0 .. p``.
+def attend(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor | None = None) -> Tensor:
+    """Causal grouped-query attention through the registry ``attention`` op (the Pallas flash kernel on GPU).
 
     Args:
         q: ``[B, T, H, D]``; k, v: ``[B, S, Hkv, D]`` (slot s holds position s).
-        qpos: int ``[B or 1, T]`` positions of the queries.
+        qpos: int ``[B, T]`` positions of the queries, consecutive per row, for
+            queries against a cache (the row's query ``i`` sees slots
+            ``0 .. qpos[b, i]``); None: the queries sit at positions ``0 .. T-1``.
 
     Returns:
         ``[B, T, H * D]``. Query head h uses KV head ``h // (H / Hkv)``.
     """
-    b, t, h, d = q.shape
-    hkv, s = int(k.shape[2]), k.shape[1]
-    rep = int(h) // hkv
-    # [B, T, Hkv, rep, D] -> [B, Hkv, rep * T, D]: each KV head serves its group in one matmul.
-    qg = F.reshape(F.permute(F.reshape(q, [b, t, hkv, rep, d]), [0, 2, 3, 1, 4]), [b, hkv, -1, d])
-    scores = (qg @ F.permute(k, [0, 2, 3, 1])) * (1.0 / float(np.sqrt(int(d))))  # [B, Hkv, rep*T, S]
-    scores = F.reshape(F.cast(scores, DType.float32), [b, hkv, rep, t, s])
-    kpos = F.range(0, s, 1, out_dim=s, dtype=DType.int64, device=q.device)
-    visible = F.unsqueeze(F.unsqueeze(F.unsqueeze(qpos, -1) >= kpos, 1), 1)  # [B, 1, 1, T, S]
-    probs = F.softmax(F.where(visible, scores, float("-inf")), axis=-1)
-    probs = F.reshape(F.cast(probs, v.dtype), [b, hkv, -1, s])
-    out = F.reshape(probs @ F.permute(v, [0, 2, 1, 3]), [b, hkv, rep, t, d])  # [B, Hkv, rep, T, D]
-    return F.reshape(F.permute(out, [0, 3, 1, 2, 4]), [b, t, -1])
+    b, t = q.shape[0], q.shape[1]
+    scale = 1.0 / float(np.sqrt(int(q.shape[-1])))
+    if qpos is None:
+        out = _attention(q, k, v, mask="causal", scale=scale)
+    else:
+        # Per row: first query position and valid cache length (slots past it are stale or unwritten).
+        first = F.reshape(qpos[:, :1], [b])
+        last = F.reshape(qpos[:, -1:], [b])
+        out = _attention(q, k, v, mask="causal", scale=scale, q_offset=first, kv_length=last + 1)
+    return F.reshape(out, [b, t, -1])
 
 
 def write_cache(cache: Tensor, new: Tensor, pos: Tensor) -> Tensor:
@@ -187,10 +189,10 @@ def attention_with_cache(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, cache: A
     over all L slots (the mask hides slots after each query's position).
     """
     if cache is None:
-        return attend(q, k, v, qpos), None
+        return attend(q, k, v), None
     if isinstance(cache[0], str):
         length = cache[1]
         pad = [0, 0, 0, length - int(k.shape[1]), 0, 0, 0, 0]
-        return attend(q, k, v, qpos), (F.pad(k, pad), F.pad(v, pad))
+        return attend(q, k, v), (F.pad(k, pad), F.pad(v, pad))
     k_all, v_all = write_cache(cache[0], k, qpos), write_cache(cache[1], v, qpos)
     return attend(q, k_all, v_all, qpos), (k_all, v_all)
