@@ -548,10 +548,11 @@ class _EngineAdapter:
     def check_inputs(self, args: Sequence[Any], names: Sequence[str] | None = None) -> None:
         self._exported._check(args, names)
 
-    def __call__(self, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    def __call__(self, args: Sequence[Any], donate_buffers: bool = False) -> tuple[list[Any], list[Any]]:
+        # An exported program has no buffer inputs, so there is nothing to donate.
         return self._exported._run(args), []
 
-    def lower_text(self, args: Sequence[Any]) -> str:
+    def lower_text(self, args: Sequence[Any], donate_buffers: bool = False) -> str:
         return self._exported.stablehlo()
 
 

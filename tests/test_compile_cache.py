@@ -64,10 +64,12 @@ def _child(mode: str, cache_dir: str) -> dict:
         lc.enable_persistent_cache(cache_dir)
     net = _model()
     x = Tensor(np.linspace(-1, 1, 2 * 8 * 32, dtype=np.float32).reshape(2, 8, 32))
-    start = time.perf_counter()
+    # Process CPU time, not wall time: compiling is CPU-bound, and CPU time is not
+    # inflated when other jobs (e.g. the other pytest worker) share the cores.
+    start = time.process_time()
     compiled = net.compile(TensorType(DType.float32, ["batch", 8, 32]))
     out = compiled(x).to_numpy()
-    seconds = time.perf_counter() - start
+    seconds = time.process_time() - start
     result = {"seconds": seconds, "stats": lc.compile_stats(), "out": out.tolist()}
     if mode == "env_damage":
         # A damaged entry is a miss: the model compiles again, runs correctly and the entry is rewritten.
@@ -107,7 +109,7 @@ def test_second_process_compiles_in_at_most_20_percent(tmp_path):
         assert w["stats"]["disk_hits"] == 1
         np.testing.assert_array_equal(np.array(w["out"]), np.array(cold["out"]))
     ratio = statistics.median(w["seconds"] for w in warm) / cold["seconds"]
-    assert ratio <= 0.20, f"warm compile {[round(w['seconds'], 3) for w in warm]} s vs cold {cold['seconds']:.3f} s (ratio {ratio:.2f})"
+    assert ratio <= 0.20, f"warm compile {[round(w['seconds'], 3) for w in warm]} CPU s vs cold {cold['seconds']:.3f} s (ratio {ratio:.2f})"
 
     damaged = warm[1]["damaged"]
     assert damaged["stats"]["disk_hits"] == 1 and damaged["stats"]["compiles"] == 2, "the damaged entry was not used"
