@@ -100,6 +100,8 @@ class _ConvND(Module):
     """Shared body of `Conv1D`/`Conv2d`/`Conv3D`: one Weight ``filter`` (+ ``bias``) and an ``ops.conv*`` call."""
 
     _nd = 2
+    filter: Weight  # noqa: A003 - MAX's name; the kernel, laid out RSCF (QRSCF for 3D)
+    bias: Weight | None
 
     def _setup(self, kernel: tuple[int, ...], in_channels: int, out_channels: int, dtype: DType, num_groups: int, device: Any, has_bias: bool, permute: bool, name: str | None) -> None:
         layer = type(self).__name__

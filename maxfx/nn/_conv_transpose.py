@@ -58,6 +58,9 @@ class ConvTranspose1d(Module):
         ((1, 2), (0, 0, 1, 1), (0, 1))
     """
 
+    weight: Weight  # [in_channels, out_channels, 1, kernel_size] (MAX's transposed-conv layout)
+    bias: Weight | None
+
     def __init__(
         self,
         length: int,
