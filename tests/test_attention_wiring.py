@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from custom_calls.attention import dispatch
+from custom_calls.attention import pallas_decode as pd
 from custom_calls.attention import pallas_flash as pf
 from lowering.compile import clear_cache
 from maxfx import functional as F
@@ -134,6 +135,24 @@ def test_paged_attention_runs_the_kernel(kernel_calls, rng):
         v = np.stack([pool[pg, 1, 1, sl] for pg, sl in rows])
         want = np_attend(q[offs[i] : offs[i + 1]], k, v, cache_len[i] + np.arange(offs[i + 1] - offs[i]), n, "causal", 0.4)
         np.testing.assert_allclose(out[offs[i] : offs[i + 1]], want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("mask", ["causal", "null"])
+def test_one_query_per_row_against_a_cache_runs_the_decode_kernel(kernel_calls, monkeypatch, rng, mask):
+    """ops.attention with one query per row and cache lengths (a model's decode step) takes the split-K decode kernel."""
+    decode_calls = []
+    real = pd.decode_attention
+    monkeypatch.setattr(pd, "decode_attention", lambda *a, **kw: decode_calls.append(1) or real(*a, **kw))
+    b, s, h, hkv, d = 3, 20, 4, 2, 16
+    q = rng.normal(size=(b, 1, h, d)).astype(np.float32)
+    k, v = (rng.normal(size=(b, s, hkv, d)).astype(np.float32) for _ in range(2))
+    pos = np.array([4, 19, 0], np.int32)  # the query's position; its key was stored at that slot
+    kv_len = np.array([5, 20, 3], np.int32)  # row 2: a longer valid length than the causal bound
+    types = [TensorType(F32, list(x.shape), CPU) for x in (q, k, v)] + [TensorType(DType.int32, [b], CPU)] * 2
+    out = _run(f"decode_{mask}", types, lambda q_, k_, v_, p_, n_: ops.attention(q_, k_, v_, mask=mask, scale=0.25, q_offset=p_, kv_length=n_), q, k, v, pos, kv_len)
+    assert decode_calls and not kernel_calls, "a one-query step should use the decode kernel, not the flash kernel"
+    for i in range(b):
+        np.testing.assert_allclose(out[i], np_attend(q[i], k[i], v[i], [pos[i]], kv_len[i], mask, 0.25), rtol=2e-5, atol=2e-5)
 
 
 @pytest.mark.parametrize("interpret", [False, True], ids=["reference", "pallas_interpret"])

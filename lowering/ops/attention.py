@@ -193,9 +193,31 @@ def _attention_rule(q, k, v, *rest, mask: str, scale: float, window: int, presen
 
 def _attention_impl(q, k, v, *rest, mask, scale, window, present):
     opt = dict(zip(present, rest))
+    if _is_cache_decode(q, mask, opt):
+        return _decode_impl(q, _like(q, k), _like(q, v), opt, mask=mask, scale=scale)
     return att.flash_attention(
         q, _like(q, k), _like(q, v), scale=scale, q_offset=opt.get("q_offset", 0), kv_lens=opt.get("kv_length"), sinks=opt.get("sink"), **_mask_args(mask, window)
     )
+
+
+def _is_cache_decode(q, mask: str, opt: dict) -> bool:
+    """One query per row against a KV cache with valid lengths, with a kernel to run.
+
+    Then the split-K decode kernel (which reads the cache once, split across
+    blocks) beats the flash kernel, which tiles over queries there are none of.
+    Windows and sinks keep the flash path (the decode kernel places the query at
+    the end of its keys, which differs from ``q_offset`` once a window matters).
+    """
+    return q.shape[1] == 1 and mask in ("causal", "null") and "kv_length" in opt and "sink" not in opt and att.kernel_mode() is not None
+
+
+def _decode_impl(q, k, v, opt: dict, *, mask: str, scale: float):
+    kv_len = jnp.asarray(opt["kv_length"], jnp.int32)
+    if mask == "causal":
+        # The query at position p sees keys [0, min(p + 1, kv_length)): exactly the
+        # decode kernel's keys when its length is that bound.
+        kv_len = jnp.minimum(kv_len, jnp.asarray(opt.get("q_offset", 0), jnp.int32) + 1)
+    return att.decode_attention(q, k, v, kv_len, causal=False, scale=scale)
 
 
 attention_p = register(OpDef("attention", rule=_attention_rule, impl=_attention_impl))

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from custom_calls.attention import dispatch
+from custom_calls.attention import pallas_decode as pd
 from custom_calls.attention import pallas_flash as pf
 from lowering.compile import clear_cache
 from lowering.x64 import x64
@@ -43,15 +44,21 @@ def llama():
 
 @pytest.fixture
 def kernel_calls(monkeypatch):
-    """Returns a function that switches interpret mode on or off; the list records each kernel trace (q shape)."""
-    calls: list[tuple[int, ...]] = []
-    real = pf.flash_attention
+    """Returns a function that switches interpret mode on or off; the list records each kernel trace (kernel, q shape).
 
-    def counting(q, *args, **kwargs):
-        calls.append(tuple(q.shape))
-        return real(q, *args, **kwargs)
+    Prefill runs the flash kernel; one-token decode steps the split-K decode kernel.
+    """
+    calls: list[tuple] = []
 
-    monkeypatch.setattr(pf, "flash_attention", counting)
+    def counting(kernel, real):
+        def run(q, *args, **kwargs):
+            calls.append((kernel, tuple(q.shape)))
+            return real(q, *args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(pf, "flash_attention", counting("flash", pf.flash_attention))
+    monkeypatch.setattr(pd, "decode_attention", counting("decode", pd.decode_attention))
 
     def mode(interpret: bool) -> list:
         if interpret:
@@ -100,7 +107,7 @@ def test_forward_runs_the_pallas_kernel(llama, kernel_calls):
     calls = kernel_calls(True)
     got = _eager_forward(llama, PROMPT[:, :5])  # [2, 5]: a shape the reference run below does not use
     assert calls, "the Llama forward did not reach the Pallas flash kernel"
-    assert all(s[1:] == (5, CFG.num_attention_heads, CFG.head_dim) for s in calls)
+    assert all(kernel == "flash" and s[1:] == (5, CFG.num_attention_heads, CFG.head_dim) for kernel, s in calls)
     calls = kernel_calls(False)
     want = _eager_forward(llama, PROMPT)[:, :5]
     if dispatch.kernel_mode() is None:
@@ -112,8 +119,8 @@ def test_prefill_and_decode_run_the_pallas_kernel(llama, kernel_calls):
     calls = kernel_calls(True)
     got = _generation_logits(llama, pad=8, length=16)
     shapes = set(calls)
-    assert (2, 8, CFG.num_attention_heads, CFG.head_dim) in shapes, f"prefill did not reach the kernel: {shapes}"
-    assert (2, 1, CFG.num_attention_heads, CFG.head_dim) in shapes, f"decode did not reach the kernel: {shapes}"
+    assert ("flash", (2, 8, CFG.num_attention_heads, CFG.head_dim)) in shapes, f"prefill did not reach the flash kernel: {shapes}"
+    assert ("decode", (2, 1, CFG.num_attention_heads, CFG.head_dim)) in shapes, f"decode did not reach the decode kernel: {shapes}"
     calls = kernel_calls(False)
     want = _generation_logits(llama, pad=6, length=24)  # other padding and cache length: same logits
     if dispatch.kernel_mode() is None:
