@@ -150,6 +150,11 @@ def _scale(scale, d: int) -> float:
     return 1.0 / math.sqrt(d) if scale is None else float(scale)
 
 
+def _masks(causal, local_window_size, scale, d: int) -> dict:
+    """Validated mask and scale arguments of `_core`."""
+    return dict(causal=causal, window=window_pair(local_window_size, causal), scale=_scale(scale, d))
+
+
 def _lens(x, b: int, default: int):
     return jnp.full((b,), default, jnp.int32) if x is None else jnp.asarray(x, jnp.int32).reshape(b)
 
@@ -175,9 +180,7 @@ def attention_with_lse(
     b, sq = q.shape[:2]
     return _core(
         q, k, v,
-        causal=causal,
-        window=window_pair(local_window_size, causal),
-        scale=_scale(scale, q.shape[-1]),
+        **_masks(causal, local_window_size, scale, q.shape[-1]),
         q_len=_lens(q_lens, b, sq),
         kv_len=_lens(kv_lens, b, k.shape[1]),
         q_pos0=jnp.broadcast_to(jnp.asarray(q_offset, jnp.int32), (b,)),
@@ -274,9 +277,7 @@ def ragged_attention(
     kp, vp = ragged_to_padded(k, ko, lk), ragged_to_padded(v, ko, lk)
     o, _ = _core(
         qp, kp, vp,
-        causal=causal,
-        window=window_pair(local_window_size, causal),
-        scale=_scale(scale, q.shape[-1]),
+        **_masks(causal, local_window_size, scale, q.shape[-1]),
         q_len=q_len,
         kv_len=kv_len,
         q_pos0=kv_len - q_len,
@@ -307,9 +308,7 @@ def decode_attention(q, k_cache, v_cache, kv_lens, *, causal=True, local_window_
     kv_len = _lens(kv_lens, b, k.shape[1])
     return _core(
         q, k, v,
-        causal=causal,
-        window=window_pair(local_window_size, causal),
-        scale=_scale(scale, q.shape[-1]),
+        **_masks(causal, local_window_size, scale, q.shape[-1]),
         q_len=jnp.full((b,), sq, jnp.int32),
         kv_len=kv_len,
         q_pos0=kv_len - sq,
@@ -377,9 +376,7 @@ def packed_attention(
     qp, kp, vp = _rows_from(q, q_start, lq), _rows_from(k, kv_start, lk), _rows_from(v, kv_start, lk)
     o, _ = _core(
         qp, kp, vp,
-        causal=causal,
-        window=window_pair(local_window_size, causal),
-        scale=_scale(scale, q.shape[-1]),
+        **_masks(causal, local_window_size, scale, q.shape[-1]),
         q_len=q_len,
         kv_len=kv_len,
         q_pos0=pos0,
