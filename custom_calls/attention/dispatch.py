@@ -127,6 +127,25 @@ def _run(fn: str, impl, args: tuple, kernel: Callable, reference: Callable, why:
     return lax.platform_dependent(*args, cuda=lambda *a: kernel(*a, interpret=False), default=reference)
 
 
+def _checked(fn: str, q, k, v, rank: int):
+    """``q, k, v`` as arrays, validated by `pf.check_inputs`."""
+    q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
+    pf.check_inputs(fn, q, k, v, rank)
+    return q, k, v
+
+
+def _paths(kernel_fn: Callable, reference_fn: Callable, config, **common) -> tuple[Callable, Callable]:
+    """The ``kernel`` / ``reference`` pair of `_run`: both get the same positional and keyword arguments."""
+
+    def kernel(*args, interpret):
+        return kernel_fn(*args, **common, config=config, interpret=interpret)
+
+    def reference(*args):
+        return reference_fn(*args, **common)
+
+    return kernel, reference
+
+
 def flash_attention(
     q: Any,
     k: Any,
@@ -231,8 +250,7 @@ def flash_attention_ragged(
     Returns:
         ``[total_q, Hq, D]``; rows outside ``[off[0], off[-1])`` are zero.
     """
-    q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
-    pf.check_inputs("flash_attention_ragged", q, k, v, 3)
+    q, k, v = _checked("flash_attention_ragged", q, k, v, 3)
     ref.window_pair(local_window_size, causal)
     qo = jnp.asarray(input_row_offsets, jnp.int32)
     ko = qo if kv_row_offsets is None else jnp.asarray(kv_row_offsets, jnp.int32)
@@ -291,20 +309,14 @@ def decode_attention(
     Returns:
         ``[B, Sq, Hq, D]`` in ``q``'s dtype.
     """
-    q, k, v = jnp.asarray(q), jnp.asarray(k_cache), jnp.asarray(v_cache)
-    pf.check_inputs("decode_attention", q, k, v, 4)
+    q, k, v = _checked("decode_attention", q, k_cache, v_cache, 4)
     if k.shape[0] != q.shape[0]:
         raise ValueError(f"k_cache: decode_attention batch ({k.shape[0]}) differs from q's ({q.shape[0]})")
     ref.window_pair(local_window_size, causal)
     lens = _check_lens("decode_attention", kv_lens, q.shape[0])
-    common = dict(causal=causal, local_window_size=local_window_size, scale=scale)
-
-    def kernel(q, k, v, lens, interpret):
-        return pd.decode_attention(q, k, v, lens, **common, config=config, interpret=interpret)
-
-    def reference(q, k, v, lens):
-        return ref.decode_attention(q, k, v, lens, **common)
-
+    kernel, reference = _paths(
+        pd.decode_attention, ref.decode_attention, config, causal=causal, local_window_size=local_window_size, scale=scale
+    )
     return _run("decode_attention", impl, (q, k, v, lens), kernel, reference, _fallback_reason(q, k))
 
 
@@ -332,24 +344,19 @@ def paged_decode_attention(
         Other arguments as in `decode_attention`. The kernel needs
         ``page_size % 16 == 0`` (else the reference, with a one-time warning).
     """
-    q, k, v = jnp.asarray(q), jnp.asarray(k_pages), jnp.asarray(v_pages)
-    pf.check_inputs("paged_decode_attention", q, k, v, 4)
+    q, k, v = _checked("paged_decode_attention", q, k_pages, v_pages, 4)
     ref.window_pair(local_window_size, causal)
     bt = jnp.asarray(block_table, jnp.int32)
     if bt.ndim != 2 or bt.shape[0] != q.shape[0]:
         raise ValueError(f"block_table: paged_decode_attention expects int [{q.shape[0]}, max_pages], got {list(bt.shape)}")
     lens = _check_lens("paged_decode_attention", kv_lens, q.shape[0])
-    common = dict(causal=causal, local_window_size=local_window_size, scale=scale)
     why = _fallback_reason(q, k)
     if why is None and not pd.page_block(k.shape[1], (config or pd.DecodeConfig()).block_k):
         why = f"page_size {k.shape[1]} is not a multiple of 16"
-
-    def kernel(q, k, v, bt, lens, interpret):
-        return pd.paged_decode_attention(q, k, v, bt, lens, **common, config=config, interpret=interpret)
-
-    def reference(q, k, v, bt, lens):
-        return ref.paged_decode_attention(q, k, v, bt, lens, **common)
-
+    kernel, reference = _paths(
+        pd.paged_decode_attention, ref.paged_decode_attention, config,
+        causal=causal, local_window_size=local_window_size, scale=scale,
+    )
     return _run("paged_decode_attention", impl, (q, k, v, bt, lens), kernel, reference, why)
 
 
