@@ -46,17 +46,23 @@ def _rows_idx(start, n, dp, head):
     return (ds(start, n), head, ds(0, dp))
 
 
+def rows_mask(d: int, dp: int, row_ok=None):
+    """Mask of a ``[n, Dp]`` row tile: columns ``< d`` and rows where ``row_ok`` holds (None when all are real)."""
+    mask = None
+    if d != dp:
+        mask = (jnp.arange(dp) < d)[None, :]
+    if row_ok is not None:
+        mask = row_ok[:, None] if mask is None else mask & row_ok[:, None]
+    return mask
+
+
 def load_rows(ref, start, n: int, d: int, dp: int, row_ok=None, other=0.0, head=None):
     """Rows ``[start, start + n)`` of a ``[T, Dp]`` ref (``[T, G, Dp]`` with ``head``).
 
     Columns ``>= d`` and rows where ``row_ok`` is False read ``other``.
     """
     idx = _rows_idx(start, n, dp, head)
-    mask = None
-    if d != dp:
-        mask = (jnp.arange(dp) < d)[None, :]
-    if row_ok is not None:
-        mask = row_ok[:, None] if mask is None else mask & row_ok[:, None]
+    mask = rows_mask(d, dp, row_ok)
     if mask is None:
         return ref[idx]
     return pltriton.load(ref.at[idx], mask=mask, other=other)
@@ -65,11 +71,7 @@ def load_rows(ref, start, n: int, d: int, dp: int, row_ok=None, other=0.0, head=
 def store_rows(ref, start, x, d: int, dp: int, row_ok=None, head=None):
     """Store ``x [n, Dp]`` at rows ``[start, start + n)`` (masked like `load_rows`)."""
     idx = _rows_idx(start, x.shape[0], dp, head)
-    mask = None
-    if d != dp:
-        mask = (jnp.arange(dp) < d)[None, :]
-    if row_ok is not None:
-        mask = row_ok[:, None] if mask is None else mask & row_ok[:, None]
+    mask = rows_mask(d, dp, row_ok)
     if mask is None:
         ref[idx] = x
     else:
