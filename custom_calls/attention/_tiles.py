@@ -120,6 +120,43 @@ def visible(qpos, kpos, causal: bool, window, *, transposed: bool = False):
     return ok
 
 
+def mask_scores(s, qpos, kpos, causal: bool, window, key_ok=None, *, transposed: bool = False):
+    """``s`` with the scores of keys that `visible` (or ``key_ok``, a per-key mask of untransposed scores) rules out at ``-inf``."""
+    ok = visible(qpos, kpos, causal, window, transposed=transposed)
+    if key_ok is not None:
+        ok = key_ok[None, :] if ok is None else ok & key_ok[None, :]
+    return s if ok is None else jnp.where(ok, s, NEG_INF)
+
+
+def softmax_init(n: int, dp: int):
+    """Online-softmax carry ``(acc [n, Dp], m [n], l [n])`` of ``n`` rows that have seen no key yet."""
+    return jnp.zeros((n, dp), jnp.float32), jnp.full((n,), NEG_INF, jnp.float32), jnp.zeros((n,), jnp.float32)
+
+
+def softmax_step(carry, s, v, *, masked: bool, precision=None):
+    """Fold one KV tile (base-2 scores ``s [n, bk]``, values ``v [bk, Dp]``) into the online-softmax carry.
+
+    ``masked``: a row of ``s`` may be all ``-inf``; its max is then taken as 0
+    so that ``exp2`` gives zeros instead of NaN.
+    """
+    acc, m, l = carry
+    m_new = jnp.maximum(m, jnp.max(s, axis=1))
+    m_use = jnp.where(m_new == NEG_INF, 0.0, m_new) if masked else m_new
+    p = jnp.exp2(s - m_use[:, None])
+    alpha = jnp.exp2(m - m_use)
+    l = l * alpha + jnp.sum(p, axis=1)
+    acc = acc * alpha[:, None] + dot(p.astype(v.dtype), v, trans_b=False, precision=precision)
+    return acc, m_new, l
+
+
+def softmax_finish(carry, empty_lse: float):
+    """``(o, lse)`` of a finished carry: the normalized output and base-2 logsumexp (``empty_lse`` where a row saw no key)."""
+    acc, m, l = carry
+    empty = l == 0.0
+    l_safe = jnp.where(empty, 1.0, l)
+    return acc / l_safe[:, None], jnp.where(empty, empty_lse, m + jnp.log2(l_safe))
+
+
 def _right(causal: bool, window):
     if causal:
         return 0

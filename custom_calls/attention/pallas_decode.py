@@ -118,37 +118,19 @@ def _kernel(lens_ref, *refs, spec: _Spec):
         per_page = spec.page // bk
         page = bt_ref[b, t // per_page]
         idx = (page, t_.ds((t % per_page) * bk, bk), t_.ds(0, spec.dp))
-        mask = key_ok[:, None] & (jnp.arange(spec.dp) < spec.d)[None, :]
-        return pltriton.load(ref.at[idx], mask=mask, other=0.0)
+        return pltriton.load(ref.at[idx], mask=t_.rows_mask(spec.d, spec.dp, key_ok), other=0.0)
 
     def body(t, carry):
-        acc, m, l = carry
         kpos = t * bk + jnp.arange(bk)
         key_ok = (kpos >= lo_key) & (kpos < hi_key)
         k = load(k_ref, t, key_ok)
         v = load(v_ref, t, key_ok)
         sc = t_.dot(q, k, trans_b=True, precision=prec) * c
-        ok = t_.visible(qpos, kpos, spec.causal, spec.window)
-        ok = key_ok[None, :] if ok is None else ok & key_ok[None, :]
-        sc = jnp.where(ok, sc, t_.NEG_INF)
-        m_new = jnp.maximum(m, jnp.max(sc, axis=1))
-        m_use = jnp.where(m_new == t_.NEG_INF, 0.0, m_new)
-        p = jnp.exp2(sc - m_use[:, None])
-        alpha = jnp.exp2(m - m_use)
-        l = l * alpha + jnp.sum(p, axis=1)
-        acc = acc * alpha[:, None] + t_.dot(p.astype(v.dtype), v, trans_b=False, precision=prec)
-        return acc, m_new, l
+        sc = t_.mask_scores(sc, qpos, kpos, spec.causal, spec.window, key_ok)
+        return t_.softmax_step(carry, sc, v, masked=True, precision=prec)
 
-    carry = (
-        jnp.zeros((spec.rp, spec.dp), jnp.float32),
-        jnp.full((spec.rp,), t_.NEG_INF, jnp.float32),
-        jnp.zeros((spec.rp,), jnp.float32),
-    )
-    acc, m, l = lax.fori_loop(t_lo, t_hi, body, carry)
-    empty = l == 0.0
-    l_safe = jnp.where(empty, 1.0, l)
-    o_ref[...] = acc / l_safe[:, None]
-    lse_ref[...] = jnp.where(empty, t_.NEG_INF, m + jnp.log2(l_safe))
+    carry = lax.fori_loop(t_lo, t_hi, body, t_.softmax_init(spec.rp, spec.dp))
+    o_ref[...], lse_ref[...] = t_.softmax_finish(carry, t_.NEG_INF)
 
 
 def _fold_q(q, hkv: int, rp: int, dp: int):

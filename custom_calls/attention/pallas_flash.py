@@ -148,7 +148,6 @@ def _fwd_kernel(seq_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, spec: _Spec):
     i, b = _q_tile(spec), pl.program_id(1)
     q_start, q_len, k_start, k_len, pos0 = _seq(seq_ref, b)
     r0 = i * bq
-    c = spec.scale * t_.LOG2E
 
     @pl.when(r0 < q_len)
     def _():
@@ -161,40 +160,36 @@ def _fwd_kernel(seq_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, spec: _Spec):
 
         def step(masked: bool):
             def body(t, carry):
-                acc, m, l = carry
-                kpos = t * bk + jnp.arange(bk)
-                key_ok = (kpos < k_len) if masked else None
-                k = t_.load_rows(k_ref, k_start + t * bk, bk, spec.d, spec.dp, key_ok)
-                v = t_.load_rows(v_ref, k_start + t * bk, bk, spec.d, spec.dp, key_ok)
-                s = t_.dot(q, k, trans_b=True, precision=prec) * c
-                if masked:
-                    ok = t_.visible(qpos, kpos, spec.causal, spec.window)
-                    ok = key_ok[None, :] if ok is None else ok & key_ok[None, :]
-                    s = jnp.where(ok, s, t_.NEG_INF)
-                m_new = jnp.maximum(m, jnp.max(s, axis=1))
-                m_use = jnp.where(m_new == t_.NEG_INF, 0.0, m_new) if masked else m_new
-                p = jnp.exp2(s - m_use[:, None])
-                alpha = jnp.exp2(m - m_use)
-                l = l * alpha + jnp.sum(p, axis=1)
-                acc = acc * alpha[:, None] + t_.dot(p.astype(v.dtype), v, trans_b=False, precision=prec)
-                return acc, m_new, l
+                _, v, s = _kv_tile(spec, q, qpos, k_ref, v_ref, k_start, k_len, t, bk, masked, prec)
+                return t_.softmax_step(carry, s, v, masked=masked, precision=prec)
 
             return body
 
-        carry = (
-            jnp.zeros((bq, spec.dp), jnp.float32),
-            jnp.full((bq,), t_.NEG_INF, jnp.float32),
-            jnp.zeros((bq,), jnp.float32),
-        )
-        carry = lax.fori_loop(lo, a, step(True), carry)
-        carry = lax.fori_loop(a, cc, step(False), carry)
-        acc, m, l = lax.fori_loop(cc, hi, step(True), carry)
-        empty = l == 0.0
-        l_safe = jnp.where(empty, 1.0, l)
-        o = acc / l_safe[:, None]
+        o, lse = t_.softmax_finish(_tile_loops(lo, a, cc, hi, step, t_.softmax_init(bq, spec.dp)), jnp.inf)
         t_.store_rows(o_ref, q_start + r0, o.astype(o_ref.dtype), spec.d, spec.dp, row_ok)
-        lse = jnp.where(empty, jnp.inf, m + jnp.log2(l_safe))
         t_.store_vec(lse_ref, q_start + r0, lse, row_ok)
+
+
+def _kv_tile(spec: _Spec, q, qpos, k_ref, v_ref, k_start, k_len, t, bk: int, masked: bool, prec):
+    """K/V tile ``t`` of a sequence and the base-2 scores of the query rows ``q`` (at ``qpos``) against it.
+
+    ``masked``: rows past ``k_len`` read zeros and invisible keys score ``-inf``.
+    """
+    kpos = t * bk + jnp.arange(bk)
+    key_ok = (kpos < k_len) if masked else None
+    k = t_.load_rows(k_ref, k_start + t * bk, bk, spec.d, spec.dp, key_ok)
+    v = t_.load_rows(v_ref, k_start + t * bk, bk, spec.d, spec.dp, key_ok)
+    s = t_.dot(q, k, trans_b=True, precision=prec) * (spec.scale * t_.LOG2E)
+    if masked:
+        s = t_.mask_scores(s, qpos, kpos, spec.causal, spec.window, key_ok)
+    return k, v, s
+
+
+def _tile_loops(lo, a, cc, hi, step, carry):
+    """``step(masked)`` bodies over the tiles of a `_tiles.kv_tile_range` / `q_tile_range`: only ``[a, cc)`` unmasked."""
+    carry = lax.fori_loop(lo, a, step(True), carry)
+    carry = lax.fori_loop(a, cc, step(False), carry)
+    return lax.fori_loop(cc, hi, step(True), carry)
 
 
 def _block_rows(q, k, bq: int, bk: int) -> tuple[int, int]:
@@ -263,9 +258,7 @@ def _dkdv_kernel(seq_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_re
                 delta = t_.load_vec(delta_ref, q_start + t * bq, bq, row_ok, head=g)
                 st = t_.dot(k, q, trans_b=True, precision=prec) * c  # [bk, bq]
                 if masked:
-                    ok = t_.visible(pos0 + rows, kpos, spec.causal, spec.window, transposed=True)
-                    if ok is not None:
-                        st = jnp.where(ok, st, t_.NEG_INF)
+                    st = t_.mask_scores(st, pos0 + rows, kpos, spec.causal, spec.window, transposed=True)
                 pt = jnp.exp2(st - lse[None, :])
                 dv = dv + t_.dot(pt.astype(do.dtype), do, trans_b=False, precision=prec)
                 dpt = t_.dot(v, do, trans_b=True, precision=prec)
@@ -276,9 +269,7 @@ def _dkdv_kernel(seq_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_re
             return body
 
         def head(g, carry):
-            carry = lax.fori_loop(lo, a, step(True, g), carry)
-            carry = lax.fori_loop(a, cc, step(False, g), carry)
-            return lax.fori_loop(cc, hi, step(True, g), carry)
+            return _tile_loops(lo, a, cc, hi, lambda masked: step(masked, g), carry)
 
         zeros = jnp.zeros((bk, spec.dp), jnp.float32)
         dk, dv = lax.fori_loop(0, spec.group, head, (zeros, zeros))
@@ -291,7 +282,6 @@ def _dq_kernel(seq_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref,
     i, b = _q_tile(spec), pl.program_id(1)
     q_start, q_len, k_start, k_len, pos0 = _seq(seq_ref, b)
     r0 = i * bq
-    c = spec.scale * t_.LOG2E
 
     @pl.when(r0 < q_len)
     def _():
@@ -307,15 +297,7 @@ def _dq_kernel(seq_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref,
 
         def step(masked: bool):
             def body(t, dq):
-                kpos = t * bk + jnp.arange(bk)
-                key_ok = (kpos < k_len) if masked else None
-                k = t_.load_rows(k_ref, k_start + t * bk, bk, spec.d, spec.dp, key_ok)
-                v = t_.load_rows(v_ref, k_start + t * bk, bk, spec.d, spec.dp, key_ok)
-                s = t_.dot(q, k, trans_b=True, precision=prec) * c
-                if masked:
-                    ok = t_.visible(qpos, kpos, spec.causal, spec.window)
-                    ok = key_ok[None, :] if ok is None else ok & key_ok[None, :]
-                    s = jnp.where(ok, s, t_.NEG_INF)
+                k, v, s = _kv_tile(spec, q, qpos, k_ref, v_ref, k_start, k_len, t, bk, masked, prec)
                 p = jnp.exp2(s - lse[:, None])
                 dp_ = t_.dot(do, v, trans_b=True, precision=prec)
                 ds = p * (dp_ - delta[:, None])
@@ -323,10 +305,7 @@ def _dq_kernel(seq_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref,
 
             return body
 
-        dq = jnp.zeros((bq, spec.dp), jnp.float32)
-        dq = lax.fori_loop(lo, a, step(True), dq)
-        dq = lax.fori_loop(a, cc, step(False), dq)
-        dq = lax.fori_loop(cc, hi, step(True), dq)
+        dq = _tile_loops(lo, a, cc, hi, step, jnp.zeros((bq, spec.dp), jnp.float32))
         t_.store_rows(dq_ref, q_start + r0, (dq * spec.scale).astype(dq_ref.dtype), spec.d, spec.dp, row_ok)
 
 
