@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -45,8 +44,7 @@ from jax.experimental.pallas import triton as pltriton
 
 from custom_calls.attention import _tiles as t_
 from custom_calls.attention import reference as ref
-from custom_calls.attention.pallas_flash import check_inputs, unsupported_reason
-from custom_calls.attention.reference import window_pair
+from custom_calls.attention.pallas_flash import _head_fields, _HeadSpec, check_inputs, unsupported_reason
 
 __all__ = ["DecodeConfig", "decode_attention", "paged_decode_attention", "page_block", "TARGET_PROGRAMS"]
 
@@ -70,12 +68,7 @@ class DecodeConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Spec:
-    causal: bool
-    window: tuple[int, int] | None
-    scale: float
-    d: int
-    dp: int
+class _Spec(_HeadSpec):
     rows: int  # Sq * G real rows
     rp: int  # padded rows
     group: int
@@ -202,11 +195,7 @@ def _make_spec(q, hkv, *, causal, local_window_size, scale, bk, split_len, page,
     _, sq, hq, d = q.shape
     g = hq // hkv
     return _Spec(
-        causal=bool(causal),
-        window=window_pair(local_window_size, causal),
-        scale=float(1.0 / math.sqrt(d) if scale is None else scale),
-        d=d,
-        dp=max(16, t_.next_pow2(d)),
+        **_head_fields(d, causal, local_window_size, scale),
         rows=sq * g,
         rp=max(16, t_.next_pow2(sq * g)),
         group=g,

@@ -103,14 +103,31 @@ def default_config(head_dim: int) -> FlashConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Spec:
-    """Everything static about one kernel launch (hashable: custom_vjp nondiff arg)."""
+class _HeadSpec:
+    """Static mask, scale and head_dim fields of a kernel launch (flash and decode specs extend it)."""
 
     causal: bool
     window: tuple[int, int] | None
     scale: float
     d: int
-    dp: int
+    dp: int  # head_dim padded to a power of two >= 16 (the loaded tile width)
+
+
+def _head_fields(d: int, causal, local_window_size, scale) -> dict:
+    """The `_HeadSpec` fields of user arguments (validates ``local_window_size``)."""
+    return dict(
+        causal=bool(causal),
+        window=window_pair(local_window_size, causal),
+        scale=float(1.0 / math.sqrt(d) if scale is None else scale),
+        d=d,
+        dp=max(16, t_.next_pow2(d)),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec(_HeadSpec):
+    """Everything static about one kernel launch (hashable: custom_vjp nondiff arg)."""
+
     group: int
     even: bool  # every sequence fills whole tiles: no row masks
     max_q: int
@@ -452,13 +469,8 @@ def unsupported_reason(q) -> str | None:
 
 def _make_spec(q, k, *, causal, local_window_size, scale, even, max_q, max_k, config, interpret):
     d = q.shape[-1]
-    window = window_pair(local_window_size, causal)
     return _Spec(
-        causal=bool(causal),
-        window=window,
-        scale=float(1.0 / math.sqrt(d) if scale is None else scale),
-        d=d,
-        dp=max(16, t_.next_pow2(d)),
+        **_head_fields(d, causal, local_window_size, scale),
         group=q.shape[-2] // k.shape[-2],
         even=even,
         max_q=max(int(max_q), 1),
