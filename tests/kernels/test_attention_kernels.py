@@ -24,18 +24,9 @@ import pytest
 
 from custom_calls import attention as ca
 from custom_calls.attention import reference as ref
+from tests.kernels._util import HAS_GPU, cuda_module, quiet_triton, uses_pallas  # noqa: F401 - quiet_triton: autouse fixture
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _has_gpu() -> bool:
-    try:
-        return any(d.platform == "gpu" for d in jax.devices())
-    except RuntimeError:
-        return False
-
-
-HAS_GPU = _has_gpu()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -53,13 +44,6 @@ def _compile_cache():
     for k, v in old.items():
         jax.config.update(k, v)
     cc.reset_cache()
-
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*Triton backend is deprecated.*")
-        yield
 
 
 # ─── numpy oracle ─────────────────────────────────────────────────────────
@@ -283,16 +267,9 @@ def test_flash_ragged_forward_and_gradients(rng):
 
 def _lowers_for_cuda(f, *args) -> int:
     """Export ``f`` for CUDA from the CPU (abstract H100); returns the number of Triton custom calls."""
-    from jax import export
     from jax.experimental.pallas import triton as pltriton
-    from jax.sharding import AbstractDevice, AbstractMesh, AxisType, use_abstract_mesh
 
-    h100 = AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", num_cores=132, platform="gpu")
-    with use_abstract_mesh(AbstractMesh((1,), ("x",), (AxisType.Explicit,), abstract_device=h100)):
-        exp = export.export(
-            jax.jit(f), platforms=["cuda"], disabled_checks=[export.DisabledSafetyCheck.custom_call(pltriton.CUSTOM_CALL_TARGET_NAME)]
-        )(*args)
-    return exp.mlir_module().count(pltriton.CUSTOM_CALL_TARGET_NAME)
+    return cuda_module(jax.jit(f), *args).count(pltriton.CUSTOM_CALL_TARGET_NAME)
 
 
 LOWER_FLASH = [
@@ -397,17 +374,13 @@ def test_decode_triton_lowering():
 from custom_calls.attention import dispatch  # noqa: E402
 
 
-def _uses_pallas(f, *args) -> bool:
-    return "pallas_call" in str(jax.make_jaxpr(f)(*args))
-
-
 def test_dispatch_reference_without_env(monkeypatch, rng):
     monkeypatch.delenv(dispatch.ENV_INTERPRET, raising=False)
     q, kv = _rand(rng, (1, 8, 2, 16)), _rand(rng, (1, 8, 2, 16))
     if not HAS_GPU:
         assert dispatch.kernel_mode() is None
-        assert not _uses_pallas(lambda a: ca.flash_attention(a, kv, kv, causal=True), q)
-        assert not _uses_pallas(lambda a: ca.decode_attention(a[:, :1], kv, kv, jnp.array([5])), q)
+        assert not uses_pallas(lambda a: ca.flash_attention(a, kv, kv, causal=True), q)
+        assert not uses_pallas(lambda a: ca.decode_attention(a[:, :1], kv, kv, jnp.array([5])), q)
     assert _err(ca.flash_attention(q, kv, kv, causal=True), ref.attention(q, kv, kv, causal=True)) < 1e-6
 
 
@@ -419,7 +392,7 @@ def test_dispatch_env_forces_interpreted_kernels(monkeypatch, rng):
     b, sq, sk, hq, hkv, d, dt, kw = GRAD_CASES[2]
     q, k, v = _rand(rng, (b, sq, hq, d)), _rand(rng, (b, sk, hkv, d)), _rand(rng, (b, sk, hkv, d))
     f = lambda *a: ca.flash_attention(*a, config=CFG)  # noqa: E731
-    assert _uses_pallas(f, q, k, v)
+    assert uses_pallas(f, q, k, v)
     assert _err(f(q, k, v), ref.attention(q, k, v)) < 2e-5
     # ragged: whole rows through the public API
     qo = np.array([0, 20, 64])
@@ -430,7 +403,7 @@ def test_dispatch_env_forces_interpreted_kernels(monkeypatch, rng):
     qd, kc, vc = _rand(rng, (b, sq, hq, d), dt), _rand(rng, (b, t, hkv, d), dt), _rand(rng, (b, t, hkv, d), dt)
     lens = np.array(lens, np.int32)
     want = ref.decode_attention(qd, kc, vc, lens)
-    assert _uses_pallas(lambda a: ca.decode_attention(a, kc, vc, lens, config=cfg), qd)
+    assert uses_pallas(lambda a: ca.decode_attention(a, kc, vc, lens, config=cfg), qd)
     assert _err(ca.decode_attention(qd, kc, vc, lens, config=cfg), want) < TOL[dt]
     kp, vp, table = _paged(rng, kc, vc, 16)
     assert _err(ca.paged_decode_attention(qd, kp, vp, table, lens, config=cfg), want) < TOL[dt]

@@ -19,28 +19,12 @@ from custom_calls import qmatmul as cq
 from custom_calls.qmatmul import dispatch, pallas_gguf, pallas_gptq
 from custom_calls.qmatmul import reference as ref
 from custom_calls.qmatmul._pallas_core import KernelConfig
+from tests.kernels._util import HAS_GPU, cuda_module, quiet_triton, uses_pallas  # noqa: F401 - quiet_triton: autouse fixture
 from tests.test_qmatmul_reference import gguf_dequant, random_blocks, random_gptq
 
 GGUF = list(pallas_gguf.ENCODINGS)  # Q4_0, Q8_0, Q4_K, Q6_K
 # blocks per row: K = 640 for the 32-element formats (not a multiple of the 256 chunk), 768 for K-quants
 BLOCKS = {"Q4_0": 20, "Q8_0": 20, "Q4_K": 3, "Q6_K": 3}
-
-
-def _has_gpu() -> bool:
-    try:
-        return any(d.platform == "gpu" for d in jax.devices())
-    except RuntimeError:
-        return False
-
-
-HAS_GPU = _has_gpu()
-
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*Triton backend is deprecated.*")
-        yield
 
 
 def _rel(got, want) -> float:
@@ -154,17 +138,13 @@ def test_int8_kernel(rng, m):
 # ─── dispatch ─────────────────────────────────────────────────────────────
 
 
-def _uses_pallas(f, *args) -> bool:
-    return "pallas_call" in str(jax.make_jaxpr(f)(*args))
-
-
 def test_dispatch_reference_without_env(monkeypatch, rng):
     monkeypatch.delenv(dispatch.ENV_INTERPRET, raising=False)
     w = random_blocks(rng, "Q4_0", 4, 2)
     x = rng.standard_normal((2, 64)).astype(np.float32)
     if not HAS_GPU:
         assert dispatch.kernel_mode() is None
-        assert not _uses_pallas(lambda a: cq.qmatmul("Q4_0", a, w), x)
+        assert not uses_pallas(lambda a: cq.qmatmul("Q4_0", a, w), x)
 
 
 def test_dispatch_env_forces_interpreted_kernels(monkeypatch, rng):
@@ -172,7 +152,7 @@ def test_dispatch_env_forces_interpreted_kernels(monkeypatch, rng):
     assert dispatch.kernel_mode() == "interpret"
     w = random_blocks(rng, "Q8_0", 6, 8)
     x = rng.standard_normal((3, 256)).astype(np.float32)
-    assert _uses_pallas(lambda a: cq.qmatmul("Q8_0", a, w), x)
+    assert uses_pallas(lambda a: cq.qmatmul("Q8_0", a, w), x)
     np.testing.assert_allclose(np.asarray(cq.qmatmul("Q8_0", x, w)), x @ gguf_dequant("Q8_0", w).T, rtol=1e-5, atol=1e-5)
     # gradients flow to lhs through the custom_vjp (dy @ dequant(W))
     g = jax.grad(lambda a: cq.qmatmul("Q8_0", a, w).sum())(x)
@@ -181,7 +161,7 @@ def test_dispatch_env_forces_interpreted_kernels(monkeypatch, rng):
     perm = np.argsort(g_idx, kind="stable").astype(np.int32)
     xg = rng.standard_normal((2, 256)).astype(np.float32)
     packed = cq.gptq_pack(qweight, scales)
-    assert _uses_pallas(lambda a: cq.gptq_qmatmul(a, packed, perm, group_size=64), xg)
+    assert uses_pallas(lambda a: cq.gptq_qmatmul(a, packed, perm, group_size=64), xg)
     assert _rel(cq.gptq_qmatmul(xg[:, perm], packed, perm, group_size=64), xg @ wg) < 1e-5
     q = rng.integers(-128, 128, size=(8, 256)).astype(np.int8)
     s = rng.uniform(0.01, 0.02, size=8).astype(np.float32)
@@ -257,9 +237,7 @@ _LOWER_CASES = [
 @pytest.mark.parametrize("fmt, cfg", _LOWER_CASES, ids=[f"{f}-{c.mode}-bm{c.bm}" for f, c in _LOWER_CASES])
 def test_triton_lowering(fmt, cfg):
     """Export for CUDA from the CPU: catches Triton-only restrictions that interpret mode accepts."""
-    from jax import export
     from jax.experimental.pallas import triton as pltriton
-    from jax.sharding import AbstractDevice, AbstractMesh, AxisType, use_abstract_mesh
 
     from tests.bench.qmatmul_kernels import kernel_fn, make_weight
 
@@ -267,13 +245,8 @@ def test_triton_lowering(fmt, cfg):
     w = make_weight(fmt, jax.random.key(0), n, k)
     planes = [jax.ShapeDtypeStruct(p.shape, p.dtype) for p in w.planes]
     f = jax.jit(lambda x, ps: kernel_fn(fmt, cfg, False)(x, jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(w), ps)))
-    h100 = AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", num_cores=132, platform="gpu")
     for dt in (jnp.bfloat16, jnp.float32):
-        with use_abstract_mesh(AbstractMesh((1,), ("x",), (AxisType.Explicit,), abstract_device=h100)):
-            exp = export.export(
-                f, platforms=["cuda"], disabled_checks=[export.DisabledSafetyCheck.custom_call(pltriton.CUSTOM_CALL_TARGET_NAME)]
-            )(jax.ShapeDtypeStruct((cfg.bm, k), dt), planes)
-        assert pltriton.CUSTOM_CALL_TARGET_NAME in exp.mlir_module()
+        assert pltriton.CUSTOM_CALL_TARGET_NAME in cuda_module(f, jax.ShapeDtypeStruct((cfg.bm, k), dt), planes)
 
 
 # ─── benchmark script smoke run ───────────────────────────────────────────
