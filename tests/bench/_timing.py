@@ -52,3 +52,32 @@ def machine() -> dict[str, object]:
     import jax  # noqa: PLC0415
 
     return {"jax": jax.__version__, "backend": jax.default_backend(), "cpus": os.cpu_count()}
+
+
+def small_run(asked: bool, flag: str) -> tuple[bool, bool]:
+    """``(gpu, small)``: whether JAX runs on a GPU, and whether the tiny interpret-mode configuration runs
+    (asked for with ``flag``, or forced, with a note, when there is no GPU)."""
+    import jax  # noqa: PLC0415
+
+    gpu = jax.default_backend() == "gpu"
+    if not gpu and not asked:
+        print(f"no GPU: running the {flag} configuration (interpret mode)", flush=True)
+    return gpu, asked or not gpu
+
+
+def run_header() -> dict[str, object]:
+    """The ``machine`` and ``device`` entries every benchmark result starts with."""
+    import jax  # noqa: PLC0415
+
+    return {"machine": machine(), "device": str(jax.devices()[0])}
+
+
+def results_file(out: str | None, name: str, payload: dict) -> tuple[Path, Callable[[], None]]:
+    """The result path (``out`` or tests/bench/results/<name>.json, folder created) and a ``save()`` that rewrites ``payload`` there."""
+    path = Path(out) if out else RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:
+        path.write_text(json.dumps(payload, indent=2, default=str))
+
+    return path, save

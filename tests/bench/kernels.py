@@ -37,10 +37,8 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import sys
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -263,18 +261,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--out", default=None, help="JSON path (default tests/bench/results/kernels.json)")
     a = p.parse_args(argv)
-    gpu = jax.default_backend() == "gpu"
-    quick = a.quick or not gpu
-    if not gpu and not a.quick:
-        print("no GPU: running the --quick configuration (interpret mode)", flush=True)
+    gpu, quick = _timing.small_run(a.quick, "--quick")
     sweep = not a.no_sweep and not quick
-    out = {"machine": _timing.machine(), "device": str(jax.devices()[0]), "quick": quick, "prefill": [], "decode": []}
-    path = Path(a.out) if a.out else _timing.RESULTS / "kernels.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-
-    def save():
-        path.write_text(json.dumps(out, indent=2, default=str))
-
+    out = {**_timing.run_header(), "quick": quick, "prefill": [], "decode": []}
+    path, save = _timing.results_file(a.out, "kernels", out)
     key = jax.random.key(0)
     t0 = time.perf_counter()
     if quick:

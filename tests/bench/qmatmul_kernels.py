@@ -24,10 +24,8 @@ Writes tests/bench/results/qmatmul_kernels.json (git-ignored).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -239,10 +237,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--budget-s", type=float, default=0, help="skip the remaining cases after this many seconds")
     p.add_argument("--out", default=None, help="JSON path (default tests/bench/results/qmatmul_kernels.json)")
     a = p.parse_args(argv)
-    gpu = jax.default_backend() == "gpu"
-    smoke = a.smoke or not gpu
-    if not gpu and not a.smoke:
-        print("no GPU: running the --smoke configuration (interpret mode)", flush=True)
+    _, smoke = _timing.small_run(a.smoke, "--smoke")
     formats = [f for f in a.formats.split(",") if f]
     sweep = set() if a.no_sweep else set(a.sweep_formats.split(","))
     if smoke:
@@ -251,13 +246,9 @@ def main(argv: list[str] | None = None) -> dict:
         decode_shapes = [(4096, 4096), (4096, 14336), (14336, 4096)]
         prefill_shapes = [(4096, 4096), (4096, 14336)]
         m_prefill, reps, repeats = 512, a.reps, a.repeats
-    out = {"machine": _timing.machine(), "device": str(jax.devices()[0]), "smoke": smoke, "decode": [], "prefill": []}
-    path = Path(a.out) if a.out else _timing.RESULTS / "qmatmul_kernels.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    out = {**_timing.run_header(), "smoke": smoke, "decode": [], "prefill": []}
+    path, save = _timing.results_file(a.out, "qmatmul_kernels", out)
     key = jax.random.key(0)
-
-    def save():
-        path.write_text(json.dumps(out, indent=2, default=str))
 
     # Tasks in priority order (a --budget-s cut keeps the most important ones).
     tasks = []
