@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # Find a working Python 3.12: PATH first, then pyenv (see .ci/find_python312.sh).
 PYTHON312 := $(shell bash .ci/find_python312.sh)
 
-.PHONY: demo test test-all bench docs venv clean
+.PHONY: demo test test-all bench sm90-report docs venv clean
 
 $(STAMP): pyproject.toml
 	@if [ ! -x "$(PY)" ]; then \
@@ -35,8 +35,17 @@ test-all: $(STAMP)
 bench: $(STAMP)
 	@for f in tests/bench/[!_]*.py; do m=$$(echo $${f%.py} | tr / .); echo "== $$m"; $(PY) -m $$m || exit 1; done
 
+# Offline H100 compile report of every Pallas kernel (shared memory, registers, spills, wgmma), no GPU needed.
+# Triton (~1 GB) goes into its own venv so the project venv stays small.
+TRITON_VENV := .venv-triton
+sm90-report: $(STAMP)
+	@if [ ! -x "$(TRITON_VENV)/bin/python" ]; then \
+	  "$(PYTHON312)" -m venv $(TRITON_VENV) && $(TRITON_VENV)/bin/pip install --quiet triton==3.9.0 || exit 1; \
+	fi
+	$(PY) -m tests.bench.sm90_report --triton-python $(TRITON_VENV)/bin/python
+
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict -f docs/mkdocs.yml
 
 clean:
-	rm -rf $(VENV) site .pytest_cache
+	rm -rf $(VENV) $(TRITON_VENV) site .pytest_cache

@@ -134,7 +134,7 @@ class KernelConfig:
 
 
 def default_config(m: int, n_chunks: int, np_: int) -> KernelConfig:
-    """Heuristic tiling by M (tuned on H100, see docs/pages/kernels_qmatmul.md)."""
+    """Heuristic tiling by M: H100 starting points, not yet timed on a GPU (``tests/bench/qmatmul_kernels.py`` sweeps the alternatives; ``make sm90-report`` checks they compile for sm_90a, see docs/pages/kernels.md)."""
     if m == 1:
         return KernelConfig(bm=1, bn=16, mode="fma", splits=4, unroll=2, num_warps=4, num_stages=3)
     if m <= 16:
