@@ -12,7 +12,10 @@ arguments are kept compatible):
 * ``decode_attention(q, k_cache, v_cache, kv_lens, *, causal=True,
   local_window_size=None, scale=None, config=None, impl=None)``;
 * ``paged_decode_attention(q, k_pages, v_pages, block_table, kv_lens, *,
-  causal=True, local_window_size=None, scale=None, config=None, impl=None)``.
+  causal=True, local_window_size=None, scale=None, config=None, impl=None)``;
+* ``paged_decode_attention_pool(q, pool, layer, block_table, kv_lens, *, ...)``
+  on a multi-layer pool ``[num_pages, 2, num_layers, page_size, Hkv, D]``
+  (reads the layer in place: no per-layer copy).
 
 Each goes through `custom_calls.attention.dispatch`: the Pallas (Triton)
 kernels (``pallas_flash``, ``pallas_decode``) on GPU or with
@@ -35,6 +38,7 @@ from custom_calls.attention.dispatch import (
     flash_attention_ragged,
     kernel_mode,
     paged_decode_attention,
+    paged_decode_attention_pool,
 )
 from custom_calls.attention.pallas_decode import DecodeConfig
 from custom_calls.attention.pallas_flash import FlashConfig
@@ -49,5 +53,6 @@ __all__ = [
     "flash_attention_ragged",
     "kernel_mode",
     "paged_decode_attention",
+    "paged_decode_attention_pool",
     "window_pair",
 ]

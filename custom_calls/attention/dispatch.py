@@ -21,7 +21,8 @@ reason), when a kernel would otherwise run:
 
 * every function: dtype not float32/bfloat16/float16 (e.g. float64);
   head_dim > 256; empty inputs;
-* `paged_decode_attention`: ``page_size`` not a multiple of 16;
+* `paged_decode_attention` / `paged_decode_attention_pool`: ``page_size`` not
+  a multiple of 16;
 * `flash_attention` / `flash_attention_packed` extensions the kernels lack:
   ``chunk_size`` (chunked mask), ``alibi``, ``sinks``, and a ``v`` whose
   head_dim differs from ``k``'s (MLA). These are what the registry ops
@@ -55,6 +56,7 @@ __all__ = [
     "flash_attention_ragged",
     "decode_attention",
     "paged_decode_attention",
+    "paged_decode_attention_pool",
     "flash_attention_packed",
     "reset_warnings",
 ]
@@ -346,18 +348,76 @@ def paged_decode_attention(
     """
     q, k, v = _checked("paged_decode_attention", q, k_pages, v_pages, 4)
     ref.window_pair(local_window_size, causal)
-    bt = jnp.asarray(block_table, jnp.int32)
-    if bt.ndim != 2 or bt.shape[0] != q.shape[0]:
-        raise ValueError(f"block_table: paged_decode_attention expects int [{q.shape[0]}, max_pages], got {list(bt.shape)}")
+    bt = _check_block_table("paged_decode_attention", block_table, q.shape[0])
     lens = _check_lens("paged_decode_attention", kv_lens, q.shape[0])
-    why = _fallback_reason(q, k)
-    if why is None and not pd.page_block(k.shape[1], (config or pd.DecodeConfig()).block_k):
-        why = f"page_size {k.shape[1]} is not a multiple of 16"
     kernel, reference = _paths(
         pd.paged_decode_attention, ref.paged_decode_attention, config,
         causal=causal, local_window_size=local_window_size, scale=scale,
     )
+    why = _paged_reason(q, k, k.shape[1], config)
     return _run("paged_decode_attention", impl, (q, k, v, bt, lens), kernel, reference, why)
+
+
+def _paged_reason(q, k, page_size: int, config) -> str | None:
+    why = _fallback_reason(q, k)
+    if why is None and not pd.page_block(page_size, (config or pd.DecodeConfig()).block_k):
+        why = f"page_size {page_size} is not a multiple of 16"
+    return why
+
+
+def _check_block_table(fn: str, block_table, b: int):
+    bt = jnp.asarray(block_table, jnp.int32)
+    if bt.ndim != 2 or bt.shape[0] != b:
+        raise ValueError(f"block_table: {fn} expects int [{b}, max_pages], got {list(bt.shape)}")
+    return bt
+
+
+def paged_decode_attention_pool(
+    q: Any,
+    pool: Any,
+    layer: Any,
+    block_table: Any,
+    kv_lens: Any,
+    *,
+    causal: bool = True,
+    local_window_size: int | tuple[int, int] | None = None,
+    scale: float | None = None,
+    config: pd.DecodeConfig | None = None,
+    impl: str | None = None,
+) -> jax.Array:
+    """`paged_decode_attention` over layer ``layer`` of a multi-layer KV pool, without copying the layer out.
+
+    Args:
+        q: ``[B, Sq, Hq, D]``.
+        pool: ``[num_pages, 2, num_layers, page_size, Hkv, D]``: plane 0 holds
+            keys, plane 1 values (the layout of maxfx's paged KV cache).
+        layer: int scalar, may be traced (clipped into ``[0, num_layers)``).
+        block_table, kv_lens: as in `paged_decode_attention`.
+
+    Example:
+        >>> import numpy as np
+        >>> from custom_calls import attention as att
+        >>> pool = np.zeros((4, 2, 3, 16, 2, 64), np.float32)  # 4 pages, K/V, 3 layers
+        >>> q = np.ones((1, 1, 8, 64), np.float32)
+        >>> att.paged_decode_attention_pool(q, pool, 2, np.array([[3, 0]]), np.array([20])).shape
+        (1, 1, 8, 64)
+    """
+    q, pool = jnp.asarray(q), jnp.asarray(pool)
+    ref.check_pool(pool)
+    pages = jax.ShapeDtypeStruct((pool.shape[0], *pool.shape[3:]), pool.dtype)
+    pf.check_inputs("paged_decode_attention_pool", q, pages, pages, 4)
+    ref.window_pair(local_window_size, causal)
+    bt = _check_block_table("paged_decode_attention_pool", block_table, q.shape[0])
+    lens = _check_lens("paged_decode_attention_pool", kv_lens, q.shape[0])
+    layer = jnp.asarray(layer)
+    if layer.size != 1 or not jnp.issubdtype(layer.dtype, jnp.integer):
+        raise ValueError(f"layer: paged_decode_attention_pool expects an integer scalar, got {layer.dtype}{list(layer.shape)}")
+    kernel, reference = _paths(
+        pd.paged_decode_attention_pool, ref.paged_decode_attention_pool, config,
+        causal=causal, local_window_size=local_window_size, scale=scale,
+    )
+    why = _paged_reason(q, pool, pool.shape[3], config)
+    return _run("paged_decode_attention_pool", impl, (q, pool, layer, bt, lens), kernel, reference, why)
 
 
 def flash_attention_packed(

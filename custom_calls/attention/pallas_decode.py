@@ -46,7 +46,7 @@ from custom_calls.attention import _tiles as t_
 from custom_calls.attention import reference as ref
 from custom_calls.attention.pallas_flash import _head_fields, _HeadSpec, check_inputs, unsupported_reason
 
-__all__ = ["DecodeConfig", "decode_attention", "paged_decode_attention", "page_block", "TARGET_PROGRAMS"]
+__all__ = ["DecodeConfig", "decode_attention", "paged_decode_attention", "paged_decode_attention_pool", "page_block", "TARGET_PROGRAMS"]
 
 TARGET_PROGRAMS = 264  # 2 waves of 132 SMs (H100)
 
@@ -76,6 +76,7 @@ class _Spec(_HeadSpec):
     bk: int
     split_len: int  # keys per split (multiple of bk)
     page: int  # page size (0: dense cache)
+    pool: bool  # k/v refs are one [num_pages, 2, num_layers, page, Hkv, Dp] pool (plane 0 = K, 1 = V)
     interpret: bool
 
 
@@ -87,7 +88,10 @@ def page_block(page_size: int, block_k: int) -> int:
 
 
 def _kernel(lens_ref, *refs, spec: _Spec):
-    if spec.page:
+    layer_ref = None
+    if spec.pool:
+        bt_ref, layer_ref, q_ref, k_ref, v_ref, o_ref, lse_ref = refs
+    elif spec.page:
         bt_ref, q_ref, k_ref, v_ref, o_ref, lse_ref = refs
     else:
         q_ref, k_ref, v_ref, o_ref, lse_ref = refs
@@ -105,19 +109,21 @@ def _kernel(lens_ref, *refs, spec: _Spec):
     lo_key = jnp.minimum(lo_key, hi_key)
     t_lo, t_hi = lo_key // bk, t_.cdiv(hi_key, bk)
 
-    def load(ref, t, key_ok):
+    def load(ref, kv: int, t, key_ok):
         if not spec.page:
             return t_.load_rows(ref, t * bk, bk, spec.d, spec.dp, key_ok)
         per_page = spec.page // bk
         page = bt_ref[b, t // per_page]
-        idx = (page, t_.ds((t % per_page) * bk, bk), t_.ds(0, spec.dp))
+        rows = (t_.ds((t % per_page) * bk, bk), t_.ds(0, spec.dp))
+        # pool form: page, K/V plane, layer, then the [page_size, Dp] rows of this program's KV head
+        idx = (page, jnp.int32(kv), layer_ref[0], *rows) if spec.pool else (page, *rows)
         return pltriton.load(ref.at[idx], mask=t_.rows_mask(spec.d, spec.dp, key_ok), other=0.0)
 
     def body(t, carry):
         kpos = t * bk + jnp.arange(bk)
         key_ok = (kpos >= lo_key) & (kpos < hi_key)
-        k = load(k_ref, t, key_ok)
-        v = load(v_ref, t, key_ok)
+        k = load(k_ref, 0, t, key_ok)
+        v = load(v_ref, 1, t, key_ok)
         sc = t_.dot(q, k, trans_b=True, precision=prec) * c
         sc = t_.mask_scores(sc, qpos, kpos, spec.causal, spec.window, key_ok)
         return t_.softmax_step(carry, sc, v, masked=True, precision=prec)
@@ -156,12 +162,16 @@ def _splits(cfg: DecodeConfig, b: int, hkv: int, n_keys: int, bk: int) -> int:
     return max(1, min(want, tiles))
 
 
-def _run(q, k, v, lens, bt, *, spec: _Spec, splits: int, cfg: DecodeConfig):
+def _run(q, k, v, lens, bt, layer=None, *, spec: _Spec, splits: int, cfg: DecodeConfig):
     b, _, hq, _ = q.shape
     hkv = k.shape[-2]
     qf = _fold_q(q, hkv, spec.rp, spec.dp)
     rp, dp = spec.rp, spec.dp
-    if spec.page:
+    if spec.pool:  # the whole pool (any layer, K and V); the kernel indexes plane, layer and page itself
+        kv_spec = pl.BlockSpec((*k.shape[:3], spec.page, None, dp), lambda b_, h, s: (0, 0, 0, 0, h, 0))
+        extra = (bt, layer)
+        extra_specs = [pl.BlockSpec(bt.shape, lambda b_, h, s: (0, 0)), pl.BlockSpec((1,), lambda b_, h, s: (0,))]
+    elif spec.page:
         kv_spec = pl.BlockSpec((k.shape[0], spec.page, None, dp), lambda b_, h, s: (0, 0, h, 0))
         extra, extra_specs = (bt,), [pl.BlockSpec(bt.shape, lambda b_, h, s: (0, 0))]
     else:
@@ -191,7 +201,7 @@ def _run(q, k, v, lens, bt, *, spec: _Spec, splits: int, cfg: DecodeConfig):
     return _unfold_o(_merge(o_s, lse_s), q.shape).astype(q.dtype)
 
 
-def _make_spec(q, hkv, *, causal, local_window_size, scale, bk, split_len, page, interpret):
+def _make_spec(q, hkv, *, causal, local_window_size, scale, bk, split_len, page, interpret, pool=False):
     _, sq, hq, d = q.shape
     g = hq // hkv
     return _Spec(
@@ -203,23 +213,24 @@ def _make_spec(q, hkv, *, causal, local_window_size, scale, bk, split_len, page,
         bk=bk,
         split_len=split_len,
         page=page,
+        pool=pool,
         interpret=bool(interpret),
     )
 
 
-def _with_reference_vjp(kernel, reference):
-    """``kernel(q, k, v, *rest)`` made differentiable in q, k, v through ``jax.vjp(reference)``."""
+def _with_reference_vjp(kernel, reference, n_diff: int = 3):
+    """``kernel(*args)`` made differentiable in its first ``n_diff`` arguments through ``jax.vjp(reference)``."""
 
     @jax.custom_vjp
-    def f(q, k, v, *rest):
-        return kernel(q, k, v, *rest)
+    def f(*args):
+        return kernel(*args)
 
-    def fwd(q, k, v, *rest):
-        return kernel(q, k, v, *rest), (q, k, v, rest)
+    def fwd(*args):
+        return kernel(*args), args
 
-    def bwd(res, do):
-        q, k, v, rest = res
-        _, vjp = jax.vjp(lambda a, b_, c: reference(a, b_, c, *rest), q, k, v)
+    def bwd(args, do):
+        diff, rest = args[:n_diff], args[n_diff:]
+        _, vjp = jax.vjp(lambda *d: reference(*d, *rest), *diff)
         return (*vjp(do), *(None for _ in rest))
 
     f.defvjp(fwd, bwd)
@@ -269,6 +280,24 @@ def decode_attention(
     return _with_reference_vjp(kernel, reference)(q, k, v, lens)
 
 
+def _paged_launch(fn, q, num_pages: int, page: int, hkv: int, block_table, kv_lens, *, pool: bool, config, **head):
+    """Validated block table and lengths, the launch spec and split count of a paged decode call."""
+    bt = jnp.asarray(block_table, jnp.int32)
+    if bt.ndim != 2 or bt.shape[0] != q.shape[0]:
+        raise ValueError(f"block_table: {fn} needs int [batch, max_pages], got {list(bt.shape)}")
+    cfg = config or DecodeConfig()
+    bk = page_block(page, cfg.block_k)
+    if not bk:
+        raise ValueError(f"page_size: the paged decode kernel needs a multiple of 16, got {page}")
+    b, n_keys = q.shape[0], bt.shape[1] * page
+    splits = _splits(cfg, b, hkv, n_keys, bk)
+    split_len = t_.cdiv(t_.cdiv(n_keys, splits), bk) * bk
+    spec = _make_spec(q, hkv, bk=bk, split_len=split_len, page=page, pool=pool, **head)
+    lens = jnp.minimum(jnp.asarray(kv_lens, jnp.int32).reshape(b), n_keys)
+    bt = jnp.clip(bt, 0, num_pages - 1)  # never follow an out-of-pool entry
+    return spec, cfg, t_.cdiv(n_keys, split_len), lens, bt
+
+
 def paged_decode_attention(
     q, k_pages, v_pages, block_table, kv_lens, *, causal=True, local_window_size=None, scale=None,
     config: DecodeConfig | None = None, interpret=False,
@@ -285,32 +314,56 @@ def paged_decode_attention(
             or malformed shapes.
     """
     q, k, v = jnp.asarray(q), jnp.asarray(k_pages), jnp.asarray(v_pages)
-    bt = jnp.asarray(block_table, jnp.int32)
     check_inputs("paged_decode_attention", q, k, v, 4)
     _check_supported("paged_decode_attention", q)
-    if bt.ndim != 2 or bt.shape[0] != q.shape[0]:
-        raise ValueError(f"block_table: paged_decode_attention needs int [batch, max_pages], got {list(bt.shape)}")
-    cfg = config or DecodeConfig()
-    page, hkv = k.shape[1], k.shape[2]
-    bk = page_block(page, cfg.block_k)
-    if not bk:
-        raise ValueError(f"page_size: the paged decode kernel needs a multiple of 16, got {page}")
-    b, n_keys = q.shape[0], bt.shape[1] * page
-    splits = _splits(cfg, b, hkv, n_keys, bk)
-    split_len = t_.cdiv(t_.cdiv(n_keys, splits), bk) * bk
-    spec = _make_spec(
-        q, hkv, causal=causal, local_window_size=local_window_size, scale=scale,
-        bk=bk, split_len=split_len, page=page, interpret=interpret,
+    head = dict(causal=causal, local_window_size=local_window_size, scale=scale)
+    spec, cfg, splits, lens, bt = _paged_launch(
+        "paged_decode_attention", q, k.shape[0], k.shape[1], k.shape[2], block_table, kv_lens,
+        pool=False, config=config, interpret=interpret, **head,
     )
-    lens = jnp.minimum(jnp.asarray(kv_lens, jnp.int32).reshape(b), n_keys)
-    bt = jnp.clip(bt, 0, k.shape[0] - 1)  # never follow an out-of-pool entry
 
     def kernel(q, k, v, lens, bt):
-        return _run(q, k, v, lens, bt, spec=spec, splits=t_.cdiv(n_keys, split_len), cfg=cfg)
+        return _run(q, k, v, lens, bt, spec=spec, splits=splits, cfg=cfg)
 
     def reference(q, k, v, lens, bt):
-        return ref.paged_decode_attention(
-            q, k, v, bt, lens, causal=causal, local_window_size=local_window_size, scale=scale
-        )
+        return ref.paged_decode_attention(q, k, v, bt, lens, **head)
 
     return _with_reference_vjp(kernel, reference)(q, k, v, lens, bt)
+
+
+def paged_decode_attention_pool(
+    q, pool, layer, block_table, kv_lens, *, causal=True, local_window_size=None, scale=None,
+    config: DecodeConfig | None = None, interpret=False,
+):
+    """`paged_decode_attention` reading layer ``layer`` straight out of a multi-layer block pool.
+
+    A KV cache that keeps all layers in one pool
+    ``[num_pages, 2, num_layers, page_size, Hkv, D]`` (plane 0 = K, 1 = V; the
+    maxfx/MAX paged layout) would need a copy of the layer's pages to call
+    `paged_decode_attention`; this kernel indexes page, plane and layer itself,
+    so a decode step reads only the pages the block table names.
+
+    Args:
+        pool: the block pool, in ``q``'s dtype.
+        layer: int scalar (may be traced), clipped into ``[0, num_layers)``.
+        Other arguments as in `paged_decode_attention`.
+    """
+    q, pool = jnp.asarray(q), jnp.asarray(pool)
+    ref.check_pool(pool)
+    pages = jax.ShapeDtypeStruct((pool.shape[0], *pool.shape[3:]), pool.dtype)
+    check_inputs("paged_decode_attention_pool", q, pages, pages, 4)
+    _check_supported("paged_decode_attention_pool", q)
+    head = dict(causal=causal, local_window_size=local_window_size, scale=scale)
+    spec, cfg, splits, lens, bt = _paged_launch(
+        "paged_decode_attention_pool", q, pool.shape[0], pool.shape[3], pool.shape[4], block_table, kv_lens,
+        pool=True, config=config, interpret=interpret, **head,
+    )
+    layer = jnp.clip(jnp.asarray(layer, jnp.int32).reshape(1), 0, pool.shape[2] - 1)
+
+    def kernel(q, pool, lens, bt, layer):
+        return _run(q, pool, pool, lens, bt, layer, spec=spec, splits=splits, cfg=cfg)
+
+    def reference(q, pool, lens, bt, layer):
+        return ref.paged_decode_attention_pool(q, pool, layer, bt, lens, **head)
+
+    return _with_reference_vjp(kernel, reference, n_diff=2)(q, pool, lens, bt, layer)

@@ -349,6 +349,35 @@ def paged_decode_attention(
     )
 
 
+def check_pool(pool) -> None:
+    """Raise ``ValueError`` naming ``pool`` unless it is ``[num_pages, 2 (K, V), num_layers, page_size, Hkv, D]``."""
+    if len(pool.shape) != 6 or pool.shape[1] != 2:
+        raise ValueError(
+            f"pool: expected [num_pages, 2 (K, V), num_layers, page_size, n_kv_heads, head_dim], got {list(pool.shape)}"
+        )
+
+
+def pool_layer_pages(pool, layer):
+    """K and V pages ``[num_pages, page_size, Hkv, D]`` of ``layer`` in a `check_pool`-shaped pool.
+
+    ``layer`` is an int scalar (may be traced; clipped into range).
+    """
+    pool = jnp.asarray(pool)
+    check_pool(pool)
+    li = jnp.clip(jnp.asarray(layer, jnp.int32).reshape(()), 0, pool.shape[2] - 1)
+    return pool[:, 0, li], pool[:, 1, li]
+
+
+def paged_decode_attention_pool(
+    q, pool, layer, block_table, kv_lens, *, causal=True, local_window_size=None, scale=None
+):
+    """`paged_decode_attention` over layer ``layer`` of a multi-layer pool (see `pool_layer_pages`)."""
+    k_pages, v_pages = pool_layer_pages(pool, layer)
+    return paged_decode_attention(
+        q, k_pages, v_pages, block_table, kv_lens, causal=causal, local_window_size=local_window_size, scale=scale
+    )
+
+
 def packed_attention(
     q, k, v, seq, *, max_q_len: int, max_kv_len: int, causal=False, local_window_size=None, scale=None,
     chunk_size=None, alibi=False, sinks=None,

@@ -8,8 +8,8 @@ kernels' keywords and moves data into their layouts. ``attention`` (padded
 and ``paged_attention`` describe each sequence's q rows, k/v rows and first
 query position in the kernel's packed table and call
 ``flash_attention_packed`` (the paged cache is gathered per layer first;
-a decode step, one query row per sequence, runs ``paged_decode_attention``
-over the layer's pages instead where a kernel runs).
+a decode step, one query row per sequence, runs ``paged_decode_attention_pool``
+instead where a kernel runs: it reads the layer's pages in place).
 Scores and softmax are float32; ``n_heads`` is a multiple of ``n_kv_heads``
 (GQA). Sink weights, ALiBi, chunked masks and MLA's narrower values run the
 reference (the dispatch warns once where a kernel would have run).
@@ -496,37 +496,25 @@ def _decode_step(q, blocks, lookup, mask: str, present, v_dim) -> bool:
     )
 
 
-def _layer_pages(blocks, lookup, layer):
-    """K and V pages ``[n, page_size, n_kv_heads, head_dim]`` of one layer, and ``lookup`` re-addressed into them.
-
-    The pool interleaves K, V and layers inside each page, so the kernel's
-    ``[num_pages, page_size, ...]`` view of one layer is a copy: take the
-    smaller one of the layer's whole pool and the pages the table names.
-    """
-    li = layer.astype(jnp.int32).reshape(())
-    lookup = lookup.astype(jnp.int32)
-    if blocks.shape[0] <= lookup.size:
-        return blocks[:, 0, li], blocks[:, 1, li], lookup
-    ids = lookup.reshape(-1)
-    table = jnp.arange(ids.shape[0], dtype=jnp.int32).reshape(lookup.shape)
-    return blocks[ids, 0, li], blocks[ids, 1, li], table
-
-
 def _paged_decode(q, blocks, lookup, layer, row_offsets, cache_lengths, *, mask, scale, window):
-    """`paged_decode_attention` with each query row as its own one-token sequence.
+    """`paged_decode_attention_pool` with each query row as its own one-token sequence.
 
     Row ``i`` of sequence ``b`` sits at position ``cache_lengths[b] + i`` and
     (causal masks) sees keys ``< cache_lengths[b] + i + 1``: exact for any row
     offsets, and for the decode step's ``0..batch`` it is ``cache_lengths + 1``
     (the new token is stored before attention). Padding rows see no key (zeros).
+    The kernel reads the layer's pages straight out of the pool (no copy); a
+    query in another dtype than the cache is cast to the cache's dtype.
     """
     b, i, valid = _row_batch(row_offsets, q.shape[0])
     offs, cl = _offsets(row_offsets), cache_lengths.astype(jnp.int32)
     seen = offs[b + 1] - offs[b] if mask == "null" else i + 1
     kv_len = jnp.where(valid, cl[b] + seen, 0)
-    k, v, table = _layer_pages(blocks, lookup, layer)
-    out = att.paged_decode_attention(q[:, None], _like(q, k), _like(q, v), table[b], kv_len, scale=scale, **_mask_args(mask, window))
-    return out[:, 0]
+    table = lookup.astype(jnp.int32)[b]
+    out = att.paged_decode_attention_pool(
+        q[:, None].astype(blocks.dtype), blocks, layer.reshape(()), table, kv_len, scale=scale, **_mask_args(mask, window)
+    )
+    return out[:, 0].astype(q.dtype)
 
 
 paged_attention_p = register(OpDef("paged_attention", rule=_paged_rule, impl=_paged_impl))

@@ -65,6 +65,7 @@ def _cases():
     q128, q64, q256 = S((4, 4096, 16, 128), bf), S((4, 4096, 32, 64), bf), S((1, 16384, 8, 256), bf)
     qd, kc, lens = S((8, 1, 32, 128), bf), S((8, 8192, 8, 128), bf), S((8,), jnp.int32)
     pages, table = S((8 * 64, 128, 8, 128), bf), S((8, 64), jnp.int32)
+    pool, layer = S((8 * 64, 2, 16, 128, 8, 128), bf), S((), jnp.int32)  # 16 layers, K and V
     cases = {
         "flash_fwd_d128_causal": (flash(True), (q128,) * 3),
         "flash_fwd_d128": (flash(False), (q128,) * 3),
@@ -74,6 +75,9 @@ def _cases():
         "flash_bwd_d64_causal": (flash_grad(True), (q64,) * 3),
         "decode_b8_t8192": (lambda q, k, v, n: pd.decode_attention(q, k, v, n), (qd, kc, kc, lens)),
         "paged_decode_b8_t8192": (lambda q, k, v, t, n: pd.paged_decode_attention(q, k, v, t, n), (qd, pages, pages, table, lens)),
+        "paged_decode_pool_b8_t8192": (
+            lambda q, p, i, t, n: pd.paged_decode_attention_pool(q, p, i, t, n), (qd, pool, layer, table, lens)
+        ),
     }
     cases.update(_anchor_cases(q128, qd, kc))
     key = jax.random.key(0)

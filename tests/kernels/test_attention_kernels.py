@@ -343,6 +343,31 @@ def test_decode_kernel_matches_reference(rng, case):
     kp, vp, table = _paged(rng, k, v, page)
     got_p = pd.paged_decode_attention(q, kp, vp, table, lens, config=cfg, interpret=True, **kw)
     assert _err(got_p, want) < TOL[dt]
+    pool, layer = _pool(rng, kp, vp)
+    got_pool = pd.paged_decode_attention_pool(q, pool, layer, table, lens, config=cfg, interpret=True, **kw)
+    assert _err(got_pool, want) < TOL[dt]
+
+
+def _pool(rng, kp, vp, layers: int = 3, layer: int = 1):
+    """``[P, 2, layers, page, H, D]`` holding ``kp``/``vp`` at ``layer`` and random values in the other layers."""
+    noise = rng.standard_normal((kp.shape[0], 2, layers, *kp.shape[1:])).astype(np.float32)
+    pool = jnp.asarray(noise, kp.dtype).at[:, 0, layer].set(kp).at[:, 1, layer].set(vp)
+    return pool, layer
+
+
+def test_pool_decode_gradients_reach_only_the_layer_read(rng):
+    b, sq, hq, hkv, d, t, lens, _, kw, cfg = DECODE_CASES[0]
+    q, k, v = _rand(rng, (b, sq, hq, d)), _rand(rng, (b, t, hkv, d)), _rand(rng, (b, t, hkv, d))
+    kp, vp, table = _paged(rng, k, v, 16)
+    pool, layer = _pool(rng, jnp.nan_to_num(kp), jnp.nan_to_num(vp))
+    lens = np.array(lens, np.int32)
+    got = jax.grad(lambda q, p: pd.paged_decode_attention_pool(q, p, layer, table, lens, config=cfg, interpret=True).sum(), argnums=(0, 1))(q, pool)
+    gk, gv = jax.grad(lambda k, v: ref.decode_attention(q, k, v, lens).sum(), argnums=(0, 1))(k, v)
+    assert _err(got[0], jax.grad(lambda q: ref.decode_attention(q, k, v, lens).sum())(q)) < 1e-5
+    g_layer = np.asarray(got[1])[:, :, layer]  # [P, 2, page, H, D] → back to dense [B, T, H, D] through the table
+    dense = lambda x: x[table].reshape(b, -1, hkv, d)[:, :t]  # noqa: E731
+    assert _err(dense(g_layer[:, 0]), gk) < 1e-5 and _err(dense(g_layer[:, 1]), gv) < 1e-5
+    assert not np.delete(np.asarray(got[1]), layer, axis=2).any()
 
 
 def test_decode_gradients_use_the_reference(rng):
@@ -364,9 +389,13 @@ def test_decode_triton_lowering():
     f32 = jnp.float32
     assert _lowers_for_cuda(win, s((2, 3, 8, 80), f32), s((2, 1000, 2, 80), f32), s((2, 1000, 2, 80), f32), s((2,), jnp.int32)) == 1
     paged = lambda q, k, v, bt, n: pd.paged_decode_attention(q, k, v, bt, n)  # noqa: E731
+    in_pool = lambda q, p, i, bt, n: pd.paged_decode_attention_pool(q, p, i, bt, n)  # noqa: E731
     for page, dt in ((128, bf), (16, jnp.float16)):
         pool = s((600, page, 8, 128), dt)
         assert _lowers_for_cuda(paged, s((4, 1, 32, 128), dt), pool, pool, s((4, 64), jnp.int32), s((4,), jnp.int32)) == 1
+        layers = s((600, 2, 4, page, 8, 128), dt)
+        args = (s((4, 1, 32, 128), dt), layers, s((), jnp.int32), s((4, 64), jnp.int32), s((4,), jnp.int32))
+        assert _lowers_for_cuda(in_pool, *args) == 1
 
 
 # ─── dispatch ─────────────────────────────────────────────────────────────
@@ -450,6 +479,13 @@ def test_dispatch_errors_name_the_parameter(rng):
         ca.decode_attention(z[:, :1], z, z, np.array([1, 2]))
     with pytest.raises(ValueError, match="block_table"):
         ca.paged_decode_attention(z[:, :1], z, z, np.array([0, 1]), np.array([3]))
+    pool = np.zeros((3, 2, 2, 16, 4, 8), np.float32)
+    with pytest.raises(ValueError, match=r"pool: expected \[num_pages, 2 \(K, V\), num_layers"):
+        ca.paged_decode_attention_pool(z[:, :1], pool[:, :1], 0, np.array([[0]]), np.array([3]))
+    with pytest.raises(ValueError, match="layer: paged_decode_attention_pool expects an integer scalar"):
+        ca.paged_decode_attention_pool(z[:, :1], pool, 0.5, np.array([[0]]), np.array([3]))
+    with pytest.raises(ValueError, match=r"head_dim of q \(8\) and k \(4\) differ"):
+        ca.paged_decode_attention_pool(z[:, :1], pool[..., :4], 0, np.array([[0]]), np.array([3]))
     with pytest.raises(ValueError, match="impl"):
         ca.flash_attention(z, z, z, impl="cudnn")
     with pytest.raises(ValueError, match="block_q: must be a power of two"):
@@ -471,7 +507,8 @@ def _bench_quick(tmp_path, *extra):
     pre = data["prefill"][0]
     assert not pre["errors"] and pre["fwd"]["pallas_default"]["us"] > 0 and pre["fwd_rel_err_vs_xla"] < 1e-2
     dec = data["decode"][0]
-    assert not dec["errors"] and dec["impls"]["pallas_paged"]["GBps"] > 0 and dec["rel_err_vs_xla"] < 1e-2
+    assert not dec["errors"] and dec["impls"]["pallas_paged"]["GBps"] > 0 and dec["impls"]["pallas_paged_pool"]["GBps"] > 0
+    assert max(dec["rel_errs_vs_xla"].values()) < 1e-2 and {"pallas_paged", "pallas_paged_pool"} <= set(dec["rel_errs_vs_xla"])
     return pre
 
 
@@ -524,6 +561,8 @@ def test_gpu_decode_paged_and_dispatch(rng):
         assert _err(jax.jit(pd.decode_attention)(q, k, v, lens), want) < 2e-2
         kp, vp, table = _paged(rng, k, v, 128)
         assert _err(jax.jit(pd.paged_decode_attention)(q, kp, vp, table, lens), want) < 2e-2
+        pool, layer = _pool(rng, kp, vp)
+        assert _err(jax.jit(pd.paged_decode_attention_pool)(q, pool, layer, table, lens), want) < 2e-2
         f = jax.jit(lambda *a: ca.flash_attention(*a, causal=True))
         qq = jax.device_put(q.reshape(b, 1, hq, d).repeat(64, axis=1), dev)
         assert "triton" in f.lower(qq, k[:, :64], v[:, :64]).as_text()

@@ -2,8 +2,8 @@
 
 A call with one query row per sequence (``total_tokens == batch``, a static
 property of the shapes) and a mask the kernel supports runs
-``custom_calls.attention.paged_decode_attention`` over the layer's pages where a
-kernel runs (here: ``MAXFX_PALLAS_INTERPRET=1``); prefill steps keep the gathered
+``custom_calls.attention.paged_decode_attention_pool`` (reading the layer's pages
+in place, no copy) where a kernel runs (here: ``MAXFX_PALLAS_INTERPRET=1``); prefill steps keep the gathered
 packed flash kernel, and the CPU reference path is unchanged. The tests count
 the kernels' entry points and compare with the loop-based numpy attention over
 the cached rows (``tests/ops/test_attention_ops.np_attend``).
@@ -36,7 +36,7 @@ LOOKUP = np.array([[3, 0], [5, 1], [2, 4]], np.uint32)  # 3 sequences, 2 pages e
 def calls(monkeypatch):
     """Counts the traces of the paged decode kernel and the packed flash kernel (the caller sets the mode)."""
     seen: dict[str, list] = {"decode": [], "packed": []}
-    for name, mod, fn in (("decode", pd, "paged_decode_attention"), ("packed", pf, "flash_attention_packed")):
+    for name, mod, fn in (("decode", pd, "paged_decode_attention_pool"), ("packed", pf, "flash_attention_packed")):
         real = getattr(mod, fn)
 
         def counting(q, *args, _real=real, _name=name, **kwargs):
@@ -103,12 +103,12 @@ DECODE_OFFS = np.arange(4, dtype=np.uint32)
 DECODE_LENS = np.array([5, 16, 30], np.uint32)  # mid-page, first slot of page 1, last-but-one slot of the table
 
 
-@pytest.mark.parametrize("n_pages", [6, 9], ids=["layer_slice", "table_gather"])  # pool ≤ / > the table's pages
+@pytest.mark.parametrize("n_pages", [6, 9], ids=["pool_le_table", "pool_gt_table"])  # pool ≤ / > the table's pages
 @pytest.mark.parametrize("mask, window", [("causal", -1), ("sliding_window", 4), ("null", -1)])
 def test_decode_step_runs_the_paged_decode_kernel(interpret, rng, n_pages, mask, window):
     pool, q, k_new, v_new = _inputs(rng, n_pages, 3)
     out = _step(pool, q, k_new, v_new, DECODE_OFFS, DECODE_LENS, mask=mask, window=window)
-    assert interpret["decode"] == [(3, 1, H, D)], "the decode step did not reach pallas_decode.paged_decode_attention"
+    assert interpret["decode"] == [(3, 1, H, D)], "the decode step did not reach pallas_decode.paged_decode_attention_pool"
     assert not interpret["packed"]
     want = _want(pool, q, k_new, v_new, DECODE_OFFS, DECODE_LENS, mask=mask, window=window)
     np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-5)
@@ -157,3 +157,25 @@ def test_cpu_default_path_is_unchanged(monkeypatch, calls, rng):
     out = _step(pool, q, k_new, v_new, DECODE_OFFS, DECODE_LENS)
     assert not calls["decode"] and not calls["packed"]  # the jnp reference, no kernel
     np.testing.assert_allclose(out, _want(pool, q, k_new, v_new, DECODE_OFFS, DECODE_LENS), rtol=2e-5, atol=2e-5)
+
+
+def test_decode_step_reads_the_pool_in_place(monkeypatch):
+    """No per-layer copy: the kernel gets the whole pool and indexes page, K/V plane and layer itself."""
+    import re
+
+    import jax
+    import jax.numpy as jnp
+
+    from lowering.ops.attention import _paged_decode
+
+    monkeypatch.setenv(dispatch.ENV_INTERPRET, "1")
+    s = jax.ShapeDtypeStruct
+    n_pages = 9
+    args = (
+        s((3, H, D), jnp.float32), s((n_pages, 2, LAYERS, PAGE, HKV, D), jnp.float32), s(LOOKUP.shape, jnp.uint32),
+        s((), jnp.uint32), s((4,), jnp.uint32), s((3,), jnp.uint32),
+    )  # fmt: skip
+    step = lambda q, pool, lk, layer, offs, cl: _paged_decode(q, pool, lk, layer, offs, cl, mask="causal", scale=0.4, window=-1)  # noqa: E731
+    text = str(jax.make_jaxpr(step)(*args))
+    assert "pallas_call" in text
+    assert not re.search(rf"f32\[\d+,{PAGE},{HKV},{D}\]", text), "a [pages, page_size, Hkv, D] layer copy was made"
