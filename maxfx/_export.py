@@ -55,6 +55,7 @@ from lowering.compile import InputMismatchError
 from lowering.dims import StaticDim, SymbolicDim, bind_symbols
 from lowering.dtypes import DType
 from lowering.interpret import run_block
+from lowering.targets import export_checks, lowering_for
 from lowering.types import BufferType, DeviceRef, TensorType
 from lowering.x64 import x64
 
@@ -255,7 +256,13 @@ def export(
             (their own types are used); given ones may fix a symbolic dim to a size.
         weights_registry: weight values of a ``Graph``'s Weights.
         platforms: lower for these JAX platforms (``("cpu", "cuda")``); default: the
-            platform of the device the model was compiled for.
+            platform of the device the model was compiled for. ``["cuda"]``
+            gives an artifact with the Pallas (Triton) attention and
+            quantized-matmul kernels, also when exported on a machine without a
+            GPU; it needs the jaxlib version that built it (Triton modules have
+            no cross-version guarantee). A multi-platform artifact
+            (``["cpu", "cuda"]``) runs the portable jnp path on every platform:
+            JAX cannot lower a Pallas kernel inside it for the CPU.
 
     Returns:
         An `ExportedModel`: call it, ``save(path)`` or ``serialize()`` it.
@@ -279,8 +286,11 @@ def export(
     weight_specs = [jax.ShapeDtypeStruct(w.shape, w.dtype) for w in weights]
     lowering_platforms = tuple(platforms) if platforms else (_platform(source.device),)
     try:
-        with x64():
-            exported = jax.export.export(jax.jit(program), platforms=lowering_platforms)(specs, weight_specs)
+        # lowering_for: the GPU kernels are emitted for a "cuda" target even where no GPU is attached
+        with x64(), lowering_for(lowering_platforms):
+            exported = jax.export.export(
+                jax.jit(program), platforms=lowering_platforms, disabled_checks=export_checks(lowering_platforms)
+            )(specs, weight_specs)
     except jax.errors.ConcretizationTypeError as e:
         raise ValueError(f"maxfx.export({source.name!r}): the graph has data-dependent ops (output shapes depend on values), which cannot be exported: {e}") from e
     except Exception as e:
@@ -340,11 +350,18 @@ def _trees(n_inputs: int, n_weights: int, n_outputs: int) -> tuple[Any, Any]:
     return jax.tree.structure((([0] * n_inputs, [0] * n_weights), {})), jax.tree.structure((0,) * n_outputs)
 
 
+def _decode_check(text: str, where: str) -> Any:
+    """A stored disabled safety check: only the custom-call targets `lowering.targets.export_checks` writes."""
+    allowed = {str(c): c for c in export_checks(("cuda",))}
+    if text not in allowed:
+        raise ValueError(f"{where}: unsupported disabled safety check {text!r} (maxfx artifacts only disable {sorted(allowed)})")
+    return allowed[text]
+
+
 def _decode_exported(fields: Mapping[str, Any], module: bytes, n_inputs: int, where: str) -> Any:
     import jax.numpy as jnp  # noqa: PLC0415
 
-    if fields.get("disabled_safety_checks"):
-        raise ValueError(f"{where}: artifacts with disabled safety checks are not supported")
+    checks = tuple(_decode_check(c, where) for c in fields.get("disabled_safety_checks", ()))
     scope = jax.export.SymbolicScope()
 
     def aval(d: Mapping[str, Any]) -> Any:
@@ -369,7 +386,7 @@ def _decode_exported(fields: Mapping[str, Any], module: bytes, n_inputs: int, wh
             platforms=tuple(fields["platforms"]),
             ordered_effects=(),
             unordered_effects=(),
-            disabled_safety_checks=(),
+            disabled_safety_checks=checks,
             mlir_module_serialized=module,
             calling_convention_version=int(fields["calling_convention_version"]),
             module_kept_var_idx=tuple(fields["module_kept_var_idx"]),

@@ -5,7 +5,9 @@ Rule (``shared/design/PALLAS_NOTES.md`` §9, same as `custom_calls.qmatmul.dispa
 * ``impl="reference"`` / ``"pallas"`` / ``"pallas_interpret"`` force a path.
 * ``impl=None`` (default): ``MAXFX_PALLAS_INTERPRET=1`` (any value but
   ``""``/``"0"``) → the kernel in interpret mode on any backend (how CPU tests
-  exercise kernels); else, when JAX's default backend is a GPU →
+  exercise kernels); else, when JAX's default backend is a GPU or the program
+  is being lowered for CUDA (`custom_calls._target.lowering_for`, what
+  ``maxfx.export(..., platforms=[..., "cuda"])`` sets) →
   ``lax.platform_dependent`` with the Pallas (Triton) kernel for ``cuda`` and
   the reference as the default (a computation placed on the CPU of a GPU
   machine still lowers); else the reference.
@@ -44,6 +46,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from custom_calls._target import gpu_target
 from custom_calls.attention import pallas_decode as pd
 from custom_calls.attention import pallas_flash as pf
 from custom_calls.attention import reference as ref
@@ -79,7 +82,7 @@ def kernel_mode(impl: str | None = None) -> str | None:
         return "pallas"
     if os.environ.get(ENV_INTERPRET, "") not in ("", "0"):
         return "interpret"
-    return "gpu" if jax.default_backend() == "gpu" else None
+    return "gpu" if gpu_target() else None
 
 
 def reset_warnings() -> None:

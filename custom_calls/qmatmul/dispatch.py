@@ -4,7 +4,8 @@ Rule (``shared/design/PALLAS_NOTES.md`` §9):
 
 * ``MAXFX_PALLAS_INTERPRET=1`` (any value but ``""``/``"0"``): the Pallas
   kernel in interpret mode, on any backend (how CPU tests exercise kernels).
-* else, when JAX's default backend is a GPU: ``lax.platform_dependent`` with
+* else, when JAX's default backend is a GPU or the program is being lowered
+  for CUDA (`custom_calls._target.lowering_for`): ``lax.platform_dependent`` with
   the Pallas (Triton) kernel for ``cuda`` and the reference as the default, so a
   computation placed on the CPU of a GPU machine still lowers.
 * else: the reference (`custom_calls.qmatmul.reference`).
@@ -40,6 +41,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from custom_calls._target import gpu_target
 from custom_calls.qmatmul import pallas_gguf, pallas_gptq
 from custom_calls.qmatmul import reference as ref
 from custom_calls.qmatmul._pallas_core import KernelConfig, PreparedWeight
@@ -62,10 +64,10 @@ _cache: dict[tuple, tuple[tuple, PreparedWeight]] = {}
 
 
 def kernel_mode() -> str | None:
-    """``"interpret"`` (env var set), ``"gpu"`` (default backend is a GPU) or None (use the reference)."""
+    """``"interpret"`` (env var set), ``"gpu"`` (a GPU backend or a CUDA lowering target, `custom_calls._target`) or None (the reference)."""
     if os.environ.get(ENV_INTERPRET, "") not in ("", "0"):
         return "interpret"
-    return "gpu" if jax.default_backend() == "gpu" else None
+    return "gpu" if gpu_target() else None
 
 
 def _warn_once(fn: str, reason: str) -> None:

@@ -80,12 +80,35 @@ def _cases():
         ),
     }
     cases.update(_anchor_cases(q128, qd, kc))
+    cases["maxfx_export_cuda_attn_q4"] = (_maxfx_cuda_export, None)
     key = jax.random.key(0)
     for fmt in qb.FORMATS:
         w = jax.eval_shape(lambda: qb.make_weight(fmt, key, 4096, 4096))  # noqa: B023
         for m in (1, 16, 512):
             cases[f"qmatmul_{fmt}_m{m}"] = (qb.kernel_fn(fmt, None, False), (S((m, 4096), bf), w))
     return cases
+
+
+def _maxfx_cuda_export():
+    """``maxfx.export(..., platforms=["cuda"])`` of a graph (causal attention over 16 heads of 128 and a Q4_0
+    projection), traced the maxfx way (x64 on): the Triton modules a CUDA artifact built on this CPU carries."""
+    import numpy as np
+
+    import maxfx
+    from maxfx.dtype import DType
+    from maxfx.graph import DeviceRef, Graph, TensorType, ops
+    from maxfx.graph.quantization import QuantizationEncoding
+    from maxfx.nn import kernels
+    from maxfx.nn.attention import MHAMaskVariant
+
+    b, s, h, d, n = 4, 1024, 16, 128, 4096
+    cpu, bf = DeviceRef.CPU(), DType.bfloat16
+    w = np.zeros((n, h * d // 32 * 18), np.uint8)
+    with Graph("cuda_block", input_types=[TensorType(bf, [b, s, h, d], cpu)] * 3) as g:
+        q, k, v = (x.tensor for x in g.inputs)
+        o = kernels.flash_attention_gpu(q, k, v, MHAMaskVariant.CAUSAL_MASK, d**-0.5)
+        g.output(ops.qmatmul(QuantizationEncoding.Q4_0, None, ops.reshape(o, [b * s, h * d]), ops.constant(w, DType.uint8, cpu)))
+    maxfx.export(g, platforms=["cuda"])
 
 
 def _anchor_cases(q, qd, kc):
@@ -122,7 +145,8 @@ def _anchor_cases(q, qd, kc):
 def capture(out: str, only: list[str] | None = None, cases: dict | None = None) -> list[dict]:
     """Write ``<tag>_<i>_<kernel>.ttir`` (+ ``.json`` launch parameters) for every case; returns the records.
 
-    ``cases``: ``{tag: (fn, abstract args)}`` (default: the benchmark shapes of `_cases`).
+    ``cases``: ``{tag: (fn, abstract args)}``, or ``(fn, None)`` for a ``fn()`` that lowers for CUDA
+    itself (default: the benchmark shapes of `_cases`).
     """
     import warnings
 
@@ -155,7 +179,10 @@ def capture(out: str, only: list[str] | None = None, cases: dict | None = None) 
                 if only and not any(tag == o or tag.startswith(o + "_") for o in only):
                     continue
                 n0 = len(modules)
-                cuda_module(jax.jit(fn), *args)
+                if args is None:  # the case lowers for CUDA itself
+                    fn()
+                else:
+                    cuda_module(jax.jit(fn), *args)
                 for i, ((kernel, asm), launch) in enumerate(zip(modules[n0:], launches[n0:], strict=True)):
                     rec = {"case": tag, "kernel": kernel, **launch, "file": f"{tag}_{i}_{kernel}.ttir"}
                     with open(os.path.join(out, rec["file"]), "w") as f:

@@ -1,0 +1,80 @@
+"""Lowering for platforms other than the local one: a CUDA artifact built on a CPU-only machine.
+
+`lowering_for` wraps the tracing of a program that will be lowered for
+``platforms``:
+
+* the kernel dispatchers emit the Pallas (Triton) kernels when ``"cuda"`` is
+  the only target (`custom_calls._target`), also with no GPU attached; a
+  multi-platform program (``("cpu", "cuda")``) takes the portable jnp path
+  everywhere, since JAX cannot lower a Pallas call for the CPU branch;
+* with no local GPU, an abstract H100 stands in for the device the Triton
+  lowering asks about (XLA recompiles the Triton module for the real GPU when
+  the artifact is loaded there);
+* JAX's notice that its Pallas Triton backend is deprecated is silenced (it
+  names no action for users of maxfx).
+
+`export_checks` lists the ``jax.export`` safety checks such a program needs
+disabled: Triton custom calls carry no cross-version compatibility guarantee,
+so an artifact with them is tied to the jaxlib that built it.
+
+Example:
+    >>> from lowering.targets import lowering_for, export_checks
+    >>> with lowering_for(("cpu",)):
+    ...     pass
+    >>> export_checks(("cpu",))
+    []
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator, Sequence
+
+import jax
+
+from custom_calls import _target
+
+__all__ = ["lowering_for", "export_checks", "ABSTRACT_GPU"]
+
+# What the Triton lowering reads off the device: compute capability (from the kind) and SM count.
+ABSTRACT_GPU = {"device_kind": "NVIDIA H100 80GB HBM3", "num_cores": 132}
+
+
+def _has_local_gpu() -> bool:
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+@contextlib.contextmanager
+def _abstract_gpu() -> Iterator[None]:
+    from jax.sharding import AbstractDevice, AbstractMesh, AxisType, use_abstract_mesh
+
+    device = AbstractDevice(platform="gpu", **ABSTRACT_GPU)
+    with use_abstract_mesh(AbstractMesh((1,), ("_target",), (AxisType.Explicit,), abstract_device=device)):
+        yield
+
+
+@contextlib.contextmanager
+def lowering_for(platforms: Sequence[str]) -> Iterator[None]:
+    """Trace programs inside the block for lowering on ``platforms`` (JAX names: ``"cpu"``, ``"cuda"``)."""
+    platforms = tuple(platforms)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_target.lowering_for(platforms))
+        if "cuda" in platforms:
+            stack.enter_context(warnings.catch_warnings())
+            warnings.filterwarnings("ignore", message=".*Pallas Triton backend is deprecated.*")
+            if not _has_local_gpu():
+                stack.enter_context(_abstract_gpu())
+        yield
+
+
+def export_checks(platforms: Sequence[str]) -> list:
+    """``jax.export`` ``disabled_checks`` for a program lowered for ``platforms`` by `lowering_for`."""
+    if "cuda" not in tuple(platforms):
+        return []
+    from jax.experimental.pallas import triton as pltriton
+
+    return [jax.export.DisabledSafetyCheck.custom_call(pltriton.CUSTOM_CALL_TARGET_NAME)]
