@@ -47,6 +47,7 @@ from lowering.dtypes import DType
 from lowering.interpret import run_block
 from lowering.ir import Block
 from lowering.registry import get_op
+from lowering.targets import export_checks, lowering_for
 from lowering.types import BufferType
 from lowering.x64 import x64
 
@@ -228,11 +229,22 @@ class CompiledBlock:
             donate = donate_buffers and self._can_donate(args)
             return self._executable(args, donate)(*self._split(args), self.weights)
 
-    def lower_text(self, args: Sequence[Any], donate_buffers: bool = False) -> str:
-        """StableHLO text of the program for ``args`` (for inspection); ``donate_buffers`` marks the buffer inputs donated."""
+    def lower_text(self, args: Sequence[Any], donate_buffers: bool = False, platform: str | None = None) -> str:
+        """StableHLO text of the program for ``args`` (for inspection); ``donate_buffers`` marks the buffer inputs donated.
+
+        ``platform`` (a JAX platform name, e.g. ``"cuda"``): lower for that platform
+        instead of the local device, through ``jax.export`` and `lowering.targets`,
+        so a CPU-only machine shows the program a GPU would run, kernels included.
+        """
         with x64():
             args = [np.asarray(a) for a in args]
-            return self._jit(donate_buffers and bool(self._buffer_inputs)).lower(*self._split(args), self.weights).as_text()
+            jitted = self._jit(donate_buffers and bool(self._buffer_inputs))
+            if platform is None:
+                return jitted.lower(*self._split(args), self.weights).as_text()
+            (rest, buffers), weights = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), (self._split(args), self.weights))
+            with lowering_for((platform,)):
+                exported = jax.export.export(jitted, platforms=(platform,), disabled_checks=export_checks((platform,)))(rest, buffers, weights)
+            return exported.mlir_module()
 
 
 def _buffer_id(a: Any) -> int:

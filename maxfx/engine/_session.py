@@ -169,10 +169,11 @@ class Model:
                 raise TypeError(f"Model {self._name!r}: missing inputs {missing}")
         return self.execute(*args)
 
-    def _stablehlo(self, *args: Any) -> str:
+    def _stablehlo(self, *args: Any, platform: str | None = None) -> str:
+        """StableHLO of the program for ``args``; ``platform="cuda"`` lowers for a GPU (also from a CPU-only machine)."""
         from maxfx.driver._tensor import as_array  # noqa: PLC0415
 
-        return self._compiled.lower_text([as_array(a) for a in args], donate_buffers=True)
+        return self._compiled.lower_text([as_array(a) for a in args], donate_buffers=True, platform=platform)
 
     def __repr__(self) -> str:
         return f"Model({self._name!r}, inputs={self.input_metadata}, outputs={self.output_metadata})"
