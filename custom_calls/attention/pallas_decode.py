@@ -280,8 +280,12 @@ def decode_attention(
     return _with_reference_vjp(kernel, reference)(q, k, v, lens)
 
 
-def _paged_launch(fn, q, num_pages: int, page: int, hkv: int, block_table, kv_lens, *, pool: bool, config, **head):
-    """Validated block table and lengths, the launch spec and split count of a paged decode call."""
+def _paged_launch(fn, q, pages, block_table, kv_lens, *, pool: bool, config, **head):
+    """Validated inputs of a paged decode call (``pages``: the ``[num_pages, page_size, Hkv, D]`` view of
+    K and V); returns the launch spec and config, split count, lengths and clipped block table."""
+    check_inputs(fn, q, pages, pages, 4)
+    _check_supported(fn, q)
+    num_pages, page, hkv = pages.shape[:3]
     bt = jnp.asarray(block_table, jnp.int32)
     if bt.ndim != 2 or bt.shape[0] != q.shape[0]:
         raise ValueError(f"block_table: {fn} needs int [batch, max_pages], got {list(bt.shape)}")
@@ -315,11 +319,9 @@ def paged_decode_attention(
     """
     q, k, v = jnp.asarray(q), jnp.asarray(k_pages), jnp.asarray(v_pages)
     check_inputs("paged_decode_attention", q, k, v, 4)
-    _check_supported("paged_decode_attention", q)
     head = dict(causal=causal, local_window_size=local_window_size, scale=scale)
     spec, cfg, splits, lens, bt = _paged_launch(
-        "paged_decode_attention", q, k.shape[0], k.shape[1], k.shape[2], block_table, kv_lens,
-        pool=False, config=config, interpret=interpret, **head,
+        "paged_decode_attention", q, k, block_table, kv_lens, pool=False, config=config, interpret=interpret, **head
     )
 
     def kernel(q, k, v, lens, bt):
@@ -351,12 +353,9 @@ def paged_decode_attention_pool(
     q, pool = jnp.asarray(q), jnp.asarray(pool)
     ref.check_pool(pool)
     pages = jax.ShapeDtypeStruct((pool.shape[0], *pool.shape[3:]), pool.dtype)
-    check_inputs("paged_decode_attention_pool", q, pages, pages, 4)
-    _check_supported("paged_decode_attention_pool", q)
     head = dict(causal=causal, local_window_size=local_window_size, scale=scale)
     spec, cfg, splits, lens, bt = _paged_launch(
-        "paged_decode_attention_pool", q, pool.shape[0], pool.shape[3], pool.shape[4], block_table, kv_lens,
-        pool=True, config=config, interpret=interpret, **head,
+        "paged_decode_attention_pool", q, pages, block_table, kv_lens, pool=True, config=config, interpret=interpret, **head
     )
     layer = jnp.clip(jnp.asarray(layer, jnp.int32).reshape(1), 0, pool.shape[2] - 1)
 
