@@ -180,7 +180,8 @@ def kv_tile_range(qmin, qmax, kv_len, bk: int, causal: bool, window):
         lo = jnp.maximum(qmin - window[0], 0) // bk
         full_lo = cdiv(jnp.maximum(qmax - window[0], 0), bk)
     hi = jnp.maximum(hi, lo)
-    a = jnp.clip(full_lo, lo, hi)
+    # without a window every tile from the first is visible on the left: a is lo, statically (no leading masked tiles)
+    a = lo if window is None else jnp.clip(full_lo, lo, hi)
     c = jnp.clip(full_hi, a, hi)
     return lo, a, c, hi
 

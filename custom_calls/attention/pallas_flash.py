@@ -182,7 +182,7 @@ def _fwd_kernel(seq_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, spec: _Spec):
 
             return body
 
-        carry = _tile_loops(lo, a, cc, hi, step, t_.softmax_init(bq, spec.dp), leading_masked=spec.window is not None)
+        carry = _tile_loops(lo, a, cc, hi, step, t_.softmax_init(bq, spec.dp))
         o, lse = t_.softmax_finish(carry, jnp.inf)
         t_.store_rows(o_ref, q_start + r0, o.astype(o_ref.dtype), spec.d, spec.dp, row_ok)
         t_.store_vec(lse_ref, q_start + r0, lse, row_ok)
@@ -203,17 +203,17 @@ def _kv_tile(spec: _Spec, q, qpos, k_ref, v_ref, k_start, k_len, t, bk: int, mas
     return k, v, s
 
 
-def _tile_loops(lo, a, cc, hi, step, carry, *, leading_masked: bool = True):
+def _tile_loops(lo, a, cc, hi, step, carry):
     """``step(masked)`` bodies over the tiles of a `_tiles.kv_tile_range` / `q_tile_range`: only ``[a, cc)`` unmasked.
 
-    ``leading_masked=False`` states that ``lo == a`` (KV tiles without a
-    sliding window start fully visible): the leading masked loop is not
-    emitted, which saves its code and registers on GPU.
+    A range whose bounds are the same Python int (e.g. the leading masked
+    tiles of a KV range without a sliding window) emits no loop at all, which
+    saves its code and registers on GPU.
     """
-    if leading_masked:
-        carry = lax.fori_loop(lo, a, step(True), carry)
-    carry = lax.fori_loop(a, cc, step(False), carry)
-    return lax.fori_loop(cc, hi, step(True), carry)
+    for start, stop, masked in ((lo, a, True), (a, cc, False), (cc, hi, True)):
+        if not (isinstance(start, int) and isinstance(stop, int) and start == stop):
+            carry = lax.fori_loop(start, stop, step(masked), carry)
+    return carry
 
 
 def _block_rows(q, k, bq: int, bk: int) -> tuple[int, int]:
@@ -329,7 +329,7 @@ def _dq_kernel(seq_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref,
 
             return body
 
-        dq = _tile_loops(lo, a, cc, hi, step, jnp.zeros((bq, spec.dp), jnp.float32), leading_masked=spec.window is not None)
+        dq = _tile_loops(lo, a, cc, hi, step, jnp.zeros((bq, spec.dp), jnp.float32))
         t_.store_rows(dq_ref, q_start + r0, (dq * spec.scale).astype(dq_ref.dtype), spec.d, spec.dp, row_ok)
 
 
