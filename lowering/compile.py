@@ -108,6 +108,26 @@ def _is_data_dependent(block: Block) -> bool:
     return False
 
 
+def check_input_types(types: Sequence[Any], args: Sequence[Any], names: Sequence[str] | None = None) -> dict[str, int]:
+    """Check the dtype and dims of each of ``args`` against ``types`` (tensor types); returns the symbol binding.
+
+    Raises:
+        InputMismatchError: naming the input, the expected type and what was given.
+    """
+    if len(args) != len(types):
+        raise InputMismatchError(f"expected {len(types)} inputs, got {len(args)}")
+    env: dict[str, int] = {}
+    for i, (t, a) in enumerate(zip(types, args)):
+        label = f"input {i}" + (f" ({names[i]!r})" if names and names[i] else "")
+        got_dtype = DType.from_numpy(a.dtype)
+        if got_dtype is not t.dtype:
+            raise InputMismatchError(f"{label}: expected dtype {t.dtype.name}, got {got_dtype.name} (expected type {t})")
+        err = bind_symbols(t.shape, a.shape, env)
+        if err:
+            raise InputMismatchError(f"{label}: shape {list(a.shape)} does not match {t}: {err}")
+    return env
+
+
 class CompiledBlock:
     """A block ready to run on a device with bound weights.
 
@@ -143,19 +163,7 @@ class CompiledBlock:
         Raises:
             InputMismatchError: naming the input, the expected type and what was given.
         """
-        if len(args) != len(self.block.inputs):
-            raise InputMismatchError(f"expected {len(self.block.inputs)} inputs, got {len(args)}")
-        env: dict[str, int] = {}
-        for i, (v, a) in enumerate(zip(self.block.inputs, args)):
-            t = v.type
-            label = f"input {i}" + (f" ({names[i]!r})" if names and names[i] else "")
-            got_dtype = DType.from_numpy(a.dtype)
-            if got_dtype is not t.dtype:
-                raise InputMismatchError(f"{label}: expected dtype {t.dtype.name}, got {got_dtype.name} (expected type {t})")
-            err = bind_symbols(t.shape, a.shape, env)
-            if err:
-                raise InputMismatchError(f"{label}: shape {list(a.shape)} does not match {t}: {err}")
-        return env
+        return check_input_types([v.type for v in self.block.inputs], args, names)
 
     def _place(self, args: Sequence[Any]) -> list[Any]:
         return [a if isinstance(a, jax.Array) and self.device in a.devices() else jax.device_put(a, self.device) for a in args]

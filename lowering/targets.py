@@ -35,13 +35,14 @@ import jax
 
 from custom_calls import _target
 
-__all__ = ["lowering_for", "export_checks", "ABSTRACT_GPU"]
+__all__ = ["lowering_for", "export_checks", "has_local_gpu", "ABSTRACT_GPU"]
 
 # What the Triton lowering reads off the device: compute capability (from the kind) and SM count.
 ABSTRACT_GPU = {"device_kind": "NVIDIA H100 80GB HBM3", "num_cores": 132}
 
 
-def _has_local_gpu() -> bool:
+def has_local_gpu() -> bool:
+    """Whether JAX sees a GPU on this machine."""
     try:
         return bool(jax.devices("gpu"))
     except RuntimeError:
@@ -66,7 +67,7 @@ def lowering_for(platforms: Sequence[str]) -> Iterator[None]:
         if "cuda" in platforms:
             stack.enter_context(warnings.catch_warnings())
             warnings.filterwarnings("ignore", message=".*Pallas Triton backend is deprecated.*")
-            if not _has_local_gpu():
+            if not has_local_gpu():
                 stack.enter_context(_abstract_gpu())
         yield
 

@@ -51,8 +51,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from lowering.compile import InputMismatchError
-from lowering.dims import StaticDim, SymbolicDim, bind_symbols
+from lowering.compile import InputMismatchError, check_input_types
+from lowering.dims import StaticDim, SymbolicDim
 from lowering.dtypes import DType
 from lowering.interpret import run_block
 from lowering.targets import export_checks, lowering_for
@@ -448,17 +448,7 @@ class ExportedModel:
 
     # -- running ----------------------------------------------------------------
     def _check(self, arrays: Sequence[Any], names: Sequence[str] | None = None) -> None:
-        if len(arrays) != len(self.input_types):
-            raise InputMismatchError(f"expected {len(self.input_types)} inputs, got {len(arrays)}")
-        env: dict[str, int] = {}
-        for i, (t, a) in enumerate(zip(self.input_types, arrays)):
-            label = f"input {i}" + (f" ({names[i]!r})" if names and names[i] else "")
-            got = DType.from_numpy(a.dtype)
-            if got is not t.dtype:
-                raise InputMismatchError(f"{label}: expected dtype {t.dtype.name}, got {got.name} (expected type {t})")
-            err = bind_symbols(t.shape, a.shape, env)
-            if err:
-                raise InputMismatchError(f"{label}: shape {list(a.shape)} does not match {t}: {err}")
+        check_input_types(self.input_types, arrays, names)
 
     def _run(self, arrays: Sequence[Any]) -> list[Any]:
         platform = _platform(self.device.jax_device)

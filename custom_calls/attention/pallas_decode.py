@@ -280,12 +280,12 @@ def decode_attention(
     return _with_reference_vjp(kernel, reference)(q, k, v, lens)
 
 
-def _paged_launch(fn, q, pages, block_table, kv_lens, *, pool: bool, config, **head):
-    """Validated inputs of a paged decode call (``pages``: the ``[num_pages, page_size, Hkv, D]`` view of
-    K and V); returns the launch spec and config, split count, lengths and clipped block table."""
-    check_inputs(fn, q, pages, pages, 4)
+def _paged_launch(fn, q, k_pages, v_pages, block_table, kv_lens, *, pool: bool, config, **head):
+    """Validated inputs of a paged decode call (``k_pages``/``v_pages``: ``[num_pages, page_size, Hkv, D]``
+    arrays or views); returns the launch spec and config, split count, lengths and clipped block table."""
+    check_inputs(fn, q, k_pages, v_pages, 4)
     _check_supported(fn, q)
-    num_pages, page, hkv = pages.shape[:3]
+    num_pages, page, hkv = k_pages.shape[:3]
     bt = jnp.asarray(block_table, jnp.int32)
     if bt.ndim != 2 or bt.shape[0] != q.shape[0]:
         raise ValueError(f"block_table: {fn} needs int [batch, max_pages], got {list(bt.shape)}")
@@ -318,10 +318,9 @@ def paged_decode_attention(
             or malformed shapes.
     """
     q, k, v = jnp.asarray(q), jnp.asarray(k_pages), jnp.asarray(v_pages)
-    check_inputs("paged_decode_attention", q, k, v, 4)
     head = dict(causal=causal, local_window_size=local_window_size, scale=scale)
     spec, cfg, splits, lens, bt = _paged_launch(
-        "paged_decode_attention", q, k, block_table, kv_lens, pool=False, config=config, interpret=interpret, **head
+        "paged_decode_attention", q, k, v, block_table, kv_lens, pool=False, config=config, interpret=interpret, **head
     )
 
     def kernel(q, k, v, lens, bt):
@@ -355,7 +354,7 @@ def paged_decode_attention_pool(
     pages = jax.ShapeDtypeStruct((pool.shape[0], *pool.shape[3:]), pool.dtype)
     head = dict(causal=causal, local_window_size=local_window_size, scale=scale)
     spec, cfg, splits, lens, bt = _paged_launch(
-        "paged_decode_attention_pool", q, pages, block_table, kv_lens, pool=True, config=config, interpret=interpret, **head
+        "paged_decode_attention_pool", q, pages, pages, block_table, kv_lens, pool=True, config=config, interpret=interpret, **head
     )
     layer = jnp.clip(jnp.asarray(layer, jnp.int32).reshape(1), 0, pool.shape[2] - 1)
 

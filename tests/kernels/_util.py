@@ -7,15 +7,9 @@ import warnings
 import jax
 import pytest
 
+from lowering.targets import has_local_gpu
 
-def _has_gpu() -> bool:
-    try:
-        return any(d.platform == "gpu" for d in jax.devices())
-    except RuntimeError:
-        return False
-
-
-HAS_GPU = _has_gpu()
+HAS_GPU = has_local_gpu()
 
 
 @pytest.fixture(autouse=True)
@@ -31,14 +25,12 @@ def uses_pallas(f, *args) -> bool:
 
 
 def cuda_module(f, *args) -> str:
-    """MLIR text of jitted ``f`` exported for CUDA from the CPU (abstract H100; Triton custom calls allowed)."""
+    """MLIR text of jitted ``f`` exported for CUDA from the CPU (`lowering.targets`: an abstract H100 stands in
+    where no GPU is attached, Triton custom calls allowed)."""
     from jax import export
-    from jax.experimental.pallas import triton as pltriton
-    from jax.sharding import AbstractDevice, AbstractMesh, AxisType, use_abstract_mesh
 
-    h100 = AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", num_cores=132, platform="gpu")
-    with use_abstract_mesh(AbstractMesh((1,), ("x",), (AxisType.Explicit,), abstract_device=h100)):
-        exp = export.export(
-            f, platforms=["cuda"], disabled_checks=[export.DisabledSafetyCheck.custom_call(pltriton.CUSTOM_CALL_TARGET_NAME)]
-        )(*args)
+    from lowering.targets import export_checks, lowering_for
+
+    with lowering_for(("cuda",)):
+        exp = export.export(f, platforms=["cuda"], disabled_checks=export_checks(("cuda",)))(*args)
     return exp.mlir_module()
