@@ -32,6 +32,11 @@ def interleaved(candidates: dict[str, Callable[[], object]], *, repeats: int, wa
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
+def sig(x: float, digits: int = 3) -> float:
+    """Round to significant digits, so tiny interpret-mode rates stay non-zero (0.0004, not 0.0)."""
+    return float(f"{x:.{digits}g}")
+
+
 def fmt_time(seconds: float) -> str:
     if seconds < 1e-3:
         return f"{seconds * 1e6:8.1f} µs"

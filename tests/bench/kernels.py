@@ -137,14 +137,14 @@ def bench_prefill(b, s, h, d, causal, *, sweep, interpret, gpu, reps, repeats, k
             cands[n], ops_for[n] = c, ops
     prim, wall, kind = _time(cands, ops_for, repeats=repeats, gpu=gpu, reps=reps)
     result["timing"] = kind
-    result["fwd"] = {n: {"us": round(t * 1e6, 1), "TFLOPs": round(flops / t / 1e12, 1), "wall_us": round(wall[n] * 1e6, 1)}
+    result["fwd"] = {n: {"us": round(t * 1e6, 1), "TFLOPs": _timing.sig(flops / t / 1e12), "wall_us": round(wall[n] * 1e6, 1)}
                      for n, t in prim.items()}
     mine_fwd = {n: t for n, t in prim.items() if n.startswith("pallas_")}
     if mine_fwd:
         best = min(mine_fwd, key=mine_fwd.get)
         result["fwd_best"] = best
         if "cudnn" in prim:
-            result["fwd_best_vs_cudnn"] = round(prim["cudnn"] / prim[best], 3)
+            result["fwd_best_vs_cudnn"] = _timing.sig(prim["cudnn"] / prim[best])
         q, k, v = ops[0]
         result["fwd_rel_err_vs_xla"] = _rel(fwd[best](q, k, v), fwd["xla"](q, k, v))
     if not bwd:
@@ -171,10 +171,10 @@ def bench_prefill(b, s, h, d, causal, *, sweep, interpret, gpu, reps, repeats, k
     result["fwd_bwd"] = {}
     for n, t in gprim.items():
         tf = prim.get(ref_name if n == ref_name else f"pallas_{best_name}")
-        entry = {"us": round(t * 1e6, 1), "TFLOPs": round(3.5 * flops / t / 1e12, 1), "wall_us": round(gwall[n] * 1e6, 1)}
+        entry = {"us": round(t * 1e6, 1), "TFLOPs": _timing.sig(3.5 * flops / t / 1e12), "wall_us": round(gwall[n] * 1e6, 1)}
         if tf and t > tf:  # the backward alone: fwd+bwd minus the same implementation's forward
             entry["bwd_only_us"] = round((t - tf) * 1e6, 1)
-            entry["bwd_only_TFLOPs"] = round(2.5 * flops / (t - tf) / 1e12, 1)
+            entry["bwd_only_TFLOPs"] = _timing.sig(2.5 * flops / (t - tf) / 1e12)
         result["fwd_bwd"][n] = entry
     mine_bwd = {n: e for n, e in result["fwd_bwd"].items() if n.startswith("pallas_") and "bwd_only_us" in e}
     if mine_bwd and "bwd_only_us" in result["fwd_bwd"].get(ref_name, {}):
@@ -243,8 +243,8 @@ def bench_decode(b, t, hq, hkv, d, *, sweep, interpret, gpu, reps, repeats, key,
     result["impls"] = {}
     for n, tt in prim.items():
         gbps = nbytes / tt / 1e9
-        result["impls"][n] = {"us": round(tt * 1e6, 2), "GBps": round(gbps, 1), "pct_of_copy": round(100 * gbps / copy_gbps, 1),
-                              "pct_of_hbm_spec": round(100 * gbps / H100_HBM_GBPS, 1), "wall_us": round(wall[n] * 1e6, 2)}
+        result["impls"][n] = {"us": round(tt * 1e6, 2), "GBps": _timing.sig(gbps), "pct_of_copy": _timing.sig(100 * gbps / copy_gbps),
+                              "pct_of_hbm_spec": _timing.sig(100 * gbps / H100_HBM_GBPS), "wall_us": round(wall[n] * 1e6, 2)}
     mine = {n: tt for n, tt in prim.items() if n.startswith("pallas_")}
     if mine:
         best = min(mine, key=mine.get)

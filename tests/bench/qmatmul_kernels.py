@@ -207,9 +207,9 @@ def bench_case(fmt, m, n, k, configs, *, reps, repeats, interpret, key):
     result["xla_bf16_wall_us"] = round(wall["xla_bf16"] / reps * 1e6, 2)
     wbytes = wq[0].nbytes
     for name, t in times.items():
-        entry = dict(us=round(t * 1e6, 2), speedup_vs_bf16=round(t_bf16 / t, 3), weight_GBps=round(wbytes / t / 1e9, 1))
+        entry = dict(us=round(t * 1e6, 2), speedup_vs_bf16=_timing.sig(t_bf16 / t), weight_GBps=_timing.sig(wbytes / t / 1e9))
         entry["wall_us"] = round(wall[name] / reps * 1e6, 2)
-        entry["wall_speedup_vs_bf16"] = round(wall["xla_bf16"] / wall[name], 3)
+        entry["wall_speedup_vs_bf16"] = _timing.sig(wall["xla_bf16"] / wall[name])
         if dev:
             entry["span_us"] = round(dev[name][1] / reps * 1e6, 2)
         result["configs"][name].update(entry)
@@ -217,7 +217,7 @@ def bench_case(fmt, m, n, k, configs, *, reps, repeats, interpret, key):
     result["best"] = best
     result["best_speedup_vs_bf16"] = result["configs"][best]["speedup_vs_bf16"]
     result["default_speedup_vs_bf16"] = result["configs"].get("default", {}).get("speedup_vs_bf16")
-    result["bf16_weight_GBps"] = round(n * k * 2 / t_bf16 / 1e9, 1)
+    result["bf16_weight_GBps"] = _timing.sig(n * k * 2 / t_bf16 / 1e9)
     # Check the best tiling's numbers against dequantize + f32 matmul (same device).
     y = kernel_fn(fmt, None if best == "default" else configs[best], interpret)(xs[0], wq[0])
     want = jnp.dot(xs[0].astype(jnp.float32), w_deq.T, precision="highest")
