@@ -2,7 +2,7 @@
 
 The functions exported here are what ``lowering`` calls. ``qmatmul``,
 ``gptq_qmatmul`` and ``int8_qmatmul`` go through `custom_calls.qmatmul.dispatch`:
-the Pallas kernels (``pallas_gguf``: Q4_0/Q8_0/Q4_K/Q6_K, ``pallas_gptq``: GPTQ
+the Pallas kernels (``pallas_gguf``: Q4_0/Q8_0/Q4_K/Q5_K/Q6_K, ``pallas_gptq``: GPTQ
 int4 and int8 per channel) on GPU or with ``MAXFX_PALLAS_INTERPRET=1``, the
 plain-jnp reference (`custom_calls.qmatmul.reference`) elsewhere. The
 dequantisation functions are the reference.

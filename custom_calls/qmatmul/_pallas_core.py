@@ -77,7 +77,7 @@ class PreparedWeight:
     """A weight repacked once into the kernel's layout (a pytree: jit/vmap-safe).
 
     Attributes:
-        fmt: the `Format` name (``"Q4_0"``, ``"Q8_0"``, ``"Q4_K"``, ``"Q6_K"``,
+        fmt: the `Format` name (``"Q4_0"``, ``"Q8_0"``, ``"Q4_K"``, ``"Q5_K"``, ``"Q6_K"``,
             ``"GPTQ"``, ``"INT8"``).
         planes: the arrays the kernel reads, each ``[Np, cols]`` with
             ``Np = round_up(N, 128)``; see each format's ``prepare`` for the

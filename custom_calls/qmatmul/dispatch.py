@@ -14,7 +14,7 @@ Errors and fallbacks when a kernel would be used:
 
 * malformed operands (unknown encoding, rhs not whole blocks, K mismatch,
   non-float ``lhs``): ``ValueError`` naming the parameter, the same on every path;
-* no kernel for the case (``Q5_K``; GPTQ ``group_size`` not a power of two
+* no kernel for the case (GPTQ ``group_size`` not a power of two
   ≥ 32; float64 ``lhs``; an empty ``lhs``): the reference, with a one-time
   ``UserWarning`` per (function, reason).
 
@@ -146,7 +146,7 @@ def qmatmul(encoding: str, lhs: Any, rhs: Any) -> jax.Array:
     """``lhs @ dequantize(encoding, rhs).T`` (GGUF rows ``rhs uint8 [N, row_bytes]``), kernel or reference.
 
     Same contract as `reference.qmatmul`: ``lhs [..., K]`` → ``[..., N]`` in
-    ``lhs``'s dtype, float32 accumulation. Kernels: Q4_0, Q8_0, Q4_K, Q6_K.
+    ``lhs``'s dtype, float32 accumulation. Kernels: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K.
 
     Raises:
         ValueError: unknown ``encoding``; ``rhs`` not a uint8 matrix of whole
@@ -164,9 +164,7 @@ def qmatmul(encoding: str, lhs: Any, rhs: Any) -> jax.Array:
     mode = kernel_mode()
     if mode is None:
         return ref.qmatmul(encoding, lhs, rhs)
-    why = _check_lhs("qmatmul", lhs)
-    if why is None and encoding not in pallas_gguf.FORMATS:
-        why = f"no kernel for encoding {encoding}"
+    why = _check_lhs("qmatmul", lhs)  # every encoding `ref.block_shape` accepts has a kernel
     if why:
         _warn_once("qmatmul", why)
         return ref.qmatmul(encoding, lhs, rhs)

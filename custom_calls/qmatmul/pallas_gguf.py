@@ -1,4 +1,4 @@
-"""Pallas (Triton backend) kernels for GGUF Q4_0, Q8_0, Q4_K and Q6_K matmuls.
+"""Pallas (Triton backend) kernels for GGUF Q4_0, Q8_0, Q4_K, Q5_K and Q6_K matmuls.
 
 ``qmatmul(encoding, lhs, rhs)`` computes ``lhs @ dequantize(rhs).T`` for the
 raw GGUF rows ``rhs uint8 [N, K/elems*bytes]`` (MAX's transposed-weight
@@ -21,6 +21,9 @@ scales). Within every 256-element K chunk ``c``:
 * ``Q4_K``: ``qs``, ``sc uint8 [Np, Kp/32]`` and ``mn uint8 [Np, Kp/32]``
   (the unpacked 6-bit sub-block scales and mins), ``d f16 [Np, Kp/256]``,
   ``dmin f16 [Np, Kp/256]``; value ``(d*sc)*q - dmin*mn``: 4.625 bits/weight.
+* ``Q5_K``: the Q4_K planes plus ``qh uint8 [Np, Kp/8]``, GGUF's own high-bit
+  bytes: bit ``i`` of byte ``32c + j`` is the fifth bit of element
+  ``256c + 32i + j``; value ``(d*sc)*(q | qh << 4) - dmin*mn``: 5.625 bits/weight.
 * ``Q6_K``: ``ql uint8 [Np, Kp/2]`` (low 4 bits, nibble layout above),
   ``qh uint8 [Np, Kp/4]`` (byte ``64c + j`` holds the high 2 bits of
   element ``256c + 64i + j`` at bits ``2i``), ``sc int8 [Np, Kp/16]``,
@@ -60,7 +63,7 @@ from custom_calls.qmatmul._pallas_core import (
 
 __all__ = ["ENCODINGS", "FORMATS", "prepare", "qmatmul", "KernelConfig", "PreparedWeight"]
 
-ENCODINGS = ("Q4_0", "Q8_0", "Q4_K", "Q6_K")
+ENCODINGS = ("Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 
 
 # ─── in-kernel decoders (refs → float32 tiles) ────────────────────────────
@@ -117,15 +120,38 @@ def _load_q4_k(refs, t):
     )
 
 
-def _dequant_q4_k(loaded, bn):
+def _dequant_q4_k(loaded, bn, codes=None):
+    """Q4_K tiles; Q5_K passes its 5-bit ``codes`` (two float32 ``[bn, 128]``) in place of the nibbles."""
     q, sc0, sc1, mn0, mn1, d, dmin = loaded
     dd, dm = d.astype(jnp.float32), dmin.astype(jnp.float32)  # [bn, 1]
     out = []
-    for c, sc, mn in zip(_nibbles(q), (sc0, sc1), (mn0, mn1)):
+    for c, sc, mn in zip(codes or _nibbles(q), (sc0, sc1), (mn0, mn1)):
         scale = dd * sc.astype(jnp.float32)  # [bn, 4], exact as in gguf
         minimum = dm * mn.astype(jnp.float32)
         out.append((scale[:, :, None] * c.reshape(bn, 4, 32) - minimum[:, :, None]).reshape(bn, 128))
     return out
+
+
+def _load_q5_k(refs, t):
+    qs, qh, *k_planes = refs
+    return _load_q4_k((qs, *k_planes), t) + (qh[:, pl.ds(t * 32, 32)],)
+
+
+def _fifth_bits(qh: jax.Array, part: int, bn: int) -> jax.Array:
+    """uint8 ``[bn, 32]`` high-bit bytes → the fifth bits (0 or 16) of the chunk's ``part``-th 128-wide tile, uint8 ``[bn, 128]``.
+
+    Column ``32i + j`` of the tile is bit ``4 * part + i`` of byte ``j`` (a
+    broadcast shift and a reshape: no concatenate, which Triton lacks).
+    """
+    shift = lax.broadcasted_iota(jnp.uint8, (1, 4, 1), 1) + jnp.uint8(4 * part)
+    return (((qh[:, None, :] >> shift) & 1) << 4).reshape(bn, 128)
+
+
+def _dequant_q5_k(loaded, bn):
+    *k_loaded, qh = loaded
+    lo, hi = k_loaded[0] & 0xF, k_loaded[0] >> 4
+    codes = [(c | _fifth_bits(qh, p, bn)).astype(jnp.float32) for p, c in enumerate((lo, hi))]
+    return _dequant_q4_k(k_loaded, bn, codes)
 
 
 def _load_q6_k(refs, t):
@@ -155,6 +181,7 @@ FORMATS: dict[str, Format] = {
     "Q4_0": Format("Q4_0", parts=2, part_width=128, load=_load_q4_0, dequant=_dequant_q4_0),
     "Q8_0": Format("Q8_0", parts=2, part_width=128, load=_load_q8_0, dequant=_dequant_q8_0),
     "Q4_K": Format("Q4_K", parts=2, part_width=128, load=_load_q4_k, dequant=_dequant_q4_k),
+    "Q5_K": Format("Q5_K", parts=2, part_width=128, load=_load_q5_k, dequant=_dequant_q5_k),
     "Q6_K": Format("Q6_K", parts=4, part_width=64, load=_load_q6_k, dequant=_dequant_q6_k),
 }
 
@@ -197,7 +224,7 @@ def prepare(encoding: str, raw: Any) -> PreparedWeight:
     arrays; inside a traced function it runs per call).
 
     Raises:
-        ValueError: an encoding without a kernel (e.g. ``"Q5_K"``), ``raw`` not
+        ValueError: an encoding without a kernel (e.g. ``"Q2_K"``), ``raw`` not
             a uint8 matrix, or a row length that is not a whole number of blocks.
     """
     if encoding not in FORMATS:
@@ -219,11 +246,14 @@ def prepare(encoding: str, raw: Any) -> PreparedWeight:
     elif encoding == "Q8_0":
         q = lax.bitcast_convert_type(b[..., 2:34], jnp.int8).reshape(n, k)
         planes = [_pad2(q, np_, kp), _pad2(_f16(b, 0), np_, kp // 32)]
-    elif encoding == "Q4_K":
-        codes = ref._low_nibble_subblocks(b[..., 16:144]).reshape(n, k)
+    elif encoding in ("Q4_K", "Q5_K"):
+        low = b[..., 16:144] if encoding == "Q4_K" else b[..., 48:176]
+        codes = ref._low_nibble_subblocks(low).reshape(n, k)
         sc, mn = ref._k_scale_min(b[..., 4:16])  # [n, nb, 8] each
+        high = [] if encoding == "Q4_K" else [_pad2(b[..., 16:48].reshape(n, nb * 32), np_, kp // 8)]
         planes = [
             pack_nibbles(_pad2(codes, np_, kp)),
+            *high,
             _pad2(sc.reshape(n, nb * 8), np_, kp // 32),
             _pad2(mn.reshape(n, nb * 8), np_, kp // 32),
             _pad2(_f16(b, 0), np_, kp // CHUNK),
@@ -252,7 +282,7 @@ def qmatmul(
     """``lhs @ dequantize(encoding, rhs).T`` with the Pallas kernel (no dispatch, no fallback).
 
     Args:
-        encoding: ``"Q4_0"``, ``"Q8_0"``, ``"Q4_K"`` or ``"Q6_K"``.
+        encoding: ``"Q4_0"``, ``"Q8_0"``, ``"Q4_K"``, ``"Q5_K"`` or ``"Q6_K"``.
         lhs: ``[..., K]`` float32, bfloat16 or float16.
         rhs: raw GGUF rows ``uint8 [N, row_bytes]`` (repacked here, per call)
             or a `PreparedWeight` from `prepare` (no per-call repack).

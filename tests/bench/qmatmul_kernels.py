@@ -35,7 +35,7 @@ from custom_calls.qmatmul import reference as ref
 from custom_calls.qmatmul._pallas_core import KernelConfig, default_config
 from tests.bench import _timing
 
-FORMATS = ("Q4_0", "Q4_K", "Q8_0", "Q6_K", "GPTQ", "INT8")
+FORMATS = ("Q4_0", "Q4_K", "Q5_K", "Q8_0", "Q6_K", "GPTQ", "INT8")
 GPTQ_GROUP = 128
 
 # Tilings swept per shape class (the default heuristic is always timed too).
@@ -137,7 +137,7 @@ def _make_weight(fmt: str, key, n: int, k: int):
         elems, nbytes = ref.block_shape(fmt)
         nb = k // elems
         b = jax.random.bits(kq, (n, nb, nbytes), jnp.uint8)
-        offs = {"Q4_0": (0,), "Q8_0": (0,), "Q4_K": (0, 2), "Q6_K": (208,)}[fmt]
+        offs = {"Q4_0": (0,), "Q8_0": (0,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}[fmt]
         for i, off in enumerate(offs):
             b = b.at[..., off : off + 2].set(_f16_bytes(jax.random.fold_in(ks, i), (n, nb)))
         raw = b.reshape(n, nb * nbytes)

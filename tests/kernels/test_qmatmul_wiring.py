@@ -28,7 +28,7 @@ def kernel_calls(monkeypatch):
     clear_cache()
 
 
-@pytest.mark.parametrize("encoding, blocks", [("Q4_0", 8), ("Q4_K", 1), ("Q6_K", 1)])
+@pytest.mark.parametrize("encoding, blocks", [("Q4_0", 8), ("Q4_K", 1), ("Q5_K", 1), ("Q6_K", 1)])
 def test_graph_qmatmul_runs_the_pallas_kernel(kernel_calls, rng, encoding, blocks):
     w = random_blocks(rng, encoding, 6, blocks)
     k = gguf_dequant(encoding, w).shape[1]
