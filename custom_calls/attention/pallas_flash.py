@@ -191,10 +191,12 @@ def _fwd_kernel(seq_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, spec: _Spec):
 def _kv_tile(spec: _Spec, q, qpos, k_ref, v_ref, k_start, k_len, t, bk: int, masked: bool, prec):
     """K/V tile ``t`` of a sequence and the base-2 scores of the query rows ``q`` (at ``qpos``) against it.
 
-    ``masked``: rows past ``k_len`` read zeros and invisible keys score ``-inf``.
+    ``masked``: rows past ``k_len`` read zeros and invisible keys score ``-inf``
+    (with ``spec.even`` every tile lies inside ``k_len``: only the causal/window
+    mask applies, which keeps the diagonal loop's registers down on GPU).
     """
     kpos = t * bk + jnp.arange(bk)
-    key_ok = (kpos < k_len) if masked else None
+    key_ok = (kpos < k_len) if masked and not spec.even else None
     k = t_.load_rows(k_ref, k_start + t * bk, bk, spec.d, spec.dp, key_ok)
     v = t_.load_rows(v_ref, k_start + t * bk, bk, spec.d, spec.dp, key_ok)
     s = t_.dot(q, k, trans_b=True, precision=prec) * (spec.scale * t_.LOG2E)
@@ -275,7 +277,7 @@ def _dkdv_kernel(seq_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_re
             def body(t, carry):
                 dk, dv = carry
                 rows = t * bq + jnp.arange(bq)
-                row_ok = (rows < q_len) if masked else None
+                row_ok = (rows < q_len) if masked and not spec.even else None
                 q = t_.load_rows(q_ref, q_start + t * bq, bq, spec.d, spec.dp, row_ok, head=g)
                 do = t_.load_rows(do_ref, q_start + t * bq, bq, spec.d, spec.dp, row_ok, head=g)
                 lse = t_.load_vec(lse_ref, q_start + t * bq, bq, row_ok, other=jnp.inf, head=g)

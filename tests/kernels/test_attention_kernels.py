@@ -203,6 +203,9 @@ GRAD_CASES = [
     (2, 45, 45, 2, 2, 32, "float32", dict(local_window_size=(7, 3))),
     (2, 64, 64, 4, 2, 32, "float32", {}),
     (1, 64, 64, 4, 1, 32, "bfloat16", dict(causal=True)),
+    # whole tiles ("even"): the masked loops apply only the causal/window mask, no row or key bounds
+    (1, 64, 64, 4, 2, 32, "float32", dict(causal=True, local_window_size=(20, 0))),
+    (1, 64, 64, 2, 2, 32, "float32", dict(local_window_size=(7, 3))),
 ]
 
 
