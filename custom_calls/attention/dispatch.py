@@ -317,12 +317,31 @@ def decode_attention(
     q, k, v = _checked("decode_attention", q, k_cache, v_cache, 4)
     if k.shape[0] != q.shape[0]:
         raise ValueError(f"k_cache: decode_attention batch ({k.shape[0]}) differs from q's ({q.shape[0]})")
+    return _run("decode_attention", impl, *_decode_call(
+        pd.decode_attention, ref.decode_attention, "decode_attention", (q, k, v), kv_lens,
+        causal=causal, local_window_size=local_window_size, scale=scale, config=config,
+    ))
+
+
+def _decode_call(kernel_fn, reference_fn, fn: str, operands: tuple, kv_lens, *, block_table=None, page_size=None,
+                 causal, local_window_size, scale, config):
+    """What the decode entry points hand to `_run` after the mask, table and length checks.
+
+    Returns ``(args, kernel, reference, why)``: ``operands`` start with ``q``
+    and the K/V storage, and the paths get ``(*operands, [block_table,]
+    kv_lens)``. ``page_size`` (paged caches) adds the kernel's page-size
+    condition to the fallback reason. (Callers call `_run` themselves so the
+    fallback warning's stack level still points at the user's call.)
+    """
+    q, kv = operands[0], operands[1]
     ref.window_pair(local_window_size, causal)
-    lens = _check_lens("decode_attention", kv_lens, q.shape[0])
-    kernel, reference = _paths(
-        pd.decode_attention, ref.decode_attention, config, causal=causal, local_window_size=local_window_size, scale=scale
-    )
-    return _run("decode_attention", impl, (q, k, v, lens), kernel, reference, _fallback_reason(q, k))
+    tables = () if block_table is None else (_check_block_table(fn, block_table, q.shape[0]),)
+    lens = _check_lens(fn, kv_lens, q.shape[0])
+    kernel, reference = _paths(kernel_fn, reference_fn, config, causal=causal, local_window_size=local_window_size, scale=scale)
+    why = _fallback_reason(q, kv)
+    if why is None and page_size is not None and not pd.page_block(page_size, (config or pd.DecodeConfig()).block_k):
+        why = f"page_size {page_size} is not a multiple of 16"
+    return (*operands, *tables, lens), kernel, reference, why
 
 
 def paged_decode_attention(
@@ -350,22 +369,11 @@ def paged_decode_attention(
         ``page_size % 16 == 0`` (else the reference, with a one-time warning).
     """
     q, k, v = _checked("paged_decode_attention", q, k_pages, v_pages, 4)
-    ref.window_pair(local_window_size, causal)
-    bt = _check_block_table("paged_decode_attention", block_table, q.shape[0])
-    lens = _check_lens("paged_decode_attention", kv_lens, q.shape[0])
-    kernel, reference = _paths(
-        pd.paged_decode_attention, ref.paged_decode_attention, config,
-        causal=causal, local_window_size=local_window_size, scale=scale,
-    )
-    why = _paged_reason(q, k, k.shape[1], config)
-    return _run("paged_decode_attention", impl, (q, k, v, bt, lens), kernel, reference, why)
-
-
-def _paged_reason(q, k, page_size: int, config) -> str | None:
-    why = _fallback_reason(q, k)
-    if why is None and not pd.page_block(page_size, (config or pd.DecodeConfig()).block_k):
-        why = f"page_size {page_size} is not a multiple of 16"
-    return why
+    return _run("paged_decode_attention", impl, *_decode_call(
+        pd.paged_decode_attention, ref.paged_decode_attention, "paged_decode_attention", (q, k, v), kv_lens,
+        block_table=block_table, page_size=k.shape[1],
+        causal=causal, local_window_size=local_window_size, scale=scale, config=config,
+    ))
 
 
 def _check_block_table(fn: str, block_table, b: int):
@@ -409,18 +417,14 @@ def paged_decode_attention_pool(
     ref.check_pool(pool)
     pages = jax.ShapeDtypeStruct((pool.shape[0], *pool.shape[3:]), pool.dtype)
     pf.check_inputs("paged_decode_attention_pool", q, pages, pages, 4)
-    ref.window_pair(local_window_size, causal)
-    bt = _check_block_table("paged_decode_attention_pool", block_table, q.shape[0])
-    lens = _check_lens("paged_decode_attention_pool", kv_lens, q.shape[0])
     layer = jnp.asarray(layer)
     if layer.size != 1 or not jnp.issubdtype(layer.dtype, jnp.integer):
         raise ValueError(f"layer: paged_decode_attention_pool expects an integer scalar, got {layer.dtype}{list(layer.shape)}")
-    kernel, reference = _paths(
-        pd.paged_decode_attention_pool, ref.paged_decode_attention_pool, config,
-        causal=causal, local_window_size=local_window_size, scale=scale,
-    )
-    why = _paged_reason(q, pool, pool.shape[3], config)
-    return _run("paged_decode_attention_pool", impl, (q, pool, layer, bt, lens), kernel, reference, why)
+    return _run("paged_decode_attention_pool", impl, *_decode_call(
+        pd.paged_decode_attention_pool, ref.paged_decode_attention_pool, "paged_decode_attention_pool",
+        (q, pool, layer), kv_lens, block_table=block_table, page_size=pool.shape[3],
+        causal=causal, local_window_size=local_window_size, scale=scale, config=config,
+    ))
 
 
 def flash_attention_packed(
