@@ -6,6 +6,10 @@ records lazily and returns Tensors; called on graph values inside a ``Graph``
 (or while ``Module.compile`` traces) it records graph ops; called on tracers
 inside ``jax.jit`` it runs directly. No op math lives here.
 
+The names are assigned one by one (``add = _eager_front(ops.add)``) so that
+grep, IDEs and ``help()`` find them; each keeps its front's docstring and
+example, and reports this module as its home.
+
 Example:
     >>> from maxfx import functional as F
     >>> from maxfx.tensor import Tensor
@@ -19,27 +23,102 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-import lowering.ops  # noqa: F401  (registers every op)
 from lowering.context import current_context, use_context
 from lowering.eager import EAGER
-from lowering.registry import fronts as _fronts
+from maxfx.graph import ops as _ops
 
-# The 89 documented ops of max.experimental.functional (plus `functional` itself).
-_DOCUMENTED = (
-    "abs add argmax argmin argsort as_interleaved_complex atanh avg_pool2d band_part broadcast_to buffer_store "
-    "buffer_store_slice cast chunk concat constant constant_external conv2d conv2d_transpose conv3d cos cumsum custom "
-    "div equal erf exp flatten floor fold gather gather_nd gelu greater greater_equal hann_window irfft is_inf is_nan "
-    "layer_norm log log1p logical_and logical_not logical_or logical_xor logsoftmax masked_scatter matmul max "
-    "max_pool2d mean min mod mul negate nonzero not_equal outer pad permute pow range relu repeat_interleave reshape "
-    "round rsqrt scatter scatter_nd sigmoid silu sin slice_tensor softmax split sqrt squeeze stack sub sum tanh tile "
-    "top_k transfer_to transpose trunc unsqueeze where"
-).split()
-
-# maxfx extensions: registry fronts MAX's functional module lacks (docs/pages/kernels.md). Module
-# attributes like the rest, but kept out of __all__, which lists MAX's documented names.
-_EXTENSIONS = ("flash_attention",)
-
-__all__ = ["functional", *_DOCUMENTED]
+__all__ = [
+    "functional",
+    "abs",
+    "add",
+    "argmax",
+    "argmin",
+    "argsort",
+    "as_interleaved_complex",
+    "atanh",
+    "avg_pool2d",
+    "band_part",
+    "broadcast_to",
+    "buffer_store",
+    "buffer_store_slice",
+    "cast",
+    "chunk",
+    "concat",
+    "constant",
+    "constant_external",
+    "conv2d",
+    "conv2d_transpose",
+    "conv3d",
+    "cos",
+    "cumsum",
+    "custom",
+    "div",
+    "equal",
+    "erf",
+    "exp",
+    "flatten",
+    "floor",
+    "fold",
+    "gather",
+    "gather_nd",
+    "gelu",
+    "greater",
+    "greater_equal",
+    "hann_window",
+    "irfft",
+    "is_inf",
+    "is_nan",
+    "layer_norm",
+    "log",
+    "log1p",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
+    "logsoftmax",
+    "masked_scatter",
+    "matmul",
+    "max",
+    "max_pool2d",
+    "mean",
+    "min",
+    "mod",
+    "mul",
+    "negate",
+    "nonzero",
+    "not_equal",
+    "outer",
+    "pad",
+    "permute",
+    "pow",
+    "range",
+    "relu",
+    "repeat_interleave",
+    "reshape",
+    "round",
+    "rsqrt",
+    "scatter",
+    "scatter_nd",
+    "sigmoid",
+    "silu",
+    "sin",
+    "slice_tensor",
+    "softmax",
+    "split",
+    "sqrt",
+    "squeeze",
+    "stack",
+    "sub",
+    "sum",
+    "tanh",
+    "tile",
+    "top_k",
+    "transfer_to",
+    "transpose",
+    "trunc",
+    "unsqueeze",
+    "where",
+]
 
 
 def functional(op: Callable[..., Any]) -> Callable[..., Any]:
@@ -69,28 +148,123 @@ def functional(op: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _eager_constant(value: Any, dtype: Any = None, device: Any = None) -> Any:
+def _eager_front(op: Callable[..., Any]) -> Callable[..., Any]:
+    """`functional` over a registry front, reported as living in this module (for ``help()``)."""
+    wrapper = functional(op)
+    wrapper.__module__ = __name__
+    return wrapper
+
+
+def constant(value: Any, dtype: Any = None, device: Any = None) -> Any:
     """A constant tensor from a scalar, nested list or DLPack array (a Tensor outside a Graph).
 
     Outside a Graph this is `Tensor.constant` (default dtype and device from
     ``defaults()``); inside one it records ``ops.constant``.
+
+    Example:
+        >>> from maxfx import functional as F
+        >>> print(F.constant([[1, 2], [3, 4]]))
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[1.0, 2.0], [3.0, 4.0]]
     """
     if current_context() is None:
         from maxfx.experimental._tensor import Tensor  # noqa: PLC0415
 
         return Tensor.constant(value, dtype=dtype, device=device)
-    return _fronts()["constant"](value, dtype, device)
+    return _ops.constant(value, dtype, device)
 
 
-def _generate() -> dict[str, Callable[..., Any]]:
-    table = _fronts()
-    names = [n for n in (*_DOCUMENTED, *_EXTENSIONS) if n != "constant"]
-    missing = [n for n in names if n not in table]
-    if missing:
-        raise ImportError(f"maxfx.functional: no registry front for {missing}")
-    out = {name: functional(table[name]) for name in names}
-    out["constant"] = functools.update_wrapper(_eager_constant, table["constant"], assigned=("__module__", "__name__", "__qualname__"))
-    return out
+# MAX's documented functional ops, in __all__'s order (``constant`` is defined above). These
+# assignments shadow builtins (abs, max, min, pow, range, round, sum) from here on, so they
+# come last and no function above uses those builtins.
+abs = _eager_front(_ops.abs)
+add = _eager_front(_ops.add)
+argmax = _eager_front(_ops.argmax)
+argmin = _eager_front(_ops.argmin)
+argsort = _eager_front(_ops.argsort)
+as_interleaved_complex = _eager_front(_ops.as_interleaved_complex)
+atanh = _eager_front(_ops.atanh)
+avg_pool2d = _eager_front(_ops.avg_pool2d)
+band_part = _eager_front(_ops.band_part)
+broadcast_to = _eager_front(_ops.broadcast_to)
+buffer_store = _eager_front(_ops.buffer_store)
+buffer_store_slice = _eager_front(_ops.buffer_store_slice)
+cast = _eager_front(_ops.cast)
+chunk = _eager_front(_ops.chunk)
+concat = _eager_front(_ops.concat)
+constant_external = _eager_front(_ops.constant_external)
+conv2d = _eager_front(_ops.conv2d)
+conv2d_transpose = _eager_front(_ops.conv2d_transpose)
+conv3d = _eager_front(_ops.conv3d)
+cos = _eager_front(_ops.cos)
+cumsum = _eager_front(_ops.cumsum)
+custom = _eager_front(_ops.custom)
+div = _eager_front(_ops.div)
+equal = _eager_front(_ops.equal)
+erf = _eager_front(_ops.erf)
+exp = _eager_front(_ops.exp)
+flatten = _eager_front(_ops.flatten)
+floor = _eager_front(_ops.floor)
+fold = _eager_front(_ops.fold)
+gather = _eager_front(_ops.gather)
+gather_nd = _eager_front(_ops.gather_nd)
+gelu = _eager_front(_ops.gelu)
+greater = _eager_front(_ops.greater)
+greater_equal = _eager_front(_ops.greater_equal)
+hann_window = _eager_front(_ops.hann_window)
+irfft = _eager_front(_ops.irfft)
+is_inf = _eager_front(_ops.is_inf)
+is_nan = _eager_front(_ops.is_nan)
+layer_norm = _eager_front(_ops.layer_norm)
+log = _eager_front(_ops.log)
+log1p = _eager_front(_ops.log1p)
+logical_and = _eager_front(_ops.logical_and)
+logical_not = _eager_front(_ops.logical_not)
+logical_or = _eager_front(_ops.logical_or)
+logical_xor = _eager_front(_ops.logical_xor)
+logsoftmax = _eager_front(_ops.logsoftmax)
+masked_scatter = _eager_front(_ops.masked_scatter)
+matmul = _eager_front(_ops.matmul)
+max = _eager_front(_ops.max)
+max_pool2d = _eager_front(_ops.max_pool2d)
+mean = _eager_front(_ops.mean)
+min = _eager_front(_ops.min)
+mod = _eager_front(_ops.mod)
+mul = _eager_front(_ops.mul)
+negate = _eager_front(_ops.negate)
+nonzero = _eager_front(_ops.nonzero)
+not_equal = _eager_front(_ops.not_equal)
+outer = _eager_front(_ops.outer)
+pad = _eager_front(_ops.pad)
+permute = _eager_front(_ops.permute)
+pow = _eager_front(_ops.pow)
+range = _eager_front(_ops.range)
+relu = _eager_front(_ops.relu)
+repeat_interleave = _eager_front(_ops.repeat_interleave)
+reshape = _eager_front(_ops.reshape)
+round = _eager_front(_ops.round)
+rsqrt = _eager_front(_ops.rsqrt)
+scatter = _eager_front(_ops.scatter)
+scatter_nd = _eager_front(_ops.scatter_nd)
+sigmoid = _eager_front(_ops.sigmoid)
+silu = _eager_front(_ops.silu)
+sin = _eager_front(_ops.sin)
+slice_tensor = _eager_front(_ops.slice_tensor)
+softmax = _eager_front(_ops.softmax)
+split = _eager_front(_ops.split)
+sqrt = _eager_front(_ops.sqrt)
+squeeze = _eager_front(_ops.squeeze)
+stack = _eager_front(_ops.stack)
+sub = _eager_front(_ops.sub)
+sum = _eager_front(_ops.sum)
+tanh = _eager_front(_ops.tanh)
+tile = _eager_front(_ops.tile)
+top_k = _eager_front(_ops.top_k)
+transfer_to = _eager_front(_ops.transfer_to)
+transpose = _eager_front(_ops.transpose)
+trunc = _eager_front(_ops.trunc)
+unsqueeze = _eager_front(_ops.unsqueeze)
+where = _eager_front(_ops.where)
 
-
-globals().update(_generate())
+# maxfx extensions: registry fronts MAX's functional module lacks (docs/pages/kernels.md).
+# Module attributes like the rest, but kept out of __all__, which lists MAX's documented names.
+flash_attention = _eager_front(_ops.flash_attention)

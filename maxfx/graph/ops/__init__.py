@@ -2,7 +2,10 @@
 
 Each function records a node into the graph that owns its inputs (or the
 active ``Graph``) and returns `TensorValue`s. The functions are the fronts
-registered in ``lowering.registry``; nothing here defines op math.
+registered in ``lowering.registry``, imported here by name so that grep, IDEs
+and ``help()`` find them; nothing here defines op math.
+``tests/test_public_names.py`` checks that this module exports exactly the
+registry's fronts.
 
 Example:
     >>> from maxfx.graph import Graph, TensorType, ops
@@ -11,12 +14,256 @@ Example:
     ...     g.output(ops.relu(g.inputs[0]))
 """
 
-from collections.abc import Callable  # noqa: F401  (documented as ops.Callable)
+from collections.abc import Callable
 
-import lowering.ops as _families  # noqa: F401  (registers every op)
-from lowering.registry import fronts as _fronts
-from lowering.types import DeviceRef, InterpolationMode, TensorType  # noqa: F401  (documented re-exports)
+from lowering.ops.attention import (
+    attention,
+    flash_attention,
+    kv_cache_gather,
+    kv_cache_store,
+    paged_attention,
+    ragged_attention,
+    rope_ragged,
+)
+from lowering.ops.buffer import buffer_create, buffer_load, buffer_store, buffer_store_slice
+from lowering.ops.collective import allgather, transfer_to
+from lowering.ops.control_flow import call, cond, while_loop
+from lowering.ops.core import cast, constant
+from lowering.ops.creation import constant_external, hann_window, range  # noqa: A004 - MAX's name
+from lowering.ops.custom import custom, inplace_custom
+from lowering.ops.debug import assert_same_device, export_tensor
+from lowering.ops.debug import print_ as print  # noqa: A004 - MAX's name
+from lowering.ops.elementwise import (  # noqa: A004 - abs, pow, round: MAX's names
+    abs,
+    acos,
+    add,
+    atanh,
+    cos,
+    div,
+    equal,
+    erf,
+    exp,
+    floor,
+    floor_div,
+    gelu,
+    greater,
+    greater_equal,
+    is_inf,
+    is_nan,
+    log,
+    log1p,
+    logical_and,
+    logical_not,
+    logical_or,
+    logical_xor,
+    mod,
+    mul,
+    negate,
+    not_equal,
+    outer,
+    pow,
+    relu,
+    round,
+    rsqrt,
+    sigmoid,
+    silu,
+    sin,
+    sqrt,
+    sub,
+    tanh,
+    trunc,
+    where,
+)
+from lowering.ops.fused import (
+    apply_penalties,
+    grouped_matmul_ragged,
+    grouped_scaled_matmul_ragged,
+    merge_ragged_tensors,
+    moe_create_indices,
+    quantize_dynamic_float8,
+    quantize_static_float8,
+    scaled_matmul,
+    sgmv,
+    topk_sampling,
+    update_frequency_data,
+)
+from lowering.ops.indexing import gather, gather_nd, masked_scatter, nonzero, scatter, scatter_nd, slice_tensor
+from lowering.ops.linalg import matmul
+from lowering.ops.nn import avg_pool2d, conv2d, conv2d_transpose, conv3d, fold, irfft, max_pool2d, resize
+from lowering.ops.quantized import dequantize, qmatmul
+from lowering.ops.random import random_normal, random_uniform
+from lowering.ops.reduction import argmax, argmin, argsort, cumsum, layer_norm, logsoftmax, mean, softmax, top_k
+from lowering.ops.reduction import max_ as max  # noqa: A004 - MAX's name
+from lowering.ops.reduction import min_ as min  # noqa: A004 - MAX's name
+from lowering.ops.reduction import sum_ as sum  # noqa: A004 - MAX's name
+from lowering.ops.shape import (
+    as_interleaved_complex,
+    band_part,
+    broadcast_to,
+    chunk,
+    concat,
+    flatten,
+    pad,
+    permute,
+    rebind,
+    repeat_interleave,
+    reshape,
+    shape_to_tensor,
+    split,
+    squeeze,
+    stack,
+    tile,
+    transpose,
+    unsqueeze,
+)
+from lowering.types import DeviceRef, InterpolationMode, TensorType
 
-globals().update(_fronts())
-
-__all__ = sorted(_fronts()) + ["Callable", "DeviceRef", "TensorType", "InterpolationMode"]
+__all__ = [
+    # documented re-exports
+    "Callable",
+    "DeviceRef",
+    "InterpolationMode",
+    "TensorType",
+    # attention and KV cache
+    "attention",
+    "flash_attention",
+    "kv_cache_gather",
+    "kv_cache_store",
+    "paged_attention",
+    "ragged_attention",
+    "rope_ragged",
+    # buffers
+    "buffer_create",
+    "buffer_load",
+    "buffer_store",
+    "buffer_store_slice",
+    # devices and collectives
+    "allgather",
+    "transfer_to",
+    # control flow
+    "call",
+    "cond",
+    "while_loop",
+    # constants and creation
+    "cast",
+    "constant",
+    "constant_external",
+    "hann_window",
+    "range",
+    # custom ops
+    "custom",
+    "inplace_custom",
+    # debugging
+    "assert_same_device",
+    "export_tensor",
+    "print",
+    # elementwise
+    "abs",
+    "acos",
+    "add",
+    "atanh",
+    "cos",
+    "div",
+    "equal",
+    "erf",
+    "exp",
+    "floor",
+    "floor_div",
+    "gelu",
+    "greater",
+    "greater_equal",
+    "is_inf",
+    "is_nan",
+    "log",
+    "log1p",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
+    "mod",
+    "mul",
+    "negate",
+    "not_equal",
+    "outer",
+    "pow",
+    "relu",
+    "round",
+    "rsqrt",
+    "sigmoid",
+    "silu",
+    "sin",
+    "sqrt",
+    "sub",
+    "tanh",
+    "trunc",
+    "where",
+    # fused kernels (quantization, MoE, LoRA, sampling)
+    "apply_penalties",
+    "grouped_matmul_ragged",
+    "grouped_scaled_matmul_ragged",
+    "merge_ragged_tensors",
+    "moe_create_indices",
+    "quantize_dynamic_float8",
+    "quantize_static_float8",
+    "scaled_matmul",
+    "sgmv",
+    "topk_sampling",
+    "update_frequency_data",
+    # indexing
+    "gather",
+    "gather_nd",
+    "masked_scatter",
+    "nonzero",
+    "scatter",
+    "scatter_nd",
+    "slice_tensor",
+    # linear algebra
+    "matmul",
+    # neural-network ops
+    "avg_pool2d",
+    "conv2d",
+    "conv2d_transpose",
+    "conv3d",
+    "fold",
+    "irfft",
+    "max_pool2d",
+    "resize",
+    # quantized weights
+    "dequantize",
+    "qmatmul",
+    # random
+    "random_normal",
+    "random_uniform",
+    # reductions
+    "argmax",
+    "argmin",
+    "argsort",
+    "cumsum",
+    "layer_norm",
+    "logsoftmax",
+    "max",
+    "mean",
+    "min",
+    "softmax",
+    "sum",
+    "top_k",
+    # shape
+    "as_interleaved_complex",
+    "band_part",
+    "broadcast_to",
+    "chunk",
+    "concat",
+    "flatten",
+    "pad",
+    "permute",
+    "rebind",
+    "repeat_interleave",
+    "reshape",
+    "shape_to_tensor",
+    "split",
+    "squeeze",
+    "stack",
+    "tile",
+    "transpose",
+    "unsqueeze",
+]

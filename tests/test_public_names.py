@@ -1,0 +1,121 @@
+"""Public op names are assigned explicitly, so grep, IDEs and ``help()`` see them.
+
+``maxfx.graph.ops`` imports each registry front by name and
+``maxfx.experimental.functional`` wraps each one in its own assignment; these
+tests keep both in step with the registry and keep ``globals().update`` out of
+maxfx's public modules.
+"""
+
+import ast
+import pydoc
+from pathlib import Path
+
+import pytest
+
+import maxfx
+import maxfx.functional
+from lowering.registry import fronts
+from maxfx.experimental import functional as F
+from maxfx.graph import ops
+
+ROOT = Path(__file__).resolve().parents[1]
+# Names maxfx.graph.ops re-exports beside the op fronts (MAX documents them there).
+OPS_REEXPORTS = {"Callable", "DeviceRef", "InterpolationMode", "TensorType"}
+
+
+def _public(module) -> set[str]:
+    return {n for n in vars(module) if not n.startswith("_")}
+
+
+def test_graph_ops_exports_exactly_the_registry_fronts():
+    table = fronts()
+    assert set(ops.__all__) == set(table) | OPS_REEXPORTS
+    assert len(ops.__all__) == len(set(ops.__all__)), "duplicate names in ops.__all__"
+    assert _public(ops) == set(ops.__all__), "ops has public names outside __all__ (or __all__ names it lacks)"
+    wrong = [n for n, fn in table.items() if getattr(ops, n) is not fn]
+    assert not wrong, f"ops.X is not the registry front for {wrong}"
+
+
+def test_functional_wraps_each_front_under_its_own_module():
+    table = fronts()
+    names = [n for n in F.__all__ if n not in ("functional", "constant")] + ["flash_attention"]
+    for name in names:
+        fn = getattr(F, name)
+        assert fn.__wrapped__ is table[name], name
+        assert fn.__module__ == "maxfx.experimental.functional", name
+        assert fn.__doc__ == table[name].__doc__, name
+    assert F.constant.__module__ == "maxfx.experimental.functional"
+    assert "constant" in F.__all__ and "flash_attention" not in F.__all__
+
+
+def test_functional_lists_the_89_documented_names():
+    documented = [n for n in F.__all__ if n != "functional"]
+    assert len(documented) == len(set(documented)) == 89
+    assert _public(F) >= set(F.__all__)
+
+
+def test_maxfx_functional_is_the_same_module():
+    assert maxfx.functional is F
+    assert maxfx.functional.softmax is F.softmax
+
+
+def test_help_names_the_maxfx_module_and_shows_an_example():
+    text = pydoc.render_doc(maxfx.functional.softmax, renderer=pydoc.plaintext)
+    assert "in module maxfx.experimental.functional" in text
+    assert "softmax(value, axis=-1)" in text
+    assert ">>> " in text and "ops.softmax(" in text and "TensorType(" in text
+
+
+# ─── no dynamically filled public namespace ───────────────────────────────
+
+
+def _fills_globals(tree: ast.AST) -> list[int]:
+    """Lines that write the module namespace through ``globals()`` / ``vars()``."""
+
+    def is_namespace_call(node: ast.AST) -> bool:
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("globals", "vars") and not node.args
+
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in ("update", "setdefault", "__setitem__") and is_namespace_call(node.func.value):
+                hits.append(node.lineno)
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            hits += [node.lineno for t in targets if isinstance(t, ast.Subscript) and is_namespace_call(t.value)]
+    return hits
+
+
+def _public_modules() -> list[Path]:
+    """maxfx modules a user imports: no path component after ``maxfx/`` starts with ``_`` (``__init__`` aside)."""
+    paths = []
+    for path in sorted((ROOT / "maxfx").rglob("*.py")):
+        parts = path.relative_to(ROOT / "maxfx").parts
+        if all(not p.startswith("_") or p == "__init__.py" for p in parts):
+            paths.append(path)
+    return paths
+
+
+def test_no_public_namespace_is_filled_with_globals_update():
+    modules = _public_modules()
+    assert ROOT / "maxfx" / "graph" / "ops" / "__init__.py" in modules
+    assert ROOT / "maxfx" / "experimental" / "functional.py" in modules
+    bad = []
+    for path in modules:
+        lines = _fills_globals(ast.parse(path.read_text(), filename=str(path)))
+        bad += [f"{path.relative_to(ROOT)}:{line}" for line in lines]
+    assert not bad, "public names assigned through globals(); write them out instead:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        ("globals().update(table)", True),
+        ("globals()['add'] = add", True),
+        ("vars().setdefault('x', 1)", True),
+        ("names = sorted(globals())", False),
+        ("add = _f.add", False),
+    ],
+)
+def test_the_checker_sees_namespace_writes(source, found):
+    assert bool(_fills_globals(ast.parse(source))) is found
