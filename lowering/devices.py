@@ -1,23 +1,23 @@
-"""Mapping graph `DeviceRef`s onto JAX devices."""
+"""Mapping graph `DeviceRef`s onto JAX devices and back.
+
+Unlike ``DeviceRef.to_device()`` (MAX's driver device, one ``CPU()`` for every
+CPU id), `jax_device` keeps CPU ids apart, so ``DeviceRef.CPU(3)`` is the
+fourth of ``--xla_force_host_platform_device_count`` host devices.
+
+Example:
+    >>> from lowering.types import DeviceRef
+    >>> jax_device(DeviceRef.CPU()).platform
+    'cpu'
+"""
 
 from __future__ import annotations
 
-import functools
-
 import jax
 
+from lowering.driver_devices import accelerators
 from lowering.types import DeviceKind, DeviceRef
 
 __all__ = ["jax_device", "accelerators", "device_ref_of"]
-
-
-@functools.cache
-def accelerators() -> tuple[jax.Device, ...]:
-    """The GPUs JAX can see (empty on a CPU-only machine)."""
-    try:
-        return tuple(jax.devices("gpu"))
-    except RuntimeError:
-        return ()
 
 
 _resolved: dict[DeviceRef, jax.Device] = {}

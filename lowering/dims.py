@@ -19,11 +19,14 @@ Example:
 
 from __future__ import annotations
 
+import ast
 import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any, Union
 
 import numpy as np
+
+from lowering import mlir_interop
 
 __all__ = ["Dim", "StaticDim", "SymbolicDim", "AlgebraicDim", "Shape", "DimLike", "ShapeLike", "UnboundDimError"]
 
@@ -234,17 +237,14 @@ class Dim:
         return (_from_poly, (self._poly,))
 
     def to_mlir(self):
-        """This dim as an MLIR attribute (integer, symbol reference or string)."""
-        from lowering import mlir_interop  # noqa: PLC0415 - MLIR is loaded only when asked for
-
-        return mlir_interop.dim_to_attr(self)
+        """This dim as an MLIR attribute: ``i64`` when static, else its text (``"batch * 2"``), which round-trips exactly."""
+        return mlir_interop.int_attr(self.dim) if isinstance(self, StaticDim) else mlir_interop.string_attr(str(self))
 
     @staticmethod
     def from_mlir(attr) -> Dim:
         """Inverse of `to_mlir`."""
-        from lowering import mlir_interop  # noqa: PLC0415
-
-        return mlir_interop.dim_from_attr(attr)
+        value = mlir_interop.attr_value(attr)
+        return StaticDim(value) if isinstance(value, int) else _dim_from_text(value)
 
 
 class StaticDim(Dim):
@@ -336,6 +336,18 @@ class AlgebraicDim(Dim):
     def attr(self) -> Any:
         """The MLIR attribute of this expression (see `Dim.to_mlir`)."""
         return self.to_mlir()
+
+
+_DIM_SYNTAX = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, ast.Constant, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.USub)
+
+
+def _dim_from_text(text: str) -> Dim:
+    """Evaluate dim text (``"batch * 2 + 1"``, as `str` prints it) with its symbols as `SymbolicDim`s."""
+    tree = ast.parse(text, mode="eval")
+    if not all(isinstance(node, _DIM_SYNTAX) for node in ast.walk(tree)):
+        raise ValueError(f"Dim.from_mlir: {text!r} is not a dimension expression")
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return Dim(eval(compile(tree, "<dim>", "eval"), {"__builtins__": {}}, {n: SymbolicDim(n) for n in names}))  # noqa: S307 - AST checked above
 
 
 def _const_poly(v: int) -> _Poly:
@@ -446,16 +458,12 @@ class Shape(list):
 
     def to_mlir(self):
         """This shape as an MLIR array attribute of dims."""
-        from lowering import mlir_interop  # noqa: PLC0415
-
-        return mlir_interop.shape_to_attr(self)
+        return mlir_interop.array_attr([Dim(d).to_mlir() for d in self])
 
     @classmethod
     def from_mlir(cls, attr) -> Shape:
         """Inverse of `to_mlir`."""
-        from lowering import mlir_interop  # noqa: PLC0415
-
-        return cls(mlir_interop.shape_from_attr(attr))
+        return cls(Dim.from_mlir(a) for a in mlir_interop.array_items(attr))
 
 
 ShapeLike = Iterable[DimLike]

@@ -1,44 +1,43 @@
-"""MAX's ``to_mlir``/``from_mlir`` methods, mapped onto the MLIR bindings JAX ships.
+"""Typed access to the MLIR bindings JAX ships, for MAX's ``to_mlir``/``from_mlir`` methods.
 
 MAX builds its graphs in its own MLIR dialect; maxfx lowers to StableHLO, so
 types map to builtin MLIR types (``tensor<?x3xf32>``) and dims, shapes,
-devices and layouts to builtin attributes. Static dims are ``i64`` integer
-attributes; symbolic and algebraic dims are string attributes holding their
-text (``"batch"``, ``"batch * 2"``), so they round-trip exactly. Tensor and
-buffer types become ranked tensor types with ``?`` for symbolic dims; what
-that cannot say (dim names, a non-CPU device, buffer vs tensor) is kept in the
-type's encoding attribute, so ``type_from_mlir(type_to_mlir(t)) == t``. A ``?``
-with no name (a type made elsewhere) comes back as ``d0``, ``d1``... by position.
+devices and layouts to builtin attributes. This module speaks only Python
+values (ints, strings, lists, dicts, `DType`s); the classes that own the
+meaning (`lowering.dims.Dim`, `lowering.types.TensorType`, ...) build their
+own ``to_mlir``/``from_mlir`` on it, so it imports none of them.
 
 Example:
-    >>> from lowering.dims import Dim
-    >>> str(Dim("batch").to_mlir())
-    '"batch"'
+    >>> from lowering.mlir_interop import attr_value, int_attr, string_attr
+    >>> str(int_attr(5)), attr_value(int_attr(5)), attr_value(string_attr("batch"))
+    ('5 : i64', 5, 'batch')
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lowering.dims import Dim, StaticDim, SymbolicDim
 from lowering.dtypes import DType
 
 __all__ = [
-    "dim_to_attr",
-    "dim_from_attr",
-    "shape_to_attr",
-    "shape_from_attr",
     "string_attr",
     "attr_to_string",
-    "type_to_mlir",
-    "type_from_mlir",
+    "int_attr",
+    "attr_value",
+    "array_attr",
+    "array_items",
+    "dict_attr",
+    "dict_items",
+    "ranked_tensor_type",
+    "ranked_tensor_parts",
 ]
 
 
 @functools.cache
 def _ir():
-    from jax._src.lib.mlir import ir  # noqa: PLC0415 - MLIR loads only when asked for
+    from jax._src.lib.mlir import ir  # noqa: PLC0415 - loads all of JAX: MLIR only when a to_mlir/from_mlir asks
 
     return ir
 
@@ -79,49 +78,45 @@ def attr_to_string(attr: Any) -> str:
     return _ir().StringAttr(attr).value
 
 
-def dim_to_attr(dim: Dim) -> Any:
-    """Static dims → ``i64`` attribute; symbolic/algebraic dims → their text."""
+def int_attr(n: int) -> Any:
+    """An ``i64`` ``IntegerAttr``."""
     ir = _ir()
     with _Scope():
-        if isinstance(dim, StaticDim):
-            return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), dim.dim)
-        return ir.StringAttr.get(str(dim))
+        return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), n)
 
 
-def dim_from_attr(attr: Any) -> Dim:
-    """Inverse of `dim_to_attr`."""
-    ir = _ir()
+def attr_value(attr: Any) -> int | str:
+    """The int of an ``IntegerAttr``, else the text of a ``StringAttr``."""
     try:
-        return StaticDim(ir.IntegerAttr(attr).value)
+        return _ir().IntegerAttr(attr).value
     except (ValueError, TypeError):
-        pass
-    text = attr_to_string(attr)
-    return _parse_dim(text)
+        return attr_to_string(attr)
 
 
-def _parse_dim(text: str) -> Dim:
-    """Evaluate dim text (``"batch * 2 + 1"``) with symbols as `SymbolicDim`s."""
-    import ast  # noqa: PLC0415
-
-    tree = ast.parse(text, mode="eval")
-    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, ast.Constant, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.USub)
-    for node in ast.walk(tree):
-        if not isinstance(node, allowed):
-            raise ValueError(f"dim_from_attr: {text!r} is not a dimension expression")
-    return Dim(eval(compile(tree, "<dim>", "eval"), {"__builtins__": {}}, {n: SymbolicDim(n) for n in names}))  # noqa: S307 - AST checked above
-
-
-def shape_to_attr(shape: Any) -> Any:
-    """An ``ArrayAttr`` of dim attributes."""
-    attrs = [dim_to_attr(Dim(d)) for d in shape]
+def array_attr(items: Sequence[Any]) -> Any:
+    """An ``ArrayAttr`` of MLIR attributes."""
     with _Scope():
-        return _ir().ArrayAttr.get(attrs)
+        return _ir().ArrayAttr.get(list(items))
 
 
-def shape_from_attr(attr: Any) -> list[Dim]:
-    """Inverse of `shape_to_attr`."""
-    return [dim_from_attr(a) for a in _ir().ArrayAttr(attr)]
+def array_items(attr: Any) -> list[Any]:
+    """The attributes of an ``ArrayAttr``."""
+    return list(_ir().ArrayAttr(attr))
+
+
+def dict_attr(entries: Mapping[str, Any]) -> Any:
+    """A ``DictAttr`` of MLIR attributes."""
+    with _Scope():
+        return _ir().DictAttr.get(dict(entries))
+
+
+def dict_items(attr: Any) -> dict[str, Any] | None:
+    """The entries of a ``DictAttr``; None for any other attribute."""
+    try:
+        entries = _ir().DictAttr(attr)
+    except (ValueError, TypeError):
+        return None
+    return {entries[i].name: entries[i].attr for i in range(len(entries))}
 
 
 @functools.cache
@@ -161,73 +156,33 @@ def _dtypes_by_text() -> dict[str, DType]:
     return {str(t): d for d, t in _element_types().items()}
 
 
-def _encoding(t: Any) -> Any:
-    """What ``tensor<?x3xf32>`` cannot say (dim names, device, buffer-ness), or None."""
-    from lowering.types import BufferType, DeviceRef  # noqa: PLC0415 - lowering.types imports this module lazily
+def ranked_tensor_type(sizes: Sequence[int | None], dtype: DType, encoding: Any = None, where: str = "TensorType.to_mlir") -> Any:
+    """``tensor<2x?xf32, encoding>``: a ranked tensor type, None for a dynamic size.
 
-    ir = _ir()
-    entries = {}
-    if not all(isinstance(d, StaticDim) for d in t.shape):
-        entries["dims"] = shape_to_attr(t.shape)
-    if t.device != DeviceRef.CPU():
-        entries["device"] = string_attr(str(t.device))
-    if isinstance(t, BufferType):
-        entries["kind"] = string_attr("buffer")
-    if not entries:
-        return None
-    with _Scope():
-        return ir.DictAttr.get(entries)
-
-
-def type_to_mlir(t: Any) -> Any:
-    """A `TensorType`/`BufferType` as an MLIR ranked tensor type.
-
-    Symbolic dims are ``?``. When the plain type would lose something (dim
-    names, a non-CPU device, or that it is a buffer), that goes into the
-    type's encoding: ``tensor<?x3xf32, {dims = ["batch", 3]}>``.
+    Raises:
+        ValueError: ``dtype`` has no element type in these MLIR bindings.
     """
     ir = _ir()
-    elem = _element_types().get(t.dtype)
+    elem = _element_types().get(dtype)
     if elem is None:
-        raise ValueError(f"type_to_mlir: {t.dtype.name} has no MLIR element type in these MLIR bindings")
-    sizes = [d.dim if isinstance(d, StaticDim) else ir.ShapedType.get_dynamic_size() for d in t.shape]
-    encoding = _encoding(t)
+        raise ValueError(f"{where}: {dtype.name} has no MLIR element type in these MLIR bindings")
+    dims = [ir.ShapedType.get_dynamic_size() if s is None else s for s in sizes]
     with _Scope():
-        return ir.RankedTensorType.get(sizes, elem, encoding)
+        return ir.RankedTensorType.get(dims, elem, encoding)
 
 
-def type_from_mlir(mlir_type: Any) -> Any:
-    """Inverse of `type_to_mlir`: a `TensorType` (a `BufferType` if encoded as one).
+def ranked_tensor_parts(mlir_type: Any, where: str = "Type.from_mlir") -> tuple[DType, list[int | None], Any]:
+    """Inverse of `ranked_tensor_type`: ``(dtype, sizes with None for ?, encoding or None)``.
 
-    A ``?`` without a name in the encoding comes back as ``d0``, ``d1``... by
-    position; a type without our encoding is on the CPU.
+    Raises:
+        ValueError: not a ranked tensor type, or an element type with no MAX `DType`.
     """
-    from lowering.types import BufferType, DeviceRef, TensorType  # noqa: PLC0415
-
     ir = _ir()
     try:
         rt = ir.RankedTensorType(mlir_type)
     except (ValueError, TypeError):
-        raise ValueError(f"type_from_mlir: expected a ranked tensor type, got {mlir_type}") from None
+        raise ValueError(f"{where}: expected a ranked tensor type, got {mlir_type}") from None
     dtype = _dtypes_by_text().get(str(rt.element_type))
     if dtype is None:
-        raise ValueError(f"type_from_mlir: element type {rt.element_type} has no MAX DType")
-    dims: list[Any] = [s if s >= 0 else f"d{i}" for i, s in enumerate(rt.shape)]
-    device, cls = DeviceRef.CPU(), TensorType
-    encoding = rt.encoding
-    if encoding is not None:
-        try:
-            entries = ir.DictAttr(encoding)
-        except (ValueError, TypeError):
-            entries = None  # someone else's encoding (sparsity, bounds): nothing of ours in it
-        if entries is not None:
-            if "dims" in entries:
-                named = shape_from_attr(entries["dims"])
-                if len(named) != len(dims):
-                    raise ValueError(f"type_from_mlir: {mlir_type} names {len(named)} dims for rank {len(dims)}")
-                dims = named
-            if "device" in entries:
-                device = DeviceRef.from_mlir(entries["device"])
-            if "kind" in entries and attr_to_string(entries["kind"]) == "buffer":
-                cls = BufferType
-    return cls(dtype, dims, device)
+        raise ValueError(f"{where}: element type {rt.element_type} has no MAX DType")
+    return dtype, [s if s >= 0 else None for s in rt.shape], rt.encoding

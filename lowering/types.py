@@ -14,10 +14,11 @@ Example:
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 from typing import Any
 
+from lowering import mlir_interop
 from lowering.dims import Dim, Shape, ShapeLike, StaticDim
+from lowering.driver_devices import CPU, Accelerator, Device
 from lowering.dtypes import DType
 
 __all__ = [
@@ -30,7 +31,6 @@ __all__ = [
     "ConvInputLayout",
     "FilterLayout",
     "InterpolationMode",
-    "set_device_resolver",
 ]
 
 
@@ -50,17 +50,6 @@ class DeviceKind(str, enum.Enum):
             return DeviceKind(txt.lower())
         except ValueError:
             raise ValueError(f"DeviceKind.from_string: unknown device kind {txt!r}; expected 'cpu' or 'gpu'") from None
-
-
-# maxfx.driver installs the function mapping a DeviceRef to a driver Device
-# (lowering cannot import maxfx; the dependency only points downward).
-_device_resolver: Callable[[DeviceRef], Any] | None = None
-
-
-def set_device_resolver(fn: Callable[[DeviceRef], Any]) -> None:
-    """Install the DeviceRef → driver Device mapping (called by ``maxfx.driver``)."""
-    global _device_resolver
-    _device_resolver = fn
 
 
 class DeviceRef:
@@ -101,23 +90,25 @@ class DeviceRef:
             raise TypeError(f"DeviceRef.from_device: expected a Device or DeviceRef, got {type(device).__name__}")
         return DeviceRef(DeviceKind.from_string(label), 0 if label == "cpu" else getattr(device, "id", 0))
 
-    def to_device(self) -> Any:
-        """The driver ``Device`` this reference names."""
-        if _device_resolver is None:
-            raise RuntimeError("DeviceRef.to_device: maxfx.driver is not loaded")
-        return _device_resolver(self)
+    def to_device(self) -> Device:
+        """The driver ``Device`` this reference names (``CPU()`` for every CPU id, as in MAX).
+
+        Raises:
+            ValueError: a GPU reference on a machine without that GPU.
+
+        Example:
+            >>> DeviceRef.CPU().to_device()
+            CPU()
+        """
+        return CPU() if self.is_cpu() else Accelerator(self.id)
 
     def to_mlir(self):
         """This device as an MLIR string attribute (``"cpu:0"``)."""
-        from lowering import mlir_interop  # noqa: PLC0415
-
         return mlir_interop.string_attr(str(self))
 
     @staticmethod
     def from_mlir(attr) -> DeviceRef:
         """Inverse of `to_mlir`."""
-        from lowering import mlir_interop  # noqa: PLC0415
-
         kind, _, idx = mlir_interop.attr_to_string(attr).partition(":")
         return DeviceRef(kind, int(idx or 0))
 
@@ -152,16 +143,27 @@ class Type:
 
     def to_mlir(self):
         """This type as an MLIR type."""
-        from lowering import mlir_interop  # noqa: PLC0415
-
-        return mlir_interop.type_to_mlir(self)
+        raise TypeError(f"{type(self).__name__}.to_mlir: only tensor and buffer types have an MLIR type")
 
     @staticmethod
     def from_mlir(t) -> Type:
-        """A graph type from an MLIR type."""
-        from lowering import mlir_interop  # noqa: PLC0415
+        """A graph type from an MLIR ranked tensor type (a `BufferType` if `BufferType.to_mlir` made it).
 
-        return mlir_interop.type_from_mlir(t)
+        A ``?`` without a name in the encoding comes back as ``d0``, ``d1``... by
+        position; a type without maxfx's encoding is on the CPU.
+        """
+        dtype, sizes, encoding = mlir_interop.ranked_tensor_parts(t, "Type.from_mlir")
+        dims: list[Any] = [f"d{i}" if s is None else s for i, s in enumerate(sizes)]
+        entries = mlir_interop.dict_items(encoding) if encoding is not None else None
+        entries = entries or {}  # someone else's encoding (sparsity, bounds) holds nothing of ours
+        if "dims" in entries:
+            named = Shape.from_mlir(entries["dims"])
+            if len(named) != len(dims):
+                raise ValueError(f"Type.from_mlir: {t} names {len(named)} dims for rank {len(dims)}")
+            dims = named
+        device = DeviceRef.from_mlir(entries["device"]) if "device" in entries else DeviceRef.CPU()
+        is_buffer = "kind" in entries and mlir_interop.attr_to_string(entries["kind"]) == "buffer"
+        return (BufferType if is_buffer else TensorType)(dtype, dims, device)
 
 
 class _ShapedType(Type):
@@ -209,6 +211,23 @@ class _ShapedType(Type):
 
     def __reduce__(self):
         return (type(self), (self.dtype, list(self.shape), self.device))
+
+    def to_mlir(self):
+        """This type as an MLIR ranked tensor type, ``?`` for symbolic dims.
+
+        What the plain type would lose (dim names, a non-CPU device, that it is a
+        buffer) goes into its encoding, so ``Type.from_mlir(t.to_mlir()) == t``:
+        ``tensor<?x3xf32, {dims = ["batch", 3]}>``.
+        """
+        encoding = {}
+        if not self.is_static():
+            encoding["dims"] = self.shape.to_mlir()
+        if self.device != DeviceRef.CPU():
+            encoding["device"] = self.device.to_mlir()
+        if isinstance(self, BufferType):
+            encoding["kind"] = mlir_interop.string_attr("buffer")
+        sizes = [d.dim if isinstance(d, StaticDim) else None for d in self.shape]
+        return mlir_interop.ranked_tensor_type(sizes, self.dtype, mlir_interop.dict_attr(encoding) if encoding else None, f"{self._name}.to_mlir")
 
 
 class TensorType(_ShapedType):
@@ -266,15 +285,11 @@ class ConvInputLayout(enum.Enum):
 
     def to_mlir(self):
         """As an MLIR string attribute."""
-        from lowering import mlir_interop  # noqa: PLC0415
-
         return mlir_interop.string_attr(self.value)
 
     @staticmethod
     def from_mlir(attr) -> ConvInputLayout:
         """Inverse of `to_mlir`."""
-        from lowering import mlir_interop  # noqa: PLC0415
-
         return ConvInputLayout(mlir_interop.attr_to_string(attr))
 
 
@@ -289,15 +304,11 @@ class FilterLayout(enum.Enum):
 
     def to_mlir(self):
         """As an MLIR string attribute."""
-        from lowering import mlir_interop  # noqa: PLC0415
-
         return mlir_interop.string_attr(self.value)
 
     @staticmethod
     def from_mlir(attr) -> FilterLayout:
         """Inverse of `to_mlir`."""
-        from lowering import mlir_interop  # noqa: PLC0415
-
         return FilterLayout(mlir_interop.attr_to_string(attr))
 
 

@@ -2,8 +2,8 @@
 
 ``CPU()`` and ``Accelerator(id)`` wrap ``jax.devices()``; `Tensor` (also named
 `Buffer`) is a buffer on one of them: numpy memory on the host, a ``jax.Array``
-on an accelerator. Importing this module lets graph ``DeviceRef``\\ s resolve to
-driver devices (``DeviceRef.GPU(0).to_device() == Accelerator(0)``).
+on an accelerator. A graph ``DeviceRef`` names one of these devices
+(``DeviceRef.GPU(0).to_device() == Accelerator(0)``).
 
 Example:
     >>> from maxfx import driver
