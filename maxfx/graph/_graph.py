@@ -11,27 +11,27 @@ Example:
 
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from lowering.context import GraphBuilder, use_context
 from lowering.ir import Block, Var
+from lowering.ops.core import weight_p
+from lowering.ops.custom import lookup_custom_op
 from lowering.types import BufferType, DeviceRef, TensorType, Type
+from maxfx.graph import ops
+from maxfx.graph._current import current_graph, enter_graph, exit_graph
 from maxfx.graph._value import TensorValue, Value, wrap_var
+from maxfx.graph._weight import Weight, weight_params
 
 __all__ = ["Graph", "GraphWeights", "KernelLibrary"]
-
-_graph_stack: contextvars.ContextVar[tuple[Graph, ...]] = contextvars.ContextVar("maxfx_graphs", default=())
-
 
 class _CurrentGraph:
     """Descriptor so that ``Graph.current`` reads the innermost active graph (None outside one)."""
 
     def __get__(self, obj, owner) -> Graph | None:
-        stack = _graph_stack.get()
-        return stack[-1] if stack else None
+        return current_graph()
 
 
 class KernelLibrary:
@@ -68,8 +68,6 @@ class KernelLibrary:
 
     def verify_custom_op(self, custom_op: Any) -> None:
         """Raise if ``custom_op`` (a name) is not in maxfx's custom-op registry."""
-        from lowering.ops.custom import lookup_custom_op  # noqa: PLC0415
-
         lookup_custom_op(custom_op if isinstance(custom_op, str) else getattr(custom_op, "name", str(custom_op)))
 
     def __contains__(self, name: str) -> bool:
@@ -148,13 +146,13 @@ class Graph:
     def __enter__(self) -> Graph:
         token_ctx = use_context(self._builder)
         token_ctx.__enter__()
-        token_stack = _graph_stack.set(_graph_stack.get() + (self,))
+        token_stack = enter_graph(self)
         self._ctx_stack.append((token_ctx, token_stack))
         return self
 
     def __exit__(self, *exc: Any) -> None:
         token_ctx, token_stack = self._ctx_stack.pop()
-        _graph_stack.reset(token_stack)
+        exit_graph(token_stack)
         token_ctx.__exit__(*exc)
 
     # -- inputs / outputs ----------------------------------------------------
@@ -167,8 +165,6 @@ class Graph:
         """Set the graph's results (values or constants). Call exactly once."""
         if self._has_output:
             raise ValueError(f"Graph {self.name!r}: output() was already called")
-        from maxfx.graph import ops  # noqa: PLC0415
-
         vars_: list[Var] = []
         with use_context(self._builder):
             for i, o in enumerate(outputs):
@@ -204,8 +200,6 @@ class Graph:
         The same Weight again returns the existing value; a different Weight with
         the same name is a ValueError.
         """
-        from maxfx.graph._weight import weight_params  # noqa: PLC0415
-
         params = weight_params(weight)
         name = weight.name if weight.shard_idx is None else f"{weight.name}[shard {weight.shard_idx}]"
         existing = self._weights.get(name)
@@ -213,8 +207,6 @@ class Graph:
             if existing is weight or _same_weight(existing, weight):
                 return self._weight_values[name]
             raise ValueError(f"Graph {self.name!r}: a different weight named {name!r} was already added ({existing.type} vs {weight.type})")
-        from lowering.ops.core import weight_p  # noqa: PLC0415
-
         if name in self._builder.weights:
             raise ValueError(f"Graph {self.name!r}: weight name {name!r} is already used by ops.constant_external")
         value = self._builder.bind(weight_p, [], params)
@@ -319,8 +311,6 @@ class GraphWeights(Mapping):
 
     def allocate(self, dtype: Any = None, shape: Any = None, quantization_encoding: Any = None, device: Any = None) -> Any:
         """Create the weight called `name` in the graph and return it."""
-        from maxfx.graph._weight import Weight  # noqa: PLC0415
-
         if not self.name:
             raise ValueError("GraphWeights.allocate: name a weight first, e.g. weights.layer.weight.allocate(...)")
         if dtype is None or shape is None:

@@ -14,21 +14,14 @@ from lowering.dims import Shape
 from lowering.dtypes import DType
 from lowering.ir import Var
 from lowering.types import BufferType, DeviceRef, OpaqueType, TensorType, Type
+from maxfx.graph import ops
 
 __all__ = ["Value", "TensorValue", "BufferValue", "TensorOperators", "BINARY_OPERATORS", "wrap_var"]
 
 
-_OPS: Any = None
-
-
-def _ops():
-    """``maxfx.graph.ops`` (imported on first use: it imports this module)."""
-    global _OPS
-    if _OPS is None:
-        from maxfx.graph import ops  # noqa: PLC0415
-
-        _OPS = ops
-    return _OPS
+def _ops() -> Any:
+    """``maxfx.graph.ops`` (the eager ``Tensor`` in ``maxfx.experimental._tensor`` still reaches it this way)."""
+    return ops
 
 
 class Value:
@@ -125,7 +118,7 @@ class _Shaped(Value):
 
     def print(self, label: str = "debug_tensor") -> None:
         """Print the value at run time, prefixed by ``label``."""
-        _ops().print(self, label=label)
+        ops.print(self, label=label)
 
 
 class TensorOperators:
@@ -141,74 +134,73 @@ class TensorOperators:
     # -- methods ---------------------------------------------------------
     def cast(self, dtype: DType) -> TensorValue:
         """Elementwise conversion to ``dtype``."""
-        return _ops().cast(self, dtype)
+        return ops.cast(self, dtype)
 
     def reshape(self, shape) -> TensorValue:
         """Same data, new shape (one ``-1`` allowed)."""
-        return _ops().reshape(self, shape)
+        return ops.reshape(self, shape)
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> TensorValue:
         """Merge dims ``start_dim..end_dim`` (inclusive) into one."""
-        return _ops().flatten(self, start_dim, end_dim)
+        return ops.flatten(self, start_dim, end_dim)
 
     def broadcast_to(self, shape) -> TensorValue:
         """Broadcast to ``shape``."""
-        return _ops().broadcast_to(self, shape)
+        return ops.broadcast_to(self, shape)
 
     def permute(self, dims) -> TensorValue:
         """Reorder dims by the permutation ``dims``."""
-        return _ops().permute(self, dims)
+        return ops.permute(self, dims)
 
     def transpose(self, dim_1: int, dim_2: int) -> TensorValue:
         """Swap two dims."""
-        return _ops().transpose(self, dim_1, dim_2)
+        return ops.transpose(self, dim_1, dim_2)
 
     @property
     def T(self) -> TensorValue:  # noqa: N802 - MAX's name
         """Transpose of the last two dims."""
-        return _ops().transpose(self, -1, -2)
+        return ops.transpose(self, -1, -2)
 
     def argmax(self, axis: int = -1) -> TensorValue:
         """Index of the maximum along ``axis`` (kept as size 1), int64."""
-        return _ops().argmax(self, axis)
+        return ops.argmax(self, axis)
 
     def max(self, axis: int = -1) -> TensorValue:
         """Maximum along ``axis`` (kept as size 1)."""
-        return _ops().max(self, axis=axis)
+        return ops.max(self, axis=axis)
 
     def min(self, axis: int = -1) -> TensorValue:
         """Minimum along ``axis`` (kept as size 1)."""
-        return _ops().min(self, axis=axis)
+        return ops.min(self, axis=axis)
 
     def mean(self, axis: int = -1) -> TensorValue:
         """Mean along ``axis`` (kept as size 1)."""
-        return _ops().mean(self, axis)
+        return ops.mean(self, axis)
 
     def var(self, axis: int = -1) -> TensorValue:
         """Population variance along ``axis`` (kept as size 1)."""
-        ops = _ops()
         centered = self - ops.mean(self, axis)
         return ops.mean(centered * centered, axis)
 
     def stdev(self, axis: int = -1) -> TensorValue:
         """Population standard deviation along ``axis`` (kept as size 1)."""
-        return _ops().sqrt(self.var(axis))
+        return ops.sqrt(self.var(axis))
 
     # -- operators -------------------------------------------------------
     def __getitem__(self, index) -> TensorValue:
-        return _ops().slice_tensor(self, index if isinstance(index, tuple) else (index,))
+        return ops.slice_tensor(self, index if isinstance(index, tuple) else (index,))
 
     def __neg__(self):
-        return _ops().negate(self)
+        return ops.negate(self)
 
     def __pos__(self):
         return self
 
     def __abs__(self):
-        return _ops().abs(self)
+        return ops.abs(self)
 
     def __invert__(self):
-        return _ops().logical_not(self)
+        return ops.logical_not(self)
 
     __hash__ = object.__hash__
 
@@ -251,11 +243,11 @@ def _binary_operator(name: str, op_name: str, swapped: bool):
     if swapped:
 
         def method(self, other):
-            return getattr(_ops(), op_name)(other, self)
+            return getattr(ops, op_name)(other, self)
     else:
 
         def method(self, other):
-            return getattr(_ops(), op_name)(self, other)
+            return getattr(ops, op_name)(self, other)
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"``ops.{op_name}`` with {'swapped ' if swapped else ''}operands."
@@ -280,11 +272,11 @@ class TensorValue(TensorOperators, _Shaped):
 
     def rebind(self, shape, message: str = "") -> TensorValue:
         """Assert at run time that the value has ``shape`` (names symbolic dims)."""
-        return _ops().rebind(self, shape, message)
+        return ops.rebind(self, shape, message)
 
     def to(self, device) -> TensorValue:
         """Transfer to ``device`` (a DeviceRef or driver Device)."""
-        return _ops().transfer_to(self, device)
+        return ops.transfer_to(self, device)
 
     def __bool__(self):
         raise TypeError("the truth value of a symbolic TensorValue is unknown while building a graph; use ops.cond or ops.where")
@@ -304,10 +296,10 @@ class BufferValue(_Shaped):
     __slots__ = ()
 
     def __getitem__(self, index) -> TensorValue:
-        return _ops().slice_tensor(_ops().buffer_load(self), index if isinstance(index, tuple) else (index,))
+        return ops.slice_tensor(ops.buffer_load(self), index if isinstance(index, tuple) else (index,))
 
     def __setitem__(self, index, value) -> None:
-        _ops().buffer_store_slice(self, value, index if isinstance(index, tuple) else (index,))
+        ops.buffer_store_slice(self, value, index if isinstance(index, tuple) else (index,))
 
 
 def wrap_var(builder: GraphBuilder, var: Var) -> Value:

@@ -19,6 +19,7 @@ from typing import Any
 from lowering.dims import Dim, Shape, ShapeLike
 from lowering.dtypes import DType
 from lowering.types import DeviceRef, TensorType
+from maxfx.graph._current import current_graph
 from maxfx.graph._value import TensorValue
 
 __all__ = ["Weight", "ShardingStrategy"]
@@ -128,9 +129,7 @@ class Weight(TensorValue):
     # The graph value is resolved against whichever graph is active.
     @property
     def _value(self) -> TensorValue:
-        from maxfx.graph._graph import Graph  # noqa: PLC0415
-
-        graph = Graph.current
+        graph = current_graph()
         if graph is None:
             raise RuntimeError(f"Weight {self.name!r} used outside a graph: build ops inside `with Graph(...)`")
         return graph.add_weight(self)
