@@ -22,6 +22,7 @@ from lowering.dtypes import DType
 from maxfx.graph import ops
 from maxfx.nn import kernels
 from maxfx.nn._basic import Linear
+from maxfx.nn._lora_linear import LinearLoRA
 from maxfx.nn.attention._rope_attention import AttentionWithRope
 from maxfx.nn.kv_cache._params import KVCacheParams
 
@@ -56,8 +57,6 @@ class AttentionWithRopeAndLoRA(AttentionWithRope):
         scale: float | None = None, has_bias: bool = False, float8_config: Any = None, clip_qkv: float | None = None,
         max_num_loras: int = 1, max_lora_rank: int = 16,
     ):  # fmt: skip
-        from maxfx.nn.lora import LinearLoRA  # noqa: PLC0415  (lora.py re-exports this module)
-
         if stacked_qkv:
             raise ValueError(f"{_NAME}: stacked_qkv is not supported; the adapters are per projection, so load q_proj/k_proj/v_proj separately")
         super().__init__(
