@@ -52,7 +52,14 @@ def transfer_to(x: Any, device: Any):
     already on returns ``x`` itself.
 
     Example:
-        >>> y = ops.transfer_to(x, DeviceRef.GPU())  # doctest: +SKIP
+        >>> from maxfx.graph import DeviceRef, Graph, TensorType, ops
+        >>> from maxfx.dtype import DType
+        >>> with Graph("g", input_types=[TensorType(DType.float32, [2], DeviceRef.CPU())]) as g:
+        ...     x = g.inputs[0]
+        ...     print(ops.transfer_to(x, DeviceRef.GPU()).type)  # recorded; runs where a GPU exists
+        ...     print(ops.transfer_to(x, DeviceRef.CPU()) is x)
+        TensorType(dtype=float32, shape=[Dim(2)], device=gpu:0)
+        True
     """
     ref = DeviceRef.from_device(device)
     t = getattr(x, "type", None)
@@ -127,7 +134,20 @@ def allgather(inputs: Iterable[Any], signal_buffers: Iterable[Any], axis: int = 
         IndexError: ``axis`` out of range.
 
     Example:
-        >>> outs = ops.allgather([x0, x1], signals.buffers(), axis=0)  # doctest: +SKIP
+        >>> import numpy as np
+        >>> from maxfx.driver import Tensor
+        >>> from maxfx.graph import BufferType, DeviceRef, Graph, TensorType, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> devices = [DeviceRef.CPU(0), DeviceRef.CPU(1)]
+        >>> types = [TensorType(DType.float32, [1, 2], d) for d in devices]
+        >>> signals = [BufferType(DType.uint8, [16], d) for d in devices]
+        >>> with Graph("gather", input_types=types + signals) as g:
+        ...     g.output(*ops.allgather(g.inputs[:2], g.inputs[2:], axis=0))
+        >>> x0, x1 = np.array([[1.0, 2.0]], np.float32), np.array([[3.0, 4.0]], np.float32)
+        >>> sig = [Tensor.from_numpy(np.zeros(16, np.uint8)) for _ in devices]
+        >>> [o.to_numpy().tolist() for o in InferenceSession().load(g).execute(x0, x1, *sig)]  # one copy per device
+        [[[1.0, 2.0], [3.0, 4.0]], [[1.0, 2.0], [3.0, 4.0]]]
     """
     inputs = list(inputs)
     signal_buffers = list(signal_buffers)

@@ -74,8 +74,16 @@ def constant(value: Any, dtype: DType | None = None, device: Any = None):
         device: ``DeviceRef`` or driver ``Device`` (default: the graph's device).
 
     Example:
-        >>> with Graph("g") as g:  # doctest: +SKIP
+        >>> from maxfx.graph import DeviceRef, Graph, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> with Graph("g") as g:
         ...     c = ops.constant([1, 2, 3], DType.int32, DeviceRef.CPU())
+        ...     print(c.type)
+        ...     g.output(c * 2)
+        TensorType(dtype=int32, shape=[Dim(3)], device=cpu:0)
+        >>> InferenceSession().load(g).execute()[0].to_numpy()
+        array([2, 4, 6], dtype=int32)
     """
     arr, dtype = to_constant_array(value, dtype)
     ctx = current_context()
@@ -109,7 +117,11 @@ def cast(x: Any, dtype: DType):
     """Elementwise conversion to ``dtype`` (floats truncate toward zero into ints).
 
     Example:
-        >>> ops.cast(x, DType.int32)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.dtype import DType
+        >>> ops.cast(Tensor.constant([-1.7, 0.5, 2.9]), DType.int32)  # truncates toward zero
+        TensorType(dtype=int32, shape=[Dim(3)], device=cpu:0): [-1, 0, 2]
     """
     return bind(cast_p, x, dtype=dtype)
 

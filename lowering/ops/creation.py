@@ -171,8 +171,16 @@ def range(start, stop, step=1, out_dim=None, *, dtype=None, device=None):  # noq
         TypeError: arguments that are not numbers, Dims or tensors.
 
     Example:
-        >>> pos = ops.range(0, 10, 2, dtype=DType.int64, device=DeviceRef.CPU())  # doctest: +SKIP
-        >>> # [0, 2, 4, 6, 8]
+        >>> from maxfx.graph import DeviceRef, Graph, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> with Graph("g") as g:
+        ...     pos = ops.range(0, 10, 2, dtype=DType.int64, device=DeviceRef.CPU())
+        ...     print(pos.type)
+        ...     g.output(pos)
+        TensorType(dtype=int64, shape=[Dim(5)], device=cpu:0)
+        >>> InferenceSession().load(g).execute()[0].to_numpy()
+        array([0, 2, 4, 6, 8])
     """
     args = (start, stop, step)
     names = ("start", "stop", "step")
@@ -271,7 +279,16 @@ def hann_window(window_length, device, periodic=True, dtype=DType.float32):
         TypeError: ``window_length`` is not an int.
 
     Example:
-        >>> w = ops.hann_window(400, DeviceRef.CPU())  # doctest: +SKIP
+        >>> from maxfx.graph import DeviceRef, Graph, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> with Graph("g") as g:
+        ...     g.output(ops.hann_window(4, DeviceRef.CPU()), ops.hann_window(5, DeviceRef.CPU(), periodic=False))
+        >>> periodic, symmetric = InferenceSession().load(g).execute()
+        >>> periodic.to_numpy()
+        array([0. , 0.5, 1. , 0.5], dtype=float32)
+        >>> symmetric.to_numpy()
+        array([0. , 0.5, 1. , 0.5, 0. ], dtype=float32)
     """
     if isinstance(window_length, (bool, np.bool_)) or not isinstance(window_length, (numbers.Integral, np.integer, StaticDim)):
         raise TypeError(f"hann_window: window_length must be an int, got {type(window_length).__name__} {window_length!r}")
@@ -303,7 +320,17 @@ def constant_external(name, type):  # noqa: A002 - MAX's name
         RuntimeError: no active Graph.
 
     Example:
-        >>> w = ops.constant_external("layer.weight", TensorType(DType.float32, [4, 4]))  # doctest: +SKIP
+        >>> import numpy as np
+        >>> from maxfx.graph import DeviceRef, Graph, TensorType, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> with Graph("g", input_types=[TensorType(DType.float32, [2], DeviceRef.CPU())]) as g:
+        ...     w = ops.constant_external("layer.weight", TensorType(DType.float32, [2], DeviceRef.CPU()))
+        ...     g.output(g.inputs[0] * w)
+        >>> weights = {"layer.weight": np.array([10.0, 100.0], np.float32)}
+        >>> model = InferenceSession().load(g, weights_registry=weights)
+        >>> model.execute(np.array([1.0, 2.0], np.float32))[0].to_numpy()
+        array([ 10., 200.], dtype=float32)
     """
     op = "constant_external"
     if not isinstance(name, str) or not name:

@@ -92,7 +92,20 @@ def print_(value: Any, label: str = "debug_tensor") -> None:
         label: printed before the value.
 
     Example:
-        >>> ops.print(out, label="addition_output")  # doctest: +SKIP
+        >>> import numpy as np
+        >>> import jax
+        >>> from maxfx.graph import DeviceRef, Graph, TensorType, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> input_type = TensorType(DType.float32, [2], DeviceRef.CPU())
+        >>> with Graph("simple_add_graph", input_types=(input_type, input_type)) as graph:
+        ...     out = ops.add(*graph.inputs)
+        ...     ops.print(out, label="addition_output")
+        ...     graph.output(out)
+        >>> a, b = np.array([1.0, 2.0], np.float32), np.array([3.0, 4.0], np.float32)
+        >>> model = InferenceSession().load(graph)
+        >>> _ = model.execute(a, b); jax.effects_barrier()  # the barrier waits for the print
+        addition_output = tensor([4.0000, 6.0000], dtype=f32, shape=[2])
     """
     if not isinstance(label, str):
         raise TypeError(f"print: label must be a str, got {type(label).__name__}")
@@ -136,7 +149,22 @@ def export_tensor(value: Any, path: str, label: str) -> None:
     """Save a tensor's contents to ``{path}/{label}.npy`` when the graph runs (debug checkpoints).
 
     Example:
-        >>> ops.export_tensor(hidden, "/tmp/ckpt", "layer0-output")  # doctest: +SKIP
+        >>> import os, shutil, tempfile
+        >>> import jax
+        >>> import numpy as np
+        >>> from maxfx.graph import DeviceRef, Graph, TensorType, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> path = tempfile.mkdtemp()
+        >>> with Graph("g", input_types=[TensorType(DType.float32, [2], DeviceRef.CPU())]) as g:
+        ...     hidden = g.inputs[0] * 2
+        ...     ops.export_tensor(hidden, path, "layer0-output")
+        ...     g.output(hidden)
+        >>> _ = InferenceSession().load(g).execute(np.array([1.0, 2.0], np.float32))
+        >>> jax.effects_barrier()  # the file is written while the model runs
+        >>> np.load(os.path.join(path, "layer0-output.npy"))
+        array([2., 4.], dtype=float32)
+        >>> shutil.rmtree(path)
     """
     if not isinstance(path, str) or not isinstance(label, str):
         raise TypeError(f"export_tensor: path and label must be str, got {type(path).__name__}, {type(label).__name__}")
@@ -156,7 +184,18 @@ def assert_same_device(*values: Any, **named_values: Any) -> None:
     """Raise ValueError unless every value lives on the same device.
 
     Example:
-        >>> ops.assert_same_device(x, w, bias=b)  # doctest: +SKIP
+        >>> from maxfx.graph import DeviceRef, Graph, TensorType, ops
+        >>> from maxfx.dtype import DType
+        >>> types = [TensorType(DType.float32, [2], DeviceRef.CPU()), TensorType(DType.float32, [2], DeviceRef.GPU())]
+        >>> with Graph("g", input_types=types) as g:
+        ...     x, w = g.inputs
+        ...     ops.assert_same_device(x, x * 2)  # fine: both on the CPU
+        ...     ops.assert_same_device(x, bias=w)
+        Traceback (most recent call last):
+            ...
+        ValueError: assert_same_device: input values must be on the same device
+            0: float32[2] on cpu:0
+            bias: float32[2] on gpu:0
     """
     named = {**{str(i): v for i, v in enumerate(values)}, **named_values}
     devices = {k: _device_of(v) for k, v in named.items()}

@@ -207,7 +207,10 @@ def abs(x):  # noqa: A001 - MAX's name
     """Elementwise absolute value ``|x|`` (ints and floats).
 
     Example:
-        >>> y = ops.abs(x)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.abs(Tensor.constant([-1.5, 0.0, 2.0]))
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [1.5, 0.0, 2.0]
     """
     return _bind_unary(abs_p, x)
 
@@ -220,7 +223,10 @@ def acos(x):
         ValueError: if ``x`` is not floating-point.
 
     Example:
-        >>> y = ops.acos(x)  # acos(2.0) == 0.0, acos(-2.0) == pi  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.acos(Tensor.constant([1.0, 0.0, 2.0, -2.0]))  # 2.0 and -2.0 are clamped
+        TensorType(dtype=float32, shape=[Dim(4)], device=cpu:0): [0.0, 1.5707..., 0.0, 3.1415...]
     """
     return _bind_unary(acos_p, x)
 
@@ -230,7 +236,10 @@ def atanh(x):
     """Elementwise inverse hyperbolic tangent (floats; +-inf at +-1, NaN outside).
 
     Example:
-        >>> y = ops.atanh(x)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.atanh(Tensor.constant([0.0, 0.5, 1.0, 2.0]))
+        TensorType(dtype=float32, shape=[Dim(4)], device=cpu:0): [0.0, 0.5493..., inf, nan]
     """
     return _bind_unary(atanh_p, x)
 
@@ -240,7 +249,10 @@ def cos(x):
     """Elementwise cosine (floats).
 
     Example:
-        >>> y = ops.cos(x)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.cos(Tensor.constant([0.0, 3.1415927]))
+        TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [1.0, -1.0]
     """
     return _bind_unary(cos_p, x)
 
@@ -250,7 +262,10 @@ def erf(x):
     """Elementwise Gauss error function (floats).
 
     Example:
-        >>> y = ops.erf(x)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.erf(Tensor.constant([0.0, 1.0, -1.0]))
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [0.0, 0.8427..., -0.8427...]
     """
     return _bind_unary(erf_p, x)
 
@@ -260,7 +275,10 @@ def exp(x):
     """Elementwise ``e ** x`` (floats).
 
     Example:
-        >>> y = ops.exp(x)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.exp(Tensor.constant([0.0, 1.0]))
+        TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [1.0, 2.7182...]
     """
     return _bind_unary(exp_p, x)
 
@@ -270,7 +288,10 @@ def floor(x):
     """Elementwise largest integer value ``<= x`` (same dtype; identity on ints).
 
     Example:
-        >>> y = ops.floor(x)  # floor(-1.5) == -2.0  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.floor(Tensor.constant([-1.5, 0.0, 1.7]))
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [-2.0, 0.0, 1.0]
     """
     return _bind_unary(floor_p, x)
 
@@ -289,7 +310,10 @@ def gelu(x, approximate: str = "none"):
         ValueError: if ``approximate`` is not one of those, or ``x`` is not floating-point.
 
     Example:
-        >>> y = ops.gelu(x, approximate="tanh")  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.gelu(Tensor.constant([-1.0, 0.0, 1.0]), approximate="tanh")
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [-0.1588..., 0.0, 0.8411...]
     """
     if not isinstance(approximate, str) or approximate not in _GELU_MODES:
         raise ValueError(f"gelu: approximate must be one of {', '.join(map(repr, _GELU_MODES))}, got {approximate!r}")
@@ -301,7 +325,10 @@ def is_inf(x):
     """Elementwise ``x == +inf or x == -inf``, as a bool tensor (all False for ints).
 
     Example:
-        >>> mask = ops.is_inf(x)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.is_inf(Tensor.constant([1.0, float("inf"), float("-inf"), float("nan")]))
+        TensorType(dtype=bool, shape=[Dim(4)], device=cpu:0): [False, True, True, False]
     """
     return _bind_unary(is_inf_p, x)
 
@@ -311,7 +338,10 @@ def is_nan(x):
     """Elementwise ``x != x`` (NaN test), as a bool tensor (all False for ints).
 
     Example:
-        >>> mask = ops.is_nan(x)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.is_nan(Tensor.constant([1.0, float("inf"), float("nan")]))
+        TensorType(dtype=bool, shape=[Dim(3)], device=cpu:0): [False, False, True]
     """
     return _bind_unary(is_nan_p, x)
 
@@ -321,7 +351,10 @@ def log(x):
     """Elementwise natural logarithm (floats; -inf at 0, NaN below).
 
     Example:
-        >>> y = ops.log(x)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.log(Tensor.constant([1.0, 0.0, -1.0]))
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [0.0, -inf, nan]
     """
     return _bind_unary(log_p, x)
 
@@ -331,7 +364,10 @@ def log1p(x):
     """Elementwise ``log(1 + x)``, accurate near 0 (floats).
 
     Example:
-        >>> y = ops.log1p(x)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.log1p(Tensor.constant([0.0, 1e-10, 1.0]))  # log(1 + 1e-10) would round to 0.0
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [0.0, 1e-10, 0.6931...]
     """
     return _bind_unary(log1p_p, x)
 
@@ -341,7 +377,10 @@ def logical_not(x):
     """Elementwise boolean NOT (bool in, bool out); ``~x`` on a TensorValue.
 
     Example:
-        >>> y = ops.logical_not(mask)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.logical_not(Tensor.constant([True, False]))
+        TensorType(dtype=bool, shape=[Dim(2)], device=cpu:0): [False, True]
     """
     return _bind_unary(logical_not_p, x)
 
@@ -351,7 +390,10 @@ def negate(x):
     """Elementwise ``-x`` (ints and floats); ``-x`` on a TensorValue.
 
     Example:
-        >>> y = ops.negate(x)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.negate(Tensor.constant([1.5, -2.0]))
+        TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [-1.5, 2.0]
     """
     return _bind_unary(negate_p, x)
 
@@ -361,7 +403,10 @@ def relu(x):
     """Rectified linear unit ``max(x, 0)`` (``relu(-2.0)`` is ``0.0``, not ``-0.0``).
 
     Example:
-        >>> y = ops.relu(x)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.relu(Tensor.constant([-2.0, 0.0, 3.0]))
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [0.0, 0.0, 3.0]
     """
     return _bind_unary(relu_p, x)
 
@@ -373,7 +418,10 @@ def round(x):  # noqa: A001 - MAX's name
     Same dtype as ``x``; the identity on ints.
 
     Example:
-        >>> y = ops.round(x)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.round(Tensor.constant([0.5, 1.5, 2.5, -1.7]))
+        TensorType(dtype=float32, shape=[Dim(4)], device=cpu:0): [0.0, 2.0, 2.0, -2.0]
     """
     return _bind_unary(round_p, x)
 
@@ -383,7 +431,10 @@ def rsqrt(x):
     """Elementwise ``1 / sqrt(x)`` (floats).
 
     Example:
-        >>> y = ops.rsqrt(x)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.rsqrt(Tensor.constant([1.0, 4.0, 0.25]))
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [1.0, 0.5, 2.0]
     """
     return _bind_unary(rsqrt_p, x)
 
@@ -393,7 +444,10 @@ def sigmoid(x):
     """Elementwise logistic sigmoid ``1 / (1 + exp(-x))`` (floats).
 
     Example:
-        >>> y = ops.sigmoid(x)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.sigmoid(Tensor.constant([0.0, 2.0]))
+        TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [0.5, 0.8807...]
     """
     return _bind_unary(sigmoid_p, x)
 
@@ -403,7 +457,10 @@ def silu(x):
     """Elementwise ``x * sigmoid(x)`` (floats).
 
     Example:
-        >>> y = ops.silu(x)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.silu(Tensor.constant([0.0, 2.0]))
+        TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [0.0, 1.7615...]
     """
     return _bind_unary(silu_p, x)
 
@@ -413,7 +470,10 @@ def sin(x):
     """Elementwise sine (floats).
 
     Example:
-        >>> y = ops.sin(x)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.sin(Tensor.constant([0.0, 1.5707964]))
+        TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [0.0, 1.0]
     """
     return _bind_unary(sin_p, x)
 
@@ -423,7 +483,10 @@ def sqrt(x):
     """Elementwise square root (floats; NaN below 0).
 
     Example:
-        >>> y = ops.sqrt(x)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.sqrt(Tensor.constant([4.0, 2.0, -1.0]))
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [2.0, 1.4142..., nan]
     """
     return _bind_unary(sqrt_p, x)
 
@@ -433,7 +496,10 @@ def tanh(x):
     """Elementwise hyperbolic tangent (floats).
 
     Example:
-        >>> y = ops.tanh(x)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.tanh(Tensor.constant([0.0, 1.0]))
+        TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [0.0, 0.7615...]
     """
     return _bind_unary(tanh_p, x)
 
@@ -443,7 +509,10 @@ def trunc(x):
     """Elementwise rounding toward zero (same dtype; the identity on ints).
 
     Example:
-        >>> y = ops.trunc(x)  # trunc(-1.7) == -1.0  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.trunc(Tensor.constant([-1.7, 1.7]))
+        TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [-1.0, 1.0]
     """
     return _bind_unary(trunc_p, x)
 
@@ -518,7 +587,13 @@ def add(lhs, rhs):
         TypeError: if neither operand is a tensor or graph value.
 
     Example:
-        >>> y = ops.add(x, 1.0)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> x = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
+        >>> ops.add(x, Tensor.constant([10.0, 20.0]))  # broadcasts [2] against [2, 2]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[11.0, 22.0], [13.0, 24.0]]
+        >>> ops.add(x, 1.0)  # a Python scalar takes x's dtype
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[2.0, 3.0], [4.0, 5.0]]
     """
     return bind(add_p, lhs, rhs)
 
@@ -528,7 +603,10 @@ def sub(lhs, rhs):
     """Elementwise ``lhs - rhs`` (broadcasting and promotion as `add`).
 
     Example:
-        >>> y = ops.sub(2, x)  # same as 2 - x  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.sub(2, Tensor.constant([1.0, 5.0]))  # same as 2 - x
+        TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [1.0, -3.0]
     """
     return bind(sub_p, lhs, rhs)
 
@@ -538,7 +616,10 @@ def mul(lhs, rhs):
     """Elementwise ``lhs * rhs`` (broadcasting and promotion as `add`).
 
     Example:
-        >>> y = ops.mul(x, 2.0)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.mul(Tensor.constant([1.5, -2.0]), 2.0)
+        TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [3.0, -4.0]
     """
     return bind(mul_p, lhs, rhs)
 
@@ -554,7 +635,11 @@ def div(lhs, rhs):
         ValueError: shapes that do not broadcast, or dtypes MAX does not promote.
 
     Example:
-        >>> y = ops.div(x, 2)  # int32 x -> float64 result  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.dtype import DType
+        >>> ops.div(Tensor.constant([1, 7], dtype=DType.int32), 2)  # int32 / int -> float64
+        TensorType(dtype=float64, shape=[Dim(2)], device=cpu:0): [0.5, 3.5]
     """
     return bind(div_p, lhs, rhs)
 
@@ -566,7 +651,13 @@ def mod(lhs, rhs):
     ``-3 % 2 == 1`` and ``3 % -2 == -1``, for ints and floats; ``lhs == (lhs // rhs) * rhs + lhs % rhs``.
 
     Example:
-        >>> y = ops.mod(x, 2)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.dtype import DType
+        >>> ops.mod(Tensor.constant([-3, 3, 4], dtype=DType.int32), 2)
+        TensorType(dtype=int32, shape=[Dim(3)], device=cpu:0): [1, 1, 0]
+        >>> ops.mod(Tensor.constant([3.0]), -2.0)
+        TensorType(dtype=float32, shape=[Dim(1)], device=cpu:0): [-1.0]
     """
     return bind(mod_p, lhs, rhs)
 
@@ -576,7 +667,11 @@ def floor_div(lhs, rhs):
     """Elementwise floor division ``lhs // rhs`` (rounds toward -inf; ints stay ints).
 
     Example:
-        >>> y = ops.floor_div(x, 2)  # -7 // 2 == -4  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.dtype import DType
+        >>> ops.floor_div(Tensor.constant([-7, 7], dtype=DType.int32), 2)
+        TensorType(dtype=int32, shape=[Dim(2)], device=cpu:0): [-4, 3]
     """
     return bind(floor_div_p, lhs, rhs)
 
@@ -586,7 +681,13 @@ def pow(lhs, rhs):  # noqa: A001 - MAX's name
     """Elementwise ``lhs ** rhs`` (promoted dtype; integer powers stay integers).
 
     Example:
-        >>> y = ops.pow(x, 2)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.dtype import DType
+        >>> ops.pow(Tensor.constant([1.5, -2.0]), 2)
+        TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [2.25, 4.0]
+        >>> ops.pow(Tensor.constant([2, 3], dtype=DType.int32), 3)  # ints stay ints
+        TensorType(dtype=int32, shape=[Dim(2)], device=cpu:0): [8, 27]
     """
     return bind(pow_p, lhs, rhs)
 
@@ -596,7 +697,10 @@ def equal(lhs, rhs):
     """Elementwise ``lhs == rhs`` as a bool tensor.
 
     Example:
-        >>> mask = ops.equal(x, 0)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.equal(Tensor.constant([0.0, 1.0, 0.0]), 0)
+        TensorType(dtype=bool, shape=[Dim(3)], device=cpu:0): [True, False, True]
     """
     return bind(equal_p, lhs, rhs)
 
@@ -606,7 +710,10 @@ def not_equal(lhs, rhs):
     """Elementwise ``lhs != rhs`` as a bool tensor.
 
     Example:
-        >>> mask = ops.not_equal(x, 0)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.not_equal(Tensor.constant([0.0, 1.0, 0.0]), 0)
+        TensorType(dtype=bool, shape=[Dim(3)], device=cpu:0): [False, True, False]
     """
     return bind(not_equal_p, lhs, rhs)
 
@@ -616,7 +723,10 @@ def greater(lhs, rhs):
     """Elementwise ``lhs > rhs`` as a bool tensor (``lhs < rhs`` is ``greater(rhs, lhs)``).
 
     Example:
-        >>> mask = ops.greater(x, 0.5)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.greater(Tensor.constant([0.0, 0.5, 1.0]), 0.5)
+        TensorType(dtype=bool, shape=[Dim(3)], device=cpu:0): [False, False, True]
     """
     return bind(greater_p, lhs, rhs)
 
@@ -626,7 +736,10 @@ def greater_equal(lhs, rhs):
     """Elementwise ``lhs >= rhs`` as a bool tensor (``lhs <= rhs`` is ``greater_equal(rhs, lhs)``).
 
     Example:
-        >>> mask = ops.greater_equal(x, 0)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.greater_equal(Tensor.constant([-1.0, 0.0, 1.0]), 0)
+        TensorType(dtype=bool, shape=[Dim(3)], device=cpu:0): [False, True, True]
     """
     return bind(greater_equal_p, lhs, rhs)
 
@@ -636,7 +749,12 @@ def logical_and(lhs, rhs):
     """Elementwise boolean AND of bool tensors (``a & b``).
 
     Example:
-        >>> both = ops.logical_and(mask_a, mask_b)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> a = Tensor.constant([True, True, False, False])
+        >>> b = Tensor.constant([True, False, True, False])
+        >>> ops.logical_and(a, b)
+        TensorType(dtype=bool, shape=[Dim(4)], device=cpu:0): [True, False, False, False]
     """
     return bind(logical_and_p, lhs, rhs)
 
@@ -646,7 +764,12 @@ def logical_or(lhs, rhs):
     """Elementwise boolean OR of bool tensors (``a | b``).
 
     Example:
-        >>> either = ops.logical_or(mask_a, mask_b)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> a = Tensor.constant([True, True, False, False])
+        >>> b = Tensor.constant([True, False, True, False])
+        >>> ops.logical_or(a, b)
+        TensorType(dtype=bool, shape=[Dim(4)], device=cpu:0): [True, True, True, False]
     """
     return bind(logical_or_p, lhs, rhs)
 
@@ -656,7 +779,12 @@ def logical_xor(lhs, rhs):
     """Elementwise boolean XOR of bool tensors (``a ^ b``).
 
     Example:
-        >>> one = ops.logical_xor(mask_a, mask_b)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> a = Tensor.constant([True, True, False, False])
+        >>> b = Tensor.constant([True, False, True, False])
+        >>> ops.logical_xor(a, b)
+        TensorType(dtype=bool, shape=[Dim(4)], device=cpu:0): [False, True, True, False]
     """
     return bind(logical_xor_p, lhs, rhs)
 
@@ -692,7 +820,11 @@ def where(condition, x, y):
         ValueError: if ``condition`` is not bool, or the shapes do not broadcast.
 
     Example:
-        >>> y = ops.where(x > 0, x, 0.0)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> x = Tensor.constant([-1.0, 2.0, -3.0, 4.0])
+        >>> ops.where(x > 0, x, 0.0)
+        TensorType(dtype=float32, shape=[Dim(4)], device=cpu:0): [0.0, 2.0, 0.0, 4.0]
     """
     return bind(where_p, condition, x, y)
 
@@ -720,7 +852,12 @@ def outer(lhs, rhs):
     ``out[i, j] = lhs.flat[i] * rhs.flat[j]``.
 
     Example:
-        >>> m = ops.outer(a, b)  # a: [3], b: [2, 2] -> [3, 4]  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> a = Tensor.constant([1.0, 2.0, 3.0])
+        >>> b = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
+        >>> ops.outer(a, b)  # b is flattened: [3] x [4] -> [3, 4]
+        TensorType(dtype=float32, shape=[Dim(3), Dim(4)], device=cpu:0): [[1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 8.0], [3.0, 6.0, 9.0, 12.0]]
     """
     return bind(outer_p, lhs, rhs)
 

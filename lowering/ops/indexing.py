@@ -301,8 +301,15 @@ def slice_tensor(x, indices):
         TypeError: an unsupported index type.
 
     Example:
-        >>> y = ops.slice_tensor(x, [slice(None, None, -1)])  # doctest: +SKIP  # x[::-1]
-        >>> z = ops.slice_tensor(x, [..., None, slice(None)])  # doctest: +SKIP  # x[..., None, :]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> x = Tensor.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+        >>> ops.slice_tensor(x, [slice(None, None, -1)])  # x[::-1]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [[4.0, 5.0, 6.0], [1.0, 2.0, 3.0]]
+        >>> ops.slice_tensor(x, [..., None, slice(None)])  # x[..., None, :]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(1), Dim(3)], device=cpu:0): [[[1.0, 2.0, 3.0]], [[4.0, 5.0, 6.0]]]
+        >>> ops.slice_tensor(x, [1, slice(0, 2)])  # x[1, 0:2]
+        TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [4.0, 5.0]
     """
     specs, tensors = _parse_index(indices)
     return bind(slice_tensor_p, x, *tensors, index=specs)
@@ -346,8 +353,13 @@ def gather(input, indices, axis):  # noqa: A002 - MAX's name
         ValueError: non-integer ``indices``.
 
     Example:
-        >>> rows = ops.gather(table, ids, axis=0)  # doctest: +SKIP
-        >>> # table: float32[vocab, 64], ids: int64[batch, seq] -> float32[batch, seq, 64]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.dtype import DType
+        >>> table = Tensor.constant([[0.0, 0.1], [1.0, 1.1], [2.0, 2.1]])
+        >>> ids = Tensor.constant([[2, 0], [1, -1]], dtype=DType.int64)
+        >>> ops.gather(table, ids, axis=0)  # [3, 2] by [2, 2] -> [2, 2, 2]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2), Dim(2)], device=cpu:0): [[[2.0, 2.1], [0.0, 0.1]], [[1.0, 1.1], [2.0, 2.1]]]
     """
     return bind(gather_p, input, indices, axis=int(axis) if is_int(axis) else axis)
 
@@ -398,8 +410,21 @@ def gather_nd(input, indices, batch_dims=0):  # noqa: A002 - MAX's name
             out of range, too long index vectors or mismatched batch dims.
 
     Example:
-        >>> y = ops.gather_nd(x, idx, batch_dims=1)  # doctest: +SKIP
-        >>> # x: [a, b, c, d, e], idx: int32[a, f, 3] -> [a, f, e]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.dtype import DType
+        >>> x = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
+        >>> ops.gather_nd(x, Tensor.constant([[1, 0], [0, 1]], dtype=DType.int32))  # x[1, 0], x[0, 1]
+        TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [3.0, 2.0]
+        >>> ops.gather_nd(x, Tensor.constant([[1]], dtype=DType.int32))  # the row x[1]
+        TensorType(dtype=float32, shape=[Dim(1), Dim(2)], device=cpu:0): [[3.0, 4.0]]
+        >>> from maxfx.graph import Graph, TensorType
+        >>> input_type = TensorType(DType.bfloat16, ["a", "b", "c", "d", "e"])
+        >>> indices_type = TensorType(DType.int32, ["a", "f", 3])
+        >>> with Graph("gather_nd", input_types=[input_type, indices_type]) as graph:
+        ...     input, indices = graph.inputs
+        ...     print(ops.gather_nd(input, indices, batch_dims=1).type)
+        TensorType(dtype=bfloat16, shape=[Dim('a'), Dim('f'), Dim('e')], device=cpu:0)
     """
     if not is_int(batch_dims):
         raise TypeError(f"gather_nd: batch_dims must be an int, got {type(batch_dims).__name__} {batch_dims!r}")
@@ -459,8 +484,13 @@ def scatter(input, updates, indices, axis=-1):  # noqa: A002 - MAX's name
         ValueError: dtype mismatch, non-int32/int64 indices, or mismatched shapes.
 
     Example:
-        >>> y = ops.scatter(x, upd, idx, axis=0)  # doctest: +SKIP
-        >>> # x=[1, 2, 3, 4, 5], upd=[10, 20], idx=[0, 3] -> [10, 2, 3, 20, 5]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.dtype import DType
+        >>> x = Tensor.constant([1.0, 2.0, 3.0, 4.0, 5.0])
+        >>> updates = Tensor.constant([10.0, 20.0])
+        >>> ops.scatter(x, updates, Tensor.constant([0, 3], dtype=DType.int64), axis=0)
+        TensorType(dtype=float32, shape=[Dim(5)], device=cpu:0): [10.0, 2.0, 3.0, 20.0, 5.0]
     """
     return bind(scatter_p, input, updates, indices, axis=int(axis) if is_int(axis) else axis)
 
@@ -509,8 +539,13 @@ def scatter_nd(input, updates, indices):  # noqa: A002 - MAX's name
             wrong updates shape.
 
     Example:
-        >>> y = ops.scatter_nd(x, upd, idx)  # doctest: +SKIP
-        >>> # x=[[1, 2], [3, 4], [5, 6]], upd=[[10, 20], [50, 60]], idx=[[0], [2]] -> [[10, 20], [3, 4], [50, 60]]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.dtype import DType
+        >>> x = Tensor.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+        >>> updates = Tensor.constant([[10.0, 20.0], [50.0, 60.0]])
+        >>> ops.scatter_nd(x, updates, Tensor.constant([[0], [2]], dtype=DType.int64))  # rows 0 and 2
+        TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [[10.0, 20.0], [3.0, 4.0], [50.0, 60.0]]
     """
     return bind(scatter_nd_p, input, updates, indices)
 
@@ -563,8 +598,12 @@ def masked_scatter(input, mask, updates, out_dim):  # noqa: A002 - MAX's name
             not broadcast to the input, or fewer updates than a static out_dim.
 
     Example:
-        >>> y = ops.masked_scatter(x, x > 0, vals, out_dim="n_pos")  # doctest: +SKIP
-        >>> # x=[[1, 2], [3, 4]], mask=[[True, False], [False, True]], vals=[10, 20] -> [[10, 2], [3, 20]]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> x = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
+        >>> mask = Tensor.constant([[True, False], [False, True]])
+        >>> ops.masked_scatter(x, mask, Tensor.constant([10.0, 20.0]), out_dim=2)
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[10.0, 2.0], [3.0, 20.0]]
     """
     try:
         od = DataDim(out_dim)
@@ -613,8 +652,11 @@ def nonzero(x, out_dim):
     zero rows or truncated to it.
 
     Example:
-        >>> idx = ops.nonzero(x, "nz")  # doctest: +SKIP
-        >>> # x=[[0, 3], [4, 0]] -> [[0, 1], [1, 0]] : int64[nz, 2]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> x = Tensor.constant([[0.0, 3.0], [4.0, 0.0]])
+        >>> ops.nonzero(x, "nz")
+        TensorType(dtype=int64, shape=[Dim(2), Dim(2)], device=cpu:0): [[0, 1], [1, 0]]
     """
     try:
         od = DataDim(out_dim)

@@ -300,8 +300,15 @@ def conv2d(
         ValueError: wrong ranks, channel mismatch, bad layout or an empty output.
 
     Example:
-        >>> y = ops.conv2d(x, w, stride=(2, 2), padding=(1, 1, 1, 1))  # doctest: +SKIP
-        >>> # x: float32[batch, 32, 32, 3], w: float32[3, 3, 3, 16] -> float32[batch, 16, 16, 16]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> import numpy as np
+        >>> x = Tensor.constant(np.arange(9, dtype=np.float32).reshape(1, 3, 3, 1))  # NHWC
+        >>> w = Tensor.constant(np.ones((2, 2, 1, 1), np.float32))  # RSCF: a 2x2 box filter
+        >>> ops.conv2d(x, w)[0, :, :, 0]  # the sum of each 2x2 window
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[8.0, 12.0], [20.0, 24.0]]
+        >>> ops.conv2d(x, w, stride=(2, 2), padding=(1, 1, 1, 1))[0, :, :, 0]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[0.0, 3.0], [9.0, 24.0]]
     """
     params = _conv_params("conv2d", 2, stride, dilation, padding, input_layout, filter_layout)
     return bind(conv2d_p, *_inputs(x, filter, bias), groups=_int("conv2d", groups, "groups", 1), **params)
@@ -329,8 +336,15 @@ def conv3d(
         ValueError: wrong ranks, channel mismatch, bad layout or an empty output.
 
     Example:
-        >>> y = ops.conv3d(x, w, padding=(1, 1, 1, 1, 1, 1))  # doctest: +SKIP
-        >>> # x: float32[1, 8, 8, 8, 4], w: float32[3, 3, 3, 4, 8] -> float32[1, 8, 8, 8, 8]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> import numpy as np
+        >>> x = Tensor.constant(np.ones((1, 2, 2, 2, 1), np.float32))  # NDHWC
+        >>> w = Tensor.constant(np.ones((2, 2, 2, 1, 1), np.float32))  # QRSCF
+        >>> ops.conv3d(x, w)
+        TensorType(dtype=float32, shape=[Dim(1), Dim(1), Dim(1), Dim(1), Dim(1)], device=cpu:0): [[[[[8.0]]]]]
+        >>> ops.conv3d(x, w, padding=(1, 1, 1, 1, 1, 1)).shape
+        [Dim(1), Dim(3), Dim(3), Dim(3), Dim(1)]
     """
     params = _conv_params("conv3d", 3, stride, dilation, padding, input_layout, filter_layout)
     return bind(conv3d_p, *_inputs(x, filter, bias), groups=_int("conv3d", groups, "groups", 1), **params)
@@ -370,8 +384,13 @@ def conv2d_transpose(
         ValueError: wrong ranks, channel mismatch, bad layout or output padding.
 
     Example:
-        >>> y = ops.conv2d_transpose(x, w, stride=(2, 2))  # doctest: +SKIP
-        >>> # x: float32[1, 4, 4, 8], w: float32[2, 2, 3, 8] -> float32[1, 8, 8, 3]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> import numpy as np
+        >>> x = Tensor.constant(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32).reshape(1, 2, 2, 1))
+        >>> w = Tensor.constant(np.ones((2, 2, 1, 1), np.float32))
+        >>> ops.conv2d_transpose(x, w, stride=(2, 2))[0, :, :, 0]  # each pixel becomes a 2x2 block
+        TensorType(dtype=float32, shape=[Dim(4), Dim(4)], device=cpu:0): [[1.0, 1.0, 2.0, 2.0], [1.0, 1.0, 2.0, 2.0], [3.0, 3.0, 4.0, 4.0], [3.0, 3.0, 4.0, 4.0]]
     """
     op = "conv2d_transpose"
     params = _conv_params(op, 2, stride, dilation, padding, input_layout, filter_layout)
@@ -483,8 +502,12 @@ def max_pool2d(input, kernel_size, stride=1, dilation=1, padding=0, ceil_mode=Fa
         ceil_mode: round the output size up (a last partial window) instead of down.
 
     Example:
-        >>> y = ops.max_pool2d(x, (2, 2), stride=2)  # doctest: +SKIP
-        >>> # x: float32[1, 8, 8, 3] -> float32[1, 4, 4, 3]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> import numpy as np
+        >>> x = Tensor.constant(np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1))
+        >>> ops.max_pool2d(x, (2, 2), stride=2)[0, :, :, 0]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[5.0, 7.0], [13.0, 15.0]]
     """
     return bind(max_pool2d_p, input, ceil_mode=bool(ceil_mode), **_pool_geometry("max_pool2d", kernel_size, stride, dilation, padding))
 
@@ -498,8 +521,14 @@ def avg_pool2d(input, kernel_size, stride=1, dilation=1, padding=0, ceil_mode=Fa
     elements that lie inside the input.
 
     Example:
-        >>> y = ops.avg_pool2d(x, (3, 3), padding=1, count_boundary=False)  # doctest: +SKIP
-        >>> # x: float32[1, 8, 8, 3] -> float32[1, 8, 8, 3]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> import numpy as np
+        >>> x = Tensor.constant(np.arange(9, dtype=np.float32).reshape(1, 3, 3, 1))
+        >>> ops.avg_pool2d(x, (3, 3), padding=1, count_boundary=False)[0, :, :, 0]
+        TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [[2.0, 2.5, 3.0], [3.5, 4.0, 4.5], [5.0, 5.5, 6.0]]
+        >>> ops.avg_pool2d(x, (3, 3), padding=1)[0, 0, 0, 0]  # padding counted: (0 + 1 + 3 + 4) / 9
+        TensorType(dtype=float32, shape=[], device=cpu:0): 0.8888...
     """
     geometry = _pool_geometry("avg_pool2d", kernel_size, stride, dilation, padding)
     return bind(avg_pool2d_p, input, ceil_mode=bool(ceil_mode), count_boundary=bool(count_boundary), **geometry)
@@ -571,8 +600,14 @@ def fold(input, output_size, kernel_size, stride=1, dilation=1, padding=0):
             number of blocks ``prod((size + 2*pad - dil*(k-1) - 1) // stride + 1)``.
 
     Example:
-        >>> y = ops.fold(cols, (4, 4), (2, 2), stride=2)  # doctest: +SKIP
-        >>> # cols: float32[1, 12, 4] -> float32[1, 3, 4, 4]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> import numpy as np
+        >>> cols = Tensor.constant(np.ones((1, 4, 4), np.float32))  # C=1, 2x2 kernel, 4 blocks
+        >>> ops.fold(cols, (3, 3), (2, 2))[0, 0]  # overlapping blocks add up
+        TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]
+        >>> ops.fold(cols, (4, 4), (2, 2), stride=2).shape
+        [Dim(1), Dim(1), Dim(4), Dim(4)]
     """
     op = "fold"
     if isinstance(output_size, (str, bytes)) or not isinstance(output_size, Iterable) or len(tuple(output_size)) != 2:
@@ -685,8 +720,14 @@ def resize(input, shape, interpolation=InterpolationMode.BILINEAR):
             unknown interpolation mode.
 
     Example:
-        >>> y = ops.resize(x, [1, 3, 64, 64], InterpolationMode.BICUBIC)  # doctest: +SKIP
-        >>> # x: float32[1, 3, 32, 32] -> float32[1, 3, 64, 64]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.graph.ops import InterpolationMode
+        >>> x = Tensor.constant([[[[0.0, 1.0], [2.0, 3.0]]]])  # NCHW [1, 1, 2, 2]
+        >>> ops.resize(x, [1, 1, 4, 4])[0, 0]  # bilinear, half-pixel centers
+        TensorType(dtype=float32, shape=[Dim(4), Dim(4)], device=cpu:0): [[0.0, 0.25, 0.75, 1.0], [0.5, 0.75, 1.25, 1.5], [1.5, 1.75, 2.25, 2.5], [2.0, 2.25, 2.75, 3.0]]
+        >>> ops.resize(x, [1, 1, 3, 3], InterpolationMode.NEAREST)[0, 0]
+        TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [[0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [2.0, 2.0, 3.0]]
     """
     op = "resize"
     if hasattr(shape, "type") or isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
@@ -769,8 +810,13 @@ def irfft(input_tensor, n=None, axis=-1, normalization=Normalization.BACKWARD, i
         ``axis`` replaced by ``n``.
 
     Example:
-        >>> y = ops.irfft(spec, n=16, input_is_complex=True)  # doctest: +SKIP
-        >>> # spec: float32[4, 9, 2] -> float32[4, 16]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> import numpy as np
+        >>> spectrum = np.fft.rfft([1.0, 2.0, 3.0, 4.0])  # [10, -2+2j, -2]
+        >>> spec = Tensor.constant(np.stack([spectrum.real, spectrum.imag], -1).astype(np.float32))  # [3, 2]
+        >>> ops.irfft(spec, n=4, input_is_complex=True)
+        TensorType(dtype=float32, shape=[Dim(4)], device=cpu:0): [1.0, 2.0, 3.0, 4.0]
     """
     op = "irfft"
     if n is not None:

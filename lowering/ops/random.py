@@ -82,7 +82,18 @@ def random_normal(key, shape, dtype: DType, device: DeviceRef, mean: float = 0.0
     """Normal samples of ``shape`` drawn with ``key`` (uint32 ``[seed, counter]``).
 
     Example:
-        >>> ops.random_normal(key, [2, 2], DType.float32, DeviceRef.CPU())  # doctest: +SKIP
+        >>> import numpy as np
+        >>> from maxfx.graph import DeviceRef, Graph, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> with Graph("g") as g:
+        ...     key = ops.constant(np.array([42, 0], np.uint32), DType.uint32, DeviceRef.CPU())
+        ...     g.output(ops.random_normal(key, [1000], DType.float32, DeviceRef.CPU(), mean=5.0, std=0.5))
+        >>> z = InferenceSession().load(g).execute()[0].to_numpy()
+        >>> z.shape, z.dtype
+        ((1000,), dtype('float32'))
+        >>> round(float(z.mean()), 1), round(float(z.std()), 1)
+        (5.0, 0.5)
     """
     return bind(random_normal_p, key, shape=_shape_param(shape), dtype=dtype, device=DeviceRef.from_device(device), mean=float(mean), std=float(std))
 
@@ -92,6 +103,15 @@ def random_uniform(key, shape, dtype: DType, device: DeviceRef, low: float = 0.0
     """Uniform samples in ``[low, high)`` of ``shape`` drawn with ``key`` (uint32 ``[seed, counter]``).
 
     Example:
-        >>> ops.random_uniform(key, [3], DType.float32, DeviceRef.CPU(), 0.0, 1.0)  # doctest: +SKIP
+        >>> import numpy as np
+        >>> from maxfx.graph import DeviceRef, Graph, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> with Graph("g") as g:
+        ...     key = ops.constant(np.array([42, 0], np.uint32), DType.uint32, DeviceRef.CPU())
+        ...     g.output(ops.random_uniform(key, [1000], DType.float32, DeviceRef.CPU(), 2.0, 3.0))
+        >>> u = InferenceSession().load(g).execute()[0].to_numpy()
+        >>> u.shape, bool(u.min() >= 2.0), bool(u.max() < 3.0)
+        ((1000,), True, True)
     """
     return bind(random_uniform_p, key, shape=_shape_param(shape), dtype=dtype, device=DeviceRef.from_device(device), low=float(low), high=float(high))

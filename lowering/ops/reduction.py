@@ -108,8 +108,11 @@ def argmax(x, axis=-1):
     Ties resolve to the first index.
 
     Example:
-        >>> idx = ops.argmax(x, axis=-1)  # doctest: +SKIP
-        >>> # x: float32[2, 3] -> idx: int64[2, 1]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> x = Tensor.constant([[1.0, 5.0, 5.0], [7.0, 2.0, 3.0]])
+        >>> ops.argmax(x, axis=-1)  # ties pick the first index
+        TensorType(dtype=int64, shape=[Dim(2), Dim(1)], device=cpu:0): [[1], [0]]
     """
     return bind(argmax_p, x, axis=_check_axis_param("argmax", axis))
 
@@ -121,8 +124,11 @@ def argmin(x, axis=-1):
     Ties resolve to the first index.
 
     Example:
-        >>> idx = ops.argmin(x, axis=0)  # doctest: +SKIP
-        >>> # x: float32[2, 3] -> idx: int64[1, 3]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> x = Tensor.constant([[1.0, 5.0, 5.0], [7.0, 2.0, 3.0]])
+        >>> ops.argmin(x, axis=0)
+        TensorType(dtype=int64, shape=[Dim(1), Dim(3)], device=cpu:0): [[0, 1, 1]]
     """
     return bind(argmin_p, x, axis=_check_axis_param("argmin", axis))
 
@@ -155,8 +161,13 @@ def sum_(x, axis=-1):
     """Sum along ``axis``; the axis is kept with size 1 and the dtype is unchanged.
 
     Example:
-        >>> s = ops.sum(x, axis=1)  # doctest: +SKIP
-        >>> # x: float32[2, 3] -> s: float32[2, 1]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> x = Tensor.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+        >>> ops.sum(x, axis=1)
+        TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [[6.0], [15.0]]
+        >>> ops.sum(x, axis=0)
+        TensorType(dtype=float32, shape=[Dim(1), Dim(3)], device=cpu:0): [[5.0, 7.0, 9.0]]
     """
     return bind(sum_p, x, axis=_check_axis_param("sum", axis))
 
@@ -168,8 +179,13 @@ def mean(x, axis=-1):
     Integer inputs give the floor of the exact mean.
 
     Example:
-        >>> m = ops.mean(x)  # doctest: +SKIP
-        >>> # x: float32[batch, 3] -> m: float32[batch, 1]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.dtype import DType
+        >>> ops.mean(Tensor.constant([[1.0, 2.0], [3.0, 5.0]]))
+        TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [[1.5], [4.0]]
+        >>> ops.mean(Tensor.constant([1, 2], dtype=DType.int32))  # floor of 1.5
+        TensorType(dtype=int32, shape=[Dim(1)], device=cpu:0): [1]
     """
     return bind(mean_p, x, axis=_check_axis_param("mean", axis))
 
@@ -204,9 +220,15 @@ def max_(x, y=None, /, axis=None):
     (``axis=None`` reduces the last axis).
 
     Example:
-        >>> m = ops.max(x, y)         # doctest: +SKIP
-        >>> r = ops.max(x, axis=0)    # doctest: +SKIP
-        >>> # x: float32[2, 3] -> r: float32[1, 3]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> x = Tensor.constant([[1.0, 5.0, 2.0], [4.0, 0.0, 6.0]])
+        >>> ops.max(x, Tensor.constant([3.0, 3.0, 3.0]))  # elementwise, broadcasting
+        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [[3.0, 5.0, 3.0], [4.0, 3.0, 6.0]]
+        >>> ops.max(x, axis=0)
+        TensorType(dtype=float32, shape=[Dim(1), Dim(3)], device=cpu:0): [[4.0, 5.0, 6.0]]
+        >>> ops.max(x)  # the last axis
+        TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [[5.0], [6.0]]
     """
     if y is not None:
         return bind(maximum_p, x, y)
@@ -221,9 +243,13 @@ def min_(x, y=None, /, axis=None):
     reduction keeping ``axis`` with size 1 (``axis=None`` reduces the last axis).
 
     Example:
-        >>> m = ops.min(x, 0.0)       # doctest: +SKIP
-        >>> r = ops.min(x)            # doctest: +SKIP
-        >>> # x: float32[2, 3] -> r: float32[2, 1]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> x = Tensor.constant([[1.0, -5.0, 2.0], [4.0, 0.0, -6.0]])
+        >>> ops.min(x, 0.0)  # elementwise with a scalar
+        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [[0.0, -5.0, 0.0], [0.0, 0.0, -6.0]]
+        >>> ops.min(x)  # the last axis
+        TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [[-5.0], [-6.0]]
     """
     if y is not None:
         return bind(minimum_p, x, y)
@@ -270,8 +296,15 @@ def cumsum(x, axis=-1, exclusive=False, reverse=False):
         reverse: accumulate from the back of the axis to the front.
 
     Example:
-        >>> y = ops.cumsum(x, axis=-1, exclusive=True)  # doctest: +SKIP
-        >>> # x = [1, 2, 3] -> y = [0, 1, 3]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> x = Tensor.constant([1.0, 2.0, 3.0])
+        >>> ops.cumsum(x)
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [1.0, 3.0, 6.0]
+        >>> ops.cumsum(x, exclusive=True)
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [0.0, 1.0, 3.0]
+        >>> ops.cumsum(x, reverse=True)
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [6.0, 5.0, 3.0]
     """
     return bind(cumsum_p, x, axis=_check_axis_param("cumsum", axis), exclusive=bool(exclusive), reverse=bool(reverse))
 
@@ -307,7 +340,10 @@ def softmax(value, axis=-1):
     """Softmax along ``axis``: ``exp(x - max) / sum(exp(x - max))``.
 
     Example:
-        >>> p = ops.softmax(logits, axis=-1)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.softmax(Tensor.constant([[0.0, 1.0, 2.0], [5.0, 5.0, 5.0]]))
+        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [[0.0900..., 0.2447..., 0.6652...], [0.3333..., 0.3333..., 0.3333...]]
     """
     return bind(softmax_p, value, axis=_check_axis_param("softmax", axis))
 
@@ -317,7 +353,10 @@ def logsoftmax(value, axis=-1):
     """Log of the softmax along ``axis``, computed stably (``x - logsumexp(x)``).
 
     Example:
-        >>> lp = ops.logsoftmax(logits)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.logsoftmax(Tensor.constant([0.0, 0.0, 0.0, 0.0]))  # log(1/4)
+        TensorType(dtype=float32, shape=[Dim(4)], device=cpu:0): [-1.3862..., -1.3862..., -1.3862..., -1.3862...]
     """
     return bind(logsoftmax_p, value, axis=_check_axis_param("logsoftmax", axis))
 
@@ -362,7 +401,13 @@ def top_k(input, k, axis=-1):
         ``(values, indices)``, each the shape of ``input`` with ``k`` along ``axis``.
 
     Example:
-        >>> values, indices = ops.top_k(logits, 5, axis=-1)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> values, indices = ops.top_k(Tensor.constant([3.0, 1.0, 4.0, 1.0, 5.0]), 3)
+        >>> values
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [5.0, 4.0, 3.0]
+        >>> indices
+        TensorType(dtype=int64, shape=[Dim(3)], device=cpu:0): [4, 2, 0]
     """
     if isinstance(k, bool) or not hasattr(k, "__index__"):
         raise TypeError(f"top_k: k must be an int, got {type(k).__name__} {k!r}")
@@ -388,7 +433,12 @@ def argsort(x, ascending=True):
     """Indices (int64) that sort the rank-1 tensor ``x``; ties keep their order.
 
     Example:
-        >>> order = ops.argsort(scores, ascending=False)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.argsort(Tensor.constant([0.3, 0.1, 0.2]))
+        TensorType(dtype=int64, shape=[Dim(3)], device=cpu:0): [1, 2, 0]
+        >>> ops.argsort(Tensor.constant([0.3, 0.1, 0.2]), ascending=False)
+        TensorType(dtype=int64, shape=[Dim(3)], device=cpu:0): [0, 2, 1]
     """
     return bind(argsort_p, x, ascending=bool(ascending))
 
@@ -439,7 +489,13 @@ def layer_norm(input, gamma, beta, epsilon):
         ValueError: gamma or beta is not of size ``d``, or ``epsilon <= 0``.
 
     Example:
-        >>> y = ops.layer_norm(x, gamma, beta, epsilon=1e-5)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> x = Tensor.constant([[1.0, 2.0, 3.0], [0.0, 0.0, 3.0]])
+        >>> gamma = Tensor.constant([1.0, 1.0, 2.0])
+        >>> beta = Tensor.constant([0.0, 0.0, 0.5])
+        >>> ops.layer_norm(x, gamma, beta, epsilon=1e-5)
+        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [[-1.2247..., 0.0, 2.9494...], [-0.7071..., -0.7071..., 3.3284...]]
     """
     try:
         eps = float(epsilon)

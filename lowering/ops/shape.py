@@ -177,8 +177,15 @@ def reshape(x, shape):
         ValueError: the element counts differ, or more than one ``-1``.
 
     Example:
-        >>> y = ops.reshape(x, [-1, 2])  # doctest: +SKIP
-        >>> # x: float32[batch, 4] -> y: float32[batch * 2, 2]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.reshape(Tensor.constant([[1.0, 2.0, 3.0, 4.0]]), [-1, 2])
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[1.0, 2.0], [3.0, 4.0]]
+        >>> from maxfx.graph import Graph, TensorType
+        >>> from maxfx.dtype import DType
+        >>> with Graph("g", input_types=[TensorType(DType.float32, ["batch", 4])]) as g:
+        ...     print(ops.reshape(g.inputs[0], [-1, 2]).type)
+        TensorType(dtype=float32, shape=[Dim('batch * 2'), Dim(2)], device=cpu:0)
     """
     return bind(reshape_p, x, shape=_as_dims("reshape", shape))
 
@@ -210,8 +217,11 @@ def flatten(x, start_dim=0, end_dim=-1):
     """Merge dims ``start_dim`` through ``end_dim`` (inclusive) into one.
 
     Example:
-        >>> y = ops.flatten(x, 1)  # doctest: +SKIP
-        >>> # x: float32[2, 3, 4] -> y: float32[2, 12]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> x = Tensor.constant([[[1.0, 2.0], [3.0, 4.0]], [[5.0, 6.0], [7.0, 8.0]]])  # [2, 2, 2]
+        >>> ops.flatten(x, 1)
+        TensorType(dtype=float32, shape=[Dim(2), Dim(4)], device=cpu:0): [[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]]
     """
     return bind(flatten_p, x, start_dim=start_dim, end_dim=end_dim)
 
@@ -235,8 +245,10 @@ def squeeze(x, axis):
     """Remove the size-1 dim ``axis`` (negative counts from the end).
 
     Example:
-        >>> y = ops.squeeze(x, -1)  # doctest: +SKIP
-        >>> # x: float32[3, 1] -> y: float32[3]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.squeeze(Tensor.constant([[1.0], [2.0], [3.0]]), -1)
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [1.0, 2.0, 3.0]
     """
     return bind(squeeze_p, x, axis=axis)
 
@@ -257,8 +269,10 @@ def unsqueeze(x, axis):
     """Insert a size-1 dim at ``axis``; negative axes count from ``rank + 1``.
 
     Example:
-        >>> y = ops.unsqueeze(x, -1)  # doctest: +SKIP
-        >>> # x: float32[3] -> y: float32[3, 1]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.unsqueeze(Tensor.constant([1.0, 2.0, 3.0]), -1)
+        TensorType(dtype=float32, shape=[Dim(3), Dim(1)], device=cpu:0): [[1.0], [2.0], [3.0]]
     """
     return bind(unsqueeze_p, x, axis=axis)
 
@@ -286,8 +300,10 @@ def transpose(x, axis_1, axis_2):
     """Swap two axes (negative axes count from the end).
 
     Example:
-        >>> y = ops.transpose(x, -1, -2)  # doctest: +SKIP
-        >>> # x: float32[2, 3, 4] -> y: float32[2, 4, 3]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.transpose(Tensor.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), -1, -2)
+        TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]
     """
     return bind(transpose_p, x, axis_1=axis_1, axis_2=axis_2)
 
@@ -312,8 +328,11 @@ def permute(x, dims):
     """Reorder all dims: output dim ``i`` is input dim ``dims[i]``.
 
     Example:
-        >>> y = ops.permute(x, [2, 0, 1])  # doctest: +SKIP
-        >>> # x: float32[2, 3, 4] -> y: float32[4, 2, 3]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> x = Tensor.constant([[[1.0, 2.0, 3.0]], [[4.0, 5.0, 6.0]]])  # [2, 1, 3]
+        >>> ops.permute(x, [2, 0, 1])  # -> [3, 2, 1]
+        TensorType(dtype=float32, shape=[Dim(3), Dim(2), Dim(1)], device=cpu:0): [[[1.0], [4.0]], [[2.0], [5.0]], [[3.0], [6.0]]]
     """
     return bind(permute_p, x, dims=_as_ints("permute", dims, "dims"))
 
@@ -360,8 +379,15 @@ def broadcast_to(x, shape, out_dims=None):
         ValueError: incompatible dims, or a tensor-valued shape without ``out_dims``.
 
     Example:
-        >>> y = ops.broadcast_to(x, ["batch", 3])  # doctest: +SKIP
-        >>> # x: float32[1, 3] -> y: float32[batch, 3]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.broadcast_to(Tensor.constant([[1.0, 2.0, 3.0]]), [2, 3])
+        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]
+        >>> from maxfx.graph import Graph, TensorType
+        >>> from maxfx.dtype import DType
+        >>> with Graph("g", input_types=[TensorType(DType.float32, ["batch", 1])]) as g:
+        ...     print(ops.broadcast_to(g.inputs[0], ["batch", 3]).type)
+        TensorType(dtype=float32, shape=[Dim('batch'), Dim(3)], device=cpu:0)
     """
     if _is_tensor_value(shape):
         if out_dims is None:
@@ -448,7 +474,14 @@ def rebind(x, shape, message="", layout=None):
         layout: optional filter layout recorded on the result type (for conv filters).
 
     Example:
-        >>> y = ops.rebind(x, ["seq", 64], message="expected 64 features")  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.graph import Graph, TensorType
+        >>> from maxfx.dtype import DType
+        >>> with Graph("g", input_types=[TensorType(DType.float32, ["seq", "d"])]) as g:
+        ...     y = ops.rebind(g.inputs[0], ["seq", 64], message="expected 64 features")
+        ...     print(y.type)
+        TensorType(dtype=float32, shape=[Dim('seq'), Dim(64)], device=cpu:0)
     """
     if not isinstance(message, str):
         raise TypeError(f"rebind: message must be a str, got {type(message).__name__}")
@@ -493,8 +526,12 @@ def concat(original_vals, axis=0):
     """Concatenate tensors along ``axis`` (same dtype and rank; other dims equal).
 
     Example:
-        >>> y = ops.concat([a, b], axis=-1)  # doctest: +SKIP
-        >>> # a: float32[2, 3], b: float32[2, 5] -> y: float32[2, 8]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> a = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
+        >>> b = Tensor.constant([[5.0], [6.0]])
+        >>> ops.concat([a, b], axis=-1)
+        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [[1.0, 2.0, 5.0], [3.0, 4.0, 6.0]]
     """
     vals = list(original_vals)
     if not vals:
@@ -524,8 +561,14 @@ def stack(values, axis=0):
     """Stack equal-shaped tensors along a new ``axis`` (negative counts from ``rank + 1``).
 
     Example:
-        >>> y = ops.stack([a, b, c], axis=0)  # doctest: +SKIP
-        >>> # each float32[2, 3] -> y: float32[3, 2, 3]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> a = Tensor.constant([1.0, 2.0])
+        >>> b = Tensor.constant([3.0, 4.0])
+        >>> ops.stack([a, b], axis=0)
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[1.0, 2.0], [3.0, 4.0]]
+        >>> ops.stack([a, b], axis=1)
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[1.0, 3.0], [2.0, 4.0]]
     """
     vals = list(values)
     if not vals:
@@ -576,8 +619,13 @@ def split(x, split_sizes, axis=0):
         A list with one tensor per size.
 
     Example:
-        >>> a, b = ops.split(x, [2, 3], axis=0)  # doctest: +SKIP
-        >>> # x: float32[5, 4] -> a: float32[2, 4], b: float32[3, 4]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> a, b = ops.split(Tensor.constant([1.0, 2.0, 3.0, 4.0, 5.0]), [2, 3], axis=0)
+        >>> a
+        TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [1.0, 2.0]
+        >>> b
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [3.0, 4.0, 5.0]
     """
     return list(bind(split_p, x, split_sizes=_as_dims("split", split_sizes, "split_sizes"), axis=axis))
 
@@ -618,8 +666,13 @@ def chunk(x, chunks, axis=0):
         ValueError: ``chunks`` does not divide ``x.shape[axis]``.
 
     Example:
-        >>> a, b = ops.chunk(x, 2, axis=0)  # doctest: +SKIP
-        >>> # x: float32[4, 3] -> a, b: float32[2, 3]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> a, b = ops.chunk(Tensor.constant([1.0, 2.0, 3.0, 4.0]), 2, axis=0)
+        >>> a
+        TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [1.0, 2.0]
+        >>> b
+        TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [3.0, 4.0]
     """
     if isinstance(chunks, bool) or not hasattr(chunks, "__index__"):
         raise TypeError(f"chunk: chunks must be an int, got {type(chunks).__name__} {chunks!r}")
@@ -646,8 +699,10 @@ def tile(x, repeats):
     """Repeat the whole tensor ``repeats[i]`` times along each dim ``i``.
 
     Example:
-        >>> y = ops.tile(x, [2, 1])  # doctest: +SKIP
-        >>> # x: float32[2, 3] -> y: float32[4, 3]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.tile(Tensor.constant([[1.0, 2.0]]), [2, 3])
+        TensorType(dtype=float32, shape=[Dim(2), Dim(6)], device=cpu:0): [[1.0, 2.0, 1.0, 2.0, 1.0, 2.0], [1.0, 2.0, 1.0, 2.0, 1.0, 2.0]]
     """
     return bind(tile_p, x, repeats=_as_dims("tile", repeats, "repeats"))
 
@@ -715,8 +770,17 @@ def repeat_interleave(x, repeats, axis=None, out_dim=None):
         ValueError: non-positive ``repeats``, bad ``axis``, or tensor repeats without ``out_dim``.
 
     Example:
-        >>> y = ops.repeat_interleave(x, 2, axis=0)  # doctest: +SKIP
-        >>> # [[1, 2], [3, 4]] -> [[1, 2], [1, 2], [3, 4], [3, 4]]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> x = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
+        >>> ops.repeat_interleave(x, 2, axis=0)
+        TensorType(dtype=float32, shape=[Dim(4), Dim(2)], device=cpu:0): [[1.0, 2.0], [1.0, 2.0], [3.0, 4.0], [3.0, 4.0]]
+        >>> ops.repeat_interleave(x, 2, axis=1)
+        TensorType(dtype=float32, shape=[Dim(2), Dim(4)], device=cpu:0): [[1.0, 1.0, 2.0, 2.0], [3.0, 3.0, 4.0, 4.0]]
+        >>> ops.repeat_interleave(x, [2, 3], axis=0)
+        TensorType(dtype=float32, shape=[Dim(5), Dim(2)], device=cpu:0): [[1.0, 2.0], [1.0, 2.0], [3.0, 4.0], [3.0, 4.0], [3.0, 4.0]]
+        >>> ops.repeat_interleave(x, 2)  # axis=None flattens first
+        TensorType(dtype=float32, shape=[Dim(8)], device=cpu:0): [1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0]
     """
     if axis is not None and (isinstance(axis, bool) or not hasattr(axis, "__index__")):
         raise TypeError(f"repeat_interleave: axis must be an int or None, got {type(axis).__name__} {axis!r}")
@@ -787,8 +851,10 @@ def pad(input, paddings, mode="constant", value=0):
         ValueError: another mode, or the wrong number of paddings.
 
     Example:
-        >>> y = ops.pad(x, [1, 1, 0, 2])  # doctest: +SKIP
-        >>> # x: float32[2, 3] -> y: float32[4, 5]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.pad(Tensor.constant([[1.0, 2.0], [3.0, 4.0]]), [1, 0, 0, 2], value=9.0)  # rows: 1 before; cols: 2 after
+        TensorType(dtype=float32, shape=[Dim(3), Dim(4)], device=cpu:0): [[9.0, 9.0, 9.0, 9.0], [1.0, 2.0, 9.0, 9.0], [3.0, 4.0, 9.0, 9.0]]
     """
     if mode != "constant":
         raise ValueError(f"pad: only mode='constant' is supported, got mode={mode!r}")
@@ -836,7 +902,13 @@ def band_part(x, num_lower=None, num_upper=None, exclude=False):
         ValueError: rank < 2, or a negative / too large bound.
 
     Example:
-        >>> causal = ops.band_part(ones, num_lower=None, num_upper=0)  # doctest: +SKIP
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ones = Tensor.constant([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+        >>> ops.band_part(ones, num_lower=None, num_upper=0)  # lower triangle: a causal mask
+        TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [1.0, 1.0, 1.0]]
+        >>> ops.band_part(ones, num_lower=0, num_upper=0)  # the diagonal
+        TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
     """
     return bind(band_part_p, x, num_lower=_opt_int(num_lower), num_upper=_opt_int(num_upper), exclude=bool(exclude))
 
@@ -864,8 +936,10 @@ def as_interleaved_complex(x):
     """View alternating (real, imag) values as complex pairs: ``[..., n]`` → ``[..., n/2, 2]``.
 
     Example:
-        >>> c = ops.as_interleaved_complex(x)  # doctest: +SKIP
-        >>> # x: float32[4, 8] -> c: float32[4, 4, 2]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.as_interleaved_complex(Tensor.constant([[1.0, 2.0, 3.0, 4.0]]))  # [1, 4] -> [1, 2, 2]
+        TensorType(dtype=float32, shape=[Dim(1), Dim(2), Dim(2)], device=cpu:0): [[[1.0, 2.0], [3.0, 4.0]]]
     """
     return bind(as_interleaved_complex_p, x)
 
@@ -894,8 +968,17 @@ def shape_to_tensor(shape):
     Static shapes become a constant; symbolic dims are read when the graph runs.
 
     Example:
-        >>> t = ops.shape_to_tensor(x.shape)  # doctest: +SKIP
-        >>> # x: float32[batch, 3] -> t: int64[2] holding [batch, 3]
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> import numpy as np
+        >>> from maxfx.engine import InferenceSession
+        >>> from maxfx.graph import Graph, TensorType
+        >>> from maxfx.dtype import DType
+        >>> with Graph("g", input_types=[TensorType(DType.float32, ["batch", 3])]) as g:
+        ...     g.output(ops.shape_to_tensor(g.inputs[0].shape))
+        >>> model = InferenceSession().load(g)
+        >>> model.execute(np.zeros((5, 3), np.float32))[0].to_numpy()  # batch is read at run time
+        array([5, 3])
     """
     from lowering.ops.core import constant  # noqa: PLC0415 - core registers before this family
 
