@@ -7,12 +7,13 @@ pytree metadata, so two models with equal configs share compiled programs.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from maxfx.nn._rope import Llama3RopeScalingParams, default_inv_freq, scaled_inv_freq
 
 __all__ = ["ConfigError", "GPT2Config", "LlamaConfig"]
 
@@ -153,21 +154,19 @@ class LlamaConfig:
         )
 
     def inv_freq(self) -> np.ndarray:
-        """RoPE inverse frequencies ``[head_dim // 2]`` (float64), with Llama-3 scaling applied."""
-        d = self.head_dim
-        inv = 1.0 / self.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+        """RoPE inverse frequencies ``[head_dim // 2]`` (float64), with Llama-3 scaling or GGUF's factors applied."""
+        inv = default_inv_freq(self.rope_theta, self.head_dim)
         if self.rope_freq_factors is not None:
             return inv / np.asarray(self.rope_freq_factors, np.float64)
+        params = self.llama3_scaling()
+        return inv if params is None else scaled_inv_freq(inv, params)
+
+    def llama3_scaling(self) -> Llama3RopeScalingParams | None:
+        """``rope_scaling`` of type ``llama3`` as the `maxfx.nn` parameter record (None without one)."""
         s = dict(self.rope_scaling or ())
-        if s.get("rope_type", s.get("type")) == "llama3":
-            factor, lo, hi = float(s["factor"]), float(s["low_freq_factor"]), float(s["high_freq_factor"])
-            old = float(s["original_max_position_embeddings"])
-            wavelen = 2 * math.pi / inv
-            smooth = (old / wavelen - lo) / (hi - lo)
-            scaled = np.where(wavelen > old / lo, inv / factor, inv)
-            mid = (wavelen <= old / lo) & (wavelen >= old / hi)
-            inv = np.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
-        return inv
+        if s.get("rope_type", s.get("type")) != "llama3":
+            return None
+        return Llama3RopeScalingParams(float(s["factor"]), float(s["low_freq_factor"]), float(s["high_freq_factor"]), int(s["original_max_position_embeddings"]))
 
     def replace(self, **changes: Any) -> LlamaConfig:
         """A copy with some fields changed."""

@@ -31,12 +31,10 @@ from lowering.x64 import x64
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn import Module
-from maxfx.graph import ops as _graph_ops
+from maxfx.graph import ops
 from maxfx.models._layers import positions
 
 __all__ = ["CausalLM", "GenerationStats", "compile_counts"]
-
-_random_uniform = F.functional(_graph_ops.random_uniform)
 
 
 class CausalLM(Module):
@@ -217,7 +215,7 @@ def _sample(logits: Tensor, key: Tensor, temperature: Tensor, top_p: Tensor, gre
         before = F.cumsum(F.softmax(ranked, axis=-1), axis=-1, exclusive=True)
         cutoff = F.min(F.where(before < top_p, ranked, float("inf")), axis=-1)
         x = F.where(x < cutoff, float("-inf"), x)
-    u = _random_uniform(key, [int(d) for d in x.shape], DType.float32, DeviceRef.from_device(x.device), 1e-20, 1.0)
+    u = ops.random_uniform(key, [int(d) for d in x.shape], DType.float32, DeviceRef.from_device(x.device), 1e-20, 1.0)
     return F.squeeze(F.argmax(x - F.log(-F.log(u)), axis=-1), -1)
 
 

@@ -1,15 +1,14 @@
-"""Building blocks shared by the model definitions: checkpoint-layout layers and attention.
+"""Building blocks of the eager model definitions: checkpoint-layout layers and attention over a KV cache.
 
 - `Conv1D`: GPT-2's transposed Linear (``weight: [in, out]``).
 - `Q8Linear` / `Q8Embedding`: GGUF Q8_0 weights kept 8-bit (int8 values plus
-  one float16 scale per 32; the same bytes as the file, split into two arrays).
-  MAX has no Q8_0 encoding, so ``ops.qmatmul`` does not take it; the product
-  decodes the blocks inside the compiled program instead.
+  one float16 scale per 32), decoded inside the compiled program by the Q8_0
+  math of `maxfx.nn._q8` (the graph layers' too).
 - `PackedEmbedding`: rows of GGUF blocks (Q4_0, Q4_K, ...) decoded after the gather.
-- `attend` / `rope`: causal (grouped-query) attention over a KV cache (the
-  registry ``attention`` op: the Pallas flash kernel on GPU, the jnp
-  reference elsewhere) and rotary position embeddings, written with
-  ``maxfx.functional`` ops.
+- `rope` / `attend`: rotary embeddings (`maxfx.nn._rope.apply_rope`) at per-row
+  positions, and causal grouped-query attention over a KV cache through the
+  registry ``attention`` op (`maxfx.nn.attention._other.padded_attention`: the
+  Pallas flash kernel on GPU, the jnp reference elsewhere).
 """
 
 from __future__ import annotations
@@ -23,14 +22,12 @@ from lowering.quantization import QuantizationEncoding
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn import Embedding, Linear, Module
-from maxfx.graph import ops as _graph_ops
+from maxfx.graph import ops
+from maxfx.nn._q8 import q8_lookup, q8_matmul
+from maxfx.nn._rope import apply_rope, rope_cos_sin
+from maxfx.nn.attention._other import padded_attention
 
 __all__ = ["Conv1D", "PackedEmbedding", "Q8Embedding", "Q8Linear", "attend", "embedding", "linear", "rope"]
-
-_dequantize = F.functional(_graph_ops.dequantize)
-_attention = F.functional(_graph_ops.attention)
-
-Q8_BLOCK = 32  # values per Q8_0 block (34 bytes: float16 scale + 32 int8)
 
 
 def linear(weight: Tensor, bias: Tensor | None = None) -> Linear:
@@ -59,25 +56,6 @@ class Conv1D(Module):
         return x @ self.weight + self.bias
 
 
-def split_q8_0(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Q8_0 bytes ``uint8 [rows, n_blocks * 34]`` → (int8 ``[rows, n_blocks * 32]``, float16 ``[rows, n_blocks]``).
-
-    A view-and-copy of the bytes: no arithmetic, the values stay 8-bit.
-    """
-    rows, width = raw.shape
-    blocks = np.ascontiguousarray(raw).reshape(rows, width // 34, 34)
-    scales = np.ascontiguousarray(blocks[:, :, :2]).view(np.float16).reshape(rows, -1)
-    values = np.ascontiguousarray(blocks[:, :, 2:]).view(np.int8).reshape(rows, -1)
-    return values, scales
-
-
-def _q8_decode(values: Tensor, scales: Tensor, dtype: DType) -> Tensor:
-    rows, cols = int(values.shape[0]), int(values.shape[1])
-    blocks = F.reshape(F.cast(values, DType.float32), [rows, cols // Q8_BLOCK, Q8_BLOCK])
-    w = F.reshape(blocks * F.unsqueeze(F.cast(scales, DType.float32), -1), [rows, cols])
-    return w if dtype is DType.float32 else F.cast(w, dtype)
-
-
 class Q8Linear(Module):
     """``y = x @ W.T`` with W stored as GGUF Q8_0: ``values`` int8 ``[out, in]``, ``scales`` float16 ``[out, in / 32]``."""
 
@@ -86,7 +64,7 @@ class Q8Linear(Module):
         self.scales = scales
 
     def forward(self, x: Tensor) -> Tensor:
-        return x @ _q8_decode(self.values, self.scales, x.dtype).T
+        return q8_matmul(x, self.values, self.scales)
 
 
 class Q8Embedding(Module):
@@ -97,11 +75,7 @@ class Q8Embedding(Module):
         self.scales = scales
 
     def forward(self, ids: Tensor) -> Tensor:
-        ids = _index(ids)
-        values = F.gather(self.values, ids, axis=0)
-        scales = F.gather(self.scales, ids, axis=0)
-        blocks = F.reshape(F.cast(values, DType.float32), [*values.shape[:-1], int(values.shape[-1]) // Q8_BLOCK, Q8_BLOCK])
-        return F.reshape(blocks * F.unsqueeze(F.cast(scales, DType.float32), -1), [*values.shape])
+        return q8_lookup(self.values, self.scales, _index(ids), DType.float32)
 
     def as_linear(self) -> Q8Linear:
         return Q8Linear(self.values, self.scales)
@@ -115,7 +89,7 @@ class PackedEmbedding(Module):
         self.encoding = encoding
 
     def forward(self, ids: Tensor) -> Tensor:
-        return _dequantize(self.encoding, F.gather(self.weight, _index(ids), axis=0))
+        return ops.dequantize(self.encoding, ops.gather(self.weight, _index(ids), axis=0))
 
 
 def _index(ids: Tensor) -> Tensor:
@@ -132,26 +106,19 @@ def positions(ids: Tensor) -> Tensor:
 
 
 def rope(x: Tensor, pos: Tensor, inv_freq: np.ndarray) -> Tensor:
-    """Rotary embedding in Hugging Face's rotate-half layout.
+    """Rotary embedding in Hugging Face's rotate-half layout at per-row positions.
 
     Args:
         x: ``[B, T, H, D]``.
         pos: int ``[B or 1, T]`` positions.
         inv_freq: ``[D // 2]`` inverse frequencies.
     """
-    inv = F.constant(inv_freq.astype(np.float32), DType.float32, x.device)
-    angles = F.unsqueeze(F.cast(pos, DType.float32), -1) * inv  # [B, T, D/2]
-    angles = F.unsqueeze(F.concat([angles, angles], axis=-1), 2)  # [B, T, 1, D]
-    cos, sin = F.cos(angles), F.sin(angles)
-    if x.dtype is not DType.float32:
-        cos, sin = F.cast(cos, x.dtype), F.cast(sin, x.dtype)
-    half = int(x.shape[-1]) // 2
-    rotated = F.concat([-x[..., half:], x[..., :half]], axis=-1)
-    return x * cos + rotated * sin
+    cos, sin = rope_cos_sin(pos, F.constant(inv_freq.astype(np.float32), DType.float32, x.device))  # [B, T, D/2]
+    return apply_rope(x, ops.unsqueeze(cos, 2), ops.unsqueeze(sin, 2), interleaved=False)
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor | None = None) -> Tensor:
-    """Causal grouped-query attention through the registry ``attention`` op (the Pallas flash kernel on GPU).
+    """Causal grouped-query attention (`padded_attention`), from position 0 or against a cache.
 
     Args:
         q: ``[B, T, H, D]``; k, v: ``[B, S, Hkv, D]`` (slot s holds position s).
@@ -160,18 +127,13 @@ def attend(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor | None = None) -> Tenso
             ``0 .. qpos[b, i]``); None: the queries sit at positions ``0 .. T-1``.
 
     Returns:
-        ``[B, T, H * D]``. Query head h uses KV head ``h // (H / Hkv)``.
+        ``[B, T, H * D]``.
     """
-    b, t = q.shape[0], q.shape[1]
-    scale = 1.0 / float(np.sqrt(int(q.shape[-1])))
     if qpos is None:
-        out = _attention(q, k, v, mask="causal", scale=scale)
-    else:
-        # Per row: first query position and valid cache length (slots past it are stale or unwritten).
-        first = F.reshape(qpos[:, :1], [b])
-        last = F.reshape(qpos[:, -1:], [b])
-        out = _attention(q, k, v, mask="causal", scale=scale, q_offset=first, kv_length=last + 1)
-    return F.reshape(out, [b, t, -1])
+        return padded_attention(q, k, v)
+    # Per row: first query position and valid cache length (slots past it are stale or unwritten).
+    b = q.shape[0]
+    return padded_attention(q, k, v, q_offset=F.reshape(qpos[:, :1], [b]), kv_length=F.reshape(qpos[:, -1:], [b]) + 1)
 
 
 def write_cache(cache: Tensor, new: Tensor, pos: Tensor) -> Tensor:

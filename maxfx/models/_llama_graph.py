@@ -43,12 +43,11 @@ from maxfx.graph.weights import GGUFWeights
 from maxfx.models._config import ConfigError, LlamaConfig
 from maxfx.models._generate import _progress, _rows
 from maxfx.models._loading import check_architecture, hf_checkpoint_source, read_hf_config
-from maxfx.models._layers import split_q8_0
 from maxfx.models._source import _PACKED, GGUFSource, unpermute_rows
-from maxfx.nn._q8 import Q8AttentionWithRope, Q8Embedding, Q8Linear
+from maxfx.nn._q8 import Q8AttentionWithRope, Q8Embedding, Q8Linear, split_q8_0
 from maxfx.nn.attention import AttentionWithRope, GGUFQAttentionWithRope
 from maxfx.nn.kv_cache import KVCacheParams, PagedCacheValues, PagedKVCacheManager
-from maxfx.nn.rotary_embedding import Llama3RopeScalingParams, Llama3RotaryEmbedding
+from maxfx.nn.rotary_embedding import Llama3RotaryEmbedding
 from maxfx.nn.transformer import ReturnLogits, Transformer, TransformerBlock
 
 __all__ = ["LlamaGraphModel", "load_pretrained_graph"]
@@ -198,11 +197,7 @@ def _rope(c: LlamaConfig, max_seq_len: int, interleaved: bool) -> Any:
         angles = np.outer(np.arange(2 * max_seq_len, dtype=np.float64), c.inv_freq())
         table = np.stack([np.cos(angles), np.sin(angles)], -1).reshape(2 * max_seq_len, c.head_dim).astype(np.float32)
         return Llama3RotaryEmbedding(*args, head_dim=c.head_dim, _freqs_cis=table, interleaved=interleaved)
-    s = dict(c.rope_scaling or ())
-    params = None
-    if s.get("rope_type", s.get("type")) == "llama3":
-        params = Llama3RopeScalingParams(float(s["factor"]), float(s["low_freq_factor"]), float(s["high_freq_factor"]), int(s["original_max_position_embeddings"]))
-    return Llama3RotaryEmbedding(*args, head_dim=c.head_dim, interleaved=interleaved, scaling_params=params)
+    return Llama3RotaryEmbedding(*args, head_dim=c.head_dim, interleaved=interleaved, scaling_params=c.llama3_scaling())
 
 
 def _linear(in_dim: int, out_dim: int, dtype: DType, enc: _Format) -> nn.Linear | Q8Linear:

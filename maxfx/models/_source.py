@@ -20,7 +20,8 @@ from lowering.quantization import QuantizationEncoding
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn import Module, QuantizedLinear
 from maxfx.graph.weights._progress import progress_bar
-from maxfx.models._layers import PackedEmbedding, Q8Embedding, Q8Linear, embedding, linear, split_q8_0
+from maxfx.models._layers import PackedEmbedding, Q8Embedding, Q8Linear, embedding, linear
+from maxfx.nn._q8 import split_q8_0
 
 __all__ = ["CheckpointMismatchError", "CheckpointSource", "GGUFSource", "ParamSource", "RandomSource"]
 

@@ -1,10 +1,15 @@
-"""Graph layers over GGUF Q8_0 weights kept 8-bit: `Q8Linear`, `Q8Embedding`, `Q8AttentionWithRope`.
+"""GGUF Q8_0 weights kept 8-bit: the one Q8_0 math, and the graph layers over it.
 
 MAX's `QuantizationEncoding` has no Q8_0, so ``ops.qmatmul`` does not take it.
-These layers hold the blocks' two parts as graph weights instead, ``weight``
-(int8 ``[rows, cols]``, the quants) and ``scales`` (float16 ``[rows, cols / 32]``,
-one per block of 32), the same bytes as the file, and decode them inside the
-compiled graph (``w = float(weight) * scale``), so nothing is dequantized at load.
+A Q8_0 matrix is held as its blocks' two parts instead, ``weight`` (int8
+``[rows, cols]``, the quants) and ``scales`` (float16 ``[rows, cols / 32]``, one
+per block of 32), the same bytes as the file, and decoded inside the compiled
+program (``w = float(weight) * scale``), so nothing is dequantized at load.
+
+`split_q8_0`, `q8_decode`, `q8_matmul` and `q8_lookup` are that math, written
+over ``maxfx.graph.ops``: they run on graph values (the `Q8Linear`,
+`Q8Embedding` and `Q8AttentionWithRope` layers here), on eager Tensors and
+under ``jax.jit`` (the eager modules of `maxfx.models`).
 
 Example:
     >>> lin = Q8Linear(64, 16, DType.float32, DeviceRef.CPU())
@@ -16,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from lowering.dtypes import DType
 from lowering.types import DeviceRef
 from maxfx.graph import ops
@@ -23,9 +30,10 @@ from maxfx.graph._weight import Weight
 from maxfx.nn._layer import Module
 from maxfx.nn.attention._rope_attention import AttentionWithRope
 
-__all__ = ["Q8_BLOCK", "Q8AttentionWithRope", "Q8Embedding", "Q8Linear", "q8_decode"]
+__all__ = ["Q8_BLOCK", "Q8AttentionWithRope", "Q8Embedding", "Q8Linear", "q8_decode", "q8_lookup", "q8_matmul", "split_q8_0"]
 
 Q8_BLOCK = 32  # values per Q8_0 block (a float16 scale + 32 int8 quants)
+_Q8_BYTES = 2 + Q8_BLOCK  # bytes per block in a GGUF file
 
 
 def _device(device: Any) -> DeviceRef:
@@ -36,6 +44,26 @@ def _on(value: Any, device: DeviceRef) -> Any:
     return value.to(device) if value.device != device else value
 
 
+def split_q8_0(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """GGUF Q8_0 bytes ``uint8 [rows, n_blocks * 34]`` → (int8 quants ``[rows, n_blocks * 32]``, float16 scales ``[rows, n_blocks]``).
+
+    A view-and-copy of the bytes: no arithmetic, the values stay 8-bit.
+
+    Example:
+        >>> raw = np.zeros((2, 34), np.uint8)
+        >>> [a.shape for a in split_q8_0(raw)]
+        [(2, 32), (2, 1)]
+    """
+    raw = np.asarray(raw)
+    if raw.dtype != np.uint8 or raw.ndim != 2 or raw.shape[1] % _Q8_BYTES:
+        raise ValueError(f"split_q8_0: expected uint8 [rows, a multiple of {_Q8_BYTES} bytes] (whole Q8_0 blocks), got {raw.dtype} {list(raw.shape)}")
+    rows, width = raw.shape
+    blocks = np.ascontiguousarray(raw).reshape(rows, width // _Q8_BYTES, _Q8_BYTES)
+    scales = np.ascontiguousarray(blocks[:, :, :2]).view(np.float16).reshape(rows, -1)
+    values = np.ascontiguousarray(blocks[:, :, 2:]).view(np.int8).reshape(rows, -1)
+    return values, scales
+
+
 def q8_decode(values: Any, scales: Any, dtype: DType) -> Any:
     """``dtype [..., cols]`` from int8 quants ``[..., cols]`` and float16 scales ``[..., cols / 32]`` (math in float32)."""
     lead = [values.shape[i] for i in range(values.rank - 1)]
@@ -43,6 +71,16 @@ def q8_decode(values: Any, scales: Any, dtype: DType) -> Any:
     blocks = ops.reshape(ops.cast(values, DType.float32), [*lead, cols // Q8_BLOCK, Q8_BLOCK])
     w = ops.reshape(blocks * ops.unsqueeze(ops.cast(scales, DType.float32), -1), [*lead, cols])
     return w if dtype is DType.float32 else ops.cast(w, dtype)
+
+
+def q8_matmul(x: Any, values: Any, scales: Any) -> Any:
+    """``x @ W.T`` for ``W [out, in]`` held as Q8_0 parts, decoded to ``x``'s dtype inside the program."""
+    return x @ q8_decode(values, scales, x.dtype).T
+
+
+def q8_lookup(values: Any, scales: Any, ids: Any, dtype: DType) -> Any:
+    """Rows ``ids`` of a Q8_0 table, as ``dtype [*ids.shape, cols]``: gathers the 8-bit rows, then decodes only those."""
+    return q8_decode(ops.gather(values, ids, axis=0), ops.gather(scales, ids, axis=0), dtype)
 
 
 def _q8_weights(layer: Any, rows: int, cols: int, where: str) -> None:
@@ -78,7 +116,7 @@ class Q8Linear(Module):
     def __call__(self, x: Any) -> Any:
         if int(x.shape[-1]) != self.in_dim:
             raise ValueError(f"Q8Linear: input's last dim must be {self.in_dim}, got shape {list(x.shape)}")
-        return x @ self.decoded().T
+        return q8_matmul(x, _on(self.weight, self.device), _on(self.scales, self.device))
 
     def __repr__(self) -> str:
         return f"Q8Linear(in_dim={self.in_dim}, out_dim={self.out_dim}, dtype={self.dtype.name})"
@@ -93,9 +131,7 @@ class Q8Embedding(Module):
         _q8_weights(self, self.vocab_size, self.hidden_dim, "Q8Embedding")
 
     def __call__(self, indices: Any) -> Any:
-        rows = ops.gather(_on(self.weight, self.device), indices, axis=0)
-        scales = ops.gather(_on(self.scales, self.device), indices, axis=0)
-        return q8_decode(rows, scales, self.dtype)
+        return q8_lookup(_on(self.weight, self.device), _on(self.scales, self.device), indices, self.dtype)
 
     def tied_head(self) -> Q8Linear:
         """A `Q8Linear` ``hidden_dim → vocab_size`` reading this table (shared weights, not owned)."""

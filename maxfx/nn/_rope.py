@@ -48,6 +48,11 @@ __all__ = [
     "DeepseekYarnRotaryEmbedding",
     "LongRoPEScalingParams",
     "LongRoPERotaryEmbedding",
+    # the math the layers above and maxfx.models share
+    "apply_rope",
+    "default_inv_freq",
+    "rope_cos_sin",
+    "scaled_inv_freq",
 ]
 
 _CPU = DeviceRef.CPU()
@@ -177,11 +182,50 @@ def _positions(start: int, stop: int) -> Any:
 
 def _cos_sin(positions: Any, inv_freq: Any, scale: float = 1.0) -> Any:
     """``(len(positions), len(inv_freq), 2)`` table of ``[cos, sin] * scale``."""
-    freqs = ops.outer(positions, inv_freq)
-    cos, sin = ops.cos(freqs), ops.sin(freqs)
+    cos, sin = rope_cos_sin(positions, inv_freq)
     if scale != 1.0:
         cos, sin = cos * scale, sin * scale
     return ops.stack([cos, sin], axis=-1)
+
+
+# ─── the rotation (shared with the eager models of maxfx.models) ─────────
+
+
+def rope_cos_sin(positions: Any, inv_freq: Any) -> tuple[Any, Any]:
+    """cos and sin of the angles ``positions[..., None] * inv_freq``: float32 ``[*positions.shape, len(inv_freq)]``.
+
+    Written over ``maxfx.graph.ops``, so ``positions`` and ``inv_freq`` may be
+    graph values, eager Tensors or traced Tensors (any int or float dtype).
+    """
+    angles = ops.unsqueeze(ops.cast(positions, DType.float32), -1) * inv_freq
+    return ops.cos(angles), ops.sin(angles)
+
+
+def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool) -> Any:
+    """Rotate the pairs of ``x``'s last dim (``head_dim``) by the angles whose cos/sin are given.
+
+    Args:
+        x: ``[..., head_dim]`` (e.g. ``[batch, seq, heads, head_dim]``); the result has its shape and dtype.
+        cos, sin: ``[..., head_dim // 2]``, broadcastable against ``x[..., :head_dim // 2]``.
+        interleaved: rotate pairs ``(2i, 2i + 1)`` (GPT-J/Meta layout); False rotates
+            ``(i, i + head_dim / 2)`` (Hugging Face's ``rotate_half`` layout).
+
+    Example:
+        >>> cos, sin = rope_cos_sin(positions, inv_freq)  # doctest: +SKIP
+        >>> q = apply_rope(q, ops.unsqueeze(cos, 2), ops.unsqueeze(sin, 2), interleaved=False)  # doctest: +SKIP
+    """
+    if cos.dtype != x.dtype:
+        cos, sin = ops.cast(cos, x.dtype), ops.cast(sin, x.dtype)
+    if interleaved:
+        pairs = ops.as_interleaved_complex(x)
+        re, im = pairs[..., 0], pairs[..., 1]
+    else:
+        half = int(x.shape[-1]) // 2
+        re, im = x[..., :half], x[..., half:]
+    out_re, out_im = re * cos - im * sin, re * sin + im * cos
+    if interleaved:
+        return ops.reshape(ops.stack([out_re, out_im], axis=-1), x.shape)
+    return ops.concat([out_re, out_im], axis=-1)
 
 
 # ─── base layer ───────────────────────────────────────────────────────────
@@ -307,16 +351,7 @@ class RotaryEmbedding(Module):
         angles = ops.cast(table[start : start + length], v.dtype)  # [seq, d/2, 2]
         cos = ops.unsqueeze(angles[:, :, 0], 1)  # [seq, 1, d/2]: broadcasts over batch and heads
         sin = ops.unsqueeze(angles[:, :, 1], 1)
-        half = self._rope_dim // 2
-        if self.interleaved:
-            pairs = ops.as_interleaved_complex(v)
-            re, im = pairs[..., 0], pairs[..., 1]
-        else:
-            re, im = v[..., :half], v[..., half:]
-        out_re, out_im = re * cos - im * sin, re * sin + im * cos
-        if self.interleaved:
-            return ops.reshape(ops.stack([out_re, out_im], axis=-1), v.shape)
-        return ops.concat([out_re, out_im], axis=-1)
+        return apply_rope(v, cos, sin, interleaved=self.interleaved)
 
     def __repr__(self) -> str:
         return (
@@ -362,21 +397,39 @@ class Llama3RotaryEmbedding(RotaryEmbedding):
         self.scaling_params = scaling_params
 
     def _compute_inv_freqs(self) -> Any:
-        inv = super()._compute_inv_freqs()
-        p = self.scaling_params
-        if p is None:
-            return inv
-        if isinstance(p, LinearScalingParams):
-            return inv / float(p.factor)
-        low_wavelen = p.orig_max_position / p.low_freq_factor
-        high_wavelen = p.orig_max_position / p.high_freq_factor
-        wavelen = (2 * math.pi) / inv
-        if p.low_freq_factor != p.high_freq_factor:
-            smooth = (p.orig_max_position / wavelen - p.low_freq_factor) / (p.high_freq_factor - p.low_freq_factor)
-        else:
-            smooth = ops.constant(0.0, DType.float32, _CPU)
-        blended = (1.0 - smooth) * inv / float(p.factor) + smooth * inv
-        return ops.where(wavelen < high_wavelen, inv, ops.where(wavelen > low_wavelen, inv / float(p.factor), blended))
+        if self.scaling_params is None:
+            return super()._compute_inv_freqs()
+        inv = scaled_inv_freq(default_inv_freq(self.theta, self._rope_dim), self.scaling_params)
+        return ops.constant(inv.astype(np.float32), DType.float32, _CPU)
+
+
+def default_inv_freq(theta: float, rope_dim: int) -> np.ndarray:
+    """``[rope_dim // 2]`` float64 ``theta ** (-2i / rope_dim)`` (host-side, for the scaled variants and `maxfx.models`)."""
+    return 1.0 / float(theta) ** (np.arange(0, rope_dim, 2, dtype=np.float64) / rope_dim)
+
+
+def scaled_inv_freq(inv: np.ndarray, params: Llama3RopeScalingParams | LinearScalingParams) -> np.ndarray:
+    """``inv`` (float64) with Llama 3 or linear scaling applied, as Hugging Face computes it.
+
+    The one copy of the formula: `Llama3RotaryEmbedding` builds its table from
+    it and `maxfx.models.LlamaConfig.inv_freq` returns it, so the graph and the
+    eager Llama rotate by the same frequencies. Llama 3: wavelengths longer than
+    ``orig_max_position / low_freq_factor`` are divided by ``factor``, shorter
+    than ``orig_max_position / high_freq_factor`` kept, the band between blended.
+
+    Example:
+        >>> p = Llama3RopeScalingParams(8.0, 1.0, 4.0, 64)
+        >>> scaled_inv_freq(default_inv_freq(10000.0, 16), p).shape
+        (8,)
+    """
+    inv = np.asarray(inv, np.float64)
+    if isinstance(params, LinearScalingParams):
+        return inv / float(params.factor)
+    factor, lo, hi, old = float(params.factor), float(params.low_freq_factor), float(params.high_freq_factor), float(params.orig_max_position)
+    wavelen = 2 * math.pi / inv
+    smooth = (old / wavelen - lo) / (hi - lo) if hi != lo else np.zeros_like(inv)
+    blended = (1.0 - smooth) * inv / factor + smooth * inv
+    return np.where(wavelen < old / hi, inv, np.where(wavelen > old / lo, inv / factor, blended))
 
 
 # ─── dynamic NTK ──────────────────────────────────────────────────────────

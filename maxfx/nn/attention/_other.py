@@ -1,4 +1,9 @@
-"""`RaggedAttention` (cache attention without RoPE) and `MultiheadAttention` (padded, no cache)."""
+"""`RaggedAttention` (cache attention without RoPE), `MultiheadAttention` (padded, no cache) and `padded_attention`.
+
+`padded_attention` is the one call of the registry ``attention`` op for padded
+``[batch, seq, heads, head_dim]`` batches: `MultiheadAttention` uses it here, the
+eager models of `maxfx.models` (over their KV cache) use it too.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,6 @@ from typing import Any
 
 from lowering.dtypes import DType
 from maxfx.graph import ops
-from maxfx.nn import kernels
 from maxfx.nn._basic import Linear
 from maxfx.nn._layer import Module
 from maxfx.nn.kernels._attention import mask_name
@@ -16,7 +20,34 @@ from maxfx.nn.attention._rope_attention import _devices, _on, _RaggedAttentionBa
 from maxfx.nn.attention.mask_config import MHAMaskVariant
 from maxfx.nn.kv_cache._params import KVCacheParams
 
-__all__ = ["MultiheadAttention", "RaggedAttention"]
+__all__ = ["MultiheadAttention", "RaggedAttention", "padded_attention"]
+
+
+def padded_attention(
+    q: Any, k: Any, v: Any, *, scale: float | None = None, mask: str = "causal", window: int = -1, q_offset: Any = None, kv_length: Any = None,
+) -> Any:  # fmt: skip
+    """Grouped-query attention over padded batches through the registry ``attention`` op (the Pallas flash kernel on GPU).
+
+    Written over ``maxfx.graph.ops``: runs on graph values, eager Tensors and under ``jax.jit``.
+
+    Args:
+        q: ``[B, T, H, D]``; k, v: ``[B, S, Hkv, D]`` (query head h reads KV head ``h // (H / Hkv)``).
+        scale: softmax scale (default ``1 / sqrt(D)``).
+        mask: the op's mask (``"causal"``, ``"null"``, ``"sliding_window"``, ...).
+        window: the sliding-window size for ``mask="sliding_window"``.
+        q_offset: int ``[B]``, the position of each row's first query (queries against a cache).
+        kv_length: int ``[B]``, each row's valid key count (later slots are hidden).
+
+    Returns:
+        ``[B, T, H * D]``.
+
+    Example:
+        >>> out = padded_attention(q, k, v, q_offset=first_pos, kv_length=last_pos + 1)  # doctest: +SKIP
+    """
+    if scale is None:
+        scale = 1.0 / math.sqrt(int(q.shape[-1]))
+    out = ops.attention(q, k, v, mask=mask, scale=scale, window=window, q_offset=q_offset, kv_length=kv_length)
+    return ops.reshape(out, [q.shape[0], q.shape[1], -1])
 
 
 class RaggedAttention(_RaggedAttentionBase):
@@ -105,5 +136,5 @@ class MultiheadAttention(Module):
             qkv = qkv + self.wqkv_bias
         b, s, h = x.shape[0], x.shape[1], self.hidden_size
         heads = [ops.reshape(qkv[:, :, i * h : (i + 1) * h], [b, s, self.n_heads, self.head_dim]) for i in range(3)]
-        out = kernels.flash_attention_gpu(*heads, mask_variant, self.scale, valid_length=valid_length)
-        return self.o_proj(ops.reshape(out, [b, s, h]))
+        mask = mask_name("MultiheadAttention", mask_variant)
+        return self.o_proj(padded_attention(*heads, scale=self.scale, mask=mask, kv_length=valid_length))
