@@ -232,7 +232,15 @@ def attention(q, k, v, *, mask: str = "causal", scale: float, window: int = -1, 
     ``kv_length[b]`` (default: all) are ignored.
 
     Example:
-        >>> out = ops.attention(q, k, v, mask="causal", scale=0.125)  # doctest: +SKIP
+        >>> import numpy as np
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> q = Tensor.constant(np.zeros((1, 2, 1, 2), np.float32))  # [batch, seq, heads, dim]: equal scores
+        >>> v = Tensor.constant(np.array([10.0, 0.0, 20.0, 2.0], np.float32).reshape(1, 2, 1, 2))
+        >>> ops.attention(q, q, v, mask="causal", scale=0.125)[0, :, 0]  # query 1 averages keys 0 and 1
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[10.0, 0.0], [15.0, 1.0]]
+        >>> ops.attention(q, q, v, mask="null", scale=0.125)[0, :, 0]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[15.0, 1.0], [15.0, 1.0]]
     """
     extra = {"q_offset": q_offset, "kv_length": kv_length, "sink": sink_weights}
     present = tuple(n for n, x in extra.items() if x is not None)
@@ -314,7 +322,14 @@ def ragged_attention(q, k, v, input_row_offsets, *, mask: str = "causal", scale:
     per-sequence lengths (0: the total row count) to size the padded work.
 
     Example:
-        >>> out = ops.ragged_attention(q, k, v, offsets, mask="causal", scale=0.125)  # doctest: +SKIP
+        >>> import numpy as np
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> q = Tensor.constant(np.zeros((3, 1, 2), np.float32))  # [total_tokens, heads, dim]: equal scores
+        >>> v = Tensor.constant(np.array([[[10.0, 0.0]], [[20.0, 2.0]], [[30.0, 4.0]]], np.float32))
+        >>> offsets = Tensor.constant(np.array([0, 2, 3], np.uint32))  # sequences: rows 0-1 and row 2
+        >>> ops.ragged_attention(q, q, v, offsets, mask="causal", scale=0.125)[:, 0]
+        TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [[10.0, 0.0], [15.0, 1.0], [30.0, 4.0]]
     """
     extra = {"q_start": q_start, "kv_start": kv_start}
     present = tuple(n for n, x in extra.items() if x is not None)
@@ -395,7 +410,28 @@ def kv_cache_store(blocks, x, lookup_table, layer_idx, input_row_offsets, start_
     offset, or past the pages in ``lookup_table``, are not written.
 
     Example:
-        >>> ops.kv_cache_store(blocks, k, lookup, layer, offsets, cache_lengths, zero, kv_index=0)  # doctest: +SKIP
+        >>> import numpy as np
+        >>> from maxfx.driver import Tensor
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> from maxfx.graph import BufferType, DeviceRef, Graph, TensorType, ops
+        >>> cpu, u32 = DeviceRef.CPU(), DType.uint32
+        >>> pool = BufferType(DType.float32, [4, 2, 1, 2, 1, 2], cpu)  # [pages, K|V, layers, page_size, kv_heads, head_dim]
+        >>> lookup = np.array([[3, 1]], np.uint32)  # sequence 0: positions 0-1 on page 3, 2-3 on page 1
+        >>> row_offsets = np.array([0, 2], np.uint32)  # one sequence of 2 new rows...
+        >>> cached = np.array([1], np.uint32)  # ...after 1 cached token: positions 1 and 2
+        >>> types = [pool, TensorType(DType.float32, [2, 1, 2], cpu), TensorType(u32, [1, 2], cpu), TensorType(u32, [2], cpu), TensorType(u32, [1], cpu)]
+        >>> with Graph("store", input_types=types) as g:
+        ...     blocks, k, lookup_table, offsets, cache_lengths = g.inputs
+        ...     zero = ops.constant(0, u32, cpu)
+        ...     ops.kv_cache_store(blocks, k, lookup_table, zero, offsets, cache_lengths, zero, kv_index=0)
+        ...     g.output()
+        >>> cache = Tensor.from_numpy(np.zeros((4, 2, 1, 2, 1, 2), np.float32))
+        >>> k_rows = np.array([[[1.0, 2.0]], [[3.0, 4.0]]], np.float32)
+        >>> _ = InferenceSession().load(g).execute(cache, k_rows, lookup, row_offsets, cached)
+        >>> c = cache.to_numpy()
+        >>> c[3, 0, 0, 1, 0].tolist(), c[1, 0, 0, 0, 0].tolist()  # K at positions 1 and 2
+        ([1.0, 2.0], [3.0, 4.0])
     """
     bind(kv_cache_store_p, blocks, x, lookup_table, layer_idx, input_row_offsets, start_positions, batch_offset, kv_index=int(kv_index))
 
@@ -424,7 +460,27 @@ def kv_cache_gather(blocks, lookup_table, layer_idx, input_row_offsets, start_po
     Rows past the last offset read as zeros.
 
     Example:
-        >>> k_new = ops.kv_cache_gather(blocks, lookup, layer, offsets, cache_lengths, zero, n_rows=x.shape[0])  # doctest: +SKIP
+        >>> import numpy as np
+        >>> from maxfx.driver import Tensor
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> from maxfx.graph import BufferType, DeviceRef, Graph, TensorType, ops
+        >>> cpu, u32 = DeviceRef.CPU(), DType.uint32
+        >>> pool = BufferType(DType.float32, [4, 2, 1, 2, 1, 2], cpu)  # [pages, K|V, layers, page_size, kv_heads, head_dim]
+        >>> lookup = np.array([[3, 1]], np.uint32)  # sequence 0: positions 0-1 on page 3, 2-3 on page 1
+        >>> row_offsets = np.array([0, 2], np.uint32)  # one sequence of 2 new rows...
+        >>> cached = np.array([1], np.uint32)  # ...after 1 cached token: positions 1 and 2
+        >>> types = [pool, TensorType(u32, [1, 2], cpu), TensorType(u32, [2], cpu), TensorType(u32, [1], cpu)]
+        >>> with Graph("gather", input_types=types) as g:
+        ...     blocks, lookup_table, offsets, cache_lengths = g.inputs
+        ...     zero = ops.constant(0, u32, cpu)
+        ...     g.output(ops.kv_cache_gather(blocks, lookup_table, zero, offsets, cache_lengths, zero, n_rows=3, kv_index=1))
+        >>> c = np.zeros((4, 2, 1, 2, 1, 2), np.float32)
+        >>> c[3, 1, 0, 1, 0] = [5.0, 6.0]  # V at position 1
+        >>> c[1, 1, 0, 0, 0] = [7.0, 8.0]  # V at position 2
+        >>> rows = InferenceSession().load(g).execute(Tensor.from_numpy(c), lookup, row_offsets, cached)[0]
+        >>> rows.to_numpy()[:, 0].tolist()  # row 2 is past the last offset: zeros
+        [[5.0, 6.0], [7.0, 8.0], [0.0, 0.0]]
     """
     return bind(kv_cache_gather_p, blocks, lookup_table, layer_idx, input_row_offsets, start_positions, batch_offset, kv_index=int(kv_index), n_rows=Dim(n_rows))
 
@@ -531,7 +587,28 @@ def paged_attention(q, blocks, lookup_table, layer_idx, input_row_offsets, cache
     ``v_dim`` reads values as the first ``v_dim`` dims of the keys (MLA's latent cache).
 
     Example:
-        >>> out = ops.paged_attention(q, blocks, lookup, layer, offsets, cache_lengths, scale=0.125)  # doctest: +SKIP
+        >>> import numpy as np
+        >>> from maxfx.driver import Tensor
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> from maxfx.graph import BufferType, DeviceRef, Graph, TensorType, ops
+        >>> cpu, u32 = DeviceRef.CPU(), DType.uint32
+        >>> pool = BufferType(DType.float32, [4, 2, 1, 2, 1, 2], cpu)  # [pages, K|V, layers, page_size, kv_heads, head_dim]
+        >>> lookup = np.array([[3, 1]], np.uint32)  # sequence 0: positions 0-1 on page 3, 2-3 on page 1
+        >>> row_offsets = np.array([0, 2], np.uint32)  # one sequence of 2 new rows...
+        >>> cached = np.array([1], np.uint32)  # ...after 1 cached token: positions 1 and 2
+        >>> types = [pool, TensorType(DType.float32, [2, 1, 2], cpu), TensorType(u32, [1, 2], cpu), TensorType(u32, [2], cpu), TensorType(u32, [1], cpu)]
+        >>> with Graph("attend", input_types=types) as g:
+        ...     blocks, q, lookup_table, offsets, cache_lengths = g.inputs
+        ...     layer = ops.constant(0, u32, cpu)
+        ...     g.output(ops.paged_attention(q, blocks, lookup_table, layer, offsets, cache_lengths, scale=0.125))
+        >>> c = np.zeros((4, 2, 1, 2, 1, 2), np.float32)  # zero keys: equal scores
+        >>> c[3, 1, 0, :, 0] = [[0.0, 0.0], [3.0, 3.0]]  # V at positions 0 and 1
+        >>> c[1, 1, 0, 0, 0] = [6.0, 9.0]  # V at position 2 (a new row, already stored)
+        >>> q = np.zeros((2, 1, 2), np.float32)
+        >>> out = InferenceSession().load(g).execute(Tensor.from_numpy(c), q, lookup, row_offsets, cached)[0]
+        >>> out.to_numpy()[:, 0].tolist()  # means of V[0:2] and V[0:3]
+        [[1.5, 1.5], [3.0, 4.0]]
     """
     extra = {"kv_row_offsets": kv_row_offsets, "sink": sink_weights}
     present = tuple(n for n, x in extra.items() if x is not None)
@@ -609,7 +686,15 @@ def rope_ragged(x, freqs_cis, input_row_offsets, start_positions, *, interleaved
     ``(i, i + head_dim/2)``.
 
     Example:
-        >>> q = ops.rope_ragged(q, freqs_cis, offsets, cache_lengths)  # doctest: +SKIP
+        >>> import numpy as np
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> freqs_cis = Tensor.constant([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]])  # (cos, sin): 90 degrees per position
+        >>> x = Tensor.constant(np.array([[[1.0, 0.0]], [[1.0, 0.0]]], np.float32))  # [tokens, heads, head_dim]
+        >>> offsets = Tensor.constant(np.array([0, 2], np.uint32))
+        >>> start = Tensor.constant(np.array([1], np.uint32))  # the sequence starts at position 1
+        >>> ops.rope_ragged(x, freqs_cis, offsets, start)[:, 0]  # rotated by 90 and 180 degrees
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[0.0, 1.0], [-1.0, 0.0]]
     """
     section = None if mrope_section is None else tuple(int(s) for s in mrope_section)
     extra = () if position_ids is None else (position_ids,)

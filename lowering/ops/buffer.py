@@ -99,9 +99,16 @@ def buffer_create(type: BufferType):  # noqa: A002 - MAX's parameter name
         A `BufferValue`.
 
     Example:
-        >>> with Graph("g") as g:  # doctest: +SKIP
+        >>> from maxfx.graph import BufferType, DeviceRef, Graph, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> with Graph("g") as g:
         ...     buf = ops.buffer_create(BufferType(DType.float32, [4], DeviceRef.CPU()))
-        ...     g.output(ops.buffer_load(buf))
+        ...     zeros = ops.buffer_load(buf)
+        ...     ops.buffer_store(buf, zeros + 1)
+        ...     g.output(zeros, ops.buffer_load(buf))
+        >>> [t.to_numpy().tolist() for t in InferenceSession().load(g).execute()]
+        [[0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]]
     """
     if isinstance(type, TensorType):
         type = type.as_buffer()
@@ -127,7 +134,19 @@ def buffer_load(x: Any):
     Later writes to the buffer do not change the returned tensor.
 
     Example:
-        >>> t = ops.buffer_load(g.inputs[0].buffer)  # doctest: +SKIP
+        >>> import numpy as np
+        >>> from maxfx.driver import Tensor
+        >>> from maxfx.graph import BufferType, DeviceRef, Graph, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> with Graph("g", input_types=[BufferType(DType.float32, [2], DeviceRef.CPU())]) as g:
+        ...     buf = g.inputs[0]
+        ...     before = ops.buffer_load(buf)  # a copy: the store below does not change it
+        ...     ops.buffer_store(buf, before * 10)
+        ...     g.output(before, ops.buffer_load(buf))
+        >>> state = Tensor.from_numpy(np.array([1.0, 2.0], np.float32))
+        >>> [t.to_numpy().tolist() for t in InferenceSession().load(g).execute(state)]
+        [[1.0, 2.0], [10.0, 20.0]]
     """
     _require_buffer("buffer_load", getattr(x, "type", x), "x")
     return bind(buffer_load_p, x)
@@ -159,7 +178,21 @@ def buffer_store(destination: Any, source: Any) -> None:
     model runs.
 
     Example:
-        >>> ops.buffer_store(buf, ops.buffer_load(buf) + 1)  # doctest: +SKIP
+        >>> import numpy as np
+        >>> from maxfx.driver import Tensor
+        >>> from maxfx.graph import BufferType, DeviceRef, Graph, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> with Graph("counter", input_types=[BufferType(DType.int32, [2], DeviceRef.CPU())]) as g:
+        ...     buf = g.inputs[0]
+        ...     ops.buffer_store(buf, ops.buffer_load(buf) + 1)
+        ...     g.output()
+        >>> model = InferenceSession().load(g)
+        >>> state = Tensor.from_numpy(np.array([0, 10], np.int32))
+        >>> _ = model.execute(state)
+        >>> _ = model.execute(state)  # the input buffer is updated in place, run after run
+        >>> state.to_numpy()
+        array([ 2, 12], dtype=int32)
     """
     ctx = _graph_of("buffer_store", destination)
     src, broadcast = _source_var("buffer_store", ctx, destination.type, source)
@@ -286,7 +319,21 @@ def buffer_store_slice(destination: Any, source: Any, indices: Any) -> None:
     is converted and broadcast). ``buf[indices] = source`` does the same.
 
     Example:
-        >>> ops.buffer_store_slice(buf, row, [0, slice(None)])  # doctest: +SKIP
+        >>> import numpy as np
+        >>> from maxfx.driver import Tensor
+        >>> from maxfx.graph import BufferType, DeviceRef, Graph, TensorType, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> types = [BufferType(DType.float32, [2, 3], DeviceRef.CPU()), TensorType(DType.float32, [3], DeviceRef.CPU())]
+        >>> with Graph("g", input_types=types) as g:
+        ...     buf, row = g.inputs
+        ...     ops.buffer_store_slice(buf, row, [0, slice(None)])  # buf[0, :] = row
+        ...     buf[1, 1:] = 7.0  # the same op, via indexing
+        ...     g.output()
+        >>> state = Tensor.from_numpy(np.zeros((2, 3), np.float32))
+        >>> _ = InferenceSession().load(g).execute(state, np.array([1.0, 2.0, 3.0], np.float32))
+        >>> state.to_numpy().tolist()
+        [[1.0, 2.0, 3.0], [0.0, 7.0, 7.0]]
     """
     op = "buffer_store_slice"
     ctx = _graph_of(op, destination)

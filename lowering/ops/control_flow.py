@@ -219,10 +219,21 @@ def cond(pred: Any, out_types: Iterable[Type] | None, then_fn: Callable[[], Any]
             number or types of values than ``out_types``.
 
     Example:
-        >>> with Graph("c", input_types=[TensorType(DType.bool, [])]) as g:  # doctest: +SKIP
-        ...     [y] = ops.cond(g.inputs[0], [TensorType(DType.int32, [])],
-        ...                    lambda: ops.constant(1, DType.int32), lambda: ops.constant(0, DType.int32))
-        ...     g.output(y)
+        >>> import numpy as np
+        >>> from maxfx.graph import DeviceRef, Graph, TensorType, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> with Graph("c", input_types=[TensorType(DType.bool, [], DeviceRef.CPU())]) as g:
+        ...     pred = g.inputs[0]
+        ...     def then_fn():
+        ...         return ops.constant(1, DType.int32, device=DeviceRef.CPU())
+        ...     def else_fn():
+        ...         return ops.constant(0, DType.int32, device=DeviceRef.CPU())
+        ...     result = ops.cond(pred, [TensorType(DType.int32, [], device=DeviceRef.CPU())], then_fn, else_fn)
+        ...     g.output(*result)
+        >>> model = InferenceSession().load(g)
+        >>> model.execute(np.array(True))[0].to_numpy(), model.execute(np.array(False))[0].to_numpy()
+        (array(1, dtype=int32), array(0, dtype=int32))
     """
     ctx = _owner("cond", [pred])
     t = type_of(ctx, pred)
@@ -371,9 +382,20 @@ def while_loop(initial_values: Iterable[Any] | Any, predicate: Callable[..., Any
             state is immutable; load the buffer and carry the tensor instead).
 
     Example:
-        >>> with Graph("loop") as g:  # doctest: +SKIP
-        ...     x = ops.constant(0, DType.int32, DeviceRef.CPU())
-        ...     [r] = ops.while_loop(x, lambda x: x < 10, lambda x: x + 1)
+        >>> from maxfx.graph import DeviceRef, Graph, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> with Graph("while_loop_example") as g:
+        ...     x = ops.constant(0, dtype=DType.int32, device=DeviceRef.CPU())
+        ...     y = ops.constant(5, dtype=DType.int32, device=DeviceRef.CPU())
+        ...     def pred(x, y):
+        ...         return ops.logical_and(x < 10, y < 15)
+        ...     def body(x, y):
+        ...         return [x + 1, y + 1]
+        ...     results = ops.while_loop((x, y), pred, body)
+        ...     g.output(*results)
+        >>> [r.to_numpy() for r in InferenceSession().load(g).execute()]  # x < 10 and y < 15 turn false together
+        [array(10, dtype=int32), array(15, dtype=int32)]
     """
     if isinstance(initial_values, (list, tuple)):
         vals = list(initial_values)
@@ -577,10 +599,19 @@ def call(graph: Any, *args: Any, prefix: str = "") -> list[Any]:
             match the subgraph input.
 
     Example:
-        >>> with Graph("main", input_types=[t]) as g:  # doctest: +SKIP
-        ...     with g.add_subgraph("add_one", input_types=[t]) as sub:
+        >>> import numpy as np
+        >>> from maxfx.graph import DeviceRef, Graph, TensorType, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> with Graph("main", input_types=[TensorType(DType.float32, ["batch", 2], DeviceRef.CPU())]) as g:
+        ...     with g.add_subgraph("add_one", input_types=[TensorType(DType.float32, ["n", 2], DeviceRef.CPU())]) as sub:
         ...         sub.output(sub.inputs[0] + 1)
-        ...     g.output(*ops.call(sub, g.inputs[0]))
+        ...     [y] = ops.call(sub, g.inputs[0])
+        ...     print(y.type)  # the subgraph's n is the caller's batch
+        ...     g.output(ops.call(sub, y)[0])
+        TensorType(dtype=float32, shape=[Dim('batch'), Dim(2)], device=cpu:0)
+        >>> InferenceSession().load(g).execute(np.zeros((3, 2), np.float32))[0].to_numpy().tolist()
+        [[2.0, 2.0], [2.0, 2.0], [2.0, 2.0]]
     """
     block = getattr(graph, "_ir", None)
     if not isinstance(block, Block):

@@ -90,9 +90,20 @@ def register_custom_op(
         ``fn`` (so the function stays usable directly).
 
     Example:
-        >>> @register_custom_op("scale")  # doctest: +SKIP
+        >>> import numpy as np
+        >>> from lowering.ops.custom import register_custom_op
+        >>> from maxfx.graph import DeviceRef, Graph, TensorType, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> @register_custom_op("example.scale")
         ... def scale(x, *, factor):
         ...     return x * factor
+        >>> t = TensorType(DType.float32, [3], DeviceRef.CPU())
+        >>> with Graph("g", input_types=[t]) as g:
+        ...     [y] = ops.custom("example.scale", DeviceRef.CPU(), [g.inputs[0]], [t], parameters={"factor": 3})
+        ...     g.output(y)
+        >>> InferenceSession().load(g).execute(np.array([1.0, 2.0, 3.0], np.float32))[0].to_numpy()
+        array([3., 6., 9.], dtype=float32)
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"register_custom_op: name must be a non-empty str, got {name!r}")
@@ -261,8 +272,22 @@ def custom(name: str, device: Any, values: Sequence[Any], out_types: Sequence[Ty
         TypeError: a value is a buffer.
 
     Example:
-        >>> register_custom_op("add_one", lambda x: x + 1)  # doctest: +SKIP
-        >>> [y] = ops.custom("add_one", DeviceRef.CPU(), [x], [x.type])  # doctest: +SKIP
+        >>> import numpy as np
+        >>> import jax.numpy as jnp
+        >>> from lowering.ops.custom import register_custom_op
+        >>> from maxfx.graph import DeviceRef, Graph, TensorType, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> _ = register_custom_op("example.add_one", lambda x: x + 1)
+        >>> _ = register_custom_op("example.min_max", lambda x: (jnp.min(x, axis=-1), jnp.max(x, axis=-1)))
+        >>> with Graph("g", input_types=[TensorType(DType.float32, [2, 3], DeviceRef.CPU())]) as g:
+        ...     x = g.inputs[0]
+        ...     [y] = ops.custom("example.add_one", DeviceRef.CPU(), [x], [x.type])
+        ...     row = TensorType(DType.float32, [2], DeviceRef.CPU())
+        ...     lo, hi = ops.custom("example.min_max", DeviceRef.CPU(), [y], [row, row])
+        ...     g.output(lo, hi)
+        >>> [t.to_numpy().tolist() for t in InferenceSession().load(g).execute(np.array([[1.0, 5.0, 3.0], [0.0, -2.0, 4.0]], np.float32))]
+        [[2.0, -1.0], [6.0, 5.0]]
     """
     entry = lookup_custom_op(name)
     for i, v in enumerate(values):
@@ -327,8 +352,22 @@ def inplace_custom(name: str, device: Any, values: Sequence[Any], out_types: Seq
         The regular outputs (usually an empty list).
 
     Example:
-        >>> register_custom_op("increment", lambda b: b + 1)  # doctest: +SKIP
-        >>> ops.inplace_custom("increment", device=buf.device, values=[buf])  # doctest: +SKIP
+        >>> import numpy as np
+        >>> from maxfx.driver import Tensor
+        >>> from lowering.ops.custom import register_custom_op
+        >>> from maxfx.graph import BufferType, DeviceRef, Graph, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> _ = register_custom_op("example.increment", lambda b: b + 1)
+        >>> with Graph("g", input_types=[BufferType(DType.int32, [2], DeviceRef.CPU())]) as g:
+        ...     buf = g.inputs[0]
+        ...     ops.inplace_custom("example.increment", device=buf.device, values=[buf])  # no regular outputs
+        ...     g.output()
+        []
+        >>> counter = Tensor.from_numpy(np.array([0, 41], np.int32))
+        >>> _ = InferenceSession().load(g).execute(counter)
+        >>> counter.to_numpy()
+        array([ 1, 42], dtype=int32)
     """
     entry = lookup_custom_op(name)
     values = list(values)

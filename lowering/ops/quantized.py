@@ -122,8 +122,20 @@ def dequantize(encoding, quantized):
             error is also a ValueError).
 
     Example:
-        >>> w = ops.dequantize(QuantizationEncoding.Q4_0, packed)  # doctest: +SKIP
-        >>> # packed: uint8[4096, 2304] -> w: float32[4096, 4096]
+        >>> import numpy as np
+        >>> import gguf
+        >>> from maxfx.graph import ops
+        >>> from maxfx.graph.quantization import QuantizationEncoding
+        >>> from maxfx.tensor import Tensor
+        >>> w = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+        >>> packed = gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q4_0)  # 32 values -> 18 bytes
+        >>> packed.shape, packed.dtype
+        ((4, 36), dtype('uint8'))
+        >>> deq = ops.dequantize(QuantizationEncoding.Q4_0, Tensor.constant(packed))
+        >>> deq.shape
+        [Dim(4), Dim(64)]
+        >>> np.array_equal(np.asarray(deq), gguf.quants.dequantize(packed, gguf.GGMLQuantizationType.Q4_0))
+        True
     """
     enc = _as_encoding("dequantize", encoding)
     return bind(dequantize_p, quantized, encoding=enc)
@@ -226,8 +238,21 @@ def qmatmul(encoding, config, lhs, *rhs):
         TypeError: rhs not a uint8 matrix or lhs not float (also a ValueError).
 
     Example:
-        >>> y = ops.qmatmul(QuantizationEncoding.Q4_K, None, x, w)  # doctest: +SKIP
-        >>> # x: float32[batch, 4096], w: uint8[11008, 2304] -> y: float32[batch, 11008]
+        >>> import numpy as np
+        >>> import gguf
+        >>> from maxfx.graph import ops
+        >>> from maxfx.graph.quantization import QuantizationEncoding
+        >>> from maxfx.tensor import Tensor
+        >>> rng = np.random.default_rng(0)
+        >>> w = rng.standard_normal((8, 256)).astype(np.float32)  # [N, K]
+        >>> packed = gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q4_0)  # uint8 [8, 256 / 32 * 18]
+        >>> x = rng.standard_normal((2, 256)).astype(np.float32)
+        >>> y = ops.qmatmul(QuantizationEncoding.Q4_0, None, Tensor.constant(x), Tensor.constant(packed))
+        >>> y.shape
+        [Dim(2), Dim(8)]
+        >>> want = x @ gguf.quants.dequantize(packed, gguf.GGMLQuantizationType.Q4_0).T
+        >>> np.allclose(np.asarray(y), want, rtol=1e-4, atol=1e-4)
+        True
     """
     enc = _as_encoding("qmatmul", encoding)
     if enc is QuantizationEncoding.GPTQ:

@@ -129,6 +129,7 @@ def functional(op: Callable[..., Any]) -> Callable[..., Any]:
     it records graph ops as before.
 
     Example:
+        >>> from maxfx.experimental.functional import functional
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> @functional
