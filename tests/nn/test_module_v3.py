@@ -349,7 +349,17 @@ def test_forward_must_be_defined():
         Empty()(Tensor.ones([1]))
 
 
-def test_sequential_of_identical_blocks_compiles_as_one_loop(rng):
+def _np_layer_norm(x, w, b, eps=1e-5):
+    return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps) * w + b
+
+
+def _np_gelu(x):
+    from math import erf, sqrt
+
+    return 0.5 * x * (1 + np.vectorize(erf)(x / sqrt(2)))
+
+
+def test_scan_layers_compiles_a_sequential_of_identical_blocks_as_one_loop(rng):
     from maxfx import functional as F
 
     @module_dataclass
@@ -369,14 +379,52 @@ def test_sequential_of_identical_blocks_compiles_as_one_loop(rng):
         def forward(self, x):
             return self.head(self.blocks(x))
 
+    def np_net(net, x):
+        p = {n: t.to_numpy() for n, t in net.parameters}
+        for i in range(len(net.blocks)):
+            b = f"blocks.{i}."
+            h = _np_layer_norm(x, p[b + "norm.weight"], p[b + "norm.bias"]) @ p[b + "up.weight"].T + p[b + "up.bias"]
+            x = x + _np_gelu(h) @ p[b + "down.weight"].T + p[b + "down.bias"]
+        return x @ p["head.weight"].T + p["head.bias"]
+
     net = Net(blocks=Sequential(*[Block(LayerNorm(8), Linear(8, 16), Linear(16, 8)) for _ in range(4)]), head=Linear(8, 3))
     x = rng.normal(size=(5, 8)).astype(np.float32)
-    compiled = net.compile(TensorType(DType.float32, ["batch", 8]))
-    np.testing.assert_allclose(compiled(Tensor.constant(x)).to_numpy(), net(Tensor.constant(x)).to_numpy(), rtol=1e-5, atol=1e-5)
-    ir = str(compiled.model._compiled.block)
+    in_type = TensorType(DType.float32, ["batch", 8])
+    scanned = net.compile(in_type, scan_layers=True)
+    np.testing.assert_allclose(scanned(Tensor.constant(x)).to_numpy(), np_net(net, x), rtol=1e-4, atol=1e-4)
+    ir = str(scanned.model._compiled.block)
     assert ir.count("while_loop(") == 1 and ir.count("layer_norm(") == 1  # the block is traced once
     assert "blocks.*.up.weight" in ir  # weights stacked [4, ...]
-    # A Sequential of different blocks is traced as written.
+    stacked = scanned.model._compiled.weights["blocks.*.up.weight"]
+    np.testing.assert_array_equal(np.asarray(stacked), np.stack([b.up.weight.to_numpy() for b in net.blocks]))
+    # Off by default: the Sequential is traced as written, block by block.
+    unrolled = str(net.compile(in_type).model._compiled.block)
+    assert "while_loop(" not in unrolled and unrolled.count("layer_norm(") == 4
+    # Blocks that differ (in class, or in a static field such as eps) are traced as written too.
     mixed = Sequential(Linear(8, 8), LayerNorm(8))
-    ir2 = str(mixed.compile(TensorType(DType.float32, [2, 8])).model._compiled.block)
-    assert "while_loop(" not in ir2
+    assert "while_loop(" not in str(mixed.compile(TensorType(DType.float32, [2, 8]), scan_layers=True).model._compiled.block)
+    eps = Sequential(LayerNorm(8), LayerNorm(8, eps=1e-3))
+    assert "while_loop(" not in str(eps.compile(TensorType(DType.float32, [2, 8]), scan_layers=True).model._compiled.block)
+
+
+def test_scan_layers_leaves_a_sequential_subclass_with_its_own_forward_alone():
+    class Residual(Sequential):
+        def forward(self, x):
+            return x + super().forward(x)
+
+    net = Residual(Linear(4, 4), Linear(4, 4))
+    x = np.ones((2, 4), np.float32)
+    compiled = net.compile(TensorType(DType.float32, [2, 4]), scan_layers=True)
+    assert "while_loop(" not in str(compiled.model._compiled.block)
+    expect = x
+    for layer in net:
+        expect = expect @ layer.weight.to_numpy().T + layer.bias.to_numpy()
+    np.testing.assert_allclose(compiled(Tensor.constant(x)).to_numpy(), x + expect, rtol=1e-5, atol=1e-5)
+
+
+def test_compile_weights_override_is_checked():
+    m = _mlp()
+    with pytest.raises(ValueError, match=r"weights\['fc1.weight'\] is float32\[4, 8\], but the parameter is float32\[8, 4\]"):
+        m.compile(TensorType(DType.float32, [2, 4]), weights={"fc1.weight": np.zeros((4, 8), np.float32)})
+    with pytest.raises(ValueError, match="unknown parameter name.*'fc9.weight'"):
+        m.compile(TensorType(DType.float32, [2, 4]), weights={"fc9.weight": np.zeros((4, 8), np.float32)})

@@ -9,7 +9,20 @@ Example:
 """
 
 from maxfx.experimental.nn._extra_layers import QuantizedLinear, RMSNorm
+from maxfx.experimental.nn._fields import StaticFieldWarning, static_field
 from maxfx.experimental.nn._layers import Embedding, LayerNorm, Linear, ModuleList, Sequential
 from maxfx.experimental.nn.module import Module, module_dataclass
 
-__all__ = ["Embedding", "LayerNorm", "Linear", "Module", "ModuleList", "QuantizedLinear", "RMSNorm", "Sequential", "module_dataclass"]
+__all__ = [
+    "Embedding",
+    "LayerNorm",
+    "Linear",
+    "Module",
+    "ModuleList",
+    "QuantizedLinear",
+    "RMSNorm",
+    "Sequential",
+    "StaticFieldWarning",
+    "module_dataclass",
+    "static_field",
+]

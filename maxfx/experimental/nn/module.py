@@ -1,10 +1,14 @@
 """`Module`: a mutable tree of child modules and Tensor parameters, and `module_dataclass`.
 
-A Module is a plain Python object whose Tensor attributes are its *local
-parameters* and whose Module attributes (or lists/tuples of Modules) are its
-*children*. Every subclass is registered as a JAX pytree when it is defined, so
-``jax.tree_util``, ``jax.jit``, ``jax.grad`` and optax see its parameters;
-other attributes are static metadata.
+A Module is a plain Python object whose fields (its dataclass fields, or the
+attributes ``__init__`` sets) hold its data: the Tensors in them (alone or in
+lists, tuples and dicts) are its *local parameters*, the Modules its
+*children*. Fields marked `static_field()`, private (``_name``) fields and the
+other leaves (``0``, ``None``, strings, configs) are static metadata (see
+``_fields``). Every subclass is registered as a JAX pytree when it is defined,
+so ``jax.tree_util``, ``jax.jit``, ``jax.grad`` and optax see exactly its
+parameters, and instances with equal static values share ``jax.jit``
+executables.
 
 Subclasses define ``forward`` (``__call__`` calls it) or override ``__call__``
 directly (the ``module_v3`` style); `compile` traces whichever is defined into a
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -41,72 +46,121 @@ from lowering.types import Type
 from maxfx import driver
 from maxfx.driver._device import as_device
 from maxfx.experimental._tensor import Tensor
+from maxfx.experimental.nn._compile import CompiledModule, compile_module
+from maxfx.experimental.nn._fields import StaticValue, field_values
 
 __all__ = ["Module", "module_dataclass"]
 
 _M = TypeVar("_M", bound="Module")
 
 
-# ─── tree structure ───────────────────────────────────────────────────────
+# ─── tree structure: one traversal for the pytree, parameters and children ───
+#
+# A data field's value is split into its nodes (Tensors and Modules, the pytree
+# children) and its other leaves (static, part of the structure). The split is
+# `_split_fields`; flatten, unflatten, `parameters`, `children` and the in-place
+# updates all go through it, so they always agree.
+
+# Values that can hold no Tensor: stored as static without a pytree walk.
+_ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
 
 
-def _is_module_seq(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, Module) for v in value)
+def _is_node(value: Any) -> bool:
+    return isinstance(value, (Tensor, Module))
 
 
-def _attributes(module: Module) -> Iterator[tuple[str, Any]]:
-    for name, value in vars(module).items():
-        if not name.startswith("_"):
-            yield name, value
+def _is_node_or_none(value: Any) -> bool:
+    return value is None or isinstance(value, (Tensor, Module))
 
 
-class _Static:
-    """Hashable wrapper for static (non-parameter) attributes in pytree metadata."""
+def _split_fields(module: Module) -> tuple[list[str], list[Any], tuple]:
+    """``(names, children, layout)`` of ``module``'s pytree.
 
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any):
-        self.value = value
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, _Static):
-            return NotImplemented
-        try:
-            return bool(self.value == other.value)
-        except Exception:  # arrays and other values without a boolean ==
-            return self.value is other.value
-
-    def __hash__(self) -> int:
-        try:
-            return hash(self.value)
-        except TypeError:
-            return id(self.value)
-
-
-def _flatten(module: Module):
-    names, children, static = [], [], []
-    for name, value in vars(module).items():
-        if isinstance(value, (Tensor, Module)) or _is_module_seq(value):
+    ``children`` holds, per data field with nodes, the Tensor or Module itself,
+    or its container with ``None`` at the static leaves (``names`` their field
+    names). ``layout`` is the hashable structure, one entry per field:
+    ``(name, None)`` for a node, ``(name, StaticValue)`` for a static value and
+    ``(name, (treedef, ((index, StaticValue), ...)))`` for a container.
+    """
+    owner = type(module)
+    names: list[str] = []
+    children: list[Any] = []
+    layout: list[tuple[str, Any]] = []
+    for name, value, static in field_values(module):
+        if static or type(value) in _ATOMS:
+            layout.append((name, StaticValue(value, owner, name, static)))
+            continue
+        if isinstance(value, (Tensor, Module)):
             names.append(name)
             children.append(value)
-        else:
-            static.append((name, _Static(value)))
-    return children, (type(module), tuple(names), tuple(static))
+            layout.append((name, None))
+            continue
+        leaves, treedef = jax.tree_util.tree_flatten(value, is_leaf=_is_node_or_none)
+        if treedef.num_nodes == 1:  # a single non-node leaf (a config, an enum, an array)
+            layout.append((name, StaticValue(value, owner, name, False)))
+            continue
+        nodes = [leaf if isinstance(leaf, (Tensor, Module)) else None for leaf in leaves]
+        statics = tuple((i, StaticValue(leaf, owner, name, False)) for i, (leaf, node) in enumerate(zip(leaves, nodes)) if node is None)
+        names.append(name)
+        children.append(treedef.unflatten(nodes))
+        layout.append((name, (treedef, statics)))
+    return names, children, tuple(layout)
 
 
-def _flatten_with_keys(module: Module):
-    children, aux = _flatten(module)
-    return [(jax.tree_util.GetAttrKey(n), c) for n, c in zip(aux[1], children)], aux
+def _rebuild(container: tuple, child: Any) -> Any:
+    """A container field's value from its pytree child (nodes) and its static leaves."""
+    treedef, statics = container
+    leaves = treedef.flatten_up_to(child)
+    for i, static in statics:
+        leaves[i] = static.value
+    return treedef.unflatten(leaves)
 
 
-def _unflatten(aux, children) -> Module:
-    cls, names, static = aux
+def _flatten(module: Module) -> tuple[list[Any], tuple]:
+    _, children, layout = _split_fields(module)
+    return children, layout
+
+
+def _flatten_with_keys(module: Module) -> tuple[list[tuple[Any, Any]], tuple]:
+    names, children, layout = _split_fields(module)
+    return [(jax.tree_util.GetAttrKey(n), c) for n, c in zip(names, children)], layout
+
+
+def _unflatten(cls: type, layout: tuple, children: Iterable[Any]) -> Module:
     module = object.__new__(cls)
-    for name, value in static:
-        object.__setattr__(module, name, value.value)
-    for name, value in zip(names, children):
-        object.__setattr__(module, name, list(value) if isinstance(value, list) else value)
+    values = vars(module)
+    it = iter(children)
+    for name, entry in layout:
+        if entry is None:
+            values[name] = next(it)
+        elif isinstance(entry, StaticValue):
+            values[name] = entry.value
+        else:
+            values[name] = _rebuild(entry, next(it))
     return module
+
+
+def _qualified(field: str, path: tuple) -> str:
+    """``field.0.key`` for the node at pytree ``path`` inside a field's value."""
+    parts = [field]
+    for key in path:  # GetAttrKey, DictKey / FlattenedIndexKey, SequenceKey
+        parts.append(str(next((getattr(key, a) for a in ("name", "key", "idx") if hasattr(key, a)), key)))
+    return ".".join(parts)
+
+
+def _nodes(module: Module) -> Iterator[tuple[str, Tensor | Module]]:
+    """``(name, node)`` for every Tensor and Module in ``module``'s data fields, in field order.
+
+    Items of a list field are named ``field.0``, ``field.1``, ...; entries of a
+    dict field ``field.key``.
+    """
+    names, children, _ = _split_fields(module)
+    for name, child in zip(names, children):
+        if isinstance(child, (Tensor, Module)):
+            yield name, child
+        else:
+            for path, node in jax.tree_util.tree_flatten_with_path(child, is_leaf=_is_node)[0]:
+                yield _qualified(name, path), node
 
 
 # ─── Module ───────────────────────────────────────────────────────────────
@@ -122,7 +176,7 @@ class Module:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        jax.tree_util.register_pytree_with_keys(cls, _flatten_with_keys, _unflatten, _flatten)
+        jax.tree_util.register_pytree_with_keys(cls, _flatten_with_keys, functools.partial(_unflatten, cls), _flatten)
 
     def __class_getitem__(cls, params: Any) -> type:
         return cls
@@ -156,20 +210,17 @@ class Module:
     # -- traversal ---------------------------------------------------------
     @property
     def local_parameters(self) -> Iterator[tuple[str, Tensor]]:
-        """``(attribute name, Tensor)`` for the Tensors stored directly on this module."""
-        for name, value in _attributes(self):
-            if isinstance(value, Tensor):
-                yield name, value
+        """``(field name, Tensor)`` for the Tensors in this module's data fields (list items as ``name.i``)."""
+        for name, node in _nodes(self):
+            if isinstance(node, Tensor):
+                yield name, node
 
     @property
     def children(self) -> Iterator[tuple[str, Module]]:
-        """``(attribute name, module)`` for direct child modules (list items as ``name.i``)."""
-        for name, value in _attributes(self):
-            if isinstance(value, Module):
-                yield name, value
-            elif _is_module_seq(value):
-                for i, m in enumerate(value):
-                    yield f"{name}.{i}", m
+        """``(field name, module)`` for direct child modules (list items as ``name.i``)."""
+        for name, node in _nodes(self):
+            if isinstance(node, Module):
+                yield name, node
 
     def _walk(self, prefix: str) -> Iterator[tuple[str, Module]]:
         yield prefix, self
@@ -199,8 +250,21 @@ class Module:
     # -- updates -------------------------------------------------------------
     def apply_to_local_parameters(self, f: Callable[[str, Tensor], Tensor]) -> None:
         """Replace each local parameter ``name`` by ``f(name, tensor)`` (in place)."""
-        for name, t in list(self.local_parameters):
-            object.__setattr__(self, name, _as_tensor(f(name, t), name))
+        names, children, layout = _split_fields(self)
+        entries = dict(layout)
+        for name, child in zip(names, children):
+            if isinstance(child, Tensor):
+                object.__setattr__(self, name, _as_tensor(f(name, child), name))
+            elif not isinstance(child, Module):
+
+                def replace(path: Any, node: Any, name: str = name) -> Any:
+                    if not isinstance(node, Tensor):
+                        return node
+                    qualified = _qualified(name, path)
+                    return _as_tensor(f(qualified, node), qualified)
+
+                updated = jax.tree_util.tree_map_with_path(replace, child, is_leaf=_is_node)
+                object.__setattr__(self, name, _rebuild(entries[name], updated))
 
     def apply_to_parameters(self, f: Callable[[str, Tensor], Tensor]) -> None:
         """Replace every parameter by ``f(qualified name, tensor)`` (in place, whole tree)."""
@@ -266,24 +330,31 @@ class Module:
         """Input types for `compile` (layers that know their input shape define this)."""
         raise NotImplementedError(f"{type(self).__name__} does not define input_types(); pass TensorTypes to compile() explicitly")
 
-    def compile(self, *input_types: Type, weights: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+    def compile(self, *input_types: Type, weights: Mapping[str, Any] | None = None, scan_layers: bool = False) -> CompiledModule:
         """Trace the module into a Graph and compile it; returns a callable on eager Tensors.
 
         Parameters become graph weights (arguments of the executable, never
         constants); ``weights`` (qualified name → array) overrides their values.
         Symbolic dims (``"batch"``) accept any size: one XLA compile per new shape.
 
+        ``scan_layers=True`` (beyond MAX) compiles each `Sequential` of two or
+        more blocks with one structure (same class, static fields and parameter
+        types) as a loop that traces the block once, so compile time no longer
+        grows with depth. The blocks' weights are copied once into stacked
+        ``[n, ...]`` arrays (named ``blocks.*.weight``); other Sequentials are
+        traced as written.
+
         Raises:
             TypeError: the number of input types does not match ``forward``.
+            ValueError: ``weights`` names an unknown parameter or has a wrong dtype/shape.
             RuntimeError: tracing failed (the message names the op).
         """
-        from maxfx.experimental.nn._compile import compile_module  # noqa: PLC0415
-
-        return compile_module(self, input_types, weights)
+        entry = self.forward if type(self).forward is not Module.forward else self.__call__
+        return compile_module(self, input_types, weights, entry=entry, scan_layers=scan_layers)
 
     # -- printing ------------------------------------------------------------
     def __repr__(self) -> str:
-        fields = [(n, v) for n, v in _attributes(self)]
+        fields = [(n, v) for n, v, _ in field_values(self) if not n.startswith("_")]
         if not fields:
             return f"{type(self).__name__}()"
         inner = ",\n".join(f"{n}={_short_repr(v)}" for n, v in fields)
@@ -300,11 +371,20 @@ def _indent(text: str) -> str:
 
 
 def _short_repr(value: Any) -> str:
+    """``repr`` that never realizes a Tensor (type only) and puts Modules in a list on their own lines."""
     if isinstance(value, Tensor):
         t = value.type
         return f"Tensor(dtype={t.dtype.name}, shape={[int(d) for d in t.shape]}, device={t.device})"
-    if _is_module_seq(value):
-        return "[\n" + _indent(",\n".join(repr(m) for m in value)) + "\n]"
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        items = [_short_repr(v) for v in value]
+        if isinstance(value, tuple) and len(items) == 1:
+            items[0] += ","
+        left, right = ("[", "]") if isinstance(value, list) else ("(", ")")
+        if any(isinstance(v, Module) for v in value):
+            return left + "\n" + _indent(",\n".join(items)) + "\n" + right
+        return left + ", ".join(items) + right
+    if type(value) is dict:
+        return "{" + ", ".join(f"{k!r}: {_short_repr(v)}" for k, v in value.items()) + "}"
     return repr(value)
 
 
@@ -335,7 +415,8 @@ def module_dataclass(cls: type | None = None, /, *, repr: bool = False, **kwargs
 
     Usable bare (``@module_dataclass``) or with arguments
     (``@module_dataclass(repr=True, frozen=False)``). Equality stays identity
-    (modules are mutable and hashable).
+    (modules are mutable and hashable). The fields, in declaration order, are
+    the Module's pytree fields; declare static ones with `static_field()`.
     """
 
     def wrap(c: type) -> type:
