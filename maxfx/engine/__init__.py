@@ -5,6 +5,7 @@ Example:
     >>> session = InferenceSession()  # host CPU
 """
 
-from maxfx.engine._session import CustomExtensionsType, GPUProfilingMode, InferenceSession, LogLevel, Model, MojoValue, TensorSpec
+from maxfx.engine._model import Model, MojoValue, TensorSpec
+from maxfx.engine._session import CustomExtensionsType, GPUProfilingMode, InferenceSession, LogLevel
 
 __all__ = ["CustomExtensionsType", "GPUProfilingMode", "InferenceSession", "LogLevel", "Model", "MojoValue", "TensorSpec"]

@@ -1,0 +1,145 @@
+"""`Model`: a loaded program, ready to execute on driver Tensors (made by `InferenceSession.load`).
+
+Example:
+    >>> import numpy as np
+    >>> from maxfx.engine import InferenceSession
+    >>> from maxfx.graph import Graph, TensorType, ops
+    >>> from maxfx.dtype import DType
+    >>> with Graph("double", input_types=[TensorType(DType.float32, [2])]) as g:
+    ...     g.output(g.inputs[0] * 2)
+    >>> model = InferenceSession().load(g)
+    >>> model.input_metadata
+    [TensorSpec(shape=[2], dtype=float32, name='input0')]
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lowering.compile import CompiledBlock, InputMismatchError
+from lowering.dtypes import DType
+from lowering.types import BufferType
+from maxfx.driver import Tensor
+from maxfx.driver._tensor import as_array
+
+__all__ = ["Model", "MojoValue", "TensorSpec"]
+
+
+class MojoValue:
+    """An opaque non-tensor model output (maxfx models only return tensors)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"MojoValue({self.value!r})"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, shape (None for symbolic dims) and dtype of a model input or output."""
+
+    shape: list[int | None] | None
+    dtype: DType
+    name: str = ""
+
+    def __repr__(self) -> str:
+        return f"TensorSpec(shape={self.shape}, dtype={self.dtype.name}, name={self.name!r})"
+
+
+# Arrays this engine wrote into buffer Tensors (id -> array, weakly). Only these, and host
+# numpy memory (copied onto the device per call), are donated: a jax.Array the caller
+# wrapped (Tensor.from_dlpack shares it) may still be read through the caller's own name.
+_engine_buffers: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def _donatable(array: Any) -> bool:
+    return isinstance(array, np.ndarray) or _engine_buffers.get(id(array)) is array
+
+
+def _spec(t: Any, name: str) -> TensorSpec:
+    dims = [d.dim if d.__class__.__name__ == "StaticDim" else None for d in t.shape]
+    return TensorSpec(dims, t.dtype, name)
+
+
+class Model:
+    """A loaded graph, ready to execute. Made by `InferenceSession.load`."""
+
+    def __init__(self, compiled: CompiledBlock, name: str, input_names: Sequence[str]):
+        self._compiled = compiled
+        self._name = name
+        self._input_names = list(input_names)
+
+    @property
+    def input_metadata(self) -> list[TensorSpec]:
+        """One `TensorSpec` per input."""
+        return [_spec(v.type, n) for v, n in zip(self._compiled.block.inputs, self._input_names)]
+
+    @property
+    def output_metadata(self) -> list[TensorSpec]:
+        """One `TensorSpec` per output."""
+        return [_spec(v.type, f"output{i}") for i, v in enumerate(self._compiled.block.outputs)]
+
+    def execute(self, *args: Any) -> list[Any]:
+        """Run the model on one argument per graph input; returns a list of driver Tensors.
+
+        Arguments may be driver Tensors, numpy/JAX/DLPack arrays or Python scalars
+        (for rank-0 inputs). Buffer inputs must be driver Tensors; they are updated
+        in place: the executable reuses (donates) their memory when the engine owns it
+        (a previous execution's value, or host memory it copies anyway), so a
+        step does not copy e.g. a whole KV-cache pool.
+
+        Raises:
+            ValueError: an input's dtype or shape does not match the graph (the
+                message names the input and the expected type).
+        """
+        inputs = self._compiled.block.inputs
+        if len(args) != len(inputs):
+            raise ValueError(f"Model {self._name!r}: expected {len(inputs)} inputs ({', '.join(self._input_names)}), got {len(args)}")
+        arrays = []
+        for i, (v, a) in enumerate(zip(inputs, args)):
+            if isinstance(v.type, BufferType) and not isinstance(a, Tensor):
+                raise TypeError(f"Model {self._name!r}: input {i} is a buffer ({v.type}); pass a maxfx.driver.Tensor so it can be updated in place")
+            if isinstance(a, (int, float, bool, np.generic)) and not isinstance(a, np.ndarray):
+                a = np.asarray(a, dtype=v.type.dtype.to_numpy())
+            arrays.append(as_array(a))
+        try:
+            self._compiled.check_inputs(arrays, self._input_names)
+        except InputMismatchError as e:
+            raise ValueError(f"Model {self._name!r}: {e}") from None
+        # Donated: the executable writes the buffers' new values over their old memory (no copy of
+        # e.g. a KV-cache pool per step); the Tensors are rebound to those values right below.
+        buffers = self._compiled._buffer_inputs
+        donate = all(_donatable(arrays[i]) for i in buffers)
+        outs, buffer_finals = self._compiled(arrays, donate_buffers=donate)
+        for i, final in zip(buffers, buffer_finals):
+            args[i]._assign(final)
+            _engine_buffers[id(final)] = final
+        return [Tensor._from_array(o) for o in outs]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """Same as `execute`; keyword arguments bind inputs by name."""
+        if kwargs:
+            args = list(args) + [None] * (len(self._input_names) - len(args))
+            for k, v in kwargs.items():
+                if k not in self._input_names:
+                    raise TypeError(f"Model {self._name!r}: unknown input name {k!r}; inputs are {self._input_names}")
+                args[self._input_names.index(k)] = v
+            missing = [n for n, a in zip(self._input_names, args) if a is None]
+            if missing:
+                raise TypeError(f"Model {self._name!r}: missing inputs {missing}")
+        return self.execute(*args)
+
+    def _stablehlo(self, *args: Any, platform: str | None = None) -> str:
+        """StableHLO of the program for ``args``; ``platform="cuda"`` lowers for a GPU (also from a CPU-only machine)."""
+        return self._compiled.lower_text([as_array(a) for a in args], donate_buffers=True, platform=platform)
+
+    def __repr__(self) -> str:
+        return f"Model({self._name!r}, inputs={self.input_metadata}, outputs={self.output_metadata})"
