@@ -28,7 +28,6 @@ argument or a weight, which XLA cannot alias, and for op-by-op graphs.
 
 from __future__ import annotations
 
-import collections
 import hashlib
 import os
 import pickle
@@ -44,6 +43,7 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from lowering.dims import bind_symbols
 from lowering.dtypes import DType
+from lowering.executables import EXECUTABLES
 from lowering.interpret import run_block
 from lowering.ir import Block
 from lowering.registry import get_op
@@ -53,8 +53,6 @@ from lowering.x64 import x64
 
 __all__ = ["CompiledBlock", "InputMismatchError", "compile_stats", "enable_persistent_cache", "clear_cache"]
 
-_CACHE_SIZE = 512
-_cache: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
 _lock = threading.Lock()
 _stats = {"compiles": 0, "hits": 0, "disk_hits": 0}
 
@@ -70,9 +68,8 @@ def compile_stats() -> dict[str, int]:
 
 
 def clear_cache() -> None:
-    """Drop every cached executable."""
-    with _lock:
-        _cache.clear()
+    """Drop every cached executable (of every mode: they share `EXECUTABLES`)."""
+    EXECUTABLES.clear()
 
 
 _disk_dir: Path | None = None
@@ -191,13 +188,12 @@ class CompiledBlock:
 
     def _executable(self, args: Sequence[Any], donate: bool = False) -> Any:
         """The cached XLA executable for these argument shapes (compiled on first use); ``donate``: buffer inputs donated."""
-        key = (self.block.structure_key(), tuple(_aval_key(a) for a in args), self._weight_key, self.device.id, self.device.platform, donate)
-        with _lock:
-            exe = _cache.get(key)
-            if exe is not None:
-                _cache.move_to_end(key)
+        key = ("block", self.block.structure_key(), tuple(_aval_key(a) for a in args), self._weight_key, self.device.id, self.device.platform, donate)
+        exe = EXECUTABLES.get(key)
+        if exe is not None:
+            with _lock:
                 _stats["hits"] += 1
-                return exe
+            return exe
         disk = _disk_path(self.block, key, self.device) if _disk_dir is not None else None
         exe = _disk_load(disk, self.device) if disk is not None else None
         loaded = exe is not None
@@ -208,9 +204,7 @@ class CompiledBlock:
         with _lock:
             _stats["compiles"] += 1
             _stats["disk_hits"] += loaded
-            _cache[key] = exe
-            while len(_cache) > _CACHE_SIZE:
-                _cache.popitem(last=False)
+        EXECUTABLES.put(key, exe)
         return exe
 
     def _jit(self, donate: bool) -> Any:
@@ -283,7 +277,7 @@ def _code_fingerprint() -> str:
 
 def _disk_path(block: Block, key: tuple, device: jax.Device) -> Path | None:
     """The file for ``key``, or None when the block's params are not stable across processes."""
-    skey = key[0]
+    skey = key[1]
     if skey not in _portable:
         text = repr(block._structure())
         # Default reprs (" at 0x...") and id-based keys name objects of this process only.

@@ -1,41 +1,50 @@
 """Binding ops: where an op application goes depends on its inputs.
 
 `bind(op, *inputs, **params)` finds the *context* that owns the inputs and asks
-it to apply the op:
+it to apply the op. Every context binds the same way (`Context.bind`): one
+memoised `BindPlan` (`lowering.plan`: MAX dtype promotion, Python/numpy data
+made constants, the op's rule run once per input kinds, so errors surface at
+the call line) and then the context's own `apply`:
 
-- `GraphBuilder`: records a `Node` into a `Block` (the Graph API; also used to
-  record the eager Tensor's pending work and ``Module.compile`` traces);
-- `TraceContext`: inputs are JAX arrays or tracers (inside ``jax.jit``,
-  ``grad``, ``vmap``): check the rule, run the impl now.
+- `GraphBuilder` records a `Node` into a `Block` (the Graph API, and
+  ``Module.compile`` traces);
+- `lowering.eager.EagerContext` records a pending node to realize later;
+- `TraceContext` runs the implementation now on JAX arrays or tracers (inside
+  ``jax.jit``, ``grad``, ``vmap``).
 
-Before any context sees them, inputs are *coerced*: MAX dtype promotion over
-the op's ``promote`` inputs (casting typed operands, turning Python scalars and
-numpy arrays into constants of the promoted dtype), and every remaining
-non-value input becomes a constant.
+Data flow: front → `bind` → `find_context` → `Context.bind` → `bind_plan` →
+``apply`` → (IR node →) `lowering.interpret.apply_impl` → XLA.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
-import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from lowering.dims import Dim
-from lowering.dtypes import DType, promote_strong, promote_weak, result_dtype_for_python_scalar
-from lowering.ir import Block, ConstantValue, Node, Var, holds_graph_values, param_key
-from lowering.registry import OpDef, OpError, get_op
+from lowering.dtypes import DType
+from lowering.interpret import apply_impl, resolve_params
+from lowering.ir import Block, ConstantValue, Node, Var
+from lowering.plan import BindPlan, bind_plan, coercion_plan, converted_types, first_device, infer_types, is_weak, weak_array, weak_kind
+from lowering.registry import OpDef, get_op
 from lowering.types import DeviceRef, TensorType, Type
+from lowering.x64 import x64
 
 __all__ = [
+    "Captured",
     "Context",
     "GraphBuilder",
     "TraceContext",
+    "TRACE",
     "bind",
+    "coerce_inputs",
     "current_context",
+    "find_context",
     "use_context",
     "infer_types",
     "type_of",
@@ -65,30 +74,64 @@ class use_context:  # noqa: N801 - used like a function
         _current.reset(self._token)
 
 
-# ─── Inputs ────────────────────────────────────────────────────────────────
-
-
-def is_weak(x: Any) -> bool:
-    """True for Python/numpy data that is not a typed graph/tensor value."""
-    return isinstance(x, (numbers.Number, np.ndarray, np.generic, list, tuple, Dim)) and not hasattr(x, "__lowering_context__")
-
-
-def _weak_array(x: Any) -> np.ndarray:
-    if isinstance(x, Dim):
-        return np.asarray(int(x), dtype=np.int64)
-    return np.asarray(x)
+# ─── Contexts ──────────────────────────────────────────────────────────────
 
 
 class Context:
-    """Where ops applied to this context's values go."""
+    """Where ops applied to this context's values go.
+
+    Every context binds an op the same way (`Context.bind`): it describes each
+    input by its kind, gets the memoised `BindPlan` (conversions + the op's
+    rule, see `lowering.plan`), converts the inputs and hands them to `apply`.
+    Subclasses say what a value's kind is, how to make constants and casts of
+    their own values, and what applying means (record a node, record it for
+    later realization, or run the implementation now).
+    """
 
     parent: Context | None = None
     concrete: bool = False
     """Values of this context hold data (JAX arrays, eager tensors): next to graph
     values they become constants of the graph."""
 
+    def kind_of(self, op: OpDef, x: Any) -> Any:
+        """The kind of input ``x``: its `Type`, or the kind of untyped data (`weak_kind`)."""
+        t = type_of(self, x)
+        if t is not None:
+            return t
+        if is_weak(x):
+            return weak_kind(x)
+        raise TypeError(
+            f"{op.name}: expected a tensor, a graph value, a Python scalar or a numpy array as input; got {type(x).__name__}"
+        )
+
+    def constant(self, array: np.ndarray, dtype: DType, device: DeviceRef | None) -> Any:
+        """A value of this context holding ``array`` (already of ``dtype``)."""
+        raise NotImplementedError(f"{type(self).__name__} makes no constants")
+
+    def cast(self, x: Any, dtype: DType) -> Any:
+        """Value ``x`` of this context converted to ``dtype``."""
+        raise NotImplementedError(f"{type(self).__name__} makes no casts")
+
+    def apply(self, op: OpDef, plan: BindPlan, inputs: list[Any], params: dict[str, Any]) -> Any:
+        """Apply ``op`` to converted ``inputs`` whose types the ``plan`` gives."""
+        raise NotImplementedError(f"{type(self).__name__} applies no ops")
+
+    def convert(self, op: OpDef, inputs: Sequence[Any], actions: Sequence[Any], types: Sequence[Any], device: DeviceRef | None) -> list[Any]:
+        """``inputs`` converted as ``actions`` say (casts, constants of types ``types``)."""
+        out = list(inputs)
+        for i, act in enumerate(actions):
+            if act is None:
+                continue
+            if act[0] == "cast":
+                out[i] = self.cast(inputs[i], act[1])
+            else:
+                out[i] = self.constant(weak_array(op.name, inputs[i], act), types[i].dtype, device)
+        return out
+
     def bind(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
-        raise NotImplementedError  # abstract: GraphBuilder and TraceContext implement it
+        """Apply ``op`` to ``inputs`` in this context (the one bind every context shares)."""
+        plan = bind_plan(op, [self.kind_of(op, x) for x in inputs], params)
+        return self.apply(op, plan, self.convert(op, inputs, plan.actions, plan.in_types, plan.device), params)
 
     def is_ancestor_of(self, other: Context | None) -> bool:
         while other is not None:
@@ -96,6 +139,19 @@ class Context:
                 return True
             other = other.parent
         return False
+
+
+def coerce_inputs(ctx: Context, op: OpDef, inputs: Sequence[Any]) -> list[Any]:
+    """MAX promotion of ``inputs`` in ``ctx`` without running ``op``'s rule.
+
+    For ops that check their own inputs around nested blocks (``cond``,
+    ``while_loop``, ``call``, ``custom``): returns the inputs as ``ctx`` values.
+    """
+    kinds = [ctx.kind_of(op, x) for x in inputs]
+    types = [k if isinstance(k, Type) else None for k in kinds]
+    actions = coercion_plan(op, types)
+    device = first_device([t for t in types if t is not None])
+    return ctx.convert(op, inputs, actions, converted_types(kinds, actions, device), device)
 
 
 def _context_of(x: Any) -> Context | None:
@@ -146,49 +202,8 @@ def bind(op: OpDef, *inputs: Any, **params: Any) -> Any:
     return find_context(op.name, inputs).bind(op, inputs, params)
 
 
-# ─── Type inference ───────────────────────────────────────────────────────
-
-
-_RULE_CACHE: dict[tuple, tuple[Type, ...]] = {}
-
-
-def _run_rule(op: OpDef, types: Sequence[Type], params: dict[str, Any]) -> tuple[Type, ...]:
-    out = op.rule(*types, **params)
-    if out is None:
-        return ()
-    if isinstance(out, Type):
-        if op.multiple_results:
-            raise TypeError(f"rule of {op.name} must return a tuple of types")
-        return (out,)
-    return tuple(out)
-
-
-def infer_types(op: OpDef, types: Sequence[Type], params: dict[str, Any]) -> tuple[Type, ...]:
-    """Output types of ``op`` (memoised on op, input types and params).
-
-    Params that can only be keyed by identity (callables, blocks holding
-    closures) bypass the memo.
-    """
-    if holds_graph_values(params):
-        return _run_rule(op, types, params)
-    try:
-        key = (op.name, tuple(t.key() for t in types), param_key(params))
-        cached = _RULE_CACHE.get(key)
-    except (TypeError, AttributeError):
-        return _run_rule(op, types, params)
-    if cached is None:
-        cached = _run_rule(op, types, params)
-        if len(_RULE_CACHE) > 65536:
-            _RULE_CACHE.clear()
-        _RULE_CACHE[key] = cached
-    return cached
-
-
-# ─── Coercion (MAX promotion) ─────────────────────────────────────────────
-
-
 def type_of(ctx: Context, x: Any) -> Type | None:
-    """The graph type of value ``x`` in ``ctx`` (None for weak Python/numpy data)."""
+    """The graph type of value ``x`` in ``ctx`` (None for untyped Python/numpy data)."""
     t = getattr(x, "type", None)
     if isinstance(t, Type):
         return t
@@ -201,98 +216,6 @@ def type_of(ctx: Context, x: Any) -> Type | None:
 # is JAX's business there (tracers carry no device, and constants made while
 # tracing land on the default device), so MAX's same-device rule must not fire.
 _JAX_VALUE_DEVICE = DeviceRef.CPU()
-
-
-def coercion_plan(op: OpDef, types: Sequence[Type | None]) -> tuple[Any, ...]:
-    """How each input of ``op`` must be converted, from the input types alone.
-
-    ``types[i]`` is None for weak Python/numpy data. Returns one action per
-    input: None (use as is), ``("cast", dtype)`` (a typed input promoted to
-    ``dtype``), ``("weak", dtype)`` (weak data that must fit ``dtype`` exactly)
-    or ``("default",)`` (weak data outside the promoted inputs: a constant of its
-    natural dtype).
-
-    Raises:
-        TypeError: no typed operand among the promoted inputs.
-        OpError: typed operands whose dtypes MAX does not promote (int32 + float32).
-    """
-    actions: list[Any] = [None] * len(types)
-    promote = [i for i in op.promote if i < len(types)]
-    if promote:
-        strong = [i for i in promote if types[i] is not None]
-        if not strong:
-            raise TypeError(f"{op.name}: Binary ops require at least one max object (a tensor or graph value)")
-        target = types[strong[0]].dtype
-        for i in strong[1:]:
-            try:
-                target = promote_strong(target, types[i].dtype)
-            except ValueError as e:
-                shapes = ", ".join(f"{types[j].dtype.name}[{', '.join(str(d) for d in types[j].shape)}]" for j in strong)
-                raise OpError(f"{op.name}: incompatible input dtypes ({shapes}): {e}") from None
-        for i in promote:
-            if types[i] is None:
-                actions[i] = ("weak", target)
-            elif types[i].dtype is not target:
-                actions[i] = ("cast", target)
-    for i, t in enumerate(types):
-        if t is None and actions[i] is None:
-            actions[i] = ("default",)
-    return tuple(actions)
-
-
-def coerce_inputs(ctx: Context, op: OpDef, inputs: Sequence[Any]) -> list[Any]:
-    """Apply MAX promotion and turn weak data into typed constants in ``ctx``.
-
-    Returns the inputs as ``ctx``-native values (whatever ``ctx.constant`` and
-    ``ctx.cast`` produce, and typed values unchanged).
-    """
-    inputs = list(inputs)
-    types = [type_of(ctx, x) for x in inputs]
-    for i, x in enumerate(inputs):
-        if types[i] is None and not is_weak(x) and i in op.promote:
-            raise TypeError(f"{op.name}: Binary ops require at least one max object (a tensor or graph value); got {type(x).__name__}")
-    try:
-        actions = coercion_plan(op, types)
-    except TypeError:
-        kinds = ", ".join(type(inputs[i]).__name__ for i in op.promote if i < len(inputs))
-        raise TypeError(f"{op.name}: Binary ops require at least one max object (a tensor or graph value); got {kinds}") from None
-    device = next((t.device for t in types if t is not None and hasattr(t, "device")), None)
-    for i, act in enumerate(actions):
-        if act is None:
-            continue
-        x = inputs[i]
-        if act[0] == "cast":
-            inputs[i] = ctx.cast(x, act[1])
-        elif act[0] == "weak":
-            inputs[i] = ctx.constant(_weak_to_numpy(op.name, x, act[1]), act[1], device)
-        elif is_weak(x):
-            arr = _weak_array(x)
-            dtype = _default_dtype(arr, x)
-            inputs[i] = ctx.constant(arr.astype(dtype.to_numpy()), dtype, device)
-    return inputs
-
-
-def _default_dtype(arr: np.ndarray, x: Any) -> DType:
-    if isinstance(x, (np.ndarray, np.generic)):
-        return DType.from_numpy(arr.dtype)
-    if arr.dtype == np.bool_:
-        return DType.bool
-    if np.issubdtype(arr.dtype, np.integer):
-        return DType.int64
-    return DType.float32 if np.issubdtype(arr.dtype, np.floating) else DType.from_numpy(arr.dtype)
-
-
-def _weak_to_numpy(op_name: str, x: Any, target: DType) -> np.ndarray:
-    try:
-        if isinstance(x, (numbers.Number, np.generic, Dim)):
-            promote_weak(target, int(x) if isinstance(x, Dim) else x)
-            return np.asarray(int(x) if isinstance(x, Dim) else x).astype(target.to_numpy())
-        arr = np.asarray(x)
-        if arr.dtype.kind == "f" and not target.is_float():
-            raise ValueError(f"Unsafe cast: can't promote a float array to dtype({target})")
-        return arr.astype(target.to_numpy())
-    except ValueError as e:
-        raise OpError(f"{op_name}: {e}") from None
 
 
 # ─── Graph building ───────────────────────────────────────────────────────
@@ -325,26 +248,42 @@ class GraphBuilder(Context):
 
     def var_of(self, x: Any) -> Var:
         """The var behind value ``x`` (which must belong to this builder or an ancestor)."""
+        if isinstance(x, Var):
+            return x
+        if isinstance(x, Captured):
+            return self.constant(x.array, x.type.dtype, x.type.device)
         v = getattr(x, "_var", None)
         if v is None:
             raise TypeError(f"expected a graph value, got {type(x).__name__}")
         return v
+
+    def kind_of(self, op: OpDef, x: Any) -> Any:
+        if isinstance(x, jax.core.Tracer):
+            raise TypeError(f"{op.name}: a JAX tracer cannot be used inside a maxfx Graph; pass it as a graph input")
+        return super().kind_of(op, x)
 
     def constant(self, array: np.ndarray, dtype: DType, device: DeviceRef | None) -> Var:
         t = TensorType(dtype, array.shape, device or self.default_device)
         return self._record(get_op("constant"), [], {"value": ConstantValue(np.asarray(array, dtype.to_numpy())), "dtype": dtype, "device": t.device}, (t,))[0]
 
     def cast(self, x: Any, dtype: DType) -> Var:
-        v = x if isinstance(x, Var) else self.var_of(x)
+        v = self.var_of(x)
         op = get_op("cast")
         return self._record(op, [v], {"dtype": dtype}, infer_types(op, [v.type], {"dtype": dtype}))[0]
 
-    def _lift(self, x: Any) -> Any:
-        if isinstance(x, (jax.Array,)) and not isinstance(x, jax.core.Tracer):
-            return np.asarray(x)
+    def capture(self, x: Any) -> Any:
+        """Concrete data (a JAX array, an eager tensor) as a `Captured` value of this graph.
+
+        It is typed by its own dtype, as in every other context, and becomes a
+        constant of the graph once an op's plan has accepted it. Other values
+        are returned unchanged.
+        """
+        if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+            return Captured(np.asarray(x), TensorType(DType.from_numpy(x.dtype), x.shape, self.default_device))
         ctx = getattr(x, "__lowering_context__", None)
         if ctx is not None and ctx.concrete:
-            return np.asarray(x)  # an eager tensor: its (realized) values become a constant
+            t = x.type
+            return Captured(np.asarray(x), TensorType(t.dtype, t.shape, t.device))
         return x
 
     def _record(self, op: OpDef, in_vars: Sequence[Var], params: dict[str, Any], out_types: Sequence[Type]) -> tuple[Var, ...]:
@@ -354,19 +293,14 @@ class GraphBuilder(Context):
         return outs
 
     def bind(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
-        inputs = [self._lift(x) for x in inputs]
-        if any(isinstance(x, jax.core.Tracer) for x in inputs):
-            raise TypeError(f"{op.name}: a JAX tracer cannot be used inside a maxfx Graph; pass it as a graph input")
-        coerced = coerce_inputs(self, op, inputs)
-        in_vars = [x if isinstance(x, Var) else self.var_of(x) for x in coerced]
-        out_types = infer_types(op, [v.type for v in in_vars], params)
-        outs = self._record(op, in_vars, params, out_types)
-        values = tuple(self.wrap(self, v) for v in outs)
+        return super().bind(op, [self.capture(x) for x in inputs], params)
+
+    def apply(self, op: OpDef, plan: BindPlan, inputs: list[Any], params: dict[str, Any]) -> Any:
+        in_vars = [self.var_of(x) for x in inputs]
+        values = tuple(self.wrap(self, v) for v in self._record(op, in_vars, params, plan.out_types))
         if op.multiple_results:
             return values
-        if not values:
-            return None
-        return values[0]
+        return values[0] if values else None
 
     def child(self, name: str) -> GraphBuilder:
         """A builder for a nested block (branch, loop body) that may capture this block's values."""
@@ -376,42 +310,47 @@ class GraphBuilder(Context):
 # ─── Tracing (inside jax.jit / grad / vmap) ──────────────────────────────
 
 
+class Captured:
+    """Concrete data captured by a graph: typed like a value, recorded as a constant when used.
+
+    Attributes:
+        array: the data, on the host.
+        type: its `TensorType`.
+    """
+
+    __slots__ = ("array", "type")
+
+    def __init__(self, array: np.ndarray, type: TensorType):
+        self.array = array
+        self.type = type
+
+
 class TraceContext(Context):
     """Runs ops directly on JAX arrays or tracers after checking their rules."""
 
     concrete = True
 
     def constant(self, array: np.ndarray, dtype: DType, device: DeviceRef | None) -> Any:
-        import jax.numpy as jnp  # noqa: PLC0415
-
         return jnp.asarray(array, dtype=dtype.to_numpy())
 
     def cast(self, x: Any, dtype: DType) -> Any:
-        return get_op("cast").impl(x, dtype=dtype)
+        return apply_impl(get_op("cast"), (x,), {"dtype": dtype})
 
     def bind(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
-        import contextlib  # noqa: PLC0415
-
-        from lowering.x64 import x64  # noqa: PLC0415
-
+        if op.mutates and not callable(op.mutates):
+            raise TypeError(f"{op.name}: mutates a buffer and cannot run on immutable JAX arrays")
         # Concrete arrays: compute with 64-bit types available. Tracers: the enclosing
         # trace decides (switching x64 mid-trace would mix 32- and 64-bit values);
         # maxfx.jit traces with x64 on, plain jax.jit gives JAX's 32-bit defaults.
         tracing = any(isinstance(x, jax.core.Tracer) for x in inputs)
         with contextlib.nullcontext() if tracing else x64():
-            coerced = coerce_inputs(self, op, inputs)
-            types = [type_of(self, x) for x in coerced]
-            out_types = infer_types(op, types, params)
-            if op.impl is None:
-                raise TypeError(f"{op.name}: has no direct implementation and cannot run on JAX arrays")
-            from lowering.interpret import resolve_params  # noqa: PLC0415
+            return super().bind(op, inputs, params)
 
-            out = op.impl(*coerced, **resolve_params(params, {}))
-        if op.mutates and not callable(op.mutates):
-            raise TypeError(f"{op.name}: mutates a buffer and cannot run on immutable JAX arrays")
+    def apply(self, op: OpDef, plan: BindPlan, inputs: list[Any], params: dict[str, Any]) -> Any:
+        out = apply_impl(op, inputs, resolve_params(params, {}))
         if op.multiple_results:
             return tuple(out)
-        return out if out_types else None
+        return out if plan.out_types else None
 
 
 TRACE = TraceContext()

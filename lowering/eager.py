@@ -1,23 +1,27 @@
 """Eager execution with lazy, fused realization.
 
 Ops applied to eager tensors are *recorded*, not run: `EagerContext.bind` checks
-the op's rule at once (so shape and dtype errors surface at the call line) and
-returns a `LazyVar` whose producing `Node` points at its inputs. A tensor is
+the op's rule at once through the same `BindPlan` as every context (so shape
+and dtype errors surface at the call line) and returns a `LazyVar` whose
+producing `PendingNode` points at its inputs. A tensor is
 *realized* when someone needs its values; `realize` then gathers every pending
 node it depends on and runs them as one program:
 
 - the program's inputs (*leaves*) are the already-realized arrays and the
   constants the ops captured; its key is the graph's structure plus the leaves'
   shapes and dtypes, never their values, so a loop body maps to one key;
-- the first time a key is seen the nodes run op by op on JAX arrays (no XLA
-  compile of a graph that may never recur); from the second time on, the whole
-  graph is one ``jax.jit`` executable, cached by key;
+- on a cache miss the pending sub-graph is cut into an IR `Block` and run by
+  the one interpreter (`lowering.interpret`): op by op the first time its key
+  is seen (no XLA compile of a graph that may never recur), traced by
+  ``jax.jit`` into one executable from the second time on, kept in the
+  process-wide `EXECUTABLES` cache that graphs and compiled Modules share;
 - the requested tensors and every other still-referenced tensor of that graph
   come back from the same run, so nothing alive is computed twice.
 
 Inside ``jax.jit``/``grad``/``vmap`` eager tensors hold tracers and ops apply
-their implementation directly (`TraceContext`). Ops with side effects,
-buffer writes or data-dependent output shapes run immediately.
+their implementation directly (`TraceContext`). Ops the registry marks
+``immediate`` (transfers, custom kernels), and ops with side effects, buffer
+writes or data-dependent output shapes, run at once.
 
 Memory stays bounded: realized vars drop their producer (so the graph behind
 them can be freed), tensors are referenced weakly by the graph, and a var with
@@ -35,22 +39,21 @@ from typing import Any
 import jax
 import numpy as np
 
-from lowering.context import TRACE, Context, coerce_inputs, coercion_plan, infer_types
-from lowering.devices import jax_device
+from lowering.context import TRACE, Context
+from lowering.devices import device_ref_of, jax_device
 from lowering.dtypes import DType, promote_weak, result_dtype_for_python_scalar
-from lowering.interpret import Interpreter, resolve_params
-from lowering.ir import Block, Node, Var, _var_ids, param_key
+from lowering.executables import EXECUTABLES
+from lowering.interpret import Interpreter, run_block
+from lowering.ir import Block, Node, Var, _var_ids
+from lowering.plan import PYTHON_SCALARS, BindPlan, bind_plan, infer_types, signature
 from lowering.registry import OpDef, OpError, get_op
 from lowering.types import DeviceRef, TensorType
 from lowering.x64 import x64
 
-__all__ = ["LazyVar", "EagerContext", "EAGER", "realize", "eager_stats", "MAX_PENDING"]
+__all__ = ["LazyVar", "PendingNode", "EagerContext", "realize", "pending_block", "eager_stats", "MAX_PENDING"]
 
 MAX_PENDING = 512
 """A var whose pending graph grows past this many nodes is realized on creation."""
-
-# Ops that never run lazily: their results depend on device state or values, or they act.
-_IMMEDIATE = frozenset({"transfer_to", "print", "custom", "inplace_custom"})
 
 
 class LazyVar(Var):
@@ -120,10 +123,6 @@ def eager_stats() -> dict[str, int]:
     return _stats.as_dict()
 
 
-def _is_tracer(x: Any) -> bool:
-    return isinstance(x, jax.core.Tracer)
-
-
 # ─── Constants ────────────────────────────────────────────────────────────
 
 _SMALL = 16
@@ -148,54 +147,8 @@ def _device_constant(array: np.ndarray, device: jax.Device) -> jax.Array:
 # ─── Recording ────────────────────────────────────────────────────────────
 
 
-_SCALARS = (int, float, bool)
 _NO_PARAMS: dict[str, Any] = {}
 _Tracer = jax.core.Tracer
-
-
-class _BindPlan:
-    """What binding an op to inputs of given types does: conversions, output types, node signature.
-
-    Computed once per (op, input types, params); building it runs the op's rule,
-    so shape and dtype errors are raised here, at the call.
-    """
-
-    __slots__ = ("actions", "out_types", "signature", "device", "immediate", "single")
-
-    def __init__(self, op: OpDef, kinds: list[Any], params: dict[str, Any]):
-        # kinds[i]: the input's graph type, or the Python type of a scalar input.
-        types = [None if isinstance(k, type) else k for k in kinds]
-        self.actions = coercion_plan(op, types)
-        typed = [t for t in types if t is not None]
-        self.device = next((t.device for t in typed if hasattr(t, "device")), None)
-        device = self.device or DeviceRef.CPU()
-        in_types = []
-        for k, t, act in zip(kinds, types, self.actions):
-            if act is None:
-                in_types.append(t)
-            elif act[0] == "cast":
-                in_types.append(TensorType(act[1], t.shape, t.device))
-            elif act[0] == "weak":
-                in_types.append(TensorType(act[1], [], device))
-            else:
-                in_types.append(TensorType(result_dtype_for_python_scalar(k()), [], device))
-        _check_device_types(op, typed)
-        self.out_types = infer_types(op, in_types, params)
-        self.signature = _intern_signature((op.name, param_key(params), tuple(t.key() for t in self.out_types)))
-        self.immediate = bool(op.mutates or op.effect or op.data_dependent or op.name in _IMMEDIATE)
-        self.single = len(self.out_types) == 1 and not op.multiple_results
-
-
-_bind_plans: dict[tuple, _BindPlan] = {}
-_signatures: dict[tuple, int] = {}
-
-
-def _intern_signature(sig: tuple) -> int:
-    """A small int standing for a node signature: program keys hash ints, not nested tuples."""
-    n = _signatures.get(sig)
-    if n is None:
-        n = _signatures[sig] = len(_signatures)
-    return n
 _scalar_leaves: collections.OrderedDict[tuple, LazyVar] = collections.OrderedDict()
 
 
@@ -222,10 +175,17 @@ def _scalar_leaf(op_name: str, x: Any, dtype: DType | None, device: DeviceRef | 
 
 
 class EagerContext(Context):
-    """Records ops on eager tensors into a pending graph.
+    """Records ops on eager tensors into a pending graph, realized when observed.
+
+    Binding goes through the same `BindPlan` as every context; ``apply``
+    records a `PendingNode` (or, for ops the registry marks immediate, runs it
+    at once through the interpreter). ``bind`` is `Context.bind` with the
+    common case (eager tensors and Python scalars, hashable params) kept tight,
+    because it is the path of every eager step.
 
     Args:
-        wrap: ``wrap(var) -> tensor`` makes the user-facing object for a new var.
+        wrap: ``wrap(var) -> tensor`` makes the user-facing object for a new var
+            (``maxfx``'s `Tensor`); by default the `LazyVar` itself.
     """
 
     concrete = True
@@ -234,16 +194,25 @@ class EagerContext(Context):
         self.wrap = wrap or (lambda v: v)
         self.default_device = DeviceRef.CPU()
 
-    # Used by coerce_inputs for Python scalars / numpy data and promotions.
+    # ─── What Context.bind needs ─────────────────────────────────────────
+
+    def kind_of(self, op: OpDef, x: Any) -> Any:
+        v = getattr(x, "_var", x)
+        if isinstance(v, LazyVar):
+            return v.type
+        return super().kind_of(op, x)
+
     def constant(self, array: np.ndarray, dtype: DType, device: DeviceRef | None) -> LazyVar:
+        if array.ndim == 0 and array.dtype.kind in "biuf":
+            return _scalar_leaf("constant", array.item(), dtype, device)
         device = device or self.default_device
         arr = np.asarray(array, dtype.to_numpy())
         return LazyVar(TensorType(dtype, arr.shape, device), array=_device_constant(arr, jax_device(device)))
 
     def cast(self, x: Any, dtype: DType) -> LazyVar:
-        v = x if isinstance(x, LazyVar) else x._var
+        v = self.var_of(x)
         op = get_op("cast")
-        return self._record(op, [v], {"dtype": dtype}, infer_types(op, [v.type], {"dtype": dtype}))[0]
+        return self._record(op, (v,), {"dtype": dtype}, infer_types(op, [v.type], {"dtype": dtype}))[0]
 
     def var_of(self, x: Any) -> LazyVar:
         if isinstance(x, LazyVar):
@@ -259,58 +228,23 @@ class EagerContext(Context):
             type = TensorType(DType.from_numpy(array.dtype), array.shape, _device_ref(array))
         return LazyVar(type, array=array)
 
-    def bind_binary(self, op: OpDef, lhs: Any, rhs: Any) -> Any:
-        """`bind` for a parameterless binary op whose operands are eager tensors or Python scalars.
-
-        The operators (``x * 2``, ``a + b``) come here; it is `bind` minus the
-        generic argument handling, because this is the path of every eager step.
-        """
-        lv = None if lhs.__class__ in _SCALARS else lhs._var
-        rv = None if rhs.__class__ in _SCALARS else rhs._var
-        if (lv is not None and isinstance(lv.array, _Tracer)) or (rv is not None and isinstance(rv.array, _Tracer)):
-            return self._bind_traced(op, (lhs, rhs), {})
-        key = (op, lhs.__class__ if lv is None else lv.type, rhs.__class__ if rv is None else rv.type, ())
-        plan = _bind_plans.get(key)
-        if plan is None or plan.immediate or not plan.single:
-            return self.bind(op, (lhs, rhs), {})
-        la, ra = plan.actions
-        if la is not None:
-            lv = self.cast(lhs, la[1]) if la[0] == "cast" else _scalar_leaf(op.name, lhs, la[1] if la[0] == "weak" else None, plan.device)
-        if ra is not None:
-            rv = self.cast(rhs, ra[1]) if ra[0] == "cast" else _scalar_leaf(op.name, rhs, ra[1] if ra[0] == "weak" else None, plan.device)
-        pending = 1 + lv.pending + rv.pending
-        node = PendingNode(op, (lv, rv), _NO_PARAMS, plan.signature)
-        out = LazyVar(plan.out_types[0], None, node, pending)
-        node.outs = (weakref.ref(out),)
-        if pending > MAX_PENDING:
-            realize((out,))
-        return self.wrap(out)
+    # ─── Binding ─────────────────────────────────────────────────────────
 
     def bind(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
-        key: list[Any] = [op]
+        kinds: list[Any] = []
         for x in inputs:
             v = getattr(x, "_var", None)
             if v is not None:
-                if isinstance(v.array, jax.core.Tracer):
+                if isinstance(v.array, _Tracer):
                     return self._bind_traced(op, inputs, params)
-                key.append(v.type)
-            elif type(x) in _SCALARS:
-                key.append(type(x))
-            elif isinstance(x, LazyVar):
-                key.append(x.type)
+                kinds.append(v.type)
+            elif x.__class__ in PYTHON_SCALARS:
+                kinds.append(x.__class__)
+            elif x.__class__ is LazyVar:
+                kinds.append(x.type)
             else:
-                return self._bind_general(op, inputs, params)
-        try:
-            key.append(param_key(params) if params else ())
-            key_t = tuple(key)
-            plan = _bind_plans.get(key_t)
-        except TypeError:  # unhashable params
-            return self._bind_general(op, inputs, params)
-        if plan is None:
-            plan = _BindPlan(op, key[1:-1], params)
-            if len(_bind_plans) > 8192:
-                _bind_plans.clear()
-            _bind_plans[key_t] = plan
+                return self._bind_other(op, inputs, params)
+        plan = bind_plan(op, kinds, params)
         in_vars = []
         for x, act in zip(inputs, plan.actions):
             if act is None:
@@ -318,58 +252,40 @@ class EagerContext(Context):
             elif act[0] == "cast":
                 in_vars.append(self.cast(x, act[1]))
             else:
-                in_vars.append(_scalar_leaf(op.name, x, act[1] if act[0] == "weak" else None, plan.device))
+                in_vars.append(_scalar_leaf(op.name, x, act[1], plan.device))
+        return self.apply(op, plan, in_vars, params)
+
+    def _bind_other(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
+        """Inputs beyond tensors and scalars: tracers, JAX arrays (typed leaves), numpy data."""
+        if any(isinstance(x, _Tracer) for x in inputs):
+            return self._bind_traced(op, inputs, params)
+        inputs = [self.leaf(x) if isinstance(x, jax.Array) else x for x in inputs]
+        return super().bind(op, inputs, params)
+
+    def apply(self, op: OpDef, plan: BindPlan, inputs: list[Any], params: dict[str, Any]) -> Any:
+        in_vars = tuple([self.var_of(x) for x in inputs])
         if plan.immediate or op.impl is None:
-            return self._finish(op, in_vars, params, plan.out_types, plan.signature)
-        # The common case, kept tight: record one node with one output.
-        pending = 1
-        for v in in_vars:
-            pending += v.pending
-        node = PendingNode(op, tuple(in_vars), params, plan.signature)
+            outs = self._run_now(op, in_vars, params, plan.out_types)
+        else:
+            outs = self._record(op, in_vars, params, plan.out_types, plan.signature)
         if plan.single:
-            out = LazyVar(plan.out_types[0], None, node, pending)
-            node.outs = (weakref.ref(out),)
-            if pending > MAX_PENDING:
-                realize((out,))
-            return self.wrap(out)
-        outs = tuple([LazyVar(t, None, node, pending, i) for i, t in enumerate(plan.out_types)])
-        node.outs = tuple([weakref.ref(o) for o in outs])
-        if pending > MAX_PENDING:
-            realize(outs)
+            return self.wrap(outs[0])
         if op.multiple_results:
             return tuple([self.wrap(v) for v in outs])
         return self.wrap(outs[0]) if outs else None
 
-    def _bind_general(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
-        if any(_is_tracer(x) for x in inputs):
-            return self._bind_traced(op, inputs, params)
-        coerced = coerce_inputs(self, op, inputs)
-        in_vars = [self.var_of(x) for x in coerced]
-        _check_devices(op, in_vars)
-        out_types = infer_types(op, [v.type for v in in_vars], params)
-        return self._finish(op, in_vars, params, out_types, None)
-
-    def _finish(self, op: OpDef, in_vars: list[LazyVar], params: dict[str, Any], out_types: Sequence[Any], signature: Any) -> Any:
-        if op.impl is None:
-            raise TypeError(f"{op.name}: exists only inside a Graph (it runs nested blocks or reads weights); build one with `with Graph(...)`")
-        if op.mutates or op.effect or op.data_dependent or op.name in _IMMEDIATE:
-            outs = self._run_now(op, in_vars, params, out_types)
-        else:
-            outs = self._record(op, in_vars, params, out_types, signature)
-        wrap = self.wrap
-        if op.multiple_results:
-            return tuple(wrap(v) for v in outs)
-        return wrap(outs[0]) if outs else None
-
-    def _record(self, op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any], signature: Any = None) -> tuple[LazyVar, ...]:
+    def _record(self, op: OpDef, in_vars: tuple[LazyVar, ...], params: dict[str, Any], out_types: Sequence[Any], sig: int | None = None) -> tuple[LazyVar, ...]:
+        """Add a pending node (the one place they are made); realize at once past `MAX_PENDING`."""
         pending = 1
         for v in in_vars:
             pending += v.pending
-        if signature is None:
-            signature = _intern_signature((op.name, param_key(params), tuple(t.key() for t in out_types)))
-        node = PendingNode(op, tuple(in_vars), params, signature)
-        outs = tuple(LazyVar(t, None, node, pending, i) for i, t in enumerate(out_types))
-        node.outs = tuple(weakref.ref(o) for o in outs)
+        node = PendingNode(op, in_vars, params, signature(op, params, out_types) if sig is None else sig)
+        if len(out_types) == 1:  # the common case, kept tight
+            outs = (LazyVar(out_types[0], None, node, pending),)
+            node.outs = (weakref.ref(outs[0]),)
+        else:
+            outs = tuple([LazyVar(t, None, node, pending, i) for i, t in enumerate(out_types)])
+            node.outs = tuple([weakref.ref(o) for o in outs])
         if pending > MAX_PENDING:
             realize(outs)
         return outs
@@ -386,8 +302,7 @@ class EagerContext(Context):
         return tuple(self.leaf(env[v.id], _concrete(v.type, env[v.id])) for v in outs)
 
     def _bind_traced(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
-        arrays = [_array_of(x) for x in inputs]
-        out = TRACE.bind(op, arrays, params)
+        out = TRACE.bind(op, [_array_of(x) for x in inputs], params)
         if out is None:
             return None
         if op.multiple_results:
@@ -396,7 +311,7 @@ class EagerContext(Context):
 
 
 def _array_of(x: Any) -> Any:
-    v = getattr(x, "_var", None)
+    v = getattr(x, "_var", x)
     if isinstance(v, LazyVar):
         if not v.realized:
             realize([v])
@@ -413,30 +328,12 @@ def _concrete(t: Any, array: Any) -> Any:
 def _device_ref(array: Any) -> DeviceRef:
     try:
         dev = next(iter(array.devices()))
-    except Exception:  # tracers
+    except Exception:  # noqa: BLE001 - tracers and abstract values have no device
         return DeviceRef.CPU()
-    from lowering.devices import device_ref_of  # noqa: PLC0415
-
     return device_ref_of(dev)
 
 
-def _check_devices(op: OpDef, in_vars: Sequence[LazyVar]) -> None:
-    _check_device_types(op, [v.type for v in in_vars])
 
-
-def _check_device_types(op: OpDef, types: Sequence[Any]) -> None:
-    if len(types) < 2 or op.name == "transfer_to":
-        return
-    first = getattr(types[0], "device", None)
-    for t in types[1:]:
-        d = getattr(t, "device", first)
-        if d != first:
-            raise ValueError(
-                f"{op.name}: inputs are on different devices ({first} and {d}); move one with `.to(device)` first"
-            )
-
-
-EAGER = EagerContext()
 
 
 # ─── Realization ─────────────────────────────────────────────────────────
@@ -519,99 +416,94 @@ def _plan(targets: Sequence[LazyVar]) -> _Plan:
     return _Plan(steps, leaves, leaf_slots, outputs, out_slots, n, tuple(key))
 
 
-def _run_plan(steps: Sequence[tuple], n_slots: int, leaf_slots: Sequence[int], out_slots: Sequence[int], leaves: Sequence[Any]) -> tuple:
-    """Evaluate the steps on ``leaves`` with each op's impl (traced by jax.jit, or eagerly)."""
-    env: list[Any] = [None] * n_slots
-    for s, a in zip(leaf_slots, leaves):
-        env[s] = a
-    for node, ins, first in steps:
-        op = node.op
-        out = op.impl(*[env[i] for i in ins], **resolve_params(node.params, {}))
-        if len(node.outs) == 1 and not op.multiple_results:
-            env[first] = out
-        else:
-            for k, a in enumerate(out):
-                env[first + k] = a
-    return tuple([env[s] for s in out_slots])
-
-
-def plan_as_block(targets: Sequence[LazyVar], name: str = "compute_graph") -> Block:
-    """The pending work behind ``targets`` as an IR `Block` (for printing and inspection)."""
-    plan = _plan(targets)
+def _as_block(plan: _Plan, name: str = "compute_graph") -> Block:
+    """The pending sub-graph of ``plan`` cut out as an IR `Block`: leaves in, wanted vars out."""
     vars_: dict[int, Var] = {}
     block = Block(name)
     for v, s in zip(plan.leaves, plan.leaf_slots):
         vars_[s] = v
         block.inputs.append(v)
     for node, ins, first in plan.steps:
-        outs = tuple(Var(r().type) if r() is not None else Var(None) for r in node.outs)
+        outs = []
+        for r in node.outs:
+            o = r()
+            outs.append(o if o is not None else Var(None))
         for k, o in enumerate(outs):
             vars_[first + k] = o
-        block.nodes.append(Node(node.op.name, tuple(vars_[i] for i in ins), node.params, outs))
+        block.nodes.append(Node(node.op.name, tuple(vars_[i] for i in ins), node.params, tuple(outs)))
     block.outputs = [vars_[s] for s in plan.out_slots]
     return block
 
 
-_programs: dict[tuple, Any] = {}
+def pending_block(targets: Sequence[LazyVar], name: str = "compute_graph") -> Block:
+    """The pending work behind ``targets`` as an IR `Block` (what `realize` would run)."""
+    return _as_block(_plan([v for v in targets if v.node is not None]), name)
+
+
+def _run(block: Block, leaves: Sequence[Any]) -> tuple:
+    outs, _ = run_block(block, leaves)
+    return tuple(outs)
+
+
 _seen: dict[tuple, None] = {}
-_lock = threading.Lock()
-_CACHE_SIZE = 1024
+_seen_lock = threading.Lock()
 
 
-def _compiled(key: tuple, plan: _Plan, leaves: Sequence[Any]) -> Any | None:
-    """The compiled program for ``plan`` (None on the first sighting of its key).
+def _compiled(key: tuple, block: Block, leaves: Sequence[Any]) -> Any | None:
+    """The compiled program for ``block`` (None on the first sighting of its key).
 
-    Programs are traced and compiled with x64 on (int64/float64 stay what they
-    are) and called without it: a compiled executable no longer depends on the
-    flag, and the context switch is skipped on the hot path.
+    A graph that never recurs is not worth an XLA compile: the first sighting
+    runs op by op; the second compiles it into `EXECUTABLES`. Programs are
+    traced and compiled with x64 on (int64/float64 stay what they are) and
+    called without it: a compiled executable no longer depends on the flag.
     """
-    exe = _programs.get(key)
-    if exe is not None:
-        return exe
-    with _lock:
+    with _seen_lock:
         if key not in _seen:
-            if len(_seen) > 4 * _CACHE_SIZE:
+            if len(_seen) > 4 * EXECUTABLES.capacity:
                 _seen.clear()
             _seen[key] = None
             return None
-        steps, n_slots, leaf_slots, out_slots = plan.steps, plan.n_slots, plan.leaf_slots, plan.out_slots
-        with x64():
-            exe = jax.jit(lambda *args: _run_plan(steps, n_slots, leaf_slots, out_slots, args)).lower(*leaves).compile()
-        if len(_programs) >= _CACHE_SIZE:
-            del _programs[next(iter(_programs))]  # oldest first
-        _programs[key] = exe
-        _stats.compiles += 1
-        return exe
+    with x64():
+        exe = jax.jit(lambda *args: _run(block, args)).lower(*leaves).compile()
+    _stats.compiles += 1
+    return exe
 
 
 def realize(vars: Sequence[LazyVar]) -> None:
-    """Compute every pending var in ``vars`` (and live vars of the same graph) as one program."""
+    """Compute every pending var in ``vars`` (and live vars of the same graph) as one program.
+
+    The pending sub-graph is keyed by its structure and the leaves' shapes and
+    dtypes (never their values) and runs from the shared executable cache; on a
+    miss it is cut into an IR `Block` and run by the one interpreter (op by op
+    the first time, compiled from the second).
+    """
     targets = [v for v in vars if v.node is not None]
     if not targets:
         return
     plan = _plan(targets)
-    device = jax_device(targets[0].type.device)
-    key = (plan.key, device)
+    key = ("eager", plan.key, jax_device(targets[0].type.device))
     leaves = [v.array for v in plan.leaves]
+    block = None
     try:
-        run = _programs.get(key)
+        run = EXECUTABLES.get(key)
         if run is not None:  # the hot path: a cached executable's C++ entry point
             _stats.fused_runs += 1
             results = run(*leaves)
         else:
-            exe = _compiled(key, plan, leaves)
+            block = _as_block(plan)
+            exe = _compiled(key, block, leaves)
             if exe is None:
                 _stats.op_by_op_runs += 1
                 # Under an enclosing jax trace (a pending tensor captured by a jitted
                 # function) jnp ops would be staged into that trace; the leaves are
                 # concrete, so compute now and keep the tensor concrete.
                 with x64(), jax.core.eval_context():
-                    results = _run_plan(plan.steps, plan.n_slots, plan.leaf_slots, plan.out_slots, leaves)
+                    results = _run(block, leaves)
             else:
                 _stats.fused_runs += 1
                 results = exe(*leaves)
                 # Calling the executable's C++ entry point (made by the first call) skips a Python frame.
-                _programs[key] = getattr(exe, "_call", None) or exe
+                EXECUTABLES.put(key, getattr(exe, "_call", None) or exe)
     except OpError:
         raise
     except Exception as e:  # an impl failed on values the rules accepted: say which graph

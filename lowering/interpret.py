@@ -17,10 +17,26 @@ from typing import Any
 
 from lowering.dims import Dim, StaticDim, UnboundDimError, bind_symbols
 from lowering.ir import Block, ConstantValue, Node
-from lowering.registry import get_op
+from lowering.registry import OpDef, get_op
 from lowering.types import Type
 
-__all__ = ["Interpreter", "resolve_params", "run_block"]
+__all__ = ["Interpreter", "apply_impl", "resolve_params", "run_block"]
+
+
+def apply_impl(op: OpDef, args: Sequence[Any], params: Mapping[str, Any]) -> Any:
+    """Run ``op``'s JAX implementation on ``args``: the one place the library calls an impl.
+
+    Graph replay, eager realization (op by op or traced by ``jax.jit``) and ops
+    applied to JAX arrays and tracers all come here, so an op behaves the same
+    in every mode.
+
+    Raises:
+        TypeError: the op has no implementation of its own (it runs nested blocks
+            or reads weights, so it only exists inside a Graph).
+    """
+    if op.impl is None:
+        raise TypeError(f"{op.name}: exists only inside a Graph (it runs nested blocks or reads weights); build one with `with Graph(...)`")
+    return op.impl(*args, **params)
 
 
 def resolve_params(params: Mapping[str, Any], dims: Mapping[str, int]) -> dict[str, Any]:
@@ -88,7 +104,7 @@ class Interpreter:
         if op.interpret is not None:
             outs = op.interpret(self, node, ins, params, env)
         else:
-            outs = op.impl(*ins, **params)
+            outs = apply_impl(op, ins, params)
         n_out = len(node.outputs)
         written = op.written_inputs(node)
         if not isinstance(outs, (tuple, list)):

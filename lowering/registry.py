@@ -50,6 +50,12 @@ class OpDef:
             containing it run op by op instead of as one jitted program.
         interpret: optional ``interpret(interp, node, args) -> outputs`` hook for ops
             that run nested blocks (``cond``, ``while_loop``, ``call``).
+        immediate: on eager tensors the op runs at once instead of being recorded
+            (its result depends on device state, or it acts: transfers, custom
+            kernels). Ops that write buffers, have effects or data-dependent
+            shapes are immediate too.
+        cross_device: its inputs may live on different devices (collectives,
+            transfers); other ops require one device, as MAX does.
     """
 
     name: str
@@ -62,6 +68,8 @@ class OpDef:
     differentiable: bool = True
     data_dependent: bool = False
     interpret: Callable[..., Any] | None = None
+    immediate: bool = False
+    cross_device: bool = False
     front: Callable[..., Any] | None = field(default=None, repr=False)
 
     def written_inputs(self, node: Any) -> Sequence[int]:

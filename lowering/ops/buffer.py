@@ -46,7 +46,7 @@ def _source_var(op: str, ctx: GraphBuilder, dest: BufferType, source: Any) -> tu
     Returns (value, broadcast): constants from Python data may broadcast to the
     written region (``buf[0:2] = 0.0``); tensor sources must match it exactly.
     """
-    source = ctx._lift(source)
+    source = ctx.capture(source)
     if getattr(source, "type", None) is not None:
         return source, False
     if not is_weak(source):

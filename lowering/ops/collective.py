@@ -41,7 +41,7 @@ def _transfer_impl(x, *, device: DeviceRef):
     return jax.device_put(x, jax_device(device))
 
 
-transfer_to_p = register(OpDef("transfer_to", rule=_transfer_rule, impl=_transfer_impl))
+transfer_to_p = register(OpDef("transfer_to", rule=_transfer_rule, impl=_transfer_impl, immediate=True, cross_device=True))
 
 
 @front(transfer_to_p)
@@ -111,7 +111,7 @@ def _allgather_impl(*arrays, n: int, axis: int):
     return tuple(gathered for _ in range(n))
 
 
-allgather_p = register(OpDef("allgather", rule=_allgather_rule, impl=_allgather_impl, multiple_results=True))
+allgather_p = register(OpDef("allgather", rule=_allgather_rule, impl=_allgather_impl, multiple_results=True, cross_device=True))
 
 
 @front(allgather_p)

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from lowering.context import TRACE, GraphBuilder, coerce_inputs, find_context, is_weak, type_of, use_context
+from lowering.context import TRACE, Captured, GraphBuilder, coerce_inputs, find_context, is_weak, type_of, use_context
 from lowering.dims import Dim, StaticDim, SymbolicDim
 from lowering.dtypes import DType
 from lowering.interpret import Interpreter
@@ -95,7 +95,9 @@ def _results(res: Any) -> list[Any]:
 
 def _result_var(op: str, what: str, child: GraphBuilder, x: Any, want: Type | None) -> Var:
     """The var of a value returned by a nested-block function (constants for Python data)."""
-    x = child._lift(x)
+    x = child.capture(x)
+    if isinstance(x, Captured):
+        x = x.array  # concrete data returned by a branch: a constant of the expected type
     ctx = getattr(x, "__lowering_context__", None)
     if ctx is not None:
         if not ctx.is_ancestor_of(child):

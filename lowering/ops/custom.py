@@ -248,7 +248,7 @@ def _custom_impl(*arrays, name: str, version: int, device: DeviceRef, out_types:
     return _run(_BY_VERSION[version], arrays, parameters, out_types)
 
 
-custom_p = register(OpDef("custom", rule=_custom_rule, impl=_custom_impl, multiple_results=True, differentiable=False))
+custom_p = register(OpDef("custom", rule=_custom_rule, impl=_custom_impl, multiple_results=True, differentiable=False, immediate=True))
 
 
 @front(custom_p)
@@ -327,6 +327,7 @@ inplace_custom_p = register(
         multiple_results=True,
         mutates=mutates_from(0),
         differentiable=False,
+        immediate=True,
     )
 )
 

@@ -29,15 +29,14 @@ from lowering.context import Context, use_context
 from lowering.devices import jax_device
 from lowering.dims import Shape
 from lowering.dtypes import DType
-from lowering.eager import EAGER, LazyVar, realize
+from lowering.eager import EagerContext, LazyVar, pending_block, realize
 from lowering.ops.core import to_constant_array
 from lowering.types import DeviceRef, TensorType
 from lowering.x64 import x64
 from maxfx import driver
 from maxfx.driver._device import as_device, device_of_jax
 from maxfx.experimental._defaults import defaults
-from lowering.registry import get_op
-from maxfx.graph._value import BINARY_OPERATORS, TensorOperators, Value, _ops
+from maxfx.graph._value import TensorOperators, Value, _ops
 
 __all__ = ["Tensor", "ComputeGraph", "driver_tensor_type"]
 
@@ -53,7 +52,8 @@ def _new(var: LazyVar) -> Tensor:
     return t
 
 
-EAGER.wrap = _new
+EAGER = EagerContext(wrap=_new)
+"""The eager context of `Tensor`: ops on eager tensors record here and come back as Tensors."""
 
 
 def _device_ref(device: driver.Device) -> DeviceRef:
@@ -598,13 +598,12 @@ class ComputeGraph:
     @property
     def graph(self):
         """The pending work as a `maxfx.graph.Graph` (inputs: realized leaves; outputs: unrealized tensors)."""
-        from lowering.eager import plan_as_block  # noqa: PLC0415
         from maxfx.graph import Graph  # noqa: PLC0415
 
         pending = [t._var for t in self.unrealized.values() if not t.real]
         g = Graph("compute_graph")
         if pending:
-            block = plan_as_block(pending)
+            block = pending_block(pending)
             g._block.inputs, g._block.nodes, g._block.outputs = block.inputs, block.nodes, block.outputs
         return g
 
@@ -626,32 +625,6 @@ def driver_tensor_type(t: driver.Tensor) -> TensorType:
     if not isinstance(t, driver.Tensor):
         raise TypeError(f"driver_tensor_type: expected a driver.Tensor, got {type(t).__name__}")
     return TensorType(t.dtype, t.shape, DeviceRef.from_device(t.device))
-
-
-# ─── Fast operators ──────────────────────────────────────────────────────
-
-_SCALARS = (int, float, bool)
-
-
-def _eager_operator(name: str, op_name: str, swapped: bool):
-    """``name`` for eager tensors: bind straight into the eager context (the common case of
-    ``x * 2`` or ``x + y``), else defer to the generic operator (graph values, arrays...)."""
-    op = get_op(op_name)
-    generic = getattr(TensorOperators, name)
-
-    def method(self, other):
-        if self._gv is None and (other.__class__ in _SCALARS or (other.__class__ is Tensor and other._gv is None)):
-            return EAGER.bind_binary(op, other, self) if swapped else EAGER.bind_binary(op, self, other)
-        return generic(self, other)
-
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = generic.__doc__
-    return method
-
-
-for _name, (_op_name, _swapped) in BINARY_OPERATORS.items():
-    setattr(Tensor, _name, _eager_operator(_name, _op_name, _swapped))
-Tensor.__hash__ = object.__hash__
 
 
 # ─── JAX pytree ───────────────────────────────────────────────────────────

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lowering.context import current_context, use_context
-from lowering.eager import EAGER
+from maxfx.experimental._tensor import EAGER, Tensor
 from maxfx.graph import ops as _ops
 
 __all__ = [
@@ -168,8 +168,6 @@ def constant(value: Any, dtype: Any = None, device: Any = None) -> Any:
         TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[1.0, 2.0], [3.0, 4.0]]
     """
     if current_context() is None:
-        from maxfx.experimental._tensor import Tensor  # noqa: PLC0415
-
         return Tensor.constant(value, dtype=dtype, device=device)
     return _ops.constant(value, dtype, device)
 

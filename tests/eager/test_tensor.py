@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from lowering import eager
+from maxfx.experimental import _tensor
 from lowering.eager import MAX_PENDING, eager_stats
 from maxfx import functional as F
 from maxfx import random
@@ -374,4 +375,4 @@ def test_guide_example_in_a_fresh_process():
 
 
 def test_eager_module_exports():
-    assert eager.EAGER.wrap is not None
+    assert isinstance(_tensor.EAGER, eager.EagerContext)

@@ -1,0 +1,323 @@
+"""Bind plans: what applying an op to inputs of given *kinds* does, worked out once.
+
+Every context (graph building, eager recording, running on JAX arrays) binds an
+op the same way: it describes each input by its *kind* and asks `bind_plan` for
+the memoised `BindPlan` of ``(op, kinds, params)``. The plan says how each input
+is converted (MAX dtype promotion, Python and numpy data made constants), what
+the op's rule gives as output types (so shape and dtype errors are raised here,
+at the call line), and a small integer signature naming the node for program
+caches. The contexts differ only in what they do with the converted inputs:
+record a node, record it to realize later, or run the implementation now.
+
+A kind is the input's `Type` for typed values (graph values, eager tensors, JAX
+arrays and tracers), the Python type for a Python scalar (the hot path:
+``x * 2``), or a `WeakKind` for numpy scalars, numpy arrays and nested lists.
+
+Example:
+    >>> from lowering.registry import get_op
+    >>> from lowering.types import TensorType
+    >>> from lowering.dtypes import DType
+    >>> import lowering.ops  # registers the ops
+    >>> plan = bind_plan(get_op("add"), (TensorType(DType.int32, [3]), int), {})
+    >>> plan.actions, plan.out_types
+    ((None, ('weak', DType.int32)), (TensorType(dtype=int32, shape=[Dim(3)], device=cpu:0),))
+"""
+
+from __future__ import annotations
+
+import itertools
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lowering.dims import Dim
+from lowering.dtypes import DType, promote_strong, promote_weak, result_dtype_for_python_scalar
+from lowering.ir import holds_graph_values, param_key
+from lowering.registry import OpDef, OpError
+from lowering.types import DeviceRef, TensorType, Type
+
+__all__ = [
+    "BindPlan",
+    "WeakKind",
+    "bind_plan",
+    "coercion_plan",
+    "infer_types",
+    "weak_kind",
+    "weak_array",
+    "is_weak",
+    "signature",
+    "check_devices",
+    "converted_types",
+    "first_device",
+]
+
+PYTHON_SCALARS = (bool, int, float)
+
+
+@dataclass(frozen=True)
+class WeakKind:
+    """The kind of untyped data: numpy scalars and arrays, nested lists, `Dim`\\ s.
+
+    Attributes:
+        shape: the data's shape.
+        dtype: the dtype it takes on its own (numpy keeps its dtype; Python
+            lists give bool, int64 or float32, as MAX's constants do).
+        scalar: a numpy scalar, whose *value* must fit a promoted dtype (arrays
+            need only a compatible category: no float array into an int op).
+    """
+
+    shape: tuple[int, ...]
+    dtype: DType
+    scalar: bool = False
+
+
+def is_weak(x: Any) -> bool:
+    """True for Python/numpy data that is not a typed graph/tensor value."""
+    return isinstance(x, (numbers.Number, np.ndarray, np.generic, list, tuple, Dim)) and not hasattr(x, "__lowering_context__")
+
+
+def weak_kind(x: Any) -> type | WeakKind:
+    """The kind of untyped input ``x`` (see the module docstring)."""
+    if x.__class__ in PYTHON_SCALARS:
+        return x.__class__
+    if isinstance(x, Dim):
+        return int
+    if isinstance(x, np.generic):
+        return WeakKind((), DType.from_numpy(x.dtype), scalar=True)
+    if isinstance(x, numbers.Number):
+        return float if isinstance(x, numbers.Real) and not isinstance(x, numbers.Integral) else int
+    arr = np.asarray(x)
+    if isinstance(x, np.ndarray):
+        return WeakKind(arr.shape, DType.from_numpy(arr.dtype))
+    if arr.dtype == np.bool_:
+        dtype = DType.bool
+    elif np.issubdtype(arr.dtype, np.integer):
+        dtype = DType.int64
+    elif np.issubdtype(arr.dtype, np.floating):
+        dtype = DType.float32
+    else:
+        dtype = DType.from_numpy(arr.dtype)
+    return WeakKind(arr.shape, dtype)
+
+
+def _weak_type(kind: Any, dtype: DType, device: DeviceRef) -> TensorType:
+    shape = () if isinstance(kind, type) else kind.shape
+    return TensorType(dtype, shape, device)
+
+
+def _default_dtype(kind: Any) -> DType:
+    if isinstance(kind, type):
+        return result_dtype_for_python_scalar(kind())
+    return kind.dtype
+
+
+def coercion_plan(op: OpDef, types: Sequence[Type | None]) -> tuple[Any, ...]:
+    """How each input of ``op`` is converted, from the input types alone.
+
+    ``types[i]`` is None for untyped Python/numpy data. Returns one action per
+    input: None (use as is), ``("cast", dtype)`` (a typed input promoted to
+    ``dtype``), ``("weak", dtype)`` (data that must fit ``dtype``) or
+    ``("default", None)`` (data outside the promoted inputs: a constant of its
+    own dtype).
+
+    Raises:
+        TypeError: no typed operand among the promoted inputs.
+        OpError: typed operands whose dtypes MAX does not promote (int32 + float32).
+    """
+    actions: list[Any] = [None] * len(types)
+    promote = [i for i in op.promote if i < len(types)]
+    if promote:
+        strong = [i for i in promote if types[i] is not None]
+        if not strong:
+            raise TypeError(f"{op.name}: Binary ops require at least one max object (a tensor or graph value)")
+        target = types[strong[0]].dtype
+        for i in strong[1:]:
+            try:
+                target = promote_strong(target, types[i].dtype)
+            except ValueError as e:
+                shapes = ", ".join(f"{types[j].dtype.name}[{', '.join(str(d) for d in types[j].shape)}]" for j in strong)
+                raise OpError(f"{op.name}: incompatible input dtypes ({shapes}): {e}") from None
+        for i in promote:
+            if types[i] is None:
+                actions[i] = ("weak", target)
+            elif types[i].dtype is not target:
+                actions[i] = ("cast", target)
+    for i, t in enumerate(types):
+        if t is None and actions[i] is None:
+            actions[i] = ("default", None)
+    return tuple(actions)
+
+
+# ─── Type inference ───────────────────────────────────────────────────────
+
+_RULE_CACHE: dict[tuple, tuple[Type, ...]] = {}
+_CACHE_LIMIT = 65536
+
+
+def _run_rule(op: OpDef, types: Sequence[Type], params: dict[str, Any]) -> tuple[Type, ...]:
+    out = op.rule(*types, **params)
+    if out is None:
+        return ()
+    if isinstance(out, Type):
+        if op.multiple_results:
+            raise TypeError(f"rule of {op.name} must return a tuple of types")
+        return (out,)
+    return tuple(out)
+
+
+def infer_types(op: OpDef, types: Sequence[Type], params: dict[str, Any]) -> tuple[Type, ...]:
+    """Output types of ``op`` (memoised on op, input types and params).
+
+    Params that can only be keyed by identity (callables, blocks holding
+    closures) bypass the memo.
+    """
+    if holds_graph_values(params):
+        return _run_rule(op, types, params)
+    try:
+        key = (op.name, tuple(t.key() for t in types), param_key(params))
+        cached = _RULE_CACHE.get(key)
+    except (TypeError, AttributeError):
+        return _run_rule(op, types, params)
+    if cached is None:
+        cached = _run_rule(op, types, params)
+        if len(_RULE_CACHE) > _CACHE_LIMIT:
+            _RULE_CACHE.clear()
+        _RULE_CACHE[key] = cached
+    return cached
+
+
+# ─── Signatures ───────────────────────────────────────────────────────────
+
+_signatures: dict[tuple, int] = {}
+_next_signature = itertools.count()
+
+
+def signature(op: OpDef, params: dict[str, Any], out_types: Sequence[Type]) -> int:
+    """A small int naming a node's (op, params, output types), for program cache keys.
+
+    Numbers are never reused: when the table is trimmed, a signature seen again
+    gets a fresh number (a program cache miss, never a false hit).
+    """
+    sig = (op.name, param_key(params), tuple(t.key() for t in out_types))
+    n = _signatures.get(sig)
+    if n is None:
+        if len(_signatures) > _CACHE_LIMIT:
+            _signatures.clear()
+        n = _signatures[sig] = next(_next_signature)
+    return n
+
+
+# ─── Plans ────────────────────────────────────────────────────────────────
+
+
+def check_devices(op: OpDef, types: Sequence[Type]) -> None:
+    """MAX's rule that an op's tensor inputs share one device (collectives and transfers exempt)."""
+    if len(types) < 2 or op.cross_device:
+        return
+    first = getattr(types[0], "device", None)
+    for t in types[1:]:
+        d = getattr(t, "device", first)
+        if d != first:
+            raise ValueError(f"{op.name}: inputs are on different devices ({first} and {d}); move one with `.to(device)` first")
+
+
+def first_device(types: Sequence[Type]) -> DeviceRef | None:
+    """The device of the first typed input: where constants among the inputs go."""
+    return next((t.device for t in types if hasattr(t, "device")), None)
+
+
+def converted_types(kinds: Sequence[Any], actions: Sequence[Any], device: DeviceRef | None) -> tuple[Type, ...]:
+    """The types of inputs of ``kinds`` once converted as ``actions`` say."""
+    device = device or DeviceRef.CPU()
+    out: list[Type] = []
+    for k, act in zip(kinds, actions):
+        if act is None:
+            out.append(k)
+        elif act[0] == "cast":
+            out.append(TensorType(act[1], k.shape, k.device))
+        elif act[0] == "weak":
+            out.append(_weak_type(k, act[1], device))
+        else:
+            out.append(_weak_type(k, _default_dtype(k), device))
+    return tuple(out)
+
+
+class BindPlan:
+    """What binding an op to inputs of given kinds does.
+
+    Attributes:
+        actions: per input, None, ``("cast", dtype)``, ``("weak", dtype)`` or
+            ``("default", None)`` (see `coercion_plan`).
+        in_types: the input types after conversion.
+        out_types: the op's output types (its rule has run).
+        device: the device of the first typed input (constants go there), or None.
+        signature: see `signature`.
+        immediate: an eager binding runs at once instead of recording (the op
+            writes buffers, acts, has data-dependent shapes, or reads device state).
+        single: exactly one output and not a multiple-results op.
+    """
+
+    __slots__ = ("actions", "in_types", "out_types", "device", "signature", "immediate", "single")
+
+    def __init__(self, op: OpDef, kinds: Sequence[Any], params: dict[str, Any]):
+        types = [k if isinstance(k, Type) else None for k in kinds]
+        self.actions = coercion_plan(op, types)
+        typed = [t for t in types if t is not None]
+        check_devices(op, typed)
+        self.device = first_device(typed)
+        self.in_types = converted_types(kinds, self.actions, self.device)
+        self.out_types = infer_types(op, self.in_types, params)
+        self.signature = signature(op, params, self.out_types)
+        self.immediate = bool(op.immediate or op.mutates or op.effect or op.data_dependent)
+        self.single = len(self.out_types) == 1 and not op.multiple_results
+
+
+_plans: dict[tuple, BindPlan] = {}
+
+
+def bind_plan(op: OpDef, kinds: Sequence[Any], params: dict[str, Any]) -> BindPlan:
+    """The memoised `BindPlan` of ``op`` over inputs of ``kinds`` with ``params``.
+
+    Params holding graph values (nested blocks, vars) or only hashable by
+    identity are planned afresh each time.
+    """
+    if params and holds_graph_values(params):
+        return BindPlan(op, kinds, params)
+    try:
+        key = (op, *kinds, param_key(params) if params else ())
+        plan = _plans.get(key)
+    except TypeError:
+        return BindPlan(op, kinds, params)
+    if plan is None:
+        plan = BindPlan(op, kinds, params)
+        if len(_plans) > _CACHE_LIMIT // 8:
+            _plans.clear()
+        _plans[key] = plan
+    return plan
+
+
+def weak_array(op_name: str, x: Any, action: tuple) -> np.ndarray:
+    """Untyped input ``x`` as the numpy array its conversion ``action`` asks for.
+
+    Raises:
+        OpError: a value that does not fit the promoted dtype (``int32`` op with 1.5).
+    """
+    if isinstance(x, Dim):
+        x = int(x)
+    if action[0] == "default":
+        kind = weak_kind(x)
+        return np.asarray(x).astype(_default_dtype(kind).to_numpy())
+    target: DType = action[1]
+    try:
+        if isinstance(x, (numbers.Number, np.generic)):
+            promote_weak(target, x)
+            return np.asarray(x).astype(target.to_numpy())
+        arr = np.asarray(x)
+        if arr.dtype.kind == "f" and not target.is_float():
+            raise ValueError(f"Unsafe cast: can't promote a float array to dtype({target})")
+        return arr.astype(target.to_numpy())
+    except ValueError as e:
+        raise OpError(f"{op_name}: {e}") from None
