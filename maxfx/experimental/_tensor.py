@@ -35,6 +35,7 @@ from lowering.types import DeviceRef, TensorType
 from lowering.x64 import x64
 from maxfx import driver
 from maxfx.driver._device import as_device, device_of_jax
+from maxfx.experimental import _random_state
 from maxfx.experimental._defaults import defaults
 from maxfx.graph._value import TensorOperators, Value, _ops
 
@@ -278,10 +279,15 @@ class Tensor(TensorOperators):
 
     @classmethod
     def randn(cls, shape: Any, *, dtype: DType | None = None, device: Any = None) -> Tensor:
-        """Standard-normal samples (``maxfx.random.normal``)."""
-        from maxfx.experimental import random  # noqa: PLC0415
+        """Standard-normal samples, drawn from the same stream as ``maxfx.random.normal``.
 
-        return random.normal(shape, dtype=dtype, device=device)
+        Example:
+            >>> Tensor.randn([4, 128]).shape
+            [Dim(4), Dim(128)]
+        """
+        dtype, dev = defaults(dtype, device)
+        key = Tensor.constant(_random_state.next_key(), device=dev)
+        return _ops().random_normal(key, shape, dtype, DeviceRef.from_device(dev), 0.0, 1.0)
 
     # -- properties --------------------------------------------------------
     @property

@@ -15,29 +15,20 @@ Example:
 
 from __future__ import annotations
 
-import itertools
 import sys
-import threading
 import types
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from lowering.context import current_context
 from lowering.dtypes import DType
 from lowering.types import DeviceRef, TensorType
+from maxfx.experimental import _random_state
 from maxfx.experimental._defaults import defaults
 from maxfx.experimental._tensor import Tensor
 from maxfx.graph import ops
 
 __all__ = ["seed", "set_seed", "uniform", "uniform_like", "gaussian", "gaussian_like", "normal", "normal_like"]
-
-_state = threading.local()
-_lock = threading.Lock()
-_seed = 0
-_counter = itertools.count()
-
 
 def seed(value: int) -> None:
     """Restart the random stream from ``value`` (deterministic afterwards).
@@ -48,22 +39,11 @@ def seed(value: int) -> None:
         >>> bool((a == b).all())
         True
     """
-    global _seed, _counter
-    value = int(value)
-    if not 0 <= value < 2**32:
-        raise ValueError(f"random.seed: seed must be in [0, 2**32), got {value}")
-    with _lock:
-        _seed = value
-        _counter = itertools.count()
+    _random_state.seed(value)
 
 
 set_seed = seed
-
-
-def _next_key() -> np.ndarray:
-    with _lock:
-        n = next(_counter)
-    return np.array([_seed, n % 2**32], np.uint32)
+_next_key = _random_state.next_key
 
 
 def _check_range(range: Sequence[float]) -> tuple[float, float]:  # noqa: A002 - MAX's name
