@@ -30,6 +30,12 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from lowering.devices import jax_device
 from lowering.types import DeviceRef
+from lowering.x64 import x64
+from maxfx.driver import Device
+from maxfx.driver import Tensor as DriverTensor
+from maxfx.driver._tensor import as_array
+from maxfx.experimental._tensor import Tensor, _leaf
+from maxfx.experimental.nn import Module
 
 __all__ = ["make_mesh", "shard", "sharding_of"]
 
@@ -40,8 +46,6 @@ SpecLike = PartitionSpec | Sequence[Any] | None
 
 
 def _jax_device(d: Any) -> jax.Device:
-    from maxfx.driver import Device  # noqa: PLC0415
-
     if isinstance(d, jax.Device):
         return d
     if isinstance(d, Device):
@@ -121,8 +125,6 @@ def _check(spec: PartitionSpec, mesh: Mesh, shape: Sequence[int], what: str) -> 
 
 def sharding_of(x: Any) -> Any:
     """The ``jax.sharding.Sharding`` of a Tensor or jax array (None for a traced or graph value)."""
-    from maxfx.experimental._tensor import Tensor  # noqa: PLC0415
-
     array = x._array() if isinstance(x, Tensor) else x
     return getattr(array, "sharding", None) if isinstance(array, jax.Array) and not isinstance(array, jax.core.Tracer) else None
 
@@ -131,11 +133,6 @@ def sharding_of(x: Any) -> Any:
 
 
 def _put(x: Any, mesh: Mesh, spec: PartitionSpec, what: str) -> Any:
-    from maxfx.driver import Tensor as DriverTensor  # noqa: PLC0415
-    from maxfx.driver._tensor import as_array  # noqa: PLC0415
-    from maxfx.experimental._tensor import Tensor, _leaf  # noqa: PLC0415
-    from lowering.x64 import x64  # noqa: PLC0415
-
     array = x._array() if isinstance(x, Tensor) else as_array(x) if isinstance(x, DriverTensor) or not hasattr(x, "shape") else x
     _check(spec, mesh, np.shape(array), what)  # before NamedSharding, whose own errors name neither sizes nor the value
     sharding = NamedSharding(mesh, spec)
@@ -193,9 +190,6 @@ def shard(x: Any, mesh: Mesh, spec: Any = None) -> Any:
             its axes' size, the spec is longer than the rank, or a Module rule
             pattern matches no parameter; the message names the axis and sizes.
     """
-    from maxfx.experimental._tensor import Tensor  # noqa: PLC0415
-    from maxfx.experimental.nn.module import Module  # noqa: PLC0415
-
     if not isinstance(mesh, Mesh):
         raise TypeError(f"shard: mesh must be a jax.sharding.Mesh (see maxfx.make_mesh), got {type(mesh).__name__}")
     if isinstance(x, Module):

@@ -20,12 +20,17 @@ import time
 os.environ.setdefault("MAXFX_DEFAULT_DEVICE", "cpu")
 
 import numpy as np  # noqa: E402
+import optax  # noqa: E402
 
 from lowering.compile import compile_stats  # noqa: E402
+from maxfx import functional as F  # noqa: E402
+from maxfx import optim, random  # noqa: E402
 from maxfx.driver import CPU  # noqa: E402
 from maxfx.dtype import DType  # noqa: E402
 from maxfx.engine import InferenceSession  # noqa: E402
 from maxfx.graph import DeviceRef, Graph, TensorType, Weight, ops  # noqa: E402
+from maxfx.models import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from maxfx.tensor import Tensor  # noqa: E402
 
 
 def _title(text: str) -> None:
@@ -34,10 +39,6 @@ def _title(text: str) -> None:
 
 def guide_eager_tour() -> None:
     _title("0. eager tensors from the MAX developer guide")
-    from maxfx import functional as F  # noqa: PLC0415
-    from maxfx import random  # noqa: PLC0415
-    from maxfx.tensor import Tensor  # noqa: PLC0415
-
     x = Tensor.constant([1.0, -2.0, 3.0, -4.0, 5.0])
     print(F.relu(x))
     a, b = Tensor.constant([1.0, 2.0, 3.0]), Tensor.constant([4.0, 5.0, 6.0])
@@ -116,8 +117,6 @@ TEXT = (
 
 
 def _char_loss(model, x, y):
-    from maxfx.experimental import functional as F  # noqa: PLC0415
-
     logp = F.logsoftmax(model(x), axis=-1)
     picked = F.gather_nd(logp, F.unsqueeze(y, -1), batch_dims=2)  # [B, T]
     return F.reshape(-F.mean(F.mean(picked, axis=-1), axis=0), [])
@@ -125,20 +124,14 @@ def _char_loss(model, x, y):
 
 def tiny_llm(steps: int = 300) -> None:
     _title("4. train a tiny Llama on characters, generate with the KV cache")
-    import optax  # noqa: PLC0415
-
-    import maxfx.optim  # noqa: PLC0415
-    from maxfx.experimental.tensor import Tensor  # noqa: PLC0415
-    from maxfx.models import LlamaConfig, LlamaForCausalLM  # noqa: PLC0415
-
     chars = sorted(set(TEXT))
     ids = np.array([chars.index(c) for c in TEXT], np.int64)
     cfg = LlamaConfig(vocab_size=len(chars), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
     model = LlamaForCausalLM.random(cfg, seed=0)
     opt = optax.adam(3e-3)
-    state = maxfx.optim.init(opt, model)
-    step = maxfx.optim.make_train_step(_char_loss, opt)
+    state = optim.init(opt, model)
+    step = optim.make_train_step(_char_loss, opt)
 
     rng = np.random.default_rng(0)
     batch, seq = 16, 48

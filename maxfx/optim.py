@@ -41,6 +41,7 @@ from typing import Any
 
 import jax
 import numpy as np
+import optax
 
 from lowering.x64 import x64
 from maxfx._transforms import _leaf_desc, jit, value_and_grad
@@ -99,8 +100,6 @@ def make_train_step(
     """
     if not hasattr(optimizer, "update"):
         raise TypeError(f"maxfx.optim.make_train_step: expected an optax GradientTransformation, got {type(optimizer).__name__}")
-    import optax  # noqa: PLC0415 - optax is only needed once a train step is built
-
     grad_fn = value_and_grad(loss_fn, has_aux=has_aux)
 
     def step(model: Any, opt_state: Any, *batch: Any) -> tuple[Any, Any, Any]:

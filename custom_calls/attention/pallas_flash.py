@@ -50,7 +50,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from custom_calls.attention import _tiles as t_
-from custom_calls.attention.reference import window_pair
+from custom_calls.attention.reference import _max_len, window_pair
 
 __all__ = [
     "FlashConfig",
@@ -574,8 +574,6 @@ def flash_attention_ragged(
     size the grid: computed from concrete offsets, else the totals (correct
     but launches idle programs). Rows outside ``[off[0], off[-1])`` are zero.
     """
-    from custom_calls.attention.reference import _max_len  # noqa: PLC0415 - one helper, one place
-
     q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
     check_inputs("flash_attention_ragged", q, k, v, 3)
     lq = _max_len(input_row_offsets, q.shape[0], max_seq_len)

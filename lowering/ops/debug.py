@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import os
 import sys
 from typing import Any
 
@@ -121,8 +122,6 @@ print_.__name__ = print_.__qualname__ = "print"  # exported as ops.print
 
 
 def _save_tensor(path: str, label: str, x: Any) -> None:
-    import os  # noqa: PLC0415
-
     os.makedirs(path, exist_ok=True)
     np.save(os.path.join(path, f"{label}.npy"), np.asarray(x))
 

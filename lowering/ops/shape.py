@@ -24,6 +24,7 @@ from lowering.dims import Dim, StaticDim, bind_symbols
 from lowering.dims import _from_poly, _make_poly  # exact division by a monomial (see _exact_div)
 from lowering.dtypes import DType
 from lowering.ops import _rules as R
+from lowering.ops.core import constant
 from lowering.registry import OpDef, front, register
 from lowering.types import DeviceRef, TensorType
 
@@ -980,8 +981,6 @@ def shape_to_tensor(shape):
         >>> model.execute(np.zeros((5, 3), np.float32))[0].to_numpy()  # batch is read at run time
         array([5, 3])
     """
-    from lowering.ops.core import constant  # noqa: PLC0415 - core registers before this family
-
     dims = _as_dims("shape_to_tensor", shape)
     if _all_static(dims):
         return constant(np.asarray([d.dim for d in dims], dtype=np.int64).reshape((len(dims),)), DType.int64)

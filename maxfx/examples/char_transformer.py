@@ -17,11 +17,14 @@ Example:
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import optax
 
+from maxfx import jit, optim
 from maxfx.dtype import DType
 from maxfx.experimental import functional as F
 from maxfx.experimental.nn import Embedding, LayerNorm, Linear, Module, ModuleList
@@ -167,12 +170,6 @@ class TrainRun:
 
 def train(steps: int = 300, *, seed: int = 0, batch: int = 16, seq: int = 32, lr: float = 3e-3, dim: int = 32, layers: int = 2) -> TrainRun:
     """Train a `CharTransformer` on `sample_text` with AdamW; returns the model and loss curve."""
-    import time  # noqa: PLC0415
-
-    import optax  # noqa: PLC0415
-
-    from maxfx import optim  # noqa: PLC0415
-
     text = sample_text(seed=seed)
     vocab = Vocab(text)
     model = CharTransformer(len(vocab), dim=dim, layers=layers, max_len=seq, seed=seed)
@@ -191,8 +188,6 @@ def train(steps: int = 300, *, seed: int = 0, batch: int = 16, seq: int = 32, lr
 
 def generate(run: TrainRun, prompt: str, n: int = 40) -> str:
     """Greedy continuation of ``prompt`` by the trained model (windows of the model's ``max_len``)."""
-    from maxfx import jit  # noqa: PLC0415
-
     model, vocab = run.model, run.vocab
     window = model.max_len
     next_id = jit(lambda m, t: F.argmax(m(t)[:, -1], axis=-1))

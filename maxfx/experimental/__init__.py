@@ -1,7 +1,7 @@
 """Eager tensors, the functional API, random tensors and (later) Modules.
 
 Submodules load on first use: ``maxfx.experimental.tensor``, ``.functional``,
-``.random``; ``Tensor`` is re-exported here.
+``.random``, ``.nn``; ``Tensor`` is re-exported here.
 
 Example:
     >>> from maxfx.experimental import Tensor, functional as F
@@ -14,6 +14,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from maxfx.experimental._tensor import Tensor
+
 _SUBMODULES = ("tensor", "functional", "random", "nn")
 
 __all__ = ["Tensor", *_SUBMODULES]
@@ -22,10 +24,6 @@ __all__ = ["Tensor", *_SUBMODULES]
 def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
         return importlib.import_module(f"maxfx.experimental.{name}")
-    if name == "Tensor":
-        from maxfx.experimental._tensor import Tensor  # noqa: PLC0415
-
-        return Tensor
     raise AttributeError(f"module 'maxfx.experimental' has no attribute {name!r}")
 
 

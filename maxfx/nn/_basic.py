@@ -13,7 +13,7 @@ from typing import Any
 from lowering.dtypes import DType
 from lowering.types import DeviceRef
 from maxfx.graph import ops
-from maxfx.graph._weight import Weight
+from maxfx.graph._weight import ShardingStrategy, Weight
 from maxfx.graph.quantization import QuantizationEncoding
 from maxfx.nn._float8_linear import float8_matmul, float8_weights
 from maxfx.nn._layer import Layer, Module, Shardable
@@ -195,8 +195,6 @@ class MLP(Module, Shardable):
 
         Each shard computes a partial result; their sum (an allreduce) is the full output.
         """
-        from maxfx.graph._weight import ShardingStrategy  # noqa: PLC0415
-
         devices = list(devices)
         n = len(devices)
         for lin, axis in ((self.gate_proj, 0), (self.up_proj, 0), (self.down_proj, 1)):

@@ -34,6 +34,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from lowering.types import Type
+from maxfx.driver._tensor import as_array
+from maxfx.graph import Graph
 from maxfx.graph._weight import ShardingStrategy, Weight
 
 __all__ = ["Layer", "Module", "LayerList", "Shardable", "add_layer_hook", "clear_hooks", "recursive_named_layers"]
@@ -192,8 +194,6 @@ class Module(Layer):
                 dtype or shape differs from its Weight; a value is not aligned. Nothing
                 is bound when anything is raised.
         """
-        from maxfx.driver._tensor import as_array  # noqa: PLC0415
-
         weights = self.raw_state_dict()
         if strict:
             missing = sorted(set(weights) - set(state_dict))
@@ -235,8 +235,6 @@ class Module(Layer):
         placeholders named without it; each ``ops.call`` supplies the prefix that
         selects one layer's weights.
         """
-        from maxfx.graph import Graph  # noqa: PLC0415
-
         parent = Graph.current
         if parent is None:
             raise RuntimeError(f"{type(self).__name__}.build_subgraph: call it while building a Graph")

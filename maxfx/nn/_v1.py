@@ -16,6 +16,7 @@ import numpy as np
 from lowering.dtypes import DType
 from lowering.types import DeviceRef
 from maxfx.graph import ops
+from maxfx.graph._weight import Weight
 from maxfx.graph.quantization import QuantizationConfig, QuantizationEncoding
 from maxfx.nn._basic import rms_norm
 from maxfx.nn._layer import Layer, Module
@@ -187,7 +188,6 @@ class GroupNorm(Module):
         super().__init__()
         if num_channels % num_groups:
             raise ValueError(f"GroupNorm: num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
-        from maxfx.graph._weight import Weight  # noqa: PLC0415
 
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
         self.device = DeviceRef.from_device(device)

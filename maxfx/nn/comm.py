@@ -24,6 +24,7 @@ from typing import Any
 from lowering.devices import accelerators
 from lowering.dtypes import DType
 from lowering.types import BufferType, DeviceRef
+from maxfx.driver import CPU, Accelerator, Tensor
 from maxfx.graph import ops
 
 __all__ = ["Allreduce", "Signals"]
@@ -52,14 +53,10 @@ class Signals:
 
     def buffers(self) -> list[Any]:
         """Zero-filled driver tensors matching `input_types` (one per device), to pass to ``Model.execute``."""
-        from maxfx.driver import Tensor  # noqa: PLC0415 - driver pulls in device discovery
-
         return [Tensor.zeros([self.NUM_BYTES], DType.uint8, device=_driver_device(d)) for d in self.devices]
 
 
 def _driver_device(ref: DeviceRef) -> Any:
-    from maxfx.driver import CPU, Accelerator  # noqa: PLC0415
-
     return CPU() if str(ref).startswith("cpu") else Accelerator(ref.id)
 
 
@@ -80,7 +77,6 @@ class Allreduce:
     def __init__(self, num_accelerators: int):
         if isinstance(num_accelerators, bool) or not isinstance(num_accelerators, int) or num_accelerators < 1:
             raise ValueError(f"Allreduce: num_accelerators must be an int >= 1, got {num_accelerators!r}")
-        from maxfx.driver import CPU, Accelerator  # noqa: PLC0415
 
         available = len(accelerators())
         self.num_accelerators = num_accelerators

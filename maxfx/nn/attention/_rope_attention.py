@@ -26,6 +26,7 @@ from maxfx.graph._weight import ShardingStrategy
 from maxfx.nn import kernels
 from maxfx.nn._basic import Linear, RMSNorm, clamp
 from maxfx.nn._layer import Module, Shardable
+from maxfx.nn.attention._gptq import concat_gptq, gptq_projection
 from maxfx.nn.attention.interfaces import DistributedAttentionImpl
 from maxfx.nn.attention.mask_config import MHAMaskVariant
 from maxfx.nn.kv_cache._params import KVCacheParams
@@ -351,7 +352,6 @@ class GPTQAttentionWithRope(AttentionWithRope):
         self, quantization_config: Any, rope: Any, num_attention_heads: int, num_key_value_heads: int, hidden_size: int, kv_params: KVCacheParams,
         devices: Sequence[Any] | None = None, dtype: DType = DType.float32, scale: float | None = None, linear_cls: Callable[..., Any] = Linear,
     ):  # fmt: skip
-        from maxfx.nn.attention._gptq import gptq_projection  # noqa: PLC0415
 
         Module.__init__(self)
         name = type(self).__name__
@@ -372,8 +372,6 @@ class GPTQAttentionWithRope(AttentionWithRope):
     @property
     def wqkv(self) -> Any:
         """The concatenation of q, k, and v weight vectors (packed + scales), along the output dim."""
-        from maxfx.nn.attention._gptq import concat_gptq  # noqa: PLC0415
-
         dev = self.devices[0]
         packed = [_on(p.weight, dev) for p in (self.q_proj, self.k_proj, self.v_proj)]
         return concat_gptq(packed, self.hidden_size, int(self.quantization_config.group_size))

@@ -16,6 +16,9 @@ from typing import Any
 
 from lowering.dtypes import DType
 from maxfx.graph import ops
+from maxfx.graph.quantization import QuantizationEncoding
+from maxfx.nn._basic import rms_norm
+from maxfx.nn.kernels._lora import sgmv_lora_kernel
 from maxfx.nn.kv_cache._paged import PagedCacheValues
 from maxfx.nn.kv_cache._params import KVCacheParams, KVCacheStrategy
 
@@ -251,8 +254,6 @@ def fused_qkv_ragged_matmul_quantized(
     Raises:
         ValueError: ``quantization_config`` is missing.
     """
-    from maxfx.graph.quantization import QuantizationEncoding  # noqa: PLC0415
-
     where = "fused_qkv_ragged_matmul_quantized"
     p, kv = _params(where, kv_params), _collection(where, kv_collection)
     if quantization_config is None:
@@ -398,8 +399,6 @@ def rms_norm_key_cache(
 ) -> None:  # fmt: skip
     """RMSNorm of this step's K rows in the cache (in place): per head over ``head_dim``
     (``per_head_norm``) or over all heads; only the first ``rms_norm_cols`` columns when given."""
-    from maxfx.nn._basic import rms_norm  # noqa: PLC0415
-
     where = "rms_norm_key_cache"
     p, kv = _params(where, kv_params), _collection(where, kv_collection)
     nkv, d = p.n_kv_heads_per_device, p.head_dim
@@ -534,8 +533,6 @@ def sgmv_qkv_lora_kernel(
     (``lora_grouped_offsets``) gives ``[total_tokens, q_dim + 2 * kv_dim]``; the K and V parts are
     added to this step's cache rows (`kv_cache_ragged_radd`), the Q part ``[total_tokens, q_dim]`` is returned.
     """
-    from maxfx.nn.kernels._lora import sgmv_lora_kernel  # noqa: PLC0415  (the LoRA family's kernel)
-
     where = "sgmv_qkv_lora_kernel"
     p = _params(where, kv_params)
     if int(kv_dim) != p.n_kv_heads_per_device * p.head_dim:

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from lowering.types import DeviceRef
+from maxfx.driver import CPU, Tensor
 from maxfx.nn.kv_cache._params import KVCacheParams
 
 __all__ = ["KVCacheInputs", "KVCacheInputsSequence", "RaggedKVCacheInputs", "PagedCacheValues", "PagedKVCacheManager"]
@@ -128,8 +130,6 @@ class PagedKVCacheManager:
     """
 
     def __init__(self, params: KVCacheParams, num_layers: int, total_num_pages: int, max_batch_size: int, max_seq_len: int, device: Any = None):
-        from maxfx.driver import CPU, Tensor  # noqa: PLC0415
-
         if params.page_size is None:
             raise ValueError("PagedKVCacheManager: params.page_size must be set")
         for name, v in (("num_layers", num_layers), ("total_num_pages", total_num_pages), ("max_batch_size", max_batch_size), ("max_seq_len", max_seq_len)):
@@ -188,8 +188,6 @@ class PagedKVCacheManager:
             ValueError: a sequence would exceed ``max_seq_len`` or the batch is too large.
             RuntimeError: the pool has no free page left.
         """
-        from maxfx.driver import Tensor  # noqa: PLC0415
-
         seq_ids, counts = list(seq_ids), [int(n) for n in num_new_tokens]
         if len(set(seq_ids)) != len(seq_ids):
             raise ValueError(f"PagedKVCacheManager.fetch: a sequence appears twice in {seq_ids}")
@@ -227,6 +225,4 @@ class PagedKVCacheManager:
 
     def input_types(self) -> list[Any]:
         """Graph input types of the cache (`KVCacheParams.input_types` on this pool's device)."""
-        from lowering.types import DeviceRef  # noqa: PLC0415
-
         return self.params.input_types(DeviceRef.from_device(self.device))
