@@ -43,7 +43,7 @@ from maxfx.graph.weights import GGUFWeights
 from maxfx.models._config import ConfigError, LlamaConfig
 from maxfx.models._generate import _progress, _rows
 from maxfx.models._loading import check_architecture, hf_checkpoint_source, read_hf_config
-from maxfx.models._source import _PACKED, GGUFSource, unpermute_rows
+from maxfx.models._source import Q8_0, GGUFSource, ParamSource
 from maxfx.nn._q8 import Q8AttentionWithRope, Q8Embedding, Q8Linear, split_q8_0
 from maxfx.nn.attention import AttentionWithRope, GGUFQAttentionWithRope
 from maxfx.nn.kv_cache import KVCacheParams, PagedCacheValues, PagedKVCacheManager
@@ -53,8 +53,6 @@ from maxfx.nn.transformer import ReturnLogits, Transformer, TransformerBlock
 __all__ = ["LlamaGraphModel", "load_pretrained_graph"]
 
 _CPU = DeviceRef.CPU()
-# GGUF Q8_0, which MAX's QuantizationEncoding lacks: the format tag of its two parts (int8 quants, float16 scales).
-Q8_0 = "Q8_0"
 # A weight: (value, format). Packed GGUF blocks carry their QuantizationEncoding, Q8_0 parts Q8_0, floats None.
 _Format = QuantizationEncoding | str | None
 _Weight = tuple[np.ndarray, _Format]
@@ -110,16 +108,7 @@ def _from_folder(folder: Path, dtype: DType | None) -> tuple[LlamaConfig, dict[s
     raw, where = read_hf_config(folder, "load_pretrained_graph")
     _llama_only(raw["model_type"], where, "model_type")
     config = LlamaConfig.from_hf(raw, where)
-    src = hf_checkpoint_source(folder, dtype, where)
-
-    def read(hf: str, shape: tuple[int, ...]) -> _Weight:
-        value = src._read(hf)
-        src._check_shape(hf, value.shape, shape)
-        return np.ascontiguousarray(src._cast(value, hf)), None
-
-    weights = _collect(config, read)
-    src.finish()
-    return config, weights
+    return config, _collect(config, hf_checkpoint_source(folder, dtype, where))
 
 
 def _from_gguf(path: Path, dtype: DType | None) -> tuple[LlamaConfig, dict[str, _Weight]]:
@@ -128,26 +117,7 @@ def _from_gguf(path: Path, dtype: DType | None) -> tuple[LlamaConfig, dict[str, 
     names = {n for n, _ in reader.items()}
     factors = reader["rope_freqs.weight"].data().to_numpy() if "rope_freqs.weight" in names else None
     config = LlamaConfig.from_gguf(reader.metadata, names, factors, str(path))
-    src = GGUFSource(reader, str(path), dtype or DType.float32, f"the metadata of {path.name}")
-
-    heads = {"q_proj": config.num_attention_heads, "k_proj": config.num_key_value_heads}
-
-    def read(hf: str, shape: tuple[int, ...]) -> _Weight:
-        gname, qtype = src._raw(hf, shape)
-        if qtype in _PACKED and len(shape) == 2:
-            value, enc = src._packed(gname), _PACKED[qtype]
-        elif qtype == Q8_0 and len(shape) == 2:  # raw blocks; _collect splits them into quants + scales
-            value, enc = src._packed(gname), Q8_0
-        else:  # floats, and other block formats MAX has no encoding for: the reader dequantizes them
-            value, enc = src._cast(src._read(gname), gname), None
-        rope_heads = heads.get(hf.rsplit(".", 2)[-2])
-        if rope_heads:
-            value = unpermute_rows(value, rope_heads)
-        return np.ascontiguousarray(value), enc
-
-    weights = _collect(config, read)
-    src.finish()
-    return config, weights
+    return config, _collect(config, GGUFSource(reader, str(path), dtype or DType.float32, f"the metadata of {path.name}"))
 
 
 class _StateDict(dict):
@@ -162,11 +132,17 @@ class _StateDict(dict):
         super().__setitem__(name.removesuffix("weight") + "scales", (scales, Q8_0))
 
 
-def _collect(c: LlamaConfig, read: Callable[[str, tuple[int, ...]], _Weight]) -> dict[str, _Weight]:
-    """Every tensor of the model under its `Transformer` state-dict name (HF's without ``model.``)."""
+def _collect(c: LlamaConfig, src: ParamSource) -> dict[str, _Weight]:
+    """Every tensor of the model under its `Transformer` state-dict name (HF's without ``model.``), packed weights kept packed."""
     hd, e, ff = c.head_dim, c.hidden_size, c.intermediate_size
     q, kv = c.num_attention_heads * hd, c.num_key_value_heads * hd
     shapes = {"q_proj": (q, e), "k_proj": (kv, e), "v_proj": (kv, e), "o_proj": (e, q), "gate_proj": (ff, e), "up_proj": (ff, e), "down_proj": (e, ff)}
+    heads = {"q_proj": c.num_attention_heads, "k_proj": c.num_key_value_heads}
+
+    def read(hf: str, shape: tuple[int, ...]) -> _Weight:
+        w = src.read(hf, shape, rope_heads=heads.get(hf.rsplit(".", 2)[-2]), keep_blocks=True)
+        return np.ascontiguousarray(w.value), w.format
+
     out: dict[str, _Weight] = _StateDict()
     for i in range(c.num_hidden_layers):
         p = f"layers.{i}."
@@ -180,6 +156,7 @@ def _collect(c: LlamaConfig, read: Callable[[str, tuple[int, ...]], _Weight]) ->
     out["norm.weight"] = read("model.norm.weight", (e,))
     if not c.tie_word_embeddings:
         out["lm_head.weight"] = read("lm_head.weight", (c.vocab_size, e))
+    src.finish()
     return dict(out)
 
 

@@ -1,9 +1,20 @@
 """Where a model's parameters come from: a checkpoint (HF names or GGUF) or a random init.
 
-Model builders ask a `ParamSource` for tensors by Hugging Face name and shape;
-the source checks the shape against the checkpoint and raises
-`CheckpointMismatchError` naming the file and tensor. A model is assembled only
-after every tensor was read and checked, so a failed load leaves nothing behind.
+The public checkpoint-reader interface of `maxfx.models`. A model definition
+asks a `ParamSource` for each tensor by Hugging Face name and logical shape
+(`ParamSource.read`); the source checks the shape against the checkpoint,
+converts float values to the requested dtype and returns a `StoredTensor`
+(the array and its format), or raises `CheckpointMismatchError` naming the
+file and tensor. `ParamSource.finish` reports tensors nobody asked for. A
+model is assembled only after every tensor was read and checked, so a failed
+load leaves nothing behind. The eager Modules and the graph-API model are
+both built from what `read` returns.
+
+Example:
+    >>> src = RandomSource(seed=0)
+    >>> w = src.read("model.layers.0.mlp.up_proj.weight", (8, 4), fan_in=4)
+    >>> w.value.shape, w.format
+    ((8, 4), None)
 """
 
 from __future__ import annotations
@@ -11,6 +22,7 @@ from __future__ import annotations
 import abc
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,36 +35,100 @@ from maxfx.graph.weights._progress import progress_bar
 from maxfx.models._layers import PackedEmbedding, Q8Embedding, Q8Linear, embedding, linear
 from maxfx.nn._q8 import split_q8_0
 
-__all__ = ["CheckpointMismatchError", "CheckpointSource", "GGUFSource", "ParamSource", "RandomSource"]
+__all__ = ["Q8_0", "CheckpointMismatchError", "CheckpointSource", "GGUFSource", "ParamSource", "RandomSource", "StoredTensor"]
+
+# GGUF Q8_0, which MAX's QuantizationEncoding lacks: the `StoredTensor.format` of its raw blocks.
+Q8_0 = "Q8_0"
+_PACKED = {e.value: e for e in QuantizationEncoding if e.is_gguf}
 
 
 class CheckpointMismatchError(ValueError):
     """The checkpoint does not hold what the config describes (missing, extra or mis-shaped tensors)."""
 
 
+@dataclass(frozen=True)
+class StoredTensor:
+    """One parameter as a `ParamSource` read it: a numpy array and the format it is in.
+
+    Attributes:
+        value: float values of the requested shape (``format`` None); packed GGUF
+            rows uint8 ``[rows, row_bytes]`` (``format`` a `QuantizationEncoding`);
+            or GGUF Q8_0 blocks uint8 ``[rows, cols / 32 * 34]`` (``format`` `Q8_0`,
+            see `maxfx.nn._q8.split_q8_0`).
+        format: None, a `QuantizationEncoding` or `Q8_0`.
+    """
+
+    value: np.ndarray
+    format: QuantizationEncoding | str | None = None
+
+
 def _to_tensor(array: np.ndarray) -> Tensor:
     return Tensor.from_dlpack(np.ascontiguousarray(array))
 
 
+def eager_linear(w: StoredTensor) -> Module:
+    """The eager ``[out, in]`` projection (no bias) holding ``w`` in its format: `Linear`, `QuantizedLinear` or `Q8Linear`."""
+    if w.format is None:
+        return linear(_to_tensor(w.value))
+    if w.format == Q8_0:
+        return Q8Linear(*(_to_tensor(a) for a in split_q8_0(w.value)))
+    return QuantizedLinear(_to_tensor(w.value), w.format)
+
+
+def eager_embedding(w: StoredTensor) -> Module:
+    """The eager embedding over the table ``w`` in its format: `Embedding`, `PackedEmbedding` or `Q8Embedding`."""
+    if w.format is None:
+        return embedding(_to_tensor(w.value))
+    if w.format == Q8_0:
+        return Q8Embedding(*(_to_tensor(a) for a in split_q8_0(w.value)))
+    return PackedEmbedding(_to_tensor(w.value), w.format)
+
+
 class ParamSource(abc.ABC):
-    """Hands out parameters by Hugging Face name; subclasses read or invent them."""
+    """Hands out parameters by Hugging Face name; subclasses read or invent them.
+
+    Subclasses implement `read` (and `finish` where there is something to check);
+    `tensor`, `norm`, `linear` and `embedding` build eager Tensors and Modules from it.
+    """
 
     @abc.abstractmethod
+    def read(
+        self, name: str, shape: tuple[int, ...], *, kind: str = "weight", fan_in: int | None = None, rope_heads: int | None = None,
+        keep_blocks: bool = False,
+    ) -> StoredTensor:  # fmt: skip
+        """The tensor ``name`` (a Hugging Face name) of logical shape ``shape``.
+
+        Args:
+            name: e.g. ``"model.layers.0.self_attn.q_proj.weight"``.
+            shape: the shape the model needs; a checkpoint that differs raises.
+            kind: ``"weight"``, ``"bias"``, ``"norm"`` or ``"embedding"`` (guides random init).
+            fan_in: the input size of a weight (random init's scale).
+            rope_heads: the rows are the q or k projection of this many heads; they
+                come back in Hugging Face's rotate-half order whatever the file's order.
+            keep_blocks: a block-quantized matrix may come back packed (``format`` says
+                how) instead of dequantized; float values are returned either way otherwise.
+
+        Raises:
+            CheckpointMismatchError: the tensor is missing, mis-shaped, or cannot be converted.
+        """
+
+    def finish(self, ignore: Iterable[str] = ()) -> None:
+        """Called once every parameter was read: raises `CheckpointMismatchError` for tensors nobody asked for (except ``ignore``)."""
+
+    # -- eager conveniences --------------------------------------------------
     def tensor(self, name: str, shape: tuple[int, ...], *, kind: str = "weight", fan_in: int | None = None) -> Tensor:
-        """The ``shape`` tensor ``name``; ``kind`` ("weight", "bias", "norm", "embedding") guides random init."""
+        """`read` as an eager float `Tensor`."""
+        return _to_tensor(self.read(name, shape, kind=kind, fan_in=fan_in).value)
 
     def norm(self, name: str, dim: int) -> Tensor:
         return self.tensor(name, (dim,), kind="norm")
 
     def linear(self, name: str, out_dim: int, in_dim: int, *, rope_heads: int | None = None) -> Module:
-        """A ``[out_dim, in_dim]`` projection named ``name + ".weight"`` (no bias)."""
-        return linear(self.tensor(name + ".weight", (out_dim, in_dim), fan_in=in_dim))
+        """The eager ``[out_dim, in_dim]`` projection named ``name + ".weight"`` (no bias), packed weights kept packed."""
+        return eager_linear(self.read(name + ".weight", (out_dim, in_dim), fan_in=in_dim, rope_heads=rope_heads, keep_blocks=True))
 
     def embedding(self, name: str, vocab: int, dim: int) -> Module:
-        return embedding(self.tensor(name + ".weight", (vocab, dim), kind="embedding"))
-
-    def finish(self, ignore: Iterable[str] = ()) -> None:
-        """Called once every parameter was requested (checks for leftovers)."""
+        return eager_embedding(self.read(name + ".weight", (vocab, dim), kind="embedding", keep_blocks=True))
 
 
 class RandomSource(ParamSource):
@@ -67,8 +143,11 @@ class RandomSource(ParamSource):
         self._rng = np.random.default_rng(seed)
         self._dtype = dtype
 
-    def tensor(self, name: str, shape: tuple[int, ...], *, kind: str = "weight", fan_in: int | None = None) -> Tensor:
-        rng, np_dtype = self._rng, self._dtype.to_numpy()
+    def read(
+        self, name: str, shape: tuple[int, ...], *, kind: str = "weight", fan_in: int | None = None, rope_heads: int | None = None,
+        keep_blocks: bool = False,
+    ) -> StoredTensor:  # fmt: skip
+        rng = self._rng
         if kind == "norm":
             value = 1.0 + 0.1 * rng.standard_normal(shape, np.float32)
         elif kind == "bias":
@@ -76,11 +155,11 @@ class RandomSource(ParamSource):
         else:
             std = 0.5 if kind == "embedding" else 1.0 / np.sqrt(fan_in or shape[-1])
             value = rng.standard_normal(shape, np.float32) * np.float32(std)
-        return _to_tensor(value.astype(np_dtype))
+        return StoredTensor(value.astype(self._dtype.to_numpy()))
 
 
 class _Checked(ParamSource):
-    """Shared bookkeeping of the checkpoint sources: used names, progress, error messages."""
+    """Shared bookkeeping of the checkpoint sources: used names, progress, shape checks, dtype conversion."""
 
     def __init__(self, weights: Any, label: str, dtype: DType | None, config_label: str):
         self._weights = weights
@@ -88,33 +167,28 @@ class _Checked(ParamSource):
         self._dtype = dtype
         self._config_label = config_label
         self._used: set[str] = set()
-        names = [n for n, _ in weights.items()]
-        self._names = names
-        self._name_set = set(names)
-        total = sum(weights._source.info(n).nbytes for n in names)
-        self._bar = progress_bar(total, f"loading {os.path.basename(label)}")
+        self._names = [n for n, _ in weights.items()]
+        self._info = {n: weights[n].info() for n in self._names}
+        self._bar = progress_bar(sum(i.nbytes for i in self._info.values()), f"loading {os.path.basename(label)}")
 
-    def _missing(self, name: str, what: str) -> CheckpointMismatchError:
-        return CheckpointMismatchError(f"{self._label}: tensor {name!r} ({what}) is missing; {self._config_label} describes it")
-
-    def _read(self, name: str) -> np.ndarray:
-        if name not in self._name_set:
-            raise self._missing(name, "required by the model")
+    def _checked(self, name: str, shape: tuple[int, ...], hf: str) -> Any:
+        """The `TensorInfo` of the file's tensor ``name`` after checking it exists and has the logical ``shape``; marks it used."""
+        info = self._info.get(name)
+        if info is None:
+            what = "required by the model" if name == hf else f"HF {hf!r}"
+            raise CheckpointMismatchError(f"{self._label}: tensor {name!r} ({what}) is missing; {self._config_label} describes it")
+        if tuple(info.logical_shape) != tuple(shape):
+            raise CheckpointMismatchError(f"{self._label}: tensor {name!r} has shape {list(info.logical_shape)} but {self._config_label} needs {list(shape)}")
         self._used.add(name)
-        value = np.asarray(self._weights[name].data().to_numpy())
-        self._bar.update(self._weights._source.info(name).nbytes)
-        return value
+        self._bar.update(info.nbytes)
+        return info
 
-    def _check_shape(self, name: str, got: tuple[int, ...], want: tuple[int, ...]) -> None:
-        if tuple(got) != tuple(want):
-            raise CheckpointMismatchError(f"{self._label}: tensor {name!r} has shape {list(got)} but {self._config_label} needs {list(want)}")
-
-    def _cast(self, value: np.ndarray, name: str) -> np.ndarray:
-        if self._dtype is None or value.dtype == self._dtype.to_numpy():
-            return value
-        if not np.issubdtype(value.dtype, np.floating) and value.dtype.name != "bfloat16":
-            raise CheckpointMismatchError(f"{self._label}: tensor {name!r} is {value.dtype}, cannot convert to {self._dtype}")
-        return value.astype(self._dtype.to_numpy())
+    def _floats(self, name: str) -> np.ndarray:
+        """The values of ``name`` (dequantized if stored in blocks) as the source's dtype (default: as stored)."""
+        logical = self._info[name].logical_dtype
+        if self._dtype is not None and self._dtype is not logical and not logical.is_float():
+            raise CheckpointMismatchError(f"{self._label}: tensor {name!r} is {logical}, cannot convert to {self._dtype}")
+        return np.asarray(self._weights[name].values(self._dtype))
 
     def finish(self, ignore: Iterable[str] = ()) -> None:
         self._bar.close()
@@ -127,12 +201,21 @@ class _Checked(ParamSource):
 
 
 class CheckpointSource(_Checked):
-    """Parameters from a safetensors or PyTorch checkpoint with Hugging Face names."""
+    """Parameters from a safetensors or PyTorch checkpoint with Hugging Face names (rows already in HF order).
 
-    def tensor(self, name: str, shape: tuple[int, ...], *, kind: str = "weight", fan_in: int | None = None) -> Tensor:
-        value = self._read(name)
-        self._check_shape(name, value.shape, shape)
-        return _to_tensor(self._cast(value, name))
+    Args:
+        weights: the opened checkpoint (`maxfx.graph.weights.load_weights`).
+        label: how messages name it (a path).
+        dtype: convert float tensors to this dtype (None: as stored).
+        config_label: how messages name the config (``".../config.json"``).
+    """
+
+    def read(
+        self, name: str, shape: tuple[int, ...], *, kind: str = "weight", fan_in: int | None = None, rope_heads: int | None = None,
+        keep_blocks: bool = False,
+    ) -> StoredTensor:  # fmt: skip
+        self._checked(name, shape, name)
+        return StoredTensor(self._floats(name))
 
 
 # HF name (without ".weight") -> GGUF name, for the tensors of a Llama checkpoint.
@@ -167,56 +250,30 @@ def unpermute_rows(rows: np.ndarray, n_head: int) -> np.ndarray:
     return rows.reshape(n_head, r // n_head // 2, 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
 
 
-_PACKED = {e.value: e for e in QuantizationEncoding if e.is_gguf}
-
-
 class GGUFSource(_Checked):
     """Parameters from a llama.cpp GGUF file, asked for by HF name.
 
-    Q4_0/Q4_K/Q5_K/Q6_K matrices stay packed (`QuantizedLinear`, `PackedEmbedding`),
-    Q8_0 stays 8-bit (`Q8Linear`, `Q8Embedding`), float tensors become plain
-    layers; other block formats are dequantized by the reader (float32).
-    Q/K rows are put back into HF's rotate-half order.
+    With ``keep_blocks``, Q4_0/Q4_K/Q5_K/Q6_K matrices stay packed and Q8_0
+    matrices stay 8-bit (their raw blocks); float tensors, and block formats
+    with neither, come back as floats (float32 unless ``dtype`` says otherwise).
+    Q/K rows (``rope_heads``) are put back into HF's rotate-half order.
+
+    Args:
+        weights: the opened `maxfx.graph.weights.GGUFWeights`.
+        label, dtype, config_label: as `CheckpointSource`.
     """
 
-    def __init__(self, weights: Any, label: str, dtype: DType | None, config_label: str):
-        super().__init__(weights, label, dtype, config_label)
-        self._types = {t.name: t.tensor_type.name for t in weights.reader.tensors}
-
-    def _raw(self, hf: str, shape: tuple[int, ...]) -> tuple[str, str]:
-        name = gguf_name(hf)
-        if name not in self._name_set:
-            raise self._missing(name, f"HF {hf!r}")
-        self._check_shape(name, tuple(self._weights._source.info(name).logical_shape), shape)
-        return name, self._types[name]
-
-    def tensor(self, name: str, shape: tuple[int, ...], *, kind: str = "weight", fan_in: int | None = None) -> Tensor:
-        gname, _ = self._raw(name, shape)
-        return _to_tensor(self._cast(self._read(gname), gname))
-
-    def linear(self, name: str, out_dim: int, in_dim: int, *, rope_heads: int | None = None) -> Module:
-        gname, qtype = self._raw(name + ".weight", (out_dim, in_dim))
-        fix = (lambda rows: unpermute_rows(rows, rope_heads)) if rope_heads else (lambda rows: rows)
-        if qtype in _PACKED:
-            return QuantizedLinear(_to_tensor(fix(self._packed(gname))), _PACKED[qtype])
-        if qtype == "Q8_0":
-            values, scales = split_q8_0(fix(self._packed(gname)))
-            return Q8Linear(_to_tensor(values), _to_tensor(scales))
-        return linear(_to_tensor(self._cast(fix(self._read(gname)), gname)))
-
-    def embedding(self, name: str, vocab: int, dim: int) -> Module:
-        gname, qtype = self._raw(name + ".weight", (vocab, dim))
-        if qtype in _PACKED:
-            return PackedEmbedding(_to_tensor(self._packed(gname)), _PACKED[qtype])
-        if qtype == "Q8_0":
-            return Q8Embedding(*(_to_tensor(a) for a in split_q8_0(self._packed(gname))))
-        return embedding(_to_tensor(self._cast(self._read(gname), gname)))
-
-    def _packed(self, name: str) -> np.ndarray:
-        self._used.add(name)
-        raw = np.asarray(self._weights[name].raw_tensor())
-        self._bar.update(self._weights._source.info(name).nbytes)
-        return raw
+    def read(
+        self, name: str, shape: tuple[int, ...], *, kind: str = "weight", fan_in: int | None = None, rope_heads: int | None = None,
+        keep_blocks: bool = False,
+    ) -> StoredTensor:  # fmt: skip
+        gname = gguf_name(name)
+        stored = self._checked(gname, shape, name).storage_type
+        if keep_blocks and len(shape) == 2 and (stored in _PACKED or stored == Q8_0):
+            out = StoredTensor(np.asarray(self._weights[gname].raw_tensor()), _PACKED.get(stored, Q8_0))
+        else:
+            out = StoredTensor(self._floats(gname))
+        return out if not rope_heads else StoredTensor(unpermute_rows(out.value, rope_heads), out.format)
 
     def finish(self, ignore: Iterable[str] = ()) -> None:
         super().finish(tuple(ignore) + ("rope_freqs.weight",))

@@ -88,11 +88,11 @@ class _GGUFSource(TensorSource):
         qtype = t.tensor_type
         if qtype in self._plain:
             dtype = self._plain[qtype]
-            return TensorInfo(dtype, shape, dtype, shape, None, int(t.n_bytes))
+            return TensorInfo(dtype, shape, dtype, shape, None, int(t.n_bytes), qtype.name)
         if qtype in self._packed:
             byte_shape = tuple(int(d) for d in self._gguf.quant_shape_to_byte_shape(shape, qtype))
-            return TensorInfo(DType.uint8, byte_shape, DType.float32, shape, self._packed[qtype], int(t.n_bytes))
-        return TensorInfo(DType.float32, shape, DType.float32, shape, None, math.prod(shape) * 4)
+            return TensorInfo(DType.uint8, byte_shape, DType.float32, shape, self._packed[qtype], int(t.n_bytes), qtype.name)
+        return TensorInfo(DType.float32, shape, DType.float32, shape, None, math.prod(shape) * 4, qtype.name)
 
     def read(self, name: str) -> np.ndarray:
         t = self._tensors[name]

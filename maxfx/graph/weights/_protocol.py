@@ -52,6 +52,10 @@ class TensorInfo:
             dtype/shape for plain tensors).
         quantization_encoding: the MAX block format of packed tensors, else None.
         nbytes: bytes of the stored data.
+        storage_type: the file format's own name for how the tensor is stored,
+            where it has one: GGUF's type (``"F32"``, ``"Q4_0"``, ``"Q8_0"``, ...),
+            also for block types that are handed out dequantized (no MAX encoding).
+            None for safetensors and PyTorch files.
     """
 
     dtype: DType
@@ -60,6 +64,7 @@ class TensorInfo:
     logical_shape: tuple[int, ...]
     quantization_encoding: QuantizationEncoding | None = None
     nbytes: int = 0
+    storage_type: str | None = None
 
 
 class TensorSource(abc.ABC):
@@ -270,6 +275,38 @@ class CheckpointWeights(Weights):
     _source: TensorSource
     _prefix: str
     _allocated: dict[str, Any]
+
+    def info(self) -> TensorInfo:
+        """What the checkpoint says about the current weight (dtype, shapes, encoding, size), without reading it.
+
+        Raises:
+            KeyError: no weight has the current name (the message suggests close names).
+
+        Example:
+            >>> weights.model.norm.weight.info().logical_shape  # doctest: +SKIP
+            (64,)
+        """
+        return _info(self)
+
+    def values(self, dtype: DType | None = None) -> np.ndarray:
+        """The current weight's values as a numpy array of ``dtype`` (default: its logical dtype).
+
+        Packed blocks are dequantized; a stored tensor already of ``dtype`` comes
+        back as its (memory-mapped) view, anything else as a new array.
+
+        Raises:
+            KeyError: no weight has the current name.
+            ValueError: the conversion would reinterpret or truncate values (see `TensorSource.convert`).
+
+        Example:
+            >>> weights.blk[0].attn_q.weight.values().dtype  # doctest: +SKIP
+            dtype('float32')
+        """
+        info = _info(self)
+        target = info.logical_dtype if dtype is None else dtype
+        if info.quantization_encoding is None and target is info.dtype:
+            return self._source.read(self._prefix)
+        return self._source.convert(self._prefix, target)
 
     def materialize(self) -> dict[str, np.ndarray]:
         """Read every weight under the prefix into memory (stored representation), by full name.
