@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 
 import jax
+from jax.sharding import AbstractDevice, AbstractMesh, AxisType, use_abstract_mesh
 
 from custom_calls import _target
 
@@ -51,8 +52,6 @@ def has_local_gpu() -> bool:
 
 @contextlib.contextmanager
 def _abstract_gpu() -> Iterator[None]:
-    from jax.sharding import AbstractDevice, AbstractMesh, AxisType, use_abstract_mesh
-
     device = AbstractDevice(platform="gpu", **ABSTRACT_GPU)
     with use_abstract_mesh(AbstractMesh((1,), ("_target",), (AxisType.Explicit,), abstract_device=device)):
         yield
@@ -76,6 +75,6 @@ def export_checks(platforms: Sequence[str]) -> list:
     """``jax.export`` ``disabled_checks`` for a program lowered for ``platforms`` by `lowering_for`."""
     if "cuda" not in tuple(platforms):
         return []
-    from jax.experimental.pallas import triton as pltriton
+    from jax.experimental.pallas import triton as pltriton  # noqa: PLC0415 - Pallas' Triton backend loads only for a CUDA export
 
     return [jax.export.DisabledSafetyCheck.custom_call(pltriton.CUSTOM_CALL_TARGET_NAME)]
