@@ -163,6 +163,33 @@ def test_no_import_cycles_through_package_inits():
     assert not cycles, f"{len(cycles)} import cycle(s) through package __init__ files:\n" + "\n".join(_describe(c, graph) for c in cycles)
 
 
+# The engine runs any op from its registry entry: it never imports an op family.
+ENGINE = ("lowering.ir", "lowering.registry", "lowering.plan", "lowering.context", "lowering.interpret", "lowering.eager", "lowering.executables", "lowering.compile")
+
+
+def _reachable(graph: dict[str, dict[str, list[int]]], start: str) -> dict[str, str]:
+    """Every module ``start`` imports, directly or not → the module that imports it."""
+    via: dict[str, str] = {}
+    todo = [start]
+    while todo:
+        module = todo.pop()
+        for target in graph[module]:
+            if target not in via and target != start:
+                via[target] = module
+                todo.append(target)
+    return via
+
+
+def test_the_engine_imports_no_op_definitions():
+    graph = import_graph(ROOT)
+    assert {"lowering.ir", "lowering.registry", "lowering.context", "lowering.interpret", "lowering.compile"} <= set(graph)
+    bad = []
+    for module in (m for m in ENGINE if m in graph):
+        via = _reachable(graph, module)
+        bad += [f"{module} reaches {op} (imported by {via[op]})" for op in sorted(via) if op == "lowering.ops" or op.startswith("lowering.ops.")]
+    assert not bad, "the engine imports op definitions:\n" + "\n".join(bad)
+
+
 def test_the_cycle_checker_finds_a_planted_cycle(tmp_path):
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
@@ -176,6 +203,7 @@ def test_the_cycle_checker_finds_a_planted_cycle(tmp_path):
     assert graph["pkg.a"] == {"pkg.sub.b": [4]}
     assert graph["pkg.sub.b"] == {"pkg.c": [1]}
     assert import_cycles(graph) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
+    assert _reachable(graph, "pkg.d") == {"pkg.sub.b": "pkg.d", "pkg.c": "pkg.sub.b", "pkg.a": "pkg.c"}
     (pkg / "c.py").write_text("import numpy\n")
     assert import_cycles(import_graph(tmp_path, ("pkg",))) == []
     # A cycle only through a package __init__: pkg.e importing pkg.sub.b first runs
