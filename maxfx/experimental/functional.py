@@ -24,7 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from lowering.context import current_context, use_context
-from maxfx.experimental._tensor import EAGER, Tensor
+from maxfx.experimental._tensor import EAGER as _EAGER
+from maxfx.experimental._tensor import Tensor as _Tensor
 from maxfx.graph import ops as _ops
 
 __all__ = [
@@ -142,7 +143,7 @@ def functional(op: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(op)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if current_context() is None:
-            with use_context(EAGER):
+            with use_context(_EAGER):
                 return op(*args, **kwargs)
         return op(*args, **kwargs)
 
@@ -168,7 +169,7 @@ def constant(value: Any, dtype: Any = None, device: Any = None) -> Any:
         TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[1.0, 2.0], [3.0, 4.0]]
     """
     if current_context() is None:
-        return Tensor.constant(value, dtype=dtype, device=device)
+        return _Tensor.constant(value, dtype=dtype, device=device)
     return _ops.constant(value, dtype, device)
 
 
