@@ -219,6 +219,80 @@ def test_the_cycle_checker_finds_a_planted_cycle(tmp_path):
     assert import_cycles(import_graph(tmp_path, ("pkg",), package_inits=True)) == [["pkg.e", "pkg.sub.b"]]
 
 
+# ─── no patching at import time ───────────────────────────────────────────────
+# A module may not change another project package's objects when it is imported
+# (``EAGER.wrap = ...``, ``set_device_resolver(...)``): what a module does must not
+# depend on which other modules happen to be loaded.
+
+_INSTALLERS = ("set_", "register", "install", "patch")
+
+
+def _import_time_statements(body: list[ast.stmt]):
+    """Statements that run on import: the module body and its if/try/for/with blocks, not def or class bodies."""
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        yield node
+        for block in ("body", "orelse", "finalbody"):
+            yield from _import_time_statements(getattr(node, block, []))
+        for handler in getattr(node, "handlers", []):
+            yield from _import_time_statements(handler.body)
+
+
+def import_time_patches(path: Path, package: str) -> list[str]:
+    """Import-time writes into names imported from another project package (``pkg.attr = x``, ``setattr``, ``set_*()``)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    foreign = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] in set(PROJECT) - {package}:
+            foreign.update(a.asname or a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            foreign.update((a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] in set(PROJECT) - {package})
+
+    def root(expr: ast.expr) -> str | None:
+        while isinstance(expr, (ast.Attribute, ast.Subscript)):
+            expr = expr.value
+        return expr.id if isinstance(expr, ast.Name) else None
+
+    found = []
+    for stmt in _import_time_statements(tree.body):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) else []
+        found += [f"{path.name}:{stmt.lineno}: {ast.unparse(t)} = ..." for t in targets if isinstance(t, (ast.Attribute, ast.Subscript)) and root(t) in foreign]
+        if isinstance(stmt, (ast.Expr, ast.Assign)):
+            for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
+                name = ast.unparse(call.func)
+                if name == "setattr" and call.args and root(call.args[0]) in foreign:
+                    found.append(f"{path.name}:{stmt.lineno}: {ast.unparse(call)}")
+                elif root(call.func) in foreign and name.rpartition(".")[2].startswith(_INSTALLERS):
+                    found.append(f"{path.name}:{stmt.lineno}: {name}(...)")
+    return found
+
+
+@pytest.mark.parametrize("package", PROJECT)
+def test_no_import_time_patching(package):
+    found = [f"{path.relative_to(ROOT).parent}/{hit}" for path in sorted((ROOT / package).rglob("*.py")) for hit in import_time_patches(path, package)]
+    assert not found, "modules that change another package's objects when imported:\n" + "\n".join(found)
+
+
+def test_the_patch_check_sees_patches(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text(
+        "from lowering.eager import EAGER\n"
+        "from lowering.types import set_device_resolver\n"
+        "import lowering.registry as registry\n"
+        "from maxfx.graph import Graph\n"
+        "EAGER.wrap = len\n"
+        "set_device_resolver(len)\n"
+        "if True:\n"
+        "    registry.TABLE['x'] = 1\n"
+        "setattr(Graph, 'y', 2)\n"  # same package: allowed
+        "EAGER.run(1)\n"  # a plain call: allowed
+        "def f():\n"
+        "    EAGER.wrap = None\n"  # at call time, not import time
+    )
+    assert [hit.split(":")[1] for hit in import_time_patches(f, "maxfx")] == ["5", "6", "8"]
+
+
 # ─── deferred imports ─────────────────────────────────────────────────────────
 # A function-level import is allowed only for a dependency outside the project that is
 # optional or slow to load, and says why: ``import torch  # noqa: PLC0415 - optional dependency``.
