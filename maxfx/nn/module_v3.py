@@ -7,6 +7,6 @@ Example:
     True
 """
 
-from maxfx.experimental.nn import Embedding, LayerNorm, Linear, Module, ModuleList, Sequential, module_dataclass
+from maxfx.experimental.nn import Embedding, LayerNorm, Linear, Module, ModuleList, Sequential, StaticFieldWarning, module_dataclass, static_field
 
-__all__ = ["Embedding", "LayerNorm", "Linear", "Module", "ModuleList", "Sequential", "module_dataclass"]
+__all__ = ["Embedding", "LayerNorm", "Linear", "Module", "ModuleList", "Sequential", "StaticFieldWarning", "module_dataclass", "static_field"]

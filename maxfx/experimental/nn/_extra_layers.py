@@ -37,7 +37,7 @@ class RMSNorm(Module):
 
     Example:
         >>> norm = RMSNorm(2)
-        >>> norm(Tensor.constant([[3.0, 4.0]])).to_numpy().round(4).tolist()
+        >>> norm(Tensor.constant([[3.0, 4.0]])).to_numpy().astype(float).round(4).tolist()
         [[0.8485, 1.1314]]
     """
 

@@ -169,7 +169,7 @@ class LayerNorm(Module):
 
     Example:
         >>> norm = LayerNorm(3)
-        >>> norm(Tensor.constant([[1.0, 2.0, 3.0]])).to_numpy().round(3).tolist()
+        >>> norm(Tensor.constant([[1.0, 2.0, 3.0]])).to_numpy().astype(float).round(3).tolist()
         [[-1.225, 0.0, 1.225]]
     """
 
