@@ -43,7 +43,16 @@ from custom_calls.attention import dispatch as att
 from custom_calls.attention.pallas_decode import DecodeConfig, page_block
 from lowering.context import bind
 from lowering.dims import Dim, StaticDim
-from lowering.ops._rules import OpError, fmt, require_tensor, same_device
+from lowering.ops._rules import (
+    FLOAT,
+    INT,
+    OpError,
+    fmt,
+    require_same_dim,
+    require_tensor,
+    require_tensor_of,
+    same_device,
+)
 from lowering.registry import OpDef, front, register
 from lowering.types import BufferType, TensorType, Type
 
@@ -114,26 +123,6 @@ def _row_batch(row_offsets, n_rows: int):
 # ─── rule helpers ─────────────────────────────────────────────────────────
 
 
-def _float(op: str, t: Type, name: str, rank: int) -> TensorType:
-    t = require_tensor(op, t, name)
-    if not t.dtype.is_float() or t.rank != rank:
-        raise OpError(f"{op}: {name} must be a rank-{rank} floating-point tensor, got {fmt(t)}")
-    return t
-
-
-def _ints(op: str, t: Type, name: str, rank: int) -> TensorType:
-    t = require_tensor(op, t, name)
-    if not t.dtype.is_integral() or t.rank != rank:
-        raise OpError(f"{op}: {name} must be a rank-{rank} integer tensor, got {fmt(t)}")
-    return t
-
-
-def _same(op: str, what: str, a: Dim, b: Dim, ta: Type, tb: Type) -> None:
-    # Symbolic dims may be bound to equal sizes at run time: only provable mismatches are errors here.
-    if a != b and (isinstance(a, StaticDim) and isinstance(b, StaticDim) or not isinstance(a, StaticDim) and not isinstance(b, StaticDim) and str(a) == str(b)):
-        raise OpError(f"{op}: {what} differ: {a} vs {b} ({fmt(ta)} and {fmt(tb)})")
-
-
 def _check_heads(op: str, q: TensorType, k: TensorType, hq: Dim, hkv: Dim) -> None:
     if isinstance(hq, StaticDim) and isinstance(hkv, StaticDim) and (hkv.dim == 0 or hq.dim % hkv.dim):
         raise OpError(f"{op}: query heads ({hq}) must be a multiple of key/value heads ({hkv}) for grouped-query attention ({fmt(q)} vs {fmt(k)})")
@@ -141,15 +130,15 @@ def _check_heads(op: str, q: TensorType, k: TensorType, hq: Dim, hkv: Dim) -> No
 
 def _check_qkv(op: str, q: Type, k: Type, v: Type, rank: int, mask: str, window: int) -> tuple[TensorType, TensorType, TensorType]:
     """q, k, v as rank-``rank`` float tensors (heads on axis -2, head dim last), and a valid mask."""
-    q, k, v = _float(op, q, "q", rank), _float(op, k, "k", rank), _float(op, v, "v", rank)
+    q, k, v = (require_tensor_of(op, t, name, rank=rank, kind=FLOAT) for t, name in ((q, "q"), (k, "k"), (v, "v")))
     _check_mask(op, mask, window)
     return q, k, v
 
 
 def _check_qkv_heads(op: str, q: TensorType, k: TensorType, v: TensorType) -> None:
     """Key and value heads agree, query and key head dims agree, and the query heads group over the key heads."""
-    _same(op, "key and value heads", k.shape[-2], v.shape[-2], k, v)
-    _same(op, "query and key head dims", q.shape[-1], k.shape[-1], q, k)
+    require_same_dim(op, "key and value heads", k.shape[-2], v.shape[-2], k, v)
+    require_same_dim(op, "query and key head dims", q.shape[-1], k.shape[-1], q, k)
     _check_heads(op, q, k, q.shape[-2], k.shape[-2])
 
 
@@ -177,17 +166,17 @@ def _optional(names: Sequence[str], present: Sequence[str], types: Sequence[Type
 def _attention_rule(q, k, v, *rest, mask: str, scale: float, window: int, present: tuple[str, ...]):
     op = "attention"
     q, k, v = _check_qkv(op, q, k, v, 4, mask, window)
-    _same(op, "batch sizes", q.shape[0], k.shape[0], q, k)
-    _same(op, "key and value lengths", k.shape[1], v.shape[1], k, v)
+    require_same_dim(op, "batch sizes", q.shape[0], k.shape[0], q, k)
+    require_same_dim(op, "key and value lengths", k.shape[1], v.shape[1], k, v)
     _check_qkv_heads(op, q, k, v)
     opt = _optional(("q_offset", "kv_length", "sink"), present, rest)
     for name in ("q_offset", "kv_length"):
         if opt[name] is not None:
-            t = _ints(op, opt[name], name, 1)
-            _same(op, f"{name} and batch sizes", t.shape[0], q.shape[0], t, q)
+            t = require_tensor_of(op, opt[name], name, rank=1, kind=INT)
+            require_same_dim(op, f"{name} and batch sizes", t.shape[0], q.shape[0], t, q)
     if opt["sink"] is not None:
-        t = _float(op, opt["sink"], "sink_weights", 1)
-        _same(op, "sink weights and query heads", t.shape[0], q.shape[2], t, q)
+        t = require_tensor_of(op, opt["sink"], "sink_weights", rank=1, kind=FLOAT)
+        require_same_dim(op, "sink weights and query heads", t.shape[0], q.shape[2], t, q)
     return TensorType(q.dtype, [q.shape[0], q.shape[1], q.shape[2], v.shape[3]], same_device(op, q, k, v))
 
 
@@ -283,15 +272,15 @@ def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None
 def _ragged_rule(q, k, v, q_rows, kv_rows, *rest, mask, scale, window, present, max_q, max_kv):
     op = "ragged_attention"
     q, k, v = _check_qkv(op, q, k, v, 3, mask, window)
-    _same(op, "key and value rows", k.shape[0], v.shape[0], k, v)
+    require_same_dim(op, "key and value rows", k.shape[0], v.shape[0], k, v)
     _check_qkv_heads(op, q, k, v)
-    qr, kr = _ints(op, q_rows, "input_row_offsets", 1), _ints(op, kv_rows, "kv_row_offsets", 1)
-    _same(op, "query and key/value batch sizes (row offsets)", qr.shape[0], kr.shape[0], qr, kr)
+    qr, kr = require_tensor_of(op, q_rows, "input_row_offsets", rank=1, kind=INT), require_tensor_of(op, kv_rows, "kv_row_offsets", rank=1, kind=INT)
+    require_same_dim(op, "query and key/value batch sizes (row offsets)", qr.shape[0], kr.shape[0], qr, kr)
     opt = _optional(("q_start", "kv_start"), present, rest)
     for name, t in opt.items():
         if t is not None:
-            t = _ints(op, t, name, 1)
-            _same(op, f"{name} and batch size + 1", t.shape[0] + 1, qr.shape[0], t, qr)
+            t = require_tensor_of(op, t, name, rank=1, kind=INT)
+            require_same_dim(op, f"{name} and batch size + 1", t.shape[0] + 1, qr.shape[0], t, qr)
     return TensorType(q.dtype, [q.shape[0], q.shape[1], v.shape[2]], same_device(op, q, k, v))
 
 
@@ -365,10 +354,10 @@ def _row_slots(blocks, lookup, row_offsets, start_pos, batch_offset, n_rows: int
 
 def _paged_check(op: str, blocks, lookup, layer, row_offsets, start_pos, batch_offset=None):
     pool = _pool(op, blocks)
-    lk = _ints(op, lookup, "lookup_table", 2)
-    _ints(op, row_offsets, "input_row_offsets", 1)
-    st = _ints(op, start_pos, "cache_lengths", 1)
-    _same(op, "cache_lengths and lookup_table batch sizes", st.shape[0], lk.shape[0], st, lk)
+    lk = require_tensor_of(op, lookup, "lookup_table", rank=2, kind=INT)
+    require_tensor_of(op, row_offsets, "input_row_offsets", rank=1, kind=INT)
+    st = require_tensor_of(op, start_pos, "cache_lengths", rank=1, kind=INT)
+    require_same_dim(op, "cache_lengths and lookup_table batch sizes", st.shape[0], lk.shape[0], st, lk)
     for name, t in (("layer_idx", layer), ("batch_offset", batch_offset)):
         if t is not None:
             t = require_tensor(op, t, name)
@@ -385,7 +374,7 @@ def _store_rule(blocks, x, lookup, layer, row_offsets, start_pos, batch_offset, 
     pool = _paged_check(op, blocks, lookup, layer, row_offsets, start_pos, batch_offset)
     if not isinstance(blocks, BufferType):
         raise OpError(f"{op}: blocks must be a buffer (the KV cache is written in place), got {fmt(blocks)}")
-    x = _float(op, x, "x", 3)
+    x = require_tensor_of(op, x, "x", rank=3, kind=FLOAT)
     if list(x.shape[1:]) != list(pool.shape[4:]):
         raise OpError(f"{op}: rows must be [n, n_kv_heads, head_dim] = [n, {pool.shape[4]}, {pool.shape[5]}], got {fmt(x)}")
     if not 0 <= kv_index < int(pool.shape[1]):
@@ -491,7 +480,7 @@ def kv_cache_gather(blocks, lookup_table, layer_idx, input_row_offsets, start_po
 def _paged_rule(q, blocks, lookup, layer, row_offsets, cache_lengths, *rest, mask, scale, window, present, v_dim):
     op = "paged_attention"
     pool = _paged_check(op, blocks, lookup, layer, row_offsets, cache_lengths)
-    q = _float(op, q, "input", 3)
+    q = require_tensor_of(op, q, "input", rank=3, kind=FLOAT)
     _check_mask(op, mask, window)
     if q.shape[2] != pool.shape[5]:
         raise OpError(f"{op}: input head_dim {q.shape[2]} does not match the cache's head_dim {pool.shape[5]} ({fmt(q)} vs {fmt(pool)})")
@@ -500,11 +489,11 @@ def _paged_rule(q, blocks, lookup, layer, row_offsets, cache_lengths, *rest, mas
         raise OpError(f"{op}: a cache with kv_dim {pool.shape[1]} holds no values; pass v_dim (MLA: values are the first v_dim latent dims)")
     opt = _optional(("kv_row_offsets", "sink"), present, rest)
     if opt["kv_row_offsets"] is not None:
-        t = _ints(op, opt["kv_row_offsets"], "kv_row_offsets", 1)
-        _same(op, "kv_row_offsets and input_row_offsets sizes", t.shape[0], row_offsets.shape[0], t, row_offsets)
+        t = require_tensor_of(op, opt["kv_row_offsets"], "kv_row_offsets", rank=1, kind=INT)
+        require_same_dim(op, "kv_row_offsets and input_row_offsets sizes", t.shape[0], row_offsets.shape[0], t, row_offsets)
     if opt["sink"] is not None:
-        t = _float(op, opt["sink"], "sink_weights", 1)
-        _same(op, "sink weights and query heads", t.shape[0], q.shape[1], t, q)
+        t = require_tensor_of(op, opt["sink"], "sink_weights", rank=1, kind=FLOAT)
+        require_same_dim(op, "sink weights and query heads", t.shape[0], q.shape[1], t, q)
     dv = pool.shape[5] if v_dim is None else Dim(v_dim)
     return TensorType(q.dtype, [q.shape[0], q.shape[1], dv], same_device(op, q, pool))
 
@@ -623,14 +612,14 @@ def paged_attention(q, blocks, lookup_table, layer_idx, input_row_offsets, cache
 
 def _rope_rule(x, freqs, row_offsets, start_pos, *rest, interleaved: bool, mrope_section):
     op = "rope_ragged"
-    x, f = _float(op, x, "input", 3), _float(op, freqs, "freqs_cis", 2)
+    x, f = require_tensor_of(op, x, "input", rank=3, kind=FLOAT), require_tensor_of(op, freqs, "freqs_cis", rank=2, kind=FLOAT)
     d = f.shape[1]
     if isinstance(d, StaticDim) and d.dim % 2:
         raise OpError(f"{op}: freqs_cis must be [max_seq_len, head_dim] with an even head_dim, got {fmt(f)}")
     if x.shape[2] != d:
         raise OpError(f"{op}: input head_dim {x.shape[2]} does not match freqs_cis head_dim {d} ({fmt(x)} vs {fmt(f)})")
-    _ints(op, row_offsets, "input_row_offsets", 1)
-    _ints(op, start_pos, "start_positions", 1)
+    require_tensor_of(op, row_offsets, "input_row_offsets", rank=1, kind=INT)
+    require_tensor_of(op, start_pos, "start_positions", rank=1, kind=INT)
     if rest:
         p = require_tensor(op, rest[0], "position_ids")
         want = 1 if mrope_section is None else 2

@@ -3,7 +3,8 @@
 Binary ops promote their operands with MAX's rules (`lowering.dtypes`) before
 their rule runs, so rules see equal dtypes; shapes broadcast numpy-style.
 
-Dtype classes (checked by each op's rule, error names the op and the type):
+Dtype classes (`_rules.Kind`, checked by each op's rule; the error names the
+op, the type and the fix):
 
 - *float*: transcendental math (``exp``, ``sqrt``, ``gelu``...) accepts
   floating-point inputs only; ints must be cast first.
@@ -79,23 +80,6 @@ __all__ = [
     "outer",
 ]
 
-# ─── dtype classes ────────────────────────────────────────────────────────
-
-# kind -> (accepts dtype, what the error says was expected, how to fix it)
-_KINDS: dict[str, tuple[Callable[[DType], bool], str, str]] = {
-    "float": (R.is_float, "a floating-point", "; cast it first, e.g. x.cast(DType.float32)"),
-    "numeric": (R.is_numeric, "a numeric (int or float)", "; cast bool inputs to a numeric dtype first"),
-    "bool": (R.is_bool, "a bool", "; compare to get a bool tensor (e.g. x != 0) or cast with x.cast(DType.bool)"),
-    "any": (lambda d: True, "any", ""),
-}
-
-
-def _check_kind(name: str, kind: str, types: list[TensorType]) -> None:
-    accepts, expected, hint = _KINDS[kind]
-    if not all(accepts(t.dtype) for t in types):
-        what = "input" if len(types) == 1 else "inputs"
-        raise OpError(f"{name}: expected {expected} dtype for {what}, got {R.fmt_all(types)}{hint}")
-
 
 def _require_value(name: str, x: Any) -> None:
     # MAX: unary graph ops on non-max objects (Python numbers, numpy arrays) are a TypeError.
@@ -109,18 +93,8 @@ def _require_value(name: str, x: Any) -> None:
 # ─── unary ops ────────────────────────────────────────────────────────────
 
 
-def _unary_rule(name: str, kind: str, out_dtype: DType | None = None) -> Callable[..., TensorType]:
-    def rule(x, **params: Any) -> TensorType:
-        t = R.require_tensor(name, x)
-        _check_kind(name, kind, [t])
-        return TensorType(out_dtype or t.dtype, t.shape, t.device)
-
-    rule.__name__ = f"{name}_rule"
-    return rule
-
-
-def _unary(name: str, kind: str, impl: Callable[..., Any], *, out_dtype: DType | None = None, differentiable: bool = True) -> OpDef:
-    return register(OpDef(name, rule=_unary_rule(name, kind, out_dtype), impl=impl, differentiable=differentiable))
+def _unary(name: str, kind: R.Kind, impl: Callable[..., Any], *, out_dtype: DType | None = None, differentiable: bool = True) -> OpDef:
+    return register(OpDef(name, rule=R.unary(name, kind, out_dtype=out_dtype), impl=impl, differentiable=differentiable))
 
 
 def _bind_unary(op: OpDef, x: Any, **params: Any):
@@ -164,33 +138,33 @@ def _trunc_impl(x):
     return x if not jnp.issubdtype(x.dtype, jnp.floating) else jnp.trunc(x)
 
 
-abs_p = _unary("abs", "numeric", jnp.abs)
-acos_p = _unary("acos", "float", _acos_impl)
-atanh_p = _unary("atanh", "float", jnp.arctanh)
-cos_p = _unary("cos", "float", jnp.cos)
-erf_p = _unary("erf", "float", lax.erf)
-exp_p = _unary("exp", "float", jnp.exp)
-floor_p = _unary("floor", "numeric", _floor_impl, differentiable=False)
-is_inf_p = _unary("is_inf", "numeric", jnp.isinf, out_dtype=DType.bool, differentiable=False)
-is_nan_p = _unary("is_nan", "numeric", jnp.isnan, out_dtype=DType.bool, differentiable=False)
-log_p = _unary("log", "float", jnp.log)
-log1p_p = _unary("log1p", "float", jnp.log1p)
-logical_not_p = _unary("logical_not", "bool", jnp.logical_not, differentiable=False)
-negate_p = _unary("negate", "numeric", jnp.negative)
-relu_p = _unary("relu", "numeric", lambda x: jnp.maximum(x, _zero_like(x)))
-round_p = _unary("round", "numeric", _round_impl, differentiable=False)
-rsqrt_p = _unary("rsqrt", "float", lax.rsqrt)
-sigmoid_p = _unary("sigmoid", "float", jax.nn.sigmoid)
-silu_p = _unary("silu", "float", lambda x: x * jax.nn.sigmoid(x))
-sin_p = _unary("sin", "float", jnp.sin)
-sqrt_p = _unary("sqrt", "float", jnp.sqrt)
-tanh_p = _unary("tanh", "float", jnp.tanh)
-trunc_p = _unary("trunc", "numeric", _trunc_impl, differentiable=False)
+abs_p = _unary("abs", R.NUMERIC, jnp.abs)
+acos_p = _unary("acos", R.FLOAT, _acos_impl)
+atanh_p = _unary("atanh", R.FLOAT, jnp.arctanh)
+cos_p = _unary("cos", R.FLOAT, jnp.cos)
+erf_p = _unary("erf", R.FLOAT, lax.erf)
+exp_p = _unary("exp", R.FLOAT, jnp.exp)
+floor_p = _unary("floor", R.NUMERIC, _floor_impl, differentiable=False)
+is_inf_p = _unary("is_inf", R.NUMERIC, jnp.isinf, out_dtype=DType.bool, differentiable=False)
+is_nan_p = _unary("is_nan", R.NUMERIC, jnp.isnan, out_dtype=DType.bool, differentiable=False)
+log_p = _unary("log", R.FLOAT, jnp.log)
+log1p_p = _unary("log1p", R.FLOAT, jnp.log1p)
+logical_not_p = _unary("logical_not", R.BOOL, jnp.logical_not, differentiable=False)
+negate_p = _unary("negate", R.NUMERIC, jnp.negative)
+relu_p = _unary("relu", R.NUMERIC, lambda x: jnp.maximum(x, _zero_like(x)))
+round_p = _unary("round", R.NUMERIC, _round_impl, differentiable=False)
+rsqrt_p = _unary("rsqrt", R.FLOAT, lax.rsqrt)
+sigmoid_p = _unary("sigmoid", R.FLOAT, jax.nn.sigmoid)
+silu_p = _unary("silu", R.FLOAT, lambda x: x * jax.nn.sigmoid(x))
+sin_p = _unary("sin", R.FLOAT, jnp.sin)
+sqrt_p = _unary("sqrt", R.FLOAT, jnp.sqrt)
+tanh_p = _unary("tanh", R.FLOAT, jnp.tanh)
+trunc_p = _unary("trunc", R.NUMERIC, _trunc_impl, differentiable=False)
 
 _GELU_MODES = ("none", "tanh", "quick")
 
 
-_gelu_type = _unary_rule("gelu", "float")
+_gelu_type = R.unary("gelu", R.FLOAT)
 
 
 def _gelu_rule(x, *, approximate: str) -> TensorType:
@@ -520,27 +494,8 @@ def trunc(x):
 # ─── binary ops ───────────────────────────────────────────────────────────
 
 
-def _binary_rule(name: str, kind: str, out_dtype: Callable[[DType], DType] | DType | None = None) -> Callable[..., TensorType]:
-    def rule(lhs, rhs) -> TensorType:
-        ts = [R.require_tensor(name, lhs, "lhs"), R.require_tensor(name, rhs, "rhs")]
-        if ts[0].dtype is not ts[1].dtype:
-            # Only reachable by binding without promotion (bind promotes first).
-            raise OpError(f"{name}: inputs must have the same dtype, got {R.fmt_all(ts)}")
-        _check_kind(name, kind, ts)
-        device = R.same_device(name, *ts)
-        shape = R.broadcast_shapes(name, ts[0].shape, ts[1].shape)
-        dt = ts[0].dtype
-        out = dt if out_dtype is None else (out_dtype if isinstance(out_dtype, DType) else out_dtype(dt))
-        return TensorType(out, shape, device)
-
-    rule.__name__ = f"{name}_rule"
-    return rule
-
-
-def _binary(name: str, kind: str, impl: Callable[..., Any], *, out_dtype=None, differentiable: bool = True) -> OpDef:
-    return register(
-        OpDef(name, rule=_binary_rule(name, kind, out_dtype), impl=impl, promote=(0, 1), differentiable=differentiable)
-    )
+def _binary(name: str, kind: R.Kind, impl: Callable[..., Any], *, out_dtype=None, differentiable: bool = True) -> OpDef:
+    return register(OpDef(name, rule=R.binary(name, kind, out_dtype=out_dtype), impl=impl, promote=(0, 1), differentiable=differentiable))
 
 
 def _div_out_dtype(d: DType) -> DType:
@@ -560,21 +515,21 @@ def _pow_impl(lhs, rhs):
     return jnp.power(lhs, rhs)
 
 
-add_p = _binary("add", "numeric", jnp.add)
-sub_p = _binary("sub", "numeric", jnp.subtract)
-mul_p = _binary("mul", "numeric", jnp.multiply)
-div_p = _binary("div", "numeric", _div_impl, out_dtype=_div_out_dtype)
+add_p = _binary("add", R.NUMERIC, jnp.add)
+sub_p = _binary("sub", R.NUMERIC, jnp.subtract)
+mul_p = _binary("mul", R.NUMERIC, jnp.multiply)
+div_p = _binary("div", R.NUMERIC, _div_impl, out_dtype=_div_out_dtype)
 # jnp.remainder / floor_divide follow Python: the remainder takes the divisor's sign.
-mod_p = _binary("mod", "numeric", jnp.remainder)
-floor_div_p = _binary("floor_div", "numeric", jnp.floor_divide, differentiable=False)
-pow_p = _binary("pow", "numeric", _pow_impl)
-equal_p = _binary("equal", "any", jnp.equal, out_dtype=DType.bool, differentiable=False)
-not_equal_p = _binary("not_equal", "any", jnp.not_equal, out_dtype=DType.bool, differentiable=False)
-greater_p = _binary("greater", "any", jnp.greater, out_dtype=DType.bool, differentiable=False)
-greater_equal_p = _binary("greater_equal", "any", jnp.greater_equal, out_dtype=DType.bool, differentiable=False)
-logical_and_p = _binary("logical_and", "bool", jnp.logical_and, differentiable=False)
-logical_or_p = _binary("logical_or", "bool", jnp.logical_or, differentiable=False)
-logical_xor_p = _binary("logical_xor", "bool", jnp.logical_xor, differentiable=False)
+mod_p = _binary("mod", R.NUMERIC, jnp.remainder)
+floor_div_p = _binary("floor_div", R.NUMERIC, jnp.floor_divide, differentiable=False)
+pow_p = _binary("pow", R.NUMERIC, _pow_impl)
+equal_p = _binary("equal", R.ANY, jnp.equal, out_dtype=DType.bool, differentiable=False)
+not_equal_p = _binary("not_equal", R.ANY, jnp.not_equal, out_dtype=DType.bool, differentiable=False)
+greater_p = _binary("greater", R.ANY, jnp.greater, out_dtype=DType.bool, differentiable=False)
+greater_equal_p = _binary("greater_equal", R.ANY, jnp.greater_equal, out_dtype=DType.bool, differentiable=False)
+logical_and_p = _binary("logical_and", R.BOOL, jnp.logical_and, differentiable=False)
+logical_or_p = _binary("logical_or", R.BOOL, jnp.logical_or, differentiable=False)
+logical_xor_p = _binary("logical_xor", R.BOOL, jnp.logical_xor, differentiable=False)
 
 
 @front(add_p)
@@ -837,7 +792,7 @@ def _outer_rule(lhs, rhs) -> TensorType:
     ts = [R.require_tensor("outer", lhs, "lhs"), R.require_tensor("outer", rhs, "rhs")]
     if ts[0].dtype is not ts[1].dtype:
         raise OpError(f"outer: inputs must have the same dtype, got {R.fmt_all(ts)}")
-    _check_kind("outer", "numeric", ts)
+    R.require_kind("outer", R.NUMERIC, ts)
     device = R.same_device("outer", *ts)
     return TensorType(ts[0].dtype, [_num_elements(ts[0].shape), _num_elements(ts[1].shape)], device)
 

@@ -54,28 +54,7 @@ FLOAT8_DTYPES = (DType.float8_e4m3fn, DType.float8_e4m3fnuz, DType.float8_e5m2, 
 _EMPTY_EXPERT = np.uint32(0xFFFFFFFF)  # expert_ids padding: "no expert in this slot"
 
 
-# ─── rule helpers ─────────────────────────────────────────────────────────
-
-
-def _tensor(op: str, t: Any, name: str, *, rank: int | tuple[int, ...] | None = None, kind: str | None = None) -> TensorType:
-    t = R.require_tensor(op, t, name)
-    ranks = (rank,) if isinstance(rank, int) else rank
-    if ranks is not None and t.rank not in ranks:
-        raise OpError(f"{op}: {name} must have rank {' or '.join(map(str, ranks))}, got {R.fmt(t)}")
-    checks = {
-        "float": (lambda d: d.is_float(), "a float"),
-        "float8": (lambda d: d in FLOAT8_DTYPES, "a float8"),
-        "int": (lambda d: d.is_integral(), "an integer"),
-    }
-    if kind is not None:
-        pred, what = checks[kind]
-        if not pred(t.dtype):
-            raise OpError(f"{op}: {name} must have {what} dtype, got {R.fmt(t)}")
-    return t
-
-
-def _static(op: str, d: Dim, what: str) -> int:
-    return R.static_int(op, d, what)
+# ─── scale checks ─────────────────────────────────────────────────────────
 
 
 def _check_scale_dim(op: str, scale_dim: Dim, dim: Dim, shapes: str, axis: int) -> None:
@@ -125,8 +104,8 @@ def _f8_limit(dtype: DType) -> float:
 
 def _quantize_static_rule(x, scale, *, scale_is_inverted: bool, out_dtype: DType) -> TensorType:
     op = "quantize_static_scaled_float8"
-    x = _tensor(op, x, "x", kind="float")
-    s = _tensor(op, scale, "scale", kind="float")
+    x = R.require_tensor(op, x, "x", kind=R.FLOAT)
+    s = R.require_tensor(op, scale, "scale", kind=R.FLOAT)
     if any(d != 1 for d in s.shape):
         raise OpError(f"{op}: scale must be a scalar (shape [] or [1]), got {R.fmt(s)}")
     if out_dtype not in FLOAT8_DTYPES:
@@ -167,9 +146,9 @@ def quantize_static_float8(x, scale, scale_is_inverted: bool = True, out_dtype: 
 
 def _quantize_dynamic_rule(x, *, group_size: int, scale_ub: float, out_dtype: DType, scales_dtype: DType):
     op = "quantize_dynamic_scaled_float8"
-    x = _tensor(op, x, "input", kind="float")
+    x = R.require_tensor(op, x, "input", kind=R.FLOAT)
     R.require_rank(op, x, lambda r: r >= 2, ">= 2", "input")
-    k = _static(op, x.shape[-1], "the last dim of input")
+    k = R.static_int(op, x.shape[-1], "the last dim of input")
     g = k if group_size == -1 else group_size
     if g <= 0 or k % g:
         raise OpError(f"{op}: group_size_or_per_token={group_size} must be -1 or a positive divisor of the last dim {k}: input {R.fmt(x)}")
@@ -243,10 +222,10 @@ def quantize_dynamic_float8(x, group_size: int = -1, scale_ub: float = 1200.0, o
 
 def _scaled_matmul_rule(a, b, a_scales, b_scales, *, out_dtype: DType) -> TensorType:
     op = "scaled_matmul"
-    a = _tensor(op, a, "a", rank=(2, 3), kind="float8")
-    b = _tensor(op, b, "b", rank=(2, 3), kind="float8")
-    sa = _tensor(op, a_scales, "a_scales", kind="float")
-    sb = _tensor(op, b_scales, "b_scales", kind="float")
+    a = R.require_tensor(op, a, "a", rank=(2, 3), kind=R.FLOAT8)
+    b = R.require_tensor(op, b, "b", rank=(2, 3), kind=R.FLOAT8)
+    sa = R.require_tensor(op, a_scales, "a_scales", kind=R.FLOAT)
+    sb = R.require_tensor(op, b_scales, "b_scales", kind=R.FLOAT)
     shapes = f"a {R.fmt(a)}, b {R.fmt(b)} (b is transposed: [..., N, K])"
     if a.dtype is not b.dtype:
         raise OpError(f"{op}: a and b must have the same float8 dtype, got {shapes}")
@@ -296,11 +275,11 @@ def scaled_matmul(a, b, a_scales, b_scales, out_dtype: DType = DType.bfloat16):
 
 
 def _grouped_rule_common(op: str, h: Any, w: Any, starts: Any, ids: Any, stats: Any) -> tuple[TensorType, TensorType]:
-    h = _tensor(op, h, "hidden_states", rank=2)
-    w = _tensor(op, w, "weight", rank=3)
-    starts = _tensor(op, starts, "expert_start_indices", rank=1, kind="int")
-    ids = _tensor(op, ids, "expert_ids", rank=1, kind="int")
-    stats = _tensor(op, stats, "expert_usage_stats", rank=1, kind="int")
+    h = R.require_tensor(op, h, "hidden_states", rank=2)
+    w = R.require_tensor(op, w, "weight", rank=3)
+    starts = R.require_tensor(op, starts, "expert_start_indices", rank=1, kind=R.INT)
+    ids = R.require_tensor(op, ids, "expert_ids", rank=1, kind=R.INT)
+    stats = R.require_tensor(op, stats, "expert_usage_stats", rank=1, kind=R.INT)
     shapes = f"hidden_states {R.fmt(h)}, weight {R.fmt(w)}, expert_ids {R.fmt(ids)}, expert_start_indices {R.fmt(starts)}"
     if w.shape[2] != h.shape[1]:
         raise OpError(f"{op}: weight must be [num_experts, N, {h.shape[1]}] (transposed per expert): {shapes}")
@@ -366,11 +345,11 @@ def _grouped_scaled_rule(h, w, a_scales, b_scales, starts, ids, stats, *, out_dt
     op = "grouped_dynamic_scaled_fp8_matmul"
     h, w = _grouped_rule_common(op, h, w, starts, ids, stats)
     for t, name in ((h, "hidden_states"), (w, "weight")):
-        _tensor(op, t, name, kind="float8")
+        R.require_tensor(op, t, name, kind=R.FLOAT8)
     if h.dtype is not w.dtype:
         raise OpError(f"{op}: hidden_states and weight must share a float8 dtype, got {R.fmt(h)} and {R.fmt(w)}")
-    _check_scales(op, h, _tensor(op, a_scales, "a_scales", kind="float"), "hidden_states", "a_scales")
-    _check_scales(op, w, _tensor(op, b_scales, "b_scales", kind="float"), "weight", "b_scales")
+    _check_scales(op, h, R.require_tensor(op, a_scales, "a_scales", kind=R.FLOAT), "hidden_states", "a_scales")
+    _check_scales(op, w, R.require_tensor(op, b_scales, "b_scales", kind=R.FLOAT), "weight", "b_scales")
     return TensorType(out_dtype, [h.shape[0], w.shape[1]], R.same_device(op, h, w))
 
 
@@ -423,7 +402,7 @@ def grouped_scaled_matmul_ragged(hidden_states, weight, a_scales, b_scales, expe
 
 def _moe_indices_rule(topk_ids, *, num_experts: int):
     op = "moe_create_indices"
-    t = _tensor(op, topk_ids, "topk_ids", rank=1, kind="int")
+    t = R.require_tensor(op, topk_ids, "topk_ids", rank=1, kind=R.INT)
     if num_experts <= 0:
         raise OpError(f"{op}: num_local_experts must be positive, got {num_experts}")
     u32 = lambda shape: TensorType(DType.uint32, shape, t.device)  # noqa: E731
@@ -491,11 +470,11 @@ def moe_create_indices(topk_ids, num_local_experts: int):
 
 def _sgmv_rule(x, lora, ids, ranks, offsets, *bias, mask_rank: bool) -> TensorType:
     op = "sgmv"
-    x = _tensor(op, x, "input", rank=2, kind="float")
-    lo = _tensor(op, lora, "lora", rank=3, kind="float")
-    ids = _tensor(op, ids, "lora_ids", rank=1, kind="int")
-    ranks = _tensor(op, ranks, "lora_ranks", rank=1, kind="int")
-    off = _tensor(op, offsets, "input_row_offsets", rank=1, kind="int")
+    x = R.require_tensor(op, x, "input", rank=2, kind=R.FLOAT)
+    lo = R.require_tensor(op, lora, "lora", rank=3, kind=R.FLOAT)
+    ids = R.require_tensor(op, ids, "lora_ids", rank=1, kind=R.INT)
+    ranks = R.require_tensor(op, ranks, "lora_ranks", rank=1, kind=R.INT)
+    off = R.require_tensor(op, offsets, "input_row_offsets", rank=1, kind=R.INT)
     shapes = f"input {R.fmt(x)}, lora {R.fmt(lo)}, lora_ids {R.fmt(ids)}, lora_ranks {R.fmt(ranks)}, row offsets {R.fmt(off)}"
     if lo.shape[2] != x.shape[1]:
         raise OpError(f"{op}: lora must be [num_loras, out_dim, {x.shape[1]}]: {shapes}")
@@ -504,7 +483,7 @@ def _sgmv_rule(x, lora, ids, ranks, offsets, *bias, mask_rank: bool) -> TensorTy
     if lo.dtype is not x.dtype:
         raise OpError(f"{op}: input and lora must share a dtype: {shapes}")
     if bias:
-        b = _tensor(op, bias[0], "bias", rank=2)
+        b = R.require_tensor(op, bias[0], "bias", rank=2)
         if b.shape[0] != lo.shape[0] or b.shape[1] != lo.shape[1] or b.dtype is not x.dtype:
             raise OpError(f"{op}: bias must be {x.dtype.name}[{lo.shape[0]}, {lo.shape[1]}] (one row per LoRA), got {R.fmt(b)}")
     return TensorType(x.dtype, [x.shape[0], lo.shape[1]], R.same_device(op, x, lo))
@@ -564,9 +543,9 @@ def sgmv(input, lora, lora_ids, lora_ranks, input_row_offsets, bias=None, mask_r
 
 def _sampling_rule(logits, top_k, temperature, top_p, seed, *, max_k: int, use_top_p: bool) -> TensorType:
     op = "topk_fused_sampling"
-    lg = _tensor(op, logits, "logits", rank=2, kind="float")
-    for t, name, kind in ((top_k, "top_k", "int"), (temperature, "temperature", "float"), (top_p, "top_p", "float"), (seed, "seed", "int")):
-        t = _tensor(op, t, name, rank=1, kind=kind)
+    lg = R.require_tensor(op, logits, "logits", rank=2, kind=R.FLOAT)
+    for t, name, kind in ((top_k, "top_k", R.INT), (temperature, "temperature", R.FLOAT), (top_p, "top_p", R.FLOAT), (seed, "seed", R.INT)):
+        t = R.require_tensor(op, t, name, rank=1, kind=kind)
         if t.shape[0] != lg.shape[0]:
             raise OpError(f"{op}: {name} must have one entry per batch row ({lg.shape[0]}), got {R.fmt(t)}")
     vocab = lg.shape[1]
@@ -631,10 +610,10 @@ def topk_sampling(logits, top_k, temperature, top_p, seed, max_k: int, use_top_p
 
 def _merge_rule(a, a_off, b, b_off):
     op = "merge_ragged_tensors"
-    a = _tensor(op, a, "a")
-    b = _tensor(op, b, "b")
-    ao = _tensor(op, a_off, "a_row_offsets", rank=1, kind="int")
-    bo = _tensor(op, b_off, "b_row_offsets", rank=1, kind="int")
+    a = R.require_tensor(op, a, "a")
+    b = R.require_tensor(op, b, "b")
+    ao = R.require_tensor(op, a_off, "a_row_offsets", rank=1, kind=R.INT)
+    bo = R.require_tensor(op, b_off, "b_row_offsets", rank=1, kind=R.INT)
     shapes = f"a {R.fmt(a)}, b {R.fmt(b)}"
     if a.dtype is not b.dtype:
         raise OpError(f"{op}: a and b must have the same dtype, got {shapes}")
@@ -690,8 +669,8 @@ def merge_ragged_tensors(a, a_row_offsets, b, b_row_offsets):
 
 
 def _freq_rule_common(op: str, fd: Any, fo: Any) -> tuple[TensorType, TensorType]:
-    fd = _tensor(op, fd, "frequency_data", rank=2, kind="int")
-    fo = _tensor(op, fo, "frequency_offsets", rank=1, kind="int")
+    fd = R.require_tensor(op, fd, "frequency_data", rank=2, kind=R.INT)
+    fo = R.require_tensor(op, fo, "frequency_offsets", rank=1, kind=R.INT)
     if fd.shape[1] != 2:
         raise OpError(f"{op}: frequency_data must be [unique_tokens, 2] (token id, count), got {R.fmt(fd)}")
     return fd, fo
@@ -699,12 +678,12 @@ def _freq_rule_common(op: str, fd: Any, fo: Any) -> tuple[TensorType, TensorType
 
 def _penalties_rule(logits, fd, fo, fp, pp, rp) -> TensorType:
     op = "apply_penalties_to_logits"
-    lg = _tensor(op, logits, "logits", rank=2, kind="float")
+    lg = R.require_tensor(op, logits, "logits", rank=2, kind=R.FLOAT)
     fd, fo = _freq_rule_common(op, fd, fo)
     if fo.shape[0] != lg.shape[0] + 1:
         raise OpError(f"{op}: frequency_offsets must be [batch + 1] = [{lg.shape[0] + 1}], got {R.fmt(fo)}")
     for t, name in ((fp, "frequency_penalty"), (pp, "presence_penalty"), (rp, "repetition_penalty")):
-        t = _tensor(op, t, name, kind="float")
+        t = R.require_tensor(op, t, name, kind=R.FLOAT)
         if any(d != 1 for d in t.shape):
             raise OpError(f"{op}: {name} must be a scalar, got {R.fmt(t)}")
     return lg
@@ -757,7 +736,7 @@ def apply_penalties(logits, frequency_data, frequency_offsets, frequency_penalty
 def _update_freq_rule(fd, fo, tokens) -> TensorType:
     op = "update_frequency_data"
     fd, fo = _freq_rule_common(op, fd, fo)
-    t = _tensor(op, tokens, "tokens", rank=1, kind="int")
+    t = R.require_tensor(op, tokens, "tokens", rank=1, kind=R.INT)
     if fo.shape[0] != t.shape[0] + 1:
         raise OpError(f"{op}: frequency_offsets must have one more entry than tokens, got {R.fmt(fo)} and {R.fmt(t)}")
     return fd

@@ -44,41 +44,7 @@ __all__ = [
 ]
 
 
-# ─── argument helpers ─────────────────────────────────────────────────────
-
-
-def _int(op: str, v: Any, name: str, minimum: int) -> int:
-    if isinstance(v, StaticDim):
-        v = v.dim
-    if isinstance(v, (bool, np.bool_)) or not hasattr(v, "__index__"):
-        raise TypeError(f"{op}: {name} must be ints, got {type(v).__name__} {v!r}")
-    v = int(v)
-    if v < minimum:
-        raise OpError(f"{op}: {name} must be >= {minimum}, got {v}")
-    return v
-
-
-def _ints(op: str, value: Any, n: int, name: str, *, minimum: int = 0, scalar_ok: bool = True) -> tuple[int, ...]:
-    """``n`` ints from a sequence of ``n`` (or one int replicated, if ``scalar_ok``)."""
-    if scalar_ok and not isinstance(value, (str, bytes)) and not isinstance(value, Iterable):
-        return (_int(op, value, name, minimum),) * n
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise TypeError(f"{op}: {name} must be a sequence of {n} ints, got {type(value).__name__} {value!r}")
-    vals = tuple(value)
-    if len(vals) != n:
-        raise OpError(f"{op}: {name} must have {n} values, got {len(vals)}: {value!r}")
-    return tuple(_int(op, v, name, minimum) for v in vals)
-
-
-def _enum(op: str, value: Any, cls: type[enum.Enum], name: str) -> enum.Enum:
-    if isinstance(value, cls):
-        return value
-    if isinstance(value, str):
-        for member in cls:
-            if value.lower() in (member.value.lower(), member.name.lower()):
-                return member
-    options = ", ".join(m.name for m in cls)
-    raise OpError(f"{op}: {name} must be a {cls.__name__} ({options}), got {value!r}")
+# ─── window geometry ──────────────────────────────────────────────────────
 
 
 def _window_out(op: str, size: Dim, k: int, s: int, d: int, pad: int, ceil_mode: bool, what: str) -> Dim:
@@ -258,11 +224,11 @@ conv2d_transpose_p = register(
 
 def _conv_params(op: str, nd: int, stride, dilation, padding, input_layout, filter_layout) -> dict[str, Any]:
     return {
-        "stride": _ints(op, stride, nd, "stride", minimum=1),
-        "dilation": _ints(op, dilation, nd, "dilation", minimum=1),
-        "padding": _ints(op, padding, 2 * nd, "padding", scalar_ok=False),
-        "input_layout": _enum(op, input_layout, ConvInputLayout, "input_layout"),
-        "filter_layout": _enum(op, filter_layout, FilterLayout, "filter_layout"),
+        "stride": R.int_params(op, stride, nd, "stride", minimum=1),
+        "dilation": R.int_params(op, dilation, nd, "dilation", minimum=1),
+        "padding": R.int_params(op, padding, 2 * nd, "padding", scalar_ok=False),
+        "input_layout": R.enum_param(op, input_layout, ConvInputLayout, "input_layout"),
+        "filter_layout": R.enum_param(op, filter_layout, FilterLayout, "filter_layout"),
     }
 
 
@@ -311,7 +277,7 @@ def conv2d(
         TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[0.0, 3.0], [9.0, 24.0]]
     """
     params = _conv_params("conv2d", 2, stride, dilation, padding, input_layout, filter_layout)
-    return bind(conv2d_p, *_inputs(x, filter, bias), groups=_int("conv2d", groups, "groups", 1), **params)
+    return bind(conv2d_p, *_inputs(x, filter, bias), groups=R.int_param("conv2d", groups, "groups", 1), **params)
 
 
 @front(conv3d_p)
@@ -347,7 +313,7 @@ def conv3d(
         [Dim(1), Dim(3), Dim(3), Dim(3), Dim(1)]
     """
     params = _conv_params("conv3d", 3, stride, dilation, padding, input_layout, filter_layout)
-    return bind(conv3d_p, *_inputs(x, filter, bias), groups=_int("conv3d", groups, "groups", 1), **params)
+    return bind(conv3d_p, *_inputs(x, filter, bias), groups=R.int_param("conv3d", groups, "groups", 1), **params)
 
 
 @front(conv2d_transpose_p)
@@ -394,7 +360,7 @@ def conv2d_transpose(
     """
     op = "conv2d_transpose"
     params = _conv_params(op, 2, stride, dilation, padding, input_layout, filter_layout)
-    ops_ = _ints(op, output_paddings, 2, "output_paddings")
+    ops_ = R.int_params(op, output_paddings, 2, "output_paddings")
     for i in range(2):
         if ops_[i] >= params["stride"][i] and ops_[i] >= params["dilation"][i]:
             raise OpError(
@@ -413,11 +379,11 @@ def _pool_geometry(op: str, kernel_size, stride, dilation, padding) -> dict[str,
     kernel = tuple(Dim(k) for k in kernel_size)
     if not all(isinstance(k, StaticDim) for k in kernel):
         raise OpError(f"{op}: kernel_size must be static, got {kernel_size!r}")
-    pad = _ints(op, padding, 2, "padding")
+    pad = R.int_params(op, padding, 2, "padding")
     return {
-        "kernel_size": _ints(op, kernel, 2, "kernel_size", minimum=1),
-        "stride": _ints(op, stride, 2, "stride", minimum=1),
-        "dilation": _ints(op, dilation, 2, "dilation", minimum=1),
+        "kernel_size": R.int_params(op, kernel, 2, "kernel_size", minimum=1),
+        "stride": R.int_params(op, stride, 2, "stride", minimum=1),
+        "dilation": R.int_params(op, dilation, 2, "dilation", minimum=1),
         # MAX pads (pad_h, pad_h, pad_w, pad_w).
         "padding": (pad[0], pad[0], pad[1], pad[1]),
     }
@@ -621,10 +587,10 @@ def fold(input, output_size, kernel_size, stride=1, dilation=1, padding=0):
         fold_p,
         input,
         output_size=tuple(Dim(d) for d in output_size),
-        kernel_size=_ints(op, kernel, 2, "kernel_size", minimum=1),
-        stride=_ints(op, stride, 2, "stride", minimum=1),
-        dilation=_ints(op, dilation, 2, "dilation", minimum=1),
-        padding=_ints(op, padding, 2, "padding"),
+        kernel_size=R.int_params(op, kernel, 2, "kernel_size", minimum=1),
+        stride=R.int_params(op, stride, 2, "stride", minimum=1),
+        dilation=R.int_params(op, dilation, 2, "dilation", minimum=1),
+        padding=R.int_params(op, padding, 2, "padding"),
     )
 
 
@@ -735,7 +701,7 @@ def resize(input, shape, interpolation=InterpolationMode.BILINEAR):
     dims = tuple(Dim(d) for d in shape)
     if len(dims) != 4:
         raise OpError(f"{op}: shape must have 4 elements (N, C, H, W), got {len(dims)}: {list(dims)}")
-    mode = _enum(op, interpolation, InterpolationMode, "interpolation")
+    mode = R.enum_param(op, interpolation, InterpolationMode, "interpolation")
     return bind(resize_p, input, shape=dims, interpolation=mode)
 
 
@@ -820,11 +786,11 @@ def irfft(input_tensor, n=None, axis=-1, normalization=Normalization.BACKWARD, i
     """
     op = "irfft"
     if n is not None:
-        n = _int(op, n, "n", 1)
+        n = R.int_param(op, n, "n", 1)
     if isinstance(axis, bool) or not hasattr(axis, "__index__"):
         raise TypeError(f"{op}: axis must be an int, got {type(axis).__name__} {axis!r}")
     norm = normalization.value if isinstance(normalization, enum.Enum) else normalization
     if not isinstance(norm, str) or norm.lower() not in {m.value for m in Normalization}:
         raise OpError(f"{op}: invalid normalization {normalization!r}; expected 'backward', 'ortho' or 'forward'")
-    _int(op, buffer_size_mb, "buffer_size_mb", 0)
+    R.int_param(op, buffer_size_mb, "buffer_size_mb", 0)
     return bind(irfft_p, input_tensor, n=n, axis=int(axis), normalization=norm.lower(), input_is_complex=bool(input_is_complex))
