@@ -24,6 +24,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from tqdm.auto import tqdm
 
 from lowering.dtypes import DType
 from lowering.types import DeviceRef, TensorType
@@ -32,7 +33,9 @@ from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn import Module
 from maxfx.graph import ops
+from maxfx.models._config import GPT2Config
 from maxfx.models._layers import positions
+from maxfx.models._source import RandomSource
 
 __all__ = ["CausalLM", "GenerationStats", "compile_counts"]
 
@@ -51,8 +54,6 @@ class CausalLM(Module):
     @classmethod
     def random(cls, config: Any, seed: int = 0, dtype: DType = DType.float32) -> CausalLM:
         """A randomly initialised model (numpy normal init, reproducible from ``seed``)."""
-        from maxfx.models._source import RandomSource  # noqa: PLC0415
-
         return cls.from_source(config, RandomSource(seed, dtype))
 
     # -- forward -----------------------------------------------------------
@@ -162,8 +163,6 @@ class GenerationStats:
 
 
 def _progress(enabled: bool, total: int) -> Any:
-    from tqdm.auto import tqdm  # noqa: PLC0415
-
     return tqdm(total=total, desc="generating", unit="tok", disable=not enabled, leave=False)
 
 
@@ -267,7 +266,7 @@ class _Steps(Iterator[np.ndarray]):
         lengths = np.array([len(r) for r in rows], np.int64)
         need = int(lengths.max()) + int(max_new_tokens)
         limit = getattr(model.config, "max_position_embeddings", None)
-        if isinstance(model.config, _learned_positions()) and need > limit:
+        if isinstance(model.config, GPT2Config) and need > limit:
             raise ValueError(f"{name}.generate: prompt ({int(lengths.max())}) + max_new_tokens ({max_new_tokens}) exceeds the {limit} learned positions")
         t = _bucket(int(lengths.max()))
         self._length = _round_up(max(t, need), 64)
@@ -324,9 +323,3 @@ class _Steps(Iterator[np.ndarray]):
 
 def _vocab(model: Any) -> int:
     return int(model.config.vocab_size)
-
-
-def _learned_positions() -> type:
-    from maxfx.models._config import GPT2Config  # noqa: PLC0415
-
-    return GPT2Config

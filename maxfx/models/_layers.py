@@ -21,7 +21,7 @@ from lowering.dtypes import DType
 from lowering.quantization import QuantizationEncoding
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
-from maxfx.experimental.nn import Embedding, Linear, Module
+from maxfx.experimental.nn import Embedding, Linear, Module, QuantizedLinear
 from maxfx.graph import ops
 from maxfx.nn._q8 import q8_lookup, q8_matmul
 from maxfx.nn._rope import apply_rope, rope_cos_sin
@@ -78,6 +78,7 @@ class Q8Embedding(Module):
         return q8_lookup(self.values, self.scales, _index(ids), DType.float32)
 
     def as_linear(self) -> Q8Linear:
+        """The ``hidden → vocab`` product over the same Q8_0 table (a tied head)."""
         return Q8Linear(self.values, self.scales)
 
 
@@ -90,6 +91,10 @@ class PackedEmbedding(Module):
 
     def forward(self, ids: Tensor) -> Tensor:
         return ops.dequantize(self.encoding, ops.gather(self.weight, _index(ids), axis=0))
+
+    def as_linear(self) -> QuantizedLinear:
+        """The ``hidden → vocab`` product over the same packed table (a tied head)."""
+        return QuantizedLinear(self.weight, self.encoding)
 
 
 def _index(ids: Tensor) -> Tensor:

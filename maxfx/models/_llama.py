@@ -1,24 +1,122 @@
-"""Llama (``LlamaForCausalLM``) as a tree of eager Modules.
+"""Llama: the one definition behind `load_pretrained` (eager Modules) and `load_pretrained_graph` (a `maxfx.nn` graph).
 
-Parameter names follow Hugging Face's (``model.layers.0.self_attn.q_proj.weight``),
-so ``model.state_dict()`` lines up with a safetensors checkpoint. The decoder
-layers sit in a `Sequential` of identical blocks, which `Module.compile` traces
-once and loops over.
+Three parts, each written once, all driven by `LlamaConfig`:
+
+- `read_llama`: every tensor of the model by Hugging Face name, with its shape
+  and how it is stored (the only place that names and shapes Llama's tensors).
+  It reads through the public `ParamSource` interface, so safetensors, ``.bin``,
+  GGUF and random init all go through it.
+- `LlamaForCausalLM.from_parameters`: those tensors as eager Modules
+  (``model.layers.0.self_attn.q_proj.weight`` stays the parameter name), run by
+  `CausalLM` (padded batches, a dense KV cache, ``jax.jit``-ed steps).
+- `llama_transformer`: the same tensors as a `maxfx.nn.Transformer` over a ragged
+  batch and the paged KV cache (`graph_weights` names them for ``weights_registry``),
+  run by `maxfx.models.LlamaGraphModel`.
+
+Both realizations share the layer math of `maxfx.nn` (``_q8``, ``_rope``,
+``attention``). A Llama-family variant (projection biases, q/k norms, a sliding
+window, fused projections, ...) is a `LlamaConfig` field that these three
+places read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
+from lowering.dtypes import DType
+from lowering.quantization import QuantizationEncoding
+from maxfx import nn
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn import Module, RMSNorm, Sequential
+from maxfx.graph import DeviceRef
 from maxfx.models._config import LlamaConfig
 from maxfx.models._generate import CausalLM
-from maxfx.models._layers import PackedEmbedding, Q8Embedding, attention_with_cache, positions, rope
-from maxfx.models._source import ParamSource
+from maxfx.models._layers import attention_with_cache, positions, rope
+from maxfx.models._source import Q8_0, ParamSource, StoredTensor, eager_embedding, eager_linear, eager_tensor
+from maxfx.nn._q8 import Q8AttentionWithRope, Q8Embedding, Q8Linear, split_q8_0
+from maxfx.nn.attention import AttentionWithRope, GGUFQAttentionWithRope
+from maxfx.nn.kv_cache import KVCacheParams
+from maxfx.nn.transformer import ReturnLogits, Transformer, TransformerBlock
 
-__all__ = ["LlamaAttention", "LlamaDecoderLayer", "LlamaForCausalLM", "LlamaMLP", "LlamaModel"]
+__all__ = [
+    "LlamaAttention",
+    "LlamaDecoderLayer",
+    "LlamaForCausalLM",
+    "LlamaMLP",
+    "LlamaModel",
+    "graph_dtype",
+    "graph_weights",
+    "llama_transformer",
+    "read_llama",
+]
+
+_PROJ = ("q_proj", "k_proj", "v_proj", "o_proj")
+_MLP = ("gate_proj", "up_proj", "down_proj")
+_NORMS = ("input_layernorm", "post_attention_layernorm")
+
+
+# ─── the tensors ──────────────────────────────────────────────────────────
+
+
+def _matrices(c: LlamaConfig) -> dict[str, tuple[int, int, int | None]]:
+    """A decoder layer's projections (name under ``model.layers.N.``) → (rows, cols, RoPE heads of its rows)."""
+    hd, e, ff = c.head_dim, c.hidden_size, c.intermediate_size
+    q, kv = c.num_attention_heads * hd, c.num_key_value_heads * hd
+    return {
+        "self_attn.q_proj": (q, e, c.num_attention_heads),
+        "self_attn.k_proj": (kv, e, c.num_key_value_heads),
+        "self_attn.v_proj": (kv, e, None),
+        "self_attn.o_proj": (e, q, None),
+        "mlp.gate_proj": (ff, e, None),
+        "mlp.up_proj": (ff, e, None),
+        "mlp.down_proj": (e, ff, None),
+    }
+
+
+def read_llama(c: LlamaConfig, src: ParamSource) -> dict[str, StoredTensor]:
+    """Every tensor of a Llama by Hugging Face name, read and checked through ``src`` (then ``src.finish()``).
+
+    Matrices and the embedding keep their checkpoint format (packed GGUF blocks,
+    Q8_0 blocks or floats); Q/K rows come back in rotate-half order; norms are floats.
+
+    Raises:
+        CheckpointMismatchError: a tensor is missing, mis-shaped or left over.
+
+    Example:
+        >>> cfg = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32,
+        ...                   num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+        >>> from maxfx.models._source import RandomSource
+        >>> w = read_llama(cfg, RandomSource(seed=0))
+        >>> w["model.layers.0.self_attn.k_proj.weight"].value.shape, len(w)
+        ((8, 16), 12)
+    """
+    out: dict[str, StoredTensor] = {}
+
+    def matrix(name: str, rows: int, cols: int, rope_heads: int | None = None) -> None:
+        out[name] = src.read(name, (rows, cols), fan_in=cols, rope_heads=rope_heads, keep_blocks=True)
+
+    def norm(name: str) -> None:
+        out[name] = src.read(name, (c.hidden_size,), kind="norm")
+
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}."
+        for name, (rows, cols, rope_heads) in _matrices(c).items():
+            matrix(f"{p}{name}.weight", rows, cols, rope_heads)
+        for name in _NORMS:
+            norm(f"{p}{name}.weight")
+    out["model.embed_tokens.weight"] = src.read("model.embed_tokens.weight", (c.vocab_size, c.hidden_size), kind="embedding", keep_blocks=True)
+    norm("model.norm.weight")
+    if not c.tie_word_embeddings:
+        matrix("lm_head.weight", c.vocab_size, c.hidden_size)
+    src.finish()
+    return out
+
+
+# ─── eager Modules ────────────────────────────────────────────────────────
 
 
 class LlamaAttention(Module):
@@ -80,6 +178,8 @@ class LlamaForCausalLM(CausalLM):
     """Llama decoder with a language-model head: ``model(input_ids) -> logits [B, T, vocab]``.
 
     Build one with `maxfx.models.load_pretrained` or `LlamaForCausalLM.random`.
+    The decoder layers sit in a `Sequential` of identical blocks, which
+    `Module.compile` traces once and loops over.
 
     Example:
         >>> from maxfx.models import LlamaConfig, LlamaForCausalLM
@@ -97,28 +197,29 @@ class LlamaForCausalLM(CausalLM):
 
     @classmethod
     def from_source(cls, config: LlamaConfig, src: ParamSource) -> LlamaForCausalLM:
-        """Build from a `ParamSource` (checkpoint reader or random init), by HF names."""
+        """Build from a `ParamSource` (checkpoint reader or random init), by HF names (`read_llama`)."""
+        return cls.from_parameters(config, read_llama(config, src))
+
+    @classmethod
+    def from_parameters(cls, config: LlamaConfig, w: Mapping[str, StoredTensor]) -> LlamaForCausalLM:
+        """Build from `read_llama`'s tensors; packed and Q8_0 matrices stay as stored (`QuantizedLinear`, `Q8Linear`)."""
         c = config
-        hd, h, hkv = c.head_dim, c.num_attention_heads, c.num_key_value_heads
-        e, ff = c.hidden_size, c.intermediate_size
+
+        def norm(name: str) -> RMSNorm:
+            return RMSNorm(c.hidden_size, eps=c.rms_norm_eps, weight=eager_tensor(w[name + ".weight"]))
+
+        def proj(name: str) -> Module:
+            return eager_linear(w[name + ".weight"])
+
         layers = []
         for i in range(c.num_hidden_layers):
             p = f"model.layers.{i}."
-            attn = LlamaAttention(
-                c,
-                src.linear(p + "self_attn.q_proj", h * hd, e, rope_heads=h),
-                src.linear(p + "self_attn.k_proj", hkv * hd, e, rope_heads=hkv),
-                src.linear(p + "self_attn.v_proj", hkv * hd, e),
-                src.linear(p + "self_attn.o_proj", e, h * hd),
-            )
-            mlp = LlamaMLP(src.linear(p + "mlp.gate_proj", ff, e), src.linear(p + "mlp.up_proj", ff, e), src.linear(p + "mlp.down_proj", e, ff))
-            norms = [RMSNorm(e, eps=c.rms_norm_eps, weight=src.norm(p + n, e)) for n in ("input_layernorm.weight", "post_attention_layernorm.weight")]
-            layers.append(LlamaDecoderLayer(attn, mlp, *norms))
-        embed = src.embedding("model.embed_tokens", c.vocab_size, e)
-        norm = RMSNorm(e, eps=c.rms_norm_eps, weight=src.norm("model.norm.weight", e))
-        head = None if c.tie_word_embeddings else src.linear("lm_head", c.vocab_size, e)
-        src.finish()
-        return cls(c, LlamaModel(embed, Sequential(*layers), norm), head)
+            attn = LlamaAttention(c, *(proj(p + "self_attn." + n) for n in _PROJ))
+            mlp = LlamaMLP(*(proj(p + "mlp." + n) for n in _MLP))
+            layers.append(LlamaDecoderLayer(attn, mlp, *(norm(p + n) for n in _NORMS)))
+        embed = eager_embedding(w["model.embed_tokens.weight"])
+        head = None if c.tie_word_embeddings else proj("lm_head")
+        return cls(c, LlamaModel(embed, Sequential(*layers), norm("model.norm")), head)
 
     # -- CausalLM hooks ----------------------------------------------------
     @property
@@ -142,10 +243,92 @@ class LlamaForCausalLM(CausalLM):
         if self.lm_head is not None:
             return self.lm_head(h)
         emb = self.model.embed_tokens
-        if isinstance(emb, PackedEmbedding):
-            from maxfx.experimental.nn import QuantizedLinear  # noqa: PLC0415
+        return emb.as_linear()(h) if hasattr(emb, "as_linear") else h @ emb.weight.T  # packed/Q8_0 tables: the table's own product
 
-            return QuantizedLinear(emb.weight, emb.encoding)(h)
-        if isinstance(emb, Q8Embedding):
-            return emb.as_linear()(h)
-        return h @ emb.weight.T
+
+# ─── the maxfx.nn graph ───────────────────────────────────────────────────
+
+_CPU = DeviceRef.CPU()
+# A graph weight: (value, format), the format as in StoredTensor (Q8_0 for both parts of a Q8_0 matrix).
+GraphWeight = tuple[np.ndarray, QuantizationEncoding | str | None]
+
+
+def graph_weights(params: Mapping[str, StoredTensor]) -> dict[str, GraphWeight]:
+    """`read_llama`'s tensors under the `maxfx.nn.Transformer` state-dict names (HF's without ``model.``).
+
+    A Q8_0 matrix's raw blocks become two entries, ``weight`` (int8 quants) and
+    ``scales`` (float16), a byte view: the values stay 8-bit.
+    """
+    out: dict[str, GraphWeight] = {}
+    for hf, w in params.items():
+        name, value = hf.removeprefix("model."), np.ascontiguousarray(w.value)
+        if w.format == Q8_0:
+            quants, scales = split_q8_0(value)
+            out[name], out[name.removesuffix("weight") + "scales"] = (quants, Q8_0), (scales, Q8_0)
+        else:
+            out[name] = (value, w.format)
+    return out
+
+
+def graph_dtype(w: Mapping[str, GraphWeight]) -> DType:
+    """The float dtype the graph computes in: its norms' (GGUF and quantized checkpoints keep only those as floats)."""
+    return DType.from_numpy(w["norm.weight"][0].dtype)
+
+
+def _linear(in_dim: int, out_dim: int, dtype: DType, fmt: Any) -> nn.Linear | Q8Linear:
+    if fmt == Q8_0:
+        return Q8Linear(in_dim, out_dim, dtype, _CPU)
+    return nn.Linear(in_dim, out_dim, dtype, _CPU, quantization_encoding=fmt)
+
+
+def _graph_attention(c: LlamaConfig, w: Mapping[str, GraphWeight], prefix: str, rope: Any, kv_params: KVCacheParams, dtype: DType) -> Any:
+    fmts = {n: w[f"{prefix}self_attn.{n}.weight"][1] for n in _PROJ}
+    qkv = {fmts["q_proj"], fmts["k_proj"], fmts["v_proj"]}
+    if len(qkv) != 1:
+        raise ValueError(f"LlamaGraphModel: {prefix}self_attn q/k/v projections mix weight formats {fmts}; the fused QKV kernels need one format")
+    (fmt,) = qkv
+    kw = dict(rope=rope, num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads, hidden_size=c.hidden_size, kv_params=kv_params)
+    if fmt is None:
+        attn = AttentionWithRope(**kw, dtype=dtype)
+    elif fmt == Q8_0:  # the fused QKV kernel gets a wqkv decoded in the graph
+        attn = Q8AttentionWithRope(**kw, dtype=dtype)
+    else:
+        attn = GGUFQAttentionWithRope(**kw, dtype=dtype, quantization_encoding=fmt)
+    if fmts["o_proj"] != fmt:
+        attn.o_proj = _linear(c.num_attention_heads * c.head_dim, c.hidden_size, dtype, fmts["o_proj"])
+    return attn
+
+
+def _graph_mlp(c: LlamaConfig, w: Mapping[str, GraphWeight], prefix: str, dtype: DType) -> nn.MLP:
+    mlp = nn.MLP(dtype, None, c.hidden_size, c.intermediate_size, [_CPU])
+    dims = {"gate_proj": (c.hidden_size, c.intermediate_size), "up_proj": (c.hidden_size, c.intermediate_size), "down_proj": (c.intermediate_size, c.hidden_size)}
+    for n in _MLP:  # each projection in its own format (GGUF files mix block types)
+        setattr(mlp, n, _linear(*dims[n], dtype, w[f"{prefix}mlp.{n}.weight"][1]))
+    return mlp
+
+
+def llama_transformer(c: LlamaConfig, w: Mapping[str, GraphWeight], kv_params: KVCacheParams, rope: Any) -> Transformer:
+    """The `maxfx.nn.Transformer` for ``c`` whose layers hold ``w``'s formats (`graph_weights` names → (value, format)).
+
+    Returns every token's logits (``ReturnLogits.ALL``); ``rope`` is the RoPE layer (its table sizes the context).
+    """
+    dtype = graph_dtype(w)
+    blocks = []
+    for i in range(c.num_hidden_layers):
+        p = f"layers.{i}."
+        norms = [nn.RMSNorm(c.hidden_size, dtype, eps=c.rms_norm_eps) for _ in _NORMS]
+        blocks.append(TransformerBlock(_graph_attention(c, w, p, rope, kv_params, dtype), _graph_mlp(c, w, p, dtype), *norms))
+    emb_fmt = w["embed_tokens.weight"][1]
+    if emb_fmt == Q8_0:
+        embedding = Q8Embedding(c.vocab_size, c.hidden_size, dtype, _CPU)
+    else:
+        embedding = nn.Embedding(c.vocab_size, c.hidden_size, dtype, _CPU, quantization_encoding=emb_fmt)
+    if c.tie_word_embeddings and emb_fmt == Q8_0:
+        head = embedding.tied_head()  # one table (quants + scales), two uses
+    elif c.tie_word_embeddings:
+        head = _linear(c.hidden_size, c.vocab_size, dtype, emb_fmt)
+        head.set_shared_weight("weight", embedding.weight)  # one tensor, two uses
+    else:
+        head = _linear(c.hidden_size, c.vocab_size, dtype, w["lm_head.weight"][1])
+    norm = nn.RMSNorm(c.hidden_size, dtype, eps=c.rms_norm_eps)
+    return Transformer(c.hidden_size, c.num_attention_heads, blocks, norm, head, embedding, kv_params, rope, return_logits=ReturnLogits.ALL)

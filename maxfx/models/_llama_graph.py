@@ -1,13 +1,12 @@
-"""Llama as a graph of `maxfx.nn` layers, run by `InferenceSession` over the paged KV cache.
+"""The graph-API Llama: `load_pretrained_graph` and `LlamaGraphModel`, run by `InferenceSession` over the paged KV cache.
 
-The second style of `maxfx.models`' Llama (the first is the eager-Module
-`LlamaForCausalLM`): `load_pretrained_graph` reads the same checkpoints (HF
-folder with safetensors or ``.bin``, or a ``.gguf`` file), builds a
-`maxfx.nn.Transformer` (Embedding, TransformerBlock(AttentionWithRope, MLP,
-RMSNorm), RMSNorm, Linear head), binds the checkpoint through
-``weights_registry`` and compiles one graph over a ragged batch. One host-side
-`PagedKVCacheManager` owns the cache pool; every decode step has the same input
-shapes, so it reuses one executable.
+The model is `maxfx.models._llama`'s definition (the same `read_llama` tensors
+`load_pretrained` builds eager Modules from) assembled as a `maxfx.nn.Transformer`
+(Embedding, TransformerBlock(AttentionWithRope, MLP, RMSNorm), RMSNorm, Linear
+head) by `llama_transformer`. This module sizes and runs it: the RoPE table for
+``max_seq_len``, one graph compiled over a ragged batch with the checkpoint bound
+through ``weights_registry``, and one host-side `PagedKVCacheManager` owning the
+cache pool. Every decode step has the same input shapes, so it reuses one executable.
 
 Weight formats: float tensors as stored; GGUF Q4_0/Q4_K/Q5_K/Q6_K matrices stay
 packed (``ops.qmatmul`` in `Linear`, GGUF attention kernel); GGUF Q8_0 (no MAX
@@ -28,36 +27,23 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lowering.dtypes import DType
-from lowering.quantization import QuantizationEncoding
-from maxfx import nn
 from maxfx.engine import InferenceSession
-from maxfx.graph import DeviceRef, Graph, TensorType
-from maxfx.graph.weights import GGUFWeights
-from maxfx.models._config import ConfigError, LlamaConfig
+from maxfx.graph import Graph, TensorType
+from maxfx.models._config import LlamaConfig
 from maxfx.models._generate import _progress, _rows
-from maxfx.models._loading import check_architecture, hf_checkpoint_source, read_hf_config
-from maxfx.models._source import Q8_0, GGUFSource, ParamSource
-from maxfx.nn._q8 import Q8AttentionWithRope, Q8Embedding, Q8Linear, split_q8_0
-from maxfx.nn.attention import AttentionWithRope, GGUFQAttentionWithRope
+from maxfx.models._llama import GraphWeight, graph_dtype, graph_weights, llama_transformer, read_llama
+from maxfx.models._loading import open_checkpoint
 from maxfx.nn.kv_cache import KVCacheParams, PagedCacheValues, PagedKVCacheManager
 from maxfx.nn.rotary_embedding import Llama3RotaryEmbedding
-from maxfx.nn.transformer import ReturnLogits, Transformer, TransformerBlock
 
 __all__ = ["LlamaGraphModel", "load_pretrained_graph"]
-
-_CPU = DeviceRef.CPU()
-# A weight: (value, format). Packed GGUF blocks carry their QuantizationEncoding, Q8_0 parts Q8_0, floats None.
-_Format = QuantizationEncoding | str | None
-_Weight = tuple[np.ndarray, _Format]
-_PROJ = ("q_proj", "k_proj", "v_proj", "o_proj")
-_MLP = ("gate_proj", "up_proj", "down_proj")
 
 
 # ─── loading ──────────────────────────────────────────────────────────────
@@ -87,87 +73,24 @@ def load_pretrained_graph(
         (1, 4)
     """
     p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"load_pretrained_graph: {str(p)!r} does not exist")
-    if p.is_file():
-        if p.suffix.lower() != ".gguf":
-            raise ValueError(f"load_pretrained_graph: {str(p)!r} is a file but not .gguf; pass a folder with config.json and weights, or a .gguf file")
-        config, weights = _from_gguf(p, dtype)
-    else:
-        config, weights = _from_folder(p, dtype)
+    read = _from_gguf if p.is_file() and p.suffix.lower() == ".gguf" else _from_checkpoint
+    config, weights = read(p, dtype)
     return LlamaGraphModel(config, weights, max_batch_size=max_batch_size, max_seq_len=max_seq_len, page_size=page_size)
 
 
-def _llama_only(arch: Any, where: str, key: str) -> None:
-    check_architecture(arch, where, key)  # unknown architectures: the same error as load_pretrained
-    if arch != "llama":
-        raise ConfigError(f"{where}: the graph-API model supports the llama architecture only, got {key}={arch!r} (use load_pretrained)")
+def _from_checkpoint(path: Path, dtype: DType | None) -> tuple[LlamaConfig, dict[str, GraphWeight]]:
+    """The config and the graph weights (`graph_weights` of `read_llama`) of any checkpoint `load_pretrained` reads."""
+    config, src = open_checkpoint(path, dtype, "load_pretrained_graph", only=("llama",))
+    return config, graph_weights(read_llama(config, src))
 
 
-def _from_folder(folder: Path, dtype: DType | None) -> tuple[LlamaConfig, dict[str, _Weight]]:
-    raw, where = read_hf_config(folder, "load_pretrained_graph")
-    _llama_only(raw["model_type"], where, "model_type")
-    config = LlamaConfig.from_hf(raw, where)
-    return config, _collect(config, hf_checkpoint_source(folder, dtype, where))
-
-
-def _from_gguf(path: Path, dtype: DType | None) -> tuple[LlamaConfig, dict[str, _Weight]]:
-    reader = GGUFWeights(path)
-    _llama_only(reader.metadata.get("general.architecture"), str(path), "general.architecture")
-    names = {n for n, _ in reader.items()}
-    factors = reader["rope_freqs.weight"].data().to_numpy() if "rope_freqs.weight" in names else None
-    config = LlamaConfig.from_gguf(reader.metadata, names, factors, str(path))
-    return config, _collect(config, GGUFSource(reader, str(path), dtype or DType.float32, f"the metadata of {path.name}"))
-
-
-class _StateDict(dict):
-    """State-dict name → `_Weight`; a Q8_0 matrix's raw blocks become two entries, ``weight`` (int8) and ``scales`` (float16)."""
-
-    def __setitem__(self, name: str, weight: _Weight) -> None:
-        value, fmt = weight
-        if fmt != Q8_0:
-            return super().__setitem__(name, weight)
-        quants, scales = split_q8_0(value)  # a byte view: the values stay 8-bit
-        super().__setitem__(name, (quants, Q8_0))
-        super().__setitem__(name.removesuffix("weight") + "scales", (scales, Q8_0))
-
-
-def _collect(c: LlamaConfig, src: ParamSource) -> dict[str, _Weight]:
-    """Every tensor of the model under its `Transformer` state-dict name (HF's without ``model.``), packed weights kept packed."""
-    hd, e, ff = c.head_dim, c.hidden_size, c.intermediate_size
-    q, kv = c.num_attention_heads * hd, c.num_key_value_heads * hd
-    shapes = {"q_proj": (q, e), "k_proj": (kv, e), "v_proj": (kv, e), "o_proj": (e, q), "gate_proj": (ff, e), "up_proj": (ff, e), "down_proj": (e, ff)}
-    heads = {"q_proj": c.num_attention_heads, "k_proj": c.num_key_value_heads}
-
-    def read(hf: str, shape: tuple[int, ...]) -> _Weight:
-        w = src.read(hf, shape, rope_heads=heads.get(hf.rsplit(".", 2)[-2]), keep_blocks=True)
-        return np.ascontiguousarray(w.value), w.format
-
-    out: dict[str, _Weight] = _StateDict()
-    for i in range(c.num_hidden_layers):
-        p = f"layers.{i}."
-        for n in _PROJ:
-            out[f"{p}self_attn.{n}.weight"] = read(f"model.{p}self_attn.{n}.weight", shapes[n])
-        for n in _MLP:
-            out[f"{p}mlp.{n}.weight"] = read(f"model.{p}mlp.{n}.weight", shapes[n])
-        for n in ("input_layernorm", "post_attention_layernorm"):
-            out[f"{p}{n}.weight"] = read(f"model.{p}{n}.weight", (e,))
-    out["embed_tokens.weight"] = read("model.embed_tokens.weight", (c.vocab_size, e))
-    out["norm.weight"] = read("model.norm.weight", (e,))
-    if not c.tie_word_embeddings:
-        out["lm_head.weight"] = read("lm_head.weight", (c.vocab_size, e))
-    src.finish()
-    return dict(out)
-
-
-# ─── the graph ────────────────────────────────────────────────────────────
-
-
-def _float_dtype(weights: dict[str, _Weight]) -> DType:
-    return DType.from_numpy(weights["norm.weight"][0].dtype)
+def _from_gguf(path: Path, dtype: DType | None) -> tuple[LlamaConfig, dict[str, GraphWeight]]:
+    # float32 unless told: the graph computes in its norms' dtype, and a GGUF file may store those as F16.
+    return _from_checkpoint(path, dtype or DType.float32)
 
 
 def _rope(c: LlamaConfig, max_seq_len: int, interleaved: bool) -> Any:
+    """The RoPE layer of ``c`` with a table for ``2 * max_seq_len`` positions."""
     args = (c.hidden_size, c.num_attention_heads, c.rope_theta, max_seq_len)
     if c.rope_freq_factors is not None:
         # GGUF stores per-frequency divisors instead of Llama-3 parameters: hand the layer its table.
@@ -175,63 +98,6 @@ def _rope(c: LlamaConfig, max_seq_len: int, interleaved: bool) -> Any:
         table = np.stack([np.cos(angles), np.sin(angles)], -1).reshape(2 * max_seq_len, c.head_dim).astype(np.float32)
         return Llama3RotaryEmbedding(*args, head_dim=c.head_dim, _freqs_cis=table, interleaved=interleaved)
     return Llama3RotaryEmbedding(*args, head_dim=c.head_dim, interleaved=interleaved, scaling_params=c.llama3_scaling())
-
-
-def _linear(in_dim: int, out_dim: int, dtype: DType, enc: _Format) -> nn.Linear | Q8Linear:
-    if enc == Q8_0:
-        return Q8Linear(in_dim, out_dim, dtype, _CPU)
-    return nn.Linear(in_dim, out_dim, dtype, _CPU, quantization_encoding=enc)
-
-
-def _attention(c: LlamaConfig, w: dict[str, _Weight], prefix: str, rope: Any, kv_params: KVCacheParams, dtype: DType) -> Any:
-    encs = {n: w[f"{prefix}self_attn.{n}.weight"][1] for n in _PROJ}
-    qkv = {encs["q_proj"], encs["k_proj"], encs["v_proj"]}
-    if len(qkv) != 1:
-        raise ValueError(f"LlamaGraphModel: {prefix}self_attn q/k/v projections mix weight formats {encs}; the fused QKV kernels need one format")
-    (enc,) = qkv
-    kw = dict(rope=rope, num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads, hidden_size=c.hidden_size, kv_params=kv_params)
-    if enc is None:
-        attn = AttentionWithRope(**kw, dtype=dtype)
-    elif enc == Q8_0:  # the fused QKV kernel gets a wqkv decoded in the graph
-        attn = Q8AttentionWithRope(**kw, dtype=dtype)
-    else:
-        attn = GGUFQAttentionWithRope(**kw, dtype=dtype, quantization_encoding=enc)
-    if encs["o_proj"] != enc:
-        attn.o_proj = _linear(c.num_attention_heads * c.head_dim, c.hidden_size, dtype, encs["o_proj"])
-    return attn
-
-
-def _mlp(c: LlamaConfig, w: dict[str, _Weight], prefix: str, dtype: DType) -> nn.MLP:
-    mlp = nn.MLP(dtype, None, c.hidden_size, c.intermediate_size, [_CPU])
-    dims = {"gate_proj": (c.hidden_size, c.intermediate_size), "up_proj": (c.hidden_size, c.intermediate_size), "down_proj": (c.intermediate_size, c.hidden_size)}
-    for n in _MLP:  # each projection in its own format (GGUF files mix block types)
-        setattr(mlp, n, _linear(*dims[n], dtype, w[f"{prefix}mlp.{n}.weight"][1]))
-    return mlp
-
-
-def build_transformer(c: LlamaConfig, w: dict[str, _Weight], kv_params: KVCacheParams, max_seq_len: int, interleaved: bool) -> Transformer:
-    """The `maxfx.nn.Transformer` for ``c`` whose weight formats follow ``w`` (state-dict name → (value, encoding))."""
-    dtype = _float_dtype(w)
-    rope = _rope(c, max_seq_len, interleaved)
-    blocks = []
-    for i in range(c.num_hidden_layers):
-        p = f"layers.{i}."
-        norms = [nn.RMSNorm(c.hidden_size, dtype, eps=c.rms_norm_eps) for _ in range(2)]
-        blocks.append(TransformerBlock(_attention(c, w, p, rope, kv_params, dtype), _mlp(c, w, p, dtype), *norms))
-    emb_enc = w["embed_tokens.weight"][1]
-    if emb_enc == Q8_0:
-        embedding = Q8Embedding(c.vocab_size, c.hidden_size, dtype, _CPU)
-    else:
-        embedding = nn.Embedding(c.vocab_size, c.hidden_size, dtype, _CPU, quantization_encoding=emb_enc)
-    if c.tie_word_embeddings and emb_enc == Q8_0:
-        head = embedding.tied_head()  # one table (quants + scales), two uses
-    elif c.tie_word_embeddings:
-        head = _linear(c.hidden_size, c.vocab_size, dtype, emb_enc)
-        head.set_shared_weight("weight", embedding.weight)  # one tensor, two uses
-    else:
-        head = _linear(c.hidden_size, c.vocab_size, dtype, w["lm_head.weight"][1])
-    norm = nn.RMSNorm(c.hidden_size, dtype, eps=c.rms_norm_eps)
-    return Transformer(c.hidden_size, c.num_attention_heads, blocks, norm, head, embedding, kv_params, rope, return_logits=ReturnLogits.ALL)
 
 
 # ─── the model ────────────────────────────────────────────────────────────
@@ -265,16 +131,15 @@ class LlamaGraphModel:
     """
 
     def __init__(
-        self, config: LlamaConfig, weights: dict[str, _Weight], *, interleaved: bool = False, max_batch_size: int = 8, max_seq_len: int | None = None,
+        self, config: LlamaConfig, weights: Mapping[str, GraphWeight], *, interleaved: bool = False, max_batch_size: int = 8, max_seq_len: int | None = None,
         page_size: int = 16, session: InferenceSession | None = None,
     ):  # fmt: skip
         self.config = c = config
         self.max_seq_len = int(max_seq_len or c.max_position_embeddings)
         if self.max_seq_len < 1 or int(max_batch_size) < 1:
             raise ValueError(f"LlamaGraphModel: max_seq_len ({self.max_seq_len}) and max_batch_size ({max_batch_size}) must be >= 1")
-        dtype = _float_dtype(weights)
-        self.kv_params = KVCacheParams(dtype, n_kv_heads=c.num_key_value_heads, head_dim=c.head_dim, page_size=int(page_size))
-        self.transformer = build_transformer(c, weights, self.kv_params, self.max_seq_len, interleaved)
+        self.kv_params = KVCacheParams(graph_dtype(weights), n_kv_heads=c.num_key_value_heads, head_dim=c.head_dim, page_size=int(page_size))
+        self.transformer = llama_transformer(c, weights, self.kv_params, _rope(c, self.max_seq_len, interleaved))
         registry = self.transformer.raw_state_dict()  # also names every Weight for the graph
         if set(registry) != set(weights):
             raise ValueError(f"LlamaGraphModel: weights {sorted(set(weights) ^ set(registry))[:4]} do not match the model's state dict")

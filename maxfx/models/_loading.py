@@ -1,4 +1,9 @@
-"""`load_pretrained`: a Hugging Face folder (``config.json`` + weights) or a ``.gguf`` file → a model.
+"""`load_pretrained` and `open_checkpoint`: a Hugging Face folder (``config.json`` + weights) or a ``.gguf`` file → a model.
+
+`open_checkpoint` is the one reader of configs and weight files: it returns the
+config and a `ParamSource`, from which `load_pretrained` builds eager Modules and
+`load_pretrained_graph` a `maxfx.nn` graph, so both accept the same paths and
+raise the same errors.
 
 Example:
     >>> model = load_pretrained("tests/data/models/tiny_llama")  # doctest: +SKIP
@@ -10,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +25,17 @@ from maxfx.models._config import ConfigError, GPT2Config, LlamaConfig
 from maxfx.models._generate import CausalLM
 from maxfx.models._gpt2 import GPT2LMHeadModel
 from maxfx.models._llama import LlamaForCausalLM
-from maxfx.models._source import CheckpointSource, GGUFSource
+from maxfx.models._source import CheckpointSource, GGUFSource, ParamSource
 
-__all__ = ["ARCHITECTURES", "check_architecture", "hf_checkpoint_source", "load_pretrained", "read_hf_config"]
+__all__ = ["ARCHITECTURES", "check_architecture", "load_pretrained", "open_checkpoint", "read_hf_config"]
 
 # model_type / general.architecture -> (config class, model class)
 ARCHITECTURES: dict[str, tuple[type, type]] = {
     "llama": (LlamaConfig, LlamaForCausalLM),
     "gpt2": (GPT2Config, GPT2LMHeadModel),
 }
+# GGUF tensor names are mapped to HF names for these architectures only (see _source.gguf_name).
+_GGUF_ARCHITECTURES = ("llama",)
 
 # Weight files of a Hugging Face folder, in order of preference (single file or shards).
 _WEIGHT_PATTERNS = ("model.safetensors", "model-*-of-*.safetensors", "*.safetensors", "pytorch_model.bin", "pytorch_model-*-of-*.bin")
@@ -52,16 +60,36 @@ def load_pretrained(path: os.PathLike[str] | str, *, dtype: DType | None = None,
         CheckpointMismatchError: a tensor is missing, extra or mis-shaped for the config.
         ValueError: a corrupt or truncated weight file (the message names it).
     """
+    config, src = open_checkpoint(path, dtype, "load_pretrained")
+    model = ARCHITECTURES[config.architecture][1].from_source(config, src)
+    return model if device is None else model.to(device)
+
+
+def open_checkpoint(path: os.PathLike[str] | str, dtype: DType | None, caller: str, *, only: Sequence[str] | None = None) -> tuple[Any, ParamSource]:
+    """The config and a `ParamSource` of a checkpoint: what `load_pretrained` and `load_pretrained_graph` both build from.
+
+    Args:
+        path: a Hugging Face folder (``config.json`` + weights) or a ``.gguf`` file.
+        dtype: convert float weights to this dtype (None: as stored).
+        caller: the function named in error messages.
+        only: the architectures the caller supports (default: every one in `ARCHITECTURES`).
+
+    Raises:
+        as `load_pretrained`.
+
+    Example:
+        >>> config, src = open_checkpoint("tests/data/models/tiny_llama", None, "example")  # doctest: +SKIP
+        >>> config.architecture, src.read("model.norm.weight", (64,)).value.shape  # doctest: +SKIP
+        ('llama', (64,))
+    """
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"load_pretrained: {str(p)!r} does not exist")
-    if p.is_file():
-        if p.suffix.lower() != ".gguf":
-            raise ValueError(f"load_pretrained: {str(p)!r} is a file but not .gguf; pass a folder with config.json and weights, or a .gguf file")
-        model = _from_gguf(p, dtype)
-    else:
-        model = _from_folder(p, dtype)
-    return model if device is None else model.to(device)
+        raise FileNotFoundError(f"{caller}: {str(p)!r} does not exist")
+    if not p.is_file():
+        return _open_folder(p, dtype, caller, only)
+    if p.suffix.lower() != ".gguf":
+        raise ValueError(f"{caller}: {str(p)!r} is a file but not .gguf; pass a folder with config.json and weights, or a .gguf file")
+    return _open_gguf(p, dtype, caller, only)
 
 
 def read_hf_config(folder: Path, caller: str = "load_pretrained") -> tuple[dict[str, Any], str]:
@@ -89,27 +117,6 @@ def read_hf_config(folder: Path, caller: str = "load_pretrained") -> tuple[dict[
     return raw, str(cfg_path)
 
 
-def hf_checkpoint_source(folder: Path, dtype: DType | None, config_label: str) -> CheckpointSource:
-    """A `CheckpointSource` over the folder's weight files (single file or shards; see `_WEIGHT_PATTERNS`)."""
-    files = _weight_files(folder)
-    label = str(files[0]) if len(files) == 1 else f"{len(files)} files in {folder}"
-    return CheckpointSource(load_weights(files), label, dtype, config_label)
-
-
-def _from_folder(folder: Path, dtype: DType | None) -> CausalLM:
-    raw, where = read_hf_config(folder)
-    config_cls, model_cls = ARCHITECTURES[raw["model_type"]]
-    return model_cls.from_source(config_cls.from_hf(raw, where), hf_checkpoint_source(folder, dtype, where))
-
-
-def _weight_files(folder: Path) -> list[Path]:
-    for pattern in _WEIGHT_PATTERNS:
-        found = sorted(folder.glob(pattern))
-        if found:
-            return found
-    raise FileNotFoundError(f"load_pretrained: {str(folder)!r} has no weights (looked for {', '.join(_WEIGHT_PATTERNS)})")
-
-
 def check_architecture(arch: Any, where: str, key: str) -> tuple[type, type]:
     """(config class, model class) of ``arch``; ConfigError naming ``where`` and ``key`` when it is unsupported."""
     if arch not in ARCHITECTURES:
@@ -117,14 +124,36 @@ def check_architecture(arch: Any, where: str, key: str) -> tuple[type, type]:
     return ARCHITECTURES[arch]
 
 
-def _from_gguf(path: Path, dtype: DType | None) -> CausalLM:
+def _require(arch: str, supported: Sequence[str] | None, where: str, key: str, what: str) -> None:
+    if supported is not None and arch not in supported:
+        raise ConfigError(f"{where}: {what} supports the {' and '.join(supported)} architecture only, got {key}={arch!r}")
+
+
+def _open_folder(folder: Path, dtype: DType | None, caller: str, only: Sequence[str] | None) -> tuple[Any, ParamSource]:
+    raw, where = read_hf_config(folder, caller)
+    config_cls, _ = check_architecture(raw["model_type"], where, "model_type")
+    _require(raw["model_type"], only, where, "model_type", caller)
+    config = config_cls.from_hf(raw, where)
+    files = _weight_files(folder, caller)
+    label = str(files[0]) if len(files) == 1 else f"{len(files)} files in {folder}"
+    return config, CheckpointSource(load_weights(files), label, dtype, where)
+
+
+def _weight_files(folder: Path, caller: str) -> list[Path]:
+    for pattern in _WEIGHT_PATTERNS:
+        found = sorted(folder.glob(pattern))
+        if found:
+            return found
+    raise FileNotFoundError(f"{caller}: {str(folder)!r} has no weights (looked for {', '.join(_WEIGHT_PATTERNS)})")
+
+
+def _open_gguf(path: Path, dtype: DType | None, caller: str, only: Sequence[str] | None) -> tuple[Any, ParamSource]:
     weights = GGUFWeights(path)
     meta = weights.metadata
-    arch = meta.get("general.architecture")
-    config_cls, model_cls = check_architecture(arch, str(path), "general.architecture")
-    if model_cls is not LlamaForCausalLM:
-        raise ConfigError(f"{path}: GGUF loading supports the llama architecture only, got general.architecture={arch!r}")
-    names = {n for n, _ in weights.items()}
-    factors = weights["rope_freqs.weight"].data().to_numpy() if "rope_freqs.weight" in names else None
-    config = LlamaConfig.from_gguf(meta, names, factors, str(path))
-    return model_cls.from_source(config, GGUFSource(weights, str(path), dtype, f"the metadata of {path.name}"))
+    arch, key = meta.get("general.architecture"), "general.architecture"
+    check_architecture(arch, str(path), key)
+    _require(arch, _GGUF_ARCHITECTURES, str(path), key, "GGUF loading")
+    _require(arch, only, str(path), key, caller)
+    factors = weights["rope_freqs.weight"].values() if "rope_freqs.weight" in weights else None
+    config = LlamaConfig.from_gguf(meta, {n for n, _ in weights.items()}, factors, str(path))
+    return config, GGUFSource(weights, str(path), dtype, f"the metadata of {path.name}")

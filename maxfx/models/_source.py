@@ -35,7 +35,18 @@ from maxfx.graph.weights._progress import progress_bar
 from maxfx.models._layers import PackedEmbedding, Q8Embedding, Q8Linear, embedding, linear
 from maxfx.nn._q8 import split_q8_0
 
-__all__ = ["Q8_0", "CheckpointMismatchError", "CheckpointSource", "GGUFSource", "ParamSource", "RandomSource", "StoredTensor"]
+__all__ = [
+    "Q8_0",
+    "CheckpointMismatchError",
+    "CheckpointSource",
+    "GGUFSource",
+    "ParamSource",
+    "RandomSource",
+    "StoredTensor",
+    "eager_embedding",
+    "eager_linear",
+    "eager_tensor",
+]
 
 # GGUF Q8_0, which MAX's QuantizationEncoding lacks: the `StoredTensor.format` of its raw blocks.
 Q8_0 = "Q8_0"
@@ -64,6 +75,13 @@ class StoredTensor:
 
 def _to_tensor(array: np.ndarray) -> Tensor:
     return Tensor.from_dlpack(np.ascontiguousarray(array))
+
+
+def eager_tensor(w: StoredTensor) -> Tensor:
+    """A float `StoredTensor` as an eager `Tensor` (sharing the array's memory where it can)."""
+    if w.format is not None:
+        raise ValueError(f"eager_tensor: expected float values, got a {w.format} block array {list(w.value.shape)}; build a layer with eager_linear/eager_embedding")
+    return _to_tensor(w.value)
 
 
 def eager_linear(w: StoredTensor) -> Module:
@@ -118,7 +136,7 @@ class ParamSource(abc.ABC):
     # -- eager conveniences --------------------------------------------------
     def tensor(self, name: str, shape: tuple[int, ...], *, kind: str = "weight", fan_in: int | None = None) -> Tensor:
         """`read` as an eager float `Tensor`."""
-        return _to_tensor(self.read(name, shape, kind=kind, fan_in=fan_in).value)
+        return eager_tensor(self.read(name, shape, kind=kind, fan_in=fan_in))
 
     def norm(self, name: str, dim: int) -> Tensor:
         return self.tensor(name, (dim,), kind="norm")
