@@ -428,3 +428,16 @@ def test_compile_weights_override_is_checked():
         m.compile(TensorType(DType.float32, [2, 4]), weights={"fc1.weight": np.zeros((4, 8), np.float32)})
     with pytest.raises(ValueError, match="unknown parameter name.*'fc9.weight'"):
         m.compile(TensorType(DType.float32, [2, 4]), weights={"fc9.weight": np.zeros((4, 8), np.float32)})
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, "bfloat16"])
+def test_stacked_weights_keep_their_dtype_and_values(dtype):
+    import ml_dtypes
+
+    from maxfx.experimental.nn._compile import _stack
+
+    np_dtype = np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+    blocks = [(np.arange(6).reshape(2, 3) + 10 * i).astype(np_dtype) for i in range(4)]
+    stacked = _stack([Tensor.constant(b)._array() for b in blocks])
+    assert stacked.dtype == np_dtype and stacked.shape == (4, 2, 3)
+    np.testing.assert_array_equal(np.asarray(stacked), np.stack(blocks))

@@ -19,6 +19,7 @@ import numpy as np
 from lowering.compile import InputMismatchError
 from lowering.dtypes import DType
 from lowering.types import DeviceRef, Type
+from lowering.x64 import x64
 from maxfx.driver._tensor import as_array
 from maxfx.engine import InferenceSession, Model
 from maxfx.experimental._tensor import Tensor, _leaf
@@ -141,13 +142,14 @@ def _stack(arrays: list[Any]) -> Any:
     an accelerator are stacked there.
     """
     devices = {d for a in arrays if isinstance(a, jax.Array) for d in a.devices()}
-    if any(d.platform != "cpu" for d in devices) or len(devices) > 1:
-        return jnp.stack(arrays)
-    first = np.asarray(arrays[0])
-    out = _aligned_empty((len(arrays), *first.shape), first.dtype)
-    for i, a in enumerate(arrays):
-        out[i] = np.asarray(a)
-    return jax.device_put(out, next(iter(devices), None), may_alias=True)
+    with x64():  # int64/float64 weights stay 64-bit
+        if any(d.platform != "cpu" for d in devices) or len(devices) > 1:
+            return jnp.stack(arrays)
+        first = np.asarray(arrays[0])
+        out = _aligned_empty((len(arrays), *first.shape), first.dtype)
+        for i, a in enumerate(arrays):
+            out[i] = np.asarray(a)
+        return jax.device_put(out, next(iter(devices), None), may_alias=True)
 
 
 def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype, alignment: int = 64) -> np.ndarray:
