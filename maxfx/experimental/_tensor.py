@@ -37,6 +37,7 @@ from maxfx import driver
 from maxfx.driver._device import as_device, device_of_jax
 from maxfx.experimental import _random_state
 from maxfx.experimental._defaults import defaults
+from maxfx.graph._graph import Graph
 from maxfx.graph._value import TensorOperators, Value, _ops
 
 __all__ = ["Tensor", "ComputeGraph", "driver_tensor_type"]
@@ -604,8 +605,6 @@ class ComputeGraph:
     @property
     def graph(self):
         """The pending work as a `maxfx.graph.Graph` (inputs: realized leaves; outputs: unrealized tensors)."""
-        from maxfx.graph import Graph  # noqa: PLC0415
-
         pending = [t._var for t in self.unrealized.values() if not t.real]
         g = Graph("compute_graph")
         if pending:
