@@ -10,8 +10,6 @@ from maxfx.engine import InferenceSession
 from maxfx.graph import BufferType, DeviceRef, Graph, TensorType, ops
 from tests.ops.harness import run_op
 
-COVERED_OPS = {"attention", "ragged_attention", "paged_attention", "kv_cache_store", "kv_cache_gather", "rope_ragged"}
-
 CPU = DeviceRef.CPU()
 
 

@@ -8,8 +8,6 @@ from maxfx.engine import InferenceSession
 from maxfx.graph import BufferType, DeviceRef, Graph, TensorType, ops
 from tests.ops.harness import rand
 
-COVERED_OPS = {"buffer_create", "buffer_load", "buffer_store", "buffer_store_slice"}
-
 CPU = DeviceRef.CPU()
 
 

@@ -10,8 +10,6 @@ from maxfx.engine import InferenceSession
 from maxfx.graph import BufferType, DeviceRef, Graph, TensorType, Weight, ops
 from tests.ops.harness import rand, run_op
 
-COVERED_OPS = {"cond", "while_loop", "call"}
-
 CPU = DeviceRef.CPU()
 
 

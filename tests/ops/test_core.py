@@ -8,8 +8,6 @@ from maxfx.engine import InferenceSession
 from maxfx.graph import Graph, TensorType, Weight, ops
 from tests.ops.harness import rand, run_op
 
-COVERED_OPS = {"constant", "cast", "weight"}
-
 
 @pytest.mark.parametrize("value,dtype,expected", [
     ([1, 2, 3], DType.int32, np.array([1, 2, 3], np.int32)),

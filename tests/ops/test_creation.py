@@ -10,7 +10,6 @@ from maxfx.engine import InferenceSession
 from maxfx.graph import DeviceRef, Graph, TensorType, Weight, ops
 from tests.ops.harness import run_op, session
 
-COVERED_OPS = {"range", "hann_window"}  # constant_external records a `weight` node (covered in test_core)
 CPU = DeviceRef.CPU()
 
 

@@ -10,8 +10,6 @@ from maxfx.engine import InferenceSession
 from maxfx.graph import BufferType, DeviceRef, Graph, KernelLibrary, TensorType, ops
 from tests.ops.harness import rand, run_op
 
-COVERED_OPS = {"custom", "inplace_custom"}
-
 CPU = DeviceRef.CPU()
 
 register_custom_op("test_custom.scale_add", lambda x, y, *, factor: x * factor + y)

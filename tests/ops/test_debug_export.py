@@ -8,8 +8,6 @@ from maxfx.dtype import DType
 from maxfx.engine import InferenceSession
 from maxfx.graph import Graph, TensorType, ops
 
-COVERED_OPS = {"export_tensor"}
-
 
 def test_export_tensor_writes_npy(tmp_path, rng):
     x = rng.normal(size=(2, 3)).astype(np.float32)

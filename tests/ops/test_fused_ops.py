@@ -10,20 +10,6 @@ from maxfx.dtype import DType
 from maxfx.graph import Graph, TensorType, ops
 from tests.ops.harness import run_op
 
-COVERED_OPS = [
-    "quantize_static_float8",
-    "quantize_dynamic_float8",
-    "scaled_matmul",
-    "grouped_matmul_ragged",
-    "grouped_scaled_matmul_ragged",
-    "moe_create_indices",
-    "sgmv",
-    "topk_sampling",
-    "merge_ragged_tensors",
-    "apply_penalties",
-    "update_frequency_data",
-]
-
 F8 = ml_dtypes.float8_e4m3fn
 F8_MAX = 448.0
 

@@ -10,8 +10,6 @@ from maxfx.dtype import DType
 from maxfx.graph import Graph, TensorType, ops
 from tests.ops.harness import build, rand, run_op, session
 
-COVERED_OPS = {"slice_tensor", "gather", "gather_nd", "scatter", "scatter_nd", "masked_scatter", "nonzero"}
-
 # ─── slice_tensor ─────────────────────────────────────────────────────────
 
 INDICES = [

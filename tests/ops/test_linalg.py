@@ -9,8 +9,6 @@ from maxfx.dtype import DType
 from maxfx.graph import Graph, TensorType, ops
 from tests.ops.harness import rand, run_op
 
-COVERED_OPS = {"matmul"}
-
 
 @pytest.mark.parametrize("lshape,rshape", [
     ([3, 4], [4, 5]),

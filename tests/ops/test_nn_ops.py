@@ -11,9 +11,6 @@ from maxfx.graph import ConvInputLayout, FilterLayout, Graph, TensorType, ops
 from maxfx.graph.ops import InterpolationMode
 from tests.ops.harness import rand, run_op
 
-COVERED_OPS = {"conv2d", "conv2d_transpose", "conv3d", "max_pool2d", "avg_pool2d", "fold", "resize", "irfft"}
-
-
 # ─── numpy references (written from the definitions, independent of lax) ──
 
 

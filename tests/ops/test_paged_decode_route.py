@@ -24,8 +24,6 @@ from maxfx.engine import InferenceSession
 from maxfx.graph import BufferType, DeviceRef, Graph, TensorType, ops
 from tests.ops.test_attention_ops import np_attend
 
-COVERED_OPS = {"paged_attention"}
-
 F32, U32 = DType.float32, DType.uint32
 CPU = DeviceRef.CPU()
 LAYERS, PAGE, HKV, H, D, LAYER = 2, 16, 2, 4, 8, 1

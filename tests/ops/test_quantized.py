@@ -12,8 +12,6 @@ from maxfx.graph.quantization import QuantizationConfig, QuantizationEncoding
 from tests.ops.harness import rand, run_op
 from tests.test_qmatmul_reference import ENCODINGS, gguf_dequant, random_blocks, random_gptq
 
-COVERED_OPS = {"dequantize", "qmatmul"}
-
 QE = QuantizationEncoding
 
 

@@ -12,23 +12,6 @@ from lowering.x64 import x64
 from maxfx.graph import Graph, TensorType, ops
 from tests.ops.harness import build, rand, run_op
 
-COVERED_OPS = {
-    "argmax",
-    "argmin",
-    "sum",
-    "mean",
-    "maximum",
-    "minimum",
-    "reduce_max",
-    "reduce_min",
-    "cumsum",
-    "softmax",
-    "logsoftmax",
-    "top_k",
-    "argsort",
-    "layer_norm",
-}
-
 BF16 = ml_dtypes.bfloat16
 
 

@@ -10,27 +10,6 @@ from maxfx.engine import InferenceSession
 from maxfx.graph import Dim, Graph, TensorType, ops
 from tests.ops.harness import build, rand, run_op
 
-COVERED_OPS = {
-    "reshape",
-    "flatten",
-    "squeeze",
-    "unsqueeze",
-    "transpose",
-    "permute",
-    "broadcast_to",
-    "rebind",
-    "concat",
-    "stack",
-    "split",
-    "chunk",
-    "tile",
-    "repeat_interleave",
-    "pad",
-    "band_part",
-    "as_interleaved_complex",
-    "shape_to_tensor",
-}
-
 DTYPES = [np.float32, np.int32, np.bool_, np.float16]
 
 
