@@ -190,6 +190,27 @@ def _rows(input_ids: Any) -> list[np.ndarray]:
     return [r.astype(np.int64) for r in rows]
 
 
+def prompt_rows(where: str, input_ids: Any, vocab: int) -> list[np.ndarray]:
+    """The prompts of ``input_ids`` as int64 rows (see `CausalLM.generate`); ValueError naming ``where`` for ids outside ``[0, vocab)``."""
+    rows = _rows(input_ids)
+    for i, r in enumerate(rows):
+        if r.min() < 0 or r.max() >= vocab:
+            raise ValueError(f"{where}: prompt {i} has token ids outside [0, {vocab})")
+    return rows
+
+
+def check_generation(where: str, max_new_tokens: Any, temperature: Any, top_k: Any, top_p: Any, vocab: int) -> None:
+    """The argument rules every model's ``generate`` follows; ValueError naming ``where`` and the argument."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+        raise ValueError(f"{where}: max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    if not temperature >= 0:
+        raise ValueError(f"{where}: temperature must be >= 0, got {temperature!r}")
+    if top_k is not None and not (isinstance(top_k, (int, np.integer)) and 1 <= top_k <= vocab):
+        raise ValueError(f"{where}: top_k must be an int in [1, {vocab}], got {top_k!r}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"{where}: top_p must be in (0, 1], got {top_p!r}")
+
+
 def _bucket(n: int, least: int = 8) -> int:
     return max(least, 1 << (n - 1).bit_length())
 
@@ -250,19 +271,8 @@ class _Steps(Iterator[np.ndarray]):
 
     def __init__(self, model, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id):
         name = type(model).__name__
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
-            raise ValueError(f"{name}.generate: max_new_tokens must be a positive int, got {max_new_tokens!r}")
-        if not temperature >= 0:
-            raise ValueError(f"{name}.generate: temperature must be >= 0, got {temperature!r}")
-        vocab = _vocab(model)
-        if top_k is not None and not (isinstance(top_k, (int, np.integer)) and 1 <= top_k <= vocab):
-            raise ValueError(f"{name}.generate: top_k must be an int in [1, {vocab}], got {top_k!r}")
-        if top_p is not None and not 0 < top_p <= 1:
-            raise ValueError(f"{name}.generate: top_p must be in (0, 1], got {top_p!r}")
-        rows = _rows(input_ids)
-        for i, r in enumerate(rows):
-            if r.min() < 0 or r.max() >= vocab:
-                raise ValueError(f"{name}.generate: prompt {i} has token ids outside [0, {vocab})")
+        check_generation(f"{name}.generate", max_new_tokens, temperature, top_k, top_p, _vocab(model))
+        rows = prompt_rows(f"{name}.generate", input_ids, _vocab(model))
         lengths = np.array([len(r) for r in rows], np.int64)
         need = int(lengths.max()) + int(max_new_tokens)
         limit = getattr(model.config, "max_position_embeddings", None)

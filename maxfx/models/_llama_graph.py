@@ -37,7 +37,7 @@ from lowering.dtypes import DType
 from maxfx.engine import InferenceSession
 from maxfx.graph import Graph, TensorType
 from maxfx.models._config import LlamaConfig
-from maxfx.models._generate import _progress, _rows
+from maxfx.models._generate import _progress, check_generation, prompt_rows
 from maxfx.models._llama import GraphWeight, graph_dtype, graph_weights, llama_transformer, read_llama
 from maxfx.models._loading import open_checkpoint
 from maxfx.nn.kv_cache import KVCacheParams, PagedCacheValues, PagedKVCacheManager
@@ -162,12 +162,9 @@ class LlamaGraphModel:
         return last.to_numpy(), logits.to_numpy()
 
     def _prompts(self, input_ids: Any, where: str) -> list[np.ndarray]:
-        rows = _rows(input_ids)
+        rows = prompt_rows(f"LlamaGraphModel.{where}", input_ids, self.config.vocab_size)
         if len(rows) > self.cache.max_batch_size:
             raise ValueError(f"LlamaGraphModel.{where}: batch of {len(rows)} prompts; this model was built for max_batch_size={self.cache.max_batch_size}")
-        for i, r in enumerate(rows):
-            if r.min() < 0 or r.max() >= self.config.vocab_size:
-                raise ValueError(f"LlamaGraphModel.{where}: prompt {i} has token ids outside [0, {self.config.vocab_size})")
         return rows
 
     def _session(self, n: int) -> list[int]:
@@ -219,8 +216,7 @@ class LlamaGraphModel:
         Returns:
             int64 ``[B, n]`` with the new tokens only (``n = max_new_tokens`` unless every row hit EOS).
         """
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
-            raise ValueError(f"LlamaGraphModel.generate: max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+        check_generation("LlamaGraphModel.generate", max_new_tokens, temperature, top_k, top_p, self.config.vocab_size)
         pick = _sampler(temperature, top_k, top_p, seed, self.config.vocab_size)
         rows = self._prompts(input_ids, "generate")
         longest = max(len(r) for r in rows) + int(max_new_tokens) - 1
@@ -255,13 +251,7 @@ class LlamaGraphModel:
 
 
 def _sampler(temperature: float, top_k: int | None, top_p: float | None, seed: int | None, vocab: int) -> Callable[[np.ndarray], np.ndarray]:
-    """Next-token choice from float32 logits ``[B, vocab]``: argmax, or temperature / top-k / top-p sampling."""
-    if not temperature >= 0:
-        raise ValueError(f"LlamaGraphModel.generate: temperature must be >= 0, got {temperature!r}")
-    if top_k is not None and not 1 <= int(top_k) <= vocab:
-        raise ValueError(f"LlamaGraphModel.generate: top_k must be in [1, {vocab}], got {top_k!r}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"LlamaGraphModel.generate: top_p must be in (0, 1], got {top_p!r}")
+    """Next-token choice from float32 logits ``[B, vocab]``: argmax, or temperature / top-k / top-p sampling (arguments checked by `check_generation`)."""
     if temperature == 0:
         return lambda logits: logits.argmax(-1).astype(np.int64)
     rng = np.random.default_rng(seed)
