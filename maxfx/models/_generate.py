@@ -71,6 +71,13 @@ class CausalLM(Module):
         """``int64 [batch, seq]`` on the model's device, for `compile`."""
         return (TensorType(DType.int64, ["batch", "seq"], DeviceRef.from_device(self.device)),)
 
+    def compile(self, *input_types: TensorType, weights: Any = None, scan_layers: bool = True) -> Any:
+        """`Module.compile`, with ``scan_layers=True`` by default: the decoder layers are
+        identical blocks, traced once and looped over, so compile time does not grow
+        with depth. Pass ``scan_layers=False`` to unroll them.
+        """
+        return super().compile(*input_types, weights=weights, scan_layers=scan_layers)
+
     # -- generation --------------------------------------------------------
     def generate(
         self,

@@ -179,7 +179,8 @@ class LlamaForCausalLM(CausalLM):
 
     Build one with `maxfx.models.load_pretrained` or `LlamaForCausalLM.random`.
     The decoder layers sit in a `Sequential` of identical blocks, which
-    `Module.compile` traces once and loops over.
+    ``model.compile`` traces once and loops over (``scan_layers=True``, the
+    default for models).
 
     Example:
         >>> from maxfx.models import LlamaConfig, LlamaForCausalLM
