@@ -154,13 +154,7 @@ def coerce_inputs(ctx: Context, op: OpDef, inputs: Sequence[Any]) -> list[Any]:
     return ctx.convert(op, inputs, actions, converted_types(kinds, actions, device), device)
 
 
-def _context_of(x: Any) -> Context | None:
-    ctx = getattr(x, "__lowering_context__", None)
-    if ctx is not None:
-        return ctx
-    if isinstance(x, (jax.Array, jax.core.Tracer)):
-        return TRACE
-    return None
+_JAX_VALUES = (jax.Array, jax.core.Tracer)
 
 
 def find_context(op_name: str, inputs: Sequence[Any]) -> Context:
@@ -168,8 +162,12 @@ def find_context(op_name: str, inputs: Sequence[Any]) -> Context:
     ambient = _current.get()
     found: Context | None = None
     for x in inputs:
-        ctx = _context_of(x)
-        if ctx is None or ctx is found:
+        ctx = getattr(x, "__lowering_context__", None)
+        if ctx is None:
+            if not isinstance(x, _JAX_VALUES):
+                continue
+            ctx = TRACE
+        if ctx is found:
             continue
         if found is None:
             found = ctx

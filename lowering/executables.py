@@ -39,11 +39,15 @@ class ExecutableCache:
 
     def get(self, key: Hashable) -> Any | None:
         """The executable under ``key`` (now the most recent), or None."""
-        with self._lock:
-            exe = self._entries.get(key)
-            if exe is not None:
+        # The hot path of every eager step: single OrderedDict operations are atomic
+        # under the GIL, so a hit takes no lock (a concurrent eviction is a miss).
+        exe = self._entries.get(key)
+        if exe is not None:
+            try:
                 self._entries.move_to_end(key)
-            return exe
+            except KeyError:
+                pass
+        return exe
 
     def put(self, key: Hashable, exe: Any) -> None:
         """Keep ``exe`` under ``key``, evicting the least recently used beyond capacity."""

@@ -240,14 +240,15 @@ BINARY_OPERATORS: dict[str, tuple[str, bool]] = {
 
 
 def _binary_operator(name: str, op_name: str, swapped: bool):
+    front = getattr(ops, op_name)
     if swapped:
 
         def method(self, other):
-            return getattr(ops, op_name)(other, self)
+            return front(other, self)
     else:
 
         def method(self, other):
-            return getattr(ops, op_name)(self, other)
+            return front(self, other)
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"``ops.{op_name}`` with {'swapped ' if swapped else ''}operands."
