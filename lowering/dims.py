@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 import numbers
 from collections.abc import Iterable, Mapping
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -399,7 +399,7 @@ def _to_dim(value: Any) -> Dim:
     raise TypeError(f"Dim: expected int, str or Dim, got {type(value).__name__} {value!r}")
 
 
-DimLike = Union[int, str, Dim, np.integer]
+DimLike = int | str | Dim | np.integer
 
 
 class Shape(list):

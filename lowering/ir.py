@@ -118,7 +118,7 @@ class Block:
             lhs = f"{outs} = " if outs else ""
             types = " : " + ", ".join(str(v.type) for v in n.outputs) if n.outputs else ""
             lines.append(f"{indent}  {lhs}{n.op}({args}{', ' if args and params else ''}{params}){types}")
-            for k, p in n.params.items():
+            for p in n.params.values():
                 for b in _blocks_in(p):
                     lines.append(b.format(indent + "    "))
         lines.append(f"{indent}  return {', '.join(f'%{v.id}' for v in self.outputs)}")

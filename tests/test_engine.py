@@ -7,7 +7,7 @@ from lowering.compile import compile_stats
 from maxfx.driver import CPU, Tensor
 from maxfx.dtype import DType
 from maxfx.engine import InferenceSession, TensorSpec
-from maxfx.graph import Graph, TensorType, Weight, ops
+from maxfx.graph import Graph, TensorType, ops
 
 
 def _relu_graph(shape):

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from lowering.dtypes import DType
 from maxfx.experimental.nn import Embedding, LayerNorm, Linear, Module, Sequential
 from maxfx.experimental.tensor import Tensor
 from maxfx.interop.flax import StructureMismatchError, flax_paths, from_flax, to_flax
-from lowering.dtypes import DType
 
 
 def _x(rng, *shape):

@@ -78,9 +78,9 @@ def _child() -> dict:
     from jax.sharding import PartitionSpec as P
 
     import maxfx
-    from maxfx._sharding import sharding_of
     from lowering.devices import jax_device
     from lowering.types import DeviceRef
+    from maxfx._sharding import sharding_of
 
     out: dict = {"n_devices": len(jax.devices())}
     out["device_ref_map"] = all(jax_device(DeviceRef.CPU(i)) == jax.devices("cpu")[i] for i in range(N_DEVICES))
@@ -196,8 +196,9 @@ def test_mismatch_errors_name_axis_and_sizes(child):
 
 
 def test_single_device_mesh_and_rank_errors():
-    import maxfx
     from jax.sharding import PartitionSpec as P
+
+    import maxfx
     from maxfx.experimental.nn import Linear
     from maxfx.experimental.tensor import Tensor
 

@@ -15,7 +15,7 @@ import pytest
 import maxfx
 from maxfx.dtype import DType
 from maxfx.experimental import functional as F
-from maxfx.experimental.nn import Linear, Module, Sequential, module_dataclass
+from maxfx.experimental.nn import Linear, Module, module_dataclass
 from maxfx.experimental.tensor import Tensor
 
 RNG = np.random.default_rng(0)

@@ -2,9 +2,9 @@
 
 import pytest
 
+from lowering.dtypes import promote_strong, promote_weak
 from maxfx.dtype import DType
 from maxfx.graph import BufferType, DeviceKind, DeviceRef, TensorType
-from lowering.dtypes import promote_strong, promote_weak
 
 
 def test_tensor_type_repr_matches_the_guide():

@@ -348,7 +348,7 @@ def _bwd_calls(q, k, v, seq, o, lse, do, spec: _Spec):
     zero_init = not spec.even
     dkdv_kernel = functools.partial(_dkdv_kernel, spec=spec)
     dq_kernel = functools.partial(_dq_kernel, spec=spec)
-    extra_in, extra_specs, aliases_kv, aliases_q = (), [], {}, {}
+    aliases_kv, aliases_q = {}, {}
     if zero_init:
         dkdv_kernel = _drop_aliased(dkdv_kernel, 2)
         dq_kernel = _drop_aliased(dq_kernel, 1)

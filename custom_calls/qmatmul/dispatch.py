@@ -35,7 +35,8 @@ from __future__ import annotations
 import os
 import warnings
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp

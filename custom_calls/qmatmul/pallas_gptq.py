@@ -56,7 +56,7 @@ def supported_group_size(group_size: int) -> bool:
     return isinstance(group_size, int) and group_size >= 32 and group_size & (group_size - 1) == 0
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gptq_format(group_size: int) -> Format:
     """The kernel `Format` of GPTQ int4 with ``group_size`` (a power of two ≥ 32)."""
     g = group_size

@@ -20,8 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lowering.context import bind, current_context
-from lowering.dims import Dim, StaticDim, bind_symbols
-from lowering.dims import _from_poly, _make_poly  # exact division by a monomial (see _exact_div)
+from lowering.dims import Dim, StaticDim, _from_poly, _make_poly, bind_symbols  # exact division by a monomial (see _exact_div)
 from lowering.dtypes import DType
 from lowering.ops import _rules as R
 from lowering.ops.core import constant

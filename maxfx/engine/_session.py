@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
 from lowering.compile import CompiledBlock
 from lowering.devices import jax_device
@@ -37,7 +37,7 @@ from maxfx.graph import Graph
 
 __all__ = ["InferenceSession", "GPUProfilingMode", "LogLevel", "CustomExtensionsType"]
 
-CustomExtensionsType: TypeAlias = list[str | Path | Any] | str | Path | Any
+type CustomExtensionsType = list[str | Path | Any] | str | Path | Any
 
 
 class GPUProfilingMode(enum.Enum):

@@ -26,7 +26,6 @@ import jax
 import numpy as np
 
 from lowering.context import Context, use_context
-from lowering.devices import jax_device
 from lowering.dims import Shape
 from lowering.dtypes import DType
 from lowering.eager import EagerContext, LazyVar, pending_block, realize

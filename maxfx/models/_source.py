@@ -130,7 +130,7 @@ class ParamSource(abc.ABC):
             CheckpointMismatchError: the tensor is missing, mis-shaped, or cannot be converted.
         """
 
-    def finish(self, ignore: Iterable[str] = ()) -> None:
+    def finish(self, ignore: Iterable[str] = ()) -> None:  # noqa: B027 - an optional hook, a no-op by default
         """Called once every parameter was read: raises `CheckpointMismatchError` for tensors nobody asked for (except ``ignore``)."""
 
     # -- eager conveniences --------------------------------------------------

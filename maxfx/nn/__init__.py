@@ -17,28 +17,44 @@ Example:
     ['down_proj.weight', 'gate_proj.weight', 'up_proj.weight']
 """
 
-from maxfx.nn import clamp, embedding, layer, linear, module_v3, norm, sequential
+from maxfx.nn import (
+    attention,
+    clamp,
+    comm,
+    conv,
+    conv_transpose,
+    embedding,
+    float8_config,
+    hooks,
+    kernels,
+    kv_cache,
+    layer,
+    linear,
+    lora,
+    module_v3,
+    moe,
+    norm,
+    rotary_embedding,
+    sampling,
+    sequential,
+    transformer,
+)
 from maxfx.nn._basic import MLP, Embedding, LayerNorm, Linear, RMSNorm, Sequential
+from maxfx.nn._gptq import GPTQLinear
 from maxfx.nn._layer import Layer, LayerList, Module, Shardable, add_layer_hook, clear_hooks, recursive_named_layers
+from maxfx.nn._parallel import ColumnParallelLinear, DistributedGemmConfig, VocabParallelEmbedding
 from maxfx.nn._v1 import MLPV1, ConstantLayerNorm, EmbeddingV1, GPTQLinearV1, GroupNorm, LayerNormV1, LinearV1, QLinearV1, RMSNormV1
-from maxfx.nn import rotary_embedding
-from maxfx.nn.rotary_embedding import *  # noqa: F403 - RoPE layers and scaling params
-from maxfx.nn import conv, conv_transpose
+from maxfx.nn.attention import AttentionWithRope, MultiheadAttention, RaggedAttention
+from maxfx.nn.comm import Allreduce, Signals
 from maxfx.nn.conv import *  # noqa: F403
 from maxfx.nn.conv_transpose import *  # noqa: F403
-from maxfx.nn import hooks, sampling
-from maxfx.nn.hooks import PrintHook
-from maxfx.nn.sampling import *  # noqa: F403
-from maxfx.nn import comm, float8_config, kernels, lora, moe
-from maxfx.nn._gptq import GPTQLinear
-from maxfx.nn._parallel import ColumnParallelLinear, DistributedGemmConfig, VocabParallelEmbedding
-from maxfx.nn.comm import Allreduce, Signals
 from maxfx.nn.float8_config import *  # noqa: F403 - float8 specs and parse_float8_config
+from maxfx.nn.hooks import PrintHook
+from maxfx.nn.kv_cache import KVCacheParams, KVCacheStrategy, PagedCacheValues, PagedKVCacheManager
 from maxfx.nn.lora import *  # noqa: F403 - AttentionWithRopeAndLoRA, LinearLoRA, SupportsLoRA
 from maxfx.nn.moe import *  # noqa: F403 - MoE, MoEFp8, MoEGate
-from maxfx.nn import attention, kv_cache, transformer
-from maxfx.nn.attention import AttentionWithRope, MultiheadAttention, RaggedAttention
-from maxfx.nn.kv_cache import KVCacheParams, KVCacheStrategy, PagedCacheValues, PagedKVCacheManager
+from maxfx.nn.rotary_embedding import *  # noqa: F403 - RoPE layers and scaling params
+from maxfx.nn.sampling import *  # noqa: F403
 from maxfx.nn.transformer import DistributedTransformer, DistributedTransformerBlock, ReturnLogits, Transformer, TransformerBlock
 
 EmbeddingV2 = Embedding

@@ -184,7 +184,7 @@ class GroupNorm(Module):
         ['bias', 'weight']
     """
 
-    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True, device: Any = DeviceRef.GPU()):
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True, device: Any = DeviceRef.GPU()):  # noqa: B008 - MAX's documented default
         super().__init__()
         if num_channels % num_groups:
             raise ValueError(f"GroupNorm: num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")

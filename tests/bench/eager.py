@@ -24,10 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tests.bench._timing import fmt_time, interleaved, machine, save
-
 from maxfx import functional as F
 from maxfx.tensor import Tensor
+from tests.bench._timing import fmt_time, interleaved, machine, save
 
 
 def small_step(repeats: int) -> dict[str, float]:

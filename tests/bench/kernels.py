@@ -119,7 +119,6 @@ def bench_prefill(b, s, h, d, causal, *, sweep, interpret, gpu, reps, repeats, k
     flops = 4 * b * h * s * s * d / (2 if causal else 1)
     result = {"B": b, "S": s, "H": h, "D": d, "causal": causal, "reps_per_call": reps, "fwd_flops": flops,
               "compile_s": {}, "errors": {}}
-    impl = "pallas_interpret" if interpret else "pallas"
     base = pf.default_config(d)
     ours = {"default": base, **(FWD_CONFIGS if sweep else {})}
 

@@ -25,13 +25,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tests.bench._timing import fmt_time, interleaved, machine, save
-
 from lowering.compile import clear_cache
 from maxfx import functional as F
 from maxfx.dtype import DType
 from maxfx.experimental.nn import LayerNorm, Linear, Module, Sequential, module_dataclass
 from maxfx.experimental.tensor import Tensor, TensorType
+from tests.bench._timing import fmt_time, interleaved, machine, save
 
 
 @module_dataclass

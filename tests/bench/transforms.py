@@ -25,12 +25,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from tests.bench._timing import fmt_time, interleaved, machine, save
-
 from maxfx import functional as F
 from maxfx import optim
 from maxfx.experimental.nn import Linear
 from maxfx.experimental.tensor import Tensor
+from tests.bench._timing import fmt_time, interleaved, machine, save
 from tests.bench.modules import MLP, _jax_mlp
 
 

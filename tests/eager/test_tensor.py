@@ -14,17 +14,16 @@ import numpy as np
 import pytest
 
 from lowering import eager
-from maxfx.experimental import _tensor
 from lowering.eager import MAX_PENDING, eager_stats
 from maxfx import functional as F
 from maxfx import random
 from maxfx.driver import CPU, Accelerator, accelerator_count
 from maxfx.driver import Tensor as DriverTensor
 from maxfx.dtype import DType
+from maxfx.experimental import _tensor
 from maxfx.experimental import tensor as tensor_module
 from maxfx.graph import Graph, TensorType, ops
 from maxfx.tensor import ComputeGraph, Tensor, default_device, default_dtype, defaults, driver_tensor_type
-
 
 # ─── construction ─────────────────────────────────────────────────────────
 

@@ -5,10 +5,10 @@ import jax
 import numpy as np
 import pytest
 
+from lowering.types import DeviceRef, TensorType
 from maxfx.dtype import DType
 from maxfx.experimental.nn import QuantizedLinear, RMSNorm
 from maxfx.experimental.tensor import Tensor
-from lowering.types import TensorType, DeviceRef
 
 
 def np_rms_norm(x, w, eps):

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from lowering.compile import compile_stats
-from maxfx import nn
 from maxfx.dtype import DType
 from maxfx.engine import InferenceSession
 from maxfx.graph import DeviceRef, Graph, TensorType, ops
@@ -449,7 +448,7 @@ def test_cache_kernels_write_radd_norm_and_cross_attention(rng):
     k = np_rms(kvr[:, :kvd].reshape(5, NKV, HD), gamma)
     v = kvr[:, kvd:].reshape(5, NKV, HD)
     np.testing.assert_allclose(pool.to_numpy()[0, 0, 0, :2], k[:2], rtol=1e-5, atol=1e-5)  # seq 0's keys, page 0
-    for b, (qs, qe, ks, ke) in enumerate(((0, 1, 0, 2), (1, 3, 2, 5))):
+    for qs, qe, ks, ke in ((0, 1, 0, 2), (1, 3, 2, 5)):
         want = np_attend(q[qs:qe], k[ks:ke], v[ks:ke], np.zeros(qe - qs, int), ke - ks, "null", 0.5)
         np.testing.assert_allclose(out[qs:qe], want, rtol=1e-4, atol=1e-5)
 

@@ -14,10 +14,14 @@ from maxfx.nn import kernels
 from maxfx.nn.float8_config import (
     Float8Config,
     Float8InputScaleSpec,
-    Float8ScaleGranularity as G,
-    Float8ScaleOrigin as O,
     Float8WeightScaleSpec,
     parse_float8_config,
+)
+from maxfx.nn.float8_config import (
+    Float8ScaleGranularity as G,
+)
+from maxfx.nn.float8_config import (
+    Float8ScaleOrigin as O,
 )
 
 CPU = DeviceRef.CPU()

@@ -18,8 +18,9 @@ from maxfx.nn.kv_cache import (
     PagedCacheValues,
     PagedKVCacheManager,
     RaggedKVCacheInputs,
+    cache_params,
+    manager,
 )
-from maxfx.nn.kv_cache import cache_params, manager
 
 
 def test_params_fields_and_properties():

@@ -11,7 +11,9 @@ from maxfx.dtype import DType
 from maxfx.engine import InferenceSession
 from maxfx.graph import BufferType, DeviceRef, Graph, ShardingStrategy, TensorType
 from maxfx.nn import kernels
-from maxfx.nn.float8_config import Float8Config, Float8InputScaleSpec, Float8ScaleGranularity as G, Float8ScaleOrigin as O, Float8WeightScaleSpec
+from maxfx.nn.float8_config import Float8Config, Float8InputScaleSpec, Float8WeightScaleSpec
+from maxfx.nn.float8_config import Float8ScaleGranularity as G
+from maxfx.nn.float8_config import Float8ScaleOrigin as O
 
 CPU = DeviceRef.CPU()
 F8 = ml_dtypes.float8_e4m3fn
@@ -94,7 +96,7 @@ def test_moe_gate_projections_and_errors(rng):
 
 def test_moe_tensor_parallel_shards_sum_to_full(rng):
     moe = nn.MoE([CPU], 8, 4, 2, 6, dtype=DType.float32, has_shared_experts=True, shared_experts_dim=4)
-    st = fill(moe, rng)
+    fill(moe, rng)
     moe.sharding_strategy = ShardingStrategy.rowwise(2)
     shards = moe.shard([CPU, CPU])
     assert shards[0].moe_dim == 3

@@ -326,7 +326,7 @@ def test_resize_matches_numpy(rng, mode, out_hw):
 def test_resize_identity_default_and_dtypes(rng):
     x = rand(rng, [2, 3, 4, 5])
     for mode in InterpolationMode:
-        assert_close(run_op(lambda a: ops.resize(a, [2, 3, 4, 5], mode), x), x.astype(np.float64), 1e-6)
+        assert_close(run_op(lambda a, mode=mode: ops.resize(a, [2, 3, 4, 5], mode), x), x.astype(np.float64), 1e-6)
     # The default is BILINEAR; a constant image stays constant under every mode.
     c = np.full((1, 1, 3, 3), 2.5, np.float32)
     assert_close(run_op(lambda a: ops.resize(a, (1, 1, 8, 5)), c), np.full((1, 1, 8, 5), 2.5), 1e-6)

@@ -6,9 +6,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from lowering.x64 import x64
 from maxfx.dtype import DType
 from maxfx.engine import InferenceSession
-from lowering.x64 import x64
 from maxfx.graph import Graph, TensorType, ops
 from tests.ops.harness import build, rand, run_op
 

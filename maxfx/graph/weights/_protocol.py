@@ -120,7 +120,7 @@ def _join(prefix: str, part: str) -> str:
     return f"{prefix}.{part}" if prefix else part
 
 
-def _derive(weights: _Self, prefix: str) -> _Self:
+def _derive[W](weights: W, prefix: str) -> W:
     # A child accessor shares the source and the allocated dict; only the prefix differs.
     child = object.__new__(type(weights))
     child.__dict__.update(weights.__dict__)
@@ -221,7 +221,7 @@ class Weights(Protocol):
         dtype: DType | None = None,
         shape: Iterable[Any] | None = None,
         quantization_encoding: QuantizationEncoding | None = None,
-        device: Any = DeviceRef.CPU(),
+        device: Any = DeviceRef.CPU(),  # noqa: B008 - MAX's documented default; DeviceRef is immutable
     ) -> Weight:
         """A graph `Weight` for the current name; its value goes into `allocated_weights`.
 

@@ -15,9 +15,9 @@ from lowering.dtypes import DType
 from maxfx.graph import ops
 from maxfx.nn._basic import Linear
 from maxfx.nn._layer import Module
-from maxfx.nn.kernels._attention import mask_name
 from maxfx.nn.attention._rope_attention import _devices, _on, _RaggedAttentionBase
 from maxfx.nn.attention.mask_config import MHAMaskVariant
+from maxfx.nn.kernels._attention import mask_name
 from maxfx.nn.kv_cache._params import KVCacheParams
 
 __all__ = ["MultiheadAttention", "RaggedAttention", "padded_attention"]

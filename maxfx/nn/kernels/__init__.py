@@ -7,9 +7,8 @@ in private files: attention and KV-cache kernels, float8/MoE/LoRA/sampling
 kernels.
 """
 
-from maxfx.nn.kernels import _attention
+from maxfx.nn.kernels import _attention, _float8, _lora, _misc, _moe, _sampling
 from maxfx.nn.kernels._attention import *  # noqa: F403  (attention and paged KV-cache kernels)
-from maxfx.nn.kernels import _float8, _lora, _misc, _moe, _sampling
 from maxfx.nn.kernels._float8 import *  # noqa: F403  (float8 quantize / scaled matmul)
 from maxfx.nn.kernels._lora import *  # noqa: F403  (SGMV LoRA)
 from maxfx.nn.kernels._misc import *  # noqa: F403  (swish_glu, scatter_set_constant, merge_ragged_tensors)
