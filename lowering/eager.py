@@ -242,22 +242,10 @@ class EagerContext(Context):
         The same `BindPlan` as the general path (looked up by the operand kinds
         alone), with its common case (one recorded output) written out.
         """
-        lk = lhs.__class__
-        if lk in PYTHON_SCALARS:
-            lv = None
-        else:
-            lv = getattr(lhs, "_var", None)
-            if lv is None or lv.__class__ is not LazyVar or isinstance(lv.array, _Tracer):
-                return self._bind_values(op, (lhs, rhs), _NO_PARAMS)
-            lk = lv.type
-        rk = rhs.__class__
-        if rk in PYTHON_SCALARS:
-            rv = None
-        else:
-            rv = getattr(rhs, "_var", None)
-            if rv is None or rv.__class__ is not LazyVar or isinstance(rv.array, _Tracer):
-                return self._bind_values(op, (lhs, rhs), _NO_PARAMS)
-            rk = rv.type
+        lo, ro = _operand(lhs), _operand(rhs)
+        if lo is None or ro is None:
+            return self._bind_values(op, (lhs, rhs), _NO_PARAMS)
+        (lk, lv), (rk, rv) = lo, ro
         key = (op, lk, rk)
         plan = _binary_plans.get(key)
         if plan is None:
@@ -358,6 +346,18 @@ class EagerContext(Context):
         if op.multiple_results:
             return tuple(self.wrap(self.leaf(a)) for a in out)
         return self.wrap(self.leaf(out))
+
+
+def _operand(x: Any) -> tuple[Any, LazyVar | None] | None:
+    """(kind, var) of an operand of the two-operand fast path (var None for a Python
+    scalar), or None when the operand needs the general path (tracers, arrays...)."""
+    k = x.__class__
+    if k in PYTHON_SCALARS:
+        return k, None
+    v = getattr(x, "_var", None)
+    if v is None or v.__class__ is not LazyVar or isinstance(v.array, _Tracer):
+        return None
+    return v.type, v
 
 
 def _array_of(x: Any) -> Any:
