@@ -269,20 +269,21 @@ class GraphBuilder(Context):
         op = get_op("cast")
         return self._record(op, [v], {"dtype": dtype}, infer_types(op, [v.type], {"dtype": dtype}))[0]
 
-    def capture(self, x: Any) -> Any:
+    def capture(self, x: Any, device: DeviceRef | None = None) -> Any:
         """Concrete data (a JAX array, an eager tensor) as a `Captured` value of this graph.
 
         It is typed by its own dtype, as in every other context, and becomes a
-        constant of the graph once an op's plan has accepted it. Other values
-        are returned unchanged.
+        constant of the graph on ``device`` (default: the graph's) once an op's
+        plan has accepted it. Other values are returned unchanged.
         """
         if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
-            return Captured(np.asarray(x), TensorType(DType.from_numpy(x.dtype), x.shape, self.default_device))
-        ctx = getattr(x, "__lowering_context__", None)
-        if ctx is not None and ctx.concrete:
-            t = x.type
-            return Captured(np.asarray(x), TensorType(t.dtype, t.shape, t.device))
-        return x
+            dtype = DType.from_numpy(x.dtype)
+        elif getattr(getattr(x, "__lowering_context__", None), "concrete", False):
+            dtype = x.type.dtype
+        else:
+            return x
+        array = np.asarray(x)
+        return Captured(array, TensorType(dtype, array.shape, device or self.default_device))
 
     def _record(self, op: OpDef, in_vars: Sequence[Var], params: dict[str, Any], out_types: Sequence[Type]) -> tuple[Var, ...]:
         outs = tuple(Var(t) for t in out_types)
@@ -291,7 +292,9 @@ class GraphBuilder(Context):
         return outs
 
     def bind(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
-        return super().bind(op, [self.capture(x) for x in inputs], params)
+        # Captured data lands on the device of the op's graph values, as Python data does.
+        device = next((x.type.device for x in inputs if _is_graph_value(x)), None)
+        return super().bind(op, [self.capture(x, device) for x in inputs], params)
 
     def apply(self, op: OpDef, plan: BindPlan, inputs: list[Any], params: dict[str, Any]) -> Any:
         in_vars = [self.var_of(x) for x in inputs]
@@ -306,6 +309,11 @@ class GraphBuilder(Context):
 
 
 # ─── Tracing (inside jax.jit / grad / vmap) ──────────────────────────────
+
+
+def _is_graph_value(x: Any) -> bool:
+    ctx = getattr(x, "__lowering_context__", None)
+    return ctx is not None and not ctx.concrete and hasattr(getattr(x, "type", None), "device")
 
 
 class Captured:

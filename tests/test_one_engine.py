@@ -19,7 +19,7 @@ from lowering import eager
 from lowering.executables import EXECUTABLES, ExecutableCache
 from lowering.plan import bind_plan
 from lowering.registry import all_ops, get_op
-from lowering.types import TensorType
+from lowering.types import DeviceRef, TensorType
 from maxfx import functional as F
 from maxfx.dtype import DType
 from maxfx.graph import Graph, ops
@@ -175,3 +175,15 @@ def test_pending_work_is_an_ir_block_run_by_the_interpreter():
     block = eager.pending_block([y._var])
     assert [n.op for n in block.nodes] == ["sqrt", "add"]
     np.testing.assert_allclose(y.to_numpy(), [2.0, 3.0])
+
+
+def test_captured_data_lands_on_the_device_of_the_graph_values():
+    """An eager tensor or JAX array next to graph values becomes a constant on their device (building only)."""
+    gpu = DeviceRef.GPU()
+    with Graph("g", input_types=[TensorType(DType.float32, [3], gpu)]) as g:
+        y = ops.add(g.inputs[0].tensor, Tensor.constant([1.0, 2.0, 3.0]))
+        z = ops.mul(g.inputs[0].tensor, jnp.ones(3, jnp.float32))
+        g.output(y, z)
+    assert y.type.device == gpu and z.type.device == gpu
+    constants = [n for n in g._ir.nodes if n.op == "constant"]
+    assert [n.outputs[0].type.device for n in constants] == [gpu, gpu]
