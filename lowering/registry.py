@@ -21,11 +21,12 @@ Example (the whole definition of an op)::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["OpDef", "register", "get_op", "all_ops", "front", "fronts", "OpError"]
+__all__ = ["OpDef", "register", "get_op", "all_ops", "front", "fronts", "scoped_registrations", "OpError"]
 
 
 @dataclass(eq=False)
@@ -132,3 +133,29 @@ def front(*ops: OpDef, name: str | None = None) -> Callable[[Callable[..., Any]]
 def fronts() -> dict[str, Callable[..., Any]]:
     """User-facing op functions by MAX name (what ``maxfx.graph.ops`` exports)."""
     return dict(_FRONTS)
+
+
+@contextlib.contextmanager
+def scoped_registrations() -> Iterator[None]:
+    """Ops and fronts registered inside the ``with`` block are removed when it ends.
+
+    For trying out an op in a notebook or a test without leaving it in the
+    process-wide registry (registering a name twice is an error).
+
+    Example:
+        >>> from lowering.ops import _rules as R
+        >>> with scoped_registrations():
+        ...     trial_p = register(OpDef("trial_identity", rule=R.unary("trial_identity"), impl=lambda x: x))
+        ...     "trial_identity" in all_ops()
+        True
+        >>> "trial_identity" in all_ops()
+        False
+    """
+    ops, fronts_ = set(_REGISTRY), set(_FRONTS)
+    try:
+        yield
+    finally:
+        for name in set(_REGISTRY) - ops:
+            del _REGISTRY[name]
+        for name in set(_FRONTS) - fronts_:
+            del _FRONTS[name]

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from lowering.registry import scoped_registrations
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -47,8 +49,9 @@ def _pages_with_examples() -> list:
 def test_page_examples_run(page, capsys):
     """A page's examples run as written, in order, in one namespace, and print what the page says."""
     namespace: dict = {}
-    for block in _python_blocks(page):
-        exec(compile(block, page, "exec"), namespace)  # noqa: S102 - our own docs
+    with scoped_registrations():  # ops.md registers an example op: it must not outlive the page
+        for block in _python_blocks(page):
+            exec(compile(block, page, "exec"), namespace)  # noqa: S102 - our own docs
     if page in EXPECTED_OUTPUT:
         assert capsys.readouterr().out.splitlines() == EXPECTED_OUTPUT[page]
 
