@@ -15,10 +15,11 @@ Example:
 
 from maxfx.models._config import ConfigError, GPT2Config, LlamaConfig
 from maxfx.models._generate import CausalLM, GenerationStats, compile_counts
-from maxfx.models._gpt2 import GPT2LMHeadModel
+from maxfx.models._gpt2 import GPT2GraphModel, GPT2LMHeadModel
 from maxfx.models._llama import LlamaForCausalLM
 from maxfx.models._llama_graph import LlamaGraphModel, load_pretrained_graph
 from maxfx.models._loading import ARCHITECTURES, load_pretrained
+from maxfx.models._paged import PagedCausalLM
 from maxfx.models._source import CheckpointMismatchError
 
 __all__ = [
@@ -27,11 +28,13 @@ __all__ = [
     "CheckpointMismatchError",
     "ConfigError",
     "GPT2Config",
+    "GPT2GraphModel",
     "GPT2LMHeadModel",
     "GenerationStats",
     "LlamaConfig",
     "LlamaForCausalLM",
     "LlamaGraphModel",
+    "PagedCausalLM",
     "compile_counts",
     "load_pretrained",
     "load_pretrained_graph",

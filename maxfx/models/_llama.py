@@ -24,10 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from lowering.dtypes import DType
-from lowering.quantization import QuantizationEncoding
 from maxfx import nn
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
@@ -36,8 +33,9 @@ from maxfx.graph import DeviceRef
 from maxfx.models._config import LlamaConfig
 from maxfx.models._generate import CausalLM
 from maxfx.models._layers import attention_with_cache, positions, rope
+from maxfx.models._paged import GraphWeight, graph_dtype, q8_graph_entries
 from maxfx.models._source import Q8_0, ParamSource, StoredTensor, eager_embedding, eager_linear, eager_tensor
-from maxfx.nn._q8 import Q8AttentionWithRope, Q8Embedding, Q8Linear, split_q8_0
+from maxfx.nn._q8 import Q8AttentionWithRope, Q8Embedding, Q8Linear
 from maxfx.nn.attention import AttentionWithRope, GGUFQAttentionWithRope
 from maxfx.nn.kv_cache import KVCacheParams
 from maxfx.nn.transformer import ReturnLogits, Transformer, TransformerBlock
@@ -250,8 +248,6 @@ class LlamaForCausalLM(CausalLM):
 # ─── the maxfx.nn graph ───────────────────────────────────────────────────
 
 _CPU = DeviceRef.CPU()
-# A graph weight: (value, format), the format as in StoredTensor (Q8_0 for both parts of a Q8_0 matrix).
-GraphWeight = tuple[np.ndarray, QuantizationEncoding | str | None]
 
 
 def graph_weights(params: Mapping[str, StoredTensor]) -> dict[str, GraphWeight]:
@@ -262,18 +258,8 @@ def graph_weights(params: Mapping[str, StoredTensor]) -> dict[str, GraphWeight]:
     """
     out: dict[str, GraphWeight] = {}
     for hf, w in params.items():
-        name, value = hf.removeprefix("model."), np.ascontiguousarray(w.value)
-        if w.format == Q8_0:
-            quants, scales = split_q8_0(value)
-            out[name], out[name.removesuffix("weight") + "scales"] = (quants, Q8_0), (scales, Q8_0)
-        else:
-            out[name] = (value, w.format)
+        out.update(q8_graph_entries(hf.removeprefix("model."), w.value, w.format))
     return out
-
-
-def graph_dtype(w: Mapping[str, GraphWeight]) -> DType:
-    """The float dtype the graph computes in: its norms' (GGUF and quantized checkpoints keep only those as floats)."""
-    return DType.from_numpy(w["norm.weight"][0].dtype)
 
 
 def _linear(in_dim: int, out_dim: int, dtype: DType, fmt: Any) -> nn.Linear | Q8Linear:

@@ -51,7 +51,13 @@ def test_conv1d_layout_and_tied_head(st_model):
     assert "transformer.wte.weight" in names and not any(n.startswith("lm_head") for n in names)
 
 
-def np_gpt2(w, c, ids):
+def _gelu_tanh(y):
+    return 0.5 * y * (1 + np.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y**3)))
+
+
+def np_gpt2(w, c, ids, gelu=_gelu_tanh):
+    """float64 numpy GPT-2 over HF-named weights (``gelu``: the MLP's activation, default the tanh approximation)."""
+
     def ln(v, p):
         m = v.mean(-1, keepdims=True)
         return (v - m) / np.sqrt(((v - m) ** 2).mean(-1, keepdims=True) + c.layer_norm_epsilon) * w[p + ".weight"] + w[p + ".bias"]
@@ -69,7 +75,7 @@ def np_gpt2(w, c, ids):
         pr /= pr.sum(-1, keepdims=True)
         x = x + np.einsum("bhts,bshd->bthd", pr, v).reshape(b, t, e) @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
         y = ln(x, p + "ln_2") @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"]
-        y = 0.5 * y * (1 + np.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y**3)))
+        y = gelu(y)
         x = x + y @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
     return ln(x, "transformer.ln_f") @ w["transformer.wte.weight"].T
 

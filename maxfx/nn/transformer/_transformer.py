@@ -18,6 +18,22 @@ from maxfx.nn._layer import LayerList, Module
 __all__ = ["ReturnLogits", "Transformer", "TransformerBlock"]
 
 
+def ragged_positions(input_row_offsets: Any, cache_lengths: Any, total: Any) -> Any:
+    """int64 ``[total]``: each ragged token's position in its sequence, counting the tokens already cached.
+
+    Token ``j`` of row ``b`` (``offsets[b] <= j < offsets[b + 1]``) is at
+    ``cache_lengths[b] + j - offsets[b]``; for offsets ``[0, 2, 5]`` and cache
+    lengths ``[4, 0]`` that is ``[4, 5, 0, 1, 2]``.
+    """
+    offsets = input_row_offsets.cast(DType.int64)
+    index = ops.range(0, total, dtype=DType.int64, device=offsets.device)
+    # the row of token j: how many rows end at or before j (a [total, batch] comparison; batches are small)
+    ends = ops.unsqueeze(offsets[1:], 0)
+    row = ops.reshape(ops.sum((ops.unsqueeze(index, -1) >= ends).cast(DType.int64), axis=-1), [-1])
+    starts = ops.gather(offsets, row, axis=0)
+    return ops.gather(cache_lengths.cast(DType.int64), row, axis=0) + index - starts
+
+
 class ReturnLogits(str, enum.Enum):
     """Which logits `Transformer` returns: each sequence's last token, every token, or the last ``n``."""
 
@@ -67,6 +83,12 @@ class Transformer(Module):
             logits (a Python int: XLA needs a static count); ignored otherwise.
         input_row_offsets: uint32 ``[batch + 1]`` prefix sums.
 
+    ``rope`` may be None for attention without rotary embeddings (the layers then
+    get ``freqs_cis=None``). ``position_embedding`` (a maxfx extension, default None)
+    adds learned absolute positions, GPT-2 style: token ``i`` of sequence ``b`` gets
+    ``position_embedding(cache_lengths[b] + i)`` added to its token embedding, so a
+    decode step continues where the cache ends.
+
     Returns:
         A tuple: ``(last_logits,)`` for ``LAST_TOKEN`` (float32 ``[batch, vocab]``);
         ``(last_logits, logits, offsets)`` for ``ALL`` (``logits [total_tokens, vocab]``,
@@ -83,6 +105,7 @@ class Transformer(Module):
     def __init__(
         self, dim: int, n_heads: int, layers: Sequence[Module], norm: Module, output: Module, embedding: Module, kv_params: Any, rope: Any,
         return_logits: ReturnLogits = ReturnLogits.LAST_TOKEN, embedding_multiplier: float = 1.0, logits_scaling: float = 1.0,
+        position_embedding: Module | None = None,
     ):  # fmt: skip
         super().__init__()
         self.dim, self.n_heads = int(dim), int(n_heads)
@@ -95,6 +118,7 @@ class Transformer(Module):
         self.return_logits = ReturnLogits(return_logits)
         self.embedding_multiplier = float(embedding_multiplier)
         self.logits_scaling = float(logits_scaling)
+        self.position_embedding = position_embedding  # None: a plain attribute, no weights
 
     def _logits(self, h: Any) -> Any:
         logits = self.lm_head(self.norm(h)).cast(DType.float32)
@@ -106,10 +130,13 @@ class Transformer(Module):
         h = self.embed_tokens(tokens)
         if self.embedding_multiplier != 1.0:
             h = h * self.embedding_multiplier
-        freqs_cis = self.rope.freqs_cis
+        freqs_cis = self.rope.freqs_cis if self.rope is not None else None
         per_layer = isinstance(kv_collection, (list, tuple))
         if per_layer and len(kv_collection) != len(self.layers):
             raise ValueError(f"Transformer: {len(kv_collection)} KV collections for {len(self.layers)} layers")
+        if self.position_embedding is not None:
+            cache_lengths = (kv_collection[0] if per_layer else kv_collection).cache_lengths
+            h = h + self.position_embedding(ragged_positions(input_row_offsets, cache_lengths, tokens.shape[0]))
         for i, layer in enumerate(self.layers):
             kv = kv_collection[i] if per_layer else kv_collection
             h = layer(ops.constant(i, DType.uint32, h.device), h, kv, freqs_cis, input_row_offsets, **kwargs)
