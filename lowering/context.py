@@ -30,7 +30,7 @@ import numpy as np
 from lowering.dtypes import DType
 from lowering.interpret import apply_impl, resolve_params
 from lowering.ir import Block, ConstantValue, Node, Var
-from lowering.plan import BindPlan, bind_plan, coercion_plan, converted_types, first_device, infer_types, is_weak, weak_array, weak_kind
+from lowering.plan import BindPlan, bind_plan, coercion, infer_types, is_weak, weak_array, weak_kind
 from lowering.registry import OpDef, get_op
 from lowering.types import DeviceRef, TensorType, Type
 from lowering.x64 import x64
@@ -125,7 +125,7 @@ class Context:
             if act[0] == "cast":
                 out[i] = self.cast(inputs[i], act[1])
             else:
-                out[i] = self.constant(weak_array(op.name, inputs[i], act), types[i].dtype, device)
+                out[i] = self.constant(weak_array(op.name, inputs[i], types[i].dtype, promoted=act[0] == "weak"), types[i].dtype, device)
         return out
 
     def bind(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
@@ -147,11 +147,8 @@ def coerce_inputs(ctx: Context, op: OpDef, inputs: Sequence[Any]) -> list[Any]:
     For ops that check their own inputs around nested blocks (``cond``,
     ``while_loop``, ``call``, ``custom``): returns the inputs as ``ctx`` values.
     """
-    kinds = [ctx.kind_of(op, x) for x in inputs]
-    types = [k if isinstance(k, Type) else None for k in kinds]
-    actions = coercion_plan(op, types)
-    device = first_device([t for t in types if t is not None])
-    return ctx.convert(op, inputs, actions, converted_types(kinds, actions, device), device)
+    actions, types, device = coercion(op, [ctx.kind_of(op, x) for x in inputs])
+    return ctx.convert(op, inputs, actions, types, device)
 
 
 _JAX_VALUES = (jax.Array, jax.core.Tracer)

@@ -239,8 +239,8 @@ class EagerContext(Context):
     def _bind_binary(self, op: OpDef, lhs: Any, rhs: Any) -> Any:
         """`bind` of two operands without params: every ``x * 2`` and ``a + b`` of an eager step.
 
-        The same `BindPlan` as the general path (looked up by the operand kinds
-        alone), with its common case (one recorded output) written out.
+        The same `BindPlan` as the general path, found by the operand kinds alone
+        (a lookup without the params key: every eager step comes here).
         """
         lo, ro = _operand(lhs), _operand(rhs)
         if lo is None or ro is None:
@@ -260,42 +260,26 @@ class EagerContext(Context):
             rv = self.cast(rv, ra[1]) if ra[0] == "cast" else _scalar_leaf(op.name, rhs, ra[1], plan.device)
         if plan.immediate or not plan.single or op.impl is None:
             return self.apply(op, plan, [lv, rv], _NO_PARAMS)
-        pending = 1 + lv.pending + rv.pending
-        node = PendingNode(op, (lv, rv), _NO_PARAMS, plan.signature)
-        out = LazyVar(plan.out_types[0], None, node, pending)
-        node.outs = (weakref.ref(out),)
-        if pending > MAX_PENDING:
-            realize((out,))
-        return self.wrap(out)
+        return self.wrap(self._record(op, (lv, rv), _NO_PARAMS, plan.out_types, plan.signature)[0])
 
     def _bind_values(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
-        kinds: list[Any] = []
-        for x in inputs:
-            v = getattr(x, "_var", None)
-            if v is not None:
-                if isinstance(v.array, _Tracer):
-                    return self._bind_traced(op, inputs, params)
-                kinds.append(v.type)
-            elif x.__class__ in PYTHON_SCALARS:
-                kinds.append(x.__class__)
-            elif x.__class__ is LazyVar:
-                kinds.append(x.type)
-            else:
-                return self._bind_other(op, inputs, params)
-        plan = bind_plan(op, kinds, params)
+        operands = [_operand(x) for x in inputs]
+        if any(o is None for o in operands):
+            return self._bind_other(op, inputs, params)
+        plan = bind_plan(op, [k for k, _ in operands], params)
         in_vars = []
-        for x, act in zip(inputs, plan.actions):
+        for x, (_, v), act in zip(inputs, operands, plan.actions):
             if act is None:
-                in_vars.append(x if x.__class__ is LazyVar else x._var)
+                in_vars.append(v)
             elif act[0] == "cast":
-                in_vars.append(self.cast(x, act[1]))
+                in_vars.append(self.cast(v, act[1]))
             else:
                 in_vars.append(_scalar_leaf(op.name, x, act[1], plan.device))
         return self.apply(op, plan, in_vars, params)
 
     def _bind_other(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
         """Inputs beyond tensors and scalars: tracers, JAX arrays (typed leaves), numpy data."""
-        if any(isinstance(x, _Tracer) for x in inputs):
+        if any(isinstance(x, _Tracer) or isinstance(getattr(getattr(x, "_var", None), "array", None), _Tracer) for x in inputs):
             return self._bind_traced(op, inputs, params)
         inputs = [self.leaf(x) if isinstance(x, jax.Array) else x for x in inputs]
         return super().bind(op, inputs, params)
@@ -349,12 +333,13 @@ class EagerContext(Context):
 
 
 def _operand(x: Any) -> tuple[Any, LazyVar | None] | None:
-    """(kind, var) of an operand of the two-operand fast path (var None for a Python
-    scalar), or None when the operand needs the general path (tracers, arrays...)."""
+    """(kind, var) of an eager tensor, `LazyVar` or Python scalar operand (var None for
+    a scalar), or None when the operand needs the general path (tracers, JAX arrays,
+    numpy data...)."""
     k = x.__class__
     if k in PYTHON_SCALARS:
         return k, None
-    v = getattr(x, "_var", None)
+    v = x if k is LazyVar else getattr(x, "_var", None)
     if v is None or v.__class__ is not LazyVar or isinstance(v.array, _Tracer):
         return None
     return v.type, v

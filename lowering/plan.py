@@ -19,8 +19,10 @@ Example:
     >>> from lowering.dtypes import DType
     >>> import lowering.ops  # registers the ops
     >>> plan = bind_plan(get_op("add"), (TensorType(DType.int32, [3]), int), {})
-    >>> plan.actions, plan.out_types
-    ((None, ('weak', DType.int32)), (TensorType(dtype=int32, shape=[Dim(3)], device=cpu:0),))
+    >>> plan.actions[1][0], plan.actions[1][1].name  # the 1 becomes an int32 constant
+    ('weak', 'int32')
+    >>> plan.out_types
+    (TensorType(dtype=int32, shape=[Dim(3)], device=cpu:0),)
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ __all__ = [
     "BindPlan",
     "WeakKind",
     "bind_plan",
+    "coercion",
     "coercion_plan",
     "infer_types",
     "weak_kind",
@@ -65,13 +68,10 @@ class WeakKind:
         shape: the data's shape.
         dtype: the dtype it takes on its own (numpy keeps its dtype; Python
             lists give bool, int64 or float32, as MAX's constants do).
-        scalar: a numpy scalar, whose *value* must fit a promoted dtype (arrays
-            need only a compatible category: no float array into an int op).
     """
 
     shape: tuple[int, ...]
     dtype: DType
-    scalar: bool = False
 
 
 def is_weak(x: Any) -> bool:
@@ -86,7 +86,7 @@ def weak_kind(x: Any) -> type | WeakKind:
     if isinstance(x, Dim):
         return int
     if isinstance(x, np.generic):
-        return WeakKind((), DType.from_numpy(x.dtype), scalar=True)
+        return WeakKind((), DType.from_numpy(x.dtype))
     if isinstance(x, numbers.Number):
         return float if isinstance(x, numbers.Real) and not isinstance(x, numbers.Integral) else int
     arr = np.asarray(x)
@@ -245,6 +245,14 @@ def converted_types(kinds: Sequence[Any], actions: Sequence[Any], device: Device
     return tuple(out)
 
 
+def coercion(op: OpDef, kinds: Sequence[Any]) -> tuple[tuple[Any, ...], tuple[Type, ...], DeviceRef | None]:
+    """(conversion actions, converted input types, device for constants) of inputs of ``kinds``."""
+    types = [k if isinstance(k, Type) else None for k in kinds]
+    actions = coercion_plan(op, types)
+    device = first_device([t for t in types if t is not None])
+    return actions, converted_types(kinds, actions, device), device
+
+
 class BindPlan:
     """What binding an op to inputs of given kinds does.
 
@@ -263,12 +271,8 @@ class BindPlan:
     __slots__ = ("actions", "in_types", "out_types", "device", "signature", "immediate", "single")
 
     def __init__(self, op: OpDef, kinds: Sequence[Any], params: dict[str, Any]):
-        types = [k if isinstance(k, Type) else None for k in kinds]
-        self.actions = coercion_plan(op, types)
-        typed = [t for t in types if t is not None]
-        check_devices(op, typed)
-        self.device = first_device(typed)
-        self.in_types = converted_types(kinds, self.actions, self.device)
+        self.actions, self.in_types, self.device = coercion(op, kinds)
+        check_devices(op, [k for k in kinds if isinstance(k, Type)])
         self.out_types = infer_types(op, self.in_types, params)
         self.signature = signature(op, params, self.out_types)
         self.immediate = bool(op.immediate or op.mutates or op.effect or op.data_dependent)
@@ -299,25 +303,28 @@ def bind_plan(op: OpDef, kinds: Sequence[Any], params: dict[str, Any]) -> BindPl
     return plan
 
 
-def weak_array(op_name: str, x: Any, action: tuple) -> np.ndarray:
-    """Untyped input ``x`` as the numpy array its conversion ``action`` asks for.
+def weak_array(op_name: str, x: Any, dtype: DType, *, promoted: bool) -> np.ndarray:
+    """Untyped input ``x`` as a numpy array of ``dtype`` (its converted type's dtype).
+
+    ``promoted``: ``dtype`` comes from MAX promotion (a ``"weak"`` action), so
+    the data must fit it: a scalar's *value* must be representable, an array
+    must not be float data going into an integer dtype. Otherwise ``dtype`` is
+    the data's own default dtype.
 
     Raises:
         OpError: a value that does not fit the promoted dtype (``int32`` op with 1.5).
     """
     if isinstance(x, Dim):
         x = int(x)
-    if action[0] == "default":
-        kind = weak_kind(x)
-        return np.asarray(x).astype(_default_dtype(kind).to_numpy())
-    target: DType = action[1]
+    if not promoted:
+        return np.asarray(x).astype(dtype.to_numpy())
     try:
         if isinstance(x, (numbers.Number, np.generic)):
-            promote_weak(target, x)
-            return np.asarray(x).astype(target.to_numpy())
+            promote_weak(dtype, x)
+            return np.asarray(x).astype(dtype.to_numpy())
         arr = np.asarray(x)
-        if arr.dtype.kind == "f" and not target.is_float():
-            raise ValueError(f"Unsafe cast: can't promote a float array to dtype({target})")
-        return arr.astype(target.to_numpy())
+        if arr.dtype.kind == "f" and not dtype.is_float():
+            raise ValueError(f"Unsafe cast: can't promote a float array to dtype({dtype})")
+        return arr.astype(dtype.to_numpy())
     except ValueError as e:
         raise OpError(f"{op_name}: {e}") from None

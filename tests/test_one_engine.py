@@ -7,6 +7,8 @@ their context does with a `BindPlan`; these tests hold them to that.
 from __future__ import annotations
 
 import ast
+import doctest
+import importlib
 from pathlib import Path
 
 import jax
@@ -187,3 +189,11 @@ def test_captured_data_lands_on_the_device_of_the_graph_values():
     assert y.type.device == gpu and z.type.device == gpu
     constants = [n for n in g._ir.nodes if n.op == "constant"]
     assert [n.outputs[0].type.device for n in constants] == [gpu, gpu]
+
+
+@pytest.mark.parametrize("module", ["lowering.plan", "lowering.executables", "lowering.registry", "maxfx.experimental._random_state"])
+def test_engine_docstring_examples_run(module):
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0, result
+    if module.endswith("_random_state"):
+        importlib.import_module(module).seed(0)  # the example re-seeds the process-wide stream
