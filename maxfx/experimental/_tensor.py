@@ -36,8 +36,9 @@ from maxfx import driver
 from maxfx.driver._device import as_device, device_of_jax
 from maxfx.experimental import _random_state
 from maxfx.experimental._defaults import defaults
+from maxfx.graph import ops
 from maxfx.graph._graph import Graph
-from maxfx.graph._value import TensorOperators, Value, _ops
+from maxfx.graph._value import TensorOperators, Value
 
 __all__ = ["Tensor", "ComputeGraph", "driver_tensor_type"]
 
@@ -287,7 +288,7 @@ class Tensor(TensorOperators):
         """
         dtype, dev = defaults(dtype, device)
         key = Tensor.constant(_random_state.next_key(), device=dev)
-        return _ops().random_normal(key, shape, dtype, DeviceRef.from_device(dev), 0.0, 1.0)
+        return ops.random_normal(key, shape, dtype, DeviceRef.from_device(dev), 0.0, 1.0)
 
     # -- properties --------------------------------------------------------
     @property
@@ -383,7 +384,7 @@ class Tensor(TensorOperators):
     def to(self, device: Any) -> Tensor:
         """A copy on ``device`` (a driver Device or DeviceRef)."""
         if self._gv is not None:
-            return _ops().transfer_to(self, device)
+            return ops.transfer_to(self, device)
         dev = as_device(device, "Tensor.to")
         if dev == self.device:
             return self
@@ -395,27 +396,27 @@ class Tensor(TensorOperators):
     # -- extra methods (MAX 26.7) -----------------------------------------
     def sum(self, axis: int = -1) -> Tensor:
         """Sum along ``axis`` (kept as size 1)."""
-        return _ops().sum(self, axis)
+        return ops.sum(self, axis)
 
     def squeeze(self, axis: int) -> Tensor:
         """Remove the size-1 dim ``axis``."""
-        return _ops().squeeze(self, axis)
+        return ops.squeeze(self, axis)
 
     def unsqueeze(self, axis: int) -> Tensor:
         """Insert a size-1 dim at ``axis``."""
-        return _ops().unsqueeze(self, axis)
+        return ops.unsqueeze(self, axis)
 
     def split(self, split_sizes: Sequence[int], axis: int = 0) -> list[Tensor]:
         """Split along ``axis`` into pieces of ``split_sizes``."""
-        return list(_ops().split(self, split_sizes, axis))
+        return list(ops.split(self, split_sizes, axis))
 
     def clip(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002 - MAX's names
         """Clamp values into ``[min, max]`` (either bound may be None)."""
         out = self
         if min is not None:
-            out = _ops().max(out, min)
+            out = ops.max(out, min)
         if max is not None:
-            out = _ops().min(out, max)
+            out = ops.min(out, max)
         return out
 
     # -- Python protocols --------------------------------------------------

@@ -19,11 +19,6 @@ from maxfx.graph import ops
 __all__ = ["Value", "TensorValue", "BufferValue", "TensorOperators", "BINARY_OPERATORS", "wrap_var"]
 
 
-def _ops() -> Any:
-    """``maxfx.graph.ops`` (the eager ``Tensor`` in ``maxfx.experimental._tensor`` still reaches it this way)."""
-    return ops
-
-
 class Value:
     """A symbolic value of a `Graph`. Downcast with `.tensor`, `.buffer`, `.opaque`."""
 
