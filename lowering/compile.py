@@ -6,6 +6,9 @@ concrete input signature. Executables are cached process-wide by
 ``(block structure hash, input avals, weight avals, device)``, so identical
 graphs share them and a loop that rebuilds the same graph compiles once.
 Weights are arguments of the executable, never baked-in constants.
+A block that calls subgraphs at its top level runs as pieces instead
+(`lowering.piecewise`): one executable per subgraph, shared by its call sites,
+and one per run of nodes between calls.
 
 Set ``MAXFX_COMPILATION_CACHE_DIR`` (or call `enable_persistent_cache`) to also
 keep executables on disk across processes, at two levels: JAX's persistent
@@ -46,6 +49,7 @@ from lowering.dtypes import DType
 from lowering.executables import EXECUTABLES
 from lowering.interpret import run_block
 from lowering.ir import Block
+from lowering.piecewise import Pieces, split_at_calls
 from lowering.registry import get_op
 from lowering.targets import export_checks, lowering_for
 from lowering.types import BufferType
@@ -143,6 +147,9 @@ class CompiledBlock:
         self._interpreted = _is_data_dependent(block)
         self._buffer_inputs = [i for i, v in enumerate(block.inputs) if isinstance(v.type, BufferType)]
         self._weight_buffers = {_buffer_id(w) for w in self.weights.values()}
+        # Top-level subgraph calls compile once per subgraph, not once per call site (lowering.piecewise).
+        pieces = split_at_calls(block) if not (self._interpreted or self._buffer_inputs) else []
+        self._pieces = Pieces(block, pieces, device) if pieces else None
 
         def program(args, buffers, weights):
             # Buffer inputs come apart from the others so that jit can donate just them (argument 1).
@@ -212,10 +219,20 @@ class CompiledBlock:
 
     def precompile(self, args: Sequence[Any], donate_buffers: bool = False) -> None:
         """Compile for the shapes of ``args`` without running (no-op for op-by-op graphs)."""
-        if not self._interpreted:
+        if self._pieces is not None:
+            with x64():
+                self._run_pieces(self._place(args), compile_only=True)
+        elif not self._interpreted:
             with x64():
                 args = self._place(args)
                 self._executable(args, donate_buffers and self._can_donate(args))
+
+    def _run_pieces(self, args: list[Any], compile_only: bool = False) -> list[Any]:
+        before = self._pieces.compiles
+        outs = self._pieces.run(args, self.weights, self.check_inputs(args), compile_only=compile_only)
+        with _lock:
+            _stats["compiles"] += self._pieces.compiles - before
+        return outs
 
     def __call__(self, args: Sequence[Any], donate_buffers: bool = False) -> tuple[list[Any], list[Any]]:
         """Run on ``args`` (arrays); returns (outputs, final buffer-input values).
@@ -228,6 +245,8 @@ class CompiledBlock:
             args = self._place(args)
             if self._interpreted:
                 return self._program(*self._split(args), self.weights)
+            if self._pieces is not None:
+                return self._run_pieces(args), args
             donate = donate_buffers and self._can_donate(args)
             return self._executable(args, donate)(*self._split(args), self.weights)
 

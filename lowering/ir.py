@@ -119,7 +119,7 @@ class Block:
             types = " : " + ", ".join(str(v.type) for v in n.outputs) if n.outputs else ""
             lines.append(f"{indent}  {lhs}{n.op}({args}{', ' if args and params else ''}{params}){types}")
             for p in n.params.values():
-                for b in _blocks_in(p):
+                for b in blocks_in(p):
                     lines.append(b.format(indent + "    "))
         lines.append(f"{indent}  return {', '.join(f'%{v.id}' for v in self.outputs)}")
         lines.append(f"{indent}}}")
@@ -129,17 +129,18 @@ class Block:
         return self.format()
 
 
-def _blocks_in(p: Any) -> Iterable[Block]:
+def blocks_in(p: Any) -> Iterable[Block]:
+    """The blocks held by a node param: the param itself, or those in a (nested) list or tuple."""
     if isinstance(p, Block):
         yield p
     elif isinstance(p, (tuple, list)):
         for x in p:
-            yield from _blocks_in(x)
+            yield from blocks_in(x)
 
 
 def _nested_free_vars(params: Mapping[str, Any]) -> Iterable[Var]:
     for p in params.values():
-        for b in _blocks_in(p):
+        for b in blocks_in(p):
             yield from b.free_vars()
 
 

@@ -191,7 +191,7 @@ def test_captured_data_lands_on_the_device_of_the_graph_values():
     assert [n.outputs[0].type.device for n in constants] == [gpu, gpu]
 
 
-@pytest.mark.parametrize("module", ["lowering.plan", "lowering.executables", "lowering.registry", "maxfx.experimental._random_state"])
+@pytest.mark.parametrize("module", ["lowering.plan", "lowering.executables", "lowering.registry", "lowering.piecewise", "maxfx.experimental._random_state"])
 def test_engine_docstring_examples_run(module):
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0, result

@@ -581,7 +581,11 @@ def _register_weights(graph: Any, prefix: str) -> None:
 def call(graph: Any, *args: Any, prefix: str = "") -> list[Any]:
     """Call a subgraph (from ``Graph.add_subgraph``) on ``args``; returns its outputs.
 
-    The subgraph is inlined when the graph is compiled. Its symbolic dims are
+    A call at the top level of a compiled graph runs the subgraph's own
+    executable, built once for all its calls (MAX's reason for subgraphs:
+    repeated layers compile once; see `lowering.piecewise`); a call that writes
+    buffers, or one nested in control flow or traced by ``jax.jit``, is
+    inlined. Its symbolic dims are
     matched against the arguments' dims, so a subgraph over ``["n", 4]`` can be
     called on ``["batch", 4]`` (its outputs are then in terms of ``batch``).
     Buffer arguments written by the subgraph are updated in the caller.

@@ -71,12 +71,13 @@ class CausalLM(Module):
         """``int64 [batch, seq]`` on the model's device, for `compile`."""
         return (TensorType(DType.int64, ["batch", "seq"], DeviceRef.from_device(self.device)),)
 
-    def compile(self, *input_types: TensorType, weights: Any = None, scan_layers: bool = True) -> Any:
-        """`Module.compile`, with ``scan_layers=True`` by default: the decoder layers are
-        identical blocks, traced once and looped over, so compile time does not grow
-        with depth. Pass ``scan_layers=False`` to unroll them.
+    def compile(self, *input_types: TensorType, weights: Any = None, use_subgraphs: bool = True) -> Any:
+        """`Module.compile`, with ``use_subgraphs=True`` by default: the decoder layers are
+        identical blocks, compiled once as a subgraph called per layer, so compile time
+        does not grow with depth. Pass ``use_subgraphs=False`` to compile one program
+        (longer compile, XLA fuses across layers).
         """
-        return super().compile(*input_types, weights=weights, scan_layers=scan_layers)
+        return super().compile(*input_types, weights=weights, use_subgraphs=use_subgraphs)
 
     # -- generation --------------------------------------------------------
     def generate(

@@ -177,8 +177,8 @@ class LlamaForCausalLM(CausalLM):
 
     Build one with `maxfx.models.load_pretrained` or `LlamaForCausalLM.random`.
     The decoder layers sit in a `Sequential` of identical blocks, which
-    ``model.compile`` traces once and loops over (``scan_layers=True``, the
-    default for models).
+    ``model.compile`` compiles once as a subgraph called per layer
+    (``use_subgraphs=True``, the default for models).
 
     Example:
         >>> from maxfx.models import LlamaConfig, LlamaForCausalLM

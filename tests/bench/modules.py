@@ -5,10 +5,11 @@
    (target ≤ 3×).
 2. GPT-2-small block (batch 4, seq 128): the same two ratios; then a
    `Sequential` of 12 such blocks with different weights compiled with
-   ``scan_layers=True`` against one block (target ≤ 2×), timing everything the
-   compile call does — tracing, copying the 12 blocks' weights into stacked
-   arrays, XLA compilation — with fresh stacks each time, interleaved with the
-   one-block compile.
+   ``use_subgraphs=True`` against one block (target ≤ 2×), timing everything
+   the compile call does (tracing, lowering, XLA compilation of every piece),
+   interleaved with the one-block compile; and what the subgraphs cost at run
+   time: the 12-block forward against the same 12 blocks compiled as one
+   program (``use_subgraphs=False``).
 
 Run: ``make bench`` or ``.venv/bin/python -m tests.bench.modules [--quick]``.
 Results: a table on stdout and tests/bench/results/modules.json.
@@ -185,38 +186,42 @@ def gpt2(repeats: int, compile_repeats: int) -> dict:
         "maxfx": _compile_seconds(lambda: _maxfx_compile(block, in_type, x_t), compile_repeats),
         "jax.jit": _compile_seconds(lambda: jax.jit(_jax_block).lower(params, x_j).compile(), compile_repeats),
     }
-    # 12 blocks with different weights, scan_layers=True, against one block. A new Sequential over the same
-    # blocks each time misses the stacked-weights cache, so every timing includes stacking 12 blocks' weights
-    # (340 MB). The first stack in a process also pays the OS's first touch of that much new memory (on a
-    # microVM that returns freed pages to its host, ~1.5 s for 340 MB); it is timed and shown apart.
+    # 12 blocks with different weights, use_subgraphs=True, against one block: everything the compile call does.
     blocks = [gpt2_block() for _ in range(12)]
     jax.block_until_ready([t._array() for b in blocks for _, t in b.parameters])
+    twelve = Sequential(*blocks)
     stack = {
         "one block": lambda: _maxfx_compile(block, in_type, x_t),
-        "12 blocks": lambda: _maxfx_compile(Sequential(*blocks), in_type, x_t, scan_layers=True),
+        "12 blocks": lambda: _maxfx_compile(twelve, in_type, x_t, use_subgraphs=True),
     }
-    first = _compile_seconds(stack["12 blocks"], 1)
     st = _interleaved_compile_seconds(stack, max(compile_repeats, 5))
-    twelve = Sequential(*blocks)
-    _maxfx_compile(twelve, in_type, x_t, scan_layers=True)
-    cached = _compile_seconds(lambda: _maxfx_compile(twelve, in_type, x_t, scan_layers=True), max(compile_repeats, 3))
     ratio = st["12 blocks"] / st["one block"]
+    # The run-time price of the subgraphs: one dispatch per block, no fusion across blocks.
+    whole_compile = _compile_seconds(lambda: _maxfx_compile(twelve, in_type, x_t), 1)
+    pieces, whole = twelve.compile(in_type, use_subgraphs=True), twelve.compile(in_type)
+    np.testing.assert_allclose(pieces(x_t).to_numpy(), whole(x_t).to_numpy(), rtol=2e-3, atol=2e-3)
+    run12 = interleaved(
+        {"subgraphs": lambda: jax.block_until_ready(pieces(x_t)._array()), "one program": lambda: jax.block_until_ready(whole(x_t)._array())},
+        repeats=max(repeats // 4, 3),
+        warmup=1,
+    )
     print(f"\nGPT-2-small block (batch {BATCH}, seq {SEQ}, d {D}), float32")
     print(f"  forward   maxfx {fmt_time(run['maxfx'])}   jax.jit {fmt_time(run['jax.jit'])}   ratio {run['maxfx'] / run['jax.jit']:.2f} (target ≤ 1.10)")
     print(f"  compile   maxfx {fmt_time(ct['maxfx'])}   jax.jit {fmt_time(ct['jax.jit'])}   ratio {ct['maxfx'] / ct['jax.jit']:.2f} (target ≤ 3)")
-    print(f"  12 blocks, scan_layers=True, weight stacking included: {fmt_time(st['12 blocks'])} vs one block {fmt_time(st['one block'])}: ratio {ratio:.2f} (target ≤ 2)")
-    print(f"  (the process's first such compile, with the first touch of the stacked arrays' memory: {fmt_time(first)};")
-    print(f"   again with the stacked weights cached: {fmt_time(cached)})")
+    print(f"  12 blocks, use_subgraphs=True: compile {fmt_time(st['12 blocks'])} vs one block {fmt_time(st['one block'])}: ratio {ratio:.2f} (target ≤ 2)")
+    print(f"   (as one program, use_subgraphs=False: {fmt_time(whole_compile)});")
+    print(f"   12-block forward with subgraphs {fmt_time(run12['subgraphs'])} vs one program {fmt_time(run12['one program'])}: ratio {run12['subgraphs'] / run12['one program']:.2f}")
     return {
         "forward_s": run,
         "forward_ratio": run["maxfx"] / run["jax.jit"],
         "compile_s": ct,
         "compile_ratio": ct["maxfx"] / ct["jax.jit"],
-        "stack12_scan_compile_s": st["12 blocks"],
+        "stack12_subgraphs_compile_s": st["12 blocks"],
         "stack12_one_block_compile_s": st["one block"],
         "stack12_vs_one_block_compile_ratio": ratio,
-        "stack12_scan_compile_stacking_cached_s": cached,
-        "stack12_scan_first_compile_in_process_s": first,
+        "stack12_one_program_compile_s": whole_compile,
+        "stack12_forward_s": run12,
+        "stack12_forward_subgraphs_vs_one_program": run12["subgraphs"] / run12["one program"],
     }
 
 

@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 
+from lowering.compile import clear_cache, compile_stats
 from maxfx.driver import CPU
 from maxfx.dtype import DType
 from maxfx.experimental import nn as exp_nn
@@ -359,7 +360,7 @@ def _np_gelu(x):
     return 0.5 * x * (1 + np.vectorize(erf)(x / sqrt(2)))
 
 
-def test_scan_layers_compiles_a_sequential_of_identical_blocks_as_one_loop(rng):
+def test_use_subgraphs_compiles_a_sequential_of_identical_blocks_once(rng):
     from maxfx import functional as F
 
     @module_dataclass
@@ -390,36 +391,55 @@ def test_scan_layers_compiles_a_sequential_of_identical_blocks_as_one_loop(rng):
     net = Net(blocks=Sequential(*[Block(LayerNorm(8), Linear(8, 16), Linear(16, 8)) for _ in range(4)]), head=Linear(8, 3))
     x = rng.normal(size=(5, 8)).astype(np.float32)
     in_type = TensorType(DType.float32, ["batch", 8])
-    scanned = net.compile(in_type, scan_layers=True)
-    np.testing.assert_allclose(scanned(Tensor.constant(x)).to_numpy(), np_net(net, x), rtol=1e-4, atol=1e-4)
-    ir = str(scanned.model._compiled.block)
-    assert ir.count("while_loop(") == 1 and ir.count("layer_norm(") == 1  # the block is traced once
-    assert "blocks.*.up.weight" in ir  # weights stacked [4, ...]
-    stacked = scanned.model._compiled.weights["blocks.*.up.weight"]
-    np.testing.assert_array_equal(np.asarray(stacked), np.stack([b.up.weight.to_numpy() for b in net.blocks]))
+    clear_cache()
+    grouped = net.compile(in_type, use_subgraphs=True)
+    before = compile_stats()["compiles"]
+    np.testing.assert_allclose(grouped(Tensor.constant(x)).to_numpy(), np_net(net, x), rtol=1e-4, atol=1e-4)
+    # One executable for the four blocks (one subgraph), one for the head; a new batch size compiles both again.
+    assert compile_stats()["compiles"] - before == 2
+    calls = [n for n in grouped.model._compiled.block.nodes if n.op == "call"]
+    assert [n.params["prefix"] for n in calls] == [f"blocks.{i}." for i in range(4)]
+    assert len({id(n.params["block"]) for n in calls}) == 1 and str(calls[0].params["block"]).count("layer_norm(") == 1
+    # The blocks read their own weights under their own names: nothing stacked or copied.
+    assert sorted(grouped.model._compiled.weights) == sorted(n for n, _ in net.parameters)
+    x2 = rng.normal(size=(3, 8)).astype(np.float32)
+    np.testing.assert_allclose(grouped(Tensor.constant(x2)).to_numpy(), np_net(net, x2), rtol=1e-4, atol=1e-4)
     # Off by default: the Sequential is traced as written, block by block.
     unrolled = str(net.compile(in_type).model._compiled.block)
-    assert "while_loop(" not in unrolled and unrolled.count("layer_norm(") == 4
+    assert "call(" not in unrolled and unrolled.count("layer_norm(") == 4
     # Blocks that differ (in class, or in a static field such as eps) are traced as written too.
     mixed = Sequential(Linear(8, 8), LayerNorm(8))
-    assert "while_loop(" not in str(mixed.compile(TensorType(DType.float32, [2, 8]), scan_layers=True).model._compiled.block)
+    assert "call(" not in str(mixed.compile(TensorType(DType.float32, [2, 8]), use_subgraphs=True).model._compiled.block)
     eps = Sequential(LayerNorm(8), LayerNorm(8, eps=1e-3))
-    assert "while_loop(" not in str(eps.compile(TensorType(DType.float32, [2, 8]), scan_layers=True).model._compiled.block)
+    assert "call(" not in str(eps.compile(TensorType(DType.float32, [2, 8]), use_subgraphs=True).model._compiled.block)
 
 
-def test_scan_layers_leaves_a_sequential_subclass_with_its_own_forward_alone():
+def test_use_subgraphs_leaves_a_sequential_subclass_with_its_own_forward_alone():
     class Residual(Sequential):
         def forward(self, x):
             return x + super().forward(x)
 
     net = Residual(Linear(4, 4), Linear(4, 4))
     x = np.ones((2, 4), np.float32)
-    compiled = net.compile(TensorType(DType.float32, [2, 4]), scan_layers=True)
-    assert "while_loop(" not in str(compiled.model._compiled.block)
+    compiled = net.compile(TensorType(DType.float32, [2, 4]), use_subgraphs=True)
+    assert "call(" not in str(compiled.model._compiled.block)
     expect = x
     for layer in net:
         expect = expect @ layer.weight.to_numpy().T + layer.bias.to_numpy()
     np.testing.assert_allclose(compiled(Tensor.constant(x)).to_numpy(), x + expect, rtol=1e-5, atol=1e-5)
+
+
+def test_use_subgraphs_on_the_sequential_itself_and_with_weight_overrides(rng):
+    net = Sequential(Linear(4, 4), Linear(4, 4), Linear(4, 4))
+    other = {n: rng.normal(size=tuple(int(d) for d in t.shape)).astype(np.float32) for n, t in net.parameters}
+    compiled = net.compile(TensorType(DType.float32, [2, 4]), weights=other, use_subgraphs=True)
+    pieces = compiled.model._compiled._pieces.pieces  # three calls of one subgraph, nothing else to run
+    assert [[n.op for n in p.nodes] for p in pieces] == [["call"]] * 3 and len({p.block.structure_key() for p in pieces}) == 1
+    x = rng.normal(size=(2, 4)).astype(np.float32)
+    expect = x
+    for i in range(3):
+        expect = expect @ other[f"{i}.weight"].T + other[f"{i}.bias"]
+    np.testing.assert_allclose(compiled(Tensor.constant(x)).to_numpy(), expect, rtol=1e-5, atol=1e-5)
 
 
 def test_compile_weights_override_is_checked():
@@ -428,16 +448,3 @@ def test_compile_weights_override_is_checked():
         m.compile(TensorType(DType.float32, [2, 4]), weights={"fc1.weight": np.zeros((4, 8), np.float32)})
     with pytest.raises(ValueError, match="unknown parameter name.*'fc9.weight'"):
         m.compile(TensorType(DType.float32, [2, 4]), weights={"fc9.weight": np.zeros((4, 8), np.float32)})
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.int64, "bfloat16"])
-def test_stacked_weights_keep_their_dtype_and_values(dtype):
-    import ml_dtypes
-
-    from maxfx.experimental.nn._compile import _stack
-
-    np_dtype = np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
-    blocks = [(np.arange(6).reshape(2, 3) + 10 * i).astype(np_dtype) for i in range(4)]
-    stacked = _stack([Tensor.constant(b)._array() for b in blocks])
-    assert stacked.dtype == np_dtype and stacked.shape == (4, 2, 3)
-    np.testing.assert_array_equal(np.asarray(stacked), np.stack(blocks))

@@ -1,25 +1,22 @@
 """`Module.compile`: trace a module into a Graph, compile it, call it on eager Tensors.
 
-With ``scan_layers=True`` each `Sequential` of identical blocks is traced once,
-as a loop over its blocks' weights stacked into ``[n, ...]`` arrays
-(`_ScannedSequential`), so compile time does not grow with depth.
+With ``use_subgraphs=True`` each `Sequential` of identical blocks is traced once,
+as a subgraph called once per block with that block's weights
+(`_SubgraphSequential`); the compiled graph builds one executable for it, so
+compile time does not grow with depth, and no weight is copied.
 """
 
 from __future__ import annotations
 
 import inspect
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 from lowering.compile import InputMismatchError
 from lowering.dtypes import DType
 from lowering.types import DeviceRef, Type
-from lowering.x64 import x64
 from maxfx.driver._tensor import as_array
 from maxfx.engine import InferenceSession, Model
 from maxfx.experimental._tensor import Tensor, _leaf
@@ -44,7 +41,7 @@ def _check_arity(name: str, entry: Callable[..., Any], input_types: Sequence[Typ
         )
 
 
-# ─── scan_layers: which Sequentials become loops ────────────────────────────
+# ─── use_subgraphs: which Sequentials become one subgraph ───────────────────
 
 
 def _applies_children_in_order(module: Any) -> bool:
@@ -69,7 +66,7 @@ def _scannable(module: Any) -> bool:
     return all(type(b) is type(blocks[0]) and _signature(b) == first for b in blocks[1:])
 
 
-def _scan_groups(module: Any) -> dict[str, Any]:
+def _subgraph_groups(module: Any) -> dict[str, Any]:
     """Qualified prefix (``"blocks."``, ``""`` for the module itself) → Sequential, outermost first."""
     groups: dict[str, Any] = {}
     for prefix, m in module._walk(""):
@@ -78,30 +75,36 @@ def _scan_groups(module: Any) -> dict[str, Any]:
     return groups
 
 
-class _ScannedSequential:
-    """Stands in for a Sequential of identical blocks while tracing: one loop over stacked weights.
+class _SubgraphSequential:
+    """Stands in for a Sequential of identical blocks while tracing: one subgraph, called once per block.
 
-    The block is traced once, inside a ``while_loop`` whose counter selects each
-    block's weights from ``[n, ...]`` stacked graph weights, so the compiled
-    program (and its compile time) does not grow with the number of blocks.
+    The first block is traced once into a subgraph whose weights are named as
+    in the block (``attn.weight``); block ``i`` calls it with prefix
+    ``"{prefix}{i}."``, so it reads its own weights (``blocks.3.attn.weight``)
+    and no weight is copied. The compiled graph builds one executable for the
+    subgraph and runs it at every call (`lowering.piecewise`).
     """
 
-    def __init__(self, template: Any, stacked: dict[str, Any], n: int):
+    def __init__(self, template: Any, prefix: str, n: int):
         self.template = template
-        self.stacked = stacked
+        self.prefix = prefix
         self.n = n
 
     def __call__(self, x: Any) -> Any:
         if not isinstance(x, Tensor) or x._gv is None:
-            raise TypeError(f"compile(scan_layers=True): a scanned Sequential takes one graph-valued Tensor, got {type(x).__name__}")
-        counter = ops.constant(0, DType.int64, x._gv.device)
-
-        def body(i: Any, h: Any) -> list[Any]:
-            block = self.template.map_parameters(lambda name, t: Tensor.from_graph_value(ops.slice_tensor(self.stacked[name], [i])))
-            return [i + 1, block(Tensor.from_graph_value(h))._gv]
-
-        _, out = ops.while_loop([counter, x._gv], lambda i, h: self.n > i, body)
-        return Tensor.from_graph_value(out)
+            raise TypeError(f"compile(use_subgraphs=True): a Sequential of identical blocks takes one graph-valued Tensor, got {type(x).__name__}")
+        sub = Graph.current.add_subgraph(f"{self.prefix or 'sequential.'}block", input_types=[x._gv.type])
+        with sub:
+            weights = {n: sub.add_weight(Weight(n, t.dtype, [int(d) for d in t.shape], DeviceRef.from_device(t.device))) for n, t in self.template.parameters}
+            block = self.template.map_parameters(lambda n, t: Tensor.from_graph_value(weights[n]))
+            out = block(Tensor.from_graph_value(sub.inputs[0]))
+            if not isinstance(out, Tensor) or out._gv is None:
+                raise TypeError(f"compile(use_subgraphs=True): a block of a Sequential must return one Tensor, got {type(out).__name__}")
+            sub.output(out._gv)
+        h = x._gv
+        for i in range(self.n):
+            [h] = ops.call(sub, h, prefix=f"{self.prefix}{i}.")
+        return Tensor.from_graph_value(h)
 
 
 def _set_path(root: Any, prefix: str, value: Any) -> None:
@@ -110,62 +113,6 @@ def _set_path(root: Any, prefix: str, value: Any) -> None:
     for p in parents:
         obj = obj[int(p)] if p.isdigit() and not hasattr(obj, p) else getattr(obj, p)
     object.__setattr__(obj, last, value)
-
-
-# ─── stacked weights ────────────────────────────────────────────────────────
-
-_stack_cache: weakref.WeakKeyDictionary[Any, dict[str, tuple]] = weakref.WeakKeyDictionary()
-
-
-def _stacked(seq: Any, name: str, blocks: list[Any]) -> Any:
-    """``[n, ...]`` stack of the blocks' values of parameter ``name``, made once per set of arrays.
-
-    Stacking copies every block's weights (hundreds of MB for a real model), so
-    it is cached on the Sequential until one of its parameters changes.
-    """
-    ids = tuple(id(b) for b in blocks)
-    per_seq = _stack_cache.setdefault(seq, {})
-    hit = per_seq.get(name)
-    if hit is not None and hit[0] == ids:
-        return hit[1]
-    stacked = _stack(blocks)
-    per_seq[name] = (ids, stacked, blocks)  # blocks kept alive so their ids stay unique
-    return stacked
-
-
-def _stack(arrays: list[Any]) -> Any:
-    """``jnp.stack(arrays)`` with a single copy of the data.
-
-    On the host the blocks are copied straight into a 64-byte-aligned numpy
-    buffer, which JAX's CPU client then adopts without copying (XLA's alignment);
-    ``np.stack`` followed by ``device_put`` would copy everything twice. Arrays on
-    an accelerator are stacked there.
-    """
-    devices = {d for a in arrays if isinstance(a, jax.Array) for d in a.devices()}
-    with x64():  # int64/float64 weights stay 64-bit
-        if any(d.platform != "cpu" for d in devices) or len(devices) > 1:
-            return jnp.stack(arrays)
-        first = np.asarray(arrays[0])
-        out = _aligned_empty((len(arrays), *first.shape), first.dtype)
-        for i, a in enumerate(arrays):
-            out[i] = np.asarray(a)
-        return jax.device_put(out, next(iter(devices), None), may_alias=True)
-
-
-def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype, alignment: int = 64) -> np.ndarray:
-    nbytes = int(np.prod(shape)) * dtype.itemsize
-    raw = np.empty(nbytes + alignment, np.uint8)
-    start = -raw.ctypes.data % alignment
-    return raw[start : start + nbytes].view(dtype).reshape(shape)
-
-
-class _StackedType:
-    """dtype/shape/device of ``n`` stacked copies of parameter ``t`` (for Weight creation)."""
-
-    def __init__(self, t: Any, n: int):
-        self.dtype = t.dtype
-        self.shape = [n, *[int(d) for d in t.shape]]
-        self.device = t.device
 
 
 # ─── compile ────────────────────────────────────────────────────────────────
@@ -195,7 +142,7 @@ def _parameter_values(module: Any, params: list[tuple[str, Tensor]], weights: Ma
     return values
 
 
-def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[str, Any] | None, *, entry: Callable[..., Any], scan_layers: bool = False) -> CompiledModule:
+def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[str, Any] | None, *, entry: Callable[..., Any], use_subgraphs: bool = False) -> CompiledModule:
     """`Module.compile`: ``entry`` is the method traced (``forward`` or ``__call__``), checked against ``input_types``."""
     name = type(module).__name__
     for i, t in enumerate(input_types):
@@ -204,32 +151,19 @@ def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[st
     _check_arity(name, entry, input_types)
     params = list(module.parameters)
     values = _parameter_values(module, params, weights)
-    groups = _scan_groups(module) if scan_layers else {}
-    registry: dict[str, Any] = {}
+    groups = _subgraph_groups(module) if use_subgraphs else {}
+    in_group = {n for n, _ in params if any(n.startswith(prefix) for prefix in groups)}
     graph = Graph(name, input_types=list(input_types))
     with graph:
-
-        def add(weight_name: str, t: Any, value: Any) -> Any:
-            registry[weight_name] = value
-            return graph.add_weight(Weight(weight_name, t.dtype, [int(d) for d in t.shape], DeviceRef.from_device(t.device)))
-
-        in_group: set[str] = set()
-        stacked_values: dict[str, dict[str, Any]] = {}
-        for prefix, seq in groups.items():
-            n = len(seq)
-            stacked_values[prefix] = {}
-            for rest, t in list(seq)[0].parameters:
-                blocks = [values[f"{prefix}{i}.{rest}"] for i in range(n)]
-                stacked_values[prefix][rest] = add(f"{prefix}*.{rest}", _StackedType(t, n), _stacked(seq, rest, blocks))
-                in_group.update(f"{prefix}{i}.{rest}" for i in range(n))
-        graph_values = {n: add(n, t, values[n]) for n, t in params if n not in in_group}
+        # A grouped block's weights are declared by its subgraph's calls (under their prefixes), the others here.
+        graph_values = {n: graph.add_weight(Weight(n, t.dtype, [int(d) for d in t.shape], DeviceRef.from_device(t.device))) for n, t in params if n not in in_group}
         traced = module.map_parameters(lambda n, t: Tensor.from_graph_value(graph_values[n]) if n in graph_values else t)
         for prefix, seq in groups.items():
-            scanned = _ScannedSequential(list(seq)[0], stacked_values[prefix], len(seq))
+            grouped = _SubgraphSequential(list(seq)[0], prefix, len(seq))
             if prefix:
-                _set_path(traced, prefix, scanned)
+                _set_path(traced, prefix, grouped)
             else:
-                traced = scanned  # the module itself is the Sequential
+                traced = grouped  # the module itself is the Sequential
         try:
             out = traced(*[Tensor.from_graph_value(v) for v in graph.inputs])
         except (TypeError, ValueError, IndexError):
@@ -238,7 +172,7 @@ def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[st
             raise RuntimeError(f"{name}.compile: tracing forward failed: {e}") from e
         is_tuple = isinstance(out, (tuple, list))
         graph.output(*(list(out) if is_tuple else [out]))
-    model = InferenceSession(devices=[module.device]).load(graph, weights_registry=registry)
+    model = InferenceSession(devices=[module.device]).load(graph, weights_registry=values)
     return CompiledModule(model, name, is_tuple)
 
 

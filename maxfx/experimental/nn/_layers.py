@@ -152,7 +152,7 @@ class Sequential(ModuleList):
         ['0.weight', '0.bias', '1.weight', '1.bias']
     """
 
-    # Module.compile(scan_layers=True) may replace this forward by one loop over identical blocks.
+    # Module.compile(use_subgraphs=True) may replace this forward by one subgraph called per block.
     _children_in_order = True
 
     def __init__(self, *modules: Module):

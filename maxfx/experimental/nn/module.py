@@ -330,19 +330,21 @@ class Module:
         """Input types for `compile` (layers that know their input shape define this)."""
         raise NotImplementedError(f"{type(self).__name__} does not define input_types(); pass TensorTypes to compile() explicitly")
 
-    def compile(self, *input_types: Type, weights: Mapping[str, Any] | None = None, scan_layers: bool = False) -> CompiledModule:
+    def compile(self, *input_types: Type, weights: Mapping[str, Any] | None = None, use_subgraphs: bool = False) -> CompiledModule:
         """Trace the module into a Graph and compile it; returns a callable on eager Tensors.
 
         Parameters become graph weights (arguments of the executable, never
         constants); ``weights`` (qualified name → array) overrides their values.
         Symbolic dims (``"batch"``) accept any size: one XLA compile per new shape.
 
-        ``scan_layers=True`` (beyond MAX) compiles each `Sequential` of two or
-        more blocks with one structure (same class, static fields and parameter
-        types) as a loop that traces the block once, so compile time no longer
-        grows with depth. The blocks' weights are copied once into stacked
-        ``[n, ...]`` arrays (named ``blocks.*.weight``); other Sequentials are
-        traced as written.
+        ``use_subgraphs=True`` (MAX's subgraphs, applied for you) traces each
+        `Sequential` of two or more blocks with one structure (same class,
+        static fields and parameter types) once, as a subgraph that every block
+        calls with its own weights; the subgraph compiles to one executable run
+        once per block, so compile time no longer grows with depth. Nothing is
+        copied and parameter names are unchanged. The cost is one dispatch per
+        block and no XLA fusion across blocks. Other Sequentials are traced as
+        written.
 
         Raises:
             TypeError: the number of input types does not match ``forward``.
@@ -350,7 +352,7 @@ class Module:
             RuntimeError: tracing failed (the message names the op).
         """
         entry = self.forward if type(self).forward is not Module.forward else self.__call__
-        return compile_module(self, input_types, weights, entry=entry, scan_layers=scan_layers)
+        return compile_module(self, input_types, weights, entry=entry, use_subgraphs=use_subgraphs)
 
     # -- printing ------------------------------------------------------------
     def __repr__(self) -> str:
