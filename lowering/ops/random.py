@@ -46,10 +46,13 @@ def _normal_rule(key, *, shape, dtype, device, mean, std) -> TensorType:
     return _sample_type("random_normal", key, shape, dtype, device)
 
 
+def _work_dtype(dtype: DType) -> Any:
+    """The dtype to sample in: float32 at least, since bfloat16/float16 samples straight from jax.random are coarse."""
+    return dtype.to_numpy() if dtype.size_in_bytes >= 4 else "float32"
+
+
 def _normal_impl(key, *, shape, dtype, device, mean, std):
-    # Sample in float32 at least: bfloat16 normals straight from jax.random are coarse.
-    work = dtype.to_numpy() if dtype.size_in_bytes >= 4 else "float32"
-    z = jax.random.normal(_prng_key(key), tuple(shape), work)
+    z = jax.random.normal(_prng_key(key), tuple(shape), _work_dtype(dtype))
     return (z * std + mean).astype(dtype.to_numpy())
 
 
@@ -60,8 +63,7 @@ def _uniform_rule(key, *, shape, dtype, device, low, high) -> TensorType:
 
 
 def _uniform_impl(key, *, shape, dtype, device, low, high):
-    work = dtype.to_numpy() if dtype.size_in_bytes >= 4 else "float32"
-    u = jax.random.uniform(_prng_key(key), tuple(shape), work, minval=low, maxval=high)
+    u = jax.random.uniform(_prng_key(key), tuple(shape), _work_dtype(dtype), minval=low, maxval=high)
     # Rounding to a narrow dtype may reach `high`; keep the interval half-open.
     out = u.astype(dtype.to_numpy())
     return jax.numpy.where(out >= high, jax.numpy.asarray(low, out.dtype), out)

@@ -37,7 +37,7 @@ from maxfx.models._config import GPT2Config, gpt2_gelu_mode
 from maxfx.models._generate import CausalLM
 from maxfx.models._layers import Conv1D, attention_with_cache, positions
 from maxfx.models._paged import GraphWeight, PagedCausalLM, graph_dtype
-from maxfx.models._source import ParamSource, StoredTensor, eager_embedding, eager_tensor
+from maxfx.models._source import ParamSource, StoredTensor, eager_embedding, eager_tensor, rename_tensor
 from maxfx.nn.attention._rope_attention import _RaggedAttentionBase
 from maxfx.nn.kv_cache import KVCacheParams
 from maxfx.nn.transformer import ReturnLogits, Transformer, TransformerBlock
@@ -237,11 +237,8 @@ _GRAPH_TOP = {"transformer.wte": "embed_tokens", "transformer.wpe": "position_em
 
 
 def _graph_name(hf: str) -> str:
-    base, suffix = hf.rsplit(".", 1)
-    if base in _GRAPH_TOP:
-        return f"{_GRAPH_TOP[base]}.{suffix}"
-    _, _, i, part = base.split(".", 3)  # transformer.h.N.part
-    return f"layers.{i}.{_GRAPH_LAYER[part]}.{suffix}"
+    """``transformer.h.3.attn.c_attn.weight`` -> ``layers.3.self_attn.qkv_proj.weight``."""
+    return rename_tensor(hf, top=_GRAPH_TOP, layer=_GRAPH_LAYER, hf_layers="transformer.h", layers="layers", what="graph")
 
 
 def gpt2_graph_weights(params: Mapping[str, StoredTensor]) -> dict[str, GraphWeight]:
@@ -337,16 +334,9 @@ class GPT2GraphModel(PagedCausalLM):
             raise ValueError(f"GPT2GraphModel: max_seq_len={max_seq_len} exceeds the {config.n_positions} learned positions (n_positions)")
         super().__init__(config, weights, max_batch_size=max_batch_size, max_seq_len=max_seq_len, page_size=page_size, session=session)
 
-    @property
-    def num_layers(self) -> int:
-        return self.config.n_layer
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
-
-    def kv_shape(self) -> tuple[int, int]:
-        return self.config.n_head, self.config.head_dim
+    # The eager model's reading of the config: one place says how GPT-2's layers and KV heads are counted, for both runtimes.
+    num_layers = GPT2LMHeadModel.num_layers
+    kv_shape = GPT2LMHeadModel.kv_shape
 
     def build_transformer(self, weights: Mapping[str, GraphWeight]) -> Transformer:
         return gpt2_transformer(self.config, graph_dtype(weights), self.kv_params)

@@ -37,7 +37,7 @@ from lowering.dtypes import DType
 from maxfx.engine import InferenceSession
 from maxfx.models._config import LlamaConfig
 from maxfx.models._gpt2 import GPT2GraphModel, gpt2_graph_weights, read_gpt2
-from maxfx.models._llama import graph_weights, llama_transformer, read_llama
+from maxfx.models._llama import LlamaForCausalLM, graph_weights, llama_transformer, read_llama
 from maxfx.models._loading import open_checkpoint
 from maxfx.models._paged import GraphWeight, PagedCausalLM
 from maxfx.nn.rotary_embedding import Llama3RotaryEmbedding
@@ -139,16 +139,9 @@ class LlamaGraphModel(PagedCausalLM):
         self.interleaved = bool(interleaved)
         super().__init__(config, weights, max_batch_size=max_batch_size, max_seq_len=max_seq_len, page_size=page_size, session=session)
 
-    @property
-    def num_layers(self) -> int:
-        return self.config.num_hidden_layers
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
-
-    def kv_shape(self) -> tuple[int, int]:
-        return self.config.num_key_value_heads, self.config.head_dim
+    # The eager model's reading of the config: one place says how Llama's layers and KV heads are counted, for both runtimes.
+    num_layers = LlamaForCausalLM.num_layers
+    kv_shape = LlamaForCausalLM.kv_shape
 
     def build_transformer(self, weights: Mapping[str, GraphWeight]) -> Transformer:
         return llama_transformer(self.config, weights, self.kv_params, _rope(self.config, self.max_seq_len, self.interleaved))

@@ -97,16 +97,16 @@ class PagedCausalLM(abc.ABC):
         pages = -(-self.max_seq_len // int(page_size))
         self.cache = PagedKVCacheManager(self.kv_params, self.num_layers, total_num_pages=int(max_batch_size) * pages, max_batch_size=int(max_batch_size), max_seq_len=self.max_seq_len)
 
+    @property
+    def vocab_size(self) -> int:
+        """Logits per token: the config's ``vocab_size`` (every architecture's config names it so)."""
+        return self.config.vocab_size
+
     # ── what a subclass says ──
     @property
     @abc.abstractmethod
     def num_layers(self) -> int:
         """Decoder layers (one KV-cache slot each)."""
-
-    @property
-    @abc.abstractmethod
-    def vocab_size(self) -> int:
-        """Logits per token."""
 
     @abc.abstractmethod
     def kv_shape(self) -> tuple[int, int]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,22 +84,23 @@ def eager_tensor(w: StoredTensor) -> Tensor:
     return _to_tensor(w.value)
 
 
+def _eager_layer(w: StoredTensor, plain: Callable[[Tensor], Module], q8: Callable[[Tensor, Tensor], Module], packed: Callable[[Tensor, Any], Module]) -> Module:
+    """The eager layer for ``w``'s format: ``plain(values)``, ``q8(quants, scales)`` (`Q8_0`) or ``packed(blocks, encoding)``."""
+    if w.format is None:
+        return plain(_to_tensor(w.value))
+    if w.format == Q8_0:
+        return q8(*(_to_tensor(a) for a in split_q8_0(w.value)))
+    return packed(_to_tensor(w.value), w.format)
+
+
 def eager_linear(w: StoredTensor) -> Module:
     """The eager ``[out, in]`` projection (no bias) holding ``w`` in its format: `Linear`, `QuantizedLinear` or `Q8Linear`."""
-    if w.format is None:
-        return linear(_to_tensor(w.value))
-    if w.format == Q8_0:
-        return Q8Linear(*(_to_tensor(a) for a in split_q8_0(w.value)))
-    return QuantizedLinear(_to_tensor(w.value), w.format)
+    return _eager_layer(w, linear, Q8Linear, QuantizedLinear)
 
 
 def eager_embedding(w: StoredTensor) -> Module:
     """The eager embedding over the table ``w`` in its format: `Embedding`, `PackedEmbedding` or `Q8Embedding`."""
-    if w.format is None:
-        return embedding(_to_tensor(w.value))
-    if w.format == Q8_0:
-        return Q8Embedding(*(_to_tensor(a) for a in split_q8_0(w.value)))
-    return PackedEmbedding(_to_tensor(w.value), w.format)
+    return _eager_layer(w, embedding, Q8Embedding, PackedEmbedding)
 
 
 class ParamSource(abc.ABC):
@@ -251,15 +252,33 @@ _GGUF_LAYER = {
 _GGUF_TOP = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
 
 
+def rename_tensor(hf: str, *, top: Mapping[str, str], layer: Mapping[str, str], hf_layers: str, layers: str, what: str) -> str:
+    """The Hugging Face tensor name ``hf`` in another naming, by tables; its last part (``weight``, ``bias``) is kept.
+
+    A top-level tensor is renamed by ``top``; a layer's tensor ``{hf_layers}.N.part``
+    becomes ``{layers}.N.{layer[part]}``. The one renaming behind `gguf_name` and GPT-2's
+    graph state-dict names (`maxfx.models._gpt2`).
+
+    Raises:
+        KeyError: neither table names ``hf`` (``no {what} name for ...``).
+
+    Example:
+        >>> rename_tensor("model.layers.3.mlp.up_proj.weight", top={}, layer={"mlp.up_proj": "ffn_up"}, hf_layers="model.layers", layers="blk", what="GGUF")
+        'blk.3.ffn_up.weight'
+    """
+    base, suffix = hf.rsplit(".", 1)
+    if base in top:
+        return f"{top[base]}.{suffix}"
+    prefix = hf_layers + "."
+    index, _, part = base.removeprefix(prefix).partition(".")
+    if base.startswith(prefix) and part in layer:
+        return f"{layers}.{index}.{layer[part]}.{suffix}"
+    raise KeyError(f"no {what} name for {hf!r}")
+
+
 def gguf_name(hf: str) -> str:
     """``model.layers.3.mlp.up_proj.weight`` -> ``blk.3.ffn_up.weight``."""
-    base, suffix = hf.rsplit(".", 1)
-    if base in _GGUF_TOP:
-        return f"{_GGUF_TOP[base]}.{suffix}"
-    parts = base.split(".", 3)
-    if len(parts) == 4 and parts[:2] == ["model", "layers"] and parts[3] in _GGUF_LAYER:
-        return f"blk.{parts[2]}.{_GGUF_LAYER[parts[3]]}.{suffix}"
-    raise KeyError(f"no GGUF name for {hf!r}")
+    return rename_tensor(hf, top=_GGUF_TOP, layer=_GGUF_LAYER, hf_layers="model.layers", layers="blk", what="GGUF")
 
 
 def unpermute_rows(rows: np.ndarray, n_head: int) -> np.ndarray:

@@ -1,11 +1,6 @@
 """`SupportsLoRA` and `LinearLoRA`: per-request LoRA adapters on a `Linear` (public in `maxfx.nn.lora`).
 
-Example:
-    >>> from maxfx.dtype import DType
-    >>> from maxfx.graph import DeviceRef
-    >>> lin = LinearLoRA(8, 4, max_num_loras=3, max_lora_rank=2, dtype=DType.float32, device=DeviceRef.CPU())
-    >>> sorted(lin.state_dict())
-    ['lora_A', 'lora_B', 'weight']
+The overview and its example are `maxfx.nn.lora`'s; `LinearLoRA`'s own example shows the adapter weights.
 """
 
 from __future__ import annotations

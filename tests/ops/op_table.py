@@ -232,6 +232,16 @@ def _masked_scatter(x, mask, upd):
     return out
 
 
+def _keepdims_reduction(method: str, axis: int, grad_input: np.ndarray, grad_axis: int, *, tol: float = 1e-5) -> OpRecord:
+    """The record of an axis reduction ``f(x, axis=...)``, which keeps the axis: its value against numpy's
+    ``x.<method>(axis, keepdims=True)`` on ``X``, its gradient on ``grad_input`` along ``grad_axis``."""
+    return record(
+        "test_reduction",
+        value((X,), lambda x: getattr(x, method)(axis=axis, keepdims=True), lambda f, x: f(x, axis=axis), tol=tol),
+        grad((grad_input,), lambda f, x: f(x, axis=grad_axis)),
+    )
+
+
 def _attention(q, k, v, scale):
     """Causal attention of each batch row (queries at positions 0..Sq-1, all keys visible)."""
     return np.stack([np_attend(q[b], k[b], v[b], np.arange(q.shape[1]), k.shape[1], "causal", scale) for b in range(q.shape[0])])
@@ -314,26 +324,10 @@ OP_TABLE: dict[str, OpRecord] = {
     # reductions, scans, normalisation (reductions keep the axis)
     "argmax": record("test_reduction", value((X,), lambda x: np.argmax(x, axis=1)[:, None], lambda f, x: f(x, axis=1))),
     "argmin": record("test_reduction", value((X,), lambda x: np.argmin(x, axis=0)[None, :], lambda f, x: f(x, axis=0))),
-    "reduce_max": record(
-        "test_reduction",
-        value((X,), lambda x: x.max(axis=-1, keepdims=True), lambda f, x: f(x, axis=-1)),
-        grad((distinct(3, 4),), lambda f, x: f(x, axis=-1)),
-    ),
-    "reduce_min": record(
-        "test_reduction",
-        value((X,), lambda x: x.min(axis=0, keepdims=True), lambda f, x: f(x, axis=0)),
-        grad((distinct(3, 4),), lambda f, x: f(x, axis=0)),
-    ),
-    "mean": record(
-        "test_reduction",
-        value((X,), lambda x: x.mean(axis=1, keepdims=True), lambda f, x: f(x, axis=1), tol=1e-6),
-        grad((u(3, 2),), lambda f, x: f(x, axis=-1)),
-    ),
-    "sum": record(
-        "test_reduction",
-        value((X,), lambda x: x.sum(axis=0, keepdims=True), lambda f, x: f(x, axis=0)),
-        grad((u(3, 2),), lambda f, x: f(x, axis=0)),
-    ),
+    "reduce_max": _keepdims_reduction("max", -1, distinct(3, 4), -1),
+    "reduce_min": _keepdims_reduction("min", 0, distinct(3, 4), 0),
+    "mean": _keepdims_reduction("mean", 1, u(3, 2), -1, tol=1e-6),
+    "sum": _keepdims_reduction("sum", 0, u(3, 2), 0),
     "cumsum": record(
         "test_reduction",
         value((X,), lambda x: _np_cumsum(x, 1, True, True), lambda f, x: f(x, axis=1, exclusive=True, reverse=True)),
