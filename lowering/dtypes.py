@@ -39,6 +39,7 @@ class DType(enum.Enum):
 
     bool = 1
     float4_e2m1fn = 64
+    float8_e8m0fnu = 73
     float8_e4m3fn = 75
     float8_e4m3fnuz = 76
     float8_e5m2 = 77
@@ -172,6 +173,7 @@ def _import_torch(where: str, error: Exception | None):
 _FLOATS = frozenset(
     {
         DType.float4_e2m1fn,
+        DType.float8_e8m0fnu,
         DType.float8_e4m3fn,
         DType.float8_e4m3fnuz,
         DType.float8_e5m2,
@@ -186,6 +188,7 @@ _FLOATS = frozenset(
 _TO_NUMPY: dict[DType, Any] = {
     DType.bool: np.bool_,
     DType.float4_e2m1fn: ml_dtypes.float4_e2m1fn,
+    DType.float8_e8m0fnu: ml_dtypes.float8_e8m0fnu,
     DType.float8_e4m3fn: ml_dtypes.float8_e4m3fn,
     DType.float8_e4m3fnuz: ml_dtypes.float8_e4m3fnuz,
     DType.float8_e5m2: ml_dtypes.float8_e5m2,

@@ -145,6 +145,7 @@ def _element_types() -> dict[DType, Any]:
             (DType.float8_e5m2, "Float8E5M2Type"),
             (DType.float8_e5m2fnuz, "Float8E5M2FNUZType"),
             (DType.float4_e2m1fn, "Float4E2M1FNType"),
+            (DType.float8_e8m0fnu, "Float8E8M0FNUType"),
         ]:
             if hasattr(ir, name):
                 table[dtype] = getattr(ir, name).get()

@@ -12,6 +12,7 @@ from maxfx.dtype import DType
 # Documented enum values (API_INVENTORY §4.1 "members").
 MEMBERS = {
     "bfloat16": 80, "bool": 1, "float16": 79, "float32": 81, "float4_e2m1fn": 64, "float64": 82,
+    "float8_e8m0fnu": 73,  # MAX 26.7's value (API_INVENTORY); MAX's own tests use it
     "float8_e4m3fn": 75, "float8_e4m3fnuz": 76, "float8_e5m2": 77, "float8_e5m2fnuz": 78,
     "int16": 137, "int32": 139, "int64": 141, "int8": 135,
     "uint16": 136, "uint32": 138, "uint64": 140, "uint8": 134,
@@ -22,6 +23,7 @@ NUMPY = {
     DType.bfloat16: ml_dtypes.bfloat16, DType.float4_e2m1fn: ml_dtypes.float4_e2m1fn,
     DType.float8_e4m3fn: ml_dtypes.float8_e4m3fn, DType.float8_e4m3fnuz: ml_dtypes.float8_e4m3fnuz,
     DType.float8_e5m2: ml_dtypes.float8_e5m2, DType.float8_e5m2fnuz: ml_dtypes.float8_e5m2fnuz,
+    DType.float8_e8m0fnu: ml_dtypes.float8_e8m0fnu,
     DType.int8: np.int8, DType.int16: np.int16, DType.int32: np.int32, DType.int64: np.int64,
     DType.uint8: np.uint8, DType.uint16: np.uint16, DType.uint32: np.uint32, DType.uint64: np.uint64,
 }  # fmt: skip
@@ -73,7 +75,7 @@ def test_predicates():
         assert d.is_unsigned_integral() == (d in unsigned), d
         assert d.is_integral() == (d in signed | unsigned), d
     assert not DType.bool.is_integral() and not DType.bool.is_float()
-    assert sum(d.is_float8() for d in DType) == 4
+    assert sum(d.is_float8() for d in DType) == 5
 
 
 @pytest.mark.parametrize("d", list(DType), ids=lambda d: d.name)

@@ -48,6 +48,7 @@ _DTYPES: dict[str, DType] = {
     "F64": DType.float64,
     "F8_E4M3": DType.float8_e4m3fn,
     "F8_E5M2": DType.float8_e5m2,
+    "F8_E8M0": DType.float8_e8m0fnu,
     "F8_E4M3FNUZ": DType.float8_e4m3fnuz,
     "F8_E5M2FNUZ": DType.float8_e5m2fnuz,
 }
