@@ -7,13 +7,14 @@ Example:
     ...     g.output(g.inputs[0] + 1)
 """
 
-from maxfx.graph import dim, ops, shape, type  # noqa: A004
+from maxfx.graph import dim, ops, shape, type, value, weight  # noqa: A004
 from maxfx.graph._graph import Graph, KernelLibrary
 from maxfx.graph._value import BufferValue, TensorValue, Value
 from maxfx.graph._weight import ShardingStrategy, Weight
 from maxfx.graph.dim import AlgebraicDim, Dim, DimLike, StaticDim, SymbolicDim
 from maxfx.graph.shape import Shape, ShapeLike
 from maxfx.graph.type import BufferType, ConvInputLayout, DeviceKind, DeviceRef, FilterLayout, OpaqueType, TensorType, Type
+from maxfx.graph.value import TensorValueLike
 
 __all__ = [
     "AlgebraicDim",
@@ -35,6 +36,7 @@ __all__ = [
     "SymbolicDim",
     "TensorType",
     "TensorValue",
+    "TensorValueLike",
     "Type",
     "Value",
     "Weight",
@@ -42,4 +44,6 @@ __all__ = [
     "ops",
     "shape",
     "type",
+    "value",
+    "weight",
 ]

@@ -197,16 +197,19 @@ class Graph:
     def add_weight(self, weight: Any, force_initial_weight_on_host: bool = True) -> TensorValue:
         """Add a `Weight` as a graph input bound at load time; returns its value.
 
-        The same Weight again returns the existing value; a different Weight with
-        the same name is a ValueError.
+        The same Weight object again returns the existing value; a different
+        Weight with the same name is a ValueError (as in MAX), even when its type is equal.
         """
         params = weight_params(weight)
         name = weight.name if weight.shard_idx is None else f"{weight.name}[shard {weight.shard_idx}]"
         existing = self._weights.get(name)
         if existing is not None:
-            if existing is weight or _same_weight(existing, weight):
+            if existing is weight:
                 return self._weight_values[name]
-            raise ValueError(f"Graph {self.name!r}: a different weight named {name!r} was already added ({existing.type} vs {weight.type})")
+            raise ValueError(
+                f"Graph {self.name!r}: weight {name!r} already exists (a different Weight object of type {existing.type}); "
+                f"add that Weight again, or give the new one ({weight.type}) another name"
+            )
         if name in self._builder.weights:
             raise ValueError(f"Graph {self.name!r}: weight name {name!r} is already used by ops.constant_external")
         value = self._builder.bind(weight_p, [], params)
@@ -318,10 +321,6 @@ class GraphWeights(Mapping):
         weight = Weight(self.name, dtype, shape, device, quantization_encoding)
         self._graph.add_weight(weight)
         return weight
-
-
-def _same_weight(a: Any, b: Any) -> bool:
-    return a._weight_type() == b._weight_type() and getattr(a, "quantization_encoding", None) == getattr(b, "quantization_encoding", None)
 
 
 def _is_tensor_type(t: Type) -> bool:

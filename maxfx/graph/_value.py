@@ -285,6 +285,9 @@ class TensorValue(TensorOperators, _Shaped):
     def __iter__(self):
         raise TypeError("TensorValue is not iterable; index it or use ops.split")
 
+    def __contains__(self, item: Any) -> bool:
+        raise TypeError("TensorValue is not a container: membership of a symbolic value is unknown while building a graph; compare with ops.equal and reduce")
+
 
 class BufferValue(_Shaped):
     """A mutable buffer inside a graph: read with `ops.buffer_load`, write with `ops.buffer_store`."""

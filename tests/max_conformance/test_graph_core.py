@@ -1,0 +1,174 @@
+"""maxfx's own tests of graph-core behaviour that MAX's unit tests document
+(Graph, Weight and sharding, values, control flow, debug, quantized ops)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from maxfx.dtype import DType
+from maxfx.engine import InferenceSession
+from maxfx.graph import BufferType, DeviceRef, Graph, TensorType, TensorValueLike, Weight, ops
+from maxfx.graph.type import Shape
+from maxfx.graph.value import TensorValue, _is_strong_tensor_value_like
+from maxfx.graph.weight import (
+    Segment,
+    ShardingStrategy,
+    col_sharding_strategy,
+    head_aware_col_sharding_strategy,
+    row_sharding_strategy,
+    segmented_sharding_strategy,
+    stacked_qkv_sharding_strategy,
+)
+
+CPU = DeviceRef.CPU()
+
+
+def _run(graph: Graph, weights: dict[str, np.ndarray], *inputs: np.ndarray) -> list[np.ndarray]:
+    out = InferenceSession().load(graph, weights_registry=weights).execute(*inputs)
+    return [o.to_numpy() for o in out]
+
+
+# ─── Graph.add_weight / Weight ────────────────────────────────────────────
+
+
+def test_add_weight_same_object_twice_and_other_weight_of_same_name():
+    with Graph("g") as graph:
+        w = Weight("w", DType.float32, [2], CPU)
+        a, b = graph.add_weight(w), graph.add_weight(w)
+        assert a.type == b.type == TensorType(DType.float32, [2], CPU)
+        twin = Weight("w", DType.float32, [2], CPU)  # equal type, different object
+        with pytest.raises(ValueError, match="already exists"):
+            graph.add_weight(twin)
+        graph.output(a + b)
+    [got] = _run(graph, {"w": np.array([1.0, 2.0], np.float32)})
+    np.testing.assert_array_equal(got, [2.0, 4.0])
+
+
+def test_weight_outside_a_graph_is_a_value_error():
+    w = Weight("w", DType.float32, [], CPU)
+    with pytest.raises(ValueError, match="no parent graph"):
+        _ = w * 5
+    with pytest.raises(ValueError, match="no parent graph"):
+        ops.cast(w, DType.float64)
+
+
+# ─── sharding strategies ──────────────────────────────────────────────────
+
+
+def _sharded_outputs(shape, strategy_fn, n, dtype=DType.float32):
+    with Graph("shards") as graph:
+        w = Weight("w", dtype, shape, CPU)
+        graph.output(*[strategy_fn(w, i, n) for i in range(n)])
+    data = np.arange(int(np.prod(shape))).reshape(shape).astype(dtype.to_numpy())
+    return data, _run(graph, {"w": data})
+
+
+@pytest.mark.parametrize(("rows", "n"), [(10, 3), (12, 4), (7, 4)])
+def test_row_sharding_matches_numpy_array_split(rows, n):
+    data, shards = _sharded_outputs([rows, 3], row_sharding_strategy, n)
+    for got, want in zip(shards, np.array_split(data, n, axis=0), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_col_sharding_matches_numpy_array_split():
+    data, shards = _sharded_outputs([2, 11], col_sharding_strategy, 4)
+    for got, want in zip(shards, np.array_split(data, 4, axis=1), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_stacked_qkv_sharding_splits_q_k_v_by_heads():
+    num_heads, head_dim, n = 5, 2, 2  # 3 + 2 heads
+    hidden = num_heads * head_dim
+    data, shards = _sharded_outputs([3 * hidden, 4], lambda w, i, k: stacked_qkv_sharding_strategy(w, i, k, num_heads, head_dim), n)
+    q, k, v = np.split(data, 3, axis=0)
+    bounds = [(0, 3 * head_dim), (3 * head_dim, hidden)]
+    for got, (lo, hi) in zip(shards, bounds, strict=True):
+        np.testing.assert_array_equal(got, np.concatenate([q[lo:hi], k[lo:hi], v[lo:hi]]))
+
+
+def test_head_aware_columnwise_keeps_whole_heads():
+    data, shards = _sharded_outputs([2, 6], lambda w, i, k: head_aware_col_sharding_strategy(w, i, k, 3, 2), 2)
+    np.testing.assert_array_equal(shards[0], data[:, :4])  # 2 heads
+    np.testing.assert_array_equal(shards[1], data[:, 4:])  # 1 head
+
+
+def test_segmented_sharding_mixes_head_aware_and_even_segments():
+    segments = (Segment.head_aware(2, 3), Segment.even(4))  # 6 + 4 elements along axis 1
+    data, shards = _sharded_outputs([2, 10], lambda w, i, k: segmented_sharding_strategy(w, i, k, axis=1, segments=segments), 2)
+    np.testing.assert_array_equal(shards[0], np.concatenate([data[:, 0:3], data[:, 6:8]], axis=1))
+    np.testing.assert_array_equal(shards[1], np.concatenate([data[:, 3:6], data[:, 8:10]], axis=1))
+
+
+def test_segmented_sharding_packed_uint8_halves_the_parts():
+    # a packed FP4 weight stores two values per uint8: 8 logical columns in 4 bytes
+    data, shards = _sharded_outputs([1, 4], lambda w, i, k: segmented_sharding_strategy(w, i, k, axis=1, segments=(Segment.even(8),)), 2, DType.uint8)
+    np.testing.assert_array_equal(shards[0], data[:, :2])
+    np.testing.assert_array_equal(shards[1], data[:, 2:])
+
+
+def test_segmented_sharding_segments_must_cover_the_axis():
+    with Graph("g"):
+        w = Weight("w", DType.float32, [1000, 4], CPU)
+        with pytest.raises(ValueError, match="segments cover 500"):
+            segmented_sharding_strategy(w, 0, 4, axis=0, segments=(Segment.even(500),))
+
+
+def test_sharding_strategy_kinds_and_axes():
+    assert Segment.head_aware(8, 64) == Segment(512, 8) and Segment.even(7).num_heads is None
+    row, col, rep = ShardingStrategy.rowwise(2), ShardingStrategy.columnwise(2), ShardingStrategy.replicate(2)
+    assert (row.is_rowwise, row.is_colwise, col.is_colwise, rep.is_replicate) == (True, False, True, True)
+    hac = ShardingStrategy.head_aware_columnwise(2, 8, 64)
+    assert hac.is_head_aware_colwise and not hac.is_colwise and hac.sharded_axis == 1
+    assert ShardingStrategy.stacked_qkv(2, 8, 64).is_stacked_qkv
+    assert ShardingStrategy.gate_up(2, axis=0).is_gate_up and ShardingStrategy.gate_up(2, axis=0).sharded_axis == 0
+    assert [s.sharded_axis for s in (ShardingStrategy.tensor_parallel(2), ShardingStrategy.expert_parallel(2), rep)] == [None] * 3
+    seg = ShardingStrategy.segmented(2, axis=0, segments=(Segment.even(4),))
+    assert seg.is_segmented and not seg.is_gate_up and seg.sharded_axis == 0
+    assert ShardingStrategy.stacked_qkv(2, 8, 64) == ShardingStrategy.stacked_qkv(2, 8, 64)
+
+
+def test_sharding_strategy_call_gives_the_shard():
+    with Graph("g") as graph:
+        w = Weight("w", DType.float32, [5, 2], CPU)
+        strategy = ShardingStrategy.rowwise(2)
+        graph.output(strategy(w, 0), strategy(w, 1))
+    data = np.arange(10, dtype=np.float32).reshape(5, 2)
+    got = _run(graph, {"w": data})
+    np.testing.assert_array_equal(got[0], data[:3])
+    np.testing.assert_array_equal(got[1], data[3:])
+
+
+def test_custom_shard_function():
+    strategy = ShardingStrategy(2, lambda w, i, n: w[i])  # MAX's positional (num_devices, shard)
+    assert strategy.kind == "custom" and strategy.sharded_axis is None
+    with Graph("g") as graph:
+        w = Weight("w", DType.float32, [2, 3], CPU)
+        graph.output(strategy(w, 1))
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(_run(graph, {"w": data})[0], data[1])
+
+
+# ─── values ───────────────────────────────────────────────────────────────
+
+
+def test_strong_tensor_value_like():
+    assert _is_strong_tensor_value_like(np.zeros(2))
+    assert _is_strong_tensor_value_like(Shape([1, 2]))
+    assert not _is_strong_tensor_value_like(1)
+    assert not _is_strong_tensor_value_like(BufferType(DType.float32, [2], CPU))
+    with Graph("g", input_types=[TensorType(DType.float32, [2], CPU), BufferType(DType.float32, [2], CPU)]) as graph:
+        t, b = graph.inputs
+        assert _is_strong_tensor_value_like(t) and not _is_strong_tensor_value_like(b)
+        with pytest.raises(TypeError):
+            TensorValue(BufferType(DType.float32, [2], CPU))
+    assert TensorValueLike is not None
+
+
+def test_tensor_value_is_not_a_container_nor_iterable():
+    with Graph("g", input_types=[TensorType(DType.float32, ["a"], CPU)]) as graph:
+        (x,) = graph.inputs
+        with pytest.raises(TypeError, match="is not a container"):
+            _ = 1 in x
+        with pytest.raises(TypeError, match="is not iterable"):
+            list(x)
