@@ -7,6 +7,13 @@ and orders work across devices by data dependencies, so a `DeviceStream` is a
 handle on that one queue: ``synchronize`` blocks until the device is idle and
 ``wait_for`` can only be honoured by waiting on the host.
 
+A `DeviceEvent` marks a point in that queue: recording one notes the arrays
+still being computed on the device, and the event is complete when they are.
+Events and host callbacks (``Accelerator.__unsafe_enqueue_py_host_func``) are
+completed in record order by one host thread per device, which waits on those
+arrays; so callbacks run after the work queued before them, and timing events
+read the host clock when the device reached them.
+
 They live in the engine, below `lowering.types`, so that ``DeviceRef.to_device()``
 returns them without being told how; ``maxfx.driver`` re-exports them.
 
@@ -20,12 +27,19 @@ Example:
 from __future__ import annotations
 
 import functools
+import os
 import re
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ClassVar
 
 import jax
 
-__all__ = ["Accelerator", "CPU", "Device", "DeviceStream", "accelerators"]
+__all__ = ["Accelerator", "CPU", "Device", "DeviceEvent", "DeviceStream", "accelerators"]
 
 
 @functools.cache
@@ -46,7 +60,7 @@ class Device:
     """A device tensors live on and programs run on: `CPU` or `Accelerator`.
 
     Devices compare and hash by ``(label, id)``; ``repr`` is ``CPU()`` or
-    ``Accelerator(id=N)``.
+    ``Accelerator(id=N)``, ``str`` is MAX's ``Device(type=cpu,id=0)``.
 
     Example:
         >>> cpu = CPU()
@@ -68,6 +82,72 @@ class Device:
         self._id = id
         # MAX creates the default stream together with the device.
         self._default_stream = DeviceStream(self)
+        self._host_queue: ThreadPoolExecutor | None = None
+        self._host_queue_lock = threading.Lock()
+        self._host_pending: list[Future] = []
+
+    def _enqueue_host_task(self, pending: list[jax.Array], task: Callable[[], None]) -> Future:
+        """Run ``task`` on this device's host thread once ``pending`` arrays are computed (FIFO)."""
+
+        def run() -> None:
+            for arr in pending:
+                try:
+                    arr.block_until_ready()
+                except Exception:  # noqa: BLE001 - a failed computation still reached this point of the queue
+                    pass
+            task()
+
+        with self._host_queue_lock:
+            if self._host_queue is None:
+                self._host_queue = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"maxfx-{self.label}{self._id}-host")
+            self._host_pending = [f for f in self._host_pending if not f.done()]
+            fut = self._host_queue.submit(run)
+            self._host_pending.append(fut)
+        return fut
+
+    def _drain_host_queue(self) -> None:
+        with self._host_queue_lock:
+            pending = list(self._host_pending)
+        for fut in pending:
+            fut.result()
+
+    def _pending_arrays(self) -> list[jax.Array]:
+        """Arrays on this device whose computation may not have finished (the queue's current tail)."""
+        out = []
+        for arr in jax.live_arrays():
+            try:
+                if not arr.is_deleted() and self.jax_device in arr.devices() and not arr.is_ready():
+                    out.append(arr)
+            except RuntimeError:
+                continue
+        return out
+
+    def _unsafe_enqueue_py_host_func(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` on the host once the work queued on this accelerator so far has finished.
+
+        MAX's ``Device.__unsafe_enqueue_py_host_func``: the call returns at
+        once; ``fn`` runs on a host thread, in enqueue order. An exception it
+        raises is printed to stderr (``synchronize`` does not raise it).
+
+        Raises:
+            RuntimeError: on the CPU, which has no device queue to enqueue on
+                (MAX supports host functions on CUDA/HIP accelerators only).
+            TypeError: if ``fn`` is not callable.
+        """
+        if self.is_host:
+            raise RuntimeError(
+                f"{self!r}.__unsafe_enqueue_py_host_func: host functions can only be enqueued on a CUDA/HIP accelerator, not the CPU; call the function directly"
+            )
+        if not callable(fn):
+            raise TypeError(f"{self!r}.__unsafe_enqueue_py_host_func: expected a callable, got {type(fn).__name__}")
+
+        def call() -> None:
+            try:
+                fn()
+            except BaseException:  # noqa: BLE001 - MAX prints the callback's exception and carries on
+                traceback.print_exc(file=sys.stderr)
+
+        self._enqueue_host_task(self._pending_arrays(), call)
 
     @staticmethod
     def cpu(id: int = -1) -> CPU:
@@ -105,7 +185,9 @@ class Device:
             ValueError: on the CPU, which has no accelerator architecture.
         """
         if self.is_host:
-            raise ValueError("Device.architecture_name: CPU devices have no accelerator architecture; use an Accelerator()")
+            raise ValueError(
+                "Device.architecture_name: failed to get device architecture name: CPU devices have no accelerator architecture; use an Accelerator()"
+            )
         cc = str(getattr(self.jax_device, "compute_capability", "") or "")
         if cc.startswith("gfx"):
             return cc
@@ -121,10 +203,15 @@ class Device:
 
     @property
     def stats(self) -> dict[str, Any]:
-        """Utilisation data: JAX's ``memory_stats()`` (bytes in use, limits, ...) plus the device kind.
+        """Utilisation data: ``free_memory`` and ``total_memory`` in bytes (as MAX), plus JAX's ``memory_stats()`` and the device kind.
+
+        For the CPU the memory figures are the machine's physical and
+        available RAM; for an accelerator they are XLA's pool limit
+        (``bytes_limit``) and what it has not handed out (limit minus ``bytes_in_use``).
 
         Example:
-            >>> isinstance(CPU().stats, dict)
+            >>> s = CPU().stats
+            >>> 0 <= s["free_memory"] <= s["total_memory"]
             True
         """
         stats: dict[str, Any] = {"device_kind": self.jax_device.device_kind, "platform": self.jax_device.platform}
@@ -132,7 +219,29 @@ class Device:
             stats.update(self.jax_device.memory_stats() or {})
         except Exception:  # noqa: BLE001 - some PJRT clients do not implement memory stats
             pass
+        total, free = _host_memory() if self.is_host else (None, None)
+        if "bytes_limit" in stats:
+            total = int(stats["bytes_limit"])
+            free = max(0, total - int(stats.get("bytes_in_use", 0)))
+        if total is not None:
+            stats["total_memory"], stats["free_memory"] = total, min(free, total)
         return stats
+
+    @property
+    def max_single_alloc_size(self) -> int:
+        """The largest single allocation this device can make, in bytes: its total memory.
+
+        Raises:
+            RuntimeError: if the device reports no memory size.
+
+        Example:
+            >>> CPU().max_single_alloc_size > 0
+            True
+        """
+        total = self.stats.get("total_memory")
+        if total is None:
+            raise RuntimeError(f"{self!r}.max_single_alloc_size: the device reports no total memory (JAX's memory_stats() has no bytes_limit)")
+        return int(total)
 
     @property
     def default_stream(self) -> DeviceStream:
@@ -155,12 +264,16 @@ class Device:
         return not self.is_host and not other.is_host and self.jax_device.client is other.jax_device.client
 
     def synchronize(self) -> None:
-        """Block until all work queued on this device has finished.
+        """Block until all work queued on this device has finished, host functions and events included.
 
         Raises:
             ValueError: if queued work failed.
         """
         _block_on_device(self.jax_device, f"{self!r}.synchronize")
+        self._drain_host_queue()
+
+    def __str__(self) -> str:
+        return f"Device(type={self.label},id={self.id})"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Device):
@@ -176,6 +289,29 @@ class Device:
 
     def __deepcopy__(self, memo: dict) -> Device:
         return self
+
+
+# A dunder-prefixed name written in a class body would be mangled; MAX's is literal.
+setattr(Device, "__unsafe_enqueue_py_host_func", Device._unsafe_enqueue_py_host_func)
+
+
+def _host_memory() -> tuple[int, int]:
+    """(total, available) physical memory of this machine in bytes."""
+    try:
+        page = os.sysconf("SC_PAGE_SIZE")
+        total = os.sysconf("SC_PHYS_PAGES") * page
+        free = os.sysconf("SC_AVPHYS_PAGES") * page
+    except (ValueError, OSError, AttributeError):
+        return 0, 0
+    try:  # MemAvailable counts reclaimable caches, as free memory means to a program
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    free = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    return int(total), int(free)
 
 
 def _block_on_device(jax_device: jax.Device, where: str) -> None:
@@ -208,8 +344,6 @@ class CPU(Device):
 
     def __repr__(self) -> str:
         return "CPU()"
-
-    __str__ = __repr__
 
     def __reduce__(self) -> tuple:
         return (CPU, ())
@@ -266,8 +400,6 @@ class Accelerator(Device):
     def __repr__(self) -> str:
         return f"Accelerator(id={self.id})"
 
-    __str__ = __repr__
-
     def __reduce__(self) -> tuple:
         return (Accelerator, (self.id,))
 
@@ -303,22 +435,134 @@ class DeviceStream:
             ValueError: if queued work failed.
         """
         _block_on_device(self._device.jax_device, f"{self!r}.synchronize")
+        self._device._drain_host_queue()
 
-    def wait_for(self, other: DeviceStream | Device) -> None:
-        """Order later work on this stream after ``other`` (a stream, or a device's default stream).
+    def record_event(self, event: DeviceEvent | None = None) -> DeviceEvent:
+        """Record ``event`` (a new one if None) at the current end of this stream and return it.
 
-        Work on one device is already in order. JAX has no cross-device stream
-        events, so waiting for another device blocks the host until it is idle.
+        The event completes when the work queued on the device so far has.
 
         Raises:
-            TypeError: if ``other`` is neither a DeviceStream nor a Device.
+            TypeError: if ``event`` is not a DeviceEvent.
+            ValueError: if ``event`` belongs to another device.
+
+        Example:
+            >>> event = CPU().default_stream.record_event()
+            >>> event.synchronize(); event.is_ready()
+            True
         """
+        if event is None:
+            event = DeviceEvent(self._device)
+        if not isinstance(event, DeviceEvent):
+            raise TypeError(f"DeviceStream.record_event: expected a DeviceEvent, got {type(event).__name__}")
+        if event.device != self._device:
+            raise ValueError(f"DeviceStream.record_event: the event belongs to {event.device!r}, this stream to {self._device!r}")
+        event._record()
+        return event
+
+    def wait_for(self, other: DeviceStream | Device | DeviceEvent) -> None:
+        """Order later work on this stream after ``other`` (a stream, a device's default stream, or a recorded event).
+
+        Work on one device is already in order. JAX has no cross-device stream
+        events, so waiting for another device (or an event of another device)
+        blocks the host until that work is done.
+
+        Raises:
+            TypeError: if ``other`` is not a DeviceStream, Device or DeviceEvent.
+        """
+        if isinstance(other, DeviceEvent):
+            if other.device != self._device:
+                other.synchronize()
+            return
         if isinstance(other, Device):
             other = other.default_stream
         if not isinstance(other, DeviceStream):
-            raise TypeError(f"DeviceStream.wait_for: expected a DeviceStream or Device, got {type(other).__name__}")
+            raise TypeError(f"DeviceStream.wait_for: expected a DeviceStream, Device or DeviceEvent, got {type(other).__name__}")
         if other.device != self._device:
             other.synchronize()
 
     def __repr__(self) -> str:
         return f"DeviceStream(device={self._device!r})"
+
+
+class DeviceEvent:
+    """A marker in a device's work queue (MAX's ``max.driver.DeviceEvent``).
+
+    ``stream.record_event(event)`` places it after the work queued so far;
+    ``synchronize`` blocks until the device has reached it and ``is_ready``
+    asks without blocking. With ``enable_timing=True`` the time the device
+    reached it is kept, and ``start.elapsed_time(end)`` gives milliseconds.
+    ``str`` is ``{api}[{device id}]:event@{address}``. An event never recorded
+    is ready. ``blocking_sync`` is accepted for MAX's signature; waiting is
+    always a blocking host wait here.
+
+    Example:
+        >>> start = DeviceEvent(CPU(), enable_timing=True)
+        >>> end = DeviceEvent(CPU(), enable_timing=True)
+        >>> stream = CPU().default_stream
+        >>> _ = stream.record_event(start); _ = stream.record_event(end)
+        >>> end.synchronize()
+        >>> start.elapsed_time(end) >= 0.0
+        True
+    """
+
+    __slots__ = ("_device", "_enable_timing", "_blocking_sync", "_future", "_time", "__weakref__")
+
+    def __init__(self, device: Device, blocking_sync: bool = False, enable_timing: bool = False):
+        if not isinstance(device, Device):
+            raise TypeError(f"DeviceEvent: expected a Device, got {type(device).__name__}")
+        self._device = device
+        self._blocking_sync = bool(blocking_sync)
+        self._enable_timing = bool(enable_timing)
+        self._future: Future | None = None
+        self._time: float | None = None
+
+    @property
+    def device(self) -> Device:
+        """The device whose queue this event marks."""
+        return self._device
+
+    def _record(self) -> None:
+        self._time = None
+        pending = self._device._pending_arrays()
+
+        def reached() -> None:
+            self._time = time.perf_counter()
+
+        self._future = self._device._enqueue_host_task(pending, reached)
+
+    def synchronize(self) -> None:
+        """Block until the device has done the work queued before this event was recorded."""
+        if self._future is not None:
+            self._future.result()
+
+    def is_ready(self) -> bool:
+        """Whether the work before this event has finished (True for an event never recorded)."""
+        return self._future is None or self._future.done()
+
+    def elapsed_time(self, end: DeviceEvent) -> float:
+        """Milliseconds between this event and ``end``, both recorded with ``enable_timing=True``.
+
+        Waits for both events to complete.
+
+        Raises:
+            RuntimeError: if either event was created without ``enable_timing=True``
+                or has not been recorded.
+            TypeError: if ``end`` is not a DeviceEvent.
+        """
+        if not isinstance(end, DeviceEvent):
+            raise TypeError(f"DeviceEvent.elapsed_time: expected a DeviceEvent, got {type(end).__name__}")
+        for name, ev in (("start", self), ("end", end)):
+            if not ev._enable_timing:
+                raise RuntimeError(f"DeviceEvent.elapsed_time: the {name} event {ev} was created without enable_timing=True")
+            if ev._future is None:
+                raise RuntimeError(f"DeviceEvent.elapsed_time: the {name} event {ev} has not been recorded on a stream")
+        self.synchronize()
+        end.synchronize()
+        assert self._time is not None and end._time is not None
+        return (end._time - self._time) * 1000.0
+
+    def __str__(self) -> str:
+        return f"{self._device.api}[{self._device.id}]:event@{id(self):#x}"
+
+    __repr__ = __str__

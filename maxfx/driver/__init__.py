@@ -14,6 +14,9 @@ Example:
     ((2, 3), True)
 """
 
+from lowering.driver_devices import DeviceEvent
+from maxfx import __version__ as __version__
+from maxfx.driver import driver as driver  # MAX's max.driver.driver module
 from maxfx.driver._device import (
     CPU,
     Accelerator,
@@ -28,7 +31,8 @@ from maxfx.driver._device import (
     load_devices,
     scan_available_devices,
 )
-from maxfx.driver._tensor import Buffer, Tensor
+from maxfx.driver._tensor import Buffer, DevicePinnedBuffer, Tensor
+from maxfx.driver.driver import calculate_virtual_device_count_from_cli
 
 __all__ = [
     "Accelerator",
@@ -36,12 +40,15 @@ __all__ = [
     "CPU",
     "DLPackArray",
     "Device",
+    "DeviceEvent",
+    "DevicePinnedBuffer",
     "DeviceSpec",
     "DeviceStream",
     "Tensor",
     "accelerator_api",
     "accelerator_architecture_name",
     "accelerator_count",
+    "calculate_virtual_device_count_from_cli",
     "devices_exist",
     "load_devices",
     "scan_available_devices",

@@ -34,6 +34,7 @@ from maxfx.driver._device import CPU, Device, DeviceStream, as_device, device_of
 from maxfx.driver._storage import (
     DeviceStorage,
     HostStorage,
+    _scratch,
     apply_jax,
     apply_np,
     is_strided_contiguous,
@@ -42,7 +43,7 @@ from maxfx.driver._storage import (
     write_back_jax,
 )
 
-__all__ = ["Tensor", "Buffer", "as_array"]
+__all__ = ["Tensor", "Buffer", "DevicePinnedBuffer", "as_array"]
 
 _DLPACK_CPU, _DLPACK_CUDA_HOST = 1, 3
 
@@ -408,6 +409,8 @@ class Tensor:
 
         Raises:
             TypeError: if ``array`` does not implement DLPack.
+            ValueError: if ``array`` is not contiguous (a transposed or
+                strided view), as in MAX: make it contiguous first.
 
         Example:
             >>> import jax.numpy as jnp
@@ -417,18 +420,36 @@ class Tensor:
         if isinstance(array, Tensor):
             return array.copy() if copy else array
         if isinstance(array, np.ndarray):
+            if not is_strided_contiguous(array):
+                raise ValueError(
+                    f"Tensor.from_dlpack: from_dlpack only accepts contiguous arrays. First call np.ascontiguousarray "
+                    f"(got a numpy array of shape {array.shape} with strides {array.strides})"
+                )
             return cls._host(array.copy() if copy else array)
         if _is_jax_array(array):
             # jax.Arrays are immutable, so sharing one is indistinguishable from a copy.
             return cls._from_array(array)
         if not (hasattr(array, "__dlpack__") and hasattr(array, "__dlpack_device__")):
             raise TypeError(f"Tensor.from_dlpack: {type(array).__name__} does not implement __dlpack__/__dlpack_device__")
+        is_contiguous = getattr(array, "is_contiguous", None)  # torch.Tensor
+        if callable(is_contiguous) and not is_contiguous():
+            raise ValueError(
+                f"Tensor.from_dlpack: from_dlpack only accepts contiguous tensors. First call .contiguous() "
+                f"(got a {type(array).__name__} of shape {tuple(getattr(array, 'shape', ()))})"
+            )
         dev_type = int(array.__dlpack_device__()[0])
         if dev_type in (_DLPACK_CPU, _DLPACK_CUDA_HOST):
             try:
-                return cls._host(np.from_dlpack(array, copy=copy))
+                host = np.from_dlpack(array, copy=copy)
             except (BufferError, TypeError, RuntimeError):
                 pass  # numpy lacks e.g. bfloat16 in DLPack; JAX reads it
+            else:
+                if not is_strided_contiguous(host):
+                    raise ValueError(
+                        f"Tensor.from_dlpack: from_dlpack only accepts contiguous tensors (got a {type(array).__name__} of shape {host.shape} "
+                        f"with strides {host.strides}); make it contiguous first"
+                    )
+                return cls._host(host)
         with x64():
             arr = jax.dlpack.from_dlpack(array, copy=copy)
         return cls._from_array(arr)
@@ -528,6 +549,8 @@ class Tensor:
         """
         if not isinstance(src, Tensor):
             src = Tensor.from_dlpack(src) if hasattr(src, "__dlpack__") else Tensor.from_numpy(np.asarray(src))
+        if src is self or (src._storage is self._storage and src._steps == self._steps and src._dtype is self._dtype):
+            return  # copying a tensor onto itself changes nothing (even when it is not contiguous)
         if not self.is_contiguous:
             raise ValueError(f"Tensor.inplace_copy_from: destination (shape {self._shape}) is not contiguous; copy into a contiguous tensor")
         if not src.is_contiguous:
@@ -568,19 +591,24 @@ class Tensor:
         return arr.copy() if copy else arr
 
     def item(self) -> Any:
-        """The value of a rank-0 tensor as a Python scalar.
+        """The value of a single-element tensor (any rank, e.g. shape ``()`` or ``(1, 1)``) as a Python scalar.
 
         Raises:
-            ValueError: if the tensor is not rank 0.
+            ValueError: if the tensor does not hold exactly one element.
 
         Example:
             >>> import numpy as np
             >>> Tensor.from_numpy(np.arange(6).reshape(2, 3))[1, 2].item()
             5
+            >>> Tensor.from_numpy(np.array([[7]], np.int32)).item()
+            7
         """
-        if self._shape:
-            raise ValueError(f"Tensor.item: only rank-0 tensors have a single item; this one has shape {self._shape}; index it down first (t[i, j].item())")
-        value = self._host_numpy().item()
+        if self.num_elements != 1:
+            raise ValueError(
+                f"Tensor.item: calling `item` on a tensor with {self.num_elements} items but expected only 1 "
+                f"(shape {self._shape}); index it down first (t[i, j].item())"
+            )
+        value = self._host_numpy().reshape(()).item()
         if self._dtype.is_float():
             return float(value)
         return bool(value) if self._dtype is DType.bool else int(value)
@@ -630,6 +658,34 @@ class Tensor:
             raise ValueError(f"Tensor.view: cannot view the non-contiguous tensor of shape {self._shape} as {dt.name}{list(dims)} without a copy ({e}); call .contiguous() first") from None
         return self._derived((("view", np_dt, dims),), shadow, dt)
 
+    def _data_address(self) -> int:
+        """Address of this tensor's first element."""
+        if self._is_host_memory:
+            return int(self._host_read().ctypes.data)
+        # Device views: the root buffer's address plus the view's byte offset,
+        # read off the shadow (laid out over a scratch element like the root).
+        root = self._storage.data
+        offset = 0
+        if self._steps:
+            root_shadow = _scratch_address(np.dtype(root.dtype))
+            offset = int(self._layout().ctypes.data) - root_shadow
+        return int(root.unsafe_buffer_pointer()) + offset
+
+    def _aligned(self, alignment: int | None = None) -> bool:
+        """Whether the first element's address is a multiple of ``alignment`` bytes (default: the dtype's alignment).
+
+        Example:
+            >>> import numpy as np
+            >>> from maxfx.dtype import DType
+            >>> t = Tensor.zeros((4,), DType.int32)
+            >>> t._aligned(), t.view(DType.uint8)[1:]._aligned(DType.int32.align)
+            (True, False)
+        """
+        align = self._dtype.align if alignment is None else int(alignment)
+        if align <= 0:
+            raise ValueError(f"Tensor._aligned: alignment must be a positive number of bytes, got {align}")
+        return self._data_address() % align == 0
+
     # -- indexing ---------------------------------------------------------
     def __getitem__(self, key: Any) -> Tensor:
         """A strided view (numpy basic indexing); all-integer keys give rank-0 tensors."""
@@ -650,6 +706,15 @@ class Tensor:
             >>> t.to_numpy().tolist()
             [[0, 3], [0, 0]]
         """
+        raw = key if isinstance(key, tuple) else (key,)
+        if all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in raw) and not isinstance(value, (Tensor, np.ndarray, list, tuple)):
+            # An element write: MAX requires one index per axis (a rank-0 tensor takes [0]).
+            if not self._shape and raw in ((), (0,)):
+                key = ()
+            elif len(raw) != len(self._shape):
+                raise ValueError(
+                    f"Tensor.__setitem__: writing a single element needs {len(self._shape)} indices for a tensor of shape {self._shape}, got {len(raw)}: {list(raw)}"
+                )
         key = _normalize_key(key, "Tensor.__setitem__")
         try:
             target_shape = self._layout()[key].shape
@@ -722,6 +787,58 @@ def _rebuild(arr: np.ndarray, device: Device, pinned: bool) -> Tensor:
 
 Buffer = Tensor
 """`max.driver.Buffer` (MAX ≥ 26 name of `Tensor`): the same class."""
+
+
+def _scratch_address(dtype: np.dtype) -> int:
+    return int(_scratch(dtype).ctypes.data)
+
+
+class DevicePinnedBuffer(Tensor):
+    """Page-locked host memory paired with an accelerator (MAX's ``max.driver.DevicePinnedBuffer``).
+
+    The buffer lives in host memory (``to_numpy`` reads it) but belongs to
+    ``device``: ``.to(device)`` uploads it and ``inplace_copy_from`` downloads
+    into it. ``pinned`` is True. XLA stages its own host transfers, so the
+    memory is ordinary host memory marked pinned.
+
+    Raises:
+        ValueError: if ``device`` is the host: pinned memory exists for
+            transfers to and from an accelerator.
+
+    Example:
+        >>> from maxfx.driver import CPU
+        >>> from maxfx.dtype import DType
+        >>> try:
+        ...     DevicePinnedBuffer(DType.float32, [4], device=CPU())
+        ... except ValueError as e:
+        ...     print(str(e).split(":")[0])
+        DevicePinnedBuffer requires a non-host device
+    """
+
+    __slots__ = ()
+
+    def __init__(self, dtype: Any = None, shape: Any = None, device: Any = None):
+        dev = _pinned_device(device, "DevicePinnedBuffer")
+        super().__init__(dtype, shape, dev, pinned=True)
+
+    @classmethod
+    def zeros(cls, shape: Sequence[int], dtype: DType, device: Device | None = None, pinned: bool = True) -> DevicePinnedBuffer:
+        """A zero-filled pinned buffer for ``device``.
+
+        Raises:
+            ValueError: if ``device`` is the host.
+        """
+        dev = _pinned_device(device, "DevicePinnedBuffer.zeros")
+        dt = _as_dtype(dtype, "DevicePinnedBuffer.zeros")
+        dims = _as_shape(shape, "DevicePinnedBuffer.zeros")
+        return cls._host(np.zeros(dims, dt.to_numpy()), dev, True)
+
+
+def _pinned_device(device: Any, where: str) -> Device:
+    dev = as_device(device, where)
+    if dev.is_host:
+        raise ValueError(f"DevicePinnedBuffer requires a non-host device: {where} got {dev!r}; pass an Accelerator(), or use Buffer for host memory")
+    return dev
 
 
 def as_array(x: Any) -> np.ndarray | jax.Array:
