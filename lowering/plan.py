@@ -221,7 +221,7 @@ def check_devices(op: OpDef, types: Sequence[Type]) -> None:
     for t in types[1:]:
         d = getattr(t, "device", first)
         if d != first:
-            raise ValueError(f"{op.name}: inputs are on different devices ({first} and {d}); move one with `.to(device)` first")
+            raise ValueError(f"{op.name}: inputs are on different devices ({first} and {d}); they must be on the same device: move one with `.to(device)` first")
 
 
 def first_device(types: Sequence[Type]) -> DeviceRef | None:

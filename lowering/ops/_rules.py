@@ -184,7 +184,10 @@ def same_device(op: str, *types: Type) -> DeviceRef:
     """The common device of ``types``; error if they differ."""
     devices = {t.device for t in types if hasattr(t, "device")}
     if len(devices) > 1:
-        raise OpError(f"{op}: inputs are on different devices ({', '.join(sorted(str(d) for d in devices))}); transfer them first")
+        raise OpError(
+            f"{op}: inputs are on different devices ({', '.join(sorted(str(d) for d in devices))}); "
+            "they must be on the same device: transfer them first"
+        )
     return next(iter(devices), DeviceRef.CPU())
 
 

@@ -8,8 +8,12 @@ op, the type and the fix):
 
 - *float*: transcendental math (``exp``, ``sqrt``, ``gelu``...) accepts
   floating-point inputs only; ints must be cast first.
-- *numeric*: arithmetic (``add``, ``abs``, ``floor``...) accepts ints and floats,
-  not bool.
+- *numeric*: unary arithmetic (``abs``, ``negate``, ``floor``...) accepts ints
+  and floats, not bool.
+- *any*: binary arithmetic (``add``, ``sub``, ``mul``, ``div``) and ``outer``
+  also accept bool, as MAX's graph does: bool operands compute as the integers
+  0/1 and the result is cast back to bool (nonzero is True), so ``add`` is OR,
+  ``sub`` XOR, ``mul`` AND and ``div`` is False only for ``False / True``.
 - *bool*: ``logical_*`` accept bool only.
 - comparisons accept any dtype and return bool.
 
@@ -19,8 +23,6 @@ raises TypeError for ``ops.exp(1.0)`` and so does maxfx.
 
 from __future__ import annotations
 
-import functools
-import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +31,6 @@ import jax.numpy as jnp
 from jax import lax
 
 from lowering.context import bind, is_weak
-from lowering.dims import Dim, StaticDim
 from lowering.dtypes import DType
 from lowering.ops import _rules as R
 from lowering.registry import OpDef, OpError, front, register
@@ -40,6 +41,7 @@ __all__ = [
     "abs",
     "acos",
     "atanh",
+    "ceil",
     "cos",
     "erf",
     "exp",
@@ -129,6 +131,10 @@ def _floor_impl(x):
     return x if not jnp.issubdtype(x.dtype, jnp.floating) else jnp.floor(x)
 
 
+def _ceil_impl(x):
+    return x if not jnp.issubdtype(x.dtype, jnp.floating) else jnp.ceil(x)
+
+
 def _round_impl(x):
     # jnp.round is round-half-to-even, as MAX 26.7 (0.5 -> 0, 1.5 -> 2, 2.5 -> 2).
     return x if not jnp.issubdtype(x.dtype, jnp.floating) else jnp.round(x)
@@ -141,6 +147,7 @@ def _trunc_impl(x):
 abs_p = _unary("abs", R.NUMERIC, jnp.abs)
 acos_p = _unary("acos", R.FLOAT, _acos_impl)
 atanh_p = _unary("atanh", R.FLOAT, jnp.arctanh)
+ceil_p = _unary("ceil", R.NUMERIC, _ceil_impl, differentiable=False)
 cos_p = _unary("cos", R.FLOAT, jnp.cos)
 erf_p = _unary("erf", R.FLOAT, lax.erf)
 exp_p = _unary("exp", R.FLOAT, jnp.exp)
@@ -216,6 +223,19 @@ def atanh(x):
         TensorType(dtype=float32, shape=[Dim(4)], device=cpu:0): [0.0, 0.5493..., inf, nan]
     """
     return _bind_unary(atanh_p, x)
+
+
+@front(ceil_p)
+def ceil(x):
+    """Elementwise smallest integer value ``>= x`` (same dtype; identity on ints).
+
+    Example:
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.ceil(Tensor.constant([-1.5, 0.0, 1.2]))
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [-1.0, 0.0, 2.0]
+    """
+    return _bind_unary(ceil_p, x)
 
 
 @front(cos_p)
@@ -499,11 +519,25 @@ def _binary(name: str, kind: R.Kind, impl: Callable[..., Any], *, out_dtype=None
 
 
 def _div_out_dtype(d: DType) -> DType:
-    # True division: ints become float64 (MAX 26.7: int32 / int32 -> float64).
-    return d if d.is_float() else DType.float64
+    # True division: ints become float64 (MAX 26.7: int32 / int32 -> float64); bool stays bool.
+    return DType.float64 if d.is_integral() else d
+
+
+def _bool_as_int(impl: Callable[..., Any], work=jnp.int32) -> Callable[..., Any]:
+    """``impl`` on bool operands computed as 0/1 integers of ``work``, cast back to bool (nonzero is True)."""
+
+    def run(*xs):
+        if xs[0].dtype == jnp.bool_:
+            return impl(*(x.astype(work) for x in xs)) != 0
+        return impl(*xs)
+
+    return run
 
 
 def _div_impl(lhs, rhs):
+    if lhs.dtype == jnp.bool_:
+        # 0/1 as floats: only False / True is 0 (x / False is inf or nan, both nonzero).
+        return lax.div(lhs.astype(jnp.float32), rhs.astype(jnp.float32)) != 0
     if not jnp.issubdtype(lhs.dtype, jnp.floating):
         lhs, rhs = lhs.astype(jnp.float64), rhs.astype(jnp.float64)
     return lax.div(lhs, rhs)
@@ -515,10 +549,10 @@ def _pow_impl(lhs, rhs):
     return jnp.power(lhs, rhs)
 
 
-add_p = _binary("add", R.NUMERIC, jnp.add)
-sub_p = _binary("sub", R.NUMERIC, jnp.subtract)
-mul_p = _binary("mul", R.NUMERIC, jnp.multiply)
-div_p = _binary("div", R.NUMERIC, _div_impl, out_dtype=_div_out_dtype)
+add_p = _binary("add", R.ANY, _bool_as_int(jnp.add))
+sub_p = _binary("sub", R.ANY, _bool_as_int(jnp.subtract))
+mul_p = _binary("mul", R.ANY, _bool_as_int(jnp.multiply))
+div_p = _binary("div", R.ANY, _div_impl, out_dtype=_div_out_dtype)
 # jnp.remainder / floor_divide follow Python: the remainder takes the divisor's sign.
 mod_p = _binary("mod", R.NUMERIC, jnp.remainder)
 floor_div_p = _binary("floor_div", R.NUMERIC, jnp.floor_divide, differentiable=False)
@@ -546,9 +580,9 @@ def add(lhs, rhs):
         >>> from maxfx.tensor import Tensor
         >>> x = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
         >>> ops.add(x, Tensor.constant([10.0, 20.0]))  # broadcasts [2] against [2, 2]
-        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[11.0, 22.0], [13.0, 24.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [11.0, 22.0, 13.0, 24.0]
         >>> ops.add(x, 1.0)  # a Python scalar takes x's dtype
-        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[2.0, 3.0], [4.0, 5.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [2.0, 3.0, 4.0, 5.0]
     """
     return bind(add_p, lhs, rhs)
 
@@ -747,15 +781,29 @@ def logical_xor(lhs, rhs):
 # ─── select / outer ───────────────────────────────────────────────────────
 
 
+def _check_where_devices(c, x, y) -> None:
+    """MAX's message, listing the three types, when typed inputs sit on different devices."""
+    types = [t for t in (c, x, y) if isinstance(t, TensorType)]
+    if len({t.device for t in types}) > 1:
+        names = [f"    {n}: {t!r}" if isinstance(t, TensorType) else f"    {n}: {type(t).__name__}" for n, t in zip(("condition", "x", "y"), (c, x, y))]
+        raise OpError("where: Input values must be on the same device\n" + "\n".join(names))
+
+
 def _where_rule(condition, x, y) -> TensorType:
     c = R.require_tensor("where", condition, "condition")
     tx = R.require_tensor("where", x, "x")
     ty = R.require_tensor("where", y, "y")
-    R.require_dtype("where", c, R.is_bool, "bool", "condition")
+    if c.dtype is not DType.bool:
+        # MAX's wording.
+        raise OpError(f"where: Expected condition to be a boolean tensor, but got a tensor with dtype DType.{c.dtype.name} (condition: {R.fmt(c)})")
     if tx.dtype is not ty.dtype:
         raise OpError(f"where: x and y must have the same dtype, got {R.fmt_all([tx, ty])}")
-    device = R.same_device("where", c, tx, ty)
-    return TensorType(tx.dtype, R.broadcast_shapes("where", c.shape, tx.shape, ty.shape), device)
+    _check_where_devices(c, tx, ty)
+    try:
+        shape = R.broadcast_shapes("where", c.shape, tx.shape, ty.shape)
+    except OpError as e:
+        raise OpError(f"{e} (condition, x and y are neither equivalent nor broadcastable)") from None
+    return TensorType(tx.dtype, shape, c.device)
 
 
 where_p = register(OpDef("where", rule=_where_rule, impl=jnp.where, promote=(1, 2)))
@@ -781,38 +829,41 @@ def where(condition, x, y):
         >>> ops.where(x > 0, x, 0.0)
         TensorType(dtype=float32, shape=[Dim(4)], device=cpu:0): [0.0, 2.0, 0.0, 4.0]
     """
+    # Checked before binding, so that MAX's message (not the generic one) reports a device mismatch.
+    _check_where_devices(*(getattr(v, "type", v) for v in (condition, x, y)))
     return bind(where_p, condition, x, y)
-
-
-def _num_elements(shape) -> Dim:
-    return functools.reduce(operator.mul, shape, StaticDim(1))
 
 
 def _outer_rule(lhs, rhs) -> TensorType:
     ts = [R.require_tensor("outer", lhs, "lhs"), R.require_tensor("outer", rhs, "rhs")]
+    for t, name in zip(ts, ("lhs", "rhs")):
+        if t.rank != 1:
+            raise OpError(f"outer: {name} must be a rank-1 vector, got {R.fmt(t)}; flatten it first (x.reshape([-1]))")
     if ts[0].dtype is not ts[1].dtype:
         raise OpError(f"outer: inputs must have the same dtype, got {R.fmt_all(ts)}")
-    R.require_kind("outer", R.NUMERIC, ts)
     device = R.same_device("outer", *ts)
-    return TensorType(ts[0].dtype, [_num_elements(ts[0].shape), _num_elements(ts[1].shape)], device)
+    return TensorType(ts[0].dtype, [ts[0].shape[0], ts[1].shape[0]], device)
 
 
-outer_p = register(OpDef("outer", rule=_outer_rule, impl=jnp.outer, promote=(0, 1)))
+outer_p = register(OpDef("outer", rule=_outer_rule, impl=_bool_as_int(jnp.outer), promote=(0, 1)))
 
 
 @front(outer_p)
 def outer(lhs, rhs):
-    """Outer product: both inputs are flattened to vectors; the result is ``[lhs.size, rhs.size]``.
+    """Outer product of two vectors: ``out[i, j] = lhs[i] * rhs[j]``, shape ``[len(lhs), len(rhs)]``.
 
-    ``out[i, j] = lhs.flat[i] * rhs.flat[j]``.
+    Raises:
+        ValueError: if an input is not rank 1 (MAX's graph requires vectors;
+            flatten with ``x.reshape([-1])`` first), or the inputs are on
+            different devices.
 
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> a = Tensor.constant([1.0, 2.0, 3.0])
-        >>> b = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
-        >>> ops.outer(a, b)  # b is flattened: [3] x [4] -> [3, 4]
-        TensorType(dtype=float32, shape=[Dim(3), Dim(4)], device=cpu:0): [[1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 8.0], [3.0, 6.0, 9.0, 12.0]]
+        >>> b = Tensor.constant([1.0, 2.0, 3.0, 4.0])
+        >>> ops.outer(a, b)
+        TensorType(dtype=float32, shape=[Dim(3), Dim(4)], device=cpu:0): [1.0, 2.0, 3.0, 4.0, 2.0, 4.0, 6.0, 8.0, 3.0, 6.0, 9.0, 12.0]
     """
     return bind(outer_p, lhs, rhs)
 

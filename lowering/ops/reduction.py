@@ -1,6 +1,13 @@
 """Reductions, scans and normalisations: argmax/argmin, sum/mean, max/min, cumsum,
 softmax/logsoftmax, top_k, argsort, layer_norm.
 
+Reductions accept every dtype, bool included (MAX's graph does): bool inputs
+reduce as the integers 0/1 and the result is cast back to bool (nonzero is
+True), so ``sum`` is "any", ``prod`` "all" and ``mean`` (the floor of the
+integer mean, as for ints) "all". Reducing an axis of size 0 builds (MAX does
+not check it) and fails when run for ``max``/``min``/``argmax``/``argmin``,
+which have no value for an empty axis.
+
 Every axis reduction KEEPS the reduced axis with size 1 (MAX semantics,
 API_INVENTORY §3.2): ``[2, 3]`` reduced over ``axis=1`` is ``[2, 1]``. Negative
 axes count from the end. Index results (argmax, argmin, argsort, top_k indices)
@@ -27,6 +34,7 @@ __all__ = [
     "argmax",
     "argmin",
     "mean",
+    "prod",
     "sum_",
     "max_",
     "min_",
@@ -46,21 +54,40 @@ def _any_dtype(d: DType) -> bool:
     return True
 
 
-def _reduce_rule(name: str, *, dtypes=_any_dtype, expected: str = "", out_dtype: DType | None = None, nonempty: bool = False):
-    """Rule of a keepdim reduction along one ``axis``."""
+def _reduce_rule(name: str, *, out_dtype: DType | None = None):
+    """Rule of a keepdim reduction along one ``axis`` (any dtype)."""
 
     def rule(x, *, axis: int) -> TensorType:
         x = R.require_tensor(name, x)
-        R.require_dtype(name, x, dtypes, expected)
         R.require_rank(name, x, lambda r: r >= 1, ">= 1 (a rank-0 tensor has no axis to reduce)")
         ax = R.normalize_axis(name, axis, x.rank)
-        if nonempty and x.shape[ax] == 0:
-            raise R.OpError(f"{name}: cannot reduce the empty axis {axis} of {R.fmt(x)}")
         shape = list(x.shape)
         shape[ax] = StaticDim(1)
         return TensorType(out_dtype or x.dtype, shape, x.device)
 
     return rule
+
+
+def _nonempty(name: str, impl):
+    """``impl`` refusing an empty reduced axis (no maximum/minimum/index exists), when the op runs."""
+
+    def run(x, *, axis: int):
+        if x.shape[axis % x.ndim] == 0:
+            raise ValueError(f"{name}: cannot reduce the empty axis {axis} of a tensor of shape {list(x.shape)}")
+        return impl(x, axis=axis)
+
+    return run
+
+
+def _bool_as_int(impl, work=jnp.int64):
+    """``impl`` on a bool input computed on 0/1 integers of ``work``, cast back to bool (nonzero is True)."""
+
+    def run(x, **params):
+        if x.dtype == jnp.bool_:
+            return impl(x.astype(work), **params) != 0
+        return impl(x, **params)
+
+    return run
 
 
 def _axis(x, axis: int) -> int:
@@ -93,12 +120,8 @@ def _argmin_impl(x, *, axis: int):
     return jnp.argmin(x, axis=_axis(x, axis), keepdims=True).astype(jnp.int64)
 
 
-argmax_p = register(
-    OpDef("argmax", rule=_reduce_rule("argmax", out_dtype=DType.int64, nonempty=True), impl=_argmax_impl, differentiable=False)
-)
-argmin_p = register(
-    OpDef("argmin", rule=_reduce_rule("argmin", out_dtype=DType.int64, nonempty=True), impl=_argmin_impl, differentiable=False)
-)
+argmax_p = register(OpDef("argmax", rule=_reduce_rule("argmax", out_dtype=DType.int64), impl=_nonempty("argmax", _argmax_impl), differentiable=False))
+argmin_p = register(OpDef("argmin", rule=_reduce_rule("argmin", out_dtype=DType.int64), impl=_nonempty("argmin", _argmin_impl), differentiable=False))
 
 
 @front(argmax_p)
@@ -112,7 +135,7 @@ def argmax(x, axis=-1):
         >>> from maxfx.tensor import Tensor
         >>> x = Tensor.constant([[1.0, 5.0, 5.0], [7.0, 2.0, 3.0]])
         >>> ops.argmax(x, axis=-1)  # ties pick the first index
-        TensorType(dtype=int64, shape=[Dim(2), Dim(1)], device=cpu:0): [[1], [0]]
+        TensorType(dtype=int64, shape=[Dim(2), Dim(1)], device=cpu:0): [1, 0]
     """
     return bind(argmax_p, x, axis=_check_axis_param("argmax", axis))
 
@@ -128,7 +151,7 @@ def argmin(x, axis=-1):
         >>> from maxfx.tensor import Tensor
         >>> x = Tensor.constant([[1.0, 5.0, 5.0], [7.0, 2.0, 3.0]])
         >>> ops.argmin(x, axis=0)
-        TensorType(dtype=int64, shape=[Dim(1), Dim(3)], device=cpu:0): [[0, 1, 1]]
+        TensorType(dtype=int64, shape=[Dim(1), Dim(3)], device=cpu:0): [0, 1, 1]
     """
     return bind(argmin_p, x, axis=_check_axis_param("argmin", axis))
 
@@ -152,8 +175,14 @@ def _mean_impl(x, *, axis: int):
     return jnp.mean(x.astype(ct), axis=ax, keepdims=True).astype(x.dtype)
 
 
-sum_p = register(OpDef("sum", rule=_reduce_rule("sum", dtypes=R.is_numeric, expected="numeric (not bool)"), impl=_sum_impl))
-mean_p = register(OpDef("mean", rule=_reduce_rule("mean", dtypes=R.is_numeric, expected="numeric (not bool)"), impl=_mean_impl))
+def _prod_impl(x, *, axis: int):
+    ct = _compute_dtype(x.dtype)
+    return jnp.prod(x.astype(ct), axis=_axis(x, axis), keepdims=True).astype(x.dtype)
+
+
+sum_p = register(OpDef("sum", rule=_reduce_rule("sum"), impl=_bool_as_int(_sum_impl)))
+mean_p = register(OpDef("mean", rule=_reduce_rule("mean"), impl=_bool_as_int(_mean_impl)))
+prod_p = register(OpDef("prod", rule=_reduce_rule("prod"), impl=_bool_as_int(_prod_impl)))
 
 
 @front(sum_p, name="sum")
@@ -165,9 +194,9 @@ def sum_(x, axis=-1):
         >>> from maxfx.tensor import Tensor
         >>> x = Tensor.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
         >>> ops.sum(x, axis=1)
-        TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [[6.0], [15.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [6.0, 15.0]
         >>> ops.sum(x, axis=0)
-        TensorType(dtype=float32, shape=[Dim(1), Dim(3)], device=cpu:0): [[5.0, 7.0, 9.0]]
+        TensorType(dtype=float32, shape=[Dim(1), Dim(3)], device=cpu:0): [5.0, 7.0, 9.0]
     """
     return bind(sum_p, x, axis=_check_axis_param("sum", axis))
 
@@ -183,11 +212,27 @@ def mean(x, axis=-1):
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.dtype import DType
         >>> ops.mean(Tensor.constant([[1.0, 2.0], [3.0, 5.0]]))
-        TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [[1.5], [4.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [1.5, 4.0]
         >>> ops.mean(Tensor.constant([1, 2], dtype=DType.int32))  # floor of 1.5
         TensorType(dtype=int32, shape=[Dim(1)], device=cpu:0): [1]
     """
     return bind(mean_p, x, axis=_check_axis_param("mean", axis))
+
+
+@front(prod_p)
+def prod(x, axis=-1):
+    """Product along ``axis``; the axis is kept with size 1 and the dtype is unchanged.
+
+    Example:
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> x = Tensor.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+        >>> ops.prod(x, axis=1)
+        TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [6.0, 120.0]
+        >>> ops.prod(Tensor.constant([[True, False], [True, True]]))  # bool: "all"
+        TensorType(dtype=bool, shape=[Dim(2), Dim(1)], device=cpu:0): [False, True]
+    """
+    return bind(prod_p, x, axis=_check_axis_param("prod", axis))
 
 
 # ─── max / min (elementwise and reducing) ─────────────────────────────────
@@ -198,15 +243,15 @@ minimum_p = register(OpDef("minimum", rule=R.elementwise("min"), impl=jnp.minimu
 reduce_max_p = register(
     OpDef(
         "reduce_max",
-        rule=_reduce_rule("max", nonempty=True),
-        impl=lambda x, *, axis: jnp.max(x, axis=_axis(x, axis), keepdims=True),
+        rule=_reduce_rule("max"),
+        impl=_nonempty("max", lambda x, *, axis: jnp.max(x, axis=_axis(x, axis), keepdims=True)),
     )
 )
 reduce_min_p = register(
     OpDef(
         "reduce_min",
-        rule=_reduce_rule("min", nonempty=True),
-        impl=lambda x, *, axis: jnp.min(x, axis=_axis(x, axis), keepdims=True),
+        rule=_reduce_rule("min"),
+        impl=_nonempty("min", lambda x, *, axis: jnp.min(x, axis=_axis(x, axis), keepdims=True)),
     )
 )
 
@@ -215,8 +260,8 @@ reduce_min_p = register(
 def max_(x, y=None, /, axis=None):
     """Elementwise maximum of ``x`` and ``y``, or the maximum of ``x`` along ``axis``.
 
-    With two operands ``axis`` is ignored; the operands broadcast and promote
-    like ``add``. With one operand the reduction keeps ``axis`` with size 1
+    With two operands the operands broadcast and promote like ``add`` (giving
+    ``axis`` too is a ValueError). With one operand the reduction keeps ``axis`` with size 1
     (``axis=None`` reduces the last axis).
 
     Example:
@@ -224,13 +269,15 @@ def max_(x, y=None, /, axis=None):
         >>> from maxfx.tensor import Tensor
         >>> x = Tensor.constant([[1.0, 5.0, 2.0], [4.0, 0.0, 6.0]])
         >>> ops.max(x, Tensor.constant([3.0, 3.0, 3.0]))  # elementwise, broadcasting
-        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [[3.0, 5.0, 3.0], [4.0, 3.0, 6.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [3.0, 5.0, 3.0, 4.0, 3.0, 6.0]
         >>> ops.max(x, axis=0)
-        TensorType(dtype=float32, shape=[Dim(1), Dim(3)], device=cpu:0): [[4.0, 5.0, 6.0]]
+        TensorType(dtype=float32, shape=[Dim(1), Dim(3)], device=cpu:0): [4.0, 5.0, 6.0]
         >>> ops.max(x)  # the last axis
-        TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [[5.0], [6.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [5.0, 6.0]
     """
     if y is not None:
+        if axis is not None:
+            raise ValueError(f"max: pass either y (elementwise maximum) or axis (reduction), not both; got axis={axis!r}")
         return bind(maximum_p, x, y)
     return bind(reduce_max_p, x, axis=-1 if axis is None else _check_axis_param("max", axis))
 
@@ -239,7 +286,7 @@ def max_(x, y=None, /, axis=None):
 def min_(x, y=None, /, axis=None):
     """Elementwise minimum of ``x`` and ``y``, or the minimum of ``x`` along ``axis``.
 
-    Mirror of `max`: two operands → elementwise (``axis`` ignored); one operand →
+    Mirror of `max`: two operands → elementwise (``axis`` must be None); one operand →
     reduction keeping ``axis`` with size 1 (``axis=None`` reduces the last axis).
 
     Example:
@@ -247,11 +294,13 @@ def min_(x, y=None, /, axis=None):
         >>> from maxfx.tensor import Tensor
         >>> x = Tensor.constant([[1.0, -5.0, 2.0], [4.0, 0.0, -6.0]])
         >>> ops.min(x, 0.0)  # elementwise with a scalar
-        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [[0.0, -5.0, 0.0], [0.0, 0.0, -6.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [0.0, -5.0, 0.0, 0.0, 0.0, -6.0]
         >>> ops.min(x)  # the last axis
-        TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [[-5.0], [-6.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [-5.0, -6.0]
     """
     if y is not None:
+        if axis is not None:
+            raise ValueError(f"min: pass either y (elementwise minimum) or axis (reduction), not both; got axis={axis!r}")
         return bind(minimum_p, x, y)
     return bind(reduce_min_p, x, axis=-1 if axis is None else _check_axis_param("min", axis))
 
@@ -261,7 +310,6 @@ def min_(x, y=None, /, axis=None):
 
 def _cumsum_rule(x, *, axis: int, exclusive: bool, reverse: bool) -> TensorType:
     x = R.require_tensor("cumsum", x)
-    R.require_dtype("cumsum", x, R.is_numeric, "numeric (not bool)")
     R.require_rank("cumsum", x, lambda r: r >= 1, ">= 1")
     R.normalize_axis("cumsum", axis, x.rank)
     return x
@@ -282,12 +330,12 @@ def _cumsum_impl(x, *, axis: int, exclusive: bool, reverse: bool):
     return out.astype(x.dtype)
 
 
-cumsum_p = register(OpDef("cumsum", rule=_cumsum_rule, impl=_cumsum_impl))
+cumsum_p = register(OpDef("cumsum", rule=_cumsum_rule, impl=_bool_as_int(_cumsum_impl)))
 
 
 @front(cumsum_p)
 def cumsum(x, axis=-1, exclusive=False, reverse=False):
-    """Cumulative sum along ``axis`` (same shape and dtype as ``x``).
+    """Cumulative sum along ``axis`` (same shape and dtype as ``x``; on bool, a cumulative "any").
 
     Args:
         x: input tensor.
@@ -343,7 +391,7 @@ def softmax(value, axis=-1):
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> ops.softmax(Tensor.constant([[0.0, 1.0, 2.0], [5.0, 5.0, 5.0]]))
-        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [[0.0900..., 0.2447..., 0.6652...], [0.3333..., 0.3333..., 0.3333...]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [0.0900..., 0.2447..., 0.6652..., 0.3333..., 0.3333..., 0.3333...]
     """
     return bind(softmax_p, value, axis=_check_axis_param("softmax", axis))
 
@@ -495,7 +543,7 @@ def layer_norm(input, gamma, beta, epsilon):
         >>> gamma = Tensor.constant([1.0, 1.0, 2.0])
         >>> beta = Tensor.constant([0.0, 0.0, 0.5])
         >>> ops.layer_norm(x, gamma, beta, epsilon=1e-5)
-        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [[-1.2247..., 0.0, 2.9494...], [-0.7071..., -0.7071..., 3.3284...]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [-1.2247..., 0.0, 2.9494..., -0.7071..., -0.7071..., 3.3284...]
     """
     try:
         eps = float(epsilon)

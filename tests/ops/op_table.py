@@ -277,6 +277,7 @@ OP_TABLE: dict[str, OpRecord] = {
     "erf": record("test_elementwise", value((X,), scipy.special.erf), grad((u(5),))),
     "exp": record("test_elementwise", value((X,), np.exp), grad((u(5),))),
     "floor": record("test_elementwise", value((X,), np.floor)),
+    "ceil": record("test_elementwise", value((X,), np.ceil)),
     "gelu": record(
         "test_elementwise",
         value((X,), _gelu),
@@ -328,6 +329,7 @@ OP_TABLE: dict[str, OpRecord] = {
     "reduce_min": _keepdims_reduction("min", 0, distinct(3, 4), 0),
     "mean": _keepdims_reduction("mean", 1, u(3, 2), -1, tol=1e-6),
     "sum": _keepdims_reduction("sum", 0, u(3, 2), 0),
+    "prod": _keepdims_reduction("prod", 1, u(3, 2), -1),
     "cumsum": record(
         "test_reduction",
         value((X,), lambda x: _np_cumsum(x, 1, True, True), lambda f, x: f(x, axis=1, exclusive=True, reverse=True)),

@@ -70,6 +70,7 @@ UNARY = {
     "erf": (ops.erf, _erf, FLOATS, (-2.5, 2.5)),
     "exp": (ops.exp, np.exp, FLOATS, (-3, 3)),
     "floor": (ops.floor, np.floor, NUMERIC, (-3, 3)),
+    "ceil": (ops.ceil, np.ceil, NUMERIC, (-3, 3)),
     "gelu": (ops.gelu, lambda x: 0.5 * x * (1 + _erf(x / math.sqrt(2))), FLOATS, (-3, 3)),
     "gelu_tanh": (
         lambda x: ops.gelu(x, approximate="tanh"),
@@ -354,7 +355,7 @@ def test_where_scalars_and_symbolic(rng):
 def test_where_errors():
     with Graph("g", input_types=[TensorType(DType.float32, [2, 3]), TensorType(DType.int32, [2, 3]), TensorType(DType.bool, [4])]) as g:
         f, i, b = (v.tensor for v in g.inputs)
-        with pytest.raises(ValueError, match=r"where: condition must have bool dtype, got float32\[2, 3\]"):
+        with pytest.raises(ValueError, match=r"where: Expected condition to be a boolean tensor, but got a tensor with dtype DType.float32 \(condition: float32\[2, 3\]\)"):
             ops.where(f, f, f)
         with pytest.raises(ValueError, match="where"):
             ops.where(f > 0, f, i)  # float32 with int32 does not promote
@@ -364,25 +365,29 @@ def test_where_errors():
             ops.where(f > 0, 1.0, 0.0)  # x and y both Python scalars
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.bool_])
 def test_outer(rng, dtype):
-    a = rand(rng, [2, 3], dtype)
+    a = rand(rng, [6], dtype)
     b = rand(rng, [4], dtype)
     out = run_op(ops.outer, a, b)
-    _check(out, np.outer(_wide(a), _wide(b)), dtype, "outer")
+    want = np.outer(a, b) if dtype == np.bool_ else np.outer(_wide(a), _wide(b))
+    _check(out, want, dtype, "outer")
     assert out.shape == (6, 4)
 
 
-def test_outer_symbolic(rng):
-    a = rand(rng, [5, 3], np.float32)
+def test_outer_symbolic_and_errors(rng):
+    a = rand(rng, [5], np.float32)
     b = rand(rng, [2], np.float32)
-    out = run_op(ops.outer, a, b, symbolic=[["batch", None], None])
+    out = run_op(ops.outer, a, b, symbolic=[["batch"], None])
     np.testing.assert_allclose(out, np.outer(a, b), rtol=1e-6)
-    with Graph("g", input_types=[TensorType(DType.float32, ["batch", 3]), TensorType(DType.float32, [2])]) as g:
+    with Graph("g", input_types=[TensorType(DType.float32, ["batch"]), TensorType(DType.float32, [2]), TensorType(DType.float32, [2, 3])]) as g:
         t = ops.outer(g.inputs[0], g.inputs[1]).type
-        assert t.shape == [g.inputs[0].shape[0] * 3, 2]
+        assert t.shape == [g.inputs[0].shape[0], 2]
         with pytest.raises(ValueError, match="outer"):
             ops.outer(g.inputs[0], g.inputs[1].cast(DType.int32))
+        # MAX's graph takes vectors only: flatten first.
+        with pytest.raises(ValueError, match=r"outer: lhs must be a rank-1 vector, got float32\[2, 3\]"):
+            ops.outer(g.inputs[2], g.inputs[1])
 
 
 # ─── promotion and error cases ────────────────────────────────────────────
@@ -421,8 +426,7 @@ def test_binary_errors():
             ops.logical_and(f, f2)
         with pytest.raises(ValueError, match=r"logical_or: .*bool.*int32"):
             i | i
-        with pytest.raises(ValueError, match=r"add: .*numeric.*bool"):
-            (f > 0) + (f2 > 0)
+        assert ((f > 0) + (f2 > 0)).dtype == DType.bool  # bool arithmetic builds, as in MAX
         with pytest.raises(ValueError, match="int32"):
             ops.add(i, 2**40)  # out of int32 range
 
@@ -434,3 +438,17 @@ def test_grad_and_vmap_through_fronts():
     np.testing.assert_allclose(np.asarray(g), s * (1 + np.asarray(x) * (1 - s)) + 3.0, rtol=1e-5)
     v = jax.vmap(lambda a, b: ops.where(ops.greater(a, b), a, b))(jnp.ones((3, 2)), jnp.arange(6.0).reshape(3, 2))
     np.testing.assert_array_equal(np.asarray(v), np.maximum(1.0, np.arange(6.0).reshape(3, 2)))
+
+
+def test_bool_arithmetic_computes_as_ints():
+    # MAX's graph accepts bool arithmetic: 0/1 ints, cast back to bool (nonzero is True).
+    a = np.array([True, True, False, False])
+    b = np.array([True, False, True, False])
+    add, sub, mul, div = run_op(lambda x, y: [x + y, x - y, x * y, x / y], a, b)
+    ia, ib = a.astype(np.int64), b.astype(np.int64)
+    np.testing.assert_array_equal(add, (ia + ib) != 0)
+    np.testing.assert_array_equal(sub, (ia - ib) != 0)
+    np.testing.assert_array_equal(mul, (ia * ib) != 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(div, (ia / ib) != 0)
+    assert add.dtype == sub.dtype == mul.dtype == div.dtype == np.bool_

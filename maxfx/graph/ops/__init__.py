@@ -38,6 +38,7 @@ from lowering.ops.elementwise import (  # noqa: A004 - abs, pow, round: MAX's na
     acos,
     add,
     atanh,
+    ceil,
     cos,
     div,
     equal,
@@ -92,7 +93,7 @@ from lowering.ops.linalg import matmul
 from lowering.ops.nn import avg_pool2d, conv2d, conv2d_transpose, conv3d, fold, irfft, max_pool2d, resize
 from lowering.ops.quantized import dequantize, qmatmul
 from lowering.ops.random import random_normal, random_uniform
-from lowering.ops.reduction import argmax, argmin, argsort, cumsum, layer_norm, logsoftmax, mean, softmax, top_k
+from lowering.ops.reduction import argmax, argmin, argsort, cumsum, layer_norm, logsoftmax, mean, prod, softmax, top_k
 from lowering.ops.reduction import max_ as max  # noqa: A004 - MAX's name
 from lowering.ops.reduction import min_ as min  # noqa: A004 - MAX's name
 from lowering.ops.reduction import sum_ as sum  # noqa: A004 - MAX's name
@@ -162,6 +163,7 @@ __all__ = [
     "acos",
     "add",
     "atanh",
+    "ceil",
     "cos",
     "div",
     "equal",
@@ -244,6 +246,7 @@ __all__ = [
     "max",
     "mean",
     "min",
+    "prod",
     "softmax",
     "sum",
     "top_k",
