@@ -277,6 +277,26 @@ class OpaqueType(Type):
         return f"OpaqueType({self.name!r})"
 
 
+class _ChainType(Type):
+    """The type of a device chain (MAX's ``!mo.chain``): a token that orders the
+    side effects (prints, buffer writes, collectives) on one device.
+
+    maxfx runs effects in node order; ``Graph.device_chains`` gives the chain
+    values, which change each time an effect is recorded on their device.
+    """
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        return isinstance(other, _ChainType)
+
+    def __hash__(self):
+        return hash("_ChainType")
+
+    def __repr__(self) -> str:
+        return "_ChainType()"
+
+
 class ConvInputLayout(enum.Enum):
     """Activation layout of convolution inputs."""
 

@@ -34,7 +34,7 @@ from lowering.ops._rules import OpError, fmt, fmt_all
 from lowering.registry import OpDef, front, get_op, register
 from lowering.types import BufferType, TensorType, Type
 
-__all__ = ["cond", "while_loop", "call", "cond_p", "while_loop_p", "call_p", "mutated_outer_vars", "mutates_from"]
+__all__ = ["cond", "while_loop", "call", "cond_p", "while_loop_p", "call_p", "mutated_outer_vars", "mutates_from", "ResultTypeError"]
 
 
 def mutates_from(start: int):
@@ -78,8 +78,13 @@ def _checked_results(op: str, who: str, child, res, types, count_desc: str, slot
     out = [_result_var(op, f"{who} result {i}", child, r, t) for i, (r, t) in enumerate(zip(res, types))]
     for i, (v, t) in enumerate(zip(out, types)):
         if v.type != t:
-            raise OpError(f"{op}: {who} result {i} has type {fmt(v.type)} but {slot(i)} is {fmt(t)}")
+            raise ResultTypeError(f"{op}: {who} result {i} has type {fmt(v.type)} but {slot(i)} is {fmt(t)} (Results don't match expected types)")
     return out
+
+
+class ResultTypeError(OpError, TypeError):
+    """A branch or loop body returned a value of the wrong type (a TypeError, as
+    in MAX, and an `OpError`/ValueError like maxfx's other op checks)."""
 
 
 def _results(res: Any) -> list[Any]:
@@ -406,7 +411,7 @@ def while_loop(initial_values: Iterable[Any] | Any, predicate: Callable[..., Any
     else:
         vals = [initial_values]
     if not vals:
-        raise ValueError("while_loop: initial_values must not be empty (the loop needs at least one loop-carried value)")
+        raise ValueError("while_loop: While loops must have at least one iteration value; initial_values must not be empty")
     for i, v in enumerate(vals):
         if isinstance(getattr(v, "type", None), BufferType):
             raise NotImplementedError(
@@ -429,8 +434,12 @@ def while_loop(initial_values: Iterable[Any] | Any, predicate: Callable[..., Any
     p = _result_var("while_loop", "predicate result", child, res[0], TensorType(DType.bool, []))
     _check_pred("while_loop", p.type, "predicate result")
     pred_block.outputs = [p]
-    if mutated_outer_vars(pred_block):
-        raise OpError("while_loop: the predicate must not write buffers; write them in the loop body")
+    effects = _effect_ops(pred_block)
+    if mutated_outer_vars(pred_block) or effects:
+        raise OpError(
+            f"while_loop: Chain mutation detected in the predicate ({', '.join(effects) or 'buffer writes'}): "
+            "the predicate must not print or write buffers; do side effects in the loop body"
+        )
 
     body_block, res, child = _build_block("while_loop", ctx, "while_body", body, types, "body")
     out_vars = _checked_results("while_loop", "body", child, res, types, "the loop carries", lambda i: f"initial value {i}")
@@ -439,6 +448,16 @@ def while_loop(initial_values: Iterable[Any] | Any, predicate: Callable[..., Any
     body_block.invalidate()
     outs = ctx.bind(while_loop_p, [*writes, *in_vars], {"n_buffers": len(writes), "pred_block": pred_block, "body_block": body_block})
     return list(outs)
+
+
+def _effect_ops(block: Block) -> list[str]:
+    """Names of the ops of ``block`` with side effects (prints, buffer writes)."""
+    found = []
+    for node in block.nodes:
+        op = get_op(node.op)
+        if (op.effect or op.written_inputs(node)) and node.op not in found:
+            found.append(node.op)
+    return found
 
 
 def _while_traced(vals, predicate, body) -> list[Any]:
@@ -543,6 +562,7 @@ call_p = register(
         multiple_results=True,
         mutates=mutates_from(0),
         effect=True,
+        cross_device=True,  # a subgraph's inputs may live on several devices (its signature places each)
     )
 )
 

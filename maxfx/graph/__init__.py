@@ -8,12 +8,12 @@ Example:
 """
 
 from maxfx.graph import dim, ops, shape, type, value, weight  # noqa: A004
-from maxfx.graph._graph import Graph, KernelLibrary
+from maxfx.graph._graph import Graph, KernelLibrary, _ChainValue
 from maxfx.graph._value import BufferValue, TensorValue, Value
 from maxfx.graph._weight import ShardingStrategy, Weight
 from maxfx.graph.dim import AlgebraicDim, Dim, DimLike, StaticDim, SymbolicDim
 from maxfx.graph.shape import Shape, ShapeLike
-from maxfx.graph.type import BufferType, ConvInputLayout, DeviceKind, DeviceRef, FilterLayout, OpaqueType, TensorType, Type
+from maxfx.graph.type import BufferType, ConvInputLayout, DeviceKind, DeviceRef, FilterLayout, OpaqueType, TensorType, Type, _ChainType
 from maxfx.graph.value import TensorValueLike
 
 __all__ = [
@@ -40,6 +40,8 @@ __all__ = [
     "Type",
     "Value",
     "Weight",
+    "_ChainType",
+    "_ChainValue",
     "dim",
     "ops",
     "shape",

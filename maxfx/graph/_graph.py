@@ -19,13 +19,78 @@ from lowering.context import GraphBuilder, use_context
 from lowering.ir import Block, Var
 from lowering.ops.core import weight_p
 from lowering.ops.custom import lookup_custom_op
-from lowering.types import BufferType, DeviceRef, TensorType, Type
+from lowering.registry import get_op
+from lowering.types import BufferType, DeviceRef, TensorType, Type, _ChainType
 from maxfx.graph import ops
 from maxfx.graph._current import current_graph, enter_graph, exit_graph
 from maxfx.graph._value import TensorValue, Value, wrap_var
 from maxfx.graph._weight import Weight, weight_params
 
-__all__ = ["Graph", "GraphWeights", "KernelLibrary"]
+__all__ = ["Graph", "GraphWeights", "KernelLibrary", "_ChainValue", "_DeviceChainMap"]
+
+
+class _ChainValue(Value):
+    """A device chain (type `_ChainType`): the state of one device's side effects
+    at a point of graph construction. A new chain replaces it each time an op
+    with a side effect on that device (a print, a buffer write, a call or
+    control flow that contains one) is recorded."""
+
+    __slots__ = ()
+
+
+def _device_order(device: DeviceRef) -> tuple:
+    return (not device.is_cpu(), str(device.device_type), device.id)
+
+
+class _DeviceChainMap(Mapping):
+    """``Graph.device_chains``: DeviceRef → the device's current `_ChainValue`.
+
+    The host chain (``DeviceRef.CPU()``) exists from the start; reading another
+    device adds its chain. Iteration is sorted (CPUs first, then by id).
+    maxfx orders effects by node order, so a chain is a marker: the chain read
+    after an effect on the device differs from the one read before.
+    """
+
+    def __init__(self, graph: Graph):
+        self._graph = graph
+        self._chains: dict[DeviceRef, tuple[Any, _ChainValue]] = {}
+        self[DeviceRef.CPU()]
+
+    def _last_effect(self, device: DeviceRef) -> Any:
+        for node in reversed(self._graph._block.nodes):
+            op = get_op(node.op)
+            if not (op.effect or op.written_inputs(node)):
+                continue
+            devices = {v.type.device for v in (*node.inputs, *node.outputs) if isinstance(v.type, (TensorType, BufferType))}
+            if device in (devices or {DeviceRef.CPU()}):
+                return node
+        return None
+
+    def __getitem__(self, device: DeviceRef) -> _ChainValue:
+        if not isinstance(device, DeviceRef):
+            raise TypeError(f"Graph.device_chains: keys are DeviceRef, got {type(device).__name__} {device!r}")
+        node = self._last_effect(device)
+        entry = self._chains.get(device)
+        if entry is None or entry[0] is not node:
+            entry = (node, _ChainValue._make(self._graph._builder, Var(_ChainType())))
+            self._chains[device] = entry
+        return entry[1]
+
+    def __contains__(self, device: object) -> bool:
+        return device in self._chains
+
+    def __iter__(self):
+        return iter(sorted(self._chains, key=_device_order))
+
+    def __len__(self) -> int:
+        return len(self._chains)
+
+    def copy(self) -> dict[DeviceRef, _ChainValue]:
+        """A snapshot: device → current chain (the graph is not changed)."""
+        return {d: self[d] for d in self}
+
+    def __repr__(self) -> str:
+        return "{" + ", ".join(f"{d}: {self[d]!r}" for d in self) + "}"
 
 class _CurrentGraph:
     """Descriptor so that ``Graph.current`` reads the innermost active graph (None outside one)."""
@@ -130,7 +195,8 @@ class Graph:
         self._has_output = False
         self._ctx_stack: list[tuple[Any, Any]] = []
         self.kernel_library = kernel_library or KernelLibrary(context, custom_extensions)
-        self.device_chains: dict[DeviceRef, Any] = {}
+        self.device_chains = _DeviceChainMap(self)
+        self._always_ready_chain = _ChainValue._make(self._builder, Var(_ChainType()))
         self._parent: Graph | None = None
         if forward is not None:
             with self:
@@ -238,14 +304,16 @@ class Graph:
             raise ValueError(f"Graph {self.name!r}: subgraph {name!r} already exists")
         sub = Graph(name, forward=forward, input_types=input_types, path=path, custom_extensions=custom_extensions, kernel_library=self.kernel_library)
         sub._parent = self
+        for device in devices:
+            sub.device_chains[device]  # MAX pre-allocates these chains
         self._subgraphs[name] = sub
         return sub
 
     # -- misc --------------------------------------------------------------
     @property
-    def always_ready_chain(self) -> Any:
-        """The graph's effect chain token (maxfx orders effects by node order)."""
-        return self._block
+    def always_ready_chain(self) -> _ChainValue:
+        """A chain that depends on no effect (maxfx orders effects by node order)."""
+        return self._always_ready_chain
 
     @property
     def kernel_libraries_paths(self) -> list[Path]:

@@ -172,3 +172,97 @@ def test_tensor_value_is_not_a_container_nor_iterable():
             _ = 1 in x
         with pytest.raises(TypeError, match="is not iterable"):
             list(x)
+
+
+# ─── device chains ────────────────────────────────────────────────────────
+
+
+def test_device_chains_change_after_effects_only():
+    from maxfx.graph import _ChainType, _ChainValue
+
+    with Graph("g", input_types=[TensorType(DType.float32, [2], CPU)]) as graph:
+        (x,) = graph.inputs
+        chain_0 = graph.device_chains[CPU]
+        assert isinstance(chain_0, _ChainValue) and chain_0.type == _ChainType()
+        _ = x + 1  # no side effect
+        assert graph.device_chains[CPU] is chain_0
+        x.print("x")
+        chain_1 = graph.device_chains[CPU]
+        ops.print("message", "label")
+        chain_2 = graph.device_chains[CPU]
+        assert chain_0 != chain_1 and chain_1 != chain_2
+        assert graph.device_chains[DeviceRef.GPU(0)] is graph.device_chains[DeviceRef.GPU(0)]  # no effect on the GPU
+        graph.output()
+
+
+def test_device_chains_map_order_and_copy():
+    with Graph("g", input_types=[TensorType(DType.float32, [4], DeviceRef.GPU(0))]) as graph:
+        assert list(graph.device_chains) == [CPU]  # the host chain exists from the start
+        for d in (DeviceRef.GPU(5), DeviceRef.CPU(2), DeviceRef.GPU(1)):
+            _ = graph.device_chains[d]
+        assert list(graph.device_chains) == [CPU, DeviceRef.CPU(2), DeviceRef.GPU(1), DeviceRef.GPU(5)]
+        text = str(graph.device_chains)
+        assert text.index("cpu:0") < text.index("cpu:2") < text.index("gpu:1") < text.index("gpu:5")
+        copied = graph.device_chains.copy()
+        assert copied[DeviceRef.GPU(1)] is graph.device_chains[DeviceRef.GPU(1)]
+        assert DeviceRef.GPU(7) not in graph.device_chains  # membership does not add a chain
+        graph.output()
+
+
+def test_a_failed_cond_or_loop_leaves_the_chain_unchanged():
+    with Graph("g", input_types=[TensorType(DType.int32, [], CPU)]) as graph:
+        (x,) = graph.inputs
+        chain = graph.device_chains[CPU]
+        pred = ops.constant(True, DType.bool, device=CPU)
+
+        def fail():
+            raise RuntimeError("boom")
+
+        with pytest.raises(RuntimeError, match="boom"):
+            ops.cond(pred, None, lambda: None, fail)
+        with pytest.raises(RuntimeError, match="boom"):
+            ops.while_loop(x, lambda v: v < 10, lambda v: fail())
+        assert graph.device_chains[CPU] is chain
+        ops.cond(pred, None, lambda: ops.print("then"), lambda: None)  # a cond that prints is an effect
+        assert graph.device_chains[CPU] is not chain
+        graph.output()
+
+
+# ─── control flow checks ──────────────────────────────────────────────────
+
+
+def test_branch_and_body_result_types_raise_type_error():
+    with Graph("g", input_types=[TensorType(DType.int32, [], CPU)]) as graph:
+        (x,) = graph.inputs
+        pred = ops.constant(False, DType.bool, device=CPU)
+        with pytest.raises(TypeError, match="Results don't match expected types"):
+            ops.cond(pred, [TensorType(DType.float32, [], CPU)], lambda: ops.constant(1.0, DType.float32, CPU), lambda: ops.constant(0, DType.int32, CPU))
+        with pytest.raises(TypeError, match="Results don't match expected types"):
+            ops.while_loop(x, lambda v: v < 10, lambda v: ops.cast(v + 1, DType.float32))
+        with pytest.raises(ValueError, match="While loops must have at least one iteration value"):
+            ops.while_loop([], lambda: True, lambda: [])
+        graph.output()
+
+
+def test_while_loop_predicate_must_not_print():
+    with Graph("g", input_types=[TensorType(DType.int32, [], CPU)]) as graph:
+        (x,) = graph.inputs
+
+        def pred(v):
+            v.print()
+            return v < 10
+
+        with pytest.raises(ValueError, match="Chain mutation detected"):
+            ops.while_loop(x, pred, lambda v: v + 1)
+        graph.output()
+
+
+def test_call_takes_inputs_on_several_devices():
+    t_cpu, t_gpu = TensorType(DType.float32, [2], CPU), TensorType(DType.float32, [2], DeviceRef.GPU(0))
+    with Graph("main", input_types=[t_cpu, t_gpu]) as graph:
+        with graph.add_subgraph("sub", input_types=[t_cpu, t_gpu], devices=[DeviceRef.GPU(0)]) as sub:
+            assert DeviceRef.GPU(0) in sub.device_chains
+            sub.output(sub.inputs[0] * 2)
+        [out] = ops.call(sub, *graph.inputs)
+        assert out.type == t_cpu
+        graph.output(out)

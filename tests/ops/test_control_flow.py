@@ -199,7 +199,7 @@ def test_while_loop_body_writes_outer_buffer():
 def test_while_loop_errors():
     with Graph("e", input_types=[TensorType(DType.float32, [2]), BufferType(DType.float32, [2])]) as g:
         x, buf = g.inputs
-        with pytest.raises(ValueError, match="while_loop: initial_values must not be empty"):
+        with pytest.raises(ValueError, match="while_loop: While loops must have at least one iteration value"):
             ops.while_loop([], lambda: True, lambda: [])
         with pytest.raises(NotImplementedError, match="while_loop: initial value 0 is a buffer"):
             ops.while_loop([buf], lambda b: True, lambda b: b)
