@@ -1,6 +1,11 @@
-"""Eager execution with lazy, fused realization.
+"""Eager execution: ops run at once (MAX's default), or recorded and fused inside `lazy`.
 
-Ops applied to eager tensors are *recorded*, not run: `EagerContext.bind` checks
+As in MAX, an op on eager tensors runs when it is called, so ``(a + b).real``
+is true; inside ``with lazy():`` (``F.lazy()``) ops are only recorded and run
+together, fused into one program, when a result is observed. Both modes share
+the recording below: a default-mode op is recorded and realized at once.
+
+Ops applied to eager tensors are *recorded*: `EagerContext.bind` checks
 the op's rule at once through the same `BindPlan` as every context (so shape
 and dtype errors surface at the call line) and returns a `LazyVar` whose
 producing `PendingNode` points at its inputs. A tensor is
@@ -31,9 +36,11 @@ more than ``MAX_PENDING`` pending ancestors is realized when it is created.
 from __future__ import annotations
 
 import collections
+import contextlib
+import contextvars
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -50,10 +57,46 @@ from lowering.registry import OpDef, OpError, get_op
 from lowering.types import DeviceRef, TensorType
 from lowering.x64 import x64
 
-__all__ = ["LazyVar", "PendingNode", "EagerContext", "realize", "pending_block", "eager_stats", "MAX_PENDING"]
+__all__ = ["LazyVar", "PendingNode", "EagerContext", "realize", "pending_block", "eager_stats", "lazy", "is_lazy", "MAX_PENDING"]
 
 MAX_PENDING = 512
 """A var whose pending graph grows past this many nodes is realized on creation."""
+
+_lazy: contextvars.ContextVar[bool] = contextvars.ContextVar("maxfx_lazy", default=False)
+
+
+@contextlib.contextmanager
+def lazy() -> Iterator[None]:
+    """Record eager ops instead of running them; they run, fused, when a result is observed.
+
+    MAX's ``F.lazy()``: outside it every op runs when called (``t.real`` is
+    true); inside, results stay pending (``t.real`` is false) until printed,
+    read, awaited with ``t.realize``, or used by an op that needs values.
+    Leaving the block does not run anything. Nested blocks are fine.
+
+    Example:
+        >>> from maxfx.experimental import functional as F
+        >>> from maxfx.experimental.tensor import Tensor
+        >>> x = Tensor([1.0, 2.0])
+        >>> (x + 1).real
+        True
+        >>> with F.lazy():
+        ...     y = x * 2 + 1
+        >>> y.real
+        False
+        >>> y.to_numpy().tolist(), y.real
+        ([3.0, 5.0], True)
+    """
+    token = _lazy.set(True)
+    try:
+        yield
+    finally:
+        _lazy.reset(token)
+
+
+def is_lazy() -> bool:
+    """Whether eager ops are being recorded (inside `lazy`) rather than run at once."""
+    return _lazy.get()
 
 
 class LazyVar(Var):
@@ -110,16 +153,17 @@ class _Stats:
         self.compiles = 0
         self.fused_runs = 0
         self.op_by_op_runs = 0
+        self.op_runs = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {"compiles": self.compiles, "fused_runs": self.fused_runs, "op_by_op_runs": self.op_by_op_runs}
+        return {"compiles": self.compiles, "fused_runs": self.fused_runs, "op_by_op_runs": self.op_by_op_runs, "op_runs": self.op_runs}
 
 
 _stats = _Stats()
 
 
 def eager_stats() -> dict[str, int]:
-    """Counts of fused-program compiles and runs, and op-by-op runs (for tests/benchmarks)."""
+    """Counts of compiles, fused-program runs, op-by-op (interpreted) runs and default-mode op runs (for tests/benchmarks)."""
     return _stats.as_dict()
 
 
@@ -298,6 +342,12 @@ class EagerContext(Context):
 
     def _record(self, op: OpDef, in_vars: tuple[LazyVar, ...], params: dict[str, Any], out_types: Sequence[Any], sig: int | None = None) -> tuple[LazyVar, ...]:
         """Add a pending node (the one place they are made); realize at once past `MAX_PENDING`."""
+        if not _lazy.get():
+            for v in in_vars:
+                if v.node is not None:
+                    break
+            else:  # MAX's default mode on realized inputs: run the op now, no pending node
+                return _run_op(op, in_vars, params, out_types, signature(op, params, out_types) if sig is None else sig)
         pending = 1
         for v in in_vars:
             pending += v.pending
@@ -308,8 +358,8 @@ class EagerContext(Context):
         else:
             outs = tuple([LazyVar(t, None, node, pending, i) for i, t in enumerate(out_types)])
             node.outs = tuple([weakref.ref(o) for o in outs])
-        if pending > MAX_PENDING:
-            realize(outs)
+        if pending > MAX_PENDING or not _lazy.get():
+            realize(outs)  # MAX's default: run now (or bound the pending graph inside lazy)
         return outs
 
     def _run_now(self, op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any]) -> tuple[LazyVar, ...]:
@@ -502,6 +552,41 @@ def _compiled(key: tuple, block: Block, leaves: Sequence[Any]) -> Any | None:
         exe = jax.jit(lambda *args: _run(block, args)).lower(*leaves).compile()
     _stats.compiles += 1
     return exe
+
+
+def _op_executable(key: tuple, op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any]) -> Any:
+    """The compiled one-op program for ``key`` (op signature and input avals), built on first use."""
+    ins = tuple([Var(v.type) for v in in_vars])  # fresh vars: the cached program must not hold arrays
+    outs = tuple([Var(t) for t in out_types])
+    block = Block(op.name, list(ins), [Node(op.name, ins, params, outs)], list(outs))
+    with x64():
+        exe = jax.jit(lambda *args: _run(block, args)).lower(*[v.array for v in in_vars]).compile()
+    _stats.compiles += 1
+    return exe
+
+
+def _run_op(op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any], sig: int) -> tuple[LazyVar, ...]:
+    """Run one op on realized vars now (MAX's default eager mode): one cached executable per op and input avals.
+
+    Like JAX's eager dispatch, each (op, params, input shapes and dtypes) compiles
+    once; the call itself is asynchronous on the device.
+    """
+    key = ("op", sig, *[(v.array.shape, v.type.dtype) for v in in_vars], in_vars[0].type.device if in_vars else None)
+    exe = EXECUTABLES.get(key)
+    try:
+        if exe is None:
+            exe = _op_executable(key, op, in_vars, params, out_types)
+            results = exe(*[v.array for v in in_vars])
+            # Cache the executable's C++ entry point, which its first call creates: one Python frame less per op.
+            EXECUTABLES.put(key, getattr(exe, "_call", None) or exe)
+        else:
+            results = exe(*[v.array for v in in_vars])
+    except OpError:
+        raise
+    except Exception as e:  # an impl failed on values the rule accepted: say which op
+        raise RuntimeError(f"running {op.name} failed: {e}") from e
+    _stats.op_runs += 1
+    return tuple([LazyVar(t, a) for t, a in zip(out_types, results)])
 
 
 def realize(vars: Sequence[LazyVar]) -> None:

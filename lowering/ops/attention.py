@@ -227,9 +227,9 @@ def attention(q, k, v, *, mask: str = "causal", scale: float, window: int = -1, 
         >>> q = Tensor.constant(np.zeros((1, 2, 1, 2), np.float32))  # [batch, seq, heads, dim]: equal scores
         >>> v = Tensor.constant(np.array([10.0, 0.0, 20.0, 2.0], np.float32).reshape(1, 2, 1, 2))
         >>> ops.attention(q, q, v, mask="causal", scale=0.125)[0, :, 0]  # query 1 averages keys 0 and 1
-        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[10.0, 0.0], [15.0, 1.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [10.0, 0.0, 15.0, 1.0]
         >>> ops.attention(q, q, v, mask="null", scale=0.125)[0, :, 0]
-        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[15.0, 1.0], [15.0, 1.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [15.0, 1.0, 15.0, 1.0]
     """
     extra = {"q_offset": q_offset, "kv_length": kv_length, "sink": sink_weights}
     present = tuple(n for n, x in extra.items() if x is not None)
@@ -318,7 +318,7 @@ def ragged_attention(q, k, v, input_row_offsets, *, mask: str = "causal", scale:
         >>> v = Tensor.constant(np.array([[[10.0, 0.0]], [[20.0, 2.0]], [[30.0, 4.0]]], np.float32))
         >>> offsets = Tensor.constant(np.array([0, 2, 3], np.uint32))  # sequences: rows 0-1 and row 2
         >>> ops.ragged_attention(q, q, v, offsets, mask="causal", scale=0.125)[:, 0]
-        TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [[10.0, 0.0], [15.0, 1.0], [30.0, 4.0]]
+        TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [10.0, 0.0, 15.0, 1.0, 30.0, 4.0]
     """
     extra = {"q_start": q_start, "kv_start": kv_start}
     present = tuple(n for n, x in extra.items() if x is not None)
@@ -683,7 +683,7 @@ def rope_ragged(x, freqs_cis, input_row_offsets, start_positions, *, interleaved
         >>> offsets = Tensor.constant(np.array([0, 2], np.uint32))
         >>> start = Tensor.constant(np.array([1], np.uint32))  # the sequence starts at position 1
         >>> ops.rope_ragged(x, freqs_cis, offsets, start)[:, 0]  # rotated by 90 and 180 degrees
-        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[0.0, 1.0], [-1.0, 0.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [0.0, 1.0, -1.0, 0.0]
     """
     section = None if mrope_section is None else tuple(int(s) for s in mrope_section)
     extra = () if position_ids is None else (position_ids,)

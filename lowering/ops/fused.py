@@ -203,9 +203,9 @@ def quantize_dynamic_float8(x, group_size: int = -1, scale_ub: float = 1200.0, o
         >>> print(q.dtype, scales.dtype)
         DType.float8_e4m3fn DType.bfloat16
         >>> ops.cast(scales, DType.float32)
-        TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [[0.0089...], [0.0008...]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [0.0089..., 0.0008...]
         >>> ops.cast(q, DType.float32) * ops.cast(scales, DType.float32)  # dequantized: close to x
-        TensorType(dtype=float32, shape=[Dim(2), Dim(4)], device=cpu:0): [[0.9980..., -1.9960..., 0.4990..., 3.9921...], [0.0999..., 0.1999..., 0.3142..., 0.3999...]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(4)], device=cpu:0): [0.9980..., -1.9960..., 0.4990..., 3.9921..., 0.0999..., 0.1999..., 0.3142..., 0.3999...]
     """
     return bind(
         quantize_dynamic_float8_p,
@@ -266,7 +266,7 @@ def scaled_matmul(a, b, a_scales, b_scales, out_dtype: DType = DType.bfloat16):
         >>> a_scales = Tensor.constant([[0.5]])  # per tensor
         >>> b_scales = Tensor.constant([[1.0], [2.0], [1.0]])  # per row of b
         >>> ops.scaled_matmul(a, b, a_scales, b_scales, out_dtype=DType.float32)
-        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [[0.5, 2.0, 2.0], [0.0, 1.0, 1.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [0.5, 2.0, 2.0, 0.0, 1.0, 1.0]
     """
     return bind(scaled_matmul_p, a, b, a_scales, b_scales, out_dtype=DType(out_dtype))
 
@@ -336,7 +336,7 @@ def grouped_matmul_ragged(hidden_states, weight, expert_start_indices, expert_id
         >>> ids = Tensor.constant(np.array([2, 0], np.uint32))  # their experts
         >>> stats = Tensor.constant(np.array([2, 2], np.uint32))  # [max rows per expert, active experts]
         >>> ops.grouped_matmul_ragged(h, w, starts, ids, stats)
-        TensorType(dtype=float32, shape=[Dim(4), Dim(1)], device=cpu:0): [[3.0], [7.0], [5.0], [7.0]]
+        TensorType(dtype=float32, shape=[Dim(4), Dim(1)], device=cpu:0): [3.0, 7.0, 5.0, 7.0]
     """
     return bind(grouped_matmul_ragged_p, hidden_states, weight, expert_start_indices, expert_ids, expert_usage_stats)
 
@@ -382,7 +382,7 @@ def grouped_scaled_matmul_ragged(hidden_states, weight, a_scales, b_scales, expe
         >>> ids = Tensor.constant(np.array([2, 0], np.uint32))
         >>> stats = Tensor.constant(np.array([2, 2], np.uint32))
         >>> ops.grouped_scaled_matmul_ragged(h, w, h_scales, w_scales, starts, ids, stats, out_dtype=DType.float32)
-        TensorType(dtype=float32, shape=[Dim(4), Dim(1)], device=cpu:0): [[3.0], [7.0], [10.0], [14.0]]
+        TensorType(dtype=float32, shape=[Dim(4), Dim(1)], device=cpu:0): [3.0, 7.0, 10.0, 14.0]
     """
     return bind(
         grouped_scaled_matmul_ragged_p,
@@ -529,10 +529,10 @@ def sgmv(input, lora, lora_ids, lora_ranks, input_row_offsets, bias=None, mask_r
         >>> ranks = Tensor.constant(np.array([2, 2], np.int32))
         >>> offsets = Tensor.constant(np.array([0, 2, 3], np.uint32))
         >>> ops.sgmv(x, lora, ids, ranks, offsets)
-        TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [[1.0, 3.0], [3.0, 7.0], [0.0, 0.0]]
+        TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [1.0, 3.0, 3.0, 7.0, 0.0, 0.0]
         >>> ranks = Tensor.constant(np.array([1, 2], np.int32))
         >>> ops.sgmv(x, lora, ids, ranks, offsets, mask_rank=True)  # columns >= rank 1 zeroed
-        TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [[1.0, 0.0], [3.0, 0.0], [0.0, 0.0]]
+        TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [1.0, 0.0, 3.0, 0.0, 0.0, 0.0]
     """
     extra = [] if bias is None else [bias]
     return bind(sgmv_p, input, lora, lora_ids, lora_ranks, input_row_offsets, *extra, mask_rank=bool(mask_rank))
@@ -596,7 +596,7 @@ def topk_sampling(logits, top_k, temperature, top_p, seed, max_k: int, use_top_p
         >>> p = Tensor.constant([1.0, 1.0])
         >>> seed = Tensor.constant(np.array([0, 1], np.uint64))
         >>> ops.topk_sampling(logits, k, t, p, seed, max_k=2)
-        TensorType(dtype=int64, shape=[Dim(2), Dim(1)], device=cpu:0): [[1], [0]]
+        TensorType(dtype=int64, shape=[Dim(2), Dim(1)], device=cpu:0): [1, 0]
         >>> k = Tensor.constant(np.array([2, 2], np.int64))
         >>> tokens = np.asarray(ops.topk_sampling(logits, k, t, p, seed, max_k=2))
         >>> bool(tokens[0, 0] in (1, 2) and tokens[1, 0] in (0, 2))  # each from its row's top 2
@@ -728,7 +728,7 @@ def apply_penalties(logits, frequency_data, frequency_offsets, frequency_penalty
         >>> offsets = Tensor.constant(np.array([0, 3], np.uint32))
         >>> fp, pp, rp = Tensor.constant(0.5), Tensor.constant(0.25), Tensor.constant(2.0)
         >>> ops.apply_penalties(logits, frequency, offsets, fp, pp, rp)  # 2 / 2 - 0.5 * 2 - 0.25; -1 * 2 - 0.5 - 0.25
-        TensorType(dtype=float32, shape=[Dim(1), Dim(4)], device=cpu:0): [[1.0, -0.25, -2.75, 0.5]]
+        TensorType(dtype=float32, shape=[Dim(1), Dim(4)], device=cpu:0): [1.0, -0.25, -2.75, 0.5]
     """
     return bind(apply_penalties_p, logits, frequency_data, frequency_offsets, frequency_penalty, presence_penalty, repetition_penalty)
 
@@ -781,6 +781,6 @@ def update_frequency_data(frequency_data, frequency_offsets, tokens):
         >>> offsets = Tensor.constant(np.array([0, 3, 6], np.uint32))  # rows 0-2: sequence 0; rows 3-5: sequence 1
         >>> new_tokens = Tensor.constant(np.array([4, 5], np.int64))
         >>> ops.update_frequency_data(frequency, offsets, new_tokens)  # 4 seen again; 5 takes a free slot
-        TensorType(dtype=int32, shape=[Dim(6), Dim(2)], device=cpu:0): [[1, 2], [4, 2], [-1, 0], [0, 3], [5, 1], [-1, 0]]
+        TensorType(dtype=int32, shape=[Dim(6), Dim(2)], device=cpu:0): [1, 2, 4, 2, -1, 0, 0, 3, 5, 1, -1, 0]
     """
     return bind(update_frequency_data_p, frequency_data, frequency_offsets, tokens)

@@ -305,9 +305,9 @@ def slice_tensor(x, indices):
         >>> from maxfx.tensor import Tensor
         >>> x = Tensor.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
         >>> ops.slice_tensor(x, [slice(None, None, -1)])  # x[::-1]
-        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [[4.0, 5.0, 6.0], [1.0, 2.0, 3.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [4.0, 5.0, 6.0, 1.0, 2.0, 3.0]
         >>> ops.slice_tensor(x, [..., None, slice(None)])  # x[..., None, :]
-        TensorType(dtype=float32, shape=[Dim(2), Dim(1), Dim(3)], device=cpu:0): [[[1.0, 2.0, 3.0]], [[4.0, 5.0, 6.0]]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(1), Dim(3)], device=cpu:0): [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
         >>> ops.slice_tensor(x, [1, slice(0, 2)])  # x[1, 0:2]
         TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [4.0, 5.0]
     """
@@ -359,7 +359,7 @@ def gather(input, indices, axis):  # noqa: A002 - MAX's name
         >>> table = Tensor.constant([[0.0, 0.1], [1.0, 1.1], [2.0, 2.1]])
         >>> ids = Tensor.constant([[2, 0], [1, -1]], dtype=DType.int64)
         >>> ops.gather(table, ids, axis=0)  # [3, 2] by [2, 2] -> [2, 2, 2]
-        TensorType(dtype=float32, shape=[Dim(2), Dim(2), Dim(2)], device=cpu:0): [[[2.0, 2.1], [0.0, 0.1]], [[1.0, 1.1], [2.0, 2.1]]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2), Dim(2)], device=cpu:0): [2.0, 2.1, 0.0, 0.1, 1.0, 1.1, 2.0, 2.1]
     """
     return bind(gather_p, input, indices, axis=int(axis) if is_int(axis) else axis)
 
@@ -417,7 +417,7 @@ def gather_nd(input, indices, batch_dims=0):  # noqa: A002 - MAX's name
         >>> ops.gather_nd(x, Tensor.constant([[1, 0], [0, 1]], dtype=DType.int32))  # x[1, 0], x[0, 1]
         TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [3.0, 2.0]
         >>> ops.gather_nd(x, Tensor.constant([[1]], dtype=DType.int32))  # the row x[1]
-        TensorType(dtype=float32, shape=[Dim(1), Dim(2)], device=cpu:0): [[3.0, 4.0]]
+        TensorType(dtype=float32, shape=[Dim(1), Dim(2)], device=cpu:0): [3.0, 4.0]
         >>> from maxfx.graph import Graph, TensorType
         >>> input_type = TensorType(DType.bfloat16, ["a", "b", "c", "d", "e"])
         >>> indices_type = TensorType(DType.int32, ["a", "f", 3])
@@ -545,7 +545,7 @@ def scatter_nd(input, updates, indices):  # noqa: A002 - MAX's name
         >>> x = Tensor.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
         >>> updates = Tensor.constant([[10.0, 20.0], [50.0, 60.0]])
         >>> ops.scatter_nd(x, updates, Tensor.constant([[0], [2]], dtype=DType.int64))  # rows 0 and 2
-        TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [[10.0, 20.0], [3.0, 4.0], [50.0, 60.0]]
+        TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [10.0, 20.0, 3.0, 4.0, 50.0, 60.0]
     """
     return bind(scatter_nd_p, input, updates, indices)
 
@@ -603,7 +603,7 @@ def masked_scatter(input, mask, updates, out_dim):  # noqa: A002 - MAX's name
         >>> x = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
         >>> mask = Tensor.constant([[True, False], [False, True]])
         >>> ops.masked_scatter(x, mask, Tensor.constant([10.0, 20.0]), out_dim=2)
-        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[10.0, 2.0], [3.0, 20.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [10.0, 2.0, 3.0, 20.0]
     """
     try:
         od = DataDim(out_dim)
@@ -656,7 +656,7 @@ def nonzero(x, out_dim):
         >>> from maxfx.tensor import Tensor
         >>> x = Tensor.constant([[0.0, 3.0], [4.0, 0.0]])
         >>> ops.nonzero(x, "nz")
-        TensorType(dtype=int64, shape=[Dim(2), Dim(2)], device=cpu:0): [[0, 1], [1, 0]]
+        TensorType(dtype=int64, shape=[Dim(2), Dim(2)], device=cpu:0): [0, 1, 1, 0]
     """
     try:
         od = DataDim(out_dim)

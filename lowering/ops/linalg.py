@@ -62,7 +62,7 @@ def matmul(lhs, rhs):
         >>> x = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])  # [batch=2, k=2]
         >>> w = Tensor.constant([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])  # [k=2, n=3]
         >>> ops.matmul(x, w)
-        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [[1.0, 2.0, 3.0], [3.0, 4.0, 7.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [1.0, 2.0, 3.0, 3.0, 4.0, 7.0]
         >>> ops.matmul(Tensor.constant([1.0, 1.0]), w)  # a 1-D lhs is a row vector
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [1.0, 1.0, 2.0]
     """

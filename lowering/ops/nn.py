@@ -272,9 +272,9 @@ def conv2d(
         >>> x = Tensor.constant(np.arange(9, dtype=np.float32).reshape(1, 3, 3, 1))  # NHWC
         >>> w = Tensor.constant(np.ones((2, 2, 1, 1), np.float32))  # RSCF: a 2x2 box filter
         >>> ops.conv2d(x, w)[0, :, :, 0]  # the sum of each 2x2 window
-        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[8.0, 12.0], [20.0, 24.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [8.0, 12.0, 20.0, 24.0]
         >>> ops.conv2d(x, w, stride=(2, 2), padding=(1, 1, 1, 1))[0, :, :, 0]
-        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[0.0, 3.0], [9.0, 24.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [0.0, 3.0, 9.0, 24.0]
     """
     params = _conv_params("conv2d", 2, stride, dilation, padding, input_layout, filter_layout)
     return bind(conv2d_p, *_inputs(x, filter, bias), groups=R.int_param("conv2d", groups, "groups", 1), **params)
@@ -308,7 +308,7 @@ def conv3d(
         >>> x = Tensor.constant(np.ones((1, 2, 2, 2, 1), np.float32))  # NDHWC
         >>> w = Tensor.constant(np.ones((2, 2, 2, 1, 1), np.float32))  # QRSCF
         >>> ops.conv3d(x, w)
-        TensorType(dtype=float32, shape=[Dim(1), Dim(1), Dim(1), Dim(1), Dim(1)], device=cpu:0): [[[[[8.0]]]]]
+        TensorType(dtype=float32, shape=[Dim(1), Dim(1), Dim(1), Dim(1), Dim(1)], device=cpu:0): [8.0]
         >>> ops.conv3d(x, w, padding=(1, 1, 1, 1, 1, 1)).shape
         [Dim(1), Dim(3), Dim(3), Dim(3), Dim(1)]
     """
@@ -356,7 +356,7 @@ def conv2d_transpose(
         >>> x = Tensor.constant(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32).reshape(1, 2, 2, 1))
         >>> w = Tensor.constant(np.ones((2, 2, 1, 1), np.float32))
         >>> ops.conv2d_transpose(x, w, stride=(2, 2))[0, :, :, 0]  # each pixel becomes a 2x2 block
-        TensorType(dtype=float32, shape=[Dim(4), Dim(4)], device=cpu:0): [[1.0, 1.0, 2.0, 2.0], [1.0, 1.0, 2.0, 2.0], [3.0, 3.0, 4.0, 4.0], [3.0, 3.0, 4.0, 4.0]]
+        TensorType(dtype=float32, shape=[Dim(4), Dim(4)], device=cpu:0): [1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0, 3.0, 3.0, 4.0, 4.0]
     """
     op = "conv2d_transpose"
     params = _conv_params(op, 2, stride, dilation, padding, input_layout, filter_layout)
@@ -473,7 +473,7 @@ def max_pool2d(input, kernel_size, stride=1, dilation=1, padding=0, ceil_mode=Fa
         >>> import numpy as np
         >>> x = Tensor.constant(np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1))
         >>> ops.max_pool2d(x, (2, 2), stride=2)[0, :, :, 0]
-        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[5.0, 7.0], [13.0, 15.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [5.0, 7.0, 13.0, 15.0]
     """
     return bind(max_pool2d_p, input, ceil_mode=bool(ceil_mode), **_pool_geometry("max_pool2d", kernel_size, stride, dilation, padding))
 
@@ -492,7 +492,7 @@ def avg_pool2d(input, kernel_size, stride=1, dilation=1, padding=0, ceil_mode=Fa
         >>> import numpy as np
         >>> x = Tensor.constant(np.arange(9, dtype=np.float32).reshape(1, 3, 3, 1))
         >>> ops.avg_pool2d(x, (3, 3), padding=1, count_boundary=False)[0, :, :, 0]
-        TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [[2.0, 2.5, 3.0], [3.5, 4.0, 4.5], [5.0, 5.5, 6.0]]
+        TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0]
         >>> ops.avg_pool2d(x, (3, 3), padding=1)[0, 0, 0, 0]  # padding counted: (0 + 1 + 3 + 4) / 9
         TensorType(dtype=float32, shape=[], device=cpu:0): 0.8888...
     """
@@ -571,7 +571,7 @@ def fold(input, output_size, kernel_size, stride=1, dilation=1, padding=0):
         >>> import numpy as np
         >>> cols = Tensor.constant(np.ones((1, 4, 4), np.float32))  # C=1, 2x2 kernel, 4 blocks
         >>> ops.fold(cols, (3, 3), (2, 2))[0, 0]  # overlapping blocks add up
-        TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]
+        TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [1.0, 2.0, 1.0, 2.0, 4.0, 2.0, 1.0, 2.0, 1.0]
         >>> ops.fold(cols, (4, 4), (2, 2), stride=2).shape
         [Dim(1), Dim(1), Dim(4), Dim(4)]
     """
@@ -691,9 +691,9 @@ def resize(input, shape, interpolation=InterpolationMode.BILINEAR):
         >>> from maxfx.graph.ops import InterpolationMode
         >>> x = Tensor.constant([[[[0.0, 1.0], [2.0, 3.0]]]])  # NCHW [1, 1, 2, 2]
         >>> ops.resize(x, [1, 1, 4, 4])[0, 0]  # bilinear, half-pixel centers
-        TensorType(dtype=float32, shape=[Dim(4), Dim(4)], device=cpu:0): [[0.0, 0.25, 0.75, 1.0], [0.5, 0.75, 1.25, 1.5], [1.5, 1.75, 2.25, 2.5], [2.0, 2.25, 2.75, 3.0]]
+        TensorType(dtype=float32, shape=[Dim(4), Dim(4)], device=cpu:0): [0.0, 0.25, 0.75, 1.0, 0.5, 0.75, 1.25, 1.5, 1.5, 1.75, 2.25, 2.5, 2.0, 2.25, 2.75, 3.0]
         >>> ops.resize(x, [1, 1, 3, 3], InterpolationMode.NEAREST)[0, 0]
-        TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [[0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [2.0, 2.0, 3.0]]
+        TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 3.0]
     """
     op = "resize"
     if hasattr(shape, "type") or isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):

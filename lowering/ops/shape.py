@@ -180,7 +180,7 @@ def reshape(x, shape):
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> ops.reshape(Tensor.constant([[1.0, 2.0, 3.0, 4.0]]), [-1, 2])
-        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[1.0, 2.0], [3.0, 4.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [1.0, 2.0, 3.0, 4.0]
         >>> from maxfx.graph import Graph, TensorType
         >>> from maxfx.dtype import DType
         >>> with Graph("g", input_types=[TensorType(DType.float32, ["batch", 4])]) as g:
@@ -221,7 +221,7 @@ def flatten(x, start_dim=0, end_dim=-1):
         >>> from maxfx.tensor import Tensor
         >>> x = Tensor.constant([[[1.0, 2.0], [3.0, 4.0]], [[5.0, 6.0], [7.0, 8.0]]])  # [2, 2, 2]
         >>> ops.flatten(x, 1)
-        TensorType(dtype=float32, shape=[Dim(2), Dim(4)], device=cpu:0): [[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(4)], device=cpu:0): [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
     """
     return bind(flatten_p, x, start_dim=start_dim, end_dim=end_dim)
 
@@ -272,7 +272,7 @@ def unsqueeze(x, axis):
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> ops.unsqueeze(Tensor.constant([1.0, 2.0, 3.0]), -1)
-        TensorType(dtype=float32, shape=[Dim(3), Dim(1)], device=cpu:0): [[1.0], [2.0], [3.0]]
+        TensorType(dtype=float32, shape=[Dim(3), Dim(1)], device=cpu:0): [1.0, 2.0, 3.0]
     """
     return bind(unsqueeze_p, x, axis=axis)
 
@@ -303,7 +303,7 @@ def transpose(x, axis_1, axis_2):
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> ops.transpose(Tensor.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), -1, -2)
-        TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]
+        TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
     """
     return bind(transpose_p, x, axis_1=axis_1, axis_2=axis_2)
 
@@ -332,7 +332,7 @@ def permute(x, dims):
         >>> from maxfx.tensor import Tensor
         >>> x = Tensor.constant([[[1.0, 2.0, 3.0]], [[4.0, 5.0, 6.0]]])  # [2, 1, 3]
         >>> ops.permute(x, [2, 0, 1])  # -> [3, 2, 1]
-        TensorType(dtype=float32, shape=[Dim(3), Dim(2), Dim(1)], device=cpu:0): [[[1.0], [4.0]], [[2.0], [5.0]], [[3.0], [6.0]]]
+        TensorType(dtype=float32, shape=[Dim(3), Dim(2), Dim(1)], device=cpu:0): [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
     """
     return bind(permute_p, x, dims=_as_ints("permute", dims, "dims"))
 
@@ -382,7 +382,7 @@ def broadcast_to(x, shape, out_dims=None):
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> ops.broadcast_to(Tensor.constant([[1.0, 2.0, 3.0]]), [2, 3])
-        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]
         >>> from maxfx.graph import Graph, TensorType
         >>> from maxfx.dtype import DType
         >>> with Graph("g", input_types=[TensorType(DType.float32, ["batch", 1])]) as g:
@@ -531,7 +531,7 @@ def concat(original_vals, axis=0):
         >>> a = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
         >>> b = Tensor.constant([[5.0], [6.0]])
         >>> ops.concat([a, b], axis=-1)
-        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [[1.0, 2.0, 5.0], [3.0, 4.0, 6.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [1.0, 2.0, 5.0, 3.0, 4.0, 6.0]
     """
     vals = list(original_vals)
     if not vals:
@@ -566,9 +566,9 @@ def stack(values, axis=0):
         >>> a = Tensor.constant([1.0, 2.0])
         >>> b = Tensor.constant([3.0, 4.0])
         >>> ops.stack([a, b], axis=0)
-        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[1.0, 2.0], [3.0, 4.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [1.0, 2.0, 3.0, 4.0]
         >>> ops.stack([a, b], axis=1)
-        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[1.0, 3.0], [2.0, 4.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [1.0, 3.0, 2.0, 4.0]
     """
     vals = list(values)
     if not vals:
@@ -702,7 +702,7 @@ def tile(x, repeats):
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> ops.tile(Tensor.constant([[1.0, 2.0]]), [2, 3])
-        TensorType(dtype=float32, shape=[Dim(2), Dim(6)], device=cpu:0): [[1.0, 2.0, 1.0, 2.0, 1.0, 2.0], [1.0, 2.0, 1.0, 2.0, 1.0, 2.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(6)], device=cpu:0): [1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0]
     """
     return bind(tile_p, x, repeats=_as_dims("tile", repeats, "repeats"))
 
@@ -774,11 +774,11 @@ def repeat_interleave(x, repeats, axis=None, out_dim=None):
         >>> from maxfx.tensor import Tensor
         >>> x = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
         >>> ops.repeat_interleave(x, 2, axis=0)
-        TensorType(dtype=float32, shape=[Dim(4), Dim(2)], device=cpu:0): [[1.0, 2.0], [1.0, 2.0], [3.0, 4.0], [3.0, 4.0]]
+        TensorType(dtype=float32, shape=[Dim(4), Dim(2)], device=cpu:0): [1.0, 2.0, 1.0, 2.0, 3.0, 4.0, 3.0, 4.0]
         >>> ops.repeat_interleave(x, 2, axis=1)
-        TensorType(dtype=float32, shape=[Dim(2), Dim(4)], device=cpu:0): [[1.0, 1.0, 2.0, 2.0], [3.0, 3.0, 4.0, 4.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(4)], device=cpu:0): [1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0]
         >>> ops.repeat_interleave(x, [2, 3], axis=0)
-        TensorType(dtype=float32, shape=[Dim(5), Dim(2)], device=cpu:0): [[1.0, 2.0], [1.0, 2.0], [3.0, 4.0], [3.0, 4.0], [3.0, 4.0]]
+        TensorType(dtype=float32, shape=[Dim(5), Dim(2)], device=cpu:0): [1.0, 2.0, 1.0, 2.0, 3.0, 4.0, 3.0, 4.0, 3.0, 4.0]
         >>> ops.repeat_interleave(x, 2)  # axis=None flattens first
         TensorType(dtype=float32, shape=[Dim(8)], device=cpu:0): [1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0]
     """
@@ -854,7 +854,7 @@ def pad(input, paddings, mode="constant", value=0):
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> ops.pad(Tensor.constant([[1.0, 2.0], [3.0, 4.0]]), [1, 0, 0, 2], value=9.0)  # rows: 1 before; cols: 2 after
-        TensorType(dtype=float32, shape=[Dim(3), Dim(4)], device=cpu:0): [[9.0, 9.0, 9.0, 9.0], [1.0, 2.0, 9.0, 9.0], [3.0, 4.0, 9.0, 9.0]]
+        TensorType(dtype=float32, shape=[Dim(3), Dim(4)], device=cpu:0): [9.0, 9.0, 9.0, 9.0, 1.0, 2.0, 9.0, 9.0, 3.0, 4.0, 9.0, 9.0]
     """
     if mode != "constant":
         raise ValueError(f"pad: only mode='constant' is supported, got mode={mode!r}")
@@ -906,9 +906,9 @@ def band_part(x, num_lower=None, num_upper=None, exclude=False):
         >>> from maxfx.tensor import Tensor
         >>> ones = Tensor.constant([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
         >>> ops.band_part(ones, num_lower=None, num_upper=0)  # lower triangle: a causal mask
-        TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [1.0, 1.0, 1.0]]
+        TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0]
         >>> ops.band_part(ones, num_lower=0, num_upper=0)  # the diagonal
-        TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+        TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
     """
     return bind(band_part_p, x, num_lower=_opt_int(num_lower), num_upper=_opt_int(num_upper), exclude=bool(exclude))
 
@@ -939,7 +939,7 @@ def as_interleaved_complex(x):
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> ops.as_interleaved_complex(Tensor.constant([[1.0, 2.0, 3.0, 4.0]]))  # [1, 4] -> [1, 2, 2]
-        TensorType(dtype=float32, shape=[Dim(1), Dim(2), Dim(2)], device=cpu:0): [[[1.0, 2.0], [3.0, 4.0]]]
+        TensorType(dtype=float32, shape=[Dim(1), Dim(2), Dim(2)], device=cpu:0): [1.0, 2.0, 3.0, 4.0]
     """
     return bind(as_interleaved_complex_p, x)
 

@@ -6,6 +6,6 @@ Example:
 """
 
 from maxfx.engine._model import Model, MojoValue, TensorSpec
-from maxfx.engine._session import CustomExtensionsType, GPUProfilingMode, InferenceSession, LogLevel
+from maxfx.engine._session import CompiledModel, CustomExtensionsType, GPUProfilingMode, InferenceSession, LogLevel
 
-__all__ = ["CustomExtensionsType", "GPUProfilingMode", "InferenceSession", "LogLevel", "Model", "MojoValue", "TensorSpec"]
+__all__ = ["CompiledModel", "CustomExtensionsType", "GPUProfilingMode", "InferenceSession", "LogLevel", "Model", "MojoValue", "TensorSpec"]

@@ -35,7 +35,7 @@ from maxfx.driver._tensor import as_array
 from maxfx.engine._model import Model
 from maxfx.graph import Graph
 
-__all__ = ["InferenceSession", "GPUProfilingMode", "LogLevel", "CustomExtensionsType"]
+__all__ = ["CompiledModel", "InferenceSession", "GPUProfilingMode", "LogLevel", "CustomExtensionsType"]
 
 type CustomExtensionsType = list[str | Path | Any] | str | Path | Any
 
@@ -58,6 +58,24 @@ class LogLevel(enum.Enum):
     WARNING = "warning"
     ERROR = "error"
     CRITICAL = "critical"
+
+
+class CompiledModel:
+    """A checked graph, ready for `InferenceSession.init` to bind weights (MAX's ``CompiledModel``).
+
+    Attributes:
+        graph: the `Graph` it was made from.
+        expected_weights: weight name → (its type, its full unsharded shape): what ``init`` needs.
+        device: the JAX device it runs on.
+    """
+
+    def __init__(self, graph: Graph, expected_weights: Mapping[str, Any], device: Any):
+        self.graph = graph
+        self.expected_weights = dict(expected_weights)
+        self.device = device
+
+    def __repr__(self) -> str:
+        return f"CompiledModel({self.graph.name!r}, weights={len(self.expected_weights)})"
 
 
 class InferenceSession:
@@ -103,22 +121,61 @@ class InferenceSession:
                 exported = load_exported(model, device=self._devices[0])
                 return Model(ArtifactProgram(exported), exported.name, [f"input{i}" for i in range(len(exported.input_types))])
             raise RuntimeError(f"InferenceSession.load({model!r}): loading serialized MAX graphs from a path is not supported; pass a maxfx Graph")
+        return self.init(self.compile(model), weights_registry=weights_registry)
+
+    def compile(self, model: Graph, *, custom_extensions: CustomExtensionsType | None = None, custom_ops_path: str | None = None) -> CompiledModel:
+        """Check ``model`` (a `Graph`) and prepare it to run, before any weight has a value.
+
+        MAX's two-step form of `load`: ``session.init(compiled, weights_registry=...)``
+        then binds the weights and returns a `Model`; one `CompiledModel` can be
+        initialized more than once (with different weights). XLA compiles when
+        the model first runs on concrete input shapes, as with `load`.
+
+        Example:
+            >>> import numpy as np
+            >>> from maxfx.engine import InferenceSession
+            >>> from maxfx.graph import DeviceRef, Graph, TensorType, Weight
+            >>> from maxfx.dtype import DType
+            >>> with Graph("scale", input_types=[TensorType(DType.float32, [2], DeviceRef.CPU())]) as g:
+            ...     g.output(g.inputs[0] * g.add_weight(Weight("w", DType.float32, [2], DeviceRef.CPU())))
+            >>> session = InferenceSession()
+            >>> compiled = session.compile(g)
+            >>> list(compiled.expected_weights)
+            ['w']
+            >>> model = session.init(compiled, weights_registry={"w": np.array([2.0, 3.0], np.float32)})
+            >>> model.execute(np.ones(2, np.float32))[0].to_numpy().tolist()
+            [2.0, 3.0]
+
+        Raises:
+            TypeError: ``model`` is not a Graph.
+            ValueError: the graph has no outputs, or uses a device the session does not have.
+        """
         if not isinstance(model, Graph):
-            raise TypeError(f"InferenceSession.load: expected a Graph, got {type(model).__name__}")
+            raise TypeError(f"InferenceSession.compile: expected a Graph, got {type(model).__name__}")
         if not model._has_output:
-            raise ValueError(f"InferenceSession.load: graph {model.name!r} has no outputs; call graph.output(...)")
+            raise ValueError(f"InferenceSession.compile: graph {model.name!r} has no outputs; call graph.output(...)")
+        return CompiledModel(model, _weight_inputs(model._ir), self._device_for(model._ir))
+
+    def init(self, compiled: CompiledModel, *, weights_registry: Mapping[str, Any] | None = None) -> Model:
+        """A runnable `Model` of ``compiled`` (from `compile`) with the weights' values from ``weights_registry``.
+
+        Raises:
+            TypeError: ``compiled`` is not a `CompiledModel`.
+            ValueError: a weight has no value, or its value's dtype/shape differs from the Weight.
+        """
+        if not isinstance(compiled, CompiledModel):
+            raise TypeError(f"InferenceSession.init: expected the CompiledModel that InferenceSession.compile returns, got {type(compiled).__name__}")
         registry = dict(weights_registry or {})
         weights = {}
-        for name, (t, full_shape) in _weight_inputs(model._ir).items():
+        for name, (t, full_shape) in compiled.expected_weights.items():
             if name not in registry:
                 raise ValueError(f"InferenceSession.load: weight {name!r} ({t}) is missing from weights_registry")
             arr = as_array(registry[name])
             _check_weight(name, t, full_shape, arr)
             weights[name] = arr
-        device = self._device_for(model._ir)
-        compiled = CompiledBlock(model._ir, weights, device)
-        names = [f"input{i}" for i in range(len(model.inputs))]
-        return Model(compiled, model.name, names)
+        graph = compiled.graph
+        block = CompiledBlock(graph._ir, weights, compiled.device)
+        return Model(block, graph.name, [f"input{i}" for i in range(len(graph.inputs))])
 
     def _device_for(self, block: Block):
         refs = {v.type.device for v in block.inputs if isinstance(v.type, (TensorType, BufferType))}

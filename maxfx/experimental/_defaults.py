@@ -18,7 +18,7 @@ from lowering.dtypes import DType
 from maxfx.driver import CPU, Accelerator, Device, accelerator_count
 from maxfx.driver._device import as_device
 
-__all__ = ["defaults", "default_device", "default_dtype", "contextvar_context"]
+__all__ = ["defaults", "default_device", "default_dtype", "defaults_like", "contextvar_context"]
 
 _DEVICE: contextvars.ContextVar[Device | None] = contextvars.ContextVar("maxfx_default_device", default=None)
 _DTYPE: contextvars.ContextVar[DType | None] = contextvars.ContextVar("maxfx_default_dtype", default=None)
@@ -99,3 +99,33 @@ def default_dtype(dtype: DType) -> contextlib.AbstractContextManager[None]:
     if not isinstance(dtype, DType):
         raise TypeError(f"default_dtype: expected a DType, got {type(dtype).__name__}")
     return contextvar_context(_DTYPE, dtype)
+
+
+def _default_device() -> Device:
+    """The device a new tensor gets without ``device=`` (MAX's private helper, used by its tests)."""
+    return defaults()[1]
+
+
+def _default_dtype(device: Device | None = None) -> DType:
+    """The dtype a new tensor on ``device`` gets without ``dtype=`` (MAX's private helper)."""
+    return defaults(None, device)[0]
+
+
+@contextlib.contextmanager
+def defaults_like(like: Any) -> Iterator[None]:
+    """Context manager: new tensors take the dtype and device of ``like`` (a Tensor or TensorType).
+
+    Example:
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.experimental.tensor import Tensor, defaults_like
+        >>> with defaults_like(Tensor.zeros([1], dtype=DType.float64)):
+        ...     Tensor.ones([2]).dtype
+        <DType.float64: 82>
+    """
+    t = getattr(like, "type", like)
+    dtype, device = getattr(t, "dtype", None), getattr(t, "device", None)
+    if not isinstance(dtype, DType) or device is None:
+        raise TypeError(f"defaults_like: expected a Tensor or TensorType, got {type(like).__name__}")
+    device = device.to_device() if hasattr(device, "to_device") else as_device(device, "defaults_like")
+    with contextvar_context(_DEVICE, device), contextvar_context(_DTYPE, dtype):
+        yield

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import collections.abc
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -322,10 +323,22 @@ class Tensor(TensorOperators):
         return self._gv is None and self._var.node is None
 
     @property
-    def realize(self) -> Tensor:
-        """Force computation of this tensor (a property, as in MAX); returns the tensor."""
+    def realize(self) -> _Done:
+        """Compute this tensor now (a property, as in MAX); returns an awaitable of the tensor.
+
+        MAX's ``realize`` is awaited (``asyncio.run(t.realize)``); maxfx computes
+        on access, so awaiting is optional and returns the tensor at once.
+
+        Example:
+            >>> import asyncio
+            >>> from maxfx.experimental import functional as F
+            >>> with F.lazy():
+            ...     y = Tensor([1.0, 2.0]) * 3
+            >>> asyncio.run(y.realize) is y, y.real
+            (True, True)
+        """
         self._array()
-        return self
+        return _Done(self)
 
     @property
     def storage(self) -> driver.Tensor | None:
@@ -548,26 +561,57 @@ def _scalar_text(x: Any) -> str:
 
 
 def format_values(array: np.ndarray) -> str:
-    """Values as a nested list, floats always with a decimal point (``[1.0, 0.0]``).
+    """Values as one flat list in row-major order, floats always with a decimal point.
 
-    Tensors of more than 1000 elements show the first and last 3 entries per axis.
+    MAX prints every tensor's values flat after its type (the shape is in the
+    type): ``TensorType(..., shape=[Dim(2), Dim(2)], ...): [1.0, 2.0, 3.0, 4.0]``.
+    Tensors of more than 1000 elements show their first and last 3 values; a
+    rank-0 tensor prints its value alone.
+
+    Example:
+        >>> format_values(np.array([[1, 2], [3, 4]], np.float32))
+        '[1.0, 2.0, 3.0, 4.0]'
     """
-    summarize = array.size > _SUMMARY_THRESHOLD
-
-    def fmt(a: np.ndarray) -> str:
-        if a.ndim == 0:
-            return _scalar_text(a[()])
-        n = a.shape[0]
-        if summarize and n > 2 * _EDGE:
-            parts = [fmt(a[i]) for i in range(_EDGE)] + ["..."] + [fmt(a[i]) for i in range(n - _EDGE, n)]
-        else:
-            parts = [fmt(a[i]) for i in range(n)]
-        return "[" + ", ".join(parts) + "]"
-
-    return fmt(array)
+    if array.ndim == 0:
+        return _scalar_text(array[()])
+    flat = array.reshape(-1)
+    n = flat.size
+    if n > _SUMMARY_THRESHOLD:
+        parts = [_scalar_text(flat[i]) for i in range(_EDGE)] + ["..."] + [_scalar_text(flat[i]) for i in range(n - _EDGE, n)]
+    else:
+        parts = [_scalar_text(x) for x in flat]
+    return "[" + ", ".join(parts) + "]"
 
 
 # ─── ComputeGraph ────────────────────────────────────────────────────────
+
+
+class _Done(collections.abc.Coroutine):
+    """An awaitable that is already finished, holding ``value``.
+
+    MAX's realization is asynchronous (``await t.realize``, ``asyncio.run(...)``);
+    maxfx dispatches at once (JAX's own dispatch is asynchronous), so there is
+    nothing left to wait for. A plain class, not a coroutine function, so that
+    an access that is never awaited does not warn.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def send(self, _: Any) -> Any:
+        raise StopIteration(self.value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        raise typ if val is None else val
+
+    def close(self) -> None:
+        pass
+
+    def __await__(self) -> Iterator[Any]:
+        return self.value
+        yield  # a generator: ``await`` gets ``value`` without suspending
 
 
 class ComputeGraph:

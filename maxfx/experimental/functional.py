@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lowering.context import current_context, use_context
+from lowering.eager import lazy
 from maxfx.experimental._tensor import EAGER as _EAGER
 from maxfx.experimental._tensor import Tensor as _Tensor
 from maxfx.graph import ops as _ops
@@ -70,6 +71,7 @@ __all__ = [
     "is_inf",
     "is_nan",
     "layer_norm",
+    "lazy",
     "log",
     "log1p",
     "logical_and",
@@ -166,7 +168,7 @@ def constant(value: Any, dtype: Any = None, device: Any = None) -> Any:
     Example:
         >>> from maxfx import functional as F
         >>> print(F.constant([[1, 2], [3, 4]]))
-        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [[1.0, 2.0], [3.0, 4.0]]
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [1.0, 2.0, 3.0, 4.0]
     """
     if current_context() is None:
         return _Tensor.constant(value, dtype=dtype, device=device)

@@ -7,7 +7,9 @@ Example:
 """
 
 from lowering.types import TensorType
-from maxfx.experimental._defaults import contextvar_context, default_device, default_dtype, defaults
+from maxfx.experimental._defaults import _default_device as _default_device  # MAX's private helpers, used by its tests
+from maxfx.experimental._defaults import _default_dtype as _default_dtype
+from maxfx.experimental._defaults import contextvar_context, default_device, default_dtype, defaults, defaults_like
 from maxfx.experimental._tensor import ComputeGraph, Tensor, driver_tensor_type
 
 __all__ = [
@@ -18,5 +20,6 @@ __all__ = [
     "default_device",
     "default_dtype",
     "defaults",
+    "defaults_like",
     "driver_tensor_type",
 ]

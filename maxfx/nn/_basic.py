@@ -16,7 +16,7 @@ from maxfx.graph import ops
 from maxfx.graph._weight import ShardingStrategy, Weight
 from maxfx.graph.quantization import QuantizationEncoding
 from maxfx.nn._float8_linear import float8_matmul, float8_weights
-from maxfx.nn._layer import Layer, Module, Shardable
+from maxfx.nn._layer import Layer, LayerList, Module, Shardable
 
 __all__ = ["Linear", "MLP", "Embedding", "LayerNorm", "RMSNorm", "Sequential", "clamp", "rms_norm"]
 
@@ -293,18 +293,20 @@ def rms_norm(x: Any, weight: Any, eps: float, weight_offset: float, multiply_bef
     return normed.cast(x.dtype) * (weight + weight_offset if weight_offset else weight)
 
 
-class Sequential(Module):
-    """Applies ``layers`` in order.
+class Sequential(LayerList):
+    """Applies its layers in order; they are its children ``0``, ``1``, ... (as in MAX).
+
+    So a module holding ``self.layers = Sequential([...])`` names their weights
+    ``layers.0.fc1.weight``, the names MAX's docs and checkpoints use.
 
     Example:
         >>> seq = Sequential([Linear(4, 4, DType.float32, DeviceRef.CPU()), Linear(4, 2, DType.float32, DeviceRef.CPU())])
         >>> sorted(seq.state_dict())
-        ['layers.0.weight', 'layers.1.weight']
+        ['0.weight', '1.weight']
     """
 
     def __init__(self, layers: Sequence[Layer]):
-        super().__init__()
-        self.layers = list(layers)
+        super().__init__(layers)
 
     def __call__(self, x: Any) -> Any:
         for layer in self.layers:

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import lowering.ops  # noqa: F401  (registers every op)
-from lowering.eager import eager_stats
+from lowering.eager import eager_stats, lazy
 from lowering.registry import OpDef, all_ops, fronts
 from maxfx import functional as F
 from maxfx.experimental.functional import functional
@@ -38,6 +38,7 @@ ELSEWHERE = {
     "constant_external": "tests/eager/test_tensor.py::test_functional_graph_only",
     "custom": "tests/eager/test_tensor.py::test_functional_custom",
     "functional": "tests/eager/test_tensor.py::test_functional_decorator",
+    "lazy": "tests/eager/test_realization.py",
 }
 
 
@@ -110,15 +111,16 @@ def test_three_ways(name, index):
     def call(*tensors: Tensor) -> Any:
         return example.call(f, *tensors)
 
-    # 1. eager, realized per op
+    # 1. eager (MAX's default: each op runs when called)
     eager = _numpy(call(*[Tensor.constant(a) for a in example.inputs]))
     _compare(name, eager, example, "eager")
 
-    # 2. fused: pending inputs, op, pending outputs; the second run goes through the compiled program
+    # 2. fused (inside F.lazy): pending inputs, op, pending outputs; the second run goes through the compiled program
     def fused_once():
-        pending_inputs = [_identity(Tensor.constant(a)) for a in example.inputs]
-        outs = [_identity(o) for o in _as_list(call(*pending_inputs))]
-        assert _runs_at_once(op) or all(not o.real for o in outs), f"{name}: a recorded op was realized before being observed"
+        with lazy():
+            pending_inputs = [_identity(Tensor.constant(a)) for a in example.inputs]
+            outs = [_identity(o) for o in _as_list(call(*pending_inputs))]
+            assert _runs_at_once(op) or all(not o.real for o in outs), f"{name}: a recorded op was realized before being observed"
         return _numpy(outs)
 
     fused_once()

@@ -105,7 +105,7 @@ def test_linear_mlp_embedding_norms_against_numpy(rng):
 
     seq = nn.Sequential([nn.Linear(8, 8, DType.float32, CPU), nn.Linear(8, 2, DType.float32, CPU)])
     w = _fill(seq, rng)
-    np.testing.assert_allclose(_run(seq, x), x @ w["layers.0.weight"].T @ w["layers.1.weight"].T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(_run(seq, x), x @ w["0.weight"].T @ w["1.weight"].T, rtol=1e-4, atol=1e-4)
 
     with Graph("c", input_types=[TensorType(DType.float32, [4, 8])]) as g:
         g.output(nn.clamp.clamp(g.inputs[0].tensor, min=-0.5, max=0.25))

@@ -1,0 +1,113 @@
+"""MAX's eager realization semantics: ops run when called; ``F.lazy()`` records and fuses.
+
+References: MAX's documentation of ``Tensor.real``/``realize`` and its own unit
+tests (``max/tests/tests/test_tensor.py``): after ``c = a + b`` outside
+``F.lazy()``, ``c.real`` is true; inside, results stay pending until observed or
+awaited, and leaving the block runs nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from lowering.eager import eager_stats, is_lazy
+from maxfx.experimental import functional as F
+from maxfx.experimental import random
+from maxfx.experimental.tensor import Tensor
+
+
+def test_ops_run_when_called_by_default():
+    a = Tensor(np.zeros((5, 5), np.float32))
+    b = a + a + 1
+    assert b.real and b.storage is not None
+    np.testing.assert_array_equal(b.to_numpy(), np.ones((5, 5), np.float32))
+    before = eager_stats()["op_runs"]
+    c = F.exp(a)
+    assert c.real and eager_stats()["op_runs"] == before + 1
+
+
+def test_lazy_records_until_observed_and_leaving_the_block_runs_nothing():
+    a = Tensor(np.zeros((2, 2), np.float32))
+    with F.lazy():
+        assert is_lazy()
+        b = a + a + 1
+        assert not b.real and b.storage is None
+    assert not is_lazy()
+    assert not b.real  # leaving lazy() does not realize
+    assert b.type == a.type
+    assert asyncio.run(b.realize) is b and b.real
+    np.testing.assert_array_equal(b.to_numpy(), np.ones((2, 2), np.float32))
+
+
+def test_lazy_chain_runs_as_one_program():
+    x = Tensor(np.linspace(-1, 1, 8, dtype=np.float32))
+
+    def chain():
+        with F.lazy():
+            y = F.tanh(F.relu(x * 1.5 + 1.0) - 0.5)
+        return y.to_numpy()
+
+    expected = np.tanh(np.maximum(np.linspace(-1, 1, 8, dtype=np.float32) * 1.5 + 1.0, 0) - 0.5)
+    np.testing.assert_allclose(chain(), expected, rtol=1e-6)  # first sighting: op by op
+    before = eager_stats()
+    np.testing.assert_allclose(chain(), expected, rtol=1e-6)
+    after = eager_stats()
+    assert after["compiles"] - before["compiles"] == 1 and after["fused_runs"] - before["fused_runs"] == 1
+    assert after["op_runs"] == before["op_runs"]
+
+
+def test_nested_lazy_blocks_and_an_error_inside_one_restores_the_mode():
+    x = Tensor([1.0, 2.0])
+    with F.lazy():
+        with F.lazy():
+            y = x * 2
+        z = y + 1
+        assert not z.real
+    assert not is_lazy()
+    with pytest.raises(RuntimeError), F.lazy():
+        raise RuntimeError("boom")
+    assert not is_lazy() and (x + 1).real
+    np.testing.assert_array_equal(z.to_numpy(), [3.0, 5.0])
+
+
+def test_lazy_is_per_thread():
+    seen = []
+    with F.lazy():
+        t = threading.Thread(target=lambda: seen.append((Tensor([1.0]) + 1).real))
+        t.start()
+        t.join()
+        assert not (Tensor([1.0]) + 1).real
+    assert seen == [True]
+
+
+def test_random_draws_follow_the_mode():
+    assert random.normal([3]).real
+    with F.lazy():
+        r = random.uniform([3], range=(0, 1))
+    assert not r.real
+    values = r.to_numpy()
+    assert ((values >= 0) & (values < 1)).all()
+
+
+def test_default_mode_results_match_numpy_for_ints_and_multi_output_ops():
+    i = Tensor(np.arange(6, dtype=np.int64).reshape(2, 3))
+    np.testing.assert_array_equal((i * 3 + 1).to_numpy(), np.arange(6).reshape(2, 3) * 3 + 1)
+    assert (i * 3).dtype == i.dtype
+    values, indices = F.top_k(Tensor([3.0, 1.0, 2.0]), 2, -1)
+    assert values.real and indices.real
+    np.testing.assert_array_equal(values.to_numpy(), [3.0, 2.0])
+    np.testing.assert_array_equal(indices.to_numpy(), [0, 2])
+
+
+def test_awaiting_realize_inside_a_coroutine():
+    async def main():
+        with F.lazy():
+            y = Tensor([1.0, 2.0]) * 4
+        t = await y.realize
+        return t.to_numpy().tolist()
+
+    assert asyncio.run(main()) == [4.0, 8.0]
