@@ -60,7 +60,8 @@ class Device:
     """A device tensors live on and programs run on: `CPU` or `Accelerator`.
 
     Devices compare and hash by ``(label, id)``; ``repr`` is ``CPU()`` or
-    ``Accelerator(id=N)``, ``str`` is MAX's ``Device(type=cpu,id=0)``.
+    ``Accelerator(id=N)`` and so is ``str``: the docs print a device as
+    ``CPU()`` (MAX 26.x prints ``Device(type=cpu,id=0)``; the docs win).
 
     Example:
         >>> cpu = CPU()
@@ -272,9 +273,6 @@ class Device:
         _block_on_device(self.jax_device, f"{self!r}.synchronize")
         self._drain_host_queue()
 
-    def __str__(self) -> str:
-        return f"Device(type={self.label},id={self.id})"
-
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Device):
             return NotImplemented
@@ -345,6 +343,8 @@ class CPU(Device):
     def __repr__(self) -> str:
         return "CPU()"
 
+    __str__ = __repr__
+
     def __reduce__(self) -> tuple:
         return (CPU, ())
 
@@ -399,6 +399,8 @@ class Accelerator(Device):
 
     def __repr__(self) -> str:
         return f"Accelerator(id={self.id})"
+
+    __str__ = __repr__
 
     def __reduce__(self) -> tuple:
         return (Accelerator, (self.id,))

@@ -18,6 +18,7 @@ Example:
 """
 
 from maxfx.nn import (
+    activation,
     attention,
     clamp,
     comm,
@@ -61,6 +62,7 @@ EmbeddingV2 = Embedding
 """Seed 002's example name for `Embedding` (API_INVENTORY §6 #8)."""
 
 __all__ = [
+    "activation",
     "attention", "kv_cache", "transformer", "AttentionWithRope", "MultiheadAttention", "RaggedAttention", "KVCacheParams", "KVCacheStrategy",
     "PagedCacheValues", "PagedKVCacheManager", "DistributedTransformer", "DistributedTransformerBlock", "ReturnLogits", "Transformer", "TransformerBlock",
     *float8_config.__all__,

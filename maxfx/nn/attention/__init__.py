@@ -22,6 +22,7 @@ from maxfx.nn.attention._rope_attention import (
     GPTQAttentionWithRope,
     TensorParallelAttentionWithRope,
     distribute_value,
+    num_heads_for_device,
 )
 from maxfx.nn.attention.interfaces import DistributedAttentionImpl
 from maxfx.nn.attention.mask_config import AttentionMaskVariant, MHAMaskConfig, MHAMaskVariant, PositionalEncodingVariant
@@ -49,5 +50,6 @@ __all__ = [
     "interfaces",
     "mask_config",
     "multihead_attention",
+    "num_heads_for_device",
     "ragged_attention",
 ]

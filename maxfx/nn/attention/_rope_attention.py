@@ -14,7 +14,6 @@ Call: ``attn(layer_idx, x, kv_collection, freqs_cis, input_row_offsets)`` with
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -39,6 +38,7 @@ __all__ = [
     "GPTQAttentionWithRope",
     "TensorParallelAttentionWithRope",
     "distribute_value",
+    "num_heads_for_device",
 ]
 
 
@@ -49,6 +49,30 @@ def distribute_value(v: Any, devices: Sequence[Any]) -> list[Any]:
         ref = DeviceRef.from_device(d)
         out.append(v if v.device == ref else v.to(ref))
     return out
+
+
+def num_heads_for_device(*, num_heads: int, device_idx: int, num_devices: int) -> int:
+    """How many of ``num_heads`` attention heads device ``device_idx`` of ``num_devices`` holds.
+
+    Heads split as evenly as possible; the first ``num_heads % num_devices``
+    devices take one extra, and devices beyond ``num_heads`` get none.
+
+    Raises:
+        ValueError: if ``num_devices`` < 1, ``num_heads`` < 0 or ``device_idx``
+            is not in ``[0, num_devices)``.
+
+    Example:
+        >>> [num_heads_for_device(num_heads=7, device_idx=i, num_devices=4) for i in range(4)]
+        [2, 2, 2, 1]
+    """
+    if num_devices < 1:
+        raise ValueError(f"num_heads_for_device: num_devices must be >= 1, got {num_devices}")
+    if num_heads < 0:
+        raise ValueError(f"num_heads_for_device: num_heads must be >= 0, got {num_heads}")
+    if not 0 <= device_idx < num_devices:
+        raise ValueError(f"num_heads_for_device: device_idx must be in [0, {num_devices}), got {device_idx}")
+    base, extra = divmod(num_heads, num_devices)
+    return base + (1 if device_idx < extra else 0)
 
 
 def _devices(devices: Iterable[Any] | None) -> list[DeviceRef]:
@@ -124,6 +148,11 @@ class _RaggedAttentionBase(Module, _HeadShardable):
             self.v_proj = linear_cls(self.hidden_size, kv_dim, dtype, dev, has_bias=has_bias, **qe)
         self.o_proj = linear_cls(q_dim, self.hidden_size, dtype, dev, **qe)
 
+    @property
+    def num_key_value_heads(self) -> int:
+        """KV heads this layer (or shard) holds; MAX's name for ``n_kv_heads``."""
+        return self.n_kv_heads
+
     def _default_scale(self) -> float:
         return math.sqrt(1.0 / self.kv_params.head_dim)
 
@@ -167,7 +196,7 @@ class _RaggedAttentionBase(Module, _HeadShardable):
         for lin, axis in ((self.q_proj, 0), (self.k_proj, 0), (self.v_proj, 0), (self.o_proj, 1)):
             lin.sharding_strategy = ShardingStrategy(n, axis)
         parts = [lin.shard(devs) for lin in (self.q_proj, self.k_proj, self.v_proj, self.o_proj)]
-        kv_params = dataclasses.replace(self.kv_params, n_devices=n, data_parallel_degree=1, n_kv_heads_per_device=0)
+        kv_params = self.kv_params._tensor_parallel(devs)
         out = []
         for i, dev in enumerate(devs):
             s = _shard_view(self)

@@ -13,13 +13,15 @@ Example:
 
 from maxfx.nn.kv_cache import cache_params, manager
 from maxfx.nn.kv_cache._paged import KVCacheInputs, KVCacheInputsSequence, PagedCacheValues, PagedKVCacheManager, RaggedKVCacheInputs
-from maxfx.nn.kv_cache._params import KVCacheParams, KVCacheStrategy
+from maxfx.nn.kv_cache._params import KVCacheParams, KVCacheStrategy, MHAKVCacheParams, MLAKVCacheParams
 
 __all__ = [
     "KVCacheInputs",
     "KVCacheInputsSequence",
     "KVCacheParams",
     "KVCacheStrategy",
+    "MHAKVCacheParams",
+    "MLAKVCacheParams",
     "PagedCacheValues",
     "PagedKVCacheManager",
     "RaggedKVCacheInputs",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from typing import Any
 from lowering.dtypes import DType
 from lowering.types import BufferType, DeviceRef, TensorType
 
-__all__ = ["KVCacheParams", "KVCacheStrategy"]
+__all__ = ["KVCacheParams", "KVCacheStrategy", "MHAKVCacheParams", "MLAKVCacheParams"]
 
 
 class KVCacheStrategy(str, enum.Enum):
@@ -112,6 +113,10 @@ class KVCacheParams:
             raise ValueError(f"KVCacheParams.copy_as_dp_1: n_devices ({self.n_devices}) is not divisible by data_parallel_degree ({self.data_parallel_degree})")
         return dataclasses.replace(self, n_devices=self.n_devices // self.data_parallel_degree, data_parallel_degree=1, n_kv_heads_per_device=0)
 
+    def _tensor_parallel(self, devices: list[DeviceRef]) -> KVCacheParams:
+        """A copy for the tensor-parallel ``devices`` (no data parallelism): what each shard of a layer uses."""
+        return dataclasses.replace(self, n_devices=len(devices), data_parallel_degree=1, n_kv_heads_per_device=0)
+
     def blocks_shape(self, num_layers: Any = "num_layers", total_num_pages: Any = "total_num_pages") -> list[Any]:
         """Shape of the paged block pool: ``[total_num_pages, kv_dim, num_layers, page_size, n_kv_heads_per_device, head_dim]``."""
         return [total_num_pages, self.kv_dim, num_layers, int(self.page_size or 1), self.n_kv_heads_per_device, self.head_dim]
@@ -134,3 +139,147 @@ class KVCacheParams:
             TensorType(DType.uint32, ["batch_size", "max_num_pages"], dev),
             TensorType(DType.uint32, ["steps_remaining", 2], DeviceRef.CPU()),
         ]
+
+
+class MHAKVCacheParams(KVCacheParams):
+    """KV-cache parameters of multi-head (and grouped-query) attention, with MAX 26.5's constructor.
+
+    MAX 26.5 names the cache's layers and devices (``num_layers``,
+    ``devices``) and takes the head count by keyword. ``n_devices`` is
+    ``len(devices)``; ``page_size`` defaults to 128 as in MAX. With
+    ``allow_kv_head_replication`` the KV heads may be fewer than the devices
+    (each device then holds one replicated head); otherwise they must split
+    evenly.
+
+    Raises:
+        ValueError: if ``devices`` is empty, ``num_layers`` < 1, or the heads
+            cannot be split over the devices.
+
+    Example:
+        >>> from maxfx.graph import DeviceRef
+        >>> p = MHAKVCacheParams(DType.float32, head_dim=64, num_layers=2, devices=[DeviceRef.CPU()], n_kv_heads=8)
+        >>> p.n_devices, p.num_layers, p.page_size, p.n_kv_heads_per_device
+        (1, 2, 128, 8)
+    """
+
+    def __init__(
+        self,
+        dtype: DType,
+        head_dim: int,
+        num_layers: int,
+        devices: Any,
+        enable_prefix_caching: bool = False,
+        host_kvcache_swap_space_gb: float | None = None,
+        page_size: int = 128,
+        data_parallel_degree: int = 1,
+        *,
+        n_kv_heads: int,
+        allow_kv_head_replication: bool = False,
+        cache_strategy: KVCacheStrategy = KVCacheStrategy.PAGED,
+    ) -> None:
+        devs = _device_list(devices, type(self).__name__)
+        if int(num_layers) < 1:
+            raise ValueError(f"{type(self).__name__}: num_layers must be >= 1, got {num_layers}")
+        self.num_layers = int(num_layers)
+        self.devices = devs
+        self.allow_kv_head_replication = bool(allow_kv_head_replication)
+        n = len(devs)
+        if not allow_kv_head_replication and data_parallel_degree == 1 and n > 1 and int(n_kv_heads) % n:
+            raise ValueError(
+                f"{type(self).__name__}: {n_kv_heads} KV heads do not split evenly over {n} devices; pass allow_kv_head_replication=True to replicate them"
+            )
+        super().__init__(
+            dtype=dtype,
+            n_kv_heads=n_kv_heads,
+            head_dim=head_dim,
+            enable_prefix_caching=enable_prefix_caching,
+            enable_kvcache_swapping_to_host=host_kvcache_swap_space_gb is not None,
+            host_kvcache_swap_space_gb=host_kvcache_swap_space_gb,
+            cache_strategy=cache_strategy,
+            page_size=page_size,
+            n_devices=n,
+            is_mla=False,
+            data_parallel_degree=data_parallel_degree,
+        )
+
+    def blocks_shape(self, num_layers: Any = None, total_num_pages: Any = "total_num_pages") -> list[Any]:
+        """Shape of the paged block pool; ``num_layers`` defaults to this cache's."""
+        return super().blocks_shape(self.num_layers if num_layers is None else num_layers, total_num_pages)
+
+    def _tensor_parallel(self, devices: list[DeviceRef]) -> KVCacheParams:
+        out = copy.copy(self)
+        out.devices = list(devices)
+        out.n_devices, out.data_parallel_degree = len(devices), 1
+        out.n_kv_heads_per_device = out._heads_per_device()
+        return out
+
+    def copy_as_dp_1(self) -> KVCacheParams:
+        """A copy with data parallelism off: each replica's devices (``n_devices // data_parallel_degree`` of them)."""
+        if self.n_devices % self.data_parallel_degree:
+            raise ValueError(f"{type(self).__name__}.copy_as_dp_1: n_devices ({self.n_devices}) is not divisible by data_parallel_degree ({self.data_parallel_degree})")
+        out = copy.copy(self)
+        out.devices = self.devices[: self.n_devices // self.data_parallel_degree]
+        out.n_devices = len(out.devices)
+        out.data_parallel_degree = 1
+        out.n_kv_heads_per_device = out._heads_per_device()
+        return out
+
+
+class MLAKVCacheParams(MHAKVCacheParams):
+    """KV-cache parameters of multi-latent attention (one latent "head" per token), MAX 26.5's constructor.
+
+    ``head_dim`` is the cached latent width (``kv_lora_rank + qk_rope_head_dim``);
+    ``num_q_heads`` the attention's query heads. The cache holds one entry per
+    token (``kv_dim == 1``).
+
+    Example:
+        >>> from maxfx.graph import DeviceRef
+        >>> p = MLAKVCacheParams(DType.float32, head_dim=576, num_layers=1, devices=[DeviceRef.CPU()], num_q_heads=16, page_size=64)
+        >>> p.is_mla, p.n_kv_heads, p.kv_dim, p.num_q_heads
+        (True, 1, 1, 16)
+    """
+
+    def __init__(
+        self,
+        dtype: DType,
+        head_dim: int,
+        num_layers: int,
+        devices: Any,
+        enable_prefix_caching: bool = False,
+        host_kvcache_swap_space_gb: float | None = None,
+        page_size: int = 128,
+        data_parallel_degree: int = 1,
+        *,
+        num_q_heads: int,
+        cache_strategy: KVCacheStrategy = KVCacheStrategy.PAGED,
+    ) -> None:
+        if int(num_q_heads) < 1:
+            raise ValueError(f"MLAKVCacheParams: num_q_heads must be >= 1, got {num_q_heads}")
+        self.num_q_heads = int(num_q_heads)
+        super().__init__(
+            dtype,
+            head_dim,
+            num_layers,
+            devices,
+            enable_prefix_caching,
+            host_kvcache_swap_space_gb,
+            page_size,
+            data_parallel_degree,
+            n_kv_heads=1,
+            allow_kv_head_replication=True,
+            cache_strategy=cache_strategy,
+        )
+        self.is_mla = True
+
+    def _heads_per_device(self) -> int:
+        return 1  # the latent cache is replicated on every device
+
+
+def _device_list(devices: Any, where: str) -> list[DeviceRef]:
+    try:
+        devs = [d if isinstance(d, DeviceRef) else DeviceRef.from_device(d) for d in devices]
+    except TypeError:
+        raise TypeError(f"{where}: devices must be a sequence of DeviceRef, got {type(devices).__name__}") from None
+    if not devs:
+        raise ValueError(f"{where}: devices must name at least one device")
+    return devs
