@@ -80,6 +80,7 @@ __all__ = [
     # select / other
     "where",
     "outer",
+    "complex_mul",
 ]
 
 
@@ -867,3 +868,45 @@ def outer(lhs, rhs):
     """
     return bind(outer_p, lhs, rhs)
 
+
+
+# ─── complex numbers as interleaved pairs ─────────────────────────────────
+
+
+def _complex_mul_rule(lhs, rhs) -> TensorType:
+    op = "complex.mul"
+    ts = [R.require_tensor(op, lhs, "lhs"), R.require_tensor(op, rhs, "rhs")]
+    for t, name in zip(ts, ("lhs", "rhs")):
+        if t.rank == 0 or t.shape[-1] != 2:
+            raise OpError(f"{op}: {name} must be complex: a last dim of 2 (interleaved real, imag), got {R.fmt(t)}")
+    if ts[0].dtype is not ts[1].dtype:
+        raise OpError(f"{op}: inputs must have the same dtype, got {R.fmt_all(ts)}")
+    device = R.same_device(op, *ts)
+    return TensorType(ts[0].dtype, R.broadcast_shapes(op, ts[0].shape, ts[1].shape), device)
+
+
+def _complex_mul_impl(lhs, rhs):
+    a, b = lhs[..., 0], lhs[..., 1]
+    c, d = rhs[..., 0], rhs[..., 1]
+    return jnp.stack([a * c - b * d, a * d + b * c], axis=-1)
+
+
+complex_mul_p = register(OpDef("complex_mul", rule=_complex_mul_rule, impl=_bool_as_int(_complex_mul_impl), promote=(0, 1)))
+
+
+def complex_mul(lhs, rhs):
+    """Complex product of tensors holding complex numbers as interleaved ``[..., 2]`` (real, imag) pairs.
+
+    ``(a + bi)(c + di) = (ac - bd) + (ad + bc)i``; the leading dims broadcast.
+    MAX's ``ops.complex.mul``.
+
+    Raises:
+        ValueError: an input whose last dim is not 2, or shapes that do not broadcast.
+
+    Example:
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> ops.complex.mul(Tensor.constant([1.0, 2.0]), Tensor.constant([3.0, -1.0]))  # (1+2i)(3-i) = 5+5i
+        TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [5.0, 5.0]
+    """
+    return bind(complex_mul_p, lhs, rhs)

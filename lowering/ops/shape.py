@@ -863,14 +863,17 @@ def pad(input, paddings, mode="constant", value=0):
 
 def _band_part_rule(x, *, num_lower: int | None, num_upper: int | None, exclude: bool) -> TensorType:
     x = R.require_tensor("band_part", x)
-    R.require_rank("band_part", x, lambda r: r >= 2, ">= 2 (the last two dims are the matrix)")
+    if x.rank < 2:
+        raise R.OpError(f"band_part: input must have at least 2 dimensions (the last two are the matrix), got {R.fmt(x)}")
     for name, v, d in (("num_lower", num_lower, x.shape[-2]), ("num_upper", num_upper, x.shape[-1])):
         if v is None:
             continue
         if isinstance(v, bool) or not isinstance(v, int):
             raise TypeError(f"band_part: {name} must be an int or None, got {type(v).__name__} {v!r}")
-        if v < 0 or (isinstance(d, StaticDim) and v > d.dim):
-            raise R.OpError(f"band_part: {name}={v} is out of bounds for {R.fmt(x)} (expected 0 <= {name} <= {d}, or None)")
+        if v < 0:
+            raise R.OpError(f"band_part: {name} must be non-negative (or None, or -1 meaning None), got {v}")
+        if isinstance(d, StaticDim) and v >= d.dim:
+            raise R.OpError(f"band_part: {name}={v} is out of bounds for {R.fmt(x)} (expected 0 <= {name} < {d}, or None)")
     return x
 
 
@@ -896,10 +899,10 @@ def band_part(x, num_lower=None, num_upper=None, exclude=False):
 
     Keeps ``x[..., m, n]`` where ``(num_lower is None or m - n <= num_lower)`` and
     ``(num_upper is None or n - m <= num_upper)``; ``exclude=True`` zeroes the
-    band instead.
+    band instead. A bound of -1 means None, as in MAX.
 
     Raises:
-        ValueError: rank < 2, or a negative / too large bound.
+        ValueError: rank < 2, a bound below -1, or a bound not smaller than its static dim.
 
     Example:
         >>> from maxfx.graph import ops
@@ -910,15 +913,21 @@ def band_part(x, num_lower=None, num_upper=None, exclude=False):
         >>> ops.band_part(ones, num_lower=0, num_upper=0)  # the diagonal
         TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
     """
-    return bind(band_part_p, x, num_lower=_opt_int(num_lower), num_upper=_opt_int(num_upper), exclude=bool(exclude))
+    # MAX: -1 is a historical spelling of None (no bound).
+    num_lower, num_upper = (None if v is not None and _opt_int(v) == -1 else _opt_int(v) for v in (num_lower, num_upper))
+    return bind(band_part_p, x, num_lower=num_lower, num_upper=num_upper, exclude=bool(exclude))
 
 
 def _interleaved_rule(x) -> TensorType:
     x = R.require_tensor("as_interleaved_complex", x)
     R.require_rank("as_interleaved_complex", x, lambda r: r >= 1, ">= 1")
-    half = _exact_div(x.shape[-1], StaticDim(2))
+    last = x.shape[-1]
+    half = _exact_div(last, StaticDim(2))
+    if half is None and not isinstance(last, StaticDim):
+        # MAX: a TypeError for a symbolic last dim (maxfx also takes one that is provably even, like 2 * n).
+        raise TypeError(f"as_interleaved_complex: the last dim of {R.fmt(x)} must be static or provably even (pairs of real, imag), got {last}")
     if half is None:
-        raise R.OpError(f"as_interleaved_complex: the last dim of {R.fmt(x)} must be even (pairs of real, imag)")
+        raise R.OpError(f"as_interleaved_complex: the last dim of {R.fmt(x)} must be divisible by 2 (pairs of real, imag)")
     return TensorType(x.dtype, list(x.shape[:-1]) + [half, StaticDim(2)], x.device)
 
 

@@ -125,3 +125,107 @@ def test_min_max_overloads():
         for op in (ops.max, ops.min):
             with pytest.raises(ValueError, match="not both"):
                 op(a, b, axis=-1)
+
+
+# ─── ops.random (MAX's graph-level module) ────────────────────────────────
+
+
+def _run(g, *args):
+    from maxfx.engine import InferenceSession
+
+    return [o.to_numpy() for o in InferenceSession().load(g).execute(*args)]
+
+
+def test_random_needs_a_seed_and_checks_it():
+    like = _t(DType.float32, [3])
+    with Graph("no_seed"):
+        with pytest.raises(RuntimeError, match="no seed set"):
+            ops.random.uniform(like)
+        for bad in (-1, 2**64):
+            with pytest.raises(ValueError, match=r"seed must be in \[0, 2\*\*64\)"):
+                ops.random.set_seed(bad)
+    with _graph(_t(DType.uint64, [2])) as g:
+        with pytest.raises(ValueError, match=r"the seed must hold one element .*uint64\[2\]"):
+            ops.random.set_seed(g.inputs[0].tensor)
+    seed_type = ops.random.SeedType(DeviceRef.CPU())
+    assert (seed_type.dtype, list(seed_type.shape), seed_type.device) == (DType.uint64, [1], DeviceRef.CPU())
+
+
+def test_random_draws_are_reproducible_from_the_seed_and_differ_per_draw():
+    like = _t(DType.float32, [2000])
+    with _graph(ops.random.SeedType(DeviceRef.CPU())) as g:
+        ops.random.set_seed(g.inputs[0].tensor)
+        g.output(ops.random.uniform(like, range=(-2, 3)), ops.random.uniform(like), ops.random.gaussian(like, mean=1.0, std=2.0))
+    a1, b1, n1 = _run(g, np.array([7], np.uint64))
+    a2, b2, n2 = _run(g, np.array([7], np.uint64))
+    a3, _, _ = _run(g, np.array([8], np.uint64))
+    np.testing.assert_array_equal(a1, a2)
+    np.testing.assert_array_equal(n1, n2)
+    assert not np.array_equal(a1, a3)  # another seed
+    assert not np.array_equal((a1 + 2) / 5, b1)  # the second draw used the advanced seed
+    assert a1.min() >= -2 and a1.max() < 3 and abs(a1.mean() - 0.5) < 0.15
+    assert abs(n1.mean() - 1.0) < 0.15 and abs(n1.std() - 2.0) < 0.15
+
+
+def test_random_like_dtype_shape_and_device():
+    with Graph("r"):
+        ops.random.set_seed(3)
+        ints = ops.random.uniform(_t(DType.int8, [500]), range=(-5, 5))
+        sym = ops.random.gaussian(_t(DType.bool, ["batch", 2]))
+        gpu = ops.random.uniform(_t(DType.float16, [4], DeviceRef.GPU()))
+        assert ints.type == _t(DType.int8, [500])
+        assert sym.type == _t(DType.bool, ["batch", 2])
+        assert gpu.type == _t(DType.float16, [4], DeviceRef.GPU())
+        with pytest.raises(ValueError, match="Unsafe cast"):
+            ops.random.uniform(_t(DType.int8, [2]), range=(0, 1000))
+    with Graph("ints") as g:
+        ops.random.set_seed(3)
+        g.output(ops.random.uniform(_t(DType.int8, [500]), range=(-5, 5)))
+    (x,) = _run(g)
+    assert x.dtype == np.int8 and x.min() == -5 and x.max() == 4  # ints in [low, high)
+    with Graph("rank0", input_types=[_t(DType.uint64, [])]) as g:
+        ops.random.set_seed(g.inputs[0].tensor)  # rank 0 is reshaped to [1]
+        assert ops.random.normal(_t(DType.float32, [4])).shape == [4]
+
+
+# ─── band_part, complex, irfft module ─────────────────────────────────────
+
+
+def test_band_part_bounds_and_minus_one():
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    out = run_op(lambda v: ops.band_part(v, num_lower=-1, num_upper=1), x)
+    np.testing.assert_array_equal(out, np.where(np.subtract.outer(np.arange(4), np.arange(3)).T <= 1, x, 0))
+    with _graph(_t(DType.float32, [3, 4]), _t(DType.float32, [4])) as g:
+        m, v = (t.tensor for t in g.inputs)
+        with pytest.raises(ValueError, match="must have at least 2 dimensions"):
+            ops.band_part(v)
+        with pytest.raises(ValueError, match="num_lower must be non-negative"):
+            ops.band_part(m, num_lower=-2)
+        with pytest.raises(ValueError, match="num_lower=3 is out of bounds"):
+            ops.band_part(m, num_lower=3)
+        with pytest.raises(ValueError, match="num_upper=4 is out of bounds"):
+            ops.band_part(m, num_upper=4)
+
+
+def test_as_interleaved_complex_errors():
+    with _graph(_t(DType.float32, [2, 5]), _t(DType.float32, [2, "d"])) as g:
+        odd, dyn = (t.tensor for t in g.inputs)
+        with pytest.raises(ValueError, match="must be divisible by 2"):
+            ops.as_interleaved_complex(odd)
+        with pytest.raises(TypeError, match="must be static"):
+            ops.as_interleaved_complex(dyn)
+
+
+def test_complex_mul_type_and_errors():
+    with _graph(_t(DType.float32, [3, 1, 2]), _t(DType.float32, [4, 2]), _t(DType.float32, [4, 3])) as g:
+        a, b, c = (t.tensor for t in g.inputs)
+        assert ops.complex.mul(a, b).type == (a * b).type == _t(DType.float32, [3, 4, 2])
+        with pytest.raises(ValueError, match="last dim of 2"):
+            ops.complex.mul(a, c)
+
+
+def test_irfft_module_path():
+    from maxfx.graph.ops.irfft import Normalization
+
+    assert Normalization.BACKWARD.value == "backward"
+    assert callable(ops.irfft)

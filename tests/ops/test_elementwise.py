@@ -452,3 +452,15 @@ def test_bool_arithmetic_computes_as_ints():
     with np.errstate(divide="ignore", invalid="ignore"):
         np.testing.assert_array_equal(div, (ia / ib) != 0)
     assert add.dtype == sub.dtype == mul.dtype == div.dtype == np.bool_
+
+
+def test_complex_mul_matches_numpy_complex(rng):
+    # ops.complex.mul (the complex_mul op) on interleaved (real, imag) pairs, against numpy's complex product.
+    a = rand(rng, [4, 3, 2], np.float32)
+    b = rand(rng, [3, 2], np.float32)
+    out = run_op(ops.complex.mul, a, b)
+    want = (a[..., 0] + 1j * a[..., 1]) * (b[..., 0] + 1j * b[..., 1])
+    np.testing.assert_allclose(out, np.stack([want.real, want.imag], -1), rtol=1e-5, atol=1e-5)
+    with Graph("g", input_types=[TensorType(DType.float32, [3, 2]), TensorType(DType.float32, [3])]) as g:
+        with pytest.raises(ValueError, match=r"complex.mul: rhs must be complex: a last dim of 2 .*float32\[3\]"):
+            ops.complex.mul(g.inputs[0], g.inputs[1])

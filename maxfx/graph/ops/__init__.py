@@ -90,7 +90,7 @@ from lowering.ops.fused import (
 )
 from lowering.ops.indexing import gather, gather_nd, masked_scatter, nonzero, scatter, scatter_nd, slice_tensor
 from lowering.ops.linalg import matmul
-from lowering.ops.nn import avg_pool2d, conv2d, conv2d_transpose, conv3d, fold, irfft, max_pool2d, resize
+from lowering.ops.nn import avg_pool2d, conv2d, conv2d_transpose, conv3d, fold, max_pool2d, resize
 from lowering.ops.quantized import dequantize, qmatmul
 from lowering.ops.random import random_normal, random_uniform
 from lowering.ops.reduction import argmax, argmin, argsort, cumsum, layer_norm, logsoftmax, mean, prod, softmax, top_k
@@ -118,6 +118,11 @@ from lowering.ops.shape import (
     unsqueeze,
 )
 from lowering.types import DeviceRef, InterpolationMode, TensorType
+from maxfx.graph.ops import complex, elementwise, random, reduction  # noqa: A004 - MAX's submodule names
+
+# As in MAX, `ops.irfft` is the function, bound over the name of its module
+# `maxfx.graph.ops.irfft` (which `from maxfx.graph.ops.irfft import Normalization` reaches).
+from maxfx.graph.ops.irfft import irfft  # noqa: E402, I001
 
 __all__ = [
     # documented re-exports
@@ -125,6 +130,11 @@ __all__ = [
     "DeviceRef",
     "InterpolationMode",
     "TensorType",
+    # MAX's submodules: ops.complex.mul, ops.elementwise.max, ops.random.uniform, ops.reduction.max...
+    "complex",
+    "elementwise",
+    "random",
+    "reduction",
     # attention and KV cache
     "attention",
     "flash_attention",
