@@ -34,7 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from lowering.types import Type
-from maxfx.driver._tensor import as_array
+from maxfx.driver._tensor import Buffer, as_array
 from maxfx.graph import Graph
 from maxfx.graph._weight import ShardingStrategy, Weight
 
@@ -98,6 +98,21 @@ class Shardable(Protocol):
     def shard(self, devices: Iterable[Any]) -> Sequence[Any]:
         """Sharded views of this object, one per device."""
         raise TypeError(f"{type(self).__name__} does not support sharding (it defines no shard())")
+
+
+def _static_dims(shape: Iterable[Any]) -> list[int | None]:
+    """Each dimension's size, None for a symbolic or algebraic one."""
+    out: list[int | None] = []
+    for d in shape:
+        try:
+            out.append(int(d))
+        except TypeError:
+            out.append(None)
+    return out
+
+
+def _dims_str(shape: Iterable[Any]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def _is_module_seq(value: Any) -> bool:
@@ -165,9 +180,13 @@ class Module(Layer):
         return out
 
     def state_dict(self, auto_initialize: bool = True) -> dict[str, Any]:
-        """Qualified name → value (numpy array or driver Tensor) for every weight.
+        """Qualified name → value for every weight: what `load_state_dict` bound, or a zero-filled driver `Buffer`.
 
-        Weights never loaded are zeros when ``auto_initialize``, else a ValueError.
+        Weights never loaded are zero Buffers (as in MAX) when ``auto_initialize``, else a ValueError.
+
+        Raises:
+            ValueError: a weight has no value and ``auto_initialize`` is False,
+                or its shape has symbolic dimensions (no size to zero-fill).
         """
         out: dict[str, Any] = {}
         for name, w in self.raw_state_dict().items():
@@ -175,7 +194,10 @@ class Module(Layer):
             if value is None:
                 if not auto_initialize:
                     raise ValueError(f"{type(self).__name__}.state_dict: weight {name!r} has no value; call load_state_dict first")
-                value = np.zeros([int(d) for d in w.shape], w.dtype.to_numpy())
+                dims = _static_dims(w.shape)
+                if any(d is None for d in dims):
+                    raise ValueError(f"{type(self).__name__}.state_dict: weight {name!r} has symbolic shape {_dims_str(w.shape)}; load a value with load_state_dict first")
+                value = Buffer.zeros(dims, w.dtype)
             out[name] = value
         return out
 
@@ -201,9 +223,9 @@ class Module(Layer):
             if missing or unused:
                 raise ValueError(
                     f"{type(self).__name__}.load_state_dict: "
-                    + (f"missing weight(s) {missing}" if missing else "")
+                    + (f"Missing required weights: missing weight(s) {missing}" if missing else "")
                     + ("; " if missing and unused else "")
-                    + (f"unused key(s) {unused}" if unused else "")
+                    + (f"Unexpected keys in state_dict: unused key(s) {unused}" if unused else "")
                 )
         staged: list[tuple[Weight, Any, Any]] = []
         for name, w in weights.items():
@@ -213,15 +235,27 @@ class Module(Layer):
             encoding = getattr(raw, "quantization_encoding", None)
             value = getattr(raw, "data", raw) if hasattr(raw, "quantization_encoding") else raw
             arr = as_array(value)
-            expect = [int(d) for d in w.shape]
-            if w.dtype.to_numpy() != np.dtype(arr.dtype) or list(arr.shape) != expect:
+            expect = _static_dims(w.shape)
+            got = [int(d) for d in arr.shape]
+            problem = None
+            if len(got) != len(expect):
+                problem = f"shape rank mismatch: expected rank {len(expect)}, got {len(got)}"
+            else:
+                bad = next((i for i, (e, g) in enumerate(zip(expect, got, strict=True)) if e is not None and e != g), None)
+                if bad is not None:
+                    problem = f"dimension {bad} mismatch: expected {expect[bad]}, got {got[bad]}"
+            if problem is None and w.dtype.to_numpy() != np.dtype(arr.dtype):
+                problem = f"dtype mismatch: expected {w.dtype.name}, got {np.dtype(arr.dtype).name}"
+            if problem is not None:
                 raise ValueError(
-                    f"{type(self).__name__}.load_state_dict: weight {name!r} expects {w.dtype.name}{expect}, "
-                    f"got {np.dtype(arr.dtype).name}{list(arr.shape)}"
+                    f"{type(self).__name__}.load_state_dict: weight {name!r} expects {w.dtype.name}{_dims_str(w.shape)}, "
+                    f"got {np.dtype(arr.dtype).name}{got}: {problem}"
                 )
             align = weight_alignment or w.align or np.dtype(arr.dtype).alignment
             if isinstance(arr, np.ndarray) and arr.size and arr.ctypes.data % align:
-                raise ValueError(f"{type(self).__name__}.load_state_dict: weight {name!r} is not aligned to {align} bytes; copy it or pass weight_alignment=")
+                raise ValueError(
+                    f"{type(self).__name__}.load_state_dict: Found unaligned weight {name!r}: its data is not aligned to {align} bytes; copy it or pass weight_alignment="
+                )
             staged.append((w, value, encoding))
         for w, value, encoding in staged:
             w._loaded_value = value

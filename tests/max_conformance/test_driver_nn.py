@@ -356,3 +356,57 @@ def test_attention_tp_shard_splits_heads_with_mha_params(n):
     shards = attn.shard(devices)
     assert [(s.n_heads, s.num_key_value_heads) for s in shards] == [(8 // n, 4 // n)] * n
     assert shards[0].kv_params.n_devices == n and shards[0].kv_params.n_kv_heads_per_device == 4 // n
+
+
+# ---------------------------------------------------------------- nn.Module state dicts
+def _one_weight_module(shape):
+    from maxfx import nn
+    from maxfx.graph import DeviceRef, Weight
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = Weight("weight", DType.float32, shape, DeviceRef.CPU())
+
+        def __call__(self):
+            return self.weight
+
+    return M()
+
+
+def test_state_dict_auto_initializes_zero_buffers():
+    sd = _one_weight_module([3, 2]).state_dict()
+    assert isinstance(sd["weight"], Buffer)
+    np.testing.assert_array_equal(sd["weight"].to_numpy(), np.zeros((3, 2), np.float32))
+
+
+def test_load_state_dict_symbolic_dims_accept_any_size():
+    from maxfx.graph import SymbolicDim
+
+    m = _one_weight_module([1024, SymbolicDim("batch"), 4])
+    value = np.arange(1024 * 5 * 4, dtype=np.float32).reshape(1024, 5, 4)
+    m.load_state_dict({"weight": value})
+    np.testing.assert_array_equal(np.asarray(m.state_dict()["weight"]), value)
+    with pytest.raises(ValueError, match="dimension 0 mismatch: expected 1024, got 512"):
+        m.load_state_dict({"weight": np.zeros((512, 5, 4), np.float32)})
+    with pytest.raises(ValueError, match="shape rank mismatch"):
+        m.load_state_dict({"weight": np.zeros((1024, 5), np.float32)})
+    with pytest.raises(ValueError, match="dtype mismatch: expected float32, got float64"):
+        m.load_state_dict({"weight": np.zeros((1024, 5, 4), np.float64)})
+    with pytest.raises(ValueError, match="symbolic shape"):
+        _one_weight_module([SymbolicDim("n")]).state_dict()
+
+
+def test_load_state_dict_unaligned_and_key_errors():
+    m = _one_weight_module([10])
+    raw = np.array([15, *np.arange(10, dtype=np.float32).view(np.uint8).tolist()], np.uint8)
+    unaligned = raw[1:].view(np.float32)
+    assert not unaligned.flags.aligned
+    with pytest.raises(ValueError, match="Found unaligned weight"):
+        m.load_state_dict({"weight": unaligned})
+    m.load_state_dict({"weight": unaligned}, weight_alignment=1)
+    np.testing.assert_array_equal(np.asarray(m.state_dict()["weight"]), np.arange(10, dtype=np.float32))
+    with pytest.raises(ValueError, match="Missing required weights"):
+        m.load_state_dict({})
+    with pytest.raises(ValueError, match="Unexpected keys in state_dict"):
+        m.load_state_dict({"weight": np.zeros(10, np.float32), "extra": np.zeros(1, np.float32)})
