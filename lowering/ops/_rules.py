@@ -43,6 +43,7 @@ from lowering.types import BufferType, DeviceRef, TensorType, Type
 
 __all__ = [
     "OpError",
+    "AxisError",
     "Kind",
     "ANY",
     "BOOL",
@@ -165,18 +166,22 @@ def broadcast_shapes(op: str, *shapes: Sequence[Dim]) -> Shape:
     return Shape(out)
 
 
+class AxisError(OpError, IndexError):
+    """An axis outside ``[-rank, rank)``: an `OpError` (a ValueError) and an IndexError, as MAX raises for axes."""
+
+
 def normalize_axis(op: str, axis: int, rank: int, *, new_axis: bool = False, name: str = "axis") -> int:
     """A non-negative axis in ``[0, rank)`` (``[0, rank]`` if ``new_axis``).
 
     Raises:
-        OpError: ``"sum: axis 3 is out of range for rank 2 (expected -2 <= axis < 2)"``.
+        AxisError: ``"sum: axis 3 is out of range for rank 2 (expected -2 <= axis < 2)"``.
     """
     if isinstance(axis, bool) or not isinstance(axis, (int,)) and not hasattr(axis, "__index__"):
         raise TypeError(f"{op}: {name} must be an int, got {type(axis).__name__}")
     axis = int(axis)
     n = rank + 1 if new_axis else rank
     if not -n <= axis < n:
-        raise OpError(f"{op}: {name} {axis} is out of range for rank {rank} (expected {-n} <= {name} < {n})")
+        raise AxisError(f"{op}: {name} {axis} is out of range for rank {rank} (expected {-n} <= {name} < {n})")
     return axis + n if axis < 0 else axis
 
 

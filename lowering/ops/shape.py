@@ -277,10 +277,22 @@ def unsqueeze(x, axis):
     return bind(unsqueeze_p, x, axis=axis)
 
 
+def _transpose_axis(axis: Any, rank: int, name: str) -> int:
+    # A rank-0 input accepts axes 0 and -1 (PyTorch's convention, as MAX).
+    n = max(rank, 1)
+    if isinstance(axis, (bool, np.bool_)) or not hasattr(axis, "__index__"):
+        raise TypeError(f"transpose: {name} must be an int, got {type(axis).__name__}")
+    if not -n <= int(axis) < n:
+        raise R.AxisError(f"transpose: Axis {name} out of range (expected to be in range of [{-n}, {n - 1}], but got {int(axis)})")
+    return int(axis) % n
+
+
 def _transpose_rule(x, *, axis_1: int, axis_2: int) -> TensorType:
     x = R.require_tensor("transpose", x)
-    a = R.normalize_axis("transpose", axis_1, x.rank, name="axis_1")
-    b = R.normalize_axis("transpose", axis_2, x.rank, name="axis_2")
+    a = _transpose_axis(axis_1, x.rank, "axis_1")
+    b = _transpose_axis(axis_2, x.rank, "axis_2")
+    if x.rank == 0:
+        return x
     shape = list(x.shape)
     shape[a], shape[b] = shape[b], shape[a]
     return TensorType(x.dtype, shape, x.device)
@@ -290,7 +302,7 @@ transpose_p = register(
     OpDef(
         "transpose",
         rule=_transpose_rule,
-        impl=lambda x, *, axis_1, axis_2: jnp.swapaxes(x, axis_1 % x.ndim, axis_2 % x.ndim),
+        impl=lambda x, *, axis_1, axis_2: x if x.ndim == 0 else jnp.swapaxes(x, axis_1 % x.ndim, axis_2 % x.ndim),
     )
 )
 
@@ -492,11 +504,22 @@ def rebind(x, shape, message="", layout=None):
 
 
 def _same_dtype_rank(op: str, ts: list[TensorType]) -> None:
-    if len({t.dtype for t in ts}) > 1:
-        raise R.OpError(f"{op}: inputs must have the same dtype, got {R.fmt_all(ts)}")
+    # MAX's wording ("All inputs to stack must be the same rank"), then the types.
     if len({t.rank for t in ts}) > 1:
-        raise R.OpError(f"{op}: inputs must have the same rank, got {R.fmt_all(ts)}")
-    R.same_device(op, *ts)
+        raise R.OpError(f"{op}: All inputs to {op} must be the same rank, got {R.fmt_all(ts)}")
+    if len({t.dtype for t in ts}) > 1:
+        raise R.OpError(f"{op}: All inputs to {op} must have the same dtype, got {R.fmt_all(ts)}")
+
+
+def _check_same_device(op: str, values: list[Any]) -> None:
+    """MAX's message, listing the inputs, when typed inputs sit on different devices.
+
+    Runs in the front: bind's own device check would answer first with a shorter message.
+    """
+    types = [getattr(v, "type", None) for v in values]
+    if len({t.device for t in types if isinstance(t, TensorType)}) > 1:
+        lines = [f"    {i}: {R.fmt(t)} on {t.device}" if isinstance(t, TensorType) else f"    {i}: {type(v).__name__}" for i, (v, t) in enumerate(zip(values, types))]
+        raise R.OpError(f"{op}: Input values must be on the same device\n" + "\n".join(lines))
 
 
 def _concat_rule(*xs, axis: int) -> TensorType:
@@ -536,6 +559,7 @@ def concat(original_vals, axis=0):
     vals = list(original_vals)
     if not vals:
         raise ValueError("concat: original_vals must contain at least one tensor")
+    _check_same_device("concat", vals)
     return bind(concat_p, *vals, axis=axis)
 
 
@@ -548,7 +572,12 @@ def _stack_rule(*xs, axis: int) -> TensorType:
     for i, t in enumerate(ts[1:], 1):
         if list(t.shape) != list(first.shape):
             raise R.OpError(f"stack: inputs must have the same shape; input 0 is {R.fmt(first)}, input {i} is {R.fmt(t)}")
-    ax = R.normalize_axis("stack", axis, first.rank, new_axis=True)
+    n = first.rank + 1
+    if isinstance(axis, (bool, np.bool_)) or not hasattr(axis, "__index__"):
+        raise TypeError(f"stack: axis must be an int, got {type(axis).__name__}")
+    if not -n <= int(axis) < n:
+        raise R.AxisError(f"stack: Axis out of range (expected to be in range of [{-n}, {n - 1}], but got {int(axis)}) for inputs {R.fmt(first)}")
+    ax = int(axis) % n
     shape = list(first.shape[:ax]) + [StaticDim(len(ts))] + list(first.shape[ax:])
     return TensorType(first.dtype, shape, first.device)
 
@@ -572,7 +601,8 @@ def stack(values, axis=0):
     """
     vals = list(values)
     if not vals:
-        raise ValueError("stack: values must contain at least one tensor")
+        raise ValueError("stack: Expected at least one value to stack")
+    _check_same_device("stack", vals)
     return bind(stack_p, *vals, axis=axis)
 
 
@@ -582,14 +612,15 @@ def stack(values, axis=0):
 def _split_rule(x, *, split_sizes: tuple[Dim, ...], axis: int) -> tuple[TensorType, ...]:
     x = R.require_tensor("split", x)
     R.require_rank("split", x, lambda r: r >= 1, ">= 1")
-    ax = R.normalize_axis("split", axis, x.rank)
-    neg = [s for s in split_sizes if isinstance(s, StaticDim) and s.dim < 0]
-    if neg:
-        raise R.OpError(f"split: split_sizes must be non-negative, got {_fmt_dims(split_sizes)}")
-    total = functools.reduce(operator.add, split_sizes, StaticDim(0))
-    if total != x.shape[ax]:
+    if not -x.rank <= axis < x.rank:
+        raise R.AxisError(f"split: Axis must be in range [{-x.rank}, {x.rank}), got {axis} (input {R.fmt(x)})")
+    ax = axis % x.rank
+    sizes = [int(s) for s in split_sizes]
+    if any(s < 0 for s in sizes):
+        raise R.OpError(f"split: Split sizes must be positive: sizes={sizes}")
+    if x.shape[ax] != sum(sizes):
         raise R.OpError(
-            f"split: split_sizes {_fmt_dims(split_sizes)} add up to {total}, but dim {axis} of {R.fmt(x)} is {x.shape[ax]}"
+            f"split: Split sizes must sum to dimension value; x.shape[axis]={x.shape[ax]!r} != sum(sizes={sizes}) (input {R.fmt(x)}, axis {axis})"
         )
     outs = []
     for s in split_sizes:
@@ -627,21 +658,30 @@ def split(x, split_sizes, axis=0):
         >>> b
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [3.0, 4.0, 5.0]
     """
-    return list(bind(split_p, x, split_sizes=_as_dims("split", split_sizes, "split_sizes"), axis=axis))
+    sizes = _as_dims("split", split_sizes, "split_sizes")
+    symbolic = [d for d in sizes if not isinstance(d, StaticDim)]
+    if symbolic:
+        # MAX's split slices at static offsets: every size must be known.
+        raise TypeError(f"split: split_sizes must be static ints, got symbolic dim {symbolic[0]} in {_fmt_dims(sizes)}")
+    if isinstance(axis, (bool, np.bool_)) or not hasattr(axis, "__index__"):
+        raise TypeError(f"split: axis must be an int, got {type(axis).__name__}")
+    return list(bind(split_p, x, split_sizes=sizes, axis=int(axis)))
 
 
 def _chunk_rule(x, *, chunks: int, axis: int) -> tuple[TensorType, ...]:
     x = R.require_tensor("chunk", x)
     R.require_rank("chunk", x, lambda r: r >= 1, ">= 1")
     ax = R.normalize_axis("chunk", axis, x.rank)
+    d = x.shape[ax]
+    if not isinstance(d, StaticDim):
+        # MAX's chunk needs a static dim (a TypeError there too).
+        raise TypeError(f"chunk: dim {axis} of {R.fmt(x)} must be static to chunk, got symbolic dim {d}; rebind it to a static size first")
     if chunks <= 0:
         raise R.OpError(f"chunk: chunks must be positive, got {chunks}")
-    d = x.shape[ax]
-    size = _exact_div(d, StaticDim(chunks))
-    if size is None:
-        raise R.OpError(f"chunk: {chunks} chunks must evenly divide dim {axis} of {R.fmt(x)} (size {d})")
+    if d.dim % chunks:
+        raise R.OpError(f"chunk: chunks={chunks} must statically divide dim {axis} of {R.fmt(x)} (size {d})")
     shape = list(x.shape)
-    shape[ax] = size
+    shape[ax] = StaticDim(d.dim // chunks)
     return tuple(TensorType(x.dtype, shape, x.device) for _ in range(chunks))
 
 

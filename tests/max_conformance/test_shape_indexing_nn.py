@@ -1,0 +1,106 @@
+"""MAX graph-API conformance of the shape, indexing and nn ops.
+
+Behaviours MAX's own unit tests rely on (error types and wording, rank-0
+transpose, pad modes, static-size rules), checked against numpy or MAX's
+documented behaviour.
+"""
+
+import numpy as np
+import pytest
+
+from maxfx.dtype import DType
+from maxfx.graph import DeviceRef, Graph, TensorType, ops
+from tests.ops.harness import run_op
+
+
+def _graph(*types):
+    return Graph("conformance", input_types=list(types))
+
+
+def _t(dtype, shape, device=None):
+    return TensorType(dtype, shape, device or DeviceRef.CPU())
+
+
+# ─── axes: IndexError, as MAX ─────────────────────────────────────────────
+
+
+def test_out_of_range_axes_are_index_errors():
+    with _graph(_t(DType.float32, [2, 3])) as g:
+        x = g.inputs[0].tensor
+        for call in (
+            lambda: ops.transpose(x, 2, 0),
+            lambda: ops.permute(x, [0, 2]),
+            lambda: ops.flatten(x, 0, 2),
+            lambda: ops.concat([x, x], 2),
+            lambda: ops.stack([x], axis=3),
+            lambda: ops.split(x, [1, 1], axis=-3),
+            lambda: ops.squeeze(x, 5),
+        ):
+            with pytest.raises(IndexError, match="out of range|Axis must be in range"):
+                call()
+            # Still a ValueError (OpError), as maxfx documents.
+            with pytest.raises(ValueError):
+                call()
+
+
+def test_transpose_rank_zero_accepts_0_and_minus_1():
+    with _graph(_t(DType.float32, [])) as g:
+        x = g.inputs[0].tensor
+        for a, b in [(0, 0), (-1, 0), (0, -1)]:
+            assert ops.transpose(x, a, b).type == _t(DType.float32, [])
+        with pytest.raises(IndexError, match=r"transpose: Axis axis_1 out of range \(expected to be in range of \[-1, 0\], but got 1\)"):
+            ops.transpose(x, 1, 0)
+        with pytest.raises(IndexError, match=r"transpose: Axis axis_2 out of range \(expected to be in range of \[-1, 0\], but got -2\)"):
+            ops.transpose(x, 0, -2)
+    np.testing.assert_array_equal(run_op(lambda v: ops.transpose(v, 0, -1), np.float32(2.5)), np.float32(2.5))
+
+
+# ─── concat / stack / split / chunk ───────────────────────────────────────
+
+
+def test_concat_stack_mismatched_devices_list_the_inputs():
+    with _graph(_t(DType.float32, [1, 2]), _t(DType.float32, [1, 2], DeviceRef.GPU())) as g:
+        a, b = (v.tensor for v in g.inputs)
+        for op in (ops.concat, ops.stack):
+            with pytest.raises(ValueError, match=r"Input values must be on the same device\n    0: float32\[1, 2\] on cpu:0\n    1: float32\[1, 2\] on gpu:0"):
+                op([a, b])
+
+
+def test_stack_messages():
+    with _graph(_t(DType.float32, [1, 2]), _t(DType.float32, [1, 2, 3]), _t(DType.int32, [1, 2])) as g:
+        a, b, c = (v.tensor for v in g.inputs)
+        with pytest.raises(ValueError, match="stack: Expected at least one value to stack"):
+            ops.stack(v for v in [])
+        with pytest.raises(ValueError, match=r"All inputs to stack must be the same rank, got float32\[1, 2\], float32\[1, 2, 3\]"):
+            ops.stack([a, b])
+        with pytest.raises(ValueError, match=r"All inputs to stack must have the same dtype, got float32\[1, 2\], int32\[1, 2\]"):
+            ops.stack([a, c])
+        with pytest.raises(IndexError, match=r"stack: Axis out of range \(expected to be in range of \[-3, 2\], but got -4\)"):
+            ops.stack([a], axis=-4)
+
+
+def test_split_needs_static_sizes_and_uses_max_wording():
+    x = np.arange(15, dtype=np.float32)
+    a, b = run_op(lambda v: ops.split(v, [10, 5]), x)
+    np.testing.assert_array_equal(a, x[:10])
+    np.testing.assert_array_equal(b, x[10:])
+    with _graph(_t(DType.float32, [15]), _t(DType.float32, ["n"])) as g:
+        x, s = (v.tensor for v in g.inputs)
+        with pytest.raises(ValueError, match=r"Split sizes must sum to dimension value; x\.shape\[axis\]=Dim\(15\) != sum\(sizes=\[10, 6\]\)"):
+            ops.split(x, [10, 6])
+        with pytest.raises(ValueError, match=r"Split sizes must be positive: sizes=\[10, -6\]"):
+            ops.split(x, [10, -6])
+        with pytest.raises(IndexError, match=r"Axis must be in range \[-1, 1\), got 2"):
+            ops.split(x, [10, 5], 2)
+        with pytest.raises(TypeError, match="split: split_sizes must be static ints, got symbolic dim n"):
+            ops.split(s, ["n"])
+
+
+def test_chunk_needs_a_static_dim_it_divides():
+    with _graph(_t(DType.float32, [9, "n"])) as g:
+        x = g.inputs[0].tensor
+        assert [o.type for o in ops.chunk(x, 3)] == [_t(DType.float32, [3, "n"])] * 3
+        with pytest.raises(ValueError, match=r"chunk: chunks=2 must statically divide dim 0 of float32\[9, n\]"):
+            ops.chunk(x, 2)
+        with pytest.raises(TypeError, match=r"chunk: dim 1 of float32\[9, n\] must be static to chunk"):
+            ops.chunk(x, 1, axis=1)
