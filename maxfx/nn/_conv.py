@@ -253,7 +253,7 @@ class Conv2d(_ConvND, Shardable):
     @sharding_strategy.setter
     def sharding_strategy(self, strategy: Any) -> None:
         if strategy is not None and not strategy.is_replicate:
-            raise ValueError(f"Conv2d: only replicate sharding is supported, got {strategy}")
+            raise ValueError(f"Conv2d: only replicate is supported as a sharding strategy, got {strategy}")
         self.__dict__["_sharding_strategy"] = strategy
         for w in (self.filter, self.bias):
             if w is not None:
@@ -263,7 +263,7 @@ class Conv2d(_ConvND, Shardable):
         """Creates sharded views of this Conv2d layer across multiple devices (each holds the full filter)."""
         devices = list(devices)
         if self.sharding_strategy is None:
-            raise ValueError("Conv2d.shard: set sharding_strategy first (ShardingStrategy.replicate(n))")
+            raise ValueError("Conv2d.shard: the layer has no sharding strategy; set sharding_strategy first (ShardingStrategy.replicate(n))")
         filters = self.filter.shard(devices)
         biases = self.bias.shard(devices) if self.bias is not None else [None] * len(devices)
         out = []

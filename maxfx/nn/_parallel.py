@@ -48,7 +48,7 @@ class DistributedGemmConfig:
 def _refs(devices: Sequence[Any], owner: str) -> list[DeviceRef]:
     refs = [DeviceRef.from_device(d) for d in devices]
     if not refs:
-        raise ValueError(f"{owner}: need at least one device")
+        raise ValueError(f"{owner} requires a non-empty devices argument (got no devices)")
     return refs
 
 
@@ -76,6 +76,11 @@ class ColumnParallelLinear(Linear):
     def __init__(self, in_dim: int, out_dim: int, dtype: DType, devices: Sequence[Any], tied_weight: Weight | None = None, **kwargs: Any):
         self.devices = _refs(devices, "ColumnParallelLinear")
         n = len(self.devices)
+        if tied_weight is not None and (kwargs.get("quant_config") is not None or kwargs.get("float8_config") is not None or kwargs.get("has_bias")):
+            raise ValueError(
+                "ColumnParallelLinear: float8 and bias are both unsupported by ColumnParallelLinear currently when a tied_weight is given "
+                "(the tied weight has no scales or bias to shard); drop quant_config/float8_config and has_bias"
+            )
         if out_dim % n:
             raise ValueError(f"ColumnParallelLinear: out_dim {out_dim} must split evenly over {n} devices")
         super().__init__(in_dim, out_dim, dtype, self.devices[0], **kwargs)

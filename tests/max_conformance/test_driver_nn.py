@@ -410,3 +410,29 @@ def test_load_state_dict_unaligned_and_key_errors():
         m.load_state_dict({})
     with pytest.raises(ValueError, match="Unexpected keys in state_dict"):
         m.load_state_dict({"weight": np.zeros(10, np.float32), "extra": np.zeros(1, np.float32)})
+
+
+# ---------------------------------------------------------------- parallel layers' validation
+def test_column_parallel_linear_validation_messages():
+    from maxfx.graph import DeviceRef, Weight
+    from maxfx.nn.linear import ColumnParallelLinear
+
+    with pytest.raises(ValueError, match="ColumnParallelLinear requires a non-empty devices argument"):
+        ColumnParallelLinear(in_dim=16, out_dim=32, dtype=DType.float32, devices=[])
+    tied = Weight("tied_weight", DType.float32, (32, 16), DeviceRef.CPU())
+    for extra in ({"has_bias": True}, {"quant_config": {}}):
+        with pytest.raises(ValueError, match="float8 and bias are both unsupported by ColumnParallelLinear currently"):
+            ColumnParallelLinear(in_dim=16, out_dim=32, dtype=DType.float32, devices=[DeviceRef.CPU()], tied_weight=tied, **extra)
+    lin = ColumnParallelLinear(in_dim=16, out_dim=32, dtype=DType.float32, devices=[DeviceRef.CPU(0), DeviceRef.CPU(1)], tied_weight=tied)
+    assert lin.weight is tied
+
+
+def test_conv2d_sharding_messages():
+    from maxfx.graph import DeviceRef, ShardingStrategy
+    from maxfx.nn.conv import Conv2d
+
+    conv = Conv2d(in_channels=3, out_channels=4, kernel_size=3, dtype=DType.float32, device=DeviceRef.CPU())
+    with pytest.raises(ValueError, match="no sharding strategy"):
+        conv.shard([DeviceRef.CPU()])
+    with pytest.raises(ValueError, match="only replicate is supported"):
+        conv.sharding_strategy = ShardingStrategy.rowwise(num_devices=2)
