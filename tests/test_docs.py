@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import maxfx.graph.ops  # noqa: F401 - registers every op first, so the pages' scoped registrations only remove their own
 from lowering.registry import scoped_registrations
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -138,6 +138,10 @@ class Tensor(TensorOperators):
         elif storage is not None:
             src = Tensor._from_driver(storage)
         elif data is not None:
+            given = getattr(data, "dtype", None) if _is_array_like(data) else None
+            if dtype is not None and given is not None and DType.from_numpy(np.dtype(given)) is not dtype:
+                # MAX: the constructor keeps an array's dtype and never casts it silently.
+                raise ValueError(f"Tensor: DType must match the array's dtype: dtype={dtype.name} given for a {np.dtype(given).name} array; cast the array (or use .cast) first")
             src = Tensor.constant(data, dtype=dtype, device=device)
         else:
             raise TypeError("Tensor() needs data (a scalar, list or array), storage= (a driver.Tensor) or value= (a graph value)")
