@@ -855,7 +855,10 @@ def repeat_interleave(x, repeats, axis=None, out_dim=None):
 # ─── pad / band_part / as_interleaved_complex ─────────────────────────────
 
 
-def _pad_rule(x, value, *, paddings: tuple[int, ...]) -> TensorType:
+_PAD_MODES = ("constant", "reflect", "edge")
+
+
+def _pad_rule(x, value, *, paddings: tuple[int, ...], mode: str = "constant") -> TensorType:
     x = R.require_tensor("pad", x)
     v = R.require_tensor("pad", value, "value")
     R.require_rank("pad", v, lambda r: r == 0, "0 (a scalar)", "value")
@@ -869,7 +872,10 @@ def _pad_rule(x, value, *, paddings: tuple[int, ...]) -> TensorType:
     return TensorType(x.dtype, shape, x.device)
 
 
-def _pad_impl(x, value, *, paddings):
+def _pad_impl(x, value, *, paddings, mode="constant"):
+    if mode != "constant":
+        # numpy's modes: "reflect" mirrors without repeating the edge, "edge" repeats it.
+        return jnp.pad(x, [(paddings[2 * i], paddings[2 * i + 1]) for i in range(x.ndim)], mode=mode)
     config = [(paddings[2 * i], paddings[2 * i + 1], 0) for i in range(x.ndim)]
     return jax.lax.pad(x, value.astype(x.dtype), config)
 
@@ -879,26 +885,35 @@ pad_p = register(OpDef("pad", rule=_pad_rule, impl=_pad_impl, promote=(0, 1)))
 
 @front(pad_p)
 def pad(input, paddings, mode="constant", value=0):
-    """Pad with a constant: ``paddings = [before0, after0, before1, after1, ...]``.
+    """Pad a tensor: ``paddings = [before0, after0, before1, after1, ...]``.
 
     Args:
         input: the tensor to pad.
         paddings: 2 * rank non-negative ints.
-        mode: only ``"constant"`` is supported.
-        value: the fill value (a scalar; must fit the input's dtype).
+        mode: ``"constant"`` fills with ``value``; ``"reflect"`` mirrors the
+            input without repeating its edge (``[1, 2, 3]`` padded by 2 before:
+            ``[3, 2, 1, 2, 3]``); ``"edge"`` repeats the edge value.
+        value: the fill value of ``"constant"`` (a scalar; must fit the input's dtype).
 
     Raises:
-        ValueError: another mode, or the wrong number of paddings.
+        ValueError: another mode, negative paddings, or the wrong number of paddings.
 
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> ops.pad(Tensor.constant([[1.0, 2.0], [3.0, 4.0]]), [1, 0, 0, 2], value=9.0)  # rows: 1 before; cols: 2 after
         TensorType(dtype=float32, shape=[Dim(3), Dim(4)], device=cpu:0): [9.0, 9.0, 9.0, 9.0, 1.0, 2.0, 9.0, 9.0, 3.0, 4.0, 9.0, 9.0]
+        >>> ops.pad(Tensor.constant([1.0, 2.0, 3.0]), [2, 1], mode="reflect")
+        TensorType(dtype=float32, shape=[Dim(6)], device=cpu:0): [3.0, 2.0, 1.0, 2.0, 3.0, 2.0]
+        >>> ops.pad(Tensor.constant([1.0, 2.0, 3.0]), [2, 1], mode="edge")
+        TensorType(dtype=float32, shape=[Dim(6)], device=cpu:0): [1.0, 1.0, 1.0, 2.0, 3.0, 3.0]
     """
+    if mode not in _PAD_MODES:
+        raise ValueError(f"pad: unsupported padding mode {mode!r}; expected one of {', '.join(map(repr, _PAD_MODES))}")
+    params = {"paddings": _as_ints("pad", paddings, "paddings")}
     if mode != "constant":
-        raise ValueError(f"pad: only mode='constant' is supported, got mode={mode!r}")
-    return bind(pad_p, input, value, paddings=_as_ints("pad", paddings, "paddings"))
+        params["mode"] = mode
+    return bind(pad_p, input, value, **params)
 
 
 def _band_part_rule(x, *, num_lower: int | None, num_upper: int | None, exclude: bool) -> TensorType:

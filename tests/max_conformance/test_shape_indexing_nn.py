@@ -104,3 +104,25 @@ def test_chunk_needs_a_static_dim_it_divides():
             ops.chunk(x, 2)
         with pytest.raises(TypeError, match=r"chunk: dim 1 of float32\[9, n\] must be static to chunk"):
             ops.chunk(x, 1, axis=1)
+
+
+# ─── pad modes ────────────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize("mode", ["reflect", "edge"])
+@pytest.mark.parametrize("paddings", [[1, 2, 0, 1], [0, 0, 0, 0], [3, 5, 4, 1]])
+def test_pad_modes_match_numpy(mode, paddings):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    got = run_op(lambda v: ops.pad(v, paddings, mode=mode), x)
+    want = np.pad(x, [(paddings[0], paddings[1]), (paddings[2], paddings[3])], mode=mode)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_pad_mode_errors():
+    with _graph(_t(DType.int32, [3, 3])) as g:
+        x = g.inputs[0].tensor
+        assert ops.pad(x, [1, 1, 2, 0], mode="edge").type == _t(DType.int32, [5, 5])
+        with pytest.raises(ValueError, match="pad: unsupported padding mode 'wrap'"):
+            ops.pad(x, [1, 1, 1, 1], mode="wrap")
+        with pytest.raises(ValueError, match="pad: paddings must be non-negative"):
+            ops.pad(x, [1, -1, 1, 1], mode="reflect")
