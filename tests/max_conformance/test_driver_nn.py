@@ -436,3 +436,56 @@ def test_conv2d_sharding_messages():
         conv.shard([DeviceRef.CPU()])
     with pytest.raises(ValueError, match="only replicate is supported"):
         conv.sharding_strategy = ShardingStrategy.rowwise(num_devices=2)
+
+
+# ---------------------------------------------------------------- forward_sequential_layers
+@pytest.mark.parametrize("groups", [None, [], [[0, 1, 2]], [[1, 2]]])
+def test_forward_sequential_layers_runs_each_layer_with_its_weights(groups):
+    from maxfx import nn
+    from maxfx.engine import InferenceSession
+    from maxfx.graph import DeviceRef, Graph, TensorType, Weight, ops
+    from maxfx.nn.transformer import forward_sequential_layers
+
+    class ScaleShift(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = Weight("scale", DType.float32, [4], DeviceRef.CPU())
+
+        def __call__(self, idx, xs):
+            return [x * self.scale + ops.cast(idx, DType.float32) for x in xs]
+
+    class Stack(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = [ScaleShift() for _ in range(3)]
+
+    model = Stack()
+    scales = {f"layers.{i}.scale": np.full(4, i + 2.0, np.float32) for i in range(3)}
+    model.load_state_dict(scales)
+    seen = []
+    with Graph("g", input_types=[TensorType(DType.float32, [4], DeviceRef.CPU())]) as g:
+        out = forward_sequential_layers(
+            list(model.layers),
+            inputs_for_layer=lambda i, h: [ops.constant(i, DType.uint32, device=DeviceRef.CPU()), h],
+            weight_prefix_for_layer=lambda i: f"layers.{i}.",
+            subgraph_layer_groups=groups,
+            initial_hidden_states=[g.inputs[0].tensor],
+            on_layer_output=lambda i, h: seen.append((i, len(h))),
+        )
+        g.output(*out)
+    assert seen == [(0, 1), (1, 1), (2, 1)]
+    x = np.arange(4, dtype=np.float32)
+    result = InferenceSession().load(g, weights_registry=model.state_dict()).execute(x)[0].to_numpy()
+    expected = x
+    for i in range(3):
+        expected = expected * (i + 2.0) + i
+    np.testing.assert_allclose(result, expected)
+
+
+def test_forward_sequential_layers_rejects_bad_groups():
+    from maxfx.nn.transformer import forward_sequential_layers
+
+    with pytest.raises(ValueError, match="names layer 3"):
+        forward_sequential_layers([object()] * 2, inputs_for_layer=lambda i, h: [h], weight_prefix_for_layer=str, subgraph_layer_groups=[[3]], initial_hidden_states=[])
+    with pytest.raises(ValueError, match="appears in subgraph groups 0 and 1"):
+        forward_sequential_layers([object()] * 2, inputs_for_layer=lambda i, h: [h], weight_prefix_for_layer=str, subgraph_layer_groups=[[0], [0, 1]], initial_hidden_states=[])

@@ -15,6 +15,7 @@ from maxfx.nn.transformer._distributed import (
     forward_sharded_layers,
     take,
 )
+from maxfx.nn.transformer._sequential import forward_sequential_layers
 from maxfx.nn.transformer._transformer import ReturnLogits, Transformer, TransformerBlock
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "distribute_value",
     "distributed_transformer",
     "forward_sharded_layers",
+    "forward_sequential_layers",
     "take",
     "transformer",
 ]
