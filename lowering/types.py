@@ -22,6 +22,7 @@ from lowering.driver_devices import CPU, Accelerator, Device
 from lowering.dtypes import DType
 
 __all__ = [
+    "DevicePlacementPolicy",
     "DeviceKind",
     "DeviceRef",
     "Type",
@@ -275,6 +276,23 @@ class OpaqueType(Type):
 
     def __repr__(self) -> str:
         return f"OpaqueType({self.name!r})"
+
+
+class DevicePlacementPolicy(enum.Enum):
+    """What a graph does when ``ops.constant`` is given data that lives on an
+    accelerator (a graph constant is embedded from host memory, so the data is
+    copied to the host first).
+
+    Attributes:
+        Ignore: copy silently.
+        Warn: copy and emit a ``UserWarning`` naming ``ops.constant`` (the default).
+        Error: raise ``ValueError``; move the data to the CPU yourself, or pass it
+            as a graph input.
+    """
+
+    Ignore = "ignore"
+    Warn = "warn"
+    Error = "error"
 
 
 class _ChainType(Type):

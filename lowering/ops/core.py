@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lowering.context import bind, current_context
+from lowering.context import GraphBuilder, bind, current_context
 from lowering.dtypes import DType, result_dtype_for_python_scalar
 from lowering.ir import ConstantValue
 from lowering.ops._rules import OpError, fmt, require_tensor
 from lowering.registry import OpDef, front, register
-from lowering.types import DeviceRef, TensorType
+from lowering.types import DevicePlacementPolicy, DeviceRef, TensorType
 
 __all__ = ["constant", "cast", "weight_p", "constant_p", "cast_p", "to_constant_array"]
 
@@ -85,11 +86,55 @@ def constant(value: Any, dtype: DType | None = None, device: Any = None):
         >>> InferenceSession().load(g).execute()[0].to_numpy()
         array([2, 4, 6], dtype=int32)
     """
-    arr, dtype = to_constant_array(value, dtype)
     ctx = current_context()
+    source = _accelerator_of(value) if isinstance(ctx, GraphBuilder) else None
+    if source is not None:
+        _check_placement(ctx, source)
+        value = _to_host(value)
+    arr, dtype = to_constant_array(value, dtype)
     if device is None:
-        device = getattr(ctx, "default_device", None) or DeviceRef.CPU()
+        device = source or getattr(ctx, "default_device", None) or DeviceRef.CPU()
     return bind(constant_p, value=ConstantValue(arr), dtype=dtype, device=DeviceRef.from_device(device))
+
+
+def _accelerator_of(value: Any) -> DeviceRef | None:
+    """The accelerator that holds ``value`` (a driver Buffer or eager Tensor), None for host data."""
+    if isinstance(value, (np.ndarray, np.generic, list, tuple, int, float, bool)):
+        return None
+    device = getattr(value, "device", None)
+    if device is None:
+        return None
+    try:
+        ref = DeviceRef.from_device(device)
+    except (TypeError, ValueError):
+        return None
+    return None if ref.is_cpu() else ref
+
+
+def _to_host(value: Any) -> Any:
+    to_numpy = getattr(value, "to_numpy", None)
+    if to_numpy is not None:
+        return to_numpy()
+    return np.asarray(jax.device_get(value))
+
+
+def _check_placement(ctx: Any, source: DeviceRef) -> None:
+    """Apply the graph's `DevicePlacementPolicy` to constant data held by ``source``."""
+    policy = DevicePlacementPolicy.Warn
+    while ctx is not None:
+        found = getattr(ctx, "strict_device_placement", None)
+        if found is not None:
+            policy = found
+            break
+        ctx = getattr(ctx, "parent", None)
+    message = (
+        f"ops.constant: the data lives on {source}; a graph constant is embedded from host memory, "
+        "so it is copied to the CPU while building the graph (pass it as a graph input to avoid the copy)"
+    )
+    if policy is DevicePlacementPolicy.Error:
+        raise ValueError(message + " [strict_device_placement=DevicePlacementPolicy.Error]")
+    if policy is DevicePlacementPolicy.Warn:
+        warnings.warn(message, UserWarning, stacklevel=4)
 
 
 # ─── cast ─────────────────────────────────────────────────────────────────

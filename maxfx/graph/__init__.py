@@ -13,7 +13,7 @@ from maxfx.graph._value import BufferValue, TensorValue, Value
 from maxfx.graph._weight import ShardingStrategy, Weight
 from maxfx.graph.dim import AlgebraicDim, Dim, DimLike, StaticDim, SymbolicDim
 from maxfx.graph.shape import Shape, ShapeLike
-from maxfx.graph.type import BufferType, ConvInputLayout, DeviceKind, DeviceRef, FilterLayout, OpaqueType, TensorType, Type, _ChainType
+from maxfx.graph.type import BufferType, ConvInputLayout, DeviceKind, DevicePlacementPolicy, DeviceRef, FilterLayout, OpaqueType, TensorType, Type, _ChainType
 from maxfx.graph.value import TensorValueLike
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "BufferValue",
     "ConvInputLayout",
     "DeviceKind",
+    "DevicePlacementPolicy",
     "DeviceRef",
     "Dim",
     "DimLike",

@@ -20,7 +20,7 @@ from lowering.ir import Block, Var
 from lowering.ops.core import weight_p
 from lowering.ops.custom import lookup_custom_op
 from lowering.registry import get_op
-from lowering.types import BufferType, DeviceRef, TensorType, Type, _ChainType
+from lowering.types import BufferType, DevicePlacementPolicy, DeviceRef, TensorType, Type, _ChainType
 from maxfx.graph import ops
 from maxfx.graph._current import current_graph, enter_graph, exit_graph
 from maxfx.graph._value import TensorValue, Value, wrap_var
@@ -157,6 +157,8 @@ class Graph:
         input_types: `TensorType`/`BufferType` of each input (str dims are symbolic).
         path: loading a serialized MAX graph is not supported (raises).
         custom_extensions: kernel library paths (recorded, see `KernelLibrary`).
+        strict_device_placement: what ``ops.constant`` does with data that lives
+            on an accelerator (`DevicePlacementPolicy`: warn by default).
     """
 
     current = _CurrentGraph()
@@ -172,6 +174,7 @@ class Graph:
         context: Any = None,
         kernel_library: KernelLibrary | None = None,
         module: Any = None,
+        strict_device_placement: DevicePlacementPolicy = DevicePlacementPolicy.Warn,
         **kwargs: Any,
     ):
         if path is not None:
@@ -187,6 +190,7 @@ class Graph:
                 raise TypeError(f"Graph {name!r}: input_types[{i}] must be a TensorType or BufferType, got {type(t).__name__}")
         device = next((t.device for t in input_types if hasattr(t, "device")), DeviceRef.CPU())
         self._builder = GraphBuilder(self._block, wrap_var, default_device=device)
+        self._builder.strict_device_placement = DevicePlacementPolicy(strict_device_placement)
         self._block.inputs = [Var(t) for t in input_types]
         self._inputs = tuple(wrap_var(self._builder, v) for v in self._block.inputs)
         self._weights: dict[str, Any] = {}  # name -> Weight
@@ -302,7 +306,15 @@ class Graph:
         """A named subgraph, invoked with ``ops.call(subgraph, *args)``."""
         if name in self._subgraphs:
             raise ValueError(f"Graph {self.name!r}: subgraph {name!r} already exists")
-        sub = Graph(name, forward=forward, input_types=input_types, path=path, custom_extensions=custom_extensions, kernel_library=self.kernel_library)
+        sub = Graph(
+            name,
+            forward=forward,
+            input_types=input_types,
+            path=path,
+            custom_extensions=custom_extensions,
+            kernel_library=self.kernel_library,
+            strict_device_placement=self._builder.strict_device_placement,
+        )
         sub._parent = self
         for device in devices:
             sub.device_chains[device]  # MAX pre-allocates these chains

@@ -1,6 +1,6 @@
 """Graph value types (``max.graph.type``)."""
 
 from lowering.dims import Shape, ShapeLike
-from lowering.types import BufferType, ConvInputLayout, DeviceKind, DeviceRef, FilterLayout, OpaqueType, TensorType, Type, _ChainType
+from lowering.types import BufferType, ConvInputLayout, DeviceKind, DevicePlacementPolicy, DeviceRef, FilterLayout, OpaqueType, TensorType, Type, _ChainType
 
-__all__ = ["BufferType", "ConvInputLayout", "DeviceKind", "DeviceRef", "FilterLayout", "OpaqueType", "Shape", "ShapeLike", "TensorType", "Type", "_ChainType"]
+__all__ = ["BufferType", "ConvInputLayout", "DeviceKind", "DevicePlacementPolicy", "DeviceRef", "FilterLayout", "OpaqueType", "Shape", "ShapeLike", "TensorType", "Type", "_ChainType"]

@@ -266,3 +266,51 @@ def test_call_takes_inputs_on_several_devices():
         [out] = ops.call(sub, *graph.inputs)
         assert out.type == t_cpu
         graph.output(out)
+
+
+# ─── ops.constant from accelerator data: DevicePlacementPolicy ────────────
+
+
+class _AcceleratorArray:
+    """Stands for a driver Buffer resident on GPU 0 (no GPU on the test machine)."""
+
+    device = DeviceRef.GPU(0)
+
+    def to_numpy(self):
+        return np.array([1.0, 2.0], np.float32)
+
+
+def test_constant_from_accelerator_data_warns_by_default():
+    import warnings
+
+    from maxfx.graph import DevicePlacementPolicy
+
+    assert DevicePlacementPolicy("warn") is DevicePlacementPolicy.Warn
+    with Graph("g"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            c = ops.constant(_AcceleratorArray())
+        assert len(caught) == 1 and "ops.constant" in str(caught[0].message)
+        assert c.type == TensorType(DType.float32, [2], DeviceRef.GPU(0))  # stays on the data's device
+
+
+def test_constant_from_accelerator_data_policies():
+    import warnings
+
+    from maxfx.graph import DevicePlacementPolicy
+
+    with Graph("strict", strict_device_placement=DevicePlacementPolicy.Error) as graph:
+        with pytest.raises(ValueError, match=r"ops\.constant"):
+            ops.constant(_AcceleratorArray())
+        with graph.add_subgraph("sub") as sub:  # a subgraph inherits the policy
+            with pytest.raises(ValueError, match=r"ops\.constant"):
+                ops.constant(_AcceleratorArray())
+            sub.output()
+    with Graph("quiet", strict_device_placement=DevicePlacementPolicy.Ignore):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert ops.constant(_AcceleratorArray(), device=CPU).type == TensorType(DType.float32, [2], CPU)
+    with Graph("host"):  # host data never warns
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            ops.constant(np.zeros(2, np.float32))
