@@ -1,4 +1,5 @@
-"""Device placement and collectives: ``transfer_to`` and ``allgather``.
+"""Device placement and collectives: ``transfer_to``, ``allgather``,
+``distributed_broadcast`` and ``shard_and_stack``.
 
 A compiled graph runs as one XLA program on one device (the session picks it
 from the graph's types), so inside that program a transfer is an identity and
@@ -18,12 +19,12 @@ import jax.numpy as jnp
 
 from lowering.context import bind
 from lowering.devices import jax_device
-from lowering.dims import Dim
-from lowering.ops._rules import OpError, fmt, require_tensor
+from lowering.dims import Dim, StaticDim
+from lowering.ops._rules import AxisError, OpError, fmt, require_tensor
 from lowering.registry import OpDef, front, register
 from lowering.types import BufferType, DeviceRef, TensorType, Type
 
-__all__ = ["transfer_to", "allgather"]
+__all__ = ["transfer_to", "allgather", "distributed_broadcast", "shard_and_stack"]
 
 
 # ─── transfer_to ─────────────────────────────────────────────────────────
@@ -159,3 +160,172 @@ def allgather(inputs: Iterable[Any], signal_buffers: Iterable[Any], axis: int = 
         # One device: nothing to gather (as in MAX).
         return inputs
     return list(bind(allgather_p, *inputs, *signal_buffers, n=len(inputs), axis=axis))
+
+
+# ─── distributed_broadcast ──────────────────────────────────────────────────
+
+
+def _broadcast_rule(x: Type, *signals: Type, root: int) -> tuple[TensorType, ...]:
+    t = require_tensor("distributed_broadcast", x, "input")
+    for i, b in enumerate(signals):
+        if not isinstance(b, BufferType):
+            raise TypeError(f"distributed_broadcast: signal buffer {i} must be a BufferValue, got {fmt(b)}")
+    return tuple(TensorType(t.dtype, t.shape, b.device) for b in signals)
+
+
+def _broadcast_impl(x, *signals, root: int):
+    # One program: every device's copy is the root's tensor.
+    return tuple(x for _ in signals)
+
+
+distributed_broadcast_p = register(
+    OpDef("distributed_broadcast", rule=_broadcast_rule, impl=_broadcast_impl, multiple_results=True, cross_device=True)
+)
+
+
+@front(distributed_broadcast_p)
+def distributed_broadcast(input: Any, signal_buffers: Iterable[Any]) -> list[Any]:  # noqa: A002 - MAX's name
+    """Copy ``input`` from its device (the root) to every device of ``signal_buffers``.
+
+    Args:
+        input: the tensor to broadcast; its device is the source and must be
+            one of the signal buffers' devices.
+        signal_buffers: one synchronization `BufferValue` per participating
+            device (MAX's peer-to-peer signals; unused by XLA).
+
+    Returns:
+        One tensor per signal buffer, on that buffer's device, with the input's
+        shape and dtype. With one buffer, ``[input]`` itself.
+
+    Raises:
+        ValueError: no signal buffers, the input's device is not among theirs,
+            or a device appears twice.
+
+    Example:
+        >>> import numpy as np
+        >>> from maxfx.driver import Tensor
+        >>> from maxfx.graph import BufferType, DeviceRef, Graph, TensorType, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> devices = [DeviceRef.CPU(0), DeviceRef.CPU(1)]
+        >>> signals = [BufferType(DType.uint8, [16], d) for d in devices]
+        >>> with Graph("bcast", input_types=[TensorType(DType.float32, [2], devices[1]), *signals]) as g:
+        ...     outs = ops.distributed_broadcast(g.inputs[0], [b.buffer for b in g.inputs[1:]])
+        ...     print([str(o.device) for o in outs])
+        ...     g.output(*outs)
+        ['cpu:0', 'cpu:1']
+        >>> sig = [Tensor.from_numpy(np.zeros(16, np.uint8)) for _ in devices]
+        >>> [o.to_numpy().tolist() for o in InferenceSession().load(g).execute(np.array([1.0, 2.0], np.float32), *sig)]
+        [[1.0, 2.0], [1.0, 2.0]]
+    """
+    signal_buffers = list(signal_buffers)
+    if not signal_buffers:
+        raise ValueError("distributed_broadcast requires at least 1 signal buffer")
+    if len(signal_buffers) == 1:
+        return [input]
+    t = getattr(input, "type", None)
+    devices = [getattr(getattr(b, "type", None), "device", None) for b in signal_buffers]
+    device = getattr(t, "device", None)
+    if device is not None and all(d is not None for d in devices):
+        if device not in devices:
+            raise ValueError(f"distributed_broadcast: input tensor device {device} not found in signal buffer devices: [{', '.join(map(str, devices))}]")
+        if len(set(devices)) < len(devices):
+            raise ValueError(f"distributed_broadcast requires unique devices across signal buffers, got [{', '.join(map(str, devices))}]")
+        root = devices.index(device)
+    else:
+        root = 0
+    return list(bind(distributed_broadcast_p, input, *signal_buffers, root=root))
+
+
+# ─── shard_and_stack ────────────────────────────────────────────────────────
+
+
+def _shard_and_stack_rule(*types: Type, devices: tuple[DeviceRef, ...], axis: int) -> tuple[TensorType, ...]:
+    op = "shard_and_stack"
+    ts = [require_tensor(op, t, f"input {i}") for i, t in enumerate(types)]
+    first = ts[0]
+    for i, t in enumerate(ts[1:], 1):
+        if t.device != first.device:
+            raise OpError(f"{op}: Input values must be on the same device; input 0 is on {first.device}, input {i} on {t.device}")
+        if t.dtype is not first.dtype:
+            raise OpError(f"{op}: All input tensors must have the same dtype; input 0 is {fmt(first)}, input {i} is {fmt(t)}")
+        if list(t.shape) != list(first.shape):
+            raise OpError(
+                f"{op}: All input tensors must have the same shape. "
+                f"Input 0 has shape {list(first.shape)!r}, but input {i} has shape {list(t.shape)!r}"
+            )
+    rank = first.rank
+    if not -rank <= axis < rank:
+        raise AxisError(f"{op}: Axis must be in range [{-rank}, {rank}), got {axis} (inputs {fmt(first)})")
+    if not first.device.is_cpu():
+        raise OpError(f"{op}: inputs must be on the host (cpu), got {fmt(first)} on {first.device}")
+    axis %= rank
+    n = len(devices)
+    dim = first.shape[axis]
+    if isinstance(dim, StaticDim) and dim.dim % n:
+        raise OpError(f"{op}: Dimension size along axis {axis} ({dim}) must be evenly divisible by number of devices ({n})")
+    shape = [Dim(len(ts)), *first.shape]
+    shape[axis + 1] = dim // n
+    return tuple(TensorType(first.dtype, shape, d) for d in devices)
+
+
+def _shard_and_stack_impl(*arrays, devices: tuple[DeviceRef, ...], axis: int):
+    stacked = jnp.stack(arrays)
+    ax = axis % arrays[0].ndim + 1
+    n = len(devices)
+    if stacked.shape[ax] % n:
+        raise ValueError(f"shard_and_stack: dimension size along axis {ax - 1} ({stacked.shape[ax]}) must be evenly divisible by number of devices ({n})")
+    parts = jnp.split(stacked, n, axis=ax)
+    if isinstance(stacked, jax.core.Tracer):
+        return tuple(parts)
+    return tuple(jax.device_put(p, jax_device(d)) for p, d in zip(parts, devices))
+
+
+shard_and_stack_p = register(
+    OpDef("shard_and_stack", rule=_shard_and_stack_rule, impl=_shard_and_stack_impl, multiple_results=True, immediate=True, cross_device=True)
+)
+
+
+@front(shard_and_stack_p)
+def shard_and_stack(inputs: Iterable[Any], devices: Iterable[Any], axis: int = 0) -> list[Any]:
+    """Split each host tensor into ``len(devices)`` chunks along ``axis``; output ``i`` stacks the ``i``-th chunks.
+
+    For weights distributed in tensor parallelism: with inputs ``A``, ``B`` of
+    shape ``[10, D]``, ``axis=0`` and two devices, output 0 is
+    ``stack([A[0:5], B[0:5]])`` (``[2, 5, D]``) on ``devices[0]`` and output 1
+    is ``stack([A[5:10], B[5:10]])`` on ``devices[1]``.
+
+    Args:
+        inputs: tensors of one shape, dtype and device (the host).
+        devices: the target devices; their number is the number of chunks.
+        axis: the axis to split (negative counts from the end).
+
+    Returns:
+        ``len(devices)`` tensors of shape ``[len(inputs), D0, ..., D_axis / len(devices), ...]``,
+        output ``i`` on ``devices[i]``.
+
+    Raises:
+        ValueError: no inputs or no devices, mismatched shapes/dtypes/devices,
+            inputs not on the host, or a static ``D_axis`` not divisible by
+            ``len(devices)``.
+        IndexError: ``axis`` out of range.
+
+    Example:
+        >>> import numpy as np
+        >>> from maxfx.graph import DeviceRef, ops
+        >>> from maxfx.tensor import Tensor
+        >>> a = Tensor.constant(np.arange(4, dtype=np.float32))
+        >>> b = Tensor.constant(np.arange(4, 8, dtype=np.float32))
+        >>> first, second = ops.shard_and_stack([a, b], [DeviceRef.CPU(), DeviceRef.CPU()])
+        >>> first.to_numpy().tolist(), second.to_numpy().tolist()
+        ([[0.0, 1.0], [4.0, 5.0]], [[2.0, 3.0], [6.0, 7.0]])
+    """
+    inputs = list(inputs)
+    if not inputs:
+        raise ValueError("shard_and_stack: Must provide at least one input tensor.")
+    refs = tuple(DeviceRef.from_device(d) for d in devices)
+    if not refs:
+        raise ValueError("shard_and_stack: Must provide at least one device.")
+    if isinstance(axis, bool) or not hasattr(axis, "__index__"):
+        raise TypeError(f"shard_and_stack: axis must be an int, got {type(axis).__name__}")
+    return list(bind(shard_and_stack_p, *inputs, devices=refs, axis=int(axis)))

@@ -269,6 +269,12 @@ OP_TABLE: dict[str, OpRecord] = {
     "print": record("test_debug_collective"),
     "export_tensor": record("test_debug_export"),
     "allgather": record("test_debug_collective", no_grad="a collective over several devices with signal buffers; needs a multi-device setup (see the multi-device tests)"),
+    "distributed_broadcast": record("test_debug_collective", no_grad="a collective over several devices with signal buffers; needs a multi-device setup (see the multi-device tests)"),
+    "shard_and_stack": record(
+        "test_debug_collective",
+        value((X, Y), lambda a, b: np.split(np.stack([a, b]), 2, axis=2), lambda f, a, b: f([a, b], [CPU, CPU], axis=1)),
+        grad((u(4, 3), u(4, 3)), lambda f, a, b: tuple(f([a, b], [CPU, CPU], axis=0))),
+    ),
     # elementwise unary
     "abs": record("test_elementwise", value((X,), np.abs), grad((away(3, 4),))),
     "acos": record("test_elementwise", value((UNIT,), np.arccos), grad((u(5, lo=-0.8, hi=0.8),))),

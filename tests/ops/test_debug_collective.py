@@ -160,3 +160,72 @@ def test_allgather_single_input_and_errors():
             ops.allgather([a, b], [s0, s1], axis=2)
         with pytest.raises(TypeError, match="allgather: signal buffer 0 must be a BufferValue"):
             ops.allgather([a, b], [a, b])
+
+
+# ─── distributed_broadcast ─────────────────────────────────────────────────
+
+
+def test_distributed_broadcast_copies_the_root_to_every_device(rng):
+    devices = [CPU0, CPU1, CPU2]
+    x = rand(rng, [2, 3])
+    types = [TensorType(DType.float32, [2, 3], CPU1)] + [BufferType(DType.uint8, [16], d) for d in devices]
+    with Graph("distributed_broadcast", input_types=types) as g:
+        outs = ops.distributed_broadcast(g.inputs[0], [b.buffer for b in g.inputs[1:]])
+        assert [o.device for o in outs] == devices
+        assert all(o.shape == [2, 3] and o.dtype == DType.float32 for o in outs)
+        g.output(*outs)
+    from maxfx.driver import Tensor  # noqa: PLC0415
+
+    signals = [Tensor.from_numpy(np.zeros(16, np.uint8)) for _ in devices]
+    for o in InferenceSession().load(g).execute(x, *signals):
+        np.testing.assert_array_equal(o.to_numpy(), x)
+
+
+def test_distributed_broadcast_errors():
+    types = [TensorType(DType.float32, [2], CPU0), BufferType(DType.uint8, [16], CPU0), BufferType(DType.uint8, [16], CPU1), BufferType(DType.uint8, [16], CPU2)]
+    with Graph("errors", input_types=types) as g:
+        x, s0, s1, s2 = g.inputs
+        assert ops.distributed_broadcast(x, [s0]) == [x]
+        with pytest.raises(ValueError, match="distributed_broadcast requires at least 1 signal buffer"):
+            ops.distributed_broadcast(x, [])
+        with pytest.raises(ValueError, match=r"input tensor device cpu:0 not found in signal buffer devices: \[cpu:1, cpu:2\]"):
+            ops.distributed_broadcast(x, [s1, s2])
+        with pytest.raises(ValueError, match="distributed_broadcast requires unique devices"):
+            ops.distributed_broadcast(x, [s0, s0, s1])
+
+
+# ─── shard_and_stack ───────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_shard_and_stack_splits_then_stacks(rng, axis):
+    a, b, c = (rand(rng, [4, 6]) for _ in range(3))
+    devices = [CPU0, CPU1]
+    with Graph("shard_and_stack", input_types=[TensorType(DType.float32, [4, 6], CPU0)] * 3) as g:
+        outs = ops.shard_and_stack([v.tensor for v in g.inputs], devices, axis)
+        assert [o.device for o in outs] == devices
+        g.output(*outs)
+    got = [o.to_numpy() for o in InferenceSession().load(g).execute(a, b, c)]
+    want = np.split(np.stack([a, b, c]), 2, axis=axis % 2 + 1)
+    for o, w in zip(got, want):
+        np.testing.assert_array_equal(o, w)
+
+
+def test_shard_and_stack_symbolic_dim_and_errors():
+    types = [TensorType(DType.float32, ["n", 4], CPU0), TensorType(DType.float32, [10, 4], CPU0), TensorType(DType.float32, [8, 4], CPU0), TensorType(DType.float32, [8, 4], DeviceRef.GPU())]
+    with Graph("errors", input_types=types) as g:
+        s, ten, eight, far = (v.tensor for v in g.inputs)
+        (out,) = ops.shard_and_stack([s, s], [CPU1], axis=-1)
+        assert out.type == TensorType(DType.float32, [2, "n", 4], CPU1)
+        with pytest.raises(ValueError, match="shard_and_stack: Must provide at least one input tensor."):
+            ops.shard_and_stack([], [CPU0])
+        with pytest.raises(ValueError, match="shard_and_stack: Must provide at least one device."):
+            ops.shard_and_stack([ten], [])
+        with pytest.raises(ValueError, match=r"Dimension size along axis 0 \(10\) must be evenly divisible by number of devices \(3\)"):
+            ops.shard_and_stack([ten], [CPU0] * 3)
+        with pytest.raises(ValueError, match=r"All input tensors must have the same shape. Input 0 has shape \[Dim\(10\), Dim\(4\)\], but input 1 has shape \[Dim\(8\), Dim\(4\)\]"):
+            ops.shard_and_stack([ten, eight], [CPU0, CPU1])
+        with pytest.raises(IndexError, match=r"Axis must be in range \[-2, 2\), got -3"):
+            ops.shard_and_stack([ten], [CPU0], axis=-3)
+        with pytest.raises(ValueError, match="shard_and_stack: inputs must be on the host"):
+            ops.shard_and_stack([far], [CPU0])

@@ -26,7 +26,7 @@ from lowering.ops.attention import (
     rope_ragged,
 )
 from lowering.ops.buffer import buffer_create, buffer_load, buffer_store, buffer_store_slice
-from lowering.ops.collective import allgather, transfer_to
+from lowering.ops.collective import allgather, distributed_broadcast, shard_and_stack, transfer_to
 from lowering.ops.control_flow import call, cond, while_loop
 from lowering.ops.core import cast, constant
 from lowering.ops.creation import constant_external, hann_window, range  # noqa: A004 - MAX's name
@@ -150,6 +150,8 @@ __all__ = [
     "buffer_store_slice",
     # devices and collectives
     "allgather",
+    "distributed_broadcast",
+    "shard_and_stack",
     "transfer_to",
     # control flow
     "call",
