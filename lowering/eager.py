@@ -259,6 +259,14 @@ class EagerContext(Context):
         op = get_op("cast")
         return self._record(op, (v,), {"dtype": dtype}, infer_types(op, [v.type], {"dtype": dtype}))[0]
 
+    # An eager tensor is its own buffer (MAX: ``F.buffer_store(t, v)`` writes ``t``): the buffer
+    # ops' fronts bind here with the tensor as their destination.
+    tensors_are_buffers = True
+
+    def capture(self, x: Any, device: DeviceRef | None = None) -> Any:
+        """Eager values need no capturing (the graph builder's counterpart makes constants)."""
+        return x
+
     def var_of(self, x: Any) -> LazyVar:
         if isinstance(x, LazyVar):
             return x
@@ -310,7 +318,12 @@ class EagerContext(Context):
         operands = [_operand(x) for x in inputs]
         if any(o is None for o in operands):
             return self._bind_other(op, inputs, params)
-        plan = bind_plan(op, [k for k, _ in operands], params)
+        kinds = [k for k, _ in operands]
+        written = () if callable(op.mutates) else op.mutates
+        for i in written:  # a tensor written by the op stands for a buffer of its type
+            if isinstance(kinds[i], TensorType):
+                kinds[i] = kinds[i].as_buffer()
+        plan = bind_plan(op, kinds, params)
         in_vars = []
         for x, (_, v), act in zip(inputs, operands, plan.actions):
             if act is None:
@@ -330,6 +343,9 @@ class EagerContext(Context):
 
     def apply(self, op: OpDef, plan: BindPlan, inputs: list[Any], params: dict[str, Any]) -> Any:
         in_vars = tuple([self.var_of(x) for x in inputs])
+        written = () if callable(op.mutates) else op.mutates
+        if written and _lazy.get() and op.impl is not None:
+            return self._record_writes(op, plan, in_vars, params, written)
         if plan.immediate or op.impl is None:
             outs = self._run_now(op, in_vars, params, plan.out_types)
         else:
@@ -339,6 +355,24 @@ class EagerContext(Context):
         if op.multiple_results:
             return tuple([self.wrap(v) for v in outs])
         return self.wrap(outs[0]) if outs else None
+
+    def _record_writes(self, op: OpDef, plan: BindPlan, in_vars: tuple[LazyVar, ...], params: dict[str, Any], written: Sequence[int]) -> Any:
+        """Inside `lazy`: record an op that writes eager tensors, without running it.
+
+        The written tensors' new values become extra outputs of the pending node,
+        and each tensor is rebound to its new value (so ``t.real`` is false until
+        realized). Ops recorded earlier keep reading the old values: program order
+        holds without running anything.
+        """
+        n = len(plan.out_types)
+        outs = self._record(op, in_vars, params, (*plan.out_types, *[in_vars[i].type for i in written]))
+        for i, new in zip(written, outs[n:]):
+            owner = in_vars[i].owner() if in_vars[i].owner is not None else None
+            if owner is not None:
+                owner._var = new
+                new.owner = weakref.ref(owner)
+        results = [self.wrap(v) for v in outs[:n]]
+        return tuple(results) if op.multiple_results else (results[0] if results else None)
 
     def _record(self, op: OpDef, in_vars: tuple[LazyVar, ...], params: dict[str, Any], out_types: Sequence[Any], sig: int | None = None) -> tuple[LazyVar, ...]:
         """Add a pending node (the one place they are made); realize at once past `MAX_PENDING`."""

@@ -33,8 +33,10 @@ def _require_buffer(op: str, t: Any, name: str) -> BufferType:
 
 
 def _graph_of(op: str, destination: Any) -> GraphBuilder:
-    _require_buffer(op, getattr(destination, "type", destination), "destination")
     ctx = find_context(op, [destination])
+    if getattr(ctx, "tensors_are_buffers", False):
+        return ctx  # an eager tensor is its own buffer, as in MAX: the write updates it
+    _require_buffer(op, getattr(destination, "type", destination), "destination")
     if not isinstance(ctx, GraphBuilder):
         raise TypeError(f"{op}: buffers exist only in a Graph being built")
     return ctx

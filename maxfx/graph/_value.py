@@ -128,7 +128,9 @@ class TensorOperators:
 
     # -- methods ---------------------------------------------------------
     def cast(self, dtype: DType) -> TensorValue:
-        """Elementwise conversion to ``dtype``."""
+        """Elementwise conversion to ``dtype``; the value itself when it already has that dtype (as in MAX)."""
+        if dtype is self.dtype:
+            return self
         return ops.cast(self, dtype)
 
     def reshape(self, shape) -> TensorValue:

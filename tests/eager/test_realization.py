@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from lowering.eager import eager_stats, is_lazy
+from maxfx.dtype import DType
 from maxfx.experimental import functional as F
 from maxfx.experimental import random
 from maxfx.experimental.tensor import Tensor
@@ -111,3 +112,41 @@ def test_awaiting_realize_inside_a_coroutine():
         return t.to_numpy().tolist()
 
     assert asyncio.run(main()) == [4.0, 8.0]
+
+
+def test_an_eager_tensor_is_its_own_buffer_and_writes_keep_program_order():
+    """MAX's test_mutation_op_order: results computed before a write keep the old value."""
+    a = Tensor.zeros([1])
+    b = Tensor.ones_like(a.type)
+    c = a + b
+    F.buffer_store(a, b)
+    d = a + b
+    assert [a.item(), b.item(), c.item(), d.item()] == [1.0, 1.0, 1.0, 2.0]
+
+
+def test_a_write_inside_lazy_is_recorded_and_ordered():
+    with F.lazy():
+        a = Tensor.zeros([2])
+        b = Tensor.ones_like(a.type)
+        c = a + b
+        F.buffer_store(a, b * 3)
+        d = a + b
+        assert not a.real
+    np.testing.assert_array_equal(c.to_numpy(), [1.0, 1.0])  # read before the write
+    np.testing.assert_array_equal(d.to_numpy(), [4.0, 4.0])  # read after it
+    np.testing.assert_array_equal(a.to_numpy(), [3.0, 3.0])
+
+
+def test_buffer_store_slice_on_an_eager_tensor_and_errors():
+    t = Tensor(np.zeros((2, 3), np.float32))
+    F.buffer_store_slice(t, Tensor(np.ones((1, 3), np.float32)), [slice(0, 1)])
+    np.testing.assert_array_equal(t.to_numpy(), [[1, 1, 1], [0, 0, 0]])
+    with pytest.raises(ValueError, match="shape"):
+        F.buffer_store(t, Tensor(np.ones((3,), np.float32)))
+    np.testing.assert_array_equal(t.to_numpy(), [[1, 1, 1], [0, 0, 0]])  # nothing half-applied
+
+
+def test_cast_to_the_same_dtype_is_the_tensor_itself():
+    t = Tensor([1.0, 2.0])
+    assert t.cast(t.dtype) is t
+    assert t.cast(DType.int32).dtype is DType.int32
