@@ -85,10 +85,11 @@ def _dequantize_rule(quantized, *, encoding: QuantizationEncoding) -> TensorType
     R.require_rank(op, q, lambda r: r >= 1, ">= 1 (rows of packed blocks)", "quantized")
     last = q.shape[-1]
     if not isinstance(last, StaticDim):
-        raise QuantizedInputError(f"{op}: the last dim of {R.fmt(q)} must be static to dequantize {encoding}")
+        raise QuantizedInputError(f"{op}: dequantize only supported with static last dimension; {R.fmt(q)} has a symbolic one ({encoding})")
     if last.dim % nbytes:
         raise OpError(
-            f"{op}: last dim of {R.fmt(q)} ({last.dim} bytes) is not a multiple of the {encoding} block size ({nbytes} bytes)"
+            f"{op}: last dimension ({last.dim}) not divisible by block size ({nbytes}) of {encoding}: "
+            f"{R.fmt(q)} must hold whole {nbytes}-byte blocks"
         )
     return TensorType(DType.float32, list(q.shape[:-1]) + [last.dim // nbytes * elems], q.device)
 
@@ -160,15 +161,13 @@ def _qmatmul_rule(lhs, *rhs, encoding: QuantizationEncoding, group_size: int | N
     if not isinstance(width, StaticDim):
         raise OpError(f"{op}: the packed byte dim of rhs must be static for {encoding}, got {shapes}")
     if encoding.is_gguf:
-        elems, nbytes = _gguf_block(op, encoding)
+        _gguf_block(op, encoding)
         if len(rhs) != 1:
             raise OpError(f"{op}: {encoding} takes one quantized rhs, got {len(rhs)} tensors")
-        if width.dim % nbytes:
-            raise OpError(
-                f"{op}: rhs row width {width.dim} bytes is not a multiple of the {encoding} block size "
-                f"({nbytes} bytes): {shapes} (rhs is transposed: [N, K / {elems} * {nbytes}])"
-            )
-        k, n = width.dim // nbytes * elems, w.shape[0]
+        # As in MAX, the result is [..., N] whatever the byte width; whether the
+        # blocks match lhs's K is checked when the graph compiles (_check_gguf_k).
+        device = R.same_device(op, lhs, *rhs)
+        return TensorType(lhs.dtype, list(lhs.shape[:-1]) + [w.shape[0]], device)
     else:
         try:
             k = cq.gptq_packed_k(width.dim, group_size)
@@ -189,8 +188,25 @@ def _qmatmul_rule(lhs, *rhs, encoding: QuantizationEncoding, group_size: int | N
     return TensorType(lhs.dtype, list(lhs.shape[:-1]) + [n], device)
 
 
+def _check_gguf_k(encoding: QuantizationEncoding, lhs_shape: tuple[int, ...], rhs_shape: tuple[int, ...]) -> None:
+    """The packed rhs ``[N, K / elems * nbytes]`` must hold whole blocks of lhs's K."""
+    op = "qmatmul"
+    elems, nbytes = _gguf_block(op, encoding)
+    shapes = f"lhs float{list(lhs_shape)}, rhs uint8{list(rhs_shape)}"
+    width = rhs_shape[1]
+    if width % nbytes:
+        raise OpError(
+            f"{op}: rhs row width {width} bytes is not a multiple of the {encoding} block size "
+            f"({nbytes} bytes): {shapes} (rhs is transposed: [N, K / {elems} * {nbytes}])"
+        )
+    k = width // nbytes * elems
+    if lhs_shape[-1] != k:
+        raise OpError(f"{op}: lhs last dim {lhs_shape[-1]} must equal K = {k} of the {encoding} rhs: {shapes}")
+
+
 def _qmatmul_impl(lhs, *rhs, encoding: QuantizationEncoding, group_size: int | None = None, desc_act: bool = False):
     if encoding.is_gguf:
+        _check_gguf_k(encoding, tuple(lhs.shape), tuple(rhs[0].shape))
         return cq.qmatmul(encoding.value, lhs, rhs[0])
     return cq.gptq_qmatmul(lhs, rhs[0], rhs[1] if desc_act else None, group_size=group_size)
 
@@ -234,7 +250,10 @@ def qmatmul(encoding, config, lhs, *rhs):
 
     Raises:
         ValueError: unsupported encoding/config, a byte width that is not a whole
-            number of blocks, or K differing from ``lhs``'s last dim.
+            number of blocks, or K differing from ``lhs``'s last dim. As in MAX, a
+            graph with a GGUF rhs builds whatever its byte width (the result is
+            ``[..., N]``); those two GGUF checks run when the graph compiles (and
+            when an eager tensor is computed).
         TypeError: rhs not a uint8 matrix or lhs not float (also a ValueError).
 
     Example:

@@ -314,3 +314,33 @@ def test_constant_from_accelerator_data_policies():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             ops.constant(np.zeros(2, np.float32))
+
+
+# ─── quantized ops ────────────────────────────────────────────────────────
+
+
+def test_gguf_qmatmul_builds_like_max_and_checks_blocks_at_compile_time():
+    from maxfx.graph.quantization import QuantizationEncoding as QE
+
+    lhs, rhs = TensorType(DType.float32, [5, 3], CPU), TensorType(DType.uint8, [3, 5], CPU)  # MAX's test shapes
+    with Graph("q", input_types=[lhs, rhs]) as graph:
+        out = ops.qmatmul(QE.Q4_0, None, *graph.inputs)
+        assert out.type == TensorType(DType.float32, [5, 3], CPU)  # [..., N]
+        graph.output(out)
+    with pytest.raises(ValueError, match=r"qmatmul: rhs row width 5 bytes is not a multiple of the QuantizationEncoding.Q4_0 block size \(18 bytes\)"):
+        InferenceSession().load(graph).execute(np.zeros((5, 3), np.float32), np.zeros((3, 5), np.uint8))
+    with Graph("q2", input_types=[TensorType(DType.float32, [2, 64], CPU), TensorType(DType.uint8, [3, 18], CPU)]) as graph:
+        graph.output(ops.qmatmul(QE.Q4_0, None, *graph.inputs))
+    with pytest.raises(ValueError, match=r"qmatmul: lhs last dim 64 must equal K = 32"):
+        InferenceSession().load(graph).execute(np.zeros((2, 64), np.float32), np.zeros((3, 18), np.uint8))
+
+
+def test_dequantize_errors_use_max_wording():
+    from maxfx.graph.quantization import QuantizationEncoding as QE
+
+    with Graph("d", input_types=[TensorType(DType.uint8, [1, 1], CPU), TensorType(DType.uint8, [1, "n"], CPU)]) as graph:
+        fixed, symbolic = graph.inputs
+        with pytest.raises(ValueError, match=r"last dimension \(1\) not divisible by block size \(18\)"):
+            ops.dequantize(QE.Q4_0, fixed)
+        with pytest.raises(TypeError, match="dequantize only supported with static last dimension"):
+            ops.dequantize(QE.Q4_0, symbolic)

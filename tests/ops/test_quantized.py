@@ -114,10 +114,9 @@ def test_quantized_errors():
     ]
     with Graph("quant_err", input_types=types) as g:
         x, w, w_bad, w_i8, w3, w_sym, xi, wg, w36 = g.inputs
-        with pytest.raises(ValueError, match=r"qmatmul: rhs row width 100 bytes is not a multiple of the QuantizationEncoding.Q4_K block size \(144 bytes\).*uint8\[3, 100\]"):
-            ops.qmatmul(QE.Q4_K, None, x, w_bad)
-        with pytest.raises(ValueError, match=r"qmatmul: lhs last dim 256 must equal K = 64 .*Q4_0.*float32\[2, 256\].*uint8\[3, 36\]"):
-            ops.qmatmul(QE.Q4_0, None, x, w36)
+        # as in MAX, a GGUF qmatmul builds whatever the byte width ([..., N]); the blocks are checked at compile time
+        assert ops.qmatmul(QE.Q4_K, None, x, w_bad).type.shape == [2, 3]
+        assert ops.qmatmul(QE.Q4_0, None, x, w36).type.shape == [2, 3]
         with pytest.raises(TypeError, match=r"qmatmul: rhs must be uint8 bytes packed as QuantizationEncoding.Q4_K, got int8\[3, 144\]"):
             ops.qmatmul(QE.Q4_K, None, x, w_i8)
         with pytest.raises(ValueError, match=r"qmatmul: rhs .* must be a rank-2 matrix"):
@@ -137,9 +136,9 @@ def test_quantized_errors():
         with pytest.raises(ValueError, match=r"qmatmul: QuantizationEncoding.GPTQ with desc_act=True takes the packed weight and perm_idx"):
             ops.qmatmul(QE.GPTQ, QuantizationConfig("gptq", 4, 128, desc_act=True, sym=True), x, wg)
         assert ops.qmatmul(QE.GPTQ, gptq, x, wg).type.shape == [2, 8]
-        with pytest.raises(ValueError, match=r"dequantize: last dim of uint8\[3, 100\] \(100 bytes\) is not a multiple of the QuantizationEncoding.Q4_K block size"):
+        with pytest.raises(ValueError, match=r"dequantize: last dimension \(100\) not divisible by block size \(144\) of QuantizationEncoding.Q4_K: uint8\[3, 100\]"):
             ops.dequantize(QE.Q4_K, w_bad)
-        with pytest.raises(TypeError, match=r"dequantize: the last dim of uint8\[3, bytes\] must be static"):
+        with pytest.raises(TypeError, match=r"dequantize: dequantize only supported with static last dimension; uint8\[3, bytes\]"):
             ops.dequantize(QE.Q4_K, w_sym)
         with pytest.raises(ValueError, match=r"dequantize: .*GPTQ.* use ops.qmatmul"):
             ops.dequantize(QE.GPTQ, w)
