@@ -1,4 +1,4 @@
-"""Convolution, pooling, fold, resize and inverse real FFT.
+"""Convolution, pooling, fold, resize, ROI align and inverse real FFT.
 
 Layouts (MAX's): activations are channels-last by default (NHWC, NDHWC for
 3-D); ``input_layout=ConvInputLayout.NCHW`` makes them channels-first and the
@@ -20,6 +20,7 @@ import enum
 from collections.abc import Iterable
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -39,6 +40,7 @@ __all__ = [
     "avg_pool2d",
     "fold",
     "resize",
+    "roi_align",
     "irfft",
     "Normalization",
 ]
@@ -591,6 +593,150 @@ def fold(input, output_size, kernel_size, stride=1, dilation=1, padding=0):
         stride=R.int_params(op, stride, 2, "stride", minimum=1),
         dilation=R.int_params(op, dilation, 2, "dilation", minimum=1),
         padding=R.int_params(op, padding, 2, "padding"),
+    )
+
+
+# ─── roi_align ────────────────────────────────────────────────────────────
+
+_ROI_MODES = ("AVG", "MAX")
+
+
+def _roi_align_rule(x, rois, *, output_height: int, output_width: int, spatial_scale: float, sampling_ratio: float, aligned: bool, mode: str) -> TensorType:
+    op = "roi_align"
+    x = R.require_tensor(op, x)
+    rois = R.require_tensor(op, rois, "rois")
+    if x.rank != 4:
+        raise OpError(f"{op}: expects rank-4 NHWC input, got rank {x.rank} ({R.fmt(x)})")
+    if rois.rank != 2:
+        raise OpError(f"{op}: expects rank-2 rois [M, 5], got rank {rois.rank} ({R.fmt(rois)})")
+    if isinstance(rois.shape[1], StaticDim) and rois.shape[1].dim != 5:
+        raise OpError(f"{op}: rois must be [M, 5] rows of [batch_index, x1, y1, x2, y2], got {R.fmt(rois)}")
+    R.require_dtype(op, x, R.is_float, "a floating-point")
+    R.require_dtype(op, rois, R.is_float, "a floating-point", "rois")
+    return TensorType(x.dtype, [rois.shape[0], StaticDim(output_height), StaticDim(output_width), x.shape[3]], x.device)
+
+
+def _roi_align_impl(x, rois, *, output_height, output_width, spatial_scale, sampling_ratio, aligned, mode):
+    # MAX's roi_align_nhwc kernel, vectorized over ROIs and output bins: each bin
+    # pools a grid of bilinear samples (sampling_ratio per side, or ceil(bin size)
+    # when it is 0). "AVG" sums the weighted corner values and divides by the
+    # grid size; "MAX" keeps the largest weighted corner value. Samples outside
+    # [-1, H] x [-1, W] contribute 0. Coordinates are float32, as in the kernel.
+    _, h, w, _ = x.shape
+    f32, dt = jnp.float32, x.dtype
+    offset = f32(0.5 if aligned else 0.0)
+    r = rois.astype(f32)
+    scale = f32(spatial_scale)
+    start_w, start_h = r[:, 1] * scale - offset, r[:, 2] * scale - offset
+    end_w, end_h = r[:, 3] * scale - offset, r[:, 4] * scale - offset
+    roi_h, roi_w = end_h - start_h, end_w - start_w
+    if not aligned:
+        roi_h, roi_w = jnp.maximum(roi_h, f32(1)), jnp.maximum(roi_w, f32(1))
+    bin_h, bin_w = roi_h / output_height, roi_w / output_width
+    if sampling_ratio > 0:
+        grid_h = grid_w = jnp.full(r.shape[:1], int(sampling_ratio), jnp.int32)
+    else:
+        grid_h, grid_w = jnp.ceil(bin_h).astype(jnp.int32), jnp.ceil(bin_w).astype(jnp.int32)
+    count = jnp.maximum(grid_h * grid_w, 1).astype(dt)
+    batch = r[:, 0].astype(jnp.int32)
+    ph = jnp.arange(output_height, dtype=f32)
+    pw = jnp.arange(output_width, dtype=f32)
+
+    def one_roi(b, sh, sw, bh, bw, gh, gw):
+        img = x[b]
+
+        def axis(start, size, bins, g, i, limit):
+            # Sample coordinates along one axis for every bin: low/high index, weights, validity.
+            c = start + bins * size + (i.astype(f32) + f32(0.5)) * size / g.astype(f32)
+            ok = (c >= -1) & (c <= limit)
+            c = jnp.maximum(c, 0)
+            lo = jnp.minimum(c.astype(jnp.int32), limit - 1)
+            hi = jnp.minimum(lo + 1, limit - 1)
+            frac = c - lo.astype(f32)
+            return ok, lo, hi, frac
+
+        def sample(iy, ix, acc):
+            oky, yl, yh, ly = axis(sh, bh, ph, gh, iy, h)
+            okx, xl, xh, lx = axis(sw, bw, pw, gw, ix, w)
+            ok = oky[:, None] & okx[None, :]
+            ly, lx = ly[:, None], lx[None, :]
+            hy, hx = 1 - ly, 1 - lx
+            terms = []
+            for yi, xi, wt in ((yl, xl, hy * hx), (yl, xh, hy * lx), (yh, xl, ly * hx), (yh, xh, ly * lx)):
+                yy = jnp.where(ok, yi[:, None], 0)
+                xx = jnp.where(ok, xi[None, :], 0)
+                wt = jnp.where(ok, wt, 0).astype(dt)
+                terms.append(wt[..., None] * img[yy, xx])
+            if mode == "AVG":
+                for t in terms:
+                    acc = acc + t
+                return acc
+            for t in terms:
+                acc = jnp.maximum(acc, t)
+            return acc
+
+        init = jnp.full((output_height, output_width, x.shape[3]), 0 if mode == "AVG" else -jnp.inf, dt)
+        return lax.fori_loop(0, gh, lambda iy, acc: lax.fori_loop(0, gw, lambda ix, a: sample(iy, ix, a), acc), init)
+
+    pooled = jax.vmap(one_roi)(batch, start_h, start_w, bin_h, bin_w, grid_h, grid_w)
+    return pooled / count[:, None, None, None] if mode == "AVG" else pooled
+
+
+roi_align_p = register(OpDef("roi_align", rule=_roi_align_rule, impl=_roi_align_impl, differentiable=False))
+
+
+@front(roi_align_p)
+def roi_align(input, rois, output_height, output_width, spatial_scale=1.0, sampling_ratio=0.0, aligned=False, mode="AVG"):  # noqa: A002 - MAX's name
+    """ROI Align pooling (Mask R-CNN) of an NHWC input: one fixed-size map per region.
+
+    Each output bin pools bilinear samples of its part of the region; samples
+    farther than one pixel outside the image contribute 0.
+
+    Args:
+        input: ``[N, H, W, C]`` floating-point tensor.
+        rois: ``[M, 5]`` regions, rows ``[batch_index, x1, y1, x2, y2]``.
+        output_height: height of each output map.
+        output_width: width of each output map.
+        spatial_scale: factor mapping ROI coordinates to input coordinates.
+        sampling_ratio: samples per bin along each axis; ``0`` means adaptive
+            (``ceil(bin_size)``).
+        aligned: shift ROI coordinates by half a pixel (``x * scale - 0.5``);
+            unaligned regions are at least 1x1.
+        mode: ``"AVG"`` (mean of the samples) or ``"MAX"`` (largest weighted
+            corner value of the samples).
+
+    Returns:
+        ``[M, output_height, output_width, C]``, the input's dtype.
+
+    Raises:
+        ValueError: ``input`` not rank 4, ``rois`` not rank 2 (or a static
+            column count other than 5), a non-float dtype, or another ``mode``.
+
+    Example:
+        >>> import numpy as np
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> x = Tensor.constant(np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1))  # x[0, y, x, 0] = 4y + x
+        >>> rois = Tensor.constant(np.array([[0, 0, 0, 2, 2]], np.float32))  # the 2x2 top-left square
+        >>> ops.roi_align(x, rois, 1, 1, sampling_ratio=2)  # samples at (0.5, 0.5), (0.5, 1.5), (1.5, 0.5), (1.5, 1.5)
+        TensorType(dtype=float32, shape=[Dim(1), Dim(1), Dim(1), Dim(1)], device=cpu:0): [5.0]
+    """
+    op = "roi_align"
+    if mode not in _ROI_MODES:
+        raise ValueError(f"{op}: mode must be 'AVG' or 'MAX', got {mode!r}")
+    for name, v in (("spatial_scale", spatial_scale), ("sampling_ratio", sampling_ratio)):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{op}: {name} must be a number, got {type(v).__name__} {v!r}")
+    return bind(
+        roi_align_p,
+        input,
+        rois,
+        output_height=R.int_param(op, output_height, "output_height", 1),
+        output_width=R.int_param(op, output_width, "output_width", 1),
+        spatial_scale=float(spatial_scale),
+        sampling_ratio=float(sampling_ratio),
+        aligned=bool(aligned),
+        mode=mode,
     )
 
 

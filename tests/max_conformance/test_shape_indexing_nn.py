@@ -11,6 +11,7 @@ import pytest
 from maxfx.dtype import DType
 from maxfx.graph import DeviceRef, Graph, TensorType, ops
 from tests.ops.harness import run_op
+from tests.ops.test_nn_ops import np_roi_align
 
 
 def _graph(*types):
@@ -126,3 +127,37 @@ def test_pad_mode_errors():
             ops.pad(x, [1, 1, 1, 1], mode="wrap")
         with pytest.raises(ValueError, match="pad: paddings must be non-negative"):
             ops.pad(x, [1, -1, 1, 1], mode="reflect")
+
+
+# ─── roi_align ────────────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize("mode", ["AVG", "MAX"])
+@pytest.mark.parametrize("aligned", [False, True])
+@pytest.mark.parametrize("ratio", [0.0, 2.0])
+def test_roi_align_matches_the_kernel_loops(mode, aligned, ratio):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 7, 6, 3)).astype(np.float32)
+    rois = np.array(
+        [
+            [0, 0.5, 1.0, 4.0, 5.5],  # inside
+            [1, 2.0, 0.0, 2.3, 0.4],  # thinner than a pixel
+            [1, -3.0, -2.0, 9.0, 12.0],  # beyond the image: outside samples count as 0
+            [0, 8.0, 1.0, 16.0, 3.0],  # scaled by 0.5 below
+        ],
+        np.float32,
+    )
+    got = run_op(lambda a, r: ops.roi_align(a, r, 3, 2, spatial_scale=0.5, sampling_ratio=ratio, aligned=aligned, mode=mode), x, rois)
+    np.testing.assert_allclose(got, np_roi_align(x, rois, 3, 2, 0.5, ratio, aligned, mode), rtol=1e-5, atol=1e-5)
+
+
+def test_roi_align_types_and_errors():
+    with _graph(_t(DType.float64, [2, 8, 8, 4]), _t(DType.float64, ["m", 5]), _t(DType.float32, [10, 10]), _t(DType.float32, [1, 5, 1])) as g:
+        x, rois, flat, bad_rois = (v.tensor for v in g.inputs)
+        assert ops.roi_align(x, rois, 2, 3).type == _t(DType.float64, ["m", 2, 3, 4])
+        with pytest.raises(ValueError, match=r"roi_align: expects rank-4 NHWC input, got rank 2"):
+            ops.roi_align(flat, rois, 3, 3)
+        with pytest.raises(ValueError, match=r"roi_align: expects rank-2 rois \[M, 5\], got rank 3"):
+            ops.roi_align(x, bad_rois, 3, 3)
+        with pytest.raises(ValueError, match=r"roi_align: mode must be 'AVG' or 'MAX', got 'SUM'"):
+            ops.roi_align(x, rois, 3, 3, mode="SUM")

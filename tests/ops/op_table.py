@@ -49,6 +49,7 @@ from tests.ops.test_nn_ops import (
     np_fold,
     np_pool,
     np_resize,
+    np_roi_align,
 )
 from tests.ops.test_reduction import _np_cumsum, _np_layer_norm, _np_softmax
 from tests.ops.test_shape import _np_band
@@ -528,6 +529,14 @@ OP_TABLE: dict[str, OpRecord] = {
         "test_nn_ops",
         value((f32(1, 2, 5, 4),), lambda x: np_resize(x, (9, 7), "bilinear"), lambda f, x: f(x, [1, 2, 9, 7])),
         grad((u(1, 1, 3, 3),), lambda f, x: f(x, [1, 1, 5, 4])),
+    ),
+    "roi_align": record(
+        "test_nn_ops",
+        value(
+            (f32(2, 6, 5, 3), np.array([[0, 0.5, 1.0, 4.0, 5.5], [1, -2.0, 0.0, 7.0, 3.0]], np.float32)),
+            lambda x, r: np_roi_align(x, r, 3, 2, 1.0, 0.0, False, "AVG"),
+            lambda f, x, r: f(x, r, 3, 2),
+        ),
     ),
     "irfft": record(
         "test_nn_ops",

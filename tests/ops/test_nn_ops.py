@@ -89,6 +89,43 @@ def np_fold(x, output_size, kernel, stride, dilation, padding):
     return out[:, :, padding[0] : padding[0] + output_size[0], padding[1] : padding[1] + output_size[1]]
 
 
+def np_roi_align(x, rois, oh, ow, scale, ratio, aligned, mode):
+    """MAX's roi_align_nhwc kernel, loop for loop (float32 coordinates)."""
+    f = np.float32
+    _, h, w, c = x.shape
+    out = np.zeros((len(rois), oh, ow, c), x.dtype)
+    off = f(0.5 if aligned else 0.0)
+    for ri, roi in enumerate(rois.astype(f)):
+        b = int(roi[0])
+        sw, sh, ew, eh = (roi[k] * f(scale) - off for k in (1, 2, 3, 4))
+        rh, rw = (eh - sh, ew - sw) if aligned else (max(eh - sh, f(1)), max(ew - sw, f(1)))
+        bh, bw = f(rh / f(oh)), f(rw / f(ow))
+        gh = int(ratio) if ratio > 0 else int(np.ceil(bh))
+        gw = int(ratio) if ratio > 0 else int(np.ceil(bw))
+        count = max(gh * gw, 1)
+        for ph in range(oh):
+            for pw in range(ow):
+                acc = np.zeros(c, x.dtype) if mode == "AVG" else np.full(c, -np.inf, x.dtype)
+                for iy in range(gh):
+                    for ix in range(gw):
+                        y = f(sh + f(ph) * bh + (f(iy) + f(0.5)) * bh / f(gh))
+                        xx = f(sw + f(pw) * bw + (f(ix) + f(0.5)) * bw / f(gw))
+                        if not (-1 <= y <= h and -1 <= xx <= w):
+                            pts = [(0, 0, 0.0)] * 4
+                        else:
+                            y, xx = max(y, f(0)), max(xx, f(0))
+                            yl, xl = min(int(y), h - 1), min(int(xx), w - 1)
+                            yh, xh = min(yl + 1, h - 1), min(xl + 1, w - 1)
+                            ly, lx = y - f(yl), xx - f(xl)
+                            hy, hx = f(1) - ly, f(1) - lx
+                            pts = [(yl, xl, hy * hx), (yl, xh, hy * lx), (yh, xl, ly * hx), (yh, xh, ly * lx)]
+                        for py, px, wt in pts:
+                            v = x.dtype.type(wt) * x[b, py, px]
+                            acc = acc + v if mode == "AVG" else np.maximum(acc, v)
+                out[ri, ph, pw] = acc / count if mode == "AVG" else acc
+    return out
+
+
 def np_resize(x, out_hw, mode):
     """Per-pixel half-pixel resize (MAX/PyTorch formulas)."""
     n, c, h, w = x.shape
@@ -469,3 +506,18 @@ def test_pool_resize_irfft_errors():
             ops.irfft(msym)
         with pytest.raises(ValueError, match="irfft: input_tensor must have a floating-point dtype"):
             ops.irfft(xi)
+
+
+def test_roi_align_symbolic_roi_count(rng):
+    x = rand(rng, [1, 5, 5, 2])
+    with Graph("roi_align", input_types=[TensorType(DType.float32, [1, 5, 5, 2]), TensorType(DType.float32, ["m", 5])]) as g:
+        out = ops.roi_align(g.inputs[0].tensor, g.inputs[1].tensor, 2, 2, sampling_ratio=2.0, mode="MAX")
+        assert str(out.type.shape[0]) == "m"
+        g.output(out)
+    from maxfx.engine import InferenceSession  # noqa: PLC0415
+
+    model = InferenceSession().load(g)
+    for m in (1, 3):
+        rois = np.concatenate([np.zeros((m, 1)), rng.uniform(0, 2, (m, 2)), rng.uniform(2.5, 5, (m, 2))], axis=1).astype(np.float32)
+        got = model.execute(x, rois)[0].to_numpy()
+        np.testing.assert_allclose(got, np_roi_align(x, rois, 2, 2, 1.0, 2.0, False, "MAX"), rtol=1e-5, atol=1e-6)

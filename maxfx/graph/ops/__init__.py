@@ -90,7 +90,7 @@ from lowering.ops.fused import (
 )
 from lowering.ops.indexing import gather, gather_nd, masked_scatter, nonzero, scatter, scatter_nd, slice_tensor
 from lowering.ops.linalg import matmul
-from lowering.ops.nn import avg_pool2d, conv2d, conv2d_transpose, conv3d, fold, max_pool2d, resize
+from lowering.ops.nn import avg_pool2d, conv2d, conv2d_transpose, conv3d, fold, max_pool2d, resize, roi_align
 from lowering.ops.quantized import dequantize, qmatmul
 from lowering.ops.random import random_normal, random_uniform
 from lowering.ops.reduction import argmax, argmin, argsort, cumsum, layer_norm, logsoftmax, mean, prod, softmax, top_k
@@ -242,6 +242,7 @@ __all__ = [
     "irfft",
     "max_pool2d",
     "resize",
+    "roi_align",
     # quantized weights
     "dequantize",
     "qmatmul",
