@@ -69,6 +69,22 @@ def _spec(t: Any, name: str) -> TensorSpec:
     return TensorSpec(dims, t.dtype, name)
 
 
+def require_contiguous(where: str, what: str, x: Any) -> None:
+    """Refuse a strided (non-contiguous) array, as MAX does for inputs and weights.
+
+    Raises:
+        ValueError: ``x`` is a numpy array or a tensor with ``is_contiguous()`` that is not contiguous.
+    """
+    if isinstance(x, np.ndarray):
+        contiguous = x.flags.c_contiguous
+    elif callable(getattr(x, "is_contiguous", None)):
+        contiguous = x.is_contiguous()
+    else:
+        return
+    if not contiguous:
+        raise ValueError(f"{where}: {what} is strided; non-contiguous tensors are not supported (pass a contiguous copy, e.g. np.ascontiguousarray(x))")
+
+
 class Model:
     """A loaded graph, ready to execute. Made by `InferenceSession.load`."""
 
@@ -86,6 +102,21 @@ class Model:
     def output_metadata(self) -> list[TensorSpec]:
         """One `TensorSpec` per output."""
         return [_spec(v.type, f"output{i}") for i, v in enumerate(self._compiled.block.outputs)]
+
+    @property
+    def input_devices(self) -> list[Any]:
+        """The driver device each input is expected on (move inputs there with ``.to(...)``)."""
+        return [v.type.device.to_device() for v in self._compiled.block.inputs]
+
+    @property
+    def output_devices(self) -> list[Any]:
+        """The driver device each output is produced on."""
+        return [v.type.device.to_device() for v in self._compiled.block.outputs]
+
+    @property
+    def devices(self) -> list[Any]:
+        """The distinct devices of the model's inputs and outputs, in order of first use."""
+        return list(dict.fromkeys([*self.input_devices, *self.output_devices]))
 
     def execute(self, *args: Any) -> list[Any]:
         """Run the model on one argument per graph input; returns a list of driver Tensors.
@@ -109,6 +140,7 @@ class Model:
                 raise TypeError(f"Model {self._name!r}: input {i} is a buffer ({v.type}); pass a maxfx.driver.Tensor so it can be updated in place")
             if isinstance(a, (int, float, bool, np.generic)) and not isinstance(a, np.ndarray):
                 a = np.asarray(a, dtype=v.type.dtype.to_numpy())
+            require_contiguous(f"Model {self._name!r}", f"input {i}", a)
             arrays.append(as_array(a))
         try:
             self._compiled.check_inputs(arrays, self._input_names)

@@ -32,7 +32,7 @@ from lowering.types import BufferType, DeviceRef, TensorType
 from maxfx._artifact import ArtifactProgram, is_exported_artifact, load_exported
 from maxfx.driver import CPU
 from maxfx.driver._tensor import as_array
-from maxfx.engine._model import Model
+from maxfx.engine._model import Model, require_contiguous
 from maxfx.graph import Graph
 
 __all__ = ["CompiledModel", "InferenceSession", "GPUProfilingMode", "LogLevel", "CustomExtensionsType"]
@@ -166,6 +166,8 @@ class InferenceSession:
         if not isinstance(compiled, CompiledModel):
             raise TypeError(f"InferenceSession.init: expected the CompiledModel that InferenceSession.compile returns, got {type(compiled).__name__}")
         registry = dict(weights_registry or {})
+        for name, value in registry.items():
+            require_contiguous("InferenceSession.load", f"weight {name!r}", value)
         weights = {}
         for name, (t, full_shape) in compiled.expected_weights.items():
             if name not in registry:
