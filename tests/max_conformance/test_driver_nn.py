@@ -489,3 +489,31 @@ def test_forward_sequential_layers_rejects_bad_groups():
         forward_sequential_layers([object()] * 2, inputs_for_layer=lambda i, h: [h], weight_prefix_for_layer=str, subgraph_layer_groups=[[3]], initial_hidden_states=[])
     with pytest.raises(ValueError, match="appears in subgraph groups 0 and 1"):
         forward_sequential_layers([object()] * 2, inputs_for_layer=lambda i, h: [h], weight_prefix_for_layer=str, subgraph_layer_groups=[[0], [0, 1]], initial_hidden_states=[])
+
+
+# ---------------------------------------------------------------- tensor-parallel attention
+def _tp_attention(stacked):
+    from maxfx.graph import DeviceRef
+    from maxfx.nn.attention import TensorParallelAttentionWithRope
+    from maxfx.nn.kv_cache import MHAKVCacheParams
+    from maxfx.nn.rotary_embedding import RotaryEmbedding
+
+    cpu = DeviceRef.CPU()
+    rope = RotaryEmbedding(dim=8, n_heads=4, theta=10000.0, max_seq_len=16, head_dim=2)
+    kv = MHAKVCacheParams(DType.float32, head_dim=2, num_layers=1, devices=[cpu], n_kv_heads=2, page_size=4)
+    return TensorParallelAttentionWithRope(
+        rope=rope, num_attention_heads=4, num_key_value_heads=2, hidden_size=8, kv_params=kv, devices=[cpu, cpu], stacked_qkv=stacked
+    )
+
+
+def test_tp_attention_call_validates_per_device_inputs():
+    from maxfx.graph import DeviceRef, Graph, ops
+
+    attn = _tp_attention(stacked=False)
+    with Graph("g", input_types=[]):
+        x = ops.constant(0.0, DType.float32, device=DeviceRef.CPU())
+        f = attn.rope.freqs_cis
+        with pytest.raises(ValueError, match="Expected 2 input_row_offsets, got 1"):
+            attn(0, [x, x], None, [None, None], freqs_cis=[f, f], input_row_offsets=[x])
+        with pytest.raises(TypeError, match="All elements in input_row_offsets must be TensorValue instances"):
+            attn(0, [x, x], None, [None, None], freqs_cis=[f, f], input_row_offsets=[x, "not-a-tensor-value"])

@@ -21,6 +21,7 @@ from typing import Any
 from lowering.dtypes import DType
 from lowering.types import DeviceRef
 from maxfx.graph import ops
+from maxfx.graph._value import TensorValue
 from maxfx.graph._weight import ShardingStrategy
 from maxfx.nn import kernels
 from maxfx.nn._basic import Linear, RMSNorm, clamp
@@ -28,6 +29,7 @@ from maxfx.nn._layer import Module, Shardable
 from maxfx.nn.attention._gptq import concat_gptq, gptq_projection
 from maxfx.nn.attention.interfaces import DistributedAttentionImpl
 from maxfx.nn.attention.mask_config import MHAMaskVariant
+from maxfx.nn.comm import Allreduce
 from maxfx.nn.kv_cache._params import KVCacheParams
 
 __all__ = [
@@ -420,8 +422,10 @@ class GPTQAttentionWithRope(AttentionWithRope):
 
 def _per_device(name: str, n: int, **lists: Any) -> None:
     for k, v in lists.items():
-        if not isinstance(v, (list, tuple)) or len(v) != n:
-            raise ValueError(f"{name}: {k} must be a list with one entry per device ({n}), got {type(v).__name__} of length {len(v) if isinstance(v, (list, tuple)) else '-'}")
+        if not isinstance(v, (list, tuple)):
+            raise ValueError(f"{name}: Expected {n} {k} (a list with one entry per device), got {type(v).__name__}")
+        if len(v) != n:
+            raise ValueError(f"{name}: Expected {n} {k}, got {len(v)} (one entry per device)")
 
 
 class TensorParallelAttentionWithRope(AttentionWithRope, DistributedAttentionImpl):
@@ -432,7 +436,8 @@ class TensorParallelAttentionWithRope(AttentionWithRope, DistributedAttentionImp
     allreduce) and the sum is returned on every device.
 
     Call: ``attn(layer_idx, xs, signal_buffers, kv_collections, freqs_cis, input_row_offsets)``
-    with per-device lists (``signal_buffers`` may be None).
+    with per-device lists. With ``signal_buffers`` (one per device) the
+    partial outputs are summed by `Allreduce`; with None, by transfers and adds.
     """
 
     def __init__(self, **kwargs: Any):
@@ -445,8 +450,14 @@ class TensorParallelAttentionWithRope(AttentionWithRope, DistributedAttentionImp
         n = len(self.devices)
         name = type(self).__name__
         _per_device(name, n, xs=xs, kv_collections=kv_collections, freqs_cis=freqs_cis, input_row_offsets=input_row_offsets)
+        if not all(isinstance(o, TensorValue) for o in input_row_offsets):
+            raise TypeError(f"{name}: All elements in input_row_offsets must be TensorValue instances, got {[type(o).__name__ for o in input_row_offsets]}")
+        if signal_buffers is not None:
+            _per_device(name, n, signal_buffers=signal_buffers)
         shards = self.shard(self.devices)  # at call time: weights carry their qualified names by now
         parts = [s._forward_shard(layer_idx, x, kv, f, o) for s, x, kv, f, o in zip(shards, xs, kv_collections, freqs_cis, input_row_offsets)]
+        if signal_buffers is not None and n > 1:
+            return Allreduce(num_accelerators=n)(parts, signal_buffers)
         total = parts[0]
         for p in parts[1:]:
             total = total + _on(p, total.device)

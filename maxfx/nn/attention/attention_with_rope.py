@@ -1,6 +1,7 @@
 """``max.nn.attention.attention_with_rope``: an opaque KV Cache optimized attention mechanism with Rope."""
 
 from maxfx.nn.attention._rope_attention import (
+    Allreduce,
     AttentionWithRope,
     AttentionWithRopeNoOpaque,
     DataParallelAttentionWithRope,
@@ -11,6 +12,7 @@ from maxfx.nn.attention._rope_attention import (
 )
 
 __all__ = [
+    "Allreduce",
     "AttentionWithRope",
     "AttentionWithRopeNoOpaque",
     "DataParallelAttentionWithRope",
