@@ -61,15 +61,28 @@ def _range_rule(*vals, start: Any, stop: Any, step: Any, out_dim: DataDim, dtype
     op = "range"
     ts = [R.require_tensor(op, v, name) for v, name in zip(vals, ("start", "stop", "step"))]
     for t, name in zip(ts, ("start", "stop", "step")):
-        if not all(isinstance(d, StaticDim) and d.dim == 1 for d in t.shape):
-            raise R.OpError(f"{op}: {name} must be a scalar (one element), got {R.fmt(t)}")
+        if t.rank != 0:
+            # MAX's wording.
+            raise R.OpError(f"range expected scalar values as inputs! {name} must be a scalar (rank 0), got {R.fmt(t)}")
+        if t.device != DeviceRef.CPU():
+            raise R.OpError(f"{op}: Range input values must be on CPU; {name} is {R.fmt(t)} on {t.device}")
     if len({t.dtype for t in ts}) > 1:
         raise R.OpError(f"{op}: start, stop and step must have the same dtype, got {R.fmt_all(ts)}")
     if not isinstance(dtype, DType):
         raise TypeError(f"{op}: dtype must be a DType, got {type(dtype).__name__} {dtype!r}")
     if dtype is DType.bool:
         raise R.OpError(f"{op}: dtype must be numeric, got bool")
+    _check_length(out_dim.dim)
     return TensorType(dtype, [out_dim.dim], device)
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def _check_length(n: Any) -> None:
+    """A static length must fit int64 (MAX's dims are int64)."""
+    if isinstance(n, StaticDim) and n.dim > _INT64_MAX:
+        raise ValueError(f"range: the length {n.dim} exceeds the int64 maximum {_INT64_MAX}")
 
 
 def _acc_dtype(dtype: DType) -> Any:
@@ -136,6 +149,11 @@ def _static_arg(name: str, v: Any) -> Any:
     raise TypeError(f"range: {name} must be a number, a Dim or a scalar tensor, got {type(v).__name__} {v!r}")
 
 
+def _is_whole(v: Any) -> bool:
+    """An integer value (without a float round trip, which loses digits past 2**53)."""
+    return isinstance(v, (numbers.Integral, np.integer)) or float(v).is_integer()
+
+
 def _as_out_dim(out_dim: Any) -> Dim:
     try:
         return Dim(out_dim)
@@ -199,12 +217,13 @@ def range(start, stop, step=1, out_dim=None, *, dtype=None, device=None):  # noq
                 v = _static_arg(name, a)
                 if isinstance(v, Dim):
                     raise TypeError(f"range: a symbolic {name} ({v}) cannot be mixed with tensor bounds; use ops.shape_to_tensor for it")
-                if tdt.is_integral() and float(v) != int(v):
+                if tdt.is_integral() and not _is_whole(v):
                     raise ValueError(f"range: {name} {v} is not representable in the bounds' dtype {tdt.name}")
                 a = np.asarray(v).astype(tdt.to_numpy())
             vals.append(a)
         if od is None:
-            raise ValueError("range: tensor-valued start/stop/step need out_dim (the length of the result)")
+            # MAX's wording.
+            raise ValueError("range: Dynamic ranges must provide an explicit out_dim: tensor-valued start/stop/step need out_dim (the length of the result)")
         if device is None and not isinstance(tensors[0], (jax.Array, jax.core.Tracer)):
             device = getattr(tensors[0], "device", None)  # a graph value's DeviceRef (or an eager tensor's device)
         return bind(
@@ -220,8 +239,10 @@ def range(start, stop, step=1, out_dim=None, *, dtype=None, device=None):  # noq
         raise ValueError("range: step must be non-zero")
     if dtype.is_integral():
         for name, v in zip(names, (s0, s1, s2)):
-            if not isinstance(v, Dim) and float(v) != int(v):
+            if not isinstance(v, Dim) and not _is_whole(v):
                 raise ValueError(f"range: {name} {v} is not representable in {dtype.name}")
+            if not isinstance(v, Dim) and not -_INT64_MAX - 1 <= int(v) <= _INT64_MAX:
+                raise ValueError(f"range: {name} {v} is out of the int64 range")
         s0, s1, s2 = (v if isinstance(v, Dim) else int(v) for v in (s0, s1, s2))
     if isinstance(s0, Dim) or isinstance(s1, Dim):
         if not isinstance(s2, int):
@@ -229,6 +250,7 @@ def range(start, stop, step=1, out_dim=None, *, dtype=None, device=None):  # noq
         length = _dim_len(Dim(s0), Dim(s1), s2)
     else:
         length = StaticDim(_range_len("range", s0, s1, s2))
+        _check_length(length)
         if dtype.is_integral() and length.dim:
             info = np.iinfo(dtype.to_numpy())
             last = s0 + (length.dim - 1) * s2

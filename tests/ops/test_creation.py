@@ -68,7 +68,7 @@ def test_range_symbolic_bounds():
 
 
 def test_range_with_tensor_bounds():
-    types = [TensorType(DType.int64, []), TensorType(DType.int64, []), TensorType(DType.float32, [1]), TensorType(DType.float32, ["seq"])]
+    types = [TensorType(DType.int64, []), TensorType(DType.int64, []), TensorType(DType.float32, []), TensorType(DType.float32, ["seq"])]
 
     def fn(start, stop, fstart, x):
         return (
@@ -77,7 +77,7 @@ def test_range_with_tensor_bounds():
             ops.range(fstart, 0.0, -0.5, out_dim=3),  # Python numbers take the tensors' dtype
         )
 
-    outs = _run(fn, np.int64(5), np.int64(8), np.array([1.5], np.float32), np.zeros(3, np.float32), input_types=types)
+    outs = _run(fn, np.int64(5), np.int64(8), np.float32(1.5), np.zeros(3, np.float32), input_types=types)
     for out, ref, dt in zip(outs, [[5, 8, 11, 14], [5, 6, 7], [1.5, 1.0, 0.5]], [np.int64, np.int32, np.float32]):
         np.testing.assert_array_equal(out, ref)
         assert out.dtype == dt
@@ -130,7 +130,7 @@ def test_range_errors():
             ops.range(0, 10, -1, dtype=DType.int64, device=CPU)
         with pytest.raises(ValueError, match="range: out_dim 3 differs from the length 10"):
             ops.range(0, 10, 1, out_dim=3, dtype=DType.int64, device=CPU)
-        with pytest.raises(ValueError, match="range: tensor-valued start/stop/step need out_dim"):
+        with pytest.raises(ValueError, match="range: Dynamic ranges must provide an explicit out_dim: tensor-valued start/stop/step need out_dim"):
             ops.range(0, i64, 1, dtype=DType.int64, device=CPU)
         with pytest.raises(ValueError, match="range: start, stop and step must have the same dtype"):
             ops.range(i32, i64, 1, out_dim="n", dtype=DType.int64, device=CPU)
@@ -140,7 +140,7 @@ def test_range_errors():
             ops.range(0, i64, 0.5, out_dim="n", dtype=DType.int64, device=CPU)
         with pytest.raises(ValueError, match=r"range: values from 5 to -1 are out of range for uint8"):
             ops.range(5, -3, -2, dtype=DType.uint8, device=CPU)
-        with pytest.raises(ValueError, match="range: stop must be a scalar"):
+        with pytest.raises(ValueError, match=r"range expected scalar values as inputs! stop must be a scalar \(rank 0\), got int64\[2\]"):
             ops.range(0, vec, 1, out_dim=2, dtype=DType.int64, device=CPU)
         with pytest.raises(TypeError, match="range: stop must be a number"):
             ops.range(0, "10", dtype=DType.int64, device=CPU)
@@ -233,3 +233,25 @@ def test_creation_ops_in_a_harness_graph():
     x = np.arange(8, dtype=np.float32)
     out = run_op(lambda v: v * ops.hann_window(8, CPU) + ops.range(0, 8, dtype=DType.float32, device=CPU), x)
     np.testing.assert_allclose(out, x * _hann_ref(8, True) + np.arange(8), rtol=1e-6)
+
+
+def test_range_int64_limits_and_max_checks():
+    # The length and the integer bounds must fit int64 (MAX's dims and bound constants are int64).
+    with Graph("r") as g:
+        big = ops.range(0, 2**63 - 1, 1, dtype=DType.int64, device=CPU)  # 2**63 - 1 elements: the largest length
+        assert big.shape == [2**63 - 1]
+        for start, stop, step in [(0, 2**63, 1), (2**62, 2**63, 1)]:
+            with pytest.raises(ValueError, match=r"range: stop \d+ is out of the int64 range"):
+                ops.range(start, stop, step, dtype=DType.int64, device=CPU)
+        for start, stop, step in [(0, -(2**63), -1), (-(2**63), 0, 1)]:
+            with pytest.raises(ValueError, match=r"range: the length 9223372036854775808 exceeds the int64 maximum"):
+                ops.range(start, stop, step, dtype=DType.int64, device=CPU)
+        lo, hi, one = (ops.constant(v, DType.int64, device=CPU) for v in (-(2**63), 0, 1))
+        with pytest.raises(ValueError, match="exceeds the int64 maximum"):
+            ops.range(lo, hi, one, 2**63, dtype=DType.int64, device=CPU)
+        gpu_start = ops.constant(0, DType.int32, device=DeviceRef.GPU())
+        with pytest.raises(ValueError, match="Range input values must be on CPU"):
+            ops.range(gpu_start, 5, out_dim=5, dtype=DType.int32, device=DeviceRef.GPU())
+    with pytest.raises(ValueError, match="Dynamic ranges must provide an explicit out_dim"):
+        with Graph("r", input_types=[TensorType(DType.int32, [])]) as g:
+            ops.range(g.inputs[0], 5, dtype=DType.int32, device=CPU)
