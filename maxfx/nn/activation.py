@@ -15,23 +15,49 @@ from typing import Any
 
 from maxfx.graph import ops
 
-__all__ = ["activation_function_from_name"]
+__all__ = ["activation_function_from_name", "activation_table"]
 
-_ACTIVATIONS: dict[str, Callable[..., Any]] = {
-    "silu": ops.silu,
-    "gelu": ops.gelu,
-    "gelu_tanh": functools.partial(ops.gelu, approximate="tanh"),
-    "relu": ops.relu,
-    "tanh": ops.tanh,
-    "sigmoid": ops.sigmoid,
-}
+def activation_table(ops_namespace: Any) -> dict[str, Callable[..., Any]]:
+    """Activation name -> function of ``ops_namespace`` (``maxfx.graph.ops`` or ``maxfx.experimental.functional``).
+
+    ``swish`` is ``silu``; ``gelu_tanh`` / ``gelu_quick`` (alias ``quick_gelu``)
+    are ``functools.partial(gelu, approximate="tanh" / "quick")``.
+
+    Example:
+        >>> from maxfx.graph import ops
+        >>> activation_table(ops)["swish"] is ops.silu
+        True
+    """
+    ns = ops_namespace
+    return {
+        "silu": ns.silu,
+        "swish": ns.silu,
+        "gelu": ns.gelu,
+        "gelu_tanh": functools.partial(ns.gelu, approximate="tanh"),
+        "gelu_quick": functools.partial(ns.gelu, approximate="quick"),
+        "quick_gelu": functools.partial(ns.gelu, approximate="quick"),
+        "relu": ns.relu,
+        "tanh": ns.tanh,
+        "sigmoid": ns.sigmoid,
+    }
+
+
+_ACTIVATIONS = activation_table(ops)
+
+
+def lookup_activation(table: dict[str, Callable[..., Any]], name: str) -> Callable[..., Any]:
+    """``table[name]``, or MAX's ValueError naming the accepted names."""
+    try:
+        return table[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"activation_function_from_name: Unrecognized activation function name {name!r}; expected one of {sorted(table)}") from None
 
 
 def activation_function_from_name(name: str) -> Callable[..., Any]:
-    """The graph op for activation ``name``: ``silu``, ``gelu``, ``gelu_tanh``, ``relu``, ``tanh`` or ``sigmoid``.
+    """The graph op for activation ``name``: ``silu`` (``swish``), ``gelu``, ``gelu_tanh``, ``gelu_quick`` (``quick_gelu``), ``relu``, ``tanh`` or ``sigmoid``.
 
-    ``gelu_tanh`` is ``functools.partial(ops.gelu, approximate="tanh")``; the
-    others are the ops themselves.
+    ``gelu_tanh`` is ``functools.partial(ops.gelu, approximate="tanh")`` (and
+    the quick variants ``approximate="quick"``); the others are the ops themselves.
 
     Raises:
         ValueError: for any other name.
@@ -40,7 +66,4 @@ def activation_function_from_name(name: str) -> Callable[..., Any]:
         >>> activation_function_from_name("gelu_tanh").keywords
         {'approximate': 'tanh'}
     """
-    try:
-        return _ACTIVATIONS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"activation_function_from_name: Unrecognized activation function name {name!r}; expected one of {sorted(_ACTIVATIONS)}") from None
+    return lookup_activation(_ACTIVATIONS, name)

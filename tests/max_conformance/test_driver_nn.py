@@ -517,3 +517,21 @@ def test_tp_attention_call_validates_per_device_inputs():
             attn(0, [x, x], None, [None, None], freqs_cis=[f, f], input_row_offsets=[x])
         with pytest.raises(TypeError, match="All elements in input_row_offsets must be TensorValue instances"):
             attn(0, [x, x], None, [None, None], freqs_cis=[f, f], input_row_offsets=[x, "not-a-tensor-value"])
+
+
+def test_common_layers_activation_names_and_values():
+    from functools import partial
+
+    from maxfx.experimental import functional as F
+    from maxfx.experimental.nn.common_layers.activation import activation_function_from_name
+    from maxfx.experimental.tensor import Tensor
+
+    assert activation_function_from_name("swish") is F.silu and activation_function_from_name("sigmoid") is F.sigmoid
+    for name, mode in (("gelu_tanh", "tanh"), ("gelu_quick", "quick"), ("quick_gelu", "quick")):
+        fn = activation_function_from_name(name)
+        assert isinstance(fn, partial) and fn.func is F.gelu and fn.keywords == {"approximate": mode}
+    x = np.linspace(-3, 3, 7, dtype=np.float32)
+    got = np.asarray(activation_function_from_name("quick_gelu")(Tensor.constant(x)))
+    np.testing.assert_allclose(got, x / (1 + np.exp(-1.702 * x)), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="Unrecognized activation function name"):
+        activation_function_from_name("nonexistent")
