@@ -32,6 +32,7 @@ from lowering.types import BufferType, DeviceRef, TensorType
 from maxfx._artifact import ArtifactProgram, is_exported_artifact, load_exported
 from maxfx.driver import CPU
 from maxfx.driver._tensor import as_array
+from maxfx.engine._compilation_stats import timed_phase
 from maxfx.engine._model import Model, require_contiguous
 from maxfx.graph import Graph
 
@@ -75,7 +76,7 @@ class CompiledModel:
         self.device = device
 
     def __repr__(self) -> str:
-        return f"CompiledModel({self.graph.name!r}, weights={len(self.expected_weights)})"
+        return "CompiledModel()"  # MAX's repr: the artifact is opaque
 
 
 class InferenceSession:
@@ -154,7 +155,8 @@ class InferenceSession:
             raise TypeError(f"InferenceSession.compile: expected a Graph, got {type(model).__name__}")
         if not model._has_output:
             raise ValueError(f"InferenceSession.compile: graph {model.name!r} has no outputs; call graph.output(...)")
-        return CompiledModel(model, _weight_inputs(model._ir), self._device_for(model._ir))
+        with timed_phase("compile"):
+            return CompiledModel(model, _weight_inputs(model._ir), self._device_for(model._ir))
 
     def init(self, compiled: CompiledModel, *, weights_registry: Mapping[str, Any] | None = None) -> Model:
         """A runnable `Model` of ``compiled`` (from `compile`) with the weights' values from ``weights_registry``.
@@ -165,6 +167,19 @@ class InferenceSession:
         """
         if not isinstance(compiled, CompiledModel):
             raise TypeError(f"InferenceSession.init: expected the CompiledModel that InferenceSession.compile returns, got {type(compiled).__name__}")
+        with timed_phase("init"):
+            return self._init(compiled, weights_registry)
+
+    def init_all(self, compiled: CompiledModel, *, weights_registry: Mapping[str, Any] | None = None) -> dict[str, Model]:
+        """`init` for every graph of ``compiled``, as ``{graph name: Model}`` (MAX's multi-graph form)."""
+        model = self.init(compiled, weights_registry=weights_registry)
+        return {compiled.graph.name: model}
+
+    def load_all(self, model: Graph, *, weights_registry: Mapping[str, Any] | None = None) -> dict[str, Model]:
+        """`load` returning ``{graph name: Model}``, like `init_all`."""
+        return self.init_all(self.compile(model), weights_registry=weights_registry)
+
+    def _init(self, compiled: CompiledModel, weights_registry: Mapping[str, Any] | None) -> Model:
         registry = dict(weights_registry or {})
         for name, value in registry.items():
             require_contiguous("InferenceSession.load", f"weight {name!r}", value)

@@ -39,3 +39,34 @@ def test_strided_weights_and_inputs_are_refused():
     with pytest.raises(ValueError, match="non-contiguous tensors"):
         model.execute(strided)
     np.testing.assert_array_equal(model.execute(np.ascontiguousarray(strided))[0].to_numpy(), np.ones((2, 2), np.float32))
+
+
+def test_init_all_load_all_and_the_compiled_models_repr():
+    session = InferenceSession()
+    compiled = session.compile(_scale_graph())
+    assert repr(compiled) == "CompiledModel()" and not hasattr(compiled, "execute")
+    models = session.init_all(compiled, weights_registry={"w": np.full(2, 2.0, np.float32)})
+    assert list(models) == ["scale"]
+    np.testing.assert_array_equal(models["scale"].execute(np.ones((1, 2), np.float32))[0].to_numpy(), [[2.0, 2.0]])
+    loaded = session.load_all(_scale_graph(), weights_registry={"w": np.ones(2, np.float32)})
+    assert list(loaded) == ["scale"]
+
+
+def test_compilation_stats_split_the_phases():
+    from maxfx.engine._compilation_stats import collect_compilation_stats
+    from maxfx.experimental.nn._compilation_timer import CompilationTimer
+
+    session = InferenceSession()
+    with collect_compilation_stats() as stats:
+        compiled = session.compile(_scale_graph())
+    assert stats.compile_seconds > 0 and stats.init_seconds == 0 and stats.build_seconds == 0 and stats.num_phases == 0
+    with collect_compilation_stats() as outer:
+        with collect_compilation_stats() as inner:
+            session.init(compiled, weights_registry={"w": np.ones(2, np.float32)})
+    assert inner.init_seconds > 0 and outer.init_seconds == inner.init_seconds and inner.compile_seconds == 0
+    with collect_compilation_stats() as stats:
+        with CompilationTimer("scale") as timer:
+            graph = _scale_graph()
+            timer.mark_build_complete()
+            session.load_all(graph, weights_registry={"w": np.ones(2, np.float32)})
+    assert stats.num_phases == 1 and stats.build_seconds > 0 and stats.compile_seconds > 0 and stats.init_seconds > 0
