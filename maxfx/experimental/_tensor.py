@@ -29,7 +29,7 @@ import numpy as np
 from lowering.context import Context, use_context
 from lowering.dims import Shape
 from lowering.dtypes import DType
-from lowering.eager import EagerContext, LazyVar, pending_block, realize
+from lowering.eager import EagerContext, LazyVar, is_lazy, pending_block, realize
 from lowering.ops.core import to_constant_array
 from lowering.types import DeviceRef, TensorType
 from lowering.x64 import x64
@@ -215,6 +215,8 @@ class Tensor(TensorOperators):
         dtype, dev = defaults(dtype, device)
         dims = _static_shape(shape, where)
         arr, _ = to_constant_array(value, dtype, op=where)
+        if is_lazy():  # as in MAX, a creation inside F.lazy() is pending too: a recorded broadcast of the value
+            return ops.broadcast_to(_leaf(_put(np.asarray(arr), dev), dtype, dev), dims)
         with x64():
             array = jax.device_put(np.broadcast_to(arr, dims), dev.jax_device)
         return _leaf(array, dtype, dev)

@@ -150,3 +150,15 @@ def test_cast_to_the_same_dtype_is_the_tensor_itself():
     t = Tensor([1.0, 2.0])
     assert t.cast(t.dtype) is t
     assert t.cast(DType.int32).dtype is DType.int32
+
+
+def test_creations_inside_lazy_are_pending_too():
+    with F.lazy():
+        z = Tensor.zeros([2, 2])
+        o = Tensor.ones_like(z.type)
+        f = Tensor.full([3], 7, dtype=DType.int32)
+        assert not (z.real or o.real or f.real)
+    assert Tensor.zeros([2]).real  # outside: created at once
+    np.testing.assert_array_equal((z + o).to_numpy(), np.ones((2, 2), np.float32))
+    np.testing.assert_array_equal(f.to_numpy(), [7, 7, 7])
+    assert f.dtype is DType.int32
