@@ -500,7 +500,7 @@ def _call_rule(*types: Type, block: Block, prefix: str, name: str, n_buffers: in
                 raise OpError(f"call: argument {i} of subgraph {name!r} must have type {want!r}, got {got!r}")
             continue
         if want.dtype is not got.dtype or want.rank != got.rank:
-            raise OpError(f"call: argument {i} of subgraph {name!r} must be {fmt(want)}, got {fmt(got)}")
+            raise OpError(f"call: argument {i} of subgraph {name!r} has the wrong type: must be {fmt(want)}, got {fmt(got)}")
         if want.device != got.device:
             raise OpError(f"call: argument {i} of subgraph {name!r} must be on {want.device}, got {fmt(got)} on {got.device}")
         for j, (wd, gd) in enumerate(zip(want.shape, got.shape)):
@@ -510,7 +510,7 @@ def _call_rule(*types: Type, block: Block, prefix: str, name: str, n_buffers: in
                     raise OpError(f"call: argument {i} of subgraph {name!r}: dim {j} ({wd.name}) is {gd}, but {wd.name} is already {bound}")
             elif isinstance(wd, StaticDim):
                 if wd != gd:
-                    raise OpError(f"call: argument {i} of subgraph {name!r} must be {fmt(want)}, got {fmt(got)} (dim {j})")
+                    raise OpError(f"call: argument {i} of subgraph {name!r} has the wrong type: must be {fmt(want)}, got {fmt(got)} (dim {j})")
             else:
                 deferred.append((i, j, want, wd, got, gd))
     for i, j, want, wd, got, gd in deferred:
@@ -649,7 +649,7 @@ def call(graph: Any, *args: Any, prefix: str = "") -> list[Any]:
         raise ValueError(f"call: subgraph {name!r} has no outputs yet; call its output(...) before calling it")
     if len(args) != len(block.inputs):
         raise ValueError(
-            f"call: expected {len(block.inputs)} args to call to {name!r}, got {len(args)}; "
+            f"call: Expected {len(block.inputs)} args to call to {name!r}, got {len(args)}; "
             f"inputs are ({fmt_all(v.type for v in block.inputs)})"
         )
     ctx = _owner("call", list(args))

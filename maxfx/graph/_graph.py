@@ -32,8 +32,8 @@ __all__ = ["Graph", "GraphWeights", "KernelLibrary", "_ChainValue", "_DeviceChai
 class _ChainValue(Value):
     """A device chain (type `_ChainType`): the state of one device's side effects
     at a point of graph construction. A new chain replaces it each time an op
-    with a side effect on that device (a print, a buffer write, a call or
-    control flow that contains one) is recorded."""
+    with a side effect on that device (a print, a buffer load or store, a call
+    or control flow that contains one) is recorded."""
 
     __slots__ = ()
 
@@ -59,7 +59,8 @@ class _DeviceChainMap(Mapping):
     def _last_effect(self, device: DeviceRef) -> Any:
         for node in reversed(self._graph._block.nodes):
             op = get_op(node.op)
-            if not (op.effect or op.written_inputs(node)):
+            # as in MAX, buffer reads are ordered on the chain too
+            if not (op.effect or op.written_inputs(node) or any(isinstance(v.type, BufferType) for v in node.inputs)):
                 continue
             devices = {v.type.device for v in (*node.inputs, *node.outputs) if isinstance(v.type, (TensorType, BufferType))}
             if device in (devices or {DeviceRef.CPU()}):

@@ -344,3 +344,48 @@ def test_dequantize_errors_use_max_wording():
             ops.dequantize(QE.Q4_0, fixed)
         with pytest.raises(TypeError, match="dequantize only supported with static last dimension"):
             ops.dequantize(QE.Q4_0, symbolic)
+
+
+# ─── buffers, calls and weight files ──────────────────────────────────────
+
+
+def test_buffer_load_advances_the_device_chain():
+    with Graph("b", input_types=[BufferType(DType.float32, [2], CPU)]) as graph:
+        buf = graph.inputs[0].buffer
+        chain_0 = graph.device_chains[CPU]
+        y = ops.buffer_load(buf)
+        chain_1 = graph.device_chains[CPU]
+        ops.buffer_store(buf, y * 2)
+        assert chain_0 != chain_1 and graph.device_chains[CPU] != chain_1
+        graph.output(y)
+    data = np.array([1.0, 2.0], np.float32)
+    from maxfx.driver import Buffer
+
+    buffer = Buffer.from_numpy(data.copy())
+    [out] = InferenceSession().load(graph).execute(buffer)
+    np.testing.assert_array_equal(out.to_numpy(), data)  # the load happened before the store
+    np.testing.assert_array_equal(buffer.to_numpy(), data * 2)
+
+
+def test_call_argument_errors_use_max_wording():
+    f32, i32 = TensorType(DType.float32, [3], CPU), TensorType(DType.int32, [3], CPU)
+    with Graph("main", input_types=[i32]) as graph:
+        with graph.add_subgraph("f", input_types=[f32, f32]) as sub:
+            sub.output(sub.inputs[0] + sub.inputs[1])
+        with pytest.raises(ValueError, match=r"Expected 2 args to call to 'f', got 1"):
+            ops.call(sub, graph.inputs[0])
+        with pytest.raises(ValueError, match=r"argument 0 of subgraph 'f' has the wrong type: must be float32\[3\], got int32\[3\]"):
+            ops.call(sub, graph.inputs[0], graph.inputs[0])
+        graph.output()
+
+
+def test_missing_safetensors_weight_names_the_format(tmp_path):
+    import safetensors.numpy
+
+    from maxfx.graph.weights import SafetensorWeights
+
+    path = tmp_path / "w.safetensors"
+    safetensors.numpy.save_file({"1.a": np.zeros(2, np.float32)}, str(path))
+    weights = SafetensorWeights([path])
+    with pytest.raises(KeyError, match=r"'0.a' is not a weight in the Safetensor checkpoint. Did you mean '1.a'\?"):
+        weights["0"].a.allocate()

@@ -261,9 +261,9 @@ def test_call_errors():
         x, i = g.inputs
         with g.add_subgraph("f", input_types=[TensorType(DType.float32, [3]), TensorType(DType.float32, [3])]) as sub:
             sub.output(sub.inputs[0] + sub.inputs[1])
-        with pytest.raises(ValueError, match="call: expected 2 args to call to 'f', got 1"):
+        with pytest.raises(ValueError, match="call: Expected 2 args to call to 'f', got 1"):
             ops.call(sub, x)
-        with pytest.raises(ValueError, match=r"call: argument 1 of subgraph 'f' must be float32\[3\], got int32\[3\]"):
+        with pytest.raises(ValueError, match=r"call: argument 1 of subgraph 'f' has the wrong type: must be float32\[3\], got int32\[3\]"):
             ops.call(sub, x, i)
         empty = g.add_subgraph("empty", input_types=[TensorType(DType.float32, [3])])
         with pytest.raises(ValueError, match="call: subgraph 'empty' has no outputs"):

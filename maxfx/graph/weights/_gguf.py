@@ -68,6 +68,8 @@ def _type_tables(gguf: Any) -> tuple[dict[Any, DType], dict[Any, QuantizationEnc
 
 
 class _GGUFSource(TensorSource):
+    kind = "GGUF file"
+
     def __init__(self, reader: Any, tensors: dict[str, Any], label: str):
         super().__init__(label)
         self._gguf = _gguf()

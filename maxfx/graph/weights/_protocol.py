@@ -75,6 +75,9 @@ class TensorSource(abc.ABC):
         align: byte alignment to record on allocated `Weight`s.
     """
 
+    kind = "checkpoint"
+    """What error messages call the format (``"Safetensor checkpoint"``...)."""
+
     def __init__(self, label: str, align: int | None = None):
         self.label = label
         self.align = align
@@ -138,7 +141,7 @@ def _missing_weight(weights: Any) -> KeyError:
     else:
         close = difflib.get_close_matches(name, names, n=3)
         hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    return KeyError(f"{name!r} is not a weight in {source.label}.{hint}")
+    return KeyError(f"{name!r} is not a weight in the {source.kind}.{hint} (checkpoint: {source.label})")
 
 
 def _info(weights: Any) -> TensorInfo:

@@ -359,6 +359,8 @@ def _looks_like_legacy_pickle(path: str) -> bool:
 
 
 class _PytorchSource(TensorSource):
+    kind = "PyTorch checkpoint"
+
     def __init__(self, checkpoints: dict[str, TorchCheckpoint], tensor_infos: dict[str, TorchTensorInfo], label: str):
         super().__init__(label)
         self._checkpoints = checkpoints

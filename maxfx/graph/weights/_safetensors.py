@@ -130,6 +130,8 @@ class SafetensorsFile:
 
 
 class _SafetensorsSource(TensorSource):
+    kind = "Safetensor checkpoint"
+
     def __init__(
         self,
         paths: Sequence[str],
