@@ -35,6 +35,7 @@ from maxfx.nn import (
     module_v3,
     moe,
     norm,
+    quant_config,
     rotary_embedding,
     sampling,
     sequential,
@@ -54,6 +55,7 @@ from maxfx.nn.hooks import PrintHook
 from maxfx.nn.kv_cache import KVCacheParams, KVCacheStrategy, PagedCacheValues, PagedKVCacheManager
 from maxfx.nn.lora import *  # noqa: F403 - AttentionWithRopeAndLoRA, LinearLoRA, SupportsLoRA
 from maxfx.nn.moe import *  # noqa: F403 - MoE, MoEFp8, MoEGate
+from maxfx.nn.quant_config import *  # noqa: F403 - QuantConfig, QuantFormat, InputScaleSpec, WeightScaleSpec, ScaleGranularity, ScaleOrigin
 from maxfx.nn.rotary_embedding import *  # noqa: F403 - RoPE layers and scaling params
 from maxfx.nn.sampling import *  # noqa: F403
 from maxfx.nn.transformer import DistributedTransformer, DistributedTransformerBlock, ReturnLogits, Transformer, TransformerBlock
@@ -117,6 +119,8 @@ __all__ = [
     "linear",
     "module_v3",
     "norm",
+    "quant_config",
+    *quant_config.__all__,
     "recursive_named_layers",
     "sequential",
 ]

@@ -535,3 +535,22 @@ def test_common_layers_activation_names_and_values():
     np.testing.assert_allclose(got, x / (1 + np.exp(-1.702 * x)), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="Unrecognized activation function name"):
         activation_function_from_name("nonexistent")
+
+
+def test_quant_config_is_a_float8_config_with_max_265_names():
+    from maxfx import nn
+    from maxfx.nn.float8_config import Float8Config, Float8InputScaleSpec
+    from maxfx.nn.quant_config import InputScaleSpec, QuantConfig, QuantFormat, ScaleGranularity, ScaleOrigin, WeightScaleSpec
+
+    assert InputScaleSpec is Float8InputScaleSpec and nn.QuantConfig is QuantConfig
+    cfg = QuantConfig(
+        format=QuantFormat.BLOCKSCALED_FP8,
+        weight_scale=WeightScaleSpec(dtype=DType.float32, granularity=ScaleGranularity.BLOCK, block_size=(128, 128)),
+        input_scale=InputScaleSpec(dtype=DType.float32, granularity=ScaleGranularity.BLOCK, block_size=(1, 128), origin=ScaleOrigin.DYNAMIC),
+        mlp_quantized_layers={1},
+        attn_quantized_layers=set(),
+    )
+    assert isinstance(cfg, Float8Config) and cfg.is_dynamic and cfg.weight_scale.block_size == (128, 128)
+    assert cfg.mlp_quantized_layers == {1} and cfg.mlp_in_float8 == {1} and cfg.quant_method == "blockscaled-fp8"
+    with pytest.raises(ValueError):
+        QuantConfig(cfg.input_scale, cfg.weight_scale, format="int3")
