@@ -18,7 +18,6 @@ Example:
 from __future__ import annotations
 
 import enum
-import math
 from typing import Any
 
 import ml_dtypes
@@ -213,6 +212,21 @@ _SIZE_BITS = {d: (4 if d is DType.float4_e2m1fn else np.dtype(_TO_NUMPY[d]).item
 _FLOAT_FORMAT = {d: ml_dtypes.finfo(_TO_NUMPY[d]) for d in _FLOATS}
 
 
+def _full_precision_range(d: DType) -> tuple[int, int]:
+    """The integers ``d`` holds without loss: all of them for ints, ``+-2**(mantissa bits + 1)`` for floats."""
+    if d is DType.bool:
+        return 0, 1
+    if d.is_float():
+        bound = 2 ** (_FLOAT_FORMAT[d].nmant + 1)
+        return -bound, bound
+    info = np.iinfo(_TO_NUMPY[d])
+    return int(info.min), int(info.max)
+
+
+# MAX's table (max.graph.dtype_promotion): the range in which a Python int promotes to each dtype.
+_DTYPE_MIN_AND_MAX_FULL_PRECISION: dict[DType, tuple[int, int]] = {d: _full_precision_range(d) for d in DType}
+
+
 def _int_magnitude_bits(d: DType) -> int:
     if d is DType.bool:
         return 1
@@ -262,7 +276,12 @@ def promote_strong(a: DType, b: DType) -> DType:
 
 
 def promote_weak(strong: DType, value: Any) -> DType:
-    """Check that a Python/numpy scalar fits ``strong`` exactly; return ``strong``.
+    """Check that a Python/numpy scalar promotes to ``strong`` (MAX's rule); return ``strong``.
+
+    A float promotes to any float dtype (rounding, possibly to inf, as MAX
+    does) and to no integer dtype; an int promotes when it lies in the dtype's
+    full-precision range (`_DTYPE_MIN_AND_MAX_FULL_PRECISION`: the whole range
+    of an int dtype, ``+-2**24`` for float32...).
 
     Raises:
         ValueError: "Unsafe cast: Can't promote python float to dtype(DType.int32)"
@@ -272,24 +291,14 @@ def promote_weak(strong: DType, value: Any) -> DType:
         return strong
     if isinstance(value, (float, np.floating)):
         if strong.is_float():
-            if math.isfinite(value) and abs(value) > float(ml_dtypes.finfo(_TO_NUMPY[strong]).max):
-                raise ValueError(f"Unsafe cast: python float {value} overflows dtype({strong})")
             return strong
         raise ValueError(f"Unsafe cast: Can't promote python float to dtype({strong})")
     if isinstance(value, (int, np.integer)):
         v = int(value)
-        if strong is DType.bool:
-            if v in (0, 1):
-                return strong
-        elif strong.is_float():
-            finfo = ml_dtypes.finfo(_TO_NUMPY[strong])
-            if abs(v) <= float(finfo.max) and int(float(np.array(v, dtype=np.float64).astype(_TO_NUMPY[strong]))) == v:
-                return strong
-        else:
-            info = np.iinfo(_TO_NUMPY[strong])
-            if info.min <= v <= info.max:
-                return strong
-        raise ValueError(f"Unsafe cast: python int {v} is not exactly representable in dtype({strong})")
+        lo, hi = _DTYPE_MIN_AND_MAX_FULL_PRECISION[strong]
+        if lo <= v <= hi:
+            return strong
+        raise ValueError(f"Unsafe cast: python int {v} is out of the range [{lo}, {hi}] that dtype({strong}) holds exactly")
     raise TypeError(f"promote_weak: unsupported scalar {value!r} of type {type(value).__name__}")
 
 

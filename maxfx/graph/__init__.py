@@ -7,13 +7,13 @@ Example:
     ...     g.output(g.inputs[0] + 1)
 """
 
-from maxfx.graph import dim, ops, shape, type, value, weight  # noqa: A004
+from maxfx.graph import dim, dtype_promotion, ops, shape, type, value, weight  # noqa: A004
 from maxfx.graph._graph import Graph, KernelLibrary, _ChainValue
 from maxfx.graph._value import BufferValue, TensorValue, Value
 from maxfx.graph._weight import ShardingStrategy, Weight
 from maxfx.graph.dim import AlgebraicDim, Dim, DimLike, StaticDim, SymbolicDim
 from maxfx.graph.shape import Shape, ShapeLike
-from maxfx.graph.type import BufferType, ConvInputLayout, DeviceKind, DevicePlacementPolicy, DeviceRef, FilterLayout, OpaqueType, TensorType, Type, _ChainType
+from maxfx.graph.type import BufferType, ConvInputLayout, DeviceKind, DevicePlacementPolicy, DeviceRef, FilterLayout, OpaqueType, TensorType, Type, _ChainType, _OpaqueType
 from maxfx.graph.value import TensorValueLike
 
 __all__ = [
@@ -43,7 +43,9 @@ __all__ = [
     "Weight",
     "_ChainType",
     "_ChainValue",
+    "_OpaqueType",
     "dim",
+    "dtype_promotion",
     "ops",
     "shape",
     "type",

@@ -229,3 +229,35 @@ def test_irfft_module_path():
 
     assert Normalization.BACKWARD.value == "backward"
     assert callable(ops.irfft)
+
+
+# ─── weak-value promotion (max.graph.dtype_promotion) ─────────────────────
+
+
+def test_promote_to_strong_follows_max_ranges():
+    from maxfx.driver import CPU, Buffer
+    from maxfx.graph import dtype_promotion
+
+    table = dtype_promotion._DTYPE_MIN_AND_MAX_FULL_PRECISION
+    assert table[DType.float32] == (-(2**24), 2**24) and table[DType.float16] == (-(2**11), 2**11)
+    assert table[DType.int8] == (-128, 127) and table[DType.uint64] == (0, 2**64 - 1)
+    cpu = DeviceRef.CPU()
+    with Graph("promote"):
+        for value, dtype in [(1e300, DType.float16), (2**24, DType.float32), (-128, DType.int8), (np.array(7), DType.uint8)]:
+            out = dtype_promotion._promote_to_strong(value, dtype, cpu)
+            assert out.type == _t(dtype, [])
+        buf = Buffer(DType.int64, [], CPU())
+        buf[()] = 300
+        for value, dtype in [(2**24 + 1, DType.float32), (128, DType.int8), (0.5, DType.int32), (np.array(1.0), DType.int64), (buf, DType.uint8)]:
+            with pytest.raises(ValueError, match="Unsafe cast"):
+                dtype_promotion._promote_to_strong(value, dtype, cpu)
+
+
+def test_binary_ops_apply_the_same_rule_to_python_scalars():
+    with _graph(_t(DType.float32, [2]), _t(DType.float16, [2])) as g:
+        f32, f16 = (v.tensor for v in g.inputs)
+        assert (f32 + 2**24).dtype == DType.float32
+        assert (f16 * 1e10).dtype == DType.float16  # floats always promote to float dtypes (rounding to inf)
+        with pytest.raises(ValueError, match="Unsafe cast"):
+            f32 + (2**24 + 2)
+        assert ops.where(f32 > 0, f32, 3).dtype == DType.float32
