@@ -313,7 +313,7 @@ def hann_window(window_length, device, periodic=True, dtype=DType.float32):
         array([0. , 0.5, 1. , 0.5, 0. ], dtype=float32)
     """
     if isinstance(window_length, (bool, np.bool_)) or not isinstance(window_length, (numbers.Integral, np.integer, StaticDim)):
-        raise TypeError(f"hann_window: window_length must be an int, got {type(window_length).__name__} {window_length!r}")
+        raise TypeError(f"hann_window: window_length must be an integer, got {type(window_length).__name__} {window_length!r}")
     if int(window_length) < 0:
         raise ValueError(f"hann_window: window_length must be non-negative, got {int(window_length)}")
     if not isinstance(dtype, DType):
