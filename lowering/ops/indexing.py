@@ -1,5 +1,6 @@
 """Indexing: ``slice_tensor`` (numpy basic indexing, ``x[...]``), ``gather``,
-``gather_nd``, ``scatter``, ``scatter_nd``, ``masked_scatter``, ``nonzero``.
+``gather_nd``, ``scatter`` and ``scatter_nd`` (each also with an ``_add``,
+``_max``, ``_min`` and ``_mul`` reduction), ``masked_scatter``, ``nonzero``.
 
 Out-of-range indices, slice bounds and axes raise `IndexOpError`, which is both
 an IndexError (numpy; MAX's ``gather``) and a ValueError (MAX's other ops).
@@ -30,7 +31,24 @@ from lowering.ops._indexing_util import DataDim, IndexOpError, axis_index, is_in
 from lowering.registry import OpDef, front, register
 from lowering.types import TensorType
 
-__all__ = ["slice_tensor", "gather", "gather_nd", "scatter", "scatter_nd", "masked_scatter", "nonzero", "IndexOpError"]
+__all__ = [
+    "slice_tensor",
+    "gather",
+    "gather_nd",
+    "scatter",
+    "scatter_add",
+    "scatter_max",
+    "scatter_min",
+    "scatter_mul",
+    "scatter_nd",
+    "scatter_nd_add",
+    "scatter_nd_max",
+    "scatter_nd_min",
+    "scatter_nd_mul",
+    "masked_scatter",
+    "nonzero",
+    "IndexOpError",
+]
 
 
 # ─── slice_tensor ─────────────────────────────────────────────────────────
@@ -439,34 +457,89 @@ def _same_dtype(op: str, x: TensorType, upd: TensorType) -> None:
         raise R.OpError(f"{op}: input {R.fmt(x)} and updates {R.fmt(upd)} must have the same dtype")
 
 
-def _scatter_rule(x, upd, idx, *, axis: int) -> TensorType:
-    op = "scatter"
-    x = R.require_tensor(op, x, "input")
-    upd = R.require_tensor(op, upd, "updates")
-    idx = R.require_tensor(op, idx, "indices")
-    _same_dtype(op, x, upd)
-    require_index_dtype(op, idx)
-    a = axis_index(op, axis, x.rank)
-    if not upd.rank == idx.rank == x.rank:
-        raise R.OpError(f"{op}: input {R.fmt(x)}, updates {R.fmt(upd)} and indices {R.fmt(idx)} must have the same rank")
-    if any(u != i for u, i in zip(upd.shape, idx.shape)):
-        raise R.OpError(f"{op}: updates {R.fmt(upd)} and indices {R.fmt(idx)} must have the same shape")
-    for d, (i, n) in enumerate(zip(idx.shape, x.shape)):
-        if d != a and isinstance(i, StaticDim) and isinstance(n, StaticDim) and i.dim > n.dim:
-            raise R.OpError(f"{op}: dim {d} of indices {R.fmt(idx)} exceeds that of input {R.fmt(x)}")
-    device = R.same_device(op, x, upd, idx)
-    return TensorType(x.dtype, x.shape, device)
+def _scatter_dtypes(op: str, x: TensorType, upd: TensorType, idx: TensorType, *, quoted: bool) -> None:
+    # MAX's wording: scatter quotes the dtypes, scatter_nd parenthesizes them.
+    if x.dtype is not upd.dtype:
+        pair = f"'{x.dtype}' and updates dtype '{upd.dtype}' must match." if quoted else f"({x.dtype}) and updates dtype ({upd.dtype}) must match"
+        raise R.OpError(f"{op}: The input dtype {pair} (input {R.fmt(x)}, updates {R.fmt(upd)})")
+    if idx.dtype not in (DType.int32, DType.int64):
+        raise R.OpError(f"{op}: Invalid indices dtype: '{idx.dtype}'. Indices must be of type int32 or int64. (indices {R.fmt(idx)})")
 
 
-def _scatter_impl(x, upd, idx, *, axis: int):
-    n = x.shape[axis]
-    # ScatterElements: out[..., idx[i, j, ...] (at axis), ...] = upd[i, j, ...]; other coordinates are i, j, ...
-    where = list(jnp.indices(idx.shape, sparse=True))
-    where[axis] = jnp.where(idx < 0, idx + n, idx)
-    return x.at[tuple(where)].set(upd)
+def _check_scatter_devices(op: str, values: tuple[Any, ...]) -> None:
+    """MAX's message, listing the three types, when typed inputs sit on different devices.
+
+    Runs in the front: bind's own device check would answer first with a shorter message.
+    """
+    types = [getattr(v, "type", None) for v in values]
+    if len({t.device for t in types if isinstance(t, TensorType)}) > 1:
+        lines = [f"    {n}: {t!r}" if isinstance(t, TensorType) else f"    {n}: {type(v).__name__}" for n, v, t in zip(("input", "updates", "indices"), values, types)]
+        raise R.OpError(f"{op}: Input values must be on the same device\n" + "\n".join(lines))
 
 
-scatter_p = register(OpDef("scatter", rule=_scatter_rule, impl=_scatter_impl))
+# Each reduction: how the op combines an update with the value already there.
+_SCATTER_WRITES = {
+    None: lambda ref, upd: ref.set(upd),
+    "add": lambda ref, upd: ref.add(upd),
+    "max": lambda ref, upd: ref.max(upd),
+    "min": lambda ref, upd: ref.min(upd),
+    "mul": lambda ref, upd: ref.multiply(upd),
+}
+
+
+def _scatter_rule_for(op: str):
+    def rule(x, upd, idx, *, axis: int) -> TensorType:
+        x = R.require_tensor(op, x, "input")
+        upd = R.require_tensor(op, upd, "updates")
+        idx = R.require_tensor(op, idx, "indices")
+        if isinstance(axis, bool) or not is_int(axis):
+            raise TypeError(f"{op}: axis must be an int, got {type(axis).__name__}")
+        if not -x.rank <= axis < x.rank:
+            raise IndexOpError(f"{op}: Invalid axis value {axis}. Axis must be in range [-{x.rank}, {x.rank - 1}] (input {R.fmt(x)})")
+        _scatter_dtypes(op, x, upd, idx, quoted=True)
+        # As in MAX, the ranks and shapes of updates and indices are checked when the graph runs.
+        device = R.same_device(op, x, upd, idx)
+        return TensorType(x.dtype, x.shape, device)
+
+    rule.__name__ = rule.__qualname__ = f"_{op}_rule"
+    return rule
+
+
+def _scatter_impl_for(op: str, reduction: str | None):
+    write = _SCATTER_WRITES[reduction]
+
+    def impl(x, upd, idx, *, axis: int):
+        axis %= x.ndim
+        if not upd.ndim == idx.ndim == x.ndim:
+            raise ValueError(f"{op}: input {x.shape}, updates {upd.shape} and indices {idx.shape} must have the same rank")
+        if upd.shape != idx.shape:
+            raise ValueError(f"{op}: updates {upd.shape} and indices {idx.shape} must have the same shape")
+        for d, (i, n) in enumerate(zip(idx.shape, x.shape)):
+            if d != axis and i > n:
+                raise ValueError(f"{op}: dim {d} of indices {idx.shape} exceeds that of input {x.shape}")
+        n = x.shape[axis]
+        # ScatterElements: out[..., idx[i, j, ...] (at axis), ...] = upd[i, j, ...]; other coordinates are i, j, ...
+        where = list(jnp.indices(idx.shape, sparse=True))
+        where[axis] = jnp.where(idx < 0, idx + n, idx)
+        return write(x.at[tuple(where)], upd)
+
+    return impl
+
+
+def _scatter_op(op: str, reduction: str | None) -> OpDef:
+    return register(OpDef(op, rule=_scatter_rule_for(op), impl=_scatter_impl_for(op, reduction)))
+
+
+def _bind_scatter(p: OpDef, input, updates, indices, axis):  # noqa: A002 - MAX's name
+    _check_scatter_devices(p.name, (input, updates, indices))
+    return bind(p, input, updates, indices, axis=int(axis) if is_int(axis) else axis)
+
+
+scatter_p = _scatter_op("scatter", None)
+scatter_add_p = _scatter_op("scatter_add", "add")
+scatter_max_p = _scatter_op("scatter_max", "max")
+scatter_min_p = _scatter_op("scatter_min", "min")
+scatter_mul_p = _scatter_op("scatter_mul", "mul")
 
 
 @front(scatter_p)
@@ -480,8 +553,9 @@ def scatter(input, updates, indices, axis=-1):  # noqa: A002 - MAX's name
     end; which of several updates to one position wins is unspecified.
 
     Raises:
-        IndexError: ``axis`` out of range (`IndexOpError`, also a ValueError).
-        ValueError: dtype mismatch, non-int32/int64 indices, or mismatched shapes.
+        ValueError: ``axis`` out of range (`IndexOpError`, also an IndexError),
+            dtype mismatch, non-int32/int64 indices, or inputs on different
+            devices; mismatched ranks/shapes when the graph runs (as MAX).
 
     Example:
         >>> from maxfx.graph import ops
@@ -492,38 +566,118 @@ def scatter(input, updates, indices, axis=-1):  # noqa: A002 - MAX's name
         >>> ops.scatter(x, updates, Tensor.constant([0, 3], dtype=DType.int64), axis=0)
         TensorType(dtype=float32, shape=[Dim(5)], device=cpu:0): [10.0, 2.0, 3.0, 20.0, 5.0]
     """
-    return bind(scatter_p, input, updates, indices, axis=int(axis) if is_int(axis) else axis)
+    return _bind_scatter(scatter_p, input, updates, indices, axis)
 
 
-def _scatter_nd_rule(x, upd, idx) -> TensorType:
-    op = "scatter_nd"
-    x = R.require_tensor(op, x, "input")
-    upd = R.require_tensor(op, upd, "updates")
-    idx = R.require_tensor(op, idx, "indices")
-    _same_dtype(op, x, upd)
-    require_index_dtype(op, idx)
-    if idx.rank < 1:
-        raise R.OpError(f"{op}: indices must have rank >= 1 ([num_updates, k]), got {R.fmt(idx)}")
-    k = R.static_int(op, idx.shape[-1], "the last dim of indices")
-    if k > x.rank:
-        raise R.OpError(f"{op}: index vectors of length {k} (indices {R.fmt(idx)}) exceed the rank of input {R.fmt(x)}")
-    want = list(idx.shape[:-1]) + list(x.shape[k:])
-    if len(want) != upd.rank or any(a != b for a, b in zip(want, upd.shape)):
-        raise R.OpError(
-            f"{op}: updates {R.fmt(upd)} must have shape indices.shape[:-1] + input.shape[{k}:] = "
-            f"[{', '.join(str(d) for d in want)}] (input {R.fmt(x)}, indices {R.fmt(idx)})"
-        )
-    device = R.same_device(op, x, upd, idx)
-    return TensorType(x.dtype, x.shape, device)
+@front(scatter_add_p)
+def scatter_add(input, updates, indices, axis=-1):  # noqa: A002 - MAX's name
+    """`scatter` that adds: ``out[indices[i][j]][j] += updates[i][j]`` (2-D, ``axis=0``); duplicates accumulate.
+
+    Example:
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.dtype import DType
+        >>> x = Tensor.constant([1.0, 1.0, 1.0])
+        >>> ops.scatter_add(x, Tensor.constant([5.0, 2.0, 4.0]), Tensor.constant([0, 2, 0], dtype=DType.int64), axis=0)
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [10.0, 1.0, 3.0]
+    """
+    return _bind_scatter(scatter_add_p, input, updates, indices, axis)
 
 
-def _scatter_nd_impl(x, upd, idx):
-    k = idx.shape[-1]
-    where = tuple(jnp.where(idx[..., i] < 0, idx[..., i] + x.shape[i], idx[..., i]) for i in range(k))
-    return x.at[where].set(upd)
+@front(scatter_max_p)
+def scatter_max(input, updates, indices, axis=-1):  # noqa: A002 - MAX's name
+    """`scatter` keeping the maximum: ``out[indices[i][j]][j] = max(out[...], updates[i][j])`` (2-D, ``axis=0``).
+
+    Example:
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.dtype import DType
+        >>> x = Tensor.constant([1.0, 1.0, 1.0])
+        >>> ops.scatter_max(x, Tensor.constant([5.0, 0.5, 4.0]), Tensor.constant([0, 2, 0], dtype=DType.int64), axis=0)
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [5.0, 1.0, 1.0]
+    """
+    return _bind_scatter(scatter_max_p, input, updates, indices, axis)
 
 
-scatter_nd_p = register(OpDef("scatter_nd", rule=_scatter_nd_rule, impl=_scatter_nd_impl))
+@front(scatter_min_p)
+def scatter_min(input, updates, indices, axis=-1):  # noqa: A002 - MAX's name
+    """`scatter` keeping the minimum: ``out[indices[i][j]][j] = min(out[...], updates[i][j])`` (2-D, ``axis=0``).
+
+    Example:
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.dtype import DType
+        >>> x = Tensor.constant([9.0, 9.0, 9.0])
+        >>> ops.scatter_min(x, Tensor.constant([5.0, 2.0, 4.0]), Tensor.constant([0, 2, 0], dtype=DType.int64), axis=0)
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [4.0, 9.0, 2.0]
+    """
+    return _bind_scatter(scatter_min_p, input, updates, indices, axis)
+
+
+@front(scatter_mul_p)
+def scatter_mul(input, updates, indices, axis=-1):  # noqa: A002 - MAX's name
+    """`scatter` that multiplies: ``out[indices[i][j]][j] *= updates[i][j]`` (2-D, ``axis=0``); duplicates accumulate.
+
+    Example:
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.dtype import DType
+        >>> x = Tensor.constant([1.0, 1.0, 1.0])
+        >>> ops.scatter_mul(x, Tensor.constant([5.0, 2.0, 4.0]), Tensor.constant([0, 2, 0], dtype=DType.int64), axis=0)
+        TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [20.0, 1.0, 2.0]
+    """
+    return _bind_scatter(scatter_mul_p, input, updates, indices, axis)
+
+
+def _scatter_nd_rule_for(op: str):
+    def rule(x, upd, idx) -> TensorType:
+        x = R.require_tensor(op, x, "input")
+        upd = R.require_tensor(op, upd, "updates")
+        idx = R.require_tensor(op, idx, "indices")
+        _scatter_dtypes(op, x, upd, idx, quoted=False)
+        if idx.rank < 1:
+            raise R.OpError(f"{op}: indices must have rank >= 1 ([num_updates, k]), got {R.fmt(idx)}")
+        k = R.static_int(op, idx.shape[-1], "the last dim of indices")
+        if k > x.rank:
+            raise R.OpError(f"{op}: index vectors of length {k} (indices {R.fmt(idx)}) exceed the rank of input {R.fmt(x)}")
+        want = list(idx.shape[:-1]) + list(x.shape[k:])
+        if len(want) != upd.rank or any(a != b for a, b in zip(want, upd.shape)):
+            raise R.OpError(
+                f"{op}: updates {R.fmt(upd)} must have shape indices.shape[:-1] + input.shape[{k}:] = "
+                f"[{', '.join(str(d) for d in want)}] (input {R.fmt(x)}, indices {R.fmt(idx)})"
+            )
+        device = R.same_device(op, x, upd, idx)
+        return TensorType(x.dtype, x.shape, device)
+
+    rule.__name__ = rule.__qualname__ = f"_{op}_rule"
+    return rule
+
+
+def _scatter_nd_impl_for(reduction: str | None):
+    write = _SCATTER_WRITES[reduction]
+
+    def impl(x, upd, idx):
+        k = idx.shape[-1]
+        where = tuple(jnp.where(idx[..., i] < 0, idx[..., i] + x.shape[i], idx[..., i]) for i in range(k))
+        return write(x.at[where], upd)
+
+    return impl
+
+
+def _scatter_nd_op(op: str, reduction: str | None) -> OpDef:
+    return register(OpDef(op, rule=_scatter_nd_rule_for(op), impl=_scatter_nd_impl_for(reduction)))
+
+
+def _bind_scatter_nd(p: OpDef, input, updates, indices):  # noqa: A002 - MAX's name
+    _check_scatter_devices(p.name, (input, updates, indices))
+    return bind(p, input, updates, indices)
+
+
+scatter_nd_p = _scatter_nd_op("scatter_nd", None)
+scatter_nd_add_p = _scatter_nd_op("scatter_nd_add", "add")
+scatter_nd_max_p = _scatter_nd_op("scatter_nd_max", "max")
+scatter_nd_min_p = _scatter_nd_op("scatter_nd_min", "min")
+scatter_nd_mul_p = _scatter_nd_op("scatter_nd_mul", "mul")
 
 
 @front(scatter_nd_p)
@@ -535,8 +689,8 @@ def scatter_nd(input, updates, indices):  # noqa: A002 - MAX's name
     ``rank - k`` dims; ``updates`` has shape ``[*Q, *input.shape[k:]]``.
 
     Raises:
-        ValueError: dtype mismatch, non-int32/int64 indices, ``k > rank`` or a
-            wrong updates shape.
+        ValueError: dtype mismatch, non-int32/int64 indices, inputs on
+            different devices, ``k > rank`` or a wrong updates shape.
 
     Example:
         >>> from maxfx.graph import ops
@@ -547,7 +701,71 @@ def scatter_nd(input, updates, indices):  # noqa: A002 - MAX's name
         >>> ops.scatter_nd(x, updates, Tensor.constant([[0], [2]], dtype=DType.int64))  # rows 0 and 2
         TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [10.0, 20.0, 3.0, 4.0, 50.0, 60.0]
     """
-    return bind(scatter_nd_p, input, updates, indices)
+    return _bind_scatter_nd(scatter_nd_p, input, updates, indices)
+
+
+@front(scatter_nd_add_p)
+def scatter_nd_add(input, updates, indices):  # noqa: A002 - MAX's name
+    """`scatter_nd` that adds the updates; updates to one position accumulate.
+
+    Example:
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.dtype import DType
+        >>> x = Tensor.constant([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+        >>> updates = Tensor.constant([[10.0, 10.0], [20.0, 20.0], [100.0, 100.0]])
+        >>> ops.scatter_nd_add(x, updates, Tensor.constant([[0], [2], [0]], dtype=DType.int64))
+        TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [111.0, 111.0, 2.0, 2.0, 23.0, 23.0]
+    """
+    return _bind_scatter_nd(scatter_nd_add_p, input, updates, indices)
+
+
+@front(scatter_nd_max_p)
+def scatter_nd_max(input, updates, indices):  # noqa: A002 - MAX's name
+    """`scatter_nd` keeping the elementwise maximum of the current value and each update.
+
+    Example:
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.dtype import DType
+        >>> x = Tensor.constant([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+        >>> updates = Tensor.constant([[10.0, 10.0], [0.0, 0.0], [100.0, 100.0]])
+        >>> ops.scatter_nd_max(x, updates, Tensor.constant([[0], [2], [0]], dtype=DType.int64))
+        TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [100.0, 100.0, 2.0, 2.0, 3.0, 3.0]
+    """
+    return _bind_scatter_nd(scatter_nd_max_p, input, updates, indices)
+
+
+@front(scatter_nd_min_p)
+def scatter_nd_min(input, updates, indices):  # noqa: A002 - MAX's name
+    """`scatter_nd` keeping the elementwise minimum of the current value and each update.
+
+    Example:
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.dtype import DType
+        >>> x = Tensor.constant([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+        >>> updates = Tensor.constant([[10.0, 10.0], [0.0, 0.0], [-1.0, 5.0]])
+        >>> ops.scatter_nd_min(x, updates, Tensor.constant([[0], [2], [0]], dtype=DType.int64))
+        TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [-1.0, 1.0, 2.0, 2.0, 0.0, 0.0]
+    """
+    return _bind_scatter_nd(scatter_nd_min_p, input, updates, indices)
+
+
+@front(scatter_nd_mul_p)
+def scatter_nd_mul(input, updates, indices):  # noqa: A002 - MAX's name
+    """`scatter_nd` that multiplies by the updates; updates to one position accumulate.
+
+    Example:
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> from maxfx.dtype import DType
+        >>> x = Tensor.constant([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+        >>> updates = Tensor.constant([[10.0, 10.0], [2.0, 2.0], [3.0, 0.5]])
+        >>> ops.scatter_nd_mul(x, updates, Tensor.constant([[0], [2], [0]], dtype=DType.int64))
+        TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [30.0, 5.0, 2.0, 2.0, 6.0, 6.0]
+    """
+    return _bind_scatter_nd(scatter_nd_mul_p, input, updates, indices)
 
 
 def _masked_scatter_rule(x, mask, upd, *, out_dim: DataDim) -> TensorType:

@@ -227,6 +227,32 @@ def _scatter_rows(x, upd, idx):
     return out
 
 
+_UFUNCS = {"add": np.add, "max": np.maximum, "min": np.minimum, "mul": np.multiply}
+
+
+def _scatter_reduce_axis0(kind):
+    """numpy reference of scatter_<kind>(x, upd, idx, axis=0): duplicates combine with the ufunc."""
+
+    def ref(x, upd, idx):
+        out = x.copy()
+        cols = np.broadcast_to(np.arange(idx.shape[1]), idx.shape)
+        _UFUNCS[kind].at(out, (idx, cols), upd)
+        return out
+
+    return ref
+
+
+def _scatter_nd_reduce_rows(kind):
+    """numpy reference of scatter_nd_<kind>(x, upd, idx) with [n, 1] row indices."""
+
+    def ref(x, upd, idx):
+        out = x.copy()
+        _UFUNCS[kind].at(out, idx[:, 0], upd)
+        return out
+
+    return ref
+
+
 def _masked_scatter(x, mask, upd):
     out = x.copy()
     out[mask] = upd[: mask.sum()]
@@ -471,6 +497,46 @@ OP_TABLE: dict[str, OpRecord] = {
         "test_indexing",
         value((X, f32(2, 4), _idx([[2], [0]])), _scatter_rows),
         grad((u(3, 2), u(2, 2), _idx([[2], [0]])), wrt=(0, 1)),
+    ),
+    "scatter_add": record(
+        "test_indexing",
+        value((X, f32(3, 4), _idx([[2, 0, 1, 2], [0, 0, 2, 1], [2, 1, 1, 0]])), _scatter_reduce_axis0("add"), lambda f, x, upd, i: f(x, upd, i, axis=0)),
+        grad((u(3, 4), u(2, 4), _idx([[2, 0, 1, 2], [0, 1, 2, 0]])), lambda f, x, upd, i: f(x, upd, i, axis=0), wrt=(0, 1)),
+    ),
+    "scatter_nd_add": record(
+        "test_indexing",
+        value((X, f32(3, 4), _idx([[2], [0], [2]])), _scatter_nd_reduce_rows("add")),
+        grad((u(3, 2), u(2, 2), _idx([[2], [0]])), wrt=(0, 1)),
+    ),
+    "scatter_max": record(
+        "test_indexing",
+        value((X, f32(3, 4), _idx([[2, 0, 1, 2], [0, 0, 2, 1], [2, 1, 1, 0]])), _scatter_reduce_axis0("max"), lambda f, x, upd, i: f(x, upd, i, axis=0)),
+        grad((u(3, 4), u(2, 4), _idx([[2, 0, 1, 2], [0, 1, 2, 0]])), lambda f, x, upd, i: f(x, upd, i, axis=0), wrt=(0, 1)),
+    ),
+    "scatter_nd_max": record(
+        "test_indexing",
+        value((X, f32(3, 4), _idx([[2], [0], [2]])), _scatter_nd_reduce_rows("max")),
+        grad((u(3, 2), u(2, 2), _idx([[2], [0]])), wrt=(0, 1)),
+    ),
+    "scatter_min": record(
+        "test_indexing",
+        value((X, f32(3, 4), _idx([[2, 0, 1, 2], [0, 0, 2, 1], [2, 1, 1, 0]])), _scatter_reduce_axis0("min"), lambda f, x, upd, i: f(x, upd, i, axis=0)),
+        grad((u(3, 4), u(2, 4), _idx([[2, 0, 1, 2], [0, 1, 2, 0]])), lambda f, x, upd, i: f(x, upd, i, axis=0), wrt=(0, 1)),
+    ),
+    "scatter_nd_min": record(
+        "test_indexing",
+        value((X, f32(3, 4), _idx([[2], [0], [2]])), _scatter_nd_reduce_rows("min")),
+        grad((u(3, 2), u(2, 2), _idx([[2], [0]])), wrt=(0, 1)),
+    ),
+    "scatter_mul": record(
+        "test_indexing",
+        value((X, f32(3, 4), _idx([[2, 0, 1, 2], [0, 0, 2, 1], [2, 1, 1, 0]])), _scatter_reduce_axis0("mul"), lambda f, x, upd, i: f(x, upd, i, axis=0)),
+        no_grad="JAX differentiates a scatter-multiply only with unique indices (its gradient is not defined for duplicates)",
+    ),
+    "scatter_nd_mul": record(
+        "test_indexing",
+        value((X, f32(3, 4), _idx([[2], [0], [2]])), _scatter_nd_reduce_rows("mul")),
+        no_grad="JAX differentiates a scatter-multiply only with unique indices (its gradient is not defined for duplicates)",
     ),
     "masked_scatter": record(
         "test_indexing",

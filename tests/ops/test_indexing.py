@@ -275,22 +275,80 @@ def test_scatter_errors():
     types = [TensorType(DType.float32, [4, 5]), TensorType(DType.float32, [2, 3]), TensorType(DType.int64, [2, 2]), TensorType(DType.int64, [2, 3])]
     with Graph("s", input_types=types) as g:
         x, u, i22, i23 = g.inputs
-        with pytest.raises(ValueError, match="scatter: updates float32.2, 3. and indices int64.2, 2. must have the same shape"):
-            ops.scatter(x, u, i22)
-        with pytest.raises(ValueError, match="scatter: input .* and updates .* must have the same dtype"):
+        with pytest.raises(ValueError, match="scatter: The input dtype 'DType.float32' and updates dtype 'DType.int32' must match."):
             ops.scatter(x, ops.cast(u, DType.int32), i23)
-        with pytest.raises(ValueError, match="scatter: indices must have dtype int32 or int64"):
+        with pytest.raises(ValueError, match="scatter: Invalid indices dtype: 'DType.float32'. Indices must be of type int32 or int64."):
             ops.scatter(x, u, ops.cast(i23, DType.float32))
-        with pytest.raises(IndexError, match="scatter: axis 2 is out of range"):
+        with pytest.raises(IndexError, match=r"scatter: Invalid axis value 2. Axis must be in range \[-2, 1\]"):
             ops.scatter(x, u, i23, axis=2)
-        with pytest.raises(ValueError, match="scatter: .* must have the same rank"):
-            ops.scatter(x, ops.reshape(u, [6]), ops.reshape(i23, [6]))
         with pytest.raises(ValueError, match=r"scatter_nd: updates float32\[2, 3\] must have shape .*\[2\]"):
             ops.scatter_nd(x, u, i22)
         with pytest.raises(ValueError, match="scatter_nd: index vectors of length 3"):
             ops.scatter_nd(x, u, i23)
-        with pytest.raises(ValueError, match="scatter_nd: indices must have dtype int32 or int64"):
+        with pytest.raises(ValueError, match="scatter_nd: Invalid indices dtype: 'DType.float32'"):
             ops.scatter_nd(x, u, ops.cast(i22, DType.float32))
+
+
+@pytest.mark.parametrize(
+    ("op", "ufunc"), [(ops.scatter_add, np.add), (ops.scatter_max, np.maximum), (ops.scatter_min, np.minimum), (ops.scatter_mul, np.multiply)]
+)
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_scatter_reductions_combine_duplicates(rng, op, ufunc, axis):
+    x = rand(rng, [4, 5])
+    upd = rand(rng, [3, 5] if axis == 0 else [4, 6])
+    idx = rng.integers(-x.shape[axis], x.shape[axis], upd.shape).astype(np.int32)  # duplicates and negative indices
+    ref = x.copy()
+    grid = list(np.indices(idx.shape))
+    grid[axis] = idx % x.shape[axis]
+    ufunc.at(ref, tuple(grid), upd)
+    np.testing.assert_allclose(run_op(lambda v, u, i: op(v, u, i, axis=axis), x, upd, idx), ref, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("op", "ufunc"),
+    [(ops.scatter_nd_add, np.add), (ops.scatter_nd_max, np.maximum), (ops.scatter_nd_min, np.minimum), (ops.scatter_nd_mul, np.multiply)],
+)
+def test_scatter_nd_reductions_combine_duplicates(rng, op, ufunc):
+    x = rand(rng, [4, 3, 2])
+    idx = np.array([[1, 2], [0, 0], [1, 2], [-1, 1]], np.int64)  # element slices [2]; one position twice
+    upd = rand(rng, [4, 2])
+    ref = x.copy()
+    ufunc.at(ref, (idx[:, 0] % 4, idx[:, 1]), upd)
+    np.testing.assert_allclose(run_op(op, x, upd, idx), ref, rtol=1e-6)
+
+
+def test_scatter_family_messages_and_devices():
+    from maxfx.graph import DeviceRef  # noqa: PLC0415
+
+    cpu, gpu = DeviceRef.CPU(), DeviceRef.GPU()
+    types = [TensorType(DType.float32, [5, 3], cpu), TensorType(DType.float32, [2, 3], gpu), TensorType(DType.int64, [2, 1], cpu), TensorType(DType.float64, [2, 3], cpu)]
+    with Graph("s", input_types=types) as g:
+        x, u_gpu, i, u64 = (v.tensor for v in g.inputs)
+        for name in ("scatter_nd", "scatter_nd_max", "scatter_nd_add"):
+            with pytest.raises(ValueError, match=rf"{name}: Input values must be on the same device\n    input: TensorType\(dtype=float32, shape=\[Dim\(5\), Dim\(3\)\], device=cpu:0\)\n    updates: .*device=gpu:0\)"):
+                getattr(ops, name)(x, u_gpu, i)
+            with pytest.raises(ValueError, match=rf"{name}: The input dtype \(DType.float32\) and updates dtype \(DType.float64\) must match"):
+                getattr(ops, name)(x, u64, i)
+        for name in ("scatter_max", "scatter_min", "scatter_mul", "scatter_add"):
+            with pytest.raises(ValueError, match=rf"{name}: Invalid axis value -3. Axis must be in range \[-2, 1\]"):
+                getattr(ops, name)(x, u64, i, axis=-3)
+            with pytest.raises(ValueError, match=rf"{name}: The input dtype 'DType.float32' and updates dtype 'DType.float64' must match."):
+                getattr(ops, name)(x, u64, i, axis=0)
+
+
+def test_scatter_shapes_are_checked_when_the_graph_runs():
+    # As in MAX, the graph builds; running it reports the mismatch.
+    cases = [
+        ([4, 5], [2, 3], [2, 2], r"scatter: updates \(2, 3\) and indices \(2, 2\) must have the same shape"),
+        ([4, 5], [6], [6], r"scatter: input \(4, 5\), updates \(6,\) and indices \(6,\) must have the same rank"),
+        ([4, 5], [2, 6], [2, 6], r"scatter: dim 1 of indices \(2, 6\) exceeds that of input \(4, 5\)"),
+    ]
+    for xs, us, js, msg in cases:
+        with Graph("s", input_types=[TensorType(DType.float32, xs), TensorType(DType.float32, us), TensorType(DType.int64, js)]) as g:
+            g.output(ops.scatter(*(v.tensor for v in g.inputs), axis=0))
+        args = [np.zeros(xs, np.float32), np.zeros(us, np.float32), np.zeros(js, np.int64)]
+        with pytest.raises(ValueError, match=msg):
+            session().load(g).execute(*args)
 
 
 # ─── masked_scatter ──────────────────────────────────────────────────────

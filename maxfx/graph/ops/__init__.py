@@ -88,7 +88,23 @@ from lowering.ops.fused import (
     topk_sampling,
     update_frequency_data,
 )
-from lowering.ops.indexing import gather, gather_nd, masked_scatter, nonzero, scatter, scatter_nd, slice_tensor
+from lowering.ops.indexing import (
+    gather,
+    gather_nd,
+    masked_scatter,
+    nonzero,
+    scatter,
+    scatter_add,
+    scatter_max,
+    scatter_min,
+    scatter_mul,
+    scatter_nd,
+    scatter_nd_add,
+    scatter_nd_max,
+    scatter_nd_min,
+    scatter_nd_mul,
+    slice_tensor,
+)
 from lowering.ops.linalg import matmul
 from lowering.ops.nn import avg_pool2d, conv2d, conv2d_transpose, conv3d, fold, max_pool2d, resize, roi_align
 from lowering.ops.quantized import dequantize, qmatmul
@@ -229,7 +245,15 @@ __all__ = [
     "masked_scatter",
     "nonzero",
     "scatter",
+    "scatter_add",
+    "scatter_max",
+    "scatter_min",
+    "scatter_mul",
     "scatter_nd",
+    "scatter_nd_add",
+    "scatter_nd_max",
+    "scatter_nd_min",
+    "scatter_nd_mul",
     "slice_tensor",
     # linear algebra
     "matmul",
