@@ -165,7 +165,15 @@ rsqrt_p = _unary("rsqrt", R.FLOAT, lax.rsqrt)
 sigmoid_p = _unary("sigmoid", R.FLOAT, jax.nn.sigmoid)
 silu_p = _unary("silu", R.FLOAT, lambda x: x * jax.nn.sigmoid(x))
 sin_p = _unary("sin", R.FLOAT, jnp.sin)
-sqrt_p = _unary("sqrt", R.FLOAT, jnp.sqrt)
+def _sqrt_impl(x):
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        return jnp.sqrt(x)
+    # Integers: the integer square root floor(sqrt(x)) in the input dtype (0 for negative inputs).
+    r = jnp.floor(jnp.sqrt(jnp.maximum(x, 0).astype(jnp.float64)))
+    return r.astype(x.dtype)
+
+
+sqrt_p = _unary("sqrt", R.NUMERIC, _sqrt_impl)
 tanh_p = _unary("tanh", R.FLOAT, jnp.tanh)
 trunc_p = _unary("trunc", R.NUMERIC, _trunc_impl, differentiable=False)
 
@@ -475,13 +483,19 @@ def sin(x):
 
 @front(sqrt_p)
 def sqrt(x):
-    """Elementwise square root (floats; NaN below 0).
+    """Elementwise square root (NaN below 0); on integers the integer square root ``floor(sqrt(x))`` (0 below 0).
+
+    The dtype is kept, as MAX's graph does (its ``TensorValue.stdev`` of an
+    integer tensor is an integer tensor).
 
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> ops.sqrt(Tensor.constant([4.0, 2.0, -1.0]))
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [2.0, 1.4142..., nan]
+        >>> from maxfx.dtype import DType
+        >>> ops.sqrt(Tensor.constant([0, 8, 9, 10], dtype=DType.int32))
+        TensorType(dtype=int32, shape=[Dim(4)], device=cpu:0): [0, 2, 3, 3]
     """
     return _bind_unary(sqrt_p, x)
 

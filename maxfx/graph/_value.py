@@ -175,12 +175,14 @@ class TensorOperators:
         return ops.mean(self, axis)
 
     def var(self, axis: int = -1) -> TensorValue:
-        """Population variance along ``axis`` (kept as size 1)."""
+        """Population variance along ``axis`` (kept as size 1); TypeError for bool, as in MAX."""
+        if self.dtype is DType.bool:
+            raise TypeError(f"var: not defined for bool tensors, got {self.type}; cast to a numeric dtype first")
         centered = self - ops.mean(self, axis)
         return ops.mean(centered * centered, axis)
 
     def stdev(self, axis: int = -1) -> TensorValue:
-        """Population standard deviation along ``axis`` (kept as size 1)."""
+        """Population standard deviation along ``axis`` (kept as size 1); integer for integer inputs, TypeError for bool."""
         return ops.sqrt(self.var(axis))
 
     # -- operators -------------------------------------------------------

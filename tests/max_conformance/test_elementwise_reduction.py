@@ -261,3 +261,21 @@ def test_binary_ops_apply_the_same_rule_to_python_scalars():
         with pytest.raises(ValueError, match="Unsafe cast"):
             f32 + (2**24 + 2)
         assert ops.where(f32 > 0, f32, 3).dtype == DType.float32
+
+
+def test_integer_sqrt_and_stdev_var_dtypes():
+    x = np.array([0, 1, 8, 9, 26, -4], np.int32)
+    np.testing.assert_array_equal(run_op(ops.sqrt, x), np.floor(np.sqrt(np.maximum(x, 0))).astype(np.int32))
+    u = np.array([[1, 2, 3, 10]], np.uint8)
+    sd, var = run_op(lambda v: [v.stdev(), v.var()], u)
+    # MAX's formula on integers: mean floors (4), (u - 4)^2 wraps in uint8 like MAX's kernels, its mean floors, sqrt floors.
+    centered = (u - np.uint8(4)).astype(np.uint8)
+    want_var = (centered * centered).astype(np.uint8).astype(np.int64).sum(-1, keepdims=True) // 4
+    np.testing.assert_array_equal(var, want_var.astype(np.uint8))
+    np.testing.assert_array_equal(sd, np.floor(np.sqrt(want_var)).astype(np.uint8))
+    with _graph(_t(DType.bool, [3]), _t(DType.uint8, [2, "n"])) as g:
+        b, i = (v.tensor for v in g.inputs)
+        for method in ("stdev", "var"):
+            with pytest.raises(TypeError, match="var: not defined for bool"):
+                getattr(b, method)()
+        assert i.stdev(axis=0).type == _t(DType.uint8, [1, "n"])

@@ -91,7 +91,7 @@ UNARY = {
     "sigmoid": (ops.sigmoid, _sigmoid, FLOATS, (-6, 6)),
     "silu": (ops.silu, lambda x: x * _sigmoid(x), FLOATS, (-6, 6)),
     "sin": (ops.sin, np.sin, FLOATS, (-3, 3)),
-    "sqrt": (ops.sqrt, np.sqrt, FLOATS, (0, 5)),
+    "sqrt": (ops.sqrt, np.sqrt, NUMERIC, (0, 5)),  # ints: floor(sqrt(x))
     "tanh": (ops.tanh, np.tanh, FLOATS, (-3, 3)),
     "trunc": (ops.trunc, np.trunc, NUMERIC, (-3, 3)),
 }
