@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import numbers
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -206,6 +207,9 @@ class Dim:
     def __bool__(self):
         return self._poly != ()
 
+    def __int__(self) -> int:
+        raise TypeError(f"int({self!r}): conversions only supported for static dims")
+
     # -- queries ----------------------------------------------------------
     @property
     def parameters(self) -> Iterable[SymbolicDim]:
@@ -247,6 +251,9 @@ class Dim:
         return StaticDim(value) if isinstance(value, int) else _dim_from_text(value)
 
 
+_SYMBOL_NAME = re.compile(r"[a-zA-Z_]\w*")
+
+
 class StaticDim(Dim):
     """A known size. ``int(StaticDim(3)) == 3``; compares equal to ints."""
 
@@ -254,9 +261,9 @@ class StaticDim(Dim):
 
     def __init__(self, dim: int | StaticDim):
         value = int(dim)
-        if value < 0 and not isinstance(dim, StaticDim):
-            # Negative static dims exist only as intermediate algebra (-1 reshape sentinel handled by ops).
-            pass
+        # Negative static dims exist as intermediate algebra (x - 4 holds Dim(-4)); tensor types reject them.
+        if not -(2**63) <= value < 2**63:
+            raise ValueError(f"StaticDim: {value} does not fit in a signed 64-bit dim")
         self._init_poly(_const_poly(value))
 
     @property
@@ -293,8 +300,8 @@ class SymbolicDim(Dim):
 
     def __init__(self, name: str | SymbolicDim):
         name = name.name if isinstance(name, SymbolicDim) else name
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"SymbolicDim: name must be a Python identifier, got {name!r}")
+        if not isinstance(name, str) or not _SYMBOL_NAME.fullmatch(name):
+            raise ValueError(f"SymbolicDim: name must be an ASCII letter or '_' followed by word characters, got {name!r}")
         self._init_poly((((name,), 1),))
 
     @property

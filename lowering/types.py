@@ -176,6 +176,9 @@ class _ShapedType(Type):
             raise TypeError(f"{self._name}: dtype must be a DType, got {type(dtype).__name__} {dtype!r}")
         self.dtype = dtype
         self.shape = shape if isinstance(shape, Shape) else Shape(shape)
+        for d in self.shape:
+            if isinstance(d, StaticDim) and d.dim < 0:
+                raise TypeError(f"{self._name}: dimensions must be non-negative, got shape {[str(x) for x in self.shape]}")
         self.device = _as_device_ref(device)
         self._layout = _layout
         self._key = None

@@ -13,7 +13,7 @@ from maxfx.graph._value import BufferValue, TensorValue, Value
 from maxfx.graph._weight import ShardingStrategy, Weight
 from maxfx.graph.dim import AlgebraicDim, Dim, DimLike, StaticDim, SymbolicDim
 from maxfx.graph.shape import Shape, ShapeLike
-from maxfx.graph.type import BufferType, ConvInputLayout, DeviceKind, DevicePlacementPolicy, DeviceRef, FilterLayout, OpaqueType, TensorType, Type, _ChainType
+from maxfx.graph.type import BufferType, ConvInputLayout, DeviceKind, DevicePlacementPolicy, DeviceRef, FilterLayout, OpaqueType, TensorType, Type, _ChainType, _OpaqueType
 from maxfx.graph.value import TensorValueLike
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "Weight",
     "_ChainType",
     "_ChainValue",
+    "_OpaqueType",
     "dim",
     "dtype_promotion",
     "ops",

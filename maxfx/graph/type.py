@@ -3,4 +3,6 @@
 from lowering.dims import Shape, ShapeLike
 from lowering.types import BufferType, ConvInputLayout, DeviceKind, DevicePlacementPolicy, DeviceRef, FilterLayout, OpaqueType, TensorType, Type, _ChainType
 
-__all__ = ["BufferType", "ConvInputLayout", "DeviceKind", "DevicePlacementPolicy", "DeviceRef", "FilterLayout", "OpaqueType", "Shape", "ShapeLike", "TensorType", "Type", "_ChainType"]
+_OpaqueType = OpaqueType  # MAX's private name of the same class
+
+__all__ = ["BufferType", "ConvInputLayout", "DeviceKind", "DevicePlacementPolicy", "DeviceRef", "FilterLayout", "OpaqueType", "Shape", "ShapeLike", "TensorType", "Type", "_ChainType", "_OpaqueType"]

@@ -389,3 +389,33 @@ def test_missing_safetensors_weight_names_the_format(tmp_path):
     weights = SafetensorWeights([path])
     with pytest.raises(KeyError, match=r"'0.a' is not a weight in the Safetensor checkpoint. Did you mean '1.a'\?"):
         weights["0"].a.allocate()
+
+
+# ─── dims and types ───────────────────────────────────────────────────────
+
+
+def test_dim_validation_follows_max():
+    from maxfx.graph import Dim, StaticDim, SymbolicDim, _OpaqueType
+    from maxfx.graph.type import OpaqueType
+
+    assert int(StaticDim(2**63 - 1)) == 2**63 - 1
+    with pytest.raises(ValueError):
+        StaticDim(2**63)
+    for bad in ("", "1x", "a-b", "\u00aa", "x y"):  # '\u00aa' is a Python identifier but not MAX's [a-zA-Z_]\\w*
+        with pytest.raises(ValueError):
+            SymbolicDim(bad)
+    assert SymbolicDim("_batch2").name == "_batch2"
+    with pytest.raises(TypeError, match="conversions only supported for static dims"):
+        int(SymbolicDim("x"))
+    with pytest.raises(TypeError, match="conversions only supported for static dims"):
+        int(Dim("x") + 1)
+    assert str(Dim("x") - 4) and int(Dim(3) - 4) == -1  # negative dims remain as dim algebra
+    assert _OpaqueType is OpaqueType
+
+
+@pytest.mark.parametrize("shape", [[-1], [-1, 2], [3, -7095393036038990704]])
+def test_tensor_types_reject_negative_dims(shape):
+    with pytest.raises(TypeError, match="dimensions must be non-negative"):
+        TensorType(DType.float32, shape, CPU)
+    with pytest.raises(TypeError, match="dimensions must be non-negative"):
+        BufferType(DType.float32, shape, CPU)
