@@ -876,7 +876,7 @@ def _irfft_rule(x, *, n, axis, normalization, input_is_complex) -> TensorType:
     ax = R.normalize_axis(op, axis, len(shape))
     m = shape[ax]
     if not isinstance(m, StaticDim):
-        raise OpError(f"{op}: the transformed axis {axis} of {R.fmt(x)} must be static, got {m}")
+        raise OpError(f"{op}: Axis dimension must be static: the transformed axis {axis} of {R.fmt(x)} is {m}")
     size = 2 * (m.dim - 1) if n is None else n
     if size <= 0:
         raise OpError(f"{op}: output length n must be positive, got n={size} for {R.fmt(x)} (axis {axis} has {m} bins)")
@@ -937,6 +937,6 @@ def irfft(input_tensor, n=None, axis=-1, normalization=Normalization.BACKWARD, i
         raise TypeError(f"{op}: axis must be an int, got {type(axis).__name__} {axis!r}")
     norm = normalization.value if isinstance(normalization, enum.Enum) else normalization
     if not isinstance(norm, str) or norm.lower() not in {m.value for m in Normalization}:
-        raise OpError(f"{op}: invalid normalization {normalization!r}; expected 'backward', 'ortho' or 'forward'")
+        raise OpError(f"{op}: Invalid normalization: {norm}; expected 'backward', 'ortho' or 'forward' (or a Normalization)")
     R.int_param(op, buffer_size_mb, "buffer_size_mb", 0)
     return bind(irfft_p, input_tensor, n=n, axis=int(axis), normalization=norm.lower(), input_is_complex=bool(input_is_complex))

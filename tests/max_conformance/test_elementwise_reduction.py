@@ -279,3 +279,13 @@ def test_integer_sqrt_and_stdev_var_dtypes():
             with pytest.raises(TypeError, match="var: not defined for bool"):
                 getattr(b, method)()
         assert i.stdev(axis=0).type == _t(DType.uint8, [1, "n"])
+
+
+def test_irfft_error_wording():
+    with _graph(_t(DType.float32, ["batch", 2, 3]), _t(DType.float32, [2, 3])) as g:
+        sym, x = (v.tensor for v in g.inputs)
+        with pytest.raises(ValueError, match="Invalid normalization: invalid"):
+            ops.irfft(x, n=1, axis=0, normalization="invalid")
+        with pytest.raises(ValueError, match="Axis dimension must be static"):
+            ops.irfft(sym, n=1, axis=0)
+        assert ops.irfft(x, n=4, axis=0, normalization="ortho").shape == [4, 3]

@@ -496,13 +496,13 @@ def test_pool_resize_irfft_errors():
             ops.resize(x, [2, 4, 8, 8])
         with pytest.raises(ValueError, match="resize: interpolation must be a InterpolationMode"):
             ops.resize(x, [1, 4, 8, 8], interpolation="area")
-        with pytest.raises(ValueError, match="irfft: invalid normalization"):
+        with pytest.raises(ValueError, match="irfft: Invalid normalization: none"):
             ops.irfft(m, normalization="none")
         with pytest.raises(ValueError, match="irfft: input_is_complex=True needs a trailing dim of 2"):
             ops.irfft(m, input_is_complex=True)
         with pytest.raises(ValueError, match="irfft: axis 2 is out of range"):
             ops.irfft(m, axis=2)
-        with pytest.raises(ValueError, match="irfft: the transformed axis -1.*must be static"):
+        with pytest.raises(ValueError, match="irfft: Axis dimension must be static: the transformed axis -1"):
             ops.irfft(msym)
         with pytest.raises(ValueError, match="irfft: input_tensor must have a floating-point dtype"):
             ops.irfft(xi)
