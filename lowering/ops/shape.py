@@ -53,6 +53,9 @@ __all__ = [
 
 
 def _prod(dims: Iterable[Dim]) -> Dim:
+    dims = list(dims)
+    if any(isinstance(d, StaticDim) and d.dim == 0 for d in dims):
+        return StaticDim(0)  # without multiplying the others (their product may not fit in 64 bits)
     return functools.reduce(operator.mul, dims, StaticDim(1))
 
 
@@ -143,6 +146,9 @@ def _reshape_rule(x, *, shape: tuple[Dim, ...]) -> TensorType:
     total = _prod(x.shape)
     known = _prod(d for i, d in enumerate(shape) if i not in holes)
     out = list(shape)
+    if holes and known == 0:
+        # MAX's wording.
+        raise R.OpError(f"reshape(): cannot infer -1 dimension when another dimension is 0 (reshape of {R.fmt(x)} to {_fmt_dims(shape)})")
     if holes:
         q = _exact_div(total, known)
         if q is None:
@@ -364,10 +370,13 @@ def _broadcast_to_rule(x, *shape_tensor, shape: tuple[Dim, ...]) -> TensorType:
         raise R.OpError(f"broadcast_to: cannot broadcast {R.fmt(x)} to the lower-rank shape {_fmt_dims(shape)}")
     for i in range(1, x.rank + 1):
         d, t = x.shape[-i], shape[-i]
+        if shape_tensor and not (isinstance(d, StaticDim) and isinstance(t, StaticDim)):
+            continue  # out_dims of a tensor-valued shape name values known only when the graph runs
         if d != 1 and d != t:
+            # MAX's wording, then the types.
             raise R.OpError(
-                f"broadcast_to: cannot broadcast {R.fmt(x)} to {_fmt_dims(shape)}: "
-                f"dim {-i} is {d}, expected 1 or {t}"
+                f"[broadcast_to] input dimension at index {x.rank - i} ({d}) must be either 1 or equal to "
+                f"corresponding output dimension at index {len(shape) - i} ({t}); cannot broadcast {R.fmt(x)} to {_fmt_dims(shape)}"
             )
     return TensorType(x.dtype, shape, x.device)
 
@@ -726,8 +735,9 @@ def _tile_rule(x, *, repeats: tuple[Dim, ...]) -> TensorType:
     x = R.require_tensor("tile", x)
     if len(repeats) != x.rank:
         raise R.OpError(f"tile: repeats {_fmt_dims(repeats)} must have one entry per dim of {R.fmt(x)}")
-    if any(isinstance(r, StaticDim) and r.dim < 0 for r in repeats):
-        raise R.OpError(f"tile: repeats must be non-negative, got {_fmt_dims(repeats)}")
+    if any(isinstance(r, StaticDim) and r.dim < 1 for r in repeats):
+        # MAX: each repeat is at least 1.
+        raise R.OpError(f"tile: repeats must be positive, got {_fmt_dims(repeats)}")
     return TensorType(x.dtype, [d * r for d, r in zip(x.shape, repeats)], x.device)
 
 
@@ -1044,6 +1054,9 @@ def shape_to_tensor(shape):
         >>> model.execute(np.zeros((5, 3), np.float32))[0].to_numpy()  # batch is read at run time
         array([5, 3])
     """
+    if isinstance(shape, str):
+        # MAX reads a string as a sequence of one-letter dims and rejects it as a ValueError.
+        raise ValueError(f"shape_to_tensor: shape must be a list of dims (ints, strings or Dims), got the string {shape!r}")
     dims = _as_dims("shape_to_tensor", shape)
     if _all_static(dims):
         return constant(np.asarray([d.dim for d in dims], dtype=np.int64).reshape((len(dims),)), DType.int64)

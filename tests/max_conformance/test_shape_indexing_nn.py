@@ -161,3 +161,44 @@ def test_roi_align_types_and_errors():
             ops.roi_align(x, bad_rois, 3, 3)
         with pytest.raises(ValueError, match=r"roi_align: mode must be 'AVG' or 'MAX', got 'SUM'"):
             ops.roi_align(x, rois, 3, 3, mode="SUM")
+
+
+# ─── broadcast_to / tile / reshape / shape_to_tensor ──────────────────────
+
+
+def test_broadcast_to_names_the_mismatched_dims():
+    with _graph(_t(DType.float32, [6]), _t(DType.float32, ["D0"]), _t(DType.float32, [2]), _t(DType.int64, [2])) as g:
+        x, s, two, shape = (v.tensor for v in g.inputs)
+        with pytest.raises(ValueError, match=r"\[broadcast_to\] input dimension at index 0 \(6\) must be either 1 or equal to corresponding output dimension at index 1 \(7\)"):
+            ops.broadcast_to(x, [6, 7])
+        with pytest.raises(ValueError, match=r"\[broadcast_to\] input dimension at index 0 \(D0\) must be either 1 or equal to corresponding output dimension at index 1 \(D2\)"):
+            ops.broadcast_to(s, ["D1", "D2"])
+        # A tensor-valued shape: its out_dims are known only when the graph runs.
+        assert ops.broadcast_to(two, shape, out_dims=["a", "b"]).type == _t(DType.float32, ["a", "b"])
+
+
+def test_tile_repeats_must_be_positive():
+    np.testing.assert_array_equal(run_op(lambda v: ops.tile(v, [2, 1]), np.eye(2, dtype=np.float32)), np.tile(np.eye(2), (2, 1)))
+    with _graph(_t(DType.bool, [1, 3])) as g:
+        with pytest.raises(ValueError, match=r"tile: repeats must be positive, got \[0, 1\]"):
+            ops.tile(g.inputs[0].tensor, [0, 1])
+
+
+def test_reshape_with_zero_dims():
+    with _graph(_t(DType.bool, [2470, 3734158719374404, 0]), _t(DType.float32, [4, 5])) as g:
+        z, x = (v.tensor for v in g.inputs)
+        # 2470 * 3734158719374404 does not fit in 64 bits; the zero makes both sides empty.
+        assert ops.reshape(z, [0]).type == _t(DType.bool, [0])
+        assert ops.reshape(z, [0, 5]).type == _t(DType.bool, [0, 5])
+        with pytest.raises(ValueError, match=r"reshape\(\): cannot infer -1 dimension when another dimension is 0"):
+            ops.reshape(x, [-1, 0, 2])
+
+
+def test_shape_to_tensor_rejects_strings_and_non_shapes():
+    with _graph() as g:
+        with pytest.raises(ValueError, match="shape_to_tensor: shape must be a list of dims .*got the string 'not a shape'"):
+            ops.shape_to_tensor("not a shape")
+        for bad in (None, 42):
+            with pytest.raises(TypeError):
+                ops.shape_to_tensor(bad)
+        g.output(ops.shape_to_tensor([2, 3]))

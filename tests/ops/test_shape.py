@@ -484,7 +484,7 @@ def test_axis_and_dim_errors():
 def test_broadcast_to_errors():
     with _graph((DType.float32, [2, 3]), (DType.int64, [2])) as g:
         x, shape = (v.tensor for v in g.inputs)
-        with pytest.raises(ValueError, match=r"broadcast_to: cannot broadcast float32\[2, 3\] to \[2, 4\]: dim -1 is 3"):
+        with pytest.raises(ValueError, match=r"\[broadcast_to\] input dimension at index 1 \(3\) must be either 1 or equal to corresponding output dimension at index 1 \(4\); cannot broadcast float32\[2, 3\] to \[2, 4\]"):
             ops.broadcast_to(x, [2, 4])
         with pytest.raises(ValueError, match="broadcast_to: cannot broadcast .* lower-rank"):
             ops.broadcast_to(x, [3])
@@ -539,8 +539,8 @@ def test_split_chunk_tile_errors():
             ops.chunk(x, 0, axis=1)
         with pytest.raises(ValueError, match="tile: repeats \\[2\\] must have one entry per dim"):
             ops.tile(x, [2])
-        with pytest.raises(ValueError, match="tile: repeats must be non-negative"):
-            ops.tile(x, [1, -1])
+        with pytest.raises(ValueError, match=r"tile: repeats must be positive, got \[1, 0\]"):
+            ops.tile(x, [1, 0])
 
 
 def test_repeat_interleave_errors():
