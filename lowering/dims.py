@@ -149,6 +149,8 @@ class Dim:
     def __new__(cls, value: Any = None, *args, **kwargs):
         if cls is Dim:
             return _to_dim(value)
+        if type(value) is cls:  # StaticDim(d), SymbolicDim(d), AlgebraicDim(d) of their own kind: d itself
+            return value
         return object.__new__(cls)
 
     def _init_poly(self, poly: _Poly) -> None:
@@ -156,19 +158,25 @@ class Dim:
         self._hash = None
 
     # -- arithmetic -------------------------------------------------------
+    # An operand that is not dim-like (a tensor value...) gives NotImplemented, so
+    # Python tries its reflected method: ``Dim(5) + x`` is ``x.__radd__(Dim(5))``.
     def __add__(self, other):
-        return _from_poly(_poly_add(self._poly, _as_poly(other)))
+        o = _dim_operand(other)
+        return NotImplemented if o is None else _from_poly(_poly_add(self._poly, o))
 
     __radd__ = __add__
 
     def __sub__(self, other):
-        return _from_poly(_poly_add(self._poly, _as_poly(other), -1))
+        o = _dim_operand(other)
+        return NotImplemented if o is None else _from_poly(_poly_add(self._poly, o, -1))
 
     def __rsub__(self, other):
-        return _from_poly(_poly_add(_as_poly(other), self._poly, -1))
+        o = _dim_operand(other)
+        return NotImplemented if o is None else _from_poly(_poly_add(o, self._poly, -1))
 
     def __mul__(self, other):
-        return _from_poly(_poly_mul(self._poly, _as_poly(other)))
+        o = _dim_operand(other)
+        return NotImplemented if o is None else _from_poly(_poly_mul(self._poly, o))
 
     __rmul__ = __mul__
 
@@ -176,16 +184,20 @@ class Dim:
         return _from_poly(_poly_mul(self._poly, _const_poly(-1)))
 
     def __floordiv__(self, other):
-        return _divmod_dim("//", self._poly, _as_poly(other))
+        o = _dim_operand(other)
+        return NotImplemented if o is None else _divmod_dim("//", self._poly, o)
 
     def __rfloordiv__(self, other):
-        return _divmod_dim("//", _as_poly(other), self._poly)
+        o = _dim_operand(other)
+        return NotImplemented if o is None else _divmod_dim("//", o, self._poly)
 
     def __mod__(self, other):
-        return _divmod_dim("%", self._poly, _as_poly(other))
+        o = _dim_operand(other)
+        return NotImplemented if o is None else _divmod_dim("%", self._poly, o)
 
     def __rmod__(self, other):
-        return _divmod_dim("%", _as_poly(other), self._poly)
+        o = _dim_operand(other)
+        return NotImplemented if o is None else _divmod_dim("%", o, self._poly)
 
     # -- comparison -------------------------------------------------------
     def __eq__(self, other):
@@ -260,6 +272,10 @@ class StaticDim(Dim):
     __slots__ = ()
 
     def __init__(self, dim: int | StaticDim):
+        if dim is self:
+            return
+        if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (numbers.Integral, StaticDim)):
+            raise TypeError(f"StaticDim.__init__ only accepts int or StaticDim, got {type(dim).__name__} {dim!r}; use Dim(value) to convert any dim")
         value = int(dim)
         # Negative static dims exist as intermediate algebra (x - 4 holds Dim(-4)); tensor types reject them.
         if not -(2**63) <= value < 2**63:
@@ -299,8 +315,12 @@ class SymbolicDim(Dim):
     __slots__ = ()
 
     def __init__(self, name: str | SymbolicDim):
+        if name is self:
+            return
         name = name.name if isinstance(name, SymbolicDim) else name
-        if not isinstance(name, str) or not _SYMBOL_NAME.fullmatch(name):
+        if not isinstance(name, str):
+            raise TypeError(f"SymbolicDim.__init__ only accepts str or SymbolicDim, got {type(name).__name__} {name!r}; use Dim(value) to convert any dim")
+        if not _SYMBOL_NAME.fullmatch(name):
             raise ValueError(f"SymbolicDim: name must be an ASCII letter or '_' followed by word characters, got {name!r}")
         self._init_poly((((name,), 1),))
 
@@ -316,7 +336,14 @@ class AlgebraicDim(Dim):
     __slots__ = ()
 
     def __init__(self, value: Any):
-        self._init_poly(_as_poly(value))
+        if value is self:
+            return
+        if not isinstance(value, AlgebraicDim):
+            raise TypeError(
+                f"AlgebraicDim.__init__ only accepts AlgebraicDim, got {type(value).__name__} {value!r}; "
+                "build expressions with dim arithmetic (Dim('x') * 2 + 1) or Dim(value)"
+            )
+        self._init_poly(value._poly)
 
     @classmethod
     def apply(cls, op: str, *operands: DimLike) -> Dim:
@@ -371,6 +398,13 @@ def _as_poly(value: Any) -> _Poly:
     if isinstance(value, str):
         return SymbolicDim(value)._poly
     raise TypeError(f"expected a dimension (int, str or Dim), got {type(value).__name__} {value!r}")
+
+
+def _dim_operand(value: Any) -> _Poly | None:
+    """``value`` as a polynomial if it is dim-like (int, str, Dim), else None."""
+    if isinstance(value, (Dim, str)) or (isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, (bool, np.bool_))):
+        return _as_poly(value)
+    return None
 
 
 def _from_poly(poly: _Poly) -> Dim:

@@ -81,8 +81,9 @@ _INT64_MAX = 2**63 - 1
 
 def _check_length(n: Any) -> None:
     """A static length must fit int64 (MAX's dims are int64)."""
-    if isinstance(n, StaticDim) and n.dim > _INT64_MAX:
-        raise ValueError(f"range: the length {n.dim} exceeds the int64 maximum {_INT64_MAX}")
+    size = n.dim if isinstance(n, StaticDim) else n
+    if isinstance(size, int) and size > _INT64_MAX:
+        raise ValueError(f"range: the length {size} exceeds the int64 maximum {_INT64_MAX}")
 
 
 def _acc_dtype(dtype: DType) -> Any:
@@ -155,6 +156,7 @@ def _is_whole(v: Any) -> bool:
 
 
 def _as_out_dim(out_dim: Any) -> Dim:
+    _check_length(out_dim)  # before Dim, which rejects sizes outside int64
     try:
         return Dim(out_dim)
     except TypeError:
@@ -249,8 +251,9 @@ def range(start, stop, step=1, out_dim=None, *, dtype=None, device=None):  # noq
             raise TypeError(f"range: with symbolic bounds the step must be an int, got {s2!r}")
         length = _dim_len(Dim(s0), Dim(s1), s2)
     else:
-        length = StaticDim(_range_len("range", s0, s1, s2))
-        _check_length(length)
+        n = _range_len("range", s0, s1, s2)
+        _check_length(n)  # before StaticDim, which rejects sizes outside int64
+        length = StaticDim(n)
         if dtype.is_integral() and length.dim:
             info = np.iinfo(dtype.to_numpy())
             last = s0 + (length.dim - 1) * s2

@@ -8,7 +8,7 @@ import pytest
 
 from maxfx.dtype import DType
 from maxfx.engine import InferenceSession
-from maxfx.graph import BufferType, DeviceRef, Graph, TensorType, TensorValueLike, Weight, ops
+from maxfx.graph import BufferType, DeviceRef, Dim, Graph, TensorType, TensorValueLike, Weight, ops
 from maxfx.graph.type import Shape
 from maxfx.graph.value import TensorValue, _is_strong_tensor_value_like
 from maxfx.graph.weight import (
@@ -419,3 +419,23 @@ def test_tensor_types_reject_negative_dims(shape):
         TensorType(DType.float32, shape, CPU)
     with pytest.raises(TypeError, match="dimensions must be non-negative"):
         BufferType(DType.float32, shape, CPU)
+
+
+def test_dim_constructors_are_strict_and_keep_their_argument():
+    from maxfx.graph import AlgebraicDim, Dim, StaticDim, SymbolicDim
+
+    s, y, a = StaticDim(5), SymbolicDim("batch"), Dim("batch") + 10
+    assert StaticDim(s) is s and SymbolicDim(y) is y and AlgebraicDim(a) is a and Dim(s) is s
+    assert isinstance(a, AlgebraicDim) and StaticDim(np.int64(4)) == 4
+    for cls, bad in ((StaticDim, "5"), (StaticDim, y), (SymbolicDim, 5), (SymbolicDim, s), (AlgebraicDim, 5), (AlgebraicDim, s)):
+        with pytest.raises(TypeError, match=rf"{cls.__name__}.__init__ only accepts"):
+            cls(bad)
+
+
+def test_dim_arithmetic_defers_to_tensor_values():
+    with Graph("g"):
+        tv = ops.constant(np.array(3, np.int64), DType.int64, CPU)
+        for result in (Dim(5) + tv, Dim(10) - tv, Dim(2) * tv, Dim(7) // tv):
+            assert isinstance(result, TensorValue) and result.dtype == DType.int64
+    with pytest.raises(TypeError):
+        Dim(5) + 1.5
