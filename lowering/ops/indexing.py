@@ -224,6 +224,12 @@ def _slice_rule_dim(x: TensorType, axis: int, d: Dim, s: tuple) -> Dim:
         if out_dim is not None and out_dim.dim != n:
             raise R.OpError(f"{op}: slice {slice(start, stop, step)} of axis {axis} in {R.fmt(x)} has {n} elements, but out_dim is {out_dim}")
         return n
+    if isinstance(start, int) and isinstance(stop, int) and (start < 0) == (stop < 0) and (start > stop if step > 0 else start < stop):
+        # Both bounds counted from the same end of a symbolic dim: an empty or reversed range (MAX's wording).
+        raise R.OpError(
+            f"{op}: start and stop should be increasing for positive step and decreasing for negative step, "
+            f"but got start {start}, stop {stop} for step {step} (axis {axis} of {R.fmt(x)})"
+        )
     return out_dim.dim if out_dim is not None else _slice_len(d, s)
 
 

@@ -202,3 +202,26 @@ def test_shape_to_tensor_rejects_strings_and_non_shapes():
             with pytest.raises(TypeError):
                 ops.shape_to_tensor(bad)
         g.output(ops.shape_to_tensor([2, 3]))
+
+
+# ─── conv / slice ─────────────────────────────────────────────────────────
+
+
+def test_conv_symbolic_channels_are_checked_when_the_graph_runs():
+    with _graph(_t(DType.bfloat16, [1, "height", "width", "channels"]), _t(DType.bfloat16, [16, 16, 3, 1024]), _t(DType.float32, [1, 8, 8, 4]), _t(DType.float32, [3, 3, 3, 2])) as g:
+        x, f, y, bad = (v.tensor for v in g.inputs)
+        out = ops.conv2d(x, f, (16, 16))
+        assert out.shape[3] == 1024 and str(out.shape[1]) != "height"  # (height - 16) // 16 + 1
+        with pytest.raises(ValueError, match="conv2d: input channels do not match the filter"):
+            ops.conv2d(y, bad)  # static channels that differ: 4 vs 3
+
+
+def test_slice_reversed_range_of_a_symbolic_dim():
+    with _graph(_t(DType.float32, ["n"])) as g:
+        x = g.inputs[0].tensor
+        with pytest.raises(ValueError, match="start and stop should be increasing for positive step and decreasing for negative step, but got start 2, stop 1 for step 1"):
+            x[2:1]
+        with pytest.raises(ValueError, match="but got start -3, stop -1 for step -1"):
+            x[-3:-1:-1]
+        assert x[1:3].shape == [2]
+        x[-1:1]  # mixed signs: whether the range is empty depends on n, so it builds
