@@ -846,8 +846,12 @@ def resize(input, shape, interpolation=InterpolationMode.BILINEAR):
     if hasattr(shape, "type") or isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
         raise OpError(f"{op}: shape must be 4 dims (N, C, H, W), got {shape!r}")
     dims = tuple(Dim(d) for d in shape)
+    t = getattr(input, "type", None)
+    if isinstance(t, TensorType) and t.rank != 4:
+        # MAX's wording; the input's rank is checked before the shape's length, as there.
+        raise OpError(f"{op}: Input tensor must have rank 4 (NCHW format) for resize operation, but got rank {t.rank} ({R.fmt(t)})")
     if len(dims) != 4:
-        raise OpError(f"{op}: shape must have 4 elements (N, C, H, W), got {len(dims)}: {list(dims)}")
+        raise OpError(f"{op}: shape must have 4 elements for NCHW format (batch, channels, height, width), got {len(dims)}: {list(dims)}")
     mode = R.enum_param(op, interpolation, InterpolationMode, "interpolation")
     return bind(resize_p, input, shape=dims, interpolation=mode)
 

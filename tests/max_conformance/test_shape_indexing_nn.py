@@ -225,3 +225,12 @@ def test_slice_reversed_range_of_a_symbolic_dim():
             x[-3:-1:-1]
         assert x[1:3].shape == [2]
         x[-1:1]  # mixed signs: whether the range is empty depends on n, so it builds
+
+
+def test_resize_checks_the_input_rank_first():
+    with _graph(_t(DType.float32, [224, 224]), _t(DType.float32, [1, 3, 8, 8])) as g:
+        m, x = (v.tensor for v in g.inputs)
+        with pytest.raises(ValueError, match=r"Input tensor must have rank 4 \(NCHW format\) for resize operation, but got rank 2"):
+            ops.resize(m, [448, 448])
+        with pytest.raises(ValueError, match=r"shape must have 4 elements for NCHW format \(batch, channels, height, width\)"):
+            ops.resize(x, [16, 16])

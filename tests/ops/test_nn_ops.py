@@ -488,9 +488,9 @@ def test_pool_resize_irfft_errors():
             ops.max_pool2d(x, (5, 5))
         with pytest.raises(TypeError, match="max_pool2d: kernel_size must be a pair"):
             ops.max_pool2d(x, 2)
-        with pytest.raises(ValueError, match="resize: input must have rank 4"):
+        with pytest.raises(ValueError, match=r"resize: Input tensor must have rank 4 \(NCHW format\) for resize operation, but got rank"):
             ops.resize(m, [1, 1, 2, 2])
-        with pytest.raises(ValueError, match="resize: shape must have 4 elements"):
+        with pytest.raises(ValueError, match=r"resize: shape must have 4 elements for NCHW format \(batch, channels, height, width\)"):
             ops.resize(x, [8, 8])
         with pytest.raises(ValueError, match="resize: resize changes only H and W"):
             ops.resize(x, [2, 4, 8, 8])
