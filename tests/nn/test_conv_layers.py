@@ -58,7 +58,9 @@ def run(layer, x, registry=None):
     with Graph("conv", input_types=[TensorType(DType.from_numpy(x.dtype), list(x.shape))]) as g:
         g.output(layer(g.inputs[0].tensor))
     reg = layer.state_dict() if registry is None else registry
-    return InferenceSession().load(g, weights_registry=reg).execute(x)[0].to_numpy()
+    # The engine refuses strided inputs and weights (as MAX does): permuted layouts are passed as contiguous copies.
+    reg = {k: np.ascontiguousarray(v) if isinstance(v, np.ndarray) else v for k, v in reg.items()}
+    return InferenceSession().load(g, weights_registry=reg).execute(np.ascontiguousarray(x))[0].to_numpy()
 
 
 def fill(layer, rng):
