@@ -17,6 +17,7 @@ from maxfx.graph._weight import ShardingStrategy, Weight
 from maxfx.graph.quantization import QuantizationEncoding
 from maxfx.nn._float8_linear import float8_matmul, float8_weights
 from maxfx.nn._layer import Layer, LayerList, Module, Shardable
+from maxfx.nn.activation import activation_table
 
 __all__ = ["Linear", "MLP", "Embedding", "LayerNorm", "RMSNorm", "Sequential", "clamp", "rms_norm"]
 
@@ -147,14 +148,7 @@ class Linear(Module, Shardable):
         return f"Linear(in_dim={self.in_dim}, out_dim={self.out_dim}, dtype={self.weight.dtype.name}, bias={self.bias is not None})"
 
 
-_ACTIVATIONS: dict[str, Callable[[Any], Any]] = {
-    "silu": ops.silu,
-    "gelu": ops.gelu,
-    "gelu_tanh": lambda x: ops.gelu(x, approximate="tanh"),
-    "relu": ops.relu,
-    "tanh": ops.tanh,
-    "sigmoid": ops.sigmoid,
-}
+_ACTIVATIONS = activation_table(ops)  # the one table of activation names (maxfx.nn.activation)
 
 
 class MLP(Module, Shardable):
