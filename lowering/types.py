@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import enum
+import types
 from typing import Any
 
 from lowering import mlir_interop
@@ -138,9 +139,10 @@ def _as_device_ref(device: Any) -> DeviceRef:
 
 
 class Type:
-    """Base of every graph value type."""
+    """Base of every graph value type (``Type[Any]`` is allowed in annotations, as in MAX)."""
 
     __slots__ = ()
+    __class_getitem__ = classmethod(types.GenericAlias)
 
     def to_mlir(self):
         """This type as an MLIR type."""
@@ -246,6 +248,15 @@ class TensorType(_ShapedType):
     def as_buffer(self) -> BufferType:
         """The mutable buffer type with the same dtype, shape and device."""
         return BufferType(self.dtype, self.shape, self.device)
+
+    def cast(self, dtype: DType) -> TensorType:
+        """The same type with element type ``dtype``.
+
+        Example:
+            >>> TensorType(DType.float32, [2, "n"]).cast(DType.int64)
+            TensorType(dtype=int64, shape=[Dim(2), Dim('n')], device=cpu:0)
+        """
+        return TensorType(dtype, self.shape, self.device)
 
 
 class BufferType(_ShapedType):

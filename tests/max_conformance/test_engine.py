@@ -70,3 +70,13 @@ def test_compilation_stats_split_the_phases():
             timer.mark_build_complete()
             session.load_all(graph, weights_registry={"w": np.ones(2, np.float32)})
     assert stats.num_phases == 1 and stats.build_seconds > 0 and stats.compile_seconds > 0 and stats.init_seconds > 0
+
+
+def test_types_cast_and_subscript_as_in_max():
+    from typing import Any
+
+    from maxfx.graph import Type
+
+    t = TensorType(DType.float32, [2, "n"], DeviceRef.CPU())
+    assert t.cast(DType.int64) == TensorType(DType.int64, [2, "n"], DeviceRef.CPU())
+    assert Type[Any] is not None  # MAX's annotations subscript Type
