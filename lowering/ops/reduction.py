@@ -416,12 +416,14 @@ def _top_k_rule(x, *, k: int, axis: int) -> tuple[TensorType, TensorType]:
     x = R.require_tensor("top_k", x)
     R.require_dtype("top_k", x, R.is_numeric, "numeric (not bool)")
     R.require_rank("top_k", x, lambda r: r >= 1, ">= 1")
+    if not -x.rank <= axis < x.rank:  # MAX's wording
+        raise R.AxisError(f"top_k: axis ({axis}) out of bound for {R.fmt(x)} (rank {x.rank})")
     ax = R.normalize_axis("top_k", axis, x.rank)
     d = x.shape[ax]
     if k < 0:
         raise R.OpError(f"top_k: k must be non-negative, got k={k}")
     if isinstance(d, StaticDim) and k > d.dim:
-        raise R.OpError(f"top_k: k={k} is larger than dim {axis} of {R.fmt(x)} (size {d.dim})")
+        raise R.OpError(f"top_k: k ({k}) cannot be larger than dimension size along axis {ax} ({d.dim}) of {R.fmt(x)}")
     shape = list(x.shape)
     shape[ax] = StaticDim(k)
     return TensorType(x.dtype, shape, x.device), TensorType(DType.int64, shape, x.device)
@@ -463,9 +465,9 @@ def top_k(input, k, axis=-1):
 
 
 def _argsort_rule(x, *, ascending: bool) -> TensorType:
-    x = R.require_tensor("argsort", x)
-    R.require_dtype("argsort", x, R.is_numeric, "numeric (not bool)")
-    R.require_rank("argsort", x, lambda r: r == 1, "1 (argsort sorts along the first and only dimension)")
+    x = R.require_tensor("argsort", x)  # any dtype, bool included (False before True), as in MAX
+    if x.rank != 1:  # MAX's wording
+        raise R.OpError(f"argsort only implemented for input tensors of rank 1, got {R.fmt(x)}")
     return TensorType(DType.int64, x.shape, x.device)
 
 
@@ -505,7 +507,7 @@ def _layer_norm_rule(x, gamma, beta, *, epsilon: float) -> TensorType:
     for what, t in (("gamma", gamma), ("beta", beta)):
         if t.rank != 1 or t.shape[0] != last:
             raise R.OpError(
-                f"layer_norm: {what} must have shape [{last}] (the last dim of input {R.fmt(x)}), got {what} {R.fmt(t)}"
+                f"layer_norm: {what} shape {list(t.shape)} does not match dimension of reduction [{last}] (the last dim of input {R.fmt(x)})"
             )
     return x
 

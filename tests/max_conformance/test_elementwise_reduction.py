@@ -289,3 +289,19 @@ def test_irfft_error_wording():
         with pytest.raises(ValueError, match="Axis dimension must be static"):
             ops.irfft(sym, n=1, axis=0)
         assert ops.irfft(x, n=4, axis=0, normalization="ortho").shape == [4, 3]
+
+
+def test_argsort_of_bool_matches_numpy_stable_order():
+    x = np.array([True, False, True, False, False])
+    np.testing.assert_array_equal(run_op(ops.argsort, x), np.argsort(x, kind="stable"))
+
+
+def test_top_k_and_argsort_errors_use_maxs_words():
+    with Graph("g", input_types=[TensorType(DType.float32, [2, 6], DeviceRef.CPU())]) as g:
+        x = g.inputs[0].tensor
+        with pytest.raises(IndexError, match=r"axis \(3\) out of bound"):
+            ops.top_k(x, 2, axis=3)
+        with pytest.raises(ValueError, match=r"k \(7\) cannot be larger than dimension size along axis 1"):
+            ops.top_k(x, 7)
+        with pytest.raises(ValueError, match="argsort only implemented for input tensors of rank 1"):
+            ops.argsort(x)
