@@ -49,12 +49,17 @@ def build(fn: Callable[..., Any], *arrays: np.ndarray, symbolic: Sequence[Sequen
     return g
 
 
+def _contiguous(a: Any) -> Any:
+    """``a`` as a C-contiguous array (rank 0 kept: ``np.ascontiguousarray`` would make it rank 1)."""
+    return np.ascontiguousarray(a) if isinstance(a, np.ndarray) and not a.flags.c_contiguous else a
+
+
 def run_op(fn: Callable[..., Any], *arrays: np.ndarray, symbolic=None, **kwargs: Any) -> Any:
     """Outputs of ``fn`` applied in a compiled graph: one array, or a list for several outputs."""
     g = build(fn, *arrays, symbolic=symbolic, **kwargs)
     model = session().load(g)
     # Models refuse strided inputs, as MAX's do; the op tests build them with transposes.
-    outs = [np.asarray(o.to_numpy()) for o in model.execute(*[np.ascontiguousarray(a) for a in arrays])]
+    outs = [np.asarray(o.to_numpy()) for o in model.execute(*[_contiguous(a) for a in arrays])]
     return outs[0] if len(outs) == 1 else outs
 
 
