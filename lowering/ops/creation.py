@@ -341,7 +341,7 @@ def constant_external(name, type):  # noqa: A002 - MAX's name
 
     Raises:
         ValueError: ``name`` is already used by a weight of another type.
-        TypeError: ``name`` is not a non-empty str or ``type`` not a TensorType.
+        TypeError: ``name`` is not a str or ``type`` not a TensorType.
         RuntimeError: no active Graph.
 
     Example:
@@ -358,8 +358,8 @@ def constant_external(name, type):  # noqa: A002 - MAX's name
         array([ 10., 200.], dtype=float32)
     """
     op = "constant_external"
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"{op}: name must be a non-empty str, got {name!r}")
+    if not isinstance(name, str):  # any str, "" included, as in MAX: it is the weights_registry key
+        raise TypeError(f"{op}: name must be a str, got {name!r}")
     if not isinstance(type, TensorType):
         raise TypeError(f"{op}: type must be a TensorType, got {builtins.type(type).__name__} {type!r}")
     ctx = current_context()
