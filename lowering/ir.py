@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,6 +136,20 @@ def blocks_in(p: Any) -> Iterable[Block]:
     elif isinstance(p, (tuple, list)):
         for x in p:
             yield from blocks_in(x)
+
+
+def weight_reads(nodes: Iterable[Node], prefix: str = "") -> Iterator[tuple[str, Node]]:
+    """``(qualified weight name, weight node)`` for every weight read by ``nodes`` and their nested blocks.
+
+    A subgraph ``call`` reads its weights under the call's prefix (prefixes nest).
+    """
+    for n in nodes:
+        if n.op == "weight":
+            yield prefix + n.params["name"], n
+        inner = prefix + n.params["prefix"] if n.op == "call" else prefix
+        for p in n.params.values():
+            for b in blocks_in(p):
+                yield from weight_reads(b.nodes, inner)
 
 
 def _nested_free_vars(params: Mapping[str, Any]) -> Iterable[Var]:

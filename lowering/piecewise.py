@@ -41,7 +41,7 @@ import jax
 
 from lowering.executables import EXECUTABLES
 from lowering.interpret import Interpreter
-from lowering.ir import Block, Node, Var, blocks_in
+from lowering.ir import Block, Node, Var, weight_reads
 from lowering.registry import get_op
 from lowering.types import BufferType
 
@@ -79,17 +79,9 @@ def _separate_call(node: Node) -> bool:
     return not any(isinstance(v.type, BufferType) for v in node.params["block"].inputs)
 
 
-def _weight_names(nodes: Sequence[Node], prefix: str = "") -> set[str]:
-    """Caller weight names read by ``nodes`` (subgraph calls read theirs under the call's prefix)."""
-    names: set[str] = set()
-    for n in nodes:
-        if n.op == _WEIGHT:
-            names.add(prefix + n.params["name"])
-        inner = prefix + n.params["prefix"] if n.op == _CALL else prefix
-        for p in n.params.values():
-            for b in blocks_in(p):
-                names |= _weight_names(b.nodes, inner)
-    return names
+def _weight_names(nodes: Sequence[Node]) -> list[str]:
+    """Caller weight names read by ``nodes``, sorted (subgraph calls read theirs under the call's prefix)."""
+    return sorted({name for name, _ in weight_reads(nodes)})
 
 
 def split_at_calls(block: Block) -> list[Piece]:
@@ -102,15 +94,15 @@ def split_at_calls(block: Block) -> list[Piece]:
     if not any(_separate_call(n) for n in block.nodes):
         return []
     used_later = _uses_after(block)
-    weight_reads = {v.id: n for n in block.nodes if n.op == _WEIGHT for v in n.outputs}
+    weight_defs = {v.id: n for n in block.nodes if n.op == _WEIGHT for v in n.outputs}
     pieces: list[Piece] = []
     run: list[Node] = []
 
     def flush(used: set[int], extra: Sequence[Var] = ()) -> None:
         # A call's (or the block's) operands that are weights are read here too.
-        reads = [weight_reads[v.id] for v in extra if v.id in weight_reads]
+        reads = [weight_defs[v.id] for v in extra if v.id in weight_defs]
         if run or reads:
-            pieces.append(_segment(list(run), used | {v.id for v in extra}, weight_reads, reads))
+            pieces.append(_segment(list(run), used | {v.id for v in extra}, weight_defs, reads))
             run.clear()
 
     for i, node in enumerate(block.nodes):
@@ -119,7 +111,7 @@ def split_at_calls(block: Block) -> list[Piece]:
         if _separate_call(node):
             flush(used_later[i], node.inputs)
             sub, prefix = node.params["block"], node.params["prefix"]
-            names = sorted(_weight_names(sub.nodes))
+            names = _weight_names(sub.nodes)
             pieces.append(Piece(sub, tuple(node.inputs), tuple(node.outputs), tuple((n, prefix + n) for n in names), (node,), True))
         else:
             run.append(node)
@@ -146,14 +138,14 @@ def _uses_after(block: Block) -> list[set[int]]:
     return out
 
 
-def _segment(nodes: list[Node], used_later: set[int], weight_reads: Mapping[int, Node], reads: Sequence[Node] = ()) -> Piece:
+def _segment(nodes: list[Node], used_later: set[int], weight_defs: Mapping[int, Node], reads: Sequence[Node] = ()) -> Piece:
     pulled = {id(n): n for n in reads}
-    pulled.update((id(weight_reads[v.id]), weight_reads[v.id]) for v in Block(nodes=nodes).free_vars() if v.id in weight_reads)
+    pulled.update((id(weight_defs[v.id]), weight_defs[v.id]) for v in Block(nodes=nodes).free_vars() if v.id in weight_defs)
     nodes = [*pulled.values(), *nodes]
     free = Block(nodes=nodes).free_vars()
     outs = tuple(v for n in nodes for v in n.outputs if v.id in used_later)
     inner = Block("segment", inputs=list(free), nodes=nodes, outputs=list(outs))
-    names = sorted(_weight_names(nodes))
+    names = _weight_names(nodes)
     return Piece(inner, tuple(free), outs, tuple((n, n) for n in names), tuple(nodes), False)
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from lowering.compile import CompiledBlock
 from lowering.devices import jax_device
 from lowering.dtypes import DType
-from lowering.ir import Block
+from lowering.ir import Block, weight_reads
 from lowering.types import BufferType, DeviceRef, TensorType
 from maxfx._artifact import ArtifactProgram, is_exported_artifact, load_exported
 from maxfx.driver import CPU
@@ -229,26 +229,17 @@ class InferenceSession:
         return f"InferenceSession(devices={self._devices})"
 
 
-def _weight_inputs(block: Block, found: dict | None = None, prefix: str = "") -> dict[str, tuple[TensorType, tuple[int, ...]]]:
-    """Every ``weight`` node of ``block`` and its nested blocks: name → (type, full shape before sharding).
-
-    Subgraphs invoked by ``ops.call`` see their weights under the call's prefix.
-    """
-    found = {} if found is None else found
-    for node in block.nodes:
-        if node.op == "weight":
-            t = node.params["type"]
-            shape = [int(d) for d in t.shape]
-            shard = node.params.get("shard")
-            if shard is not None:
-                axis, _, n = shard
-                shape[axis] *= n
-            found.setdefault(prefix + node.params["name"], (t, tuple(shape)))
-        inner = prefix + node.params.get("prefix", "") if node.op == "call" else prefix
-        for p in node.params.values():
-            for b in p if isinstance(p, (tuple, list)) else (p,):
-                if isinstance(b, Block):
-                    _weight_inputs(b, found, inner)
+def _weight_inputs(block: Block) -> dict[str, tuple[TensorType, tuple[int, ...]]]:
+    """Every weight ``block`` reads (nested blocks and subgraph calls included): name → (type, full shape before sharding)."""
+    found: dict[str, tuple[TensorType, tuple[int, ...]]] = {}
+    for name, node in weight_reads(block.nodes):
+        t = node.params["type"]
+        shape = [int(d) for d in t.shape]
+        shard = node.params.get("shard")
+        if shard is not None:
+            axis, _, n = shard
+            shape[axis] *= n
+        found.setdefault(name, (t, tuple(shape)))
     return found
 
 
