@@ -269,10 +269,47 @@ def promote_strong(a: DType, b: DType) -> DType:
     hi, lo = (a, b) if (a._category, a.size_in_bits) >= (b._category, b.size_in_bits) else (b, a)
     if _exactly_representable(lo, hi):
         return hi
+    target = _promotion_candidate(lo, hi)
     raise ValueError(
-        f"Unsafe cast: can't promote {lo} and {hi} to a common dtype without loss; "
-        f"cast one operand explicitly (e.g. x.cast({hi}))"
+        f"Failed to resolve valid dtype: Unsafe cast from {_short_name(lo)} to {_short_name(target)}. "
+        f"Insert an explicit cast op if this conversion is wanted ({lo} and {hi}: no dtype of the "
+        f"operands holds both exactly; cast one explicitly, e.g. x.cast({hi}))"
     )
+
+
+def _promotion_candidate(lo: DType, hi: DType) -> DType:
+    """The dtype MAX tries for a mixed pair: ``hi``'s kind at the wider of the two widths.
+
+    MAX names it in its error (int32 with float16 tries float32, which cannot
+    hold every int32 either).
+    """
+    width = max(lo.size_in_bits, hi.size_in_bits)
+    if width == hi.size_in_bits:
+        return hi
+    kind = "float" if hi.is_float() else ("uint" if hi.is_unsigned_integral() else "int")
+    return DType[f"{kind}{width}"]
+
+
+# MLIR's spelling of each dtype, which MAX's promotion errors use (si32, f32, bf16...).
+_SHORT_NAMES = {
+    DType.bool: "bool",
+    DType.float16: "f16",
+    DType.bfloat16: "bf16",
+    DType.float32: "f32",
+    DType.float64: "f64",
+    DType.float4_e2m1fn: "f4E2M1FN",
+    DType.float8_e8m0fnu: "f8E8M0FNU",
+    DType.float8_e4m3fn: "f8E4M3FN",
+    DType.float8_e4m3fnuz: "f8E4M3FNUZ",
+    DType.float8_e5m2: "f8E5M2",
+    DType.float8_e5m2fnuz: "f8E5M2FNUZ",
+}
+
+
+def _short_name(d: DType) -> str:
+    if d in _SHORT_NAMES:
+        return _SHORT_NAMES[d]
+    return ("ui" if d.is_unsigned_integral() else "si") + str(d.size_in_bits)
 
 
 def promote_weak(strong: DType, value: Any) -> DType:

@@ -152,15 +152,34 @@ def _is_dynamic(s: tuple) -> bool:
 
 def _check_slice_bounds(n: int, s: tuple, axis: int, what: str) -> None:
     # MAX: bounds within [-dim, dim] for a positive step, [-dim - 1, dim - 1] for a negative one.
+    # Messages keep MAX's wording ("rmo.slice ..."), which its users and tests match.
     _, start, stop, step, _ = s
+    _check_slice_overflow(n, start, stop, step, axis, what)
     lo, hi = (-n, n) if step > 0 else (-n - 1, n - 1)
     for name, v in (("start", start), ("stop", stop)):
         if isinstance(v, int) and not lo <= v <= hi:
             sign = "positive" if step > 0 else "negative"
             raise IndexOpError(
-                f"slice_tensor: slice {name} {v} is out of range for axis {axis} of size {n} in {what} "
-                f"(a {sign} step needs {lo} <= {name} <= {hi})"
+                f"slice_tensor: rmo.slice {name} index {v} out of range for dimension size {n} "
+                f"(axis {axis} of {what}; a {sign} step needs {lo} <= {name} <= {hi})"
             )
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def _check_slice_overflow(n: int, start: Any, stop: Any, step: int, axis: int, what: str) -> None:
+    """Refuse bounds whose length computation, ceil((stop - start) / step), leaves int64."""
+    if not (isinstance(start, int) and isinstance(stop, (int, type(None)))):
+        return
+    first = start + n if start < 0 else start
+    end = (n if step > 0 else -1) if stop is None else (stop + n if stop < 0 else stop)
+    span = end - first + step - (1 if step > 0 else -1)
+    if max(abs(first), abs(end), abs(step), abs(span)) > _INT64_MAX:
+        raise IndexOpError(
+            f"slice_tensor: rmo.slice index computation overflow: start {start}, stop {stop}, step {step} "
+            f"on axis {axis} of {what} leave the int64 range"
+        )
 
 
 def _norm_bound(d: Dim, v: Any) -> Dim:
