@@ -39,7 +39,9 @@ from typing import Any, ClassVar
 
 import jax
 
-__all__ = ["Accelerator", "CPU", "Device", "DeviceEvent", "DeviceStream", "accelerators"]
+from lowering import virtual_devices
+
+__all__ = ["Accelerator", "CPU", "Device", "DeviceEvent", "DeviceStream", "VirtualAccelerator", "accelerators"]
 
 
 @functools.cache
@@ -371,6 +373,8 @@ class Accelerator(Device):
 
     def __new__(cls, id: int = -1, device_memory_limit: int = -1) -> Accelerator:
         index = 0 if id == -1 else int(id)
+        if virtual_devices.is_virtual_device_mode():  # MAX: virtual devices replace the hardware ones
+            return VirtualAccelerator._get(index, id)
         inst = Accelerator._instances.get(index)
         if inst is not None:
             return inst
@@ -404,6 +408,100 @@ class Accelerator(Device):
 
     def __reduce__(self) -> tuple:
         return (Accelerator, (self.id,))
+
+
+class VirtualAccelerator(Accelerator):
+    """A GPU to compile for, in virtual-device mode (``set_virtual_device_count``); no hardware behind it.
+
+    ``Accelerator(id)`` returns one while the mode is on. It reports the API and
+    architecture set with ``set_virtual_device_api`` / ``set_virtual_device_target_arch``,
+    and a graph placed on it can be compiled (lowered for its platform), but it
+    holds no memory and runs nothing: what needs the device (``jax_device``,
+    memory, execution) raises a RuntimeError that says so.
+
+    Example:
+        >>> from lowering import virtual_devices as vd
+        >>> vd.set_virtual_device_api("cuda"); vd.set_virtual_device_target_arch("sm_80"); vd.set_virtual_device_count(1)
+        >>> gpu = Accelerator()
+        >>> isinstance(gpu, VirtualAccelerator), gpu.api, gpu.architecture_name
+        (True, 'cuda', 'sm_80')
+        >>> vd.set_virtual_device_count(0)
+    """
+
+    _virtual: ClassVar[dict[tuple[str, str, int], VirtualAccelerator]] = {}
+
+    def __new__(cls, id: int = -1, device_memory_limit: int = -1) -> VirtualAccelerator:
+        return cls._get(0 if id == -1 else int(id), id)
+
+    @classmethod
+    def _get(cls, index: int, id: int) -> VirtualAccelerator:
+        count = virtual_devices.get_virtual_device_count()
+        if not 0 <= index < count:
+            raise ValueError(f"Accelerator(id={id}): virtual-device mode has {count} virtual accelerator(s), valid ids are 0..{count - 1} (or -1 for the first)")
+        api, arch = virtual_devices.get_virtual_device_api(), virtual_devices.get_virtual_device_target_arch()
+        key = (api, arch, index)  # one instance per target, so changing the target gives new devices
+        inst = cls._virtual.get(key)
+        if inst is None:
+            inst = Device.__new__(cls)
+            inst._id = index
+            inst._target = (api, arch)
+            inst.device_memory_limit = -1
+            inst._default_stream = DeviceStream(inst)
+            inst._host_queue = None
+            inst._host_queue_lock = threading.Lock()
+            inst._host_pending = []
+            cls._virtual[key] = inst
+        return inst
+
+    def _no_hardware(self, what: str) -> RuntimeError:
+        api, arch = self._target
+        return RuntimeError(
+            f"{self!r} is a virtual {api} {arch} device (max.driver.set_virtual_device_count): it can be compiled for, "
+            f"but {what} needs a real GPU; run on a machine with one, after set_virtual_device_count(0)"
+        )
+
+    @property
+    def jax_device(self) -> jax.Device:
+        """There is none: raises RuntimeError (a virtual device has no hardware)."""
+        raise self._no_hardware("placing data or running programs on it")
+
+    @property
+    def api(self) -> str:
+        """The virtual-device API (``'cuda'``, ``'hip'`` or ``'metal'``)."""
+        return self._target[0]
+
+    @property
+    def architecture_name(self) -> str:
+        """The virtual-device architecture (``'sm_80'``...)."""
+        return self._target[1]
+
+    @property
+    def is_compatible(self) -> bool:
+        """False: maxfx cannot run programs on a virtual device."""
+        return False
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """Raises RuntimeError: a virtual device has no memory to report."""
+        raise self._no_hardware("reading its memory statistics")
+
+    def can_access(self, other: Device) -> bool:
+        """Only itself: a virtual device shares memory with nothing."""
+        if not isinstance(other, Device):
+            raise TypeError(f"Device.can_access: expected a Device, got {type(other).__name__}")
+        return self == other
+
+    def synchronize(self) -> None:
+        """Returns at once: nothing can be queued on a virtual device."""
+
+    def _unsafe_enqueue_py_host_func(self, fn: Callable[[], Any]) -> None:
+        raise self._no_hardware("enqueueing host functions")
+
+    def __reduce__(self) -> tuple:
+        return (Accelerator, (self.id,))
+
+
+setattr(VirtualAccelerator, "__unsafe_enqueue_py_host_func", VirtualAccelerator._unsafe_enqueue_py_host_func)
 
 
 class DeviceStream:

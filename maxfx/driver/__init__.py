@@ -3,7 +3,8 @@
 ``CPU()`` and ``Accelerator(id)`` wrap ``jax.devices()``; `Tensor` (also named
 `Buffer`) is a buffer on one of them: numpy memory on the host, a ``jax.Array``
 on an accelerator. A graph ``DeviceRef`` names one of these devices
-(``DeviceRef.GPU(0).to_device() == Accelerator(0)``).
+(``DeviceRef.GPU(0).to_device() == Accelerator(0)``). Virtual-device mode
+(``set_virtual_device_count``) compiles for GPUs the machine does not have.
 
 Example:
     >>> from maxfx import driver
@@ -32,6 +33,18 @@ from maxfx.driver._device import (
     scan_available_devices,
 )
 from maxfx.driver._tensor import Buffer, DevicePinnedBuffer, Tensor
+from maxfx.driver._virtual import (
+    VirtualAccelerator,
+    get_virtual_cpu_target,
+    get_virtual_device_api,
+    get_virtual_device_count,
+    get_virtual_device_target_arch,
+    is_virtual_device_mode,
+    set_virtual_cpu_target,
+    set_virtual_device_api,
+    set_virtual_device_count,
+    set_virtual_device_target_arch,
+)
 from maxfx.driver.driver import calculate_virtual_device_count_from_cli
 
 __all__ = [
@@ -45,11 +58,21 @@ __all__ = [
     "DeviceSpec",
     "DeviceStream",
     "Tensor",
+    "VirtualAccelerator",
     "accelerator_api",
     "accelerator_architecture_name",
     "accelerator_count",
     "calculate_virtual_device_count_from_cli",
     "devices_exist",
+    "get_virtual_cpu_target",
+    "get_virtual_device_api",
+    "get_virtual_device_count",
+    "get_virtual_device_target_arch",
+    "is_virtual_device_mode",
     "load_devices",
     "scan_available_devices",
+    "set_virtual_cpu_target",
+    "set_virtual_device_api",
+    "set_virtual_device_count",
+    "set_virtual_device_target_arch",
 ]

@@ -21,6 +21,7 @@ import jax
 
 from lowering.driver_devices import CPU, Accelerator, Device, DeviceStream, accelerators
 from lowering.types import DeviceRef
+from lowering.virtual_devices import get_virtual_device_count, is_virtual_device_mode
 
 __all__ = [
     "Accelerator",
@@ -89,12 +90,14 @@ class DeviceSpec:
 
 
 def accelerator_count() -> int:
-    """Number of GPUs JAX can see (0 on a CPU-only machine).
+    """Number of GPUs JAX can see (0 on a CPU-only machine); in virtual-device mode, the virtual count.
 
     Example:
         >>> accelerator_count() >= 0
         True
     """
+    if is_virtual_device_mode():  # as MAX: virtual devices stand in for the hardware ones
+        return get_virtual_device_count()
     return len(accelerators())
 
 

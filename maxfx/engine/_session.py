@@ -29,12 +29,14 @@ from lowering.devices import jax_device
 from lowering.dtypes import DType
 from lowering.ir import Block, weight_reads
 from lowering.types import BufferType, DeviceRef, TensorType
+from lowering.virtual_devices import is_virtual_device_mode, jax_platform_of_api
 from maxfx._artifact import ArtifactProgram, is_exported_artifact, load_exported
 from maxfx.driver import CPU
 from maxfx.driver._tensor import as_array
 from maxfx.engine._compilation_stats import timed_phase
+from maxfx.engine._cross_compile import lower_for_platform
 from maxfx.engine._model import Model, require_contiguous
-from maxfx.graph import Graph
+from maxfx.graph import Graph, Module
 
 __all__ = ["CompiledModel", "InferenceSession", "GPUProfilingMode", "LogLevel", "CustomExtensionsType"]
 
@@ -61,19 +63,59 @@ class LogLevel(enum.Enum):
     CRITICAL = "critical"
 
 
-class CompiledModel:
-    """A checked graph, ready for `InferenceSession.init` to bind weights (MAX's ``CompiledModel``).
+class _CompiledGraph:
+    """One graph of a `CompiledModel`: the graph, the weights it reads, and where it runs.
 
-    Attributes:
-        graph: the `Graph` it was made from.
-        expected_weights: weight name → (its type, its full unsharded shape): what ``init`` needs.
-        device: the JAX device it runs on.
+    ``device`` is the JAX device it runs on, or None for a virtual device; then
+    ``exported`` is the program lowered for that device's platform and ``virtual``
+    the `VirtualAccelerator`.
     """
 
-    def __init__(self, graph: Graph, expected_weights: Mapping[str, Any], device: Any):
+    def __init__(self, graph: Graph, expected_weights: Mapping[str, Any], device: Any, exported: Any = None, virtual: Any = None):
         self.graph = graph
         self.expected_weights = dict(expected_weights)
         self.device = device
+        self.exported = exported
+        self.virtual = virtual
+
+
+class CompiledModel:
+    """Checked graphs, ready for `InferenceSession.init` / `init_all` to bind weights (MAX's ``CompiledModel``).
+
+    Made by `InferenceSession.compile` from a `Graph` (one graph) or a `Module`
+    (each of its top-level graphs). Not executable; one CompiledModel can be
+    initialized more than once.
+
+    Attributes:
+        expected_weights: weight name → (its type, its full unsharded shape), over
+            every graph: what ``init`` needs.
+    """
+
+    def __init__(self, graphs: Sequence[_CompiledGraph]):
+        self._graphs = list(graphs)
+        self.expected_weights: dict[str, Any] = {}
+        for entry in self._graphs:
+            self.expected_weights.update(entry.expected_weights)
+
+    @property
+    def graph_names(self) -> list[str]:
+        """The names of the compiled graphs (the keys of ``init_all``'s result)."""
+        return [entry.graph.name for entry in self._graphs]
+
+    @property
+    def graph(self) -> Graph:
+        """The compiled graph, when there is one (see `graph_names` for a Module's)."""
+        return self._single("CompiledModel.graph").graph
+
+    @property
+    def device(self) -> Any:
+        """The JAX device the single compiled graph runs on (None for a virtual device)."""
+        return self._single("CompiledModel.device").device
+
+    def _single(self, where: str) -> _CompiledGraph:
+        if len(self._graphs) != 1:
+            raise ValueError(f"{where}: this CompiledModel holds {len(self._graphs)} graphs {self.graph_names}; use InferenceSession.init_all to get a Model per graph")
+        return self._graphs[0]
 
     def __repr__(self) -> str:
         return "CompiledModel()"  # MAX's repr: the artifact is opaque
@@ -124,13 +166,19 @@ class InferenceSession:
             raise RuntimeError(f"InferenceSession.load({model!r}): loading serialized MAX graphs from a path is not supported; pass a maxfx Graph")
         return self.init(self.compile(model), weights_registry=weights_registry)
 
-    def compile(self, model: Graph, *, custom_extensions: CustomExtensionsType | None = None, custom_ops_path: str | None = None) -> CompiledModel:
-        """Check ``model`` (a `Graph`) and prepare it to run, before any weight has a value.
+    def compile(self, model: Graph | Module, *, custom_extensions: CustomExtensionsType | None = None, custom_ops_path: str | None = None) -> CompiledModel:
+        """Check ``model`` (a `Graph`, or a `Module` of graphs) and prepare it to run, before any weight has a value.
 
         MAX's two-step form of `load`: ``session.init(compiled, weights_registry=...)``
-        then binds the weights and returns a `Model`; one `CompiledModel` can be
-        initialized more than once (with different weights). XLA compiles when
-        the model first runs on concrete input shapes, as with `load`.
+        then binds the weights and returns a `Model` (``init_all``: one per graph of
+        a Module); one `CompiledModel` can be initialized more than once (with
+        different weights). XLA compiles when the model first runs on concrete
+        input shapes, as with `load`.
+
+        In virtual-device mode (``maxfx.driver.set_virtual_device_count``), a graph on
+        a virtual GPU is compiled for real: lowered with ``jax.export`` for the
+        virtual device's platform. Such a CompiledModel cannot be initialized (no
+        hardware to bind weights on).
 
         Example:
             >>> import numpy as np
@@ -148,41 +196,73 @@ class InferenceSession:
             [2.0, 3.0]
 
         Raises:
-            TypeError: ``model`` is not a Graph.
-            ValueError: the graph has no outputs, or uses a device the session does not have.
+            TypeError: ``model`` is not a Graph or Module.
+            ValueError: a graph has no outputs or uses a device the session does not
+                have, a Module has no graphs, or two graphs read one weight name with different types.
+            RuntimeError: lowering a graph for a virtual device failed (the message says why).
         """
-        if not isinstance(model, Graph):
-            raise TypeError(f"InferenceSession.compile: expected a Graph, got {type(model).__name__}")
-        if not model._has_output:
-            raise ValueError(f"InferenceSession.compile: graph {model.name!r} has no outputs; call graph.output(...)")
+        if isinstance(model, Graph):
+            graphs = [model]
+        elif isinstance(model, Module):
+            graphs = model.graphs
+            if not graphs:
+                raise ValueError("InferenceSession.compile: the Module has no graphs; build each Graph with module=this_module")
+        else:
+            raise TypeError(f"InferenceSession.compile: expected a Graph or a Module, got {type(model).__name__}")
+        for graph in graphs:
+            if not graph._has_output:
+                raise ValueError(f"InferenceSession.compile: graph {graph.name!r} has no outputs; call graph.output(...)")
         with timed_phase("compile"):
-            return CompiledModel(model, _weight_inputs(model._ir), self._device_for(model._ir))
+            compiled = CompiledModel([self._compile_graph(graph) for graph in graphs])
+        _check_shared_weights(compiled._graphs)
+        return compiled
+
+    def _compile_graph(self, graph: Graph) -> _CompiledGraph:
+        weights = _weight_inputs(graph._ir)
+        target = self._target_for(graph._ir)
+        if target.is_gpu() and is_virtual_device_mode():
+            virtual = target.to_device()
+            platform = jax_platform_of_api(virtual.api)
+            try:
+                exported = lower_for_platform(graph._ir, weights, platform)
+            except Exception as e:  # noqa: BLE001 - any lowering failure is reported with the graph and the target
+                raise RuntimeError(f"InferenceSession.compile: lowering graph {graph.name!r} for the virtual {virtual.api} {virtual.architecture_name} device {target} failed: {e}") from e
+            return _CompiledGraph(graph, weights, None, exported, virtual)
+        return _CompiledGraph(graph, weights, jax_device(target))
 
     def init(self, compiled: CompiledModel, *, weights_registry: Mapping[str, Any] | None = None) -> Model:
         """A runnable `Model` of ``compiled`` (from `compile`) with the weights' values from ``weights_registry``.
 
         Raises:
             TypeError: ``compiled`` is not a `CompiledModel`.
-            ValueError: a weight has no value, or its value's dtype/shape differs from the Weight.
+            ValueError: a weight has no value, or its value's dtype/shape differs from the
+                Weight; ``compiled`` holds several graphs (use `init_all`).
+            RuntimeError: ``compiled`` was compiled for a virtual device.
         """
         if not isinstance(compiled, CompiledModel):
             raise TypeError(f"InferenceSession.init: expected the CompiledModel that InferenceSession.compile returns, got {type(compiled).__name__}")
+        entry = compiled._single("InferenceSession.init")
         with timed_phase("init"):
-            return self._init(compiled, weights_registry)
+            return self._init(entry, _contiguous_registry(weights_registry))
 
     def init_all(self, compiled: CompiledModel, *, weights_registry: Mapping[str, Any] | None = None) -> dict[str, Model]:
-        """`init` for every graph of ``compiled``, as ``{graph name: Model}`` (MAX's multi-graph form)."""
-        model = self.init(compiled, weights_registry=weights_registry)
-        return {compiled.graph.name: model}
+        """`init` for every graph of ``compiled``, as ``{graph name: Model}`` (MAX's multi-graph form).
 
-    def load_all(self, model: Graph, *, weights_registry: Mapping[str, Any] | None = None) -> dict[str, Model]:
-        """`load` returning ``{graph name: Model}``, like `init_all`."""
+        Each graph takes the weights it reads from ``weights_registry``.
+        """
+        if not isinstance(compiled, CompiledModel):
+            raise TypeError(f"InferenceSession.init_all: expected the CompiledModel that InferenceSession.compile returns, got {type(compiled).__name__}")
+        with timed_phase("init"):
+            registry = _contiguous_registry(weights_registry)
+            return {entry.graph.name: self._init(entry, registry) for entry in compiled._graphs}
+
+    def load_all(self, model: Graph | Module, *, weights_registry: Mapping[str, Any] | None = None) -> dict[str, Model]:
+        """`load` returning ``{graph name: Model}``, like `init_all`; ``model`` may be a `Module` of graphs."""
         return self.init_all(self.compile(model), weights_registry=weights_registry)
 
-    def _init(self, compiled: CompiledModel, weights_registry: Mapping[str, Any] | None) -> Model:
-        registry = dict(weights_registry or {})
-        for name, value in registry.items():
-            require_contiguous("InferenceSession.load", f"weight {name!r}", value)
+    def _init(self, compiled: _CompiledGraph, registry: dict[str, Any]) -> Model:
+        if compiled.device is None:
+            raise compiled.virtual._no_hardware(f"initializing graph {compiled.graph.name!r} (binding its weights and making it runnable)")
         weights = {}
         for name, (t, full_shape) in compiled.expected_weights.items():
             if name not in registry:
@@ -194,7 +274,8 @@ class InferenceSession:
         block = CompiledBlock(graph._ir, weights, compiled.device)
         return Model(block, graph.name, [f"input{i}" for i in range(len(graph.inputs))])
 
-    def _device_for(self, block: Block):
+    def _target_for(self, block: Block) -> DeviceRef:
+        """The device ``block`` runs on: its GPU if it uses one (which the session must have), else the session's first device."""
         refs = {v.type.device for v in block.inputs if isinstance(v.type, (TensorType, BufferType))}
         refs |= {v.type.device for v in block.outputs if isinstance(v.type, (TensorType, BufferType))}
         session_refs = [DeviceRef.from_device(d) for d in self._devices]
@@ -202,7 +283,7 @@ class InferenceSession:
         target = gpu[0] if gpu else (session_refs[0] if session_refs else DeviceRef.CPU())
         if gpu and gpu[0] not in session_refs:
             raise ValueError(f"InferenceSession.load: graph uses {gpu[0]} but the session's devices are {[str(r) for r in session_refs]}")
-        return jax_device(target)
+        return target
 
     # Settings MAX exposes for its Mojo kernels; XLA has no equivalent, they are recorded only.
     def gpu_profiling(self, mode: GPUProfilingMode) -> None:
@@ -227,6 +308,27 @@ class InferenceSession:
 
     def __repr__(self) -> str:
         return f"InferenceSession(devices={self._devices})"
+
+
+def _contiguous_registry(weights_registry: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``weights_registry`` as a dict, after refusing strided values as MAX does."""
+    registry = dict(weights_registry or {})
+    for name, value in registry.items():
+        require_contiguous("InferenceSession.load", f"weight {name!r}", value)
+    return registry
+
+
+def _check_shared_weights(graphs: Sequence[_CompiledGraph]) -> None:
+    """Graphs compiled together bind one registry, so a weight name they share must mean one type."""
+    seen: dict[str, tuple[str, Any]] = {}
+    for entry in graphs:
+        for name, (t, full_shape) in entry.expected_weights.items():
+            first = seen.setdefault(name, (entry.graph.name, (t, full_shape)))
+            if first[1][0].dtype is not t.dtype or first[1][1] != full_shape:
+                raise ValueError(
+                    f"InferenceSession.compile: graphs {first[0]!r} and {entry.graph.name!r} both read weight {name!r}, "
+                    f"as {first[1][0].dtype.name}{list(first[1][1])} and {t.dtype.name}{list(full_shape)}; one weights_registry binds both, so rename one"
+                )
 
 
 def _weight_inputs(block: Block) -> dict[str, tuple[TensorType, tuple[int, ...]]]:

@@ -9,6 +9,7 @@ Example:
 
 from maxfx.graph import dim, dtype_promotion, ops, shape, type, value, weight  # noqa: A004
 from maxfx.graph._graph import Graph, KernelLibrary, _ChainValue
+from maxfx.graph._module import Module
 from maxfx.graph._value import BufferValue, TensorValue, Value
 from maxfx.graph._weight import ShardingStrategy, Weight
 from maxfx.graph.dim import AlgebraicDim, Dim, DimLike, StaticDim, SymbolicDim
@@ -29,6 +30,7 @@ __all__ = [
     "FilterLayout",
     "Graph",
     "KernelLibrary",
+    "Module",
     "OpaqueType",
     "Shape",
     "ShapeLike",

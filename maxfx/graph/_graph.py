@@ -23,6 +23,7 @@ from lowering.registry import get_op
 from lowering.types import BufferType, DevicePlacementPolicy, DeviceRef, TensorType, Type, _ChainType
 from maxfx.graph import ops
 from maxfx.graph._current import current_graph, enter_graph, exit_graph
+from maxfx.graph._module import Module
 from maxfx.graph._value import TensorValue, Value, wrap_var
 from maxfx.graph._weight import Weight, weight_params
 
@@ -158,6 +159,8 @@ class Graph:
         input_types: `TensorType`/`BufferType` of each input (str dims are symbolic).
         path: loading a serialized MAX graph is not supported (raises).
         custom_extensions: kernel library paths (recorded, see `KernelLibrary`).
+        module: the `Module` this graph joins as a top-level graph, compiled
+            together with the module's other graphs (default: a Module of its own).
         strict_device_placement: what ``ops.constant`` does with data that lives
             on an accelerator (`DevicePlacementPolicy`: warn by default).
     """
@@ -183,7 +186,12 @@ class Graph:
                 f"Graph(path={path!r}): loading serialized MAX (MLIR) graphs is not supported by maxfx; "
                 "build the graph in Python or use maxfx.export artifacts"
             )
+        if module is None:
+            module = Module()
+        elif not isinstance(module, Module):
+            raise TypeError(f"Graph {name!r}: module must be a maxfx.graph.Module, got {type(module).__name__}")
         self.name = name
+        self._module = module
         self._block = Block(name)
         input_types = list(input_types)
         for i, t in enumerate(input_types):
@@ -203,6 +211,7 @@ class Graph:
         self.device_chains = _DeviceChainMap(self)
         self._always_ready_chain = _ChainValue._make(self._builder, Var(_ChainType()))
         self._parent: Graph | None = None
+        module._add(self)  # before forward, as MAX adds the graph op first; a duplicate name fails fast
         if forward is not None:
             with self:
                 outputs = forward(*self._inputs, *args, **kwargs)
@@ -317,12 +326,18 @@ class Graph:
             strict_device_placement=self._builder.strict_device_placement,
         )
         sub._parent = self
+        sub._module = self._module  # a subgraph lives in its parent's module, called from there, not a top-level graph
         for device in devices:
             sub.device_chains[device]  # MAX pre-allocates these chains
         self._subgraphs[name] = sub
         return sub
 
     # -- misc --------------------------------------------------------------
+    @property
+    def module(self) -> Module:
+        """The `Module` this graph belongs to (compiled as one unit with its other graphs)."""
+        return self._module
+
     @property
     def always_ready_chain(self) -> _ChainValue:
         """A chain that depends on no effect (maxfx orders effects by node order)."""

@@ -1,0 +1,84 @@
+"""Compiling a graph for a virtual device: lowering it for a platform this machine lacks.
+
+In virtual-device mode (``maxfx.driver.set_virtual_device_count``) a graph
+placed on a GPU is lowered with ``jax.export`` for the virtual device's
+platform (``"cuda"`` or ``"rocm"``), its symbolic dims kept symbolic, its
+weights as arguments: the StableHLO that device would run, GPU kernels
+included, built on a CPU-only machine. Nothing is allocated and nothing runs.
+
+Example:
+    >>> from maxfx.graph import DeviceRef, Graph, TensorType
+    >>> from maxfx.dtype import DType
+    >>> with Graph("double", input_types=[TensorType(DType.float32, ["n"], DeviceRef.GPU())]) as g:
+    ...     g.output(g.inputs[0] * 2)
+    >>> exported = lower_for_platform(g._ir, {}, "cuda")
+    >>> exported.platforms
+    ('cuda',)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+
+from lowering.dims import StaticDim, SymbolicDim
+from lowering.interpret import run_block
+from lowering.ir import Block
+from lowering.targets import export_checks, lowering_for
+from lowering.types import BufferType, TensorType
+from lowering.x64 import x64
+
+__all__ = ["lower_for_platform"]
+
+
+def _specs(types: Sequence[Any], where: str) -> list[jax.ShapeDtypeStruct]:
+    """One ``ShapeDtypeStruct`` per input type; symbolic dims shared by name."""
+    scope = jax.export.SymbolicScope()
+    symbols: dict[str, Any] = {}
+    specs = []
+    for i, t in enumerate(types):
+        if not isinstance(t, (TensorType, BufferType)):
+            raise TypeError(f"{where}: input {i} has type {t}; only tensor and buffer inputs can be compiled for a virtual device")
+        dims = []
+        for d in t.shape:
+            if isinstance(d, StaticDim):
+                dims.append(d.dim)
+            elif isinstance(d, SymbolicDim):
+                if d.name not in symbols:
+                    (symbols[d.name],) = jax.export.symbolic_shape(d.name, scope=scope)
+                dims.append(symbols[d.name])
+            else:
+                raise ValueError(f"{where}: input {i} has the algebraic dim {d} ({t}); inputs compiled for a virtual device take static sizes or bare symbols ('batch')")
+        specs.append(jax.ShapeDtypeStruct(tuple(dims), t.dtype.to_numpy()))
+    return specs
+
+
+def lower_for_platform(block: Block, weights: Mapping[str, tuple[Any, tuple[int, ...]]], platform: str, where: str = "InferenceSession.compile") -> jax.export.Exported:
+    """``block`` lowered for the JAX ``platform``: a ``jax.export.Exported`` taking (inputs, weights).
+
+    Args:
+        block: the graph's top-level block.
+        weights: weight name → (its type, its full shape), as `InferenceSession.compile` finds them.
+        platform: a JAX platform name (``"cuda"``, ``"rocm"``).
+
+    Returns:
+        The exported program: ``mlir_module()`` is its StableHLO; it returns the
+        outputs and the final values of the buffer inputs.
+
+    Raises:
+        TypeError / ValueError: an input JAX cannot give an abstract shape.
+    """
+    names = sorted(weights)
+    buffer_inputs = [i for i, v in enumerate(block.inputs) if isinstance(v.type, BufferType)]
+
+    def program(args, weight_list):
+        outs, finals = run_block(block, list(args), dict(zip(names, weight_list)))
+        return tuple(outs), tuple(finals[i] for i in buffer_inputs)
+
+    specs = _specs([v.type for v in block.inputs], where)
+    weight_specs = [jax.ShapeDtypeStruct(weights[n][1], weights[n][0].dtype.to_numpy()) for n in names]
+    # lowering_for: GPU kernels are emitted for the target even where no GPU is attached.
+    with x64(), lowering_for((platform,)):
+        return jax.export.export(jax.jit(program), platforms=(platform,), disabled_checks=export_checks((platform,)))(specs, weight_specs)
