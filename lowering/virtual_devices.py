@@ -60,14 +60,19 @@ def _require_str(where: str, value: object) -> str:
     return value
 
 
+def _refuse_unset_while_on(where: str, value: str) -> None:
+    if not value and _state["count"] > 0:
+        raise ValueError(f"{where}(''): virtual-device mode is on ({_state['count']} device(s)); call set_virtual_device_count(0) before unsetting its target")
+
+
 def set_virtual_device_api(api: str) -> None:
     """The GPU API virtual devices compile for: ``"cuda"`` (NVIDIA), ``"hip"`` (AMD) or ``"metal"`` (Apple).
 
-    Call it before `set_virtual_device_count`.
+    Call it before `set_virtual_device_count`; ``""`` unsets it.
 
     Raises:
         TypeError: ``api`` is not a string.
-        ValueError: an API other than those three.
+        ValueError: an API other than those three, or ``""`` while the mode is on.
 
     Example:
         >>> set_virtual_device_api("hip"); get_virtual_device_api()
@@ -75,9 +80,10 @@ def set_virtual_device_api(api: str) -> None:
         >>> set_virtual_device_api("cuda")
     """
     api = _require_str("set_virtual_device_api", api)
-    if api not in _API_PLATFORMS:
+    if api and api not in _API_PLATFORMS:
         raise ValueError(f"set_virtual_device_api: unknown GPU API {api!r}; expected one of {sorted(_API_PLATFORMS)}")
     with _lock:
+        _refuse_unset_while_on("set_virtual_device_api", api)
         _state["api"] = api
 
 
@@ -89,20 +95,19 @@ def get_virtual_device_api() -> str:
 def set_virtual_device_target_arch(arch: str) -> None:
     """The GPU architecture virtual devices compile for (``"sm_80"``, ``"sm_90"``, ``"gfx942"``...).
 
-    Call it before `set_virtual_device_count`.
+    Call it before `set_virtual_device_count`; ``""`` unsets it.
 
     Raises:
         TypeError: ``arch`` is not a string.
-        ValueError: an empty name.
+        ValueError: ``""`` while virtual-device mode is on.
 
     Example:
         >>> set_virtual_device_target_arch("sm_90"); get_virtual_device_target_arch()
         'sm_90'
     """
     arch = _require_str("set_virtual_device_target_arch", arch).strip()
-    if not arch:
-        raise ValueError("set_virtual_device_target_arch: the architecture name is empty; pass e.g. 'sm_80' (A100), 'sm_90' (H100) or 'gfx942' (MI300)")
     with _lock:
+        _refuse_unset_while_on("set_virtual_device_target_arch", arch)
         _state["arch"] = arch
 
 
