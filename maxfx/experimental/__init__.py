@@ -1,7 +1,7 @@
 """Eager tensors, the functional API, random tensors and (later) Modules.
 
 Submodules load on first use: ``maxfx.experimental.tensor``, ``.functional``,
-``.random``, ``.nn``; ``Tensor`` is re-exported here.
+``.random``, ``.nn``, ``.sharding``; ``Tensor`` is re-exported here.
 
 Example:
     >>> from maxfx.experimental import Tensor, functional as F
@@ -16,7 +16,7 @@ from typing import Any
 
 from maxfx.experimental._tensor import Tensor
 
-_SUBMODULES = ("tensor", "functional", "random", "nn")
+_SUBMODULES = ("tensor", "functional", "random", "nn", "sharding")
 
 __all__ = ["Tensor", *_SUBMODULES]
 
