@@ -321,7 +321,7 @@ class SymbolicDim(Dim):
         if not isinstance(name, str):
             raise TypeError(f"SymbolicDim.__init__ only accepts str or SymbolicDim, got {type(name).__name__} {name!r}; use Dim(value) to convert any dim")
         if not _SYMBOL_NAME.fullmatch(name):
-            raise ValueError(f"SymbolicDim: name must be an ASCII letter or '_' followed by word characters, got {name!r}")
+            raise ValueError(f"SymbolicDim: Invalid name {name!r}: a symbolic dim's name must be an ASCII letter or '_' followed by word characters")
         self._init_poly((((name,), 1),))
 
     @property
@@ -370,6 +370,33 @@ class AlgebraicDim(Dim):
     def attr(self) -> Any:
         """The MLIR attribute of this expression (see `Dim.to_mlir`)."""
         return self.to_mlir()
+
+    def __repr__(self) -> str:
+        """MAX's form: each operand a ``Dim``, nested expressions in parentheses.
+
+        Example:
+            >>> Dim("n") // 4
+            Dim('n') // Dim(4)
+        """
+        return _repr_dim_node(ast.parse(str(self), mode="eval").body)
+
+
+_BINOP_TEXT = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+
+
+def _repr_dim_node(node: ast.AST) -> str:
+    def operand(n: ast.AST) -> str:
+        text = _repr_dim_node(n)
+        return f"({text})" if isinstance(n, ast.BinOp) else text
+
+    if isinstance(node, ast.Name):
+        return f"Dim({node.id!r})"
+    if isinstance(node, ast.Constant):
+        return f"Dim({node.value})"
+    if isinstance(node, ast.UnaryOp):
+        return f"-{operand(node.operand)}"
+    assert isinstance(node, ast.BinOp), ast.dump(node)
+    return f"{operand(node.left)} {_BINOP_TEXT[type(node.op)]} {operand(node.right)}"
 
 
 _DIM_SYNTAX = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, ast.Constant, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.USub)

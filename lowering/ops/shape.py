@@ -163,8 +163,14 @@ def _reshape_rule(x, *, shape: tuple[Dim, ...]) -> TensorType:
             )
         out[holes[0]] = q
     elif total != known:
+        # MAX's layout of the message, which suggests the rebind that fixes a symbolic mismatch.
         raise R.OpError(
-            f"reshape: input {R.fmt(x)} has {total} elements but target shape {_fmt_dims(shape)} has {known}"
+            "reshape: Failed to create op 'ReshapeOp':\nInputs:\n"
+            f"    input = TensorValue{repr(x).removeprefix('TensorType')}\n"
+            f"    new_shape = {[Dim(d) for d in shape]!r}\n\nDiagnostics:\n"
+            f"    [reshape] input and output number of elements must match: input {R.fmt(x)} has {total} "
+            f"elements but target shape {_fmt_dims(shape)} has {known}. If you are confident this is correct, "
+            "consider a rebind to assert that the reshape is valid"
         )
     return TensorType(x.dtype, out, x.device)
 
@@ -191,7 +197,7 @@ def reshape(x, shape):
         >>> from maxfx.dtype import DType
         >>> with Graph("g", input_types=[TensorType(DType.float32, ["batch", 4])]) as g:
         ...     print(ops.reshape(g.inputs[0], [-1, 2]).type)
-        TensorType(dtype=float32, shape=[Dim('batch * 2'), Dim(2)], device=cpu:0)
+        TensorType(dtype=float32, shape=[Dim('batch') * Dim(2), Dim(2)], device=cpu:0)
     """
     return bind(reshape_p, x, shape=_as_dims("reshape", shape))
 

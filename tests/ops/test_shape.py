@@ -438,7 +438,7 @@ def test_shape_ops_on_jax_arrays_under_jit_and_grad(rng):
 def test_reshape_errors():
     with _graph((DType.float32, [2, 3]), (DType.float32, ["batch", 3])) as g:
         x, s = (v.tensor for v in g.inputs)
-        with pytest.raises(ValueError, match=r"reshape: input float32\[2, 3\] has 6 elements but target shape \[4, 2\] has 8"):
+        with pytest.raises(ValueError, match=r"number of elements must match: input float32\[2, 3\] has 6 elements but target shape \[4, 2\] has 8"):
             ops.reshape(x, [4, 2])
         with pytest.raises(ValueError, match="reshape: cannot reshape .* 6 is not divisible by 4"):
             ops.reshape(x, [4, -1])
@@ -446,7 +446,7 @@ def test_reshape_errors():
             ops.reshape(x, [-1, -1])
         with pytest.raises(ValueError, match="reshape: negative dim"):
             ops.reshape(x, [-2, -3])
-        with pytest.raises(ValueError, match="reshape: .*batch \\* 3"):
+        with pytest.raises(ValueError, match="(?s)reshape: .*batch \\* 3"):
             ops.reshape(s, ["n", 3])
         with pytest.raises(ValueError, match="reshape: cannot infer the -1"):
             ops.reshape(s, [2, -1])
