@@ -82,7 +82,10 @@ def test_input_types_and_paged_values():
     assert lengths_t == TensorType(DType.uint32, ["batch_size"]) and lookup_t.rank == 2 and max_t.rank == 2
     with Graph("kv", input_types=p.input_types()) as g:
         kv = PagedCacheValues.from_graph_inputs(g.inputs)
-        assert kv.kv_blocks.type == blocks_t and [v.type for v in list(kv)[1:]] == [lengths_t, lookup_t, max_t]
+        # MAX's fields: max_lengths [steps, 2] becomes max_prompt_length / max_cache_length, each uint32 [1]
+        one = TensorType(DType.uint32, [1], max_t.device)
+        assert kv.kv_blocks.type == blocks_t and [v.type for v in list(kv)[1:]] == [lengths_t, lookup_t, one, one]
+        assert kv.kv_scales is None and kv.attention_dispatch_metadata is None
         with pytest.raises(ValueError, match="expected 4 values"):
             PagedCacheValues.from_graph_inputs(g.inputs[:3])
         with pytest.raises(TypeError, match="expected a buffer and three tensors"):

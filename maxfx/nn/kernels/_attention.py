@@ -18,6 +18,7 @@ from lowering.dtypes import DType
 from maxfx.graph import ops
 from maxfx.graph.quantization import QuantizationEncoding
 from maxfx.nn._basic import rms_norm
+from maxfx.nn.kernels import _pool
 from maxfx.nn.kernels._lora import sgmv_lora_kernel
 from maxfx.nn.kv_cache._paged import PagedCacheValues
 from maxfx.nn.kv_cache._params import KVCacheParams, KVCacheStrategy
@@ -30,12 +31,10 @@ __all__ = [
     "fused_qk_ragged_rope",
     "fused_qkv_ragged_matmul",
     "fused_qkv_ragged_matmul_quantized",
-    "fused_qkv_ragged_matmul_scaled_float8",
     "k_cache_to_buffer",
     "kv_cache_get_max_seq_len",
     "kv_cache_ragged_radd",
     "matmul_k_cache_ragged",
-    "matmul_k_cache_ragged_scaled_float8",
     "matmul_kv_cache_ragged",
     "rms_norm_key_cache",
     "unfused_qkv_ragged_matmul_gguf_quantized",
@@ -100,14 +99,15 @@ def _store(kv: PagedCacheValues, rows: Any, layer: Any, offsets: Any, kv_index: 
     dev = rows.device
     zero = _index(0 if batch_offset is None else batch_offset, dev)
     start = kv.cache_lengths if start is None else start
-    ops.kv_cache_store(kv.kv_blocks, rows.cast(kv.kv_blocks.dtype), kv.lookup_table, layer, offsets, start, zero, kv_index=kv_index)
+    _pool.store_rows(kv.kv_blocks, rows, kv.lookup_table, layer, offsets, start, zero, kv_index)
 
 
 def _gather(kv: PagedCacheValues, layer: Any, offsets: Any, n_rows: Any, kv_index: int, batch_offset: Any = None, start: Any = None) -> Any:
     dev = offsets.device
     zero = _index(0 if batch_offset is None else batch_offset, dev)
     start = kv.cache_lengths if start is None else start
-    return ops.kv_cache_gather(kv.kv_blocks, kv.lookup_table, layer, offsets, start, zero, n_rows=n_rows, kv_index=kv_index)
+    blocks = kv.kv_blocks
+    return ops.kv_cache_gather(_pool.read_pool(blocks), kv.lookup_table, _pool.layer_for(blocks, layer), offsets, start, zero, n_rows=n_rows, kv_index=kv_index)
 
 
 def _check_input(where: str, x: Any, rank: int, what: str = "input") -> None:
@@ -154,9 +154,10 @@ def flash_attention_ragged_gpu(q: Any, k: Any, v: Any, input_row_offsets: Any, m
 def _cache_attention(where: str, kv: PagedCacheValues, input: Any, input_row_offsets: Any, layer_idx: Any, mask_variant: Any, scale: float, local_window_size: int = -1, **extra: Any) -> Any:  # noqa: A002
     """``ops.paged_attention`` of ``input`` over the collection's cache (``extra``: cross-attention offsets, sinks, MLA's ``v_dim``)."""
     mask = mask_name(where, mask_variant, local_window_size)
-    layer = _index(layer_idx, input.device)
+    blocks = kv.kv_blocks
+    layer = _pool.layer_for(blocks, _index(layer_idx, input.device))
     return ops.paged_attention(
-        input, kv.kv_blocks, kv.lookup_table, layer, input_row_offsets, kv.cache_lengths,
+        input, _pool.read_pool(blocks), kv.lookup_table, layer, input_row_offsets, kv.cache_lengths,
         mask=mask, scale=scale, window=local_window_size, **extra,
     )  # fmt: skip
 
@@ -212,6 +213,7 @@ def _split_qkv(where: str, p: KVCacheParams, qkv: Any, n_heads: int) -> tuple[An
 
 def _write_kv(where: str, p: KVCacheParams, kv: PagedCacheValues, k: Any, v: Any, layer: Any, offsets: Any) -> None:
     nkv, d = p.n_kv_heads_per_device, p.head_dim
+    _pool.check_pool(where, kv.kv_blocks, nkv, d)
     _store(kv, _rows(where, k, nkv, d, "K"), layer, offsets, 0)
     if v is not None:
         _store(kv, _rows(where, v, nkv, d, "V"), layer, offsets, 1)
@@ -268,21 +270,6 @@ def fused_qkv_ragged_matmul_quantized(
     return _qkv_to_cache(where, p, kv, qkv, bias, n_heads, _index(layer_idx, input.device), input_row_offsets)
 
 
-def fused_qkv_ragged_matmul_scaled_float8(
-    kv_params: Any, input: Any, input_row_offsets: Any, wqkv: Any, kv_collection: Any, layer_idx: Any, n_heads: int, input_scale: Any, weight_scale: Any, bias: Any = None  # noqa: A002
-) -> Any:
-    """`fused_qkv_ragged_matmul` for float8 ``input``/``wqkv`` with scales (``ops.scaled_matmul``; tensor, row or block scales).
-
-    The product is cast to ``kv_params.dtype``.
-    """
-    where = "fused_qkv_ragged_matmul_scaled_float8"
-    p, kv = _params(where, kv_params), _collection(where, kv_collection)
-    _check_matmul(where, input, wqkv)
-    qkv = ops.scaled_matmul(input, wqkv, input_scale, weight_scale, out_dtype=p.dtype)
-    bias = bias.cast(p.dtype) if bias is not None else None
-    return _qkv_to_cache(where, p, kv, qkv, bias, n_heads, _index(layer_idx, input.device), input_row_offsets)
-
-
 def unfused_qkv_ragged_matmul_gguf_quantized(
     kv_params: Any, input: Any, input_row_offsets: Any, n_heads: int, q_weight: Any, k_weight: Any, v_weight: Any,  # noqa: A002
     quantization_encoding_q: Any, quantization_encoding_k: Any, quantization_encoding_v: Any, kv_collection: Any, layer_idx: Any,
@@ -327,28 +314,6 @@ def matmul_k_cache_ragged(kv_params: Any, hidden_states: Any, input_row_offsets:
     p, kv = _params(where, kv_params), _collection(where, kv_collection)
     _check_matmul(where, hidden_states, weight)
     _write_kv(where, p, kv, hidden_states @ weight.T, None, _index(layer_idx, hidden_states.device), input_row_offsets)
-
-
-def matmul_k_cache_ragged_scaled_float8(
-    kv_params: Any, hidden_states: Any, input_row_offsets: Any, weight: Any, input_scale: Any, weight_scale: Any, kv_collection: Any, scales_granularity_mnk: Any, layer_idx: Any
-) -> None:
-    """`matmul_k_cache_ragged` for float8 inputs with block scales.
-
-    ``scales_granularity_mnk`` = ``(m, n, k)`` block sizes: ``input_scale`` is
-    ``[tokens / m, K / k]`` and ``weight_scale`` ``[N / n, K / k]`` (``ops.scaled_matmul``).
-
-    Raises:
-        ValueError: the scale shapes do not match the block sizes.
-    """
-    where = "matmul_k_cache_ragged_scaled_float8"
-    p, kv = _params(where, kv_params), _collection(where, kv_collection)
-    _check_matmul(where, hidden_states, weight)
-    m, n, k = (int(s) for s in scales_granularity_mnk)
-    n_blocks = (int(weight.shape[0]) // n, int(weight.shape[1]) // k)
-    if tuple(int(d) for d in weight_scale.shape) != n_blocks:
-        raise ValueError(f"{where}: weight_scale must be [N/n, K/k] = {list(n_blocks)} for blocks {(m, n, k)}, got {list(weight_scale.shape)}")
-    out = ops.scaled_matmul(hidden_states, weight, input_scale, weight_scale, out_dtype=p.dtype)
-    _write_kv(where, p, kv, out, None, _index(layer_idx, hidden_states.device), input_row_offsets)
 
 
 # ─── cache maintenance ────────────────────────────────────────────────────
@@ -417,11 +382,11 @@ def rms_norm_key_cache(
 
 
 def kv_cache_get_max_seq_len(kv_params: Any, kv_collection: Any) -> Any:
-    """The longest total sequence (cached + new tokens) of this step: ``max_lengths[0, 1]`` as uint32 ``[1]``."""
+    """The longest total sequence (cached + new tokens) of this step: ``kv_collection.max_cache_length`` as uint32 ``[1]``."""
     where = "kv_cache_get_max_seq_len"
     _params(where, kv_params)
     kv = _collection(where, kv_collection)
-    return ops.reshape(kv.max_lengths[0, 1], [1])
+    return ops.reshape(kv.max_cache_length, [1])
 
 
 def k_cache_to_buffer(kv_params: Any, buffer_row_offsets_1d: Any, cache_offsets_1d: Any, kv_collection: Any, layer_idx: Any, buffer_length: Any, buffer_size: int, weight_dim: int) -> Any:

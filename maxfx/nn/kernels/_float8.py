@@ -1,8 +1,9 @@
 """float8 kernels of ``max.nn.kernels``: quantization, scaled matmuls, AMD FNUZ conversion.
 
-Scale tensors follow ``lowering/ops/fused.py``: per tensor ``[1, 1]``, per row
-(weights: per output channel; activations: per token) ``[rows, 1]``, per block
-``[ceil(rows / block_rows), ceil(cols / block_cols)]``.
+Quantization scales follow ``lowering/ops/fused.py``: per tensor ``[1, 1]``,
+per row ``[rows, 1]``, per block ``[ceil(rows / block_rows), ceil(cols /
+block_cols)]``. The dynamic scaled matmuls (in ``_scaled_matmul``) take MAX's
+scale layouts, described there.
 
 Example:
     >>> from maxfx.nn import kernels
@@ -18,26 +19,17 @@ from lowering.devices import accelerators
 from lowering.dtypes import DType
 from maxfx.graph import ops
 from maxfx.nn.float8_config import Float8InputScaleSpec, Float8WeightScaleSpec
+from maxfx.nn.kernels._scaled_matmul import _specs
 
 __all__ = [
     "quantize_static_scaled_float8",
     "quantize_dynamic_scaled_float8",
     "batched_quantize_dynamic_scaled_float8",
-    "dynamic_scaled_matmul",
-    "batched_dynamic_scaled_fp8_matmul",
     "matmul_static_scaled_float8",
-    "grouped_dynamic_scaled_fp8_matmul",
     "convert_weights_to_fp8_fnuz_if_needed",
     "needs_fp8_fnuz_conversion",
     "normalize_e4m3fn_to_e4m3fnuz",
 ]
-
-
-def _specs(kernel: str, input_scale_spec: Any, weight_scale_spec: Any) -> None:
-    if not isinstance(input_scale_spec, Float8InputScaleSpec):
-        raise TypeError(f"{kernel}: input_scale_spec must be a Float8InputScaleSpec, got {type(input_scale_spec).__name__}")
-    if not isinstance(weight_scale_spec, Float8WeightScaleSpec):
-        raise TypeError(f"{kernel}: weight_scale_spec must be a Float8WeightScaleSpec, got {type(weight_scale_spec).__name__}")
 
 
 def _rank(kernel: str, x: Any, name: str, rank: int) -> None:
@@ -56,14 +48,6 @@ def _quantize_dynamic(kernel: str, rank: int, input: Any, input_scale_spec: Any,
     _specs(kernel, input_scale_spec, weight_scale_spec)
     _rank(kernel, input, "input", rank)
     return ops.quantize_dynamic_float8(input, _group_size(input_scale_spec, group_size_or_per_token), scale_ub, out_type, scales_type)
-
-
-def _dynamic_scaled_matmul(kernel: str, rank: int, a: Any, b: Any, a_scales: Any, b_scales: Any, input_scale_spec: Any, weight_scale_spec: Any, out_type: DType) -> Any:
-    """The checks and op shared by the plain (rank 2) and batched (rank 3) scaled matmuls."""
-    _specs(kernel, input_scale_spec, weight_scale_spec)
-    for t, name in ((a, "a"), (b, "b"), (a_scales, "a_scales"), (b_scales, "b_scales")):
-        _rank(kernel, t, name, rank)
-    return ops.scaled_matmul(a, b, a_scales, b_scales, out_type)
 
 
 def quantize_static_scaled_float8(x: Any, scale: Any, scale_is_inverted: bool = True, out_type: DType = DType.float8_e4m3fn) -> Any:
@@ -113,28 +97,6 @@ def batched_quantize_dynamic_scaled_float8(
     return _quantize_dynamic("batched_quantize_dynamic_scaled_float8", 3, input, input_scale_spec, weight_scale_spec, scale_ub, group_size_or_per_token, out_type, scales_type)
 
 
-def dynamic_scaled_matmul(
-    a: Any, b: Any, a_scales: Any, b_scales: Any, input_scale_spec: Float8InputScaleSpec, weight_scale_spec: Float8WeightScaleSpec, out_type: DType = DType.bfloat16
-) -> Any:
-    """``(a * a_scales) @ (b * b_scales).T`` for float8 ``a [M, K]`` and transposed ``b [N, K]``.
-
-    Example:
-        >>> y = dynamic_scaled_matmul(xq, wq, xs, ws, in_spec, w_spec)  # doctest: +SKIP
-    """
-    return _dynamic_scaled_matmul("dynamic_scaled_matmul", 2, a, b, a_scales, b_scales, input_scale_spec, weight_scale_spec, out_type)
-
-
-def batched_dynamic_scaled_fp8_matmul(
-    a: Any, b: Any, a_scales: Any, b_scales: Any, input_scale_spec: Float8InputScaleSpec, weight_scale_spec: Float8WeightScaleSpec, out_type: DType = DType.bfloat16
-) -> Any:
-    """`dynamic_scaled_matmul` per batch: ``a [B, M, K]``, ``b [B, N, K]``, scales rank 3.
-
-    Example:
-        >>> y = batched_dynamic_scaled_fp8_matmul(aq, bq, as_, bs, in_spec, w_spec)  # doctest: +SKIP
-    """
-    return _dynamic_scaled_matmul("batched_dynamic_scaled_fp8_matmul", 3, a, b, a_scales, b_scales, input_scale_spec, weight_scale_spec, out_type)
-
-
 def _scalar(kernel: str, s: Any, name: str) -> Any:
     if any(int(d) != 1 for d in s.shape):
         raise ValueError(f"{kernel}: {name} must be a scalar (shape [] or [1]), got {s.dtype.name}{list(s.shape)}")
@@ -154,29 +116,6 @@ def matmul_static_scaled_float8(input: Any, weight: Any, input_scale: Any, weigh
         if t.dtype is not DType.float8_e4m3fn:
             raise ValueError(f"{kernel}: {name} must be float8_e4m3fn, got {t.dtype.name}")
     return ops.scaled_matmul(input, weight, _scalar(kernel, input_scale, "input_scale"), _scalar(kernel, weight_scale, "weight_scale"), DType.bfloat16)
-
-
-def grouped_dynamic_scaled_fp8_matmul(
-    hidden_states: Any,
-    weight: Any,
-    a_scales: Any,
-    b_scales: Any,
-    expert_start_indices: Any,
-    expert_ids: Any,
-    expert_usage_stats_host: Any,
-    input_scale_spec: Float8InputScaleSpec,
-    weight_scale_spec: Float8WeightScaleSpec,
-    out_type: DType = DType.bfloat16,
-) -> Any:
-    """MoE grouped matmul over float8 tokens ``[T, K]`` (scales ``[T, *]``) and experts ``[E, N, K]`` (scales ``[E, *, *]``).
-
-    Example:
-        >>> y = grouped_dynamic_scaled_fp8_matmul(hq, wq, hs, ws, starts, ids, stats, in_spec, w_spec)  # doctest: +SKIP
-    """
-    _specs("grouped_dynamic_scaled_fp8_matmul", input_scale_spec, weight_scale_spec)
-    return ops.grouped_scaled_matmul_ragged(
-        hidden_states, weight, a_scales, b_scales, expert_start_indices, expert_ids, expert_usage_stats_host, out_type
-    )
 
 
 def needs_fp8_fnuz_conversion() -> bool:

@@ -82,33 +82,61 @@ class KVCacheInputsSequence(KVCacheInputs):
 class PagedCacheValues:
     """The paged cache inside a graph: what the attention kernels take as ``kv_collection``.
 
+    MAX 26.5's fields, in its order (positional construction works as in MAX):
+
     Attributes:
-        kv_blocks: the block pool (a `BufferValue`).
+        kv_blocks: the block pool (a `BufferValue`), ``[pages, kv_dim, layers, page_size,
+            n_kv_heads, head_dim]``; a single-layer pool ``[pages, kv_dim, n_kv_heads,
+            page_size, head_dim]`` is accepted too (see ``maxfx.nn.kernels``).
         cache_lengths: uint32 ``[batch]``.
         lookup_table: uint32 ``[batch, max_pages]``.
-        max_lengths: uint32 ``[steps, 2]``.
+        max_prompt_length: uint32 ``[1]``: the longest new-token run of this step.
+        max_cache_length: uint32 ``[1]``: the longest total length (cached + new) of this step.
+        kv_scales: optional float8-cache scales (a buffer); maxfx caches store plain values, so
+            kernels carry it along unread.
+        attention_dispatch_metadata: optional int64 ``[4]`` decode-dispatch scalars (MAX's GPU
+            kernels); informational in maxfx.
+        mla_num_partitions: optional MLA decode partition count (MAX's GPU kernels); informational.
+
+    Example:
+        >>> kv = PagedCacheValues.from_graph_inputs(graph.inputs[2:6])  # doctest: +SKIP
+        >>> kv.max_cache_length.shape  # doctest: +SKIP
+        [Dim(1)]
     """
 
     kv_blocks: Any
     cache_lengths: Any
     lookup_table: Any
-    max_lengths: Any
+    max_prompt_length: Any
+    max_cache_length: Any
+    kv_scales: Any = None
+    attention_dispatch_metadata: Any = None
+    mla_num_partitions: Any = None
 
     @classmethod
     def from_graph_inputs(cls, values: Sequence[Any]) -> PagedCacheValues:
-        """From the four graph inputs typed by `KVCacheParams.input_types` (buffer first)."""
+        """From the four graph inputs typed by `KVCacheParams.input_types` (buffer first).
+
+        The step's ``max_lengths [steps, 2]`` input gives ``max_prompt_length`` (column 0)
+        and ``max_cache_length`` (column 1) of the first step.
+        """
         values = list(values)
         if len(values) != 4:
             raise ValueError(f"PagedCacheValues.from_graph_inputs: expected 4 values (blocks, cache_lengths, lookup_table, max_lengths), got {len(values)}")
         try:
             blocks = values[0].buffer
-            rest = [v.tensor for v in values[1:]]
+            cache_lengths, lookup_table, max_lengths = (v.tensor for v in values[1:])
         except (AttributeError, TypeError) as e:
             raise TypeError(f"PagedCacheValues.from_graph_inputs: expected a buffer and three tensors (KVCacheParams.input_types), got {[getattr(v, 'type', v) for v in values]}") from e
-        return cls(blocks, *rest)
+        if max_lengths.rank != 2 or int(max_lengths.shape[1]) != 2:
+            raise ValueError(f"PagedCacheValues.from_graph_inputs: max_lengths must be [steps, 2], got {list(max_lengths.shape)}")
+        return cls(blocks, cache_lengths, lookup_table, max_lengths[0, 0:1], max_lengths[0, 1:2])
 
     def __iter__(self) -> Iterator[Any]:
-        return iter((self.kv_blocks, self.cache_lengths, self.lookup_table, self.max_lengths))
+        """The values in MAX's ABI order (``kv_scales`` only when set; dispatch metadata never)."""
+        yield from (self.kv_blocks, self.cache_lengths, self.lookup_table, self.max_prompt_length, self.max_cache_length)
+        if self.kv_scales is not None:
+            yield self.kv_scales
 
 
 class PagedKVCacheManager:
