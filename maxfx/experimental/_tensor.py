@@ -213,9 +213,7 @@ class Tensor(TensorOperators):
     @classmethod
     def _filled(cls, shape: Any, value: Any, dtype: DType | None, device: Any, where: str) -> Tensor:
         if _is_layout(device):  # MAX: device= a DeviceMesh or DeviceMapping makes a distributed tensor
-            from maxfx.experimental.sharding import filled
-
-            return filled(shape, value, defaults(dtype, None)[0], device, where)
+            return DISTRIBUTED["filled"](shape, value, defaults(dtype, None)[0], device, where)
         dtype, dev = defaults(dtype, device)
         dims = _static_shape(shape, where)
         arr, _ = to_constant_array(value, dtype, op=where)
@@ -326,18 +324,6 @@ class Tensor(TensorOperators):
     def device(self) -> driver.Device:
         """The driver device holding the tensor."""
         return self.type.device.to_device()
-
-    @property
-    def mapping(self) -> Any:
-        """How the tensor lies on devices: one device, replicated (``max.experimental.sharding``)."""
-        from maxfx.experimental.sharding import as_mapping
-
-        return as_mapping(self.device)
-
-    @property
-    def local_shards(self) -> tuple[Tensor, ...]:
-        """The per-device pieces of the tensor: the tensor itself on its one device."""
-        return (self,)
 
     @property
     def real(self) -> bool:
@@ -538,6 +524,11 @@ class Tensor(TensorOperators):
         self._var = src._var
         self._gv = None
         self._var.owner = weakref.ref(self)
+
+
+DISTRIBUTED: dict[str, Any] = {}
+"""Constructors of distributed tensors, registered by ``maxfx.experimental.sharding`` when it loads
+(it builds on this module, so this module does not import it; a mapping exists only once it is loaded)."""
 
 
 def _is_layout(device: Any) -> bool:

@@ -123,11 +123,15 @@ class DeviceMesh:
         Raises:
             ValueError: a simulated mesh, or devices JAX does not have.
         """
-        from maxfx._sharding import make_mesh
+        from jax.sharding import Mesh
 
         if self.is_simulated:
             raise ValueError(f"{self}: a simulated mesh (one device in every slot) has no jax.sharding.Mesh")
-        return make_mesh(self.mesh_shape, self.axis_names, devices=self.devices)
+        try:
+            devices = [d.jax_device for d in self.devices]
+        except (AttributeError, ValueError) as e:
+            raise ValueError(f"{self}: its devices are not JAX devices of this machine ({e})") from None
+        return Mesh(np.array(devices, dtype=object).reshape(self.mesh_shape), self.axis_names)
 
     def __repr__(self) -> str:
         return "DeviceMesh(" + ", ".join(f"{n}={s}" for n, s in zip(self.axis_names, self.mesh_shape)) + ")"

@@ -34,7 +34,7 @@ import numpy as np
 from lowering.context import Context, find_context
 from lowering.types import TensorType
 from maxfx.driver import Device
-from maxfx.experimental._tensor import EAGER, Tensor, _Done
+from maxfx.experimental._tensor import DISTRIBUTED, EAGER, Tensor, _Done
 from maxfx.experimental.sharding._mappings import DeviceMapping, PlacementMapping, local_shard_shape, shard_slices
 from maxfx.experimental.sharding._mesh import DeviceMesh
 from maxfx.experimental.sharding._placements import Partial, ReduceOp, Replicated, Sharded
@@ -347,3 +347,4 @@ class _Shardwise(Context):
 
 
 SHARDWISE = _Shardwise()
+DISTRIBUTED["filled"] = filled  # Tensor.zeros/ones/full(device=mapping)
