@@ -174,7 +174,7 @@ def cast(x: Any, dtype: DType):
 # ─── weights (graph inputs bound at load time) ────────────────────────────
 
 
-def _weight_rule(*, name: str, type: TensorType, shard: tuple[int, int, int] | None = None) -> TensorType:
+def _weight_rule(*, name: str, type: TensorType, shard: tuple[int, tuple[tuple[int, int], ...], int] | None = None) -> TensorType:
     return type
 
 
@@ -185,10 +185,10 @@ def _weight_interpret(interp, node, ins, params, env):
     except KeyError:
         raise KeyError(f"weight {name!r} has no value: pass it in weights_registry") from None
     shard = params.get("shard")
-    if shard is not None:
-        axis, idx, n = shard
-        size = value.shape[axis] // n
-        value = jax.lax.slice_in_dim(value, idx * size, (idx + 1) * size, axis=axis)
+    if shard is not None:  # (axis, ((start, length), ...), full size): a shard is its slices, concatenated
+        axis, parts, _ = shard
+        pieces = [jax.lax.slice_in_dim(value, start, start + length, axis=axis) for start, length in parts]
+        value = pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=axis)
     return _check_weight_value(name, value, node.outputs[0].type)
 
 

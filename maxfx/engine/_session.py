@@ -338,9 +338,9 @@ def _weight_inputs(block: Block) -> dict[str, tuple[TensorType, tuple[int, ...]]
         t = node.params["type"]
         shape = [int(d) for d in t.shape]
         shard = node.params.get("shard")
-        if shard is not None:
-            axis, _, n = shard
-            shape[axis] *= n
+        if shard is not None:  # (axis, slices, full size of axis): the registry holds the whole weight
+            axis, _, full = shard
+            shape[axis] = full
         found.setdefault(name, (t, tuple(shape)))
     return found
 

@@ -82,6 +82,99 @@ def _split(total: int, i: int, num_devices: int) -> tuple[int, int]:
     return i * base + min(i, rem), base + (1 if i < rem else 0)
 
 
+# A shard's *slices*: ``(axis, ((start, length), ...))``, the pieces of the host
+# weight along ``axis`` whose concatenation is the shard, or None for the whole
+# weight (replicate). Every built-in strategy is such a plan, so `Weight.shard`
+# knows each shard's shape without a graph, the engine slices the loaded value
+# (lowering's ``weight`` op, ``shard`` param) and the strategy functions below
+# build the same slices as graph ops: one definition of each split.
+Slices = tuple[int, tuple[tuple[int, int], ...]]
+
+
+def _dim(shape: Sequence[Any], axis: int, what: str) -> int:
+    try:
+        return int(shape[axis])
+    except TypeError:
+        raise ValueError(f"{what}: axis {axis} of shape {list(shape)} must be static to be sharded") from None
+
+
+def _norm_axis(shape: Sequence[Any], axis: int, what: str) -> int:
+    rank = len(shape)
+    if not -rank <= axis < rank:
+        raise ValueError(f"{what}: axis {axis} is out of range for a weight of rank {rank} (shape {list(shape)})")
+    return axis % rank
+
+
+def _axis_slices(shape: Sequence[Any], i: int, num_devices: int, axis: int) -> Slices:
+    axis = _norm_axis(shape, axis, "axiswise sharding")
+    return axis, (_split(_dim(shape, axis, "axiswise sharding"), i, num_devices),)
+
+
+def _segmented_slices(shape: Sequence[Any], dtype: DType, i: int, num_devices: int, axis: int, segments: Sequence[Segment], name: str) -> Slices:
+    if not segments:
+        raise ValueError(f"segmented_sharding_strategy: weight {name!r} needs at least one segment")
+    axis = _norm_axis(shape, axis, "segmented_sharding_strategy")
+    dim = _dim(shape, axis, "segmented_sharding_strategy")
+    total = sum(seg.size for seg in segments)
+    if total == dim:
+        pack = 1
+    elif dtype is DType.uint8 and total == 2 * dim:
+        pack = 2  # packed FP4: each uint8 holds two values
+    else:
+        raise ValueError(
+            f"segmented_sharding_strategy: weight {name!r} segments cover {total} elements "
+            f"but axis {axis} of shape {list(shape)} has {dim}"
+        )
+    parts, offset = [], 0
+    for seg in segments:
+        start, length = seg._part(i, num_devices)
+        if (start % pack) or (length % pack):
+            raise ValueError(f"segmented_sharding_strategy: weight {name!r}: shard {i} of segment {seg} splits a packed element")
+        parts.append(((offset + start) // pack, length // pack))
+        offset += seg.size
+    return axis, tuple(parts)
+
+
+def _stacked_qkv_slices(shape: Sequence[Any], dtype: DType, i: int, num_devices: int, num_heads: int, head_dim: int, name: str) -> Slices:
+    rows = _dim(shape, 0, "stacked_qkv_sharding_strategy")
+    if rows % 3:
+        raise ValueError(f"Stacked QKV weight must have shape [3*hidden_size, hidden_size], got shape {list(shape)}")
+    if rows // 3 != num_heads * head_dim:
+        raise ValueError(f"Weight hidden_size {rows // 3} doesn't match num_heads * head_dim = {num_heads} * {head_dim} = {num_heads * head_dim}")
+    seg = Segment.head_aware(num_heads, head_dim)
+    return _segmented_slices(shape, dtype, i, num_devices, 0, (seg, seg, seg), name)
+
+
+def _head_aware_col_slices(shape: Sequence[Any], i: int, num_devices: int, num_heads: int, head_dim: int) -> Slices:
+    """Device ``i``'s whole heads of dim 1. As in MAX, a packed weight's columns are
+    bytes (FP4: half the logical width, MXFP6: three quarters), read off its width;
+    any other width is sliced by head columns as is."""
+    start, n = _split(num_heads, i, num_devices)
+    begin, end = start * head_dim, (start + n) * head_dim
+    logical, cols = num_heads * head_dim, _dim(shape, 1, "head_aware_col_sharding_strategy")
+    if cols * 2 == logical:
+        begin, end = begin // 2, end // 2
+    elif cols * 4 == logical * 3:
+        begin, end = begin * 3 // 4, end * 3 // 4
+    return 1, ((begin, end - begin),)
+
+
+def _gate_up_slices(shape: Sequence[Any], dtype: DType, i: int, num_devices: int, axis: int, name: str) -> Slices:
+    full = _dim(shape, _norm_axis(shape, axis, "gate_up_sharding_strategy"), "gate_up_sharding_strategy")
+    if full % 2:
+        raise ValueError(f"Dimension {axis} must be even for gate_up sharding, got {full}")
+    half = Segment.even(full // 2)
+    return _segmented_slices(shape, dtype, i, num_devices, axis, (half, half), name)
+
+
+def _sliced_shape(shape: Sequence[Any], slices: Slices | None) -> list[Any]:
+    dims = list(shape)
+    if slices is not None:
+        axis, parts = slices
+        dims[axis] = Dim(sum(length for _, length in parts))
+    return dims
+
+
 # Kinds whose shards are one slice along `axis` (what `Weight.shard` binds at load time).
 _AXIS_KINDS = ("rowwise", "columnwise", "axiswise")
 
@@ -92,14 +185,17 @@ class ShardingStrategy:
 
     Build one with a factory (`rowwise`, `columnwise`, `axiswise`, `replicate`,
     `stacked_qkv`, `head_aware_columnwise`, `gate_up`, `segmented`,
-    `tensor_parallel`, `expert_parallel`), or pass your own ``shard`` function
-    ``(weight, i, num_devices) -> TensorValue``. Calling the strategy,
-    ``strategy(weight, i)``, gives shard ``i`` of ``weight`` in the graph being built.
+    `tensor_parallel`, `expert_parallel`), MAX's way with a strategy function
+    (``ShardingStrategy(n, shard=row_sharding_strategy)``, or a ``partial`` of
+    one), or pass your own ``shard`` function ``(weight, i, num_devices) ->
+    TensorValue``. Calling the strategy, ``strategy(weight, i)``, gives shard
+    ``i`` of ``weight`` in the graph being built. Uneven sizes give the first
+    devices one element (or head) more, as in MAX.
 
     Attributes:
         num_devices: number of shards.
         axis: the axis that is split (None: not split along one axis).
-        kind: which factory made it (``"custom"`` for a ``shard`` function).
+        kind: which factory made it (``"custom"`` for your own ``shard`` function).
         num_heads, head_dim: heads of the head-aware kinds.
         segments: the blocks of a segmented strategy.
         shard: the function computing one shard.
@@ -107,6 +203,8 @@ class ShardingStrategy:
     Example:
         >>> ShardingStrategy.rowwise(4).is_rowwise, ShardingStrategy.replicate(4).sharded_axis
         (True, None)
+        >>> ShardingStrategy(2, shard=col_sharding_strategy).is_colwise
+        True
     """
 
     num_devices: int
@@ -120,22 +218,32 @@ class ShardingStrategy:
     def __post_init__(self) -> None:
         axis, kind, shard = self.axis, self.kind, self.shard
         if callable(axis):  # MAX's positional form ShardingStrategy(num_devices, shard)
-            axis, shard, kind = None, axis, "custom"
-        if not kind:
-            if shard is not None:
-                kind = "custom"
+            axis, shard, kind = 0, axis, ""
+        if not kind and shard is not None:
+            known = _builtin_kind(shard)
+            if known is None:
+                axis, kind = None, "custom"
             else:
-                kind = {None: "replicate", 0: "rowwise", 1: "columnwise"}.get(axis, "axiswise")
-        if shard is None:
-            shard = self._builtin_shard(kind)
+                kind, axis, heads, head_dim, segments = known
+                object.__setattr__(self, "num_heads", heads)
+                object.__setattr__(self, "head_dim", head_dim)
+                object.__setattr__(self, "segments", segments)
+        if not kind:
+            kind = {None: "replicate", 0: "rowwise", 1: "columnwise"}.get(axis, "axiswise")
         object.__setattr__(self, "axis", axis)
         object.__setattr__(self, "kind", kind)
+        if shard is None:
+            shard = self._builtin_shard(kind)
         object.__setattr__(self, "shard", shard)
 
     def _builtin_shard(self, kind: str) -> Callable[..., TensorValue]:
         if kind == "replicate":
             return replicate_sharding_strategy
-        if kind in _AXIS_KINDS:
+        if kind == "rowwise":
+            return row_sharding_strategy
+        if kind == "columnwise":
+            return col_sharding_strategy
+        if kind == "axiswise":
             return partial(axiswise_sharding_strategy, axis=self.axis)
         if kind == "stacked_qkv":
             return partial(stacked_qkv_sharding_strategy, num_heads=self.num_heads, head_dim=self.head_dim)
@@ -151,6 +259,29 @@ class ShardingStrategy:
         """Shard ``i`` of ``weight`` as a value of the graph being built."""
         return self.shard(weight, i, self.num_devices)
 
+    def _slices(self, shape: Sequence[Any], dtype: DType, i: int, name: str) -> Slices | None:
+        """The slices of shard ``i`` of a ``shape`` weight (None: the whole weight).
+
+        Raises:
+            ValueError: ``i`` is out of range, the split does not fit the shape,
+                or the strategy is module-level or custom (no static slices).
+        """
+        _split(self.num_devices, i, self.num_devices)  # checks the shard index
+        n, kind = self.num_devices, self.kind
+        if kind == "replicate":
+            return None
+        if kind in _AXIS_KINDS:
+            return _axis_slices(shape, i, n, self.axis)
+        if kind == "stacked_qkv":
+            return _stacked_qkv_slices(shape, dtype, i, n, self.num_heads, self.head_dim, name)  # type: ignore[arg-type]
+        if kind == "head_aware_columnwise":
+            return _head_aware_col_slices(shape, i, n, self.num_heads, self.head_dim)  # type: ignore[arg-type]
+        if kind == "gate_up":
+            return _gate_up_slices(shape, dtype, i, n, self.axis, name)
+        if kind == "segmented":
+            return _segmented_slices(shape, dtype, i, n, self.axis, self.segments, name)
+        raise ValueError(f"Weight {name!r}: a {kind} strategy has no static slices")
+
     # -- factories -----------------------------------------------------------
     @staticmethod
     def rowwise(num_devices: int) -> ShardingStrategy:
@@ -159,7 +290,7 @@ class ShardingStrategy:
 
     @staticmethod
     def columnwise(num_devices: int) -> ShardingStrategy:
-        """Split dim 1."""
+        """Split dim 1; uneven sizes give the first devices one column more."""
         return ShardingStrategy(num_devices, 1, "columnwise")
 
     @staticmethod
@@ -179,7 +310,7 @@ class ShardingStrategy:
 
     @staticmethod
     def head_aware_columnwise(num_devices: int, num_heads: int, head_dim: int) -> ShardingStrategy:
-        """Split dim 1 by whole heads (an attention output projection)."""
+        """Split dim 1 by whole heads (an attention output projection); uneven head counts give the first devices one head more."""
         return ShardingStrategy(num_devices, 1, "head_aware_columnwise", num_heads, head_dim)
 
     @staticmethod
@@ -212,6 +343,11 @@ class ShardingStrategy:
     def is_colwise(self) -> bool:
         """True for `columnwise` (not `head_aware_columnwise`)."""
         return self.kind == "columnwise"
+
+    @property
+    def is_axiswise(self) -> bool:
+        """True for `axiswise`."""
+        return self.kind == "axiswise"
 
     @property
     def is_replicate(self) -> bool:
@@ -255,22 +391,6 @@ class ShardingStrategy:
             return None
         return self.axis
 
-    def shard_shape(self, shape: Sequence[Dim], name: str) -> list[Dim]:
-        """Shape of each shard made by `Weight.shard` (an even split along `axis`)."""
-        if self.kind == "replicate":
-            return list(shape)
-        if self.kind not in _AXIS_KINDS:
-            raise ValueError(
-                f"Weight {name!r}: Weight.shard supports rowwise/columnwise/axiswise/replicate strategies; "
-                f"for {self.kind!r} call the strategy in the graph: strategy(weight, i)"
-            )
-        dims = list(shape)
-        n = int(dims[self.axis])
-        if n % self.num_devices:
-            raise ValueError(f"Weight {name!r}: dim {self.axis} of size {n} does not split evenly over {self.num_devices} devices")
-        dims[self.axis] = Dim(n // self.num_devices)
-        return dims
-
 
 def _module_level_shard(kind: str) -> Callable[..., TensorValue]:
     def shard(weight: Weight, i: int, num_devices: int) -> TensorValue:
@@ -279,20 +399,48 @@ def _module_level_shard(kind: str) -> Callable[..., TensorValue]:
     return shard
 
 
+def _builtin_kind(shard: Callable[..., Any]) -> tuple[str, Any, int | None, int | None, tuple[Segment, ...]] | None:
+    """``(kind, axis, num_heads, head_dim, segments)`` when ``shard`` is one of the
+    strategy functions below (or a ``partial`` binding their keywords), else None."""
+    func, kw = (shard.func, dict(shard.keywords)) if isinstance(shard, partial) and not shard.args else (shard, {})
+    if func is row_sharding_strategy and not kw:
+        return "rowwise", 0, None, None, ()
+    if func is col_sharding_strategy and not kw:
+        return "columnwise", 1, None, None, ()
+    if func is replicate_sharding_strategy and not kw:
+        return "replicate", None, None, None, ()
+    if func is axiswise_sharding_strategy and set(kw) == {"axis"}:
+        return "axiswise", kw["axis"], None, None, ()
+    if func is gate_up_sharding_strategy and set(kw) <= {"axis"}:
+        return "gate_up", kw.get("axis", 2), None, None, ()
+    if func is stacked_qkv_sharding_strategy and set(kw) == {"num_heads", "head_dim"}:
+        return "stacked_qkv", 0, kw["num_heads"], kw["head_dim"], ()
+    if func is head_aware_col_sharding_strategy and set(kw) == {"num_heads", "head_dim"}:
+        return "head_aware_columnwise", 1, kw["num_heads"], kw["head_dim"], ()
+    if func is segmented_sharding_strategy and set(kw) == {"axis", "segments"}:
+        return "segmented", kw["axis"], None, None, tuple(kw["segments"])
+    return None
+
+
 # ─── shard functions: (weight, i, num_devices) -> shard i as a graph value ────
 
 
-def _slice_axis(weight: Any, axis: int, parts: Sequence[tuple[int, int]]) -> TensorValue:
-    """Concatenation along ``axis`` of the ``(start, length)`` slices of ``weight``."""
+def _slice_axis(weight: Any, slices: Slices | None) -> TensorValue:
+    """Concatenation along the axis of the ``(start, length)`` slices of ``weight``."""
     value = weight._value if isinstance(weight, Weight) else weight
-    rank = value.rank
-    axis = axis % rank
+    if slices is None:
+        return value
+    axis, parts = slices
     pieces = []
     for start, length in parts:
-        index = [slice(None)] * rank
+        index = [slice(None)] * value.rank
         index[axis] = slice(start, start + length)
         pieces.append(ops.slice_tensor(value, index))
     return pieces[0] if len(pieces) == 1 else ops.concat(pieces, axis=axis)
+
+
+def _name(weight: Any) -> str:
+    return getattr(weight, "name", None) or "<tensor>"
 
 
 def replicate_sharding_strategy(weight: Weight, i: int, num_devices: int) -> TensorValue:
@@ -303,8 +451,7 @@ def replicate_sharding_strategy(weight: Weight, i: int, num_devices: int) -> Ten
 
 def axiswise_sharding_strategy(weight: Weight, i: int, num_devices: int, axis: int) -> TensorValue:
     """Shard ``i`` of ``weight`` split along ``axis``; the first ``dim % num_devices`` shards get one element more."""
-    dim = int(weight.shape[axis])
-    return _slice_axis(weight, axis, [_split(dim, i, num_devices)])
+    return _slice_axis(weight, _axis_slices(weight.shape, i, num_devices, axis))
 
 
 def row_sharding_strategy(weight: Weight, i: int, num_devices: int) -> TensorValue:
@@ -335,45 +482,24 @@ def segmented_sharding_strategy(weight: Weight, i: int, num_devices: int, axis: 
     Raises:
         ValueError: the segments do not cover the axis, or a packed part is odd.
     """
-    if not segments:
-        raise ValueError(f"segmented_sharding_strategy: weight {weight.name!r} needs at least one segment")
-    dim = int(weight.shape[axis])
-    total = sum(seg.size for seg in segments)
-    if total == dim:
-        pack = 1
-    elif weight.dtype is DType.uint8 and total == 2 * dim:
-        pack = 2
-    else:
-        raise ValueError(
-            f"segmented_sharding_strategy: weight {weight.name!r} segments cover {total} elements "
-            f"but axis {axis} of shape {list(weight.shape)} has {dim}"
-        )
-    parts, offset = [], 0
-    for seg in segments:
-        start, length = seg._part(i, num_devices)
-        if (start % pack) or (length % pack):
-            raise ValueError(f"segmented_sharding_strategy: weight {weight.name!r}: shard {i} of segment {seg} splits a packed element")
-        parts.append(((offset + start) // pack, length // pack))
-        offset += seg.size
-    return _slice_axis(weight, axis, parts)
+    return _slice_axis(weight, _segmented_slices(weight.shape, weight.dtype, i, num_devices, axis, segments, _name(weight)))
 
 
 def stacked_qkv_sharding_strategy(weight: Weight, i: int, num_devices: int, num_heads: int, head_dim: int) -> TensorValue:
     """Shard ``i`` of a stacked ``[Q; K; V]`` weight (dim 0 is ``3 * num_heads * head_dim``),
     each of Q, K, V split by whole heads."""
-    seg = Segment.head_aware(num_heads, head_dim)
-    return segmented_sharding_strategy(weight, i, num_devices, 0, (seg, seg, seg))
+    return _slice_axis(weight, _stacked_qkv_slices(weight.shape, weight.dtype, i, num_devices, num_heads, head_dim, _name(weight)))
 
 
 def head_aware_col_sharding_strategy(weight: Weight, i: int, num_devices: int, num_heads: int, head_dim: int) -> TensorValue:
-    """Shard ``i`` of ``weight`` split along dim 1 by whole heads of ``head_dim`` columns."""
-    return segmented_sharding_strategy(weight, i, num_devices, 1, (Segment.head_aware(num_heads, head_dim),))
+    """Shard ``i`` of ``weight`` split along dim 1 by whole heads of ``head_dim`` columns
+    (packed FP4 / MXFP6 weights: the matching byte columns)."""
+    return _slice_axis(weight, _head_aware_col_slices(weight.shape, i, num_devices, num_heads, head_dim))
 
 
 def gate_up_sharding_strategy(weight: Weight, i: int, num_devices: int, axis: int = 2) -> TensorValue:
     """Shard ``i`` of a fused ``[gate | up]`` weight: each half of ``axis`` split evenly."""
-    half = int(weight.shape[axis]) // 2
-    return segmented_sharding_strategy(weight, i, num_devices, axis, (Segment.even(half), Segment.even(half)))
+    return _slice_axis(weight, _gate_up_slices(weight.shape, weight.dtype, i, num_devices, axis, _name(weight)))
 
 
 class Weight(TensorValue):
@@ -401,6 +527,7 @@ class Weight(TensorValue):
         "_original",
         "_shard_of",
         "_loaded_value",  # set by nn.Module.load_state_dict
+        "_custom_value",  # (graph, value) of a custom-strategy shard, built once per graph
     )
 
     def __init__(
@@ -432,6 +559,7 @@ class Weight(TensorValue):
         self._original: tuple[DType, Shape] | None = None
         self._shard_of: tuple[Weight, int] | None = None
         self._loaded_value: Any = None
+        self._custom_value: tuple[Any, TensorValue] | None = None
 
     # The graph value is resolved against whichever graph is active.
     @property
@@ -439,7 +567,24 @@ class Weight(TensorValue):
         graph = current_graph()
         if graph is None:
             raise ValueError(f"Weight {self.name!r} has no parent graph: it can only be used in ops inside `with Graph(...)`")
+        if self._is_custom_shard():
+            return self._custom_shard_value(graph)
         return graph.add_weight(self)
+
+    def _is_custom_shard(self) -> bool:
+        return self._shard_of is not None and self._sharding_strategy is not None and self._sharding_strategy.kind == "custom"
+
+    def _custom_shard_value(self, graph: Any) -> TensorValue:
+        """A custom strategy's shard is its function applied to the host weight in the
+        graph (as in MAX), moved to this shard's device; built once per graph."""
+        if self._custom_value is not None and self._custom_value[0] is graph:
+            return self._custom_value[1]
+        host, i = self._shard_of  # type: ignore[misc]
+        value = self._sharding_strategy(host, i)  # type: ignore[misc]
+        if value.device != self._device:
+            value = ops.transfer_to(value, self._device)
+        self._custom_value = (graph, value)
+        return value
 
     @property
     def _var(self):  # type: ignore[override]
@@ -454,6 +599,8 @@ class Weight(TensorValue):
         return self._value._builder
 
     def _weight_type(self) -> TensorType:
+        if self._is_custom_shard():
+            return self._value.type
         return TensorType(self._dtype, self._shape, self._device)
 
     @property
@@ -468,7 +615,9 @@ class Weight(TensorValue):
 
     @property
     def shape(self) -> Shape:
-        """Shape (of this shard, for a sharded weight)."""
+        """Shape (of this shard, for a sharded weight; a custom strategy's shard needs a graph, as in MAX)."""
+        if self._is_custom_shard():
+            return self._value.shape
         return self._shape
 
     @property
@@ -491,18 +640,36 @@ class Weight(TensorValue):
         return self._original if self._original is not None else (self._dtype, self._shape)
 
     def shard(self, devices: Sequence[Any]) -> list[Weight]:
-        """Per-device views of this weight following its `sharding_strategy`."""
+        """Per-device views of this weight following its `sharding_strategy`.
+
+        Each shard is a `Weight` on its device whose value is its slice of this
+        weight's value (sliced when the graph is loaded); uneven splits give the
+        first devices one row (or head) more. A custom strategy's shards are
+        computed in the graph by its function.
+
+        Example:
+            >>> w = Weight("w", DType.float32, [10, 4], DeviceRef.CPU(), sharding_strategy=ShardingStrategy.rowwise(3))
+            >>> [int(s.shape[0]) for s in w.shard([DeviceRef.CPU()] * 3)]
+            [4, 3, 3]
+
+        Raises:
+            ValueError: no strategy, an already sharded weight, a device count
+                other than the strategy's, or a split that does not fit the shape.
+        """
         strategy = self._sharding_strategy
         if strategy is None:
-            raise ValueError(f"Weight {self.name!r}: set sharding_strategy before calling shard()")
+            raise ValueError(f"Weight {self.name} cannot be sharded because no sharding strategy was provided.")
         if self._shard_of is not None:
-            raise ValueError(f"Weight {self.name!r}: is already a shard and cannot be re-sharded")
+            raise ValueError(f"Weight {self.name} was already sharded and cannot be sharded again.")
         devices = list(devices)
         if len(devices) != strategy.num_devices:
             raise ValueError(f"Weight {self.name!r}: strategy has {strategy.num_devices} shards but {len(devices)} devices were given")
-        shape = strategy.shard_shape(self._shape, self.name)
         out = []
         for i, dev in enumerate(devices):
+            if strategy.kind == "custom":
+                shape = self._shape  # placeholder: a custom shard's shape comes from its graph value
+            else:
+                shape = _sliced_shape(self._shape, strategy._slices(self._shape, self._dtype, i, self.name))
             w = Weight(self.name, self._dtype, shape, dev, self.quantization_encoding, self.align, strategy)
             w.shard_idx = i
             w._shard_of = (self, i)
@@ -518,8 +685,15 @@ class Weight(TensorValue):
 def weight_params(weight: Weight) -> dict[str, Any]:
     """Params of the ``weight`` node recording ``weight`` (incl. shard slicing)."""
     params: dict[str, Any] = {"name": weight.name, "type": weight._weight_type()}
-    if weight._shard_of is not None and weight._sharding_strategy is not None and weight._sharding_strategy.axis is not None:
-        params["shard"] = (weight._sharding_strategy.axis, weight._shard_of[1], weight._sharding_strategy.num_devices)
+    strategy = weight._sharding_strategy
+    if weight._shard_of is not None and strategy is not None:
+        host, i = weight._shard_of
+        slices = strategy._slices(host._shape, host._dtype, i, weight.name)
+        if slices is not None:
+            # (axis, ((start, length), ...), full size of axis): the engine checks the
+            # registry value against the full size and loads the concatenated slices.
+            axis, parts = slices
+            params["shard"] = (axis, parts, int(host._shape[axis]))
     return params
 
 

@@ -1,7 +1,7 @@
 """Neural-network layers (``max.nn``).
 
 The graph-API layers build graph ops inside ``with Graph(...)``: `Module` /
-`Layer` and containers, `Linear` (+ GGUF/GPTQ/float8), `MLP`, `Embedding`,
+`Layer` and containers, `Linear` (+ GGUF/GPTQ/float8), `StackedLinear`, `MLP`, `Embedding`,
 norms, rotary embeddings (``rotary_embedding``), attention and the paged KV
 cache (``attention``, ``kv_cache``), ``transformer``, ``kernels``, ``conv``,
 ``moe``, ``lora``, ``sampling``, ``hooks`` and the tensor-parallel layers.
@@ -39,6 +39,7 @@ from maxfx.nn import (
     rotary_embedding,
     sampling,
     sequential,
+    stacked_linear,
     transformer,
 )
 from maxfx.nn._basic import MLP, Embedding, LayerNorm, Linear, RMSNorm, Sequential
@@ -58,6 +59,7 @@ from maxfx.nn.moe import *  # noqa: F403 - MoE, MoEFp8, MoEGate
 from maxfx.nn.quant_config import *  # noqa: F403 - QuantConfig, QuantFormat, InputScaleSpec, WeightScaleSpec, ScaleGranularity, ScaleOrigin
 from maxfx.nn.rotary_embedding import *  # noqa: F403 - RoPE layers and scaling params
 from maxfx.nn.sampling import *  # noqa: F403
+from maxfx.nn.stacked_linear import StackedLinear
 from maxfx.nn.transformer import DistributedTransformer, DistributedTransformerBlock, ReturnLogits, Transformer, TransformerBlock
 
 EmbeddingV2 = Embedding
@@ -123,4 +125,6 @@ __all__ = [
     *quant_config.__all__,
     "recursive_named_layers",
     "sequential",
+    "stacked_linear",
+    "StackedLinear",
 ]

@@ -17,6 +17,7 @@ from maxfx.graph._weight import ShardingStrategy, Weight
 from maxfx.graph.quantization import QuantizationEncoding
 from maxfx.nn._float8_linear import float8_matmul, float8_weights
 from maxfx.nn._layer import Layer, LayerList, Module, Shardable
+from maxfx.nn._linear_sharding import set_linear_strategy, shard_linear
 from maxfx.nn.activation import activation_table
 
 __all__ = ["Linear", "MLP", "Embedding", "LayerNorm", "RMSNorm", "Sequential", "clamp", "rms_norm"]
@@ -73,26 +74,37 @@ class Linear(Module, Shardable):
         device: Any,
         has_bias: bool = False,
         quantization_encoding: QuantizationEncoding | None = None,
-        float8_config: Any = None,
+        quant_config: Any = None,
         name: str | None = None,
         clip_weight: float | None = None,
+        is_sharding: bool = False,
+        float8_config: Any = None,
     ):
         super().__init__()
-        if float8_config is not None and quantization_encoding is not None:
+        if float8_config is not None and quant_config is not None and float8_config is not quant_config:
+            raise ValueError("Linear: pass one of quant_config and float8_config (float8_config is its older name), not both")
+        # MAX's quant_config keeps the given dtype for the weight (float8 checkpoints pass
+        # DType.float8_e4m3fn); the older float8_config always stores float8_e4m3fn.
+        weight_dtype = dtype if quant_config is not None else DType.float8_e4m3fn
+        quant_config = quant_config if quant_config is not None else float8_config
+        if quant_config is not None and quantization_encoding is not None:
             raise ValueError("Linear: float8_config and quantization_encoding are exclusive; pick one weight format")
         self.in_dim, self.out_dim = int(in_dim), int(out_dim)
-        self.float8_config = float8_config
+        self.quant_config = self.float8_config = quant_config
         self.device = _device(device)
         self.quantization_encoding = quantization_encoding
         self.clip_weight = clip_weight
+        self.input_scale = None
+        self.weight_scale = None
+        self.bias = None
+        if is_sharding:  # `shard` fills in the per-device weights
+            return
         qdtype, shape = _weight_shape(quantization_encoding, self.out_dim, self.in_dim, "Linear")
         prefix = f"{name}." if name else ""
         self.weight = Weight(prefix + "weight", qdtype or dtype, shape, DeviceRef.CPU(), quantization_encoding=quantization_encoding)
         self.bias = Weight(prefix + "bias", dtype, [self.out_dim], DeviceRef.CPU()) if has_bias else None
-        self.input_scale = None
-        self.weight_scale = None
-        if float8_config is not None:
-            self.weight, self.weight_scale, self.input_scale = float8_weights(float8_config, self.in_dim, self.out_dim, prefix)
+        if quant_config is not None:
+            self.weight, self.weight_scale, self.input_scale = float8_weights(quant_config, self.in_dim, self.out_dim, prefix, weight_dtype)
 
     def __call__(self, x: Any) -> Any:
         w = _on(self.weight, self.device)
@@ -110,39 +122,18 @@ class Linear(Module, Shardable):
         return out
 
     def shard(self, devices: Iterable[Any]) -> list[Linear]:
-        """Row-split copies of this layer, one per device (weights sharded by ``sharding_strategy``)."""
-        devices = list(devices)
-        strategy = self.sharding_strategy
-        if strategy is None:
-            raise ValueError("Linear.shard: set sharding_strategy first (e.g. ShardingStrategy.rowwise(n))")
-        if getattr(self, "float8_config", None) is not None:
-            raise ValueError("Linear.shard: sharding float8 layers (weights with scales) is not supported")
-        self.weight.sharding_strategy = strategy
-        shards = self.weight.shard(devices)
-        if self.bias is not None:
-            if strategy.axis != 0:
-                raise ValueError("Linear.shard: a bias can only be split with rowwise (axis 0) sharding")
-            self.bias.sharding_strategy = type(strategy)(strategy.num_devices, 0)
-            bias_shards = self.bias.shard(devices)
-        else:
-            bias_shards = [None] * len(devices)
-        out = []
-        for dev, w, b in zip(devices, shards, bias_shards):
-            layer = Linear.__new__(Linear)
-            Module.__init__(layer)
-            layer.in_dim, layer.out_dim = int(w.shape[1]), int(w.shape[0])
-            layer.device, layer.quantization_encoding, layer.clip_weight = _device(dev), self.quantization_encoding, self.clip_weight
-            layer.weight, layer.bias, layer.input_scale, layer.weight_scale = w, b, None, None
-            out.append(layer)
-        return out
+        """One `Linear` per device holding its shards of the weight, bias and float8 scales
+        (see `maxfx.nn._linear_sharding`; column splits keep the bias on device 0 only)."""
+        return shard_linear(self, devices, Linear)
 
     @property
     def sharding_strategy(self) -> Any:
-        return self.__dict__.get("_sharding_strategy")
+        """The weight's `ShardingStrategy` (None: not sharded)."""
+        return self.weight.sharding_strategy
 
     @sharding_strategy.setter
     def sharding_strategy(self, strategy: Any) -> None:
-        self.__dict__["_sharding_strategy"] = strategy
+        set_linear_strategy(self, strategy)
 
     def __repr__(self) -> str:
         return f"Linear(in_dim={self.in_dim}, out_dim={self.out_dim}, dtype={self.weight.dtype.name}, bias={self.bias is not None})"

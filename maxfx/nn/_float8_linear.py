@@ -20,7 +20,7 @@ from maxfx.graph import ops
 from maxfx.graph._weight import Weight
 from maxfx.nn.float8_config import Float8Config
 
-__all__ = ["float8_weights", "float8_matmul", "Float8ConfigTypeError"]
+__all__ = ["float8_weights", "float8_matmul", "scaled_linear", "Float8ConfigTypeError"]
 
 
 class Float8ConfigTypeError(TypeError, ValueError):
@@ -40,8 +40,12 @@ def _weight_scale_shape(config: Float8Config, out_dim: int, in_dim: int) -> list
     return [math.ceil(out_dim / bn), math.ceil(in_dim / bk)]
 
 
-def float8_weights(config: Any, in_dim: int, out_dim: int, prefix: str) -> tuple[Weight, Weight, Weight | None]:
-    """``(weight, weight_scale, input_scale)`` Weights of a float8 Linear (input_scale only when static)."""
+def float8_weights(config: Any, in_dim: int, out_dim: int, prefix: str, weight_dtype: DType = DType.float8_e4m3fn) -> tuple[Weight, Weight, Weight | None]:
+    """``(weight, weight_scale, input_scale)`` Weights of a float8 Linear (input_scale only when static).
+
+    ``weight_dtype`` is the stored weight's type: float8_e4m3fn for ``float8_config``;
+    MAX's ``quant_config`` keeps the layer's ``dtype`` (the checkpoint's), as MAX does.
+    """
     if not isinstance(config, Float8Config):
         raise Float8ConfigTypeError(f"Linear: float8_config must be a Float8Config, got {type(config).__name__}")
     spec = config.input_scale
@@ -50,7 +54,7 @@ def float8_weights(config: Any, in_dim: int, out_dim: int, prefix: str) -> tuple
     if config.is_dynamic and spec.is_rowwise:
         raise ValueError("Linear: dynamic row-wise (per input channel) activation scales are not supported; use COLWISE (per token), TENSOR or BLOCK")
     cpu = DeviceRef.CPU()
-    weight = Weight(prefix + "weight", DType.float8_e4m3fn, [out_dim, in_dim], cpu)
+    weight = Weight(prefix + "weight", weight_dtype, [out_dim, in_dim], cpu)
     weight_scale = Weight(prefix + "weight_scale", config.weight_scale.dtype, _weight_scale_shape(config, out_dim, in_dim), cpu)
     input_scale = Weight(prefix + "input_scale", spec.dtype, [], cpu) if config.is_static else None
     return weight, weight_scale, input_scale
@@ -76,11 +80,22 @@ def _quantize_input(config: Float8Config, x2: Any, input_scale: Any) -> tuple[An
 
 def float8_matmul(layer: Any, x: Any, weight: Any, weight_scale: Any, input_scale: Any) -> Any:
     """``x @ dequant(weight).T`` with ``x`` quantized as the layer's float8 config says."""
+    return scaled_linear(x, weight, weight_scale, input_scale, layer.float8_config, layer.in_dim, layer.out_dim, "Linear")
+
+
+def scaled_linear(x: Any, weight: Any, weight_scale: Any, input_scale: Any, config: Float8Config, in_dim: int, out_dim: int, owner: str) -> Any:
+    """``x @ (weight * weight_scale).T`` for a float8 ``weight [out_dim, in_dim]``, ``x``
+    quantized per ``config`` (statically with ``input_scale``, or dynamically)."""
     if not x.dtype.is_float():
-        raise ValueError(f"Linear: float8 layers take float inputs, got {x.dtype.name}{list(x.shape)}")
-    if x.shape[-1] != layer.in_dim:
-        raise ValueError(f"Linear: input last dim {x.shape[-1]} must equal in_dim {layer.in_dim}")
+        raise ValueError(f"{owner}: float8 layers take float inputs, got {x.dtype.name}{list(x.shape)}")
+    if weight.dtype is not DType.float8_e4m3fn:
+        raise ValueError(
+            f"{owner}: a float8 layer multiplies float8_e4m3fn weights, but its weight is {weight.dtype.name}; "
+            "build it with dtype=DType.float8_e4m3fn (quant_config keeps the dtype given)"
+        )
+    if x.shape[-1] != in_dim:
+        raise ValueError(f"{owner}: input last dim {x.shape[-1]} must equal in_dim {in_dim}")
     lead = list(x.shape[:-1])
-    xq, xs = _quantize_input(layer.float8_config, x.reshape([-1, layer.in_dim]), input_scale)
+    xq, xs = _quantize_input(config, x.reshape([-1, in_dim]), input_scale)
     out = ops.scaled_matmul(xq, weight, xs, _as_matrix(weight_scale), x.dtype)
-    return out.reshape([*lead, layer.out_dim]) if len(lead) != 1 else out
+    return out.reshape([*lead, out_dim]) if len(lead) != 1 else out

@@ -167,16 +167,33 @@ class Module(Layer):
         setattr(self, name, weight)
         self._shared.add(name)
 
+    # A module whose own attribute name is left out of its descendants' weight names
+    # (``parent.child.w`` is named ``parent.w``): MAX's unfused StackedLinear sets it
+    # so ``qkv_proj = StackedLinear(names=["q_proj", ...])`` keeps checkpoint names.
+    _omit_module_attr_name: bool = False
+
     def raw_state_dict(self) -> dict[str, Weight]:
-        """Qualified name → Weight for every owned weight; also gives each Weight that name."""
+        """Qualified name → Weight for every owned weight; also gives each Weight that name.
+
+        Raises:
+            ValueError: two different weights get the same qualified name (MAX's
+                ``Duplicate weight FQN``), e.g. through ``_omit_module_attr_name``.
+        """
         out: dict[str, Weight] = {}
-        for prefix, layer in recursive_named_layers(self):
+        owners: dict[str, str] = {}
+        for path, prefix, layer in _weight_owners(self):
             for name, w in layer.layer_weights.items():
-                qualified = f"{prefix}.{name}" if prefix else name
+                qualified = prefix + name
                 if qualified in out and out[qualified] is not w:
-                    raise ValueError(f"{type(self).__name__}: two weights are both named {qualified!r}")
+                    raise ValueError(
+                        f"{type(self).__name__}: Duplicate weight FQN {qualified!r} produced by two distinct attribute paths: "
+                        f"{owners[qualified] or '<root>'!r} and {path or '<root>'!r}. A module that sets _omit_module_attr_name "
+                        "(notably StackedLinear with stacked=False) leaves its own attribute name out of its weights' names, "
+                        "so one of its children can collide with a sibling; rename one of them"
+                    )
                 w.name = qualified
                 out[qualified] = w
+                owners[qualified] = path
         return out
 
     def state_dict(self, auto_initialize: bool = True) -> dict[str, Any]:
@@ -361,6 +378,15 @@ class LayerList(Module):
         for layer in self.layers:
             x = layer(x, **kwargs)
         return x
+
+
+def _weight_owners(parent: Module, path: str = "", prefix: str = "") -> Iterator[tuple[str, str, Module]]:
+    """``(attribute path, weight-name prefix, layer)`` for ``parent`` and every layer below it;
+    the prefix skips the names of modules with ``_omit_module_attr_name``."""
+    yield path, prefix, parent
+    for name, child in parent.sublayers.items():
+        child_prefix = prefix if child._omit_module_attr_name else f"{prefix}{name}."
+        yield from _weight_owners(child, f"{path}.{name}" if path else name, child_prefix)
 
 
 def recursive_named_layers(parent: Module, prefix: str = "") -> Iterator[tuple[str, Module]]:
