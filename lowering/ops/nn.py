@@ -510,21 +510,29 @@ def _fold_rule(x, *, output_size, kernel_size, stride, dilation, padding) -> Ten
     op = "fold"
     x = R.require_tensor(op, x)
     R.require_rank(op, x, lambda r: r == 3, "3 (N, C * kH * kW, L)")
-    R.require_dtype(op, x, R.is_numeric, "a numeric")
     kk = kernel_size[0] * kernel_size[1]
     cols = x.shape[1]
     if isinstance(cols, StaticDim) and cols.dim % kk:
-        raise OpError(f"{op}: dim 1 of {R.fmt(x)} must be a multiple of kH * kW = {kernel_size[0]} * {kernel_size[1]}")
+        raise OpError(
+            f"{op}: dim 1 of {R.fmt(x)} must be a multiple of the product of the total kernel size "
+            f"kH * kW = {kernel_size[0]} * {kernel_size[1]}"
+        )
+    settings = f"output_size={tuple(output_size)}, kernel_size={kernel_size}, stride={stride}, dilation={dilation}, padding={padding}"
+    # MAX's count first, so a wrong L gets MAX's message even where a window is also too big.
+    if all(isinstance(Dim(o), StaticDim) for o in output_size) and isinstance(x.shape[2], StaticDim):
+        counts = [(int(Dim(output_size[i])) + 2 * padding[i] - dilation[i] * (kernel_size[i] - 1) - 1) // stride[i] + 1 for i in range(2)]
+        if x.shape[2].dim != counts[0] * counts[1]:
+            raise OpError(
+                f"{op}: last dim of {R.fmt(x)} must match the calculated number of blocks "
+                f"{counts[0]} * {counts[1]} = {counts[0] * counts[1]} for {settings}"
+            )
     blocks = [
         _window_out(op, Dim(output_size[i]), kernel_size[i], stride[i], dilation[i], 2 * padding[i], False, f"output_size[{i}]")
         for i in range(2)
     ]
     expected = blocks[0] * blocks[1]
     if isinstance(expected, StaticDim) and isinstance(x.shape[2], StaticDim) and x.shape[2] != expected:
-        raise OpError(
-            f"{op}: last dim of {R.fmt(x)} must equal the number of sliding blocks {blocks[0]} * {blocks[1]} = {expected} "
-            f"for output_size={tuple(output_size)}, kernel_size={kernel_size}, stride={stride}, dilation={dilation}, padding={padding}"
-        )
+        raise OpError(f"{op}: last dim of {R.fmt(x)} must match the calculated number of blocks {blocks[0]} * {blocks[1]} = {expected} for {settings}")
     return TensorType(x.dtype, [x.shape[0], cols // kk, *output_size], x.device)
 
 
@@ -535,7 +543,8 @@ def _fold_impl(x, *, output_size, kernel_size, stride, dilation, padding):
     oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
     ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
     c = cols // (kh * kw)
-    acc = _acc_dtype(x.dtype) or x.dtype
+    # bool blocks overlap as a logical or: count the hits, then test for any.
+    acc = jnp.int32 if x.dtype == jnp.bool_ else (_acc_dtype(x.dtype) or x.dtype)
     blocks = x.astype(acc).reshape(n, c, kh, kw, oh, ow)
     canvas = jnp.zeros((n, c, h + 2 * ph, w + 2 * pw), acc)
     # Column (c, i, j) of block (y, x) lands at row i*dh + y*sh, column j*dw + x*sw.
@@ -544,7 +553,8 @@ def _fold_impl(x, *, output_size, kernel_size, stride, dilation, padding):
             rows = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
             colsl = slice(j * dw, j * dw + sw * (ow - 1) + 1, sw)
             canvas = canvas.at[:, :, rows, colsl].add(blocks[:, :, i, j])
-    return canvas[:, :, ph : ph + h, pw : pw + w].astype(x.dtype)
+    out = canvas[:, :, ph : ph + h, pw : pw + w]
+    return out != 0 if x.dtype == jnp.bool_ else out.astype(x.dtype)
 
 
 fold_p = register(OpDef("fold", rule=_fold_rule, impl=_fold_impl))

@@ -334,15 +334,23 @@ def test_fold_matches_numpy(rng, output_size, kernel, stride, dilation, padding)
     assert_close(got, np_fold(x, output_size, kernel, s, d, p), 1e-5)
 
 
+def test_fold_bool_is_logical_or(rng):
+    # MAX accepts bool blocks; overlapping True blocks stay True (numpy: the int sum is nonzero).
+    x = rng.random([1, 4, 9]) < 0.3
+    got = run_op(lambda a: ops.fold(a, (4, 4), (2, 2)), x)
+    assert got.dtype == np.bool_
+    np.testing.assert_array_equal(got, np_fold(x.astype(np.int32), (4, 4), (2, 2), (1, 1), (1, 1), (0, 0)) != 0)
+
+
 def test_fold_symbolic_batch_and_errors(rng):
     x = rand(rng, [3, 8, 9])
     got = run_op(lambda a: ops.fold(a, (4, 4), (2, 2)), x, symbolic=[["batch", None, None]])
     assert_close(got, np_fold(x, (4, 4), (2, 2), (1, 1), (1, 1), (0, 0)), 1e-5)
     with Graph("fold_err", input_types=[TensorType(DType.float32, [1, 10, 9]), TensorType(DType.float32, [1, 8, 7])]) as g:
         a, b = g.inputs
-        with pytest.raises(ValueError, match=r"fold.*multiple of kH \* kW"):
+        with pytest.raises(ValueError, match=r"fold.*multiple of the product of the total kernel size"):
             ops.fold(a, (4, 4), (2, 2))
-        with pytest.raises(ValueError, match=r"fold.*number of sliding blocks"):
+        with pytest.raises(ValueError, match=r"fold.*must match the calculated number of blocks"):
             ops.fold(b, (4, 4), (2, 2))
         with pytest.raises(ValueError, match="fold.*rank"):
             ops.fold(ops.reshape(b, [56]), (4, 4), (2, 2))
