@@ -117,7 +117,8 @@ def _fp4_pack(v: Any) -> Any:
     r = ops.cast(ops.cast(v, DType.float4_e2m1fn), DType.float32)
     levels = ops.constant(np.array(_FP4_LEVELS, np.float32), DType.float32, v.device)
     mag = ops.sum(ops.cast(ops.greater_equal(ops.unsqueeze(ops.abs(r), -1), levels), DType.int32), axis=-1)
-    code = ops.squeeze(mag, -1) + ops.cast(ops.greater(ops.constant(0.0, DType.float32, v.device), r), DType.int32) * 8
+    # The sign bit follows the input, so small negatives become -0 (code 8) as in a hardware E2M1 conversion.
+    code = ops.squeeze(mag, -1) + ops.cast(ops.greater(ops.constant(0.0, DType.float32, v.device), v), DType.int32) * 8
     pairs = ops.reshape(code, [v.shape[0], int(v.shape[1]) // 2, 2])
     return (pairs[:, :, 0] + pairs[:, :, 1] * 16).cast(DType.uint8)
 
