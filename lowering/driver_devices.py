@@ -359,9 +359,12 @@ class Accelerator(Device):
     start-up (``XLA_PYTHON_CLIENT_MEM_FRACTION``), so the limit is recorded in
     ``device_memory_limit`` but not enforced.
 
+    In virtual-device mode (`lowering.virtual_devices`, ``max.driver.set_virtual_device_count``)
+    it returns a `VirtualAccelerator` instead, whatever GPUs the machine has.
+
     Raises:
         ValueError: when the machine has no such GPU (the message says how
-            many accelerators JAX sees).
+            many accelerators JAX sees), or no such virtual device.
 
     Example:
         >>> if accelerators():

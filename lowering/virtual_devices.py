@@ -294,4 +294,3 @@ def _set_xla_flag(name: str, value: str | None) -> None:
     if value is not None:
         flags.append(f"--{name}={value}")
     os.environ["XLA_FLAGS"] = " ".join(flags)
-
