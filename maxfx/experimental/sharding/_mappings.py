@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from jax.sharding import NamedSharding, PartitionSpec
+
 from maxfx.experimental.sharding._mesh import DeviceMesh
 from maxfx.experimental.sharding._placements import Partial, Placement, Replicated, Sharded
 
@@ -181,8 +183,6 @@ class NamedMapping(DeviceMapping):
         Raises:
             ConversionError: unreduced axes (JAX arrays hold reduced values).
         """
-        from jax.sharding import NamedSharding, PartitionSpec
-
         if self._unreduced:
             raise ConversionError(f"{self}: partial sums over {sorted(self._unreduced)} have no NamedSharding; reduce them first")
         return NamedSharding(self._mesh.jax_mesh(), PartitionSpec(*self._spec))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from jax.sharding import Mesh
 
 __all__ = ["DeviceMesh"]
 
@@ -65,10 +66,7 @@ class DeviceMesh:
         if len(self.devices) > 1:
             unique = len(set(self.devices))
             if unique not in (1, len(self.devices)):
-                raise ValueError(
-                    f"DeviceMesh requires either all-same devices (simulated) or all-distinct devices (multi-device), "
-                    f"but got {unique} unique devices for {len(self.devices)} slots."
-                )
+                raise ValueError(f"DeviceMesh requires either all-same devices (simulated) or all-distinct devices (multi-device), but got {unique} unique devices for {len(self.devices)} slots.")
 
     @staticmethod
     def single(device: Any) -> DeviceMesh:
@@ -123,8 +121,6 @@ class DeviceMesh:
         Raises:
             ValueError: a simulated mesh, or devices JAX does not have.
         """
-        from jax.sharding import Mesh
-
         if self.is_simulated:
             raise ValueError(f"{self}: a simulated mesh (one device in every slot) has no jax.sharding.Mesh")
         try:

@@ -19,7 +19,7 @@ Example:
     >>> from maxfx.experimental.sharding import DeviceMesh, PlacementMapping, Sharded, distribute
     >>> mesh = DeviceMesh((CPU(), CPU()), (2,), ("dp",))
     >>> t = distribute(Tensor(np.arange(6.0, dtype=np.float32).reshape(3, 2)), PlacementMapping(mesh, (Sharded(0),)))
-    >>> [list(s.shape) for s in t.local_shards], t.to_numpy().sum()
+    >>> [list(s.shape) for s in t.local_shards], float(t.to_numpy().sum())
     ([[Dim(2), Dim(2)], [Dim(1), Dim(2)]], 15.0)
 """
 
@@ -29,6 +29,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
 from lowering.context import Context, find_context
@@ -151,8 +152,6 @@ class DistributedTensor(Tensor):
         Raises:
             ShardingError: partial sums (reduce them first), a simulated mesh or uneven shards.
         """
-        import jax
-
         named = self._mapping.to_named_sharding(self.rank)
         sizes = {tuple(int(d) for d in s.shape) for s in self._shards}
         if named.unreduced or self.mesh.is_simulated or len(sizes) != 1:
@@ -194,7 +193,7 @@ def _global_shape(shards: tuple[Tensor, ...], mapping: PlacementMapping) -> list
         axes = [ax for ax, p in enumerate(mapping.to_placements()) if isinstance(p, Sharded) and p.axis == dim]
         if axes:  # the shards at coordinate 0 on every other axis tile this dim
             shape[dim] = sum(int(s.shape[dim]) for s, c in zip(shards, coords) if all(c[a] == 0 for a in range(mesh.ndim) if a not in axes))
-    for ax, p in enumerate(mapping.to_placements()):
+    for p in mapping.to_placements():
         if isinstance(p, Sharded) and not 0 <= p.axis < first.rank:
             raise ShardingError(f"from_shards: {p} is out of range for shards of rank {first.rank}")
     return shape
@@ -327,10 +326,7 @@ class _Shardwise(Context):
                 raise ShardingError(f"{op.name}: operands live on different meshes ({mesh} and {x.mesh})")
             if not x.mapping.is_fully_replicated:
                 layouts = ", ".join(str(list(x.placements)) for x in dist)
-                raise ShardingError(
-                    f"{op.name}: no sharding rule for operands laid out as {layouts}; "
-                    "redistribute them to Replicated() first (sharding.redistribute) or work on .local_shards"
-                )
+                raise ShardingError(f"{op.name}: no sharding rule for operands laid out as {layouts}; redistribute them to Replicated() first (sharding.redistribute) or work on .local_shards")
         for x in inputs:
             if isinstance(x, Tensor) and not isinstance(x, DistributedTensor) and mesh.num_devices > 1:
                 raise ShardingError(f"{op.name}: a single-device tensor on {x.device} next to a tensor distributed over {mesh}; distribute it first")

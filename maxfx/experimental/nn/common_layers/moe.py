@@ -54,9 +54,7 @@ class MoEGate(Module):
         return indices, scores
 
 
-def routed_experts(
-    x: Tensor, topk_indices: Tensor, topk_weights: Tensor, gate_up: Tensor, down: Tensor, *, moe_dim: int, apply_router_weight_first: bool = False
-) -> Tensor:
+def routed_experts(x: Tensor, topk_indices: Tensor, topk_weights: Tensor, gate_up: Tensor, down: Tensor, *, moe_dim: int, apply_router_weight_first: bool = False) -> Tensor:
     """The routed experts' output for ``x [tokens, hidden]`` on one device.
 
     ``gate_up [E, 2 * moe_dim, hidden]`` holds each expert's gate rows then up
