@@ -759,19 +759,10 @@ def _resize_rule(x, *, shape, interpolation: InterpolationMode) -> TensorType:
     x = R.require_tensor(op, x)
     if x.rank != 4:
         raise OpError(f"{op}: input must have rank 4 (N, C, H, W), got {R.fmt(x)}")
-    if interpolation is InterpolationMode.NEAREST:
-        R.require_dtype(op, x, lambda d: True, "any")
-    else:
-        R.require_dtype(op, x, R.is_float, f"a floating-point ({interpolation.name} interpolation)")
-    for i, what in ((0, "batch"), (1, "channel")):
-        if shape[i] != x.shape[i]:
-            raise OpError(
-                f"{op}: resize changes only H and W; the {what} dim of shape {list(shape)} ({shape[i]}) "
-                f"differs from the input {R.fmt(x)}"
-            )
-    for d in shape[2:]:
+    # Like MAX (and ONNX Resize), every dim may change size, and any dtype is accepted.
+    for d in shape:
         if isinstance(d, StaticDim) and d.dim <= 0:
-            raise OpError(f"{op}: output H and W must be positive, got shape {list(shape)}")
+            raise OpError(f"{op}: output dims must be positive, got shape {list(shape)}")
     return TensorType(x.dtype, list(shape), x.device)
 
 
@@ -812,14 +803,28 @@ def _nearest_index(in_size: int, out_size: int) -> np.ndarray:
 
 
 def _resize_impl(x, *, shape, interpolation: InterpolationMode):
-    (_, _, h, w), (oh, ow) = x.shape, shape[2:]
+    # Separable: each dim whose size changes is interpolated on its own, in turn.
+    changed = [(axis, n, int(o)) for axis, (n, o) in enumerate(zip(x.shape, shape)) if n != int(o)]
     if interpolation is InterpolationMode.NEAREST:
-        return jnp.take(jnp.take(x, _nearest_index(h, oh), axis=2), _nearest_index(w, ow), axis=3)
+        for axis, n, o in changed:
+            x = jnp.take(x, _nearest_index(n, o), axis=axis)
+        return x
     acc = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
-    mh = jnp.asarray(_resize_matrix(h, oh, interpolation), acc)
-    mw = jnp.asarray(_resize_matrix(w, ow, interpolation), acc)
-    out = jnp.einsum("oh,nchw,pw->ncop", mh, x.astype(acc), mw, precision=lax.Precision.HIGHEST)
-    return out.astype(x.dtype)
+    out = x.astype(acc)
+    for axis, n, o in changed:
+        m = jnp.asarray(_resize_matrix(n, o, interpolation), acc)
+        out = jnp.moveaxis(jnp.tensordot(out, m, axes=([axis], [1]), precision=lax.Precision.HIGHEST), -1, axis)
+    return _from_float(out, x.dtype)
+
+
+def _from_float(v, dtype):
+    """Interpolated values back in ``dtype``: integers and bools round to the nearest value in range."""
+    if jnp.issubdtype(dtype, jnp.floating):
+        return v.astype(dtype)
+    if dtype == jnp.bool_:
+        return v >= 0.5
+    info = jnp.iinfo(dtype)
+    return jnp.clip(jnp.round(v), info.min, info.max).astype(dtype)
 
 
 resize_p = register(OpDef("resize", rule=_resize_rule, impl=_resize_impl))
@@ -827,19 +832,22 @@ resize_p = register(OpDef("resize", rule=_resize_rule, impl=_resize_impl))
 
 @front(resize_p)
 def resize(input, shape, interpolation=InterpolationMode.BILINEAR):
-    """Resize the H and W dims of an NCHW tensor to ``shape`` (half-pixel centers).
+    """Resize an NCHW tensor to ``shape`` (half-pixel centers).
 
     ``BICUBIC`` is PyTorch's/MAX's bicubic (a = -0.75, edge pixels repeated),
     ``BILINEAR`` is PyTorch's ``align_corners=False`` bilinear without
     antialiasing, ``NEAREST`` picks ``ceil(src - 0.5)`` (MAX's half-down rounding).
+    Usually only H and W change; as in MAX (and ONNX Resize) any dim may, each
+    interpolated on its own. Integer and bool inputs are interpolated in float32
+    and rounded to the nearest value of their dtype.
 
     Args:
         input: ``(N, C, H, W)``.
-        shape: ``(N, C, H_out, W_out)``; N and C must equal the input's.
+        shape: ``(N_out, C_out, H_out, W_out)``, every dim positive.
         interpolation: an `InterpolationMode` (default BILINEAR).
 
     Raises:
-        ValueError: input not rank 4, ``shape`` not 4 dims (or changing N/C), or an
+        ValueError: input not rank 4, ``shape`` not 4 positive dims, or an
             unknown interpolation mode.
 
     Example:

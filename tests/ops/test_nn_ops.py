@@ -383,6 +383,19 @@ def test_resize_identity_default_and_dtypes(rng):
     np.testing.assert_array_equal(run_op(lambda a: ops.resize(a, [1, 1, 6, 2], "nearest"), xi), np_resize(xi, (6, 2), "nearest"))
 
 
+def test_resize_any_dim_and_integer_dtypes(rng):
+    # As in MAX (ONNX Resize), N and C may change too: each changed dim is interpolated on its own.
+    x = rand(rng, [1, 3, 4, 4])
+    got = run_op(lambda a: ops.resize(a, [2, 5, 4, 4], InterpolationMode.NEAREST), x)
+    idx_c = np.clip(np.ceil((np.arange(5) + 0.5) * 3 / 5 - 0.5 - 0.5), 0, 2).astype(int)
+    np.testing.assert_array_equal(got, x[[0, 0]][:, idx_c])
+    # Integers interpolate in float32 and round to the nearest value of the dtype.
+    xi = rng.integers(0, 100, [1, 1, 3, 3]).astype(np.int32)
+    got = run_op(lambda a: ops.resize(a, [1, 1, 6, 6], InterpolationMode.BILINEAR), xi)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, np.round(np_resize(xi.astype(np.float32), (6, 6), "bilinear")).astype(np.int32))
+
+
 def test_resize_symbolic_batch(rng):
     for batch in (1, 2):
         x = rand(rng, [batch, 2, 4, 4])
@@ -500,8 +513,8 @@ def test_pool_resize_irfft_errors():
             ops.resize(m, [1, 1, 2, 2])
         with pytest.raises(ValueError, match=r"resize: shape must have 4 elements for NCHW format \(batch, channels, height, width\)"):
             ops.resize(x, [8, 8])
-        with pytest.raises(ValueError, match="resize: resize changes only H and W"):
-            ops.resize(x, [2, 4, 8, 8])
+        with pytest.raises(ValueError, match="resize: output dims must be positive"):
+            ops.resize(x, [1, 0, 8, 8])
         with pytest.raises(ValueError, match="resize: interpolation must be a InterpolationMode"):
             ops.resize(x, [1, 4, 8, 8], interpolation="area")
         with pytest.raises(ValueError, match="irfft: Invalid normalization: none"):
