@@ -514,7 +514,7 @@ class Weight(TensorValue):
     """
 
     __slots__ = (
-        "name",
+        "_name",
         "_dtype",
         "_shape",
         "_device",
@@ -560,6 +560,18 @@ class Weight(TensorValue):
         self._shard_of: tuple[Weight, int] | None = None
         self._loaded_value: Any = None
         self._custom_value: tuple[Any, TensorValue] | None = None
+
+    @property
+    def name(self) -> str:
+        """Key of the value in ``weights_registry``. A shard reads its host weight's
+        value, so it follows the host's (current) name until it is renamed itself."""
+        if self._name is None and self._shard_of is not None:
+            return self._shard_of[0].name
+        return self._name  # type: ignore[return-value]
+
+    @name.setter
+    def name(self, name: str) -> None:
+        self._name = name
 
     # The graph value is resolved against whichever graph is active.
     @property
@@ -648,6 +660,8 @@ class Weight(TensorValue):
         computed in the graph by its function.
 
         Example:
+            >>> from maxfx.dtype import DType
+            >>> from maxfx.graph import DeviceRef
             >>> w = Weight("w", DType.float32, [10, 4], DeviceRef.CPU(), sharding_strategy=ShardingStrategy.rowwise(3))
             >>> [int(s.shape[0]) for s in w.shard([DeviceRef.CPU()] * 3)]
             [4, 3, 3]
@@ -673,6 +687,7 @@ class Weight(TensorValue):
             w = Weight(self.name, self._dtype, shape, dev, self.quantization_encoding, self.align, strategy)
             w.shard_idx = i
             w._shard_of = (self, i)
+            w._name = None  # follow the host's name (it may be qualified after sharding)
             out.append(w)
         return out
 
