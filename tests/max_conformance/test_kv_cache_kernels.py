@@ -26,10 +26,7 @@ BLOCK_IN, BLOCK_W = InSpec(G.BLOCK, O.DYNAMIC, DType.float32, block_size=(1, 8))
 
 def run(fn, *arrays, buffers=()):
     """Build a graph over ``arrays`` (indices in ``buffers`` become buffer inputs), run it, return numpy outputs."""
-    types = [
-        (BufferType if i in buffers else TensorType)(DType.from_numpy(a.dtype), list(a.shape), CPU)
-        for i, a in enumerate(arrays)
-    ]
+    types = [(BufferType if i in buffers else TensorType)(DType.from_numpy(a.dtype), list(a.shape), CPU) for i, a in enumerate(arrays)]
     with Graph("k", input_types=types) as g:
         vals = [v.buffer if i in buffers else v.tensor for i, v in enumerate(g.inputs)]
         out = fn(*vals)
@@ -223,7 +220,13 @@ def test_fused_qkv_float8_per_token_into_multi_layer_pool(rng):
 
 def test_fused_qkv_float8_device_and_dtype_errors():
     params = MHAKVCacheParams(DType.bfloat16, head_dim=4, num_layers=1, devices=[CPU], n_kv_heads=1)
-    types = [TensorType(DType.float8_e4m3fn, [2, 8]), TensorType(DType.uint32, [2]), TensorType(DType.float8_e4m3fn, [12, 8], DeviceRef.GPU()), TensorType(DType.uint32, []), TensorType(DType.float32, [1, 1])]
+    types = [
+        TensorType(DType.float8_e4m3fn, [2, 8]),
+        TensorType(DType.uint32, [2]),
+        TensorType(DType.float8_e4m3fn, [12, 8], DeviceRef.GPU()),
+        TensorType(DType.uint32, []),
+        TensorType(DType.float32, [1, 1]),
+    ]
     with Graph("e", input_types=types) as g:
         x, off, w, layer, s = (v.tensor for v in g.inputs)
         with pytest.raises(ValueError, match=r"same device as input \(cpu:0\), but got:\n  wqkv=gpu:0\n"):

@@ -10,14 +10,14 @@ kernels.
 from maxfx.nn.kernels import _attention, _block_scaled, _float8, _lora, _misc, _moe, _sampling, _scaled_matmul, _scaled_qkv
 from maxfx.nn.kernels._attention import *  # noqa: F403  (attention and paged KV-cache kernels)
 from maxfx.nn.kernels._block_scaled import *  # noqa: F403  (NVFP4 / MXFP4 / MXFP8 quantize and matmuls)
-from maxfx.nn.kernels._block_scaled import _is_sm10x_gpu
+from maxfx.nn.kernels._block_scaled import _is_sm10x_gpu as _is_sm10x_gpu  # MAX's private helper, used by its tests
 from maxfx.nn.kernels._float8 import *  # noqa: F403  (float8 quantize / scaled matmul)
-from maxfx.nn.kernels._scaled_matmul import *  # noqa: F403  (dynamic float8 scaled matmuls: plain, batched, grouped)
-from maxfx.nn.kernels._scaled_qkv import *  # noqa: F403  (quantized projections into the KV cache)
 from maxfx.nn.kernels._lora import *  # noqa: F403  (SGMV LoRA)
 from maxfx.nn.kernels._misc import *  # noqa: F403  (swish_glu, scatter_set_constant, merge_ragged_tensors)
 from maxfx.nn.kernels._moe import *  # noqa: F403  (MoE indices, grouped matmul)
 from maxfx.nn.kernels._sampling import *  # noqa: F403  (fused sampling, penalties)
+from maxfx.nn.kernels._scaled_matmul import *  # noqa: F403  (dynamic float8 scaled matmuls: plain, batched, grouped)
+from maxfx.nn.kernels._scaled_qkv import *  # noqa: F403  (quantized projections into the KV cache)
 
 # MAX also exposes the quantized fused QKV kernels under underscore names.
 _fused_qkv_ragged_matmul_scaled_float8 = _scaled_qkv.fused_qkv_ragged_matmul_scaled_float8

@@ -274,7 +274,15 @@ def grouped_matmul_block_scaled(
     if a_scales.dtype != b_scales.dtype:
         raise ValueError(f"{where}: expected a_scales and b_scales to have the same dtype, but got {a_scales.dtype} and {b_scales.dtype}")
     sf = _sf_size(where, a_scales.dtype, None)
-    for t, name in ((weight, "weight"), (a_scales, "a_scales"), (b_scales, "b_scales"), (expert_start_indices, "expert_start_indices"), (a_scale_offsets, "a_scale_offsets"), (expert_ids, "expert_ids"), (expert_scales, "expert_scales")):
+    for t, name in (
+        (weight, "weight"),
+        (a_scales, "a_scales"),
+        (b_scales, "b_scales"),
+        (expert_start_indices, "expert_start_indices"),
+        (a_scale_offsets, "a_scale_offsets"),
+        (expert_ids, "expert_ids"),
+        (expert_scales, "expert_scales"),
+    ):
         if t.device != hidden_states.device:
             raise ValueError(f"{where}: expected hidden_states and {name} to have the same device, but got {hidden_states.device} and {t.device}")
     if hidden_states.dtype not in (DType.uint8, DType.float8_e4m3fn) or (hidden_states.dtype == DType.float8_e4m3fn and sf != 32):

@@ -100,17 +100,13 @@ def _scales_for_specs(kernel: str, a: Any, a_scales: Any, b_scales: Any, input_s
         if a_scales.dtype is not DType.float32 or b_scales.dtype is not DType.float32:
             raise TypeError(f"{kernel}: a_scales and b_scales dtypes must be float32, but got {a_scales.dtype}, {b_scales.dtype}")
         if a_scales.shape[-2] != b_scales.shape[-1]:
-            raise ValueError(
-                f"{kernel}: both a_scales and b_scales must have the same shape on the K dimension. got a_scales.shape={list(a_scales.shape)} and b_scales.shape={list(b_scales.shape)}"
-            )
+            raise ValueError(f"{kernel}: both a_scales and b_scales must have the same shape on the K dimension. got a_scales.shape={list(a_scales.shape)} and b_scales.shape={list(b_scales.shape)}")
         rows = m if bm == 1 else -(-int(m) // bm)
         return _k_major_block_scales(kernel, a_scales, rows, k, bk), b_scales
     raise ValueError(f"{kernel}: unsupported FP8 scaling granularity (input {input_scale_spec.granularity}, weight {weight_scale_spec.granularity})")
 
 
-def dynamic_scaled_matmul(
-    a: Any, b: Any, a_scales: Any, b_scales: Any, input_scale_spec: Float8InputScaleSpec, weight_scale_spec: Float8WeightScaleSpec, out_type: DType = DType.bfloat16
-) -> Any:
+def dynamic_scaled_matmul(a: Any, b: Any, a_scales: Any, b_scales: Any, input_scale_spec: Float8InputScaleSpec, weight_scale_spec: Float8WeightScaleSpec, out_type: DType = DType.bfloat16) -> Any:
     """``(a * a_scales) @ (b * b_scales).T`` for float8 ``a [M, K]`` and transposed ``b [N, K]`` (scale layouts: module notes).
 
     Raises:
