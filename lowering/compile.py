@@ -47,10 +47,9 @@ from jax.experimental.compilation_cache import compilation_cache
 from lowering.dims import bind_symbols
 from lowering.dtypes import DType
 from lowering.executables import EXECUTABLES
-from lowering.interpret import run_block
+from lowering.interpret import block_is_data_dependent, run_block
 from lowering.ir import Block
 from lowering.piecewise import Pieces, split_at_calls
-from lowering.registry import get_op
 from lowering.targets import export_checks, lowering_for
 from lowering.types import BufferType
 from lowering.x64 import x64
@@ -97,18 +96,6 @@ def _aval_key(x: Any) -> tuple:
     return (tuple(x.shape), str(x.dtype))
 
 
-def _is_data_dependent(block: Block) -> bool:
-    for n in block.nodes:
-        if get_op(n.op).data_dependent:
-            return True
-        for p in n.params.values():
-            if isinstance(p, Block) and _is_data_dependent(p):
-                return True
-            if isinstance(p, (tuple, list)) and any(isinstance(b, Block) and _is_data_dependent(b) for b in p):
-                return True
-    return False
-
-
 def check_input_types(types: Sequence[Any], args: Sequence[Any], names: Sequence[str] | None = None) -> dict[str, int]:
     """Check the dtype and dims of each of ``args`` against ``types`` (tensor types); returns the symbol binding.
 
@@ -144,7 +131,7 @@ class CompiledBlock:
         with x64():
             self.weights = {k: jax.device_put(v, device) for k, v in weights.items()}
         self._weight_key = tuple(sorted((k, _aval_key(v)) for k, v in self.weights.items()))
-        self._interpreted = _is_data_dependent(block)
+        self._interpreted = block_is_data_dependent(block)
         self._buffer_inputs = [i for i, v in enumerate(block.inputs) if isinstance(v.type, BufferType)]
         self._weight_buffers = {_buffer_id(w) for w in self.weights.values()}
         # Top-level subgraph calls compile once per subgraph, not once per call site (lowering.piecewise).

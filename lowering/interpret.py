@@ -39,6 +39,18 @@ def apply_impl(op: OpDef, args: Sequence[Any], params: Mapping[str, Any]) -> Any
     return op.impl(*args, **params)
 
 
+def block_is_data_dependent(block: Block) -> bool:
+    """True when a node of ``block`` (or of a block nested in its params) sizes outputs from values."""
+    for node in block.nodes:
+        if get_op(node.op).sizes_outputs_from_values(node.params):
+            return True
+        for p in node.params.values():
+            for b in p if isinstance(p, (tuple, list)) else (p,):
+                if isinstance(b, Block) and block_is_data_dependent(b):
+                    return True
+    return False
+
+
 def resolve_params(params: Mapping[str, Any], dims: Mapping[str, int]) -> dict[str, Any]:
     """``params`` with every `Dim` replaced by its concrete int under ``dims``."""
     return {k: _resolve(v, dims) for k, v in params.items()}
@@ -114,7 +126,7 @@ class Interpreter:
             env[v.id] = a
         for idx, a in zip(written, outs[n_out:]):
             env[node.inputs[idx].id] = a
-        if op.data_dependent:
+        if op.sizes_outputs_from_values(node.params):
             self.bind_dims([v.type for v in node.outputs], outs[:n_out], f"{node.op} output")
 
 

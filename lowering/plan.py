@@ -275,7 +275,7 @@ class BindPlan:
         check_devices(op, [k for k in kinds if isinstance(k, Type)])
         self.out_types = infer_types(op, self.in_types, params)
         self.signature = signature(op, params, self.out_types)
-        self.immediate = bool(op.immediate or op.mutates or op.effect or op.data_dependent)
+        self.immediate = bool(op.immediate or op.mutates or op.effect or op.sizes_outputs_from_values(params))
         self.single = len(self.out_types) == 1 and not op.multiple_results
 
 

@@ -47,8 +47,9 @@ class OpDef:
             outputs, in input order.
         effect: the op has an observable side effect (printing): never dropped.
         differentiable: gradients are defined (used by the grad-check table).
-        data_dependent: output dims depend on input *values* (``nonzero``); graphs
-            containing it run op by op instead of as one jitted program.
+        data_dependent: output dims depend on input *values* (``nonzero``), or a
+            function of the node's params saying so per node; graphs containing
+            such a node run op by op instead of as one jitted program.
         interpret: optional ``interpret(interp, node, args) -> outputs`` hook for ops
             that run nested blocks (``cond``, ``while_loop``, ``call``).
         immediate: on eager tensors the op runs at once instead of being recorded
@@ -67,11 +68,15 @@ class OpDef:
     mutates: Sequence[int] | Callable[[Any], Sequence[int]] = ()
     effect: bool = False
     differentiable: bool = True
-    data_dependent: bool = False
+    data_dependent: bool | Callable[[Any], bool] = False
     interpret: Callable[..., Any] | None = None
     immediate: bool = False
     cross_device: bool = False
     front: Callable[..., Any] | None = field(default=None, repr=False)
+
+    def sizes_outputs_from_values(self, params: Any) -> bool:
+        """True when this application's output dims depend on input values (see ``data_dependent``)."""
+        return self.data_dependent(params) if callable(self.data_dependent) else self.data_dependent
 
     def written_inputs(self, node: Any) -> Sequence[int]:
         """Indices of the inputs of ``node`` (an IR node of this op) that it writes."""

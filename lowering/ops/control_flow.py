@@ -28,7 +28,7 @@ from jax import lax
 from lowering.context import TRACE, Captured, GraphBuilder, coerce_inputs, find_context, is_weak, type_of, use_context
 from lowering.dims import Dim, StaticDim, SymbolicDim
 from lowering.dtypes import DType
-from lowering.interpret import Interpreter
+from lowering.interpret import Interpreter, block_is_data_dependent
 from lowering.ir import Block, Var
 from lowering.ops._rules import OpError, fmt, fmt_all
 from lowering.registry import OpDef, front, get_op, register
@@ -330,7 +330,7 @@ def _while_interpret(interp: Interpreter, node, ins, params, env):
         )
 
     init = (tuple(_canon(a, t) for a, t in zip(ins[k:], val_types)), tuple(_canon(a, t) for a, t in zip(ins[:k], buf_types)))
-    if not any(isinstance(a, jax.core.Tracer) for a in ins) and (_data_dependent(pred_block) or _data_dependent(body_block)):
+    if not any(isinstance(a, jax.core.Tracer) for a in ins) and (block_is_data_dependent(pred_block) or block_is_data_dependent(body_block)):
         # Op-by-op execution: shapes inside the body depend on values, so iterate in Python.
         state = init
         while bool(cond_fn(state)):
@@ -339,17 +339,6 @@ def _while_interpret(interp: Interpreter, node, ins, params, env):
     else:
         vals, bufs = lax.while_loop(cond_fn, body_fn, init)
     return (*vals, *bufs)
-
-
-def _data_dependent(block: Block) -> bool:
-    for node in block.nodes:
-        if get_op(node.op).data_dependent:
-            return True
-        for p in node.params.values():
-            for b in p if isinstance(p, (tuple, list)) else (p,):
-                if isinstance(b, Block) and _data_dependent(b):
-                    return True
-    return False
 
 
 while_loop_p = register(

@@ -23,6 +23,7 @@ from lowering.context import bind, current_context
 from lowering.dims import Dim, StaticDim, _from_poly, _make_poly, bind_symbols  # exact division by a monomial (see _exact_div)
 from lowering.dtypes import DType
 from lowering.ops import _rules as R
+from lowering.ops._indexing_util import DataDim
 from lowering.ops.core import constant
 from lowering.registry import OpDef, front, register
 from lowering.types import DeviceRef, TensorType
@@ -787,25 +788,33 @@ def _repeat_interleave_rule(x, *rep, repeats: int | None, axis: int | None, out_
         )
     if out_dim is None:
         raise R.OpError("repeat_interleave: tensor-valued repeats need out_dim (the size of the repeated axis)")
-    bound = {p.name for t in (x, r) for d in t.shape for p in d.parameters}
-    unbound = [p.name for p in out_dim.parameters if p.name not in bound]
-    if unbound:
-        raise R.OpError(
-            f"repeat_interleave: out_dim {out_dim} depends on the values of repeats ({', '.join(unbound)} is not a dim of any input); "
-            "maxfx compiles per concrete shape and cannot size an output from tensor values: pass a static int out_dim"
-        )
-    shape[ax] = out_dim
+    # A DataDim is a new symbol, sized by sum(repeats) when the op runs (as MAX's out_dim).
+    shape[ax] = out_dim.dim if isinstance(out_dim, DataDim) else out_dim
     return TensorType(x.dtype, shape, x.device)
 
 
 def _repeat_interleave_impl(x, *rep, repeats, axis, out_dim):
+    if rep and isinstance(out_dim, DataDim):
+        if isinstance(x, jax.core.Tracer) or isinstance(rep[0], jax.core.Tracer):
+            raise ValueError(
+                f"repeat_interleave: under jax.jit/vmap sum(repeats) is unknown, so out_dim {out_dim} cannot be sized; "
+                "pass a static int out_dim, or one made of input dims"
+            )
+        return jnp.repeat(x, rep[0], axis=axis)
     if rep:
         # total_repeat_length keeps the output size static (jit-able); it must equal sum(repeats).
         return jnp.repeat(x, rep[0], axis=axis, total_repeat_length=out_dim)
     return jnp.repeat(x, repeats, axis=axis)
 
 
-repeat_interleave_p = register(OpDef("repeat_interleave", rule=_repeat_interleave_rule, impl=_repeat_interleave_impl))
+repeat_interleave_p = register(
+    OpDef(
+        "repeat_interleave",
+        rule=_repeat_interleave_rule,
+        impl=_repeat_interleave_impl,
+        data_dependent=lambda params: isinstance(params.get("out_dim"), DataDim),
+    )
+)
 
 
 @front(repeat_interleave_p)
@@ -818,9 +827,10 @@ def repeat_interleave(x, repeats, axis=None, out_dim=None):
             per element along ``axis``.
         axis: the axis to repeat along; None flattens ``x`` first.
         out_dim: size of the repeated axis; required for tensor-valued
-            ``repeats`` (it must equal their sum). maxfx needs it static (or made
-            of input dims), since outputs are sized at compile time. Lists of
-            ints are summed for you.
+            ``repeats`` (it must equal their sum). A new symbolic name (as in
+            MAX) is sized by ``sum(repeats)`` when the graph runs; the graph
+            then runs op by op, and not under ``jax.jit``. Lists of ints are
+            summed for you.
 
     Raises:
         ValueError: non-positive ``repeats``, bad ``axis``, or tensor repeats without ``out_dim``.
@@ -865,6 +875,10 @@ def repeat_interleave(x, repeats, axis=None, out_dim=None):
         raise TypeError(f"repeat_interleave: repeats must be an int or an integer tensor, got {type(repeats).__name__}")
     if out is None:
         raise ValueError("repeat_interleave: tensor-valued repeats need out_dim (the size of the repeated axis)")
+    input_dims = {p.name for v in (x, repeats) for d in getattr(getattr(v, "type", None), "shape", ()) for p in d.parameters}
+    if any(p.name not in input_dims for p in out.parameters):
+        # A symbol no input carries: the output's size comes from the values of repeats.
+        out = DataDim(out)
     return bind(repeat_interleave_p, x, repeats, repeats=None, axis=axis, out_dim=out)
 
 

@@ -291,7 +291,7 @@ def test_cond_and_while_loop_run_op_by_op_on_concrete_values(monkeypatch):
     import lowering.ops.control_flow as cf  # noqa: PLC0415
     from lowering.interpret import run_block  # noqa: PLC0415
 
-    monkeypatch.setattr(cf, "_data_dependent", lambda block: True)
+    monkeypatch.setattr(cf, "block_is_data_dependent", lambda block: True)
     with Graph("eager", input_types=[TensorType(DType.bool, []), TensorType(DType.int32, [])]) as g:
         p, n = g.inputs
         [y] = ops.cond(p, [n.type], lambda: n + 1, lambda: n - 1)

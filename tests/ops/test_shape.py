@@ -5,9 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import maxfx
+from maxfx import functional as F
 from maxfx.dtype import DType
 from maxfx.engine import InferenceSession
 from maxfx.graph import Dim, Graph, TensorType, ops
+from maxfx.tensor import Tensor
 from tests.ops.harness import build, rand, run_op
 
 DTYPES = [np.float32, np.int32, np.bool_, np.float16]
@@ -543,6 +546,23 @@ def test_split_chunk_tile_errors():
             ops.tile(x, [1, 0])
 
 
+def test_repeat_interleave_sized_by_repeat_values():
+    # MAX: a new symbolic out_dim is the sum of the repeats, known when the graph runs.
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    counts = np.array([2, 0, 3], np.int64)
+    with _graph((DType.float32, [2, 3]), (DType.int64, [3])) as g:
+        x, r = (v.tensor for v in g.inputs)
+        out = ops.repeat_interleave(x, r, axis=1, out_dim="total")
+        assert list(out.shape) == [2, Dim("total")]
+        g.output(out)
+    got = InferenceSession().load(g).execute(a, counts)[0].to_numpy()
+    np.testing.assert_array_equal(got, np.repeat(a, counts, axis=1))
+    eager = F.repeat_interleave(Tensor(a), Tensor(counts), axis=1, out_dim="total")
+    np.testing.assert_array_equal(eager.to_numpy(), np.repeat(a, counts, axis=1))
+    with pytest.raises(ValueError, match="under jax.jit/vmap sum\\(repeats\\) is unknown"):
+        maxfx.jit(lambda v, c: F.repeat_interleave(v, c, axis=1, out_dim="total"))(Tensor(a), Tensor(counts))
+
+
 def test_repeat_interleave_errors():
     with _graph((DType.float32, [2, 3]), (DType.int64, [3]), (DType.float32, [3])) as g:
         x, r, fr = (v.tensor for v in g.inputs)
@@ -553,8 +573,6 @@ def test_repeat_interleave_errors():
             ops.repeat_interleave(x, 2, axis=2)
         with pytest.raises(ValueError, match="repeat_interleave: tensor-valued repeats need out_dim"):
             ops.repeat_interleave(x, r, axis=1)
-        with pytest.raises(ValueError, match="repeat_interleave: out_dim total depends on the values of repeats"):
-            ops.repeat_interleave(x, r, axis=1, out_dim="total")
         with pytest.raises(ValueError, match=r"repeat_interleave: repeats int64\[3\] must have 1 or 2 entries"):
             ops.repeat_interleave(x, r, axis=0, out_dim=4)
         with pytest.raises(ValueError, match="repeat_interleave: repeats must have an integer dtype"):
