@@ -63,7 +63,8 @@ class ColumnParallelLinear(Linear):
     """`Linear` whose weight rows (output features) and bias are split over ``devices``.
 
     Device i computes ``y_i = x @ W_i.T + b_i``; the slices are gathered along
-    the last axis, so each device gets ``y = x @ W.T + b``. ``tied_weight``
+    the last axis, so each device gets ``y = x @ W.T + b``. An ``out_dim`` that
+    does not divide gives the first devices one row more (as in MAX). ``tied_weight``
     (e.g. an embedding table for a tied LM head) replaces the layer's own weight.
 
     Example:
@@ -81,8 +82,6 @@ class ColumnParallelLinear(Linear):
                 "ColumnParallelLinear: float8 and bias are both unsupported by ColumnParallelLinear currently when a tied_weight is given "
                 "(the tied weight has no scales or bias to shard); drop quant_config/float8_config and has_bias"
             )
-        if out_dim % n:
-            raise ValueError(f"ColumnParallelLinear: out_dim {out_dim} must split evenly over {n} devices")
         super().__init__(in_dim, out_dim, dtype, self.devices[0], **kwargs)
         if tied_weight is not None:
             if list(tied_weight.shape) != [out_dim, in_dim]:

@@ -15,7 +15,8 @@ import pytest
 from maxfx import nn
 from maxfx.dtype import DType
 from maxfx.engine import InferenceSession
-from maxfx.graph import DeviceRef, Graph, ShardingStrategy, TensorType
+from maxfx.driver import Tensor
+from maxfx.graph import BufferType, DeviceRef, Graph, ShardingStrategy, TensorType
 from maxfx.graph.weight import Segment, Weight, head_aware_col_sharding_strategy, row_sharding_strategy
 from maxfx.nn.quant_config import InputScaleSpec, QuantConfig, QuantFormat, ScaleGranularity, ScaleOrigin, WeightScaleSpec
 from maxfx.nn.stacked_linear import StackedLinear
@@ -209,3 +210,18 @@ def test_omitted_attribute_names_collide_with_a_clear_error():
         Model().raw_state_dict()
     with pytest.raises(ValueError, match="clip_weight"):
         StackedLinear(4, [2, 2], ["a", "b"], DType.float32, CPU, stacked=True, clip_weight=1.0)
+
+
+def test_column_parallel_linear_uneven_out_dim_allgathers_the_full_output(rng):
+    devices = [DeviceRef.CPU(0), DeviceRef.CPU(1)]
+    layer = nn.ColumnParallelLinear(4, 5, DType.float32, devices, has_bias=True)
+    assert [s.out_dim for s in layer.distributed_linear_layers] == [3, 2]
+    w, b = rng.normal(size=(5, 4)).astype(np.float32), rng.normal(size=5).astype(np.float32)
+    x = rng.normal(size=(2, 4)).astype(np.float32)
+    signal_types = [BufferType(DType.uint8, [8], d) for d in devices]
+    with Graph("cpl", input_types=[TensorType(DType.float32, [2, 4], CPU), *signal_types]) as g:
+        g.output(*layer(g.inputs[0].tensor, [s.buffer for s in g.inputs[1:]]))
+    signals = [Tensor.from_numpy(np.zeros(8, np.uint8)) for _ in devices]
+    outs = InferenceSession().load(g, weights_registry={"weight": w, "bias": b}).execute(x, *signals)
+    for out in outs:
+        np.testing.assert_allclose(out.to_numpy(), x @ w.T + b, rtol=1e-5, atol=1e-5)
