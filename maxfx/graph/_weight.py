@@ -121,10 +121,7 @@ def _segmented_slices(shape: Sequence[Any], dtype: DType, i: int, num_devices: i
     elif dtype is DType.uint8 and total == 2 * dim:
         pack = 2  # packed FP4: each uint8 holds two values
     else:
-        raise ValueError(
-            f"segmented_sharding_strategy: weight {name!r} segments cover {total} elements "
-            f"but axis {axis} of shape {list(shape)} has {dim}"
-        )
+        raise ValueError(f"segmented_sharding_strategy: weight {name!r} segments cover {total} elements but axis {axis} of shape {list(shape)} has {dim}")
     parts, offset = [], 0
     for seg in segments:
         start, length = seg._part(i, num_devices)

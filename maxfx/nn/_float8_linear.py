@@ -90,8 +90,7 @@ def scaled_linear(x: Any, weight: Any, weight_scale: Any, input_scale: Any, conf
         raise ValueError(f"{owner}: float8 layers take float inputs, got {x.dtype.name}{list(x.shape)}")
     if weight.dtype is not DType.float8_e4m3fn:
         raise ValueError(
-            f"{owner}: a float8 layer multiplies float8_e4m3fn weights, but its weight is {weight.dtype.name}; "
-            "build it with dtype=DType.float8_e4m3fn (quant_config keeps the dtype given)"
+            f"{owner}: a float8 layer multiplies float8_e4m3fn weights, but its weight is {weight.dtype.name}; build it with dtype=DType.float8_e4m3fn (quant_config keeps the dtype given)"
         )
     if x.shape[-1] != in_dim:
         raise ValueError(f"{owner}: input last dim {x.shape[-1]} must equal in_dim {in_dim}")

@@ -52,18 +52,13 @@ def _block_scale_strategy(layer: Any, strategy: ShardingStrategy) -> ShardingStr
         blocks = int(scale.shape[axis])
         if blocks % n:
             extra = "" if axis == 0 else " with columnwise weight sharding"
-            raise ValueError(
-                f"Weight scale dim {axis} ({blocks}) is not divisible by the number of devices ({n}) for block-wise scaling{extra}."
-            )
+            raise ValueError(f"Weight scale dim {axis} ({blocks}) is not divisible by the number of devices ({n}) for block-wise scaling{extra}.")
         if not strategy.is_head_aware_colwise:
             # The weight's split must land on block edges, or a shard's scales would cover another shard's rows.
             size, block = int(layer.weight.shape[axis]), (bn if axis == 0 else bk)
             starts = [_split(size, i, n)[0] for i in range(n)]
             if any(start % block for start in starts):
-                raise ValueError(
-                    f"Linear: splitting weight dim {axis} ({size}) over {n} devices starts shards at {starts}, "
-                    f"which are not all multiples of the float8 block size {block}"
-                )
+                raise ValueError(f"Linear: splitting weight dim {axis} ({size}) over {n} devices starts shards at {starts}, which are not all multiples of the float8 block size {block}")
             return strategy
         if strategy.head_dim % bk == 0:  # heads are whole blocks: split the scale by heads of blocks
             return ShardingStrategy.head_aware_columnwise(n, strategy.num_heads, strategy.head_dim // bk)
@@ -140,4 +135,3 @@ def shard_linear(layer: Any, devices: Iterable[Any], make: Any) -> list[Any]:
         shard.input_scale = layer.input_scale  # a scalar on the CPU, shared
         out.append(shard)
     return out
-

@@ -101,9 +101,7 @@ class StackedLinear(Module):
                 self.bias = Weight("bias", dtype, [total], DeviceRef.CPU())
             return
         for name, out_dim in zip(self._names, self._out_dims):
-            child = linear_cls(
-                in_dim=self._in_dim, out_dim=out_dim, dtype=dtype, device=device, has_bias=has_bias, quant_config=quant_config, clip_weight=clip_weight
-            )
+            child = linear_cls(in_dim=self._in_dim, out_dim=out_dim, dtype=dtype, device=device, has_bias=has_bias, quant_config=quant_config, clip_weight=clip_weight)
             setattr(self, name, child)
 
     @property

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from maxfx import nn
+from maxfx.driver import Tensor
 from maxfx.dtype import DType
 from maxfx.engine import InferenceSession
-from maxfx.driver import Tensor
 from maxfx.graph import BufferType, DeviceRef, Graph, ShardingStrategy, TensorType
 from maxfx.graph.weight import Segment, Weight, head_aware_col_sharding_strategy, row_sharding_strategy
 from maxfx.nn.quant_config import InputScaleSpec, QuantConfig, QuantFormat, ScaleGranularity, ScaleOrigin, WeightScaleSpec
@@ -78,7 +78,7 @@ def test_column_split_partial_sums_add_the_bias_once(rng, strategy):
     lin.sharding_strategy = strategy
     shards = lin.shard([CPU] * 3)
     assert [s.bias is not None for s in shards] == [True, False, False]
-    outs = _run(lambda v: [s(v[:, lo:lo + s.in_dim]) for s, lo in zip(shards, np.cumsum([0] + [s.in_dim for s in shards[:-1]]))], x, {"weight": w, "bias": b})
+    outs = _run(lambda v: [s(v[:, lo : lo + s.in_dim]) for s, lo in zip(shards, np.cumsum([0] + [s.in_dim for s in shards[:-1]]))], x, {"weight": w, "bias": b})
     # columnwise: 8 columns -> 3, 3, 2; head-aware: 4 heads of 2 -> 2, 1, 1 heads = 4, 2, 2 columns
     widths = [3, 3, 2] if strategy.is_colwise else [4, 2, 2]
     assert [s.in_dim for s in shards] == widths
