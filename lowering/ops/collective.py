@@ -1,5 +1,5 @@
 """Device placement and collectives: ``transfer_to``, ``allgather``,
-``distributed_broadcast`` and ``shard_and_stack``.
+``allreduce_sum``, ``distributed_broadcast`` and ``shard_and_stack``.
 
 A compiled graph runs as one XLA program on one device (the session picks it
 from the graph's types), so inside that program a transfer is an identity and
@@ -24,7 +24,7 @@ from lowering.ops._rules import AxisError, OpError, fmt, require_tensor
 from lowering.registry import OpDef, front, register
 from lowering.types import BufferType, DeviceRef, TensorType, Type
 
-__all__ = ["transfer_to", "allgather", "distributed_broadcast", "shard_and_stack"]
+__all__ = ["transfer_to", "allgather", "allreduce_sum", "distributed_broadcast", "shard_and_stack"]
 
 
 # ─── transfer_to ─────────────────────────────────────────────────────────
@@ -160,6 +160,77 @@ def allgather(inputs: Iterable[Any], signal_buffers: Iterable[Any], axis: int = 
         # One device: nothing to gather (as in MAX).
         return inputs
     return list(bind(allgather_p, *inputs, *signal_buffers, n=len(inputs), axis=axis))
+
+
+# ─── allreduce ─────────────────────────────────────────────────────────────
+
+
+def _allreduce_rule(*types: Type, n: int) -> tuple[TensorType, ...]:
+    inputs, signals = types[:n], types[n:]
+    ts = [require_tensor("allreduce.sum", t, f"input {i}") for i, t in enumerate(inputs)]
+    for i, (t, s) in enumerate(zip(ts, signals)):
+        if not isinstance(s, BufferType):
+            raise TypeError(f"allreduce.sum: signal buffer {i} must be a BufferValue, got {fmt(s)}")
+        if s.device != t.device:
+            raise OpError(f"allreduce.sum: signal buffer {i} is on {s.device} but input {i} is on {t.device}")
+    first = ts[0]
+    for i, t in enumerate(ts[1:], 1):
+        if t.dtype is not first.dtype or list(t.shape) != list(first.shape):
+            raise OpError(f"allreduce.sum: inputs must share dtype and shape; input 0 is {fmt(first)}, input {i} is {fmt(t)}")
+    return tuple(TensorType(first.dtype, first.shape, t.device) for t in ts)
+
+
+def _allreduce_impl(*arrays, n: int):
+    # Added in device order everywhere, so every device holds bit-identical sums.
+    total = arrays[0]
+    for a in arrays[1:n]:
+        total = total + a
+    return tuple(total for _ in range(n))
+
+
+allreduce_sum_p = register(OpDef("allreduce_sum", rule=_allreduce_rule, impl=_allreduce_impl, multiple_results=True, cross_device=True))
+
+
+@front(allreduce_sum_p)
+def allreduce_sum(inputs: Iterable[Any], signal_buffers: Iterable[Any]) -> list[Any]:
+    """Sum one tensor per device; every device gets the total (MAX's ``ops.allreduce.sum``).
+
+    Args:
+        inputs: one tensor per device, all of one dtype and shape.
+        signal_buffers: one synchronization `BufferValue` per input, on that
+            input's device (MAX's peer-to-peer signals; unused by XLA).
+
+    Returns:
+        One sum per input, placed on that input's device.
+
+    Raises:
+        ValueError: different numbers of inputs and signal buffers,
+            mismatched dtypes/shapes, or a signal buffer on another device.
+
+    Example:
+        >>> import numpy as np
+        >>> from maxfx.driver import Tensor
+        >>> from maxfx.graph import BufferType, DeviceRef, Graph, TensorType, ops
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.engine import InferenceSession
+        >>> devices = [DeviceRef.CPU(0), DeviceRef.CPU(1)]
+        >>> types = [TensorType(DType.float32, [2], d) for d in devices]
+        >>> signals = [BufferType(DType.uint8, [16], d) for d in devices]
+        >>> with Graph("sum", input_types=types + signals) as g:
+        ...     g.output(*ops.allreduce.sum(g.inputs[:2], g.inputs[2:]))
+        >>> x0, x1 = np.array([1.0, 2.0], np.float32), np.array([10.0, 20.0], np.float32)
+        >>> sig = [Tensor.from_numpy(np.zeros(16, np.uint8)) for _ in devices]
+        >>> [o.to_numpy().tolist() for o in InferenceSession().load(g).execute(x0, x1, *sig)]
+        [[11.0, 22.0], [11.0, 22.0]]
+    """
+    inputs, signal_buffers = list(inputs), list(signal_buffers)
+    if not inputs:
+        raise ValueError("allreduce.sum: need at least one input")
+    if len(inputs) != len(signal_buffers):
+        raise ValueError(
+            f"allreduce.sum: expected number of inputs ({len(inputs)}) and number of signal buffers ({len(signal_buffers)}) to match"
+        )
+    return list(bind(allreduce_sum_p, *inputs, *signal_buffers, n=len(inputs)))
 
 
 # ─── distributed_broadcast ──────────────────────────────────────────────────

@@ -198,6 +198,7 @@ cond_p = register(
         multiple_results=True,
         mutates=mutates_from(1),
         effect=True,  # a cond without results exists for the writes/prints in its branches
+        cross_device=True,  # a host predicate may guard buffers on accelerators, as in MAX
     )
 )
 
@@ -350,6 +351,7 @@ while_loop_p = register(
         mutates=mutates_from(0),
         effect=True,
         differentiable=False,  # lax.while_loop has no reverse-mode derivative
+        cross_device=True,  # loop-carried values may live on several devices, as in MAX
     )
 )
 

@@ -43,6 +43,21 @@ def _device_order(device: DeviceRef) -> tuple:
     return (not device.is_cpu(), str(device.device_type), device.id)
 
 
+def _orders_on(node: Any, device: DeviceRef) -> bool:
+    """``node`` is ordered on ``device``'s chain: an effect or buffer access there, itself or in a block it runs."""
+    op = get_op(node.op)
+    # as in MAX, buffer reads are ordered on the chain too
+    if op.effect or op.written_inputs(node) or any(isinstance(v.type, BufferType) for v in node.inputs):
+        devices = {v.type.device for v in (*node.inputs, *node.outputs) if isinstance(v.type, (TensorType, BufferType))}
+        if device in (devices or {DeviceRef.CPU()}):
+            return True
+    for p in node.params.values():
+        for block in p if isinstance(p, (tuple, list)) else (p,):
+            if isinstance(block, Block) and any(_orders_on(inner, device) for inner in block.nodes):
+                return True
+    return False
+
+
 class _DeviceChainMap(Mapping):
     """``Graph.device_chains``: DeviceRef → the device's current `_ChainValue`.
 
@@ -59,12 +74,7 @@ class _DeviceChainMap(Mapping):
 
     def _last_effect(self, device: DeviceRef) -> Any:
         for node in reversed(self._graph._block.nodes):
-            op = get_op(node.op)
-            # as in MAX, buffer reads are ordered on the chain too
-            if not (op.effect or op.written_inputs(node) or any(isinstance(v.type, BufferType) for v in node.inputs)):
-                continue
-            devices = {v.type.device for v in (*node.inputs, *node.outputs) if isinstance(v.type, (TensorType, BufferType))}
-            if device in (devices or {DeviceRef.CPU()}):
+            if _orders_on(node, device):
                 return node
         return None
 

@@ -5,9 +5,9 @@ MAX's custom allreduce synchronises GPUs through peer-to-peer *signal buffers*
 orders cross-device transfers itself, so the signal buffers carry no data
 here: `Signals` still provides them (uint8 buffers of MAX's size, one per
 device) so graphs keep MAX's signature, and the collectives check and accept
-them. `Allreduce` is the naive device-to-device allreduce: every device
-receives the other devices' values (``ops.transfer_to``) and adds them in
-device order, so all devices hold bit-identical sums.
+them. `Allreduce` is ``ops.allreduce.sum``: every device receives the other
+devices' values and adds them in device order, so all devices hold
+bit-identical sums.
 
 Example:
     >>> from maxfx.graph import DeviceRef
@@ -87,19 +87,11 @@ class Allreduce:
         inputs, signal_buffers = list(inputs), list(signal_buffers)
         if len(inputs) != self.num_accelerators:
             raise ValueError(f"Allreduce: expected {self.num_accelerators} inputs (one per device), got {len(inputs)}")
-        if len(signal_buffers) != len(inputs):
-            raise ValueError(f"Allreduce: expected number of inputs ({len(inputs)}) and number of signal buffers ({len(signal_buffers)}) to match")
-        for i, buf in enumerate(signal_buffers):
-            if not isinstance(getattr(buf, "type", None), BufferType):
-                raise TypeError(f"Allreduce: signal buffer {i} must be a BufferValue (from Signals.input_types()), got {type(buf).__name__}")
-        first = inputs[0]
-        for i, x in enumerate(inputs[1:], 1):
-            if x.dtype is not first.dtype or list(x.shape) != list(first.shape):
-                raise ValueError(f"Allreduce: inputs must share dtype and shape; input 0 is {first.dtype.name}{list(first.shape)}, input {i} is {x.dtype.name}{list(x.shape)}")
-        return [self._sum_on(inputs, x.device) for x in inputs]
+        return ops.allreduce.sum(inputs, signal_buffers)
 
     @staticmethod
     def _sum_on(inputs: list[Any], device: DeviceRef) -> Any:
+        """The sum of ``inputs`` placed on ``device`` (one reduction, without signal buffers)."""
         total = None
         for x in inputs:
             part = ops.transfer_to(x, device)

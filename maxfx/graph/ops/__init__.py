@@ -134,7 +134,7 @@ from lowering.ops.shape import (
     unsqueeze,
 )
 from lowering.types import DeviceRef, InterpolationMode, TensorType
-from maxfx.graph.ops import complex, elementwise, random, reduction  # noqa: A004 - MAX's submodule names
+from maxfx.graph.ops import allreduce, complex, elementwise, random, reduction  # noqa: A004 - MAX's submodule names
 
 # As in MAX, `ops.irfft` is the function, bound over the name of its module
 # `maxfx.graph.ops.irfft` (which `from maxfx.graph.ops.irfft import Normalization` reaches).
@@ -147,6 +147,7 @@ __all__ = [
     "InterpolationMode",
     "TensorType",
     # MAX's submodules: ops.complex.mul, ops.elementwise.max, ops.random.uniform, ops.reduction.max...
+    "allreduce",
     "complex",
     "elementwise",
     "random",
