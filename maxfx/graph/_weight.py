@@ -32,6 +32,8 @@ __all__ = [
     "col_sharding_strategy",
     "gate_up_sharding_strategy",
     "head_aware_col_sharding_strategy",
+    "head_aware_row_sharding_strategy",
+    "query_kv_heads",
     "replicate_sharding_strategy",
     "row_sharding_strategy",
     "segmented_sharding_strategy",
@@ -132,14 +134,81 @@ def _segmented_slices(shape: Sequence[Any], dtype: DType, i: int, num_devices: i
     return axis, tuple(parts)
 
 
-def _stacked_qkv_slices(shape: Sequence[Any], dtype: DType, i: int, num_devices: int, num_heads: int, head_dim: int, name: str) -> Slices:
+def query_kv_heads(num_heads: int, num_kv_heads: int, i: int, num_devices: int) -> tuple[int, ...]:
+    """The KV heads device ``i`` holds so that its query heads (split as
+    ``num_heads_for_device``: the first devices one head more) attend as on one device.
+
+    With ``g = num_heads // num_kv_heads`` query heads per KV head, query head
+    ``h`` reads KV head ``h // g``. When the device's query heads read their KV
+    heads in equal groups, it holds that contiguous range (an even split of the
+    KV heads when the groups split evenly; a KV head shared by two devices is
+    held by both). Otherwise it holds one copy of the KV head per query head
+    (group 1), so every device still runs grouped-query attention with one
+    group size. Head counts that are not grouped (``num_heads % num_kv_heads``)
+    split the KV heads evenly, like any row split.
+
+    Example:
+        >>> [query_kv_heads(8, 2, i, 2) for i in range(2)], query_kv_heads(9, 3, 0, 2)
+        ([(0,), (1,)], (0, 0, 0, 1, 1))
+    """
+    q_start, q_count = _split(num_heads, i, num_devices)
+    if num_kv_heads < 1 or num_heads % num_kv_heads:
+        kv_start, kv_count = _split(num_kv_heads, i, num_devices)
+        return tuple(range(kv_start, kv_start + kv_count))
+    group = num_heads // num_kv_heads
+    reads = [(q_start + j) // group for j in range(q_count)]
+    if not reads:
+        return ()
+    distinct = reads[-1] - reads[0] + 1
+    if q_count % distinct == 0 and all(kv - reads[0] == j // (q_count // distinct) for j, kv in enumerate(reads)):
+        return tuple(range(reads[0], reads[0] + distinct))
+    return tuple(reads)
+
+
+def _head_rows(heads: Sequence[int], head_dim: int, offset: int = 0) -> tuple[tuple[int, int], ...]:
+    """``(start, length)`` rows of ``heads`` (consecutive heads merged into one slice)."""
+    parts: list[list[int]] = []
+    for h in heads:
+        start = offset + h * head_dim
+        if parts and parts[-1][0] + parts[-1][1] == start:
+            parts[-1][1] += head_dim
+        else:
+            parts.append([start, head_dim])
+    return tuple((a, b) for a, b in parts)
+
+
+def _query_rows(num_heads: int, head_dim: int, i: int, num_devices: int, offset: int = 0) -> tuple[tuple[int, int], ...]:
+    start, count = _split(num_heads, i, num_devices)
+    return _head_rows(range(start, start + count), head_dim, offset)
+
+
+def _head_rows_slices(shape: Sequence[Any], i: int, num_devices: int, num_heads: int, head_dim: int, num_kv_heads: int | None, name: str) -> Slices:
+    """Dim 0 in whole heads: query heads, or (``num_kv_heads``) the KV heads they read."""
+    rows = _dim(shape, 0, "head_aware_rowwise")
+    heads = num_heads if num_kv_heads is None else num_kv_heads
+    if rows != heads * head_dim:
+        raise ValueError(f"head_aware_rowwise: weight {name!r} has {rows} rows but {heads} heads of {head_dim} need {heads * head_dim}")
+    if num_kv_heads is None:
+        return 0, _query_rows(num_heads, head_dim, i, num_devices)
+    return 0, _head_rows(query_kv_heads(num_heads, num_kv_heads, i, num_devices), head_dim)
+
+
+def _stacked_qkv_slices(shape: Sequence[Any], dtype: DType, i: int, num_devices: int, num_heads: int, head_dim: int, name: str, num_kv_heads: int | None = None) -> Slices:
     rows = _dim(shape, 0, "stacked_qkv_sharding_strategy")
-    if rows % 3:
-        raise ValueError(f"Stacked QKV weight must have shape [3*hidden_size, hidden_size], got shape {list(shape)}")
-    if rows // 3 != num_heads * head_dim:
-        raise ValueError(f"Weight hidden_size {rows // 3} doesn't match num_heads * head_dim = {num_heads} * {head_dim} = {num_heads * head_dim}")
-    seg = Segment.head_aware(num_heads, head_dim)
-    return _segmented_slices(shape, dtype, i, num_devices, 0, (seg, seg, seg), name)
+    if num_kv_heads is None:
+        if rows % 3:
+            raise ValueError(f"Stacked QKV weight must have shape [3*hidden_size, hidden_size], got shape {list(shape)}")
+        if rows // 3 != num_heads * head_dim:
+            raise ValueError(f"Weight hidden_size {rows // 3} doesn't match num_heads * head_dim = {num_heads} * {head_dim} = {num_heads * head_dim}")
+        seg = Segment.head_aware(num_heads, head_dim)
+        return _segmented_slices(shape, dtype, i, num_devices, 0, (seg, seg, seg), name)
+    # Grouped-query [Q; K; V]: Q by query heads, K and V by the KV heads those queries read.
+    q_rows, kv_rows = num_heads * head_dim, num_kv_heads * head_dim
+    if rows != q_rows + 2 * kv_rows:
+        raise ValueError(f"stacked_qkv_sharding_strategy: weight {name!r} has {rows} rows; {num_heads} query and 2 x {num_kv_heads} KV heads of {head_dim} need {q_rows + 2 * kv_rows}")
+    kv = query_kv_heads(num_heads, num_kv_heads, i, num_devices)
+    parts = _query_rows(num_heads, head_dim, i, num_devices) + _head_rows(kv, head_dim, q_rows) + _head_rows(kv, head_dim, q_rows + kv_rows)
+    return 0, parts
 
 
 def _head_aware_col_slices(shape: Sequence[Any], i: int, num_devices: int, num_heads: int, head_dim: int) -> Slices:
@@ -193,8 +262,11 @@ class ShardingStrategy:
         num_devices: number of shards.
         axis: the axis that is split (None: not split along one axis).
         kind: which factory made it (``"custom"`` for your own ``shard`` function).
-        num_heads, head_dim: heads of the head-aware kinds.
+        num_heads, head_dim: heads of the head-aware kinds (a rowwise strategy
+            with heads splits dim 0 in whole heads, see `head_aware_rowwise`).
         segments: the blocks of a segmented strategy.
+        num_kv_heads: grouped-query KV heads (`head_aware_rowwise` of K/V rows,
+            `stacked_qkv` of a ``[Q; K; V]`` weight with fewer KV heads).
         shard: the function computing one shard.
 
     Example:
@@ -210,6 +282,7 @@ class ShardingStrategy:
     num_heads: int | None = None
     head_dim: int | None = None
     segments: tuple[Segment, ...] = ()
+    num_kv_heads: int | None = None
     shard: Callable[..., TensorValue] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -221,10 +294,11 @@ class ShardingStrategy:
             if known is None:
                 axis, kind = None, "custom"
             else:
-                kind, axis, heads, head_dim, segments = known
+                kind, axis, heads, head_dim, segments, kv_heads = known
                 object.__setattr__(self, "num_heads", heads)
                 object.__setattr__(self, "head_dim", head_dim)
                 object.__setattr__(self, "segments", segments)
+                object.__setattr__(self, "num_kv_heads", kv_heads)
         if not kind:
             kind = {None: "replicate", 0: "rowwise", 1: "columnwise"}.get(axis, "axiswise")
         object.__setattr__(self, "axis", axis)
@@ -237,13 +311,16 @@ class ShardingStrategy:
         if kind == "replicate":
             return replicate_sharding_strategy
         if kind == "rowwise":
+            if self.num_heads is not None:
+                return partial(head_aware_row_sharding_strategy, num_heads=self.num_heads, head_dim=self.head_dim, num_kv_heads=self.num_kv_heads)
             return row_sharding_strategy
         if kind == "columnwise":
             return col_sharding_strategy
         if kind == "axiswise":
             return partial(axiswise_sharding_strategy, axis=self.axis)
         if kind == "stacked_qkv":
-            return partial(stacked_qkv_sharding_strategy, num_heads=self.num_heads, head_dim=self.head_dim)
+            kv = {} if self.num_kv_heads is None else {"num_kv_heads": self.num_kv_heads}
+            return partial(stacked_qkv_sharding_strategy, num_heads=self.num_heads, head_dim=self.head_dim, **kv)
         if kind == "head_aware_columnwise":
             return partial(head_aware_col_sharding_strategy, num_heads=self.num_heads, head_dim=self.head_dim)
         if kind == "gate_up":
@@ -267,10 +344,12 @@ class ShardingStrategy:
         n, kind = self.num_devices, self.kind
         if kind == "replicate":
             return None
+        if kind == "rowwise" and self.num_heads is not None:
+            return _head_rows_slices(shape, i, n, self.num_heads, self.head_dim, self.num_kv_heads, name)  # type: ignore[arg-type]
         if kind in _AXIS_KINDS:
             return _axis_slices(shape, i, n, self.axis)
         if kind == "stacked_qkv":
-            return _stacked_qkv_slices(shape, dtype, i, n, self.num_heads, self.head_dim, name)  # type: ignore[arg-type]
+            return _stacked_qkv_slices(shape, dtype, i, n, self.num_heads, self.head_dim, name, self.num_kv_heads)  # type: ignore[arg-type]
         if kind == "head_aware_columnwise":
             return _head_aware_col_slices(shape, i, n, self.num_heads, self.head_dim)  # type: ignore[arg-type]
         if kind == "gate_up":
@@ -301,9 +380,27 @@ class ShardingStrategy:
         return ShardingStrategy(num_devices, None, "replicate")
 
     @staticmethod
-    def stacked_qkv(num_devices: int, num_heads: int, head_dim: int) -> ShardingStrategy:
-        """Split a stacked ``[3 * num_heads * head_dim, ...]`` QKV weight by heads (Q, K and V alike)."""
-        return ShardingStrategy(num_devices, 0, "stacked_qkv", num_heads, head_dim)
+    def head_aware_rowwise(num_devices: int, num_heads: int, head_dim: int, num_kv_heads: int | None = None) -> ShardingStrategy:
+        """Split dim 0 in whole heads of ``head_dim`` rows (a rowwise strategy: ``is_rowwise``).
+
+        The rows are ``num_heads`` query heads split as ``num_heads_for_device``;
+        with ``num_kv_heads`` they are the KV heads and each device takes the
+        ones its query heads read (`query_kv_heads`), so uneven and grouped
+        splits stay exact.
+
+        Example:
+            >>> s = ShardingStrategy.head_aware_rowwise(2, num_heads=9, head_dim=4, num_kv_heads=3)
+            >>> s.is_rowwise, s._slices([12, 16], DType.float32, 1, "k")  # query heads 5..8 read KV heads 1, 2, 2, 2
+            (True, (0, ((4, 8), (8, 4), (8, 4))))
+        """
+        return ShardingStrategy(num_devices, 0, "rowwise", num_heads, head_dim, num_kv_heads=num_kv_heads)
+
+    @staticmethod
+    def stacked_qkv(num_devices: int, num_heads: int, head_dim: int, num_kv_heads: int | None = None) -> ShardingStrategy:
+        """Split a stacked ``[Q; K; V]`` weight by heads: ``[3 * num_heads * head_dim, ...]``, or with
+        ``num_kv_heads`` (grouped-query) ``[(num_heads + 2 * num_kv_heads) * head_dim, ...]`` whose
+        K and V rows follow the query heads as in `head_aware_rowwise`."""
+        return ShardingStrategy(num_devices, 0, "stacked_qkv", num_heads, head_dim, num_kv_heads=num_kv_heads)
 
     @staticmethod
     def head_aware_columnwise(num_devices: int, num_heads: int, head_dim: int) -> ShardingStrategy:
@@ -396,26 +493,29 @@ def _module_level_shard(kind: str) -> Callable[..., TensorValue]:
     return shard
 
 
-def _builtin_kind(shard: Callable[..., Any]) -> tuple[str, Any, int | None, int | None, tuple[Segment, ...]] | None:
-    """``(kind, axis, num_heads, head_dim, segments)`` when ``shard`` is one of the
+def _builtin_kind(shard: Callable[..., Any]) -> tuple[str, Any, int | None, int | None, tuple[Segment, ...], int | None] | None:
+    """``(kind, axis, num_heads, head_dim, segments, num_kv_heads)`` when ``shard`` is one of the
     strategy functions below (or a ``partial`` binding their keywords), else None."""
     func, kw = (shard.func, dict(shard.keywords)) if isinstance(shard, partial) and not shard.args else (shard, {})
+    kv = kw.get("num_kv_heads")
     if func is row_sharding_strategy and not kw:
-        return "rowwise", 0, None, None, ()
+        return "rowwise", 0, None, None, (), None
+    if func is head_aware_row_sharding_strategy and {"num_heads", "head_dim"} <= set(kw) <= {"num_heads", "head_dim", "num_kv_heads"}:
+        return "rowwise", 0, kw["num_heads"], kw["head_dim"], (), kv
     if func is col_sharding_strategy and not kw:
-        return "columnwise", 1, None, None, ()
+        return "columnwise", 1, None, None, (), None
     if func is replicate_sharding_strategy and not kw:
-        return "replicate", None, None, None, ()
+        return "replicate", None, None, None, (), None
     if func is axiswise_sharding_strategy and set(kw) == {"axis"}:
-        return "axiswise", kw["axis"], None, None, ()
+        return "axiswise", kw["axis"], None, None, (), None
     if func is gate_up_sharding_strategy and set(kw) <= {"axis"}:
-        return "gate_up", kw.get("axis", 2), None, None, ()
-    if func is stacked_qkv_sharding_strategy and set(kw) == {"num_heads", "head_dim"}:
-        return "stacked_qkv", 0, kw["num_heads"], kw["head_dim"], ()
+        return "gate_up", kw.get("axis", 2), None, None, (), None
+    if func is stacked_qkv_sharding_strategy and {"num_heads", "head_dim"} <= set(kw) <= {"num_heads", "head_dim", "num_kv_heads"}:
+        return "stacked_qkv", 0, kw["num_heads"], kw["head_dim"], (), kv
     if func is head_aware_col_sharding_strategy and set(kw) == {"num_heads", "head_dim"}:
-        return "head_aware_columnwise", 1, kw["num_heads"], kw["head_dim"], ()
+        return "head_aware_columnwise", 1, kw["num_heads"], kw["head_dim"], (), None
     if func is segmented_sharding_strategy and set(kw) == {"axis", "segments"}:
-        return "segmented", kw["axis"], None, None, tuple(kw["segments"])
+        return "segmented", kw["axis"], None, None, tuple(kw["segments"]), None
     return None
 
 
@@ -482,10 +582,15 @@ def segmented_sharding_strategy(weight: Weight, i: int, num_devices: int, axis: 
     return _slice_axis(weight, _segmented_slices(weight.shape, weight.dtype, i, num_devices, axis, segments, _name(weight)))
 
 
-def stacked_qkv_sharding_strategy(weight: Weight, i: int, num_devices: int, num_heads: int, head_dim: int) -> TensorValue:
-    """Shard ``i`` of a stacked ``[Q; K; V]`` weight (dim 0 is ``3 * num_heads * head_dim``),
-    each of Q, K, V split by whole heads."""
-    return _slice_axis(weight, _stacked_qkv_slices(weight.shape, weight.dtype, i, num_devices, num_heads, head_dim, _name(weight)))
+def stacked_qkv_sharding_strategy(weight: Weight, i: int, num_devices: int, num_heads: int, head_dim: int, num_kv_heads: int | None = None) -> TensorValue:
+    """Shard ``i`` of a stacked ``[Q; K; V]`` weight (dim 0 is ``3 * num_heads * head_dim``, or
+    ``(num_heads + 2 * num_kv_heads) * head_dim`` grouped-query), each of Q, K, V split by whole heads."""
+    return _slice_axis(weight, _stacked_qkv_slices(weight.shape, weight.dtype, i, num_devices, num_heads, head_dim, _name(weight), num_kv_heads))
+
+
+def head_aware_row_sharding_strategy(weight: Weight, i: int, num_devices: int, num_heads: int, head_dim: int, num_kv_heads: int | None = None) -> TensorValue:
+    """Shard ``i`` of ``weight`` split along dim 0 in whole heads (see `ShardingStrategy.head_aware_rowwise`)."""
+    return _slice_axis(weight, _head_rows_slices(weight.shape, i, num_devices, num_heads, head_dim, num_kv_heads, _name(weight)))
 
 
 def head_aware_col_sharding_strategy(weight: Weight, i: int, num_devices: int, num_heads: int, head_dim: int) -> TensorValue:

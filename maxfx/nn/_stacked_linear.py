@@ -112,6 +112,16 @@ class StackedLinear(Module):
     def _children(self) -> list[Linear]:
         return [getattr(self, n) for n in self._names]
 
+    def _child(self, name: str) -> Linear:
+        """The unfused projection called ``name`` (e.g. ``qkv_proj._child("q_proj")``).
+
+        Raises:
+            ValueError: a stacked layer (one fused weight, no children) or an unknown name.
+        """
+        if self._stacked or name not in self._names:
+            raise ValueError(f"StackedLinear: no child projection {name!r} (stacked={self._stacked}, names={self._names})")
+        return getattr(self, name)
+
     # -- the stacked tensors -------------------------------------------------------
     @property
     def stacked_weight(self) -> Any:

@@ -14,6 +14,8 @@ Call: ``attn(layer_idx, x, kv_collection, freqs_cis, input_row_offsets)`` with
 
 from __future__ import annotations
 
+import copy
+import importlib
 import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -22,14 +24,14 @@ from lowering.dtypes import DType
 from lowering.types import DeviceRef
 from maxfx.graph import ops
 from maxfx.graph._value import TensorValue
-from maxfx.graph._weight import ShardingStrategy
+from maxfx.graph._weight import ShardingStrategy, query_kv_heads
 from maxfx.nn import kernels
 from maxfx.nn._basic import Linear, RMSNorm, clamp
 from maxfx.nn._layer import Module, Shardable
+from maxfx.nn._stacked_linear import StackedLinear
 from maxfx.nn.attention._gptq import concat_gptq, gptq_projection
 from maxfx.nn.attention.interfaces import DistributedAttentionImpl
 from maxfx.nn.attention.mask_config import MHAMaskVariant
-from maxfx.nn.comm import Allreduce
 from maxfx.nn.kv_cache._params import KVCacheParams
 
 __all__ = [
@@ -86,10 +88,11 @@ def _on(v: Any, device: DeviceRef) -> Any:
     return v if v.device == device else v.to(device)
 
 
-def _check_heads(layer: str, n_heads: int, n_kv: int, hidden: int, kv_params: Any) -> None:
+def _check_heads(layer: str, n_heads: int, n_kv: int, hidden: int, kv_params: Any, grouped: bool = True) -> None:
+    """``grouped``: the query heads must be whole groups of the KV heads now (else when the layer runs)."""
     if not isinstance(kv_params, KVCacheParams):
         raise TypeError(f"{layer}: kv_params must be a KVCacheParams, got {type(kv_params).__name__}")
-    if n_heads < 1 or n_kv < 1 or n_heads % n_kv:
+    if n_heads < 1 or n_kv < 1 or (grouped and n_heads % n_kv):
         raise ValueError(f"{layer}: num_attention_heads ({n_heads}) must be a positive multiple of num_key_value_heads ({n_kv})")
     if kv_params.n_kv_heads != n_kv:
         raise ValueError(f"{layer}: kv_params.n_kv_heads ({kv_params.n_kv_heads}) differs from num_key_value_heads ({n_kv})")
@@ -110,15 +113,43 @@ class _HeadShardable(Shardable):
         self.__dict__["_sharding_strategy"] = strategy
 
 
-def _shard_view(layer: Module) -> Any:
-    """A new instance of ``layer``'s class holding only its plain settings (sizes, scale, flags): no weights, no sublayers."""
-    s = type(layer).__new__(type(layer))
+# Settings of a tensor-parallel host that its per-device views do not carry.
+_HOST_ONLY = ("list_of_attentions", "allreduce")
+
+
+def _shard_view(layer: Module, cls: type | None = None) -> Any:
+    """A new ``cls`` (default: ``layer``'s class) holding only ``layer``'s plain settings (sizes, scale, flags): no weights, no sublayers."""
+    cls = cls or type(layer)
+    s = cls.__new__(cls)
     Module.__init__(s)
     d = layer.__dict__
     for k, v in d.items():
-        if not k.startswith("_") and k not in d["_sublayers"] and k not in d["_layer_weights"]:
+        if not k.startswith("_") and k not in d["_sublayers"] and k not in d["_layer_weights"] and k not in _HOST_ONLY:
             s.__dict__[k] = v
     return s
+
+
+def _device_kv_params(kv_params: KVCacheParams, devices: list[DeviceRef], n_kv_local: int) -> KVCacheParams:
+    """``kv_params`` for one device of a tensor-parallel layer: the cache holds ``n_kv_local`` heads there.
+
+    Like ``kv_params._tensor_parallel`` (``n_devices`` is the tensor-parallel
+    width), with the device's own head count, which an uneven split makes differ
+    from device to device.
+    """
+    p = copy.copy(kv_params)
+    p.n_devices, p.data_parallel_degree = len(devices), 1
+    if hasattr(p, "devices"):
+        p.devices = list(devices)
+    p.n_kv_heads_per_device = n_kv_local
+    return p
+
+
+def _qkv_container(hidden: int, out_dims: list[int], dtype: DType, device: Any, has_bias: bool, layers: Sequence[Any]) -> StackedLinear:
+    """An unfused `StackedLinear` holding the ``q_proj``/``k_proj``/``v_proj`` ``layers`` (weight names unchanged)."""
+    qkv = StackedLinear(hidden, out_dims, ["q_proj", "k_proj", "v_proj"], dtype, device, stacked=False, has_bias=has_bias, _is_sharding=True)
+    for name, layer in zip(("q_proj", "k_proj", "v_proj"), layers):
+        setattr(qkv, name, layer)
+    return qkv
 
 
 class _RaggedAttentionBase(Module, _HeadShardable):
@@ -126,12 +157,16 @@ class _RaggedAttentionBase(Module, _HeadShardable):
 
     mask_variant: Any = MHAMaskVariant.CAUSAL_MASK
     local_window_size: int = -1
+    # Tensor-parallel hosts accept head counts that are not whole KV groups (as MAX
+    # does) and refuse them when they run; they hold q/k/v in a `qkv_proj` container.
+    _grouped_heads_at_init: bool = True
+    _qkv_as_container: bool = False
 
     def _init_common(
         self, layer: str, *, num_attention_heads: int, num_key_value_heads: int, hidden_size: int, kv_params: KVCacheParams, devices: Any, dtype: DType,
         linear_cls: Callable[..., Any], stacked_qkv: bool, scale: float | None, has_bias: bool, clip_qkv: float | None, quantization_encoding: Any = None,
     ) -> None:  # fmt: skip
-        _check_heads(layer, int(num_attention_heads), int(num_key_value_heads), int(hidden_size), kv_params)
+        _check_heads(layer, int(num_attention_heads), int(num_key_value_heads), int(hidden_size), kv_params, self._grouped_heads_at_init)
         self.n_heads, self.n_kv_heads, self.hidden_size = int(num_attention_heads), int(num_key_value_heads), int(hidden_size)
         self.kv_params, self.devices, self.dtype = kv_params, _devices(devices), dtype
         self.head_dim = kv_params.head_dim
@@ -145,9 +180,11 @@ class _RaggedAttentionBase(Module, _HeadShardable):
                 raise ValueError(f"{layer}: stacked_qkv cannot be combined with a quantization encoding")
             self.qkv_proj = linear_cls(self.hidden_size, q_dim + 2 * kv_dim, dtype, dev, has_bias=has_bias)
         else:
-            self.q_proj = linear_cls(self.hidden_size, q_dim, dtype, dev, has_bias=has_bias, **qe)
-            self.k_proj = linear_cls(self.hidden_size, kv_dim, dtype, dev, has_bias=has_bias, **qe)
-            self.v_proj = linear_cls(self.hidden_size, kv_dim, dtype, dev, has_bias=has_bias, **qe)
+            q, k, v = (linear_cls(self.hidden_size, d, dtype, dev, has_bias=has_bias, **qe) for d in (q_dim, kv_dim, kv_dim))
+            if self._qkv_as_container:
+                self.qkv_proj = _qkv_container(self.hidden_size, [q_dim, kv_dim, kv_dim], dtype, dev, has_bias, (q, k, v))
+            else:
+                self.q_proj, self.k_proj, self.v_proj = q, k, v
         self.o_proj = linear_cls(q_dim, self.hidden_size, dtype, dev, **qe)
 
     @property
@@ -160,7 +197,13 @@ class _RaggedAttentionBase(Module, _HeadShardable):
 
     # ── fused weights ──
     def _projections(self) -> list[Any]:
-        return [self.qkv_proj] if self.stacked_qkv else [self.q_proj, self.k_proj, self.v_proj]
+        """``[qkv_proj]`` (stacked) or the q, k and v projections, wherever this layer holds them."""
+        if self.stacked_qkv:
+            return [self.qkv_proj]
+        qkv = self.__dict__["_sublayers"].get("qkv_proj")
+        if isinstance(qkv, StackedLinear):
+            return [qkv._child(n) for n in ("q_proj", "k_proj", "v_proj")]
+        return [self.q_proj, self.k_proj, self.v_proj]
 
     @property
     def wqkv(self) -> Any:
@@ -180,32 +223,55 @@ class _RaggedAttentionBase(Module, _HeadShardable):
         return bs[0] if len(bs) == 1 else ops.concat(bs, axis=0)
 
     # ── sharding ──
+    def _shard_class(self) -> type:
+        return type(self)
+
     def shard(self, devices: Iterable[Any]) -> list[Any]:
-        """Tensor-parallel views, one per device: each owns ``n_heads / n`` query and
-        ``n_kv_heads / n`` KV heads (q/k/v rows split), ``o_proj`` split by columns;
-        the shards' outputs sum to the full output.
+        """Tensor-parallel views, one per device; their ``o_proj`` outputs sum to the full output.
+
+        Device ``i`` owns ``num_heads_for_device`` query heads (the first
+        devices one more when they do not split evenly: q rows and ``o_proj``
+        columns in whole heads) and the KV heads those queries read
+        (`query_kv_heads`: an even split when the groups allow it, else shared
+        or copied KV heads), so each view computes exactly its heads' part of
+        the single-device attention. A stacked ``qkv_proj`` splits its Q, K and
+        V rows the same way. Each view's ``kv_params`` gives the heads its
+        device's KV cache holds (``n_kv_heads_per_device``).
 
         Raises:
-            ValueError: the heads do not split evenly, or the layer is stacked/quantized.
+            ValueError: more devices than query heads.
         """
         devs = _devices(devices)
         n = len(devs)
         name = type(self).__name__
-        if self.n_heads % n or self.n_kv_heads % n:
-            raise ValueError(f"{name}.shard: {self.n_heads} query / {self.n_kv_heads} KV heads do not split evenly over {n} devices")
+        if n > self.n_heads:
+            raise ValueError(f"{name}.shard: {self.n_heads} query heads cannot be split over {n} devices (each device needs at least one head)")
+        hd, projections = self.head_dim, self._projections()
         if self.stacked_qkv:
-            raise ValueError(f"{name}.shard: stacked_qkv weights cannot be split by heads; load q/k/v separately")
-        for lin, axis in ((self.q_proj, 0), (self.k_proj, 0), (self.v_proj, 0), (self.o_proj, 1)):
-            lin.sharding_strategy = ShardingStrategy(n, axis)
-        parts = [lin.shard(devs) for lin in (self.q_proj, self.k_proj, self.v_proj, self.o_proj)]
-        kv_params = self.kv_params._tensor_parallel(devs)
+            projections[0].sharding_strategy = ShardingStrategy.stacked_qkv(n, self.n_heads, hd, num_kv_heads=self.n_kv_heads)
+        else:
+            q, k, v = projections
+            q.sharding_strategy = ShardingStrategy.head_aware_rowwise(n, self.n_heads, hd)
+            k.sharding_strategy = ShardingStrategy.head_aware_rowwise(n, self.n_heads, hd, num_kv_heads=self.n_kv_heads)
+            v.sharding_strategy = ShardingStrategy.head_aware_rowwise(n, self.n_heads, hd, num_kv_heads=self.n_kv_heads)
+        self.o_proj.sharding_strategy = ShardingStrategy.head_aware_columnwise(n, self.n_heads, hd)
+        parts = [lin.shard(devs) for lin in projections]
+        o_parts = self.o_proj.shard(devs)
+        projection_names = {"qkv_proj", "q_proj", "k_proj", "v_proj", "o_proj"}
         out = []
         for i, dev in enumerate(devs):
-            s = _shard_view(self)
-            s.n_heads, s.n_kv_heads, s.devices, s.kv_params = self.n_heads // n, self.n_kv_heads // n, [dev], kv_params
-            s.q_proj, s.k_proj, s.v_proj, s.o_proj = (p[i] for p in parts)
+            kv_heads = query_kv_heads(self.n_heads, self.n_kv_heads, i, n)
+            s = _shard_view(self, self._shard_class())
+            s.n_heads = num_heads_for_device(num_heads=self.n_heads, device_idx=i, num_devices=n)
+            s.n_kv_heads, s.devices = len(kv_heads), [dev]
+            s.kv_params = _device_kv_params(self.kv_params, devs, len(kv_heads))
+            if self.stacked_qkv:
+                s.qkv_proj = parts[0][i]
+            else:
+                s.q_proj, s.k_proj, s.v_proj = (p[i] for p in parts)
+            s.o_proj = o_parts[i]
             for k, v in self.__dict__.get("_sublayers", {}).items():
-                if k not in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                if k not in projection_names:
                     setattr(s, k, v)  # norms and rope are shared (replicated)
             out.append(s)
         return out
@@ -428,23 +494,52 @@ def _per_device(name: str, n: int, **lists: Any) -> None:
             raise ValueError(f"{name}: Expected {n} {k}, got {len(v)} (one entry per device)")
 
 
+def _allreduce_class() -> Any:
+    """`Allreduce` as the public ``attention_with_rope`` module names it (so it can be patched there, as in MAX).
+
+    Looked up when a layer is built: that module imports this one, so it cannot be imported at the top.
+    """
+    return importlib.import_module("maxfx.nn.attention.attention_with_rope").Allreduce
+
+
 class TensorParallelAttentionWithRope(AttentionWithRope, DistributedAttentionImpl):
     """Tensor-parallel wrapper that delegates sharding to the base module.
 
-    Each device runs `shard`'s slice of the heads on its copy of the input and
-    its own KV collection; the partial ``o_proj`` outputs are summed (an
-    allreduce) and the sum is returned on every device.
+    At construction the layer is split over ``devices`` (`AttentionWithRope.shard`):
+    ``list_of_attentions[i]`` is device ``i``'s `AttentionWithRope` with
+    ``num_heads_for_device`` query heads (uneven counts give the first devices
+    one more) and the KV heads they read. The q/k/v projections sit in
+    ``qkv_proj``: a fused weight split by heads (``stacked_qkv``) or an unfused
+    `StackedLinear` whose ``q_proj``/``k_proj``/``v_proj`` split by rows in whole
+    heads; ``o_proj`` splits its columns by heads. Weight names are those of
+    `AttentionWithRope`.
 
     Call: ``attn(layer_idx, xs, signal_buffers, kv_collections, freqs_cis, input_row_offsets)``
-    with per-device lists. With ``signal_buffers`` (one per device) the
-    partial outputs are summed by `Allreduce`; with None, by transfers and adds.
+    with per-device lists; device ``i``'s cache holds
+    ``list_of_attentions[i].kv_params.n_kv_heads_per_device`` heads. With
+    ``signal_buffers`` (one per device) the partial outputs are summed by
+    `Allreduce`; with None, by transfers and adds. The sum is returned on every device.
+
+    Example:
+        >>> attn = TensorParallelAttentionWithRope(rope=rope, num_attention_heads=3, num_key_value_heads=3,  # doctest: +SKIP
+        ...                                        hidden_size=24, kv_params=kv_params, devices=[cpu, cpu])
+        >>> [a.n_heads for a in attn.list_of_attentions]  # doctest: +SKIP
+        [2, 1]
     """
+
+    _grouped_heads_at_init = False
+    _qkv_as_container = True
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         n = len(self.devices)
-        if self.n_heads % n or self.n_kv_heads % n:
-            raise ValueError(f"TensorParallelAttentionWithRope: {self.n_heads} query / {self.n_kv_heads} KV heads do not split evenly over {n} devices")
+        self.sharding_strategy = ShardingStrategy.tensor_parallel(n)
+        # A plain attribute, not a sublayer: the views hold shards of this layer's own weights.
+        self.__dict__["list_of_attentions"] = self.shard(self.devices)
+        self.allreduce = _allreduce_class()(n)
+
+    def _shard_class(self) -> type:
+        return AttentionWithRope
 
     def __call__(self, layer_idx: Any, xs: Any, signal_buffers: Any = None, kv_collections: Any = None, freqs_cis: Any = None, input_row_offsets: Any = None, **kwargs: Any) -> list[Any]:  # type: ignore[override]
         n = len(self.devices)
@@ -454,10 +549,11 @@ class TensorParallelAttentionWithRope(AttentionWithRope, DistributedAttentionImp
             raise TypeError(f"{name}: All elements in input_row_offsets must be TensorValue instances, got {[type(o).__name__ for o in input_row_offsets]}")
         if signal_buffers is not None:
             _per_device(name, n, signal_buffers=signal_buffers)
-        shards = self.shard(self.devices)  # at call time: weights carry their qualified names by now
-        parts = [s._forward_shard(layer_idx, x, kv, f, o) for s, x, kv, f, o in zip(shards, xs, kv_collections, freqs_cis, input_row_offsets)]
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"{name}: num_attention_heads ({self.n_heads}) must be a multiple of num_key_value_heads ({self.n_kv_heads}) to run: each query head reads KV head (head // group)")
+        parts = [s._forward_shard(layer_idx, x, kv, f, o) for s, x, kv, f, o in zip(self.list_of_attentions, xs, kv_collections, freqs_cis, input_row_offsets)]
         if signal_buffers is not None and n > 1:
-            return Allreduce(num_accelerators=n)(parts, signal_buffers)
+            return self.allreduce(parts, signal_buffers)
         total = parts[0]
         for p in parts[1:]:
             total = total + _on(p, total.device)

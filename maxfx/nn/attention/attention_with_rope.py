@@ -1,7 +1,6 @@
 """``max.nn.attention.attention_with_rope``: an opaque KV Cache optimized attention mechanism with Rope."""
 
 from maxfx.nn.attention._rope_attention import (
-    Allreduce,
     AttentionWithRope,
     AttentionWithRopeNoOpaque,
     DataParallelAttentionWithRope,
@@ -10,6 +9,7 @@ from maxfx.nn.attention._rope_attention import (
     TensorParallelAttentionWithRope,
     distribute_value,
 )
+from maxfx.nn.comm import Allreduce
 
 __all__ = [
     "Allreduce",
