@@ -109,18 +109,40 @@ class Block:
         return list(seen.values())
 
     def format(self, indent: str = "") -> str:
-        """Readable text form of the block."""
+        """Readable text form of the block.
+
+        A subgraph ``call`` names its callee (``callee = @name``, as MAX prints
+        it); each called subgraph is printed once, after the block.
+        """
+        callees: dict[str, Block] = {}
+        lines = [self._format_body(indent, callees)]
+        printed: set[str] = set()
+        while len(printed) < len(callees):
+            for name, block in list(callees.items()):
+                if name not in printed:
+                    printed.add(name)
+                    lines.append(block._format_body(indent, callees))
+        return "\n".join(lines)
+
+    def _format_body(self, indent: str, callees: dict[str, Block]) -> str:
         lines = [f"{indent}{self.name}({', '.join(f'%{v.id}: {v.type}' for v in self.inputs)}) {{"]
         for n in self.nodes:
             outs = ", ".join(f"%{v.id}" for v in n.outputs)
             args = ", ".join(f"%{v.id}" for v in n.inputs)
-            params = ", ".join(f"{k}={_short(p)}" for k, p in n.params.items() if not isinstance(p, Block))
+            shown = {k: p for k, p in n.params.items() if not isinstance(p, Block)}
+            if n.op == "call":
+                callees.setdefault(n.params["name"], n.params["block"])
+                params = ", ".join([f"callee = @{shown.pop('name')}", *(f"{k}={_short(p)}" for k, p in shown.items())])
+            else:
+                params = ", ".join(f"{k}={_short(p)}" for k, p in shown.items())
             lhs = f"{outs} = " if outs else ""
             types = " : " + ", ".join(str(v.type) for v in n.outputs) if n.outputs else ""
             lines.append(f"{indent}  {lhs}{n.op}({args}{', ' if args and params else ''}{params}){types}")
+            if n.op == "call":
+                continue
             for p in n.params.values():
                 for b in blocks_in(p):
-                    lines.append(b.format(indent + "    "))
+                    lines.append(b._format_body(indent + "    ", callees))
         lines.append(f"{indent}  return {', '.join(f'%{v.id}' for v in self.outputs)}")
         lines.append(f"{indent}}}")
         return "\n".join(lines)

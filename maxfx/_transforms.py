@@ -22,7 +22,7 @@ Example:
     >>> import maxfx
     >>> from maxfx.experimental.tensor import Tensor
     >>> f = lambda x: (x * x).sum(axis=0).squeeze(0)
-    >>> maxfx.grad(f)(Tensor.constant([1.0, 2.0])).to_numpy().tolist()
+    >>> maxfx.grad(f)(Tensor([1.0, 2.0])).to_numpy().tolist()
     [2.0, 4.0]
 """
 
@@ -275,7 +275,7 @@ def value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0, ha
     Example:
         >>> import maxfx
         >>> from maxfx.experimental.tensor import Tensor
-        >>> loss, g = maxfx.value_and_grad(lambda w: (w * w).sum(axis=0).squeeze(0))(Tensor.constant([3.0]))
+        >>> loss, g = maxfx.value_and_grad(lambda w: (w * w).sum(axis=0).squeeze(0))(Tensor([3.0]))
         >>> loss.item(), g.to_numpy().tolist()
         (9.0, [6.0])
     """
@@ -305,7 +305,7 @@ def grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: boo
         >>> import maxfx
         >>> from maxfx.experimental import functional as F
         >>> from maxfx.experimental.tensor import Tensor
-        >>> maxfx.grad(lambda x: F.sum(F.sin(x)).squeeze(0))(Tensor.constant([0.0])).to_numpy().tolist()
+        >>> maxfx.grad(lambda x: F.sum(F.sin(x)).squeeze(0))(Tensor([0.0])).to_numpy().tolist()
         [1.0]
     """
     vg = _value_and_grad(fun, argnums, has_aux, allow_int, "maxfx.grad")
@@ -363,7 +363,7 @@ def checkpoint(fun: Callable[..., Any], **checkpoint_kwargs: Any) -> Callable[..
         >>> from maxfx.experimental import functional as F
         >>> from maxfx.experimental.tensor import Tensor
         >>> body = maxfx.checkpoint(lambda x: F.tanh(x) * 2)
-        >>> maxfx.grad(lambda x: body(x).sum(axis=0).squeeze(0))(Tensor.constant([0.0])).to_numpy().tolist()
+        >>> maxfx.grad(lambda x: body(x).sum(axis=0).squeeze(0))(Tensor([0.0])).to_numpy().tolist()
         [2.0]
     """
     as_module = _module_as_argument(fun, checkpoint, ("static_argnums",), **checkpoint_kwargs)
@@ -408,7 +408,7 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
     Example:
         >>> import maxfx
         >>> from maxfx.experimental.tensor import Tensor
-        >>> total, running = maxfx.scan(lambda c, x: (c + x, c + x), Tensor.constant(0.0), Tensor.constant([1.0, 2.0, 3.0]))
+        >>> total, running = maxfx.scan(lambda c, x: (c + x, c + x), Tensor(0.0), Tensor([1.0, 2.0, 3.0]))
         >>> total.item(), running.to_numpy().tolist()
         (6.0, [1.0, 3.0, 6.0])
     """

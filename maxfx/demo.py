@@ -39,17 +39,17 @@ def _title(text: str) -> None:
 
 def guide_eager_tour() -> None:
     _title("0. eager tensors from the MAX developer guide")
-    x = Tensor.constant([1.0, -2.0, 3.0, -4.0, 5.0])
+    x = Tensor([1.0, -2.0, 3.0, -4.0, 5.0])
     print(F.relu(x))
-    a, b = Tensor.constant([1.0, 2.0, 3.0]), Tensor.constant([4.0, 5.0, 6.0])
+    a, b = Tensor([1.0, 2.0, 3.0]), Tensor([4.0, 5.0, 6.0])
     print(a + b)
     print(a * b)
-    m = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
+    m = Tensor([[1.0, 2.0], [3.0, 4.0]])
     w = random.gaussian([2, 2], std=0.1)
     h = F.relu(m @ w) + 1  # recorded lazily: matmul, relu and add realize as one program below
     print(h.mean(axis=-1))  # reductions keep the axis, as in MAX
     try:
-        m @ Tensor.constant([1.0, 2.0, 3.0])  # shapes are checked at the call, before anything runs
+        m @ Tensor([1.0, 2.0, 3.0])  # shapes are checked at the call, before anything runs
     except ValueError as e:
         print(f"{type(e).__name__}: {e}")
 
@@ -140,7 +140,7 @@ def tiny_llm(steps: int = 300) -> None:
         starts = rng.integers(0, len(ids) - seq - 1, batch)
         x = np.stack([ids[s : s + seq] for s in starts])
         y = np.stack([ids[s + 1 : s + seq + 1] for s in starts])
-        model, state, loss = step(model, state, Tensor.constant(x), Tensor.constant(y))
+        model, state, loss = step(model, state, Tensor(x), Tensor(y))
         if i % 100 == 0 or i == steps - 1:
             print(f"step {i:4d}  loss {loss.item():.3f}")
     print(f"trained {steps} steps in {time.perf_counter() - t0:.1f} s ({model.config.num_hidden_layers} layers, "

@@ -168,7 +168,7 @@ def test_eager_functional_flash_attention(monkeypatch, rng, causal, window, inte
     s = 6 + interpret  # eager programs are cached per structure and shape, not per kernel mode
     q = rng.normal(size=(1, s, 4, 8)).astype(np.float32)
     k, v = (rng.normal(size=(1, s, 2, 8)).astype(np.float32) for _ in range(2))
-    out = F.flash_attention(Tensor.constant(q), Tensor.constant(k), Tensor.constant(v), causal=causal, local_window_size=window).to_numpy()
+    out = F.flash_attention(Tensor(q), Tensor(k), Tensor(v), causal=causal, local_window_size=window).to_numpy()
     assert bool(calls) == interpret
     mask = "null" if not causal else ("sliding_window" if window > 0 else "causal")
     want = np_attend(q[0], k[0], v[0], np.arange(s), s, mask, 1 / np.sqrt(8), window)
@@ -176,11 +176,11 @@ def test_eager_functional_flash_attention(monkeypatch, rng, causal, window, inte
 
 
 def test_eager_functional_flash_attention_errors():
-    x = Tensor.constant(np.zeros((1, 2, 2, 4), np.float32))
+    x = Tensor(np.zeros((1, 2, 2, 4), np.float32))
     with pytest.raises(Exception, match="flash_attention: local_window_size=3 .*causal=True"):
         F.flash_attention(x, x, x, local_window_size=3)
     with pytest.raises(Exception, match=r"attention: q must be a rank-4 floating-point tensor, got float32\[2, 4\]"):
-        F.flash_attention(Tensor.constant(np.zeros((2, 4), np.float32)), x, x, scale=1.0)
+        F.flash_attention(Tensor(np.zeros((2, 4), np.float32)), x, x, scale=1.0)
 
 
 def _np_softmax_attention(q, k, v, scale):

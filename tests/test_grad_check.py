@@ -54,7 +54,7 @@ def test_grad_check(name, index):
 
         def f(*arrays):
             differentiated = dict(zip(example.wrt, arrays))
-            tensors = [Tensor.from_dlpack(differentiated[i]) if i in differentiated else Tensor.constant(a) for i, a in enumerate(example.inputs)]
+            tensors = [Tensor.from_dlpack(differentiated[i]) if i in differentiated else Tensor(a) for i, a in enumerate(example.inputs)]
             return _raw_outputs(example.call(front, *tensors))
 
         assert f(*args), f"{name}: the example produced no float output"
@@ -66,7 +66,7 @@ def test_grad_check(name, index):
 @pytest.mark.parametrize("name", ["max_pool2d", "avg_pool2d"])
 def test_pools_differentiate_under_jit(name):
     front = get_op(name).front
-    x = Tensor.constant(RNG.permutation(np.linspace(-2, 2, 18)).reshape(1, 3, 3, 2).astype(np.float32))  # no ties
+    x = Tensor(RNG.permutation(np.linspace(-2, 2, 18)).reshape(1, 3, 3, 2).astype(np.float32))  # no ties
     g = maxfx.jit(maxfx.grad(lambda t: F.sum(F.reshape(front(t, (2, 2), stride=1), [-1]), axis=0).squeeze(0)))(x)
     assert list(g.shape) == [1, 3, 3, 2]
 
@@ -77,14 +77,14 @@ def test_maxfx_grad_agrees_with_finite_differences_through_tensors():
     front = get_op("softmax").front
 
     def loss(t: Tensor) -> Tensor:
-        s = front(t) * Tensor.constant(w)
+        s = front(t) * Tensor(w)
         return s.sum(axis=1).sum(axis=0).squeeze(0).squeeze(0)
 
-    g = maxfx.grad(loss)(Tensor.constant(x, dtype=DType.float64)).to_numpy()
+    g = maxfx.grad(loss)(Tensor(x, dtype=DType.float64)).to_numpy()
     eps = 1e-6
     num = np.zeros_like(x)
     for idx in np.ndindex(*x.shape):
         d = np.zeros_like(x)
         d[idx] = eps
-        num[idx] = (loss(Tensor.constant(x + d, dtype=DType.float64)).item() - loss(Tensor.constant(x - d, dtype=DType.float64)).item()) / (2 * eps)
+        num[idx] = (loss(Tensor(x + d, dtype=DType.float64)).item() - loss(Tensor(x - d, dtype=DType.float64)).item()) / (2 * eps)
     np.testing.assert_allclose(g, num, rtol=1e-6, atol=1e-8)

@@ -56,7 +56,7 @@ def test_the_plan_is_shared_across_contexts():
     with Graph("g", input_types=[t]) as g:
         y = g.inputs[0].tensor + 2
         g.output(y)
-    x = Tensor.constant(np.arange(3, dtype=np.int32))
+    x = Tensor(np.arange(3, dtype=np.int32))
     assert (x + 2).type == y.type  # same plan, same output type in graph and eager
 
 
@@ -68,7 +68,7 @@ def _in_graph(fn, *arrays):
 
 
 def _eager(fn, *arrays):
-    return fn(*[Tensor.constant(a) for a in arrays]).to_numpy()
+    return fn(*[Tensor(a) for a in arrays]).to_numpy()
 
 
 def _traced(fn, *arrays):
@@ -121,10 +121,10 @@ def test_jax_arrays_are_typed_values_in_every_mode():
     x = np.arange(3, dtype=np.float32)
     j = jnp.asarray([1, 2, 3], dtype=jnp.int32)
     with pytest.raises(ValueError, match="incompatible input dtypes"):
-        F.add(Tensor.constant(x), j)
+        F.add(Tensor(x), j)
     with Graph("g", input_types=[TensorType(DType.float32, [3])]) as g, pytest.raises(ValueError, match="incompatible input dtypes"):
         ops.add(g.inputs[0].tensor, j)
-    np.testing.assert_array_equal(F.add(Tensor.constant(x), j.astype(jnp.float32)).to_numpy(), x + [1, 2, 3])
+    np.testing.assert_array_equal(F.add(Tensor(x), j.astype(jnp.float32)).to_numpy(), x + [1, 2, 3])
 
 
 # ─── immediacy is a registry flag ─────────────────────────────────────────
@@ -139,7 +139,7 @@ def test_immediate_ops_are_flagged_in_the_registry():
 
 
 def test_eager_records_ordinary_ops_and_runs_immediate_ones():
-    x = Tensor.constant([1.0, 2.0])
+    x = Tensor([1.0, 2.0])
     with F.lazy():
         y = x + 1
     assert not y.real
@@ -153,7 +153,7 @@ def test_eager_records_ordinary_ops_and_runs_immediate_ones():
 
 def test_eager_realization_uses_the_shared_executable_cache():
     EXECUTABLES.clear()
-    x = Tensor.constant(np.arange(5, dtype=np.float32))
+    x = Tensor(np.arange(5, dtype=np.float32))
     for _ in range(3):  # inside F.lazy: first sighting runs op by op, the second compiles, the third hits
         with F.lazy():
             y = F.exp(x) * 3 - 1
@@ -176,7 +176,7 @@ def test_executable_cache_is_bounded_lru():
 
 
 def test_pending_work_is_an_ir_block_run_by_the_interpreter():
-    x = Tensor.constant([1.0, 4.0])
+    x = Tensor([1.0, 4.0])
     with F.lazy():
         y = F.sqrt(x) + 1
     block = eager.pending_block([y._var])
@@ -188,7 +188,7 @@ def test_captured_data_lands_on_the_device_of_the_graph_values():
     """An eager tensor or JAX array next to graph values becomes a constant on their device (building only)."""
     gpu = DeviceRef.GPU()
     with Graph("g", input_types=[TensorType(DType.float32, [3], gpu)]) as g:
-        y = ops.add(g.inputs[0].tensor, Tensor.constant([1.0, 2.0, 3.0]))
+        y = ops.add(g.inputs[0].tensor, Tensor([1.0, 2.0, 3.0]))
         z = ops.mul(g.inputs[0].tensor, jnp.ones(3, jnp.float32))
         g.output(y, z)
     assert y.type.device == gpu and z.type.device == gpu

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Names maxfx.graph.ops re-exports beside the op fronts (MAX documents them there).
 OPS_REEXPORTS = {"Callable", "DeviceRef", "InterpolationMode", "TensorType"}
 # MAX's submodules of ops (ops.random.uniform, ops.elementwise.max...), exported beside the fronts.
-OPS_SUBMODULES = {"complex", "elementwise", "random", "reduction"}
+OPS_SUBMODULES = {"allreduce", "complex", "elementwise", "random", "reduction"}
 
 
 def _public(module) -> set[str]:

@@ -39,7 +39,7 @@ def _regression(n: int = 256, seed: int = 0):
     x = rng.uniform(-1, 1, size=(n, 4)).astype(np.float32)
     a = np.array([1.5, -2.0, 0.5, 1.0], np.float32)
     y = (np.sin(x @ a) + 0.5 * x[:, 1] * x[:, 2])[:, None].astype(np.float32)
-    return Tensor.constant(x), Tensor.constant(y)
+    return Tensor(x), Tensor(y)
 
 
 def test_sgd_step_matches_hand_computed_update():
@@ -98,11 +98,11 @@ def test_loss_fn_matches_numpy_cross_entropy():
     model = ct.CharTransformer(vocab_size=7, dim=8, heads=2, layers=1, max_len=5)
     rng = np.random.default_rng(1)
     tokens, targets = rng.integers(0, 7, size=(2, 5)), rng.integers(0, 7, size=(2, 5))
-    logits = model(Tensor.constant(tokens)).to_numpy().astype(np.float64)
+    logits = model(Tensor(tokens)).to_numpy().astype(np.float64)
     logp = logits - logits.max(-1, keepdims=True)
     logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
     expected = -np.take_along_axis(logp, targets[..., None], -1).mean()
-    np.testing.assert_allclose(ct.loss_fn(model, Tensor.constant(tokens), Tensor.constant(targets)).item(), expected, rtol=1e-5)
+    np.testing.assert_allclose(ct.loss_fn(model, Tensor(tokens), Tensor(targets)).item(), expected, rtol=1e-5)
 
 
 def test_attention_is_causal():
@@ -111,7 +111,7 @@ def test_attention_is_causal():
     a = np.array([[1, 2, 3, 4, 0, 1]])
     b = a.copy()
     b[0, 4:] = [3, 3]
-    la, lb = model(Tensor.constant(a)).to_numpy(), model(Tensor.constant(b)).to_numpy()
+    la, lb = model(Tensor(a)).to_numpy(), model(Tensor(b)).to_numpy()
     np.testing.assert_allclose(la[:, :4], lb[:, :4], rtol=1e-6)
     assert not np.allclose(la[:, 4:], lb[:, 4:])
 
@@ -140,7 +140,7 @@ def test_errors_name_the_problem():
         ids: Tensor
 
     with pytest.raises(TypeError, match=r"parameter \.ids has dtype int64, shape \[2\]"):
-        optim.init(optax.sgd(0.1), WithIds(Tensor.ones([2]), Tensor.constant([0, 1], dtype=DType.int64)))
+        optim.init(optax.sgd(0.1), WithIds(Tensor.ones([2]), Tensor([0, 1], dtype=DType.int64)))
     with pytest.raises(TypeError, match="optax GradientTransformation"):
         optim.make_train_step(mse, "adam")
     with pytest.raises(TypeError, match="optax GradientTransformation"):

@@ -62,7 +62,7 @@ def _loss(m, x, y):
 
 def test_grad_of_tensor_function_matches_numpy():
     x = RNG.normal(size=5).astype(np.float32)
-    g = maxfx.grad(lambda t: _sum_all(F.sin(t) * t))(Tensor.constant(x))
+    g = maxfx.grad(lambda t: _sum_all(F.sin(t) * t))(Tensor(x))
     assert isinstance(g, Tensor) and g.dtype is DType.float32
     np.testing.assert_allclose(g.to_numpy(), np.cos(x) * x + np.sin(x), rtol=1e-5)
 
@@ -70,7 +70,7 @@ def test_grad_of_tensor_function_matches_numpy():
 def test_value_and_grad_over_module_matches_raw_jax():
     m = _mlp()
     x, y = RNG.normal(size=(4, 3)).astype(np.float32), RNG.normal(size=(4, 2)).astype(np.float32)
-    loss, grads = maxfx.value_and_grad(_loss)(m, Tensor.constant(x), Tensor.constant(y))
+    loss, grads = maxfx.value_and_grad(_loss)(m, Tensor(x), Tensor(y))
     ref_loss, ref_grads = jax.value_and_grad(lambda p: jnp.sum((_jax_mlp(p, x) - y) ** 2))(_raw(m))
     assert isinstance(loss, Tensor) and loss.shape == []
     np.testing.assert_allclose(loss.item(), float(ref_loss), rtol=1e-5)
@@ -82,7 +82,7 @@ def test_value_and_grad_over_module_matches_raw_jax():
 
 
 def test_grad_argnums_and_has_aux():
-    a, b = Tensor.constant([1.0, 2.0]), Tensor.constant([3.0, 4.0])
+    a, b = Tensor([1.0, 2.0]), Tensor([3.0, 4.0])
     (ga, gb), aux = maxfx.grad(lambda a, b: (_sum_all(a * b), a + b), argnums=(0, 1), has_aux=True)(a, b)
     assert ga.to_numpy().tolist() == [3.0, 4.0] and gb.to_numpy().tolist() == [1.0, 2.0]
     assert isinstance(aux, Tensor) and aux.to_numpy().tolist() == [4.0, 6.0]
@@ -98,14 +98,14 @@ def test_grad_of_non_scalar_output_names_dtype_and_shape():
         def double(x):
             return x * 2
 
-        maxfx.grad(double)(Tensor.constant([1.0, 2.0]))
+        maxfx.grad(double)(Tensor([1.0, 2.0]))
 
 
 def test_grad_with_respect_to_integer_tensor_names_the_argument():
     def loss(weights, tokens):
         return _sum_all(weights)
 
-    w, tok = Tensor.constant([1.0]), Tensor.constant([1, 2, 3], dtype=DType.int64)
+    w, tok = Tensor([1.0]), Tensor([1, 2, 3], dtype=DType.int64)
     with pytest.raises(TypeError, match=r"argument 1 \('tokens'\).*int64, shape \[3\]"):
         maxfx.grad(loss, argnums=1)(w, tok)
     assert maxfx.grad(loss)(w, tok).to_numpy().tolist() == [1.0]  # not differentiated: fine
@@ -117,21 +117,21 @@ def test_grad_with_respect_to_module_with_integer_parameter_names_the_path():
         table: Tensor
         ids: Tensor
 
-    m = Lookup(Tensor.ones([4, 2]), Tensor.constant([0, 3], dtype=DType.int32))
+    m = Lookup(Tensor.ones([4, 2]), Tensor([0, 3], dtype=DType.int32))
     with pytest.raises(TypeError, match=r"argument 0 \('m'\) at \.ids.*int32, shape \[2\]"):
         maxfx.grad(lambda m: _sum_all(F.gather(m.table, m.ids, axis=0)))(m)
 
 
 def test_has_aux_needs_a_pair():
     with pytest.raises(TypeError, match="pair"):
-        maxfx.grad(lambda x: _sum_all(x), has_aux=True)(Tensor.constant([1.0]))
+        maxfx.grad(lambda x: _sum_all(x), has_aux=True)(Tensor([1.0]))
 
 
 # ─── jit ──────────────────────────────────────────────────────────────────
 
 
 def test_jit_output_rule():
-    x = Tensor.constant([1.0, 2.0])
+    x = Tensor([1.0, 2.0])
 
     @maxfx.jit
     def f(x):
@@ -145,14 +145,14 @@ def test_jit_output_rule():
 
 
 def test_jit_keeps_64_bit_types_like_eager():
-    x = Tensor.constant([[1.0, 5.0, 2.0]])
+    x = Tensor([[1.0, 5.0, 2.0]])
     eager = F.argmax(x, axis=-1)
     jitted = maxfx.jit(lambda t: F.argmax(t, axis=-1))(x)
     assert eager.dtype is DType.int64 and jitted.dtype is DType.int64
     assert jitted.to_numpy().tolist() == [[1]]
-    ids = Tensor.constant([2**40], dtype=DType.int64)
+    ids = Tensor([2**40], dtype=DType.int64)
     assert maxfx.jit(lambda t: t + 1)(ids).to_numpy().tolist() == [2**40 + 1]
-    d = Tensor.constant([1.0], dtype=DType.float64)
+    d = Tensor([1.0], dtype=DType.float64)
     assert maxfx.jit(lambda t: t * 3)(d).dtype is DType.float64
 
 
@@ -160,22 +160,22 @@ def test_jit_static_argnums_and_module_argument():
     m = _mlp()
     x = RNG.normal(size=(2, 3)).astype(np.float32)
     f = maxfx.jit(lambda m, x, scale: m(x) * scale, static_argnums=2)
-    np.testing.assert_allclose(f(m, Tensor.constant(x), 2.0).to_numpy(), 2 * np.asarray(_jax_mlp(_raw(m), x)), rtol=1e-5, atol=1e-6)
-    assert "dot_general" in f.lower(m, Tensor.constant(x), 2.0).as_text()
+    np.testing.assert_allclose(f(m, Tensor(x), 2.0).to_numpy(), 2 * np.asarray(_jax_mlp(_raw(m), x)), rtol=1e-5, atol=1e-6)
+    assert "dot_general" in f.lower(m, Tensor(x), 2.0).as_text()
 
 
 def test_jit_vmap_checkpoint_of_a_module_take_its_weights_as_arguments():
     m = Linear(3, 2)  # fresh: its random weights are still pending in the eager graph
     x = RNG.normal(size=(4, 3)).astype(np.float32)
     f = maxfx.jit(m)
-    out = f(Tensor.constant(x))
+    out = f(Tensor(x))
     assert isinstance(m.weight._var.array, jax.Array) and not isinstance(m.weight._var.array, jax.core.Tracer)
     w, b = m.weight.to_numpy(), m.bias.to_numpy()
     np.testing.assert_allclose(out.to_numpy(), x @ w.T + b, rtol=1e-5, atol=1e-6)
     m.weight = m.weight * 0  # an in-place update is seen: weights are inputs, not baked constants
-    np.testing.assert_allclose(f(Tensor.constant(x)).to_numpy(), np.broadcast_to(b, (4, 2)), rtol=1e-6)
-    np.testing.assert_allclose(maxfx.vmap(m)(Tensor.constant(x)).to_numpy(), np.broadcast_to(b, (4, 2)), rtol=1e-6)
-    g = maxfx.grad(lambda t: _sum_all(maxfx.checkpoint(m)(t)))(Tensor.constant(x))
+    np.testing.assert_allclose(f(Tensor(x)).to_numpy(), np.broadcast_to(b, (4, 2)), rtol=1e-6)
+    np.testing.assert_allclose(maxfx.vmap(m)(Tensor(x)).to_numpy(), np.broadcast_to(b, (4, 2)), rtol=1e-6)
+    g = maxfx.grad(lambda t: _sum_all(maxfx.checkpoint(m)(t)))(Tensor(x))
     np.testing.assert_allclose(g.to_numpy(), np.zeros((4, 3)), atol=0)
 
 
@@ -192,22 +192,22 @@ def test_pending_tensor_closed_over_by_jax_jit_stays_concrete():
 def test_vmap_with_shared_module():
     m = _mlp()
     x = RNG.normal(size=(6, 3)).astype(np.float32)
-    per_row = maxfx.vmap(lambda m, row: m(F.unsqueeze(row, 0)), in_axes=(None, 0))(m, Tensor.constant(x))
+    per_row = maxfx.vmap(lambda m, row: m(F.unsqueeze(row, 0)), in_axes=(None, 0))(m, Tensor(x))
     assert isinstance(per_row, Tensor) and list(per_row.shape) == [6, 1, 2]
     np.testing.assert_allclose(per_row.to_numpy()[:, 0], np.asarray(_jax_mlp(_raw(m), x)), rtol=1e-5, atol=1e-6)
 
 
 def test_per_example_gradients_vmap_of_grad():
-    w = Tensor.constant([1.0, -2.0])
+    w = Tensor([1.0, -2.0])
     xs = RNG.normal(size=(4, 2)).astype(np.float32)
-    per_example = maxfx.vmap(maxfx.grad(lambda w, x: _sum_all(w * x) ** 2), in_axes=(None, 0))(w, Tensor.constant(xs))
+    per_example = maxfx.vmap(maxfx.grad(lambda w, x: _sum_all(w * x) ** 2), in_axes=(None, 0))(w, Tensor(xs))
     expected = 2 * (xs @ np.array([1.0, -2.0]))[:, None] * xs
     np.testing.assert_allclose(per_example.to_numpy(), expected, rtol=1e-5)
 
 
 def test_checkpoint_gives_same_gradients_and_remats():
     m = _mlp()
-    x, y = Tensor.constant(RNG.normal(size=(4, 3)).astype(np.float32)), Tensor.constant(np.zeros((4, 2), np.float32))
+    x, y = Tensor(RNG.normal(size=(4, 3)).astype(np.float32)), Tensor(np.zeros((4, 2), np.float32))
     plain = maxfx.grad(_loss)(m, x, y)
     ckpt = maxfx.grad(lambda m, x, y: _loss(maxfx.checkpoint(m), x, y))(m, x, y)
     for (_, a), (_, b) in zip(plain.parameters, ckpt.parameters):
@@ -218,13 +218,13 @@ def test_checkpoint_gives_same_gradients_and_remats():
 
 
 def test_scan_cumulative_sum():
-    total, running = maxfx.scan(lambda c, x: (c + x, c + x), Tensor.constant(0.0), Tensor.constant([1.0, 2.0, 3.0]))
+    total, running = maxfx.scan(lambda c, x: (c + x, c + x), Tensor(0.0), Tensor([1.0, 2.0, 3.0]))
     assert isinstance(total, Tensor) and isinstance(running, Tensor)
     assert total.item() == 6.0 and running.to_numpy().tolist() == [1.0, 3.0, 6.0]
 
 
 def test_scan_carry_may_come_back_as_raw_array():
-    total, _ = maxfx.scan(lambda c, x: (jnp.add(c, x), None), Tensor.constant(0.0), Tensor.constant([1.0, 2.0]))
+    total, _ = maxfx.scan(lambda c, x: (jnp.add(c, x), None), Tensor(0.0), Tensor([1.0, 2.0]))
     assert isinstance(total, Tensor) and total.item() == 3.0
 
 
@@ -232,7 +232,7 @@ def test_scan_over_stacked_layers_equals_sequential():
     layers = [Linear(4, 4) for _ in range(3)]
     stacked = jax.tree.map(lambda *p: jnp.stack(p), *layers)
     assert isinstance(stacked, Linear) and list(stacked.weight.shape) == [3, 4, 4]
-    x = Tensor.constant(RNG.normal(size=(2, 4)).astype(np.float32))
+    x = Tensor(RNG.normal(size=(2, 4)).astype(np.float32))
 
     def run(stacked, x):
         out, _ = maxfx.scan(lambda h, layer: (F.tanh(layer(h)), None), x, stacked)
@@ -249,14 +249,14 @@ def test_scan_over_stacked_layers_equals_sequential():
 
 def test_scan_body_must_return_pair():
     with pytest.raises(TypeError, match="pair"):
-        maxfx.scan(lambda c, x: c, Tensor.constant(0.0), Tensor.constant([1.0]))
+        maxfx.scan(lambda c, x: c, Tensor(0.0), Tensor([1.0]))
 
 
 # ─── composition with raw JAX ────────────────────────────────────────────
 
 
 def test_composes_with_raw_jax_transforms():
-    x = Tensor.constant([0.5, -1.0])
+    x = Tensor([0.5, -1.0])
     f = lambda t: _sum_all(F.exp(t))  # noqa: E731
     expected = np.exp([0.5, -1.0])
     # Raw jax.grad wants a JAX array output, not a Tensor pytree: jnp.asarray converts explicitly.
@@ -266,7 +266,7 @@ def test_composes_with_raw_jax_transforms():
         out = g(x)
         assert isinstance(out, Tensor)
         np.testing.assert_allclose(out.to_numpy(), expected, rtol=1e-6)
-    batched = maxfx.jit(jax.vmap(lambda t: F.relu(t) * 2))(Tensor.constant([[-1.0, 2.0], [3.0, -4.0]]))
+    batched = maxfx.jit(jax.vmap(lambda t: F.relu(t) * 2))(Tensor([[-1.0, 2.0], [3.0, -4.0]]))
     assert batched.to_numpy().tolist() == [[0.0, 4.0], [6.0, 0.0]]
 
 
@@ -278,7 +278,7 @@ def test_lax_control_flow_inside_maxfx_jit():
         y = jax.lax.cond(jnp.asarray(_sum_all(y) > 0), lambda t: t + 1, lambda t: t - 1, y)
         return jax.lax.while_loop(lambda t: jnp.asarray(_sum_all(t) < 100), lambda t: t * 3, y)
 
-    out = f(Tensor.constant([1.0, 2.0]), 3)  # [8, 16] -> [9, 17] -> [27, 51] -> [81, 153]
+    out = f(Tensor([1.0, 2.0]), 3)  # [8, 16] -> [9, 17] -> [27, 51] -> [81, 153]
     assert isinstance(out, Tensor) and out.to_numpy().tolist() == [81.0, 153.0]
 
 

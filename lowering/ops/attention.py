@@ -224,8 +224,8 @@ def attention(q, k, v, *, mask: str = "causal", scale: float, window: int = -1, 
         >>> import numpy as np
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> q = Tensor.constant(np.zeros((1, 2, 1, 2), np.float32))  # [batch, seq, heads, dim]: equal scores
-        >>> v = Tensor.constant(np.array([10.0, 0.0, 20.0, 2.0], np.float32).reshape(1, 2, 1, 2))
+        >>> q = Tensor(np.zeros((1, 2, 1, 2), np.float32))  # [batch, seq, heads, dim]: equal scores
+        >>> v = Tensor(np.array([10.0, 0.0, 20.0, 2.0], np.float32).reshape(1, 2, 1, 2))
         >>> ops.attention(q, q, v, mask="causal", scale=0.125)[0, :, 0]  # query 1 averages keys 0 and 1
         TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [10.0, 0.0, 15.0, 1.0]
         >>> ops.attention(q, q, v, mask="null", scale=0.125)[0, :, 0]
@@ -314,9 +314,9 @@ def ragged_attention(q, k, v, input_row_offsets, *, mask: str = "causal", scale:
         >>> import numpy as np
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> q = Tensor.constant(np.zeros((3, 1, 2), np.float32))  # [total_tokens, heads, dim]: equal scores
-        >>> v = Tensor.constant(np.array([[[10.0, 0.0]], [[20.0, 2.0]], [[30.0, 4.0]]], np.float32))
-        >>> offsets = Tensor.constant(np.array([0, 2, 3], np.uint32))  # sequences: rows 0-1 and row 2
+        >>> q = Tensor(np.zeros((3, 1, 2), np.float32))  # [total_tokens, heads, dim]: equal scores
+        >>> v = Tensor(np.array([[[10.0, 0.0]], [[20.0, 2.0]], [[30.0, 4.0]]], np.float32))
+        >>> offsets = Tensor(np.array([0, 2, 3], np.uint32))  # sequences: rows 0-1 and row 2
         >>> ops.ragged_attention(q, q, v, offsets, mask="causal", scale=0.125)[:, 0]
         TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [10.0, 0.0, 15.0, 1.0, 30.0, 4.0]
     """
@@ -678,10 +678,10 @@ def rope_ragged(x, freqs_cis, input_row_offsets, start_positions, *, interleaved
         >>> import numpy as np
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> freqs_cis = Tensor.constant([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]])  # (cos, sin): 90 degrees per position
-        >>> x = Tensor.constant(np.array([[[1.0, 0.0]], [[1.0, 0.0]]], np.float32))  # [tokens, heads, head_dim]
-        >>> offsets = Tensor.constant(np.array([0, 2], np.uint32))
-        >>> start = Tensor.constant(np.array([1], np.uint32))  # the sequence starts at position 1
+        >>> freqs_cis = Tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]])  # (cos, sin): 90 degrees per position
+        >>> x = Tensor(np.array([[[1.0, 0.0]], [[1.0, 0.0]]], np.float32))  # [tokens, heads, head_dim]
+        >>> offsets = Tensor(np.array([0, 2], np.uint32))
+        >>> start = Tensor(np.array([1], np.uint32))  # the sequence starts at position 1
         >>> ops.rope_ragged(x, freqs_cis, offsets, start)[:, 0]  # rotated by 90 and 180 degrees
         TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [0.0, 1.0, -1.0, 0.0]
     """

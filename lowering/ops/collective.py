@@ -385,8 +385,8 @@ def shard_and_stack(inputs: Iterable[Any], devices: Iterable[Any], axis: int = 0
         >>> import numpy as np
         >>> from maxfx.graph import DeviceRef, ops
         >>> from maxfx.tensor import Tensor
-        >>> a = Tensor.constant(np.arange(4, dtype=np.float32))
-        >>> b = Tensor.constant(np.arange(4, 8, dtype=np.float32))
+        >>> a = Tensor(np.arange(4, dtype=np.float32))
+        >>> b = Tensor(np.arange(4, 8, dtype=np.float32))
         >>> first, second = ops.shard_and_stack([a, b], [DeviceRef.CPU(), DeviceRef.CPU()])
         >>> first.to_numpy().tolist(), second.to_numpy().tolist()
         ([[0.0, 1.0], [4.0, 5.0]], [[2.0, 3.0], [6.0, 7.0]])

@@ -165,7 +165,7 @@ def cast(x: Any, dtype: DType):
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.dtype import DType
-        >>> ops.cast(Tensor.constant([-1.7, 0.5, 2.9]), DType.int32)  # truncates toward zero
+        >>> ops.cast(Tensor([-1.7, 0.5, 2.9]), DType.int32)  # truncates toward zero
         TensorType(dtype=int32, shape=[Dim(3)], device=cpu:0): [-1, 0, 2]
     """
     return bind(cast_p, x, dtype=dtype)

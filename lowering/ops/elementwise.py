@@ -199,7 +199,7 @@ def abs(x):  # noqa: A001 - MAX's name
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.abs(Tensor.constant([-1.5, 0.0, 2.0]))
+        >>> ops.abs(Tensor([-1.5, 0.0, 2.0]))
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [1.5, 0.0, 2.0]
     """
     return _bind_unary(abs_p, x)
@@ -215,7 +215,7 @@ def acos(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.acos(Tensor.constant([1.0, 0.0, 2.0, -2.0]))  # 2.0 and -2.0 are clamped
+        >>> ops.acos(Tensor([1.0, 0.0, 2.0, -2.0]))  # 2.0 and -2.0 are clamped
         TensorType(dtype=float32, shape=[Dim(4)], device=cpu:0): [0.0, 1.5707..., 0.0, 3.1415...]
     """
     return _bind_unary(acos_p, x)
@@ -228,7 +228,7 @@ def atanh(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.atanh(Tensor.constant([0.0, 0.5, 1.0, 2.0]))
+        >>> ops.atanh(Tensor([0.0, 0.5, 1.0, 2.0]))
         TensorType(dtype=float32, shape=[Dim(4)], device=cpu:0): [0.0, 0.5493..., inf, nan]
     """
     return _bind_unary(atanh_p, x)
@@ -241,7 +241,7 @@ def ceil(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.ceil(Tensor.constant([-1.5, 0.0, 1.2]))
+        >>> ops.ceil(Tensor([-1.5, 0.0, 1.2]))
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [-1.0, 0.0, 2.0]
     """
     return _bind_unary(ceil_p, x)
@@ -254,7 +254,7 @@ def cos(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.cos(Tensor.constant([0.0, 3.1415927]))
+        >>> ops.cos(Tensor([0.0, 3.1415927]))
         TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [1.0, -1.0]
     """
     return _bind_unary(cos_p, x)
@@ -267,7 +267,7 @@ def erf(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.erf(Tensor.constant([0.0, 1.0, -1.0]))
+        >>> ops.erf(Tensor([0.0, 1.0, -1.0]))
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [0.0, 0.8427..., -0.8427...]
     """
     return _bind_unary(erf_p, x)
@@ -280,7 +280,7 @@ def exp(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.exp(Tensor.constant([0.0, 1.0]))
+        >>> ops.exp(Tensor([0.0, 1.0]))
         TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [1.0, 2.7182...]
     """
     return _bind_unary(exp_p, x)
@@ -293,7 +293,7 @@ def floor(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.floor(Tensor.constant([-1.5, 0.0, 1.7]))
+        >>> ops.floor(Tensor([-1.5, 0.0, 1.7]))
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [-2.0, 0.0, 1.0]
     """
     return _bind_unary(floor_p, x)
@@ -315,7 +315,7 @@ def gelu(x, approximate: str = "none"):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.gelu(Tensor.constant([-1.0, 0.0, 1.0]), approximate="tanh")
+        >>> ops.gelu(Tensor([-1.0, 0.0, 1.0]), approximate="tanh")
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [-0.1588..., 0.0, 0.8411...]
     """
     if not isinstance(approximate, str) or approximate not in _GELU_MODES:
@@ -330,7 +330,7 @@ def is_inf(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.is_inf(Tensor.constant([1.0, float("inf"), float("-inf"), float("nan")]))
+        >>> ops.is_inf(Tensor([1.0, float("inf"), float("-inf"), float("nan")]))
         TensorType(dtype=bool, shape=[Dim(4)], device=cpu:0): [False, True, True, False]
     """
     return _bind_unary(is_inf_p, x)
@@ -343,7 +343,7 @@ def is_nan(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.is_nan(Tensor.constant([1.0, float("inf"), float("nan")]))
+        >>> ops.is_nan(Tensor([1.0, float("inf"), float("nan")]))
         TensorType(dtype=bool, shape=[Dim(3)], device=cpu:0): [False, False, True]
     """
     return _bind_unary(is_nan_p, x)
@@ -356,7 +356,7 @@ def log(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.log(Tensor.constant([1.0, 0.0, -1.0]))
+        >>> ops.log(Tensor([1.0, 0.0, -1.0]))
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [0.0, -inf, nan]
     """
     return _bind_unary(log_p, x)
@@ -369,7 +369,7 @@ def log1p(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.log1p(Tensor.constant([0.0, 1e-10, 1.0]))  # log(1 + 1e-10) would round to 0.0
+        >>> ops.log1p(Tensor([0.0, 1e-10, 1.0]))  # log(1 + 1e-10) would round to 0.0
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [0.0, 1e-10, 0.6931...]
     """
     return _bind_unary(log1p_p, x)
@@ -382,7 +382,7 @@ def logical_not(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.logical_not(Tensor.constant([True, False]))
+        >>> ops.logical_not(Tensor([True, False]))
         TensorType(dtype=bool, shape=[Dim(2)], device=cpu:0): [False, True]
     """
     return _bind_unary(logical_not_p, x)
@@ -395,7 +395,7 @@ def negate(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.negate(Tensor.constant([1.5, -2.0]))
+        >>> ops.negate(Tensor([1.5, -2.0]))
         TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [-1.5, 2.0]
     """
     return _bind_unary(negate_p, x)
@@ -408,7 +408,7 @@ def relu(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.relu(Tensor.constant([-2.0, 0.0, 3.0]))
+        >>> ops.relu(Tensor([-2.0, 0.0, 3.0]))
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [0.0, 0.0, 3.0]
     """
     return _bind_unary(relu_p, x)
@@ -423,7 +423,7 @@ def round(x):  # noqa: A001 - MAX's name
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.round(Tensor.constant([0.5, 1.5, 2.5, -1.7]))
+        >>> ops.round(Tensor([0.5, 1.5, 2.5, -1.7]))
         TensorType(dtype=float32, shape=[Dim(4)], device=cpu:0): [0.0, 2.0, 2.0, -2.0]
     """
     return _bind_unary(round_p, x)
@@ -436,7 +436,7 @@ def rsqrt(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.rsqrt(Tensor.constant([1.0, 4.0, 0.25]))
+        >>> ops.rsqrt(Tensor([1.0, 4.0, 0.25]))
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [1.0, 0.5, 2.0]
     """
     return _bind_unary(rsqrt_p, x)
@@ -449,7 +449,7 @@ def sigmoid(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.sigmoid(Tensor.constant([0.0, 2.0]))
+        >>> ops.sigmoid(Tensor([0.0, 2.0]))
         TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [0.5, 0.8807...]
     """
     return _bind_unary(sigmoid_p, x)
@@ -462,7 +462,7 @@ def silu(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.silu(Tensor.constant([0.0, 2.0]))
+        >>> ops.silu(Tensor([0.0, 2.0]))
         TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [0.0, 1.7615...]
     """
     return _bind_unary(silu_p, x)
@@ -475,7 +475,7 @@ def sin(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.sin(Tensor.constant([0.0, 1.5707964]))
+        >>> ops.sin(Tensor([0.0, 1.5707964]))
         TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [0.0, 1.0]
     """
     return _bind_unary(sin_p, x)
@@ -491,10 +491,10 @@ def sqrt(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.sqrt(Tensor.constant([4.0, 2.0, -1.0]))
+        >>> ops.sqrt(Tensor([4.0, 2.0, -1.0]))
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [2.0, 1.4142..., nan]
         >>> from maxfx.dtype import DType
-        >>> ops.sqrt(Tensor.constant([0, 8, 9, 10], dtype=DType.int32))
+        >>> ops.sqrt(Tensor([0, 8, 9, 10], dtype=DType.int32))
         TensorType(dtype=int32, shape=[Dim(4)], device=cpu:0): [0, 2, 3, 3]
     """
     return _bind_unary(sqrt_p, x)
@@ -507,7 +507,7 @@ def tanh(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.tanh(Tensor.constant([0.0, 1.0]))
+        >>> ops.tanh(Tensor([0.0, 1.0]))
         TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [0.0, 0.7615...]
     """
     return _bind_unary(tanh_p, x)
@@ -520,7 +520,7 @@ def trunc(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.trunc(Tensor.constant([-1.7, 1.7]))
+        >>> ops.trunc(Tensor([-1.7, 1.7]))
         TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [-1.0, 1.0]
     """
     return _bind_unary(trunc_p, x)
@@ -593,8 +593,8 @@ def add(lhs, rhs):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
-        >>> ops.add(x, Tensor.constant([10.0, 20.0]))  # broadcasts [2] against [2, 2]
+        >>> x = Tensor([[1.0, 2.0], [3.0, 4.0]])
+        >>> ops.add(x, Tensor([10.0, 20.0]))  # broadcasts [2] against [2, 2]
         TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [11.0, 22.0, 13.0, 24.0]
         >>> ops.add(x, 1.0)  # a Python scalar takes x's dtype
         TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [2.0, 3.0, 4.0, 5.0]
@@ -609,7 +609,7 @@ def sub(lhs, rhs):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.sub(2, Tensor.constant([1.0, 5.0]))  # same as 2 - x
+        >>> ops.sub(2, Tensor([1.0, 5.0]))  # same as 2 - x
         TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [1.0, -3.0]
     """
     return bind(sub_p, lhs, rhs)
@@ -622,7 +622,7 @@ def mul(lhs, rhs):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.mul(Tensor.constant([1.5, -2.0]), 2.0)
+        >>> ops.mul(Tensor([1.5, -2.0]), 2.0)
         TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [3.0, -4.0]
     """
     return bind(mul_p, lhs, rhs)
@@ -642,7 +642,7 @@ def div(lhs, rhs):
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.dtype import DType
-        >>> ops.div(Tensor.constant([1, 7], dtype=DType.int32), 2)  # int32 / int -> float64
+        >>> ops.div(Tensor([1, 7], dtype=DType.int32), 2)  # int32 / int -> float64
         TensorType(dtype=float64, shape=[Dim(2)], device=cpu:0): [0.5, 3.5]
     """
     return bind(div_p, lhs, rhs)
@@ -658,9 +658,9 @@ def mod(lhs, rhs):
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.dtype import DType
-        >>> ops.mod(Tensor.constant([-3, 3, 4], dtype=DType.int32), 2)
+        >>> ops.mod(Tensor([-3, 3, 4], dtype=DType.int32), 2)
         TensorType(dtype=int32, shape=[Dim(3)], device=cpu:0): [1, 1, 0]
-        >>> ops.mod(Tensor.constant([3.0]), -2.0)
+        >>> ops.mod(Tensor([3.0]), -2.0)
         TensorType(dtype=float32, shape=[Dim(1)], device=cpu:0): [-1.0]
     """
     return bind(mod_p, lhs, rhs)
@@ -674,7 +674,7 @@ def floor_div(lhs, rhs):
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.dtype import DType
-        >>> ops.floor_div(Tensor.constant([-7, 7], dtype=DType.int32), 2)
+        >>> ops.floor_div(Tensor([-7, 7], dtype=DType.int32), 2)
         TensorType(dtype=int32, shape=[Dim(2)], device=cpu:0): [-4, 3]
     """
     return bind(floor_div_p, lhs, rhs)
@@ -688,9 +688,9 @@ def pow(lhs, rhs):  # noqa: A001 - MAX's name
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.dtype import DType
-        >>> ops.pow(Tensor.constant([1.5, -2.0]), 2)
+        >>> ops.pow(Tensor([1.5, -2.0]), 2)
         TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [2.25, 4.0]
-        >>> ops.pow(Tensor.constant([2, 3], dtype=DType.int32), 3)  # ints stay ints
+        >>> ops.pow(Tensor([2, 3], dtype=DType.int32), 3)  # ints stay ints
         TensorType(dtype=int32, shape=[Dim(2)], device=cpu:0): [8, 27]
     """
     return bind(pow_p, lhs, rhs)
@@ -703,7 +703,7 @@ def equal(lhs, rhs):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.equal(Tensor.constant([0.0, 1.0, 0.0]), 0)
+        >>> ops.equal(Tensor([0.0, 1.0, 0.0]), 0)
         TensorType(dtype=bool, shape=[Dim(3)], device=cpu:0): [True, False, True]
     """
     return bind(equal_p, lhs, rhs)
@@ -716,7 +716,7 @@ def not_equal(lhs, rhs):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.not_equal(Tensor.constant([0.0, 1.0, 0.0]), 0)
+        >>> ops.not_equal(Tensor([0.0, 1.0, 0.0]), 0)
         TensorType(dtype=bool, shape=[Dim(3)], device=cpu:0): [False, True, False]
     """
     return bind(not_equal_p, lhs, rhs)
@@ -729,7 +729,7 @@ def greater(lhs, rhs):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.greater(Tensor.constant([0.0, 0.5, 1.0]), 0.5)
+        >>> ops.greater(Tensor([0.0, 0.5, 1.0]), 0.5)
         TensorType(dtype=bool, shape=[Dim(3)], device=cpu:0): [False, False, True]
     """
     return bind(greater_p, lhs, rhs)
@@ -742,7 +742,7 @@ def greater_equal(lhs, rhs):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.greater_equal(Tensor.constant([-1.0, 0.0, 1.0]), 0)
+        >>> ops.greater_equal(Tensor([-1.0, 0.0, 1.0]), 0)
         TensorType(dtype=bool, shape=[Dim(3)], device=cpu:0): [False, True, True]
     """
     return bind(greater_equal_p, lhs, rhs)
@@ -755,8 +755,8 @@ def logical_and(lhs, rhs):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> a = Tensor.constant([True, True, False, False])
-        >>> b = Tensor.constant([True, False, True, False])
+        >>> a = Tensor([True, True, False, False])
+        >>> b = Tensor([True, False, True, False])
         >>> ops.logical_and(a, b)
         TensorType(dtype=bool, shape=[Dim(4)], device=cpu:0): [True, False, False, False]
     """
@@ -770,8 +770,8 @@ def logical_or(lhs, rhs):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> a = Tensor.constant([True, True, False, False])
-        >>> b = Tensor.constant([True, False, True, False])
+        >>> a = Tensor([True, True, False, False])
+        >>> b = Tensor([True, False, True, False])
         >>> ops.logical_or(a, b)
         TensorType(dtype=bool, shape=[Dim(4)], device=cpu:0): [True, True, True, False]
     """
@@ -785,8 +785,8 @@ def logical_xor(lhs, rhs):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> a = Tensor.constant([True, True, False, False])
-        >>> b = Tensor.constant([True, False, True, False])
+        >>> a = Tensor([True, True, False, False])
+        >>> b = Tensor([True, False, True, False])
         >>> ops.logical_xor(a, b)
         TensorType(dtype=bool, shape=[Dim(4)], device=cpu:0): [False, True, True, False]
     """
@@ -840,7 +840,7 @@ def where(condition, x, y):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([-1.0, 2.0, -3.0, 4.0])
+        >>> x = Tensor([-1.0, 2.0, -3.0, 4.0])
         >>> ops.where(x > 0, x, 0.0)
         TensorType(dtype=float32, shape=[Dim(4)], device=cpu:0): [0.0, 2.0, 0.0, 4.0]
     """
@@ -875,8 +875,8 @@ def outer(lhs, rhs):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> a = Tensor.constant([1.0, 2.0, 3.0])
-        >>> b = Tensor.constant([1.0, 2.0, 3.0, 4.0])
+        >>> a = Tensor([1.0, 2.0, 3.0])
+        >>> b = Tensor([1.0, 2.0, 3.0, 4.0])
         >>> ops.outer(a, b)
         TensorType(dtype=float32, shape=[Dim(3), Dim(4)], device=cpu:0): [1.0, 2.0, 3.0, 4.0, 2.0, 4.0, 6.0, 8.0, 3.0, 6.0, 9.0, 12.0]
     """
@@ -920,7 +920,7 @@ def complex_mul(lhs, rhs):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.complex.mul(Tensor.constant([1.0, 2.0]), Tensor.constant([3.0, -1.0]))  # (1+2i)(3-i) = 5+5i
+        >>> ops.complex.mul(Tensor([1.0, 2.0]), Tensor([3.0, -1.0]))  # (1+2i)(3-i) = 5+5i
         TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [5.0, 5.0]
     """
     return bind(complex_mul_p, lhs, rhs)

@@ -134,8 +134,8 @@ def quantize_static_float8(x, scale, scale_is_inverted: bool = True, out_dtype: 
         >>> from maxfx.dtype import DType
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([1.0, -3.0, 1000.0])
-        >>> q = ops.quantize_static_float8(x, Tensor.constant(0.5))  # x * 0.5, saturated to float8's +-448
+        >>> x = Tensor([1.0, -3.0, 1000.0])
+        >>> q = ops.quantize_static_float8(x, Tensor(0.5))  # x * 0.5, saturated to float8's +-448
         >>> print(q.dtype)
         DType.float8_e4m3fn
         >>> ops.cast(q, DType.float32)
@@ -198,7 +198,7 @@ def quantize_dynamic_float8(x, group_size: int = -1, scale_ub: float = 1200.0, o
         >>> from maxfx.dtype import DType
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([[1.0, -2.0, 0.5, 4.0], [0.1, 0.2, 0.3, 0.4]])
+        >>> x = Tensor([[1.0, -2.0, 0.5, 4.0], [0.1, 0.2, 0.3, 0.4]])
         >>> q, scales = ops.quantize_dynamic_float8(x, group_size=-1)  # one scale per row: amax / 448
         >>> print(q.dtype, scales.dtype)
         DType.float8_e4m3fn DType.bfloat16
@@ -261,10 +261,10 @@ def scaled_matmul(a, b, a_scales, b_scales, out_dtype: DType = DType.bfloat16):
         >>> from maxfx.dtype import DType
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> a = ops.cast(Tensor.constant([[1.0, 2.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]]), DType.float8_e4m3fn)  # [M=2, K=4]
-        >>> b = ops.cast(Tensor.constant([[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]]), DType.float8_e4m3fn)  # [N=3, K]
-        >>> a_scales = Tensor.constant([[0.5]])  # per tensor
-        >>> b_scales = Tensor.constant([[1.0], [2.0], [1.0]])  # per row of b
+        >>> a = ops.cast(Tensor([[1.0, 2.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]]), DType.float8_e4m3fn)  # [M=2, K=4]
+        >>> b = ops.cast(Tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]]), DType.float8_e4m3fn)  # [N=3, K]
+        >>> a_scales = Tensor([[0.5]])  # per tensor
+        >>> b_scales = Tensor([[1.0], [2.0], [1.0]])  # per row of b
         >>> ops.scaled_matmul(a, b, a_scales, b_scales, out_dtype=DType.float32)
         TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [0.5, 2.0, 2.0, 0.0, 1.0, 1.0]
     """
@@ -330,11 +330,11 @@ def grouped_matmul_ragged(hidden_states, weight, expert_start_indices, expert_id
         >>> from maxfx.dtype import DType
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> h = Tensor.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]])  # rows grouped by expert
-        >>> w = Tensor.constant([[[1.0, 0.0]], [[0.0, 1.0]], [[1.0, 1.0]]])  # [experts=3, N=1, K=2]
-        >>> starts = Tensor.constant(np.array([0, 2, 4], np.uint32))  # rows 0-1, then rows 2-3
-        >>> ids = Tensor.constant(np.array([2, 0], np.uint32))  # their experts
-        >>> stats = Tensor.constant(np.array([2, 2], np.uint32))  # [max rows per expert, active experts]
+        >>> h = Tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]])  # rows grouped by expert
+        >>> w = Tensor([[[1.0, 0.0]], [[0.0, 1.0]], [[1.0, 1.0]]])  # [experts=3, N=1, K=2]
+        >>> starts = Tensor(np.array([0, 2, 4], np.uint32))  # rows 0-1, then rows 2-3
+        >>> ids = Tensor(np.array([2, 0], np.uint32))  # their experts
+        >>> stats = Tensor(np.array([2, 2], np.uint32))  # [max rows per expert, active experts]
         >>> ops.grouped_matmul_ragged(h, w, starts, ids, stats)
         TensorType(dtype=float32, shape=[Dim(4), Dim(1)], device=cpu:0): [3.0, 7.0, 5.0, 7.0]
     """
@@ -374,13 +374,13 @@ def grouped_scaled_matmul_ragged(hidden_states, weight, a_scales, b_scales, expe
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> f8 = DType.float8_e4m3fn
-        >>> h = ops.cast(Tensor.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]]), f8)
-        >>> w = ops.cast(Tensor.constant([[[1.0, 0.0]], [[0.0, 1.0]], [[1.0, 1.0]]]), f8)
-        >>> h_scales = Tensor.constant([[1.0], [1.0], [2.0], [2.0]])  # per row
-        >>> w_scales = Tensor.constant(np.ones((3, 1, 1), np.float32))  # per expert
-        >>> starts = Tensor.constant(np.array([0, 2, 4], np.uint32))
-        >>> ids = Tensor.constant(np.array([2, 0], np.uint32))
-        >>> stats = Tensor.constant(np.array([2, 2], np.uint32))
+        >>> h = ops.cast(Tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]]), f8)
+        >>> w = ops.cast(Tensor([[[1.0, 0.0]], [[0.0, 1.0]], [[1.0, 1.0]]]), f8)
+        >>> h_scales = Tensor([[1.0], [1.0], [2.0], [2.0]])  # per row
+        >>> w_scales = Tensor(np.ones((3, 1, 1), np.float32))  # per expert
+        >>> starts = Tensor(np.array([0, 2, 4], np.uint32))
+        >>> ids = Tensor(np.array([2, 0], np.uint32))
+        >>> stats = Tensor(np.array([2, 2], np.uint32))
         >>> ops.grouped_scaled_matmul_ragged(h, w, h_scales, w_scales, starts, ids, stats, out_dtype=DType.float32)
         TensorType(dtype=float32, shape=[Dim(4), Dim(1)], device=cpu:0): [3.0, 7.0, 10.0, 14.0]
     """
@@ -449,7 +449,7 @@ def moe_create_indices(topk_ids, num_local_experts: int):
         >>> from maxfx.dtype import DType
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> topk = Tensor.constant(np.array([3, 1, 3, 0, 1, 3, 7], np.uint32))  # 7: another device's expert
+        >>> topk = Tensor(np.array([3, 1, 3, 0, 1, 3, 7], np.uint32))  # 7: another device's expert
         >>> order, starts, restore, ids, stats = ops.moe_create_indices(topk, 4)
         >>> order  # tokens sorted by expert: 0 | 1 1 | 3 3 3 | 7
         TensorType(dtype=uint32, shape=[Dim(7)], device=cpu:0): [3, 1, 4, 0, 2, 5, 6]
@@ -523,14 +523,14 @@ def sgmv(input, lora, lora_ids, lora_ranks, input_row_offsets, bias=None, mask_r
         >>> from maxfx.dtype import DType
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
-        >>> lora = Tensor.constant([[[9.0, 9.0], [9.0, 9.0]], [[1.0, 0.0], [1.0, 1.0]]])  # [adapters=2, rank=2, K=2]
-        >>> ids = Tensor.constant(np.array([1, -1], np.int32))  # rows 0-1 use adapter 1; row 2 none
-        >>> ranks = Tensor.constant(np.array([2, 2], np.int32))
-        >>> offsets = Tensor.constant(np.array([0, 2, 3], np.uint32))
+        >>> x = Tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+        >>> lora = Tensor([[[9.0, 9.0], [9.0, 9.0]], [[1.0, 0.0], [1.0, 1.0]]])  # [adapters=2, rank=2, K=2]
+        >>> ids = Tensor(np.array([1, -1], np.int32))  # rows 0-1 use adapter 1; row 2 none
+        >>> ranks = Tensor(np.array([2, 2], np.int32))
+        >>> offsets = Tensor(np.array([0, 2, 3], np.uint32))
         >>> ops.sgmv(x, lora, ids, ranks, offsets)
         TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [1.0, 3.0, 3.0, 7.0, 0.0, 0.0]
-        >>> ranks = Tensor.constant(np.array([1, 2], np.int32))
+        >>> ranks = Tensor(np.array([1, 2], np.int32))
         >>> ops.sgmv(x, lora, ids, ranks, offsets, mask_rank=True)  # columns >= rank 1 zeroed
         TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [1.0, 0.0, 3.0, 0.0, 0.0, 0.0]
     """
@@ -590,14 +590,14 @@ def topk_sampling(logits, top_k, temperature, top_p, seed, max_k: int, use_top_p
         >>> from maxfx.dtype import DType
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> logits = Tensor.constant([[0.1, 3.0, 0.2], [5.0, 0.0, 1.0]])
-        >>> k = Tensor.constant(np.array([1, 1], np.int64))  # top_k == 1: greedy
-        >>> t = Tensor.constant([1.0, 1.0])
-        >>> p = Tensor.constant([1.0, 1.0])
-        >>> seed = Tensor.constant(np.array([0, 1], np.uint64))
+        >>> logits = Tensor([[0.1, 3.0, 0.2], [5.0, 0.0, 1.0]])
+        >>> k = Tensor(np.array([1, 1], np.int64))  # top_k == 1: greedy
+        >>> t = Tensor([1.0, 1.0])
+        >>> p = Tensor([1.0, 1.0])
+        >>> seed = Tensor(np.array([0, 1], np.uint64))
         >>> ops.topk_sampling(logits, k, t, p, seed, max_k=2)
         TensorType(dtype=int64, shape=[Dim(2), Dim(1)], device=cpu:0): [1, 0]
-        >>> k = Tensor.constant(np.array([2, 2], np.int64))
+        >>> k = Tensor(np.array([2, 2], np.int64))
         >>> tokens = np.asarray(ops.topk_sampling(logits, k, t, p, seed, max_k=2))
         >>> bool(tokens[0, 0] in (1, 2) and tokens[1, 0] in (0, 2))  # each from its row's top 2
         True
@@ -652,10 +652,10 @@ def merge_ragged_tensors(a, a_row_offsets, b, b_row_offsets):
         >>> from maxfx.dtype import DType
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> a = Tensor.constant([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])  # sequences [1, 2] and [3, 4, 5, 6]
-        >>> b = Tensor.constant([7.0, 8.0, 9.0, 10.0])  # sequences [7, 8, 9] and [10]
-        >>> a_offsets = Tensor.constant(np.array([0, 2, 6], np.uint32))
-        >>> b_offsets = Tensor.constant(np.array([0, 3, 4], np.uint32))
+        >>> a = Tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])  # sequences [1, 2] and [3, 4, 5, 6]
+        >>> b = Tensor([7.0, 8.0, 9.0, 10.0])  # sequences [7, 8, 9] and [10]
+        >>> a_offsets = Tensor(np.array([0, 2, 6], np.uint32))
+        >>> b_offsets = Tensor(np.array([0, 3, 4], np.uint32))
         >>> merged, offsets = ops.merge_ragged_tensors(a, a_offsets, b, b_offsets)
         >>> merged
         TensorType(dtype=float32, shape=[Dim(10)], device=cpu:0): [1.0, 2.0, 7.0, 8.0, 9.0, 3.0, 4.0, 5.0, 6.0, 10.0]
@@ -723,10 +723,10 @@ def apply_penalties(logits, frequency_data, frequency_offsets, frequency_penalty
         >>> from maxfx.dtype import DType
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> logits = Tensor.constant([[1.0, 2.0, -1.0, 0.5]])
-        >>> frequency = Tensor.constant(np.array([[1, 2], [2, 1], [-1, 0]], np.int32))  # (token, count); -1: empty
-        >>> offsets = Tensor.constant(np.array([0, 3], np.uint32))
-        >>> fp, pp, rp = Tensor.constant(0.5), Tensor.constant(0.25), Tensor.constant(2.0)
+        >>> logits = Tensor([[1.0, 2.0, -1.0, 0.5]])
+        >>> frequency = Tensor(np.array([[1, 2], [2, 1], [-1, 0]], np.int32))  # (token, count); -1: empty
+        >>> offsets = Tensor(np.array([0, 3], np.uint32))
+        >>> fp, pp, rp = Tensor(0.5), Tensor(0.25), Tensor(2.0)
         >>> ops.apply_penalties(logits, frequency, offsets, fp, pp, rp)  # 2 / 2 - 0.5 * 2 - 0.25; -1 * 2 - 0.5 - 0.25
         TensorType(dtype=float32, shape=[Dim(1), Dim(4)], device=cpu:0): [1.0, -0.25, -2.75, 0.5]
     """
@@ -777,9 +777,9 @@ def update_frequency_data(frequency_data, frequency_offsets, tokens):
         >>> from maxfx.dtype import DType
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> frequency = Tensor.constant(np.array([[1, 2], [4, 1], [-1, 0], [0, 3], [-1, 0], [-1, 0]], np.int32))
-        >>> offsets = Tensor.constant(np.array([0, 3, 6], np.uint32))  # rows 0-2: sequence 0; rows 3-5: sequence 1
-        >>> new_tokens = Tensor.constant(np.array([4, 5], np.int64))
+        >>> frequency = Tensor(np.array([[1, 2], [4, 1], [-1, 0], [0, 3], [-1, 0], [-1, 0]], np.int32))
+        >>> offsets = Tensor(np.array([0, 3, 6], np.uint32))  # rows 0-2: sequence 0; rows 3-5: sequence 1
+        >>> new_tokens = Tensor(np.array([4, 5], np.int64))
         >>> ops.update_frequency_data(frequency, offsets, new_tokens)  # 4 seen again; 5 takes a free slot
         TensorType(dtype=int32, shape=[Dim(6), Dim(2)], device=cpu:0): [1, 2, 4, 2, -1, 0, 0, 3, 5, 1, -1, 0]
     """

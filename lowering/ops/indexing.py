@@ -346,7 +346,7 @@ def slice_tensor(x, indices):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+        >>> x = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
         >>> ops.slice_tensor(x, [slice(None, None, -1)])  # x[::-1]
         TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [4.0, 5.0, 6.0, 1.0, 2.0, 3.0]
         >>> ops.slice_tensor(x, [..., None, slice(None)])  # x[..., None, :]
@@ -399,8 +399,8 @@ def gather(input, indices, axis):  # noqa: A002 - MAX's name
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.dtype import DType
-        >>> table = Tensor.constant([[0.0, 0.1], [1.0, 1.1], [2.0, 2.1]])
-        >>> ids = Tensor.constant([[2, 0], [1, -1]], dtype=DType.int64)
+        >>> table = Tensor([[0.0, 0.1], [1.0, 1.1], [2.0, 2.1]])
+        >>> ids = Tensor([[2, 0], [1, -1]], dtype=DType.int64)
         >>> ops.gather(table, ids, axis=0)  # [3, 2] by [2, 2] -> [2, 2, 2]
         TensorType(dtype=float32, shape=[Dim(2), Dim(2), Dim(2)], device=cpu:0): [2.0, 2.1, 0.0, 0.1, 1.0, 1.1, 2.0, 2.1]
     """
@@ -456,10 +456,10 @@ def gather_nd(input, indices, batch_dims=0):  # noqa: A002 - MAX's name
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.dtype import DType
-        >>> x = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
-        >>> ops.gather_nd(x, Tensor.constant([[1, 0], [0, 1]], dtype=DType.int32))  # x[1, 0], x[0, 1]
+        >>> x = Tensor([[1.0, 2.0], [3.0, 4.0]])
+        >>> ops.gather_nd(x, Tensor([[1, 0], [0, 1]], dtype=DType.int32))  # x[1, 0], x[0, 1]
         TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [3.0, 2.0]
-        >>> ops.gather_nd(x, Tensor.constant([[1]], dtype=DType.int32))  # the row x[1]
+        >>> ops.gather_nd(x, Tensor([[1]], dtype=DType.int32))  # the row x[1]
         TensorType(dtype=float32, shape=[Dim(1), Dim(2)], device=cpu:0): [3.0, 4.0]
         >>> from maxfx.graph import Graph, TensorType
         >>> input_type = TensorType(DType.bfloat16, ["a", "b", "c", "d", "e"])
@@ -586,9 +586,9 @@ def scatter(input, updates, indices, axis=-1):  # noqa: A002 - MAX's name
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.dtype import DType
-        >>> x = Tensor.constant([1.0, 2.0, 3.0, 4.0, 5.0])
-        >>> updates = Tensor.constant([10.0, 20.0])
-        >>> ops.scatter(x, updates, Tensor.constant([0, 3], dtype=DType.int64), axis=0)
+        >>> x = Tensor([1.0, 2.0, 3.0, 4.0, 5.0])
+        >>> updates = Tensor([10.0, 20.0])
+        >>> ops.scatter(x, updates, Tensor([0, 3], dtype=DType.int64), axis=0)
         TensorType(dtype=float32, shape=[Dim(5)], device=cpu:0): [10.0, 2.0, 3.0, 20.0, 5.0]
     """
     return _bind_scatter(scatter_p, input, updates, indices, axis)
@@ -602,8 +602,8 @@ def scatter_add(input, updates, indices, axis=-1):  # noqa: A002 - MAX's name
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.dtype import DType
-        >>> x = Tensor.constant([1.0, 1.0, 1.0])
-        >>> ops.scatter_add(x, Tensor.constant([5.0, 2.0, 4.0]), Tensor.constant([0, 2, 0], dtype=DType.int64), axis=0)
+        >>> x = Tensor([1.0, 1.0, 1.0])
+        >>> ops.scatter_add(x, Tensor([5.0, 2.0, 4.0]), Tensor([0, 2, 0], dtype=DType.int64), axis=0)
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [10.0, 1.0, 3.0]
     """
     return _bind_scatter(scatter_add_p, input, updates, indices, axis)
@@ -617,8 +617,8 @@ def scatter_max(input, updates, indices, axis=-1):  # noqa: A002 - MAX's name
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.dtype import DType
-        >>> x = Tensor.constant([1.0, 1.0, 1.0])
-        >>> ops.scatter_max(x, Tensor.constant([5.0, 0.5, 4.0]), Tensor.constant([0, 2, 0], dtype=DType.int64), axis=0)
+        >>> x = Tensor([1.0, 1.0, 1.0])
+        >>> ops.scatter_max(x, Tensor([5.0, 0.5, 4.0]), Tensor([0, 2, 0], dtype=DType.int64), axis=0)
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [5.0, 1.0, 1.0]
     """
     return _bind_scatter(scatter_max_p, input, updates, indices, axis)
@@ -632,8 +632,8 @@ def scatter_min(input, updates, indices, axis=-1):  # noqa: A002 - MAX's name
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.dtype import DType
-        >>> x = Tensor.constant([9.0, 9.0, 9.0])
-        >>> ops.scatter_min(x, Tensor.constant([5.0, 2.0, 4.0]), Tensor.constant([0, 2, 0], dtype=DType.int64), axis=0)
+        >>> x = Tensor([9.0, 9.0, 9.0])
+        >>> ops.scatter_min(x, Tensor([5.0, 2.0, 4.0]), Tensor([0, 2, 0], dtype=DType.int64), axis=0)
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [4.0, 9.0, 2.0]
     """
     return _bind_scatter(scatter_min_p, input, updates, indices, axis)
@@ -647,8 +647,8 @@ def scatter_mul(input, updates, indices, axis=-1):  # noqa: A002 - MAX's name
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.dtype import DType
-        >>> x = Tensor.constant([1.0, 1.0, 1.0])
-        >>> ops.scatter_mul(x, Tensor.constant([5.0, 2.0, 4.0]), Tensor.constant([0, 2, 0], dtype=DType.int64), axis=0)
+        >>> x = Tensor([1.0, 1.0, 1.0])
+        >>> ops.scatter_mul(x, Tensor([5.0, 2.0, 4.0]), Tensor([0, 2, 0], dtype=DType.int64), axis=0)
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [20.0, 1.0, 2.0]
     """
     return _bind_scatter(scatter_mul_p, input, updates, indices, axis)
@@ -721,9 +721,9 @@ def scatter_nd(input, updates, indices):  # noqa: A002 - MAX's name
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.dtype import DType
-        >>> x = Tensor.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
-        >>> updates = Tensor.constant([[10.0, 20.0], [50.0, 60.0]])
-        >>> ops.scatter_nd(x, updates, Tensor.constant([[0], [2]], dtype=DType.int64))  # rows 0 and 2
+        >>> x = Tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+        >>> updates = Tensor([[10.0, 20.0], [50.0, 60.0]])
+        >>> ops.scatter_nd(x, updates, Tensor([[0], [2]], dtype=DType.int64))  # rows 0 and 2
         TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [10.0, 20.0, 3.0, 4.0, 50.0, 60.0]
     """
     return _bind_scatter_nd(scatter_nd_p, input, updates, indices)
@@ -737,9 +737,9 @@ def scatter_nd_add(input, updates, indices):  # noqa: A002 - MAX's name
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.dtype import DType
-        >>> x = Tensor.constant([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
-        >>> updates = Tensor.constant([[10.0, 10.0], [20.0, 20.0], [100.0, 100.0]])
-        >>> ops.scatter_nd_add(x, updates, Tensor.constant([[0], [2], [0]], dtype=DType.int64))
+        >>> x = Tensor([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+        >>> updates = Tensor([[10.0, 10.0], [20.0, 20.0], [100.0, 100.0]])
+        >>> ops.scatter_nd_add(x, updates, Tensor([[0], [2], [0]], dtype=DType.int64))
         TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [111.0, 111.0, 2.0, 2.0, 23.0, 23.0]
     """
     return _bind_scatter_nd(scatter_nd_add_p, input, updates, indices)
@@ -753,9 +753,9 @@ def scatter_nd_max(input, updates, indices):  # noqa: A002 - MAX's name
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.dtype import DType
-        >>> x = Tensor.constant([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
-        >>> updates = Tensor.constant([[10.0, 10.0], [0.0, 0.0], [100.0, 100.0]])
-        >>> ops.scatter_nd_max(x, updates, Tensor.constant([[0], [2], [0]], dtype=DType.int64))
+        >>> x = Tensor([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+        >>> updates = Tensor([[10.0, 10.0], [0.0, 0.0], [100.0, 100.0]])
+        >>> ops.scatter_nd_max(x, updates, Tensor([[0], [2], [0]], dtype=DType.int64))
         TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [100.0, 100.0, 2.0, 2.0, 3.0, 3.0]
     """
     return _bind_scatter_nd(scatter_nd_max_p, input, updates, indices)
@@ -769,9 +769,9 @@ def scatter_nd_min(input, updates, indices):  # noqa: A002 - MAX's name
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.dtype import DType
-        >>> x = Tensor.constant([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
-        >>> updates = Tensor.constant([[10.0, 10.0], [0.0, 0.0], [-1.0, 5.0]])
-        >>> ops.scatter_nd_min(x, updates, Tensor.constant([[0], [2], [0]], dtype=DType.int64))
+        >>> x = Tensor([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+        >>> updates = Tensor([[10.0, 10.0], [0.0, 0.0], [-1.0, 5.0]])
+        >>> ops.scatter_nd_min(x, updates, Tensor([[0], [2], [0]], dtype=DType.int64))
         TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [-1.0, 1.0, 2.0, 2.0, 0.0, 0.0]
     """
     return _bind_scatter_nd(scatter_nd_min_p, input, updates, indices)
@@ -785,9 +785,9 @@ def scatter_nd_mul(input, updates, indices):  # noqa: A002 - MAX's name
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.dtype import DType
-        >>> x = Tensor.constant([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
-        >>> updates = Tensor.constant([[10.0, 10.0], [2.0, 2.0], [3.0, 0.5]])
-        >>> ops.scatter_nd_mul(x, updates, Tensor.constant([[0], [2], [0]], dtype=DType.int64))
+        >>> x = Tensor([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+        >>> updates = Tensor([[10.0, 10.0], [2.0, 2.0], [3.0, 0.5]])
+        >>> ops.scatter_nd_mul(x, updates, Tensor([[0], [2], [0]], dtype=DType.int64))
         TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [30.0, 5.0, 2.0, 2.0, 6.0, 6.0]
     """
     return _bind_scatter_nd(scatter_nd_mul_p, input, updates, indices)
@@ -843,9 +843,9 @@ def masked_scatter(input, mask, updates, out_dim):  # noqa: A002 - MAX's name
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
-        >>> mask = Tensor.constant([[True, False], [False, True]])
-        >>> ops.masked_scatter(x, mask, Tensor.constant([10.0, 20.0]), out_dim=2)
+        >>> x = Tensor([[1.0, 2.0], [3.0, 4.0]])
+        >>> mask = Tensor([[True, False], [False, True]])
+        >>> ops.masked_scatter(x, mask, Tensor([10.0, 20.0]), out_dim=2)
         TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [10.0, 2.0, 3.0, 20.0]
     """
     try:
@@ -897,7 +897,7 @@ def nonzero(x, out_dim):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([[0.0, 3.0], [4.0, 0.0]])
+        >>> x = Tensor([[0.0, 3.0], [4.0, 0.0]])
         >>> ops.nonzero(x, "nz")
         TensorType(dtype=int64, shape=[Dim(2), Dim(2)], device=cpu:0): [0, 1, 1, 0]
     """

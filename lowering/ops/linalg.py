@@ -59,11 +59,11 @@ def matmul(lhs, rhs):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])  # [batch=2, k=2]
-        >>> w = Tensor.constant([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])  # [k=2, n=3]
+        >>> x = Tensor([[1.0, 2.0], [3.0, 4.0]])  # [batch=2, k=2]
+        >>> w = Tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])  # [k=2, n=3]
         >>> ops.matmul(x, w)
         TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [1.0, 2.0, 3.0, 3.0, 4.0, 7.0]
-        >>> ops.matmul(Tensor.constant([1.0, 1.0]), w)  # a 1-D lhs is a row vector
+        >>> ops.matmul(Tensor([1.0, 1.0]), w)  # a 1-D lhs is a row vector
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [1.0, 1.0, 2.0]
     """
     return bind(matmul_p, lhs, rhs)

@@ -272,8 +272,8 @@ def conv2d(
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> import numpy as np
-        >>> x = Tensor.constant(np.arange(9, dtype=np.float32).reshape(1, 3, 3, 1))  # NHWC
-        >>> w = Tensor.constant(np.ones((2, 2, 1, 1), np.float32))  # RSCF: a 2x2 box filter
+        >>> x = Tensor(np.arange(9, dtype=np.float32).reshape(1, 3, 3, 1))  # NHWC
+        >>> w = Tensor(np.ones((2, 2, 1, 1), np.float32))  # RSCF: a 2x2 box filter
         >>> ops.conv2d(x, w)[0, :, :, 0]  # the sum of each 2x2 window
         TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [8.0, 12.0, 20.0, 24.0]
         >>> ops.conv2d(x, w, stride=(2, 2), padding=(1, 1, 1, 1))[0, :, :, 0]
@@ -308,8 +308,8 @@ def conv3d(
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> import numpy as np
-        >>> x = Tensor.constant(np.ones((1, 2, 2, 2, 1), np.float32))  # NDHWC
-        >>> w = Tensor.constant(np.ones((2, 2, 2, 1, 1), np.float32))  # QRSCF
+        >>> x = Tensor(np.ones((1, 2, 2, 2, 1), np.float32))  # NDHWC
+        >>> w = Tensor(np.ones((2, 2, 2, 1, 1), np.float32))  # QRSCF
         >>> ops.conv3d(x, w)
         TensorType(dtype=float32, shape=[Dim(1), Dim(1), Dim(1), Dim(1), Dim(1)], device=cpu:0): [8.0]
         >>> ops.conv3d(x, w, padding=(1, 1, 1, 1, 1, 1)).shape
@@ -356,8 +356,8 @@ def conv2d_transpose(
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> import numpy as np
-        >>> x = Tensor.constant(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32).reshape(1, 2, 2, 1))
-        >>> w = Tensor.constant(np.ones((2, 2, 1, 1), np.float32))
+        >>> x = Tensor(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32).reshape(1, 2, 2, 1))
+        >>> w = Tensor(np.ones((2, 2, 1, 1), np.float32))
         >>> ops.conv2d_transpose(x, w, stride=(2, 2))[0, :, :, 0]  # each pixel becomes a 2x2 block
         TensorType(dtype=float32, shape=[Dim(4), Dim(4)], device=cpu:0): [1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0, 3.0, 3.0, 4.0, 4.0]
     """
@@ -474,7 +474,7 @@ def max_pool2d(input, kernel_size, stride=1, dilation=1, padding=0, ceil_mode=Fa
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> import numpy as np
-        >>> x = Tensor.constant(np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1))
+        >>> x = Tensor(np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1))
         >>> ops.max_pool2d(x, (2, 2), stride=2)[0, :, :, 0]
         TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [5.0, 7.0, 13.0, 15.0]
     """
@@ -493,7 +493,7 @@ def avg_pool2d(input, kernel_size, stride=1, dilation=1, padding=0, ceil_mode=Fa
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> import numpy as np
-        >>> x = Tensor.constant(np.arange(9, dtype=np.float32).reshape(1, 3, 3, 1))
+        >>> x = Tensor(np.arange(9, dtype=np.float32).reshape(1, 3, 3, 1))
         >>> ops.avg_pool2d(x, (3, 3), padding=1, count_boundary=False)[0, :, :, 0]
         TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0]
         >>> ops.avg_pool2d(x, (3, 3), padding=1)[0, 0, 0, 0]  # padding counted: (0 + 1 + 3 + 4) / 9
@@ -582,7 +582,7 @@ def fold(input, output_size, kernel_size, stride=1, dilation=1, padding=0):
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> import numpy as np
-        >>> cols = Tensor.constant(np.ones((1, 4, 4), np.float32))  # C=1, 2x2 kernel, 4 blocks
+        >>> cols = Tensor(np.ones((1, 4, 4), np.float32))  # C=1, 2x2 kernel, 4 blocks
         >>> ops.fold(cols, (3, 3), (2, 2))[0, 0]  # overlapping blocks add up
         TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [1.0, 2.0, 1.0, 2.0, 4.0, 2.0, 1.0, 2.0, 1.0]
         >>> ops.fold(cols, (4, 4), (2, 2), stride=2).shape
@@ -727,8 +727,8 @@ def roi_align(input, rois, output_height, output_width, spatial_scale=1.0, sampl
         >>> import numpy as np
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant(np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1))  # x[0, y, x, 0] = 4y + x
-        >>> rois = Tensor.constant(np.array([[0, 0, 0, 2, 2]], np.float32))  # the 2x2 top-left square
+        >>> x = Tensor(np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1))  # x[0, y, x, 0] = 4y + x
+        >>> rois = Tensor(np.array([[0, 0, 0, 2, 2]], np.float32))  # the 2x2 top-left square
         >>> ops.roi_align(x, rois, 1, 1, sampling_ratio=2)  # samples at (0.5, 0.5), (0.5, 1.5), (1.5, 0.5), (1.5, 1.5)
         TensorType(dtype=float32, shape=[Dim(1), Dim(1), Dim(1), Dim(1)], device=cpu:0): [5.0]
     """
@@ -854,7 +854,7 @@ def resize(input, shape, interpolation=InterpolationMode.BILINEAR):
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.graph.ops import InterpolationMode
-        >>> x = Tensor.constant([[[[0.0, 1.0], [2.0, 3.0]]]])  # NCHW [1, 1, 2, 2]
+        >>> x = Tensor([[[[0.0, 1.0], [2.0, 3.0]]]])  # NCHW [1, 1, 2, 2]
         >>> ops.resize(x, [1, 1, 4, 4])[0, 0]  # bilinear, half-pixel centers
         TensorType(dtype=float32, shape=[Dim(4), Dim(4)], device=cpu:0): [0.0, 0.25, 0.75, 1.0, 0.5, 0.75, 1.25, 1.5, 1.5, 1.75, 2.25, 2.5, 2.0, 2.25, 2.75, 3.0]
         >>> ops.resize(x, [1, 1, 3, 3], InterpolationMode.NEAREST)[0, 0]
@@ -949,7 +949,7 @@ def irfft(input_tensor, n=None, axis=-1, normalization=Normalization.BACKWARD, i
         >>> from maxfx.tensor import Tensor
         >>> import numpy as np
         >>> spectrum = np.fft.rfft([1.0, 2.0, 3.0, 4.0])  # [10, -2+2j, -2]
-        >>> spec = Tensor.constant(np.stack([spectrum.real, spectrum.imag], -1).astype(np.float32))  # [3, 2]
+        >>> spec = Tensor(np.stack([spectrum.real, spectrum.imag], -1).astype(np.float32))  # [3, 2]
         >>> ops.irfft(spec, n=4, input_is_complex=True)
         TensorType(dtype=float32, shape=[Dim(4)], device=cpu:0): [1.0, 2.0, 3.0, 4.0]
     """

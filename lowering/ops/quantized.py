@@ -132,7 +132,7 @@ def dequantize(encoding, quantized):
         >>> packed = gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q4_0)  # 32 values -> 18 bytes
         >>> packed.shape, packed.dtype
         ((4, 36), dtype('uint8'))
-        >>> deq = ops.dequantize(QuantizationEncoding.Q4_0, Tensor.constant(packed))
+        >>> deq = ops.dequantize(QuantizationEncoding.Q4_0, Tensor(packed))
         >>> deq.shape
         [Dim(4), Dim(64)]
         >>> np.array_equal(np.asarray(deq), gguf.quants.dequantize(packed, gguf.GGMLQuantizationType.Q4_0))
@@ -266,7 +266,7 @@ def qmatmul(encoding, config, lhs, *rhs):
         >>> w = rng.standard_normal((8, 256)).astype(np.float32)  # [N, K]
         >>> packed = gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q4_0)  # uint8 [8, 256 / 32 * 18]
         >>> x = rng.standard_normal((2, 256)).astype(np.float32)
-        >>> y = ops.qmatmul(QuantizationEncoding.Q4_0, None, Tensor.constant(x), Tensor.constant(packed))
+        >>> y = ops.qmatmul(QuantizationEncoding.Q4_0, None, Tensor(x), Tensor(packed))
         >>> y.shape
         [Dim(2), Dim(8)]
         >>> want = x @ gguf.quants.dequantize(packed, gguf.GGMLQuantizationType.Q4_0).T

@@ -133,7 +133,7 @@ def argmax(x, axis=-1):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([[1.0, 5.0, 5.0], [7.0, 2.0, 3.0]])
+        >>> x = Tensor([[1.0, 5.0, 5.0], [7.0, 2.0, 3.0]])
         >>> ops.argmax(x, axis=-1)  # ties pick the first index
         TensorType(dtype=int64, shape=[Dim(2), Dim(1)], device=cpu:0): [1, 0]
     """
@@ -149,7 +149,7 @@ def argmin(x, axis=-1):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([[1.0, 5.0, 5.0], [7.0, 2.0, 3.0]])
+        >>> x = Tensor([[1.0, 5.0, 5.0], [7.0, 2.0, 3.0]])
         >>> ops.argmin(x, axis=0)
         TensorType(dtype=int64, shape=[Dim(1), Dim(3)], device=cpu:0): [0, 1, 1]
     """
@@ -192,7 +192,7 @@ def sum_(x, axis=-1):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+        >>> x = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
         >>> ops.sum(x, axis=1)
         TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [6.0, 15.0]
         >>> ops.sum(x, axis=0)
@@ -211,9 +211,9 @@ def mean(x, axis=-1):
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.dtype import DType
-        >>> ops.mean(Tensor.constant([[1.0, 2.0], [3.0, 5.0]]))
+        >>> ops.mean(Tensor([[1.0, 2.0], [3.0, 5.0]]))
         TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [1.5, 4.0]
-        >>> ops.mean(Tensor.constant([1, 2], dtype=DType.int32))  # floor of 1.5
+        >>> ops.mean(Tensor([1, 2], dtype=DType.int32))  # floor of 1.5
         TensorType(dtype=int32, shape=[Dim(1)], device=cpu:0): [1]
     """
     return bind(mean_p, x, axis=_check_axis_param("mean", axis))
@@ -226,10 +226,10 @@ def prod(x, axis=-1):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+        >>> x = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
         >>> ops.prod(x, axis=1)
         TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [6.0, 120.0]
-        >>> ops.prod(Tensor.constant([[True, False], [True, True]]))  # bool: "all"
+        >>> ops.prod(Tensor([[True, False], [True, True]]))  # bool: "all"
         TensorType(dtype=bool, shape=[Dim(2), Dim(1)], device=cpu:0): [False, True]
     """
     return bind(prod_p, x, axis=_check_axis_param("prod", axis))
@@ -267,8 +267,8 @@ def max_(x, y=None, /, axis=None):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([[1.0, 5.0, 2.0], [4.0, 0.0, 6.0]])
-        >>> ops.max(x, Tensor.constant([3.0, 3.0, 3.0]))  # elementwise, broadcasting
+        >>> x = Tensor([[1.0, 5.0, 2.0], [4.0, 0.0, 6.0]])
+        >>> ops.max(x, Tensor([3.0, 3.0, 3.0]))  # elementwise, broadcasting
         TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [3.0, 5.0, 3.0, 4.0, 3.0, 6.0]
         >>> ops.max(x, axis=0)
         TensorType(dtype=float32, shape=[Dim(1), Dim(3)], device=cpu:0): [4.0, 5.0, 6.0]
@@ -292,7 +292,7 @@ def min_(x, y=None, /, axis=None):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([[1.0, -5.0, 2.0], [4.0, 0.0, -6.0]])
+        >>> x = Tensor([[1.0, -5.0, 2.0], [4.0, 0.0, -6.0]])
         >>> ops.min(x, 0.0)  # elementwise with a scalar
         TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [0.0, -5.0, 0.0, 0.0, 0.0, -6.0]
         >>> ops.min(x)  # the last axis
@@ -346,7 +346,7 @@ def cumsum(x, axis=-1, exclusive=False, reverse=False):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([1.0, 2.0, 3.0])
+        >>> x = Tensor([1.0, 2.0, 3.0])
         >>> ops.cumsum(x)
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [1.0, 3.0, 6.0]
         >>> ops.cumsum(x, exclusive=True)
@@ -390,7 +390,7 @@ def softmax(value, axis=-1):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.softmax(Tensor.constant([[0.0, 1.0, 2.0], [5.0, 5.0, 5.0]]))
+        >>> ops.softmax(Tensor([[0.0, 1.0, 2.0], [5.0, 5.0, 5.0]]))
         TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [0.0900..., 0.2447..., 0.6652..., 0.3333..., 0.3333..., 0.3333...]
     """
     return bind(softmax_p, value, axis=_check_axis_param("softmax", axis))
@@ -403,7 +403,7 @@ def logsoftmax(value, axis=-1):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.logsoftmax(Tensor.constant([0.0, 0.0, 0.0, 0.0]))  # log(1/4)
+        >>> ops.logsoftmax(Tensor([0.0, 0.0, 0.0, 0.0]))  # log(1/4)
         TensorType(dtype=float32, shape=[Dim(4)], device=cpu:0): [-1.3862..., -1.3862..., -1.3862..., -1.3862...]
     """
     return bind(logsoftmax_p, value, axis=_check_axis_param("logsoftmax", axis))
@@ -453,7 +453,7 @@ def top_k(input, k, axis=-1):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> values, indices = ops.top_k(Tensor.constant([3.0, 1.0, 4.0, 1.0, 5.0]), 3)
+        >>> values, indices = ops.top_k(Tensor([3.0, 1.0, 4.0, 1.0, 5.0]), 3)
         >>> values
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [5.0, 4.0, 3.0]
         >>> indices
@@ -485,9 +485,9 @@ def argsort(x, ascending=True):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.argsort(Tensor.constant([0.3, 0.1, 0.2]))
+        >>> ops.argsort(Tensor([0.3, 0.1, 0.2]))
         TensorType(dtype=int64, shape=[Dim(3)], device=cpu:0): [1, 2, 0]
-        >>> ops.argsort(Tensor.constant([0.3, 0.1, 0.2]), ascending=False)
+        >>> ops.argsort(Tensor([0.3, 0.1, 0.2]), ascending=False)
         TensorType(dtype=int64, shape=[Dim(3)], device=cpu:0): [0, 2, 1]
     """
     return bind(argsort_p, x, ascending=bool(ascending))
@@ -541,9 +541,9 @@ def layer_norm(input, gamma, beta, epsilon):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([[1.0, 2.0, 3.0], [0.0, 0.0, 3.0]])
-        >>> gamma = Tensor.constant([1.0, 1.0, 2.0])
-        >>> beta = Tensor.constant([0.0, 0.0, 0.5])
+        >>> x = Tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 3.0]])
+        >>> gamma = Tensor([1.0, 1.0, 2.0])
+        >>> beta = Tensor([0.0, 0.0, 0.5])
         >>> ops.layer_norm(x, gamma, beta, epsilon=1e-5)
         TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [-1.2247..., 0.0, 2.9494..., -0.7071..., -0.7071..., 3.3284...]
     """

@@ -192,7 +192,7 @@ def reshape(x, shape):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.reshape(Tensor.constant([[1.0, 2.0, 3.0, 4.0]]), [-1, 2])
+        >>> ops.reshape(Tensor([[1.0, 2.0, 3.0, 4.0]]), [-1, 2])
         TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [1.0, 2.0, 3.0, 4.0]
         >>> from maxfx.graph import Graph, TensorType
         >>> from maxfx.dtype import DType
@@ -232,7 +232,7 @@ def flatten(x, start_dim=0, end_dim=-1):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([[[1.0, 2.0], [3.0, 4.0]], [[5.0, 6.0], [7.0, 8.0]]])  # [2, 2, 2]
+        >>> x = Tensor([[[1.0, 2.0], [3.0, 4.0]], [[5.0, 6.0], [7.0, 8.0]]])  # [2, 2, 2]
         >>> ops.flatten(x, 1)
         TensorType(dtype=float32, shape=[Dim(2), Dim(4)], device=cpu:0): [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
     """
@@ -260,7 +260,7 @@ def squeeze(x, axis):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.squeeze(Tensor.constant([[1.0], [2.0], [3.0]]), -1)
+        >>> ops.squeeze(Tensor([[1.0], [2.0], [3.0]]), -1)
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [1.0, 2.0, 3.0]
     """
     return bind(squeeze_p, x, axis=axis)
@@ -284,7 +284,7 @@ def unsqueeze(x, axis):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.unsqueeze(Tensor.constant([1.0, 2.0, 3.0]), -1)
+        >>> ops.unsqueeze(Tensor([1.0, 2.0, 3.0]), -1)
         TensorType(dtype=float32, shape=[Dim(3), Dim(1)], device=cpu:0): [1.0, 2.0, 3.0]
     """
     return bind(unsqueeze_p, x, axis=axis)
@@ -327,7 +327,7 @@ def transpose(x, axis_1, axis_2):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.transpose(Tensor.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), -1, -2)
+        >>> ops.transpose(Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), -1, -2)
         TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
     """
     return bind(transpose_p, x, axis_1=axis_1, axis_2=axis_2)
@@ -355,7 +355,7 @@ def permute(x, dims):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([[[1.0, 2.0, 3.0]], [[4.0, 5.0, 6.0]]])  # [2, 1, 3]
+        >>> x = Tensor([[[1.0, 2.0, 3.0]], [[4.0, 5.0, 6.0]]])  # [2, 1, 3]
         >>> ops.permute(x, [2, 0, 1])  # -> [3, 2, 1]
         TensorType(dtype=float32, shape=[Dim(3), Dim(2), Dim(1)], device=cpu:0): [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
     """
@@ -409,7 +409,7 @@ def broadcast_to(x, shape, out_dims=None):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.broadcast_to(Tensor.constant([[1.0, 2.0, 3.0]]), [2, 3])
+        >>> ops.broadcast_to(Tensor([[1.0, 2.0, 3.0]]), [2, 3])
         TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]
         >>> from maxfx.graph import Graph, TensorType
         >>> from maxfx.dtype import DType
@@ -567,8 +567,8 @@ def concat(original_vals, axis=0):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> a = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
-        >>> b = Tensor.constant([[5.0], [6.0]])
+        >>> a = Tensor([[1.0, 2.0], [3.0, 4.0]])
+        >>> b = Tensor([[5.0], [6.0]])
         >>> ops.concat([a, b], axis=-1)
         TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [1.0, 2.0, 5.0, 3.0, 4.0, 6.0]
     """
@@ -608,8 +608,8 @@ def stack(values, axis=0):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> a = Tensor.constant([1.0, 2.0])
-        >>> b = Tensor.constant([3.0, 4.0])
+        >>> a = Tensor([1.0, 2.0])
+        >>> b = Tensor([3.0, 4.0])
         >>> ops.stack([a, b], axis=0)
         TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [1.0, 2.0, 3.0, 4.0]
         >>> ops.stack([a, b], axis=1)
@@ -668,7 +668,7 @@ def split(x, split_sizes, axis=0):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> a, b = ops.split(Tensor.constant([1.0, 2.0, 3.0, 4.0, 5.0]), [2, 3], axis=0)
+        >>> a, b = ops.split(Tensor([1.0, 2.0, 3.0, 4.0, 5.0]), [2, 3], axis=0)
         >>> a
         TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [1.0, 2.0]
         >>> b
@@ -724,7 +724,7 @@ def chunk(x, chunks, axis=0):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> a, b = ops.chunk(Tensor.constant([1.0, 2.0, 3.0, 4.0]), 2, axis=0)
+        >>> a, b = ops.chunk(Tensor([1.0, 2.0, 3.0, 4.0]), 2, axis=0)
         >>> a
         TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [1.0, 2.0]
         >>> b
@@ -758,7 +758,7 @@ def tile(x, repeats):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.tile(Tensor.constant([[1.0, 2.0]]), [2, 3])
+        >>> ops.tile(Tensor([[1.0, 2.0]]), [2, 3])
         TensorType(dtype=float32, shape=[Dim(2), Dim(6)], device=cpu:0): [1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0]
     """
     return bind(tile_p, x, repeats=_as_dims("tile", repeats, "repeats"))
@@ -838,7 +838,7 @@ def repeat_interleave(x, repeats, axis=None, out_dim=None):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> x = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
+        >>> x = Tensor([[1.0, 2.0], [3.0, 4.0]])
         >>> ops.repeat_interleave(x, 2, axis=0)
         TensorType(dtype=float32, shape=[Dim(4), Dim(2)], device=cpu:0): [1.0, 2.0, 1.0, 2.0, 3.0, 4.0, 3.0, 4.0]
         >>> ops.repeat_interleave(x, 2, axis=1)
@@ -931,11 +931,11 @@ def pad(input, paddings, mode="constant", value=0):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.pad(Tensor.constant([[1.0, 2.0], [3.0, 4.0]]), [1, 0, 0, 2], value=9.0)  # rows: 1 before; cols: 2 after
+        >>> ops.pad(Tensor([[1.0, 2.0], [3.0, 4.0]]), [1, 0, 0, 2], value=9.0)  # rows: 1 before; cols: 2 after
         TensorType(dtype=float32, shape=[Dim(3), Dim(4)], device=cpu:0): [9.0, 9.0, 9.0, 9.0, 1.0, 2.0, 9.0, 9.0, 3.0, 4.0, 9.0, 9.0]
-        >>> ops.pad(Tensor.constant([1.0, 2.0, 3.0]), [2, 1], mode="reflect")
+        >>> ops.pad(Tensor([1.0, 2.0, 3.0]), [2, 1], mode="reflect")
         TensorType(dtype=float32, shape=[Dim(6)], device=cpu:0): [3.0, 2.0, 1.0, 2.0, 3.0, 2.0]
-        >>> ops.pad(Tensor.constant([1.0, 2.0, 3.0]), [2, 1], mode="edge")
+        >>> ops.pad(Tensor([1.0, 2.0, 3.0]), [2, 1], mode="edge")
         TensorType(dtype=float32, shape=[Dim(6)], device=cpu:0): [1.0, 1.0, 1.0, 2.0, 3.0, 3.0]
     """
     if mode not in _PAD_MODES:
@@ -992,7 +992,7 @@ def band_part(x, num_lower=None, num_upper=None, exclude=False):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ones = Tensor.constant([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+        >>> ones = Tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
         >>> ops.band_part(ones, num_lower=None, num_upper=0)  # lower triangle: a causal mask
         TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0]
         >>> ops.band_part(ones, num_lower=0, num_upper=0)  # the diagonal
@@ -1032,7 +1032,7 @@ def as_interleaved_complex(x):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.as_interleaved_complex(Tensor.constant([[1.0, 2.0, 3.0, 4.0]]))  # [1, 4] -> [1, 2, 2]
+        >>> ops.as_interleaved_complex(Tensor([[1.0, 2.0, 3.0, 4.0]]))  # [1, 4] -> [1, 2, 2]
         TensorType(dtype=float32, shape=[Dim(1), Dim(2), Dim(2)], device=cpu:0): [1.0, 2.0, 3.0, 4.0]
     """
     return bind(as_interleaved_complex_p, x)

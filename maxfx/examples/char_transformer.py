@@ -107,7 +107,7 @@ class CharTransformer(Module):
 
     Example:
         >>> model = CharTransformer(vocab_size=10, dim=16, heads=2, layers=1, max_len=8)
-        >>> model(Tensor.constant(np.zeros((2, 8), np.int64))).shape
+        >>> model(Tensor(np.zeros((2, 8), np.int64))).shape
         [Dim(2), Dim(8), Dim(10)]
     """
 
@@ -124,7 +124,7 @@ class CharTransformer(Module):
         """GPT-2's init: weights ~ N(0, 0.02), biases 0 (the layers' defaults, still pending, are never computed)."""
         for _, m in self.descendants:
             if isinstance(m, (Linear, Embedding)):
-                m.weight = Tensor.constant(rng.normal(0.0, 0.02, [int(d) for d in m.weight.shape]).astype(np.float32))
+                m.weight = Tensor(rng.normal(0.0, 0.02, [int(d) for d in m.weight.shape]).astype(np.float32))
             if isinstance(m, Linear) and isinstance(m.bias, Tensor):
                 m.bias = Tensor.zeros([int(d) for d in m.bias.shape])
 
@@ -155,7 +155,7 @@ def batches(ids: np.ndarray, batch: int, seq: int, rng: np.random.Generator):
     while True:
         starts = rng.integers(0, len(ids) - seq - 1, size=batch)
         window = np.stack([ids[s : s + seq + 1] for s in starts])
-        yield Tensor.constant(window[:, :-1]), Tensor.constant(window[:, 1:])
+        yield Tensor(window[:, :-1]), Tensor(window[:, 1:])
 
 
 @dataclass
@@ -195,7 +195,7 @@ def generate(run: TrainRun, prompt: str, n: int = 40) -> str:
     pad = vocab.index.get(" ", 0)
     for _ in range(n):
         ctx = ([pad] * window + ids)[-window:]
-        ids.append(int(next_id(model, Tensor.constant(np.array([ctx], np.int64))).to_numpy().reshape(-1)[0]))
+        ids.append(int(next_id(model, Tensor(np.array([ctx], np.int64))).to_numpy().reshape(-1)[0]))
     return vocab.decode(ids)
 
 

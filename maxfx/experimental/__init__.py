@@ -5,7 +5,7 @@ Submodules load on first use: ``maxfx.experimental.tensor``, ``.functional``,
 
 Example:
     >>> from maxfx.experimental import Tensor, functional as F
-    >>> print(F.relu(Tensor.constant([-1.0, 2.0])))
+    >>> print(F.relu(Tensor([-1.0, 2.0])))
     TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [0.0, 2.0]
 """
 

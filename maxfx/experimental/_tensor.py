@@ -11,7 +11,7 @@ that graph.
 
 Example:
     >>> from maxfx.experimental.tensor import Tensor
-    >>> x = Tensor.constant([1.0, -2.0, 3.0])
+    >>> x = Tensor([1.0, -2.0, 3.0])
     >>> print(x * 2 + 1)
     TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [3.0, -3.0, 7.0]
 """
@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import collections.abc
+import warnings
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -142,7 +143,7 @@ class Tensor(TensorOperators):
             if dtype is not None and given is not None and DType.from_numpy(np.dtype(given)) is not dtype:
                 # MAX: the constructor keeps an array's dtype and never casts it silently.
                 raise ValueError(f"Tensor: DType must match the array's dtype: dtype={dtype.name} given for a {np.dtype(given).name} array; cast the array (or use .cast) first")
-            src = Tensor.constant(data, dtype=dtype, device=device)
+            src = Tensor._constant(data, dtype=dtype, device=device)
         else:
             raise TypeError("Tensor() needs data (a scalar, list or array), storage= (a driver.Tensor) or value= (a graph value)")
         self._var = src._var
@@ -162,19 +163,29 @@ class Tensor(TensorOperators):
     def constant(cls, value: Any, *, dtype: DType | None = None, device: Any = None) -> Tensor:
         """A tensor holding ``value`` (scalar, nested list or DLPack array).
 
+        Deprecated, as in MAX: use ``Tensor(value, dtype=..., device=...)``.
         Python data gets the default dtype (`defaults`); arrays keep theirs
-        unless ``dtype`` is given.
+        unless ``dtype`` is given (then they are cast).
 
         Example:
-            >>> Tensor.constant([1, 2, 3]).dtype
+            >>> import warnings
+            >>> with warnings.catch_warnings():
+            ...     warnings.simplefilter("ignore", DeprecationWarning)
+            ...     Tensor.constant([1, 2, 3]).dtype
             <DType.float32: 81>
         """
+        warnings.warn("Tensor.constant is deprecated: use Tensor(value, dtype=..., device=...)", DeprecationWarning, stacklevel=2)
+        return cls._constant(value, dtype=dtype, device=device)
+
+    @classmethod
+    def _constant(cls, value: Any, *, dtype: DType | None = None, device: Any = None) -> Tensor:
+        # `constant` without the deprecation warning: the library's own constructor path.
         if isinstance(value, Tensor):
             out = value if dtype is None or value.dtype is dtype else value.cast(dtype)
             return out if device is None else out.to(device)
         if isinstance(value, driver.Tensor):
             out = cls._from_driver(value)
-            return cls.constant(out, dtype=dtype, device=device) if dtype is not None or device is not None else out
+            return cls._constant(out, dtype=dtype, device=device) if dtype is not None or device is not None else out
         keep_dtype = dtype is None and (_is_array_like(value) or isinstance(value, np.generic) or _is_bool_data(value))
         requested, dev = defaults(dtype, device)
         arr, dtype = to_constant_array(value, None if keep_dtype else requested, op="Tensor.constant")
@@ -296,7 +307,7 @@ class Tensor(TensorOperators):
             [Dim(4), Dim(128)]
         """
         dtype, dev = defaults(dtype, device)
-        key = Tensor.constant(_random_state.next_key(), device=dev)
+        key = Tensor._constant(_random_state.next_key(), device=dev)
         return ops.random_normal(key, shape, dtype, DeviceRef.from_device(dev), 0.0, 1.0)
 
     # -- properties --------------------------------------------------------
@@ -641,7 +652,7 @@ class ComputeGraph:
     Example:
         >>> import asyncio
         >>> g = ComputeGraph()
-        >>> a = Tensor.constant([1.0]) + 1
+        >>> a = Tensor([1.0]) + 1
         >>> g.add_unrealized(a)
         >>> asyncio.run(g.evaluate(a * 2))
         >>> a.real

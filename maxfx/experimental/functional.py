@@ -13,7 +13,7 @@ example, and reports this module as its home.
 Example:
     >>> from maxfx import functional as F
     >>> from maxfx.tensor import Tensor
-    >>> print(F.relu(Tensor.constant([1.0, -2.0, 3.0, -4.0, 5.0])))
+    >>> print(F.relu(Tensor([1.0, -2.0, 3.0, -4.0, 5.0])))
     TensorType(dtype=float32, shape=[Dim(5)], device=cpu:0): [1.0, 0.0, 3.0, 0.0, 5.0]
 """
 
@@ -138,7 +138,7 @@ def functional(op: Callable[..., Any]) -> Callable[..., Any]:
         >>> @functional
         ... def swish(x):
         ...     return x * ops.sigmoid(x)
-        >>> swish(Tensor.constant([0.0])).item()
+        >>> swish(Tensor([0.0])).item()
         0.0
     """
 
@@ -171,7 +171,7 @@ def constant(value: Any, dtype: Any = None, device: Any = None) -> Any:
         TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [1.0, 2.0, 3.0, 4.0]
     """
     if current_context() is None:
-        return _Tensor.constant(value, dtype=dtype, device=device)
+        return _Tensor._constant(value, dtype=dtype, device=device)
     return _ops.constant(value, dtype, device)
 
 

@@ -63,7 +63,7 @@ def _check_std(std: float) -> float:
 
 
 def _eager_key(device) -> Tensor:
-    return Tensor.constant(_next_key(), device=device)
+    return Tensor._constant(_next_key(), device=device)
 
 
 def uniform(shape: Any = (), range: Sequence[float] = (0, 1), *, dtype: DType | None = None, device: Any = None) -> Tensor:  # noqa: A002

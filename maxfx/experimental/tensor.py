@@ -2,7 +2,7 @@
 
 Example:
     >>> from maxfx.tensor import Tensor
-    >>> print(Tensor.constant([1.0, 2.0]) * 3)
+    >>> print(Tensor([1.0, 2.0]) * 3)
     TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [3.0, 6.0]
 """
 

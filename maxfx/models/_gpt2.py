@@ -166,7 +166,7 @@ class GPT2LMHeadModel(CausalLM):
     Example:
         >>> from maxfx.models import GPT2Config, GPT2LMHeadModel
         >>> m = GPT2LMHeadModel.random(GPT2Config(vocab_size=32, n_embd=16, n_layer=1, n_head=2), seed=0)
-        >>> m(Tensor.constant([[1, 2, 3]], dtype=DType.int64)).shape
+        >>> m(Tensor([[1, 2, 3]], dtype=DType.int64)).shape
         [Dim(1), Dim(3), Dim(32)]
     """
 

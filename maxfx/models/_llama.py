@@ -185,7 +185,7 @@ class LlamaForCausalLM(CausalLM):
         >>> cfg = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32,
         ...                   num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
         >>> m = LlamaForCausalLM.random(cfg, seed=0)
-        >>> m(Tensor.constant([[1, 2, 3]], dtype=DType.int64)).shape
+        >>> m(Tensor([[1, 2, 3]], dtype=DType.int64)).shape
         [Dim(1), Dim(3), Dim(32)]
     """
 

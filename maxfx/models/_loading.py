@@ -7,7 +7,7 @@ raise the same errors.
 
 Example:
     >>> model = load_pretrained("tests/data/models/tiny_llama")  # doctest: +SKIP
-    >>> model(Tensor.constant([[1, 2, 3]], dtype=DType.int64)).shape  # doctest: +SKIP
+    >>> model(Tensor([[1, 2, 3]], dtype=DType.int64)).shape  # doctest: +SKIP
     [Dim(1), Dim(3), Dim(256)]
 """
 

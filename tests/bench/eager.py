@@ -33,7 +33,7 @@ from tests.bench._timing import fmt_time, interleaved, machine, save
 
 def small_step(repeats: int) -> dict[str, float]:
     x_np = np.arange(4, dtype=np.float32)
-    xm = Tensor.constant(x_np)
+    xm = Tensor(x_np)
     xj = jnp.asarray(x_np)
 
     def maxfx_step():
@@ -64,7 +64,7 @@ def _chain(x, relu, tanh):
 
 def fused_chain(repeats: int) -> dict[str, float]:
     x_np = np.linspace(-2, 2, 1_000_000, dtype=np.float32)
-    xm = Tensor.constant(x_np)
+    xm = Tensor(x_np)
     xj = jnp.asarray(x_np)
     jitted = jax.jit(lambda x: _chain(x, jax.nn.relu, jnp.tanh))
 
@@ -91,7 +91,7 @@ def fused_chain(repeats: int) -> dict[str, float]:
 COLD_MAXFX = (
     "from maxfx import functional as F\n"
     "from maxfx.tensor import Tensor\n"
-    "print(F.relu(Tensor.constant([1.0, -2.0, 3.0])))\n"
+    "print(F.relu(Tensor([1.0, -2.0, 3.0])))\n"
 )
 COLD_JAX = "import jax, jax.numpy as jnp\nprint(jax.nn.relu(jnp.array([1.0, -2.0, 3.0])))\n"
 

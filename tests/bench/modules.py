@@ -55,7 +55,7 @@ def mlp(repeats: int, compile_repeats: int) -> dict:
     model = MLP(fc1=Linear(1024, 4096), fc2=Linear(4096, 4096), fc3=Linear(4096, 1024))
     params = [(layer.weight._array(), layer.bias._array()) for layer in (model.fc1, model.fc2, model.fc3)]
     x_np = np.random.default_rng(0).normal(size=(64, 1024)).astype(np.float32)
-    x_t, x_j = Tensor.constant(x_np), jnp.asarray(x_np)
+    x_t, x_j = Tensor(x_np), jnp.asarray(x_np)
     in_type = TensorType(DType.float32, [64, 1024])
 
     compiled = model.compile(in_type)
@@ -172,7 +172,7 @@ def gpt2(repeats: int, compile_repeats: int) -> dict:
     block = gpt2_block()
     params = _block_params(block)
     x_np = np.random.default_rng(1).normal(size=(BATCH, SEQ, D)).astype(np.float32)
-    x_t, x_j = Tensor.constant(x_np), jnp.asarray(x_np)
+    x_t, x_j = Tensor(x_np), jnp.asarray(x_np)
     in_type = TensorType(DType.float32, [BATCH, SEQ, D])
     compiled = block.compile(in_type)
     exe = jax.jit(_jax_block).lower(params, x_j).compile()

@@ -58,7 +58,7 @@ def train_step(repeats: int, warmup: int) -> dict:
     rng = np.random.default_rng(0)
     x_np = rng.normal(size=(64, 1024)).astype(np.float32)
     y_np = rng.normal(size=(64, 1024)).astype(np.float32)
-    x_t, y_t = Tensor.constant(x_np), Tensor.constant(y_np)
+    x_t, y_t = Tensor(x_np), Tensor(y_np)
     x_j, y_j = jnp.asarray(x_np), jnp.asarray(y_np)
     optimizer = optax.adam(1e-4)
 

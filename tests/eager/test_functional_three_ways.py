@@ -112,13 +112,13 @@ def test_three_ways(name, index):
         return example.call(f, *tensors)
 
     # 1. eager (MAX's default: each op runs when called)
-    eager = _numpy(call(*[Tensor.constant(a) for a in example.inputs]))
+    eager = _numpy(call(*[Tensor(a) for a in example.inputs]))
     _compare(name, eager, example, "eager")
 
     # 2. fused (inside F.lazy): pending inputs, op, pending outputs; the second run goes through the compiled program
     def fused_once():
         with lazy():
-            pending_inputs = [_identity(Tensor.constant(a)) for a in example.inputs]
+            pending_inputs = [_identity(Tensor(a)) for a in example.inputs]
             outs = [_identity(o) for o in _as_list(call(*pending_inputs))]
             assert _runs_at_once(op) or all(not o.real for o in outs), f"{name}: a recorded op was realized before being observed"
         return _numpy(outs)
@@ -132,7 +132,7 @@ def test_three_ways(name, index):
     _compare(name, fused, example, "fused")
 
     # 3. under jax.jit
-    traced = _numpy(jax.jit(call)(*[Tensor.constant(a) for a in example.inputs]))
+    traced = _numpy(jax.jit(call)(*[Tensor(a) for a in example.inputs]))
     _compare(name, traced, example, "jit")
 
     # Fusion may reorder float rounding (XLA); beyond that the three must agree.

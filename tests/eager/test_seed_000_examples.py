@@ -16,7 +16,7 @@ EXAMPLES = {
         from maxfx.tensor import Tensor
 
         # Create tensor from Python data
-        x = Tensor.constant([1.0, -2.0, 3.0, -4.0, 5.0])
+        x = Tensor([1.0, -2.0, 3.0, -4.0, 5.0])
 
         y = F.relu(x)
 
@@ -57,8 +57,8 @@ EXAMPLES = {
         """
         from maxfx.tensor import Tensor
 
-        a = Tensor.constant([1.0, 2.0, 3.0])
-        b = Tensor.constant([4.0, 5.0, 6.0])
+        a = Tensor([1.0, 2.0, 3.0])
+        b = Tensor([4.0, 5.0, 6.0])
 
         c = a + b  # Addition
         d = a * b  # Element-wise multiplication
@@ -74,7 +74,7 @@ EXAMPLES = {
         from maxfx import functional as F
         from maxfx.tensor import Tensor
 
-        x = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
+        x = Tensor([[1.0, 2.0], [3.0, 4.0]])
 
         y = F.sqrt(x)  # Element-wise square root
         z = F.softmax(x, axis=-1)  # Softmax along last axis
@@ -104,7 +104,7 @@ EXAMPLES = {
 
             return h
 
-        x = Tensor.constant([-1.0, 0.0, 1.0, 2.0], dtype=DType.float32, device=CPU())
+        x = Tensor([-1.0, 0.0, 1.0, 2.0], dtype=DType.float32, device=CPU())
         result = debug_forward_pass(x)
         """,
         "Input: TensorType(dtype=float32, shape=[Dim(4)], device=cpu:0): [-1.0, 0.0, 1.0, 2.0]\n"
@@ -120,7 +120,7 @@ EXAMPLES = {
         from maxfx.tensor import Tensor
 
         # Create input data
-        x = Tensor.constant([[1.0, 2.0], [3.0, 4.0]], dtype=DType.float32, device=CPU())
+        x = Tensor([[1.0, 2.0], [3.0, 4.0]], dtype=DType.float32, device=CPU())
 
         # Create random weights
         w = random.gaussian(

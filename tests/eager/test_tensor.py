@@ -37,17 +37,17 @@ def test_aliases_are_the_same_objects():
 
 
 def test_constant_default_dtypes():
-    assert Tensor.constant([1, 2, 3]).dtype is DType.float32  # Python data → default dtype (float32 on CPU)
-    assert Tensor.constant([True, False]).dtype is DType.bool
-    assert Tensor.constant(np.array([1, 2], np.int32)).dtype is DType.int32  # arrays keep theirs
-    assert Tensor.constant([1, 2], dtype=DType.int64).dtype is DType.int64
+    assert Tensor([1, 2, 3]).dtype is DType.float32  # Python data → default dtype (float32 on CPU)
+    assert Tensor([True, False]).dtype is DType.bool
+    assert Tensor(np.array([1, 2], np.int32)).dtype is DType.int32  # arrays keep theirs
+    assert Tensor([1, 2], dtype=DType.int64).dtype is DType.int64
     assert Tensor([1, 2, 3, 4]).shape == [4]
     assert Tensor([[1.0]], dtype=DType.float16).dtype is DType.float16
 
 
 def test_constant_rejects_bad_data():
     with pytest.raises(ValueError, match="out of range for dtype int8"):
-        Tensor.constant([300], dtype=DType.int8)
+        Tensor([300], dtype=DType.int8)
     with pytest.raises(TypeError, match="needs data"):
         Tensor()
 
@@ -86,7 +86,7 @@ def test_dlpack_and_storage_roundtrip():
 
 
 def test_properties():
-    x = Tensor.constant([[1.0, 2.0, 3.0]])
+    x = Tensor([[1.0, 2.0, 3.0]])
     assert x.shape == [1, 3] and x.shape == (1, 3) and x.rank == 2
     assert x.dtype is DType.float32 and x.device == CPU() and x.num_elements() == 3
     assert x.type == TensorType(DType.float32, [1, 3])
@@ -99,7 +99,7 @@ def test_properties():
 
 
 def test_one_program_per_structure_and_scalars_are_inputs():
-    x = Tensor.constant(np.arange(4, dtype=np.float32))
+    x = Tensor(np.arange(4, dtype=np.float32))
     before = eager_stats()
     for i in range(20):
         with F.lazy():
@@ -112,7 +112,7 @@ def test_one_program_per_structure_and_scalars_are_inputs():
 
 
 def test_live_intermediates_are_realized_with_the_target():
-    x = Tensor.constant([1.0, 2.0])
+    x = Tensor([1.0, 2.0])
     a = x * 3
     b = a + 1
     b.realize
@@ -121,7 +121,7 @@ def test_live_intermediates_are_realized_with_the_target():
 
 
 def test_long_eager_loop_is_bounded_and_has_no_recursion():
-    x = Tensor.constant([0.0, 1.0])
+    x = Tensor([0.0, 1.0])
     y = x
     for _ in range(10_000):
         y = y + 1
@@ -130,7 +130,7 @@ def test_long_eager_loop_is_bounded_and_has_no_recursion():
 
 
 def test_unrealized_tensors_are_freed():
-    x = Tensor.constant([1.0])
+    x = Tensor([1.0])
     t = x * 2
     ref = weakref.ref(t)
     del t
@@ -144,7 +144,7 @@ def test_unrealized_tensors_are_freed():
 
 def test_compute_graph_evaluates_all_registered_tensors():
     g = ComputeGraph()
-    x = Tensor.constant([1.0, 2.0])
+    x = Tensor([1.0, 2.0])
     with F.lazy():
         a, b = x + 1, x * 10
     g.add_unrealized(a)
@@ -159,30 +159,30 @@ def test_compute_graph_evaluates_all_registered_tensors():
 
 
 def test_printing_formats():
-    assert str(Tensor.constant(3)) == "TensorType(dtype=float32, shape=[], device=cpu:0): 3.0"
-    assert str(Tensor.constant([0.1, -0.0])) == "TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [0.1, -0.0]"
-    assert str(Tensor.constant(np.array([1, 2], np.int64))).endswith(": [1, 2]")
-    assert str(Tensor.constant([True, False])).endswith(": [True, False]")
-    big = str(Tensor.constant(np.arange(2000, dtype=np.int32)))
+    assert str(Tensor(3)) == "TensorType(dtype=float32, shape=[], device=cpu:0): 3.0"
+    assert str(Tensor([0.1, -0.0])) == "TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [0.1, -0.0]"
+    assert str(Tensor(np.array([1, 2], np.int64))).endswith(": [1, 2]")
+    assert str(Tensor([True, False])).endswith(": [True, False]")
+    big = str(Tensor(np.arange(2000, dtype=np.int32)))
     assert big.endswith(": [0, 1, 2, ..., 1997, 1998, 1999]")
-    assert f"{Tensor.constant(2.5):.2f}" == "2.50"
+    assert f"{Tensor(2.5):.2f}" == "2.50"
 
 
 def test_item_and_python_conversions():
-    assert Tensor.constant(2.5).item() == 2.5 and Tensor.constant([[7]], dtype=DType.int32).item() == 7
-    assert float(Tensor.constant(1.5)) == 1.5 and int(Tensor.constant(3, dtype=DType.int32)) == 3
-    assert bool(Tensor.constant(1.0)) and not bool(Tensor.constant(0.0))
+    assert Tensor(2.5).item() == 2.5 and Tensor([[7]], dtype=DType.int32).item() == 7
+    assert float(Tensor(1.5)) == 1.5 and int(Tensor(3, dtype=DType.int32)) == 3
+    assert bool(Tensor(1.0)) and not bool(Tensor(0.0))
     with pytest.raises(ValueError, match="exactly one element"):
-        Tensor.constant([1.0, 2.0]).item()
+        Tensor([1.0, 2.0]).item()
     with pytest.raises(ValueError, match="ambiguous"):
-        bool(Tensor.constant([1.0, 2.0]))
+        bool(Tensor([1.0, 2.0]))
     assert len(Tensor.zeros([3, 2])) == 3
-    assert [r.to_numpy().tolist() for r in Tensor.constant([[1.0], [2.0]])] == [[1.0], [2.0]]
+    assert [r.to_numpy().tolist() for r in Tensor([[1.0], [2.0]])] == [[1.0], [2.0]]
 
 
 def test_indexing_and_setitem():
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
-    t = Tensor.constant(a)
+    t = Tensor(a)
     np.testing.assert_array_equal(t[1].to_numpy(), a[1])
     np.testing.assert_array_equal(t[::-1, 1::2].to_numpy(), a[::-1, 1::2])
     np.testing.assert_array_equal(t[..., None].to_numpy(), a[..., None])
@@ -190,7 +190,7 @@ def test_indexing_and_setitem():
     with pytest.raises(IndexError, match="out of range"):
         t[3]
     t[0, :] = 9.0
-    t[1] = Tensor.constant([1.0, 2.0, 3.0, 4.0])
+    t[1] = Tensor([1.0, 2.0, 3.0, 4.0])
     expect = a.copy()
     expect[0, :] = 9.0
     expect[1] = [1, 2, 3, 4]
@@ -202,7 +202,7 @@ def test_indexing_and_setitem():
 
 def test_reductions_keep_the_axis_and_methods():
     a = np.array([[1.0, 5.0, 2.0], [4.0, 0.0, 3.0]], np.float32)
-    t = Tensor.constant(a)
+    t = Tensor(a)
     assert t.mean(axis=1).shape == [2, 1]
     np.testing.assert_array_equal(t.max().to_numpy(), a.max(-1, keepdims=True))
     np.testing.assert_array_equal(t.argmax(axis=0).to_numpy(), [[1, 0, 1]])
@@ -250,10 +250,10 @@ def test_defaults_and_contexts(monkeypatch):
     dtype, device = defaults()
     assert (dtype, device) == (DType.float32, CPU())  # tests run with MAXFX_DEFAULT_DEVICE=cpu
     with default_dtype(DType.float16):
-        assert Tensor.constant([1.0]).dtype is DType.float16
+        assert Tensor([1.0]).dtype is DType.float16
         with default_device(CPU()):
             assert Tensor.zeros([1]).device == CPU()
-    assert Tensor.constant([1.0]).dtype is DType.float32
+    assert Tensor([1.0]).dtype is DType.float32
     monkeypatch.setenv("MAXFX_DEFAULT_DEVICE", "tpu")
     with pytest.raises(ValueError, match="MAXFX_DEFAULT_DEVICE"):
         defaults()
@@ -263,7 +263,7 @@ def test_defaults_and_contexts(monkeypatch):
 
 
 def test_tensors_are_pytrees_under_jit_and_vmap():
-    x = Tensor.constant([[1.0, -1.0], [2.0, -3.0]])
+    x = Tensor([[1.0, -1.0], [2.0, -3.0]])
     out = jax.jit(lambda t: (t @ t.T).mean(axis=1))(x)
     assert isinstance(out, Tensor)
     xa = x.to_numpy()
@@ -274,14 +274,14 @@ def test_tensors_are_pytrees_under_jit_and_vmap():
 
 
 def test_grad_through_tensor_ops():
-    w = Tensor.constant([1.0, -2.0, 3.0])
+    w = Tensor([1.0, -2.0, 3.0])
     g = jax.grad(lambda w: jnp.sum(F.relu(w) * w))(w)  # jnp.sum reads the Tensor via __jax_array__
     assert isinstance(g, Tensor)
     np.testing.assert_array_equal(g.to_numpy(), [2.0, 0.0, 6.0])  # d/dw relu(w) * w = 2w for w > 0
 
 
 def test_jnp_accepts_tensors():
-    np.testing.assert_allclose(np.asarray(jnp.sin(Tensor.constant([0.5, 1.0]))), np.sin([0.5, 1.0]), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(jnp.sin(Tensor([0.5, 1.0]))), np.sin([0.5, 1.0]), rtol=1e-6)
 
 
 def test_graph_valued_tensors_record_into_the_graph():
@@ -333,7 +333,7 @@ def test_functional_decorator():
     def swish(x):
         return x * ops.sigmoid(x)
 
-    out = swish(Tensor.constant([0.0, 1.0]))
+    out = swish(Tensor([0.0, 1.0]))
     np.testing.assert_allclose(out.to_numpy(), [0.0, 1 / (1 + np.exp(-1))], rtol=1e-6)
     with Graph("s", input_types=[TensorType(DType.float32, [2])]) as g:
         assert type(swish(g.inputs[0])).__name__ == "TensorValue"
@@ -347,7 +347,7 @@ def test_functional_graph_only():
     np.testing.assert_array_equal(t.to_numpy(), [1.0, 1.0])
     buf_t = TensorType(DType.float32, [3]).as_buffer()
     with Graph("b", input_types=[buf_t]) as g:
-        F.buffer_store_slice(g.inputs[0], Tensor.constant([5.0]), [slice(1, 2)])
+        F.buffer_store_slice(g.inputs[0], Tensor([5.0]), [slice(1, 2)])
         F.buffer_store(g.inputs[0], ops.buffer_load(g.inputs[0]) * 2)
         ext = F.constant_external("w", TensorType(DType.float32, [3]))
         g.output(ext + 1)
@@ -366,7 +366,7 @@ def test_functional_custom():
 
     name = "test_eager_row_sum"
     register_custom_op(name, lambda x: jnp.sum(x, axis=-1, keepdims=True))
-    x = Tensor.constant([[1.0, 2.0], [3.0, 4.0]])
+    x = Tensor([[1.0, 2.0], [3.0, 4.0]])
     (out,) = F.custom(name, CPU(), [x], [TensorType(DType.float32, [2, 1])])
     np.testing.assert_array_equal(out.to_numpy(), [[3.0], [7.0]])
 
@@ -375,7 +375,7 @@ def test_functional_custom():
 
 
 def test_guide_example_in_a_fresh_process():
-    code = "from maxfx import functional as F\nfrom maxfx.tensor import Tensor\nprint(F.relu(Tensor.constant([1.0, -2.0, 3.0])))\n"
+    code = "from maxfx import functional as F\nfrom maxfx.tensor import Tensor\nprint(F.relu(Tensor([1.0, -2.0, 3.0])))\n"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out == "TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [1.0, 0.0, 3.0]\n"
 

@@ -76,7 +76,7 @@ def kernel_calls(monkeypatch):
 
 def _eager_forward(model, ids: np.ndarray) -> np.ndarray:
     with x64():
-        return model(Tensor.constant(ids)).to_numpy()
+        return model(Tensor(ids)).to_numpy()
 
 
 def _prefill(model, ids, length):
@@ -94,11 +94,11 @@ def _generation_logits(model, pad: int, length: int) -> list[np.ndarray]:
     ids = np.zeros((2, pad), np.int64)
     ids[:, : PROMPT.shape[1]] = PROMPT
     with x64():
-        logits, caches = jax.jit(lambda m, x: _prefill(m, x, length))(model, Tensor.constant(ids))
+        logits, caches = jax.jit(lambda m, x: _prefill(m, x, length))(model, Tensor(ids))
         out = [logits.to_numpy()[np.arange(2), LENGTHS - 1]]
         step = jax.jit(lambda m, c, t, p: _decode(m, c, t, p))
         for i in range(FED.shape[1]):
-            logits, caches = step(model, caches, Tensor.constant(FED[:, i]), Tensor.constant(LENGTHS + i))
+            logits, caches = step(model, caches, Tensor(FED[:, i]), Tensor(LENGTHS + i))
             out.append(logits.to_numpy())
     return out
 

@@ -24,7 +24,7 @@ def _forward(m, ids):
     from lowering.x64 import x64  # noqa: PLC0415
 
     with x64():
-        return jax.jit(lambda mod, x: mod(x))(m, Tensor.constant(ids)).to_numpy()
+        return jax.jit(lambda mod, x: mod(x))(m, Tensor(ids)).to_numpy()
 
 
 def _teacher_forced_logits(m, prompt, new):

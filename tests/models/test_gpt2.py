@@ -29,12 +29,12 @@ def st_model():
 
 def test_safetensors_logits_match_golden(st_model):
     g = golden(GPT2)
-    np.testing.assert_allclose(st_model(Tensor.constant(g["input_ids"])).to_numpy(), g["logits"], rtol=0, atol=FP32_ATOL)
+    np.testing.assert_allclose(st_model(Tensor(g["input_ids"])).to_numpy(), g["logits"], rtol=0, atol=FP32_ATOL)
 
 
 def test_bin_logits_match_golden(bin_model):
     g = golden(GPT2)
-    np.testing.assert_allclose(bin_model(Tensor.constant(g["input_ids"])).to_numpy(), g["logits"], rtol=0, atol=FP32_ATOL)
+    np.testing.assert_allclose(bin_model(Tensor(g["input_ids"])).to_numpy(), g["logits"], rtol=0, atol=FP32_ATOL)
 
 
 @pytest.mark.parametrize("which", ["safetensors", "bin"])
@@ -85,7 +85,7 @@ def test_random_gpt2_with_n_inner_matches_numpy():
     m = GPT2LMHeadModel.random(c, seed=1)
     w = {n: t.to_numpy().astype(np.float64) for n, t in m.parameters}
     ids = np.random.default_rng(0).integers(0, 50, (2, 9))
-    np.testing.assert_allclose(m(Tensor.constant(ids)).to_numpy(), np_gpt2(w, c, ids), rtol=0, atol=1e-4)
+    np.testing.assert_allclose(m(Tensor(ids)).to_numpy(), np_gpt2(w, c, ids), rtol=0, atol=1e-4)
 
 
 def test_learned_positions_limit_generation(st_model):

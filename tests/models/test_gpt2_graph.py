@@ -79,7 +79,7 @@ def test_eager_and_graph_models_are_built_from_the_same_tensors_and_match_numpy(
     ids = np.random.default_rng(0).integers(0, 50, (2, 24))  # every learned position
     w = {n: t.value.astype(np.float64) for n, t in params.items()}
     want = np_gpt2(w, c, ids, gelu=lambda y: 0.5 * y * (1 + _erf(y / np.sqrt(2))))  # activation_function="gelu": exact GELU
-    np.testing.assert_allclose(eager(Tensor.constant(ids)).to_numpy(), want, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(eager(Tensor(ids)).to_numpy(), want, rtol=0, atol=1e-4)
     np.testing.assert_allclose(graph(ids), want, rtol=0, atol=1e-4)
 
 

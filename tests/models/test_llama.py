@@ -50,7 +50,7 @@ def _bin_model():
 def test_logits_match_golden(fmt):
     m = _load(fmt)
     g = golden(LLAMA, FORMATS[fmt][1])
-    logits = m(Tensor.constant(g["input_ids"]))
+    logits = m(Tensor(g["input_ids"]))
     assert isinstance(logits, Tensor) and [int(d) for d in logits.shape] == [2, 12, 256]
     # GGUF goldens are the reference run on the dequantized weights (float32 math): same bound.
     np.testing.assert_allclose(logits.to_numpy(), g["logits"], rtol=0, atol=FP32_ATOL)
@@ -98,7 +98,7 @@ def test_compile_with_symbolic_sequence_length():
     g = golden(LLAMA)
     compiled = m.compile(*m.input_types())
     for b, t in ((2, 12), (1, 5)):
-        out = compiled(Tensor.constant(g["input_ids"][:b, :t])).to_numpy()
+        out = compiled(Tensor(g["input_ids"][:b, :t])).to_numpy()
         np.testing.assert_allclose(out, g["logits"][:b, :t], rtol=0, atol=FP32_ATOL)
 
 
@@ -110,7 +110,7 @@ def test_model_is_a_pytree_under_jit():
     m = _load("safetensors")
     g = golden(LLAMA)
     with x64():
-        out = jax.jit(lambda mod, ids: mod(ids))(m, Tensor.constant(g["input_ids"]))
+        out = jax.jit(lambda mod, ids: mod(ids))(m, Tensor(g["input_ids"]))
     np.testing.assert_allclose(out.to_numpy(), g["logits"], rtol=0, atol=FP32_ATOL)
 
 
@@ -187,7 +187,7 @@ def test_tied_llama3_random_model_matches_numpy():
     assert m.lm_head is None and "lm_head.weight" not in dict(m.parameters)
     w = {n: t.to_numpy().astype(np.float64) for n, t in m.parameters}
     ids = np.random.default_rng(0).integers(0, 64, (2, 20))
-    np.testing.assert_allclose(m(Tensor.constant(ids)).to_numpy(), np_llama(w, c, ids), rtol=0, atol=1e-4)
+    np.testing.assert_allclose(m(Tensor(ids)).to_numpy(), np_llama(w, c, ids), rtol=0, atol=1e-4)
 
 
 # ─── bad input ────────────────────────────────────────────────────────────
@@ -329,7 +329,7 @@ def test_bfloat16_load_and_progress_bar(monkeypatch):
     assert totals == [((LLAMA / "model.safetensors").stat().st_size - _header_bytes(LLAMA / "model.safetensors"), "loading model.safetensors")]
     assert {t.dtype for _, t in m.parameters} == {DType.bfloat16}
     g = golden(LLAMA)
-    np.testing.assert_allclose(m(Tensor.constant(g["input_ids"])).to_numpy(), g["logits"], rtol=0, atol=0.15)
+    np.testing.assert_allclose(m(Tensor(g["input_ids"])).to_numpy(), g["logits"], rtol=0, atol=0.15)
 
 
 def _header_bytes(path):

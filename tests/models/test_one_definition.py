@@ -26,5 +26,5 @@ def test_eager_and_graph_models_are_built_from_the_same_tensors_and_match_numpy(
 
     ids = np.random.default_rng(1).integers(0, 64, (2, 20))  # 20 positions: past original_max_position_embeddings
     want = np_llama({n: w.value.astype(np.float64) for n, w in params.items()}, CFG, ids)
-    np.testing.assert_allclose(eager(Tensor.constant(ids)).to_numpy(), want, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(eager(Tensor(ids)).to_numpy(), want, rtol=0, atol=1e-4)
     np.testing.assert_allclose(graph(ids), want, rtol=0, atol=1e-4)

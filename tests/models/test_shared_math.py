@@ -31,8 +31,8 @@ CPU = DeviceRef.CPU()
 def _three_ways(fn, *arrays):
     """``fn`` over eager Tensors, under jax.jit, and in a Graph run by InferenceSession: three numpy results."""
     with x64():
-        eager = fn(*[Tensor.constant(a) for a in arrays]).to_numpy()
-        jitted = jax.jit(fn)(*[Tensor.constant(a) for a in arrays]).to_numpy()
+        eager = fn(*[Tensor(a) for a in arrays]).to_numpy()
+        jitted = jax.jit(fn)(*[Tensor(a) for a in arrays]).to_numpy()
     types = [TensorType(DType.from_numpy(a.dtype), list(a.shape), CPU) for a in arrays]
     with Graph("shared_math", input_types=types) as g:
         g.output(fn(*[x.tensor for x in g.inputs]))

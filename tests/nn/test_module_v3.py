@@ -49,7 +49,7 @@ SEED_EXAMPLES = {
 
         linear = Linear(Tensor.zeros([5, 4]))
         print(linear)
-        print(linear(Tensor.constant([1, 2, 3, 4])))
+        print(linear(Tensor([1, 2, 3, 4])))
     """,
     "001_device": """
         from maxfx.experimental.nn import Linear
@@ -252,16 +252,16 @@ def _np_forward(m, x):
 def test_layers_against_numpy(rng):
     m = _mlp()
     x = rng.normal(size=(5, 4)).astype(np.float32)
-    np.testing.assert_allclose(m(Tensor.constant(x)).to_numpy(), _np_forward(m, x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(m(Tensor(x)).to_numpy(), _np_forward(m, x), rtol=1e-5, atol=1e-6)
     norm = LayerNorm(4)
     expect = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
-    np.testing.assert_allclose(norm(Tensor.constant(x)).to_numpy(), expect, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(norm(Tensor(x)).to_numpy(), expect, rtol=1e-5, atol=1e-5)
     emb = Embedding(6, dim=3)
     ids = np.array([[0, 5], [2, 2]], np.int64)
-    np.testing.assert_array_equal(emb(Tensor.constant(ids)).to_numpy(), emb.weight.to_numpy()[ids])
+    np.testing.assert_array_equal(emb(Tensor(ids)).to_numpy(), emb.weight.to_numpy()[ids])
     nobias = Linear(4, 2, bias=False)
     assert nobias.bias == 0 and [n for n, _ in nobias.parameters] == ["weight"]
-    np.testing.assert_allclose(nobias(Tensor.constant(x)).to_numpy(), x @ nobias.weight.to_numpy().T, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(nobias(Tensor(x)).to_numpy(), x @ nobias.weight.to_numpy().T, rtol=1e-5, atol=1e-6)
     w = Linear(100, 50).weight.to_numpy()
     assert np.abs(w).max() <= 0.1 and w.std() > 0.03  # uniform in ±1/sqrt(in_dim)
 
@@ -282,7 +282,7 @@ def test_compile_symbolic_batch_matches_eager(rng):
     compiled = m.compile(TensorType(DType.float32, ["batch", 4]))
     for batch in (1, 5, 64):
         x = rng.normal(size=(batch, 4)).astype(np.float32)
-        np.testing.assert_allclose(compiled(Tensor.constant(x)).to_numpy(), _np_forward(m, x), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(compiled(Tensor(x)).to_numpy(), _np_forward(m, x), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="input 0"):
         compiled(Tensor.ones([2, 5]))
     with pytest.raises(TypeError, match="forward takes 1 positional"):
@@ -328,7 +328,7 @@ def test_modules_are_pytrees(rng):
     leaves = jax.tree_util.tree_leaves(m)
     assert len(leaves) == 4 and all(isinstance(a, jax.Array) for a in leaves)
     x = rng.normal(size=(2, 4)).astype(np.float32)
-    out = jax.jit(lambda mod, x: mod(x))(m, Tensor.constant(x))
+    out = jax.jit(lambda mod, x: mod(x))(m, Tensor(x))
     np.testing.assert_allclose(out.to_numpy(), _np_forward(m, x), rtol=1e-5, atol=1e-5)
 
     import jax.numpy as jnp
@@ -336,7 +336,7 @@ def test_modules_are_pytrees(rng):
     def loss(mod, x):
         return jnp.sum(mod(x))
 
-    grads = jax.grad(loss)(m, Tensor.constant(x))
+    grads = jax.grad(loss)(m, Tensor(x))
     assert isinstance(grads, _MLP)
     # d sum(W2 h + b2) / d b2 = batch size for each output
     np.testing.assert_allclose(grads.fc2.bias.to_numpy(), np.full(3, 2.0), rtol=1e-6)
@@ -394,7 +394,7 @@ def test_use_subgraphs_compiles_a_sequential_of_identical_blocks_once(rng):
     clear_cache()
     grouped = net.compile(in_type, use_subgraphs=True)
     before = compile_stats()["compiles"]
-    np.testing.assert_allclose(grouped(Tensor.constant(x)).to_numpy(), np_net(net, x), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(grouped(Tensor(x)).to_numpy(), np_net(net, x), rtol=1e-4, atol=1e-4)
     # One executable for the four blocks (one subgraph), one for the head; a new batch size compiles both again.
     assert compile_stats()["compiles"] - before == 2
     calls = [n for n in grouped.model._compiled.block.nodes if n.op == "call"]
@@ -403,7 +403,7 @@ def test_use_subgraphs_compiles_a_sequential_of_identical_blocks_once(rng):
     # The blocks read their own weights under their own names: nothing stacked or copied.
     assert sorted(grouped.model._compiled.weights) == sorted(n for n, _ in net.parameters)
     x2 = rng.normal(size=(3, 8)).astype(np.float32)
-    np.testing.assert_allclose(grouped(Tensor.constant(x2)).to_numpy(), np_net(net, x2), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(grouped(Tensor(x2)).to_numpy(), np_net(net, x2), rtol=1e-4, atol=1e-4)
     # Off by default: the Sequential is traced as written, block by block.
     unrolled = str(net.compile(in_type).model._compiled.block)
     assert "call(" not in unrolled and unrolled.count("layer_norm(") == 4
@@ -426,7 +426,7 @@ def test_use_subgraphs_leaves_a_sequential_subclass_with_its_own_forward_alone()
     expect = x
     for layer in net:
         expect = expect @ layer.weight.to_numpy().T + layer.bias.to_numpy()
-    np.testing.assert_allclose(compiled(Tensor.constant(x)).to_numpy(), x + expect, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(compiled(Tensor(x)).to_numpy(), x + expect, rtol=1e-5, atol=1e-5)
 
 
 def test_use_subgraphs_on_the_sequential_itself_and_with_weight_overrides(rng):
@@ -439,7 +439,7 @@ def test_use_subgraphs_on_the_sequential_itself_and_with_weight_overrides(rng):
     expect = x
     for i in range(3):
         expect = expect @ other[f"{i}.weight"].T + other[f"{i}.bias"]
-    np.testing.assert_allclose(compiled(Tensor.constant(x)).to_numpy(), expect, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(compiled(Tensor(x)).to_numpy(), expect, rtol=1e-5, atol=1e-5)
 
 
 def test_compile_weights_override_is_checked():

@@ -296,6 +296,7 @@ OP_TABLE: dict[str, OpRecord] = {
     "print": record("test_debug_collective"),
     "export_tensor": record("test_debug_export"),
     "allgather": record("test_debug_collective", no_grad="a collective over several devices with signal buffers; needs a multi-device setup (see the multi-device tests)"),
+    "allreduce_sum": record("test_allreduce", no_grad="a collective over several devices with signal buffers; needs a multi-device setup (see the multi-device tests)"),
     "distributed_broadcast": record("test_debug_collective", no_grad="a collective over several devices with signal buffers; needs a multi-device setup (see the multi-device tests)"),
     "shard_and_stack": record(
         "test_debug_collective",

@@ -18,6 +18,7 @@ def _graph(shape=(3,)):
 
 
 def test_allreduce_sum_gives_every_device_the_total():
+    # "allreduce_sum" is the registry op behind ops.allreduce.sum.
     with _graph() as g:
         outs = ops.allreduce.sum(g.inputs[:2], g.inputs[2:])
         assert [str(o.device) for o in outs] == ["cpu:0", "cpu:1"]

@@ -37,7 +37,7 @@ class RMSNorm(Module):
 
     Example:
         >>> norm = RMSNorm(2)
-        >>> norm(Tensor.constant([[3.0, 4.0]])).to_numpy().astype(float).round(4).tolist()
+        >>> norm(Tensor([[3.0, 4.0]])).to_numpy().astype(float).round(4).tolist()
         [[0.8485, 1.1314]]
     """
 
@@ -90,7 +90,7 @@ class QuantizedLinear(Module):
 
     Example:
         >>> import numpy as np
-        >>> packed = Tensor.constant(np.zeros((3, 18), np.uint8))  # 3 rows of one Q4_0 block
+        >>> packed = Tensor(np.zeros((3, 18), np.uint8))  # 3 rows of one Q4_0 block
         >>> QuantizedLinear(packed, "Q4_0")(Tensor.ones([2, 32])).shape
         [Dim(2), Dim(3)]
     """

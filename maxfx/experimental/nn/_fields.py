@@ -184,7 +184,7 @@ class StaticValue:
             owner,
             field,
             f"holds {problem} {where}: it is compared on every jax.jit call and baked into compiled programs as a "
-            f"constant. Store a Tensor (Tensor.constant(...)) to make it a parameter, or a tuple if it is configuration.",
+            f"constant. Store a Tensor (Tensor(...)) to make it a parameter, or a tuple if it is configuration.",
         )
 
     def __eq__(self, other: object) -> bool:

@@ -75,7 +75,7 @@ class Embedding(Module):
 
     Example:
         >>> emb = Embedding(10, dim=4)
-        >>> emb(Tensor.constant([1, 2], dtype=DType.int64)).shape
+        >>> emb(Tensor([1, 2], dtype=DType.int64)).shape
         [Dim(2), Dim(4)]
     """
 
@@ -169,7 +169,7 @@ class LayerNorm(Module):
 
     Example:
         >>> norm = LayerNorm(3)
-        >>> norm(Tensor.constant([[1.0, 2.0, 3.0]])).to_numpy().astype(float).round(3).tolist()
+        >>> norm(Tensor([[1.0, 2.0, 3.0]])).to_numpy().astype(float).round(3).tolist()
         [[-1.225, 0.0, 1.225]]
     """
 

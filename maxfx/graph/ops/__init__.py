@@ -26,7 +26,7 @@ from lowering.ops.attention import (
     rope_ragged,
 )
 from lowering.ops.buffer import buffer_create, buffer_load, buffer_store, buffer_store_slice
-from lowering.ops.collective import allgather, distributed_broadcast, shard_and_stack, transfer_to
+from lowering.ops.collective import allgather, allreduce_sum, distributed_broadcast, shard_and_stack, transfer_to
 from lowering.ops.control_flow import call, cond, while_loop
 from lowering.ops.core import cast, constant
 from lowering.ops.creation import constant_external, hann_window, range  # noqa: A004 - MAX's name
@@ -167,6 +167,7 @@ __all__ = [
     "buffer_store_slice",
     # devices and collectives
     "allgather",
+    "allreduce_sum",  # also ops.allreduce.sum, MAX's spelling
     "distributed_broadcast",
     "shard_and_stack",
     "transfer_to",

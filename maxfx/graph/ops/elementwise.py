@@ -7,7 +7,7 @@ MAX (``ops.max`` also reduces when given one).
 Example:
     >>> from maxfx.graph import ops
     >>> from maxfx.tensor import Tensor
-    >>> ops.elementwise.max(Tensor.constant([1.0, 5.0]), Tensor.constant([3.0, 3.0]))
+    >>> ops.elementwise.max(Tensor([1.0, 5.0]), Tensor([3.0, 3.0]))
     TensorType(dtype=float32, shape=[Dim(2)], device=cpu:0): [3.0, 5.0]
 """
 

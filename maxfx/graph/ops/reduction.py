@@ -7,7 +7,7 @@ here ``max(x, axis=-1)`` and ``min(x, axis=-1)`` always reduce, as in MAX
 Example:
     >>> from maxfx.graph import ops
     >>> from maxfx.tensor import Tensor
-    >>> ops.reduction.max(Tensor.constant([[1.0, 5.0], [4.0, 0.0]]), axis=0)
+    >>> ops.reduction.max(Tensor([[1.0, 5.0], [4.0, 0.0]]), axis=0)
     TensorType(dtype=float32, shape=[Dim(1), Dim(2)], device=cpu:0): [[4.0, 5.0]]
 """
 

@@ -31,7 +31,7 @@ def activation_function_from_name(name: str) -> Callable[..., Any]:
 
     Example:
         >>> from maxfx.experimental.tensor import Tensor
-        >>> activation_function_from_name("quick_gelu")(Tensor.constant([0.0])).item()
+        >>> activation_function_from_name("quick_gelu")(Tensor([0.0])).item()
         0.0
     """
     return lookup_activation(_ACTIVATIONS, name)
