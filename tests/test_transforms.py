@@ -301,3 +301,16 @@ def test_import_maxfx_does_not_load_transforms():
     code = "import sys, maxfx; assert 'maxfx._transforms' not in sys.modules and 'jax' not in sys.modules; maxfx.jit; assert 'maxfx._transforms' in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
 
+
+def test_int64_ops_under_plain_jit_do_not_warn():
+    # MAX's int64 results are int32 under a user's jax.jit without x64; JAX's
+    # per-op truncation warnings must not leak out of maxfx's own code.
+    import warnings  # noqa: PLC0415
+
+    x = jnp.asarray(np.arange(12, dtype=np.float32).reshape(3, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        band = jax.jit(lambda a: F.band_part(a, -1, 0))(x)
+        idx = jax.jit(lambda a: F.argmax(a, axis=-1))(x)
+    np.testing.assert_array_equal(np.asarray(band), np.tril(np.arange(12, dtype=np.float32).reshape(3, 4)))
+    np.testing.assert_array_equal(np.asarray(idx).reshape(-1), [3, 3, 3])
