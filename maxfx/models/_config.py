@@ -15,7 +15,7 @@ import numpy as np
 
 from maxfx.nn._rope import Llama3RopeScalingParams, default_inv_freq, scaled_inv_freq
 
-__all__ = ["ConfigError", "GPT2Config", "LlamaConfig"]
+__all__ = ["MLP_ACTIVATIONS", "ConfigError", "GPT2Config", "LlamaConfig"]
 
 
 class ConfigError(ValueError):
@@ -71,11 +71,21 @@ class LlamaConfig:
     max_position_embeddings: int = 2048
     bos_token_id: int | None = None
     eos_token_id: int | None = None
+    # Llama-family variants (set by the architectures' configs in `maxfx.models._families`):
+    qkv_bias: bool = False  # q/k/v projections have a bias (Qwen2; `attention_bias`)
+    o_bias: bool = False  # o_proj has a bias (Llama's and Qwen3's `attention_bias`)
+    qk_norm: bool = False  # RMSNorm over head_dim on q and k before RoPE (Qwen3)
+    sliding_window: int | None = None  # each query sees the `sliding_window` latest positions, itself included (Mistral, Phi-3)
+    hidden_act: str = "silu"  # the gated MLP's activation (HF name)
+    norm_weight_offset: float = 0.0  # RMSNorm scales by (offset + w) (Gemma: 1)
+    norm_multiply_before_cast: bool = False  # RMSNorm multiplies in float32, then casts (Gemma)
+    scale_embeddings: bool = False  # embeddings times sqrt(hidden_size), in the weights' dtype (Gemma)
+    fused_projections: bool = False  # checkpoint stores qkv_proj and gate_up_proj fused (Phi-3)
 
     architecture = "llama"
 
     def __post_init__(self) -> None:
-        src = "LlamaConfig"
+        src = type(self).__name__
         for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads"):
             _positive_int(getattr(self, key), key, src)
         if not self.head_dim:
@@ -85,26 +95,39 @@ class LlamaConfig:
         if self.head_dim % 2:
             raise ConfigError(f"{src}: head_dim must be even for RoPE, got {self.head_dim}")
         if self.num_attention_heads % self.num_key_value_heads:
-            raise ConfigError(
-                f"{src}: num_attention_heads {self.num_attention_heads} must be a multiple of num_key_value_heads {self.num_key_value_heads}"
-            )
+            raise ConfigError(f"{src}: num_attention_heads {self.num_attention_heads} must be a multiple of num_key_value_heads {self.num_key_value_heads}")
         if self.rope_scaling is not None:
             kind = dict(self.rope_scaling).get("rope_type", dict(self.rope_scaling).get("type"))
             if kind not in ("llama3", "default", None):
                 raise ConfigError(f"{src}: rope_scaling type {kind!r} is not supported (supported: 'llama3', 'default')")
+        if self.sliding_window is not None and (isinstance(self.sliding_window, bool) or not isinstance(self.sliding_window, (int, np.integer)) or self.sliding_window <= 0):
+            raise ConfigError(f"{src}: sliding_window must be a positive integer or null, got {self.sliding_window!r}")
+        if self.hidden_act not in MLP_ACTIVATIONS:
+            raise ConfigError(f"{src}: hidden_act {self.hidden_act!r} is not supported (supported: {', '.join(sorted(MLP_ACTIVATIONS))})")
         if self.rope_freq_factors is not None and len(self.rope_freq_factors) != self.head_dim // 2:
             raise ConfigError(f"{src}: rope_freq_factors has {len(self.rope_freq_factors)} entries, head_dim {self.head_dim} needs {self.head_dim // 2}")
 
     @classmethod
     def from_hf(cls, cfg: Mapping[str, Any], source: str = "config.json") -> LlamaConfig:
-        """From a Hugging Face ``config.json`` dict (``rope_theta``/``rope_scaling`` or ``rope_parameters``)."""
+        """From a Hugging Face ``config.json`` dict (``rope_theta``/``rope_scaling`` or ``rope_parameters``).
+
+        Subclasses (`maxfx.models._families`) add their architecture's fields in `hf_variant`.
+
+        Raises:
+            ConfigError: a missing or bad key, naming ``source`` and the key.
+        """
         rope = cfg.get("rope_parameters") or {}
+        if not isinstance(rope, Mapping):
+            raise ConfigError(f"{source}: rope_parameters must be an object, got {rope!r}")
         theta = cfg.get("rope_theta", rope.get("rope_theta", 10000.0))
         scaling = cfg.get("rope_scaling")
         if scaling is None and rope.get("rope_type", "default") != "default":
             scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
         if scaling is not None and not isinstance(scaling, Mapping):
             raise ConfigError(f"{source}: rope_scaling must be an object or null, got {scaling!r}")
+        partial = cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor", 1.0))
+        if partial is not None and float(partial) != 1.0:
+            raise ConfigError(f"{source}: partial_rotary_factor {partial!r} is not supported (RoPE over the whole head_dim only)")
         heads = _need(cfg, "num_attention_heads", source)
         try:
             return cls(
@@ -122,9 +145,18 @@ class LlamaConfig:
                 max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
                 bos_token_id=_first(cfg.get("bos_token_id")),
                 eos_token_id=_first(cfg.get("eos_token_id")),
+                **cls.hf_variant(cfg, source),
             )
         except ConfigError as e:
-            raise ConfigError(str(e).replace("LlamaConfig", source, 1)) from None
+            raise ConfigError(str(e).replace(f"{cls.__name__}:", f"{source}:", 1)) from None
+
+    @classmethod
+    def hf_variant(cls, cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
+        """The variant fields an architecture reads from ``config.json`` (Llama: ``attention_bias``, ``hidden_act``)."""
+        if cfg.get("mlp_bias"):
+            raise ConfigError(f"{source}: mlp_bias=true is not supported")
+        bias = bool(cfg.get("attention_bias", False))
+        return {"qkv_bias": bias, "o_bias": bias, "hidden_act": cfg.get("hidden_act") or "silu"}
 
     @classmethod
     def from_gguf(cls, meta: Mapping[str, Any], tensor_names: set[str], rope_factors: np.ndarray | None, source: str) -> LlamaConfig:
@@ -237,6 +269,10 @@ class GPT2Config:
 
 # HF's activation names -> maxfx gelu's `approximate` mode.
 _GPT2_ACTIVATIONS = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}
+
+
+# HF's gated-MLP activation names -> maxfx.nn's activation names (`maxfx.nn.activation`).
+MLP_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "gelu": "gelu"}
 
 
 def gpt2_gelu_mode(cfg: GPT2Config) -> str:

@@ -23,11 +23,12 @@ from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn import Embedding, Linear, Module, QuantizedLinear
 from maxfx.graph import ops
+from maxfx.nn._basic import rms_norm
 from maxfx.nn._q8 import q8_lookup, q8_matmul
 from maxfx.nn._rope import apply_rope, rope_cos_sin
 from maxfx.nn.attention._other import padded_attention
 
-__all__ = ["Conv1D", "PackedEmbedding", "Q8Embedding", "Q8Linear", "attend", "embedding", "linear", "rope"]
+__all__ = ["Conv1D", "PackedEmbedding", "Q8Embedding", "Q8Linear", "ScaledRMSNorm", "attend", "embedding", "linear", "rope"]
 
 
 def linear(weight: Tensor, bias: Tensor | None = None) -> Linear:
@@ -122,7 +123,7 @@ def rope(x: Tensor, pos: Tensor, inv_freq: np.ndarray) -> Tensor:
     return apply_rope(x, ops.unsqueeze(cos, 2), ops.unsqueeze(sin, 2), interleaved=False)
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor | None = None) -> Tensor:
+def attend(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor | None = None, window: int | None = None) -> Tensor:
     """Causal grouped-query attention (`padded_attention`), from position 0 or against a cache.
 
     Args:
@@ -130,15 +131,19 @@ def attend(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor | None = None) -> Tenso
         qpos: int ``[B, T]`` positions of the queries, consecutive per row, for
             queries against a cache (the row's query ``i`` sees slots
             ``0 .. qpos[b, i]``); None: the queries sit at positions ``0 .. T-1``.
+        window: a sliding window (Mistral): the query at position p sees only
+            positions ``p - window + 1 .. p``. The cache keeps every position,
+            so the window is exact however long the sequence grows.
 
     Returns:
         ``[B, T, H * D]``.
     """
+    mask = {} if window is None else {"mask": "sliding_window", "window": int(window)}
     if qpos is None:
-        return padded_attention(q, k, v)
+        return padded_attention(q, k, v, **mask)
     # Per row: first query position and valid cache length (slots past it are stale or unwritten).
     b = q.shape[0]
-    return padded_attention(q, k, v, q_offset=F.reshape(qpos[:, :1], [b]), kv_length=F.reshape(qpos[:, -1:], [b]) + 1)
+    return padded_attention(q, k, v, q_offset=F.reshape(qpos[:, :1], [b]), kv_length=F.reshape(qpos[:, -1:], [b]) + 1, **mask)
 
 
 def write_cache(cache: Tensor, new: Tensor, pos: Tensor) -> Tensor:
@@ -147,19 +152,40 @@ def write_cache(cache: Tensor, new: Tensor, pos: Tensor) -> Tensor:
     return F.scatter(cache, new, idx, axis=1)
 
 
-def attention_with_cache(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, cache: Any) -> tuple[Tensor, Any]:
+def attention_with_cache(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, cache: Any, window: int | None = None) -> tuple[Tensor, Any]:
     """Attention for one layer; ``cache`` is None (no cache), ``("fresh", L)`` (prefill) or ``(k_cache, v_cache)``.
 
     Returns the attention output and the layer's new cache (None without one).
     A fresh cache attends over the T new keys only and pads them to L slots;
     a running cache writes the new keys at their positions first, then attends
-    over all L slots (the mask hides slots after each query's position).
+    over all L slots (the mask hides slots after each query's position, and
+    before its ``window`` when there is one).
     """
     if cache is None:
-        return attend(q, k, v), None
+        return attend(q, k, v, window=window), None
     if isinstance(cache[0], str):
         length = cache[1]
         pad = [0, 0, 0, length - int(k.shape[1]), 0, 0, 0, 0]
-        return attend(q, k, v), (F.pad(k, pad), F.pad(v, pad))
+        return attend(q, k, v, window=window), (F.pad(k, pad), F.pad(v, pad))
     k_all, v_all = write_cache(cache[0], k, qpos), write_cache(cache[1], v, qpos)
-    return attend(q, k_all, v_all, qpos), (k_all, v_all)
+    return attend(q, k_all, v_all, qpos, window), (k_all, v_all)
+
+
+class ScaledRMSNorm(Module):
+    """RMSNorm scaling by ``(weight + offset)``, the product in float32 before the cast back (Gemma: offset 1).
+
+    The math is `maxfx.nn`'s ``rms_norm`` (the graph layers' too). Llama's norm
+    (cast first, then scale) stays `maxfx.experimental.nn.RMSNorm`.
+
+    Example:
+        >>> norm = ScaledRMSNorm(Tensor([0.0, 1.0]), eps=1e-6, offset=1.0)
+        >>> norm(Tensor([[3.0, 4.0]])).to_numpy().round(3).tolist()
+        [[0.849, 2.263]]
+    """
+
+    def __init__(self, weight: Tensor, *, eps: float, offset: float = 0.0, multiply_before_cast: bool = True):
+        self.weight = weight
+        self.eps, self.offset, self.multiply_before_cast = float(eps), float(offset), bool(multiply_before_cast)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return rms_norm(x, self.weight, self.eps, self.offset, self.multiply_before_cast)

@@ -149,6 +149,6 @@ class LlamaGraphModel(PagedCausalLM):
 
 # model_type -> (graph model class, checkpoint reader, reader's tensors -> graph weights)
 GRAPH_ARCHITECTURES: dict[str, tuple[type[PagedCausalLM], Any, Any]] = {
-    "llama": (LlamaGraphModel, read_llama, graph_weights),
+    **{arch: (LlamaGraphModel, read_llama, graph_weights) for arch in ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma")},
     "gpt2": (GPT2GraphModel, read_gpt2, gpt2_graph_weights),
 }

@@ -22,6 +22,7 @@ from typing import Any
 from lowering.dtypes import DType
 from maxfx.graph.weights import GGUFWeights, load_weights
 from maxfx.models._config import ConfigError, GPT2Config, LlamaConfig
+from maxfx.models._families import GemmaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config
 from maxfx.models._generate import CausalLM
 from maxfx.models._gpt2 import GPT2LMHeadModel
 from maxfx.models._llama import LlamaForCausalLM
@@ -30,8 +31,14 @@ from maxfx.models._source import CheckpointSource, GGUFSource, ParamSource
 __all__ = ["ARCHITECTURES", "check_architecture", "load_pretrained", "open_checkpoint", "read_hf_config"]
 
 # model_type / general.architecture -> (config class, model class)
+# The Llama family shares one definition (`LlamaForCausalLM`); each config class says what differs.
 ARCHITECTURES: dict[str, tuple[type, type]] = {
     "llama": (LlamaConfig, LlamaForCausalLM),
+    "qwen2": (Qwen2Config, LlamaForCausalLM),
+    "qwen3": (Qwen3Config, LlamaForCausalLM),
+    "mistral": (MistralConfig, LlamaForCausalLM),
+    "phi3": (Phi3Config, LlamaForCausalLM),
+    "gemma": (GemmaConfig, LlamaForCausalLM),
     "gpt2": (GPT2Config, GPT2LMHeadModel),
 }
 # GGUF tensor names are mapped to HF names for these architectures only (see _source.gguf_name).
@@ -52,7 +59,8 @@ def load_pretrained(path: os.PathLike[str] | str, *, dtype: DType | None = None,
         device: where to put the model (default CPU).
 
     Returns:
-        a `LlamaForCausalLM` or `GPT2LMHeadModel`.
+        a `LlamaForCausalLM` (Llama, Qwen2, Qwen3, Mistral, Phi-3, Gemma: the
+        config's class says which) or a `GPT2LMHeadModel`.
 
     Raises:
         FileNotFoundError: ``path`` does not exist, or the folder has no config or weights.

@@ -284,7 +284,7 @@ def test_extra_layers_in_checkpoint_are_reported(tmp_path):
 
 def test_unknown_architecture(tmp_path):
     d = _copy_with_config(tmp_path, model_type="mamba")
-    with pytest.raises(ConfigError, match=r"config\.json: unsupported architecture model_type='mamba'; supported: gpt2, llama"):
+    with pytest.raises(ConfigError, match=r"config\.json: unsupported architecture model_type='mamba'; supported: gemma, gpt2, llama, mistral, phi3, qwen2, qwen3"):
         load_pretrained(d)
 
 

@@ -185,7 +185,7 @@ def test_tied_q8_0_embeddings_match_numpy():
 def test_bad_inputs_raise_clear_errors(tmp_path):
     model = _graph_model(str(LLAMA))
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "falcon"}))
-    with pytest.raises(ConfigError, match=r"unsupported architecture model_type='falcon'; supported: gpt2, llama"):
+    with pytest.raises(ConfigError, match=r"unsupported architecture model_type='falcon'; supported: gemma, gpt2, llama, mistral, phi3, qwen2, qwen3"):
         load_pretrained_graph(tmp_path)  # GPT-2 folders load (tests/models/test_gpt2_graph.py); an unknown one names the supported
     with pytest.raises(ValueError, match="max_batch_size=4"):
         model.generate([[1, 2]] * 5, 2)
