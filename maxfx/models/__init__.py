@@ -1,4 +1,4 @@
-"""Pretrained causal language models as eager Modules: Llama and GPT-2.
+"""Pretrained causal language models as eager Modules: the Llama family (Llama, Qwen2, Qwen3, Mistral, Phi-3, Gemma) and GPT-2.
 
 `load_pretrained` reads a Hugging Face folder (``config.json`` with
 safetensors or PyTorch ``.bin`` weights) or a llama.cpp ``.gguf`` file and
@@ -14,6 +14,7 @@ Example:
 """
 
 from maxfx.models._config import ConfigError, GPT2Config, LlamaConfig
+from maxfx.models._families import GemmaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config
 from maxfx.models._generate import CausalLM, GenerationStats, compile_counts
 from maxfx.models._gpt2 import GPT2GraphModel, GPT2LMHeadModel
 from maxfx.models._llama import LlamaForCausalLM
@@ -30,11 +31,16 @@ __all__ = [
     "GPT2Config",
     "GPT2GraphModel",
     "GPT2LMHeadModel",
+    "GemmaConfig",
     "GenerationStats",
     "LlamaConfig",
     "LlamaForCausalLM",
     "LlamaGraphModel",
+    "MistralConfig",
     "PagedCausalLM",
+    "Phi3Config",
+    "Qwen2Config",
+    "Qwen3Config",
     "compile_counts",
     "load_pretrained",
     "load_pretrained_graph",
