@@ -5,10 +5,12 @@
   one float16 scale per 32), decoded inside the compiled program by the Q8_0
   math of `maxfx.nn._q8` (the graph layers' too).
 - `PackedEmbedding`: rows of GGUF blocks (Q4_0, Q4_K, ...) decoded after the gather.
+- `ScaledRMSNorm`: RMSNorm scaling by ``(w + offset)`` in float32 (Gemma's ``1 + w``).
 - `rope` / `attend`: rotary embeddings (`maxfx.nn._rope.apply_rope`) at per-row
   positions, and causal grouped-query attention over a KV cache through the
   registry ``attention`` op (`maxfx.nn.attention._other.padded_attention`: the
-  Pallas flash kernel on GPU, the jnp reference elsewhere).
+  Pallas flash kernel on GPU, the jnp reference elsewhere), optionally in a
+  sliding window (Mistral).
 """
 
 from __future__ import annotations
@@ -179,7 +181,7 @@ class ScaledRMSNorm(Module):
 
     Example:
         >>> norm = ScaledRMSNorm(Tensor([0.0, 1.0]), eps=1e-6, offset=1.0)
-        >>> norm(Tensor([[3.0, 4.0]])).to_numpy().round(3).tolist()
+        >>> norm(Tensor([[3.0, 4.0]])).to_numpy().astype(float).round(3).tolist()
         [[0.849, 2.263]]
     """
 

@@ -16,7 +16,8 @@ Three parts, each written once, all driven by `LlamaConfig`:
 Both realizations share the layer math of `maxfx.nn` (``_q8``, ``_rope``,
 ``attention``). A Llama-family variant (projection biases, q/k norms, a sliding
 window, fused projections, ...) is a `LlamaConfig` field that these three
-places read.
+places read; `maxfx.models._families` says which fields Qwen2, Qwen3, Mistral,
+Phi-3 and Gemma set.
 """
 
 from __future__ import annotations
