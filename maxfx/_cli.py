@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -89,9 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # `maxfx generate ... | head`: the reader left, which is not an error
-        sys.stderr.close()
-        return 0
+    except BrokenPipeError:  # `maxfx generate ... | head`: the reader left; stop quietly
+        # Point stdout at devnull so the flush at exit does not raise again (as the Python docs advise for SIGPIPE).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 # ─── generate ─────────────────────────────────────────────────────────────
