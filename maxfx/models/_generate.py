@@ -12,13 +12,22 @@ Sampling happens inside the step: greedy (``temperature=0``) is ``argmax``;
 otherwise the logits are divided by the temperature, cut to ``top_k`` and
 ``top_p`` and sampled with the Gumbel-max trick from a key ``(seed, step)``,
 so a seed reproduces a generation exactly.
+
+Each step program is compiled ahead of its first run (``jit(...).lower(...).compile()``,
+cached per input signature) so the time spent compiling is reported apart from the
+time spent running: `GenerationStats` (``model.last_stats``) counts tokens/s over
+execution only.
+
+Text: when the model has a tokenizer (`maxfx.models.Tokenizer`, set by
+`load_pretrained`), ``generate`` and ``stream`` also take a prompt string (or a list
+of them) and return text; the config's EOS token then ends a row.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +45,7 @@ from maxfx.graph import ops
 from maxfx.models._config import GPT2Config
 from maxfx.models._layers import positions
 from maxfx.models._source import RandomSource
+from maxfx.models._tokenizer import Tokenizer, model_extras
 
 __all__ = ["CausalLM", "GenerationStats", "compile_counts"]
 
@@ -57,12 +67,21 @@ class CausalLM(Module):
         return cls.from_source(config, RandomSource(seed, dtype))
 
     # -- forward -----------------------------------------------------------
-    def forward(self, input_ids: Tensor) -> Tensor:
-        """Logits ``[B, T, vocab]`` (float32) of int token ids ``[B, T]`` (causal, no cache)."""
+    def forward(self, input_ids: Any) -> Tensor:
+        """Logits ``[B, T, vocab]`` (float32) of int token ids ``[B, T]`` (causal, no cache).
+
+        ``input_ids``: a Tensor, a numpy or JAX array, or nested lists of ints.
+
+        Raises:
+            ValueError: not ``[batch, seq]`` integer ids, or ``seq`` longer than the
+                model's context (``max_position_embeddings``).
+        """
+        input_ids = token_tensor(input_ids, self.device, type(self).__name__)
         if input_ids.rank != 2:
             raise ValueError(f"{type(self).__name__}: input_ids must be [batch, seq] token ids, got {input_ids.type}")
         if input_ids.dtype not in (DType.int32, DType.int64, DType.uint32, DType.uint64):
             raise ValueError(f"{type(self).__name__}: input_ids must be integer token ids, got {input_ids.type}")
+        check_context(type(self).__name__, self.config, input_ids.shape[1])
         h, _ = self.hidden(input_ids, positions(input_ids), None)
         logits = self.head(h)
         return logits if logits.dtype is DType.float32 else F.cast(logits, DType.float32)
@@ -79,43 +98,98 @@ class CausalLM(Module):
         """
         return super().compile(*input_types, weights=weights, use_subgraphs=use_subgraphs)
 
+    # -- text and timings --------------------------------------------------
+    @property
+    def tokenizer(self) -> Tokenizer | None:
+        """The checkpoint's `Tokenizer` (set by `load_pretrained`), or None when it has none.
+
+        Kept outside the module's fields, so it is not part of the model's pytree.
+        """
+        return model_extras(self).tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, value: Tokenizer | None) -> None:
+        if value is not None and not isinstance(value, Tokenizer):
+            raise TypeError(f"{type(self).__name__}.tokenizer: expected a maxfx.models.Tokenizer or None, got {type(value).__name__}")
+        extras = model_extras(self)
+        extras.tokenizer = value
+        extras.why_no_tokenizer = "its tokenizer was set to None"
+
+    @property
+    def last_stats(self) -> GenerationStats | None:
+        """The `GenerationStats` of the latest ``generate`` / ``stream`` call (filled in as a stream runs), or None."""
+        return model_extras(self).last_stats
+
+    def _text_tokenizer(self, where: str) -> Tokenizer:
+        tok = self.tokenizer
+        if tok is None:
+            reason = model_extras(self).why_no_tokenizer
+            raise ValueError(f"{type(self).__name__}.{where}: a text prompt needs a tokenizer, and this model has none ({reason}); pass token ids instead")
+        return tok
+
+    def _eos_ids(self, explicit: int | Iterable[int] | None, tok: Tokenizer) -> tuple[int, ...]:
+        if explicit is not None:
+            return _as_ids(explicit)
+        ids = _as_ids(getattr(self.config, "eos_token_id", None))
+        return ids + tuple(i for i in tok.eos_token_ids if i not in ids)
+
     # -- generation --------------------------------------------------------
     def generate(
         self,
         input_ids: Any,
-        max_new_tokens: int,
+        max_new_tokens: int = 64,
         temperature: float = 0.0,
         top_k: int | None = None,
         top_p: float | None = None,
         seed: int | None = None,
         *,
-        stream: Callable[[np.ndarray], Any] | None = None,
+        stream: Callable[[Any], Any] | None = None,
         progress: bool = False,
-        eos_token_id: int | None = None,
+        eos_token_id: int | Iterable[int] | None = None,
         return_stats: bool = False,
-    ) -> np.ndarray | tuple[np.ndarray, GenerationStats]:
-        """Generate ``max_new_tokens`` tokens after each prompt with a KV cache.
+    ) -> Any:
+        """Generate up to ``max_new_tokens`` tokens after each prompt with a KV cache.
 
         Args:
-            input_ids: ``[B, T]`` token ids (array, Tensor or nested list), or a
-                list of B prompts of different lengths.
+            input_ids: token ids ``[B, T]`` (a Tensor, numpy or JAX array, or nested
+                lists), a list of B id lists of different lengths; or, when the model
+                has a `tokenizer`, a prompt string or a list of them.
             max_new_tokens: tokens to append per prompt (>= 1).
             temperature: 0 for greedy decoding; > 0 samples from ``softmax(logits / temperature)``.
             top_k: sample only among the k most likely tokens.
             top_p: sample only from the smallest set of tokens whose probability reaches top_p.
             seed: makes sampling reproducible (default: a fresh random seed).
-            stream: called after every step with the new tokens ``int64 [B]``.
+            stream: called after every step with the new tokens ``int64 [B]`` (text
+                prompts: with the new text, a str, or a list of str for a list of prompts).
             progress: show a tqdm bar over the steps.
-            eos_token_id: a row that emits it keeps emitting it; generation stops
-                early once every row has.
-            return_stats: also return a `GenerationStats` (timings, tokens/s).
+            eos_token_id: one id or several; a row that emits one keeps emitting it and
+                generation stops early once every row has. Text prompts default to the
+                config's (and GGUF tokenizer's) EOS; token ids to none.
+            return_stats: also return the `GenerationStats` (also kept as `last_stats`).
 
         Returns:
-            int64 ``[B, max_new_tokens]``: the new tokens only.
+            token ids: int64 ``[B, max_new_tokens]``, the new tokens only (rows that
+            stopped are padded with their EOS). A prompt string: the completion text
+            (without the prompt and the EOS); a list of strings: a list of completions.
+
+        Raises:
+            ValueError: bad arguments, token ids outside the vocabulary, a prompt longer
+                than the model's context, or a text prompt for a model without a tokenizer.
 
         Example:
             >>> out = model.generate([[1, 2, 3]], max_new_tokens=8)  # doctest: +SKIP
+            >>> model.generate("the graph compiles", max_new_tokens=16)  # doctest: +SKIP
         """
+        if _is_text(input_ids):
+            texts = self.stream(input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id=eos_token_id)
+            bar = _progress(progress, max_new_tokens)
+            for piece in texts:
+                if stream is not None:
+                    stream(piece)
+                bar.update(texts.steps_done - bar.n)
+            bar.close()
+            result: Any = texts.texts[0] if isinstance(input_ids, str) else texts.texts
+            return (result, texts.stats) if return_stats else result
         steps = self.stream(input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id=eos_token_id)
         bar = _progress(progress, max_new_tokens)
         out: list[np.ndarray] = []
@@ -127,47 +201,82 @@ class CausalLM(Module):
         bar.close()
         result = np.stack(out, axis=1)
         if result.shape[1] < max_new_tokens:  # stopped early: every row finished
-            pad = np.full((result.shape[0], max_new_tokens - result.shape[1]), eos_token_id, np.int64)
+            pad = np.repeat(out[-1][:, None], max_new_tokens - result.shape[1], axis=1)  # each row's own EOS
             result = np.concatenate([result, pad], axis=1)
         return (result, steps.stats) if return_stats else result
 
     def stream(
         self,
         input_ids: Any,
-        max_new_tokens: int,
+        max_new_tokens: int = 64,
         temperature: float = 0.0,
         top_k: int | None = None,
         top_p: float | None = None,
         seed: int | None = None,
         *,
-        eos_token_id: int | None = None,
-    ) -> _Steps:
-        """An iterator over generation steps, each the new tokens ``int64 [B]`` (arguments as `generate`).
+        eos_token_id: int | Iterable[int] | None = None,
+    ) -> Iterator[Any]:
+        """An iterator over the generation, step by step (arguments as `generate`).
 
-        Its ``stats`` attribute fills in as it runs.
+        Token ids in: each item is the new tokens ``int64 [B]``. A prompt string in:
+        each item is a non-empty str, the next piece of the completion; a list of
+        strings in: a list of B pieces per step ('' where a row has nothing new).
+        Pieces are decoded incrementally and never split a multi-byte character;
+        joined, they are the text `generate` returns. Its ``stats`` attribute (also
+        `last_stats`) fills in as it runs.
+
+        Example:
+            >>> for piece in model.stream("the graph compiles", max_new_tokens=16):  # doctest: +SKIP
+            ...     print(piece, end="", flush=True)
         """
-        return _Steps(self, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id)
+        if _is_text(input_ids):
+            tok = self._text_tokenizer("generate")
+            prompts = [input_ids] if isinstance(input_ids, str) else list(input_ids)
+            ids = [tok.encode(p) for p in prompts]
+            for i, row in enumerate(ids):
+                if not row:
+                    raise ValueError(f"{type(self).__name__}.generate: prompt {i} ({prompts[i]!r}) encodes to no tokens")
+            eos = self._eos_ids(eos_token_id, tok)
+            steps = _Steps(self, ids, max_new_tokens, temperature, top_k, top_p, seed, eos or None)
+            return _TextSteps(steps, tok, eos, single=isinstance(input_ids, str))
+        return _Steps(self, input_ids, max_new_tokens, temperature, top_k, top_p, seed, _as_ids(eos_token_id) or None)
 
 
 @dataclass
 class GenerationStats:
-    """Timings of one `CausalLM.generate` call (seconds; tokens counted over the batch)."""
+    """Timings of one `CausalLM.generate` / `CausalLM.stream` call (``model.last_stats``).
 
-    batch: int = 0
-    prompt_tokens: int = 0
-    new_tokens: int = 0
+    Seconds; tokens are counted over the batch. Compilation is timed apart
+    (``compile_s``), so the tokens/s figures are execution only. ``load_s`` is the
+    `load_pretrained` time of the model (0 for a model built in memory).
+
+    Example:
+        >>> text = model.generate("hello", max_new_tokens=16)  # doctest: +SKIP
+        >>> s = model.last_stats  # doctest: +SKIP
+        >>> print(f"compile {s.compile_s:.2f}s, decode {s.decode_tokens_per_s:.0f} tok/s")  # doctest: +SKIP
+    """
+
+    load_s: float = 0.0
+    compile_s: float = 0.0
+    prefill_tokens: int = 0
     prefill_s: float = 0.0
+    prefill_tokens_per_s: float = 0.0
+    decode_tokens: int = 0
     decode_s: float = 0.0
+    decode_tokens_per_s: float = 0.0
+    batch: int = 0
+    new_tokens: int = 0
 
     @property
-    def prefill_tokens_per_s(self) -> float:
-        return self.prompt_tokens / self.prefill_s if self.prefill_s else 0.0
+    def prompt_tokens(self) -> int:
+        """Same as ``prefill_tokens`` (the prompts' tokens, summed over the batch)."""
+        return self.prefill_tokens
 
-    @property
-    def decode_tokens_per_s(self) -> float:
-        """New tokens after the first (each step is one token per row) per second of decoding."""
-        n = self.new_tokens - self.batch
-        return n / self.decode_s if self.decode_s else 0.0
+    def _refresh(self) -> None:
+        # Decode steps produce every token after the first of each row.
+        self.decode_tokens = max(0, self.new_tokens - self.batch)
+        self.prefill_tokens_per_s = self.prefill_tokens / self.prefill_s if self.prefill_s else 0.0
+        self.decode_tokens_per_s = self.decode_tokens / self.decode_s if self.decode_s else 0.0
 
 
 def _progress(enabled: bool, total: int) -> Any:
@@ -177,9 +286,61 @@ def _progress(enabled: bool, total: int) -> Any:
 # ─── inputs ───────────────────────────────────────────────────────────────
 
 
+def _is_text(value: Any) -> bool:
+    """A prompt string, or a non-empty list/tuple of them."""
+    if isinstance(value, str):
+        return True
+    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, str) for v in value)
+
+
+def _as_ids(value: int | Iterable[int] | None) -> tuple[int, ...]:
+    """``eos_token_id`` as a tuple of ints (None: empty)."""
+    if value is None:
+        return ()
+    if isinstance(value, (int, np.integer)):
+        return (int(value),)
+    return tuple(int(v) for v in value)
+
+
+def token_tensor(input_ids: Any, device: Any, where: str) -> Tensor:
+    """``input_ids`` (Tensor, numpy or JAX array, nested lists of ints) as a Tensor on ``device``; integer arrays keep their dtype.
+
+    Example:
+        >>> token_tensor([[1, 2, 3]], CPU(), "model").dtype  # doctest: +SKIP
+        <DType.int64: ...>
+    """
+    if isinstance(input_ids, Tensor):
+        return input_ids
+    if isinstance(input_ids, jax.Array):  # also a tracer, when the model is called inside jax.jit
+        return Tensor.from_dlpack(input_ids)
+    if isinstance(input_ids, (str, bytes)) or not isinstance(input_ids, (np.ndarray, np.generic, Sequence)):
+        raise ValueError(f"{where}: input_ids must be [batch, seq] token ids (a Tensor, numpy or JAX array, or nested lists), got {type(input_ids).__name__}")
+    try:
+        arr = np.asarray(input_ids)
+    except ValueError:
+        raise ValueError(f"{where}: input_ids must be a rectangular [batch, seq] array of token ids (rows of one length)") from None
+    if arr.dtype == object or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+        raise ValueError(f"{where}: input_ids must be integer token ids, got {arr.dtype}")
+    with x64():
+        return Tensor(arr if arr.size else arr.astype(np.int64), device=device)
+
+
+def check_context(where: str, config: Any, length: Any) -> None:
+    """ValueError naming ``where`` when a sequence of ``length`` tokens exceeds the model's context (``max_position_embeddings``)."""
+    limit = getattr(config, "max_position_embeddings", None)
+    try:
+        n = int(length)
+    except (TypeError, ValueError):  # a symbolic dim while compiling: checked when it runs
+        return
+    if limit is not None and n > int(limit):
+        raise ValueError(f"{where}: the input has {n} tokens, more than the model's context of {int(limit)} positions (max_position_embeddings)")
+
+
 def _rows(input_ids: Any) -> list[np.ndarray]:
     if isinstance(input_ids, Tensor):
         input_ids = input_ids.to_numpy()
+    elif isinstance(input_ids, jax.Array):
+        input_ids = np.asarray(input_ids)
     if isinstance(input_ids, np.ndarray):
         if input_ids.ndim == 1:
             input_ids = input_ids[None]
@@ -263,10 +424,37 @@ _STATIC = ("greedy", "top_k", "use_top_p")
 prefill_step = jax.jit(_prefill, static_argnames=("length", *_STATIC))
 decode_step = jax.jit(_decode, static_argnames=_STATIC, donate_argnums=(1,))
 
+# Executables compiled ahead by `generate` (lower + compile, timed apart from running),
+# per step kind and input signature. `prefill_step` / `decode_step` stay plain jitted
+# functions for callers that run them directly (the benchmark).
+_AHEAD: dict[str, dict[Any, Any]] = {"prefill": {}, "decode": {}}
+
 
 def compile_counts() -> dict[str, int]:
     """Programs compiled so far by the shared prefill and decode functions (for tests and benchmarks)."""
-    return {"prefill": prefill_step._cache_size(), "decode": decode_step._cache_size()}
+    return {
+        "prefill": prefill_step._cache_size() + len(_AHEAD["prefill"]),
+        "decode": decode_step._cache_size() + len(_AHEAD["decode"]),
+    }
+
+
+def _signature(args: tuple, static: dict[str, Any]) -> Any:
+    """What a compiled step depends on: the pytree structure (module layout, configs), each array's type and placement, the static arguments."""
+    leaves, treedef = jax.tree_util.tree_flatten(args)
+    return treedef, tuple((jax.typeof(x), getattr(x, "sharding", None)) for x in leaves), tuple(sorted(static.items()))
+
+
+def _ahead(kind: str, step: Any, args: tuple, static: dict[str, Any]) -> tuple[Any, float]:
+    """The compiled ``step`` for ``args`` and the seconds spent compiling it now (0 when cached). Call inside ``x64()``."""
+    cache = _AHEAD[kind]
+    key = _signature(args, static)
+    exe = cache.get(key)
+    if exe is not None:
+        return exe, 0.0
+    start = time.perf_counter()
+    exe = step.lower(*args, **static).compile()
+    cache[key] = exe
+    return exe, time.perf_counter() - start
 
 
 def _const(value: Any, dtype: Any, device: Any) -> Tensor:
@@ -275,15 +463,18 @@ def _const(value: Any, dtype: Any, device: Any) -> Tensor:
 
 
 class _Steps(Iterator[np.ndarray]):
-    """The token-by-token iterator behind `CausalLM.generate` / `CausalLM.stream`."""
+    """The token-by-token iterator behind `CausalLM.generate` / `CausalLM.stream` (token ids)."""
 
-    def __init__(self, model, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id):
+    def __init__(self, model, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_ids):
         name = type(model).__name__
         check_generation(f"{name}.generate", max_new_tokens, temperature, top_k, top_p, _vocab(model))
         rows = prompt_rows(f"{name}.generate", input_ids, _vocab(model))
         lengths = np.array([len(r) for r in rows], np.int64)
-        need = int(lengths.max()) + int(max_new_tokens)
         limit = getattr(model.config, "max_position_embeddings", None)
+        longest = int(np.argmax(lengths))
+        if limit is not None and lengths[longest] > limit:
+            raise ValueError(f"{name}.generate: prompt {longest} has {int(lengths[longest])} tokens, more than the model's context of {int(limit)} positions (max_position_embeddings)")
+        need = int(lengths.max()) + int(max_new_tokens)
         if isinstance(model.config, GPT2Config) and need > limit:
             raise ValueError(f"{name}.generate: prompt ({int(lengths.max())}) + max_new_tokens ({max_new_tokens}) exceeds the {limit} learned positions")
         t = _bucket(int(lengths.max()))
@@ -294,16 +485,18 @@ class _Steps(Iterator[np.ndarray]):
         self._model, self._ids, self._lengths = model, ids, lengths
         self._remaining = int(max_new_tokens)
         self._greedy = temperature == 0
-        self._static = {"greedy": self._greedy, "top_k": None if self._greedy else (None if top_k is None else int(top_k)),
-                        "use_top_p": (not self._greedy) and top_p is not None and top_p < 1}
+        self._static = {"greedy": self._greedy, "top_k": None if self._greedy else (None if top_k is None else int(top_k)), "use_top_p": (not self._greedy) and top_p is not None and top_p < 1}
         self._seed = (secrets.randbits(32) if seed is None else int(seed)) & 0xFFFFFFFF
         self._temperature, self._top_p = float(temperature or 1.0), float(top_p or 1.0)
-        self._eos = eos_token_id
+        self._eos = None if not eos_token_ids else np.asarray(eos_token_ids, np.int64)
         self._done = np.zeros(len(rows), bool)
         self._step = 0
         self._caches = None
         self._last = None
-        self.stats = GenerationStats(batch=len(rows), prompt_tokens=int(lengths.sum()))
+        self._decode = None  # the compiled decode step, looked up once per generation
+        extras = model_extras(model)
+        self.stats = GenerationStats(load_s=extras.load_s, batch=len(rows), prefill_tokens=int(lengths.sum()))
+        extras.last_stats = self.stats
 
     def __iter__(self) -> _Steps:
         return self
@@ -314,29 +507,109 @@ class _Steps(Iterator[np.ndarray]):
         device = self._model.device
         key = _const([self._seed, self._step], np.uint32, device)
         scalars = (_const(self._temperature, np.float32, device), _const(self._top_p, np.float32, device))
-        start = time.perf_counter()
         with x64():
             if self._caches is None:
                 ids = _const(self._ids, np.int64, device)
                 last = _const(self._lengths - 1, np.int64, device)
-                tokens, self._caches = prefill_step(self._model, ids, last, key, *scalars, length=self._length, **self._static)
+                args = (self._model, ids, last, key, *scalars)
+                exe, compile_s = _ahead("prefill", prefill_step, args, {"length": self._length, **self._static})
+                start = time.perf_counter()
+                tokens, self._caches = exe(*args)
             else:
                 pos = _const(self._lengths + self._step - 1, np.int64, device)
-                tokens, self._caches = decode_step(self._model, self._caches, self._last, pos, key, *scalars, **self._static)
+                args = (self._model, self._caches, self._last, pos, key, *scalars)
+                compile_s = 0.0
+                if self._decode is None:
+                    self._decode, compile_s = _ahead("decode", decode_step, args, self._static)
+                start = time.perf_counter()
+                tokens, self._caches = self._decode(*args)
         self._last = tokens
-        out = np.asarray(tokens.to_numpy(), np.int64)
+        out = np.asarray(tokens.to_numpy(), np.int64)  # waits for the step: the time below is its execution
         elapsed = time.perf_counter() - start
+        self.stats.compile_s += compile_s
         if self._step == 0:
             self.stats.prefill_s += elapsed
         else:
             self.stats.decode_s += elapsed
         self.stats.new_tokens += len(out)
+        self.stats._refresh()
         if self._eos is not None:
-            out = np.where(self._done, self._eos, out)
-            self._done |= out == self._eos
+            out = np.where(self._done, self._eos[0], out)
+            self._done |= np.isin(out, self._eos)
         self._step += 1
         self._remaining -= 1
         return out
+
+
+class _TextSteps(Iterator[Any]):
+    """Text pieces of a generation: decodes each row's new tokens incrementally.
+
+    Each row keeps a window of ids ``[prefix, read)`` already shown; a step decodes
+    the window with and without the new ids and shows the difference, unless the
+    text ends in U+FFFD (a multi-byte character still incomplete), which waits
+    for the next token. Decoding a window (not the whole row) keeps a step's cost
+    flat, and tokenizers whose decoder treats a sequence's first token specially
+    (SentencePiece's leading space) see the same first token in both decodes.
+    """
+
+    def __init__(self, steps: _Steps, tok: Tokenizer, eos: Sequence[int], *, single: bool):
+        self.stats = steps.stats
+        self._steps, self._tok, self._eos, self._single = steps, tok, set(eos), single
+        n = len(steps._lengths)
+        self._ids: list[list[int]] = [[] for _ in range(n)]
+        self._ended = [False] * n
+        self._prefix = [0] * n
+        self._read = [0] * n
+        self._shown = [""] * n
+        self._finished = False
+        self.steps_done = 0
+
+    @property
+    def texts(self) -> list[str]:
+        """Each row's completion so far: its new ids up to its EOS, decoded at once."""
+        return [self._tok.decode(ids, skip_special_tokens=True) for ids in self._ids]
+
+    def __iter__(self) -> _TextSteps:
+        return self
+
+    def __next__(self) -> Any:
+        while True:
+            if self._finished:
+                raise StopIteration
+            try:
+                tokens = next(self._steps)
+            except StopIteration:
+                self._finished = True
+                pieces = [self._piece(i, final=True) for i in range(len(self._ids))]
+            else:
+                self.steps_done += 1
+                for i, t in enumerate(tokens.tolist()):
+                    if self._ended[i]:
+                        continue
+                    if t in self._eos:
+                        self._ended[i] = True
+                    else:
+                        self._ids[i].append(t)
+                pieces = [self._piece(i, final=False) for i in range(len(self._ids))]
+            if not self._single:
+                if self._finished and not any(pieces):
+                    raise StopIteration
+                return pieces
+            if pieces[0]:
+                return pieces[0]
+
+    def _piece(self, i: int, final: bool) -> str:
+        ids, prefix, read = self._ids[i], self._prefix[i], self._read[i]
+        if len(ids) == read:
+            return ""
+        before = self._tok.decode(ids[prefix:read], skip_special_tokens=True)
+        after = self._tok.decode(ids[prefix:], skip_special_tokens=True)
+        if not final and (len(after) <= len(before) or after.endswith("\ufffd")):
+            return ""
+        piece = after[len(before) :]
+        self._prefix[i], self._read[i] = read, len(ids)
+        self._shown[i] += piece
+        return piece
 
 
 def _vocab(model: Any) -> int:

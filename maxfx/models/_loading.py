@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from maxfx.models._generate import CausalLM
 from maxfx.models._gpt2 import GPT2LMHeadModel
 from maxfx.models._llama import LlamaForCausalLM
 from maxfx.models._source import CheckpointSource, GGUFSource, ParamSource
+from maxfx.models._tokenizer import attach_tokenizer
 
 __all__ = ["ARCHITECTURES", "check_architecture", "load_pretrained", "open_checkpoint", "read_hf_config"]
 
@@ -67,10 +69,14 @@ def load_pretrained(path: os.PathLike[str] | str, *, dtype: DType | None = None,
         ConfigError: bad ``config.json`` or GGUF metadata, or an unsupported architecture.
         CheckpointMismatchError: a tensor is missing, extra or mis-shaped for the config.
         ValueError: a corrupt or truncated weight file (the message names it).
+        TokenizerError: a corrupt ``tokenizer.json``, or a GGUF tokenizer other than byte-level BPE.
     """
+    start = time.perf_counter()
     config, src = open_checkpoint(path, dtype, "load_pretrained")
     model = ARCHITECTURES[config.architecture][1].from_source(config, src)
-    return model if device is None else model.to(device)
+    model = model if device is None else model.to(device)
+    attach_tokenizer(model, path, since=start)  # model.tokenizer (or None) and the load time of model.last_stats
+    return model
 
 
 def open_checkpoint(path: os.PathLike[str] | str, dtype: DType | None, caller: str, *, only: Sequence[str] | None = None) -> tuple[Any, ParamSource]:
