@@ -196,3 +196,18 @@ def test_unknown_model_type_lists_every_supported_type(tmp_path):
         load_pretrained(tmp_path)
     assert all(arch in str(e.value) for arch in ARCHITECTURES)
     assert {"qwen2", "qwen3", "mistral", "phi3", "gemma", "llama", "gpt2"} <= set(ARCHITECTURES)
+
+
+@pytest.mark.parametrize("runtime", ["eager", "graph"])
+def test_sliding_window_with_prompts_of_different_lengths(runtime):
+    # Rows of a ragged batch reach the window at different steps: each must decode as it does alone.
+    params = read_llama(WINDOWED, RandomSource(seed=11))
+    if runtime == "eager":
+        m = LlamaForCausalLM.from_parameters(WINDOWED, params)
+    else:
+        m = LlamaGraphModel(WINDOWED, graph_weights(params), max_batch_size=2, max_seq_len=32, page_size=4)
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(0, 64, 3), rng.integers(0, 64, 9)]
+    together = np.asarray(m.generate(prompts, max_new_tokens=10))
+    for row, p in zip(together, prompts):
+        np.testing.assert_array_equal(row, np.asarray(m.generate([p], max_new_tokens=10))[0])
