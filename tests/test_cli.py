@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,12 @@ def test_no_command_prints_usage():
     proc = _run()
     assert proc.returncode == 2
     assert "usage: maxfx" in proc.stderr and "generate" in proc.stderr
+
+
+def test_the_console_script_is_declared():
+    """`pip install` makes a `maxfx` command that runs the same `main` as `python -m maxfx`."""
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"maxfx": "maxfx._cli:main"}
 
 
 # ─── in-process: token ids and models without a tokenizer ────────────────────
