@@ -32,6 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
+from tokenizers import Tokenizer as Backend
+
+from maxfx.graph.weights import GGUFWeights
 
 __all__ = ["Tokenizer", "TokenizerError", "attach_tokenizer", "load_tokenizer", "model_extras"]
 
@@ -87,7 +91,6 @@ class Tokenizer:
             FileNotFoundError: no such file.
             TokenizerError: the file is not a valid ``tokenizer.json`` (the message names it).
         """
-        from tokenizers import Tokenizer as Backend  # noqa: PLC0415 - keep `import maxfx.models` light
 
         p = Path(path)
         if not p.is_file():
@@ -131,8 +134,6 @@ class Tokenizer:
         eos = _token_id(fields, "tokenizer.ggml.eos_token_id", len(tokens), where)
         backend = _byte_level_bpe(tokens, merges, types, _GGUF_PRE[pre], where)
         if bos is not None and bool(fields.get("tokenizer.ggml.add_bos_token", False)):
-            from tokenizers import processors  # noqa: PLC0415
-
             backend.post_processor = processors.TemplateProcessing(single=f"{tokens[bos]} $A", pair=f"{tokens[bos]} $A {tokens[bos]} $B:1", special_tokens=[(tokens[bos], bos)])
         return cls(backend, where, () if eos is None else (eos,))
 
@@ -187,9 +188,6 @@ def _token_id(fields: dict[str, Any], key: str, n: int, where: str) -> int | Non
 
 
 def _byte_level_bpe(tokens: list[str], merges: list[tuple[str, str]], types: list[int], split: str | None, where: str) -> Any:
-    from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers  # noqa: PLC0415
-    from tokenizers import Tokenizer as Backend  # noqa: PLC0415
-
     vocab: dict[str, int] = {}
     for i, t in enumerate(tokens):
         vocab.setdefault(t, i)  # a repeated string keeps its first id, as llama.cpp's lookup does
@@ -258,8 +256,6 @@ def load_tokenizer(path: os.PathLike[str] | str) -> tuple[Tokenizer | None, str]
         if not file.is_file():
             return None, f"{str(p)!r} has no tokenizer.json"
         return Tokenizer.from_file(file), ""
-    from maxfx.graph.weights import GGUFWeights  # noqa: PLC0415
-
     reader = GGUFWeights(str(p)).reader
     fields = {k: f.contents() for k, f in reader.fields.items() if k.startswith("tokenizer.ggml.") and k != "tokenizer.ggml.scores"}
     if "tokenizer.ggml.model" not in fields:
