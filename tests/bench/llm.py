@@ -12,7 +12,13 @@ the JAX side is written below with ``jax.numpy`` only. Target: maxfx ≥ 0.9× t
 JAX tokens/s; the decode step must not recompile while timed (asserted).
 
 Default (CPU): random Llama, d=512, 4 layers, 8 heads / 4 KV heads, vocab 8192,
-float32. ``--gpu``: a ~1.2B Llama-3.2-1B-shaped model in bfloat16 (decode batch 1
+float32; then a Qwen3-shaped and a Gemma-shaped model (vocab 4096, d=512, 4
+layers, `FAMILY_CONFIGS`) against the independent plain-JAX decoder of
+``tests/bench/_llm_jax.py``, written for speed (fixed-size cache updated with
+``dynamic_update_slice`` in donated buffers, position as a device scalar, argmax
+in the step). There both sides are compiled ahead (compile seconds reported
+apart) and decode runs as a generation loop: 16 steps fed token to token on
+device, tokens read back once at the end (`bench_generation`). ``--gpu``: a ~1.2B Llama-3.2-1B-shaped model in bfloat16 (decode batch 1
 with % of HBM bandwidth) plus the same model with Q4_0 weights (`QuantizedLinear`).
 
 Run: ``.venv/bin/python -m tests.bench.llm [--quick] [--gpu]``.
@@ -31,9 +37,10 @@ import numpy as np
 from lowering.dtypes import DType
 from lowering.x64 import x64
 from maxfx.experimental.tensor import Tensor
-from maxfx.models import LlamaConfig, LlamaForCausalLM, compile_counts
+from maxfx.models import GemmaConfig, LlamaConfig, LlamaForCausalLM, Qwen3Config, compile_counts
 from maxfx.models._generate import decode_step, prefill_step
 from maxfx.models._source import RandomSource
+from tests.bench import _llm_jax
 from tests.bench._timing import fmt_time, interleaved, machine, save
 
 CPU_CONFIG = LlamaConfig(vocab_size=8192, hidden_size=512, intermediate_size=1408, num_hidden_layers=4, num_attention_heads=8,
@@ -41,6 +48,17 @@ CPU_CONFIG = LlamaConfig(vocab_size=8192, hidden_size=512, intermediate_size=140
 GPU_CONFIG = LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
                          num_key_value_heads=8, head_dim=64, rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True,
                          max_position_embeddings=8192)
+# Llama-family variants on CPU, built as their Hugging Face config.json would be read (random weights):
+# Qwen3: q/k RMSNorm over head_dim, head_dim 128 != hidden 512 / 8 heads; Gemma: (1 + w) norms,
+# embeddings times sqrt(hidden), tanh-GELU MLP, tied head, multi-query, head_dim 256 != 512 / 4.
+FAMILY_CONFIGS = {
+    "Qwen3": Qwen3Config.from_hf({"model_type": "qwen3", "vocab_size": 4096, "hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 4,
+                                  "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 128, "rms_norm_eps": 1e-6, "rope_theta": 1e6,
+                                  "tie_word_embeddings": False, "max_position_embeddings": 2048}),
+    "Gemma": GemmaConfig.from_hf({"model_type": "gemma", "vocab_size": 4096, "hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 4,
+                                  "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+                                  "max_position_embeddings": 2048}),
+}
 PEAK_HBM = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.0e12}  # bytes/s (SXM parts)
 
 
@@ -198,6 +216,102 @@ def bench_model(model: LlamaForCausalLM, label: str, batch: int, prompt: int, le
     return out
 
 
+# ─── Llama-family variants: maxfx vs the plain-JAX decoder of tests/bench/_llm_jax.py ───
+
+
+def jax_arch(c: LlamaConfig) -> _llm_jax.Arch:
+    """The plain numbers of a config for the independent JAX decoder (refuses variants it does not implement)."""
+    gemma = c.architecture == "gemma"
+    plain = not (c.qkv_bias or c.o_bias or c.sliding_window or c.rope_scaling or c.rope_freq_factors)
+    assert plain and c.hidden_act == ("gelu_pytorch_tanh" if gemma else "silu"), f"_llm_jax does not implement {c}"
+    return _llm_jax.Arch(
+        vocab=c.vocab_size, hidden=c.hidden_size, inter=c.intermediate_size, layers=c.num_hidden_layers, heads=c.num_attention_heads,
+        kv_heads=c.num_key_value_heads, head_dim=c.head_dim, eps=c.rms_norm_eps, theta=c.rope_theta, tied=c.tie_word_embeddings,
+        qk_norm=c.qk_norm, gemma=gemma,
+    )  # fmt: skip
+
+
+def _timed_compile(jitted, *args, **static):
+    start = time.perf_counter()
+    exe = jitted.lower(*args, **static).compile()
+    return exe, time.perf_counter() - start
+
+
+def bench_generation(model: LlamaForCausalLM, label: str, batch: int, prompt: int, length: int, steps: int, repeats: int) -> dict:
+    """maxfx's compiled prefill / decode steps vs `_llm_jax`'s on the same weights, as a generation loop runs them.
+
+    Both sides are compiled ahead (``lower().compile()``, timed and reported
+    apart). Prefill: one call per sample, waited for. Decode: ``steps`` tokens
+    per sample, each step fed the previous step's token on device, the tokens
+    read back once at the end (tokens/s = batch * steps / time). Every sample
+    restarts from the prefill's token and position, so each side's tokens must
+    be the same every time, and the same as the other side's.
+    """
+    cfg = model.config
+    rng = np.random.default_rng(0)
+    ids_np = rng.integers(0, cfg.vocab_size, (batch, prompt))
+    ids, last = _tensor(ids_np, np.int64), _tensor(np.full(batch, prompt - 1), np.int64)
+    key, one = _tensor([0, 0], np.uint32), _tensor(1.0, np.float32)
+    static = {"greedy": True, "top_k": None, "use_top_p": False}
+    mx_pos = [_tensor(np.full(batch, prompt + i), np.int64) for i in range(steps)]
+    out: dict = {"label": label, "batch": batch, "prompt": prompt, "cache_length": length, "decode_steps": steps}
+
+    with x64():
+        mx_pre, mx_pre_c = _timed_compile(prefill_step, model, ids, last, key, one, one, length=length, **static)
+        tok_mx, cache_mx = mx_pre(model, ids, last, key, one, one)
+        mx_dec, mx_dec_c = _timed_compile(decode_step, model, cache_mx, tok_mx, mx_pos[0], key, one, one, **static)
+
+    arch, params = jax_arch(cfg), jax_params(model)
+    jprefill, jdecode = _llm_jax.make_steps(arch)
+    ids_j, pos0 = jnp.asarray(ids_np, jnp.int32), jnp.asarray(prompt, jnp.int32)
+    j_pre, j_pre_c = _timed_compile(jprefill, params, ids_j, length=length)
+    tok_j, cache_j = j_pre(params, ids_j)
+    j_dec, j_dec_c = _timed_compile(jdecode, params, cache_j, tok_j, pos0)
+    np.testing.assert_array_equal(np.asarray(tok_j), tok_mx.to_numpy())  # same first token from the same weights
+
+    state = {"mx": cache_mx, "jax": cache_j}
+    tokens: dict[str, np.ndarray] = {}
+
+    def mx_prefill():
+        with x64():
+            t, _ = mx_pre(model, ids, last, key, one, one)
+        t._array().block_until_ready()
+
+    def jax_prefill():
+        t, _ = j_pre(params, ids_j)
+        t.block_until_ready()
+
+    def mx_decode():
+        t, c, seen = tok_mx, state["mx"], []
+        with x64():
+            for pos in mx_pos:
+                t, c = mx_dec(model, c, t, pos, key, one, one)
+                seen.append(t._array())
+        state["mx"] = c
+        tokens["maxfx"] = np.asarray(jnp.stack(seen))
+
+    def jax_decode():
+        t, c, pos, seen = tok_j, state["jax"], pos0, []
+        for _ in range(steps):
+            t, c, pos = j_dec(params, c, t, pos)
+            seen.append(t)
+        state["jax"] = c
+        tokens["jax"] = np.asarray(jnp.stack(seen))
+
+    pre = interleaved({"maxfx": mx_prefill, "jax": jax_prefill}, repeats=repeats, warmup=2)
+    dec = interleaved({"maxfx": mx_decode, "jax": jax_decode}, repeats=max(3, repeats // 2), warmup=1)
+    np.testing.assert_array_equal(tokens["maxfx"], tokens["jax"].astype(np.int64))  # the same greedy continuation
+    compile_s = {"maxfx": (mx_pre_c, mx_dec_c), "jax": (j_pre_c, j_dec_c)}
+    for name in pre:
+        out[name] = {
+            "prefill_s": pre[name], "prefill_tok_s": batch * prompt / pre[name], "decode_s": dec[name] / steps,
+            "decode_tok_s": batch * steps / dec[name], "prefill_compile_s": compile_s[name][0], "decode_compile_s": compile_s[name][1],
+        }  # fmt: skip
+    out["prefill_ratio"] = pre["jax"] / pre["maxfx"]
+    out["decode_ratio"] = dec["jax"] / dec["maxfx"]
+    return out
+
+
 def decode_bytes(model: LlamaForCausalLM, batch: int, length: int) -> int:
     """Bytes a decode step must read: every parameter (the tied embedding once) plus the full KV cache."""
     weights = sum(t.num_elements() * t.dtype.size_in_bytes for _, t in model.parameters)
@@ -217,6 +331,10 @@ def _print(r: dict, peak: float | None = None, nbytes: int | None = None) -> Non
                 m["hbm_fraction"] = nbytes / m["decode_s"] / peak
                 line += f"  {100 * m['hbm_fraction']:.0f}% of HBM bandwidth"
             print(line)
+    for name in ("maxfx", "jax"):
+        if "prefill_compile_s" in r.get(name, {}):
+            m = r[name]
+            print(f"  {name:6s} compile: prefill {m['prefill_compile_s']:.2f} s, decode step {m['decode_compile_s']:.2f} s (not in the tok/s)")
     if "decode_ratio" in r:
         print(f"  maxfx/jax tokens/s: prefill {r['prefill_ratio']:.3f}x, decode {r['decode_ratio']:.3f}x (target >= 0.9x)")
 
@@ -247,6 +365,12 @@ def main(argv: list[str] | None = None) -> dict:
             r = bench_model(model, "CPU Llama d=512 x4 layers, float32", batch, prompt, 256, repeats)
             _print(r)
             results["runs"].append(r)
+        for name, cfg in FAMILY_CONFIGS.items():
+            model = LlamaForCausalLM.random(cfg, seed=0)
+            for batch, prompt in ((1, 128), (4, 64)):
+                r = bench_generation(model, f"CPU {name}-shaped d=512 x4 layers, float32 (vs _llm_jax)", batch, prompt, 256, 16, repeats)
+                _print(r)
+                results["runs"].append(r)
     else:
         kind = jax.devices()[0].device_kind
         peak = next((v for k, v in PEAK_HBM.items() if k in kind), None)
