@@ -28,13 +28,24 @@ def _use_this_interpreter(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs(path, tmp_path, monkeypatch):
-    _use_this_interpreter(tmp_path, monkeypatch)
+def _execute(path: Path, cwd: Path) -> None:
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, kernel_name="python3", timeout=600, resources={"metadata": {"path": str(ROOT)}}).execute()
+    NotebookClient(nb, kernel_name="python3", timeout=600, resources={"metadata": {"path": str(cwd)}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, errors
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_runs(path, tmp_path, monkeypatch):
+    """From the notebook's own folder, where Jupyter starts its kernel."""
+    _use_this_interpreter(tmp_path, monkeypatch)
+    _execute(path, path.parent)
+
+
+def test_llm_notebook_runs_from_repo_root(tmp_path, monkeypatch):
+    """The notebook that reads the repository's fixtures finds them from the root too (``nbclient`` / scripts run there)."""
+    _use_this_interpreter(tmp_path, monkeypatch)
+    _execute(ROOT / "notebooks" / "llm_inference.ipynb", ROOT)
 
 
 def test_there_is_a_notebook():
