@@ -126,3 +126,12 @@ def test_no_public_namespace_is_filled_with_globals_update():
 )
 def test_the_checker_sees_namespace_writes(source, found):
     assert bool(_fills_globals(ast.parse(source))) is found
+
+
+def test_package_is_typed():
+    # PEP 561: type checkers read maxfx's annotations only when py.typed ships with it.
+    import tomllib  # noqa: PLC0415
+
+    assert (ROOT / "maxfx" / "py.typed").is_file()
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "py.typed" in config["tool"]["setuptools"]["package-data"]["maxfx"]
