@@ -8,6 +8,7 @@ maxfx's public modules.
 
 import ast
 import pydoc
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -130,8 +131,6 @@ def test_the_checker_sees_namespace_writes(source, found):
 
 def test_package_is_typed():
     # PEP 561: type checkers read maxfx's annotations only when py.typed ships with it.
-    import tomllib  # noqa: PLC0415
-
     assert (ROOT / "maxfx" / "py.typed").is_file()
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "py.typed" in config["tool"]["setuptools"]["package-data"]["maxfx"]
