@@ -12,6 +12,7 @@ Under ``jax.jit`` this is tracing: the result is one XLA program.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -39,16 +40,17 @@ def apply_impl(op: OpDef, args: Sequence[Any], params: Mapping[str, Any]) -> Any
     """
     if op.impl is None:
         raise TypeError(f"{op.name}: exists only inside a Graph (it runs nested blocks or reads weights); build one with `with Graph(...)`")
-    if jax.config.jax_enable_x64:
+    with contextlib.nullcontext() if jax.config.jax_enable_x64 else _quiet_truncation():
         return op.impl(*args, **params)
+
+
+@contextlib.contextmanager
+def _quiet_truncation():
     # Under a user's jax.jit without x64, MAX's 64-bit results are 32-bit (documented in
     # docs/pages/eager.md); JAX would warn about that once per op, from inside maxfx.
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_TRUNCATION_WARNING, category=UserWarning)
-        return op.impl(*args, **params)
-
-
-_TRUNCATION_WARNING = r"Explicitly requested dtype (u?int64|float64|complex128) requested in .* is not available"
+        warnings.filterwarnings("ignore", message=r"Explicitly requested dtype (u?int64|float64|complex128) requested in .* is not available", category=UserWarning)
+        yield
 
 
 def block_is_data_dependent(block: Block) -> bool:
