@@ -30,13 +30,16 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import jax
 from jax.sharding import AbstractDevice, AbstractMesh, AxisType, use_abstract_mesh
 
 from custom_calls import _target
+from lowering.dims import StaticDim, SymbolicDim
+from lowering.types import BufferType, TensorType
 
-__all__ = ["lowering_for", "export_checks", "has_local_gpu", "ABSTRACT_GPU"]
+__all__ = ["lowering_for", "export_checks", "has_local_gpu", "symbolic_input_specs", "ABSTRACT_GPU"]
 
 # What the Triton lowering reads off the device: compute capability (from the kind) and SM count.
 ABSTRACT_GPU = {"device_kind": "NVIDIA H100 80GB HBM3", "num_cores": 132}
@@ -78,3 +81,36 @@ def export_checks(platforms: Sequence[str]) -> list:
     from jax.experimental.pallas import triton as pltriton  # noqa: PLC0415 - Pallas' Triton backend loads only for a CUDA export
 
     return [jax.export.DisabledSafetyCheck.custom_call(pltriton.CUSTOM_CALL_TARGET_NAME)]
+
+
+def symbolic_input_specs(types: Sequence[Any], where: str, inputs: str) -> list[jax.ShapeDtypeStruct]:
+    """One ``jax.ShapeDtypeStruct`` per input type, for ``jax.export``; symbolic dims are shared by name.
+
+    Args:
+        types: tensor or buffer types of the inputs.
+        where: the caller, for error messages (``"maxfx.export"``).
+        inputs: how the caller's inputs are called in errors (``"exported inputs"``).
+
+    Raises:
+        TypeError: an input is neither a tensor nor a buffer.
+        ValueError: an input has an algebraic dim (``batch * 2``); only static
+            sizes and bare symbols can be exported.
+    """
+    scope = jax.export.SymbolicScope()
+    symbols: dict[str, Any] = {}
+    specs = []
+    for i, t in enumerate(types):
+        if not isinstance(t, (TensorType, BufferType)):
+            raise TypeError(f"{where}: input {i} has type {t}; only tensor and buffer {inputs} are supported")
+        dims = []
+        for d in t.shape:
+            if isinstance(d, StaticDim):
+                dims.append(d.dim)
+            elif isinstance(d, SymbolicDim):
+                if d.name not in symbols:
+                    (symbols[d.name],) = jax.export.symbolic_shape(d.name, scope=scope)
+                dims.append(symbols[d.name])
+            else:
+                raise ValueError(f"{where}: input {i} has the algebraic dim {d} ({t}); {inputs} take static sizes or bare symbols ('batch')")
+        specs.append(jax.ShapeDtypeStruct(tuple(dims), t.dtype.to_numpy()))
+    return specs

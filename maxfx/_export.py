@@ -38,10 +38,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from lowering.dims import StaticDim, SymbolicDim
+from lowering.dims import StaticDim
 from lowering.dtypes import DType
 from lowering.interpret import run_block
-from lowering.targets import export_checks, lowering_for
+from lowering.targets import export_checks, lowering_for, symbolic_input_specs
 from lowering.types import BufferType, DeviceRef, TensorType
 from lowering.x64 import x64
 from maxfx._artifact import ExportedModel, is_exported_artifact, load_exported, platform_of, program_trees
@@ -184,26 +184,6 @@ def _input_types(source: _Source, given: Sequence[Any]) -> list[TensorType]:
     return list(given)
 
 
-def _symbolic_specs(input_types: Sequence[TensorType]) -> list[jax.ShapeDtypeStruct]:
-    """One ``ShapeDtypeStruct`` per input, symbolic dims shared by name across inputs."""
-    scope = jax.export.SymbolicScope()
-    symbols: dict[str, Any] = {}
-    specs = []
-    for i, t in enumerate(input_types):
-        dims = []
-        for d in t.shape:
-            if isinstance(d, StaticDim):
-                dims.append(d.dim)
-            elif isinstance(d, SymbolicDim):
-                if d.name not in symbols:
-                    (symbols[d.name],) = jax.export.symbolic_shape(d.name, scope=scope)
-                dims.append(symbols[d.name])
-            else:
-                raise ValueError(f"maxfx.export: input {i} has the algebraic dim {d} ({t}); exported inputs take static sizes or bare symbols ('batch')")
-        specs.append(jax.ShapeDtypeStruct(tuple(dims), t.dtype.to_numpy()))
-    return specs
-
-
 # ─── export ────────────────────────────────────────────────────────────────
 
 
@@ -249,7 +229,7 @@ def export(
         outs, _ = run_block(block, list(args), dict(zip(names, weight_list)))
         return tuple(outs)
 
-    specs = _symbolic_specs(in_types)
+    specs = symbolic_input_specs(in_types, "maxfx.export", "exported inputs")
     weight_specs = [jax.ShapeDtypeStruct(w.shape, w.dtype) for w in weights]
     lowering_platforms = tuple(platforms) if platforms else (platform_of(source.device),)
     try:

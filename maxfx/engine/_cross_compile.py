@@ -18,41 +18,18 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import jax
 
-from lowering.dims import StaticDim, SymbolicDim
 from lowering.interpret import run_block
 from lowering.ir import Block
-from lowering.targets import export_checks, lowering_for
-from lowering.types import BufferType, TensorType
+from lowering.targets import export_checks, lowering_for, symbolic_input_specs
+from lowering.types import BufferType
 from lowering.x64 import x64
 
 __all__ = ["lower_for_platform"]
-
-
-def _specs(types: Sequence[Any], where: str) -> list[jax.ShapeDtypeStruct]:
-    """One ``ShapeDtypeStruct`` per input type; symbolic dims shared by name."""
-    scope = jax.export.SymbolicScope()
-    symbols: dict[str, Any] = {}
-    specs = []
-    for i, t in enumerate(types):
-        if not isinstance(t, (TensorType, BufferType)):
-            raise TypeError(f"{where}: input {i} has type {t}; only tensor and buffer inputs can be compiled for a virtual device")
-        dims = []
-        for d in t.shape:
-            if isinstance(d, StaticDim):
-                dims.append(d.dim)
-            elif isinstance(d, SymbolicDim):
-                if d.name not in symbols:
-                    (symbols[d.name],) = jax.export.symbolic_shape(d.name, scope=scope)
-                dims.append(symbols[d.name])
-            else:
-                raise ValueError(f"{where}: input {i} has the algebraic dim {d} ({t}); inputs compiled for a virtual device take static sizes or bare symbols ('batch')")
-        specs.append(jax.ShapeDtypeStruct(tuple(dims), t.dtype.to_numpy()))
-    return specs
 
 
 def lower_for_platform(block: Block, weights: Mapping[str, tuple[Any, tuple[int, ...]]], platform: str, where: str = "InferenceSession.compile") -> jax.export.Exported:
@@ -77,7 +54,7 @@ def lower_for_platform(block: Block, weights: Mapping[str, tuple[Any, tuple[int,
         outs, finals = run_block(block, list(args), dict(zip(names, weight_list)))
         return tuple(outs), tuple(finals[i] for i in buffer_inputs)
 
-    specs = _specs([v.type for v in block.inputs], where)
+    specs = symbolic_input_specs([v.type for v in block.inputs], where, "inputs compiled for a virtual device")
     weight_specs = [jax.ShapeDtypeStruct(weights[n][1], weights[n][0].dtype.to_numpy()) for n in names]
     # lowering_for: GPU kernels are emitted for the target even where no GPU is attached.
     with x64(), lowering_for((platform,)):
