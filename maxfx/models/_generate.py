@@ -144,7 +144,7 @@ class CausalLM(Module):
         seed: int | None = None,
         *,
         stream: Callable[[Any], Any] | None = None,
-        progress: bool = False,
+        progress: bool | None = None,
         eos_token_id: int | Iterable[int] | None = None,
         return_stats: bool = False,
     ) -> Any:
@@ -161,7 +161,8 @@ class CausalLM(Module):
             seed: makes sampling reproducible (default: a fresh random seed).
             stream: called after every step with the new tokens ``int64 [B]`` (text
                 prompts: with the new text, a str, or a list of str for a list of prompts).
-            progress: show a tqdm bar over the steps.
+            progress: show a tqdm bar over the steps; None (default): only for long
+                generations (``LONG_GENERATION`` tokens or more) on a terminal or in a notebook.
             eos_token_id: one id or several; a row that emits one keeps emitting it and
                 generation stops early once every row has. Text prompts default to the
                 config's (and GGUF tokenizer's) EOS; token ids to none.
@@ -279,8 +280,14 @@ class GenerationStats:
         self.decode_tokens_per_s = self.decode_tokens / self.decode_s if self.decode_s else 0.0
 
 
-def _progress(enabled: bool, total: int) -> Any:
-    return tqdm(total=total, desc="generating", unit="tok", disable=not enabled, leave=False)
+LONG_GENERATION = 256
+"""From this many new tokens, `generate` shows a progress bar unless told otherwise."""
+
+
+def _progress(enabled: bool | None, total: int) -> Any:
+    # None: tqdm decides (a bar on a terminal or in a notebook, none in logs and pipes).
+    disable = (None if total >= LONG_GENERATION else True) if enabled is None else not enabled
+    return tqdm(total=total, desc="generating", unit="tok", disable=disable, leave=False)
 
 
 # ─── inputs ───────────────────────────────────────────────────────────────

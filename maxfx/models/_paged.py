@@ -63,8 +63,9 @@ class PagedCausalLM(abc.ABC):
     Args:
         config: the architecture's config.
         weights: `Transformer` state-dict name → (array, format) (see `GraphWeight`).
-        max_batch_size, max_seq_len, page_size: size the KV-cache pool (see `load_pretrained_graph`);
-            ``max_seq_len`` defaults to the config's ``max_position_embeddings``.
+        max_batch_size: sizes the KV-cache pool (see `load_pretrained_graph`).
+        max_seq_len: sizes the KV-cache pool; defaults to the config's ``max_position_embeddings``.
+        page_size: tokens per KV-cache page (see `load_pretrained_graph`).
         session: the `InferenceSession` to load into (default a new CPU session).
 
     Attributes:
@@ -161,7 +162,7 @@ class PagedCausalLM(abc.ABC):
     # ── generation ──
     def generate(
         self, input_ids: Any, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-        *, eos_token_id: int | None = None, stream: Callable[[np.ndarray], Any] | None = None, progress: bool = False,
+        *, eos_token_id: int | None = None, stream: Callable[[np.ndarray], Any] | None = None, progress: bool | None = None,
     ) -> np.ndarray:  # fmt: skip
         """Generate ``max_new_tokens`` tokens after each prompt: one ragged prefill, then one decode step per token.
 
@@ -172,11 +173,12 @@ class PagedCausalLM(abc.ABC):
             input_ids: ``[B, T]`` token ids, or a list of B prompts of different lengths.
             max_new_tokens: tokens to append per prompt (>= 1).
             temperature: 0 for greedy; > 0 samples from ``softmax(logits / temperature)``.
-            top_k, top_p: restrict sampling to the k most likely tokens / the nucleus of mass top_p.
+            top_k: restrict sampling to the k most likely tokens.
+            top_p: restrict sampling to the nucleus of probability mass top_p.
             seed: makes sampling reproducible.
             eos_token_id: a row that emits it keeps emitting it; stops early once every row has.
             stream: called after every step with the new tokens ``int64 [B]``.
-            progress: show a tqdm bar over the steps.
+            progress: show a tqdm bar over the steps (None: only for long generations, see `generate`).
 
         Returns:
             int64 ``[B, n]`` with the new tokens only (``n = max_new_tokens`` unless every row hit EOS).

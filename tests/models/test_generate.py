@@ -139,3 +139,11 @@ def test_bad_arguments(llama):
         llama.generate([[1, 999]], 2)
     with pytest.raises(ValueError, match="prompt 1 must be a non-empty"):
         llama.generate([[1, 2], []], 2)
+
+
+def test_progress_bar_only_for_long_generations_by_default():
+    from maxfx.models._generate import LONG_GENERATION, _progress  # noqa: PLC0415 - private helper under test
+
+    assert _progress(None, LONG_GENERATION - 1).disable  # short: never a bar
+    assert not _progress(True, 4).disable  # asked for: always
+    assert _progress(False, 10 * LONG_GENERATION).disable  # refused: never
