@@ -23,6 +23,9 @@ _LAZY = {name: "maxfx._transforms" for name in ("jit", "grad", "value_and_grad",
 # Export, sharding and interop (issue 6).
 _LAZY |= {"export": "maxfx._export", "load_exported": "maxfx._artifact", "shard": "maxfx._sharding", "make_mesh": "maxfx._sharding", "interop": "maxfx.interop"}
 
+# Checkpoints through Orbax (issue 18).
+_LAZY |= {"save": "maxfx._checkpoint", "restore": "maxfx._checkpoint"}
+
 __all__ = list(_SUBMODULES) + list(_LAZY)
 
 

@@ -243,9 +243,20 @@ class Module:
             for name, t in m.local_parameters:
                 yield prefix + name, t
 
-    def state_dict(self) -> dict[str, Tensor]:
-        """Qualified parameter name → Tensor."""
-        return dict(self.parameters)
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Qualified parameter name → the parameter's values as a host numpy array.
+
+        Host arrays (copied off accelerators) so that weight writers that take
+        numpy arrays accept the dict as is, e.g.
+        ``safetensors.numpy.save_file(model.state_dict(), "model.safetensors")``;
+        `load_state_dict` takes it back. ``dict(model.parameters)`` gives the Tensors.
+
+        Example:
+            >>> from maxfx.experimental.nn import Linear
+            >>> {k: v.shape for k, v in Linear(3, 2).state_dict().items()}
+            {'weight': (2, 3), 'bias': (2,)}
+        """
+        return {name: t.to_numpy() for name, t in self.parameters}
 
     # -- updates -------------------------------------------------------------
     def apply_to_local_parameters(self, f: Callable[[str, Tensor], Tensor]) -> None:
