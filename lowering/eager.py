@@ -255,7 +255,7 @@ class EagerContext(Context):
         return LazyVar(TensorType(dtype, arr.shape, device), array=_device_constant(arr, jax_device(device)))
 
     def cast(self, x: Any, dtype: DType) -> LazyVar:
-        v = self.var_of(x)
+        v = self.var_of(x, "cast")
         op = get_op("cast")
         return self._record(op, (v,), {"dtype": dtype}, infer_types(op, [v.type], {"dtype": dtype}))[0]
 
@@ -264,16 +264,34 @@ class EagerContext(Context):
     tensors_are_buffers = True
 
     def capture(self, x: Any, device: DeviceRef | None = None) -> Any:
-        """Eager values need no capturing (the graph builder's counterpart makes constants)."""
+        """A concrete ``jax.Array`` as a realized leaf (on its own device, with its dtype); other values unchanged.
+
+        Eager values need no capturing (the graph builder's counterpart makes
+        constants); JAX arrays are typed eager data here, as in `var_of`.
+        """
+        if isinstance(x, jax.Array) and not isinstance(x, _Tracer):
+            return self.leaf(x)
         return x
 
-    def var_of(self, x: Any) -> LazyVar:
+    def var_of(self, x: Any, op_name: str = "eager op") -> LazyVar:
+        """The var behind eager input ``x``: the one coercion point of eager inputs.
+
+        A concrete ``jax.Array`` is what MAX calls an array-like (DLPack data with
+        its own dtype): it becomes a realized leaf on its own device with its own
+        dtype, as `_bind_other` does for ops bound through `Context.bind`, so ops
+        that pick their context themselves (``while_loop``, ``call``) take it too.
+        """
         if isinstance(x, LazyVar):
             return x
         v = getattr(x, "_var", None)
-        if not isinstance(v, LazyVar):
-            raise TypeError(f"expected an eager tensor, got {type(x).__name__}")
-        return v
+        if isinstance(v, LazyVar):
+            return v
+        if isinstance(x, jax.Array) and not isinstance(x, _Tracer):
+            return self.leaf(x)
+        raise TypeError(
+            f"{op_name}: expected an eager Tensor or a jax.Array, got {type(x).__name__}; "
+            "wrap the data first with maxfx.experimental.tensor.Tensor(data) (or Tensor.from_dlpack)"
+        )
 
     def leaf(self, array: Any, type: TensorType | None = None) -> LazyVar:
         """A realized var holding ``array`` (a JAX array or tracer)."""
@@ -342,7 +360,7 @@ class EagerContext(Context):
         return super().bind(op, inputs, params)
 
     def apply(self, op: OpDef, plan: BindPlan, inputs: list[Any], params: dict[str, Any]) -> Any:
-        in_vars = tuple([self.var_of(x) for x in inputs])
+        in_vars = tuple([self.var_of(x, op.name) for x in inputs])
         written = () if callable(op.mutates) else op.mutates
         if written and _lazy.get() and op.impl is not None:
             return self._record_writes(op, plan, in_vars, params, written)
