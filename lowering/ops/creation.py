@@ -178,7 +178,9 @@ def range(start, stop, step=1, out_dim=None, *, dtype=None, device=None):  # noq
     are concrete: eager use, and graphs that run op by op (with ``nonzero``).
 
     Args:
-        start, stop, step: the bounds (numbers, Dims or scalar tensors).
+        start: the first value (a number, Dim or scalar tensor).
+        stop: the end, excluded (a number, Dim or scalar tensor).
+        step: the increment (a number, Dim or scalar tensor).
         out_dim: the length (required for tensor bounds).
         dtype: element type (MAX requires it; default: the tensors' dtype, or
             float32 for Python numbers as MAX documents).

@@ -256,7 +256,8 @@ def conv2d(
     Args:
         x: ``(N, H, W, C_in)`` (``(N, C_in, H, W)`` with ``input_layout=NCHW``).
         filter: ``(kH, kW, C_in/groups, C_out)`` (or per ``filter_layout``).
-        stride, dilation: ``(h, w)`` pairs.
+        stride: ``(h, w)`` step of the window.
+        dilation: ``(h, w)`` spacing of the filter taps.
         padding: ``(top, bottom, left, right)`` zeros around the input.
         groups: split channels into this many independent convolutions.
         bias: optional ``(C_out,)`` added to every output position.
@@ -337,7 +338,8 @@ def conv2d_transpose(
         x: ``(N, H, W, C_in)`` (NCHW with ``input_layout=NCHW``).
         filter: RSCF ``(kH, kW, C_out, C_in)``; ``CFRS`` is PyTorch's
             ConvTranspose2d weight ``(C_in, C_out, kH, kW)``.
-        stride, dilation: ``(h, w)`` of the convolution this transposes.
+        stride: ``(h, w)`` of the convolution this transposes.
+        dilation: ``(h, w)`` of the convolution this transposes.
         padding: ``(top, bottom, left, right)`` removed from the output.
         output_paddings: extra rows/columns computed at the bottom/right of the
             output to pick one of the sizes a strided conv maps to the same input
@@ -466,7 +468,8 @@ def max_pool2d(input, kernel_size, stride=1, dilation=1, padding=0, ceil_mode=Fa
     Args:
         input: ``(N, H, W, C)``.
         kernel_size: ``(kH, kW)`` (static).
-        stride, dilation: int or ``(h, w)``.
+        stride: int or ``(h, w)``.
+        dilation: int or ``(h, w)``.
         padding: int or ``(pad_h, pad_w)``, applied on both sides (padding never wins the max).
         ceil_mode: round the output size up (a last partial window) instead of down.
 
@@ -569,7 +572,9 @@ def fold(input, output_size, kernel_size, stride=1, dilation=1, padding=0):
             is kernel offset ``(i, j)`` of channel ``c``.
         output_size: ``(H, W)`` of the result.
         kernel_size: ``(kH, kW)`` (static).
-        stride, dilation, padding: int or ``(h, w)``.
+        stride: int or ``(h, w)``.
+        dilation: int or ``(h, w)``.
+        padding: int or ``(h, w)``.
 
     Returns:
         ``(N, C, H, W)`` where overlapping block values add up.

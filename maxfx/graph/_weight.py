@@ -609,7 +609,9 @@ class Weight(TensorValue):
 
     Args:
         name: key of the value in ``weights_registry``.
-        dtype, shape, device: its type (uint8 bytes for quantized encodings).
+        dtype: its element type (uint8 bytes for quantized encodings).
+        shape: its shape (of the packed bytes for quantized encodings).
+        device: the device it is placed on.
         quantization_encoding: a `QuantizationEncoding` for packed weights.
         align: required byte alignment of the supplied value.
         sharding_strategy: a `ShardingStrategy`, needed by `shard`.

@@ -316,8 +316,11 @@ class GPT2GraphModel(PagedCausalLM):
     Args:
         config: the `GPT2Config`.
         weights: `gpt2_graph_weights` of `read_gpt2`'s tensors.
-        max_batch_size, max_seq_len, page_size, session: as `PagedCausalLM`; ``max_seq_len``
-            (default ``n_positions``) cannot exceed the learned positions.
+        max_batch_size: as `PagedCausalLM`.
+        max_seq_len: as `PagedCausalLM`; default ``n_positions``, which it cannot exceed
+            (the positions are learned).
+        page_size: as `PagedCausalLM`.
+        session: as `PagedCausalLM`.
 
     Example:
         >>> from maxfx.models import load_pretrained_graph

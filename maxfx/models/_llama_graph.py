@@ -64,8 +64,11 @@ def load_pretrained_graph(
         dtype: convert float weights to this dtype (default: float32 for GGUF, as stored otherwise).
 
     Raises:
-        FileNotFoundError, ConfigError, CheckpointMismatchError, ValueError: as `load_pretrained`;
-        ConfigError also for an architecture without a graph model (the message lists those in `GRAPH_ARCHITECTURES`).
+        FileNotFoundError: as `load_pretrained`.
+        ConfigError: as `load_pretrained`, and for an architecture without a graph model
+            (the message lists those in `GRAPH_ARCHITECTURES`).
+        CheckpointMismatchError: as `load_pretrained`.
+        ValueError: as `load_pretrained`.
 
     Example:
         >>> model = load_pretrained_graph("tests/data/models/tiny_llama/tiny_llama-q4_0.gguf", max_batch_size=2)  # doctest: +SKIP
@@ -117,7 +120,9 @@ class LlamaGraphModel(PagedCausalLM):
         weights: state-dict name (HF's without ``model.``) → (array, format): the `QuantizationEncoding`
             of packed blocks, ``Q8_0`` for the int8 ``*.weight`` / float16 ``*.scales`` of a Q8_0 matrix, or None.
         interleaved: Q/K rows are in the interleaved-RoPE (llama.cpp) order; default HF's rotate-half order.
-        max_batch_size, max_seq_len, page_size: size the KV-cache pool (see `load_pretrained_graph`).
+        max_batch_size: sizes the KV-cache pool (see `load_pretrained_graph`).
+        max_seq_len: sizes the KV-cache pool (see `load_pretrained_graph`).
+        page_size: tokens per KV-cache page (see `load_pretrained_graph`).
         session: the `InferenceSession` to load into (default a new CPU session).
 
     Attributes:

@@ -50,7 +50,8 @@ class StackedLinear(Module):
         in_dim: input features, shared by every projection.
         out_dims: output features of each projection.
         names: each projection's name (unfused: its child's attribute and weight name).
-        dtype, device: the weights' dtype and the device the matmul runs on.
+        dtype: the weights' dtype.
+        device: the device the matmul runs on.
         stacked: one fused weight (True) or one child `Linear` per projection (False).
         has_bias: each projection has a bias.
         linear_cls: the child layer class (unfused).

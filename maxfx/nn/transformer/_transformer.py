@@ -90,10 +90,10 @@ class Transformer(Module):
     decode step continues where the cache ends.
 
     Returns:
-        A tuple: ``(last_logits,)`` for ``LAST_TOKEN`` (float32 ``[batch, vocab]``);
-        ``(last_logits, logits, offsets)`` for ``ALL`` (``logits [total_tokens, vocab]``,
-        ``offsets = input_row_offsets``) and ``VARIABLE`` (``logits [batch * n, vocab]``,
-        ``offsets = [0, n, 2n, ...]``).
+        outputs (tuple): ``(last_logits,)`` for ``LAST_TOKEN`` (float32 ``[batch, vocab]``);
+            ``(last_logits, logits, offsets)`` for ``ALL`` (``logits [total_tokens, vocab]``,
+            ``offsets = input_row_offsets``) and ``VARIABLE`` (``logits [batch * n, vocab]``,
+            ``offsets = [0, n, 2n, ...]``).
 
     Example:
         >>> model = Transformer(dim=32, n_heads=4, layers=blocks, norm=RMSNorm(32, DType.float32),  # doctest: +SKIP
