@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lowering.x64 import x64
+from maxfx._placement import commit_unplaced
 from maxfx.experimental._tensor import Tensor, _leaf
 from maxfx.experimental.nn.module import Module
 
@@ -100,16 +101,6 @@ def _scoped(call: Callable[..., Any], args: Any, *a: Any, **kw: Any) -> Any:
 
 def _name(fun: Callable[..., Any]) -> str:
     return getattr(fun, "__name__", None) or type(fun).__name__
-
-
-def _commit(tree: Any) -> Any:
-    """``tree`` with uncommitted arrays committed to their device.
-
-    Eager results are uncommitted while a jitted function's outputs are
-    committed, and jax.jit keys its cache on that: feeding a step its own
-    outputs (a training loop) would compile the step twice.
-    """
-    return jax.tree_util.tree_map(lambda x: jax.device_put(x, next(iter(x.devices()))) if isinstance(x, jax.Array) and not x.committed else x, tree)
 
 
 def _call_module(module: Any, *args: Any, **kwargs: Any) -> Any:
@@ -180,8 +171,10 @@ def jit(fun: Callable[..., Any] | None = None, /, **jit_kwargs: Any) -> Any:
         leaves = jax.tree_util.tree_leaves((args, kwargs))
         if any(isinstance(x, jax.core.Tracer) for x in leaves):
             return jitted(*args, **kwargs)
-        if any(isinstance(x, jax.Array) and not x.committed for x in leaves):
-            args, kwargs = _commit((args, kwargs))
+        # Eager results are uncommitted while a jitted function's outputs are committed, and
+        # jax.jit keys its cache on that: without this a training loop fed its own outputs would
+        # compile twice. Unplaced values join the committed ones (replicated on their mesh).
+        args, kwargs = commit_unplaced((args, kwargs))
         with x64():
             return jitted(*args, **kwargs)
 
@@ -225,6 +218,23 @@ def _check_differentiable_args(fun: Callable[..., Any], args: Sequence[Any], arg
                 )
 
 
+def _scalar_hint(value: Any, shape: Sequence[int]) -> str:
+    """How to get a shape-[] loss from ``value`` (MAX reductions keep the reduced dim, so `.mean()` alone does not)."""
+    if tuple(shape) == ():
+        return "gradients need a floating-point output: cast it (e.g. `F.cast(loss, DType.float32)` or `x.astype(jnp.float32)`)"
+    one = all(int(d) == 1 for d in shape)
+    if not isinstance(value, Tensor):
+        fix = "`x.reshape(())`" if one else "`jnp.mean(x)` (reduces over all axes)"
+        return f"make it a scalar first, e.g. {fix}, or use jax.vjp/jax.jacrev for non-scalar outputs"
+    if one:
+        return f"it has one element: drop the size-1 dims with `F.reshape(loss, [])` (MAX reductions such as F.mean/.sum() keep the reduced dim, shape {list(shape)})"
+    return (
+        "reduce over every element and drop the kept dim, e.g. `F.mean(F.reshape(loss, [-1]), axis=0).squeeze(0)` "
+        "(MAX reductions such as F.mean/.sum() keep the reduced dim as size 1, so `.mean()` alone is not a scalar), "
+        "or use jax.vjp/jax.jacrev for non-scalar outputs"
+    )
+
+
 def _scalar_output(fun: Callable[..., Any], has_aux: bool, where: str) -> Callable[..., Any]:
     """``fun`` returning a raw scalar array (Tensors unwrapped), checked to be a real scalar."""
 
@@ -245,8 +255,7 @@ def _scalar_output(fun: Callable[..., Any], has_aux: bool, where: str) -> Callab
         if tuple(shape) != () or not jnp.issubdtype(dtype, np.floating):
             raise TypeError(
                 f"{where}({_name(fun)}): the function's output must be a floating-point scalar (shape []), got "
-                f"dtype {np.dtype(dtype).name}, shape {list(shape)}; reduce it first (e.g. `.mean()` / `F.sum`), "
-                f"or use jax.vjp/jax.jacrev for non-scalar outputs"
+                f"dtype {np.dtype(dtype).name}, shape {list(shape)}; {_scalar_hint(value, shape)}"
             )
         if has_aux:
             return array, (_tensorize(aux) if _has_tensor((args, kwargs)) else aux)

@@ -44,6 +44,7 @@ import numpy as np
 import optax
 
 from lowering.x64 import x64
+from maxfx._placement import replicated_like
 from maxfx._transforms import _leaf_desc, jit, value_and_grad
 from maxfx.experimental._tensor import Tensor
 
@@ -72,10 +73,43 @@ def init(optimizer: Any, model: Any) -> Any:
     if not hasattr(optimizer, "init") or not hasattr(optimizer, "update"):
         raise TypeError(f"maxfx.optim.init: expected an optax GradientTransformation (with init/update), got {type(optimizer).__name__}")
     _check_trainable(model, "maxfx.optim.init")
-    # One compiled program instead of op-by-op zeros per parameter shape; its outputs are also
-    # committed to the model's device like the train step's, so every step shares one executable.
+    # One compiled program instead of op-by-op zeros per parameter shape. optax builds its state
+    # from constants, so without out_shardings it would land uncommitted on device 0 whatever
+    # the model's placement; placed like the model, every train step shares one executable.
     with x64():
-        return jax.jit(optimizer.init)(model)
+        shardings = _state_shardings(optimizer, model)
+        if shardings is None:
+            return jax.jit(optimizer.init)(model)
+        treedef = jax.tree.structure(jax.eval_shape(optimizer.init, model))
+        leaves = jax.jit(lambda m: jax.tree.leaves(optimizer.init(m)), out_shardings=shardings)(model)
+        return jax.tree.unflatten(treedef, leaves)
+
+
+def _state_shardings(optimizer: Any, model: Any) -> list[Any] | None:
+    """One sharding per leaf of ``optimizer.init(model)``: placed like the model.
+
+    Parts of the state with the model's structure and shapes (Adam's ``mu`` and
+    ``nu``, momentum traces) get each parameter's sharding; everything else (the
+    step ``count``, scalars) is replicated over the model's devices. None when the
+    model has no committed parameter (nothing to follow).
+    """
+    replicated = replicated_like(model)
+    if replicated is None:
+        return None
+    params = jax.tree.leaves(model)
+    model_def = jax.tree.structure(model)
+    shapes = [getattr(p, "shape", None) for p in params]
+
+    def mirrors_model(node: Any) -> bool:
+        return jax.tree.structure(node) == model_def and [getattr(x, "shape", None) for x in jax.tree.leaves(node)] == shapes
+
+    out: list[Any] = []
+    for node in jax.tree.leaves(jax.eval_shape(optimizer.init, model), is_leaf=mirrors_model):
+        if mirrors_model(node):
+            out.extend(p.sharding if isinstance(p, jax.Array) and p.committed else replicated for p in params)
+        else:
+            out.append(replicated)
+    return out
 
 
 def make_train_step(
