@@ -26,6 +26,9 @@ _LAZY |= {"export": "maxfx._export", "load_exported": "maxfx._artifact", "shard"
 # Checkpoints through Orbax (issue 18).
 _LAZY |= {"save": "maxfx._checkpoint", "restore": "maxfx._checkpoint"}
 
+# Scalar losses and all-axis reductions (issue 18).
+_LAZY |= {"losses": "maxfx.losses"}
+
 __all__ = list(_SUBMODULES) + list(_LAZY)
 
 
