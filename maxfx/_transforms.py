@@ -227,11 +227,14 @@ def _scalar_hint(value: Any, shape: Sequence[int]) -> str:
         fix = "`x.reshape(())`" if one else "`jnp.mean(x)` (reduces over all axes)"
         return f"make it a scalar first, e.g. {fix}, or use jax.vjp/jax.jacrev for non-scalar outputs"
     if one:
-        return f"it has one element: drop the size-1 dims with `F.reshape(loss, [])` (MAX reductions such as F.mean/.sum() keep the reduced dim, shape {list(shape)})"
+        return (
+            f"it has one element: drop the size-1 dims with `F.reshape(loss, [])` or `maxfx.losses.reduce_mean(loss)` "
+            f"(MAX reductions such as F.mean/.sum() keep the reduced dim, shape {list(shape)})"
+        )
     return (
-        "reduce over every element and drop the kept dim, e.g. `F.mean(F.reshape(loss, [-1]), axis=0).squeeze(0)` "
-        "(MAX reductions such as F.mean/.sum() keep the reduced dim as size 1, so `.mean()` alone is not a scalar), "
-        "or use jax.vjp/jax.jacrev for non-scalar outputs"
+        "reduce over every element to rank 0 with `maxfx.losses.reduce_mean(loss)` (or `reduce_sum`; by hand: "
+        "`F.mean(F.reshape(loss, [-1]), axis=0).squeeze(0)`). MAX reductions such as F.mean/.sum() keep the reduced "
+        "dim as size 1, so `.mean()` alone is not a scalar. For non-scalar outputs use jax.vjp/jax.jacrev"
     )
 
 
