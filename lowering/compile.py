@@ -49,6 +49,7 @@ from lowering.dtypes import DType
 from lowering.executables import EXECUTABLES
 from lowering.interpret import block_is_data_dependent, run_block
 from lowering.ir import Block
+from lowering.logs import CACHE_LOG, compiling
 from lowering.piecewise import Pieces, split_at_calls
 from lowering.targets import export_checks, lowering_for
 from lowering.types import BufferType
@@ -191,8 +192,13 @@ class CompiledBlock:
         disk = _disk_path(self.block, key, self.device) if _disk_dir is not None else None
         exe = _disk_load(disk, self.device) if disk is not None else None
         loaded = exe is not None
+        if loaded:
+            CACHE_LOG.info("disk hit: block %r from %s", self.block.name, disk)
+        elif disk is not None:
+            CACHE_LOG.debug("disk miss: block %r (%s)", self.block.name, disk.name)
         if exe is None:
-            exe = self._jit(donate).lower(*self._split(args), self.weights).compile()
+            with compiling("block", self.block.name):
+                exe = self._jit(donate).lower(*self._split(args), self.weights).compile()
             if disk is not None:
                 _disk_store(disk, exe)
         with _lock:

@@ -52,6 +52,7 @@ from lowering.dtypes import DType, promote_weak, result_dtype_for_python_scalar
 from lowering.executables import EXECUTABLES
 from lowering.interpret import Interpreter, run_block
 from lowering.ir import Block, Node, Var, _var_ids
+from lowering.logs import compiling
 from lowering.plan import PYTHON_SCALARS, BindPlan, bind_plan, infer_types, signature
 from lowering.registry import OpDef, OpError, get_op
 from lowering.types import DeviceRef, TensorType
@@ -600,7 +601,7 @@ def _compiled(key: tuple, block: Block, leaves: Sequence[Any]) -> Any | None:
                 _seen.clear()
             _seen[key] = None
             return None
-    with x64():
+    with x64(), compiling("eager program", block.name):
         exe = jax.jit(lambda *args: _run(block, args)).lower(*leaves).compile()
     _stats.compiles += 1
     return exe
@@ -611,7 +612,7 @@ def _op_executable(key: tuple, op: OpDef, in_vars: Sequence[LazyVar], params: di
     ins = tuple([Var(v.type) for v in in_vars])  # fresh vars: the cached program must not hold arrays
     outs = tuple([Var(t) for t in out_types])
     block = Block(op.name, list(ins), [Node(op.name, ins, params, outs)], list(outs))
-    with x64():
+    with x64(), compiling("op", op.name):
         exe = jax.jit(lambda *args: _run(block, args)).lower(*[v.array for v in in_vars]).compile()
     _stats.compiles += 1
     return exe

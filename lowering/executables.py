@@ -20,9 +20,12 @@ Example:
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 from collections.abc import Hashable
 from typing import Any
+
+from lowering.logs import CACHE_LOG
 
 __all__ = ["ExecutableCache", "EXECUTABLES"]
 
@@ -47,6 +50,8 @@ class ExecutableCache:
                 self._entries.move_to_end(key)
             except KeyError:
                 pass
+        if CACHE_LOG.isEnabledFor(logging.DEBUG):  # one check on the hot path when logging is off
+            CACHE_LOG.debug("%s %s", "miss" if exe is None else "hit", _kind(key))
         return exe
 
     def put(self, key: Hashable, exe: Any) -> None:
@@ -64,6 +69,11 @@ class ExecutableCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _kind(key: Hashable) -> Any:
+    """The mode a key names (its first item), for the log: the rest is large and opaque."""
+    return key[0] if isinstance(key, tuple) and key else key
 
 
 EXECUTABLES = ExecutableCache(capacity=1024)

@@ -42,6 +42,7 @@ import jax
 from lowering.executables import EXECUTABLES
 from lowering.interpret import Interpreter
 from lowering.ir import Block, Node, Var, weight_reads
+from lowering.logs import compiling
 from lowering.registry import get_op
 from lowering.types import BufferType
 
@@ -184,7 +185,8 @@ class Pieces:
             def program(args: list[Any], weights: dict[str, Any]) -> list[Any]:
                 return Interpreter(weights, dict(piece_dims)).run(block, args)[0]
 
-            exe = jax.jit(program).lower(list(args), dict(weights)).compile()
+            with compiling("piece", block.name):
+                exe = jax.jit(program).lower(list(args), dict(weights)).compile()
             self.compiles += 1
             EXECUTABLES.put(key, exe)
         return exe

@@ -38,6 +38,7 @@ the reference.
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from collections.abc import Callable
@@ -69,6 +70,8 @@ ENV_INTERPRET = "MAXFX_PALLAS_INTERPRET"
 IMPLS = (None, "reference", "pallas", "pallas_interpret")
 
 _warned: set[tuple[str, str]] = set()
+# Named like lowering.logs' loggers (custom_calls cannot import lowering): records each path taken.
+_LOG = logging.getLogger("maxfx.kernels")
 
 
 def kernel_mode(impl: str | None = None) -> str | None:
@@ -92,6 +95,8 @@ def reset_warnings() -> None:
 
 
 def _warn_once(fn: str, reason: str) -> None:
+    # The log records every fallback (each trace), the warning only the first per reason.
+    _LOG.info("%s: %s; jnp reference instead of the Pallas kernel", fn, reason)
     if (fn, reason) not in _warned:
         _warned.add((fn, reason))
         warnings.warn(f"{fn}: {reason}; using the jnp reference instead of the Pallas kernel", UserWarning, stacklevel=4)
@@ -122,10 +127,12 @@ def _run(fn: str, impl, args: tuple, kernel: Callable, reference: Callable, why:
     """``kernel(*args, interpret=...)`` or ``reference(*args)`` per `kernel_mode`."""
     mode = kernel_mode(impl)
     if mode is None:
+        _LOG.debug("%s: jnp reference (no Pallas kernel for this backend, or impl='reference')", fn)
         return reference(*args)
     if why:
         _warn_once(fn, why)
         return reference(*args)
+    _LOG.debug("%s: Pallas kernel (%s)", fn, mode)
     if mode == "interpret":
         return kernel(*args, interpret=True)
     if mode == "pallas":

@@ -32,6 +32,7 @@ Gradients: the kernels sit in a ``jax.custom_vjp`` whose backward pass is
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 import weakref
@@ -61,6 +62,8 @@ __all__ = [
 ENV_INTERPRET = "MAXFX_PALLAS_INTERPRET"
 
 _warned: set[tuple[str, str]] = set()
+# Named like lowering.logs' loggers (custom_calls cannot import lowering): records each path taken.
+_LOG = logging.getLogger("maxfx.kernels")
 _cache: dict[tuple, tuple[tuple, PreparedWeight]] = {}
 
 
@@ -72,6 +75,8 @@ def kernel_mode() -> str | None:
 
 
 def _warn_once(fn: str, reason: str) -> None:
+    # The log records every fallback (each trace), the warning only the first per reason.
+    _LOG.info("%s: %s; jnp reference instead of the Pallas kernel", fn, reason)
     if (fn, reason) not in _warned:
         _warned.add((fn, reason))
         warnings.warn(f"{fn}: {reason}; using the jnp reference instead of the Pallas kernel", UserWarning, stacklevel=3)
@@ -134,6 +139,7 @@ def _with_grad(kernel: Callable, dequant_nt: Callable) -> Callable:
 
 def _run(mode: str, kernel: Callable, dequant_nt: Callable, reference: Callable, lhs, w_fn: Callable, raw):
     """Kernel on the chosen path; ``w_fn()`` builds the prepared weight."""
+    _LOG.debug("qmatmul: Pallas kernel (%s)", mode)
     if mode == "interpret":
         return _with_grad(lambda x, w: kernel(x, w, True), dequant_nt)(lhs, w_fn(), raw)
 
