@@ -88,7 +88,8 @@ def mean_squared_error(predictions: Any, targets: Any, reduction: str = "mean") 
     """Mean of ``(predictions - targets) ** 2`` over all elements (rank 0).
 
     Args:
-        predictions, targets: tensors of the same shape.
+        predictions: a tensor.
+        targets: a tensor of the same shape.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (per element).
 
     Example:
