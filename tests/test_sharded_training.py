@@ -15,8 +15,6 @@ prints one JSON line.
 """
 
 import json
-import os
-import subprocess
 import sys
 
 import numpy as np
@@ -165,11 +163,9 @@ if __name__ == "__main__":
 
 @pytest.fixture(scope="module")
 def child():
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={N_DEVICES}"}
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__)], capture_output=True, text=True, timeout=600, env=env, cwd=root)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    from tests.forced_devices import run_with_forced_devices  # noqa: PLC0415 - this file also runs as the child script, where tests/ is not a package on sys.path
+
+    out = run_with_forced_devices(__file__, N_DEVICES, timeout=600)
     assert out["n_devices"] == N_DEVICES and out["ref_loss_falls"]
     return out
 
