@@ -1,9 +1,12 @@
 """`SafetensorWeights`: memory-mapped safetensors checkpoints, one file or many shards.
 
-The header is parsed here (8-byte little-endian length, then JSON) and every
-tensor's byte range is checked against the file before anything is returned,
-so a truncated or corrupt file fails at construction with the file and tensor
-named. Tensor data are views of one copy-on-write memory map per file: nothing
+The header is parsed here (8-byte little-endian length, then JSON) and checked
+as strictly as the ``safetensors`` package does before anything is returned: no
+duplicate keys, known dtypes, non-negative integer shapes, and byte ranges that
+tile the data section exactly (sorted by offset, each starting where the previous
+one ended, the last ending at the end of the file). A truncated, shifted or
+overlapping file therefore fails at construction with the file and tensor named,
+instead of loading bytes that belong to another tensor. Tensor data are views of one copy-on-write memory map per file: nothing
 is read until used, and bfloat16/float8 tensors come back as ``ml_dtypes`` arrays.
 
 Example:
@@ -54,6 +57,27 @@ _DTYPES: dict[str, DType] = {
 }
 
 
+def _is_count(value: Any) -> bool:
+    """A JSON non-negative integer (``true`` is a Python int but not a count)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+class _DuplicateKeyError(Exception):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads`` object hook that refuses a key given twice (plain ``json`` keeps the last)."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _DuplicateKeyError(key)
+        obj[key] = value
+    return obj
+
+
 class SafetensorsFile:
     """One parsed safetensors file: header entries and a lazily created memory map.
 
@@ -74,29 +98,46 @@ class SafetensorsFile:
                 if len(head) < 8:
                     raise self._error(f"file is {size} bytes, too short for the 8-byte header length")
                 header_len = int.from_bytes(head, "little")
-                if header_len > _MAX_HEADER_BYTES or 8 + header_len > size:
+                if header_len > _MAX_HEADER_BYTES:
+                    raise self._error(f"header length {header_len} is above the {_MAX_HEADER_BYTES}-byte limit of the safetensors format")
+                if 8 + header_len > size:
                     raise self._error(f"header length {header_len} does not fit in the file ({size} bytes): truncated or not a safetensors file")
                 raw = f.read(header_len)
         except OSError as e:
             raise ValueError(f"{self.path}: cannot read safetensors file: {e}") from e
-        try:
-            header = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise self._error(f"header is not valid JSON ({e})") from None
-        if not isinstance(header, dict):
-            raise self._error("header is not a JSON object")
+        header = self._parse_header(raw)
         self.data_start = 8 + header_len
         data_len = size - self.data_start
         for name, entry in header.items():
             if name == "__metadata__":
-                if isinstance(entry, dict):
-                    self.metadata = {str(k): str(v) for k, v in entry.items()}
+                self.metadata = self._parse_metadata(entry)
                 continue
             self.entries[name] = self._parse_entry(name, entry, data_len)
+        self._check_tiling(data_len)
 
     def _error(self, what: str, tensor: str | None = None) -> ValueError:
         where = f" (tensor {tensor!r})" if tensor is not None else ""
         return ValueError(f"{self.path}: corrupt safetensors file{where}: {what}")
+
+    def _parse_header(self, raw: bytes) -> dict[str, Any]:
+        try:
+            header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise self._error(f"header is not valid JSON ({e})") from None
+        except _DuplicateKeyError as e:
+            raise self._error(f"header has the key {e.key!r} twice; keys must be unique") from None
+        except RecursionError:
+            raise self._error("header JSON is nested too deeply (expected an object of tensor entries)") from None
+        if not isinstance(header, dict):
+            raise self._error("header is not a JSON object")
+        return header
+
+    def _parse_metadata(self, entry: Any) -> dict[str, str]:
+        if entry is None:
+            return {}
+        if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
+            raise self._error(f"__metadata__ must be an object of string values, got {entry!r:.200}")
+        return dict(entry)
 
     def _parse_entry(self, name: str, entry: Any, data_len: int) -> tuple[DType, tuple[int, ...], int, int]:
         if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
@@ -104,9 +145,9 @@ class SafetensorsFile:
         code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
         if code not in _DTYPES:
             raise ValueError(f"{self.path}: tensor {name!r} has dtype {code!r}, which maxfx cannot load (supported: {', '.join(_DTYPES)})")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
             raise self._error(f"shape {shape!r} is not a list of non-negative integers", name)
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)):
             raise self._error(f"data_offsets {offsets!r} is not [begin, end]", name)
         begin, end = offsets
         dtype = _DTYPES[code]
@@ -116,6 +157,23 @@ class SafetensorsFile:
         if end > data_len:
             raise self._error(f"data ends at byte {end} of the data section but only {data_len} bytes are present (truncated file?)", name)
         return dtype, tuple(shape), begin, end
+
+    def _check_tiling(self, data_len: int) -> None:
+        """The byte ranges, sorted, must cover ``[0, data_len)`` with no gap and no overlap.
+
+        This is the safetensors package's rule: it refuses aliased tensors (two
+        names reading one range), unused bytes, and a header length that does not
+        match the data (which would shift every tensor), so maxfx does too.
+        """
+        covered, previous = 0, None
+        for begin, end, name in sorted((begin, end, name) for name, (_, _, begin, end) in self.entries.items()):
+            if begin < covered:
+                raise self._error(f"data_offsets [{begin}, {end}] overlap tensor {previous!r}, which ends at byte {covered}; each tensor needs its own bytes", name)
+            if begin > covered:
+                raise self._error(f"data_offsets [{begin}, {end}] leave bytes {covered}..{begin} of the data section unused; tensors must be contiguous", name)
+            covered, previous = end, name
+        if covered != data_len:
+            raise self._error(f"the tensors cover {covered} bytes but the data section (file size - 8 - header length) has {data_len}; the header length or the file size is wrong")
 
     def read(self, name: str) -> np.ndarray:
         """A view of tensor ``name`` in the memory map."""
