@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # Find a working Python 3.12: PATH first, then pyenv (see .ci/find_python312.sh).
 PYTHON312 := $(shell bash .ci/find_python312.sh)
 
-.PHONY: demo test test-all bench sm90-report docs venv clean
+.PHONY: demo test test-all bench sm90-report docs notebooks notebooks-refresh venv clean
 
 $(STAMP): pyproject.toml
 	@if [ ! -x "$(PY)" ]; then \
@@ -46,6 +46,14 @@ sm90-report: $(STAMP)
 
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict -f docs/mkdocs.yml
+
+# JupyterLab (dev extra, with ipywidgets) on notebooks/; kernels start in notebooks/ and use this venv's Python.
+notebooks: $(STAMP)
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
+# Re-execute every notebook in place from its own folder so the committed files carry their outputs (plots).
+notebooks-refresh: $(STAMP)
+	$(PY) notebooks/refresh.py
 
 clean:
 	rm -rf $(VENV) $(TRITON_VENV) site .pytest_cache
