@@ -58,8 +58,8 @@ _DTYPES: dict[str, DType] = {
 
 
 def _is_count(value: Any) -> bool:
-    """A JSON non-negative integer (``true`` is a Python int but not a count)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    """A JSON non-negative integer: ``type(...) is int`` also refuses ``true``, which is a Python int."""
+    return type(value) is int and value >= 0
 
 
 class _DuplicateKeyError(Exception):
@@ -70,11 +70,13 @@ class _DuplicateKeyError(Exception):
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """``json.loads`` object hook that refuses a key given twice (plain ``json`` keeps the last)."""
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise _DuplicateKeyError(key)
-        obj[key] = value
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKeyError(key)
+            seen.add(key)
     return obj
 
 
