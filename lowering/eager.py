@@ -417,6 +417,8 @@ class EagerContext(Context):
 
     def _run_now(self, op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any]) -> tuple[LazyVar, ...]:
         realize(in_vars)
+        if op.check_values is not None:
+            op.check_values(*[v.array for v in in_vars], **params)
         outs = tuple(Var(t) for t in out_types)
         node = Node(op.name, tuple(in_vars), params, outs)
         env = {v.id: v.array for v in in_vars}
@@ -624,6 +626,8 @@ def _run_op(op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_t
     Like JAX's eager dispatch, each (op, params, input shapes and dtypes) compiles
     once; the call itself is asynchronous on the device.
     """
+    if op.check_values is not None:  # inputs are concrete here: value checks the compiled program cannot raise
+        op.check_values(*[v.array for v in in_vars], **params)
     key = ("op", sig, *[(v.array.shape, v.type.dtype) for v in in_vars], in_vars[0].type.device if in_vars else None)
     exe = EXECUTABLES.get(key)
     try:

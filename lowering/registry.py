@@ -58,6 +58,10 @@ class OpDef:
             shapes are immediate too.
         cross_device: its inputs may live on different devices (collectives,
             transfers); other ops require one device, as MAX does.
+        check_values: optional ``check_values(*arrays, **params)`` run on the
+            concrete input arrays before the op runs on realized eager tensors
+            (``gather``'s index bounds); it raises on values the impl would
+            silently accept. Never called under tracing (jit, graphs, ``lazy``).
     """
 
     name: str
@@ -72,6 +76,7 @@ class OpDef:
     interpret: Callable[..., Any] | None = None
     immediate: bool = False
     cross_device: bool = False
+    check_values: Callable[..., None] | None = None
     front: Callable[..., Any] | None = field(default=None, repr=False)
 
     def sizes_outputs_from_values(self, params: Any) -> bool:

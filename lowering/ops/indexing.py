@@ -16,6 +16,7 @@ number of nonzero inputs, so graphs using it run op by op and bind its
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import jax
@@ -30,6 +31,7 @@ from lowering.ops import _rules as R
 from lowering.ops._indexing_util import DataDim, IndexOpError, axis_index, is_int, is_value, require_index_dtype
 from lowering.registry import OpDef, front, register
 from lowering.types import TensorType
+from lowering.x64 import x64
 
 __all__ = [
     "slice_tensor",
@@ -376,7 +378,59 @@ def _gather_impl(x, idx, *, axis: int):
     return jnp.take(x, jnp.where(idx < 0, idx + n, idx), axis=axis, mode="clip")
 
 
-gather_p = register(OpDef("gather", rule=_gather_rule, impl=_gather_impl))
+@partial(jax.jit, static_argnames="vectors")
+def _device_extremes(idx, vectors: bool):
+    flat = idx.reshape(-1, idx.shape[-1] if vectors else 1)
+    return jnp.min(flat, axis=0), jnp.max(flat, axis=0)
+
+
+def _index_extremes(idx: Any, vectors: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(min, max)`` of ``idx``, per component of its last axis when ``vectors`` (else one of each).
+
+    Indices in host memory (CPU devices, numpy) are read in place; on an
+    accelerator one fused reduction runs there and only the extremes come back,
+    not the index tensor.
+    """
+    if isinstance(idx, np.ndarray) or all(d.platform == "cpu" for d in idx.devices()):
+        a = np.asarray(idx)
+        if not vectors:
+            return a.min(keepdims=True).ravel(), a.max(keepdims=True).ravel()
+        flat = a.reshape(-1, a.shape[-1])
+        return flat.min(axis=0), flat.max(axis=0)
+    with x64():  # int64 indices stay int64 through the reduction
+        lo, hi = _device_extremes(idx, vectors)
+    return np.asarray(lo), np.asarray(hi)
+
+
+def check_index_bounds(op: str, idx: Any, sizes: tuple[int, ...], axes: tuple[int, ...]) -> None:
+    """Raise `IndexOpError` unless every index in ``idx`` lies in ``[-size, size)``.
+
+    With one size, every entry of ``idx`` indexes ``axes[0]``; with ``k`` sizes,
+    ``idx [..., k]`` holds index vectors whose component ``j`` indexes axis
+    ``axes[j]`` of size ``sizes[j]``. This is the eager-mode contract of ``gather``/``gather_nd`` (numpy's
+    ``np.take``: out-of-range raises); compiled programs clamp instead.
+
+    Example:
+        >>> import numpy as np
+        >>> check_index_bounds("gather", np.array([0, 7]), (3,), (0,))
+        Traceback (most recent call last):
+        ...
+        lowering.ops._indexing_util.IndexOpError: gather: index 7 is out of range for axis 0 of size 3 (valid: -3 to 2)
+    """
+    if idx.size == 0:
+        return
+    lo, hi = _index_extremes(idx, vectors=len(sizes) > 1)
+    for j, (n, axis) in enumerate(zip(sizes, axes)):
+        bad = int(hi[j]) if hi[j] >= n else int(lo[j]) if lo[j] < -n else None
+        if bad is not None:
+            raise IndexOpError(f"{op}: index {bad} is out of range for axis {axis} of size {n} (valid: {-n} to {n - 1})")
+
+
+def _gather_check(x, idx, *, axis: int) -> None:
+    check_index_bounds("gather", idx, (x.shape[axis],), (axis,))
+
+
+gather_p = register(OpDef("gather", rule=_gather_rule, impl=_gather_impl, check_values=_gather_check))
 
 
 @front(gather_p)
@@ -384,7 +438,10 @@ def gather(input, indices, axis):  # noqa: A002 - MAX's name
     """Select entries of ``input`` along ``axis`` by ``indices`` (``np.take``).
 
     The output shape is ``input.shape[:axis] + indices.shape + input.shape[axis + 1:]``.
-    Negative indices count from the end.
+    Negative indices count from the end. An index outside ``[-n, n)`` (``n =
+    input.shape[axis]``) raises on eager tensors, as ``np.take`` does; inside
+    ``jax.jit``, ``F.lazy()`` and graphs it is clamped to ``[0, n - 1]`` (the
+    values are not known when the program is built; JAX's ``x[i]`` clamps too).
 
     Args:
         input: the tensor to select from.
@@ -392,7 +449,8 @@ def gather(input, indices, axis):  # noqa: A002 - MAX's name
         axis: the axis to index; negative counts from the end.
 
     Raises:
-        IndexError: ``axis`` out of range (`IndexOpError`, also a ValueError).
+        IndexError: ``axis`` out of range, or (eager tensors) an index out of
+            range (`IndexOpError`, also a ValueError).
         ValueError: non-integer ``indices``.
 
     Example:
@@ -437,7 +495,12 @@ def _gather_nd_impl(x, idx, *, batch_dims: int):
     return picked.reshape(idx.shape[:-1] + x.shape[k:])
 
 
-gather_nd_p = register(OpDef("gather_nd", rule=_gather_nd_rule, impl=_gather_nd_impl))
+def _gather_nd_check(x, idx, *, batch_dims: int) -> None:
+    axes = tuple(range(batch_dims, batch_dims + idx.shape[-1]))
+    check_index_bounds("gather_nd", idx, tuple(x.shape[a] for a in axes), axes)
+
+
+gather_nd_p = register(OpDef("gather_nd", rule=_gather_nd_rule, impl=_gather_nd_impl, check_values=_gather_nd_check))
 
 
 @front(gather_nd_p)
@@ -447,10 +510,15 @@ def gather_nd(input, indices, batch_dims=0):  # noqa: A002 - MAX's name
     The output shape is ``input.shape[:b] + indices.shape[b:-1] + input.shape[b + k:]``
     with ``b = batch_dims`` leading dims shared exactly by input and indices
     (no broadcasting) and ``k = indices.shape[-1]`` (must be static).
+    Negative components count from the end. Out-of-range components raise on
+    eager tensors and are clamped inside ``jax.jit``, ``F.lazy()`` and graphs,
+    as for `gather`.
 
     Raises:
         ValueError: non-integer indices, a symbolic last dim, ``batch_dims``
             out of range, too long index vectors or mismatched batch dims.
+        IndexError: (eager tensors) an index component out of range for its
+            axis (`IndexOpError`, also a ValueError).
 
     Example:
         >>> from maxfx.graph import ops

@@ -36,6 +36,42 @@ def _positive_int(value: Any, key: str, source: str) -> int:
     return int(value)
 
 
+def _int(value: Any, key: str, source: str) -> int:
+    """A config integer: a JSON int (or an integral float such as ``2048.0``), never a bool or a string.
+
+    Example:
+        >>> _int("2048", "max_position_embeddings", "config.json")
+        Traceback (most recent call last):
+        ...
+        maxfx.models._config.ConfigError: config.json: max_position_embeddings must be an integer, got '2048' (str)
+    """
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if isinstance(value, (float, np.floating)) and np.isfinite(value) and float(value).is_integer():
+        return int(value)
+    raise ConfigError(f"{source}: {key} must be an integer, got {value!r} ({type(value).__name__})")
+
+
+def _float(value: Any, key: str, source: str) -> float:
+    """A config number as a float: a finite JSON int or float, never a bool or a string."""
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)) and np.isfinite(value):
+        return float(value)
+    raise ConfigError(f"{source}: {key} must be a finite number, got {value!r} ({type(value).__name__})")
+
+
+def _bool(value: Any, key: str, source: str) -> bool:
+    """A config flag: JSON ``true``/``false`` only (``bool("false")`` would be True)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ConfigError(f"{source}: {key} must be true or false, got {value!r} ({type(value).__name__})")
+
+
+def _get(cfg: Mapping[str, Any], key: str, default: Any) -> Any:
+    """``cfg[key]``, or ``default`` when it is missing or null."""
+    value = cfg.get(key)
+    return default if value is None else value
+
+
 def _freeze(d: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...] | None:
     return None if not d else tuple(sorted((str(k), v) for k, v in d.items()))
 
@@ -100,6 +136,11 @@ class LlamaConfig:
             kind = dict(self.rope_scaling).get("rope_type", dict(self.rope_scaling).get("type"))
             if kind not in ("llama3", "default", None):
                 raise ConfigError(f"{src}: rope_scaling type {kind!r} is not supported (supported: 'llama3', 'default')")
+            if kind == "llama3":  # read later by llama3_scaling: check the numbers now
+                scaling = dict(self.rope_scaling)
+                for key in ("factor", "low_freq_factor", "high_freq_factor"):
+                    _float(_need(scaling, key, f"{src}: rope_scaling"), f"rope_scaling.{key}", src)
+                _int(_need(scaling, "original_max_position_embeddings", f"{src}: rope_scaling"), "rope_scaling.original_max_position_embeddings", src)
         if self.sliding_window is not None and (isinstance(self.sliding_window, bool) or not isinstance(self.sliding_window, (int, np.integer)) or self.sliding_window <= 0):
             raise ConfigError(f"{src}: sliding_window must be a positive integer or null, got {self.sliding_window!r}")
         if self.hidden_act not in MLP_ACTIVATIONS:
@@ -126,7 +167,7 @@ class LlamaConfig:
         if scaling is not None and not isinstance(scaling, Mapping):
             raise ConfigError(f"{source}: rope_scaling must be an object or null, got {scaling!r}")
         partial = cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor", 1.0))
-        if partial is not None and float(partial) != 1.0:
+        if partial is not None and _float(partial, "partial_rotary_factor", source) != 1.0:
             raise ConfigError(f"{source}: partial_rotary_factor {partial!r} is not supported (RoPE over the whole head_dim only)")
         heads = _need(cfg, "num_attention_heads", source)
         try:
@@ -138,13 +179,13 @@ class LlamaConfig:
                 num_attention_heads=heads,
                 num_key_value_heads=cfg.get("num_key_value_heads") or heads,
                 head_dim=cfg.get("head_dim") or 0,
-                rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-                rope_theta=float(theta),
+                rms_norm_eps=_float(_get(cfg, "rms_norm_eps", 1e-6), "rms_norm_eps", source),
+                rope_theta=_float(theta, "rope_theta", source),
                 rope_scaling=_freeze(scaling),
-                tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-                max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
-                bos_token_id=_first(cfg.get("bos_token_id")),
-                eos_token_id=_first(cfg.get("eos_token_id")),
+                tie_word_embeddings=_bool(_get(cfg, "tie_word_embeddings", False), "tie_word_embeddings", source),
+                max_position_embeddings=_int(_get(cfg, "max_position_embeddings", 2048), "max_position_embeddings", source),
+                bos_token_id=_first(cfg.get("bos_token_id"), "bos_token_id", source),
+                eos_token_id=_first(cfg.get("eos_token_id"), "eos_token_id", source),
                 **cls.hf_variant(cfg, source),
             )
         except ConfigError as e:
@@ -155,7 +196,7 @@ class LlamaConfig:
         """The variant fields an architecture reads from ``config.json`` (Llama: ``attention_bias``, ``hidden_act``)."""
         if cfg.get("mlp_bias"):
             raise ConfigError(f"{source}: mlp_bias=true is not supported")
-        bias = bool(cfg.get("attention_bias", False))
+        bias = _bool(_get(cfg, "attention_bias", False), "attention_bias", source)
         return {"qkv_bias": bias, "o_bias": bias, "hidden_act": cfg.get("hidden_act") or "silu"}
 
     @classmethod
@@ -168,21 +209,22 @@ class LlamaConfig:
         if vocab is None:
             tokens = meta.get("tokenizer.ggml.tokens")
             vocab = len(tokens) if tokens is not None else None
+        head_dim_key = p + "attention.key_length" if meta.get(p + "attention.key_length") else p + "rope.dimension_count"
         return cls(
-            vocab_size=_need({"v": vocab}, "v", source) if vocab is None else int(vocab),
-            hidden_size=int(hidden),
-            intermediate_size=int(_need(meta, p + "feed_forward_length", source)),
-            num_hidden_layers=int(_need(meta, p + "block_count", source)),
-            num_attention_heads=int(heads),
-            num_key_value_heads=int(meta.get(p + "attention.head_count_kv") or heads),
-            head_dim=int(meta.get(p + "attention.key_length") or meta.get(p + "rope.dimension_count") or 0),
-            rms_norm_eps=float(meta.get(p + "attention.layer_norm_rms_epsilon", 1e-5)),
-            rope_theta=float(meta.get(p + "rope.freq_base", 10000.0)),
+            vocab_size=_need({"v": vocab}, "v", source) if vocab is None else _int(vocab, p + "vocab_size", source),
+            hidden_size=_int(hidden, p + "embedding_length", source),
+            intermediate_size=_int(_need(meta, p + "feed_forward_length", source), p + "feed_forward_length", source),
+            num_hidden_layers=_int(_need(meta, p + "block_count", source), p + "block_count", source),
+            num_attention_heads=_int(heads, p + "attention.head_count", source),
+            num_key_value_heads=_int(meta.get(p + "attention.head_count_kv") or heads, p + "attention.head_count_kv", source),
+            head_dim=_int(meta.get(head_dim_key) or 0, head_dim_key, source),
+            rms_norm_eps=_float(_get(meta, p + "attention.layer_norm_rms_epsilon", 1e-5), p + "attention.layer_norm_rms_epsilon", source),
+            rope_theta=_float(_get(meta, p + "rope.freq_base", 10000.0), p + "rope.freq_base", source),
             rope_freq_factors=None if rope_factors is None else tuple(float(f) for f in np.asarray(rope_factors).reshape(-1)),
             tie_word_embeddings="output.weight" not in tensor_names,
-            max_position_embeddings=int(meta.get(p + "context_length", 2048)),
-            bos_token_id=_first(meta.get("tokenizer.ggml.bos_token_id")),
-            eos_token_id=_first(meta.get("tokenizer.ggml.eos_token_id")),
+            max_position_embeddings=_int(_get(meta, p + "context_length", 2048), p + "context_length", source),
+            bos_token_id=_first(meta.get("tokenizer.ggml.bos_token_id"), "tokenizer.ggml.bos_token_id", source),
+            eos_token_id=_first(meta.get("tokenizer.ggml.eos_token_id"), "tokenizer.ggml.eos_token_id", source),
         )
 
     def inv_freq(self) -> np.ndarray:
@@ -250,18 +292,20 @@ class GPT2Config:
     @classmethod
     def from_hf(cls, cfg: Mapping[str, Any], source: str = "config.json") -> GPT2Config:
         """From a Hugging Face GPT-2 ``config.json`` dict."""
+        positions_key = "n_positions" if "n_positions" in cfg else "max_position_embeddings"
+        positions = _get(cfg, positions_key, 1024)
         try:
             return cls(
                 vocab_size=_need(cfg, "vocab_size", source),
                 n_embd=_need(cfg, "n_embd", source, "hidden_size"),
                 n_layer=_need(cfg, "n_layer", source, "num_hidden_layers"),
                 n_head=_need(cfg, "n_head", source, "num_attention_heads"),
-                n_positions=int(cfg.get("n_positions", cfg.get("max_position_embeddings", 1024))),
-                n_inner=cfg.get("n_inner"),
-                layer_norm_epsilon=float(cfg.get("layer_norm_epsilon", 1e-5)),
+                n_positions=_int(positions, positions_key, source),
+                n_inner=None if cfg.get("n_inner") is None else _int(cfg["n_inner"], "n_inner", source),
+                layer_norm_epsilon=_float(_get(cfg, "layer_norm_epsilon", 1e-5), "layer_norm_epsilon", source),
                 activation_function=cfg.get("activation_function", "gelu_new"),
-                bos_token_id=_first(cfg.get("bos_token_id")),
-                eos_token_id=_first(cfg.get("eos_token_id")),
+                bos_token_id=_first(cfg.get("bos_token_id"), "bos_token_id", source),
+                eos_token_id=_first(cfg.get("eos_token_id"), "eos_token_id", source),
             )
         except ConfigError as e:
             raise ConfigError(str(e).replace("GPT2Config", source, 1)) from None
@@ -279,7 +323,8 @@ def gpt2_gelu_mode(cfg: GPT2Config) -> str:
     return _GPT2_ACTIVATIONS[cfg.activation_function]
 
 
-def _first(value: Any) -> int | None:
+def _first(value: Any, key: str, source: str) -> int | None:
+    """A token id, or the first of a list of them (``eos_token_id: [1, 2]``); None when absent."""
     if isinstance(value, (list, tuple)):
-        return int(value[0]) if value else None
-    return None if value is None else int(value)
+        return _int(value[0], key, source) if value else None
+    return None if value is None else _int(value, key, source)

@@ -38,6 +38,7 @@ from maxfx.models._generate import CausalLM
 from maxfx.models._layers import Conv1D, attention_with_cache, positions
 from maxfx.models._paged import GraphWeight, PagedCausalLM, graph_dtype
 from maxfx.models._source import ParamSource, StoredTensor, eager_embedding, eager_tensor, rename_tensor
+from maxfx.models._token_ids import check_token_ids
 from maxfx.nn.attention._rope_attention import _RaggedAttentionBase
 from maxfx.nn.kv_cache import KVCacheParams
 from maxfx.nn.transformer import ReturnLogits, Transformer, TransformerBlock
@@ -207,6 +208,7 @@ class GPT2LMHeadModel(CausalLM):
         return self.config.n_head, self.config.head_dim
 
     def hidden(self, ids: Tensor, qpos: Tensor, caches: list[Any] | None) -> tuple[Tensor, list[Any] | None]:
+        check_token_ids(type(self).__name__, ids, self.config.vocab_size)
         tr = self.transformer
         x = tr.wte(ids) + tr.wpe(qpos)
         if caches is None:

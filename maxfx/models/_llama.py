@@ -38,6 +38,7 @@ from maxfx.models._generate import CausalLM
 from maxfx.models._layers import ScaledRMSNorm, attention_with_cache, positions, rope
 from maxfx.models._paged import GraphWeight, graph_dtype, q8_graph_entries
 from maxfx.models._source import Q8_0, ParamSource, StoredTensor, eager_embedding, eager_linear, eager_tensor
+from maxfx.models._token_ids import check_token_ids
 from maxfx.nn._q8 import Q8AttentionWithRope, Q8Embedding, Q8Linear
 from maxfx.nn.activation import activation_table, lookup_activation
 from maxfx.nn.attention import AttentionWithRope, GGUFQAttentionWithRope
@@ -290,6 +291,7 @@ class LlamaForCausalLM(CausalLM):
         return self.config.num_key_value_heads, self.config.head_dim
 
     def hidden(self, ids: Tensor, qpos: Tensor, caches: list[Any] | None) -> tuple[Tensor, list[Any] | None]:
+        check_token_ids(type(self).__name__, ids, self.config.vocab_size)
         x = self.model.embed_tokens(ids)
         if self.config.scale_embeddings:  # Gemma: the scale rounded to the activations' dtype first, as HF does
             x = x * embedding_scale(self.config, x.dtype)
