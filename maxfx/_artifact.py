@@ -1,13 +1,20 @@
 """The artifact `maxfx.export` writes: `ExportedModel`, `load_exported`, `is_exported_artifact`.
 
-One zip file: ``maxfx_export.json`` (format, input/output types, weight names,
-dtypes and shapes, and the ``jax.export.Exported`` fields: avals with symbolic
-dims, platforms, calling convention), ``program.mlirbc`` (the StableHLO module
-as MLIR bytecode, as ``Exported.mlir_module_serialized``) and
-``weights/<i>.bin`` (raw little-endian bytes). Loading rebuilds the
-``Exported`` and needs only maxfx (and JAX): no Python code of the model.
-(JAX's own ``Exported.serialize`` needs the optional ``flatbuffers`` package;
-the fields are stored directly instead, so the artifact works without it.)
+One zip file, every entry stored uncompressed:
+
+* ``maxfx_export.json``: the format name and version, the model's name, each
+  weight's name, dtype and shape, and the device mesh of a sharded program;
+* ``program.jaxexport``: the program, ``jax.export.Exported.serialize(vjp_order=1)``
+  (StableHLO with symbolic dims, shardings, platforms and the first-order VJP);
+* ``weights/<i>.bin``: the raw little-endian bytes of weight ``i``, the
+  program's arguments after the inputs.
+
+Loading needs only maxfx and JAX, no Python code of the model, and the format
+holds no pickle: a hostile file can at most be a program that computes
+something else. `load_exported` checks everything before returning (the
+program parses, the weights' dtypes and shapes are the program's arguments,
+every entry's size and CRC), so a damaged artifact raises `ArtifactError`
+naming the file and the part, not an error at the first call.
 
 This module reads, writes and runs artifacts; `maxfx._export` makes them. The
 engine loads one by path (``InferenceSession().load(path)``) through here.
@@ -25,18 +32,19 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
+import re
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from lowering.compile import InputMismatchError, check_input_types
-from lowering.dims import StaticDim
 from lowering.dtypes import DType
 from lowering.targets import export_checks
 from lowering.types import DeviceRef, TensorType
@@ -46,12 +54,18 @@ from maxfx.driver._device import as_device
 from maxfx.driver._tensor import as_array
 from maxfx.experimental._tensor import Tensor, _leaf
 
-__all__ = ["ArtifactProgram", "ExportedModel", "is_exported_artifact", "load_exported", "platform_of", "program_trees"]
+__all__ = ["ArtifactError", "ArtifactProgram", "ExportedModel", "is_exported_artifact", "load_exported", "mesh_json", "platform_of", "program_tree"]
 
 _FORMAT = "maxfx.export"
-_VERSION = 1
+_VERSION = 2
 _META = "maxfx_export.json"
-_PROGRAM = "program.mlirbc"
+_PROGRAM = "program.jaxexport"
+_META_LIMIT = 1 << 20  # bytes: the metadata is a few KB even for thousands of weights
+_PLATFORMS = frozenset({"cpu", "cuda", "rocm", "tpu"})
+
+
+class ArtifactError(ValueError):
+    """A file or bytes that is not a readable maxfx export artifact: damaged, foreign or of another format version."""
 
 
 def platform_of(device: jax.Device) -> str:
@@ -62,81 +76,24 @@ def platform_of(device: jax.Device) -> str:
     return "rocm" if "rocm" in version or "hip" in version else "cuda"
 
 
-def _type_json(t: TensorType) -> dict[str, Any]:
-    return {"dtype": t.dtype.name, "shape": [d.dim if isinstance(d, StaticDim) else str(d) for d in t.shape]}
+def program_tree(n_inputs: int, n_weights: int) -> Any:
+    """The input pytree structure of every exported ``program(inputs, weights)``: two tuples of arrays."""
+    return jax.tree.structure((((0,) * n_inputs, (0,) * n_weights), {}))
 
 
-def _type_from_json(d: Mapping[str, Any]) -> TensorType:
-    return TensorType(DType[d["dtype"]], d["shape"], DeviceRef.CPU())
+def mesh_json(mesh: Any) -> dict[str, Any]:
+    """The parts of a mesh ``Exported.in_shardings_jax`` checks: axis names, sizes and types."""
+    return {"axis_names": list(mesh.axis_names), "axis_sizes": [int(s) for s in mesh.axis_sizes], "axis_types": [t.name for t in mesh.axis_types]}
 
 
-def _encode_exported(exp: Any) -> dict[str, Any]:
-    """The fields of a ``jax.export.Exported`` as JSON (the module bytes are stored separately)."""
-    if any(s is not None for s in (*exp.in_shardings_hlo, *exp.out_shardings_hlo)) or exp.nr_devices != 1:
-        raise ValueError(f"maxfx.export: sharded programs ({exp.nr_devices} devices) are not supported; export the single-device model")
-    if exp.ordered_effects or exp.unordered_effects:
-        raise ValueError(f"maxfx.export: programs with side effects ({exp.ordered_effects + exp.unordered_effects}) cannot be exported")
-    aval = lambda a: {"shape": [str(d) for d in a.shape], "dtype": str(a.dtype)}  # noqa: E731
-    return {
-        "fun_name": exp.fun_name,
-        "in_avals": [aval(a) for a in exp.in_avals],
-        "out_avals": [aval(a) for a in exp.out_avals],
-        "platforms": list(exp.platforms),
-        "calling_convention_version": exp.calling_convention_version,
-        "module_kept_var_idx": list(exp.module_kept_var_idx),
-        "uses_global_constants": bool(exp.uses_global_constants),
-        "disabled_safety_checks": [str(c) for c in exp.disabled_safety_checks],
-    }
+def _tensor_type(aval: Any) -> TensorType:
+    dims = [d if isinstance(d, int) else _dim_name(str(d)) for d in aval.shape]
+    return TensorType(DType.from_numpy(aval.dtype), dims, DeviceRef.CPU())
 
 
-def program_trees(n_inputs: int, n_weights: int, n_outputs: int) -> tuple[Any, Any]:
-    """The in/out pytree structures of ``program(args, weights)``."""
-    return jax.tree.structure((([0] * n_inputs, [0] * n_weights), {})), jax.tree.structure((0,) * n_outputs)
-
-
-def _decode_check(text: str, where: str) -> Any:
-    """A stored disabled safety check: only the custom-call targets `lowering.targets.export_checks` writes."""
-    allowed = {str(c): c for c in export_checks(("cuda",))}
-    if text not in allowed:
-        raise ValueError(f"{where}: unsupported disabled safety check {text!r} (maxfx artifacts only disable {sorted(allowed)})")
-    return allowed[text]
-
-
-def _decode_exported(fields: Mapping[str, Any], module: bytes, n_inputs: int, where: str) -> Any:
-    checks = tuple(_decode_check(c, where) for c in fields.get("disabled_safety_checks", ()))
-    scope = jax.export.SymbolicScope()
-
-    def aval(d: Mapping[str, Any]) -> Any:
-        shape = jax.export.symbolic_shape(",".join(d["shape"]), scope=scope) if d["shape"] else ()
-        return jax.core.ShapedArray(shape, jnp.dtype(d["dtype"]))
-
-    in_avals = tuple(aval(a) for a in fields["in_avals"])
-    out_avals = tuple(aval(a) for a in fields["out_avals"])
-    in_tree, out_tree = program_trees(n_inputs, len(in_avals) - n_inputs, len(out_avals))
-    try:
-        return jax.export.Exported(
-            fun_name=fields["fun_name"],
-            in_tree=in_tree,
-            in_avals=in_avals,
-            out_tree=out_tree,
-            out_avals=out_avals,
-            nr_devices=1,
-            in_shardings_hlo=(None,) * len(in_avals),
-            out_shardings_hlo=(None,) * len(out_avals),
-            _in_named_shardings=(None,) * len(in_avals),
-            _out_named_shardings=(None,) * len(out_avals),
-            platforms=tuple(fields["platforms"]),
-            ordered_effects=(),
-            unordered_effects=(),
-            disabled_safety_checks=checks,
-            mlir_module_serialized=module,
-            calling_convention_version=int(fields["calling_convention_version"]),
-            module_kept_var_idx=tuple(fields["module_kept_var_idx"]),
-            uses_global_constants=bool(fields["uses_global_constants"]),
-            _get_vjp=None,
-        )
-    except TypeError as e:  # the Exported dataclass changed between JAX versions
-        raise ValueError(f"{where}: this JAX ({jax.__version__}) cannot rebuild the exported program: {e}") from e
+def _dim_name(text: str) -> str:
+    # Output dims may be expressions ("2*batch"); Dim names must be identifiers, so spell them out.
+    return text if text.isidentifier() else "expr_" + re.sub(r"\W+", "_", text).strip("_")
 
 
 class ExportedModel:
@@ -144,7 +101,8 @@ class ExportedModel:
 
     Made by `export` and `load_exported`. Calls check inputs against
     `input_types` (symbolic dims accept any size) and compile once per new
-    input shape.
+    input shape. `call` takes and returns JAX arrays and composes with
+    ``jax.jit``/``jax.grad``; calling with Tensors under ``maxfx.grad`` works too.
 
     Attributes:
         name: the model's name.
@@ -153,16 +111,19 @@ class ExportedModel:
         platforms: the JAX platforms the StableHLO was lowered for.
     """
 
-    def __init__(self, exported: Any, name: str, input_types: Sequence[TensorType], output_types: Sequence[TensorType], weights: Mapping[str, np.ndarray], is_tuple: bool, device: Any = None):
+    def __init__(self, exported: Any, program: bytes, name: str, weights: Mapping[str, np.ndarray], mesh: Mapping[str, Any] | None = None, device: Any = None):
         self._exported = exported
+        self._program = bytes(program)
         self.name = name
-        self.input_types = list(input_types)
-        self.output_types = list(output_types)
-        self._host_weights = dict(weights)
-        self._is_tuple = is_tuple
+        self._host_weights = dict(weights)  # in argument order
+        n_inputs = len(exported.in_avals) - len(self._host_weights)
+        self.input_types = [_tensor_type(a) for a in exported.in_avals[:n_inputs]]
+        self.output_types = [_tensor_type(a) for a in exported.out_avals]
+        self._is_tuple = exported.out_tree != jax.tree.structure(0)
+        self._mesh = dict(mesh) if mesh else None
         self._device = device
-        self._placed: list[Any] | None = None
-        self._call = jax.jit(lambda args, ws: exported.call(args, ws))
+        self._placement: tuple[list[Any], list[Any]] | None = None  # input shardings, placed weights
+        self._call = jax.jit(exported.call)
 
     # -- properties -----------------------------------------------------------
     @property
@@ -173,6 +134,16 @@ class ExportedModel:
     def weights(self) -> dict[str, np.ndarray]:
         """Weight name → value (host numpy arrays), as stored in the artifact."""
         return dict(self._host_weights)
+
+    @property
+    def nr_devices(self) -> int:
+        """How many devices the program runs on (more than 1 for a sharded export)."""
+        return int(self._exported.nr_devices)
+
+    @property
+    def differentiable(self) -> bool:
+        """Whether the artifact carries its VJP, so ``jax.grad``/``maxfx.grad`` can go through `call`."""
+        return bool(self._exported.has_vjp())
 
     @property
     def device(self) -> Any:
@@ -190,16 +161,64 @@ class ExportedModel:
     def _check(self, arrays: Sequence[Any], names: Sequence[str] | None = None) -> None:
         check_input_types(self.input_types, arrays, names)
 
-    def _run(self, arrays: Sequence[Any]) -> list[Any]:
-        platform = platform_of(self.device.jax_device)
+    def _devices(self) -> list[Any]:
+        """The JAX devices the program runs on: the chosen device, or the first ``nr_devices`` of its platform."""
+        target = self.device.jax_device
+        platform = platform_of(target)
         if platform not in self.platforms:
             raise RuntimeError(f"exported model {self.name!r} was lowered for {list(self.platforms)}, not for {platform} ({self.device}); export with platforms=[..., {platform!r}]")
-        target = self.device.jax_device
+        if self.nr_devices == 1:
+            return [target]
+        devices = [d for d in jax.devices(target.platform)]
+        if len(devices) < self.nr_devices:
+            raise RuntimeError(f"exported model {self.name!r} is sharded over {self.nr_devices} devices; this process has {len(devices)} {platform} device(s)")
+        return devices[: self.nr_devices]
+
+    def _placed(self) -> tuple[list[Any], list[Any]]:
+        """The input shardings and the weights on their devices (placed on the first call)."""
+        if self._placement is None:
+            devices = self._devices()
+            if self.nr_devices == 1:
+                shardings = [jax.sharding.SingleDeviceSharding(devices[0])] * len(self._exported.in_avals)
+            else:
+                shardings = self._sharded_placement(devices)
+            n_inputs = len(self.input_types)
+            weights = [jax.device_put(w, s) for w, s in zip(self._host_weights.values(), shardings[n_inputs:])]
+            self._placement = (shardings[:n_inputs], weights)
+        return self._placement
+
+    def _sharded_placement(self, devices: list[Any]) -> list[Any]:
+        # Exported.in_shardings_jax wants a mesh with the export's axis names, sizes and types.
+        replicated = NamedSharding(Mesh(np.array(devices), ("devices",)), PartitionSpec())
+        if self._mesh is None:
+            return [replicated] * len(self._exported.in_avals)
+        types = tuple(jax.sharding.AxisType[t] for t in self._mesh["axis_types"])
+        mesh = Mesh(np.array(devices).reshape(self._mesh["axis_sizes"]), tuple(self._mesh["axis_names"]), axis_types=types)
+        return [s if s is not None else NamedSharding(mesh, PartitionSpec()) for s in self._exported.in_shardings_jax(mesh)]
+
+    def _run(self, arrays: Sequence[Any]) -> list[Any]:
+        shardings, weights = self._placed()
         with x64():
-            if self._placed is None:
-                self._placed = [jax.device_put(self._host_weights[n], target) for n in sorted(self._host_weights)]
-            args = [jax.device_put(a, target) for a in arrays]
-            return list(self._call(args, self._placed))
+            args = tuple(jax.device_put(a, s) for a, s in zip(arrays, shardings))
+            out = self._call(args, tuple(weights))
+        return list(out) if self._is_tuple else [out]
+
+    def call(self, *arrays: Any) -> Any:
+        """Run on JAX/numpy arrays; returns a JAX array (a tuple for multi-output models).
+
+        Works on tracers: ``jax.grad(lambda x: m.call(x).sum())(x)`` differentiates
+        through the stored VJP (`differentiable`), and ``jax.jit`` inlines the program.
+
+        Raises:
+            ValueError: an input's dtype or shape does not match `input_types`.
+        """
+        arrays = self._arrays(arrays)
+        try:
+            self._check(arrays)
+        except InputMismatchError as e:
+            raise ValueError(f"exported model {self.name!r}: {e}") from None
+        outs = self._run(arrays)
+        return tuple(outs) if self._is_tuple else outs[0]
 
     def _arrays(self, args: Sequence[Any]) -> list[Any]:
         out = []
@@ -208,9 +227,11 @@ class ExportedModel:
                 out.append(a._array())
             elif isinstance(a, (int, float, bool, np.generic)):
                 out.append(np.asarray(a, dtype=t.dtype.to_numpy()))
+            elif isinstance(a, jax.core.Tracer):
+                out.append(a)
             else:
                 out.append(as_array(a))
-        return out + [as_array(a) for a in args[len(self.input_types):]]
+        return out + [as_array(a) for a in args[len(self.input_types) :]]
 
     def __call__(self, *args: Any) -> Any:
         """Run on Tensors or arrays; returns a Tensor (or a tuple for multi-output models).
@@ -218,38 +239,26 @@ class ExportedModel:
         Raises:
             ValueError: an input's dtype or shape does not match `input_types`.
         """
-        arrays = self._arrays(args)
-        try:
-            self._check(arrays)
-        except InputMismatchError as e:
-            raise ValueError(f"exported model {self.name!r}: {e}") from None
-        outs = tuple(_leaf(o) for o in self._run(arrays))
-        return outs if self._is_tuple else outs[0]
+        outs = self.call(*args)
+        return tuple(_leaf(o) for o in outs) if self._is_tuple else _leaf(outs)
 
     # -- serialization --------------------------------------------------------
     def serialize(self) -> bytes:
-        """The artifact as bytes (a zip: metadata JSON, serialized jax.export program, raw weights)."""
-        names = sorted(self._host_weights)
+        """The artifact as bytes (a zip: metadata JSON, the serialized ``jax.export`` program, raw weights)."""
         meta = {
             "format": _FORMAT,
             "version": _VERSION,
             "name": self.name,
-            "inputs": [_type_json(t) for t in self.input_types],
-            "outputs": [_type_json(t) for t in self.output_types],
-            "is_tuple": self._is_tuple,
             "jax_version": jax.__version__,
-            "exported": _encode_exported(self._exported),
-            "weights": [
-                {"name": n, "dtype": DType.from_numpy(self._host_weights[n].dtype).name, "shape": list(self._host_weights[n].shape), "file": f"weights/{i}.bin"}
-                for i, n in enumerate(names)
-            ],
+            "mesh": self._mesh,
+            "weights": [{"name": n, "dtype": DType.from_numpy(w.dtype).name, "shape": list(w.shape)} for n, w in self._host_weights.items()],
         }
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
             z.writestr(_META, json.dumps(meta, indent=1))
-            z.writestr(_PROGRAM, bytes(self._exported.mlir_module_serialized))
-            for w in meta["weights"]:
-                z.writestr(w["file"], np.ascontiguousarray(self._host_weights[w["name"]]).tobytes())  # native (little-endian) order
+            z.writestr(_PROGRAM, self._program)
+            for i, w in enumerate(self._host_weights.values()):
+                z.writestr(_weight_entry(i), np.ascontiguousarray(w).astype(w.dtype.newbyteorder("<"), copy=False).tobytes())
         return buf.getvalue()
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -260,6 +269,10 @@ class ExportedModel:
 
     def __repr__(self) -> str:
         return f"ExportedModel({self.name!r}, inputs={[str(t) for t in self.input_types]}, platforms={list(self.platforms)})"
+
+
+def _weight_entry(i: int) -> str:
+    return f"weights/{i}.bin"
 
 
 class ArtifactProgram:
@@ -298,37 +311,168 @@ class ArtifactProgram:
 # ─── loading ───────────────────────────────────────────────────────────────
 
 
-def _read_bytes(path_or_bytes: Any) -> bytes:
+def _zip_source(path_or_bytes: Any) -> Any:
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-        return bytes(path_or_bytes)
+        return io.BytesIO(bytes(path_or_bytes))
     if isinstance(path_or_bytes, (str, os.PathLike)):
-        return Path(path_or_bytes).read_bytes()
+        return os.fspath(path_or_bytes)
     raise TypeError(f"load_exported: expected a path or bytes, got {type(path_or_bytes).__name__}")
 
 
 def is_exported_artifact(path_or_bytes: Any) -> bool:
-    """Whether ``path_or_bytes`` is an artifact written by `ExportedModel.save`/`serialize`."""
+    """Whether ``path_or_bytes`` is a zip with the metadata entry `ExportedModel.save`/`serialize` write."""
     try:
-        source = io.BytesIO(_read_bytes(path_or_bytes)) if isinstance(path_or_bytes, (bytes, bytearray, memoryview)) else os.fspath(path_or_bytes)
+        source = _zip_source(path_or_bytes)
         if not zipfile.is_zipfile(source):
             return False
         with zipfile.ZipFile(source) as z:
             return _META in z.namelist()
-    except (OSError, TypeError):
+    except (OSError, TypeError, zipfile.BadZipFile):
         return False
+
+
+def _read_entry(z: zipfile.ZipFile, name: str, size: int | None, limit: int, fail: Any) -> bytes:
+    """Entry ``name``'s bytes, read only after its header says it is stored and at most ``limit`` bytes long.
+
+    Artifacts store entries uncompressed, so nothing is inflated: a deflate bomb
+    is refused by its header, and a stored entry is never longer than the file.
+    zipfile checks the CRC once the last byte is read.
+    """
+    try:
+        info = z.getinfo(name)
+    except KeyError:
+        raise fail(f"the entry {name!r} is missing") from None
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise fail(f"the entry {name!r} is compressed (method {info.compress_type}); maxfx artifacts store entries uncompressed")
+    if size is not None and info.file_size != size:
+        raise fail(f"the entry {name!r} holds {info.file_size} bytes, expected {size}")
+    if info.file_size > limit:
+        raise fail(f"the entry {name!r} holds {info.file_size} bytes, more than the {limit} allowed")
+    with z.open(info) as f:
+        data = f.read(info.file_size + 1)
+    if len(data) != info.file_size:
+        raise fail(f"the entry {name!r} holds {len(data)} bytes, its header says {info.file_size}")
+    return data
+
+
+def _require(ok: bool, fail: Any, message: str) -> None:
+    if not ok:
+        raise fail(message)
+
+
+def _check_meta(meta: Any, fail: Any) -> None:
+    """The metadata's fields and types (the version was checked first)."""
+    _require(isinstance(meta.get("name"), str), fail, f"'name' must be a string, got {meta.get('name')!r}")
+    weights = meta.get("weights")
+    _require(isinstance(weights, list), fail, f"'weights' must be a list, got {type(weights).__name__}")
+    names = set()
+    for i, w in enumerate(weights):
+        _require(isinstance(w, dict), fail, f"weight {i} must be an object, got {w!r}")
+        name, dtype, shape = w.get("name"), w.get("dtype"), w.get("shape")
+        _require(isinstance(name, str) and name not in names, fail, f"weight {i}: the name {name!r} must be a string not used by another weight")
+        names.add(name)
+        _require(isinstance(dtype, str) and dtype in DType.__members__, fail, f"weight {name!r}: unknown dtype {dtype!r}")
+        _require(isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape), fail, f"weight {name!r}: the shape {shape!r} must be a list of sizes >= 0")
+    mesh = meta.get("mesh")
+    if mesh is not None:
+        _require(isinstance(mesh, dict), fail, f"'mesh' must be null or an object, got {mesh!r}")
+        axis_names, sizes, types = mesh.get("axis_names"), mesh.get("axis_sizes"), mesh.get("axis_types")
+        _require(
+            isinstance(axis_names, list) and all(isinstance(n, str) for n in axis_names) and len(set(axis_names)) == len(axis_names), fail, f"mesh axis_names {axis_names!r} must be distinct strings"
+        )
+        _require(isinstance(sizes, list) and len(sizes) == len(axis_names) and all(type(s) is int and s >= 1 for s in sizes), fail, f"mesh axis_sizes {sizes!r} must be one size >= 1 per axis")
+        _require(
+            isinstance(types, list) and len(types) == len(axis_names) and all(t in jax.sharding.AxisType.__members__ for t in types),
+            fail,
+            f"mesh axis_types {types!r} must be one of {list(jax.sharding.AxisType.__members__)} per axis",
+        )
+
+
+def _check_version(meta: Any, fail: Any) -> None:
+    _require(isinstance(meta, dict) and meta.get("format") == _FORMAT, fail, f"the metadata does not name the format {_FORMAT!r}")
+    version = meta.get("version")
+    _require(type(version) is int, fail, f"the format version {version!r} is not an integer")
+    if version > _VERSION:
+        raise fail(f"it was written by a newer maxfx (format version {version}); this maxfx reads version {_VERSION}: upgrade maxfx")
+    if version < _VERSION:
+        raise fail(f"it has format version {version}, which stored private jax.export fields and is no longer read; this maxfx reads version {_VERSION}: export the model again")
+
+
+def _check_checks(exported: Any, fail: Any) -> None:
+    """Only the custom-call targets `lowering.targets.export_checks` writes may skip jax.export's checks."""
+    allowed = {str(c) for c in export_checks(("cuda",))}
+    for c in exported.disabled_safety_checks:
+        _require(str(c) in allowed, fail, f"unsupported disabled safety check {str(c)!r} (maxfx artifacts only disable {sorted(allowed)})")
+
+
+def _load_program(blob: bytes, weights: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], fail: Any) -> Any:
+    """Deserialize the program and check it against the metadata: shapes, trees, devices, checks."""
+    try:
+        exported = jax.export.deserialize(bytearray(blob))
+    except Exception as e:  # flatbuffers and jax raise many types on damaged bytes
+        raise fail(f"{_PROGRAM} cannot be deserialized ({type(e).__name__}: {e})") from None
+    n_weights = len(weights)
+    n_inputs = len(exported.in_avals) - n_weights
+    _require(n_inputs >= 0 and exported.in_tree == program_tree(n_inputs, n_weights), fail, f"the program takes {exported.in_tree}, not (inputs, {n_weights} weights)")
+    leaves = jax.tree.structure((0,) * len(exported.out_avals))
+    _require(exported.out_tree in (leaves, jax.tree.structure(0)), fail, f"the program returns {exported.out_tree}, not an array or a tuple of arrays")
+    _require(not exported.ordered_effects and not exported.unordered_effects, fail, "the program has side effects")
+    _require(set(exported.platforms) <= _PLATFORMS and len(exported.platforms) > 0, fail, f"unknown platforms {list(exported.platforms)}")
+    _check_checks(exported, fail)
+    for i, (w, aval) in enumerate(zip(weights, exported.in_avals[n_inputs:])):
+        want = (tuple(w["shape"]), DType[w["dtype"]].to_numpy())
+        _require((tuple(aval.shape), aval.dtype) == want, fail, f"weight {i} ({w['name']!r}) is {w['dtype']}{w['shape']} in the metadata but {aval.str_short()} in the program")
+    mesh = meta.get("mesh")
+    if exported.nr_devices > 1 and mesh is not None:
+        _require(math.prod(mesh["axis_sizes"]) == exported.nr_devices, fail, f"the mesh {mesh['axis_sizes']} does not have the program's {exported.nr_devices} devices")
+        try:
+            exported.in_shardings_jax(jax.sharding.AbstractMesh(tuple(mesh["axis_sizes"]), tuple(mesh["axis_names"]), axis_types=tuple(jax.sharding.AxisType[t] for t in mesh["axis_types"])))
+        except ValueError as e:
+            raise fail(f"the mesh in the metadata is not the program's: {e}") from None
+    try:
+        exported.mlir_module()  # parse the StableHLO now, not at the first call
+    except Exception as e:
+        raise fail(f"the StableHLO in {_PROGRAM} cannot be parsed ({type(e).__name__}: {e})") from None
+    return exported
+
+
+def _open(z: zipfile.ZipFile, fail: Any, size_limit: int) -> tuple[dict[str, Any], Any, bytes, dict[str, np.ndarray]]:
+    if _META not in z.namelist():
+        raise fail(f"not a maxfx export artifact (no {_META}); write one with maxfx.export(...).save(path)")
+    try:
+        meta = json.loads(_read_entry(z, _META, None, _META_LIMIT, fail))
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        if isinstance(e, ArtifactError):
+            raise
+        raise fail(f"{_META} is not valid JSON ({type(e).__name__}: {e})") from None
+    _check_version(meta, fail)
+    _check_meta(meta, fail)
+    blob = _read_entry(z, _PROGRAM, None, size_limit, fail)
+    exported = _load_program(blob, meta["weights"], meta, fail)
+    weights = {}
+    for i, w in enumerate(meta["weights"]):
+        dtype = DType[w["dtype"]].to_numpy()
+        raw = _read_entry(z, _weight_entry(i), math.prod(w["shape"]) * dtype.itemsize, size_limit, fail)
+        weights[w["name"]] = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(w["shape"])
+    return meta, exported, blob, weights
 
 
 def load_exported(path_or_bytes: str | os.PathLike | bytes, *, device: Any = None) -> ExportedModel:
     """Load an artifact written by `export` (a path or bytes); returns a callable `ExportedModel`.
 
+    Everything is checked here, before anything runs: a damaged artifact raises
+    `ArtifactError` naming the file and the part, never an error at the first call.
+
     Args:
         path_or_bytes: the file (``model.save(path)``) or ``model.serialize()`` bytes.
         device: the driver device to run on (default: the first device of the
-            platform the artifact was exported for).
+            platform the artifact was exported for). A sharded artifact runs on
+            the first ``nr_devices`` devices of that device's platform.
 
     Raises:
-        ValueError: the data is not a maxfx export artifact, or it is corrupt or of
-            an unknown format version.
+        ArtifactError (a ``ValueError``): not a maxfx export artifact, damaged
+            (truncated, bytes changed, entries missing or compressed, metadata
+            that disagrees with the program), or of another format version.
 
     Example:
         >>> import numpy as np, maxfx
@@ -339,31 +483,21 @@ def load_exported(path_or_bytes: str | os.PathLike | bytes, *, device: Any = Non
         >>> maxfx.load_exported(art.serialize())(np.array([-1.0, 3.0], np.float32)).to_numpy()
         array([0., 6.], dtype=float32)
     """
-    data = _read_bytes(path_or_bytes)
-    where = f"load_exported({path_or_bytes!r})" if not isinstance(path_or_bytes, (bytes, bytearray, memoryview)) else "load_exported(<bytes>)"
+    source = _zip_source(path_or_bytes)
+    where = "load_exported(<bytes>)" if isinstance(source, io.BytesIO) else f"load_exported({os.fspath(path_or_bytes)!r})"
+
+    def fail(message: str) -> ArtifactError:
+        return ArtifactError(f"{where}: {message}")
+
+    size = source.getbuffer().nbytes if isinstance(source, io.BytesIO) else os.path.getsize(source)
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            if _META not in z.namelist():
-                raise ValueError(f"{where}: not a maxfx export artifact (no {_META}); write one with maxfx.export(...).save(path)")
-            meta = json.loads(z.read(_META))
-            if meta.get("format") != _FORMAT or meta.get("version") != _VERSION:
-                raise ValueError(f"{where}: unsupported artifact format {meta.get('format')!r} version {meta.get('version')!r} (this maxfx reads {_FORMAT!r} version {_VERSION})")
-            exported = _decode_exported(meta["exported"], z.read(_PROGRAM), len(meta["inputs"]), where)
-            weights = {}
-            for w in meta["weights"]:
-                raw = z.read(w["file"])
-                weights[w["name"]] = np.frombuffer(raw, dtype=DType[w["dtype"]].to_numpy()).reshape(w["shape"])
+        with zipfile.ZipFile(source) as z:
+            meta, exported, blob, weights = _open(z, fail, size)
     except zipfile.BadZipFile as e:
-        raise ValueError(f"{where}: not a maxfx export artifact ({e})") from None
-    except (KeyError, json.JSONDecodeError) as e:
-        raise ValueError(f"{where}: corrupt maxfx export artifact ({type(e).__name__}: {e})") from None
+        raise fail(f"not a maxfx export artifact, or a damaged one ({e})") from None
+    except (zipfile.LargeZipFile, EOFError, NotImplementedError, OSError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise fail(f"damaged zip ({type(e).__name__}: {e})") from None
     dev = as_device(device, "load_exported") if device is not None else None
-    return ExportedModel(
-        exported,
-        meta["name"],
-        [_type_from_json(t) for t in meta["inputs"]],
-        [_type_from_json(t) for t in meta["outputs"]],
-        weights,
-        bool(meta["is_tuple"]),
-        dev,
-    )
+    return ExportedModel(exported, blob, meta["name"], weights, meta.get("mesh"), dev)

@@ -1,15 +1,19 @@
 """maxfx.export / maxfx.load_exported: StableHLO artifacts that run without the model's code."""
 
+import io
+import json
 import os
 import subprocess
 import sys
 import textwrap
 import zipfile
 
+import jax
 import numpy as np
 import pytest
 
 import maxfx
+from maxfx._artifact import ArtifactError
 from maxfx.dtype import DType
 from maxfx.engine import InferenceSession, Model
 from maxfx.experimental import functional as F
@@ -68,7 +72,11 @@ def test_compiled_module_runs_in_a_fresh_process(mlp, tmp_path, rng):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, str(path), str(tmp_path / "in.npz"), str(tmp_path / "out.npz")],
-        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
     out = np.load(tmp_path / "out.npz")
@@ -89,9 +97,15 @@ def test_module_weights_are_stored_beside_the_program(mlp, rng):
     assert set(art.weights) == {n for n, _ in mlp.parameters}
     for n, t in mlp.parameters:
         np.testing.assert_array_equal(art.weights[n], t.to_numpy())
-    with zipfile.ZipFile(__import__("io").BytesIO(art.serialize())) as z:
-        assert {"maxfx_export.json", "program.mlirbc"} <= set(z.namelist())
-        assert sum(n.startswith("weights/") for n in z.namelist()) == 6
+    with zipfile.ZipFile(io.BytesIO(art.serialize())) as z:
+        assert {"maxfx_export.json", "program.jaxexport"} <= set(z.namelist())
+        meta = json.loads(z.read("maxfx_export.json"))
+        assert [w["name"] for w in meta["weights"]] == sorted(art.weights)
+        for i, w in enumerate(meta["weights"]):  # raw little-endian bytes beside the program
+            np.testing.assert_array_equal(np.frombuffer(z.read(f"weights/{i}.bin"), "<f4").reshape(w["shape"]), dict(mlp.parameters)[w["name"]].to_numpy())
+        program = jax.export.deserialize(bytearray(z.read("program.jaxexport")))  # JAX's own format
+    assert program.has_vjp()
+    assert [tuple(a.shape) for a in program.in_avals[1:]] == [tuple(w["shape"]) for w in meta["weights"]]  # 1 input, then the weights
     # Weights are arguments of the program, not constants: 1 input + 6 weights.
     main = next(line for line in art.stablehlo().splitlines() if "func.func public @main" in line)
     assert main.count("%arg") == 7
@@ -195,19 +209,20 @@ def test_errors(mlp, tmp_path):
         maxfx.export(compiled)(np.zeros((1, 4), np.float32), np.zeros((1, 4), np.float32))
 
 
-def test_unknown_format_version(mlp, tmp_path):
-    import io
-    import json
-
-    data = maxfx.export(mlp.compile(_t("batch", 4))).serialize()
+def _with_version(data, version):
     buf = io.BytesIO()
     with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(buf, "w") as dst:
         for name in src.namelist():
             content = src.read(name)
             if name == "maxfx_export.json":
-                meta = json.loads(content)
-                meta["version"] = 99
-                content = json.dumps(meta)
+                content = json.dumps({**json.loads(content), "version": version})
             dst.writestr(name, content)
-    with pytest.raises(ValueError, match="version 99"):
-        maxfx.load_exported(buf.getvalue())
+    return buf.getvalue()
+
+
+def test_other_format_versions(mlp):
+    data = maxfx.export(mlp.compile(_t("batch", 4))).serialize()
+    with pytest.raises(ArtifactError, match=r"written by a newer maxfx \(format version 99\); this maxfx reads version 2: upgrade maxfx"):
+        maxfx.load_exported(_with_version(data, 99))
+    with pytest.raises(ArtifactError, match="format version 1, .* no longer read; .* export the model again"):
+        maxfx.load_exported(_with_version(data, 1))

@@ -82,19 +82,21 @@ def test_cpu_and_multi_platform_artifacts_take_the_portable_path(rng, tmp_path, 
 
 
 def test_an_artifact_disabling_other_checks_is_refused(rng):
+    import dataclasses
     import io
-    import json
     import zipfile
+
+    import jax
 
     g, _ = _graph(rng)
     buf = io.BytesIO()
     with zipfile.ZipFile(io.BytesIO(maxfx.export(g, platforms=["cuda"]).serialize())) as src, zipfile.ZipFile(buf, "w") as dst:
         for name in src.namelist():
             content = src.read(name)
-            if name == "maxfx_export.json":
-                meta = json.loads(content)
-                meta["exported"]["disabled_safety_checks"] = ["custom_call:some_unvetted_target"]
-                content = json.dumps(meta)
+            if name == "program.jaxexport":  # the same program, re-serialized with one more check disabled
+                program = jax.export.deserialize(bytearray(content))
+                unvetted = jax.export.DisabledSafetyCheck.custom_call("some_unvetted_target")
+                content = bytes(dataclasses.replace(program, disabled_safety_checks=(*program.disabled_safety_checks, unvetted)).serialize())
             dst.writestr(name, content)
     with pytest.raises(ValueError, match="unsupported disabled safety check 'custom_call:some_unvetted_target'"):
         maxfx.load_exported(buf.getvalue())
