@@ -89,6 +89,125 @@ def test_compiled_module_runs_in_a_fresh_process(mlp, tmp_path, rng):
         np.testing.assert_allclose(out["engine_" + name], original, rtol=1e-5, atol=1e-6)
 
 
+def _python(code, *args, cwd, devices=1):
+    """Run ``code`` in a fresh interpreter with ``devices`` forced host CPU devices (as tests/forced_devices.py does)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=240, env=env, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout
+
+
+_LOAD_AND_DIFFERENTIATE = textwrap.dedent(
+    """
+    import sys
+    import jax
+    import numpy as np
+    import maxfx
+    from maxfx.experimental.tensor import Tensor
+
+    folder, names = sys.argv[1], sys.argv[2].split(",")
+    data, out = np.load(folder + "/in.npz"), {}
+    loaded = {name: maxfx.load_exported(f"{folder}/{name}.maxfx") for name in names}
+    runs = [(key, loaded[key.rsplit("_x", 1)[0]]) for key in data.files]
+    for key, model in runs:
+        out[key + "_y"] = model(data[key]).to_numpy()
+    # loading and running needs no model code (maxfx.grad below imports the Module machinery)
+    out["model_code_imported"] = np.array(any(m.startswith(("maxfx.experimental.nn", "tests")) for m in sys.modules))
+    for key, model in runs:
+        out[key.rsplit("_x", 1)[0] + "_devices"] = np.array(model.nr_devices)
+        # through the stored VJP: jax.grad on arrays, maxfx.grad on Tensors
+        out[key + "_jax_grad"] = np.asarray(jax.grad(lambda x: model.call(x).sum())(data[key]))
+        total = lambda x: model(x).sum(axis=0).sum(axis=1).squeeze(0).squeeze(0)
+        out[key + "_maxfx_grad"] = maxfx.grad(total)(Tensor(data[key])).to_numpy()
+    np.savez(folder + "/out.npz", **out)
+    """
+)
+
+
+def test_jax_functions_and_a_module_load_and_differentiate_in_a_fresh_process(mlp, tmp_path, rng):
+    import jax.numpy as jnp
+
+    w = rng.standard_normal((4, 3)).astype(np.float32)
+    w_jax = jnp.asarray(w)
+
+    def uses_jnp(x):  # a captured JAX array becomes a weight of the artifact
+        return jnp.tanh(x) @ w_jax
+
+    models = {
+        "jnp": (uses_jnp, lambda x: np.tanh(x) @ w, lambda x: (1 - np.tanh(x) ** 2) * w.sum(1)),
+        "jax_jit": (jax.jit(lambda x: jnp.sin(x) * 2 + 1), lambda x: np.sin(x) * 2 + 1, lambda x: np.cos(x) * 2),
+        "maxfx_jit": (maxfx.jit(lambda x: jnp.cos(x) @ w_jax), lambda x: np.cos(x) @ w, lambda x: -np.sin(x) * w.sum(1)),
+        "module": (mlp, lambda x: _np_mlp(mlp, x), None),
+    }
+    data = {}
+    for name, (model, _, _) in models.items():
+        art = maxfx.export(model, _t("batch", 4))
+        assert art.differentiable
+        art.save(tmp_path / f"{name}.maxfx")
+        for n in (2, 7):  # one artifact, two batch sizes
+            data[f"{name}_x{n}"] = rng.standard_normal((n, 4)).astype(np.float32)
+    assert set(maxfx.load_exported(tmp_path / "jnp.maxfx").weights) == {"w_jax"}
+    np.savez(tmp_path / "in.npz", **data)
+    _python(_LOAD_AND_DIFFERENTIATE, tmp_path, ",".join(models), cwd=tmp_path)
+    out = np.load(tmp_path / "out.npz")
+    assert not bool(out["model_code_imported"])
+    for key, x in data.items():
+        name = key.rsplit("_x", 1)[0]
+        _, value, grad = models[name]
+        np.testing.assert_allclose(out[key + "_y"], value(x), rtol=1e-4, atol=1e-5)
+        want = grad(x) if grad else _numeric_grad(value, x)
+        np.testing.assert_allclose(out[key + "_jax_grad"], want, rtol=1e-3, atol=1e-3 if grad is None else 1e-5)
+        np.testing.assert_allclose(out[key + "_maxfx_grad"], out[key + "_jax_grad"], rtol=1e-6)
+
+
+def _numeric_grad(f, x, eps=1e-3):
+    """Central differences in float64: the gradient of ``f(x).sum()`` for a numpy function ``f``."""
+    x = x.astype(np.float64)
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        d = np.zeros_like(x)
+        d[i] = eps
+        g[i] = (f(x + d).sum() - f(x - d).sum()) / (2 * eps)
+    return g
+
+
+_EXPORT_SHARDED = textwrap.dedent(
+    """
+    import sys
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import maxfx
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from maxfx.dtype import DType
+    from maxfx.graph import TensorType
+
+    folder = sys.argv[1]
+    mesh = maxfx.make_mesh((2,), ("x",))
+    w = jax.device_put(np.load(folder + "/w.npy"), NamedSharding(mesh, P(None, "x")))  # columns split over 2 devices
+    fn = jax.jit(lambda x: jnp.tanh(x) @ w)
+    art = maxfx.export(fn, TensorType(DType.float32, [8, 4]), in_shardings=[NamedSharding(mesh, P("x", None))])
+    art.save(folder + "/sharded.maxfx")
+    print(art.nr_devices)
+    """
+)
+
+
+def test_two_device_sharded_function_loads_in_a_fresh_process(tmp_path, rng):
+    w = rng.standard_normal((4, 6)).astype(np.float32)
+    np.save(tmp_path / "w.npy", w)
+    assert _python(_EXPORT_SHARDED, tmp_path, cwd=tmp_path, devices=2).split() == ["2"]
+    x = rng.standard_normal((8, 4)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", sharded_x8=x)
+    _python(_LOAD_AND_DIFFERENTIATE, tmp_path, "sharded", cwd=tmp_path, devices=2)
+    out = np.load(tmp_path / "out.npz")
+    assert int(out["sharded_devices"]) == 2
+    np.testing.assert_allclose(out["sharded_x8_y"], np.tanh(x) @ w, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out["sharded_x8_jax_grad"], (1 - np.tanh(x) ** 2) * w.sum(1), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="sharded over 2 devices; this process has 1 cpu device"):
+        maxfx.load_exported(tmp_path / "sharded.maxfx")(x)  # this pytest process has one device
+
+
 # ─── kinds of models ────────────────────────────────────────────────────────
 
 
