@@ -402,7 +402,7 @@ class TorchCheckpoint:
                         take = chunk[: keep - filled]
                         out[filled : filled + len(take)] = take
                         filled += len(take)
-        except (zipfile.BadZipFile, zlib.error, EOFError) as e:
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError) as e:  # RuntimeError: encrypted entry
             raise CorruptCheckpointError(f"{self.path}: zip entry {entry.filename} is corrupt: {e}") from None
         if total != entry.file_size or crc != entry.CRC:
             raise CorruptCheckpointError(
