@@ -47,6 +47,7 @@ import jax
 import numpy as np
 
 from lowering.context import TRACE, Context
+from lowering.device_memory import check_fits_device
 from lowering.devices import device_ref_of, jax_device
 from lowering.dtypes import DType, promote_weak, result_dtype_for_python_scalar
 from lowering.executables import EXECUTABLES
@@ -58,7 +59,7 @@ from lowering.registry import OpDef, OpError, get_op
 from lowering.types import DeviceRef, TensorType
 from lowering.x64 import x64
 
-__all__ = ["LazyVar", "PendingNode", "EagerContext", "realize", "pending_block", "eager_stats", "lazy", "is_lazy", "MAX_PENDING"]
+__all__ = ["LazyVar", "PendingNode", "EagerContext", "realize", "pending_block", "eager_stats", "lazy", "is_lazy", "MAX_PENDING", "write_lock"]
 
 MAX_PENDING = 512
 """A var whose pending graph grows past this many nodes is realized on creation."""
@@ -218,6 +219,23 @@ def _scalar_leaf(op_name: str, x: Any, dtype: DType | None, device: DeviceRef | 
         if len(_scalar_leaves) > 4096:
             _scalar_leaves.popitem(last=False)
     return leaf
+
+
+_WRITE_LOCKS = tuple(threading.RLock() for _ in range(64))
+
+
+def write_lock(tensor: Any) -> threading.RLock:
+    """The lock serializing in-place writes to ``tensor`` (its read-modify-write of the storage).
+
+    Locks are striped by object id (64 of them) rather than stored per tensor:
+    no allocation per tensor, and two tensors sharing a stripe only means their
+    writes wait for each other.
+
+    Example:
+        >>> with write_lock(object()):  # the section that reads, modifies and rebinds a tensor's value
+        ...     pass
+    """
+    return _WRITE_LOCKS[(id(tensor) >> 4) % len(_WRITE_LOCKS)]
 
 
 class EagerContext(Context):
@@ -416,6 +434,16 @@ class EagerContext(Context):
         return outs
 
     def _run_now(self, op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any]) -> tuple[LazyVar, ...]:
+        if op.mutates:  # a buffer write reads and replaces its tensors' values: one writer per tensor at a time
+            owners = [v.owner() if v.owner is not None else v for v in in_vars]
+            locks = sorted({id(lock): lock for lock in map(write_lock, owners)}.items())  # a fixed order: no deadlock
+            with contextlib.ExitStack() as stack:
+                for _, lock in locks:
+                    stack.enter_context(lock)
+                return self._run_now_unlocked(op, in_vars, params, out_types)
+        return self._run_now_unlocked(op, in_vars, params, out_types)
+
+    def _run_now_unlocked(self, op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any]) -> tuple[LazyVar, ...]:
         realize(in_vars)
         if op.check_values is not None:
             op.check_values(*[v.array for v in in_vars], **params)
@@ -611,6 +639,7 @@ def _compiled(key: tuple, block: Block, leaves: Sequence[Any]) -> Any | None:
 
 def _op_executable(key: tuple, op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any]) -> Any:
     """The compiled one-op program for ``key`` (op signature and input avals), built on first use."""
+    check_fits_device(op.name, out_types, jax_device(out_types[0].device) if out_types else None)
     ins = tuple([Var(v.type) for v in in_vars])  # fresh vars: the cached program must not hold arrays
     outs = tuple([Var(t) for t in out_types])
     block = Block(op.name, list(ins), [Node(op.name, ins, params, outs)], list(outs))
@@ -638,7 +667,7 @@ def _run_op(op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_t
             EXECUTABLES.put(key, getattr(exe, "_call", None) or exe)
         else:
             results = exe(*[v.array for v in in_vars])
-    except OpError:
+    except (OpError, MemoryError):
         raise
     except Exception as e:  # an impl failed on values the rule accepted: say which op
         raise RuntimeError(f"running {op.name} failed: {e}") from e
@@ -668,6 +697,8 @@ def realize(vars: Sequence[LazyVar]) -> None:
             results = run(*leaves)
         else:
             block = _as_block(plan)
+            for node in block.nodes:  # a new program: refuse results no device could hold before running it
+                check_fits_device(node.op, [o.type for o in node.outputs], key[2])
             exe = _compiled(key, block, leaves)
             if exe is None:
                 _stats.op_by_op_runs += 1
@@ -681,7 +712,7 @@ def realize(vars: Sequence[LazyVar]) -> None:
                 results = exe(*leaves)
                 # Calling the executable's C++ entry point (made by the first call) skips a Python frame.
                 EXECUTABLES.put(key, getattr(exe, "_call", None) or exe)
-    except OpError:
+    except (OpError, MemoryError):
         raise
     except Exception as e:  # an impl failed on values the rules accepted: say which graph
         ops = ", ".join(dict.fromkeys(step[0].op.name for step in plan.steps))

@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -267,7 +268,7 @@ class InferenceSession:
         for name, (t, full_shape) in compiled.expected_weights.items():
             if name not in registry:
                 raise ValueError(f"InferenceSession.load: weight {name!r} ({t}) is missing from weights_registry")
-            arr = as_array(registry[name])
+            arr = _weight_array(name, t, full_shape, registry[name])
             _check_weight(name, t, full_shape, arr)
             weights[name] = arr
         graph = compiled.graph
@@ -343,6 +344,23 @@ def _weight_inputs(block: Block) -> dict[str, tuple[TensorType, tuple[int, ...]]
             shape[axis] = full
         found.setdefault(name, (t, tuple(shape)))
     return found
+
+
+def _weight_array(name: str, t: TensorType, full_shape: tuple[int, ...], value: Any) -> Any:
+    """The array of registry entry ``name``; any other value is a TypeError naming the weight.
+
+    A path (a common slip: the registry holds the file, not its tensors) gets its own hint.
+    """
+    if isinstance(value, (str, bytes, os.PathLike)):
+        raise TypeError(
+            f"InferenceSession.load: weights_registry[{name!r}] is a {type(value).__name__} ({value!r:.80}), not the weight's values; "
+            f"expected an array of {t.dtype.name}{list(full_shape)} (numpy/JAX array, Tensor or DLPack object); "
+            "load files first, e.g. with maxfx.graph.weights.load_weights"
+        )
+    try:
+        return as_array(value)
+    except TypeError as e:
+        raise TypeError(f"InferenceSession.load: weights_registry[{name!r}]: {e}") from None
 
 
 def _check_weight(name: str, t: TensorType, full_shape: tuple[int, ...], arr: Any) -> None:

@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import collections.abc
+import operator
 import warnings
 import weakref
 from collections.abc import Iterator, Sequence
@@ -30,7 +31,7 @@ import numpy as np
 from lowering.context import Context, use_context
 from lowering.dims import Shape
 from lowering.dtypes import DType
-from lowering.eager import EagerContext, LazyVar, is_lazy, pending_block, realize
+from lowering.eager import EagerContext, LazyVar, is_lazy, pending_block, realize, write_lock
 from lowering.ops.core import to_constant_array
 from lowering.types import DeviceRef, TensorType
 from lowering.x64 import x64
@@ -496,16 +497,17 @@ class Tensor(TensorOperators):
         """Write ``value`` into ``self[index]`` (numpy basic indexing); realizes both."""
         if self._gv is not None:
             raise TypeError("Tensor.__setitem__: graph-valued tensors are immutable; use buffers in a Graph")
-        current = np.array(self._numpy())
         new = value._numpy() if isinstance(value, Tensor) else np.asarray(value)
         if new.dtype.kind == "f" and not self.dtype.is_float():
             raise TypeError(f"Tensor.__setitem__: cannot store {new.dtype} values into a {self.dtype.name} tensor")
-        try:
-            current[index] = new
-        except (ValueError, IndexError) as e:
-            raise type(e)(f"Tensor.__setitem__: {e} (tensor shape {list(current.shape)})") from None
-        self._var = _leaf(_put(current, self.device), self.dtype, self.device)._var
-        self._var.owner = weakref.ref(self)
+        with write_lock(self):  # read, modify, rebind: concurrent writers would each drop the others' rows
+            current = np.array(self._numpy())
+            try:
+                current[index] = new
+            except (ValueError, IndexError) as e:
+                raise type(e)(f"Tensor.__setitem__: {e} (tensor shape {list(current.shape)})") from None
+            self._var = _leaf(_put(current, self.device), self.dtype, self.device)._var
+            self._var.owner = weakref.ref(self)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         var = self._var
@@ -552,15 +554,25 @@ def _is_bool_data(value: Any) -> bool:
 
 
 def _static_shape(shape: Any, where: str) -> tuple[int, ...]:
+    """``shape`` as ints: each dim an int, numpy integer or static `Dim` (``int(2.5)`` would silently be 2)."""
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)
     try:
-        dims = tuple(int(d) for d in shape)
-    except (TypeError, ValueError):
+        entries = list(shape)
+    except TypeError:
         raise TypeError(f"{where}: shape must be a sequence of ints, got {shape!r}") from None
-    if any(d < 0 for d in dims):
-        raise ValueError(f"{where}: shape must not have negative dims, got {list(dims)}")
-    return dims
+    dims = []
+    for i, d in enumerate(entries):
+        try:
+            if isinstance(d, (bool, np.bool_)):
+                raise TypeError
+            dims.append(operator.index(d))  # ints, numpy integers and static Dims; not floats or strings
+        except TypeError:
+            raise TypeError(f"{where}: dim {i} of shape {entries!r} must be an int, got {type(d).__name__} {d!r}") from None
+    for i, d in enumerate(dims):
+        if d < 0:
+            raise ValueError(f"{where}: dim {i} of shape {dims} is negative ({d}); dims must be >= 0")
+    return tuple(dims)
 
 
 def _type_parts(t: Any, where: str) -> tuple[DType, tuple[int, ...], driver.Device]:

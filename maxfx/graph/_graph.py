@@ -262,10 +262,13 @@ class Graph:
                 if gv is not None:
                     o = gv
                 if not isinstance(o, Value):
+                    bad = f"Graph {self.name!r}: output {i} must be a graph value (TensorValue, BufferValue) or numeric constant data, got {type(o).__name__} {o!r:.80}"
+                    if isinstance(o, (str, bytes)):  # numpy would make a text array of it
+                        raise TypeError(bad)
                     try:
                         o = ops.constant(o, device=self._builder.default_device)
-                    except TypeError:
-                        raise TypeError(f"Graph {self.name!r}: output {i} must be a graph value or constant data, got {type(o).__name__}") from None
+                    except TypeError as e:  # a ValueError (ragged lists, out-of-range ints) stays one
+                        raise TypeError(f"{bad} ({e})") from None
                 if o._builder is not self._builder:
                     raise ValueError(f"Graph {self.name!r}: output {i} belongs to a different graph")
                 vars_.append(o._var)

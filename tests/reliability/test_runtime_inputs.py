@@ -55,6 +55,46 @@ def test_model_call_rejects_token_ids_outside_the_vocabulary(name):
     assert model([[1, vocab - 1]]).shape[-1] == vocab
 
 
+# ─── item 8: results larger than the device: a Python error, not an abort ──
+
+_HUGE_EAGER = """
+import json
+from maxfx import random
+from maxfx.experimental import functional as F
+out = []
+for name, make in [
+    ("gaussian", lambda: random.gaussian([2**40]).to_numpy()),
+    ("matmul", lambda: (random.gaussian([2**20, 1]) @ random.gaussian([1, 2**20])).to_numpy()),
+]:
+    try:
+        make()
+        out.append([name, "no error"])
+    except MemoryError as e:
+        out.append([name, str(e)])
+with F.lazy():  # the fused path checks each new program too
+    try:
+        (random.gaussian([2**20, 1]) @ random.gaussian([1, 2**20])).to_numpy()
+    except MemoryError as e:
+        out.append(["lazy matmul", str(e)])
+print(json.dumps(out))
+"""
+
+
+def test_eager_results_larger_than_memory_raise_resource_exhausted_in_process():
+    import json
+    import subprocess
+    import sys
+
+    # A child process: before the fix XLA aborted (SIGABRT), which would take pytest down with it.
+    proc = subprocess.run([sys.executable, "-c", _HUGE_EAGER], capture_output=True, text=True, timeout=120, cwd=".")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert set(got) == {"gaussian", "matmul", "lazy matmul"}
+    assert got["gaussian"].startswith("RESOURCE_EXHAUSTED: random_normal: the result float32[1099511627776] needs 4398046511104 bytes")
+    for name in ("matmul", "lazy matmul"):
+        assert got[name].startswith("RESOURCE_EXHAUSTED: matmul: the result float32[1048576, 1048576] needs 4398046511104 bytes"), got[name]
+
+
 # ─── item 9: inputs that bare float()/int()/bool() took or failed on without a name ──
 
 _LLAMA = dict(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
@@ -100,3 +140,91 @@ def test_config_numbers_as_json_writes_them_still_load():
     cfg = LlamaConfig.from_hf({**_LLAMA, "max_position_embeddings": 64.0, "eos_token_id": [3, 4], "rms_norm_eps": 1e-5, "tie_word_embeddings": True})
     assert (cfg.max_position_embeddings, cfg.eos_token_id, cfg.tie_word_embeddings) == (64, 3, True)
     assert GPT2Config.from_hf(dict(vocab_size=32, n_embd=16, n_layer=1, n_head=2, max_position_embeddings=8)).n_positions == 8
+
+
+def test_graph_output_of_a_string_is_a_type_error_naming_what_is_expected():
+    from maxfx.graph import Graph, TensorType
+
+    with Graph("g", input_types=[TensorType(DType.float32, [2])]) as g:
+        with pytest.raises(TypeError, match=r"Graph 'g': output 0 must be a graph value \(TensorValue, BufferValue\) or numeric constant data, got str 'not a tensor'"):
+            g.output("not a tensor")
+
+
+def test_weights_registry_entry_that_is_a_path_names_the_weight():
+    from maxfx.engine import InferenceSession
+    from maxfx.graph import DeviceRef, Graph, TensorType, Weight
+
+    w = Weight("proj.weight", DType.float32, [2], DeviceRef.CPU())
+    with Graph("g", input_types=[TensorType(DType.float32, [2])]) as g:
+        g.output(g.inputs[0].tensor * w)
+    with pytest.raises(TypeError, match=r"weights_registry\['proj.weight'\] is a str \('w.npy'\), not the weight's values; expected an array of float32\[2\]"):
+        InferenceSession().load(g, weights_registry={"proj.weight": "w.npy"})
+    with pytest.raises(TypeError, match=r"weights_registry\['proj.weight'\]: as_array: cannot turn object"):
+        InferenceSession().load(g, weights_registry={"proj.weight": object()})
+
+
+@pytest.mark.parametrize(("shape", "error", "message"), [
+    ([2.5], TypeError, r"Tensor.zeros: dim 0 of shape \[2.5\] must be an int, got float 2.5"),
+    ([2, "3"], TypeError, r"Tensor.zeros: dim 1 of shape \[2, '3'\] must be an int, got str"),
+    ([True], TypeError, r"dim 0 of shape \[True\] must be an int, got bool"),
+    ([2, -1], ValueError, r"Tensor.zeros: dim 1 of shape \[2, -1\] is negative"),
+])  # fmt: skip
+def test_tensor_zeros_rejects_non_integer_and_negative_dims(shape, error, message):
+    with pytest.raises(error, match=message):
+        Tensor.zeros(shape)
+
+
+def test_tensor_type_rejects_negative_static_dims():
+    from maxfx.graph import TensorType
+
+    with pytest.raises((TypeError, ValueError), match=r"non-negative.*-2"):
+        TensorType(DType.float32, [-2, 3])
+
+
+# ─── item 11: concurrent in-place writes ─────────────────────────────────
+
+
+def _write_rows_from_threads(t, rows: int, threads: int = 8) -> None:
+    import threading
+
+    barrier = threading.Barrier(threads)
+
+    def writer(k: int) -> None:
+        barrier.wait()  # all threads start together, so their writes interleave
+        for i in range(k, rows, threads):
+            t[i, :] = np.full(t.shape[1], i + 1, np.float32)
+
+    workers = [threading.Thread(target=writer, args=(k,)) for k in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+
+
+def test_setitem_from_8_threads_keeps_every_row():
+    rows = 400
+    t = Tensor(np.zeros((rows, 4), np.float32))
+    _write_rows_from_threads(t, rows)
+    expected = np.repeat(np.arange(1, rows + 1, dtype=np.float32)[:, None], 4, axis=1)
+    missing = np.flatnonzero((t.to_numpy() != expected).any(axis=1))
+    assert missing.size == 0, f"{missing.size} of {rows} rows lost: {missing[:10]}"
+
+
+def test_buffer_store_slice_from_8_threads_keeps_every_row():
+    import threading
+
+    rows, threads = 200, 8
+    t = Tensor(np.zeros((rows, 2), np.float32))
+    barrier = threading.Barrier(threads)
+
+    def writer(k: int) -> None:
+        barrier.wait()
+        for i in range(k, rows, threads):
+            F.buffer_store_slice(t, Tensor(np.full((1, 2), i + 1, np.float32)), (slice(i, i + 1),))
+
+    workers = [threading.Thread(target=writer, args=(k,)) for k in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    np.testing.assert_array_equal(t.to_numpy()[:, 0], np.arange(1, rows + 1, dtype=np.float32))
