@@ -18,7 +18,17 @@ argument avals, the device and a fingerprint of the lowering code. A maxfx hit
 skips tracing and lowering as well as XLA, so a second process loads a model in
 a small fraction of the first compile time. Blocks whose params have no stable
 identity across processes (Python callables of custom ops) skip the maxfx level.
-Like JAX's, the cache directory is trusted: its entries are unpickled.
+
+The maxfx level stores no executable and no pickle: an entry is the block's
+program as a `jax.export` artifact (StableHLO in a versioned flatbuffer) behind
+a header with a magic, a format version, the entry's own key and the SHA-256 of
+the payload, all checked before the payload is parsed. XLA executables live only
+in JAX's level, keyed by the HLO of the program an entry rebuilds, so the two
+levels cannot disagree: a missing, damaged or foreign entry at either level is a
+miss. Writes are atomic (a temporary file in the same folder, then
+``os.replace``), so concurrent writers and readers see a whole entry or none.
+A bad cache path (a file, not creatable, not writable) in the environment
+variable disables the cache with one warning.
 
 Buffer inputs (the values a graph mutates) can be donated: called with
 ``donate_buffers=True`` (as `InferenceSession` models do), the executable
@@ -33,15 +43,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
+import struct
+import tempfile
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
-from jax.experimental import serialize_executable
 from jax.experimental.compilation_cache import compilation_cache
 
 from lowering.dims import bind_symbols
@@ -77,20 +88,52 @@ def clear_cache() -> None:
 
 
 _disk_dir: Path | None = None
+CACHE_DIR_ENV = "MAXFX_COMPILATION_CACHE_DIR"
 
 
 def enable_persistent_cache(path: str | os.PathLike) -> None:
-    """Keep compiled executables in ``path`` across processes (see the module docstring)."""
+    """Keep compiled programs in ``path`` across processes (see the module docstring).
+
+    Raises:
+        OSError: ``path`` (or its ``maxfx`` subfolder) is not a directory that
+            can be created and written; the message names the path. Nothing is
+            enabled then.
+
+    Example:
+        >>> enable_persistent_cache("/tmp/maxfx-cache")  # doctest: +SKIP
+    """
     global _disk_dir
     path = os.fspath(path)
-    os.makedirs(path, exist_ok=True)
+    disk_dir = _usable_cache_dir(path)
     jax.config.update("jax_compilation_cache_dir", path)
     # Cache every program: the default thresholds skip compiles under 1 s, i.e. most of them.
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     compilation_cache.reset_cache()  # JAX decides once per process whether to use its cache; decide again
-    _disk_dir = Path(path) / "maxfx"
-    _disk_dir.mkdir(exist_ok=True)
+    _disk_dir = disk_dir
+
+
+def _usable_cache_dir(path: str) -> Path:
+    """Create ``path/maxfx`` and prove it writable; returns it, or raises an OSError naming ``path``."""
+    disk_dir = Path(path) / "maxfx"
+    try:
+        disk_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=disk_dir):
+            pass
+    except OSError as e:
+        raise type(e)(e.errno, f"compile cache directory {path!r} is not a writable directory ({e.strerror})") from e
+    return disk_dir
+
+
+def _enable_from_environment() -> None:
+    """Enable the cache named by ``MAXFX_COMPILATION_CACHE_DIR``; a bad path warns once and leaves it off."""
+    path = os.environ.get(CACHE_DIR_ENV)
+    if not path:
+        return
+    try:
+        enable_persistent_cache(path)
+    except OSError as e:
+        warnings.warn(f"{CACHE_DIR_ENV}={path!r}: {e.strerror}; the compile cache is disabled for this process", RuntimeWarning, stacklevel=2)
 
 
 def _aval_key(x: Any) -> tuple:
@@ -190,22 +233,50 @@ class CompiledBlock:
                 _stats["hits"] += 1
             return exe
         disk = _disk_path(self.block, key, self.device) if _disk_dir is not None else None
-        exe = _disk_load(disk, self.device) if disk is not None else None
-        loaded = exe is not None
-        if loaded:
-            CACHE_LOG.info("disk hit: block %r from %s", self.block.name, disk)
-        elif disk is not None:
-            CACHE_LOG.debug("disk miss: block %r (%s)", self.block.name, disk.name)
-        if exe is None:
+        if disk is None:
             with compiling("block", self.block.name):
                 exe = self._jit(donate).lower(*self._split(args), self.weights).compile()
-            if disk is not None:
-                _disk_store(disk, exe)
+            loaded = False
+        else:
+            exe, loaded = self._executable_via_disk(disk, args, donate)
         with _lock:
             _stats["compiles"] += 1
             _stats["disk_hits"] += loaded
         EXECUTABLES.put(key, exe)
         return exe
+
+    def _executable_via_disk(self, disk: _DiskEntry, args: Sequence[Any], donate: bool) -> tuple[Any, bool]:
+        """(executable, whether the maxfx entry was a hit): the program comes from ``disk`` or is exported and stored there.
+
+        Either way the executable is compiled from the exported program, so JAX's
+        level holds it under the same HLO in the process that wrote the entry and
+        in every process that reads it.
+        """
+        exported = _disk_load(disk)
+        if exported is not None:
+            CACHE_LOG.info("disk hit: block %r from %s", self.block.name, disk.path)
+            return self._compile_exported(exported, args, donate), True
+        CACHE_LOG.debug("disk miss: block %r (%s)", self.block.name, disk.path.name)
+        with compiling("block", self.block.name):
+            exported = self._export(args)
+            if exported is None:
+                return self._jit(donate).lower(*self._split(args), self.weights).compile(), False
+            exe = self._compile_exported(exported, args, donate)
+        _disk_store(disk, exported)
+        return exe, False
+
+    def _export(self, args: Sequence[Any]) -> jax.export.Exported | None:
+        """The program for ``args`` as a `jax.export.Exported`, or None for programs export refuses (e.g. host callbacks)."""
+        platform = self.device.client.platform
+        specs = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), (*self._split(args), self.weights))
+        try:
+            return jax.export.export(self._jit(False), platforms=(platform,), disabled_checks=export_checks((platform,)))(*specs)
+        except Exception as e:  # noqa: BLE001 - not exportable: compile directly and keep only JAX's level
+            CACHE_LOG.debug("block %r is not exportable, not stored in the maxfx level: %s", self.block.name, e)
+            return None
+
+    def _compile_exported(self, exported: jax.export.Exported, args: Sequence[Any], donate: bool) -> Any:
+        return jax.jit(exported.call, donate_argnums=(1,) if donate else ()).lower(*self._split(args), self.weights).compile()
 
     def _jit(self, donate: bool) -> Any:
         return jax.jit(self._program, donate_argnums=(1,) if donate else ())
@@ -287,8 +358,15 @@ def _code_fingerprint() -> str:
     return _fingerprint[0]
 
 
-def _disk_path(block: Block, key: tuple, device: jax.Device) -> Path | None:
-    """The file for ``key``, or None when the block's params are not stable across processes."""
+class _DiskEntry(NamedTuple):
+    """Where an entry lives and the key it must carry (SHA-256 of the full cache key)."""
+
+    path: Path
+    key: bytes
+
+
+def _disk_path(block: Block, key: tuple, device: jax.Device) -> _DiskEntry | None:
+    """The entry for ``key``, or None when the block's params are not stable across processes."""
     skey = key[1]
     if skey not in _portable:
         text = repr(block._structure())
@@ -296,32 +374,90 @@ def _disk_path(block: Block, key: tuple, device: jax.Device) -> Path | None:
         _portable[skey] = " at 0x" not in text and "('obj', " not in text and "('var', 'id'," not in text
     if not _portable[skey]:
         return None
-    digest = hashlib.sha256(repr((key, device.device_kind, _code_fingerprint())).encode()).hexdigest()
-    return _disk_dir / f"{digest}.exe"
+    digest = hashlib.sha256(repr((key, device.device_kind, _code_fingerprint())).encode()).digest()
+    return _DiskEntry(_disk_dir / f"{digest.hex()}{ENTRY_SUFFIX}", digest)
 
 
-def _disk_load(path: Path, device: jax.Device) -> Any:
+# An entry: header, then the payload (`jax.export.Exported.serialize()` bytes).
+# Header: magic, format version, the entry's key, SHA-256 of the payload, payload length.
+ENTRY_MAGIC = b"MAXFXCC\x00"
+ENTRY_VERSION = 1
+ENTRY_SUFFIX = ".mxc"
+ENTRY_HEADER = struct.Struct(">8sH32s32sQ")
+
+
+class DamagedEntryError(ValueError):
+    """A cache entry that is not a whole, current-format entry for the key it was read for."""
+
+
+def encode_entry(key: bytes, payload: bytes) -> bytes:
+    """The bytes of an entry holding ``payload`` under ``key`` (32 bytes).
+
+    Example:
+        >>> entry = encode_entry(bytes(32), b"program")
+        >>> decode_entry(entry, bytes(32))
+        b'program'
+    """
+    return ENTRY_HEADER.pack(ENTRY_MAGIC, ENTRY_VERSION, key, hashlib.sha256(payload).digest(), len(payload)) + payload
+
+
+def decode_entry(data: bytes, key: bytes) -> bytes:
+    """The payload of entry ``data`` read for ``key``; every header field and the payload hash are checked first.
+
+    Raises:
+        DamagedEntryError: naming what does not match (a foreign, damaged, truncated or older-format entry).
+    """
+    if len(data) < ENTRY_HEADER.size:
+        raise DamagedEntryError(f"entry is {len(data)} bytes, shorter than its {ENTRY_HEADER.size}-byte header")
+    magic, version, stored_key, digest, size = ENTRY_HEADER.unpack_from(data)
+    payload = data[ENTRY_HEADER.size :]
+    if magic != ENTRY_MAGIC:
+        raise DamagedEntryError(f"magic {magic!r}, expected {ENTRY_MAGIC!r}")
+    if version != ENTRY_VERSION:
+        raise DamagedEntryError(f"format version {version}, expected {ENTRY_VERSION}")
+    if stored_key != key:
+        raise DamagedEntryError(f"entry is for key {stored_key.hex()[:16]}..., expected {key.hex()[:16]}...")
+    if size != len(payload):
+        raise DamagedEntryError(f"header says {size} payload bytes, the entry has {len(payload)}")
+    if hashlib.sha256(payload).digest() != digest:
+        raise DamagedEntryError("payload SHA-256 does not match the header")
+    return payload
+
+
+def _disk_load(entry: _DiskEntry) -> jax.export.Exported | None:
+    """The exported program stored at ``entry``, or None (a miss) when it is absent, damaged or foreign."""
     try:
-        payload, in_tree, out_tree = pickle.loads(path.read_bytes())
-        return serialize_executable.deserialize_and_load(payload, in_tree, out_tree, backend=device.client, execution_devices=[device])
-    except FileNotFoundError:
-        return None
-    except Exception:  # noqa: BLE001 - a stale or truncated entry is a miss; it is rewritten after compiling
-        return None
-
-
-def _disk_store(path: Path, exe: Any) -> None:
-    try:
-        data = pickle.dumps(serialize_executable.serialize(exe))
-    except Exception:  # noqa: BLE001 - some executables (constant args, host callbacks) cannot be serialized
-        return
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the whole new one
+        data = entry.path.read_bytes()
     except OSError:
-        tmp.unlink(missing_ok=True)
+        return None
+    try:
+        payload = decode_entry(data, entry.key)
+    except DamagedEntryError as e:
+        CACHE_LOG.info("ignoring damaged cache entry %s: %s", entry.path, e)
+        return None
+    try:
+        # The hash matched, so these are the bytes this cache wrote; a failure here means another JAX version.
+        return jax.export.deserialize(bytearray(payload))
+    except Exception as e:  # noqa: BLE001 - an artifact this JAX cannot read is a miss; it is rewritten
+        CACHE_LOG.info("ignoring unreadable cache entry %s: %s", entry.path, e)
+        return None
 
 
-if os.environ.get("MAXFX_COMPILATION_CACHE_DIR"):
-    enable_persistent_cache(os.environ["MAXFX_COMPILATION_CACHE_DIR"])
+def _disk_store(entry: _DiskEntry, exported: jax.export.Exported) -> None:
+    """Write ``exported`` at ``entry`` atomically: readers see the old file or the whole new one, never a part."""
+    data = encode_entry(entry.key, bytes(exported.serialize()))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=entry.path.parent, prefix=entry.path.name + ".", suffix=".tmp")
+    except OSError as e:
+        CACHE_LOG.info("cannot write cache entry %s: %s", entry.path, e)
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, entry.path)
+    except OSError as e:
+        CACHE_LOG.info("cannot write cache entry %s: %s", entry.path, e)
+        Path(tmp).unlink(missing_ok=True)
+
+
+_enable_from_environment()

@@ -1,0 +1,266 @@
+"""The on-disk compile cache against hostile, damaged and racing entries (issue 19 items 3, 6, 10).
+
+Every cross-process check runs fresh Python processes (``_CHILD`` below) that
+share one ``MAXFX_COMPILATION_CACHE_DIR``. The child builds two small graphs,
+``a = tanh(x) + 1`` and ``b = 2 * tanh(x)``, and prints their outputs as one
+JSON line; the parent compares them with numpy. A return code other than 0
+(a crash in XLA, an exception) fails the test.
+"""
+
+import json
+import os
+import pickle
+import random
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lowering import compile as lc
+
+ROOT = Path(__file__).resolve().parents[2]
+
+X = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+EXPECTED = {"a": np.tanh(X) + 1, "b": 2 * np.tanh(X)}
+
+_CHILD = """
+import json, sys
+import numpy as np
+from lowering import compile as lc
+from maxfx.driver import CPU
+from maxfx.dtype import DType
+from maxfx.engine import InferenceSession
+from maxfx.graph import DeviceRef, Graph, TensorType, ops
+
+X = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+
+def run(name):
+    with Graph(f"hostile_{name}", input_types=[TensorType(DType.float32, [2, 4], DeviceRef.CPU())]) as g:
+        t = ops.tanh(g.inputs[0])
+        g.output(t + 1.0 if name == "a" else t * 2.0)
+    (out,) = InferenceSession(devices=[CPU()]).load(g).execute(X)
+    return out.to_numpy().tolist()
+
+def flips(path, positions, level):
+    # Damage one byte at a time in one entry and run again; every run must give the right number.
+    pristine = open(path, "rb").read()
+    key = lc.ENTRY_HEADER.unpack_from(pristine)[2] if level == "maxfx" else None
+    results = []
+    for pos, mask in positions:
+        damaged = bytearray(pristine)
+        damaged[pos] ^= mask
+        open(path, "wb").write(bytes(damaged))
+        lc.clear_cache()
+        if level == "jax":
+            import jax
+            jax.clear_caches()  # make JAX read its disk level again
+        before = lc.compile_stats()["disk_hits"]
+        out = run("a")
+        try:
+            rewritten = key is not None and bool(lc.decode_entry(open(path, "rb").read(), key))
+        except lc.DamagedEntryError:
+            rewritten = False
+        results.append({"pos": pos, "out": out, "disk_hit": lc.compile_stats()["disk_hits"] > before, "rewritten": rewritten})
+        open(path, "wb").write(pristine)
+    return results
+
+mode = sys.argv[1]
+if mode == "run":
+    a = run("a")
+    files_after_a = sorted(str(p) for p in lc._disk_dir.parent.rglob("*")) if lc._disk_dir else []
+    print(json.dumps({"a": a, "b": run("b"), "stats": lc.compile_stats(), "files_after_a": files_after_a}))
+else:
+    run("a")  # warm the process: imports, eager ops
+    print(json.dumps({"flips": flips(sys.argv[2], json.loads(sys.argv[3]), mode)}))
+"""
+
+
+def _env(cache: Path) -> dict:
+    return dict(os.environ, JAX_PLATFORMS="cpu", MAXFX_COMPILATION_CACHE_DIR=str(cache))
+
+
+def _child(cache: Path, *argv: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", _CHILD, *argv], capture_output=True, text=True, timeout=300, env=_env(cache), cwd=ROOT)
+    assert proc.returncode == 0, f"child exited with {proc.returncode}:\n{proc.stderr[-4000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _check_outputs(result: dict) -> None:
+    for name in ("a", "b"):
+        np.testing.assert_allclose(np.array(result[name], np.float32), EXPECTED[name], rtol=1e-6, atol=1e-6, err_msg=f"graph {name}")
+
+
+def _maxfx_entries(cache: Path) -> list[Path]:
+    return sorted(p for p in (cache / "maxfx").iterdir() if p.is_file())
+
+
+def _jax_entries(cache: Path) -> list[Path]:
+    return sorted(p for p in cache.iterdir() if p.is_file() and p.name.endswith("-cache"))
+
+
+@pytest.fixture(scope="module")
+def pristine_cache(tmp_path_factory) -> tuple[Path, list[str]]:
+    """A cache directory written by one process that compiled graphs a and b, and the files there after a."""
+    cache = tmp_path_factory.mktemp("pristine") / "cache"
+    result = _child(cache, "run")
+    _check_outputs(result)
+    assert len(_maxfx_entries(cache)) == 2 and _jax_entries(cache)
+    return cache, [str(Path(p).relative_to(cache)) for p in result["files_after_a"]]
+
+
+@pytest.fixture
+def filled_cache(pristine_cache, tmp_path) -> Path:
+    """A copy of the pristine cache for one test to damage."""
+    return Path(shutil.copytree(pristine_cache[0], tmp_path / "cache"))
+
+
+class _Marker:
+    """Unpickling this creates the file ``path``: the payload an attacker would plant."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_hostile_pickle_in_the_cache_never_runs(filled_cache, tmp_path):
+    marker = tmp_path / "pwned"
+    hostile = pickle.dumps(_Marker(marker))
+    for entry in _maxfx_entries(filled_cache) + _jax_entries(filled_cache):
+        entry.write_bytes(hostile)
+    result = _child(filled_cache, "run")
+    assert not marker.exists(), "a pickle planted in the cache ran"
+    _check_outputs(result)
+    assert result["stats"]["disk_hits"] == 0, "a planted file was used as an entry"
+
+
+def test_missing_maxfx_entry_beside_jax_entry_is_rewritten_correctly(filled_cache):
+    for entry in _maxfx_entries(filled_cache):
+        entry.unlink()
+    rebuilt = _child(filled_cache, "run")  # maxfx misses, JAX's level hits
+    _check_outputs(rebuilt)
+    assert rebuilt["stats"]["disk_hits"] == 0
+    later = _child(filled_cache, "run")
+    _check_outputs(later)
+    assert later["stats"]["disk_hits"] == 2, "the rewritten entries are read by later processes"
+
+
+def test_foreign_entry_is_a_miss(filled_cache):
+    # Each graph's entry renamed to the other's: valid entries, but for another key.
+    first, second = _maxfx_entries(filled_cache)
+    a, b = first.read_bytes(), second.read_bytes()
+    first.write_bytes(b)
+    second.write_bytes(a)
+    result = _child(filled_cache, "run")
+    _check_outputs(result)
+    assert result["stats"]["disk_hits"] == 0
+    assert first.read_bytes() == a and second.read_bytes() == b, "the foreign entries were rewritten with the right ones"
+
+
+def _flip_positions(size: int, count: int, seed: int) -> list[tuple[int, int]]:
+    """Byte positions to damage: every header field (magic, version, key, hash, length) and payload samples."""
+    header = lc.ENTRY_HEADER.size
+    fields = [0, 7, 8, 9, 10, 25, 41, 42, 57, 73, 80, header - 1]
+    rng = random.Random(seed)
+    payload = sorted(rng.sample(range(header, size), min(count, size - header)))
+    return [(p, rng.randrange(1, 256)) for p in fields + payload]
+
+
+def _check_flips(result: dict, level: str) -> None:
+    for flip in result["flips"]:
+        np.testing.assert_allclose(np.array(flip["out"], np.float32), EXPECTED["a"], rtol=1e-6, atol=1e-6, err_msg=f"{level} byte {flip['pos']}")
+        if level == "maxfx":
+            assert not flip["disk_hit"], f"byte {flip['pos']} flipped and the entry was still used"
+            assert flip["rewritten"], f"byte {flip['pos']} flipped: the entry was not rewritten"
+
+
+def _run_flips(pristine_cache: tuple[Path, list[str]], cache: Path, level: str, count: int, seed: int) -> None:
+    """Damage the entry of graph a at ``level`` ("maxfx" or "jax"), one byte at a time, in one child process."""
+    shutil.copytree(pristine_cache[0], cache)
+    entries = _maxfx_entries(cache) if level == "maxfx" else [p for p in _jax_entries(cache) if p.name.startswith("jit_call-")]
+    (path,) = [p for p in entries if str(p.relative_to(cache)) in pristine_cache[1]]
+    positions = _flip_positions(path.stat().st_size, count, seed)
+    _check_flips(_child(cache, level, str(path), json.dumps(positions)), level)
+
+
+def test_flipped_bytes_in_an_entry_are_misses_that_are_rewritten(pristine_cache, tmp_path):
+    _run_flips(pristine_cache, tmp_path / "cache", "maxfx", count=24, seed=0)
+
+
+@pytest.mark.slow
+def test_many_flipped_bytes_in_an_entry(pristine_cache, tmp_path):
+    _run_flips(pristine_cache, tmp_path / "cache", "maxfx", count=300, seed=1)
+
+
+@pytest.mark.slow
+def test_flipped_bytes_in_jax_entries_give_right_numbers(pristine_cache, tmp_path):
+    # JAX's level compresses entries with zlib, whose Adler-32 check rejects these before XLA reads them.
+    _run_flips(pristine_cache, tmp_path / "cache", "jax", count=60, seed=2)
+
+
+def test_four_processes_filling_one_empty_cache(tmp_path):
+    cache = tmp_path / "cache"
+    procs = [subprocess.Popen([sys.executable, "-c", _CHILD, "run"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(cache), cwd=ROOT) for _ in range(4)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-4000:]
+        _check_outputs(json.loads(out.strip().splitlines()[-1]))
+    assert not [p for p in (cache / "maxfx").iterdir() if p.suffix == ".tmp"], "temporary files left behind"
+    later = _child(cache, "run")
+    _check_outputs(later)
+    assert later["stats"]["disk_hits"] == 2
+
+
+# ─── a bad cache path disables the cache with one warning ────────────────────
+
+
+def _bad_paths(tmp_path: Path) -> dict[str, Path]:
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a directory")
+    return {"a regular file": a_file, "below a regular file": a_file / "cache"}
+
+
+def test_bad_cache_path_in_the_environment_warns_once(tmp_path, monkeypatch):
+    enabled = lc._disk_dir
+    for what, path in _bad_paths(tmp_path).items():
+        monkeypatch.setenv(lc.CACHE_DIR_ENV, str(path))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            lc._enable_from_environment()
+        assert len(caught) == 1, (what, [str(w.message) for w in caught])
+        message = str(caught[0].message)
+        assert str(path) in message and lc.CACHE_DIR_ENV in message and "disabled" in message, message
+        assert lc._disk_dir is enabled, f"{what}: the cache setting changed"
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root can write to a read-only directory")
+def test_unwritable_cache_dir_raises_a_typed_error(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        with pytest.raises(PermissionError, match="locked"):
+            lc.enable_persistent_cache(locked)
+    finally:
+        locked.chmod(0o700)
+
+
+def test_enable_persistent_cache_on_a_file_raises_naming_the_path(tmp_path):
+    enabled = lc._disk_dir
+    for path in _bad_paths(tmp_path).values():
+        with pytest.raises(OSError, match=str(path)):
+            lc.enable_persistent_cache(path)
+    assert lc._disk_dir is enabled
+
+
+def test_import_with_a_file_as_cache_dir_runs_uncached(tmp_path):
+    path = _bad_paths(tmp_path)["a regular file"]
+    proc = subprocess.run([sys.executable, "-c", _CHILD, "run"], capture_output=True, text=True, timeout=300, env=_env(path), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    _check_outputs(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert proc.stderr.count(lc.CACHE_DIR_ENV) == 1, proc.stderr
