@@ -571,7 +571,7 @@ def _static_shape(shape: Any, where: str) -> tuple[int, ...]:
             raise TypeError(f"{where}: dim {i} of shape {entries!r} must be an int, got {type(d).__name__} {d!r}") from None
     for i, d in enumerate(dims):
         if d < 0:
-            raise ValueError(f"{where}: dim {i} of shape {dims} is negative ({d}); dims must be >= 0")
+            raise ValueError(f"{where}: dim {i} of shape {dims} is negative ({d}): a shape must not have negative dims")
     return tuple(dims)
 
 
