@@ -9,15 +9,18 @@ from lowering.context import bind
 from lowering.dims import Dim
 from lowering.dtypes import DType
 from lowering.ops import _rules as R
+from lowering.ops import _transposed
 from lowering.registry import OpDef, front, register
 from lowering.types import TensorType
 
 __all__ = ["matmul"]
 
 
-def _matmul_rule(lhs, rhs) -> TensorType:
+def _matmul_rule(lhs, rhs, *, rhs_transposed: bool = False) -> TensorType:
     lhs = R.require_tensor("matmul", lhs, "lhs")
     rhs = R.require_tensor("matmul", rhs, "rhs")
+    if rhs_transposed:  # rhs holds the [n, k] matrix whose transpose is the product's rhs
+        rhs = TensorType(rhs.dtype, [rhs.shape[1], rhs.shape[0]], rhs.device)
     if lhs.dtype is DType.bool:
         raise R.OpError(f"matmul: expected numeric inputs, got {R.fmt(lhs)} @ {R.fmt(rhs)}")
     if lhs.rank == 0 or rhs.rank == 0:
@@ -30,19 +33,21 @@ def _matmul_rule(lhs, rhs) -> TensorType:
     if rhs_vec:
         rs = rs + [Dim(1)]
     if ls[-1] != rs[-2]:
-        raise R.OpError(
-            f"matmul: contracting dims differ: lhs {R.fmt(lhs)} has {ls[-1]} columns but rhs {R.fmt(rhs)} has {rs[-2]} rows"
-        )
+        raise R.OpError(f"matmul: contracting dims differ: lhs {R.fmt(lhs)} has {ls[-1]} columns but rhs {R.fmt(rhs)} has {rs[-2]} rows")
     batch = R.broadcast_shapes("matmul", ls[:-2], rs[:-2])
     out = list(batch) + ([] if lhs_vec else [ls[-2]]) + ([] if rhs_vec else [rs[-1]])
     return TensorType(lhs.dtype, out, device)
 
 
-def _matmul_impl(lhs, rhs):
+def _matmul_impl(lhs, rhs, *, rhs_transposed: bool = False):
     # Half-precision inputs accumulate in float32, like MAX's kernels.
-    if lhs.dtype in (jnp.float16, jnp.bfloat16):
-        return jnp.matmul(lhs, rhs, preferred_element_type=jnp.float32).astype(lhs.dtype)
-    return jnp.matmul(lhs, rhs, precision=jax.lax.Precision.HIGHEST)
+    half = lhs.dtype in (jnp.float16, jnp.bfloat16)
+    options = {"preferred_element_type": jnp.float32} if half else {"precision": jax.lax.Precision.HIGHEST}
+    if rhs_transposed:  # lhs [..., k] times rhs [n, k] contracted on k: XLA reads rhs in place
+        out = jax.lax.dot_general(lhs, rhs, (((lhs.ndim - 1,), (1,)), ((), ())), **options)
+    else:
+        out = jnp.matmul(lhs, rhs, **options)
+    return out.astype(lhs.dtype) if half else out
 
 
 matmul_p = register(OpDef("matmul", rule=_matmul_rule, impl=_matmul_impl, promote=(0, 1)))
@@ -66,4 +71,7 @@ def matmul(lhs, rhs):
         >>> ops.matmul(Tensor([1.0, 1.0]), w)  # a 1-D lhs is a row vector
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [1.0, 1.0, 2.0]
     """
+    source = _transposed.source_of(rhs)
+    if source is not None:  # `x @ w.T`: multiply by w without materializing its transpose
+        return bind(matmul_p, lhs, source, rhs_transposed=True)
     return bind(matmul_p, lhs, rhs)

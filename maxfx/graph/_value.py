@@ -22,7 +22,7 @@ __all__ = ["Value", "TensorValue", "BufferValue", "TensorOperators", "BINARY_OPE
 class Value:
     """A symbolic value of a `Graph`. Downcast with `.tensor`, `.buffer`, `.opaque`."""
 
-    __slots__ = ("_builder", "_var")
+    __slots__ = ("_builder", "_var", "__weakref__")
 
     def __init__(self, value: Any):
         if not isinstance(value, Value):

@@ -10,14 +10,17 @@ from maxfx.graph import Graph, TensorType, ops
 from tests.ops.harness import rand, run_op
 
 
-@pytest.mark.parametrize("lshape,rshape", [
-    ([3, 4], [4, 5]),
-    ([2, 3, 4], [4, 5]),
-    ([2, 1, 3, 4], [5, 4, 2]),
-    ([4], [4, 5]),
-    ([3, 4], [4]),
-    ([4], [4]),
-])
+@pytest.mark.parametrize(
+    "lshape,rshape",
+    [
+        ([3, 4], [4, 5]),
+        ([2, 3, 4], [4, 5]),
+        ([2, 1, 3, 4], [5, 4, 2]),
+        ([4], [4, 5]),
+        ([3, 4], [4]),
+        ([4], [4]),
+    ],
+)
 def test_matmul_shapes(rng, lshape, rshape):
     a, b = rand(rng, lshape), rand(rng, rshape)
     np.testing.assert_allclose(run_op(ops.matmul, a, b), np.matmul(a, b), rtol=1e-5, atol=1e-5)
@@ -56,3 +59,51 @@ def test_matmul_under_jit_and_grad(rng):
     np.testing.assert_allclose(np.asarray(grad), np.broadcast_to(b.sum(1), a.shape), rtol=1e-5)
     with pytest.raises(ValueError, match=r"matmul: contracting dims differ.*float32\[2, 3, 4\].*float32\[5, 4\]"):
         ops.matmul(jnp.asarray(a), jnp.asarray(b.T))
+
+
+# ─── x @ w.T reads w in place (lowering/ops/_transposed.py) ──────────────
+
+
+@pytest.mark.parametrize("lshape", [[3, 4], [2, 3, 4], [4]])
+def test_matmul_by_a_transposed_matrix_in_a_graph(rng, lshape):
+    a, w = rand(rng, lshape), rand(rng, [5, 4])
+    np.testing.assert_allclose(run_op(lambda x, y: x @ y.T, a, w), np.matmul(a, w.T), rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_by_a_transposed_matrix_eager_jit_and_grad(rng):
+    from maxfx.tensor import Tensor  # noqa: PLC0415
+
+    a, w = rand(rng, [3, 4]), rand(rng, [5, 4])
+    x, wt = Tensor(a), Tensor(w)
+    np.testing.assert_allclose((x @ wt.T).to_numpy(), a @ w.T, rtol=1e-5)
+
+    def loss(x, w):
+        return jnp.sum((Tensor.from_dlpack(x) @ Tensor.from_dlpack(w).T)._array() ** 2)
+
+    value, grad_w = jax.jit(jax.value_and_grad(loss, argnums=1))(jnp.asarray(a), jnp.asarray(w))
+    np.testing.assert_allclose(value, np.sum((a @ w.T) ** 2), rtol=1e-5)
+    np.testing.assert_allclose(grad_w, 2 * (a @ w.T).T @ a, rtol=1e-4)
+
+
+def test_jitted_matmul_by_a_transposed_weight_copies_no_weight(rng):
+    """XLA's CPU backend would copy w transposed on every call; the product reads it in place."""
+    from maxfx.tensor import Tensor  # noqa: PLC0415
+
+    a, w = rand(rng, [1, 64]), rand(rng, [96, 64])
+
+    def proj(x, w):
+        return (Tensor.from_dlpack(x) @ Tensor.from_dlpack(w).T)._array()
+
+    hlo = jax.jit(proj).lower(jnp.asarray(a), jnp.asarray(w)).compile().as_text()
+    assert "transpose(" not in hlo and "f32[64,96]" not in hlo, hlo
+    np.testing.assert_allclose(jax.jit(proj)(jnp.asarray(a), jnp.asarray(w)), a @ w.T, rtol=1e-5)
+
+
+def test_a_matrix_written_after_its_transpose_was_taken_keeps_the_old_transpose(rng):
+    from maxfx.tensor import Tensor  # noqa: PLC0415
+
+    a, w = rand(rng, [2, 3]), rand(rng, [3, 3])
+    x, wt = Tensor(a), Tensor(w)
+    t = wt.T
+    wt[0, :] = np.zeros(3, np.float32)  # new storage for wt; t still holds the old values
+    np.testing.assert_allclose((x @ t).to_numpy(), a @ w.T, rtol=1e-5)
