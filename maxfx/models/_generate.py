@@ -427,13 +427,36 @@ def _decode(model, caches, tokens, pos, key, temperature, top_p, *, greedy, top_
     return _sample(logits, key, temperature, top_p, greedy, top_k, use_top_p), caches
 
 
+def _wrap(x: Any) -> Tensor:
+    return Tensor.from_dlpack(x)
+
+
+# The steps a generation runs take and return plain JAX arrays only: the model as
+# its flat list of arrays (its structure is static), the caches likewise, and the
+# position and sampling key, which each step advances on the device. A step's
+# host cost is then one C++ flatten of lists of arrays, however deep the model;
+# flattening the Module tree itself costs ~10 us per leaf in Python.
+def _prefill_arrays(weights, ids, last, key, temperature, top_p, *, model_tree, length, greedy, top_k, use_top_p):
+    model = jax.tree_util.tree_unflatten(model_tree, weights)
+    tokens, caches = _prefill(model, _wrap(ids), _wrap(last), _wrap(key), _wrap(temperature), _wrap(top_p),
+                              length=length, greedy=greedy, top_k=top_k, use_top_p=use_top_p)  # fmt: skip
+    return tokens._array(), caches, last + 1, key + np.array([0, 1], np.uint32)
+
+
+def _decode_arrays(weights, caches, tokens, pos, key, temperature, top_p, *, model_tree, cache_tree, greedy, top_k, use_top_p):
+    model = jax.tree_util.tree_unflatten(model_tree, weights)
+    cache = jax.tree_util.tree_unflatten(cache_tree, caches)
+    tokens, cache = _decode(model, cache, _wrap(tokens), _wrap(pos), _wrap(key), _wrap(temperature), _wrap(top_p),
+                            greedy=greedy, top_k=top_k, use_top_p=use_top_p)  # fmt: skip
+    return tokens._array(), jax.tree_util.tree_leaves(cache), pos + 1, key + np.array([0, 1], np.uint32)
+
+
 _STATIC = ("greedy", "top_k", "use_top_p")
-prefill_step = jax.jit(_prefill, static_argnames=("length", *_STATIC))
-decode_step = jax.jit(_decode, static_argnames=_STATIC, donate_argnums=(1,))
+prefill_step = jax.jit(_prefill_arrays, static_argnames=("model_tree", "length", *_STATIC))
+decode_step = jax.jit(_decode_arrays, static_argnames=("model_tree", "cache_tree", *_STATIC), donate_argnums=(1,))
 
 # Executables compiled ahead by `generate` (lower + compile, timed apart from running),
-# per step kind and input signature. `prefill_step` / `decode_step` stay plain jitted
-# functions for callers that run them directly (the benchmark).
+# per step kind and input signature.
 _AHEAD: dict[str, dict[Any, Any]] = {"prefill": {}, "decode": {}}
 
 
@@ -446,9 +469,9 @@ def compile_counts() -> dict[str, int]:
 
 
 def _signature(args: tuple, static: dict[str, Any]) -> Any:
-    """What a compiled step depends on: the pytree structure (module layout, configs), each array's type and placement, the static arguments."""
+    """What a compiled step depends on: each array's type and placement, the static arguments (structures included)."""
     leaves, treedef = jax.tree_util.tree_flatten(args)
-    return treedef, tuple((jax.typeof(x), getattr(x, "sharding", None)) for x in leaves), tuple(sorted(static.items()))
+    return treedef, tuple((jax.typeof(x), getattr(x, "sharding", None)) for x in leaves), tuple(sorted(static.items(), key=lambda kv: kv[0]))
 
 
 def _ahead(kind: str, step: Any, args: tuple, static: dict[str, Any]) -> tuple[Any, float]:
@@ -464,13 +487,26 @@ def _ahead(kind: str, step: Any, args: tuple, static: dict[str, Any]) -> tuple[A
     return exe, time.perf_counter() - start
 
 
-def _const(value: Any, dtype: Any, device: Any) -> Tensor:
-    with x64():
-        return Tensor.from_dlpack(jax.device_put(np.asarray(value, dtype), device.jax_device))
+def _put(value: Any, dtype: Any, device: Any) -> Any:
+    return jax.device_put(np.asarray(value, dtype), device.jax_device)
+
+
+@dataclass
+class _InFlight:
+    """A dispatched step: its tokens (still computing) and when it was dispatched."""
+
+    tokens: Any
+    dispatched: float
 
 
 class _Steps(Iterator[np.ndarray]):
-    """The token-by-token iterator behind `CausalLM.generate` / `CausalLM.stream` (token ids)."""
+    """The token-by-token iterator behind `CausalLM.generate` / `CausalLM.stream` (token ids).
+
+    The state of a generation (caches, last tokens, positions, sampling key) stays
+    on the device, each step computing the next. One step runs ahead: step i + 1
+    is dispatched before step i's tokens are read back, so the device never waits
+    for the host to hand it the next step.
+    """
 
     def __init__(self, model, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_ids):
         name = type(model).__name__
@@ -490,17 +526,19 @@ class _Steps(Iterator[np.ndarray]):
         for i, r in enumerate(rows):
             ids[i, : len(r)] = r
         self._model, self._ids, self._lengths = model, ids, lengths
-        self._remaining = int(max_new_tokens)
-        self._greedy = temperature == 0
-        self._static = {"greedy": self._greedy, "top_k": None if self._greedy else (None if top_k is None else int(top_k)), "use_top_p": (not self._greedy) and top_p is not None and top_p < 1}
+        self._max = int(max_new_tokens)
+        greedy = temperature == 0
+        self._static = {"greedy": greedy, "top_k": None if greedy else (None if top_k is None else int(top_k)), "use_top_p": (not greedy) and top_p is not None and top_p < 1}
         self._seed = (secrets.randbits(32) if seed is None else int(seed)) & 0xFFFFFFFF
         self._temperature, self._top_p = float(temperature or 1.0), float(top_p or 1.0)
         self._eos = None if not eos_token_ids else np.asarray(eos_token_ids, np.int64)
         self._done = np.zeros(len(rows), bool)
-        self._step = 0
-        self._caches = None
-        self._last = None
+        self._step = 0  # steps returned
+        self._dispatched = 0
+        self._state: tuple | None = None  # (cache arrays, tokens, positions, key) after the latest dispatched step
         self._decode = None  # the compiled decode step, looked up once per generation
+        self._pending: _InFlight | None = None
+        self._ready = 0.0  # when the previous step's tokens were read
         extras = model_extras(model)
         self.stats = GenerationStats(load_s=extras.load_s, batch=len(rows), prefill_tokens=int(lengths.sum()))
         extras.last_stats = self.stats
@@ -508,32 +546,43 @@ class _Steps(Iterator[np.ndarray]):
     def __iter__(self) -> _Steps:
         return self
 
-    def __next__(self) -> np.ndarray:
-        if self._remaining <= 0 or (self._eos is not None and self._done.all()):
-            raise StopIteration
+    def _dispatch(self) -> _InFlight:
+        """Start the next step (compiling it first if needed) without waiting for it."""
         device = self._model.device
-        key = _const([self._seed, self._step], np.uint32, device)
-        scalars = (_const(self._temperature, np.float32, device), _const(self._top_p, np.float32, device))
+        compile_s = 0.0
         with x64():
-            if self._caches is None:
-                ids = _const(self._ids, np.int64, device)
-                last = _const(self._lengths - 1, np.int64, device)
-                args = (self._model, ids, last, key, *scalars)
-                exe, compile_s = _ahead("prefill", prefill_step, args, {"length": self._length, **self._static})
-                start = time.perf_counter()
-                tokens, self._caches = exe(*args)
+            if self._state is None:
+                self._weights, self._model_tree = jax.tree_util.tree_flatten(self._model)  # the arrays of its Tensors
+                self._scalars = (_put(self._temperature, np.float32, device), _put(self._top_p, np.float32, device))
+                key = _put([self._seed, 0], np.uint32, device)
+                args = (self._weights, _put(self._ids, np.int64, device), _put(self._lengths - 1, np.int64, device), key, *self._scalars)
+                exe, compile_s = _ahead("prefill", prefill_step, args, {"model_tree": self._model_tree, "length": self._length, **self._static})
+                dispatched = time.perf_counter()
+                tokens, caches, pos, key = exe(*args)
+                caches, self._cache_tree = jax.tree_util.tree_flatten(caches)  # Tensors -> their arrays, once
             else:
-                pos = _const(self._lengths + self._step - 1, np.int64, device)
-                args = (self._model, self._caches, self._last, pos, key, *scalars)
-                compile_s = 0.0
+                caches, tokens, pos, key = self._state
+                args = (self._weights, caches, tokens, pos, key, *self._scalars)
                 if self._decode is None:
-                    self._decode, compile_s = _ahead("decode", decode_step, args, self._static)
-                start = time.perf_counter()
-                tokens, self._caches = self._decode(*args)
-        self._last = tokens
-        out = np.asarray(tokens.to_numpy(), np.int64)  # waits for the step: the time below is its execution
-        elapsed = time.perf_counter() - start
+                    static = {"model_tree": self._model_tree, "cache_tree": self._cache_tree, **self._static}
+                    self._decode, compile_s = _ahead("decode", decode_step, args, static)
+                dispatched = time.perf_counter()
+                tokens, caches, pos, key = self._decode(*args)
+        self._state = (caches, tokens, pos, key)
+        self._dispatched += 1
         self.stats.compile_s += compile_s
+        return _InFlight(tokens, dispatched)
+
+    def __next__(self) -> np.ndarray:
+        if self._step >= self._max or (self._eos is not None and self._done.all()):
+            raise StopIteration
+        step = self._pending or self._dispatch()
+        # Run one decode step ahead (not past the prefill, whose time is reported on its own).
+        self._pending = self._dispatch() if self._step >= 1 and self._dispatched < self._max else None
+        out = np.asarray(step.tokens, np.int64)  # waits for the step
+        ready = time.perf_counter()
+        elapsed = ready - max(step.dispatched, self._ready)  # the steps run one after another on the device
+        self._ready = ready
         if self._step == 0:
             self.stats.prefill_s += elapsed
         else:
@@ -544,7 +593,6 @@ class _Steps(Iterator[np.ndarray]):
             out = np.where(self._done, self._eos[0], out)
             self._done |= np.isin(out, self._eos)
         self._step += 1
-        self._remaining -= 1
         return out
 
 

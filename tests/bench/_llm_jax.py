@@ -13,6 +13,9 @@ benchmark runs:
 
 What makes it fast (what a careful JAX user would write):
 
+- projections contract the weight's last axis with ``lax.dot_general``
+  (`_proj`), never ``y @ w.T``: XLA's CPU backend copies a transposed operand
+  on every call instead of folding the transpose into the dot;
 - the KV cache is a fixed-size ``[B, Hkv, L, D]`` buffer per layer (attention is
   a batched matmul over ``(b, kv-head)`` with no transposes of the cache);
 - prefill attends over the prompt's own keys and writes them into a fresh
@@ -57,6 +60,11 @@ class Arch:
         return 1.0 / self.theta ** (np.arange(0, self.head_dim, 2, dtype=np.float64) / self.head_dim)
 
 
+def _proj(y, w):
+    """``y @ w.T`` for ``w [out, in]``, reading ``w`` in place (contracts its last axis)."""
+    return jax.lax.dot_general(y, w, (((y.ndim - 1,), (1,)), ((), ())))
+
+
 def _norm(arch: Arch, x, w):
     x32 = x.astype(jnp.float32)
     y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + arch.eps)
@@ -82,9 +90,9 @@ def _qkv(arch: Arch, p: dict, pre: str, y, cos, sin):
     """Projections of ``y [B, T, E]`` → q ``[B, Hkv, R, T, D]``, k/v ``[B, Hkv, T, D]`` (rotated, normed)."""
     b, t, _ = y.shape
     g, d = arch.kv_heads, arch.head_dim
-    q = (y @ p[pre + "q_proj.weight"].T).reshape(b, t, arch.heads, d)
-    k = (y @ p[pre + "k_proj.weight"].T).reshape(b, t, g, d)
-    v = (y @ p[pre + "v_proj.weight"].T).reshape(b, t, g, d)
+    q = _proj(y, p[pre + "q_proj.weight"]).reshape(b, t, arch.heads, d)
+    k = _proj(y, p[pre + "k_proj.weight"]).reshape(b, t, g, d)
+    v = _proj(y, p[pre + "v_proj.weight"]).reshape(b, t, g, d)
     if arch.qk_norm:
         q, k = _norm(arch, q, p[pre + "q_norm.weight"]), _norm(arch, k, p[pre + "k_norm.weight"])
     q, k = _rope(q, cos, sin), _rope(k, cos, sin)
@@ -102,9 +110,9 @@ def _attend(arch: Arch, q, k, v, visible):
 
 
 def _mlp(arch: Arch, p: dict, pre: str, y):
-    g = y @ p[pre + "gate_proj.weight"].T
+    g = _proj(y, p[pre + "gate_proj.weight"])
     act = jax.nn.gelu(g, approximate=True) if arch.gemma else jax.nn.silu(g)
-    return (act * (y @ p[pre + "up_proj.weight"].T)) @ p[pre + "down_proj.weight"].T
+    return _proj(act * _proj(y, p[pre + "up_proj.weight"]), p[pre + "down_proj.weight"])
 
 
 def _embed(arch: Arch, p: dict, ids):
@@ -116,7 +124,7 @@ def _embed(arch: Arch, p: dict, ids):
 
 def _logits(arch: Arch, p: dict, x):
     w = p["model.embed_tokens.weight"] if arch.tied else p["lm_head.weight"]
-    return (_norm(arch, x, p["model.norm.weight"]) @ w.T).astype(jnp.float32)
+    return _proj(_norm(arch, x, p["model.norm.weight"]), w).astype(jnp.float32)
 
 
 def make_steps(arch: Arch):
@@ -137,7 +145,7 @@ def make_steps(arch: Arch):
         for i in range(arch.layers):
             pre = f"model.layers.{i}."
             q, k, v = _qkv(arch, params, pre + "self_attn.", _norm(arch, x, params[pre + "input_layernorm.weight"]), cos, sin)
-            x = x + _attend(arch, q, k, v, causal) @ params[pre + "self_attn.o_proj.weight"].T
+            x = x + _proj(_attend(arch, q, k, v, causal), params[pre + "self_attn.o_proj.weight"])
             x = x + _mlp(arch, params, pre + "mlp.", _norm(arch, x, params[pre + "post_attention_layernorm.weight"]))
             empty = jnp.zeros((b, arch.kv_heads, length, arch.head_dim), k.dtype)
             caches.append((jax.lax.dynamic_update_slice(empty, k, (0, 0, 0, 0)), jax.lax.dynamic_update_slice(empty, v, (0, 0, 0, 0))))
@@ -154,7 +162,7 @@ def make_steps(arch: Arch):
             q, k, v = _qkv(arch, params, pre + "self_attn.", _norm(arch, x, params[pre + "input_layernorm.weight"]), cos, sin)
             kc = jax.lax.dynamic_update_slice(kc, k, (0, 0, pos, 0))
             vc = jax.lax.dynamic_update_slice(vc, v, (0, 0, pos, 0))
-            x = x + _attend(arch, q, kc, vc, visible) @ params[pre + "self_attn.o_proj.weight"].T
+            x = x + _proj(_attend(arch, q, kc, vc, visible), params[pre + "self_attn.o_proj.weight"])
             x = x + _mlp(arch, params, pre + "mlp.", _norm(arch, x, params[pre + "post_attention_layernorm.weight"]))
             new.append((kc, vc))
         return jnp.argmax(_logits(arch, params, x[:, 0]), -1).astype(jnp.int32), new, pos + 1
