@@ -42,7 +42,6 @@ from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn import Module
 from maxfx.graph import ops
-from maxfx.models._config import GPT2Config
 from maxfx.models._layers import positions
 from maxfx.models._source import RandomSource
 from maxfx.models._tokenizer import Tokenizer, model_extras
@@ -375,16 +374,46 @@ def prompt_rows(where: str, input_ids: Any, vocab: int) -> list[np.ndarray]:
     return rows
 
 
-def check_generation(where: str, max_new_tokens: Any, temperature: Any, top_k: Any, top_p: Any, vocab: int) -> None:
-    """The argument rules every model's ``generate`` follows; ValueError naming ``where`` and the argument."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_generation(where: str, max_new_tokens: Any, temperature: Any, top_k: Any, top_p: Any, vocab: int, seed: Any = None) -> None:
+    """The argument rules every model's ``generate`` follows; ValueError naming ``where`` and the argument.
+
+    Example:
+        >>> check_generation("model.generate", 8, "hot", None, None, 256)
+        Traceback (most recent call last):
+        ...
+        ValueError: model.generate: temperature must be a number >= 0, got 'hot'
+    """
+    if not _is_int(max_new_tokens) or max_new_tokens < 1:
         raise ValueError(f"{where}: max_new_tokens must be a positive int, got {max_new_tokens!r}")
-    if not temperature >= 0:
-        raise ValueError(f"{where}: temperature must be >= 0, got {temperature!r}")
-    if top_k is not None and not (isinstance(top_k, (int, np.integer)) and 1 <= top_k <= vocab):
+    if not _is_number(temperature) or not temperature >= 0 or not np.isfinite(temperature):
+        raise ValueError(f"{where}: temperature must be a number >= 0, got {temperature!r}")
+    if top_k is not None and not (_is_int(top_k) and 1 <= top_k <= vocab):
         raise ValueError(f"{where}: top_k must be an int in [1, {vocab}], got {top_k!r}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"{where}: top_p must be in (0, 1], got {top_p!r}")
+    if top_p is not None and not (_is_number(top_p) and 0 < top_p <= 1):
+        raise ValueError(f"{where}: top_p must be a number in (0, 1], got {top_p!r}")
+    if seed is not None and not _is_int(seed):
+        raise ValueError(f"{where}: seed must be an int or None, got {seed!r}")
+
+
+def check_length(where: str, config: Any, prompt: int, max_new_tokens: int) -> None:
+    """ValueError when the prompt plus the new tokens exceed the model's context.
+
+    The KV cache is allocated for the whole generation up front, so this is checked
+    before anything is allocated (``max_new_tokens=10**9`` fails at once).
+    """
+    limit = getattr(config, "max_position_embeddings", None)
+    if limit is not None and prompt + max_new_tokens > int(limit):
+        raise ValueError(
+            f"{where}: the prompt ({prompt} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's context of {int(limit)} positions (max_position_embeddings); lower max_new_tokens"
+        )
 
 
 def _bucket(n: int, least: int = 8) -> int:
@@ -510,16 +539,15 @@ class _Steps(Iterator[np.ndarray]):
 
     def __init__(self, model, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_ids):
         name = type(model).__name__
-        check_generation(f"{name}.generate", max_new_tokens, temperature, top_k, top_p, _vocab(model))
+        check_generation(f"{name}.generate", max_new_tokens, temperature, top_k, top_p, _vocab(model), seed)
         rows = prompt_rows(f"{name}.generate", input_ids, _vocab(model))
         lengths = np.array([len(r) for r in rows], np.int64)
         limit = getattr(model.config, "max_position_embeddings", None)
         longest = int(np.argmax(lengths))
         if limit is not None and lengths[longest] > limit:
             raise ValueError(f"{name}.generate: prompt {longest} has {int(lengths[longest])} tokens, more than the model's context of {int(limit)} positions (max_position_embeddings)")
+        check_length(f"{name}.generate", model.config, int(lengths.max()), int(max_new_tokens))
         need = int(lengths.max()) + int(max_new_tokens)
-        if isinstance(model.config, GPT2Config) and need > limit:
-            raise ValueError(f"{name}.generate: prompt ({int(lengths.max())}) + max_new_tokens ({max_new_tokens}) exceeds the {limit} learned positions")
         t = _bucket(int(lengths.max()))
         self._length = _round_up(max(t, need), 64)
         ids = np.zeros((len(rows), t), np.int64)

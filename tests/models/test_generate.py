@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -129,16 +131,37 @@ def test_eos_stops_rows(llama):
 def test_bad_arguments(llama):
     with pytest.raises(ValueError, match="max_new_tokens must be a positive int"):
         llama.generate([[1, 2]], 0)
-    with pytest.raises(ValueError, match="temperature must be >= 0"):
+    with pytest.raises(ValueError, match="temperature must be a number >= 0, got -1"):
         llama.generate([[1, 2]], 2, temperature=-1)
     with pytest.raises(ValueError, match=r"top_k must be an int in \[1, 256\]"):
         llama.generate([[1, 2]], 2, temperature=1.0, top_k=0)
-    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"top_p must be a number in \(0, 1\]"):
         llama.generate([[1, 2]], 2, temperature=1.0, top_p=1.5)
     with pytest.raises(ValueError, match=r"token ids outside \[0, 256\)"):
         llama.generate([[1, 999]], 2)
     with pytest.raises(ValueError, match="prompt 1 must be a non-empty"):
         llama.generate([[1, 2], []], 2)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"temperature": "hot"}, "temperature must be a number >= 0, got 'hot'"),
+        ({"temperature": float("nan")}, "temperature must be a number >= 0, got nan"),
+        ({"temperature": 1.0, "top_p": "most"}, r"top_p must be a number in \(0, 1\], got 'most'"),
+        ({"seed": "abc"}, "seed must be an int or None, got 'abc'"),
+        ({"max_new_tokens": 10**18}, r"max_new_tokens \(1000000000000000000\) exceeds the model's context of 128 positions"),
+        ({"max_new_tokens": True}, "max_new_tokens must be a positive int, got True"),
+    ],
+)
+def test_hostile_arguments_fail_at_once_with_the_argument_named(llama, kwargs, message):
+    kwargs = {"max_new_tokens": 2, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        llama.generate([[1, 2]], **kwargs)
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=message):
+        llama.stream([[1, 2]], **kwargs)  # checked before anything is allocated (no 10**18-slot cache)
+    assert time.perf_counter() - start < 1.0
 
 
 def test_progress_bar_only_for_long_generations_by_default():
