@@ -31,7 +31,7 @@ from lowering.dtypes import DType, promote_weak
 from lowering.ops import _rules as R
 from lowering.ops.core import cast, constant
 from lowering.ops.elementwise import add
-from lowering.ops.shape import reshape
+from lowering.ops.shape import _as_ints, reshape
 from lowering.registry import OpDef, front, register
 from lowering.types import DeviceRef, TensorType
 
@@ -104,10 +104,11 @@ random_normal_p = register(OpDef("random_normal", rule=_normal_rule, impl=_norma
 random_uniform_p = register(OpDef("random_uniform", rule=_uniform_rule, impl=_uniform_impl, differentiable=False))
 
 
-def _shape_param(shape: Any) -> tuple[int, ...]:
-    if isinstance(shape, int):
+def _shape_param(op: str, shape: Any) -> tuple[int, ...]:
+    """``shape`` as ints, refusing floats, bools and strings (``int(2.5)`` would silently draw 2 samples)."""
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
         shape = (shape,)
-    return tuple(int(d) for d in shape)
+    return _as_ints(op, shape, "shape")
 
 
 def _require_float(op: str, dtype: Any) -> None:
@@ -136,7 +137,7 @@ def random_normal(key, shape, dtype: DType, device: DeviceRef, mean: float = 0.0
     if not std > 0:
         raise R.OpError(f"random_normal: std must be > 0, got {std}")
     _require_float("random_normal", dtype)
-    return bind(random_normal_p, key, shape=_shape_param(shape), dtype=dtype, device=DeviceRef.from_device(device), mean=float(mean), std=float(std))
+    return bind(random_normal_p, key, shape=_shape_param("random_normal", shape), dtype=dtype, device=DeviceRef.from_device(device), mean=float(mean), std=float(std))
 
 
 @front(random_uniform_p)
@@ -156,7 +157,7 @@ def random_uniform(key, shape, dtype: DType, device: DeviceRef, low: float = 0.0
         ((1000,), True, True)
     """
     _require_float("random_uniform", dtype)
-    return bind(random_uniform_p, key, shape=_shape_param(shape), dtype=dtype, device=DeviceRef.from_device(device), low=float(low), high=float(high))
+    return bind(random_uniform_p, key, shape=_shape_param("random_uniform", shape), dtype=dtype, device=DeviceRef.from_device(device), low=float(low), high=float(high))
 
 
 # ─── MAX's graph-level API (max.graph.ops.random) ─────────────────────────

@@ -25,10 +25,11 @@ from lowering.dtypes import DType
 from lowering.types import DeviceRef, TensorType
 from maxfx.experimental import _random_state
 from maxfx.experimental._defaults import defaults
-from maxfx.experimental._tensor import Tensor
+from maxfx.experimental._tensor import Tensor, _static_shape
 from maxfx.graph import ops
 
 __all__ = ["seed", "set_seed", "uniform", "uniform_like", "gaussian", "gaussian_like", "normal", "normal_like"]
+
 
 def seed(value: int) -> None:
     """Restart the random stream from ``value`` (deterministic afterwards).
@@ -74,6 +75,7 @@ def uniform(shape: Any = (), range: Sequence[float] = (0, 1), *, dtype: DType | 
         >>> bool(((x.to_numpy() >= -1) & (x.to_numpy() < 1)).all())
         True
     """
+    shape = _static_shape(shape, "random.uniform")  # the check Tensor.zeros makes: no float, bool or negative dims
     low, high = _check_range(range)
     dtype, dev = defaults(dtype, device)
     return ops.random_uniform(_eager_key(dev), shape, dtype, DeviceRef.from_device(dev), low, high)
@@ -87,6 +89,7 @@ def gaussian(shape: Any = (), mean: float = 0.0, std: float = 1.0, *, dtype: DTy
         >>> abs(float(x.to_numpy().mean()) - 2.0) < 0.1
         True
     """
+    shape = _static_shape(shape, "random.gaussian")
     std = _check_std(std)
     dtype, dev = defaults(dtype, device)
     return ops.random_normal(_eager_key(dev), shape, dtype, DeviceRef.from_device(dev), float(mean), std)

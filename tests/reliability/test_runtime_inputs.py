@@ -174,6 +174,28 @@ def test_tensor_zeros_rejects_non_integer_and_negative_dims(shape, error, messag
         Tensor.zeros(shape)
 
 
+@pytest.mark.parametrize(("draw", "op"), [("gaussian", "random.gaussian"), ("normal", "random.gaussian"), ("uniform", "random.uniform")])
+def test_random_draws_reject_non_integer_and_negative_dims(draw, op):
+    from maxfx import random
+
+    with pytest.raises(TypeError, match=rf"{op}: dim 0 of shape \[2.5\] must be an int, got float 2.5"):
+        getattr(random, draw)([2.5])  # int(2.5) used to draw 2 samples
+    with pytest.raises(ValueError, match=rf"{op}: dim 1 of shape \[3, -1\] is negative"):
+        getattr(random, draw)([3, -1])
+    assert getattr(random, draw)(np.int64(3)).to_numpy().shape == (3,)
+
+
+def test_random_graph_ops_and_randn_reject_float_dims():
+    from maxfx.graph import DeviceRef, Graph, ops
+
+    with pytest.raises(TypeError, match=r"random_normal: shape entries must be ints, got float 2.5"):
+        Tensor.randn([2, 2.5])
+    with Graph("g"):
+        key = ops.constant(np.array([0, 0], np.uint32), DType.uint32, DeviceRef.CPU())
+        with pytest.raises(TypeError, match=r"random_uniform: shape entries must be ints, got float 2.5"):
+            ops.random_uniform(key, [2.5], DType.float32, DeviceRef.CPU())
+
+
 def test_tensor_type_rejects_negative_static_dims():
     from maxfx.graph import TensorType
 
