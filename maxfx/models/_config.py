@@ -143,7 +143,7 @@ class LlamaConfig:
                 _int(_need(scaling, "original_max_position_embeddings", f"{src}: rope_scaling"), "rope_scaling.original_max_position_embeddings", src)
         if self.sliding_window is not None and (isinstance(self.sliding_window, bool) or not isinstance(self.sliding_window, (int, np.integer)) or self.sliding_window <= 0):
             raise ConfigError(f"{src}: sliding_window must be a positive integer or null, got {self.sliding_window!r}")
-        if self.hidden_act not in MLP_ACTIVATIONS:
+        if not isinstance(self.hidden_act, str) or self.hidden_act not in MLP_ACTIVATIONS:
             raise ConfigError(f"{src}: hidden_act {self.hidden_act!r} is not supported (supported: {', '.join(sorted(MLP_ACTIVATIONS))})")
         if self.rope_freq_factors is not None and len(self.rope_freq_factors) != self.head_dim // 2:
             raise ConfigError(f"{src}: rope_freq_factors has {len(self.rope_freq_factors)} entries, head_dim {self.head_dim} needs {self.head_dim // 2}")
@@ -178,7 +178,7 @@ class LlamaConfig:
                 num_hidden_layers=_need(cfg, "num_hidden_layers", source),
                 num_attention_heads=heads,
                 num_key_value_heads=cfg.get("num_key_value_heads") or heads,
-                head_dim=cfg.get("head_dim") or 0,
+                head_dim=_int(_get(cfg, "head_dim", 0), "head_dim", source),
                 rms_norm_eps=_float(_get(cfg, "rms_norm_eps", 1e-6), "rms_norm_eps", source),
                 rope_theta=_float(theta, "rope_theta", source),
                 rope_scaling=_freeze(scaling),
@@ -194,7 +194,7 @@ class LlamaConfig:
     @classmethod
     def hf_variant(cls, cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
         """The variant fields an architecture reads from ``config.json`` (Llama: ``attention_bias``, ``hidden_act``)."""
-        if cfg.get("mlp_bias"):
+        if _bool(_get(cfg, "mlp_bias", False), "mlp_bias", source):
             raise ConfigError(f"{source}: mlp_bias=true is not supported")
         bias = _bool(_get(cfg, "attention_bias", False), "attention_bias", source)
         return {"qkv_bias": bias, "o_bias": bias, "hidden_act": cfg.get("hidden_act") or "silu"}

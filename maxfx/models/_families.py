@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from maxfx.models._config import ConfigError, LlamaConfig
+from maxfx.models._config import ConfigError, LlamaConfig, _bool, _get, _int
 
 __all__ = ["GemmaConfig", "MistralConfig", "Phi3Config", "Qwen2Config", "Qwen3Config"]
 
@@ -40,7 +40,7 @@ def _head_dim_required(cfg: Mapping[str, Any], source: str) -> None:
 
 def _no_layer_windows(cfg: Mapping[str, Any], source: str) -> None:
     # Qwen's `use_sliding_window` windows only some layers (`max_window_layers`): not modelled.
-    if cfg.get("use_sliding_window"):
+    if _bool(_get(cfg, "use_sliding_window", False), "use_sliding_window", source):
         raise ConfigError(f"{source}: use_sliding_window=true (per-layer sliding windows) is not supported for model_type={cfg.get('model_type')!r}")
 
 
@@ -89,8 +89,9 @@ class Phi3Config(LlamaConfig):
     @classmethod
     def hf_variant(cls, cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
         hidden, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
-        if cfg.get("head_dim") is not None and isinstance(hidden, int) and isinstance(heads, int) and heads and cfg["head_dim"] * heads != hidden:
-            raise ConfigError(f"{source}: head_dim {cfg['head_dim']} contradicts hidden_size {hidden} / num_attention_heads {heads} (Phi-3 splits hidden_size into heads)")
+        head_dim = None if cfg.get("head_dim") is None else _int(cfg["head_dim"], "head_dim", source)
+        if head_dim is not None and isinstance(hidden, int) and isinstance(heads, int) and heads and head_dim * heads != hidden:
+            raise ConfigError(f"{source}: head_dim {head_dim} contradicts hidden_size {hidden} / num_attention_heads {heads} (Phi-3 splits hidden_size into heads)")
         return {"fused_projections": True, "sliding_window": cfg.get("sliding_window"), "hidden_act": cfg.get("hidden_act") or "silu"}
 
 
@@ -105,7 +106,7 @@ class GemmaConfig(LlamaConfig):
         _head_dim_required(cfg, source)
         if cfg.get("tie_word_embeddings") is False:
             raise ConfigError(f"{source}: tie_word_embeddings=false contradicts model_type='gemma' (Gemma's head is the embedding table)")
-        bias = bool(cfg.get("attention_bias", False))
+        bias = _bool(_get(cfg, "attention_bias", False), "attention_bias", source)
         # `hidden_activation` is Gemma's own key (the tanh GELU the model was trained with); older files only have `hidden_act`.
         act = cfg.get("hidden_activation") or cfg.get("hidden_act") or "gelu_pytorch_tanh"
         return {"qkv_bias": bias, "o_bias": bias, "hidden_act": act, "norm_weight_offset": 1.0, "norm_multiply_before_cast": True, "scale_embeddings": True}

@@ -117,6 +117,41 @@ def test_llama_config_value_of_wrong_type_names_key_value_and_type(key, value, e
         LlamaConfig.from_hf({**_LLAMA, key: value})
 
 
+@pytest.mark.parametrize(
+    ("family", "key", "value", "expected"),
+    [
+        ("GemmaConfig", "attention_bias", "false", "true or false"),  # read as True by bool()
+        ("Qwen2Config", "use_sliding_window", "false", "true or false"),  # refused as "use_sliding_window=true"
+        ("LlamaConfig", "mlp_bias", "false", "true or false"),
+        ("LlamaConfig", "head_dim", "8", "an integer"),  # a raw TypeError from `head_dim % 2`
+        ("Phi3Config", "head_dim", "8", "an integer"),  # "8" * 2 == "88"
+    ],
+)
+def test_family_config_flags_and_sizes_are_checked_by_type(family, key, value, expected):
+    from maxfx.models import ConfigError, _families
+    from maxfx.models._config import LlamaConfig
+
+    cls = getattr(_families, family, LlamaConfig)
+    with pytest.raises(ConfigError, match=rf"config.json: {key} must be {expected}, got {value!r} \(str\)"):
+        cls.from_hf({**_LLAMA, "head_dim": 8, key: value})
+    json_value = {"true or false": False, "an integer": 8}[expected]
+    assert cls.from_hf({**_LLAMA, "head_dim": 8, key: json_value}).head_dim == 8
+
+
+def test_gemma_attention_bias_false_gives_no_bias():
+    from maxfx.models._families import GemmaConfig
+
+    cfg = GemmaConfig.from_hf({**_LLAMA, "head_dim": 8, "attention_bias": False})
+    assert (cfg.qkv_bias, cfg.o_bias) == (False, False)
+
+
+def test_hidden_act_that_is_not_a_string_is_a_config_error():
+    from maxfx.models import ConfigError, LlamaConfig
+
+    with pytest.raises(ConfigError, match=r"hidden_act \['silu'\] is not supported"):
+        LlamaConfig.from_hf({**_LLAMA, "hidden_act": ["silu"]})
+
+
 def test_llama3_rope_scaling_numbers_are_checked_when_read():
     from maxfx.models import ConfigError, LlamaConfig
 
