@@ -74,6 +74,16 @@ def test_help_names_the_maxfx_module_and_shows_an_example():
     assert ">>> " in text and "ops.softmax(" in text and "TensorType(" in text
 
 
+def test_artifact_error_is_a_public_name_load_exported_raises(tmp_path):
+    from maxfx._artifact import ArtifactError
+
+    assert maxfx.ArtifactError is ArtifactError and "ArtifactError" in maxfx.__all__ and "ArtifactError" in dir(maxfx)
+    path = tmp_path / "not_an_artifact.maxfx"
+    path.write_bytes(b"not a zip file")
+    with pytest.raises(maxfx.ArtifactError, match="not_an_artifact.maxfx"):
+        maxfx.load_exported(path)
+
+
 # ─── no dynamically filled public namespace ───────────────────────────────
 
 
