@@ -26,6 +26,7 @@ of them) and return text; the config's EOS token then ends a row.
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -404,13 +405,15 @@ def check_generation(where: str, max_new_tokens: Any, temperature: Any, top_k: A
 
 
 def check_length(where: str, config: Any, prompt: int, max_new_tokens: int) -> None:
-    """ValueError when the prompt plus the new tokens exceed the model's context.
+    """ValueError when the prompt plus the new tokens need more positions than the model's context.
 
-    The KV cache is allocated for the whole generation up front, so this is checked
-    before anything is allocated (``max_new_tokens=10**9`` fails at once).
+    The last new token is sampled, never fed back, so a generation fills
+    ``prompt + max_new_tokens - 1`` positions. The KV cache is allocated for the whole
+    generation up front, so this is checked before anything is allocated
+    (``max_new_tokens=10**9`` fails at once).
     """
     limit = getattr(config, "max_position_embeddings", None)
-    if limit is not None and prompt + max_new_tokens > int(limit):
+    if limit is not None and prompt + max_new_tokens - 1 > int(limit):
         raise ValueError(
             f"{where}: the prompt ({prompt} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's context of {int(limit)} positions (max_position_embeddings); lower max_new_tokens"
         )
@@ -465,11 +468,17 @@ def _wrap(x: Any) -> Tensor:
 # position and sampling key, which each step advances on the device. A step's
 # host cost is then one C++ flatten of lists of arrays, however deep the model;
 # flattening the Module tree itself costs ~10 us per leaf in Python.
+# The structure of the caches the prefill being traced returns (it returns their
+# arrays only, so no Tensor is rebuilt per call); `_ahead` keeps it beside the program.
+_traced = threading.local()
+
+
 def _prefill_arrays(weights, ids, last, key, temperature, top_p, *, model_tree, length, greedy, top_k, use_top_p):
     model = jax.tree_util.tree_unflatten(model_tree, weights)
     tokens, caches = _prefill(model, _wrap(ids), _wrap(last), _wrap(key), _wrap(temperature), _wrap(top_p),
                               length=length, greedy=greedy, top_k=top_k, use_top_p=use_top_p)  # fmt: skip
-    return tokens._array(), caches, last + 1, key + np.array([0, 1], np.uint32)
+    arrays, _traced.cache_tree = jax.tree_util.tree_flatten(caches)
+    return tokens._array(), arrays, last + 1, key + np.array([0, 1], np.uint32)
 
 
 def _decode_arrays(weights, caches, tokens, pos, key, temperature, top_p, *, model_tree, cache_tree, greedy, top_k, use_top_p):
@@ -503,21 +512,24 @@ def _signature(args: tuple, static: dict[str, Any]) -> Any:
     return treedef, tuple((jax.typeof(x), getattr(x, "sharding", None)) for x in leaves), tuple(sorted(static.items(), key=lambda kv: kv[0]))
 
 
-def _ahead(kind: str, step: Any, args: tuple, static: dict[str, Any]) -> tuple[Any, float]:
-    """The compiled ``step`` for ``args`` and the seconds spent compiling it now (0 when cached). Call inside ``x64()``."""
+def _ahead(kind: str, step: Any, args: tuple, static: dict[str, Any]) -> tuple[Any, Any, float]:
+    """The compiled ``step`` for ``args``, the structure of the caches it returns (prefill) and the
+    seconds spent compiling it now (0 when cached). Call inside ``x64()``."""
     cache = _AHEAD[kind]
     key = _signature(args, static)
-    exe = cache.get(key)
-    if exe is not None:
-        return exe, 0.0
+    hit = cache.get(key)
+    if hit is not None:
+        return *hit, 0.0
     start = time.perf_counter()
+    _traced.cache_tree = None
     exe = step.lower(*args, **static).compile()
-    cache[key] = exe
-    return exe, time.perf_counter() - start
+    cache[key] = (exe, _traced.cache_tree)
+    return exe, _traced.cache_tree, time.perf_counter() - start
 
 
-def _put(value: Any, dtype: Any, device: Any) -> Any:
-    return jax.device_put(np.asarray(value, dtype), device.jax_device)
+def _put(device: Any, *values: tuple[Any, Any]) -> list[Any]:
+    """``(value, dtype)`` pairs as arrays on ``device``, in one batched transfer."""
+    return jax.device_put([np.asarray(v, dtype) for v, dtype in values], device.jax_device)
 
 
 @dataclass
@@ -581,19 +593,19 @@ class _Steps(Iterator[np.ndarray]):
         with x64():
             if self._state is None:
                 self._weights, self._model_tree = jax.tree_util.tree_flatten(self._model)  # the arrays of its Tensors
-                self._scalars = (_put(self._temperature, np.float32, device), _put(self._top_p, np.float32, device))
-                key = _put([self._seed, 0], np.uint32, device)
-                args = (self._weights, _put(self._ids, np.int64, device), _put(self._lengths - 1, np.int64, device), key, *self._scalars)
-                exe, compile_s = _ahead("prefill", prefill_step, args, {"model_tree": self._model_tree, "length": self._length, **self._static})
+                ids, last, key, *self._scalars = _put(
+                    device, (self._ids, np.int64), (self._lengths - 1, np.int64), ([self._seed, 0], np.uint32), (self._temperature, np.float32), (self._top_p, np.float32)
+                )
+                args = (self._weights, ids, last, key, *self._scalars)
+                exe, self._cache_tree, compile_s = _ahead("prefill", prefill_step, args, {"model_tree": self._model_tree, "length": self._length, **self._static})
                 dispatched = time.perf_counter()
                 tokens, caches, pos, key = exe(*args)
-                caches, self._cache_tree = jax.tree_util.tree_flatten(caches)  # Tensors -> their arrays, once
             else:
                 caches, tokens, pos, key = self._state
                 args = (self._weights, caches, tokens, pos, key, *self._scalars)
                 if self._decode is None:
                     static = {"model_tree": self._model_tree, "cache_tree": self._cache_tree, **self._static}
-                    self._decode, compile_s = _ahead("decode", decode_step, args, static)
+                    self._decode, _, compile_s = _ahead("decode", decode_step, args, static)
                 dispatched = time.perf_counter()
                 tokens, caches, pos, key = self._decode(*args)
         self._state = (caches, tokens, pos, key)
