@@ -27,8 +27,9 @@ import numpy as np
 from lowering.dtypes import DType
 from maxfx.engine import InferenceSession
 from maxfx.graph import Graph, TensorType
-from maxfx.models._generate import _progress, check_generation, prompt_rows
+from maxfx.models._generate import _progress, _rows, check_generation
 from maxfx.models._source import Q8_0
+from maxfx.models._token_ids import check_token_ids
 from maxfx.nn._q8 import split_q8_0
 from maxfx.nn.kv_cache import KVCacheParams, PagedCacheValues, PagedKVCacheManager
 from maxfx.nn.transformer import Transformer
@@ -128,9 +129,12 @@ class PagedCausalLM(abc.ABC):
         return last.to_numpy(), logits.to_numpy()
 
     def _prompts(self, input_ids: Any, where: str) -> list[np.ndarray]:
-        rows = prompt_rows(f"{type(self).__name__}.{where}", input_ids, self.vocab_size)
+        """``input_ids`` as int64 rows; `TokenIdError` for an id outside the vocabulary (the graph's gather would clamp it)."""
+        rows = _rows(input_ids)
+        for i, row in enumerate(rows):
+            check_token_ids(f"{where}, prompt {i}" if len(rows) > 1 else where, row, self.vocab_size)
         if len(rows) > self.cache.max_batch_size:
-            raise ValueError(f"{type(self).__name__}.{where}: batch of {len(rows)} prompts; this model was built for max_batch_size={self.cache.max_batch_size}")
+            raise ValueError(f"{where}: batch of {len(rows)} prompts; this model was built for max_batch_size={self.cache.max_batch_size}")
         return rows
 
     def _session(self, n: int) -> list[int]:
@@ -143,7 +147,10 @@ class PagedCausalLM(abc.ABC):
     # ── forward ──
     def forward_ragged(self, prompts: Any) -> list[np.ndarray]:
         """Logits of every token of prompts of different lengths, in one ragged prefill: one float32 ``[T_b, vocab]`` per prompt."""
-        rows = self._prompts(prompts, "forward_ragged")
+        return self._forward(prompts, f"{type(self).__name__}.forward_ragged")
+
+    def _forward(self, prompts: Any, where: str) -> list[np.ndarray]:
+        rows = self._prompts(prompts, where)
         ids = self._session(len(rows))
         try:
             _, logits = self._step(ids, rows)
@@ -157,7 +164,7 @@ class PagedCausalLM(abc.ABC):
         ids = np.asarray(input_ids.to_numpy() if hasattr(input_ids, "to_numpy") else input_ids)
         if ids.ndim != 2:
             raise ValueError(f"{type(self).__name__}: input_ids must be [batch, seq] token ids, got shape {list(ids.shape)}; use forward_ragged for prompts of different lengths")
-        return np.stack(self.forward_ragged(list(ids)))
+        return np.stack(self._forward(list(ids), type(self).__name__))
 
     # ── generation ──
     def generate(
@@ -185,7 +192,7 @@ class PagedCausalLM(abc.ABC):
         """
         check_generation(f"{type(self).__name__}.generate", max_new_tokens, temperature, top_k, top_p, self.vocab_size)
         pick = _sampler(temperature, top_k, top_p, seed, self.vocab_size)
-        rows = self._prompts(input_ids, "generate")
+        rows = self._prompts(input_ids, f"{type(self).__name__}.generate")
         longest = max(len(r) for r in rows) + int(max_new_tokens) - 1
         if longest > self.max_seq_len:
             raise ValueError(f"{type(self).__name__}.generate: prompt + new tokens need {longest} cache positions; max_seq_len is {self.max_seq_len}")

@@ -23,8 +23,9 @@ class TokenIdError(ValueError, IndexError):
 def check_token_ids(where: str, ids: Any, vocab_size: int) -> None:
     """Raise `TokenIdError` if a concrete id in ``ids`` is negative or ``>= vocab_size``.
 
-    Traced or still-pending ids (inside ``jax.jit``, ``F.lazy()``) are not read:
-    checking them would stop the trace or force a computation.
+    ``ids`` is an eager Tensor or a numpy array (the graph models' host-side
+    rows). Traced or still-pending ids (inside ``jax.jit``, ``F.lazy()``) are
+    not read: checking them would stop the trace or force a computation.
 
     Example:
         >>> from maxfx.experimental.tensor import Tensor
@@ -34,11 +35,14 @@ def check_token_ids(where: str, ids: Any, vocab_size: int) -> None:
         ...
         maxfx.models._token_ids.TokenIdError: LlamaForCausalLM: token id 300 is out of range for the vocabulary of 256 tokens (config.vocab_size); valid ids are 0 to 255
     """
-    var = getattr(ids, "_var", None)
-    array = getattr(var, "array", None)
-    if array is None or isinstance(array, jax.core.Tracer) or not var.realized:
-        return
-    a = np.asarray(array)  # the ids of one forward call: a small [batch, seq] read
+    if isinstance(ids, np.ndarray):
+        a = ids
+    else:
+        var = getattr(ids, "_var", None)
+        array = getattr(var, "array", None)
+        if array is None or isinstance(array, jax.core.Tracer) or not var.realized:
+            return
+        a = np.asarray(array)  # the ids of one forward call: a small [batch, seq] read
     if a.size == 0:
         return
     lo, hi = int(a.min()), int(a.max())

@@ -189,7 +189,7 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
         load_pretrained_graph(tmp_path)  # GPT-2 folders load (tests/models/test_gpt2_graph.py); an unknown one names the supported
     with pytest.raises(ValueError, match="max_batch_size=4"):
         model.generate([[1, 2]] * 5, 2)
-    with pytest.raises(ValueError, match=r"outside \[0, 256\)"):
+    with pytest.raises(ValueError, match=r"token id 256 is out of range for the vocabulary of 256 tokens"):
         model([[1, 256]])
     with pytest.raises(ValueError, match="max_seq_len is 128"):
         model.generate([[1, 2, 3]], 127)

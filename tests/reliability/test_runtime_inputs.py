@@ -55,6 +55,22 @@ def test_model_call_rejects_token_ids_outside_the_vocabulary(name):
     assert model([[1, vocab - 1]]).shape[-1] == vocab
 
 
+@pytest.mark.parametrize("name", ["tiny_llama", "tiny_gpt2"])
+def test_graph_model_rejects_token_ids_outside_the_vocabulary(name):
+    from maxfx.models import load_pretrained_graph
+    from maxfx.models._token_ids import TokenIdError
+
+    model = load_pretrained_graph(f"tests/data/models/{name}", max_batch_size=2)
+    vocab, cls = model.vocab_size, type(model).__name__
+    with pytest.raises(TokenIdError, match=rf"{cls}: token id {vocab} is out of range for the vocabulary of {vocab} tokens"):
+        model(np.array([[1, vocab]]))
+    with pytest.raises(IndexError, match=rf"{cls}.forward_ragged, prompt 1: token id -1 is out of range"):
+        model.forward_ragged([[1], [2, -1]])
+    with pytest.raises(TokenIdError, match=rf"{cls}.generate: token id {vocab + 5} is out of range"):
+        model.generate([[vocab + 5]], max_new_tokens=1)
+    assert model([[1, vocab - 1]]).shape == (1, 2, vocab)
+
+
 # ─── item 8: results larger than the device: a Python error, not an abort ──
 
 _HUGE_EAGER = """
