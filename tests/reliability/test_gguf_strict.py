@@ -244,3 +244,14 @@ def test_big_endian_file_loads(tmp_path):
     weights = GGUFWeights(path)
     for name, value in TENSORS.items():
         np.testing.assert_array_equal(weights[name].data().to_numpy(), value)
+
+
+def test_metadata_string_that_is_not_utf8_names_the_key(tmp_path):
+    # Found by tests/reliability/test_fuzz_weights.py: gguf's contents() raised a bare UnicodeDecodeError.
+    path = _write(tmp_path / "bad_utf8.gguf", metadata=[("general.name", "tiny")])
+    _patch(path, _field_position(path, "general.name", 4), "B", 0xFF)  # first byte of the value
+    weights = GGUFWeights(path)
+    np.testing.assert_array_equal(weights.a.values(), TENSORS["a"])  # the tensors are intact
+    with pytest.raises(ValueError, match=r"\(key 'general.name'\): a string value is not UTF-8") as info:
+        weights.metadata
+    assert str(path) in str(info.value)

@@ -261,6 +261,24 @@ def test_local_header_name_must_match_the_central_directory(tmp_path):
         PytorchWeights(path)
 
 
+def _central_header(path, name):
+    """Offset of ``name``'s central directory record: its 46 fixed bytes precede the name's last occurrence."""
+    return path.read_bytes().rindex(name.encode()) - 46
+
+
+@pytest.mark.parametrize("where", ["central", "local"])
+def test_entry_name_flagged_utf8_that_is_not_is_a_typed_error(tmp_path, where):
+    # Found by tests/reliability/test_fuzz_weights.py: zipfile decodes names flagged UTF-8 (bit 11)
+    # itself and raised a bare UnicodeDecodeError from the central directory or data.pkl's local header.
+    path = one_tensor_bin(tmp_path / "utf8.bin", np.arange(4, dtype=np.float32))
+    header = _entry(path, "archive/data.pkl").header_offset if where == "local" else _central_header(path, "archive/data.pkl")
+    flags_at, name_at = (header + 6, header + 30) if where == "local" else (header + 8, header + 46)
+    _patch(path, flags_at, struct.pack("<H", 0x800))
+    _patch(path, name_at, b"\xff")
+    with pytest.raises(pt.CorruptCheckpointError, match=r"utf8\.bin.*(not valid UTF-8|is corrupt.*utf-8)"):
+        PytorchWeights(path)
+
+
 # -- 9. deep nesting -----------------------------------------------------------------------
 
 

@@ -405,8 +405,22 @@ class GGUFWeights(CheckpointWeights):
 
     @property
     def metadata(self) -> dict[str, Any]:
-        """The file's key/value metadata as Python values (``"llama.block_count": 2``, ...)."""
-        return {key: field.contents() for key, field in self._reader.fields.items() if not key.startswith("GGUF.")}
+        """The file's key/value metadata as Python values (``"llama.block_count": 2``, ...).
+
+        Raises:
+            ValueError: a string value is not UTF-8, as GGUF strings must be
+                (names the file and key). The header check leaves values
+                undecoded, like llama.cpp, so the tensors of such a file still load.
+        """
+        values = {}
+        for key, field in self._reader.fields.items():
+            if key.startswith("GGUF."):
+                continue
+            try:
+                values[key] = field.contents()
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{self._source.label}: corrupt GGUF file (key {key!r}): a string value is not UTF-8 ({e})") from None
+        return values
 
     def raw_tensor(self) -> np.ndarray:
         """The tensor's bytes as stored (uint8 ``[rows, row_bytes]`` for block formats).

@@ -348,6 +348,8 @@ class TorchCheckpoint:
         except zipfile.BadZipFile as e:
             hint = " (legacy non-zip torch.save files are not supported)" if _looks_like_legacy_pickle(self.path) else ""
             raise CorruptCheckpointError(f"{self.path}: not a zip-based PyTorch checkpoint or truncated: {e}{hint}") from None
+        except UnicodeDecodeError as e:  # zipfile decodes names flagged UTF-8 itself; a damaged name is not
+            raise CorruptCheckpointError(f"{self.path}: a zip entry name flagged as UTF-8 is not valid UTF-8 (damaged zip directory): {e}") from None
         except (OSError, EOFError, zipfile.LargeZipFile, NotImplementedError) as e:
             raise CorruptCheckpointError(f"{self.path}: cannot read PyTorch checkpoint: {e}") from None
         if byteorder not in ("little", "big"):
@@ -402,7 +404,8 @@ class TorchCheckpoint:
                         take = chunk[: keep - filled]
                         out[filled : filled + len(take)] = take
                         filled += len(take)
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError) as e:  # RuntimeError: encrypted entry
+        # RuntimeError: encrypted entry; UnicodeDecodeError: a local header name flagged UTF-8 that is not.
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError, UnicodeDecodeError) as e:
             raise CorruptCheckpointError(f"{self.path}: zip entry {entry.filename} is corrupt: {e}") from None
         if total != entry.file_size or crc != entry.CRC:
             raise CorruptCheckpointError(
