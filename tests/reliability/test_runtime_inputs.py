@@ -193,6 +193,38 @@ def test_config_numbers_as_json_writes_them_still_load():
     assert GPT2Config.from_hf(dict(vocab_size=32, n_embd=16, n_layer=1, n_head=2, max_position_embeddings=8)).n_positions == 8
 
 
+def test_integer_tensor_assigned_over_a_float_weight_is_refused_at_assignment():
+    from maxfx.experimental.nn import Embedding, Linear
+
+    layer = Linear(4, 4)
+    before = layer.weight
+    with pytest.raises(TypeError, match=r"Linear.weight is a Tensor of dtype float32; the assigned Tensor has dtype int32 \(integer where floating-point is expected\).*value.cast\(DType.float32\)"):
+        layer.weight = Tensor(np.zeros((4, 4), np.int32))  # used to fail only inside forward's matmul
+    assert layer.weight is before
+    table = Embedding(8, dim=2)
+    with pytest.raises(TypeError, match=r"Embedding.weight is a Tensor of dtype float32; the assigned Tensor has dtype uint8"):
+        table.weight = Tensor(np.zeros((8, 2), np.uint8))
+
+
+def test_same_kind_and_first_assignments_of_tensors_are_accepted():
+    from maxfx.experimental.nn import Linear, Module
+
+    layer = Linear(4, 4)
+    layer.weight = Tensor(np.eye(4, dtype=np.float32)).cast(DType.bfloat16)  # float -> float: a precision choice
+    x = np.arange(4, dtype=np.float32)[None]
+    np.testing.assert_array_equal(layer(Tensor(x).cast(DType.bfloat16)).cast(DType.float32).to_numpy(), x + layer.bias.cast(DType.float32).to_numpy())
+
+    class Quantized(Module):
+        def __init__(self):
+            self.weight = Tensor(np.zeros((2, 2), np.int8))  # first assignment: any dtype
+
+    q = Quantized()
+    q.weight = Tensor(np.ones((2, 2), np.uint8))  # integer -> integer (int8 -> uint8 packing)
+    q.weight = Tensor([[True, False]])  # bool is neither kind: not checked
+    layer.bias = 0  # a Tensor field replaced by a non-Tensor
+    assert q.weight.dtype is DType.bool and layer.bias == 0
+
+
 def test_graph_output_of_a_string_is_a_type_error_naming_what_is_expected():
     from maxfx.graph import Graph, TensorType
 

@@ -181,6 +181,16 @@ class Module:
     def __class_getitem__(cls, params: Any) -> type:
         return cls
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A float weight replaced by an integer Tensor (or the reverse) would fail only
+        # when forward runs, far from the assignment: refuse it here. Same-kind changes
+        # (float32 -> bfloat16, int8 -> uint8) and first assignments are plain Python.
+        if isinstance(value, Tensor):
+            old = self.__dict__.get(name)
+            if isinstance(old, Tensor):
+                _check_dtype_kind(self, name, old, value)
+        object.__setattr__(self, name, value)
+
     # -- computation --------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """The module's computation; subclasses override it (or ``__call__``)."""
@@ -329,10 +339,7 @@ class Module:
             old = current[name]
             t = _as_tensor(value, name, device=old.device)
             if t.dtype is not old.dtype or list(t.shape) != list(old.shape):
-                raise ValueError(
-                    f"{type(self).__name__}: parameter {name!r} expects {old.dtype.name}{[int(d) for d in old.shape]}, "
-                    f"got {t.dtype.name}{[int(d) for d in t.shape]}"
-                )
+                raise ValueError(f"{type(self).__name__}: parameter {name!r} expects {old.dtype.name}{[int(d) for d in old.shape]}, got {t.dtype.name}{[int(d) for d in t.shape]}")
             converted[name] = t if t.device == old.device else t.to(old.device)
         self.apply_to_parameters(lambda name, t: converted.get(name, t))
 
@@ -377,6 +384,33 @@ class Module:
         return self is other
 
     __hash__ = object.__hash__
+
+
+def _dtype_kind(t: Tensor) -> str | None:
+    """``"floating-point"`` or ``"integer"``; None for other dtypes (bool), which are not checked."""
+    dtype = t.dtype
+    return "floating-point" if dtype.is_float() else "integer" if dtype.is_integral() else None
+
+
+def _check_dtype_kind(module: Module, name: str, old: Tensor, new: Tensor) -> None:
+    """TypeError when ``new`` would replace ``module.name`` (a Tensor ``old``) with the other dtype kind.
+
+    Example:
+        >>> import numpy as np
+        >>> from maxfx.experimental.nn import Linear
+        >>> layer = Linear(2, 2)
+        >>> layer.weight = Tensor(np.zeros((2, 2), np.int32))
+        Traceback (most recent call last):
+        ...
+        TypeError: Linear.weight is a Tensor of dtype float32; the assigned Tensor has dtype int32 (integer where floating-point is expected), which would fail only when the module runs; cast it first: value.cast(DType.float32)
+    """
+    before, after = _dtype_kind(old), _dtype_kind(new)
+    if before is None or after is None or before == after:
+        return
+    raise TypeError(
+        f"{type(module).__name__}.{name} is a Tensor of dtype {old.dtype.name}; the assigned Tensor has dtype {new.dtype.name} "
+        f"({after} where {before} is expected), which would fail only when the module runs; cast it first: value.cast(DType.{old.dtype.name})"
+    )
 
 
 def _indent(text: str) -> str:
@@ -437,4 +471,3 @@ def module_dataclass(cls: type | None = None, /, *, repr: bool = False, **kwargs
         return dataclasses.dataclass(c, repr=repr, **kwargs)
 
     return wrap if cls is None else wrap(cls)
-
