@@ -20,6 +20,7 @@ from custom_calls.qmatmul.dispatch import (
     gptq_qmatmul,
     int8_qmatmul,
     prepare,
+    q8_0_matmul,
     qmatmul,
     qmatmul_prepared,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "dequantize",
     "dequantize_blocks",
     "qmatmul",
+    "q8_0_matmul",
     "gptq_packed_k",
     "gptq_unpack_int4",
     "gptq_dequantize",

@@ -8,6 +8,9 @@ Rule (``shared/design/PALLAS_NOTES.md`` §9):
   for CUDA (`custom_calls._target.lowering_for`): ``lax.platform_dependent`` with
   the Pallas (Triton) kernel for ``cuda`` and the reference as the default, so a
   computation placed on the CPU of a GPU machine still lowers.
+* else, on a CPU: for Q4_0 and Q8_0 with at most `cpu.MAX_ROWS` float32 rows
+  (LLM decode), the C++ kernels of `custom_calls.qmatmul.cpu`, which read the
+  blocks in place; otherwise, or when they could not be built, the reference.
 * else: the reference (`custom_calls.qmatmul.reference`).
 
 Errors and fallbacks when a kernel would be used:
@@ -44,7 +47,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from custom_calls._target import gpu_target
-from custom_calls.qmatmul import pallas_gguf, pallas_gptq
+from custom_calls.qmatmul import cpu, pallas_gguf, pallas_gptq
 from custom_calls.qmatmul import reference as ref
 from custom_calls.qmatmul._pallas_core import KernelConfig, PreparedWeight
 
@@ -52,6 +55,7 @@ __all__ = [
     "ENV_INTERPRET",
     "kernel_mode",
     "qmatmul",
+    "q8_0_matmul",
     "gptq_qmatmul",
     "int8_qmatmul",
     "qmatmul_prepared",
@@ -149,6 +153,38 @@ def _run(mode: str, kernel: Callable, dequant_nt: Callable, reference: Callable,
     return lax.platform_dependent(lhs, raw, cuda=cuda, default=lambda x, r: reference(x, r))
 
 
+def _cpu_kernel_applies(lhs: jax.Array) -> bool:
+    """Few float32 rows on a CPU backend, and the kernels built (`custom_calls.qmatmul.cpu`)."""
+    rows = lhs.size // lhs.shape[-1] if lhs.shape[-1] else 0
+    if lhs.dtype != jnp.float32 or not 1 <= rows <= cpu.MAX_ROWS or jax.default_backend() != "cpu":
+        return False
+    if not cpu.available():
+        _LOG.debug("qmatmul: CPU kernels unavailable (%s); jnp reference", cpu.unavailable_reason())
+        return False
+    return True
+
+
+def q8_0_matmul(lhs: Any, values: Any, scales: Any) -> jax.Array:
+    """``lhs @ W.T`` for Q8_0 ``W`` held split: int8 ``values [N, K]`` and float16 ``scales [N, K / 32]`` (decoded in float32).
+
+    On a CPU with few float32 rows, the `custom_calls.qmatmul.cpu` kernel (reads
+    the 8-bit values in place); elsewhere ``W`` decoded by XLA, then one product.
+    Gradients flow to ``lhs``.
+    """
+    lhs, values, scales = jnp.asarray(lhs), jnp.asarray(values), jnp.asarray(scales)
+
+    def decoded(parts):
+        q, d = parts
+        w = q.astype(jnp.float32).reshape(*q.shape[:-1], -1, 32) * d.astype(jnp.float32)[..., None]
+        return w.reshape(q.shape)
+
+    if kernel_mode() is None and _cpu_kernel_applies(lhs):
+        _LOG.debug("q8_0_matmul: CPU kernel")
+        return _with_grad(lambda x, w: cpu.q8_0_matmul(x, *w), decoded)(lhs, (values, scales), (values, scales))
+    out = lax.dot_general(lhs.astype(jnp.float32), decoded((values, scales)), (((lhs.ndim - 1,), (1,)), ((), ())))
+    return out.astype(lhs.dtype)
+
+
 def qmatmul(encoding: str, lhs: Any, rhs: Any) -> jax.Array:
     """``lhs @ dequantize(encoding, rhs).T`` (GGUF rows ``rhs uint8 [N, row_bytes]``), kernel or reference.
 
@@ -162,14 +198,15 @@ def qmatmul(encoding: str, lhs: Any, rhs: Any) -> jax.Array:
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
     elems, nbytes = ref.block_shape(encoding)
     if rhs.dtype != jnp.uint8 or rhs.ndim != 2 or rhs.shape[1] % nbytes:
-        raise ValueError(
-            f"rhs: {encoding} qmatmul needs uint8 [N, a multiple of {nbytes} bytes], got {rhs.dtype}{list(rhs.shape)}"
-        )
+        raise ValueError(f"rhs: {encoding} qmatmul needs uint8 [N, a multiple of {nbytes} bytes], got {rhs.dtype}{list(rhs.shape)}")
     k = rhs.shape[1] // nbytes * elems
     if lhs.shape[-1:] != (k,):
         raise ValueError(f"lhs: {encoding} qmatmul lhs {list(lhs.shape)} does not match rhs {list(rhs.shape)} (K = {k})")
     mode = kernel_mode()
     if mode is None:
+        if encoding == "Q4_0" and _cpu_kernel_applies(lhs):
+            _LOG.debug("qmatmul: CPU kernel (%s)", encoding)
+            return _with_grad(cpu.q4_0_matmul, lambda r: ref.dequantize(encoding, r))(lhs, rhs, rhs)
         return ref.qmatmul(encoding, lhs, rhs)
     why = _check_lhs("qmatmul", lhs)  # every encoding `ref.block_shape` accepts has a kernel
     if why:
@@ -214,9 +251,7 @@ def gptq_qmatmul(lhs: Any, packed: Any, perm_idx: Any = None, *, group_size: int
         lambda r: ref.gptq_dequantize_packed(r[0], r[1], group_size=group_size).T,
         lambda x, r: ref.gptq_qmatmul(x, r[0], r[1], group_size=group_size),
         lhs,
-        lambda: _cached(
-            ("gptq", group_size), (packed, perm), lambda: pallas_gptq.prepare_gptq(packed, perm, group_size=group_size)
-        ),
+        lambda: _cached(("gptq", group_size), (packed, perm), lambda: pallas_gptq.prepare_gptq(packed, perm, group_size=group_size)),
         (packed, perm),
     )
 

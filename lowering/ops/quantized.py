@@ -35,7 +35,7 @@ from lowering.quantization import QuantizationEncoding
 from lowering.registry import OpDef, OpError, front, register
 from lowering.types import TensorType
 
-__all__ = ["dequantize", "qmatmul", "QuantizedInputError"]
+__all__ = ["dequantize", "qmatmul", "q8_0_matmul_p", "QuantizedInputError"]
 
 
 class QuantizedInputError(OpError, TypeError):
@@ -76,10 +76,7 @@ def _quantized_matrix(op: str, enc: QuantizationEncoding, t: Any, name: str) -> 
 def _dequantize_rule(quantized, *, encoding: QuantizationEncoding) -> TensorType:
     op = "dequantize"
     if encoding is QuantizationEncoding.GPTQ:
-        raise OpError(
-            f"{op}: {encoding} weights have no standalone block layout (their packing depends on a "
-            "QuantizationConfig); use ops.qmatmul(encoding, config, x, weight) instead"
-        )
+        raise OpError(f"{op}: {encoding} weights have no standalone block layout (their packing depends on a QuantizationConfig); use ops.qmatmul(encoding, config, x, weight) instead")
     elems, nbytes = _gguf_block(op, encoding)
     q = _quantized_matrix(op, encoding, quantized, "quantized")
     R.require_rank(op, q, lambda r: r >= 1, ">= 1 (rows of packed blocks)", "quantized")
@@ -87,10 +84,7 @@ def _dequantize_rule(quantized, *, encoding: QuantizationEncoding) -> TensorType
     if not isinstance(last, StaticDim):
         raise QuantizedInputError(f"{op}: dequantize only supported with static last dimension; {R.fmt(q)} has a symbolic one ({encoding})")
     if last.dim % nbytes:
-        raise OpError(
-            f"{op}: last dimension ({last.dim}) not divisible by block size ({nbytes}) of {encoding}: "
-            f"{R.fmt(q)} must hold whole {nbytes}-byte blocks"
-        )
+        raise OpError(f"{op}: last dimension ({last.dim}) not divisible by block size ({nbytes}) of {encoding}: {R.fmt(q)} must hold whole {nbytes}-byte blocks")
     return TensorType(DType.float32, list(q.shape[:-1]) + [last.dim // nbytes * elems], q.device)
 
 
@@ -195,10 +189,7 @@ def _check_gguf_k(encoding: QuantizationEncoding, lhs_shape: tuple[int, ...], rh
     shapes = f"lhs float{list(lhs_shape)}, rhs uint8{list(rhs_shape)}"
     width = rhs_shape[1]
     if width % nbytes:
-        raise OpError(
-            f"{op}: rhs row width {width} bytes is not a multiple of the {encoding} block size "
-            f"({nbytes} bytes): {shapes} (rhs is transposed: [N, K / {elems} * {nbytes}])"
-        )
+        raise OpError(f"{op}: rhs row width {width} bytes is not a multiple of the {encoding} block size ({nbytes} bytes): {shapes} (rhs is transposed: [N, K / {elems} * {nbytes}])")
     k = width // nbytes * elems
     if lhs_shape[-1] != k:
         raise OpError(f"{op}: lhs last dim {lhs_shape[-1]} must equal K = {k} of the {encoding} rhs: {shapes}")
@@ -214,6 +205,29 @@ def _qmatmul_impl(lhs, *rhs, encoding: QuantizationEncoding, group_size: int | N
 qmatmul_p = register(OpDef("qmatmul", rule=_qmatmul_rule, impl=_qmatmul_impl))
 
 
+# ─── q8_0_matmul (GGUF Q8_0 held split; no MAX front) ─────────────────────
+# MAX's QuantizationEncoding has no Q8_0, so maxfx keeps Q8_0 weights as int8
+# values plus float16 scales (`maxfx.nn._q8`); their product is this op, so a
+# backend with a kernel for it (the CPU one of `custom_calls.qmatmul.cpu`) reads
+# the 8-bit values in place instead of a decoded float copy.
+
+
+def _q8_0_matmul_rule(lhs, values, scales) -> TensorType:
+    op = "q8_0_matmul"
+    lhs, q, d = R.require_tensor(op, lhs, "lhs"), R.require_tensor(op, values, "values"), R.require_tensor(op, scales, "scales")
+    shapes = f"lhs {R.fmt(lhs)}, values {R.fmt(q)}, scales {R.fmt(d)}"
+    if not lhs.dtype.is_float() or q.dtype is not DType.int8 or d.dtype is not DType.float16:
+        raise QuantizedInputError(f"{op}: expected float lhs, int8 values and float16 scales, got {shapes}")
+    if lhs.rank < 1 or q.rank != 2 or d.rank != 2:
+        raise QuantizedInputError(f"{op}: expected lhs [..., K], values [N, K] and scales [N, K / 32], got {shapes}")
+    if lhs.shape[-1] != q.shape[1] or d.shape[0] != q.shape[0] or q.shape[1] != d.shape[1] * 32:
+        raise OpError(f"{op}: lhs [..., K], values [N, K] and scales [N, K / 32] do not agree: {shapes}")
+    return TensorType(lhs.dtype, list(lhs.shape[:-1]) + [q.shape[0]], R.same_device(op, lhs, values, scales))
+
+
+q8_0_matmul_p = register(OpDef("q8_0_matmul", rule=_q8_0_matmul_rule, impl=cq.q8_0_matmul))
+
+
 def _gptq_params(config: Any) -> tuple[int, bool]:
     if config is None:
         raise OpError("qmatmul: GPTQ needs a QuantizationConfig(quant_method='gptq', bits=4, group_size=..., sym=True)")
@@ -221,10 +235,7 @@ def _gptq_params(config: Any) -> tuple[int, bool]:
     if str(fields["quant_method"]).lower() != "gptq" or fields["bits"] != 4:
         raise OpError(f"qmatmul: unsupported GPTQ config {config!r}; only quant_method='gptq' with bits=4 is supported")
     if not fields["sym"]:
-        raise OpError(
-            f"qmatmul: unsupported GPTQ config {config!r}: sym=False needs zero points, which the packed "
-            "GPTQ weight does not carry; only symmetric (sym=True) GPTQ is supported"
-        )
+        raise OpError(f"qmatmul: unsupported GPTQ config {config!r}: sym=False needs zero points, which the packed GPTQ weight does not carry; only symmetric (sym=True) GPTQ is supported")
     gs = fields["group_size"]
     if isinstance(gs, bool) or not isinstance(gs, int) or gs <= 0:
         raise OpError(f"qmatmul: GPTQ group_size must be a positive int, got {gs!r}")

@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from lowering.context import bind
 from lowering.dtypes import DType
+from lowering.ops.quantized import q8_0_matmul_p
 from lowering.types import DeviceRef
 from maxfx.graph import ops
 from maxfx.graph._weight import Weight
@@ -74,8 +76,11 @@ def q8_decode(values: Any, scales: Any, dtype: DType) -> Any:
 
 
 def q8_matmul(x: Any, values: Any, scales: Any) -> Any:
-    """``x @ W.T`` for ``W [out, in]`` held as Q8_0 parts, decoded to ``x``'s dtype inside the program."""
-    return x @ q8_decode(values, scales, x.dtype).T
+    """``x @ W.T`` for ``W [out, in]`` held as Q8_0 parts (the ``q8_0_matmul`` op: float32 math, ``x``'s dtype out).
+
+    On a CPU, few rows of ``x`` (decode) go to a kernel that reads the 8-bit values in place.
+    """
+    return bind(q8_0_matmul_p, x, values, scales)
 
 
 def q8_lookup(values: Any, scales: Any, ids: Any, dtype: DType) -> Any:

@@ -146,3 +146,23 @@ def test_quantized_errors():
             ops.dequantize("int4", w)
         with pytest.raises(TypeError, match=r"dequantize: quantized must be uint8 bytes packed as QuantizationEncoding.Q4_K"):
             ops.dequantize(QE.Q4_K, w_i8)
+
+
+def test_q8_0_matmul_op_matches_gguf_and_checks_its_operands(rng):
+    import gguf  # noqa: PLC0415
+
+    from maxfx.nn._q8 import q8_matmul, split_q8_0  # noqa: PLC0415
+    from maxfx.tensor import Tensor  # noqa: PLC0415
+
+    w = rng.standard_normal((24, 64)).astype(np.float32)
+    packed = gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0)
+    dense = gguf.quants.dequantize(packed, gguf.GGMLQuantizationType.Q8_0).astype(np.float64)
+    values, scales = split_q8_0(packed)
+    for rows in (1, 20):  # the CPU kernel (few rows, when built) and the decoded product
+        x = rng.standard_normal((rows, 64)).astype(np.float32)
+        out = q8_matmul(Tensor(x), Tensor(values), Tensor(scales)).to_numpy()
+        np.testing.assert_allclose(out, x.astype(np.float64) @ dense.T, rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match=r"q8_0_matmul: expected float lhs, int8 values and float16 scales"):
+        q8_matmul(Tensor(x), Tensor(values.astype(np.int32)), Tensor(scales))
+    with pytest.raises(ValueError, match=r"q8_0_matmul: lhs \[\.\.\., K\], values \[N, K\] and scales \[N, K / 32\] do not agree"):
+        q8_matmul(Tensor(x[:, :32]), Tensor(values), Tensor(scales))
