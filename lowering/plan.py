@@ -317,14 +317,20 @@ def weak_array(op_name: str, x: Any, dtype: DType, *, promoted: bool) -> np.ndar
     if isinstance(x, Dim):
         x = int(x)
     if not promoted:
-        return np.asarray(x).astype(dtype.to_numpy())
+        return _cast(x, dtype)
     try:
         if isinstance(x, (numbers.Number, np.generic)):
             promote_weak(dtype, x)
-            return np.asarray(x).astype(dtype.to_numpy())
+            return _cast(x, dtype)
         arr = np.asarray(x)
         if arr.dtype.kind == "f" and not dtype.is_float():
             raise ValueError(f"Unsafe cast: can't promote a float array to dtype({dtype})")
-        return arr.astype(dtype.to_numpy())
+        return _cast(arr, dtype)
     except ValueError as e:
         raise OpError(f"{op_name}: {e}") from None
+
+
+def _cast(x: Any, dtype: DType) -> np.ndarray:
+    # A float too large for a float dtype rounds to inf (f16 * 1e10), as in MAX: not a warning.
+    with np.errstate(over="ignore"):
+        return np.asarray(x).astype(dtype.to_numpy())

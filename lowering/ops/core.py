@@ -61,7 +61,8 @@ def to_constant_array(value: Any, dtype: DType | None, op: str = "constant") -> 
         info = np.iinfo(dtype.to_numpy())
         if arr.dtype.kind in "iub" and (int(arr.min()) < info.min or int(arr.max()) > info.max):
             raise ValueError(f"{op}: value out of range for dtype {dtype.name} (range [{info.min}, {info.max}])")
-    return np.asarray(arr, dtype=dtype.to_numpy()), dtype
+    with np.errstate(over="ignore"):  # a float too large for a float dtype becomes inf, as in MAX: not a warning
+        return np.asarray(arr, dtype=dtype.to_numpy()), dtype
 
 
 @front(constant_p)
