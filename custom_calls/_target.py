@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 
 import jax
 
-__all__ = ["lowering_for", "gpu_target"]
+__all__ = ["lowering_for", "gpu_target", "exporting"]
 
 _TARGETS: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar("custom_calls_lowering_targets", default=None)
 
@@ -51,3 +51,11 @@ def gpu_target() -> bool:
     if targets is not None:
         return bool(targets) and all(t == "cuda" for t in targets)
     return jax.default_backend() == "gpu"
+
+
+def exporting() -> bool:
+    """Whether the program being traced will be lowered for named platforms (an export or a cached block, `lowering_for`).
+
+    Such programs must be portable: they get no call into a library built on this machine.
+    """
+    return _TARGETS.get() is not None

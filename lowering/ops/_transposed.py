@@ -15,6 +15,7 @@ place gets new storage, and the note no longer applies).
 
 Example:
     >>> from maxfx.tensor import Tensor
+    >>> from lowering.ops._transposed import source_of
     >>> w = Tensor([[1.0, 2.0], [3.0, 4.0]])
     >>> wt = w.T
     >>> source_of(wt) is w

@@ -412,6 +412,7 @@ def check_index_bounds(op: str, idx: Any, sizes: tuple[int, ...], axes: tuple[in
 
     Example:
         >>> import numpy as np
+        >>> from lowering.ops.indexing import check_index_bounds
         >>> check_index_bounds("gather", np.array([0, 7]), (3,), (0,))
         Traceback (most recent call last):
         ...

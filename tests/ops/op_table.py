@@ -204,6 +204,8 @@ CPU = DeviceRef.CPU()
 _MOD_X = np.array([[2.3, -3.1, 5.2], [0.7, -1.3, 4.4]])
 _MOD_Y = np.array([[1.5, 1.7, -1.9], [-1.6, 1.4, 1.8]])  # x / y stays away from integers
 _Q4_0 = _q4_0_weight(3, 32)
+_Q8_VALUES = np.random.default_rng(3).integers(-127, 128, (5, 64), dtype=np.int8)
+_Q8_SCALES = np.full((5, 2), 0.01, np.float16)
 
 
 # ─── numpy references not in the per-family test modules ─────────────────
@@ -639,6 +641,17 @@ OP_TABLE: dict[str, OpRecord] = {
         ),
         # Q4_0 weights are fixed bytes; the gradient flows to the float lhs (accumulated in float32).
         grad((u(2, 32), _Q4_0), lambda f, x, w: f("Q4_0", None, x, w), wrt=(0,), dtype=np.float32, tol=5e-2),
+    ),
+    "q8_0_matmul": record(
+        "test_quantized",
+        value(
+            (f32(2, 64, low=-1, high=1), _Q8_VALUES, _Q8_SCALES),
+            lambda x, q, d: x.astype(np.float64) @ (q.astype(np.float64) * 0.01).T,
+            lambda f, x, q, d: f(x, q, d),
+            tol=1e-3,
+        ),
+        # int8 values and float16 scales are fixed; the gradient flows to the float lhs.
+        grad((u(2, 64), _Q8_VALUES, _Q8_SCALES), lambda f, x, q, d: f(x, q, d), wrt=(0,), dtype=np.float32, tol=5e-2),
     ),
     # attention family (accumulates in float32 whatever the input dtype: gradients checked in float32, loose tolerances)
     "attention": record(
