@@ -35,7 +35,7 @@ from lowering.quantization import QuantizationEncoding
 from lowering.registry import OpDef, OpError, front, register
 from lowering.types import TensorType
 
-__all__ = ["dequantize", "qmatmul", "q8_0_matmul_p", "QuantizedInputError"]
+__all__ = ["dequantize", "qmatmul", "q8_0_matmul", "q8_0_matmul_p", "QuantizedInputError"]
 
 
 class QuantizedInputError(OpError, TypeError):
@@ -226,6 +226,26 @@ def _q8_0_matmul_rule(lhs, values, scales) -> TensorType:
 
 
 q8_0_matmul_p = register(OpDef("q8_0_matmul", rule=_q8_0_matmul_rule, impl=cq.q8_0_matmul))
+
+
+@front(q8_0_matmul_p)
+def q8_0_matmul(lhs, values, scales):
+    """``lhs @ W.T`` for a GGUF Q8_0 ``W [N, K]`` held split (a maxfx extension: MAX has no Q8_0 encoding).
+
+    Args:
+        lhs: float ``[..., K]``.
+        values: int8 ``[N, K]``, the quants.
+        scales: float16 ``[N, K / 32]``, one per block of 32.
+
+    Example:
+        >>> import numpy as np
+        >>> from maxfx.graph import ops
+        >>> from maxfx.tensor import Tensor
+        >>> q, d = np.ones((2, 32), np.int8), np.full((2, 1), 0.5, np.float16)
+        >>> ops.q8_0_matmul(Tensor(np.ones((1, 32), np.float32)), Tensor(q), Tensor(d)).to_numpy().tolist()
+        [[16.0, 16.0]]
+    """
+    return bind(q8_0_matmul_p, lhs, values, scales)
 
 
 def _gptq_params(config: Any) -> tuple[int, bool]:

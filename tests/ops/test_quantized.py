@@ -163,6 +163,6 @@ def test_q8_0_matmul_op_matches_gguf_and_checks_its_operands(rng):
         out = q8_matmul(Tensor(x), Tensor(values), Tensor(scales)).to_numpy()
         np.testing.assert_allclose(out, x.astype(np.float64) @ dense.T, rtol=1e-5, atol=1e-4)
     with pytest.raises(ValueError, match=r"q8_0_matmul: expected float lhs, int8 values and float16 scales"):
-        q8_matmul(Tensor(x), Tensor(values.astype(np.int32)), Tensor(scales))
+        ops.q8_0_matmul(Tensor(x), Tensor(values.astype(np.int32)), Tensor(scales))
     with pytest.raises(ValueError, match=r"q8_0_matmul: lhs \[\.\.\., K\], values \[N, K\] and scales \[N, K / 32\] do not agree"):
         q8_matmul(Tensor(x[:, :32]), Tensor(values), Tensor(scales))

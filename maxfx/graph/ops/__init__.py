@@ -107,7 +107,7 @@ from lowering.ops.indexing import (
 )
 from lowering.ops.linalg import matmul
 from lowering.ops.nn import avg_pool2d, conv2d, conv2d_transpose, conv3d, fold, max_pool2d, resize, roi_align
-from lowering.ops.quantized import dequantize, qmatmul
+from lowering.ops.quantized import dequantize, q8_0_matmul, qmatmul
 from lowering.ops.random import random_normal, random_uniform
 from lowering.ops.reduction import argmax, argmin, argsort, cumsum, layer_norm, logsoftmax, mean, prod, softmax, top_k
 from lowering.ops.reduction import max_ as max  # noqa: A004 - MAX's name
@@ -271,6 +271,7 @@ __all__ = [
     "roi_align",
     # quantized weights
     "dequantize",
+    "q8_0_matmul",
     "qmatmul",
     # random
     "random_normal",
