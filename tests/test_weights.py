@@ -31,6 +31,7 @@ from maxfx.graph.weights import (
     weights_format,
 )
 from maxfx.graph.weights._progress import progress_bar
+from tests.pickle_ops import p_int, p_ints, p_str
 
 DATA = Path(__file__).parent / "data" / "models"
 LLAMA = DATA / "tiny_llama"
@@ -58,27 +59,14 @@ def write_safetensors(path, tensors, metadata=None):
     Path(path).write_bytes(struct.pack("<Q", len(head)) + head + b"".join(blobs))
 
 
-def _p_str(s):
-    b = s.encode()
-    return b"X" + struct.pack("<I", len(b)) + b
-
-
-def _p_int(i):
-    return b"J" + struct.pack("<i", i)
-
-
-def _p_ints(seq):
-    return b"(" + b"".join(_p_int(i) for i in seq) + b"t"
-
-
 def _p_value(v):
     if isinstance(v, dict):
-        return b"}(" + b"".join(_p_str(k) + _p_value(x) for k, x in v.items()) + b"u"
+        return b"}(" + b"".join(p_str(k) + _p_value(x) for k, x in v.items()) + b"u"
     if isinstance(v, int):
-        return _p_int(v)
+        return p_int(v)
     stype, key, numel, offset, size, stride, *v3_dtype = v
-    storage = b"((" + _p_str("storage") + f"ctorch\n{stype}\n".encode() + _p_str(key) + _p_str("cpu") + _p_int(numel) + b"tQ"
-    args = storage + _p_int(offset) + _p_ints(size) + _p_ints(stride) + b"\x89ccollections\nOrderedDict\n)R"
+    storage = b"((" + p_str("storage") + f"ctorch\n{stype}\n".encode() + p_str(key) + p_str("cpu") + p_int(numel) + b"tQ"
+    args = storage + p_int(offset) + p_ints(size) + p_ints(stride) + b"\x89ccollections\nOrderedDict\n)R"
     if v3_dtype:  # _rebuild_tensor_v3: untyped storage plus a torch.<dtype> global
         return b"ctorch._utils\n_rebuild_tensor_v3\n" + args + f"ctorch\n{v3_dtype[0]}\n".encode() + b"tR"
     return b"ctorch._utils\n_rebuild_tensor_v2\n" + args + b"tR"
@@ -275,9 +263,9 @@ def _malicious_bins(tmp_path, marker):
     via_pickle = tmp_path / "evil1.bin"  # pickle writes GLOBAL 'posix system'
     write_torch_zip(via_pickle, pickle.dumps({"w": Evil()}, protocol=2), {})
     by_hand = tmp_path / "evil2.bin"  # GLOBAL 'os system', then a call
-    write_torch_zip(by_hand, b"\x80\x02cos\nsystem\n" + _p_str(f"touch {marker}") + b"\x85R.", {})
+    write_torch_zip(by_hand, b"\x80\x02cos\nsystem\n" + p_str(f"touch {marker}") + b"\x85R.", {})
     builtin_eval = tmp_path / "evil3.bin"
-    write_torch_zip(builtin_eval, b"\x80\x02cbuiltins\neval\n" + _p_str(f"open({str(marker)!r}, 'w')") + b"\x85R.", {})
+    write_torch_zip(builtin_eval, b"\x80\x02cbuiltins\neval\n" + p_str(f"open({str(marker)!r}, 'w')") + b"\x85R.", {})
     return [(via_pickle, r"posix\.system"), (by_hand, r"os\.system"), (builtin_eval, r"builtins\.eval")]
 
 

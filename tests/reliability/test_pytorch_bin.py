@@ -19,21 +19,9 @@ import pytest
 
 import maxfx.graph.weights._pytorch as pt
 from maxfx.graph.weights import PytorchWeights, load_weights
+from tests.pickle_ops import p_int, p_ints, p_str
 
 # -- pickle opcodes, written by hand (protocol 2, as torch.save writes) ----------------
-
-
-def p_str(s):
-    b = s.encode()
-    return b"X" + struct.pack("<I", len(b)) + b
-
-
-def p_int(i):
-    return b"J" + struct.pack("<i", i)
-
-
-def p_ints(seq):
-    return b"(" + b"".join(p_int(i) for i in seq) + b"t"
 
 
 def p_storage(key, numel, stype="FloatStorage"):
