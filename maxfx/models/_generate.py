@@ -463,22 +463,27 @@ def _wrap(x: Any) -> Tensor:
     return Tensor.from_dlpack(x)
 
 
-# The steps a generation runs take and return plain JAX arrays only: the model as
-# its flat list of arrays (its structure is static), the caches likewise, and the
-# position and sampling key, which each step advances on the device. A step's
-# host cost is then one C++ flatten of lists of arrays, however deep the model;
-# flattening the Module tree itself costs ~10 us per leaf in Python.
+def _next_key(key: Any) -> Any:
+    """The sampling key ``[seed, step]`` of the following step."""
+    return key + np.array([0, 1], np.uint32)
+
+
 # The structure of the caches the prefill being traced returns (it returns their
 # arrays only, so no Tensor is rebuilt per call); `_ahead` keeps it beside the program.
 _traced = threading.local()
 
 
+# The steps a generation runs take and return plain JAX arrays only: the model as
+# its flat list of arrays (its structure is static), the caches likewise, and the
+# position and sampling key, which each step advances on the device. A step's
+# host cost is then one C++ flatten of lists of arrays, however deep the model;
+# flattening the Module tree itself costs ~10 us per leaf in Python.
 def _prefill_arrays(weights, ids, last, key, temperature, top_p, *, model_tree, length, greedy, top_k, use_top_p):
     model = jax.tree_util.tree_unflatten(model_tree, weights)
     tokens, caches = _prefill(model, _wrap(ids), _wrap(last), _wrap(key), _wrap(temperature), _wrap(top_p),
                               length=length, greedy=greedy, top_k=top_k, use_top_p=use_top_p)  # fmt: skip
     arrays, _traced.cache_tree = jax.tree_util.tree_flatten(caches)
-    return tokens._array(), arrays, last + 1, key + np.array([0, 1], np.uint32)
+    return tokens._array(), arrays, last + 1, _next_key(key)
 
 
 def _decode_arrays(weights, caches, tokens, pos, key, temperature, top_p, *, model_tree, cache_tree, greedy, top_k, use_top_p):
@@ -486,7 +491,7 @@ def _decode_arrays(weights, caches, tokens, pos, key, temperature, top_p, *, mod
     cache = jax.tree_util.tree_unflatten(cache_tree, caches)
     tokens, cache = _decode(model, cache, _wrap(tokens), _wrap(pos), _wrap(key), _wrap(temperature), _wrap(top_p),
                             greedy=greedy, top_k=top_k, use_top_p=use_top_p)  # fmt: skip
-    return tokens._array(), jax.tree_util.tree_leaves(cache), pos + 1, key + np.array([0, 1], np.uint32)
+    return tokens._array(), jax.tree_util.tree_leaves(cache), pos + 1, _next_key(key)
 
 
 _STATIC = ("greedy", "top_k", "use_top_p")
