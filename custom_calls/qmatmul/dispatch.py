@@ -181,8 +181,7 @@ def q8_0_matmul(lhs: Any, values: Any, scales: Any) -> jax.Array:
     if kernel_mode() is None and _cpu_kernel_applies(lhs):
         _LOG.debug("q8_0_matmul: CPU kernel")
         return _with_grad(lambda x, w: cpu.q8_0_matmul(x, *w), decoded)(lhs, (values, scales), (values, scales))
-    out = lax.dot_general(lhs.astype(jnp.float32), decoded((values, scales)), (((lhs.ndim - 1,), (1,)), ((), ())))
-    return out.astype(lhs.dtype)
+    return ref._matmul_nt(lhs, decoded((values, scales)))
 
 
 def qmatmul(encoding: str, lhs: Any, rhs: Any) -> jax.Array:
