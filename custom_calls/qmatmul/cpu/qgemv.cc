@@ -6,13 +6,15 @@
 // the file holds (1.06 B/weight for Q8_0, 0.56 for Q4_0) instead of the 4-8 B/weight
 // of a dequantized copy. Output rows n are split over XLA's own CPU thread pool
 // (the handler's ThreadPool context), so the kernel never competes with a second
-// pool for the cores.
+// pool for the cores; chunks are taken first come, first served, so a busy core
+// slows a call down by its share of the work, not by a whole chunk.
 //
 // The arithmetic per block is float: block_sum = sum_k x[k] * q[k] (q the block's
 // integers), then acc += block_sum * d, the same products as llama.cpp's
 // dequantize-then-dot and as custom_calls/qmatmul/reference.py up to float
 // summation order. Built by custom_calls/qmatmul/cpu/__init__.py with
-// -O3 -march=native; AVX2 + FMA + F16C intrinsics, a scalar loop elsewhere.
+// -O3 -march=native; AVX-512 where the machine has it, else AVX2 + FMA + F16C,
+// a scalar loop elsewhere.
 //
 // Handlers (XLA FFI, registered for the CPU platform):
 //   maxfx_q8_0_matmul(x f32[..., K], q s8[N, K], d f16[N, K/32]) -> f32[..., N]
@@ -27,6 +29,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -66,74 +69,121 @@ inline float HalfToFloat(uint16_t h) {
 #endif
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__)
+// One block's 32 weights as two vectors of 16 floats (before the block scale).
+// AVX-512 halves the conversions and FMAs per weight against AVX2: at one row
+// the loop is bound by those, not by memory, so this is the kernel's speed.
+struct Block {
+  __m512 v[2];
+};
+
+inline __m512 Widen(__m128i bytes) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)); }
+
+inline Block DecodeQ8(const int8_t* q) {
+  return {{Widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))), Widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16)))}};
+}
+
+inline Block DecodeQ4(const uint8_t* nib) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(nib));
+  const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+  const __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, mask), eight);                     // values 0..15
+  const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), mask), eight);  // values 16..31
+  return {{Widen(lo), Widen(hi)}};
+}
+
+using Acc = __m512;
+inline Acc Zero() { return _mm512_setzero_ps(); }
+inline float HorizontalSum(Acc v) { return _mm512_reduce_add_ps(v); }
+
+inline Acc BlockDot(const Block& w, const float* xb, float d, Acc acc) {
+  __m512 s = _mm512_mul_ps(w.v[0], _mm512_loadu_ps(xb));
+  s = _mm512_fmadd_ps(w.v[1], _mm512_loadu_ps(xb + 16), s);
+  return _mm512_fmadd_ps(s, _mm512_set1_ps(d), acc);
+}
+#define MAXFX_QGEMV_SIMD 1
+#elif defined(__AVX2__) && defined(__FMA__)
 // One block's 32 weights as four vectors of 8 floats (before the block scale).
 struct Block {
   __m256 v[4];
 };
 
+inline __m256 Widen(__m128i eight_bytes) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight_bytes)); }
+
 inline Block DecodeQ8(const int8_t* q) {
   Block b;
-  for (int i = 0; i < 4; ++i) {
-    b.v[i] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8 * i))));
-  }
+  for (int i = 0; i < 4; ++i) b.v[i] = Widen(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8 * i)));
   return b;
 }
 
 inline Block DecodeQ4(const uint8_t* nib) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(nib));
   const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-  const __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, mask), eight);                      // values 0..15
-  const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), mask), eight);   // values 16..31
-  Block b;
-  b.v[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
-  b.v[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
-  b.v[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
-  b.v[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
-  return b;
+  const __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, mask), eight);                     // values 0..15
+  const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), mask), eight);  // values 16..31
+  return {{Widen(lo), Widen(_mm_srli_si128(lo, 8)), Widen(hi), Widen(_mm_srli_si128(hi, 8))}};
 }
 
-inline float HorizontalSum(__m256 v) {
+using Acc = __m256;
+inline Acc Zero() { return _mm256_setzero_ps(); }
+
+inline float HorizontalSum(Acc v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
 
+inline Acc BlockDot(const Block& w, const float* xb, float d, Acc acc) {
+  __m256 s = _mm256_mul_ps(w.v[0], _mm256_loadu_ps(xb));
+  s = _mm256_fmadd_ps(w.v[1], _mm256_loadu_ps(xb + 8), s);
+  s = _mm256_fmadd_ps(w.v[2], _mm256_loadu_ps(xb + 16), s);
+  s = _mm256_fmadd_ps(w.v[3], _mm256_loadu_ps(xb + 24), s);
+  return _mm256_fmadd_ps(s, _mm256_set1_ps(d), acc);
+}
+#define MAXFX_QGEMV_SIMD 1
+#endif
+
+#ifdef MAXFX_QGEMV_SIMD
 // Output row n for every row m of x: acc[m] = sum_b d_b * (x[m, block b] . w_b).
-template <typename Decode>
+// kRows > 0 fixes the row count at compile time (the accumulators then live in
+// registers: the one-row case of decode); kRows == 0 takes m_rows at run time.
+template <int kRows, typename Decode>
 inline void Row(int64_t m_rows, int64_t k_dim, const float* __restrict x, Decode decode, float* __restrict out_m, int64_t stride) {
-  __m256 acc[kMaxRows];
-  for (int64_t m = 0; m < m_rows; ++m) acc[m] = _mm256_setzero_ps();
+  const int64_t rows = kRows > 0 ? kRows : m_rows;
+  Acc acc[kRows > 0 ? kRows : kMaxRows];
+  for (int64_t m = 0; m < rows; ++m) acc[m] = Zero();
   const int64_t blocks = k_dim / kBlock;
   for (int64_t b = 0; b < blocks; ++b) {
     float d;
     const Block w = decode(b, &d);
-    const __m256 dv = _mm256_set1_ps(d);
-    for (int64_t m = 0; m < m_rows; ++m) {
-      const float* xb = x + m * k_dim + b * kBlock;
-      __m256 s = _mm256_mul_ps(w.v[0], _mm256_loadu_ps(xb));
-      s = _mm256_fmadd_ps(w.v[1], _mm256_loadu_ps(xb + 8), s);
-      s = _mm256_fmadd_ps(w.v[2], _mm256_loadu_ps(xb + 16), s);
-      s = _mm256_fmadd_ps(w.v[3], _mm256_loadu_ps(xb + 24), s);
-      acc[m] = _mm256_fmadd_ps(s, dv, acc[m]);
-    }
+    for (int64_t m = 0; m < rows; ++m) acc[m] = BlockDot(w, x + m * k_dim + b * kBlock, d, acc[m]);
   }
-  for (int64_t m = 0; m < m_rows; ++m) out_m[m * stride] = HorizontalSum(acc[m]);
+  for (int64_t m = 0; m < rows; ++m) out_m[m * stride] = HorizontalSum(acc[m]);
+}
+
+inline Block Q8Decoder(const int8_t* qrow, const uint16_t* drow, int64_t b, float* d) {
+  *d = HalfToFloat(drow[b]);
+  return DecodeQ8(qrow + b * kBlock);
+}
+
+inline Block Q4Decoder(const uint8_t* row, int64_t b, float* d) {
+  const uint8_t* blk = row + b * kQ4Bytes;
+  uint16_t h;
+  std::memcpy(&h, blk, 2);
+  *d = HalfToFloat(h);
+  return DecodeQ4(blk + 2);
 }
 
 inline void Q8Row(int64_t m_rows, int64_t k_dim, const float* x, const int8_t* qrow, const uint16_t* drow, float* out, int64_t stride) {
-  Row(m_rows, k_dim, x, [&](int64_t b, float* d) { *d = HalfToFloat(drow[b]); return DecodeQ8(qrow + b * kBlock); }, out, stride);
+  auto decode = [&](int64_t b, float* d) { return Q8Decoder(qrow, drow, b, d); };
+  if (m_rows == 1) return Row<1>(1, k_dim, x, decode, out, stride);
+  Row<0>(m_rows, k_dim, x, decode, out, stride);
 }
 
 inline void Q4Row(int64_t m_rows, int64_t k_dim, const float* x, const uint8_t* row, float* out, int64_t stride) {
-  Row(m_rows, k_dim, x, [&](int64_t b, float* d) {
-    const uint8_t* blk = row + b * kQ4Bytes;
-    uint16_t h;
-    std::memcpy(&h, blk, 2);
-    *d = HalfToFloat(h);
-    return DecodeQ4(blk + 2);
-  }, out, stride);
+  auto decode = [&](int64_t b, float* d) { return Q4Decoder(row, b, d); };
+  if (m_rows == 1) return Row<1>(1, k_dim, x, decode, out, stride);
+  Row<0>(m_rows, k_dim, x, decode, out, stride);
 }
 #else
 // Portable scalar form of the same arithmetic.
@@ -173,27 +223,48 @@ inline void Q4Row(int64_t m_rows, int64_t k_dim, const float* x, const uint8_t* 
 }
 #endif
 
-// Runs row(n) for n in [0, n_dim), split into contiguous chunks over XLA's thread
-// pool and the calling thread; returns when every chunk is done.
+// The chunks of one call, shared with the pool's helpers. Helpers hold it by
+// shared_ptr: one that starts after the call returned finds no chunk left and
+// exits without touching the caller's stack (row is only used for a chunk won
+// from `next`, and the caller waits for every chunk won to finish).
 template <typename RowFn>
-void ParallelRows(ffi::ThreadPool pool, int64_t n_dim, RowFn row) {
-  constexpr int64_t kMinRowsPerChunk = 64;
-  const int64_t workers = std::max<int64_t>(1, pool.num_threads());
-  const int64_t chunks = std::clamp<int64_t>(n_dim / kMinRowsPerChunk, 1, workers);
-  const int64_t per = (n_dim + chunks - 1) / chunks;
-  std::atomic<int64_t> pending{chunks - 1};
-  auto run = [&](int64_t c) {
-    const int64_t end = std::min(n_dim, (c + 1) * per);
-    for (int64_t n = c * per; n < end; ++n) row(n);
-  };
-  for (int64_t c = 1; c < chunks; ++c) {
-    pool.Schedule([&, c] {
-      run(c);
-      pending.fetch_sub(1, std::memory_order_release);
-    });
+struct Chunks {
+  const RowFn* row;
+  int64_t n_dim, per, count;
+  std::atomic<int64_t> next{0}, done{0};
+
+  // Runs chunks until none is left to take.
+  void Work() {
+    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < count; c = next.fetch_add(1, std::memory_order_relaxed)) {
+      const int64_t end = std::min(n_dim, (c + 1) * per);
+      for (int64_t n = c * per; n < end; ++n) (*row)(n);
+      done.fetch_add(1, std::memory_order_release);
+    }
   }
-  run(0);
-  while (pending.load(std::memory_order_acquire) > 0) std::this_thread::yield();
+};
+
+// Runs row(n) for n in [0, n_dim) on the calling thread and XLA's thread pool;
+// returns when every row is done. Rows go in chunks taken first come, first
+// served, a few per worker: on a shared machine a helper that starts late (its
+// core busy with another thunk or process) takes fewer chunks, and the caller
+// never waits for a helper that has not started.
+template <typename RowFn>
+void ParallelRows(ffi::ThreadPool pool, int64_t n_dim, const RowFn& row) {
+  constexpr int64_t kMinRowsPerChunk = 32, kChunksPerWorker = 4;
+  const int64_t workers = std::max<int64_t>(1, pool.num_threads());
+  const int64_t count = std::clamp<int64_t>(n_dim / kMinRowsPerChunk, 1, workers * kChunksPerWorker);
+  if (count == 1) {
+    for (int64_t n = 0; n < n_dim; ++n) row(n);
+    return;
+  }
+  auto chunks = std::make_shared<Chunks<RowFn>>();
+  chunks->row = &row;
+  chunks->n_dim = n_dim;
+  chunks->per = (n_dim + count - 1) / count;
+  chunks->count = count;
+  for (int64_t h = 1; h < std::min(workers, count); ++h) pool.Schedule([chunks] { chunks->Work(); });
+  chunks->Work();
+  while (chunks->done.load(std::memory_order_acquire) < count) std::this_thread::yield();
 }
 
 ffi::Error CheckShapes(int64_t k_dim, int64_t m_rows, const char* name) {
