@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	fi
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
-	$(PY) -m custom_calls.qmatmul.cpu
+	$(PY) -m custom_calls.cpu
 	@touch $(STAMP)
 
 venv: $(STAMP)

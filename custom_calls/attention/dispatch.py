@@ -31,6 +31,10 @@ reason), when a kernel would otherwise run:
   (``lowering/ops/attention.py``) need for MAX's chunked / ALiBi masks, sink
   weights and MLA values.
 
+Where the reference runs on a CPU backend, `flash_attention` with one float32
+query per row (an LLM decode step) runs the C++ kernel of
+`custom_calls.attention.cpu` instead (``impl=None`` only; same masks and results).
+
 Gradients: `flash_attention` and `flash_attention_ragged` have Pallas
 backward kernels (``custom_vjp``); the decode functions differentiate through
 the reference.
@@ -49,6 +53,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from custom_calls._target import gpu_target
+from custom_calls.attention import cpu as cpu_attention
 from custom_calls.attention import pallas_decode as pd
 from custom_calls.attention import pallas_flash as pf
 from custom_calls.attention import reference as ref
@@ -228,6 +233,10 @@ def flash_attention(
         return pf.flash_attention(q, k, v, **common, **unpack(rest), config=config, interpret=interpret)
 
     def reference(q, k, v, *rest):
+        if impl is None and cpu_attention.applies(q, k, v, extensions=bool(chunk_size or alibi or sinks is not None)):
+            _LOG.debug("flash_attention: CPU one-query kernel")
+            window = ref.window_pair(local_window_size, causal)
+            return cpu_attention.one_query_attention(q, k, v, causal=causal, window=window, scale=scale, **unpack(rest))
         return ref.attention(q, k, v, **common, **mods, **unpack(rest))
 
     return _run("flash_attention", impl, (q, k, v, *extras), kernel, reference, why or _fallback_reason(q, k))

@@ -103,13 +103,34 @@ def _visible(qpos, kpos, causal: bool, window: Window, chunk: int | None = None)
     return ok
 
 
+# One query per row (a decode step) is a matrix-vector product per head: as
+# broadcast products and sums over a head-major view of the cache ([B, Hkv, Sk, D]),
+# XLA's CPU backend reads the cache once in a loop fusion; as a dot it copies the
+# cache into the dot's layout first, every step (3-6x slower at 30 layers). The
+# transposes cancel when the caller keeps its cache head-major and passes a
+# transposed view, as `maxfx.models` does.
+def _one_query_scores(qf, k):
+    """Scores ``[B, Hkv, G, 1, Sk]`` of queries ``qf [B, 1, Hkv, G, D]`` against keys ``[B, Sk, Hkv, D]``."""
+    kt = jnp.transpose(k.astype(jnp.float32), (0, 2, 1, 3))  # [B, Hkv, Sk, D]
+    return jnp.sum(qf[:, 0, :, :, None, :] * kt[:, :, None], axis=-1)[:, :, :, None, :]
+
+
+def _one_query_values(p, v):
+    """``sum_k p v`` as ``[B, 1, Hkv, G, Dv]`` for probabilities ``p [B, Hkv, G, 1, Sk]`` and values ``[B, Sk, Hkv, Dv]``."""
+    vt = jnp.transpose(v.astype(jnp.float32), (0, 2, 1, 3))  # [B, Hkv, Sk, Dv]
+    return jnp.sum(p[:, :, :, 0, :, None] * vt[:, :, None], axis=3)[:, None]
+
+
 def _core(q, k, v, *, causal, window, scale, q_len, kv_len, q_pos0, chunk=None, alibi=False, sinks=None):
     """Masked GQA attention on ``[B, Sq, Hq, D]`` / ``[B, Sk, Hkv, D]``; returns (o, lse) (lse natural log, [B, Hq, Sq])."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     g = hq // hkv
     qf = q.astype(jnp.float32).reshape(b, sq, hkv, g, d)
-    s = jnp.einsum("bqhgd,bkhd->bhgqk", qf, k.astype(jnp.float32), precision="highest") * scale
+    if sq == 1:  # one query per row (decode): products and sums, see `_one_query_scores`
+        s = _one_query_scores(qf, k) * scale
+    else:
+        s = jnp.einsum("bqhgd,bkhd->bhgqk", qf, k.astype(jnp.float32), precision="highest") * scale
     qpos = q_pos0[:, None] + jnp.arange(sq)[None, :]  # [B, Sq]
     kpos = jnp.arange(sk)
     if alibi:
@@ -127,7 +148,11 @@ def _core(q, k, v, *, causal, window, scale, q_len, kv_len, q_pos0, chunk=None, 
     l = jnp.sum(p, axis=-1, keepdims=True)
     if sinks is not None:
         l = l + jnp.exp(sink - m_safe)
-    o = jnp.einsum("bhgqk,bkhd->bqhgd", p / jnp.where(l == 0, 1.0, l), v.astype(jnp.float32), precision="highest")
+    p = p / jnp.where(l == 0, 1.0, l)
+    if sq == 1:
+        o = _one_query_values(p, v)
+    else:
+        o = jnp.einsum("bhgqk,bkhd->bqhgd", p, v.astype(jnp.float32), precision="highest")
     lse = jnp.where(l[..., 0] == 0, -jnp.inf, m_safe[..., 0] + jnp.log(jnp.where(l[..., 0] == 0, 1.0, l[..., 0])))
     return o.reshape(b, sq, hq, v.shape[-1]).astype(q.dtype), lse.reshape(b, hq, sq)
 

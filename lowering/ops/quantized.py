@@ -208,7 +208,7 @@ qmatmul_p = register(OpDef("qmatmul", rule=_qmatmul_rule, impl=_qmatmul_impl))
 # ─── q8_0_matmul (GGUF Q8_0 held split; no MAX front) ─────────────────────
 # MAX's QuantizationEncoding has no Q8_0, so maxfx keeps Q8_0 weights as int8
 # values plus float16 scales (`maxfx.nn._q8`); their product is this op, so a
-# backend with a kernel for it (the CPU one of `custom_calls.qmatmul.cpu`) reads
+# backend with a kernel for it (the CPU one of `custom_calls/cpu/qgemv.cc`) reads
 # the 8-bit values in place instead of a decoded float copy.
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from lowering.dtypes import DType
+from lowering.ops.attention import cache_heads_major
 from lowering.quantization import QuantizationEncoding
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
@@ -148,14 +149,39 @@ def attend(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor | None = None, window: 
     return padded_attention(q, k, v, q_offset=F.reshape(qpos[:, :1], [b]), kv_length=F.reshape(qpos[:, -1:], [b]) + 1, **mask)
 
 
+# The KV cache's layout: slots on axis 1 ([B, L, Hkv, D], what the Pallas kernels
+# read) or, where attention runs its jnp reference (CPU), head-major
+# ([B, Hkv, L, D]), which that path reads in place (`cache_heads_major`).
+def _slot_axis() -> int:
+    return 2 if cache_heads_major() else 1
+
+
+def _to_cache(x: Tensor) -> Tensor:
+    """Keys or values ``[B, S, Hkv, D]`` in the cache's layout."""
+    return F.permute(x, [0, 2, 1, 3]) if _slot_axis() == 2 else x
+
+
+def _from_cache(cache: Tensor) -> Tensor:
+    """The cache as ``[B, L, Hkv, D]`` (a transposed view of a head-major cache)."""
+    return F.permute(cache, [0, 2, 1, 3]) if _slot_axis() == 2 else cache
+
+
 def write_cache(cache: Tensor, new: Tensor, pos: Tensor) -> Tensor:
-    """``cache [B, L, Hkv, D]`` with ``new [B, T, Hkv, D]`` written at slots ``pos [B, T]``."""
-    idx = F.broadcast_to(F.unsqueeze(F.unsqueeze(pos, -1), -1), new.shape)
-    return F.scatter(cache, new, idx, axis=1)
+    """``cache`` (in the cache layout) with ``new [B, T, Hkv, D]`` written at slots ``pos [B, T]``."""
+    new = _to_cache(new)
+    axis = _slot_axis()
+    if int(cache.shape[3 - axis]) != int(new.shape[3 - axis]):
+        raise ValueError(
+            f"KV cache: a cache of shape {list(cache.shape)} does not hold {int(new.shape[3 - axis])} heads on axis {3 - axis}; "
+            "it was made in another layout (the attention kernel mode changed between prefill and decode)"
+        )
+    pos = F.unsqueeze(F.unsqueeze(pos, 1 if axis == 2 else -1), -1)  # [B, 1, T, 1] or [B, T, 1, 1]
+    return F.scatter(cache, new, F.broadcast_to(pos, new.shape), axis=axis)
 
 
 def attention_with_cache(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, cache: Any, window: int | None = None) -> tuple[Tensor, Any]:
-    """Attention for one layer; ``cache`` is None (no cache), ``("fresh", L)`` (prefill) or ``(k_cache, v_cache)``.
+    """Attention for one layer; ``cache`` is None (no cache), ``("fresh", L)`` (prefill) or ``(k_cache, v_cache)``
+    in the cache layout (`_slot_axis`: head-major on CPU).
 
     Returns the attention output and the layer's new cache (None without one).
     A fresh cache attends over the T new keys only and pads them to L slots;
@@ -168,9 +194,9 @@ def attention_with_cache(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, cache: A
     if isinstance(cache[0], str):
         length = cache[1]
         pad = [0, 0, 0, length - int(k.shape[1]), 0, 0, 0, 0]
-        return attend(q, k, v, window=window), (F.pad(k, pad), F.pad(v, pad))
+        return attend(q, k, v, window=window), (_to_cache(F.pad(k, pad)), _to_cache(F.pad(v, pad)))
     k_all, v_all = write_cache(cache[0], k, qpos), write_cache(cache[1], v, qpos)
-    return attend(q, k_all, v_all, qpos, window), (k_all, v_all)
+    return attend(q, _from_cache(k_all), _from_cache(v_all), qpos, window), (k_all, v_all)
 
 
 class ScaledRMSNorm(Module):

@@ -1,4 +1,4 @@
-"""The C++ CPU kernels for Q8_0 / Q4_0 products (custom_calls/qmatmul/cpu) against gguf's own dequantizer and numpy."""
+"""The C++ CPU kernels for Q8_0 / Q4_0 products (custom_calls/cpu/qgemv.cc) against gguf's own dequantizer and numpy."""
 
 import os
 import subprocess

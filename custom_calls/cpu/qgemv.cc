@@ -12,7 +12,7 @@
 // The arithmetic per block is float: block_sum = sum_k x[k] * q[k] (q the block's
 // integers), then acc += block_sum * d, the same products as llama.cpp's
 // dequantize-then-dot and as custom_calls/qmatmul/reference.py up to float
-// summation order. Built by custom_calls/qmatmul/cpu/__init__.py with
+// summation order. Built by custom_calls/cpu/__init__.py with
 // -O3 -march=native; AVX-512 where the machine has it, else AVX2 + FMA + F16C,
 // a scalar loop elsewhere.
 //
@@ -25,14 +25,11 @@
 
 #include <immintrin.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <memory>
 #include <string>
-#include <thread>
 
+#include "parallel.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -42,6 +39,11 @@ namespace {
 constexpr int64_t kBlock = 32;
 constexpr int64_t kQ4Bytes = 18;
 constexpr int64_t kMaxRows = 16;
+constexpr int64_t kMinRowsPerChunk = 32;
+
+// Whether a product of `weights` values is worth a helper thread: waking one
+// costs ~20 us, about what one core spends on 256K weights.
+inline bool Worth(int64_t weights) { return weights >= (int64_t{1} << 18); }
 
 inline float HalfToFloat(uint16_t h) {
 #if defined(__F16C__)
@@ -223,50 +225,6 @@ inline void Q4Row(int64_t m_rows, int64_t k_dim, const float* x, const uint8_t* 
 }
 #endif
 
-// The chunks of one call, shared with the pool's helpers. Helpers hold it by
-// shared_ptr: one that starts after the call returned finds no chunk left and
-// exits without touching the caller's stack (row is only used for a chunk won
-// from `next`, and the caller waits for every chunk won to finish).
-template <typename RowFn>
-struct Chunks {
-  const RowFn* row;
-  int64_t n_dim, per, count;
-  std::atomic<int64_t> next{0}, done{0};
-
-  // Runs chunks until none is left to take.
-  void Work() {
-    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < count; c = next.fetch_add(1, std::memory_order_relaxed)) {
-      const int64_t end = std::min(n_dim, (c + 1) * per);
-      for (int64_t n = c * per; n < end; ++n) (*row)(n);
-      done.fetch_add(1, std::memory_order_release);
-    }
-  }
-};
-
-// Runs row(n) for n in [0, n_dim) on the calling thread and XLA's thread pool;
-// returns when every row is done. Rows go in chunks taken first come, first
-// served, a few per worker: on a shared machine a helper that starts late (its
-// core busy with another thunk or process) takes fewer chunks, and the caller
-// never waits for a helper that has not started.
-template <typename RowFn>
-void ParallelRows(ffi::ThreadPool pool, int64_t n_dim, const RowFn& row) {
-  constexpr int64_t kMinRowsPerChunk = 32, kChunksPerWorker = 4;
-  const int64_t workers = std::max<int64_t>(1, pool.num_threads());
-  const int64_t count = std::clamp<int64_t>(n_dim / kMinRowsPerChunk, 1, workers * kChunksPerWorker);
-  if (count == 1) {
-    for (int64_t n = 0; n < n_dim; ++n) row(n);
-    return;
-  }
-  auto chunks = std::make_shared<Chunks<RowFn>>();
-  chunks->row = &row;
-  chunks->n_dim = n_dim;
-  chunks->per = (n_dim + count - 1) / count;
-  chunks->count = count;
-  for (int64_t h = 1; h < std::min(workers, count); ++h) pool.Schedule([chunks] { chunks->Work(); });
-  chunks->Work();
-  while (chunks->done.load(std::memory_order_acquire) < count) std::this_thread::yield();
-}
-
 ffi::Error CheckShapes(int64_t k_dim, int64_t m_rows, const char* name) {
   if (k_dim % kBlock != 0) return ffi::Error::InvalidArgument(std::string(name) + ": K must be a multiple of 32");
   if (m_rows > kMaxRows) return ffi::Error::InvalidArgument(std::string(name) + ": at most 16 rows of x");
@@ -284,7 +242,7 @@ ffi::Error Q8_0Impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<f
   const uint16_t* ds = reinterpret_cast<const uint16_t*>(d.typed_data());
   float* out = y->typed_data();
   const int64_t blocks = k_dim / kBlock;
-  ParallelRows(pool, n_dim, [&](int64_t n) { Q8Row(m_rows, k_dim, xs, qs + n * k_dim, ds + n * blocks, out + n, n_dim); });
+  maxfx_cpu::ParallelFor(pool, n_dim, kMinRowsPerChunk, Worth(n_dim * k_dim), [&](int64_t n) { Q8Row(m_rows, k_dim, xs, qs + n * k_dim, ds + n * blocks, out + n, n_dim); });
   return ffi::Error::Success();
 }
 
@@ -298,7 +256,7 @@ ffi::Error Q4_0Impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<f
   const float* xs = x.typed_data();
   const uint8_t* ws = packed.typed_data();
   float* out = y->typed_data();
-  ParallelRows(pool, n_dim, [&](int64_t n) { Q4Row(m_rows, k_dim, xs, ws + n * row_bytes, out + n, n_dim); });
+  maxfx_cpu::ParallelFor(pool, n_dim, kMinRowsPerChunk, Worth(n_dim * k_dim), [&](int64_t n) { Q4Row(m_rows, k_dim, xs, ws + n * row_bytes, out + n, n_dim); });
   return ffi::Error::Success();
 }
 

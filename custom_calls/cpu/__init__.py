@@ -1,0 +1,119 @@
+"""maxfx's CPU kernels (C++ behind ``jax.ffi``), built with the machine's C++ compiler.
+
+Two kernels where XLA's CPU backend is slow for LLM decode:
+
+- ``qgemv.cc``: GGUF Q8_0 / Q4_0 products with few rows, reading the 8- or
+  4-bit blocks in place (`custom_calls.qmatmul.cpu` is their Python side);
+- ``decode_attention.cc``: one query per row against a head-major KV cache
+  (`custom_calls.attention.cpu`).
+
+They run on XLA's own CPU thread pool (``parallel.h``).
+
+Building: ``python -m custom_calls.cpu`` (the install step, ``make venv``)
+compiles the sources with ``$CXX`` (default ``c++``), ``-O3 -march=native``, into
+one library in ``_build/`` beside this file; a first use builds it too when it is
+missing (a file lock keeps parallel processes from racing). No compiler, or a
+failed build: `available` is False, the reason is logged on ``maxfx.kernels``
+and the callers use their jnp references.
+
+Example:
+    >>> from custom_calls import cpu
+    >>> cpu.available() in (True, False)
+    True
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import jax
+
+__all__ = ["available", "build", "unavailable_reason"]
+
+_HERE = Path(__file__).parent
+_SOURCES = (_HERE / "qgemv.cc", _HERE / "decode_attention.cc")
+_HEADERS = (_HERE / "parallel.h",)
+_BUILD_DIR = _HERE / "_build"
+# FFI target name -> the library's handler symbol.
+_TARGETS = {
+    "maxfx_q8_0_matmul": "MaxfxQ8_0Matmul",
+    "maxfx_q4_0_matmul": "MaxfxQ4_0Matmul",
+    "maxfx_decode_attention": "MaxfxDecodeAttention",
+}
+_LOG = logging.getLogger("maxfx.kernels")
+_state: dict[str, Any] = {}
+
+
+def _flags() -> list[str]:
+    return ["-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-isystem", jax.ffi.include_dir(), "-I", str(_HERE)]
+
+
+def _library_path(compiler: str) -> Path:
+    """The library's file name holds a hash of what it is built from, so a change rebuilds it."""
+    key = hashlib.sha256()
+    for part in (*(f.read_bytes() for f in (*_SOURCES, *_HEADERS)), compiler.encode(), " ".join(_flags()).encode(), jax.__version__.encode(), platform.machine().encode()):
+        key.update(part)
+    return _BUILD_DIR / f"libmaxfx_cpu-{key.hexdigest()[:16]}.so"
+
+
+def build() -> Path:
+    """Compile the kernels (once; later calls return the built file).
+
+    Raises:
+        RuntimeError: no C++ compiler, or the compiler failed (its message included).
+    """
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        raise RuntimeError(f"no C++ compiler ({compiler!r} not found; set CXX)")
+    target = _library_path(compiler)
+    if target.exists():
+        return target
+    _BUILD_DIR.mkdir(exist_ok=True)
+    with open(_BUILD_DIR / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same file
+        if target.exists():
+            return target
+        fd, tmp = tempfile.mkstemp(dir=_BUILD_DIR, suffix=".so")
+        os.close(fd)
+        cmd = [compiler, *_flags(), *map(str, _SOURCES), "-o", tmp]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            os.unlink(tmp)
+            raise RuntimeError(f"building the CPU kernels failed ({' '.join(cmd)}):\n{done.stderr[-4000:]}")
+        os.replace(tmp, target)
+    return target
+
+
+def _load() -> bool:
+    if "ok" in _state:
+        return _state["ok"]
+    try:
+        lib = ctypes.cdll.LoadLibrary(str(build()))
+        for name, symbol in _TARGETS.items():
+            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
+    except (RuntimeError, OSError, AttributeError) as e:
+        _state.update(ok=False, reason=str(e))
+        _LOG.warning("CPU kernels unavailable, using the jnp references: %s", e)
+        return False
+    _state.update(ok=True, reason=None, lib=lib)
+    return True
+
+
+def available() -> bool:
+    """Whether the kernels are built and registered (builds them on first call)."""
+    return _load()
+
+
+def unavailable_reason() -> str | None:
+    """Why `available` is False (None when it is True or was not asked yet)."""
+    return _state.get("reason")

@@ -1,0 +1,111 @@
+// CPU kernel for one query per row against a head-major KV cache (LLM decode).
+//
+// o[b, h, g] = sum_l softmax_l(scale * q[b, h, g] . k[b, h, l]) v[b, h, l] over
+// the visible keys l in [lo[b], hi[b]) (clamped to the cache; none visible: o = 0).
+// The causal mask, valid lengths and sliding windows of a decode step are all
+// such a range, which custom_calls/attention/cpu.py computes.
+//
+// Why a kernel: as XLA ops a layer's decode attention is ~9 small thunks
+// (scores, mask, max, exp, sums, division, values), and the products run as
+// YNNPACK fusions that wake a pool thread each (~20-50 us per call, 30 layers a
+// token). Here one call reads each key and value row once for all G query heads
+// that share it (grouped-query attention), in float32 as the jnp reference does
+// (custom_calls/attention/reference.py, equal up to summation order).
+//
+// Handler (XLA FFI, CPU):
+//   maxfx_decode_attention(q f32[B, H, G, D], k f32[B, H, L, D], v f32[B, H, L, Dv],
+//                          lo s32[B], hi s32[B]; scale f32) -> f32[B, H, G, Dv]
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "parallel.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+inline float Dot(const float* __restrict a, const float* __restrict b, int64_t n) {
+  int64_t i = 0;
+  float s = 0.0f;
+#if defined(__AVX512F__)
+  __m512 acc = _mm512_setzero_ps();
+  for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+  s = _mm512_reduce_add_ps(acc);
+#endif
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// out += p * x (the compiler vectorizes this loop).
+inline void Axpy(float* __restrict out, float p, const float* __restrict x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] += p * x[i];
+}
+
+struct Dims {
+  int64_t b, h, g, l, d, dv;
+};
+
+// One (row, KV head): its G queries against the visible keys.
+void Head(const Dims& n, const float* q, const float* k, const float* v, int64_t lo, int64_t hi, float scale, float* out) {
+  std::fill(out, out + n.g * n.dv, 0.0f);
+  lo = std::max<int64_t>(lo, 0);
+  hi = std::min<int64_t>(hi, n.l);
+  const int64_t keys = hi - lo;
+  if (keys <= 0) return;
+  std::vector<float> s(n.g * keys);  // scores, then probabilities
+  for (int64_t j = 0; j < keys; ++j) {
+    const float* kj = k + (lo + j) * n.d;
+    for (int64_t g = 0; g < n.g; ++g) s[g * keys + j] = Dot(q + g * n.d, kj, n.d) * scale;
+  }
+  std::vector<float> inv(n.g);
+  for (int64_t g = 0; g < n.g; ++g) {
+    float* sg = s.data() + g * keys;
+    const float m = *std::max_element(sg, sg + keys);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < keys; ++j) sum += (sg[j] = std::exp(sg[j] - m));
+    inv[g] = 1.0f / sum;
+  }
+  for (int64_t j = 0; j < keys; ++j) {
+    const float* vj = v + (lo + j) * n.dv;
+    for (int64_t g = 0; g < n.g; ++g) Axpy(out + g * n.dv, s[g * keys + j] * inv[g], vj, n.dv);
+  }
+}
+
+ffi::Error DecodeAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
+                               ffi::Buffer<ffi::S32> lo, ffi::Buffer<ffi::S32> hi, float scale, ffi::ResultBuffer<ffi::F32> out) {
+  const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
+  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4) return ffi::Error::InvalidArgument("maxfx_decode_attention: q, k, v must be rank 4");
+  const Dims n{qd[0], qd[1], qd[2], kd[2], qd[3], vd[3]};
+  if (kd[0] != n.b || kd[1] != n.h || kd[3] != n.d || vd[0] != n.b || vd[1] != n.h || vd[2] != n.l ||
+      lo.element_count() != n.b || hi.element_count() != n.b) {
+    return ffi::Error::InvalidArgument("maxfx_decode_attention: q [B, H, G, D], k [B, H, L, D], v [B, H, L, Dv], lo and hi [B] disagree");
+  }
+  const float *qs = q.typed_data(), *ks = k.typed_data(), *vs = v.typed_data();
+  const int32_t *los = lo.typed_data(), *his = hi.typed_data();
+  float* os = out->typed_data();
+  const int64_t work = n.b * n.h * n.g * n.l * (n.d + n.dv);  // multiply-adds at most
+  maxfx_cpu::ParallelFor(pool, n.b * n.h, 1, work >= (int64_t{1} << 20), [&](int64_t bh) {
+    const int64_t b = bh / n.h;
+    Head(n, qs + bh * n.g * n.d, ks + bh * n.l * n.d, vs + bh * n.l * n.dv, los[b], his[b], scale, os + bh * n.g * n.dv);
+  });
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxfxDecodeAttention, DecodeAttentionImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Attr<float>("scale")
+                                  .Ret<ffi::Buffer<ffi::F32>>());

@@ -1,0 +1,96 @@
+"""The C++ one-query attention kernel (custom_calls/cpu/decode_attention.cc) against numpy in float64."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+from custom_calls import cpu as cpu_lib
+from custom_calls._target import lowering_for
+from custom_calls.attention import cpu, dispatch
+
+pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu" or not cpu_lib.available(), reason="the kernel needs a CPU backend and a C++ compiler")
+
+
+def _numpy_attention(q, k, v, lo, hi, scale):
+    """float64 softmax attention of each row's one query over keys [lo, hi) (none visible: zeros)."""
+    b, _, hq, _ = q.shape
+    g = hq // k.shape[2]
+    out = np.zeros((b, 1, hq, v.shape[3]))
+    for r in range(b):
+        keys = range(max(lo[r], 0), min(hi[r], k.shape[1]))
+        if not keys:
+            continue
+        for h in range(hq):
+            s = np.array([q[r, 0, h].astype(np.float64) @ k[r, j, h // g] for j in keys]) * scale
+            p = np.exp(s - s.max())
+            out[r, 0, h] = (p / p.sum()) @ v[r, list(keys), h // g].astype(np.float64)
+    return out
+
+
+def _inputs(rng, b=3, s=70, hq=6, hkv=2, d=64, dv=None):
+    q = rng.standard_normal((b, 1, hq, d)).astype(np.float32)
+    k = rng.standard_normal((b, s, hkv, d)).astype(np.float32)
+    v = rng.standard_normal((b, s, hkv, dv or d)).astype(np.float32)
+    return q, k, v
+
+
+POS = np.array([5, 40, 69])
+
+
+@pytest.mark.parametrize(
+    "masks, lo, hi",
+    [
+        (dict(causal=True, q_offset=POS, kv_lens=POS + 1), [0, 0, 0], POS + 1),  # a decode step
+        (dict(causal=True, q_offset=POS, kv_lens=np.array([3, 41, 70])), [0, 0, 0], [3, 41, 70]),  # fewer valid keys than the position
+        (dict(causal=False, kv_lens=np.array([0, 12, 70])), [0, 0, 0], [0, 12, 70]),  # an empty row gives zeros
+        (dict(causal=True, local_window_size=(7, 0), q_offset=POS), POS - 7, POS + 1),  # sliding window
+        (dict(causal=False, q_lens=np.array([1, 0, 1])), [0, 0, 0], [70, 0, 70]),  # a row without its query
+    ],
+)
+def test_matches_numpy(rng, masks, lo, hi):
+    q, k, v = _inputs(rng)
+    assert cpu.applies(q, k, v, extensions=False)
+    got = np.asarray(dispatch.flash_attention(q, k, v, scale=0.125, **masks))
+    np.testing.assert_allclose(got, _numpy_attention(q, k, v, np.asarray(lo), np.asarray(hi), 0.125), rtol=1e-5, atol=1e-5)
+
+
+def test_multi_query_and_narrower_values(rng):
+    q, k, v = _inputs(rng, b=2, s=33, hq=8, hkv=1, d=32, dv=16)
+    got = np.asarray(cpu.one_query_attention(q, k, v, causal=True, window=None, scale=None, q_offset=32))
+    np.testing.assert_allclose(got, _numpy_attention(q, k, v, [0, 0], [33, 33], 32**-0.5), rtol=1e-5, atol=1e-5)
+
+
+def test_head_major_cache_view_is_read_in_place(rng):
+    """A cache stored [B, Hkv, L, D] and passed transposed compiles to no copy of the cache."""
+    q, k, v = _inputs(rng, b=1, s=256)
+    kh, vh = (jnp.transpose(x, (0, 2, 1, 3)) for x in (k, v))
+
+    def step(q, kh, vh):
+        return dispatch.flash_attention(q, jnp.transpose(kh, (0, 2, 1, 3)), jnp.transpose(vh, (0, 2, 1, 3)), causal=True, q_offset=200)
+
+    hlo = jax.jit(step).lower(q, kh, vh).compile().as_text()
+    assert "maxfx_decode_attention" in hlo
+    assert "transpose(" not in hlo and "copy(" not in hlo, "the cache was copied into another layout"
+    np.testing.assert_allclose(np.asarray(jax.jit(step)(q, kh, vh)), _numpy_attention(q, k, v, [0], [201], 64**-0.5), rtol=1e-5, atol=1e-5)
+
+
+def test_gradients_match_finite_differences(rng):
+    q, k, v = _inputs(rng, b=2, s=9, hq=4, hkv=2, d=8)
+
+    def f(q, k, v):
+        return dispatch.flash_attention(q, k, v, causal=True, q_offset=np.array([4, 8]))
+
+    check_grads(f, (q.astype(np.float32), k, v), order=1, modes=["rev"], atol=2e-2, rtol=2e-2)
+
+
+def test_not_used_where_it_cannot_run(rng):
+    q, k, v = _inputs(rng)
+    assert not cpu.applies(q.astype(np.float16), k, v, extensions=False)  # float32 only
+    assert not cpu.applies(q, k, v, extensions=True)  # ALiBi, chunks, sinks: the reference
+    assert not cpu.applies(np.concatenate([q, q], 1), k, v, extensions=False)  # two queries per row
+    with lowering_for(("cpu",)):  # an export: the artifact must run where the library is not built
+        assert not cpu.applies(q, k, v, extensions=False)
+        hlo = jax.jit(lambda q, k, v: dispatch.flash_attention(q, k, v, causal=True, q_offset=POS)).lower(q, k, v).as_text()
+    assert "maxfx_decode_attention" not in hlo
