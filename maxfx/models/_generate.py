@@ -284,9 +284,24 @@ LONG_GENERATION = 256
 """From this many new tokens, `generate` shows a progress bar unless told otherwise."""
 
 
+class _NoBar:
+    """What `_progress` returns when no bar shows (a disabled tqdm costs ~70 us to make)."""
+
+    n = 0
+    disable = True
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+
+    def close(self) -> None:
+        pass
+
+
 def _progress(enabled: bool | None, total: int) -> Any:
     # None: tqdm decides (a bar on a terminal or in a notebook, none in logs and pipes).
     disable = (None if total >= LONG_GENERATION else True) if enabled is None else not enabled
+    if disable is True:
+        return _NoBar()
     return tqdm(total=total, desc="generating", unit="tok", disable=disable, leave=False)
 
 
@@ -532,11 +547,6 @@ def _ahead(kind: str, step: Any, args: tuple, static: dict[str, Any]) -> tuple[A
     return exe, _traced.cache_tree, time.perf_counter() - start
 
 
-def _put(device: Any, *values: tuple[Any, Any]) -> list[Any]:
-    """``(value, dtype)`` pairs as arrays on ``device``, in one batched transfer."""
-    return jax.device_put([np.asarray(v, dtype) for v, dtype in values], device.jax_device)
-
-
 @dataclass
 class _InFlight:
     """A dispatched step: its tokens (still computing) and when it was dispatched."""
@@ -593,14 +603,14 @@ class _Steps(Iterator[np.ndarray]):
 
     def _dispatch(self) -> _InFlight:
         """Start the next step (compiling it first if needed) without waiting for it."""
-        device = self._model.device
         compile_s = 0.0
         with x64():
             if self._state is None:
                 self._weights, self._model_tree = jax.tree_util.tree_flatten(self._model)  # the arrays of its Tensors
-                ids, last, key, *self._scalars = _put(
-                    device, (self._ids, np.int64), (self._lengths - 1, np.int64), ([self._seed, 0], np.uint32), (self._temperature, np.float32), (self._top_p, np.float32)
-                )
+                # numpy in: the compiled step copies host arrays to its device itself,
+                # ~10x cheaper than a device_put before the call.
+                ids, last, key = self._ids, self._lengths - 1, np.array([self._seed, 0], np.uint32)
+                self._scalars = (np.float32(self._temperature), np.float32(self._top_p))
                 args = (self._weights, ids, last, key, *self._scalars)
                 exe, self._cache_tree, compile_s = _ahead("prefill", prefill_step, args, {"model_tree": self._model_tree, "length": self._length, **self._static})
                 dispatched = time.perf_counter()
