@@ -22,6 +22,7 @@ from maxfx.models._llama_graph import LlamaGraphModel, load_pretrained_graph
 from maxfx.models._loading import ARCHITECTURES, load_pretrained
 from maxfx.models._paged import PagedCausalLM
 from maxfx.models._source import CheckpointMismatchError
+from maxfx.models._token_ids import TokenIdError
 from maxfx.models._tokenizer import Tokenizer, TokenizerError
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "Phi3Config",
     "Qwen2Config",
     "Qwen3Config",
+    "TokenIdError",
     "Tokenizer",
     "TokenizerError",
     "compile_counts",

@@ -133,7 +133,10 @@ class Tokenizer:
         bos = _token_id(fields, "tokenizer.ggml.bos_token_id", len(tokens), where)
         eos = _token_id(fields, "tokenizer.ggml.eos_token_id", len(tokens), where)
         backend = _byte_level_bpe(tokens, merges, types, _GGUF_PRE[pre], where)
-        if bos is not None and bool(fields.get("tokenizer.ggml.add_bos_token", False)):
+        add_bos = fields.get("tokenizer.ggml.add_bos_token", False)
+        if not isinstance(add_bos, (bool, np.bool_)):
+            raise TokenizerError(f"{where}: tokenizer.ggml.add_bos_token must be a bool, got {type(add_bos).__name__} {add_bos!r}")
+        if bos is not None and add_bos:
             backend.post_processor = processors.TemplateProcessing(single=f"{tokens[bos]} $A", pair=f"{tokens[bos]} $A {tokens[bos]} $B:1", special_tokens=[(tokens[bos], bos)])
         return cls(backend, where, () if eos is None else (eos,))
 
@@ -257,10 +260,18 @@ def load_tokenizer(path: os.PathLike[str] | str) -> tuple[Tokenizer | None, str]
             return None, f"{str(p)!r} has no tokenizer.json"
         return Tokenizer.from_file(file), ""
     reader = GGUFWeights(str(p)).reader
-    fields = {k: f.contents() for k, f in reader.fields.items() if k.startswith("tokenizer.ggml.") and k != "tokenizer.ggml.scores"}
+    fields = {k: _contents(f, k, str(p)) for k, f in reader.fields.items() if k.startswith("tokenizer.ggml.") and k != "tokenizer.ggml.scores"}
     if "tokenizer.ggml.model" not in fields:
         return None, f"{str(p)!r} has no tokenizer metadata (tokenizer.ggml.model is missing)"
     return Tokenizer.from_gguf(fields, str(p)), ""
+
+
+def _contents(field: Any, key: str, where: str) -> Any:
+    """A GGUF metadata value; TokenizerError naming the file and key when its strings are not UTF-8."""
+    try:
+        return field.contents()
+    except UnicodeDecodeError as e:
+        raise TokenizerError(f"{where}: {key} holds a string that is not valid UTF-8 ({e.reason} at byte {e.start})") from None
 
 
 def attach_tokenizer(model: Any, path: os.PathLike[str] | str, since: float | None = None) -> None:

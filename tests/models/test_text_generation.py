@@ -270,6 +270,28 @@ def test_gguf_other_tokenizer_kinds_are_refused(tmp_path):
         Tokenizer.from_gguf({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a"], "tokenizer.ggml.merges": ["abc"]}, "x.gguf")
 
 
+def test_gguf_tokenizer_metadata_of_the_wrong_kind_is_named(tmp_path):
+    tokens, _ = _vocab()
+    fields = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.merges": [], "tokenizer.ggml.add_bos_token": 1}
+    with pytest.raises(TokenizerError, match=r"x\.gguf: tokenizer\.ggml\.add_bos_token must be a bool, got int 1"):
+        Tokenizer.from_gguf(fields, "x.gguf")
+    # A token string that is not UTF-8: written as "<|QQ|>", then its two Q bytes replaced in the file.
+    tokens[len(tokens) - 1] = "<|QQ|>"
+    path = _write_gguf(tmp_path / "utf8.gguf", vocab=(tokens, [1] * len(tokens), [], 0, 1))
+    data = path.read_bytes()
+    assert data.count(b"<|QQ|>") == 1
+    path.write_bytes(data.replace(b"<|QQ|>", b"<|\xff\xfe|>"))
+    with pytest.raises(TokenizerError, match=r"utf8\.gguf: tokenizer\.ggml\.tokens holds a string that is not valid UTF-8"):
+        load_tokenizer(path)
+
+
+def test_out_of_vocabulary_ids_raise_the_exported_error(llama):
+    from maxfx.models import TokenIdError  # noqa: PLC0415 - the public name is what is under test
+
+    with pytest.raises(TokenIdError, match="token id 300 is out of range"):
+        llama(np.array([[1, 300]]))
+
+
 def test_gguf_without_tokenizer_refuses_text():
     path = LLAMA / "tiny_llama-q8_0.gguf"
     m = load_pretrained(path)
