@@ -79,6 +79,8 @@ def _leaf(array: Any, dtype: DType | None = None, device: driver.Device | None =
 
 
 def _array_device_ref(array: Any) -> DeviceRef:
+    if isinstance(array, jax.core.Tracer):  # asking a tracer walks the whole jaxpr for an error message
+        return DeviceRef.CPU()
     try:
         return _device_ref(device_of_jax(next(iter(array.devices()))))
     except (AttributeError, StopIteration, jax.errors.ConcretizationTypeError, ValueError):

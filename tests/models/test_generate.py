@@ -170,3 +170,19 @@ def test_progress_bar_only_for_long_generations_by_default():
     assert _progress(None, LONG_GENERATION - 1).disable  # short: never a bar
     assert not _progress(True, 4).disable  # asked for: always
     assert _progress(False, 10 * LONG_GENERATION).disable  # refused: never
+
+
+def test_tracing_asks_no_tracer_for_its_device(monkeypatch):
+    """Asking a tracer for its devices makes JAX walk the whole jaxpr for an error message:
+    tracing a model was quadratic in its depth (39 s for 30 layers). Tracing must never do it."""
+    import jax  # noqa: PLC0415
+    from jax._src.interpreters import partial_eval  # noqa: PLC0415 - the walk being guarded against
+
+    walks = []
+    original = partial_eval.JaxprStackFrame.find_progenitors
+    monkeypatch.setattr(partial_eval.JaxprStackFrame, "find_progenitors", lambda *a, **k: walks.append(1) or original(*a, **k))
+    m = model(str(LLAMA))
+    ids = np.array([[1, 2, 3, 4]])
+    jax.jit(lambda m, x: m(x)._array()).lower(m, Tensor(ids))
+    m.generate(ids, max_new_tokens=2)
+    assert not walks, f"tracing walked the jaxpr {len(walks)} times"
