@@ -151,6 +151,9 @@ def _warn_once(owner: type, field: str, problem: str) -> None:
     warnings.warn(f"{owner.__name__}.{field} {problem}", StaticFieldWarning, skip_file_prefixes=_LIBRARY_DIRS)
 
 
+_HASHABLE_ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
+
+
 class StaticValue:
     """A static value in a Module's pytree structure: equal when the values are equal (``==``).
 
@@ -164,6 +167,9 @@ class StaticValue:
     def __init__(self, value: Any, owner: type, field: str, declared_static: bool):
         self.value = value
         self._identity = False
+        if type(value) in _HASHABLE_ATOMS:  # most static values (eps, sizes, names): every flatten makes these
+            self._hash = hash(value)
+            return
         if isinstance(value, np.ndarray):
             self._hash = hash((np.ndarray, value.shape, value.dtype.str))
             problem = "a numpy array"

@@ -63,6 +63,8 @@ _M = TypeVar("_M", bound="Module")
 
 # Values that can hold no Tensor: stored as static without a pytree walk.
 _ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
+# Exact node types, checked by identity before the isinstance below (subclasses still reach it).
+_NODES: set[type] = {Tensor}
 
 
 def _is_node(value: Any) -> bool:
@@ -87,6 +89,11 @@ def _split_fields(module: Module) -> tuple[list[str], list[Any], tuple]:
     children: list[Any] = []
     layout: list[tuple[str, Any]] = []
     for name, value, static in field_values(module):
+        if type(value) in _NODES and not static:  # the common case first: a parameter or a child
+            names.append(name)
+            children.append(value)
+            layout.append((name, None))
+            continue
         if static or type(value) in _ATOMS:
             layout.append((name, StaticValue(value, owner, name, static)))
             continue
@@ -177,6 +184,7 @@ class Module:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         jax.tree_util.register_pytree_with_keys(cls, _flatten_with_keys, functools.partial(_unflatten, cls), _flatten)
+        _NODES.add(cls)
 
     def __class_getitem__(cls, params: Any) -> type:
         return cls
