@@ -529,7 +529,9 @@ def compile_counts() -> dict[str, int]:
 def _signature(args: tuple, static: dict[str, Any]) -> Any:
     """What a compiled step depends on: each array's type and placement, the static arguments (structures included)."""
     leaves, treedef = jax.tree_util.tree_flatten(args)
-    return treedef, tuple((jax.typeof(x), getattr(x, "sharding", None)) for x in leaves), tuple(sorted(static.items(), key=lambda kv: kv[0]))
+    # A JAX array's aval is an attribute read, ~6x cheaper than jax.typeof (which also takes numpy).
+    types = tuple((x.aval, x.sharding) if isinstance(x, jax.Array) else (jax.typeof(x), None) for x in leaves)
+    return treedef, types, tuple(sorted(static.items(), key=lambda kv: kv[0]))
 
 
 def _ahead(kind: str, step: Any, args: tuple, static: dict[str, Any]) -> tuple[Any, Any, float]:
