@@ -151,7 +151,8 @@ def _warn_once(owner: type, field: str, problem: str) -> None:
     warnings.warn(f"{owner.__name__}.{field} {problem}", StaticFieldWarning, skip_file_prefixes=_LIBRARY_DIRS)
 
 
-_HASHABLE_ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
+# Values that can hold no Tensor and hash by value: static without a pytree walk.
+ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
 
 
 class StaticValue:
@@ -167,7 +168,7 @@ class StaticValue:
     def __init__(self, value: Any, owner: type, field: str, declared_static: bool):
         self.value = value
         self._identity = False
-        if type(value) in _HASHABLE_ATOMS:  # most static values (eps, sizes, names): every flatten makes these
+        if type(value) in ATOMS:  # most static values (eps, sizes, names): every flatten makes these
             self._hash = hash(value)
             return
         if isinstance(value, np.ndarray):

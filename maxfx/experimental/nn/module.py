@@ -47,7 +47,7 @@ from maxfx import driver
 from maxfx.driver._device import as_device
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn._compile import CompiledModule, compile_module
-from maxfx.experimental.nn._fields import StaticValue, field_values
+from maxfx.experimental.nn._fields import ATOMS, StaticValue, field_values
 
 __all__ = ["Module", "module_dataclass"]
 
@@ -61,8 +61,6 @@ _M = TypeVar("_M", bound="Module")
 # `_split_fields`; flatten, unflatten, `parameters`, `children` and the in-place
 # updates all go through it, so they always agree.
 
-# Values that can hold no Tensor: stored as static without a pytree walk.
-_ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
 # Exact node types, checked by identity before the isinstance below (subclasses still reach it).
 _NODES: set[type] = {Tensor}
 
@@ -89,15 +87,10 @@ def _split_fields(module: Module) -> tuple[list[str], list[Any], tuple]:
     children: list[Any] = []
     layout: list[tuple[str, Any]] = []
     for name, value, static in field_values(module):
-        if type(value) in _NODES and not static:  # the common case first: a parameter or a child
-            names.append(name)
-            children.append(value)
-            layout.append((name, None))
-            continue
-        if static or type(value) in _ATOMS:
+        if static or type(value) in ATOMS:
             layout.append((name, StaticValue(value, owner, name, static)))
             continue
-        if isinstance(value, (Tensor, Module)):
+        if type(value) in _NODES or isinstance(value, (Tensor, Module)):  # exact type first: the common case
             names.append(name)
             children.append(value)
             layout.append((name, None))
