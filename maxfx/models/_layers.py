@@ -156,19 +156,18 @@ def _slot_axis() -> int:
     return 2 if cache_heads_major() else 1
 
 
-def _to_cache(x: Tensor) -> Tensor:
-    """Keys or values ``[B, S, Hkv, D]`` in the cache's layout."""
+def _cache_layout(x: Tensor) -> Tensor:
+    """Keys or values ``[B, S, Hkv, D]`` in the cache's layout, or a cache back as ``[B, L, Hkv, D]``.
+
+    Head-major caches swap axes 1 and 2, a permutation that is its own inverse,
+    so one function serves both ways (the second is a transposed view).
+    """
     return F.permute(x, [0, 2, 1, 3]) if _slot_axis() == 2 else x
-
-
-def _from_cache(cache: Tensor) -> Tensor:
-    """The cache as ``[B, L, Hkv, D]`` (a transposed view of a head-major cache)."""
-    return F.permute(cache, [0, 2, 1, 3]) if _slot_axis() == 2 else cache
 
 
 def write_cache(cache: Tensor, new: Tensor, pos: Tensor) -> Tensor:
     """``cache`` (in the cache layout) with ``new [B, T, Hkv, D]`` written at slots ``pos [B, T]``."""
-    new = _to_cache(new)
+    new = _cache_layout(new)
     axis = _slot_axis()
     if int(cache.shape[3 - axis]) != int(new.shape[3 - axis]):
         raise ValueError(
@@ -194,9 +193,9 @@ def attention_with_cache(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, cache: A
     if isinstance(cache[0], str):
         length = cache[1]
         pad = [0, 0, 0, length - int(k.shape[1]), 0, 0, 0, 0]
-        return attend(q, k, v, window=window), (_to_cache(F.pad(k, pad)), _to_cache(F.pad(v, pad)))
+        return attend(q, k, v, window=window), (_cache_layout(F.pad(k, pad)), _cache_layout(F.pad(v, pad)))
     k_all, v_all = write_cache(cache[0], k, qpos), write_cache(cache[1], v, qpos)
-    return attend(q, _from_cache(k_all), _from_cache(v_all), qpos, window), (k_all, v_all)
+    return attend(q, _cache_layout(k_all), _cache_layout(v_all), qpos, window), (k_all, v_all)
 
 
 class ScaledRMSNorm(Module):
