@@ -30,7 +30,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from custom_calls import cpu
-from custom_calls._target import exporting
 from custom_calls.attention import reference as ref
 
 __all__ = ["applies", "one_query_attention"]
@@ -40,9 +39,7 @@ def applies(q: Any, k: Any, v: Any, *, extensions: bool) -> bool:
     """Whether `one_query_attention` can stand in for the reference: see the module docstring."""
     if extensions or q.ndim != 4 or q.shape[1] != 1 or 0 in q.shape or 0 in k.shape:
         return False
-    if any(x.dtype != jnp.float32 for x in (q, k, v)) or jax.default_backend() != "cpu" or exporting():
-        return False
-    return cpu.available()
+    return all(x.dtype == jnp.float32 for x in (q, k, v)) and cpu.callable_here()
 
 
 def _visible_range(b: int, sk: int, *, causal: bool, window: ref.Window, q_offset: Any, kv_lens: Any, q_lens: Any):

@@ -38,7 +38,9 @@ from typing import Any
 
 import jax
 
-__all__ = ["available", "build", "unavailable_reason"]
+from custom_calls._target import exporting
+
+__all__ = ["available", "build", "callable_here", "unavailable_reason"]
 
 _HERE = Path(__file__).parent
 _SOURCES = (_HERE / "qgemv.cc", _HERE / "decode_attention.cc")
@@ -117,3 +119,20 @@ def available() -> bool:
 def unavailable_reason() -> str | None:
     """Why `available` is False (None when it is True or was not asked yet)."""
     return _state.get("reason")
+
+
+def callable_here() -> bool:
+    """Whether the program being traced may call the kernels: a CPU backend, not an
+    export (an artifact must run where the library is not built), and the library built.
+
+    Example:
+        >>> from custom_calls import cpu
+        >>> cpu.callable_here() in (True, False)
+        True
+    """
+    if jax.default_backend() != "cpu" or exporting():
+        return False
+    if not available():
+        _LOG.debug("CPU kernels unavailable (%s); jnp reference", unavailable_reason())
+        return False
+    return True

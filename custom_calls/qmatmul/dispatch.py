@@ -46,7 +46,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from custom_calls._target import exporting, gpu_target
+from custom_calls import cpu as cpu_library
+from custom_calls._target import gpu_target
 from custom_calls.qmatmul import cpu, pallas_gguf, pallas_gptq
 from custom_calls.qmatmul import reference as ref
 from custom_calls.qmatmul._pallas_core import KernelConfig, PreparedWeight
@@ -156,12 +157,7 @@ def _run(mode: str, kernel: Callable, dequant_nt: Callable, reference: Callable,
 def _cpu_kernel_applies(lhs: jax.Array) -> bool:
     """Few float32 rows on a CPU backend, and the kernels built (`custom_calls.qmatmul.cpu`)."""
     rows = lhs.size // lhs.shape[-1] if lhs.shape[-1] else 0
-    if lhs.dtype != jnp.float32 or not 1 <= rows <= cpu.MAX_ROWS or jax.default_backend() != "cpu" or exporting():
-        return False  # exported programs must run where the library is not built
-    if not cpu.available():
-        _LOG.debug("qmatmul: CPU kernels unavailable (%s); jnp reference", cpu.unavailable_reason())
-        return False
-    return True
+    return lhs.dtype == jnp.float32 and 1 <= rows <= cpu.MAX_ROWS and cpu_library.callable_here()
 
 
 def q8_0_matmul(lhs: Any, values: Any, scales: Any) -> jax.Array:
