@@ -10,7 +10,7 @@ Two kernels where XLA's CPU backend is slow for LLM decode:
 They run on XLA's own CPU thread pool (``parallel.h``).
 
 Building: ``python -m custom_calls.cpu`` (the install step, ``make venv``)
-compiles the sources with ``$CXX`` (default ``c++``), ``-O3 -march=native``, into
+compiles the sources with ``$CXX`` (default ``c++``), ``-O3 -march=native`` (``$MAXFX_CPU_MARCH`` overrides native), into
 one library in ``_build/`` beside this file; a first use builds it too when it is
 missing (a file lock keeps parallel processes from racing). No compiler, or a
 failed build: `available` is False, the reason is logged on ``maxfx.kernels``
@@ -40,7 +40,7 @@ import jax
 
 from custom_calls._target import exporting
 
-__all__ = ["available", "build", "callable_here", "unavailable_reason"]
+__all__ = ["ENV_ENABLE", "ENV_MARCH", "available", "build", "callable_here", "qgemv_is_fast", "unavailable_reason"]
 
 _HERE = Path(__file__).parent
 _SOURCES = (_HERE / "qgemv.cc", _HERE / "decode_attention.cc")
@@ -53,11 +53,17 @@ _TARGETS = {
     "maxfx_decode_attention": "MaxfxDecodeAttention",
 }
 _LOG = logging.getLogger("maxfx.kernels")
+# The -march the library is built for (default: native). Another value builds a
+# second library beside the first, e.g. x86-64-v3 to run the portable code paths.
+ENV_MARCH = "MAXFX_CPU_MARCH"
+# "0" keeps traced programs off the kernels (the jnp references, float products
+# throughout); read when a program is traced.
+ENV_ENABLE = "MAXFX_CPU_KERNELS"
 _state: dict[str, Any] = {}
 
 
 def _flags() -> list[str]:
-    return ["-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-isystem", jax.ffi.include_dir(), "-I", str(_HERE)]
+    return ["-O3", f"-march={os.environ.get(ENV_MARCH) or 'native'}", "-std=c++17", "-shared", "-fPIC", "-isystem", jax.ffi.include_dir(), "-I", str(_HERE)]
 
 
 def _library_path(compiler: str) -> Path:
@@ -116,6 +122,20 @@ def available() -> bool:
     return _load()
 
 
+def qgemv_is_fast() -> bool:
+    """Whether the quantized products were built with their AVX-512 VNNI path.
+
+    Without it they run a portable scalar loop with the same numbers, slower than
+    XLA's dequantize-then-dot, so the dispatch then prefers XLA.
+
+    Example:
+        >>> from custom_calls import cpu
+        >>> cpu.qgemv_is_fast() in (True, False)
+        True
+    """
+    return _load() and bool(_state["lib"].MaxfxQgemvIsFast())
+
+
 def unavailable_reason() -> str | None:
     """Why `available` is False (None when it is True or was not asked yet)."""
     return _state.get("reason")
@@ -123,14 +143,15 @@ def unavailable_reason() -> str | None:
 
 def callable_here() -> bool:
     """Whether the program being traced may call the kernels: a CPU backend, not an
-    export (an artifact must run where the library is not built), and the library built.
+    export (an artifact must run where the library is not built), not switched
+    off (``MAXFX_CPU_KERNELS=0``), and the library built.
 
     Example:
         >>> from custom_calls import cpu
         >>> cpu.callable_here() in (True, False)
         True
     """
-    if jax.default_backend() != "cpu" or exporting():
+    if jax.default_backend() != "cpu" or exporting() or os.environ.get(ENV_ENABLE, "") == "0":
         return False
     if not available():
         _LOG.debug("CPU kernels unavailable (%s); jnp reference", unavailable_reason())

@@ -10,7 +10,9 @@ Rule (``shared/design/PALLAS_NOTES.md`` §9):
   computation placed on the CPU of a GPU machine still lowers.
 * else, on a CPU: for Q4_0 and Q8_0 with at most `cpu.MAX_ROWS` float32 rows
   (LLM decode), the C++ kernels of `custom_calls.qmatmul.cpu`, which read the
-  blocks in place; otherwise, or when they could not be built, the reference.
+  blocks in place with llama.cpp's numerics (``lhs`` quantized to int8 per 32
+  values); otherwise, or when they could not be built with their AVX-512 VNNI
+  path, the reference (float products).
 * else: the reference (`custom_calls.qmatmul.reference`).
 
 Errors and fallbacks when a kernel would be used:
@@ -155,16 +157,17 @@ def _run(mode: str, kernel: Callable, dequant_nt: Callable, reference: Callable,
 
 
 def _cpu_kernel_applies(lhs: jax.Array) -> bool:
-    """Few float32 rows on a CPU backend, and the kernels built (`custom_calls.qmatmul.cpu`)."""
+    """Few float32 rows on a CPU backend, and the kernels built with their fast path (`custom_calls.qmatmul.cpu`)."""
     rows = lhs.size // lhs.shape[-1] if lhs.shape[-1] else 0
-    return lhs.dtype == jnp.float32 and 1 <= rows <= cpu.MAX_ROWS and cpu_library.callable_here()
+    return lhs.dtype == jnp.float32 and 1 <= rows <= cpu.MAX_ROWS and cpu_library.callable_here() and cpu_library.qgemv_is_fast()
 
 
 def q8_0_matmul(lhs: Any, values: Any, scales: Any) -> jax.Array:
     """``lhs @ W.T`` for Q8_0 ``W`` held split: int8 ``values [N, K]`` and float16 ``scales [N, K / 32]`` (decoded in float32).
 
     On a CPU with few float32 rows, the `custom_calls.qmatmul.cpu` kernel (reads
-    the 8-bit values in place); elsewhere ``W`` decoded by XLA, then one product.
+    the 8-bit values in place; ``lhs`` quantized to int8 per 32 values, as
+    llama.cpp does); elsewhere ``W`` decoded by XLA, then one float product.
     Gradients flow to ``lhs``.
     """
     lhs, values, scales = jnp.asarray(lhs), jnp.asarray(values), jnp.asarray(scales)

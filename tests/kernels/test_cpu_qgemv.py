@@ -1,4 +1,10 @@
-"""The C++ CPU kernels for Q8_0 / Q4_0 products (custom_calls/cpu/qgemv.cc) against gguf's own dequantizer and numpy."""
+"""The C++ CPU kernels for Q8_0 / Q4_0 products (custom_calls/cpu/qgemv.cc) against gguf's own quantizer and numpy.
+
+The kernels quantize each row of x to int16 per 32 values (scale max|x| / 32767,
+round to nearest even), then take integer block dots. The reference is that
+rounding in numpy, gguf's own dequantizer on W, and a float64 product; the
+kernels must also stay within the 16-bit rounding bound of the float product.
+"""
 
 import os
 import subprocess
@@ -22,38 +28,67 @@ def _weights(rng, n, k, qname):
     return packed, dense
 
 
+def _reference(x, dense):
+    """x rounded to int16 per 32 values as the kernels do (float32 scale), times W, in float64."""
+    blocks = x.reshape(*x.shape[:-1], -1, 32)
+    amax = np.abs(blocks).max(axis=-1, keepdims=True)
+    inv = np.where(amax > 0, np.float32(32767) / np.where(amax > 0, amax, 1), np.float32(0)).astype(np.float32)
+    q = np.rint(blocks * inv)  # round half to even, like the kernels' conversion
+    xq = (q.astype(np.float64) * (amax / np.float32(32767)).astype(np.float64)).reshape(x.shape)
+    return xq @ dense.T
+
+
+def _check(out, x, dense):
+    """Equal to the int16-activation reference up to float32 summation; within 16-bit rounding of the float product."""
+    np.testing.assert_allclose(out, _reference(x, dense), rtol=1e-5, atol=1e-4)
+    exact = x.astype(np.float64) @ dense.T
+    # Each activation off by at most half a step, max|x| / 65534 per block; plus float32 summation.
+    bound = np.abs(x).max() / 65534 * np.abs(dense).sum(axis=1).max() + 1e-4
+    assert np.abs(out - exact).max() <= bound
+
+
 def _split_q8(packed, n, k):
     blocks = packed.reshape(n, k // 32, 34)
     return blocks[..., 2:].copy().view(np.int8).reshape(n, k), blocks[..., :2].copy().view(np.float16).reshape(n, k // 32)
 
 
+# K = 96 and 32: an odd block count (the kernel's one-block tail); 1536 and 576 are SmolLM2's.
 @pytest.mark.parametrize("rows", [1, 3, 16])
 @pytest.mark.parametrize("n,k", [(130, 96), (7, 32), (1536, 576)])
-def test_q8_0_kernel_matches_gguf_dequantize(rng, rows, n, k):
+def test_q8_0_kernel_matches_llama_cpp_numerics(rng, rows, n, k):
     packed, dense = _weights(rng, n, k, "Q8_0")
     values, scales = _split_q8(packed, n, k)
     x = rng.standard_normal((rows, k)).astype(np.float32)
-    out = np.asarray(cpu.q8_0_matmul(x, values, scales))
-    np.testing.assert_allclose(out, x.astype(np.float64) @ dense.T, rtol=1e-5, atol=1e-4)
+    _check(np.asarray(cpu.q8_0_matmul(x, values, scales)), x, dense)
 
 
 @pytest.mark.parametrize("rows", [1, 5, 16])
 @pytest.mark.parametrize("n,k", [(130, 96), (3, 32), (576, 1536)])
-def test_q4_0_kernel_matches_gguf_dequantize(rng, rows, n, k):
+def test_q4_0_kernel_matches_llama_cpp_numerics(rng, rows, n, k):
     packed, dense = _weights(rng, n, k, "Q4_0")
     x = rng.standard_normal((1, rows, k)).astype(np.float32)  # leading dims flatten into the kernel's rows
-    out = np.asarray(cpu.q4_0_matmul(x, packed))
-    np.testing.assert_allclose(out, x.astype(np.float64) @ dense.T, rtol=1e-5, atol=1e-4)
+    _check(np.asarray(cpu.q4_0_matmul(x, packed)), x, dense)
+
+
+def test_rows_of_zeros_and_wide_ranges(rng):
+    """A block of zeros has scale 0 (no division by it); blocks of very different magnitude keep their own scale."""
+    packed, dense = _weights(rng, 40, 128, "Q4_0")
+    x = rng.standard_normal((2, 128)).astype(np.float32)
+    x[0, :32] = 0.0
+    x[1, 32:64] *= 1e4
+    _check(np.asarray(cpu.q4_0_matmul(x, packed)), x, dense)
 
 
 def test_dispatch_uses_the_kernel_for_few_rows_and_the_reference_for_many(rng, caplog):
     packed, dense = _weights(rng, 64, 64, "Q4_0")
-    for rows in (2, 40):  # 40 > MAX_ROWS: the reference
-        x = rng.standard_normal((rows, 64)).astype(np.float32)
-        with caplog.at_level("DEBUG", logger="maxfx.kernels"):
-            out = np.asarray(jax.jit(lambda x, w: dispatch.qmatmul("Q4_0", x, w))(x, packed))
-        np.testing.assert_allclose(out, x.astype(np.float64) @ dense.T, rtol=1e-5, atol=1e-4)
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    with caplog.at_level("DEBUG", logger="maxfx.kernels"):
+        out = np.asarray(jax.jit(lambda x, w: dispatch.qmatmul("Q4_0", x, w))(x, packed))
+    _check(out, x, dense)
     assert "qmatmul: CPU kernel (Q4_0)" in caplog.text
+    x = rng.standard_normal((40, 64)).astype(np.float32)  # 40 > MAX_ROWS: the reference, float products
+    out = np.asarray(jax.jit(lambda x, w: dispatch.qmatmul("Q4_0", x, w))(x, packed))
+    np.testing.assert_allclose(out, x.astype(np.float64) @ dense.T, rtol=1e-5, atol=1e-4)
 
 
 def test_gradient_through_the_q8_0_kernel(rng):
@@ -65,7 +100,27 @@ def test_gradient_through_the_q8_0_kernel(rng):
     def loss(x):
         return jnp.sum(dispatch.q8_0_matmul(x, values, scales) * g)
 
-    np.testing.assert_allclose(jax.grad(loss)(x), g @ dense, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(jax.grad(loss)(x), g @ dense, rtol=1e-5, atol=1e-5)  # the backward pass is float
+
+
+def test_portable_build_gives_the_same_numbers(rng, tmp_path):
+    """Built for a CPU without AVX-512 (``MAXFX_CPU_MARCH=x86-64-v3``): the scalar loop, same numerics, and the dispatch prefers XLA."""
+    packed, dense = _weights(rng, 70, 96, "Q4_0")
+    x = rng.standard_normal((3, 96)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "w.npy", packed)
+    code = (
+        "import sys, numpy as np\n"
+        "from custom_calls import cpu as lib\n"
+        "from custom_calls.qmatmul import cpu\n"
+        "assert lib.available() and not lib.qgemv_is_fast()\n"
+        f"x, w = np.load({str(tmp_path / 'x.npy')!r}), np.load({str(tmp_path / 'w.npy')!r})\n"
+        f"np.save({str(tmp_path / 'y.npy')!r}, np.asarray(cpu.q4_0_matmul(x, w)))\n"
+    )
+    env = {**os.environ, "MAXFX_CPU_MARCH": "x86-64-v3", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    _check(np.load(tmp_path / "y.npy"), x, dense)
 
 
 def test_without_a_compiler_the_reference_runs(tmp_path):

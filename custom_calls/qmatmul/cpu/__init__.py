@@ -2,8 +2,10 @@
 
 XLA's CPU backend decodes a packed weight into a float copy before every product
 (4-8 bytes moved per weight); LLM decode at batch 1 is bound by memory, so these
-kernels read the 8- or 4-bit blocks in place and decode them in registers
-(`qgemv.cc` says how). Built and registered by `custom_calls.cpu`.
+kernels read the 8- or 4-bit blocks in place. Like llama.cpp they quantize each
+row of ``x`` to int8 per 32 values (a float16 scale each) and take integer dot
+products with AVX-512 VNNI; results differ from float products by that 8-bit
+rounding (`qgemv.cc` says how). Built and registered by `custom_calls.cpu`.
 
 Example:
     >>> import numpy as np
