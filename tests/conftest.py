@@ -15,3 +15,27 @@ import pytest  # noqa: E402
 def rng():
     """A seeded numpy Generator (tests must not depend on global random state)."""
     return np.random.default_rng(0)
+
+
+@pytest.fixture
+def float_products(monkeypatch):
+    """Programs traced in the test keep off the CPU kernels (``MAXFX_CPU_KERNELS=0``): float products throughout.
+
+    The switch is read when a program is traced, so JAX's trace caches and
+    maxfx's executables are dropped on the way in and out (no program made
+    either way leaks across).
+    """
+    import jax  # noqa: PLC0415
+
+    from lowering.compile import clear_cache  # noqa: PLC0415
+
+    def clear():
+        jax.clear_caches()
+        clear_cache()
+
+    monkeypatch.setenv("MAXFX_CPU_KERNELS", "0")
+    clear()
+    yield
+    monkeypatch.delenv("MAXFX_CPU_KERNELS")
+    clear()
+

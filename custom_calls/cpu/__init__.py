@@ -57,7 +57,8 @@ _LOG = logging.getLogger("maxfx.kernels")
 # second library beside the first, e.g. x86-64-v3 to run the portable code paths.
 ENV_MARCH = "MAXFX_CPU_MARCH"
 # "0" keeps traced programs off the kernels (the jnp references, float products
-# throughout); read when a program is traced.
+# throughout); read when a program is traced, so set it before the first run
+# (programs already compiled keep what they were traced with).
 ENV_ENABLE = "MAXFX_CPU_KERNELS"
 _state: dict[str, Any] = {}
 

@@ -211,16 +211,125 @@ inline void Product(int64_t m_rows, int64_t k_dim, const QuantizedRow* x, const 
 }
 #endif
 
-ffi::Error CheckShapes(int64_t k_dim, int64_t m_rows, const char* name) {
-  if (k_dim % kBlock != 0) return ffi::Error::InvalidArgument(std::string(name) + ": K must be a multiple of 32");
-  if (m_rows > kMaxRows) return ffi::Error::InvalidArgument(std::string(name) + ": at most 16 rows of x");
-  return ffi::Error::Success();
+#ifdef MAXFX_QGEMV_VNNI
+// ─── Many rows of x (prefill): a blocked product ────────────────────────────
+//
+// Lanes run over 16 rows of x, so a weight pair (w[n, k], w[n, k+1]) is one
+// int32 broadcast and needs no transposing: only x, quantized once per call, is
+// repacked. A work item is 16 output columns: their weight rows are decoded to
+// int16 once (L1/L2-resident), then every 32-row tile of x meets them 4 columns
+// at a time: 8 accumulators of 16 rows, 8 vpdpwssd per pair of k, and per block
+// a float multiply-add with both sides' scales.
+constexpr int64_t kTileM = 32;  // rows of x per tile: two vectors of 16 lanes
+constexpr int64_t kGroupN = 16;  // output columns per work item
+constexpr int64_t kKernelN = 4;  // columns per microkernel call
+
+// x as tiles of 32 rows: per tile, pairs[K/2][32] (int16 pairs (x[m, 2p], x[m, 2p+1])
+// as int32) and scales[K/32][32]; rows past m_rows are zero.
+struct PackedX {
+  int64_t tiles, k_dim;
+  std::vector<int32_t> pairs;
+  std::vector<float> scales;
+  const int32_t* Pairs(int64_t t) const { return pairs.data() + t * (k_dim / 2) * kTileM; }
+  const float* Scales(int64_t t) const { return scales.data() + t * (k_dim / kBlock) * kTileM; }
+};
+
+void PackX(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim, PackedX& px) {
+  const int64_t half = k_dim / 2, blocks = k_dim / kBlock;
+  px.tiles = (m_rows + kTileM - 1) / kTileM;
+  px.k_dim = k_dim;
+  px.pairs.assign(px.tiles * half * kTileM, 0);
+  px.scales.assign(px.tiles * blocks * kTileM, 0.0f);
+  maxfx_cpu::ParallelFor(pool, m_rows, 8, Worth(m_rows * k_dim), [&](int64_t m) {
+    thread_local std::vector<int16_t> q;
+    thread_local std::vector<float> scale;
+    QuantizeRow(xs + m * k_dim, k_dim, q, scale);
+    const int64_t t = m / kTileM, lane = m % kTileM;
+    int32_t* pairs = px.pairs.data() + t * half * kTileM + lane;
+    for (int64_t p = 0; p < half; ++p) std::memcpy(pairs + p * kTileM, q.data() + 2 * p, 4);
+    float* scales = px.scales.data() + t * blocks * kTileM + lane;
+    for (int64_t b = 0; b < blocks; ++b) scales[b * kTileM] = scale[b];
+  });
 }
+
+// One block b of a tile: out[c][i] += d_x[i] * d_w[c] * (x[i] . w[c]) over the
+// block's 32 values, for the tile's 32 rows i and kKernelN weight rows w[c].
+inline void KernelBlock(const int32_t* __restrict xp, const float* __restrict dx, const int16_t* const* w, const float* dw, float* __restrict out) {
+  __m512i acc[kKernelN][2];
+  for (int64_t c = 0; c < kKernelN; ++c) acc[c][0] = acc[c][1] = _mm512_setzero_si512();
+  // Unrolled: in a loop GCC copies every accumulator twice per pass.
+#pragma GCC unroll 16
+  for (int64_t p = 0; p < kBlock / 2; ++p) {
+    const __m512i x0 = _mm512_loadu_si512(xp + p * kTileM), x1 = _mm512_loadu_si512(xp + p * kTileM + 16);
+    for (int64_t c = 0; c < kKernelN; ++c) {
+      int32_t pair;
+      std::memcpy(&pair, w[c] + 2 * p, 4);
+      const __m512i wv = _mm512_set1_epi32(pair);
+      acc[c][0] = _mm512_dpwssd_epi32(acc[c][0], x0, wv);
+      acc[c][1] = _mm512_dpwssd_epi32(acc[c][1], x1, wv);
+    }
+  }
+  const __m512 d0 = _mm512_loadu_ps(dx), d1 = _mm512_loadu_ps(dx + 16);
+  for (int64_t c = 0; c < kKernelN; ++c) {
+    const __m512 s = _mm512_set1_ps(dw[c]);
+    float* o = out + c * kTileM;
+    _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[c][0]), d0), s, _mm512_loadu_ps(o)));
+    _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[c][1]), d1), s, _mm512_loadu_ps(o + 16)));
+  }
+}
+
+template <typename RowOf>
+void ManyRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim, int64_t n_dim, const RowOf& row_of, float* out) {
+  thread_local PackedX px;  // the calling thread's; helpers only read it
+  PackX(pool, xs, m_rows, k_dim, px);
+  const int64_t blocks = k_dim / kBlock, groups = (n_dim + kGroupN - 1) / kGroupN;
+  const PackedX& x = px;
+  maxfx_cpu::ParallelFor(pool, groups, 1, Worth(m_rows * n_dim * k_dim / 16), [&](int64_t g) {
+    thread_local std::vector<int16_t> wbuf;
+    thread_local std::vector<float> dbuf;
+    wbuf.assign(kGroupN * k_dim, 0);
+    dbuf.assign(kGroupN * blocks, 0.0f);
+    const int64_t n0 = g * kGroupN, cols = std::min(kGroupN, n_dim - n0);
+    for (int64_t c = 0; c < cols; ++c) {
+      const auto w = row_of(n0 + c);
+      for (int64_t b = 0; b < blocks; ++b) {
+        _mm512_storeu_si512(wbuf.data() + c * k_dim + b * kBlock, LoadBlock(w, b));
+        dbuf[c * blocks + b] = w.Scale(b);
+      }
+    }
+    // Block by block, all the group's columns: the tile's slice of x for a block
+    // (2 KB) stays in L1 while every column meets it.
+    alignas(64) float acc[kGroupN * kTileM];
+    for (int64_t t = 0; t < x.tiles; ++t) {
+      std::fill(acc, acc + kGroupN * kTileM, 0.0f);
+      const int32_t* xp = x.Pairs(t);
+      const float* dx = x.Scales(t);
+      for (int64_t b = 0; b < blocks; ++b) {
+        for (int64_t c0 = 0; c0 < cols; c0 += kKernelN) {  // past the last column: zero rows (computed, not stored)
+          const int16_t* w[kKernelN];
+          float dw[kKernelN];
+          for (int64_t c = 0; c < kKernelN; ++c) {
+            w[c] = wbuf.data() + (c0 + c) * k_dim + b * kBlock;
+            dw[c] = dbuf[(c0 + c) * blocks + b];
+          }
+          KernelBlock(xp + b * (kBlock / 2) * kTileM, dx + b * kTileM, w, dw, acc + c0 * kTileM);
+        }
+      }
+      // Row by row: the group's columns of a row are one cache line of y, which
+      // only this work item writes (column by column, the cores would share lines).
+      for (int64_t i = 0; i < kTileM && t * kTileM + i < m_rows; ++i) {
+        float* __restrict row = out + (t * kTileM + i) * n_dim + n0;
+        for (int64_t c = 0; c < cols; ++c) row[c] = acc[c * kTileM + i];
+      }
+    }
+  });
+}
+#endif
 
 // Quantizes the rows of x (on the calling thread; the helpers only read them)
 // and runs `row_product(n, rows)` for every output n over the pool.
 template <typename RowProduct>
-void Run(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim, int64_t n_dim, const RowProduct& row_product) {
+void FewRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim, int64_t n_dim, const RowProduct& row_product) {
   thread_local std::vector<int16_t> q[kMaxRows];
   thread_local std::vector<float> scale[kMaxRows];
   QuantizedRow rows[kMaxRows];
@@ -228,19 +337,29 @@ void Run(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim, i
   maxfx_cpu::ParallelFor(pool, n_dim, kMinRowsPerChunk, Worth(n_dim * k_dim), [&](int64_t n) { row_product(n, rows); });
 }
 
+// y = x @ W.T for weight rows row_of(n): the one-accumulator-per-row product up
+// to kMaxRows rows of x (decode), the blocked one beyond (prefill).
+template <typename RowOf>
+void Matmul(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim, int64_t n_dim, const RowOf& row_of, float* out) {
+#ifdef MAXFX_QGEMV_VNNI
+  if (m_rows > kMaxRows) return ManyRows(pool, xs, m_rows, k_dim, n_dim, row_of, out);
+#endif
+  for (int64_t m0 = 0; m0 < m_rows; m0 += kMaxRows) {
+    const int64_t rows = std::min(kMaxRows, m_rows - m0);
+    FewRows(pool, xs + m0 * k_dim, rows, k_dim, n_dim, [&](int64_t n, const QuantizedRow* x) { Product(rows, k_dim, x, row_of(n), out + m0 * n_dim + n, n_dim); });
+  }
+}
+
 ffi::Error Q8_0Impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::S8> q, ffi::Buffer<ffi::F16> d,
                     ffi::ResultBuffer<ffi::F32> y) {
   const auto qd = q.dimensions();
   const int64_t n_dim = qd[0], k_dim = qd[1];
+  if (k_dim % kBlock != 0) return ffi::Error::InvalidArgument("maxfx_q8_0_matmul: K must be a multiple of 32");
   const int64_t m_rows = k_dim ? static_cast<int64_t>(x.element_count()) / k_dim : 0;
-  if (auto e = CheckShapes(k_dim, m_rows, "maxfx_q8_0_matmul"); e.failure()) return e;
   const int8_t* qs = q.typed_data();
   const uint16_t* ds = reinterpret_cast<const uint16_t*>(d.typed_data());
-  float* out = y->typed_data();
   const int64_t blocks = k_dim / kBlock;
-  Run(pool, x.typed_data(), m_rows, k_dim, n_dim, [&](int64_t n, const QuantizedRow* rows) {
-    Product(m_rows, k_dim, rows, Q8Row{qs + n * k_dim, ds + n * blocks}, out + n, n_dim);
-  });
+  Matmul(pool, x.typed_data(), m_rows, k_dim, n_dim, [&](int64_t n) { return Q8Row{qs + n * k_dim, ds + n * blocks}; }, y->typed_data());
   return ffi::Error::Success();
 }
 
@@ -250,12 +369,8 @@ ffi::Error Q4_0Impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<f
   if (row_bytes % kQ4Bytes != 0) return ffi::Error::InvalidArgument("maxfx_q4_0_matmul: row bytes must be a multiple of 18");
   const int64_t k_dim = row_bytes / kQ4Bytes * kBlock;
   const int64_t m_rows = k_dim ? static_cast<int64_t>(x.element_count()) / k_dim : 0;
-  if (auto e = CheckShapes(k_dim, m_rows, "maxfx_q4_0_matmul"); e.failure()) return e;
   const uint8_t* ws = packed.typed_data();
-  float* out = y->typed_data();
-  Run(pool, x.typed_data(), m_rows, k_dim, n_dim, [&](int64_t n, const QuantizedRow* rows) {
-    Product(m_rows, k_dim, rows, Q4Row{ws + n * row_bytes}, out + n, n_dim);
-  });
+  Matmul(pool, x.typed_data(), m_rows, k_dim, n_dim, [&](int64_t n) { return Q4Row{ws + n * row_bytes}; }, y->typed_data());
   return ffi::Error::Success();
 }
 

@@ -8,11 +8,10 @@ Rule (``shared/design/PALLAS_NOTES.md`` §9):
   for CUDA (`custom_calls._target.lowering_for`): ``lax.platform_dependent`` with
   the Pallas (Triton) kernel for ``cuda`` and the reference as the default, so a
   computation placed on the CPU of a GPU machine still lowers.
-* else, on a CPU: for Q4_0 and Q8_0 with at most `cpu.MAX_ROWS` float32 rows
-  (LLM decode), the C++ kernels of `custom_calls.qmatmul.cpu`, which read the
-  blocks in place with llama.cpp's numerics (``lhs`` quantized to int8 per 32
-  values); otherwise, or when they could not be built with their AVX-512 VNNI
-  path, the reference (float products).
+* else, on a CPU: for Q4_0 and Q8_0 with a float32 ``lhs``, the C++ kernels of
+  `custom_calls.qmatmul.cpu`, which read the blocks in place and take integer
+  block dots (``lhs`` rounded to int16 per 32 values: decode and prefill);
+  when they could not be built with their AVX-512 VNNI path, the reference.
 * else: the reference (`custom_calls.qmatmul.reference`).
 
 Errors and fallbacks when a kernel would be used:
@@ -157,17 +156,16 @@ def _run(mode: str, kernel: Callable, dequant_nt: Callable, reference: Callable,
 
 
 def _cpu_kernel_applies(lhs: jax.Array) -> bool:
-    """Few float32 rows on a CPU backend, and the kernels built with their fast path (`custom_calls.qmatmul.cpu`)."""
-    rows = lhs.size // lhs.shape[-1] if lhs.shape[-1] else 0
-    return lhs.dtype == jnp.float32 and 1 <= rows <= cpu.MAX_ROWS and cpu_library.callable_here() and cpu_library.qgemv_is_fast()
+    """A non-empty float32 ``lhs`` on a CPU backend, and the kernels built with their fast path (`custom_calls.qmatmul.cpu`)."""
+    return lhs.dtype == jnp.float32 and lhs.size > 0 and cpu_library.callable_here() and cpu_library.qgemv_is_fast()
 
 
 def q8_0_matmul(lhs: Any, values: Any, scales: Any) -> jax.Array:
     """``lhs @ W.T`` for Q8_0 ``W`` held split: int8 ``values [N, K]`` and float16 ``scales [N, K / 32]`` (decoded in float32).
 
-    On a CPU with few float32 rows, the `custom_calls.qmatmul.cpu` kernel (reads
-    the 8-bit values in place; ``lhs`` quantized to int8 per 32 values, as
-    llama.cpp does); elsewhere ``W`` decoded by XLA, then one float product.
+    On a CPU with a float32 ``lhs``, the `custom_calls.qmatmul.cpu` kernel (reads
+    the 8-bit values in place; ``lhs`` rounded to int16 per 32 values);
+    elsewhere ``W`` decoded by XLA, then one float product.
     Gradients flow to ``lhs``.
     """
     lhs, values, scales = jnp.asarray(lhs), jnp.asarray(values), jnp.asarray(scales)

@@ -52,8 +52,9 @@ def _split_q8(packed, n, k):
     return blocks[..., 2:].copy().view(np.int8).reshape(n, k), blocks[..., :2].copy().view(np.float16).reshape(n, k // 32)
 
 
-# K = 96 and 32: an odd block count (the kernel's one-block tail); 1536 and 576 are SmolLM2's.
-@pytest.mark.parametrize("rows", [1, 3, 16])
+# K = 96 and 32: odd block counts; 1536 and 576 are SmolLM2's. Rows up to 16: one
+# accumulator per row; 17 and more: the blocked product (tiles of 32 rows, 16 columns).
+@pytest.mark.parametrize("rows", [1, 3, 16, 17, 70])
 @pytest.mark.parametrize("n,k", [(130, 96), (7, 32), (1536, 576)])
 def test_q8_0_kernel_matches_llama_cpp_numerics(rng, rows, n, k):
     packed, dense = _weights(rng, n, k, "Q8_0")
@@ -62,7 +63,7 @@ def test_q8_0_kernel_matches_llama_cpp_numerics(rng, rows, n, k):
     _check(np.asarray(cpu.q8_0_matmul(x, values, scales)), x, dense)
 
 
-@pytest.mark.parametrize("rows", [1, 5, 16])
+@pytest.mark.parametrize("rows", [1, 5, 16, 33, 64])
 @pytest.mark.parametrize("n,k", [(130, 96), (3, 32), (576, 1536)])
 def test_q4_0_kernel_matches_llama_cpp_numerics(rng, rows, n, k):
     packed, dense = _weights(rng, n, k, "Q4_0")
@@ -73,22 +74,28 @@ def test_q4_0_kernel_matches_llama_cpp_numerics(rng, rows, n, k):
 def test_rows_of_zeros_and_wide_ranges(rng):
     """A block of zeros has scale 0 (no division by it); blocks of very different magnitude keep their own scale."""
     packed, dense = _weights(rng, 40, 128, "Q4_0")
-    x = rng.standard_normal((2, 128)).astype(np.float32)
-    x[0, :32] = 0.0
-    x[1, 32:64] *= 1e4
-    _check(np.asarray(cpu.q4_0_matmul(x, packed)), x, dense)
+    for rows in (2, 20):
+        x = rng.standard_normal((rows, 128)).astype(np.float32)
+        x[0, :32] = 0.0
+        x[1, 32:64] *= 1e4
+        _check(np.asarray(cpu.q4_0_matmul(x, packed)), x, dense)
 
 
-def test_dispatch_uses_the_kernel_for_few_rows_and_the_reference_for_many(rng, caplog):
+def test_dispatch_uses_the_kernel_for_float32_and_the_reference_otherwise(rng, caplog, monkeypatch):
     packed, dense = _weights(rng, 64, 64, "Q4_0")
-    x = rng.standard_normal((2, 64)).astype(np.float32)
+    for rows in (2, 40):  # the one-accumulator-per-row product and the blocked one
+        x = rng.standard_normal((rows, 64)).astype(np.float32)
+        caplog.clear()
+        with caplog.at_level("DEBUG", logger="maxfx.kernels"):
+            out = np.asarray(jax.jit(lambda x, w: dispatch.qmatmul("Q4_0", x, w))(x, packed))
+        _check(out, x, dense)
+        assert "qmatmul: CPU kernel (Q4_0)" in caplog.text
+    monkeypatch.setenv("MAXFX_CPU_KERNELS", "0")  # switched off: float products, the reference
+    caplog.clear()
     with caplog.at_level("DEBUG", logger="maxfx.kernels"):
         out = np.asarray(jax.jit(lambda x, w: dispatch.qmatmul("Q4_0", x, w))(x, packed))
-    _check(out, x, dense)
-    assert "qmatmul: CPU kernel (Q4_0)" in caplog.text
-    x = rng.standard_normal((40, 64)).astype(np.float32)  # 40 > MAX_ROWS: the reference, float products
-    out = np.asarray(jax.jit(lambda x, w: dispatch.qmatmul("Q4_0", x, w))(x, packed))
     np.testing.assert_allclose(out, x.astype(np.float64) @ dense.T, rtol=1e-5, atol=1e-4)
+    assert "CPU kernel" not in caplog.text
 
 
 def test_gradient_through_the_q8_0_kernel(rng):
@@ -106,7 +113,7 @@ def test_gradient_through_the_q8_0_kernel(rng):
 def test_portable_build_gives_the_same_numbers(rng, tmp_path):
     """Built for a CPU without AVX-512 (``MAXFX_CPU_MARCH=x86-64-v3``): the scalar loop, same numerics, and the dispatch prefers XLA."""
     packed, dense = _weights(rng, 70, 96, "Q4_0")
-    x = rng.standard_normal((3, 96)).astype(np.float32)
+    x = rng.standard_normal((20, 96)).astype(np.float32)  # 16 rows, then 4
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "w.npy", packed)
     code = (

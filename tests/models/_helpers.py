@@ -16,6 +16,11 @@ GPT2 = DATA / "tiny_gpt2"
 # Required by the fixtures' README: 1e-4. Measured here ~3e-6 (llama) and ~1e-5 (gpt2,
 # whose logits reach 20), so the tests hold a tighter bound.
 FP32_ATOL = 2e-5
+# GGUF Q8_0 / Q4_0 on a CPU run the custom_calls/cpu kernels, which round the
+# activations to int16 per 32 values: the tiny Llama's logits move by up to ~3e-4
+# against the float golden (greedy tokens stay identical). With the kernels
+# switched off (the `float_products` fixture) the GGUF goldens hold to FP32_ATOL.
+QUANT_KERNEL_ATOL = 1e-3
 
 
 def golden(folder: Path, name: str = "golden.npz") -> dict[str, np.ndarray]:

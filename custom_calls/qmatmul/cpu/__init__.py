@@ -1,11 +1,13 @@
-"""GGUF quantized products with few rows on the CPU: the Python side of ``custom_calls/cpu/qgemv.cc``.
+"""GGUF Q8_0 / Q4_0 products on the CPU: the Python side of ``custom_calls/cpu/qgemv.cc``.
 
 XLA's CPU backend decodes a packed weight into a float copy before every product
 (4-8 bytes moved per weight); LLM decode at batch 1 is bound by memory, so these
-kernels read the 8- or 4-bit blocks in place. Like llama.cpp they quantize each
-row of ``x`` to int8 per 32 values (a float16 scale each) and take integer dot
-products with AVX-512 VNNI; results differ from float products by that 8-bit
-rounding (`qgemv.cc` says how). Built and registered by `custom_calls.cpu`.
+kernels read the 8- or 4-bit blocks in place. They round each row of ``x`` to
+int16 per 32 values (a float32 scale each) and take integer dot products with
+AVX-512 VNNI: one accumulator per row of ``x`` up to 16 rows (decode), a blocked
+product beyond (prefill). Results differ from float products by that 16-bit
+rounding, at most 2^-16 of a block's largest ``|x|`` per value (`qgemv.cc`
+says how). Built and registered by `custom_calls.cpu`.
 
 Example:
     >>> import numpy as np
@@ -25,9 +27,7 @@ import jax.numpy as jnp
 
 from custom_calls.cpu import available, build, unavailable_reason
 
-__all__ = ["MAX_ROWS", "available", "build", "q4_0_matmul", "q8_0_matmul", "unavailable_reason"]
-
-MAX_ROWS = 16  # rows of x a call may have (the kernels keep one accumulator per row)
+__all__ = ["available", "build", "q4_0_matmul", "q8_0_matmul", "unavailable_reason"]
 
 
 def _call(target: str, x: Any, *weights: Any, n: int) -> jax.Array:
@@ -39,14 +39,14 @@ def _call(target: str, x: Any, *weights: Any, n: int) -> jax.Array:
 
 
 def q8_0_matmul(x: Any, values: Any, scales: Any) -> jax.Array:
-    """``x @ W.T`` for ``x float32 [..., K]`` (at most `MAX_ROWS` rows) and Q8_0 ``W``: int8 ``values [N, K]``, float16 ``scales [N, K / 32]``."""
+    """``x @ W.T`` for ``x float32 [..., K]`` and Q8_0 ``W``: int8 ``values [N, K]``, float16 ``scales [N, K / 32]``."""
     if not available():
         raise RuntimeError(f"CPU quantized kernels unavailable: {unavailable_reason()}")
     return _call("maxfx_q8_0_matmul", x, jnp.asarray(values, jnp.int8), jnp.asarray(scales, jnp.float16), n=int(values.shape[0]))
 
 
 def q4_0_matmul(x: Any, packed: Any) -> jax.Array:
-    """``x @ W.T`` for ``x float32 [..., K]`` (at most `MAX_ROWS` rows) and ``W`` as GGUF Q4_0 rows ``uint8 [N, K / 32 * 18]``."""
+    """``x @ W.T`` for ``x float32 [..., K]`` and ``W`` as GGUF Q4_0 rows ``uint8 [N, K / 32 * 18]``."""
     if not available():
         raise RuntimeError(f"CPU quantized kernels unavailable: {unavailable_reason()}")
     return _call("maxfx_q4_0_matmul", x, jnp.asarray(packed, jnp.uint8), n=int(packed.shape[0]))
