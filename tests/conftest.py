@@ -38,4 +38,3 @@ def float_products(monkeypatch):
     yield
     monkeypatch.delenv("MAXFX_CPU_KERNELS")
     clear()
-
