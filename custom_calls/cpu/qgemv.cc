@@ -128,6 +128,11 @@ struct Q8Row {
   const uint16_t* d;
   int32_t Value(int64_t b, int64_t j) const { return q[b * kBlock + j]; }
   float Scale(int64_t b) const { return HalfToFloat(d[b]); }
+  // The whole row (its K value bytes and K/32 scales).
+  void PrefetchAll(int64_t k_dim) const {
+    for (int64_t i = 0; i < k_dim; i += 64) _mm_prefetch(reinterpret_cast<const char*>(q + i), _MM_HINT_T0);
+    for (int64_t i = 0; i < k_dim / kBlock; i += 32) _mm_prefetch(reinterpret_cast<const char*>(d + i), _MM_HINT_T0);
+  }
   // Blocks b and b + 1: 64 value bytes and 4 scale bytes.
   void Prefetch(int64_t b) const {
     _mm_prefetch(reinterpret_cast<const char*>(q + b * kBlock + kPrefetchBytes), _MM_HINT_T0);
@@ -145,6 +150,10 @@ struct Q4Row {
     uint16_t h;
     std::memcpy(&h, blocks + b * kQ4Bytes, 2);
     return HalfToFloat(h);
+  }
+  // The whole row (K / 32 * 18 bytes).
+  void PrefetchAll(int64_t k_dim) const {
+    for (int64_t i = 0; i < k_dim / kBlock * kQ4Bytes; i += 64) _mm_prefetch(reinterpret_cast<const char*>(blocks + i), _MM_HINT_T0);
   }
   // Blocks b and b + 1: 36 bytes.
   void Prefetch(int64_t b) const { _mm_prefetch(reinterpret_cast<const char*>(blocks + b * kQ4Bytes + kPrefetchBytes), _MM_HINT_T0); }
@@ -238,17 +247,27 @@ void PackX(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim,
   const int64_t half = k_dim / 2, blocks = k_dim / kBlock;
   px.tiles = (m_rows + kTileM - 1) / kTileM;
   px.k_dim = k_dim;
-  px.pairs.assign(px.tiles * half * kTileM, 0);
-  px.scales.assign(px.tiles * blocks * kTileM, 0.0f);
-  maxfx_cpu::ParallelFor(pool, m_rows, 8, Worth(m_rows * k_dim), [&](int64_t m) {
-    thread_local std::vector<int16_t> q;
-    thread_local std::vector<float> scale;
-    QuantizeRow(xs + m * k_dim, k_dim, q, scale);
-    const int64_t t = m / kTileM, lane = m % kTileM;
-    int32_t* pairs = px.pairs.data() + t * half * kTileM + lane;
-    for (int64_t p = 0; p < half; ++p) std::memcpy(pairs + p * kTileM, q.data() + 2 * p, 4);
-    float* scales = px.scales.data() + t * blocks * kTileM + lane;
-    for (int64_t b = 0; b < blocks; ++b) scales[b * kTileM] = scale[b];
+  px.pairs.resize(px.tiles * half * kTileM);
+  px.scales.resize(px.tiles * blocks * kTileM);
+  // One tile per work item: a tile's lanes share cache lines, so one core writes them all.
+  maxfx_cpu::ParallelFor(pool, px.tiles, 1, Worth(m_rows * k_dim), [&](int64_t t) {
+    std::vector<int16_t> q(kTileM * k_dim, 0);  // the tile's rows, quantized (rows past m_rows stay 0)
+    std::vector<float> scale(kTileM * blocks, 0.0f);
+    std::vector<int16_t> qm;
+    std::vector<float> sm;
+    for (int64_t i = 0; i < kTileM && t * kTileM + i < m_rows; ++i) {
+      QuantizeRow(xs + (t * kTileM + i) * k_dim, k_dim, qm, sm);
+      std::copy(qm.begin(), qm.end(), q.begin() + i * k_dim);
+      std::copy(sm.begin(), sm.end(), scale.begin() + i * blocks);
+    }
+    int32_t* pairs = px.pairs.data() + t * half * kTileM;
+    for (int64_t p = 0; p < half; ++p) {
+      for (int64_t i = 0; i < kTileM; ++i) std::memcpy(pairs + p * kTileM + i, q.data() + i * k_dim + 2 * p, 4);
+    }
+    float* scales = px.scales.data() + t * blocks * kTileM;
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int64_t i = 0; i < kTileM; ++i) scales[b * kTileM + i] = scale[i * blocks + b];
+    }
   });
 }
 
@@ -287,8 +306,8 @@ void ManyRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_d
   maxfx_cpu::ParallelFor(pool, groups, 1, Worth(m_rows * n_dim * k_dim / 16), [&](int64_t g) {
     thread_local std::vector<int16_t> wbuf;
     thread_local std::vector<float> dbuf;
-    wbuf.assign(kGroupN * k_dim, 0);
-    dbuf.assign(kGroupN * blocks, 0.0f);
+    wbuf.resize(kGroupN * k_dim);
+    dbuf.resize(kGroupN * blocks);
     const int64_t n0 = g * kGroupN, cols = std::min(kGroupN, n_dim - n0);
     for (int64_t c = 0; c < cols; ++c) {
       const auto w = row_of(n0 + c);
@@ -297,6 +316,10 @@ void ManyRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_d
         dbuf[c * blocks + b] = w.Scale(b);
       }
     }
+    std::fill(wbuf.begin() + cols * k_dim, wbuf.end(), 0);  // past the last column: zero rows
+    std::fill(dbuf.begin() + cols * blocks, dbuf.end(), 0.0f);
+    // The next group's weights (usually this thread's next item) load while this one computes.
+    for (int64_t n = n0 + kGroupN; n < std::min(n0 + 2 * kGroupN, n_dim); ++n) row_of(n).PrefetchAll(k_dim);
     // Block by block, all the group's columns: the tile's slice of x for a block
     // (2 KB) stays in L1 while every column meets it.
     alignas(64) float acc[kGroupN * kTileM];
