@@ -114,15 +114,13 @@ def positions(ids: Tensor) -> Tensor:
     return F.unsqueeze(F.range(0, t, 1, out_dim=t, dtype=DType.int64, device=ids.device), 0)
 
 
-def rope(x: Tensor, pos: Tensor, inv_freq: np.ndarray) -> Tensor:
-    """Rotary embedding in Hugging Face's rotate-half layout at per-row positions.
+def rope_table(pos: Tensor, inv_freq: np.ndarray) -> tuple[Tensor, Tensor]:
+    """cos and sin ``[B or 1, T, D // 2]`` of the rotary angles at int positions ``pos [B or 1, T]``."""
+    return rope_cos_sin(pos, F.constant(inv_freq.astype(np.float32), DType.float32, pos.device))
 
-    Args:
-        x: ``[B, T, H, D]``.
-        pos: int ``[B or 1, T]`` positions.
-        inv_freq: ``[D // 2]`` inverse frequencies.
-    """
-    cos, sin = rope_cos_sin(pos, F.constant(inv_freq.astype(np.float32), DType.float32, x.device))  # [B, T, D/2]
+
+def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary embedding in Hugging Face's rotate-half layout; ``x [B, T, H, D]``, ``cos``/``sin`` from `rope_table`."""
     return apply_rope(x, ops.unsqueeze(cos, 2), ops.unsqueeze(sin, 2), interleaved=False)
 
 

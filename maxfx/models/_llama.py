@@ -35,7 +35,7 @@ from maxfx.experimental.nn import Module, RMSNorm, Sequential
 from maxfx.graph import DeviceRef
 from maxfx.models._config import MLP_ACTIVATIONS, LlamaConfig
 from maxfx.models._generate import CausalLM
-from maxfx.models._layers import ScaledRMSNorm, attention_with_cache, positions, rope
+from maxfx.models._layers import ScaledRMSNorm, attention_with_cache, positions, rope, rope_table
 from maxfx.models._paged import GraphWeight, graph_dtype, q8_graph_entries
 from maxfx.models._source import Q8_0, ParamSource, StoredTensor, eager_embedding, eager_linear, eager_tensor
 from maxfx.models._token_ids import check_token_ids
@@ -184,8 +184,8 @@ class LlamaAttention(Module):
         v = F.reshape(self.v_proj(x), [b, t, c.num_key_value_heads, c.head_dim])
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        inv = c.inv_freq()
-        out, cache = attention_with_cache(rope(q, qpos, inv), rope(k, qpos, inv), v, qpos, cache, c.sliding_window)
+        cos, sin = rope_table(qpos, c.inv_freq())  # once for q and k: XLA does not merge the two (libm sincos per entry)
+        out, cache = attention_with_cache(rope(q, cos, sin), rope(k, cos, sin), v, qpos, cache, c.sliding_window)
         return self.o_proj(out), cache
 
 
