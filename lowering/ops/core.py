@@ -72,8 +72,12 @@ def constant(value: Any, dtype: DType | None = None, device: Any = None):
     Args:
         value: the data; its shape becomes the tensor's shape.
         dtype: element type (default: from numpy arrays, float32 for Python floats,
-            int64 for Python ints).
+            int64 for Python ints). Required for a list inside a Graph.
         device: ``DeviceRef`` or driver ``Device`` (default: the graph's device).
+            Required for a list inside a Graph.
+
+    Raises:
+        TypeError: a list inside a Graph without ``dtype`` or ``device`` (MAX's rule).
 
     Example:
         >>> from maxfx.graph import DeviceRef, Graph, ops
@@ -88,6 +92,8 @@ def constant(value: Any, dtype: DType | None = None, device: Any = None):
         array([2, 4, 6], dtype=int32)
     """
     ctx = current_context()
+    if isinstance(ctx, GraphBuilder):
+        _check_graph_constant(value, dtype, device)
     source = _accelerator_of(value) if isinstance(ctx, GraphBuilder) else None
     if source is not None:
         _check_placement(ctx, source)
@@ -96,6 +102,19 @@ def constant(value: Any, dtype: DType | None = None, device: Any = None):
     if device is None:
         device = source or getattr(ctx, "default_device", None) or DeviceRef.CPU()
     return bind(constant_p, value=ConstantValue(arr), dtype=dtype, device=DeviceRef.from_device(device))
+
+
+def _check_graph_constant(value: Any, dtype: DType | None, device: Any) -> None:
+    """MAX's rule for constants added to a Graph (eager constants keep their defaults):
+    a nested list has no type of its own, so it needs both ``dtype`` and ``device``.
+
+    (A numpy array of another dtype is converted, as MAX's documented
+    ``shape_to_tensor`` example does, though MAX's own tests expect a ValueError.)
+    """
+    if isinstance(value, (list, tuple)):
+        missing = [name for name, given in (("dtype", dtype), ("device", device)) if given is None]
+        if missing:
+            raise TypeError(f"constant: a list constant in a Graph needs {' and '.join(missing)} (e.g. ops.constant(value, DType.float32, DeviceRef.CPU()))")
 
 
 def _accelerator_of(value: Any) -> DeviceRef | None:

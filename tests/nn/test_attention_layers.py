@@ -474,7 +474,8 @@ def test_gguf_attention_matches_dequantized_numpy(rng):
         g.output(layer(0, g.inputs[0].tensor, kv, rope.freqs_cis, g.inputs[1].tensor))
     mgr = PagedKVCacheManager(p, 1, 4, 1, 8)
     out = InferenceSession().load(g, weights_registry=layer.state_dict()).execute(x, np.array([0, 4], np.uint32), *mgr.fetch([mgr.claim()], [4]))[0].to_numpy()
-    np.testing.assert_allclose(out, np_attention_layer(deq, "", x, heads, kvh, hd, 10000.0, True), rtol=1e-3, atol=1e-4)
+    # atol 1e-3: on a CPU the Q4_0 products round x to int16 per 32 values (custom_calls/cpu/qgemv.cc).
+    np.testing.assert_allclose(out, np_attention_layer(deq, "", x, heads, kvh, hd, 10000.0, True), rtol=1e-3, atol=1e-3)
 
 
 def test_sgmv_qkv_lora_kernel_adds_kv_deltas_to_the_cache(rng):

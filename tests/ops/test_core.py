@@ -5,19 +5,21 @@ import pytest
 
 from maxfx.dtype import DType
 from maxfx.engine import InferenceSession
-from maxfx.graph import Graph, TensorType, Weight, ops
+from maxfx.graph import DeviceRef, Graph, TensorType, Weight, ops
 from tests.ops.harness import rand, run_op
 
 
 @pytest.mark.parametrize("value,dtype,expected", [
     ([1, 2, 3], DType.int32, np.array([1, 2, 3], np.int32)),
     (2.5, DType.float32, np.float32(2.5)),
-    ([[1.0, 2.0]], None, np.array([[1.0, 2.0]], np.float32)),
+    (2.5, None, np.float32(2.5)),
+    (np.array([[1.0, 2.0]]), DType.float32, np.array([[1.0, 2.0]], np.float32)),
     (16777217, DType.float32, np.float32(16777216.0)),
 ])
 def test_constant(value, dtype, expected):
     with Graph("c") as g:
-        g.output(ops.constant(value, dtype))
+        device = DeviceRef.CPU() if isinstance(value, list) else None  # a list needs both (MAX's rule, below)
+        g.output(ops.constant(value, dtype, device))
     out = InferenceSession().load(g).execute()[0].to_numpy()
     np.testing.assert_array_equal(out, expected)
     assert out.dtype == expected.dtype
@@ -26,7 +28,23 @@ def test_constant(value, dtype, expected):
 def test_constant_out_of_range_is_an_error():
     with Graph("c"):
         with pytest.raises(ValueError, match="out of range"):
-            ops.constant([300], DType.uint8)
+            ops.constant([300], DType.uint8, DeviceRef.CPU())
+
+
+def test_a_list_constant_in_a_graph_needs_dtype_and_device():
+    """MAX's rule (its tests: test_array_constant_no_dtype / _no_device); eager constants keep their defaults."""
+    with Graph("c"):
+        with pytest.raises(TypeError, match=r"constant: a list constant in a Graph needs dtype \(e\.g\."):
+            ops.constant([[0, 1, 2]], device=DeviceRef.CPU())
+        with pytest.raises(TypeError, match="needs device"):
+            ops.constant([[0, 1, 2]], DType.int8)
+        with pytest.raises(TypeError, match="needs dtype and device"):
+            ops.constant([1.0])
+        assert ops.constant(np.array([1, 2], np.int32)).type == TensorType(DType.int32, [2], DeviceRef.CPU())  # numpy brings its dtype
+    from maxfx.experimental import functional as F  # noqa: PLC0415
+
+    eager = F.constant([1.0, 2.0])  # eager: float32 on the default device, no dtype or device needed
+    assert eager.dtype == DType.float32 and eager.to_numpy().tolist() == [1.0, 2.0]
 
 
 @pytest.mark.parametrize("src,dst", [(np.float32, DType.int32), (np.int32, DType.float32), (np.float32, DType.bool), (np.float32, DType.float16), (np.int64, DType.uint8)])

@@ -7,7 +7,7 @@ import pytest
 
 from lowering.dims import Dim
 from maxfx.dtype import DType
-from maxfx.graph import Graph, TensorType, ops
+from maxfx.graph import DeviceRef, Graph, TensorType, ops
 from tests.ops.harness import build, rand, run_op, session
 
 # ─── slice_tensor ─────────────────────────────────────────────────────────
@@ -165,7 +165,7 @@ def test_gather_symbolic_and_int_data(rng):
 def test_gather_errors():
     with Graph("g", input_types=[TensorType(DType.float32, [4, 5]), TensorType(DType.float32, [2]), TensorType(DType.int16, [2])]) as g:
         x, fi, si = g.inputs
-        ii = ops.constant([0], DType.int32)
+        ii = ops.constant([0], DType.int32, DeviceRef.CPU())
         with pytest.raises(ValueError, match="gather: indices must have dtype int32 or int64, got float32"):
             ops.gather(x, fi, 0)
         with pytest.raises(ValueError, match="gather: indices must have dtype int32 or int64, got int16"):
@@ -214,7 +214,7 @@ def test_gather_nd_errors():
         with pytest.raises(ValueError, match="gather_nd: the last dim of indices must be static"):
             ops.gather_nd(x, ik)
         with pytest.raises(ValueError, match="gather_nd: indices must have an integer dtype"):
-            ops.gather_nd(x, ops.constant([[0.0]], DType.float32))
+            ops.gather_nd(x, ops.constant([[0.0]], DType.float32, DeviceRef.CPU()))
 
 
 # ─── scatter / scatter_nd ────────────────────────────────────────────────
@@ -318,7 +318,6 @@ def test_scatter_nd_reductions_combine_duplicates(rng, op, ufunc):
 
 
 def test_scatter_family_messages_and_devices():
-    from maxfx.graph import DeviceRef  # noqa: PLC0415
 
     cpu, gpu = DeviceRef.CPU(), DeviceRef.GPU()
     types = [TensorType(DType.float32, [5, 3], cpu), TensorType(DType.float32, [2, 3], gpu), TensorType(DType.int64, [2, 1], cpu), TensorType(DType.float64, [2, 3], cpu)]
@@ -391,7 +390,7 @@ def test_masked_scatter_errors():
         with pytest.raises(ValueError, match="masked_scatter: input .* and updates .* must have the same dtype"):
             ops.masked_scatter(x, m, ops.cast(u, DType.int32), "n")
         with pytest.raises(ValueError, match="masked_scatter"):
-            ops.masked_scatter(x, ops.constant([True, False], DType.bool), u, "n")
+            ops.masked_scatter(x, ops.constant([True, False], DType.bool, DeviceRef.CPU()), u, "n")
         with pytest.raises(ValueError, match="masked_scatter: updates float32.2. have 2 elements, fewer than out_dim 3"):
             ops.masked_scatter(x, m, u, 3)
         with pytest.raises(TypeError, match="masked_scatter: out_dim"):
@@ -448,4 +447,4 @@ def test_nonzero_static_out_dim():
         jax.jit(lambda a: ops.nonzero(a, "n"))(jnp.asarray(x))
     with Graph("nz", input_types=[TensorType(DType.float32, [3])]):
         with pytest.raises(TypeError, match="nonzero: out_dim"):
-            ops.nonzero(ops.constant([1.0, 0.0, 2.0], DType.float32), 2.5)
+            ops.nonzero(ops.constant([1.0, 0.0, 2.0], DType.float32, DeviceRef.CPU()), 2.5)
