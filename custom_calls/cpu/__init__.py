@@ -1,8 +1,8 @@
 """maxfx's CPU kernels (C++ behind ``jax.ffi``), built with the machine's C++ compiler.
 
-Two kernels where XLA's CPU backend is slow for LLM decode:
+Two kernels where XLA's CPU backend is slow for LLM generation:
 
-- ``qgemv.cc``: GGUF Q8_0 / Q4_0 products with few rows, reading the 8- or
+- ``qgemv.cc``: GGUF Q8_0 / Q4_0 products (decode and prefill), reading the 8- or
   4-bit blocks in place (`custom_calls.qmatmul.cpu` is their Python side);
 - ``decode_attention.cc``: one query per row against a head-major KV cache
   (`custom_calls.attention.cpu`).

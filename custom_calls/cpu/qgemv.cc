@@ -1,4 +1,4 @@
-// CPU kernels for GGUF quantized matrix products with few rows (LLM decode).
+// CPU kernels for GGUF Q8_0 / Q4_0 matrix products (LLM decode and prefill).
 //
 // y[m, n] = sum_k x[m, k] * W[n, k], W given in its 8- or 4-bit GGUF blocks and
 // read once per call, so a decode step moves the bytes the file holds (1.06 B per

@@ -232,6 +232,10 @@ q8_0_matmul_p = register(OpDef("q8_0_matmul", rule=_q8_0_matmul_rule, impl=cq.q8
 def q8_0_matmul(lhs, values, scales):
     """``lhs @ W.T`` for a GGUF Q8_0 ``W [N, K]`` held split (a maxfx extension: MAX has no Q8_0 encoding).
 
+    On a CPU a float32 ``lhs`` runs maxfx's kernel, which rounds it to int16 per
+    32 values first (at most 2^-16 of each block's largest value; see
+    docs/pages/kernels.md); ``MAXFX_CPU_KERNELS=0`` keeps float products.
+
     Args:
         lhs: float ``[..., K]``.
         values: int8 ``[N, K]``, the quants.
@@ -271,7 +275,9 @@ def qmatmul(encoding, config, lhs, *rhs):
     For GPTQ (``config`` required) the rhs is the packed ``uint8
     [K/2 + 2*K/group_size, N]`` weight, followed by ``perm_idx [K]`` when
     ``config.desc_act`` (``lhs`` must then already be gathered by ``perm_idx``).
-    The result has the lhs dtype, accumulated in float32.
+    The result has the lhs dtype, accumulated in float32. On a CPU, Q4_0 with a
+    float32 ``lhs`` runs maxfx's kernel, which rounds ``lhs`` to int16 per 32
+    values first (docs/pages/kernels.md; ``MAXFX_CPU_KERNELS=0``: float products).
 
     Args:
         encoding: a `QuantizationEncoding` (Q4_0, Q4_K, Q5_K, Q6_K or GPTQ).

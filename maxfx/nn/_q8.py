@@ -78,7 +78,8 @@ def q8_decode(values: Any, scales: Any, dtype: DType) -> Any:
 def q8_matmul(x: Any, values: Any, scales: Any) -> Any:
     """``x @ W.T`` for ``W [out, in]`` held as Q8_0 parts (the ``q8_0_matmul`` op: float32 math, ``x``'s dtype out).
 
-    On a CPU, few rows of ``x`` (decode) go to a kernel that reads the 8-bit values in place.
+    On a CPU, a float32 ``x`` goes to a kernel that reads the 8-bit values in place
+    (``x`` rounded to int16 per 32 values; `custom_calls.qmatmul.cpu`).
     """
     return bind(q8_0_matmul_p, x, values, scales)
 
