@@ -21,8 +21,6 @@ def _matmul_rule(lhs, rhs, *, rhs_transposed: bool = False) -> TensorType:
     rhs = R.require_tensor("matmul", rhs, "rhs")
     if rhs_transposed:  # rhs holds the [n, k] matrix whose transpose is the product's rhs
         rhs = TensorType(rhs.dtype, [rhs.shape[1], rhs.shape[0]], rhs.device)
-    if lhs.dtype is DType.bool:
-        raise R.OpError(f"matmul: expected numeric inputs, got {R.fmt(lhs)} @ {R.fmt(rhs)}")
     if lhs.rank == 0 or rhs.rank == 0:
         raise R.OpError(f"matmul: inputs must have rank >= 1, got {R.fmt(lhs)} @ {R.fmt(rhs)}")
     device = R.same_device("matmul", lhs, rhs)
@@ -40,6 +38,9 @@ def _matmul_rule(lhs, rhs, *, rhs_transposed: bool = False) -> TensorType:
 
 
 def _matmul_impl(lhs, rhs, *, rhs_transposed: bool = False):
+    if lhs.dtype == jnp.bool_:  # numpy's boolean product: any(lhs[i, k] and rhs[k, j]), counted in int32
+        counts = _matmul_impl(lhs.astype(jnp.int32), rhs.astype(jnp.int32), rhs_transposed=rhs_transposed)
+        return counts > 0
     # Half-precision inputs accumulate in float32, like MAX's kernels.
     half = lhs.dtype in (jnp.float16, jnp.bfloat16)
     options = {"preferred_element_type": jnp.float32} if half else {"precision": jax.lax.Precision.HIGHEST}
@@ -56,7 +57,8 @@ matmul_p = register(OpDef("matmul", rule=_matmul_rule, impl=_matmul_impl, promot
 @front(matmul_p)
 def matmul(lhs, rhs):
     """Matrix product with numpy semantics: batch dims broadcast, 1-D operands
-    become a row (lhs) or column (rhs) vector whose added dim is removed.
+    become a row (lhs) or column (rhs) vector whose added dim is removed; for
+    bool operands an entry is true when any ``lhs[i, k] and rhs[k, j]`` is.
 
     Raises:
         ValueError: when the contracting dims differ (names both shapes).

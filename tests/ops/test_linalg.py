@@ -34,6 +34,15 @@ def test_matmul_dtypes(rng, dtype, tol):
     np.testing.assert_allclose(out.astype(np.float64), a.astype(np.float64) @ b.astype(np.float64), rtol=tol, atol=tol * 8)
 
 
+@pytest.mark.parametrize("lshape,rshape", [([2, 3], [3, 2]), ([2, 3], [3]), ([3], [3, 2]), ([2, 4, 3], [3, 5])])
+def test_matmul_of_bools_is_numpys_boolean_product(rng, lshape, rshape):
+    """MAX builds bool matmuls (its test_matmul_static[bool]); the values follow numpy: any(a and b)."""
+    a, b = rng.random(lshape) < 0.4, rng.random(rshape) < 0.4
+    got = run_op(ops.matmul, a, b)
+    assert got.dtype == np.bool_
+    np.testing.assert_array_equal(got, np.matmul(a, b))
+
+
 def test_matmul_symbolic_batch(rng):
     w = rand(rng, [4, 3])
     for batch in (1, 5):
