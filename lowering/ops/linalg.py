@@ -7,7 +7,6 @@ import jax.numpy as jnp
 
 from lowering.context import bind
 from lowering.dims import Dim
-from lowering.dtypes import DType
 from lowering.ops import _rules as R
 from lowering.ops import _transposed
 from lowering.registry import OpDef, front, register
