@@ -92,9 +92,10 @@ def constant(value: Any, dtype: DType | None = None, device: Any = None):
         array([2, 4, 6], dtype=int32)
     """
     ctx = current_context()
+    source = None
     if isinstance(ctx, GraphBuilder):
         _check_graph_constant(value, dtype, device)
-    source = _accelerator_of(value) if isinstance(ctx, GraphBuilder) else None
+        source = _accelerator_of(value)
     if source is not None:
         _check_placement(ctx, source)
         value = _to_host(value)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from custom_calls.qmatmul import cpu, dispatch
+from tests.test_qmatmul_reference import cpu_kernel_atol
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu" or not cpu.available(), reason="CPU kernels need a CPU backend and a C++ compiler")
 
@@ -41,10 +42,7 @@ def _reference(x, dense):
 def _check(out, x, dense):
     """Equal to the int16-activation reference up to float32 summation; within 16-bit rounding of the float product."""
     np.testing.assert_allclose(out, _reference(x, dense), rtol=1e-5, atol=1e-4)
-    exact = x.astype(np.float64) @ dense.T
-    # Each activation off by at most half a step, max|x| / 65534 per block; plus float32 summation.
-    bound = np.abs(x).max() / 65534 * np.abs(dense).sum(axis=1).max() + 1e-4
-    assert np.abs(out - exact).max() <= bound
+    assert np.abs(out - x.astype(np.float64) @ dense.T).max() <= cpu_kernel_atol(x, dense)
 
 
 def _split_q8(packed, n, k):
