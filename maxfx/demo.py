@@ -28,6 +28,7 @@ from maxfx import optim, random  # noqa: E402
 from maxfx.driver import CPU  # noqa: E402
 from maxfx.dtype import DType  # noqa: E402
 from maxfx.engine import InferenceSession  # noqa: E402
+from maxfx.experimental.tensor import defaults  # noqa: E402
 from maxfx.graph import DeviceRef, Graph, TensorType, Weight, ops  # noqa: E402
 from maxfx.models import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from maxfx.tensor import Tensor  # noqa: E402
@@ -128,7 +129,8 @@ def tiny_llm(steps: int = 300) -> None:
     ids = np.array([chars.index(c) for c in TEXT], np.int64)
     cfg = LlamaConfig(vocab_size=len(chars), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    model = LlamaForCausalLM.random(cfg, seed=0)
+    _, device = defaults()  # the first GPU if there is one (MAXFX_DEFAULT_DEVICE=gpu), else the CPU
+    model = LlamaForCausalLM.random(cfg, seed=0).to(device)  # the batches below land there too
     opt = optax.adam(3e-3)
     state = optim.init(opt, model)
     step = optim.make_train_step(_char_loss, opt)

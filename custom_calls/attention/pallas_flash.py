@@ -93,13 +93,41 @@ class FlashConfig:
                 raise ValueError(f"{f}: must be a power of two >= 16, got {v}")
 
 
-def default_config(head_dim: int) -> FlashConfig:
-    """H100 starting points (PALLAS_NOTES §6.1/§8.2; re-tune with tests/bench/kernels.py)."""
+# Shared memory one H100 block may use (227 KiB), less room for Triton's layout scratch.
+_SMEM_BUDGET = 200 * 1024
+
+
+def default_config(head_dim: int, dtype=jnp.bfloat16) -> FlashConfig:
+    """H100 starting points (PALLAS_NOTES §6.1/§8.2; re-tune with tests/bench/kernels.py).
+
+    The K/V tiles a loop stage keeps in shared memory (``stages × 2 × block_k ×
+    head_dim`` elements) must fit a block's 227 KiB: 4-byte dtypes get smaller
+    KV tiles (float32 at head_dim 128 with the bf16 tiles asked for 256 KiB on
+    the first H100 run).
+
+    Example:
+        >>> default_config(128).block_k, default_config(128, jnp.float32).block_k
+        (128, 64)
+    """
     if head_dim <= 64:
-        return FlashConfig(128, 64, 4, 3, 64, 64, 4, 2)
-    if head_dim <= 128:
-        return FlashConfig(128, 128, 8, 2, 64, 64, 8, 2)
-    return FlashConfig(64, 32, 8, 2, 32, 32, 8, 1)
+        cfg = FlashConfig(128, 64, 4, 3, 64, 64, 4, 2)
+    elif head_dim <= 128:
+        cfg = FlashConfig(128, 128, 8, 2, 64, 64, 8, 2)
+    else:
+        cfg = FlashConfig(64, 32, 8, 2, 32, 32, 8, 1)
+    return _fit_shared_memory(cfg, max(16, t_.next_pow2(head_dim)), jnp.dtype(dtype).itemsize)
+
+
+def _fit_shared_memory(cfg: FlashConfig, dp: int, itemsize: int) -> FlashConfig:
+    """Halve the tiles streamed through shared memory until their pipeline stages fit `_SMEM_BUDGET`."""
+    bk = cfg.block_k
+    while bk > 16 and cfg.num_stages * 2 * bk * dp * itemsize > _SMEM_BUDGET:
+        bk //= 2
+    # Backward kernels stream one operand pair (q and dO, or k and v) per stage.
+    bq_b, bk_b = cfg.block_q_bwd, cfg.block_k_bwd
+    while max(bq_b, bk_b) > 16 and cfg.num_stages_bwd * 2 * max(bq_b, bk_b) * dp * itemsize > _SMEM_BUDGET:
+        bq_b, bk_b = max(16, bq_b // 2), max(16, bk_b // 2)
+    return dataclasses.replace(cfg, block_k=bk, block_q_bwd=bq_b, block_k_bwd=bk_b)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -484,7 +512,7 @@ def _make_spec(q, k, *, causal, local_window_size, scale, even, max_q, max_k, co
         even=even,
         max_q=max(int(max_q), 1),
         max_k=max(int(max_k), 1),
-        cfg=config or default_config(d),
+        cfg=config or default_config(d, q.dtype),
         interpret=bool(interpret),
     )
 
@@ -536,7 +564,7 @@ def flash_attention(
         raise ValueError(f"flash_attention: batch of q ({q.shape[0]}) and k ({k.shape[0]}) differ")
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
-    cfg = config or default_config(d)
+    cfg = config or default_config(d, q.dtype)
     probe = _make_spec(
         q, k, causal=causal, local_window_size=local_window_size, scale=scale, even=False,
         max_q=sq, max_k=sk, config=cfg, interpret=interpret,

@@ -295,6 +295,25 @@ def test_flash_triton_lowering(case):
     assert _lowers_for_cuda(grad, q, kv, kv) == 3  # forward, dK/dV, dQ
 
 
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])
+@pytest.mark.parametrize("head_dim", [32, 64, 80, 128, 192, 256])
+def test_default_tiles_fit_h100_shared_memory(head_dim, dtype):
+    """The K/V tiles the loop stages stream must fit an H100 block's 227 KiB.
+
+    On the first H100 run, float32 at head_dim 80 (padded to 128) with the bf16
+    tiles (2 stages x K and V x 128 x 128) asked for exactly 262144 bytes and
+    was refused; 2-byte dtypes keep the tuned tiles.
+    """
+    cfg = pf.default_config(head_dim, dtype)
+    dp, itemsize = max(16, 1 << (head_dim - 1).bit_length()), jnp.dtype(dtype).itemsize
+    assert cfg.num_stages * 2 * cfg.block_k * dp * itemsize <= 227 * 1024
+    assert cfg.num_stages_bwd * 2 * max(cfg.block_q_bwd, cfg.block_k_bwd) * dp * itemsize <= 227 * 1024
+    if itemsize == 2:
+        assert cfg == pf.default_config(head_dim)
+    if head_dim == 80 and dtype == jnp.float32:
+        assert cfg.block_k == 64
+
+
 def test_flash_ragged_triton_lowering():
     q, kv = jax.ShapeDtypeStruct((700, 8, 128), jnp.bfloat16), jax.ShapeDtypeStruct((900, 2, 128), jnp.bfloat16)
     off = jax.ShapeDtypeStruct((5,), jnp.int32)
