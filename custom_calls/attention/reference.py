@@ -130,7 +130,11 @@ def _core(q, k, v, *, causal, window, scale, q_len, kv_len, q_pos0, chunk=None, 
     if sq == 1:  # one query per row (decode): products and sums, see `_one_query_scores`
         s = _one_query_scores(qf, k) * scale
     else:
-        s = jnp.einsum("bqhgd,bkhd->bhgqk", qf, k.astype(jnp.float32), precision="highest") * scale
+        # Queries head-major first ([B, Hkv, G, Sq, D], a copy of q): the product then
+        # comes out as [B, Hkv, G, Sq, Sk] with no transpose of the (larger) scores,
+        # which XLA would otherwise recompute in every fusion that reads them.
+        qh = qf.transpose(0, 2, 3, 1, 4)
+        s = jnp.einsum("bhgqd,bkhd->bhgqk", qh, k.astype(jnp.float32), precision="highest") * scale
     qpos = q_pos0[:, None] + jnp.arange(sq)[None, :]  # [B, Sq]
     kpos = jnp.arange(sk)
     if alibi:
@@ -138,22 +142,29 @@ def _core(q, k, v, *, causal, window, scale, q_len, kv_len, q_pos0, chunk=None, 
         s = s + jnp.asarray(alibi_slopes(hq)).reshape(1, hkv, g, 1, 1) * rel[:, None, None]
     ok = _visible(qpos, kpos[None, :], causal, window, chunk)  # [B, Sq, Sk]
     ok = ok & (kpos[None, None, :] < kv_len[:, None, None]) & (jnp.arange(sq)[None, :, None] < q_len[:, None, None])
-    s = jnp.where(ok[:, None, None], s, -jnp.inf)
+    # A row that sees no key attends to every key instead (finite scores, zero
+    # gradients) and its output is zeroed below: the softmax is then the plain
+    # max / subtract / exp / sum chain, which XLA's CPU backend fuses into one
+    # YNNPACK kernel (a guard on an infinite max broke that fusion).
+    empty = ~jnp.any(ok, axis=-1, keepdims=True)  # [B, Sq, 1]
+    s = jnp.where((ok | empty)[:, None, None], s, -jnp.inf)
     m = jnp.max(s, axis=-1, keepdims=True)
     if sinks is not None:  # the sink key joins the softmax (max and denominator), with value 0
         sink = jnp.asarray(sinks).astype(jnp.float32).reshape(1, hkv, g, 1, 1)
         m = jnp.maximum(m, sink)
-    m_safe = jnp.where(jnp.isfinite(m), m, 0.0)
-    p = jnp.exp(s - m_safe)
-    l = jnp.sum(p, axis=-1, keepdims=True)
+    p = jnp.exp(s - m)
+    l = jnp.sum(p, axis=-1, keepdims=True)  # >= 1: the largest term is exp(0)
     if sinks is not None:
-        l = l + jnp.exp(sink - m_safe)
-    p = p / jnp.where(l == 0, 1.0, l)
+        l = l + jnp.exp(sink - m)
+    p = p / l
     if sq == 1:
         o = _one_query_values(p, v)
     else:
         o = jnp.einsum("bhgqk,bkhd->bqhgd", p, v.astype(jnp.float32), precision="highest")
-    lse = jnp.where(l[..., 0] == 0, -jnp.inf, m_safe[..., 0] + jnp.log(jnp.where(l[..., 0] == 0, 1.0, l[..., 0])))
+    o = jnp.where(empty[:, :, :, None, None], 0.0, o)
+    lse = m[..., 0] + jnp.log(l[..., 0])  # [B, Hkv, G, Sq]
+    # A row with no key: -inf, or only the sink's value when there is one.
+    lse = jnp.where(empty[:, None, None, :, 0], -jnp.inf if sinks is None else sink[..., 0], lse)
     return o.reshape(b, sq, hq, v.shape[-1]).astype(q.dtype), lse.reshape(b, hq, sq)
 
 

@@ -189,9 +189,12 @@ def attention_with_cache(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, cache: A
     if cache is None:
         return attend(q, k, v, window=window), None
     if isinstance(cache[0], str):
-        length = cache[1]
-        pad = [0, 0, 0, length - int(k.shape[1]), 0, 0, 0, 0]
-        return attend(q, k, v, window=window), (_cache_layout(F.pad(k, pad)), _cache_layout(F.pad(v, pad)))
+        # Into the cache layout first, then padded along its slot axis: one fused
+        # transpose-and-pad per cache (padding first made XLA pad in the old layout
+        # and copy the padded cache again).
+        pad = [0] * 8
+        pad[2 * _slot_axis() + 1] = cache[1] - int(k.shape[1])
+        return attend(q, k, v, window=window), (F.pad(_cache_layout(k), pad), F.pad(_cache_layout(v), pad))
     k_all, v_all = write_cache(cache[0], k, qpos), write_cache(cache[1], v, qpos)
     return attend(q, _cache_layout(k_all), _cache_layout(v_all), qpos, window), (k_all, v_all)
 

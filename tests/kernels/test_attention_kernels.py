@@ -149,6 +149,29 @@ def test_reference_ragged_and_decode_match_numpy(rng):
     assert _err(ref.paged_decode_attention(qd, pool_k, pool_v, table, lens), want) < 1e-5
 
 
+def test_reference_rows_without_keys_are_zero_with_zero_gradients(rng):
+    """Rows past ``q_lens`` see no key: zeros, lse -inf, and gradients that are
+    jax.nn.dot_product_attention's over the valid rows alone (no NaN leaks in)."""
+    q, k, v = _rand(rng, (2, 7, 4, 8)), _rand(rng, (2, 9, 2, 8)), _rand(rng, (2, 9, 2, 8))
+    w = _rand(rng, (2, 7, 4, 8))
+    q_lens = np.array([3, 7])
+
+    def loss(q, k, v):
+        return jnp.sum(ref.attention(q, k, v, q_lens=q_lens) * w)
+
+    o, lse = ref.attention_with_lse(q, k, v, q_lens=q_lens)
+    assert not np.asarray(o[0, 3:]).any() and np.isneginf(np.asarray(lse[0, :, 3:])).all()
+    assert np.isfinite(np.asarray(lse[0, :, :3])).all()
+    grads = jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+    for b, n in enumerate(q_lens):
+        wb = w[b : b + 1, :n]
+        want = jax.grad(lambda q, k, v, wb=wb: jnp.sum(jax.nn.dot_product_attention(q, k, v, implementation="xla") * wb), argnums=(0, 1, 2))(
+            q[b : b + 1, :n], k[b : b + 1], v[b : b + 1]
+        )
+        assert _err(grads[0][b : b + 1, :n], want[0]) < 1e-5 and not np.asarray(grads[0][b, n:]).any()
+        assert _err(grads[1][b : b + 1], want[1]) < 1e-5 and _err(grads[2][b : b + 1], want[2]) < 1e-5
+
+
 def test_reference_errors_name_the_parameter():
     z = np.zeros((1, 4, 3, 8), np.float32)
     with pytest.raises(ValueError, match="n_heads .* multiple of n_kv_heads"):
