@@ -516,6 +516,8 @@ decode_step = jax.jit(_decode_arrays, static_argnames=("model_tree", "cache_tree
 # Executables compiled ahead by `generate` (lower + compile, timed apart from running),
 # per step kind and input signature.
 _AHEAD: dict[str, dict[Any, Any]] = {"prefill": {}, "decode": {}}
+# The entry of _AHEAD last used per step kind and static arguments (see `_ahead`).
+_LAST: dict[str, dict[Any, Any]] = {"prefill": {}, "decode": {}}
 
 
 def compile_counts() -> dict[str, int]:
@@ -534,19 +536,44 @@ def _signature(args: tuple, static: dict[str, Any]) -> Any:
     return treedef, types, tuple(sorted(static.items(), key=lambda kv: kv[0]))
 
 
-def _ahead(kind: str, step: Any, args: tuple, static: dict[str, Any]) -> tuple[Any, Any, float]:
+def _ahead(kind: str, step: Any, args: tuple, static: dict[str, Any], *, exact: bool = False) -> tuple[Any, Any, float]:
     """The compiled ``step`` for ``args``, the structure of the caches it returns (prefill) and the
-    seconds spent compiling it now (0 when cached). Call inside ``x64()``."""
+    seconds spent compiling it now (0 when cached). Call inside ``x64()``.
+
+    Without ``exact`` the executable last used with these static arguments is returned
+    unchecked: calling it checks the arrays' types and shardings (`_launch` retries
+    with ``exact`` when that check fails), which saves hashing them per call.
+    """
+    static_key = tuple(sorted(static.items(), key=lambda kv: kv[0]))
+    last = _LAST[kind]
+    if not exact and (hit := last.get(static_key)) is not None:
+        return *hit, 0.0
     cache = _AHEAD[kind]
     key = _signature(args, static)
     hit = cache.get(key)
-    if hit is not None:
-        return *hit, 0.0
-    start = time.perf_counter()
-    _traced.cache_tree = None
-    exe = step.lower(*args, **static).compile()
-    cache[key] = (exe, _traced.cache_tree)
-    return exe, _traced.cache_tree, time.perf_counter() - start
+    compile_s = 0.0
+    if hit is None:
+        start = time.perf_counter()
+        _traced.cache_tree = None
+        exe = step.lower(*args, **static).compile()
+        hit = cache[key] = (exe, _traced.cache_tree)
+        compile_s = time.perf_counter() - start
+    last[static_key] = hit
+    return *hit, compile_s
+
+
+def _launch(kind: str, step: Any, args: tuple, static: dict[str, Any]) -> tuple[Any, Any, float, float]:
+    """Dispatch the compiled ``step`` on ``args``: ``(outputs, cache structure, compile seconds, dispatch time)``."""
+    exe, tree, compile_s = _ahead(kind, step, args, static)
+    dispatched = time.perf_counter()
+    try:
+        return exe(*args), tree, compile_s, dispatched
+    except (TypeError, ValueError):  # other array types or devices under the same static arguments (a cast or moved model)
+        if compile_s:
+            raise  # compiled for these very arguments: a genuine error
+    exe, tree, compile_s = _ahead(kind, step, args, static, exact=True)
+    dispatched = time.perf_counter()
+    return exe(*args), tree, compile_s, dispatched
 
 
 @dataclass
@@ -614,15 +641,14 @@ class _Steps(Iterator[np.ndarray]):
                 ids, last, key = self._ids, self._lengths - 1, np.array([self._seed, 0], np.uint32)
                 self._scalars = (np.float32(self._temperature), np.float32(self._top_p))
                 args = (self._weights, ids, last, key, *self._scalars)
-                exe, self._cache_tree, compile_s = _ahead("prefill", prefill_step, args, {"model_tree": self._model_tree, "length": self._length, **self._static})
-                dispatched = time.perf_counter()
-                tokens, caches, pos, key = exe(*args)
+                static = {"model_tree": self._model_tree, "length": self._length, **self._static}
+                (tokens, caches, pos, key), self._cache_tree, compile_s, dispatched = _launch("prefill", prefill_step, args, static)
             else:
                 caches, tokens, pos, key = self._state
                 args = (self._weights, caches, tokens, pos, key, *self._scalars)
                 if self._decode is None:
                     static = {"model_tree": self._model_tree, "cache_tree": self._cache_tree, **self._static}
-                    self._decode, _, compile_s = _ahead("decode", decode_step, args, static)
+                    self._decode, _, compile_s = _ahead("decode", decode_step, args, static, exact=True)
                 dispatched = time.perf_counter()
                 tokens, caches, pos, key = self._decode(*args)
         self._state = (caches, tokens, pos, key)

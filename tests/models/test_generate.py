@@ -186,3 +186,21 @@ def test_tracing_asks_no_tracer_for_its_device(monkeypatch):
     jax.jit(lambda m, x: m(x)._array()).lower(m, Tensor(ids))
     m.generate(ids, max_new_tokens=2)
     assert not walks, f"tracing walked the jaxpr {len(walks)} times"
+
+
+def test_models_that_differ_only_in_weight_types_each_get_their_program():
+    """Same structure and static arguments, other weight dtypes: the executable last used
+    for them is rejected by its own type check and the exact one is found (no recompile)."""
+    from maxfx.dtype import DType  # noqa: PLC0415
+    from maxfx.models import LlamaConfig, LlamaForCausalLM  # noqa: PLC0415
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    half, full = LlamaForCausalLM.random(cfg, seed=3, dtype=DType.bfloat16), LlamaForCausalLM.random(cfg, seed=3)
+    ids = [[1, 2, 3, 4, 5]]
+    want = half.generate(ids, max_new_tokens=4)
+    full.generate(ids, max_new_tokens=4)
+    before = compile_counts()
+    np.testing.assert_array_equal(half.generate(ids, max_new_tokens=4), want)
+    np.testing.assert_array_equal(half.generate(ids, max_new_tokens=4), want)
+    full.generate(ids, max_new_tokens=4)
+    assert compile_counts() == before

@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import warnings
 import weakref
@@ -44,7 +45,7 @@ import numpy as np
 
 from maxfx.experimental._tensor import Tensor
 
-__all__ = ["StaticFieldWarning", "StaticValue", "field_values", "static_field"]
+__all__ = ["StaticFieldWarning", "StaticValue", "atom_value", "field_values", "static_field"]
 
 _STATIC = "static"  # the dataclasses.Field metadata key, as in Equinox
 
@@ -83,8 +84,20 @@ class _ClassFields:
     declared: tuple[str, ...]  # dataclass fields, in declaration order
     static: frozenset[str]  # fields marked static_field()
 
+    def items(self, module: Any) -> Iterator[tuple[str, Any, bool]]:
+        """``(name, value, static)`` of ``module``'s fields: the declared ones first, in order."""
+        values = vars(module)
+        static = self.static
+        if not self.declared:  # plain subclasses: attributes in the order __init__ set them
+            return ((n, v, n in static or n[:1] == "_") for n, v in values.items())
+        declared = [(n, values[n], n in static or n[:1] == "_") for n in self.declared if n in values]
+        if len(declared) < len(values):
+            seen = set(self.declared)
+            declared += [(n, v, n in static or n[:1] == "_") for n, v in values.items() if n not in seen]
+        return iter(declared)
 
-_class_fields: weakref.WeakKeyDictionary[type, _ClassFields] = weakref.WeakKeyDictionary()
+
+_FIELDS_ATTR = "__maxfx_fields__"  # the cached _ClassFields, in the class's own __dict__ (gone with the class)
 
 
 def _is_static_marker(f: Any) -> bool:
@@ -92,13 +105,14 @@ def _is_static_marker(f: Any) -> bool:
 
 
 def _fields_of(cls: type) -> _ClassFields:
-    spec = _class_fields.get(cls)
+    spec = cls.__dict__.get(_FIELDS_ATTR)
     if spec is None:
         declared = tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else ()
         static = {f.name for f in dataclasses.fields(cls) if _is_static_marker(f)} if declared else set()
         # Plain subclasses mark static attributes with a class-level static_field() (left as a class attribute).
         static |= {name for k in cls.__mro__ for name, value in vars(k).items() if _is_static_marker(value)}
-        spec = _class_fields[cls] = _ClassFields(declared, frozenset(static))
+        spec = _ClassFields(declared, frozenset(static))
+        type.__setattr__(cls, _FIELDS_ATTR, spec)
     return spec
 
 
@@ -110,14 +124,7 @@ def field_values(module: Any) -> Iterator[tuple[str, Any, bool]]:
         >>> [(n, s) for n, _, s in field_values(LayerNorm(2))]
         [('weight', False), ('bias', False), ('eps', False)]
     """
-    spec = _fields_of(type(module))
-    values = vars(module)
-    for name in spec.declared:
-        if name in values:
-            yield name, values[name], name in spec.static or name.startswith("_")
-    for name, value in values.items():
-        if name not in spec.declared:
-            yield name, value, name in spec.static or name.startswith("_")
+    return _fields_of(type(module)).items(module)
 
 
 # ─── static values: compared and hashed by value ─────────────────────────────
@@ -153,6 +160,25 @@ def _warn_once(owner: type, field: str, problem: str) -> None:
 
 # Values that can hold no Tensor and hash by value: static without a pytree walk.
 ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
+_ATOM_CACHE_SIZE = 4096
+_ATOM_VALUES: dict[tuple, StaticValue] = {}
+
+
+def atom_value(value: Any) -> StaticValue:
+    """The `StaticValue` of an `ATOMS` value, shared by every flatten that meets it (a flatten makes
+    one per static field of every module, so a model's ~100 eps, sizes and names cost a dict lookup).
+
+    Example:
+        >>> atom_value(1e-5) is atom_value(1e-5), atom_value(0.0) is atom_value(-0.0)
+        (True, False)
+    """
+    key = (type(value), value, math.copysign(1.0, value)) if type(value) is float else (type(value), value)
+    static = _ATOM_VALUES.get(key)
+    if static is None:
+        if len(_ATOM_VALUES) >= _ATOM_CACHE_SIZE:  # values that keep changing (a step counter) must not pile up
+            _ATOM_VALUES.clear()
+        static = _ATOM_VALUES[key] = StaticValue(value, type(None), "", True)
+    return static
 
 
 class StaticValue:

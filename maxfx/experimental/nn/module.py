@@ -47,7 +47,7 @@ from maxfx import driver
 from maxfx.driver._device import as_device
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn._compile import CompiledModule, compile_module
-from maxfx.experimental.nn._fields import ATOMS, StaticValue, field_values
+from maxfx.experimental.nn._fields import ATOMS, StaticValue, _fields_of, atom_value, field_values
 
 __all__ = ["Module", "module_dataclass"]
 
@@ -86,9 +86,12 @@ def _split_fields(module: Module) -> tuple[list[str], list[Any], tuple]:
     names: list[str] = []
     children: list[Any] = []
     layout: list[tuple[str, Any]] = []
-    for name, value, static in field_values(module):
-        if static or type(value) in ATOMS:
-            layout.append((name, StaticValue(value, owner, name, static)))
+    for name, value, static in _fields_of(owner).items(module):
+        if type(value) in ATOMS:
+            layout.append((name, atom_value(value)))
+            continue
+        if static:
+            layout.append((name, StaticValue(value, owner, name, True)))
             continue
         if type(value) in _NODES or isinstance(value, (Tensor, Module)):  # exact type first: the common case
             names.append(name)
