@@ -383,6 +383,10 @@ def _rows(input_ids: Any) -> list[np.ndarray]:
 
 def prompt_rows(where: str, input_ids: Any, vocab: int) -> list[np.ndarray]:
     """The prompts of ``input_ids`` as int64 rows (see `CausalLM.generate`); ValueError naming ``where`` for ids outside ``[0, vocab)``."""
+    if isinstance(input_ids, np.ndarray) and input_ids.ndim == 2 and input_ids.size and np.issubdtype(input_ids.dtype, np.integer):
+        # The common case, a [batch, seq] id array: one range check (rows named only on failure).
+        if input_ids.min() >= 0 and input_ids.max() < vocab:
+            return list(input_ids.astype(np.int64, copy=False))
     rows = _rows(input_ids)
     for i, r in enumerate(rows):
         if r.min() < 0 or r.max() >= vocab:
@@ -613,7 +617,8 @@ class _Steps(Iterator[np.ndarray]):
         self._max = int(max_new_tokens)
         greedy = temperature == 0
         self._static = {"greedy": greedy, "top_k": None if greedy else (None if top_k is None else int(top_k)), "use_top_p": (not greedy) and top_p is not None and top_p < 1}
-        self._seed = (secrets.randbits(32) if seed is None else int(seed)) & 0xFFFFFFFF
+        fresh = 0 if greedy else secrets.randbits(32)  # greedy steps never read the key
+        self._seed = (fresh if seed is None else int(seed)) & 0xFFFFFFFF
         self._temperature, self._top_p = float(temperature or 1.0), float(top_p or 1.0)
         self._eos = None if not eos_token_ids else np.asarray(eos_token_ids, np.int64)
         self._done = np.zeros(len(rows), bool)
