@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -18,14 +19,23 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def interleaved(candidates: dict[str, Callable[[], object]], *, repeats: int, warmup: int = 20) -> dict[str, float]:
-    """Median seconds per call of each candidate, measured alternately."""
+    """Median seconds per call of each candidate, measured alternately.
+
+    Each round runs the candidates in a fresh (seeded) random order: what ran just
+    before a call can change its time by several per cent (a CPU prefill right
+    after the plain-JAX decode loop ran ~5 % slower than right after maxfx's,
+    whichever side it was), so no candidate may always follow the same other one.
+    """
     for fn in candidates.values():
         for _ in range(warmup):
             fn()
     samples: dict[str, list[float]] = {name: [] for name in candidates}
     clock = time.perf_counter
+    order = list(candidates.items())
+    shuffle = random.Random(0).shuffle
     for _ in range(repeats):
-        for name, fn in candidates.items():
+        shuffle(order)
+        for name, fn in order:
             t = clock()
             fn()
             samples[name].append(clock() - t)
