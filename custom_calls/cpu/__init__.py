@@ -50,6 +50,7 @@ _BUILD_DIR = _HERE / "_build"
 _TARGETS = {
     "maxfx_q8_0_matmul": "MaxfxQ8_0Matmul",
     "maxfx_q4_0_matmul": "MaxfxQ4_0Matmul",
+    "maxfx_q4_k_matmul": "MaxfxQ4_KMatmul",
     "maxfx_decode_attention": "MaxfxDecodeAttention",
 }
 _LOG = logging.getLogger("maxfx.kernels")

@@ -1,4 +1,4 @@
-// CPU kernels for GGUF Q8_0 / Q4_0 matrix products (LLM decode and prefill).
+// CPU kernels for GGUF Q8_0 / Q4_0 / Q4_K matrix products (LLM decode and prefill).
 //
 // y[m, n] = sum_k x[m, k] * W[n, k], W given in its 8- or 4-bit GGUF blocks and
 // read once per call, so a decode step moves the bytes the file holds (1.06 B per
@@ -26,6 +26,11 @@
 //   maxfx_q4_0_matmul(x f32[..., K], w u8[N, K/32*18]) -> f32[..., N]
 //       Q4_0 rows as GGUF stores them: per block a f16 scale, then 16 bytes whose
 //       low nibbles are values 0..15 and high nibbles values 16..31, value = nibble - 8.
+//   maxfx_q4_k_matmul(x f32[..., K], w u8[N, K/256*144]) -> f32[..., N]
+//       Q4_K rows as GGUF stores them: per 256 values f16 d and dmin, 12 bytes of
+//       6-bit scales and mins for the 8 sub-blocks of 32, then 128 nibble bytes;
+//       value = d * scale_j * nibble - dmin * min_j. The min term of a sub-block is
+//       min_j times the sum of its 32 activations (kept per block when x is quantized).
 
 #include <immintrin.h>
 
@@ -45,6 +50,8 @@ namespace {
 
 constexpr int64_t kBlock = 32;
 constexpr int64_t kQ4Bytes = 18;
+constexpr int64_t kSuper = 256;  // Q4_K: values per super-block (8 sub-blocks of 32)
+constexpr int64_t kQ4KBytes = 144;
 constexpr int64_t kMaxRows = 16;
 constexpr int64_t kMinRowsPerChunk = 32;
 
@@ -83,19 +90,22 @@ inline float HalfToFloat(uint16_t h) {
 #endif
 }
 
-// One row of x quantized per 32 values: int16 values and float32 block scales.
+// One row of x quantized per 32 values: int16 values, float32 block scales and
+// each block's value sum times its scale (what a weight format's min multiplies).
 struct QuantizedRow {
   const int16_t* q;
   const float* scale;
+  const float* sum;
 };
 
 constexpr float kInt16Max = 32767.0f;
 
-// Quantizes x[K] into q and scale (resized here); rounds to nearest even.
-QuantizedRow QuantizeRow(const float* x, int64_t k_dim, std::vector<int16_t>& q, std::vector<float>& scale) {
+// Quantizes x[K] into q, scale and sum (resized here); rounds to nearest even.
+QuantizedRow QuantizeRow(const float* x, int64_t k_dim, std::vector<int16_t>& q, std::vector<float>& scale, std::vector<float>& sum) {
   const int64_t blocks = k_dim / kBlock;
   q.resize(k_dim);
   scale.resize(blocks);
+  sum.resize(blocks);
   for (int64_t b = 0; b < blocks; ++b) {
     const float* xb = x + b * kBlock;
     int16_t* qb = q.data() + b * kBlock;
@@ -112,8 +122,11 @@ QuantizedRow QuantizeRow(const float* x, int64_t k_dim, std::vector<int16_t>& q,
     for (int64_t j = 0; j < kBlock; ++j) qb[j] = static_cast<int16_t>(std::nearbyint(xb[j] * inv));
 #endif
     scale[b] = amax / kInt16Max;
+    int32_t total = 0;
+    for (int64_t j = 0; j < kBlock; ++j) total += qb[j];
+    sum[b] = static_cast<float>(total) * scale[b];
   }
-  return {q.data(), scale.data()};
+  return {q.data(), scale.data(), sum.data()};
 }
 
 // How far ahead of the block being read the kernel asks for weight bytes: a
@@ -124,7 +137,9 @@ QuantizedRow QuantizeRow(const float* x, int64_t k_dim, std::vector<int16_t>& q,
 constexpr int64_t kPrefetchBytes = 1536;
 
 // A weight row's blocks: Value(b, j) is the integer value j of block b, Scale(b) its scale.
+// Formats with kHasMin also subtract Min(b) * (block b's activation sum).
 struct Q8Row {
+  static constexpr bool kHasMin = false;
   const int8_t* q;
   const uint16_t* d;
   int32_t Value(int64_t b, int64_t j) const { return q[b * kBlock + j]; }
@@ -142,6 +157,7 @@ struct Q8Row {
 };
 
 struct Q4Row {
+  static constexpr bool kHasMin = false;
   const uint8_t* blocks;
   int32_t Value(int64_t b, int64_t j) const {
     const uint8_t v = blocks[b * kQ4Bytes + 2 + j % 16];
@@ -160,6 +176,45 @@ struct Q4Row {
   void Prefetch(int64_t b) const { _mm_prefetch(reinterpret_cast<const char*>(blocks + b * kQ4Bytes + kPrefetchBytes), _MM_HINT_T0); }
 };
 
+// Q4_K: block b is sub-block b % 8 of super-block b / 8; sub-blocks 2c and 2c + 1
+// are the low and high nibbles of the super-block's bytes 32c .. 32c + 31.
+struct Q4KRow {
+  static constexpr bool kHasMin = true;
+  const uint8_t* blocks;
+  const uint8_t* Super(int64_t b) const { return blocks + (b / 8) * kQ4KBytes; }
+  const uint8_t* Nibbles(int64_t b) const { return Super(b) + 16 + 32 * ((b % 8) / 2); }
+  int32_t Value(int64_t b, int64_t j) const {
+    const uint8_t v = Nibbles(b)[j];
+    return (b % 2) ? (v >> 4) : (v & 0x0F);
+  }
+  // The 6-bit scale (min = false) or min (min = true) of sub-block j, as GGML packs them.
+  static int32_t Six(const uint8_t* s, int64_t j, bool min) {
+    if (j < 4) return s[j + (min ? 4 : 0)] & 63;
+    return min ? (s[j + 4] >> 4) | ((s[j] >> 6) << 4) : (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+  }
+  float Half(int64_t b, int64_t offset) const {
+    uint16_t h;
+    std::memcpy(&h, Super(b) + offset, 2);
+    return HalfToFloat(h);
+  }
+  float Scale(int64_t b) const { return Half(b, 0) * static_cast<float>(Six(Super(b) + 4, b % 8, false)); }
+  float Min(int64_t b) const { return Half(b, 2) * static_cast<float>(Six(Super(b) + 4, b % 8, true)); }
+  void PrefetchAll(int64_t k_dim) const {
+    for (int64_t i = 0; i < k_dim / kSuper * kQ4KBytes; i += 64) _mm_prefetch(reinterpret_cast<const char*>(blocks + i), _MM_HINT_T0);
+  }
+  // Blocks b and b + 1: 36 bytes on average (144 per 8 blocks).
+  void Prefetch(int64_t b) const { _mm_prefetch(reinterpret_cast<const char*>(blocks + b * kQ4KBytes / 8 + kPrefetchBytes), _MM_HINT_T0); }
+};
+
+template <typename W>
+inline float MinOf(const W& w, int64_t b) {
+  if constexpr (W::kHasMin) {
+    return w.Min(b);
+  } else {
+    return 0.0f;
+  }
+}
+
 #ifdef MAXFX_QGEMV_VNNI
 // Block b's 32 values as int16.
 inline __m512i LoadBlock(const Q8Row& w, int64_t b) {
@@ -172,6 +227,12 @@ inline __m512i LoadBlock(const Q4Row& w, int64_t b) {
   return _mm512_sub_epi16(_mm512_cvtepu8_epi16(nibbles), _mm512_set1_epi16(8));
 }
 
+inline __m512i LoadBlock(const Q4KRow& w, int64_t b) {
+  __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.Nibbles(b)));
+  if (b % 2) raw = _mm256_srli_epi16(raw, 4);
+  return _mm512_cvtepu8_epi16(_mm256_and_si256(raw, _mm256_set1_epi8(0x0F)));
+}
+
 // Output n for every row m of x. kRows > 0 fixes the row count at compile time
 // (the accumulators then live in registers: the one-row case of decode).
 template <int kRows, typename W>
@@ -181,6 +242,7 @@ inline void Row(int64_t m_rows, int64_t k_dim, const QuantizedRow* x, const W& w
   // Two accumulator sets, for even and odd blocks: with one row, one set would
   // make every block wait for the previous block's add.
   __m512 acc[2][kRows > 0 ? kRows : kMaxRows];
+  float offset[kRows > 0 ? kRows : kMaxRows] = {};  // sum_b Min(b) * (block b's activation sum)
   for (int64_t m = 0; m < rows; ++m) acc[0][m] = acc[1][m] = _mm512_setzero_ps();
   auto step = [&](int64_t b, __m512* a) {
     const __m512i wb = LoadBlock(w, b);
@@ -188,6 +250,10 @@ inline void Row(int64_t m_rows, int64_t k_dim, const QuantizedRow* x, const W& w
     for (int64_t m = 0; m < rows; ++m) {
       const __m512i dot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wb, _mm512_loadu_si512(x[m].q + b * kBlock));
       a[m] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), dw), _mm512_set1_ps(x[m].scale[b]), a[m]);
+    }
+    if constexpr (W::kHasMin) {
+      const float mw = w.Min(b);
+      for (int64_t m = 0; m < rows; ++m) offset[m] += mw * x[m].sum[b];
     }
   };
   int64_t b = 0;
@@ -197,7 +263,7 @@ inline void Row(int64_t m_rows, int64_t k_dim, const QuantizedRow* x, const W& w
     step(b + 1, acc[1]);
   }
   if (b < blocks) step(b, acc[0]);
-  for (int64_t m = 0; m < rows; ++m) out_m[m * stride] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][m], acc[1][m]));
+  for (int64_t m = 0; m < rows; ++m) out_m[m * stride] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][m], acc[1][m])) - offset[m];
 }
 
 template <typename W>
@@ -214,7 +280,7 @@ inline void Product(int64_t m_rows, int64_t k_dim, const QuantizedRow* x, const 
     for (int64_t b = 0; b < k_dim / kBlock; ++b) {
       int32_t dot = 0;
       for (int64_t j = 0; j < kBlock; ++j) dot += w.Value(b, j) * x[m].q[b * kBlock + j];
-      acc += static_cast<float>(dot) * w.Scale(b) * x[m].scale[b];
+      acc += static_cast<float>(dot) * w.Scale(b) * x[m].scale[b] - MinOf(w, b) * x[m].sum[b];
     }
     out[m * stride] = acc;
   }
@@ -235,13 +301,15 @@ constexpr int64_t kGroupN = 16;  // output columns per work item
 constexpr int64_t kKernelN = 4;  // columns per microkernel call
 
 // x as tiles of 32 rows: per tile, pairs[K/2][32] (int16 pairs (x[m, 2p], x[m, 2p+1])
-// as int32) and scales[K/32][32]; rows past m_rows are zero.
+// as int32), scales[K/32][32] and sums[K/32][32] (QuantizedRow::sum); rows past
+// m_rows are zero.
 struct PackedX {
   int64_t tiles, k_dim;
   std::vector<int32_t> pairs;
-  std::vector<float> scales;
+  std::vector<float> scales, sums;
   const int32_t* Pairs(int64_t t) const { return pairs.data() + t * (k_dim / 2) * kTileM; }
   const float* Scales(int64_t t) const { return scales.data() + t * (k_dim / kBlock) * kTileM; }
+  const float* Sums(int64_t t) const { return sums.data() + t * (k_dim / kBlock) * kTileM; }
 };
 
 void PackX(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim, PackedX& px) {
@@ -250,21 +318,27 @@ void PackX(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim,
   px.k_dim = k_dim;
   px.pairs.resize(px.tiles * half * kTileM);
   px.scales.resize(px.tiles * blocks * kTileM);
+  px.sums.resize(px.tiles * blocks * kTileM);
   // One tile per work item: a tile's lanes share cache lines, so one core writes them all.
   maxfx_cpu::ParallelFor(pool, px.tiles, 1, Worth(m_rows * k_dim), [&](int64_t t) {
     int32_t* pairs = px.pairs.data() + t * half * kTileM;
     float* scales = px.scales.data() + t * blocks * kTileM;
+    float* sums = px.sums.data() + t * blocks * kTileM;
     std::vector<int16_t> q;
-    std::vector<float> scale;
+    std::vector<float> scale, sum;
     for (int64_t i = 0; i < kTileM; ++i) {  // row i of the tile into lane i
       if (t * kTileM + i < m_rows) {
-        QuantizeRow(xs + (t * kTileM + i) * k_dim, k_dim, q, scale);
+        QuantizeRow(xs + (t * kTileM + i) * k_dim, k_dim, q, scale, sum);
       } else {  // past the last row: zeros (the buffers are reused across calls)
         q.assign(k_dim, 0);
         scale.assign(blocks, 0.0f);
+        sum.assign(blocks, 0.0f);
       }
       for (int64_t p = 0; p < half; ++p) std::memcpy(pairs + p * kTileM + i, q.data() + 2 * p, 4);
-      for (int64_t b = 0; b < blocks; ++b) scales[b * kTileM + i] = scale[b];
+      for (int64_t b = 0; b < blocks; ++b) {
+        scales[b * kTileM + i] = scale[b];
+        sums[b * kTileM + i] = sum[b];
+      }
     }
   });
 }
@@ -303,19 +377,22 @@ void ManyRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_d
   const PackedX& x = px;  // the helpers must read the caller's px, not their own thread_local one
   maxfx_cpu::ParallelFor(pool, groups, 1, Worth(m_rows * n_dim * k_dim / 16), [&](int64_t g) {
     thread_local std::vector<int16_t> wbuf;
-    thread_local std::vector<float> dbuf;
+    thread_local std::vector<float> dbuf, mbuf;
     wbuf.resize(kGroupN * k_dim);
     dbuf.resize(kGroupN * blocks);
+    mbuf.resize(kGroupN * blocks);
     const int64_t n0 = g * kGroupN, cols = std::min(kGroupN, n_dim - n0);
     for (int64_t c = 0; c < cols; ++c) {
       const auto w = row_of(n0 + c);
       for (int64_t b = 0; b < blocks; ++b) {
         _mm512_storeu_si512(wbuf.data() + c * k_dim + b * kBlock, LoadBlock(w, b));
         dbuf[c * blocks + b] = w.Scale(b);
+        mbuf[c * blocks + b] = MinOf(w, b);
       }
     }
     std::fill(wbuf.begin() + cols * k_dim, wbuf.end(), 0);  // past the last column: zero rows
     std::fill(dbuf.begin() + cols * blocks, dbuf.end(), 0.0f);
+    std::fill(mbuf.begin() + cols * blocks, mbuf.end(), 0.0f);
     // The next group's weights (usually this thread's next item) load while this one computes.
     for (int64_t n = n0 + kGroupN; n < std::min(n0 + 2 * kGroupN, n_dim); ++n) row_of(n).PrefetchAll(k_dim);
     // Block by block, all the group's columns: the tile's slice of x for a block
@@ -325,6 +402,20 @@ void ManyRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_d
       std::fill(acc, acc + kGroupN * kTileM, 0.0f);
       const int32_t* xp = x.Pairs(t);
       const float* dx = x.Scales(t);
+      using W = decltype(row_of(0));
+      if constexpr (W::kHasMin) {  // minus Min(b) times the block's activation sums, per column
+        const float* sx = x.Sums(t);
+        for (int64_t c = 0; c < cols; ++c) {
+          __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+          for (int64_t b = 0; b < blocks; ++b) {
+            const __m512 mw = _mm512_set1_ps(mbuf[c * blocks + b]);
+            lo = _mm512_fmadd_ps(mw, _mm512_loadu_ps(sx + b * kTileM), lo);
+            hi = _mm512_fmadd_ps(mw, _mm512_loadu_ps(sx + b * kTileM + 16), hi);
+          }
+          _mm512_storeu_ps(acc + c * kTileM, _mm512_sub_ps(_mm512_setzero_ps(), lo));
+          _mm512_storeu_ps(acc + c * kTileM + 16, _mm512_sub_ps(_mm512_setzero_ps(), hi));
+        }
+      }
       for (int64_t b = 0; b < blocks; ++b) {
         for (int64_t c0 = 0; c0 < cols; c0 += kKernelN) {  // past the last column: zero rows (computed, not stored)
           const int16_t* w[kKernelN];
@@ -352,9 +443,9 @@ void ManyRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_d
 template <typename RowProduct>
 void FewRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim, int64_t n_dim, const RowProduct& row_product) {
   thread_local std::vector<int16_t> q[kMaxRows];
-  thread_local std::vector<float> scale[kMaxRows];
+  thread_local std::vector<float> scale[kMaxRows], sum[kMaxRows];
   QuantizedRow rows[kMaxRows];
-  for (int64_t m = 0; m < m_rows; ++m) rows[m] = QuantizeRow(xs + m * k_dim, k_dim, q[m], scale[m]);
+  for (int64_t m = 0; m < m_rows; ++m) rows[m] = QuantizeRow(xs + m * k_dim, k_dim, q[m], scale[m], sum[m]);
   maxfx_cpu::ParallelFor(pool, n_dim, kMinRowsPerChunk, Worth(n_dim * k_dim), [&](int64_t n) { row_product(n, rows); });
 }
 
@@ -395,6 +486,17 @@ ffi::Error Q4_0Impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<f
   return ffi::Error::Success();
 }
 
+ffi::Error Q4_KImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::U8> packed, ffi::ResultBuffer<ffi::F32> y) {
+  const auto pd = packed.dimensions();
+  const int64_t n_dim = pd[0], row_bytes = pd[1];
+  if (row_bytes % kQ4KBytes != 0) return ffi::Error::InvalidArgument("maxfx_q4_k_matmul: row bytes must be a multiple of 144");
+  const int64_t k_dim = row_bytes / kQ4KBytes * kSuper;
+  const int64_t m_rows = k_dim ? static_cast<int64_t>(x.element_count()) / k_dim : 0;
+  const uint8_t* ws = packed.typed_data();
+  Matmul(pool, x.typed_data(), m_rows, k_dim, n_dim, [&](int64_t n) { return Q4KRow{ws + n * row_bytes}; }, y->typed_data());
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 // Whether the kernels were built with the VNNI path (else the scalar loop, slower than XLA).
@@ -415,6 +517,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxfxQ8_0Matmul, Q8_0Impl,
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxfxQ4_0Matmul, Q4_0Impl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::U8>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxfxQ4_KMatmul, Q4_KImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()

@@ -8,7 +8,7 @@ Rule (``shared/design/PALLAS_NOTES.md`` §9):
   for CUDA (`custom_calls._target.lowering_for`): ``lax.platform_dependent`` with
   the Pallas (Triton) kernel for ``cuda`` and the reference as the default, so a
   computation placed on the CPU of a GPU machine still lowers.
-* else, on a CPU: for Q4_0 and Q8_0 with a float32 ``lhs``, the C++ kernels of
+* else, on a CPU: for Q4_0, Q4_K and Q8_0 with a float32 ``lhs``, the C++ kernels of
   `custom_calls.qmatmul.cpu`, which read the blocks in place and take integer
   block dots (``lhs`` rounded to int16 per 32 values: decode and prefill);
   when they could not be built with their AVX-512 VNNI path, the reference.
@@ -181,6 +181,10 @@ def q8_0_matmul(lhs: Any, values: Any, scales: Any) -> jax.Array:
     return ref._matmul_nt(lhs, decoded((values, scales)))
 
 
+# GGUF rows the C++ CPU kernels read in place (Q8_0 goes through `q8_0_matmul`'s split form).
+_CPU_KERNELS: dict[str, Callable] = {"Q4_0": cpu.q4_0_matmul, "Q4_K": cpu.q4_k_matmul}
+
+
 def qmatmul(encoding: str, lhs: Any, rhs: Any) -> jax.Array:
     """``lhs @ dequantize(encoding, rhs).T`` (GGUF rows ``rhs uint8 [N, row_bytes]``), kernel or reference.
 
@@ -200,9 +204,10 @@ def qmatmul(encoding: str, lhs: Any, rhs: Any) -> jax.Array:
         raise ValueError(f"lhs: {encoding} qmatmul lhs {list(lhs.shape)} does not match rhs {list(rhs.shape)} (K = {k})")
     mode = kernel_mode()
     if mode is None:
-        if encoding == "Q4_0" and _cpu_kernel_applies(lhs):
+        kernel = _CPU_KERNELS.get(encoding)
+        if kernel is not None and _cpu_kernel_applies(lhs):
             _LOG.debug("qmatmul: CPU kernel (%s)", encoding)
-            return _with_grad(cpu.q4_0_matmul, lambda r: ref.dequantize(encoding, r))(lhs, rhs, rhs)
+            return _with_grad(kernel, lambda r: ref.dequantize(encoding, r))(lhs, rhs, rhs)
         return ref.qmatmul(encoding, lhs, rhs)
     why = _check_lhs("qmatmul", lhs)  # every encoding `ref.block_shape` accepts has a kernel
     if why:

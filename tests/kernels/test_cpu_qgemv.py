@@ -1,4 +1,4 @@
-"""The C++ CPU kernels for Q8_0 / Q4_0 products (custom_calls/cpu/qgemv.cc) against gguf's own quantizer and numpy.
+"""The C++ CPU kernels for Q8_0 / Q4_0 / Q4_K products (custom_calls/cpu/qgemv.cc) against gguf's own quantizer and numpy.
 
 The kernels quantize each row of x to int16 per 32 values (scale max|x| / 32767,
 round to nearest even), then take integer block dots. The reference is that
@@ -17,14 +17,20 @@ import numpy as np
 import pytest
 
 from custom_calls.qmatmul import cpu, dispatch
-from tests.test_qmatmul_reference import cpu_kernel_atol
+from tests.test_qmatmul_reference import cpu_kernel_atol, random_blocks
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu" or not cpu.available(), reason="CPU kernels need a CPU backend and a C++ compiler")
 
 
 def _weights(rng, n, k, qname):
-    w = rng.standard_normal((n, k)).astype(np.float32)
-    packed = gguf.quants.quantize(w, getattr(gguf.GGMLQuantizationType, qname))
+    if qname == "Q4_K":  # gguf's quantizer has no Q4_K: random blocks with d and dmin sized like a quantized
+        packed = random_blocks(rng, qname, n, k // 256).reshape(n, k // 256, 144)  # N(0, 1) row (values ~ -1 .. 2)
+        packed[..., 0:2] = rng.uniform(5e-4, 2e-3, (n, k // 256, 1)).astype(np.float16).view(np.uint8)
+        packed[..., 2:4] = rng.uniform(0, 1.6e-2, (n, k // 256, 1)).astype(np.float16).view(np.uint8)
+        packed = packed.reshape(n, -1)
+    else:
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        packed = gguf.quants.quantize(w, getattr(gguf.GGMLQuantizationType, qname))
     dense = gguf.quants.dequantize(packed, getattr(gguf.GGMLQuantizationType, qname)).astype(np.float64)
     return packed, dense
 
@@ -69,6 +75,15 @@ def test_q4_0_kernel_matches_llama_cpp_numerics(rng, rows, n, k):
     _check(np.asarray(cpu.q4_0_matmul(x, packed)), x, dense)
 
 
+@pytest.mark.parametrize("rows", [1, 4, 16, 17, 40])
+@pytest.mark.parametrize("n,k", [(37, 256), (5, 768), (576, 1536)])
+def test_q4_k_kernel_matches_gguf_dequantized_weights(rng, rows, n, k):
+    """Q4_K's per-sub-block mins: minus min_j times each block's activation sum, exact against gguf's dequantizer."""
+    packed, dense = _weights(rng, n, k, "Q4_K")
+    x = rng.standard_normal((rows, k)).astype(np.float32) + 0.5  # a mean away from 0 makes the min term matter
+    _check(np.asarray(cpu.q4_k_matmul(x, packed)), x, dense)
+
+
 def test_rows_of_zeros_and_wide_ranges(rng):
     """A block of zeros has scale 0 (no division by it); blocks of very different magnitude keep their own scale."""
     packed, dense = _weights(rng, 40, 128, "Q4_0")
@@ -79,19 +94,20 @@ def test_rows_of_zeros_and_wide_ranges(rng):
         _check(np.asarray(cpu.q4_0_matmul(x, packed)), x, dense)
 
 
-def test_dispatch_uses_the_kernel_for_float32_and_the_reference_otherwise(rng, caplog, monkeypatch):
-    packed, dense = _weights(rng, 64, 64, "Q4_0")
+@pytest.mark.parametrize("qname", ["Q4_0", "Q4_K"])
+def test_dispatch_uses_the_kernel_for_float32_and_the_reference_otherwise(rng, caplog, monkeypatch, qname):
+    packed, dense = _weights(rng, 64, 256, qname)
     for rows in (2, 40):  # the one-accumulator-per-row product and the blocked one
-        x = rng.standard_normal((rows, 64)).astype(np.float32)
+        x = rng.standard_normal((rows, 256)).astype(np.float32)
         caplog.clear()
         with caplog.at_level("DEBUG", logger="maxfx.kernels"):
-            out = np.asarray(jax.jit(lambda x, w: dispatch.qmatmul("Q4_0", x, w))(x, packed))
+            out = np.asarray(jax.jit(lambda x, w: dispatch.qmatmul(qname, x, w))(x, packed))
         _check(out, x, dense)
-        assert "qmatmul: CPU kernel (Q4_0)" in caplog.text
+        assert f"qmatmul: CPU kernel ({qname})" in caplog.text
     monkeypatch.setenv("MAXFX_CPU_KERNELS", "0")  # switched off: float products, the reference
     caplog.clear()
     with caplog.at_level("DEBUG", logger="maxfx.kernels"):
-        out = np.asarray(jax.jit(lambda x, w: dispatch.qmatmul("Q4_0", x, w))(x, packed))
+        out = np.asarray(jax.jit(lambda x, w: dispatch.qmatmul(qname, x, w))(x, packed))
     np.testing.assert_allclose(out, x.astype(np.float64) @ dense.T, rtol=1e-5, atol=1e-4)
     assert "CPU kernel" not in caplog.text
 
@@ -114,6 +130,10 @@ def test_portable_build_gives_the_same_numbers(rng, tmp_path):
     x = rng.standard_normal((20, 96)).astype(np.float32)  # 16 rows, then 4
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "w.npy", packed)
+    packed_k, dense_k = _weights(rng, 9, 512, "Q4_K")
+    xk = rng.standard_normal((3, 512)).astype(np.float32) + 0.5
+    np.save(tmp_path / "xk.npy", xk)
+    np.save(tmp_path / "wk.npy", packed_k)
     code = (
         "import sys, numpy as np\n"
         "from custom_calls import cpu as lib\n"
@@ -121,11 +141,14 @@ def test_portable_build_gives_the_same_numbers(rng, tmp_path):
         "assert lib.available() and not lib.qgemv_is_fast()\n"
         f"x, w = np.load({str(tmp_path / 'x.npy')!r}), np.load({str(tmp_path / 'w.npy')!r})\n"
         f"np.save({str(tmp_path / 'y.npy')!r}, np.asarray(cpu.q4_0_matmul(x, w)))\n"
+        f"xk, wk = np.load({str(tmp_path / 'xk.npy')!r}), np.load({str(tmp_path / 'wk.npy')!r})\n"
+        f"np.save({str(tmp_path / 'yk.npy')!r}, np.asarray(cpu.q4_k_matmul(xk, wk)))\n"
     )
     env = {**os.environ, "MAXFX_CPU_MARCH": "x86-64-v3", "JAX_PLATFORMS": "cpu"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     _check(np.load(tmp_path / "y.npy"), x, dense)
+    _check(np.load(tmp_path / "yk.npy"), xk, dense_k)
 
 
 def test_without_a_compiler_the_reference_runs(tmp_path):

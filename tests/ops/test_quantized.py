@@ -94,7 +94,8 @@ def test_quantized_ops_under_jit_and_grad(rng):
     deq = gguf_dequant("Q4_K", w)
     x = rand(rng, [2, 256], low=-1, high=1)
     got = jax.jit(lambda a, b: ops.qmatmul(QE.Q4_K, None, a, b))(x, w)
-    np.testing.assert_allclose(np.asarray(got), x @ deq.T, rtol=1e-5, atol=1e-5)
+    # On a CPU the product runs the C++ kernel, which rounds x to int16 per 32 values.
+    np.testing.assert_allclose(np.asarray(got), x @ deq.T, rtol=1e-5, atol=cpu_kernel_atol(x, deq))
     grad = jax.grad(lambda a: ops.qmatmul(QE.Q4_K, None, a, w).sum())(x)
     np.testing.assert_allclose(np.asarray(grad), np.broadcast_to(deq.sum(0), x.shape), rtol=1e-5)
     np.testing.assert_array_equal(np.asarray(jax.jit(lambda b: ops.dequantize(QE.Q4_K, b))(w)).view(np.uint32), deq.view(np.uint32))

@@ -27,14 +27,15 @@ import jax.numpy as jnp
 
 from custom_calls.cpu import available, build, unavailable_reason
 
-__all__ = ["available", "build", "q4_0_matmul", "q8_0_matmul", "unavailable_reason"]
+__all__ = ["available", "build", "q4_0_matmul", "q4_k_matmul", "q8_0_matmul", "unavailable_reason"]
 
 
 def _call(target: str, x: Any, *weights: Any, n: int) -> jax.Array:
     x = jnp.asarray(x, jnp.float32)
     lead = x.shape[:-1]
     rows = x.reshape(-1, x.shape[-1])
-    out = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct((rows.shape[0], n), jnp.float32))(rows, *weights)
+    # Under vmap the kernel runs once per batch element (the weights stay 2-D).
+    out = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct((rows.shape[0], n), jnp.float32), vmap_method="sequential")(rows, *weights)
     return out.reshape(*lead, n)
 
 
@@ -50,3 +51,10 @@ def q4_0_matmul(x: Any, packed: Any) -> jax.Array:
     if not available():
         raise RuntimeError(f"CPU quantized kernels unavailable: {unavailable_reason()}")
     return _call("maxfx_q4_0_matmul", x, jnp.asarray(packed, jnp.uint8), n=int(packed.shape[0]))
+
+
+def q4_k_matmul(x: Any, packed: Any) -> jax.Array:
+    """``x @ W.T`` for ``x float32 [..., K]`` and ``W`` as GGUF Q4_K rows ``uint8 [N, K / 256 * 144]``."""
+    if not available():
+        raise RuntimeError(f"CPU quantized kernels unavailable: {unavailable_reason()}")
+    return _call("maxfx_q4_k_matmul", x, jnp.asarray(packed, jnp.uint8), n=int(packed.shape[0]))
