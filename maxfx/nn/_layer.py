@@ -131,7 +131,8 @@ class Module(Layer):
     def _ensure_init(self) -> None:
         d = self.__dict__
         if "_layer_weights" not in d:
-            d["_layer_weights"] = {}
+            d["_layer_weights"] = {}  # attribute name -> Weight
+            d["_weight_keys"] = {}  # attribute name -> its state-dict key (the Weight's name when assigned)
             d["_sublayers"] = {}
             d["_shared"] = set()
 
@@ -139,10 +140,14 @@ class Module(Layer):
         self._ensure_init()
         d = self.__dict__
         d["_layer_weights"].pop(name, None)
+        d["_weight_keys"].pop(name, None)
         d["_sublayers"].pop(name, None)
         if not name.startswith("_"):
             if isinstance(value, Weight):
                 d["_layer_weights"][name] = value
+                # As in MAX, a weight's key is its own name (``self.fc1_weight = Weight("fc1.weight", ...)``
+                # is ``fc1.weight``); the usual ``self.weight = Weight("weight", ...)`` is the attribute name.
+                d["_weight_keys"][name] = value.name or name
             elif isinstance(value, Module):
                 d["_sublayers"][name] = value
             elif _is_module_seq(value):
@@ -152,9 +157,10 @@ class Module(Layer):
     # -- tree ------------------------------------------------------------------
     @property
     def layer_weights(self) -> dict[str, Weight]:
-        """Local weight name → Weight (shared weights excluded)."""
+        """Local weight name (the Weight's name when it was assigned) → Weight (shared weights excluded)."""
         self._ensure_init()
-        return {k: w for k, w in self._layer_weights.items() if k not in self._shared}
+        keys = self._weight_keys
+        return {keys.get(k, k): w for k, w in self._layer_weights.items() if k not in self._shared}
 
     @property
     def sublayers(self) -> dict[str, Module]:

@@ -78,7 +78,7 @@ def test_conv1d_matches_numpy(rng, stride, padding, dilation, groups):
     w = fill(conv, rng)
     assert list(conv.filter.shape) == [3, 4 // groups, 6] and conv.stride == stride and conv.padding == padding
     x = rng.normal(size=(2, 9, 4)).astype(np.float32)
-    ref = np_conv(x, w["filter"], (stride,), (padding, padding), (dilation,), groups) + w["bias"]
+    ref = np_conv(x, w["weight"], (stride,), (padding, padding), (dilation,), groups) + w["bias"]
     np.testing.assert_allclose(run(conv, x), ref, rtol=1e-4, atol=1e-4)
 
 
@@ -86,9 +86,9 @@ def test_conv1d_permute_takes_pytorch_layouts(rng):
     conv = nn.Conv1D(3, 4, 5, DType.float32, padding=1, permute=True, name="c")
     w = fill(conv, rng)
     assert list(conv.filter.shape) == [5, 4, 3]  # (out, in, k)
-    assert conv.filter.name == "filter"  # qualified by attribute (the Weight began as 'c.weight')
+    assert conv.filter.name == "c.weight"  # keyed by the Weight's own name, as in MAX (not the attribute)
     x = rng.normal(size=(2, 4, 7)).astype(np.float32)  # (N, C, L)
-    ref = np_conv(x.transpose(0, 2, 1), w["filter"].transpose(2, 1, 0), (1,), (1, 1), (1,), 1).transpose(0, 2, 1)
+    ref = np_conv(x.transpose(0, 2, 1), w["c.weight"].transpose(2, 1, 0), (1,), (1, 1), (1,), 1).transpose(0, 2, 1)
     np.testing.assert_allclose(run(conv, x), ref, rtol=1e-4, atol=1e-4)
 
 
@@ -113,7 +113,7 @@ def test_conv2d_matches_numpy(rng, permute):
     conv = nn.Conv2d((2, 3), 4, 6, DType.float32, stride=(2, 1), padding=(1, 0, 2, 1), dilation=(1, 2), num_groups=2, has_bias=True, permute=permute)
     w = fill(conv, rng)
     x = rng.normal(size=(2, 7, 8, 4)).astype(np.float32)
-    rscf = w["filter"].transpose(2, 3, 1, 0) if permute else w["filter"]
+    rscf = w["weight"].transpose(2, 3, 1, 0) if permute else w["weight"]
     ref = np_conv(x, rscf, (2, 1), (1, 0, 2, 1), (1, 2), 2) + w["bias"]
     got = run(conv, x.transpose(0, 3, 1, 2) if permute else x)
     np.testing.assert_allclose(got.transpose(0, 2, 3, 1) if permute else got, ref, rtol=1e-4, atol=1e-4)
@@ -132,7 +132,7 @@ def test_conv2d_padding_forms_and_shard(rng):
     shards = conv.shard([CPU, CPU])
     assert len(shards) == 2 and all(list(s.filter.shape) == [3, 3, 2, 4] for s in shards)
     x = rng.normal(size=(1, 5, 5, 2)).astype(np.float32)
-    ref = np_conv(x, w["filter"], (1, 1), (0, 0, 0, 0), (1, 1), 1) + w["bias"]
+    ref = np_conv(x, w["weight"], (1, 1), (0, 0, 0, 0), (1, 1), 1) + w["bias"]
     for s in shards:
         np.testing.assert_allclose(run(s, x, registry=w), ref, rtol=1e-4, atol=1e-4)
 
@@ -142,7 +142,7 @@ def test_conv3d_matches_numpy(rng, permute):
     conv = nn.Conv3D(2, 2, 3, in_channels=3, out_channels=4, dtype=DType.float32, stride=(1, 2, 1), padding=(1, 0, 0, 1, 1, 1), has_bias=True, permute=permute)
     w = fill(conv, rng)
     x = rng.normal(size=(1, 4, 5, 5, 3)).astype(np.float32)
-    qrscf = w["filter"].transpose(2, 3, 4, 1, 0) if permute else w["filter"]
+    qrscf = w["weight"].transpose(2, 3, 4, 1, 0) if permute else w["weight"]
     ref = np_conv(x, qrscf, (1, 2, 1), (1, 0, 0, 1, 1, 1), (1, 1, 1), 1) + w["bias"]
     got = run(conv, x.transpose(0, 4, 1, 2, 3) if permute else x)
     np.testing.assert_allclose(got.transpose(0, 2, 3, 4, 1) if permute else got, ref, rtol=1e-4, atol=1e-4)

@@ -125,6 +125,28 @@ def test_quantized_linear_matches_gguf_dequantize(rng):
         nn.Linear(4, 4, DType.float32, CPU, float8_config=object())
 
 
+def test_state_dict_keys_are_the_weights_own_names():
+    """As in MAX, a weight's state-dict key is its own name: an attribute ``fc1_weight``
+    holding ``Weight("fc1.weight")`` loads from ``fc1.weight`` (checkpoint names need not
+    be Python names), and ``strict=False`` ignores keys no weight has."""
+
+    class Holder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1_weight = Weight("fc1.weight", DType.float32, [2, 2], DeviceRef.CPU())
+            self.bias = Weight("bias", DType.int32, [2], DeviceRef.CPU())
+
+    m = Holder()
+    assert set(m.state_dict()) == {"fc1.weight", "bias"}
+    w = np.arange(4, dtype=np.float32).reshape(2, 2)
+    m.load_state_dict({"fc1.weight": w, "bias": np.array([5, 6], np.int32), "extra.key": np.zeros(2, np.float32)}, strict=False)
+    np.testing.assert_array_equal(np.asarray(m.state_dict()["fc1.weight"]), w)
+    with pytest.raises(ValueError, match="Unexpected keys in state_dict"):
+        m.load_state_dict({"fc1.weight": w, "bias": np.array([5, 6], np.int32), "extra.key": w})
+    conv = nn.Conv2d(3, in_channels=2, out_channels=4, dtype=DType.float32)  # its `filter` loads from a PyTorch-style `weight`
+    assert set(conv.state_dict()) == {"weight"}
+
+
 def test_state_dict_loading_errors():
     mlp = nn.MLP(DType.float32, None, 4, 8, [CPU])
     good = {k: np.zeros(np.shape(v), np.float32) for k, v in mlp.state_dict().items()}

@@ -47,7 +47,7 @@ def np_lora_attention(w, x, lora_id, rank, has_bias=False):
     def proj(name, heads):
         y = x @ w[f"{name}.weight"].T + (w[f"{name}.bias"] if has_bias else 0)
         if lora_id >= 0 and rank > 0:
-            a, b = w[f"{name}.lora_A"][lora_id][:rank], w[f"{name}.lora_B"][lora_id][:, :rank]
+            a, b = w[f"{name}.lora_A.weight"][lora_id][:rank], w[f"{name}.lora_B.weight"][lora_id][:, :rank]
             y = y + (x @ a.T) @ b.T
         return y.reshape(s, heads, HD)
 
@@ -71,7 +71,7 @@ def _graph(layer):
 def test_prefill_then_decode_match_numpy(rng, has_bias):
     layer = _layer(has_bias=has_bias)
     w = _fill(layer, rng)
-    assert {"q_proj.lora_A", "k_proj.lora_B", "v_proj.lora_A", "o_proj.weight"} <= set(w)
+    assert {"q_proj.lora_A.weight", "k_proj.lora_B.weight", "v_proj.lora_A.weight", "o_proj.weight"} <= set(w)
     model = _graph(layer)
     mgr = PagedKVCacheManager(_params(), 1, 16, 2, 32)
     seq_ids = [mgr.claim(), mgr.claim()]

@@ -151,9 +151,9 @@ def test_linear_lora_against_numpy(rng):
     for g in range(3):
         if ids[g] < 0 or ranks[g] == 0:
             continue
-        a, b = st["lora_A"][ids[g]][: ranks[g]], st["lora_B"][ids[g]][:, : ranks[g]]
+        a, b = st["lora_A.weight"][ids[g]][: ranks[g]], st["lora_B.weight"][ids[g]][:, : ranks[g]]
         rows = slice(offsets[g], offsets[g + 1])
-        ref[rows] += (x[rows] @ a.T) @ b.T + st["lora_bias"][ids[g]]
+        ref[rows] += (x[rows] @ a.T) @ b.T + st["lora.bias"][ids[g]]
     np.testing.assert_allclose(with_lora, ref, rtol=1e-4, atol=1e-5)
     assert isinstance(lin, nn.SupportsLoRA)
 
