@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lowering.dtypes import DType
+from maxfx.experimental._defaults import defaults
 from maxfx.graph.weights import GGUFWeights, load_weights
 from maxfx.models._config import ConfigError, GPT2Config, LlamaConfig
 from maxfx.models._families import GemmaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config
@@ -58,7 +59,9 @@ def load_pretrained(path: os.PathLike[str] | str, *, dtype: DType | None = None,
             or ``pytorch_model.bin``), or a ``.gguf`` file (config from its metadata).
         dtype: convert float weights to this dtype (default: as stored). Packed
             GGUF weights stay packed.
-        device: where to put the model (default CPU).
+        device: where to put the model; default: MAX's default device, the first
+            GPU when there is one, else the CPU (``MAXFX_DEFAULT_DEVICE=cpu``
+            keeps models on the CPU of a GPU machine).
 
     Returns:
         a `LlamaForCausalLM` (Llama, Qwen2, Qwen3, Mistral, Phi-3, Gemma: the
@@ -74,6 +77,10 @@ def load_pretrained(path: os.PathLike[str] | str, *, dtype: DType | None = None,
     start = time.perf_counter()
     config, src = open_checkpoint(path, dtype, "load_pretrained")
     model = ARCHITECTURES[config.architecture][1].from_source(config, src)
+    if device is None:
+        device = defaults()[1]  # MAX's default device
+        if device.is_host:
+            device = None  # the weights were read into host memory: they stay there, uncopied
     model = model if device is None else model.to(device)
     attach_tokenizer(model, path, since=start)  # model.tokenizer (or None) and the load time of model.last_stats
     return model

@@ -344,3 +344,26 @@ def test_bfloat16_load_and_progress_bar(monkeypatch):
 def _header_bytes(path):
     with open(path, "rb") as f:
         return 8 + int.from_bytes(f.read(8), "little")
+
+
+def test_load_pretrained_puts_the_model_on_the_default_device(monkeypatch):
+    """MAX's default device: the model moves to it unless it is the host (weights are read
+    there and stay uncopied); an explicit ``device`` always wins."""
+    from maxfx.driver import CPU  # noqa: PLC0415
+    from maxfx.models import _loading  # noqa: PLC0415
+
+    moved = []
+    monkeypatch.setattr(LlamaForCausalLM, "to", lambda self, device: moved.append(device) or self)
+
+    class FakeGPU:
+        is_host = False
+
+    gpu = FakeGPU()
+    monkeypatch.setattr(_loading, "defaults", lambda: (DType.bfloat16, gpu))
+    load_pretrained(LLAMA)
+    assert moved == [gpu]
+    monkeypatch.setattr(_loading, "defaults", lambda: (DType.float32, CPU()))
+    load_pretrained(LLAMA)
+    assert moved == [gpu]  # a host default: no move
+    load_pretrained(LLAMA, device=CPU())
+    assert moved == [gpu, CPU()]
