@@ -51,6 +51,7 @@ _TARGETS = {
     "maxfx_q8_0_matmul": "MaxfxQ8_0Matmul",
     "maxfx_q4_0_matmul": "MaxfxQ4_0Matmul",
     "maxfx_q4_k_matmul": "MaxfxQ4_KMatmul",
+    "maxfx_f32_matmul": "MaxfxF32Matmul",
     "maxfx_decode_attention": "MaxfxDecodeAttention",
 }
 _LOG = logging.getLogger("maxfx.kernels")

@@ -26,6 +26,11 @@
 //   maxfx_q4_0_matmul(x f32[..., K], w u8[N, K/32*18]) -> f32[..., N]
 //       Q4_0 rows as GGUF stores them: per block a f16 scale, then 16 bytes whose
 //       low nibbles are values 0..15 and high nibbles values 16..31, value = nibble - 8.
+//   maxfx_f32_matmul(x f32[M, K], w f32[N, K]) -> f32[M, N]
+//       Float weights for a few rows of x (decode). XLA runs such a product on one
+//       thread (two only when another independent product runs beside it), so a
+//       layer's chain of projections read ~14 GB/s; this splits the weight rows
+//       over the pool and reads each once for all rows of x, prefetching ahead.
 //   maxfx_q4_k_matmul(x f32[..., K], w u8[N, K/256*144]) -> f32[..., N]
 //       Q4_K rows as GGUF stores them: per 256 values f16 d and dmin, 12 bytes of
 //       6-bit scales and mins for the 8 sub-blocks of 32, then 128 nibble bytes;
@@ -486,6 +491,58 @@ ffi::Error Q4_0Impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<f
   return ffi::Error::Success();
 }
 
+// Output n of x @ w.T for up to kMaxRows rows of x: two accumulator sets per row
+// (the two 16-float halves of each 32), the K % 16 tail under a mask.
+template <int kRows>
+inline void F32Row(int64_t m_rows, int64_t k_dim, const float* __restrict xs, const float* __restrict w, float* __restrict out_m, int64_t stride) {
+  const int64_t rows = kRows > 0 ? kRows : m_rows;
+#ifdef MAXFX_QGEMV_VNNI
+  __m512 acc[2][kRows > 0 ? kRows : kMaxRows];
+  for (int64_t m = 0; m < rows; ++m) acc[0][m] = acc[1][m] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= k_dim; k += 32) {
+    _mm_prefetch(reinterpret_cast<const char*>(w + k) + kPrefetchBytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(w + k) + kPrefetchBytes + 64, _MM_HINT_T0);
+    const __m512 w0 = _mm512_loadu_ps(w + k), w1 = _mm512_loadu_ps(w + k + 16);
+    for (int64_t m = 0; m < rows; ++m) {
+      acc[0][m] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xs + m * k_dim + k), acc[0][m]);
+      acc[1][m] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xs + m * k_dim + k + 16), acc[1][m]);
+    }
+  }
+  for (; k < k_dim; k += 16) {
+    const __mmask16 mask = k_dim - k >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (k_dim - k)) - 1);
+    const __m512 wv = _mm512_maskz_loadu_ps(mask, w + k);
+    for (int64_t m = 0; m < rows; ++m) acc[0][m] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mask, xs + m * k_dim + k), acc[0][m]);
+  }
+  for (int64_t m = 0; m < rows; ++m) out_m[m * stride] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][m], acc[1][m]));
+#else
+  for (int64_t m = 0; m < rows; ++m) {
+    float acc = 0.0f;
+    for (int64_t k = 0; k < k_dim; ++k) acc += xs[m * k_dim + k] * w[k];
+    out_m[m * stride] = acc;
+  }
+#endif
+}
+
+ffi::Error F32Impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w, ffi::ResultBuffer<ffi::F32> y) {
+  const auto wd = w.dimensions();
+  const int64_t n_dim = wd[0], k_dim = wd[1];
+  const int64_t m_rows = k_dim ? static_cast<int64_t>(x.element_count()) / k_dim : 0;
+  const float* xs = x.typed_data();
+  const float* ws = w.typed_data();
+  float* out = y->typed_data();
+  for (int64_t m0 = 0; m0 < m_rows; m0 += kMaxRows) {
+    const int64_t rows = std::min(kMaxRows, m_rows - m0);
+    const float* xm = xs + m0 * k_dim;
+    float* om = out + m0 * n_dim;
+    maxfx_cpu::ParallelFor(pool, n_dim, kMinRowsPerChunk, Worth(n_dim * k_dim), [&](int64_t n) {
+      if (rows == 1) return F32Row<1>(1, k_dim, xm, ws + n * k_dim, om + n, n_dim);
+      F32Row<0>(rows, k_dim, xm, ws + n * k_dim, om + n, n_dim);
+    });
+  }
+  return ffi::Error::Success();
+}
+
 ffi::Error Q4_KImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::U8> packed, ffi::ResultBuffer<ffi::F32> y) {
   const auto pd = packed.dimensions();
   const int64_t n_dim = pd[0], row_bytes = pd[1];
@@ -528,4 +585,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxfxQ4_KMatmul, Q4_KImpl,
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::U8>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxfxF32Matmul, F32Impl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());

@@ -160,6 +160,31 @@ def _cpu_kernel_applies(lhs: jax.Array) -> bool:
     return lhs.dtype == jnp.float32 and lhs.size > 0 and cpu_library.callable_here() and cpu_library.qgemv_is_fast()
 
 
+# Float32 weights from this many elements (64 KB) on: smaller products stay with XLA.
+_F32_KERNEL_MIN_WEIGHTS = 1 << 14
+
+
+def float_matmul_nt(lhs: jax.Array, rhs: jax.Array) -> jax.Array | None:
+    """``lhs @ rhs.T`` on the CPU kernel (`cpu.f32_matmul`) when it applies, else None.
+
+    It applies to float32 products with at most `cpu.FEW_ROWS` rows of ``lhs`` (a
+    decode step's projections) and a 2-D ``rhs`` of 64 KB or more, on a CPU whose
+    kernels were built with their fast path: there XLA runs each such product on
+    one thread unless another one runs beside it.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> float_matmul_nt(jnp.ones((1, 8)), jnp.ones((4, 8))) is None  # too small: XLA's
+        True
+    """
+    if lhs.dtype != jnp.float32 or rhs.dtype != jnp.float32 or rhs.ndim != 2 or rhs.size < _F32_KERNEL_MIN_WEIGHTS:
+        return None
+    if lhs.size == 0 or lhs.size // lhs.shape[-1] > cpu.FEW_ROWS or not (cpu_library.callable_here() and cpu_library.qgemv_is_fast()):
+        return None
+    _LOG.debug("matmul: CPU kernel (float32, %d rows)", lhs.size // lhs.shape[-1])
+    return cpu.f32_matmul(lhs, rhs)
+
+
 def q8_0_matmul(lhs: Any, values: Any, scales: Any) -> jax.Array:
     """``lhs @ W.T`` for Q8_0 ``W`` held split: int8 ``values [N, K]`` and float16 ``scales [N, K / 32]`` (decoded in float32).
 

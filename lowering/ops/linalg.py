@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from custom_calls.qmatmul.dispatch import float_matmul_nt
 from lowering.context import bind
 from lowering.dims import Dim
 from lowering.ops import _rules as R
@@ -44,6 +45,9 @@ def _matmul_impl(lhs, rhs, *, rhs_transposed: bool = False):
     half = lhs.dtype in (jnp.float16, jnp.bfloat16)
     options = {"preferred_element_type": jnp.float32} if half else {"precision": jax.lax.Precision.HIGHEST}
     if rhs_transposed:  # lhs [..., k] times rhs [n, k] contracted on k: XLA reads rhs in place
+        kernel = float_matmul_nt(lhs, rhs)  # a decode step's float32 projection on a CPU: the C++ kernel
+        if kernel is not None:
+            return kernel
         out = jax.lax.dot_general(lhs, rhs, (((lhs.ndim - 1,), (1,)), ((), ())), **options)
     else:
         out = jnp.matmul(lhs, rhs, **options)

@@ -165,3 +165,43 @@ def test_without_a_compiler_the_reference_runs(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str([[64.0] * 4])
+
+
+# ─── float32 products of a few rows (decode projections) ────────────────────
+
+
+@pytest.mark.parametrize("rows", [1, 3, 16, 20])
+@pytest.mark.parametrize("n,k", [(192, 576), (37, 33), (700, 1536)])
+def test_f32_kernel_matches_numpy(rng, rows, n, k):
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    want = x.astype(np.float64) @ w.T.astype(np.float64)
+    np.testing.assert_allclose(np.asarray(cpu.f32_matmul(x, w)), want, rtol=1e-5, atol=1e-4 * np.sqrt(k / 32))
+
+
+def test_f32_kernel_gradients_are_the_float_products(rng):
+    x = rng.standard_normal((2, 96)).astype(np.float32)
+    w = rng.standard_normal((200, 96)).astype(np.float32)
+    g = rng.standard_normal((2, 200))
+    dx, dw = jax.grad(lambda x, w: jnp.sum(cpu.f32_matmul(x, w) * g), argnums=(0, 1))(x, w)
+    np.testing.assert_allclose(dx, g @ w, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(dw, g.T @ x, rtol=1e-5, atol=1e-4)
+
+
+def test_matmul_uses_the_f32_kernel_for_decode_shaped_products(rng, caplog, monkeypatch):
+    """``x @ w.T`` (the models' projections) with at most 16 rows and 64 KB of weights: the kernel; else XLA's dot."""
+    from maxfx.experimental.tensor import Tensor  # noqa: PLC0415
+
+    w = Tensor(rng.standard_normal((256, 64)).astype(np.float32))
+    for rows, expect in ((1, True), (16, True), (17, False)):
+        x = rng.standard_normal((rows, 64)).astype(np.float32)
+        caplog.clear()
+        with caplog.at_level("DEBUG", logger="maxfx.kernels"):
+            out = jax.jit(lambda x, w: x @ w.T)(Tensor(x), w)
+        np.testing.assert_allclose(np.asarray(out.to_numpy()), x @ w.to_numpy().T, rtol=1e-5, atol=1e-4)
+        assert ("matmul: CPU kernel (float32" in caplog.text) is expect, rows
+    small = Tensor(rng.standard_normal((8, 64)).astype(np.float32))  # 2 KB of weights: XLA's
+    caplog.clear()
+    with caplog.at_level("DEBUG", logger="maxfx.kernels"):
+        jax.jit(lambda x, w: x @ w.T)(Tensor(np.ones((1, 64), np.float32)), small)
+    assert "CPU kernel" not in caplog.text

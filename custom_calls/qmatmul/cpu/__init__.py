@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 from custom_calls.cpu import available, build, unavailable_reason
 
-__all__ = ["available", "build", "q4_0_matmul", "q4_k_matmul", "q8_0_matmul", "unavailable_reason"]
+__all__ = ["FEW_ROWS", "available", "build", "f32_matmul", "q4_0_matmul", "q4_k_matmul", "q8_0_matmul", "unavailable_reason"]
 
 
 def _call(target: str, x: Any, *weights: Any, n: int) -> jax.Array:
@@ -58,3 +58,37 @@ def q4_k_matmul(x: Any, packed: Any) -> jax.Array:
     if not available():
         raise RuntimeError(f"CPU quantized kernels unavailable: {unavailable_reason()}")
     return _call("maxfx_q4_k_matmul", x, jnp.asarray(packed, jnp.uint8), n=int(packed.shape[0]))
+
+
+# Rows of x up to which `f32_matmul` is used (decode); beyond, XLA's GEMM.
+FEW_ROWS = 16
+
+
+def f32_matmul(x: Any, w: Any) -> jax.Array:
+    """``x @ w.T`` for ``x float32 [..., K]`` and ``w float32 [N, K]`` (a few rows of x: decode).
+
+    Differentiable: the backward pass is XLA's float products.
+    """
+    if not available():
+        raise RuntimeError(f"CPU kernels unavailable: {unavailable_reason()}")
+    return _f32_matmul(jnp.asarray(x, jnp.float32), jnp.asarray(w, jnp.float32))
+
+
+@jax.custom_vjp
+def _f32_matmul(x, w):
+    return _call("maxfx_f32_matmul", x, w, n=int(w.shape[0]))
+
+
+def _f32_fwd(x, w):
+    return _f32_matmul(x, w), (x, w)
+
+
+def _f32_bwd(res, dy):
+    x, w = res
+    hi = jax.lax.Precision.HIGHEST
+    dx = jnp.matmul(dy, w, precision=hi)
+    dw = jnp.matmul(dy.reshape(-1, dy.shape[-1]).T, x.reshape(-1, x.shape[-1]), precision=hi)
+    return dx, dw
+
+
+_f32_matmul.defvjp(_f32_fwd, _f32_bwd)
