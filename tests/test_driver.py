@@ -643,3 +643,13 @@ def test_pinned_host_memory_for_accelerator(fake_gpu):
     np.testing.assert_array_equal(up.to(CPU()).to_numpy(), [1.0, 2.0, 3.0])
     zp = Tensor.zeros((2,), DType.int32, fake_gpu, pinned=True)
     assert zp.pinned and zp.to_numpy().tolist() == [0, 0]
+
+
+def test_setitem_of_a_float_past_the_dtype_range_stores_inf_without_a_warning():
+    """bfloat16 tops out near 3.4e38: writing 1e308 stores +inf (IEEE rounding, as torch's
+    conversion does), silently; pytest turns a warning from maxfx's frames into an error."""
+    b = driver.Buffer(DType.bfloat16, (2,))
+    b[0] = 1e308
+    b[1] = -1e308
+    got = b.to_numpy().astype(np.float32)
+    assert np.isposinf(got[0]) and np.isneginf(got[1])

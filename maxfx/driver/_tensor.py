@@ -728,7 +728,8 @@ class Tensor:
                 np.broadcast_shapes(val.shape, target_shape)
             except ValueError:
                 raise ValueError(f"Tensor.__setitem__: value of shape {val.shape} does not fit the indexed shape {target_shape}") from None
-            self._host_write()[key] = val
+            with np.errstate(over="ignore"):  # a float past the dtype's range stores inf (IEEE), as MAX does, without numpy's warning
+                self._host_write()[key] = val
         else:
             with x64():
                 val = jnp.asarray(value, dtype=self._dtype.to_numpy())
