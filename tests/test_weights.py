@@ -191,6 +191,29 @@ def test_bfloat16_safetensors_load_as_ml_dtypes(tmp_path):
     np.testing.assert_array_equal(f32.to_numpy(), values.astype(np.float32))
 
 
+def test_core_safe_open_reads_what_the_safetensors_package_wrote(tmp_path):
+    from maxfx._core.safetensors import safe_open
+    from maxfx.driver import CPU
+
+    rng = np.random.default_rng(1)
+    tensors = {"b": rng.standard_normal((2, 3)).astype(np.float32), "a/fancy.name": np.arange(5, dtype=np.int32)}
+    path = tmp_path / "t.safetensors"
+    safetensors.numpy.save_file(tensors, path, metadata={"format": "np"})
+    with safe_open(path, device=CPU()) as f:
+        assert sorted(f.keys()) == sorted(tensors)
+        assert f.metadata() == {"format": "np"}
+        for name, want in tensors.items():
+            got = f.get_tensor(name)
+            assert got.dtype is DType.from_numpy(want.dtype) and tuple(got.shape) == want.shape
+            np.testing.assert_array_equal(got.to_numpy(), want)
+        with pytest.raises(KeyError, match="'missing' is not a tensor"):
+            f.get_tensor("missing")
+    safetensors.numpy.save_file(tensors, tmp_path / "plain.safetensors")
+    assert safe_open(tmp_path / "plain.safetensors").metadata() == {}
+    with pytest.raises(ValueError, match="cannot read safetensors file"):
+        safe_open(tmp_path / "absent.safetensors")
+
+
 def test_sharded_safetensors(tmp_path):
     reference = safetensors.numpy.load_file(LLAMA / "model.safetensors")
     names = sorted(reference)
