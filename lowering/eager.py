@@ -49,6 +49,7 @@ import numpy as np
 from lowering.context import TRACE, Context
 from lowering.device_memory import check_fits_device
 from lowering.devices import device_ref_of, jax_device
+from lowering.dims import StaticDim
 from lowering.dtypes import DType, promote_weak, result_dtype_for_python_scalar
 from lowering.executables import EXECUTABLES
 from lowering.interpret import Interpreter, run_block
@@ -195,6 +196,9 @@ def _device_constant(array: np.ndarray, device: jax.Device) -> jax.Array:
 
 _NO_PARAMS: dict[str, Any] = {}
 _binary_plans: dict[tuple, BindPlan] = {}  # (op, lhs kind, rhs kind) -> the op's BindPlan
+# (op, lhs kind, rhs kind) -> the C++ entry of the one-op program, for plans whose kinds fix every
+# input shape, dtype and device (static tensor types): a hit skips the executable-cache key.
+_binary_entries: dict[tuple, Any] = {}
 _Tracer = jax.core.Tracer
 _scalar_leaves: collections.OrderedDict[tuple, LazyVar] = collections.OrderedDict()
 
@@ -349,6 +353,23 @@ class EagerContext(Context):
             rv = self.cast(rv, ra[1]) if ra[0] == "cast" else _scalar_leaf(op.name, rhs, ra[1], plan.device)
         if plan.immediate or not plan.single or op.impl is None:
             return self.apply(op, plan, [lv, rv], _NO_PARAMS)
+        if lv.node is None and rv.node is None and not _lazy.get():  # MAX's default mode: run now
+            entry = _binary_entries.get(key)
+            if entry is not None:
+                try:
+                    out = entry(lv.array, rv.array)[0]
+                except Exception as e:
+                    raise RuntimeError(f"running {op.name} failed: {e}") from e
+                _stats.op_runs += 1
+                return self.wrap(LazyVar(plan.out_types[0], out))
+            result = self._record(op, (lv, rv), _NO_PARAMS, plan.out_types, plan.signature)[0]
+            if op.check_values is None and _static(lk) and _static(rk):
+                entry = EXECUTABLES.get(_op_key(plan.signature, (lv, rv)))
+                if entry is not None:
+                    if len(_binary_entries) > 4096:
+                        _binary_entries.clear()
+                    _binary_entries[key] = entry
+            return self.wrap(result)
         return self.wrap(self._record(op, (lv, rv), _NO_PARAMS, plan.out_types, plan.signature)[0])
 
     def _bind_values(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
@@ -654,6 +675,16 @@ def _op_executable(key: tuple, op: OpDef, in_vars: Sequence[LazyVar], params: di
     return exe
 
 
+def _op_key(sig: int, in_vars: Sequence[LazyVar]) -> tuple:
+    """The executable-cache key of a one-op program: its signature, input avals and device."""
+    return ("op", sig, *[(v.array.shape, v.type.dtype) for v in in_vars], in_vars[0].type.device if in_vars else None)
+
+
+def _static(kind: Any) -> bool:
+    """A Python scalar kind, or a tensor type whose dims are all known numbers (so it fixes the aval)."""
+    return not isinstance(kind, TensorType) or all(type(d) is StaticDim for d in kind.shape)
+
+
 def _run_op(op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any], sig: int) -> tuple[LazyVar, ...]:
     """Run one op on realized vars now (MAX's default eager mode): one cached executable per op and input avals.
 
@@ -662,7 +693,7 @@ def _run_op(op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_t
     """
     if op.check_values is not None:  # inputs are concrete here: value checks the compiled program cannot raise
         op.check_values(*[v.array for v in in_vars], **params)
-    key = ("op", sig, *[(v.array.shape, v.type.dtype) for v in in_vars], in_vars[0].type.device if in_vars else None)
+    key = _op_key(sig, in_vars)
     exe = EXECUTABLES.get(key)
     try:
         if exe is None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as pltriton
+
+from custom_calls._pallas import pl, pltriton
 
 LOG2E = 1.4426950408889634
 NEG_INF = float("-inf")

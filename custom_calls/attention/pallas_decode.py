@@ -39,9 +39,8 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as pltriton
 
+from custom_calls._pallas import pl, pltriton
 from custom_calls.attention import _tiles as t_
 from custom_calls.attention import reference as ref
 from custom_calls.attention.pallas_flash import _head_fields, _HeadSpec, check_inputs, unsupported_reason

@@ -46,9 +46,8 @@ import math
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as pltriton
 
+from custom_calls._pallas import pl, pltriton
 from custom_calls.attention import _tiles as t_
 from custom_calls.attention.reference import _max_len, window_pair
 

@@ -35,8 +35,8 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as pltriton
+
+from custom_calls._pallas import pl, pltriton
 
 CHUNK = 256  # K elements decoded per loop step (one K-quant super-block)
 N_ALIGN = 128  # prepared weights have N padded to a multiple of this (largest bn)

@@ -49,8 +49,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.experimental import pallas as pl
 
+from custom_calls._pallas import pl
 from custom_calls.qmatmul import reference as ref
 from custom_calls.qmatmul._pallas_core import (
     CHUNK,

@@ -34,8 +34,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.experimental import pallas as pl
 
+from custom_calls._pallas import pl
 from custom_calls.qmatmul import reference as ref
 from custom_calls.qmatmul._pallas_core import CHUNK, N_ALIGN, Format, KernelConfig, PreparedWeight, matmul_prepared
 from custom_calls.qmatmul.pallas_gguf import _grouped, _load_nibbles, _nibbles, _pad2, _round_up, pack_nibbles

@@ -28,11 +28,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from lowering.context import Context, use_context
+from lowering.context import Context, current_context, use_context
 from lowering.dims import Shape
 from lowering.dtypes import DType
 from lowering.eager import EagerContext, LazyVar, is_lazy, pending_block, realize, write_lock
 from lowering.ops.core import to_constant_array
+from lowering.plan import PYTHON_SCALARS
+from lowering.registry import get_op
 from lowering.types import DeviceRef, TensorType
 from lowering.x64 import x64
 from maxfx import driver
@@ -41,7 +43,7 @@ from maxfx.experimental import _random_state
 from maxfx.experimental._defaults import defaults
 from maxfx.graph import ops
 from maxfx.graph._graph import Graph
-from maxfx.graph._value import TensorOperators, Value
+from maxfx.graph._value import BINARY_OPERATORS, TensorOperators, Value
 
 __all__ = ["Tensor", "ComputeGraph", "driver_tensor_type"]
 
@@ -544,6 +546,44 @@ class Tensor(TensorOperators):
 DISTRIBUTED: dict[str, Any] = {}
 """Constructors of distributed tensors, registered by ``maxfx.experimental.sharding`` when it loads
 (it builds on this module, so this module does not import it; a mapping exists only once it is loaded)."""
+
+
+# ─── Operators: the eager shortcut ───────────────────────────────────────
+
+# Elementwise operators whose op front is a plain two-operand bind (matmul's
+# front does more: it stays on the generic path).
+_ELEMENTWISE_OPERATORS = {name: entry for name, entry in BINARY_OPERATORS.items() if entry[0] != "matmul"}
+
+
+def _eager_operator(name: str, op_name: str, swapped: bool):
+    """``Tensor.<name>``: eager operands go straight to the eager context, the rest to `TensorOperators`.
+
+    The shortcut binds exactly as ``ops.<op_name>`` would when no graph is being
+    built and both operands are plain eager tensors or Python scalars (what
+    `find_context` picks then): every ``x * 2`` of a user's eager loop skips the
+    context search.
+    """
+    op = get_op(op_name)
+    generic = getattr(TensorOperators, name)
+    bind_binary = EAGER._bind_binary
+
+    def method(self, other):
+        if (
+            self.__class__ is Tensor  # subclasses (DistributedTensor) bind in their own context
+            and self._gv is None
+            and (other.__class__ in PYTHON_SCALARS or (other.__class__ is Tensor and other._gv is None))
+            and current_context() is None
+        ):
+            return bind_binary(op, other, self) if swapped else bind_binary(op, self, other)
+        return generic(self, other)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = generic.__doc__
+    return method
+
+
+for _name, (_op_name, _swapped) in _ELEMENTWISE_OPERATORS.items():
+    setattr(Tensor, _name, _eager_operator(_name, _op_name, _swapped))
 
 
 def _is_layout(device: Any) -> bool:

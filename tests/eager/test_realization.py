@@ -31,6 +31,29 @@ def test_ops_run_when_called_by_default():
     assert c.real and eager_stats()["op_runs"] == before + 1
 
 
+def test_repeated_operators_reuse_one_program_and_stay_correct():
+    """The eager operator shortcut: the second ``x * y`` of the same types runs the first's program."""
+    rng = np.random.default_rng(0)
+    for a_np, scalar in ((rng.standard_normal(6).astype(np.float32), 2.5), (np.arange(6, dtype=np.int32), 3)):
+        a = Tensor(a_np)
+        for k in range(3):  # new values each time, same shapes and dtypes
+            b_np = a_np + k
+            b = Tensor(b_np)
+            before = eager_stats()
+            got = {"add": a + b, "rsub": scalar - a, "mul": a * scalar, "lt": a < b, "pow": a**2, "eq": a == b_np[0]}
+            after = eager_stats()
+            assert after["op_runs"] - before["op_runs"] == len(got) and all(t.real for t in got.values())
+            if k:
+                assert after["compiles"] == before["compiles"]
+            want = {"add": a_np + b_np, "rsub": scalar - a_np, "mul": a_np * scalar, "lt": a_np < b_np, "pow": a_np**2, "eq": a_np == b_np[0]}
+            for name, t in got.items():
+                np.testing.assert_allclose(t.to_numpy(), want[name], rtol=1e-6, err_msg=name)
+    with F.lazy():  # inside lazy() the same operators record instead of running
+        y = Tensor(np.ones(3, np.float32)) * 2
+        assert not y.real
+    np.testing.assert_array_equal(y.to_numpy(), np.full(3, 2, np.float32))
+
+
 def test_lazy_records_until_observed_and_leaving_the_block_runs_nothing():
     a = Tensor(np.zeros((2, 2), np.float32))
     with F.lazy():
