@@ -5,6 +5,8 @@ reached lazily inside a function.
 """
 
 import ast
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -354,3 +356,20 @@ def test_the_deferred_import_check_sees_bad_ones(tmp_path):
     assert count == 6
     assert [p.split(":")[1] for p in problems] == ["3", "4", "7", "8", "9"], problems
     assert "say why" in problems[0] and "maxfx.graph" in problems[1] and "standard-library" in problems[2] and "without an import" in problems[4]
+
+
+def test_a_cpu_program_does_not_import_pallas():
+    """Pallas and its Triton/Mosaic lowerings (~0.25 s) load when a kernel is first traced, not with maxfx."""
+    code = (
+        "import sys\n"
+        "from maxfx import functional as F\n"
+        "from maxfx.tensor import Tensor\n"
+        "x = Tensor([[1.0, -2.0], [3.0, 4.0]])\n"
+        "F.relu(x @ x).to_numpy()\n"
+        "assert 'jax.experimental.pallas' not in sys.modules, 'pallas was imported'\n"
+        "from custom_calls._pallas import pl\n"
+        "assert pl.cdiv(10, 4) == 3 and 'jax.experimental.pallas' in sys.modules\n"
+    )
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
