@@ -192,9 +192,27 @@ def find_context(op_name: str, inputs: Sequence[Any]) -> Context:
 def bind(op: OpDef, *inputs: Any, **params: Any) -> Any:
     """Apply ``op`` to ``inputs`` in the context that owns them.
 
+    Objects of other libraries that convert themselves (MAX's ``HasTensorValue``:
+    a ``__tensorvalue__()`` method) are converted first.
+
     Returns one value, a tuple (``multiple_results``) or None (no outputs).
     """
+    for x in inputs:
+        if _converts_itself(x.__class__):
+            inputs = tuple([x.__tensorvalue__() if _converts_itself(x.__class__) else x for x in inputs])
+            break
     return find_context(op.name, inputs).bind(op, inputs, params)
+
+
+_CONVERTS_ITSELF: dict[type, bool] = {}
+
+
+def _converts_itself(cls: type) -> bool:
+    """Whether ``cls`` is a foreign type with ``__tensorvalue__`` (maxfx's own values bind directly)."""
+    known = _CONVERTS_ITSELF.get(cls)
+    if known is None:
+        known = _CONVERTS_ITSELF[cls] = hasattr(cls, "__tensorvalue__") and not hasattr(cls, "__lowering_context__")
+    return known
 
 
 def type_of(ctx: Context, x: Any) -> Type | None:

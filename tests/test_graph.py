@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from maxfx.dtype import DType
-from maxfx.graph import BufferValue, DeviceRef, Graph, TensorType, TensorValue, Value, Weight, ops
+from maxfx.graph import BufferType, BufferValue, DeviceRef, Graph, TensorType, TensorValue, Value, Weight, ops
 
 
 def test_context_manager_and_current():
@@ -109,3 +109,47 @@ def test_constants_of_equal_bytes_but_different_shapes_keep_their_types():
         vec = ops.constant(np.zeros((1,)), DType.int64)
         scalar = ops.constant(0, DType.int64)
     assert vec.shape == [1] and scalar.shape == []
+
+
+def test_tensor_value_from_tensor_likes_and_ops_take_objects_that_convert_themselves():
+    """MAX's TensorValue(value) and HasTensorValue: graph values, __tensorvalue__(), Shape, Dim, eager tensors."""
+    from maxfx.engine import InferenceSession
+    from maxfx.experimental.tensor import Tensor
+    from maxfx.graph import Dim, Shape
+
+    eager = Tensor(np.array([10.0, 20.0], np.float32))
+    with Graph("likes", input_types=[TensorType(DType.float32, [2], DeviceRef.CPU())]) as g:
+        x = g.inputs[0].tensor
+
+        class Doubled:  # another library's object that converts itself
+            def __tensorvalue__(self):
+                return x * 2
+
+        assert TensorValue(x)._var is x._var and TensorValue(g.inputs[0])._var is x._var
+        from_obj = TensorValue(Doubled())
+        from_eager = TensorValue(eager)  # a constant of this graph
+        dims = TensorValue(Shape([3, 4]))
+        dim = TensorValue(Dim(5))
+        assert (dims.dtype, list(dims.shape), dim.dtype, list(dim.shape)) == (DType.int64, [2], DType.int64, [])
+        total = ops.add(Doubled(), from_eager) + from_obj  # ops convert the object too
+        g.output(total, dims, dim)
+    out = InferenceSession().load(g).execute(np.array([1.0, 2.0], np.float32))
+    np.testing.assert_array_equal(out[0].to_numpy(), np.array([14.0, 28.0], np.float32))
+    np.testing.assert_array_equal(out[1].to_numpy(), [3, 4])
+    assert out[2].to_numpy() == 5
+
+
+def test_tensor_value_and_buffer_value_refuse_the_wrong_kind():
+    with Graph("kinds", input_types=[TensorType(DType.float32, [2], DeviceRef.CPU()), BufferType(DType.float32, [2], DeviceRef.CPU())]) as g:
+        x, buf = g.inputs
+        assert isinstance(BufferValue(buf), BufferValue)
+        with pytest.raises(TypeError, match="TensorValue: expected a tensor value, got a value of type BufferType"):
+            TensorValue(buf)
+        with pytest.raises(TypeError, match=r"BufferValue: expected a buffer value .* TensorType"):
+            BufferValue(x)
+        with pytest.raises(TypeError, match=r"got int \(make Python numbers and arrays graph constants with ops.constant"):
+            TensorValue(3)
+    from maxfx.experimental.tensor import Tensor
+
+    with pytest.raises(TypeError, match="no Graph is being built"):
+        TensorValue(Tensor([1.0]))

@@ -28,7 +28,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from lowering.context import Context, current_context, use_context
+from lowering.context import Context, GraphBuilder, current_context, use_context
 from lowering.dims import Shape
 from lowering.dtypes import DType
 from lowering.eager import EagerContext, LazyVar, is_lazy, pending_block, realize, write_lock
@@ -43,7 +43,7 @@ from maxfx.experimental import _random_state
 from maxfx.experimental._defaults import defaults
 from maxfx.graph import ops
 from maxfx.graph._graph import Graph
-from maxfx.graph._value import BINARY_OPERATORS, TensorOperators, Value
+from maxfx.graph._value import BINARY_OPERATORS, TensorOperators, TensorValue, Value, wrap_var
 
 __all__ = ["Tensor", "ComputeGraph", "driver_tensor_type"]
 
@@ -429,6 +429,32 @@ class Tensor(TensorOperators):
         with x64():
             moved = jax.device_put(array, dev.jax_device)
         return _leaf(moved, self.dtype, dev)
+
+    def __tensorvalue__(self) -> TensorValue:
+        """This tensor as a value of the graph being built (MAX's ``HasTensorValue``).
+
+        Inside ``with Graph(...)`` a tensor with values becomes a constant of that
+        graph (what ops do with it implicitly); a tensor wrapping a graph value
+        returns that value.
+
+        Raises:
+            TypeError: no graph is being built (eager tensors go to ops as they are).
+
+        Example:
+            >>> from maxfx.graph import Graph, TensorValue
+            >>> with Graph("g"):
+            ...     TensorValue(Tensor([1.0, 2.0]))
+            TensorValue(dtype=float32, shape=[Dim(2)], device=cpu:0)
+        """
+        if self._gv is not None:
+            return self._gv
+        builder = current_context()
+        if not isinstance(builder, GraphBuilder):
+            raise TypeError(
+                "Tensor.__tensorvalue__: no Graph is being built, so there is no graph for the value; "
+                "pass the tensor to maxfx ops as it is, or convert it inside `with Graph(...)`"
+            )
+        return wrap_var(builder, builder.constant(self._numpy(), self.dtype, self.type.device))
 
     # -- extra methods (MAX 26.7) -----------------------------------------
     def sum(self, axis: int = -1) -> Tensor:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from lowering.context import GraphBuilder
-from lowering.dims import Shape
+from lowering.dims import Dim, Shape
 from lowering.dtypes import DType
 from lowering.ir import Var
 from lowering.types import BufferType, DeviceRef, OpaqueType, TensorType, Type
@@ -262,6 +262,11 @@ TensorOperators.__hash__ = object.__hash__  # __eq__ is elementwise; identity ha
 class TensorValue(TensorOperators, _Shaped):
     """An immutable tensor inside a graph, with numpy-like operators.
 
+    ``TensorValue(value)`` takes a tensor value of a graph, an object with
+    ``__tensorvalue__()`` (MAX's ``HasTensorValue``; an eager `Tensor` inside a
+    graph being built becomes a constant of it), a `Shape` (its dims as an int64
+    vector, as ``ops.shape_to_tensor``) or a `Dim` (an int64 scalar).
+
     Example:
         >>> with Graph("g", input_types=[TensorType(DType.float32, [2, 3])]) as g:  # doctest: +SKIP
         ...     x = g.inputs[0].tensor
@@ -269,6 +274,11 @@ class TensorValue(TensorOperators, _Shaped):
     """
 
     __slots__ = ()
+
+    def __init__(self, value: Any):
+        v = _tensor_value_of(value)
+        self._builder = v._builder
+        self._var = v._var
 
     def rebind(self, shape, message: str = "") -> TensorValue:
         """Assert at run time that the value has ``shape`` (names symbolic dims)."""
@@ -298,11 +308,39 @@ class BufferValue(_Shaped):
 
     __slots__ = ()
 
+    def __init__(self, value: Any):
+        if not isinstance(value, Value) or not isinstance(value.type, BufferType):
+            got = f"a value of type {value.type!r}" if isinstance(value, Value) else type(value).__name__
+            raise TypeError(f"BufferValue: expected a buffer value of a graph (BufferType), got {got}")
+        self._builder = value._builder
+        self._var = value._var
+
     def __getitem__(self, index) -> TensorValue:
         return ops.slice_tensor(ops.buffer_load(self), index if isinstance(index, tuple) else (index,))
 
     def __setitem__(self, index, value) -> None:
         ops.buffer_store_slice(self, value, index if isinstance(index, tuple) else (index,))
+
+
+def _tensor_value_of(value: Any) -> TensorValue:
+    """`TensorValue(value)`: a tensor value of a graph, something that converts itself, or a shape."""
+    if isinstance(value, Value):
+        if not isinstance(value.type, TensorType):
+            raise TypeError(f"TensorValue: expected a tensor value, got a value of type {value.type!r}")
+        return value.tensor
+    if hasattr(type(value), "__tensorvalue__"):
+        converted = value.__tensorvalue__()
+        if not isinstance(converted, TensorValue):
+            raise TypeError(f"TensorValue: {type(value).__name__}.__tensorvalue__() returned {type(converted).__name__}, not a TensorValue")
+        return converted
+    if isinstance(value, Shape):
+        return ops.shape_to_tensor(value)
+    if isinstance(value, Dim):  # a dim is a scalar
+        return ops.reshape(ops.shape_to_tensor([value]), [])
+    raise TypeError(
+        f"TensorValue: expected a graph value, an object with __tensorvalue__(), a Shape or a Dim; got {type(value).__name__} "
+        "(make Python numbers and arrays graph constants with ops.constant(value, dtype, device))"
+    )
 
 
 def wrap_var(builder: GraphBuilder, var: Var) -> Value:
