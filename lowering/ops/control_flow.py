@@ -153,11 +153,47 @@ def _merge_vars(*groups: list[Var]) -> list[Var]:
     return list(seen.values())
 
 
-def _owner(op: str, values: list[Any]):
+def _owner(op: str, values: list[Any], eager: bool = False):
+    """The context that builds ``op``: a graph builder, JAX's trace, or (``eager``) the eager context."""
     ctx = find_context(op, values)
-    if ctx is not TRACE and not isinstance(ctx, GraphBuilder):
+    if ctx is not TRACE and not isinstance(ctx, GraphBuilder) and not (eager and ctx.concrete):
         raise TypeError(f"{op}: needs a Graph being built (or JAX arrays under jax.jit), got context {type(ctx).__name__}")
     return ctx
+
+
+def _is_eager(ctx) -> bool:
+    """Eager tensors (MAX's default mode): control flow runs in Python, on realized predicates."""
+    return ctx is not TRACE and ctx.concrete
+
+
+def _eager_truth(op: str, ctx, pred: Any, what: str) -> bool:
+    """The value of an eager bool scalar (realized now), checked as a graph predicate would be."""
+    t = type_of(ctx, pred)
+    if t is None:
+        if not isinstance(pred, (bool, np.bool_)):
+            raise OpError(f"{op}: {what} must be a bool scalar tensor, got {type(pred).__name__} {pred!r}")
+        return bool(pred)
+    _check_pred(op, t, what)
+    return bool(np.asarray(pred).reshape(()))
+
+
+def _eager_results(op: str, ctx, who: str, res: list[Any], types, count_desc: str, slot) -> list[Any]:
+    """Eager results of a branch or loop body, checked against ``types`` as `_checked_results` does.
+
+    Python numbers and arrays become tensors of the expected type, as in a graph.
+    """
+    if len(res) != len(types):
+        got = ", ".join(fmt(getattr(r, "type", r)) for r in res) or "nothing"
+        raise OpError(f"{op}: {who} returned {len(res)} value(s) ({got}) but {count_desc} {len(types)} ({fmt_all(types) or 'None'})")
+    out = []
+    for i, (r, t) in enumerate(zip(res, types)):
+        if type_of(ctx, r) is None and is_weak(r) and isinstance(t, TensorType) and t.is_static():
+            r = ctx.wrap(ctx.constant(np.asarray(r, t.dtype.to_numpy()).reshape([int(d) for d in t.shape]), t.dtype, t.device))
+        got = type_of(ctx, r)
+        if got != t:
+            raise ResultTypeError(f"{op}: {who} result {i} has type {fmt(got) if got is not None else type(r).__name__} but {slot(i)} is {fmt(t)} (Results don't match expected types)")
+        out.append(r)
+    return out
 
 
 # ─── cond ─────────────────────────────────────────────────────────────────
@@ -208,7 +244,8 @@ def cond(pred: Any, out_types: Iterable[Type] | None, then_fn: Callable[[], Any]
     """Run ``then_fn`` if ``pred`` is true, else ``else_fn`` (``jax.lax.cond``).
 
     Both branch functions take no arguments and may use any value of the
-    enclosing graph. Each must return values matching ``out_types`` (a value, a
+    enclosing graph. On eager tensors (MAX's default mode, ``F.cond``) the
+    predicate is computed and only the branch it picks runs, as Python's ``if``. Each must return values matching ``out_types`` (a value, a
     list of values, or None when ``out_types`` is None). Branches may write
     buffers of the enclosing graph (``ops.buffer_store``, ``ops.inplace_custom``);
     the write happens only if that branch runs.
@@ -243,7 +280,13 @@ def cond(pred: Any, out_types: Iterable[Type] | None, then_fn: Callable[[], Any]
         >>> model.execute(np.array(True))[0].to_numpy(), model.execute(np.array(False))[0].to_numpy()
         (array(1, dtype=int32), array(0, dtype=int32))
     """
-    ctx = _owner("cond", [pred])
+    ctx = _owner("cond", [pred], eager=True)
+    if _is_eager(ctx):  # eager tensors: run the branch the realized predicate picks
+        types = _out_types("cond", out_types)
+        taken, name = (then_fn, "then_fn") if _eager_truth("cond", ctx, pred, "pred") else (else_fn, "else_fn")
+        if not callable(taken):
+            raise TypeError(f"cond: {name} must be callable, got {type(taken).__name__}")
+        return _eager_results("cond", ctx, name, _results(taken()), types, "out_types has", lambda i: f"out_types[{i}]")
     t = type_of(ctx, pred)
     if t is None:
         if not isinstance(pred, (bool, np.bool_)):
@@ -363,7 +406,9 @@ def while_loop(initial_values: Iterable[Any] | Any, predicate: Callable[..., Any
     ``predicate`` and ``body`` receive one value per initial value, with the same
     types. ``predicate`` returns a bool scalar; ``body`` returns the new values
     (a list, or a single value when there is one), with the same types. Both may
-    read values of the enclosing graph, and ``body`` may write its buffers.
+    read values of the enclosing graph, and ``body`` may write its buffers. On
+    eager tensors (``F.while_loop``) it is a Python loop that computes the
+    predicate each iteration.
 
     Args:
         initial_values: a value or a non-empty sequence of values.
@@ -409,9 +454,11 @@ def while_loop(initial_values: Iterable[Any] | Any, predicate: Callable[..., Any
                 f"while_loop: initial value {i} is a buffer ({fmt(v.type)}); buffers cannot be loop-carried. "
                 "Load it with ops.buffer_load and carry the tensor, or write the buffer from the loop body"
             )
-    ctx = _owner("while_loop", vals)
+    ctx = _owner("while_loop", vals, eager=True)
     if ctx is TRACE:
         return _while_traced(vals, predicate, body)
+    if _is_eager(ctx):
+        return _while_eager(ctx, vals, predicate, body)
     coerced = coerce_inputs(ctx, while_loop_p, vals)
     in_vars = [x if isinstance(x, Var) else ctx.var_of(x) for x in coerced]
     types = [v.type for v in in_vars]
@@ -449,6 +496,23 @@ def _effect_ops(block: Block) -> list[str]:
         if (op.effect or op.written_inputs(node)) and node.op not in found:
             found.append(node.op)
     return found
+
+
+def _while_eager(ctx, vals: list[Any], predicate: Callable[..., Any], body: Callable[..., Any]) -> list[Any]:
+    """``while_loop`` on eager tensors: a Python loop, the predicate realized each iteration."""
+    for name, fn in (("predicate", predicate), ("body", body)):
+        if not callable(fn):
+            raise TypeError(f"while_loop: {name} must be callable, got {type(fn).__name__}")
+    coerced = coerce_inputs(ctx, while_loop_p, vals)
+    state = [x if hasattr(x, "__lowering_context__") else ctx.wrap(x) for x in coerced]  # Python data came back as the context's vars
+    types = [type_of(ctx, x) for x in state]
+    while True:
+        res = _results(predicate(*state))
+        if len(res) != 1:
+            raise OpError(f"while_loop: predicate must return one bool scalar tensor, got {len(res)} values")
+        if not _eager_truth("while_loop", ctx, res[0], "predicate result"):
+            return state
+        state = _eager_results("while_loop", ctx, "body", _results(body(*state)), types, "the loop carries", lambda i: f"initial value {i}")
 
 
 def _while_traced(vals, predicate, body) -> list[Any]:

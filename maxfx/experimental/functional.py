@@ -267,6 +267,12 @@ trunc = _eager_front(_ops.trunc)
 unsqueeze = _eager_front(_ops.unsqueeze)
 where = _eager_front(_ops.where)
 
+# In MAX's current functional module though not among the documented names above (so not in
+# __all__): control flow. On eager tensors the predicate is computed and Python runs the branch
+# or the loop; in a Graph or under jax.jit they record cond / while_loop.
+cond = _eager_front(_ops.cond)
+while_loop = _eager_front(_ops.while_loop)
+
 # maxfx extensions: registry fronts MAX's functional module lacks (docs/pages/kernels.md).
 # Module attributes like the rest, but kept out of __all__, which lists MAX's documented names.
 flash_attention = _eager_front(_ops.flash_attention)

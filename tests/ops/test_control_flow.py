@@ -300,3 +300,56 @@ def test_cond_and_while_loop_run_op_by_op_on_concrete_values(monkeypatch):
     for pv, want in [(True, (6, 6)), (False, (4, 4))]:
         outs, _ = run_block(g._ir, [jnp.asarray(pv), jnp.asarray(5, jnp.int32)])
         assert (int(outs[0]), int(outs[1])) == want
+
+
+def test_cond_and_while_loop_on_eager_tensors_run_as_python_control_flow():
+    """MAX's F.cond / F.while_loop on eager tensors: the realized predicate picks the branch; results match numpy."""
+    from maxfx.experimental import functional as F
+    from maxfx.experimental.tensor import Tensor
+
+    x = Tensor(np.float32(3.0))
+    calls = []
+
+    def then_fn():
+        calls.append("then")
+        return x * 2
+
+    def else_fn():
+        calls.append("else")
+        return x - 1
+
+    assert F.cond(x > 2, [x.type], then_fn, else_fn)[0].item() == 6.0
+    assert F.cond(x > 5, [x.type], then_fn, else_fn)[0].item() == 2.0
+    assert calls == ["then", "else"]  # only the branch taken runs
+    assert F.cond(x > 2, [x.type], lambda: 7.0, lambda: x)[0].item() == 7.0  # Python data takes the declared type
+    assert F.cond(True, None, lambda: None, lambda: None) == []
+
+    # Collatz steps of 27, against a plain Python loop.
+    n, steps = 27, 0
+    while n != 1:
+        n, steps = (n // 2 if n % 2 == 0 else 3 * n + 1), steps + 1
+    out = F.while_loop(
+        (Tensor(np.int64(27)), Tensor(np.int64(0))),
+        lambda v, s: v != 1,
+        lambda v, s: [F.where(v % 2 == 0, v // 2, 3 * v + 1), s + 1],
+    )
+    assert [t.item() for t in out] == [1, steps]
+    with F.lazy():  # inside lazy() the predicate is realized, the rest stays pending
+        y = x * 2
+        (r,) = F.cond(y > 2, [x.type], lambda: y + 1, lambda: y)
+    assert r.item() == 7.0
+
+
+def test_eager_cond_and_while_loop_errors():
+    from maxfx.experimental import functional as F
+    from maxfx.experimental.tensor import Tensor
+
+    x = Tensor(np.float32(3.0))
+    with pytest.raises(ValueError, match=r"cond: pred must be a bool scalar tensor, got float32\[\]"):
+        F.cond(x, [x.type], lambda: x, lambda: x)
+    with pytest.raises(TypeError, match=r"then_fn result 0 has type int32\[\] but out_types\[0\] is float32\[\]"):
+        F.cond(x > 2, [x.type], lambda: Tensor(np.int32(1)), lambda: x)
+    with pytest.raises(ValueError, match="predicate result must be a bool scalar tensor"):
+        F.while_loop([x], lambda v: v, lambda v: v)
+    with pytest.raises(ValueError, match=r"body returned 2 value\(s\) .* but the loop carries 1"):
+        F.while_loop([x], lambda v: v < 9, lambda v: [v, v])
