@@ -199,6 +199,7 @@ _binary_plans: dict[tuple, BindPlan] = {}  # (op, lhs kind, rhs kind) -> the op'
 # (op, lhs kind, rhs kind) -> the C++ entry of the one-op program, for plans whose kinds fix every
 # input shape, dtype and device (static tensor types): a hit skips the executable-cache key.
 _binary_entries: dict[tuple, Any] = {}
+EXECUTABLES.on_clear(_binary_entries.clear)
 _Tracer = jax.core.Tracer
 _scalar_leaves: collections.OrderedDict[tuple, LazyVar] = collections.OrderedDict()
 

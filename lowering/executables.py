@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from lowering.logs import CACHE_LOG
@@ -39,6 +39,7 @@ class ExecutableCache:
         self.capacity = capacity
         self._entries: collections.OrderedDict[Hashable, Any] = collections.OrderedDict()
         self._lock = threading.Lock()
+        self._on_clear: list[Callable[[], None]] = []
 
     def get(self, key: Hashable) -> Any | None:
         """The executable under ``key`` (now the most recent), or None."""
@@ -63,9 +64,15 @@ class ExecutableCache:
                 self._entries.popitem(last=False)
 
     def clear(self) -> None:
-        """Drop every executable."""
+        """Drop every executable (and every shortcut to one that `on_clear` registered)."""
         with self._lock:
             self._entries.clear()
+        for forget in self._on_clear:
+            forget()
+
+    def on_clear(self, forget: Callable[[], None]) -> None:
+        """Call ``forget`` whenever the cache is cleared (for tables that hold entries of it)."""
+        self._on_clear.append(forget)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -14,6 +14,7 @@ import threading
 import numpy as np
 import pytest
 
+from lowering.compile import clear_cache
 from lowering.eager import eager_stats, is_lazy
 from maxfx.dtype import DType
 from maxfx.experimental import functional as F
@@ -52,6 +53,10 @@ def test_repeated_operators_reuse_one_program_and_stay_correct():
         y = Tensor(np.ones(3, np.float32)) * 2
         assert not y.real
     np.testing.assert_array_equal(y.to_numpy(), np.full(3, 2, np.float32))
+    clear_cache()  # drops the operators' programs too: the next call compiles again
+    before = eager_stats()["compiles"]
+    np.testing.assert_array_equal((a * scalar).to_numpy(), a_np * scalar)
+    assert eager_stats()["compiles"] == before + 1
 
 
 def test_lazy_records_until_observed_and_leaving_the_block_runs_nothing():
