@@ -93,6 +93,18 @@ class Context:
     """Values of this context hold data (JAX arrays, eager tensors): next to graph
     values they become constants of the graph."""
 
+    def recording_builder(self) -> GraphBuilder | None:
+        """The graph builder this context records into (None: it runs or traces ops instead)."""
+        return None
+
+    def nested(self, child: GraphBuilder) -> Context:
+        """The context the user code of a nested block of ``child`` (a cond branch, a loop body) runs in."""
+        return child
+
+    def present(self, value: Any) -> Any:
+        """The object user code of this context sees for ``value``, a graph value of its builder."""
+        return value
+
     def kind_of(self, op: OpDef, x: Any) -> Any:
         """The kind of input ``x``: its `Type`, or the kind of untyped data (`weak_kind`)."""
         t = type_of(self, x)
@@ -182,7 +194,7 @@ def find_context(op_name: str, inputs: Sequence[Any]) -> Context:
                 f"{op_name}: no active Graph. Build graph ops inside `with Graph(...):`, or pass a graph value"
             )
         return ambient
-    if ambient is not None and found is not TRACE and found.is_ancestor_of(ambient):
+    if ambient is not None and found is not TRACE and found.is_ancestor_of(ambient) and found.recording_builder() is not ambient:
         return ambient  # closure capture inside a nested block (cond / while_loop bodies)
     if found is TRACE and ambient is not None:
         return ambient
@@ -266,9 +278,14 @@ class GraphBuilder(Context):
         if isinstance(x, Captured):
             return self.constant(x.array, x.type.dtype, x.type.device)
         v = getattr(x, "_var", None)
+        if v is None and hasattr(type(x), "__tensorvalue__"):  # e.g. a tensor wrapping a value of this graph
+            v = getattr(x.__tensorvalue__(), "_var", None)
         if v is None:
             raise TypeError(f"expected a graph value, got {type(x).__name__}")
         return v
+
+    def recording_builder(self) -> GraphBuilder:
+        return self
 
     def kind_of(self, op: OpDef, x: Any) -> Any:
         if isinstance(x, jax.core.Tracer):

@@ -128,19 +128,24 @@ def _canon(x: Any, t: Type) -> Any:
 
 def _build_block(
     op: str,
-    parent: GraphBuilder,
+    parent: Any,
     name: str,
     fn: Callable[..., Any],
     in_types: list[Type],
     fn_name: str,
 ) -> tuple[Block, list[Any], GraphBuilder]:
-    """Run ``fn`` on fresh block inputs inside a child builder; returns (block, raw results, builder)."""
+    """Run ``fn`` on fresh block inputs inside a child builder; returns (block, raw results, builder).
+
+    ``parent`` is the context that owns the op: a graph builder, or a context
+    recording into one (its user code sees its own kind of values, `Context.present`).
+    """
     if not callable(fn):
         raise TypeError(f"{op}: {fn_name} must be callable, got {type(fn).__name__}")
-    child = parent.child(name)
+    child = parent.recording_builder().child(name)
     child.block.inputs = [Var(t) for t in in_types]
-    args = [child.wrap(child, v) for v in child.block.inputs]
-    with use_context(child):
+    user = parent.nested(child)
+    args = [user.present(child.wrap(child, v)) for v in child.block.inputs]
+    with use_context(user):
         res = fn(*args)
     return child.block, _results(res), child
 
@@ -156,7 +161,7 @@ def _merge_vars(*groups: list[Var]) -> list[Var]:
 def _owner(op: str, values: list[Any], eager: bool = False):
     """The context that builds ``op``: a graph builder, JAX's trace, or (``eager``) the eager context."""
     ctx = find_context(op, values)
-    if ctx is not TRACE and not isinstance(ctx, GraphBuilder) and not (eager and ctx.concrete):
+    if ctx is not TRACE and ctx.recording_builder() is None and not (eager and ctx.concrete):
         raise TypeError(f"{op}: needs a Graph being built (or JAX arrays under jax.jit), got context {type(ctx).__name__}")
     return ctx
 
@@ -309,7 +314,7 @@ def cond(pred: Any, out_types: Iterable[Type] | None, then_fn: Callable[[], Any]
         block.outputs = vs + writes
         block.invalidate()
     if t is None:
-        (pred,) = coerce_inputs(ctx, cond_p, [bool(pred)])
+        (pred,) = coerce_inputs(ctx.recording_builder(), cond_p, [bool(pred)])
     outs = ctx.bind(cond_p, [pred, *writes], {"out_types": types, "then_block": blocks[0], "else_block": blocks[1]})
     return list(outs)
 
@@ -459,8 +464,9 @@ def while_loop(initial_values: Iterable[Any] | Any, predicate: Callable[..., Any
         return _while_traced(vals, predicate, body)
     if _is_eager(ctx):
         return _while_eager(ctx, vals, predicate, body)
-    coerced = coerce_inputs(ctx, while_loop_p, vals)
-    in_vars = [x if isinstance(x, Var) else ctx.var_of(x) for x in coerced]
+    builder = ctx.recording_builder()
+    coerced = coerce_inputs(builder, while_loop_p, [builder.capture(v) for v in vals])  # eager data: constants
+    in_vars = [x if isinstance(x, Var) else builder.var_of(x) for x in coerced]
     types = [v.type for v in in_vars]
     for i, t in enumerate(types):
         if not isinstance(t, TensorType):
@@ -712,8 +718,9 @@ def call(graph: Any, *args: Any, prefix: str = "") -> list[Any]:
         outs, _ = Interpreter({}).run(block, [jnp.asarray(a) for a in args])
         return list(outs)
     _register_weights(graph, prefix)
-    coerced = coerce_inputs(ctx, call_p, list(args))
-    in_vars = [x if isinstance(x, Var) else ctx.var_of(x) for x in coerced]
+    builder = ctx.recording_builder()
+    coerced = coerce_inputs(builder, call_p, [builder.capture(a) for a in args])  # eager data: constants
+    in_vars = [x if isinstance(x, Var) else builder.var_of(x) for x in coerced]
     bufs = [v for v, s in zip(in_vars, block.inputs) if isinstance(s.type, BufferType) and isinstance(v.type, BufferType)]
     outs = ctx.bind(call_p, [*bufs, *in_vars], {"block": block, "prefix": prefix, "name": name, "n_buffers": len(bufs)})
     return list(outs)

@@ -29,7 +29,7 @@ import jax
 import numpy as np
 
 from lowering.context import Context, GraphBuilder, current_context, use_context
-from lowering.dims import Shape
+from lowering.dims import Dim, Shape, StaticDim
 from lowering.dtypes import DType
 from lowering.eager import EagerContext, LazyVar, is_lazy, pending_block, realize, write_lock
 from lowering.ops.core import to_constant_array
@@ -99,6 +99,18 @@ class _GraphTensors(Context):
     def __init__(self, builder: Context):
         self.builder = builder
         self.parent = builder
+
+    def recording_builder(self) -> Context:
+        return self.builder
+
+    def nested(self, child: Context) -> Context:
+        return _graph_context(child)  # branch and loop-body code sees Tensors too
+
+    def present(self, value: Any) -> Any:
+        return Tensor.from_graph_value(value)
+
+    def is_ancestor_of(self, other: Context | None) -> bool:
+        return self.builder.is_ancestor_of(other)  # a nested block's context descends from the graph's
 
     def bind(self, op, inputs, params):
         values = [x._gv if isinstance(x, Tensor) else x for x in inputs]
@@ -225,6 +237,37 @@ class Tensor(TensorOperators):
         t._var = None
         t._gv = value.tensor
         return t
+
+    @classmethod
+    def from_dim(cls, dim: Any) -> Tensor:
+        """A rank-0 int64 CPU tensor holding the value of dimension ``dim``.
+
+        The way to branch at run time on a symbolic dim (``int(dim)`` fails for
+        one): compare the tensor and pass the result to ``F.cond``. A static dim
+        works anywhere; a symbolic or algebraic one needs a graph being built
+        (inside ``Module.compile``, ``F.functional`` under a Graph, ...).
+
+        Raises:
+            ValueError: a symbolic dim outside a graph (it has no value there).
+
+        Example:
+            >>> Tensor.from_dim(5).item()
+            5
+        """
+        d = Dim(dim)
+        if isinstance(d, StaticDim):
+            return cls(int(d), dtype=DType.int64, device=driver.CPU())
+        builder = current_context()
+        if isinstance(builder, _GraphTensors):
+            builder = builder.builder
+        if not isinstance(builder, GraphBuilder):
+            raise ValueError(
+                f"Tensor.from_dim({d}): a symbolic dimension has no value in eager mode. Use a static dimension, "
+                "or call this while building a graph (e.g. inside Module.compile)"
+            )
+        with use_context(builder):
+            value = ops.reshape(ops.shape_to_tensor([d]), [])
+        return cls.from_graph_value(value)
 
     @classmethod
     def _filled(cls, shape: Any, value: Any, dtype: DType | None, device: Any, where: str) -> Tensor:

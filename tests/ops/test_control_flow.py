@@ -353,3 +353,53 @@ def test_eager_cond_and_while_loop_errors():
         F.while_loop([x], lambda v: v, lambda v: v)
     with pytest.raises(ValueError, match=r"body returned 2 value\(s\) .* but the loop carries 1"):
         F.while_loop([x], lambda v: v < 9, lambda v: [v, v])
+
+
+def test_cond_and_while_loop_inside_a_compiled_module_branch_on_a_symbolic_dim():
+    """MAX's Tensor.from_dim example: F.cond on a runtime batch size inside Module.compile; a loop over
+    the module's own weights, checked against numpy."""
+    from maxfx.driver import CPU
+    from maxfx.experimental import functional as F
+    from maxfx.experimental.nn import Linear, Module
+    from maxfx.experimental.tensor import Tensor
+
+    class ScaleByBatch(Module):
+        def forward(self, x):
+            pred = Tensor.from_dim(x.shape[0]) <= 2  # scalar bool tensor, known when the graph runs
+            (out,) = F.cond(pred, [TensorType(x.dtype, x.shape, device=x.device)], lambda: x * 2.0, lambda: x * 4.0)
+            return out
+
+    model = ScaleByBatch().compile(TensorType(DType.float32, ["batch", 4], device=DeviceRef.CPU()))
+    np.testing.assert_array_equal(model(Tensor(np.ones((1, 4), np.float32))).to_numpy(), np.full((1, 4), 2.0))
+    np.testing.assert_array_equal(model(Tensor(np.ones((3, 4), np.float32))).to_numpy(), np.full((3, 4), 4.0))
+
+    class Repeat(Module):  # apply the layer once per row of the batch
+        def __init__(self):
+            self.lin = Linear(4, 4)
+
+        def forward(self, x):
+            n = Tensor.from_dim(x.shape[0])
+            start = Tensor(0, dtype=DType.int64, device=CPU())  # eager data inside the trace: a constant
+            steps, y = F.while_loop((start, x), lambda i, y: i < n, lambda i, y: [i + 1, self.lin(y) * 0.5])
+            return y, steps
+
+    m = Repeat()
+    compiled = m.compile(TensorType(DType.float32, ["batch", 4], device=DeviceRef.CPU()))
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    y, steps = compiled(Tensor(x))
+    w, b = m.lin.weight.to_numpy(), m.lin.bias.to_numpy()
+    want = x
+    for _ in range(3):
+        want = (want @ w.T + b) * 0.5
+    np.testing.assert_allclose(y.to_numpy(), want, rtol=1e-5, atol=1e-6)
+    assert steps.item() == 3
+
+
+def test_from_dim_static_anywhere_symbolic_only_in_a_graph():
+    from maxfx.experimental.tensor import Tensor
+    from maxfx.graph import Dim
+
+    five = Tensor.from_dim(Dim(5))
+    assert (five.dtype, list(five.shape), five.item()) == (DType.int64, [], 5)
+    with pytest.raises(ValueError, match=r"Tensor.from_dim\(batch\): a symbolic dimension has no value in eager mode"):
+        Tensor.from_dim("batch")
