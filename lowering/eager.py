@@ -196,10 +196,21 @@ def _device_constant(array: np.ndarray, device: jax.Device) -> jax.Array:
 
 _NO_PARAMS: dict[str, Any] = {}
 _binary_plans: dict[tuple, BindPlan] = {}  # (op, lhs kind, rhs kind) -> the op's BindPlan
-# (op, lhs kind, rhs kind) -> the C++ entry of the one-op program, for plans whose kinds fix every
-# input shape, dtype and device (static tensor types): a hit skips the executable-cache key.
-_binary_entries: dict[tuple, Any] = {}
-EXECUTABLES.on_clear(_binary_entries.clear)
+# (op, *operand kinds) -> (C++ entry of the one-op program, output type), for one- and two-operand
+# bindings without params whose kinds fix every input shape, dtype and device (static tensor
+# types): a hit skips the plan, the executable-cache key and the LRU update.
+_op_entries: dict[tuple, tuple[Any, Any]] = {}
+EXECUTABLES.on_clear(_op_entries.clear)
+
+
+def _remember_entry(key: tuple, op: OpDef, plan: BindPlan, in_vars: tuple[LazyVar, ...], kinds: tuple) -> None:
+    """Keep the entry of the program `_run_op` just ran for ``key`` (when the kinds pin its inputs)."""
+    if op.check_values is None and all(_static(k) for k in kinds):
+        entry = EXECUTABLES.get(_op_key(plan.signature, in_vars))
+        if entry is not None:
+            if len(_op_entries) > 4096:
+                _op_entries.clear()
+            _op_entries[key] = (entry, plan.out_types[0])
 _Tracer = jax.core.Tracer
 _scalar_leaves: collections.OrderedDict[tuple, LazyVar] = collections.OrderedDict()
 
@@ -326,8 +337,11 @@ class EagerContext(Context):
     # ─── Binding ─────────────────────────────────────────────────────────
 
     def bind(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
-        if len(inputs) == 2 and not params:
-            return self._bind_binary(op, inputs[0], inputs[1])
+        if not params:
+            if len(inputs) == 2:
+                return self._bind_binary(op, inputs[0], inputs[1])
+            if len(inputs) == 1:
+                return self._bind_unary(op, inputs[0])
         return self._bind_values(op, inputs, params)
 
     def _bind_binary(self, op: OpDef, lhs: Any, rhs: Any) -> Any:
@@ -355,23 +369,33 @@ class EagerContext(Context):
         if plan.immediate or not plan.single or op.impl is None:
             return self.apply(op, plan, [lv, rv], _NO_PARAMS)
         if lv.node is None and rv.node is None and not _lazy.get():  # MAX's default mode: run now
-            entry = _binary_entries.get(key)
-            if entry is not None:
-                try:
-                    out = entry(lv.array, rv.array)[0]
-                except Exception as e:
-                    raise RuntimeError(f"running {op.name} failed: {e}") from e
-                _stats.op_runs += 1
-                return self.wrap(LazyVar(plan.out_types[0], out))
+            known = _op_entries.get(key)
+            if known is not None:
+                return self.wrap(_run_entry(op, known, lv.array, rv.array))
             result = self._record(op, (lv, rv), _NO_PARAMS, plan.out_types, plan.signature)[0]
-            if op.check_values is None and _static(lk) and _static(rk):
-                entry = EXECUTABLES.get(_op_key(plan.signature, (lv, rv)))
-                if entry is not None:
-                    if len(_binary_entries) > 4096:
-                        _binary_entries.clear()
-                    _binary_entries[key] = entry
+            _remember_entry(key, op, plan, (lv, rv), (lk, rk))
             return self.wrap(result)
         return self.wrap(self._record(op, (lv, rv), _NO_PARAMS, plan.out_types, plan.signature)[0])
+
+    def _bind_unary(self, op: OpDef, x: Any) -> Any:
+        """`bind` of one operand without params: every ``F.exp(x)`` of an eager step.
+
+        A realized operand whose program ran before goes straight to it; anything
+        else takes the general path (which records the program for next time).
+        """
+        o = _operand(x)
+        if o is None or o[1] is None or o[1].node is not None or _lazy.get():
+            return self._bind_values(op, (x,), _NO_PARAMS)
+        kind, v = o
+        key = (op, kind)
+        known = _op_entries.get(key)
+        if known is not None:
+            return self.wrap(_run_entry(op, known, v.array))
+        result = self._bind_values(op, (x,), _NO_PARAMS)
+        plan = bind_plan(op, (kind,), _NO_PARAMS)
+        if plan.actions[0] is None and plan.single and not plan.immediate and op.impl is not None:
+            _remember_entry(key, op, plan, (v,), (kind,))
+        return result
 
     def _bind_values(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
         operands = [_operand(x) for x in inputs]
@@ -674,6 +698,17 @@ def _op_executable(key: tuple, op: OpDef, in_vars: Sequence[LazyVar], params: di
         exe = jax.jit(lambda *args: _run(block, args)).lower(*[v.array for v in in_vars]).compile()
     _stats.compiles += 1
     return exe
+
+
+def _run_entry(op: OpDef, known: tuple[Any, Any], *arrays: Any) -> LazyVar:
+    """Run a remembered one-op program (see `_op_entries`) on realized arrays."""
+    entry, out_type = known
+    try:
+        out = entry(*arrays)[0]
+    except Exception as e:
+        raise RuntimeError(f"running {op.name} failed: {e}") from e
+    _stats.op_runs += 1
+    return LazyVar(out_type, out)
 
 
 def _op_key(sig: int, in_vars: Sequence[LazyVar]) -> tuple:

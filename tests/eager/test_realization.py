@@ -59,6 +59,26 @@ def test_repeated_operators_reuse_one_program_and_stay_correct():
     assert eager_stats()["compiles"] == before + 1
 
 
+def test_repeated_unary_functional_ops_reuse_one_program_and_stay_correct():
+    rng = np.random.default_rng(1)
+    cases = {"exp": (F.exp, np.exp), "sqrt": (F.sqrt, np.sqrt), "abs": (F.abs, np.abs), "neg": (F.negate, np.negative)}
+    for k in range(3):
+        x_np = rng.uniform(0.5, 2.0, 5).astype(np.float32)
+        i_np = rng.integers(-9, 9, 5).astype(np.int32)
+        x, i = Tensor(x_np), Tensor(i_np)
+        before = eager_stats()
+        got = {name: fn(x) for name, (fn, _) in cases.items()}
+        got_int = F.abs(i)
+        after = eager_stats()
+        assert after["op_runs"] - before["op_runs"] == len(cases) + 1
+        if k:
+            assert after["compiles"] == before["compiles"]
+        for name, (_, ref) in cases.items():
+            np.testing.assert_allclose(got[name].to_numpy(), ref(x_np), rtol=1e-6, err_msg=name)
+        np.testing.assert_array_equal(got_int.to_numpy(), np.abs(i_np))
+        assert got_int.dtype == DType.int32
+
+
 def test_lazy_records_until_observed_and_leaving_the_block_runs_nothing():
     a = Tensor(np.zeros((2, 2), np.float32))
     with F.lazy():
