@@ -72,14 +72,30 @@ def _checked_results(op: str, who: str, child, res, types, count_desc: str, slot
     ``count_desc`` and ``slot(i)`` word the errors ("out_types has" /
     "out_types[i]" for cond, "the loop carries" / "initial value i" for loops).
     """
-    if len(res) != len(types):
-        got = ", ".join(fmt(getattr(r, "type", r)) for r in res) or "nothing"
-        raise OpError(f"{op}: {who} returned {len(res)} value(s) ({got}) but {count_desc} {len(types)} ({fmt_all(types) or 'None'})")
+    _check_count(op, who, res, types, count_desc)
     out = [_result_var(op, f"{who} result {i}", child, r, t) for i, (r, t) in enumerate(zip(res, types))]
     for i, (v, t) in enumerate(zip(out, types)):
         if v.type != t:
             raise ResultTypeError(f"{op}: {who} result {i} has type {fmt(v.type)} but {slot(i)} is {fmt(t)} (Results don't match expected types)")
     return out
+
+
+def _check_count(op: str, who: str, res: list[Any], types, count_desc: str) -> None:
+    """A branch/body returned as many values as ``types`` holds (see `_checked_results` for the wording)."""
+    if len(res) != len(types):
+        got = ", ".join(fmt(getattr(r, "type", r)) for r in res) or "nothing"
+        raise OpError(f"{op}: {who} returned {len(res)} value(s) ({got}) but {count_desc} {len(types)} ({fmt_all(types) or 'None'})")
+
+
+def _pred_type(op: str, ctx, pred: Any, what: str) -> Type | None:
+    """The type of predicate ``pred``, checked to be a bool scalar (None for a Python bool)."""
+    t = type_of(ctx, pred)
+    if t is None:
+        if not isinstance(pred, (bool, np.bool_)):
+            raise OpError(f"{op}: {what} must be a bool scalar tensor, got {type(pred).__name__} {pred!r}")
+    else:
+        _check_pred(op, t, what)
+    return t
 
 
 class ResultTypeError(OpError, TypeError):
@@ -161,7 +177,7 @@ def _merge_vars(*groups: list[Var]) -> list[Var]:
 def _owner(op: str, values: list[Any], eager: bool = False):
     """The context that builds ``op``: a graph builder, JAX's trace, or (``eager``) the eager context."""
     ctx = find_context(op, values)
-    if ctx is not TRACE and ctx.recording_builder() is None and not (eager and ctx.concrete):
+    if ctx is not TRACE and ctx.recording_builder() is None and not (eager and _is_eager(ctx)):
         raise TypeError(f"{op}: needs a Graph being built (or JAX arrays under jax.jit), got context {type(ctx).__name__}")
     return ctx
 
@@ -173,12 +189,8 @@ def _is_eager(ctx) -> bool:
 
 def _eager_truth(op: str, ctx, pred: Any, what: str) -> bool:
     """The value of an eager bool scalar (realized now), checked as a graph predicate would be."""
-    t = type_of(ctx, pred)
-    if t is None:
-        if not isinstance(pred, (bool, np.bool_)):
-            raise OpError(f"{op}: {what} must be a bool scalar tensor, got {type(pred).__name__} {pred!r}")
+    if _pred_type(op, ctx, pred, what) is None:
         return bool(pred)
-    _check_pred(op, t, what)
     return bool(np.asarray(pred).reshape(()))
 
 
@@ -187,9 +199,7 @@ def _eager_results(op: str, ctx, who: str, res: list[Any], types, count_desc: st
 
     Python numbers and arrays become tensors of the expected type, as in a graph.
     """
-    if len(res) != len(types):
-        got = ", ".join(fmt(getattr(r, "type", r)) for r in res) or "nothing"
-        raise OpError(f"{op}: {who} returned {len(res)} value(s) ({got}) but {count_desc} {len(types)} ({fmt_all(types) or 'None'})")
+    _check_count(op, who, res, types, count_desc)
     out = []
     for i, (r, t) in enumerate(zip(res, types)):
         if type_of(ctx, r) is None and is_weak(r) and isinstance(t, TensorType) and t.is_static():
@@ -292,12 +302,7 @@ def cond(pred: Any, out_types: Iterable[Type] | None, then_fn: Callable[[], Any]
         if not callable(taken):
             raise TypeError(f"cond: {name} must be callable, got {type(taken).__name__}")
         return _eager_results("cond", ctx, name, _results(taken()), types, "out_types has", lambda i: f"out_types[{i}]")
-    t = type_of(ctx, pred)
-    if t is None:
-        if not isinstance(pred, (bool, np.bool_)):
-            raise OpError(f"cond: pred must be a bool scalar tensor, got {type(pred).__name__} {pred!r}")
-    else:
-        _check_pred("cond", t, "pred")
+    t = _pred_type("cond", ctx, pred, "pred")
     types = _out_types("cond", out_types)
     if ctx is TRACE:
         return _cond_traced(pred, types, then_fn, else_fn)

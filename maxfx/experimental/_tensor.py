@@ -120,6 +120,12 @@ class _GraphTensors(Context):
         return None if out is None else Tensor.from_graph_value(out)
 
 
+def _graph_being_built() -> GraphBuilder | None:
+    """The builder the current context records into (a Graph, a compile trace, a nested block), if any."""
+    ctx = current_context()
+    return None if ctx is None else ctx.recording_builder()
+
+
 def _graph_context(builder: Context) -> _GraphTensors:
     ctx = getattr(builder, "_tensor_context", None)
     if ctx is None:
@@ -257,10 +263,8 @@ class Tensor(TensorOperators):
         d = Dim(dim)
         if isinstance(d, StaticDim):
             return cls(int(d), dtype=DType.int64, device=driver.CPU())
-        builder = current_context()
-        if isinstance(builder, _GraphTensors):
-            builder = builder.builder
-        if not isinstance(builder, GraphBuilder):
+        builder = _graph_being_built()
+        if builder is None:
             raise ValueError(
                 f"Tensor.from_dim({d}): a symbolic dimension has no value in eager mode. Use a static dimension, "
                 "or call this while building a graph (e.g. inside Module.compile)"
@@ -491,8 +495,8 @@ class Tensor(TensorOperators):
         """
         if self._gv is not None:
             return self._gv
-        builder = current_context()
-        if not isinstance(builder, GraphBuilder):
+        builder = _graph_being_built()
+        if builder is None:
             raise TypeError(
                 "Tensor.__tensorvalue__: no Graph is being built, so there is no graph for the value; "
                 "pass the tensor to maxfx ops as it is, or convert it inside `with Graph(...)`"
