@@ -274,6 +274,10 @@ class StaticDim(Dim):
     def __init__(self, dim: int | StaticDim):
         if dim is self:
             return
+        if type(dim) is int and -(2**63) <= dim < 2**63:  # the common case, kept tight: shapes are built from ints
+            self._poly = (((), dim),) if dim else ()
+            self._hash = None
+            return
         if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (numbers.Integral, StaticDim)):
             raise TypeError(f"StaticDim.__init__ only accepts int or StaticDim, got {type(dim).__name__} {dim!r}; use Dim(value) to convert any dim")
         value = int(dim)
@@ -412,7 +416,7 @@ def _dim_from_text(text: str) -> Dim:
 
 
 def _const_poly(v: int) -> _Poly:
-    return _make_poly({(): v})
+    return (((), v),) if v else ()  # what _make_poly({(): v}) gives, without sorting one term
 
 
 def _as_poly(value: Any) -> _Poly:
@@ -458,6 +462,8 @@ def _divmod_dim(op: str, a: _Poly, b: _Poly) -> Dim:
 
 
 def _to_dim(value: Any) -> Dim:
+    if type(value) is int:
+        return StaticDim(value)
     if isinstance(value, Dim):
         return value
     if isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, (bool, np.bool_)):

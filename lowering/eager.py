@@ -55,7 +55,7 @@ from lowering.executables import EXECUTABLES
 from lowering.interpret import Interpreter, run_block
 from lowering.ir import Block, Node, Var, _var_ids
 from lowering.logs import compiling
-from lowering.plan import PYTHON_SCALARS, BindPlan, bind_plan, infer_types, signature
+from lowering.plan import PYTHON_SCALARS, BindPlan, bind_plan, clear_plans, infer_types, signature
 from lowering.registry import OpDef, OpError, get_op
 from lowering.types import DeviceRef, TensorType
 from lowering.x64 import x64
@@ -195,22 +195,23 @@ def _device_constant(array: np.ndarray, device: jax.Device) -> jax.Array:
 
 
 _NO_PARAMS: dict[str, Any] = {}
-_binary_plans: dict[tuple, BindPlan] = {}  # (op, lhs kind, rhs kind) -> the op's BindPlan
-# (op, *operand kinds) -> (C++ entry of the one-op program, output type), for one- and two-operand
-# bindings without params whose kinds fix every input shape, dtype and device (static tensor
-# types): a hit skips the plan, the executable-cache key and the LRU update.
-_op_entries: dict[tuple, tuple[Any, Any]] = {}
-EXECUTABLES.on_clear(_op_entries.clear)
+# A binding's plan keeps the C++ entry of its one-op program (`BindPlan.entry`): dropping the
+# executables drops those shortcuts with them.
+EXECUTABLES.on_clear(clear_plans)
 
 
-def _remember_entry(key: tuple, op: OpDef, plan: BindPlan, in_vars: tuple[LazyVar, ...], kinds: tuple) -> None:
-    """Keep the entry of the program `_run_op` just ran for ``key`` (when the kinds pin its inputs)."""
+def _remember_entry(op: OpDef, plan: BindPlan, in_vars: Sequence[LazyVar], kinds: Sequence[Any]) -> None:
+    """Keep on ``plan`` the entry of the program `_run_op` just ran for it, when ``kinds`` pin its inputs.
+
+    Only static tensor types (and Python scalars, whose leaf is rank 0) fix every
+    input's shape, dtype and device, which is what the program was compiled for;
+    ops that check input values run those checks on every call, so they keep
+    the general path.
+    """
     if op.check_values is None and all(_static(k) for k in kinds):
-        entry = EXECUTABLES.get(_op_key(plan.signature, in_vars))
-        if entry is not None:
-            if len(_op_entries) > 4096:
-                _op_entries.clear()
-            _op_entries[key] = (entry, plan.out_types[0])
+        plan.entry = EXECUTABLES.get(_op_key(plan.signature, in_vars))
+
+
 _Tracer = jax.core.Tracer
 _scalar_leaves: collections.OrderedDict[tuple, LazyVar] = collections.OrderedDict()
 
@@ -354,13 +355,7 @@ class EagerContext(Context):
         if lo is None or ro is None:
             return self._bind_values(op, (lhs, rhs), _NO_PARAMS)
         (lk, lv), (rk, rv) = lo, ro
-        key = (op, lk, rk)
-        plan = _binary_plans.get(key)
-        if plan is None:
-            plan = bind_plan(op, (lk, rk), _NO_PARAMS)
-            if len(_binary_plans) > 4096:
-                _binary_plans.clear()
-            _binary_plans[key] = plan
+        plan = bind_plan(op, (lk, rk), _NO_PARAMS)
         la, ra = plan.actions
         if la is not None:
             lv = self.cast(lv, la[1]) if la[0] == "cast" else _scalar_leaf(op.name, lhs, la[1], plan.device)
@@ -369,11 +364,10 @@ class EagerContext(Context):
         if plan.immediate or not plan.single or op.impl is None:
             return self.apply(op, plan, [lv, rv], _NO_PARAMS)
         if lv.node is None and rv.node is None and not _lazy.get():  # MAX's default mode: run now
-            known = _op_entries.get(key)
-            if known is not None:
-                return self.wrap(_run_entry(op, known, lv.array, rv.array))
+            if plan.entry is not None:
+                return self.wrap(_run_entry(op, plan, (lv.array, rv.array))[0])
             result = self._record(op, (lv, rv), _NO_PARAMS, plan.out_types, plan.signature)[0]
-            _remember_entry(key, op, plan, (lv, rv), (lk, rk))
+            _remember_entry(op, plan, (lv, rv), (lk, rk))
             return self.wrap(result)
         return self.wrap(self._record(op, (lv, rv), _NO_PARAMS, plan.out_types, plan.signature)[0])
 
@@ -381,21 +375,14 @@ class EagerContext(Context):
         """`bind` of one operand without params: every ``F.exp(x)`` of an eager step.
 
         A realized operand whose program ran before goes straight to it; anything
-        else takes the general path (which records the program for next time).
+        else takes the general path (which keeps the program for next time).
         """
         o = _operand(x)
-        if o is None or o[1] is None or o[1].node is not None or _lazy.get():
-            return self._bind_values(op, (x,), _NO_PARAMS)
-        kind, v = o
-        key = (op, kind)
-        known = _op_entries.get(key)
-        if known is not None:
-            return self.wrap(_run_entry(op, known, v.array))
-        result = self._bind_values(op, (x,), _NO_PARAMS)
-        plan = bind_plan(op, (kind,), _NO_PARAMS)
-        if plan.actions[0] is None and plan.single and not plan.immediate and op.impl is not None:
-            _remember_entry(key, op, plan, (v,), (kind,))
-        return result
+        if o is not None and o[1] is not None and o[1].node is None and not _lazy.get():
+            plan = bind_plan(op, (o[0],), _NO_PARAMS)
+            if plan.entry is not None:
+                return self.wrap(_run_entry(op, plan, (o[1].array,))[0])
+        return self._bind_values(op, (x,), _NO_PARAMS)
 
     def _bind_values(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
         operands = [_operand(x) for x in inputs]
@@ -415,7 +402,14 @@ class EagerContext(Context):
                 in_vars.append(self.cast(v, act[1]))
             else:
                 in_vars.append(_scalar_leaf(op.name, x, act[1], plan.device))
-        return self.apply(op, plan, in_vars, params)
+        if _lazy.get() or plan.immediate or op.impl is None or any(v.node is not None for v in in_vars):
+            return self.apply(op, plan, in_vars, params)
+        # MAX's default mode on realized inputs: run the op's program now, straight from its entry once known.
+        if plan.entry is not None:
+            return self._wrap_outputs(op, plan, _run_entry(op, plan, [v.array for v in in_vars]))
+        result = self.apply(op, plan, in_vars, params)
+        _remember_entry(op, plan, in_vars, kinds)
+        return result
 
     def _bind_other(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
         """Inputs beyond tensors and scalars: tracers, JAX arrays (typed leaves), numpy data."""
@@ -433,6 +427,10 @@ class EagerContext(Context):
             outs = self._run_now(op, in_vars, params, plan.out_types)
         else:
             outs = self._record(op, in_vars, params, plan.out_types, plan.signature)
+        return self._wrap_outputs(op, plan, outs)
+
+    def _wrap_outputs(self, op: OpDef, plan: BindPlan, outs: Sequence[LazyVar]) -> Any:
+        """The user-facing result of a binding: one value, a tuple (multiple results) or None."""
         if plan.single:
             return self.wrap(outs[0])
         if op.multiple_results:
@@ -700,15 +698,14 @@ def _op_executable(key: tuple, op: OpDef, in_vars: Sequence[LazyVar], params: di
     return exe
 
 
-def _run_entry(op: OpDef, known: tuple[Any, Any], *arrays: Any) -> LazyVar:
-    """Run a remembered one-op program (see `_op_entries`) on realized arrays."""
-    entry, out_type = known
+def _run_entry(op: OpDef, plan: BindPlan, arrays: Sequence[Any]) -> tuple[LazyVar, ...]:
+    """Run the one-op program kept on ``plan`` (see `_remember_entry`) on realized arrays."""
     try:
-        out = entry(*arrays)[0]
+        results = plan.entry(*arrays)
     except Exception as e:
         raise RuntimeError(f"running {op.name} failed: {e}") from e
     _stats.op_runs += 1
-    return LazyVar(out_type, out)
+    return tuple([LazyVar(t, a) for t, a in zip(plan.out_types, results)])
 
 
 def _op_key(sig: int, in_vars: Sequence[LazyVar]) -> tuple:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from lowering.dims import Dim
+from lowering.dims import Dim, StaticDim
 from lowering.types import DeviceRef, Type
 
 __all__ = ["Var", "Node", "Block", "param_key", "holds_graph_values", "ConstantValue"]
@@ -235,7 +235,7 @@ def param_key(p: Any, numbering: dict[int, int] | None = None) -> Any:
     if p is None or isinstance(p, (bool, int, float, str, bytes)):
         return (type(p).__name__, p)
     if isinstance(p, Dim):
-        return ("dim", str(p))
+        return ("dim", str(p.dim) if p.__class__ is StaticDim else str(p))  # str(StaticDim(n)) == str(n), without formatting
     if isinstance(p, ConstantValue):
         return ("const", p.digest())
     if isinstance(p, np.ndarray):

@@ -45,6 +45,7 @@ __all__ = [
     "BindPlan",
     "WeakKind",
     "bind_plan",
+    "clear_plans",
     "coercion",
     "coercion_plan",
     "infer_types",
@@ -266,9 +267,13 @@ class BindPlan:
         immediate: an eager binding runs at once instead of recording (the op
             writes buffers, acts, has data-dependent shapes, or reads device state).
         single: exactly one output and not a multiple-results op.
+        entry: set by eager execution once it has run this binding as a one-op
+            program whose inputs the kinds pin (static shapes): that program's
+            C++ entry, so the next call with the same kinds and params runs it
+            without planning or cache keys (see `lowering.eager`). None until then.
     """
 
-    __slots__ = ("actions", "in_types", "out_types", "device", "signature", "immediate", "single")
+    __slots__ = ("actions", "in_types", "out_types", "device", "signature", "immediate", "single", "entry")
 
     def __init__(self, op: OpDef, kinds: Sequence[Any], params: dict[str, Any]):
         self.actions, self.in_types, self.device = coercion(op, kinds)
@@ -277,9 +282,32 @@ class BindPlan:
         self.signature = signature(op, params, self.out_types)
         self.immediate = bool(op.immediate or op.mutates or op.effect or op.sizes_outputs_from_values(params))
         self.single = len(self.out_types) == 1 and not op.multiple_results
+        self.entry: Any = None
 
 
 _plans: dict[tuple, BindPlan] = {}
+
+
+def clear_plans() -> None:
+    """Forget every memoised `BindPlan` (and so every program entry eager execution kept on one)."""
+    _plans.clear()
+
+
+_PLAIN_PARAM_TYPES = frozenset({int, str, type(None), DType})
+
+
+def _plain_params_key(params: dict[str, Any]) -> tuple | None:
+    """``params``' items as a key when every value is an int, str, None or `DType` (``axis=-1``), else None.
+
+    Such values hash and compare by value, and none equals a value of another of
+    these types (unlike ``True == 1 == 1.0``), so the items themselves are a key:
+    the common case skips `param_key`'s tagging walk. The result never equals a
+    `param_key` result (those start with a tag string).
+    """
+    for v in params.values():
+        if v.__class__ not in _PLAIN_PARAM_TYPES:
+            return None
+    return tuple(params.items())
 
 
 def bind_plan(op: OpDef, kinds: Sequence[Any], params: dict[str, Any]) -> BindPlan:
@@ -288,12 +316,15 @@ def bind_plan(op: OpDef, kinds: Sequence[Any], params: dict[str, Any]) -> BindPl
     Params holding graph values (nested blocks, vars) or only hashable by
     identity are planned afresh each time.
     """
-    if params and holds_graph_values(params):
-        return BindPlan(op, kinds, params)
+    params_key = _plain_params_key(params) if params else ()
+    if params_key is None:
+        if holds_graph_values(params):
+            return BindPlan(op, kinds, params)
+        params_key = param_key(params)
     try:
-        key = (op, *kinds, param_key(params) if params else ())
+        key = (op, *kinds, params_key)
         plan = _plans.get(key)
-    except TypeError:
+    except TypeError:  # a param only hashable by identity
         return BindPlan(op, kinds, params)
     if plan is None:
         plan = BindPlan(op, kinds, params)

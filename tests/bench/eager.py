@@ -9,6 +9,11 @@
    eager.
 3. cold start: a fresh process imports the library, builds a 3-element tensor,
    applies relu and prints it — maxfx vs plain JAX (target ≤ 1.5×).
+4. one op at a time (MAX's default mode, results left on the device): the
+   dispatch cost of single ops with and without params on a 3×4 float32
+   tensor — ``F.exp``, ``F.sum(axis=-1)``, ``F.reshape``, ``F.transpose``,
+   ``x[1]``, ``x @ y`` — each against its ``jnp`` counterpart (no target: shown
+   so the per-op overhead stays visible).
 
 Run: ``make bench`` or ``.venv/bin/python -m tests.bench.eager [--quick]``.
 Results: a table on stdout and tests/bench/results/eager.json.
@@ -88,6 +93,32 @@ def fused_chain(repeats: int) -> dict[str, float]:
     return interleaved(candidates, repeats=repeats, warmup=3)
 
 
+def single_ops(repeats: int) -> dict[str, dict[str, float]]:
+    a_np = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+    xm, ym = Tensor(a_np), Tensor(a_np.T.copy())
+    xj, yj = jnp.asarray(a_np), jnp.asarray(a_np.T)
+    pairs = {
+        "exp": (lambda: F.exp(xm), lambda: jnp.exp(xj)),
+        "sum(axis=-1)": (lambda: F.sum(xm, axis=-1), lambda: jnp.sum(xj, axis=-1, keepdims=True)),
+        "reshape": (lambda: F.reshape(xm, [4, 3]), lambda: jnp.reshape(xj, (4, 3))),
+        "transpose": (lambda: F.transpose(xm, 0, 1), lambda: jnp.transpose(xj)),
+        "x[1]": (lambda: xm[1], lambda: xj[1]),
+        "x @ y": (lambda: xm @ ym, lambda: xj @ yj),
+    }
+    out = {}
+    for name, (mine, theirs) in pairs.items():
+        np.testing.assert_allclose(np.asarray(mine()), np.asarray(theirs()), rtol=1e-6)
+        out[name] = interleaved({"maxfx": mine, "jax eager": theirs}, repeats=repeats, warmup=200)
+    return out
+
+
+def _report_ops(times: dict[str, dict[str, float]]) -> dict:
+    print("\none op at a time on 3 × 4 f32 (maxfx: MAX's default mode; results stay on the device)")
+    for name, t in times.items():
+        print(f"  {name:13s} maxfx {fmt_time(t['maxfx'])}  jnp {fmt_time(t['jax eager'])}  ratio {t['maxfx'] / t['jax eager']:4.2f}")
+    return {name: {"median_s": t, "ratio_vs_jax_eager": t["maxfx"] / t["jax eager"]} for name, t in times.items()}
+
+
 COLD_MAXFX = (
     "from maxfx import functional as F\n"
     "from maxfx.tensor import Tensor\n"
@@ -125,6 +156,7 @@ def main(argv: list[str] | None = None) -> dict:
     results = {"machine": machine()}
     results["small_step"] = _report("small step: x * 2 + 1 (4 × f32) → numpy (maxfx: MAX's default, op by op)", small_step(300 if q else 5000), "jax eager", "≤ 1.0")
     results["fused_chain"] = _report("20-op elementwise chain on 1M × f32 → numpy (maxfx: inside F.lazy())", fused_chain(5 if q else 40), "jax.jit", "≤ 1.5")
+    results["single_ops"] = _report_ops(single_ops(300 if q else 3000))
     results["cold_start"] = _report("cold start: import, 3-element tensor, relu, print", cold_start(2 if q else 7), "jax", "≤ 1.5")
     print(f"\nwritten {save('eager', results)}")
     return results

@@ -79,6 +79,45 @@ def test_repeated_unary_functional_ops_reuse_one_program_and_stay_correct():
         assert got_int.dtype == DType.int32
 
 
+def test_repeated_ops_with_params_reuse_one_program_per_params_and_stay_correct():
+    """Ops with params (axis, shape, split sizes, k) keep one program per (input types, params):
+    the same call on new values compiles nothing, other params get their own program."""
+    rng = np.random.default_rng(2)
+    cases = {
+        "sum": (lambda t: F.sum(t, axis=-1), lambda a: a.sum(-1, keepdims=True)),
+        "max0": (lambda t: F.max(t, axis=0), lambda a: a.max(0, keepdims=True)),
+        "reshape": (lambda t: F.reshape(t, [4, 3]), lambda a: a.reshape(4, 3)),
+        "transpose": (lambda t: F.transpose(t, 0, 1), lambda a: a.T),
+        "softmax": (F.softmax, lambda a: np.exp(a) / np.exp(a).sum(-1, keepdims=True)),
+        "row": (lambda t: t[1], lambda a: a[1]),
+        "matmul": (lambda t: t @ F.transpose(t, 0, 1), lambda a: a @ a.T),
+    }
+    for k in range(3):
+        a_np = rng.standard_normal((3, 4)).astype(np.float32)
+        a = Tensor(a_np)
+        before = eager_stats()
+        got = {name: fn(a) for name, (fn, _) in cases.items()}
+        top_values, top_indices = F.top_k(a, k=2, axis=-1)  # two results from one program
+        first, second = F.split(a, [1, 3], axis=-1)
+        after = eager_stats()
+        if k:
+            assert after["compiles"] == before["compiles"]
+        for name, (_, ref) in cases.items():
+            np.testing.assert_allclose(got[name].to_numpy(), ref(a_np), rtol=1e-5, atol=1e-6, err_msg=name)
+        order = np.argsort(-a_np, axis=-1)[:, :2]
+        np.testing.assert_array_equal(top_indices.to_numpy(), order)
+        np.testing.assert_allclose(top_values.to_numpy(), np.take_along_axis(a_np, order, -1))
+        np.testing.assert_array_equal(first.to_numpy(), a_np[:, :1])
+        np.testing.assert_array_equal(second.to_numpy(), a_np[:, 1:])
+    # Other params are another program, never the first one's.
+    np.testing.assert_allclose(F.sum(a, axis=0).to_numpy(), a_np.sum(0, keepdims=True), rtol=1e-6)
+    np.testing.assert_array_equal(F.reshape(a, [2, 6]).to_numpy(), a_np.reshape(2, 6))
+    clear_cache()  # drops the kept programs: the next call compiles again
+    before = eager_stats()["compiles"]
+    np.testing.assert_allclose(F.sum(a, axis=-1).to_numpy(), a_np.sum(-1, keepdims=True), rtol=1e-6)
+    assert eager_stats()["compiles"] == before + 1
+
+
 def test_lazy_records_until_observed_and_leaving_the_block_runs_nothing():
     a = Tensor(np.zeros((2, 2), np.float32))
     with F.lazy():
