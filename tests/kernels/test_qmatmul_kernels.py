@@ -252,6 +252,7 @@ def test_triton_lowering(fmt, cfg):
 # ─── benchmark script smoke run ───────────────────────────────────────────
 
 
+@pytest.mark.slow  # 12 s: runs the benchmark script's sweep in interpret mode
 def test_benchmark_smoke(tmp_path):
     from tests.bench import qmatmul_kernels
 

@@ -118,8 +118,8 @@ def _run(tp, single, w, steps):
 CASES = [
     # (query heads, KV heads, stacked): heads per device / KV heads each device holds
     (3, 3, False),  # MHA, 2 + 1 heads: KV heads split unevenly
-    (3, 3, True),
-    (9, 3, False),  # GQA, 5 + 4 heads: groups cut across devices, KV heads copied per query head
+    pytest.param(3, 3, True, marks=pytest.mark.slow),  # the same split, stacked: in the slow run (5 s each)
+    pytest.param(9, 3, False, marks=pytest.mark.slow),  # GQA, 5 + 4 heads: groups cut across devices, KV heads copied per query head
     (9, 3, True),
     (6, 2, False),  # 3 + 3 heads, one KV group each
     (5, 1, True),  # MQA, 3 + 2 heads: the single KV head on both devices
