@@ -86,3 +86,26 @@ def test_default_device_and_dtype_helpers_and_defaults_like():
     with pytest.raises(TypeError, match="defaults_like"):
         with defaults_like(3):
             pass
+
+
+def test_norm_layers_import_from_their_own_modules_and_offset_the_weight():
+    """The layers guide subclasses ``max.nn.norm.rms_norm.RMSNorm`` with ``weight_offset=1.0`` (Gemma's ``1 + weight``)."""
+    from maxfx.nn.norm.group_norm import GroupNorm
+    from maxfx.nn.norm.layer_norm import LayerNorm
+    from maxfx.nn.norm.rms_norm import RMSNorm
+
+    assert (RMSNorm, LayerNorm, GroupNorm) == (maxfx.nn.RMSNorm, maxfx.nn.LayerNorm, maxfx.nn.GroupNorm)
+
+    class ScaledRMSNorm(RMSNorm):
+        def __init__(self, dim, dtype, eps=1e-6):
+            super().__init__(dim=dim, dtype=dtype, eps=eps, weight_offset=1.0)
+
+    layer = ScaledRMSNorm(4, DType.float32)
+    assert sorted(layer.state_dict()) == ["weight"]
+    w = np.array([0.0, 0.5, -0.5, 1.0], np.float32)
+    x = np.array([[1.0, 2.0, 3.0, 4.0], [-1.0, 0.0, 2.0, 0.5]], np.float32)
+    with Graph("scaled_rms", input_types=[TensorType(DType.float32, [2, 4], CPU)]) as g:
+        g.output(layer(g.inputs[0].tensor))
+    model = InferenceSession().load(g, weights_registry={"weight": w})
+    want = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * (1.0 + w)
+    np.testing.assert_allclose(model.execute(x)[0].to_numpy(), want, rtol=1e-5)
