@@ -17,6 +17,7 @@ from lowering.ops import (  # noqa: F401  (imports register the ops)
     indexing,
     linalg,
     nn,
+    norm,
     quantized,
     random,
     reduction,

@@ -268,14 +268,8 @@ class RMSNorm(Module, Shardable):
 
 
 def rms_norm(x: Any, weight: Any, eps: float, weight_offset: float, multiply_before_cast: bool) -> Any:
-    """``x * rsqrt(mean(x², -1) + eps) * (weight + weight_offset)`` in float32, cast back to ``x``'s dtype
-    after (``multiply_before_cast``) or before the weight multiply."""
-    x32 = x.cast(DType.float32) if x.dtype is not DType.float32 else x
-    normed = x32 * ops.rsqrt(ops.mean(x32 * x32, -1) + eps)
-    if multiply_before_cast:
-        scale = weight.cast(DType.float32)
-        return (normed * (scale + weight_offset if weight_offset else scale)).cast(x.dtype)
-    return normed.cast(x.dtype) * (weight + weight_offset if weight_offset else weight)
+    """``ops.rms_norm`` with positional knobs (the layers' shared call)."""
+    return ops.rms_norm(x, weight, eps, weight_offset, multiply_before_cast)
 
 
 class Sequential(LayerList):

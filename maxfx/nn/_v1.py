@@ -198,15 +198,8 @@ class GroupNorm(Module):
     def __call__(self, x: Any) -> Any:
         if x.rank < 2 or int(x.shape[1]) != self.num_channels:
             raise ValueError(f"GroupNorm: expected input [N, {self.num_channels}, ...], got {list(x.shape)}")
-        n, g = x.shape[0], self.num_groups
-        grouped = ops.reshape(x, [n, g, -1])
-        mean = ops.mean(grouped, -1)
-        centered = grouped - mean
-        var = ops.mean(centered * centered, -1)
-        out = ops.reshape(centered * ops.rsqrt(var + self.eps), x.shape)
         if self.affine:
-            bshape = [1, self.num_channels] + [1] * (x.rank - 2)
-            w = ops.reshape(self.weight.to(x.device) if self.weight.device != x.device else self.weight, bshape)
-            b = ops.reshape(self.bias.to(x.device) if self.bias.device != x.device else self.bias, bshape)
-            out = out * w.cast(x.dtype) + b.cast(x.dtype)
-        return out
+            gamma, beta = (w.to(x.device) if w.device != x.device else w for w in (self.weight, self.bias))
+        else:
+            gamma, beta = (ops.constant(np.full(self.num_channels, v, np.float32), DType.float32, x.device) for v in (1.0, 0.0))
+        return ops.group_norm(x, gamma, beta, self.num_groups, self.eps)

@@ -107,6 +107,7 @@ from lowering.ops.indexing import (
 )
 from lowering.ops.linalg import matmul
 from lowering.ops.nn import avg_pool2d, conv2d, conv2d_transpose, conv3d, fold, max_pool2d, resize, roi_align
+from lowering.ops.norm import group_norm, rms_norm
 from lowering.ops.quantized import dequantize, q8_0_matmul, qmatmul
 from lowering.ops.random import random_normal, random_uniform
 from lowering.ops.reduction import argmax, argmin, argsort, cumsum, layer_norm, logsoftmax, mean, prod, softmax, top_k
@@ -281,12 +282,14 @@ __all__ = [
     "argmin",
     "argsort",
     "cumsum",
+    "group_norm",
     "layer_norm",
     "logsoftmax",
     "max",
     "mean",
     "min",
     "prod",
+    "rms_norm",
     "softmax",
     "sum",
     "top_k",
