@@ -34,13 +34,23 @@ def _epsilon(op: str, epsilon: Any) -> float:
     return eps
 
 
+def _fmt(shape: Any) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _dtype(x: Any) -> DType:
+    """``x``'s dtype as a `DType` (JAX values under ``jax.jit`` carry numpy dtypes)."""
+    d = x.dtype
+    return d if isinstance(d, DType) else DType.from_numpy(d)
+
+
 def _float32(x: Any) -> Any:
-    return x if x.dtype is DType.float32 else cast(x, DType.float32)
+    return x if _dtype(x) is DType.float32 else cast(x, DType.float32)
 
 
 def _require_float(op: str, x: Any, what: str) -> None:
-    if not x.dtype.is_float():
-        raise TypeError(f"{op}: {what} must be a floating-point tensor, got {x.dtype}")
+    if not _dtype(x).is_float():
+        raise TypeError(f"{op}: {what} must be a floating-point tensor, got {_dtype(x)}")
 
 
 @front()
@@ -73,17 +83,17 @@ def rms_norm(input, weight, epsilon, weight_offset=0.0, multiply_before_cast=Fal
     eps = _epsilon(op, epsilon)
     _require_float(op, input, "input")
     if len(input.shape) == 0:
-        raise ValueError(f"{op}: input must have at least one dim, got a scalar of type {input.type}")
+        raise ValueError(f"{op}: input must have at least one dim, got a scalar")
     if len(weight.shape) != 1 or Dim(weight.shape[0]) != Dim(input.shape[-1]):
-        raise ValueError(f"{op}: weight must have shape [{input.shape[-1]}] (the last dim of input {list(input.shape)}), got {list(weight.shape)}")
+        raise ValueError(f"{op}: weight must have shape [{input.shape[-1]}] (the last dim of input {_fmt(input.shape)}), got {_fmt(weight.shape)}")
     x32 = _float32(input)
     normed = mul(x32, rsqrt(add(mean(mul(x32, x32), -1), eps)))
     offset = float(weight_offset)
     if multiply_before_cast:
         scale = _float32(weight)
-        return cast(mul(normed, add(scale, offset) if offset else scale), input.dtype)
+        return cast(mul(normed, add(scale, offset) if offset else scale), _dtype(input))
     scale = add(weight, offset) if offset else weight
-    return mul(cast(normed, input.dtype) if input.dtype is not DType.float32 else normed, scale)
+    return mul(normed if _dtype(input) is DType.float32 else cast(normed, _dtype(input)), scale)
 
 
 @front()
@@ -114,19 +124,19 @@ def group_norm(input, gamma, beta, num_groups, epsilon):  # noqa: A002 - MAX's n
     _require_float(op, input, "input")
     shape = list(input.shape)
     if len(shape) < 2:
-        raise ValueError(f"{op}: input must be [batch, channels, ...] (rank >= 2), got shape {shape}")
+        raise ValueError(f"{op}: input must be [batch, channels, ...] (rank >= 2), got shape {_fmt(shape)}")
     if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups <= 0:
         raise ValueError(f"{op}: num_groups must be a positive int, got {num_groups!r}")
     channels = Dim(shape[1])
     if not isinstance(channels, StaticDim) or int(channels) % num_groups:
-        raise ValueError(f"{op}: the {shape[1]} channels of input {shape} must be a static multiple of num_groups={num_groups}")
+        raise ValueError(f"{op}: the {shape[1]} channels of input {_fmt(shape)} must be a static multiple of num_groups={num_groups}")
     for name, t in (("gamma", gamma), ("beta", beta)):
         if len(t.shape) != 1 or Dim(t.shape[0]) != channels:
-            raise ValueError(f"{op}: {name} must have shape [{channels}] (the channels of input {shape}), got {list(t.shape)}")
+            raise ValueError(f"{op}: {name} must have shape [{channels}] (the channels of input {_fmt(shape)}), got {_fmt(t.shape)}")
     x32 = _float32(input)
     grouped = reshape(x32, [shape[0], num_groups, -1])
     centered = sub(grouped, mean(grouped, -1))
     normed = reshape(mul(centered, rsqrt(add(mean(mul(centered, centered), -1), eps))), shape)
     per_channel = [int(channels)] + [1] * (len(shape) - 2)
     out = add(mul(normed, reshape(_float32(gamma), per_channel)), reshape(_float32(beta), per_channel))
-    return out if input.dtype is DType.float32 else cast(out, input.dtype)
+    return out if _dtype(input) is DType.float32 else cast(out, _dtype(input))

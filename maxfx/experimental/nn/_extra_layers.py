@@ -1,4 +1,4 @@
-"""More eager Module layers: `RMSNorm` and `QuantizedLinear` (packed GGUF weights).
+"""More eager Module layers: `QuantizedLinear` (packed GGUF weights).
 
 Like the other layers they only call ``maxfx.functional`` ops, so they run
 eagerly, under ``jax.jit`` and inside `Module.compile`.
@@ -16,52 +16,11 @@ from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn.module import Module
 from maxfx.graph import ops as _graph_ops
 
-__all__ = ["QuantizedLinear", "RMSNorm"]
+__all__ = ["QuantizedLinear"]
 
 # Not among the documented functional ops, but registry fronts all the same.
 _qmatmul = F.functional(_graph_ops.qmatmul)
 _dequantize = F.functional(_graph_ops.dequantize)
-
-
-class RMSNorm(Module):
-    """Root-mean-square normalisation over the last dim: ``x / sqrt(mean(x²) + eps) * weight``.
-
-    The statistics are computed in float32 and the result is cast back to the
-    input dtype before the scale is applied (as Llama's reference does).
-
-    Args:
-        dim: size of the normalised (last) dim.
-        eps: added to the mean square (> 0).
-        dtype: dtype of ``weight`` (default float32).
-        weight: an existing ``[dim]`` scale to use instead of ones.
-
-    Example:
-        >>> norm = RMSNorm(2)
-        >>> norm(Tensor([[3.0, 4.0]])).to_numpy().astype(float).round(4).tolist()
-        [[0.8485, 1.1314]]
-    """
-
-    def __init__(self, dim: int, *, eps: float = 1e-6, dtype: DType | None = None, weight: Tensor | None = None):
-        if isinstance(dim, bool) or int(dim) <= 0:
-            raise ValueError(f"RMSNorm: dim must be a positive int, got {dim!r}")
-        if not eps > 0:
-            raise ValueError(f"RMSNorm: eps must be > 0, got {eps}")
-        if weight is not None and [int(d) for d in weight.shape] != [int(dim)]:
-            raise ValueError(f"RMSNorm: weight must have shape [{int(dim)}], got {[int(d) for d in weight.shape]}")
-        self.weight = Tensor.ones([int(dim)], dtype=dtype) if weight is None else weight
-        self.eps = float(eps)
-
-    def forward(self, x: Tensor) -> Tensor:
-        if x.shape[-1] != self.weight.shape[0]:
-            raise ValueError(f"RMSNorm: input {x.type} must end in dim {self.weight.shape[0]}")
-        x32 = x if x.dtype is DType.float32 else F.cast(x, DType.float32)
-        y = x32 * F.rsqrt(F.mean(x32 * x32, axis=-1) + self.eps)
-        if x.dtype is not DType.float32:
-            y = F.cast(y, x.dtype)
-        return y * self.weight
-
-    def __repr__(self) -> str:
-        return f"RMSNorm(dim={self.weight.shape[0]!r}, eps={self.eps})"
 
 
 def _encoding(encoding: Any) -> QuantizationEncoding:

@@ -1,0 +1,345 @@
+"""Eager Module-API convolution layers: `Conv1d`, `Conv2d` and `ConvTranspose1d` (``max.experimental.nn.conv``).
+
+The weights are eager Tensors drawn from a standard normal (MAX's default
+initialisation; load real values with ``load_state_dict``), named ``weight``
+and, with ``has_bias=True``, ``bias`` (otherwise ``bias`` is the literal ``0``
+and not a parameter). Every computation goes through
+``maxfx.experimental.functional``, so the layers run eagerly, under
+``jax.jit`` and inside `Module.compile` alike.
+
+Layouts are MAX's, chosen by ``permute``:
+
+- ``permute=False``: channels-last inputs and outputs (``(N, L, C)``, NHWC) and
+  spatial-first filters (``(K, C_in/groups, C_out)``, RSCF
+  ``(kH, kW, C_in/groups, C_out)``; ``(K, C_out, C_in/groups)`` for the
+  transposed conv).
+- ``permute=True``: PyTorch's layouts, so PyTorch checkpoints load as they
+  are: channels-first inputs and outputs (``(N, C, L)``, NCHW) and filters
+  ``(C_out, C_in/groups, *kernel)`` (``(C_in, C_out/groups, K)`` for the
+  transposed conv).
+
+The 1-D layers default to ``permute=True`` and `Conv2d` to ``permute=False``,
+as in MAX. A 1-D convolution runs as a 2-D one over a unit height.
+
+Example:
+    >>> from maxfx.experimental.nn.conv import Conv1d
+    >>> from maxfx.experimental.tensor import Tensor
+    >>> conv = Conv1d(in_channels=4, out_channels=8, kernel_size=3, padding="same", has_bias=True)
+    >>> {name: [int(d) for d in t.shape] for name, t in conv.parameters}
+    {'weight': [8, 4, 3], 'bias': [8]}
+    >>> conv(Tensor.ones([2, 4, 10])).shape
+    [Dim(2), Dim(8), Dim(10)]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from lowering.dtypes import DType
+from lowering.types import ConvInputLayout, FilterLayout
+from maxfx.experimental import functional as F
+from maxfx.experimental import random
+from maxfx.experimental._tensor import Tensor
+from maxfx.experimental.nn.module import Module
+from maxfx.nn._conv import _check_positive, check_conv_input, conv_padding, conv_tuple
+from maxfx.nn._conv_transpose import _padding_1d
+
+__all__ = ["Conv1d", "Conv2d", "ConvTranspose1d"]
+
+
+# ─── shared helpers ──────────────────────────────────────────────────────
+
+
+def _check_groups(layer: str, in_channels: int, out_channels: int, num_groups: int) -> None:
+    """Raise a ValueError naming ``layer`` unless the channel counts and ``num_groups`` are positive and divisible."""
+    _check_positive(layer, in_channels=in_channels, out_channels=out_channels, num_groups=num_groups)
+    if in_channels % num_groups or out_channels % num_groups:
+        raise ValueError(f"{layer}: in_channels={in_channels} and out_channels={out_channels} must both be divisible by num_groups={num_groups}")
+
+
+def _int_1d(layer: str, name: str, value: Any, minimum: int) -> int:
+    """A 1-D setting (an int, or one int in a sequence) as an int of at least ``minimum``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{layer}: {name} must be an int >= {minimum}, got {value!r}")
+    return conv_tuple(layer, name, value, 1, minimum)[0]
+
+
+def _init_params(module: Module, shape: list[int], out_channels: int, has_bias: bool, dtype: DType | None, device: Any) -> None:
+    """MAX's initialisation: ``weight`` of ``shape`` and (with ``has_bias``) ``bias`` of ``[out_channels]``, both standard normal."""
+    module.weight = random.normal(shape, dtype=dtype, device=device)
+    module.bias = random.normal([out_channels], dtype=dtype, device=device) if has_bias else 0
+    module.device = module.weight.device
+
+
+def _on(t: Any, x: Tensor) -> Any:
+    """``t`` (a Tensor, or the ``0`` of an absent bias) on ``x``'s device."""
+    if not isinstance(t, Tensor) or t.device == x.device:
+        return t
+    return t.to(x.device)
+
+
+def _bias(module: Module, x: Tensor) -> Tensor | None:
+    return _on(module.bias, x) if isinstance(module.bias, Tensor) else None
+
+
+# ─── Conv2d ──────────────────────────────────────────────────────────────
+
+
+class Conv2d(Module):
+    """A 2D convolution layer over NHWC inputs (NCHW with ``permute=True``).
+
+    ``weight`` is RSCF ``[kernel_height, kernel_width, in_channels // num_groups,
+    out_channels]``, or PyTorch's ``[out_channels, in_channels // num_groups,
+    kernel_height, kernel_width]`` with ``permute=True``. ``padding`` is an int,
+    ``(pad_h, pad_w)`` or ``(top, bottom, left, right)`` and is stored as the
+    four-int form; ``stride``/``dilation`` are stored as ``(h, w)`` pairs.
+
+    Example:
+        >>> from maxfx.experimental.nn.conv import Conv2d
+        >>> from maxfx.experimental.tensor import Tensor
+        >>> conv = Conv2d(kernel_size=3, in_channels=3, out_channels=16, padding=1, has_bias=True, permute=True)
+        >>> [int(d) for d in conv.weight.shape], conv.padding
+        ([16, 3, 3, 3], (1, 1, 1, 1))
+        >>> conv(Tensor.ones([1, 3, 8, 8])).shape
+        [Dim(1), Dim(16), Dim(8), Dim(8)]
+    """
+
+    weight: Tensor
+    bias: Tensor | Literal[0]
+
+    def __init__(
+        self,
+        kernel_size: int | tuple[int, int],
+        in_channels: int,
+        out_channels: int,
+        dtype: DType | None = None,
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] | tuple[int, int, int, int] = 0,
+        dilation: int | tuple[int, int] = 1,
+        num_groups: int = 1,
+        device: Any = None,
+        has_bias: bool = False,
+        permute: bool = False,
+        name: str | None = None,
+    ) -> None:
+        layer = "Conv2d"
+        _check_groups(layer, in_channels, out_channels, num_groups)
+        self.in_channels, self.out_channels, self.num_groups = in_channels, out_channels, num_groups
+        self.dtype, self.permute, self.has_bias, self.name = dtype, bool(permute), bool(has_bias), name
+        self.kernel_size = conv_tuple(layer, "kernel_size", kernel_size, 2)
+        kh, kw = self.kernel_size
+        shape = [out_channels, in_channels // num_groups, kh, kw] if permute else [kh, kw, in_channels // num_groups, out_channels]
+        _init_params(self, shape, out_channels, has_bias, dtype, device)
+        self.stride = conv_tuple(layer, "stride", stride, 2)
+        self.padding = conv_padding(layer, padding, 2)
+        self.dilation = conv_tuple(layer, "dilation", dilation, 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``[N, H, W, in_channels]`` -> ``[N, H', W', out_channels]`` (both channels-first with ``permute``).
+
+        Raises:
+            ValueError: ``x`` is not rank 4 or has the wrong channel count, or the output would be empty.
+        """
+        check_conv_input("Conv2d", x, 2, self.in_channels, self.permute)
+        return F.conv2d(
+            x,
+            _on(self.weight, x),
+            self.stride,
+            self.dilation,
+            self.padding,
+            self.num_groups,
+            _bias(self, x),
+            input_layout=ConvInputLayout.NCHW if self.permute else ConvInputLayout.NHWC,
+            filter_layout=FilterLayout.FCRS if self.permute else FilterLayout.RSCF,
+        )
+
+
+# ─── Conv1d ──────────────────────────────────────────────────────────────
+
+
+class Conv1d(Module):
+    """A 1D convolution layer over ``[N, C, L]`` inputs (``[N, L, C]`` with ``permute=False``).
+
+    ``weight`` is ``[out_channels, in_channels // num_groups, kernel_size]``
+    (``[kernel_size, in_channels // num_groups, out_channels]`` with
+    ``permute=False``). ``padding`` is an int, ``(left, right)`` or ``"same"``
+    (``dilation * (kernel_size - 1)`` zeros split as evenly as possible, the odd
+    one on the right; the output keeps the input length when ``stride=1``). It
+    is stored, as in MAX, as the 2-D form ``(0, 0, left, right)``.
+
+    Example:
+        >>> from maxfx.experimental.nn.conv import Conv1d
+        >>> from maxfx.experimental.tensor import Tensor
+        >>> conv = Conv1d(in_channels=16, out_channels=32, kernel_size=3, stride=2, padding=1)
+        >>> conv.padding
+        (0, 0, 1, 1)
+        >>> conv(Tensor.ones([1, 16, 64])).shape
+        [Dim(1), Dim(32), Dim(32)]
+    """
+
+    weight: Tensor
+    bias: Tensor | Literal[0]
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        dtype: DType | None = None,
+        stride: int = 1,
+        padding: int | tuple[int, int] | str = 0,
+        dilation: int = 1,
+        num_groups: int = 1,
+        device: Any = None,
+        has_bias: bool = False,
+        permute: bool = True,
+        name: str | None = None,
+    ) -> None:
+        layer = "Conv1d"
+        _check_groups(layer, in_channels, out_channels, num_groups)
+        self.in_channels, self.out_channels, self.num_groups = in_channels, out_channels, num_groups
+        self.kernel_size = _int_1d(layer, "kernel_size", kernel_size, 1)
+        self.dtype, self.permute, self.has_bias, self.name = dtype, bool(permute), bool(has_bias), name
+        self.stride = _int_1d(layer, "stride", stride, 1)
+        self.dilation = _int_1d(layer, "dilation", dilation, 1)
+        if isinstance(padding, str):
+            if padding != "same":
+                raise ValueError(f"Conv1d only supports padding='same' or an integer/tuple, got {padding!r}")
+            total = self.dilation * (self.kernel_size - 1)
+            self.padding = (0, 0, total // 2, total - total // 2)
+        else:
+            self.padding = _padding_1d(layer, padding)
+        k = self.kernel_size
+        shape = [out_channels, in_channels // num_groups, k] if permute else [k, in_channels // num_groups, out_channels]
+        _init_params(self, shape, out_channels, has_bias, dtype, device)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``[N, in_channels, L]`` -> ``[N, out_channels, L']`` (channels-last with ``permute=False``).
+
+        The weight is cast to ``x``'s dtype, as in MAX.
+
+        Raises:
+            ValueError: ``x`` is not rank 3 or has the wrong channel count, or the output would be empty.
+        """
+        check_conv_input("Conv1d", x, 1, self.in_channels, self.permute)
+        weight = _on(self.weight, x).cast(x.dtype)
+        # A unit height: [N, C, L] -> [N, C, 1, L] (NCHW), or [N, L, C] -> [N, 1, L, C] (NHWC).
+        axis = 2 if self.permute else 1
+        out = F.conv2d(
+            F.unsqueeze(x, axis),
+            F.unsqueeze(weight, 2 if self.permute else 0),
+            (1, self.stride),
+            (1, self.dilation),
+            self.padding,
+            self.num_groups,
+            _bias(self, x),
+            input_layout=ConvInputLayout.NCHW if self.permute else ConvInputLayout.NHWC,
+            filter_layout=FilterLayout.FCRS if self.permute else FilterLayout.RSCF,
+        )
+        return F.squeeze(out, axis)
+
+
+# ─── ConvTranspose1d ─────────────────────────────────────────────────────
+
+
+class ConvTranspose1d(Module):
+    """A 1D transposed convolution layer over ``[N, C_in, L]`` inputs (``[N, L, C_in]`` with ``permute=False``).
+
+    ``weight`` is PyTorch's ``[in_channels, out_channels // num_groups,
+    kernel_size]``, or ``[kernel_size, out_channels, in_channels // num_groups]``
+    with ``permute=False``. The output length is ``(L - 1) * stride - left -
+    right + dilation * (kernel_size - 1) + 1 + output_padding``: ``padding``
+    (an int or ``(left, right)``) is cropped from the output, ``output_padding``
+    (smaller than ``stride`` or ``dilation``) added at its end. As in MAX,
+    ``padding`` is stored as ``(0, 0, left, right)`` and ``output_padding`` as
+    ``(0, output_padding)``.
+
+    Example:
+        >>> from maxfx.experimental.nn.conv import ConvTranspose1d
+        >>> from maxfx.experimental.tensor import Tensor
+        >>> up = ConvTranspose1d(in_channels=16, out_channels=8, kernel_size=4, stride=2, padding=1)
+        >>> [int(d) for d in up.weight.shape]
+        [16, 8, 4]
+        >>> up(Tensor.ones([1, 16, 32])).shape
+        [Dim(1), Dim(8), Dim(64)]
+    """
+
+    weight: Tensor
+    bias: Tensor | Literal[0]
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        dtype: DType | None = None,
+        stride: int = 1,
+        padding: int | tuple[int, int] = 0,
+        output_padding: int = 0,
+        dilation: int = 1,
+        num_groups: int = 1,
+        device: Any = None,
+        has_bias: bool = False,
+        permute: bool = True,
+        name: str | None = None,
+    ) -> None:
+        layer = "ConvTranspose1d"
+        _check_groups(layer, in_channels, out_channels, num_groups)
+        self.in_channels, self.out_channels, self.num_groups = in_channels, out_channels, num_groups
+        self.kernel_size = _int_1d(layer, "kernel_size", kernel_size, 1)
+        self.dtype, self.permute, self.has_bias, self.name = dtype, bool(permute), bool(has_bias), name
+        self.stride = _int_1d(layer, "stride", stride, 1)
+        self.dilation = _int_1d(layer, "dilation", dilation, 1)
+        self.padding = _padding_1d(layer, padding)
+        op = _int_1d(layer, "output_padding", output_padding, 0)
+        if op >= self.stride and op >= self.dilation:
+            raise ValueError(f"{layer}: output_padding must be smaller than stride or dilation, got output_padding={op} with stride={self.stride}, dilation={self.dilation}")
+        self.output_padding = (0, op)
+        k = self.kernel_size
+        shape = [in_channels, out_channels // num_groups, k] if permute else [k, out_channels, in_channels // num_groups]
+        _init_params(self, shape, out_channels, has_bias, dtype, device)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``[N, in_channels, L]`` -> ``[N, out_channels, L']`` (channels-last with ``permute=False``).
+
+        The weight is cast to ``x``'s dtype, as in MAX. With ``num_groups > 1``
+        each group of input channels is transposed-convolved with its own slice
+        of the weight and the results are concatenated (PyTorch's grouping).
+
+        Raises:
+            ValueError: ``x`` is not rank 3 or has the wrong channel count, or the output would be empty.
+        """
+        check_conv_input("ConvTranspose1d", x, 1, self.in_channels, self.permute)
+        weight = _on(self.weight, x).cast(x.dtype)
+        bias = _bias(self, x)
+        # A unit height: [N, C, L] -> [N, C, 1, L] (NCHW), or [N, L, C] -> [N, 1, L, C] (NHWC).
+        axis, channel_axis = (2, 1) if self.permute else (1, 3)
+        x = F.unsqueeze(x, axis)
+        # CFRS [C_in, C_out/G, 1, K] or RSCF [1, K, C_out, C_in/G].
+        weight = F.unsqueeze(weight, 2 if self.permute else 0)
+        g = self.num_groups
+        if g == 1:
+            out = self._transpose(x, weight, bias)
+        else:
+            cin, cout = self.in_channels // g, self.out_channels // g
+            outs = []
+            for i in range(g):
+                xs = x[:, i * cin : (i + 1) * cin] if self.permute else x[:, :, :, i * cin : (i + 1) * cin]
+                ws = weight[i * cin : (i + 1) * cin] if self.permute else weight[:, :, i * cout : (i + 1) * cout]
+                bs = bias[i * cout : (i + 1) * cout] if bias is not None else None
+                outs.append(self._transpose(xs, ws, bs))
+            out = F.concat(outs, axis=channel_axis)
+        return F.squeeze(out, axis)
+
+    def _transpose(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        return F.conv2d_transpose(
+            x,
+            weight,
+            stride=(1, self.stride),
+            dilation=(1, self.dilation),
+            padding=self.padding,
+            output_paddings=self.output_padding,
+            bias=bias,
+            input_layout=ConvInputLayout.NCHW if self.permute else ConvInputLayout.NHWC,
+            filter_layout=FilterLayout.CFRS if self.permute else FilterLayout.RSCF,
+        )
