@@ -276,3 +276,54 @@ while_loop = _eager_front(_ops.while_loop)
 # maxfx extensions: registry fronts MAX's functional module lacks (docs/pages/kernels.md).
 # Module attributes like the rest, but kept out of __all__, which lists MAX's documented names.
 flash_attention = _eager_front(_ops.flash_attention)
+
+# ─── MAX's current functional module, beyond the seed documents' names ──────
+# MAX 26.x's ``max.experimental.functional`` also has these (not in __all__, which lists the
+# documented names). Registry fronts are wrapped as above; the rest compose fronts.
+acos = _eager_front(_ops.acos)
+ceil = _eager_front(_ops.ceil)
+complex_mul = _eager_front(_ops.complex.mul)
+dequantize = _eager_front(_ops.dequantize)
+floor_div = _eager_front(_ops.floor_div)
+group_norm = _eager_front(_ops.group_norm)
+inplace_custom = _eager_front(_ops.inplace_custom)
+qmatmul = _eager_front(_ops.qmatmul)
+rebind = _eager_front(_ops.rebind)
+resize = _eager_front(_ops.resize)
+rms_norm = _eager_front(_ops.rms_norm)
+roi_align = _eager_front(_ops.roi_align)
+scatter_add = _eager_front(_ops.scatter_add)
+scatter_max = _eager_front(_ops.scatter_max)
+scatter_min = _eager_front(_ops.scatter_min)
+scatter_mul = _eager_front(_ops.scatter_mul)
+scatter_nd_add = _eager_front(_ops.scatter_nd_add)
+scatter_nd_max = _eager_front(_ops.scatter_nd_max)
+scatter_nd_min = _eager_front(_ops.scatter_nd_min)
+scatter_nd_mul = _eager_front(_ops.scatter_nd_mul)
+shape_to_tensor = _eager_front(_ops.shape_to_tensor)
+allgather = _eager_front(_ops.allgather)
+allreduce_sum = _eager_front(_ops.allreduce_sum)
+distributed_broadcast = _eager_front(_ops.distributed_broadcast)
+from maxfx.experimental import _extra_functional as _extra  # noqa: E402 - beside the assignments it feeds
+
+arange = _extra.arange
+bottom_k = _extra.bottom_k
+clamp = _extra.clamp
+clip = _extra.clip
+elementwise_max = _extra.elementwise_max
+elementwise_min = _extra.elementwise_min
+ensure_context = _extra.ensure_context
+full = _extra.full
+full_like = _extra.full_like
+gaussian = _extra.gaussian
+gaussian_like = _extra.gaussian_like
+in_graph_context = _extra.in_graph_context
+normal = _extra.normal
+normal_like = _extra.normal_like
+ones = _extra.ones
+ones_like = _extra.ones_like
+prod = _extra.prod
+uniform = _extra.uniform
+uniform_like = _extra.uniform_like
+zeros = _extra.zeros
+zeros_like = _extra.zeros_like
