@@ -55,6 +55,7 @@ import jax
 import numpy as np
 from jax.experimental.compilation_cache import compilation_cache
 
+from lowering.debug import DEBUG, DebugInterpreter
 from lowering.dims import bind_symbols
 from lowering.dtypes import DType
 from lowering.executables import EXECUTABLES
@@ -175,7 +176,10 @@ class CompiledBlock:
         with x64():
             self.weights = {k: jax.device_put(v, device) for k, v in weights.items()}
         self._weight_key = tuple(sorted((k, _aval_key(v)) for k, v in self.weights.items()))
-        self._interpreted = block_is_data_dependent(block)
+        # MAX's debug options read at compile time: a NaN check or op log runs the graph node by node.
+        nan_check, op_log_level = DEBUG.compile_options()
+        debug = nan_check or op_log_level in ("trace", "debug")
+        self._interpreted = debug or block_is_data_dependent(block)
         self._buffer_inputs = [i for i, v in enumerate(block.inputs) if isinstance(v.type, BufferType)]
         self._weight_buffers = {_buffer_id(w) for w in self.weights.values()}
         # Top-level subgraph calls compile once per subgraph, not once per call site (lowering.piecewise).
@@ -187,7 +191,8 @@ class CompiledBlock:
             full = list(args)
             for i, b in zip(self._buffer_inputs, buffers):
                 full[i] = b
-            outs, finals = run_block(block, full, weights)
+            interp = DebugInterpreter(weights, nan_check=nan_check, op_log_level=op_log_level, sync=DEBUG.device_sync_mode) if debug else None
+            outs, finals = run_block(block, full, weights, interp)
             return outs, [finals[i] for i in self._buffer_inputs]
 
         self._program = program
@@ -308,11 +313,15 @@ class CompiledBlock:
         with x64():
             args = self._place(args)
             if self._interpreted:
-                return self._program(*self._split(args), self.weights)
-            if self._pieces is not None:
-                return self._run_pieces(args), args
-            donate = donate_buffers and self._can_donate(args)
-            return self._executable(args, donate)(*self._split(args), self.weights)
+                result = self._program(*self._split(args), self.weights)
+            elif self._pieces is not None:
+                result = self._run_pieces(args), args
+            else:
+                donate = donate_buffers and self._can_donate(args)
+                result = self._executable(args, donate)(*self._split(args), self.weights)
+        if DEBUG.device_sync_mode:  # MAX's device-sync-mode: a failure surfaces at this call, not a later read
+            jax.block_until_ready(result)
+        return result
 
     def lower_text(self, args: Sequence[Any], donate_buffers: bool = False, platform: str | None = None) -> str:
         """StableHLO text of the program for ``args`` (for inspection); ``donate_buffers`` marks the buffer inputs donated.

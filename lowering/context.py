@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lowering.debug import DEBUG, source_location
 from lowering.dtypes import DType
 from lowering.interpret import apply_impl, resolve_params
 from lowering.ir import Block, ConstantValue, Node, Var
@@ -319,7 +320,7 @@ class GraphBuilder(Context):
 
     def _record(self, op: OpDef, in_vars: Sequence[Var], params: dict[str, Any], out_types: Sequence[Type]) -> tuple[Var, ...]:
         outs = tuple(Var(t) for t in out_types)
-        self.block.nodes.append(Node(op.name, tuple(in_vars), params, outs))
+        self.block.nodes.append(Node(op.name, tuple(in_vars), params, outs, source_location() if DEBUG.source_tracebacks else None))
         self.block.invalidate()
         return outs
 

@@ -144,11 +144,12 @@ class Interpreter:
             self.bind_dims([v.type for v in node.outputs], outs[:n_out], f"{node.op} output")
 
 
-def run_block(block: Block, args: Sequence[Any], weights: Mapping[str, Any] | None = None) -> tuple[list[Any], list[Any]]:
+def run_block(block: Block, args: Sequence[Any], weights: Mapping[str, Any] | None = None, interp: Interpreter | None = None) -> tuple[list[Any], list[Any]]:
     """Run a top-level block: returns (outputs, final values of its inputs).
 
     The final input values differ from ``args`` only for mutated buffers.
+    ``interp`` (default: a plain `Interpreter` over ``weights``) runs the nodes.
     """
-    interp = Interpreter(weights)
+    interp = Interpreter(weights) if interp is None else interp
     outs, env = interp.run(block, args)
     return outs, [env[v.id] for v in block.inputs]

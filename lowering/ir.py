@@ -44,12 +44,17 @@ class Var:
 
 @dataclass(eq=False)
 class Node:
-    """One op application: ``outputs = op(*inputs, **params)``."""
+    """One op application: ``outputs = op(*inputs, **params)``.
+
+    ``location`` is the user's ``file:line`` that created it, recorded when
+    ``Graph.debug.source_tracebacks`` is on (not part of the structure key).
+    """
 
     op: str
     inputs: tuple[Var, ...]
     params: dict[str, Any]
     outputs: tuple[Var, ...]
+    location: str | None = None
 
 
 @dataclass(eq=False)

@@ -5,7 +5,8 @@ Example:
     >>> session = InferenceSession()  # host CPU
 """
 
+from lowering.debug import DebugConfig
 from maxfx.engine._model import Model, MojoValue, TensorSpec
 from maxfx.engine._session import CompiledModel, CustomExtensionsType, GPUProfilingMode, InferenceSession, LogLevel
 
-__all__ = ["CompiledModel", "CustomExtensionsType", "GPUProfilingMode", "InferenceSession", "LogLevel", "Model", "MojoValue", "TensorSpec"]
+__all__ = ["CompiledModel", "CustomExtensionsType", "DebugConfig", "GPUProfilingMode", "InferenceSession", "LogLevel", "Model", "MojoValue", "TensorSpec"]

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from lowering.compile import CompiledBlock
+from lowering.debug import DEBUG
 from lowering.devices import jax_device
 from lowering.dtypes import DType
 from lowering.ir import Block, weight_reads
@@ -131,6 +132,10 @@ class InferenceSession:
         custom_extensions: kernel library paths (maxfx custom ops are Python/JAX;
             see ``maxfx.graph.ops.custom``).
     """
+
+    debug = DEBUG
+    """Process-wide debugging options (MAX's ``InferenceSession.debug``, a `DebugConfig`): ``nan_check`` and
+    ``op_log_level`` are read by ``compile``/``load``, ``device_sync_mode`` by each execution."""
 
     def __init__(self, devices: Sequence[Any] | None = None, num_threads: int | None = None, *, custom_extensions: CustomExtensionsType | None = None):
         self._devices = list(devices) if devices else [CPU()]

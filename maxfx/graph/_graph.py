@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lowering.context import GraphBuilder, use_context
+from lowering.debug import DEBUG
 from lowering.ir import Block, Var
 from lowering.ops.core import weight_p
 from lowering.ops.custom import lookup_custom_op
@@ -176,6 +177,8 @@ class Graph:
     """
 
     current = _CurrentGraph()
+    debug = DEBUG
+    """Process-wide debugging options (MAX's ``Graph.debug``): ``source_tracebacks`` is read while graphs are built."""
 
     def __init__(
         self,

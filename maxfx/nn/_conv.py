@@ -23,6 +23,7 @@ from typing import Any
 
 from lowering.dtypes import DType
 from lowering.types import ConvInputLayout, DeviceRef, FilterLayout
+from maxfx._conv_args import check_conv_input, check_positive, conv_padding, conv_tuple
 from maxfx.graph import ops
 from maxfx.graph._weight import Weight
 from maxfx.nn._graph_util import as_value as _as_value
@@ -33,26 +34,6 @@ __all__ = ["Conv1D", "Conv2d", "Conv3D", "Conv1DV1", "Conv2dV1", "Conv3DV1", "co
 
 
 # ─── argument normalisation ───────────────────────────────────────────────
-
-
-def conv_tuple(layer: str, name: str, value: Any, n: int, minimum: int = 1) -> tuple[int, ...]:
-    """``value`` (an int or ``n`` ints) as ``n`` ints, each at least ``minimum``."""
-    vals = (value,) * n if isinstance(value, int) else tuple(value)
-    if len(vals) != n or not all(isinstance(v, int) and v >= minimum for v in vals):
-        raise ValueError(f"{layer}: {name} must be an int or {n} ints >= {minimum}, got {value!r}")
-    return vals
-
-
-def conv_padding(layer: str, value: Any, nd: int) -> tuple[int, ...]:
-    """Padding as ``2 * nd`` ints ``(before_0, after_0, before_1, ...)``; an int or ``nd`` ints pad both sides."""
-    if isinstance(value, int):
-        value = (value,) * nd
-    vals = tuple(value)
-    if len(vals) == nd:
-        vals = tuple(v for p in vals for v in (p, p))
-    if len(vals) != 2 * nd or not all(isinstance(v, int) and v >= 0 for v in vals):
-        raise ValueError(f"{layer}: padding must be an int, {nd} ints or {2 * nd} ints >= 0, got {value!r}")
-    return vals
 
 
 def _device(device: Any) -> DeviceRef:
@@ -66,31 +47,11 @@ def _on(value: Any, device: DeviceRef) -> Any:
     return value.to(device) if value.device != device else value
 
 
-def _check_positive(layer: str, **sizes: Any) -> None:
-    """Raise a ValueError naming ``layer`` and the first of ``sizes`` that is not a positive int."""
-    for what, v in sizes.items():
-        if not isinstance(v, int) or v <= 0:
-            raise ValueError(f"{layer}: {what} must be a positive int, got {v!r}")
-
-
 def _new_weights(name: str | None, dtype: DType, shape: list[int], out_channels: int, has_bias: bool) -> tuple[Weight, Weight | None]:
     """The layer's ``weight`` of ``shape`` and, with ``has_bias``, its ``(out_channels,)`` ``bias`` (names prefixed by ``name.``)."""
     prefix = f"{name}." if name else ""
     bias = Weight(prefix + "bias", dtype, [out_channels], DeviceRef.CPU()) if has_bias else None
     return Weight(prefix + "weight", dtype, shape, DeviceRef.CPU()), bias
-
-
-_INPUT_DOC = {1: ("(N, L, C)", "(N, C, L)"), 2: ("NHWC", "NCHW"), 3: ("NDHWC", "NCDHW")}
-
-
-def check_conv_input(layer: str, x: Any, nd: int, in_channels: int | None, channels_first: bool) -> None:
-    """Raise a ValueError naming ``layer`` unless ``x`` is a rank ``nd + 2`` float value with ``in_channels`` channels."""
-    layout = _INPUT_DOC[nd][1 if channels_first else 0]
-    if x.rank != nd + 2:
-        raise ValueError(f"{layer}: expected a rank-{nd + 2} {layout} input, got shape {shape_str(x.shape)}")
-    c = x.shape[1 if channels_first else -1]
-    if in_channels is not None and str(c) != str(in_channels):
-        raise ValueError(f"{layer}: the input {shape_str(x.shape)} ({layout}) has {c} channels, expected in_channels={in_channels}")
 
 
 # ─── layers ───────────────────────────────────────────────────────────────
@@ -105,7 +66,7 @@ class _ConvND(Module):
 
     def _setup(self, kernel: tuple[int, ...], in_channels: int, out_channels: int, dtype: DType, num_groups: int, device: Any, has_bias: bool, permute: bool, name: str | None) -> None:
         layer = type(self).__name__
-        _check_positive(layer, in_channels=in_channels, out_channels=out_channels, num_groups=num_groups)
+        check_positive(layer, in_channels=in_channels, out_channels=out_channels, num_groups=num_groups)
         if in_channels % num_groups or out_channels % num_groups:
             raise ValueError(f"{layer}: in_channels={in_channels} and out_channels={out_channels} must both be divisible by num_groups={num_groups}")
         self.in_channels, self.out_channels, self.num_groups = in_channels, out_channels, num_groups

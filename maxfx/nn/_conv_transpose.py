@@ -19,9 +19,10 @@ from typing import Any
 
 from lowering.dtypes import DType
 from lowering.types import ConvInputLayout, DeviceRef, FilterLayout
+from maxfx._conv_args import check_conv_input, check_positive, conv_tuple, padding_1d
 from maxfx.graph import ops
 from maxfx.graph._weight import Weight
-from maxfx.nn._conv import _check_positive, _device, _new_weights, _on, check_conv_input, conv_tuple
+from maxfx.nn._conv import _device, _new_weights, _on
 from maxfx.nn._graph_util import as_value as _as_value
 from maxfx.nn._layer import Module
 
@@ -32,17 +33,6 @@ def _pair_1d(layer: str, name: str, value: Any, minimum: int) -> tuple[int, int]
     """MAX's 2-D form of a 1-D setting: an int ``v`` is ``(neutral, v)`` (the unit height dim first)."""
     neutral = 1 if minimum >= 1 else 0
     return conv_tuple(layer, name, (neutral, value) if isinstance(value, int) else value, 2, minimum)
-
-
-def _padding_1d(layer: str, value: Any) -> tuple[int, int, int, int]:
-    if isinstance(value, int):
-        value = (0, 0, value, value)
-    vals = tuple(value)
-    if len(vals) == 2:  # (left, right) along the length
-        vals = (0, 0, *vals)
-    if len(vals) != 4 or not all(isinstance(v, int) and v >= 0 for v in vals) or vals[0] or vals[1]:
-        raise ValueError(f"{layer}: padding must be an int, (left, right) or (0, 0, left, right) of ints >= 0, got {value!r}")
-    return vals
 
 
 class ConvTranspose1d(Module):
@@ -78,14 +68,14 @@ class ConvTranspose1d(Module):
     ) -> None:
         super().__init__()
         layer = type(self).__name__
-        _check_positive(layer, length=length, in_channels=in_channels, out_channels=out_channels)
+        check_positive(layer, length=length, in_channels=in_channels, out_channels=out_channels)
         self.kernel_length, self.in_channels, self.out_channels = length, in_channels, out_channels
         self.device = _device(device)
         self.permute = bool(permute)
         self.stride = _pair_1d(layer, "stride", stride, 1)
         self.dilation = _pair_1d(layer, "dilation", dilation, 1)
         self.output_padding = _pair_1d(layer, "output_padding", output_padding, 0)
-        self.padding = _padding_1d(layer, padding)
+        self.padding = padding_1d(layer, padding)
         shape = [in_channels, out_channels, length] if permute else [length, out_channels, in_channels]
         self.weight, self.bias = _new_weights(name, dtype, shape, out_channels, has_bias)
 

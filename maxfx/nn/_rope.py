@@ -31,6 +31,7 @@ import numpy as np
 
 from lowering.dtypes import DType
 from lowering.types import DeviceRef
+from maxfx._rope_math import apply_rope, default_inv_freq
 from maxfx.graph import Dim, Graph, ops
 from maxfx.nn._graph_util import as_value as _as_value
 from maxfx.nn._graph_util import shape_str
@@ -199,33 +200,6 @@ def rope_cos_sin(positions: Any, inv_freq: Any) -> tuple[Any, Any]:
     """
     angles = ops.unsqueeze(ops.cast(positions, DType.float32), -1) * inv_freq
     return ops.cos(angles), ops.sin(angles)
-
-
-def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool) -> Any:
-    """Rotate the pairs of ``x``'s last dim (``head_dim``) by the angles whose cos/sin are given.
-
-    Args:
-        x: ``[..., head_dim]`` (e.g. ``[batch, seq, heads, head_dim]``); the result has its shape and dtype.
-        cos, sin: ``[..., head_dim // 2]``, broadcastable against ``x[..., :head_dim // 2]``.
-        interleaved: rotate pairs ``(2i, 2i + 1)`` (GPT-J/Meta layout); False rotates
-            ``(i, i + head_dim / 2)`` (Hugging Face's ``rotate_half`` layout).
-
-    Example:
-        >>> cos, sin = rope_cos_sin(positions, inv_freq)  # doctest: +SKIP
-        >>> q = apply_rope(q, ops.unsqueeze(cos, 2), ops.unsqueeze(sin, 2), interleaved=False)  # doctest: +SKIP
-    """
-    if cos.dtype != x.dtype:
-        cos, sin = ops.cast(cos, x.dtype), ops.cast(sin, x.dtype)
-    if interleaved:
-        pairs = ops.as_interleaved_complex(x)
-        re, im = pairs[..., 0], pairs[..., 1]
-    else:
-        half = int(x.shape[-1]) // 2
-        re, im = x[..., :half], x[..., half:]
-    out_re, out_im = re * cos - im * sin, re * sin + im * cos
-    if interleaved:
-        return ops.reshape(ops.stack([out_re, out_im], axis=-1), x.shape)
-    return ops.concat([out_re, out_im], axis=-1)
 
 
 # ─── base layer ───────────────────────────────────────────────────────────
@@ -401,11 +375,6 @@ class Llama3RotaryEmbedding(RotaryEmbedding):
             return super()._compute_inv_freqs()
         inv = scaled_inv_freq(default_inv_freq(self.theta, self._rope_dim), self.scaling_params)
         return ops.constant(inv.astype(np.float32), DType.float32, _CPU)
-
-
-def default_inv_freq(theta: float, rope_dim: int) -> np.ndarray:
-    """``[rope_dim // 2]`` float64 ``theta ** (-2i / rope_dim)`` (host-side, for the scaled variants and `maxfx.models`)."""
-    return 1.0 / float(theta) ** (np.arange(0, rope_dim, 2, dtype=np.float64) / rope_dim)
 
 
 def scaled_inv_freq(inv: np.ndarray, params: Llama3RopeScalingParams | LinearScalingParams) -> np.ndarray:

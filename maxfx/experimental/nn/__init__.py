@@ -11,8 +11,10 @@ Example:
 from maxfx.experimental.nn._extra_layers import QuantizedLinear
 from maxfx.experimental.nn._fields import StaticFieldWarning, static_field
 from maxfx.experimental.nn._layers import Embedding, Linear, ModuleList, Sequential
+from maxfx.experimental.nn.conv import Conv1d, Conv2d, ConvTranspose1d
 from maxfx.experimental.nn.module import Module, module_dataclass
 from maxfx.experimental.nn.norm import GemmaRMSNorm, GroupNorm, LayerNorm, RMSNorm
+from maxfx.experimental.nn.rope import RotaryEmbedding, TransposedRotaryEmbedding
 
 __all__ = [
     "Conv1d",
@@ -34,8 +36,3 @@ __all__ = [
     "module_dataclass",
     "static_field",
 ]
-
-# Last: conv and rope share argument checks and rotation math with the graph-API layers in
-# ``maxfx.nn``, whose package imports ``maxfx.nn.module_v3``, which imports the names above.
-from maxfx.experimental.nn.conv import Conv1d, Conv2d, ConvTranspose1d  # noqa: E402
-from maxfx.experimental.nn.rope import RotaryEmbedding, TransposedRotaryEmbedding  # noqa: E402

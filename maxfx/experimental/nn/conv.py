@@ -37,12 +37,11 @@ from typing import Any, Literal
 
 from lowering.dtypes import DType
 from lowering.types import ConvInputLayout, FilterLayout
+from maxfx._conv_args import check_conv_input, check_positive, conv_padding, conv_tuple, padding_1d
 from maxfx.experimental import functional as F
 from maxfx.experimental import random
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn.module import Module
-from maxfx.nn._conv import _check_positive, check_conv_input, conv_padding, conv_tuple
-from maxfx.nn._conv_transpose import _padding_1d
 
 __all__ = ["Conv1d", "Conv2d", "ConvTranspose1d"]
 
@@ -52,7 +51,7 @@ __all__ = ["Conv1d", "Conv2d", "ConvTranspose1d"]
 
 def _check_groups(layer: str, in_channels: int, out_channels: int, num_groups: int) -> None:
     """Raise a ValueError naming ``layer`` unless the channel counts and ``num_groups`` are positive and divisible."""
-    _check_positive(layer, in_channels=in_channels, out_channels=out_channels, num_groups=num_groups)
+    check_positive(layer, in_channels=in_channels, out_channels=out_channels, num_groups=num_groups)
     if in_channels % num_groups or out_channels % num_groups:
         raise ValueError(f"{layer}: in_channels={in_channels} and out_channels={out_channels} must both be divisible by num_groups={num_groups}")
 
@@ -208,7 +207,7 @@ class Conv1d(Module):
             total = self.dilation * (self.kernel_size - 1)
             self.padding = (0, 0, total // 2, total - total // 2)
         else:
-            self.padding = _padding_1d(layer, padding)
+            self.padding = padding_1d(layer, padding)
         k = self.kernel_size
         shape = [out_channels, in_channels // num_groups, k] if permute else [k, in_channels // num_groups, out_channels]
         _init_params(self, shape, out_channels, has_bias, dtype, device)
@@ -290,7 +289,7 @@ class ConvTranspose1d(Module):
         self.dtype, self.permute, self.has_bias, self.name = dtype, bool(permute), bool(has_bias), name
         self.stride = _int_1d(layer, "stride", stride, 1)
         self.dilation = _int_1d(layer, "dilation", dilation, 1)
-        self.padding = _padding_1d(layer, padding)
+        self.padding = padding_1d(layer, padding)
         op = _int_1d(layer, "output_padding", output_padding, 0)
         if op >= self.stride and op >= self.dilation:
             raise ValueError(f"{layer}: output_padding must be smaller than stride or dilation, got output_padding={op} with stride={self.stride}, dilation={self.dilation}")

@@ -16,7 +16,7 @@ by the angles of positions ``start_pos ... start_pos + seq_len - 1``:
   parts and the second half as the imaginary ones, pairs ``(i, i + head_dim/2)``
   (Hugging Face's ``rotate_half`` layout).
 
-The rotation itself is ``maxfx.nn._rope.apply_rope`` (shared with the graph-API
+The rotation itself is ``maxfx._rope_math.apply_rope`` (shared with the graph-API
 layers and ``maxfx.models``); the result dtype is MAX's promotion of the
 input's and the table's dtypes (an input of the table's dtype keeps it).
 
@@ -37,11 +37,11 @@ from typing import Any
 
 from lowering.dims import Dim, StaticDim
 from lowering.dtypes import DType, promote_strong
+from maxfx._rope_math import apply_rope, default_inv_freq
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn.module import Module, module_dataclass
 from maxfx.experimental.tensor import defaults, defaults_like
-from maxfx.nn._rope import apply_rope, default_inv_freq
 
 __all__ = ["RotaryEmbedding", "TransposedRotaryEmbedding", "embed", "positional_embedding", "theta"]
 
