@@ -17,21 +17,11 @@ from lowering.dims import Dim, StaticDim
 from lowering.dtypes import DType
 from lowering.ops.core import cast
 from lowering.ops.elementwise import add, mul, rsqrt, sub
-from lowering.ops.reduction import mean
+from lowering.ops.reduction import check_epsilon, mean
 from lowering.ops.shape import reshape
 from lowering.registry import front
 
 __all__ = ["rms_norm", "group_norm"]
-
-
-def _epsilon(op: str, epsilon: Any) -> float:
-    try:
-        eps = float(epsilon)
-    except (TypeError, ValueError):
-        raise TypeError(f"{op}: epsilon must be a number, got {type(epsilon).__name__} {epsilon!r}") from None
-    if not eps > 0:
-        raise ValueError(f"{op}: epsilon must be positive, got {epsilon!r}")
-    return eps
 
 
 def _fmt(shape: Any) -> str:
@@ -80,7 +70,7 @@ def rms_norm(input, weight, epsilon, weight_offset=0.0, multiply_before_cast=Fal
         TensorType(dtype=float32, shape=[Dim(1), Dim(2)], device=cpu:0): [0.8485..., 2.2627...]
     """
     op = "rms_norm"
-    eps = _epsilon(op, epsilon)
+    eps = check_epsilon(op, epsilon)
     _require_float(op, input, "input")
     if len(input.shape) == 0:
         raise ValueError(f"{op}: input must have at least one dim, got a scalar")
@@ -120,7 +110,7 @@ def group_norm(input, gamma, beta, num_groups, epsilon):  # noqa: A002 - MAX's n
         TensorType(dtype=float32, shape=[Dim(1), Dim(2), Dim(2)], device=cpu:0): [-0.9999..., 0.9999..., -0.9999..., 0.9999...]
     """
     op = "group_norm"
-    eps = _epsilon(op, epsilon)
+    eps = check_epsilon(op, epsilon)
     _require_float(op, input, "input")
     shape = list(input.shape)
     if len(shape) < 2:

@@ -20,6 +20,8 @@ broadcasting), with one it is the ``reduce_max`` reduction (``axis=None`` means 
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -547,10 +549,15 @@ def layer_norm(input, gamma, beta, epsilon):
         >>> ops.layer_norm(x, gamma, beta, epsilon=1e-5)
         TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [-1.2247..., 0.0, 2.9494..., -0.7071..., -0.7071..., 3.3284...]
     """
+    return bind(layer_norm_p, input, gamma, beta, epsilon=check_epsilon("layer_norm", epsilon))
+
+
+def check_epsilon(op: str, epsilon: Any) -> float:
+    """``epsilon`` as a positive float (the normalisations' variance offset); TypeError/ValueError naming ``op`` otherwise."""
     try:
         eps = float(epsilon)
     except (TypeError, ValueError):
-        raise TypeError(f"layer_norm: epsilon must be a number, got {type(epsilon).__name__} {epsilon!r}") from None
+        raise TypeError(f"{op}: epsilon must be a number, got {type(epsilon).__name__} {epsilon!r}") from None
     if not eps > 0:
-        raise ValueError(f"layer_norm: epsilon must be positive, got {epsilon!r}")
-    return bind(layer_norm_p, input, gamma, beta, epsilon=eps)
+        raise ValueError(f"{op}: epsilon must be positive, got {epsilon!r}")
+    return eps
