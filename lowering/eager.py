@@ -195,9 +195,11 @@ def _device_constant(array: np.ndarray, device: jax.Device) -> jax.Array:
 
 
 _NO_PARAMS: dict[str, Any] = {}
+_binary_plans: dict[tuple, BindPlan] = {}  # (op, lhs kind, rhs kind) -> bind_plan(op, kinds, {}): the operators' lookup
 # A binding's plan keeps the C++ entry of its one-op program (`BindPlan.entry`): dropping the
 # executables drops those shortcuts with them.
 EXECUTABLES.on_clear(clear_plans)
+EXECUTABLES.on_clear(_binary_plans.clear)
 
 
 def _remember_entry(op: OpDef, plan: BindPlan, in_vars: Sequence[LazyVar], kinds: Sequence[Any]) -> None:
@@ -355,7 +357,12 @@ class EagerContext(Context):
         if lo is None or ro is None:
             return self._bind_values(op, (lhs, rhs), _NO_PARAMS)
         (lk, lv), (rk, rv) = lo, ro
-        plan = bind_plan(op, (lk, rk), _NO_PARAMS)
+        key = (op, lk, rk)
+        plan = _binary_plans.get(key)
+        if plan is None:  # the same memoised plan as bind_plan's; this table skips its call on every `x * 2`
+            plan = _binary_plans[key] = bind_plan(op, (lk, rk), _NO_PARAMS)
+            if len(_binary_plans) > 4096:
+                _binary_plans.clear()
         la, ra = plan.actions
         if la is not None:
             lv = self.cast(lv, la[1]) if la[0] == "cast" else _scalar_leaf(op.name, lhs, la[1], plan.device)
@@ -365,7 +372,7 @@ class EagerContext(Context):
             return self.apply(op, plan, [lv, rv], _NO_PARAMS)
         if lv.node is None and rv.node is None and not _lazy.get():  # MAX's default mode: run now
             if plan.entry is not None:
-                return self.wrap(_run_entry(op, plan, (lv.array, rv.array))[0])
+                return self.wrap(_run_entry1(op, plan, lv.array, rv.array))
             result = self._record(op, (lv, rv), _NO_PARAMS, plan.out_types, plan.signature)[0]
             _remember_entry(op, plan, (lv, rv), (lk, rk))
             return self.wrap(result)
@@ -381,7 +388,7 @@ class EagerContext(Context):
         if o is not None and o[1] is not None and o[1].node is None and not _lazy.get():
             plan = bind_plan(op, (o[0],), _NO_PARAMS)
             if plan.entry is not None:
-                return self.wrap(_run_entry(op, plan, (o[1].array,))[0])
+                return self.wrap(_run_entry1(op, plan, o[1].array))
         return self._bind_values(op, (x,), _NO_PARAMS)
 
     def _bind_values(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
@@ -696,6 +703,16 @@ def _op_executable(key: tuple, op: OpDef, in_vars: Sequence[LazyVar], params: di
         exe = jax.jit(lambda *args: _run(block, args)).lower(*[v.array for v in in_vars]).compile()
     _stats.compiles += 1
     return exe
+
+
+def _run_entry1(op: OpDef, plan: BindPlan, *arrays: Any) -> LazyVar:
+    """`_run_entry` for a one-output plan, kept tight: the operator and unary paths of every eager step."""
+    try:
+        out = plan.entry(*arrays)[0]
+    except Exception as e:
+        raise RuntimeError(f"running {op.name} failed: {e}") from e
+    _stats.op_runs += 1
+    return LazyVar(plan.out_types[0], out)
 
 
 def _run_entry(op: OpDef, plan: BindPlan, arrays: Sequence[Any]) -> tuple[LazyVar, ...]:
