@@ -54,6 +54,8 @@ class RMSNorm(Module):
         return StaticDim(int(self.weight.shape[0]))
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.shape[-1] != self.weight.shape[0]:
+            raise ValueError(f"{type(self).__name__}: input {x.type} must end in dim {self.weight.shape[0]}")
         return rms_norm(x, self.weight, self.eps)
 
     def __repr__(self) -> str:
@@ -73,4 +75,6 @@ class GemmaRMSNorm(RMSNorm):
     """
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.shape[-1] != self.weight.shape[0]:
+            raise ValueError(f"{type(self).__name__}: input {x.type} must end in dim {self.weight.shape[0]}")
         return rms_norm(x, self.weight, self.eps, weight_offset=1.0, multiply_before_cast=True)
