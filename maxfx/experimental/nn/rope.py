@@ -40,21 +40,13 @@ from lowering.dtypes import DType, promote_strong
 from maxfx._rope_math import apply_rope, default_inv_freq
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
+from maxfx.experimental.nn._layers import _dim
 from maxfx.experimental.nn.module import Module, module_dataclass
 from maxfx.experimental.tensor import defaults, defaults_like
 
 __all__ = ["RotaryEmbedding", "TransposedRotaryEmbedding", "embed", "positional_embedding", "theta"]
 
 DimLike = int | str | Dim
-
-
-def _positive_int(where: str, name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) and not hasattr(value, "__index__"):
-        raise TypeError(f"{where}: {name} must be an int, got {type(value).__name__}")
-    n = int(value)
-    if n <= 0:
-        raise ValueError(f"{where}: {name} must be positive, got {n}")
-    return n
 
 
 # ─── the rotation table ────────────────────────────────────────────────────
@@ -81,7 +73,7 @@ def theta(dim: int, base: float) -> Tensor:
         >>> theta(dim=8, base=10000.0).to_numpy().tolist()
         [1.0, 0.10000000149011612, 0.009999999776482582, 0.0010000000474974513]
     """
-    n = _positive_int("theta", "dim", dim)
+    n = _dim(dim, "theta: dim")
     if n % 2:
         raise ValueError(f"theta: dim must be even (RoPE rotates pairs of components), got {n}")
     if isinstance(base, bool) or not isinstance(base, (int, float)) and not hasattr(base, "__float__"):
@@ -111,7 +103,7 @@ def embed(frequencies: Tensor, max_sequence_length: int) -> Tensor:
         >>> embed(Tensor([1.0, 0.5]), 3).shape
         [Dim(3), Dim(2), Dim(2)]
     """
-    length = _positive_int("embed", "max_sequence_length", max_sequence_length)
+    length = _dim(max_sequence_length, "embed: max_sequence_length")
     if len(frequencies.shape) != 1:
         raise ValueError(f"embed: frequencies must be 1-D, got shape {[str(d) for d in frequencies.shape]}")
     with defaults_like(frequencies):

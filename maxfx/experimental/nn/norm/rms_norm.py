@@ -53,10 +53,14 @@ class RMSNorm(Module):
         """The size of the normalised (last) dim."""
         return StaticDim(int(self.weight.shape[0]))
 
+    # Llama's form; GemmaRMSNorm scales by ``1 + weight`` before the cast.
+    _weight_offset = 0.0
+    _multiply_before_cast = False
+
     def forward(self, x: Tensor) -> Tensor:
         if x.shape[-1] != self.weight.shape[0]:
             raise ValueError(f"{type(self).__name__}: input {x.type} must end in dim {self.weight.shape[0]}")
-        return rms_norm(x, self.weight, self.eps)
+        return rms_norm(x, self.weight, self.eps, weight_offset=self._weight_offset, multiply_before_cast=self._multiply_before_cast)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(dim={int(self.weight.shape[0])}, eps={self.eps})"
@@ -74,7 +78,5 @@ class GemmaRMSNorm(RMSNorm):
         [[1.6971, 2.2627]]
     """
 
-    def forward(self, x: Tensor) -> Tensor:
-        if x.shape[-1] != self.weight.shape[0]:
-            raise ValueError(f"{type(self).__name__}: input {x.type} must end in dim {self.weight.shape[0]}")
-        return rms_norm(x, self.weight, self.eps, weight_offset=1.0, multiply_before_cast=True)
+    _weight_offset = 1.0
+    _multiply_before_cast = True
