@@ -35,9 +35,13 @@ def _rel(got, want) -> float:
 # ─── GGUF kernels in interpret mode ───────────────────────────────────────
 
 
+# Default suite: each format at every row count in float32 and one bf16 case (m=5, ragged n);
+# the other bf16 row counts run with -m slow (interpret mode costs 1-3 s a case on 2 cores).
+_GGUF_CASES = [("float32", 1), ("float32", 5), ("float32", 130), ("bfloat16", 5)] + [pytest.param("bfloat16", m, marks=pytest.mark.slow) for m in (1, 130)]
+
+
 @pytest.mark.parametrize("encoding", GGUF)
-@pytest.mark.parametrize("m", [1, 5, 130])
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype, m", _GGUF_CASES)
 def test_gguf_kernel_matches_reference_and_gguf(rng, encoding, m, dtype):
     n = 40 if m != 5 else 130  # never a multiple of the 128-row tile
     w = random_blocks(rng, encoding, n, BLOCKS[encoding])
@@ -109,7 +113,7 @@ def test_prepared_weight_is_reused(rng):
 
 @pytest.mark.parametrize("act_order", [False, True])
 @pytest.mark.parametrize("group_size, k, n", [(128, 384, 40), (32, 320, 130)])
-@pytest.mark.parametrize("m", [1, 5])
+@pytest.mark.parametrize("m", [1, pytest.param(5, marks=pytest.mark.slow)])  # m=5: -m slow (2-3 s a case)
 def test_gptq_kernel(rng, act_order, group_size, k, n, m):
     qweight, scales, g_idx, w = random_gptq(rng, k, n, group_size, act_order=act_order)
     packed = cq.gptq_pack(qweight, scales)
