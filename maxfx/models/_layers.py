@@ -26,7 +26,6 @@ from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn import Embedding, Linear, Module, QuantizedLinear
 from maxfx.graph import ops
-from maxfx.nn._basic import rms_norm
 from maxfx.nn._q8 import q8_lookup, q8_matmul
 from maxfx.nn._rope import apply_rope, rope_cos_sin
 from maxfx.nn.attention._other import padded_attention
@@ -202,7 +201,7 @@ def attention_with_cache(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, cache: A
 class ScaledRMSNorm(Module):
     """RMSNorm scaling by ``(weight + offset)``, the product in float32 before the cast back (Gemma: offset 1).
 
-    The math is `maxfx.nn`'s ``rms_norm`` (the graph layers' too). Llama's norm
+    The math is ``ops.rms_norm`` (the graph layers' too). Llama's norm
     (cast first, then scale) stays `maxfx.experimental.nn.RMSNorm`.
 
     Example:
@@ -216,4 +215,4 @@ class ScaledRMSNorm(Module):
         self.eps, self.offset, self.multiply_before_cast = float(eps), float(offset), bool(multiply_before_cast)
 
     def forward(self, x: Tensor) -> Tensor:
-        return rms_norm(x, self.weight, self.eps, self.offset, self.multiply_before_cast)
+        return ops.rms_norm(x, self.weight, self.eps, self.offset, self.multiply_before_cast)

@@ -16,11 +16,12 @@ from maxfx.graph import ops
 from maxfx.graph._weight import ShardingStrategy, Weight
 from maxfx.graph.quantization import QuantizationEncoding
 from maxfx.nn._float8_linear import float8_matmul, float8_weights
+from maxfx.nn._graph_util import on_device as _on
 from maxfx.nn._layer import Layer, LayerList, Module, Shardable
 from maxfx.nn._linear_sharding import set_linear_strategy, shard_linear
 from maxfx.nn.activation import activation_table
 
-__all__ = ["Linear", "MLP", "Embedding", "LayerNorm", "RMSNorm", "Sequential", "clamp", "rms_norm"]
+__all__ = ["Linear", "MLP", "Embedding", "LayerNorm", "RMSNorm", "Sequential", "clamp"]
 
 
 def clamp(x: Any, min: float | None = None, max: float | None = None) -> Any:  # noqa: A002 - MAX's names
@@ -38,10 +39,6 @@ def clamp(x: Any, min: float | None = None, max: float | None = None) -> Any:  #
 
 def _device(device: Any) -> DeviceRef:
     return DeviceRef.from_device(device) if device is not None else DeviceRef.CPU()
-
-
-def _on(value: Any, device: DeviceRef) -> Any:
-    return value.to(device) if value.device != device else value
 
 
 def _weight_shape(encoding: QuantizationEncoding | None, out_dim: int, in_dim: int, where: str) -> tuple[DType | None, list[int]]:
@@ -264,12 +261,7 @@ class RMSNorm(Module, Shardable):
         self.weight = Weight("weight", dtype, [self.dim], DeviceRef.CPU())
 
     def __call__(self, x: Any) -> Any:
-        return rms_norm(x, _on(self.weight, x.device), self.eps, self.weight_offset, self.multiply_before_cast)
-
-
-def rms_norm(x: Any, weight: Any, eps: float, weight_offset: float, multiply_before_cast: bool) -> Any:
-    """``ops.rms_norm`` with positional knobs (the layers' shared call)."""
-    return ops.rms_norm(x, weight, eps, weight_offset, multiply_before_cast)
+        return ops.rms_norm(x, _on(self.weight, x.device), self.eps, self.weight_offset, self.multiply_before_cast)
 
 
 class Sequential(LayerList):

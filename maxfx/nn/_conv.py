@@ -27,6 +27,7 @@ from maxfx._conv_args import check_conv_input, check_positive, conv_padding, con
 from maxfx.graph import ops
 from maxfx.graph._weight import Weight
 from maxfx.nn._graph_util import as_value as _as_value
+from maxfx.nn._graph_util import on_device as _on
 from maxfx.nn._graph_util import shape_str
 from maxfx.nn._layer import Layer, Module, Shardable
 
@@ -38,13 +39,6 @@ __all__ = ["Conv1D", "Conv2d", "Conv3D", "Conv1DV1", "Conv2dV1", "Conv3DV1", "co
 
 def _device(device: Any) -> DeviceRef:
     return DeviceRef.from_device(device) if device is not None else DeviceRef.CPU()
-
-
-def _on(value: Any, device: DeviceRef) -> Any:
-    """``value`` moved to ``device`` (``None`` stays ``None``: an absent bias)."""
-    if value is None:
-        return None
-    return value.to(device) if value.device != device else value
 
 
 def _new_weights(name: str | None, dtype: DType, shape: list[int], out_channels: int, has_bias: bool) -> tuple[Weight, Weight | None]:

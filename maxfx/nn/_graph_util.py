@@ -22,3 +22,10 @@ def as_value(x: Any) -> Any:
 def shape_str(shape: Any) -> str:
     """``[2, 'seq', 8]``-style text for error messages (symbolic dims by name)."""
     return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def on_device(value: Any, device: DeviceRef) -> Any:
+    """``value`` (a Weight or graph value) moved to ``device`` when it lives elsewhere; ``None`` (an absent bias) stays ``None``."""
+    if value is None:
+        return None
+    return value if value.device == device else value.to(device)

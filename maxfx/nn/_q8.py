@@ -29,6 +29,7 @@ from lowering.ops.quantized import q8_0_matmul_p
 from lowering.types import DeviceRef
 from maxfx.graph import ops
 from maxfx.graph._weight import Weight
+from maxfx.nn._graph_util import on_device as _on
 from maxfx.nn._layer import Module
 from maxfx.nn.attention._rope_attention import AttentionWithRope
 
@@ -40,10 +41,6 @@ _Q8_BYTES = 2 + Q8_BLOCK  # bytes per block in a GGUF file
 
 def _device(device: Any) -> DeviceRef:
     return DeviceRef.from_device(device) if device is not None else DeviceRef.CPU()
-
-
-def _on(value: Any, device: DeviceRef) -> Any:
-    return value.to(device) if value.device != device else value
 
 
 def split_q8_0(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

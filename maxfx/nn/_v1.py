@@ -18,7 +18,7 @@ from lowering.types import DeviceRef
 from maxfx.graph import ops
 from maxfx.graph._weight import Weight
 from maxfx.graph.quantization import QuantizationConfig, QuantizationEncoding
-from maxfx.nn._basic import rms_norm
+from maxfx.nn._graph_util import on_device as _on
 from maxfx.nn._layer import Layer, Module
 
 __all__ = ["LinearV1", "QLinearV1", "GPTQLinearV1", "MLPV1", "EmbeddingV1", "LayerNormV1", "RMSNormV1", "ConstantLayerNorm", "GroupNorm"]
@@ -145,7 +145,7 @@ class RMSNormV1(Layer):
     multiply_before_cast: bool = True
 
     def __call__(self, x: Any) -> Any:
-        return rms_norm(x, _value(self.weight, x), self.eps, self.weight_offset, self.multiply_before_cast)
+        return ops.rms_norm(x, _value(self.weight, x), self.eps, self.weight_offset, self.multiply_before_cast)
 
 
 class ConstantLayerNorm(Module):
@@ -199,7 +199,7 @@ class GroupNorm(Module):
         if x.rank < 2 or int(x.shape[1]) != self.num_channels:
             raise ValueError(f"GroupNorm: expected input [N, {self.num_channels}, ...], got {list(x.shape)}")
         if self.affine:
-            gamma, beta = (w.to(x.device) if w.device != x.device else w for w in (self.weight, self.bias))
+            gamma, beta = _on(self.weight, x.device), _on(self.bias, x.device)
         else:
             gamma, beta = (ops.constant(np.full(self.num_channels, v, np.float32), DType.float32, x.device) for v in (1.0, 0.0))
         return ops.group_norm(x, gamma, beta, self.num_groups, self.eps)

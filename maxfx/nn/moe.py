@@ -26,6 +26,7 @@ from lowering.types import DeviceRef
 from maxfx.graph import ops
 from maxfx.graph._weight import ShardingStrategy
 from maxfx.nn._basic import MLP, Linear
+from maxfx.nn._graph_util import on_device as _on
 from maxfx.nn._layer import LayerList, Module, Shardable
 from maxfx.nn.float8_config import Float8Config
 from maxfx.nn.kernels._moe import grouped_matmul_ragged, moe_create_indices
@@ -36,10 +37,6 @@ __all__ = ["MoE", "MoEFp8", "MoEGate"]
 def _devices(devices: Sequence[Any]) -> list[DeviceRef]:
     devs = [DeviceRef.from_device(d) for d in (list(devices) or [DeviceRef.CPU()])]
     return devs
-
-
-def _on(w: Any, device: DeviceRef) -> Any:
-    return w.to(device) if w.device != device else w
 
 
 class MoEGate(Module, Shardable):

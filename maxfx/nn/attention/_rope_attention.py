@@ -27,6 +27,7 @@ from maxfx.graph._value import TensorValue
 from maxfx.graph._weight import ShardingStrategy, query_kv_heads
 from maxfx.nn import kernels
 from maxfx.nn._basic import Linear, RMSNorm, clamp
+from maxfx.nn._graph_util import on_device as _on
 from maxfx.nn._layer import Module, Shardable
 from maxfx.nn._stacked_linear import StackedLinear
 from maxfx.nn.attention._gptq import concat_gptq, gptq_projection
@@ -82,10 +83,6 @@ def num_heads_for_device(*, num_heads: int, device_idx: int, num_devices: int) -
 def _devices(devices: Iterable[Any] | None) -> list[DeviceRef]:
     devs = list(devices) if devices is not None else []
     return [DeviceRef.from_device(d) for d in devs] or [DeviceRef.CPU()]
-
-
-def _on(v: Any, device: DeviceRef) -> Any:
-    return v if v.device == device else v.to(device)
 
 
 def _check_heads(layer: str, n_heads: int, n_kv: int, hidden: int, kv_params: Any, grouped: bool = True) -> None:

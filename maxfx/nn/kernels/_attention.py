@@ -17,7 +17,6 @@ from typing import Any
 from lowering.dtypes import DType
 from maxfx.graph import ops
 from maxfx.graph.quantization import QuantizationEncoding
-from maxfx.nn._basic import rms_norm
 from maxfx.nn.kernels import _pool
 from maxfx.nn.kernels._lora import sgmv_lora_kernel
 from maxfx.nn.kv_cache._paged import PagedCacheValues
@@ -375,7 +374,7 @@ def rms_norm_key_cache(
     if int(gamma.shape[0]) != cols or cols > width:
         raise ValueError(f"{where}: gamma must have {cols} entries (the normalized columns, at most {width}), got {list(gamma.shape)}")
     head = rows[..., :cols] if cols < width else rows
-    normed = rms_norm(head, gamma.cast(rows.dtype) if gamma.dtype != rows.dtype else gamma, epsilon, weight_offset, multiply_before_cast)
+    normed = ops.rms_norm(head, gamma.cast(rows.dtype) if gamma.dtype != rows.dtype else gamma, epsilon, weight_offset, multiply_before_cast)
     if cols < width:
         normed = ops.concat([normed, rows[..., cols:]], axis=-1)
     _store(kv, ops.reshape(normed, [k.shape[0], nkv, d]), layer, input_row_offsets, 0)
