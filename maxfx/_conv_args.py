@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["check_conv_input", "check_positive", "conv_padding", "conv_tuple", "padding_1d"]
+__all__ = ["check_conv_input", "check_groups", "check_positive", "conv_padding", "conv_tuple", "padding_1d"]
 
 
 def _shape_str(shape: Any) -> str:
@@ -47,6 +47,13 @@ def check_positive(layer: str, **sizes: Any) -> None:
     for what, v in sizes.items():
         if not isinstance(v, int) or v <= 0:
             raise ValueError(f"{layer}: {what} must be a positive int, got {v!r}")
+
+
+def check_groups(layer: str, in_channels: int, out_channels: int, num_groups: int) -> None:
+    """Raise a ValueError naming ``layer`` unless the channel counts and ``num_groups`` are positive and divisible."""
+    check_positive(layer, in_channels=in_channels, out_channels=out_channels, num_groups=num_groups)
+    if in_channels % num_groups or out_channels % num_groups:
+        raise ValueError(f"{layer}: in_channels={in_channels} and out_channels={out_channels} must both be divisible by num_groups={num_groups}")
 
 
 _INPUT_DOC = {1: ("(N, L, C)", "(N, C, L)"), 2: ("NHWC", "NCHW"), 3: ("NDHWC", "NCDHW")}

@@ -23,7 +23,7 @@ from typing import Any
 
 from lowering.dtypes import DType
 from lowering.types import ConvInputLayout, DeviceRef, FilterLayout
-from maxfx._conv_args import check_conv_input, check_positive, conv_padding, conv_tuple
+from maxfx._conv_args import check_conv_input, check_groups, conv_padding, conv_tuple
 from maxfx.graph import ops
 from maxfx.graph._weight import Weight
 from maxfx.nn._graph_util import as_value as _as_value
@@ -60,9 +60,7 @@ class _ConvND(Module):
 
     def _setup(self, kernel: tuple[int, ...], in_channels: int, out_channels: int, dtype: DType, num_groups: int, device: Any, has_bias: bool, permute: bool, name: str | None) -> None:
         layer = type(self).__name__
-        check_positive(layer, in_channels=in_channels, out_channels=out_channels, num_groups=num_groups)
-        if in_channels % num_groups or out_channels % num_groups:
-            raise ValueError(f"{layer}: in_channels={in_channels} and out_channels={out_channels} must both be divisible by num_groups={num_groups}")
+        check_groups(layer, in_channels, out_channels, num_groups)
         self.in_channels, self.out_channels, self.num_groups = in_channels, out_channels, num_groups
         self.device = _device(device)
         self.permute = bool(permute)

@@ -14,13 +14,8 @@ from lowering.quantization import QuantizationEncoding
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn.module import Module
-from maxfx.graph import ops as _graph_ops
 
 __all__ = ["QuantizedLinear"]
-
-# Not among the documented functional ops, but registry fronts all the same.
-_qmatmul = F.functional(_graph_ops.qmatmul)
-_dequantize = F.functional(_graph_ops.dequantize)
 
 
 def _encoding(encoding: Any) -> QuantizationEncoding:
@@ -73,12 +68,12 @@ class QuantizedLinear(Module):
         return StaticDim(int(self.weight.shape[0]))
 
     def forward(self, x: Tensor) -> Tensor:
-        y = _qmatmul(self.encoding, None, x, self.weight)
+        y = F.qmatmul(self.encoding, None, x, self.weight)
         return y if isinstance(self.bias, int) else y + self.bias
 
     def dequantized_weight(self) -> Tensor:
         """The float32 ``[out_dim, in_dim]`` weight (for inspection; the forward never builds it)."""
-        return _dequantize(self.encoding, self.weight)
+        return F.dequantize(self.encoding, self.weight)
 
     def __repr__(self) -> str:
         return f"QuantizedLinear(in_dim={self.in_dim!r}, out_dim={self.out_dim!r}, encoding={self.encoding.value})"

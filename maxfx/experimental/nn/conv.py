@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from lowering.dtypes import DType
 from lowering.types import ConvInputLayout, FilterLayout
-from maxfx._conv_args import check_conv_input, check_positive, conv_padding, conv_tuple, padding_1d
+from maxfx._conv_args import check_conv_input, check_groups, conv_padding, conv_tuple, padding_1d
 from maxfx.experimental import functional as F
 from maxfx.experimental import random
 from maxfx.experimental._tensor import Tensor
@@ -49,18 +49,23 @@ __all__ = ["Conv1d", "Conv2d", "ConvTranspose1d"]
 # ─── shared helpers ──────────────────────────────────────────────────────
 
 
-def _check_groups(layer: str, in_channels: int, out_channels: int, num_groups: int) -> None:
-    """Raise a ValueError naming ``layer`` unless the channel counts and ``num_groups`` are positive and divisible."""
-    check_positive(layer, in_channels=in_channels, out_channels=out_channels, num_groups=num_groups)
-    if in_channels % num_groups or out_channels % num_groups:
-        raise ValueError(f"{layer}: in_channels={in_channels} and out_channels={out_channels} must both be divisible by num_groups={num_groups}")
-
-
 def _int_1d(layer: str, name: str, value: Any, minimum: int) -> int:
     """A 1-D setting (an int, or one int in a sequence) as an int of at least ``minimum``."""
     if isinstance(value, bool):
         raise ValueError(f"{layer}: {name} must be an int >= {minimum}, got {value!r}")
     return conv_tuple(layer, name, value, 1, minimum)[0]
+
+
+def _setup_1d(
+    module: Module, layer: str, in_channels: int, out_channels: int, kernel_size: Any, dtype: DType | None, stride: Any, dilation: Any, num_groups: int, has_bias: bool, permute: bool, name: str | None
+) -> None:
+    """The settings `Conv1d` and `ConvTranspose1d` share, checked and stored (weights and padding are each layer's own)."""
+    check_groups(layer, in_channels, out_channels, num_groups)
+    module.in_channels, module.out_channels, module.num_groups = in_channels, out_channels, num_groups
+    module.kernel_size = _int_1d(layer, "kernel_size", kernel_size, 1)
+    module.dtype, module.permute, module.has_bias, module.name = dtype, bool(permute), bool(has_bias), name
+    module.stride = _int_1d(layer, "stride", stride, 1)
+    module.dilation = _int_1d(layer, "dilation", dilation, 1)
 
 
 def _init_params(module: Module, shape: list[int], out_channels: int, has_bias: bool, dtype: DType | None, device: Any) -> None:
@@ -122,7 +127,7 @@ class Conv2d(Module):
         name: str | None = None,
     ) -> None:
         layer = "Conv2d"
-        _check_groups(layer, in_channels, out_channels, num_groups)
+        check_groups(layer, in_channels, out_channels, num_groups)
         self.in_channels, self.out_channels, self.num_groups = in_channels, out_channels, num_groups
         self.dtype, self.permute, self.has_bias, self.name = dtype, bool(permute), bool(has_bias), name
         self.kernel_size = conv_tuple(layer, "kernel_size", kernel_size, 2)
@@ -195,12 +200,7 @@ class Conv1d(Module):
         name: str | None = None,
     ) -> None:
         layer = "Conv1d"
-        _check_groups(layer, in_channels, out_channels, num_groups)
-        self.in_channels, self.out_channels, self.num_groups = in_channels, out_channels, num_groups
-        self.kernel_size = _int_1d(layer, "kernel_size", kernel_size, 1)
-        self.dtype, self.permute, self.has_bias, self.name = dtype, bool(permute), bool(has_bias), name
-        self.stride = _int_1d(layer, "stride", stride, 1)
-        self.dilation = _int_1d(layer, "dilation", dilation, 1)
+        _setup_1d(self, layer, in_channels, out_channels, kernel_size, dtype, stride, dilation, num_groups, has_bias, permute, name)
         if isinstance(padding, str):
             if padding != "same":
                 raise ValueError(f"Conv1d only supports padding='same' or an integer/tuple, got {padding!r}")
@@ -283,12 +283,7 @@ class ConvTranspose1d(Module):
         name: str | None = None,
     ) -> None:
         layer = "ConvTranspose1d"
-        _check_groups(layer, in_channels, out_channels, num_groups)
-        self.in_channels, self.out_channels, self.num_groups = in_channels, out_channels, num_groups
-        self.kernel_size = _int_1d(layer, "kernel_size", kernel_size, 1)
-        self.dtype, self.permute, self.has_bias, self.name = dtype, bool(permute), bool(has_bias), name
-        self.stride = _int_1d(layer, "stride", stride, 1)
-        self.dilation = _int_1d(layer, "dilation", dilation, 1)
+        _setup_1d(self, layer, in_channels, out_channels, kernel_size, dtype, stride, dilation, num_groups, has_bias, permute, name)
         self.padding = padding_1d(layer, padding)
         op = _int_1d(layer, "output_padding", output_padding, 0)
         if op >= self.stride and op >= self.dilation:

@@ -5,12 +5,11 @@ from __future__ import annotations
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn.module import Module
-from maxfx.graph import ops
 
 __all__ = ["GroupNorm", "group_norm"]
 
-group_norm = F.functional(ops.group_norm)
-"""``ops.group_norm(input, gamma, beta, num_groups, epsilon)`` on eager Tensors too."""
+group_norm = F.group_norm
+"""``F.group_norm(input, gamma, beta, num_groups, epsilon)``, MAX's name in this module."""
 
 
 class GroupNorm(Module):

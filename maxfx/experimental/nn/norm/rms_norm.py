@@ -1,7 +1,7 @@
 """RMS normalisation layers of the eager Module API (``max.experimental.nn.norm.rms_norm``).
 
-``rms_norm`` is ``ops.rms_norm`` made usable on eager Tensors (see
-`maxfx.experimental.functional.functional`); the layers hold a ``[dim]`` scale
+``rms_norm`` is ``F.rms_norm`` (``ops.rms_norm``, usable on eager Tensors
+too); the layers hold a ``[dim]`` scale
 and call it, so they run eagerly, under ``jax.jit`` and inside ``Module.compile``.
 """
 
@@ -12,12 +12,11 @@ from lowering.dtypes import DType
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn.module import Module
-from maxfx.graph import ops
 
 __all__ = ["GemmaRMSNorm", "RMSNorm", "rms_norm"]
 
-rms_norm = F.functional(ops.rms_norm)
-"""``ops.rms_norm(input, weight, epsilon, weight_offset=0.0, multiply_before_cast=False)`` on eager Tensors too."""
+rms_norm = F.rms_norm
+"""``F.rms_norm(input, weight, epsilon, weight_offset=0.0, multiply_before_cast=False)``, MAX's name in this module."""
 
 
 class RMSNorm(Module):
