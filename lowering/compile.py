@@ -177,8 +177,8 @@ class CompiledBlock:
             self.weights = {k: jax.device_put(v, device) for k, v in weights.items()}
         self._weight_key = tuple(sorted((k, _aval_key(v)) for k, v in self.weights.items()))
         # MAX's debug options read at compile time: a NaN check or op log runs the graph node by node.
-        nan_check, op_log_level = DEBUG.compile_options()
-        debug = nan_check or op_log_level in ("trace", "debug")
+        nan_check, log_ops = DEBUG.compile_options()
+        debug = nan_check or log_ops
         self._interpreted = debug or block_is_data_dependent(block)
         self._buffer_inputs = [i for i, v in enumerate(block.inputs) if isinstance(v.type, BufferType)]
         self._weight_buffers = {_buffer_id(w) for w in self.weights.values()}
@@ -191,7 +191,7 @@ class CompiledBlock:
             full = list(args)
             for i, b in zip(self._buffer_inputs, buffers):
                 full[i] = b
-            interp = DebugInterpreter(weights, nan_check=nan_check, op_log_level=op_log_level, sync=DEBUG.device_sync_mode) if debug else None
+            interp = DebugInterpreter(weights, nan_check=nan_check, log_ops=log_ops, sync=DEBUG.device_sync_mode) if debug else None
             outs, finals = run_block(block, full, weights, interp)
             return outs, [finals[i] for i in self._buffer_inputs]
 

@@ -27,10 +27,10 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import sys
-import traceback
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -110,9 +110,9 @@ class DebugConfig:
         """Forget every option set from Python; ``MODULAR_DEBUG``'s stay in effect."""
         self._set.clear()
 
-    def compile_options(self) -> tuple[bool, str | None]:
-        """(nan_check, op_log_level) as a graph is compiled now."""
-        return self.nan_check, self.op_log_level
+    def compile_options(self) -> tuple[bool, bool]:
+        """(nan_check, log ops) as a graph is compiled now: ops are logged at ``op_log_level`` ``trace`` or ``debug``."""
+        return self.nan_check, self.op_log_level in ("trace", "debug")
 
     def __repr__(self) -> str:
         return "DebugConfig(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in _DEFAULTS) + ")"
@@ -124,13 +124,20 @@ DEBUG = DebugConfig()
 _INTERNAL = tuple(str(Path(p).resolve()) for p in (Path(__file__).parent, Path(__file__).parent.parent / "maxfx", Path(__file__).parent.parent / "custom_calls"))
 
 
+@functools.cache
+def _is_internal(filename: str) -> bool:
+    """A frame of maxfx itself, JAX or contextlib (resolved once per file: graphs record a location per node)."""
+    path = str(Path(filename).resolve())
+    return path.startswith(_INTERNAL) or f"{os.sep}jax{os.sep}" in path or path.endswith(f"{os.sep}contextlib.py")
+
+
 def source_location() -> str | None:
     """``file:line`` of the innermost caller outside maxfx (and outside JAX and the standard library's contextlib)."""
-    for frame in reversed(traceback.extract_stack()[:-1]):
-        path = str(Path(frame.filename).resolve())
-        if path.startswith(_INTERNAL) or f"{os.sep}jax{os.sep}" in path or path.endswith(f"{os.sep}contextlib.py"):
-            continue
-        return f"{frame.filename}:{frame.lineno}"
+    frame = sys._getframe(1)
+    while frame is not None:
+        if not _is_internal(frame.f_code.co_filename):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
     return None
 
 
@@ -144,14 +151,13 @@ class DebugInterpreter(Interpreter):
         weights: as for `Interpreter`.
         nan_check: raise ``FloatingPointError`` when a node's floating-point
             result holds NaN or Inf.
-        op_log_level: ``"trace"``/``"debug"`` write ``[OP] LAUNCH``/``[OP] COMPLETE`` lines to stderr.
+        log_ops: write ``[OP] LAUNCH``/``[OP] COMPLETE`` lines to stderr (see `DebugConfig.compile_options`).
         sync: wait for each node's results before the next node.
     """
 
-    def __init__(self, weights: Mapping[str, Any] | None = None, *, nan_check: bool, op_log_level: str | None, sync: bool):
+    def __init__(self, weights: Mapping[str, Any] | None = None, *, nan_check: bool, log_ops: bool, sync: bool):
         super().__init__(weights)
-        self.nan_check, self.sync = nan_check, sync
-        self.log = op_log_level in ("trace", "debug")
+        self.nan_check, self.log, self.sync = nan_check, log_ops, sync
 
     def run_node(self, node: Node, env: dict[int, Any]) -> None:
         op_id = next(_op_ids)

@@ -275,8 +275,7 @@ class StaticDim(Dim):
         if dim is self:
             return
         if type(dim) is int and -(2**63) <= dim < 2**63:  # the common case, kept tight: shapes are built from ints
-            self._poly = (((), dim),) if dim else ()
-            self._hash = None
+            self._init_poly(_const_poly(dim))
             return
         if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (numbers.Integral, StaticDim)):
             raise TypeError(f"StaticDim.__init__ only accepts int or StaticDim, got {type(dim).__name__} {dim!r}; use Dim(value) to convert any dim")

@@ -15,32 +15,23 @@ from typing import Any
 
 from lowering.dims import Dim, StaticDim
 from lowering.dtypes import DType
+from lowering.ops._indexing_util import dtype_of
 from lowering.ops.core import cast
 from lowering.ops.elementwise import add, mul, rsqrt, sub
 from lowering.ops.reduction import check_epsilon, mean
-from lowering.ops.shape import reshape
+from lowering.ops.shape import _fmt_dims, reshape
 from lowering.registry import front
 
 __all__ = ["rms_norm", "group_norm"]
 
 
-def _fmt(shape: Any) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
-
-
-def _dtype(x: Any) -> DType:
-    """``x``'s dtype as a `DType` (JAX values under ``jax.jit`` carry numpy dtypes)."""
-    d = x.dtype
-    return d if isinstance(d, DType) else DType.from_numpy(d)
-
-
 def _float32(x: Any) -> Any:
-    return x if _dtype(x) is DType.float32 else cast(x, DType.float32)
+    return x if dtype_of(x) is DType.float32 else cast(x, DType.float32)
 
 
 def _require_float(op: str, x: Any, what: str) -> None:
-    if not _dtype(x).is_float():
-        raise TypeError(f"{op}: {what} must be a floating-point tensor, got {_dtype(x)}")
+    if not dtype_of(x).is_float():
+        raise TypeError(f"{op}: {what} must be a floating-point tensor, got {dtype_of(x)}")
 
 
 @front()
@@ -75,15 +66,15 @@ def rms_norm(input, weight, epsilon, weight_offset=0.0, multiply_before_cast=Fal
     if len(input.shape) == 0:
         raise ValueError(f"{op}: input must have at least one dim, got a scalar")
     if len(weight.shape) != 1 or Dim(weight.shape[0]) != Dim(input.shape[-1]):
-        raise ValueError(f"{op}: weight must have shape [{input.shape[-1]}] (the last dim of input {_fmt(input.shape)}), got {_fmt(weight.shape)}")
+        raise ValueError(f"{op}: weight must have shape [{input.shape[-1]}] (the last dim of input {_fmt_dims(input.shape)}), got {_fmt_dims(weight.shape)}")
     x32 = _float32(input)
     normed = mul(x32, rsqrt(add(mean(mul(x32, x32), -1), eps)))
     offset = float(weight_offset)
     if multiply_before_cast:
         scale = _float32(weight)
-        return cast(mul(normed, add(scale, offset) if offset else scale), _dtype(input))
+        return cast(mul(normed, add(scale, offset) if offset else scale), dtype_of(input))
     scale = add(weight, offset) if offset else weight
-    return mul(normed if _dtype(input) is DType.float32 else cast(normed, _dtype(input)), scale)
+    return mul(normed if dtype_of(input) is DType.float32 else cast(normed, dtype_of(input)), scale)
 
 
 @front()
@@ -114,19 +105,19 @@ def group_norm(input, gamma, beta, num_groups, epsilon):  # noqa: A002 - MAX's n
     _require_float(op, input, "input")
     shape = list(input.shape)
     if len(shape) < 2:
-        raise ValueError(f"{op}: input must be [batch, channels, ...] (rank >= 2), got shape {_fmt(shape)}")
+        raise ValueError(f"{op}: input must be [batch, channels, ...] (rank >= 2), got shape {_fmt_dims(shape)}")
     if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups <= 0:
         raise ValueError(f"{op}: num_groups must be a positive int, got {num_groups!r}")
     channels = Dim(shape[1])
     if not isinstance(channels, StaticDim) or int(channels) % num_groups:
-        raise ValueError(f"{op}: the {shape[1]} channels of input {_fmt(shape)} must be a static multiple of num_groups={num_groups}")
+        raise ValueError(f"{op}: the {shape[1]} channels of input {_fmt_dims(shape)} must be a static multiple of num_groups={num_groups}")
     for name, t in (("gamma", gamma), ("beta", beta)):
         if len(t.shape) != 1 or Dim(t.shape[0]) != channels:
-            raise ValueError(f"{op}: {name} must have shape [{channels}] (the channels of input {_fmt(shape)}), got {_fmt(t.shape)}")
+            raise ValueError(f"{op}: {name} must have shape [{channels}] (the channels of input {_fmt_dims(shape)}), got {_fmt_dims(t.shape)}")
     x32 = _float32(input)
     grouped = reshape(x32, [shape[0], num_groups, -1])
     centered = sub(grouped, mean(grouped, -1))
     normed = reshape(mul(centered, rsqrt(add(mean(mul(centered, centered), -1), eps))), shape)
     per_channel = [int(channels)] + [1] * (len(shape) - 2)
     out = add(mul(normed, reshape(_float32(gamma), per_channel)), reshape(_float32(beta), per_channel))
-    return out if _dtype(input) is DType.float32 else cast(out, _dtype(input))
+    return out if dtype_of(input) is DType.float32 else cast(out, dtype_of(input))
