@@ -24,6 +24,7 @@ import numpy as np
 
 from lowering.context import current_context, use_context
 from lowering.dtypes import DType
+from lowering.ops._indexing_util import dtype_of
 from lowering.types import DeviceRef, TensorType
 from maxfx.experimental import random as _random
 from maxfx.experimental._defaults import defaults
@@ -138,7 +139,7 @@ def full_like(like: Any, value: Any) -> Any:
         [5, 5, 5]
     """
     t = _like(like, "full_like")
-    return full(t.shape, value, dtype=t.dtype, device=t.device.to_device() if not in_graph_context() else t.device)
+    return full(t.shape, value, dtype=t.dtype, device=t.device)
 
 
 def ones_like(like: Any) -> Any:
@@ -239,7 +240,7 @@ def bottom_k(input: Any, k: int, axis: int = -1) -> tuple[Any, Any]:  # noqa: A0
         >>> values.to_numpy().tolist(), indices.to_numpy().tolist()
         ([0.5, 1.0], [3, 1])
     """
-    dtype = input.dtype if isinstance(input.dtype, DType) else DType.from_numpy(input.dtype)
+    dtype = dtype_of(input)
     if dtype is DType.bool:
         flip = ops.logical_not
     elif dtype.is_float():
