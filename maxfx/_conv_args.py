@@ -22,9 +22,16 @@ def _shape_str(shape: Any) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
+def _ints(value: Any, n: int) -> tuple[Any, ...]:
+    """``value`` repeated ``n`` times if an int, its items if a tuple or list, else ``()`` (which every check refuses)."""
+    if isinstance(value, int):
+        return (value,) * n
+    return tuple(value) if isinstance(value, (tuple, list)) else ()
+
+
 def conv_tuple(layer: str, name: str, value: Any, n: int, minimum: int = 1) -> tuple[int, ...]:
     """``value`` (an int or ``n`` ints) as ``n`` ints, each at least ``minimum``."""
-    vals = (value,) * n if isinstance(value, int) else tuple(value)
+    vals = _ints(value, n)
     if len(vals) != n or not all(isinstance(v, int) and v >= minimum for v in vals):
         raise ValueError(f"{layer}: {name} must be an int or {n} ints >= {minimum}, got {value!r}")
     return vals
@@ -32,9 +39,7 @@ def conv_tuple(layer: str, name: str, value: Any, n: int, minimum: int = 1) -> t
 
 def conv_padding(layer: str, value: Any, nd: int) -> tuple[int, ...]:
     """Padding as ``2 * nd`` ints ``(before_0, after_0, before_1, ...)``; an int or ``nd`` ints pad both sides."""
-    if isinstance(value, int):
-        value = (value,) * nd
-    vals = tuple(value)
+    vals = _ints(value, nd)
     if len(vals) == nd:
         vals = tuple(v for p in vals for v in (p, p))
     if len(vals) != 2 * nd or not all(isinstance(v, int) and v >= 0 for v in vals):
@@ -70,9 +75,7 @@ def check_conv_input(layer: str, x: Any, nd: int, in_channels: int | None, chann
 
 
 def padding_1d(layer: str, value: Any) -> tuple[int, int, int, int]:
-    if isinstance(value, int):
-        value = (0, 0, value, value)
-    vals = tuple(value)
+    vals = (0, 0, value, value) if isinstance(value, int) else _ints(value, 0)
     if len(vals) == 2:  # (left, right) along the length
         vals = (0, 0, *vals)
     if len(vals) != 4 or not all(isinstance(v, int) and v >= 0 for v in vals) or vals[0] or vals[1]:

@@ -1,6 +1,8 @@
-"""max.experimental.nn.conv (Conv1d, Conv2d, ConvTranspose1d) against direct-loop numpy convolutions."""
+"""max.experimental.nn.conv (Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d) against direct-loop numpy convolutions."""
 
 from __future__ import annotations
+
+import doctest
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +12,8 @@ import pytest
 from maxfx.dtype import DType
 from maxfx.experimental import functional as F
 from maxfx.experimental.nn import Sequential
-from maxfx.experimental.nn.conv import Conv1d, Conv2d, ConvTranspose1d
+from maxfx.experimental.nn import conv as conv_module
+from maxfx.experimental.nn.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
 from maxfx.experimental.tensor import Tensor, TensorType
 
 # ─── numpy references (PyTorch layouts: channels-first, weight (C_out, C_in/G, *k)) ───
@@ -54,6 +57,26 @@ def np_conv_transpose_1d(x, w, b, stride, pad_lo, pad_hi, dil, out_pad, groups):
     if b is not None:
         out += b.reshape(1, -1, 1)
     return out[:, :, pad_lo : full - pad_hi]
+
+
+def np_conv_transpose_2d(x, w, b, stride, pad, dil, out_pad):
+    """x: (N, C_in, H, W); w: (C_in, C_out, kH, kW); pad: (top, bottom, left, right).
+
+    Scatter-add: input pixel (i, j) times tap (p, q) lands on output pixel
+    (i * stride_h + p * dil_h, j * stride_w + q * dil_w) of the uncropped output.
+    """
+    n, cin, h, wd = x.shape
+    _, cout, kh, kw = w.shape
+    full = [(size - 1) * s + d * (k - 1) + 1 + o for size, s, d, k, o in zip((h, wd), stride, dil, (kh, kw), out_pad)]
+    out = np.zeros((n, cout, *full))
+    for i in range(h):
+        for j in range(wd):
+            for p in range(kh):
+                for q in range(kw):
+                    out[:, :, i * stride[0] + p * dil[0], j * stride[1] + q * dil[1]] += x[:, :, i, j].astype(np.float64) @ w[:, :, p, q]
+    if b is not None:
+        out += b.reshape(1, -1, 1, 1)
+    return out[:, :, pad[0] : full[0] - pad[1], pad[2] : full[1] - pad[3]]
 
 
 def _np(t):
@@ -145,6 +168,56 @@ def test_conv_transpose1d_matches_numpy(rng, permute, stride, padding, output_pa
     _check(out if permute else out.transpose(0, 2, 1), expect)
 
 
+def test_numpy_references_are_adjoint(rng):
+    """The two references check each other: <conv(x, w), y> == <x, conv_transpose(y, w)> for any geometry."""
+    stride, pad, dil = (2, 1), (1, 0, 2, 1), (1, 2)
+    w = rng.normal(size=(3, 2, 3, 2))  # conv (C_out, C_in, kH, kW) == conv_transpose (C_in, C_out, kH, kW)
+    x = rng.normal(size=(2, 2, 7, 6))
+    y = rng.normal(size=np_conv(x, w, None, stride, pad, dil, 1).shape)
+    back = np_conv_transpose_2d(y, w, None, stride, pad, dil, (0, 0))
+    # A strided conv ignores trailing input rows/columns; output_padding grows the transpose to x's size.
+    out_pad = [x.shape[2 + i] - back.shape[2 + i] for i in range(2)]
+    back = np_conv_transpose_2d(y, w, None, stride, pad, dil, out_pad)
+    assert back.shape == x.shape
+    np.testing.assert_allclose(np.vdot(np_conv(x, w, None, stride, pad, dil, 1), y), np.vdot(x, back))
+
+
+@pytest.mark.parametrize(
+    "permute, kernel, stride, padding, dilation, groups, has_bias, batch",
+    [
+        (False, 2, 1, 0, 1, 1, True, 1),
+        (True, (2, 3, 1), (2, 1, 2), (1, 0, 1), 1, 2, False, 2),
+        (True, 2, 1, (1, 0, 0, 1, 2, 0), (2, 1, 1), 1, True, 1),
+        (False, (1, 2, 2), 2, 1, (1, 2, 1), 4, True, 2),
+    ],
+)
+def test_conv3d_matches_numpy(rng, permute, kernel, stride, padding, dilation, groups, has_bias, batch):
+    conv, w, b = _make(rng, Conv3d, kernel, 4, 8, stride=stride, padding=padding, dilation=dilation, num_groups=groups, has_bias=has_bias, permute=permute)
+    x = rng.normal(size=(batch, 4, 5, 6, 5)).astype(np.float32)  # NCDHW
+    w_pt = w if permute else w.transpose(4, 3, 0, 1, 2)  # QRSCF -> FCQRS
+    expect = np_conv(x, w_pt, b, conv.stride, conv.padding, conv.dilation, groups)
+    out = _np(conv(Tensor(x if permute else x.transpose(0, 2, 3, 4, 1))))
+    _check(out if permute else out.transpose(0, 4, 1, 2, 3), expect)
+
+
+@pytest.mark.parametrize(
+    "permute, kernel, stride, padding, dilation, output_padding, has_bias, batch",
+    [
+        (False, 2, 1, 0, 1, 0, False, 1),
+        (True, 3, 2, 1, 1, 1, True, 2),
+        (False, (2, 3), (2, 3), (1, 0, 2, 1), (1, 2), (1, 2), True, 1),
+        (True, (3, 2), (1, 2), (1, 2), (2, 1), (1, 0), False, 2),
+    ],
+)
+def test_conv_transpose2d_matches_numpy(rng, permute, kernel, stride, padding, dilation, output_padding, has_bias, batch):
+    conv, w, b = _make(rng, ConvTranspose2d, kernel, 4, 6, stride=stride, padding=padding, dilation=dilation, output_padding=output_padding, has_bias=has_bias, permute=permute)
+    x = rng.normal(size=(batch, 4, 4, 5)).astype(np.float32)  # NCHW
+    w_pt = w if permute else w.transpose(3, 2, 0, 1)  # RSCF (kH, kW, C_out, C_in) -> CFRS (C_in, C_out, kH, kW)
+    expect = np_conv_transpose_2d(x, w_pt, b, conv.stride, conv.padding, conv.dilation, conv.output_padding)
+    out = _np(conv(Tensor(x if permute else x.transpose(0, 2, 3, 1))))
+    _check(out if permute else out.transpose(0, 3, 1, 2), expect)
+
+
 def test_conv1d_weight_follows_the_input_dtype(rng):
     conv, w, _ = _make(rng, Conv1d, 2, 3, 2)
     x = rng.normal(size=(1, 2, 5))
@@ -188,6 +261,26 @@ def test_parameter_names_shapes_and_stored_geometry():
         assert layer.bias == 0 and [n for n, _ in layer.parameters] == ["weight"] and not layer.has_bias
 
 
+def test_conv3d_and_conv_transpose2d_parameters_and_stored_geometry():
+    # Conv3d: QRSCF (kD, kH, kW, C_in/G, C_out) by default, PyTorch's FCQRS with permute; padding stored as 6 ints.
+    c3 = _lazy(Conv3d, (1, 2, 3), 6, 8, num_groups=2, has_bias=True, padding=(1, 0, 2), stride=(1, 2, 1), dilation=(2, 1, 1))
+    assert not c3.permute and _shapes(c3) == {"weight": [1, 2, 3, 3, 8], "bias": [8]}
+    assert (c3.kernel_size, c3.stride, c3.padding, c3.dilation, c3.num_groups) == ((1, 2, 3), (1, 2, 1), (1, 1, 0, 0, 2, 2), (2, 1, 1), 2)
+    assert _lazy(Conv3d, 2, 2, 2, padding=(1, 2, 3, 4, 5, 6)).padding == (1, 2, 3, 4, 5, 6)
+    assert _shapes(_lazy(Conv3d, 3, 6, 8, num_groups=2, permute=True)) == {"weight": [8, 3, 3, 3, 3]}
+    # ConvTranspose2d: RSCF (kH, kW, C_out, C_in) by default, PyTorch's (C_in, C_out, kH, kW) with permute; no groups.
+    t2 = _lazy(ConvTranspose2d, (2, 3), 6, 4, stride=(2, 1), padding=(1, 0), dilation=(1, 2), output_padding=(1, 1), has_bias=True)
+    assert not t2.permute and _shapes(t2) == {"weight": [2, 3, 4, 6], "bias": [4]}
+    assert (t2.kernel_size, t2.stride, t2.padding, t2.dilation, t2.output_padding) == ((2, 3), (2, 1), (1, 1, 0, 0), (1, 2), (1, 1))
+    assert _lazy(ConvTranspose2d, 2, 2, 2, stride=2, output_padding=1).output_padding == (1, 1)
+    assert _shapes(_lazy(ConvTranspose2d, 3, 6, 4, permute=True)) == {"weight": [6, 4, 3, 3]}
+    assert not hasattr(t2, "num_groups")
+    for layer in (_lazy(Conv3d, 1, 2, 2), _lazy(ConvTranspose2d, 1, 2, 2)):
+        assert layer.bias == 0 and [n for n, _ in layer.parameters] == ["weight"] and not layer.has_bias
+    layer = _lazy(ConvTranspose2d, 2, 2, 3, dtype=DType.float64, has_bias=True)
+    assert layer.weight.dtype == DType.float64 and layer.bias.dtype == DType.float64
+
+
 def test_default_init_is_standard_normal_and_state_dict():
     conv = Conv2d(3, 32, 32, has_bias=True, permute=True)
     state = conv.state_dict()
@@ -224,6 +317,28 @@ def test_layers_run_under_jit_grad_and_compile(rng):
     _check(out.transpose(0, 3, 1, 2), np_conv(x2.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), b, (1, 1), (1, 1, 1, 1), (1, 1), 1))
 
 
+def test_conv3d_and_conv_transpose2d_run_under_jit(rng):
+    conv3, w3, b3 = _make(rng, Conv3d, 2, 2, 4, stride=(1, 2, 1), padding=1, has_bias=True, permute=True)
+    x3 = rng.normal(size=(1, 2, 3, 4, 3)).astype(np.float32)  # NCDHW
+    out = _np(jax.jit(lambda m, x: m(x))(conv3, Tensor(x3)))
+    _check(out, np_conv(x3, w3, b3, (1, 2, 1), (1,) * 6, (1, 1, 1), 1))
+    up, wt, bt = _make(rng, ConvTranspose2d, 3, 2, 3, stride=2, padding=1, output_padding=1, has_bias=True)
+    x2 = rng.normal(size=(2, 3, 4, 2)).astype(np.float32)  # NHWC
+    out = _np(jax.jit(lambda m, x: m(x))(up, Tensor(x2)))
+    assert out.shape == (2, 6, 8, 3)
+    expect = np_conv_transpose_2d(x2.transpose(0, 3, 1, 2), wt.transpose(3, 2, 0, 1), bt, (2, 2), (1, 1, 1, 1), (1, 1), (1, 1))
+    _check(out.transpose(0, 3, 1, 2), expect)
+
+
+@pytest.mark.parametrize("name", ["Conv3d", "ConvTranspose2d"])
+def test_docstring_example_runs(name):
+    """The class docstring's example runs as written (the suite's doctest collection covers only the op modules)."""
+    [test] = [t for t in doctest.DocTestFinder().find(getattr(conv_module, name), name, module=conv_module, globs={}) if t.examples]
+    report = []
+    result = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS).run(test, out=report.append, clear_globs=True)
+    assert result.attempted > 0 and result.failed == 0, "".join(report)
+
+
 # ─── errors ───────────────────────────────────────────────────────────────
 
 
@@ -241,6 +356,18 @@ def test_bad_inputs_raise_clear_errors():
             ConvTranspose1d(4, 2, 3)(Tensor.ones([1, 2, 8]))
         with pytest.raises(ValueError, match="the output would be empty"):  # kernel longer than the padded input
             Conv1d(2, 2, 5)(Tensor.ones([1, 2, 3]))
+        with pytest.raises(ValueError, match=r"Conv3d: expected a rank-5 NDHWC input, got shape \[1, 6, 6, 2\]"):
+            Conv3d(3, 2, 2)(Tensor.ones([1, 6, 6, 2]))
+        with pytest.raises(ValueError, match=r"Conv3d: the input \[1, 3, 4, 4, 4\] \(NCDHW\) has 3 channels, expected in_channels=2"):
+            Conv3d(3, 2, 2, permute=True)(Tensor.ones([1, 3, 4, 4, 4]))
+        with pytest.raises(ValueError, match="conv3d: input spatial dim D .* the output would be empty"):
+            Conv3d(3, 2, 2)(Tensor.ones([1, 2, 6, 6, 2]))
+        with pytest.raises(ValueError, match=r"ConvTranspose2d: the input \[1, 2, 3, 3\] \(NCHW\) has 2 channels, expected in_channels=3"):
+            ConvTranspose2d(2, 3, 2, permute=True)(Tensor.ones([1, 2, 3, 3]))
+        with pytest.raises(ValueError, match=r"ConvTranspose2d: expected a rank-4 NHWC input"):
+            ConvTranspose2d(2, 3, 2)(Tensor.ones([1, 3, 3]))
+        with pytest.raises(ValueError, match="conv2d_transpose: output spatial dim 0 would be -2 .* reduce the padding"):
+            ConvTranspose2d(2, 2, 2, padding=(2, 0))(Tensor.ones([1, 1, 3, 2]))
 
 
 def test_bad_configurations_raise_at_construction():
@@ -263,3 +390,21 @@ def test_bad_configurations_raise_at_construction():
             ConvTranspose1d(2, 2, 3, stride=2, output_padding=2)
         with pytest.raises(ValueError, match="ConvTranspose1d: in_channels=3 and out_channels=4 must both be divisible"):
             ConvTranspose1d(3, 4, 2, num_groups=2)
+        with pytest.raises(ValueError, match="Conv3d: in_channels=6 and out_channels=4 must both be divisible by num_groups=4"):
+            Conv3d(2, 6, 4, num_groups=4)
+        with pytest.raises(ValueError, match=r"Conv3d: kernel_size must be an int or 3 ints >= 1, got \(2, 2\)"):
+            Conv3d((2, 2), 2, 2)
+        with pytest.raises(ValueError, match=r"Conv3d: padding must be an int, 3 ints or 6 ints >= 0, got \(1, 1, 1, 1\)"):
+            Conv3d(2, 2, 2, padding=(1, 1, 1, 1))
+        with pytest.raises(ValueError, match="Conv3d: dilation must be an int or 3 ints >= 1, got None"):
+            Conv3d(2, 2, 2, dilation=None)
+        with pytest.raises(ValueError, match="ConvTranspose2d: out_channels must be a positive int, got 0"):
+            ConvTranspose2d(2, 2, 0)
+        with pytest.raises(ValueError, match="ConvTranspose2d: padding must be an int, 2 ints or 4 ints >= 0, got -1"):
+            ConvTranspose2d(2, 2, 2, padding=-1)
+        with pytest.raises(ValueError, match="ConvTranspose2d: stride must be an int or 2 ints"):
+            ConvTranspose2d(2, 2, 2, stride=(1, 1, 1))
+        with pytest.raises(ValueError, match=r"ConvTranspose2d: each output_padding must be smaller than its stride or its dilation, got output_padding=\(1, 1\)"):
+            ConvTranspose2d(2, 2, 2, stride=(2, 1), output_padding=1)
+        with pytest.raises(ValueError, match="ConvTranspose2d: output_padding must be an int or 2 ints >= 0"):
+            ConvTranspose2d(2, 2, 2, output_padding=-1)

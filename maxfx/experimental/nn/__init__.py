@@ -11,7 +11,7 @@ Example:
 from maxfx.experimental.nn._extra_layers import QuantizedLinear
 from maxfx.experimental.nn._fields import StaticFieldWarning, static_field
 from maxfx.experimental.nn._layers import Embedding, Linear, ModuleList, Sequential
-from maxfx.experimental.nn.conv import Conv1d, Conv2d, ConvTranspose1d
+from maxfx.experimental.nn.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
 from maxfx.experimental.nn.module import Module, module_dataclass
 from maxfx.experimental.nn.norm import GemmaRMSNorm, GroupNorm, LayerNorm, RMSNorm
 from maxfx.experimental.nn.rope import RotaryEmbedding, TransposedRotaryEmbedding
@@ -19,7 +19,9 @@ from maxfx.experimental.nn.rope import RotaryEmbedding, TransposedRotaryEmbeddin
 __all__ = [
     "Conv1d",
     "Conv2d",
+    "Conv3d",
     "ConvTranspose1d",
+    "ConvTranspose2d",
     "Embedding",
     "GemmaRMSNorm",
     "GroupNorm",

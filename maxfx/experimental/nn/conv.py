@@ -1,4 +1,8 @@
-"""Eager Module-API convolution layers: `Conv1d`, `Conv2d` and `ConvTranspose1d` (``max.experimental.nn.conv``).
+"""Eager Module-API convolution layers (``max.experimental.nn.conv``).
+
+`Conv1d`, `Conv2d` and `Conv3d` convolve; `ConvTranspose1d` and
+`ConvTranspose2d` are their transposes (``max.experimental.nn.conv_transpose``
+in MAX; `maxfx.experimental.nn.conv_transpose` re-exports the 2-D one).
 
 The weights are eager Tensors drawn from a standard normal (MAX's default
 initialisation; load real values with ``load_state_dict``), named ``weight``
@@ -9,17 +13,18 @@ and not a parameter). Every computation goes through
 
 Layouts are MAX's, chosen by ``permute``:
 
-- ``permute=False``: channels-last inputs and outputs (``(N, L, C)``, NHWC) and
-  spatial-first filters (``(K, C_in/groups, C_out)``, RSCF
-  ``(kH, kW, C_in/groups, C_out)``; ``(K, C_out, C_in/groups)`` for the
-  transposed conv).
+- ``permute=False``: channels-last inputs and outputs (``(N, L, C)``, NHWC,
+  NDHWC) and spatial-first filters (``(K, C_in/groups, C_out)``, RSCF
+  ``(kH, kW, C_in/groups, C_out)``, QRSCF ``(kD, kH, kW, C_in/groups, C_out)``;
+  ``(*kernel, C_out, C_in/groups)`` for the transposed convs).
 - ``permute=True``: PyTorch's layouts, so PyTorch checkpoints load as they
-  are: channels-first inputs and outputs (``(N, C, L)``, NCHW) and filters
-  ``(C_out, C_in/groups, *kernel)`` (``(C_in, C_out/groups, K)`` for the
-  transposed conv).
+  are: channels-first inputs and outputs (``(N, C, L)``, NCHW, NCDHW) and
+  filters ``(C_out, C_in/groups, *kernel)`` (``(C_in, C_out/groups, *kernel)``
+  for the transposed convs).
 
-The 1-D layers default to ``permute=True`` and `Conv2d` to ``permute=False``,
-as in MAX. A 1-D convolution runs as a 2-D one over a unit height.
+The 1-D layers default to ``permute=True`` and the others to
+``permute=False``, as in MAX. A 1-D convolution runs as a 2-D one over a unit
+height.
 
 Example:
     >>> from maxfx.experimental.nn.conv import Conv1d
@@ -43,7 +48,7 @@ from maxfx.experimental import random
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn.module import Module
 
-__all__ = ["Conv1d", "Conv2d", "ConvTranspose1d"]
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d"]
 
 
 # ─── shared helpers ──────────────────────────────────────────────────────
@@ -66,6 +71,38 @@ def _setup_1d(
     module.dtype, module.permute, module.has_bias, module.name = dtype, bool(permute), bool(has_bias), name
     module.stride = _int_1d(layer, "stride", stride, 1)
     module.dilation = _int_1d(layer, "dilation", dilation, 1)
+
+
+def _setup_nd(
+    module: Module,
+    layer: str,
+    nd: int,
+    kernel_size: Any,
+    in_channels: int,
+    out_channels: int,
+    num_groups: int,
+    dtype: DType | None,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    has_bias: bool,
+    permute: bool,
+    name: str | None,
+) -> None:
+    """The settings of `Conv2d`, `Conv3d` and `ConvTranspose2d`, checked and stored as MAX stores them.
+
+    ``kernel_size``, ``stride`` and ``dilation`` become ``nd``-tuples and
+    ``padding`` the ``2 * nd`` form ``(before_0, after_0, before_1, ...)``; all
+    are checked before any weight is drawn. ``num_groups`` is checked here but
+    stored by the layers that have it.
+    """
+    check_groups(layer, in_channels, out_channels, num_groups)
+    module.in_channels, module.out_channels = in_channels, out_channels
+    module.dtype, module.permute, module.has_bias, module.name = dtype, bool(permute), bool(has_bias), name
+    module.kernel_size = conv_tuple(layer, "kernel_size", kernel_size, nd)
+    module.stride = conv_tuple(layer, "stride", stride, nd)
+    module.padding = conv_padding(layer, padding, nd)
+    module.dilation = conv_tuple(layer, "dilation", dilation, nd)
 
 
 def _init_params(module: Module, shape: list[int], out_channels: int, has_bias: bool, dtype: DType | None, device: Any) -> None:
@@ -126,17 +163,11 @@ class Conv2d(Module):
         permute: bool = False,
         name: str | None = None,
     ) -> None:
-        layer = "Conv2d"
-        check_groups(layer, in_channels, out_channels, num_groups)
-        self.in_channels, self.out_channels, self.num_groups = in_channels, out_channels, num_groups
-        self.dtype, self.permute, self.has_bias, self.name = dtype, bool(permute), bool(has_bias), name
-        self.kernel_size = conv_tuple(layer, "kernel_size", kernel_size, 2)
-        kh, kw = self.kernel_size
-        shape = [out_channels, in_channels // num_groups, kh, kw] if permute else [kh, kw, in_channels // num_groups, out_channels]
+        _setup_nd(self, "Conv2d", 2, kernel_size, in_channels, out_channels, num_groups, dtype, stride, padding, dilation, has_bias, permute, name)
+        self.num_groups = num_groups
+        cin = in_channels // num_groups
+        shape = [out_channels, cin, *self.kernel_size] if permute else [*self.kernel_size, cin, out_channels]
         _init_params(self, shape, out_channels, has_bias, dtype, device)
-        self.stride = conv_tuple(layer, "stride", stride, 2)
-        self.padding = conv_padding(layer, padding, 2)
-        self.dilation = conv_tuple(layer, "dilation", dilation, 2)
 
     def forward(self, x: Tensor) -> Tensor:
         """``[N, H, W, in_channels]`` -> ``[N, H', W', out_channels]`` (both channels-first with ``permute``).
@@ -155,6 +186,74 @@ class Conv2d(Module):
             _bias(self, x),
             input_layout=ConvInputLayout.NCHW if self.permute else ConvInputLayout.NHWC,
             filter_layout=FilterLayout.FCRS if self.permute else FilterLayout.RSCF,
+        )
+
+
+# ─── Conv3d ──────────────────────────────────────────────────────────────
+
+
+class Conv3d(Module):
+    """A 3D convolution layer over NDHWC inputs (NCDHW with ``permute=True``).
+
+    ``weight`` is QRSCF ``[kernel_depth, kernel_height, kernel_width,
+    in_channels // num_groups, out_channels]``, or PyTorch's ``[out_channels,
+    in_channels // num_groups, kernel_depth, kernel_height, kernel_width]`` with
+    ``permute=True``. ``padding`` is an int, ``(pad_d, pad_h, pad_w)`` or
+    ``(d_before, d_after, h_before, h_after, w_before, w_after)`` and is stored
+    as the six-int form; ``kernel_size``/``stride``/``dilation`` are stored as
+    ``(d, h, w)`` triples.
+
+    Example:
+        >>> from maxfx.experimental.nn.conv import Conv3d
+        >>> from maxfx.experimental.tensor import Tensor
+        >>> conv = Conv3d(kernel_size=3, in_channels=4, out_channels=8, padding=(0, 1, 1), has_bias=True, permute=True)
+        >>> [int(d) for d in conv.weight.shape], conv.padding
+        ([8, 4, 3, 3, 3], (0, 0, 1, 1, 1, 1))
+        >>> conv(Tensor.ones([1, 4, 5, 6, 6])).shape
+        [Dim(1), Dim(8), Dim(3), Dim(6), Dim(6)]
+    """
+
+    weight: Tensor
+    bias: Tensor | Literal[0]
+
+    def __init__(
+        self,
+        kernel_size: int | tuple[int, int, int],
+        in_channels: int,
+        out_channels: int,
+        dtype: DType | None = None,
+        stride: int | tuple[int, int, int] = 1,
+        padding: int | tuple[int, int, int] | tuple[int, int, int, int, int, int] = 0,
+        dilation: int | tuple[int, int, int] = 1,
+        num_groups: int = 1,
+        device: Any = None,
+        has_bias: bool = False,
+        permute: bool = False,
+        name: str | None = None,
+    ) -> None:
+        _setup_nd(self, "Conv3d", 3, kernel_size, in_channels, out_channels, num_groups, dtype, stride, padding, dilation, has_bias, permute, name)
+        self.num_groups = num_groups
+        cin = in_channels // num_groups
+        shape = [out_channels, cin, *self.kernel_size] if permute else [*self.kernel_size, cin, out_channels]
+        _init_params(self, shape, out_channels, has_bias, dtype, device)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``[N, D, H, W, in_channels]`` -> ``[N, D', H', W', out_channels]`` (both channels-first with ``permute``).
+
+        Raises:
+            ValueError: ``x`` is not rank 5 or has the wrong channel count, or the output would be empty.
+        """
+        check_conv_input("Conv3d", x, 3, self.in_channels, self.permute)
+        return F.conv3d(
+            x,
+            _on(self.weight, x),
+            self.stride,
+            self.dilation,
+            self.padding,
+            self.num_groups,
+            _bias(self, x),
+            input_layout=ConvInputLayout.NCHW if self.permute else ConvInputLayout.NHWC,  # NCDHW / NDHWC
+            filter_layout=FilterLayout.FCQRS if self.permute else FilterLayout.QRSCF,
         )
 
 
@@ -334,6 +433,81 @@ class ConvTranspose1d(Module):
             padding=self.padding,
             output_paddings=self.output_padding,
             bias=bias,
+            input_layout=ConvInputLayout.NCHW if self.permute else ConvInputLayout.NHWC,
+            filter_layout=FilterLayout.CFRS if self.permute else FilterLayout.RSCF,
+        )
+
+
+# ─── ConvTranspose2d ─────────────────────────────────────────────────────
+
+
+class ConvTranspose2d(Module):
+    """A 2D transposed convolution layer over NHWC inputs (NCHW with ``permute=True``).
+
+    ``weight`` is RSCF ``[kernel_height, kernel_width, out_channels,
+    in_channels]``, or PyTorch's ``[in_channels, out_channels, kernel_height,
+    kernel_width]`` with ``permute=True``; as in MAX there are no groups. Each
+    output size is ``(H - 1) * stride - before - after + dilation * (k - 1) + 1
+    + output_padding``: ``padding`` (an int, ``(pad_h, pad_w)`` or ``(top,
+    bottom, left, right)``, stored as the four-int form) is cropped from the
+    output and ``output_padding`` (an int or ``(h, w)``, each smaller than its
+    stride or its dilation) added at the bottom/right. Positionally
+    ``dilation`` comes before ``output_padding``, as in MAX (`ConvTranspose1d`
+    has them the other way round).
+
+    Example:
+        >>> from maxfx.experimental.nn.conv import ConvTranspose2d
+        >>> from maxfx.experimental.tensor import Tensor
+        >>> up = ConvTranspose2d(kernel_size=4, in_channels=8, out_channels=4, stride=2, padding=1, permute=True)
+        >>> [int(d) for d in up.weight.shape], up.padding, up.output_padding
+        ([8, 4, 4, 4], (1, 1, 1, 1), (0, 0))
+        >>> up(Tensor.ones([1, 8, 5, 6])).shape
+        [Dim(1), Dim(4), Dim(10), Dim(12)]
+    """
+
+    weight: Tensor
+    bias: Tensor | Literal[0]
+
+    def __init__(
+        self,
+        kernel_size: int | tuple[int, int],
+        in_channels: int,
+        out_channels: int,
+        dtype: DType | None = None,
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] | tuple[int, int, int, int] = 0,
+        dilation: int | tuple[int, int] = 1,
+        output_padding: int | tuple[int, int] = 0,
+        device: Any = None,
+        has_bias: bool = False,
+        permute: bool = False,
+        name: str | None = None,
+    ) -> None:
+        layer = "ConvTranspose2d"
+        _setup_nd(self, layer, 2, kernel_size, in_channels, out_channels, 1, dtype, stride, padding, dilation, has_bias, permute, name)
+        op = conv_tuple(layer, "output_padding", output_padding, 2, 0)
+        for o, s, d in zip(op, self.stride, self.dilation):
+            if o >= s and o >= d:
+                raise ValueError(f"{layer}: each output_padding must be smaller than its stride or its dilation, got output_padding={op} with stride={self.stride}, dilation={self.dilation}")
+        self.output_padding = op
+        shape = [in_channels, out_channels, *self.kernel_size] if permute else [*self.kernel_size, out_channels, in_channels]
+        _init_params(self, shape, out_channels, has_bias, dtype, device)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``[N, H, W, in_channels]`` -> ``[N, H', W', out_channels]`` (both channels-first with ``permute``).
+
+        Raises:
+            ValueError: ``x`` is not rank 4 or has the wrong channel count, or the padding crops the output to nothing.
+        """
+        check_conv_input("ConvTranspose2d", x, 2, self.in_channels, self.permute)
+        return F.conv2d_transpose(
+            x,
+            _on(self.weight, x),
+            stride=self.stride,
+            dilation=self.dilation,
+            padding=self.padding,
+            output_paddings=self.output_padding,
+            bias=_bias(self, x),
             input_layout=ConvInputLayout.NCHW if self.permute else ConvInputLayout.NHWC,
             filter_layout=FilterLayout.CFRS if self.permute else FilterLayout.RSCF,
         )
