@@ -60,7 +60,7 @@ from lowering.dims import bind_symbols
 from lowering.dtypes import DType
 from lowering.executables import EXECUTABLES
 from lowering.interpret import block_is_data_dependent, run_block
-from lowering.ir import Block
+from lowering.ir import Block, uses_op
 from lowering.logs import CACHE_LOG, compiling
 from lowering.piecewise import Pieces, split_at_calls
 from lowering.targets import export_checks, lowering_for
@@ -181,6 +181,7 @@ class CompiledBlock:
         debug = nan_check or log_ops
         self._interpreted = debug or block_is_data_dependent(block)
         self._buffer_inputs = [i for i, v in enumerate(block.inputs) if isinstance(v.type, BufferType)]
+        self.prints = uses_op(block.nodes, "print")  # a run then follows its session's print options
         self._weight_buffers = {_buffer_id(w) for w in self.weights.values()}
         # Top-level subgraph calls compile once per subgraph, not once per call site (lowering.piecewise).
         pieces = split_at_calls(block) if not (self._interpreted or self._buffer_inputs) else []

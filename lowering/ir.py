@@ -179,6 +179,11 @@ def weight_reads(nodes: Iterable[Node], prefix: str = "") -> Iterator[tuple[str,
                 yield from weight_reads(b.nodes, inner)
 
 
+def uses_op(nodes: Iterable[Node], op: str) -> bool:
+    """Whether ``op`` is applied by ``nodes`` or inside their nested blocks (branches, loop bodies, subgraphs)."""
+    return any(n.op == op or any(uses_op(b.nodes, op) for p in n.params.values() for b in blocks_in(p)) for n in nodes)
+
+
 def _nested_free_vars(params: Mapping[str, Any]) -> Iterable[Var]:
     for p in params.values():
         for b in blocks_in(p):

@@ -2,62 +2,20 @@
 
 from __future__ import annotations
 
-import builtins
 import functools
 import os
-import sys
 from typing import Any
 
 import jax
 import numpy as np
 
 from lowering.context import bind
-from lowering.dtypes import DType
+from lowering.debug_print import emit_message, emit_tensor
 from lowering.ops._rules import OpError, fmt
 from lowering.registry import OpDef, front, register
 from lowering.types import BufferType, DeviceRef, TensorType, Type
 
-__all__ = ["print_", "export_tensor", "assert_same_device", "format_tensor"]
-
-# MAX prints dtypes with their MLIR element-type names (``dtype=f32``).
-_SHORT = {
-    DType.bool: "bool",
-    DType.float16: "f16",
-    DType.bfloat16: "bf16",
-    DType.float32: "f32",
-    DType.float64: "f64",
-    DType.int8: "si8",
-    DType.int16: "si16",
-    DType.int32: "si32",
-    DType.int64: "si64",
-    DType.uint8: "ui8",
-    DType.uint16: "ui16",
-    DType.uint32: "ui32",
-    DType.uint64: "ui64",
-}
-
-
-def format_tensor(label: str, array: Any) -> str:
-    """``label = tensor([1.0000, 2.0000], dtype=f32, shape=[2])`` for a host array."""
-    a = np.asarray(array)
-    dtype = DType.from_numpy(a.dtype)
-    if a.dtype.kind == "f" or a.dtype.kind == "V":
-        a32 = a.astype(np.float64)
-        body = np.array2string(a32, separator=", ", threshold=1000, formatter={"float_kind": lambda v: f"{v:.4f}"})
-    elif a.dtype == np.bool_:
-        body = np.array2string(a, separator=", ", threshold=1000, formatter={"bool": lambda v: "True" if v else "False"})
-    else:
-        body = np.array2string(a, separator=", ", threshold=1000)
-    short = _SHORT.get(dtype, dtype.name)
-    return f"{label} = tensor({body}, dtype={short}, shape=[{', '.join(str(d) for d in a.shape)}])"
-
-
-def _emit(text: str) -> None:
-    builtins.print(text, file=sys.stdout, flush=True)
-
-
-def _emit_tensor(label: str, x: Any) -> None:
-    _emit(format_tensor(label, x))
+__all__ = ["print_", "export_tensor", "assert_same_device"]
 
 
 def _print_rule(*types: Type, label: str, message: str | None) -> None:
@@ -70,10 +28,11 @@ def _print_rule(*types: Type, label: str, message: str | None) -> None:
 def _print_impl(*xs, label: str, message: str | None):
     # An ordered callback stays in jitted programs, branches and loops, and
     # prints run in program order (MAX orders them with its chain).
+    # The callback reads the print options in effect when it runs (the session's: `lowering.debug_print`).
     if message is not None:
-        jax.debug.callback(functools.partial(_emit, f"{label} = {message}"), ordered=True)
+        jax.debug.callback(functools.partial(emit_message, label, message), ordered=True)
     else:
-        jax.debug.callback(functools.partial(_emit_tensor, label), xs[0], ordered=True)
+        jax.debug.callback(functools.partial(emit_tensor, label), xs[0], ordered=True)
     return None
 
 
@@ -84,17 +43,19 @@ print_p = register(OpDef("print", rule=_print_rule, impl=_print_impl, effect=Tru
 def print_(value: Any, label: str = "debug_tensor") -> None:
     """Print a tensor's contents (or a string) when the graph runs.
 
-    Output looks like ``label = tensor([4.0000, 6.0000], dtype=f32, shape=[2])``
-    (``label = text`` for a string). Printing happens while the model executes,
-    in program order, also inside ``cond`` branches and loop bodies.
+    Output looks like ``label = tensor([[4.0000, 6.0000]], dtype=f32, shape=[2])``
+    (``label = text`` for a string), MAX's ``COMPACT`` style; a session's
+    ``set_debug_print_options`` picks another (``FULL``, ``NONE``, or files:
+    ``BINARY``, ``BINARY_MAX_CHECKPOINT``; see `lowering.debug_print`). Printing
+    happens while the model executes, in program order, also inside ``cond``
+    branches and loop bodies; ``Model.execute`` returns after its prints.
 
     Args:
         value: a tensor (or buffer) value, or a str.
-        label: printed before the value.
+        label: printed before the value (and the file name of the binary styles).
 
     Example:
         >>> import numpy as np
-        >>> import jax
         >>> from maxfx.graph import DeviceRef, Graph, TensorType, ops
         >>> from maxfx.dtype import DType
         >>> from maxfx.engine import InferenceSession
@@ -105,8 +66,8 @@ def print_(value: Any, label: str = "debug_tensor") -> None:
         ...     graph.output(out)
         >>> a, b = np.array([1.0, 2.0], np.float32), np.array([3.0, 4.0], np.float32)
         >>> model = InferenceSession().load(graph)
-        >>> _ = model.execute(a, b); jax.effects_barrier()  # the barrier waits for the print
-        addition_output = tensor([4.0000, 6.0000], dtype=f32, shape=[2])
+        >>> _ = model.execute(a, b)
+        addition_output = tensor([[4.0000, 6.0000]], dtype=f32, shape=[2])
     """
     if not isinstance(label, str):
         raise TypeError(f"print: label must be a str, got {type(label).__name__}")

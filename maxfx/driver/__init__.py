@@ -32,6 +32,7 @@ from maxfx.driver._device import (
     load_devices,
     scan_available_devices,
 )
+from maxfx.driver._dump import load_max_buffer
 from maxfx.driver._tensor import Buffer, DevicePinnedBuffer, Tensor
 from maxfx.driver._virtual import (
     VirtualAccelerator,
@@ -70,6 +71,7 @@ __all__ = [
     "get_virtual_device_target_arch",
     "is_virtual_device_mode",
     "load_devices",
+    "load_max_buffer",
     "scan_available_devices",
     "set_virtual_cpu_target",
     "set_virtual_device_api",

@@ -472,8 +472,9 @@ class Tensor:
         """
         dt = _as_dtype(dtype, "Tensor.mmap")
         dims = _as_shape(shape, "Tensor.mmap")
-        arr = np.memmap(filename, dtype=dt.to_numpy(), mode=mode, offset=offset, shape=dims, order="C")
-        return cls._host(arr)
+        # np.memmap reads shape () as "the whole file": map one element and drop the axis.
+        arr = np.memmap(filename, dtype=dt.to_numpy(), mode=mode, offset=offset, shape=dims or (1,), order="C")
+        return cls._host(arr if dims else arr.reshape(()))
 
     # -- copies and transfers ---------------------------------------------
     def _copy_to(self, device: Device, stream: DeviceStream | None, pinned: bool) -> Tensor:

@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from lowering.compile import CompiledBlock, InputMismatchError
+from lowering.debug_print import DEFAULT_PRINT_OPTIONS, PrintOptions, using_print_options
 from lowering.dtypes import DType
 from lowering.types import BufferType
 from maxfx.driver import Tensor
@@ -86,12 +88,17 @@ def require_contiguous(where: str, what: str, x: Any) -> None:
 
 
 class Model:
-    """A loaded graph, ready to execute. Made by `InferenceSession.load`."""
+    """A loaded graph, ready to execute. Made by `InferenceSession.load`.
 
-    def __init__(self, compiled: CompiledBlock, name: str, input_names: Sequence[str]):
+    Its print ops follow ``print_options``, its session's (``set_debug_print_options``),
+    as they are when it runs.
+    """
+
+    def __init__(self, compiled: CompiledBlock, name: str, input_names: Sequence[str], print_options: PrintOptions = DEFAULT_PRINT_OPTIONS):
         self._compiled = compiled
         self._name = name
         self._input_names = list(input_names)
+        self._print_options = print_options
 
     @property
     def input_metadata(self) -> list[TensorSpec]:
@@ -150,7 +157,9 @@ class Model:
         # e.g. a KV-cache pool per step); the Tensors are rebound to those values right below.
         buffers = self._compiled._buffer_inputs
         donate = all(_donatable(arrays[i]) for i in buffers)
-        outs, buffer_finals = self._compiled(arrays, donate_buffers=donate)
+        printing = using_print_options(self._print_options) if self._compiled.prints else contextlib.nullcontext()
+        with printing:
+            outs, buffer_finals = self._compiled(arrays, donate_buffers=donate)
         for i, final in zip(buffers, buffer_finals):
             args[i]._assign(final)
             _engine_buffers[id(final)] = final

@@ -27,6 +27,7 @@ from typing import Any
 
 from lowering.compile import CompiledBlock
 from lowering.debug import DEBUG
+from lowering.debug_print import PrintOptions, PrintStyle
 from lowering.devices import jax_device
 from lowering.dtypes import DType
 from lowering.ir import Block, weight_reads
@@ -40,7 +41,7 @@ from maxfx.engine._cross_compile import lower_for_platform
 from maxfx.engine._model import Model, require_contiguous
 from maxfx.graph import Graph, Module
 
-__all__ = ["CompiledModel", "InferenceSession", "GPUProfilingMode", "LogLevel", "CustomExtensionsType"]
+__all__ = ["CompiledModel", "InferenceSession", "GPUProfilingMode", "LogLevel", "PrintStyle", "CustomExtensionsType"]
 
 type CustomExtensionsType = list[str | Path | Any] | str | Path | Any
 
@@ -142,6 +143,7 @@ class InferenceSession:
         self.num_threads = num_threads
         self.custom_extensions = custom_extensions
         self._settings: dict[str, Any] = {}
+        self._print_options = PrintOptions()
 
     @property
     def devices(self) -> list[Any]:
@@ -278,7 +280,7 @@ class InferenceSession:
             weights[name] = arr
         graph = compiled.graph
         block = CompiledBlock(graph._ir, weights, compiled.device)
-        return Model(block, graph.name, [f"input{i}" for i in range(len(graph.inputs))])
+        return Model(block, graph.name, [f"input{i}" for i in range(len(graph.inputs))], self._print_options)
 
     def _target_for(self, block: Block) -> DeviceRef:
         """The device ``block`` runs on: its GPU if it uses one (which the session must have), else the session's first device."""
@@ -290,6 +292,39 @@ class InferenceSession:
         if gpu and gpu[0] not in session_refs:
             raise ValueError(f"InferenceSession.load: graph uses {gpu[0]} but the session's devices are {[str(r) for r in session_refs]}")
         return target
+
+    def set_debug_print_options(self, style: str | PrintStyle = PrintStyle.COMPACT, precision: int = 6, output_directory: str | os.PathLike | None = None) -> None:
+        """How the print ops (``ops.print``, ``TensorValue.print``, ``PrintHook``) of this session's models show tensors.
+
+        Takes effect at each execution, also for models loaded before. ``BINARY``
+        writes each printed tensor's raw bytes to ``{output_directory}/{label}``
+        (read with ``Buffer.mmap``, giving dtype and shape); ``BINARY_MAX_CHECKPOINT``
+        writes ``{output_directory}/{label}.max``, read with ``maxfx.driver.load_max_buffer``.
+
+        Args:
+            style: ``COMPACT`` (default), ``FULL``, ``BINARY``, ``BINARY_MAX_CHECKPOINT``
+                or ``NONE``, as a `PrintStyle` or its name.
+            precision: digits of ``FULL``'s elements.
+            output_directory: where the binary styles write (created if missing).
+
+        Raises:
+            TypeError: an unknown style, a non-int ``FULL`` precision, a directory that is not a str or Path.
+            ValueError: a binary style without an output directory.
+
+        Example:
+            >>> import numpy as np
+            >>> from maxfx.graph import Graph, TensorType, ops
+            >>> from maxfx.dtype import DType
+            >>> with Graph("p", input_types=[TensorType(DType.float32, [3])]) as g:
+            ...     g.inputs[0].print("x")
+            ...     g.output(g.inputs[0])
+            >>> session = InferenceSession()
+            >>> model = session.load(g)
+            >>> session.set_debug_print_options("FULL", precision=2)
+            >>> _ = model.execute(np.array([1.0, 2.5, -3.0], np.float32))
+            x = tensor<3xf32> [1.00e+00, 2.50e+00, -3.00e+00]
+        """
+        self._print_options.set(style, precision, output_directory)
 
     # Settings MAX exposes for its Mojo kernels; XLA has no equivalent, they are recorded only.
     def gpu_profiling(self, mode: GPUProfilingMode) -> None:

@@ -13,10 +13,12 @@ Example:
 
 from __future__ import annotations
 
+import collections
+from collections.abc import Iterator
 from typing import Any
 
 from maxfx.graph import ops
-from maxfx.nn._layer import _HOOKS, Layer, add_layer_hook, recursive_named_layers
+from maxfx.nn._layer import _HOOKS, Layer, add_layer_hook
 
 __all__ = ["PrintHook"]
 
@@ -28,6 +30,22 @@ def _tensors(value: Any) -> list[Any]:
     if isinstance(value, dict):
         return [t for v in value.values() for t in _tensors(v)]
     return [value] if getattr(value, "type", None) is not None else []
+
+
+def _walk_layers(model: Layer) -> Iterator[tuple[str, Layer]]:
+    """``(name, layer)`` breadth first through the attributes of layers and the items of lists and tuples."""
+    seen: set[int] = set()
+    queue: collections.deque[tuple[str, Any]] = collections.deque([("model", model)])
+    while queue:
+        name, obj = queue.popleft()
+        if isinstance(obj, Layer):
+            if id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            yield name, obj
+            queue.extend((f"{name}.{k}", v) for k, v in vars(obj).items() if isinstance(v, (Layer, list, tuple)))
+        elif isinstance(obj, (list, tuple)):
+            queue.extend((f"{name}.{i}", v) for i, v in enumerate(obj))
 
 
 class PrintHook:
@@ -56,9 +74,16 @@ class PrintHook:
         return self._export_path
 
     def name_layers(self, model: Layer) -> None:
-        """Create names for all layers in the model based on nested attributes (the root is ``model``)."""
-        for path, layer in recursive_named_layers(model, "model"):
-            self._names[id(layer)] = path
+        """Create names for all layers in the model based on nested attributes (the root is ``model``).
+
+        Names are attribute paths, as MAX makes them: a layer held in a list
+        attribute is named by its index, so the blocks of a ``LayerList`` stored
+        as ``self.layers`` are ``model.layers.layers.0``, ... (the list inside the
+        LayerList is its attribute ``layers`` too). A layer reachable by several
+        paths keeps the shortest.
+        """
+        for path, layer in _walk_layers(model):
+            self._names.setdefault(id(layer), path)
 
     def _name_of(self, layer: Any) -> str:
         name = self._names.get(id(layer))

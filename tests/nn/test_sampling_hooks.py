@@ -192,12 +192,13 @@ def test_print_hook_prints_named_layer_outputs(rng, capfd):
     InferenceSession().load(g, weights_registry=model.state_dict()).execute(x)
     jax.effects_barrier()
     out = capfd.readouterr().out
-    h = x @ state["0.weight"].T  # a Sequential names its layers by position, as in MAX
-    assert "model.0-input_0 = tensor(" in out and "model.1-output = tensor(" in out
+    h = x @ state["0.weight"].T  # the state dict names a Sequential's layers by position, as in MAX ...
+    # ... and PrintHook by attribute path, as MAX's does: the Sequential's list is its attribute `layers`.
+    assert "model.layers.0-input_0 = tensor(" in out and "model.layers.1-output = tensor(" in out
     assert "model-output = tensor(" in out
     # The printed first-layer output is the numpy value.
-    line = next(ln for ln in out.splitlines() if ln.startswith("model.0-output = "))
-    assert line.startswith("model.0-output = tensor([[" + ", ".join(f"{v:.4f}" for v in h[0]))
+    line = next(ln for ln in out.splitlines() if ln.startswith("model.layers.0-output = "))
+    assert line.startswith("model.layers.0-output = tensor([[" + ", ".join(f"{v:.4f}" for v in h[0]))
     # After remove(), new graphs get no print ops.
     g2 = _mlp_graph(model, x)
     InferenceSession().load(g2, weights_registry=model.state_dict()).execute(x)

@@ -29,7 +29,8 @@ def test_print_doc_example(capfd):
         graph.output(out)
     result = InferenceSession().load(graph).execute(np.array([1.0, 2.0], np.float32), np.array([3.0, 4.0], np.float32))[0]
     np.testing.assert_allclose(result.to_numpy(), [4.0, 6.0])
-    assert _printed(capfd) == ["addition_output = tensor([4.0000, 6.0000], dtype=f32, shape=[2])"]
+    # The printed line of MAX's own ops.print docstring (MAX's COMPACT style: a vector is one row of a matrix).
+    assert _printed(capfd) == ["addition_output = tensor([[4.0000, 6.0000]], dtype=f32, shape=[2])"]
 
 
 def test_print_strings_ints_and_program_order(capfd):
@@ -44,9 +45,9 @@ def test_print_strings_ints_and_program_order(capfd):
     assert _printed(capfd) == [
         "debug_tensor = start",
         "debug_tensor = tensor([[1, 2],",
-        " [3, 4]], dtype=si32, shape=[2, 2])",
+        "[3, 4]], dtype=si32, shape=[2, 2])",
         "doubled = tensor([[2, 4],",
-        " [6, 8]], dtype=si32, shape=[2, 2])",
+        "[6, 8]], dtype=si32, shape=[2, 2])",
         "msg = end",
     ]
 
