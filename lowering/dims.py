@@ -29,7 +29,7 @@ import numpy as np
 
 from lowering import mlir_interop
 
-__all__ = ["Dim", "StaticDim", "SymbolicDim", "AlgebraicDim", "Shape", "DimLike", "ShapeLike", "UnboundDimError"]
+__all__ = ["Dim", "StaticDim", "SymbolicDim", "AlgebraicDim", "Shape", "DimLike", "ShapeLike", "UnboundDimError", "format_shape"]
 
 # A polynomial: tuple of (monomial, coeff) sorted; monomial = tuple of atoms (with repetition) sorted.
 # An atom is a symbol name (str) or an opaque ("//" | "%", poly, poly) tuple.
@@ -38,6 +38,16 @@ _Poly = tuple
 
 class UnboundDimError(ValueError):
     """A symbolic dimension has no value in the binding environment."""
+
+
+def format_shape(shape: Iterable[Any]) -> str:
+    """``[2, seq, 8]``: a shape as error messages show it (symbolic dims by name).
+
+    Example:
+        >>> format_shape([2, "seq", 8])
+        '[2, seq, 8]'
+    """
+    return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def _atom_key(atom) -> str:

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from lowering.dims import format_shape
+
 __all__ = ["check_conv_input", "check_groups", "check_positive", "conv_padding", "conv_tuple", "padding_1d"]
-
-
-def _shape_str(shape: Any) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def _ints(value: Any, n: int) -> tuple[Any, ...]:
@@ -68,10 +66,10 @@ def check_conv_input(layer: str, x: Any, nd: int, in_channels: int | None, chann
     """Raise a ValueError naming ``layer`` unless ``x`` is a rank ``nd + 2`` float value with ``in_channels`` channels."""
     layout = _INPUT_DOC[nd][1 if channels_first else 0]
     if x.rank != nd + 2:
-        raise ValueError(f"{layer}: expected a rank-{nd + 2} {layout} input, got shape {_shape_str(x.shape)}")
+        raise ValueError(f"{layer}: expected a rank-{nd + 2} {layout} input, got shape {format_shape(x.shape)}")
     c = x.shape[1 if channels_first else -1]
     if in_channels is not None and str(c) != str(in_channels):
-        raise ValueError(f"{layer}: the input {_shape_str(x.shape)} ({layout}) has {c} channels, expected in_channels={in_channels}")
+        raise ValueError(f"{layer}: the input {format_shape(x.shape)} ({layout}) has {c} channels, expected in_channels={in_channels}")
 
 
 def padding_1d(layer: str, value: Any) -> tuple[int, int, int, int]:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from lowering.dims import Dim, StaticDim
+from lowering.dims import Dim, StaticDim, format_shape
 from lowering.dtypes import DType
 from lowering.ops._indexing_util import dtype_of
 from lowering.ops.core import cast
 from lowering.ops.elementwise import add, mul, rsqrt, sub
 from lowering.ops.reduction import check_epsilon, mean
-from lowering.ops.shape import _fmt_dims, reshape
+from lowering.ops.shape import reshape
 from lowering.registry import front
 
 __all__ = ["rms_norm", "group_norm"]
@@ -66,7 +66,7 @@ def rms_norm(input, weight, epsilon, weight_offset=0.0, multiply_before_cast=Fal
     if len(input.shape) == 0:
         raise ValueError(f"{op}: input must have at least one dim, got a scalar")
     if len(weight.shape) != 1 or Dim(weight.shape[0]) != Dim(input.shape[-1]):
-        raise ValueError(f"{op}: weight must have shape [{input.shape[-1]}] (the last dim of input {_fmt_dims(input.shape)}), got {_fmt_dims(weight.shape)}")
+        raise ValueError(f"{op}: weight must have shape [{input.shape[-1]}] (the last dim of input {format_shape(input.shape)}), got {format_shape(weight.shape)}")
     x32 = _float32(input)
     normed = mul(x32, rsqrt(add(mean(mul(x32, x32), -1), eps)))
     offset = float(weight_offset)
@@ -105,15 +105,15 @@ def group_norm(input, gamma, beta, num_groups, epsilon):  # noqa: A002 - MAX's n
     _require_float(op, input, "input")
     shape = list(input.shape)
     if len(shape) < 2:
-        raise ValueError(f"{op}: input must be [batch, channels, ...] (rank >= 2), got shape {_fmt_dims(shape)}")
+        raise ValueError(f"{op}: input must be [batch, channels, ...] (rank >= 2), got shape {format_shape(shape)}")
     if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups <= 0:
         raise ValueError(f"{op}: num_groups must be a positive int, got {num_groups!r}")
     channels = Dim(shape[1])
     if not isinstance(channels, StaticDim) or int(channels) % num_groups:
-        raise ValueError(f"{op}: the {shape[1]} channels of input {_fmt_dims(shape)} must be a static multiple of num_groups={num_groups}")
+        raise ValueError(f"{op}: the {shape[1]} channels of input {format_shape(shape)} must be a static multiple of num_groups={num_groups}")
     for name, t in (("gamma", gamma), ("beta", beta)):
         if len(t.shape) != 1 or Dim(t.shape[0]) != channels:
-            raise ValueError(f"{op}: {name} must have shape [{channels}] (the channels of input {_fmt_dims(shape)}), got {_fmt_dims(t.shape)}")
+            raise ValueError(f"{op}: {name} must have shape [{channels}] (the channels of input {format_shape(shape)}), got {format_shape(t.shape)}")
     x32 = _float32(input)
     grouped = reshape(x32, [shape[0], num_groups, -1])
     centered = sub(grouped, mean(grouped, -1))

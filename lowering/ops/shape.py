@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lowering.context import bind, current_context
-from lowering.dims import Dim, StaticDim, _from_poly, _make_poly, bind_symbols  # exact division by a monomial (see _exact_div)
+from lowering.dims import Dim, StaticDim, _from_poly, _make_poly, bind_symbols, format_shape  # exact division by a monomial (see _exact_div)
 from lowering.dtypes import DType
 from lowering.ops import _rules as R
 from lowering.ops import _transposed
@@ -126,10 +126,6 @@ def _opt_int(v: Any) -> Any:
     return int(v) if hasattr(v, "__index__") and not isinstance(v, (bool, np.bool_)) else v
 
 
-def _fmt_dims(dims: Iterable[Any]) -> str:
-    return "[" + ", ".join(str(d) for d in dims) + "]"
-
-
 def _is_tensor_value(x: Any) -> bool:
     return isinstance(getattr(x, "type", None), TensorType) or isinstance(x, (jax.Array, jax.core.Tracer))
 
@@ -141,26 +137,26 @@ def _reshape_rule(x, *, shape: tuple[Dim, ...]) -> TensorType:
     x = R.require_tensor("reshape", x)
     holes = [i for i, d in enumerate(shape) if d == -1]
     if len(holes) > 1:
-        raise R.OpError(f"reshape: at most one -1 is allowed in the target shape, got {_fmt_dims(shape)}")
+        raise R.OpError(f"reshape: at most one -1 is allowed in the target shape, got {format_shape(shape)}")
     bad = [d for d in shape if isinstance(d, StaticDim) and d.dim < -1]
     if bad:
-        raise R.OpError(f"reshape: negative dim {bad[0]} in target shape {_fmt_dims(shape)} (only -1 is allowed)")
+        raise R.OpError(f"reshape: negative dim {bad[0]} in target shape {format_shape(shape)} (only -1 is allowed)")
     total = _prod(x.shape)
     known = _prod(d for i, d in enumerate(shape) if i not in holes)
     out = list(shape)
     if holes and known == 0:
         # MAX's wording.
-        raise R.OpError(f"reshape(): cannot infer -1 dimension when another dimension is 0 (reshape of {R.fmt(x)} to {_fmt_dims(shape)})")
+        raise R.OpError(f"reshape(): cannot infer -1 dimension when another dimension is 0 (reshape of {R.fmt(x)} to {format_shape(shape)})")
     if holes:
         q = _exact_div(total, known)
         if q is None:
             if _all_static(x.shape) and _all_static(shape):
                 raise R.OpError(
-                    f"reshape: cannot reshape {R.fmt(x)} ({total} elements) to {_fmt_dims(shape)}: "
+                    f"reshape: cannot reshape {R.fmt(x)} ({total} elements) to {format_shape(shape)}: "
                     f"{total} is not divisible by {known}"
                 )
             raise R.OpError(
-                f"reshape: cannot infer the -1 in {_fmt_dims(shape)} for input {R.fmt(x)}: "
+                f"reshape: cannot infer the -1 in {format_shape(shape)} for input {R.fmt(x)}: "
                 f"{total} elements is not a provable multiple of {known}; give the dim explicitly or rebind first"
             )
         out[holes[0]] = q
@@ -171,7 +167,7 @@ def _reshape_rule(x, *, shape: tuple[Dim, ...]) -> TensorType:
             f"    input = TensorValue{repr(x).removeprefix('TensorType')}\n"
             f"    new_shape = {[Dim(d) for d in shape]!r}\n\nDiagnostics:\n"
             f"    [reshape] input and output number of elements must match: input {R.fmt(x)} has {total} "
-            f"elements but target shape {_fmt_dims(shape)} has {known}. If you are confident this is correct, "
+            f"elements but target shape {format_shape(shape)} has {known}. If you are confident this is correct, "
             "consider a rebind to assert that the reshape is valid"
         )
     return TensorType(x.dtype, out, x.device)
@@ -376,9 +372,9 @@ def _broadcast_to_rule(x, *shape_tensor, shape: tuple[Dim, ...]) -> TensorType:
         R.require_rank("broadcast_to", st, lambda r: r == 1, "1", "shape")
         R.require_dtype("broadcast_to", st, R.is_int, "an integer", "shape")
         if isinstance(st.shape[0], StaticDim) and st.shape[0] != len(shape):
-            raise R.OpError(f"broadcast_to: shape tensor {R.fmt(st)} has {st.shape[0]} entries but out_dims {_fmt_dims(shape)} has {len(shape)}")
+            raise R.OpError(f"broadcast_to: shape tensor {R.fmt(st)} has {st.shape[0]} entries but out_dims {format_shape(shape)} has {len(shape)}")
     if len(shape) < x.rank:
-        raise R.OpError(f"broadcast_to: cannot broadcast {R.fmt(x)} to the lower-rank shape {_fmt_dims(shape)}")
+        raise R.OpError(f"broadcast_to: cannot broadcast {R.fmt(x)} to the lower-rank shape {format_shape(shape)}")
     for i in range(1, x.rank + 1):
         d, t = x.shape[-i], shape[-i]
         if shape_tensor and not (isinstance(d, StaticDim) and isinstance(t, StaticDim)):
@@ -387,7 +383,7 @@ def _broadcast_to_rule(x, *shape_tensor, shape: tuple[Dim, ...]) -> TensorType:
             # MAX's wording, then the types.
             raise R.OpError(
                 f"[broadcast_to] input dimension at index {x.rank - i} ({d}) must be either 1 or equal to "
-                f"corresponding output dimension at index {len(shape) - i} ({t}); cannot broadcast {R.fmt(x)} to {_fmt_dims(shape)}"
+                f"corresponding output dimension at index {len(shape) - i} ({t}); cannot broadcast {R.fmt(x)} to {format_shape(shape)}"
             )
     return TensorType(x.dtype, shape, x.device)
 
@@ -454,7 +450,7 @@ class _ShapeSpec:
         return hash(self.__maxfx_param_key__())
 
     def __repr__(self) -> str:
-        return _fmt_dims(self.dims)
+        return format_shape(self.dims)
 
 
 def _rebind_rule(x, *, shape: _ShapeSpec, message: str, layout: Any) -> TensorType:
@@ -462,17 +458,17 @@ def _rebind_rule(x, *, shape: _ShapeSpec, message: str, layout: Any) -> TensorTy
     dims = shape.dims
     why = f" ({message})" if message else ""
     if len(dims) != x.rank:
-        raise R.OpError(f"rebind: cannot rebind {R.fmt(x)} to {_fmt_dims(dims)}: rank {x.rank} vs {len(dims)}{why}")
+        raise R.OpError(f"rebind: cannot rebind {R.fmt(x)} to {format_shape(dims)}: rank {x.rank} vs {len(dims)}{why}")
     for i, (d, t) in enumerate(zip(x.shape, dims)):
         if isinstance(d, StaticDim) and isinstance(t, StaticDim) and d != t:
-            raise R.OpError(f"rebind: cannot rebind {R.fmt(x)} to {_fmt_dims(dims)}: dim {i} is {d}, not {t}{why}")
+            raise R.OpError(f"rebind: cannot rebind {R.fmt(x)} to {format_shape(dims)}: dim {i} is {d}, not {t}{why}")
     return TensorType(x.dtype, dims, x.device, _layout=layout)
 
 
 def _rebind_check(x, spec: _ShapeSpec, message: str, env: dict[str, int]) -> None:
     err = bind_symbols(spec.dims, x.shape, env)
     if err:
-        raise ValueError(f"rebind: {message + ': ' if message else ''}shape {list(x.shape)} does not match {_fmt_dims(spec.dims)}: {err}")
+        raise ValueError(f"rebind: {message + ': ' if message else ''}shape {list(x.shape)} does not match {format_shape(spec.dims)}: {err}")
 
 
 def _rebind_impl(x, *, shape: _ShapeSpec, message: str, layout: Any):
@@ -682,7 +678,7 @@ def split(x, split_sizes, axis=0):
     symbolic = [d for d in sizes if not isinstance(d, StaticDim)]
     if symbolic:
         # MAX's split slices at static offsets: every size must be known.
-        raise TypeError(f"split: split_sizes must be static ints, got symbolic dim {symbolic[0]} in {_fmt_dims(sizes)}")
+        raise TypeError(f"split: split_sizes must be static ints, got symbolic dim {symbolic[0]} in {format_shape(sizes)}")
     if isinstance(axis, (bool, np.bool_)) or not hasattr(axis, "__index__"):
         raise TypeError(f"split: axis must be an int, got {type(axis).__name__}")
     return list(bind(split_p, x, split_sizes=sizes, axis=int(axis)))
@@ -745,10 +741,10 @@ def chunk(x, chunks, axis=0):
 def _tile_rule(x, *, repeats: tuple[Dim, ...]) -> TensorType:
     x = R.require_tensor("tile", x)
     if len(repeats) != x.rank:
-        raise R.OpError(f"tile: repeats {_fmt_dims(repeats)} must have one entry per dim of {R.fmt(x)}")
+        raise R.OpError(f"tile: repeats {format_shape(repeats)} must have one entry per dim of {R.fmt(x)}")
     if any(isinstance(r, StaticDim) and r.dim < 1 for r in repeats):
         # MAX: each repeat is at least 1.
-        raise R.OpError(f"tile: repeats must be positive, got {_fmt_dims(repeats)}")
+        raise R.OpError(f"tile: repeats must be positive, got {format_shape(repeats)}")
     return TensorType(x.dtype, [d * r for d, r in zip(x.shape, repeats)], x.device)
 
 

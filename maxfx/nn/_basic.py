@@ -16,6 +16,7 @@ from maxfx.graph import ops
 from maxfx.graph._weight import ShardingStrategy, Weight
 from maxfx.graph.quantization import QuantizationEncoding
 from maxfx.nn._float8_linear import float8_matmul, float8_weights
+from maxfx.nn._graph_util import device_ref
 from maxfx.nn._graph_util import on_device as _on
 from maxfx.nn._layer import Layer, LayerList, Module, Shardable
 from maxfx.nn._linear_sharding import set_linear_strategy, shard_linear
@@ -35,10 +36,6 @@ def clamp(x: Any, min: float | None = None, max: float | None = None) -> Any:  #
     if max is not None:
         x = ops.min(x, max)
     return x
-
-
-def _device(device: Any) -> DeviceRef:
-    return DeviceRef.from_device(device) if device is not None else DeviceRef.CPU()
 
 
 def _weight_shape(encoding: QuantizationEncoding | None, out_dim: int, in_dim: int, where: str) -> tuple[DType | None, list[int]]:
@@ -88,7 +85,7 @@ class Linear(Module, Shardable):
             raise ValueError("Linear: float8_config and quantization_encoding are exclusive; pick one weight format")
         self.in_dim, self.out_dim = int(in_dim), int(out_dim)
         self.quant_config = self.float8_config = quant_config
-        self.device = _device(device)
+        self.device = device_ref(device)
         self.quantization_encoding = quantization_encoding
         self.clip_weight = clip_weight
         self.input_scale = None
@@ -165,7 +162,7 @@ class MLP(Module, Shardable):
         if activation_function not in _ACTIVATIONS:
             raise ValueError(f"MLP: activation_function must be one of {sorted(_ACTIVATIONS)}, got {activation_function!r}")
         devices = list(devices) or [DeviceRef.CPU()]
-        self.devices = [_device(d) for d in devices]
+        self.devices = [device_ref(d) for d in devices]
         self.activation_function = activation_function
         make = lambda i, o: linear_cls(i, o, dtype, self.devices[0], has_bias=has_bias, quantization_encoding=quantization_encoding, float8_config=float8_config)  # noqa: E731
         self.gate_proj = make(hidden_dim, feed_forward_length)
@@ -186,7 +183,7 @@ class MLP(Module, Shardable):
         for i, dev in enumerate(devices):
             m = MLP.__new__(MLP)
             Module.__init__(m)
-            m.devices, m.activation_function = [_device(dev)], self.activation_function
+            m.devices, m.activation_function = [device_ref(dev)], self.activation_function
             m.gate_proj, m.down_proj, m.up_proj = parts[0][i], parts[1][i], parts[2][i]
             out.append(m)
         return out
@@ -207,7 +204,7 @@ class Embedding(Module):
 
     def __init__(self, vocab_size: int, hidden_dim: int, dtype: DType, device: Any, quantization_encoding: QuantizationEncoding | None = None, name: str | None = None):
         super().__init__()
-        self.device = _device(device)
+        self.device = device_ref(device)
         self.quantization_encoding = quantization_encoding
         qdtype, shape = _weight_shape(quantization_encoding, int(vocab_size), int(hidden_dim), "Embedding")
         self.weight = Weight(name or "weight", qdtype or dtype, shape, DeviceRef.CPU(), quantization_encoding=quantization_encoding)
@@ -230,7 +227,7 @@ class LayerNorm(Module, Shardable):
 
     def __init__(self, dims: int, devices: Sequence[Any], dtype: DType, eps: float = 1e-5, use_bias: bool = True):
         super().__init__()
-        self.devices = [_device(d) for d in (list(devices) or [DeviceRef.CPU()])]
+        self.devices = [device_ref(d) for d in (list(devices) or [DeviceRef.CPU()])]
         self.eps = eps
         self.dims = int(dims)
         self.weight = Weight("weight", dtype, [self.dims], DeviceRef.CPU())

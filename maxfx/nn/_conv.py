@@ -21,24 +21,21 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lowering.dims import format_shape
 from lowering.dtypes import DType
 from lowering.types import ConvInputLayout, DeviceRef, FilterLayout
 from maxfx._conv_args import check_conv_input, check_groups, conv_padding, conv_tuple
 from maxfx.graph import ops
 from maxfx.graph._weight import Weight
 from maxfx.nn._graph_util import as_value as _as_value
+from maxfx.nn._graph_util import device_ref
 from maxfx.nn._graph_util import on_device as _on
-from maxfx.nn._graph_util import shape_str
 from maxfx.nn._layer import Layer, Module, Shardable
 
 __all__ = ["Conv1D", "Conv2d", "Conv3D", "Conv1DV1", "Conv2dV1", "Conv3DV1", "conv_tuple", "conv_padding"]
 
 
 # ─── argument normalisation ───────────────────────────────────────────────
-
-
-def _device(device: Any) -> DeviceRef:
-    return DeviceRef.from_device(device) if device is not None else DeviceRef.CPU()
 
 
 def _new_weights(name: str | None, dtype: DType, shape: list[int], out_channels: int, has_bias: bool) -> tuple[Weight, Weight | None]:
@@ -62,7 +59,7 @@ class _ConvND(Module):
         layer = type(self).__name__
         check_groups(layer, in_channels, out_channels, num_groups)
         self.in_channels, self.out_channels, self.num_groups = in_channels, out_channels, num_groups
-        self.device = _device(device)
+        self.device = device_ref(device)
         self.permute = bool(permute)
         shape = [out_channels, in_channels // num_groups, *kernel] if permute else [*kernel, in_channels // num_groups, out_channels]
         self.filter, self.bias = _new_weights(name, dtype, shape, out_channels, has_bias)
@@ -148,7 +145,7 @@ class Conv1D(_ConvND):
             raise ValueError(f"Conv1D: filter must have rank 3, got shape {shape}")
         out_c, in_per_group = (shape[0], shape[1]) if permute else (shape[2], shape[1])
         self.in_channels, self.out_channels, self.num_groups = in_per_group * num_groups, out_c, num_groups
-        self.device, self.permute = _device(device if device is not None else getattr(filt, "device", None)), bool(permute)
+        self.device, self.permute = device_ref(device if device is not None else getattr(filt, "device", None)), bool(permute)
         self.filter, self.bias = filt, bias
 
     def __call__(self, x: Any) -> Any:
@@ -225,7 +222,7 @@ class Conv2d(_ConvND, Shardable):
             Module.__init__(layer)
             for attr in ("kernel_size", "stride", "padding", "dilation", "in_channels", "out_channels", "num_groups", "permute"):
                 setattr(layer, attr, getattr(self, attr))
-            layer.device, layer.filter, layer.bias = _device(dev), f, b
+            layer.device, layer.filter, layer.bias = device_ref(dev), f, b
             out.append(layer)
         return out
 
@@ -276,7 +273,7 @@ def _v1_call(layer: str, nd: int, x: Any, filt: Any, bias: Any, stride: Sequence
     bias = _as_value(bias) if bias is not None else None
     check_conv_input(layer, x, nd, None, False)
     if filt.rank != nd + 2:
-        raise ValueError(f"{layer}: filter must have rank {nd + 2}, got shape {shape_str(filt.shape)}")
+        raise ValueError(f"{layer}: filter must have rank {nd + 2}, got shape {format_shape(filt.shape)}")
     if nd == 3:
         return ops.conv3d(x, filt, stride, dilation, padding, groups, bias)
     return ops.conv2d(x, filt, stride, dilation, padding, groups, bias)
@@ -296,7 +293,7 @@ class Conv1DV1(Layer):
     def __call__(self, x: Any) -> Any:
         filt = _as_value(self.filter)
         if filt.rank != 3:
-            raise ValueError(f"Conv1DV1: filter must be (kernel_size, in_channels/groups, out_channels), got shape {shape_str(filt.shape)}")
+            raise ValueError(f"Conv1DV1: filter must be (kernel_size, in_channels/groups, out_channels), got shape {format_shape(filt.shape)}")
         x = _as_value(x)
         check_conv_input("Conv1DV1", x, 1, None, False)
         pad = conv_padding("Conv1DV1", self.padding, 1)

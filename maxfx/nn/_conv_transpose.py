@@ -22,8 +22,9 @@ from lowering.types import ConvInputLayout, DeviceRef, FilterLayout
 from maxfx._conv_args import check_conv_input, check_positive, conv_tuple, padding_1d
 from maxfx.graph import ops
 from maxfx.graph._weight import Weight
-from maxfx.nn._conv import _device, _new_weights, _on
+from maxfx.nn._conv import _new_weights, _on
 from maxfx.nn._graph_util import as_value as _as_value
+from maxfx.nn._graph_util import device_ref
 from maxfx.nn._layer import Module
 
 __all__ = ["ConvTranspose1d", "WeightNormConvTranspose1d"]
@@ -70,7 +71,7 @@ class ConvTranspose1d(Module):
         layer = type(self).__name__
         check_positive(layer, length=length, in_channels=in_channels, out_channels=out_channels)
         self.kernel_length, self.in_channels, self.out_channels = length, in_channels, out_channels
-        self.device = _device(device)
+        self.device = device_ref(device)
         self.permute = bool(permute)
         self.stride = _pair_1d(layer, "stride", stride, 1)
         self.dilation = _pair_1d(layer, "dilation", dilation, 1)

@@ -19,9 +19,9 @@ def as_value(x: Any) -> Any:
     return ops.constant(arr, DType.from_numpy(arr.dtype), DeviceRef.CPU())
 
 
-def shape_str(shape: Any) -> str:
-    """``[2, 'seq', 8]``-style text for error messages (symbolic dims by name)."""
-    return "[" + ", ".join(str(d) for d in shape) + "]"
+def device_ref(device: Any) -> DeviceRef:
+    """A layer's ``device`` argument as a graph `DeviceRef` (a driver Device or DeviceRef; None: the CPU)."""
+    return DeviceRef.from_device(device) if device is not None else DeviceRef.CPU()
 
 
 def on_device(value: Any, device: DeviceRef) -> Any:

@@ -33,6 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from lowering.dims import format_shape
 from lowering.types import Type
 from maxfx.driver._tensor import Buffer, as_array
 from maxfx.graph import Graph
@@ -109,10 +110,6 @@ def _static_dims(shape: Iterable[Any]) -> list[int | None]:
         except TypeError:
             out.append(None)
     return out
-
-
-def _dims_str(shape: Iterable[Any]) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def _is_module_seq(value: Any) -> bool:
@@ -219,7 +216,7 @@ class Module(Layer):
                     raise ValueError(f"{type(self).__name__}.state_dict: weight {name!r} has no value; call load_state_dict first")
                 dims = _static_dims(w.shape)
                 if any(d is None for d in dims):
-                    raise ValueError(f"{type(self).__name__}.state_dict: weight {name!r} has symbolic shape {_dims_str(w.shape)}; load a value with load_state_dict first")
+                    raise ValueError(f"{type(self).__name__}.state_dict: weight {name!r} has symbolic shape {format_shape(w.shape)}; load a value with load_state_dict first")
                 value = Buffer.zeros(dims, w.dtype)
             out[name] = value
         return out
@@ -271,7 +268,7 @@ class Module(Layer):
                 problem = f"dtype mismatch: expected {w.dtype.name}, got {np.dtype(arr.dtype).name}"
             if problem is not None:
                 raise ValueError(
-                    f"{type(self).__name__}.load_state_dict: weight {name!r} expects {w.dtype.name}{_dims_str(w.shape)}, "
+                    f"{type(self).__name__}.load_state_dict: weight {name!r} expects {w.dtype.name}{format_shape(w.shape)}, "
                     f"got {np.dtype(arr.dtype).name}{got}: {problem}"
                 )
             align = weight_alignment or w.align or np.dtype(arr.dtype).alignment

@@ -29,6 +29,7 @@ from lowering.ops.quantized import q8_0_matmul_p
 from lowering.types import DeviceRef
 from maxfx.graph import ops
 from maxfx.graph._weight import Weight
+from maxfx.nn._graph_util import device_ref
 from maxfx.nn._graph_util import on_device as _on
 from maxfx.nn._layer import Module
 from maxfx.nn.attention._rope_attention import AttentionWithRope
@@ -37,10 +38,6 @@ __all__ = ["Q8_BLOCK", "Q8AttentionWithRope", "Q8Embedding", "Q8Linear", "q8_dec
 
 Q8_BLOCK = 32  # values per Q8_0 block (a float16 scale + 32 int8 quants)
 _Q8_BYTES = 2 + Q8_BLOCK  # bytes per block in a GGUF file
-
-
-def _device(device: Any) -> DeviceRef:
-    return DeviceRef.from_device(device) if device is not None else DeviceRef.CPU()
 
 
 def split_q8_0(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -109,7 +106,7 @@ class Q8Linear(Module):
         super().__init__()
         if has_bias:
             raise ValueError("Q8Linear: biases are not supported with Q8_0 weights")
-        self.in_dim, self.out_dim, self.dtype, self.device = int(in_dim), int(out_dim), dtype, _device(device)
+        self.in_dim, self.out_dim, self.dtype, self.device = int(in_dim), int(out_dim), dtype, device_ref(device)
         _q8_weights(self, self.out_dim, self.in_dim, "Q8Linear")
 
     def decoded(self) -> Any:
@@ -130,7 +127,7 @@ class Q8Embedding(Module):
 
     def __init__(self, vocab_size: int, hidden_dim: int, dtype: DType, device: Any = None):
         super().__init__()
-        self.vocab_size, self.hidden_dim, self.dtype, self.device = int(vocab_size), int(hidden_dim), dtype, _device(device)
+        self.vocab_size, self.hidden_dim, self.dtype, self.device = int(vocab_size), int(hidden_dim), dtype, device_ref(device)
         _q8_weights(self, self.vocab_size, self.hidden_dim, "Q8Embedding")
 
     def __call__(self, indices: Any) -> Any:

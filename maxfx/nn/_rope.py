@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from lowering.dims import format_shape
 from lowering.dtypes import DType
 from lowering.types import DeviceRef
 from maxfx._rope_math import apply_rope, default_inv_freq
 from maxfx.graph import Dim, Graph, ops
 from maxfx.nn._graph_util import as_value as _as_value
-from maxfx.nn._graph_util import shape_str
 from maxfx.nn._layer import Module
 
 __all__ = [
@@ -302,9 +302,9 @@ class RotaryEmbedding(Module):
     def _check_input(self, v: Any) -> None:
         name = type(self).__name__
         if v.rank != 4:
-            raise ValueError(f"{name}: expected a [batch, seq_len, n_heads, head_dim] value, got rank {v.rank} shape {shape_str(v.shape)}")
+            raise ValueError(f"{name}: expected a [batch, seq_len, n_heads, head_dim] value, got rank {v.rank} shape {format_shape(v.shape)}")
         if str(v.shape[-1]) != str(self._rope_dim):
-            raise ValueError(f"{name}: the last dim of the input {shape_str(v.shape)} must be head_dim={self._rope_dim}")
+            raise ValueError(f"{name}: the last dim of the input {format_shape(v.shape)} must be head_dim={self._rope_dim}")
         if not v.dtype.is_float():
             raise ValueError(f"{name}: expected a floating-point input, got {v.dtype}")
 

@@ -23,10 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from lowering.dims import format_shape
 from lowering.dtypes import DType
 from lowering.types import DeviceRef
 from maxfx.graph import Shape, ops
-from maxfx.nn._graph_util import as_value, shape_str
+from maxfx.nn._graph_util import as_value
 from maxfx.nn._layer import Module
 
 __all__ = ["MinPSampler", "RejectionSampler", "RejectionSamplerWithResiduals"]
@@ -36,7 +37,7 @@ def _static_shape(layer: str, value: Any, what: str) -> list[int]:
     try:
         return [int(d) for d in value.shape]
     except TypeError:
-        raise ValueError(f"{layer}: drawing random numbers needs a static shape, got {what} {shape_str(value.shape)}; pass them explicitly") from None
+        raise ValueError(f"{layer}: drawing random numbers needs a static shape, got {what} {format_shape(value.shape)}; pass them explicitly") from None
 
 
 class _Uniforms:
@@ -105,7 +106,7 @@ class MinPSampler(Module):
     def __call__(self, input: Any, uniforms: Any = None) -> Any:  # noqa: A002 - MAX's name
         """Sample token ids from ``input`` logits ``[batch, vocab]``; ``uniforms`` (``[batch]`` in [0, 1)) fixes the draws."""
         logits = as_value(input)
-        _check("MinPSampler", logits.rank == 2, f"expected [batch, vocab] logits, got shape {shape_str(logits.shape)}")
+        _check("MinPSampler", logits.rank == 2, f"expected [batch, vocab] logits, got shape {format_shape(logits.shape)}")
         _check("MinPSampler", logits.dtype == self.dtype, f"expected {self.dtype.name} logits, got {logits.dtype.name}")
         probs = ops.softmax(ops.cast(logits, DType.float32) / self.temperature)
         kept = ops.where(probs >= ops.max(probs, axis=-1) * self.min_p, probs, 0.0)
@@ -114,7 +115,7 @@ class MinPSampler(Module):
             u = self._rng.draw(_static_shape("MinPSampler", logits, "logits")[:1], logits.device)
         else:
             u = ops.cast(as_value(uniforms), DType.float32)
-            _check("MinPSampler", u.rank == 1 and str(u.shape[0]) == str(logits.shape[0]), f"uniforms must be [batch], got {shape_str(u.shape)}")
+            _check("MinPSampler", u.rank == 1 and str(u.shape[0]) == str(logits.shape[0]), f"uniforms must be [batch], got {format_shape(u.shape)}")
         # Scaling u by the kept mass (the last cdf entry) avoids normalizing and never lands past it.
         target = ops.unsqueeze(u, 1) * cdf[:, -1:]
         tokens = ops.sum(ops.cast(cdf <= target, DType.int64), axis=-1)  # [batch, 1]
@@ -125,9 +126,9 @@ class MinPSampler(Module):
 
 
 def _check_spec_inputs(layer: str, draft_tokens: Any, target_logits: Any, offsets: Any) -> None:
-    _check(layer, draft_tokens.rank == 2 and draft_tokens.dtype.is_integral(), f"draft_tokens must be integer [batch, num_steps], got {draft_tokens.dtype.name}{shape_str(draft_tokens.shape)}")
-    _check(layer, target_logits.rank == 2, f"target_logits must be [total_rows, vocab], got {shape_str(target_logits.shape)}")
-    _check(layer, offsets.rank == 1, f"target_logit_offsets must be [batch + 1], got {shape_str(offsets.shape)}")
+    _check(layer, draft_tokens.rank == 2 and draft_tokens.dtype.is_integral(), f"draft_tokens must be integer [batch, num_steps], got {draft_tokens.dtype.name}{format_shape(draft_tokens.shape)}")
+    _check(layer, target_logits.rank == 2, f"target_logits must be [total_rows, vocab], got {format_shape(target_logits.shape)}")
+    _check(layer, offsets.rank == 1, f"target_logit_offsets must be [batch + 1], got {format_shape(offsets.shape)}")
 
 
 class RejectionSampler(Module):
@@ -157,7 +158,7 @@ class RejectionSampler(Module):
         tokens, draft_logits = as_value(draft_tokens), as_value(draft_logits_for_sampled_tokens)
         logits, offsets = as_value(target_logits), as_value(target_logit_offsets)
         _check_spec_inputs(layer, tokens, logits, offsets)
-        _check(layer, str(draft_logits.shape) == str(tokens.shape), f"draft_logits_for_sampled_tokens {shape_str(draft_logits.shape)} must match draft_tokens {shape_str(tokens.shape)}")
+        _check(layer, str(draft_logits.shape) == str(tokens.shape), f"draft_logits_for_sampled_tokens {format_shape(draft_logits.shape)} must match draft_tokens {format_shape(tokens.shape)}")
         steps = int(tokens.shape[1])
         starts = ops.cast(offsets[:-1], DType.int64)  # first target row of each sequence
         rows = ops.unsqueeze(starts, 1) + ops.unsqueeze(ops.range(0, steps, dtype=DType.int64, device=logits.device), 0)
@@ -203,7 +204,7 @@ class RejectionSamplerWithResiduals(Module):
 
     def _probs(self, layer: str, logits: Any, all_draft_logits: Any, batch: Any, steps: int) -> tuple[Any, Any]:
         vocab = logits.shape[1]
-        _check(layer, all_draft_logits.rank == 3, f"all_draft_logits must be [num_steps, batch, vocab], got {shape_str(all_draft_logits.shape)}")
+        _check(layer, all_draft_logits.rank == 3, f"all_draft_logits must be [num_steps, batch, vocab], got {format_shape(all_draft_logits.shape)}")
         per_seq = ops.reshape(ops.cast(logits, DType.float32), [batch, steps + 1, vocab])
         target = ops.softmax(per_seq[:, :steps, :])
         draft = ops.softmax(ops.permute(ops.cast(all_draft_logits, DType.float32), [1, 0, 2]))
@@ -213,7 +214,7 @@ class RejectionSamplerWithResiduals(Module):
         if given is None:
             return self._rng.draw(_static_shape(layer, like, what), like.device)
         r = ops.cast(as_value(given), DType.float32)
-        _check(layer, str(r.shape) == str(like.shape), f"{what} must have shape {shape_str(like.shape)}, got {shape_str(r.shape)}")
+        _check(layer, str(r.shape) == str(like.shape), f"{what} must have shape {format_shape(like.shape)}, got {format_shape(r.shape)}")
         return r
 
     def __call__(
