@@ -17,7 +17,7 @@ import jax
 from lowering.driver_devices import accelerators
 from lowering.types import DeviceKind, DeviceRef
 
-__all__ = ["jax_device", "accelerators", "device_ref_of"]
+__all__ = ["jax_device", "has_hardware", "accelerators", "device_ref_of"]
 
 
 _resolved: dict[DeviceRef, jax.Device] = {}
@@ -33,6 +33,26 @@ def jax_device(ref: DeviceRef) -> jax.Device:
     if dev is None:
         dev = _resolved[ref] = _lookup(ref)
     return dev
+
+
+def has_hardware(ref: DeviceRef) -> bool:
+    """Whether a JAX device of this machine backs ``ref`` (False for a virtual or absent GPU).
+
+    Inside ``F.lazy()`` eager tensors may live on such devices: ops are
+    recorded for them (shapes, dtypes, devices are all known) and only running
+    the work needs the device.
+
+    Example:
+        >>> has_hardware(DeviceRef.CPU()), has_hardware(DeviceRef.GPU(63))
+        (True, False)
+    """
+    if ref in _resolved:
+        return True
+    try:
+        jax_device(ref)
+    except ValueError:
+        return False
+    return True
 
 
 def _lookup(ref: DeviceRef) -> jax.Device:

@@ -48,7 +48,7 @@ import numpy as np
 
 from lowering.context import TRACE, Context
 from lowering.device_memory import check_fits_device
-from lowering.devices import device_ref_of, jax_device
+from lowering.devices import device_ref_of, has_hardware, jax_device
 from lowering.dims import StaticDim
 from lowering.dtypes import DType, promote_weak, result_dtype_for_python_scalar
 from lowering.executables import EXECUTABLES
@@ -60,7 +60,7 @@ from lowering.registry import OpDef, OpError, get_op
 from lowering.types import DeviceRef, TensorType
 from lowering.x64 import x64
 
-__all__ = ["LazyVar", "PendingNode", "EagerContext", "realize", "pending_block", "eager_stats", "lazy", "is_lazy", "MAX_PENDING", "write_lock"]
+__all__ = ["LazyVar", "PendingNode", "EagerContext", "realize", "pending_block", "eager_stats", "lazy", "is_lazy", "placed_leaf", "MAX_PENDING", "write_lock"]
 
 MAX_PENDING = 512
 """A var whose pending graph grows past this many nodes is realized on creation."""
@@ -232,12 +232,44 @@ def _scalar_leaf(op_name: str, x: Any, dtype: DType | None, device: DeviceRef | 
                 raise OpError(f"{op_name}: {e}") from None
         device = device or DeviceRef.CPU()
         arr = np.asarray(x, dtype.to_numpy())
+        if not has_hardware(device):
+            return placed_leaf(arr, dtype, device)  # pending inside lazy(): not cached
         with x64():
             leaf = LazyVar(TensorType(dtype, [], device), array=jax.device_put(arr, jax_device(device)))
         _scalar_leaves[key] = leaf
         if len(_scalar_leaves) > 4096:
             _scalar_leaves.popitem(last=False)
     return leaf
+
+
+def placed_leaf(array: np.ndarray, dtype: DType, device: DeviceRef) -> LazyVar:
+    """Host data ``array`` as an eager var on ``device``.
+
+    On a device this machine has, a realized leaf. Inside `lazy`, a device it
+    does not have (a virtual GPU, one a test mocks) gets a pending transfer from
+    the host instead, as in MAX, where ``F.lazy()`` only records: shapes,
+    dtypes and devices are checked as ops are recorded, and realizing the
+    work raises (it needs the device). Outside `lazy` such a device is an error
+    at once.
+
+    Example:
+        >>> with lazy():
+        ...     v = placed_leaf(np.zeros(2, np.float32), DType.float32, DeviceRef.GPU(63))
+        >>> v.type, v.realized
+        (TensorType(dtype=float32, shape=[Dim(2)], device=gpu:63), False)
+    """
+    if has_hardware(device) or not _lazy.get():
+        with x64():
+            return LazyVar(TensorType(dtype, array.shape, device), array=jax.device_put(array, jax_device(device)))
+    host = placed_leaf(array, dtype, DeviceRef.CPU())
+    op = get_op("transfer_to")
+    return record(op, (host,), {"device": device}, [TensorType(dtype, array.shape, device)])[0]
+
+
+def _off_hardware(in_vars: Sequence[LazyVar], out_types: Sequence[Any]) -> bool:
+    """Whether any input or output lives on a device without hardware here (see `placed_leaf`)."""
+    types = [v.type for v in in_vars] + list(out_types)
+    return any(isinstance(t, TensorType) and not has_hardware(t.device) for t in types)
 
 
 _WRITE_LOCKS = tuple(threading.RLock() for _ in range(64))
@@ -290,12 +322,14 @@ class EagerContext(Context):
             return _scalar_leaf("constant", array.item(), dtype, device)
         device = device or self.default_device
         arr = np.asarray(array, dtype.to_numpy())
+        if not has_hardware(device):
+            return placed_leaf(arr, dtype, device)
         return LazyVar(TensorType(dtype, arr.shape, device), array=_device_constant(arr, jax_device(device)))
 
     def cast(self, x: Any, dtype: DType) -> LazyVar:
         v = self.var_of(x, "cast")
         op = get_op("cast")
-        return self._record(op, (v,), {"dtype": dtype}, infer_types(op, [v.type], {"dtype": dtype}))[0]
+        return record(op, (v,), {"dtype": dtype}, infer_types(op, [v.type], {"dtype": dtype}))[0]
 
     # An eager tensor is its own buffer (MAX: ``F.buffer_store(t, v)`` writes ``t``): the buffer
     # ops' fronts bind here with the tensor as their destination.
@@ -373,10 +407,10 @@ class EagerContext(Context):
         if lv.node is None and rv.node is None and not _lazy.get():  # MAX's default mode: run now
             if plan.entry is not None:
                 return self.wrap(_run_entry1(op, plan, lv.array, rv.array))
-            result = self._record(op, (lv, rv), _NO_PARAMS, plan.out_types, plan.signature)[0]
+            result = record(op, (lv, rv), _NO_PARAMS, plan.out_types, plan.signature)[0]
             _remember_entry(op, plan, (lv, rv), (lk, rk))
             return self.wrap(result)
-        return self.wrap(self._record(op, (lv, rv), _NO_PARAMS, plan.out_types, plan.signature)[0])
+        return self.wrap(record(op, (lv, rv), _NO_PARAMS, plan.out_types, plan.signature)[0])
 
     def _bind_unary(self, op: OpDef, x: Any) -> Any:
         """`bind` of one operand without params: every ``F.exp(x)`` of an eager step.
@@ -390,6 +424,22 @@ class EagerContext(Context):
             if plan.entry is not None:
                 return self.wrap(_run_entry1(op, plan, o[1].array))
         return self._bind_values(op, (x,), _NO_PARAMS)
+
+    def _host_inputs_on_device(self, op: OpDef, in_vars: list[LazyVar]) -> list[LazyVar]:
+        """``in_vars`` with the op's host inputs (MAX reads them on the CPU) moved to the device it runs on.
+
+        The op's one program runs on one device and reads them there, so a CPU
+        copy next to GPU inputs is transferred (recorded inside `lazy`).
+        """
+        device = next((v.type.device for i, v in enumerate(in_vars) if i not in op.host_inputs and isinstance(v.type, TensorType)), None)
+        moved = list(in_vars)
+        for i in op.host_inputs:
+            v = in_vars[i]
+            if device is not None and isinstance(v.type, TensorType) and v.type.device != device:
+                transfer = get_op("transfer_to")
+                params = {"device": device}
+                moved[i] = self.var_of(self.apply(transfer, bind_plan(transfer, (v.type,), params), [v], params))
+        return moved
 
     def _bind_values(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
         operands = [_operand(x) for x in inputs]
@@ -409,6 +459,8 @@ class EagerContext(Context):
                 in_vars.append(self.cast(v, act[1]))
             else:
                 in_vars.append(_scalar_leaf(op.name, x, act[1], plan.device))
+        if op.host_inputs:
+            in_vars = self._host_inputs_on_device(op, in_vars)
         if _lazy.get() or plan.immediate or op.impl is None or any(v.node is not None for v in in_vars):
             return self.apply(op, plan, in_vars, params)
         # MAX's default mode on realized inputs: run the op's program now, straight from its entry once known.
@@ -431,9 +483,13 @@ class EagerContext(Context):
         if written and _lazy.get() and op.impl is not None:
             return self._record_writes(op, plan, in_vars, params, written)
         if plan.immediate or op.impl is None:
-            outs = self._run_now(op, in_vars, params, plan.out_types)
+            if _lazy.get() and op.impl is not None and not op.effect and _off_hardware(in_vars, plan.out_types):
+                # A transfer (or other at-once op) for a device this machine lacks: recorded, like MAX's F.lazy().
+                outs = record(op, in_vars, params, plan.out_types, plan.signature)
+            else:
+                outs = self._run_now(op, in_vars, params, plan.out_types)
         else:
-            outs = self._record(op, in_vars, params, plan.out_types, plan.signature)
+            outs = record(op, in_vars, params, plan.out_types, plan.signature)
         return self._wrap_outputs(op, plan, outs)
 
     def _wrap_outputs(self, op: OpDef, plan: BindPlan, outs: Sequence[LazyVar]) -> Any:
@@ -453,7 +509,7 @@ class EagerContext(Context):
         holds without running anything.
         """
         n = len(plan.out_types)
-        outs = self._record(op, in_vars, params, (*plan.out_types, *[in_vars[i].type for i in written]))
+        outs = record(op, in_vars, params, (*plan.out_types, *[in_vars[i].type for i in written]))
         for i, new in zip(written, outs[n:]):
             owner = in_vars[i].owner() if in_vars[i].owner is not None else None
             if owner is not None:
@@ -461,28 +517,6 @@ class EagerContext(Context):
                 new.owner = weakref.ref(owner)
         results = [self.wrap(v) for v in outs[:n]]
         return tuple(results) if op.multiple_results else (results[0] if results else None)
-
-    def _record(self, op: OpDef, in_vars: tuple[LazyVar, ...], params: dict[str, Any], out_types: Sequence[Any], sig: int | None = None) -> tuple[LazyVar, ...]:
-        """Add a pending node (the one place they are made); realize at once past `MAX_PENDING`."""
-        if not _lazy.get():
-            for v in in_vars:
-                if v.node is not None:
-                    break
-            else:  # MAX's default mode on realized inputs: run the op now, no pending node
-                return _run_op(op, in_vars, params, out_types, signature(op, params, out_types) if sig is None else sig)
-        pending = 1
-        for v in in_vars:
-            pending += v.pending
-        node = PendingNode(op, in_vars, params, signature(op, params, out_types) if sig is None else sig)
-        if len(out_types) == 1:  # the common case, kept tight
-            outs = (LazyVar(out_types[0], None, node, pending),)
-            node.outs = (weakref.ref(outs[0]),)
-        else:
-            outs = tuple([LazyVar(t, None, node, pending, i) for i, t in enumerate(out_types)])
-            node.outs = tuple([weakref.ref(o) for o in outs])
-        if pending > MAX_PENDING or not _lazy.get():
-            realize(outs)  # MAX's default: run now (or bound the pending graph inside lazy)
-        return outs
 
     def _run_now(self, op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any]) -> tuple[LazyVar, ...]:
         if op.mutates:  # a buffer write reads and replaces its tensors' values: one writer per tensor at a time
@@ -735,6 +769,29 @@ def _static(kind: Any) -> bool:
     return not isinstance(kind, TensorType) or all(type(d) is StaticDim for d in kind.shape)
 
 
+def record(op: OpDef, in_vars: tuple[LazyVar, ...], params: dict[str, Any], out_types: Sequence[Any], sig: int | None = None) -> tuple[LazyVar, ...]:
+    """Add a pending node (the one place they are made); realize at once past `MAX_PENDING`, or outside `lazy`."""
+    if not _lazy.get():
+        for v in in_vars:
+            if v.node is not None:
+                break
+        else:  # MAX's default mode on realized inputs: run the op now, no pending node
+            return _run_op(op, in_vars, params, out_types, signature(op, params, out_types) if sig is None else sig)
+    pending = 1
+    for v in in_vars:
+        pending += v.pending
+    node = PendingNode(op, in_vars, params, signature(op, params, out_types) if sig is None else sig)
+    if len(out_types) == 1:  # the common case, kept tight
+        outs = (LazyVar(out_types[0], None, node, pending),)
+        node.outs = (weakref.ref(outs[0]),)
+    else:
+        outs = tuple([LazyVar(t, None, node, pending, i) for i, t in enumerate(out_types)])
+        node.outs = tuple([weakref.ref(o) for o in outs])
+    if pending > MAX_PENDING or not _lazy.get():
+        realize(outs)  # MAX's default: run now (or bound the pending graph inside lazy)
+    return outs
+
+
 def _run_op(op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any], sig: int) -> tuple[LazyVar, ...]:
     """Run one op on realized vars now (MAX's default eager mode): one cached executable per op and input avals.
 
@@ -761,6 +818,17 @@ def _run_op(op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_t
     return tuple([LazyVar(t, a) for t, a in zip(out_types, results)])
 
 
+def _run_device(ref: DeviceRef) -> jax.Device:
+    """The JAX device that runs work on ``ref``; a clear error for one this machine lacks (recorded in `lazy`)."""
+    try:
+        return jax_device(ref)
+    except ValueError as e:
+        raise ValueError(
+            f"cannot realize a tensor on {ref}: {e}. Inside F.lazy() ops for such a device (a virtual or absent GPU) "
+            "are recorded and checked, but computing their values needs the device"
+        ) from None
+
+
 def realize(vars: Sequence[LazyVar]) -> None:
     """Compute every pending var in ``vars`` (and live vars of the same graph) as one program.
 
@@ -773,7 +841,7 @@ def realize(vars: Sequence[LazyVar]) -> None:
     if not targets:
         return
     plan = _plan(targets)
-    key = ("eager", plan.key, jax_device(targets[0].type.device))
+    key = ("eager", plan.key, _run_device(targets[0].type.device))
     leaves = [v.array for v in plan.leaves]
     block = None
     try:
@@ -784,6 +852,9 @@ def realize(vars: Sequence[LazyVar]) -> None:
         else:
             block = _as_block(plan)
             for node in block.nodes:  # a new program: refuse results no device could hold before running it
+                for t in (o.type for o in node.outputs):
+                    if isinstance(t, TensorType):
+                        _run_device(t.device)
                 check_fits_device(node.op, [o.type for o in node.outputs], key[2])
             exe = _compiled(key, block, leaves)
             if exe is None:

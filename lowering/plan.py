@@ -214,9 +214,15 @@ def signature(op: OpDef, params: dict[str, Any], out_types: Sequence[Type]) -> i
 # ─── Plans ────────────────────────────────────────────────────────────────
 
 
-def check_devices(op: OpDef, types: Sequence[Type]) -> None:
-    """MAX's rule that an op's tensor inputs share one device (collectives and transfers exempt)."""
-    if len(types) < 2 or op.cross_device:
+_HOST = DeviceRef.CPU()
+
+
+def check_devices(op: OpDef, kinds: Sequence[Any]) -> None:
+    """MAX's rule that an op's tensor inputs share one device (collectives and transfers exempt, host inputs may be on the CPU)."""
+    if op.cross_device:
+        return
+    types = [k for i, k in enumerate(kinds) if isinstance(k, Type) and not (i in op.host_inputs and getattr(k, "device", None) == _HOST)]
+    if len(types) < 2:
         return
     first = getattr(types[0], "device", None)
     for t in types[1:]:
@@ -277,7 +283,7 @@ class BindPlan:
 
     def __init__(self, op: OpDef, kinds: Sequence[Any], params: dict[str, Any]):
         self.actions, self.in_types, self.device = coercion(op, kinds)
-        check_devices(op, [k for k in kinds if isinstance(k, Type)])
+        check_devices(op, kinds)
         self.out_types = infer_types(op, self.in_types, params)
         self.signature = signature(op, params, self.out_types)
         self.immediate = bool(op.immediate or op.mutates or op.effect or op.sizes_outputs_from_values(params))

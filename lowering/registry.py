@@ -58,6 +58,9 @@ class OpDef:
             shapes are immediate too.
         cross_device: its inputs may live on different devices (collectives,
             transfers); other ops require one device, as MAX does.
+        host_inputs: indices of inputs MAX reads on the host (a MoE kernel's
+            usage stats): they may live on the CPU whatever device the op runs
+            on; the op's program moves them to its device.
         check_values: optional ``check_values(*arrays, **params)`` run on the
             concrete input arrays before the op runs on realized eager tensors
             (``gather``'s index bounds); it raises on values the impl would
@@ -76,6 +79,7 @@ class OpDef:
     interpret: Callable[..., Any] | None = None
     immediate: bool = False
     cross_device: bool = False
+    host_inputs: tuple[int, ...] = ()
     check_values: Callable[..., None] | None = None
     front: Callable[..., Any] | None = field(default=None, repr=False)
 

@@ -56,7 +56,7 @@ def has_local_gpu() -> bool:
 @contextlib.contextmanager
 def _abstract_gpu() -> Iterator[None]:
     device = AbstractDevice(platform="gpu", **ABSTRACT_GPU)
-    with use_abstract_mesh(AbstractMesh((1,), ("_target",), (AxisType.Explicit,), abstract_device=device)):
+    with use_abstract_mesh(AbstractMesh((1,), ("_target",), (AxisType.Auto,), abstract_device=device)):
         yield
 
 

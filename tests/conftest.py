@@ -10,6 +10,8 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from maxfx import driver  # noqa: E402
+
 
 @pytest.fixture
 def rng():
@@ -38,3 +40,17 @@ def float_products(monkeypatch):
     yield
     monkeypatch.delenv("MAXFX_CPU_KERNELS")
     clear()
+
+
+@pytest.fixture
+def virtual_cuda():
+    """Virtual-device mode with one CUDA sm_80 device (``Accelerator(0)``); everything reset afterwards."""
+    driver.set_virtual_device_api("cuda")
+    driver.set_virtual_device_target_arch("sm_80")
+    driver.set_virtual_device_count(1)
+    try:
+        yield
+    finally:
+        driver.set_virtual_device_count(0)
+        driver.set_virtual_device_api("")
+        driver.set_virtual_device_target_arch("")

@@ -316,7 +316,8 @@ def _grouped_impl(h, w, starts, ids, stats):
     return _ragged_matmul(h, w[safe], _group_sizes(starts, ids, stats, h.shape[0])).astype(h.dtype)
 
 
-grouped_matmul_ragged_p = register(OpDef("grouped_matmul_ragged", rule=_grouped_rule, impl=_grouped_impl, differentiable=False))
+# MAX reads the usage stats on the host (``expert_usage_stats_host``): they may stay on the CPU.
+grouped_matmul_ragged_p = register(OpDef("grouped_matmul_ragged", rule=_grouped_rule, impl=_grouped_impl, differentiable=False, host_inputs=(4,)))
 
 
 @front(grouped_matmul_ragged_p)
@@ -360,7 +361,7 @@ def _grouped_scaled_impl(h, w, a_scales, b_scales, starts, ids, stats, *, out_dt
 
 
 grouped_scaled_matmul_ragged_p = register(
-    OpDef("grouped_scaled_matmul_ragged", rule=_grouped_scaled_rule, impl=_grouped_scaled_impl, differentiable=False)
+    OpDef("grouped_scaled_matmul_ragged", rule=_grouped_scaled_rule, impl=_grouped_scaled_impl, differentiable=False, host_inputs=(6,))
 )
 
 

@@ -29,9 +29,10 @@ import jax
 import numpy as np
 
 from lowering.context import Context, GraphBuilder, current_context, use_context
+from lowering.devices import has_hardware
 from lowering.dims import Dim, Shape, StaticDim
 from lowering.dtypes import DType
-from lowering.eager import EagerContext, LazyVar, is_lazy, pending_block, realize, write_lock
+from lowering.eager import EagerContext, LazyVar, is_lazy, pending_block, placed_leaf, realize, write_lock
 from lowering.ops.core import to_constant_array
 from lowering.plan import PYTHON_SCALARS
 from lowering.registry import get_op
@@ -70,6 +71,19 @@ def _device_ref(device: driver.Device) -> DeviceRef:
 def _put(array: np.ndarray, device: driver.Device) -> jax.Array:
     with x64():
         return jax.device_put(array, device.jax_device)
+
+
+def _placed(array: np.ndarray, dtype: DType, device: driver.Device) -> Tensor:
+    """A tensor of host data ``array`` on ``device``.
+
+    Inside ``F.lazy()`` a GPU this machine lacks (a virtual device, or one a test
+    mocks) gets a pending transfer instead, so layers can be traced for devices
+    that are not here (`lowering.eager.placed_leaf`).
+    """
+    ref = _device_ref(device)
+    if ref.is_gpu() and is_lazy() and not has_hardware(ref):
+        return _new(placed_leaf(np.asarray(array), dtype, ref))
+    return _leaf(_put(array, device), dtype, device)
 
 
 def _leaf(array: Any, dtype: DType | None = None, device: driver.Device | None = None) -> Tensor:
@@ -212,7 +226,7 @@ class Tensor(TensorOperators):
         keep_dtype = dtype is None and (_is_array_like(value) or isinstance(value, np.generic) or _is_bool_data(value))
         requested, dev = defaults(dtype, device)
         arr, dtype = to_constant_array(value, None if keep_dtype else requested, op="Tensor.constant")
-        return _leaf(_put(arr, dev), dtype, dev)
+        return _placed(arr, dtype, dev)
 
     @classmethod
     def _from_driver(cls, storage: driver.Tensor) -> Tensor:
@@ -281,7 +295,7 @@ class Tensor(TensorOperators):
         dims = _static_shape(shape, where)
         arr, _ = to_constant_array(value, dtype, op=where)
         if is_lazy():  # as in MAX, a creation inside F.lazy() is pending too: a recorded broadcast of the value
-            return ops.broadcast_to(_leaf(_put(np.asarray(arr), dev), dtype, dev), dims)
+            return ops.broadcast_to(_placed(np.asarray(arr), dtype, dev), dims)
         with x64():
             array = jax.device_put(np.broadcast_to(arr, dims), dev.jax_device)
         return _leaf(array, dtype, dev)
@@ -337,7 +351,7 @@ class Tensor(TensorOperators):
         dtype, dev = defaults(dtype, device)
         with x64():
             arr = np.arange(start, stop, step).astype(dtype.to_numpy())
-        return _leaf(_put(arr, dev), dtype, dev)
+        return _placed(arr, dtype, dev)
 
     range = arange
 
@@ -348,7 +362,7 @@ class Tensor(TensorOperators):
         if not shape:
             raise ValueError("Tensor.range_like: type must have rank >= 1")
         arr = np.broadcast_to(np.arange(shape[-1]).astype(dtype.to_numpy()), shape)
-        return _leaf(_put(np.ascontiguousarray(arr), device), dtype, device)
+        return _placed(np.ascontiguousarray(arr), dtype, device)
 
     @classmethod
     def randn(cls, shape: Any, *, dtype: DType | None = None, device: Any = None) -> Tensor:
@@ -472,6 +486,9 @@ class Tensor(TensorOperators):
         dev = as_device(device, "Tensor.to")
         if dev == self.device:
             return self
+        ref = _device_ref(dev)
+        if is_lazy() and not (has_hardware(ref) and has_hardware(self.type.device)):
+            return ops.transfer_to(self, ref)  # recorded: one end is a device this machine lacks (see _placed)
         array = self._array()
         with x64():
             moved = jax.device_put(array, dev.jax_device)

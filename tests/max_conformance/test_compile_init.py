@@ -27,20 +27,6 @@ from maxfx.graph import DeviceRef, Graph, Module, TensorType, Weight, ops
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def virtual_cuda():
-    """Virtual-device mode with one CUDA sm_80 device; everything reset afterwards."""
-    driver.set_virtual_device_api("cuda")
-    driver.set_virtual_device_target_arch("sm_80")
-    driver.set_virtual_device_count(1)
-    try:
-        yield
-    finally:
-        driver.set_virtual_device_count(0)
-        driver.set_virtual_device_api("")
-        driver.set_virtual_device_target_arch("")
-
-
 def _affine(name: str, module: Module | None = None, device: DeviceRef | None = None, weight: str = "w") -> Graph:
     device = device or DeviceRef.CPU()
     with Graph(name, input_types=[TensorType(DType.float32, ["batch", 4], device)], module=module) as g:

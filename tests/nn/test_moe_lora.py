@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from maxfx import nn
+from maxfx import driver, nn
 from maxfx.dtype import DType
 from maxfx.engine import InferenceSession
 from maxfx.graph import BufferType, DeviceRef, Graph, ShardingStrategy, TensorType
@@ -70,6 +70,31 @@ def test_moe_against_numpy(rng, weight_first, shared):
     st = fill(moe, rng)
     x = rng.normal(size=(5, 8)).astype(np.float32)
     np.testing.assert_allclose(run_layer(moe, x), np_moe(x, st, 4, 2, weight_first, shared), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(driver.accelerator_count() > 0, reason="virtual GPUs stand in for absent ones")
+def test_moe_for_a_gpu_builds_and_lowers_for_cuda(rng, virtual_cuda):
+    """MAX reads the experts' usage stats on the host: a MoE for a GPU moves them to the CPU (an op's host input)."""
+    gpu = DeviceRef.GPU()
+    moe = nn.MoE([gpu], 8, 4, 2, 6, dtype=DType.float32)
+    fill(moe, rng)
+    with Graph("moe_gpu", input_types=[TensorType(DType.float32, ["tokens", 8], gpu)]) as g:
+        g.output(moe(g.inputs[0].tensor))
+    compiled = InferenceSession(devices=[driver.Accelerator(0)]).compile(g)  # lowered for CUDA on this CPU machine
+    assert "ragged" in compiled._graphs[0].exported.mlir_module()
+
+
+def test_grouped_matmul_host_input_may_only_be_on_the_cpu():
+    h, w = TensorType(DType.float32, [6, 8], DeviceRef.GPU()), TensorType(DType.float32, [3, 4, 8], DeviceRef.GPU())
+    idx = TensorType(DType.uint32, [3], DeviceRef.GPU())
+    starts = TensorType(DType.uint32, [4], DeviceRef.GPU())
+    for stats_device, ok in ((DeviceRef.CPU(), True), (DeviceRef.GPU(), True), (DeviceRef.GPU(1), False)):
+        with Graph("g", input_types=[h, w, starts, idx, TensorType(DType.uint32, [2], stats_device)]) as g:
+            if ok:
+                assert kernels.grouped_matmul_ragged(*[v.tensor for v in g.inputs]).device == DeviceRef.GPU()
+            else:
+                with pytest.raises(ValueError, match="different devices"):
+                    kernels.grouped_matmul_ragged(*[v.tensor for v in g.inputs])
 
 
 def test_moe_gate_projections_and_errors(rng):
