@@ -41,6 +41,7 @@ argument or a weight, which XLA cannot alias, and for op-by-op graphs.
 
 from __future__ import annotations
 
+import faulthandler
 import hashlib
 import os
 import struct
@@ -178,6 +179,8 @@ class CompiledBlock:
         self._weight_key = tuple(sorted((k, _aval_key(v)) for k, v in self.weights.items()))
         # MAX's debug options read at compile time: a NaN check or op log runs the graph node by node.
         nan_check, log_ops = DEBUG.compile_options()
+        if DEBUG.stack_trace_on_crash:  # MAX prints a stack trace on fatal signals; Python's faulthandler does for every thread
+            faulthandler.enable()
         debug = nan_check or log_ops
         self._interpreted = debug or block_is_data_dependent(block)
         self._buffer_inputs = [i for i, v in enumerate(block.inputs) if isinstance(v.type, BufferType)]
@@ -241,7 +244,9 @@ class CompiledBlock:
         disk = _disk_path(self.block, key, self.device) if _disk_dir is not None else None
         if disk is None:
             with compiling("block", self.block.name):
-                exe = self._jit(donate).lower(*self._split(args), self.weights).compile()
+                lowered = self._jit(donate).lower(*self._split(args), self.weights)
+                _dump_ir(self.block.name, lowered)
+                exe = lowered.compile()
             loaded = False
         else:
             exe, loaded = self._executable_via_disk(disk, args, donate)
@@ -340,6 +345,16 @@ class CompiledBlock:
             with lowering_for((platform,)):
                 exported = jax.export.export(jitted, platforms=(platform,), disabled_checks=export_checks((platform,)))(rest, buffers, weights)
             return exported.mlir_module()
+
+
+def _dump_ir(name: str, lowered: Any) -> None:
+    """MAX's ``ir_output_dir``: the StableHLO of a program XLA is about to compile, as ``{dir}/{name}.N.mlir``."""
+    directory = DEBUG.ir_output_dir
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+        with _lock:
+            n = _stats["compiles"]
+        Path(directory, f"{name}.{n}.mlir").write_text(lowered.as_text())
 
 
 def _buffer_id(a: Any) -> int:

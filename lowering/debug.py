@@ -1,28 +1,12 @@
-"""MAX's debugging options (``DebugConfig``): NaN checks, op logging, device sync, source locations.
+"""Debug runs: the node-by-node interpreter behind ``nan_check``/``op_log_level``, and source locations.
 
-One process-wide `DebugConfig` (`DEBUG`), which ``InferenceSession.debug`` and
-``Graph.debug`` both are. Options come from the ``MODULAR_DEBUG`` environment
-variable (comma-separated kebab-case names, ``name=value`` for values) and
-from Python (underscored names), which takes precedence; `DebugConfig.reset`
-drops what Python set. They take effect where MAX's do:
-
-- ``source_tracebacks`` at graph build: each node records the user's source
-  line that created it, and the NaN check names it;
-- ``nan_check`` and ``op_log_level`` when a graph is compiled: the model then
-  runs node by node (`DebugInterpreter`) instead of as one XLA program, checks
-  every floating-point result for NaN/Inf (``FloatingPointError`` naming the
-  op) and logs ``[OP] LAUNCH``/``[OP] COMPLETE`` lines to stderr at ``trace``
-  or ``debug``;
-- ``device_sync_mode`` when a model runs: each execution (and each node, in
-  debug runs) waits for the device, so a failure surfaces at its own call.
+The options themselves (MAX's ``DebugConfig``, one process-wide `DEBUG`) live
+in `lowering.debug_options` and are re-exported here.
 
 Example:
-    >>> cfg = DebugConfig(env="nan-check,op-log-level=debug")
-    >>> cfg.nan_check, cfg.op_log_level, cfg.device_sync_mode
-    (True, 'debug', False)
-    >>> cfg.nan_check = False
-    >>> cfg.reset(); cfg.nan_check
-    True
+    >>> cfg = DebugConfig(env="nan-check")
+    >>> cfg.compile_options()
+    (True, False)
 """
 
 from __future__ import annotations
@@ -31,7 +15,6 @@ import functools
 import itertools
 import os
 import sys
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -39,87 +22,11 @@ from typing import Any
 import jax
 import numpy as np
 
+from lowering.debug_options import DEBUG, DebugConfig, PrintStyle
 from lowering.interpret import Interpreter
 from lowering.ir import Node
 
-__all__ = ["DebugConfig", "DEBUG", "DebugInterpreter", "source_location"]
-
-_LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "critical")
-_FLAGS = ("nan_check", "device_sync_mode", "source_tracebacks")
-_DEFAULTS: dict[str, Any] = {"nan_check": False, "device_sync_mode": False, "source_tracebacks": False, "op_log_level": None}
-
-
-def _check(name: str, value: Any) -> Any:
-    if name in _FLAGS:
-        if not isinstance(value, bool):
-            raise TypeError(f"DebugConfig.{name} must be a bool, got {type(value).__name__} {value!r}")
-        return value
-    if value is not None and (not isinstance(value, str) or value.lower() not in _LOG_LEVELS):
-        raise ValueError(f"DebugConfig.op_log_level must be None or one of {', '.join(_LOG_LEVELS)}, got {value!r}")
-    return value.lower() if value is not None else None
-
-
-def _parse_env(text: str) -> dict[str, Any]:
-    """``MODULAR_DEBUG``'s options that maxfx implements; the others are named in one warning."""
-    options: dict[str, Any] = {}
-    unknown = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, _, value = item.partition("=")
-        name = key.strip().replace("-", "_")
-        if name in _FLAGS and not value:
-            options[name] = True
-        elif name == "op_log_level" and value:
-            options[name] = _check(name, value.strip())
-        else:
-            unknown.append(item)
-    if unknown:
-        warnings.warn(
-            f"MODULAR_DEBUG: maxfx implements nan-check, device-sync-mode, source-tracebacks and op-log-level=LEVEL; ignoring {', '.join(unknown)}",
-            stacklevel=3,
-        )
-    return options
-
-
-class DebugConfig:
-    """Process-wide debugging options (MAX's ``max.engine.DebugConfig``); see the module docstring.
-
-    Set them on the class attribute before the stage that reads them:
-    ``Graph.debug.source_tracebacks = True`` before building a graph,
-    ``InferenceSession.debug.nan_check = True`` before ``compile``/``load``,
-    ``InferenceSession.debug.device_sync_mode = True`` before ``execute``.
-
-    Args:
-        env: the ``MODULAR_DEBUG`` text (default: the environment variable).
-    """
-
-    def __init__(self, env: str | None = None):
-        object.__setattr__(self, "_env", _parse_env(os.environ.get("MODULAR_DEBUG", "") if env is None else env))
-        object.__setattr__(self, "_set", {})
-
-    def __getattr__(self, name: str) -> Any:
-        if name in _DEFAULTS:
-            return self._set.get(name, self._env.get(name, _DEFAULTS[name]))
-        raise AttributeError(f"DebugConfig has no option {name!r}; maxfx implements {', '.join(_DEFAULTS)}")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name not in _DEFAULTS:
-            raise AttributeError(f"DebugConfig has no option {name!r}; maxfx implements {', '.join(_DEFAULTS)}")
-        self._set[name] = _check(name, value)
-
-    def reset(self) -> None:
-        """Forget every option set from Python; ``MODULAR_DEBUG``'s stay in effect."""
-        self._set.clear()
-
-    def compile_options(self) -> tuple[bool, bool]:
-        """(nan_check, log ops) as a graph is compiled now: ops are logged at ``op_log_level`` ``trace`` or ``debug``."""
-        return self.nan_check, self.op_log_level in ("trace", "debug")
-
-    def __repr__(self) -> str:
-        return "DebugConfig(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in _DEFAULTS) + ")"
-
-
-DEBUG = DebugConfig()
-"""The process's options: ``InferenceSession.debug`` and ``Graph.debug``."""
+__all__ = ["DebugConfig", "DEBUG", "DebugInterpreter", "PrintStyle", "source_location"]
 
 _INTERNAL = tuple(str(Path(p).resolve()) for p in (Path(__file__).parent, Path(__file__).parent.parent / "maxfx", Path(__file__).parent.parent / "custom_calls"))
 

@@ -17,6 +17,10 @@ session; a model's print ops follow its session's options at run time:
   ``load_max_buffer``).
 - ``NONE``: nothing.
 
+A session that did not pick a style follows ``DebugConfig.print_style``
+(``MODULAR_DEBUG=print-style=FULL``); binary styles set that way write to the
+current directory.
+
 Example:
     >>> import numpy as np
     >>> print(format_compact("x", np.arange(8, dtype=np.float32)))
@@ -29,7 +33,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import enum
 import os
 import struct
 import sys
@@ -41,6 +44,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from lowering.debug_options import DEBUG, PrintStyle
 from lowering.dtypes import DType
 
 __all__ = [
@@ -57,21 +61,6 @@ __all__ = [
 ]
 
 
-class PrintStyle(enum.Enum):
-    """How debug prints come out (MAX's ``max.engine.PrintStyle``, with its values)."""
-
-    COMPACT = 0
-    """``label = tensor([[...]], dtype=f32, shape=[n])``, long axes elided."""
-    FULL = 1
-    """``label = tensor<nxf32> [...]``: every element, ``precision`` digits."""
-    BINARY = 2
-    """The raw bytes to ``{output_directory}/{label}``."""
-    NONE = 3
-    """Nothing."""
-    BINARY_MAX_CHECKPOINT = 4
-    """``{output_directory}/{label}.max`` with dtype and shape (see `write_max_checkpoint`)."""
-
-
 _STYLE_ERROR = "Invalid debug print style. Please use one of 'COMPACT', 'FULL', 'BINARY', 'BINARY_MAX_CHECKPOINT', or 'NONE'."
 
 
@@ -80,7 +69,7 @@ class PrintOptions:
 
     Example:
         >>> options = PrintOptions()
-        >>> options.set("FULL", precision=3); options.style, options.precision
+        >>> options.set("FULL", precision=3); options.style_now, options.precision
         (<PrintStyle.FULL: 1>, 3)
         >>> options.set("BINARY")
         Traceback (most recent call last):
@@ -91,7 +80,7 @@ class PrintOptions:
     __slots__ = ("style", "precision", "output_directory")
 
     def __init__(self) -> None:
-        self.style = PrintStyle.COMPACT
+        self.style: PrintStyle | None = None  # None: the process's DebugConfig.print_style
         self.precision = 6
         self.output_directory = ""
 
@@ -118,8 +107,13 @@ class PrintOptions:
                 raise ValueError("Debug print output directory cannot be empty.")
         self.style, self.precision, self.output_directory = style, precision, directory
 
+    @property
+    def style_now(self) -> PrintStyle:
+        """The style prints follow now: the one `set` chose, else ``DebugConfig.print_style``."""
+        return self.style if self.style is not None else DEBUG.print_style
+
     def __repr__(self) -> str:
-        return f"PrintOptions(style={self.style.name}, precision={self.precision}, output_directory={self.output_directory!r})"
+        return f"PrintOptions(style={self.style_now.name}, precision={self.precision}, output_directory={self.output_directory!r})"
 
 
 DEFAULT_PRINT_OPTIONS = PrintOptions()
@@ -259,7 +253,7 @@ def _emit(text: str) -> None:
 def emit_tensor(label: str, array: Any) -> None:
     """Show one printed tensor as the options in effect say (the print op's run-time callback)."""
     options = print_options_in_effect()
-    style = options.style
+    style = options.style_now
     if style is PrintStyle.NONE:
         return
     if style is PrintStyle.COMPACT:
@@ -277,7 +271,7 @@ def emit_tensor(label: str, array: Any) -> None:
 
 def emit_message(label: str, message: str) -> None:
     """Show a printed string (``label = message``); binary styles and ``NONE`` write nothing."""
-    if print_options_in_effect().style in (PrintStyle.COMPACT, PrintStyle.FULL):
+    if print_options_in_effect().style_now in (PrintStyle.COMPACT, PrintStyle.FULL):
         _emit(f"{label} = {message}")
 
 

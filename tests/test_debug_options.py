@@ -16,10 +16,25 @@ import numpy as np
 import pytest
 
 from lowering.debug import DebugConfig
+from lowering.debug_options import PrintStyle
 from maxfx.dtype import DType
 from maxfx.engine import DebugConfig as EngineDebugConfig
 from maxfx.engine import InferenceSession
 from maxfx.graph import DeviceRef, Graph, TensorType, ops
+
+MAX_OPTIONS = (
+    "nan_check",
+    "uninitialized_read_check",
+    "device_sync_mode",
+    "stack_trace_on_error",
+    "stack_trace_on_crash",
+    "source_tracebacks",
+    "op_log_level",
+    "assert_level",
+    "print_style",
+    "ir_output_dir",
+    "sensible_mode",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -42,10 +57,12 @@ def test_the_options_are_one_process_wide_config():
     assert Graph.debug.nan_check
     with pytest.raises(TypeError, match="nan_check must be a bool"):
         InferenceSession.debug.nan_check = "yes"
-    with pytest.raises(ValueError, match="op_log_level must be None or one of trace"):
+    with pytest.raises(ValueError, match="op_log_level must be one of '', 'notset', 'trace'"):
         InferenceSession.debug.op_log_level = "verbose"
-    with pytest.raises(AttributeError, match="no option 'assert_level'"):
-        InferenceSession.debug.assert_level = "safe"
+    with pytest.raises(ValueError, match="assert_level must be one of '', 'none', 'warn', 'safe', 'all'"):
+        InferenceSession.debug.assert_level = "some"
+    with pytest.raises(AttributeError, match="no option 'nan_checks'"):
+        InferenceSession.debug.nan_checks = True
 
 
 def test_nan_check_names_the_op_and_its_source_line():
@@ -91,8 +108,77 @@ def test_reset_keeps_the_environment_defaults():
     cfg.nan_check, cfg.device_sync_mode = False, True
     cfg.reset()
     assert (cfg.nan_check, cfg.device_sync_mode) == (True, False)
-    with pytest.warns(UserWarning, match="ignoring assert-level=safe"):
-        DebugConfig(env="assert-level=safe")
+    with pytest.warns(UserWarning, match="ignoring assert-level=sometimes, no-such-option"):
+        DebugConfig(env="assert-level=sometimes,no-such-option")
+
+
+def test_max_option_names_and_defaults():
+    """Every DebugConfig property of MAX's engine bindings, with its default."""
+    cfg = DebugConfig(env="")
+    assert {name: getattr(cfg, name) for name in MAX_OPTIONS} == {
+        "nan_check": False,
+        "uninitialized_read_check": False,
+        "device_sync_mode": False,
+        "stack_trace_on_error": False,
+        "stack_trace_on_crash": False,
+        "source_tracebacks": False,
+        "op_log_level": "",
+        "assert_level": "",
+        "print_style": PrintStyle.COMPACT,
+        "ir_output_dir": "",
+        "sensible_mode": False,
+    }
+    cfg.op_log_level, cfg.assert_level, cfg.print_style = "NotSet", "safe", "FULL"
+    assert (cfg.op_log_level, cfg.assert_level, cfg.print_style) == ("notset", "safe", PrintStyle.FULL)
+    env = DebugConfig(env="uninitialized-read-check,assert-level=warn,print-style=BINARY,ir-output-dir=/tmp/ir,stack-trace-on-error")
+    assert (env.uninitialized_read_check, env.assert_level, env.print_style, env.ir_output_dir, env.stack_trace_on_error) == (True, "warn", PrintStyle.BINARY, "/tmp/ir", True)
+
+
+def test_sensible_mode_turns_on_max_curated_set_which_options_override():
+    cfg = DebugConfig(env="sensible")
+    assert cfg.sensible_mode
+    on = ("nan_check", "device_sync_mode", "stack_trace_on_error", "stack_trace_on_crash", "source_tracebacks")
+    assert all(getattr(cfg, name) for name in on) and cfg.assert_level == "all"
+    assert not cfg.uninitialized_read_check and cfg.op_log_level == ""  # not part of the set
+    cfg.nan_check = False  # an individual setting wins over the curated default
+    assert not cfg.nan_check and cfg.device_sync_mode
+    plain = DebugConfig(env="")
+    plain.sensible_mode = True
+    assert plain.nan_check and plain.source_tracebacks
+    both = DebugConfig(env="sensible,device-sync-mode")
+    assert both.sensible_mode and both.device_sync_mode
+
+
+def test_sensible_mode_finds_the_nan_and_its_line():
+    InferenceSession.debug.sensible_mode = True
+    graph = _sqrt_then_log_graph("sensible")  # source_tracebacks is on: nodes record their lines
+    model = InferenceSession().load(graph)
+    with pytest.raises(FloatingPointError, match=r"op 'sqrt' .* created at .*test_debug_options\.py:\d+"):
+        model.execute(np.array([4.0, -1.0, 9.0], np.float32))
+
+
+def test_print_style_is_the_default_of_sessions_that_pick_none(capfd):
+    with Graph("p", input_types=[TensorType(DType.float32, [2], DeviceRef.CPU())]) as g:
+        g.inputs[0].print("x")
+        g.output(g.inputs[0])
+    session = InferenceSession()
+    model = session.load(g)
+    InferenceSession.debug.print_style = PrintStyle.FULL
+    model.execute(np.array([1.0, 2.0], np.float32))
+    assert capfd.readouterr().out == "x = tensor<2xf32> [1.000000e+00, 2.000000e+00]\n"
+    session.set_debug_print_options("COMPACT")  # the session's own choice wins
+    model.execute(np.array([1.0, 2.0], np.float32))
+    assert capfd.readouterr().out == "x = tensor([[1.0000, 2.0000]], dtype=f32, shape=[2])\n"
+
+
+def test_ir_output_dir_receives_the_stablehlo_of_compiled_programs(tmp_path):
+    InferenceSession.debug.ir_output_dir = str(tmp_path)
+    with Graph("dumped", input_types=[TensorType(DType.float32, [5], DeviceRef.CPU())]) as g:
+        g.output(ops.sqrt(g.inputs[0].tensor) * 3.5 - 1.25)  # a program no other test compiles (no cache hit)
+    model = InferenceSession().load(g)
+    model.execute(np.arange(5, dtype=np.float32))
+    dumps = list(tmp_path.glob("dumped.*.mlir"))
+    assert len(dumps) == 1 and "stablehlo.sqrt" in dumps[0].read_text()
 
 
 def test_modular_debug_environment_variable_reaches_a_fresh_process():

@@ -217,27 +217,41 @@ class Embedding(Module):
 
 
 class LayerNorm(Module, Shardable):
-    """``ops.layer_norm`` over the last dim with ``weight`` (and ``bias`` when ``use_bias``).
+    """``ops.layer_norm`` over the last dim with ``weight`` (and ``bias`` when ``use_bias``), as MAX's.
+
+    By default the input, weight and bias are cast to float32 and the result
+    back to the input's dtype; ``keep_dtype=True`` normalizes in the input's
+    dtype. ``elementwise_affine=False`` has no weights (gamma 1, beta 0).
 
     Example:
         >>> norm = LayerNorm(8, [DeviceRef.CPU()], DType.float32)
         >>> sorted(norm.state_dict())
         ['bias', 'weight']
+        >>> list(LayerNorm(8, [DeviceRef.CPU()], DType.float32, elementwise_affine=False).state_dict())
+        []
     """
 
-    def __init__(self, dims: int, devices: Sequence[Any], dtype: DType, eps: float = 1e-5, use_bias: bool = True):
+    def __init__(self, dims: int, devices: Sequence[Any], dtype: DType, eps: float = 1e-5, use_bias: bool = True, keep_dtype: bool = False, elementwise_affine: bool = True):
         super().__init__()
         self.devices = [device_ref(d) for d in (list(devices) or [DeviceRef.CPU()])]
         self.eps = eps
-        self.dims = int(dims)
-        self.weight = Weight("weight", dtype, [self.dims], DeviceRef.CPU())
-        self.bias = Weight("bias", dtype, [self.dims], DeviceRef.CPU()) if use_bias else None
+        self.dims = self.dim = int(dims)
+        self.dtype, self.keep_dtype = dtype, bool(keep_dtype)
+        self.weight = Weight("weight", dtype, [self.dims], DeviceRef.CPU()) if elementwise_affine else None
+        self.bias = Weight("bias", dtype, [self.dims], DeviceRef.CPU()) if elementwise_affine and use_bias else None
+
+    def _param(self, weight: Weight | None, fill: float, device: DeviceRef) -> Any:
+        if weight is not None:
+            return _on(weight, device)
+        return ops.broadcast_to(ops.constant(fill, self.dtype, device), [self.dims])
 
     def __call__(self, x: Any) -> Any:
         dev = self.devices[0]
-        w = _on(self.weight, dev)
-        b = _on(self.bias, dev) if self.bias is not None else ops.broadcast_to(ops.constant(0.0, w.dtype, dev), [self.dims])
-        return ops.layer_norm(x, w, b, self.eps)
+        gamma, beta = self._param(self.weight, 1.0, dev), self._param(self.bias, 0.0, dev)
+        if self.keep_dtype:
+            return ops.layer_norm(x, gamma, beta, self.eps)
+        f32 = DType.float32
+        return ops.layer_norm(x.cast(f32), gamma.cast(f32), beta.cast(f32), self.eps).cast(x.dtype)
 
 
 class RMSNorm(Module, Shardable):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import gguf
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -97,6 +98,20 @@ def test_linear_mlp_embedding_norms_against_numpy(rng):
     w = _fill(ln, rng)
     mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
     np.testing.assert_allclose(_run(ln, x), (x - mu) / np.sqrt(var + 1e-5) * w["weight"] + w["bias"], rtol=1e-4, atol=1e-5)
+
+    # MAX's defaults: computed in float32, returned in the input's dtype; no weights without elementwise_affine.
+    xb = x.astype(ml_dtypes.bfloat16)
+    xf = xb.astype(np.float32)
+    mu, var = xf.mean(-1, keepdims=True), xf.var(-1, keepdims=True)
+    out = _run(nn.LayerNorm(8, [CPU], DType.float32, elementwise_affine=False), xb)
+    assert out.dtype == ml_dtypes.bfloat16
+    np.testing.assert_allclose(out.astype(np.float32), (xf - mu) / np.sqrt(var + 1e-5), rtol=1e-2, atol=1e-2)
+    kept = nn.LayerNorm(8, [CPU], DType.bfloat16, keep_dtype=True, use_bias=False)
+    assert sorted(kept.state_dict()) == ["weight"]
+    wk = _fill(kept, rng)
+    out = _run(kept, xb)
+    assert out.dtype == ml_dtypes.bfloat16
+    np.testing.assert_allclose(out.astype(np.float32), (xf - mu) / np.sqrt(var + 1e-5) * wk["weight"].astype(np.float32), rtol=5e-2, atol=5e-2)
 
     rms = nn.RMSNorm(8, DType.float32, eps=1e-6, weight_offset=1.0)
     w = _fill(rms, rng)
