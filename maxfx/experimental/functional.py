@@ -23,8 +23,10 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import jax
+
 from lowering.context import current_context, use_context
-from lowering.eager import lazy
+from lowering.eager import is_lazy, lazy, realize
 from maxfx.experimental._tensor import EAGER as _EAGER
 from maxfx.experimental._tensor import Tensor as _Tensor
 from maxfx.graph import ops as _ops
@@ -127,9 +129,11 @@ __all__ = [
 def functional(op: Callable[..., Any]) -> Callable[..., Any]:
     """Make a graph-building function usable on eager Tensors too.
 
-    Outside any ``Graph`` the wrapped function runs in the eager realization
-    context (results are lazy `Tensor`\\ s); inside a Graph, or on graph values,
-    it records graph ops as before.
+    Inside a ``Graph`` (or on graph values) the wrapped function records graph
+    ops as before. On eager tensors a call is one realization, as in MAX: its
+    ops are recorded and run together as one fused program when it returns
+    (inside ``F.lazy()`` they stay pending, like any other op there), so a
+    tensor made inside the function is not ``real`` until then.
 
     Example:
         >>> from maxfx.experimental.functional import functional
@@ -138,8 +142,29 @@ def functional(op: Callable[..., Any]) -> Callable[..., Any]:
         >>> @functional
         ... def swish(x):
         ...     return x * ops.sigmoid(x)
-        >>> swish(Tensor([0.0])).item()
-        0.0
+        >>> y = swish(Tensor([0.0]))
+        >>> y.real, y.item()
+        (True, 0.0)
+    """
+
+    @functools.wraps(op)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if current_context() is not None or is_lazy():
+            return op(*args, **kwargs)
+        with use_context(_EAGER), lazy():
+            out = op(*args, **kwargs)
+        pending = [t._var for t in jax.tree.leaves(out, is_leaf=lambda x: isinstance(x, _Tensor)) if isinstance(t, _Tensor) and not t.real]
+        if pending:
+            realize(pending)
+        return out
+
+    return wrapper
+
+
+def _eager_front(op: Callable[..., Any]) -> Callable[..., Any]:
+    """A registry front usable on eager Tensors: one op, run at once (recorded inside ``F.lazy()``).
+
+    Reported as living in this module (for ``help()``).
     """
 
     @functools.wraps(op)
@@ -149,12 +174,6 @@ def functional(op: Callable[..., Any]) -> Callable[..., Any]:
                 return op(*args, **kwargs)
         return op(*args, **kwargs)
 
-    return wrapper
-
-
-def _eager_front(op: Callable[..., Any]) -> Callable[..., Any]:
-    """`functional` over a registry front, reported as living in this module (for ``help()``)."""
-    wrapper = functional(op)
     wrapper.__module__ = __name__
     return wrapper
 

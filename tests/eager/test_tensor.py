@@ -340,6 +340,30 @@ def test_functional_decorator():
         g.output(swish(g.inputs[0]))
 
 
+def test_functional_call_is_one_realization():
+    """MAX: a call of an F.functional function records its ops and runs them as one program when it returns."""
+    seen = {}
+
+    @F.functional
+    def f(x):
+        b = ops.exp(x * 2) + 1
+        seen["inner_real"] = b.real
+        return b - x, {"doubled": x * 2}
+
+    x = Tensor(np.arange(4, dtype=np.float32))
+    f(x)
+    before = eager_stats()
+    y, extra = f(x)
+    after = eager_stats()
+    assert seen["inner_real"] is False and y.real and extra["doubled"].real
+    assert (after["fused_runs"] - before["fused_runs"], after["op_runs"] - before["op_runs"]) == (1, 0)
+    xn = np.arange(4, dtype=np.float32)
+    np.testing.assert_allclose(y.to_numpy(), np.exp(xn * 2) + 1 - xn, rtol=1e-6)
+    with F.lazy():  # inside lazy() the call stays pending like any op
+        z, _ = f(x)
+    assert not z.real
+
+
 def test_functional_graph_only():
     # An eager tensor is its own buffer (MAX); more in tests/eager/test_realization.py.
     t = Tensor.zeros([2])
