@@ -54,6 +54,9 @@ class DeviceKind(str, enum.Enum):
             raise ValueError(f"DeviceKind.from_string: unknown device kind {txt!r}; expected 'cpu' or 'gpu'") from None
 
 
+_named_by: dict[Any, Any] = {}  # GPU DeviceRef -> the last driver device it was made from (see DeviceRef.to_device)
+
+
 class DeviceRef:
     """A device in a graph type: kind and index. ``str(DeviceRef.GPU()) == 'gpu:0'``."""
 
@@ -90,7 +93,10 @@ class DeviceRef:
         label = getattr(device, "label", None)
         if label is None:
             raise TypeError(f"DeviceRef.from_device: expected a Device or DeviceRef, got {type(device).__name__}")
-        return DeviceRef(DeviceKind.from_string(label), 0 if label == "cpu" else getattr(device, "id", 0))
+        ref = DeviceRef(DeviceKind.from_string(label), 0 if label == "cpu" else getattr(device, "id", 0))
+        if label != "cpu" and not isinstance(device, Accelerator):
+            _named_by[ref] = device  # a device described elsewhere (not one of this machine's, real or virtual)
+        return ref
 
     def to_device(self) -> Device:
         """The driver ``Device`` this reference names (``CPU()`` for every CPU id, as in MAX).
@@ -102,7 +108,17 @@ class DeviceRef:
             >>> DeviceRef.CPU().to_device()
             CPU()
         """
-        return CPU() if self.is_cpu() else Accelerator(self.id)
+        if self.is_cpu():
+            return CPU()
+        try:
+            return Accelerator(self.id)
+        except ValueError:
+            # No such GPU here: the device object this reference was made from, if any (a device
+            # described elsewhere; MAX's tests trace layers on stand-ins for GPUs).
+            named = _named_by.get(self)
+            if named is None:
+                raise
+            return named
 
     def to_mlir(self):
         """This device as an MLIR string attribute (``"cpu:0"``)."""

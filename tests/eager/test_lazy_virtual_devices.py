@@ -7,12 +7,14 @@ device, and that raises a clear error. Layers can so be traced for (several)
 GPUs on a CPU-only machine, e.g. a tensor-parallel MoE over two of them.
 """
 
+from unittest.mock import MagicMock
+
 import numpy as np
 import pytest
 
 from lowering.devices import has_hardware
 from maxfx import driver
-from maxfx.driver import Accelerator
+from maxfx.driver import Accelerator, Device
 from maxfx.dtype import DType
 from maxfx.experimental import functional as F
 from maxfx.experimental.nn.common_layers.moe import MoE, TensorParallelMoE
@@ -95,3 +97,22 @@ def test_tensor_parallel_moe_traces_over_two_virtual_gpus(two_virtual_gpus):
         out = layer(Tensor.zeros([5, 64], dtype=DType.float32, device=PlacementMapping(mesh, (Replicated(),))))
     assert [int(d) for d in out.shape] == [5, 64]
     assert out.mapping.mesh == mesh and out.mapping.to_placements() == (Partial(),)
+
+
+def test_a_stand_in_gpu_device_traces_and_comes_back_from_its_ref():
+    """MAX's MoE tests trace on MagicMock GPUs: a DeviceRef made from a device this machine lacks gives that device back."""
+    fake = MagicMock(spec=Device)
+    fake.id, fake.label = 7, "gpu"
+    ref = DeviceRef.from_device(fake)
+    assert ref == DeviceRef.GPU(7) and ref.to_device() is fake
+    with F.lazy():
+        x = Tensor.zeros([2, 3], dtype=DType.float32, device=fake)
+        y = (x + 1).sum(axis=-1)
+    assert y.device is fake and [int(d) for d in y.shape] == [2, 1]
+    with pytest.raises(ValueError, match="cannot realize a tensor on gpu:7"):
+        y.to_numpy()
+
+
+def test_a_ref_to_a_gpu_nobody_described_still_fails_clearly():
+    with pytest.raises(ValueError, match="accelerator"):
+        DeviceRef.GPU(5).to_device()
