@@ -123,10 +123,49 @@ def _bias(module: Module, x: Tensor) -> Tensor | None:
     return _on(module.bias, x) if isinstance(module.bias, Tensor) else None
 
 
+class _ConvNd(Module):
+    """Conv2d and Conv3d: one construction and one forward over ``_nd`` spatial dims.
+
+    Subclasses keep MAX's explicit constructor signatures and call `_build`;
+    ``_conv`` is the functional op and ``_filter_layouts`` the weight layouts
+    (channels-last, ``permute``).
+    """
+
+    _nd: int
+    _conv: Any
+    _filter_layouts: tuple[FilterLayout, FilterLayout]
+
+    def _build(self, kernel_size: Any, in_channels: int, out_channels: int, dtype: DType | None, stride: Any, padding: Any, dilation: Any, num_groups: int, device: Any, has_bias: bool, permute: bool, name: str | None) -> None:
+        _setup_nd(self, type(self).__name__, self._nd, kernel_size, in_channels, out_channels, num_groups, dtype, stride, padding, dilation, has_bias, permute, name)
+        self.num_groups = num_groups
+        cin = in_channels // num_groups
+        shape = [out_channels, cin, *self.kernel_size] if permute else [*self.kernel_size, cin, out_channels]
+        _init_params(self, shape, out_channels, has_bias, dtype, device)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Channels-last ``[N, *spatial, in_channels]`` -> ``[N, *spatial', out_channels]`` (both channels-first with ``permute``).
+
+        Raises:
+            ValueError: ``x`` has the wrong rank or channel count, or the output would be empty.
+        """
+        check_conv_input(type(self).__name__, x, self._nd, self.in_channels, self.permute)
+        return type(self)._conv(
+            x,
+            _on(self.weight, x),
+            self.stride,
+            self.dilation,
+            self.padding,
+            self.num_groups,
+            _bias(self, x),
+            input_layout=ConvInputLayout.NCHW if self.permute else ConvInputLayout.NHWC,  # NCDHW / NDHWC for 3-D
+            filter_layout=self._filter_layouts[self.permute],
+        )
+
+
 # ─── Conv2d ──────────────────────────────────────────────────────────────
 
 
-class Conv2d(Module):
+class Conv2d(_ConvNd):
     """A 2D convolution layer over NHWC inputs (NCHW with ``permute=True``).
 
     ``weight`` is RSCF ``[kernel_height, kernel_width, in_channels // num_groups,
@@ -147,6 +186,9 @@ class Conv2d(Module):
 
     weight: Tensor
     bias: Tensor | Literal[0]
+    _nd = 2
+    _conv = staticmethod(F.conv2d)
+    _filter_layouts = (FilterLayout.RSCF, FilterLayout.FCRS)
 
     def __init__(
         self,
@@ -163,36 +205,13 @@ class Conv2d(Module):
         permute: bool = False,
         name: str | None = None,
     ) -> None:
-        _setup_nd(self, "Conv2d", 2, kernel_size, in_channels, out_channels, num_groups, dtype, stride, padding, dilation, has_bias, permute, name)
-        self.num_groups = num_groups
-        cin = in_channels // num_groups
-        shape = [out_channels, cin, *self.kernel_size] if permute else [*self.kernel_size, cin, out_channels]
-        _init_params(self, shape, out_channels, has_bias, dtype, device)
-
-    def forward(self, x: Tensor) -> Tensor:
-        """``[N, H, W, in_channels]`` -> ``[N, H', W', out_channels]`` (both channels-first with ``permute``).
-
-        Raises:
-            ValueError: ``x`` is not rank 4 or has the wrong channel count, or the output would be empty.
-        """
-        check_conv_input("Conv2d", x, 2, self.in_channels, self.permute)
-        return F.conv2d(
-            x,
-            _on(self.weight, x),
-            self.stride,
-            self.dilation,
-            self.padding,
-            self.num_groups,
-            _bias(self, x),
-            input_layout=ConvInputLayout.NCHW if self.permute else ConvInputLayout.NHWC,
-            filter_layout=FilterLayout.FCRS if self.permute else FilterLayout.RSCF,
-        )
+        self._build(kernel_size, in_channels, out_channels, dtype, stride, padding, dilation, num_groups, device, has_bias, permute, name)
 
 
 # ─── Conv3d ──────────────────────────────────────────────────────────────
 
 
-class Conv3d(Module):
+class Conv3d(_ConvNd):
     """A 3D convolution layer over NDHWC inputs (NCDHW with ``permute=True``).
 
     ``weight`` is QRSCF ``[kernel_depth, kernel_height, kernel_width,
@@ -215,6 +234,9 @@ class Conv3d(Module):
 
     weight: Tensor
     bias: Tensor | Literal[0]
+    _nd = 3
+    _conv = staticmethod(F.conv3d)
+    _filter_layouts = (FilterLayout.QRSCF, FilterLayout.FCQRS)
 
     def __init__(
         self,
@@ -231,30 +253,7 @@ class Conv3d(Module):
         permute: bool = False,
         name: str | None = None,
     ) -> None:
-        _setup_nd(self, "Conv3d", 3, kernel_size, in_channels, out_channels, num_groups, dtype, stride, padding, dilation, has_bias, permute, name)
-        self.num_groups = num_groups
-        cin = in_channels // num_groups
-        shape = [out_channels, cin, *self.kernel_size] if permute else [*self.kernel_size, cin, out_channels]
-        _init_params(self, shape, out_channels, has_bias, dtype, device)
-
-    def forward(self, x: Tensor) -> Tensor:
-        """``[N, D, H, W, in_channels]`` -> ``[N, D', H', W', out_channels]`` (both channels-first with ``permute``).
-
-        Raises:
-            ValueError: ``x`` is not rank 5 or has the wrong channel count, or the output would be empty.
-        """
-        check_conv_input("Conv3d", x, 3, self.in_channels, self.permute)
-        return F.conv3d(
-            x,
-            _on(self.weight, x),
-            self.stride,
-            self.dilation,
-            self.padding,
-            self.num_groups,
-            _bias(self, x),
-            input_layout=ConvInputLayout.NCHW if self.permute else ConvInputLayout.NHWC,  # NCDHW / NDHWC
-            filter_layout=FilterLayout.FCQRS if self.permute else FilterLayout.QRSCF,
-        )
+        self._build(kernel_size, in_channels, out_channels, dtype, stride, padding, dilation, num_groups, device, has_bias, permute, name)
 
 
 # ─── Conv1d ──────────────────────────────────────────────────────────────
