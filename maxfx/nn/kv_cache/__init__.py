@@ -14,14 +14,19 @@ Example:
 from maxfx.nn.kv_cache import cache_params, manager
 from maxfx.nn.kv_cache._paged import KVCacheInputs, KVCacheInputsSequence, PagedCacheValues, PagedKVCacheManager, RaggedKVCacheInputs
 from maxfx.nn.kv_cache._params import KVCacheParams, KVCacheStrategy, MHAKVCacheParams, MLAKVCacheParams
+from maxfx.nn.kv_cache._symbolic_inputs import KVCacheInputsInterface, KVCacheInputsPerDevice, KVCacheLeafInputs, MultiKVCacheInputs
 
 __all__ = [
     "KVCacheInputs",
+    "KVCacheInputsInterface",
+    "KVCacheInputsPerDevice",
     "KVCacheInputsSequence",
+    "KVCacheLeafInputs",
     "KVCacheParams",
     "KVCacheStrategy",
     "MHAKVCacheParams",
     "MLAKVCacheParams",
+    "MultiKVCacheInputs",
     "PagedCacheValues",
     "PagedKVCacheManager",
     "RaggedKVCacheInputs",

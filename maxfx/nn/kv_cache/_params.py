@@ -140,6 +140,68 @@ class KVCacheParams:
             TensorType(DType.uint32, ["steps_remaining", 2], DeviceRef.CPU()),
         ]
 
+    # -- MAX's structured graph inputs ---------------------------------------
+    def _symbolic_devices(self) -> list[DeviceRef]:
+        devices = getattr(self, "devices", None)
+        return list(devices) if devices else [DeviceRef.CPU()] * self.n_devices
+
+    def _dispatch_metadata_type(self, device: DeviceRef) -> TensorType:
+        """MAX's decode-dispatch scalars: 3 int64 on the device for MLA, 4 on the host otherwise."""
+        return TensorType(DType.int64, [3], device) if self.is_mla else TensorType(DType.int64, [4], DeviceRef.CPU())
+
+    def get_symbolic_inputs(self) -> Any:
+        """The cache's graph input types: one `KVCacheInputsPerDevice` per device, in a `KVCacheLeafInputs`.
+
+        Devices are split into ``data_parallel_degree`` replicas; replica ``r``'s
+        dynamic dims are named ``replica_{r}_batch_size``, ``replica_{r}_max_num_pages``
+        (the pool's page count is ``total_num_pages``). Per device: the block pool
+        (a buffer), ``cache_lengths`` and ``lookup_table`` (uint32, on the device),
+        ``max_prompt_length`` / ``max_cache_length`` (uint32 ``[1]`` on the host),
+        the decode-dispatch metadata (int64; MLA: ``[3]`` on the device, else ``[4]``
+        on the host) and, for MLA, ``mla_num_partitions`` (int64 ``[1]`` on the host).
+        maxfx's kernels read only the first five; the rest keeps MAX's input layout.
+
+        Raises:
+            ValueError: the strategy is not PAGED, or the devices do not split into the replicas.
+
+        Example:
+            >>> from maxfx.graph import DeviceRef
+            >>> p = MHAKVCacheParams(DType.float32, head_dim=8, num_layers=1, devices=[DeviceRef.CPU()], n_kv_heads=2, page_size=16)
+            >>> [type(t).__name__ for t in p.get_symbolic_inputs().flatten()]
+            ['BufferType', 'TensorType', 'TensorType', 'TensorType', 'TensorType', 'TensorType']
+        """
+        from maxfx.nn.kv_cache._symbolic_inputs import KVCacheInputsPerDevice, KVCacheLeafInputs  # noqa: PLC0415 - it imports this module
+
+        name = type(self).__name__
+        if self.cache_strategy is not KVCacheStrategy.PAGED:
+            raise ValueError(f"{name}.get_symbolic_inputs: only the PAGED strategy has graph inputs, got {self.cache_strategy}")
+        devices = self._symbolic_devices()
+        replicas = self.data_parallel_degree
+        if len(devices) % replicas:
+            raise ValueError(f"{name}.get_symbolic_inputs: {len(devices)} devices do not split into data_parallel_degree={replicas} replicas")
+        per_replica = len(devices) // replicas
+        layers = getattr(self, "num_layers", "num_layers")
+        host = DeviceRef.CPU()
+        out = []
+        for i, dev in enumerate(devices):
+            prefix = f"replica_{i // per_replica}_"
+            out.append(
+                KVCacheInputsPerDevice(
+                    kv_blocks=BufferType(self.dtype, self.blocks_shape(layers, "total_num_pages"), dev),
+                    cache_lengths=TensorType(DType.uint32, [prefix + "batch_size"], dev),
+                    lookup_table=TensorType(DType.uint32, [prefix + "batch_size", prefix + "max_num_pages"], dev),
+                    max_prompt_length=TensorType(DType.uint32, [1], host),
+                    max_cache_length=TensorType(DType.uint32, [1], host),
+                    attention_dispatch_metadata=self._dispatch_metadata_type(dev),
+                    mla_num_partitions=TensorType(DType.int64, [1], host) if self.is_mla else None,
+                )
+            )
+        return KVCacheLeafInputs(inputs=out)
+
+    def unflatten_kv_inputs(self, it: Any) -> Any:
+        """`get_symbolic_inputs` rebuilt from an iterator of graph inputs (values in the same order)."""
+        return self.get_symbolic_inputs().unflatten(iter(it))
+
 
 class MHAKVCacheParams(KVCacheParams):
     """KV-cache parameters of multi-head (and grouped-query) attention, with MAX 26.5's constructor.
