@@ -93,6 +93,11 @@ def _dims(t: Any) -> list[Any]:
     return [int(d) if str(d).isdigit() else str(d) for d in t.shape]
 
 
+def _desc(t: Any) -> str:
+    """``float32[5, 7]`` for a tensor, else its type's name."""
+    return f"{t.dtype.name}{_dims(t)}" if isinstance(t, Tensor) else type(t).__name__
+
+
 def _local(t: Any, i: int, device: Device) -> Tensor:
     """Device ``i``'s piece of ``t``: a distributed tensor's shard ``i``, else ``t`` on ``device``."""
     if isinstance(t, DistributedTensor):
@@ -283,13 +288,11 @@ class LatentAttentionWithRope(Module):
     def _check_inputs(self, x: Tensor, freqs_cis: Tensor, input_row_offsets: Tensor, kv: PagedCacheValues) -> None:
         name = type(self).__name__
         if not isinstance(x, Tensor) or x.rank != 2 or str(x.shape[1]) != str(self.hidden_size):
-            raise ValueError(f"{name}: x must be ragged [total_tokens, hidden_size={self.hidden_size}], got {getattr(x, 'dtype', type(x).__name__)}{_dims(x) if isinstance(x, Tensor) else ''}")
+            raise ValueError(f"{name}: x must be ragged [total_tokens, hidden_size={self.hidden_size}], got {_desc(x)}")
         if not isinstance(freqs_cis, Tensor) or freqs_cis.rank != 2 or str(freqs_cis.shape[1]) != str(self.qk_rope_head_dim):
-            got = f"{freqs_cis.dtype}{_dims(freqs_cis)}" if isinstance(freqs_cis, Tensor) else type(freqs_cis).__name__
-            raise ValueError(f"{name}: freqs_cis must be [max_seq_len, qk_rope_head_dim={self.qk_rope_head_dim}], got {got}")
+            raise ValueError(f"{name}: freqs_cis must be [max_seq_len, qk_rope_head_dim={self.qk_rope_head_dim}], got {_desc(freqs_cis)}")
         if not isinstance(input_row_offsets, Tensor) or input_row_offsets.rank != 1 or not input_row_offsets.dtype.is_integral():
-            got = f"{input_row_offsets.dtype}{_dims(input_row_offsets)}" if isinstance(input_row_offsets, Tensor) else type(input_row_offsets).__name__
-            raise ValueError(f"{name}: input_row_offsets must be an integer [batch + 1] tensor, got {got}")
+            raise ValueError(f"{name}: input_row_offsets must be an integer [batch + 1] tensor, got {_desc(input_row_offsets)}")
         blocks = kv.kv_blocks
         if blocks.rank != 6 or str(blocks.shape[-1]) != str(self.cache_head_dim):
             raise ValueError(f"{name}: the cache's blocks must be [pages, 1, layers, page_size, 1, {self.cache_head_dim}] (kv_lora_rank + qk_rope_head_dim), got {_dims(blocks)}")
