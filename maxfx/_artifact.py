@@ -283,6 +283,7 @@ class ArtifactProgram:
     """
 
     _buffer_inputs: list[int] = []
+    prints = False  # jax.export refuses host callbacks, so an artifact holds no print ops
 
     class _Var:
         def __init__(self, t: TensorType):
