@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from lowering.context import GraphBuilder
+from lowering.context import GraphBuilder, current_context
 from lowering.dims import Dim, Shape
 from lowering.dtypes import DType
+from lowering.eager import is_lazy
 from lowering.ir import Var
 from lowering.types import BufferType, DeviceRef, OpaqueType, TensorType, Type
 from maxfx.graph import ops
@@ -275,6 +276,12 @@ class TensorValue(TensorOperators, _Shaped):
 
     __slots__ = ()
 
+    def __new__(cls, *args: Any, **kwargs: Any):
+        # Outside a graph an eager tensor is its own value (MAX: inside F.lazy() tensors are values of its lazy graph).
+        if cls is TensorValue and len(args) == 1 and not kwargs and _is_eager_outside_graph(args[0]):
+            return args[0]
+        return super().__new__(cls)
+
     def __init__(self, value: Any):
         v = _tensor_value_of(value)
         self._builder = v._builder
@@ -304,9 +311,22 @@ class TensorValue(TensorOperators, _Shaped):
 
 
 class BufferValue(_Shaped):
-    """A mutable buffer inside a graph: read with `ops.buffer_load`, write with `ops.buffer_store`."""
+    """A mutable buffer inside a graph: read with `ops.buffer_load`, write with `ops.buffer_store`.
+
+    Outside a graph ``BufferValue(t)`` of an eager tensor is ``t`` itself (an
+    eager tensor is its own buffer: ``ops.buffer_store(t, v)`` writes it).
+    Inside ``F.lazy()`` it then counts as pending, as in MAX, since ops recorded
+    later may write it: ``t.real`` is false until it is realized.
+    """
 
     __slots__ = ()
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        if cls is BufferValue and len(args) == 1 and not kwargs and _is_eager_outside_graph(args[0]):
+            if is_lazy():
+                ops.buffer_store(args[0], args[0])  # recorded: the tensor's value now comes from the pending graph
+            return args[0]
+        return super().__new__(cls)
 
     def __init__(self, value: Any):
         if not isinstance(value, Value) or not isinstance(value.type, BufferType):
@@ -320,6 +340,12 @@ class BufferValue(_Shaped):
 
     def __setitem__(self, index, value) -> None:
         ops.buffer_store_slice(self, value, index if isinstance(index, tuple) else (index,))
+
+
+def _is_eager_outside_graph(value: Any) -> bool:
+    """An eager tensor (concrete data) while no graph is being built."""
+    ctx = getattr(value, "__lowering_context__", None)
+    return ctx is not None and ctx.concrete and current_context() is None
 
 
 def _tensor_value_of(value: Any) -> TensorValue:

@@ -20,6 +20,7 @@ from maxfx.dtype import DType
 from maxfx.experimental import functional as F
 from maxfx.experimental import random
 from maxfx.experimental.tensor import Tensor
+from maxfx.graph import BufferValue, TensorValue
 
 
 def test_ops_run_when_called_by_default():
@@ -249,3 +250,22 @@ def test_creations_inside_lazy_are_pending_too():
     np.testing.assert_array_equal((z + o).to_numpy(), np.ones((2, 2), np.float32))
     np.testing.assert_array_equal(f.to_numpy(), [7, 7, 7])
     assert f.dtype is DType.int32
+
+
+def test_graph_value_constructors_take_eager_tensors_outside_a_graph():
+    """MAX: TensorValue(t) / BufferValue(t) of an eager tensor inside F.lazy() are values of the lazy graph.
+
+    In maxfx an eager tensor is its own value and its own buffer, so both return it; BufferValue
+    inside F.lazy() leaves it pending (a later recorded op may write it) until realized.
+    """
+    a = Tensor(np.arange(4, dtype=np.float32))
+    assert TensorValue(a) is a and BufferValue(a) is a and a.real
+    with F.lazy():
+        b = BufferValue(a)
+        assert b is a and not a.real
+        F.buffer_store(b, a * 2)
+    asyncio.run(a.realize)
+    assert a.real
+    np.testing.assert_array_equal(a.to_numpy(), [0.0, 2.0, 4.0, 6.0])
+    with pytest.raises(TypeError, match="BufferValue: expected a buffer value"):
+        BufferValue(np.zeros(2))
