@@ -149,8 +149,11 @@ def functional(op: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(op)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if current_context() is not None or is_lazy():
+        if current_context() is not None:
             return op(*args, **kwargs)
+        if is_lazy():
+            with use_context(_EAGER):
+                return op(*args, **kwargs)
         with use_context(_EAGER), lazy():
             out = op(*args, **kwargs)
         pending = [t._var for t in jax.tree.leaves(out, is_leaf=lambda x: isinstance(x, _Tensor)) if isinstance(t, _Tensor) and not t.real]

@@ -219,7 +219,6 @@ def test_derived_weights_have_maxs_shapes():
     np.testing.assert_array_equal(layer.w_uv.to_numpy(), kv_b[:, NOPE:])
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError, reason="maxfx.nn.kernels.flare_mla_prefill_plan calls TensorValue.rebind, which eager Tensors lack (ops.rebind works)")
 def test_the_prefill_plan_covers_the_step():
     rng = np.random.default_rng(3)
     layer = _layer(_params(), Q_LORA, _weights(rng, Q_LORA))

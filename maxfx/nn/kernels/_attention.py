@@ -436,7 +436,7 @@ def flare_mla_prefill_plan(kv_params: Any, input_row_offsets: Any, kv_collection
     kv = _collection(where, kv_collection)
     dev = input_row_offsets.device
     offs = input_row_offsets.cast(DType.int64)
-    new = (offs[1:] - offs[:-1]).rebind(kv.cache_lengths.shape, f"{where}: input_row_offsets must have batch_size + 1 entries")
+    new = ops.rebind(offs[1:] - offs[:-1], kv.cache_lengths.shape, f"{where}: input_row_offsets must have batch_size + 1 entries")
     lengths = kv.cache_lengths.cast(DType.int64) + new  # [B]
     n_b = kv.cache_lengths.shape[0]
     zero = ops.constant([0], DType.int64, dev)

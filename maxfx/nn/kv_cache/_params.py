@@ -64,6 +64,10 @@ class KVCacheParams:
     data_parallel_degree: int = 1
     n_kv_heads_per_device: int = 0
 
+    def __hash__(self) -> int:
+        # Layers keep their cache params as static (jit-cache key) data: hash what == compares.
+        return hash(tuple(_frozen(getattr(self, f.name)) for f in dataclasses.fields(self)))
+
     def __post_init__(self) -> None:
         if not isinstance(self.dtype, DType):
             raise TypeError(f"KVCacheParams: dtype must be a DType, got {type(self.dtype).__name__}")
@@ -201,6 +205,11 @@ class KVCacheParams:
     def unflatten_kv_inputs(self, it: Any) -> Any:
         """`get_symbolic_inputs` rebuilt from an iterator of graph inputs (values in the same order)."""
         return self.get_symbolic_inputs().unflatten(iter(it))
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` with lists made tuples, so that it hashes."""
+    return tuple(_frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
 class MHAKVCacheParams(KVCacheParams):

@@ -62,6 +62,9 @@ from maxfx.nn.kernels import flare_mla_decode_ragged, flare_mla_prefill_plan
 from maxfx.nn.kv_cache._paged import PagedCacheValues as _GraphPagedCacheValues
 from maxfx.nn.kv_cache._params import KVCacheParams
 
+# The graph-API kernel makes constants of its own: F.functional gives it the eager context (one realization per call).
+_prefill_plan = F.functional(flare_mla_prefill_plan)
+
 __all__ = [
     "LatentAttentionWithRope",
     "MLAPrefillMetadata",
@@ -267,7 +270,7 @@ class LatentAttentionWithRope(Module):
             local = kv.for_device(i)
             dev = local.cache_lengths.device
             offsets = _local(input_row_offsets, i, dev)
-            parts.append(flare_mla_prefill_plan(self.kv_params, offsets, self._graph_collection(local), 0, self.BUFFER_TOK_SIZE, max_chunks=1))
+            parts.append(_prefill_plan(self.kv_params, offsets, self._graph_collection(local), 0, self.BUFFER_TOK_SIZE, max_chunks=1))
         if kv.n_devices == 1 and not isinstance(input_row_offsets, DistributedTensor):
             return MLAPrefillMetadata(*parts[0])
         mapping = PlacementMapping(kv.kv_blocks.mesh, (Replicated(),))
