@@ -12,7 +12,8 @@ Example:
 """
 
 from maxfx.nn.kv_cache import cache_params, manager
-from maxfx.nn.kv_cache._paged import KVCacheInputs, KVCacheInputsSequence, PagedCacheValues, PagedKVCacheManager, RaggedKVCacheInputs
+from maxfx.nn.kv_cache._page_manager import PagedKVCacheManager
+from maxfx.nn.kv_cache._paged import KVCacheInputs, KVCacheInputsSequence, PagedCacheValues, RaggedKVCacheInputs
 from maxfx.nn.kv_cache._params import KVCacheParams, KVCacheStrategy, MHAKVCacheParams, MLAKVCacheParams
 from maxfx.nn.kv_cache._symbolic_inputs import KVCacheInputsInterface, KVCacheInputsPerDevice, KVCacheLeafInputs, MultiKVCacheInputs
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from lowering.dtypes import DType
 from lowering.types import BufferType, DeviceRef, TensorType
+from maxfx.nn.kv_cache._symbolic_inputs import KVCacheInputsPerDevice, KVCacheLeafInputs
 
 __all__ = ["KVCacheParams", "KVCacheStrategy", "MHAKVCacheParams", "MLAKVCacheParams"]
 
@@ -174,8 +175,6 @@ class KVCacheParams:
             >>> [type(t).__name__ for t in p.get_symbolic_inputs().flatten()]
             ['BufferType', 'TensorType', 'TensorType', 'TensorType', 'TensorType', 'TensorType']
         """
-        from maxfx.nn.kv_cache._symbolic_inputs import KVCacheInputsPerDevice, KVCacheLeafInputs  # noqa: PLC0415 - it imports this module
-
         name = type(self).__name__
         if self.cache_strategy is not KVCacheStrategy.PAGED:
             raise ValueError(f"{name}.get_symbolic_inputs: only the PAGED strategy has graph inputs, got {self.cache_strategy}")
