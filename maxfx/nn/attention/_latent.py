@@ -20,12 +20,12 @@ from typing import Any
 from lowering.dtypes import DType
 from maxfx.graph import ops
 from maxfx.graph._weight import ShardingStrategy
-from maxfx.nn import kernels
 from maxfx.nn._basic import Linear, RMSNorm
 from maxfx.nn._layer import Module
 from maxfx.nn.attention._rope_attention import _devices, _HeadShardable, _on, _per_device, _shard_view
 from maxfx.nn.attention.interfaces import DistributedAttentionImpl
 from maxfx.nn.attention.mask_config import MHAMaskVariant
+from maxfx.nn.kernels._attention import mla_absorbed_attention
 from maxfx.nn.kv_cache._params import KVCacheParams
 
 __all__ = ["DataParallelLatentAttentionWithRope", "LatentAttentionWithRope", "TensorParallelLatentAttentionWithRope"]
@@ -120,25 +120,18 @@ class LatentAttentionWithRope(Module, _HeadShardable):
             raise ValueError(f"{name}: input_row_offsets (uint32 [batch + 1]) is required")
         if x.rank != 2 or int(x.shape[1]) != self.hidden_size:
             raise ValueError(f"{name}: x must be ragged [total_tokens, {self.hidden_size}], got shape {list(x.shape)}")
-        kv, t, p = kv_collection, x.shape[0], self.kv_params
+        kv, p = kv_collection, self.kv_params
         freqs = _on(self.rope.freqs_cis if freqs_cis is None else freqs_cis, x.device)
         interleaved = getattr(self.rope, "interleaved", True)
         layer = ops.constant(int(layer_idx), DType.uint32, x.device) if not hasattr(layer_idx, "type") else ops.reshape(layer_idx, [])
-        # Latent cache rows: [norm(c_kv) | rope(k_pe)].
         ckv = self.kv_a_proj_with_mqa(x)
         latent = self.kv_a_layernorm(ckv[:, : self.kv_lora_rank])
-        k_pe = ops.rope_ragged(ops.reshape(ckv[:, self.kv_lora_rank :], [t, 1, self.qk_rope_head_dim]), freqs, input_row_offsets, kv.cache_lengths, interleaved=interleaved)
-        row = ops.concat([ops.reshape(latent, [t, 1, self.kv_lora_rank]), k_pe], axis=-1)
         zero = ops.constant(0, DType.uint32, x.device)
-        ops.kv_cache_store(kv.kv_blocks, row.cast(kv.kv_blocks.dtype), kv.lookup_table, layer, input_row_offsets, kv.cache_lengths, zero, kv_index=0)
-        # Absorbed queries: q_nope @ W_uk per head, next to the rotated q_pe.
-        q = self._queries(x)
-        q_pe = ops.rope_ragged(q[:, :, self.qk_nope_head_dim :], freqs, input_row_offsets, kv.cache_lengths, interleaved=interleaved)
-        w_uk, w_uv = self.w_uk_uv
-        q_latent = ops.permute(ops.permute(q[:, :, : self.qk_nope_head_dim], [1, 0, 2]) @ w_uk, [1, 0, 2])  # [T, H, rank]
-        attn = kernels.flare_mla_decode_ragged(p, ops.concat([q_latent, q_pe], axis=-1), input_row_offsets, kv, layer, MHAMaskVariant.CAUSAL_MASK, self.scale, self.qk_rope_head_dim)
-        out = ops.permute(ops.permute(attn, [1, 0, 2]) @ w_uv, [1, 0, 2])  # [T, H, v_head_dim]
-        return self.o_proj(ops.reshape(out, [t, self.n_heads * self.v_head_dim]))
+        out = mla_absorbed_attention(
+            p, self._queries(x), latent, ckv[:, self.kv_lora_rank :], _on(self.kv_b_proj.weight, self.devices[0]), freqs, input_row_offsets, kv, layer, zero,
+            MHAMaskVariant.CAUSAL_MASK, self.scale, n_heads=self.n_heads, qk_nope_head_dim=self.qk_nope_head_dim, v_head_dim=self.v_head_dim, interleaved=interleaved,
+        )  # fmt: skip
+        return self.o_proj(out)
 
 
 class TensorParallelLatentAttentionWithRope(LatentAttentionWithRope, DistributedAttentionImpl):

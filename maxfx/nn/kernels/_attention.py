@@ -423,6 +423,38 @@ def flare_mla_decode_ragged(kv_params: Any, input: Any, input_row_offsets: Any, 
     return _cache_attention(where, kv, input, input_row_offsets, layer_idx, mask_variant, scale, v_dim=p.head_dim - int(qk_rope_dim))
 
 
+def mla_absorbed_attention(
+    kv_params: Any, q: Any, latent: Any, k_pe: Any, kv_b_weight: Any, freqs_cis: Any, input_row_offsets: Any, kv_collection: Any, layer_idx: Any, zero: Any,
+    mask_variant: Any, scale: float, *, n_heads: int, qk_nope_head_dim: int, v_head_dim: int, interleaved: bool = True, q_dtype: DType | None = None, out_dtype: DType | None = None,
+) -> Any:  # fmt: skip
+    """One MLA step in the absorbed form, shared by the graph-API and the eager layer: ``[tokens, n_heads * v_head_dim]``.
+
+    Writes each token's cache row ``[latent | rope(k_pe)]`` (``latent [T, kv_lora_rank]`` already
+    normalized, ``k_pe [T, qk_rope_head_dim]``), projects the queries' no-RoPE part into the
+    latent space with ``W_uk`` from ``kv_b_weight [n_heads * (nope + v), kv_lora_rank]``, attends
+    over the cache (`flare_mla_decode_ragged`) and up-projects with ``W_uv``. ``q [T, n_heads,
+    nope + rope]``; ``layer_idx`` and ``zero`` are uint32 scalars; ``mask_variant`` as for
+    `flare_mla_decode_ragged`. ``q_dtype``/``out_dtype``: cast
+    the attention's queries / its result first (the eager layer's weights and cache may differ).
+    """
+    kv = kv_collection
+    t, rank, rope = q.shape[0], int(latent.shape[-1]), int(k_pe.shape[-1])
+    nope = qk_nope_head_dim
+    k_rot = ops.rope_ragged(ops.reshape(k_pe, [t, 1, rope]), freqs_cis, input_row_offsets, kv.cache_lengths, interleaved=interleaved)
+    row = ops.concat([ops.reshape(latent, [t, 1, rank]), k_rot], axis=-1)
+    ops.kv_cache_store(kv.kv_blocks, row.cast(kv.kv_blocks.dtype), kv.lookup_table, layer_idx, input_row_offsets, kv.cache_lengths, zero, kv_index=0)
+    w = ops.reshape(kv_b_weight, [n_heads, nope + v_head_dim, rank])
+    w_uk, w_uv = w[:, :nope, :], ops.permute(w[:, nope:, :], [0, 2, 1])  # [H, nope, rank], [H, rank, v]
+    q_pe = ops.rope_ragged(q[:, :, nope:], freqs_cis, input_row_offsets, kv.cache_lengths, interleaved=interleaved)
+    q_latent = ops.permute(ops.permute(q[:, :, :nope], [1, 0, 2]) @ w_uk, [1, 0, 2])  # [T, H, rank]
+    q_all = ops.concat([q_latent, q_pe], axis=-1)
+    attn = flare_mla_decode_ragged(kv_params, q_all if q_dtype is None else q_all.cast(q_dtype), input_row_offsets, kv, layer_idx, mask_variant, scale, rope)
+    if out_dtype is not None:
+        attn = attn.cast(out_dtype)
+    out = ops.permute(ops.permute(attn, [1, 0, 2]) @ w_uv, [1, 0, 2])  # [T, H, v]
+    return ops.reshape(out, [t, n_heads * v_head_dim])
+
+
 def flare_mla_prefill_plan(kv_params: Any, input_row_offsets: Any, kv_collection: Any, layer_idx: Any, buffer_size: int, max_chunks: int = 16) -> tuple[Any, Any, Any]:
     """Split every sequence's keys (cached + new, concatenated over the batch) into chunks of at most ``buffer_size`` rows.
 

@@ -56,9 +56,9 @@ from maxfx.experimental.nn.module import Module
 from maxfx.experimental.nn.norm.rms_norm import RMSNorm
 from maxfx.experimental.sharding import DeviceMapping, DeviceMesh, DistributedTensor, Partial, PlacementMapping, Replicated, Sharded, distribute, from_shards
 from maxfx.experimental.tensor import Tensor
-from maxfx.graph import ops
 from maxfx.nn.attention.mask_config import MHAMaskVariant
-from maxfx.nn.kernels import flare_mla_decode_ragged, flare_mla_prefill_plan
+from maxfx.nn.kernels import flare_mla_prefill_plan
+from maxfx.nn.kernels._attention import mla_absorbed_attention
 from maxfx.nn.kv_cache._paged import PagedCacheValues as _GraphPagedCacheValues
 from maxfx.nn.kv_cache._params import KVCacheParams
 
@@ -356,24 +356,15 @@ class LatentAttentionWithRope(Module):
 
     def _latent_attention(self, xq: Tensor, latent_kv: Tensor, cache: Any, offsets: Tensor, freqs: Tensor, gamma: Tensor, kv_b_proj: Tensor, n_heads: int) -> Tensor:
         """Cache this step's latent rows, attend in the latent space, up-project the values: ``[tokens, n_heads * v_head_dim]``."""
-        rank, rope, nope = self.kv_lora_rank, self.qk_rope_head_dim, self.qk_nope_head_dim
-        dev, tokens = xq.device, xq.shape[0]
+        rank, dev = self.kv_lora_rank, xq.device
         layer = F.constant(self.layer_idx, DType.uint32, device=dev)
-        # The cache row of each token: [rms_norm(latent) | rope(shared key)].
+        zero = F.constant(0, DType.uint32, device=dev)
         latent = F.rms_norm(latent_kv[:, :rank], gamma, 1e-6)
-        k_pe = ops.rope_ragged(latent_kv[:, rank:].reshape([tokens, 1, rope]), freqs, offsets, cache.cache_lengths, interleaved=True)
-        row = F.concat([latent.reshape([tokens, 1, rank]), k_pe], axis=-1)
-        blocks = cache.kv_blocks
-        ops.kv_cache_store(blocks, row.cast(blocks.dtype), cache.lookup_table, layer, offsets, cache.cache_lengths, F.constant(0, DType.uint32, device=dev), kv_index=0)
-        # Absorbed queries: q_nope @ W_uk per head, next to the rotated q_pe.
-        w = kv_b_proj.reshape([n_heads, nope + self.v_head_dim, rank])
-        w_uk, w_uv = w[:, :nope, :], w[:, nope:, :]  # [H, nope, rank], [H, v, rank]
-        q_pe = ops.rope_ragged(xq[:, :, nope:], freqs, offsets, cache.cache_lengths, interleaved=True)
-        q_latent = (xq[:, :, :nope].permute([1, 0, 2]) @ w_uk).permute([1, 0, 2])  # [T, H, rank]
-        q = F.concat([q_latent, q_pe], axis=-1).cast(blocks.dtype)
-        attn = flare_mla_decode_ragged(self.kv_params, q, offsets, cache, layer, MHAMaskVariant.CAUSAL_MASK, self.scale, rope)  # [T, H, rank]
-        out = (attn.cast(w_uv.dtype).permute([1, 0, 2]) @ w_uv.permute([0, 2, 1])).permute([1, 0, 2])  # [T, H, v]
-        return out.reshape([tokens, n_heads * self.v_head_dim])
+        return mla_absorbed_attention(
+            self.kv_params, xq, latent, latent_kv[:, rank:], kv_b_proj, freqs, offsets, cache, layer, zero,
+            MHAMaskVariant.CAUSAL_MASK, self.scale, n_heads=n_heads, qk_nope_head_dim=self.qk_nope_head_dim, v_head_dim=self.v_head_dim,
+            q_dtype=cache.kv_blocks.dtype, out_dtype=kv_b_proj.dtype,
+        )  # fmt: skip
 
 
 # ─── tensor parallelism ──────────────────────────────────────────────────────
