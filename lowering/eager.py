@@ -49,7 +49,7 @@ import numpy as np
 from lowering.context import TRACE, Context
 from lowering.device_memory import check_fits_device
 from lowering.devices import device_ref_of, has_hardware, jax_device
-from lowering.dims import StaticDim
+from lowering.dims import StaticDim, format_shape
 from lowering.dtypes import DType, promote_weak, result_dtype_for_python_scalar
 from lowering.executables import EXECUTABLES
 from lowering.interpret import Interpreter, run_block
@@ -829,6 +829,17 @@ def _run_device(ref: DeviceRef) -> jax.Device:
         ) from None
 
 
+def _check_static(op_name: str, t: TensorType) -> None:
+    """Refuse to compute a result with a named dim: it has no size outside a graph."""
+    named = [d for d in t.shape if not isinstance(d, StaticDim)]
+    if named:
+        raise OpError(
+            f"cannot realize a tensor of shape {format_shape(t.shape)} (from {op_name}): dim {named[0]} is symbolic. "
+            "Inside F.lazy() ops on tensors with named dims are recorded and checked, but computing values needs "
+            "every size; give static sizes, or build a graph (Graph, Module.compile) whose inputs carry the names"
+        )
+
+
 def realize(vars: Sequence[LazyVar]) -> None:
     """Compute every pending var in ``vars`` (and live vars of the same graph) as one program.
 
@@ -850,10 +861,13 @@ def realize(vars: Sequence[LazyVar]) -> None:
             _stats.fused_runs += 1
             results = run(*leaves)
         else:
+            for v in targets:  # name what was asked for first; the loop below also catches named dims behind it
+                _check_static(v.node.op.name, v.type)
             block = _as_block(plan)
             for node in block.nodes:  # a new program: refuse results no device could hold before running it
                 for t in (o.type for o in node.outputs):
                     if isinstance(t, TensorType):
+                        _check_static(node.op, t)
                         _run_device(t.device)
                 check_fits_device(node.op, [o.type for o in node.outputs], key[2])
             exe = _compiled(key, block, leaves)

@@ -292,7 +292,7 @@ class Tensor(TensorOperators):
         if _is_layout(device):  # MAX: device= a DeviceMesh or DeviceMapping makes a distributed tensor
             return DISTRIBUTED["filled"](shape, value, defaults(dtype, None)[0], device, where)
         dtype, dev = defaults(dtype, device)
-        dims = _static_shape(shape, where)
+        dims = _lazy_shape(shape, where) if is_lazy() else _static_shape(shape, where)
         arr, _ = to_constant_array(value, dtype, op=where)
         if is_lazy():  # as in MAX, a creation inside F.lazy() is pending too: a recorded broadcast of the value
             return ops.broadcast_to(_placed(np.asarray(arr), dtype, dev), dims)
@@ -700,10 +700,37 @@ def _static_shape(shape: Any, where: str) -> tuple[int, ...]:
                 raise TypeError
             dims.append(operator.index(d))  # ints, numpy integers and static Dims; not floats or strings
         except TypeError:
+            if isinstance(d, (str, Dim)):
+                raise TypeError(
+                    f"{where}: dim {i} of shape {entries!r} is the symbolic dim {d!r}: an eager tensor with named dims "
+                    "can only be traced inside F.lazy() (or used as a graph input type); outside it give an int"
+                ) from None
             raise TypeError(f"{where}: dim {i} of shape {entries!r} must be an int, got {type(d).__name__} {d!r}") from None
     for i, d in enumerate(dims):
         if d < 0:
             raise ValueError(f"{where}: dim {i} of shape {dims} is negative ({d}): a shape must not have negative dims")
+    return tuple(dims)
+
+
+def _lazy_shape(shape: Any, where: str) -> tuple[Any, ...]:
+    """``shape`` for a creation inside ``F.lazy()``: static dims as ints, names as symbolic `Dim`s.
+
+    As in MAX, a lazy tensor may have a named dim (``Tensor.zeros(["batch", 8])``):
+    ops on it are recorded and checked, and computing its values raises.
+    """
+    entries = [shape] if isinstance(shape, (int, np.integer, str, Dim)) else shape
+    try:
+        entries = list(entries)
+    except TypeError:
+        raise TypeError(f"{where}: shape must be a sequence of ints or dim names, got {shape!r}") from None
+    if not any(isinstance(d, str) or (isinstance(d, Dim) and not isinstance(d, StaticDim)) for d in entries):
+        return _static_shape(entries, where)
+    dims = []
+    for i, d in enumerate(entries):
+        try:
+            dims.append(Dim(d) if isinstance(d, (str, Dim)) else _static_shape([d], where)[0])
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{where}: dim {i} of shape {entries!r}: {e}") from None
     return tuple(dims)
 
 

@@ -21,7 +21,7 @@ from maxfx.experimental.nn.common_layers.mesh_axis import DP, TP
 from maxfx.experimental.nn.common_layers.multi_latent_attention import LatentAttentionWithRope, MLAPrefillMetadata, tensor_parallel_latent_attention_with_rope
 from maxfx.experimental.sharding import DeviceMesh, Partial, PlacementMapping, Replicated, Sharded, distribute, from_shards
 from maxfx.experimental.tensor import Tensor
-from maxfx.graph import BufferType, DeviceRef, TensorType
+from maxfx.graph import BufferType, DeviceRef, SymbolicDim, TensorType
 from maxfx.nn.kv_cache import KVCacheInputsPerDevice, KVCacheLeafInputs, MHAKVCacheParams, MLAKVCacheParams
 from maxfx.nn.kv_cache import PagedCacheValues as GraphPagedCacheValues
 
@@ -287,6 +287,28 @@ def test_traces_on_virtual_gpus_one_device_and_tensor_parallel(virtual_cuda, q_l
         tp_out = tp(distribute(Tensor(x), rep), tp_kv, distribute(Tensor(_freqs()), rep), distribute(Tensor(offsets), rep))
     assert [int(d) for d in tp_out.shape] == [5, HIDDEN] and tp_out.mapping.mesh == mesh
     assert [s.device for s in tp_out.local_shards] == gpus
+
+
+def test_data_parallel_traces_with_named_token_and_batch_dims():
+    """MAX traces data-parallel layers with symbolic token/batch counts inside F.lazy(): each shard gets its own names."""
+    rng = np.random.default_rng(5)
+    w = _weights(rng, Q_LORA)
+    params = _params(2)
+    mesh = _cpu_mesh(2, DP)
+    sharded = PlacementMapping(mesh, (Sharded(0),))
+    with F.lazy():
+        layer = _layer(params, Q_LORA, w).to(mesh)
+        sizes = {"total_num_pages": PAGES, "batch_size": "batch", "max_num_pages": PAGES, "steps_remaining": 2}
+        values = []
+        for t in params.get_symbolic_inputs().flatten():
+            shape = [next(v for k, v in sizes.items() if d.name.endswith(k)) if isinstance(d, SymbolicDim) else int(d) for d in t.shape]
+            values.append(Tensor.zeros(shape, dtype=t.dtype))
+        kv = PagedCacheValues.from_upstream(params.get_symbolic_inputs().unflatten(iter(values)).inputs, PlacementMapping(mesh, (Replicated(),)))
+        x = Tensor.zeros(["tokens", HIDDEN], device=sharded)
+        offsets = Tensor.zeros(["batch_plus_one"], dtype=DType.uint32, device=sharded)
+        out = layer(x, kv, distribute(Tensor(_freqs()), PlacementMapping(mesh, (Replicated(),))), offsets)
+    assert out.shape == x.shape and out.mapping == sharded and not out.real
+    assert [str(s.shape[0]) for s in out.local_shards] == ["tokens_dp_0", "tokens_dp_1"]
 
 
 # ─── errors ───────────────────────────────────────────────────────────────────

@@ -25,6 +25,7 @@ from typing import Any
 
 from jax.sharding import NamedSharding, PartitionSpec
 
+from lowering.dims import Dim, StaticDim, SymbolicDim
 from maxfx.experimental.sharding._mesh import DeviceMesh
 from maxfx.experimental.sharding._placements import Partial, Placement, Replicated, Sharded
 
@@ -233,27 +234,40 @@ def shard_slices(shape: Sequence[int], mapping: DeviceMapping, coord: Sequence[i
 def local_shard_shape(shape: Sequence[Any], mapping: DeviceMapping, device_index: int) -> list[Any]:
     """Shape of device ``device_index``'s shard of a tensor of global ``shape``.
 
-    Unsplit dims keep their value (symbolic ones included); split dims must be static.
+    Unsplit dims keep their value (symbolic ones included). A named dim split
+    over mesh axis ``ax`` becomes a fresh name per shard, as in MAX:
+    ``"batch"`` split over ``dp`` is ``batch_dp_0`` on the first shard.
 
     Raises:
-        ValueError: a symbolic dim split over a mesh axis.
+        ValueError: an algebraic dim (``batch + 1``) split over a mesh axis.
+
+    Example:
+        >>> from maxfx.driver import CPU
+        >>> m = PlacementMapping(DeviceMesh((CPU(), CPU()), (2,), ("dp",)), (Sharded(0),))
+        >>> local_shard_shape(["batch", 3], m, 1)
+        [Dim('batch_dp_1'), 3]
     """
-    coord = list(mapping.mesh.coords())[device_index]
-    split = {p.axis for p in mapping.to_placements() if isinstance(p, Sharded)}
+    mesh = mapping.mesh
+    coord = list(mesh.coords())[device_index]
+    placements = mapping.to_placements()
+    split = {p.axis for p in placements if isinstance(p, Sharded)}
+    dims = [Dim(d) for d in shape]
     static = []
-    for i, d in enumerate(shape):
-        try:
-            static.append(int(d))
-        except TypeError:
-            if i in split:
-                raise ValueError(f"{mapping}: cannot split the symbolic dim {d} of shape {list(shape)} over the mesh") from None
+    for i, d in enumerate(dims):
+        if isinstance(d, StaticDim) or i not in split:
+            static.append(int(d) if isinstance(d, StaticDim) else 0)
+        elif isinstance(d, SymbolicDim):
+            for ax, p in enumerate(placements):
+                if isinstance(p, Sharded) and p.axis == i:
+                    d = SymbolicDim(f"{d.name}_{mesh.axis_names[ax]}_{coord[ax]}")
+            dims[i] = d
             static.append(0)
+        else:
+            raise ValueError(f"{mapping}: cannot split the algebraic dim {d} of shape {list(shape)} over the mesh")
     bounds = shard_slices(static, mapping, coord)
-    return [hi - lo if i in split else _dim_value(shape[i]) for i, (lo, hi) in enumerate(bounds)]
+    return [
+        hi - lo if i in split and isinstance(d, StaticDim) else int(d) if isinstance(d, StaticDim) else d
+        for i, ((lo, hi), d) in enumerate(zip(bounds, dims))
+    ]
 
 
-def _dim_value(d: Any) -> Any:
-    try:
-        return int(d)
-    except TypeError:
-        return d

@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,7 @@ import jax
 import numpy as np
 
 from lowering.context import Context, find_context
+from lowering.dims import StaticDim
 from lowering.types import TensorType
 from maxfx.driver import Device
 from maxfx.experimental._tensor import DISTRIBUTED, EAGER, Tensor, _Done
@@ -192,7 +194,10 @@ def _global_shape(shards: tuple[Tensor, ...], mapping: PlacementMapping) -> list
     for dim in range(first.rank):
         axes = [ax for ax, p in enumerate(mapping.to_placements()) if isinstance(p, Sharded) and p.axis == dim]
         if axes:  # the shards at coordinate 0 on every other axis tile this dim
-            shape[dim] = sum(int(s.shape[dim]) for s, c in zip(shards, coords) if all(c[a] == 0 for a in range(mesh.ndim) if a not in axes))
+            tiles = [s.shape[dim] for s, c in zip(shards, coords) if all(c[a] == 0 for a in range(mesh.ndim) if a not in axes)]
+            shape[dim] = functools.reduce(operator.add, tiles)  # named shard dims add up to an algebraic dim
+            if isinstance(shape[dim], StaticDim):
+                shape[dim] = int(shape[dim])
     for p in mapping.to_placements():
         if isinstance(p, Sharded) and not 0 <= p.axis < first.rank:
             raise ShardingError(f"from_shards: {p} is out of range for shards of rank {first.rank}")
