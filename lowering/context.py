@@ -60,6 +60,23 @@ def current_context() -> Context | None:
     return _current.get()
 
 
+def call_in_context(ctx: Context | None, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` with ``ctx`` ambient: `use_context` for one call, without a ``with`` block.
+
+    The eager functional API wraps every op call in this, so it sets the
+    context variable directly (a ``with`` statement costs as much again).
+
+    Example:
+        >>> call_in_context(None, current_context) is None
+        True
+    """
+    token = _current.set(ctx)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _current.reset(token)
+
+
 class use_context:  # noqa: N801 - used like a function
     """Make ``ctx`` the ambient context inside a ``with`` block."""
 

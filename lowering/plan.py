@@ -77,7 +77,9 @@ class WeakKind:
 
 def is_weak(x: Any) -> bool:
     """True for Python/numpy data that is not a typed graph/tensor value."""
-    return isinstance(x, (numbers.Number, np.ndarray, np.generic, list, tuple, Dim)) and not hasattr(x, "__lowering_context__")
+    # The attribute test first: it settles every tensor and graph value cheaply (isinstance
+    # against the numbers ABC is the slow part, and tensors are what every eager op sees).
+    return not hasattr(x, "__lowering_context__") and isinstance(x, (numbers.Number, np.ndarray, np.generic, list, tuple, Dim))
 
 
 def weak_kind(x: Any) -> type | WeakKind:

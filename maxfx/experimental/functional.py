@@ -25,7 +25,7 @@ from typing import Any
 
 import jax
 
-from lowering.context import current_context, use_context
+from lowering.context import call_in_context, current_context, use_context
 from lowering.eager import is_lazy, lazy, realize
 from maxfx.experimental._tensor import EAGER as _EAGER
 from maxfx.experimental._tensor import Tensor as _Tensor
@@ -173,8 +173,7 @@ def _eager_front(op: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(op)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if current_context() is None:
-            with use_context(_EAGER):
-                return op(*args, **kwargs)
+            return call_in_context(_EAGER, op, *args, **kwargs)
         return op(*args, **kwargs)
 
     wrapper.__module__ = __name__
