@@ -20,6 +20,7 @@ from lowering.types import DeviceRef, Type
 from maxfx.driver._tensor import as_array
 from maxfx.engine import InferenceSession, Model
 from maxfx.experimental._tensor import Tensor, _leaf
+from maxfx.experimental.sharding import TensorLayout
 from maxfx.graph import Graph, Weight, ops
 
 __all__ = ["CompiledModule", "compile_module"]
@@ -145,9 +146,10 @@ def _parameter_values(module: Any, params: list[tuple[str, Tensor]], weights: Ma
 def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[str, Any] | None, *, entry: Callable[..., Any], use_subgraphs: bool = False) -> CompiledModule:
     """`Module.compile`: ``entry`` is the method traced (``forward`` or ``__call__``), checked against ``input_types``."""
     name = type(module).__name__
+    input_types = [t.to_type() if isinstance(t, TensorLayout) else t for t in input_types]  # MAX's layout specs
     for i, t in enumerate(input_types):
         if not isinstance(t, Type):
-            raise TypeError(f"{name}.compile: input type {i} must be a TensorType (or other graph Type), got {type(t).__name__}")
+            raise TypeError(f"{name}.compile: input type {i} must be a TensorType, TensorLayout (or other graph Type), got {type(t).__name__}")
     _check_arity(name, entry, input_types)
     params = list(module.parameters)
     values = _parameter_values(module, params, weights)

@@ -358,6 +358,8 @@ class Module:
         Parameters become graph weights (arguments of the executable, never
         constants); ``weights`` (qualified name → array) overrides their values.
         Symbolic dims (``"batch"``) accept any size: one XLA compile per new shape.
+        An input type may also be a one-device ``sharding.TensorLayout`` (MAX's
+        input spec: dtype, shape and mapping).
 
         ``use_subgraphs=True`` (MAX's subgraphs, applied for you) traces each
         `Sequential` of two or more blocks with one structure (same class,

@@ -6,6 +6,8 @@
 * Mappings: `PlacementMapping` (placements per mesh axis) and `NamedMapping`
   (mesh axes per tensor dim, JAX ``PartitionSpec`` style, with
   ``named_sharding()`` giving the ``jax.sharding.NamedSharding``).
+* `TensorLayout` / `BufferLayout`: dtype, global shape and mapping without
+  data (MAX's input specs for ``Module.compile``).
 * `DistributedTensor`: one eager shard per device; `distribute`,
   `from_shards`, `redistribute`, `assemble`. ``Tensor.zeros(shape,
   device=mapping)`` (and ``ones``/``full``) builds one shard by shard.
@@ -22,6 +24,7 @@ Example:
     ([[4, 1], [4, 1]], [4, 2])
 """
 
+from maxfx.experimental.sharding._layout import BufferLayout, TensorLayout
 from maxfx.experimental.sharding._mappings import (
     ConversionError,
     DeviceMapping,
@@ -46,6 +49,7 @@ from maxfx.experimental.sharding._tensor import (
 )
 
 __all__ = [
+    "BufferLayout",
     "ConversionError",
     "DeviceMapping",
     "DeviceMesh",
@@ -59,6 +63,7 @@ __all__ = [
     "Sharded",
     "ShardingError",
     "SpecEntry",
+    "TensorLayout",
     "as_mapping",
     "assemble",
     "distribute",
