@@ -700,7 +700,7 @@ def _static_shape(shape: Any, where: str) -> tuple[int, ...]:
                 raise TypeError
             dims.append(operator.index(d))  # ints, numpy integers and static Dims; not floats or strings
         except TypeError:
-            if isinstance(d, (str, Dim)):
+            if isinstance(d, Dim) or (isinstance(d, str) and d.isidentifier()):
                 raise TypeError(
                     f"{where}: dim {i} of shape {entries!r} is the symbolic dim {d!r}: an eager tensor with named dims "
                     "can only be traced inside F.lazy() (or used as a graph input type); outside it give an int"
