@@ -14,11 +14,12 @@ Example:
 from __future__ import annotations
 
 import enum
+import math
 import types
 from typing import Any
 
 from lowering import mlir_interop
-from lowering.dims import Dim, Shape, ShapeLike, StaticDim
+from lowering.dims import Dim, Shape, ShapeLike, StaticDim, SymbolicDim
 from lowering.driver_devices import CPU, Accelerator, Device
 from lowering.dtypes import DType
 
@@ -217,6 +218,36 @@ class _ShapedType(Type):
         """True when every dim is static."""
         return all(isinstance(d, StaticDim) for d in self.shape)
 
+    def num_elements(self) -> int:
+        """How many elements a value of this type holds (MAX: a `RuntimeError` for symbolic dims).
+
+        Example:
+            >>> TensorType(DType.int8, [2, 3]).num_elements()
+            6
+        """
+        if not self.is_static():
+            raise RuntimeError(f"{self._name}.num_elements: can't find num elements since tensor has symbolic dims (shape {list(self.shape)})")
+        return math.prod(d.dim for d in self.shape)
+
+    @property
+    def parameters(self) -> list[SymbolicDim]:
+        """The symbolic dims this type depends on.
+
+        Example:
+            >>> TensorType(DType.float32, ["batch", 3]).parameters
+            [Dim('batch')]
+        """
+        return list(self.shape.parameters)
+
+    def cast(self, dtype: DType) -> _ShapedType:
+        """The same type (tensor or buffer) with element type ``dtype``.
+
+        Example:
+            >>> TensorType(DType.float32, [2, "n"]).cast(DType.int64)
+            TensorType(dtype=int64, shape=[Dim(2), Dim('n')], device=cpu:0)
+        """
+        return type(self)(dtype, self.shape, self.device)
+
     def __eq__(self, other):
         if not isinstance(other, _ShapedType):
             return NotImplemented
@@ -264,15 +295,6 @@ class TensorType(_ShapedType):
     def as_buffer(self) -> BufferType:
         """The mutable buffer type with the same dtype, shape and device."""
         return BufferType(self.dtype, self.shape, self.device)
-
-    def cast(self, dtype: DType) -> TensorType:
-        """The same type with element type ``dtype``.
-
-        Example:
-            >>> TensorType(DType.float32, [2, "n"]).cast(DType.int64)
-            TensorType(dtype=int64, shape=[Dim(2), Dim('n')], device=cpu:0)
-        """
-        return TensorType(dtype, self.shape, self.device)
 
 
 class BufferType(_ShapedType):

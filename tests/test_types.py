@@ -65,3 +65,14 @@ def test_python_scalars_take_the_tensor_dtype():
         promote_weak(DType.uint8, 300)
     with pytest.raises(ValueError):
         promote_weak(DType.int8, -129)
+
+
+def test_shaped_type_utilities_follow_max():
+    """MAX's _TensorTypeBase: num_elements (RuntimeError when symbolic), parameters, cast keeping the kind."""
+    assert TensorType(DType.int8, [2, 3, 4]).num_elements() == 24
+    assert TensorType(DType.int8, []).num_elements() == 1
+    with pytest.raises(RuntimeError, match="symbolic dims"):
+        TensorType(DType.int8, ["batch", 3]).num_elements()
+    assert [d.name for d in TensorType(DType.float32, ["batch", "seq", 3]).parameters] == ["batch", "seq"]
+    assert BufferType(DType.float32, [2]).cast(DType.int32) == BufferType(DType.int32, [2])
+    assert TensorType(DType.float32, ["n"]).cast(DType.bfloat16) == TensorType(DType.bfloat16, ["n"])

@@ -157,13 +157,16 @@ class Model:
         # e.g. a KV-cache pool per step); the Tensors are rebound to those values right below.
         buffers = self._compiled._buffer_inputs
         donate = all(_donatable(arrays[i]) for i in buffers)
-        printing = using_print_options(self._print_options) if self._compiled.prints else contextlib.nullcontext()
-        with printing:
+        with self._printing():
             outs, buffer_finals = self._compiled(arrays, donate_buffers=donate)
         for i, final in zip(buffers, buffer_finals):
             args[i]._assign(final)
             _engine_buffers[id(final)] = final
         return [Tensor._from_array(o) for o in outs]
+
+    def _printing(self) -> contextlib.AbstractContextManager:
+        """Around a run: the session's print options, and return only after the run's prints (if it has print ops)."""
+        return using_print_options(self._print_options) if self._compiled.prints else contextlib.nullcontext()
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
         """Same as `execute`; keyword arguments bind inputs by name."""

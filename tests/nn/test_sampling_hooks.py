@@ -224,7 +224,64 @@ def test_print_hook_exports_npy_and_print_value(rng, tmp_path):
     np.testing.assert_allclose(np.load(tmp_path / "Linear1-output.npy"), x @ w.T, rtol=1e-5, atol=1e-5)
 
 
+def _printed(out: str, label: str) -> np.ndarray:
+    """The values of the print labelled ``label`` (COMPACT prints, one row per line)."""
+    lines = out.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(f"{label} = tensor("))
+    text = []
+    for ln in lines[start:]:
+        text.append(ln.split("tensor(", 1)[-1])
+        if "dtype=" in ln:
+            break
+    body = " ".join(text).split(", dtype=")[0]
+    return np.array(eval(body), np.float32)  # noqa: S307 - the test's own printed numbers
+
+
+def test_print_hook_watches_eager_modules_by_name_with_a_filter(rng, capfd):
+    """MAX's name_layers / name_layers_v3 on an experimental (V3) module, and PrintHook(filter=...)."""
+    from maxfx.experimental import nn as enn
+    from maxfx.experimental.tensor import Tensor
+
+    model = enn.Sequential(enn.Linear(4, 3), enn.Linear(3, 2))
+    w0, b0, w1, b1 = (t.to_numpy() for _, t in model.parameters)
+    x = rng.normal(size=(2, 4)).astype(np.float32)
+    hook = nn.PrintHook(filter=["model.1"])
+    try:
+        hook.name_layers(model)  # a V3 module goes to name_layers_v3
+        model(Tensor(x))  # eager: prints at once, only the filtered layer
+        out = capfd.readouterr().out
+        h = x @ w0.T + b0
+        assert "model.0-" not in out and "model-output" not in out
+        np.testing.assert_allclose(_printed(out, "model.1-input_0"), h, rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(_printed(out, "model.1-output"), h @ w1.T + b1, rtol=1e-3, atol=1e-3)
+        compiled = model.compile(TensorType(DType.float32, ["batch", 4]))  # traced copies keep the names
+        compiled(Tensor(x))
+        out = capfd.readouterr().out  # printed before the call returned
+        np.testing.assert_allclose(_printed(out, "model.1-output"), h @ w1.T + b1, rtol=1e-3, atol=1e-3)
+    finally:
+        hook.remove()
+    model(Tensor(x))
+    assert "tensor(" not in capfd.readouterr().out
+    other = nn.PrintHook()
+    try:
+        with pytest.raises(TypeError, match=r"PrintHook.name_layers expects a max.nn \(V2\) Layer or a max.experimental.nn \(V3\) Module, got int"):
+            other.name_layers(42)
+    finally:
+        other.remove()
+    with pytest.raises(TypeError, match="filter must be a list of layer names"):
+        nn.PrintHook(filter="model.1")
+
+
 def test_public_module_names():
     for mod in (sampling_mod, hooks_mod):
         for name in mod.__all__:
             assert getattr(nn, name) is getattr(mod, name)
+
+
+@pytest.mark.parametrize("module", ["maxfx.nn._print_hook", "maxfx.experimental.nn._hooks"])
+def test_hook_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0, result

@@ -20,6 +20,7 @@ from lowering.types import DeviceRef, Type
 from maxfx.driver._tensor import as_array
 from maxfx.engine import InferenceSession, Model
 from maxfx.experimental._tensor import Tensor, _leaf
+from maxfx.experimental.nn._hooks import copy_call_hooks
 from maxfx.experimental.sharding import TensorLayout
 from maxfx.graph import Graph, Weight, ops
 
@@ -160,6 +161,7 @@ def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[st
         # A grouped block's weights are declared by its subgraph's calls (under their prefixes), the others here.
         graph_values = {n: graph.add_weight(Weight(n, t.dtype, [int(d) for d in t.shape], DeviceRef.from_device(t.device))) for n, t in params if n not in in_group}
         traced = module.map_parameters(lambda n, t: Tensor.from_graph_value(graph_values[n]) if n in graph_values else t)
+        copy_call_hooks(zip([m for _, m in module._walk("")], [m for _, m in traced._walk("")]))  # e.g. a PrintHook's prints
         for prefix, seq in groups.items():
             grouped = _SubgraphSequential(list(seq)[0], prefix, len(seq))
             if prefix:
@@ -198,7 +200,8 @@ class CompiledModule:
             self._compiled.check_inputs(arrays)
         except InputMismatchError as e:
             raise ValueError(f"compiled {self._name}: {e}") from None
-        outs, _ = self._compiled(arrays)
+        with self._model._printing():  # a run with print ops (e.g. a PrintHook's) returns after printing
+            outs, _ = self._compiled(arrays)
         results = tuple(_leaf(o) for o in outs)
         return results if self._is_tuple else results[0]
 

@@ -48,8 +48,9 @@ from maxfx.driver._device import as_device
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn._compile import CompiledModule, compile_module
 from maxfx.experimental.nn._fields import ATOMS, StaticValue, _fields_of, atom_value, field_values
+from maxfx.experimental.nn._hooks import _CALL_HOOKS, add_call_hook
 
-__all__ = ["Module", "module_dataclass"]
+__all__ = ["Module", "add_call_hook", "module_dataclass"]
 
 _M = TypeVar("_M", bound="Module")
 
@@ -63,6 +64,7 @@ _M = TypeVar("_M", bound="Module")
 
 # Exact node types, checked by identity before the isinstance below (subclasses still reach it).
 _NODES: set[type] = {Tensor}
+
 
 
 def _is_node(value: Any) -> bool:
@@ -201,7 +203,11 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} must define forward() (or override __call__)")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.forward(*args, **kwargs)
+        out = self.forward(*args, **kwargs)
+        if _CALL_HOOKS:  # debugging hooks (PrintHook.name_layers_v3) watch some instances
+            for hook in _CALL_HOOKS.get(self, ()):
+                hook(self, args, kwargs, out)
+        return out
 
     # -- device ------------------------------------------------------------
     @property
