@@ -288,7 +288,7 @@ hann_window_p = register(OpDef("hann_window", rule=_hann_rule, impl=_hann_impl, 
 
 
 @front(hann_window_p)
-def hann_window(window_length, device, periodic=True, dtype=DType.float32):
+def hann_window(window_length, device=None, periodic=True, dtype=DType.float32):
     """A Hann window of ``window_length`` samples: ``H[n] = 1/2 (1 - cos(2 pi n / (N - 1)))``.
 
     With ``periodic=True`` (for ``stft``), ``N = window_length + 1`` and the
@@ -297,7 +297,8 @@ def hann_window(window_length, device, periodic=True, dtype=DType.float32):
 
     Args:
         window_length: number of samples (an int >= 0).
-        device: device of the result.
+        device: device of the result (default: the context's default device;
+            MAX's eager ``F.hann_window`` makes it optional).
         periodic: periodic (True) or symmetric (False) window.
         dtype: a floating-point element type.
 

@@ -170,6 +170,15 @@ def test_hann_window():
     np.testing.assert_allclose(outs[cases.index((8, True))], _hann_ref(9, False)[:-1], atol=1e-6)
 
 
+def test_eager_hann_window_needs_no_device():
+    """MAX's F.hann_window docstring: ``F.hann_window(4, periodic=True)`` holds [0.0, 0.5, 1.0, 0.5]."""
+    from maxfx.experimental import functional as F
+
+    window = F.hann_window(4, periodic=True)
+    np.testing.assert_allclose(window.to_numpy(), np.hanning(5)[:-1], atol=1e-6)
+    assert window.device == CPU.to_device()
+
+
 @pytest.mark.parametrize("dtype", [DType.float16, DType.bfloat16, DType.float64])
 def test_hann_window_dtypes(dtype):
     (out,) = _run(lambda: ops.hann_window(6, CPU, dtype=dtype))
