@@ -1,12 +1,58 @@
 """``max.nn.module_v3``: the same classes as ``maxfx.experimental.nn``.
 
+MAX 26.1 kept the eager Module API here; 26.2 moved it to
+``max.experimental.nn``. Every name of ``maxfx.experimental.nn`` is importable
+from both paths, so examples written for either release run.
+
 Example:
-    >>> from maxfx.nn.module_v3 import Linear
-    >>> from maxfx.experimental.nn import Linear as L2
-    >>> Linear is L2
+    >>> from maxfx.nn.module_v3 import Conv3d, Linear
+    >>> from maxfx.experimental.nn import Conv3d as C2, Linear as L2
+    >>> Linear is L2 and Conv3d is C2
     True
 """
 
-from maxfx.experimental.nn import Embedding, LayerNorm, Linear, Module, ModuleList, Sequential, StaticFieldWarning, module_dataclass, static_field
+from maxfx.experimental.nn import (
+    Conv1d,
+    Conv2d,
+    Conv3d,
+    ConvTranspose1d,
+    ConvTranspose2d,
+    Embedding,
+    GemmaRMSNorm,
+    GroupNorm,
+    LayerNorm,
+    Linear,
+    Module,
+    ModuleList,
+    QuantizedLinear,
+    RMSNorm,
+    RotaryEmbedding,
+    Sequential,
+    StaticFieldWarning,
+    TransposedRotaryEmbedding,
+    module_dataclass,
+    static_field,
+)
 
-__all__ = ["Embedding", "LayerNorm", "Linear", "Module", "ModuleList", "Sequential", "StaticFieldWarning", "module_dataclass", "static_field"]
+__all__ = [
+    "Conv1d",
+    "Conv2d",
+    "Conv3d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "Embedding",
+    "GemmaRMSNorm",
+    "GroupNorm",
+    "LayerNorm",
+    "Linear",
+    "Module",
+    "ModuleList",
+    "QuantizedLinear",
+    "RMSNorm",
+    "RotaryEmbedding",
+    "Sequential",
+    "StaticFieldWarning",
+    "TransposedRotaryEmbedding",
+    "module_dataclass",
+    "static_field",
+]

@@ -448,3 +448,11 @@ def test_compile_weights_override_is_checked():
         m.compile(TensorType(DType.float32, [2, 4]), weights={"fc1.weight": np.zeros((4, 8), np.float32)})
     with pytest.raises(ValueError, match="unknown parameter name.*'fc9.weight'"):
         m.compile(TensorType(DType.float32, [2, 4]), weights={"fc9.weight": np.zeros((4, 8), np.float32)})
+
+
+def test_module_v3_path_has_every_experimental_nn_name():
+    """MAX 26.1's ``max.nn.module_v3`` path (docstrings still use it, e.g. Conv3d's): the same objects."""
+    import maxfx.experimental.nn as experimental_nn
+
+    assert sorted(module_v3.__all__) == sorted(experimental_nn.__all__)
+    assert all(getattr(module_v3, n) is getattr(experimental_nn, n) for n in experimental_nn.__all__)
