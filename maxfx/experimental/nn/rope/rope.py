@@ -1,4 +1,4 @@
-"""Rotary position embeddings of the eager Module API (``max.experimental.nn.rope``).
+"""Rotary position embeddings of the eager Module API (``max.experimental.nn.rope.rope``, re-exported by ``max.experimental.nn.rope``).
 
 `RotaryEmbedding` holds a precomputed rotation table ``weight`` of shape
 ``(max_sequence_length, dim // 2, 2)``: ``weight[p, i] = [cos(p * f_i),
