@@ -21,5 +21,6 @@ from lowering.ops import (  # noqa: F401  (imports register the ops)
     quantized,
     random,
     reduction,
+    resize,
     shape,
 )

@@ -1,4 +1,4 @@
-"""Convolution, pooling, fold, resize, ROI align and inverse real FFT.
+"""Convolution, pooling, fold, ROI align and inverse real FFT (resize is in `lowering.ops.resize`).
 
 Layouts (MAX's): activations are channels-last by default (NHWC, NDHWC for
 3-D); ``input_layout=ConvInputLayout.NCHW`` makes them channels-first and the
@@ -30,7 +30,7 @@ from lowering.dims import Dim, StaticDim
 from lowering.dtypes import DType
 from lowering.ops import _rules as R
 from lowering.registry import OpDef, OpError, front, register
-from lowering.types import ConvInputLayout, FilterLayout, InterpolationMode, TensorType
+from lowering.types import ConvInputLayout, FilterLayout, TensorType
 
 __all__ = [
     "conv2d",
@@ -39,7 +39,6 @@ __all__ = [
     "max_pool2d",
     "avg_pool2d",
     "fold",
-    "resize",
     "roi_align",
     "irfft",
     "Normalization",
@@ -754,129 +753,6 @@ def roi_align(input, rois, output_height, output_width, spatial_scale=1.0, sampl
         aligned=bool(aligned),
         mode=mode,
     )
-
-
-# ─── resize ───────────────────────────────────────────────────────────────
-
-
-def _resize_rule(x, *, shape, interpolation: InterpolationMode) -> TensorType:
-    op = "resize"
-    x = R.require_tensor(op, x)
-    if x.rank != 4:
-        raise OpError(f"{op}: input must have rank 4 (N, C, H, W), got {R.fmt(x)}")
-    # Like MAX (and ONNX Resize), every dim may change size, and any dtype is accepted.
-    for d in shape:
-        if isinstance(d, StaticDim) and d.dim <= 0:
-            raise OpError(f"{op}: output dims must be positive, got shape {list(shape)}")
-    return TensorType(x.dtype, list(shape), x.device)
-
-
-def _src_coords(in_size: int, out_size: int) -> np.ndarray:
-    # half_pixel mapping in float32, as MAX's kernels compute it.
-    scale = np.float32(in_size) / np.float32(out_size)
-    return (np.arange(out_size, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5)
-
-
-def _cubic(t: np.ndarray, a: float = -0.75) -> np.ndarray:
-    # Keys' cubic convolution with a = -0.75, PyTorch's/torchvision's (and MAX's) bicubic.
-    t = np.abs(t)
-    near = ((a + 2) * t - (a + 3)) * t * t + 1
-    far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
-    return np.where(t <= 1, near, np.where(t < 2, far, 0)).astype(np.float32)
-
-
-def _resize_matrix(in_size: int, out_size: int, mode: InterpolationMode) -> np.ndarray:
-    """``[out, in]`` interpolation weights along one axis (edge indices clamp)."""
-    x = _src_coords(in_size, out_size)
-    x0 = np.floor(x)
-    t = x - x0
-    m = np.zeros((out_size, in_size), np.float32)
-    rows = np.arange(out_size)
-    if mode is InterpolationMode.BILINEAR:
-        taps = [(0, 1 - t), (1, t)]
-    else:
-        taps = [(k, _cubic(k - 1 - t)) for k in range(4)]
-        x0 = x0 - 1
-    for k, weight in taps:
-        np.add.at(m, (rows, np.clip(x0.astype(np.int64) + k, 0, in_size - 1)), weight)
-    return m
-
-
-def _nearest_index(in_size: int, out_size: int) -> np.ndarray:
-    # MAX's default nearest rounding is "half down": ceil(x - 0.5).
-    return np.clip(np.ceil(_src_coords(in_size, out_size) - np.float32(0.5)), 0, in_size - 1).astype(np.int32)
-
-
-def _resize_impl(x, *, shape, interpolation: InterpolationMode):
-    # Separable: each dim whose size changes is interpolated on its own, in turn.
-    changed = [(axis, n, int(o)) for axis, (n, o) in enumerate(zip(x.shape, shape)) if n != int(o)]
-    if interpolation is InterpolationMode.NEAREST:
-        for axis, n, o in changed:
-            x = jnp.take(x, _nearest_index(n, o), axis=axis)
-        return x
-    acc = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
-    out = x.astype(acc)
-    for axis, n, o in changed:
-        m = jnp.asarray(_resize_matrix(n, o, interpolation), acc)
-        out = jnp.moveaxis(jnp.tensordot(out, m, axes=([axis], [1]), precision=lax.Precision.HIGHEST), -1, axis)
-    return _from_float(out, x.dtype)
-
-
-def _from_float(v, dtype):
-    """Interpolated values back in ``dtype``: integers and bools round to the nearest value in range."""
-    if jnp.issubdtype(dtype, jnp.floating):
-        return v.astype(dtype)
-    if dtype == jnp.bool_:
-        return v >= 0.5
-    info = jnp.iinfo(dtype)
-    return jnp.clip(jnp.round(v), info.min, info.max).astype(dtype)
-
-
-resize_p = register(OpDef("resize", rule=_resize_rule, impl=_resize_impl))
-
-
-@front(resize_p)
-def resize(input, shape, interpolation=InterpolationMode.BILINEAR):
-    """Resize an NCHW tensor to ``shape`` (half-pixel centers).
-
-    ``BICUBIC`` is PyTorch's/MAX's bicubic (a = -0.75, edge pixels repeated),
-    ``BILINEAR`` is PyTorch's ``align_corners=False`` bilinear without
-    antialiasing, ``NEAREST`` picks ``ceil(src - 0.5)`` (MAX's half-down rounding).
-    Usually only H and W change; as in MAX (and ONNX Resize) any dim may, each
-    interpolated on its own. Integer and bool inputs are interpolated in float32
-    and rounded to the nearest value of their dtype.
-
-    Args:
-        input: ``(N, C, H, W)``.
-        shape: ``(N_out, C_out, H_out, W_out)``, every dim positive.
-        interpolation: an `InterpolationMode` (default BILINEAR).
-
-    Raises:
-        ValueError: input not rank 4, ``shape`` not 4 positive dims, or an
-            unknown interpolation mode.
-
-    Example:
-        >>> from maxfx.graph import ops
-        >>> from maxfx.tensor import Tensor
-        >>> from maxfx.graph.ops import InterpolationMode
-        >>> x = Tensor([[[[0.0, 1.0], [2.0, 3.0]]]])  # NCHW [1, 1, 2, 2]
-        >>> ops.resize(x, [1, 1, 4, 4])[0, 0]  # bilinear, half-pixel centers
-        TensorType(dtype=float32, shape=[Dim(4), Dim(4)], device=cpu:0): [0.0, 0.25, 0.75, 1.0, 0.5, 0.75, 1.25, 1.5, 1.5, 1.75, 2.25, 2.5, 2.0, 2.25, 2.75, 3.0]
-        >>> ops.resize(x, [1, 1, 3, 3], InterpolationMode.NEAREST)[0, 0]
-        TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 3.0]
-    """
-    op = "resize"
-    if hasattr(shape, "type") or isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
-        raise OpError(f"{op}: shape must be 4 dims (N, C, H, W), got {shape!r}")
-    dims = tuple(Dim(d) for d in shape)
-    t = getattr(input, "type", None)
-    if isinstance(t, TensorType) and t.rank != 4:
-        # MAX's wording; the input's rank is checked before the shape's length, as there.
-        raise OpError(f"{op}: Input tensor must have rank 4 (NCHW format) for resize operation, but got rank {t.rank} ({R.fmt(t)})")
-    if len(dims) != 4:
-        raise OpError(f"{op}: shape must have 4 elements for NCHW format (batch, channels, height, width), got {len(dims)}: {list(dims)}")
-    mode = R.enum_param(op, interpolation, InterpolationMode, "interpolation")
-    return bind(resize_p, input, shape=dims, interpolation=mode)
 
 
 # ─── irfft ────────────────────────────────────────────────────────────────

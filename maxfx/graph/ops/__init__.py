@@ -106,7 +106,7 @@ from lowering.ops.indexing import (
     slice_tensor,
 )
 from lowering.ops.linalg import matmul
-from lowering.ops.nn import avg_pool2d, conv2d, conv2d_transpose, conv3d, fold, max_pool2d, resize, roi_align
+from lowering.ops.nn import avg_pool2d, conv2d, conv2d_transpose, conv3d, fold, max_pool2d, roi_align
 from lowering.ops.norm import group_norm, rms_norm
 from lowering.ops.quantized import dequantize, q8_0_matmul, qmatmul
 from lowering.ops.random import random_normal, random_uniform
@@ -114,6 +114,7 @@ from lowering.ops.reduction import argmax, argmin, argsort, cumsum, layer_norm, 
 from lowering.ops.reduction import max_ as max  # noqa: A004 - MAX's name
 from lowering.ops.reduction import min_ as min  # noqa: A004 - MAX's name
 from lowering.ops.reduction import sum_ as sum  # noqa: A004 - MAX's name
+from lowering.ops.resize import resize, resize_bicubic, resize_linear, resize_nearest
 from lowering.ops.shape import (
     as_interleaved_complex,
     band_part,
@@ -269,6 +270,9 @@ __all__ = [
     "irfft",
     "max_pool2d",
     "resize",
+    "resize_bicubic",
+    "resize_linear",
+    "resize_nearest",
     "roi_align",
     # quantized weights
     "dequantize",
