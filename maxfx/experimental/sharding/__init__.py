@@ -1,6 +1,9 @@
 """``max.experimental.sharding``: tensors laid out over a mesh of devices.
 
-* `DeviceMesh`: devices on a grid of named axes (``("dp", "tp")``).
+* `DeviceMesh`: devices on a grid of named axes (``("dp", "tp")``);
+  `mesh_context` publishes one for a block, where a `NamedMapping` built
+  without a mesh (``NamedMapping.from_spec(spec)``) resolves against it
+  (`get_active_mesh` reads it).
 * Placements, one per mesh axis: `Replicated`, `Sharded` (a tensor dim is
   split), `Partial` (a pending reduction).
 * Mappings: `PlacementMapping` (placements per mesh axis) and `NamedMapping`
@@ -35,7 +38,7 @@ from maxfx.experimental.sharding._mappings import (
     local_shard_shape,
     shard_sizes,
 )
-from maxfx.experimental.sharding._mesh import DeviceMesh
+from maxfx.experimental.sharding._mesh import DeviceMesh, get_active_mesh, mesh_context
 from maxfx.experimental.sharding._placements import Partial, Placement, ReduceOp, Replicated, Sharded
 from maxfx.experimental.sharding._tensor import (
     DistributedTensor,
@@ -69,8 +72,10 @@ __all__ = [
     "distribute",
     "filled",
     "from_shards",
+    "get_active_mesh",
     "is_fully_replicated",
     "local_shard_shape",
+    "mesh_context",
     "redistribute",
     "shard_sizes",
 ]

@@ -52,9 +52,14 @@ class TensorLayout(DeviceMapping):
         self._dtype = dtype
         self._shape = Shape([Dim(d) for d in ([shape] if isinstance(shape, (int, str, Dim)) else shape)])
         self._mapping = mapping if isinstance(mapping, DeviceMapping) else as_mapping(mapping, name)
-        for p in self._mapping.to_placements():
-            if isinstance(p, Sharded) and not 0 <= p.axis < len(self._shape):
-                raise ValueError(f"{name}: {p!r} is out of range for the rank-{len(self._shape)} shape {list(self._shape)}")
+        if self._mapping.is_fully_resolved:
+            for p in self._mapping.to_placements():
+                if isinstance(p, Sharded) and not 0 <= p.axis < len(self._shape):
+                    raise ValueError(f"{name}: {p!r} is out of range for the rank-{len(self._shape)} shape {list(self._shape)}")
+        elif isinstance(self._mapping, NamedMapping):  # compiler-only priorities: no placements, check the spec
+            for i, entry in enumerate(self._mapping.spec):
+                if entry is not None and i >= len(self._shape):
+                    raise ValueError(f"{name}: spec entry {i} ({entry!r}) is out of range for the rank-{len(self._shape)} shape {list(self._shape)}")
 
     @property
     def dtype(self) -> DType:
@@ -82,9 +87,14 @@ class TensorLayout(DeviceMapping):
         return self._mapping.mesh
 
     @property
+    def is_fully_replicated(self) -> bool:
+        """True when every device holds the whole, reduced tensor (as the mapping says)."""
+        return self._mapping.is_fully_replicated
+
+    @property
     def is_fully_resolved(self) -> bool:
-        """Whether eager dispatch can use this layout: always, maxfx's placements are all concrete."""
-        return True
+        """Whether eager dispatch can use this layout: the mapping's answer (False for a `NamedMapping` with priorities)."""
+        return self._mapping.is_fully_resolved
 
     def to_placements(self) -> tuple[Placement, ...]:
         return self._mapping.to_placements()

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,7 @@ from typing import Any
 from jax.sharding import NamedSharding, PartitionSpec
 
 from lowering.dims import Dim, StaticDim, SymbolicDim
-from maxfx.experimental.sharding._mesh import DeviceMesh
+from maxfx.experimental.sharding._mesh import DeviceMesh, get_active_mesh
 from maxfx.experimental.sharding._placements import Partial, Placement, Replicated, Sharded
 
 __all__ = [
@@ -58,6 +59,11 @@ class DeviceMapping:
     def is_fully_replicated(self) -> bool:
         """True when every device holds the whole, reduced tensor."""
         return all(isinstance(p, Replicated) for p in self.to_placements())
+
+    @property
+    def is_fully_resolved(self) -> bool:
+        """Whether eager dispatch can use this mapping (False for compiler-only annotations such as priorities)."""
+        raise NotImplementedError
 
     def to_placements(self) -> tuple[Placement, ...]:
         """One placement per mesh axis."""
@@ -98,6 +104,17 @@ class PlacementMapping(DeviceMapping):
         """The placements, one per mesh axis."""
         return self._placements
 
+    @property
+    def is_fully_resolved(self) -> bool:
+        """True: placements are always concrete.
+
+        Example:
+            >>> from maxfx.driver import CPU
+            >>> PlacementMapping(DeviceMesh.single(CPU()), (Replicated(),)).is_fully_resolved
+            True
+        """
+        return True
+
     def to_placements(self) -> tuple[Placement, ...]:
         return self._placements
 
@@ -119,51 +136,192 @@ class PlacementMapping(DeviceMapping):
         return f"PlacementMapping({self._mesh}, [{', '.join(map(repr, self._placements))}])"
 
 
-@dataclass(frozen=True, repr=False)
-class NamedMapping(DeviceMapping):
-    """One entry per tensor dim: a mesh axis name, a tuple of names, or None (whole).
+_NO_VALUE: Any = object()  # tells "not passed" from None in NamedMapping's keyword aliases
 
-    ``_unreduced`` names mesh axes holding partial sums (`Partial` placements).
+
+@dataclass(frozen=True, repr=False, init=False)
+class NamedMapping(DeviceMapping):
+    """One entry per tensor dim naming the mesh axes that split it (JAX ``PartitionSpec`` style).
+
+    An entry is a mesh axis name (``"dp"``), a tuple of names (split over
+    both, outer first) or None (whole on every device). Names the mesh lacks
+    resolve to None (Replicated), as in MAX, so one spec written for
+    ``("dp", "tp")`` runs on a TP-only mesh; `original_spec` keeps the spec as
+    given.
+
+    Args:
+        _mesh: the mesh; None takes the one published by `mesh_context`.
+        _spec: one entry per tensor dim.
+        _unreduced: mesh axes holding partial sums (`Partial` placements).
+        _priorities: one propagation priority per dim (int or None), a
+            compiler-only hint: a mapping with priorities is not
+            `is_fully_resolved` and has no placements.
+        _memory_kind: the memory tier of the shards (``"device"``,
+            ``"pinned_host"``), passed to JAX's ``NamedSharding``.
+        _original_spec: the spec before mesh resolution (defaults to ``_spec``).
+
+    ``mesh=``, ``spec=`` and ``unreduced=`` are accepted as keyword spellings
+    of the first three (MAX's later signature, ``NamedMapping(spec=("tp",))``).
 
     Raises:
-        ValueError: an unknown axis name, or an axis both splitting and unreduced.
+        ValueError: no mesh and no `mesh_context` active, priorities of
+            another length than the spec, or an axis both splitting and unreduced.
+        TypeError: a mesh that is not a `DeviceMesh`, a spec entry that is not
+            a name, a tuple of names or None, ``_unreduced`` given as one string,
+            a non-int priority or a non-str memory kind.
+
+    Example:
+        >>> from maxfx.driver import CPU
+        >>> mesh = DeviceMesh((CPU(), CPU()), (2,), ("tp",))
+        >>> m = NamedMapping(mesh, ("dp", "tp"))
+        >>> m.spec, m.original_spec, m.to_placements(), m.is_fully_resolved
+        ((None, 'tp'), ('dp', 'tp'), (Sharded(axis=1),), True)
+        >>> NamedMapping(mesh, ("tp", None), _priorities=(1, None)).is_fully_resolved
+        False
     """
 
     _mesh: DeviceMesh
     _spec: tuple[SpecEntry, ...]
-    _unreduced: frozenset[str] = frozenset()
+    _unreduced: frozenset[str]
+    _priorities: tuple[int | None, ...]
+    _memory_kind: str | None
+    _original_spec: tuple[SpecEntry, ...]
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_spec", tuple(self._spec))
-        object.__setattr__(self, "_unreduced", frozenset(self._unreduced))
-        used: set[str] = set()
-        for i, entry in enumerate(self._spec):
-            for name in _axes(entry):
-                if name not in self._mesh.axis_names:
-                    raise ValueError(f"Unknown mesh axis {name!r} at tensor dim {i}. Available: {self._mesh.axis_names}")
-                used.add(name)
-        for name in self._unreduced:
-            if name not in self._mesh.axis_names:
-                raise ValueError(f"Unknown mesh axis {name!r} in unreduced set. Available: {self._mesh.axis_names}")
-        if used & self._unreduced:
-            raise ValueError(f"Mesh axes {used & self._unreduced} are used for both sharding and unreduced.")
+    def __init__(
+        self,
+        _mesh: DeviceMesh | None = None,
+        _spec: Sequence[SpecEntry] = (),
+        _unreduced: Any = frozenset(),
+        _priorities: Sequence[int | None] = (),
+        _memory_kind: str | None = None,
+        _original_spec: Sequence[SpecEntry] | None = None,
+        *,
+        mesh: Any = _NO_VALUE,
+        spec: Any = _NO_VALUE,
+        unreduced: Any = _NO_VALUE,
+    ) -> None:
+        for alias, value, field in (("mesh", mesh, _mesh), ("spec", spec, _spec), ("unreduced", unreduced, _unreduced)):
+            given_field = field is not None and not (isinstance(field, (tuple, list, set, frozenset)) and not field)
+            if value is not _NO_VALUE and given_field:
+                raise TypeError(f"NamedMapping: got both _{alias} and {alias}; pass one")
+        _mesh = _mesh if mesh is _NO_VALUE else mesh
+        _spec = _spec if spec is _NO_VALUE else spec
+        _unreduced = _unreduced if unreduced is _NO_VALUE else unreduced
+        if _mesh is None:
+            _mesh = get_active_mesh()
+            if _mesh is None:
+                raise ValueError("NamedMapping needs a mesh to resolve its spec against: pass one, or build it inside mesh_context(mesh)")
+        if not isinstance(_mesh, DeviceMesh):
+            raise TypeError(f"NamedMapping: expected a DeviceMesh, got {type(_mesh).__name__}")
+        original = _check_spec(_spec if _original_spec is None else _original_spec)
+        given = _check_spec(_spec)
+        if isinstance(_unreduced, str):
+            raise TypeError(f"NamedMapping: unreduced is a set of mesh axis names, got the string {_unreduced!r} (write {{{_unreduced!r}}})")
+        unreduced_set = frozenset(_unreduced)
+        for name in unreduced_set:
+            if not isinstance(name, str):
+                raise TypeError(f"NamedMapping: unreduced names mesh axes (str), got {type(name).__name__} {name!r}")
+        priorities = tuple(_priorities)
+        for pr in priorities:
+            if pr is not None and (isinstance(pr, bool) or not isinstance(pr, numbers.Integral)):
+                raise TypeError(f"NamedMapping: priorities are ints or None, got {type(pr).__name__} {pr!r}")
+        if priorities and len(priorities) != len(given):
+            raise ValueError(f"priorities length ({len(priorities)}) must match spec length ({len(given)}).")
+        if _memory_kind is not None and not isinstance(_memory_kind, str):
+            raise TypeError(f"NamedMapping: memory_kind is a str (e.g. 'device') or None, got {type(_memory_kind).__name__}")
+        names = set(_mesh.axis_names)
+        resolved = tuple(_resolve_entry(entry, names) for entry in given)
+        unreduced_set &= names
+        used = {name for entry in resolved for name in _axes(entry)}
+        if used & unreduced_set:
+            raise ValueError(f"Mesh axes {used & unreduced_set} are used for both sharding and unreduced.")
+        for name, value in (
+            ("_mesh", _mesh),
+            ("_spec", resolved),
+            ("_unreduced", unreduced_set),
+            ("_priorities", tuple(None if pr is None else int(pr) for pr in priorities)),
+            ("_memory_kind", _memory_kind),
+            ("_original_spec", original),
+        ):
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: Sequence[SpecEntry] = (),
+        mesh: DeviceMesh | None = None,
+        *,
+        _unreduced: Any = frozenset(),
+        _priorities: Sequence[int | None] = (),
+        _memory_kind: str | None = None,
+    ) -> NamedMapping:
+        """A mapping for ``spec``, on ``mesh``, else the `mesh_context` one, else `DeviceMesh.default`.
+
+        The constructor for layer code that names axes and lets the caller
+        choose the mesh.
+
+        Example:
+            >>> from maxfx.driver import CPU
+            >>> from maxfx.experimental.sharding import mesh_context
+            >>> NamedMapping.from_spec(("tp", None))
+            NamedMapping(DeviceMesh(_=1), (None, None))
+            >>> with mesh_context(DeviceMesh((CPU(), CPU()), (2,), ("tp",))):
+            ...     NamedMapping.from_spec(("tp", None)).to_placements()
+            (Sharded(axis=0),)
+        """
+        if mesh is None:
+            mesh = get_active_mesh() or DeviceMesh.default()
+        return cls(mesh, spec, _unreduced, _priorities, _memory_kind)
 
     @property
     def mesh(self) -> DeviceMesh:
+        """The device mesh this layout is on."""
         return self._mesh
 
     @property
     def spec(self) -> tuple[SpecEntry, ...]:
-        """The per-dim entries."""
+        """The per-dim entries, resolved against the mesh."""
         return self._spec
+
+    @property
+    def original_spec(self) -> tuple[SpecEntry, ...]:
+        """The spec as given, before names the mesh lacks were dropped."""
+        return self._original_spec
 
     @property
     def unreduced(self) -> frozenset[str]:
         """Mesh axes with pending reductions."""
         return self._unreduced
 
+    @property
+    def priorities(self) -> tuple[int | None, ...]:
+        """Per-dim propagation priorities (compiler-only; empty for none)."""
+        return self._priorities
+
+    @property
+    def memory_kind(self) -> str | None:
+        """The memory tier of the shards, or None."""
+        return self._memory_kind
+
+    @property
+    def is_fully_replicated(self) -> bool:
+        """True when no dim is split and nothing is unreduced."""
+        return all(entry is None for entry in self._spec) and not self._unreduced
+
+    @property
+    def is_fully_resolved(self) -> bool:
+        """Whether eager dispatch can use this mapping: False when it carries priorities."""
+        return not self._priorities
+
     def to_placements(self) -> tuple[Placement, ...]:
-        """Raises `ConversionError` when one mesh axis splits two tensor dims."""
+        """One placement per mesh axis.
+
+        Raises:
+            ConversionError: priorities (compiler-only), or one mesh axis
+                splitting two tensor dims.
+        """
+        if self._priorities:
+            raise ConversionError(f"{self}: priorities {self._priorities} are compiler-only annotations with no placements; drop them for eager use")
         out: list[Placement] = [Replicated()] * self._mesh.ndim
         for dim, entry in enumerate(self._spec):
             for name in _axes(entry):
@@ -179,18 +337,47 @@ class NamedMapping(DeviceMapping):
         return self
 
     def named_sharding(self) -> Any:
-        """The ``jax.sharding.NamedSharding`` of this layout.
+        """The ``jax.sharding.NamedSharding`` of this layout (with `memory_kind`; priorities, compiler hints, are dropped).
 
         Raises:
             ConversionError: unreduced axes (JAX arrays hold reduced values).
         """
         if self._unreduced:
             raise ConversionError(f"{self}: partial sums over {sorted(self._unreduced)} have no NamedSharding; reduce them first")
-        return NamedSharding(self._mesh.jax_mesh(), PartitionSpec(*self._spec))
+        return NamedSharding(self._mesh.jax_mesh(), PartitionSpec(*self._spec), memory_kind=self._memory_kind)
 
     def __repr__(self) -> str:
         extra = f", unreduced={set(self._unreduced)!r}" if self._unreduced else ""
+        extra += f", priorities={self._priorities!r}" if self._priorities else ""
+        extra += f", memory_kind={self._memory_kind!r}" if self._memory_kind else ""
         return f"NamedMapping({self._mesh}, ({', '.join(map(repr, self._spec))}){extra})"
+
+
+def _check_spec(spec: Any) -> tuple[SpecEntry, ...]:
+    """``spec`` as a tuple of entries (lists become tuples).
+
+    Raises:
+        TypeError: not a sequence, or an entry that is not a name, a tuple of names or None.
+    """
+    if isinstance(spec, str) or not isinstance(spec, Sequence):
+        raise TypeError(f"NamedMapping: spec is a tuple with one entry per tensor dim, got {type(spec).__name__} {spec!r}")
+    out: list[SpecEntry] = []
+    for i, entry in enumerate(spec):
+        if entry is None or isinstance(entry, str):
+            out.append(entry)
+        elif isinstance(entry, (tuple, list)) and all(isinstance(n, str) for n in entry):
+            out.append(tuple(entry))
+        else:
+            raise TypeError(f"NamedMapping: spec entry {i} must be a mesh axis name, a tuple of names or None, got {entry!r}")
+    return tuple(out)
+
+
+def _resolve_entry(entry: SpecEntry, names: set[str]) -> SpecEntry:
+    """``entry`` without the axis names the mesh lacks (None when none is left)."""
+    kept = tuple(n for n in _axes(entry) if n in names)
+    if not kept:
+        return None
+    return kept[0] if isinstance(entry, str) or len(kept) == 1 else kept
 
 
 def _axes(entry: SpecEntry) -> tuple[str, ...]:

@@ -4,6 +4,12 @@ A mesh is a flat tuple of driver devices in row-major order, the grid's shape
 and one name per axis (``("dp", "tp")``). `DeviceMesh.jax_mesh` is the same
 grid as a ``jax.sharding.Mesh``, the backend of `NamedMapping.named_sharding`.
 
+`mesh_context` publishes a mesh for the block it wraps and `get_active_mesh`
+reads it: a `NamedMapping` built there without a mesh (``NamedMapping.from_spec
+(spec)``, ``NamedMapping(spec=spec)``) resolves its spec against that mesh, as
+in MAX. Nothing else reads it (tensor creation defaults, ``distribute`` and
+``Module.to`` take their device or mapping explicitly, in MAX too).
+
 Example:
     >>> from maxfx.driver import CPU
     >>> mesh = DeviceMesh((CPU(),), (1,), ("tp",))
@@ -13,7 +19,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+import numbers
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +30,9 @@ from typing import Any
 import numpy as np
 from jax.sharding import Mesh
 
-__all__ = ["DeviceMesh"]
+from maxfx.driver import CPU
+
+__all__ = ["DeviceMesh", "get_active_mesh", "mesh_context"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,18 @@ class DeviceMesh:
         """The trivial one-device mesh (axis ``"_"``)."""
         return DeviceMesh((device,), (1,), ("_",))
 
+    @staticmethod
+    def default() -> DeviceMesh:
+        """A single-device mesh on the default device, the CPU (as in MAX).
+
+        Example:
+            >>> DeviceMesh.default()
+            DeviceMesh(_=1)
+            >>> DeviceMesh.default().devices
+            (CPU(),)
+        """
+        return DeviceMesh.single(CPU())
+
     @property
     def ndim(self) -> int:
         """Number of mesh axes."""
@@ -98,7 +121,10 @@ class DeviceMesh:
 
         Raises:
             ValueError: an unknown name. IndexError: an index out of range.
+            TypeError: neither a name nor an index.
         """
+        if not isinstance(axis, (str, numbers.Integral)) or isinstance(axis, bool):
+            raise TypeError(f"a mesh axis is a name (str) or an index (int), got {type(axis).__name__} {axis!r}")
         if isinstance(axis, str):
             if axis not in self.axis_names:
                 raise ValueError(f"Unknown axis name {axis!r}. Available: {self.axis_names}")
@@ -107,9 +133,59 @@ class DeviceMesh:
             raise IndexError(f"Axis index {axis} out of range for mesh with {self.ndim} dimensions")
         return int(axis)
 
-    def axis_size(self, axis: str | int) -> int:
-        """Size of mesh axis ``axis`` (a name or an index)."""
-        return self.mesh_shape[self.axis_index(axis)]
+    def axis_size(self, axis: str | int | tuple[str | int, ...]) -> int:
+        """Size of mesh axis ``axis`` (a name or an index); for several axes, the devices they span together.
+
+        Raises:
+            ValueError: an unknown name. IndexError: an index out of range.
+
+        Example:
+            >>> from maxfx.driver import CPU
+            >>> mesh = DeviceMesh((CPU(),) * 6, (2, 3), ("dp", "tp"))
+            >>> mesh.axis_size("tp"), mesh.axis_size(("dp", "tp"))
+            (3, 6)
+        """
+        if not isinstance(axis, (tuple, list)):
+            return self.mesh_shape[self.axis_index(axis)]
+        return math.prod(self.mesh_shape[self.axis_index(a)] for a in axis)
+
+    def device_coord(self, device_idx: int, axis: str | int | tuple[str | int, ...]) -> int:
+        """Device ``device_idx``'s coordinate along mesh axis ``axis`` (a name or an index).
+
+        Devices are numbered row-major over `mesh_shape`: on a ``(2, 3)`` mesh,
+        device 4 sits at ``(1, 1)``. For several axes, the device's index among
+        the devices they span, row-major over the axes as given.
+
+        Args:
+            device_idx: the flat device index, in ``[0, num_devices)``.
+            axis: the mesh axis (or axes), by name or integer index.
+
+        Returns:
+            The coordinate, in ``[0, axis_size(axis))``.
+
+        Raises:
+            TypeError: ``device_idx`` is not an int.
+            IndexError: ``device_idx`` out of range, or an axis index outside ``[0, ndim)``.
+            ValueError: an axis name not on the mesh.
+
+        Example:
+            >>> from maxfx.driver import CPU
+            >>> mesh = DeviceMesh((CPU(),) * 6, (2, 3), ("dp", "tp"))
+            >>> mesh.device_coord(4, 0), mesh.device_coord(4, "tp"), mesh.device_coord(4, ("dp", "tp"))
+            (1, 1, 4)
+        """
+        if isinstance(device_idx, bool) or not isinstance(device_idx, numbers.Integral):
+            raise TypeError(f"device_coord: device_idx must be an int, got {type(device_idx).__name__}")
+        if not 0 <= device_idx < self.num_devices:
+            raise IndexError(f"device_idx {device_idx} out of range for mesh with {self.num_devices} devices")
+        if isinstance(axis, (tuple, list)):
+            coord = 0
+            for a in axis:
+                idx = self.axis_index(a)
+                coord = coord * self.mesh_shape[idx] + self.device_coord(device_idx, idx)
+            return coord
+        idx = self.axis_index(axis)
+        return (int(device_idx) // math.prod(self.mesh_shape[idx + 1 :])) % self.mesh_shape[idx]
 
     def coords(self) -> Iterator[tuple[int, ...]]:
         """Each device slot's grid coordinate, in the order of `devices`."""
@@ -131,3 +207,47 @@ class DeviceMesh:
 
     def __repr__(self) -> str:
         return "DeviceMesh(" + ", ".join(f"{n}={s}" for n, s in zip(self.axis_names, self.mesh_shape)) + ")"
+
+
+_ACTIVE_MESH: contextvars.ContextVar[DeviceMesh | None] = contextvars.ContextVar("maxfx_active_mesh", default=None)
+
+
+def get_active_mesh() -> DeviceMesh | None:
+    """The mesh published by the innermost `mesh_context`, or None outside one.
+
+    Example:
+        >>> get_active_mesh() is None
+        True
+    """
+    return _ACTIVE_MESH.get()
+
+
+@contextlib.contextmanager
+def mesh_context(mesh: DeviceMesh) -> Iterator[DeviceMesh]:
+    """Publish ``mesh`` to spec-first `NamedMapping` constructions inside the block (JAX style).
+
+    A `NamedMapping` made inside without an explicit mesh (``NamedMapping.from_spec
+    (spec)`` or ``NamedMapping(spec=spec)``) resolves its spec against ``mesh``; an
+    explicit mesh still wins. Blocks nest (the innermost mesh is active) and the
+    previous mesh comes back on exit, exceptions included.
+
+    Raises:
+        TypeError: ``mesh`` is not a `DeviceMesh`.
+
+    Example:
+        >>> from maxfx.driver import CPU
+        >>> from maxfx.experimental.sharding import NamedMapping
+        >>> mesh = DeviceMesh(devices=(CPU(), CPU()), mesh_shape=(2,), axis_names=("tp",))
+        >>> with mesh_context(mesh):
+        ...     active = get_active_mesh()
+        ...     mapping = NamedMapping.from_spec(("tp", None))
+        >>> active is mesh, mapping.mesh is mesh, mapping.to_placements(), get_active_mesh()
+        (True, True, (Sharded(axis=0),), None)
+    """
+    if not isinstance(mesh, DeviceMesh):
+        raise TypeError(f"mesh_context: expected a DeviceMesh, got {type(mesh).__name__}")
+    token = _ACTIVE_MESH.set(mesh)
+    try:
+        yield mesh
+    finally:
+        _ACTIVE_MESH.reset(token)

@@ -11,6 +11,7 @@ Example:
 from __future__ import annotations
 
 import enum
+import numbers
 from dataclasses import dataclass
 
 __all__ = ["Partial", "Placement", "ReduceOp", "Replicated", "Sharded"]
@@ -20,6 +21,15 @@ class Placement:
     """Base of the placement vocabulary."""
 
     __slots__ = ()
+
+    def localized_axis(self) -> int | None:
+        """The tensor axis this placement splits (`Sharded`), or None (`Replicated`, `Partial`).
+
+        Example:
+            >>> Sharded(1).localized_axis(), Replicated().localized_axis()
+            (1, None)
+        """
+        return None
 
 
 class Replicated(Placement):
@@ -49,12 +59,41 @@ class Sharded(Placement):
 
     Slices are balanced: a dim of size ``n`` over ``k`` devices gives the first
     ``n % k`` devices ``n // k + 1`` entries and the others ``n // k``.
+
+    Args:
+        axis: the tensor axis split along this mesh axis.
+        even: MAX's flag for splitting a *dynamic* (symbolic) axis when a
+            tensor is scattered: True keeps the shards' extents tied to the
+            parent (``parent // n`` each), False gives every shard a fresh
+            extent of its own. It changes nothing for static dims, which split
+            unevenly (balanced) either way, as in MAX; maxfx cannot scatter a
+            tensor with symbolic dims (``distribute`` needs a static shape), so
+            the flag is recorded and compared but has no effect yet.
+
+    Raises:
+        TypeError: ``axis`` is not an int, or ``even`` not a bool.
+
+    Example:
+        >>> Sharded(0), Sharded(0, even=False), Sharded(0) == Sharded(0, even=False)
+        (Sharded(axis=0), Sharded(axis=0, even=False), False)
     """
 
     axis: int
+    even: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.axis, bool) or not isinstance(self.axis, numbers.Integral):
+            raise TypeError(f"Sharded: axis must be an int (the tensor axis to split), got {type(self.axis).__name__} {self.axis!r}")
+        if not isinstance(self.even, bool):
+            raise TypeError(f"Sharded: even must be a bool, got {type(self.even).__name__} {self.even!r}")
+        object.__setattr__(self, "axis", int(self.axis))
+
+    def localized_axis(self) -> int:
+        """The tensor axis this placement splits."""
+        return self.axis
 
     def __repr__(self) -> str:
-        return f"Sharded(axis={self.axis})"
+        return f"Sharded(axis={self.axis})" if self.even else f"Sharded(axis={self.axis}, even=False)"
 
 
 class ReduceOp(str, enum.Enum):
