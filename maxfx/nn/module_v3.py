@@ -11,48 +11,7 @@ Example:
     True
 """
 
-from maxfx.experimental.nn import (
-    Conv1d,
-    Conv2d,
-    Conv3d,
-    ConvTranspose1d,
-    ConvTranspose2d,
-    Embedding,
-    GemmaRMSNorm,
-    GroupNorm,
-    LayerNorm,
-    Linear,
-    Module,
-    ModuleList,
-    QuantizedLinear,
-    RMSNorm,
-    RotaryEmbedding,
-    Sequential,
-    StaticFieldWarning,
-    TransposedRotaryEmbedding,
-    module_dataclass,
-    static_field,
-)
+from maxfx.experimental import nn as _experimental_nn
+from maxfx.experimental.nn import *  # noqa: F403 - this module is that one under its old path
 
-__all__ = [
-    "Conv1d",
-    "Conv2d",
-    "Conv3d",
-    "ConvTranspose1d",
-    "ConvTranspose2d",
-    "Embedding",
-    "GemmaRMSNorm",
-    "GroupNorm",
-    "LayerNorm",
-    "Linear",
-    "Module",
-    "ModuleList",
-    "QuantizedLinear",
-    "RMSNorm",
-    "RotaryEmbedding",
-    "Sequential",
-    "StaticFieldWarning",
-    "TransposedRotaryEmbedding",
-    "module_dataclass",
-    "static_field",
-]
+__all__ = list(_experimental_nn.__all__)
