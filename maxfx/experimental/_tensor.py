@@ -292,7 +292,7 @@ class Tensor(TensorOperators):
         if _is_layout(device):  # MAX: device= a DeviceMesh or DeviceMapping makes a distributed tensor
             return DISTRIBUTED["filled"](shape, value, defaults(dtype, None)[0], device, where)
         dtype, dev = defaults(dtype, device)
-        dims = _lazy_shape(shape, where) if is_lazy() else _static_shape(shape, where)
+        dims = _creation_shape(shape, where)
         arr, _ = to_constant_array(value, dtype, op=where)
         if is_lazy():  # as in MAX, a creation inside F.lazy() is pending too: a recorded broadcast of the value
             return ops.broadcast_to(_placed(np.asarray(arr), dtype, dev), dims)
@@ -701,15 +701,20 @@ def _static_shape(shape: Any, where: str) -> tuple[int, ...]:
             dims.append(operator.index(d))  # ints, numpy integers and static Dims; not floats or strings
         except TypeError:
             if isinstance(d, Dim) or (isinstance(d, str) and d.isidentifier()):
-                raise TypeError(
-                    f"{where}: dim {i} of shape {entries!r} is the symbolic dim {d!r}: an eager tensor with named dims "
-                    "can only be traced inside F.lazy() (or used as a graph input type); outside it give an int"
-                ) from None
+                where_named = (
+                    f"{where} needs static sizes" if is_lazy() else "an eager tensor with named dims can only be traced inside F.lazy() (or used as a graph input type)"
+                )
+                raise TypeError(f"{where}: dim {i} of shape {entries!r} is the symbolic dim {d!r}: {where_named}; give an int") from None
             raise TypeError(f"{where}: dim {i} of shape {entries!r} must be an int, got {type(d).__name__} {d!r}") from None
     for i, d in enumerate(dims):
         if d < 0:
             raise ValueError(f"{where}: dim {i} of shape {dims} is negative ({d}): a shape must not have negative dims")
     return tuple(dims)
+
+
+def _creation_shape(shape: Any, where: str) -> tuple[Any, ...]:
+    """The shape of a tensor being created: ints, or inside ``F.lazy()`` also named dims (`_lazy_shape`)."""
+    return _lazy_shape(shape, where) if is_lazy() else _static_shape(shape, where)
 
 
 def _lazy_shape(shape: Any, where: str) -> tuple[Any, ...]:

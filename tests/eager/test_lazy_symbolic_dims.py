@@ -53,6 +53,13 @@ def test_named_dims_outside_lazy_are_refused_with_the_way_out():
         Tensor.zeros(["batch", 8])
 
 
+def test_random_creation_needs_static_sizes_even_inside_lazy():
+    from maxfx.experimental import random
+
+    with F.lazy(), pytest.raises(TypeError, match=r"random.gaussian: dim 0 of shape \['batch', 4\] is the symbolic dim 'batch': random.gaussian needs static sizes"):
+        random.normal(["batch", 4])
+
+
 def test_a_named_dim_split_over_a_mesh_axis_gets_one_name_per_shard():
     mesh = DeviceMesh((CPU(), CPU()), (2,), ("dp",))
     sharded = PlacementMapping(mesh, (Sharded(0),))
