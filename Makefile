@@ -27,7 +27,7 @@ demo: $(STAMP)
 	$(PY) -m maxfx.demo
 
 test: $(STAMP)
-	@$(PY) -m pytest -n $${PYTEST_WORKERS:-2} -m "not slow and not gpu" tests; rc=$$?; \
+	@$(PY) -m pytest -n $${PYTEST_WORKERS:-2} -m "not slow and not gpu" --durations=15 tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi; exit $$rc
 
 test-all: $(STAMP)
