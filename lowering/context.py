@@ -222,14 +222,15 @@ def find_context(op_name: str, inputs: Sequence[Any]) -> Context:
 def bind(op: OpDef, *inputs: Any, **params: Any) -> Any:
     """Apply ``op`` to ``inputs`` in the context that owns them.
 
-    Objects of other libraries that convert themselves (MAX's ``HasTensorValue``:
-    a ``__tensorvalue__()`` method) are converted first.
+    Objects of other libraries that convert themselves (MAX's ``HasTensorValue``
+    and ``HasBufferValue``: a ``__tensorvalue__()`` or ``__buffervalue__()``
+    method) are converted first.
 
     Returns one value, a tuple (``multiple_results``) or None (no outputs).
     """
     for x in inputs:
         if _converts_itself(x.__class__):
-            inputs = tuple([x.__tensorvalue__() if _converts_itself(x.__class__) else x for x in inputs])
+            inputs = tuple([_converted(x) if _converts_itself(x.__class__) else x for x in inputs])
             break
     return find_context(op.name, inputs).bind(op, inputs, params)
 
@@ -238,11 +239,26 @@ _CONVERTS_ITSELF: dict[type, bool] = {}
 
 
 def _converts_itself(cls: type) -> bool:
-    """Whether ``cls`` is a foreign type with ``__tensorvalue__`` (maxfx's own values bind directly)."""
+    """Whether ``cls`` is a foreign type with ``__tensorvalue__``/``__buffervalue__`` (maxfx's own values bind directly)."""
     known = _CONVERTS_ITSELF.get(cls)
     if known is None:
-        known = _CONVERTS_ITSELF[cls] = hasattr(cls, "__tensorvalue__") and not hasattr(cls, "__lowering_context__")
+        converts = hasattr(cls, "__tensorvalue__") or hasattr(cls, "__buffervalue__")
+        known = _CONVERTS_ITSELF[cls] = converts and not hasattr(cls, "__lowering_context__")
     return known
+
+
+def _converted(x: Any) -> Any:
+    return x.__tensorvalue__() if hasattr(x, "__tensorvalue__") else x.__buffervalue__()
+
+
+def own_value(x: Any) -> Any:
+    """``x``, or the graph value it converts itself to (``__tensorvalue__``/``__buffervalue__``), for fronts that check their inputs before `bind`.
+
+    Example:
+        >>> own_value(3)
+        3
+    """
+    return _converted(x) if _converts_itself(x.__class__) else x
 
 
 def type_of(ctx: Context, x: Any) -> Type | None:

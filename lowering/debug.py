@@ -22,11 +22,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from lowering.debug_options import DEBUG, DebugConfig, PrintStyle
+from lowering.debug_options import DEBUG, DebugConfig, GraphDebugConfig, PrintStyle
 from lowering.interpret import Interpreter
 from lowering.ir import Node
 
-__all__ = ["DebugConfig", "DEBUG", "DebugInterpreter", "PrintStyle", "source_location"]
+__all__ = ["DebugConfig", "DEBUG", "DebugInterpreter", "GraphDebugConfig", "PrintStyle", "source_location"]
 
 _INTERNAL = tuple(str(Path(p).resolve()) for p in (Path(__file__).parent, Path(__file__).parent.parent / "maxfx", Path(__file__).parent.parent / "custom_calls"))
 

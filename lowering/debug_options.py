@@ -45,7 +45,7 @@ import os
 import warnings
 from typing import Any
 
-__all__ = ["DebugConfig", "DEBUG", "PrintStyle"]
+__all__ = ["DebugConfig", "DEBUG", "GraphDebugConfig", "PrintStyle"]
 
 
 class PrintStyle(enum.Enum):
@@ -125,7 +125,36 @@ def _parse_env(text: str) -> dict[str, Any]:
     return options
 
 
-class DebugConfig:
+class GraphDebugConfig:
+    """MAX's ``Graph.debug`` view: ``source_tracebacks``, read while graphs are built.
+
+    MAX narrows ``Graph.debug`` to this one option (the others are read when a
+    session compiles or runs, through ``InferenceSession.debug``); both share the
+    process's state. maxfx's ``Graph.debug`` is that state itself, a
+    `DebugConfig`, which is a ``GraphDebugConfig`` with every option.
+
+    Example:
+        >>> view = GraphDebugConfig()
+        >>> view.source_tracebacks = True
+        >>> DEBUG.source_tracebacks
+        True
+        >>> view.source_tracebacks = False
+    """
+
+    def _config(self) -> DebugConfig:
+        return DEBUG
+
+    @property
+    def source_tracebacks(self) -> bool:
+        """Whether graph nodes record the user's ``file:line`` (see `DebugConfig`)."""
+        return self._config()._value("source_tracebacks")
+
+    @source_tracebacks.setter
+    def source_tracebacks(self, value: bool) -> None:
+        self._config().source_tracebacks = value  # DebugConfig checks it
+
+
+class DebugConfig(GraphDebugConfig):
     """Process-wide debugging options (MAX's ``max.engine.DebugConfig``); see the module docstring.
 
     Set them on the class attribute before the stage that reads them:
@@ -143,6 +172,9 @@ class DebugConfig:
     def __init__(self, env: str | None = None):
         object.__setattr__(self, "_env", _parse_env(os.environ.get("MODULAR_DEBUG", "") if env is None else env))
         object.__setattr__(self, "_set", {})
+
+    def _config(self) -> DebugConfig:
+        return self
 
     def _value(self, name: str) -> Any:
         for layer in (self._set, self._env):

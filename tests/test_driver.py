@@ -653,3 +653,19 @@ def test_setitem_of_a_float_past_the_dtype_range_stores_inf_without_a_warning():
     b[1] = -1e308
     got = b.to_numpy().astype(np.float32)
     assert np.isposinf(got[0]) and np.isneginf(got[1])
+
+
+def test_calculate_virtual_device_count_follows_the_published_page():
+    """``max.driver.calculate_virtual_device_count(*device_spec_lists)``: max GPU id + 1 over all lists, or 1."""
+    spec = driver.DeviceSpec
+    assert driver.calculate_virtual_device_count([spec.accelerator(0), spec.accelerator(3)], [spec.accelerator(5), spec.cpu()]) == 6
+    assert driver.calculate_virtual_device_count([spec.cpu()]) == 1
+    assert driver.calculate_virtual_device_count() == 1
+    assert driver.calculate_virtual_device_count([spec.accelerator(0)]) == 1
+    with pytest.raises(TypeError, match="expected lists of DeviceSpec, got str"):
+        driver.calculate_virtual_device_count(["gpu:0"])
+
+
+def test_enable_all_peer_access_returns_none_and_keeps_devices_usable():
+    assert driver.enable_all_peer_access() is None
+    assert driver.CPU().label == "cpu"

@@ -153,3 +153,43 @@ def test_tensor_value_and_buffer_value_refuse_the_wrong_kind():
 
     eager = Tensor([1.0])  # outside a graph an eager tensor is its own value (MAX: a value of the lazy graph)
     assert TensorValue(eager) is eager and BufferValue(eager) is eager
+
+
+def test_graph_debug_is_maxs_graph_debug_config_view():
+    """``max.graph.GraphDebugConfig``: Graph.debug's type; ``source_tracebacks`` shares the session options' state."""
+    from maxfx.engine import InferenceSession
+    from maxfx.graph import GraphDebugConfig
+
+    assert isinstance(Graph.debug, GraphDebugConfig)
+    view = GraphDebugConfig()
+    try:
+        view.source_tracebacks = True
+        assert Graph.debug.source_tracebacks is True and InferenceSession.debug.source_tracebacks is True
+    finally:
+        view.source_tracebacks = False
+    assert view.source_tracebacks is False
+
+
+def test_objects_converting_to_buffer_values_are_buffer_value_like():
+    """MAX's ``BufferValueLike = BufferValue | HasBufferValue``: ops take an object with ``__buffervalue__()``."""
+    from maxfx.engine import InferenceSession
+    from maxfx.graph.value import BufferValueLike, HasBufferValue
+
+    class Cache:  # a user's wrapper around a graph buffer
+        def __init__(self, buffer):
+            self.buffer = buffer
+
+        def __buffervalue__(self):
+            return self.buffer
+
+    with Graph("store", input_types=[BufferType(DType.float32, [3], DeviceRef.CPU()), TensorType(DType.float32, [3], DeviceRef.CPU())]) as g:
+        cache = Cache(g.inputs[0].buffer)
+        assert isinstance(cache, HasBufferValue) and isinstance(g.inputs[0].buffer, BufferValueLike)
+        ops.buffer_store(cache, g.inputs[1] * 2)
+        g.output(ops.buffer_load(cache))
+    from maxfx.driver import Tensor as DriverTensor
+
+    buf = DriverTensor.from_numpy(np.zeros(3, np.float32))
+    (out,) = InferenceSession().load(g).execute(buf, np.array([1.0, 2.0, 3.0], np.float32))
+    np.testing.assert_allclose(out.to_numpy(), [2.0, 4.0, 6.0])
+    np.testing.assert_allclose(buf.to_numpy(), [2.0, 4.0, 6.0])

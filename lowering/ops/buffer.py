@@ -16,7 +16,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from lowering.context import GraphBuilder, bind, find_context, is_weak
+from lowering.context import GraphBuilder, bind, find_context, is_weak, own_value
 from lowering.dims import Dim, StaticDim
 from lowering.ops._rules import OpError, broadcast_shapes, fmt
 from lowering.registry import OpDef, front, register
@@ -150,6 +150,7 @@ def buffer_load(x: Any):
         >>> [t.to_numpy().tolist() for t in InferenceSession().load(g).execute(state)]
         [[1.0, 2.0], [10.0, 20.0]]
     """
+    x = own_value(x)
     _require_buffer("buffer_load", getattr(x, "type", x), "x")
     return bind(buffer_load_p, x)
 
@@ -196,6 +197,7 @@ def buffer_store(destination: Any, source: Any) -> None:
         >>> state.to_numpy()
         array([ 2, 12], dtype=int32)
     """
+    destination = own_value(destination)
     ctx = _graph_of("buffer_store", destination)
     src, broadcast = _source_var("buffer_store", ctx, destination.type, source)
     ctx.bind(buffer_store_p, [destination, src], {"broadcast": broadcast})
@@ -338,6 +340,7 @@ def buffer_store_slice(destination: Any, source: Any, indices: Any) -> None:
         [[1.0, 2.0, 3.0], [0.0, 7.0, 7.0]]
     """
     op = "buffer_store_slice"
+    destination = own_value(destination)
     ctx = _graph_of(op, destination)
     specs, tensors = _parse_indices(op, indices)
     src, broadcast = _source_var(op, ctx, destination.type, source)

@@ -46,7 +46,7 @@ from maxfx.driver._virtual import (
     set_virtual_device_count,
     set_virtual_device_target_arch,
 )
-from maxfx.driver.driver import calculate_virtual_device_count_from_cli
+from maxfx.driver.driver import calculate_virtual_device_count, calculate_virtual_device_count_from_cli, enable_all_peer_access
 
 __all__ = [
     "Accelerator",
@@ -63,8 +63,10 @@ __all__ = [
     "accelerator_api",
     "accelerator_architecture_name",
     "accelerator_count",
+    "calculate_virtual_device_count",
     "calculate_virtual_device_count_from_cli",
     "devices_exist",
+    "enable_all_peer_access",
     "get_virtual_cpu_target",
     "get_virtual_device_api",
     "get_virtual_device_count",

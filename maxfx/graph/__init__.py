@@ -7,6 +7,7 @@ Example:
     ...     g.output(g.inputs[0] + 1)
 """
 
+from lowering.debug import GraphDebugConfig
 from maxfx.graph import dim, dtype_promotion, ops, shape, type, value, weight  # noqa: A004
 from maxfx.graph._graph import Graph, KernelLibrary, _ChainValue
 from maxfx.graph._module import Module
@@ -15,12 +16,13 @@ from maxfx.graph._weight import ShardingStrategy, Weight
 from maxfx.graph.dim import AlgebraicDim, Dim, DimLike, StaticDim, SymbolicDim
 from maxfx.graph.shape import Shape, ShapeLike
 from maxfx.graph.type import BufferType, ConvInputLayout, DeviceKind, DevicePlacementPolicy, DeviceRef, FilterLayout, OpaqueType, TensorType, Type, _ChainType, _OpaqueType
-from maxfx.graph.value import TensorValueLike
+from maxfx.graph.value import BufferValueLike, TensorValueLike
 
 __all__ = [
     "AlgebraicDim",
     "BufferType",
     "BufferValue",
+    "BufferValueLike",
     "ConvInputLayout",
     "DeviceKind",
     "DevicePlacementPolicy",
@@ -29,6 +31,7 @@ __all__ = [
     "DimLike",
     "FilterLayout",
     "Graph",
+    "GraphDebugConfig",
     "KernelLibrary",
     "Module",
     "OpaqueType",

@@ -1,6 +1,9 @@
 """Graph values (``max.graph.value``): `Value`, `TensorValue`, `BufferValue` and
 the type aliases of what converts to a tensor value.
 
+``BufferValueLike`` is a `BufferValue` or an object converting itself to one
+(``__buffervalue__()``, MAX's ``HasBufferValue``).
+
 ``TensorValueLike`` is anything an op accepts where it expects a tensor: a graph
 value, a `Weight`, a `Shape` or `Dim`, an array (numpy or DLPack), or a Python /
 numpy scalar. The *strong* ones carry their own dtype; Python scalars are *weak*
@@ -24,6 +27,8 @@ from maxfx.graph._value import BufferValue, TensorValue, Value
 
 __all__ = [
     "BufferValue",
+    "BufferValueLike",
+    "HasBufferValue",
     "HasTensorValue",
     "Numeric",
     "StrongTensorValueLike",
@@ -38,6 +43,13 @@ class HasTensorValue(Protocol):
     """An object that converts itself to a `TensorValue` (``__tensorvalue__()``)."""
 
     def __tensorvalue__(self) -> TensorValue: ...
+
+
+@runtime_checkable
+class HasBufferValue(Protocol):
+    """An object that converts itself to a `BufferValue` (``__buffervalue__()``), where an op takes a buffer."""
+
+    def __buffervalue__(self) -> BufferValue: ...
 
 
 @runtime_checkable
@@ -57,6 +69,10 @@ StrongTensorValueLike = TensorValue | Shape | Dim | HasTensorValue | DLPackArray
 
 TensorValueLike = StrongTensorValueLike | int | float | np.integer | np.floating
 """Anything an op converts to a tensor value (Python scalars are weakly typed)."""
+
+
+BufferValueLike = BufferValue | HasBufferValue
+"""What an op accepts where it writes or reads a buffer: a `BufferValue`, or an object that converts itself to one."""
 
 
 def _is_strong_tensor_value_like(obj: Any) -> bool:
