@@ -230,7 +230,7 @@ def bind(op: OpDef, *inputs: Any, **params: Any) -> Any:
     """
     for x in inputs:
         if _converts_itself(x.__class__):
-            inputs = tuple([_converted(x) if _converts_itself(x.__class__) else x for x in inputs])
+            inputs = tuple([own_value(x) for x in inputs])
             break
     return find_context(op.name, inputs).bind(op, inputs, params)
 

@@ -685,58 +685,49 @@ def _is_bool_data(value: Any) -> bool:
     return isinstance(value, (bool, list, tuple)) and np.asarray(value).dtype == np.bool_
 
 
-def _static_shape(shape: Any, where: str) -> tuple[int, ...]:
-    """``shape`` as ints: each dim an int, numpy integer or static `Dim` (``int(2.5)`` would silently be 2)."""
-    if isinstance(shape, (int, np.integer)):
+def _is_named_dim(d: Any) -> bool:
+    """A dim given by name: an identifier string or a symbolic / algebraic `Dim`."""
+    return (isinstance(d, str) and d.isidentifier()) or (isinstance(d, Dim) and not isinstance(d, StaticDim))
+
+
+def _static_shape(shape: Any, where: str, *, named: bool = False) -> tuple[Any, ...]:
+    """``shape`` as ints: each dim an int, numpy integer or static `Dim` (``int(2.5)`` would silently be 2).
+
+    With ``named`` (a creation inside ``F.lazy()``), names become symbolic
+    `Dim`s too, as in MAX (``Tensor.zeros(["batch", 8])``): ops on such a
+    tensor are recorded and checked, and computing its values raises.
+    """
+    if isinstance(shape, (int, np.integer)) or (named and isinstance(shape, (str, Dim))):
         shape = (shape,)
     try:
         entries = list(shape)
     except TypeError:
-        raise TypeError(f"{where}: shape must be a sequence of ints, got {shape!r}") from None
-    dims = []
+        raise TypeError(f"{where}: shape must be a sequence of ints{' or dim names' if named else ''}, got {shape!r}") from None
+    dims: list[Any] = []
     for i, d in enumerate(entries):
+        if named and _is_named_dim(d):
+            dims.append(Dim(d))
+            continue
         try:
             if isinstance(d, (bool, np.bool_)):
                 raise TypeError
             dims.append(operator.index(d))  # ints, numpy integers and static Dims; not floats or strings
         except TypeError:
-            if isinstance(d, Dim) or (isinstance(d, str) and d.isidentifier()):
+            if _is_named_dim(d):
                 where_named = (
                     f"{where} needs static sizes" if is_lazy() else "an eager tensor with named dims can only be traced inside F.lazy() (or used as a graph input type)"
                 )
                 raise TypeError(f"{where}: dim {i} of shape {entries!r} is the symbolic dim {d!r}: {where_named}; give an int") from None
             raise TypeError(f"{where}: dim {i} of shape {entries!r} must be an int, got {type(d).__name__} {d!r}") from None
     for i, d in enumerate(dims):
-        if d < 0:
+        if isinstance(d, int) and d < 0:
             raise ValueError(f"{where}: dim {i} of shape {dims} is negative ({d}): a shape must not have negative dims")
     return tuple(dims)
 
 
 def _creation_shape(shape: Any, where: str) -> tuple[Any, ...]:
-    """The shape of a tensor being created: ints, or inside ``F.lazy()`` also named dims (`_lazy_shape`)."""
-    return _lazy_shape(shape, where) if is_lazy() else _static_shape(shape, where)
-
-
-def _lazy_shape(shape: Any, where: str) -> tuple[Any, ...]:
-    """``shape`` for a creation inside ``F.lazy()``: static dims as ints, names as symbolic `Dim`s.
-
-    As in MAX, a lazy tensor may have a named dim (``Tensor.zeros(["batch", 8])``):
-    ops on it are recorded and checked, and computing its values raises.
-    """
-    entries = [shape] if isinstance(shape, (int, np.integer, str, Dim)) else shape
-    try:
-        entries = list(entries)
-    except TypeError:
-        raise TypeError(f"{where}: shape must be a sequence of ints or dim names, got {shape!r}") from None
-    if not any(isinstance(d, str) or (isinstance(d, Dim) and not isinstance(d, StaticDim)) for d in entries):
-        return _static_shape(entries, where)
-    dims = []
-    for i, d in enumerate(entries):
-        try:
-            dims.append(Dim(d) if isinstance(d, (str, Dim)) else _static_shape([d], where)[0])
-        except (TypeError, ValueError) as e:
-            raise type(e)(f"{where}: dim {i} of shape {entries!r}: {e}") from None
-    return tuple(dims)
+    """The shape of a tensor being created: ints, or inside ``F.lazy()`` also named dims."""
+    return _static_shape(shape, where, named=is_lazy())
 
 
 def _type_parts(t: Any, where: str) -> tuple[DType, tuple[int, ...], driver.Device]:
