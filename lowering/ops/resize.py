@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lowering.context import bind
-from lowering.dims import Dim, StaticDim
+from lowering.dims import Dim, StaticDim, format_shape
 from lowering.ops import _rules as R
 from lowering.registry import OpDef, OpError, front, register
 from lowering.types import InterpolationMode, TensorType
@@ -61,7 +61,7 @@ def _resize_rule(x, *, shape, interpolation, coordinate_transform_mode, round_mo
     op = _OP_NAMES[interpolation]
     x = R.require_tensor(op, x)
     if len(shape) != x.rank:
-        raise OpError(f"{op}: size must have the same rank as input ({x.rank}), got {len(shape)}: {_fmt_dims(shape)} for input {R.fmt(x)}")
+        raise OpError(f"{op}: size must have the same rank as input ({x.rank}), got {len(shape)}: {format_shape(shape)} for input {R.fmt(x)}")
     if interpolation is _BICUBIC and x.rank != 4:
         raise OpError(f"{op} requires rank-4 (NCHW) input, got rank {x.rank} ({R.fmt(x)})")
     _check_dims(op, shape, "size")
@@ -188,13 +188,9 @@ def _size_dims(op: str, size: Any, name: str) -> tuple[Dim, ...]:
     return tuple(Dim(d) for d in size)
 
 
-def _fmt_dims(dims: Iterable[Dim]) -> str:
-    return "[" + ", ".join(str(d) for d in dims) + "]"
-
-
 def _check_dims(op: str, dims: Any, name: str) -> None:
     if any(isinstance(d, StaticDim) and d.dim <= 0 for d in dims):
-        raise OpError(f"{op}: output dims must be positive, got {name} {_fmt_dims(dims)}")
+        raise OpError(f"{op}: output dims must be positive, got {name} {format_shape(dims)}")
 
 
 def _input_rank(x: Any) -> tuple[int, str] | None:
@@ -205,14 +201,14 @@ def _input_rank(x: Any) -> tuple[int, str] | None:
     shape = getattr(x, "shape", None)
     if isinstance(shape, Iterable) and not callable(shape):
         dims = list(shape)
-        return len(dims), f"shape {_fmt_dims(dims)}"
+        return len(dims), f"shape {format_shape(dims)}"
     return None
 
 
 def _check_same_rank(op: str, x: Any, dims: tuple[Dim, ...]) -> None:
     seen = _input_rank(x)
     if seen is not None and len(dims) != seen[0]:
-        raise OpError(f"{op}: size must have the same rank as input ({seen[0]}), got {len(dims)}: {_fmt_dims(dims)} for input {seen[1]}")
+        raise OpError(f"{op}: size must have the same rank as input ({seen[0]}), got {len(dims)}: {format_shape(dims)} for input {seen[1]}")
 
 
 def _bind(x: Any, dims: tuple[Dim, ...], mode: InterpolationMode, coordinate_transform_mode: int = HALF_PIXEL, round_mode: int = HALF_DOWN, antialias: bool = False) -> Any:
@@ -372,7 +368,7 @@ def resize_bicubic(input, size):  # noqa: A002 - MAX's names
     if seen is not None and seen[0] != 4:
         raise OpError(f"{op} requires rank-4 (NCHW) input, got rank {seen[0]} ({seen[1]})")
     if len(dims) != 4:
-        raise OpError(f"{op}: size must have 4 elements for NCHW format, got {len(dims)}: {_fmt_dims(dims)}")
+        raise OpError(f"{op}: size must have 4 elements for NCHW format, got {len(dims)}: {format_shape(dims)}")
     _check_dims(op, dims, "size")
     return _bind(input, dims, _BICUBIC)
 
@@ -417,7 +413,7 @@ def resize(input, shape, interpolation=InterpolationMode.BILINEAR):  # noqa: A00
         # MAX's wording; the input's rank is checked before the shape's length, as there.
         raise OpError(f"{op}: Input tensor must have rank 4 (NCHW format) for resize operation, but got rank {t.rank} ({R.fmt(t)})")
     if len(dims) != 4:
-        raise OpError(f"{op}: shape must have 4 elements for NCHW format (batch, channels, height, width), got {len(dims)}: {_fmt_dims(dims)}")
+        raise OpError(f"{op}: shape must have 4 elements for NCHW format (batch, channels, height, width), got {len(dims)}: {format_shape(dims)}")
     mode = R.enum_param(op, interpolation, InterpolationMode, "interpolation")
     _check_dims(op, dims, "shape")
     return _bind(input, dims, mode)
