@@ -97,5 +97,4 @@ def calculate_virtual_device_count_from_cli(devices: str) -> int:
         raise ValueError(
             f"calculate_virtual_device_count_from_cli: unrecognised devices value {devices!r}; expected 'cpu', 'default', 'gpu', 'gpu:all' or 'gpu:<id>,<id>,...'"
         )
-    max_gpu_id = max(ids, default=-1)
-    return max(1, max_gpu_id + 1)
+    return calculate_virtual_device_count([DeviceSpec.accelerator(i) for i in ids])
