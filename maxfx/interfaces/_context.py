@@ -24,6 +24,22 @@ def context_state(ctx: object, name: str) -> Any:
         raise AttributeError(f"{type(ctx).__name__} must override {name!r} or store its state in the attribute '_{name}'") from None
 
 
+_STATE_TYPES: dict[type, dict[str, Any]] = {}
+
+
+def register_state_types(protocol: type, types: dict[str, Any]) -> None:
+    """Declare the types of a context protocol's canonical state attributes (used to decode them from msgpack)."""
+    _STATE_TYPES[protocol] = dict(types)
+
+
+def state_types(cls: type) -> dict[str, Any]:
+    """The canonical state attribute types of every context protocol ``cls`` derives from."""
+    merged: dict[str, Any] = {}
+    for base in reversed(cls.__mro__):
+        merged.update(_STATE_TYPES.get(base, {}))
+    return merged
+
+
 @runtime_checkable
 class BaseContext(Protocol):
     """Minimal contract of every per-request context: id, status, done flag.
@@ -59,6 +75,8 @@ class BaseContext(Protocol):
         """Whether the request finished (its status is not ACTIVE)."""
         return self.status.is_done
 
+
+register_state_types(BaseContext, {"_request_id": RequestID, "_status": GenerationStatus})
 
 BaseContextType = TypeVar("BaseContextType", bound=BaseContext)
 """Type variable for any :class:`BaseContext` implementation."""

@@ -8,7 +8,7 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from ._context import BaseContext, context_state
+from ._context import BaseContext, context_state, register_state_types
 from ._pipeline import PipelineInputs
 from ._request import RequestID
 from ._text_generation import _merge_batches
@@ -49,6 +49,8 @@ class EmbeddingsContext(BaseContext, Protocol):
         """The embedding model's name."""
         return context_state(self, "model_name")
 
+
+register_state_types(EmbeddingsContext, {"_tokens": np.ndarray, "_model_name": str})
 
 EmbeddingsGenerationContextType = TypeVar("EmbeddingsGenerationContextType", bound=EmbeddingsContext)
 """Type variable for any :class:`EmbeddingsContext` implementation."""

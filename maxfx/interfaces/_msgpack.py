@@ -19,6 +19,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from ._context import state_types
 from ._request import RequestID
 from ._shared_memory import SharedMemoryArray, ndarray_to_shared_memory, open_shm_array, resolve_dtype
 
@@ -62,7 +63,8 @@ class MsgpackNumpyEncoder:
         if isinstance(obj, np.ndarray):
             return self._array(obj)
         if isinstance(obj, np.generic):
-            return obj.item()
+            item = obj.item()
+            return item if isinstance(item, (bool, int, float, str, bytes)) else self._array(np.asarray(obj))
         if isinstance(obj, SharedMemoryArray):
             return self._shm(obj)
         if isinstance(obj, enum.Enum):
@@ -275,10 +277,9 @@ class MsgpackNumpyDecoder:
         if isinstance(value, dict) and not _is_array_wire(value):
             # A plain class encoded from its __dict__: rebuild it without calling __init__.
             obj = cls.__new__(cls)
-            hints = _hints(cls)
+            hints = {**state_types(cls), **_hints(cls)}
             for k, v in value.items():
-                tp = hints.get(k, hints.get(k.lstrip("_"), Any))
-                object.__setattr__(obj, k, self.convert(v, tp, typevars))
+                object.__setattr__(obj, k, self.convert(v, hints.get(k, Any), typevars))
             return obj
         if isinstance(value, cls):
             return value

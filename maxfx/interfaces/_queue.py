@@ -27,8 +27,13 @@ class MAXPullQueue(Protocol[_T_co]):
     """
 
     def get_nowait(self) -> _T_co:
-        """Remove and return an item without blocking; raise ``queue.Empty`` when there is none."""
-        raise NotImplementedError(f"{type(self).__name__}.get_nowait")
+        """Remove and return an item without blocking; raise ``queue.Empty`` when there is none.
+
+        The default calls ``self.get(block=False)`` (``queue.Queue``'s blocking API).
+        """
+        if not callable(getattr(self, "get", None)):
+            raise TypeError(f"{type(self).__name__} must implement get_nowait() (or get(block=...))")
+        return self.get(block=False)
 
 
 @runtime_checkable
@@ -43,8 +48,13 @@ class MAXPushQueue(Protocol[_T_contra]):
     """
 
     def put_nowait(self, item: _T_contra) -> None:
-        """Enqueue ``item`` without waiting; raise if it cannot be added now."""
-        raise NotImplementedError(f"{type(self).__name__}.put_nowait")
+        """Enqueue ``item`` without waiting; raise if it cannot be added now.
+
+        The default calls ``self.put(item, block=False)`` (``queue.Queue``'s blocking API).
+        """
+        if not callable(getattr(self, "put", None)):
+            raise TypeError(f"{type(self).__name__} must implement put_nowait(item) (or put(item, block=...))")
+        self.put(item, block=False)
 
 
 def drain_queue(pull_queue: MAXPullQueue[_T], max_items: int | None = None) -> list[_T]:  # noqa: UP047

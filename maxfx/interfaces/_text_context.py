@@ -8,7 +8,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from ._context import BaseContext, context_state
+from ._context import BaseContext, context_state, register_state_types
 from ._log_probabilities import LogProbabilities
 from ._request import RequestID
 from ._sampling import SamplingParams
@@ -331,6 +331,27 @@ class TextGenerationContext(BaseContext, Protocol):
         pending.clear()
         return out
 
+
+register_state_types(
+    TextGenerationContext,
+    {
+        "_tokens": np.ndarray,
+        "_start_idx": int,
+        "_active_idx": int,
+        "_end_idx": int,
+        "_prompt_len": int,
+        "_is_initial_prompt": bool,
+        "_output_idx": int,
+        "_pending_log_probabilities": list[LogProbabilities],
+        "_max_length": int | None,
+        "_sampling_params": SamplingParams,
+        "_eos_token_ids": set[int],
+        "_log_probabilities": int,
+        "_log_probabilities_echo": bool,
+        "_json_schema": str | None,
+        "_model_name": str,
+    },
+)
 
 TextGenerationContextType = TypeVar("TextGenerationContextType", bound=TextGenerationContext)
 """Type variable for any :class:`TextGenerationContext` implementation."""

@@ -8,7 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from ._context import context_state
+from ._context import context_state, register_state_types
 from ._text_context import TextGenerationContext
 
 __all__ = ["ImageMetadata", "VLMTextGenerationContext"]
@@ -91,3 +91,6 @@ class VLMTextGenerationContext(TextGenerationContext, Protocol):
             if img.start_idx < idx < img.end_idx:
                 return img.start_idx
         return idx
+
+
+register_state_types(VLMTextGenerationContext, {"_images": list[ImageMetadata]})
