@@ -25,6 +25,7 @@ from lowering.quantization import QuantizationEncoding
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn import Embedding, Linear, Module, QuantizedLinear
+from maxfx.generation._paged_cache import PagedLayerCache
 from maxfx.graph import ops
 from maxfx.nn._q8 import q8_lookup, q8_matmul
 from maxfx.nn._rope import apply_rope, rope_cos_sin
@@ -175,9 +176,19 @@ def write_cache(cache: Tensor, new: Tensor, pos: Tensor) -> Tensor:
     return F.scatter(cache, new, F.broadcast_to(pos, new.shape), axis=axis)
 
 
+def paged_attention(cache: PagedLayerCache, q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, window: int | None) -> tuple[Tensor, PagedLayerCache]:
+    """Attention over the engine's paged cache: write the new keys/values into their slots, then attend over each row's positions ``0 .. qpos``."""
+    b, t = int(k.shape[0]), int(k.shape[1])
+    where = F.reshape(cache.slots, [b * t, 1])
+    k_pool = ops.scatter_nd(cache.k, F.reshape(k, [b * t, *k.shape[2:]]), where)
+    v_pool = ops.scatter_nd(cache.v, F.reshape(v, [b * t, *v.shape[2:]]), where)
+    out = attend(q, ops.gather(k_pool, cache.gather, axis=0), ops.gather(v_pool, cache.gather, axis=0), qpos, window)
+    return out, PagedLayerCache(k_pool, v_pool, cache.slots, cache.gather)
+
+
 def attention_with_cache(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, cache: Any, window: int | None = None) -> tuple[Tensor, Any]:
-    """Attention for one layer; ``cache`` is None (no cache), ``("fresh", L)`` (prefill) or ``(k_cache, v_cache)``
-    in the cache layout (`_slot_axis`: head-major on CPU).
+    """Attention for one layer; ``cache`` is None (no cache), ``("fresh", L)`` (prefill), ``(k_cache, v_cache)``
+    in the cache layout (`_slot_axis`: head-major on CPU), or a `PagedLayerCache` (the generation engine).
 
     Returns the attention output and the layer's new cache (None without one).
     A fresh cache attends over the T new keys only and pads them to L slots;
@@ -187,6 +198,8 @@ def attention_with_cache(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, cache: A
     """
     if cache is None:
         return attend(q, k, v, window=window), None
+    if isinstance(cache, PagedLayerCache):
+        return paged_attention(cache, q, k, v, qpos, window)
     if isinstance(cache[0], str):
         # Into the cache layout first, then padded along its slot axis: one fused
         # transpose-and-pad per cache (padding first made XLA pad in the old layout

@@ -1,0 +1,381 @@
+"""`ModelRunner`: a `maxfx.models.CausalLM` run step by step over a paged KV cache, in fixed shapes.
+
+A step is one compiled program of ``(weights, KV pools, tokens [B, T], positions,
+slots, page gather, sampling arrays)`` that writes the new tokens' keys and
+values into their pages, attends over each row's pages and returns each row's
+next token (and, when asked, log probabilities). Its shapes come from a small
+set of buckets: ``B`` a power of two up to ``max_batch_size``, ``T`` 1 (decode)
+or a power of two up to ``prefill_chunk_size`` (prefill chunks), and the pages
+read per row a power of two from ``min_context`` tokens up to ``max_length``.
+So a warmed-up runner never compiles again (`compile_counts` shows it).
+
+The model is the eager model itself (`CausalLM.hidden` / ``head``): its
+attention layers see a `maxfx.models._layers.PagedLayerCache` per layer, so no
+architecture is written twice for the engine.
+
+Example:
+    >>> runner = ModelRunner(model, max_batch_size=4, max_length=128)  # doctest: +SKIP
+    >>> ctx = TextContext(max_length=128, tokens=np.array([5, 6, 7]))  # doctest: +SKIP
+    >>> runner.claim(ctx); runner.execute([ctx])  # prefill, samples the first token  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lowering.dtypes import DType
+from lowering.executables import EXECUTABLES
+from maxfx.experimental import functional as F
+from maxfx.experimental._tensor import Tensor
+from maxfx.generation._context import TextContext
+from maxfx.generation._paged_cache import PagedLayerCache
+from maxfx.generation._pages import OutOfPagesError, PagePool
+from maxfx.generation._sampling import SamplingRows, choose, sampling_probs, top_logprobs
+from maxfx.interfaces import LogProbabilities, RequestID
+
+__all__ = ["ModelRunner", "StepOutput", "compile_counts"]
+
+_COUNTS = {"compiles": 0, "steps": 0}
+_COUNT_LOCK = threading.Lock()
+
+
+def compile_counts() -> dict[str, int]:
+    """Programs the engine compiled so far in this process (``compiles``) and steps it ran (``steps``)."""
+    return dict(_COUNTS)
+
+
+def _bucket(n: int, least: int = 1) -> int:
+    return max(least, 1 << max(0, int(n) - 1).bit_length())
+
+
+def _wrap(x: Any) -> Tensor:
+    return Tensor.from_dlpack(x)
+
+
+# ─── the compiled step ────────────────────────────────────────────────────
+
+
+def _step(weights, pools, tokens, pos, slots, gather, last, params, bias, repetition, seen, *, model_tree, sample, filters, n_logprobs, all_logits):
+    model = jax.tree_util.tree_unflatten(model_tree, weights)
+    caches = [PagedLayerCache(_wrap(k), _wrap(v), _wrap(slots), _wrap(gather)) for k, v in pools]
+    h, caches = model.hidden(_wrap(tokens), _wrap(pos), caches)
+    new_pools = [(c.k._array(), c.v._array()) for c in caches]
+    if all_logits:
+        every = F.cast(model.head(h), DType.float32)._array()  # [B, T, V]
+        logits = jnp.take_along_axis(every, last[:, None, None], axis=1)[:, 0]
+    else:
+        h_last = F.gather_nd(h, F.unsqueeze(_wrap(last), -1), batch_dims=1)  # [B, D] at each row's last token
+        logits = F.cast(model.head(h_last), DType.float32)._array()
+    out = {"tokens": choose(logits, params, filters=filters, sample=sample, bias=bias, repetition=repetition, seen=seen)}
+    if n_logprobs:
+        out["logprob"], out["top_values"], out["top_ids"] = top_logprobs(logits, out["tokens"], n_logprobs)
+    if all_logits:
+        b, t, v = every.shape
+        out["all_logprobs"] = jax.nn.log_softmax(every, axis=-1)
+        rep = [jnp.repeat(p, t, axis=0) for p in params]
+        out["all_probs"] = sampling_probs(every.reshape(b * t, v), rep, filters=filters).reshape(b, t, v)
+    return out, new_pools
+
+
+_STEP = jax.jit(_step, static_argnames=("model_tree", "sample", "filters", "n_logprobs", "all_logits"), donate_argnums=(1,))
+
+
+@dataclass
+class StepOutput:
+    """What one step returns per row: the next token, its log probabilities, and (all_logits) per-position arrays."""
+
+    token: int
+    log_probabilities: LogProbabilities | None = None
+    all_logprobs: np.ndarray | None = None  # [T, V] log_softmax of the raw logits at each input position
+    all_probs: np.ndarray | None = None  # [T, V] the sampling distribution at each input position
+
+
+class _PenaltyState:
+    """Token counts of one request for the penalties: generated ``counts`` and ``seen`` (prompt or generated)."""
+
+    def __init__(self, ctx: TextContext, vocab: int):
+        self.counts = np.zeros(vocab, np.int32)
+        self.seen = np.zeros(vocab, bool)
+        self.seen[ctx.prompt_tokens] = True
+        np.add.at(self.counts, ctx.generated_tokens, 1)
+        self.seen[ctx.generated_tokens] = True
+        self.synced = ctx.end_idx
+
+    def sync(self, ctx: TextContext) -> None:
+        new = ctx.tokens[self.synced : ctx.end_idx]
+        if len(new):
+            np.add.at(self.counts, new, 1)
+            self.seen[new] = True
+            self.synced = ctx.end_idx
+
+
+def _cache_spec(model: Any) -> tuple[int, int, Any]:
+    """(KV heads, head dim, dtype) of the model's cache, from tracing a one-token prefill abstractly."""
+    n_kv, head_dim = model.kv_shape()
+
+    def probe(weights):
+        m = jax.tree_util.tree_unflatten(tree, weights)
+        _, caches = m.hidden(_wrap(jnp.zeros((1, 1), jnp.int32)), _wrap(jnp.zeros((1, 1), jnp.int32)), [("fresh", 1)] * m.num_layers)
+        return caches[0][0]._array()
+
+    weights, tree = jax.tree_util.tree_flatten(model)
+    return int(n_kv), int(head_dim), jax.eval_shape(probe, weights).dtype
+
+
+class ModelRunner:
+    """Runs a `CausalLM` over a paged KV cache (see the module docstring).
+
+    Args:
+        model: a `maxfx.models.CausalLM` (any of the seven families).
+        max_batch_size: rows per decode step.
+        max_length: the longest sequence (prompt + generated); default the model's context.
+        page_size: token slots per KV page.
+        num_pages: pages in the pool (default: enough for ``max_batch_size`` sequences of
+            ``max_length``, plus the scratch page); fewer makes the scheduler preempt.
+        prefill_chunk_size: most prompt tokens one prefill step runs.
+        enable_prefix_caching: reuse the pages of identical prompt prefixes.
+        min_context: the narrowest page window a step reads (tokens), bounding the buckets.
+    """
+
+    def __init__(
+        self, model: Any, *, max_batch_size: int = 16, max_length: int | None = None, page_size: int = 16, num_pages: int | None = None,
+        prefill_chunk_size: int = 512, enable_prefix_caching: bool = False, min_context: int = 128,
+    ):  # fmt: skip
+        name = "ModelRunner"
+        context = int(getattr(model.config, "max_position_embeddings", 0) or 0) or None
+        self.max_length = int(max_length or context or 2048)
+        if context is not None and self.max_length > context:
+            raise ValueError(f"{name}: max_length {self.max_length} exceeds the model's context of {context} positions (max_position_embeddings)")
+        for field, value in (("max_batch_size", max_batch_size), ("page_size", page_size), ("prefill_chunk_size", prefill_chunk_size), ("max_length", self.max_length)):
+            if int(value) < 1:
+                raise ValueError(f"{name}: {field} must be >= 1, got {value}")
+        self.model = model
+        self.vocab_size = int(model.config.vocab_size)
+        self.max_batch_size, self.page_size = int(max_batch_size), int(page_size)
+        self.prefill_chunk_size = min(int(prefill_chunk_size), self.max_length)
+        self.max_pages_per_seq = -(-self.max_length // self.page_size)
+        self.min_pages = min(self.max_pages_per_seq, _bucket(-(-int(min_context) // self.page_size)))
+        if num_pages is None:
+            num_pages = self.max_batch_size * self.max_pages_per_seq + 1
+        self.pool = PagePool(int(num_pages), self.page_size, enable_prefix_caching)
+        n_kv, head_dim, dtype = _cache_spec(model)
+        slots = self.pool.num_pages * self.page_size
+        self._pools = [(jnp.zeros((slots, n_kv, head_dim), dtype), jnp.zeros((slots, n_kv, head_dim), dtype)) for _ in range(model.num_layers)]
+        self._weights, self._tree = jax.tree_util.tree_flatten(model)
+        self._pages: dict[RequestID, list[int]] = {}
+        self._sealed: dict[RequestID, int] = {}
+        self._penalties: dict[RequestID, _PenaltyState] = {}
+        self._lock = threading.Lock()  # one step at a time: steps donate the pools
+        self.cache_bytes = 2 * sum(k.size * k.dtype.itemsize for k, _ in self._pools)
+
+    # ── pages ──
+    def has(self, request_id: RequestID) -> bool:
+        """The request holds pages here."""
+        return request_id in self._pages
+
+    def pages_needed(self, ctx: TextContext) -> int:
+        """Pages a new request needs to be admitted: its tokens so far plus one (ignoring the prefix cache)."""
+        return self.pool.pages_for(ctx.end_idx + 1)
+
+    def claim(self, ctx: TextContext) -> int:
+        """Give ``ctx`` pages for all its tokens, reusing cached prefix pages; returns the tokens found cached.
+
+        Sets ``ctx.start_idx`` past the cached tokens. OutOfPagesError, with nothing
+        taken, when the pool cannot hold the request.
+        """
+        if ctx.request_id in self._pages:
+            raise ValueError(f"ModelRunner.claim: request {ctx.request_id} already holds pages")
+        if ctx.end_idx > self.max_length:
+            raise ValueError(f"ModelRunner.claim: request {ctx.request_id} has {ctx.end_idx} tokens, more than max_length {self.max_length}")
+        tokens = ctx.all_tokens.tolist()
+        cached = self.pool.match_prefix(tokens)
+        try:
+            fresh = self.pool.allocate(self.pool.pages_for(ctx.end_idx) - len(cached))
+        except OutOfPagesError:
+            self.pool.release(cached)
+            raise
+        self._pages[ctx.request_id] = cached + fresh
+        self._sealed[ctx.request_id] = len(cached)
+        ctx.set_token_indices(start_idx=len(cached) * self.page_size, active_idx=ctx.end_idx)
+        return len(cached) * self.page_size
+
+    def reserve(self, ctx: TextContext, num_tokens: int) -> None:
+        """Make room for ``num_tokens`` more tokens after ``ctx.start_idx``; OutOfPagesError (nothing taken) otherwise."""
+        pages = self._pages[ctx.request_id]
+        need = self.pool.pages_for(ctx.start_idx + int(num_tokens)) - len(pages)
+        if need > 0:
+            pages.extend(self.pool.allocate(need))
+
+    def release(self, request_id: RequestID) -> None:
+        """Free a request's pages (sealed ones stay in the prefix cache); unknown ids are ignored."""
+        pages = self._pages.pop(request_id, None)
+        self._sealed.pop(request_id, None)
+        self._penalties.pop(request_id, None)
+        if pages:
+            self.pool.release(pages)
+
+    # ── steps ──
+    def execute(self, contexts: Sequence[TextContext], *, all_logits: bool = False) -> dict[RequestID, StepOutput | None]:
+        """Run one step: each context's next tokens (``ctx.next_tokens``, at most ``prefill_chunk_size``).
+
+        A context whose tokens are all processed by this step gets its next token
+        sampled (`StepOutput`); a prefill chunk that leaves prompt tokens for later
+        gets None. The contexts' cursors and pages are updated; the caller appends
+        the sampled tokens (`TextContext.update`). Pages must have been claimed.
+        """
+        if not contexts:
+            return {}
+        if len(contexts) > self.max_batch_size:
+            raise ValueError(f"ModelRunner.execute: {len(contexts)} contexts; max_batch_size is {self.max_batch_size}")
+        counts = [min(c.active_length, self.prefill_chunk_size) for c in contexts]
+        for c, n in zip(contexts, counts):
+            if n < 1:
+                raise ValueError(f"ModelRunner.execute: request {c.request_id} has no tokens to run")
+            self.reserve(c, n)
+        t = 1 if max(counts) == 1 else _bucket(max(counts), 16)
+        b = _bucket(len(contexts))
+        width = min(self.max_pages_per_seq, max(self.min_pages, _bucket(max(self.pool.pages_for(c.start_idx + n) for c, n in zip(contexts, counts)))))
+        arrays = self._inputs(contexts, counts, b, t, width)
+        rows = [self._sampling(c) for c in contexts] + [{}] * (b - len(contexts))
+        steps = [c.num_generated for c in contexts] + [0] * (b - len(contexts))
+        params = SamplingRows.build(rows, steps)
+        extras, flags = self._penalty_inputs(contexts, b)
+        n_logprobs = max((c.log_probabilities for c in contexts), default=0)
+        n_logprobs = 0 if n_logprobs == 0 else (5 if n_logprobs <= 5 else 20)
+        all_logits = all_logits or any(c.log_probabilities_echo and c.needs_ce for c in contexts)
+        static = dict(model_tree=self._tree, sample=params.sample, filters=params.filters, n_logprobs=n_logprobs, all_logits=all_logits, **flags)
+        with self._lock:
+            out = self._run(arrays, params.arrays(), extras, static)
+        results: dict[RequestID, StepOutput | None] = {}
+        host = {k: np.asarray(v) for k, v in out.items()}
+        for i, (c, n) in enumerate(zip(contexts, counts)):
+            finishes = c.start_idx + n == c.end_idx
+            self._seal(c, c.start_idx + n)
+            c.set_token_indices(start_idx=c.start_idx + n)
+            if not finishes:
+                results[c.request_id] = None
+                continue
+            lp = None
+            if n_logprobs and c.log_probabilities:
+                k = c.log_probabilities
+                top = {int(tok): float(v) for tok, v in zip(host["top_ids"][i, :k], host["top_values"][i, :k])}
+                lp = LogProbabilities(token_log_probabilities=[float(host["logprob"][i])], top_log_probabilities=[top])
+            extra = {}
+            if all_logits:
+                extra = {"all_logprobs": host["all_logprobs"][i, :n], "all_probs": host["all_probs"][i, :n]}
+            results[c.request_id] = StepOutput(int(host["tokens"][i]), lp, **extra)
+        return results
+
+    def _run(self, arrays: tuple, params: tuple, extras: tuple, static: dict[str, Any]) -> dict[str, Any]:
+        args = (self._weights, self._pools, *arrays, params, *extras)
+        key = (
+            "engine",
+            self._tree,
+            tuple(sorted((k, v) for k, v in static.items() if k != "model_tree")),
+            jax.tree_util.tree_structure(extras),
+            tuple((a.shape, a.dtype) for a in jax.tree_util.tree_leaves((arrays, params, extras))),
+        )
+        exe = EXECUTABLES.get(key)
+        if exe is None:
+            start = time.perf_counter()
+            exe = _STEP.lower(*args, **static).compile()
+            EXECUTABLES.put(key, exe)
+            with _COUNT_LOCK:
+                _COUNTS["compiles"] += 1
+            self.last_compile_s = time.perf_counter() - start
+        out, self._pools = exe(*args)
+        _COUNTS["steps"] += 1
+        return out
+
+    def _inputs(self, contexts: Sequence[TextContext], counts: Sequence[int], b: int, t: int, width: int) -> tuple[np.ndarray, ...]:
+        ps = self.page_size
+        tokens = np.zeros((b, t), np.int32)
+        pos = np.zeros((b, t), np.int32)
+        slots = np.zeros((b, t), np.int32)  # padding writes into the scratch page
+        gather = np.zeros((b, width * ps), np.int32)
+        last = np.zeros(b, np.int32)
+        offs = np.arange(width * ps)
+        for i, (c, n) in enumerate(zip(contexts, counts)):
+            s = c.start_idx
+            tokens[i, :n] = c.tokens[s : s + n]
+            pos[i] = s + np.minimum(np.arange(t), n - 1)  # padded queries repeat the last position
+            pages = np.asarray(self._pages[c.request_id][:width], np.int32)
+            table = np.zeros(width, np.int32)
+            table[: len(pages)] = pages
+            gather[i] = table[offs // ps] * ps + offs % ps
+            slots[i, :n] = gather[i, s : s + n]
+            last[i] = n - 1
+        return tokens, pos, slots, gather, last
+
+    def _sampling(self, c: TextContext) -> dict[str, Any]:
+        sp = c.sampling_params
+        temperature = float(sp.temperature)
+        if int(sp.top_k) == 1:  # MAX: top_k 1 is greedy
+            temperature = 0.0
+        return {"temperature": temperature, "top_k": int(sp.top_k), "top_p": float(sp.top_p), "min_p": float(sp.min_p), "seed": int(sp.seed or 0)}
+
+    def _penalty_inputs(self, contexts: Sequence[TextContext], b: int) -> tuple[tuple, dict[str, Any]]:
+        """``(bias, repetition, seen)`` for the step (None where no row needs them)."""
+        need_bias = any(_has_bias(c) for c in contexts)
+        need_rep = any(float(c.sampling_params.repetition_penalty) != 1.0 for c in contexts)
+        if not (need_bias or need_rep):
+            return (None, None, None), {}
+        v = self.vocab_size
+        bias = np.zeros((b, v), np.float32) if need_bias else None
+        rep = np.ones(b, np.float32) if need_rep else None
+        seen = np.zeros((b, v), bool) if need_rep else None
+        for i, c in enumerate(contexts):
+            sp = c.sampling_params
+            state = self._penalties.get(c.request_id)
+            if state is None:
+                state = self._penalties[c.request_id] = _PenaltyState(c, v)
+            state.sync(c)
+            if need_bias:
+                bias[i] -= float(sp.frequency_penalty) * state.counts + float(sp.presence_penalty) * (state.counts > 0)
+                for step_mask in c.get_min_token_logit_mask(1)[:1]:
+                    bias[i, step_mask[(step_mask >= 0) & (step_mask < v)]] = -np.inf
+            if need_rep:
+                rep[i] = float(sp.repetition_penalty)
+                seen[i] = state.seen
+        return (bias, rep, seen), {}
+
+    def _seal(self, c: TextContext, cached: int) -> None:
+        """Key the request's pages that became full (prefix caching)."""
+        if not self.pool.enable_prefix_caching:
+            return
+        rid = c.request_id
+        full = cached // self.page_size
+        if full > self._sealed[rid]:
+            self._sealed[rid] = self.pool.seal(self._pages[rid][:full], c.tokens[: full * self.page_size].tolist(), self._sealed[rid])
+
+    def warmup(self, *, prefill: bool = True, decode: bool = True, progress: bool = False) -> int:
+        """Compile every bucket the scheduler can use (greedy sampling); returns the programs compiled now."""
+        before = _COUNTS["compiles"]
+        widths = sorted({min(self.max_pages_per_seq, max(self.min_pages, _bucket(n))) for n in range(1, self.max_pages_per_seq + 1)})
+        shapes = []
+        if decode:
+            shapes += [(b, 1, w) for b in sorted({_bucket(n) for n in range(1, self.max_batch_size + 1)}) for w in widths]
+        if prefill:
+            ts = sorted({_bucket(n, 16) for n in range(2, self.prefill_chunk_size + 1)})
+            shapes += [(1, t, w) for t in ts for w in widths if t <= w * self.page_size]
+        params = None
+        for b, t, w in shapes:
+            arrays = (np.zeros((b, t), np.int32), np.zeros((b, t), np.int32), np.zeros((b, t), np.int32), np.zeros((b, w * self.page_size), np.int32), np.zeros(b, np.int32))
+            params = SamplingRows.build([{}] * b, [0] * b)
+            static = dict(model_tree=self._tree, sample=False, filters=False, n_logprobs=0, all_logits=False)
+            with self._lock:
+                self._run(arrays, params.arrays(), (None, None, None), static)
+        return _COUNTS["compiles"] - before
+
+
+def _has_bias(c: TextContext) -> bool:
+    sp = c.sampling_params
+    return float(sp.frequency_penalty) != 0.0 or float(sp.presence_penalty) != 0.0 or (c.min_tokens > 0 and c.num_generated < c.min_tokens and bool(c.eos_token_ids) and not c.ignore_eos)
