@@ -48,8 +48,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from jinja2 import nodes
+from jinja2.exceptions import TemplateError
+from jinja2.ext import Extension
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from maxfx.generation import TextContext
+from maxfx.graph.weights import GGUFWeights
 from maxfx.interfaces import PipelineTokenizer
+from maxfx.models._tokenizer import load_tokenizer
+from maxfx.pipelines.lib.hf_utils import generate_local_model_path
 
 __all__ = [
     "IdentityPipelineTokenizer",
@@ -252,8 +260,6 @@ def _vocab_size(delegate: Any) -> int:
 
 
 def _raise_exception(message: str) -> None:
-    from jinja2.exceptions import TemplateError  # noqa: PLC0415
-
     raise TemplateError(message)
 
 
@@ -266,24 +272,21 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, s
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
+class _GenerationBlock(Extension):
+    """``{% generation %}...{% endgeneration %}`` (Hugging Face's assistant-mask marker): renders its body."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> Any:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.Scope(body, lineno=lineno)
+
+
 @functools.lru_cache(maxsize=64)
 def _compile_template(template: str) -> Any:
     """The template compiled as Hugging Face compiles chat templates (sandboxed, trim/lstrip blocks, loop controls)."""
-    from jinja2 import nodes  # noqa: PLC0415
-    from jinja2.ext import Extension  # noqa: PLC0415
-    from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: PLC0415
-
-    class GenerationBlock(Extension):
-        """``{% generation %}...{% endgeneration %}`` (Hugging Face's assistant-mask marker): renders its body."""
-
-        tags = {"generation"}
-
-        def parse(self, parser: Any) -> Any:
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return nodes.Scope(body, lineno=lineno)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlock, "jinja2.ext.loopcontrols"])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationBlock, "jinja2.ext.loopcontrols"])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -359,8 +362,6 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def _gguf_fields(path: Path, keys: Sequence[str]) -> dict[str, Any]:
     """The values of the GGUF metadata ``keys`` present in ``path`` (strings decoded)."""
-    from maxfx.graph.weights import GGUFWeights  # noqa: PLC0415
-
     fields = GGUFWeights(str(path)).reader.fields
     out: dict[str, Any] = {}
     arch = fields["general.architecture"].contents() if "general.architecture" in fields else None
@@ -441,8 +442,6 @@ class TextTokenizer(PipelineTokenizer):
         subfolder: str | None = None,
         **unused_kwargs: Any,
     ) -> None:
-        from maxfx.models._tokenizer import load_tokenizer  # noqa: PLC0415 - the model layer loads JAX; only a tokenizer needs it
-
         self.model_path = str(model_path)
         source = self._resolve_path(model_path, revision, subfolder)
         self._is_gguf = source.is_file()
@@ -538,8 +537,6 @@ class TextTokenizer(PipelineTokenizer):
     def _resolve_path(model_path: str | os.PathLike[str], revision: str | None, subfolder: str | None) -> Path:
         path = Path(model_path).expanduser()
         if not path.exists() and isinstance(model_path, str) and _REPO_ID.match(model_path):
-            from maxfx.pipelines.lib.hf_utils import generate_local_model_path  # noqa: PLC0415 - only repo ids need the cache
-
             try:
                 path = Path(generate_local_model_path(model_path, revision or "main"))
             except FileNotFoundError as e:
@@ -633,8 +630,6 @@ class TextTokenizer(PipelineTokenizer):
             variables["eos_token"] = self._eos_token
         variables.update(options)
         variables.update(messages=flat, tools=tools, add_generation_prompt=add_generation_prompt)
-        from jinja2.exceptions import TemplateError  # noqa: PLC0415
-
         try:
             rendered = _compile_template(self.chat_template).render(**variables)
         except TemplateError as e:
@@ -786,8 +781,6 @@ class TextTokenizer(PipelineTokenizer):
                 ``max_new_tokens=0``, an unknown ``response_format`` type, or no
                 ``max_length`` known at all.
         """
-        from maxfx.generation import TextContext  # noqa: PLC0415 - maxfx.generation loads the model runner
-
         field, ids = await self._prompt_tokens(request)
         n = int(ids.shape[0])
         if n == 0:
