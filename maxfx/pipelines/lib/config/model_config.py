@@ -180,7 +180,7 @@ class MAXModelConfig(MAXConfig):
                 return
             stored = next((e for e in available if e in _CASTABLE), None) if self.allow_safetensors_weights_fp32_bf6_bidirectional_cast else None
             if stored is None:
-                raise ConfigError(f"{_OWNER}.quantization_encoding must be one the weights of {self.model_path!r} come in ({', '.join(e.value for e in available)}), got {wanted.value!r}")
+                raise ConfigError(f"{_OWNER}.quantization_encoding must be an encoding the weights of {self.model_path!r} come in ({', '.join(e.value for e in available)}), got {wanted.value!r}")
         if wanted is None or stored is wanted:
             self.quantization_encoding = stored
         elif self.allow_safetensors_weights_fp32_bf6_bidirectional_cast and stored in _CASTABLE and wanted in _CASTABLE:
