@@ -87,7 +87,7 @@ class SupportedEncoding(str, enum.Enum):
 
     Example:
         >>> SupportedEncoding.parse_from_file_name("llama-3-Q4_K_M.gguf"), SupportedEncoding("q8_0").dtype
-        (<SupportedEncoding.q4_k: 'q4_k'>, <DType.uint8: 18>)
+        (<SupportedEncoding.q4_k: 'q4_k'>, <DType.uint8: 134>)
     """
 
     float32 = "float32"

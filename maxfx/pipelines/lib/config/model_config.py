@@ -257,7 +257,14 @@ class MAXModelConfig(MAXConfig):
 
     @property
     def huggingface_model_repo(self) -> HuggingFaceRepo:
-        """The `HuggingFaceRepo` of the model (the folder of a ``.gguf`` model_path)."""
+        """The `HuggingFaceRepo` of the model (the folder of a ``.gguf`` model_path).
+
+        Raises:
+            ConfigError: ``model_path`` is empty (`resolve` derives it from ``weight_path``).
+            RepoNotAvailableOfflineError: neither local nor in the Hugging Face cache.
+        """
+        if not self.model_path:
+            raise ConfigError(f"{_OWNER}.model_path must be set to find the model's repo (resolve() derives it from weight_path), got ''")
         if "repo" not in self._cache:
             local = Path(self.model_path).expanduser()
             repo_id = str(local.parent) if local.is_file() else self.model_path
