@@ -4,7 +4,13 @@ Example:
     >>> from maxfx.pipelines import PipelineConfig, SupportedEncoding
     >>> PipelineConfig(model_path="tests/data/models/tiny_llama", quantization_encoding="q4_0").model_config.quantization_encoding is SupportedEncoding.q4_0
     True
+
+The registry, the architectures, the model interfaces and the contexts load on first
+use (they import JAX), so importing the configs stays cheap.
 """
+
+import importlib
+from typing import Any
 
 from maxfx.pipelines.lib.config import (
     AudioGenerationConfig,
@@ -24,6 +30,24 @@ from maxfx.pipelines.lib.config import (
 )
 from maxfx.pipelines.lib.hf_utils import HuggingFaceRepo
 
+# Loaded on first use: name -> the module defining it.
+_LAZY = {
+    "PIPELINE_REGISTRY": "maxfx.pipelines.lib.registry",
+    "PipelineRegistry": "maxfx.pipelines.lib.registry",
+    "SupportedArchitecture": "maxfx.pipelines.lib.registry",
+    "get_pipeline_for_task": "maxfx.pipelines.lib.registry",
+    "register_all_models": "maxfx.pipelines.architectures",
+    "KVCacheMixin": "maxfx.pipelines.lib.interfaces",
+    "ModelInputs": "maxfx.pipelines.lib.interfaces",
+    "ModelOutputs": "maxfx.pipelines.lib.interfaces",
+    "PipelineModel": "maxfx.pipelines.lib.interfaces",
+    "TTSContext": "maxfx.pipelines.core",
+    "TextAndVisionContext": "maxfx.pipelines.core",
+    "TextContext": "maxfx.pipelines.core",
+}
+# Subpackages loaded on first attribute access (``maxfx.pipelines.core``...).
+_SUBMODULES = ("architectures", "core")
+
 __all__ = [
     "AudioGenerationConfig",
     "HuggingFaceRepo",
@@ -40,4 +64,17 @@ __all__ = [
     "SamplingConfig",
     "SpeculativeConfig",
     "SupportedEncoding",
+    *_LAZY,
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"maxfx.pipelines.{name}")
+    raise AttributeError(f"module 'maxfx.pipelines' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
