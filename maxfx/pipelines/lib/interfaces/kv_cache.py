@@ -19,12 +19,23 @@ import math
 from abc import abstractmethod
 from typing import Any, Protocol, runtime_checkable
 
-from maxfx.nn.kv_cache import KVCacheParams, PagedKVCacheManager
+from maxfx.nn.kv_cache import KVCacheParams, KVCacheStrategy, PagedKVCacheManager
 
 __all__ = ["KVCacheMixin", "get_paged_manager", "kv_cache_bytes_per_token"]
 
 # What a paged KV manager offers (maxfx's PagedKVCacheManager); duck-typed managers need all of it.
 _PAGED_MANAGER_METHODS = ("claim", "fetch", "step", "release")
+
+
+def _config_int(config: Any, keys: tuple[str, ...], where: str, default: int | None = None) -> int:
+    """The first of ``keys`` a Hugging Face config sets (as an int), else ``default``."""
+    for key in keys:
+        value = config.get(key) if hasattr(config, "get") else getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    if default is None:
+        raise ValueError(f"KVCacheMixin.{where}: the model config sets none of {', '.join(keys)}")
+    return default
 
 
 def kv_cache_bytes_per_token(params: KVCacheParams, num_layers: int) -> int:
@@ -43,17 +54,59 @@ class KVCacheMixin(Protocol):
     @classmethod
     @abstractmethod
     def get_kv_params(cls, huggingface_config: Any, n_devices: int, kv_cache_config: Any, cache_dtype: Any) -> KVCacheParams:
-        """The `KVCacheParams` of the model's cache (heads, head size, page size, dtype)."""
+        """The `KVCacheParams` of the model's cache (abstract, as MAX).
+
+        The base body is the usual decoder's, for overrides to call: KV heads
+        ``num_key_value_heads`` (else ``num_attention_heads`` / GPT-2's ``n_head``),
+        ``head_dim`` (else hidden size / heads), the config's page size, prefix
+        caching and strategy (``model_default`` -> paged).
+
+        Raises:
+            ValueError: the config states no attention heads or hidden size.
+        """
+        heads = _config_int(huggingface_config, ("num_attention_heads", "n_head"), "get_kv_params")
+        kv_heads = _config_int(huggingface_config, ("num_key_value_heads",), "get_kv_params", default=heads)
+        head_dim = _config_int(huggingface_config, ("head_dim",), "get_kv_params", default=0) or _config_int(huggingface_config, ("hidden_size", "n_embd"), "get_kv_params") // heads
+        strategy = KVCacheStrategy(getattr(kv_cache_config, "cache_strategy", KVCacheStrategy.PAGED))
+        return KVCacheParams(
+            dtype=cache_dtype,
+            n_kv_heads=kv_heads,
+            head_dim=head_dim,
+            enable_prefix_caching=bool(getattr(kv_cache_config, "enable_prefix_caching", False)),
+            cache_strategy=KVCacheStrategy.PAGED if strategy is KVCacheStrategy.MODEL_DEFAULT else strategy,
+            page_size=int(getattr(kv_cache_config, "kv_cache_page_size", 128)),
+            n_devices=int(n_devices),
+        )
 
     @classmethod
     @abstractmethod
     def get_num_layers(cls, huggingface_config: Any) -> int:
-        """How many layers keep a KV cache."""
+        """How many layers keep a KV cache (abstract, as MAX; the base body reads ``num_hidden_layers`` / GPT-2's ``n_layer``).
+
+        Raises:
+            ValueError: the config states no layer count.
+        """
+        return _config_int(huggingface_config, ("num_hidden_layers", "n_layer"), "get_num_layers")
 
     @classmethod
     @abstractmethod
     def estimate_kv_cache_size(cls, pipeline_config: Any, available_cache_memory: int, devices: list[Any], huggingface_config: Any, kv_cache_config: Any, cache_dtype: Any) -> int:
-        """Bytes the KV cache will take, at most ``available_cache_memory``."""
+        """Bytes the KV cache will take, at most ``available_cache_memory`` (abstract, as MAX).
+
+        The base body, for overrides to call: what ``max_batch_size`` sequences of the
+        longest length need (`get_kv_params`, `get_num_layers`,
+        ``calculate_max_seq_len``), capped by ``available_cache_memory``; without a
+        ``max_batch_size``, all of ``available_cache_memory``.
+        """
+        max_batch_size = getattr(pipeline_config, "max_batch_size", None)
+        if not max_batch_size:
+            return int(available_cache_memory)
+        params = cls.get_kv_params(huggingface_config=huggingface_config, n_devices=len(devices), kv_cache_config=kv_cache_config, cache_dtype=cache_dtype)
+        num_layers = cls.get_num_layers(huggingface_config=huggingface_config)
+        max_seq_len = cls.calculate_max_seq_len(pipeline_config, huggingface_config=huggingface_config)  # type: ignore[attr-defined]
+        page_size = int(params.page_size or 1)
+        needed = kv_cache_bytes_per_token(params, num_layers) * page_size * math.ceil(max_seq_len / page_size) * int(max_batch_size)
+        return min(int(available_cache_memory), needed)
 
     def load_kv_manager(self, session: Any, available_cache_memory: int | None) -> PagedKVCacheManager:
         """A `PagedKVCacheManager` for this model, with as many pages as ``available_cache_memory`` holds.

@@ -27,14 +27,16 @@ from typing import Any
 import numpy as np
 
 from lowering.types import DeviceRef
-from maxfx.driver import is_virtual_device_mode
+from maxfx.driver import Tensor, is_virtual_device_mode
 from maxfx.interfaces import LogProbabilities
 from maxfx.nn.comm import Signals
 from maxfx.nn.transformer import ReturnLogits
+from maxfx.pipelines.lib.config import HuggingFaceConfig
+from maxfx.pipelines.lib.config._model_files import model_max_length
 from maxfx.pipelines.lib.interfaces.kv_cache import KVCacheMixin, kv_cache_bytes_per_token
 from maxfx.pipelines.lib.log_probabilities import compute_log_probabilities_ragged, log_probabilities_ragged_graph
 
-__all__ = ["AlwaysSignalBuffersMixin", "ModelInputs", "ModelOutputs", "PipelineModel"]
+__all__ = ["AlwaysSignalBuffersMixin", "ModelInputs", "ModelOutputs", "PipelineModel", "RaggedTokenInputs"]
 
 # Top-k levels of the default log-probability graph: 2**3 - 1 = 7 >= OpenAI's maximum of 5.
 _LOGPROB_LEVELS = 3
@@ -67,6 +69,28 @@ class ModelInputs:
                 setattr(self, key, value)
 
 
+class RaggedTokenInputs(ModelInputs):
+    """Ragged token inputs (maxfx addition): what `PipelineModel`'s base input preparation builds.
+
+    Args:
+        tokens: every sequence's tokens, concatenated (``[total_tokens]``).
+        input_row_offsets: ``[batch + 1]``: sequence b is ``tokens[offsets[b]:offsets[b + 1]]``.
+        return_n_logits: how many logits per sequence the graph returns (``[1]``), or None.
+        kv_cache_inputs: the KV cache inputs of the step, or None.
+    """
+
+    def __init__(self, tokens: Any, input_row_offsets: Any, return_n_logits: Any = None, kv_cache_inputs: Any = None) -> None:
+        self.tokens = tokens
+        self.input_row_offsets = input_row_offsets
+        self.return_n_logits = return_n_logits
+        self.kv_cache_inputs = kv_cache_inputs
+
+
+def _require_ragged(owner: str, method: str, inputs: Any) -> None:
+    if getattr(inputs, "tokens", None) is None or getattr(inputs, "input_row_offsets", None) is None:
+        raise TypeError(f"{owner}.{method}: the base implementation needs ragged inputs (tokens and input_row_offsets), got {type(inputs).__name__}")
+
+
 @dataclass(frozen=True)
 class ModelOutputs:
     """What `PipelineModel.execute` returns."""
@@ -77,6 +101,13 @@ class ModelOutputs:
     """Logits of each sequence's next token only (``[batch, vocab]``)."""
     logit_offsets: Any = None
     """Row offsets of each sequence's logits in ``logits`` (``[batch + 1]``), for ragged logits."""
+
+
+def _as_hf_config(config: Any) -> HuggingFaceConfig | None:
+    """A `HuggingFaceConfig` of a config object or dict (None stays None)."""
+    if config is None or isinstance(config, HuggingFaceConfig):
+        return config
+    return HuggingFaceConfig.from_dict(dict(config) if isinstance(config, dict) else dict(vars(config)))
 
 
 def _as_numpy(value: Any) -> np.ndarray:
@@ -167,7 +198,24 @@ class PipelineModel(ABC):
     @classmethod
     @abstractmethod
     def calculate_max_seq_len(cls, pipeline_config: Any, huggingface_config: Any) -> int:
-        """The longest sequence the model runs (e.g. ``pipeline_config.max_length`` bounded by the config's ``max_position_embeddings``)."""
+        """The longest sequence the model runs (abstract, as MAX).
+
+        The base body is the usual rule, for overrides to call: ``pipeline_config.max_length``,
+        at most the model's ``max_position_embeddings`` (``n_positions``...); the
+        model's limit when ``max_length`` is None.
+
+        Raises:
+            ValueError: ``max_length`` exceeds the model's limit, or neither is known.
+        """
+        limit = model_max_length(_as_hf_config(huggingface_config))
+        wanted = getattr(pipeline_config, "max_length", None)
+        if wanted is None:
+            if limit is None:
+                raise ValueError(f"{cls.__name__}.calculate_max_seq_len: neither the pipeline config's max_length nor the model config's max_position_embeddings is set")
+            return limit
+        if limit is not None and int(wanted) > limit:
+            raise ValueError(f"{cls.__name__}.calculate_max_seq_len: max_length {wanted} exceeds the model's max_position_embeddings ({limit})")
+        return int(wanted)
 
     @classmethod
     def infer_optimal_batch_size(cls, pipeline_config: Any, available_cache_memory: int, huggingface_config: Any, devices: list[Any], kv_cache_config: Any, cache_dtype: Any) -> int:
@@ -201,15 +249,78 @@ class PipelineModel(ABC):
 
     @abstractmethod
     def execute(self, model_inputs: ModelInputs) -> ModelOutputs:
-        """Run the compiled graph on prepared inputs."""
+        """Run the compiled graph on prepared inputs (abstract, as MAX).
+
+        The base body is the ragged convention of MAX's text models, for overrides
+        to call: ``self.model`` (a compiled `~maxfx.engine.Model`) runs on ``tokens,
+        input_row_offsets, return_n_logits, *signal_buffers, *kv_cache_inputs``; one
+        output is the next-token logits, three are ``(next_token_logits, logits,
+        logit_offsets)``, two are ``(next_token_logits, logits)``.
+
+        Raises:
+            TypeError: no compiled ``self.model``, or inputs without ``tokens`` / ``input_row_offsets``.
+        """
+        model = getattr(self, "model", None)
+        if model is None or not callable(getattr(model, "execute", None)):
+            raise TypeError(f"{type(self).__name__}.execute: set self.model to the compiled graph (InferenceSession.load) or implement execute")
+        _require_ragged(type(self).__name__, "execute", model_inputs)
+        kv_inputs = [] if model_inputs.kv_cache_inputs is None else list(model_inputs.kv_cache_inputs)
+        return_n = getattr(model_inputs, "return_n_logits", None)
+        args = [model_inputs.tokens, model_inputs.input_row_offsets, *([] if return_n is None else [return_n]), *self.signal_buffers, *kv_inputs]
+        outputs = list(model.execute(*args))
+        if len(outputs) == 1:
+            return ModelOutputs(logits=outputs[0], next_token_logits=outputs[0])
+        if len(outputs) in (2, 3):
+            return ModelOutputs(next_token_logits=outputs[0], logits=outputs[1], logit_offsets=outputs[2] if len(outputs) == 3 else None)
+        raise TypeError(f"{type(self).__name__}.execute: the graph returned {len(outputs)} outputs; expected 1 to 3 (next-token logits, all logits, offsets)")
 
     @abstractmethod
     def prepare_initial_token_inputs(self, context_batch: Sequence[Any], kv_cache_inputs: Any = None, return_n_logits: int = 1) -> ModelInputs:
-        """Batch the contexts' next tokens into the first step's inputs (claiming KV cache slots if needed)."""
+        """Batch the contexts' next tokens into the first step's inputs (abstract, as MAX).
+
+        The base body, for overrides to call, builds `RaggedTokenInputs` on the first
+        device: every context's ``next_tokens`` concatenated (int64), their row offsets
+        (uint32 ``[batch + 1]``), ``return_n_logits`` (int64 ``[1]``) and the given
+        ``kv_cache_inputs``.
+
+        Raises:
+            ValueError: an empty batch.
+        """
+        if not context_batch:
+            raise ValueError(f"{type(self).__name__}.prepare_initial_token_inputs: the batch is empty")
+        chunks = [np.asarray(ctx.next_tokens, np.int64) for ctx in context_batch]
+        offsets = np.concatenate([[0], np.cumsum([len(c) for c in chunks])]).astype(np.uint32)
+        return RaggedTokenInputs(
+            tokens=self._on_device(np.concatenate(chunks)),
+            input_row_offsets=self._on_device(offsets),
+            return_n_logits=Tensor.from_numpy(np.array([int(return_n_logits)], np.int64)),
+            kv_cache_inputs=kv_cache_inputs,
+        )
 
     @abstractmethod
     def prepare_next_token_inputs(self, next_tokens: Any, prev_model_inputs: ModelInputs) -> ModelInputs:
-        """The inputs of the next decode step, from the tokens just sampled and the previous step's inputs."""
+        """The inputs of the next decode step (abstract, as MAX).
+
+        The base body, for overrides to call: one token per sequence (``next_tokens``,
+        offsets ``0..batch``), with the previous step's ``return_n_logits`` and KV
+        cache inputs.
+
+        Raises:
+            TypeError: the previous inputs are not ragged (no ``tokens`` / ``input_row_offsets``).
+        """
+        _require_ragged(type(self).__name__, "prepare_next_token_inputs", prev_model_inputs)
+        batch = int(next_tokens.shape[0])
+        tokens = next_tokens if isinstance(next_tokens, Tensor) else self._on_device(np.asarray(next_tokens, np.int64))
+        return RaggedTokenInputs(
+            tokens=tokens,
+            input_row_offsets=self._on_device(np.arange(batch + 1, dtype=np.uint32)),
+            return_n_logits=getattr(prev_model_inputs, "return_n_logits", None),
+            kv_cache_inputs=prev_model_inputs.kv_cache_inputs,
+        )
+
+    def _on_device(self, array: np.ndarray) -> Any:
+        tensor = Tensor.from_numpy(np.ascontiguousarray(array))
+        return tensor.to(self.devices[0]) if self.devices else tensor
 
     def compute_log_probabilities(
         self, session: Any, model_inputs: ModelInputs, model_outputs: ModelOutputs, next_tokens: Any, batch_top_n: list[int], batch_echo: list[bool]
