@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, metavar="S", help="makes sampling reproducible (default: a fresh seed)")
     gen.add_argument("--dtype", choices=_DTYPES, help="convert float weights to this dtype (default: as stored)")
     gen.set_defaults(run=_generate)
+    _add_encode(commands)
     return parser
 
 
@@ -167,6 +168,73 @@ def _one_line(message: str) -> str:
     return " ".join(line.strip() for line in message.splitlines() if line.strip())
 
 
+# ─── encode (MAX's `max encode`) ──────────────────────────────────────────
+
+_ENCODE_DEFAULT_PROMPT = "I believe the meaning of life is"  # MAX's `max encode` default
+_POOLING_KINDS = ("mean", "last_token", "cls")  # maxfx.pipelines.lib.embeddings_pipeline.POOLING_KINDS (not imported: flags parse without JAX)
+
+
+def _add_encode(commands: Any) -> None:
+    """The ``encode`` subcommand: MAX's ``max encode`` flags (``--model``/``--model-path``, ``--prompt``, ``--num-warmups``, ``--pool-embeddings``) and maxfx's."""
+    enc = commands.add_parser(
+        "encode",
+        help="embed a prompt with a pretrained model",
+        description="Embed a prompt with an EmbeddingsPipeline (the model's final hidden states, pooled) and print 'Encoding:', the shape and 'Embeddings:' to stdout; a timing line goes to stderr.",
+    )
+    enc.add_argument("--model", "--model-path", dest="model", required=True, metavar="PATH", help="a Hugging Face folder (config.json, weights, tokenizer.json) or a .gguf file")
+    enc.add_argument("--prompt", metavar="TEXT", help=f"the text to embed (default: {_ENCODE_DEFAULT_PROMPT!r}, as MAX); '-' reads it from stdin")
+    enc.add_argument("--prompt-ids", type=_token_ids, metavar="IDS", help="the token ids '1,2,3' to embed (for models without a tokenizer)")
+    enc.add_argument("--pool-embeddings", "--pool", dest="pool", action=argparse.BooleanOptionalAction, default=True, help="pooled [hidden] (default) or per-token [tokens, hidden]")
+    enc.add_argument("--pooling", choices=_POOLING_KINDS, help="how to pool (default: the checkpoint's sentence-transformers config, last_token for Qwen3, else mean)")
+    enc.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None, help="L2-normalize the pooled vector (default: as the checkpoint's sentence-transformers modules say)")
+    enc.add_argument("--num-warmups", type=_non_negative_int, default=0, metavar="N", help="runs before the timed one (default 0)")
+    enc.set_defaults(run=_encode)
+
+
+def _encode(args: argparse.Namespace) -> int:
+    if args.prompt_ids is not None and args.prompt is not None:
+        raise _UsageError("give --prompt or --prompt-ids, not both")
+    prompt = args.prompt_ids if args.prompt_ids is not None else (_ENCODE_DEFAULT_PROMPT if args.prompt is None else _read_prompt(args.prompt))
+    pipelines = importlib.import_module("maxfx.pipelines")
+    embeddings = importlib.import_module("maxfx.pipelines.lib.embeddings_pipeline")
+    interfaces = importlib.import_module("maxfx.interfaces")
+
+    start = time.perf_counter()
+    try:
+        config = pipelines.PipelineConfig(model_path=args.model, pool_embeddings=args.pool)
+        tokenizer = None
+        if isinstance(prompt, str):
+            tok_module = importlib.import_module("maxfx.pipelines.lib.tokenizer")
+            try:
+                tokenizer = tok_module.TextTokenizer(args.model, pipeline_config=config)
+            except ValueError as e:
+                raise _UsageError(f"{e}; a text prompt needs a tokenizer: pass token ids with --prompt-ids 1,2,3") from None
+        pipeline = embeddings.EmbeddingsPipeline(config, None, getattr(tokenizer, "eos", None), {}, tokenizer, pooling=args.pooling, normalize=args.normalize)
+    except (OSError, ValueError, ImportError) as e:  # missing files, bad config/weights (ConfigError is a ValueError)
+        raise _UsageError(str(e)) from None
+    load_s = time.perf_counter() - start
+
+    try:
+        ids = importlib.import_module("asyncio").run(tokenizer.encode(prompt, add_special_tokens=True)) if tokenizer is not None else prompt
+        ctx = embeddings.EmbeddingsRequestContext(ids, request_id="prompt", model_name=args.model)
+        inputs = interfaces.EmbeddingsGenerationInputs([{ctx.request_id: ctx}])
+        for _ in range(args.num_warmups):
+            pipeline.execute(inputs)
+        start = time.perf_counter()
+        out = pipeline.execute(inputs)[ctx.request_id].embeddings
+        encode_s = time.perf_counter() - start
+    except ValueError as e:  # the pipeline refused the input (too long, ids outside the vocabulary, ...)
+        raise _UsageError(str(e)) from None
+    _reconfigure_stdout()
+    shown = prompt if isinstance(prompt, str) else ",".join(map(str, prompt))
+    print(f"Encoding: {shown}")
+    print(f"Embeddings shape: {tuple(out.shape)}")
+    print("Embeddings:", out)  # MAX's format: numpy's print of the array
+    kind = f"pooling {pipeline.pooling}{', normalized' if pipeline.normalize else ''}" if args.pool else "per-token"
+    print(f"load {load_s:.2f} s, encode {encode_s:.3f} s, {len(ids)} tokens, {kind}", file=sys.stderr)
+    return 0
+
+
 # ─── flag types (argparse turns their ValueError/ArgumentTypeError into a one-line error) ──────
 
 
@@ -188,6 +256,7 @@ def _flag_type(convert: Callable[[str], Any], accept: Callable[[Any], bool], exp
 _positive_int = _flag_type(int, lambda v: v >= 1, "a positive integer")
 _non_negative_float = _flag_type(float, lambda v: v >= 0 and v != float("inf"), "a number >= 0")
 _probability = _flag_type(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+_non_negative_int = _flag_type(int, lambda v: v >= 0, "an integer >= 0")  # encode --num-warmups
 
 
 def _token_ids(text: str) -> list[int]:

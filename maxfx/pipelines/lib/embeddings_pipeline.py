@@ -48,10 +48,19 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import numpy.typing as npt
 
+from lowering.dtypes import DType
+from lowering.x64 import x64
+from maxfx import driver
+from maxfx.experimental import functional as F
+from maxfx.experimental._tensor import Tensor
 from maxfx.interfaces import EmbeddingsContext, EmbeddingsGenerationInputs, EmbeddingsGenerationOutput, GenerationStatus, Pipeline, RequestID
+from maxfx.models import load_pretrained
+from maxfx.models._layers import positions
 
 __all__ = ["POOLING_KINDS", "EmbeddingsPipeline", "EmbeddingsRequestContext"]
 
@@ -280,10 +289,6 @@ class EmbeddingsPipeline(Pipeline[EmbeddingsGenerationInputs, EmbeddingsGenerati
 
     def _run(self, token_rows: list[np.ndarray]) -> np.ndarray:
         """One program over ``token_rows`` (ascending lengths): ``[rows, hidden]`` pooled, else ``[rows, T, hidden]``."""
-        import jax  # noqa: PLC0415 - JAX loads with the first batch, not with the module
-
-        from lowering.x64 import x64  # noqa: PLC0415
-
         lengths = np.array([len(r) for r in token_rows], np.int64)
         t = _length_bucket(int(lengths.max()), self.max_length)
         b = _row_bucket(len(token_rows), self._max_batch_size)
@@ -294,7 +299,7 @@ class EmbeddingsPipeline(Pipeline[EmbeddingsGenerationInputs, EmbeddingsGenerati
         padded_lengths[: len(token_rows)] = lengths
         with x64():
             weights, tree = jax.tree_util.tree_flatten(self.model)
-            out = _embed_step()(weights, ids, padded_lengths, model_tree=tree, pooling=self.pooling if self.pool_embeddings else None, normalize=self.normalize and self.pool_embeddings)
+            out = _embed_step(weights, ids, padded_lengths, model_tree=tree, pooling=self.pooling if self.pool_embeddings else None, normalize=self.normalize and self.pool_embeddings)
             return np.asarray(out)[: len(token_rows)]
 
 
@@ -303,14 +308,6 @@ class EmbeddingsPipeline(Pipeline[EmbeddingsGenerationInputs, EmbeddingsGenerati
 
 def _embed_arrays(weights, ids, lengths, *, model_tree, pooling, normalize):
     """Final hidden states of ``ids [B, T]`` (float32), pooled over each row's first ``lengths`` tokens unless ``pooling`` is None."""
-    import jax  # noqa: PLC0415
-    import jax.numpy as jnp  # noqa: PLC0415
-
-    from lowering.dtypes import DType  # noqa: PLC0415
-    from maxfx.experimental import functional as F  # noqa: PLC0415
-    from maxfx.experimental._tensor import Tensor  # noqa: PLC0415
-    from maxfx.models._layers import positions  # noqa: PLC0415
-
     model = jax.tree_util.tree_unflatten(model_tree, weights)
     tokens = Tensor.from_dlpack(ids)
     h, _ = model.hidden(tokens, positions(tokens), None)
@@ -331,21 +328,13 @@ def _embed_arrays(weights, ids, lengths, *, model_tree, pooling, normalize):
     return pooled
 
 
-_STEP: list[Any] = []
-
-
-def _embed_step() -> Any:
-    """The jitted `_embed_arrays` (one per process: pipelines of equal models share its programs)."""
-    if not _STEP:
-        import jax  # noqa: PLC0415
-
-        _STEP.append(jax.jit(_embed_arrays, static_argnames=("model_tree", "pooling", "normalize")))
-    return _STEP[0]
+# One jitted forward per process: pipelines of equal models share its programs.
+_embed_step = jax.jit(_embed_arrays, static_argnames=("model_tree", "pooling", "normalize"))
 
 
 def compiled_programs() -> int:
     """How many embedding programs have been compiled in this process (for tests and benchmarks)."""
-    return _STEP[0]._cache_size() if _STEP else 0
+    return _embed_step._cache_size()
 
 
 def _length_bucket(n: int, limit: int | None) -> int:
@@ -366,10 +355,6 @@ _FLOAT_ENCODINGS = ("float32", "bfloat16", "float16")
 
 def _load(model_config: Any) -> Any:
     """`load_pretrained` of the config's model: its float encoding as the dtype, its device when ``device_specs`` was set."""
-    from maxfx import driver  # noqa: PLC0415
-    from maxfx.dtype import DType  # noqa: PLC0415
-    from maxfx.models import load_pretrained  # noqa: PLC0415
-
     path = model_config.local_model_path
     encoding = getattr(model_config.quantization_encoding, "value", model_config.quantization_encoding)
     dtype = DType[encoding] if encoding in _FLOAT_ENCODINGS and not str(path).lower().endswith(".gguf") else None
