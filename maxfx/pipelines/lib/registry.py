@@ -377,16 +377,18 @@ class PipelineRegistry:
 
         Args:
             huggingface_repo: a `HuggingFaceRepo`, a `PipelineConfig` or `MAXModelConfig`
-                (its model), a local folder / ``.gguf`` path or cached repo id, or a
-                registered architecture name.
+                (its model), a local folder / ``.gguf`` path or cached ``org/name`` repo
+                id, or an architecture name (as later MAX).
             task: prefer the record for this task when the name serves several.
 
         Raises:
             FileNotFoundError / RepoNotAvailableOfflineError: no config to read.
         """
         task = None if task is None else _coerce("PipelineRegistry.retrieve_architecture", "task", task, PipelineTask)
-        if isinstance(huggingface_repo, str) and self._resolve_architecture(huggingface_repo, task) is not None:
-            return self._resolve_architecture(huggingface_repo, task)
+        if isinstance(huggingface_repo, str) and (arch := self._resolve_architecture(huggingface_repo, task)) is not None:
+            return arch
+        if isinstance(huggingface_repo, str) and "/" not in huggingface_repo and not Path(huggingface_repo).expanduser().exists():
+            return None  # an architecture name that is not registered (neither a path nor an org/name repo id)
         config, where = self._config_of(huggingface_repo)
         names = _architecture_names(config)
         if not names:
