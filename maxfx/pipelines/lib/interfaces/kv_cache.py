@@ -146,18 +146,21 @@ def _is_paged_manager(manager: Any) -> bool:
 def get_paged_manager(pipeline: Any) -> Any:
     """The paged KV manager of a pipeline, or None when it has none.
 
-    Looks at ``pipeline._pipeline_model.kv_manager`` (MAX's layout), then
-    ``pipeline.kv_manager``, then the first of ``pipeline.kv_managers``; a manager
-    counts when it is a `PagedKVCacheManager` or has its ``claim``, ``fetch``,
-    ``step`` and ``release`` methods.
+    Looks at ``pipeline._pipeline_model.kv_manager`` (MAX's layout) and
+    ``pipeline.kv_manager``, which count when they are a `PagedKVCacheManager` or
+    have its ``claim``, ``fetch``, ``step`` and ``release`` methods; then at the
+    first of ``pipeline.kv_managers`` (`GenerateMixin.kv_managers`: for maxfx's
+    `TextGenerationPipeline`, the engine's `~maxfx.generation.PagePool`).
 
     Example:
         >>> get_paged_manager(object()) is None
         True
     """
     model = getattr(pipeline, "_pipeline_model", None)
-    candidates = [getattr(model, "kv_manager", None), getattr(pipeline, "kv_manager", None)]
+    for candidate in (getattr(model, "kv_manager", None), getattr(pipeline, "kv_manager", None)):
+        if _is_paged_manager(candidate):
+            return candidate
     managers = getattr(pipeline, "kv_managers", None)
     if isinstance(managers, (list, tuple)) and managers:
-        candidates.append(managers[0])
-    return next((m for m in candidates if _is_paged_manager(m)), None)
+        return managers[0]
+    return None
