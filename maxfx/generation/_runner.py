@@ -174,6 +174,7 @@ class ModelRunner:
         self._sealed: dict[RequestID, int] = {}
         self._penalties: dict[RequestID, _PenaltyState] = {}
         self._lock = threading.Lock()  # one step at a time: steps donate the pools
+        self._pool_spec = (len(self._pools), self._pools[0][0].shape, str(self._pools[0][0].dtype))
         self.cache_bytes = 2 * sum(k.size * k.dtype.itemsize for k, _ in self._pools)
 
     # ── pages ──
@@ -279,6 +280,7 @@ class ModelRunner:
         key = (
             "engine",
             self._tree,
+            self._pool_spec,
             tuple(sorted((k, v) for k, v in static.items() if k != "model_tree")),
             jax.tree_util.tree_structure(extras),
             tuple((a.shape, a.dtype) for a in jax.tree_util.tree_leaves((arrays, params, extras))),

@@ -114,6 +114,7 @@ class RequestStream:
         self.first_token_at: float | None = None
         self.stop_string: str | None = None
         self._loop = loop
+        self._result: GenerationResult | None = None
         self._queue: Any = asyncio.Queue() if loop is not None else queue.Queue()
 
     def _put(self, event: StreamEvent) -> None:
@@ -151,7 +152,9 @@ class RequestStream:
                 return
 
     def result(self) -> GenerationResult:
-        """Wait for the request to finish (sync streams) and collect its events."""
+        """Wait for the request to finish (sync streams) and collect its events (once: later calls return the same result)."""
+        if self._result is not None:
+            return self._result
         tokens: list[int] = []
         text: list[str] = []
         logprobs: list[LogProbabilities] = []
@@ -161,7 +164,8 @@ class RequestStream:
             text.append(event.text)
             logprobs += event.log_probabilities or []
             status = event.status
-        return GenerationResult(self.request_id, tokens, "".join(text), status, self.prompt_tokens, self.cached_tokens, logprobs, self.stop_string)
+        self._result = GenerationResult(self.request_id, tokens, "".join(text), status, self.prompt_tokens, self.cached_tokens, logprobs, self.stop_string)
+        return self._result
 
 
 @dataclass
