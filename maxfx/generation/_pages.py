@@ -15,7 +15,9 @@ This class decides which pages a request owns; it never touches device memory.
 
 Example:
     >>> pool = PagePool(num_pages=9, page_size=4, enable_prefix_caching=True)
-    >>> pages = pool.allocate(2); pool.seal(pages, list(range(8)))
+    >>> pages = pool.allocate(2)
+    >>> pool.seal(pages, list(range(8)))  # two full pages sealed
+    2
     >>> pool.release(pages)
     >>> pool.match_prefix(list(range(10)))  # the two sealed pages cover 8 tokens
     [1, 2]

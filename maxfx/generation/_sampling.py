@@ -99,7 +99,7 @@ def filter_logits(x: jax.Array, top_k: jax.Array, top_p: jax.Array, min_p: jax.A
     ranked = jnp.where(jnp.arange(vocab)[None, :] < k[:, None], ranked, -jnp.inf)
     probs = jax.nn.softmax(ranked, axis=-1)
     before = jnp.cumsum(probs, axis=-1) - probs  # the mass of the better-ranked tokens
-    keep = before < top_p[:, None]
+    keep = (before < top_p[:, None]) | (top_p[:, None] >= 1.0)  # float32 sums can reach 1 before the last token
     cutoff = jnp.min(jnp.where(keep, ranked, jnp.inf), axis=-1, keepdims=True)
     x = jnp.where(x < cutoff, -jnp.inf, x)
     p = jax.nn.softmax(x, axis=-1)

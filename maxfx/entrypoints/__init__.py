@@ -1,0 +1,1 @@
+"""MAX's ``max.entrypoints``: `llm.LLM`, offline generation through the serving engine."""
