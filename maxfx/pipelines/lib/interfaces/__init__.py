@@ -5,6 +5,8 @@
 - `KVCacheMixin`: KV-cache parameters and the paged KV manager of a model.
 - `AlwaysSignalBuffersMixin`: for graphs that always take allreduce signal buffers.
 - `get_paged_manager`: a pipeline's paged KV manager, if any.
+- `GenerateMixin`: ``generate`` / ``generate_async`` (requests in, finished outputs out)
+  and the engine-backed ``execute`` / ``release`` of maxfx's pipelines.
 
 Example:
     >>> from maxfx.pipelines.lib.interfaces import ModelOutputs, get_paged_manager
@@ -12,12 +14,9 @@ Example:
     (True, True)
 """
 
+from maxfx.pipelines.lib.interfaces._generate import BatchInfo, GenerateMixin
 from maxfx.pipelines.lib.interfaces.kv_cache import KVCacheMixin, get_paged_manager
 from maxfx.pipelines.lib.interfaces.pipeline_model import AlwaysSignalBuffersMixin, ModelInputs, ModelOutputs, PipelineModel
 
-# GenerateMixin (generate()/generate_async() over a pipeline's execute()) is written in
-# maxfx/pipelines/lib/interfaces/_generate.py by the pipeline work; once that file exists,
-# re-export it here: ``from maxfx.pipelines.lib.interfaces._generate import GenerateMixin``
-# and add "GenerateMixin" to __all__.
 
-__all__ = ["AlwaysSignalBuffersMixin", "KVCacheMixin", "ModelInputs", "ModelOutputs", "PipelineModel", "get_paged_manager"]
+__all__ = ["AlwaysSignalBuffersMixin", "BatchInfo", "GenerateMixin", "KVCacheMixin", "ModelInputs", "ModelOutputs", "PipelineModel", "get_paged_manager"]
