@@ -376,6 +376,9 @@ def test_get_pipeline_for_task():
 def test_get_pipeline_for_text_generation():
     text = pytest.importorskip("maxfx.pipelines.lib.pipeline_variants.text_generation")
     assert get_pipeline_for_task(TEXT, PipelineConfig(model_path=LLAMA)) is text.TextGenerationPipeline
+
+
+def test_get_pipeline_for_speculative_decoding():
     spec = pytest.importorskip("maxfx.pipelines.lib.speculative_decoding")
     config = PipelineConfig(model_path=LLAMA, draft_model_path=LLAMA)
     assert get_pipeline_for_task(TEXT, config) is spec.SpeculativeDecodingTextGenerationPipeline
@@ -400,12 +403,26 @@ def test_retrieve_factory_builds_an_embeddings_pipeline_lazily(tmp_path):
     assert isinstance(llama, EmbeddingsPipeline) and llama.pooling == "mean" and tokenizer2.eos == 2
 
 
-def test_retrieve_builds_a_text_generation_pipeline():
+def test_retrieve_builds_a_text_generation_pipeline_that_generates_the_golden_tokens():
     pytest.importorskip("maxfx.pipelines.lib.pipeline_variants.text_generation")
-    config = PipelineConfig(model_path=LLAMA, max_length=32, max_batch_size=2)
-    tokenizer, pipeline = PIPELINE_REGISTRY.retrieve(config)
+    from maxfx.interfaces import TextGenerationInputs
+
+    config = PipelineConfig(model_path=LLAMA, max_length=64, max_batch_size=2)
+    tokenizer, pipeline = PIPELINE_REGISTRY.retrieve(config)  # SERVING.md section 2's loop
     assert type(pipeline).__name__ == "TextGenerationPipeline" and isinstance(tokenizer, TextTokenizer)
     assert config.model_config.kv_cache.cache_strategy is KVCacheStrategy.PAGED
+    golden = np.load(MODELS / "tiny_llama/golden.npz")
+    prompt, expected = golden["input_ids"][0].tolist(), golden["greedy_ids"][0].tolist()
+    request = TextGenerationRequest(request_id=RequestID(), model_name="tiny", prompt=prompt, sampling_params=SamplingParams(top_k=1, max_new_tokens=len(expected), ignore_eos=True))
+    ctx = asyncio.run(tokenizer.new_context(request))
+    tokens = []
+    for _ in range(64):
+        out = pipeline.execute(TextGenerationInputs(batches=[{ctx.request_id: ctx}], num_steps=4))[ctx.request_id]
+        tokens += out.tokens
+        if out.is_done:
+            break
+    pipeline.release(ctx.request_id)
+    assert tokens == expected
 
 
 def test_custom_architectures_from_the_config(tmp_path):
