@@ -373,6 +373,13 @@ def test_get_pipeline_for_task():
         get_pipeline_for_task("painting", None)
 
 
+def test_a_missing_pipeline_module_is_an_import_error(monkeypatch):
+    registry_module = importlib.import_module("maxfx.pipelines.lib.registry")
+    monkeypatch.setitem(registry_module._PIPELINE_CLASSES, "embeddings", ("maxfx.no_such_pipeline_module", "EmbeddingsPipeline"))
+    with pytest.raises(ImportError, match="maxfx.no_such_pipeline_module.EmbeddingsPipeline is not available"):
+        get_pipeline_for_task(EMBED, None)
+
+
 def test_get_pipeline_for_text_generation():
     text = pytest.importorskip("maxfx.pipelines.lib.pipeline_variants.text_generation")
     assert get_pipeline_for_task(TEXT, PipelineConfig(model_path=LLAMA)) is text.TextGenerationPipeline
