@@ -389,6 +389,8 @@ def test_get_pipeline_for_speculative_decoding():
     spec = pytest.importorskip("maxfx.pipelines.lib.speculative_decoding")
     config = PipelineConfig(model_path=LLAMA, draft_model_path=LLAMA)
     assert get_pipeline_for_task(TEXT, config) is spec.SpeculativeDecodingTextGenerationPipeline
+    _, factory = _builtin_registry().retrieve_factory(config)  # a draft model picks the speculative pipeline
+    assert factory.func is spec.SpeculativeDecodingTextGenerationPipeline and factory.keywords["pipeline_model"] is LlamaForCausalLM
 
 
 def test_retrieve_factory_builds_an_embeddings_pipeline_lazily(tmp_path):
