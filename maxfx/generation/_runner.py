@@ -243,7 +243,7 @@ class ModelRunner:
             self.reserve(c, n)
         t = 1 if max(counts) == 1 else _bucket(max(counts), 16)
         b = _bucket(len(contexts))
-        width = min(self.max_pages_per_seq, max(self.min_pages, _bucket(max(self.pool.pages_for(c.start_idx + n) for c, n in zip(contexts, counts)))))
+        width = self._width(t, max(self.pool.pages_for(c.start_idx + n) for c, n in zip(contexts, counts)))
         arrays = self._inputs(contexts, counts, b, t, width)
         rows = [self._sampling(c) for c in contexts] + [{}] * (b - len(contexts))
         steps = [c.num_generated for c in contexts] + [0] * (b - len(contexts))
@@ -296,6 +296,13 @@ class ModelRunner:
         out, self._pools = exe(*args)
         _COUNTS["steps"] += 1
         return out
+
+    def _width(self, t: int, pages: int) -> int:
+        """Pages a step reads per row: decode steps a power of two from ``min_context`` up; prefill chunks
+        (whose cost is the chunk's matmuls, not the page window) always the whole ``max_length``."""
+        if t > 1:
+            return self.max_pages_per_seq
+        return min(self.max_pages_per_seq, max(self.min_pages, _bucket(pages)))
 
     def _inputs(self, contexts: Sequence[TextContext], counts: Sequence[int], b: int, t: int, width: int) -> tuple[np.ndarray, ...]:
         ps = self.page_size
@@ -361,13 +368,12 @@ class ModelRunner:
     def warmup(self, *, prefill: bool = True, decode: bool = True, progress: bool = False) -> int:
         """Compile every bucket the scheduler can use (greedy sampling); returns the programs compiled now."""
         before = _COUNTS["compiles"]
-        widths = sorted({min(self.max_pages_per_seq, max(self.min_pages, _bucket(n))) for n in range(1, self.max_pages_per_seq + 1)})
+        widths = sorted({self._width(1, n) for n in range(1, self.max_pages_per_seq + 1)})
         shapes = []
         if decode:
             shapes += [(b, 1, w) for b in sorted({_bucket(n) for n in range(1, self.max_batch_size + 1)}) for w in widths]
         if prefill:
-            ts = sorted({_bucket(n, 16) for n in range(2, self.prefill_chunk_size + 1)})
-            shapes += [(1, t, w) for t in ts for w in widths if t <= w * self.page_size]
+            shapes += [(1, t, self.max_pages_per_seq) for t in sorted({_bucket(n, 16) for n in range(2, self.prefill_chunk_size + 1)})]
         params = None
         for b, t, w in shapes:
             arrays = (np.zeros((b, t), np.int32), np.zeros((b, t), np.int32), np.zeros((b, t), np.int32), np.zeros((b, w * self.page_size), np.int32), np.zeros(b, np.int32))
