@@ -487,6 +487,8 @@ def _next_key(key: Any) -> Any:
     return key + np.array([0, 1], np.uint32)
 
 
+_COMPILE_LOCK = threading.Lock()
+
 # The structure of the caches the prefill being traced returns (it returns their
 # arrays only, so no Tensor is rebuilt per call); `_ahead` keeps it beside the program.
 _traced = threading.local()
@@ -557,11 +559,16 @@ def _ahead(kind: str, step: Any, args: tuple, static: dict[str, Any], *, exact: 
     hit = cache.get(key)
     compile_s = 0.0
     if hit is None:
-        start = time.perf_counter()
-        _traced.cache_tree = None
-        exe = step.lower(*args, **static).compile()
-        hit = cache[key] = (exe, _traced.cache_tree)
-        compile_s = time.perf_counter() - start
+        # One compile at a time: a second thread lowering the same step would hit jax's
+        # trace cache, never run the traced function, and so never learn the cache tree.
+        with _COMPILE_LOCK:
+            hit = cache.get(key)
+            if hit is None:
+                start = time.perf_counter()
+                _traced.cache_tree = None
+                exe = step.lower(*args, **static).compile()
+                hit = cache[key] = (exe, _traced.cache_tree)
+                compile_s = time.perf_counter() - start
     last[static_key] = hit
     return *hit, compile_s
 
