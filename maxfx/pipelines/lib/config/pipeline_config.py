@@ -296,7 +296,7 @@ class PipelineConfig(MAXConfig):
             raise ConfigError(f"{_OWNER}.chat_template must be an existing template file, got {str(self.chat_template)!r}")
 
     def _import_custom_architectures(self) -> None:
-        """Import each ``custom_architectures`` module; register its ARCHITECTURES when the registry is loaded."""
+        """Import each ``custom_architectures`` module and keep its ARCHITECTURES (`PipelineRegistry.retrieve*` registers them)."""
         found = []
         for spec in self.custom_architectures:
             parts = spec.split(":")
@@ -313,11 +313,7 @@ class PipelineConfig(MAXConfig):
             if not isinstance(archs, list) or not archs:
                 raise ConfigError(f"{_OWNER}.custom_architectures entry {spec!r} must expose a non-empty ARCHITECTURES list, got {archs!r}")
             found.extend(archs)
-        self._custom_architecture_list = found
-        registry = sys.modules.get("maxfx.pipelines.lib.registry")
-        if registry is not None and hasattr(registry, "PIPELINE_REGISTRY"):
-            for arch in found:
-                registry.PIPELINE_REGISTRY.register(arch, allow_override=True)
+        self._custom_architecture_list = found  # the registry registers them when it resolves this config
 
     @property
     def custom_architecture_list(self) -> list[Any]:
