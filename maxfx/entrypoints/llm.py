@@ -48,8 +48,12 @@ class LLM:
         self.tokenizer, self.pipeline = PIPELINE_REGISTRY.retrieve(pipeline_config, task=PipelineTask.TEXT_GENERATION)
         self._defaults = pipeline_config.model_config.sampling_params_defaults
         self._model_name = pipeline_config.model_config.model_name
-        self._scheduler = self.pipeline.scheduler
-        self._scheduler.start()
+        try:
+            self._scheduler = self.pipeline.scheduler
+        except NotImplementedError:  # speculative decoding: the pipeline runs its own rounds (`generate`)
+            self._scheduler = None
+        else:
+            self._scheduler.start()
         self._closed = False
         self._lock = threading.Lock()
 
@@ -77,6 +81,8 @@ class LLM:
         requests = [
             TextGenerationRequest(request_id=RequestID(), model_name=self._model_name, prompt=p, sampling_params=self._sampling(max_new_tokens)) for p in items
         ]  # fmt: skip
+        if self._scheduler is None:
+            return self._generate_with_pipeline(requests, use_tqdm)
         contexts = asyncio.run(_contexts(self.tokenizer, requests))
         streams = [self._scheduler.submit(c) for c in contexts]
         texts: list[str] = []
@@ -89,12 +95,22 @@ class LLM:
                 bar.update(1)
         return texts
 
+    def _generate_with_pipeline(self, requests: list[TextGenerationRequest], use_tqdm: bool) -> list[str]:
+        """A pipeline without a scheduler (speculative decoding): its own `generate`, one call at a time."""
+        with self._lock, tqdm(total=len(requests), desc="generating", unit="prompt", disable=not use_tqdm) as bar:
+            outputs = self.pipeline.generate(requests)
+            bar.update(len(requests))
+        text = self.tokenizer.delegate
+        eos = {int(self.tokenizer.eos)}
+        return [text.decode([t for t in o.tokens if t not in eos], skip_special_tokens=True) for o in outputs]
+
     def close(self) -> None:
         """Finish the running requests and stop the background scheduler."""
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self._scheduler.shutdown()
+                if self._scheduler is not None:
+                    self._scheduler.shutdown()
 
     def __enter__(self) -> LLM:
         return self

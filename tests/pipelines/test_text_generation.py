@@ -144,3 +144,9 @@ def test_pipeline_execute_with_chunked_prefill_and_bad_batches():
     with pytest.raises(ValueError, match="length limit"):
         pipeline.calculate_num_steps(1, ctx)
     np.testing.assert_array_equal(ctx.generated_tokens, case["new_ids"][:4])
+
+
+def test_llm_with_a_draft_model_runs_speculative_decoding(greedy_folder):
+    config = PipelineConfig(model_path=str(greedy_folder), draft_model_path=str(greedy_folder), max_batch_size=2)
+    with LLM(config) as llm, LLM(PipelineConfig(model_path=str(greedy_folder), max_batch_size=2)) as plain:
+        assert llm.generate(["hello, world"], max_new_tokens=8, use_tqdm=False) == plain.generate(["hello, world"], max_new_tokens=8, use_tqdm=False)
