@@ -44,6 +44,14 @@ _LAZY = {
     "TTSContext": "maxfx.pipelines.core",
     "TextAndVisionContext": "maxfx.pipelines.core",
     "TextContext": "maxfx.pipelines.core",
+    "GenerateMixin": "maxfx.pipelines.lib.interfaces",
+    "TextGenerationPipeline": "maxfx.pipelines.lib.pipeline_variants.text_generation",
+    "EmbeddingsPipeline": "maxfx.pipelines.lib.embeddings_pipeline",
+    "SpeculativeDecodingTextGenerationPipeline": "maxfx.pipelines.lib.speculative_decoding",
+    "TextTokenizer": "maxfx.pipelines.lib.tokenizer",
+    "IdentityPipelineTokenizer": "maxfx.pipelines.lib.tokenizer",
+    "PreTrainedPipelineTokenizer": "maxfx.pipelines.lib.tokenizer",
+    "max_tokens_to_generate": "maxfx.pipelines.lib.tokenizer",
 }
 # Subpackages loaded on first attribute access (``maxfx.pipelines.core``...).
 _SUBMODULES = ("architectures", "core")
