@@ -42,6 +42,7 @@ from lowering.x64 import x64
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn import Module
+from maxfx.generation import IncrementalText
 from maxfx.graph import ops
 from maxfx.models._layers import positions
 from maxfx.models._source import RandomSource
@@ -692,15 +693,8 @@ class _Steps(Iterator[np.ndarray]):
 
 
 class _TextSteps(Iterator[Any]):
-    """Text pieces of a generation: decodes each row's new tokens incrementally.
-
-    Each row keeps a window of ids ``[prefix, read)`` already shown; a step decodes
-    the window with and without the new ids and shows the difference, unless the
-    text ends in U+FFFD (a multi-byte character still incomplete), which waits
-    for the next token. Decoding a window (not the whole row) keeps a step's cost
-    flat, and tokenizers whose decoder treats a sequence's first token specially
-    (SentencePiece's leading space) see the same first token in both decodes.
-    """
+    """Text pieces of a generation: each row's new tokens decoded incrementally (`maxfx.generation.IncrementalText`,
+    the engine's decoder: a multi-byte character waits for its last token)."""
 
     def __init__(self, steps: _Steps, tok: Tokenizer, eos: Sequence[int], *, single: bool):
         self.stats = steps.stats
@@ -708,9 +702,7 @@ class _TextSteps(Iterator[Any]):
         n = len(steps._lengths)
         self._ids: list[list[int]] = [[] for _ in range(n)]
         self._ended = [False] * n
-        self._prefix = [0] * n
-        self._read = [0] * n
-        self._shown = [""] * n
+        self._text = [IncrementalText(tok) for _ in range(n)]
         self._finished = False
         self.steps_done = 0
 
@@ -730,36 +722,25 @@ class _TextSteps(Iterator[Any]):
                 tokens = next(self._steps)
             except StopIteration:
                 self._finished = True
-                pieces = [self._piece(i, final=True) for i in range(len(self._ids))]
+                pieces = [text.finish() for text in self._text]
             else:
                 self.steps_done += 1
+                pieces = []
                 for i, t in enumerate(tokens.tolist()):
-                    if self._ended[i]:
-                        continue
-                    if t in self._eos:
-                        self._ended[i] = True
-                    else:
-                        self._ids[i].append(t)
-                pieces = [self._piece(i, final=False) for i in range(len(self._ids))]
+                    new = []
+                    if not self._ended[i]:
+                        if t in self._eos:
+                            self._ended[i] = True
+                        else:
+                            self._ids[i].append(t)
+                            new = [t]
+                    pieces.append(self._text[i].add(new))
             if not self._single:
                 if self._finished and not any(pieces):
                     raise StopIteration
                 return pieces
             if pieces[0]:
                 return pieces[0]
-
-    def _piece(self, i: int, final: bool) -> str:
-        ids, prefix, read = self._ids[i], self._prefix[i], self._read[i]
-        if len(ids) == read:
-            return ""
-        before = self._tok.decode(ids[prefix:read], skip_special_tokens=True)
-        after = self._tok.decode(ids[prefix:], skip_special_tokens=True)
-        if not final and (len(after) <= len(before) or after.endswith("\ufffd")):
-            return ""
-        piece = after[len(before) :]
-        self._prefix[i], self._read[i] = read, len(ids)
-        self._shown[i] += piece
-        return piece
 
 
 def _vocab(model: Any) -> int:

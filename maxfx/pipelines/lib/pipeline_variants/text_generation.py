@@ -65,17 +65,7 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
         self.runner: ModelRunner = build_runner(pipeline_config, self.model)
         self._scheduler: Scheduler | None = None
 
-    # ── MAX's properties ──
-    @property
-    def pipeline_config(self) -> Any:
-        """The `PipelineConfig`."""
-        return self._pipeline_config
-
-    @property
-    def tokenizer(self) -> Any:
-        """The `PipelineTokenizer` (a `TextTokenizer`)."""
-        return self._tokenizer
-
+    # ── MAX's properties (pipeline_config and tokenizer come from GenerateMixin) ──
     @property
     def kv_managers(self) -> list[Any]:
         """The KV page pools (one: maxfx runs one model per pipeline)."""
