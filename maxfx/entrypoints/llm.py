@@ -31,6 +31,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from maxfx.interfaces import PipelineTask, RequestID, SamplingParams, SamplingParamsInput, TextGenerationRequest
+from maxfx.pipelines.lib._sync import run_sync
 from maxfx.pipelines.lib.registry import PIPELINE_REGISTRY
 
 __all__ = ["LLM"]
@@ -83,7 +84,7 @@ class LLM:
         ]  # fmt: skip
         if self._scheduler is None:
             return self._generate_with_pipeline(requests, use_tqdm)
-        contexts = asyncio.run(_contexts(self.tokenizer, requests))
+        contexts = run_sync(lambda: _contexts(self.tokenizer, requests))
         streams = [self._scheduler.submit(c) for c in contexts]
         texts: list[str] = []
         with tqdm(total=len(streams), desc="generating", unit="prompt", disable=not use_tqdm) as bar:

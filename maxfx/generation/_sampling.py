@@ -4,11 +4,11 @@
 request's `SamplingParams`); `choose` runs inside the step on float32 logits
 ``[B, V]``:
 
-1. ``bias`` (optional, ``[B, V]``, added): frequency and presence penalties as
+1. ``repetition`` (optional, with ``seen [B, V]``, the prompt and generated tokens):
+   a seen token's logit ``l`` becomes ``l / r`` if ``l > 0`` else ``l * r`` (CTRL / HF).
+2. ``bias`` (optional, ``[B, V]``, added): frequency and presence penalties as
    OpenAI defines them (``- frequency * count - presence * (count > 0)`` over the
    generated tokens) and masks (``-inf``: EOS before ``min_new_tokens``, grammar).
-2. ``repetition`` (optional, with ``seen [B, V]``, the prompt and generated tokens):
-   a seen token's logit ``l`` becomes ``l / r`` if ``l > 0`` else ``l * r`` (CTRL / HF).
 3. A row with ``temperature == 0`` takes the argmax. Other rows divide by the
    temperature, keep the ``top_k`` best (``top_k <= 0``: all), then the smallest set
    of best tokens whose probability reaches ``top_p``, then the tokens whose

@@ -115,6 +115,8 @@ class RequestStream:
         self.stop_string: str | None = None
         self._loop = loop
         self._result: GenerationResult | None = None
+        self._seen: list[StreamEvent] = []  # sync streams: every event taken so far (result() after iterating)
+        self._done = False
         self._queue: Any = asyncio.Queue() if loop is not None else queue.Queue()
 
     def _put(self, event: StreamEvent) -> None:
@@ -129,13 +131,14 @@ class RequestStream:
     def __iter__(self) -> Iterator[StreamEvent]:
         if self._loop is not None:
             raise TypeError("RequestStream: this stream belongs to an asyncio loop; use `async for`")
-        while True:
+        yield from self._seen  # events an earlier iteration already took
+        while not self._done:
             event = self._queue.get()
+            self._seen.append(event)
+            self._done = event.is_done
             if event.error is not None:
                 raise event.error
             yield event
-            if event.is_done:
-                return
 
     def __aiter__(self):
         return self._aiter()

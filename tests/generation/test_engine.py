@@ -267,3 +267,12 @@ def test_page_pool_accounting():
     b = pool.allocate(5)  # takes the 2 free pages, then evicts the 3 cached ones
     assert sorted(b) == [1, 2, 3, 4, 5] and pool.stats.evicted_pages == 3
     assert pool.match_prefix(list(range(13))) == []
+
+
+def test_result_after_iterating_the_stream(llama):
+    sched = Scheduler(ModelRunner(llama, max_batch_size=2, max_length=MAX_LEN, page_size=16))
+    s = sched.submit(ctx([1, 2, 3], 5))
+    sched.run_until_idle()
+    events = list(s)
+    assert sum(len(e.tokens) for e in events) == 5
+    assert s.result().tokens == [t for e in events for t in e.tokens] and list(s) == events

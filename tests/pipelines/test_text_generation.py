@@ -150,3 +150,14 @@ def test_llm_with_a_draft_model_runs_speculative_decoding(greedy_folder):
     config = PipelineConfig(model_path=str(greedy_folder), draft_model_path=str(greedy_folder), max_batch_size=2)
     with LLM(config) as llm, LLM(PipelineConfig(model_path=str(greedy_folder), max_batch_size=2)) as plain:
         assert llm.generate(["hello, world"], max_new_tokens=8, use_tqdm=False) == plain.generate(["hello, world"], max_new_tokens=8, use_tqdm=False)
+
+
+def test_llm_generate_inside_a_running_event_loop(greedy_folder):
+    """A notebook cell runs in an event loop: generate must still work there (it tokenizes on a worker thread)."""
+    with LLM(PipelineConfig(model_path=str(greedy_folder), max_batch_size=2)) as llm:
+        expected = llm.generate(["hello"], max_new_tokens=4, use_tqdm=False)
+
+        async def cell():
+            return llm.generate(["hello"], max_new_tokens=4, use_tqdm=False)
+
+        assert asyncio.run(cell()) == expected

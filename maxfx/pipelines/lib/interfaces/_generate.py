@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from maxfx.interfaces import RequestID, SamplingParams, TextGenerationOutput, TextGenerationRequest
+from maxfx.pipelines.lib._sync import run_sync
 
 
 @dataclass
@@ -107,8 +108,8 @@ class GenerateMixin:
         ]  # fmt: skip
 
     def generate(self, prompts: TextGenerationRequest | str | Sequence[TextGenerationRequest | str]) -> list[TextGenerationOutput]:
-        """`generate_async` from synchronous code."""
-        return asyncio.run(self.generate_async(prompts))
+        """`generate_async` from synchronous code (also from a notebook cell, whose event loop is running)."""
+        return run_sync(lambda: self.generate_async(prompts))
 
 
 def _stops(request: TextGenerationRequest) -> list[str]:
