@@ -139,15 +139,17 @@ class ModelRunner:
         max_length: the longest sequence (prompt + generated); default the model's context.
         page_size: token slots per KV page.
         num_pages: pages in the pool (default: enough for ``max_batch_size`` sequences of
-            ``max_length``, plus the scratch page); fewer makes the scheduler preempt.
+            ``max_length``, plus the scratch page, cut to ``max_cache_bytes``); fewer makes the
+            scheduler preempt.
         prefill_chunk_size: most prompt tokens one prefill step runs.
         enable_prefix_caching: reuse the pages of identical prompt prefixes.
         min_context: the narrowest page window a step reads (tokens), bounding the buckets.
+        max_cache_bytes: the most memory the default-sized pool may take (None: no limit).
     """
 
     def __init__(
         self, model: Any, *, max_batch_size: int = 16, max_length: int | None = None, page_size: int = 16, num_pages: int | None = None,
-        prefill_chunk_size: int = 512, enable_prefix_caching: bool = False, min_context: int = 128,
+        prefill_chunk_size: int = 512, enable_prefix_caching: bool = False, min_context: int = 128, max_cache_bytes: int | None = None,
     ):  # fmt: skip
         name = "ModelRunner"
         context = int(getattr(model.config, "max_position_embeddings", 0) or 0) or None
@@ -163,10 +165,13 @@ class ModelRunner:
         self.prefill_chunk_size = min(int(prefill_chunk_size), self.max_length)
         self.max_pages_per_seq = -(-self.max_length // self.page_size)
         self.min_pages = min(self.max_pages_per_seq, _bucket(-(-int(min_context) // self.page_size)))
+        n_kv, head_dim, dtype = _cache_spec(model)
         if num_pages is None:
             num_pages = self.max_batch_size * self.max_pages_per_seq + 1
+            if max_cache_bytes is not None:  # K and V of every layer for one page
+                page_bytes = 2 * model.num_layers * self.page_size * n_kv * head_dim * np.dtype(dtype).itemsize
+                num_pages = max(2, min(num_pages, int(max_cache_bytes) // page_bytes))
         self.pool = PagePool(int(num_pages), self.page_size, enable_prefix_caching)
-        n_kv, head_dim, dtype = _cache_spec(model)
         slots = self.pool.num_pages * self.page_size
         self._pools = [(jnp.zeros((slots, n_kv, head_dim), dtype), jnp.zeros((slots, n_kv, head_dim), dtype)) for _ in range(model.num_layers)]
         self._weights, self._tree = jax.tree_util.tree_flatten(model)
@@ -248,11 +253,11 @@ class ModelRunner:
         rows = [self._sampling(c) for c in contexts] + [{}] * (b - len(contexts))
         steps = [c.num_generated for c in contexts] + [0] * (b - len(contexts))
         params = SamplingRows.build(rows, steps)
-        extras, flags = self._penalty_inputs(contexts, b)
+        extras = self._penalty_inputs(contexts, b)
         n_logprobs = max((c.log_probabilities for c in contexts), default=0)
         n_logprobs = 0 if n_logprobs == 0 else (5 if n_logprobs <= 5 else 20)
         all_logits = all_logits or any(c.log_probabilities_echo and c.needs_ce for c in contexts)
-        static = dict(model_tree=self._tree, sample=params.sample, filters=params.filters, n_logprobs=n_logprobs, all_logits=all_logits, **flags)
+        static = dict(model_tree=self._tree, sample=params.sample, filters=params.filters, n_logprobs=n_logprobs, all_logits=all_logits)
         with self._lock:
             out = self._run(arrays, params.arrays(), extras, static)
         results: dict[RequestID, StepOutput | None] = {}
@@ -331,12 +336,12 @@ class ModelRunner:
             temperature = 0.0
         return {"temperature": temperature, "top_k": int(sp.top_k), "top_p": float(sp.top_p), "min_p": float(sp.min_p), "seed": int(sp.seed or 0)}
 
-    def _penalty_inputs(self, contexts: Sequence[TextContext], b: int) -> tuple[tuple, dict[str, Any]]:
+    def _penalty_inputs(self, contexts: Sequence[TextContext], b: int) -> tuple[Any, Any, Any]:
         """``(bias, repetition, seen)`` for the step (None where no row needs them)."""
         need_bias = any(_has_bias(c) for c in contexts)
         need_rep = any(float(c.sampling_params.repetition_penalty) != 1.0 for c in contexts)
         if not (need_bias or need_rep):
-            return (None, None, None), {}
+            return None, None, None
         v = self.vocab_size
         bias = np.zeros((b, v), np.float32) if need_bias else None
         rep = np.ones(b, np.float32) if need_rep else None
@@ -349,12 +354,12 @@ class ModelRunner:
             state.sync(c)
             if need_bias:
                 bias[i] -= float(sp.frequency_penalty) * state.counts + float(sp.presence_penalty) * (state.counts > 0)
-                for step_mask in c.get_min_token_logit_mask(1)[:1]:
-                    bias[i, step_mask[(step_mask >= 0) & (step_mask < v)]] = -np.inf
+                eos = c.get_min_token_logit_mask(1)[0]
+                bias[i, eos[(eos >= 0) & (eos < v)]] = -np.inf
             if need_rep:
                 rep[i] = float(sp.repetition_penalty)
                 seen[i] = state.seen
-        return (bias, rep, seen), {}
+        return bias, rep, seen
 
     def _seal(self, c: TextContext, cached: int) -> None:
         """Key the request's pages that became full (prefix caching)."""
@@ -374,7 +379,6 @@ class ModelRunner:
             shapes += [(b, 1, w) for b in sorted({_bucket(n) for n in range(1, self.max_batch_size + 1)}) for w in widths]
         if prefill:
             shapes += [(1, t, self.max_pages_per_seq) for t in sorted({_bucket(n, 16) for n in range(2, self.prefill_chunk_size + 1)})]
-        params = None
         for b, t, w in shapes:
             arrays = (np.zeros((b, t), np.int32), np.zeros((b, t), np.int32), np.zeros((b, t), np.int32), np.zeros((b, w * self.page_size), np.int32), np.zeros(b, np.int32))
             params = SamplingRows.build([{}] * b, [0] * b)

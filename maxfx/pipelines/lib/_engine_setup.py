@@ -43,15 +43,7 @@ def build_runner(pipeline_config: Any, model: Any, model_config: Any = None) -> 
     batch = int(pipeline_config.max_batch_size or DEFAULT_MAX_BATCH_SIZE)
     page = int(kv.kv_cache_page_size)
     chunk = int(pipeline_config.prefill_chunk_size) if getattr(pipeline_config, "enable_chunked_prefill", True) else None
-    runner = ModelRunner(
+    return ModelRunner(
         model, max_batch_size=batch, max_length=pipeline_config.max_length, page_size=page, prefill_chunk_size=chunk or (pipeline_config.max_length or 1 << 30),
-        enable_prefix_caching=bool(kv.enable_prefix_caching),
+        enable_prefix_caching=bool(kv.enable_prefix_caching), max_cache_bytes=cache_budget_bytes(kv),
     )  # fmt: skip
-    per_page = runner.cache_bytes // runner.pool.num_pages
-    fits = max(2, cache_budget_bytes(kv) // max(per_page, 1))
-    if fits < runner.pool.num_pages:
-        runner = ModelRunner(
-            model, max_batch_size=batch, max_length=runner.max_length, page_size=page, prefill_chunk_size=runner.prefill_chunk_size, num_pages=int(fits),
-            enable_prefix_caching=bool(kv.enable_prefix_caching),
-        )  # fmt: skip
-    return runner

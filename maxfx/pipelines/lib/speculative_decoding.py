@@ -266,17 +266,7 @@ class SpeculativeDecodingTextGenerationPipeline(GenerateMixin, Pipeline):
         self._metrics = SpeculativeDecodingMetrics()
         self._shadows: dict[RequestID, TextContext] = {}
 
-    # ── MAX's properties ──
-    @property
-    def pipeline_config(self) -> Any:
-        """The `PipelineConfig`."""
-        return self._pipeline_config
-
-    @property
-    def tokenizer(self) -> Any:
-        """The `PipelineTokenizer` (a `TextTokenizer`)."""
-        return self._tokenizer
-
+    # ── MAX's properties (pipeline_config and tokenizer come from GenerateMixin) ──
     @property
     def kv_managers(self) -> list[Any]:
         """The KV page pools: the target's, then the draft's."""

@@ -51,8 +51,8 @@ class GenerateMixin:
 
     @property
     def kv_managers(self) -> list[Any]:
-        """The KV page pools."""
-        return []
+        """The KV page pools (the runner's)."""
+        return [self.runner.pool]
 
     def execute(self, inputs: Any) -> dict[RequestID, TextGenerationOutput]:
         """Run ``inputs.num_steps`` steps of the batch on the engine's runner.

@@ -65,12 +65,7 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
         self.runner: ModelRunner = build_runner(pipeline_config, self.model)
         self._scheduler: Scheduler | None = None
 
-    # ── MAX's properties (pipeline_config and tokenizer come from GenerateMixin) ──
-    @property
-    def kv_managers(self) -> list[Any]:
-        """The KV page pools (one: maxfx runs one model per pipeline)."""
-        return [self.runner.pool]
-
+    # ── MAX's properties (pipeline_config, tokenizer and kv_managers come from GenerateMixin) ──
     @property
     def scheduler(self) -> Scheduler:
         """The `maxfx.generation.Scheduler` over this pipeline's runner (what `generate` and `LLM` use)."""
