@@ -66,8 +66,12 @@ def _tensors(shape: dict, seed: int = 0):
         yield g + "ffn_down.weight", mat(h, f)
 
 
-def make_gguf(path: Path, qname: str, shape: dict = SMOLLM2_135M) -> Path:
-    """Write a random Llama GGUF file with 2-D weights in ``qname`` (F32, Q8_0, Q4_0); norms stay F32."""
+def make_gguf(path: Path, qname: str, shape: dict = SMOLLM2_135M, vocab: dict | None = None) -> Path:
+    """Write a random Llama GGUF file with 2-D weights in ``qname`` (F32, Q8_0, Q4_0); norms stay F32.
+
+    ``vocab``: a real byte-level BPE tokenizer for the metadata (``tokens``, ``merges``, ``types``,
+    ``bos``, ``eos``, ``pre``; see `tests.bench._bpe_gguf`), else a dummy one.
+    """
     import gguf  # noqa: PLC0415
 
     qtype = getattr(gguf.GGMLQuantizationType, qname)
@@ -85,16 +89,26 @@ def make_gguf(path: Path, qname: str, shape: dict = SMOLLM2_135M) -> Path:
     wr.add_rope_freq_base(shape["theta"])
     wr.add_vocab_size(shape["vocab"])
     wr.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}[qname])
-    # A vocabulary without merges: llama.cpp needs one to load the file; token ids are fed directly.
     wr.add_tokenizer_model("gpt2")
-    wr.add_tokenizer_pre("default")
-    tokens = [f"<t{i}>" for i in range(shape["vocab"])]
-    tokens[4] = "<t2><t3>"  # the one merge's result
-    wr.add_token_list(tokens)
-    wr.add_token_types([gguf.TokenType.NORMAL] * shape["vocab"])
-    wr.add_token_merges(["<t2> <t3>"])
-    wr.add_bos_token_id(0)
-    wr.add_eos_token_id(1)
+    if vocab is not None:
+        assert len(vocab["tokens"]) == shape["vocab"], "the tokenizer must fill the model's vocabulary"
+        wr.add_tokenizer_pre(vocab["pre"])
+        wr.add_token_list(vocab["tokens"])
+        wr.add_token_types(vocab["types"])
+        wr.add_token_merges(vocab["merges"])
+        wr.add_bos_token_id(vocab["bos"])
+        wr.add_eos_token_id(vocab["eos"])
+        wr.add_add_bos_token(False)  # said explicitly: llama.cpp's and maxfx's defaults differ between pre-tokenizers
+    else:
+        # A vocabulary without merges: llama.cpp needs one to load the file; token ids are fed directly.
+        wr.add_tokenizer_pre("default")
+        tokens = [f"<t{i}>" for i in range(shape["vocab"])]
+        tokens[4] = "<t2><t3>"  # the one merge's result
+        wr.add_token_list(tokens)
+        wr.add_token_types([gguf.TokenType.NORMAL] * shape["vocab"])
+        wr.add_token_merges(["<t2> <t3>"])
+        wr.add_bos_token_id(0)
+        wr.add_eos_token_id(1)
     for name, a in _tensors(shape):
         if a.ndim == 2 and qname != "F32":
             wr.add_tensor(name, gguf.quants.quantize(a, qtype), raw_dtype=qtype)
