@@ -1,4 +1,4 @@
-"""The ``maxfx`` command line: ``maxfx generate`` (also ``python -m maxfx generate``).
+"""The ``maxfx`` command line: ``maxfx generate``, ``maxfx encode`` and ``maxfx serve`` (also ``python -m maxfx ...``).
 
 ``generate`` loads a checkpoint with `maxfx.models.load_pretrained`, streams the
 completion of a prompt to stdout and prints one timing line to stderr. Bad
@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--dtype", choices=_DTYPES, help="convert float weights to this dtype (default: as stored)")
     gen.set_defaults(run=_generate)
     _add_encode(commands)
+    _add_serve(commands)
     return parser
 
 
@@ -235,6 +236,53 @@ def _encode(args: argparse.Namespace) -> int:
     return 0
 
 
+# ─── serve (MAX's `max serve`) ────────────────────────────────────────────
+
+
+def _add_serve(commands: Any) -> None:
+    """The ``serve`` subcommand: an OpenAI-compatible server (`maxfx.serve`); flags as ``max serve``'s where they exist."""
+    srv = commands.add_parser(
+        "serve",
+        help="serve a model over an OpenAI-compatible HTTP API",
+        description="Load a model, warm up its engine and serve /v1/completions, /v1/chat/completions, /v1/embeddings, /v1/models, /health, /tokenize, /detokenize and /metrics until SIGINT/SIGTERM.",
+    )
+    srv.add_argument("--model", "--model-path", dest="model", required=True, metavar="PATH", help="a Hugging Face folder (config.json, weights, tokenizer.json) or a .gguf file")
+    srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    srv.add_argument("--port", type=_port, default=8000, help="port to listen on (default 8000)")
+    srv.add_argument("--served-model-name", metavar="NAME", help="the name clients pass as 'model' (default: the folder's or file's name)")
+    srv.add_argument("--max-batch-size", type=_positive_int, default=16, metavar="N", help="sequences per decode step (default 16)")
+    srv.add_argument("--max-length", type=_positive_int, metavar="N", help="longest sequence, prompt + output (default: the model's context)")
+    srv.add_argument("--max-queue-size", type=_positive_int, default=256, metavar="N", help="requests that may wait for a batch row; more get HTTP 503 (default 256)")
+    srv.add_argument("--prefill-chunk-size", type=_positive_int, default=512, metavar="N", help="most prompt tokens per prefill step (default 512)")
+    srv.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True, help="reuse KV pages of repeated prompt prefixes (default on)")
+    srv.add_argument("--enable-structured-output", action="store_true", help="accept response_format JSON schemas and tool_choice 'required'/named (enforced by llguidance)")
+    srv.add_argument("--api-key", metavar="KEY", default=os.environ.get("MAXFX_API_KEY"), help="require 'Authorization: Bearer KEY' (default: $MAXFX_API_KEY, else none)")
+    srv.add_argument("--metrics-port", type=_port, metavar="N", help="also serve /metrics on this port")
+    srv.add_argument("--chat-template", metavar="FILE", help="a Jinja chat template (or JSON with 'chat_template') replacing the model's")
+    srv.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip compiling the engine's steps before the port opens")
+    srv.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"), help="uvicorn's log level (default info)")
+    srv.set_defaults(run=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    if not os.path.exists(args.model):
+        raise _UsageError(f"--model {args.model}: no such file or folder")
+    if args.chat_template is not None and not os.path.isfile(args.chat_template):
+        raise _UsageError(f"--chat-template {args.chat_template}: no such file")
+    server = importlib.import_module("maxfx.serve")
+    config = server.ServeConfig(
+        model=args.model, host=args.host, port=args.port, served_model_name=args.served_model_name, max_batch_size=args.max_batch_size,
+        max_length=args.max_length, max_queue_size=args.max_queue_size, enable_structured_output=args.enable_structured_output, api_key=args.api_key,
+        metrics_port=args.metrics_port, chat_template=args.chat_template, prefill_chunk_size=args.prefill_chunk_size,
+        enable_prefix_caching=args.enable_prefix_caching, warmup=args.warmup,
+    )  # fmt: skip
+    try:
+        server.serve(config, log_level=args.log_level)
+    except (OSError, ValueError, ImportError) as e:  # bad checkpoint, a port in use
+        raise _UsageError(str(e)) from None
+    return 0
+
+
 # ─── flag types (argparse turns their ValueError/ArgumentTypeError into a one-line error) ──────
 
 
@@ -257,6 +305,7 @@ _positive_int = _flag_type(int, lambda v: v >= 1, "a positive integer")
 _non_negative_float = _flag_type(float, lambda v: v >= 0 and v != float("inf"), "a number >= 0")
 _probability = _flag_type(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 _non_negative_int = _flag_type(int, lambda v: v >= 0, "an integer >= 0")  # encode --num-warmups
+_port = _flag_type(int, lambda v: 0 <= v <= 65535, "a port number in [0, 65535]")
 
 
 def _token_ids(text: str) -> list[int]:
