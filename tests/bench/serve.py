@@ -1,0 +1,505 @@
+"""Serving benchmark: ``maxfx serve`` against llama.cpp's ``llama-server``, same GGUF, same client.
+
+Both servers load the SmolLM2-135M-shaped random GGUF with a real byte-level BPE
+tokenizer that `tests.bench._bpe_gguf` writes (Q8_0 by default; ``--quant F32|Q4_0``)
+and run as subprocesses on 127.0.0.1:
+
+- maxfx: ``python -m maxfx serve --model GGUF --max-batch-size 16 --max-length 512``;
+- llama-server: ``-t 2 --parallel 16 -c 8192`` (16 slots of 512 tokens), built
+  outside the project by ``tests/bench/build_llama_server.sh`` (found at
+  ``--llama-server``, ``$LLAMA_SERVER`` or that script's default place; without
+  it, its column says "missing" and only maxfx runs).
+
+The client is this file's own (asyncio + httpx, server-sent events): ``POST
+/v1/completions`` with ``stream``, ``temperature 0``, ``ignore_eos``, ``max_tokens
+128`` and a text prompt of exactly 128 tokens for both tokenizers (checked: the
+local maxfx tokenizer, llama-server's ``/tokenize``, and every response's
+``usage.prompt_tokens``; ``--token-ids`` sends the ids instead). Every prompt is
+unique (no prefix-cache reuse). ``rounds x c`` requests run with at most ``c`` in
+flight, for c = 1, 4, 16.
+
+Metrics follow vLLM's ``benchmark_serving``: request throughput and output
+tokens/s over the run's wall time; TTFT = time to the first chunk with text; ITL =
+gaps between successive chunks with text; TPOT = (E2E - TTFT) / (output tokens - 1)
+per request, output tokens from the streamed ``usage``. Mean / median / p99 in ms.
+(llama-server holds back tokens that end inside a UTF-8 character and sends them
+with the next one; such a chunk carries two tokens, so ITL counts one long gap.)
+
+Schedule: one warm-up pass (every concurrency, both servers), then ``--repeats``
+passes (default 3); in each, every concurrency runs on both servers back to back,
+the order alternating pass by pass; the idle server is paused (SIGSTOP) so its
+threads take no CPU (``--no-pause`` keeps it running). Medians over the passes of
+each run's figure. In-process ``load_pretrained(GGUF).generate`` (128 prompt ids,
+128 new tokens) runs once per pass, both servers paused, for the "server c=1 decode
+rate >= 0.9x generate" target; ``maxfx_engine_compiles_total`` from ``/metrics``
+before and after the timed passes gives "no compile in the timed window".
+
+Run: ``.venv/bin/python -m tests.bench.serve [--quick] [--quant Q8_0]``;
+results in tests/bench/results/serve-<quant>.json, server logs beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tests.bench._timing import RESULTS, save
+
+PROMPT, OUTPUT = 128, 128
+CONCURRENCY = (1, 4, 16)
+BENCH_DIR = Path(os.environ.get("MAXFX_BENCH_DIR", Path.home() / ".cache" / "maxfx-bench"))
+BUILD_HINT = "build with tests/bench/build_llama_server.sh"
+MAXFX, LLAMA = "maxfx", "llama-server"
+
+
+# ─── servers ─────────────────────────────────────────────────────────────
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def find_llama_server(given: str | None) -> Path | None:
+    """``--llama-server``, ``$LLAMA_SERVER``, or the newest build of build_llama_server.sh under $MAXFX_BENCH_DIR."""
+    for p in (given, os.environ.get("LLAMA_SERVER")):
+        if p:
+            return Path(p) if Path(p).is_file() else None
+    found = sorted(BENCH_DIR.glob("llama-cpp-python-*/vendor/llama.cpp/build/bin/llama-server"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+@dataclass
+class Server:
+    """One server subprocess (its own process group, so it can be paused and stopped whole)."""
+
+    name: str
+    cmd: list[str]
+    port: int
+    log: Path
+    proc: subprocess.Popen | None = None
+    model: str | None = None  # the id requests name, from /v1/models
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "wb") as f:
+            self.proc = subprocess.Popen(self.cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def wait_ready(self, timeout: float) -> None:
+        """Poll ``/health`` until 200 (llama-server answers 503 while it loads; maxfx compiles its buckets first)."""
+        import httpx  # noqa: PLC0415
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} before it was ready; log: {self.log}\n{self.tail()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.url + "/health", timeout=5).status_code == 200:
+                    return
+            time.sleep(0.5)
+        raise RuntimeError(f"{self.name} not ready after {timeout:.0f} s; log: {self.log}\n{self.tail()}")
+
+    def tail(self, n: int = 20) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.proc.wait()
+
+
+def maxfx_server(path: Path, logs: Path) -> Server:
+    port = free_port()
+    cmd = [sys.executable, "-m", "maxfx", "serve", "--model", str(path), "--host", "127.0.0.1", "--port", str(port), "--max-batch-size", "16", "--max-length", "512"]
+    return Server(MAXFX, cmd, port, logs / "maxfx.log")
+
+
+def llama_server(binary: Path, path: Path, logs: Path) -> Server:
+    port = free_port()
+    # -c is the whole context, split evenly over the --parallel slots: 16 x 512, maxfx's --max-length.
+    # --no-webui: nothing but the API is needed.
+    cmd = [str(binary), "-m", str(path), "-t", "2", "--parallel", "16", "-c", "8192", "--host", "127.0.0.1", "--port", str(port), "--no-webui"]
+    return Server(LLAMA, cmd, port, logs / "llama-server.log")
+
+
+def served_model(server: Server) -> str | None:
+    """The first model id of ``/v1/models`` (maxfx checks ``model``; llama-server ignores it)."""
+    import httpx  # noqa: PLC0415
+
+    with contextlib.suppress(httpx.HTTPError, KeyError, IndexError, ValueError):
+        return httpx.get(server.url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    return None
+
+
+def compiles(server: Server) -> float | None:
+    """``maxfx_engine_compiles_total`` from the server's /metrics, or None when it is not there."""
+    import httpx  # noqa: PLC0415
+
+    try:
+        text = httpx.get(server.url + "/metrics", timeout=10).text
+    except httpx.HTTPError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("maxfx_engine_compiles_total"):
+            return float(line.split()[-1])
+    return None
+
+
+# ─── the client ──────────────────────────────────────────────────────────
+
+
+@dataclass
+class Result:
+    """One request: times in seconds from its send; ``itl``: gaps between chunks with text."""
+
+    ok: bool = False
+    ttft: float = 0.0
+    e2e: float = 0.0
+    itl: list[float] = field(default_factory=list)
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    chunks: int = 0
+    error: str = ""
+
+
+async def request(client, url: str, body: dict) -> Result:
+    """Send one streaming completion and time its chunks (vLLM's ``async_request_openai_completions``)."""
+    r = Result()
+    start = last = time.perf_counter()
+    try:
+        async with client.stream("POST", url + "/v1/completions", json=body) as resp:
+            if resp.status_code != 200:
+                r.error = f"HTTP {resp.status_code}: {(await resp.aread())[:300]!r}"
+                return r
+            async for line in resp.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                now = time.perf_counter()
+                chunk = json.loads(data)
+                choices = chunk.get("choices") or []
+                if choices and choices[0].get("text"):
+                    if r.chunks == 0:
+                        r.ttft = now - start
+                    else:
+                        r.itl.append(now - last)
+                    last = now
+                    r.chunks += 1
+                if usage := chunk.get("usage"):
+                    r.output_tokens = int(usage.get("completion_tokens") or 0)
+                    r.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        r.e2e = time.perf_counter() - start
+        r.ok = r.chunks > 0
+        if not r.output_tokens:  # no usage streamed: count the chunks, as vLLM does
+            r.output_tokens = r.chunks
+        if not r.ok:
+            r.error = "no chunk with text"
+    except Exception as e:  # noqa: BLE001 - a failed request is reported, not fatal
+        r.error = f"{type(e).__name__}: {e}"
+    return r
+
+
+def body(prompt: str | list[int], model: str | None) -> dict:
+    # llama-server reads max_tokens as n_predict and honours ignore_eos; both stream usage on request.
+    return {**({"model": model} if model else {}), "prompt": prompt, "max_tokens": OUTPUT, "temperature": 0, "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
+
+
+async def run_load(server: Server, prompts: list, concurrency: int) -> tuple[list[Result], float]:
+    """All ``prompts`` with at most ``concurrency`` in flight; the results and the run's wall time."""
+    import httpx  # noqa: PLC0415
+
+    sem = asyncio.Semaphore(concurrency)
+    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=limits) as client:
+
+        async def one(p):
+            async with sem:
+                return await request(client, server.url, body(p, server.model))
+
+        start = time.perf_counter()
+        results = await asyncio.gather(*(one(p) for p in prompts))
+        return list(results), time.perf_counter() - start
+
+
+def summarize(results: list[Result], duration: float) -> dict:
+    """vLLM's figures of one run (ms; throughputs per second of wall time)."""
+    ok = [r for r in results if r.ok]
+    out: dict = {"completed": len(ok), "failed": len(results) - len(ok), "duration_s": duration}
+    if not ok:
+        out["errors"] = sorted({r.error for r in results})[:3]
+        return out
+    out["request_throughput"] = len(ok) / duration
+    out["output_throughput"] = sum(r.output_tokens for r in ok) / duration
+    out["output_tokens_mean"] = statistics.mean(r.output_tokens for r in ok)
+    out["chunks_mean"] = statistics.mean(r.chunks for r in ok)  # < output tokens: some chunks carried two (held-back UTF-8)
+    out["prompt_tokens"] = sorted({r.prompt_tokens for r in ok})
+    series = {
+        "ttft": [r.ttft for r in ok], "tpot": [(r.e2e - r.ttft) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1],
+        "itl": [g for r in ok for g in r.itl], "e2el": [r.e2e for r in ok],
+    }  # fmt: skip
+    for k, v in series.items():
+        a = np.asarray(v or [0.0]) * 1e3
+        out[f"{k}_mean"], out[f"{k}_p50"], out[f"{k}_p99"] = float(a.mean()), float(np.median(a)), float(np.percentile(a, 99))
+    if len(ok) < len(results):
+        out["errors"] = sorted({r.error for r in results if not r.ok})[:3]
+    return out
+
+
+# ─── prompts and tokenizers ──────────────────────────────────────────────
+
+
+def check_llama_tokenizer(server: Server, sample: list[tuple[str, list[int]]]) -> int:
+    """How many of ``sample``'s texts llama-server's /tokenize splits differently from maxfx's tokenizer."""
+    import httpx  # noqa: PLC0415
+
+    bad = 0
+    for text, ids in sample:
+        got = httpx.post(server.url + "/tokenize", json={"content": text, "add_special": False}, timeout=30).json()["tokens"]
+        if got != ids:
+            bad += 1
+            if bad == 1:
+                first = next((i for i, (a, b) in enumerate(zip(got, ids, strict=False)) if a != b), min(len(got), len(ids)))
+                print(f"  tokenizers differ on a prompt: llama-server {len(got)} ids, maxfx {len(ids)}; first difference at {first}: {got[first : first + 4]} vs {ids[first : first + 4]}")
+    return bad
+
+
+def in_process_generate(path: Path):
+    """``run() -> decode tokens/s`` of ``load_pretrained(path).generate`` on 128 prompt ids, 128 new tokens (as tests.bench.engine)."""
+    from maxfx.models import load_pretrained  # noqa: PLC0415
+
+    model = load_pretrained(str(path))
+    ids = np.random.default_rng(0).integers(3, model.config.vocab_size, (1, PROMPT))
+
+    def run() -> float:
+        model.generate(ids, max_new_tokens=OUTPUT)
+        return model.last_stats.decode_tokens_per_s
+
+    return run
+
+
+# ─── the report ──────────────────────────────────────────────────────────
+
+ROWS = [
+    ("output tok/s", "output_throughput", "{:.1f}"), ("requests/s", "request_throughput", "{:.3f}"),
+    ("TTFT mean ms", "ttft_mean", "{:.1f}"), ("TTFT p50 ms", "ttft_p50", "{:.1f}"), ("TTFT p99 ms", "ttft_p99", "{:.1f}"),
+    ("TPOT mean ms", "tpot_mean", "{:.2f}"), ("TPOT p50 ms", "tpot_p50", "{:.2f}"), ("TPOT p99 ms", "tpot_p99", "{:.2f}"),
+    ("ITL mean ms", "itl_mean", "{:.2f}"), ("ITL p50 ms", "itl_p50", "{:.2f}"), ("ITL p99 ms", "itl_p99", "{:.2f}"),
+    ("E2E p50 ms", "e2el_p50", "{:.0f}"),
+]  # fmt: skip
+
+
+def medians(runs: list[dict]) -> dict:
+    keys = [k for _, k, _ in ROWS]
+    return {k: statistics.median(r[k] for r in runs) for k in keys if runs and all(k in r for r in runs)}
+
+
+def targets(med: dict[str, dict[int, dict]], generate_tok_s: float | None, compiled: float | None, have_llama: bool) -> list[tuple[str, float | None, str, bool | None]]:
+    """``(name, value, bound, passed)`` of the issue's targets (value None: not measurable here)."""
+    mx, ll = med.get(MAXFX, {}), med.get(LLAMA, {})
+    out: list[tuple[str, float | None, str, bool | None]] = []
+
+    def ratio(c: int, key: str) -> float | None:
+        if not have_llama or key not in mx.get(c, {}) or key not in ll.get(c, {}) or not ll[c][key]:
+            return None
+        return mx[c][key] / ll[c][key]
+
+    for c in sorted(mx):
+        for name, key, op, bound in (("output tok/s", "output_throughput", ">=", 1.0), ("TTFT p50", "ttft_p50", "<=", 1.0), ("TTFT p99", "ttft_p99", "<=", 1.5), ("TPOT p50", "tpot_p50", "<=", 1.0)):
+            v = ratio(c, key)
+            out.append((f"c={c} {name} maxfx / llama-server", v, f"{op} {bound}", None if v is None else (v >= bound if op == ">=" else v <= bound)))
+        if c == 16:
+            v = ratio(c, "output_throughput")
+            out.append(("c=16 output tok/s maxfx / llama-server (goal)", v, ">= 1.2", None if v is None else v >= 1.2))
+    if 1 in mx and 16 in mx:
+        v = mx[16]["output_throughput"] / mx[1]["output_throughput"]
+        out.append(("maxfx c=16 / c=1 output tok/s", v, ">= 3", v >= 3))
+    for c in sorted(mx):
+        if mx[c].get("itl_p50"):
+            v = mx[c]["itl_p99"] / mx[c]["itl_p50"]
+            out.append((f"maxfx c={c} ITL p99 / p50", v, "<= 3", v <= 3))
+    if 1 in mx and generate_tok_s:
+        v = (1e3 / mx[1]["tpot_p50"]) / generate_tok_s
+        out.append(("maxfx c=1 decode rate (1/TPOT p50) / in-process generate", v, ">= 0.9", v >= 0.9))
+    out.append(("maxfx programs compiled in the timed window", compiled, "== 0", None if compiled is None else compiled == 0))
+    return out
+
+
+def print_report(med: dict[str, dict[int, dict]], have_llama: bool, checks: list) -> None:
+    for c in CONCURRENCY:
+        if c not in med.get(MAXFX, {}) and c not in med.get(LLAMA, {}):
+            continue
+        print(f"\nconcurrency {c}")
+        print(f"  {'metric':<14}{MAXFX:>12}{LLAMA:>14}{'ratio':>9}")
+        for label, key, fmt in ROWS:
+            a = med.get(MAXFX, {}).get(c, {}).get(key)
+            b = med.get(LLAMA, {}).get(c, {}).get(key) if have_llama else None
+            sa = fmt.format(a) if a is not None else "-"
+            sb = fmt.format(b) if b is not None else ("missing" if not have_llama else "-")
+            sr = f"{a / b:.2f}x" if a is not None and b else "-"
+            print(f"  {label:<14}{sa:>12}{sb:>14}{sr:>9}")
+    print("\ntargets")
+    for name, v, bound, ok in checks:
+        verdict = "unknown" if ok is None else ("PASS" if ok else "FAIL")
+        value = "unknown" if v is None else f"{v:.3g}"
+        print(f"  {verdict:<8}{name}: {value} (target {bound})")
+
+
+# ─── main ────────────────────────────────────────────────────────────────
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quant", default="Q8_0", choices=["Q8_0", "F32", "Q4_0"])
+    ap.add_argument("--quick", action="store_true", help="one wave of c requests per concurrency (rounds 1) instead of 3")
+    ap.add_argument("--rounds", type=int, default=None, help="requests per run = rounds x concurrency (default 3, --quick 1)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)))
+    ap.add_argument("--llama-server", default=None, help="llama-server binary (default: $LLAMA_SERVER or build_llama_server.sh's)")
+    ap.add_argument("--only", choices=[MAXFX, LLAMA], default=None, help="run one server only")
+    ap.add_argument("--token-ids", action="store_true", help="send prompts as token ids instead of text")
+    ap.add_argument("--no-pause", action="store_true", help="leave the idle server running (not SIGSTOPped) while the other is timed")
+    ap.add_argument("--no-generate", action="store_true", help="skip the in-process generate comparison")
+    ap.add_argument("--ready-timeout", type=float, default=1800.0, help="seconds to wait for each server's /health")
+    args = ap.parse_args(argv)
+    rounds = args.rounds or (1 if args.quick else 3)
+    conc = [int(c) for c in args.concurrency.split(",")]
+
+    from tests.bench._bpe_gguf import model_file, prompts  # noqa: PLC0415
+
+    path = model_file(args.quant)
+    logs = RESULTS / "serve-logs"
+    from maxfx.models._tokenizer import load_tokenizer  # noqa: PLC0415
+
+    tok, why = load_tokenizer(path)
+    assert tok is not None, why
+    # One distinct prompt set per (pass, concurrency); pass 0 is the warm-up. Both servers get the same sets.
+    need = [rounds * c for c in conc]
+    pool = prompts(tok, (args.repeats + 1) * sum(need), PROMPT, seed=0)
+    sets: dict[tuple[int, int], list] = {}
+    at = 0
+    for p in range(args.repeats + 1):
+        for c, n in zip(conc, need, strict=True):
+            sets[p, c] = [ids if args.token_ids else text for text, ids in pool[at : at + n]]
+            at += n
+
+    servers: list[Server] = []
+    binary = find_llama_server(args.llama_server)
+    info: dict = {"model": path.name, "quant": args.quant, "prompt_tokens": PROMPT, "output_tokens": OUTPUT, "rounds": rounds, "repeats": args.repeats,
+                  "concurrency": conc, "prompts": "token ids" if args.token_ids else "text", "cpus": os.cpu_count(), "pause_idle": not args.no_pause}  # fmt: skip
+    if args.only != LLAMA:
+        servers.append(maxfx_server(path, logs))
+    if args.only != MAXFX:
+        if binary is None:
+            print(f"llama-server: missing ({BUILD_HINT})")
+            info["llama_server"] = f"missing ({BUILD_HINT})"
+        else:
+            servers.append(llama_server(binary, path, logs))
+            info["llama_server"] = str(binary)
+    have_llama = any(s.name == LLAMA for s in servers)
+    print(f"model {path.name}; prompts: {PROMPT} tokens as {info['prompts']}, unique; {OUTPUT} output tokens; {rounds} x c requests per run; {args.repeats} repeats")
+
+    gen = None
+    gen_runs: list[float] = []
+    pause = not args.no_pause and len(servers) > 1
+    try:
+        for s in servers:
+            print(f"starting {s.name}: {' '.join(s.cmd)}", flush=True)
+            s.start()
+        for s in servers:
+            start = time.perf_counter()
+            s.wait_ready(args.ready_timeout)
+            s.model = served_model(s)
+            print(f"{s.name} ready in {time.perf_counter() - start:.0f} s (log {s.log})", flush=True)
+        for s in servers:
+            if s.name == LLAMA:
+                bad = check_llama_tokenizer(s, pool[:32])
+                info["tokenizer_mismatches_of_32"] = bad
+                print(f"tokenizers: llama-server /tokenize and maxfx's tokenizer give the same ids on {32 - bad} of 32 prompts")
+        if not args.no_generate and any(s.name == MAXFX for s in servers):
+            gen = in_process_generate(path)
+
+        def only(active: Server | None) -> None:
+            # SIGSTOP the servers not being timed; SIGCONT the one that is.
+            if pause:
+                for s in servers:
+                    s.signal(signal.SIGCONT if s is active else signal.SIGSTOP)
+
+        runs: dict[str, dict[int, list[dict]]] = {s.name: {c: [] for c in conc} for s in servers}
+        compiled_before = None
+        for p in range(args.repeats + 1):
+            label = "warm-up" if p == 0 else f"pass {p}/{args.repeats}"
+            order = servers if p % 2 == 0 else servers[::-1]
+            if p == 1:
+                mx = next((s for s in servers if s.name == MAXFX), None)
+                only(mx)
+                compiled_before = compiles(mx) if mx else None
+            for c in conc:
+                for s in order:
+                    only(s)
+                    results, duration = asyncio.run(run_load(s, sets[p, c], c))
+                    summary = summarize(results, duration)
+                    if summary.get("errors"):
+                        print(f"  {s.name} c={c}: {summary['failed']} failed: {summary['errors']}")
+                    if p > 0:
+                        runs[s.name][c].append(summary)
+                    print(f"  {label} {s.name:>12} c={c:<2} {duration:6.1f} s  {summary.get('output_throughput', 0):7.1f} out tok/s  "
+                          f"TTFT p50 {summary.get('ttft_p50', 0):7.1f} ms  TPOT p50 {summary.get('tpot_p50', 0):6.2f} ms  prompt tokens {summary.get('prompt_tokens')}", flush=True)  # fmt: skip
+            if gen is not None:
+                only(None)
+                rate = gen()
+                if p > 0:
+                    gen_runs.append(rate)
+                print(f"  {label} in-process generate: {rate:.1f} decode tok/s", flush=True)
+        mx = next((s for s in servers if s.name == MAXFX), None)
+        if mx:
+            only(mx)
+        compiled_after = compiles(mx) if mx else None
+    finally:
+        for s in servers:
+            s.stop()
+
+    compiled = None if compiled_before is None or compiled_after is None else compiled_after - compiled_before
+    med = {name: {c: medians(rs) for c, rs in by_c.items() if rs and medians(rs)} for name, by_c in runs.items()}
+    gen_med = statistics.median(gen_runs) if gen_runs else None
+    checks = targets(med, gen_med, compiled, have_llama)
+    print_report(med, have_llama, checks)
+    if gen_med:
+        print(f"\nin-process generate: {gen_med:.1f} decode tok/s (median)")
+    out = {**info, "medians": med, "runs": runs, "generate_decode_tok_s": gen_med, "generate_runs": gen_runs, "compiles_in_timed_window": compiled if compiled is not None else "unknown",
+           "targets": [{"name": n, "value": v, "target": b, "pass": ok} for n, v, b, ok in checks]}  # fmt: skip
+    print(f"saved {save(f'serve-{args.quant.lower()}', out)}")
+    return out
+
+
+if __name__ == "__main__":
+    main()
