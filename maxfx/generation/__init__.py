@@ -5,6 +5,9 @@
   KV pages (`PagePool`, with prefix caching), sampling per row inside the step.
 - `Scheduler`: the one place generation is scheduled: admission, chunked
   prefill, decode, preemption, stop strings, streams.
+- Structured output: a context's ``json_schema`` is compiled by llguidance at
+  `Scheduler.submit` (`compile_json_schema`; ValueError for a bad schema) into a
+  `GrammarMatcher` whose token mask is added to the row's logits each step.
 
 `maxfx.pipelines` (``TextGenerationPipeline``, ``LLM``) and ``maxfx serve`` run on these.
 
@@ -17,6 +20,7 @@ Example:
 
 from maxfx.generation._context import TextContext
 from maxfx.generation._detok import IncrementalText
+from maxfx.generation._grammar import GrammarMatcher, compile_json_schema
 from maxfx.generation._paged_cache import PagedLayerCache
 from maxfx.generation._pages import OutOfPagesError, PagePool, PrefixCacheStats
 from maxfx.generation._runner import ModelRunner, StepOutput, compile_counts
@@ -24,6 +28,7 @@ from maxfx.generation._scheduler import GenerationResult, QueueFullError, Reques
 
 __all__ = [
     "GenerationResult",
+    "GrammarMatcher",
     "IncrementalText",
     "ModelRunner",
     "OutOfPagesError",
@@ -38,4 +43,5 @@ __all__ = [
     "StreamEvent",
     "TextContext",
     "compile_counts",
+    "compile_json_schema",
 ]

@@ -36,6 +36,7 @@ from lowering.executables import EXECUTABLES
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.generation._context import TextContext
+from maxfx.generation._grammar import apply_token_masks
 from maxfx.generation._paged_cache import PagedLayerCache
 from maxfx.generation._pages import OutOfPagesError, PagePool
 from maxfx.generation._sampling import SamplingRows, choose, sampling_probs, top_logprobs
@@ -338,7 +339,7 @@ class ModelRunner:
 
     def _penalty_inputs(self, contexts: Sequence[TextContext], b: int) -> tuple[Any, Any, Any]:
         """``(bias, repetition, seen)`` for the step (None where no row needs them)."""
-        need_bias = any(_has_bias(c) for c in contexts)
+        need_bias = any(_has_bias(c) or c.matcher is not None for c in contexts)  # a matcher: the grammar's token mask
         need_rep = any(float(c.sampling_params.repetition_penalty) != 1.0 for c in contexts)
         if not (need_bias or need_rep):
             return None, None, None
@@ -359,6 +360,8 @@ class ModelRunner:
             if need_rep:
                 rep[i] = float(sp.repetition_penalty)
                 seen[i] = state.seen
+        if need_bias:
+            apply_token_masks(contexts, bias)  # structured output: -inf where the row's grammar forbids the token
         return bias, rep, seen
 
     def _seal(self, c: TextContext, cached: int) -> None:

@@ -41,6 +41,7 @@ from typing import Any
 
 from maxfx.generation._context import TextContext
 from maxfx.generation._detok import IncrementalText
+from maxfx.generation._grammar import GrammarMatcher, advance, compile_json_schema
 from maxfx.generation._pages import OutOfPagesError
 from maxfx.generation._runner import ModelRunner
 from maxfx.interfaces import GenerationStatus, LogProbabilities, RequestID
@@ -236,7 +237,8 @@ class Scheduler:
         """Queue a request; returns its `RequestStream`. Thread-safe.
 
         Raises:
-            ValueError: the context needs more than the runner's ``max_length``.
+            ValueError: the context needs more than the runner's ``max_length``; or its
+                ``json_schema`` cannot be compiled (or there is no tokenizer to compile it with).
             QueueFullError: ``max_queue_size`` requests are already waiting.
             RuntimeError: the scheduler is shutting down.
         """
@@ -244,6 +246,7 @@ class Scheduler:
             raise ValueError(f"Scheduler.submit: request {ctx.request_id} has max_length {ctx.max_length}; the engine holds at most {self.runner.max_length} tokens per sequence")
         if stop and self.tokenizer is None:
             raise ValueError("Scheduler.submit: stop strings need a tokenizer to decode the text")
+        self._attach_grammar(ctx)
         stream = RequestStream(ctx, loop)
         text = IncrementalText(self.tokenizer, stop, skip_ids=()) if self.tokenizer is not None else None
         with self._cond:
@@ -254,6 +257,19 @@ class Scheduler:
             self._inbox.append(("add", _Request(ctx, stream, text)))
             self._cond.notify()
         return stream
+
+    def _attach_grammar(self, ctx: TextContext) -> None:
+        """Structured output: compile ``ctx.json_schema`` here, in the caller's thread, so a bad schema is the caller's ValueError."""
+        if ctx.matcher is not None and not isinstance(ctx.matcher, GrammarMatcher):  # it would fail the whole batch's step later
+            raise ValueError(f"Scheduler.submit: request {ctx.request_id}: ctx.matcher must be a GrammarMatcher, got {type(ctx.matcher).__name__}")
+        if ctx.json_schema is None or ctx.matcher is not None:
+            return
+        if self.tokenizer is None:
+            raise ValueError(f"Scheduler.submit: request {ctx.request_id} has a json_schema; structured output needs the scheduler's tokenizer (Scheduler(runner, tokenizer=...))")
+        try:
+            ctx.set_matcher(compile_json_schema(self.tokenizer, ctx.json_schema, eos_token_ids=ctx.eos_token_ids))
+        except ValueError as err:
+            raise ValueError(f"Scheduler.submit: request {ctx.request_id}: {err}") from None
 
     def cancel(self, request_id: RequestID) -> None:
         """Cancel a request: it stops at the next iteration and its pages are freed. Thread-safe; unknown ids are ignored."""
@@ -401,10 +417,14 @@ class Scheduler:
             out = results.get(r.ctx.request_id)
             if out is None:
                 continue
+            before = r.ctx.end_idx
             r.ctx.update(out.token, out.log_probabilities)
+            if r.ctx.matcher is not None and (err := advance(r.ctx, out.token)) is not None:
+                self._fail(r, RuntimeError(f"request {r.ctx.request_id}: {err}"))
+                continue
             if r.stream.first_token_at is None:
                 r.stream.first_token_at = now
-            self.stats.generated_tokens += 1
+            self.stats.generated_tokens += r.ctx.end_idx - before  # the sampled token and any the grammar forced
             self._emit(r)
 
     def _emit(self, r: _Request) -> None:
