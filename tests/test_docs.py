@@ -39,6 +39,7 @@ EXPECTED_OUTPUT = {
     "nn_quant_moe.md": ["block (4, 8) (1, 8)", "True", "(5, 8)", "(3, 4)", "2 True"],
     "models_graph.md": ["(2, 12, 256) True", "[(7, 256), (12, 256)]", "True True"],
     "weights.md": ["(2, 64) [2. 2. 2.]"],
+    "serve.md": ["200 4 length", "max_tokens"],
 }
 
 
