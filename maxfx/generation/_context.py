@@ -274,7 +274,7 @@ class TextContext:
     # ── structured output ──
     @property
     def matcher(self) -> Any:
-        """The grammar matcher (an llguidance ``LLMatcher``) constraining this request, or None."""
+        """The grammar constraining this request (a `maxfx.generation.GrammarMatcher`, set by `Scheduler.submit` from ``json_schema``), or None."""
         return self._matcher
 
     def set_matcher(self, matcher: Any) -> None:

@@ -176,7 +176,7 @@ def compile_json_schema(tokenizer: Any, schema: str | dict[str, Any], *, eos_tok
             raise ValueError(f"json_schema is not valid JSON: {err}") from None
     else:
         parsed = schema
-    if not isinstance(parsed, (dict, bool)):
+    if not isinstance(parsed, dict):
         raise ValueError(f"json_schema must be a JSON object (a schema), got {type(parsed).__name__}")
     llt = ll_tokenizer(tokenizer, eos_token_ids)
     try:
