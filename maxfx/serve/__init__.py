@@ -13,16 +13,9 @@ Example:
     >>> serve(ServeConfig(model="tests/data/models/tiny_llama", port=8000))  # doctest: +SKIP
 """
 
+from maxfx.serve._app import create_app
 from maxfx.serve._errors import APIError
 from maxfx.serve._model import ServeConfig, ServedModel
 from maxfx.serve._server import serve
 
 __all__ = ["APIError", "ServeConfig", "ServedModel", "create_app", "serve"]
-
-
-def __getattr__(name: str):
-    if name == "create_app":  # FastAPI loads only when an app is built
-        from maxfx.serve._app import create_app  # noqa: PLC0415
-
-        return create_app
-    raise AttributeError(f"module 'maxfx.serve' has no attribute {name!r}")

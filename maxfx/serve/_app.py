@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -27,11 +28,13 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from maxfx import __version__
 from maxfx.generation import QueueFullError, RequestStream, StreamEvent
 from maxfx.interfaces import RequestID, TextGenerationRequest
 from maxfx.serve import _responses as R
@@ -175,7 +178,7 @@ def create_app(served: ServedModel, metrics: Metrics | None = None) -> FastAPI:
         await asyncio.to_thread(served.close, False)
         log.info("maxfx serve: engine stopped")
 
-    app = FastAPI(title="maxfx serve", description="OpenAI-compatible text generation and embeddings on maxfx's engine.", version=_version(), lifespan=lifespan)
+    app = FastAPI(title="maxfx serve", description="OpenAI-compatible text generation and embeddings on maxfx's engine.", version=__version__, lifespan=lifespan)
     app.state.served, app.state.metrics = served, metrics
     text_of = R.TokenText(served.tokenizer.delegate)
     api_key = served.config.api_key
@@ -259,15 +262,13 @@ def create_app(served: ServedModel, metrics: Metrics | None = None) -> FastAPI:
     @app.post("/v1/embeddings")
     async def embeddings(body: EmbeddingRequest) -> dict[str, Any]:
         _check_model(served, body.model)
-        if body.encoding_format != "float":
-            raise bad_request("encoding_format must be 'float' (base64 is not supported)", param="encoding_format")
         rows = await _embedding_rows(served, body.input)
         vectors = await asyncio.to_thread(served.embed, rows)
         if body.dimensions is not None:
             if not 1 <= body.dimensions <= len(vectors[0]):
                 raise bad_request(f"dimensions must be in [1, {len(vectors[0])}], got {body.dimensions}", param="dimensions")
             vectors = [v[: body.dimensions] for v in vectors]
-        data = [{"object": "embedding", "index": i, "embedding": [float(x) for x in v]} for i, v in enumerate(vectors)]
+        data = [{"object": "embedding", "index": i, "embedding": _encode_vector(v, body.encoding_format)} for i, v in enumerate(vectors)]
         n = sum(len(r) for r in rows)
         return {"object": "list", "data": data, "model": served.name, "usage": {"prompt_tokens": n, "total_tokens": n}}
 
@@ -400,12 +401,6 @@ def create_app(served: ServedModel, metrics: Metrics | None = None) -> FastAPI:
 # ─── request handling ─────────────────────────────────────────────────────
 
 
-def _version() -> str:
-    from maxfx import __version__  # noqa: PLC0415
-
-    return __version__
-
-
 def _check_model(served: ServedModel, model: str | None) -> None:
     if model is not None and model not in (served.name, served.config.model):
         raise APIError(404, f"The model '{model}' does not exist; this server serves '{served.name}'", param="model", code="model_not_found")
@@ -525,6 +520,13 @@ async def _embedding_rows(served: ServedModel, given: Any) -> list[list[int]]:
             raise bad_request(f"input[{i}] has {len(ids)} tokens; this model's maximum context length is {served.max_length}", param="input")
         rows.append(ids)
     return rows
+
+
+def _encode_vector(v: Any, encoding_format: str) -> Any:
+    """A list of floats, or (``base64``, what the ``openai`` client asks for by default) the float32 little-endian bytes in base64."""
+    if encoding_format == "base64":
+        return base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode()
+    return [float(x) for x in v]
 
 
 def _validation_error(err: RequestValidationError) -> APIError:

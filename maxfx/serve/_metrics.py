@@ -22,6 +22,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from maxfx.generation import compile_counts
+
 __all__ = ["CONTENT_TYPE", "Metrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -37,8 +39,6 @@ class _EngineCollector:
         self.scheduler = scheduler
 
     def collect(self):
-        from maxfx.generation import compile_counts  # noqa: PLC0415 - the engine imports jax; Metrics alone does not
-
         s = self.scheduler
         pool = s.runner.pool
         stats = s.stats

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from maxfx.generation import RequestStream, compile_counts
-from maxfx.interfaces import PipelineTask, RequestID, SamplingParams, SamplingParamsInput, TextGenerationRequest
+from maxfx.interfaces import EmbeddingsGenerationInputs, PipelineTask, RequestID, SamplingParams, SamplingParamsInput, TextGenerationRequest
+from maxfx.pipelines import PIPELINE_REGISTRY, EmbeddingsPipeline, PipelineConfig
+from maxfx.pipelines.lib.embeddings_pipeline import EmbeddingsRequestContext
 
 __all__ = ["ServeConfig", "ServedModel"]
 
@@ -69,8 +71,6 @@ class ServedModel:
     """One model behind the server: its tokenizer, the engine's scheduler (on a thread) and embeddings."""
 
     def __init__(self, config: ServeConfig):
-        from maxfx.pipelines import PIPELINE_REGISTRY, PipelineConfig  # noqa: PLC0415 - jax loads with the pipelines, after the flags parse
-
         self.config = config
         start = time.perf_counter()
         kwargs: dict[str, Any] = {"model_path": config.model, "max_batch_size": config.max_batch_size, "enable_prefix_caching": config.enable_prefix_caching}
@@ -125,10 +125,6 @@ class ServedModel:
     # ── embeddings ──
     def embed(self, token_rows: list[list[int]]) -> list[Any]:
         """Mean- or last-token-pooled embeddings of token-id rows (blocking; run it off the event loop)."""
-        from maxfx.interfaces import EmbeddingsGenerationInputs  # noqa: PLC0415
-        from maxfx.pipelines import EmbeddingsPipeline  # noqa: PLC0415
-        from maxfx.pipelines.lib.embeddings_pipeline import EmbeddingsRequestContext  # noqa: PLC0415
-
         with self._embed_lock:
             if self._embeddings is None:
                 self._embeddings = EmbeddingsPipeline(self.pipeline_config, None, self.tokenizer.eos, {}, self.tokenizer, model=self.pipeline.model)

@@ -14,20 +14,20 @@ from __future__ import annotations
 import logging
 import sys
 
+import uvicorn
+from prometheus_client import start_http_server
+
+from maxfx.serve._app import create_app
+from maxfx.serve._metrics import Metrics
+from maxfx.serve._model import ServeConfig, ServedModel
+
 __all__ = ["serve"]
 
 log = logging.getLogger("maxfx.serve")
 
 
-def serve(config, *, graceful_s: float = 30.0, log_level: str = "info") -> None:
+def serve(config: ServeConfig, *, graceful_s: float = 30.0, log_level: str = "info") -> None:
     """Serve ``config.model`` on ``config.host:config.port`` (blocks until shut down)."""
-    import uvicorn  # noqa: PLC0415 - the CLI parses flags before importing the server stack
-    from prometheus_client import start_http_server  # noqa: PLC0415
-
-    from maxfx.serve._app import create_app  # noqa: PLC0415
-    from maxfx.serve._metrics import Metrics  # noqa: PLC0415
-    from maxfx.serve._model import ServedModel  # noqa: PLC0415
-
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     served = ServedModel(config)

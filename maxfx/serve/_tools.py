@@ -28,6 +28,8 @@ from maxfx.serve._errors import bad_request
 
 __all__ = ["ToolPlan", "parse_tool_calls", "plan_tools"]
 
+# Tool calls are written compactly (no free whitespace): a weak model cannot pad them past max_tokens.
+_COMPACT = {"whitespace_flexible": False, "whitespace_pattern": None, "item_separator": ",", "key_separator": ":"}
 _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
 
@@ -79,14 +81,14 @@ def plan_tools(tools: list[dict[str, Any]] | None, tool_choice: str | dict[str, 
     if choice == "auto":
         return ToolPlan(tools, None, None, set(functions))
     if choice == "required":
-        options = [{"type": "object", "properties": {"name": {"const": n}, "arguments": p}, "required": ["name", "arguments"]} for n, p in functions.items()]
-        schema = options[0] if len(options) == 1 else {"anyOf": options}
-        return ToolPlan(tools, schema, None, set(functions))
+        options = [{"type": "object", "properties": {"name": {"const": n}, "arguments": p}, "required": ["name", "arguments"], "additionalProperties": False} for n, p in functions.items()]
+        schema = dict(options[0]) if len(options) == 1 else {"anyOf": options}
+        return ToolPlan(tools, dict(schema, **{"x-guidance": _COMPACT}), None, set(functions))
     if isinstance(choice, dict):
         name = (choice.get("function") or {}).get("name") if choice.get("type", "function") == "function" else None
         if name not in functions:
             raise bad_request(f"tool_choice names function {name!r}, which is not in tools ({sorted(functions)})", param="tool_choice")
-        return ToolPlan(tools, functions[name], name, set(functions))
+        return ToolPlan(tools, dict(functions[name], **{"x-guidance": _COMPACT}), name, set(functions))
     raise bad_request(f"tool_choice must be 'none', 'auto', 'required' or {{'type': 'function', 'function': {{'name': ...}}}}, got {choice!r}", param="tool_choice")
 
 

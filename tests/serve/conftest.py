@@ -15,7 +15,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests/data/models/tiny_llama"
-CHAT_TEMPLATE = "{% if tools %}tools: {{ tools | tojson }}\n{% endif %}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}"
+CHAT_TEMPLATE = (  # short: the tiny model has 128 positions
+    "{% if tools %}tools:{% for t in tools %} {{ t['function']['name'] }}{% endfor %}\n{% endif %}"
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}"
+)
 START_TIMEOUT_S = 240  # load + warm-up compiles on a busy 2-core machine
 
 
@@ -81,10 +84,10 @@ class Server:
 
 @pytest.fixture(scope="package")
 def server(tmp_path_factory):
-    """One server for the package: tiny Llama, a chat template, structured output, 16 rows, a queue of 64."""
+    """One server for the package: tiny Llama, a chat template, structured output, 16 rows, a queue of 128."""
     tmp = tmp_path_factory.mktemp("serve")
     template = tmp / "chat_template.jinja"
     template.write_text(CHAT_TEMPLATE)
-    srv = Server("--max-batch-size", "16", "--max-queue-size", "64", "--enable-structured-output", "--chat-template", str(template), "--served-model-name", "tiny", log=tmp / "server.log")
+    srv = Server("--max-batch-size", "16", "--max-queue-size", "128", "--enable-structured-output", "--chat-template", str(template), "--served-model-name", "tiny", log=tmp / "server.log")
     yield srv
     srv.stop()

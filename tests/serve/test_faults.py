@@ -81,16 +81,16 @@ def test_bad_inputs_get_400_and_the_server_stays_up(server):
 
 
 def test_burst_above_the_queue_limit_is_503_and_nothing_is_lost(server):
-    # 16 rows run, 64 may wait: 120 at once overflow the queue.
+    # 16 rows run, 128 may wait: 260 at once overflow the queue.
     body = {"model": "tiny", "prompt": CASE["prompt"], "max_tokens": 16, "temperature": 0}
 
     async def run():
-        async with httpx.AsyncClient(base_url=server.url, timeout=120, limits=httpx.Limits(max_connections=200)) as c:
-            return await asyncio.gather(*(c.post(COMPLETIONS, json=body) for _ in range(120)))
+        async with httpx.AsyncClient(base_url=server.url, timeout=120, limits=httpx.Limits(max_connections=300)) as c:
+            return await asyncio.gather(*(c.post(COMPLETIONS, json=body) for _ in range(260)))
 
     responses = asyncio.run(run())
     codes = [r.status_code for r in responses]
-    assert set(codes) <= {200, 503} and codes.count(503) > 0 and codes.count(200) >= 80
+    assert set(codes) <= {200, 503} and codes.count(503) > 0 and codes.count(200) >= 144
     for r in responses:
         if r.status_code == 200:
             assert r.json()["choices"][0]["text"] == CASE["completion"]
