@@ -111,6 +111,8 @@ class TextContext:
         self._active_idx = self._end_idx = len(prompt)
         self._returned = len(prompt)  # generated tokens below this index were handed out already
         self._log_probs: dict[int, LogProbabilities] = {}
+        # Echo: the log probability of each prompt token given the ones before (None for the first), filled during prefill.
+        self.prompt_log_probabilities: list[LogProbabilities | None] = [None] * len(prompt) if self.log_probabilities_echo else []
         self._matcher: Any = None
 
     # ── cursors ──
@@ -148,6 +150,11 @@ class TextContext:
     def all_tokens(self) -> np.ndarray:
         """Prompt and generated tokens, ``tokens[:end_idx]``."""
         return self.tokens[: self._end_idx]
+
+    @property
+    def prompt_length(self) -> int:
+        """Tokens in the original prompt."""
+        return self._prompt_len
 
     @property
     def prompt_tokens(self) -> np.ndarray:

@@ -42,7 +42,7 @@ from maxfx.generation._pages import OutOfPagesError, PagePool
 from maxfx.generation._sampling import SamplingRows, choose, sampling_probs, top_logprobs
 from maxfx.interfaces import LogProbabilities, RequestID
 
-__all__ = ["ModelRunner", "StepOutput", "compile_counts"]
+__all__ = ["ModelRunner", "PendingStep", "StepOutput", "compile_counts"]
 
 _COUNTS = {"compiles": 0, "steps": 0}
 _COUNT_LOCK = threading.Lock()
@@ -76,6 +76,7 @@ def _step(weights, pools, tokens, pos, slots, gather, last, params, bias, repeti
         h_last = F.gather_nd(h, F.unsqueeze(_wrap(last), -1), batch_dims=1)  # [B, D] at each row's last token
         logits = F.cast(model.head(h_last), DType.float32)._array()
     out = {"tokens": choose(logits, params, filters=filters, sample=sample, bias=bias, repetition=repetition, seen=seen)}
+    out["next_input"] = out["tokens"][:, None].astype(jnp.int32)  # what a run-ahead decode step takes as its tokens
     if n_logprobs:
         out["logprob"], out["top_values"], out["top_ids"] = top_logprobs(logits, out["tokens"], n_logprobs)
     if all_logits:
@@ -97,6 +98,31 @@ class StepOutput:
     log_probabilities: LogProbabilities | None = None
     all_logprobs: np.ndarray | None = None  # [T, V] log_softmax of the raw logits at each input position
     all_probs: np.ndarray | None = None  # [T, V] the sampling distribution at each input position
+
+
+@dataclass
+class PendingStep:
+    """A dispatched step whose results are not collected yet (`ModelRunner.dispatch` / `collect`)."""
+
+    contexts: list[TextContext]
+    starts: list[int]  # each row's first position in this step
+    counts: list[int]  # tokens each row runs
+    out: dict[str, Any]  # device arrays
+    n_logprobs: int
+    all_logits: bool
+
+
+def _record_prompt_logprobs(c: TextContext, start: int, n: int, logprobs: np.ndarray) -> None:
+    """Echo: the log probability of each prompt token this chunk predicts (position p's logits predict token p + 1)."""
+    k = max(1, c.log_probabilities)
+    for j in range(n):
+        p = start + j + 1
+        if p >= c.prompt_length:
+            break
+        row = logprobs[j]
+        top = np.argpartition(-row, k - 1)[:k]
+        top = top[np.argsort(-row[top])]
+        c.prompt_log_probabilities[p] = LogProbabilities(token_log_probabilities=[float(row[c.tokens[p]])], top_log_probabilities=[{int(t): float(row[t]) for t in top}])
 
 
 class _PenaltyState:
@@ -216,8 +242,12 @@ class ModelRunner:
 
     def reserve(self, ctx: TextContext, num_tokens: int) -> None:
         """Make room for ``num_tokens`` more tokens after ``ctx.start_idx``; OutOfPagesError (nothing taken) otherwise."""
+        self._reserve_at(ctx, ctx.start_idx + int(num_tokens))
+
+    def _reserve_at(self, ctx: TextContext, num_tokens: int) -> None:
+        """Pages for the request's first ``num_tokens`` token slots."""
         pages = self._pages[ctx.request_id]
-        need = self.pool.pages_for(ctx.start_idx + int(num_tokens)) - len(pages)
+        need = self.pool.pages_for(num_tokens) - len(pages)
         if need > 0:
             pages.extend(self.pool.allocate(need))
 
@@ -238,45 +268,92 @@ class ModelRunner:
         gets None. The contexts' cursors and pages are updated; the caller appends
         the sampled tokens (`TextContext.update`). Pages must have been claimed.
         """
+        return self.collect(self.dispatch(contexts, all_logits=all_logits))
+
+    def can_run_ahead(self, ctx: TextContext) -> bool:
+        """Whether ``ctx``'s next decode step may be dispatched before its last sampled token reaches the host.
+
+        True when no step input is computed from the tokens on the host (penalties,
+        ``min_new_tokens``' EOS mask, a grammar's mask, echo) and the step after the
+        pending one is not past the request's limits.
+        """
+        sp = ctx.sampling_params
+        return (
+            not ctx.needs_ce and ctx.matcher is None and not _has_bias(ctx) and float(sp.repetition_penalty) == 1.0
+            and ctx.num_generated + 1 < ctx.max_new_tokens and ctx.end_idx + 1 < min(ctx.max_length, self.max_length)
+        )  # fmt: skip
+
+    def dispatch(self, contexts: Sequence[TextContext], *, all_logits: bool = False, after: PendingStep | None = None) -> PendingStep:
+        """Start one step (as `execute`) without waiting for it; `collect` its results.
+
+        With ``after`` (a decode step of exactly these contexts, dispatched and not
+        collected yet) each row's input token is the one ``after`` samples, taken on
+        the device: the step runs behind ``after`` with no host round trip between
+        them, the position one past ``after``'s. The caller collects ``after`` first,
+        then this step (rows that finished in ``after`` are skipped by `collect`).
+
+        Raises:
+            OutOfPagesError: a row's next token has no page (nothing was started).
+        """
         if not contexts:
-            return {}
+            return PendingStep([], [], [], {}, 0, False)
         if len(contexts) > self.max_batch_size:
             raise ValueError(f"ModelRunner.execute: {len(contexts)} contexts; max_batch_size is {self.max_batch_size}")
-        counts = [min(c.active_length, self.prefill_chunk_size) for c in contexts]
-        for c, n in zip(contexts, counts):
+        if after is not None:
+            if [c.request_id for c in after.contexts] != [c.request_id for c in contexts]:
+                raise ValueError("ModelRunner.dispatch: after= must be a pending step of the same contexts, in the same order")
+            counts, starts = [1] * len(contexts), [c.end_idx for c in contexts]  # the token `after` samples lands at end_idx
+        else:
+            counts, starts = [min(c.active_length, self.prefill_chunk_size) for c in contexts], [c.start_idx for c in contexts]
+        for c, s, n in zip(contexts, starts, counts):
             if n < 1:
                 raise ValueError(f"ModelRunner.execute: request {c.request_id} has no tokens to run")
-            self.reserve(c, n)
+            self._reserve_at(c, s + n)
         t = 1 if max(counts) == 1 else _bucket(max(counts), 16)
         b = _bucket(len(contexts))
-        width = self._width(t, max(self.pool.pages_for(c.start_idx + n) for c, n in zip(contexts, counts)))
-        arrays = self._inputs(contexts, counts, b, t, width)
+        width = self._width(t, max(self.pool.pages_for(s + n) for s, n in zip(starts, counts)))
+        arrays = self._inputs(contexts, starts, counts, b, t, width)
+        if after is not None:
+            arrays = (after.out["next_input"], *arrays[1:])  # device tokens [b, 1]: no host sync
         rows = [self._sampling(c) for c in contexts] + [{}] * (b - len(contexts))
-        steps = [c.num_generated for c in contexts] + [0] * (b - len(contexts))
+        steps = [c.num_generated + (after is not None) for c in contexts] + [0] * (b - len(contexts))
         params = SamplingRows.build(rows, steps)
-        extras = self._penalty_inputs(contexts, b)
+        extras = self._penalty_inputs(contexts, b) if after is None else (None, None, None)
         n_logprobs = max((c.log_probabilities for c in contexts), default=0)
         n_logprobs = 0 if n_logprobs == 0 else (5 if n_logprobs <= 5 else 20)
         all_logits = all_logits or any(c.log_probabilities_echo and c.needs_ce for c in contexts)
         static = dict(model_tree=self._tree, sample=params.sample, filters=params.filters, n_logprobs=n_logprobs, all_logits=all_logits)
         with self._lock:
             out = self._run(arrays, params.arrays(), extras, static)
+        return PendingStep(list(contexts), starts, counts, out, n_logprobs, all_logits)
+
+    def collect(self, step: PendingStep) -> dict[RequestID, StepOutput | None]:
+        """Wait for a dispatched step; update its contexts' cursors and return each row's `StepOutput` (as `execute`).
+
+        Rows whose request finished or was released meanwhile are left out.
+        """
+        if not step.contexts:
+            return {}
+        host = {k: np.asarray(v) for k, v in step.out.items() if k != "next_input"}
         results: dict[RequestID, StepOutput | None] = {}
-        host = {k: np.asarray(v) for k, v in out.items()}
-        for i, (c, n) in enumerate(zip(contexts, counts)):
-            finishes = c.start_idx + n == c.end_idx
-            self._seal(c, c.start_idx + n)
-            c.set_token_indices(start_idx=c.start_idx + n)
+        for i, (c, s, n) in enumerate(zip(step.contexts, step.starts, step.counts)):
+            if c.is_done or c.request_id not in self._pages:
+                continue
+            finishes = s + n == c.end_idx
+            self._seal(c, s + n)
+            c.set_token_indices(start_idx=s + n)
+            if step.all_logits and c.log_probabilities_echo:
+                _record_prompt_logprobs(c, s, n, host["all_logprobs"][i, :n])
             if not finishes:
                 results[c.request_id] = None
                 continue
             lp = None
-            if n_logprobs and c.log_probabilities:
+            if step.n_logprobs and c.log_probabilities:
                 k = c.log_probabilities
                 top = {int(tok): float(v) for tok, v in zip(host["top_ids"][i, :k], host["top_values"][i, :k])}
                 lp = LogProbabilities(token_log_probabilities=[float(host["logprob"][i])], top_log_probabilities=[top])
             extra = {}
-            if all_logits:
+            if step.all_logits:
                 extra = {"all_logprobs": host["all_logprobs"][i, :n], "all_probs": host["all_probs"][i, :n]}
             results[c.request_id] = StepOutput(int(host["tokens"][i]), lp, **extra)
         return results
@@ -310,7 +387,7 @@ class ModelRunner:
             return self.max_pages_per_seq
         return min(self.max_pages_per_seq, max(self.min_pages, _bucket(pages)))
 
-    def _inputs(self, contexts: Sequence[TextContext], counts: Sequence[int], b: int, t: int, width: int) -> tuple[np.ndarray, ...]:
+    def _inputs(self, contexts: Sequence[TextContext], starts: Sequence[int], counts: Sequence[int], b: int, t: int, width: int) -> tuple[np.ndarray, ...]:
         ps = self.page_size
         tokens = np.zeros((b, t), np.int32)
         pos = np.zeros((b, t), np.int32)
@@ -318,9 +395,9 @@ class ModelRunner:
         gather = np.zeros((b, width * ps), np.int32)
         last = np.zeros(b, np.int32)
         offs = np.arange(width * ps)
-        for i, (c, n) in enumerate(zip(contexts, counts)):
-            s = c.start_idx
-            tokens[i, :n] = c.tokens[s : s + n]
+        for i, (c, s, n) in enumerate(zip(contexts, starts, counts)):
+            seg = c.tokens[s : s + n]  # empty for a run-ahead row (its token is still on the device)
+            tokens[i, : len(seg)] = seg
             pos[i] = s + np.minimum(np.arange(t), n - 1)  # padded queries repeat the last position
             pages = np.asarray(self._pages[c.request_id][:width], np.int32)
             table = np.zeros(width, np.int32)

@@ -18,6 +18,14 @@ Each iteration (`Scheduler.step`):
    length rules, and stop strings on the decoded text), streams the new tokens
    and text to the request's `RequestStream`, and frees finished requests' pages.
 
+When an iteration has no prefill and the same decode rows as the last one, and no
+row needs inputs computed on the host from its tokens (penalties, a grammar's
+mask; `ModelRunner.can_run_ahead`), the next decode step is dispatched *before*
+the last one's tokens are read back: it takes them on the device, so the model
+never waits for the host's bookkeeping (step 5 runs while the next step
+computes). A row that finishes meanwhile has one extra token computed and
+dropped; the results are the same as without running ahead.
+
 Run it in the caller's thread (`run_until_idle`) or on a background thread
 (`start`; `LLM` and the server do).
 
@@ -43,7 +51,7 @@ from maxfx.generation._context import TextContext
 from maxfx.generation._detok import IncrementalText
 from maxfx.generation._grammar import GrammarMatcher, advance, compile_json_schema
 from maxfx.generation._pages import OutOfPagesError
-from maxfx.generation._runner import ModelRunner
+from maxfx.generation._runner import ModelRunner, PendingStep
 from maxfx.interfaces import GenerationStatus, LogProbabilities, RequestID
 
 __all__ = ["GenerationResult", "QueueFullError", "RequestStream", "Scheduler", "SchedulerStats", "StreamEvent"]
@@ -217,6 +225,7 @@ class Scheduler:
         self._running: list[_Request] = []
         self._known: dict[RequestID, _Request] = {}
         self._admissions = 0
+        self._pending: tuple[list[_Request], PendingStep] | None = None  # a decode step dispatched, not collected yet
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -278,8 +287,8 @@ class Scheduler:
             self._cond.notify()
 
     def has_work(self) -> bool:
-        """Requests are queued, waiting or running."""
-        return bool(self._inbox or self._waiting or self._running)
+        """Requests are queued, waiting or running (or a step's results are still to be collected)."""
+        return bool(self._inbox or self._waiting or self._running or self._pending)
 
     def run_until_idle(self) -> None:
         """Iterate in this thread until no request is left."""
@@ -322,6 +331,7 @@ class Scheduler:
                 self.step()
             except Exception as err:  # a bug in a step: fail what ran, keep serving
                 log.exception("maxfx scheduler: an iteration failed")
+                self._pending = None
                 for r in list(self._running):
                     self._fail(r, err)
 
@@ -331,11 +341,24 @@ class Scheduler:
         self._take_inbox()
         self._admit()
         prefill = next((r for r in self._running if r.ctx.needs_ce), None)
+        decode = [r for r in self._running if not r.ctx.needs_ce and r is not prefill]
+        if self._pending is not None:
+            rows, pending = self._pending
+            self._pending = None
+            if prefill is None and len(rows) == len(decode) and all(a is b for a, b in zip(rows, decode)) and all(self.runner.can_run_ahead(r.ctx) for r in rows):
+                try:
+                    self._pending = (rows, self.runner.dispatch([r.ctx for r in rows], after=pending))
+                except OutOfPagesError:
+                    pass  # no page for the step after: collect first, then the plain path preempts
+            self._apply(rows, self.runner.collect(pending), prefill=False)
+            if self._pending is not None:
+                return
+            prefill = next((r for r in self._running if r.ctx.needs_ce), None)
+            decode = [r for r in self._running if not r.ctx.needs_ce and r is not prefill]
         if prefill is not None:
             self._run([prefill], prefill=True)
-        decode = [r for r in self._running if not r.ctx.needs_ce and r is not prefill]
         if decode:
-            self._run(decode, prefill=False)
+            self._run(decode, prefill=False, ahead=prefill is None)
 
     def _take_inbox(self) -> None:
         with self._cond:
@@ -389,7 +412,8 @@ class Scheduler:
         log.info("maxfx scheduler: preempted request %s (KV pages exhausted); it will be prefilled again", victim.ctx.request_id)
         return True
 
-    def _run(self, batch: list[_Request], prefill: bool) -> None:
+    def _run(self, batch: list[_Request], prefill: bool, ahead: bool = False) -> None:
+        """Run a step over ``batch``; with ``ahead`` (decode, every row can run ahead) leave its results pending."""
         # Reserve every row's pages first, preempting until the batch fits.
         for r in list(batch):
             if r not in self._running:
@@ -406,7 +430,13 @@ class Scheduler:
         batch = [r for r in batch if r in self._running]
         if not batch:
             return
-        results = self.runner.execute([r.ctx for r in batch])
+        if ahead and all(self.runner.can_run_ahead(r.ctx) for r in batch):
+            self._pending = (batch, self.runner.dispatch([r.ctx for r in batch]))
+            return
+        self._apply(batch, self.runner.execute([r.ctx for r in batch]), prefill)
+
+    def _apply(self, batch: list[_Request], results: dict[RequestID, Any], prefill: bool) -> None:
+        """Append each row's sampled token (and the grammar's forced ones), then stream and stop-check it."""
         if prefill:
             self.stats.prefill_steps += 1
         else:
@@ -415,7 +445,7 @@ class Scheduler:
         now = time.perf_counter()
         for r in batch:
             out = results.get(r.ctx.request_id)
-            if out is None:
+            if out is None or r not in self._running:
                 continue
             before = r.ctx.end_idx
             r.ctx.update(out.token, out.log_probabilities)

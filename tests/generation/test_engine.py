@@ -276,3 +276,39 @@ def test_result_after_iterating_the_stream(llama):
     events = list(s)
     assert sum(len(e.tokens) for e in events) == 5
     assert s.result().tokens == [t for e in events for t in e.tokens] and list(s) == events
+
+
+def test_run_ahead_decode_equals_the_synchronous_path(llama, monkeypatch):
+    """Decode steps dispatched behind the pending one (tokens taken on the device) give the no-cache greedy tokens;
+    a cancel and an EOS arriving while a step is pending drop its extra token and free the pages."""
+    runner = ModelRunner(llama, max_batch_size=4, max_length=MAX_LEN, page_size=8)
+    ahead = []
+    dispatch = runner.dispatch
+
+    def spy(contexts, **kw):
+        ahead.append(kw.get("after") is not None)
+        return dispatch(contexts, **kw)
+
+    monkeypatch.setattr(runner, "dispatch", spy)
+    sched = Scheduler(runner)
+    ps = prompts(3, seed=5)
+    streams = [sched.submit(ctx(p, 10 + 3 * i)) for i, p in enumerate(ps)]
+    victim = sched.submit(ctx([7, 8, 9], 40))
+    for _ in range(8):
+        sched.step()
+    sched.cancel(victim.request_id)
+    sched.run_until_idle()
+    assert sum(ahead) >= 8  # the decode steps between prefills ran ahead
+    for i, (p, s) in enumerate(zip(ps, streams)):
+        assert s.result().tokens == full_forward_greedy(llama, p, 10 + 3 * i)
+    assert victim.result().status.name == "CANCELLED"
+    assert runner.pool.num_used == 0
+    # The same with EOS set to a token the greedy run produces: it stops there, as the synchronous path does.
+    eos_at = full_forward_greedy(llama, ps[0], 6)
+    c = ctx(ps[0], 20)
+    c.eos_token_ids = {eos_at[4]}
+    first = eos_at.index(eos_at[4])
+    s = sched.submit(c)
+    sched.run_until_idle()
+    assert s.result().tokens == eos_at[: first + 1] and s.result().status.name == "END_OF_SEQUENCE"
+    assert runner.pool.num_used == 0
