@@ -294,16 +294,22 @@ def create_app(served: ServedModel, metrics: Metrics | None = None) -> FastAPI:
         def logprobs_of(c: _Choice, tokens: list[int], lps: list[Any], offset: int) -> Any:
             return R.completion_logprobs(tokens, lps, k, text_of, offset) if body.logprobs is not None else None
 
+        def echo_logprobs(c: _Choice) -> Any:
+            """The prompt's entries (its first token has none), recorded by the engine during prefill."""
+            ctx = c.stream.context
+            return logprobs_of(c, ctx.prompt_tokens.tolist(), list(ctx.prompt_log_probabilities), 0)
+
         if body.stream:
 
             async def chunks() -> AsyncIterator[bytes]:
                 offsets = {c.index: 0 for c in gen.choices}
+                echoed: set[int] = set()
                 try:
-                    for c in gen.choices:
-                        if c.echo:
-                            yield _sse(R.completion_chunk(rid, served.name, created, c.index, c.echo, None))
-                            offsets[c.index] = len(c.echo)
                     async for c, event in gen.events():
+                        if c.echo and c.index not in echoed:  # at the first event: the prompt's log probabilities exist by then
+                            echoed.add(c.index)
+                            yield _sse(R.completion_chunk(rid, served.name, created, c.index, c.echo, None, echo_logprobs(c)))
+                            offsets[c.index] = len(c.echo)
                         lp = logprobs_of(c, event.tokens, _per_token(event), offsets[c.index])
                         offsets[c.index] += len(event.text)
                         if event.text or event.is_done or lp is not None:
@@ -324,7 +330,11 @@ def create_app(served: ServedModel, metrics: Metrics | None = None) -> FastAPI:
         choices = []
         for c in gen.choices:
             text = "".join(c.text)
-            choices.append({"index": c.index, "text": c.echo + text, "logprobs": logprobs_of(c, c.tokens, c.logprobs, len(c.echo)), "finish_reason": c.finish_reason})
+            lp = logprobs_of(c, c.tokens, c.logprobs, len(c.echo))
+            if lp is not None and c.echo:
+                head = echo_logprobs(c)
+                lp = {key: head[key] + lp[key] for key in lp}
+            choices.append({"index": c.index, "text": c.echo + text, "logprobs": lp, "finish_reason": c.finish_reason})
         return JSONResponse({"id": rid, "object": "text_completion", "created": created, "model": served.name, "choices": choices, "usage": gen.usage()})
 
     # ── chat ──

@@ -289,3 +289,19 @@ def test_tokenize_detokenize(server):
     t = httpx.post(server.url + "/tokenize", json={"prompt": "hi"}).json()
     assert t["tokens"] == [104, 105] and t["count"] == 2 and t["max_model_len"] == 128
     assert httpx.post(server.url + "/detokenize", json={"tokens": [104, 105]}).json() == {"prompt": "hi"}
+
+
+def test_echo_returns_the_prompt_and_its_log_probabilities(server):
+    c = client(server)
+    r = c.completions.create(model="tiny", prompt=CASE["prompt"], max_tokens=3, temperature=0, echo=True, logprobs=1)
+    choice = r.choices[0]
+    assert choice.text == CASE["prompt"] + bytes(CASE["new_ids"][:3]).decode("utf-8", errors="replace")
+    n = len(CASE["prompt_ids"])
+    lp = choice.logprobs
+    assert len(lp.token_logprobs) == n + 3 and lp.token_logprobs[0] is None
+    ref = numpy_logprobs(CASE["prompt_ids"] + CASE["new_ids"][:3])
+    ids = CASE["prompt_ids"] + CASE["new_ids"][:3]
+    for p in range(1, n + 3):
+        assert abs(lp.token_logprobs[p] - ref[p - 1][ids[p]]) < 1e-4
+    streamed = list(c.completions.create(model="tiny", prompt=CASE["prompt"], max_tokens=3, temperature=0, echo=True, stream=True))
+    assert "".join(ch.choices[0].text for ch in streamed) == choice.text
