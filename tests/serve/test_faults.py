@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import threading
+import time
 
 import httpx
 
+from tests.serve.conftest import Server
 from tests.serve.test_openai_client import CASE
 
 COMPLETIONS = "/v1/completions"
@@ -35,8 +39,6 @@ async def _stream(client: httpx.AsyncClient, body: dict, stop_after: int | None 
 
 
 def _wait_idle(server, timeout: float = 10.0) -> None:
-    import time
-
     deadline = time.monotonic() + timeout
     while server.metric("maxserve_num_requests_running") + server.metric("maxserve_num_requests_queued") > 0:
         assert time.monotonic() < deadline, "requests still running"
@@ -116,3 +118,34 @@ def test_resident_memory_is_flat_over_500_requests(server):
     asyncio.run(batch(500))
     after = server.rss_bytes()
     assert abs(after - before) <= 0.05 * before, f"RSS {before / 2**20:.1f} MiB -> {after / 2**20:.1f} MiB"
+
+
+def test_sigterm_lets_running_streams_finish(tmp_path):
+    """Graceful shutdown: a stream running when SIGTERM arrives still completes; then the server exits."""
+    srv = Server("--max-batch-size", "2", log=tmp_path / "shutdown.log")
+    body = {"prompt": CASE["prompt"], "max_tokens": 60, "temperature": 0, "ignore_eos": True}
+    got: dict = {}
+
+    def read():
+        got["result"] = asyncio.run(_one_stream(srv.url, body))
+
+    reader = threading.Thread(target=read)
+    try:
+        reader.start()
+        deadline = time.monotonic() + 30
+        while srv.metric("maxserve_num_requests_running") == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        srv.proc.send_signal(signal.SIGTERM)
+        reader.join(60)
+        text, reason, chunks = got["result"]
+        assert reason == "length" and chunks >= 2
+        assert srv.proc.wait(60) in (0, -signal.SIGTERM)
+        assert "engine stopped" in srv.log.read_text()
+    finally:
+        srv.stop()
+
+
+async def _one_stream(url: str, body: dict):
+    async with httpx.AsyncClient(base_url=url, timeout=120) as c:
+        return await _stream(c, body)
