@@ -64,25 +64,36 @@ def model_file(qname: str = "Q8_0") -> Path:
     return path
 
 
-def prompts(tokenizer, count: int, length: int, seed: int) -> list[tuple[str, list[int]]]:
-    """``count`` distinct ``(text, ids)`` prompts of exactly ``length`` tokens: windows of the corpus at random places.
+class PromptSource:
+    """Distinct ``(text, ids)`` prompts of exactly ``length`` tokens: windows of the corpus at random places.
 
     Each window is cut at ``length`` tokens and decoded; it is kept only if the text
     encodes back to the same ids (a cut inside a multi-byte character or a merge
-    would not) and its first 16 tokens start no other prompt (no prefix-cache reuse).
+    would not), has no surrounding whitespace, and its first 16 tokens start no
+    other prompt this source gave (so no prefix-cache reuse).
     """
-    rng = np.random.default_rng(seed)
-    docs = [d for d in corpus() if len(d) > 8 * length]
-    out: list[tuple[str, list[int]]] = []
-    starts: set[tuple[int, ...]] = set()
-    while len(out) < count:
-        doc = docs[rng.integers(len(docs))]
-        at = int(rng.integers(0, len(doc) - 8 * length))
-        at = doc.find(" ", at) + 1  # start on a word, so the first token is a whole one
-        ids = tokenizer.encode(doc[at : at + 8 * length], add_special_tokens=False)[:length]
-        text = tokenizer.decode(ids)
-        if len(ids) != length or tokenizer.encode(text, add_special_tokens=False) != ids or text != text.strip() or tuple(ids[:16]) in starts:
-            continue
-        starts.add(tuple(ids[:16]))
-        out.append((text, ids))
-    return out
+
+    def __init__(self, tokenizer, length: int, seed: int = 0):
+        self.tokenizer, self.length = tokenizer, length
+        self.rng = np.random.default_rng(seed)
+        self.docs = [d for d in corpus() if len(d) > 8 * length]
+        self.starts: set[tuple[int, ...]] = set()
+
+    def take(self, count: int) -> list[tuple[str, list[int]]]:
+        tok, n, out = self.tokenizer, self.length, []
+        while len(out) < count:
+            doc = self.docs[self.rng.integers(len(self.docs))]
+            at = int(self.rng.integers(0, len(doc) - 8 * n))
+            at = doc.find(" ", at) + 1  # start on a word, so the first token is a whole one
+            ids = tok.encode(doc[at : at + 8 * n], add_special_tokens=False)[:n]
+            text = tok.decode(ids)
+            if len(ids) != n or tok.encode(text, add_special_tokens=False) != ids or text != text.strip() or tuple(ids[:16]) in self.starts:
+                continue
+            self.starts.add(tuple(ids[:16]))
+            out.append((text, ids))
+        return out
+
+
+def prompts(tokenizer, count: int, length: int, seed: int) -> list[tuple[str, list[int]]]:
+    """``count`` prompts of a fresh `PromptSource`."""
+    return PromptSource(tokenizer, length, seed).take(count)

@@ -29,7 +29,10 @@ Schedule: one warm-up pass (every concurrency, both servers), then ``--repeats``
 passes (default 3); in each, every concurrency runs on both servers back to back,
 the order alternating pass by pass; the idle server is paused (SIGSTOP) so its
 threads take no CPU (``--no-pause`` keeps it running). Medians over the passes of
-each run's figure. In-process ``load_pretrained(GGUF).generate`` (128 prompt ids,
+each run's figure. Every run also reports the CPU that other processes took meanwhile
+("others' cores": /proc/stat's busy time less the servers' and this client's), because
+on a shared machine a neighbour's load slows llama-server's spinning ``-t 2`` threads
+far more than it slows maxfx; a run with others' cores well above 0 is not clean. In-process ``load_pretrained(GGUF).generate`` (128 prompt ids,
 128 new tokens) runs once per pass, both servers paused, for the "server c=1 decode
 rate >= 0.9x generate" target; ``maxfx_engine_compiles_total`` from ``/metrics``
 before and after the timed passes gives "no compile in the timed window".
@@ -142,11 +145,11 @@ def maxfx_server(path: Path, logs: Path) -> Server:
     return Server(MAXFX, cmd, port, logs / "maxfx.log")
 
 
-def llama_server(binary: Path, path: Path, logs: Path) -> Server:
+def llama_server(binary: Path, path: Path, logs: Path, extra: list[str]) -> Server:
     port = free_port()
     # -c is the whole context, split evenly over the --parallel slots: 16 x 512, maxfx's --max-length.
     # --no-webui: nothing but the API is needed.
-    cmd = [str(binary), "-m", str(path), "-t", "2", "--parallel", "16", "-c", "8192", "--host", "127.0.0.1", "--port", str(port), "--no-webui"]
+    cmd = [str(binary), "-m", str(path), "-t", "2", "--parallel", "16", "-c", "8192", "--host", "127.0.0.1", "--port", str(port), "--no-webui", *extra]
     return Server(LLAMA, cmd, port, logs / "llama-server.log")
 
 
@@ -173,6 +176,41 @@ def compiles(server: Server) -> float | None:
     return None
 
 
+def cpu_ticks(pids: list[int]) -> tuple[int, int, float]:
+    """``(machine busy ticks, ticks of pids, this process's CPU seconds)``, to tell how much CPU others took during a run.
+
+    /proc/stat counts every process on the machine, including other containers'
+    that ``ps`` cannot see; a server's own ticks (all its threads) are subtracted.
+    """
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    busy = v[0] + v[1] + v[2] + v[5] + v[6]  # user nice system irq softirq
+    own = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+            own += int(fields[11]) + int(fields[12])  # utime stime
+    t = os.times()
+    return busy, own, t.user + t.system
+
+
+def background_cores(before: tuple[int, int, float], after: tuple[int, int, float], wall: float) -> float:
+    """Cores' worth of CPU that neither the servers nor this client used between two `cpu_ticks`."""
+    hz = os.sysconf("SC_CLK_TCK")
+    return ((after[0] - before[0]) - (after[1] - before[1])) / hz / wall - (after[2] - before[2]) / wall
+
+
+def wait_quiet(pids: list[int], threshold: float, budget: float) -> float:
+    """Sample others' CPU in 1 s windows until it is at most ``threshold`` cores or ``budget`` seconds have passed; the last sample."""
+    deadline = time.monotonic() + budget
+    while True:
+        before, start = cpu_ticks(pids), time.perf_counter()
+        time.sleep(1.0)
+        bg = background_cores(before, cpu_ticks(pids), time.perf_counter() - start)
+        if bg <= threshold or time.monotonic() >= deadline:
+            return bg
+
+
 # ─── the client ──────────────────────────────────────────────────────────
 
 
@@ -188,6 +226,7 @@ class Result:
     prompt_tokens: int = 0
     chunks: int = 0
     error: str = ""
+    server_prompt_ms: float | None = None  # llama-server's own prefill time (its final chunk's "timings")
 
 
 async def request(client, url: str, body: dict) -> Result:
@@ -207,6 +246,9 @@ async def request(client, url: str, body: dict) -> Result:
                     break
                 now = time.perf_counter()
                 chunk = json.loads(data)
+                if "error" in chunk:  # a server that fails mid-stream says so in an event
+                    r.error = f"error event: {str(chunk['error'])[:300]}"
+                    return r
                 choices = chunk.get("choices") or []
                 if choices and choices[0].get("text"):
                     if r.chunks == 0:
@@ -215,6 +257,8 @@ async def request(client, url: str, body: dict) -> Result:
                         r.itl.append(now - last)
                     last = now
                     r.chunks += 1
+                if timings := chunk.get("timings"):
+                    r.server_prompt_ms = timings.get("prompt_ms")
                 if usage := chunk.get("usage"):
                     r.output_tokens = int(usage.get("completion_tokens") or 0)
                     r.prompt_tokens = int(usage.get("prompt_tokens") or 0)
@@ -270,6 +314,8 @@ def summarize(results: list[Result], duration: float) -> dict:
     for k, v in series.items():
         a = np.asarray(v or [0.0]) * 1e3
         out[f"{k}_mean"], out[f"{k}_p50"], out[f"{k}_p99"] = float(a.mean()), float(np.median(a)), float(np.percentile(a, 99))
+    if served := [r.server_prompt_ms for r in ok if r.server_prompt_ms is not None]:
+        out["server_prompt_ms_p50"] = float(np.median(served))
     if len(ok) < len(results):
         out["errors"] = sorted({r.error for r in results if not r.ok})[:3]
     return out
@@ -312,9 +358,10 @@ def in_process_generate(path: Path):
 ROWS = [
     ("output tok/s", "output_throughput", "{:.1f}"), ("requests/s", "request_throughput", "{:.3f}"),
     ("TTFT mean ms", "ttft_mean", "{:.1f}"), ("TTFT p50 ms", "ttft_p50", "{:.1f}"), ("TTFT p99 ms", "ttft_p99", "{:.1f}"),
+    ("  server prefill", "server_prompt_ms_p50", "{:.1f}"),  # llama-server's own timings.prompt_ms: TTFT less queueing and HTTP
     ("TPOT mean ms", "tpot_mean", "{:.2f}"), ("TPOT p50 ms", "tpot_p50", "{:.2f}"), ("TPOT p99 ms", "tpot_p99", "{:.2f}"),
     ("ITL mean ms", "itl_mean", "{:.2f}"), ("ITL p50 ms", "itl_p50", "{:.2f}"), ("ITL p99 ms", "itl_p99", "{:.2f}"),
-    ("E2E p50 ms", "e2el_p50", "{:.0f}"),
+    ("E2E p50 ms", "e2el_p50", "{:.0f}"), ("others' cores", "background_cores", "{:.2f}"),
 ]  # fmt: skip
 
 
@@ -365,7 +412,7 @@ def print_report(med: dict[str, dict[int, dict]], have_llama: bool, checks: list
             b = med.get(LLAMA, {}).get(c, {}).get(key) if have_llama else None
             sa = fmt.format(a) if a is not None else "-"
             sb = fmt.format(b) if b is not None else ("missing" if not have_llama else "-")
-            sr = f"{a / b:.2f}x" if a is not None and b else "-"
+            sr = f"{a / b:.2f}x" if a is not None and b and key != "background_cores" else "-"
             print(f"  {label:<14}{sa:>12}{sb:>14}{sr:>9}")
     print("\ntargets")
     for name, v, bound, ok in checks:
@@ -385,37 +432,41 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)))
     ap.add_argument("--llama-server", default=None, help="llama-server binary (default: $LLAMA_SERVER or build_llama_server.sh's)")
+    ap.add_argument("--llama-args", default="", help="extra llama-server flags (e.g. '--poll 0')")
     ap.add_argument("--only", choices=[MAXFX, LLAMA], default=None, help="run one server only")
     ap.add_argument("--token-ids", action="store_true", help="send prompts as token ids instead of text")
     ap.add_argument("--no-pause", action="store_true", help="leave the idle server running (not SIGSTOPped) while the other is timed")
     ap.add_argument("--no-generate", action="store_true", help="skip the in-process generate comparison")
+    ap.add_argument("--quiet", type=float, default=0.25, help="others' CPU (cores) above which a timed run is not clean (default 0.25)")
+    ap.add_argument("--quiet-wait", type=float, default=60.0, help="seconds to wait for others' CPU to fall to --quiet before each timed run (default 60)")
+    ap.add_argument("--retries", type=int, default=2, help="times a run that was not clean is run again, with fresh prompts (default 2)")
     ap.add_argument("--ready-timeout", type=float, default=1800.0, help="seconds to wait for each server's /health")
     args = ap.parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 3)
     conc = [int(c) for c in args.concurrency.split(",")]
 
-    from tests.bench._bpe_gguf import model_file, prompts  # noqa: PLC0415
+    from tests.bench._bpe_gguf import PromptSource, model_file  # noqa: PLC0415
 
     path = model_file(args.quant)
-    logs = RESULTS / "serve-logs"
+    logs = RESULTS / "serve-logs" / args.quant.lower()
     from maxfx.models._tokenizer import load_tokenizer  # noqa: PLC0415
 
     tok, why = load_tokenizer(path)
     assert tok is not None, why
+    source = PromptSource(tok, PROMPT, seed=0)
+
+    def fresh(n: int) -> list:
+        return [ids if args.token_ids else text for text, ids in source.take(n)]
+
     # One distinct prompt set per (pass, concurrency); pass 0 is the warm-up. Both servers get the same sets.
-    need = [rounds * c for c in conc]
-    pool = prompts(tok, (args.repeats + 1) * sum(need), PROMPT, seed=0)
-    sets: dict[tuple[int, int], list] = {}
-    at = 0
-    for p in range(args.repeats + 1):
-        for c, n in zip(conc, need, strict=True):
-            sets[p, c] = [ids if args.token_ids else text for text, ids in pool[at : at + n]]
-            at += n
+    sets = {(p, c): fresh(rounds * c) for p in range(args.repeats + 1) for c in conc}
+    sample = source.take(32)  # for the tokenizer check
 
     servers: list[Server] = []
     binary = find_llama_server(args.llama_server)
     info: dict = {"model": path.name, "quant": args.quant, "prompt_tokens": PROMPT, "output_tokens": OUTPUT, "rounds": rounds, "repeats": args.repeats,
-                  "concurrency": conc, "prompts": "token ids" if args.token_ids else "text", "cpus": os.cpu_count(), "pause_idle": not args.no_pause}  # fmt: skip
+                  "concurrency": conc, "prompts": "token ids" if args.token_ids else "text", "cpus": os.cpu_count(), "pause_idle": not args.no_pause,
+                  "quiet_cores": args.quiet, "llama_args": args.llama_args}  # fmt: skip
     if args.only != LLAMA:
         servers.append(maxfx_server(path, logs))
     if args.only != MAXFX:
@@ -423,7 +474,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"llama-server: missing ({BUILD_HINT})")
             info["llama_server"] = f"missing ({BUILD_HINT})"
         else:
-            servers.append(llama_server(binary, path, logs))
+            servers.append(llama_server(binary, path, logs, args.llama_args.split()))
             info["llama_server"] = str(binary)
     have_llama = any(s.name == LLAMA for s in servers)
     print(f"model {path.name}; prompts: {PROMPT} tokens as {info['prompts']}, unique; {OUTPUT} output tokens; {rounds} x c requests per run; {args.repeats} repeats")
@@ -442,7 +493,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"{s.name} ready in {time.perf_counter() - start:.0f} s (log {s.log})", flush=True)
         for s in servers:
             if s.name == LLAMA:
-                bad = check_llama_tokenizer(s, pool[:32])
+                bad = check_llama_tokenizer(s, sample)
                 info["tokenizer_mismatches_of_32"] = bad
                 print(f"tokenizers: llama-server /tokenize and maxfx's tokenizer give the same ids on {32 - bad} of 32 prompts")
         if not args.no_generate and any(s.name == MAXFX for s in servers):
@@ -453,6 +504,31 @@ def main(argv: list[str] | None = None) -> dict:
             if pause:
                 for s in servers:
                     s.signal(signal.SIGCONT if s is active else signal.SIGSTOP)
+
+        pids = [s.proc.pid for s in servers]
+
+        def measure(s: Server, c: int, prompts: list, label: str, retries: int) -> dict:
+            """One run of ``prompts`` at concurrency ``c`` on ``s``; again (fresh prompts) while others took CPU."""
+            attempt = 0
+            while True:
+                if retries:
+                    wait_quiet(pids, args.quiet, args.quiet_wait)
+                only(s)
+                ticks = cpu_ticks(pids)
+                results, duration = asyncio.run(run_load(s, prompts, c))
+                summary = summarize(results, duration)
+                summary["background_cores"] = bg = background_cores(ticks, cpu_ticks(pids), duration)
+                summary["attempt"] = attempt
+                if summary.get("errors"):
+                    print(f"  {s.name} c={c}: {summary['failed']} failed: {summary['errors']}")
+                again = bg > args.quiet and attempt < retries
+                print(f"  {label} {s.name:>12} c={c:<2} {duration:6.1f} s  {summary.get('output_throughput', 0):7.1f} out tok/s  "
+                      f"TTFT p50 {summary.get('ttft_p50', 0):7.1f} ms  TPOT p50 {summary.get('tpot_p50', 0):6.2f} ms  prompt tokens {summary.get('prompt_tokens')}  "
+                      f"others' CPU {bg:.2f} cores{'  (not clean: again)' if again else ''}", flush=True)  # fmt: skip
+                if not again:
+                    return summary
+                attempt += 1
+                prompts = fresh(len(prompts))  # the first ones are in the server's prefix cache now
 
         runs: dict[str, dict[int, list[dict]]] = {s.name: {c: [] for c in conc} for s in servers}
         compiled_before = None
@@ -465,17 +541,13 @@ def main(argv: list[str] | None = None) -> dict:
                 compiled_before = compiles(mx) if mx else None
             for c in conc:
                 for s in order:
-                    only(s)
-                    results, duration = asyncio.run(run_load(s, sets[p, c], c))
-                    summary = summarize(results, duration)
-                    if summary.get("errors"):
-                        print(f"  {s.name} c={c}: {summary['failed']} failed: {summary['errors']}")
+                    summary = measure(s, c, sets[p, c], label, retries=args.retries if p > 0 else 0)
                     if p > 0:
                         runs[s.name][c].append(summary)
-                    print(f"  {label} {s.name:>12} c={c:<2} {duration:6.1f} s  {summary.get('output_throughput', 0):7.1f} out tok/s  "
-                          f"TTFT p50 {summary.get('ttft_p50', 0):7.1f} ms  TPOT p50 {summary.get('tpot_p50', 0):6.2f} ms  prompt tokens {summary.get('prompt_tokens')}", flush=True)  # fmt: skip
             if gen is not None:
                 only(None)
+                if p > 0:
+                    wait_quiet(pids, args.quiet, args.quiet_wait)
                 rate = gen()
                 if p > 0:
                     gen_runs.append(rate)
@@ -495,7 +567,10 @@ def main(argv: list[str] | None = None) -> dict:
     print_report(med, have_llama, checks)
     if gen_med:
         print(f"\nin-process generate: {gen_med:.1f} decode tok/s (median)")
-    out = {**info, "medians": med, "runs": runs, "generate_decode_tok_s": gen_med, "generate_runs": gen_runs, "compiles_in_timed_window": compiled if compiled is not None else "unknown",
+    timed = [r for by_c in runs.values() for rs in by_c.values() for r in rs]
+    dirty = sum(r["background_cores"] > args.quiet for r in timed)
+    print(f"timed runs in which other processes took more than {args.quiet} cores: {dirty} of {len(timed)}")
+    out = {**info, "medians": med, "runs": runs, "generate_decode_tok_s": gen_med, "generate_runs": gen_runs, "compiles_in_timed_window": compiled if compiled is not None else "unknown", "not_clean_runs": dirty,
            "targets": [{"name": n, "value": v, "target": b, "pass": ok} for n, v, b, ok in checks]}  # fmt: skip
     print(f"saved {save(f'serve-{args.quant.lower()}', out)}")
     return out
