@@ -57,7 +57,7 @@ def has_hardware(ref: DeviceRef) -> bool:
 
 def _lookup(ref: DeviceRef) -> jax.Device:
     if ref.device_type is DeviceKind.CPU:
-        cpus = jax.devices("cpu")
+        cpus = jax.local_devices(backend="cpu")  # this process's: a DeviceRef names a device the process can write to
         return cpus[ref.id] if 0 <= ref.id < len(cpus) else cpus[0]
     gpus = accelerators()
     if not 0 <= ref.id < len(gpus):
@@ -68,5 +68,7 @@ def _lookup(ref: DeviceRef) -> jax.Device:
 def device_ref_of(device: jax.Device) -> DeviceRef:
     """The `DeviceRef` of a JAX device."""
     if device.platform == "cpu":
-        return DeviceRef.CPU(device.id)
+        cpus = jax.local_devices(backend="cpu")
+        # The index among this process's CPUs, as _lookup reads it (JAX numbers process 1's CPUs from 2048).
+        return DeviceRef.CPU(cpus.index(device) if device in cpus else device.id)
     return DeviceRef.GPU(accelerators().index(device) if device in accelerators() else device.id)

@@ -1,8 +1,9 @@
 """The driver devices a `DeviceRef` names: `CPU`, `Accelerator` and their `DeviceStream`.
 
 Every `Device` wraps one ``jax.Device`` (attribute ``jax_device``):
-``CPU()`` is ``jax.devices("cpu")[0]`` and ``Accelerator(i)`` is
-``jax.devices("gpu")[i]``. JAX gives each device a single in-order work queue
+``CPU()`` is ``jax.local_devices(backend="cpu")[0]`` and ``Accelerator(i)`` is
+``jax.local_devices(backend="gpu")[i]``: this process's devices, which in a
+multi-process job (``jax.distributed``) are not all of ``jax.devices()``. JAX gives each device a single in-order work queue
 and orders work across devices by data dependencies, so a `DeviceStream` is a
 handle on that one queue: ``synchronize`` blocks until the device is idle and
 ``wait_for`` can only be honoured by waiting on the host.
@@ -46,16 +47,17 @@ __all__ = ["Accelerator", "CPU", "Device", "DeviceEvent", "DeviceStream", "Virtu
 
 @functools.cache
 def accelerators() -> tuple[jax.Device, ...]:
-    """The GPUs JAX can see (empty on a CPU-only machine)."""
+    """This process's GPUs (empty on a CPU-only machine); other processes' GPUs are not Accelerators here."""
     try:
-        return tuple(jax.devices("gpu"))
+        return tuple(jax.local_devices(backend="gpu"))
     except RuntimeError:
         return ()
 
 
 @functools.cache
 def _host_jax_device() -> jax.Device:
-    return jax.devices("cpu")[0]
+    # Local: in a multi-process job jax.devices("cpu")[0] belongs to process 0, which only process 0 can write to.
+    return jax.local_devices(backend="cpu")[0]
 
 
 class Device:
@@ -138,9 +140,7 @@ class Device:
             TypeError: if ``fn`` is not callable.
         """
         if self.is_host:
-            raise RuntimeError(
-                f"{self!r}.__unsafe_enqueue_py_host_func: host functions can only be enqueued on a CUDA/HIP accelerator, not the CPU; call the function directly"
-            )
+            raise RuntimeError(f"{self!r}.__unsafe_enqueue_py_host_func: host functions can only be enqueued on a CUDA/HIP accelerator, not the CPU; call the function directly")
         if not callable(fn):
             raise TypeError(f"{self!r}.__unsafe_enqueue_py_host_func: expected a callable, got {type(fn).__name__}")
 
@@ -188,9 +188,7 @@ class Device:
             ValueError: on the CPU, which has no accelerator architecture.
         """
         if self.is_host:
-            raise ValueError(
-                "Device.architecture_name: failed to get device architecture name: CPU devices have no accelerator architecture; use an Accelerator()"
-            )
+            raise ValueError("Device.architecture_name: failed to get device architecture name: CPU devices have no accelerator architecture; use an Accelerator()")
         cc = str(getattr(self.jax_device, "compute_capability", "") or "")
         if cc.startswith("gfx"):
             return cc
@@ -385,10 +383,7 @@ class Accelerator(Device):
         if not 0 <= index < len(gpus):
             where = f"Accelerator(id={id})"
             if not gpus:
-                raise ValueError(
-                    f"{where}: no accelerator available (JAX sees 0 GPUs; jax.devices('gpu') is empty). "
-                    "Use CPU(), or install a GPU build of jaxlib and unset JAX_PLATFORMS=cpu"
-                )
+                raise ValueError(f"{where}: no accelerator available (JAX sees 0 GPUs; jax.devices('gpu') is empty). Use CPU(), or install a GPU build of jaxlib and unset JAX_PLATFORMS=cpu")
             raise ValueError(f"{where}: this machine has {len(gpus)} accelerator(s), valid ids are 0..{len(gpus) - 1} (or -1 for the first)")
         inst = super().__new__(cls)
         inst._setup(gpus[index], index)

@@ -16,7 +16,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("dtype", "driver", "graph", "engine", "experimental", "tensor", "functional", "random", "nn", "models")
+_SUBMODULES = ("dtype", "driver", "graph", "engine", "experimental", "tensor", "functional", "random", "nn", "models", "distributed")
 
 # Transformations and training helpers (issue 6): name -> module defining it, loaded on first use.
 _LAZY = {name: "maxfx._transforms" for name in ("jit", "grad", "value_and_grad", "vmap", "checkpoint", "remat", "scan")} | {"optim": "maxfx.optim"}

@@ -132,7 +132,7 @@ def _sharding(a: Any) -> Any:
     """Where to put the restored leaf: ``like``'s sharding for jax arrays, the default device otherwise."""
     if isinstance(a, jax.Array):
         return a.sharding
-    return jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
 
 
 def _like_type(value: jax.Array, ref: Any) -> Any:

@@ -40,7 +40,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
-import numpy as np
 from jax.sharding import NamedSharding
 
 from lowering.dims import StaticDim
@@ -49,6 +48,7 @@ from lowering.targets import export_checks, lowering_for, symbolic_input_specs
 from lowering.types import BufferType, DeviceRef, TensorType
 from lowering.x64 import x64
 from maxfx._artifact import ArtifactError, ExportedModel, is_exported_artifact, load_exported, mesh_json, platform_of, program_tree
+from maxfx.distributed._gather import gather, is_global
 from maxfx.engine import InferenceSession, Model
 from maxfx.experimental._tensor import Tensor, _leaf
 from maxfx.experimental.nn import Module
@@ -140,7 +140,8 @@ def _graph_function(fn: Callable[..., Any], input_types: Sequence[Any]) -> _Sour
     registry: dict[str, Any] = {}
 
     def weight(var: str, t: Tensor) -> Tensor:
-        registry[var] = t._array()
+        # A graph runs on one device: a weight placed over several processes is read whole first (export runs on every process).
+        registry[var] = gather(t._array()) if is_global(t._array()) else t._array()
         w = Weight(var, t.dtype, [int(d) for d in t.shape], DeviceRef.from_device(t.device))
         return Tensor.from_graph_value(graph.add_weight(w))
 
@@ -182,7 +183,7 @@ def _jax_function(fn: Callable[..., Any], input_types: Sequence[Any]) -> _Source
             return tuple(o._array() if isinstance(o, Tensor) else o for o in out)
         return out._array() if isinstance(out, Tensor) else out
 
-    device = next((a.devices().pop() for a in weights.values() if isinstance(a, jax.Array)), jax.devices()[0])
+    device = next((a.devices().pop() for a in weights.values() if isinstance(a, jax.Array)), jax.local_devices()[0])
     return _Source(program, weights, device, _name(fn), input_types)
 
 
@@ -363,7 +364,8 @@ def export(
     assert exported.in_tree == program_tree(len(in_types), len(weights)), exported.in_tree
     if exported.out_tree not in (jax.tree.structure(0), jax.tree.structure((0,) * len(exported.out_avals))):
         raise TypeError(f"{where}: the model returns {exported.out_tree}; exported models return an array or a tuple/list of arrays")
-    host = {n: np.asarray(w) for n, w in source.weights.items()}
+    # gather: a weight split over several processes' devices is read whole (every process runs export, so the all-gather is matched).
+    host = dict(zip(source.weights, gather(list(source.weights.values()))))
     return ExportedModel(jax.export.deserialize(program), program, source.name, host, mesh_json(mesh) if mesh is not None else None)
 
 

@@ -25,6 +25,8 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
+from maxfx._global_arrays import put_replicated
+
 __all__ = ["commit_unplaced", "replicated_like"]
 
 
@@ -72,6 +74,9 @@ def commit_unplaced(tree: Any) -> Any:
     def place(x: Any) -> Any:
         if not isinstance(x, jax.Array) or isinstance(x, jax.core.Tracer) or x.committed:
             return x
-        return jax.device_put(x, target if target is not None else next(iter(x.devices())))
+        if target is None:
+            return jax.device_put(x, next(iter(x.devices())))
+        # Over several processes' devices a device_put would be a cross-host transfer; each process writes its own replicas.
+        return put_replicated(x, target) if isinstance(target, NamedSharding) else jax.device_put(x, target)
 
     return jax.tree_util.tree_map(place, tree)

@@ -30,12 +30,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from lowering.devices import jax_device
 from lowering.types import DeviceRef
-from lowering.x64 import x64
+from maxfx._global_arrays import check_same_on_every_process, global_shape, put_process_local, put_replicated
 from maxfx.driver import Device
 from maxfx.driver import Tensor as DriverTensor
 from maxfx.driver._tensor import as_array
 from maxfx.experimental._tensor import Tensor, _leaf
 from maxfx.experimental.nn import Module
+from maxfx.experimental.sharding import DeviceMesh
 
 __all__ = ["make_mesh", "shard", "sharding_of"]
 
@@ -58,8 +59,10 @@ def _jax_device(d: Any) -> jax.Device:
 def make_mesh(axis_shapes: Sequence[int], axis_names: Sequence[str], *, devices: Sequence[Any] | None = None) -> Mesh:
     """A `jax.sharding.Mesh` of ``devices`` (default: ``jax.devices()``) shaped ``axis_shapes``.
 
-    ``devices`` may be driver Devices (``Accelerator(i)`` is ``jax.devices("gpu")[i]``),
-    graph ``DeviceRef``s (``DeviceRef.CPU(i)`` is ``jax.devices("cpu")[i]``) or jax Devices.
+    ``devices`` may be driver Devices (``Accelerator(i)`` is this process's GPU ``i``),
+    graph ``DeviceRef``s (``DeviceRef.CPU(i)`` is this process's CPU device ``i``) or jax Devices.
+    In a multi-process job (`maxfx.distributed`) the default spans every process's
+    devices; driver Devices and DeviceRefs name only this process's.
 
     Raises:
         ValueError: the axes need more or fewer devices than given, or names repeat.
@@ -132,19 +135,42 @@ def sharding_of(x: Any) -> Any:
 # ─── shard ────────────────────────────────────────────────────────────────
 
 
-def _put(x: Any, mesh: Mesh, spec: PartitionSpec, what: str) -> Any:
-    array = x._array() if isinstance(x, Tensor) else as_array(x) if isinstance(x, DriverTensor) or not hasattr(x, "shape") else x
-    _check(spec, mesh, np.shape(array), what)  # before NamedSharding, whose own errors name neither sizes nor the value
-    sharding = NamedSharding(mesh, spec)
-    if isinstance(x, Tensor):
-        if isinstance(array, jax.core.Tracer):
-            return _leaf(jax.lax.with_sharding_constraint(array, sharding), x.dtype)
-        with x64():
-            return _leaf(jax.device_put(array, sharding), x.dtype)
+def _source(x: Any) -> Any:
+    """The array behind ``x``: a Tensor's, a driver Tensor's, or ``x`` itself (lists and scalars become arrays)."""
+    return x._array() if isinstance(x, Tensor) else as_array(x) if isinstance(x, DriverTensor) or not hasattr(x, "shape") else x
+
+
+def _put(x: Any, mesh: Mesh, spec: PartitionSpec, what: str, process_local: bool) -> Any:
+    array = _source(x)
     if isinstance(array, jax.core.Tracer):
-        return jax.lax.with_sharding_constraint(array, sharding)
-    with x64():
-        return jax.device_put(array, sharding)
+        if process_local:
+            raise TypeError(f"shard: {what} is traced (inside jit); process_local=True places concrete per-process data, outside jit")
+        _check(spec, mesh, np.shape(array), what)
+        constrained = jax.lax.with_sharding_constraint(array, NamedSharding(mesh, spec))
+        return _leaf(constrained, x.dtype) if isinstance(x, Tensor) else constrained
+    if process_local:
+        try:
+            shape = global_shape(np.shape(array), mesh, spec) if len(spec) <= np.ndim(array) else np.shape(array)
+        except ValueError as e:
+            raise ValueError(f"shard(process_local=True): {what}: {e}") from None
+        _check(spec, mesh, shape, what)  # before NamedSharding, whose own errors name neither sizes nor the value
+        placed = put_process_local(array, NamedSharding(mesh, spec), shape)
+    else:
+        _check(spec, mesh, np.shape(array), what)
+        placed = put_replicated(array, NamedSharding(mesh, spec))
+    return _leaf(placed, x.dtype) if isinstance(x, Tensor) else placed
+
+
+def _check_replicas(items: list[tuple[str, Any]], mesh: Mesh, process_local: bool) -> None:
+    """On a mesh over several processes, every process must hold the same value of what is placed whole."""
+    if process_local or _fully_addressable(mesh):
+        return
+    local = [(what, a) for what, a in ((w, _source(v)) for w, v in items) if not isinstance(a, jax.core.Tracer) and not (isinstance(a, jax.Array) and not a.is_fully_addressable)]
+    check_same_on_every_process(local, "shard")
+
+
+def _fully_addressable(mesh: Mesh) -> bool:
+    return all(d.process_index == jax.process_index() for d in mesh.devices.flat)
 
 
 def _module_rule(rule: Any, names: list[str]) -> Callable[[str], PartitionSpec]:
@@ -169,19 +195,28 @@ def _module_rule(rule: Any, names: list[str]) -> Callable[[str], PartitionSpec]:
     return lookup
 
 
-def shard(x: Any, mesh: Mesh, spec: Any = None) -> Any:
+def shard(x: Any, mesh: Mesh, spec: Any = None, *, process_local: bool = False) -> Any:
     """Place ``x`` on ``mesh``, split as ``spec`` says.
 
     Args:
         x: a Tensor or array (returns a sharded one), a pytree of them (every leaf
             gets ``spec``), or an ``experimental.nn`` Module (sharded **in place**
             and returned).
-        mesh: a `jax.sharding.Mesh` (see `make_mesh`).
+        mesh: a `jax.sharding.Mesh` (see `make_mesh`), or a ``DeviceMesh`` of
+            ``maxfx.experimental.sharding`` (its `jax_mesh`).
         spec: for arrays, a ``PartitionSpec`` (or a tuple of axis names / None;
             None replicates). For a Module, a mapping from parameter-name glob
             patterns to specs, first match wins, unmatched parameters replicated
             (``{"fc1.weight": P("model", None), "fc2.weight": P(None, "model")}``),
             or a callable ``name -> spec``.
+        process_local: in a multi-process job (`maxfx.distributed`), ``x`` is this
+            process's part of the value (its slice of the batch): the processes'
+            parts together form the global array, split dims growing by the
+            processes along them (``jax.make_array_from_process_local_data``).
+            Without it ``x`` is the whole value and must be the same on every
+            process (weights, a batch each loads whole): each process writes its
+            own shards of it, and a value that differs between processes is an error.
+            With one process the two are the same.
 
     Inside ``jax.jit`` a traced value gets a sharding constraint instead.
 
@@ -189,20 +224,28 @@ def shard(x: Any, mesh: Mesh, spec: Any = None) -> Any:
         ValueError: a spec names an axis the mesh lacks, a dim is not divisible by
             its axes' size, the spec is longer than the rank, or a Module rule
             pattern matches no parameter; the message names the axis and sizes.
+            On a mesh over several processes: a value differs between processes
+            (without ``process_local``), or a process's part does not divide into its shards.
     """
+    if isinstance(mesh, DeviceMesh):  # MAX's mesh type: the same grid as a jax Mesh
+        mesh = mesh.jax_mesh()
     if not isinstance(mesh, Mesh):
-        raise TypeError(f"shard: mesh must be a jax.sharding.Mesh (see maxfx.make_mesh), got {type(mesh).__name__}")
+        raise TypeError(f"shard: mesh must be a jax.sharding.Mesh (see maxfx.make_mesh) or a DeviceMesh, got {type(mesh).__name__}")
     if isinstance(x, Module):
         names = [n for n, _ in x.parameters]
         lookup = _module_rule(spec, names)
-        placed = {n: _put(t, mesh, lookup(n), f"parameter {n!r}") for n, t in x.parameters}  # check all before changing any
+        _check_replicas([(f"parameter {n!r}", t) for n, t in x.parameters], mesh, process_local)
+        placed = {n: _put(t, mesh, lookup(n), f"parameter {n!r}", process_local) for n, t in x.parameters}  # check all before changing any
         x.apply_to_parameters(lambda n, t: placed[n])
         return x
     pspec = _spec(spec)
     if isinstance(x, (Tensor, np.ndarray, jax.Array)) or hasattr(x, "__dlpack__"):
-        return _put(x, mesh, pspec, "the array")
+        _check_replicas([("the array", x)], mesh, process_local)
+        return _put(x, mesh, pspec, "the array", process_local)
     leaves = jax.tree_util.tree_leaves_with_path(x, is_leaf=lambda v: isinstance(v, Tensor))
     if not leaves:
         raise TypeError(f"shard: expected a Tensor, array, Module or pytree of arrays, got {type(x).__name__}")
-    placed = {id(v): _put(v, mesh, pspec, f"leaf {jax.tree_util.keystr(p) or '<root>'}") for p, v in leaves}
+    named = [(f"leaf {jax.tree_util.keystr(p) or '<root>'}", v) for p, v in leaves]
+    _check_replicas(named, mesh, process_local)
+    placed = {id(v): _put(v, mesh, pspec, what, process_local) for what, v in named}
     return jax.tree.map(lambda v: placed[id(v)], x, is_leaf=lambda v: isinstance(v, Tensor))

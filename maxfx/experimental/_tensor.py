@@ -39,6 +39,7 @@ from lowering.registry import get_op
 from lowering.types import DeviceRef, TensorType
 from lowering.x64 import x64
 from maxfx import driver
+from maxfx._addressable import check_readable, describe
 from maxfx.driver._device import as_device, device_of_jax
 from maxfx.experimental import _random_state
 from maxfx.experimental._defaults import defaults
@@ -101,6 +102,15 @@ def _array_device_ref(array: Any) -> DeviceRef:
         return _device_ref(device_of_jax(next(iter(array.devices()))))
     except (AttributeError, StopIteration, jax.errors.ConcretizationTypeError, ValueError):
         return DeviceRef.CPU()
+
+
+def _host_value(array: Any, where: str) -> np.ndarray:
+    """``np.asarray(array)``; a global array this process holds only part of raises `NotAddressableError` naming ``where``."""
+    try:
+        return np.asarray(array)
+    except RuntimeError:
+        check_readable(array, where)  # JAX's own error names neither the Tensor API nor maxfx.distributed.gather
+        raise
 
 
 def _is_array_like(x: Any) -> bool:
@@ -279,10 +289,7 @@ class Tensor(TensorOperators):
             return cls(int(d), dtype=DType.int64, device=driver.CPU())
         builder = _graph_being_built()
         if builder is None:
-            raise ValueError(
-                f"Tensor.from_dim({d}): a symbolic dimension has no value in eager mode. Use a static dimension, "
-                "or call this while building a graph (e.g. inside Module.compile)"
-            )
+            raise ValueError(f"Tensor.from_dim({d}): a symbolic dimension has no value in eager mode. Use a static dimension, or call this while building a graph (e.g. inside Module.compile)")
         with use_context(builder):
             value = ops.reshape(ops.shape_to_tensor([d]), [])
         return cls.from_graph_value(value)
@@ -448,36 +455,40 @@ class Tensor(TensorOperators):
     def _array(self) -> Any:
         """The realized value (a JAX array, or a tracer under a JAX transform)."""
         if self._gv is not None:
-            raise TypeError(
-                "this Tensor is a symbolic graph value (inside Module.compile or a Graph); its values exist only when the graph runs"
-            )
+            raise TypeError("this Tensor is a symbolic graph value (inside Module.compile or a Graph); its values exist only when the graph runs")
         var = self._var
         if var.node is not None:
             realize([var])
         return var.array
 
-    def _numpy(self) -> np.ndarray:
+    def _numpy(self, where: str = "reading a Tensor's values") -> np.ndarray:
         array = self._array()
         if isinstance(array, jax.core.Tracer):
             raise jax.errors.ConcretizationTypeError(array, "reading a Tensor's values inside a JAX transformation")
-        return np.asarray(array)
+        return _host_value(array, where)
 
     def to_numpy(self) -> np.ndarray:
-        """The values as a numpy array (realizes; copies off accelerators)."""
-        return self._numpy()
+        """The values as a numpy array (realizes; copies off accelerators).
+
+        Raises:
+            NotAddressableError: in a multi-process job, the Tensor holds a global
+                array split over processes (`maxfx.distributed.gather` reads it whole).
+        """
+        return self._numpy("Tensor.to_numpy")
 
     def item(self) -> Any:
         """The single value as a Python scalar.
 
         Raises:
             ValueError: the tensor has more than one element.
+            NotAddressableError: in a multi-process job, the one element lives on another process's device.
         """
         if self._gv is not None:
             self._array()  # raises: symbolic values have no Python value
         n = self.num_elements()
         if n != 1:
             raise ValueError(f"Tensor.item: only tensors with exactly one element can be converted to a Python scalar; this one has shape {list(map(int, self.shape))} ({n} elements)")
-        return self._numpy().reshape(()).item()
+        return self._numpy("Tensor.item").reshape(()).item()
 
     def to(self, device: Any) -> Tensor:
         """A copy on ``device`` (a driver Device or DeviceRef)."""
@@ -514,10 +525,7 @@ class Tensor(TensorOperators):
             return self._gv
         builder = _graph_being_built()
         if builder is None:
-            raise TypeError(
-                "Tensor.__tensorvalue__: no Graph is being built, so there is no graph for the value; "
-                "pass the tensor to maxfx ops as it is, or convert it inside `with Graph(...)`"
-            )
+            raise TypeError("Tensor.__tensorvalue__: no Graph is being built, so there is no graph for the value; pass the tensor to maxfx ops as it is, or convert it inside `with Graph(...)`")
         return wrap_var(builder, builder.constant(self._numpy(), self.dtype, self.type.device))
 
     # -- extra methods (MAX 26.7) -----------------------------------------
@@ -553,6 +561,9 @@ class Tensor(TensorOperators):
         array = self._var.array if self.real else self._array()
         if isinstance(array, jax.core.Tracer):
             return f"{self.type}: <traced {type(array).__name__}>"
+        split = describe(array)
+        if split is not None:  # repr must not raise, and printing is how users meet a global value first
+            return f"{self.type}: <{split}; maxfx.distributed.gather(t) reads it on every process>"
         return f"{self.type}: {format_values(np.asarray(array))}"
 
     __str__ = __repr__
@@ -606,9 +617,9 @@ class Tensor(TensorOperators):
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         var = self._var
         if var is None or var.node is not None:
-            arr = np.asarray(self._array())  # realizes (or explains why a graph value cannot be read)
+            arr = _host_value(self._array(), "np.asarray(Tensor)")  # realizes (or explains why a graph value cannot be read)
         else:
-            arr = np.asarray(var.array)  # the hot path of `np.asarray(t)` on a realized tensor
+            arr = _host_value(var.array, "np.asarray(Tensor)")  # the hot path of `np.asarray(t)` on a realized tensor
         if dtype is not None:
             arr = arr.astype(dtype)
         return np.array(arr) if copy else arr
@@ -714,9 +725,7 @@ def _static_shape(shape: Any, where: str, *, named: bool = False) -> tuple[Any, 
             dims.append(operator.index(d))  # ints, numpy integers and static Dims; not floats or strings
         except TypeError:
             if _is_named_dim(d):
-                where_named = (
-                    f"{where} needs static sizes" if is_lazy() else "an eager tensor with named dims can only be traced inside F.lazy() (or used as a graph input type)"
-                )
+                where_named = f"{where} needs static sizes" if is_lazy() else "an eager tensor with named dims can only be traced inside F.lazy() (or used as a graph input type)"
                 raise TypeError(f"{where}: dim {i} of shape {entries!r} is the symbolic dim {d!r}: {where_named}; give an int") from None
             raise TypeError(f"{where}: dim {i} of shape {entries!r} must be an int, got {type(d).__name__} {d!r}") from None
     for i, d in enumerate(dims):

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import jax
 import numpy as np
 from jax.sharding import Mesh
 
@@ -40,7 +41,9 @@ class DeviceMesh:
     """An N-dimensional logical grid of devices.
 
     Args:
-        devices: flat tuple of driver devices, row-major over ``mesh_shape``.
+        devices: flat tuple of driver devices, row-major over ``mesh_shape``; or
+            of ``jax.Device``s, which in a multi-process job (`maxfx.distributed`)
+            may be other processes' devices (see `DeviceMesh.from_jax`).
         mesh_shape: the grid's shape, e.g. ``(2, 4)`` for DP=2 x TP=4.
         axis_names: one distinct name per grid axis, e.g. ``("dp", "tp")``.
 
@@ -78,6 +81,22 @@ class DeviceMesh:
             unique = len(set(self.devices))
             if unique not in (1, len(self.devices)):
                 raise ValueError(f"DeviceMesh requires either all-same devices (simulated) or all-distinct devices (multi-device), but got {unique} unique devices for {len(self.devices)} slots.")
+
+    @staticmethod
+    def from_jax(mesh: Mesh) -> DeviceMesh:
+        """The grid of a ``jax.sharding.Mesh`` (e.g. ``maxfx.make_mesh``'s, over every process's devices).
+
+        Its devices stay ``jax.Device``s: driver devices name only this
+        process's, and a mesh of a multi-process job spans the others too.
+        `jax_mesh` gives the same ``Mesh`` back, so `NamedMapping`'s
+        ``named_sharding()`` places values over every process.
+
+        Example:
+            >>> import jax, numpy as np
+            >>> DeviceMesh.from_jax(Mesh(np.array(jax.devices()[:1]), ("dp",)))
+            DeviceMesh(dp=1)
+        """
+        return DeviceMesh(tuple(mesh.devices.flat), tuple(int(s) for s in mesh.devices.shape), tuple(mesh.axis_names))
 
     @staticmethod
     def single(device: Any) -> DeviceMesh:
@@ -200,7 +219,7 @@ class DeviceMesh:
         if self.is_simulated:
             raise ValueError(f"{self}: a simulated mesh (one device in every slot) has no jax.sharding.Mesh")
         try:
-            devices = [d.jax_device for d in self.devices]
+            devices = [d if isinstance(d, jax.Device) else d.jax_device for d in self.devices]
         except (AttributeError, ValueError) as e:
             raise ValueError(f"{self}: its devices are not JAX devices of this machine ({e})") from None
         return Mesh(np.array(devices, dtype=object).reshape(self.mesh_shape), self.axis_names)
