@@ -15,7 +15,7 @@ written by process 0 only):
 - ``restore``: reads ``ckpt/`` into this job's own 2-D mesh (any process count).
 - ``reload``: loads the two artifacts and runs them on the checkpoint's values.
 - ``die``: data-parallel steps; process 1 exits with status 3 before step 5,
-  while the others are inside it.
+  while the others are inside it (run last: the launcher then stops the job).
 """
 
 from __future__ import annotations
@@ -140,6 +140,10 @@ def task_train(out: Path) -> None:
     grid = DeviceMesh.from_jax(_grid()).jax_mesh()
     result["dp_tp"], m, state = _train(grid, RULE, "make_train_step")
     _mark("2-D make_train_step")
+    if n == 1:  # a one-process job is an ordinary process: JAX's distributed runtime is not started
+        result["runtime_started"] = jax.distributed.is_initialized()
+        distributed.initialize()  # the same job again: nothing to do
+        result["other_job"] = _error(lambda: distributed.initialize(num_processes=2, process_id=1))
     if n > 1:
         xs, _ = _local_batch(dp_mesh)
         result["split_repr"] = repr(xs)
@@ -225,7 +229,7 @@ def task_die(out: Path) -> None:
     state = maxfx.optim.init(opt, m)
     for i in range(STEPS):
         if i == 5 and jax.process_index() == 1:
-            print("process 1 exits before step 5", flush=True)
+            print(f"process 1 exits before step 5 at unix time {time.time():.3f}", flush=True)
             os._exit(3)
         m, state, loss = step(m, state, xs, ys)
         print(f"step {i} loss {loss.item():.6f}", flush=True)
