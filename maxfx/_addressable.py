@@ -48,7 +48,8 @@ def describe(array: Any) -> str | None:
     if readable_here(array):
         return None
     sharding = array.sharding
-    processes = len({d.process_index for d in sharding.device_set})
+    processes = sorted({d.process_index for d in sharding.device_set})
+    where = f"a global array over {len(processes)} processes" if len(processes) > 1 else f"an array on process {processes[0]}'s devices"
     split = f", split {sharding.spec} on mesh {dict(sharding.mesh.shape)}" if hasattr(sharding, "spec") else f", placed by {type(sharding).__name__}"
     mine = [s.index for s in array.addressable_shards]
     if not mine:
@@ -58,7 +59,7 @@ def describe(array: Any) -> str | None:
         lo = [min(i[d].start or 0 for i in mine) for d in range(array.ndim)]
         hi = [max(array.shape[d] if i[d].stop is None else i[d].stop for i in mine) for d in range(array.ndim)]
         held = f"{[int(h - l) for l, h in zip(lo, hi)]} of {list(array.shape)}"
-    return f"a global array over {processes} processes{split}; this process holds {held}"
+    return f"{where}{split}; this process holds {held}"
 
 
 def check_readable(array: Any, where: str) -> None:

@@ -58,7 +58,8 @@ def put_replicated(value: Any, sharding: NamedSharding) -> jax.Array:
             return jax.device_put(value, sharding)
     host = _host(value)
     with x64():
-        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+        # dtype: a process holding none of the shards has no callback result to read it from.
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index], dtype=host.dtype)
 
 
 def _axes(entry: Any) -> tuple[str, ...]:

@@ -163,14 +163,15 @@ def _put(x: Any, mesh: Mesh, spec: PartitionSpec, what: str, process_local: bool
 
 def _check_replicas(items: list[tuple[str, Any]], mesh: Mesh, process_local: bool) -> None:
     """On a mesh over several processes, every process must hold the same value of what is placed whole."""
-    if process_local or _fully_addressable(mesh):
+    if process_local or not _spans_processes(mesh):
         return
     local = [(what, a) for what, a in ((w, _source(v)) for w, v in items) if not isinstance(a, jax.core.Tracer) and not (isinstance(a, jax.Array) and not a.is_fully_addressable)]
     check_same_on_every_process(local, "shard")
 
 
-def _fully_addressable(mesh: Mesh) -> bool:
-    return all(d.process_index == jax.process_index() for d in mesh.devices.flat)
+def _spans_processes(mesh: Mesh) -> bool:
+    # The same answer on every process (unlike "are all its devices mine"), so all of them take part in the check's collective or none.
+    return len({d.process_index for d in mesh.devices.flat}) > 1
 
 
 def _module_rule(rule: Any, names: list[str]) -> Callable[[str], PartitionSpec]:

@@ -40,6 +40,7 @@ EXPECTED_OUTPUT = {
     "models_graph.md": ["(2, 12, 256) True", "[(7, 256), (12, 256)]", "True True"],
     "weights.md": ["(2, 64) [2. 2. 2.]"],
     "serve.md": ["200 4 length", "max_tokens"],
+    "distributed.md": ["1 False (4, 2)"],
 }
 
 

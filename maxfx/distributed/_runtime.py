@@ -22,7 +22,9 @@ Example:
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
+from types import TracebackType
 from typing import Any
 
 import jax
@@ -64,6 +66,7 @@ def initialize(
     *,
     devices_per_process: int | None = None,
     cpu_collectives: str = "gloo",
+    exit_on_error: bool = True,
     **jax_kwargs: Any,
 ) -> None:
     """Join this process to a multi-process JAX job (``jax.distributed.initialize`` with maxfx's defaults).
@@ -83,6 +86,10 @@ def initialize(
             on GPUs, with no ``local_device_ids``, process ``i`` takes GPUs
             ``i*K .. i*K+K-1`` of its host (several processes on one host).
         cpu_collectives: the CPU collectives across processes: ``"gloo"`` or ``"mpi"``.
+        exit_on_error: an uncaught exception ends this process at once (status 1,
+            after its traceback), instead of Python's normal exit, where JAX's
+            shutdown waits for every other process (up to ``shutdown_timeout_seconds``,
+            300 s) while they wait for this one in a collective.
         **jax_kwargs: the rest of ``jax.distributed.initialize``'s arguments
             (``heartbeat_timeout_seconds``, ``initialization_timeout``, ...).
 
@@ -136,6 +143,8 @@ def initialize(
         return
     try:
         jax.distributed.initialize(coordinator_address, num_processes, process_id, local_device_ids, **jax_kwargs)
+        if exit_on_error:
+            sys.excepthook = _exit_on_uncaught(sys.excepthook)
     except ValueError as e:
         if coordinator_address is None and "coordinator" in str(e):
             raise ValueError(
@@ -144,6 +153,22 @@ def initialize(
                 f"or run it under Slurm / Open MPI / Cloud TPU, which JAX detects ({e})"
             ) from e
         raise
+
+
+def _exit_on_uncaught(previous: Any) -> Any:
+    """``sys.excepthook`` that reports the exception as ``previous`` does, then leaves without JAX's shutdown barrier."""
+
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        previous(kind, value, tb)
+        sys.stderr.write(
+            f"maxfx.distributed: process {global_state.process_id} stops on this uncaught {kind.__name__}, "
+            "without waiting for the other processes (initialize(exit_on_error=False) keeps JAX's shutdown)\n"
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130 if issubclass(kind, KeyboardInterrupt) else 1)
+
+    return hook
 
 
 def process_index() -> int:

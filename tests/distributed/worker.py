@@ -14,14 +14,13 @@ written by process 0 only):
   repr, ``to_numpy`` and a differing replicated value say.
 - ``restore``: reads ``ckpt/`` into this job's own 2-D mesh (any process count).
 - ``reload``: loads the two artifacts and runs them on the checkpoint's values.
-- ``die``: data-parallel steps; process 1 exits with status 3 before step 5,
+- ``die``: data-parallel steps; process 1 raises before step 5 (an uncaught exception),
   while the others are inside it (run last: the launcher then stops the job).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -149,6 +148,10 @@ def task_train(out: Path) -> None:
         result["split_repr"] = repr(xs)
         result["split_to_numpy"] = _error(xs.to_numpy)
         result["split_is_global"] = distributed.is_global(xs)
+        # A one-element value that lives only on process 1's devices: process 0 can neither print it nor read its .item().
+        theirs = maxfx.make_mesh((jax.local_device_count(),), ("data",), devices=[d for d in jax.devices() if d.process_index == 1])
+        remote = maxfx.shard(Tensor(np.array([2.5], np.float32)), theirs)
+        result["remote_repr"], result["remote_item"] = repr(remote), _error(lambda: print("item", remote.item()))
         differs = Linear(2, 2)
         differs.load_state_dict({"weight": np.full((2, 2), float(jax.process_index()), np.float32), "bias": np.zeros(2, np.float32)})
         result["differs"] = _error(lambda: maxfx.shard(differs, dp_mesh))
@@ -229,8 +232,8 @@ def task_die(out: Path) -> None:
     state = maxfx.optim.init(opt, m)
     for i in range(STEPS):
         if i == 5 and jax.process_index() == 1:
-            print(f"process 1 exits before step 5 at unix time {time.time():.3f}", flush=True)
-            os._exit(3)
+            print(f"process 1 fails before step 5 at unix time {time.time():.3f}", flush=True)
+            raise RuntimeError("process 1 fails on purpose")
         m, state, loss = step(m, state, xs, ys)
         print(f"step {i} loss {loss.item():.6f}", flush=True)
     print("finished all steps", flush=True)
