@@ -28,16 +28,24 @@ with the next one; such a chunk carries two tokens, so ITL counts one long gap.)
 Schedule: one warm-up pass (every concurrency, both servers), then ``--repeats``
 passes (default 3); in each, every concurrency runs on both servers back to back,
 the order alternating pass by pass; the idle server is paused (SIGSTOP) so its
-threads take no CPU (``--no-pause`` keeps it running). Medians over the passes of
-each run's figure. Every run also reports the CPU that other processes took meanwhile
-("others' cores": /proc/stat's busy time less the servers' and this client's), because
-on a shared machine a neighbour's load slows llama-server's spinning ``-t 2`` threads
-far more than it slows maxfx; a run with others' cores well above 0 is not clean. In-process ``load_pretrained(GGUF).generate`` (128 prompt ids,
-128 new tokens) runs once per pass, both servers paused, for the "server c=1 decode
-rate >= 0.9x generate" target; ``maxfx_engine_compiles_total`` from ``/metrics``
+threads take no CPU (``--no-pause`` keeps it running).
+
+Every run also reports the CPU other processes took meanwhile ("others' cores":
+/proc/stat's busy time less the servers' and this client's; other containers on
+the machine count, though ``ps`` cannot see them), because a neighbour using one of
+two cores slows llama-server's spinning ``-t 2`` threads up to ten-fold, maxfx about
+two-fold. Before each timed run the client waits (``--quiet-wait``) for others' CPU
+to fall to ``--quiet`` cores; a run above it is run again with fresh prompts, up to
+``--retries`` times. Each figure is the median over the passes' clean runs (over all
+of them when none was clean; the table says which).
+
+In-process ``load_pretrained(GGUF).generate`` (128 prompt ids, 128 new tokens) runs
+once per pass, both servers paused, for the "server c=1 decode rate >= 0.9x
+generate" target; ``maxfx_engine_compiles_total`` from ``/metrics``
 before and after the timed passes gives "no compile in the timed window".
 
-Run: ``.venv/bin/python -m tests.bench.serve [--quick] [--quant Q8_0]``;
+Run: ``.venv/bin/python -m tests.bench.serve [--quick] [--quant Q8_0]``
+(``--report FILE`` prints a saved result again);
 results in tests/bench/results/serve-<quant>.json, server logs beside it.
 """
 
@@ -358,16 +366,22 @@ def in_process_generate(path: Path):
 ROWS = [
     ("output tok/s", "output_throughput", "{:.1f}"), ("requests/s", "request_throughput", "{:.3f}"),
     ("TTFT mean ms", "ttft_mean", "{:.1f}"), ("TTFT p50 ms", "ttft_p50", "{:.1f}"), ("TTFT p99 ms", "ttft_p99", "{:.1f}"),
-    ("  server prefill", "server_prompt_ms_p50", "{:.1f}"),  # llama-server's own timings.prompt_ms: TTFT less queueing and HTTP
+    ("  srv prefill", "server_prompt_ms_p50", "{:.1f}"),  # llama-server's own timings.prompt_ms: TTFT less queueing and HTTP
     ("TPOT mean ms", "tpot_mean", "{:.2f}"), ("TPOT p50 ms", "tpot_p50", "{:.2f}"), ("TPOT p99 ms", "tpot_p99", "{:.2f}"),
     ("ITL mean ms", "itl_mean", "{:.2f}"), ("ITL p50 ms", "itl_p50", "{:.2f}"), ("ITL p99 ms", "itl_p99", "{:.2f}"),
     ("E2E p50 ms", "e2el_p50", "{:.0f}"), ("others' cores", "background_cores", "{:.2f}"),
 ]  # fmt: skip
 
 
-def medians(runs: list[dict]) -> dict:
+def medians(runs: list[dict], quiet: float) -> dict:
+    """Each figure's median over the clean runs (others' CPU at most ``quiet``), over all when none was clean; ``runs_used`` says which."""
+    clean = [r for r in runs if r.get("background_cores", 0.0) <= quiet]
+    use = clean or runs
     keys = [k for _, k, _ in ROWS]
-    return {k: statistics.median(r[k] for r in runs) for k in keys if runs and all(k in r for r in runs)}
+    out = {k: statistics.median(r[k] for r in use) for k in keys if use and all(k in r for r in use)}
+    if out:
+        out["runs_used"] = f"{len(clean)} clean of {len(runs)}" if clean else f"all {len(runs)} (none clean)"
+    return out
 
 
 def targets(med: dict[str, dict[int, dict]], generate_tok_s: float | None, compiled: float | None, have_llama: bool) -> list[tuple[str, float | None, str, bool | None]]:
@@ -414,6 +428,8 @@ def print_report(med: dict[str, dict[int, dict]], have_llama: bool, checks: list
             sb = fmt.format(b) if b is not None else ("missing" if not have_llama else "-")
             sr = f"{a / b:.2f}x" if a is not None and b and key != "background_cores" else "-"
             print(f"  {label:<14}{sa:>12}{sb:>14}{sr:>9}")
+        used = [med.get(n, {}).get(c, {}).get("runs_used", "-") for n in (MAXFX, LLAMA)]
+        print(f"  medians of: {MAXFX} {used[0]}; {LLAMA} {used[1] if have_llama else 'missing'}")
     print("\ntargets")
     for name, v, bound, ok in checks:
         verdict = "unknown" if ok is None else ("PASS" if ok else "FAIL")
@@ -441,7 +457,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--quiet-wait", type=float, default=60.0, help="seconds to wait for others' CPU to fall to --quiet before each timed run (default 60)")
     ap.add_argument("--retries", type=int, default=2, help="times a run that was not clean is run again, with fresh prompts (default 2)")
     ap.add_argument("--ready-timeout", type=float, default=1800.0, help="seconds to wait for each server's /health")
+    ap.add_argument("--report", metavar="FILE", default=None, help="print the table and targets of a saved result and exit")
     args = ap.parse_args(argv)
+    if args.report:
+        out = json.loads(Path(args.report).read_text())
+        report(out)
+        return out
     rounds = args.rounds or (1 if args.quick else 3)
     conc = [int(c) for c in args.concurrency.split(",")]
 
@@ -476,11 +497,10 @@ def main(argv: list[str] | None = None) -> dict:
         else:
             servers.append(llama_server(binary, path, logs, args.llama_args.split()))
             info["llama_server"] = str(binary)
-    have_llama = any(s.name == LLAMA for s in servers)
     print(f"model {path.name}; prompts: {PROMPT} tokens as {info['prompts']}, unique; {OUTPUT} output tokens; {rounds} x c requests per run; {args.repeats} repeats")
 
     gen = None
-    gen_runs: list[float] = []
+    gen_runs: list[dict] = []
     pause = not args.no_pause and len(servers) > 1
     try:
         for s in servers:
@@ -548,10 +568,13 @@ def main(argv: list[str] | None = None) -> dict:
                 only(None)
                 if p > 0:
                     wait_quiet(pids, args.quiet, args.quiet_wait)
+                ticks = cpu_ticks(pids)
+                start = time.perf_counter()
                 rate = gen()
+                bg = background_cores(ticks, cpu_ticks(pids), time.perf_counter() - start)
                 if p > 0:
-                    gen_runs.append(rate)
-                print(f"  {label} in-process generate: {rate:.1f} decode tok/s", flush=True)
+                    gen_runs.append({"decode_tok_s": rate, "background_cores": bg})
+                print(f"  {label} in-process generate: {rate:.1f} decode tok/s  others' CPU {bg:.2f} cores", flush=True)
         mx = next((s for s in servers if s.name == MAXFX), None)
         if mx:
             only(mx)
@@ -561,19 +584,35 @@ def main(argv: list[str] | None = None) -> dict:
             s.stop()
 
     compiled = None if compiled_before is None or compiled_after is None else compiled_after - compiled_before
-    med = {name: {c: medians(rs) for c, rs in by_c.items() if rs and medians(rs)} for name, by_c in runs.items()}
-    gen_med = statistics.median(gen_runs) if gen_runs else None
-    checks = targets(med, gen_med, compiled, have_llama)
-    print_report(med, have_llama, checks)
-    if gen_med:
-        print(f"\nin-process generate: {gen_med:.1f} decode tok/s (median)")
-    timed = [r for by_c in runs.values() for rs in by_c.values() for r in rs]
-    dirty = sum(r["background_cores"] > args.quiet for r in timed)
-    print(f"timed runs in which other processes took more than {args.quiet} cores: {dirty} of {len(timed)}")
-    out = {**info, "medians": med, "runs": runs, "generate_decode_tok_s": gen_med, "generate_runs": gen_runs, "compiles_in_timed_window": compiled if compiled is not None else "unknown", "not_clean_runs": dirty,
-           "targets": [{"name": n, "value": v, "target": b, "pass": ok} for n, v, b, ok in checks]}  # fmt: skip
+    out = {**info, "runs": runs, "generate_runs": gen_runs, "compiles_in_timed_window": compiled if compiled is not None else "unknown"}
+    report(out)
     print(f"saved {save(f'serve-{args.quant.lower()}', out)}")
     return out
+
+
+def report(out: dict) -> None:
+    """Medians, ratios and targets of a result (``runs``, ``generate_runs``, ...) into ``out``, and the table on stdout."""
+    quiet = out.get("quiet_cores", 0.25)
+    runs = {name: {int(c): rs for c, rs in by_c.items()} for name, by_c in out["runs"].items()}
+    have_llama = LLAMA in runs
+    med = {name: {c: m for c, rs in by_c.items() if (m := medians(rs, quiet))} for name, by_c in runs.items()}
+    gens = [g if isinstance(g, dict) else {"decode_tok_s": g, "background_cores": None} for g in out.get("generate_runs", [])]  # older results: no CPU record
+    clean_gens = [g["decode_tok_s"] for g in gens if g["background_cores"] is not None and g["background_cores"] <= quiet] or [g["decode_tok_s"] for g in gens]
+    gen_med = statistics.median(clean_gens) if clean_gens else None
+    compiled = out.get("compiles_in_timed_window")
+    checks = targets(med, gen_med, compiled if isinstance(compiled, (int, float)) else None, have_llama)
+    print(
+        f"\n{out.get('model')}: {out.get('prompt_tokens')} prompt tokens ({out.get('prompts')}), {out.get('output_tokens')} output tokens, {out.get('rounds')} x c requests per run, {out.get('repeats')} passes"
+    )
+    if not have_llama:
+        print(f"llama-server: {out.get('llama_server', f'missing ({BUILD_HINT})')}")
+    print_report(med, have_llama, checks)
+    if gen_med:
+        print(f"\nin-process generate: {gen_med:.1f} decode tok/s (median of {len(clean_gens)})")
+    timed = [r for by_c in runs.values() for rs in by_c.values() for r in rs]
+    dirty = sum(r.get("background_cores", 0.0) > quiet for r in timed)
+    print(f"timed runs in which other processes took more than {quiet} cores: {dirty} of {len(timed)}")
+    out.update({"medians": med, "generate_decode_tok_s": gen_med, "not_clean_runs": dirty, "targets": [{"name": n, "value": v, "target": b, "pass": ok} for n, v, b, ok in checks]})
 
 
 if __name__ == "__main__":
