@@ -4,8 +4,8 @@ XLA's CPU backend decodes a packed weight into a float copy before every product
 (4-8 bytes moved per weight); LLM decode at batch 1 is bound by memory, so these
 kernels read the 8- or 4-bit blocks in place. They round each row of ``x`` to
 int16 per 32 values (a float32 scale each) and take integer dot products with
-AVX-512 VNNI: one accumulator per row of ``x`` up to 16 rows (decode), a blocked
-product beyond (prefill). Results differ from float products by that 16-bit
+AVX-512 VNNI: one accumulator per row of ``x`` up to 4 rows (decode of a few
+sequences), a blocked product beyond (batched decode, prefill). Results differ from float products by that 16-bit
 rounding, at most 2^-16 of a block's largest ``|x|`` per value (`qgemv.cc`
 says how). Built and registered by `custom_calls.cpu`.
 
