@@ -160,6 +160,34 @@ async def _checked(stream: RequestStream) -> AsyncIterator[StreamEvent]:
         raise APIError(500, f"the engine failed on request {stream.request_id}: {err}") from err
 
 
+_DONE = b"data: [DONE]\n\n"
+
+
+def _sse_response(gen: _Generation, choice_chunks: AsyncIterator[bytes], obj: str, rid: str, model: str, created: int, include_usage: bool) -> StreamingResponse:
+    """A server-sent-event response: the choices' chunks, then (``include_usage``) the usage chunk and ``[DONE]``.
+
+    An engine error ends the stream with OpenAI's error body; however the stream ends
+    (done, error, client gone), the generation's unfinished requests are cancelled.
+    """
+
+    async def stream() -> AsyncIterator[bytes]:
+        try:
+            async with contextlib.aclosing(choice_chunks) as chunks:
+                async for data in chunks:
+                    yield data
+            gen.finish()
+            if include_usage:
+                yield _sse(R.usage_chunk(rid, model, created, obj, gen.usage()))
+            yield _DONE
+        except APIError as err:
+            yield _sse(err.body())
+            yield _DONE
+        finally:
+            gen.cancel()
+
+    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
 def _sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
@@ -304,27 +332,17 @@ def create_app(served: ServedModel, metrics: Metrics | None = None) -> FastAPI:
             async def chunks() -> AsyncIterator[bytes]:
                 offsets = {c.index: 0 for c in gen.choices}
                 echoed: set[int] = set()
-                try:
-                    async for c, event in gen.events():
-                        if c.echo and c.index not in echoed:  # at the first event: the prompt's log probabilities exist by then
-                            echoed.add(c.index)
-                            yield _sse(R.completion_chunk(rid, served.name, created, c.index, c.echo, None, echo_logprobs(c)))
-                            offsets[c.index] = len(c.echo)
-                        lp = logprobs_of(c, event.tokens, _per_token(event), offsets[c.index])
-                        offsets[c.index] += len(event.text)
-                        if event.text or event.is_done or lp is not None:
-                            yield _sse(R.completion_chunk(rid, served.name, created, c.index, event.text, event.finish_reason if event.is_done else None, lp))
-                    gen.finish()
-                    if body.include_usage:
-                        yield _sse(R.usage_chunk(rid, served.name, created, "text_completion", gen.usage()))
-                    yield b"data: [DONE]\n\n"
-                except APIError as err:
-                    yield _sse(err.body())
-                    yield b"data: [DONE]\n\n"
-                finally:
-                    gen.cancel()
+                async for c, event in gen.events():
+                    if c.echo and c.index not in echoed:  # at the first event: the prompt's log probabilities exist by then
+                        echoed.add(c.index)
+                        yield _sse(R.completion_chunk(rid, served.name, created, c.index, c.echo, None, echo_logprobs(c)))
+                        offsets[c.index] = len(c.echo)
+                    lp = logprobs_of(c, event.tokens, _per_token(event), offsets[c.index])
+                    offsets[c.index] += len(event.text)
+                    if event.text or event.is_done or lp is not None:
+                        yield _sse(R.completion_chunk(rid, served.name, created, c.index, event.text, event.finish_reason if event.is_done else None, lp))
 
-            return StreamingResponse(chunks(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return _sse_response(gen, chunks(), "text_completion", rid, served.name, created, body.include_usage)
 
         await _collect(gen, request)
         choices = []
@@ -372,31 +390,21 @@ def create_app(served: ServedModel, metrics: Metrics | None = None) -> FastAPI:
         if body.stream:
 
             async def chunks() -> AsyncIterator[bytes]:
-                try:
-                    yield _sse(R.chat_chunk(rid, served.name, created, {"role": "assistant", "content": ""}, None))
-                    async for c, event in gen.events():
-                        lp = R.chat_logprobs(event.tokens, _per_token(event), k, text_of) if body.logprobs else None
-                        if buffered:
-                            if event.is_done:
-                                message, reason = finish_message(c)
-                                delta = {k2: v for k2, v in message.items() if k2 != "role" and v is not None}
-                                if "tool_calls" in delta:
-                                    delta["tool_calls"] = [dict(call, index=i) for i, call in enumerate(delta["tool_calls"])]
-                                yield _sse(R.chat_chunk(rid, served.name, created, delta, reason, lp))
-                        elif event.text or lp is not None or event.is_done:
-                            delta = {"content": event.text} if event.text else {}
-                            yield _sse(R.chat_chunk(rid, served.name, created, delta, event.finish_reason if event.is_done else None, lp))
-                    gen.finish()
-                    if body.include_usage:
-                        yield _sse(R.usage_chunk(rid, served.name, created, "chat.completion.chunk", gen.usage()))
-                    yield b"data: [DONE]\n\n"
-                except APIError as err:
-                    yield _sse(err.body())
-                    yield b"data: [DONE]\n\n"
-                finally:
-                    gen.cancel()
+                yield _sse(R.chat_chunk(rid, served.name, created, {"role": "assistant", "content": ""}, None))
+                async for c, event in gen.events():
+                    lp = R.chat_logprobs(event.tokens, _per_token(event), k, text_of) if body.logprobs else None
+                    if buffered:
+                        if event.is_done:
+                            message, reason = finish_message(c)
+                            delta = {k2: v for k2, v in message.items() if k2 != "role" and v is not None}
+                            if "tool_calls" in delta:
+                                delta["tool_calls"] = [dict(call, index=i) for i, call in enumerate(delta["tool_calls"])]
+                            yield _sse(R.chat_chunk(rid, served.name, created, delta, reason, lp))
+                    elif event.text or lp is not None or event.is_done:
+                        delta = {"content": event.text} if event.text else {}
+                        yield _sse(R.chat_chunk(rid, served.name, created, delta, event.finish_reason if event.is_done else None, lp))
 
-            return StreamingResponse(chunks(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return _sse_response(gen, chunks(), "chat.completion.chunk", rid, served.name, created, body.include_usage)
 
         await _collect(gen, request)
         c = gen.choices[0]
