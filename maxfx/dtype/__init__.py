@@ -7,8 +7,12 @@ Example:
     >>> from maxfx.dtype import DType
     >>> str(DType.bfloat16), DType.bfloat16.size_in_bits
     ('DType.bfloat16', 16)
+    >>> from maxfx.dtype import finfo
+    >>> finfo(DType.bfloat16).eps
+    0.0078125
 """
 
 from lowering.dtypes import DType
+from maxfx.dtype._finfo import finfo
 
-__all__ = ["DType"]
+__all__ = ["DType", "finfo"]

@@ -11,9 +11,12 @@ from maxfx.experimental._defaults import _default_device as _default_device  # M
 from maxfx.experimental._defaults import _default_dtype as _default_dtype
 from maxfx.experimental._defaults import contextvar_context, default_device, default_dtype, defaults, defaults_like
 from maxfx.experimental._tensor import ComputeGraph, Tensor, driver_tensor_type
+from maxfx.graph._literal import NestedArray, Number
 
 __all__ = [
     "ComputeGraph",
+    "NestedArray",
+    "Number",
     "Tensor",
     "TensorType",
     "contextvar_context",
