@@ -52,7 +52,7 @@ from maxfx.distributed._gather import gather, is_global
 from maxfx.engine import InferenceSession, Model
 from maxfx.experimental._tensor import Tensor, _leaf
 from maxfx.experimental.nn import Module
-from maxfx.experimental.nn._compile import CompiledModule
+from maxfx.experimental.nn._compile import CompiledModel
 from maxfx.graph import Graph, Weight
 
 __all__ = ["ArtifactError", "ExportedModel", "export", "is_exported_artifact", "load_exported"]
@@ -91,7 +91,7 @@ def _source(model: Any, input_types: Sequence[Any], weights_registry: Mapping[st
     """The program to export, and whether ``input_types`` were already used to build it."""
     if isinstance(model, ExportedModel):
         raise TypeError("maxfx.export: this model is already exported; call .save(path) or .serialize() on it")
-    if isinstance(model, CompiledModule):
+    if isinstance(model, CompiledModel):
         return _block_source(model.model._compiled, model._name, model._is_tuple), False
     if isinstance(model, Model):
         return _block_source(model._compiled, model._name, len(model._compiled.block.outputs) != 1), False

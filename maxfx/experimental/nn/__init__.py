@@ -12,11 +12,12 @@ from maxfx.experimental.nn._extra_layers import QuantizedLinear
 from maxfx.experimental.nn._fields import StaticFieldWarning, static_field
 from maxfx.experimental.nn._layers import Embedding, Linear, ModuleList, Sequential
 from maxfx.experimental.nn.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
-from maxfx.experimental.nn.module import Module, module_dataclass
+from maxfx.experimental.nn.module import CompiledModel, Module, PinnedDeviceTensor, module_dataclass, replace_module, subgraphable
 from maxfx.experimental.nn.norm import GemmaRMSNorm, GroupNorm, LayerNorm, RMSNorm
 from maxfx.experimental.nn.rope import RotaryEmbedding, TransposedRotaryEmbedding
 
 __all__ = [
+    "CompiledModel",
     "Conv1d",
     "Conv2d",
     "Conv3d",
@@ -29,6 +30,7 @@ __all__ = [
     "Linear",
     "Module",
     "ModuleList",
+    "PinnedDeviceTensor",
     "QuantizedLinear",
     "RMSNorm",
     "RotaryEmbedding",
@@ -36,5 +38,7 @@ __all__ = [
     "TransposedRotaryEmbedding",
     "StaticFieldWarning",
     "module_dataclass",
+    "replace_module",
     "static_field",
+    "subgraphable",
 ]

@@ -17,14 +17,14 @@ import jax
 from lowering.compile import InputMismatchError
 from lowering.dtypes import DType
 from lowering.types import DeviceRef, Type
-from maxfx.driver._tensor import as_array
+from maxfx.driver._tensor import Buffer, as_array
 from maxfx.engine import InferenceSession, Model
 from maxfx.experimental._tensor import Tensor, _leaf
 from maxfx.experimental.nn._hooks import copy_call_hooks
 from maxfx.experimental.sharding import TensorLayout
 from maxfx.graph import Graph, Weight, ops
 
-__all__ = ["CompiledModule", "compile_module"]
+__all__ = ["CompiledModel", "compile_module"]
 
 
 def _check_arity(name: str, entry: Callable[..., Any], input_types: Sequence[Type]) -> None:
@@ -144,7 +144,7 @@ def _parameter_values(module: Any, params: list[tuple[str, Tensor]], weights: Ma
     return values
 
 
-def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[str, Any] | None, *, entry: Callable[..., Any], use_subgraphs: bool = False) -> CompiledModule:
+def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[str, Any] | None, *, entry: Callable[..., Any], use_subgraphs: bool = False) -> CompiledModel:
     """`Module.compile`: ``entry`` is the method traced (``forward`` or ``__call__``), checked against ``input_types``."""
     name = type(module).__name__
     input_types = [t.to_type() if isinstance(t, TensorLayout) else t for t in input_types]  # MAX's layout specs
@@ -177,24 +177,65 @@ def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[st
         is_tuple = isinstance(out, (tuple, list))
         graph.output(*(list(out) if is_tuple else [out]))
     model = InferenceSession(devices=[module.device]).load(graph, weights_registry=values)
-    return CompiledModule(model, name, is_tuple)
+    return CompiledModel(model, name, is_tuple, graph)
 
 
-class CompiledModule:
-    """The callable `Module.compile` returns: eager Tensors in, Tensor (or tuple) out."""
+class CompiledModel:
+    """What `Module.compile` returns (MAX's ``max.experimental.nn.module.CompiledModel``).
 
-    def __init__(self, model: Model, name: str, is_tuple: bool):
+    Two ways to run it, as in MAX:
+
+    * ``compiled(*tensors)``: eager Tensors (or arrays) in, a Tensor (or a tuple,
+      when ``forward`` returns one) out;
+    * ``compiled.execute_raw(*buffers)``: driver Buffers (or arrays) in, the
+      list of output `Buffer`s out, with no Tensor wrapping.
+
+    ``engine_model`` is the underlying `maxfx.engine.Model` (also ``model``),
+    ``graph`` the traced `Graph`. ``signal_buffers`` is always empty: maxfx's
+    collectives need no signal buffers (MAX allocates them for multi-GPU
+    all-reduce).
+
+    Example:
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.experimental.nn import Linear
+        >>> from maxfx.experimental.tensor import Tensor
+        >>> from maxfx.graph import TensorType
+        >>> layer = Linear(3, 2)
+        >>> compiled = layer.compile(TensorType(DType.float32, ["batch", 3], device=layer.device))
+        >>> compiled(Tensor.ones([4, 3])).shape
+        [Dim(4), Dim(2)]
+        >>> [b.shape for b in compiled.execute_raw(Tensor.ones([1, 3]).to_numpy())]
+        [(1, 2)]
+    """
+
+    def __init__(self, model: Model, name: str, is_tuple: bool, graph: Graph | None = None):
         self._model = model
         self._compiled = model._compiled
         self._name = name
         self._is_tuple = is_tuple
+        self._graph = graph
+
+    @property
+    def engine_model(self) -> Model:
+        """The underlying `maxfx.engine.Model` (MAX: for capture/replay)."""
+        return self._model
 
     @property
     def model(self) -> Model:
-        """The underlying `maxfx.engine.Model`."""
+        """The underlying `maxfx.engine.Model` (the same as ``engine_model``)."""
         return self._model
 
-    def __call__(self, *args: Any) -> Any:
+    @property
+    def graph(self) -> Graph | None:
+        """The `Graph` the module was traced into."""
+        return self._graph
+
+    @property
+    def signal_buffers(self) -> list[Any]:
+        """Signal buffers of multi-GPU collectives: always empty in maxfx."""
+        return []
+
+    def _run(self, args: Sequence[Any]) -> tuple[Any, ...]:
         arrays = [a._array() if isinstance(a, Tensor) else as_array(a) for a in args]
         try:
             self._compiled.check_inputs(arrays)
@@ -202,8 +243,17 @@ class CompiledModule:
             raise ValueError(f"compiled {self._name}: {e}") from None
         with self._model._printing():  # a run with print ops (e.g. a PrintHook's) returns after printing
             outs, _ = self._compiled(arrays)
-        results = tuple(_leaf(o) for o in outs)
+        return tuple(outs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            raise TypeError(f"CompiledModel does not accept keyword arguments; got {sorted(kwargs)}.")
+        results = tuple(_leaf(o) for o in self._run(args))
         return results if self._is_tuple else results[0]
 
+    def execute_raw(self, *buffers: Any) -> list[Buffer]:
+        """Run on driver Buffers (or arrays, eager Tensors); returns the output `Buffer`s."""
+        return self._model.execute(*[b._array() if isinstance(b, Tensor) else b for b in buffers])
+
     def __repr__(self) -> str:
-        return f"CompiledModule({self._name}, inputs={[str(v.type) for v in self._compiled.block.inputs]})"
+        return f"CompiledModel({self._name}, inputs={[str(v.type) for v in self._compiled.block.inputs]})"

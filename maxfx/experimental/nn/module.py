@@ -37,7 +37,7 @@ import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import jax
 import numpy as np
@@ -46,11 +46,12 @@ from lowering.types import Type
 from maxfx import driver
 from maxfx.driver._device import as_device
 from maxfx.experimental._tensor import Tensor
-from maxfx.experimental.nn._compile import CompiledModule, compile_module
+from maxfx.experimental.nn._compile import CompiledModel, compile_module
 from maxfx.experimental.nn._fields import ATOMS, StaticValue, _fields_of, atom_value, field_values
 from maxfx.experimental.nn._hooks import _CALL_HOOKS, add_call_hook
+from maxfx.experimental.nn._subgraph import call_as_subgraph, in_graph_call
 
-__all__ = ["Module", "add_call_hook", "module_dataclass"]
+__all__ = ["CompiledModel", "Module", "PinnedDeviceTensor", "add_call_hook", "module_dataclass", "replace_module", "subgraphable"]
 
 _M = TypeVar("_M", bound="Module")
 
@@ -168,6 +169,36 @@ def _nodes(module: Module) -> Iterator[tuple[str, Tensor | Module]]:
                 yield _qualified(name, path), node
 
 
+# ─── device pinning ──────────────────────────────────────────────────────
+
+
+class _DevicePinned:
+    """Annotation marker of `PinnedDeviceTensor` (annotate fields with that alias, not this)."""
+
+
+PinnedDeviceTensor = Annotated[Tensor, _DevicePinned]
+"""A `Tensor` field that `Module.to` leaves on its current device (MAX's alias).
+
+For parameters that must stay put wherever the module goes, e.g. scalar scale
+factors a kernel reads on the host::
+
+    @module_dataclass
+    class Scaled(Module):
+        weight: Tensor
+        scale: PinnedDeviceTensor  # stays on the CPU after .to(Accelerator())
+"""
+
+
+def _pinned_device_fields(cls: type) -> frozenset[str]:
+    """Names of the fields ``cls`` (or a base) annotates as `PinnedDeviceTensor` (also as a string annotation)."""
+    pinned = set()
+    for base in cls.__mro__:
+        for name, ann in vars(base).get("__annotations__", {}).items():
+            if ann is PinnedDeviceTensor or (isinstance(ann, str) and ann.split(".")[-1] == "PinnedDeviceTensor"):
+                pinned.add(name)
+    return frozenset(pinned)
+
+
 # ─── Module ───────────────────────────────────────────────────────────────
 
 
@@ -202,8 +233,16 @@ class Module:
         """The module's computation; subclasses override it (or ``__call__``)."""
         raise NotImplementedError(f"{type(self).__name__} must define forward() (or override __call__)")
 
+    #: Set by `subgraphable`: calls inside a graph lower to one shared subgraph.
+    _is_subgraphable: bool = False
+    #: `subgraphable`'s ``name``: modules marked with one name share one subgraph.
+    _subgraph_name: str | None = None
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        out = self.forward(*args, **kwargs)
+        if self._is_subgraphable and in_graph_call(args, kwargs):
+            out = call_as_subgraph(self, self._subgraph_name, args, kwargs)
+        else:
+            out = self.forward(*args, **kwargs)
         if _CALL_HOOKS:  # debugging hooks (PrintHook.name_layers_v3) watch some instances
             for hook in _CALL_HOOKS.get(self, ()):
                 hook(self, args, kwargs, out)
@@ -219,12 +258,35 @@ class Module:
     def device(self, value: Any) -> None:
         self.__dict__["_device"] = as_device(value, f"{type(self).__name__}.device")
 
-    def to(self: _M, device: Any) -> _M:
-        """Move every parameter to ``device`` (in place), record it as ``self.device``; returns self."""
-        dev = as_device(device, f"{type(self).__name__}.to")
-        self.apply_to_parameters(lambda _, t: t.to(dev))
+    def to(self: _M, target: Any) -> _M:
+        """Move the parameters to ``target`` (in place) and record its device as ``self.device``; returns self.
+
+        ``target`` is a `Device` (or DeviceRef), a `DeviceMesh` (parameters
+        replicated over it) or a `DeviceMapping` (laid out as it says); with a
+        mesh or mapping, ``device`` becomes the mesh's first device. Fields
+        annotated `PinnedDeviceTensor` stay where they are (in this module and
+        its descendants).
+
+        Raises:
+            TypeError: ``target`` is none of these.
+        """
+        from maxfx.experimental.sharding import DeviceMapping, DeviceMesh, distribute
+
+        where = f"{type(self).__name__}.to"
+        if isinstance(target, DeviceMapping):
+            primary, move = target.mesh.devices[0], (lambda t: distribute(t, target))
+        elif isinstance(target, DeviceMesh):
+            primary, move = target.devices[0], (lambda t: distribute(t, target))
+        else:
+            try:
+                dev = as_device(target, where)
+            except TypeError:
+                raise TypeError(f"{where}() expects a Device, DeviceMesh, or DeviceMapping, got {type(target).__name__}") from None
+            primary, move = dev, (lambda t: t.to(dev))
         for _, m in self._walk(""):
-            m.device = dev
+            pinned = _pinned_device_fields(type(m))
+            m.apply_to_local_parameters(lambda name, t, pinned=pinned: t if name.split(".")[0] in pinned else move(t))
+            m.device = primary
         return self
 
     # -- traversal ---------------------------------------------------------
@@ -358,8 +420,8 @@ class Module:
         """Input types for `compile` (layers that know their input shape define this)."""
         raise NotImplementedError(f"{type(self).__name__} does not define input_types(); pass TensorTypes to compile() explicitly")
 
-    def compile(self, *input_types: Type, weights: Mapping[str, Any] | None = None, use_subgraphs: bool = False) -> CompiledModule:
-        """Trace the module into a Graph and compile it; returns a callable on eager Tensors.
+    def compile(self, *input_types: Type, weights: Mapping[str, Any] | None = None, use_subgraphs: bool = False) -> CompiledModel:
+        """Trace the module into a Graph and compile it; returns a `CompiledModel` (callable on eager Tensors).
 
         Parameters become graph weights (arguments of the executable, never
         constants); ``weights`` (qualified name → array) overrides their values.
@@ -464,6 +526,93 @@ def _as_tensor(value: Any, name: str, device: Any = None) -> Tensor:
         t = Tensor.from_dlpack(value)
         return t if device is None else t.to(device)
     raise TypeError(f"parameter {name!r}: expected a Tensor or DLPack array, got {type(value).__name__}")
+
+
+# ─── subgraphs and surgery ───────────────────────────────────────────────
+
+
+def subgraphable(module: Any = None, *, name: str | None = None) -> Any:
+    """Mark a `Module` subclass or instance so its calls inside a graph lower to one shared subgraph.
+
+    Speeds up graph building and compilation of repeated blocks: the first call
+    (inside `Module.compile`, or any graph being built) traces the block into a
+    subgraph; later calls of blocks with the same structure (class, static
+    fields, parameter and input types) reuse it with their own weights, which
+    are passed as subgraph arguments. With ``name``, all modules marked with
+    that name share one subgraph. Eager calls run ``forward`` as usual.
+    Kernel fusion does not cross a subgraph boundary, so mark large blocks.
+
+    Usable as a class decorator (``@subgraphable``, ``@subgraphable(name="block")``)
+    or on an instance (``subgraphable(layer, name="block")``).
+
+    Raises:
+        TypeError: ``module`` is not a Module subclass or instance.
+
+    Example:
+        >>> from maxfx.dtype import DType
+        >>> from maxfx.experimental.nn import Linear, Sequential
+        >>> from maxfx.experimental.tensor import Tensor
+        >>> from maxfx.graph import TensorType
+        >>> net = Sequential(*[subgraphable(Linear(4, 4)) for _ in range(3)])
+        >>> compiled = net.compile(TensorType(DType.float32, ["batch", 4], device=net.device))
+        >>> len(compiled.graph._subgraphs)  # three blocks, one subgraph
+        1
+        >>> compiled(Tensor.ones([2, 4])).shape
+        [Dim(2), Dim(4)]
+    """
+    if module is None:
+        return lambda m: subgraphable(m, name=name)
+    if (isinstance(module, type) and issubclass(module, Module)) or isinstance(module, Module):
+        if isinstance(module, Module):
+            object.__setattr__(module, "_is_subgraphable", True)
+            object.__setattr__(module, "_subgraph_name", name)
+        else:
+            module._is_subgraphable = True
+            module._subgraph_name = name
+        return module
+    raise TypeError(f"subgraphable expects a Module subclass or instance, got {type(module).__name__}")
+
+
+def replace_module(root: Module, name: str, new: Module) -> Module:
+    """Put ``new`` at the qualified path ``name`` of ``root``'s tree (in place); returns the module it replaces.
+
+    ``name`` is a path as `Module.descendants` names it (``"layers.0.mlp"``;
+    list items by index, dict entries by key). Use it to swap a layer for
+    another (a quantized or LoRA-wrapped one) without rebuilding the tree.
+
+    Raises:
+        TypeError: ``new`` is not a Module.
+        KeyError: no descendant of ``root`` has that path.
+
+    Example:
+        >>> from maxfx.experimental.nn import Linear, Sequential
+        >>> net = Sequential(Linear(4, 4), Linear(4, 2))
+        >>> old = replace_module(net, "1", Linear(4, 3))
+        >>> old.weight.shape, net[1].weight.shape
+        ([Dim(2), Dim(4)], [Dim(3), Dim(4)])
+    """
+    if not isinstance(new, Module):
+        raise TypeError(f"replace_module: new must be a Module, got {type(new).__name__}")
+    paths = dict(root.descendants)
+    if name not in paths:
+        raise KeyError(f"replace_module: {type(root).__name__} has no descendant {name!r} (descendants: {sorted(paths)})")
+    old = paths[name]
+    parent_path, _, leaf = name.rpartition(".")
+    parent = paths[parent_path] if parent_path else root
+    for field, node in list(_nodes(parent)):
+        if node is old and field.split(".")[-1] == leaf:
+            head, _, rest = field.partition(".")
+            if not rest:
+                object.__setattr__(parent, head, new)
+            else:
+                container = getattr(parent, head)
+                key: Any = int(rest) if isinstance(container, (list, tuple)) else rest
+                if isinstance(container, tuple):
+                    object.__setattr__(parent, head, type(container)(new if i == key else v for i, v in enumerate(container)))
+                else:
+                    container[key] = new
+            return old
+    raise KeyError(f"replace_module: {name!r} is not directly settable on {type(parent).__name__}")
 
 
 # ─── module_dataclass ────────────────────────────────────────────────────

@@ -7,6 +7,7 @@ Example:
     True
 """
 
+from maxfx.experimental.nn.rope import rope, yarn
 from maxfx.experimental.nn.rope.rope import RotaryEmbedding, TransposedRotaryEmbedding, embed, positional_embedding, theta
 
-__all__ = ["RotaryEmbedding", "TransposedRotaryEmbedding", "embed", "positional_embedding", "theta"]
+__all__ = ["RotaryEmbedding", "TransposedRotaryEmbedding", "embed", "positional_embedding", "rope", "theta", "yarn"]
