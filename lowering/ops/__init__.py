@@ -4,6 +4,7 @@ One file per family; each op is one `OpDef` + one front (see `lowering.registry`
 """
 
 from lowering.ops import (  # noqa: F401  (imports register the ops)
+    advanced_indexing,
     attention,
     buffer,
     collective,

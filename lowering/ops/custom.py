@@ -34,7 +34,16 @@ from lowering.registry import OpDef, front, register
 from lowering.types import BufferType, DeviceRef, TensorType, Type
 from lowering.x64 import x64
 
-__all__ = ["register_custom_op", "lookup_custom_op", "custom_op_names", "CustomOp", "CustomOpNotFoundError", "custom", "inplace_custom"]
+__all__ = [
+    "register_custom_op",
+    "lookup_custom_op",
+    "custom_op_names",
+    "custom_kernel",
+    "CustomOp",
+    "CustomOpNotFoundError",
+    "custom",
+    "inplace_custom",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,8 +133,46 @@ def register_custom_op(
 
 
 def custom_op_names() -> list[str]:
-    """Names of the registered custom ops, sorted."""
-    return sorted(_BY_NAME)
+    """Names of the registered custom ops, sorted (MAX kernels that registry ops provide included)."""
+    return sorted(set(_BY_NAME) | set(_KERNELS))
+
+
+# MAX kernel-library ops that maxfx provides as registry ops of their own
+# (``advanced_indexing_getitem``...): name -> (fn(values, out_types, parameters) -> outputs, inplace).
+_KERNELS: dict[str, tuple[Callable[..., list[Any]], bool]] = {}
+
+
+def custom_kernel(name: str, *, inplace: bool = False) -> Callable[[Callable[..., list[Any]]], Callable[..., list[Any]]]:
+    """Make ``ops.custom(name, ...)`` (``ops.inplace_custom`` if ``inplace``) call a registry op instead of a custom function.
+
+    For MAX's own kernels that maxfx defines once in the op registry: the
+    decorated ``fn(values, out_types, parameters)`` binds that op with MAX's
+    argument conventions and returns the outputs. A function registered with
+    `register_custom_op` under the same name takes precedence.
+
+    Example:
+        >>> from lowering.ops.custom import custom_op_names
+        >>> "advanced_indexing_getitem" in custom_op_names()
+        True
+    """
+
+    def deco(fn: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
+        _KERNELS[name] = (fn, inplace)
+        return fn
+
+    return deco
+
+
+def _kernel(name: str, inplace: bool) -> Callable[..., list[Any]] | None:
+    """The registry-op kernel for ``name`` if no custom function overrides it."""
+    entry = _KERNELS.get(name) if isinstance(name, str) and name not in _BY_NAME else None
+    if entry is None:
+        return None
+    fn, is_inplace = entry
+    if is_inplace != inplace:
+        use = "ops.inplace_custom" if is_inplace else "ops.custom"
+        raise TypeError(f"{'inplace_custom' if inplace else 'custom'}: MAX kernel {name!r} is called with {use}")
+    return fn
 
 
 def lookup_custom_op(name: str) -> CustomOp:
@@ -289,6 +336,9 @@ def custom(name: str, device: Any, values: Sequence[Any], out_types: Sequence[Ty
         >>> [t.to_numpy().tolist() for t in InferenceSession().load(g).execute(np.array([[1.0, 5.0, 3.0], [0.0, -2.0, 4.0]], np.float32))]
         [[2.0, -1.0], [6.0, 5.0]]
     """
+    kernel = _kernel(name, inplace=False)
+    if kernel is not None:
+        return list(kernel(list(values), out_types, dict(parameters or {})))
     entry = lookup_custom_op(name)
     for i, v in enumerate(values):
         if isinstance(getattr(v, "type", None), BufferType):
@@ -370,6 +420,9 @@ def inplace_custom(name: str, device: Any, values: Sequence[Any], out_types: Seq
         >>> counter.to_numpy()
         array([ 1, 42], dtype=int32)
     """
+    kernel = _kernel(name, inplace=True)
+    if kernel is not None:
+        return list(kernel(list(values), out_types, dict(parameters or {})))
     entry = lookup_custom_op(name)
     values = list(values)
     if not any(isinstance(getattr(v, "type", None), BufferType) for v in values):

@@ -33,6 +33,7 @@ from lowering.devices import has_hardware
 from lowering.dims import Dim, Shape, StaticDim
 from lowering.dtypes import DType
 from lowering.eager import EagerContext, LazyVar, is_lazy, pending_block, placed_leaf, realize, write_lock
+from lowering.ops import advanced_indexing
 from lowering.ops.core import to_constant_array
 from lowering.plan import PYTHON_SCALARS
 from lowering.registry import get_op
@@ -599,19 +600,17 @@ class Tensor(TensorOperators):
             yield self[i]
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        """Write ``value`` into ``self[index]`` (numpy basic indexing); realizes both."""
-        if self._gv is not None:
-            raise TypeError("Tensor.__setitem__: graph-valued tensors are immutable; use buffers in a Graph")
-        new = value._numpy() if isinstance(value, Tensor) else np.asarray(value)
-        if new.dtype.kind == "f" and not self.dtype.is_float():
-            raise TypeError(f"Tensor.__setitem__: cannot store {new.dtype} values into a {self.dtype.name} tensor")
+        """Write ``value`` into ``self[index]`` (numpy indexing, index arrays and masks included); the tensor is rebound to the result.
+
+        One op (``advanced_indexing_setitem``) whatever the mode: it runs now on
+        eager tensors, is recorded inside ``F.lazy()``, traced under ``jax.jit``.
+        """
         with write_lock(self):  # read, modify, rebind: concurrent writers would each drop the others' rows
-            current = np.array(self._numpy())
-            try:
-                current[index] = new
-            except (ValueError, IndexError) as e:
-                raise type(e)(f"Tensor.__setitem__: {e} (tensor shape {list(current.shape)})") from None
-            self._var = _leaf(_put(current, self.device), self.dtype, self.device)._var
+            out = advanced_indexing.setitem(self, index, value)
+            if self._gv is not None:
+                self._gv = out._gv
+                return
+            self._var = out._var
             self._var.owner = weakref.ref(self)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:

@@ -14,6 +14,7 @@ from lowering.dims import Dim, Shape
 from lowering.dtypes import DType
 from lowering.eager import is_lazy
 from lowering.ir import Var
+from lowering.ops import advanced_indexing
 from lowering.types import BufferType, DeviceRef, OpaqueType, TensorType, Type
 from maxfx.graph import ops
 
@@ -188,7 +189,8 @@ class TensorOperators:
 
     # -- operators -------------------------------------------------------
     def __getitem__(self, index) -> TensorValue:
-        return ops.slice_tensor(self, index if isinstance(index, tuple) else (index,))
+        """``x[index]``: numpy basic indexing (``slice_tensor``), or advanced indexing with index arrays and boolean masks."""
+        return advanced_indexing.getitem(self, index)
 
     def __neg__(self):
         return ops.negate(self)
@@ -336,10 +338,13 @@ class BufferValue(_Shaped):
         self._var = value._var
 
     def __getitem__(self, index) -> TensorValue:
-        return ops.slice_tensor(ops.buffer_load(self), index if isinstance(index, tuple) else (index,))
+        return advanced_indexing.getitem(ops.buffer_load(self), index)
 
     def __setitem__(self, index, value) -> None:
-        ops.buffer_store_slice(self, value, index if isinstance(index, tuple) else (index,))
+        if advanced_indexing.is_advanced(index):
+            advanced_indexing.setitem_inplace(self, index, value)
+        else:
+            ops.buffer_store_slice(self, value, index if isinstance(index, tuple) else (index,))
 
 
 def _is_eager_outside_graph(value: Any) -> bool:

@@ -128,7 +128,7 @@ def test_slice_errors():
         with pytest.raises(TypeError, match="slice_tensor: tensor indices must have an integer dtype"):
             x[f]
         with pytest.raises(ValueError, match="slice_tensor: a tensor index must be a scalar"):
-            x[iv]
+            ops.slice_tensor(x, [iv])  # x[iv] is advanced indexing (tests/ops/test_advanced_indexing.py)
         with pytest.raises(ValueError, match="slice_tensor: .*needs an out_dim"):
             x[iv[0]:]
         with pytest.raises(ValueError, match="slice_tensor: .*has 2 elements, but out_dim is 3"):
