@@ -27,6 +27,7 @@ from maxfx.nn import (
     embedding,
     float8_config,
     hooks,
+    identity,
     kernels,
     kv_cache,
     layer,
@@ -53,6 +54,7 @@ from maxfx.nn.conv import *  # noqa: F403
 from maxfx.nn.conv_transpose import *  # noqa: F403
 from maxfx.nn.float8_config import *  # noqa: F403 - float8 specs and parse_float8_config
 from maxfx.nn.hooks import PrintHook
+from maxfx.nn._identity import Identity
 from maxfx.nn.kv_cache import KVCacheParams, KVCacheStrategy, PagedCacheValues, PagedKVCacheManager
 from maxfx.nn.lora import *  # noqa: F403 - AttentionWithRopeAndLoRA, LinearLoRA, SupportsLoRA
 from maxfx.nn.moe import *  # noqa: F403 - MoE, MoEFp8, MoEGate
@@ -103,6 +105,7 @@ __all__ = [
     "QLinearV1",
     "RMSNormV1",
     "Embedding",
+    "Identity",
     "EmbeddingV2",
     "Layer",
     "LayerList",

@@ -1,0 +1,178 @@
+"""``rope_ragged``, ``scatter_nd_skip_oob_indices`` and ``apply_packed_bitmask`` of ``max.nn.kernels``.
+
+Each is built from registry ops (`maxfx.graph.ops`), so it runs in graphs,
+eagerly and under ``jax.jit`` alike.
+
+Example:
+    >>> import numpy as np
+    >>> from maxfx.nn import kernels
+    >>> from maxfx.experimental.tensor import Tensor
+    >>> from maxfx.dtype import DType
+    >>> x = Tensor([1.0, 2.0, 3.0, 4.0, 5.0])
+    >>> idx = Tensor(np.array([[1], [-999], [-2]], np.int64))  # -999 is out of range: skipped
+    >>> kernels.scatter_nd_skip_oob_indices(x, Tensor([10.0, 15.0, 20.0]), idx).to_numpy().tolist()
+    [1.0, 10.0, 3.0, 20.0, 5.0]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from lowering.dtypes import DType
+from maxfx.graph import ops
+
+__all__ = ["apply_packed_bitmask", "rope_ragged", "scatter_nd_skip_oob_indices"]
+
+
+def _check(name: str, value: Any, *, dtype: DType | None = None, rank: int | None = None) -> None:
+    if dtype is not None and value.dtype != dtype:
+        raise ValueError(f"expected {name} to have dtype {dtype.name}, was {value.dtype.name}")
+    if rank is not None and value.rank != rank:
+        raise ValueError(f"expected {name} to have rank {rank}, was {value.rank}")
+
+
+def rope_ragged(
+    input: Any,  # noqa: A002 - MAX's name
+    input_row_offsets: Any,
+    start_pos: Any,
+    freqs_cis: Any,
+    *,
+    interleaved: bool = True,
+    rope_first: bool = False,
+    output_dtype: DType | None = None,
+) -> Any:
+    """Rotary embedding of ragged rows ``input [total_tokens, heads, head_dim]`` (MAX's argument order).
+
+    Row ``i`` of sequence ``b`` (rows ``input_row_offsets[b]:input_row_offsets[b+1]``)
+    sits at position ``start_pos[b] + i``; ``freqs_cis [max_seq_len, rope_dim]``
+    holds the (cos, sin) pairs. When ``rope_dim < head_dim`` only ``rope_dim``
+    columns of each head rotate, the trailing ones (the leading ones with
+    ``rope_first``), and the rest pass through. ``interleaved`` rotates pairs
+    ``(2i, 2i+1)``, otherwise ``(i, i + rope_dim/2)``. The math is
+    `ops.rope_ragged`'s; the result is cast to ``output_dtype`` if given.
+
+    Raises:
+        ValueError: ``input_row_offsets``/``start_pos`` not uint32 rank 1,
+            ``input`` not rank 3, ``freqs_cis`` not rank 2 or wider than a head.
+
+    Example:
+        >>> import numpy as np
+        >>> from maxfx.experimental.tensor import Tensor
+        >>> freqs = Tensor([[1.0, 0.0], [0.0, 1.0]])  # position 1 turns by 90 degrees
+        >>> x = Tensor(np.array([[[1.0, 0.0]], [[1.0, 0.0]]], np.float32))
+        >>> offsets, start = Tensor(np.array([0, 2], np.uint32)), Tensor(np.array([0], np.uint32))
+        >>> rope_ragged(x, offsets, start, freqs)[:, 0].to_numpy().tolist()
+        [[1.0, 0.0], [0.0, 1.0]]
+    """
+    _check("input_row_offsets", input_row_offsets, dtype=DType.uint32, rank=1)
+    _check("start_pos", start_pos, dtype=DType.uint32, rank=1)
+    _check("input", input, rank=3)
+    _check("freqs_cis", freqs_cis, rank=2)
+    head_dim, rope_dim = input.shape[2], freqs_cis.shape[1]
+    if rope_dim == head_dim:
+        out = ops.rope_ragged(input, freqs_cis, input_row_offsets, start_pos, interleaved=interleaved)
+    else:
+        try:
+            h, r = int(head_dim), int(rope_dim)
+        except TypeError:
+            raise ValueError(f"rope_ragged: freqs_cis width {rope_dim} differs from the head dim {head_dim} and one is symbolic") from None
+        if r > h:
+            raise ValueError(f"rope_ragged: freqs_cis rotates {r} columns but a head has only {h}")
+        rot, keep = (input[:, :, :r], input[:, :, r:]) if rope_first else (input[:, :, h - r :], input[:, :, : h - r])
+        rotated = ops.rope_ragged(rot, freqs_cis, input_row_offsets, start_pos, interleaved=interleaved)
+        out = ops.concat([rotated, keep] if rope_first else [keep, rotated], axis=-1)
+    return out if output_dtype is None or output_dtype == out.dtype else ops.cast(out, output_dtype)
+
+
+def scatter_nd_skip_oob_indices(input: Any, updates: Any, indices: Any) -> Any:  # noqa: A002 - MAX's name
+    """`ops.scatter_nd` that skips the updates whose index is out of range (instead of failing).
+
+    ``indices [*Q, k]`` picks slices of ``input`` as in `ops.scatter_nd`; an index
+    vector with a component outside ``[-dim, dim)`` is skipped (MAX uses e.g.
+    ``int32`` min as "no slot"); negative components in range count from the end.
+
+    Raises:
+        ValueError: as `ops.scatter_nd` (dtypes, shapes, devices).
+    """
+    k = int(indices.shape[-1])
+    d0 = input.shape[0]
+    dims = _as_operand(list(input.shape[:k]), indices.dtype, indices.device)  # [k]
+    in_range = ops.cast((indices >= -dims) & (indices < dims), DType.int32)
+    valid = ops.min(in_range, axis=-1) == 1  # [*Q, 1]: every component in range
+    normalized = ops.where(indices < 0, indices + dims, indices)
+    if isinstance(dims, np.ndarray):
+        trash: Any = np.concatenate([dims[:1], np.zeros(k - 1, dims.dtype)])
+    else:
+        trash = ops.concat([dims[:1], ops.broadcast_to(dims[:1] * 0, [k - 1])], axis=0) if k > 1 else dims
+    safe = ops.where(valid, normalized, trash)  # skipped updates go to one extra row past the end
+    spare = ops.broadcast_to(input[:1] * 0, [1, *input.shape[1:]])
+    padded = ops.concat([input, spare], axis=0)
+    out = ops.scatter_nd(padded, updates, safe)
+    return ops.rebind(out[:d0] if isinstance(d0, int) else ops.slice_tensor(out, [(slice(0, d0), d0)]), list(input.shape))
+
+
+_POW2 = np.array([1 << b for b in range(31)] + [1], np.int32)  # 2**b; bit 31 (the sign) is tested apart
+
+
+def _is_static(dim: Any) -> bool:
+    try:
+        int(dim)
+    except TypeError:
+        return False
+    return True
+
+
+def _as_operand(dims: list[Any], dtype: DType, device: Any) -> Any:
+    """``dims`` as a rank-1 operand: a numpy array when static (ops take arrays), else `ops.shape_to_tensor`."""
+    if all(_is_static(d) for d in dims):
+        return np.array([int(d) for d in dims], dtype.to_numpy())
+    out = ops.cast(ops.shape_to_tensor(dims), dtype)
+    return out if out.device == device else ops.transfer_to(out, device)
+
+
+def apply_packed_bitmask(logits: Any, packed_bitmask: Any, fill_val: float = -10000.0) -> Any:
+    """``logits`` with every token whose bit is clear in ``packed_bitmask`` set to ``fill_val``.
+
+    ``packed_bitmask [..., ceil(vocab / 32)]`` (int32, the layout llguidance
+    and xgrammar fill) holds token ``v``'s bit at bit ``v % 32`` of word
+    ``v // 32``; set means allowed. Any rank (``[batch, vocab]``,
+    ``[batch, steps, vocab]``); padding bits past ``vocab`` are never read.
+    The default ``fill_val`` is MAX's sampler's (-10000); pass ``float("-inf")``
+    to make a masked token impossible for any logits.
+
+    Raises:
+        ValueError: the bitmask is not int32, its rank differs from the logits',
+            or its last dim is not ``ceil(vocab / 32)`` (when both are static).
+
+    Example:
+        >>> import numpy as np
+        >>> from maxfx.experimental.tensor import Tensor
+        >>> logits = Tensor(np.zeros((1, 40), np.float32))
+        >>> mask = Tensor(np.array([[0b101, 1 << 7]], np.int32))  # tokens 0, 2 and 32 + 7
+        >>> out = apply_packed_bitmask(logits, mask, fill_val=-1.0).to_numpy()
+        >>> np.flatnonzero(out[0] == 0).tolist()
+        [0, 2, 39]
+    """
+    _check("packed_bitmask", packed_bitmask, dtype=DType.int32, rank=logits.rank)
+    vocab = logits.shape[-1]
+    try:
+        if int(packed_bitmask.shape[-1]) != -(-int(vocab) // 32):
+            raise ValueError(f"apply_packed_bitmask: packed_bitmask's last dim must be ceil({int(vocab)} / 32) = {-(-int(vocab) // 32)}, got {int(packed_bitmask.shape[-1])}")
+    except TypeError:
+        pass  # a symbolic dim: checked when the graph runs
+    device = logits.device
+    # Bit b of a two's-complement word w is floor(w / 2**b) mod 2 (an arithmetic shift), for b < 31;
+    # bit 31 is the sign. All in int32, so no value needs more than 32 bits.
+    if _is_static(vocab):
+        tokens: Any = np.arange(int(vocab), dtype=np.int32)
+        word_of, bit_of = tokens // 32, tokens % 32
+        power, sign_bit = _POW2[bit_of], bit_of == 31
+    else:  # a symbolic vocab (only inside a graph)
+        tokens = ops.range(0, vocab, 1, out_dim=vocab, dtype=DType.int32, device=device)
+        word_of, bit_of = tokens // 32, tokens % 32
+        power, sign_bit = ops.gather(ops.constant(_POW2, DType.int32, device), bit_of, axis=0), bit_of == 31
+    words = ops.gather(packed_bitmask, word_of, axis=-1)  # [..., vocab]: each token's word
+    allowed = ops.where(sign_bit, words < 0, (words // power) % 2 == 1)
+    return ops.where(allowed, logits, float(fill_val))
