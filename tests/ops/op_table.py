@@ -36,6 +36,7 @@ import numpy as np
 import scipy.special
 
 from lowering.context import bind
+from lowering.ops.advanced_indexing import setitem
 from lowering.registry import get_op
 from maxfx.dtype import DType
 from maxfx.graph import DeviceRef
@@ -220,6 +221,12 @@ def _scatter_axis1(x, upd, idx):
     for r in range(idx.shape[0]):
         for c in range(idx.shape[1]):
             out[r, idx[r, c]] = upd[r, c]
+    return out
+
+
+def _set_rows(x, upd, idx):
+    out = x.copy()
+    out[idx] = upd
     return out
 
 
@@ -551,6 +558,19 @@ OP_TABLE: dict[str, OpRecord] = {
         grad((u(2, 2), np.array([[True, False], [False, True]]), u(3)), lambda f, x, m, upd: f(x, m, upd, out_dim=2), wrt=(0, 2)),
     ),
     "nonzero": record("test_indexing", value((np.array([[0, 3, 0], [4, 0, 5]], np.int32),), np.argwhere, lambda f, x: f(x, out_dim=3))),
+    # advanced indexing (x[idx], x[idx] = v; no front: Tensor/TensorValue indexing and ops.custom reach them)
+    "advanced_indexing_getitem": record(
+        "test_advanced_indexing",
+        value((X, _idx([[2, 0], [-1, 1]])), lambda x, i: x[i], lambda f, x, i: x[i]),
+        value((f32(2, 3, 4), _idx([1, 0]), _idx([2, -1])), lambda x, i, j: x[i, :, j], lambda f, x, i, j: x[i, :, j]),
+        grad((u(3, 2), _idx([2, 0, 2])), lambda f, x, i: x[i], wrt=(0,)),
+    ),
+    "advanced_indexing_setitem": record(
+        "test_advanced_indexing",
+        value((X, f32(2, 4), _idx([2, 0])), _set_rows, lambda f, x, upd, i: setitem(x, i, upd)),
+        grad((u(3, 2), u(2, 2), _idx([2, 0])), lambda f, x, upd, i: setitem(x, i, upd), wrt=(0, 1)),
+    ),
+    "advanced_indexing_setitem_inplace": record("test_advanced_indexing"),
     # linear algebra, convolution, pooling, signal
     "matmul": record("test_linalg", value((f32(2, 3, 4), f32(4, 5)), np.matmul), grad((u(2, 3), u(3, 4)))),
     "conv2d": record(
