@@ -5,11 +5,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from lowering.dtypes import DType
 from lowering.types import BufferType, DeviceRef, TensorType
+from maxfx.nn.kv_cache._data_parallel import split_into_groups
+from maxfx.nn.kv_cache._memory import KVCacheBuffer, KVCacheQuantizationConfig
 from maxfx.nn.kv_cache._symbolic_inputs import KVCacheInputsPerDevice, KVCacheLeafInputs
 
 __all__ = ["KVCacheParams", "KVCacheStrategy", "MHAKVCacheParams", "MLAKVCacheParams"]
@@ -64,6 +67,7 @@ class KVCacheParams:
     is_mla: bool = False
     data_parallel_degree: int = 1
     n_kv_heads_per_device: int = 0
+    kvcache_quant_config: KVCacheQuantizationConfig | None = None
 
     def __hash__(self) -> int:
         # Layers keep their cache params as static (jit-cache key) data: hash what == compares.
@@ -82,6 +86,10 @@ class KVCacheParams:
             raise ValueError("KVCacheParams: host_kvcache_swap_space_gb is required when enable_kvcache_swapping_to_host is set")
         if self.data_parallel_degree not in (1, self.n_devices):
             raise ValueError(f"KVCacheParams: data_parallel_degree must be 1 or n_devices ({self.n_devices}), got {self.data_parallel_degree} (DP+TP is not supported)")
+        if self.quantized_kv_cache and self.head_dim % self.kvcache_quant_config.quantization_granularity:
+            raise ValueError(
+                f"KVCacheParams: the quantization granularity ({self.kvcache_quant_config.quantization_granularity}) must evenly divide head_dim ({self.head_dim})"
+            )
         self.n_kv_heads_per_device = self._heads_per_device()
 
     def _heads_per_device(self) -> int:
@@ -122,6 +130,94 @@ class KVCacheParams:
         """A copy for the tensor-parallel ``devices`` (no data parallelism): what each shard of a layer uses."""
         return dataclasses.replace(self, n_devices=len(devices), data_parallel_degree=1, n_kv_heads_per_device=0)
 
+    # -- memory (MAX's sizing of the page pool) ------------------------------
+    @property
+    def tensor_parallel_degree(self) -> int:
+        """Devices per data-parallel replica."""
+        return self.n_devices // self.data_parallel_degree
+
+    @property
+    def quantized_kv_cache(self) -> bool:
+        """Whether the cache is quantized: FP8/int8 values with a `KVCacheQuantizationConfig` of float32/e8m0/float16 scales."""
+        return (
+            self.kvcache_quant_config is not None
+            and self.dtype in (DType.float8_e4m3fn, DType.float8_e4m3fnuz, DType.int8)
+            and self.kvcache_quant_config.scale_dtype in (DType.float32, DType.float8_e8m0fnu, DType.float16)
+        )
+
+    @property
+    def kv_cache_scale_dtype(self) -> DType:
+        """The scales' dtype (float32 when the cache is not quantized)."""
+        return self.kvcache_quant_config.scale_dtype if self.quantized_kv_cache else DType.float32
+
+    def _num_layers(self) -> int:
+        layers = getattr(self, "num_layers", None)
+        if layers is None:
+            raise ValueError(f"{type(self).__name__}: the page size in bytes needs num_layers; use MHAKVCacheParams/MLAKVCacheParams (MAX 26.5's constructors)")
+        return int(layers)
+
+    @property
+    def shape_per_block(self) -> list[int]:
+        """One page of one device: ``[kv_dim, num_layers, page_size, n_kv_heads_per_device, head_dim]``."""
+        return [self.kv_dim, self._num_layers(), int(self.page_size or 1), self.n_kv_heads_per_device, self.head_dim]
+
+    @property
+    def shape_per_scale_block(self) -> list[int]:
+        """One page of scales: `shape_per_block` with ``ceil(head_dim / granularity)`` last.
+
+        Raises:
+            ValueError: the cache has no quantization config.
+        """
+        if self.kvcache_quant_config is None:
+            raise ValueError(f"{type(self).__name__}.shape_per_scale_block: the cache has no kvcache_quant_config")
+        shape = self.shape_per_block
+        shape[4] = math.ceil(shape[4] / self.kvcache_quant_config.quantization_granularity)
+        return shape
+
+    @property
+    def bytes_per_value_block(self) -> int:
+        """Bytes of one page's values over a replica's tensor-parallel devices."""
+        return math.prod(self.shape_per_block) * self.dtype.size_in_bytes * self.tensor_parallel_degree
+
+    @property
+    def bytes_per_scale_block(self) -> int:
+        """Bytes of one page's scales over a replica's devices (0 when not quantized)."""
+        if not self.quantized_kv_cache:
+            return 0
+        return math.prod(self.shape_per_scale_block) * self.kvcache_quant_config.scale_dtype.size_in_bytes * self.tensor_parallel_degree
+
+    @property
+    def bytes_per_block(self) -> int:
+        """Bytes one page costs over a replica's tensor-parallel devices, scales included."""
+        return self.bytes_per_value_block + self.bytes_per_scale_block
+
+    @property
+    def replicates_kv_across_tp(self) -> bool:
+        """Whether every tensor-parallel shard holds the same values (MLA's latent cache on 2+ devices)."""
+        return self.is_mla and self.tensor_parallel_degree > 1
+
+    def allocate_buffers(self, total_num_pages: int) -> list[KVCacheBuffer]:
+        """Zero-filled block tensors of ``total_num_pages`` pages: one `KVCacheBuffer` per data-parallel replica.
+
+        Each holds one ``[total_num_pages, *shape_per_block]`` tensor per
+        tensor-parallel device (and one of scales per device when quantized).
+
+        Example:
+            >>> from maxfx.graph import DeviceRef
+            >>> p = MHAKVCacheParams(DType.float32, head_dim=8, num_layers=2, devices=[DeviceRef.CPU()], n_kv_heads=2, page_size=16)
+            >>> [b.shape for b in p.allocate_buffers(total_num_pages=4)[0].values]
+            [(4, 2, 2, 16, 2, 8)]
+        """
+        from maxfx.driver import Buffer
+
+        out = []
+        for devices in split_into_groups(self._symbolic_devices(), self.data_parallel_degree):
+            devs = [d.to_device() for d in devices]
+            values = [Buffer.zeros([int(total_num_pages), *self.shape_per_block], self.dtype, device=d) for d in devs]
+            scales = [Buffer.zeros([int(total_num_pages), *self.shape_per_scale_block], self.kv_cache_scale_dtype, device=d) for d in devs] if self.quantized_kv_cache else None
+            out.append(KVCacheBuffer(replicates_kv_across_tp=self.replicates_kv_across_tp, values=values, scales=scales))
+        return out
+
     def blocks_shape(self, num_layers: Any = "num_layers", total_num_pages: Any = "total_num_pages") -> list[Any]:
         """Shape of the paged block pool: ``[total_num_pages, kv_dim, num_layers, page_size, n_kv_heads_per_device, head_dim]``."""
         return [total_num_pages, self.kv_dim, num_layers, int(self.page_size or 1), self.n_kv_heads_per_device, self.head_dim]
@@ -154,8 +250,11 @@ class KVCacheParams:
         """MAX's decode-dispatch scalars: 3 int64 on the device for MLA, 4 on the host otherwise."""
         return TensorType(DType.int64, [3], device) if self.is_mla else TensorType(DType.int64, [4], DeviceRef.CPU())
 
-    def get_symbolic_inputs(self) -> Any:
+    def get_symbolic_inputs(self, namespace: str = "") -> Any:
         """The cache's graph input types: one `KVCacheInputsPerDevice` per device, in a `KVCacheLeafInputs`.
+
+        ``namespace`` prefixes the pool's page-count dim (``{namespace}total_num_pages``)
+        so that sibling caches of a `MultiKVCacheParams` tree have their own.
 
         Devices are split into ``data_parallel_degree`` replicas; replica ``r``'s
         dynamic dims are named ``replica_{r}_batch_size``, ``replica_{r}_max_num_pages``
@@ -190,7 +289,7 @@ class KVCacheParams:
             prefix = f"replica_{i // per_replica}_"
             out.append(
                 KVCacheInputsPerDevice(
-                    kv_blocks=BufferType(self.dtype, self.blocks_shape(layers, "total_num_pages"), dev),
+                    kv_blocks=BufferType(self.dtype, self.blocks_shape(layers, f"{namespace}total_num_pages"), dev),
                     cache_lengths=TensorType(DType.uint32, [prefix + "batch_size"], dev),
                     lookup_table=TensorType(DType.uint32, [prefix + "batch_size", prefix + "max_num_pages"], dev),
                     max_prompt_length=TensorType(DType.uint32, [1], host),
@@ -201,13 +300,26 @@ class KVCacheParams:
             )
         return KVCacheLeafInputs(inputs=out)
 
+    def flattened_kv_inputs(self) -> list[Any]:
+        """The cache's graph input types in graph-input order (`get_symbolic_inputs` flattened).
+
+        Example:
+            >>> from maxfx.graph import DeviceRef
+            >>> p = MHAKVCacheParams(DType.float32, head_dim=8, num_layers=1, devices=[DeviceRef.CPU()], n_kv_heads=2, page_size=16)
+            >>> [type(t).__name__ for t in p.flattened_kv_inputs()][:2]
+            ['BufferType', 'TensorType']
+        """
+        return self.get_symbolic_inputs().flatten()
+
     def unflatten_kv_inputs(self, it: Any) -> Any:
         """`get_symbolic_inputs` rebuilt from an iterator of graph inputs (values in the same order)."""
         return self.get_symbolic_inputs().unflatten(iter(it))
 
 
 def _frozen(value: Any) -> Any:
-    """``value`` with lists made tuples, so that it hashes."""
+    """``value`` with lists made tuples (and dataclasses, e.g. a `KVCacheQuantizationConfig`, their fields), so that it hashes."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value), tuple(_frozen(getattr(value, f.name)) for f in dataclasses.fields(value)))
     return tuple(_frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
@@ -246,6 +358,7 @@ class MHAKVCacheParams(KVCacheParams):
         n_kv_heads: int,
         allow_kv_head_replication: bool = False,
         cache_strategy: KVCacheStrategy = KVCacheStrategy.PAGED,
+        kvcache_quant_config: KVCacheQuantizationConfig | None = None,
     ) -> None:
         devs = _device_list(devices, type(self).__name__)
         if int(num_layers) < 1:
@@ -270,6 +383,7 @@ class MHAKVCacheParams(KVCacheParams):
             n_devices=n,
             is_mla=False,
             data_parallel_degree=data_parallel_degree,
+            kvcache_quant_config=kvcache_quant_config,
         )
 
     def blocks_shape(self, num_layers: Any = None, total_num_pages: Any = "total_num_pages") -> list[Any]:
