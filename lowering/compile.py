@@ -329,6 +329,15 @@ class CompiledBlock:
             jax.block_until_ready(result)
         return result
 
+    def optimized_hlo(self, avals: Sequence[Any]) -> str:
+        """XLA's optimized HLO of the whole program for inputs of ``avals`` (``(shape, dtype)`` pairs).
+
+        Compiled as one program (subgraph calls inlined), as `lower_text` lowers it.
+        """
+        with x64():
+            args = [jax.ShapeDtypeStruct(tuple(shape), dtype) for shape, dtype in avals]
+            return self._jit(False).lower(*self._split(args), self.weights).compile().as_text()
+
     def lower_text(self, args: Sequence[Any], donate_buffers: bool = False, platform: str | None = None) -> str:
         """StableHLO text of the program for ``args`` (for inspection); ``donate_buffers`` marks the buffer inputs donated.
 

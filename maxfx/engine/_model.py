@@ -25,6 +25,7 @@ import numpy as np
 from lowering.compile import CompiledBlock, InputMismatchError
 from lowering.debug_print import DEFAULT_PRINT_OPTIONS, PrintOptions, using_print_options
 from lowering.dtypes import DType
+from lowering.hlo_summary import kernel_summaries
 from lowering.types import BufferType
 from maxfx.driver import Tensor
 from maxfx.driver._tensor import as_array
@@ -99,6 +100,7 @@ class Model:
         self._name = name
         self._input_names = list(input_names)
         self._print_options = print_options
+        self._last_input_avals: list[Any] | None = None  # for kernel_summaries of a graph with symbolic dims
 
     @property
     def input_metadata(self) -> list[TensorSpec]:
@@ -119,6 +121,43 @@ class Model:
     def output_devices(self) -> list[Any]:
         """The driver device each output is produced on."""
         return [v.type.device.to_device() for v in self._compiled.block.outputs]
+
+    @property
+    def kernel_summaries(self) -> list[str]:
+        """One string per kernel XLA launches for this model: a fusion as ``Kind(op, op, ...)``, else the op.
+
+        MAX lists its fused Mojo kernels (``"Epilogue(custom__kv_rope, ...)"``);
+        maxfx lists the kernels of XLA's optimized program: each fusion with its
+        kind (Loop, Input, Output, Custom) and the ops it fuses, and each other
+        kernel (``dot``, ``custom-call(target)``...) by name. A graph with
+        symbolic dims is summarized for the input shapes of its last execution.
+
+        Raises:
+            RuntimeError: the graph has symbolic input dims and has not run yet,
+                or the model was loaded from an exported artifact.
+
+        Example:
+            >>> import numpy as np
+            >>> from maxfx.dtype import DType
+            >>> from maxfx.engine import InferenceSession
+            >>> from maxfx.graph import DeviceRef, Graph, TensorType, ops
+            >>> with Graph("g", input_types=[TensorType(DType.float32, [4, 8], DeviceRef.CPU())]) as g:
+            ...     g.output(ops.exp(g.inputs[0]) * 2 + 1)
+            >>> InferenceSession().load(g).kernel_summaries
+            ['Loop(exponential, broadcast, multiply, add)']
+        """
+        compiled = self._compiled
+        if not hasattr(compiled, "optimized_hlo"):
+            raise RuntimeError(f"Model {self._name!r}: kernel_summaries needs the graph; a model loaded from an exported artifact has only its compiled program")
+        inputs = compiled.block.inputs
+        try:
+            avals = [(tuple(int(d) for d in v.type.shape), v.type.dtype.to_numpy()) for v in inputs]
+        except TypeError:
+            if self._last_input_avals is None:
+                dims = sorted({str(d) for v in inputs for d in v.type.shape if not isinstance(d, int) and not str(d).isdigit()})
+                raise RuntimeError(f"Model {self._name!r}: kernel_summaries depends on the sizes of the symbolic dims {dims}; execute the model once, then read kernel_summaries") from None
+            avals = self._last_input_avals
+        return kernel_summaries(compiled.optimized_hlo(avals))
 
     @property
     def devices(self) -> list[Any]:
@@ -153,6 +192,7 @@ class Model:
             self._compiled.check_inputs(arrays, self._input_names)
         except InputMismatchError as e:
             raise ValueError(f"Model {self._name!r}: {e}") from None
+        self._last_input_avals = [(a.shape, a.dtype) for a in arrays]
         # Donated: the executable writes the buffers' new values over their old memory (no copy of
         # e.g. a KV-cache pool per step); the Tensors are rebound to those values right below.
         buffers = self._compiled._buffer_inputs

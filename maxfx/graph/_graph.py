@@ -348,6 +348,46 @@ class Graph:
         self._subgraphs[name] = sub
         return sub
 
+    # -- copying -------------------------------------------------------------
+    def copy(self, name: str | None = None) -> Graph:
+        """An independent copy of this graph: the same inputs, ops, weights, subgraphs and outputs.
+
+        Ops recorded on the copy (inside ``with copy:``) do not change this
+        graph, and the reverse; both can be compiled. The copy is named ``name``
+        (default: this graph's name) and belongs to a new `Module` of its own,
+        so it never clashes with this graph's name. Values of this graph are not
+        values of the copy: use ``copy.inputs`` and ops on them. Subgraphs are
+        shared (both graphs call the same subgraph).
+
+        Raises:
+            RuntimeError: the graph is being built (inside its ``with`` block).
+
+        Example:
+            >>> from maxfx.dtype import DType
+            >>> from maxfx.graph import DeviceRef, Graph, TensorType, ops
+            >>> with Graph("double", input_types=[TensorType(DType.float32, [2], DeviceRef.CPU())]) as g:
+            ...     g.output(g.inputs[0] * 2)
+            >>> twin = g.copy("double_copy")
+            >>> twin.name, len(twin._ir.nodes) == len(g._ir.nodes), twin.output_types == g.output_types
+            ('double_copy', True, True)
+        """
+        if self._ctx_stack:
+            raise RuntimeError(f"Graph {self.name!r}.copy(): finish building the graph (leave its `with` block) before copying it")
+        new = Graph(self.name if name is None else name, input_types=self.input_types, kernel_library=self.kernel_library, strict_device_placement=self._builder.strict_device_placement)
+        # The IR's nodes and vars are immutable records: the copy shares them in its own lists,
+        # so what either graph records later goes to that graph only.
+        new._block.inputs = list(self._block.inputs)
+        new._block.nodes = list(self._block.nodes)
+        new._block.outputs = list(self._block.outputs)
+        new._block.invalidate()
+        new._inputs = tuple(wrap_var(new._builder, v) for v in new._block.inputs)
+        new._builder.weights = {n: wrap_var(new._builder, v._var) for n, v in self._builder.weights.items()}
+        new._weights = dict(self._weights)
+        new._weight_values = {n: new._builder.weights[n] for n in self._weight_values}
+        new._subgraphs = dict(self._subgraphs)
+        new._has_output = self._has_output
+        return new
+
     # -- misc --------------------------------------------------------------
     @property
     def module(self) -> Module:
