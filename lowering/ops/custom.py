@@ -181,6 +181,13 @@ def lookup_custom_op(name: str) -> CustomOp:
     Raises:
         CustomOpNotFoundError: (a ValueError and KeyError) listing the known ops.
     """
+    from lowering.custom_ops_path import load_environment, mojo_note
+
+    try:
+        return _BY_NAME[name]
+    except (KeyError, TypeError):
+        pass
+    load_environment()  # Python custom ops in CUSTOM_OPS_PATH register themselves when imported
     try:
         return _BY_NAME[name]
     except (KeyError, TypeError):
@@ -188,7 +195,7 @@ def lookup_custom_op(name: str) -> CustomOp:
         raise CustomOpNotFoundError(
             f"custom op {name!r} is not registered (registered custom ops: {known}). "
             "maxfx cannot run Mojo kernels from MAX kernel libraries; register a JAX implementation with "
-            f"lowering.ops.custom.register_custom_op({name!r}, fn)"
+            f"lowering.ops.custom.register_custom_op({name!r}, fn)" + mojo_note()
         ) from None
 
 

@@ -19,6 +19,7 @@ from lowering.context import GraphBuilder, use_context
 from lowering.debug import DEBUG
 from lowering.ir import Block, Var
 from lowering.ops.core import weight_p
+from lowering.custom_ops_path import load_library
 from lowering.ops.custom import lookup_custom_op
 from lowering.registry import get_op
 from lowering.types import BufferType, DevicePlacementPolicy, DeviceRef, TensorType, Type, _ChainType
@@ -116,8 +117,11 @@ class KernelLibrary:
     """Paths of custom-kernel libraries attached to a graph.
 
     MAX loads Mojo kernels from these paths. maxfx runs custom ops from its own
-    Python/JAX registry (`maxfx.graph.ops.custom`), so paths are recorded and
-    checked to exist, and ``verify_custom_op`` checks an op name is registered.
+    Python/JAX registry (`maxfx.graph.ops.custom`): a path is checked to exist and
+    its Python files are imported, registering their ops (`lowering.custom_ops_path`;
+    also what ``CUSTOM_OPS_PATH`` names); a path of Mojo kernels is remembered so
+    that using one of its ops fails saying maxfx cannot run Mojo.
+    ``verify_custom_op`` checks an op name is registered.
     """
 
     def __init__(self, context: Any = None, paths: Iterable[str | Path] = ()):
@@ -132,6 +136,7 @@ class KernelLibrary:
         if not p.exists():
             raise FileNotFoundError(f"KernelLibrary.add_path: {p} does not exist")
         if p not in self._paths:
+            load_library(p)  # its Python custom ops register themselves; Mojo kernels are noted (lowering.custom_ops_path)
             self._paths.append(p)
 
     def library_paths(self) -> list[Path]:
