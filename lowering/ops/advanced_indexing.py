@@ -55,7 +55,7 @@ from lowering.ops.core import cast_p
 from lowering.ops.custom import custom_kernel
 from lowering.ops.elementwise import where_p
 from lowering.ops.indexing import _slice_rule_dim, check_index_bounds, masked_scatter, slice_tensor
-from lowering.ops.shape import rebind, reshape
+from lowering.ops.shape import broadcast_to, rebind, reshape
 from lowering.registry import OpDef, register
 from lowering.types import BufferType, TensorType
 
@@ -483,8 +483,13 @@ def _set_by_mask(op: str, x: Any, mask: Any, value: Any) -> Any:
     keep = list(_shape_of(mask)) + [1] * len(rest)
     m = reshape(mask, keep) if rest else mask
     vshape = list(_shape_of(value)) if is_value(value) else list(np.shape(value))
+    while len(vshape) > len(rest) and vshape[0] == 1:
+        vshape = vshape[1:]  # numpy drops leading size-1 dims of the value: one row for every True entry
+        value = reshape(value, vshape) if is_value(value) else np.reshape(value, vshape)
     if len(vshape) <= len(rest):
         return bind(where_p, m, value, x)
+    if vshape[1:] != rest:  # one value row per True entry, each broadcast to the row shape
+        value = broadcast_to(value, [vshape[0], *rest]) if is_value(value) else np.broadcast_to(value, [vshape[0], *rest])
     return masked_scatter(x, m, value, vshape[0])
 
 

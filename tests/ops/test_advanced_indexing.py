@@ -194,6 +194,10 @@ def test_setitem_traced_mask_keeps_the_shape():
     np.testing.assert_array_equal(got, _np_set(x, rows, fill))
     got = run_op(lambda v, m: setitem(v, m, np.array([0.5, 1.5, 2.5, 3.5], np.float32)), x, rows)  # one row for all (where)
     np.testing.assert_array_equal(got, _np_set(x, rows, [0.5, 1.5, 2.5, 3.5]))
+    column = np.array([[10.0], [20.0]], np.float32)  # a value per True row, broadcast along it
+    np.testing.assert_array_equal(run_op(lambda v, m, c: setitem(v, m, c), x, rows, column), _np_set(x, rows, column))
+    one_row = np.ones((1, 4), np.float32)  # a leading size-1 dim: the same row for every True entry
+    np.testing.assert_array_equal(run_op(lambda v, m, r: setitem(v, m, r), x, rows, one_row), _np_set(x, rows, one_row))
 
 
 def test_setitem_grad_matches_numpy():
