@@ -12,7 +12,6 @@ Example:
     0.0078125
 """
 
-from lowering.dtypes import DType
-from maxfx.dtype._finfo import finfo
+from lowering.dtypes import DType, finfo
 
 __all__ = ["DType", "finfo"]
