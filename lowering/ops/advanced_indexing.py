@@ -466,6 +466,29 @@ def _updates_for(op: str, x: Any, value: Any) -> Any:
     return arr.astype(dt.to_numpy())
 
 
+def _ints_as_tensors(op: str, specs: tuple, tensors: list[Any], shape: Sequence[Any]) -> tuple:
+    """Int entries as 0-d index tensors (appended to ``tensors``), checked now against static dims.
+
+    The region's shape is the same (an int is a 0-d index array in numpy's
+    rules), and the op's program no longer depends on the position: a loop of
+    ``t[i] = row`` on eager tensors compiles once, not once per ``i``.
+    """
+    out: list[tuple] = []
+    axis = 0
+    for s in specs:
+        if s[0] == "i":
+            d = Dim(shape[axis])
+            if isinstance(d, StaticDim) and not -d.dim <= s[1] < d.dim:
+                raise IndexOpError(f"{op}: index {s[1]} is out of range for axis {axis} of size {d.dim}")
+            small = -(2**31) <= s[1] < 2**31
+            out.append(("a", len(tensors)))
+            tensors.append(np.asarray(s[1], np.int32 if small else np.int64))
+        else:
+            out.append(s)
+        axis += 1 if s[0] != "n" else 0
+    return tuple(out)
+
+
 def _only_mask(index: Any) -> Any:
     """The mask of ``x[mask]`` / ``x[mask, ...]`` when its values are unknown (jit, graphs), else None."""
     raw = index if isinstance(index, tuple) else (index,)
@@ -524,6 +547,7 @@ def setitem(x: Any, index: Any, value: Any) -> Any:
     if mask is not None:
         return _set_by_mask(op, x, mask, updates)
     specs, tensors = _parse(op, x, index)
+    specs = _ints_as_tensors(op, specs, tensors, _shape_of(x))
     return bind(setitem_p, x, updates, *tensors, index=specs)
 
 

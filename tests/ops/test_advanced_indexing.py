@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from lowering.eager import eager_stats
 from lowering.ops.advanced_indexing import DataDependentShapeError, setitem
 from maxfx.driver import Tensor as DriverTensor
 from maxfx.dtype import DType
@@ -231,6 +232,23 @@ def test_buffer_setitem_with_index_arrays():
     want[:, [0, -1]] = 0.0
     np.testing.assert_array_equal(state.to_numpy(), want)
     np.testing.assert_array_equal(row1.to_numpy(), want[[1]])
+
+
+def test_row_writes_in_a_loop_compile_once():
+    # Int positions are run-time inputs of the op, not params: t[i] = row needs one program for every i.
+    t, row = Tensor(np.zeros((6, 3), np.float32)), Tensor(np.ones(3, np.float32))
+    t[0] = row
+    t[0, 1] = 1.0
+    before = eager_stats()["compiles"]
+    for i in range(1, 6):
+        t[i] = row
+        t[-i, 1] = 2.0
+    assert eager_stats()["compiles"] == before
+    want = np.ones((6, 3), np.float32)
+    for i in range(1, 6):
+        want[i] = 1.0
+        want[-i, 1] = 2.0
+    np.testing.assert_array_equal(t.to_numpy(), want)
 
 
 def test_setitem_casts_values_and_refuses_floats_into_ints():
