@@ -8,7 +8,13 @@ uses it where its jnp reference would run on a CPU backend: float32, one query
 per row, no chunked mask, ALiBi or sinks, not while exporting (an artifact must
 run where the library is not built). Gradients are the reference's.
 
-The kernel reads the cache head-major (``[B, Hkv, L, D]``); callers pass
+`paged_one_query_attention` is the same for a paged cache (the generation
+engine's): it reads each row's keys through its page table, from the
+``[num_pages, page_size, Hkv, D]`` pool in place, where the reference would
+first gather the pages into a dense window (`custom_calls.attention.dispatch`'s
+`paged_decode_attention` runs it on a CPU backend).
+
+The dense kernel reads the cache head-major (``[B, Hkv, L, D]``); callers pass
 ``[B, L, Hkv, D]`` as everywhere in `custom_calls.attention`, and a cache kept
 head-major and passed as a transposed view costs no copy (the transposes cancel).
 
@@ -32,7 +38,7 @@ import numpy as np
 from custom_calls import cpu
 from custom_calls.attention import reference as ref
 
-__all__ = ["applies", "one_query_attention"]
+__all__ = ["applies", "one_query_attention", "paged_one_query_attention"]
 
 
 def applies(q: Any, k: Any, v: Any, *, extensions: bool) -> bool:
@@ -90,3 +96,44 @@ def one_query_attention(q: Any, k: Any, v: Any, *, causal: bool, window: ref.Win
 
     attend.defvjp(fwd, bwd)
     return attend(q, k, v)
+
+
+def paged_one_query_attention(q: Any, k_pages: Any, v_pages: Any, block_table: Any, kv_lens: Any, *, window: ref.Window, scale: float | None) -> jax.Array:
+    """`reference.paged_decode_attention` for one query per row (``q [B, 1, Hq, D]``) by the C++ kernel.
+
+    Row ``b``'s query sits at position ``kv_lens[b] - 1`` and sees the keys
+    ``[0, kv_lens[b])`` (within ``window``, `reference.window_pair`'s pair or None)
+    of its pages ``block_table[b]`` in ``k_pages, v_pages [num_pages, page_size, Hkv, D]``.
+    Call only where `applies`. Gradients are the reference's.
+
+    Example:
+        >>> import numpy as np
+        >>> from custom_calls.attention import cpu
+        >>> q = np.ones((1, 1, 4, 16), np.float32); pages = np.ones((3, 16, 2, 16), np.float32)
+        >>> if cpu.applies(q, pages, pages, extensions=False):
+        ...     print(cpu.paged_one_query_attention(q, pages, pages, np.array([[2, 1]]), np.array([20]), window=None, scale=0.25).shape)
+        (1, 1, 4, 16)
+    """
+    b, hq, d = q.shape[0], q.shape[2], q.shape[3]
+    hkv, dv = k_pages.shape[2], v_pages.shape[3]
+    scale = ref._scale(scale, d)
+    kv_lens = jnp.asarray(kv_lens, jnp.int32)
+    table = jnp.asarray(block_table, jnp.int32)
+    lo, hi = _visible_range(b, table.shape[1] * k_pages.shape[1], causal=True, window=window, q_offset=kv_lens - 1, kv_lens=kv_lens, q_lens=None)
+    call = jax.ffi.ffi_call("maxfx_paged_decode_attention", jax.ShapeDtypeStruct((b, hkv, hq // hkv, dv), jnp.float32))
+
+    @jax.custom_vjp
+    def attend(q, k_pages, v_pages):
+        return call(q.reshape(b, hkv, hq // hkv, d), k_pages, v_pages, table, lo, hi, scale=np.float32(scale)).reshape(b, 1, hq, dv)
+
+    def reference(q, k_pages, v_pages):
+        return ref.paged_decode_attention(q, k_pages, v_pages, table, kv_lens, causal=True, local_window_size=window, scale=scale)
+
+    def fwd(q, k_pages, v_pages):
+        return attend(q, k_pages, v_pages), (q, k_pages, v_pages)
+
+    def bwd(saved, g):
+        return jax.vjp(reference, *saved)[1](g)
+
+    attend.defvjp(fwd, bwd)
+    return attend(jnp.asarray(q), jnp.asarray(k_pages), jnp.asarray(v_pages))

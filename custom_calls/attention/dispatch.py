@@ -31,9 +31,10 @@ reason), when a kernel would otherwise run:
   (``lowering/ops/attention.py``) need for MAX's chunked / ALiBi masks, sink
   weights and MLA values.
 
-Where the reference runs on a CPU backend, `flash_attention` with one float32
-query per row (an LLM decode step) runs the C++ kernel of
-`custom_calls.attention.cpu` instead (``impl=None`` only; same masks and results).
+Where the reference runs on a CPU backend, `flash_attention` and
+`paged_decode_attention` with one float32 query per row (an LLM decode step)
+run the C++ kernels of `custom_calls.attention.cpu` instead (``impl=None`` only;
+same masks and results; the paged one reads the pages in place).
 
 Gradients: `flash_attention` and `flash_attention_ragged` have Pallas
 backward kernels (``custom_vjp``); the decode functions differentiate through
@@ -386,8 +387,16 @@ def paged_decode_attention(
         ``page_size % 16 == 0`` (else the reference, with a one-time warning).
     """
     q, k, v = _checked("paged_decode_attention", q, k_pages, v_pages, 4)
+
+    def reference(q, k, v, table, lens, **common):
+        if impl is None and q.shape[1] == 1 and cpu_attention.applies(q, k, v, extensions=False):
+            _LOG.debug("paged_decode_attention: CPU one-query kernel (pages read in place)")
+            window = ref.window_pair(common["local_window_size"], common["causal"])
+            return cpu_attention.paged_one_query_attention(q, k, v, table, lens, window=window, scale=common["scale"])
+        return ref.paged_decode_attention(q, k, v, table, lens, **common)
+
     return _run("paged_decode_attention", impl, *_decode_call(
-        pd.paged_decode_attention, ref.paged_decode_attention, "paged_decode_attention", (q, k, v), kv_lens,
+        pd.paged_decode_attention, reference, "paged_decode_attention", (q, k, v), kv_lens,
         block_table=block_table, page_size=k.shape[1],
         causal=causal, local_window_size=local_window_size, scale=scale, config=config,
     ))

@@ -12,9 +12,14 @@
 // that share it (grouped-query attention), in float32 as the jnp reference does
 // (custom_calls/attention/reference.py, equal up to summation order).
 //
-// Handler (XLA FFI, CPU):
+// Handlers (XLA FFI, CPU):
 //   maxfx_decode_attention(q f32[B, H, G, D], k f32[B, H, L, D], v f32[B, H, L, Dv],
 //                          lo s32[B], hi s32[B]; scale f32) -> f32[B, H, G, Dv]
+//   maxfx_paged_decode_attention(q f32[B, H, G, D], k f32[P, S, H, D], v f32[P, S, H, Dv],
+//                                table s32[B, W], lo s32[B], hi s32[B]; scale f32) -> f32[B, H, G, Dv]
+// The paged one reads row b's key l from page table[b, l / S], slot l % S, in
+// place: the generation engine's KV pool is never gathered into a dense window
+// (that copy cost more than the attention itself).
 
 #include <immintrin.h>
 
@@ -51,20 +56,23 @@ struct Dims {
   int64_t b, h, g, l, d, dv;
 };
 
-// One (row, KV head): its G queries against the visible keys.
-void Head(const Dims& n, const float* q, const float* k, const float* v, int64_t lo, int64_t hi, float scale, float* out) {
-  std::fill(out, out + n.g * n.dv, 0.0f);
+// One (row, KV head): its G queries against the visible keys; key(l) and value(l)
+// point at key and value row l (a dense cache or a page of the pool).
+template <class Key, class Value>
+void Head(int64_t g_count, int64_t d, int64_t dv, int64_t length, const float* q, Key key, Value value, int64_t lo, int64_t hi,
+          float scale, float* out) {
+  std::fill(out, out + g_count * dv, 0.0f);
   lo = std::max<int64_t>(lo, 0);
-  hi = std::min<int64_t>(hi, n.l);
+  hi = std::min<int64_t>(hi, length);
   const int64_t keys = hi - lo;
   if (keys <= 0) return;
-  std::vector<float> s(n.g * keys);  // scores, then probabilities
+  std::vector<float> s(g_count * keys);  // scores, then probabilities
   for (int64_t j = 0; j < keys; ++j) {
-    const float* kj = k + (lo + j) * n.d;
-    for (int64_t g = 0; g < n.g; ++g) s[g * keys + j] = Dot(q + g * n.d, kj, n.d) * scale;
+    const float* kj = key(lo + j);
+    for (int64_t g = 0; g < g_count; ++g) s[g * keys + j] = Dot(q + g * d, kj, d) * scale;
   }
-  std::vector<float> inv(n.g);
-  for (int64_t g = 0; g < n.g; ++g) {
+  std::vector<float> inv(g_count);
+  for (int64_t g = 0; g < g_count; ++g) {
     float* sg = s.data() + g * keys;
     const float m = *std::max_element(sg, sg + keys);
     float sum = 0.0f;
@@ -72,8 +80,8 @@ void Head(const Dims& n, const float* q, const float* k, const float* v, int64_t
     inv[g] = 1.0f / sum;
   }
   for (int64_t j = 0; j < keys; ++j) {
-    const float* vj = v + (lo + j) * n.dv;
-    for (int64_t g = 0; g < n.g; ++g) Axpy(out + g * n.dv, s[g * keys + j] * inv[g], vj, n.dv);
+    const float* vj = value(lo + j);
+    for (int64_t g = 0; g < g_count; ++g) Axpy(out + g * dv, s[g * keys + j] * inv[g], vj, dv);
   }
 }
 
@@ -92,7 +100,36 @@ ffi::Error DecodeAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ff
   const int64_t work = n.b * n.h * n.g * n.l * (n.d + n.dv);  // multiply-adds at most
   maxfx_cpu::ParallelFor(pool, n.b * n.h, 1, work >= (int64_t{1} << 20), [&](int64_t bh) {
     const int64_t b = bh / n.h;
-    Head(n, qs + bh * n.g * n.d, ks + bh * n.l * n.d, vs + bh * n.l * n.dv, los[b], his[b], scale, os + bh * n.g * n.dv);
+    const float *k0 = ks + bh * n.l * n.d, *v0 = vs + bh * n.l * n.dv;
+    Head(n.g, n.d, n.dv, n.l, qs + bh * n.g * n.d, [&](int64_t l) { return k0 + l * n.d; }, [&](int64_t l) { return v0 + l * n.dv; },
+         los[b], his[b], scale, os + bh * n.g * n.dv);
+  });
+  return ffi::Error::Success();
+}
+
+ffi::Error PagedDecodeAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
+                                    ffi::Buffer<ffi::S32> table, ffi::Buffer<ffi::S32> lo, ffi::Buffer<ffi::S32> hi, float scale,
+                                    ffi::ResultBuffer<ffi::F32> out) {
+  const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions(), td = table.dimensions();
+  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || td.size() != 2) {
+    return ffi::Error::InvalidArgument("maxfx_paged_decode_attention: q, k, v must be rank 4 and table rank 2");
+  }
+  const int64_t b_count = qd[0], h = qd[1], g = qd[2], d = qd[3], pages = kd[0], ps = kd[1], dv = vd[3], width = td[1];
+  if (kd[2] != h || kd[3] != d || vd[0] != pages || vd[1] != ps || vd[2] != h || td[0] != b_count || lo.element_count() != b_count ||
+      hi.element_count() != b_count) {
+    return ffi::Error::InvalidArgument("maxfx_paged_decode_attention: q [B, H, G, D], k [P, S, H, D], v [P, S, H, Dv], table [B, W], lo and hi [B] disagree");
+  }
+  const float *qs = q.typed_data(), *ks = k.typed_data(), *vs = v.typed_data();
+  const int32_t *tab = table.typed_data(), *los = lo.typed_data(), *his = hi.typed_data();
+  float* os = out->typed_data();
+  const int64_t work = b_count * h * g * width * ps * (d + dv);
+  maxfx_cpu::ParallelFor(pool, b_count * h, 1, work >= (int64_t{1} << 20), [&](int64_t bh) {
+    const int64_t b = bh / h, head = bh % h;
+    const int32_t* row_pages = tab + b * width;
+    // Slot of key l: its page (clamped into the pool, as the reference's gather clamps) and offset.
+    auto slot = [&](int64_t l) { return (std::clamp<int64_t>(row_pages[l / ps], 0, pages - 1) * ps + l % ps) * h + head; };
+    Head(g, d, dv, width * ps, qs + bh * g * d, [&](int64_t l) { return ks + slot(l) * d; }, [&](int64_t l) { return vs + slot(l) * dv; },
+         los[b], his[b], scale, os + bh * g * dv);
   });
   return ffi::Error::Success();
 }
@@ -105,6 +142,18 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxfxDecodeAttention, DecodeAttentionImpl,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Attr<float>("scale")
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxfxPagedDecodeAttention, PagedDecodeAttentionImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Attr<float>("scale")

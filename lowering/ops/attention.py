@@ -624,6 +624,54 @@ def paged_attention(q, blocks, lookup_table, layer_idx, input_row_offsets, cache
     )  # fmt: skip
 
 
+# ─── paged_cache_attention (the generation engine's) ────────────────────
+
+
+def _paged_cache_rule(q, k_pages, v_pages, pages, q_offset, *, mask: str, scale: float, window: int):
+    op = "paged_cache_attention"
+    q, k, v = _check_qkv(op, q, k_pages, v_pages, 4, mask, window)
+    if mask not in ("causal", "sliding_window"):
+        raise OpError(f"{op}: mask must be 'causal' or 'sliding_window' (self-attention over a cache), got {mask!r}")
+    require_same_dim(op, "page counts of k_pages and v_pages", k.shape[0], v.shape[0], k, v)
+    require_same_dim(op, "page sizes of k_pages and v_pages", k.shape[1], v.shape[1], k, v)
+    _check_qkv_heads(op, q, k, v)
+    table = require_tensor_of(op, pages, "pages", rank=2, kind=INT)
+    offset = require_tensor_of(op, q_offset, "q_offset", rank=1, kind=INT)
+    require_same_dim(op, "pages and query batch sizes", table.shape[0], q.shape[0], table, q)
+    require_same_dim(op, "q_offset and query batch sizes", offset.shape[0], q.shape[0], offset, q)
+    return TensorType(q.dtype, [q.shape[0], q.shape[1], q.shape[2], v.shape[3]], same_device(op, q, k, v))
+
+
+def _paged_cache_impl(q, k_pages, v_pages, pages, q_offset, *, mask, scale, window):
+    k_pages, v_pages = _like(q, k_pages), _like(q, v_pages)
+    first = q_offset.astype(jnp.int32)
+    table = jnp.clip(pages.astype(jnp.int32), 0, k_pages.shape[0] - 1)
+    masks = _mask_args(mask, window)
+    if q.shape[1] == 1:  # decode: the query at position q_offset is the last of its q_offset + 1 keys
+        return att.paged_decode_attention(q, k_pages, v_pages, table, first + 1, scale=scale, **masks)
+    # Prefill chunks: the rows' pages as dense windows, then the (flash) attention of queries at q_offset + i.
+    b, w = table.shape
+    dense = lambda x: x[table].reshape(b, w * x.shape[1], *x.shape[2:])  # noqa: E731
+    return att.flash_attention(q, dense(k_pages), dense(v_pages), scale=scale, q_offset=first, **masks)
+
+
+paged_cache_attention_p = register(OpDef("paged_cache_attention", rule=_paged_cache_rule, impl=_paged_cache_impl))
+"""Self-attention of ``q [B, T, H, D]`` over a paged KV cache, the generation engine's (not a MAX op; no front).
+
+Operands ``(q, k_pages, v_pages, pages, q_offset)``: ``k_pages [P, page_size, Hkv, D]``
+and ``v_pages [P, page_size, Hkv, Dv]`` are the layer's pools, ``pages int [B, W]``
+each row's pages in order (position ``s`` of row ``b`` in page ``pages[b, s // page_size]``,
+slot ``s % page_size``), ``q_offset int [B]`` each row's first query position.
+Query ``i`` of row ``b`` sits at position ``q_offset[b] + i`` and sees the keys at
+positions up to its own (``mask="causal"``), within the last ``window`` positions
+(``"sliding_window"``); the new tokens' keys must be stored first. Returns
+``[B, T, H, Dv]``. One query per row (decode) runs
+`custom_calls.attention.dispatch.paged_decode_attention`, which reads the pages in
+place (the Pallas kernel on GPU, the C++ kernel on CPU); longer chunks gather
+their pages and run `flash_attention`.
+"""
+
+
 # ─── rope_ragged ──────────────────────────────────────────────────────────
 
 

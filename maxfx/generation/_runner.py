@@ -1,7 +1,7 @@
 """`ModelRunner`: a `maxfx.models.CausalLM` run step by step over a paged KV cache, in fixed shapes.
 
 A step is one compiled program of ``(weights, KV pools, tokens [B, T], positions,
-slots, page gather, sampling arrays)`` that writes the new tokens' keys and
+slots, page table, sampling arrays)`` that writes the new tokens' keys and
 values into their pages, attends over each row's pages and returns each row's
 next token (and, when asked, log probabilities). Its shapes come from a small
 set of buckets: ``B`` a power of two up to ``max_batch_size``, ``T`` 1 (decode)
@@ -64,9 +64,9 @@ def _wrap(x: Any) -> Tensor:
 # ─── the compiled step ────────────────────────────────────────────────────
 
 
-def _step(weights, pools, tokens, pos, slots, gather, last, params, bias, repetition, seen, *, model_tree, sample, filters, n_logprobs, all_logits):
+def _step(weights, pools, tokens, pos, slots, pages, last, params, bias, repetition, seen, *, model_tree, page_size, sample, filters, n_logprobs, all_logits):
     model = jax.tree_util.tree_unflatten(model_tree, weights)
-    caches = [PagedLayerCache(_wrap(k), _wrap(v), _wrap(slots), _wrap(gather)) for k, v in pools]
+    caches = [PagedLayerCache(_wrap(k), _wrap(v), _wrap(slots), _wrap(pages), page_size) for k, v in pools]
     h, caches = model.hidden(_wrap(tokens), _wrap(pos), caches)
     new_pools = [(c.k._array(), c.v._array()) for c in caches]
     if all_logits:
@@ -87,7 +87,7 @@ def _step(weights, pools, tokens, pos, slots, gather, last, params, bias, repeti
     return out, new_pools
 
 
-_STEP = jax.jit(_step, static_argnames=("model_tree", "sample", "filters", "n_logprobs", "all_logits"), donate_argnums=(1,))
+_STEP = jax.jit(_step, static_argnames=("model_tree", "page_size", "sample", "filters", "n_logprobs", "all_logits"), donate_argnums=(1,))
 
 
 @dataclass
@@ -199,8 +199,8 @@ class ModelRunner:
                 page_bytes = 2 * model.num_layers * self.page_size * n_kv * head_dim * np.dtype(dtype).itemsize
                 num_pages = max(2, min(num_pages, int(max_cache_bytes) // page_bytes))
         self.pool = PagePool(int(num_pages), self.page_size, enable_prefix_caching)
-        slots = self.pool.num_pages * self.page_size
-        self._pools = [(jnp.zeros((slots, n_kv, head_dim), dtype), jnp.zeros((slots, n_kv, head_dim), dtype)) for _ in range(model.num_layers)]
+        shape = (self.pool.num_pages, self.page_size, n_kv, head_dim)  # what the paged attention kernels read
+        self._pools = [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(model.num_layers)]
         self._weights, self._tree = jax.tree_util.tree_flatten(model)
         self._pages: dict[RequestID, list[int]] = {}
         self._sealed: dict[RequestID, int] = {}
@@ -322,7 +322,7 @@ class ModelRunner:
         n_logprobs = max((c.log_probabilities for c in contexts), default=0)
         n_logprobs = 0 if n_logprobs == 0 else (5 if n_logprobs <= 5 else 20)
         all_logits = all_logits or any(c.log_probabilities_echo and c.needs_ce for c in contexts)
-        static = dict(model_tree=self._tree, sample=params.sample, filters=params.filters, n_logprobs=n_logprobs, all_logits=all_logits)
+        static = dict(model_tree=self._tree, page_size=self.page_size, sample=params.sample, filters=params.filters, n_logprobs=n_logprobs, all_logits=all_logits)
         with self._lock:
             out = self._run(arrays, params.arrays(), extras, static)
         return PendingStep(list(contexts), starts, counts, out, n_logprobs, all_logits)
@@ -388,24 +388,24 @@ class ModelRunner:
         return min(self.max_pages_per_seq, max(self.min_pages, _bucket(pages)))
 
     def _inputs(self, contexts: Sequence[TextContext], starts: Sequence[int], counts: Sequence[int], b: int, t: int, width: int) -> tuple[np.ndarray, ...]:
+        """``(tokens, positions, slots, pages, last)`` of a step: padding rows and pages point at the scratch page 0."""
         ps = self.page_size
         tokens = np.zeros((b, t), np.int32)
         pos = np.zeros((b, t), np.int32)
-        slots = np.zeros((b, t), np.int32)  # padding writes into the scratch page
-        gather = np.zeros((b, width * ps), np.int32)
+        slots = np.zeros((b, t), np.int32)
+        pages = np.zeros((b, width), np.int32)
         last = np.zeros(b, np.int32)
-        offs = np.arange(width * ps)
+        steps = np.arange(t)
         for i, (c, s, n) in enumerate(zip(contexts, starts, counts)):
             seg = c.tokens[s : s + n]  # empty for a run-ahead row (its token is still on the device)
             tokens[i, : len(seg)] = seg
-            pos[i] = s + np.minimum(np.arange(t), n - 1)  # padded queries repeat the last position
-            pages = np.asarray(self._pages[c.request_id][:width], np.int32)
-            table = np.zeros(width, np.int32)
-            table[: len(pages)] = pages
-            gather[i] = table[offs // ps] * ps + offs % ps
-            slots[i, :n] = gather[i, s : s + n]
+            pos[i] = s + np.minimum(steps, n - 1)  # padded queries repeat the last position
+            held = self._pages[c.request_id][:width]
+            pages[i, : len(held)] = held
+            new = np.arange(s, s + n)
+            slots[i, :n] = pages[i, new // ps] * ps + new % ps
             last[i] = n - 1
-        return tokens, pos, slots, gather, last
+        return tokens, pos, slots, pages, last
 
     def _sampling(self, c: TextContext) -> dict[str, Any]:
         sp = c.sampling_params
@@ -460,9 +460,9 @@ class ModelRunner:
         if prefill:
             shapes += [(1, t, self.max_pages_per_seq) for t in sorted({_bucket(n, 16) for n in range(2, self.prefill_chunk_size + 1)})]
         for b, t, w in shapes:
-            arrays = (np.zeros((b, t), np.int32), np.zeros((b, t), np.int32), np.zeros((b, t), np.int32), np.zeros((b, w * self.page_size), np.int32), np.zeros(b, np.int32))
+            arrays = (np.zeros((b, t), np.int32), np.zeros((b, t), np.int32), np.zeros((b, t), np.int32), np.zeros((b, w), np.int32), np.zeros(b, np.int32))
             params = SamplingRows.build([{}] * b, [0] * b)
-            static = dict(model_tree=self._tree, sample=False, filters=False, n_logprobs=0, all_logits=False)
+            static = dict(model_tree=self._tree, page_size=self.page_size, sample=False, filters=False, n_logprobs=0, all_logits=False)
             with self._lock:
                 self._run(arrays, params.arrays(), (None, None, None), static)
         return _COUNTS["compiles"] - before

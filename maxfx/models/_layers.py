@@ -15,12 +15,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
+from lowering.context import bind
 from lowering.dtypes import DType
-from lowering.ops.attention import cache_heads_major
+from lowering.ops.attention import cache_heads_major, paged_cache_attention_p
 from lowering.quantization import QuantizationEncoding
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
@@ -177,13 +179,16 @@ def write_cache(cache: Tensor, new: Tensor, pos: Tensor) -> Tensor:
 
 
 def paged_attention(cache: PagedLayerCache, q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, window: int | None) -> tuple[Tensor, PagedLayerCache]:
-    """Attention over the engine's paged cache: write the new keys/values into their slots, then attend over each row's positions ``0 .. qpos``."""
-    b, t = int(k.shape[0]), int(k.shape[1])
-    where = F.reshape(cache.slots, [b * t, 1])
-    k_pool = ops.scatter_nd(cache.k, F.reshape(k, [b * t, *k.shape[2:]]), where)
+    """Attention over the engine's paged cache: write the new keys/values into their slots, then attend
+    over each row's pages (``paged_cache_attention``: decode reads them in place)."""
+    b, t, n_kv, d = (int(x) for x in k.shape)
+    slots = F.reshape(cache.slots, [b * t, 1])
+    where = F.concat([slots // cache.page_size, slots % cache.page_size], axis=-1)  # (page, offset) of each new token
+    k_pool = ops.scatter_nd(cache.k, F.reshape(k, [b * t, n_kv, d]), where)
     v_pool = ops.scatter_nd(cache.v, F.reshape(v, [b * t, *v.shape[2:]]), where)
-    out = attend(q, ops.gather(k_pool, cache.gather, axis=0), ops.gather(v_pool, cache.gather, axis=0), qpos, window)
-    return out, PagedLayerCache(k_pool, v_pool, cache.slots, cache.gather)
+    mask = {"mask": "causal", "window": -1} if window is None else {"mask": "sliding_window", "window": int(window)}
+    out = bind(paged_cache_attention_p, q, k_pool, v_pool, cache.pages, F.reshape(qpos[:, :1], [b]), scale=1.0 / math.sqrt(d), **mask)
+    return F.reshape(out, [b, t, -1]), PagedLayerCache(k_pool, v_pool, cache.slots, cache.pages, cache.page_size)
 
 
 def attention_with_cache(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, cache: Any, window: int | None = None) -> tuple[Tensor, Any]:

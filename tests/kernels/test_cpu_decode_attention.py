@@ -94,3 +94,49 @@ def test_not_used_where_it_cannot_run(rng):
         assert not cpu.applies(q, k, v, extensions=False)
         hlo = jax.jit(lambda q, k, v: dispatch.flash_attention(q, k, v, causal=True, q_offset=POS)).lower(q, k, v).as_text()
     assert "maxfx_decode_attention" not in hlo
+
+
+# ─── the paged kernel (maxfx_paged_decode_attention): pages read through a table ───
+
+
+def _paged(rng, b=3, pages=24, ps=16, hq=6, hkv=2, d=64, width=6):
+    """A pool, each row's table of distinct random pages, and the same keys as dense [B, W * ps, Hkv, D] rows."""
+    q = rng.standard_normal((b, 1, hq, d)).astype(np.float32)
+    kp = rng.standard_normal((pages, ps, hkv, d)).astype(np.float32)
+    vp = rng.standard_normal((pages, ps, hkv, d)).astype(np.float32)
+    table = np.stack([rng.permutation(pages)[:width] for _ in range(b)]).astype(np.int32)
+    dense = lambda x: x[table].reshape(b, width * ps, hkv, d)  # noqa: E731
+    return q, kp, vp, table, dense(kp), dense(vp)
+
+
+@pytest.mark.parametrize("window", [None, 9])
+def test_paged_matches_numpy(rng, window):
+    q, kp, vp, table, k, v = _paged(rng)
+    lens = np.array([1, 37, 96])  # one key, mid-page, the whole table
+    got = np.asarray(dispatch.paged_decode_attention(q, kp, vp, table, lens, local_window_size=None if window is None else (window - 1, 0)))
+    lo = np.zeros(3, int) if window is None else np.maximum(lens - window, 0)
+    np.testing.assert_allclose(got, _numpy_attention(q, k, v, lo, lens, 64**-0.5), rtol=1e-5, atol=1e-5)
+
+
+def test_paged_pool_is_read_in_place(rng):
+    """A pool written in place and read by the kernel compiles to no copy of the pool (a reshaped pool made XLA copy it)."""
+    q, kp, vp, table, _, _ = _paged(rng)
+
+    def step(kp, vp, q, row):
+        kp, vp = kp.at[3, 5].set(row), vp.at[3, 5].set(row)
+        return dispatch.paged_decode_attention(q, kp, vp, table, np.array([1, 37, 96])), kp, vp
+
+    hlo = jax.jit(step, donate_argnums=(0, 1)).lower(kp, vp, q, np.ones((2, 64), np.float32)).compile().as_text()
+    assert "maxfx_paged_decode_attention" in hlo
+    copies = [line for line in hlo.splitlines() if " copy(" in line and "f32[24,16,2,64]" in line]
+    assert not copies, f"the pool was copied: {copies}"
+
+
+def test_paged_gradients_are_the_references(rng):
+    q, kp, vp, table, _, _ = _paged(rng, b=2, pages=5, ps=16, hq=4, hkv=2, d=8, width=2)
+    lens = np.array([7, 30])
+
+    def f(q, kp, vp):
+        return dispatch.paged_decode_attention(q, kp, vp, table, lens)
+
+    check_grads(f, (q, kp, vp), order=1, modes=["rev"], atol=2e-2, rtol=2e-2)
