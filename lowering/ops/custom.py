@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from lowering.context import GraphBuilder, coerce_inputs, find_context, type_of
+from lowering.custom_ops_path import load_environment, mojo_note
 from lowering.dims import StaticDim
 from lowering.dtypes import DType
 from lowering.ir import Var
@@ -181,8 +182,6 @@ def lookup_custom_op(name: str) -> CustomOp:
     Raises:
         CustomOpNotFoundError: (a ValueError and KeyError) listing the known ops.
     """
-    from lowering.custom_ops_path import load_environment, mojo_note
-
     try:
         return _BY_NAME[name]
     except (KeyError, TypeError):

@@ -21,6 +21,8 @@ from typing import Any
 from lowering.dtypes import DType
 from lowering.types import DeviceRef, TensorType
 from maxfx.driver._tensor import Buffer
+from maxfx.engine import InferenceSession
+from maxfx.graph._graph import Graph
 
 __all__ = ["cast_dlpack_to", "cast_tensor_to", "cast_tensors_to"]
 
@@ -31,8 +33,6 @@ _SESSIONS: dict[tuple[str, int], Any] = {}
 def _session_for(device: Any, session: Any) -> Any:
     if session is not None:
         return session
-    from maxfx.engine import InferenceSession
-
     key = (device.label, device.id)
     if key not in _SESSIONS:
         _SESSIONS[key] = InferenceSession(devices=[device])
@@ -43,8 +43,6 @@ def _cast_model(old: DType, new: DType, device: Any, session: Any) -> Any:
     key = (id(session), old, new, device.label, device.id)
     model = _CAST_MODELS.get(key)
     if model is None:
-        from maxfx.graph import Graph
-
         with Graph("cast", input_types=[TensorType(old, ["dim"], DeviceRef.from_device(device))]) as graph:
             graph.output(graph.inputs[0].tensor.cast(new))
         model = _CAST_MODELS[key] = session.load(graph)

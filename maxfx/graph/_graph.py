@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from lowering.context import GraphBuilder, use_context
+from lowering.custom_ops_path import load_library
 from lowering.debug import DEBUG
 from lowering.ir import Block, Var
 from lowering.ops.core import weight_p
-from lowering.custom_ops_path import load_library
 from lowering.ops.custom import lookup_custom_op
 from lowering.registry import get_op
 from lowering.types import BufferType, DevicePlacementPolicy, DeviceRef, TensorType, Type, _ChainType

@@ -17,16 +17,16 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeAlias
+from typing import Any
 
 import numpy as np
 
 __all__ = ["NestedArray", "Number", "literal_shape"]
 
-Number: TypeAlias = float | np.number[Any]
+type Number = float | np.number[Any]
 """A scalar literal: a Python ``int``/``float`` (``int`` is accepted where ``float`` is) or a numpy scalar."""
 
-NestedArray: TypeAlias = Sequence["Number | NestedArray"]
+type NestedArray = Sequence[Number | NestedArray]
 """A (nested) sequence of `Number`s: ``[1, 2]``, ``[[1.0, 2.0], [3.0, 4.0]]``."""
 
 

@@ -45,6 +45,7 @@ from maxfx.nn import (
 )
 from maxfx.nn._basic import MLP, Embedding, LayerNorm, Linear, RMSNorm, Sequential
 from maxfx.nn._gptq import GPTQLinear
+from maxfx.nn._identity import Identity
 from maxfx.nn._layer import Layer, LayerList, Module, Shardable, add_layer_hook, clear_hooks, recursive_named_layers
 from maxfx.nn._parallel import ColumnParallelLinear, DistributedGemmConfig, VocabParallelEmbedding
 from maxfx.nn._v1 import MLPV1, ConstantLayerNorm, EmbeddingV1, GPTQLinearV1, GroupNorm, LayerNormV1, LinearV1, QLinearV1, RMSNormV1
@@ -54,7 +55,6 @@ from maxfx.nn.conv import *  # noqa: F403
 from maxfx.nn.conv_transpose import *  # noqa: F403
 from maxfx.nn.float8_config import *  # noqa: F403 - float8 specs and parse_float8_config
 from maxfx.nn.hooks import PrintHook
-from maxfx.nn._identity import Identity
 from maxfx.nn.kv_cache import KVCacheParams, KVCacheStrategy, PagedCacheValues, PagedKVCacheManager
 from maxfx.nn.lora import *  # noqa: F403 - AttentionWithRopeAndLoRA, LinearLoRA, SupportsLoRA
 from maxfx.nn.moe import *  # noqa: F403 - MoE, MoEFp8, MoEGate
@@ -69,6 +69,7 @@ EmbeddingV2 = Embedding
 
 __all__ = [
     "activation",
+    "identity",
     "attention", "kv_cache", "transformer", "AttentionWithRope", "MultiheadAttention", "RaggedAttention", "KVCacheParams", "KVCacheStrategy",
     "PagedCacheValues", "PagedKVCacheManager", "DistributedTransformer", "DistributedTransformerBlock", "ReturnLogits", "Transformer", "TransformerBlock",
     *float8_config.__all__,

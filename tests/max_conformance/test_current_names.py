@@ -226,7 +226,11 @@ def test_scatter_nd_skip_oob_indices(data, updates, indices, want):
 
     args = np.array(data, np.float32), np.array(updates, np.float32), np.array(indices, np.int64)
     np.testing.assert_array_equal(scatter_nd_skip_oob_indices(*map(Tensor, args)).to_numpy(), want)
-    types = [TensorType(DType.float32, ["n", *np.shape(data)[1:]], CPU_REF), TensorType(DType.float32, ["q", *np.shape(updates)[1:]], CPU_REF), TensorType(DType.int64, ["q", len(indices[0])], CPU_REF)]
+    types = [
+        TensorType(DType.float32, ["n", *np.shape(data)[1:]], CPU_REF),
+        TensorType(DType.float32, ["q", *np.shape(updates)[1:]], CPU_REF),
+        TensorType(DType.int64, ["q", len(indices[0])], CPU_REF),
+    ]
     with Graph("skip_oob", input_types=types) as g:
         g.output(scatter_nd_skip_oob_indices(*g.inputs))
     np.testing.assert_array_equal(InferenceSession().load(g).execute(*args)[0].to_numpy(), want)

@@ -17,6 +17,7 @@ from typing import Any
 import jax
 
 from maxfx.experimental._tensor import Tensor
+from maxfx.graph import Graph, ops
 
 __all__ = ["call_as_subgraph", "in_graph_call"]
 
@@ -36,8 +37,6 @@ def _static_key(value: Any) -> Any:
 
 def call_as_subgraph(module: Any, name: str | None, args: tuple, kwargs: dict) -> Any:
     """``module(*args, **kwargs)`` as a call of the shared subgraph for its structure (or ``name``)."""
-    from maxfx.graph import Graph, ops
-
     graph = Graph.current
     keys = sorted(kwargs)
     values = [*args, *(kwargs[k] for k in keys)]

@@ -50,6 +50,7 @@ from maxfx.experimental.nn._compile import CompiledModel, compile_module
 from maxfx.experimental.nn._fields import ATOMS, StaticValue, _fields_of, atom_value, field_values
 from maxfx.experimental.nn._hooks import _CALL_HOOKS, add_call_hook
 from maxfx.experimental.nn._subgraph import call_as_subgraph, in_graph_call
+from maxfx.experimental.sharding import DeviceMapping, DeviceMesh, distribute
 
 __all__ = ["CompiledModel", "Module", "PinnedDeviceTensor", "add_call_hook", "module_dataclass", "replace_module", "subgraphable"]
 
@@ -270,8 +271,6 @@ class Module:
         Raises:
             TypeError: ``target`` is none of these.
         """
-        from maxfx.experimental.sharding import DeviceMapping, DeviceMesh, distribute
-
         where = f"{type(self).__name__}.to"
         if isinstance(target, DeviceMapping):
             primary, move = target.mesh.devices[0], (lambda t: distribute(t, target))

@@ -8,7 +8,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -16,10 +16,8 @@ from maxfx.graph import ops
 
 __all__ = ["split_input_row_offsets", "split_into_groups"]
 
-T = TypeVar("T")
 
-
-def split_into_groups(x: Sequence[T], groups: int) -> list[Sequence[T]]:
+def split_into_groups[T](x: Sequence[T], groups: int) -> list[Sequence[T]]:
     """``x`` in ``groups`` consecutive groups of ``ceil(len(x) / groups)`` items (the last ones may be shorter or empty).
 
     Raises:

@@ -35,6 +35,7 @@ from typing import Any
 
 from lowering.dtypes import DType
 from lowering.types import DeviceRef
+from maxfx.nn.kv_cache._data_parallel import split_into_groups
 from maxfx.nn.kv_cache._symbolic_inputs import KVCacheLeafInputs, MultiKVCacheInputs
 
 __all__ = [
@@ -266,8 +267,6 @@ class MultiKVCacheParams:
     @cached_property
     def devices_per_replica(self) -> list[Sequence[DeviceRef]]:
         """The devices of each data-parallel replica."""
-        from maxfx.nn.kv_cache._data_parallel import split_into_groups
-
         return split_into_groups(list(self.devices), self.data_parallel_degree)
 
 
@@ -314,7 +313,9 @@ def compute_num_device_blocks(
     across = f" across {devices} devices" if devices > 1 else ""
     have = f"only have enough memory for {allocable} pages ({_human_bytes(memory)}{across})"
     if allocable == 0:
-        raise RuntimeError(f"Insufficient cache memory to allocate even a single page.\nOne page requires {_human_bytes(params.bytes_per_block)} but only {_human_bytes(memory)} are available{across}.")
+        raise RuntimeError(
+            f"Insufficient cache memory to allocate even a single page.\nOne page requires {_human_bytes(params.bytes_per_block)} but only {_human_bytes(memory)} are available{across}."
+        )
     if max_batch_size is not None and max_batch_size > allocable:
         logger.warning(f"Insufficient cache memory to support a batch containing {max_batch_size} requests with one token per request. Need to allocate at least {max_batch_size} pages, but {have}.")
     if per_req is not None and per_req > allocable:

@@ -11,6 +11,7 @@ from typing import Any
 
 from lowering.dtypes import DType
 from lowering.types import BufferType, DeviceRef, TensorType
+from maxfx.driver._tensor import Buffer
 from maxfx.nn.kv_cache._data_parallel import split_into_groups
 from maxfx.nn.kv_cache._memory import KVCacheBuffer, KVCacheQuantizationConfig
 from maxfx.nn.kv_cache._symbolic_inputs import KVCacheInputsPerDevice, KVCacheLeafInputs
@@ -208,8 +209,6 @@ class KVCacheParams:
             >>> [b.shape for b in p.allocate_buffers(total_num_pages=4)[0].values]
             [(4, 2, 2, 16, 2, 8)]
         """
-        from maxfx.driver import Buffer
-
         out = []
         for devices in split_into_groups(self._symbolic_devices(), self.data_parallel_degree):
             devs = [d.to_device() for d in devices]
