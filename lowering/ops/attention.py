@@ -655,7 +655,7 @@ def _paged_cache_impl(q, k_pages, v_pages, pages, q_offset, *, mask, scale, wind
     return att.flash_attention(q, dense(k_pages), dense(v_pages), scale=scale, q_offset=first, **masks)
 
 
-paged_cache_attention_p = register(OpDef("paged_cache_attention", rule=_paged_cache_rule, impl=_paged_cache_impl))
+paged_cache_attention_p = register(OpDef("paged_cache_attention", rule=_paged_cache_rule, impl=_paged_cache_impl, differentiable=False))
 """Self-attention of ``q [B, T, H, D]`` over a paged KV cache, the generation engine's (not a MAX op; no front).
 
 Operands ``(q, k_pages, v_pages, pages, q_offset)``: ``k_pages [P, page_size, Hkv, D]``
@@ -668,7 +668,7 @@ positions up to its own (``mask="causal"``), within the last ``window`` position
 ``[B, T, H, Dv]``. One query per row (decode) runs
 `custom_calls.attention.dispatch.paged_decode_attention`, which reads the pages in
 place (the Pallas kernel on GPU, the C++ kernel on CPU); longer chunks gather
-their pages and run `flash_attention`.
+their pages and run `flash_attention`. Inference only (``differentiable=False``).
 """
 
 

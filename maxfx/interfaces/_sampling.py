@@ -128,7 +128,7 @@ class SamplingParams:
     min_p: float = 0.0
     """Drop tokens whose probability is below ``min_p`` times the best one; in [0, 1]."""
     temperature: float = 1
-    """Softmax temperature; 0 = greedy. In [0, 2] as in OpenAI's API."""
+    """Softmax temperature; 0 = greedy; any value >= 0 (the server takes OpenAI's [0, 2])."""
     frequency_penalty: float = 0.0
     """Penalty proportional to how often a token already appeared; in [-2, 2]."""
     presence_penalty: float = 0.0
@@ -169,8 +169,8 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.top_p must be in [0, 1], got {self.top_p}")
         if not 0.0 <= _check_number("min_p", self.min_p) <= 1.0:
             raise ValueError(f"SamplingParams.min_p must be in [0, 1], got {self.min_p}")
-        if not 0.0 <= _check_number("temperature", self.temperature) <= 2.0:
-            raise ValueError(f"SamplingParams.temperature must be in [0, 2], got {self.temperature}")
+        if _check_number("temperature", self.temperature) < 0:  # any value >= 0, as MAX documents; OpenAI's [0, 2] is the server's rule
+            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
         for name in ("frequency_penalty", "presence_penalty"):
             value = getattr(self, name)
             if not -2.0 <= _check_number(name, value) <= 2.0:

@@ -41,7 +41,7 @@ class _Sampling(_Body):
     model: str | None = None
     max_tokens: int | None = None
     min_tokens: int | None = None
-    temperature: float | None = None
+    temperature: float | None = Field(None, ge=0, le=2)  # OpenAI's range (SamplingParams itself takes any value >= 0)
     top_p: float | None = None
     top_k: int | None = None
     min_p: float | None = None

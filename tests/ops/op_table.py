@@ -702,6 +702,7 @@ OP_TABLE: dict[str, OpRecord] = {
         ),
     ),
     "kv_cache_store": record("test_attention_ops"),
+    "paged_cache_attention": record("test_attention_ops"),
     "kv_cache_gather": record("test_attention_ops"),
     "rope_ragged": record(
         "test_attention_ops",

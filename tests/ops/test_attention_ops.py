@@ -283,3 +283,43 @@ def test_rope_ragged_position_ids_and_mrope(rng):
         f_mix = np.concatenate([freqs[pids[0, t], :6], freqs[pids[1, t], 6:]])[None]
         want[t] = np_rope(x[t : t + 1], [0], f_mix, True)[0]
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+# ─── paged_cache_attention (the generation engine's; no front) ────────────
+
+
+@pytest.mark.parametrize("mask, window", [("causal", -1), ("sliding_window", 5)])
+@pytest.mark.parametrize("t", [1, 3])  # a decode step (the paged decode kernel) and a prefill chunk (pages gathered)
+def test_paged_cache_attention_matches_numpy(rng, mask, window, t):
+    import jax.numpy as jnp  # noqa: PLC0415
+
+    from lowering.context import bind  # noqa: PLC0415
+    from lowering.ops.attention import paged_cache_attention_p  # noqa: PLC0415
+    from maxfx.experimental._tensor import Tensor  # noqa: PLC0415
+
+    pages, ps, hkv, d = 9, 16, 2, 8
+    kp, vp = (rng.standard_normal((pages, ps, hkv, d)).astype(np.float32) for _ in range(2))
+    q = rng.standard_normal((2, t, 4, d)).astype(np.float32)
+    table = np.array([[4, 1, 7], [2, 8, 0]], np.int32)  # each row's pages in order
+    first = np.array([19, 3], np.int32)  # row 0 crosses a page boundary
+    wrap = lambda x: Tensor.from_dlpack(jnp.asarray(x))  # noqa: E731
+    out = bind(paged_cache_attention_p, *map(wrap, (q, kp, vp, table, first)), mask=mask, scale=0.4, window=window).to_numpy()
+    assert out.shape == (2, t, 4, d)
+    for b in range(2):
+        k, v = kp[table[b]].reshape(-1, hkv, d), vp[table[b]].reshape(-1, hkv, d)
+        want = np_attend(q[b], k, v, first[b] + np.arange(t), k.shape[0], mask, 0.4, window)
+        np.testing.assert_allclose(out[b], want, rtol=1e-5, atol=1e-5)
+
+
+def test_paged_cache_attention_errors(rng):
+    from lowering.context import bind  # noqa: PLC0415
+    from lowering.ops._rules import OpError  # noqa: PLC0415
+    from lowering.ops.attention import paged_cache_attention_p  # noqa: PLC0415
+    from maxfx.experimental._tensor import Tensor  # noqa: PLC0415
+
+    q, kp = Tensor(np.zeros((2, 1, 4, 8), np.float32)), Tensor(np.zeros((3, 16, 2, 8), np.float32))
+    table, first = Tensor(np.zeros((2, 2), np.int32)), Tensor(np.zeros(2, np.int32))
+    with pytest.raises(OpError, match="mask must be 'causal' or 'sliding_window'"):
+        bind(paged_cache_attention_p, q, kp, kp, table, first, mask="null", scale=1.0, window=-1)
+    with pytest.raises(OpError, match="pages and query batch sizes"):
+        bind(paged_cache_attention_p, q, kp, kp, Tensor(np.zeros((3, 2), np.int32)), first, mask="causal", scale=1.0, window=-1)
