@@ -181,8 +181,9 @@ class ModelRunner:
         name = "ModelRunner"
         context = int(getattr(model.config, "max_position_embeddings", 0) or 0) or None
         self.max_length = int(max_length or context or 2048)
-        if context is not None and self.max_length > context:
-            raise ValueError(f"{name}: max_length {self.max_length} exceeds the model's context of {context} positions (max_position_embeddings)")
+        # The last token of a sequence is sampled, never fed back: a sequence may be one token past the context.
+        if context is not None and self.max_length > context + 1:
+            raise ValueError(f"{name}: max_length {self.max_length} exceeds the model's context of {context} positions (max_position_embeddings) by more than the last, unfed token")
         for field, value in (("max_batch_size", max_batch_size), ("page_size", page_size), ("prefill_chunk_size", prefill_chunk_size), ("max_length", self.max_length)):
             if int(value) < 1:
                 raise ValueError(f"{name}: {field} must be >= 1, got {value}")
@@ -206,6 +207,7 @@ class ModelRunner:
         self._sealed: dict[RequestID, int] = {}
         self._penalties: dict[RequestID, _PenaltyState] = {}
         self._lock = threading.Lock()  # one step at a time: steps donate the pools
+        self.compile_s = 0.0  # seconds this runner spent compiling steps (`last_compile_s`: the latest)
         self._pool_spec = (len(self._pools), self._pools[0][0].shape, str(self._pools[0][0].dtype))
         self.cache_bytes = 2 * sum(k.size * k.dtype.itemsize for k, _ in self._pools)
 
@@ -270,6 +272,15 @@ class ModelRunner:
         """
         return self.collect(self.dispatch(contexts, all_logits=all_logits))
 
+    def step_tokens(self, counts: Sequence[int]) -> int:
+        """Tokens a step over rows running ``counts`` tokens each computes, padding included (its ``B x T`` bucket)."""
+        return _bucket(len(counts)) * self._chunk_bucket(max(counts))
+
+    @staticmethod
+    def _chunk_bucket(n: int) -> int:
+        """A step's ``T``: 1 for decode, else a power of two from 16."""
+        return 1 if n == 1 else _bucket(n, 16)
+
     def can_run_ahead(self, ctx: TextContext) -> bool:
         """Whether ``ctx``'s next decode step may be dispatched before its last sampled token reaches the host.
 
@@ -309,7 +320,7 @@ class ModelRunner:
             if n < 1:
                 raise ValueError(f"ModelRunner.execute: request {c.request_id} has no tokens to run")
             self._reserve_at(c, s + n)
-        t = 1 if max(counts) == 1 else _bucket(max(counts), 16)
+        t = self._chunk_bucket(max(counts))
         b = _bucket(len(contexts))
         width = self._width(t, max(self.pool.pages_for(s + n) for s, n in zip(starts, counts)))
         arrays = self._inputs(contexts, starts, counts, b, t, width)
@@ -376,6 +387,7 @@ class ModelRunner:
             with _COUNT_LOCK:
                 _COUNTS["compiles"] += 1
             self.last_compile_s = time.perf_counter() - start
+            self.compile_s += self.last_compile_s
         out, self._pools = exe(*args)
         _COUNTS["steps"] += 1
         return out

@@ -8,7 +8,8 @@ Each iteration (`Scheduler.step`):
    page pool can hold the request's tokens (prefix-cached pages count as held):
    admission never over-commits pages;
 3. runs one prefill chunk (at most ``prefill_chunk_size`` tokens) of the oldest
-   request still encoding its prompt, so a long prompt joins in pieces and the
+   request still encoding its prompt (of up to ``max_prefill_rows`` of them, their
+   padded chunks within that budget), so a long prompt joins in pieces and the
    running requests keep decoding between them;
 4. runs one decode step over every request past its prompt. When the pool has no
    page for a request's next token, the most recently admitted request is
@@ -213,12 +214,19 @@ class Scheduler:
             ``decode(ids, skip_special_tokens=True)``); None: tokens only.
         max_queue_size: most requests waiting for admission (None: unbounded);
             `submit` raises `QueueFullError` beyond it.
+        max_prefill_rows: most requests one prefill step encodes together (their padded
+            chunks within ``prefill_chunk_size`` tokens). 1 (default) keeps the compiled
+            prefill shapes to one row each (what `ModelRunner.warmup` compiles); a batch of
+            prompts submitted at once (`CausalLM.generate`) prefills in one step with more.
     """
 
-    def __init__(self, runner: ModelRunner, tokenizer: Any = None, *, max_queue_size: int | None = None):
+    def __init__(self, runner: ModelRunner, tokenizer: Any = None, *, max_queue_size: int | None = None, max_prefill_rows: int = 1):
+        if int(max_prefill_rows) < 1:
+            raise ValueError(f"Scheduler: max_prefill_rows must be >= 1, got {max_prefill_rows}")
         self.runner = runner
         self.tokenizer = tokenizer
         self.max_queue_size = max_queue_size
+        self.max_prefill_rows = int(max_prefill_rows)
         self.stats = SchedulerStats()
         self._inbox: collections.deque[Any] = collections.deque()
         self._waiting: collections.deque[_Request] = collections.deque()
@@ -340,12 +348,12 @@ class Scheduler:
         """One scheduler iteration (see the module docstring)."""
         self._take_inbox()
         self._admit()
-        prefill = next((r for r in self._running if r.ctx.needs_ce), None)
-        decode = [r for r in self._running if not r.ctx.needs_ce and r is not prefill]
+        prefills = self._prefill_batch()
+        decode = [r for r in self._running if not r.ctx.needs_ce]
         if self._pending is not None:
             rows, pending = self._pending
             self._pending = None
-            if prefill is None and len(rows) == len(decode) and all(a is b for a, b in zip(rows, decode)) and all(self.runner.can_run_ahead(r.ctx) for r in rows):
+            if not prefills and len(rows) == len(decode) and all(a is b for a, b in zip(rows, decode)) and all(self.runner.can_run_ahead(r.ctx) for r in rows):
                 try:
                     self._pending = (rows, self.runner.dispatch([r.ctx for r in rows], after=pending))
                 except OutOfPagesError:
@@ -353,12 +361,28 @@ class Scheduler:
             self._apply(rows, self.runner.collect(pending), prefill=False)
             if self._pending is not None:
                 return
-            prefill = next((r for r in self._running if r.ctx.needs_ce), None)
-            decode = [r for r in self._running if not r.ctx.needs_ce and r is not prefill]
-        if prefill is not None:
-            self._run([prefill], prefill=True)
+            prefills = self._prefill_batch()
+            decode = [r for r in self._running if not r.ctx.needs_ce]
+        if prefills:
+            self._run(prefills, prefill=True)
         if decode:
-            self._run(decode, prefill=False, ahead=prefill is None)
+            self._run(decode, prefill=False, ahead=not prefills)
+
+    def _prefill_batch(self) -> list[_Request]:
+        """The oldest requests still encoding their prompts, up to ``max_prefill_rows`` of them while the
+        step's padded tokens stay within one chunk (`ModelRunner.step_tokens` <= ``prefill_chunk_size``)."""
+        chunk = self.runner.prefill_chunk_size
+        batch: list[_Request] = []
+        counts: list[int] = []
+        for r in self._running:
+            if not r.ctx.needs_ce:
+                continue
+            n = min(r.ctx.active_length, chunk)
+            if batch and (len(batch) >= self.max_prefill_rows or self.runner.step_tokens([*counts, n]) > chunk):
+                break
+            batch.append(r)
+            counts.append(n)
+        return batch
 
     def _take_inbox(self) -> None:
         with self._cond:

@@ -1,22 +1,18 @@
-"""`CausalLM`: the forward pass and KV-cache generation shared by the model classes.
+"""`CausalLM`: the forward pass and the generation API shared by the model classes.
 
-Generation runs two jitted pure functions of ``(model pytree, cache, tokens,
-positions)``: ``prefill`` (the whole prompt once, filling a cache preallocated
-to the bucketed maximum length) and ``decode`` (one token per row per step,
-writing its keys/values at the row's position). Positions, temperature, top-p
-and the random key are arrays, so every step of a generation reuses one
-compiled program; prompts are right-padded to a power-of-two bucket and the
-cache length is rounded up, so nearby lengths share programs too.
+``generate`` and ``stream`` run on the generation engine (`maxfx.generation`): each
+prompt is a request of a `Scheduler` over a `ModelRunner` (the paged KV cache, the
+decode step dispatched one step ahead of the host, a small fixed set of compiled
+shapes from the shared bounded cache), the same code `LLM`, the pipelines and
+``maxfx serve`` run, so a prompt gets the same tokens through any of them.
 
-Sampling happens inside the step: greedy (``temperature=0``) is ``argmax``;
-otherwise the logits are divided by the temperature, cut to ``top_k`` and
-``top_p`` and sampled with the Gumbel-max trick from a key ``(seed, step)``,
-so a seed reproduces a generation exactly.
+Sampling is the engine's (`maxfx.generation.choose`): greedy (``temperature=0``) is
+``argmax``; otherwise the logits are divided by the temperature, cut to ``top_k`` and
+``top_p`` and sampled from a key of the row's seed and step, so a seed reproduces a
+generation exactly (row ``i`` of a batch uses ``seed + i``).
 
-Each step program is compiled ahead of its first run (``jit(...).lower(...).compile()``,
-cached per input signature) so the time spent compiling is reported apart from the
-time spent running: `GenerationStats` (``model.last_stats``) counts tokens/s over
-execution only.
+Compilation is timed apart from running: `GenerationStats` (``model.last_stats``)
+counts tokens/s over execution only.
 
 Text: when the model has a tokenizer (`maxfx.models.Tokenizer`, set by
 `load_pretrained`), ``generate`` and ``stream`` also take a prompt string (or a list
@@ -42,8 +38,9 @@ from lowering.x64 import x64
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn import Module
-from maxfx.generation import IncrementalText
-from maxfx.graph import ops
+from maxfx.generation import IncrementalText, ModelRunner, Scheduler, TextContext
+from maxfx.generation import compile_counts as engine_compile_counts
+from maxfx.interfaces import SamplingParams
 from maxfx.models._layers import positions
 from maxfx.models._source import RandomSource
 from maxfx.models._tokenizer import Tokenizer, model_extras
@@ -439,170 +436,46 @@ def check_length(where: str, config: Any, prompt: int, max_new_tokens: int) -> N
         )
 
 
-def _bucket(n: int, least: int = 8) -> int:
-    return max(least, 1 << (n - 1).bit_length())
-
-
 def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-# ─── the jitted steps ─────────────────────────────────────────────────────
+# ─── generation on the engine ─────────────────────────────────────────────
 
-
-def _sample(logits: Tensor, key: Tensor, temperature: Tensor, top_p: Tensor, greedy: bool, top_k: int | None, use_top_p: bool) -> Tensor:
-    x = F.cast(logits, DType.float32)
-    if greedy:
-        return F.squeeze(F.argmax(x, axis=-1), -1)
-    x = x / temperature
-    if top_k is not None:
-        kth = F.top_k(x, top_k, axis=-1)[0][:, top_k - 1 :]
-        x = F.where(x < kth, float("-inf"), x)
-    if use_top_p:
-        ranked = F.top_k(x, int(x.shape[-1]), axis=-1)[0]
-        before = F.cumsum(F.softmax(ranked, axis=-1), axis=-1, exclusive=True)
-        cutoff = F.min(F.where(before < top_p, ranked, float("inf")), axis=-1)
-        x = F.where(x < cutoff, float("-inf"), x)
-    u = ops.random_uniform(key, [int(d) for d in x.shape], DType.float32, DeviceRef.from_device(x.device), 1e-20, 1.0)
-    return F.squeeze(F.argmax(x - F.log(-F.log(u)), axis=-1), -1)
-
-
-def _prefill(model, ids, last, key, temperature, top_p, *, length, greedy, top_k, use_top_p):
-    h, caches = model.hidden(ids, positions(ids), [("fresh", length)] * model.num_layers)
-    logits = model.head(F.gather_nd(h, F.unsqueeze(last, -1), batch_dims=1))  # [B, vocab] at each prompt's end
-    return _sample(logits, key, temperature, top_p, greedy, top_k, use_top_p), caches
-
-
-def _decode(model, caches, tokens, pos, key, temperature, top_p, *, greedy, top_k, use_top_p):
-    h, caches = model.hidden(F.unsqueeze(tokens, -1), F.unsqueeze(pos, -1), caches)
-    logits = model.head(F.squeeze(h, 1))
-    return _sample(logits, key, temperature, top_p, greedy, top_k, use_top_p), caches
-
-
-def _wrap(x: Any) -> Tensor:
-    return Tensor.from_dlpack(x)
-
-
-def _next_key(key: Any) -> Any:
-    """The sampling key ``[seed, step]`` of the following step."""
-    return key + np.array([0, 1], np.uint32)
-
-
-_COMPILE_LOCK = threading.Lock()
-
-# The structure of the caches the prefill being traced returns (it returns their
-# arrays only, so no Tensor is rebuilt per call); `_ahead` keeps it beside the program.
-_traced = threading.local()
-
-
-# The steps a generation runs take and return plain JAX arrays only: the model as
-# its flat list of arrays (its structure is static), the caches likewise, and the
-# position and sampling key, which each step advances on the device. A step's
-# host cost is then one C++ flatten of lists of arrays, however deep the model;
-# flattening the Module tree itself costs ~10 us per leaf in Python.
-def _prefill_arrays(weights, ids, last, key, temperature, top_p, *, model_tree, length, greedy, top_k, use_top_p):
-    model = jax.tree_util.tree_unflatten(model_tree, weights)
-    tokens, caches = _prefill(model, _wrap(ids), _wrap(last), _wrap(key), _wrap(temperature), _wrap(top_p),
-                              length=length, greedy=greedy, top_k=top_k, use_top_p=use_top_p)  # fmt: skip
-    arrays, _traced.cache_tree = jax.tree_util.tree_flatten(caches)
-    return tokens._array(), arrays, last + 1, _next_key(key)
-
-
-def _decode_arrays(weights, caches, tokens, pos, key, temperature, top_p, *, model_tree, cache_tree, greedy, top_k, use_top_p):
-    model = jax.tree_util.tree_unflatten(model_tree, weights)
-    cache = jax.tree_util.tree_unflatten(cache_tree, caches)
-    tokens, cache = _decode(model, cache, _wrap(tokens), _wrap(pos), _wrap(key), _wrap(temperature), _wrap(top_p),
-                            greedy=greedy, top_k=top_k, use_top_p=use_top_p)  # fmt: skip
-    return tokens._array(), jax.tree_util.tree_leaves(cache), pos + 1, _next_key(key)
-
-
-_STATIC = ("greedy", "top_k", "use_top_p")
-prefill_step = jax.jit(_prefill_arrays, static_argnames=("model_tree", "length", *_STATIC))
-decode_step = jax.jit(_decode_arrays, static_argnames=("model_tree", "cache_tree", *_STATIC), donate_argnums=(1,))
-
-# Executables compiled ahead by `generate` (lower + compile, timed apart from running),
-# per step kind and input signature.
-_AHEAD: dict[str, dict[Any, Any]] = {"prefill": {}, "decode": {}}
-# The entry of _AHEAD last used per step kind and static arguments (see `_ahead`).
-_LAST: dict[str, dict[Any, Any]] = {"prefill": {}, "decode": {}}
+_RUNNER_LOCK = threading.Lock()
 
 
 def compile_counts() -> dict[str, int]:
-    """Programs compiled so far by the shared prefill and decode functions (for tests and benchmarks)."""
-    return {
-        "prefill": prefill_step._cache_size() + len(_AHEAD["prefill"]),
-        "decode": decode_step._cache_size() + len(_AHEAD["decode"]),
-    }
+    """Programs compiled so far for generation: ``generate`` and ``stream`` run on the engine, whose
+    compiled steps are counted once for every caller (`maxfx.generation.compile_counts`)."""
+    return {"compiles": engine_compile_counts()["compiles"]}
 
 
-def _signature(args: tuple, static: dict[str, Any]) -> Any:
-    """What a compiled step depends on: each array's type and placement, the static arguments (structures included)."""
-    leaves, treedef = jax.tree_util.tree_flatten(args)
-    # A JAX array's aval is an attribute read, ~6x cheaper than jax.typeof (which also takes numpy).
-    types = tuple((x.aval, x.sharding) if isinstance(x, jax.Array) else (jax.typeof(x), None) for x in leaves)
-    return treedef, types, tuple(sorted(static.items(), key=lambda kv: kv[0]))
+def _borrow_runner(model: Any, batch: int, length: int) -> ModelRunner:
+    """A `ModelRunner` of ``model`` for ``batch`` rows of ``length`` tokens: the model's idle one when it has
+    that shape (its pools are reused), else a new one. One caller at a time holds a runner."""
+    extras = model_extras(model)
+    with _RUNNER_LOCK:
+        idle, extras.idle_runner = extras.idle_runner, None
+    if idle is not None and idle.max_batch_size == batch and idle.max_length == length:
+        return idle
+    return ModelRunner(model, max_batch_size=batch, max_length=length, page_size=16, prefill_chunk_size=512)
 
 
-def _ahead(kind: str, step: Any, args: tuple, static: dict[str, Any], *, exact: bool = False) -> tuple[Any, Any, float]:
-    """The compiled ``step`` for ``args``, the structure of the caches it returns (prefill) and the
-    seconds spent compiling it now (0 when cached). Call inside ``x64()``.
-
-    Without ``exact`` the executable last used with these static arguments is returned
-    unchecked: calling it checks the arrays' types and shardings (`_launch` retries
-    with ``exact`` when that check fails), which saves hashing them per call.
-    """
-    static_key = tuple(sorted(static.items(), key=lambda kv: kv[0]))
-    last = _LAST[kind]
-    if not exact and (hit := last.get(static_key)) is not None:
-        return *hit, 0.0
-    cache = _AHEAD[kind]
-    key = _signature(args, static)
-    hit = cache.get(key)
-    compile_s = 0.0
-    if hit is None:
-        # One compile at a time: a second thread lowering the same step would hit jax's
-        # trace cache, never run the traced function, and so never learn the cache tree.
-        with _COMPILE_LOCK:
-            hit = cache.get(key)
-            if hit is None:
-                start = time.perf_counter()
-                _traced.cache_tree = None
-                exe = step.lower(*args, **static).compile()
-                hit = cache[key] = (exe, _traced.cache_tree)
-                compile_s = time.perf_counter() - start
-    last[static_key] = hit
-    return *hit, compile_s
-
-
-def _launch(kind: str, step: Any, args: tuple, static: dict[str, Any]) -> tuple[Any, Any, float, float]:
-    """Dispatch the compiled ``step`` on ``args``: ``(outputs, cache structure, compile seconds, dispatch time)``."""
-    exe, tree, compile_s = _ahead(kind, step, args, static)
-    dispatched = time.perf_counter()
-    try:
-        return exe(*args), tree, compile_s, dispatched
-    except (TypeError, ValueError):  # other array types or devices under the same static arguments (a cast or moved model)
-        if compile_s:
-            raise  # compiled for these very arguments: a genuine error
-    exe, tree, compile_s = _ahead(kind, step, args, static, exact=True)
-    dispatched = time.perf_counter()
-    return exe(*args), tree, compile_s, dispatched
-
-
-@dataclass
-class _InFlight:
-    """A dispatched step: its tokens (still computing) and when it was dispatched."""
-
-    tokens: Any
-    dispatched: float
+def _return_runner(model: Any, runner: ModelRunner) -> None:
+    """Keep ``runner`` as the model's idle one (the next call of that shape reuses its pools)."""
+    with _RUNNER_LOCK:
+        model_extras(model).idle_runner = runner
 
 
 class _Steps(Iterator[np.ndarray]):
     """The token-by-token iterator behind `CausalLM.generate` / `CausalLM.stream` (token ids).
 
-    The state of a generation (caches, last tokens, positions, sampling key) stays
-    on the device, each step computing the next. One step runs ahead: step i + 1
-    is dispatched before step i's tokens are read back, so the device never waits
-    for the host to hand it the next step.
+    The prompts run as requests of the generation engine (a `maxfx.generation.Scheduler`
+    over a `ModelRunner`: paged KV cache, bucketed compiled steps, decode run one step
+    ahead of the host), the same code as `LLM` and the server. Step ``j`` is yielded once
+    every row has its ``j``-th new token; a row that ended (EOS) is padded with the EOS.
+    Row ``i`` samples with the seed ``seed + i``, so a seed reproduces the whole batch.
     """
 
     def __init__(self, model, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_ids):
@@ -615,27 +488,24 @@ class _Steps(Iterator[np.ndarray]):
         if limit is not None and lengths[longest] > limit:
             raise ValueError(f"{name}.generate: prompt {longest} has {int(lengths[longest])} tokens, more than the model's context of {int(limit)} positions (max_position_embeddings)")
         check_length(f"{name}.generate", model.config, int(lengths.max()), int(max_new_tokens))
-        need = int(lengths.max()) + int(max_new_tokens)
-        t = _bucket(int(lengths.max()))
-        self._length = _round_up(max(t, need), 64)
-        ids = np.zeros((len(rows), t), np.int64)
-        for i, r in enumerate(rows):
-            ids[i, : len(r)] = r
-        self._model, self._ids, self._lengths = model, ids, lengths
-        self._max = int(max_new_tokens)
-        greedy = temperature == 0
-        self._static = {"greedy": greedy, "top_k": None if greedy else (None if top_k is None else int(top_k)), "use_top_p": (not greedy) and top_p is not None and top_p < 1}
-        fresh = 0 if greedy else secrets.randbits(32)  # greedy steps never read the key
-        self._seed = (fresh if seed is None else int(seed)) & 0xFFFFFFFF
-        self._temperature, self._top_p = float(temperature or 1.0), float(top_p or 1.0)
+        self._model, self._lengths, self._max = model, lengths, int(max_new_tokens)
         self._eos = None if not eos_token_ids else np.asarray(eos_token_ids, np.int64)
-        self._done = np.zeros(len(rows), bool)
+        # The last new token is sampled, never fed back: a sequence may be one past the context.
+        need = int(lengths.max()) + self._max
+        length = _round_up(need, 64) if limit is None else min(_round_up(need, 64), int(limit) + 1)
+        self._runner = _borrow_runner(model, len(rows), length)
+        self._sched = Scheduler(self._runner, max_prefill_rows=len(rows))  # the prompts arrive together: one prefill step when they fit
+        base = (secrets.randbits(32) if seed is None else int(seed)) & 0xFFFFFFFF
+        sampling = {"temperature": float(temperature), "top_k": -1 if top_k is None else int(top_k), "top_p": 1.0 if top_p is None else float(top_p)}
+        self._contexts = []
+        for i, row in enumerate(rows):
+            params = SamplingParams(**sampling, seed=(base + i) & 0xFFFFFFFF, max_new_tokens=self._max, ignore_eos=self._eos is None)
+            ctx = TextContext(max_length=len(row) + self._max, tokens=row, eos_token_ids=() if self._eos is None else self._eos.tolist(), sampling_params=params)
+            self._sched.submit(ctx)
+            self._contexts.append(ctx)
         self._step = 0  # steps returned
-        self._dispatched = 0
-        self._state: tuple | None = None  # (cache arrays, tokens, positions, key) after the latest dispatched step
-        self._decode = None  # the compiled decode step, looked up once per generation
-        self._pending: _InFlight | None = None
-        self._ready = 0.0  # when the previous step's tokens were read
+        self._compiled = self._runner.compile_s
+        self._clock = time.perf_counter()
         extras = model_extras(model)
         self.stats = GenerationStats(load_s=extras.load_s, batch=len(rows), prefill_tokens=int(lengths.sum()))
         extras.last_stats = self.stats
@@ -643,53 +513,49 @@ class _Steps(Iterator[np.ndarray]):
     def __iter__(self) -> _Steps:
         return self
 
-    def _dispatch(self) -> _InFlight:
-        """Start the next step (compiling it first if needed) without waiting for it."""
-        compile_s = 0.0
-        with x64():
-            if self._state is None:
-                self._weights, self._model_tree = jax.tree_util.tree_flatten(self._model)  # the arrays of its Tensors
-                # numpy in: the compiled step copies host arrays to its device itself,
-                # ~10x cheaper than a device_put before the call.
-                ids, last, key = self._ids, self._lengths - 1, np.array([self._seed, 0], np.uint32)
-                self._scalars = (np.float32(self._temperature), np.float32(self._top_p))
-                args = (self._weights, ids, last, key, *self._scalars)
-                static = {"model_tree": self._model_tree, "length": self._length, **self._static}
-                (tokens, caches, pos, key), self._cache_tree, compile_s, dispatched = _launch("prefill", prefill_step, args, static)
-            else:
-                caches, tokens, pos, key = self._state
-                args = (self._weights, caches, tokens, pos, key, *self._scalars)
-                if self._decode is None:
-                    static = {"model_tree": self._model_tree, "cache_tree": self._cache_tree, **self._static}
-                    self._decode, _, compile_s = _ahead("decode", decode_step, args, static, exact=True)
-                dispatched = time.perf_counter()
-                tokens, caches, pos, key = self._decode(*args)
-        self._state = (caches, tokens, pos, key)
-        self._dispatched += 1
-        self.stats.compile_s += compile_s
-        return _InFlight(tokens, dispatched)
+    def _available(self) -> int:
+        """Steps every row has a token for (an ended row has all of them)."""
+        return min(self._max if c.is_done else c.num_generated for c in self._contexts)
+
+    def _ended(self) -> bool:
+        """Every row ended before the limit (EOS), and every step up to the last real token was returned."""
+        return self._eos is not None and all(c.is_done for c in self._contexts) and self._step >= max(c.num_generated for c in self._contexts)
+
+    def _finish(self) -> None:
+        if self._runner is not None:
+            for c in self._contexts:
+                if not c.is_done:
+                    self._sched.cancel(c.request_id)
+            self._sched.run_until_idle()  # collects a step still running ahead, frees every page
+            _return_runner(self._model, self._runner)
+            self._runner = None
 
     def __next__(self) -> np.ndarray:
-        if self._step >= self._max or (self._eos is not None and self._done.all()):
+        if self._step >= self._max or self._ended():
+            self._finish()
             raise StopIteration
-        step = self._pending or self._dispatch()
-        # Run one decode step ahead (not past the prefill, whose time is reported on its own).
-        self._pending = self._dispatch() if self._step >= 1 and self._dispatched < self._max else None
-        out = np.asarray(step.tokens, np.int64)  # waits for the step
-        ready = time.perf_counter()
-        elapsed = ready - max(step.dispatched, self._ready)  # the steps run one after another on the device
-        self._ready = ready
+        while self._available() <= self._step:
+            self._sched.step()
+        compiled, self._compiled = self._runner.compile_s - self._compiled, self._runner.compile_s
+        now = time.perf_counter()
+        elapsed = now - self._clock - compiled  # compiling is timed apart
+        self._clock = now
+        self.stats.compile_s += compiled
         if self._step == 0:
             self.stats.prefill_s += elapsed
         else:
             self.stats.decode_s += elapsed
+        out = np.array([self._token(c) for c in self._contexts], np.int64)
         self.stats.new_tokens += len(out)
         self.stats._refresh()
-        if self._eos is not None:
-            out = np.where(self._done, self._eos[0], out)
-            self._done |= np.isin(out, self._eos)
         self._step += 1
+        if self._step >= self._max or self._ended():
+            self._finish()
         return out
+
+    def _token(self, c: TextContext) -> int:
+        generated = c.generated_tokens
+        return int(generated[self._step]) if self._step < len(generated) else int(self._eos[0])
 
 
 class _TextSteps(Iterator[Any]):

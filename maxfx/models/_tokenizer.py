@@ -230,6 +230,7 @@ class ModelExtras:
     why_no_tokenizer: str = "the model was not loaded from a checkpoint with a tokenizer"
     load_s: float = 0.0
     last_stats: Any = None
+    idle_runner: Any = None  # the engine runner `generate` used last (its pools are reused by the next call of that shape)
 
 
 _EXTRAS: weakref.WeakKeyDictionary[Any, ModelExtras] = weakref.WeakKeyDictionary()

@@ -54,19 +54,20 @@ def test_ragged_batch_matches_single_prompts(llama):
         np.testing.assert_array_equal(batched[i], llama.generate([p], max_new_tokens=8)[0])
 
 
-def test_decode_compiles_once_per_bucket(llama):
+def test_generation_compiles_once_per_bucket(llama):
+    """generate runs on the engine: its step programs are bucketed, and values (temperature, top_p, seeds) are arrays."""
     ids = golden(LLAMA)["input_ids"]
-    llama.generate(ids[:, :9], max_new_tokens=20)  # warm the (batch 2, prompt bucket 16, cache 64) programs
-    before = compile_counts()
+    llama.generate(ids[:, :9], max_new_tokens=20)  # warm: one prefill step of both prompts (2 x 16 tokens), decode of 2 rows
+    before = compile_counts()["compiles"]
     for t in (9, 10, 12, 16):  # same buckets: no new program, however many steps
         llama.generate(ids[:, :t], max_new_tokens=20)
-    assert compile_counts() == before
-    llama.generate(ids[:, :9], max_new_tokens=20, temperature=0.7, seed=0)  # sampling: one new program per step kind
-    after = compile_counts()
-    assert after["decode"] == before["decode"] + 1 and after["prefill"] == before["prefill"] + 1
-    llama.generate(ids[:, :9], max_new_tokens=20, temperature=1.3, top_p=0.9, seed=5)  # values are arrays, top_p adds a variant
-    llama.generate(ids[:, :9], max_new_tokens=20, temperature=0.2, top_p=0.5, seed=6)
-    assert compile_counts()["decode"] == after["decode"] + 1
+    assert compile_counts()["compiles"] == before
+    llama.generate(ids[:, :9], max_new_tokens=20, temperature=0.7, seed=0)  # sampling: the same two shapes, sampling
+    after = compile_counts()["compiles"]
+    assert after == before + 2
+    llama.generate(ids[:, :9], max_new_tokens=20, temperature=1.3, top_p=0.9, seed=5)  # top_p adds the filtering variant
+    llama.generate(ids[:, :9], max_new_tokens=20, temperature=0.2, top_p=0.5, seed=6)  # other values: no new program
+    assert compile_counts()["compiles"] == after + 2
 
 
 def test_sampling_is_reproducible_under_a_seed(llama):
