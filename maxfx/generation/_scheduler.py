@@ -8,8 +8,8 @@ Each iteration (`Scheduler.step`):
    page pool can hold the request's tokens (prefix-cached pages count as held):
    admission never over-commits pages;
 3. runs one prefill chunk (at most ``prefill_chunk_size`` tokens) of the oldest
-   request still encoding its prompt (of up to ``max_prefill_rows`` of them, their
-   padded chunks within that budget), so a long prompt joins in pieces and the
+   request still encoding its prompt (of up to ``max_prefill_rows`` of them, within
+   ``max_prefill_tokens``), so a long prompt joins in pieces and the
    running requests keep decoding between them;
 4. runs one decode step over every request past its prompt. When the pool has no
    page for a request's next token, the most recently admitted request is
@@ -214,15 +214,22 @@ class Scheduler:
             ``decode(ids, skip_special_tokens=True)``); None: tokens only.
         max_queue_size: most requests waiting for admission (None: unbounded);
             `submit` raises `QueueFullError` beyond it.
-        max_prefill_rows: most requests one prefill step encodes together (their padded
-            chunks within ``prefill_chunk_size`` tokens). 1 (default) keeps the compiled
-            prefill shapes to one row each (what `ModelRunner.warmup` compiles); a batch of
-            prompts submitted at once (`CausalLM.generate`) prefills in one step with more.
+        max_prefill_rows: most requests one prefill step encodes together. 1 (default)
+            keeps the compiled prefill shapes to one row each (what `ModelRunner.warmup`
+            compiles); a batch of prompts submitted at once (`CausalLM.generate`) prefills
+            in one step with more.
+        max_prefill_tokens: most tokens (padding included) one prefill step computes
+            (default: the runner's ``prefill_chunk_size``).
     """
 
-    def __init__(self, runner: ModelRunner, tokenizer: Any = None, *, max_queue_size: int | None = None, max_prefill_rows: int = 1):
+    def __init__(
+        self, runner: ModelRunner, tokenizer: Any = None, *, max_queue_size: int | None = None, max_prefill_rows: int = 1, max_prefill_tokens: int | None = None,
+    ):  # fmt: skip
         if int(max_prefill_rows) < 1:
             raise ValueError(f"Scheduler: max_prefill_rows must be >= 1, got {max_prefill_rows}")
+        self.max_prefill_tokens = runner.prefill_chunk_size if max_prefill_tokens is None else int(max_prefill_tokens)
+        if self.max_prefill_tokens < runner.prefill_chunk_size:
+            raise ValueError(f"Scheduler: max_prefill_tokens ({self.max_prefill_tokens}) must be at least the runner's prefill_chunk_size ({runner.prefill_chunk_size})")
         self.runner = runner
         self.tokenizer = tokenizer
         self.max_queue_size = max_queue_size
@@ -370,7 +377,7 @@ class Scheduler:
 
     def _prefill_batch(self) -> list[_Request]:
         """The oldest requests still encoding their prompts, up to ``max_prefill_rows`` of them while the
-        step's padded tokens stay within one chunk (`ModelRunner.step_tokens` <= ``prefill_chunk_size``)."""
+        step's padded tokens stay within ``max_prefill_tokens`` (`ModelRunner.step_tokens`)."""
         chunk = self.runner.prefill_chunk_size
         batch: list[_Request] = []
         counts: list[int] = []
@@ -378,7 +385,7 @@ class Scheduler:
             if not r.ctx.needs_ce:
                 continue
             n = min(r.ctx.active_length, chunk)
-            if batch and (len(batch) >= self.max_prefill_rows or self.runner.step_tokens([*counts, n]) > chunk):
+            if batch and (len(batch) >= self.max_prefill_rows or self.runner.step_tokens([*counts, n]) > self.max_prefill_tokens):
                 break
             batch.append(r)
             counts.append(n)

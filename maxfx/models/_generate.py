@@ -494,7 +494,8 @@ class _Steps(Iterator[np.ndarray]):
         need = int(lengths.max()) + self._max
         length = _round_up(need, 64) if limit is None else min(_round_up(need, 64), int(limit) + 1)
         self._runner = _borrow_runner(model, len(rows), length)
-        self._sched = Scheduler(self._runner, max_prefill_rows=len(rows))  # the prompts arrive together: one prefill step when they fit
+        # The prompts arrive together: one prefill step for all of them (a chunk each).
+        self._sched = Scheduler(self._runner, max_prefill_rows=len(rows), max_prefill_tokens=self._runner.step_tokens([self._runner.prefill_chunk_size] * len(rows)))
         base = (secrets.randbits(32) if seed is None else int(seed)) & 0xFFFFFFFF
         sampling = {"temperature": float(temperature), "top_k": -1 if top_k is None else int(top_k), "top_p": 1.0 if top_p is None else float(top_p)}
         self._contexts = []
