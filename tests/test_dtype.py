@@ -33,7 +33,7 @@ def test_module_exports_the_lowering_enum():
     from lowering.dtypes import DType as LoweringDType
 
     assert maxfx.dtype.DType is LoweringDType
-    assert maxfx.dtype.__all__ == ["DType"]
+    assert maxfx.dtype.__all__ == ["DType", "finfo"]  # MAX 26: max.dtype.finfo
 
 
 def test_members_and_values_match_the_docs():
