@@ -56,6 +56,19 @@ struct Dims {
   int64_t b, h, g, l, d, dv;
 };
 
+// Each of `rows` score rows of `keys` becomes exp(s - max); returns 1 / sum per row.
+std::vector<float> Softmax(float* s, int64_t rows, int64_t keys) {
+  std::vector<float> inv(rows);
+  for (int64_t i = 0; i < rows; ++i) {
+    float* si = s + i * keys;
+    const float m = *std::max_element(si, si + keys);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < keys; ++j) sum += (si[j] = std::exp(si[j] - m));
+    inv[i] = 1.0f / sum;
+  }
+  return inv;
+}
+
 // One (row, KV head): its G queries against the visible keys; key(l) and value(l)
 // point at key and value row l (a dense cache or a page of the pool).
 template <class Key, class Value>
@@ -71,14 +84,7 @@ void Head(int64_t g_count, int64_t d, int64_t dv, int64_t length, const float* q
     const float* kj = key(lo + j);
     for (int64_t g = 0; g < g_count; ++g) s[g * keys + j] = Dot(q + g * d, kj, d) * scale;
   }
-  std::vector<float> inv(g_count);
-  for (int64_t g = 0; g < g_count; ++g) {
-    float* sg = s.data() + g * keys;
-    const float m = *std::max_element(sg, sg + keys);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < keys; ++j) sum += (sg[j] = std::exp(sg[j] - m));
-    inv[g] = 1.0f / sum;
-  }
+  const std::vector<float> inv = Softmax(s.data(), g_count, keys);
   for (int64_t j = 0; j < keys; ++j) {
     const float* vj = value(lo + j);
     for (int64_t g = 0; g < g_count; ++g) Axpy(out + g * dv, s[g * keys + j] * inv[g], vj, dv);
@@ -132,14 +138,7 @@ void PagedRow(int64_t h, int64_t g_count, int64_t d, int64_t dv, int64_t ps, int
     for (int64_t head = 0; head < h; ++head)
       for (int64_t g = 0; g < g_count; ++g) s[(head * g_count + g) * keys + j] = Dot(q + (head * g_count + g) * d, kj + head * d, d) * scale;
   }
-  std::vector<float> inv(queries);
-  for (int64_t i = 0; i < queries; ++i) {
-    float* si = s.data() + i * keys;
-    const float m = *std::max_element(si, si + keys);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < keys; ++j) sum += (si[j] = std::exp(si[j] - m));
-    inv[i] = 1.0f / sum;
-  }
+  const std::vector<float> inv = Softmax(s.data(), queries, keys);
   for (int64_t j = 0; j < keys; ++j) {
     const float* vj = v + slot[j] * h * dv;
     for (int64_t head = 0; head < h; ++head)
