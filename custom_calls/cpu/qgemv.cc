@@ -304,86 +304,93 @@ inline void Product(int64_t m_rows, int64_t k_dim, const QuantizedRow* x, const 
 // Lanes run over 16 rows of x, so a weight pair (w[n, k], w[n, k+1]) is one
 // int32 broadcast and needs no transposing: only x, quantized once per call, is
 // repacked. A work item is 16 output columns: their weight rows are decoded to
-// int16 once (L1/L2-resident), then every 32-row tile of x meets them 4 columns
-// at a time: 8 accumulators of 16 rows, 8 vpdpwssd per pair of k, and per block
-// a float multiply-add with both sides' scales.
-constexpr int64_t kTileM = 32;  // rows of x per tile: two vectors of 16 lanes
+// int16 once (L1/L2-resident), then every tile of x meets them a few columns at
+// a time: 8 accumulators (tiles of 32 rows: 2 vectors x 4 columns; of 16 rows,
+// batched decode: 1 vector x 8 columns, so 9-16 rows do not pay for 32), and per
+// block a float multiply-add with both sides' scales.
+constexpr int64_t kMaxTileM = 32;  // rows of x per tile: at most two vectors of 16 lanes
 constexpr int64_t kGroupN = 16;  // output columns per work item
-constexpr int64_t kKernelN = 4;  // columns per microkernel call
 
-// x as tiles of 32 rows: per tile, pairs[K/2][32] (int16 pairs (x[m, 2p], x[m, 2p+1])
-// as int32), scales[K/32][32] and sums[K/32][32] (QuantizedRow::sum); rows past
+// x as tiles of tile_m rows: per tile, pairs[K/2][tile_m] (int16 pairs (x[m, 2p], x[m, 2p+1])
+// as int32), scales[K/32][tile_m] and sums[K/32][tile_m] (QuantizedRow::sum); rows past
 // m_rows are zero.
 struct PackedX {
-  int64_t tiles, k_dim;
+  int64_t tiles, k_dim, tile_m;
   std::vector<int32_t> pairs;
   std::vector<float> scales, sums;
-  const int32_t* Pairs(int64_t t) const { return pairs.data() + t * (k_dim / 2) * kTileM; }
-  const float* Scales(int64_t t) const { return scales.data() + t * (k_dim / kBlock) * kTileM; }
-  const float* Sums(int64_t t) const { return sums.data() + t * (k_dim / kBlock) * kTileM; }
+  const int32_t* Pairs(int64_t t) const { return pairs.data() + t * (k_dim / 2) * tile_m; }
+  const float* Scales(int64_t t) const { return scales.data() + t * (k_dim / kBlock) * tile_m; }
+  const float* Sums(int64_t t) const { return sums.data() + t * (k_dim / kBlock) * tile_m; }
 };
 
-void PackX(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim, PackedX& px) {
+void PackX(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim, int64_t tile_m, PackedX& px) {
   const int64_t half = k_dim / 2, blocks = k_dim / kBlock;
-  px.tiles = (m_rows + kTileM - 1) / kTileM;
+  px.tiles = (m_rows + tile_m - 1) / tile_m;
   px.k_dim = k_dim;
-  px.pairs.resize(px.tiles * half * kTileM);
-  px.scales.resize(px.tiles * blocks * kTileM);
-  px.sums.resize(px.tiles * blocks * kTileM);
+  px.tile_m = tile_m;
+  px.pairs.resize(px.tiles * half * tile_m);
+  px.scales.resize(px.tiles * blocks * tile_m);
+  px.sums.resize(px.tiles * blocks * tile_m);
   // One tile per work item: a tile's lanes share cache lines, so one core writes them all.
   maxfx_cpu::ParallelFor(pool, px.tiles, 1, Worth(m_rows * k_dim), [&](int64_t t) {
-    int32_t* pairs = px.pairs.data() + t * half * kTileM;
-    float* scales = px.scales.data() + t * blocks * kTileM;
-    float* sums = px.sums.data() + t * blocks * kTileM;
+    int32_t* pairs = px.pairs.data() + t * half * tile_m;
+    float* scales = px.scales.data() + t * blocks * tile_m;
+    float* sums = px.sums.data() + t * blocks * tile_m;
     std::vector<int16_t> q;
     std::vector<float> scale, sum;
-    for (int64_t i = 0; i < kTileM; ++i) {  // row i of the tile into lane i
-      if (t * kTileM + i < m_rows) {
-        QuantizeRow(xs + (t * kTileM + i) * k_dim, k_dim, q, scale, sum);
+    for (int64_t i = 0; i < tile_m; ++i) {  // row i of the tile into lane i
+      if (t * tile_m + i < m_rows) {
+        QuantizeRow(xs + (t * tile_m + i) * k_dim, k_dim, q, scale, sum);
       } else {  // past the last row: zeros (the buffers are reused across calls)
         q.assign(k_dim, 0);
         scale.assign(blocks, 0.0f);
         sum.assign(blocks, 0.0f);
       }
-      for (int64_t p = 0; p < half; ++p) std::memcpy(pairs + p * kTileM + i, q.data() + 2 * p, 4);
+      for (int64_t p = 0; p < half; ++p) std::memcpy(pairs + p * tile_m + i, q.data() + 2 * p, 4);
       for (int64_t b = 0; b < blocks; ++b) {
-        scales[b * kTileM + i] = scale[b];
-        sums[b * kTileM + i] = sum[b];
+        scales[b * tile_m + i] = scale[b];
+        sums[b * tile_m + i] = sum[b];
       }
     }
   });
 }
 
 // One block b of a tile: out[c][i] += d_x[i] * d_w[c] * (x[i] . w[c]) over the
-// block's 32 values, for the tile's 32 rows i and kKernelN weight rows w[c].
+// block's 32 values, for the tile's 16 * kVecs rows i and kCols weight rows w[c].
+template <int kVecs, int kCols>
 inline void KernelBlock(const int32_t* __restrict xp, const float* __restrict dx, const int16_t* const* w, const float* dw, float* __restrict out) {
-  __m512i acc[kKernelN][2];
-  for (int64_t c = 0; c < kKernelN; ++c) acc[c][0] = acc[c][1] = _mm512_setzero_si512();
+  constexpr int64_t kTileM = 16 * kVecs;
+  __m512i acc[kCols][kVecs];
+  for (int c = 0; c < kCols; ++c)
+    for (int v = 0; v < kVecs; ++v) acc[c][v] = _mm512_setzero_si512();
   // Unrolled: in a loop GCC copies every accumulator twice per pass.
 #pragma GCC unroll 16
   for (int64_t p = 0; p < kBlock / 2; ++p) {
-    const __m512i x0 = _mm512_loadu_si512(xp + p * kTileM), x1 = _mm512_loadu_si512(xp + p * kTileM + 16);
-    for (int64_t c = 0; c < kKernelN; ++c) {
+    __m512i xv[kVecs];
+    for (int v = 0; v < kVecs; ++v) xv[v] = _mm512_loadu_si512(xp + p * kTileM + 16 * v);
+    for (int c = 0; c < kCols; ++c) {
       int32_t pair;
       std::memcpy(&pair, w[c] + 2 * p, 4);
       const __m512i wv = _mm512_set1_epi32(pair);
-      acc[c][0] = _mm512_dpwssd_epi32(acc[c][0], x0, wv);
-      acc[c][1] = _mm512_dpwssd_epi32(acc[c][1], x1, wv);
+      for (int v = 0; v < kVecs; ++v) acc[c][v] = _mm512_dpwssd_epi32(acc[c][v], xv[v], wv);
     }
   }
-  const __m512 d0 = _mm512_loadu_ps(dx), d1 = _mm512_loadu_ps(dx + 16);
-  for (int64_t c = 0; c < kKernelN; ++c) {
+  for (int c = 0; c < kCols; ++c) {
     const __m512 s = _mm512_set1_ps(dw[c]);
     float* o = out + c * kTileM;
-    _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[c][0]), d0), s, _mm512_loadu_ps(o)));
-    _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[c][1]), d1), s, _mm512_loadu_ps(o + 16)));
+    for (int v = 0; v < kVecs; ++v) {
+      const __m512 d = _mm512_loadu_ps(dx + 16 * v);
+      _mm512_storeu_ps(o + 16 * v, _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[c][v]), d), s, _mm512_loadu_ps(o + 16 * v)));
+    }
   }
 }
 
-template <typename RowOf>
+template <int kVecs, typename RowOf>
 void ManyRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim, int64_t n_dim, const RowOf& row_of, float* out) {
+  constexpr int64_t kTileM = 16 * kVecs;
+  constexpr int kKernelN = 8 / kVecs;  // columns per microkernel call: 8 accumulators
   thread_local PackedX px;  // the calling thread's; helpers only read it
-  PackX(pool, xs, m_rows, k_dim, px);
+  PackX(pool, xs, m_rows, k_dim, kTileM, px);
   const int64_t blocks = k_dim / kBlock, groups = (n_dim + kGroupN - 1) / kGroupN;
   const PackedX& x = px;  // the helpers must read the caller's px, not their own thread_local one
   maxfx_cpu::ParallelFor(pool, groups, 1, Worth(m_rows * n_dim * k_dim / 16), [&](int64_t g) {
@@ -408,7 +415,7 @@ void ManyRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_d
     for (int64_t n = n0 + kGroupN; n < std::min(n0 + 2 * kGroupN, n_dim); ++n) row_of(n).PrefetchAll(k_dim);
     // Block by block, all the group's columns: the tile's slice of x for a block
     // (2 KB) stays in L1 while every column meets it.
-    alignas(64) float acc[kGroupN * kTileM];
+    alignas(64) float acc[kGroupN * kMaxTileM];
     for (int64_t t = 0; t < x.tiles; ++t) {
       std::fill(acc, acc + kGroupN * kTileM, 0.0f);
       const int32_t* xp = x.Pairs(t);
@@ -417,14 +424,11 @@ void ManyRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_d
       if constexpr (W::kHasMin) {  // minus Min(b) times the block's activation sums, per column
         const float* sx = x.Sums(t);
         for (int64_t c = 0; c < cols; ++c) {
-          __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
-          for (int64_t b = 0; b < blocks; ++b) {
-            const __m512 mw = _mm512_set1_ps(mbuf[c * blocks + b]);
-            lo = _mm512_fmadd_ps(mw, _mm512_loadu_ps(sx + b * kTileM), lo);
-            hi = _mm512_fmadd_ps(mw, _mm512_loadu_ps(sx + b * kTileM + 16), hi);
+          for (int v = 0; v < kVecs; ++v) {
+            __m512 m = _mm512_setzero_ps();
+            for (int64_t b = 0; b < blocks; ++b) m = _mm512_fmadd_ps(_mm512_set1_ps(mbuf[c * blocks + b]), _mm512_loadu_ps(sx + b * kTileM + 16 * v), m);
+            _mm512_storeu_ps(acc + c * kTileM + 16 * v, _mm512_sub_ps(_mm512_setzero_ps(), m));
           }
-          _mm512_storeu_ps(acc + c * kTileM, _mm512_sub_ps(_mm512_setzero_ps(), lo));
-          _mm512_storeu_ps(acc + c * kTileM + 16, _mm512_sub_ps(_mm512_setzero_ps(), hi));
         }
       }
       for (int64_t b = 0; b < blocks; ++b) {
@@ -435,7 +439,7 @@ void ManyRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_d
             w[c] = wbuf.data() + (c0 + c) * k_dim + b * kBlock;
             dw[c] = dbuf[(c0 + c) * blocks + b];
           }
-          KernelBlock(xp + b * (kBlock / 2) * kTileM, dx + b * kTileM, w, dw, acc + c0 * kTileM);
+          KernelBlock<kVecs, kKernelN>(xp + b * (kBlock / 2) * kTileM, dx + b * kTileM, w, dw, acc + c0 * kTileM);
         }
       }
       // Row by row: the group's columns of a row are one cache line of y, which
@@ -466,7 +470,8 @@ void FewRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_di
 template <typename RowOf>
 void Matmul(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim, int64_t n_dim, const RowOf& row_of, float* out) {
 #ifdef MAXFX_QGEMV_VNNI
-  if (m_rows > kFewQuantizedRows) return ManyRows(pool, xs, m_rows, k_dim, n_dim, row_of, out);
+  if (m_rows > 16) return ManyRows<2>(pool, xs, m_rows, k_dim, n_dim, row_of, out);
+  if (m_rows > kFewQuantizedRows) return ManyRows<1>(pool, xs, m_rows, k_dim, n_dim, row_of, out);
 #endif
   for (int64_t m0 = 0; m0 < m_rows; m0 += kMaxRows) {
     const int64_t rows = std::min(kMaxRows, m_rows - m0);

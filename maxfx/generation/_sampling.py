@@ -61,9 +61,10 @@ class SamplingRows:
         n = len(rows)
         out = cls(np.zeros(n, np.float32), np.zeros(n, np.int32), np.ones(n, np.float32), np.zeros(n, np.float32), np.zeros((n, 2), np.uint32))
         for i, r in enumerate(rows):
-            out.temperature[i] = float(r.get("temperature", 0.0))
             k = r.get("top_k", -1)
             out.top_k[i] = -1 if k is None else int(k)
+            # top_k == 1 keeps one token: the argmax, so the row is greedy (and skips the vocabulary sort).
+            out.temperature[i] = 0.0 if out.top_k[i] == 1 else float(r.get("temperature", 0.0))
             out.top_p[i] = float(r.get("top_p", 1.0) or 1.0)
             out.min_p[i] = float(r.get("min_p", 0.0) or 0.0)
             out.keys[i] = (seed_key(r.get("seed", 0) or 0), int(step[i]) & 0xFFFFFFFF)

@@ -57,9 +57,9 @@ def _split_q8(packed, n, k):
     return blocks[..., 2:].copy().view(np.int8).reshape(n, k), blocks[..., :2].copy().view(np.float16).reshape(n, k // 32)
 
 
-# K = 96 and 32: odd block counts; 1536 and 576 are SmolLM2's. Rows up to 16: one
-# accumulator per row; 17 and more: the blocked product (tiles of 32 rows, 16 columns).
-@pytest.mark.parametrize("rows", [1, 3, 16, 17, 70])
+# K = 96 and 32: odd block counts; 1536 and 576 are SmolLM2's. Rows up to 4: one
+# accumulator per row; 5-16: the blocked product over tiles of 16 rows; 17 and more: tiles of 32.
+@pytest.mark.parametrize("rows", [1, 3, 5, 9, 16, 17, 70])
 @pytest.mark.parametrize("n,k", [(130, 96), (7, 32), (1536, 576)])
 def test_q8_0_kernel_matches_llama_cpp_numerics(rng, rows, n, k):
     packed, dense = _weights(rng, n, k, "Q8_0")
@@ -76,7 +76,7 @@ def test_q4_0_kernel_matches_llama_cpp_numerics(rng, rows, n, k):
     _check(np.asarray(cpu.q4_0_matmul(x, packed)), x, dense)
 
 
-@pytest.mark.parametrize("rows", [1, 4, 16, 17, 40])
+@pytest.mark.parametrize("rows", [1, 4, 7, 16, 17, 40])
 @pytest.mark.parametrize("n,k", [(37, 256), (5, 768), (576, 1536)])
 def test_q4_k_kernel_matches_gguf_dequantized_weights(rng, rows, n, k):
     """Q4_K's per-sub-block mins: minus min_j times each block's activation sum, exact against gguf's dequantizer."""
