@@ -47,15 +47,14 @@ import os
 import struct
 import tempfile
 import threading
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
-from jax.experimental.compilation_cache import compilation_cache
 
+from lowering import persistent_cache
 from lowering.debug import DEBUG, DebugInterpreter
 from lowering.dims import bind_symbols
 from lowering.dtypes import DType
@@ -63,6 +62,7 @@ from lowering.executables import EXECUTABLES
 from lowering.interpret import block_is_data_dependent, run_block
 from lowering.ir import Block, uses_op
 from lowering.logs import CACHE_LOG, compiling
+from lowering.persistent_cache import enable_persistent_cache
 from lowering.piecewise import Pieces, split_at_calls
 from lowering.targets import export_checks, lowering_for
 from lowering.types import BufferType
@@ -89,53 +89,6 @@ def clear_cache() -> None:
     EXECUTABLES.clear()
 
 
-_disk_dir: Path | None = None
-CACHE_DIR_ENV = "MAXFX_COMPILATION_CACHE_DIR"
-
-
-def enable_persistent_cache(path: str | os.PathLike) -> None:
-    """Keep compiled programs in ``path`` across processes (see the module docstring).
-
-    Raises:
-        OSError: ``path`` (or its ``maxfx`` subfolder) is not a directory that
-            can be created and written; the message names the path. Nothing is
-            enabled then.
-
-    Example:
-        >>> enable_persistent_cache("/tmp/maxfx-cache")  # doctest: +SKIP
-    """
-    global _disk_dir
-    path = os.fspath(path)
-    disk_dir = _usable_cache_dir(path)
-    jax.config.update("jax_compilation_cache_dir", path)
-    # Cache every program: the default thresholds skip compiles under 1 s, i.e. most of them.
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-    compilation_cache.reset_cache()  # JAX decides once per process whether to use its cache; decide again
-    _disk_dir = disk_dir
-
-
-def _usable_cache_dir(path: str) -> Path:
-    """Create ``path/maxfx`` and prove it writable; returns it, or raises an OSError naming ``path``."""
-    disk_dir = Path(path) / "maxfx"
-    try:
-        disk_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=disk_dir):
-            pass
-    except OSError as e:
-        raise type(e)(e.errno, f"compile cache directory {path!r} is not a writable directory ({e.strerror})") from e
-    return disk_dir
-
-
-def _enable_from_environment() -> None:
-    """Enable the cache named by ``MAXFX_COMPILATION_CACHE_DIR``; a bad path warns once and leaves it off."""
-    path = os.environ.get(CACHE_DIR_ENV)
-    if not path:
-        return
-    try:
-        enable_persistent_cache(path)
-    except OSError as e:
-        warnings.warn(f"{CACHE_DIR_ENV}={path!r}: {e.strerror}; the compile cache is disabled for this process", RuntimeWarning, stacklevel=2)
 
 
 def _aval_key(x: Any) -> tuple:
@@ -241,7 +194,7 @@ class CompiledBlock:
             with _lock:
                 _stats["hits"] += 1
             return exe
-        disk = _disk_path(self.block, key, self.device) if _disk_dir is not None else None
+        disk = _disk_path(self.block, key, self.device) if persistent_cache.configure() is not None else None
         if disk is None:
             with compiling("block", self.block.name):
                 lowered = self._jit(donate).lower(*self._split(args), self.weights)
@@ -409,7 +362,7 @@ def _disk_path(block: Block, key: tuple, device: jax.Device) -> _DiskEntry | Non
     if not _portable[skey]:
         return None
     digest = hashlib.sha256(repr((key, device.device_kind, _code_fingerprint())).encode()).digest()
-    return _DiskEntry(_disk_dir / f"{digest.hex()}{ENTRY_SUFFIX}", digest)
+    return _DiskEntry(persistent_cache.disk_dir() / f"{digest.hex()}{ENTRY_SUFFIX}", digest)
 
 
 # An entry: header, then the payload (`jax.export.Exported.serialize()` bytes).
@@ -494,4 +447,3 @@ def _disk_store(entry: _DiskEntry, exported: jax.export.Exported) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
-_enable_from_environment()

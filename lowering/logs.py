@@ -26,6 +26,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from lowering import persistent_cache
+
 __all__ = ["CACHE_LOG", "COMPILE_LOG", "compiling"]
 
 logging.getLogger("maxfx").addHandler(logging.NullHandler())
@@ -35,12 +37,14 @@ CACHE_LOG = logging.getLogger("maxfx.cache")
 
 @contextmanager
 def compiling(what: str, name: str) -> Iterator[None]:
-    """Log the compile the ``with`` body does: ``compiled <what> '<name>' in <seconds> s`` on ``maxfx.compile``.
+    """Bracket a compile: apply the environment's persistent cache before the process's first one
+    (`lowering.persistent_cache.configure`), then log ``compiled <what> '<name>' in <seconds> s`` on ``maxfx.compile``.
 
     Example:
         >>> with compiling("block", "mlp"):
         ...     pass  # lower and compile here
     """
+    persistent_cache.configure()
     start = time.perf_counter()
     yield
     COMPILE_LOG.info("compiled %s %r in %.3f s", what, name, time.perf_counter() - start)

@@ -33,6 +33,7 @@ import numpy as np
 
 from lowering.dtypes import DType
 from lowering.executables import EXECUTABLES
+from lowering.logs import compiling
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.generation._context import TextContext
@@ -382,7 +383,8 @@ class ModelRunner:
         exe = EXECUTABLES.get(key)
         if exe is None:
             start = time.perf_counter()
-            exe = _STEP.lower(*args, **static).compile()
+            with compiling("engine step", f"B={arrays[0].shape[0]} T={arrays[0].shape[1]} pages={arrays[3].shape[1]}"):
+                exe = _STEP.lower(*args, **static).compile()
             EXECUTABLES.put(key, exe)
             with _COUNT_LOCK:
                 _COUNTS["compiles"] += 1

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from lowering import compile as lc
+from lowering import persistent_cache as pc
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,6 +32,7 @@ _CHILD = """
 import json, sys
 import numpy as np
 from lowering import compile as lc
+from lowering import persistent_cache as pc
 from maxfx.driver import CPU
 from maxfx.dtype import DType
 from maxfx.engine import InferenceSession
@@ -71,7 +73,7 @@ def flips(path, positions, level):
 mode = sys.argv[1]
 if mode == "run":
     a = run("a")
-    files_after_a = sorted(str(p) for p in lc._disk_dir.parent.rglob("*")) if lc._disk_dir else []
+    files_after_a = sorted(str(p) for p in pc.disk_dir().parent.rglob("*")) if pc.disk_dir() else []
     print(json.dumps({"a": a, "b": run("b"), "stats": lc.compile_stats(), "files_after_a": files_after_a}))
 else:
     run("a")  # warm the process: imports, eager ops
@@ -236,16 +238,16 @@ def _bad_paths(tmp_path: Path) -> dict[str, Path]:
 
 
 def test_bad_cache_path_in_the_environment_warns_once(tmp_path, monkeypatch):
-    enabled = lc._disk_dir
+    enabled = pc.disk_dir()
     for what, path in _bad_paths(tmp_path).items():
-        monkeypatch.setenv(lc.CACHE_DIR_ENV, str(path))
+        monkeypatch.setenv(pc.CACHE_DIR_ENV, str(path))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            lc._enable_from_environment()
+            pc.enable_from_environment()
         assert len(caught) == 1, (what, [str(w.message) for w in caught])
         message = str(caught[0].message)
-        assert str(path) in message and lc.CACHE_DIR_ENV in message and "disabled" in message, message
-        assert lc._disk_dir is enabled, f"{what}: the cache setting changed"
+        assert str(path) in message and pc.CACHE_DIR_ENV in message and "disabled" in message, message
+        assert pc.disk_dir() is enabled, f"{what}: the cache setting changed"
 
 
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root can write to a read-only directory")
@@ -255,17 +257,17 @@ def test_unwritable_cache_dir_raises_a_typed_error(tmp_path):
     locked.chmod(0o500)
     try:
         with pytest.raises(PermissionError, match="locked"):
-            lc.enable_persistent_cache(locked)
+            pc.enable_persistent_cache(locked)
     finally:
         locked.chmod(0o700)
 
 
 def test_enable_persistent_cache_on_a_file_raises_naming_the_path(tmp_path):
-    enabled = lc._disk_dir
+    enabled = pc.disk_dir()
     for path in _bad_paths(tmp_path).values():
         with pytest.raises(OSError, match=str(path)):
-            lc.enable_persistent_cache(path)
-    assert lc._disk_dir is enabled
+            pc.enable_persistent_cache(path)
+    assert pc.disk_dir() is enabled
 
 
 def test_import_with_a_file_as_cache_dir_runs_uncached(tmp_path):
@@ -273,4 +275,20 @@ def test_import_with_a_file_as_cache_dir_runs_uncached(tmp_path):
     proc = subprocess.run([sys.executable, "-c", _CHILD, "run"], capture_output=True, text=True, timeout=300, env=_env(path), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     _check_outputs(json.loads(proc.stdout.strip().splitlines()[-1]))
-    assert proc.stderr.count(lc.CACHE_DIR_ENV) == 1, proc.stderr
+    assert proc.stderr.count(pc.CACHE_DIR_ENV) == 1, proc.stderr
+
+
+def test_importing_maxfx_leaves_jax_config_alone_until_the_first_compile(tmp_path):
+    """The environment's cache is applied before the first compile, not at import (the user's jax.config is theirs)."""
+    child = (
+        "import jax, maxfx, numpy as np\n"
+        "before = jax.config.jax_compilation_cache_dir\n"
+        "from maxfx.experimental import functional as F\n"
+        "from maxfx.experimental.tensor import Tensor\n"
+        "np.asarray(F.exp(Tensor(np.ones(3, np.float32))))\n"
+        "print(repr(before), repr(jax.config.jax_compilation_cache_dir))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300, env=_env(tmp_path / "cache"), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    before, after = proc.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert before == "None" and str(tmp_path / "cache") in after, proc.stdout

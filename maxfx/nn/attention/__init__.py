@@ -20,10 +20,10 @@ from maxfx.nn.attention._rope_attention import (
     DataParallelAttentionWithRope,
     GGUFQAttentionWithRope,
     GPTQAttentionWithRope,
-    TensorParallelAttentionWithRope,
     distribute_value,
     num_heads_for_device,
 )
+from maxfx.nn.attention.attention_with_rope import TensorParallelAttentionWithRope
 from maxfx.nn.attention.interfaces import DistributedAttentionImpl
 from maxfx.nn.attention.mask_config import AttentionMaskVariant, MHAMaskConfig, MHAMaskVariant, PositionalEncodingVariant
 
