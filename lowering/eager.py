@@ -48,7 +48,7 @@ import numpy as np
 
 from lowering.context import TRACE, Context
 from lowering.device_memory import check_fits_device
-from lowering.devices import device_ref_of, has_hardware, jax_device
+from lowering.devices import array_device_ref, has_hardware, jax_device
 from lowering.dims import StaticDim, format_shape
 from lowering.dtypes import DType, promote_weak, result_dtype_for_python_scalar
 from lowering.executables import EXECUTABLES
@@ -578,20 +578,7 @@ def _concrete(t: Any, array: Any) -> Any:
     return t
 
 
-def _device_ref(array: Any) -> DeviceRef:
-    # A tracer has no device. Asking one anyway makes JAX build an error message that
-    # walks the whole jaxpr traced so far: tracing a model became quadratic in its
-    # depth (39 s of the 41 s it took to trace a 30-layer model).
-    if isinstance(array, _Tracer):
-        return DeviceRef.CPU()
-    try:
-        dev = next(iter(array.devices()))
-    except Exception:  # noqa: BLE001 - abstract values have no device
-        return DeviceRef.CPU()
-    return device_ref_of(dev)
-
-
-
+_device_ref = array_device_ref  # one decision for eager ops and Tensor leaves (lowering.devices)
 
 
 # ─── Realization ─────────────────────────────────────────────────────────

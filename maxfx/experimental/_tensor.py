@@ -29,7 +29,7 @@ import jax
 import numpy as np
 
 from lowering.context import Context, GraphBuilder, current_context, use_context
-from lowering.devices import has_hardware
+from lowering.devices import array_device_ref, has_hardware
 from lowering.dims import Dim, Shape, StaticDim
 from lowering.dtypes import DType
 from lowering.eager import EagerContext, LazyVar, is_lazy, pending_block, placed_leaf, realize, write_lock
@@ -41,7 +41,7 @@ from lowering.types import DeviceRef, TensorType
 from lowering.x64 import x64
 from maxfx import driver
 from maxfx._addressable import check_readable, describe
-from maxfx.driver._device import as_device, device_of_jax
+from maxfx.driver._device import as_device
 from maxfx.experimental import _random_state
 from maxfx.experimental._defaults import defaults
 from maxfx.graph import ops
@@ -92,17 +92,8 @@ def _leaf(array: Any, dtype: DType | None = None, device: driver.Device | None =
     """A realized tensor holding the JAX array ``array`` (or tracer)."""
     if dtype is None:
         dtype = DType.from_numpy(array.dtype)
-    ref = _device_ref(device) if device is not None else _array_device_ref(array)
+    ref = _device_ref(device) if device is not None else array_device_ref(array)
     return _new(LazyVar(TensorType(dtype, array.shape, ref), array=array))
-
-
-def _array_device_ref(array: Any) -> DeviceRef:
-    if isinstance(array, jax.core.Tracer):  # asking a tracer walks the whole jaxpr for an error message
-        return DeviceRef.CPU()
-    try:
-        return _device_ref(device_of_jax(next(iter(array.devices()))))
-    except (AttributeError, StopIteration, jax.errors.ConcretizationTypeError, ValueError):
-        return DeviceRef.CPU()
 
 
 def _host_value(array: Any, where: str) -> np.ndarray:
