@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from lowering.dtypes import DType
+from lowering.rope_math import rotate_pairs
 from maxfx.graph import ops
 
 __all__ = ["apply_rope", "default_inv_freq"]
@@ -20,7 +22,9 @@ def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool) -> Any:
     """Rotate the pairs of ``x``'s last dim (``head_dim``) by the angles whose cos/sin are given.
 
     Args:
-        x: ``[..., head_dim]`` (e.g. ``[batch, seq, heads, head_dim]``); the result has its shape and dtype.
+        x: ``[..., head_dim]`` (e.g. ``[batch, seq, heads, head_dim]``); the result has its shape and
+            dtype. The arithmetic is float32 whatever ``x``'s dtype, as in the ``rope_ragged``
+            kernel: both are `lowering.rope_math.rotate_pairs`.
         cos, sin: ``[..., head_dim // 2]``, broadcastable against ``x[..., :head_dim // 2]``.
         interleaved: rotate pairs ``(2i, 2i + 1)`` (GPT-J/Meta layout); False rotates
             ``(i, i + head_dim / 2)`` (Hugging Face's ``rotate_half`` layout).
@@ -29,18 +33,33 @@ def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool) -> Any:
         >>> cos, sin = rope_cos_sin(positions, inv_freq)  # doctest: +SKIP
         >>> q = apply_rope(q, ops.unsqueeze(cos, 2), ops.unsqueeze(sin, 2), interleaved=False)  # doctest: +SKIP
     """
-    if cos.dtype != x.dtype:
-        cos, sin = ops.cast(cos, x.dtype), ops.cast(sin, x.dtype)
-    if interleaved:
+    return rotate_pairs(x, cos, sin, interleaved=interleaved, xp=_GRAPH_ARRAYS)
+
+
+class _GraphArrays:
+    """`lowering.rope_math.RopeArrays` over graph values and Tensors (``maxfx.graph.ops``)."""
+
+    def to_float32(self, x: Any) -> Any:
+        return x if x.dtype == DType.float32 else ops.cast(x, DType.float32)
+
+    def cast(self, x: Any, dtype: DType) -> Any:
+        return x if x.dtype == dtype else ops.cast(x, dtype)
+
+    def split_interleaved(self, x: Any) -> tuple[Any, Any]:
         pairs = ops.as_interleaved_complex(x)
-        re, im = pairs[..., 0], pairs[..., 1]
-    else:
-        half = int(x.shape[-1]) // 2
-        re, im = x[..., :half], x[..., half:]
-    out_re, out_im = re * cos - im * sin, re * sin + im * cos
-    if interleaved:
-        return ops.reshape(ops.stack([out_re, out_im], axis=-1), x.shape)
-    return ops.concat([out_re, out_im], axis=-1)
+        return pairs[..., 0], pairs[..., 1]
+
+    def join_interleaved(self, re: Any, im: Any, like: Any) -> Any:
+        return ops.reshape(ops.stack([re, im], axis=-1), like.shape)
+
+    def concat_last(self, parts: list[Any]) -> Any:
+        return ops.concat(parts, axis=-1)
+
+    def last_dim(self, x: Any) -> int:
+        return int(x.shape[-1])
+
+
+_GRAPH_ARRAYS = _GraphArrays()
 
 
 def default_inv_freq(theta: float, rope_dim: int) -> np.ndarray:

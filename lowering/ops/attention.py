@@ -54,6 +54,7 @@ from lowering.ops._rules import (
     same_device,
 )
 from lowering.registry import OpDef, front, register
+from lowering.rope_math import JAX_ARRAYS, rotate_pairs
 from lowering.types import BufferType, TensorType, Type
 
 __all__ = [
@@ -696,16 +697,8 @@ def _rope_rule(x, freqs, row_offsets, start_pos, *rest, interleaved: bool, mrope
 
 
 def apply_rope(x, cos, sin, interleaved: bool):
-    """Rotate pairs of ``x [..., D]`` by angles with ``cos``/``sin [..., D/2]`` (float32 math)."""
-    xf = x.astype(jnp.float32)
-    if interleaved:
-        x0, x1 = xf[..., 0::2], xf[..., 1::2]
-        out = jnp.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], axis=-1).reshape(xf.shape)
-    else:
-        half = xf.shape[-1] // 2
-        x0, x1 = xf[..., :half], xf[..., half:]
-        out = jnp.concatenate([x0 * cos - x1 * sin, x0 * sin + x1 * cos], axis=-1)
-    return out.astype(x.dtype)
+    """Rotate pairs of ``x [..., D]`` by angles with ``cos``/``sin [..., D/2]`` (float32 math; `lowering.rope_math.rotate_pairs`)."""
+    return rotate_pairs(x, cos, sin, interleaved=interleaved, xp=JAX_ARRAYS)
 
 
 def _rope_impl(x, freqs, row_offsets, start_pos, *rest, interleaved: bool, mrope_section):

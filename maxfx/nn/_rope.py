@@ -322,7 +322,7 @@ class RotaryEmbedding(Module):
         length = v.shape[1] if seq_len is None else Dim(seq_len)
         table = self.freqs_cis_base()
         table = table.to(v.device) if table.device != v.device else table
-        angles = ops.cast(table[start : start + length], v.dtype)  # [seq, d/2, 2]
+        angles = table[start : start + length]  # [seq, d/2, 2]; apply_rope rotates in float32 and casts back to v.dtype
         cos = ops.unsqueeze(angles[:, :, 0], 1)  # [seq, 1, d/2]: broadcasts over batch and heads
         sin = ops.unsqueeze(angles[:, :, 1], 1)
         return apply_rope(v, cos, sin, interleaved=self.interleaved)
