@@ -339,6 +339,38 @@ def promote_weak(strong: DType, value: Any) -> DType:
     raise TypeError(f"promote_weak: unsupported scalar {value!r} of type {type(value).__name__}")
 
 
+def check_weak_array(dtype: DType, arr: Any) -> DType:
+    """Check that weak array data ``arr`` (numpy) promotes to ``dtype`` (MAX's rule, element by element); return ``dtype``.
+
+    Float data goes only into float dtypes; int data must lie in the dtype's
+    full-precision range (`_DTYPE_MIN_AND_MAX_FULL_PRECISION`), so
+    ``np.array([1000, 1])`` does not go into int8 (it would wrap to ``[-24, 1]``).
+    The one check for eager and graph ops (`lowering.plan.weak_array`) and
+    ``max.graph.dtype_promotion`` (`maxfx.graph.dtype_promotion`).
+
+    Raises:
+        ValueError: "Unsafe cast: ..." naming the offending value and the range.
+
+    Example:
+        >>> check_weak_array(DType.int8, np.array([100, -3]))
+        <DType.int8: 135>
+        >>> check_weak_array(DType.int8, np.array([1000, 1]))
+        Traceback (most recent call last):
+        ValueError: Unsafe cast: array value 1000 is out of the range [-128, 127] that dtype(DType.int8) holds exactly
+    """
+    arr = np.asarray(arr)
+    if arr.dtype.kind == "f":
+        if not dtype.is_float():
+            raise ValueError(f"Unsafe cast: can't promote a float array ({arr.dtype}) to dtype({dtype})")
+        return dtype
+    if arr.dtype.kind in "iu" and arr.size:
+        lo, hi = _DTYPE_MIN_AND_MAX_FULL_PRECISION[dtype]
+        for v in (int(arr.min()), int(arr.max())):
+            if not lo <= v <= hi:
+                raise ValueError(f"Unsafe cast: array value {v} is out of the range [{lo}, {hi}] that dtype({dtype}) holds exactly")
+    return dtype
+
+
 def result_dtype_for_python_scalar(value: Any) -> DType:
     """Default dtype of a bare Python scalar: bool, int64 or float32."""
     if isinstance(value, (bool, np.bool_)):

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from lowering.dims import Dim
-from lowering.dtypes import DType, promote_strong, promote_weak, result_dtype_for_python_scalar
+from lowering.dtypes import DType, check_weak_array, promote_strong, promote_weak, result_dtype_for_python_scalar
 from lowering.ir import holds_graph_values, param_key
 from lowering.registry import OpDef, OpError
 from lowering.types import DeviceRef, TensorType, Type
@@ -347,11 +347,13 @@ def weak_array(op_name: str, x: Any, dtype: DType, *, promoted: bool) -> np.ndar
 
     ``promoted``: ``dtype`` comes from MAX promotion (a ``"weak"`` action), so
     the data must fit it: a scalar's *value* must be representable, an array
-    must not be float data going into an integer dtype. Otherwise ``dtype`` is
+    must not be float data going into an integer dtype nor ints outside the
+    dtype's range (`lowering.dtypes.check_weak_array`). Otherwise ``dtype`` is
     the data's own default dtype.
 
     Raises:
-        OpError: a value that does not fit the promoted dtype (``int32`` op with 1.5).
+        OpError: a value that does not fit the promoted dtype (``int32`` op with 1.5,
+            ``int8`` op with ``np.array([1000, 1])``).
     """
     if isinstance(x, Dim):
         x = int(x)
@@ -362,8 +364,7 @@ def weak_array(op_name: str, x: Any, dtype: DType, *, promoted: bool) -> np.ndar
             promote_weak(dtype, x)
             return _cast(x, dtype)
         arr = np.asarray(x)
-        if arr.dtype.kind == "f" and not dtype.is_float():
-            raise ValueError(f"Unsafe cast: can't promote a float array to dtype({dtype})")
+        check_weak_array(dtype, arr)
         return _cast(arr, dtype)
     except ValueError as e:
         raise OpError(f"{op_name}: {e}") from None

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from lowering.dtypes import _DTYPE_MIN_AND_MAX_FULL_PRECISION, DType, promote_weak  # noqa: F401 - the table under MAX's name
+from lowering.dtypes import _DTYPE_MIN_AND_MAX_FULL_PRECISION, DType, check_weak_array, promote_weak  # noqa: F401 - the table under MAX's name
 from lowering.ops.core import constant
 from lowering.types import DeviceRef, TensorType
 
@@ -39,17 +39,6 @@ def _as_array(value: Any) -> np.ndarray | None:
     if hasattr(value, "to_numpy"):
         return np.asarray(value.to_numpy())
     return np.asarray(value)
-
-
-def _check_array(arr: np.ndarray, dtype: DType) -> None:
-    """MAX's rule for each element of a weak array: floats only into float dtypes, ints within the range."""
-    if arr.dtype.kind == "f":
-        if not dtype.is_float():
-            raise ValueError(f"Unsafe cast: can't promote a float array ({arr.dtype}) to dtype({dtype})")
-        return
-    if arr.dtype.kind in "iu" and arr.size:
-        promote_weak(dtype, int(arr.min()))
-        promote_weak(dtype, int(arr.max()))
 
 
 def _promote_to_strong(value: Any, strong_dtype: DType, device: DeviceRef | Any) -> Any:
@@ -69,6 +58,6 @@ def _promote_to_strong(value: Any, strong_dtype: DType, device: DeviceRef | Any)
     if arr is None:
         promote_weak(strong_dtype, value)
         return constant(value, strong_dtype, device)
-    _check_array(arr, strong_dtype)
+    check_weak_array(strong_dtype, arr)
     return constant(arr.astype(strong_dtype.to_numpy()), strong_dtype, device)
 

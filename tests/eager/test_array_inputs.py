@@ -130,3 +130,32 @@ def test_modules_take_arrays(mode, kind):
     # numpy data wrapped as a Tensor; under jit numpy arguments become JAX values.
     mlp_in = Tensor(arr) if kind == "numpy" and mode == "eager" else arr
     np.testing.assert_allclose(np.asarray(_run(mode, mlp, mlp_in)), _mlp_ref(mlp, X), rtol=1e-5, atol=1e-6)
+
+
+# ─── weak numpy data out of an int dtype's range (issue 35 item 1c) ──────
+
+
+def test_weak_int_array_out_of_range_is_refused_as_in_the_graph():
+    """``int8 + np.array([1000, 1])`` wrapped to ``[-23, 3]`` eagerly; MAX's promotion refuses it (one check, same error)."""
+    from lowering.dtypes import check_weak_array
+    from lowering.registry import OpError
+    from maxfx.dtype import DType
+    from maxfx.graph import DeviceRef, Graph, TensorType, dtype_promotion, ops
+
+    t = Tensor(np.array([1, 2], np.int8))
+    data = np.array([1000, 1])
+    with pytest.raises(ValueError) as promo:
+        with Graph("promote"):
+            dtype_promotion._promote_to_strong(data, DType.int8, DeviceRef.CPU())
+    with pytest.raises(ValueError) as direct:
+        check_weak_array(DType.int8, data)
+    with pytest.raises(OpError) as eager:
+        ops.add(t, data)
+    with pytest.raises(OpError) as graph:
+        with Graph("g", input_types=[TensorType(DType.int8, [2], DeviceRef.CPU())]) as g:
+            ops.add(g.inputs[0], data)
+    msg = str(promo.value)
+    assert "1000" in msg and "[-128, 127]" in msg and str(direct.value) == msg
+    assert str(eager.value) == f"add: {msg}" == str(graph.value)
+    # in range it still works (numpy's int8 sum)
+    np.testing.assert_array_equal(ops.add(t, np.array([100, -3])).to_numpy(), np.array([1, 2], np.int8) + np.array([100, -3], np.int8))
