@@ -31,7 +31,7 @@ from maxfx.models._llama import LlamaForCausalLM
 from maxfx.models._source import CheckpointSource, GGUFSource, ParamSource
 from maxfx.models._tokenizer import attach_tokenizer
 
-__all__ = ["ARCHITECTURES", "check_architecture", "load_pretrained", "open_checkpoint", "read_hf_config"]
+__all__ = ["ARCHITECTURES", "check_architecture", "load_pretrained", "open_checkpoint", "read_hf_config", "weights_dtype"]
 
 # model_type / general.architecture -> (config class, model class)
 # The Llama family shares one definition (`LlamaForCausalLM`); each config class says what differs.
@@ -57,8 +57,8 @@ def load_pretrained(path: os.PathLike[str] | str, *, dtype: DType | None = None,
     Args:
         path: a folder with ``config.json`` and ``model.safetensors`` (or shards,
             or ``pytorch_model.bin``), or a ``.gguf`` file (config from its metadata).
-        dtype: convert float weights to this dtype (default: as stored). Packed
-            GGUF weights stay packed.
+        dtype: convert float weights to this dtype (default: as stored): a `DType`
+            or its name (``"bfloat16"``, ``"float32"``...). Packed GGUF weights stay packed.
         device: where to put the model; default: MAX's default device, the first
             GPU when there is one, else the CPU (``MAXFX_DEFAULT_DEVICE=cpu``
             keeps models on the CPU of a GPU machine).
@@ -68,10 +68,12 @@ def load_pretrained(path: os.PathLike[str] | str, *, dtype: DType | None = None,
         config's class says which) or a `GPT2LMHeadModel`.
 
     Raises:
+        TypeError: ``dtype`` is neither a DType, a dtype name nor None.
         FileNotFoundError: ``path`` does not exist, or the folder has no config or weights.
         ConfigError: bad ``config.json`` or GGUF metadata, or an unsupported architecture.
         CheckpointMismatchError: a tensor is missing, extra or mis-shaped for the config.
-        ValueError: a corrupt or truncated weight file (the message names it).
+        ValueError: a corrupt or truncated weight file (the message names it), or
+            ``dtype`` names no float dtype.
         TokenizerError: a corrupt ``tokenizer.json``, or a GGUF tokenizer other than byte-level BPE.
     """
     start = time.perf_counter()
@@ -103,6 +105,7 @@ def open_checkpoint(path: os.PathLike[str] | str, dtype: DType | None, caller: s
         >>> config.architecture, src.read("model.norm.weight", (64,)).value.shape  # doctest: +SKIP
         ('llama', (64,))
     """
+    dtype = weights_dtype(dtype, caller)
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{caller}: {str(p)!r} does not exist")
@@ -111,6 +114,28 @@ def open_checkpoint(path: os.PathLike[str] | str, dtype: DType | None, caller: s
     if p.suffix.lower() != ".gguf":
         raise ValueError(f"{caller}: {str(p)!r} is a file but not .gguf; pass a folder with config.json and weights, or a .gguf file")
     return _open_gguf(p, dtype, caller, only)
+
+
+def weights_dtype(dtype: Any, caller: str) -> DType | None:
+    """The ``dtype`` argument of the loaders as a `DType`: a DType, a dtype name (``"bfloat16"``, ``"float32"``...) or None.
+
+    Raises:
+        TypeError: ``dtype`` is neither a DType, a str nor None (the message names ``dtype``).
+        ValueError: a name that is not a float DType's (the message lists them).
+
+    Example:
+        >>> weights_dtype("bfloat16", "load_pretrained")
+        <DType.bfloat16: 80>
+    """
+    if dtype is None or isinstance(dtype, DType):
+        return dtype
+    floats = [d.name for d in DType if d.is_float()]
+    if isinstance(dtype, str):
+        name = dtype.strip().lower().removeprefix("dtype.")
+        if name in floats:
+            return DType[name]
+        raise ValueError(f"{caller}: dtype={dtype!r} is not a float dtype name; expected a maxfx.dtype.DType or one of {floats}")
+    raise TypeError(f"{caller}: dtype must be a maxfx.dtype.DType (e.g. DType.bfloat16) or a dtype name such as 'bfloat16' or 'float32', got {type(dtype).__name__} {dtype!r}")
 
 
 def read_hf_config(folder: Path, caller: str = "load_pretrained") -> tuple[dict[str, Any], str]:
