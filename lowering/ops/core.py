@@ -36,18 +36,78 @@ constant_p = register(
 )
 
 
+def _length(x: Any) -> int | None:
+    """How many items a nested-list element has (None for a scalar or a 0-d array)."""
+    if isinstance(x, (list, tuple)):
+        return len(x)
+    if isinstance(x, np.ndarray) and x.ndim:
+        return len(x)
+    return None
+
+
+def ragged_at(value: Any) -> str | None:
+    """Where nested list ``value`` is ragged ("at depth 1, value[0] has 2 items but value[1] has 1"); None if it is not.
+
+    Every element at one depth (across all parents) is compared with the first
+    element at that depth: a list of another length, or a scalar beside a list.
+
+    Example:
+        >>> ragged_at([[1.0, 2.0], [3.0]])
+        'at depth 1, value[0] has 2 items but value[1] has 1 item'
+        >>> ragged_at([[1, 2], [3, 4]]) is None
+        True
+    """
+
+    def name(path: tuple[int, ...]) -> str:
+        return "value" + "".join(f"[{i}]" for i in path)
+
+    def what(path: tuple[int, ...], n: int | None) -> str:
+        return f"{name(path)} is a scalar" if n is None else f"{name(path)} has {n} item" + ("" if n == 1 else "s")
+
+    if _length(value) is None:
+        return None
+    level: list[tuple[tuple[int, ...], Any]] = [((), value)]
+    depth = 0
+    while level:
+        depth += 1
+        first: tuple[tuple[int, ...], int | None] | None = None
+        children = []
+        for path, seq in level:
+            for i, item in enumerate(seq):
+                n = _length(item)
+                if first is None:
+                    first = (path + (i,), n)
+                elif n != first[1]:
+                    return f"at depth {depth}, {what(*first)} but {what(path + (i,), n)}"
+                if n is not None:
+                    children.append((path + (i,), item))
+        level = children
+    return None
+
+
 def to_constant_array(value: Any, dtype: DType | None, op: str = "constant") -> tuple[np.ndarray, DType]:
     """Host array and dtype for constant data (scalar, nested list or DLPack array).
 
     Precision loss is allowed (16777217 becomes 16777216.0 in float32); values
     outside an integer dtype's range are an error.
+
+    Raises:
+        ValueError: a ragged nested list (the message says at which depth and
+            which lengths differ, `ragged_at`), or a value out of an int dtype's range.
+        TypeError: a value that is not numbers.
     """
     if hasattr(value, "__dlpack__") and not isinstance(value, np.ndarray):
         try:
             value = np.from_dlpack(value)
         except (TypeError, BufferError, RuntimeError):
             value = np.asarray(value)
-    arr = np.asarray(value)
+    try:
+        arr = np.asarray(value)
+    except ValueError:
+        where = ragged_at(value)
+        if where is None:
+            raise
+        raise ValueError(f"{op}: the nested list is ragged: {where}; every list at one depth must have the same length (pad the shorter lists)") from None
     if arr.dtype == object:
         raise TypeError(f"{op}: value must be a number, a nested sequence of numbers or a DLPack array, got {type(value).__name__}")
     if dtype is None:

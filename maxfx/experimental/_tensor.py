@@ -683,7 +683,12 @@ def _is_layout(device: Any) -> bool:
 
 
 def _is_bool_data(value: Any) -> bool:
-    return isinstance(value, (bool, list, tuple)) and np.asarray(value).dtype == np.bool_
+    if not isinstance(value, (bool, list, tuple)):
+        return False
+    try:
+        return np.asarray(value).dtype == np.bool_
+    except ValueError:  # a ragged list: `to_constant_array` says where
+        return False
 
 
 def _is_named_dim(d: Any) -> bool:

@@ -52,6 +52,28 @@ def test_constant_rejects_bad_data():
         Tensor()
 
 
+@pytest.mark.parametrize(
+    ("data", "where"),
+    [
+        ([[1.0, 2.0], [3.0]], "at depth 1, value[0] has 2 items but value[1] has 1 item"),
+        ([[[1.0, 2.0]], [[3.0]]], "at depth 2, value[0][0] has 2 items but value[1][0] has 1 item"),
+        ([1.0, [2.0]], "at depth 1, value[0] is a scalar but value[1] has 1 item"),
+        ([[True, False], [True]], "at depth 1, value[0] has 2 items but value[1] has 1 item"),
+    ],
+)
+def test_ragged_nested_list_names_depth_and_lengths(data, where):
+    """Issue 35 item 2b: numpy's "inhomogeneous shape" message became one that says where the list is ragged."""
+    with pytest.raises(ValueError, match="inhomogeneous"):
+        np.array(data, dtype=np.float32)  # what numpy says (and what Tensor used to raise)
+    for make in (Tensor, lambda d: ops.constant(d, DType.float32, device=CPU())):
+        with pytest.raises(ValueError) as e:
+            make(data)
+        assert "the nested list is ragged" in str(e.value) and where in str(e.value)
+        assert "inhomogeneous" not in str(e.value)
+    # a rectangular list of the same numbers is fine, as numpy builds it
+    np.testing.assert_array_equal(Tensor([[1.0, 2.0], [3.0, 4.0]]).to_numpy(), np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))
+
+
 def test_filled_and_range_constructors():
     np.testing.assert_array_equal(Tensor.zeros([2, 3]).to_numpy(), np.zeros((2, 3), np.float32))
     np.testing.assert_array_equal(Tensor.ones([2], dtype=DType.int32).to_numpy(), [1, 1])
