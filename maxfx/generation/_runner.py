@@ -464,15 +464,23 @@ class ModelRunner:
         if full > self._sealed[rid]:
             self._sealed[rid] = self.pool.seal(self._pages[rid][:full], c.tokens[: full * self.page_size].tolist(), self._sealed[rid])
 
-    def warmup(self, *, prefill: bool = True, decode: bool = True, progress: bool = False) -> int:
-        """Compile every bucket the scheduler can use (greedy sampling); returns the programs compiled now."""
+    def warmup(self, *, prefill: bool = True, decode: bool = True, progress: bool = False, prefill_rows: int = 1, prefill_tokens: int | None = None) -> int:
+        """Compile every bucket the scheduler can use (greedy sampling); returns the programs compiled now.
+
+        ``prefill_rows`` / ``prefill_tokens``: the scheduler's ``max_prefill_rows`` and
+        ``max_prefill_tokens``; prefill steps of up to that many rows within that many
+        padded tokens are compiled too (one row: every chunk bucket).
+        """
         before = _COUNTS["compiles"]
         widths = sorted({self._width(1, n) for n in range(1, self.max_pages_per_seq + 1)})
+        budget = self.prefill_chunk_size if prefill_tokens is None else int(prefill_tokens)
         shapes = []
         if decode:
             shapes += [(b, 1, w) for b in sorted({_bucket(n) for n in range(1, self.max_batch_size + 1)}) for w in widths]
         if prefill:
-            shapes += [(1, t, self.max_pages_per_seq) for t in sorted({_bucket(n, 16) for n in range(2, self.prefill_chunk_size + 1)})]
+            rows = sorted({_bucket(n) for n in range(1, min(int(prefill_rows), self.max_batch_size) + 1)})
+            chunks = sorted({_bucket(n, 16) for n in range(2, self.prefill_chunk_size + 1)})
+            shapes += [(b, t, self.max_pages_per_seq) for b in rows for t in chunks if b == 1 or b * t <= budget]
         for b, t, w in shapes:
             arrays = (np.zeros((b, t), np.int32), np.zeros((b, t), np.int32), np.zeros((b, t), np.int32), np.zeros((b, w), np.int32), np.zeros(b, np.int32))
             params = SamplingRows.build([{}] * b, [0] * b)

@@ -91,7 +91,7 @@ class ServedModel:
         self.warmup_s = 0.0
         if config.warmup:
             t = time.perf_counter()
-            self.pipeline.runner.warmup()
+            self.pipeline.warmup()
             self.warmup_s = time.perf_counter() - t
         self.scheduler.start()
         self._embeddings: Any = None

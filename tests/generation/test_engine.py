@@ -227,6 +227,20 @@ def test_no_compile_after_warmup(llama):
     assert compile_counts()["compiles"] == before
 
 
+def test_no_compile_after_warmup_with_batched_prefill(llama):
+    """Prompts arriving together prefill several per step (max_prefill_rows); warmup compiled those shapes too."""
+    runner = ModelRunner(llama, max_batch_size=4, max_length=64, page_size=16, prefill_chunk_size=32, min_context=32)
+    sched = Scheduler(runner, max_prefill_rows=4, max_prefill_tokens=64)
+    runner.warmup(prefill_rows=sched.max_prefill_rows, prefill_tokens=sched.max_prefill_tokens)
+    before = compile_counts()["compiles"]
+    lengths = [3, 17, 30, 9, 31, 2]
+    streams = [sched.submit(TextContext(max_length=64, tokens=np.arange(1, n + 1), sampling_params=SamplingParams(top_k=1, max_new_tokens=4))) for n in lengths]
+    sched.run_until_idle()
+    assert [len(s.result().tokens) for s in streams] == [4] * len(lengths)
+    assert sched.stats.prefill_steps < len(lengths)  # some steps encoded several prompts
+    assert compile_counts()["compiles"] == before
+
+
 def test_cancel_frees_pages_at_once(llama):
     runner = ModelRunner(llama, max_batch_size=4, max_length=MAX_LEN, page_size=16)
     sched = Scheduler(runner)

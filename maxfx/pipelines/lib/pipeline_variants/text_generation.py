@@ -71,8 +71,18 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
         """The `maxfx.generation.Scheduler` over this pipeline's runner (what `generate` and `LLM` use)."""
         if self._scheduler is None:
             text = getattr(self._tokenizer, "delegate", None)
-            self._scheduler = Scheduler(self.runner, tokenizer=text if hasattr(text, "decode") else None)
+            # MAX's max_ce_batch_size: requests per prefill batch; its prefill_chunk_size: the batch's tokens.
+            self._scheduler = Scheduler(
+                self.runner, tokenizer=text if hasattr(text, "decode") else None,
+                max_prefill_rows=min(int(self.pipeline_config.max_ce_batch_size), self.runner.max_batch_size),
+                max_prefill_tokens=max(int(self.pipeline_config.prefill_chunk_size), self.runner.prefill_chunk_size),
+            )  # fmt: skip
         return self._scheduler
+
+    def warmup(self) -> int:
+        """Compile every step the scheduler can run with greedy requests (`ModelRunner.warmup`); returns the programs compiled."""
+        s = self.scheduler
+        return self.runner.warmup(prefill_rows=s.max_prefill_rows, prefill_tokens=s.max_prefill_tokens)
 
     # ── one call ──
     def calculate_num_steps(self, num_steps: int, context: TextContext) -> int:
