@@ -216,6 +216,12 @@ def find_context(op_name: str, inputs: Sequence[Any]) -> Context:
         return ambient  # closure capture inside a nested block (cond / while_loop bodies)
     if found is TRACE and ambient is not None:
         return ambient
+    closed = getattr(found, "closed_graph", None)
+    if closed is not None and not found.is_ancestor_of(ambient):
+        raise RuntimeError(
+            f"{op_name}: an input belongs to Graph {closed!r}, whose `with Graph(...)` block has closed; "
+            f"use its values inside that block (or re-enter it: `with graph:`)"
+        )
     return found
 
 
@@ -290,6 +296,9 @@ class GraphBuilder(Context):
         parent: the enclosing builder for nested blocks (closure capture allowed).
         default_device: device of constants created from Python data.
     """
+
+    closed_graph: str | None = None
+    """The name of the Graph this builder records for while its ``with`` block is closed (`find_context` refuses new ops then)."""
 
     def __init__(
         self,

@@ -44,6 +44,27 @@ def test_values_from_another_graph_are_rejected():
             ops.add(xa, b.inputs[0])
 
 
+def test_values_of_a_closed_graph_are_refused_naming_it():
+    """Issue 35 item 2c: an op on a value after its ``with Graph(...)`` block closed joined the closed graph silently."""
+    from maxfx.experimental.tensor import Tensor
+
+    with Graph("closed_g", input_types=[TensorType(DType.float32, [2])]) as g:
+        x = g.inputs[0]
+        g.output(ops.relu(x))
+    n_nodes = len(g._block.nodes)
+    for use in (lambda: ops.relu(x), lambda: x + 1.0, lambda: Tensor.from_graph_value(x) * 2):
+        with pytest.raises(RuntimeError, match=r"Graph 'closed_g', whose `with Graph\(...\)` block has closed"):
+            use()
+    with Graph("other", input_types=[TensorType(DType.float32, [2])]) as other:  # not from inside another graph either
+        with pytest.raises(RuntimeError, match="'closed_g'"):
+            ops.exp(x)
+        other.output(other.inputs[0])
+    assert len(g._block.nodes) == n_nodes  # nothing was added to the closed graph
+    assert g.output_types == [TensorType(DType.float32, [2])]
+    with g:  # re-entering the graph allows ops on its values again
+        assert ops.relu(x).type == TensorType(DType.float32, [2])
+
+
 def test_op_outside_a_graph_needs_a_value():
     with pytest.raises(RuntimeError, match="no active Graph"):
         ops.constant(1.0, DType.float32)

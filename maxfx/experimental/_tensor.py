@@ -119,6 +119,10 @@ class _GraphTensors(Context):
     def recording_builder(self) -> Context:
         return self.builder
 
+    @property
+    def closed_graph(self) -> str | None:
+        return getattr(self.builder, "closed_graph", None)  # Tensors of a closed Graph's values raise as its values do
+
     def nested(self, child: Context) -> Context:
         return _graph_context(child)  # branch and loop-body code sees Tensors too
 

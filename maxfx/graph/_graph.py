@@ -246,12 +246,16 @@ class Graph:
         token_ctx.__enter__()
         token_stack = enter_graph(self)
         self._ctx_stack.append((token_ctx, token_stack))
+        self._builder.closed_graph = None
         return self
 
     def __exit__(self, *exc: Any) -> None:
         token_ctx, token_stack = self._ctx_stack.pop()
         exit_graph(token_stack)
         token_ctx.__exit__(*exc)
+        if not self._ctx_stack:
+            # Ops on this graph's values outside its block raise (naming the graph) instead of joining it silently.
+            self._builder.closed_graph = self.name
 
     # -- inputs / outputs ----------------------------------------------------
     @property
