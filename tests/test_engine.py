@@ -62,6 +62,29 @@ def test_driver_tensors_and_scalars_as_inputs():
     np.testing.assert_array_equal(out[0].to_numpy(), [4, 5])
 
 
+def test_python_lists_convert_to_the_declared_dtype():
+    """Issue 35 item 2d: ``execute([[1.0, 2.0]])`` said "expected float32, got float64"; Python data takes the input's dtype."""
+    model = InferenceSession().load(_relu_graph(["batch", 2]))
+    data = [[1.0, -2.0], [-3.5, 4.0]]
+    out = model.execute(data)[0].to_numpy()
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, np.maximum(np.array(data, np.float32), 0))
+    np.testing.assert_array_equal(model((((1, -2),)))[0].to_numpy(), [[1.0, 0.0]])  # int tuples into float32
+    with Graph("i8", input_types=[TensorType(DType.int8, [2])]) as g:
+        g.output(g.inputs[0] + 1)
+    int8 = InferenceSession().load(g)
+    out = int8.execute([1, -2])[0].to_numpy()
+    assert out.dtype == np.int8 and out.tolist() == [2, -1]
+    # values that do not fit are refused (no silent wrap or truncation), saying what to pass instead
+    for bad, why in (([1000, 1], r"1000 is out of the range \[-128, 127\]"), ([1.5, 2.0], "float array")):
+        with pytest.raises(ValueError, match=rf"input 0 \('input0'.*{why}.*pass a numpy array of dtype int8"):
+            int8.execute(bad)
+    with pytest.raises(ValueError, match=r"input 0.*ragged: at depth 1"):
+        model.execute([[1.0, 2.0], [3.0]])
+    with pytest.raises(ValueError, match=r"input 0.*dtype float32.*float64"):  # a numpy array keeps its dtype (no silent cast)
+        model.execute(np.array(data))
+
+
 def test_call_with_keywords_and_metadata():
     with Graph("kw", input_types=[TensorType(DType.float32, ["b", 2])]) as g:
         g.output(g.inputs[0] + 1)

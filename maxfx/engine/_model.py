@@ -24,7 +24,8 @@ import numpy as np
 
 from lowering.compile import CompiledBlock, InputMismatchError
 from lowering.debug_print import DEFAULT_PRINT_OPTIONS, PrintOptions, using_print_options
-from lowering.dtypes import DType
+from lowering.dtypes import DType, check_weak_array
+from lowering.ops.core import to_constant_array
 from lowering.hlo_summary import kernel_summaries
 from lowering.types import BufferType
 from maxfx.driver import Tensor
@@ -167,15 +168,17 @@ class Model:
     def execute(self, *args: Any) -> list[Any]:
         """Run the model on one argument per graph input; returns a list of driver Tensors.
 
-        Arguments may be driver Tensors, numpy/JAX/DLPack arrays or Python scalars
-        (for rank-0 inputs). Buffer inputs must be driver Tensors; they are updated
+        Arguments may be driver Tensors, numpy/JAX/DLPack arrays, or Python
+        scalars and (nested) lists, which are converted to the input's declared
+        dtype (``[[1.0, 2.0]]`` for a float32 input) when their values fit it. Buffer inputs must be driver Tensors; they are updated
         in place: the executable reuses (donates) their memory when the engine owns it
         (a previous execution's value, or host memory it copies anyway), so a
         step does not copy e.g. a whole KV-cache pool.
 
         Raises:
             ValueError: an input's dtype or shape does not match the graph (the
-                message names the input and the expected type).
+                message names the input and the expected type), or a Python
+                value does not fit the input's dtype (a float for an int input).
         """
         inputs = self._compiled.block.inputs
         if len(args) != len(inputs):
@@ -184,8 +187,8 @@ class Model:
         for i, (v, a) in enumerate(zip(inputs, args)):
             if isinstance(v.type, BufferType) and not isinstance(a, Tensor):
                 raise TypeError(f"Model {self._name!r}: input {i} is a buffer ({v.type}); pass a maxfx.driver.Tensor so it can be updated in place")
-            if isinstance(a, (int, float, bool, np.generic)) and not isinstance(a, np.ndarray):
-                a = np.asarray(a, dtype=v.type.dtype.to_numpy())
+            if isinstance(a, (int, float, bool, np.generic, list, tuple)) and not isinstance(a, np.ndarray):
+                a = self._python_input(i, v.type, a)
             require_contiguous(f"Model {self._name!r}", f"input {i}", a)
             arrays.append(as_array(a))
         try:
@@ -203,6 +206,27 @@ class Model:
             args[i]._assign(final)
             _engine_buffers[id(final)] = final
         return [Tensor._from_array(o) for o in outs]
+
+    def _python_input(self, i: int, t: Any, value: Any) -> np.ndarray:
+        """A Python scalar or (nested) list for input ``i`` as an array of the input's dtype, as MAX converts Python values.
+
+        The values must fit the dtype as MAX's promotion of weak values requires
+        (`lowering.dtypes.check_weak_array`: no floats into an int input, ints
+        within its range); a numpy scalar keeps its own value, cast.
+        """
+        dtype = t.dtype
+        name = self._input_names[i] if i < len(self._input_names) else f"input {i}"
+        where = f"Model {self._name!r}: input {i} ({name!r}, {t})"
+        if isinstance(value, np.generic):
+            return np.asarray(value, dtype=dtype.to_numpy())
+        try:
+            to_constant_array(value, None, op=where)  # numbers only; a ragged list is named
+            check_weak_array(dtype, np.asarray(value))
+        except (TypeError, ValueError) as e:
+            msg = str(e).removeprefix(f"{where}: ")
+            raise ValueError(f"{where}: the Python value does not convert to {dtype}: {msg}; pass a numpy array of dtype {dtype.to_numpy()} instead") from None
+        with np.errstate(over="ignore"):
+            return np.asarray(value, dtype=dtype.to_numpy())
 
     def _printing(self) -> contextlib.AbstractContextManager:
         """Around a run: the session's print options, and return only after the run's prints (if it has print ops)."""
