@@ -69,7 +69,7 @@ def test_python_lists_convert_to_the_declared_dtype():
     out = model.execute(data)[0].to_numpy()
     assert out.dtype == np.float32
     np.testing.assert_array_equal(out, np.maximum(np.array(data, np.float32), 0))
-    np.testing.assert_array_equal(model((((1, -2),)))[0].to_numpy(), [[1.0, 0.0]])  # int tuples into float32
+    np.testing.assert_array_equal(model(((1, -2),))[0].to_numpy(), [[1.0, 0.0]])  # int tuples into float32
     with Graph("i8", input_types=[TensorType(DType.int8, [2])]) as g:
         g.output(g.inputs[0] + 1)
     int8 = InferenceSession().load(g)

@@ -25,8 +25,8 @@ import numpy as np
 from lowering.compile import CompiledBlock, InputMismatchError
 from lowering.debug_print import DEFAULT_PRINT_OPTIONS, PrintOptions, using_print_options
 from lowering.dtypes import DType, check_weak_array
-from lowering.ops.core import to_constant_array
 from lowering.hlo_summary import kernel_summaries
+from lowering.ops.core import to_constant_array
 from lowering.types import BufferType
 from maxfx.driver import Tensor
 from maxfx.driver._tensor import as_array
