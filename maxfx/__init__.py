@@ -29,6 +29,14 @@ _LAZY |= {"save": "maxfx._checkpoint", "restore": "maxfx._checkpoint"}
 # Scalar losses and all-axis reductions (issue 18).
 _LAZY |= {"losses": "maxfx.losses"}
 
+# The errors ops raise (issue 35): catch them as ``maxfx.OpError`` & co. without reaching into lowering.
+_LAZY |= {
+    "OpError": "lowering.registry",  # an op rejected its inputs (a ValueError)
+    "AxisError": "lowering.ops._rules",  # an axis out of range (an OpError and an IndexError)
+    "IndexOpError": "lowering.ops._indexing_util",  # a bad index (an OpError and an IndexError)
+    "DataDependentShapeError": "lowering.ops.advanced_indexing",  # a result shape that depends on values (an IndexOpError)
+}
+
 __all__ = list(_SUBMODULES) + list(_LAZY)
 
 

@@ -84,6 +84,30 @@ def test_artifact_error_is_a_public_name_load_exported_raises(tmp_path):
         maxfx.load_exported(path)
 
 
+def test_op_errors_are_top_level_names():
+    """Issue 35 item 2e: the errors ops raise are importable from ``maxfx`` (and listed in ``__all__``)."""
+    import jax
+    import numpy as np
+
+    from maxfx import AxisError, DataDependentShapeError, IndexOpError, OpError
+    from maxfx.experimental.tensor import Tensor
+    from maxfx.graph import ops
+
+    names = ("OpError", "AxisError", "IndexOpError", "DataDependentShapeError")
+    assert all(n in maxfx.__all__ and n in dir(maxfx) for n in names)
+    assert issubclass(OpError, ValueError) and issubclass(AxisError, OpError) and issubclass(AxisError, IndexError)
+    assert issubclass(IndexOpError, OpError) and issubclass(DataDependentShapeError, IndexOpError)
+    x = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    with pytest.raises(AxisError, match="axis"):
+        ops.softmax(x, axis=5)
+    with pytest.raises(OpError, match="matmul"):
+        ops.matmul(x, x)
+    with pytest.raises(IndexOpError, match="too many indices"):
+        x[0, 0, 0]
+    with pytest.raises(DataDependentShapeError):
+        jax.jit(lambda t: t[t > 3.0])(x)
+
+
 # ─── no dynamically filled public namespace ───────────────────────────────
 
 
