@@ -476,14 +476,15 @@ class Tensor(TensorOperators):
         """The single value as a Python scalar.
 
         Raises:
-            ValueError: the tensor has more than one element.
+            TypeError: the tensor does not have exactly one element (as MAX 26.7's
+                ``Tensor.item``; the driver's ``Buffer.item`` raises a ValueError, as MAX's does).
             NotAddressableError: in a multi-process job, the one element lives on another process's device.
         """
         if self._gv is not None:
             self._array()  # raises: symbolic values have no Python value
         n = self.num_elements()
         if n != 1:
-            raise ValueError(f"Tensor.item: only tensors with exactly one element can be converted to a Python scalar; this one has shape {list(map(int, self.shape))} ({n} elements)")
+            raise TypeError(f"Tensor.item: only tensors with exactly one element can be converted to a Python scalar; this one has shape {list(map(int, self.shape))} ({n} elements)")
         return self._numpy("Tensor.item").reshape(()).item()
 
     def to(self, device: Any) -> Tensor:
