@@ -285,12 +285,14 @@ class Sequential(LayerList):
         >>> seq = Sequential([Linear(4, 4, DType.float32, DeviceRef.CPU()), Linear(4, 2, DType.float32, DeviceRef.CPU())])
         >>> sorted(seq.state_dict())
         ['0.weight', '1.weight']
+        >>> sorted(Sequential([Linear(4, 4, DType.float32, DeviceRef.CPU()), ops.relu, Linear(4, 2, DType.float32, DeviceRef.CPU())]).state_dict())
+        ['0.weight', '2.weight']
     """
 
-    def __init__(self, layers: Sequence[Layer]):
+    def __init__(self, layers: Sequence[Layer | Callable[[Any], Any]]):
         super().__init__(layers)
 
     def __call__(self, x: Any) -> Any:
-        for layer in self.layers:
+        for layer in self.layers:  # Modules and plain callables (ops.relu), as in MAX's "Build an MLP block"
             x = layer(x)
         return x

@@ -325,6 +325,11 @@ class Module(Layer):
 class LayerList(Module):
     """A list of layers registered as children ``0``, ``1``, ...
 
+    As in MAX, an item may also be a plain callable (``ops.relu``, a lambda):
+    it is applied in its place but holds no weights, so it is no child; the
+    modules keep their positions as names (``Sequential([Linear, ops.relu,
+    Linear])`` names its weights ``0.weight`` and ``2.weight``).
+
     Example:
         >>> layers = LayerList([Module(), Module()])
         >>> list(layers.sublayers)
@@ -340,7 +345,8 @@ class LayerList(Module):
     def _sync(self) -> None:
         self._sublayers.clear()
         for i, layer in enumerate(self.__dict__["layers"]):
-            self._sublayers[str(i)] = layer
+            if isinstance(layer, Layer):  # a plain callable holds no weights: no child
+                self._sublayers[str(i)] = layer
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "layers":
@@ -359,10 +365,10 @@ class LayerList(Module):
         for item in layer:
             self.append(item)
 
-    def insert(self, i: int, layer: Module) -> None:
-        """Insert ``layer`` before position ``i``."""
-        if not isinstance(layer, Layer):
-            raise TypeError(f"LayerList: expected a Module, got {type(layer).__name__}")
+    def insert(self, i: int, layer: Module | Callable[..., Any]) -> None:
+        """Insert ``layer`` (a Module, or a plain callable such as ``ops.relu``) before position ``i``."""
+        if not isinstance(layer, Layer) and not callable(layer):
+            raise TypeError(f"LayerList: expected a Module or a callable (e.g. ops.relu), got {type(layer).__name__} {layer!r:.60}")
         self.__dict__["layers"].insert(i, layer)
         self._sync()
 

@@ -127,6 +127,35 @@ def test_linear_mlp_embedding_norms_against_numpy(rng):
     np.testing.assert_array_equal(InferenceSession().load(g).execute(x)[0].to_numpy(), np.clip(x, -0.5, 0.25))
 
 
+def test_sequential_takes_plain_callables_as_in_the_mlp_tutorial(rng):
+    """Issue 35 item 3: Modular's "Build an MLP block" puts ``ops.relu`` in a Sequential ("LayerList: expected a Module, got function")."""
+
+    class MLPBlock(nn.Module):
+        def __init__(self, in_features, out_features, hidden_features, activation=ops.relu):
+            super().__init__()
+            layers = [nn.Linear(in_features, hidden_features[0], DType.float32, CPU)]
+            for a, b in zip(hidden_features, hidden_features[1:]):
+                layers += [activation, nn.Linear(a, b, DType.float32, CPU)]
+            layers += [activation, nn.Linear(hidden_features[-1], out_features, DType.float32, CPU)]
+            self.model = nn.Sequential(layers)
+
+        def __call__(self, x):
+            return self.model(x)
+
+    mlp = MLPBlock(8, 2, [16, 4])
+    assert sorted(mlp.state_dict()) == ["model.0.weight", "model.2.weight", "model.4.weight"]  # modules keep their positions
+    assert len(mlp.model) == 5 and mlp.model[1] is ops.relu
+    w = _fill(mlp, rng)
+    x = rng.normal(size=(3, 8)).astype(np.float32)
+    ref = np.maximum(np.maximum(x @ w["model.0.weight"].T, 0) @ w["model.2.weight"].T, 0) @ w["model.4.weight"].T
+    np.testing.assert_allclose(_run(mlp, x), ref, rtol=1e-4, atol=1e-4)
+    seq = nn.Sequential([lambda v: v * 2.0, ops.tanh])
+    assert seq.state_dict() == {}
+    np.testing.assert_allclose(_run(seq, x), np.tanh(x * 2.0), rtol=1e-5, atol=1e-6)
+    with pytest.raises(TypeError, match="expected a Module or a callable.*int"):
+        nn.Sequential([nn.Linear(8, 8, DType.float32, CPU), 3])
+
+
 def test_quantized_linear_matches_gguf_dequantize(rng):
     w = rng.normal(size=(6, 64)).astype(np.float32)
     packed = gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q4_0)
