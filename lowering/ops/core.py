@@ -52,6 +52,7 @@ def ragged_at(value: Any) -> str | None:
     element at that depth: a list of another length, or a scalar beside a list.
 
     Example:
+        >>> from lowering.ops.core import ragged_at
         >>> ragged_at([[1.0, 2.0], [3.0]])
         'at depth 1, value[0] has 2 items but value[1] has 1 item'
         >>> ragged_at([[1, 2], [3, 4]]) is None
