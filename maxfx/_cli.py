@@ -42,6 +42,11 @@ class _UsageError(Exception):
     """Bad input found after parsing (a missing prompt, an unreadable checkpoint): one line, exit 2."""
 
 
+def _model_argument(parser: argparse.ArgumentParser) -> None:
+    """``--model`` (MAX's ``--model-path`` too): what every subcommand loads."""
+    parser.add_argument("--model", "--model-path", dest="model", required=True, metavar="PATH", help="a Hugging Face folder (config.json, weights, tokenizer.json) or a .gguf file")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``maxfx`` parser with its ``generate`` subcommand.
 
@@ -57,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="complete a prompt with a pretrained model",
         description="Complete a prompt with a causal language model and stream the text to stdout; a timing line (load, compile, prefill and decode speed) goes to stderr.",
     )
-    gen.add_argument("--model", required=True, metavar="PATH", help="a Hugging Face folder (config.json, weights, tokenizer.json) or a .gguf file")
+    _model_argument(gen)
     gen.add_argument("--prompt", metavar="TEXT", help="the prompt; read from stdin when absent or '-' (one trailing newline dropped)")
     gen.add_argument("--prompt-ids", type=_token_ids, metavar="IDS", help="the prompt as token ids '1,2,3' (for models without a tokenizer): prints the new ids")
     gen.add_argument("--max-new-tokens", type=_positive_int, default=64, metavar="N", help="tokens to generate (default 64; fewer when EOS comes first)")
@@ -182,7 +187,7 @@ def _add_encode(commands: Any) -> None:
         help="embed a prompt with a pretrained model",
         description="Embed a prompt with an EmbeddingsPipeline (the model's final hidden states, pooled) and print 'Encoding:', the shape and 'Embeddings:' to stdout; a timing line goes to stderr.",
     )
-    enc.add_argument("--model", "--model-path", dest="model", required=True, metavar="PATH", help="a Hugging Face folder (config.json, weights, tokenizer.json) or a .gguf file")
+    _model_argument(enc)
     enc.add_argument("--prompt", metavar="TEXT", help=f"the text to embed (default: {_ENCODE_DEFAULT_PROMPT!r}, as MAX); '-' reads it from stdin")
     enc.add_argument("--prompt-ids", type=_token_ids, metavar="IDS", help="the token ids '1,2,3' to embed (for models without a tokenizer)")
     enc.add_argument("--pool-embeddings", "--pool", dest="pool", action=argparse.BooleanOptionalAction, default=True, help="pooled [hidden] (default) or per-token [tokens, hidden]")
@@ -246,7 +251,7 @@ def _add_serve(commands: Any) -> None:
         help="serve a model over an OpenAI-compatible HTTP API",
         description="Load a model, warm up its engine and serve /v1/completions, /v1/chat/completions, /v1/embeddings, /v1/models, /health, /tokenize, /detokenize and /metrics until SIGINT/SIGTERM.",
     )
-    srv.add_argument("--model", "--model-path", dest="model", required=True, metavar="PATH", help="a Hugging Face folder (config.json, weights, tokenizer.json) or a .gguf file")
+    _model_argument(srv)
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     srv.add_argument("--port", type=_port, default=8000, help="port to listen on (default 8000)")
     srv.add_argument("--served-model-name", metavar="NAME", help="the name clients pass as 'model' (default: the folder's or file's name)")
