@@ -258,7 +258,7 @@ def _add_serve(commands: Any) -> None:
     srv.add_argument("--max-batch-size", type=_positive_int, default=16, metavar="N", help="sequences per decode step (default 16)")
     srv.add_argument("--max-length", type=_positive_int, metavar="N", help="longest sequence, prompt + output (default: the model's context)")
     srv.add_argument("--max-queue-size", type=_positive_int, default=256, metavar="N", help="requests that may wait for a batch row; more get HTTP 503 (default 256)")
-    srv.add_argument("--prefill-chunk-size", type=_positive_int, default=512, metavar="N", help="most prompt tokens per prefill step (default 512)")
+    srv.add_argument("--prefill-chunk-size", type=_positive_int, default=512, metavar="N", help="most prompt tokens per prefill step, padding included; prompts arriving together share a step within it (default 512)")
     srv.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True, help="reuse KV pages of repeated prompt prefixes (default on)")
     srv.add_argument("--enable-structured-output", action="store_true", help="accept response_format JSON schemas and tool_choice 'required'/named (enforced by llguidance)")
     srv.add_argument("--api-key", metavar="KEY", default=os.environ.get("MAXFX_API_KEY"), help="require 'Authorization: Bearer KEY' (default: $MAXFX_API_KEY, else none)")
