@@ -89,8 +89,6 @@ def clear_cache() -> None:
     EXECUTABLES.clear()
 
 
-
-
 def _aval_key(x: Any) -> tuple:
     return (tuple(x.shape), str(x.dtype))
 
@@ -445,5 +443,3 @@ def _disk_store(entry: _DiskEntry, exported: jax.export.Exported) -> None:
     except OSError as e:
         CACHE_LOG.info("cannot write cache entry %s: %s", entry.path, e)
         Path(tmp).unlink(missing_ok=True)
-
-

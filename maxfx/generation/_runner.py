@@ -480,7 +480,8 @@ class ModelRunner:
         if prefill:
             rows = sorted({_bucket(n) for n in range(1, min(int(prefill_rows), self.max_batch_size) + 1)})
             chunks = sorted({_bucket(n, 16) for n in range(2, self.prefill_chunk_size + 1)})
-            shapes += [(b, t, self.max_pages_per_seq) for b in rows for t in chunks if b == 1 or b * t <= budget]
+            # The scheduler's rule (`Scheduler._prefill_batch`): a step's first row always runs; more only within the budget.
+            shapes += [(b, t, self.max_pages_per_seq) for b in rows for t in chunks if b == 1 or self.step_tokens([t] * b) <= budget]
         for b, t, w in shapes:
             arrays = (np.zeros((b, t), np.int32), np.zeros((b, t), np.int32), np.zeros((b, t), np.int32), np.zeros((b, w), np.int32), np.zeros(b, np.int32))
             params = SamplingRows.build([{}] * b, [0] * b)
