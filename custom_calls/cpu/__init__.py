@@ -57,7 +57,8 @@ _TARGETS = {
 }
 _LOG = logging.getLogger("maxfx.kernels")
 # The -march the library is built for (default: native). Another value builds a
-# second library beside the first, e.g. x86-64-v3 to run the portable code paths.
+# second library beside the first, e.g. x86-64-v3 (the AVX2 path) or x86-64-v2
+# (the scalar loops) to run the portable code paths.
 ENV_MARCH = "MAXFX_CPU_MARCH"
 # "0" keeps traced programs off the kernels (the jnp references, float products
 # throughout); read when a program is traced, so set it before the first run

@@ -7,8 +7,9 @@
 // Each row of x is first quantized to int16 per 32 values (d = max|x| / 32767
 // in float32, q = round(x / d)), then each block's dot product is exact integer
 // arithmetic and the result is sum_b d_w[b] * d_x[b] * (q_w[b] . q_x[b]). The
-// integer dots run on AVX-512 VNNI (vpdpwssd: 32 products per instruction),
-// which keeps one core fast enough to stream weights from memory; a float
+// integer dots run on AVX-512 VNNI (vpdpwssd: 32 products per instruction) or,
+// on CPUs without it (AMD Zen 2/3, older Intel), AVX2 (vpmaddwd + vpaddd: 16 per
+// two), which keeps one core fast enough to stream weights from memory; a float
 // kernel spends ~4 instructions per 16 weights widening bytes to floats.
 // Rounding x to 16 bits changes a product by at most 2^-16 of each block's
 // largest |x| times the weights, ~100x below float16 rounding and far below
@@ -17,8 +18,9 @@
 //
 // Output rows n are split over XLA's own CPU thread pool (parallel.h). Built by
 // custom_calls/cpu/__init__.py with -O3 -march=native; the VNNI path needs
-// AVX512F/BW/VL + AVX512_VNNI, elsewhere a scalar loop gives the same numbers
-// (slowly: MaxfxQgemvIsFast() says which, and the dispatch prefers XLA then).
+// AVX512F/BW/VL + AVX512_VNNI, the AVX2 path AVX2 + FMA + F16C (x86-64-v3);
+// elsewhere a scalar loop gives the same numbers (slowly: MaxfxQgemvIsFast()
+// says which, and the dispatch prefers XLA then).
 //
 // Handlers (XLA FFI, registered for the CPU platform):
 //   maxfx_q8_0_matmul(x f32[..., K], q s8[N, K], d f16[N, K/32]) -> f32[..., N]
@@ -68,6 +70,82 @@ constexpr int64_t kMinRowsPerChunk = 32;
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 #define MAXFX_QGEMV_VNNI 1
+#define MAXFX_QGEMV_SIMD 1
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define MAXFX_QGEMV_AVX2 1
+#define MAXFX_QGEMV_SIMD 1
+#endif
+
+#ifdef MAXFX_QGEMV_SIMD
+// The vector operations the kernels are written in, for the one instruction set
+// this library is built for: AVX-512 VNNI (16 lanes; an int16 pair dot is one
+// vpdpwssd) or AVX2 (8 lanes, as on AMD Zen 2/3 and older Intel cores: vpmaddwd
+// then vpaddd). Both add the same exact int32 pair products, so the two builds
+// differ only in the order of the float sums.
+struct Vec {
+#ifdef MAXFX_QGEMV_VNNI
+  using F = __m512;
+  using I = __m512i;
+  static constexpr int kLanes = 16;
+  static F Zero() { return _mm512_setzero_ps(); }
+  static I ZeroI() { return _mm512_setzero_si512(); }
+  static F Set1(float v) { return _mm512_set1_ps(v); }
+  static I Set1I(int32_t v) { return _mm512_set1_epi32(v); }
+  static F Load(const float* p) { return _mm512_loadu_ps(p); }
+  static void Store(float* p, F v) { _mm512_storeu_ps(p, v); }
+  static I LoadI(const void* p) { return _mm512_loadu_si512(p); }
+  static void StoreI(void* p, I v) { _mm512_storeu_si512(p, v); }
+  // The first n < kLanes floats at p, zeros after.
+  static F LoadPartial(const float* p, int64_t n) { return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p); }
+  static F Fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static F Mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F Add(F a, F b) { return _mm512_add_ps(a, b); }
+  static F Sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  static F ToFloat(I v) { return _mm512_cvtepi32_ps(v); }
+  static float Sum(F v) { return _mm512_reduce_add_ps(v); }
+  // acc + (a[2i] * b[2i] + a[2i+1] * b[2i+1]) per int32 lane i of int16 pairs.
+  static I DotPairs(I acc, I a, I b) { return _mm512_dpwssd_epi32(acc, a, b); }
+#else
+  using F = __m256;
+  using I = __m256i;
+  static constexpr int kLanes = 8;
+  static F Zero() { return _mm256_setzero_ps(); }
+  static I ZeroI() { return _mm256_setzero_si256(); }
+  static F Set1(float v) { return _mm256_set1_ps(v); }
+  static I Set1I(int32_t v) { return _mm256_set1_epi32(v); }
+  static F Load(const float* p) { return _mm256_loadu_ps(p); }
+  static void Store(float* p, F v) { _mm256_storeu_ps(p, v); }
+  static I LoadI(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static void StoreI(void* p, I v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
+  static F LoadPartial(const float* p, int64_t n) {
+    return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+  }
+  static F Fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static F Mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F Add(F a, F b) { return _mm256_add_ps(a, b); }
+  static F Sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  static F ToFloat(I v) { return _mm256_cvtepi32_ps(v); }
+  static float Sum(F v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+  }
+  // The empty asm keeps the sum in a register: left free, GCC reassociates a
+  // block's adds into a tree and spills every product to the stack first (2-3x slower).
+  static I DotPairs(I acc, I a, I b) {
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+    asm("" : "+x"(acc));
+    return acc;
+  }
+#endif
+  // Vectors of int16 per block of 32 values.
+  static constexpr int kPerBlock = kBlock / (2 * kLanes);
+};
+
+// One block's 32 weight values as int16, kPerBlock vectors.
+struct Block16 {
+  Vec::I v[Vec::kPerBlock];
+};
 #endif
 
 // Whether a product of `weights` values is worth a helper thread: waking one
@@ -226,22 +304,51 @@ inline float MinOf(const W& w, int64_t b) {
   }
 }
 
-#ifdef MAXFX_QGEMV_VNNI
+#ifdef MAXFX_QGEMV_SIMD
 // Block b's 32 values as int16.
-inline __m512i LoadBlock(const Q8Row& w, int64_t b) {
-  return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.q + b * kBlock)));
+inline Block16 LoadBlock(const Q8Row& w, int64_t b) {
+  Block16 out;
+#ifdef MAXFX_QGEMV_VNNI
+  out.v[0] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.q + b * kBlock)));
+#else
+  out.v[0] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.q + b * kBlock)));
+  out.v[1] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.q + b * kBlock + 16)));
+#endif
+  return out;
 }
 
-inline __m512i LoadBlock(const Q4Row& w, int64_t b) {
+inline Block16 LoadBlock(const Q4Row& w, int64_t b) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.blocks + b * kQ4Bytes + 2));
-  const __m256i nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
-  return _mm512_sub_epi16(_mm512_cvtepu8_epi16(nibbles), _mm512_set1_epi16(8));
+  const __m128i mask = _mm_set1_epi8(0x0F), lo = _mm_and_si128(raw, mask), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
+  Block16 out;
+#ifdef MAXFX_QGEMV_VNNI
+  out.v[0] = _mm512_sub_epi16(_mm512_cvtepu8_epi16(_mm256_set_m128i(hi, lo)), _mm512_set1_epi16(8));
+#else
+  out.v[0] = _mm256_sub_epi16(_mm256_cvtepu8_epi16(lo), _mm256_set1_epi16(8));
+  out.v[1] = _mm256_sub_epi16(_mm256_cvtepu8_epi16(hi), _mm256_set1_epi16(8));
+#endif
+  return out;
 }
 
-inline __m512i LoadBlock(const Q4KRow& w, int64_t b) {
+inline Block16 LoadBlock(const Q4KRow& w, int64_t b) {
   __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.Nibbles(b)));
   if (b % 2) raw = _mm256_srli_epi16(raw, 4);
-  return _mm512_cvtepu8_epi16(_mm256_and_si256(raw, _mm256_set1_epi8(0x0F)));
+  raw = _mm256_and_si256(raw, _mm256_set1_epi8(0x0F));
+  Block16 out;
+#ifdef MAXFX_QGEMV_VNNI
+  out.v[0] = _mm512_cvtepu8_epi16(raw);
+#else
+  out.v[0] = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(raw));
+  out.v[1] = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(raw, 1));
+#endif
+  return out;
+}
+
+// The int32 pair sums of one block's dot product with x's int16 values at xq.
+inline Vec::I BlockDot(const Block16& w, const int16_t* xq) {
+  Vec::I dot = Vec::ZeroI();
+  for (int v = 0; v < Vec::kPerBlock; ++v) dot = Vec::DotPairs(dot, w.v[v], Vec::LoadI(xq + 2 * Vec::kLanes * v));
+  return dot;
 }
 
 // Output n for every row m of x. kRows > 0 fixes the row count at compile time
@@ -252,15 +359,15 @@ inline void Row(int64_t m_rows, int64_t k_dim, const QuantizedRow* x, const W& w
   const int64_t blocks = k_dim / kBlock;
   // Two accumulator sets, for even and odd blocks: with one row, one set would
   // make every block wait for the previous block's add.
-  __m512 acc[2][kRows > 0 ? kRows : kMaxRows];
+  Vec::F acc[2][kRows > 0 ? kRows : kMaxRows];
   float offset[kRows > 0 ? kRows : kMaxRows] = {};  // sum_b Min(b) * (block b's activation sum)
-  for (int64_t m = 0; m < rows; ++m) acc[0][m] = acc[1][m] = _mm512_setzero_ps();
-  auto step = [&](int64_t b, __m512* a) {
-    const __m512i wb = LoadBlock(w, b);
-    const __m512 dw = _mm512_set1_ps(w.Scale(b));
+  for (int64_t m = 0; m < rows; ++m) acc[0][m] = acc[1][m] = Vec::Zero();
+  auto step = [&](int64_t b, Vec::F* a) {
+    const Block16 wb = LoadBlock(w, b);
+    const Vec::F dw = Vec::Set1(w.Scale(b));
     for (int64_t m = 0; m < rows; ++m) {
-      const __m512i dot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wb, _mm512_loadu_si512(x[m].q + b * kBlock));
-      a[m] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), dw), _mm512_set1_ps(x[m].scale[b]), a[m]);
+      const Vec::I dot = BlockDot(wb, x[m].q + b * kBlock);
+      a[m] = Vec::Fmadd(Vec::Mul(Vec::ToFloat(dot), dw), Vec::Set1(x[m].scale[b]), a[m]);
     }
     if constexpr (W::kHasMin) {
       const float mw = w.Min(b);
@@ -274,7 +381,7 @@ inline void Row(int64_t m_rows, int64_t k_dim, const QuantizedRow* x, const W& w
     step(b + 1, acc[1]);
   }
   if (b < blocks) step(b, acc[0]);
-  for (int64_t m = 0; m < rows; ++m) out_m[m * stride] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][m], acc[1][m])) - offset[m];
+  for (int64_t m = 0; m < rows; ++m) out_m[m * stride] = Vec::Sum(Vec::Add(acc[0][m], acc[1][m])) - offset[m];
 }
 
 template <typename W>
@@ -298,17 +405,18 @@ inline void Product(int64_t m_rows, int64_t k_dim, const QuantizedRow* x, const 
 }
 #endif
 
-#ifdef MAXFX_QGEMV_VNNI
+#ifdef MAXFX_QGEMV_SIMD
 // ─── Many rows of x (prefill): a blocked product ────────────────────────────
 //
-// Lanes run over 16 rows of x, so a weight pair (w[n, k], w[n, k+1]) is one
+// Lanes run over rows of x (16 per vector with AVX-512, 8 with AVX2), so a weight pair (w[n, k], w[n, k+1]) is one
 // int32 broadcast and needs no transposing: only x, quantized once per call, is
 // repacked. A work item is 16 output columns: their weight rows are decoded to
 // int16 once (L1/L2-resident), then every tile of x meets them a few columns at
-// a time: 8 accumulators (tiles of 32 rows: 2 vectors x 4 columns; of 16 rows,
-// batched decode: 1 vector x 8 columns, so 9-16 rows do not pay for 32), and per
-// block a float multiply-add with both sides' scales.
-constexpr int64_t kMaxTileM = 32;  // rows of x per tile: at most two vectors of 16 lanes
+// a time: 8 accumulators (with AVX-512, tiles of 32 rows: 2 vectors x 4 columns;
+// of 16 rows, batched decode: 1 vector x 8 columns, so 9-16 rows do not pay for
+// 32; AVX2 tiles of 16 rows are 2 vectors x 4 columns), and per block a float
+// multiply-add with both sides' scales.
+constexpr int64_t kMaxTileM = 32;  // rows of x per tile
 constexpr int64_t kGroupN = 16;  // output columns per work item
 
 // x as tiles of tile_m rows: per tile, pairs[K/2][tile_m] (int16 pairs (x[m, 2p], x[m, 2p+1])
@@ -356,38 +464,40 @@ void PackX(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim,
 }
 
 // One block b of a tile: out[c][i] += d_x[i] * d_w[c] * (x[i] . w[c]) over the
-// block's 32 values, for the tile's 16 * kVecs rows i and kCols weight rows w[c].
+// block's 32 values, for the tile's Vec::kLanes * kVecs rows i and kCols weight rows w[c].
 template <int kVecs, int kCols>
 inline void KernelBlock(const int32_t* __restrict xp, const float* __restrict dx, const int16_t* const* w, const float* dw, float* __restrict out) {
-  constexpr int64_t kTileM = 16 * kVecs;
-  __m512i acc[kCols][kVecs];
+  constexpr int64_t kTileM = Vec::kLanes * kVecs;
+  Vec::I acc[kCols][kVecs];
   for (int c = 0; c < kCols; ++c)
-    for (int v = 0; v < kVecs; ++v) acc[c][v] = _mm512_setzero_si512();
+    for (int v = 0; v < kVecs; ++v) acc[c][v] = Vec::ZeroI();
   // Unrolled: in a loop GCC copies every accumulator twice per pass.
 #pragma GCC unroll 16
   for (int64_t p = 0; p < kBlock / 2; ++p) {
-    __m512i xv[kVecs];
-    for (int v = 0; v < kVecs; ++v) xv[v] = _mm512_loadu_si512(xp + p * kTileM + 16 * v);
+    Vec::I xv[kVecs];
+    for (int v = 0; v < kVecs; ++v) xv[v] = Vec::LoadI(xp + p * kTileM + Vec::kLanes * v);
     for (int c = 0; c < kCols; ++c) {
       int32_t pair;
       std::memcpy(&pair, w[c] + 2 * p, 4);
-      const __m512i wv = _mm512_set1_epi32(pair);
-      for (int v = 0; v < kVecs; ++v) acc[c][v] = _mm512_dpwssd_epi32(acc[c][v], xv[v], wv);
+      const Vec::I wv = Vec::Set1I(pair);
+      for (int v = 0; v < kVecs; ++v) acc[c][v] = Vec::DotPairs(acc[c][v], xv[v], wv);
     }
   }
   for (int c = 0; c < kCols; ++c) {
-    const __m512 s = _mm512_set1_ps(dw[c]);
+    const Vec::F s = Vec::Set1(dw[c]);
     float* o = out + c * kTileM;
     for (int v = 0; v < kVecs; ++v) {
-      const __m512 d = _mm512_loadu_ps(dx + 16 * v);
-      _mm512_storeu_ps(o + 16 * v, _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[c][v]), d), s, _mm512_loadu_ps(o + 16 * v)));
+      const Vec::F d = Vec::Load(dx + Vec::kLanes * v);
+      Vec::Store(o + Vec::kLanes * v, Vec::Fmadd(Vec::Mul(Vec::ToFloat(acc[c][v]), d), s, Vec::Load(o + Vec::kLanes * v)));
     }
   }
 }
 
-template <int kVecs, typename RowOf>
+// The blocked product over tiles of kTileM rows of x.
+template <int kTileM, typename RowOf>
 void ManyRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim, int64_t n_dim, const RowOf& row_of, float* out) {
-  constexpr int64_t kTileM = 16 * kVecs;
+  constexpr int kVecs = kTileM / Vec::kLanes;
+  static_assert(kTileM <= kMaxTileM && kTileM % Vec::kLanes == 0);
   constexpr int kKernelN = 8 / kVecs;  // columns per microkernel call: 8 accumulators
   thread_local PackedX px;  // the calling thread's; helpers only read it
   PackX(pool, xs, m_rows, k_dim, kTileM, px);
@@ -403,7 +513,8 @@ void ManyRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_d
     for (int64_t c = 0; c < cols; ++c) {
       const auto w = row_of(n0 + c);
       for (int64_t b = 0; b < blocks; ++b) {
-        _mm512_storeu_si512(wbuf.data() + c * k_dim + b * kBlock, LoadBlock(w, b));
+        const Block16 wb = LoadBlock(w, b);
+        for (int v = 0; v < Vec::kPerBlock; ++v) Vec::StoreI(wbuf.data() + c * k_dim + b * kBlock + 2 * Vec::kLanes * v, wb.v[v]);
         dbuf[c * blocks + b] = w.Scale(b);
         mbuf[c * blocks + b] = MinOf(w, b);
       }
@@ -425,9 +536,9 @@ void ManyRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_d
         const float* sx = x.Sums(t);
         for (int64_t c = 0; c < cols; ++c) {
           for (int v = 0; v < kVecs; ++v) {
-            __m512 m = _mm512_setzero_ps();
-            for (int64_t b = 0; b < blocks; ++b) m = _mm512_fmadd_ps(_mm512_set1_ps(mbuf[c * blocks + b]), _mm512_loadu_ps(sx + b * kTileM + 16 * v), m);
-            _mm512_storeu_ps(acc + c * kTileM + 16 * v, _mm512_sub_ps(_mm512_setzero_ps(), m));
+            Vec::F m = Vec::Zero();
+            for (int64_t b = 0; b < blocks; ++b) m = Vec::Fmadd(Vec::Set1(mbuf[c * blocks + b]), Vec::Load(sx + b * kTileM + Vec::kLanes * v), m);
+            Vec::Store(acc + c * kTileM + Vec::kLanes * v, Vec::Sub(Vec::Zero(), m));
           }
         }
       }
@@ -469,9 +580,9 @@ void FewRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_di
 // beyond (batched decode, prefill).
 template <typename RowOf>
 void Matmul(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim, int64_t n_dim, const RowOf& row_of, float* out) {
-#ifdef MAXFX_QGEMV_VNNI
-  if (m_rows > 16) return ManyRows<2>(pool, xs, m_rows, k_dim, n_dim, row_of, out);
-  if (m_rows > kFewQuantizedRows) return ManyRows<1>(pool, xs, m_rows, k_dim, n_dim, row_of, out);
+#ifdef MAXFX_QGEMV_SIMD
+  if (m_rows > 16) return ManyRows<32>(pool, xs, m_rows, k_dim, n_dim, row_of, out);
+  if (m_rows > kFewQuantizedRows) return ManyRows<16>(pool, xs, m_rows, k_dim, n_dim, row_of, out);
 #endif
   for (int64_t m0 = 0; m0 < m_rows; m0 += kMaxRows) {
     const int64_t rows = std::min(kMaxRows, m_rows - m0);
@@ -504,29 +615,30 @@ ffi::Error Q4_0Impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<f
 }
 
 // Output n of x @ w.T for up to kMaxRows rows of x: two accumulator sets per row
-// (the two 16-float halves of each 32), the K % 16 tail under a mask.
+// (the two vector halves of each 2 * Vec::kLanes floats), the tail loaded partially.
 template <int kRows>
 inline void F32Row(int64_t m_rows, int64_t k_dim, const float* __restrict xs, const float* __restrict w, float* __restrict out_m, int64_t stride) {
   const int64_t rows = kRows > 0 ? kRows : m_rows;
-#ifdef MAXFX_QGEMV_VNNI
-  __m512 acc[2][kRows > 0 ? kRows : kMaxRows];
-  for (int64_t m = 0; m < rows; ++m) acc[0][m] = acc[1][m] = _mm512_setzero_ps();
+#ifdef MAXFX_QGEMV_SIMD
+  constexpr int64_t kLanes = Vec::kLanes;
+  Vec::F acc[2][kRows > 0 ? kRows : kMaxRows];
+  for (int64_t m = 0; m < rows; ++m) acc[0][m] = acc[1][m] = Vec::Zero();
   int64_t k = 0;
-  for (; k + 32 <= k_dim; k += 32) {
+  for (; k + 2 * kLanes <= k_dim; k += 2 * kLanes) {
     _mm_prefetch(reinterpret_cast<const char*>(w + k) + kPrefetchBytes, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w + k) + kPrefetchBytes + 64, _MM_HINT_T0);
-    const __m512 w0 = _mm512_loadu_ps(w + k), w1 = _mm512_loadu_ps(w + k + 16);
+    if constexpr (kLanes == 16) _mm_prefetch(reinterpret_cast<const char*>(w + k) + kPrefetchBytes + 64, _MM_HINT_T0);
+    const Vec::F w0 = Vec::Load(w + k), w1 = Vec::Load(w + k + kLanes);
     for (int64_t m = 0; m < rows; ++m) {
-      acc[0][m] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xs + m * k_dim + k), acc[0][m]);
-      acc[1][m] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xs + m * k_dim + k + 16), acc[1][m]);
+      acc[0][m] = Vec::Fmadd(w0, Vec::Load(xs + m * k_dim + k), acc[0][m]);
+      acc[1][m] = Vec::Fmadd(w1, Vec::Load(xs + m * k_dim + k + kLanes), acc[1][m]);
     }
   }
-  for (; k < k_dim; k += 16) {
-    const __mmask16 mask = k_dim - k >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (k_dim - k)) - 1);
-    const __m512 wv = _mm512_maskz_loadu_ps(mask, w + k);
-    for (int64_t m = 0; m < rows; ++m) acc[0][m] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mask, xs + m * k_dim + k), acc[0][m]);
+  for (; k < k_dim; k += kLanes) {
+    const int64_t n = std::min(kLanes, k_dim - k);
+    const Vec::F wv = Vec::LoadPartial(w + k, n);
+    for (int64_t m = 0; m < rows; ++m) acc[0][m] = Vec::Fmadd(wv, Vec::LoadPartial(xs + m * k_dim + k, n), acc[0][m]);
   }
-  for (int64_t m = 0; m < rows; ++m) out_m[m * stride] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][m], acc[1][m]));
+  for (int64_t m = 0; m < rows; ++m) out_m[m * stride] = Vec::Sum(Vec::Add(acc[0][m], acc[1][m]));
 #else
   for (int64_t m = 0; m < rows; ++m) {
     float acc = 0.0f;
@@ -568,9 +680,10 @@ ffi::Error Q4_KImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<f
 
 }  // namespace
 
-// Whether the kernels were built with the VNNI path (else the scalar loop, slower than XLA).
+// Whether the kernels were built with a vector path, AVX-512 VNNI or AVX2 (else
+// the scalar loop, slower than XLA).
 extern "C" int MaxfxQgemvIsFast() {
-#ifdef MAXFX_QGEMV_VNNI
+#ifdef MAXFX_QGEMV_SIMD
   return 1;
 #else
   return 0;
