@@ -260,6 +260,7 @@ def _add_serve(commands: Any) -> None:
     srv.add_argument("--max-queue-size", type=_positive_int, default=256, metavar="N", help="requests that may wait for a batch row; more get HTTP 503 (default 256)")
     srv.add_argument("--prefill-chunk-size", type=_positive_int, default=512, metavar="N", help="most prompt tokens per prefill step, padding included; prompts arriving together share a step within it (default 512)")
     srv.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True, help="reuse KV pages of repeated prompt prefixes (default on)")
+    srv.add_argument("--kv-cache-format", choices=("float32", "float16", "bfloat16"), help="dtype the KV cache is stored in; float16 halves its memory and what a decode step reads (default: the model's)")
     srv.add_argument("--enable-structured-output", action="store_true", help="accept response_format JSON schemas and tool_choice 'required'/named (enforced by llguidance)")
     srv.add_argument("--api-key", metavar="KEY", default=os.environ.get("MAXFX_API_KEY"), help="require 'Authorization: Bearer KEY' (default: $MAXFX_API_KEY, else none)")
     srv.add_argument("--metrics-port", type=_port, metavar="N", help="also serve /metrics on this port")
@@ -279,7 +280,7 @@ def _serve(args: argparse.Namespace) -> int:
         model=args.model, host=args.host, port=args.port, served_model_name=args.served_model_name, max_batch_size=args.max_batch_size,
         max_length=args.max_length, max_queue_size=args.max_queue_size, enable_structured_output=args.enable_structured_output, api_key=args.api_key,
         metrics_port=args.metrics_port, chat_template=args.chat_template, prefill_chunk_size=args.prefill_chunk_size,
-        enable_prefix_caching=args.enable_prefix_caching, warmup=args.warmup,
+        enable_prefix_caching=args.enable_prefix_caching, kv_cache_format=args.kv_cache_format, warmup=args.warmup,
     )  # fmt: skip
     try:
         server.serve(config, log_level=args.log_level)

@@ -38,7 +38,7 @@ import numpy as np
 from custom_calls import cpu
 from custom_calls.attention import reference as ref
 
-__all__ = ["applies", "one_query_attention", "paged_one_query_attention"]
+__all__ = ["applies", "applies_paged", "one_query_attention", "paged_one_query_attention"]
 
 
 def applies(q: Any, k: Any, v: Any, *, extensions: bool) -> bool:
@@ -46,6 +46,13 @@ def applies(q: Any, k: Any, v: Any, *, extensions: bool) -> bool:
     if extensions or q.ndim != 4 or q.shape[1] != 1 or 0 in q.shape or 0 in k.shape:
         return False
     return all(x.dtype == jnp.float32 for x in (q, k, v)) and cpu.callable_here()
+
+
+def applies_paged(q: Any, k_pages: Any, v_pages: Any) -> bool:
+    """Whether `paged_one_query_attention` can run: `applies`, except that the pools may be float16 (half the bytes a step reads)."""
+    if q.ndim != 4 or q.shape[1] != 1 or 0 in q.shape or 0 in k_pages.shape or q.dtype != jnp.float32:
+        return False
+    return k_pages.dtype == v_pages.dtype and k_pages.dtype in (jnp.float32, jnp.float16) and cpu.callable_here()
 
 
 def _visible_range(b: int, sk: int, *, causal: bool, window: ref.Window, q_offset: Any, kv_lens: Any, q_lens: Any):
@@ -103,14 +110,15 @@ def paged_one_query_attention(q: Any, k_pages: Any, v_pages: Any, block_table: A
 
     Row ``b``'s query sits at position ``kv_lens[b] - 1`` and sees the keys
     ``[0, kv_lens[b])`` (within ``window``, `reference.window_pair`'s pair or None)
-    of its pages ``block_table[b]`` in ``k_pages, v_pages [num_pages, page_size, Hkv, D]``.
-    Call only where `applies`. Gradients are the reference's.
+    of its pages ``block_table[b]`` in ``k_pages, v_pages [num_pages, page_size, Hkv, D]``
+    (float32 or float16 pools; scores and sums in float32). Call only where
+    `applies_paged`. Gradients are the reference's.
 
     Example:
         >>> import numpy as np
         >>> from custom_calls.attention import cpu
         >>> q = np.ones((1, 1, 4, 16), np.float32); pages = np.ones((3, 16, 2, 16), np.float32)
-        >>> if cpu.applies(q, pages, pages, extensions=False):
+        >>> if cpu.applies_paged(q, pages, pages):
         ...     print(cpu.paged_one_query_attention(q, pages, pages, np.array([[2, 1]]), np.array([20]), window=None, scale=0.25).shape)
         (1, 1, 4, 16)
     """
@@ -127,6 +135,7 @@ def paged_one_query_attention(q: Any, k_pages: Any, v_pages: Any, block_table: A
         return call(q.reshape(b, hkv, hq // hkv, d), k_pages, v_pages, table, lo, hi, scale=np.float32(scale)).reshape(b, 1, hq, dv)
 
     def reference(q, k_pages, v_pages):
+        k_pages, v_pages = k_pages.astype(q.dtype), v_pages.astype(q.dtype)
         return ref.paged_decode_attention(q, k_pages, v_pages, table, kv_lens, causal=True, local_window_size=window, scale=scale)
 
     def fwd(q, k_pages, v_pages):

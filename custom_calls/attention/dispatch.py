@@ -379,24 +379,33 @@ def paged_decode_attention(
 
     Args:
         q: ``[B, Sq, Hq, D]``.
-        k_pages, v_pages: ``[num_pages, page_size, Hkv, D]``.
+        k_pages, v_pages: ``[num_pages, page_size, Hkv, D]``, in ``q``'s dtype or
+            a narrower float one (a float16 KV cache: the CPU kernel reads it in
+            place, the other paths convert it to ``q``'s dtype).
         block_table: ``int [B, max_pages]``: logical page ``j`` of sequence ``b``
             is pool page ``block_table[b, j]``; entries past ``kv_lens`` are ignored.
         kv_lens: ``int [B]``.
         Other arguments as in `decode_attention`. The kernel needs
         ``page_size % 16 == 0`` (else the reference, with a one-time warning).
     """
-    q, k, v = _checked("paged_decode_attention", q, k_pages, v_pages, 4)
+    q, k, v = jnp.asarray(q), jnp.asarray(k_pages), jnp.asarray(v_pages)
+    if jnp.issubdtype(k.dtype, jnp.floating) and k.dtype == v.dtype:  # pools may be stored narrower than q (a float16 KV cache)
+        pf.check_inputs("paged_decode_attention", q, jax.ShapeDtypeStruct(k.shape, q.dtype), jax.ShapeDtypeStruct(v.shape, q.dtype), 4)
+    else:
+        pf.check_inputs("paged_decode_attention", q, k, v, 4)
 
     def reference(q, k, v, table, lens, **common):
-        if impl is None and q.shape[1] == 1 and cpu_attention.applies(q, k, v, extensions=False):
+        if impl is None and q.shape[1] == 1 and cpu_attention.applies_paged(q, k, v):
             _LOG.debug("paged_decode_attention: CPU one-query kernel (pages read in place)")
             window = ref.window_pair(common["local_window_size"], common["causal"])
             return cpu_attention.paged_one_query_attention(q, k, v, table, lens, window=window, scale=common["scale"])
-        return ref.paged_decode_attention(q, k, v, table, lens, **common)
+        return ref.paged_decode_attention(q, k.astype(q.dtype), v.astype(q.dtype), table, lens, **common)
+
+    def kernel(q, k, v, *rest, **kw):
+        return pd.paged_decode_attention(q, k.astype(q.dtype), v.astype(q.dtype), *rest, **kw)
 
     return _run("paged_decode_attention", impl, *_decode_call(
-        pd.paged_decode_attention, reference, "paged_decode_attention", (q, k, v), kv_lens,
+        kernel, reference, "paged_decode_attention", (q, k, v), kv_lens,
         block_table=block_table, page_size=k.shape[1],
         causal=causal, local_window_size=local_window_size, scale=scale, config=config,
     ))

@@ -24,7 +24,7 @@
 // Handlers (XLA FFI, CPU):
 //   maxfx_decode_attention(q f32[B, H, G, D], k f32[B, H, L, D], v f32[B, H, L, Dv],
 //                          lo s32[B], hi s32[B]; scale f32) -> f32[B, H, G, Dv]
-//   maxfx_paged_decode_attention(q f32[B, H, G, D], k f32[P, S, H, D], v f32[P, S, H, Dv],
+//   maxfx_paged_decode_attention(q f32[B, H, G, D], k [P, S, H, D], v [P, S, H, Dv] (both f32 or both f16),
 //                                table s32[B, W], lo s32[B], hi s32[B]; scale f32) -> f32[B, H, G, Dv]
 // The paged one reads row b's key l from page table[b, l / S], slot l % S, in
 // place: the generation engine's KV pool is never gathered into a dense window
@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "half.h"
 #include "parallel.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -44,7 +45,7 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define MAXFX_ATTENTION_AVX2 1
 // The sum of v's 8 lanes.
 inline float Sum8(__m256 v) {
@@ -74,13 +75,23 @@ inline __m256 Exp8(__m256 x) {
 }
 #endif
 
+// A stored key or value: float32, or float16 bits (a pool kept in half precision).
+using Half = uint16_t;
+inline float ToFloat(float x) { return x; }
+inline float ToFloat(Half x) { return maxfx_cpu::HalfToFloat(x); }
+#ifdef MAXFX_ATTENTION_AVX2
+inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 Load8(const Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+#endif
+
 // The pool is far larger than the caches, and a row's keys sit in pages spread
 // over it: asking for key row j + kAhead while row j is used keeps a few misses
 // in flight (the hardware prefetcher only follows a page's consecutive rows).
 constexpr int64_t kAhead = 4;
 
-inline void Prefetch(const float* p, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
+template <class T>
+inline void Prefetch(const T* p, int64_t n) {
+  for (int64_t i = 0; i < n; i += 64 / sizeof(T)) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
 }
 
 // Queries per pass of `Scores`: each key row is loaded once for this many queries.
@@ -88,7 +99,8 @@ constexpr int64_t kQueriesPerPass = 8;
 
 // out[g * stride] = scale * (q_g . k) for the g_count queries q_g = q + g * d
 // sharing one key row k (the query heads of one KV head).
-inline void Scores(int64_t g_count, int64_t d, const float* __restrict q, const float* __restrict k, float scale, float* out, int64_t stride) {
+template <class T>
+inline void Scores(int64_t g_count, int64_t d, const float* __restrict q, const T* __restrict k, float scale, float* out, int64_t stride) {
   for (int64_t g0 = 0; g0 < g_count; g0 += kQueriesPerPass) {
     const int64_t gn = std::min(kQueriesPerPass, g_count - g0);
     const float* qg = q + g0 * d;
@@ -98,13 +110,13 @@ inline void Scores(int64_t g_count, int64_t d, const float* __restrict q, const 
     __m256 acc[kQueriesPerPass];
     for (int64_t g = 0; g < gn; ++g) acc[g] = _mm256_setzero_ps();
     for (; i + 8 <= d; i += 8) {
-      const __m256 kv = _mm256_loadu_ps(k + i);
+      const __m256 kv = Load8(k + i);
       for (int64_t g = 0; g < gn; ++g) acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(qg + g * d + i), kv, acc[g]);
     }
     for (int64_t g = 0; g < gn; ++g) sums[g] = Sum8(acc[g]);
 #endif
     for (; i < d; ++i)
-      for (int64_t g = 0; g < gn; ++g) sums[g] += qg[g * d + i] * k[i];
+      for (int64_t g = 0; g < gn; ++g) sums[g] += qg[g * d + i] * ToFloat(k[i]);
     for (int64_t g = 0; g < gn; ++g) out[(g0 + g) * stride] = sums[g] * scale;
   }
 }
@@ -120,18 +132,18 @@ void WeightedSum(int64_t keys, int64_t dv, const float* __restrict p, Value valu
     __m256 acc[kChunk / 8];
     for (auto& a : acc) a = _mm256_setzero_ps();
     for (int64_t j = 0; j < keys; ++j) {
-      const float* vj = value(j) + c;
+      const auto* vj = value(j) + c;
       if (j + kAhead < keys) Prefetch(value(j + kAhead) + c, kChunk);
       const __m256 pj = _mm256_set1_ps(p[j]);
-      for (int64_t u = 0; u < kChunk / 8; ++u) acc[u] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * u), acc[u]);
+      for (int64_t u = 0; u < kChunk / 8; ++u) acc[u] = _mm256_fmadd_ps(pj, Load8(vj + 8 * u), acc[u]);
     }
     for (int64_t u = 0; u < kChunk / 8; ++u) _mm256_storeu_ps(out + c + 8 * u, acc[u]);
   }
 #endif
   std::fill(out + c, out + dv, 0.0f);
   for (int64_t j = 0; j < keys && c < dv; ++j) {
-    const float* vj = value(j);
-    for (int64_t i = c; i < dv; ++i) out[i] += p[j] * vj[i];
+    const auto* vj = value(j);
+    for (int64_t i = c; i < dv; ++i) out[i] += p[j] * ToFloat(vj[i]);
   }
 }
 
@@ -204,8 +216,9 @@ ffi::Error DecodeAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ff
 // with every head in one call each key row's heads are read together, one pass
 // over each page in memory order; a call per head (a row split over the threads
 // when the batch has fewer rows than threads) reads its own slices of them.
+template <class T>
 void PagedRow(int64_t h, int64_t h0, int64_t h1, int64_t g_count, int64_t d, int64_t dv, int64_t ps, int64_t pages, const int32_t* row_pages,
-              int64_t lo, int64_t hi, const float* q, const float* k, const float* v, float scale, float* out) {
+              int64_t lo, int64_t hi, const float* q, const T* k, const T* v, float scale, float* out) {
   const int64_t queries = (h1 - h0) * g_count;
   q += h0 * g_count * d;
   out += h0 * g_count * dv;
@@ -222,7 +235,7 @@ void PagedRow(int64_t h, int64_t h0, int64_t h1, int64_t g_count, int64_t d, int
   }
   std::vector<float> s(queries * keys);  // scores [head, g, key], then probabilities
   for (int64_t j = 0; j < keys; ++j) {
-    const float* kj = k + slot[j] * h * d;
+    const T* kj = k + slot[j] * h * d;
     if (j + kAhead < keys) Prefetch(k + slot[j + kAhead] * h * d + h0 * d, (h1 - h0) * d);
     for (int64_t head = h0; head < h1; ++head) {
       Scores(g_count, d, q + (head - h0) * g_count * d, kj + head * d, scale, s.data() + (head - h0) * g_count * keys + j, keys);
@@ -230,12 +243,12 @@ void PagedRow(int64_t h, int64_t h0, int64_t h1, int64_t g_count, int64_t d, int
   }
   Softmax(s.data(), queries, keys);
   for (int64_t i = 0; i < queries; ++i) {
-    const float* vh = v + (h0 + i / g_count) * dv;  // this query's KV head in each value row
+    const T* vh = v + (h0 + i / g_count) * dv;  // this query's KV head in each value row
     WeightedSum(keys, dv, s.data() + i * keys, [&](int64_t j) { return vh + slot[j] * h * dv; }, out + i * dv);
   }
 }
 
-ffi::Error PagedDecodeAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
+ffi::Error PagedDecodeAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                                     ffi::Buffer<ffi::S32> table, ffi::Buffer<ffi::S32> lo, ffi::Buffer<ffi::S32> hi, float scale,
                                     ffi::ResultBuffer<ffi::F32> out) {
   const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions(), td = table.dimensions();
@@ -247,17 +260,28 @@ ffi::Error PagedDecodeAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> 
       hi.element_count() != b_count) {
     return ffi::Error::InvalidArgument("maxfx_paged_decode_attention: q [B, H, G, D], k [P, S, H, D], v [P, S, H, Dv], table [B, W], lo and hi [B] disagree");
   }
-  const float *qs = q.typed_data(), *ks = k.typed_data(), *vs = v.typed_data();
+  const auto kt = k.element_type();
+  if (v.element_type() != kt || (kt != ffi::DataType::F32 && kt != ffi::DataType::F16)) {
+    return ffi::Error::InvalidArgument("maxfx_paged_decode_attention: k and v pages must both be float32 or both float16");
+  }
+  const float* qs = q.typed_data();
   const int32_t *tab = table.typed_data(), *los = lo.typed_data(), *his = hi.typed_data();
   float* os = out->typed_data();
   const int64_t work = b_count * h * g * width * ps * (d + dv);
   // A work item is a row, or one KV head of a row when the rows are too few to keep every thread busy.
   const int64_t split = b_count >= 2 * std::max<int64_t>(1, pool.num_threads()) ? 1 : h;
-  maxfx_cpu::ParallelFor(pool, b_count * split, 1, work >= (int64_t{1} << 18), [&](int64_t item) {
-    const int64_t b = item / split, h0 = item % split * h / split, h1 = (item % split + 1) * h / split;
-    PagedRow(h, h0, h1, g, d, dv, ps, pages, tab + b * width, los[b], std::min<int64_t>(his[b], width * ps), qs + b * h * g * d, ks, vs, scale,
-             os + b * h * g * dv);
-  });
+  auto run = [&](const auto* ks, const auto* vs) {
+    maxfx_cpu::ParallelFor(pool, b_count * split, 1, work >= (int64_t{1} << 18), [&](int64_t item) {
+      const int64_t b = item / split, h0 = item % split * h / split, h1 = (item % split + 1) * h / split;
+      PagedRow(h, h0, h1, g, d, dv, ps, pages, tab + b * width, los[b], std::min<int64_t>(his[b], width * ps), qs + b * h * g * d, ks, vs, scale,
+               os + b * h * g * dv);
+    });
+  };
+  if (kt == ffi::DataType::F16) {
+    run(static_cast<const Half*>(k.untyped_data()), static_cast<const Half*>(v.untyped_data()));
+  } else {
+    run(static_cast<const float*>(k.untyped_data()), static_cast<const float*>(v.untyped_data()));
+  }
   return ffi::Error::Success();
 }
 
@@ -278,8 +302,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxfxPagedDecodeAttention, PagedDecodeAttentionImp
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()

@@ -48,6 +48,7 @@
 #include <string>
 #include <vector>
 
+#include "half.h"
 #include "parallel.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -153,32 +154,6 @@ struct Block16 {
 // splitting measured faster in a decode step.
 inline bool Worth(int64_t weights) { return weights >= (int64_t{1} << 16); }
 
-inline float HalfToFloat(uint16_t h) {
-#if defined(__F16C__)
-  return _cvtsh_ss(h);
-#else
-  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
-  uint32_t bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else {  // subnormal: normalize
-      int e = -1;
-      uint32_t m = man;
-      do { ++e; m <<= 1; } while ((m & 0x400u) == 0);
-      bits = sign | ((127 - 15 - e) << 23) | ((m & 0x3FFu) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7F800000u | (man << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-#endif
-}
-
 // One row of x quantized per 32 values: int16 values, float32 block scales and
 // each block's value sum times its scale (what a weight format's min multiplies).
 struct QuantizedRow {
@@ -232,7 +207,7 @@ struct Q8Row {
   const int8_t* q;
   const uint16_t* d;
   int32_t Value(int64_t b, int64_t j) const { return q[b * kBlock + j]; }
-  float Scale(int64_t b) const { return HalfToFloat(d[b]); }
+  float Scale(int64_t b) const { return maxfx_cpu::HalfToFloat(d[b]); }
   // The whole row (its K value bytes and K/32 scales).
   void PrefetchAll(int64_t k_dim) const {
     for (int64_t i = 0; i < k_dim; i += 64) _mm_prefetch(reinterpret_cast<const char*>(q + i), _MM_HINT_T0);
@@ -255,7 +230,7 @@ struct Q4Row {
   float Scale(int64_t b) const {
     uint16_t h;
     std::memcpy(&h, blocks + b * kQ4Bytes, 2);
-    return HalfToFloat(h);
+    return maxfx_cpu::HalfToFloat(h);
   }
   // The whole row (K / 32 * 18 bytes).
   void PrefetchAll(int64_t k_dim) const {
@@ -284,7 +259,7 @@ struct Q4KRow {
   float Half(int64_t b, int64_t offset) const {
     uint16_t h;
     std::memcpy(&h, Super(b) + offset, 2);
-    return HalfToFloat(h);
+    return maxfx_cpu::HalfToFloat(h);
   }
   float Scale(int64_t b) const { return Half(b, 0) * static_cast<float>(Six(Super(b) + 4, b % 8, false)); }
   float Min(int64_t b) const { return Half(b, 2) * static_cast<float>(Six(Super(b) + 4, b % 8, true)); }

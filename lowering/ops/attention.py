@@ -644,7 +644,7 @@ def _paged_cache_rule(q, k_pages, v_pages, pages, q_offset, *, mask: str, scale:
 
 
 def _paged_cache_impl(q, k_pages, v_pages, pages, q_offset, *, mask, scale, window):
-    k_pages, v_pages = _like(q, k_pages), _like(q, v_pages)
+    # The pools stay in their stored dtype (a float16 KV cache is read as it is; converting it here would copy it whole).
     first = q_offset.astype(jnp.int32)
     table = jnp.clip(pages.astype(jnp.int32), 0, k_pages.shape[0] - 1)
     masks = _mask_args(mask, window)
@@ -652,7 +652,7 @@ def _paged_cache_impl(q, k_pages, v_pages, pages, q_offset, *, mask, scale, wind
         return att.paged_decode_attention(q, k_pages, v_pages, table, first + 1, scale=scale, **masks)
     # Prefill chunks: the rows' pages as dense windows, then the (flash) attention of queries at q_offset + i.
     b, w = table.shape
-    dense = lambda x: x[table].reshape(b, w * x.shape[1], *x.shape[2:])  # noqa: E731
+    dense = lambda x: _like(q, x[table].reshape(b, w * x.shape[1], *x.shape[2:]))  # noqa: E731
     return att.flash_attention(q, dense(k_pages), dense(v_pages), scale=scale, q_offset=first, **masks)
 
 

@@ -43,7 +43,7 @@ from maxfx.generation._pages import OutOfPagesError, PagePool
 from maxfx.generation._sampling import SamplingRows, choose, sampling_probs, top_logprobs
 from maxfx.interfaces import LogProbabilities, RequestID
 
-__all__ = ["ModelRunner", "PendingStep", "StepOutput", "compile_counts"]
+__all__ = ["ModelRunner", "PendingStep", "StepOutput", "compile_counts", "kv_dtype"]
 
 _COUNTS = {"compiles": 0, "steps": 0}
 _COUNT_LOCK = threading.Lock()
@@ -145,6 +145,28 @@ class _PenaltyState:
             self.synced = ctx.end_idx
 
 
+def kv_dtype(value: Any, where: str = "kv_cache_dtype") -> np.dtype:
+    """The numpy dtype a KV-cache dtype setting names: a `DType`, a numpy dtype or a name (``"float16"``).
+
+    Raises:
+        ValueError: not a float dtype, naming ``where``.
+
+    Example:
+        >>> kv_dtype("float16")
+        dtype('float16')
+    """
+    try:
+        if isinstance(value, DType):
+            dt = value.to_numpy()
+        else:
+            dt = jnp.dtype(value.removeprefix("DType.") if isinstance(value, str) else value)
+    except (TypeError, ValueError, AttributeError):
+        dt = None
+    if dt is None or not jnp.issubdtype(dt, jnp.floating):
+        raise ValueError(f"{where}: the KV cache dtype must be a float dtype such as 'float32', 'float16' or 'bfloat16', got {value!r}")
+    return np.dtype(dt)
+
+
 def _cache_spec(model: Any) -> tuple[int, int, Any]:
     """(KV heads, head dim, dtype) of the model's cache, from tracing a one-token prefill abstractly."""
     n_kv, head_dim = model.kv_shape()
@@ -173,11 +195,16 @@ class ModelRunner:
         enable_prefix_caching: reuse the pages of identical prompt prefixes.
         min_context: the narrowest page window a step reads (tokens), bounding the buckets.
         max_cache_bytes: the most memory the default-sized pool may take (None: no limit).
+        kv_cache_dtype: the float dtype the KV pages are stored in (a `DType`, a numpy dtype
+            or a name such as ``"float16"``); default the model's. ``float16`` halves the
+            pool's memory and the bytes a decode step reads (llama.cpp's default); keys and
+            values are rounded to it when written, attention still computes in float32.
     """
 
     def __init__(
         self, model: Any, *, max_batch_size: int = 16, max_length: int | None = None, page_size: int = 16, num_pages: int | None = None,
         prefill_chunk_size: int = 512, enable_prefix_caching: bool = False, min_context: int = 128, max_cache_bytes: int | None = None,
+        kv_cache_dtype: Any = None,
     ):  # fmt: skip
         name = "ModelRunner"
         context = int(getattr(model.config, "max_position_embeddings", 0) or 0) or None
@@ -195,6 +222,8 @@ class ModelRunner:
         self.max_pages_per_seq = -(-self.max_length // self.page_size)
         self.min_pages = min(self.max_pages_per_seq, _bucket(-(-int(min_context) // self.page_size)))
         n_kv, head_dim, dtype = _cache_spec(model)
+        if kv_cache_dtype is not None:
+            dtype = kv_dtype(kv_cache_dtype, f"{name} kv_cache_dtype")
         if num_pages is None:
             num_pages = self.max_batch_size * self.max_pages_per_seq + 1
             if max_cache_bytes is not None:  # K and V of every layer for one page

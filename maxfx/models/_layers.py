@@ -184,8 +184,9 @@ def paged_attention(cache: PagedLayerCache, q: Tensor, k: Tensor, v: Tensor, qpo
     b, t, n_kv, d = (int(x) for x in k.shape)
     slots = F.reshape(cache.slots, [b * t, 1])
     where = F.concat([slots // cache.page_size, slots % cache.page_size], axis=-1)  # (page, offset) of each new token
-    k_pool = ops.scatter_nd(cache.k, F.reshape(k, [b * t, n_kv, d]), where)
-    v_pool = ops.scatter_nd(cache.v, F.reshape(v, [b * t, *v.shape[2:]]), where)
+    # Stored in the pool's dtype (float16 when the KV cache is kept in half precision).
+    k_pool = ops.scatter_nd(cache.k, F.cast(F.reshape(k, [b * t, n_kv, d]), cache.k.dtype), where)
+    v_pool = ops.scatter_nd(cache.v, F.cast(F.reshape(v, [b * t, *v.shape[2:]]), cache.v.dtype), where)
     mask = {"mask": "causal", "window": -1} if window is None else {"mask": "sliding_window", "window": int(window)}
     out = bind(paged_cache_attention_p, q, k_pool, v_pool, cache.pages, F.reshape(qpos[:, :1], [b]), scale=1.0 / math.sqrt(d), **mask)
     return F.reshape(out, [b, t, -1]), PagedLayerCache(k_pool, v_pool, cache.slots, cache.pages, cache.page_size)

@@ -48,6 +48,7 @@ class ServeConfig:
         chat_template: a file whose Jinja template replaces the model's.
         prefill_chunk_size: most prompt tokens one prefill step runs.
         enable_prefix_caching: reuse the KV pages of repeated prompt prefixes.
+        kv_cache_format: the dtype the KV cache is stored in (None: the model's; see `KVCacheConfig`).
         warmup: compile the engine's steps before accepting requests.
     """
 
@@ -64,6 +65,7 @@ class ServeConfig:
     chat_template: str | None = None
     prefill_chunk_size: int = 512
     enable_prefix_caching: bool = True
+    kv_cache_format: str | None = None
     warmup: bool = True
 
 
@@ -79,6 +81,7 @@ class ServedModel:
         if config.chat_template is not None:
             kwargs["chat_template"] = Path(config.chat_template)
         kwargs["prefill_chunk_size"] = config.prefill_chunk_size
+        kwargs["kv_cache_format"] = config.kv_cache_format
         self.pipeline_config = PipelineConfig(**kwargs)
         self.tokenizer, self.pipeline = PIPELINE_REGISTRY.retrieve(self.pipeline_config, task=PipelineTask.TEXT_GENERATION)
         self.name = config.served_model_name or Path(config.model.rstrip("/")).name

@@ -17,8 +17,9 @@ interleaved, ``--repeats`` times (default 3), and the medians are reported with
 the ratios the issue asks for (c=1 vs generate, c=16 vs c=1) and the programs
 compiled during the timed runs (must be 0).
 
-Run: ``.venv/bin/python -m tests.bench.engine [--repeats 3] [--new-tokens 64]``;
-results in tests/bench/results/engine.json.
+Run: ``.venv/bin/python -m tests.bench.engine [--repeats 3] [--new-tokens 64]
+[--kv-cache-dtype float16]``; results in tests/bench/results/engine.json
+(engine-kv-float16.json with a float16 KV cache).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--kv-cache-dtype", default=None, help="the engine's KV pages' dtype (default: the model's, float32); e.g. float16")
     args = ap.parse_args(argv)
 
     from maxfx.generation import ModelRunner, Scheduler, compile_counts  # noqa: PLC0415
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
     rng = np.random.default_rng(0)
     ids = rng.integers(0, model.config.vocab_size, (1, PROMPT))
     model.generate(ids, max_new_tokens=args.new_tokens)  # compile
-    runner = ModelRunner(model, max_batch_size=16, max_length=512, page_size=16, prefill_chunk_size=512)
+    runner = ModelRunner(model, max_batch_size=16, max_length=512, page_size=16, prefill_chunk_size=512, kv_cache_dtype=args.kv_cache_dtype)
     start = time.perf_counter()
     compiled = runner.warmup()
     warmup_s = time.perf_counter() - start
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
     compiles_in_window = compile_counts()["compiles"] - before
     med = {k: statistics.median(v) for k, v in runs.items()}
     out = {
-        "machine": machine(), "model": path.name, "prompt_tokens": PROMPT, "new_tokens": args.new_tokens, "repeats": args.repeats,
+        "machine": machine(), "model": path.name, "kv_cache_dtype": str(runner._pools[0][0].dtype), "prompt_tokens": PROMPT, "new_tokens": args.new_tokens, "repeats": args.repeats,
         "warmup_programs": compiled, "warmup_s": round(warmup_s, 1), "decode_tokens_per_s": {k: round(v, 1) for k, v in med.items()},
         "runs": runs, "ratio_c1_vs_generate": round(med["engine c=1"] / med["generate"], 3), "ratio_c16_vs_c1": round(med["engine c=16"] / med["engine c=1"], 2),
         "ratio_c4_vs_c1": round(med["engine c=4"] / med["engine c=1"], 2), "compiles_in_timed_window": compiles_in_window,
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"engine c=1 / generate: {out['ratio_c1_vs_generate']:.3f} (target >= 0.95)")
     print(f"engine c=16 / c=1: {out['ratio_c16_vs_c1']:.2f} (target >= 4); c=4 / c=1: {out['ratio_c4_vs_c1']:.2f}")
     print(f"programs compiled in the timed window: {compiles_in_window} (target 0)")
-    print(f"saved {save('engine', out)}")
+    print(f"saved {save('engine' if args.kv_cache_dtype is None else f'engine-kv-{args.kv_cache_dtype}', out)}")
     return out
 
 

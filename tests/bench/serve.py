@@ -4,7 +4,9 @@ Both servers load the SmolLM2-135M-shaped random GGUF with a real byte-level BPE
 tokenizer that `tests.bench._bpe_gguf` writes (Q8_0 by default; ``--quant F32|Q4_0``)
 and run as subprocesses on 127.0.0.1:
 
-- maxfx: ``python -m maxfx serve --model GGUF --max-batch-size 16 --max-length 512``;
+- maxfx: ``python -m maxfx serve --model GGUF --max-batch-size 16 --max-length 512
+  --kv-cache-format float16`` (llama-server's default KV precision; ``--maxfx-args``
+  replaces the last two);
 - llama-server: ``-t 2 --parallel 16 -c 8192`` (16 slots of 512 tokens), built
   outside the project by ``tests/bench/build_llama_server.sh`` (found at
   ``--llama-server``, ``$LLAMA_SERVER`` or that script's default place; without
@@ -147,9 +149,9 @@ class Server:
             self.proc.wait()
 
 
-def maxfx_server(path: Path, logs: Path) -> Server:
+def maxfx_server(path: Path, logs: Path, extra: list[str]) -> Server:
     port = free_port()
-    cmd = [sys.executable, "-m", "maxfx", "serve", "--model", str(path), "--host", "127.0.0.1", "--port", str(port), "--max-batch-size", "16", "--max-length", "512"]
+    cmd = [sys.executable, "-m", "maxfx", "serve", "--model", str(path), "--host", "127.0.0.1", "--port", str(port), "--max-batch-size", "16", "--max-length", "512", *extra]
     return Server(MAXFX, cmd, port, logs / "maxfx.log")
 
 
@@ -449,6 +451,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)))
     ap.add_argument("--llama-server", default=None, help="llama-server binary (default: $LLAMA_SERVER or build_llama_server.sh's)")
     ap.add_argument("--llama-args", default="", help="extra llama-server flags (e.g. '--poll 0')")
+    # llama-server keeps its KV cache in float16 (-ctk/-ctv f16) unless told otherwise: the same here.
+    ap.add_argument("--maxfx-args", default="--kv-cache-format float16", help="extra maxfx serve flags (default '--kv-cache-format float16', llama-server's KV precision)")
     ap.add_argument("--only", choices=[MAXFX, LLAMA], default=None, help="run one server only")
     ap.add_argument("--token-ids", action="store_true", help="send prompts as token ids instead of text")
     ap.add_argument("--no-pause", action="store_true", help="leave the idle server running (not SIGSTOPped) while the other is timed")
@@ -487,9 +491,9 @@ def main(argv: list[str] | None = None) -> dict:
     binary = find_llama_server(args.llama_server)
     info: dict = {"model": path.name, "quant": args.quant, "prompt_tokens": PROMPT, "output_tokens": OUTPUT, "rounds": rounds, "repeats": args.repeats,
                   "concurrency": conc, "prompts": "token ids" if args.token_ids else "text", "cpus": os.cpu_count(), "pause_idle": not args.no_pause,
-                  "quiet_cores": args.quiet, "llama_args": args.llama_args}  # fmt: skip
+                  "quiet_cores": args.quiet, "llama_args": args.llama_args, "maxfx_args": args.maxfx_args}  # fmt: skip
     if args.only != LLAMA:
-        servers.append(maxfx_server(path, logs))
+        servers.append(maxfx_server(path, logs, args.maxfx_args.split()))
     if args.only != MAXFX:
         if binary is None:
             print(f"llama-server: missing ({BUILD_HINT})")

@@ -93,6 +93,20 @@ def test_goldens_among_other_requests(llama):
     assert all(len(s.result().tokens) == 5 for s in crowd)
 
 
+def test_float16_kv_cache_halves_the_pool_and_keeps_the_goldens(llama):
+    g = golden(LLAMA)
+    full = ModelRunner(llama, max_batch_size=4, max_length=MAX_LEN, page_size=16)
+    half = ModelRunner(llama, max_batch_size=4, max_length=MAX_LEN, page_size=16, kv_cache_dtype="float16")
+    assert half.cache_bytes * 2 == full.cache_bytes and half._pools[0][0].dtype == np.float16
+    sched = Scheduler(half)
+    mine = [sched.submit(ctx(row, g["greedy_ids"].shape[1])) for row in g["input_ids"]]
+    sched.run_until_idle()
+    for s, ref in zip(mine, g["greedy_ids"]):
+        assert s.result().tokens == ref.tolist()
+    with pytest.raises(ValueError, match="kv_cache_dtype.*float dtype.*'int8'"):
+        ModelRunner(llama, max_batch_size=4, max_length=MAX_LEN, kv_cache_dtype="int8")
+
+
 def test_shared_prefix_served_from_cached_pages(llama):
     rng = np.random.default_rng(3)
     prefix = rng.integers(0, 256, 100)

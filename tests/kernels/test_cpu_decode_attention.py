@@ -118,6 +118,19 @@ def test_paged_matches_numpy(rng, window):
     np.testing.assert_allclose(got, _numpy_attention(q, k, v, lo, lens, 64**-0.5), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("b", [1, 3, 8])  # one row (split by KV head over the threads), a few, many
+def test_float16_pool_matches_numpy_on_the_rounded_values(rng, b):
+    """A float16 KV pool: read as stored (the HLO has no conversion of the pool), scores and sums in float32."""
+    q, kp, vp, table, _, _ = _paged(rng, b=b, hq=6, hkv=3, d=80)  # d = 80: a 64-value register pass and a 16-value tail
+    kh, vh = kp.astype(np.float16), vp.astype(np.float16)
+    lens = rng.integers(1, 97, b)
+    got = np.asarray(dispatch.paged_decode_attention(q, kh, vh, table, lens))
+    dense = lambda x: x.astype(np.float32)[table].reshape(b, -1, 3, 80)  # noqa: E731
+    np.testing.assert_allclose(got, _numpy_attention(q, dense(kh), dense(vh), np.zeros(b, int), lens, 80**-0.5), rtol=1e-5, atol=1e-5)
+    hlo = jax.jit(lambda q, k, v: dispatch.paged_decode_attention(q, k, v, table, lens)).lower(q, kh, vh).compile().as_text()
+    assert "maxfx_paged_decode_attention" in hlo and "f32[24,16,3,80]" not in hlo
+
+
 def test_paged_pool_is_read_in_place(rng):
     """A pool written in place and read by the kernel compiles to no copy of the pool (a reshaped pool made XLA copy it)."""
     q, kp, vp, table, _, _ = _paged(rng)

@@ -94,6 +94,7 @@ def test_pipeline_config_defaults_are_maxs():
 
 def test_nested_config_defaults_are_maxs():
     kv = KVCacheConfig()
+    assert kv.kv_cache_format is None and KVCacheConfig(kv_cache_format="DType.float16").kv_cache_format == "float16"
     assert (kv.cache_strategy, kv.kv_cache_page_size, kv.enable_prefix_caching, kv.enable_kvcache_swapping_to_host, kv.device_memory_utilization, kv.host_kvcache_swap_space_gb) == (
         KVCacheStrategy.MODEL_DEFAULT,
         128,
@@ -254,6 +255,7 @@ def test_help_documents_every_option():
         ({"device_memory_utilization": 0.0}, r"KVCacheConfig\.device_memory_utilization must be a number > 0.0 and <= 1.0, got 0.0"),
         ({"device_memory_utilization": 1.5}, r"KVCacheConfig\.device_memory_utilization must be a number > 0.0 and <= 1.0, got 1.5"),
         ({"cache_strategy": "continuous"}, r"KVCacheConfig\.cache_strategy must be one of 'model_default', 'paged', got 'continuous'"),
+        ({"kv_cache_format": "int8"}, r"KVCacheConfig\.kv_cache_format must be one of \('float32', 'float16', 'bfloat16'\) or None, got 'int8'"),
         ({"quantization_encoding": "q3"}, r"MAXModelConfig\.quantization_encoding must be one of 'float32'.*got 'q3'"),
         ({"quantization_encoding": "q4_k"}, r"MAXModelConfig\.quantization_encoding must be an encoding the weights of .* come in \(q4_0, q8_0, float32\), got 'q4_k'"),
         ({"data_parallel_degree": 0}, r"MAXModelConfig\.data_parallel_degree must be an int >= 1, got 0"),

@@ -89,10 +89,12 @@ def test_llm_from_four_threads_equals_serial_results(greedy_folder):
         assert llm._scheduler.stats.decode_rows > llm._scheduler.stats.decode_steps  # rows of different calls shared steps
 
 
-def test_llm_greedy_text_equals_the_golden_completion(greedy_folder):
-    with LLM(PipelineConfig(model_path=str(greedy_folder), max_batch_size=2)) as llm:
+@pytest.mark.parametrize("kv_cache_format", [None, "float16"])
+def test_llm_greedy_text_equals_the_golden_completion(greedy_folder, kv_cache_format):
+    with LLM(PipelineConfig(model_path=str(greedy_folder), max_batch_size=2, kv_cache_format=kv_cache_format)) as llm:
         texts = llm.generate([c["prompt"] for c in GOLDEN["cases"]], max_new_tokens=16, use_tqdm=False)
         tok = llm.tokenizer.delegate
+        assert llm._scheduler.runner._pools[0][0].dtype == (np.float16 if kv_cache_format else np.float32)
     for text, case in zip(texts, GOLDEN["cases"]):
         ids = case["new_ids"]
         if 2 in ids:  # the completion ends at EOS
