@@ -182,7 +182,8 @@ def _open_folder(folder: Path, dtype: DType | None, caller: str, only: Sequence[
     config = config_cls.from_hf(raw, where)
     files = _weight_files(folder, caller)
     label = str(files[0]) if len(files) == 1 else f"{len(files)} files in {folder}"
-    return config, CheckpointSource(load_weights(files), label, dtype, where)
+    declared = raw.get("torch_dtype") or raw.get("dtype")
+    return config, CheckpointSource(load_weights(files), label, dtype, where, config_dtype=str(declared).removeprefix("torch.") if declared else None)
 
 
 def _weight_files(folder: Path, caller: str) -> list[Path]:

@@ -180,11 +180,12 @@ class RandomSource(ParamSource):
 class _Checked(ParamSource):
     """Shared bookkeeping of the checkpoint sources: used names, progress, shape checks, dtype conversion."""
 
-    def __init__(self, weights: Any, label: str, dtype: DType | None, config_label: str):
+    def __init__(self, weights: Any, label: str, dtype: DType | None, config_label: str, *, config_dtype: str | None = None):
         self._weights = weights
         self._label = label
         self._dtype = dtype
         self._config_label = config_label
+        self._config_dtype = config_dtype
         self._used: set[str] = set()
         self._names = [n for n, _ in weights.items()]
         self._info = {n: weights[n].info() for n in self._names}
@@ -205,8 +206,11 @@ class _Checked(ParamSource):
     def _floats(self, name: str) -> np.ndarray:
         """The values of ``name`` (dequantized if stored in blocks) as the source's dtype (default: as stored)."""
         logical = self._info[name].logical_dtype
-        if self._dtype is not None and self._dtype is not logical and not logical.is_float():
-            raise CheckpointMismatchError(f"{self._label}: tensor {name!r} is {logical}, cannot convert to {self._dtype}")
+        if not logical.is_float():
+            # Every parameter a model reads is float: an integer tensor of the same byte size would
+            # otherwise load and fail only at the first forward, deep inside an op.
+            want = self._dtype.name if self._dtype is not None else self._config_dtype or "a float dtype"
+            raise CheckpointMismatchError(f"{self._label}: tensor {name!r} is stored as {logical.name}, but {self._config_label} needs {want} (model parameters are float)")
         return np.asarray(self._weights[name].values(self._dtype))
 
     def finish(self, ignore: Iterable[str] = ()) -> None:
@@ -214,9 +218,7 @@ class _Checked(ParamSource):
         skip = set(ignore)
         extra = [n for n in self._names if n not in self._used and n not in skip and not n.endswith("rotary_emb.inv_freq")]
         if extra:
-            raise CheckpointMismatchError(
-                f"{self._label}: {len(extra)} tensor(s) are not part of the model {self._config_label} describes, e.g. {extra[:3]}"
-            )
+            raise CheckpointMismatchError(f"{self._label}: {len(extra)} tensor(s) are not part of the model {self._config_label} describes, e.g. {extra[:3]}")
 
 
 class CheckpointSource(_Checked):
@@ -227,6 +229,7 @@ class CheckpointSource(_Checked):
         label: how messages name it (a path).
         dtype: convert float tensors to this dtype (None: as stored).
         config_label: how messages name the config (``".../config.json"``).
+        config_dtype: the config's ``torch_dtype``, named when a tensor is not float.
     """
 
     def read(

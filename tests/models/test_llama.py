@@ -190,8 +190,18 @@ def np_llama(w, c, ids):
 
 def test_tied_llama3_random_model_matches_numpy():
     scaling = (("factor", 4.0), ("high_freq_factor", 4.0), ("low_freq_factor", 1.0), ("original_max_position_embeddings", 16), ("rope_type", "llama3"))
-    c = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=1, rms_norm_eps=1e-5, rope_theta=1000.0, rope_scaling=scaling, tie_word_embeddings=True)
+    c = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        rms_norm_eps=1e-5,
+        rope_theta=1000.0,
+        rope_scaling=scaling,
+        tie_word_embeddings=True,
+    )
     m = LlamaForCausalLM.random(c, seed=3)
     assert m.lm_head is None and "lm_head.weight" not in dict(m.parameters)
     w = {n: t.to_numpy().astype(np.float64) for n, t in m.parameters}
@@ -282,6 +292,19 @@ def test_missing_tensor_names_it(tmp_path):
     del tensors["model.layers.1.mlp.up_proj.weight"]
     save_file(tensors, d / "model.safetensors")
     with pytest.raises(CheckpointMismatchError, match=r"'model\.layers\.1\.mlp\.up_proj\.weight' .*missing"):
+        load_pretrained(d)
+
+
+def test_integer_tensor_where_config_needs_float_fails_at_load(tmp_path):
+    """Issue 35: an F32 tensor relabelled I32 (same byte size) is refused at load, not at the first forward's mul."""
+    d = _copy(tmp_path)
+    path = d / "model.safetensors"
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = raw[8 : 8 + n]
+    at = header.index(b'"F32"', header.index(b'"model.norm.weight"'))
+    path.write_bytes(raw[:8] + header[:at] + b'"I32"' + header[at + 5 :] + raw[8 + n :])
+    with pytest.raises(CheckpointMismatchError, match=r"model\.safetensors: tensor 'model\.norm\.weight' is stored as int32, but .*config\.json needs float32"):
         load_pretrained(d)
 
 
