@@ -13,7 +13,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lowering.dtypes import DType
+from maxfx._json_file import read_json_file
 from maxfx.experimental._defaults import defaults
 from maxfx.graph.weights import GGUFWeights, load_weights
 from maxfx.models._config import ConfigError, GPT2Config, LlamaConfig
@@ -153,10 +153,7 @@ def read_hf_config(folder: Path, caller: str = "load_pretrained") -> tuple[dict[
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
         raise FileNotFoundError(f"{caller}: {str(folder)!r} has no config.json")
-    try:
-        raw = json.loads(cfg_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{cfg_path}: not valid JSON ({e})") from None
+    raw = read_json_file(cfg_path, ConfigError)
     if not isinstance(raw, dict):
         raise ConfigError(f"{cfg_path}: expected a JSON object")
     check_architecture(raw.get("model_type"), str(cfg_path), "model_type")

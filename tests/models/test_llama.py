@@ -320,6 +320,14 @@ def test_unknown_architecture(tmp_path):
         load_pretrained(d)
 
 
+def test_deeply_nested_config_json_is_a_config_error(tmp_path):
+    """Issue 35: 100000 nested lists made json raise a bare RecursionError; now a ConfigError naming the file."""
+    d = _copy(tmp_path)
+    (d / "config.json").write_text('{"model_type": "llama", "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ConfigError, match=r"ckpt/config\.json: JSON nested too deeply .*not a valid config file"):
+        load_pretrained(d)
+
+
 def test_unknown_gguf_architecture(tmp_path):
     import gguf  # noqa: PLC0415
 

@@ -196,6 +196,15 @@ def test_retrieve_architecture_from_gguf_metadata(tmp_path):
     assert registry.retrieve_architecture(config).name == "LlamaForCausalLM"
 
 
+def test_deeply_nested_config_json_is_a_value_error_naming_it(tmp_path):
+    """Issue 35: the pipelines' config readers turn json's RecursionError into a ValueError naming the file."""
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "x": ' + '{"a": ' * 100_000 + "1" + "}" * 100_000 + "}")
+    with pytest.raises(ValueError, match=r"config\.json: JSON nested too deeply"):
+        _builtin_registry().retrieve_architecture(str(tmp_path))
+    with pytest.raises(ValueError, match=r"HuggingFaceRepo: .*config\.json.*JSON nested too deeply"):
+        HuggingFaceRepo(str(tmp_path)).supported_encodings  # noqa: B018 - the property reads config.json (quantization_config)
+
+
 def test_retrieve_architecture_of_an_unknown_model_is_none(tmp_path):
     (tmp_path / "config.json").write_text('{"architectures": ["BertModel"], "model_type": "bert"}')
     registry = _builtin_registry()

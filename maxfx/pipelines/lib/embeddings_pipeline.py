@@ -42,7 +42,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -56,6 +55,7 @@ import numpy.typing as npt
 from lowering.dtypes import DType
 from lowering.x64 import x64
 from maxfx import driver
+from maxfx._json_file import read_json_file
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.interfaces import EmbeddingsContext, EmbeddingsGenerationInputs, EmbeddingsGenerationOutput, GenerationStatus, Pipeline, RequestID
@@ -377,7 +377,7 @@ def _model_folder(model_config: Any) -> Path | None:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_json_file(path)
     except (OSError, ValueError) as e:
         raise ValueError(f"{_OWNER}: cannot read {path}: {e}") from e
 

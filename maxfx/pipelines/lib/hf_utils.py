@@ -35,6 +35,7 @@ from typing import Any
 import huggingface_hub
 
 from lowering.quantization import QuantizationEncoding
+from maxfx._json_file import read_json_file
 
 __all__ = [
     "HuggingFaceRepo",
@@ -459,7 +460,7 @@ class HuggingFaceRepo:
         if not path.is_file():
             return {}
         try:
-            return json.loads(path.read_text())
+            return read_json_file(path)
         except (OSError, ValueError) as err:
             raise ValueError(f"HuggingFaceRepo: {path} is not valid JSON: {err}") from err
 

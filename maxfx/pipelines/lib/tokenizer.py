@@ -53,6 +53,7 @@ from jinja2.exceptions import TemplateError
 from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from maxfx._json_file import read_json_file
 from maxfx.generation import TextContext
 from maxfx.graph.weights import GGUFWeights
 from maxfx.interfaces import PipelineTokenizer
@@ -352,8 +353,8 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = read_json_file(path)
+    except (OSError, ValueError) as e:
         raise ValueError(f"TextTokenizer: {path} is not valid JSON ({e})") from None
     if not isinstance(data, dict):
         raise ValueError(f"TextTokenizer: {path} must hold a JSON object, got {type(data).__name__}")

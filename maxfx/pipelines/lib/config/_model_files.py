@@ -11,11 +11,11 @@ Example:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from maxfx._json_file import read_json_file
 from maxfx.pipelines.lib.hf_utils import read_gguf_metadata
 
 __all__ = ["HuggingFaceConfig", "gguf_config", "model_max_length", "read_json"]
@@ -81,7 +81,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text())
+        data = read_json_file(path)
     except (OSError, ValueError) as err:
         raise ValueError(f"{path} is not valid JSON: {err}") from err
     if not isinstance(data, dict):
