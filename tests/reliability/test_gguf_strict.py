@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from maxfx.graph.weights import GGUFWeights
+from maxfx.pipelines.lib.hf_utils import read_gguf_metadata
 
 LLAMA = Path(__file__).parent.parent / "data" / "models" / "tiny_llama"
 TENSORS = {
@@ -200,6 +201,22 @@ def test_huge_metadata_counts_fail_fast(tmp_path, what, key, part, fmt, match):
     start = time.perf_counter()
     _refused(path, match)
     assert time.perf_counter() - start < 1.0, what
+
+
+@pytest.mark.parametrize("count", [2**60, None])
+def test_pipelines_metadata_reader_is_bounded_too(tmp_path, count):
+    """Issue 35: read_gguf_metadata ran a bare gguf.GGUFReader, which spun for minutes on a huge array count.
+
+    ``None``: a string count just under the file's bytes / 8, which passes the first bound and is
+    refused by the per-string walk (work proportional to the file, not to the count).
+    """
+    path = _write(tmp_path / "huge.gguf", metadata=[("test.bytes", [1, 2, 3]), ("test.words", ["x", "yz"])])
+    key, claimed = ("test.bytes", count) if count else ("test.words", (path.stat().st_size - _field_position(path, "test.words", 4)) // 8 - 2)
+    _patch(path, _field_position(path, key, 4), "<Q", claimed)
+    start = time.perf_counter()
+    with _deadline(10), pytest.raises(ValueError, match=rf"huge\.gguf.*key '{key}'.*{claimed}"):
+        read_gguf_metadata(path)
+    assert time.perf_counter() - start < 1.0
 
 
 @pytest.mark.parametrize("count, match", [(1, r"header claims 1152921504606846976 tensors"), (2, r"1152921504606846976 key/value pairs")])

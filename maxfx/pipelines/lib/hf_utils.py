@@ -35,6 +35,7 @@ from typing import Any
 import huggingface_hub
 
 from lowering.quantization import QuantizationEncoding
+from maxfx._gguf_header import open_reader
 from maxfx._json_file import read_json_file
 
 __all__ = [
@@ -535,7 +536,8 @@ def read_gguf_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     import gguf  # noqa: PLC0415 - slow to import (numpy readers); only GGUF metadata needs it
 
     try:
-        fields = gguf.GGUFReader(str(path)).fields
+        # The bounded header scan first: a bare GGUFReader loops for minutes over an array claiming 2**60 elements.
+        fields = open_reader(gguf, str(path)).fields
     except (OSError, ValueError) as err:
         raise ValueError(f"read_gguf_metadata: cannot read GGUF file {path}: {err}") from err
     return {key: f.contents() for key, f in fields.items() if not key.startswith(("GGUF.", "tokenizer."))}
