@@ -153,17 +153,38 @@ def test_ordereddict_build_with_slot_state_is_refused(tmp_path):
 
 
 def test_stride_zero_view_is_not_materialized(tmp_path):
-    # One float in the file; shape [8192, 8192] stride (0, 0) would be 256 MiB as a copy.
-    body = p_state_dict({"w": p_tensor(p_storage("0", 1), 0, (8192, 8192), (0, 0))})
-    path = write_zip(tmp_path / "expand.bin", pickled(body), {"0": np.float32([2.5])})
+    # expand(): a [64] row seen as [1024, 64] with stride (0, 1); 256 KiB as a copy, within the expansion limit.
+    row = np.arange(64, dtype=np.float32)
+    body = p_state_dict({"w": p_tensor(p_storage("0", 64), 0, (1024, 64), (0, 1))})
+    path = write_zip(tmp_path / "expand.bin", pickled(body), {"0": row})
     weights = PytorchWeights(path)
-    assert weights.w.shape == [8192, 8192]
+    assert weights.w.shape == [1024, 64]
     out = {}
     peak = peak_bytes(lambda: out.setdefault("w", weights.w.data().to_numpy()))
-    assert peak < 1 << 20, f"reading a 4-byte storage allocated {peak} bytes"
-    w = out["w"]
-    assert w.shape == (8192, 8192) and not w.flags.writeable
-    assert w[0, 0] == w[8191, 8191] == np.float32(2.5)
+    assert peak < 64 << 10, f"reading a 256-byte storage allocated {peak} bytes"
+    assert not out["w"].flags.writeable
+    np.testing.assert_array_equal(out["w"], np.broadcast_to(row, (1024, 64)))
+
+
+def test_huge_stride_zero_view_is_refused_at_load(tmp_path):
+    """Issue 35: one float viewed as [2**18, 1024] (1 GiB) loaded, then every consumer's copy grew past 3 GB."""
+    body = p_state_dict({"w": p_tensor(p_storage("0", 1), 0, (2**18, 1024), (0, 0))})
+    path = write_zip(tmp_path / "expand.bin", pickled(body), {"0": np.float32([2.5])})
+    match = r"expand\.bin: tensor 'w' \(shape \[262144, 1024\], stride \[0, 0\], offset 0\) is a stride-0 \(expanded\) view of 1073741824 bytes over a storage of 4"
+
+    def load():
+        with pytest.raises(pt.CorruptCheckpointError, match=match):
+            PytorchWeights(path)
+
+    assert peak_bytes(load) < 1 << 20
+
+
+def test_overlapping_strides_are_refused_at_load(tmp_path):
+    # [64, 64] with stride (1, 1) stays inside a 127-element storage but repeats elements: only as_strided makes that.
+    body = p_state_dict({"w": p_tensor(p_storage("0", 127), 0, (64, 64), (1, 1))})
+    path = write_zip(tmp_path / "overlap.bin", pickled(body), {"0": np.zeros(127, np.float32)})
+    with pytest.raises(pt.CorruptCheckpointError, match=r"overlap\.bin: tensor 'w' .*overlapping strides: its 4096 elements repeat storage elements"):
+        PytorchWeights(path)
 
 
 def test_deflate_bomb_data_pkl_is_refused_before_inflating(tmp_path):

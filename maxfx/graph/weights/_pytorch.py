@@ -59,6 +59,9 @@ _MAX_PICKLE_BYTES = 64 << 20
 # State dicts nest a few levels (optimizer state, submodules); deeper means a
 # hostile or broken pickle, reported before Python's recursion limit is hit.
 _MAX_NESTING = 100
+# An expanded (stride-0) view is copied by every consumer: allow at most this many times its
+# storage's bytes, or this many bytes, so a tiny file cannot claim gigabytes.
+_MAX_EXPANSION, _MAX_EXPANDED_BYTES = 8, 16 << 20
 # Streaming chunk for compressed entries (bounded memory while inflating).
 _CHUNK = 1 << 20
 _short = reprlib.Repr(maxlevel=3, maxstring=60, maxother=60).repr
@@ -310,8 +313,9 @@ class TorchCheckpoint:
       storage (numel x element size) inside its entry, before anything is read;
     - make the loader allocate more than the file declares: ``data.pkl`` is
       capped at ``_MAX_PICKLE_BYTES``, compressed entries are streamed up to
-      their declared size, and a view whose elements overlap (stride 0) is
-      returned as a read-only view rather than materialized;
+      their declared size, a view that repeats elements must be an ``expand``
+      (stride 0) within `_MAX_EXPANSION` x its storage or `_MAX_EXPANDED_BYTES`,
+      and is returned as a read-only view;
     - hand over shifted or altered bytes: the local header of each entry must
       agree with the central directory (name, method), and each storage is
       CRC-32-checked against the zip's record when first read.
@@ -465,12 +469,31 @@ class TorchCheckpoint:
                 raise CorruptCheckpointError(f"{self.path}: storage data/{key} runs past the end of the file (truncated checkpoint)")
 
     def _check_extent(self, name: str, info: TorchTensorInfo) -> None:
-        if math.prod(info.shape) == 0:
+        """The view lies in its storage and repeats elements only as ``expand`` does, within `_MAX_EXPANDED_BYTES`.
+
+        Checked here, before anything is read: every consumer (eager tensors, the
+        session's weights, dtype conversion) copies a view, so a 4-byte storage
+        viewed as ``[2**18, 1024]`` with stride 0 would otherwise allocate 1 GiB.
+        """
+        count = math.prod(info.shape)
+        if count == 0:
             return
+        where = f"{self.path}: tensor {name!r} (shape {list(info.shape)}, stride {list(info.stride)}, offset {info.offset})"
         last = info.offset + sum((d - 1) * s for d, s in zip(info.shape, info.stride))
         if last >= info.storage.numel:
+            raise CorruptCheckpointError(f"{where} reaches element {last} of a storage with {info.storage.numel}")
+        if count <= info.storage.numel:
+            return
+        # More elements than the storage: only expand()'s layout (stride 0 on the broadcast dims, the rest
+        # not overlapping) is what torch writes; overlapping non-zero strides come from as_strided alone.
+        dims = sorted((s, d) for d, s in zip(info.shape, info.stride) if d > 1 and s > 0)
+        if any(s_next < s * d for (s, d), (s_next, _) in zip(dims, dims[1:])):
+            raise CorruptCheckpointError(f"{where} has overlapping strides: its {count} elements repeat storage elements, which only expand() (stride 0) may do")
+        nbytes, limit = count * info.dtype.size_in_bytes, max(_MAX_EXPANSION * info.storage.nbytes, _MAX_EXPANDED_BYTES)
+        if nbytes > limit:
             raise CorruptCheckpointError(
-                f"{self.path}: tensor {name!r} (shape {list(info.shape)}, stride {list(info.stride)}, offset {info.offset}) reaches element {last} of a storage with {info.storage.numel}"
+                f"{where} is a stride-0 (expanded) view of {nbytes} bytes over a storage of {info.storage.nbytes}; maxfx materializes views up to {limit} bytes "
+                f"({_MAX_EXPANSION}x the storage or {_MAX_EXPANDED_BYTES >> 20} MiB); save the tensor with .contiguous()"
             )
 
     def _data_start(self, entry: zipfile.ZipInfo) -> int:
