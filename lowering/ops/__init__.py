@@ -23,5 +23,6 @@ from lowering.ops import (  # noqa: F401  (imports register the ops)
     random,
     reduction,
     resize,
+    sampling_kernels,
     shape,
 )

@@ -685,8 +685,9 @@ def _penalties_rule(logits, fd, fo, fp, pp, rp) -> TensorType:
         raise OpError(f"{op}: frequency_offsets must be [batch + 1] = [{lg.shape[0] + 1}], got {R.fmt(fo)}")
     for t, name in ((fp, "frequency_penalty"), (pp, "presence_penalty"), (rp, "repetition_penalty")):
         t = R.require_tensor(op, t, name, kind=R.FLOAT)
-        if any(d != 1 for d in t.shape):
-            raise OpError(f"{op}: {name} must be a scalar, got {R.fmt(t)}")
+        per_row = t.rank == 1 and t.shape[0] == lg.shape[0]
+        if not per_row and any(d != 1 for d in t.shape):
+            raise OpError(f"{op}: {name} must be a scalar or one value per batch row ([{lg.shape[0]}]), got {R.fmt(t)}")
     return lg
 
 
@@ -703,7 +704,8 @@ def _penalties_impl(logits, fd, fo, fp, pp, rp):
     valid = (row < batch) & (tok >= 0) & (tok < vocab) & (count > 0)
     r, c = jnp.where(valid, row, batch), jnp.clip(tok, 0, vocab - 1)
     old = logits[jnp.minimum(r, batch - 1), c].astype(jnp.float32)
-    rp, fp, pp = (v.astype(jnp.float32).reshape(()) for v in (rp, fp, pp))
+    # A scalar penalty applies to every row; a [batch] one is read at each entry's row.
+    rp, fp, pp = (v.astype(jnp.float32).reshape(-1)[jnp.minimum(r, batch - 1)] if v.size == batch and v.ndim == 1 and batch != 1 else v.astype(jnp.float32).reshape(()) for v in (rp, fp, pp))
     new = jnp.where(old > 0, old / rp, old * rp) - fp * count - pp
     return logits.at[r, c].set(new.astype(logits.dtype), mode="drop")
 

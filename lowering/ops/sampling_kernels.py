@@ -1,0 +1,162 @@
+"""MAX's sampling kernels by their kernel-library names, for ``ops.custom`` / ``ops.inplace_custom``.
+
+MAX's pipelines and tests call these Mojo kernels by name; maxfx provides each
+over its registry ops (`lowering.ops.fused`'s ``topk_sampling``,
+``apply_penalties`` and ``update_frequency_data``, and ``min_p_mask`` here):
+
+- ``sampler.fused_token_sampling``: ``values`` (``K``, [``max_k``], ``temperature``,
+  ``top_p``, [``min_top_p``, [``min_p``]], ``seed``, ``logits``), every per-row input
+  ``[batch]`` or a scalar; out int64 ``[batch, 1]``. ``max_k`` may be a runtime
+  value, so the candidates are bounded by the vocabulary.
+- ``min_p_sampling``: ``(min_ps [batch], logits, temperature)``: a token of
+  ``softmax(logits / temperature)`` among those with at least ``min_p`` times the
+  row's largest probability (seed 0, as the kernel takes none).
+- ``sampler.apply_penalties`` (in place): ``(logits buffer, frequency_data,
+  frequency_offsets, frequency_penalty, presence_penalty, repetition_penalty)``,
+  the penalties scalars or ``[batch]``.
+- ``sampler.update_frequency_data`` (in place): ``(frequency_data buffer,
+  frequency_offsets, new_tokens)``.
+
+The random stream is JAX's (``jax.random`` keyed by each row's seed), not Mojo's:
+a seed reproduces maxfx's samples, not MAX's.
+
+Example:
+    >>> from lowering.ops.custom import custom_op_names
+    >>> "sampler.fused_token_sampling" in custom_op_names()
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax.numpy as jnp
+
+from lowering.context import bind
+from lowering.dims import StaticDim
+from lowering.dtypes import DType
+from lowering.ops import _rules as R
+from lowering.ops.buffer import buffer_load, buffer_store
+from lowering.ops.core import cast_p, constant
+from lowering.ops.custom import custom_kernel
+from lowering.ops.fused import apply_penalties_p, topk_sampling_p, update_frequency_data_p
+from lowering.ops.shape import broadcast_to, reshape
+from lowering.registry import OpDef, register
+from lowering.types import TensorType
+
+__all__ = ["min_p_mask_p"]
+
+
+def _rows(x: Any, dtype: DType, batch: Any) -> Any:
+    """``x`` (a scalar or ``[batch]`` value) as a ``[batch]`` tensor of ``dtype``."""
+    if x.type.dtype is not dtype:
+        x = bind(cast_p, x, dtype=dtype)
+    one = x.type.rank == 1 and isinstance(x.type.shape[0], StaticDim) and x.type.shape[0].dim == 1
+    if x.type.rank == 0 or (one and not (isinstance(batch, StaticDim) and batch.dim == 1)):
+        x = broadcast_to(reshape(x, [1]), [batch])
+    return x
+
+
+def _vocab(op: str, logits: Any) -> int:
+    vocab = logits.type.shape[-1]
+    if not isinstance(vocab, StaticDim):
+        raise R.OpError(f"{op}: the vocabulary (logits' last dim) must be static, got {R.fmt(logits.type)}")
+    return int(vocab.dim)
+
+
+# ─── min_p_mask: the min-p filter as an op of its own ─────────────────────
+
+
+def _min_p_rule(logits, min_p, temperature) -> TensorType:
+    op = "min_p_mask"
+    lg = R.require_tensor(op, logits, "logits", rank=2, kind=R.FLOAT)
+    for t, name in ((min_p, "min_p"), (temperature, "temperature")):
+        t = R.require_tensor(op, t, name, rank=1, kind=R.FLOAT)
+        if t.shape[0] != lg.shape[0]:
+            raise R.OpError(f"{op}: {name} must have one entry per batch row ({lg.shape[0]}), got {R.fmt(t)}")
+    return lg
+
+
+def _min_p_impl(logits, min_p, temperature):
+    # p_i >= min_p * p_max  <=>  l_i / T >= l_max / T + log(min_p); temperature <= 0 (greedy) and min_p <= 0 keep every token.
+    x = logits.astype(jnp.float32)
+    t = temperature.astype(jnp.float32)[:, None]
+    mp = min_p.astype(jnp.float32)[:, None]
+    top = jnp.max(x, axis=-1, keepdims=True)
+    keep = (x - top) / jnp.where(t > 0, t, 1.0) >= jnp.log(jnp.where(mp > 0, mp, 1.0))
+    keep = keep | (t <= 0) | (mp <= 0)
+    return jnp.where(keep, logits, jnp.asarray(-jnp.inf, logits.dtype))
+
+
+min_p_mask_p = register(OpDef("min_p_mask", rule=_min_p_rule, impl=_min_p_impl, differentiable=False))
+"""``logits`` with the tokens below ``min_p`` times their row's largest probability (after ``/ temperature``) set to -inf."""
+
+
+# ─── the kernels ──────────────────────────────────────────────────────────
+
+_FUSED = "sampler.fused_token_sampling"
+# MAX's operand lists across its versions, by length (newest last).
+_FUSED_LAYOUTS = {
+    5: ("K", "temperature", "top_p", "seed", "logits"),
+    6: ("K", "max_k", "temperature", "top_p", "seed", "logits"),
+    7: ("K", "max_k", "temperature", "top_p", "min_top_p", "seed", "logits"),
+    8: ("K", "max_k", "temperature", "top_p", "min_top_p", "min_p", "seed", "logits"),
+}
+
+
+def _no_out_types(name: str, out_types: Sequence[Any] | None) -> None:
+    if out_types:
+        raise TypeError(f"inplace_custom: kernel {name!r} has no outputs, got out_types {list(out_types)}")
+
+
+@custom_kernel(_FUSED)
+def _fused_token_sampling(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
+    layout = _FUSED_LAYOUTS.get(len(values))
+    if layout is None:
+        raise R.OpError(f"custom: kernel {_FUSED!r} takes {' or '.join(map(str, _FUSED_LAYOUTS))} values ({', '.join(_FUSED_LAYOUTS[8])}), got {len(values)}")
+    v = dict(zip(layout, values))
+    logits = v["logits"]
+    R.require_tensor(_FUSED, logits.type, "logits", rank=2, kind=R.FLOAT)
+    batch = logits.type.shape[0]
+    if "min_p" in v:
+        logits = bind(min_p_mask_p, logits, _rows(v["min_p"], DType.float32, batch), _rows(v["temperature"], DType.float32, batch))
+    args = [_rows(v[n], dt, batch) for n, dt in (("K", DType.int64), ("temperature", DType.float32), ("top_p", DType.float32), ("seed", DType.uint64))]
+    return [bind(topk_sampling_p, logits, *args, max_k=_vocab(_FUSED, logits), use_top_p=True)]
+
+
+@custom_kernel("min_p_sampling")
+def _min_p_sampling(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
+    if len(values) != 3:
+        raise R.OpError(f"custom: kernel 'min_p_sampling' takes 3 values (min_ps, logits, temperature), got {len(values)}")
+    min_ps, logits, temperature = values
+    R.require_tensor("min_p_sampling", logits.type, "logits", rank=2, kind=R.FLOAT)
+    batch, vocab = logits.type.shape[0], _vocab("min_p_sampling", logits)
+    device = logits.type.device
+    temp = _rows(temperature, DType.float32, batch)
+    masked = bind(min_p_mask_p, logits, _rows(min_ps, DType.float32, batch), temp)
+    every, whole, seed = (_rows(constant(x, dt, device), dt, batch) for x, dt in ((vocab, DType.int64), (1.0, DType.float32), (0, DType.uint64)))
+    return [bind(topk_sampling_p, masked, every, temp, whole, seed, max_k=vocab, use_top_p=False)]
+
+
+@custom_kernel("sampler.apply_penalties", inplace=True)
+def _apply_penalties(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
+    _no_out_types("sampler.apply_penalties", out_types)
+    if len(values) != 6:
+        raise R.OpError(
+            f"inplace_custom: kernel 'sampler.apply_penalties' takes 6 values (logits, frequency_data, frequency_offsets, frequency_penalty, presence_penalty, repetition_penalty), got {len(values)}"
+        )
+    buf, fd, fo, *pens = values
+    pens = [p if p.type.dtype is DType.float32 else bind(cast_p, p, dtype=DType.float32) for p in pens]
+    buffer_store(buf, bind(apply_penalties_p, buffer_load(buf), fd, fo, *pens))
+    return []
+
+
+@custom_kernel("sampler.update_frequency_data", inplace=True)
+def _update_frequency_data(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
+    _no_out_types("sampler.update_frequency_data", out_types)
+    if len(values) != 3:
+        raise R.OpError(f"inplace_custom: kernel 'sampler.update_frequency_data' takes 3 values (frequency_data, frequency_offsets, new_tokens), got {len(values)}")
+    buf, fo, tokens = values
+    buffer_store(buf, bind(update_frequency_data_p, buffer_load(buf), fo, tokens))
+    return []
