@@ -719,7 +719,8 @@ def apply_penalties(logits, frequency_data, frequency_offsets, frequency_penalty
 
     For each ``(token, count)`` row of sequence b's slice of ``frequency_data``
     (token < 0 marks an empty slot): ``l = l / rp if l > 0 else l * rp`` then
-    ``l -= frequency_penalty * count + presence_penalty``.
+    ``l -= frequency_penalty * count + presence_penalty``. Each penalty is a
+    scalar or one value per batch row.
 
     Example:
         >>> import numpy as np
