@@ -258,7 +258,7 @@ def _add_serve(commands: Any) -> None:
     srv.add_argument("--max-batch-size", type=_positive_int, default=16, metavar="N", help="sequences per decode step (default 16)")
     srv.add_argument("--max-length", type=_positive_int, metavar="N", help="longest sequence, prompt + output (default: the model's context)")
     srv.add_argument("--max-queue-size", type=_positive_int, default=256, metavar="N", help="requests that may wait for a batch row; more get HTTP 503 (default 256)")
-    srv.add_argument("--prefill-chunk-size", type=_positive_int, default=512, metavar="N", help="most prompt tokens per prefill step, padding included; prompts arriving together share a step within it (default 512)")
+    srv.add_argument("--prefill-chunk-size", type=_positive_int, default=1024, metavar="N", help="most prompt tokens per prefill step, padding included; prompts arriving together share a step within it (default 1024)")
     srv.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True, help="reuse KV pages of repeated prompt prefixes (default on)")
     srv.add_argument("--kv-cache-format", choices=("float32", "float16", "bfloat16"), help="dtype the KV cache is stored in; float16 halves its memory and what a decode step reads (default: the model's)")
     srv.add_argument("--enable-structured-output", action="store_true", help="accept response_format JSON schemas and tool_choice 'required'/named (enforced by llguidance)")

@@ -63,7 +63,9 @@ class ServeConfig:
     api_key: str | None = None
     metrics_port: int | None = None
     chat_template: str | None = None
-    prefill_chunk_size: int = 512
+    # 1024: 16 prompts of 128 tokens arriving together take two prefill steps, so the rows already
+    # decoding wait once, not three times (with 512, 16 rows' inter-token p99 was 17x the median).
+    prefill_chunk_size: int = 1024
     enable_prefix_caching: bool = True
     kv_cache_format: str | None = None
     warmup: bool = True
