@@ -23,9 +23,9 @@ The maxfx level stores no executable and no pickle: an entry is the block's
 program as a `jax.export` artifact (StableHLO in a versioned flatbuffer) behind
 a header with a magic, a format version, the entry's own key and the SHA-256 of
 the payload, all checked before the payload is parsed. XLA executables live only
-in JAX's level, keyed by the HLO of the program an entry rebuilds, so the two
-levels cannot disagree: a missing, damaged or foreign entry at either level is a
-miss. Writes are atomic (a temporary file in the same folder, then
+in JAX's level, keyed by the HLO of the program an entry rebuilds, and stored
+there behind the same header (`persistent_cache`), so the two levels cannot
+disagree: a missing, damaged or foreign entry at either level is a miss. Writes are atomic (a temporary file in the same folder, then
 ``os.replace``), so concurrent writers and readers see a whole entry or none.
 A bad cache path (a file, not creatable, not writable) in the environment
 variable disables the cache with one warning.
@@ -44,7 +44,6 @@ from __future__ import annotations
 import faulthandler
 import hashlib
 import os
-import struct
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
@@ -62,7 +61,7 @@ from lowering.executables import EXECUTABLES
 from lowering.interpret import block_is_data_dependent, run_block
 from lowering.ir import Block, uses_op
 from lowering.logs import CACHE_LOG, compiling
-from lowering.persistent_cache import enable_persistent_cache
+from lowering.persistent_cache import DamagedEntryError, decode_entry, enable_persistent_cache, encode_entry
 from lowering.piecewise import Pieces, split_at_calls
 from lowering.targets import export_checks, lowering_for
 from lowering.types import BufferType
@@ -363,50 +362,8 @@ def _disk_path(block: Block, key: tuple, device: jax.Device) -> _DiskEntry | Non
     return _DiskEntry(persistent_cache.disk_dir() / f"{digest.hex()}{ENTRY_SUFFIX}", digest)
 
 
-# An entry: header, then the payload (`jax.export.Exported.serialize()` bytes).
-# Header: magic, format version, the entry's key, SHA-256 of the payload, payload length.
-ENTRY_MAGIC = b"MAXFXCC\x00"
-ENTRY_VERSION = 1
+# An entry: `persistent_cache.encode_entry` of `jax.export.Exported.serialize()` bytes.
 ENTRY_SUFFIX = ".mxc"
-ENTRY_HEADER = struct.Struct(">8sH32s32sQ")
-
-
-class DamagedEntryError(ValueError):
-    """A cache entry that is not a whole, current-format entry for the key it was read for."""
-
-
-def encode_entry(key: bytes, payload: bytes) -> bytes:
-    """The bytes of an entry holding ``payload`` under ``key`` (32 bytes).
-
-    Example:
-        >>> entry = encode_entry(bytes(32), b"program")
-        >>> decode_entry(entry, bytes(32))
-        b'program'
-    """
-    return ENTRY_HEADER.pack(ENTRY_MAGIC, ENTRY_VERSION, key, hashlib.sha256(payload).digest(), len(payload)) + payload
-
-
-def decode_entry(data: bytes, key: bytes) -> bytes:
-    """The payload of entry ``data`` read for ``key``; every header field and the payload hash are checked first.
-
-    Raises:
-        DamagedEntryError: naming what does not match (a foreign, damaged, truncated or older-format entry).
-    """
-    if len(data) < ENTRY_HEADER.size:
-        raise DamagedEntryError(f"entry is {len(data)} bytes, shorter than its {ENTRY_HEADER.size}-byte header")
-    magic, version, stored_key, digest, size = ENTRY_HEADER.unpack_from(data)
-    payload = data[ENTRY_HEADER.size :]
-    if magic != ENTRY_MAGIC:
-        raise DamagedEntryError(f"magic {magic!r}, expected {ENTRY_MAGIC!r}")
-    if version != ENTRY_VERSION:
-        raise DamagedEntryError(f"format version {version}, expected {ENTRY_VERSION}")
-    if stored_key != key:
-        raise DamagedEntryError(f"entry is for key {stored_key.hex()[:16]}..., expected {key.hex()[:16]}...")
-    if size != len(payload):
-        raise DamagedEntryError(f"header says {size} payload bytes, the entry has {len(payload)}")
-    if hashlib.sha256(payload).digest() != digest:
-        raise DamagedEntryError("payload SHA-256 does not match the header")
-    return payload
 
 
 def _disk_load(entry: _DiskEntry) -> jax.export.Exported | None:

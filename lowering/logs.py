@@ -5,12 +5,13 @@ maxfx logs through the standard `logging` module under ``"maxfx"``:
 * ``maxfx.compile`` (INFO): each XLA compile, what it was and how long it took;
 * ``maxfx.cache`` (DEBUG): each in-memory executable-cache hit and miss (by the
   kind of program: ``block``, ``piece``, ``eager``, ``op``); INFO for a
-  persistent (disk) cache hit, DEBUG for a disk miss;
+  persistent (disk) cache hit, DEBUG for a disk miss, WARNING for a JAX
+  compile-cache entry that fails its key or hash check (it is recompiled);
 * ``maxfx.kernels`` (INFO): a Pallas kernel that falls back to the jnp
   reference, and why (DEBUG: which path each kernel call takes).
 
 Nothing is printed unless the application configures logging: ``"maxfx"``
-carries a `logging.NullHandler`, and every record is below WARNING.
+carries a `logging.NullHandler`, and every record but that one is below WARNING.
 
 Example:
     >>> import logging

@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lowering import compile as lc
 from lowering import persistent_cache as pc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +28,8 @@ X = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
 EXPECTED = {"a": np.tanh(X) + 1, "b": 2 * np.tanh(X)}
 
 _CHILD = """
-import json, sys
+import json, logging, sys
+import jax
 import numpy as np
 from lowering import compile as lc
 from lowering import persistent_cache as pc
@@ -39,6 +39,15 @@ from maxfx.engine import InferenceSession
 from maxfx.graph import DeviceRef, Graph, TensorType, ops
 
 X = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+logging.basicConfig(level=logging.WARNING)  # maxfx.cache's warnings (a rejected entry) on stderr
+JAX_CACHE = {}  # JAX's persistent-cache events: "cache_hits" per executable loaded, "cache_misses" per one written
+
+def count(event, **_):
+    if event.startswith("/jax/compilation_cache/"):
+        name = event.rsplit("/", 1)[-1]
+        JAX_CACHE[name] = JAX_CACHE.get(name, 0) + 1
+
+jax.monitoring.register_event_listener(count)
 
 def run(name):
     with Graph(f"hostile_{name}", input_types=[TensorType(DType.float32, [2, 4], DeviceRef.CPU())]) as g:
@@ -50,7 +59,7 @@ def run(name):
 def flips(path, positions, level):
     # Damage one byte at a time in one entry and run again; every run must give the right number.
     pristine = open(path, "rb").read()
-    key = lc.ENTRY_HEADER.unpack_from(pristine)[2] if level == "maxfx" else None
+    key = pc.ENTRY_HEADER.unpack_from(pristine)[2] if level == "maxfx" else None
     results = []
     for pos, mask in positions:
         damaged = bytearray(pristine)
@@ -63,8 +72,8 @@ def flips(path, positions, level):
         before = lc.compile_stats()["disk_hits"]
         out = run("a")
         try:
-            rewritten = key is not None and bool(lc.decode_entry(open(path, "rb").read(), key))
-        except lc.DamagedEntryError:
+            rewritten = key is not None and bool(pc.decode_entry(open(path, "rb").read(), key))
+        except pc.DamagedEntryError:
             rewritten = False
         results.append({"pos": pos, "out": out, "disk_hit": lc.compile_stats()["disk_hits"] > before, "rewritten": rewritten})
         open(path, "wb").write(pristine)
@@ -74,7 +83,8 @@ mode = sys.argv[1]
 if mode == "run":
     a = run("a")
     files_after_a = sorted(str(p) for p in pc.disk_dir().parent.rglob("*")) if pc.disk_dir() else []
-    print(json.dumps({"a": a, "b": run("b"), "stats": lc.compile_stats(), "files_after_a": files_after_a}))
+    b = run("b")
+    print(json.dumps({"a": a, "b": b, "stats": lc.compile_stats(), "jax_cache": JAX_CACHE, "files_after_a": files_after_a}))
 else:
     run("a")  # warm the process: imports, eager ops
     print(json.dumps({"flips": flips(sys.argv[2], json.loads(sys.argv[3]), mode)}))
@@ -88,7 +98,7 @@ def _env(cache: Path) -> dict:
 def _child(cache: Path, *argv: str) -> dict:
     proc = subprocess.run([sys.executable, "-c", _CHILD, *argv], capture_output=True, text=True, timeout=300, env=_env(cache), cwd=ROOT)
     assert proc.returncode == 0, f"child exited with {proc.returncode}:\n{proc.stderr[-4000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]), stderr=proc.stderr)
 
 
 def _check_outputs(result: dict) -> None:
@@ -164,9 +174,29 @@ def test_foreign_entry_is_a_miss(filled_cache):
     assert first.read_bytes() == a and second.read_bytes() == b, "the foreign entries were rewritten with the right ones"
 
 
+def test_jax_entries_swapped_between_keys_are_rejected_and_rebuilt(filled_cache):
+    # JAX's files carry no key; maxfx stores each behind a header naming it, so a swap is a miss, not the other program.
+    for entry in _maxfx_entries(filled_cache):
+        entry.unlink()  # maxfx's level would be read first: go straight to JAX's
+    first, second = [p for p in _jax_entries(filled_cache) if p.name.startswith("jit_call-")]
+    a, b = first.read_bytes(), second.read_bytes()
+    first.write_bytes(b)
+    second.write_bytes(a)
+    swapped = _child(filled_cache, "run")
+    _check_outputs(swapped)
+    for path in (first, second):
+        assert f"rejected JAX compile-cache entry {path}" in swapped["stderr"], swapped["stderr"]
+    assert first.read_bytes() not in (a, b) and second.read_bytes() not in (a, b), "the swapped entries were not rebuilt"
+    later = _child(filled_cache, "run")  # an untouched cache: both levels hit, nothing is compiled or written
+    _check_outputs(later)
+    assert "rejected" not in later["stderr"], later["stderr"]
+    assert later["stats"]["disk_hits"] == 2
+    assert later["jax_cache"].get("cache_hits", 0) >= 2 and "cache_misses" not in later["jax_cache"], later["jax_cache"]
+
+
 def _flip_positions(size: int, count: int, seed: int) -> list[tuple[int, int]]:
     """Byte positions to damage: every header field (magic, version, key, hash, length) and payload samples."""
-    header = lc.ENTRY_HEADER.size
+    header = pc.ENTRY_HEADER.size
     fields = [0, 7, 8, 9, 10, 25, 41, 42, 57, 73, 80, header - 1]
     rng = random.Random(seed)
     payload = sorted(rng.sample(range(header, size), min(count, size - header)))
@@ -201,7 +231,7 @@ def test_many_flipped_bytes_in_an_entry(pristine_cache, tmp_path):
 
 @pytest.mark.slow
 def test_flipped_bytes_in_jax_entries_give_right_numbers(pristine_cache, tmp_path):
-    # JAX's level compresses entries with zlib, whose Adler-32 check rejects these before XLA reads them.
+    # maxfx stores JAX's entries behind its header too: a flipped byte fails a header field or the payload hash.
     _run_flips(pristine_cache, tmp_path / "cache", "jax", count=60, seed=2)
 
 
