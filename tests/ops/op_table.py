@@ -720,4 +720,5 @@ OP_TABLE: dict[str, OpRecord] = {
     "merge_ragged_tensors": record("test_fused_ops"),
     "apply_penalties": record("test_fused_ops"),
     "update_frequency_data": record("test_fused_ops"),
+    "min_p_mask": record("test_fused_ops"),
 }

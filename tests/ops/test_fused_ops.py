@@ -204,6 +204,19 @@ def test_penalties_and_frequency_update(rng):
     np.testing.assert_array_equal(got, full)  # no free slot: dropped
 
 
+def test_min_p_mask_against_numpy(rng):
+    """min_p_mask (the min-p filter of MAX's sampling kernels): tokens below min_p x the row's top probability become -inf."""
+    from lowering.context import bind  # noqa: PLC0415
+    from lowering.ops.sampling_kernels import min_p_mask_p  # noqa: PLC0415
+
+    logits = (rng.normal(size=(3, 8)) * 2).astype(np.float32)
+    min_p, temp = np.array([0.5, 0.0, 0.9], np.float32), np.array([1.5, 2.0, 0.0], np.float32)  # row 1: min_p 0, row 2: greedy
+    got = run_op(lambda lg, m, t: bind(min_p_mask_p, lg, m, t), logits, min_p, temp)
+    probs = np.exp((logits[0] - logits[0].max()) / temp[0])
+    np.testing.assert_array_equal(got[0], np.where(probs >= min_p[0], logits[0], -np.inf))
+    np.testing.assert_array_equal(got[1:], logits[1:])  # min_p 0 and temperature 0 keep every token
+
+
 def test_errors_name_the_op():
     f32, u32 = DType.float32, DType.uint32
     with Graph("e", input_types=[TensorType(f32, [3, 8]), TensorType(DType.float8_e4m3fn, [4, 8]), TensorType(u32, [5])]) as g:
