@@ -41,18 +41,19 @@ from custom_calls.attention import reference as ref
 __all__ = ["applies", "applies_paged", "one_query_attention", "paged_one_query_attention"]
 
 
+def _one_float32_query(q: Any, k: Any) -> bool:
+    """One float32 query per row (``q [B, 1, Hq, D]``) and a non-empty cache."""
+    return q.ndim == 4 and q.shape[1] == 1 and 0 not in q.shape and 0 not in k.shape and q.dtype == jnp.float32
+
+
 def applies(q: Any, k: Any, v: Any, *, extensions: bool) -> bool:
     """Whether `one_query_attention` can stand in for the reference: see the module docstring."""
-    if extensions or q.ndim != 4 or q.shape[1] != 1 or 0 in q.shape or 0 in k.shape:
-        return False
-    return all(x.dtype == jnp.float32 for x in (q, k, v)) and cpu.callable_here()
+    return not extensions and _one_float32_query(q, k) and k.dtype == v.dtype == jnp.float32 and cpu.callable_here()
 
 
 def applies_paged(q: Any, k_pages: Any, v_pages: Any) -> bool:
     """Whether `paged_one_query_attention` can run: `applies`, except that the pools may be float16 (half the bytes a step reads)."""
-    if q.ndim != 4 or q.shape[1] != 1 or 0 in q.shape or 0 in k_pages.shape or q.dtype != jnp.float32:
-        return False
-    return k_pages.dtype == v_pages.dtype and k_pages.dtype in (jnp.float32, jnp.float16) and cpu.callable_here()
+    return _one_float32_query(q, k_pages) and k_pages.dtype == v_pages.dtype and k_pages.dtype in (jnp.float32, jnp.float16) and cpu.callable_here()
 
 
 def _visible_range(b: int, sk: int, *, causal: bool, window: ref.Window, q_offset: Any, kv_lens: Any, q_lens: Any):

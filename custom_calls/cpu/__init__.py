@@ -44,7 +44,7 @@ __all__ = ["ENV_ENABLE", "ENV_MARCH", "available", "build", "callable_here", "qg
 
 _HERE = Path(__file__).parent
 _SOURCES = (_HERE / "qgemv.cc", _HERE / "decode_attention.cc")
-_HEADERS = (_HERE / "half.h", _HERE / "parallel.h")
+_HEADERS = (_HERE / "parallel.h", _HERE / "simd.h")
 _BUILD_DIR = _HERE / "_build"
 # FFI target name -> the library's handler symbol.
 _TARGETS = {

@@ -37,7 +37,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "half.h"
+#include "simd.h"
 #include "parallel.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -47,12 +47,7 @@ namespace {
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define MAXFX_ATTENTION_AVX2 1
-// The sum of v's 8 lanes.
-inline float Sum8(__m256 v) {
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-}
+using maxfx_cpu::Sum8;
 
 // exp(x) per lane: 2^n * p(r) with x = n ln 2 + r, |r| <= ln 2 / 2, and p Cephes'
 // degree-7 polynomial (within 2 ulp of expf over the float range; here x <= 0,

@@ -48,7 +48,7 @@
 #include <string>
 #include <vector>
 
-#include "half.h"
+#include "simd.h"
 #include "parallel.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -126,11 +126,7 @@ struct Vec {
   static F Add(F a, F b) { return _mm256_add_ps(a, b); }
   static F Sub(F a, F b) { return _mm256_sub_ps(a, b); }
   static F ToFloat(I v) { return _mm256_cvtepi32_ps(v); }
-  static float Sum(F v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-  }
+  static float Sum(F v) { return maxfx_cpu::Sum8(v); }
   // The empty asm keeps the sum in a register: left free, GCC reassociates a
   // block's adds into a tree and spills every product to the stack first (2-3x slower).
   static I DotPairs(I acc, I a, I b) {

@@ -627,8 +627,6 @@ def _setitem_kernel(values: Sequence[Any], out_types: Sequence[Any] | None, para
 @custom_kernel("advanced_indexing_setitem_inplace", inplace=True)
 def _setitem_inplace_kernel(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
     buffer, updates, *indices = values
-    if out_types:
-        raise TypeError(f"inplace_custom: kernel 'advanced_indexing_setitem_inplace' has no outputs, got out_types {list(out_types)}")
     bind(setitem_inplace_p, buffer, updates, *indices, index=_max_index(parameters, len(indices)))
     return []
 

@@ -428,6 +428,8 @@ def inplace_custom(name: str, device: Any, values: Sequence[Any], out_types: Seq
     """
     kernel = _kernel(name, inplace=True)
     if kernel is not None:
+        if out_types:  # MAX's in-place kernels only write their buffers
+            raise TypeError(f"inplace_custom: kernel {name!r} has no outputs, got out_types {list(out_types)}")
         return list(kernel(list(values), out_types, dict(parameters or {})))
     entry = lookup_custom_op(name)
     values = list(values)

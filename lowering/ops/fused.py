@@ -696,6 +696,12 @@ def _segment_of(offsets, n: int):
     return jnp.searchsorted(offsets[1:], jnp.arange(n), side="right")
 
 
+def _penalty_at(v, rows, batch: int):
+    """A penalty for each frequency entry: a scalar applies to every row, a ``[batch]`` one is read at the entry's row."""
+    v = v.astype(jnp.float32)
+    return v.reshape(-1)[rows] if v.ndim == 1 and v.size == batch and batch != 1 else v.reshape(())
+
+
 def _penalties_impl(logits, fd, fo, fp, pp, rp):
     batch, vocab = logits.shape
     fo = fo.astype(jnp.int64)
@@ -704,8 +710,7 @@ def _penalties_impl(logits, fd, fo, fp, pp, rp):
     valid = (row < batch) & (tok >= 0) & (tok < vocab) & (count > 0)
     r, c = jnp.where(valid, row, batch), jnp.clip(tok, 0, vocab - 1)
     old = logits[jnp.minimum(r, batch - 1), c].astype(jnp.float32)
-    # A scalar penalty applies to every row; a [batch] one is read at each entry's row.
-    rp, fp, pp = (v.astype(jnp.float32).reshape(-1)[jnp.minimum(r, batch - 1)] if v.size == batch and v.ndim == 1 and batch != 1 else v.astype(jnp.float32).reshape(()) for v in (rp, fp, pp))
+    rp, fp, pp = (_penalty_at(v, jnp.minimum(r, batch - 1), batch) for v in (rp, fp, pp))
     new = jnp.where(old > 0, old / rp, old * rp) - fp * count - pp
     return logits.at[r, c].set(new.astype(logits.dtype), mode="drop")
 

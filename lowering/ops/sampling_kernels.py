@@ -45,10 +45,10 @@ from lowering.ops.shape import broadcast_to, reshape
 from lowering.registry import OpDef, register
 from lowering.types import TensorType
 
-__all__ = ["min_p_mask_p"]
+__all__ = ["min_p_mask_p", "per_row"]
 
 
-def _rows(x: Any, dtype: DType, batch: Any) -> Any:
+def per_row(x: Any, dtype: DType, batch: Any) -> Any:
     """``x`` (a scalar or ``[batch]`` value) as a ``[batch]`` tensor of ``dtype``."""
     if x.type.dtype is not dtype:
         x = bind(cast_p, x, dtype=dtype)
@@ -105,11 +105,6 @@ _FUSED_LAYOUTS = {
 }
 
 
-def _no_out_types(name: str, out_types: Sequence[Any] | None) -> None:
-    if out_types:
-        raise TypeError(f"inplace_custom: kernel {name!r} has no outputs, got out_types {list(out_types)}")
-
-
 @custom_kernel(_FUSED)
 def _fused_token_sampling(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
     layout = _FUSED_LAYOUTS.get(len(values))
@@ -120,8 +115,8 @@ def _fused_token_sampling(values: Sequence[Any], out_types: Sequence[Any] | None
     R.require_tensor(_FUSED, logits.type, "logits", rank=2, kind=R.FLOAT)
     batch = logits.type.shape[0]
     if "min_p" in v:
-        logits = bind(min_p_mask_p, logits, _rows(v["min_p"], DType.float32, batch), _rows(v["temperature"], DType.float32, batch))
-    args = [_rows(v[n], dt, batch) for n, dt in (("K", DType.int64), ("temperature", DType.float32), ("top_p", DType.float32), ("seed", DType.uint64))]
+        logits = bind(min_p_mask_p, logits, per_row(v["min_p"], DType.float32, batch), per_row(v["temperature"], DType.float32, batch))
+    args = [per_row(v[n], dt, batch) for n, dt in (("K", DType.int64), ("temperature", DType.float32), ("top_p", DType.float32), ("seed", DType.uint64))]
     return [bind(topk_sampling_p, logits, *args, max_k=_vocab(_FUSED, logits), use_top_p=True)]
 
 
@@ -133,15 +128,14 @@ def _min_p_sampling(values: Sequence[Any], out_types: Sequence[Any] | None, para
     R.require_tensor("min_p_sampling", logits.type, "logits", rank=2, kind=R.FLOAT)
     batch, vocab = logits.type.shape[0], _vocab("min_p_sampling", logits)
     device = logits.type.device
-    temp = _rows(temperature, DType.float32, batch)
-    masked = bind(min_p_mask_p, logits, _rows(min_ps, DType.float32, batch), temp)
-    every, whole, seed = (_rows(constant(x, dt, device), dt, batch) for x, dt in ((vocab, DType.int64), (1.0, DType.float32), (0, DType.uint64)))
+    temp = per_row(temperature, DType.float32, batch)
+    masked = bind(min_p_mask_p, logits, per_row(min_ps, DType.float32, batch), temp)
+    every, whole, seed = (per_row(constant(x, dt, device), dt, batch) for x, dt in ((vocab, DType.int64), (1.0, DType.float32), (0, DType.uint64)))
     return [bind(topk_sampling_p, masked, every, temp, whole, seed, max_k=vocab, use_top_p=False)]
 
 
 @custom_kernel("sampler.apply_penalties", inplace=True)
 def _apply_penalties(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
-    _no_out_types("sampler.apply_penalties", out_types)
     if len(values) != 6:
         raise R.OpError(
             f"inplace_custom: kernel 'sampler.apply_penalties' takes 6 values (logits, frequency_data, frequency_offsets, frequency_penalty, presence_penalty, repetition_penalty), got {len(values)}"
@@ -154,7 +148,6 @@ def _apply_penalties(values: Sequence[Any], out_types: Sequence[Any] | None, par
 
 @custom_kernel("sampler.update_frequency_data", inplace=True)
 def _update_frequency_data(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
-    _no_out_types("sampler.update_frequency_data", out_types)
     if len(values) != 3:
         raise R.OpError(f"inplace_custom: kernel 'sampler.update_frequency_data' takes 3 values (frequency_data, frequency_offsets, new_tokens), got {len(values)}")
     buf, fo, tokens = values

@@ -17,6 +17,7 @@ import numbers
 from typing import Any
 
 from lowering.dtypes import DType
+from lowering.ops.sampling_kernels import per_row
 from maxfx.graph import ops
 
 __all__ = ["topk_fused_sampling", "apply_penalties_to_logits", "update_frequency_data"]
@@ -28,14 +29,9 @@ def _is_value(x: Any) -> bool:
 
 def _per_row(x: Any, dtype: DType, logits: Any) -> Any:
     """A ``[batch]`` tensor of ``dtype`` from a Python scalar or a scalar/``[batch]`` tensor."""
-    batch = logits.shape[0]
     if not _is_value(x):
         x = ops.constant(x, dtype, logits.device)
-    elif x.dtype is not dtype:
-        x = x.cast(dtype)
-    if x.rank == 0 or (x.rank == 1 and x.shape[0] == 1 and batch != 1):
-        x = ops.broadcast_to(x.reshape([1]), [batch])
-    return x
+    return per_row(x, dtype, logits.shape[0])
 
 
 def _check_scalar(name: str, value: Any, ok: bool, expected: str) -> None:

@@ -45,5 +45,5 @@ def build_runner(pipeline_config: Any, model: Any, model_config: Any = None) -> 
     chunk = int(pipeline_config.prefill_chunk_size) if getattr(pipeline_config, "enable_chunked_prefill", True) else None
     return ModelRunner(
         model, max_batch_size=batch, max_length=pipeline_config.max_length, page_size=page, prefill_chunk_size=chunk or (pipeline_config.max_length or 1 << 30),
-        enable_prefix_caching=bool(kv.enable_prefix_caching), max_cache_bytes=cache_budget_bytes(kv), kv_cache_dtype=getattr(kv, "kv_cache_format", None),
+        enable_prefix_caching=bool(kv.enable_prefix_caching), max_cache_bytes=cache_budget_bytes(kv), kv_cache_dtype=kv.kv_cache_format,
     )  # fmt: skip

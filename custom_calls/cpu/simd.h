@@ -1,6 +1,7 @@
-// HalfToFloat: IEEE float16 bits to float, the one conversion maxfx's CPU kernels use.
-#ifndef MAXFX_CUSTOM_CALLS_CPU_HALF_H_
-#define MAXFX_CUSTOM_CALLS_CPU_HALF_H_
+// The conversion and reduction both of maxfx's CPU kernels use: HalfToFloat (IEEE
+// float16 bits to float) and, with AVX, Sum8 (the sum of a vector's 8 floats).
+#ifndef MAXFX_CUSTOM_CALLS_CPU_SIMD_H_
+#define MAXFX_CUSTOM_CALLS_CPU_SIMD_H_
 
 #include <immintrin.h>
 
@@ -36,6 +37,14 @@ inline float HalfToFloat(uint16_t h) {
 #endif
 }
 
+#if defined(__AVX__)
+inline float Sum8(__m256 v) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+#endif
+
 }  // namespace maxfx_cpu
 
-#endif  // MAXFX_CUSTOM_CALLS_CPU_HALF_H_
+#endif  // MAXFX_CUSTOM_CALLS_CPU_SIMD_H_
