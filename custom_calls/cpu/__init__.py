@@ -40,7 +40,7 @@ import jax
 
 from custom_calls._target import exporting
 
-__all__ = ["ENV_ENABLE", "ENV_MARCH", "available", "build", "callable_here", "qgemv_is_fast", "unavailable_reason"]
+__all__ = ["ENV_ENABLE", "ENV_MARCH", "available", "build", "callable_here", "qgemv_is_fast", "qgemv_path", "unavailable_reason", "use_amx"]
 
 _HERE = Path(__file__).parent
 _SOURCES = (_HERE / "qgemv.cc", _HERE / "decode_attention.cc")
@@ -139,6 +139,32 @@ def qgemv_is_fast() -> bool:
         True
     """
     return _load() and bool(_state["lib"].MaxfxQgemvIsFast())
+
+
+_PATHS = {3: "amx", 2: "avx512-vnni", 1: "avx2", 0: "scalar"}
+
+
+def qgemv_path() -> str | None:
+    """The instruction set batched quantized products run on: "amx" (Intel AMX,
+    Sapphire Rapids and later), "avx512-vnni", "avx2" or "scalar"; None unbuilt.
+
+    Example:
+        >>> from custom_calls import cpu
+        >>> cpu.qgemv_path() in ("amx", "avx512-vnni", "avx2", "scalar", None)
+        True
+    """
+    return _PATHS[_state["lib"].MaxfxQgemvPath()] if _load() else None
+
+
+def use_amx(on: bool) -> bool:
+    """Switches the AMX path of the quantized products on or off (benchmarks time
+    it beside the AVX-512 one in one process); returns whether it was on.
+
+    Example:
+        >>> from custom_calls import cpu
+        >>> was = cpu.use_amx(False); _ = cpu.use_amx(was)
+    """
+    return _load() and bool(_state["lib"].MaxfxQgemvUseAmx(int(bool(on))))
 
 
 def unavailable_reason() -> str | None:

@@ -41,11 +41,16 @@
 
 #include <immintrin.h>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "simd.h"
@@ -72,6 +77,9 @@ constexpr int64_t kMinRowsPerChunk = 32;
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 #define MAXFX_QGEMV_VNNI 1
 #define MAXFX_QGEMV_SIMD 1
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__linux__)
+#define MAXFX_QGEMV_AMX 1
+#endif
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define MAXFX_QGEMV_AVX2 1
 #define MAXFX_QGEMV_SIMD 1
@@ -535,6 +543,175 @@ void ManyRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_d
 }
 #endif
 
+#ifdef MAXFX_QGEMV_AMX
+// ─── Many rows of x on Intel AMX (Sapphire Rapids and later) ────────────────
+//
+// AMX's tile multiply (TDPB*D: 16x16 int32 results from 16x64 and 16x64 int8
+// tiles, 1024 products per cycle) makes the integer dots of a batched decode step
+// ~free next to the vector path's 32 per cycle (vpdpwssd), so a 16-row step costs
+// little more than reading the weights. AMX multiplies int8 only: each int16 value
+// of x is split exactly into q = 256 * hi + lo (hi signed, lo in 0..255), one tile
+// product for each half (TDPBSSD for hi, TDPBSUD for the unsigned lo), and
+// 256 * C_hi + C_lo is the same int32 block dot the vector path adds, so the
+// numbers are those of the VNNI path up to the order of float sums.
+//
+// A tile product here is one block (K = 32: the scales change every block):
+// A = 16 weight rows (output columns n) x 32 int8, read in place for Q8_0 (rows
+// are K bytes apart) or from a decoded copy for the 4-bit formats; B = 16 rows of
+// x in AMX's pair-interleaved layout (packed once per call). The 16x16 int32
+// result C[n][m] goes to L1 and vector code applies d_w[n] * d_x[m] into float
+// accumulators, one 16-lane vector per output column n.
+constexpr int64_t kAmxRows = 16;  // rows of x per B tile (its 16 int32 columns)
+constexpr int64_t kAmxTileBytes = kBlock * kAmxRows;  // one block's B tile: 8 rows of 64 bytes
+
+// arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): Linux lets a process use the
+// 8 KB of tile registers only once asked (once per process, for all its threads).
+bool AmxPermitted() {
+  static const bool ok = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  return ok;
+}
+
+// Whether AMX is used (MaxfxQgemvUseAmx switches it, for side-by-side timing).
+std::atomic<bool> g_use_amx{true};
+
+// The palette-1 tile shapes: 0-1 C (hi, lo), 2 A (weights), 3-4 B (x hi, x lo).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+  TileConfig() {
+    for (int t : {0, 1}) colsb[t] = kAmxRows * 4, rows[t] = kGroupN;
+    colsb[2] = kBlock, rows[2] = kGroupN;
+    for (int t : {3, 4}) colsb[t] = kAmxRows * 4, rows[t] = kBlock / 4;
+  }
+};
+
+// x for AMX: per tile of 16 rows and block b, the high and low bytes of the int16
+// values as B tiles (row r holds k = 4r .. 4r + 3 of every row m: byte 4m + j is
+// k = 4r + j), and the tile's scales[b][16] and sums[b][16]; rows past m_rows are zero.
+struct AmxX {
+  int64_t tiles, blocks;
+  std::vector<int8_t> hi;
+  std::vector<uint8_t> lo;
+  std::vector<float> scales, sums;
+  const int8_t* Hi(int64_t t, int64_t b) const { return hi.data() + (t * blocks + b) * kAmxTileBytes; }
+  const uint8_t* Lo(int64_t t, int64_t b) const { return lo.data() + (t * blocks + b) * kAmxTileBytes; }
+  const float* Scales(int64_t t, int64_t b) const { return scales.data() + (t * blocks + b) * kAmxRows; }
+  const float* Sums(int64_t t, int64_t b) const { return sums.data() + (t * blocks + b) * kAmxRows; }
+};
+
+void PackAmxX(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim, AmxX& px) {
+  px.tiles = (m_rows + kAmxRows - 1) / kAmxRows;
+  px.blocks = k_dim / kBlock;
+  const int64_t n_blocks = px.tiles * px.blocks;
+  px.hi.assign(n_blocks * kAmxTileBytes, 0);
+  px.lo.assign(n_blocks * kAmxTileBytes, 0);
+  px.scales.assign(n_blocks * kAmxRows, 0.0f);
+  px.sums.assign(n_blocks * kAmxRows, 0.0f);
+  maxfx_cpu::ParallelFor(pool, px.tiles, 1, Worth(m_rows * k_dim), [&](int64_t t) {
+    std::vector<int16_t> q;
+    std::vector<float> scale, sum;
+    for (int64_t i = 0; i < kAmxRows && t * kAmxRows + i < m_rows; ++i) {
+      QuantizeRow(xs + (t * kAmxRows + i) * k_dim, k_dim, q, scale, sum);
+      for (int64_t b = 0; b < px.blocks; ++b) {
+        const __m512i v = _mm512_loadu_si512(q.data() + b * kBlock);
+        alignas(32) int8_t hi[kBlock];
+        alignas(32) uint8_t lo[kBlock];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(hi), _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(lo), _mm512_cvtepi16_epi8(v));  // the low byte as 0..255
+        int8_t* th = px.hi.data() + (t * px.blocks + b) * kAmxTileBytes;
+        uint8_t* tl = px.lo.data() + (t * px.blocks + b) * kAmxTileBytes;
+        for (int64_t r = 0; r < kBlock / 4; ++r) {
+          std::memcpy(th + r * 64 + 4 * i, hi + 4 * r, 4);
+          std::memcpy(tl + r * 64 + 4 * i, lo + 4 * r, 4);
+        }
+        px.scales[(t * px.blocks + b) * kAmxRows + i] = scale[b];
+        px.sums[(t * px.blocks + b) * kAmxRows + i] = sum[b];
+      }
+    }
+  });
+}
+
+// The product over AMX tiles: work items of 16 output columns, as ManyRows.
+template <typename RowOf>
+void AmxRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim, int64_t n_dim, const RowOf& row_of, float* out) {
+  using W = decltype(row_of(0));
+  thread_local AmxX px;  // the calling thread's; helpers only read it
+  PackAmxX(pool, xs, m_rows, k_dim, px);
+  const AmxX& x = px;  // the helpers must read the caller's px, not their own thread_local one
+  const int64_t blocks = k_dim / kBlock, groups = (n_dim + kGroupN - 1) / kGroupN;
+  maxfx_cpu::ParallelFor(pool, groups, 1, Worth(m_rows * n_dim * k_dim / 16), [&](int64_t g) {
+    static const TileConfig config;
+    _tile_loadconfig(&config);
+    thread_local std::vector<int8_t> wbuf;
+    thread_local std::vector<float> dbuf, mbuf;
+    dbuf.resize(kGroupN * blocks);
+    mbuf.resize(kGroupN * blocks);
+    const int64_t n0 = g * kGroupN, cols = std::min(kGroupN, n_dim - n0);
+    // The group's weights as 16 rows of int8 `stride` bytes apart: Q8_0 in place
+    // (a full group), else decoded (zero rows past the last column).
+    const int8_t* a = nullptr;
+    int64_t stride = k_dim;
+    if constexpr (std::is_same_v<W, Q8Row>) {
+      if (cols == kGroupN) a = row_of(n0).q;
+    }
+    if (a == nullptr) {
+      wbuf.assign(kGroupN * k_dim, 0);
+      for (int64_t c = 0; c < cols; ++c) {
+        const auto w = row_of(n0 + c);
+        for (int64_t b = 0; b < blocks; ++b) _mm256_storeu_si256(reinterpret_cast<__m256i*>(wbuf.data() + c * k_dim + b * kBlock), _mm512_cvtepi16_epi8(LoadBlock(w, b).v[0]));
+      }
+      a = wbuf.data();
+    }
+    for (int64_t c = 0; c < kGroupN; ++c) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        dbuf[b * kGroupN + c] = c < cols ? row_of(n0 + c).Scale(b) : 0.0f;
+        mbuf[b * kGroupN + c] = c < cols ? MinOf(row_of(n0 + c), b) : 0.0f;
+      }
+    }
+    // The next group's weights (usually this thread's next item) load while this one computes.
+    for (int64_t n = n0 + kGroupN; n < std::min(n0 + 2 * kGroupN, n_dim); ++n) row_of(n).PrefetchAll(k_dim);
+    alignas(64) int32_t c_hi[kGroupN * kAmxRows], c_lo[kGroupN * kAmxRows];
+    for (int64_t t = 0; t < x.tiles; ++t) {
+      __m512 acc[kGroupN];
+      for (int64_t c = 0; c < kGroupN; ++c) acc[c] = _mm512_setzero_ps();
+      for (int64_t b = 0; b < blocks; ++b) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_loadd(2, a + b * kBlock, stride);
+        _tile_loadd(3, x.Hi(t, b), 64);
+        _tile_loadd(4, x.Lo(t, b), 64);
+        _tile_dpbssd(0, 2, 3);
+        _tile_dpbsud(1, 2, 4);
+        _tile_stored(0, c_hi, 64);
+        _tile_stored(1, c_lo, 64);
+        const __m512 dx = _mm512_loadu_ps(x.Scales(t, b));
+        const float* dw = dbuf.data() + b * kGroupN;
+#pragma GCC unroll 16
+        for (int64_t c = 0; c < kGroupN; ++c) {
+          const __m512i dot = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c_hi + c * kAmxRows), 8), _mm512_load_si512(c_lo + c * kAmxRows));
+          acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dx, _mm512_set1_ps(dw[c])), acc[c]);
+        }
+        if constexpr (W::kHasMin) {  // minus Min(b) times the block's activation sums
+          const __m512 sx = _mm512_loadu_ps(x.Sums(t, b));
+          const float* mw = mbuf.data() + b * kGroupN;
+          for (int64_t c = 0; c < kGroupN; ++c) acc[c] = _mm512_fnmadd_ps(_mm512_set1_ps(mw[c]), sx, acc[c]);
+        }
+      }
+      // acc[c] holds column n0 + c for the tile's 16 rows: transposed into y's rows.
+      alignas(64) float tile[kGroupN * kAmxRows];
+      for (int64_t c = 0; c < kGroupN; ++c) _mm512_store_ps(tile + c * kAmxRows, acc[c]);
+      for (int64_t i = 0; i < kAmxRows && t * kAmxRows + i < m_rows; ++i) {
+        float* __restrict row = out + (t * kAmxRows + i) * n_dim + n0;
+        for (int64_t c = 0; c < cols; ++c) row[c] = tile[c * kAmxRows + i];
+      }
+    }
+    _tile_release();
+  });
+}
+#endif
+
 // Quantizes the rows of x (on the calling thread; the helpers only read them)
 // and runs `row_product(n, rows)` for every output n over the pool.
 template <typename RowProduct>
@@ -551,6 +728,9 @@ void FewRows(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_di
 // beyond (batched decode, prefill).
 template <typename RowOf>
 void Matmul(ffi::ThreadPool pool, const float* xs, int64_t m_rows, int64_t k_dim, int64_t n_dim, const RowOf& row_of, float* out) {
+#ifdef MAXFX_QGEMV_AMX
+  if (m_rows > kFewQuantizedRows && g_use_amx.load(std::memory_order_relaxed) && AmxPermitted()) return AmxRows(pool, xs, m_rows, k_dim, n_dim, row_of, out);
+#endif
 #ifdef MAXFX_QGEMV_SIMD
   if (m_rows > 16) return ManyRows<32>(pool, xs, m_rows, k_dim, n_dim, row_of, out);
   if (m_rows > kFewQuantizedRows) return ManyRows<16>(pool, xs, m_rows, k_dim, n_dim, row_of, out);
@@ -657,6 +837,32 @@ extern "C" int MaxfxQgemvIsFast() {
 #ifdef MAXFX_QGEMV_SIMD
   return 1;
 #else
+  return 0;
+#endif
+}
+
+// Which path products of more than kFewQuantizedRows rows take: 3 AMX, 2 AVX-512
+// VNNI, 1 AVX2, 0 the scalar loop.
+extern "C" int MaxfxQgemvPath() {
+#if defined(MAXFX_QGEMV_AMX)
+  if (g_use_amx.load() && AmxPermitted()) return 3;
+#endif
+#if defined(MAXFX_QGEMV_VNNI)
+  return 2;
+#elif defined(MAXFX_QGEMV_AVX2)
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+// Switches the AMX path on or off (for timing it beside the VNNI path in one
+// process); returns whether it was on (0 also when the build has none).
+extern "C" int MaxfxQgemvUseAmx(int on) {
+#if defined(MAXFX_QGEMV_AMX)
+  return g_use_amx.exchange(on != 0) ? 1 : 0;
+#else
+  (void)on;
   return 0;
 #endif
 }

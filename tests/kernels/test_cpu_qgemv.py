@@ -214,3 +214,24 @@ def test_matmul_uses_the_f32_kernel_for_decode_shaped_products(rng, caplog, monk
     with caplog.at_level("DEBUG", logger="maxfx.kernels"):
         jax.jit(lambda x, w: x @ w.T)(Tensor(np.ones((1, 64), np.float32)), small)
     assert "CPU kernel" not in caplog.text
+
+
+@pytest.mark.skipif(cpu_library.qgemv_path() != "amx", reason="Intel AMX (Sapphire Rapids and later) only")
+@pytest.mark.parametrize("qname", ["Q8_0", "Q4_0", "Q4_K"])
+@pytest.mark.parametrize("rows", [5, 16, 40])
+def test_amx_path_matches_the_reference_and_the_vector_path(rng, qname, rows):
+    """AMX splits x's int16 values into exact high and low bytes: the same integer dots as AVX-512, only float order differs."""
+    n, k = 37, 512  # 37 columns: a last group of 5 decoded (not read in place)
+    packed, dense = _weights(rng, n, k, qname)
+    x = rng.standard_normal((rows, k)).astype(np.float32) + (0.5 if qname == "Q4_K" else 0.0)
+    operands = _split_q8(packed, n, k) if qname == "Q8_0" else (packed,)
+    fn = {"Q8_0": cpu.q8_0_matmul, "Q4_0": cpu.q4_0_matmul, "Q4_K": cpu.q4_k_matmul}[qname]
+    outs = {}
+    try:
+        for on in (True, False):
+            cpu_library.use_amx(on)
+            outs[on] = np.asarray(fn(x, *operands))
+    finally:
+        cpu_library.use_amx(True)
+    _check(outs[True], x, dense)
+    np.testing.assert_allclose(outs[True], outs[False], rtol=1e-5, atol=1e-5)
