@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> dict:
             for rows in map(int, args.rows.split(",")):
                 x = rng.standard_normal((rows, k)).astype(np.float32)
 
-                def run(on: bool, x=x, w=w) -> None:
+                def run(on: bool, x=x, w=w, fn=fn) -> None:
                     cpu_library.use_amx(on)
                     fn(x, *w).block_until_ready()
 
@@ -75,8 +75,13 @@ def main(argv: list[str] | None = None) -> dict:
                     row["speedup"] = _timing.sig(t[other] / t["amx"])
                 results.append(row)
                 gmacs = rows * n * k / min(t.values()) / 1e9
-                print(f"{qname:5} {label:15} rows {rows:4}: " + "  ".join(f"{c} {_timing.fmt_time(s)}" for c, s in t.items())
-                      + (f"  AMX {row['speedup']:.2f}x" if amx else "") + f"  ({gmacs:.0f} GMAC/s)", flush=True)
+                print(
+                    f"{qname:5} {label:15} rows {rows:4}: "
+                    + "  ".join(f"{c} {_timing.fmt_time(s)}" for c, s in t.items())
+                    + (f"  AMX {row['speedup']:.2f}x" if amx else "")
+                    + f"  ({gmacs:.0f} GMAC/s)",
+                    flush=True,
+                )
     _timing.save("cpu_qgemv", {"path": cpu_library.qgemv_path(), "results": results})
     return {"results": results}
 
