@@ -2,7 +2,8 @@
 
 MAX's pipelines and tests call these Mojo kernels by name; maxfx provides each
 over its registry ops (`lowering.ops.fused`'s ``topk_sampling``,
-``apply_penalties`` and ``update_frequency_data``, and ``min_p_mask`` here):
+``apply_penalties`` and ``update_frequency_data``; ``min_p_mask`` and
+``apply_packed_bitmask`` here):
 
 - ``sampler.fused_token_sampling``: ``values`` (``K``, [``max_k``], ``temperature``,
   ``top_p``, [``min_top_p``, [``min_p``]], ``seed``, ``logits``), every per-row input
@@ -16,6 +17,11 @@ over its registry ops (`lowering.ops.fused`'s ``topk_sampling``,
   the penalties scalars or ``[batch]``.
 - ``sampler.update_frequency_data`` (in place): ``(frequency_data buffer,
   frequency_offsets, new_tokens)``.
+- ``mo.apply_packed_bitmask``: ``(logits, packed int32 [..., ceil(vocab / 32)],
+  fill_value)`` (``fill_value`` a scalar value, or ``parameters={"fill_value": x}``):
+  the logits with every token whose bit is clear set to ``fill_value``; a logit
+  already ``-inf`` stays ``-inf``. The engine's structured-output mask unpacks
+  llguidance's bitmask with the same `packed_bits`.
 
 The random stream is JAX's (``jax.random`` keyed by each row's seed), not Mojo's:
 a seed reproduces maxfx's samples, not MAX's.
@@ -32,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 
 from lowering.context import bind
 from lowering.dims import StaticDim
@@ -45,7 +52,7 @@ from lowering.ops.shape import broadcast_to, reshape
 from lowering.registry import OpDef, register
 from lowering.types import TensorType
 
-__all__ = ["min_p_mask_p", "per_row"]
+__all__ = ["apply_packed_bitmask_p", "min_p_mask_p", "packed_bits", "per_row"]
 
 
 def per_row(x: Any, dtype: DType, batch: Any) -> Any:
@@ -91,6 +98,57 @@ def _min_p_impl(logits, min_p, temperature):
 
 min_p_mask_p = register(OpDef("min_p_mask", rule=_min_p_rule, impl=_min_p_impl, differentiable=False))
 """``logits`` with the tokens below ``min_p`` times their row's largest probability (after ``/ temperature``) set to -inf."""
+
+
+# ─── apply_packed_bitmask: a grammar's packed token mask on the logits ─────
+
+
+def packed_bits(words: Any, vocab: int, xp: Any = np) -> Any:
+    """Bool ``[..., vocab]``: token ``t`` is allowed when bit ``t % 32`` of word ``t // 32`` of ``words`` is set.
+
+    ``words [..., ceil(vocab / 32)]`` is int32, the layout llguidance and xgrammar
+    fill. ``xp`` is ``numpy`` (the engine's host-side mask) or ``jax.numpy`` (the op):
+    one definition of the bit order for both. An arithmetic shift keeps bit 31 (the
+    sign) right: ``(w >> 31) & 1`` is 1 exactly when ``w < 0``.
+
+    Example:
+        >>> import numpy as np
+        >>> packed_bits(np.array([[0b101, -(1 << 31)]], np.int32), 34).nonzero()[1].tolist()
+        [0, 2]
+        >>> packed_bits(np.array([[0, -(1 << 31)]], np.int32), 64).nonzero()[1].tolist()  # bit 31: the sign
+        [63]
+    """
+    tokens = xp.arange(vocab, dtype=xp.int32)
+    w = xp.take(words, tokens // 32, axis=-1)
+    return ((w >> (tokens % 32)) & 1) != 0
+
+
+def _bitmask_rule(logits, packed, fill_value) -> TensorType:
+    op = "apply_packed_bitmask"
+    lg = R.require_tensor(op, logits, "logits", kind=R.NUMERIC)
+    pk = R.require_tensor(op, packed, "packed_bitmask", rank=lg.rank)
+    if pk.dtype is not DType.int32:
+        raise R.OpError(f"{op}: packed_bitmask must be int32 (32 tokens a word), got {R.fmt(pk)}")
+    R.require_tensor(op, fill_value, "fill_value", rank=0)
+    if lg.rank == 0:
+        raise R.OpError(f"{op}: logits must have a vocabulary dim, got {R.fmt(lg)}")
+    vocab, words = lg.shape[-1], pk.shape[-1]
+    if list(pk.shape[:-1]) != list(lg.shape[:-1]):
+        raise R.OpError(f"{op}: packed_bitmask's leading dims must equal the logits', got {R.fmt(pk)} for logits {R.fmt(lg)}")
+    if isinstance(vocab, StaticDim) and isinstance(words, StaticDim) and words.dim != -(-vocab.dim // 32):
+        raise R.OpError(f"{op}: packed_bitmask's last dim must be ceil({vocab.dim} / 32) = {-(-vocab.dim // 32)}, got {R.fmt(pk)}")
+    return lg
+
+
+def _bitmask_impl(logits, packed, fill_value):
+    keep = packed_bits(packed, logits.shape[-1], jnp)
+    if jnp.issubdtype(logits.dtype, jnp.floating):
+        keep = keep | (logits == -jnp.inf)  # as MAX's kernel: what the model excluded stays excluded
+    return jnp.where(keep, logits, fill_value.astype(logits.dtype))
+
+
+apply_packed_bitmask_p = register(OpDef("apply_packed_bitmask", rule=_bitmask_rule, impl=_bitmask_impl, differentiable=False))
+"""``logits`` with every token whose bit is clear in ``packed_bitmask`` set to ``fill_value`` (``-inf`` logits kept)."""
 
 
 # ─── the kernels ──────────────────────────────────────────────────────────
@@ -153,3 +211,20 @@ def _update_frequency_data(values: Sequence[Any], out_types: Sequence[Any] | Non
     buf, fo, tokens = values
     buffer_store(buf, bind(update_frequency_data_p, buffer_load(buf), fo, tokens))
     return []
+
+
+@custom_kernel("mo.apply_packed_bitmask")
+def _apply_packed_bitmask(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
+    name = "mo.apply_packed_bitmask"
+    if len(values) == 2 and "fill_value" in parameters:
+        logits, packed = values
+        fill = constant(float(parameters["fill_value"]), logits.type.dtype, logits.type.device)
+    elif len(values) == 3:
+        logits, packed, fill = values
+    else:
+        raise R.OpError(f"custom: kernel {name!r} takes 3 values (logits, packed_bitmask, fill_value), or 2 and parameters={{'fill_value': x}}; got {len(values)} values")
+    if fill.type.rank == 1:
+        fill = reshape(fill, [])
+    if fill.type.dtype is not logits.type.dtype:
+        fill = bind(cast_p, fill, dtype=logits.type.dtype)
+    return [bind(apply_packed_bitmask_p, logits, packed, fill)]

@@ -39,6 +39,7 @@ import llguidance
 import numpy as np
 from llguidance.numpy import fill_next_token_bitmask_par
 
+from lowering.ops.sampling_kernels import packed_bits
 from maxfx.interfaces import GenerationStatus
 
 __all__ = ["JSON_DEFAULTS", "GrammarMatcher", "advance", "apply_token_masks", "compile_json_schema", "ll_tokenizer"]
@@ -201,10 +202,9 @@ def _unpack(mask: np.ndarray, tokenizer_vocab: int, vocab_size: int) -> np.ndarr
 
     Ids past the tokenizer's vocabulary (a model's padded embedding rows) are disallowed.
     """
-    bits = np.unpackbits(mask.astype("<i4", copy=False).view(np.uint8), axis=1, bitorder="little").astype(bool)
     n = min(tokenizer_vocab, vocab_size)
     out = np.zeros((mask.shape[0], vocab_size), bool)
-    out[:, :n] = bits[:, :n]
+    out[:, :n] = packed_bits(mask, n)
     return out
 
 

@@ -132,3 +132,26 @@ def test_wrong_operand_count_names_the_kernel():
     with pytest.raises(Exception, match=r"sampler\.fused_token_sampling.*takes 5 or 6 or 7 or 8 values"):
         with Graph("bad", input_types=[TensorType(DType.float32, [B, V], CPU)]) as g:
             ops.custom("sampler.fused_token_sampling", device=CPU, values=[g.inputs[0].tensor], out_types=[TensorType(DType.int64, [B, 1], CPU)])
+
+
+@pytest.mark.parametrize("fill_as", ["value", "parameter"])
+def test_apply_packed_bitmask_by_mo_name(rng, fill_as):
+    """``ops.custom("mo.apply_packed_bitmask", ...)`` (MAX's kernel name), fill as its scalar operand or a parameter."""
+    vocab = 45
+    types = [TensorType(DType.float32, [B, vocab], CPU), TensorType(DType.int32, [B, 2], CPU)]
+    with Graph("mo_bitmask_" + fill_as, input_types=types) as g:
+        logits, packed = (x.tensor for x in g.inputs)
+        out_type = [TensorType(DType.float32, [B, vocab], CPU)]
+        if fill_as == "value":
+            fill = ops.constant(-9.0, DType.float32, CPU)
+            out = ops.custom("mo.apply_packed_bitmask", device=CPU, values=[logits, packed, fill], out_types=out_type)[0]
+        else:
+            out = ops.custom("mo.apply_packed_bitmask", device=CPU, values=[logits, packed], out_types=out_type, parameters={"fill_value": -9.0})[0]
+        g.output(out)
+    logits = rng.standard_normal((B, vocab)).astype(np.float32)
+    logits[2, 7] = -np.inf
+    packed = rng.integers(-(2**31), 2**31, size=(B, 2), dtype=np.int64).astype(np.int32)
+    got = InferenceSession().load(g).execute(logits, packed)[0].to_numpy()
+    keep = np.array([[(int(packed[b, t // 32]) >> (t % 32)) & 1 for t in range(vocab)] for b in range(B)], bool)
+    keep[2, 7] = True  # -inf stays -inf, as MAX's kernel
+    np.testing.assert_array_equal(got, np.where(keep, logits, np.float32(-9.0)))

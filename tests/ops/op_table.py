@@ -721,4 +721,5 @@ OP_TABLE: dict[str, OpRecord] = {
     "apply_penalties": record("test_fused_ops"),
     "update_frequency_data": record("test_fused_ops"),
     "min_p_mask": record("test_fused_ops"),
+    "apply_packed_bitmask": record("test_fused_ops"),
 }

@@ -217,6 +217,48 @@ def test_min_p_mask_against_numpy(rng):
     np.testing.assert_array_equal(got[1:], logits[1:])  # min_p 0 and temperature 0 keep every token
 
 
+def _np_unpack(packed: np.ndarray, vocab: int) -> np.ndarray:
+    """numpy's own bit order (``unpackbits``, little-endian bytes and bits): token t is bit t % 32 of word t // 32."""
+    bits = np.unpackbits(packed.astype("<i4").view(np.uint8), axis=-1, bitorder="little")
+    return bits[..., :vocab].astype(bool)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, "bfloat16", np.int32])
+def test_apply_packed_bitmask_against_numpy(rng, dtype):
+    """apply_packed_bitmask (MAX's ``mo.apply_packed_bitmask``): clear bits take the fill value; a logit already -inf stays -inf."""
+    from lowering.context import bind  # noqa: PLC0415
+    from lowering.ops.sampling_kernels import apply_packed_bitmask_p  # noqa: PLC0415
+
+    dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    logits = (rng.normal(size=(2, 3, 70)) * 4).astype(dt)
+    if np.dtype(dt).kind == "f":
+        logits[0, 1, [3, 40, 69]] = -np.inf  # the model's own exclusions
+    packed = rng.integers(np.iinfo(np.int32).min, np.iinfo(np.int32).max, size=(2, 3, 3), dtype=np.int32, endpoint=True)
+    packed[1, 2] = [-1, 0, -(1 << 31)]  # all of word 0, none of word 1, only bit 31 of word 2 (token 95: past the vocab)
+    fill = np.array(-5, dt)
+    got = run_op(lambda lg, pk, f: bind(apply_packed_bitmask_p, lg, pk, f), logits, packed, fill)
+    keep = _np_unpack(packed, 70)
+    if np.dtype(dt).kind == "f":
+        keep |= np.isneginf(logits.astype(np.float32))
+    np.testing.assert_array_equal(got, np.where(keep, logits, fill))
+    assert keep[1, 2, :32].all() and not keep[1, 2, 32:].any()
+
+
+def test_apply_packed_bitmask_errors_name_the_mask():
+    from lowering.context import bind  # noqa: PLC0415
+    from lowering.ops.sampling_kernels import apply_packed_bitmask_p  # noqa: PLC0415
+
+    types = [TensorType(DType.float32, [2, 70]), TensorType(DType.int32, [2, 2]), TensorType(DType.uint32, [2, 3]), TensorType(DType.int32, [3, 3])]
+    with Graph("bitmask_errors", input_types=[*types, TensorType(DType.float32, [])]) as g:
+        logits, short, unsigned, rows, fill = (v.tensor for v in g.inputs)
+        with pytest.raises(ValueError, match=r"apply_packed_bitmask: packed_bitmask's last dim must be ceil\(70 / 32\) = 3"):
+            bind(apply_packed_bitmask_p, logits, short, fill)
+        with pytest.raises(ValueError, match=r"apply_packed_bitmask: packed_bitmask must be int32"):
+            bind(apply_packed_bitmask_p, logits, unsigned, fill)
+        with pytest.raises(ValueError, match=r"apply_packed_bitmask: packed_bitmask's leading dims must equal the logits'"):
+            bind(apply_packed_bitmask_p, logits, rows, fill)
+
+
 def test_errors_name_the_op():
     f32, u32 = DType.float32, DType.uint32
     with Graph("e", input_types=[TensorType(f32, [3, 8]), TensorType(DType.float8_e4m3fn, [4, 8]), TensorType(u32, [5])]) as g:

@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from lowering.context import bind
 from lowering.dtypes import DType
+from lowering.ops.sampling_kernels import apply_packed_bitmask_p
 from maxfx.graph import ops
 
 __all__ = ["apply_packed_bitmask", "rope_ragged", "scatter_nd_skip_oob_indices"]
@@ -113,9 +115,6 @@ def scatter_nd_skip_oob_indices(input: Any, updates: Any, indices: Any) -> Any: 
     return ops.rebind(out[:d0] if isinstance(d0, int) else ops.slice_tensor(out, [(slice(0, d0), d0)]), list(input.shape))
 
 
-_POW2 = np.array([1 << b for b in range(31)] + [1], np.int32)  # 2**b; bit 31 (the sign) is tested apart
-
-
 def _is_static(dim: Any) -> bool:
     try:
         int(dim)
@@ -139,12 +138,16 @@ def apply_packed_bitmask(logits: Any, packed_bitmask: Any, fill_val: float = -10
     and xgrammar fill) holds token ``v``'s bit at bit ``v % 32`` of word
     ``v // 32``; set means allowed. Any rank (``[batch, vocab]``,
     ``[batch, steps, vocab]``); padding bits past ``vocab`` are never read.
-    The default ``fill_val`` is MAX's sampler's (-10000); pass ``float("-inf")``
-    to make a masked token impossible for any logits.
+    As MAX's kernel (``mo.apply_packed_bitmask``), a logit the model already set
+    to ``-inf`` stays ``-inf``; the default ``fill_val`` is MAX's sampler's
+    (-10000), finite so that a row the grammar masks entirely samples uniformly
+    instead of giving NaN. One op (`lowering.ops.sampling_kernels`), also what the
+    engine's structured output unpacks llguidance's masks with.
 
     Raises:
-        ValueError: the bitmask is not int32, its rank differs from the logits',
-            or its last dim is not ``ceil(vocab / 32)`` (when both are static).
+        ValueError: the bitmask is not int32, its rank or leading dims differ
+            from the logits', or its last dim is not ``ceil(vocab / 32)`` (when
+            both are static).
 
     Example:
         >>> import numpy as np
@@ -155,24 +158,5 @@ def apply_packed_bitmask(logits: Any, packed_bitmask: Any, fill_val: float = -10
         >>> np.flatnonzero(out[0] == 0).tolist()
         [0, 2, 39]
     """
-    _check("packed_bitmask", packed_bitmask, dtype=DType.int32, rank=logits.rank)
-    vocab = logits.shape[-1]
-    try:
-        if int(packed_bitmask.shape[-1]) != -(-int(vocab) // 32):
-            raise ValueError(f"apply_packed_bitmask: packed_bitmask's last dim must be ceil({int(vocab)} / 32) = {-(-int(vocab) // 32)}, got {int(packed_bitmask.shape[-1])}")
-    except TypeError:
-        pass  # a symbolic dim: checked when the graph runs
-    device = logits.device
-    # Bit b of a two's-complement word w is floor(w / 2**b) mod 2 (an arithmetic shift), for b < 31;
-    # bit 31 is the sign. All in int32, so no value needs more than 32 bits.
-    if _is_static(vocab):
-        tokens: Any = np.arange(int(vocab), dtype=np.int32)
-        word_of, bit_of = tokens // 32, tokens % 32
-        power, sign_bit = _POW2[bit_of], bit_of == 31
-    else:  # a symbolic vocab (only inside a graph)
-        tokens = ops.range(0, vocab, 1, out_dim=vocab, dtype=DType.int32, device=device)
-        word_of, bit_of = tokens // 32, tokens % 32
-        power, sign_bit = ops.gather(ops.constant(_POW2, DType.int32, device), bit_of, axis=0), bit_of == 31
-    words = ops.gather(packed_bitmask, word_of, axis=-1)  # [..., vocab]: each token's word
-    allowed = ops.where(sign_bit, words < 0, (words // power) % 2 == 1)
-    return ops.where(allowed, logits, float(fill_val))
+    fill = np.asarray(fill_val, logits.dtype.to_numpy())  # a scalar operand, placed beside the logits by bind
+    return bind(apply_packed_bitmask_p, logits, packed_bitmask, fill)
