@@ -22,6 +22,16 @@ over its registry ops (`lowering.ops.fused`'s ``topk_sampling``,
   the logits with every token whose bit is clear set to ``fill_value``; a logit
   already ``-inf`` stays ``-inf``. The engine's structured-output mask unpacks
   llguidance's bitmask with the same `packed_bits`.
+- ``sampler.topk_topp_masked_probs``: ``(K, temperature, top_p, logits)``: float32
+  ``[batch, vocab]``, each row's softmax of ``logits / temperature`` over its top-k /
+  top-p set (one-hot argmax for ``temperature <= 0``), the engine's `masked_probs`.
+- ``sampler.gumbel_argmax_from_probs``: ``(seed, probs)``: int64 ``[batch]``, one token
+  per row drawn proportionally to the row's (unnormalised) probabilities, Gumbel-max
+  over ``ln p`` keyed by the row's seed (equal seeds, equal noise).
+- ``sampler.fused_token_sampling_with_dist``: ``(K, max_k, temperature, top_p, seed,
+  logits)``: the token (int64 ``[batch]``) drawn from the masked distribution, and that
+  distribution (``[batch, vocab]``, the dtype of ``out_types[1]``, float32 by default).
+  MAX runs these three on GPUs only; maxfx runs them on every device.
 
 The random stream is JAX's (``jax.random`` keyed by each row's seed), not Mojo's:
 a seed reproduces maxfx's samples, not MAX's.
@@ -37,8 +47,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
-import numpy as np
 
 from lowering.context import bind
 from lowering.dims import StaticDim
@@ -50,9 +60,10 @@ from lowering.ops.custom import custom_kernel
 from lowering.ops.fused import apply_penalties_p, topk_sampling_p, update_frequency_data_p
 from lowering.ops.shape import broadcast_to, reshape
 from lowering.registry import OpDef, register
+from lowering.sampling_math import gumbel_argmax, masked_probs, packed_bits
 from lowering.types import TensorType
 
-__all__ = ["apply_packed_bitmask_p", "min_p_mask_p", "packed_bits", "per_row"]
+__all__ = ["apply_packed_bitmask_p", "gumbel_argmax_p", "masked_probs_p", "min_p_mask_p", "per_row"]
 
 
 def per_row(x: Any, dtype: DType, batch: Any) -> Any:
@@ -103,26 +114,6 @@ min_p_mask_p = register(OpDef("min_p_mask", rule=_min_p_rule, impl=_min_p_impl, 
 # ─── apply_packed_bitmask: a grammar's packed token mask on the logits ─────
 
 
-def packed_bits(words: Any, vocab: int, xp: Any = np) -> Any:
-    """Bool ``[..., vocab]``: token ``t`` is allowed when bit ``t % 32`` of word ``t // 32`` of ``words`` is set.
-
-    ``words [..., ceil(vocab / 32)]`` is int32, the layout llguidance and xgrammar
-    fill. ``xp`` is ``numpy`` (the engine's host-side mask) or ``jax.numpy`` (the op):
-    one definition of the bit order for both. An arithmetic shift keeps bit 31 (the
-    sign) right: ``(w >> 31) & 1`` is 1 exactly when ``w < 0``.
-
-    Example:
-        >>> import numpy as np
-        >>> packed_bits(np.array([[0b101, -(1 << 31)]], np.int32), 34).nonzero()[1].tolist()
-        [0, 2]
-        >>> packed_bits(np.array([[0, -(1 << 31)]], np.int32), 64).nonzero()[1].tolist()  # bit 31: the sign
-        [63]
-    """
-    tokens = xp.arange(vocab, dtype=xp.int32)
-    w = xp.take(words, tokens // 32, axis=-1)
-    return ((w >> (tokens % 32)) & 1) != 0
-
-
 def _bitmask_rule(logits, packed, fill_value) -> TensorType:
     op = "apply_packed_bitmask"
     lg = R.require_tensor(op, logits, "logits", kind=R.NUMERIC)
@@ -149,6 +140,45 @@ def _bitmask_impl(logits, packed, fill_value):
 
 apply_packed_bitmask_p = register(OpDef("apply_packed_bitmask", rule=_bitmask_rule, impl=_bitmask_impl, differentiable=False))
 """``logits`` with every token whose bit is clear in ``packed_bitmask`` set to ``fill_value`` (``-inf`` logits kept)."""
+
+
+# ─── masked_probs and gumbel_argmax: speculative decoding's distributions ──
+
+
+def _rows(op: str, logits, named) -> TensorType:
+    lg = R.require_tensor(op, logits, "logits", rank=2, kind=R.FLOAT)
+    for t, name, kind in named:
+        t = R.require_tensor(op, t, name, rank=1, kind=kind)
+        if t.shape[0] != lg.shape[0]:
+            raise R.OpError(f"{op}: {name} must have one entry per batch row ({lg.shape[0]}), got {R.fmt(t)}")
+    return lg
+
+
+def _masked_probs_rule(logits, top_k, temperature, top_p) -> TensorType:
+    lg = _rows("topk_topp_masked_probs", logits, ((top_k, "top_k", R.INT), (temperature, "temperature", R.FLOAT), (top_p, "top_p", R.FLOAT)))
+    return TensorType(DType.float32, list(lg.shape), lg.device)
+
+
+def _masked_probs_impl(logits, top_k, temperature, top_p):
+    return masked_probs(logits, temperature.astype(jnp.float32), top_k.astype(jnp.int32), top_p.astype(jnp.float32))
+
+
+masked_probs_p = register(OpDef("topk_topp_masked_probs", rule=_masked_probs_rule, impl=_masked_probs_impl, differentiable=False))
+"""Float32 ``[batch, vocab]``: each row's renormalised softmax over its top-k / top-p set (one-hot argmax when greedy)."""
+
+
+def _gumbel_rule(probs, seed) -> TensorType:
+    p = _rows("gumbel_argmax", probs, ((seed, "seed", R.INT),))
+    return TensorType(DType.int64, [p.shape[0]], p.device)
+
+
+def _gumbel_impl(probs, seed):
+    keys = jax.vmap(jax.random.key)(seed.astype(jnp.uint64))
+    return jax.vmap(gumbel_argmax)(keys, jnp.log(probs.astype(jnp.float32))).astype(jnp.int64)
+
+
+gumbel_argmax_p = register(OpDef("gumbel_argmax", rule=_gumbel_rule, impl=_gumbel_impl, differentiable=False))
+"""Int64 ``[batch]``: one token per row drawn in proportion to ``probs`` (Gumbel-max over ``ln p``, keyed by ``seed``)."""
 
 
 # ─── the kernels ──────────────────────────────────────────────────────────
@@ -228,3 +258,33 @@ def _apply_packed_bitmask(values: Sequence[Any], out_types: Sequence[Any] | None
     if fill.type.dtype is not logits.type.dtype:
         fill = bind(cast_p, fill, dtype=logits.type.dtype)
     return [bind(apply_packed_bitmask_p, logits, packed, fill)]
+
+
+def _arity(name: str, values: Sequence[Any], names: tuple[str, ...]) -> None:
+    if len(values) != len(names):
+        raise R.OpError(f"custom: kernel {name!r} takes {len(names)} values ({', '.join(names)}), got {len(values)}")
+
+
+@custom_kernel("sampler.topk_topp_masked_probs")
+def _topk_topp_masked_probs(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
+    _arity("sampler.topk_topp_masked_probs", values, ("K", "temperature", "top_p", "input"))
+    k, temperature, top_p, logits = values
+    return [bind(masked_probs_p, logits, k, temperature, top_p)]
+
+
+@custom_kernel("sampler.gumbel_argmax_from_probs")
+def _gumbel_argmax_from_probs(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
+    _arity("sampler.gumbel_argmax_from_probs", values, ("seed", "probs"))
+    seed, probs = values
+    return [bind(gumbel_argmax_p, probs, seed)]
+
+
+@custom_kernel("sampler.fused_token_sampling_with_dist")
+def _fused_token_sampling_with_dist(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
+    # max_k only bounds K in MAX's kernel (it sizes the candidate buffer); the filter reads K itself.
+    _arity("sampler.fused_token_sampling_with_dist", values, ("K", "max_k", "temperature", "top_p", "seed", "input"))
+    k, _max_k, temperature, top_p, seed, logits = values
+    dist = bind(masked_probs_p, logits, k, temperature, top_p)
+    tokens = bind(gumbel_argmax_p, dist, seed)
+    want = out_types[1].dtype if out_types is not None and len(out_types) > 1 else DType.float32
+    return [tokens, dist if want is DType.float32 else bind(cast_p, dist, dtype=want)]

@@ -39,7 +39,7 @@ import llguidance
 import numpy as np
 from llguidance.numpy import fill_next_token_bitmask_par
 
-from lowering.ops.sampling_kernels import packed_bits
+from lowering.sampling_math import packed_bits
 from maxfx.interfaces import GenerationStatus
 
 __all__ = ["JSON_DEFAULTS", "GrammarMatcher", "advance", "apply_token_masks", "compile_json_schema", "ll_tokenizer"]

@@ -36,6 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lowering.sampling_math import filter_logits, gumbel_argmax, masked_probs
+
 __all__ = ["SamplingRows", "choose", "filter_logits", "penalize", "sampling_probs", "seed_key", "top_logprobs"]
 
 
@@ -87,31 +89,8 @@ class SamplingRows:
         return bool((s & (k | (self.top_p < 1) | (self.min_p > 0))).any())
 
 
-def filter_logits(x: jax.Array, top_k: jax.Array, top_p: jax.Array, min_p: jax.Array) -> jax.Array:
-    """Temperature-scaled logits ``x [B, V]`` with the tokens outside each row's top-k / top-p / min-p set at ``-inf``.
-
-    Ties at a threshold are kept (every token equal to the k-th best stays in).
-    """
-    vocab = x.shape[-1]
-    ranked = -jnp.sort(-x, axis=-1)  # best first
-    k = jnp.where(top_k > 0, jnp.minimum(top_k, vocab), vocab)
-    kth = jnp.take_along_axis(ranked, (k - 1)[:, None], axis=-1)
-    x = jnp.where(x < kth, -jnp.inf, x)
-    ranked = jnp.where(jnp.arange(vocab)[None, :] < k[:, None], ranked, -jnp.inf)
-    probs = jax.nn.softmax(ranked, axis=-1)
-    before = jnp.cumsum(probs, axis=-1) - probs  # the mass of the better-ranked tokens
-    keep = (before < top_p[:, None]) | (top_p[:, None] >= 1.0)  # float32 sums can reach 1 before the last token
-    cutoff = jnp.min(jnp.where(keep, ranked, jnp.inf), axis=-1, keepdims=True)
-    x = jnp.where(x < cutoff, -jnp.inf, x)
-    p = jax.nn.softmax(x, axis=-1)
-    floor = min_p[:, None] * jnp.max(p, axis=-1, keepdims=True)
-    return jnp.where(p < floor, -jnp.inf, x)
-
-
-def _gumbel_argmax(key_data: jax.Array, x: jax.Array) -> jax.Array:
-    key = jax.random.wrap_key_data(key_data, impl="threefry2x32")
-    u = jax.random.uniform(key, x.shape, jnp.float32, minval=1e-20, maxval=1.0)
-    return jnp.argmax(x - jnp.log(-jnp.log(u)))
+def _draw(key_data: jax.Array, x: jax.Array) -> jax.Array:
+    return gumbel_argmax(jax.random.wrap_key_data(key_data, impl="threefry2x32"), x)
 
 
 def penalize(logits: jax.Array, bias: jax.Array | None, repetition: jax.Array | None, seen: jax.Array | None) -> jax.Array:
@@ -134,19 +113,14 @@ def choose(logits: jax.Array, params: Sequence[jax.Array], *, filters: bool, sam
     hot = x / jnp.where(temperature > 0, temperature, 1.0)[:, None]
     if filters:
         hot = filter_logits(hot, top_k, top_p, min_p)
-    drawn = jax.vmap(_gumbel_argmax)(keys, hot).astype(jnp.int32)
+    drawn = jax.vmap(_draw)(keys, hot).astype(jnp.int32)
     return jnp.where(temperature > 0, drawn, greedy)
 
 
 def sampling_probs(logits: jax.Array, params: Sequence[jax.Array], *, filters: bool) -> jax.Array:
     """The distribution each row samples from, ``[B, V]`` (one-hot argmax for greedy rows): speculative decoding's p and q."""
     temperature, top_k, top_p, min_p, _ = params
-    x = logits.astype(jnp.float32)
-    hot = x / jnp.where(temperature > 0, temperature, 1.0)[:, None]
-    if filters:
-        hot = filter_logits(hot, top_k, top_p, min_p)
-    onehot = jax.nn.one_hot(jnp.argmax(x, axis=-1), x.shape[-1], dtype=jnp.float32)
-    return jnp.where((temperature > 0)[:, None], jax.nn.softmax(hot, axis=-1), onehot)
+    return masked_probs(logits, temperature, top_k, top_p, min_p, filters=filters)
 
 
 def top_logprobs(logits: jax.Array, chosen: jax.Array, n: int) -> tuple[jax.Array, jax.Array, jax.Array]:

@@ -155,3 +155,33 @@ def test_apply_packed_bitmask_by_mo_name(rng, fill_as):
     keep = np.array([[(int(packed[b, t // 32]) >> (t % 32)) & 1 for t in range(vocab)] for b in range(B)], bool)
     keep[2, 7] = True  # -inf stays -inf, as MAX's kernel
     np.testing.assert_array_equal(got, np.where(keep, logits, np.float32(-9.0)))
+
+
+def test_speculative_sampling_kernels_by_name(rng):
+    """``sampler.topk_topp_masked_probs``, ``sampler.fused_token_sampling_with_dist`` and ``sampler.gumbel_argmax_from_probs`` by MAX's names."""
+    f32 = DType.float32
+    types = [TensorType(f32, [B, V], CPU), TensorType(DType.int64, [B], CPU), TensorType(f32, [B], CPU), TensorType(f32, [B], CPU), TensorType(DType.uint64, [B], CPU)]
+    with Graph("speculative_kernels", input_types=types) as g:
+        logits, k, temperature, top_p, seed = (x.tensor for x in g.inputs)
+        probs = ops.custom("sampler.topk_topp_masked_probs", device=CPU, values=[k, temperature, top_p, logits], out_types=[TensorType(f32, [B, V], CPU)])[0]
+        max_k = ops.constant(V, DType.int64, CPU)
+        tokens, dist = ops.custom(
+            "sampler.fused_token_sampling_with_dist",
+            device=CPU,
+            values=[k, max_k, temperature, top_p, seed, logits],
+            out_types=[TensorType(DType.int64, [B], CPU), TensorType(DType.bfloat16, [B, V], CPU)],
+        )
+        drawn = ops.custom("sampler.gumbel_argmax_from_probs", device=CPU, values=[seed, probs], out_types=[TensorType(DType.int64, [B], CPU)])[0]
+        g.output(probs, tokens, dist, drawn)
+    model = InferenceSession().load(g)
+    logits = rng.standard_normal((B, V)).astype(np.float32) * 2
+    k, temperature, top_p = np.array([2, 5, -1, 1], np.int64), np.array([1.0, 0.5, 1.0, 1.0], np.float32), np.array([1.0, 1.0, 0.5, 1.0], np.float32)
+    for s in range(5):
+        probs, tokens, dist, drawn = (o.to_numpy() for o in model.execute(logits, k, temperature, top_p, np.full(B, s, np.uint64)))
+        np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-6)
+        for row in range(B):
+            best = set(np.argsort(-logits[row])[: k[row] if k[row] > 0 else V].tolist())
+            assert set(np.flatnonzero(probs[row]).tolist()) <= best  # top-k mask
+            assert tokens[row] in best and probs[row, tokens[row]] > 0 and probs[row, drawn[row]] > 0
+        np.testing.assert_allclose(dist.astype(np.float32), probs, atol=4e-3)  # the bfloat16 out_type
+        assert tokens[3] == logits[3].argmax() and drawn[3] == logits[3].argmax()  # top_k 1: one token

@@ -722,4 +722,6 @@ OP_TABLE: dict[str, OpRecord] = {
     "update_frequency_data": record("test_fused_ops"),
     "min_p_mask": record("test_fused_ops"),
     "apply_packed_bitmask": record("test_fused_ops"),
+    "topk_topp_masked_probs": record("test_fused_ops"),
+    "gumbel_argmax": record("test_fused_ops"),
 }

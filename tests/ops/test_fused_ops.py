@@ -259,6 +259,55 @@ def test_apply_packed_bitmask_errors_name_the_mask():
             bind(apply_packed_bitmask_p, logits, rows, fill)
 
 
+def _np_masked_probs(logits, top_k, temperature, top_p):
+    """numpy: softmax(logits / T) over the top-k, then the smallest best set reaching top_p; one-hot argmax when T <= 0."""
+    out = np.zeros(logits.shape, np.float64)
+    for r, x in enumerate(logits.astype(np.float64)):
+        if temperature[r] <= 0:
+            out[r, x.argmax()] = 1.0
+            continue
+        z = x / temperature[r]
+        order = np.argsort(-z, kind="stable")[: top_k[r] if top_k[r] > 0 else len(z)]
+        p = np.exp(z[order] - z[order].max())
+        p /= p.sum()
+        keep = order[: int(np.searchsorted(np.cumsum(p), top_p[r] - 1e-12) + 1)] if top_p[r] < 1 else order
+        e = np.exp(z[keep] - z[keep].max())
+        out[r, keep] = e / e.sum()
+    return out
+
+
+def test_topk_topp_masked_probs_against_numpy(rng):
+    """topk_topp_masked_probs (MAX's ``sampler.topk_topp_masked_probs``): the distribution each row samples from."""
+    from lowering.context import bind  # noqa: PLC0415
+    from lowering.ops.sampling_kernels import masked_probs_p  # noqa: PLC0415
+
+    logits = (rng.normal(size=(5, 12)) * 2).astype(np.float32)
+    top_k = np.array([3, -1, 12, 5, 1], np.int64)
+    temperature = np.array([0.7, 1.0, 2.0, 0.0, 1.0], np.float32)
+    top_p = np.array([1.0, 0.6, 0.9, 1.0, 1.0], np.float32)
+    got = run_op(lambda *a: bind(masked_probs_p, *a), logits, top_k, temperature, top_p)
+    np.testing.assert_allclose(got, _np_masked_probs(logits, top_k, temperature, top_p), atol=1e-6)
+    assert got.dtype == np.float32 and np.allclose(got.sum(-1), 1.0, atol=1e-6)
+
+
+def test_gumbel_argmax_draws_in_proportion_and_repeats_per_seed():
+    """gumbel_argmax (MAX's ``sampler.gumbel_argmax_from_probs``): frequencies follow the (unnormalised) probs; a seed repeats its draw."""
+    from lowering.context import bind  # noqa: PLC0415
+    from lowering.ops.sampling_kernels import gumbel_argmax_p  # noqa: PLC0415
+
+    n = 4000
+    weights = np.array([4.0, 0.0, 2.0, 1.0, 1.0], np.float32)  # unnormalised; token 1 impossible
+    probs = np.tile(weights, (n, 1))
+    seeds = np.arange(n, dtype=np.uint64)
+    got = run_op(lambda p, s: bind(gumbel_argmax_p, p, s), probs, seeds)
+    assert got.shape == (n,) and got.dtype == np.int64
+    freq = np.bincount(got, minlength=5) / n
+    assert freq[1] == 0
+    np.testing.assert_allclose(freq, weights / weights.sum(), atol=0.03)  # 4000 draws: 3 sigma is about 0.024
+    again = run_op(lambda p, s: bind(gumbel_argmax_p, p, s), probs[:8], np.full(8, 17, np.uint64))
+    assert len(set(again.tolist())) == 1  # equal seeds draw with equal noise
+
+
 def test_errors_name_the_op():
     f32, u32 = DType.float32, DType.uint32
     with Graph("e", input_types=[TensorType(f32, [3, 8]), TensorType(DType.float8_e4m3fn, [4, 8]), TensorType(u32, [5])]) as g:
