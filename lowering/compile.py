@@ -63,9 +63,9 @@ from lowering.ir import Block, uses_op
 from lowering.logs import CACHE_LOG, compiling
 from lowering.persistent_cache import DamagedEntryError, decode_entry, enable_persistent_cache, encode_entry
 from lowering.piecewise import Pieces, split_at_calls
-from lowering.targets import export_checks, lowering_for
+from lowering.targets import export
 from lowering.types import BufferType
-from lowering.x64 import x64
+from lowering.x64 import jit, run, to_device
 
 __all__ = ["CompiledBlock", "InputMismatchError", "compile_stats", "enable_persistent_cache", "clear_cache"]
 
@@ -124,8 +124,7 @@ class CompiledBlock:
     def __init__(self, block: Block, weights: Mapping[str, Any], device: jax.Device):
         self.block = block
         self.device = device
-        with x64():
-            self.weights = {k: jax.device_put(v, device) for k, v in weights.items()}
+        self.weights = {k: to_device(v, device) for k, v in weights.items()}
         self._weight_key = tuple(sorted((k, _aval_key(v)) for k, v in self.weights.items()))
         # MAX's debug options read at compile time: a NaN check or op log runs the graph node by node.
         nan_check, log_ops = DEBUG.compile_options()
@@ -160,7 +159,7 @@ class CompiledBlock:
         return check_input_types([v.type for v in self.block.inputs], args, names)
 
     def _place(self, args: Sequence[Any]) -> list[Any]:
-        return [a if isinstance(a, jax.Array) and self.device in a.devices() else jax.device_put(a, self.device) for a in args]
+        return [a if isinstance(a, jax.Array) and self.device in a.devices() else to_device(a, self.device) for a in args]
 
     def _split(self, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
         """(args with None at the buffer inputs, the buffer inputs): the program's first two arguments."""
@@ -228,29 +227,27 @@ class CompiledBlock:
 
     def _export(self, args: Sequence[Any]) -> jax.export.Exported | None:
         """The program for ``args`` as a `jax.export.Exported`, or None for programs export refuses (e.g. host callbacks)."""
-        platform = self.device.client.platform
         specs = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), (*self._split(args), self.weights))
         try:
-            return jax.export.export(self._jit(False), platforms=(platform,), disabled_checks=export_checks((platform,)))(*specs)
+            return export(self._program, (self.device.client.platform,), *specs, retarget=False)
         except Exception as e:  # noqa: BLE001 - not exportable: compile directly and keep only JAX's level
             CACHE_LOG.debug("block %r is not exportable, not stored in the maxfx level: %s", self.block.name, e)
             return None
 
     def _compile_exported(self, exported: jax.export.Exported, args: Sequence[Any], donate: bool) -> Any:
-        return jax.jit(exported.call, donate_argnums=(1,) if donate else ()).lower(*self._split(args), self.weights).compile()
+        return jit(exported.call, donate_argnums=(1,) if donate else ()).lower(*self._split(args), self.weights).compile()
 
     def _jit(self, donate: bool) -> Any:
-        return jax.jit(self._program, donate_argnums=(1,) if donate else ())
+        """The program as a `lowering.x64.jit` (traced with 64-bit types); ``donate``: buffer inputs donated."""
+        return jit(self._program, donate_argnums=(1,) if donate else ())
 
     def precompile(self, args: Sequence[Any], donate_buffers: bool = False) -> None:
         """Compile for the shapes of ``args`` without running (no-op for op-by-op graphs)."""
         if self._pieces is not None:
-            with x64():
-                self._run_pieces(self._place(args), compile_only=True)
+            self._run_pieces(self._place(args), compile_only=True)
         elif not self._interpreted:
-            with x64():
-                args = self._place(args)
-                self._executable(args, donate_buffers and self._can_donate(args))
+            args = self._place(args)
+            self._executable(args, donate_buffers and self._can_donate(args))
 
     def _run_pieces(self, args: list[Any], compile_only: bool = False) -> list[Any]:
         before = self._pieces.compiles
@@ -266,15 +263,16 @@ class CompiledBlock:
         their final values (see the module docstring). The buffer-input arrays
         passed in are then deleted; only the returned finals may be read.
         """
-        with x64():
-            args = self._place(args)
-            if self._interpreted:
-                result = self._program(*self._split(args), self.weights)
-            elif self._pieces is not None:
-                result = self._run_pieces(args), args
-            else:
-                donate = donate_buffers and self._can_donate(args)
-                result = self._executable(args, donate)(*self._split(args), self.weights)
+        # 64-bit types: the transfers, the tracing and the op-by-op run enter them (lowering.x64);
+        # a compiled executable keeps the dtypes it was compiled for.
+        args = self._place(args)
+        if self._interpreted:
+            result = run(self._program, *self._split(args), self.weights)
+        elif self._pieces is not None:
+            result = self._run_pieces(args), args
+        else:
+            donate = donate_buffers and self._can_donate(args)
+            result = self._executable(args, donate)(*self._split(args), self.weights)
         if DEBUG.device_sync_mode:  # MAX's device-sync-mode: a failure surfaces at this call, not a later read
             jax.block_until_ready(result)
         return result
@@ -284,9 +282,8 @@ class CompiledBlock:
 
         Compiled as one program (subgraph calls inlined), as `lower_text` lowers it.
         """
-        with x64():
-            args = [jax.ShapeDtypeStruct(tuple(shape), dtype) for shape, dtype in avals]
-            return self._jit(False).lower(*self._split(args), self.weights).compile().as_text()
+        args = [jax.ShapeDtypeStruct(tuple(shape), dtype) for shape, dtype in avals]
+        return self._jit(False).lower(*self._split(args), self.weights).compile().as_text()
 
     def lower_text(self, args: Sequence[Any], donate_buffers: bool = False, platform: str | None = None) -> str:
         """StableHLO text of the program for ``args`` (for inspection); ``donate_buffers`` marks the buffer inputs donated.
@@ -295,15 +292,12 @@ class CompiledBlock:
         instead of the local device, through ``jax.export`` and `lowering.targets`,
         so a CPU-only machine shows the program a GPU would run, kernels included.
         """
-        with x64():
-            args = [np.asarray(a) for a in args]
-            jitted = self._jit(donate_buffers and bool(self._buffer_inputs))
-            if platform is None:
-                return jitted.lower(*self._split(args), self.weights).as_text()
-            (rest, buffers), weights = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), (self._split(args), self.weights))
-            with lowering_for((platform,)):
-                exported = jax.export.export(jitted, platforms=(platform,), disabled_checks=export_checks((platform,)))(rest, buffers, weights)
-            return exported.mlir_module()
+        args = [np.asarray(a) for a in args]
+        donate = donate_buffers and bool(self._buffer_inputs)
+        if platform is None:
+            return self._jit(donate).lower(*self._split(args), self.weights).as_text()
+        (rest, buffers), weights = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), (self._split(args), self.weights))
+        return export(self._program, (platform,), rest, buffers, weights, donate_argnums=(1,) if donate else ()).mlir_module()
 
 
 def _dump_ir(name: str, lowered: Any) -> None:

@@ -18,7 +18,6 @@ Data flow: front → `bind` → `find_context` → `Context.bind` → `bind_plan
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,7 +33,7 @@ from lowering.ir import Block, ConstantValue, Node, Var
 from lowering.plan import BindPlan, bind_plan, coercion, infer_types, is_weak, weak_array, weak_kind
 from lowering.registry import OpDef, get_op
 from lowering.types import DeviceRef, TensorType, Type
-from lowering.x64 import x64
+from lowering.x64 import run
 
 __all__ = [
     "Captured",
@@ -423,9 +422,9 @@ class TraceContext(Context):
         # Concrete arrays: compute with 64-bit types available. Tracers: the enclosing
         # trace decides (switching x64 mid-trace would mix 32- and 64-bit values);
         # maxfx.jit traces with x64 on, plain jax.jit gives JAX's 32-bit defaults.
-        tracing = any(isinstance(x, jax.core.Tracer) for x in inputs)
-        with contextlib.nullcontext() if tracing else x64():
+        if any(isinstance(x, jax.core.Tracer) for x in inputs):
             return super().bind(op, inputs, params)
+        return run(super().bind, op, inputs, params)
 
     def apply(self, op: OpDef, plan: BindPlan, inputs: list[Any], params: dict[str, Any]) -> Any:
         out = apply_impl(op, inputs, resolve_params(params, {}))

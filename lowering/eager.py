@@ -58,7 +58,7 @@ from lowering.logs import compiling
 from lowering.plan import PYTHON_SCALARS, BindPlan, bind_plan, clear_plans, infer_types, signature
 from lowering.registry import OpDef, OpError, get_op
 from lowering.types import DeviceRef, TensorType
-from lowering.x64 import x64
+from lowering.x64 import jit, run, to_device
 
 __all__ = ["LazyVar", "PendingNode", "EagerContext", "realize", "pending_block", "eager_stats", "lazy", "is_lazy", "placed_leaf", "MAX_PENDING", "write_lock"]
 
@@ -179,12 +179,11 @@ _const_cache: collections.OrderedDict[tuple, jax.Array] = collections.OrderedDic
 def _device_constant(array: np.ndarray, device: jax.Device) -> jax.Array:
     """``array`` on ``device``; small constants are cached (they recur in loops: ``x * 2``)."""
     if array.size > _SMALL:
-        return jax.device_put(array, device)
+        return to_device(array, device)
     key = (array.dtype.str, array.shape, array.tobytes(), device)
     hit = _const_cache.get(key)
     if hit is None:
-        with x64():
-            hit = jax.device_put(array, device)
+        hit = to_device(array, device)
         _const_cache[key] = hit
         if len(_const_cache) > 4096:
             _const_cache.popitem(last=False)
@@ -234,8 +233,7 @@ def _scalar_leaf(op_name: str, x: Any, dtype: DType | None, device: DeviceRef | 
         arr = np.asarray(x, dtype.to_numpy())
         if not has_hardware(device):
             return placed_leaf(arr, dtype, device)  # pending inside lazy(): not cached
-        with x64():
-            leaf = LazyVar(TensorType(dtype, [], device), array=jax.device_put(arr, jax_device(device)))
+        leaf = LazyVar(TensorType(dtype, [], device), array=to_device(arr, jax_device(device)))
         _scalar_leaves[key] = leaf
         if len(_scalar_leaves) > 4096:
             _scalar_leaves.popitem(last=False)
@@ -259,8 +257,7 @@ def placed_leaf(array: np.ndarray, dtype: DType, device: DeviceRef) -> LazyVar:
         (TensorType(dtype=float32, shape=[Dim(2)], device=gpu:63), False)
     """
     if has_hardware(device) or not _lazy.get():
-        with x64():
-            return LazyVar(TensorType(dtype, array.shape, device), array=jax.device_put(array, jax_device(device)))
+        return LazyVar(TensorType(dtype, array.shape, device), array=to_device(array, jax_device(device)))
     host = placed_leaf(array, dtype, DeviceRef.CPU())
     op = get_op("transfer_to")
     return record(op, (host,), {"device": device}, [TensorType(dtype, array.shape, device)])[0]
@@ -535,8 +532,7 @@ class EagerContext(Context):
         outs = tuple(Var(t) for t in out_types)
         node = Node(op.name, tuple(in_vars), params, outs)
         env = {v.id: v.array for v in in_vars}
-        with x64():
-            Interpreter().run_node(node, env)
+        run(Interpreter().run_node, node, env)
         for i in op.written_inputs(node):
             in_vars[i].array = env[in_vars[i].id]
         return tuple(self.leaf(env[v.id], _concrete(v.type, env[v.id])) for v in outs)
@@ -708,8 +704,8 @@ def _compiled(key: tuple, block: Block, leaves: Sequence[Any]) -> Any | None:
                 _seen.clear()
             _seen[key] = None
             return None
-    with x64(), compiling("eager program", block.name):
-        exe = jax.jit(lambda *args: _run(block, args)).lower(*leaves).compile()
+    with compiling("eager program", block.name):
+        exe = jit(lambda *args: _run(block, args)).lower(*leaves).compile()
     _stats.compiles += 1
     return exe
 
@@ -720,8 +716,8 @@ def _op_executable(key: tuple, op: OpDef, in_vars: Sequence[LazyVar], params: di
     ins = tuple([Var(v.type) for v in in_vars])  # fresh vars: the cached program must not hold arrays
     outs = tuple([Var(t) for t in out_types])
     block = Block(op.name, list(ins), [Node(op.name, ins, params, outs)], list(outs))
-    with x64(), compiling("op", op.name):
-        exe = jax.jit(lambda *args: _run(block, args)).lower(*[v.array for v in in_vars]).compile()
+    with compiling("op", op.name):
+        exe = jit(lambda *args: _run(block, args)).lower(*[v.array for v in in_vars]).compile()
     _stats.compiles += 1
     return exe
 
@@ -843,10 +839,10 @@ def realize(vars: Sequence[LazyVar]) -> None:
     leaves = [v.array for v in plan.leaves]
     block = None
     try:
-        run = EXECUTABLES.get(key)
-        if run is not None:  # the hot path: a cached executable's C++ entry point
+        cached = EXECUTABLES.get(key)
+        if cached is not None:  # the hot path: a cached executable's C++ entry point
             _stats.fused_runs += 1
-            results = run(*leaves)
+            results = cached(*leaves)
         else:
             for v in targets:  # name what was asked for first; the loop below also catches named dims behind it
                 _check_static(v.node.op.name, v.type)
@@ -863,8 +859,8 @@ def realize(vars: Sequence[LazyVar]) -> None:
                 # Under an enclosing jax trace (a pending tensor captured by a jitted
                 # function) jnp ops would be staged into that trace; the leaves are
                 # concrete, so compute now and keep the tensor concrete.
-                with x64(), jax.core.eval_context():
-                    results = _run(block, leaves)
+                with jax.core.eval_context():
+                    results = run(_run, block, leaves)
             else:
                 _stats.fused_runs += 1
                 results = exe(*leaves)

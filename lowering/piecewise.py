@@ -45,6 +45,7 @@ from lowering.ir import Block, Node, Var, weight_reads
 from lowering.logs import compiling
 from lowering.registry import get_op
 from lowering.types import BufferType
+from lowering.x64 import jit
 
 __all__ = ["Piece", "Pieces", "split_at_calls"]
 
@@ -186,7 +187,7 @@ class Pieces:
                 return Interpreter(weights, dict(piece_dims)).run(block, args)[0]
 
             with compiling("piece", block.name):
-                exe = jax.jit(program).lower(list(args), dict(weights)).compile()
+                exe = jit(program).lower(list(args), dict(weights)).compile()
             self.compiles += 1
             EXECUTABLES.put(key, exe)
         return exe

@@ -15,7 +15,8 @@
 
 `export_checks` lists the ``jax.export`` safety checks such a program needs
 disabled: Triton custom calls carry no cross-version compatibility guarantee,
-so an artifact with them is tied to the jaxlib that built it.
+so an artifact with them is tied to the jaxlib that built it. `export` is the
+one ``jax.export`` entry that does both, traced with 64-bit types.
 
 Example:
     >>> from lowering.targets import lowering_for, export_checks
@@ -38,6 +39,7 @@ from jax.sharding import AbstractDevice, AbstractMesh, AxisType, use_abstract_me
 from custom_calls import _target
 from lowering.dims import StaticDim, SymbolicDim
 from lowering.types import BufferType, TensorType
+from lowering.x64 import traced
 
 __all__ = ["lowering_for", "export_checks", "has_local_gpu", "symbolic_input_specs", "ABSTRACT_GPU"]
 
@@ -81,6 +83,18 @@ def export_checks(platforms: Sequence[str]) -> list:
     from jax.experimental.pallas import triton as pltriton  # noqa: PLC0415 - Pallas' Triton backend loads only for a CUDA export
 
     return [jax.export.DisabledSafetyCheck.custom_call(pltriton.CUSTOM_CALL_TARGET_NAME)]
+
+
+def export(fun: Any, platforms: Sequence[str], *specs: Any, retarget: bool = True, **jit_kwargs: Any) -> jax.export.Exported:
+    """``jax.export`` of ``jax.jit(fun, **jit_kwargs)`` for ``platforms`` on ``specs``, traced with 64-bit types.
+
+    ``retarget``: trace inside `lowering_for` (GPU kernels emitted for a ``"cuda"``
+    target with no GPU attached); False for a program lowered for the local device only.
+    """
+    platforms = tuple(platforms)
+    exporter = jax.export.export(jax.jit(fun, **jit_kwargs), platforms=platforms, disabled_checks=export_checks(platforms))
+    with lowering_for(platforms) if retarget else contextlib.nullcontext():
+        return traced(exporter, *specs)
 
 
 def symbolic_input_specs(types: Sequence[Any], where: str, inputs: str) -> list[jax.ShapeDtypeStruct]:

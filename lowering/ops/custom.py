@@ -33,7 +33,7 @@ from lowering.ops._rules import OpError, fmt, fmt_all
 from lowering.ops.control_flow import mutates_from
 from lowering.registry import OpDef, front, register
 from lowering.types import BufferType, DeviceRef, TensorType, Type
-from lowering.x64 import x64
+from lowering.x64 import traced
 
 __all__ = [
     "register_custom_op",
@@ -245,8 +245,7 @@ def _check_abstract(op: str, entry: CustomOp, in_types: Sequence[Type], paramete
         return
     args = [jax.ShapeDtypeStruct(tuple(int(d) for d in t.shape), t.dtype.to_numpy()) for t in in_types]
     try:
-        with x64():
-            res = jax.eval_shape(lambda *a: _as_tuple(entry.fn(*a, **parameters)), *args)
+        res = traced(jax.eval_shape, lambda *a: _as_tuple(entry.fn(*a, **parameters)), *args)
     except Exception as e:  # the user's function failed: report it at the call site
         raise OpError(f"{op}: custom op {entry.name!r} failed on inputs ({fmt_all(in_types)}): {type(e).__name__}: {e}") from e
     _compare(op, entry.name, [(tuple(r.shape), DType.from_numpy(r.dtype)) for r in res], expected)

@@ -31,7 +31,7 @@ from lowering.ops import _rules as R
 from lowering.ops._indexing_util import DataDim, IndexOpError, axis_index, is_int, is_value, require_index_dtype
 from lowering.registry import OpDef, front, register
 from lowering.types import TensorType
-from lowering.x64 import x64
+from lowering.x64 import run
 
 __all__ = [
     "slice_tensor",
@@ -397,8 +397,7 @@ def _index_extremes(idx: Any, vectors: bool) -> tuple[np.ndarray, np.ndarray]:
             return a.min(keepdims=True).ravel(), a.max(keepdims=True).ravel()
         flat = a.reshape(-1, a.shape[-1])
         return flat.min(axis=0), flat.max(axis=0)
-    with x64():  # int64 indices stay int64 through the reduction
-        lo, hi = _device_extremes(idx, vectors)
+    lo, hi = run(_device_extremes, idx, vectors)  # run: int64 indices stay int64 through the reduction
     return np.asarray(lo), np.asarray(hi)
 
 
