@@ -1,9 +1,9 @@
 """MAX's sampling kernels by their kernel-library names, for ``ops.custom`` / ``ops.inplace_custom``.
 
 MAX's pipelines and tests call these Mojo kernels by name; maxfx provides each
-over its registry ops (`lowering.ops.fused`'s ``topk_sampling``,
-``apply_penalties`` and ``update_frequency_data``; ``min_p_mask`` and
-``apply_packed_bitmask`` here):
+over the registry ops of `lowering.ops.sampling` (``topk_sampling``,
+``apply_penalties``, ``update_frequency_data``, ``min_p_mask``,
+``apply_packed_bitmask``, ``topk_topp_masked_probs``, ``gumbel_argmax``):
 
 - ``sampler.fused_token_sampling``: ``values`` (``K``, [``max_k``], ``temperature``,
   ``top_p``, [``min_top_p``, [``min_p``]], ``seed``, ``logits``), every per-row input
@@ -47,9 +47,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import jax
-import jax.numpy as jnp
-
 from lowering.context import bind
 from lowering.dims import StaticDim
 from lowering.dtypes import DType
@@ -57,13 +54,10 @@ from lowering.ops import _rules as R
 from lowering.ops.buffer import buffer_load, buffer_store
 from lowering.ops.core import cast_p, constant
 from lowering.ops.custom import custom_kernel
-from lowering.ops.fused import apply_penalties_p, topk_sampling_p, update_frequency_data_p
+from lowering.ops.sampling import apply_packed_bitmask_p, apply_penalties_p, gumbel_argmax_p, masked_probs_p, min_p_mask_p, topk_sampling_p, update_frequency_data_p
 from lowering.ops.shape import broadcast_to, reshape
-from lowering.registry import OpDef, register
-from lowering.sampling_math import gumbel_argmax, masked_probs, packed_bits
-from lowering.types import TensorType
 
-__all__ = ["apply_packed_bitmask_p", "gumbel_argmax_p", "masked_probs_p", "min_p_mask_p", "per_row"]
+__all__ = ["per_row"]
 
 
 def per_row(x: Any, dtype: DType, batch: Any) -> Any:
@@ -81,104 +75,6 @@ def _vocab(op: str, logits: Any) -> int:
     if not isinstance(vocab, StaticDim):
         raise R.OpError(f"{op}: the vocabulary (logits' last dim) must be static, got {R.fmt(logits.type)}")
     return int(vocab.dim)
-
-
-# ─── min_p_mask: the min-p filter as an op of its own ─────────────────────
-
-
-def _min_p_rule(logits, min_p, temperature) -> TensorType:
-    op = "min_p_mask"
-    lg = R.require_tensor(op, logits, "logits", rank=2, kind=R.FLOAT)
-    for t, name in ((min_p, "min_p"), (temperature, "temperature")):
-        t = R.require_tensor(op, t, name, rank=1, kind=R.FLOAT)
-        if t.shape[0] != lg.shape[0]:
-            raise R.OpError(f"{op}: {name} must have one entry per batch row ({lg.shape[0]}), got {R.fmt(t)}")
-    return lg
-
-
-def _min_p_impl(logits, min_p, temperature):
-    # p_i >= min_p * p_max  <=>  l_i / T >= l_max / T + log(min_p); temperature <= 0 (greedy) and min_p <= 0 keep every token.
-    x = logits.astype(jnp.float32)
-    t = temperature.astype(jnp.float32)[:, None]
-    mp = min_p.astype(jnp.float32)[:, None]
-    top = jnp.max(x, axis=-1, keepdims=True)
-    keep = (x - top) / jnp.where(t > 0, t, 1.0) >= jnp.log(jnp.where(mp > 0, mp, 1.0))
-    keep = keep | (t <= 0) | (mp <= 0)
-    return jnp.where(keep, logits, jnp.asarray(-jnp.inf, logits.dtype))
-
-
-min_p_mask_p = register(OpDef("min_p_mask", rule=_min_p_rule, impl=_min_p_impl, differentiable=False))
-"""``logits`` with the tokens below ``min_p`` times their row's largest probability (after ``/ temperature``) set to -inf."""
-
-
-# ─── apply_packed_bitmask: a grammar's packed token mask on the logits ─────
-
-
-def _bitmask_rule(logits, packed, fill_value) -> TensorType:
-    op = "apply_packed_bitmask"
-    lg = R.require_tensor(op, logits, "logits", kind=R.NUMERIC)
-    pk = R.require_tensor(op, packed, "packed_bitmask", rank=lg.rank)
-    if pk.dtype is not DType.int32:
-        raise R.OpError(f"{op}: packed_bitmask must be int32 (32 tokens a word), got {R.fmt(pk)}")
-    R.require_tensor(op, fill_value, "fill_value", rank=0)
-    if lg.rank == 0:
-        raise R.OpError(f"{op}: logits must have a vocabulary dim, got {R.fmt(lg)}")
-    vocab, words = lg.shape[-1], pk.shape[-1]
-    if list(pk.shape[:-1]) != list(lg.shape[:-1]):
-        raise R.OpError(f"{op}: packed_bitmask's leading dims must equal the logits', got {R.fmt(pk)} for logits {R.fmt(lg)}")
-    if isinstance(vocab, StaticDim) and isinstance(words, StaticDim) and words.dim != -(-vocab.dim // 32):
-        raise R.OpError(f"{op}: packed_bitmask's last dim must be ceil({vocab.dim} / 32) = {-(-vocab.dim // 32)}, got {R.fmt(pk)}")
-    return lg
-
-
-def _bitmask_impl(logits, packed, fill_value):
-    keep = packed_bits(packed, logits.shape[-1], jnp)
-    if jnp.issubdtype(logits.dtype, jnp.floating):
-        keep = keep | (logits == -jnp.inf)  # as MAX's kernel: what the model excluded stays excluded
-    return jnp.where(keep, logits, fill_value.astype(logits.dtype))
-
-
-apply_packed_bitmask_p = register(OpDef("apply_packed_bitmask", rule=_bitmask_rule, impl=_bitmask_impl, differentiable=False))
-"""``logits`` with every token whose bit is clear in ``packed_bitmask`` set to ``fill_value`` (``-inf`` logits kept)."""
-
-
-# ─── masked_probs and gumbel_argmax: speculative decoding's distributions ──
-
-
-def _rows(op: str, logits, named) -> TensorType:
-    lg = R.require_tensor(op, logits, "logits", rank=2, kind=R.FLOAT)
-    for t, name, kind in named:
-        t = R.require_tensor(op, t, name, rank=1, kind=kind)
-        if t.shape[0] != lg.shape[0]:
-            raise R.OpError(f"{op}: {name} must have one entry per batch row ({lg.shape[0]}), got {R.fmt(t)}")
-    return lg
-
-
-def _masked_probs_rule(logits, top_k, temperature, top_p) -> TensorType:
-    lg = _rows("topk_topp_masked_probs", logits, ((top_k, "top_k", R.INT), (temperature, "temperature", R.FLOAT), (top_p, "top_p", R.FLOAT)))
-    return TensorType(DType.float32, list(lg.shape), lg.device)
-
-
-def _masked_probs_impl(logits, top_k, temperature, top_p):
-    return masked_probs(logits, temperature.astype(jnp.float32), top_k.astype(jnp.int32), top_p.astype(jnp.float32))
-
-
-masked_probs_p = register(OpDef("topk_topp_masked_probs", rule=_masked_probs_rule, impl=_masked_probs_impl, differentiable=False))
-"""Float32 ``[batch, vocab]``: each row's renormalised softmax over its top-k / top-p set (one-hot argmax when greedy)."""
-
-
-def _gumbel_rule(probs, seed) -> TensorType:
-    p = _rows("gumbel_argmax", probs, ((seed, "seed", R.INT),))
-    return TensorType(DType.int64, [p.shape[0]], p.device)
-
-
-def _gumbel_impl(probs, seed):
-    keys = jax.vmap(jax.random.key)(seed.astype(jnp.uint64))
-    return jax.vmap(gumbel_argmax)(keys, jnp.log(probs.astype(jnp.float32))).astype(jnp.int64)
-
-
-gumbel_argmax_p = register(OpDef("gumbel_argmax", rule=_gumbel_rule, impl=_gumbel_impl, differentiable=False))
-"""Int64 ``[batch]``: one token per row drawn in proportion to ``probs`` (Gumbel-max over ``ln p``, keyed by ``seed``)."""
 
 
 # ─── the kernels ──────────────────────────────────────────────────────────

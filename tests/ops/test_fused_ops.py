@@ -1,4 +1,4 @@
-"""Fused serving ops (lowering/ops/fused.py) against numpy loops."""
+"""The serving ops (lowering/ops/float8.py, moe.py, lora.py, ragged.py, sampling.py) against numpy loops."""
 
 from __future__ import annotations
 
@@ -207,7 +207,7 @@ def test_penalties_and_frequency_update(rng):
 def test_min_p_mask_against_numpy(rng):
     """min_p_mask (the min-p filter of MAX's sampling kernels): tokens below min_p x the row's top probability become -inf."""
     from lowering.context import bind  # noqa: PLC0415
-    from lowering.ops.sampling_kernels import min_p_mask_p  # noqa: PLC0415
+    from lowering.ops.sampling import min_p_mask_p  # noqa: PLC0415
 
     logits = (rng.normal(size=(3, 8)) * 2).astype(np.float32)
     min_p, temp = np.array([0.5, 0.0, 0.9], np.float32), np.array([1.5, 2.0, 0.0], np.float32)  # row 1: min_p 0, row 2: greedy
@@ -227,7 +227,7 @@ def _np_unpack(packed: np.ndarray, vocab: int) -> np.ndarray:
 def test_apply_packed_bitmask_against_numpy(rng, dtype):
     """apply_packed_bitmask (MAX's ``mo.apply_packed_bitmask``): clear bits take the fill value; a logit already -inf stays -inf."""
     from lowering.context import bind  # noqa: PLC0415
-    from lowering.ops.sampling_kernels import apply_packed_bitmask_p  # noqa: PLC0415
+    from lowering.ops.sampling import apply_packed_bitmask_p  # noqa: PLC0415
 
     dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
     logits = (rng.normal(size=(2, 3, 70)) * 4).astype(dt)
@@ -246,7 +246,7 @@ def test_apply_packed_bitmask_against_numpy(rng, dtype):
 
 def test_apply_packed_bitmask_errors_name_the_mask():
     from lowering.context import bind  # noqa: PLC0415
-    from lowering.ops.sampling_kernels import apply_packed_bitmask_p  # noqa: PLC0415
+    from lowering.ops.sampling import apply_packed_bitmask_p  # noqa: PLC0415
 
     types = [TensorType(DType.float32, [2, 70]), TensorType(DType.int32, [2, 2]), TensorType(DType.uint32, [2, 3]), TensorType(DType.int32, [3, 3])]
     with Graph("bitmask_errors", input_types=[*types, TensorType(DType.float32, [])]) as g:
@@ -279,7 +279,7 @@ def _np_masked_probs(logits, top_k, temperature, top_p):
 def test_topk_topp_masked_probs_against_numpy(rng):
     """topk_topp_masked_probs (MAX's ``sampler.topk_topp_masked_probs``): the distribution each row samples from."""
     from lowering.context import bind  # noqa: PLC0415
-    from lowering.ops.sampling_kernels import masked_probs_p  # noqa: PLC0415
+    from lowering.ops.sampling import masked_probs_p  # noqa: PLC0415
 
     logits = (rng.normal(size=(5, 12)) * 2).astype(np.float32)
     top_k = np.array([3, -1, 12, 5, 1], np.int64)
@@ -293,7 +293,7 @@ def test_topk_topp_masked_probs_against_numpy(rng):
 def test_gumbel_argmax_draws_in_proportion_and_repeats_per_seed():
     """gumbel_argmax (MAX's ``sampler.gumbel_argmax_from_probs``): frequencies follow the (unnormalised) probs; a seed repeats its draw."""
     from lowering.context import bind  # noqa: PLC0415
-    from lowering.ops.sampling_kernels import gumbel_argmax_p  # noqa: PLC0415
+    from lowering.ops.sampling import gumbel_argmax_p  # noqa: PLC0415
 
     n = 4000
     weights = np.array([4.0, 0.0, 2.0, 1.0, 1.0], np.float32)  # unnormalised; token 1 impossible

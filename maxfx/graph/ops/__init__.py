@@ -75,19 +75,7 @@ from lowering.ops.elementwise import (  # noqa: A004 - abs, pow, round: MAX's na
     trunc,
     where,
 )
-from lowering.ops.fused import (
-    apply_penalties,
-    grouped_matmul_ragged,
-    grouped_scaled_matmul_ragged,
-    merge_ragged_tensors,
-    moe_create_indices,
-    quantize_dynamic_float8,
-    quantize_static_float8,
-    scaled_matmul,
-    sgmv,
-    topk_sampling,
-    update_frequency_data,
-)
+from lowering.ops.float8 import quantize_dynamic_float8, quantize_static_float8, scaled_matmul
 from lowering.ops.indexing import (
     gather,
     gather_nd,
@@ -106,15 +94,19 @@ from lowering.ops.indexing import (
     slice_tensor,
 )
 from lowering.ops.linalg import matmul
+from lowering.ops.lora import sgmv
+from lowering.ops.moe import grouped_matmul_ragged, grouped_scaled_matmul_ragged, moe_create_indices
 from lowering.ops.nn import avg_pool2d, conv2d, conv2d_transpose, conv3d, fold, max_pool2d, roi_align
 from lowering.ops.norm import group_norm, rms_norm
 from lowering.ops.quantized import dequantize, q8_0_matmul, qmatmul
+from lowering.ops.ragged import merge_ragged_tensors
 from lowering.ops.random import random_normal, random_uniform
 from lowering.ops.reduction import argmax, argmin, argsort, cumsum, layer_norm, logsoftmax, mean, prod, softmax, top_k
 from lowering.ops.reduction import max_ as max  # noqa: A004 - MAX's name
 from lowering.ops.reduction import min_ as min  # noqa: A004 - MAX's name
 from lowering.ops.reduction import sum_ as sum  # noqa: A004 - MAX's name
 from lowering.ops.resize import resize, resize_bicubic, resize_linear, resize_nearest
+from lowering.ops.sampling import apply_penalties, topk_sampling, update_frequency_data
 from lowering.ops.shape import (
     as_interleaved_complex,
     band_part,

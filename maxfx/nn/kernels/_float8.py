@@ -1,6 +1,6 @@
 """float8 kernels of ``max.nn.kernels``: quantization, scaled matmuls, AMD FNUZ conversion.
 
-Quantization scales follow ``lowering/ops/fused.py``: per tensor ``[1, 1]``,
+Quantization scales follow ``lowering/ops/float8.py``: per tensor ``[1, 1]``,
 per row ``[rows, 1]``, per block ``[ceil(rows / block_rows), ceil(cols /
 block_cols)]``. The dynamic scaled matmuls (in ``_scaled_matmul``) take MAX's
 scale layouts, described there.

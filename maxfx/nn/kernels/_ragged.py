@@ -22,7 +22,7 @@ import numpy as np
 
 from lowering.context import bind
 from lowering.dtypes import DType
-from lowering.ops.sampling_kernels import apply_packed_bitmask_p
+from lowering.ops.sampling import apply_packed_bitmask_p
 from maxfx.graph import ops
 
 __all__ = ["apply_packed_bitmask", "rope_ragged", "scatter_nd_skip_oob_indices"]
