@@ -19,13 +19,17 @@ Example:
 from __future__ import annotations
 
 import abc
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from lowering.dtypes import DType
 from maxfx.engine import InferenceSession
+from maxfx.generation._sampling import SamplingRows, choose
 from maxfx.graph import Graph, TensorType
 from maxfx.models._generate import _progress, _rows, check_generation
 from maxfx.models._source import Q8_0
@@ -225,26 +229,25 @@ class PagedCausalLM(abc.ABC):
 
 
 def _sampler(temperature: float, top_k: int | None, top_p: float | None, seed: int | None, vocab: int) -> Callable[[np.ndarray], np.ndarray]:
-    """Next-token choice from float32 logits ``[B, vocab]``: argmax, or temperature / top-k / top-p sampling (arguments checked by `check_generation`)."""
+    """Next-token choice from float32 logits ``[B, vocab]`` (arguments checked by `check_generation`).
+
+    The engine's sampling (`maxfx.generation._sampling.choose`): argmax for
+    ``temperature == 0``, else top-k / top-p filtering and a Gumbel-max draw keyed by
+    (row seed, step). Row ``i`` of a batch draws with seed ``seed + i``, so equal
+    prompts in one batch still sample independently; no ``seed`` picks a random one.
+    """
     if temperature == 0:
         return lambda logits: logits.argmax(-1).astype(np.int64)
-    rng = np.random.default_rng(seed)
+    base = int(np.random.SeedSequence().entropy if seed is None else seed) & 0xFFFFFFFFFFFFFFFF
+    row = {"temperature": float(temperature), "top_k": -1 if top_k is None else int(top_k), "top_p": 1.0 if top_p is None else float(top_p)}
+    steps = itertools.count()
 
     def pick(logits: np.ndarray) -> np.ndarray:
-        z = logits.astype(np.float64) / temperature
-        if top_k is not None:
-            kth = np.sort(z, -1)[:, -int(top_k)][:, None]
-            z = np.where(z < kth, -np.inf, z)
-        probs = np.exp(z - z.max(-1, keepdims=True))
-        probs /= probs.sum(-1, keepdims=True)
-        if top_p is not None:
-            order = np.argsort(-probs, -1)
-            sorted_p = np.take_along_axis(probs, order, -1)
-            keep_sorted = np.cumsum(sorted_p, -1) - sorted_p < top_p  # the smallest prefix reaching top_p
-            keep = np.zeros_like(keep_sorted)
-            np.put_along_axis(keep, order, keep_sorted, -1)
-            probs = np.where(keep, probs, 0.0)
-            probs /= probs.sum(-1, keepdims=True)
-        return np.array([rng.choice(vocab, p=p) for p in probs], np.int64)
+        n, step = logits.shape[0], next(steps)
+        rows = SamplingRows.build([{**row, "seed": (base + i) & 0xFFFFFFFFFFFFFFFF} for i in range(n)], step=[step] * n)
+        return np.asarray(_choose(jnp.asarray(logits, jnp.float32), rows.arrays(), filters=rows.filters, sample=True)).astype(np.int64)
 
     return pick
+
+
+_choose = jax.jit(choose, static_argnames=("filters", "sample"))
