@@ -63,7 +63,7 @@ from lowering.ir import Block, uses_op
 from lowering.logs import CACHE_LOG, compiling
 from lowering.persistent_cache import DamagedEntryError, decode_entry, enable_persistent_cache, encode_entry
 from lowering.piecewise import Pieces, split_at_calls
-from lowering.targets import export
+from lowering.targets import export_for
 from lowering.types import BufferType
 from lowering.x64 import jit, run, to_device
 
@@ -229,7 +229,7 @@ class CompiledBlock:
         """The program for ``args`` as a `jax.export.Exported`, or None for programs export refuses (e.g. host callbacks)."""
         specs = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), (*self._split(args), self.weights))
         try:
-            return export(self._program, (self.device.client.platform,), *specs, retarget=False)
+            return export_for(self._program, (self.device.client.platform,), *specs, retarget=False)
         except Exception as e:  # noqa: BLE001 - not exportable: compile directly and keep only JAX's level
             CACHE_LOG.debug("block %r is not exportable, not stored in the maxfx level: %s", self.block.name, e)
             return None
@@ -297,7 +297,7 @@ class CompiledBlock:
         if platform is None:
             return self._jit(donate).lower(*self._split(args), self.weights).as_text()
         (rest, buffers), weights = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), (self._split(args), self.weights))
-        return export(self._program, (platform,), rest, buffers, weights, donate_argnums=(1,) if donate else ()).mlir_module()
+        return export_for(self._program, (platform,), rest, buffers, weights, donate_argnums=(1,) if donate else ()).mlir_module()
 
 
 def _dump_ir(name: str, lowered: Any) -> None:

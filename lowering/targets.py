@@ -15,7 +15,7 @@
 
 `export_checks` lists the ``jax.export`` safety checks such a program needs
 disabled: Triton custom calls carry no cross-version compatibility guarantee,
-so an artifact with them is tied to the jaxlib that built it. `export` is the
+so an artifact with them is tied to the jaxlib that built it. `export_for` is the
 one ``jax.export`` entry that does both, traced with 64-bit types.
 
 Example:
@@ -85,7 +85,7 @@ def export_checks(platforms: Sequence[str]) -> list:
     return [jax.export.DisabledSafetyCheck.custom_call(pltriton.CUSTOM_CALL_TARGET_NAME)]
 
 
-def export(fun: Any, platforms: Sequence[str], *specs: Any, retarget: bool = True, **jit_kwargs: Any) -> jax.export.Exported:
+def export_for(fun: Any, platforms: Sequence[str], *specs: Any, retarget: bool = True, **jit_kwargs: Any) -> jax.export.Exported:
     """``jax.export`` of ``jax.jit(fun, **jit_kwargs)`` for ``platforms`` on ``specs``, traced with 64-bit types.
 
     ``retarget``: trace inside `lowering_for` (GPU kernels emitted for a ``"cuda"``

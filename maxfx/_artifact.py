@@ -48,7 +48,7 @@ from lowering.compile import InputMismatchError, check_input_types
 from lowering.dtypes import DType
 from lowering.targets import export_checks
 from lowering.types import DeviceRef, TensorType
-from lowering.x64 import x64
+from lowering.x64 import jit, to_device
 from maxfx.driver import CPU, Accelerator, accelerator_count
 from maxfx.driver._device import as_device
 from maxfx.driver._tensor import as_array
@@ -123,7 +123,7 @@ class ExportedModel:
         self._mesh = dict(mesh) if mesh else None
         self._device = device
         self._placement: tuple[list[Any], list[Any]] | None = None  # input shardings, placed weights
-        self._call = jax.jit(exported.call)
+        self._call = jit(exported.call)  # traced with 64-bit types (lowering.x64)
 
     # -- properties -----------------------------------------------------------
     @property
@@ -183,7 +183,7 @@ class ExportedModel:
             else:
                 shardings = self._sharded_placement(devices)
             n_inputs = len(self.input_types)
-            weights = [jax.device_put(w, s) for w, s in zip(self._host_weights.values(), shardings[n_inputs:])]
+            weights = [to_device(w, s) for w, s in zip(self._host_weights.values(), shardings[n_inputs:])]
             self._placement = (shardings[:n_inputs], weights)
         return self._placement
 
@@ -198,9 +198,8 @@ class ExportedModel:
 
     def _run(self, arrays: Sequence[Any]) -> list[Any]:
         shardings, weights = self._placed()
-        with x64():
-            args = tuple(jax.device_put(a, s) for a, s in zip(arrays, shardings))
-            out = self._call(args, tuple(weights))
+        args = tuple(to_device(a, s) for a, s in zip(arrays, shardings))
+        out = self._call(args, tuple(weights))
         return list(out) if self._is_tuple else [out]
 
     def call(self, *arrays: Any) -> Any:

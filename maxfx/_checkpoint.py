@@ -30,7 +30,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from lowering.x64 import x64
+from lowering.x64 import run
 from maxfx.experimental._tensor import Tensor
 
 __all__ = ["restore", "save"]
@@ -88,8 +88,8 @@ def save(path: os.PathLike[str] | str, tree: Any, *, overwrite: bool = False) ->
     leaves, _ = _leaves(tree, where)
     arrays = {_key(i): a for i, (_, a) in enumerate(leaves)}
     meta = {"format": _FORMAT, "paths": [name for name, _ in leaves], "shapes": [list(a.shape) for _, a in leaves], "dtypes": [str(a.dtype) for _, a in leaves]}
-    with x64(), ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:  # x64: int64/float64 leaves keep their width
-        ckptr.save(target, ocp.args.Composite(arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)), force=overwrite)
+    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:  # run: int64/float64 leaves keep their width
+        run(ckptr.save, target, ocp.args.Composite(arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)), force=overwrite)
 
 
 def restore(path: os.PathLike[str] | str, like: Any) -> Any:
@@ -118,11 +118,11 @@ def restore(path: os.PathLike[str] | str, like: Any) -> Any:
     if not source.is_dir():
         raise FileNotFoundError(f"{where}: no checkpoint at {str(source)!r}")
     want, treedef = _leaves(like, where)
-    with x64(), ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
+    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
         meta = ckptr.restore(source, ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
         _check(meta, want, source)
         abstract = {_key(i): jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=_sharding(a)) for i, (_, a) in enumerate(want)}
-        arrays = ckptr.restore(source, ocp.args.Composite(arrays=ocp.args.StandardRestore(abstract)))["arrays"]
+        arrays = run(ckptr.restore, source, ocp.args.Composite(arrays=ocp.args.StandardRestore(abstract)))["arrays"]  # run: as in save
     flat_like = jax.tree_util.tree_leaves(like)
     values = [_like_type(arrays[_key(i)], ref) for i, ref in enumerate(flat_like)]
     return jax.tree_util.tree_unflatten(treedef, values)

@@ -44,9 +44,9 @@ from jax.sharding import NamedSharding
 
 from lowering.dims import StaticDim
 from lowering.interpret import run_block
-from lowering.targets import export_checks, lowering_for, symbolic_input_specs
+from lowering.targets import export_for, lowering_for, symbolic_input_specs
 from lowering.types import BufferType, DeviceRef, TensorType
-from lowering.x64 import x64
+from lowering.x64 import traced
 from maxfx._artifact import ArtifactError, ExportedModel, is_exported_artifact, load_exported, mesh_json, platform_of, program_tree
 from maxfx.distributed._gather import gather, is_global
 from maxfx.engine import InferenceSession, Model
@@ -356,10 +356,10 @@ def export(
     )
     device = source.device if mesh is None else mesh.devices.flat[0]
     lowering_platforms = tuple(platforms) if platforms else (platform_of(device),)
-    # lowering_for: the GPU kernels are emitted for a "cuda" target even where no GPU is attached
-    with x64(), lowering_for(lowering_platforms):
-        exported = _export_program(source, specs[: len(in_types)], specs[len(in_types) :], lowering_platforms, where, in_types)
-        program = _serialize(exported, vjp_order, where)
+    exported = _export_program(source, specs[: len(in_types)], specs[len(in_types) :], lowering_platforms, where, in_types)
+    # The VJP is traced too: with 64-bit types, for the same targets (the GPU kernels are emitted for "cuda" even where no GPU is attached).
+    with lowering_for(lowering_platforms):
+        program = traced(_serialize, exported, vjp_order, where)
     # The artifact checks these trees on load; the program must have them.
     assert exported.in_tree == program_tree(len(in_types), len(weights)), exported.in_tree
     if exported.out_tree not in (jax.tree.structure(0), jax.tree.structure((0,) * len(exported.out_avals))):
@@ -371,7 +371,7 @@ def export(
 
 def _export_program(source: _Source, specs: list[Any], weight_specs: list[Any], platforms: tuple[str, ...], where: str, in_types: Sequence[Any]) -> Any:
     try:
-        return jax.export.export(jax.jit(source.program), platforms=platforms, disabled_checks=export_checks(platforms))(tuple(specs), tuple(weight_specs))
+        return export_for(source.program, platforms, tuple(specs), tuple(weight_specs))  # traced with 64-bit types, inside lowering_for
     except jax.errors.ConcretizationTypeError as e:
         raise ValueError(f"{where}: the graph has data-dependent ops (output shapes depend on values), which cannot be exported: {e}") from e
     except Exception as e:

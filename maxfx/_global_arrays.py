@@ -39,7 +39,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from lowering.x64 import x64
+from lowering.x64 import run, to_device
 
 __all__ = ["check_same_on_every_process", "global_shape", "put_process_local", "put_replicated"]
 
@@ -50,16 +50,12 @@ def _host(value: Any) -> np.ndarray:
 
 def put_replicated(value: Any, sharding: NamedSharding) -> jax.Array:
     """``value`` (the same on every process) placed on ``sharding``; each process writes only its own shards."""
-    if sharding.is_fully_addressable:
-        with x64():
-            return jax.device_put(value, sharding)
-    if isinstance(value, jax.Array) and not value.is_fully_addressable:
-        with x64():  # already global: a reshard among the same processes' devices is one jitted copy
-            return jax.device_put(value, sharding)
+    # Already global: a reshard among the same processes' devices is one jitted copy.
+    if sharding.is_fully_addressable or (isinstance(value, jax.Array) and not value.is_fully_addressable):
+        return to_device(value, sharding)
     host = _host(value)
-    with x64():
-        # dtype: a process holding none of the shards has no callback result to read it from.
-        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index], dtype=host.dtype)
+    # dtype: a process holding none of the shards has no callback result to read it from.
+    return run(jax.make_array_from_callback, host.shape, sharding, lambda index: host[index], dtype=host.dtype)
 
 
 def _axes(entry: Any) -> tuple[str, ...]:
@@ -97,10 +93,9 @@ def global_shape(local_shape: Sequence[int], mesh: Mesh, spec: PartitionSpec) ->
 
 def put_process_local(value: Any, sharding: NamedSharding, shape: Sequence[int]) -> jax.Array:
     """The global array of ``shape`` whose part on this process's devices is ``value``."""
-    with x64():
-        if sharding.is_fully_addressable:
-            return jax.device_put(value, sharding)
-        return jax.make_array_from_process_local_data(sharding, _host(value), tuple(shape))
+    if sharding.is_fully_addressable:
+        return to_device(value, sharding)
+    return run(jax.make_array_from_process_local_data, sharding, _host(value), tuple(shape))
 
 
 def _checksum(name: str, host: np.ndarray) -> int:

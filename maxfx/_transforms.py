@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lowering.x64 import x64
+from lowering.x64 import Jit, traced, tracing
 from maxfx._placement import commit_unplaced
 from maxfx.experimental._tensor import Tensor, _leaf
 from maxfx.experimental.nn.module import Module
@@ -54,11 +54,6 @@ def _is_tensor(x: Any) -> bool:
 
 def _has_tensor(tree: Any) -> bool:
     return any(isinstance(x, Tensor) for x in jax.tree_util.tree_leaves(tree, is_leaf=_is_tensor))
-
-
-def _tracing(tree: Any) -> bool:
-    """True when called on tracers (inside an enclosing JAX transformation)."""
-    return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(tree))
 
 
 def _is_array(x: Any) -> bool:
@@ -89,14 +84,6 @@ def _converting(fun: Callable[..., Any]) -> Callable[..., Any]:
         return _tensorize(out) if _has_tensor((args, kwargs)) else out
 
     return wrapped
-
-
-def _scoped(call: Callable[..., Any], args: Any, *a: Any, **kw: Any) -> Any:
-    """``call(*a, **kw)`` with x64 on, unless ``args`` holds tracers (the outer trace decides)."""
-    if _tracing(args):
-        return call(*a, **kw)
-    with x64():
-        return call(*a, **kw)
 
 
 def _name(fun: Callable[..., Any]) -> str:
@@ -164,22 +151,20 @@ def jit(fun: Callable[..., Any] | None = None, /, **jit_kwargs: Any) -> Any:
     as_module = _module_as_argument(fun, jit, ("static_argnums", "donate_argnums"), **jit_kwargs)
     if as_module is not None:
         return as_module
-    jitted = jax.jit(_converting(fun), **jit_kwargs)
+    jitted = Jit(_converting(fun), **jit_kwargs)  # traced with 64-bit types unless called on tracers (lowering.x64)
 
     @functools.wraps(fun)
     def call(*args: Any, **kwargs: Any) -> Any:
-        leaves = jax.tree_util.tree_leaves((args, kwargs))
-        if any(isinstance(x, jax.core.Tracer) for x in leaves):
-            return jitted(*args, **kwargs)
+        if tracing((args, kwargs)):
+            return jitted.jitted(*args, **kwargs)  # inside an enclosing trace, which decides the types
         # Eager results are uncommitted while a jitted function's outputs are committed, and
         # jax.jit keys its cache on that: without this a training loop fed its own outputs would
         # compile twice. Unplaced values join the committed ones (replicated on their mesh).
         args, kwargs = commit_unplaced((args, kwargs))
-        with x64():
-            return jitted(*args, **kwargs)
+        return jitted(*args, **kwargs)
 
-    call.lower = lambda *args, **kwargs: _scoped(jitted.lower, (args, kwargs), *args, **kwargs)  # type: ignore[attr-defined]
-    call.jitted = jitted  # type: ignore[attr-defined]
+    call.lower = jitted.lower  # type: ignore[attr-defined]
+    call.jitted = jitted.jitted  # type: ignore[attr-defined]
     return call
 
 
@@ -302,7 +287,7 @@ def _value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int], has_a
     def call(*args: Any, **kwargs: Any) -> Any:
         if not allow_int:
             _check_differentiable_args(fun, args, nums, where)
-        value, grads = _scoped(inner, (args, kwargs), *args, **kwargs)
+        value, grads = traced(inner, *args, **kwargs)
         if _has_tensor((args, kwargs)):
             value = (_as_tensor(value[0]), value[1]) if has_aux else _as_tensor(value)
         return value, grads
@@ -358,7 +343,7 @@ def vmap(fun: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0, **vmap_kw
 
     @functools.wraps(fun)
     def call(*args: Any, **kwargs: Any) -> Any:
-        return _scoped(inner, (args, kwargs), *args, **kwargs)
+        return traced(inner, *args, **kwargs)
 
     return call
 
@@ -385,7 +370,7 @@ def checkpoint(fun: Callable[..., Any], **checkpoint_kwargs: Any) -> Callable[..
 
     @functools.wraps(fun)
     def call(*args: Any, **kwargs: Any) -> Any:
-        return _scoped(inner, (args, kwargs), *args, **kwargs)
+        return traced(inner, *args, **kwargs)
 
     return call
 
@@ -436,4 +421,4 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
             raise TypeError(f"maxfx.scan({_name(f)}): the carry returned by the body must have the structure of init: {e}") from None
         return new_carry, (_tensorize(y) if _has_tensor((carry, x)) else y)
 
-    return _scoped(jax.lax.scan, (init, xs), body, init, xs, length=length, reverse=reverse, unroll=unroll)
+    return traced(jax.lax.scan, body, init, xs, length=length, reverse=reverse, unroll=unroll)

@@ -43,7 +43,7 @@ import jax
 import numpy as np
 import optax
 
-from lowering.x64 import x64
+from lowering.x64 import Jit
 from maxfx._placement import replicated_like
 from maxfx._transforms import _leaf_desc, jit, value_and_grad
 from maxfx.experimental._tensor import Tensor
@@ -76,17 +76,18 @@ def init(optimizer: Any, model: Any) -> Any:
     # One compiled program instead of op-by-op zeros per parameter shape. optax builds its state
     # from constants, so without out_shardings it would land uncommitted on device 0 whatever
     # the model's placement; placed like the model, every train step shares one executable.
-    with x64():
-        shardings = _state_shardings(optimizer, model)
-        if shardings is None:
-            return jax.jit(optimizer.init)(model)
-        treedef = jax.tree.structure(jax.eval_shape(optimizer.init, model))
-        leaves = jax.jit(lambda m: jax.tree.leaves(optimizer.init(m)), out_shardings=shardings)(model)
-        return jax.tree.unflatten(treedef, leaves)
+    # Jit: jax.jit traced with 64-bit types (lowering.x64); the state's arrays stay JAX arrays.
+    init_state = Jit(optimizer.init)
+    state = init_state.eval_shape(model)
+    shardings = _state_shardings(state, model)
+    if shardings is None:
+        return init_state(model)
+    leaves = Jit(lambda m: jax.tree.leaves(optimizer.init(m)), out_shardings=shardings)(model)
+    return jax.tree.unflatten(jax.tree.structure(state), leaves)
 
 
-def _state_shardings(optimizer: Any, model: Any) -> list[Any] | None:
-    """One sharding per leaf of ``optimizer.init(model)``: placed like the model.
+def _state_shardings(state: Any, model: Any) -> list[Any] | None:
+    """One sharding per leaf of ``state`` (the shapes of ``optimizer.init(model)``): placed like the model.
 
     Parts of the state with the model's structure and shapes (Adam's ``mu`` and
     ``nu``, momentum traces) get each parameter's sharding; everything else (the
@@ -104,7 +105,7 @@ def _state_shardings(optimizer: Any, model: Any) -> list[Any] | None:
         return jax.tree.structure(node) == model_def and [getattr(x, "shape", None) for x in jax.tree.leaves(node)] == shapes
 
     out: list[Any] = []
-    for node in jax.tree.leaves(jax.eval_shape(optimizer.init, model), is_leaf=mirrors_model):
+    for node in jax.tree.leaves(state, is_leaf=mirrors_model):
         if mirrors_model(node):
             out.extend(p.sharding if isinstance(p, jax.Array) and p.committed else replicated for p in params)
         else:

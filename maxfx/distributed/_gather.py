@@ -23,7 +23,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from lowering.x64 import x64
+from lowering.x64 import run
 from maxfx._addressable import readable_here
 from maxfx.experimental._tensor import Tensor
 
@@ -67,8 +67,8 @@ def gather(tree: Any) -> Any:
     split = [i for i, a in enumerate(arrays) if not readable_here(a)]
     out: list[Any] = [None if i in split else np.asarray(a) for i, a in enumerate(arrays)]  # what this process holds whole is read here
     if split:
-        with x64():  # int64/float64 leaves keep their width through the all-gather
-            gathered = multihost_utils.process_allgather([arrays[i] for i in split], tiled=True)
+        # run: int64/float64 leaves keep their width through the all-gather
+        gathered = run(multihost_utils.process_allgather, [arrays[i] for i in split], tiled=True)
         for i, value in zip(split, gathered):
             out[i] = np.asarray(value)
     return jax.tree_util.tree_unflatten(treedef, out)

@@ -27,9 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from lowering.x64 import x64
+from lowering.x64 import run
 
-__all__ = ["HostStorage", "DeviceStorage", "IndexStep", "ViewStep", "shadow_of", "apply_np", "apply_jax", "write_back_jax", "np_view", "is_strided_contiguous"]
+__all__ = ["HostStorage", "DeviceStorage", "IndexStep", "ViewStep", "shadow_of", "apply_np", "apply_jax", "write_back_jax", "device_zeros", "np_view", "is_strided_contiguous"]
 
 # One recipe step: ("index", key) for basic indexing, ("view", np.dtype, shape) for reinterpretation.
 IndexStep = tuple[str, Any]
@@ -176,28 +176,41 @@ def _jax_from_bytes(b: jax.Array, dtype: np.dtype, shape: tuple[int, ...]) -> ja
 
 def jax_view(x: jax.Array, dtype: np.dtype, shape: tuple[int, ...]) -> jax.Array:
     """The jax counterpart of `np_view` (a bitcast through bytes; XLA arrays are dense)."""
-    with x64():
-        return _jax_from_bytes(_jax_bytes(x), dtype, shape)
+    return _jax_from_bytes(_jax_bytes(x), dtype, shape)
 
 
-def apply_jax(arr: jax.Array, steps: tuple) -> jax.Array:
-    """Apply a view recipe to a jax.Array (produces new arrays; JAX has no aliasing views)."""
-    with x64():
-        for step in steps:
-            arr = arr[step[1]] if step[0] == "index" else jax_view(arr, step[1], step[2])
+def _apply_jax(arr: jax.Array, steps: tuple) -> jax.Array:
+    for step in steps:
+        arr = arr[step[1]] if step[0] == "index" else jax_view(arr, step[1], step[2])
     return arr
 
 
-def write_back_jax(root: jax.Array, steps: tuple, leaf: Any) -> jax.Array:
-    """The root array after the view at the end of ``steps`` is replaced by ``leaf``."""
+def apply_jax(arr: jax.Array, steps: tuple) -> jax.Array:
+    """Apply a view recipe to a jax.Array (produces new arrays; JAX has no aliasing views).
+
+    Runs with 64-bit types (`lowering.x64.run`): an int64 or float64 view keeps its width.
+    """
+    return run(_apply_jax, arr, steps)
+
+
+def _write_back_jax(root: jax.Array, steps: tuple, leaf: Any) -> jax.Array:
     if not steps:
         return leaf
     step, rest = steps[0], steps[1:]
-    with x64():
-        if step[0] == "index":
-            child = root[step[1]]
-            new_child = write_back_jax(child, rest, leaf)
-            return root.at[step[1]].set(jnp.asarray(new_child, dtype=root.dtype))
-        child = jax_view(root, step[1], step[2])
-        new_child = write_back_jax(child, rest, leaf)
-        return jax_view(jnp.asarray(new_child, dtype=step[1]), root.dtype, root.shape)
+    if step[0] == "index":
+        child = root[step[1]]
+        new_child = _write_back_jax(child, rest, leaf)
+        return root.at[step[1]].set(jnp.asarray(new_child, dtype=root.dtype))
+    child = jax_view(root, step[1], step[2])
+    new_child = _write_back_jax(child, rest, leaf)
+    return jax_view(jnp.asarray(new_child, dtype=step[1]), root.dtype, root.shape)
+
+
+def write_back_jax(root: jax.Array, steps: tuple, leaf: Any) -> jax.Array:
+    """The root array after the view at the end of ``steps`` is replaced by ``leaf`` (run with 64-bit types, as `apply_jax`)."""
+    return run(_write_back_jax, root, steps, leaf)
+
+
+def device_zeros(shape: tuple[int, ...], dtype: np.dtype, device: jax.Device) -> jax.Array:
+    """A zeroed array on ``device`` (XLA has no uninitialised allocation), allocated there, 64-bit dtypes kept."""
+    return run(jnp.zeros, shape, dtype, device=device)

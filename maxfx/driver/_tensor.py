@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lowering.dtypes import DType
-from lowering.x64 import x64
+from lowering.x64 import run, to_device
 from maxfx.driver._device import CPU, Device, DeviceStream, as_device, device_of_jax
 from maxfx.driver._storage import (
     DeviceStorage,
@@ -37,6 +37,7 @@ from maxfx.driver._storage import (
     _scratch,
     apply_jax,
     apply_np,
+    device_zeros,
     is_strided_contiguous,
     np_view,
     shadow_of,
@@ -86,8 +87,16 @@ def _is_jax_array(x: Any) -> bool:
 
 
 def _device_put(data: Any, device: Device) -> jax.Array:
-    with x64():  # keep 64-bit dtypes when the user's JAX config has x64 off
-        return jax.device_put(data, device.jax_device)
+    return to_device(data, device.jax_device)  # keeps 64-bit dtypes when the user's JAX config has x64 off
+
+
+def _broadcast_value(value: Any, dtype: np.dtype, shape: tuple[int, ...]) -> jax.Array:
+    """``value`` as ``dtype`` broadcast to ``shape`` (for `Tensor.__setitem__`; run with 64-bit types)."""
+    val = jnp.asarray(value, dtype=dtype)
+    try:
+        return jnp.broadcast_to(val, shape)
+    except ValueError:
+        raise ValueError(f"Tensor.__setitem__: value of shape {val.shape} does not fit the indexed shape {shape}") from None
 
 
 class Tensor:
@@ -135,8 +144,7 @@ class Tensor:
             storage: HostStorage | DeviceStorage = HostStorage(np.empty(dims, dt.to_numpy()))
         else:
             # XLA has no uninitialised allocation: device buffers start zeroed.
-            with x64():
-                storage = DeviceStorage(jnp.zeros(dims, dt.to_numpy(), device=dev.jax_device))
+            storage = DeviceStorage(device_zeros(dims, dt.to_numpy(), dev.jax_device))
         self._setup(storage, (), dims, dt, dev, bool(pinned), stream)
 
     # -- construction helpers ---------------------------------------------
@@ -350,8 +358,7 @@ class Tensor:
         dev = as_device(device, "Tensor.zeros")
         if dev.is_host or pinned:
             return cls._host(np.zeros(dims, dt.to_numpy()), dev, bool(pinned))
-        with x64():
-            return cls._on_device(jnp.zeros(dims, dt.to_numpy(), device=dev.jax_device), dev)
+        return cls._on_device(device_zeros(dims, dt.to_numpy(), dev.jax_device), dev)
 
     @classmethod
     def scalar(cls, value: Any, dtype: DType, device: Device | None = None) -> Tensor:
@@ -450,8 +457,7 @@ class Tensor:
                         f"with strides {host.strides}); make it contiguous first"
                     )
                 return cls._host(host)
-        with x64():
-            arr = jax.dlpack.from_dlpack(array, copy=copy)
+        arr = run(jax.dlpack.from_dlpack, array, copy=copy)  # run: 64-bit dtypes arrive as they are
         return cls._from_array(arr)
 
     @classmethod
@@ -567,8 +573,7 @@ class Tensor:
             np.copyto(self._host_write(), src._host_numpy().reshape(self._shape))
         else:
             data = src._jax_input()
-            with x64():
-                data = _device_put(data, self._device).reshape(self._shape)
+            data = _device_put(data, self._device).reshape(self._shape)
             self._device_write(data)
 
     # -- numpy / scalar access --------------------------------------------
@@ -732,14 +737,8 @@ class Tensor:
             with np.errstate(over="ignore"):  # a float past the dtype's range stores inf (IEEE), as MAX does, without numpy's warning
                 self._host_write()[key] = val
         else:
-            with x64():
-                val = jnp.asarray(value, dtype=self._dtype.to_numpy())
-                try:
-                    val = jnp.broadcast_to(val, target_shape)
-                except ValueError:
-                    raise ValueError(f"Tensor.__setitem__: value of shape {val.shape} does not fit the indexed shape {target_shape}") from None
-                val = jax.device_put(val, self._device.jax_device)
-            self._device_write(val, key)
+            val = run(_broadcast_value, value, self._dtype.to_numpy(), target_shape)
+            self._device_write(_device_put(val, self._device), key)
 
     def __len__(self) -> int:
         if not self._shape:

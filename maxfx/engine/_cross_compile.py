@@ -25,9 +25,8 @@ import jax
 
 from lowering.interpret import run_block
 from lowering.ir import Block
-from lowering.targets import export_checks, lowering_for, symbolic_input_specs
+from lowering.targets import export_for, symbolic_input_specs
 from lowering.types import BufferType
-from lowering.x64 import x64
 
 __all__ = ["lower_for_platform"]
 
@@ -56,6 +55,5 @@ def lower_for_platform(block: Block, weights: Mapping[str, tuple[Any, tuple[int,
 
     specs = symbolic_input_specs([v.type for v in block.inputs], where, "inputs compiled for a virtual device")
     weight_specs = [jax.ShapeDtypeStruct(weights[n][1], weights[n][0].dtype.to_numpy()) for n in names]
-    # lowering_for: GPU kernels are emitted for the target even where no GPU is attached.
-    with x64(), lowering_for((platform,)):
-        return jax.export.export(jax.jit(program), platforms=(platform,), disabled_checks=export_checks((platform,)))(specs, weight_specs)
+    # export_for: traced with 64-bit types, inside lowering_for (GPU kernels are emitted for the target even where no GPU is attached).
+    return export_for(program, (platform,), specs, weight_specs)

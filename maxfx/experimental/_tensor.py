@@ -38,7 +38,7 @@ from lowering.ops.core import to_constant_array
 from lowering.plan import PYTHON_SCALARS
 from lowering.registry import get_op
 from lowering.types import DeviceRef, TensorType
-from lowering.x64 import x64
+from lowering.x64 import to_device
 from maxfx import driver
 from maxfx._addressable import check_readable, describe
 from maxfx.driver._device import as_device
@@ -70,9 +70,9 @@ def _device_ref(device: driver.Device) -> DeviceRef:
     return DeviceRef.from_device(device)
 
 
-def _put(array: np.ndarray, device: driver.Device) -> jax.Array:
-    with x64():
-        return jax.device_put(array, device.jax_device)
+def _put(array: Any, device: driver.Device) -> jax.Array:
+    """``array`` (host data or a jax array) on ``device``, 64-bit dtypes kept (`lowering.x64.to_device`)."""
+    return to_device(array, device.jax_device)
 
 
 def _placed(array: np.ndarray, dtype: DType, device: driver.Device) -> Tensor:
@@ -299,8 +299,7 @@ class Tensor(TensorOperators):
         arr, _ = to_constant_array(value, dtype, op=where)
         if is_lazy():  # as in MAX, a creation inside F.lazy() is pending too: a recorded broadcast of the value
             return ops.broadcast_to(_placed(np.asarray(arr), dtype, dev), dims)
-        with x64():
-            array = jax.device_put(np.broadcast_to(arr, dims), dev.jax_device)
+        array = _put(np.broadcast_to(arr, dims), dev)
         return _leaf(array, dtype, dev)
 
     @classmethod
@@ -352,8 +351,7 @@ class Tensor(TensorOperators):
         if step == 0:
             raise ValueError("Tensor.arange: step must not be zero")
         dtype, dev = defaults(dtype, device)
-        with x64():
-            arr = np.arange(start, stop, step).astype(dtype.to_numpy())
+        arr = np.arange(start, stop, step).astype(dtype.to_numpy())  # numpy: no JAX config involved
         return _placed(arr, dtype, dev)
 
     range = arange
@@ -498,8 +496,7 @@ class Tensor(TensorOperators):
         if is_lazy() and not (has_hardware(ref) and has_hardware(self.type.device)):
             return ops.transfer_to(self, ref)  # recorded: one end is a device this machine lacks (see _placed)
         array = self._array()
-        with x64():
-            moved = jax.device_put(array, dev.jax_device)
+        moved = _put(array, dev)
         return _leaf(moved, self.dtype, dev)
 
     def __tensorvalue__(self) -> TensorValue:

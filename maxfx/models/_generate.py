@@ -34,7 +34,6 @@ from tqdm.auto import tqdm
 
 from lowering.dtypes import DType
 from lowering.types import DeviceRef, TensorType
-from lowering.x64 import x64
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn import Module
@@ -341,8 +340,7 @@ def token_tensor(input_ids: Any, device: Any, where: str) -> Tensor:
         raise ValueError(f"{where}: input_ids must be a rectangular [batch, seq] array of token ids (rows of one length)") from None
     if arr.dtype == object or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
         raise ValueError(f"{where}: input_ids must be integer token ids, got {arr.dtype}")
-    with x64():
-        return Tensor(arr if arr.size else arr.astype(np.int64), device=device)
+    return Tensor(arr if arr.size else arr.astype(np.int64), device=device)  # an int64 array stays int64 (the transfer keeps it)
 
 
 def check_context(where: str, config: Any, length: Any) -> None:

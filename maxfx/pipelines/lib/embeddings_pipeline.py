@@ -53,7 +53,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lowering.dtypes import DType
-from lowering.x64 import x64
+from lowering.x64 import jit
 from maxfx import driver
 from maxfx._json_file import read_json_file
 from maxfx.experimental import functional as F
@@ -297,10 +297,9 @@ class EmbeddingsPipeline(Pipeline[EmbeddingsGenerationInputs, EmbeddingsGenerati
             ids[i, : len(r)] = r
         padded_lengths = np.ones(b, np.int64)  # filler rows: one token (id 0), dropped below
         padded_lengths[: len(token_rows)] = lengths
-        with x64():
-            weights, tree = jax.tree_util.tree_flatten(self.model)
-            out = _embed_step(weights, ids, padded_lengths, model_tree=tree, pooling=self.pooling if self.pool_embeddings else None, normalize=self.normalize and self.pool_embeddings)
-            return np.asarray(out)[: len(token_rows)]
+        weights, tree = jax.tree_util.tree_flatten(self.model)
+        out = _embed_step(weights, ids, padded_lengths, model_tree=tree, pooling=self.pooling if self.pool_embeddings else None, normalize=self.normalize and self.pool_embeddings)
+        return np.asarray(out)[: len(token_rows)]
 
 
 # ─── the jitted forward ──────────────────────────────────────────────────────
@@ -329,12 +328,12 @@ def _embed_arrays(weights, ids, lengths, *, model_tree, pooling, normalize):
 
 
 # One jitted forward per process: pipelines of equal models share its programs.
-_embed_step = jax.jit(_embed_arrays, static_argnames=("model_tree", "pooling", "normalize"))
+_embed_step = jit(_embed_arrays, static_argnames=("model_tree", "pooling", "normalize"))  # traced with 64-bit types (int64 ids)
 
 
 def compiled_programs() -> int:
     """How many embedding programs have been compiled in this process (for tests and benchmarks)."""
-    return _embed_step._cache_size()
+    return _embed_step.jitted._cache_size()
 
 
 def _length_bucket(n: int, limit: int | None) -> int:
