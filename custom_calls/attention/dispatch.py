@@ -1,16 +1,12 @@
 """Per-call choice between the Pallas attention kernels and the jnp reference.
 
-Rule (``shared/design/PALLAS_NOTES.md`` §9, same as `custom_calls.qmatmul.dispatch`):
-
-* ``impl="reference"`` / ``"pallas"`` / ``"pallas_interpret"`` force a path.
-* ``impl=None`` (default): ``MAXFX_PALLAS_INTERPRET=1`` (any value but
-  ``""``/``"0"``) → the kernel in interpret mode on any backend (how CPU tests
-  exercise kernels); else, when JAX's default backend is a GPU or the program
-  is being lowered for CUDA (`custom_calls._target.lowering_for`, what
-  ``maxfx.export(..., platforms=[..., "cuda"])`` sets) →
-  ``lax.platform_dependent`` with the Pallas (Triton) kernel for ``cuda`` and
-  the reference as the default (a computation placed on the CPU of a GPU
-  machine still lowers); else the reference.
+The rule is `custom_calls._dispatch`'s (shared with `custom_calls.qmatmul.dispatch`):
+``impl="reference"`` / ``"pallas"`` / ``"pallas_interpret"`` force a path;
+``impl=None`` runs the kernel interpreted under ``MAXFX_PALLAS_INTERPRET=1``,
+the Pallas (Triton) kernel on ``cuda`` when the default backend is a GPU or the
+program is lowered for CUDA (``maxfx.export(..., platforms=[..., "cuda"])``),
+else the reference (or the CPU C++ kernel below). This module adds what is
+attention's: the checks, the fallback reasons and the paths.
 
 Errors, the same on every path (``ValueError`` naming the parameter): q/k/v of
 the wrong rank or mismatched shapes, ``n_heads`` not a multiple of
@@ -18,8 +14,8 @@ the wrong rank or mismatched shapes, ``n_heads`` not a multiple of
 floating point, malformed ``local_window_size``, row offsets / ``kv_lens`` /
 ``block_table`` of the wrong shape.
 
-Fallbacks to the reference with a one-time ``UserWarning`` per (function,
-reason), when a kernel would otherwise run:
+Fallbacks to the reference (`custom_calls._dispatch.fallback`: logged, with a
+one-time ``UserWarning`` per (function, reason)), when a kernel would otherwise run:
 
 * every function: dtype not float32/bfloat16/float16 (e.g. float64);
   head_dim > 256; empty inputs;
@@ -43,17 +39,13 @@ the reference.
 
 from __future__ import annotations
 
-import logging
-import os
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
-from custom_calls._target import gpu_target
+from custom_calls._dispatch import ENV_INTERPRET, IMPLS, kernel_mode, reset_warnings, run
 from custom_calls.attention import cpu as cpu_attention
 from custom_calls.attention import pallas_decode as pd
 from custom_calls.attention import pallas_flash as pf
@@ -71,41 +63,6 @@ __all__ = [
     "flash_attention_packed",
     "reset_warnings",
 ]
-
-ENV_INTERPRET = "MAXFX_PALLAS_INTERPRET"
-IMPLS = (None, "reference", "pallas", "pallas_interpret")
-
-_warned: set[tuple[str, str]] = set()
-# Named like lowering.logs' loggers (custom_calls cannot import lowering): records each path taken.
-_LOG = logging.getLogger("maxfx.kernels")
-
-
-def kernel_mode(impl: str | None = None) -> str | None:
-    """``"interpret"``, ``"pallas"`` (compiled kernel), ``"gpu"`` (kernel on cuda, reference elsewhere) or None (reference)."""
-    if impl not in IMPLS:
-        raise ValueError(f"impl: expected one of {IMPLS}, got {impl!r}")
-    if impl == "reference":
-        return None
-    if impl == "pallas_interpret":
-        return "interpret"
-    if impl == "pallas":
-        return "pallas"
-    if os.environ.get(ENV_INTERPRET, "") not in ("", "0"):
-        return "interpret"
-    return "gpu" if gpu_target() else None
-
-
-def reset_warnings() -> None:
-    """Forget which fallback warnings were shown (tests)."""
-    _warned.clear()
-
-
-def _warn_once(fn: str, reason: str) -> None:
-    # The log records every fallback (each trace), the warning only the first per reason.
-    _LOG.info("%s: %s; jnp reference instead of the Pallas kernel", fn, reason)
-    if (fn, reason) not in _warned:
-        _warned.add((fn, reason))
-        warnings.warn(f"{fn}: {reason}; using the jnp reference instead of the Pallas kernel", UserWarning, stacklevel=4)
 
 
 def _fallback_reason(q, k) -> str | None:
@@ -129,23 +86,6 @@ def _extension_reason(chunk_size, alibi, sinks) -> str | None:
     return f"{', '.join(named)} not supported by the kernel" if named else None
 
 
-def _run(fn: str, impl, args: tuple, kernel: Callable, reference: Callable, why: str | None):
-    """``kernel(*args, interpret=...)`` or ``reference(*args)`` per `kernel_mode`."""
-    mode = kernel_mode(impl)
-    if mode is None:
-        _LOG.debug("%s: jnp reference (no Pallas kernel for this backend, or impl='reference')", fn)
-        return reference(*args)
-    if why:
-        _warn_once(fn, why)
-        return reference(*args)
-    _LOG.debug("%s: Pallas kernel (%s)", fn, mode)
-    if mode == "interpret":
-        return kernel(*args, interpret=True)
-    if mode == "pallas":
-        return kernel(*args, interpret=False)
-    return lax.platform_dependent(*args, cuda=lambda *a: kernel(*a, interpret=False), default=reference)
-
-
 def _checked(fn: str, q, k, v, rank: int):
     """``q, k, v`` as arrays, validated by `pf.check_inputs`."""
     q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
@@ -154,7 +94,7 @@ def _checked(fn: str, q, k, v, rank: int):
 
 
 def _paths(kernel_fn: Callable, reference_fn: Callable, config, **common) -> tuple[Callable, Callable]:
-    """The ``kernel`` / ``reference`` pair of `_run`: both get the same positional and keyword arguments."""
+    """The ``kernel`` / ``reference`` pair of `run`: both get the same positional and keyword arguments."""
 
     def kernel(*args, interpret):
         return kernel_fn(*args, **common, config=config, interpret=interpret)
@@ -234,13 +174,15 @@ def flash_attention(
         return pf.flash_attention(q, k, v, **common, **unpack(rest), config=config, interpret=interpret)
 
     def reference(q, k, v, *rest):
-        if impl is None and cpu_attention.applies(q, k, v, extensions=bool(chunk_size or alibi or sinks is not None)):
-            _LOG.debug("flash_attention: CPU one-query kernel")
-            window = ref.window_pair(local_window_size, causal)
-            return cpu_attention.one_query_attention(q, k, v, causal=causal, window=window, scale=scale, **unpack(rest))
         return ref.attention(q, k, v, **common, **mods, **unpack(rest))
 
-    return _run("flash_attention", impl, (q, k, v, *extras), kernel, reference, why or _fallback_reason(q, k))
+    def cpu(q, k, v, *rest):
+        if not cpu_attention.applies(q, k, v, extensions=bool(chunk_size or alibi or sinks is not None)):
+            return None
+        window = ref.window_pair(local_window_size, causal)
+        return cpu_attention.one_query_attention(q, k, v, causal=causal, window=window, scale=scale, **unpack(rest))
+
+    return run("flash_attention", impl, (q, k, v, *extras), kernel, reference, why or _fallback_reason(q, k), cpu=cpu, cpu_label="one query")
 
 
 def flash_attention_ragged(
@@ -296,7 +238,7 @@ def flash_attention_ragged(
     def reference(q, k, v, qo, ko):
         return ref.ragged_attention(q, k, v, qo, kv_row_offsets=ko if kv_given else None, max_kv_len=lk, **common)
 
-    return _run("flash_attention_ragged", impl, (q, k, v, qo, ko), kernel, reference, _fallback_reason(q, k))
+    return run("flash_attention_ragged", impl, (q, k, v, qo, ko), kernel, reference, _fallback_reason(q, k))
 
 
 def _check_lens(fn: str, kv_lens, b: int):
@@ -335,7 +277,7 @@ def decode_attention(
     q, k, v = _checked("decode_attention", q, k_cache, v_cache, 4)
     if k.shape[0] != q.shape[0]:
         raise ValueError(f"k_cache: decode_attention batch ({k.shape[0]}) differs from q's ({q.shape[0]})")
-    return _run("decode_attention", impl, *_decode_call(
+    return run("decode_attention", impl, *_decode_call(
         pd.decode_attention, ref.decode_attention, "decode_attention", (q, k, v), kv_lens,
         causal=causal, local_window_size=local_window_size, scale=scale, config=config,
     ))
@@ -343,12 +285,12 @@ def decode_attention(
 
 def _decode_call(kernel_fn, reference_fn, fn: str, operands: tuple, kv_lens, *, block_table=None, page_size=None,
                  causal, local_window_size, scale, config):
-    """What the decode entry points hand to `_run` after the mask, table and length checks.
+    """What the decode entry points hand to `run` after the mask, table and length checks.
 
     Returns ``(args, kernel, reference, why)``: ``operands`` start with ``q``
     and the K/V storage, and the paths get ``(*operands, [block_table,]
     kv_lens)``. ``page_size`` (paged caches) adds the kernel's page-size
-    condition to the fallback reason. (Callers call `_run` themselves so the
+    condition to the fallback reason. (Callers call `run` themselves so the
     fallback warning's stack level still points at the user's call.)
     """
     q, kv = operands[0], operands[1]
@@ -395,20 +337,22 @@ def paged_decode_attention(
         pf.check_inputs("paged_decode_attention", q, k, v, 4)
 
     def reference(q, k, v, table, lens, **common):
-        if impl is None and q.shape[1] == 1 and cpu_attention.applies_paged(q, k, v):
-            _LOG.debug("paged_decode_attention: CPU one-query kernel (pages read in place)")
-            window = ref.window_pair(common["local_window_size"], common["causal"])
-            return cpu_attention.paged_one_query_attention(q, k, v, table, lens, window=window, scale=common["scale"])
         return ref.paged_decode_attention(q, k.astype(q.dtype), v.astype(q.dtype), table, lens, **common)
 
     def kernel(q, k, v, *rest, **kw):
         return pd.paged_decode_attention(q, k.astype(q.dtype), v.astype(q.dtype), *rest, **kw)
 
-    return _run("paged_decode_attention", impl, *_decode_call(
+    def cpu(q, k, v, table, lens):
+        if q.shape[1] != 1 or not cpu_attention.applies_paged(q, k, v):
+            return None
+        window = ref.window_pair(local_window_size, causal)
+        return cpu_attention.paged_one_query_attention(q, k, v, table, lens, window=window, scale=scale)
+
+    return run("paged_decode_attention", impl, *_decode_call(
         kernel, reference, "paged_decode_attention", (q, k, v), kv_lens,
         block_table=block_table, page_size=k.shape[1],
         causal=causal, local_window_size=local_window_size, scale=scale, config=config,
-    ))
+    ), cpu=cpu, cpu_label="one query, pages read in place")
 
 
 def _check_block_table(fn: str, block_table, b: int):
@@ -455,7 +399,7 @@ def paged_decode_attention_pool(
     layer = jnp.asarray(layer)
     if layer.size != 1 or not jnp.issubdtype(layer.dtype, jnp.integer):
         raise ValueError(f"layer: paged_decode_attention_pool expects an integer scalar, got {layer.dtype}{list(layer.shape)}")
-    return _run("paged_decode_attention_pool", impl, *_decode_call(
+    return run("paged_decode_attention_pool", impl, *_decode_call(
         pd.paged_decode_attention_pool, ref.paged_decode_attention_pool, "paged_decode_attention_pool",
         (q, pool, layer), kv_lens, block_table=block_table, page_size=pool.shape[3],
         causal=causal, local_window_size=local_window_size, scale=scale, config=config,
@@ -523,4 +467,4 @@ def flash_attention_packed(
             q, k, v, table, **common, chunk_size=chunk_size, alibi=alibi, sinks=sink[0] if sink else None
         )
 
-    return _run("flash_attention_packed", impl, args, kernel, reference, why or _fallback_reason(q, k))
+    return run("flash_attention_packed", impl, args, kernel, reference, why or _fallback_reason(q, k))

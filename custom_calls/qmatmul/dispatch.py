@@ -1,6 +1,6 @@
 """Per-call choice between the Pallas kernels and the jnp reference.
 
-Rule (``shared/design/PALLAS_NOTES.md`` §9):
+Rule (`custom_calls._dispatch`, shared with `custom_calls.attention.dispatch`):
 
 * ``MAXFX_PALLAS_INTERPRET=1`` (any value but ``""``/``"0"``): the Pallas
   kernel in interpret mode, on any backend (how CPU tests exercise kernels).
@@ -19,8 +19,8 @@ Errors and fallbacks when a kernel would be used:
 * malformed operands (unknown encoding, rhs not whole blocks, K mismatch,
   non-float ``lhs``): ``ValueError`` naming the parameter, the same on every path;
 * no kernel for the case (GPTQ ``group_size`` not a power of two
-  ≥ 32; float64 ``lhs``; an empty ``lhs``): the reference, with a one-time
-  ``UserWarning`` per (function, reason).
+  ≥ 32; float64 ``lhs``; an empty ``lhs``): the reference, logged, with a
+  one-time ``UserWarning`` per (function, reason) (`custom_calls._dispatch.fallback`).
 
 Weights: the kernels read a *prepared* layout (``pallas_gguf.prepare``,
 ``pallas_gptq.prepare_gptq``/``prepare_int8``). For a concrete ``jax.Array``
@@ -36,9 +36,6 @@ Gradients: the kernels sit in a ``jax.custom_vjp`` whose backward pass is
 
 from __future__ import annotations
 
-import logging
-import os
-import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -48,7 +45,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from custom_calls import cpu as cpu_library
-from custom_calls._target import gpu_target
+from custom_calls._dispatch import ENV_INTERPRET, LOG, kernel_mode, reset_warnings, run
 from custom_calls.qmatmul import cpu, pallas_gguf, pallas_gptq
 from custom_calls.qmatmul import reference as ref
 from custom_calls.qmatmul._pallas_core import KernelConfig, PreparedWeight
@@ -63,35 +60,16 @@ __all__ = [
     "qmatmul_prepared",
     "prepare",
     "clear_cache",
+    "reset_warnings",
 ]
 
-ENV_INTERPRET = "MAXFX_PALLAS_INTERPRET"
-
-_warned: set[tuple[str, str]] = set()
-# Named like lowering.logs' loggers (custom_calls cannot import lowering): records each path taken.
-_LOG = logging.getLogger("maxfx.kernels")
 _cache: dict[tuple, tuple[tuple, PreparedWeight]] = {}
-
-
-def kernel_mode() -> str | None:
-    """``"interpret"`` (env var set), ``"gpu"`` (a GPU backend or a CUDA lowering target, `custom_calls._target`) or None (the reference)."""
-    if os.environ.get(ENV_INTERPRET, "") not in ("", "0"):
-        return "interpret"
-    return "gpu" if gpu_target() else None
-
-
-def _warn_once(fn: str, reason: str) -> None:
-    # The log records every fallback (each trace), the warning only the first per reason.
-    _LOG.info("%s: %s; jnp reference instead of the Pallas kernel", fn, reason)
-    if (fn, reason) not in _warned:
-        _warned.add((fn, reason))
-        warnings.warn(f"{fn}: {reason}; using the jnp reference instead of the Pallas kernel", UserWarning, stacklevel=3)
 
 
 def clear_cache() -> None:
     """Drop every cached prepared weight (and forget which fallback warnings were shown)."""
     _cache.clear()
-    _warned.clear()
+    reset_warnings()
 
 
 def _concrete(x: Any) -> bool:
@@ -143,16 +121,17 @@ def _with_grad(kernel: Callable, dequant_nt: Callable) -> Callable:
     return f
 
 
-def _run(mode: str, kernel: Callable, dequant_nt: Callable, reference: Callable, lhs, w_fn: Callable, raw):
-    """Kernel on the chosen path; ``w_fn()`` builds the prepared weight."""
-    _LOG.debug("qmatmul: Pallas kernel (%s)", mode)
-    if mode == "interpret":
-        return _with_grad(lambda x, w: kernel(x, w, True), dequant_nt)(lhs, w_fn(), raw)
+def _kernel(kernel: Callable, dequant_nt: Callable, w_fn: Callable) -> Callable:
+    """The Pallas path for `custom_calls._dispatch.run`: ``kernel(lhs, w_fn(), interpret)`` with `_with_grad`'s gradient.
 
-    def cuda(x, r):
-        return _with_grad(lambda x_, w: kernel(x_, w, False), dequant_nt)(x, w_fn(), r)
+    Its operands are ``(lhs, raw)``: ``w_fn()`` builds the prepared weight inside
+    the path that runs the kernel (the ``cuda`` branch on a GPU).
+    """
 
-    return lax.platform_dependent(lhs, raw, cuda=cuda, default=lambda x, r: reference(x, r))
+    def path(x, raw, *, interpret: bool):
+        return _with_grad(lambda x_, w: kernel(x_, w, interpret), dequant_nt)(x, w_fn(), raw)
+
+    return path
 
 
 def _cpu_kernel_applies(lhs: jax.Array) -> bool:
@@ -181,7 +160,7 @@ def float_matmul_nt(lhs: jax.Array, rhs: jax.Array) -> jax.Array | None:
         return None
     if lhs.size == 0 or lhs.size // lhs.shape[-1] > cpu.FEW_ROWS or not (cpu_library.callable_here() and cpu_library.qgemv_is_fast()):
         return None
-    _LOG.debug("matmul: CPU kernel (float32, %d rows)", lhs.size // lhs.shape[-1])
+    LOG.debug("matmul: CPU kernel (float32, %d rows)", lhs.size // lhs.shape[-1])
     return cpu.f32_matmul(lhs, rhs)
 
 
@@ -200,10 +179,10 @@ def q8_0_matmul(lhs: Any, values: Any, scales: Any) -> jax.Array:
         w = q.astype(jnp.float32).reshape(*q.shape[:-1], -1, 32) * d.astype(jnp.float32)[..., None]
         return w.reshape(q.shape)
 
-    if kernel_mode() is None and _cpu_kernel_applies(lhs):
-        _LOG.debug("q8_0_matmul: CPU kernel")
-        return _with_grad(lambda x, w: cpu.q8_0_matmul(x, *w), decoded)(lhs, (values, scales), (values, scales))
-    return ref._matmul_nt(lhs, decoded((values, scales)))
+    def cpu_kernel(x, parts):
+        return _with_grad(lambda x_, w: cpu.q8_0_matmul(x_, *w), decoded)(x, parts, parts) if _cpu_kernel_applies(x) else None
+
+    return run("q8_0_matmul", None, (lhs, (values, scales)), None, lambda x, parts: ref._matmul_nt(x, decoded(parts)), cpu=cpu_kernel)
 
 
 # GGUF rows the C++ CPU kernels read in place (Q8_0 goes through `q8_0_matmul`'s split form).
@@ -227,25 +206,21 @@ def qmatmul(encoding: str, lhs: Any, rhs: Any) -> jax.Array:
     k = rhs.shape[1] // nbytes * elems
     if lhs.shape[-1:] != (k,):
         raise ValueError(f"lhs: {encoding} qmatmul lhs {list(lhs.shape)} does not match rhs {list(rhs.shape)} (K = {k})")
-    mode = kernel_mode()
-    if mode is None:
-        kernel = _CPU_KERNELS.get(encoding)
-        if kernel is not None and _cpu_kernel_applies(lhs):
-            _LOG.debug("qmatmul: CPU kernel (%s)", encoding)
-            return _with_grad(kernel, lambda r: ref.dequantize(encoding, r))(lhs, rhs, rhs)
-        return ref.qmatmul(encoding, lhs, rhs)
-    why = _check_lhs("qmatmul", lhs)  # every encoding `ref.block_shape` accepts has a kernel
-    if why:
-        _warn_once("qmatmul", why)
-        return ref.qmatmul(encoding, lhs, rhs)
-    return _run(
-        mode,
-        lambda x, w, interp: pallas_gguf.qmatmul(encoding, x, w, interpret=interp),
-        lambda r: ref.dequantize(encoding, r),
+    dequant_nt = lambda r: ref.dequantize(encoding, r)  # noqa: E731
+    cpu_kernel = _CPU_KERNELS.get(encoding)
+
+    def on_cpu(x, r):
+        return _with_grad(cpu_kernel, dequant_nt)(x, r, r) if cpu_kernel is not None and _cpu_kernel_applies(x) else None
+
+    return run(
+        "qmatmul", None, (lhs, rhs),
+        _kernel(
+            lambda x, w, interp: pallas_gguf.qmatmul(encoding, x, w, interpret=interp), dequant_nt,
+            lambda: _cached(("gguf", encoding), (rhs,), lambda: pallas_gguf.prepare(encoding, rhs)),
+        ),
         lambda x, r: ref.qmatmul(encoding, x, r),
-        lhs,
-        lambda: _cached(("gguf", encoding), (rhs,), lambda: pallas_gguf.prepare(encoding, rhs)),
-        rhs,
+        lambda: _check_lhs("qmatmul", lhs),  # every encoding `ref.block_shape` accepts has a kernel
+        cpu=on_cpu, cpu_label=encoding,
     )
 
 
@@ -262,23 +237,22 @@ def gptq_qmatmul(lhs: Any, packed: Any, perm_idx: Any = None, *, group_size: int
     if lhs.shape[-1:] != (k,):
         raise ValueError(f"lhs: GPTQ qmatmul lhs {list(lhs.shape)} does not match the packed weight (K = {k})")
     perm = None if perm_idx is None else jnp.asarray(perm_idx)
-    mode = kernel_mode()
-    if mode is None:
-        return ref.gptq_qmatmul(lhs, packed, perm, group_size=group_size)
-    why = _check_lhs("gptq_qmatmul", lhs)
-    if why is None and not pallas_gptq.supported_group_size(group_size):
-        why = f"group_size {group_size} is not a power of two >= 32"
-    if why:
-        _warn_once("gptq_qmatmul", why)
-        return ref.gptq_qmatmul(lhs, packed, perm, group_size=group_size)
-    return _run(
-        mode,
-        lambda x, w, interp: pallas_gptq.gptq_qmatmul(x, w, group_size=group_size, interpret=interp),
-        lambda r: ref.gptq_dequantize_packed(r[0], r[1], group_size=group_size).T,
+
+    def why():
+        reason = _check_lhs("gptq_qmatmul", lhs)
+        if reason is None and not pallas_gptq.supported_group_size(group_size):
+            reason = f"group_size {group_size} is not a power of two >= 32"
+        return reason
+
+    return run(
+        "gptq_qmatmul", None, (lhs, (packed, perm)),
+        _kernel(
+            lambda x, w, interp: pallas_gptq.gptq_qmatmul(x, w, group_size=group_size, interpret=interp),
+            lambda r: ref.gptq_dequantize_packed(r[0], r[1], group_size=group_size).T,
+            lambda: _cached(("gptq", group_size), (packed, perm), lambda: pallas_gptq.prepare_gptq(packed, perm, group_size=group_size)),
+        ),
         lambda x, r: ref.gptq_qmatmul(x, r[0], r[1], group_size=group_size),
-        lhs,
-        lambda: _cached(("gptq", group_size), (packed, perm), lambda: pallas_gptq.prepare_gptq(packed, perm, group_size=group_size)),
-        (packed, perm),
+        why,
     )
 
 
@@ -288,21 +262,15 @@ def int8_qmatmul(lhs: Any, weight: Any, scale: Any) -> jax.Array:
     ref._int8_check(weight, scale)
     if lhs.shape[-1:] != (weight.shape[1],):
         raise ValueError(f"lhs: int8 qmatmul lhs {list(lhs.shape)} does not match weight {list(weight.shape)}")
-    mode = kernel_mode()
-    if mode is None:
-        return ref.int8_qmatmul(lhs, weight, scale)
-    why = _check_lhs("int8_qmatmul", lhs)
-    if why:
-        _warn_once("int8_qmatmul", why)
-        return ref.int8_qmatmul(lhs, weight, scale)
-    return _run(
-        mode,
-        lambda x, w, interp: pallas_gptq.int8_qmatmul(x, w, interpret=interp),
-        lambda r: ref.int8_dequantize(r[0], r[1]),
+    return run(
+        "int8_qmatmul", None, (lhs, (weight, scale)),
+        _kernel(
+            lambda x, w, interp: pallas_gptq.int8_qmatmul(x, w, interpret=interp),
+            lambda r: ref.int8_dequantize(r[0], r[1]),
+            lambda: _cached(("int8",), (weight, scale), lambda: pallas_gptq.prepare_int8(weight, scale)),
+        ),
         lambda x, r: ref.int8_qmatmul(x, r[0], r[1]),
-        lhs,
-        lambda: _cached(("int8",), (weight, scale), lambda: pallas_gptq.prepare_int8(weight, scale)),
-        (weight, scale),
+        lambda: _check_lhs("int8_qmatmul", lhs),
     )
 
 
