@@ -8,7 +8,7 @@
 - `ScaledRMSNorm`: RMSNorm scaling by ``(w + offset)`` in float32 (Gemma's ``1 + w``).
 - `rope` / `attend`: rotary embeddings (`maxfx.nn._rope.apply_rope`) at per-row
   positions, and causal grouped-query attention over a KV cache through the
-  registry ``attention`` op (`maxfx.nn.attention._other.padded_attention`: the
+  registry ``attention`` op (`maxfx.nn.attention._attention_without_rope.padded_attention`: the
   Pallas flash kernel on GPU, the jnp reference elsewhere), optionally in a
   sliding window (Mistral).
 """
@@ -22,7 +22,7 @@ import numpy as np
 
 from lowering.context import bind
 from lowering.dtypes import DType
-from lowering.ops.attention import cache_heads_major, paged_cache_attention_p
+from lowering.ops.attention import paged_cache_attention_p
 from lowering.quantization import QuantizationEncoding
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
@@ -31,7 +31,7 @@ from maxfx.generation._paged_cache import PagedLayerCache
 from maxfx.graph import ops
 from maxfx.nn._q8 import q8_lookup, q8_matmul
 from maxfx.nn._rope import apply_rope, rope_cos_sin
-from maxfx.nn.attention._other import padded_attention
+from maxfx.nn.attention._attention_without_rope import padded_attention
 
 __all__ = ["Conv1D", "PackedEmbedding", "Q8Embedding", "Q8Linear", "ScaledRMSNorm", "attend", "embedding", "linear", "rope"]
 
@@ -149,33 +149,15 @@ def attend(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor | None = None, window: 
     return padded_attention(q, k, v, q_offset=F.reshape(qpos[:, :1], [b]), kv_length=F.reshape(qpos[:, -1:], [b]) + 1, **mask)
 
 
-# The KV cache's layout: slots on axis 1 ([B, L, Hkv, D], what the Pallas kernels
-# read) or, where attention runs its jnp reference (CPU), head-major
-# ([B, Hkv, L, D]), which that path reads in place (`cache_heads_major`).
-def _slot_axis() -> int:
-    return 2 if cache_heads_major() else 1
-
-
-def _cache_layout(x: Tensor) -> Tensor:
-    """Keys or values ``[B, S, Hkv, D]`` in the cache's layout, or a cache back as ``[B, L, Hkv, D]``.
-
-    Head-major caches swap axes 1 and 2, a permutation that is its own inverse,
-    so one function serves both ways (the second is a transposed view).
-    """
-    return F.permute(x, [0, 2, 1, 3]) if _slot_axis() == 2 else x
-
-
 def write_cache(cache: Tensor, new: Tensor, pos: Tensor) -> Tensor:
-    """``cache`` (in the cache layout) with ``new [B, T, Hkv, D]`` written at slots ``pos [B, T]``."""
-    new = _cache_layout(new)
-    axis = _slot_axis()
-    if int(cache.shape[3 - axis]) != int(new.shape[3 - axis]):
-        raise ValueError(
-            f"KV cache: a cache of shape {list(cache.shape)} does not hold {int(new.shape[3 - axis])} heads on axis {3 - axis}; "
-            "it was made in another layout (the attention kernel mode changed between prefill and decode)"
-        )
-    pos = F.unsqueeze(F.unsqueeze(pos, 1 if axis == 2 else -1), -1)  # [B, 1, T, 1] or [B, T, 1, 1]
-    return F.scatter(cache, new, F.broadcast_to(pos, new.shape), axis=axis)
+    """``cache [B, L, Hkv, D]`` with ``new [B, T, Hkv, D]`` written at slots ``pos [B, T]``.
+
+    One layout on every path (the Pallas kernels, the CPU kernel and the
+    reference all read ``[B, L, Hkv, D]`` in place), so a cache made under one
+    kernel mode serves under another.
+    """
+    pos = F.unsqueeze(F.unsqueeze(pos, -1), -1)  # [B, T, 1, 1]
+    return F.scatter(cache, new, F.broadcast_to(pos, new.shape), axis=1)
 
 
 def paged_attention(cache: PagedLayerCache, q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, window: int | None) -> tuple[Tensor, PagedLayerCache]:
@@ -194,7 +176,7 @@ def paged_attention(cache: PagedLayerCache, q: Tensor, k: Tensor, v: Tensor, qpo
 
 def attention_with_cache(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, cache: Any, window: int | None = None) -> tuple[Tensor, Any]:
     """Attention for one layer; ``cache`` is None (no cache), ``("fresh", L)`` (prefill), ``(k_cache, v_cache)``
-    in the cache layout (`_slot_axis`: head-major on CPU), or a `PagedLayerCache` (the generation engine).
+    (each ``[B, L, Hkv, D]``), or a `PagedLayerCache` (the generation engine).
 
     Returns the attention output and the layer's new cache (None without one).
     A fresh cache attends over the T new keys only and pads them to L slots;
@@ -207,14 +189,10 @@ def attention_with_cache(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, cache: A
     if isinstance(cache, PagedLayerCache):
         return paged_attention(cache, q, k, v, qpos, window)
     if isinstance(cache[0], str):
-        # Into the cache layout first, then padded along its slot axis: one fused
-        # transpose-and-pad per cache (padding first made XLA pad in the old layout
-        # and copy the padded cache again).
-        pad = [0] * 8
-        pad[2 * _slot_axis() + 1] = cache[1] - int(k.shape[1])
-        return attend(q, k, v, window=window), (F.pad(_cache_layout(k), pad), F.pad(_cache_layout(v), pad))
+        pad = [0, 0, 0, cache[1] - int(k.shape[1]), 0, 0, 0, 0]  # along the slot axis
+        return attend(q, k, v, window=window), (F.pad(k, pad), F.pad(v, pad))
     k_all, v_all = write_cache(cache[0], k, qpos), write_cache(cache[1], v, qpos)
-    return attend(q, _cache_layout(k_all), _cache_layout(v_all), qpos, window), (k_all, v_all)
+    return attend(q, k_all, v_all, qpos, window), (k_all, v_all)
 
 
 class ScaledRMSNorm(Module):

@@ -47,8 +47,9 @@ from maxfx.nn._basic import MLP, Embedding, LayerNorm, Linear, RMSNorm, Sequenti
 from maxfx.nn._gptq import GPTQLinear
 from maxfx.nn._identity import Identity
 from maxfx.nn._layer import Layer, LayerList, Module, Shardable, add_layer_hook, clear_hooks, recursive_named_layers
+from maxfx.nn._norm_layers import ConstantLayerNorm, GroupNorm
 from maxfx.nn._parallel import ColumnParallelLinear, DistributedGemmConfig, VocabParallelEmbedding
-from maxfx.nn._v1 import MLPV1, ConstantLayerNorm, EmbeddingV1, GPTQLinearV1, GroupNorm, LayerNormV1, LinearV1, QLinearV1, RMSNormV1
+from maxfx.nn._v1 import MLPV1, EmbeddingV1, GPTQLinearV1, LayerNormV1, LinearV1, QLinearV1, RMSNormV1
 from maxfx.nn.attention import AttentionWithRope, MultiheadAttention, RaggedAttention
 from maxfx.nn.comm import Allreduce, Signals
 from maxfx.nn.conv import *  # noqa: F403

@@ -1,7 +1,7 @@
 """The layer math the eager models and the graph layers share, run three ways against numpy.
 
 `maxfx.nn._q8` (Q8_0 decode, matmul, lookup), `maxfx.nn._rope` (cos/sin and the
-rotation) and `maxfx.nn.attention._other.padded_attention` are written once over
+rotation) and `maxfx.nn.attention._attention_without_rope.padded_attention` are written once over
 ``maxfx.graph.ops``; each is run here on eager Tensors, under ``jax.jit`` and
 inside a Graph, and compared with an independent numpy reference (the ``gguf``
 package's Q8_0 dequantizer, Hugging Face's rotate-half / rotate-every-two, a
@@ -22,7 +22,7 @@ from maxfx.experimental.tensor import Tensor
 from maxfx.graph import DeviceRef, Graph, TensorType, ops
 from maxfx.nn._q8 import q8_lookup, q8_matmul, split_q8_0
 from maxfx.nn._rope import apply_rope, rope_cos_sin
-from maxfx.nn.attention._other import padded_attention
+from maxfx.nn.attention._attention_without_rope import padded_attention
 from tests.ops.test_attention_ops import np_attend
 from tests.test_qmatmul_reference import cpu_kernel_atol
 

@@ -1,4 +1,4 @@
-"""More eager Module layers: `QuantizedLinear` (packed GGUF weights).
+"""`QuantizedLinear`: an eager Module layer over packed GGUF weights.
 
 Like the other layers they only call ``maxfx.functional`` ops, so they run
 eagerly, under ``jax.jit`` and inside `Module.compile`.

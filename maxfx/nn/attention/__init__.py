@@ -12,8 +12,8 @@ Example:
 """
 
 from maxfx.nn.attention import attention_with_rope, interfaces, mask_config, multi_latent_attention, multihead_attention, ragged_attention
+from maxfx.nn.attention._attention_without_rope import MultiheadAttention, RaggedAttention
 from maxfx.nn.attention._latent import DataParallelLatentAttentionWithRope, LatentAttentionWithRope, TensorParallelLatentAttentionWithRope
-from maxfx.nn.attention._other import MultiheadAttention, RaggedAttention
 from maxfx.nn.attention._rope_attention import (
     AttentionWithRope,
     AttentionWithRopeNoOpaque,

@@ -1,4 +1,5 @@
-"""``rope_ragged``, ``scatter_nd_skip_oob_indices`` and ``apply_packed_bitmask`` of ``max.nn.kernels``.
+"""Ragged and scatter kernels of ``max.nn.kernels``: ``rope_ragged``, ``merge_ragged_tensors``,
+``scatter_nd_skip_oob_indices``, ``scatter_set_constant`` and ``apply_packed_bitmask``.
 
 Each is built from registry ops (`maxfx.graph.ops`), so it runs in graphs,
 eagerly and under ``jax.jit`` alike.
@@ -25,7 +26,7 @@ from lowering.dtypes import DType
 from lowering.ops.sampling import apply_packed_bitmask_p
 from maxfx.graph import ops
 
-__all__ = ["apply_packed_bitmask", "rope_ragged", "scatter_nd_skip_oob_indices"]
+__all__ = ["apply_packed_bitmask", "merge_ragged_tensors", "rope_ragged", "scatter_nd_skip_oob_indices", "scatter_set_constant"]
 
 
 def _check(name: str, value: Any, *, dtype: DType | None = None, rank: int | None = None) -> None:
@@ -160,3 +161,31 @@ def apply_packed_bitmask(logits: Any, packed_bitmask: Any, fill_val: float = -10
     """
     fill = np.asarray(fill_val, logits.dtype.to_numpy())  # a scalar operand, placed beside the logits by bind
     return bind(apply_packed_bitmask_p, logits, packed_bitmask, fill)
+
+
+def scatter_set_constant(data: Any, indices: Any, fill_val: float) -> None:
+    """Set ``data[i, j] = fill_val`` for every row ``(i, j)`` of ``indices [K, 2]`` in the 2d buffer ``data``.
+
+    Example:
+        >>> scatter_set_constant(mask_buf, positions, float("-inf"))  # doctest: +SKIP
+    """
+    if getattr(data, "rank", None) != 2 or type(getattr(data, "type", None)).__name__ != "BufferType":
+        raise ValueError(f"scatter_set_constant: data must be a 2d BufferValue, got {getattr(data, 'type', data)!r}")
+    if indices.rank != 2 or indices.shape[1] != 2:
+        raise ValueError(f"scatter_set_constant: indices must be [K, 2] (row, column) pairs, got {indices.dtype.name}{list(indices.shape)}")
+    if indices.dtype not in (DType.int32, DType.int64):
+        indices = indices.cast(DType.int64)
+    fill = ops.broadcast_to(ops.constant(fill_val, data.dtype, data.device).reshape([1]), [indices.shape[0]])
+    ops.buffer_store(data, ops.scatter_nd(ops.buffer_load(data), fill, indices))
+
+
+def merge_ragged_tensors(a: Any, a_row_offsets: Any, b: Any, b_row_offsets: Any) -> tuple[Any, Any]:
+    """Interleave two ragged batches sequence by sequence; returns ``(merged, merged_row_offsets)``.
+
+    Example (seed 002): ``a = [1..6]``, offsets ``[0, 2, 6]``; ``b = [7..10]``,
+    offsets ``[0, 3, 4]`` → ``[1, 2, 7, 8, 9, 3, 4, 5, 6, 10]``, ``[0, 5, 10]``.
+
+        >>> merged, offsets = merge_ragged_tensors(a, ao, b, bo)  # doctest: +SKIP
+    """
+    merged, offsets = ops.merge_ragged_tensors(a, a_row_offsets, b, b_row_offsets)
+    return merged, offsets

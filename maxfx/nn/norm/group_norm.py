@@ -1,5 +1,5 @@
 """``max.nn.norm.group_norm``: `GroupNorm`."""
 
-from maxfx.nn._v1 import GroupNorm
+from maxfx.nn._norm_layers import GroupNorm
 
 __all__ = ["GroupNorm"]
