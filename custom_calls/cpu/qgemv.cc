@@ -365,8 +365,13 @@ inline void Row(int64_t m_rows, int64_t k_dim, const QuantizedRow* x, const W& w
 
 template <typename W>
 inline void Product(int64_t m_rows, int64_t k_dim, const QuantizedRow* x, const W& w, float* out, int64_t stride) {
-  if (m_rows == 1) return Row<1>(1, k_dim, x, w, out, stride);
-  Row<0>(m_rows, k_dim, x, w, out, stride);
+  switch (m_rows) {  // a fixed row count keeps the accumulators in registers
+    case 1: return Row<1>(1, k_dim, x, w, out, stride);
+    case 2: return Row<2>(2, k_dim, x, w, out, stride);
+    case 3: return Row<3>(3, k_dim, x, w, out, stride);
+    case 4: return Row<4>(4, k_dim, x, w, out, stride);
+    default: return Row<0>(m_rows, k_dim, x, w, out, stride);
+  }
 }
 #else
 // Portable form of the same arithmetic (integer block dots, then the scales).
