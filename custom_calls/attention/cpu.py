@@ -14,9 +14,13 @@ engine's): it reads each row's keys through its page table, from the
 first gather the pages into a dense window (`custom_calls.attention.dispatch`'s
 `paged_decode_attention` runs it on a CPU backend).
 
-The dense kernel reads the cache head-major (``[B, Hkv, L, D]``); callers pass
-``[B, L, Hkv, D]`` as everywhere in `custom_calls.attention`, and a cache kept
-head-major and passed as a transposed view costs no copy (the transposes cancel).
+Both read caches as ``[B, L, Hkv, D]``, the layout of every path of
+`custom_calls.attention` (and of the Pallas kernels): `one_query_attention`
+runs the paged kernel with row ``b``'s cache as its one page (``B`` pages of
+``L`` slots), so a dense cache is read in place, in memory order, with no
+copy into another layout. (The paged kernel measured as fast as the
+head-major dense kernel of ``decode_attention.cc`` inside a model step,
+docs/pages/kernels.md.)
 
 Example:
     >>> import numpy as np
@@ -72,10 +76,11 @@ def _visible_range(b: int, sk: int, *, causal: bool, window: ref.Window, q_offse
 
 
 def _kernel(q, k, v, lo, hi, *, scale: float):
+    """The paged kernel over ``k, v [B, L, Hkv, D]`` as ``B`` pages of ``L`` slots, row ``b`` on page ``b`` (read in place)."""
     b, _, hq, d = q.shape
     hkv, dv = k.shape[2], v.shape[3]
-    kt, vt = jnp.transpose(k, (0, 2, 1, 3)), jnp.transpose(v, (0, 2, 1, 3))
-    out = jax.ffi.ffi_call("maxfx_decode_attention", jax.ShapeDtypeStruct((b, hkv, hq // hkv, dv), jnp.float32))(q.reshape(b, hkv, hq // hkv, d), kt, vt, lo, hi, scale=np.float32(scale))
+    table = jnp.arange(b, dtype=jnp.int32)[:, None]
+    out = jax.ffi.ffi_call("maxfx_paged_decode_attention", jax.ShapeDtypeStruct((b, hkv, hq // hkv, dv), jnp.float32))(q.reshape(b, hkv, hq // hkv, d), k, v, table, lo, hi, scale=np.float32(scale))
     return out.reshape(b, 1, hq, dv)
 
 

@@ -104,21 +104,21 @@ def _visible(qpos, kpos, causal: bool, window: Window, chunk: int | None = None)
 
 
 # One query per row (a decode step) is a matrix-vector product per head: as
-# broadcast products and sums over a head-major view of the cache ([B, Hkv, Sk, D]),
-# XLA's CPU backend reads the cache once in a loop fusion; as a dot it copies the
-# cache into the dot's layout first, every step (3-6x slower at 30 layers). The
-# transposes cancel when the caller keeps its cache head-major and passes a
-# transposed view, as `maxfx.models` does.
+# broadcast products and sums over the cache in its own layout ([B, Sk, Hkv, D]),
+# XLA's CPU backend reads the cache once in a loop fusion, in place; as a dot,
+# or over a head-major view, it copies the cache into another layout first,
+# every step (3-6x slower at 30 layers). Only the (D times smaller) scores and
+# probabilities change layout.
 def _one_query_scores(qf, k):
     """Scores ``[B, Hkv, G, 1, Sk]`` of queries ``qf [B, 1, Hkv, G, D]`` against keys ``[B, Sk, Hkv, D]``."""
-    kt = jnp.transpose(k.astype(jnp.float32), (0, 2, 1, 3))  # [B, Hkv, Sk, D]
-    return jnp.sum(qf[:, 0, :, :, None, :] * kt[:, :, None], axis=-1)[:, :, :, None, :]
+    s = jnp.sum(qf[:, :, :, :, :] * k.astype(jnp.float32)[:, :, :, None, :], axis=-1)  # [B, Sk, Hkv, G]
+    return jnp.transpose(s, (0, 2, 3, 1))[:, :, :, None, :]
 
 
 def _one_query_values(p, v):
     """``sum_k p v`` as ``[B, 1, Hkv, G, Dv]`` for probabilities ``p [B, Hkv, G, 1, Sk]`` and values ``[B, Sk, Hkv, Dv]``."""
-    vt = jnp.transpose(v.astype(jnp.float32), (0, 2, 1, 3))  # [B, Hkv, Sk, Dv]
-    return jnp.sum(p[:, :, :, 0, :, None] * vt[:, :, None], axis=3)[:, None]
+    pt = jnp.transpose(p[:, :, :, 0, :], (0, 3, 1, 2))  # [B, Sk, Hkv, G]
+    return jnp.sum(pt[..., None] * v.astype(jnp.float32)[:, :, :, None, :], axis=1)[:, None]
 
 
 def _core(q, k, v, *, causal, window, scale, q_len, kv_len, q_pos0, chunk=None, alibi=False, sinks=None):

@@ -60,7 +60,6 @@ from lowering.types import BufferType, TensorType, Type
 __all__ = [
     "MASKS",
     "attention",
-    "cache_heads_major",
     "flash_attention",
     "kv_cache_gather",
     "kv_cache_store",
@@ -212,22 +211,6 @@ def _decode_impl(q, k, v, opt: dict, *, mask: str, scale: float):
 
 
 attention_p = register(OpDef("attention", rule=_attention_rule, impl=_attention_impl))
-
-
-def cache_heads_major() -> bool:
-    """Whether a KV cache fed to ``attention`` one query at a time is best kept head-major.
-
-    True where ``attention`` runs its jnp reference (CPU): a cache stored
-    ``[B, Hkv, L, D]`` and passed as its ``[B, L, Hkv, D]`` transpose is read in
-    place (the reference's one-query path transposes it back, and the two cancel).
-    False where a Pallas kernel runs: the kernels read ``[B, L, Hkv, D]`` buffers.
-
-    Example:
-        >>> from lowering.ops.attention import cache_heads_major
-        >>> cache_heads_major() in (True, False)
-        True
-    """
-    return att.kernel_mode() is None
 
 
 @front(attention_p)

@@ -1,7 +1,6 @@
 """The C++ one-query attention kernel (custom_calls/cpu/decode_attention.cc) against numpy in float64."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.test_util import check_grads
@@ -62,18 +61,23 @@ def test_multi_query_and_narrower_values(rng):
     np.testing.assert_allclose(got, _numpy_attention(q, k, v, [0, 0], [33, 33], 32**-0.5), rtol=1e-5, atol=1e-5)
 
 
-def test_head_major_cache_view_is_read_in_place(rng):
-    """A cache stored [B, Hkv, L, D] and passed transposed compiles to no copy of the cache."""
+def test_dense_cache_is_read_in_place(rng):
+    """A cache [B, L, Hkv, D] (the one layout of every attention path), written in place, compiles to no copy of the cache."""
     q, k, v = _inputs(rng, b=1, s=256)
-    kh, vh = (jnp.transpose(x, (0, 2, 1, 3)) for x in (k, v))
 
-    def step(q, kh, vh):
-        return dispatch.flash_attention(q, jnp.transpose(kh, (0, 2, 1, 3)), jnp.transpose(vh, (0, 2, 1, 3)), causal=True, q_offset=200)
+    def step(q, k, v, row):
+        k, v = k.at[0, 200].set(row), v.at[0, 200].set(row)
+        return dispatch.flash_attention(q, k, v, causal=True, q_offset=200), k, v
 
-    hlo = jax.jit(step).lower(q, kh, vh).compile().as_text()
-    assert "maxfx_decode_attention" in hlo
-    assert "transpose(" not in hlo and "copy(" not in hlo, "the cache was copied into another layout"
-    np.testing.assert_allclose(np.asarray(jax.jit(step)(q, kh, vh)), _numpy_attention(q, k, v, [0], [201], 64**-0.5), rtol=1e-5, atol=1e-5)
+    row = np.ones(k.shape[2:], np.float32)
+    hlo = jax.jit(step, donate_argnums=(1, 2)).lower(q, k, v, row).compile().as_text()
+    assert "maxfx_paged_decode_attention" in hlo
+    shape = "f32[" + ",".join(str(n) for n in k.shape) + "]"
+    copies = [line for line in hlo.splitlines() if ("transpose(" in line or " copy(" in line) and shape in line]
+    assert not copies, f"the cache was copied into another layout: {copies}"
+    k2, v2 = (np.asarray(x).copy() for x in (k, v))
+    k2[0, 200], v2[0, 200] = row, row
+    np.testing.assert_allclose(np.asarray(jax.jit(step)(q, k, v, row)[0]), _numpy_attention(q, k2, v2, [0], [201], 64**-0.5), rtol=1e-5, atol=1e-5)
 
 
 def test_gradients_match_finite_differences(rng):
