@@ -28,7 +28,7 @@ def test_rms_norm_and_gemma_variant_match_numpy(rng):
     gemma.load_state_dict({"weight": w})
     np.testing.assert_allclose(norm(Tensor(x)).to_numpy(), _rms(x, 1e-5) * w, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(gemma(Tensor(x)).to_numpy(), _rms(x, 1e-5) * (1 + w), rtol=1e-5, atol=1e-6)
-    assert sorted(norm.state_dict()) == ["weight"] and norm.dim == 8 and repr(norm) == "RMSNorm(dim=8, eps=1e-05)"
+    assert sorted(norm.state_dict()) == ["weight"] and norm.dim == 8 and repr(norm) == "RMSNorm(dim=Dim(8), eps=1e-05)"  # MAX: rich pretty_repr, dim a Dim
 
 
 def test_bfloat16_rms_norm_casts_before_or_after_the_scale(rng):

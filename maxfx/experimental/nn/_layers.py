@@ -64,8 +64,11 @@ class Linear(Module):
         """``[batch, in_dim]`` in the weight's dtype on ``self.device``."""
         return (TensorType(self.weight.dtype, ["batch", int(self.in_dim)], DeviceRef.from_device(self.device)),)
 
-    def __repr__(self) -> str:
-        return f"Linear(in_dim={self.in_dim!r}, out_dim={self.out_dim!r}, bias={not isinstance(self.bias, int)})"
+    def __rich_repr__(self) -> Iterator[tuple[Any, ...]]:
+        """MAX's: the constructor's arguments, ``bias`` only when False."""
+        yield "in_dim", self.in_dim
+        yield "out_dim", self.out_dim
+        yield "bias", isinstance(self.bias, Tensor), True
 
 
 class Embedding(Module):
@@ -104,8 +107,13 @@ class Embedding(Module):
             indices = indices.cast(DType.int64)
         return F.gather(self.weight, indices, axis=0)
 
-    def __repr__(self) -> str:
-        return f"Embedding(vocab_size={self.vocab_size!r}, dims={self.dims!r})"
+    def __rich_repr__(self) -> Iterator[tuple[str, Any]]:
+        """MAX's: ``vocab_size`` and ``dim`` (or ``dims`` for a multi-dimensional embedding)."""
+        yield "vocab_size", self.vocab_size
+        if len(self.weight.shape) == 2:
+            yield "dim", self.dim
+        else:
+            yield "dims", self.dims
 
 
 class ModuleList(Module):
@@ -138,9 +146,10 @@ class ModuleList(Module):
     def append(self, module: Module) -> None:
         setattr(self, str(len(self)), module)
 
-    def __repr__(self) -> str:
-        inner = ",\n".join(repr(m) for m in self)
-        return f"{type(self).__name__}(\n" + "\n".join("    " + line for line in inner.splitlines()) + "\n)"
+    def __rich_repr__(self) -> Iterator[Module]:
+        """MAX's: the modules, without their index names."""
+        for _, child in self.children:
+            yield child
 
 
 class Sequential(ModuleList):
@@ -184,5 +193,7 @@ class LayerNorm(Module):
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, self.weight, self.bias, self.eps)
 
-    def __repr__(self) -> str:
-        return f"LayerNorm(dim={self.weight.shape[0]!r}, eps={self.eps})"
+    def __rich_repr__(self) -> Iterator[tuple[Any, ...]]:
+        """MAX's: ``dim`` (an int) and ``eps`` when it is not 1e-5."""
+        yield "dim", int(self.weight.shape[0])
+        yield "eps", self.eps, 1e-5

@@ -6,6 +6,7 @@ eagerly, under ``jax.jit`` and inside `Module.compile`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from lowering.dims import Dim, StaticDim
@@ -13,7 +14,7 @@ from lowering.dtypes import DType
 from lowering.quantization import QuantizationEncoding
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
-from maxfx.experimental.nn.module import Module
+from maxfx.experimental.nn.module import Module, _Verbatim
 
 __all__ = ["QuantizedLinear"]
 
@@ -75,5 +76,8 @@ class QuantizedLinear(Module):
         """The float32 ``[out_dim, in_dim]`` weight (for inspection; the forward never builds it)."""
         return F.dequantize(self.encoding, self.weight)
 
-    def __repr__(self) -> str:
-        return f"QuantizedLinear(in_dim={self.in_dim!r}, out_dim={self.out_dim!r}, encoding={self.encoding.value})"
+    def __rich_repr__(self) -> Iterator[tuple[str, Any]]:
+        """``in_dim`` and ``out_dim`` (as `Linear`), then the encoding's name (maxfx's layer: MAX has none)."""
+        yield "in_dim", self.in_dim
+        yield "out_dim", self.out_dim
+        yield "encoding", _Verbatim(self.encoding.value)

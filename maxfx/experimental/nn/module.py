@@ -41,13 +41,14 @@ from typing import Annotated, Any, TypeVar
 
 import jax
 import numpy as np
+from rich.pretty import pretty_repr
 
 from lowering.types import Type
 from maxfx import driver
 from maxfx.driver._device import as_device
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn._compile import CompiledModel, compile_module
-from maxfx.experimental.nn._fields import ATOMS, StaticValue, _fields_of, atom_value, field_values
+from maxfx.experimental.nn._fields import ATOMS, StaticValue, _fields_of, atom_value
 from maxfx.experimental.nn._hooks import _CALL_HOOKS, add_call_hook
 from maxfx.experimental.nn._subgraph import call_as_subgraph, in_graph_call
 from maxfx.experimental.sharding import DeviceMapping, DeviceMesh, distribute
@@ -446,12 +447,37 @@ class Module:
         return compile_module(self, input_types, weights, entry=entry, use_subgraphs=use_subgraphs)
 
     # -- printing ------------------------------------------------------------
+    def __rich_repr__(self) -> Iterator[tuple[str, Any]]:
+        """MAX's: the child modules, ``name=child`` (``rich``'s repr protocol; layers yield their constructor's arguments).
+
+        A field holding several modules (a list, a dict) is shown once, by its
+        field name, with its Tensors as their types.
+        """
+        shown: set[str] = set()
+        for name, _ in self.children:
+            field = name.split(".", 1)[0]
+            if field not in shown:
+                shown.add(field)
+                yield field, _for_repr(getattr(self, field))
+
     def __repr__(self) -> str:
-        fields = [(n, v) for n, v, _ in field_values(self) if not n.startswith("_")]
-        if not fields:
-            return f"{type(self).__name__}()"
-        inner = ",\n".join(f"{n}={_short_repr(v)}" for n, v in fields)
-        return f"{type(self).__name__}(\n" + _indent(inner) + "\n)"
+        """``rich.pretty.pretty_repr(self)``, as MAX: one line up to 80 columns, else one child per line.
+
+        What is printed is what `__rich_repr__` yields; a Tensor prints as its
+        type, so a repr never realizes a lazy Tensor.
+
+        Example:
+            >>> from maxfx.experimental.nn import Linear, RMSNorm, Sequential
+            >>> Sequential(Linear(4, 8), RMSNorm(8))
+            Sequential(Linear(in_dim=Dim(4), out_dim=Dim(8)), RMSNorm(dim=Dim(8)))
+            >>> Sequential(Linear(4, 8), RMSNorm(8), Linear(8, 2))
+            Sequential(
+                Linear(in_dim=Dim(4), out_dim=Dim(8)),
+                RMSNorm(dim=Dim(8)),
+                Linear(in_dim=Dim(8), out_dim=Dim(2))
+            )
+        """
+        return pretty_repr(self)
 
     def __eq__(self, other: object) -> bool:
         return self is other
@@ -486,26 +512,50 @@ def _check_dtype_kind(module: Module, name: str, old: Tensor, new: Tensor) -> No
     )
 
 
-def _indent(text: str) -> str:
-    return "\n".join("    " + line for line in text.splitlines())
+class _Verbatim:
+    """An object whose repr is the given text: printed in a Tensor's place (its type, never its values)."""
+
+    __slots__ = ("_text",)
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def __repr__(self) -> str:
+        return self._text
 
 
-def _short_repr(value: Any) -> str:
-    """``repr`` that never realizes a Tensor (type only) and puts Modules in a list on their own lines."""
+def _dim_text(d: Any) -> Any:
+    try:
+        return int(d)
+    except (TypeError, ValueError):
+        return str(d)
+
+
+def _tensor_text(t: Tensor) -> str:
+    ty = t.type
+    return f"Tensor(dtype={ty.dtype.name}, shape={[_dim_text(d) for d in ty.shape]}, device={ty.device})"
+
+
+def _for_repr(value: Any) -> Any:
+    """``value`` with each Tensor (also inside plain lists, tuples and dicts) replaced by a `_Verbatim` of its type."""
     if isinstance(value, Tensor):
-        t = value.type
-        return f"Tensor(dtype={t.dtype.name}, shape={[int(d) for d in t.shape]}, device={t.device})"
-    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
-        items = [_short_repr(v) for v in value]
-        if isinstance(value, tuple) and len(items) == 1:
-            items[0] += ","
-        left, right = ("[", "]") if isinstance(value, list) else ("(", ")")
-        if any(isinstance(v, Module) for v in value):
-            return left + "\n" + _indent(",\n".join(items)) + "\n" + right
-        return left + ", ".join(items) + right
+        return _Verbatim(_tensor_text(value))
+    if type(value) in (list, tuple):
+        return type(value)(_for_repr(v) for v in value)
     if type(value) is dict:
-        return "{" + ", ".join(f"{k!r}: {_short_repr(v)}" for k, v in value.items()) + "}"
-    return repr(value)
+        return {k: _for_repr(v) for k, v in value.items()}
+    return value
+
+
+def _module_dataclass_rich_repr(self: Any) -> Iterator[tuple[Any, ...]]:
+    """MAX's repr of a `module_dataclass`: ``(name, value, default)`` per field; rich omits a value equal to its default."""
+    for field in dataclasses.fields(self):
+        value = getattr(self, field.name)
+        if isinstance(value, Tensor) or field.default is dataclasses.MISSING:
+            # MAX never gives a Tensor a default (rich would == compare it); nothing equals MISSING either.
+            yield field.name, _for_repr(value)
+        else:
+            yield field.name, _for_repr(value), field.default
 
 
 def _arity(fn: Callable[..., Any]) -> int:
@@ -624,10 +674,26 @@ def module_dataclass(cls: type | None = None, /, *, repr: bool = False, **kwargs
     (``@module_dataclass(repr=True, frozen=False)``). Equality stays identity
     (modules are mutable and hashable). The fields, in declaration order, are
     the Module's pytree fields; declare static ones with `static_field()`.
+    As in MAX, a class without its own ``__rich_repr__`` prints every field
+    (``name=value``, omitted when equal to its default; Tensors as their type).
+
+    Example:
+        >>> from maxfx.experimental.tensor import Tensor
+        >>> @module_dataclass
+        ... class Scale(Module):
+        ...     weight: Tensor
+        ...     offset: float = 0.0
+        >>> Scale(Tensor.ones([2]))
+        Scale(weight=Tensor(dtype=float32, shape=[2], device=cpu:0))
+        >>> Scale(Tensor.ones([2]), offset=1.0)
+        Scale(weight=Tensor(dtype=float32, shape=[2], device=cpu:0), offset=1.0)
     """
 
     def wrap(c: type) -> type:
         kwargs.setdefault("eq", False)
-        return dataclasses.dataclass(c, repr=repr, **kwargs)
+        decorated = dataclasses.dataclass(c, repr=repr, **kwargs)
+        if getattr(decorated, "__rich_repr__", None) is Module.__rich_repr__:
+            decorated.__rich_repr__ = _module_dataclass_rich_repr
+        return decorated
 
     return wrap if cls is None else wrap(cls)

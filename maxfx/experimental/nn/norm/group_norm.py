@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn.module import Module
@@ -53,5 +56,9 @@ class GroupNorm(Module):
             bias = Tensor.zeros([self.num_channels], dtype=x.dtype, device=x.device)
         return group_norm(x, weight, bias, self.num_groups, self.eps)
 
-    def __repr__(self) -> str:
-        return f"GroupNorm(num_groups={self.num_groups}, num_channels={self.num_channels}, eps={self.eps}, affine={self.affine})"
+    def __rich_repr__(self) -> Iterator[tuple[Any, ...]]:
+        """MAX's: the group and channel counts, ``eps`` and ``affine`` when not their defaults."""
+        yield "num_groups", self.num_groups
+        yield "num_channels", self.num_channels
+        yield "eps", self.eps, 1e-5
+        yield "affine", self.affine, True

@@ -7,6 +7,9 @@ and call it, so they run eagerly, under ``jax.jit`` and inside ``Module.compile`
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from lowering.dims import Dim, StaticDim
 from lowering.dtypes import DType
 from maxfx.experimental import functional as F
@@ -61,8 +64,10 @@ class RMSNorm(Module):
             raise ValueError(f"{type(self).__name__}: input {x.type} must end in dim {self.weight.shape[0]}")
         return rms_norm(x, self.weight, self.eps, weight_offset=self._weight_offset, multiply_before_cast=self._multiply_before_cast)
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(dim={int(self.weight.shape[0])}, eps={self.eps})"
+    def __rich_repr__(self) -> Iterator[tuple[Any, ...]]:
+        """MAX's: ``dim`` (a Dim) and ``eps`` when it is not 1e-6."""
+        yield "dim", self.dim
+        yield "eps", self.eps, 1e-6
 
 
 class GemmaRMSNorm(RMSNorm):

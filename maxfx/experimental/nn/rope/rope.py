@@ -173,12 +173,9 @@ class RotaryEmbedding(Module):
         return int(self.weight.shape[0])
 
     def __rich_repr__(self) -> Iterator[tuple[str, int]]:
+        """MAX's: ``dim`` and ``max_sequence_length`` (``Module.__repr__`` prints them)."""
         yield "dim", self.dim
         yield "max_sequence_length", self.max_sequence_length
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={v}" for k, v in self.__rich_repr__())
-        return f"{type(self).__name__}({fields})"
 
     # the two layouts differ only in which components form a (real, imaginary) pair
     _interleaved = True
