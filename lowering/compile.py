@@ -264,15 +264,16 @@ class CompiledBlock:
         passed in are then deleted; only the returned finals may be read.
         """
         # 64-bit types: the transfers, the tracing and the op-by-op run enter them (lowering.x64);
-        # a compiled executable keeps the dtypes it was compiled for.
+        # A compiled executable keeps the dtypes it was compiled for, but its host callbacks
+        # (debug prints, MAX checkpoints) receive their arrays under the caller's mode: it runs under `run`.
         args = self._place(args)
         if self._interpreted:
             result = run(self._program, *self._split(args), self.weights)
         elif self._pieces is not None:
-            result = self._run_pieces(args), args
+            result = run(self._run_pieces, args), args
         else:
             donate = donate_buffers and self._can_donate(args)
-            result = self._executable(args, donate)(*self._split(args), self.weights)
+            result = run(self._executable(args, donate), *self._split(args), self.weights)
         if DEBUG.device_sync_mode:  # MAX's device-sync-mode: a failure surfaces at this call, not a later read
             jax.block_until_ready(result)
         return result
