@@ -7,6 +7,7 @@ behind MAX's kernel names (`lowering.ops.sampling_kernels`: ``mo.apply_packed_bi
 draw means the same thing on every path:
 
 - `filter_logits`: each row's top-k, then top-p, then min-p set (Hugging Face's order);
+- `tempered`: the logits a row samples from (divided by its temperature, then filtered);
 - `masked_probs`: the distribution a row samples from (one-hot argmax for greedy rows);
 - `gumbel_argmax`: one draw by the Gumbel-max trick from a key;
 - `packed_bits`: a grammar's packed int32 token bitmask as bools (numpy or JAX).
@@ -26,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["filter_logits", "gumbel_argmax", "masked_probs", "packed_bits"]
+__all__ = ["filter_logits", "gumbel_argmax", "masked_probs", "packed_bits", "tempered"]
 
 
 def filter_logits(x: jax.Array, top_k: jax.Array, top_p: jax.Array, min_p: jax.Array) -> jax.Array:
@@ -51,15 +52,21 @@ def filter_logits(x: jax.Array, top_k: jax.Array, top_p: jax.Array, min_p: jax.A
     return jnp.where(p < floor, -jnp.inf, x)
 
 
+def tempered(x: jax.Array, temperature: jax.Array, top_k: jax.Array, top_p: jax.Array, min_p: jax.Array | None = None, *, filters: bool = True) -> jax.Array:
+    """Float32 logits ``x [B, V]`` divided by each row's temperature (greedy rows, ``<= 0``, by 1), then `filter_logits` unless ``filters`` is False (static)."""
+    hot = x / jnp.where(temperature > 0, temperature, 1.0)[:, None]
+    if filters:
+        hot = filter_logits(hot, top_k, top_p, jnp.zeros_like(top_p) if min_p is None else min_p)
+    return hot
+
+
 def masked_probs(logits: jax.Array, temperature: jax.Array, top_k: jax.Array, top_p: jax.Array, min_p: jax.Array | None = None, *, filters: bool = True) -> jax.Array:
     """Float32 ``[B, V]``: ``softmax(logits / temperature)`` over each row's filtered set, one-hot argmax where ``temperature <= 0``.
 
     ``filters=False`` (static) skips `filter_logits` when no row filters.
     """
     x = logits.astype(jnp.float32)
-    hot = x / jnp.where(temperature > 0, temperature, 1.0)[:, None]
-    if filters:
-        hot = filter_logits(hot, top_k, top_p, jnp.zeros_like(top_p) if min_p is None else min_p)
+    hot = tempered(x, temperature, top_k, top_p, min_p, filters=filters)
     onehot = jax.nn.one_hot(jnp.argmax(x, axis=-1), x.shape[-1], dtype=jnp.float32)
     return jnp.where((temperature > 0)[:, None], jax.nn.softmax(hot, axis=-1), onehot)
 

@@ -14,9 +14,10 @@ work instead of flipping the user's global config, and only here:
   interpreter, library calls that compute or move arrays: orbax, the
   multi-process all-gather).
 
-Code elsewhere calls these instead of entering `x64` itself. Running an
-executable already compiled needs none of them: it keeps the dtypes it was
-compiled for.
+Code elsewhere calls these instead of entering `x64` itself. A compiled
+executable keeps the dtypes it was compiled for, but its host callbacks (debug
+prints, MAX checkpoints) receive their arrays under the caller's mode, so
+`lowering.compile` runs its executables through `run`.
 
 Example:
     >>> import numpy as np

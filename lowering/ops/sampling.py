@@ -28,13 +28,19 @@ __all__ = ["topk_sampling", "apply_penalties", "update_frequency_data"]  # and t
 # ─── fused top-k / top-p sampling ─────────────────────────────────────────
 
 
-def _sampling_rule(logits, top_k, temperature, top_p, seed, *, max_k: int, use_top_p: bool) -> TensorType:
-    op = "topk_fused_sampling"
-    lg = R.require_tensor(op, logits, "logits", rank=2, kind=R.FLOAT)
-    for t, name, kind in ((top_k, "top_k", R.INT), (temperature, "temperature", R.FLOAT), (top_p, "top_p", R.FLOAT), (seed, "seed", R.INT)):
+def _rows(op: str, logits, named, *, what: str = "logits") -> TensorType:
+    """``logits`` (float ``[batch, vocab]``, called ``what`` in errors) and each ``(tensor, name, kind)`` of ``named`` one entry per batch row."""
+    lg = R.require_tensor(op, logits, what, rank=2, kind=R.FLOAT)
+    for t, name, kind in named:
         t = R.require_tensor(op, t, name, rank=1, kind=kind)
         if t.shape[0] != lg.shape[0]:
             raise OpError(f"{op}: {name} must have one entry per batch row ({lg.shape[0]}), got {R.fmt(t)}")
+    return lg
+
+
+def _sampling_rule(logits, top_k, temperature, top_p, seed, *, max_k: int, use_top_p: bool) -> TensorType:
+    op = "topk_fused_sampling"
+    lg = _rows(op, logits, ((top_k, "top_k", R.INT), (temperature, "temperature", R.FLOAT), (top_p, "top_p", R.FLOAT), (seed, "seed", R.INT)))
     vocab = lg.shape[1]
     if max_k <= 0 or (isinstance(vocab, StaticDim) and max_k > vocab.dim):
         raise OpError(f"{op}: max_k must be in [1, vocab_size={vocab}], got {max_k}")
@@ -225,13 +231,7 @@ def update_frequency_data(frequency_data, frequency_offsets, tokens):
 
 
 def _min_p_rule(logits, min_p, temperature) -> TensorType:
-    op = "min_p_mask"
-    lg = R.require_tensor(op, logits, "logits", rank=2, kind=R.FLOAT)
-    for t, name in ((min_p, "min_p"), (temperature, "temperature")):
-        t = R.require_tensor(op, t, name, rank=1, kind=R.FLOAT)
-        if t.shape[0] != lg.shape[0]:
-            raise R.OpError(f"{op}: {name} must have one entry per batch row ({lg.shape[0]}), got {R.fmt(t)}")
-    return lg
+    return _rows("min_p_mask", logits, ((min_p, "min_p", R.FLOAT), (temperature, "temperature", R.FLOAT)))
 
 
 def _min_p_impl(logits, min_p, temperature):
@@ -283,15 +283,6 @@ apply_packed_bitmask_p = register(OpDef("apply_packed_bitmask", rule=_bitmask_ru
 # ─── masked_probs and gumbel_argmax: speculative decoding's distributions ──
 
 
-def _rows(op: str, logits, named) -> TensorType:
-    lg = R.require_tensor(op, logits, "logits", rank=2, kind=R.FLOAT)
-    for t, name, kind in named:
-        t = R.require_tensor(op, t, name, rank=1, kind=kind)
-        if t.shape[0] != lg.shape[0]:
-            raise R.OpError(f"{op}: {name} must have one entry per batch row ({lg.shape[0]}), got {R.fmt(t)}")
-    return lg
-
-
 def _masked_probs_rule(logits, top_k, temperature, top_p) -> TensorType:
     lg = _rows("topk_topp_masked_probs", logits, ((top_k, "top_k", R.INT), (temperature, "temperature", R.FLOAT), (top_p, "top_p", R.FLOAT)))
     return TensorType(DType.float32, list(lg.shape), lg.device)
@@ -306,7 +297,7 @@ masked_probs_p = register(OpDef("topk_topp_masked_probs", rule=_masked_probs_rul
 
 
 def _gumbel_rule(probs, seed) -> TensorType:
-    p = _rows("gumbel_argmax", probs, ((seed, "seed", R.INT),))
+    p = _rows("gumbel_argmax", probs, ((seed, "seed", R.INT),), what="probs")
     return TensorType(DType.int64, [p.shape[0]], p.device)
 
 

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lowering.sampling_math import filter_logits, gumbel_argmax, masked_probs
+from lowering.sampling_math import filter_logits, gumbel_argmax, masked_probs, tempered
 
 __all__ = ["SamplingRows", "choose", "filter_logits", "penalize", "sampling_probs", "seed_key", "top_logprobs"]
 
@@ -110,9 +110,7 @@ def choose(logits: jax.Array, params: Sequence[jax.Array], *, filters: bool, sam
     greedy = jnp.argmax(x, axis=-1).astype(jnp.int32)
     if not sample:
         return greedy
-    hot = x / jnp.where(temperature > 0, temperature, 1.0)[:, None]
-    if filters:
-        hot = filter_logits(hot, top_k, top_p, min_p)
+    hot = tempered(x, temperature, top_k, top_p, min_p, filters=filters)
     drawn = jax.vmap(_draw)(keys, hot).astype(jnp.int32)
     return jnp.where(temperature > 0, drawn, greedy)
 

@@ -195,7 +195,7 @@ class PagedCausalLM(abc.ABC):
             int64 ``[B, n]`` with the new tokens only (``n = max_new_tokens`` unless every row hit EOS).
         """
         check_generation(f"{type(self).__name__}.generate", max_new_tokens, temperature, top_k, top_p, self.vocab_size)
-        pick = _sampler(temperature, top_k, top_p, seed, self.vocab_size)
+        pick = _sampler(temperature, top_k, top_p, seed)
         rows = self._prompts(input_ids, f"{type(self).__name__}.generate")
         longest = max(len(r) for r in rows) + int(max_new_tokens) - 1
         if longest > self.max_seq_len:
@@ -228,7 +228,7 @@ class PagedCausalLM(abc.ABC):
                 f"page_size={self.kv_params.page_size})")  # fmt: skip
 
 
-def _sampler(temperature: float, top_k: int | None, top_p: float | None, seed: int | None, vocab: int) -> Callable[[np.ndarray], np.ndarray]:
+def _sampler(temperature: float, top_k: int | None, top_p: float | None, seed: int | None) -> Callable[[np.ndarray], np.ndarray]:
     """Next-token choice from float32 logits ``[B, vocab]`` (arguments checked by `check_generation`).
 
     The engine's sampling (`maxfx.generation._sampling.choose`): argmax for
