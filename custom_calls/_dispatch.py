@@ -56,7 +56,8 @@ def interpret_requested() -> bool:
 
 
 def kernel_mode(impl: str | None = None) -> str | None:
-    """``"interpret"``, ``"pallas"`` (compiled kernel), ``"gpu"`` (kernel on cuda, reference elsewhere) or None (reference).
+    """``"interpret"``, ``"pallas"`` (compiled kernel), ``"gpu"`` (kernel on cuda, reference elsewhere) or None
+    (reference).
 
     Raises:
         ValueError: ``impl`` not one of `IMPLS`.
@@ -87,7 +88,11 @@ def fallback(fn: str, reason: str, *, stacklevel: int = 2) -> None:
     LOG.info("%s: %s; jnp reference instead of the Pallas kernel", fn, reason)
     if (fn, reason) not in _warned:
         _warned.add((fn, reason))
-        warnings.warn(f"{fn}: {reason}; using the jnp reference instead of the Pallas kernel", UserWarning, stacklevel=stacklevel + 1)
+        warnings.warn(
+            f"{fn}: {reason}; using the jnp reference instead of the Pallas kernel",
+            UserWarning,
+            stacklevel=stacklevel + 1,
+        )
 
 
 def run(

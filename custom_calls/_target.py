@@ -27,7 +27,9 @@ import jax
 
 __all__ = ["lowering_for", "gpu_target", "exporting"]
 
-_TARGETS: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar("custom_calls_lowering_targets", default=None)
+_TARGETS: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
+    "custom_calls_lowering_targets", default=None
+)
 
 
 @contextlib.contextmanager
@@ -41,7 +43,8 @@ def lowering_for(platforms: Sequence[str]) -> Iterator[None]:
 
 
 def gpu_target() -> bool:
-    """Whether the program being traced is lowered for CUDA only (`lowering_for`), else whether the default backend is a GPU.
+    """Whether the program being traced is lowered for CUDA only (`lowering_for`), else whether the default backend is a
+    GPU.
 
     A program lowered for CUDA *and* another platform gets no Pallas kernel:
     JAX lowers every branch of ``lax.platform_dependent`` for every target
@@ -54,7 +57,8 @@ def gpu_target() -> bool:
 
 
 def exporting() -> bool:
-    """Whether the program being traced will be lowered for named platforms (an export or a cached block, `lowering_for`).
+    """Whether the program being traced will be lowered for named platforms (an export or a cached block,
+    `lowering_for`).
 
     Such programs must be portable: they get no call into a library built on this machine.
     """

@@ -25,7 +25,8 @@ a header with a magic, a format version, the entry's own key and the SHA-256 of
 the payload, all checked before the payload is parsed. XLA executables live only
 in JAX's level, keyed by the HLO of the program an entry rebuilds, and stored
 there behind the same header (`persistent_cache`), so the two levels cannot
-disagree: a missing, damaged or foreign entry at either level is a miss. Writes are atomic (a temporary file in the same folder, then
+disagree: a missing, damaged or foreign entry at either level is a miss. Writes are atomic (a temporary file in the same
+folder, then
 ``os.replace``), so concurrent writers and readers see a whole entry or none.
 A bad cache path (a file, not creatable, not writable) in the environment
 variable disables the cache with one warning.
@@ -105,7 +106,9 @@ def check_input_types(types: Sequence[Any], args: Sequence[Any], names: Sequence
         label = f"input {i}" + (f" ({names[i]!r})" if names and names[i] else "")
         got_dtype = DType.from_numpy(a.dtype)
         if got_dtype is not t.dtype:
-            raise InputMismatchError(f"{label}: expected dtype {t.dtype.name}, got {got_dtype.name} (expected type {t})")
+            raise InputMismatchError(
+                f"{label}: expected dtype {t.dtype.name}, got {got_dtype.name} (expected type {t})"
+            )
         err = bind_symbols(t.shape, a.shape, env)
         if err:
             raise InputMismatchError(f"{label}: shape {list(a.shape)} does not match {t}: {err}")
@@ -128,7 +131,9 @@ class CompiledBlock:
         self._weight_key = tuple(sorted((k, _aval_key(v)) for k, v in self.weights.items()))
         # MAX's debug options read at compile time: a NaN check or op log runs the graph node by node.
         nan_check, log_ops = DEBUG.compile_options()
-        if DEBUG.stack_trace_on_crash:  # MAX prints a stack trace on fatal signals; Python's faulthandler does for every thread
+        if (
+            DEBUG.stack_trace_on_crash
+        ):  # MAX prints a stack trace on fatal signals; Python's faulthandler does for every thread
             faulthandler.enable()
         debug = nan_check or log_ops
         self._interpreted = debug or block_is_data_dependent(block)
@@ -144,7 +149,11 @@ class CompiledBlock:
             full = list(args)
             for i, b in zip(self._buffer_inputs, buffers):
                 full[i] = b
-            interp = DebugInterpreter(weights, nan_check=nan_check, log_ops=log_ops, sync=DEBUG.device_sync_mode) if debug else None
+            interp = (
+                DebugInterpreter(weights, nan_check=nan_check, log_ops=log_ops, sync=DEBUG.device_sync_mode)
+                if debug
+                else None
+            )
             outs, finals = run_block(block, full, weights, interp)
             return outs, [finals[i] for i in self._buffer_inputs]
 
@@ -159,7 +168,9 @@ class CompiledBlock:
         return check_input_types([v.type for v in self.block.inputs], args, names)
 
     def _place(self, args: Sequence[Any]) -> list[Any]:
-        return [a if isinstance(a, jax.Array) and self.device in a.devices() else to_device(a, self.device) for a in args]
+        return [
+            a if isinstance(a, jax.Array) and self.device in a.devices() else to_device(a, self.device) for a in args
+        ]
 
     def _split(self, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
         """(args with None at the buffer inputs, the buffer inputs): the program's first two arguments."""
@@ -183,8 +194,18 @@ class CompiledBlock:
         return others.isdisjoint(donated)
 
     def _executable(self, args: Sequence[Any], donate: bool = False) -> Any:
-        """The cached XLA executable for these argument shapes (compiled on first use); ``donate``: buffer inputs donated."""
-        key = ("block", self.block.structure_key(), tuple(_aval_key(a) for a in args), self._weight_key, self.device.id, self.device.platform, donate)
+        """The cached XLA executable for these argument shapes (compiled on first use); ``donate``: buffer inputs
+        donated.
+        """
+        key = (
+            "block",
+            self.block.structure_key(),
+            tuple(_aval_key(a) for a in args),
+            self._weight_key,
+            self.device.id,
+            self.device.platform,
+            donate,
+        )
         exe = EXECUTABLES.get(key)
         if exe is not None:
             with _lock:
@@ -206,7 +227,8 @@ class CompiledBlock:
         return exe
 
     def _executable_via_disk(self, disk: _DiskEntry, args: Sequence[Any], donate: bool) -> tuple[Any, bool]:
-        """(executable, whether the maxfx entry was a hit): the program comes from ``disk`` or is exported and stored there.
+        """(executable, whether the maxfx entry was a hit): the program comes from ``disk`` or is exported and stored
+        there.
 
         Either way the executable is compiled from the exported program, so JAX's
         level holds it under the same HLO in the process that wrote the entry and
@@ -226,7 +248,9 @@ class CompiledBlock:
         return exe, False
 
     def _export(self, args: Sequence[Any]) -> jax.export.Exported | None:
-        """The program for ``args`` as a `jax.export.Exported`, or None for programs export refuses (e.g. host callbacks)."""
+        """The program for ``args`` as a `jax.export.Exported`, or None for programs export refuses (e.g. host
+        callbacks).
+        """
         specs = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), (*self._split(args), self.weights))
         try:
             return export_for(self._program, (self.device.client.platform,), *specs, retarget=False)
@@ -235,7 +259,9 @@ class CompiledBlock:
             return None
 
     def _compile_exported(self, exported: jax.export.Exported, args: Sequence[Any], donate: bool) -> Any:
-        return jit(exported.call, donate_argnums=(1,) if donate else ()).lower(*self._split(args), self.weights).compile()
+        return (
+            jit(exported.call, donate_argnums=(1,) if donate else ()).lower(*self._split(args), self.weights).compile()
+        )
 
     def _jit(self, donate: bool) -> Any:
         """The program as a `lowering.x64.jit` (traced with 64-bit types); ``donate``: buffer inputs donated."""
@@ -287,7 +313,8 @@ class CompiledBlock:
         return self._jit(False).lower(*self._split(args), self.weights).compile().as_text()
 
     def lower_text(self, args: Sequence[Any], donate_buffers: bool = False, platform: str | None = None) -> str:
-        """StableHLO text of the program for ``args`` (for inspection); ``donate_buffers`` marks the buffer inputs donated.
+        """StableHLO text of the program for ``args`` (for inspection); ``donate_buffers`` marks the buffer inputs
+        donated.
 
         ``platform`` (a JAX platform name, e.g. ``"cuda"``): lower for that platform
         instead of the local device, through ``jax.export`` and `lowering.targets`,
@@ -297,8 +324,12 @@ class CompiledBlock:
         donate = donate_buffers and bool(self._buffer_inputs)
         if platform is None:
             return self._jit(donate).lower(*self._split(args), self.weights).as_text()
-        (rest, buffers), weights = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), (self._split(args), self.weights))
-        return export_for(self._program, (platform,), rest, buffers, weights, donate_argnums=(1,) if donate else ()).mlir_module()
+        (rest, buffers), weights = jax.tree.map(
+            lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), (self._split(args), self.weights)
+        )
+        return export_for(
+            self._program, (platform,), rest, buffers, weights, donate_argnums=(1,) if donate else ()
+        ).mlir_module()
 
 
 def _dump_ir(name: str, lowered: Any) -> None:

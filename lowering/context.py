@@ -130,7 +130,8 @@ class Context:
         if is_weak(x):
             return weak_kind(x)
         raise TypeError(
-            f"{op.name}: expected a tensor, a graph value, a Python scalar or a numpy array as input; got {type(x).__name__}"
+            f"{op.name}: expected a tensor, a graph value, a Python scalar or a numpy array as input; got "
+            f"{type(x).__name__}"
         )
 
     def constant(self, array: np.ndarray, dtype: DType, device: DeviceRef | None) -> Any:
@@ -145,7 +146,9 @@ class Context:
         """Apply ``op`` to converted ``inputs`` whose types the ``plan`` gives."""
         raise NotImplementedError(f"{type(self).__name__} applies no ops")
 
-    def convert(self, op: OpDef, inputs: Sequence[Any], actions: Sequence[Any], types: Sequence[Any], device: DeviceRef | None) -> list[Any]:
+    def convert(
+        self, op: OpDef, inputs: Sequence[Any], actions: Sequence[Any], types: Sequence[Any], device: DeviceRef | None
+    ) -> list[Any]:
         """``inputs`` converted as ``actions`` say (casts, constants of types ``types``)."""
         out = list(inputs)
         for i, act in enumerate(actions):
@@ -154,7 +157,9 @@ class Context:
             if act[0] == "cast":
                 out[i] = self.cast(inputs[i], act[1])
             else:
-                out[i] = self.constant(weak_array(op.name, inputs[i], types[i].dtype, promoted=act[0] == "weak"), types[i].dtype, device)
+                out[i] = self.constant(
+                    weak_array(op.name, inputs[i], types[i].dtype, promoted=act[0] == "weak"), types[i].dtype, device
+                )
         return out
 
     def bind(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
@@ -204,14 +209,21 @@ def find_context(op_name: str, inputs: Sequence[Any]) -> Context:
                 # Concrete data (JAX arrays, eager tensors) next to graph values become graph constants.
                 found = found if ctx.concrete else ctx
                 continue
-            raise ValueError(f"{op_name}: inputs come from different graphs; values of one graph cannot be used in another")
+            raise ValueError(
+                f"{op_name}: inputs come from different graphs; values of one graph cannot be used in another"
+            )
     if found is None:
         if ambient is None:
             raise RuntimeError(
                 f"{op_name}: no active Graph. Build graph ops inside `with Graph(...):`, or pass a graph value"
             )
         return ambient
-    if ambient is not None and found is not TRACE and found.is_ancestor_of(ambient) and found.recording_builder() is not ambient:
+    if (
+        ambient is not None
+        and found is not TRACE
+        and found.is_ancestor_of(ambient)
+        and found.recording_builder() is not ambient
+    ):
         return ambient  # closure capture inside a nested block (cond / while_loop bodies)
     if found is TRACE and ambient is not None:
         return ambient
@@ -244,7 +256,9 @@ _CONVERTS_ITSELF: dict[type, bool] = {}
 
 
 def _converts_itself(cls: type) -> bool:
-    """Whether ``cls`` is a foreign type with ``__tensorvalue__``/``__buffervalue__`` (maxfx's own values bind directly)."""
+    """Whether ``cls`` is a foreign type with ``__tensorvalue__``/``__buffervalue__`` (maxfx's own values bind
+    directly).
+    """
     known = _CONVERTS_ITSELF.get(cls)
     if known is None:
         converts = hasattr(cls, "__tensorvalue__") or hasattr(cls, "__buffervalue__")
@@ -257,7 +271,8 @@ def _converted(x: Any) -> Any:
 
 
 def own_value(x: Any) -> Any:
-    """``x``, or the graph value it converts itself to (``__tensorvalue__``/``__buffervalue__``), for fronts that check their inputs before `bind`.
+    """``x``, or the graph value it converts itself to (``__tensorvalue__``/``__buffervalue__``), for fronts that check
+    their inputs before `bind`.
 
     Example:
         >>> own_value(3)
@@ -336,7 +351,12 @@ class GraphBuilder(Context):
 
     def constant(self, array: np.ndarray, dtype: DType, device: DeviceRef | None) -> Var:
         t = TensorType(dtype, array.shape, device or self.default_device)
-        return self._record(get_op("constant"), [], {"value": ConstantValue(np.asarray(array, dtype.to_numpy())), "dtype": dtype, "device": t.device}, (t,))[0]
+        return self._record(
+            get_op("constant"),
+            [],
+            {"value": ConstantValue(np.asarray(array, dtype.to_numpy())), "dtype": dtype, "device": t.device},
+            (t,),
+        )[0]
 
     def cast(self, x: Any, dtype: DType) -> Var:
         v = self.var_of(x)
@@ -359,9 +379,13 @@ class GraphBuilder(Context):
         array = np.asarray(x)
         return Captured(array, TensorType(dtype, array.shape, device or self.default_device))
 
-    def _record(self, op: OpDef, in_vars: Sequence[Var], params: dict[str, Any], out_types: Sequence[Type]) -> tuple[Var, ...]:
+    def _record(
+        self, op: OpDef, in_vars: Sequence[Var], params: dict[str, Any], out_types: Sequence[Type]
+    ) -> tuple[Var, ...]:
         outs = tuple(Var(t) for t in out_types)
-        self.block.nodes.append(Node(op.name, tuple(in_vars), params, outs, source_location() if DEBUG.source_tracebacks else None))
+        self.block.nodes.append(
+            Node(op.name, tuple(in_vars), params, outs, source_location() if DEBUG.source_tracebacks else None)
+        )
         self.block.invalidate()
         return outs
 

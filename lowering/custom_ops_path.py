@@ -98,7 +98,8 @@ def mojo_note() -> str:
         return ""
     names = ", ".join(f"{p} ({n} Mojo file{'s' if n != 1 else ''})" for p, n in libs.items())
     return (
-        f" The custom-op libraries {names} hold Mojo kernels, which need Modular's Mojo compiler and MAX's native runtime;"
+        f" The custom-op libraries {names} hold Mojo kernels, which need Modular's Mojo compiler and MAX's native "
+        "runtime;"
         " maxfx runs none of them. Put a Python file that registers a JAX implementation of each op"
         " (lowering.ops.custom.register_custom_op) in CUSTOM_OPS_PATH or in the graph's custom_extensions."
     )

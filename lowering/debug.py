@@ -28,7 +28,14 @@ from lowering.ir import Node
 
 __all__ = ["DebugConfig", "DEBUG", "DebugInterpreter", "GraphDebugConfig", "PrintStyle", "source_location"]
 
-_INTERNAL = tuple(str(Path(p).resolve()) for p in (Path(__file__).parent, Path(__file__).parent.parent / "maxfx", Path(__file__).parent.parent / "custom_calls"))
+_INTERNAL = tuple(
+    str(Path(p).resolve())
+    for p in (
+        Path(__file__).parent,
+        Path(__file__).parent.parent / "maxfx",
+        Path(__file__).parent.parent / "custom_calls",
+    )
+)
 
 
 @functools.cache
@@ -68,7 +75,9 @@ class DebugInterpreter(Interpreter):
 
     def run_node(self, node: Node, env: dict[int, Any]) -> None:
         op_id = next(_op_ids)
-        target = str(node.outputs[0].type.device) if node.outputs and hasattr(node.outputs[0].type, "device") else "cpu:0"
+        target = (
+            str(node.outputs[0].type.device) if node.outputs and hasattr(node.outputs[0].type, "device") else "cpu:0"
+        )
         if self.log:
             print(f"[OP] LAUNCH {node.op} [id={op_id}] target={target}", file=sys.stderr, flush=True)
         super().run_node(node, env)
@@ -89,5 +98,12 @@ def _check_finite(node: Node, results: list[Any]) -> None:
         arr = np.asarray(value)
         nans, infs = int(np.isnan(arr).sum()), int(np.isinf(arr).sum())
         if nans or infs:
-            where = f", created at {node.location}" if getattr(node, "location", None) else " (set Graph.debug.source_tracebacks = True before building the graph to see where it was created)"
-            raise FloatingPointError(f"nan_check: op {node.op!r} output {i} ({value.shape} {dtype}) holds {nans} NaN and {infs} Inf values{where}")
+            where = (
+                f", created at {node.location}"
+                if getattr(node, "location", None)
+                else " (set Graph.debug.source_tracebacks = True before building the graph to see where it was created)"
+            )
+            raise FloatingPointError(
+                f"nan_check: op {node.op!r} output {i} ({value.shape} {dtype}) holds {nans} NaN and {infs} Inf "
+                f"values{where}"
+            )

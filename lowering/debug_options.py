@@ -63,12 +63,26 @@ class PrintStyle(enum.Enum):
     """``{output_directory}/{label}.max`` with dtype and shape (``lowering.debug_print.write_max_checkpoint``)."""
 
 
-_FLAGS = ("nan_check", "uninitialized_read_check", "device_sync_mode", "stack_trace_on_error", "stack_trace_on_crash", "source_tracebacks", "sensible_mode")
+_FLAGS = (
+    "nan_check",
+    "uninitialized_read_check",
+    "device_sync_mode",
+    "stack_trace_on_error",
+    "stack_trace_on_crash",
+    "source_tracebacks",
+    "sensible_mode",
+)
 _CHOICES = {
     "op_log_level": ("", "notset", "trace", "debug", "info", "warning", "error", "critical"),
     "assert_level": ("", "none", "warn", "safe", "all"),
 }
-_DEFAULTS: dict[str, Any] = {**dict.fromkeys(_FLAGS, False), "op_log_level": "", "assert_level": "", "print_style": PrintStyle.COMPACT, "ir_output_dir": ""}
+_DEFAULTS: dict[str, Any] = {
+    **dict.fromkeys(_FLAGS, False),
+    "op_log_level": "",
+    "assert_level": "",
+    "print_style": PrintStyle.COMPACT,
+    "ir_output_dir": "",
+}
 # What sensible_mode turns on unless set otherwise (MAX's curated set).
 _SENSIBLE: dict[str, Any] = {
     "nan_check": True,
@@ -90,7 +104,9 @@ def _check(name: str, value: Any) -> Any:
         if value is None:  # maxfx's earlier default for op_log_level
             return ""
         if not isinstance(value, str) or value.lower() not in _CHOICES[name]:
-            raise ValueError(f"DebugConfig.{name} must be one of {', '.join(repr(c) for c in _CHOICES[name])}, got {value!r}")
+            raise ValueError(
+                f"DebugConfig.{name} must be one of {', '.join(repr(c) for c in _CHOICES[name])}, got {value!r}"
+            )
         return value.lower()
     if name == "print_style":
         style = getattr(PrintStyle, value.upper(), None) if isinstance(value, str) else value
@@ -121,7 +137,11 @@ def _parse_env(text: str) -> dict[str, Any]:
         except (TypeError, ValueError):
             unknown.append(item)
     if unknown:
-        warnings.warn(f"MODULAR_DEBUG: ignoring {', '.join(unknown)} (options: sensible, {', '.join(n.replace('_', '-') for n in _DEFAULTS)})", stacklevel=3)
+        warnings.warn(
+            f"MODULAR_DEBUG: ignoring {', '.join(unknown)} (options: sensible, "
+            f"{', '.join(n.replace('_', '-') for n in _DEFAULTS)})",
+            stacklevel=3,
+        )
     return options
 
 
@@ -199,7 +219,9 @@ class DebugConfig(GraphDebugConfig):
         self._set.clear()
 
     def compile_options(self) -> tuple[bool, bool]:
-        """(nan_check, log ops) as a graph is compiled now: ops are logged at ``op_log_level`` ``trace`` or ``debug``."""
+        """(nan_check, log ops) as a graph is compiled now: ops are logged at ``op_log_level`` ``trace`` or
+        ``debug``.
+        """
         return self.nan_check, self.op_log_level in ("trace", "debug")
 
     def __repr__(self) -> str:

@@ -61,7 +61,9 @@ __all__ = [
 ]
 
 
-_STYLE_ERROR = "Invalid debug print style. Please use one of 'COMPACT', 'FULL', 'BINARY', 'BINARY_MAX_CHECKPOINT', or 'NONE'."
+_STYLE_ERROR = (
+    "Invalid debug print style. Please use one of 'COMPACT', 'FULL', 'BINARY', 'BINARY_MAX_CHECKPOINT', or 'NONE'."
+)
 
 
 class PrintOptions:
@@ -84,7 +86,12 @@ class PrintOptions:
         self.precision = 6
         self.output_directory = ""
 
-    def set(self, style: str | PrintStyle = PrintStyle.COMPACT, precision: int = 6, output_directory: str | os.PathLike | None = None) -> None:
+    def set(
+        self,
+        style: str | PrintStyle = PrintStyle.COMPACT,
+        precision: int = 6,
+        output_directory: str | os.PathLike | None = None,
+    ) -> None:
         """Replace the settings; nothing changes when one is refused.
 
         Raises:
@@ -101,7 +108,9 @@ class PrintOptions:
         directory = ""
         if style in (PrintStyle.BINARY, PrintStyle.BINARY_MAX_CHECKPOINT):
             if output_directory is not None and not isinstance(output_directory, (str, os.PathLike)):
-                raise TypeError(f"Debug print output directory must be a str or Path, got {type(output_directory).__name__}.")
+                raise TypeError(
+                    f"Debug print output directory must be a str or Path, got {type(output_directory).__name__}."
+                )
             directory = os.fspath(output_directory) if output_directory is not None else ""
             if not directory:
                 raise ValueError("Debug print output directory cannot be empty.")
@@ -303,7 +312,9 @@ def write_max_checkpoint(path: str | os.PathLike, label: str, array: Any) -> Non
     a = np.asarray(array)  # not ascontiguousarray: it turns a scalar into shape (1,)
     key = label.encode()
     if a.ndim > 255 or any(d >= 2**32 for d in a.shape):
-        raise ValueError(f"write_max_checkpoint: shape {list(a.shape)} does not fit the .max header (rank < 256, dims < 2**32)")
+        raise ValueError(
+            f"write_max_checkpoint: shape {list(a.shape)} does not fit the .max header (rank < 256, dims < 2**32)"
+        )
     dims = struct.pack(f"={a.ndim}I", *a.shape)
     metadata_size = 4 + len(key) + 2 + len(dims) + 8
     offset = len(_MAGIC) + 8 + 8 + metadata_size
@@ -333,7 +344,8 @@ def read_max_checkpoint(path: str | os.PathLike) -> tuple[DType, tuple[int, ...]
     with open(path, "rb") as f:
         if f.read(8) != _MAGIC:
             raise ValueError(
-                f'{path} is not a max checkpoint. If this file was saved from the "BINARY" debug print option (and not "BINARY_MAX_CHECKPOINT"), please initialize `Buffer.mmap` directly.'
+                f'{path} is not a max checkpoint. If this file was saved from the "BINARY" debug print option (and not '
+                '"BINARY_MAX_CHECKPOINT"), please initialize `Buffer.mmap` directly.'
             )
         major, _minor = struct.unpack("=2I", f.read(8))
         if major > 0:

@@ -72,6 +72,7 @@ def check_fits_device(op: str, types: Sequence[Any], device: Any) -> None:
         if nbytes > limit:
             dims = ", ".join(str(int(d)) for d in shape)
             raise DeviceOutOfMemoryError(
-                f"RESOURCE_EXHAUSTED: {op}: the result {t.dtype.name}[{dims}] needs {nbytes} bytes ({nbytes / 2**30:.1f} GiB), "
+                f"RESOURCE_EXHAUSTED: {op}: the result {t.dtype.name}[{dims}] needs {nbytes} bytes "
+                f"({nbytes / 2**30:.1f} GiB), "
                 f"more than the {limit} bytes ({limit / 2**30:.1f} GiB) of memory on {device}"
             )

@@ -29,7 +29,17 @@ import numpy as np
 
 from lowering import mlir_interop
 
-__all__ = ["Dim", "StaticDim", "SymbolicDim", "AlgebraicDim", "Shape", "DimLike", "ShapeLike", "UnboundDimError", "format_shape"]
+__all__ = [
+    "Dim",
+    "StaticDim",
+    "SymbolicDim",
+    "AlgebraicDim",
+    "Shape",
+    "DimLike",
+    "ShapeLike",
+    "UnboundDimError",
+    "format_shape",
+]
 
 # A polynomial: tuple of (monomial, coeff) sorted; monomial = tuple of atoms (with repetition) sorted.
 # An atom is a symbol name (str) or an opaque ("//" | "%", poly, poly) tuple.
@@ -63,7 +73,11 @@ def _operand(p: _Poly) -> str:
 
 
 def _make_poly(terms: Mapping[tuple, int]) -> _Poly:
-    return tuple(sorted(((m, c) for m, c in terms.items() if c != 0), key=lambda mc: (-len(mc[0]), [_atom_key(a) for a in mc[0]])))
+    return tuple(
+        sorted(
+            ((m, c) for m, c in terms.items() if c != 0), key=lambda mc: (-len(mc[0]), [_atom_key(a) for a in mc[0]])
+        )
+    )
 
 
 def _poly_add(a: _Poly, b: _Poly, sign: int = 1) -> _Poly:
@@ -263,7 +277,9 @@ class Dim:
         return (_from_poly, (self._poly,))
 
     def to_mlir(self):
-        """This dim as an MLIR attribute: ``i64`` when static, else its text (``"batch * 2"``), which round-trips exactly."""
+        """This dim as an MLIR attribute: ``i64`` when static, else its text (``"batch * 2"``), which round-trips
+        exactly.
+        """
         return mlir_interop.int_attr(self.dim) if isinstance(self, StaticDim) else mlir_interop.string_attr(str(self))
 
     @staticmethod
@@ -288,7 +304,10 @@ class StaticDim(Dim):
             self._init_poly(_const_poly(dim))
             return
         if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (numbers.Integral, StaticDim)):
-            raise TypeError(f"StaticDim.__init__ only accepts int or StaticDim, got {type(dim).__name__} {dim!r}; use Dim(value) to convert any dim")
+            raise TypeError(
+                f"StaticDim.__init__ only accepts int or StaticDim, got {type(dim).__name__} {dim!r}; use Dim(value) "
+                "to convert any dim"
+            )
         value = int(dim)
         # Negative static dims exist as intermediate algebra (x - 4 holds Dim(-4)); tensor types reject them.
         if not -(2**63) <= value < 2**63:
@@ -332,9 +351,15 @@ class SymbolicDim(Dim):
             return
         name = name.name if isinstance(name, SymbolicDim) else name
         if not isinstance(name, str):
-            raise TypeError(f"SymbolicDim.__init__ only accepts str or SymbolicDim, got {type(name).__name__} {name!r}; use Dim(value) to convert any dim")
+            raise TypeError(
+                f"SymbolicDim.__init__ only accepts str or SymbolicDim, got {type(name).__name__} {name!r}; use "
+                "Dim(value) to convert any dim"
+            )
         if not _SYMBOL_NAME.fullmatch(name):
-            raise ValueError(f"SymbolicDim: Invalid name {name!r}: a symbolic dim's name must be an ASCII letter or '_' followed by word characters")
+            raise ValueError(
+                f"SymbolicDim: Invalid name {name!r}: a symbolic dim's name must be an ASCII letter or '_' followed by "
+                "word characters"
+            )
         self._init_poly((((name,), 1),))
 
     @property
@@ -412,7 +437,20 @@ def _repr_dim_node(node: ast.AST) -> str:
     return f"{operand(node.left)} {_BINOP_TEXT[type(node.op)]} {operand(node.right)}"
 
 
-_DIM_SYNTAX = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, ast.Constant, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.USub)
+_DIM_SYNTAX = (
+    ast.Expression,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.Name,
+    ast.Load,
+    ast.Constant,
+    ast.Add,
+    ast.Sub,
+    ast.Mult,
+    ast.FloorDiv,
+    ast.Mod,
+    ast.USub,
+)
 
 
 def _dim_from_text(text: str) -> Dim:
@@ -442,7 +480,9 @@ def _as_poly(value: Any) -> _Poly:
 
 def _dim_operand(value: Any) -> _Poly | None:
     """``value`` as a polynomial if it is dim-like (int, str, Dim), else None."""
-    if isinstance(value, (Dim, str)) or (isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, (bool, np.bool_))):
+    if isinstance(value, (Dim, str)) or (
+        isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, (bool, np.bool_))
+    ):
         return _as_poly(value)
     return None
 

@@ -3,7 +3,8 @@
 Every `Device` wraps one ``jax.Device`` (attribute ``jax_device``):
 ``CPU()`` is ``jax.local_devices(backend="cpu")[0]`` and ``Accelerator(i)`` is
 ``jax.local_devices(backend="gpu")[i]``: this process's devices, which in a
-multi-process job (``jax.distributed``) are not all of ``jax.devices()``. JAX gives each device a single in-order work queue
+multi-process job (``jax.distributed``) are not all of ``jax.devices()``. JAX gives each device a single in-order work
+queue
 and orders work across devices by data dependencies, so a `DeviceStream` is a
 handle on that one queue: ``synchronize`` blocks until the device is idle and
 ``wait_for`` can only be honoured by waiting on the host.
@@ -104,7 +105,9 @@ class Device:
 
         with self._host_queue_lock:
             if self._host_queue is None:
-                self._host_queue = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"maxfx-{self.label}{self._id}-host")
+                self._host_queue = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix=f"maxfx-{self.label}{self._id}-host"
+                )
             self._host_pending = [f for f in self._host_pending if not f.done()]
             fut = self._host_queue.submit(run)
             self._host_pending.append(fut)
@@ -140,7 +143,10 @@ class Device:
             TypeError: if ``fn`` is not callable.
         """
         if self.is_host:
-            raise RuntimeError(f"{self!r}.__unsafe_enqueue_py_host_func: host functions can only be enqueued on a CUDA/HIP accelerator, not the CPU; call the function directly")
+            raise RuntimeError(
+                f"{self!r}.__unsafe_enqueue_py_host_func: host functions can only be enqueued on a CUDA/HIP "
+                "accelerator, not the CPU; call the function directly"
+            )
         if not callable(fn):
             raise TypeError(f"{self!r}.__unsafe_enqueue_py_host_func: expected a callable, got {type(fn).__name__}")
 
@@ -188,14 +194,19 @@ class Device:
             ValueError: on the CPU, which has no accelerator architecture.
         """
         if self.is_host:
-            raise ValueError("Device.architecture_name: failed to get device architecture name: CPU devices have no accelerator architecture; use an Accelerator()")
+            raise ValueError(
+                "Device.architecture_name: failed to get device architecture name: CPU devices have no accelerator "
+                "architecture; use an Accelerator()"
+            )
         cc = str(getattr(self.jax_device, "compute_capability", "") or "")
         if cc.startswith("gfx"):
             return cc
         m = re.fullmatch(r"(\d+)\.(\d+)", cc)
         if m:
             return f"sm_{m.group(1)}{m.group(2)}"
-        raise ValueError(f"Device.architecture_name: JAX reports no compute capability for {self!r} ({self.jax_device.device_kind})")
+        raise ValueError(
+            f"Device.architecture_name: JAX reports no compute capability for {self!r} ({self.jax_device.device_kind})"
+        )
 
     @property
     def is_compatible(self) -> bool:
@@ -204,7 +215,8 @@ class Device:
 
     @property
     def stats(self) -> dict[str, Any]:
-        """Utilisation data: ``free_memory`` and ``total_memory`` in bytes (as MAX), plus JAX's ``memory_stats()`` and the device kind.
+        """Utilisation data: ``free_memory`` and ``total_memory`` in bytes (as MAX), plus JAX's ``memory_stats()`` and
+        the device kind.
 
         For the CPU the memory figures are the machine's physical and
         available RAM; for an accelerator they are XLA's pool limit
@@ -241,7 +253,10 @@ class Device:
         """
         total = self.stats.get("total_memory")
         if total is None:
-            raise RuntimeError(f"{self!r}.max_single_alloc_size: the device reports no total memory (JAX's memory_stats() has no bytes_limit)")
+            raise RuntimeError(
+                f"{self!r}.max_single_alloc_size: the device reports no total memory (JAX's memory_stats() has no "
+                "bytes_limit)"
+            )
         return int(total)
 
     @property
@@ -383,8 +398,14 @@ class Accelerator(Device):
         if not 0 <= index < len(gpus):
             where = f"Accelerator(id={id})"
             if not gpus:
-                raise ValueError(f"{where}: no accelerator available (JAX sees 0 GPUs; jax.devices('gpu') is empty). Use CPU(), or install a GPU build of jaxlib and unset JAX_PLATFORMS=cpu")
-            raise ValueError(f"{where}: this machine has {len(gpus)} accelerator(s), valid ids are 0..{len(gpus) - 1} (or -1 for the first)")
+                raise ValueError(
+                    f"{where}: no accelerator available (JAX sees 0 GPUs; jax.devices('gpu') is empty). Use CPU(), or "
+                    "install a GPU build of jaxlib and unset JAX_PLATFORMS=cpu"
+                )
+            raise ValueError(
+                f"{where}: this machine has {len(gpus)} accelerator(s), valid ids are 0..{len(gpus) - 1} (or -1 for "
+                "the first)"
+            )
         inst = super().__new__(cls)
         inst._setup(gpus[index], index)
         inst.device_memory_limit = int(device_memory_limit)
@@ -435,7 +456,10 @@ class VirtualAccelerator(Accelerator):
     def _get(cls, index: int, id: int) -> VirtualAccelerator:
         count = virtual_devices.get_virtual_device_count()
         if not 0 <= index < count:
-            raise ValueError(f"Accelerator(id={id}): virtual-device mode has {count} virtual accelerator(s), valid ids are 0..{count - 1} (or -1 for the first)")
+            raise ValueError(
+                f"Accelerator(id={id}): virtual-device mode has {count} virtual accelerator(s), valid ids are "
+                f"0..{count - 1} (or -1 for the first)"
+            )
         api, arch = virtual_devices.get_virtual_device_api(), virtual_devices.get_virtual_device_target_arch()
         key = (api, arch, index)  # one instance per target, so changing the target gives new devices
         inst = cls._virtual.get(key)
@@ -554,7 +578,9 @@ class DeviceStream:
         if not isinstance(event, DeviceEvent):
             raise TypeError(f"DeviceStream.record_event: expected a DeviceEvent, got {type(event).__name__}")
         if event.device != self._device:
-            raise ValueError(f"DeviceStream.record_event: the event belongs to {event.device!r}, this stream to {self._device!r}")
+            raise ValueError(
+                f"DeviceStream.record_event: the event belongs to {event.device!r}, this stream to {self._device!r}"
+            )
         event._record()
         return event
 
@@ -575,7 +601,9 @@ class DeviceStream:
         if isinstance(other, Device):
             other = other.default_stream
         if not isinstance(other, DeviceStream):
-            raise TypeError(f"DeviceStream.wait_for: expected a DeviceStream, Device or DeviceEvent, got {type(other).__name__}")
+            raise TypeError(
+                f"DeviceStream.wait_for: expected a DeviceStream, Device or DeviceEvent, got {type(other).__name__}"
+            )
         if other.device != self._device:
             other.synchronize()
 
@@ -652,7 +680,9 @@ class DeviceEvent:
             raise TypeError(f"DeviceEvent.elapsed_time: expected a DeviceEvent, got {type(end).__name__}")
         for name, ev in (("start", self), ("end", end)):
             if not ev._enable_timing:
-                raise RuntimeError(f"DeviceEvent.elapsed_time: the {name} event {ev} was created without enable_timing=True")
+                raise RuntimeError(
+                    f"DeviceEvent.elapsed_time: the {name} event {ev} was created without enable_timing=True"
+                )
             if ev._future is None:
                 raise RuntimeError(f"DeviceEvent.elapsed_time: the {name} event {ev} has not been recorded on a stream")
         self.synchronize()

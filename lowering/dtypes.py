@@ -335,12 +335,15 @@ def promote_weak(strong: DType, value: Any) -> DType:
         lo, hi = _DTYPE_MIN_AND_MAX_FULL_PRECISION[strong]
         if lo <= v <= hi:
             return strong
-        raise ValueError(f"Unsafe cast: python int {v} is out of the range [{lo}, {hi}] that dtype({strong}) holds exactly")
+        raise ValueError(
+            f"Unsafe cast: python int {v} is out of the range [{lo}, {hi}] that dtype({strong}) holds exactly"
+        )
     raise TypeError(f"promote_weak: unsupported scalar {value!r} of type {type(value).__name__}")
 
 
 def check_weak_array(dtype: DType, arr: Any) -> DType:
-    """Check that weak array data ``arr`` (numpy) promotes to ``dtype`` (MAX's rule, element by element); return ``dtype``.
+    """Check that weak array data ``arr`` (numpy) promotes to ``dtype`` (MAX's rule, element by element); return
+    ``dtype``.
 
     Float data goes only into float dtypes; int data must lie in the dtype's
     full-precision range (`_DTYPE_MIN_AND_MAX_FULL_PRECISION`), so
@@ -367,7 +370,9 @@ def check_weak_array(dtype: DType, arr: Any) -> DType:
         lo, hi = _DTYPE_MIN_AND_MAX_FULL_PRECISION[dtype]
         for v in (int(arr.min()), int(arr.max())):
             if not lo <= v <= hi:
-                raise ValueError(f"Unsafe cast: array value {v} is out of the range [{lo}, {hi}] that dtype({dtype}) holds exactly")
+                raise ValueError(
+                    f"Unsafe cast: array value {v} is out of the range [{lo}, {hi}] that dtype({dtype}) holds exactly"
+                )
     return dtype
 
 

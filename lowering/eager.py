@@ -60,7 +60,19 @@ from lowering.registry import OpDef, OpError, get_op
 from lowering.types import DeviceRef, TensorType
 from lowering.x64 import jit, run, to_device
 
-__all__ = ["LazyVar", "PendingNode", "EagerContext", "realize", "pending_block", "eager_stats", "lazy", "is_lazy", "placed_leaf", "MAX_PENDING", "write_lock"]
+__all__ = [
+    "LazyVar",
+    "PendingNode",
+    "EagerContext",
+    "realize",
+    "pending_block",
+    "eager_stats",
+    "lazy",
+    "is_lazy",
+    "placed_leaf",
+    "MAX_PENDING",
+    "write_lock",
+]
 
 MAX_PENDING = 512
 """A var whose pending graph grows past this many nodes is realized on creation."""
@@ -159,14 +171,21 @@ class _Stats:
         self.op_runs = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {"compiles": self.compiles, "fused_runs": self.fused_runs, "op_by_op_runs": self.op_by_op_runs, "op_runs": self.op_runs}
+        return {
+            "compiles": self.compiles,
+            "fused_runs": self.fused_runs,
+            "op_by_op_runs": self.op_by_op_runs,
+            "op_runs": self.op_runs,
+        }
 
 
 _stats = _Stats()
 
 
 def eager_stats() -> dict[str, int]:
-    """Counts of compiles, fused-program runs, op-by-op (interpreted) runs and default-mode op runs (for tests/benchmarks)."""
+    """Counts of compiles, fused-program runs, op-by-op (interpreted) runs and default-mode op runs (for
+    tests/benchmarks).
+    """
     return _stats.as_dict()
 
 
@@ -428,7 +447,14 @@ class EagerContext(Context):
         The op's one program runs on one device and reads them there, so a CPU
         copy next to GPU inputs is transferred (recorded inside `lazy`).
         """
-        device = next((v.type.device for i, v in enumerate(in_vars) if i not in op.host_inputs and isinstance(v.type, TensorType)), None)
+        device = next(
+            (
+                v.type.device
+                for i, v in enumerate(in_vars)
+                if i not in op.host_inputs and isinstance(v.type, TensorType)
+            ),
+            None,
+        )
         moved = list(in_vars)
         for i in op.host_inputs:
             v = in_vars[i]
@@ -469,7 +495,10 @@ class EagerContext(Context):
 
     def _bind_other(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
         """Inputs beyond tensors and scalars: tracers, JAX arrays (typed leaves), numpy data."""
-        if any(isinstance(x, _Tracer) or isinstance(getattr(getattr(x, "_var", None), "array", None), _Tracer) for x in inputs):
+        if any(
+            isinstance(x, _Tracer) or isinstance(getattr(getattr(x, "_var", None), "array", None), _Tracer)
+            for x in inputs
+        ):
             return self._bind_traced(op, inputs, params)
         inputs = [self.leaf(x) if isinstance(x, jax.Array) else x for x in inputs]
         return super().bind(op, inputs, params)
@@ -497,7 +526,9 @@ class EagerContext(Context):
             return tuple([self.wrap(v) for v in outs])
         return self.wrap(outs[0]) if outs else None
 
-    def _record_writes(self, op: OpDef, plan: BindPlan, in_vars: tuple[LazyVar, ...], params: dict[str, Any], written: Sequence[int]) -> Any:
+    def _record_writes(
+        self, op: OpDef, plan: BindPlan, in_vars: tuple[LazyVar, ...], params: dict[str, Any], written: Sequence[int]
+    ) -> Any:
         """Inside `lazy`: record an op that writes eager tensors, without running it.
 
         The written tensors' new values become extra outputs of the pending node,
@@ -515,7 +546,9 @@ class EagerContext(Context):
         results = [self.wrap(v) for v in outs[:n]]
         return tuple(results) if op.multiple_results else (results[0] if results else None)
 
-    def _run_now(self, op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any]) -> tuple[LazyVar, ...]:
+    def _run_now(
+        self, op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any]
+    ) -> tuple[LazyVar, ...]:
         if op.mutates:  # a buffer write reads and replaces its tensors' values: one writer per tensor at a time
             owners = [v.owner() if v.owner is not None else v for v in in_vars]
             locks = sorted({id(lock): lock for lock in map(write_lock, owners)}.items())  # a fixed order: no deadlock
@@ -525,7 +558,9 @@ class EagerContext(Context):
                 return self._run_now_unlocked(op, in_vars, params, out_types)
         return self._run_now_unlocked(op, in_vars, params, out_types)
 
-    def _run_now_unlocked(self, op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any]) -> tuple[LazyVar, ...]:
+    def _run_now_unlocked(
+        self, op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any]
+    ) -> tuple[LazyVar, ...]:
         realize(in_vars)
         if op.check_values is not None:
             op.check_values(*[v.array for v in in_vars], **params)
@@ -710,7 +745,9 @@ def _compiled(key: tuple, block: Block, leaves: Sequence[Any]) -> Any | None:
     return exe
 
 
-def _op_executable(key: tuple, op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any]) -> Any:
+def _op_executable(
+    key: tuple, op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any]
+) -> Any:
     """The compiled one-op program for ``key`` (op signature and input avals), built on first use."""
     check_fits_device(op.name, out_types, jax_device(out_types[0].device) if out_types else None)
     ins = tuple([Var(v.type) for v in in_vars])  # fresh vars: the cached program must not hold arrays
@@ -752,7 +789,9 @@ def _static(kind: Any) -> bool:
     return not isinstance(kind, TensorType) or all(type(d) is StaticDim for d in kind.shape)
 
 
-def record(op: OpDef, in_vars: tuple[LazyVar, ...], params: dict[str, Any], out_types: Sequence[Any], sig: int | None = None) -> tuple[LazyVar, ...]:
+def record(
+    op: OpDef, in_vars: tuple[LazyVar, ...], params: dict[str, Any], out_types: Sequence[Any], sig: int | None = None
+) -> tuple[LazyVar, ...]:
     """Add a pending node (the one place they are made); realize at once past `MAX_PENDING`, or outside `lazy`."""
     if not _lazy.get():
         for v in in_vars:
@@ -775,7 +814,9 @@ def record(op: OpDef, in_vars: tuple[LazyVar, ...], params: dict[str, Any], out_
     return outs
 
 
-def _run_op(op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any], sig: int) -> tuple[LazyVar, ...]:
+def _run_op(
+    op: OpDef, in_vars: Sequence[LazyVar], params: dict[str, Any], out_types: Sequence[Any], sig: int
+) -> tuple[LazyVar, ...]:
     """Run one op on realized vars now (MAX's default eager mode): one cached executable per op and input avals.
 
     Like JAX's eager dispatch, each (op, params, input shapes and dtypes) compiles

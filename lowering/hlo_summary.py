@@ -36,7 +36,17 @@ _CALLS = re.compile(r"calls=%([\w.\-]+)")
 _KIND = re.compile(r"kind=k(\w+)")
 _TARGET = re.compile(r'custom_call_target="([^"]+)"')
 # Instructions that move no data or only name it: not kernels.
-_FREE = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all", "partition-id", "replica-id", "opt-barrier"}
+_FREE = {
+    "parameter",
+    "constant",
+    "tuple",
+    "get-tuple-element",
+    "bitcast",
+    "after-all",
+    "partition-id",
+    "replica-id",
+    "opt-barrier",
+}
 
 
 def _computations(hlo: str) -> tuple[dict[str, list[str]], str | None]:

@@ -39,7 +39,10 @@ def apply_impl(op: OpDef, args: Sequence[Any], params: Mapping[str, Any]) -> Any
             or reads weights, so it only exists inside a Graph).
     """
     if op.impl is None:
-        raise TypeError(f"{op.name}: exists only inside a Graph (it runs nested blocks or reads weights); build one with `with Graph(...)`")
+        raise TypeError(
+            f"{op.name}: exists only inside a Graph (it runs nested blocks or reads weights); build one with `with "
+            "Graph(...)`"
+        )
     with contextlib.nullcontext() if jax.config.jax_enable_x64 else _quiet_truncation():
         return op.impl(*args, **params)
 
@@ -49,7 +52,11 @@ def _quiet_truncation():
     # Under a user's jax.jit without x64, MAX's 64-bit results are 32-bit (documented in
     # docs/pages/eager.md); JAX would warn about that once per op, from inside maxfx.
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"Explicitly requested dtype (u?int64|float64|complex128) requested in .* is not available", category=UserWarning)
+        warnings.filterwarnings(
+            "ignore",
+            message=r"Explicitly requested dtype (u?int64|float64|complex128) requested in .* is not available",
+            category=UserWarning,
+        )
         yield
 
 
@@ -109,7 +116,9 @@ class Interpreter:
             if err:
                 raise ValueError(f"{what} {i}: {err}")
 
-    def run(self, block: Block, args: Sequence[Any], env: dict[int, Any] | None = None) -> tuple[list[Any], dict[int, Any]]:
+    def run(
+        self, block: Block, args: Sequence[Any], env: dict[int, Any] | None = None
+    ) -> tuple[list[Any], dict[int, Any]]:
         """Run ``block`` on ``args``; returns (outputs, final environment).
 
         ``env`` holds values of enclosing blocks (closure capture); it is copied,
@@ -144,7 +153,9 @@ class Interpreter:
             self.bind_dims([v.type for v in node.outputs], outs[:n_out], f"{node.op} output")
 
 
-def run_block(block: Block, args: Sequence[Any], weights: Mapping[str, Any] | None = None, interp: Interpreter | None = None) -> tuple[list[Any], list[Any]]:
+def run_block(
+    block: Block, args: Sequence[Any], weights: Mapping[str, Any] | None = None, interp: Interpreter | None = None
+) -> tuple[list[Any], list[Any]]:
     """Run a top-level block: returns (outputs, final values of its inputs).
 
     The final input values differ from ``args`` only for mutated buffers.

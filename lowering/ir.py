@@ -245,7 +245,10 @@ def param_key(p: Any, numbering: dict[int, int] | None = None) -> Any:
     if p is None or isinstance(p, (bool, int, float, str, bytes)):
         return (type(p).__name__, p)
     if isinstance(p, Dim):
-        return ("dim", str(p.dim) if p.__class__ is StaticDim else str(p))  # str(StaticDim(n)) == str(n), without formatting
+        return (
+            "dim",
+            str(p.dim) if p.__class__ is StaticDim else str(p),
+        )  # str(StaticDim(n)) == str(n), without formatting
     if isinstance(p, ConstantValue):
         return ("const", p.digest())
     if isinstance(p, np.ndarray):

@@ -157,7 +157,9 @@ def _dtypes_by_text() -> dict[str, DType]:
     return {str(t): d for d, t in _element_types().items()}
 
 
-def ranked_tensor_type(sizes: Sequence[int | None], dtype: DType, encoding: Any = None, where: str = "TensorType.to_mlir") -> Any:
+def ranked_tensor_type(
+    sizes: Sequence[int | None], dtype: DType, encoding: Any = None, where: str = "TensorType.to_mlir"
+) -> Any:
     """``tensor<2x?xf32, encoding>``: a ranked tensor type, None for a dynamic size.
 
     Raises:

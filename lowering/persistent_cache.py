@@ -33,7 +33,16 @@ from jax._src.compilation_cache_interface import CacheInterface
 from jax._src.lru_cache import LRUCache
 from jax.experimental.compilation_cache import compilation_cache
 
-__all__ = ["CACHE_DIR_ENV", "DamagedEntryError", "configure", "decode_entry", "disk_dir", "enable_persistent_cache", "enable_from_environment", "encode_entry"]
+__all__ = [
+    "CACHE_DIR_ENV",
+    "DamagedEntryError",
+    "configure",
+    "decode_entry",
+    "disk_dir",
+    "enable_persistent_cache",
+    "enable_from_environment",
+    "encode_entry",
+]
 
 CACHE_DIR_ENV = "MAXFX_COMPILATION_CACHE_DIR"
 
@@ -90,7 +99,11 @@ def enable_from_environment() -> None:
     try:
         enable_persistent_cache(path)
     except OSError as e:
-        warnings.warn(f"{CACHE_DIR_ENV}={path!r}: {e.strerror}; the compile cache is disabled for this process", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"{CACHE_DIR_ENV}={path!r}: {e.strerror}; the compile cache is disabled for this process",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 def configure() -> Path | None:
@@ -189,7 +202,9 @@ def _jax_entry_key(key: str) -> bytes:
 
 
 def _read_jax_cache_through_keys(path: str) -> None:
-    """Make JAX's level at ``path`` read and write through `_KeyedJaxCache` (as `jax_cache._initialize_cache` would, wrapped)."""
+    """Make JAX's level at ``path`` read and write through `_KeyedJaxCache` (as `jax_cache._initialize_cache` would,
+    wrapped).
+    """
     cache: CacheInterface = _KeyedJaxCache(LRUCache(path, max_size=jax.config.jax_compilation_cache_max_size))
     if jax.config.jax_compilation_cache_check_contents:
         cache = jax_cache.VerificationCache(cache)

@@ -114,7 +114,11 @@ def split_at_calls(block: Block) -> list[Piece]:
             flush(used_later[i], node.inputs)
             sub, prefix = node.params["block"], node.params["prefix"]
             names = _weight_names(sub.nodes)
-            pieces.append(Piece(sub, tuple(node.inputs), tuple(node.outputs), tuple((n, prefix + n) for n in names), (node,), True))
+            pieces.append(
+                Piece(
+                    sub, tuple(node.inputs), tuple(node.outputs), tuple((n, prefix + n) for n in names), (node,), True
+                )
+            )
         else:
             run.append(node)
     flush(used_later[-1], block.outputs)
@@ -140,9 +144,13 @@ def _uses_after(block: Block) -> list[set[int]]:
     return out
 
 
-def _segment(nodes: list[Node], used_later: set[int], weight_defs: Mapping[int, Node], reads: Sequence[Node] = ()) -> Piece:
+def _segment(
+    nodes: list[Node], used_later: set[int], weight_defs: Mapping[int, Node], reads: Sequence[Node] = ()
+) -> Piece:
     pulled = {id(n): n for n in reads}
-    pulled.update((id(weight_defs[v.id]), weight_defs[v.id]) for v in Block(nodes=nodes).free_vars() if v.id in weight_defs)
+    pulled.update(
+        (id(weight_defs[v.id]), weight_defs[v.id]) for v in Block(nodes=nodes).free_vars() if v.id in weight_defs
+    )
     nodes = [*pulled.values(), *nodes]
     free = Block(nodes=nodes).free_vars()
     outs = tuple(v for n in nodes for v in n.outputs if v.id in used_later)
@@ -168,7 +176,9 @@ class Pieces:
         self.block, self.pieces, self.device = block, pieces, device
         self.compiles = 0
 
-    def _executable(self, piece: Piece, args: Sequence[Any], weights: Mapping[str, Any], dims: Mapping[str, int]) -> Any:
+    def _executable(
+        self, piece: Piece, args: Sequence[Any], weights: Mapping[str, Any], dims: Mapping[str, int]
+    ) -> Any:
         piece_dims = () if piece.own_dims else tuple(sorted(dims.items()))
         key = (
             "piece",
@@ -192,7 +202,9 @@ class Pieces:
             EXECUTABLES.put(key, exe)
         return exe
 
-    def run(self, args: Sequence[Any], weights: Mapping[str, Any], dims: Mapping[str, int], *, compile_only: bool = False) -> list[Any]:
+    def run(
+        self, args: Sequence[Any], weights: Mapping[str, Any], dims: Mapping[str, int], *, compile_only: bool = False
+    ) -> list[Any]:
         """Outputs of the block on ``args`` (placed arrays), ``dims`` being the inputs' symbol binding.
 
         ``compile_only``: build every piece's executable for these shapes, passing

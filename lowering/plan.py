@@ -79,7 +79,9 @@ def is_weak(x: Any) -> bool:
     """True for Python/numpy data that is not a typed graph/tensor value."""
     # The attribute test first: it settles every tensor and graph value cheaply (isinstance
     # against the numbers ABC is the slow part, and tensors are what every eager op sees).
-    return not hasattr(x, "__lowering_context__") and isinstance(x, (numbers.Number, np.ndarray, np.generic, list, tuple, Dim))
+    return not hasattr(x, "__lowering_context__") and isinstance(
+        x, (numbers.Number, np.ndarray, np.generic, list, tuple, Dim)
+    )
 
 
 def weak_kind(x: Any) -> type | WeakKind:
@@ -141,7 +143,9 @@ def coercion_plan(op: OpDef, types: Sequence[Type | None]) -> tuple[Any, ...]:
             try:
                 target = promote_strong(target, types[i].dtype)
             except ValueError as e:
-                shapes = ", ".join(f"{types[j].dtype.name}[{', '.join(str(d) for d in types[j].shape)}]" for j in strong)
+                shapes = ", ".join(
+                    f"{types[j].dtype.name}[{', '.join(str(d) for d in types[j].shape)}]" for j in strong
+                )
                 raise OpError(f"{op.name}: incompatible input dtypes ({shapes}): {e}") from None
         for i in promote:
             if types[i] is None:
@@ -220,17 +224,26 @@ _HOST = DeviceRef.CPU()
 
 
 def check_devices(op: OpDef, kinds: Sequence[Any]) -> None:
-    """MAX's rule that an op's tensor inputs share one device (collectives and transfers exempt, host inputs may be on the CPU)."""
+    """MAX's rule that an op's tensor inputs share one device (collectives and transfers exempt, host inputs may be on
+    the CPU).
+    """
     if op.cross_device:
         return
-    types = [k for i, k in enumerate(kinds) if isinstance(k, Type) and not (i in op.host_inputs and getattr(k, "device", None) == _HOST)]
+    types = [
+        k
+        for i, k in enumerate(kinds)
+        if isinstance(k, Type) and not (i in op.host_inputs and getattr(k, "device", None) == _HOST)
+    ]
     if len(types) < 2:
         return
     first = getattr(types[0], "device", None)
     for t in types[1:]:
         d = getattr(t, "device", first)
         if d != first:
-            raise ValueError(f"{op.name}: inputs are on different devices ({first} and {d}); they must be on the same device: move one with `.to(device)` first")
+            raise ValueError(
+                f"{op.name}: inputs are on different devices ({first} and {d}); they must be on the same device: move "
+                "one with `.to(device)` first"
+            )
 
 
 def first_device(types: Sequence[Type]) -> DeviceRef | None:

@@ -59,7 +59,9 @@ class QuantizationEncoding(enum.Enum):
         try:
             return _BLOCKS[self]
         except KeyError:
-            raise ValueError(f"{self.value} has no fixed block layout (GPTQ packing depends on QuantizationConfig)") from None
+            raise ValueError(
+                f"{self.value} has no fixed block layout (GPTQ packing depends on QuantizationConfig)"
+            ) from None
 
     @property
     def block_size(self) -> int:

@@ -52,16 +52,35 @@ def filter_logits(x: jax.Array, top_k: jax.Array, top_p: jax.Array, min_p: jax.A
     return jnp.where(p < floor, -jnp.inf, x)
 
 
-def tempered(x: jax.Array, temperature: jax.Array, top_k: jax.Array, top_p: jax.Array, min_p: jax.Array | None = None, *, filters: bool = True) -> jax.Array:
-    """Float32 logits ``x [B, V]`` divided by each row's temperature (greedy rows, ``<= 0``, by 1), then `filter_logits` unless ``filters`` is False (static)."""
+def tempered(
+    x: jax.Array,
+    temperature: jax.Array,
+    top_k: jax.Array,
+    top_p: jax.Array,
+    min_p: jax.Array | None = None,
+    *,
+    filters: bool = True,
+) -> jax.Array:
+    """Float32 logits ``x [B, V]`` divided by each row's temperature (greedy rows, ``<= 0``, by 1), then `filter_logits`
+    unless ``filters`` is False (static).
+    """
     hot = x / jnp.where(temperature > 0, temperature, 1.0)[:, None]
     if filters:
         hot = filter_logits(hot, top_k, top_p, jnp.zeros_like(top_p) if min_p is None else min_p)
     return hot
 
 
-def masked_probs(logits: jax.Array, temperature: jax.Array, top_k: jax.Array, top_p: jax.Array, min_p: jax.Array | None = None, *, filters: bool = True) -> jax.Array:
-    """Float32 ``[B, V]``: ``softmax(logits / temperature)`` over each row's filtered set, one-hot argmax where ``temperature <= 0``.
+def masked_probs(
+    logits: jax.Array,
+    temperature: jax.Array,
+    top_k: jax.Array,
+    top_p: jax.Array,
+    min_p: jax.Array | None = None,
+    *,
+    filters: bool = True,
+) -> jax.Array:
+    """Float32 ``[B, V]``: ``softmax(logits / temperature)`` over each row's filtered set, one-hot argmax where
+    ``temperature <= 0``.
 
     ``filters=False`` (static) skips `filter_logits` when no row filters.
     """
@@ -72,7 +91,8 @@ def masked_probs(logits: jax.Array, temperature: jax.Array, top_k: jax.Array, to
 
 
 def gumbel_argmax(key: jax.Array, scores: jax.Array) -> jax.Array:
-    """One index drawn with probability ``softmax(scores)`` (Gumbel-max: ``argmax(scores + Gumbel noise)``), ``key`` a typed PRNG key.
+    """One index drawn with probability ``softmax(scores)`` (Gumbel-max: ``argmax(scores + Gumbel noise)``), ``key`` a
+    typed PRNG key.
 
     ``scores`` are logits or ``log(p)`` of unnormalised probabilities; ``-inf`` is never drawn.
     """

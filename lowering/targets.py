@@ -85,14 +85,18 @@ def export_checks(platforms: Sequence[str]) -> list:
     return [jax.export.DisabledSafetyCheck.custom_call(pltriton.CUSTOM_CALL_TARGET_NAME)]
 
 
-def export_for(fun: Any, platforms: Sequence[str], *specs: Any, retarget: bool = True, **jit_kwargs: Any) -> jax.export.Exported:
+def export_for(
+    fun: Any, platforms: Sequence[str], *specs: Any, retarget: bool = True, **jit_kwargs: Any
+) -> jax.export.Exported:
     """``jax.export`` of ``jax.jit(fun, **jit_kwargs)`` for ``platforms`` on ``specs``, traced with 64-bit types.
 
     ``retarget``: trace inside `lowering_for` (GPU kernels emitted for a ``"cuda"``
     target with no GPU attached); False for a program lowered for the local device only.
     """
     platforms = tuple(platforms)
-    exporter = jax.export.export(jax.jit(fun, **jit_kwargs), platforms=platforms, disabled_checks=export_checks(platforms))
+    exporter = jax.export.export(
+        jax.jit(fun, **jit_kwargs), platforms=platforms, disabled_checks=export_checks(platforms)
+    )
     with lowering_for(platforms) if retarget else contextlib.nullcontext():
         return traced(exporter, *specs)
 
@@ -125,6 +129,9 @@ def symbolic_input_specs(types: Sequence[Any], where: str, inputs: str) -> list[
                     (symbols[d.name],) = jax.export.symbolic_shape(d.name, scope=scope)
                 dims.append(symbols[d.name])
             else:
-                raise ValueError(f"{where}: input {i} has the algebraic dim {d} ({t}); {inputs} take static sizes or bare symbols ('batch')")
+                raise ValueError(
+                    f"{where}: input {i} has the algebraic dim {d} ({t}); {inputs} take static sizes or bare symbols "
+                    "('batch')"
+                )
         specs.append(jax.ShapeDtypeStruct(tuple(dims), t.dtype.to_numpy()))
     return specs

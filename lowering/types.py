@@ -197,7 +197,9 @@ class _ShapedType(Type):
         self.shape = shape if isinstance(shape, Shape) else Shape(shape)
         for d in self.shape:
             if isinstance(d, StaticDim) and d.dim < 0:
-                raise TypeError(f"{self._name}: dimensions must be non-negative, got shape {[str(x) for x in self.shape]}")
+                raise TypeError(
+                    f"{self._name}: dimensions must be non-negative, got shape {[str(x) for x in self.shape]}"
+                )
         self.device = _as_device_ref(device)
         self._layout = _layout
         self._key = None
@@ -226,7 +228,10 @@ class _ShapedType(Type):
             6
         """
         if not self.is_static():
-            raise RuntimeError(f"{self._name}.num_elements: can't find num elements since tensor has symbolic dims (shape {list(self.shape)})")
+            raise RuntimeError(
+                f"{self._name}.num_elements: can't find num elements since tensor has symbolic dims (shape "
+                f"{list(self.shape)})"
+            )
         return math.prod(d.dim for d in self.shape)
 
     @property
@@ -280,7 +285,9 @@ class _ShapedType(Type):
         if isinstance(self, BufferType):
             encoding["kind"] = mlir_interop.string_attr("buffer")
         sizes = [d.dim if isinstance(d, StaticDim) else None for d in self.shape]
-        return mlir_interop.ranked_tensor_type(sizes, self.dtype, mlir_interop.dict_attr(encoding) if encoding else None, f"{self._name}.to_mlir")
+        return mlir_interop.ranked_tensor_type(
+            sizes, self.dtype, mlir_interop.dict_attr(encoding) if encoding else None, f"{self._name}.to_mlir"
+        )
 
 
 class TensorType(_ShapedType):

@@ -62,7 +62,10 @@ def _require_str(where: str, value: object) -> str:
 
 def _refuse_unset_while_on(where: str, value: str) -> None:
     if not value and _state["count"] > 0:
-        raise ValueError(f"{where}(''): virtual-device mode is on ({_state['count']} device(s)); call set_virtual_device_count(0) before unsetting its target")
+        raise ValueError(
+            f"{where}(''): virtual-device mode is on ({_state['count']} device(s)); call set_virtual_device_count(0) "
+            "before unsetting its target"
+        )
 
 
 def set_virtual_device_api(api: str) -> None:
@@ -137,11 +140,20 @@ def set_virtual_device_count(count: int) -> None:
     if isinstance(count, bool) or not isinstance(count, int):
         raise TypeError(f"set_virtual_device_count: expected an int, got {type(count).__name__} {count!r}")
     if count < 0:
-        raise ValueError(f"set_virtual_device_count: the count must be >= 0 (0 turns virtual-device mode off), got {count}")
+        raise ValueError(
+            f"set_virtual_device_count: the count must be >= 0 (0 turns virtual-device mode off), got {count}"
+        )
     with _lock:
         if count > 0 and not (_state["api"] and _state["arch"]):
-            missing = [f for f, k in (("set_virtual_device_api", "api"), ("set_virtual_device_target_arch", "arch")) if not _state[k]]
-            raise ValueError(f"set_virtual_device_count({count}): call {' and '.join(missing)} first, so the virtual devices have a target to compile for")
+            missing = [
+                f
+                for f, k in (("set_virtual_device_api", "api"), ("set_virtual_device_target_arch", "arch"))
+                if not _state[k]
+            ]
+            raise ValueError(
+                f"set_virtual_device_count({count}): call {' and '.join(missing)} first, so the virtual devices have a "
+                "target to compile for"
+            )
         _state["count"] = count
 
 
@@ -222,12 +234,22 @@ def xla_cpu_isa(target: str) -> str | None:
     family = _host_family()
     table = {"x86": _X86_ISA, "arm": _ARM_ISA}.get(family)
     if table is None:
-        raise ValueError(f"set_virtual_cpu_target: this machine's CPU family ({_platform.machine()}) has no virtual CPU targets; only x86-64 and AArch64 hosts do")
+        raise ValueError(
+            f"set_virtual_cpu_target: this machine's CPU family ({_platform.machine()}) has no virtual CPU targets; "
+            "only x86-64 and AArch64 hosts do"
+        )
     name = "x86-64" if (family == "x86" and target == "generic") else target
     if name not in table:
         other = _ARM_ISA if family == "x86" else _X86_ISA
-        why = f"it is a CPU of another architecture family than this {family} machine" if name in other else "maxfx does not know its instruction set"
-        raise ValueError(f"set_virtual_cpu_target: cannot compile for {target!r}: {why}; known {family} targets are {sorted(set(table) | {'generic'})}")
+        why = (
+            f"it is a CPU of another architecture family than this {family} machine"
+            if name in other
+            else "maxfx does not know its instruction set"
+        )
+        raise ValueError(
+            f"set_virtual_cpu_target: cannot compile for {target!r}: {why}; known {family} targets are "
+            f"{sorted(set(table) | {'generic'})}"
+        )
     return table[name]
 
 
@@ -255,7 +277,10 @@ def set_virtual_cpu_target(cpu: str) -> None:
     """
     cpu = _require_str("set_virtual_cpu_target", cpu).strip()
     if cpu == "native":
-        raise ValueError("set_virtual_cpu_target: 'native' names this machine's CPU, which is not portable; pass '' for host-CPU code, or a CPU name such as 'x86-64-v3'")
+        raise ValueError(
+            "set_virtual_cpu_target: 'native' names this machine's CPU, which is not portable; pass '' for host-CPU "
+            "code, or a CPU name such as 'x86-64-v3'"
+        )
     isa = xla_cpu_isa(cpu)  # refuses names XLA cannot compile for before anything is stored
     with _lock:
         _state["cpu"] = cpu
@@ -263,11 +288,13 @@ def set_virtual_cpu_target(cpu: str) -> None:
             _set_xla_flag("xla_cpu_max_isa", isa)
             _state["cpu_in_effect"] = cpu
         elif cpu != _state["cpu_in_effect"]:
-            # XLA:CPU fixes its target when JAX creates the backend; MAX, likewise, only honours a target set before CPU kernels compile.
+            # XLA:CPU fixes its target when JAX creates the backend; MAX, likewise, only honours a target set before CPU
+            # kernels compile.
             warnings.warn(
                 f"set_virtual_cpu_target({cpu!r}): JAX's CPU backend already exists, compiling for "
                 f"{_state['cpu_in_effect'] or 'this machine'!r}; programs compiled in this process keep that target. "
-                "Set the target before the first computation (or start Python with MODULAR_TEST_VIRTUAL_CPU_TARGET / XLA_FLAGS=--xla_cpu_max_isa=...)",
+                "Set the target before the first computation (or start Python with MODULAR_TEST_VIRTUAL_CPU_TARGET / "
+                "XLA_FLAGS=--xla_cpu_max_isa=...)",
                 RuntimeWarning,
                 stacklevel=2,
             )

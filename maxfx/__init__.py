@@ -16,12 +16,33 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("dtype", "driver", "graph", "engine", "experimental", "tensor", "functional", "random", "nn", "models", "distributed")
+_SUBMODULES = (
+    "dtype",
+    "driver",
+    "graph",
+    "engine",
+    "experimental",
+    "tensor",
+    "functional",
+    "random",
+    "nn",
+    "models",
+    "distributed",
+)
 
 # Transformations and training helpers (issue 6): name -> module defining it, loaded on first use.
-_LAZY = {name: "maxfx._transforms" for name in ("jit", "grad", "value_and_grad", "vmap", "checkpoint", "remat", "scan")} | {"optim": "maxfx.optim"}
+_LAZY = {
+    name: "maxfx._transforms" for name in ("jit", "grad", "value_and_grad", "vmap", "checkpoint", "remat", "scan")
+} | {"optim": "maxfx.optim"}
 # Export, sharding and interop (issue 6).
-_LAZY |= {"export": "maxfx._export", "load_exported": "maxfx._artifact", "ArtifactError": "maxfx._artifact", "shard": "maxfx._sharding", "make_mesh": "maxfx._sharding", "interop": "maxfx.interop"}
+_LAZY |= {
+    "export": "maxfx._export",
+    "load_exported": "maxfx._artifact",
+    "ArtifactError": "maxfx._artifact",
+    "shard": "maxfx._sharding",
+    "make_mesh": "maxfx._sharding",
+    "interop": "maxfx.interop",
+}
 
 # Checkpoints through Orbax (issue 18).
 _LAZY |= {"save": "maxfx._checkpoint", "restore": "maxfx._checkpoint"}

@@ -22,7 +22,9 @@ __all__ = ["NotAddressableError", "check_readable", "describe", "readable_here"]
 
 
 class NotAddressableError(RuntimeError):
-    """A value split over several processes was read where only this process's part is (use `maxfx.distributed.gather`)."""
+    """A value split over several processes was read where only this process's part is (use
+    `maxfx.distributed.gather`).
+    """
 
 
 def _index_key(index: tuple[slice, ...]) -> tuple[Any, ...]:
@@ -44,13 +46,23 @@ def readable_here(array: Any) -> bool:
 
 
 def describe(array: Any) -> str | None:
-    """What this process holds of ``array``, e.g. "a global array over 2 processes, split P('data', None) on mesh {'data': 2}; this process holds [32, 8] of [64, 8]"; None if readable here."""
+    """What this process holds of ``array``, e.g. "a global array over 2 processes, split P('data', None) on mesh
+    {'data': 2}; this process holds [32, 8] of [64, 8]"; None if readable here.
+    """
     if readable_here(array):
         return None
     sharding = array.sharding
     processes = sorted({d.process_index for d in sharding.device_set})
-    where = f"a global array over {len(processes)} processes" if len(processes) > 1 else f"an array on process {processes[0]}'s devices"
-    split = f", split {sharding.spec} on mesh {dict(sharding.mesh.shape)}" if hasattr(sharding, "spec") else f", placed by {type(sharding).__name__}"
+    where = (
+        f"a global array over {len(processes)} processes"
+        if len(processes) > 1
+        else f"an array on process {processes[0]}'s devices"
+    )
+    split = (
+        f", split {sharding.spec} on mesh {dict(sharding.mesh.shape)}"
+        if hasattr(sharding, "spec")
+        else f", placed by {type(sharding).__name__}"
+    )
     mine = [s.index for s in array.addressable_shards]
     if not mine:
         held = "no part of it"

@@ -54,7 +54,16 @@ from maxfx.driver._device import as_device
 from maxfx.driver._tensor import as_array
 from maxfx.experimental._tensor import Tensor, _leaf
 
-__all__ = ["ArtifactError", "ArtifactProgram", "ExportedModel", "is_exported_artifact", "load_exported", "mesh_json", "platform_of", "program_tree"]
+__all__ = [
+    "ArtifactError",
+    "ArtifactProgram",
+    "ExportedModel",
+    "is_exported_artifact",
+    "load_exported",
+    "mesh_json",
+    "platform_of",
+    "program_tree",
+]
 
 _FORMAT = "maxfx.export"
 _VERSION = 2
@@ -83,7 +92,11 @@ def program_tree(n_inputs: int, n_weights: int) -> Any:
 
 def mesh_json(mesh: Any) -> dict[str, Any]:
     """The parts of a mesh ``Exported.in_shardings_jax`` checks: axis names, sizes and types."""
-    return {"axis_names": list(mesh.axis_names), "axis_sizes": [int(s) for s in mesh.axis_sizes], "axis_types": [t.name for t in mesh.axis_types]}
+    return {
+        "axis_names": list(mesh.axis_names),
+        "axis_sizes": [int(s) for s in mesh.axis_sizes],
+        "axis_types": [t.name for t in mesh.axis_types],
+    }
 
 
 def _tensor_type(aval: Any) -> TensorType:
@@ -111,7 +124,15 @@ class ExportedModel:
         platforms: the JAX platforms the StableHLO was lowered for.
     """
 
-    def __init__(self, exported: Any, program: bytes, name: str, weights: Mapping[str, np.ndarray], mesh: Mapping[str, Any] | None = None, device: Any = None):
+    def __init__(
+        self,
+        exported: Any,
+        program: bytes,
+        name: str,
+        weights: Mapping[str, np.ndarray],
+        mesh: Mapping[str, Any] | None = None,
+        device: Any = None,
+    ):
         self._exported = exported
         self._program = bytes(program)
         self.name = name
@@ -166,12 +187,18 @@ class ExportedModel:
         target = self.device.jax_device
         platform = platform_of(target)
         if platform not in self.platforms:
-            raise RuntimeError(f"exported model {self.name!r} was lowered for {list(self.platforms)}, not for {platform} ({self.device}); export with platforms=[..., {platform!r}]")
+            raise RuntimeError(
+                f"exported model {self.name!r} was lowered for {list(self.platforms)}, not for {platform} "
+                f"({self.device}); export with platforms=[..., {platform!r}]"
+            )
         if self.nr_devices == 1:
             return [target]
         devices = [d for d in jax.devices(target.platform)]
         if len(devices) < self.nr_devices:
-            raise RuntimeError(f"exported model {self.name!r} is sharded over {self.nr_devices} devices; this process has {len(devices)} {platform} device(s)")
+            raise RuntimeError(
+                f"exported model {self.name!r} is sharded over {self.nr_devices} devices; this process has "
+                f"{len(devices)} {platform} device(s)"
+            )
         return devices[: self.nr_devices]
 
     def _placed(self) -> tuple[list[Any], list[Any]]:
@@ -193,8 +220,12 @@ class ExportedModel:
         if self._mesh is None:
             return [replicated] * len(self._exported.in_avals)
         types = tuple(jax.sharding.AxisType[t] for t in self._mesh["axis_types"])
-        mesh = Mesh(np.array(devices).reshape(self._mesh["axis_sizes"]), tuple(self._mesh["axis_names"]), axis_types=types)
-        return [s if s is not None else NamedSharding(mesh, PartitionSpec()) for s in self._exported.in_shardings_jax(mesh)]
+        mesh = Mesh(
+            np.array(devices).reshape(self._mesh["axis_sizes"]), tuple(self._mesh["axis_names"]), axis_types=types
+        )
+        return [
+            s if s is not None else NamedSharding(mesh, PartitionSpec()) for s in self._exported.in_shardings_jax(mesh)
+        ]
 
     def _run(self, arrays: Sequence[Any]) -> list[Any]:
         shardings, weights = self._placed()
@@ -250,14 +281,19 @@ class ExportedModel:
             "name": self.name,
             "jax_version": jax.__version__,
             "mesh": self._mesh,
-            "weights": [{"name": n, "dtype": DType.from_numpy(w.dtype).name, "shape": list(w.shape)} for n, w in self._host_weights.items()],
+            "weights": [
+                {"name": n, "dtype": DType.from_numpy(w.dtype).name, "shape": list(w.shape)}
+                for n, w in self._host_weights.items()
+            ],
         }
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
             z.writestr(_META, json.dumps(meta, indent=1))
             z.writestr(_PROGRAM, self._program)
             for i, w in enumerate(self._host_weights.values()):
-                z.writestr(_weight_entry(i), np.ascontiguousarray(w).astype(w.dtype.newbyteorder("<"), copy=False).tobytes())
+                z.writestr(
+                    _weight_entry(i), np.ascontiguousarray(w).astype(w.dtype.newbyteorder("<"), copy=False).tobytes()
+                )
         return buf.getvalue()
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -295,7 +331,9 @@ class ArtifactProgram:
 
     def __init__(self, exported: ExportedModel):
         self._exported = exported
-        self.block = self._Block([self._Var(t) for t in exported.input_types], [self._Var(t) for t in exported.output_types])
+        self.block = self._Block(
+            [self._Var(t) for t in exported.input_types], [self._Var(t) for t in exported.output_types]
+        )
 
     def check_inputs(self, args: Sequence[Any], names: Sequence[str] | None = None) -> None:
         self._exported._check(args, names)
@@ -343,7 +381,10 @@ def _read_entry(z: zipfile.ZipFile, name: str, size: int | None, limit: int, fai
     except KeyError:
         raise fail(f"the entry {name!r} is missing") from None
     if info.compress_type != zipfile.ZIP_STORED:
-        raise fail(f"the entry {name!r} is compressed (method {info.compress_type}); maxfx artifacts store entries uncompressed")
+        raise fail(
+            f"the entry {name!r} is compressed (method {info.compress_type}); maxfx artifacts store entries "
+            "uncompressed"
+        )
     if size is not None and info.file_size != size:
         raise fail(f"the entry {name!r} holds {info.file_size} bytes, expected {size}")
     if info.file_size > limit:
@@ -369,40 +410,74 @@ def _check_meta(meta: Any, fail: Any) -> None:
     for i, w in enumerate(weights):
         _require(isinstance(w, dict), fail, f"weight {i} must be an object, got {w!r}")
         name, dtype, shape = w.get("name"), w.get("dtype"), w.get("shape")
-        _require(isinstance(name, str) and name not in names, fail, f"weight {i}: the name {name!r} must be a string not used by another weight")
+        _require(
+            isinstance(name, str) and name not in names,
+            fail,
+            f"weight {i}: the name {name!r} must be a string not used by another weight",
+        )
         names.add(name)
-        _require(isinstance(dtype, str) and dtype in DType.__members__, fail, f"weight {name!r}: unknown dtype {dtype!r}")
-        _require(isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape), fail, f"weight {name!r}: the shape {shape!r} must be a list of sizes >= 0")
+        _require(
+            isinstance(dtype, str) and dtype in DType.__members__, fail, f"weight {name!r}: unknown dtype {dtype!r}"
+        )
+        _require(
+            isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape),
+            fail,
+            f"weight {name!r}: the shape {shape!r} must be a list of sizes >= 0",
+        )
     mesh = meta.get("mesh")
     if mesh is not None:
         _require(isinstance(mesh, dict), fail, f"'mesh' must be null or an object, got {mesh!r}")
         axis_names, sizes, types = mesh.get("axis_names"), mesh.get("axis_sizes"), mesh.get("axis_types")
         _require(
-            isinstance(axis_names, list) and all(isinstance(n, str) for n in axis_names) and len(set(axis_names)) == len(axis_names), fail, f"mesh axis_names {axis_names!r} must be distinct strings"
+            isinstance(axis_names, list)
+            and all(isinstance(n, str) for n in axis_names)
+            and len(set(axis_names)) == len(axis_names),
+            fail,
+            f"mesh axis_names {axis_names!r} must be distinct strings",
         )
-        _require(isinstance(sizes, list) and len(sizes) == len(axis_names) and all(type(s) is int and s >= 1 for s in sizes), fail, f"mesh axis_sizes {sizes!r} must be one size >= 1 per axis")
         _require(
-            isinstance(types, list) and len(types) == len(axis_names) and all(t in jax.sharding.AxisType.__members__ for t in types),
+            isinstance(sizes, list) and len(sizes) == len(axis_names) and all(type(s) is int and s >= 1 for s in sizes),
+            fail,
+            f"mesh axis_sizes {sizes!r} must be one size >= 1 per axis",
+        )
+        _require(
+            isinstance(types, list)
+            and len(types) == len(axis_names)
+            and all(t in jax.sharding.AxisType.__members__ for t in types),
             fail,
             f"mesh axis_types {types!r} must be one of {list(jax.sharding.AxisType.__members__)} per axis",
         )
 
 
 def _check_version(meta: Any, fail: Any) -> None:
-    _require(isinstance(meta, dict) and meta.get("format") == _FORMAT, fail, f"the metadata does not name the format {_FORMAT!r}")
+    _require(
+        isinstance(meta, dict) and meta.get("format") == _FORMAT,
+        fail,
+        f"the metadata does not name the format {_FORMAT!r}",
+    )
     version = meta.get("version")
     _require(type(version) is int, fail, f"the format version {version!r} is not an integer")
     if version > _VERSION:
-        raise fail(f"it was written by a newer maxfx (format version {version}); this maxfx reads version {_VERSION}: upgrade maxfx")
+        raise fail(
+            f"it was written by a newer maxfx (format version {version}); this maxfx reads version {_VERSION}: upgrade "
+            "maxfx"
+        )
     if version < _VERSION:
-        raise fail(f"it has format version {version}, which stored private jax.export fields and is no longer read; this maxfx reads version {_VERSION}: export the model again")
+        raise fail(
+            f"it has format version {version}, which stored private jax.export fields and is no longer read; this "
+            f"maxfx reads version {_VERSION}: export the model again"
+        )
 
 
 def _check_checks(exported: Any, fail: Any) -> None:
     """Only the custom-call targets `lowering.targets.export_checks` writes may skip jax.export's checks."""
     allowed = {str(c) for c in export_checks(("cuda",))}
     for c in exported.disabled_safety_checks:
-        _require(str(c) in allowed, fail, f"unsupported disabled safety check {str(c)!r} (maxfx artifacts only disable {sorted(allowed)})")
+        _require(
+            str(c) in allowed,
+            fail,
+            f"unsupported disabled safety check {str(c)!r} (maxfx artifacts only disable {sorted(allowed)})",
+        )
 
 
 def _load_program(blob: bytes, weights: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], fail: Any) -> Any:
@@ -413,20 +488,47 @@ def _load_program(blob: bytes, weights: Sequence[Mapping[str, Any]], meta: Mappi
         raise fail(f"{_PROGRAM} cannot be deserialized ({type(e).__name__}: {e})") from None
     n_weights = len(weights)
     n_inputs = len(exported.in_avals) - n_weights
-    _require(n_inputs >= 0 and exported.in_tree == program_tree(n_inputs, n_weights), fail, f"the program takes {exported.in_tree}, not (inputs, {n_weights} weights)")
+    _require(
+        n_inputs >= 0 and exported.in_tree == program_tree(n_inputs, n_weights),
+        fail,
+        f"the program takes {exported.in_tree}, not (inputs, {n_weights} weights)",
+    )
     leaves = jax.tree.structure((0,) * len(exported.out_avals))
-    _require(exported.out_tree in (leaves, jax.tree.structure(0)), fail, f"the program returns {exported.out_tree}, not an array or a tuple of arrays")
+    _require(
+        exported.out_tree in (leaves, jax.tree.structure(0)),
+        fail,
+        f"the program returns {exported.out_tree}, not an array or a tuple of arrays",
+    )
     _require(not exported.ordered_effects and not exported.unordered_effects, fail, "the program has side effects")
-    _require(set(exported.platforms) <= _PLATFORMS and len(exported.platforms) > 0, fail, f"unknown platforms {list(exported.platforms)}")
+    _require(
+        set(exported.platforms) <= _PLATFORMS and len(exported.platforms) > 0,
+        fail,
+        f"unknown platforms {list(exported.platforms)}",
+    )
     _check_checks(exported, fail)
     for i, (w, aval) in enumerate(zip(weights, exported.in_avals[n_inputs:])):
         want = (tuple(w["shape"]), DType[w["dtype"]].to_numpy())
-        _require((tuple(aval.shape), aval.dtype) == want, fail, f"weight {i} ({w['name']!r}) is {w['dtype']}{w['shape']} in the metadata but {aval.str_short()} in the program")
+        _require(
+            (tuple(aval.shape), aval.dtype) == want,
+            fail,
+            f"weight {i} ({w['name']!r}) is {w['dtype']}{w['shape']} in the metadata but {aval.str_short()} in the "
+            "program",
+        )
     mesh = meta.get("mesh")
     if exported.nr_devices > 1 and mesh is not None:
-        _require(math.prod(mesh["axis_sizes"]) == exported.nr_devices, fail, f"the mesh {mesh['axis_sizes']} does not have the program's {exported.nr_devices} devices")
+        _require(
+            math.prod(mesh["axis_sizes"]) == exported.nr_devices,
+            fail,
+            f"the mesh {mesh['axis_sizes']} does not have the program's {exported.nr_devices} devices",
+        )
         try:
-            exported.in_shardings_jax(jax.sharding.AbstractMesh(tuple(mesh["axis_sizes"]), tuple(mesh["axis_names"]), axis_types=tuple(jax.sharding.AxisType[t] for t in mesh["axis_types"])))
+            exported.in_shardings_jax(
+                jax.sharding.AbstractMesh(
+                    tuple(mesh["axis_sizes"]),
+                    tuple(mesh["axis_names"]),
+                    axis_types=tuple(jax.sharding.AxisType[t] for t in mesh["axis_types"]),
+                )
+            )
         except ValueError as e:
             raise fail(f"the mesh in the metadata is not the program's: {e}") from None
     try:
@@ -453,7 +555,9 @@ def _open(z: zipfile.ZipFile, fail: Any, size_limit: int) -> tuple[dict[str, Any
     for i, w in enumerate(meta["weights"]):
         dtype = DType[w["dtype"]].to_numpy()
         raw = _read_entry(z, _weight_entry(i), math.prod(w["shape"]) * dtype.itemsize, size_limit, fail)
-        weights[w["name"]] = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(w["shape"])
+        weights[w["name"]] = (
+            np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(w["shape"])
+        )
     return meta, exported, blob, weights
 
 
@@ -484,7 +588,9 @@ def load_exported(path_or_bytes: str | os.PathLike | bytes, *, device: Any = Non
         array([0., 6.], dtype=float32)
     """
     source = _zip_source(path_or_bytes)
-    where = "load_exported(<bytes>)" if isinstance(source, io.BytesIO) else f"load_exported({os.fspath(path_or_bytes)!r})"
+    where = (
+        "load_exported(<bytes>)" if isinstance(source, io.BytesIO) else f"load_exported({os.fspath(path_or_bytes)!r})"
+    )
 
     def fail(message: str) -> ArtifactError:
         return ArtifactError(f"{where}: {message}")

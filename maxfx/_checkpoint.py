@@ -51,7 +51,10 @@ def _leaves(tree: Any, where: str) -> tuple[list[tuple[str, Any]], Any]:
             leaf = np.asarray(leaf)
         elif isinstance(leaf, jax.core.Tracer) or not isinstance(leaf, jax.Array):
             # A Tensor traced inside jit flattens to a graph value or tracer: there is no value to write.
-            raise TypeError(f"{where}: leaf {name} is a {type(leaf).__name__}; only concrete Tensors, arrays and numbers can be checkpointed (call it outside jit)")
+            raise TypeError(
+                f"{where}: leaf {name} is a {type(leaf).__name__}; only concrete Tensors, arrays and numbers can be "
+                "checkpointed (call it outside jit)"
+            )
         out.append((name, leaf))
     return out, treedef
 
@@ -87,9 +90,19 @@ def save(path: os.PathLike[str] | str, tree: Any, *, overwrite: bool = False) ->
         raise FileExistsError(f"{where}: {str(target)!r} exists; pass overwrite=True to replace it")
     leaves, _ = _leaves(tree, where)
     arrays = {_key(i): a for i, (_, a) in enumerate(leaves)}
-    meta = {"format": _FORMAT, "paths": [name for name, _ in leaves], "shapes": [list(a.shape) for _, a in leaves], "dtypes": [str(a.dtype) for _, a in leaves]}
+    meta = {
+        "format": _FORMAT,
+        "paths": [name for name, _ in leaves],
+        "shapes": [list(a.shape) for _, a in leaves],
+        "dtypes": [str(a.dtype) for _, a in leaves],
+    }
     with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:  # run: int64/float64 leaves keep their width
-        run(ckptr.save, target, ocp.args.Composite(arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)), force=overwrite)
+        run(
+            ckptr.save,
+            target,
+            ocp.args.Composite(arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)),
+            force=overwrite,
+        )
 
 
 def restore(path: os.PathLike[str] | str, like: Any) -> Any:
@@ -121,8 +134,12 @@ def restore(path: os.PathLike[str] | str, like: Any) -> Any:
     with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
         meta = ckptr.restore(source, ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
         _check(meta, want, source)
-        abstract = {_key(i): jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=_sharding(a)) for i, (_, a) in enumerate(want)}
-        arrays = run(ckptr.restore, source, ocp.args.Composite(arrays=ocp.args.StandardRestore(abstract)))["arrays"]  # run: as in save
+        abstract = {
+            _key(i): jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=_sharding(a)) for i, (_, a) in enumerate(want)
+        }
+        arrays = run(ckptr.restore, source, ocp.args.Composite(arrays=ocp.args.StandardRestore(abstract)))[
+            "arrays"
+        ]  # run: as in save
     flat_like = jax.tree_util.tree_leaves(like)
     values = [_like_type(arrays[_key(i)], ref) for i, ref in enumerate(flat_like)]
     return jax.tree_util.tree_unflatten(treedef, values)
@@ -149,12 +166,20 @@ def _like_type(value: jax.Array, ref: Any) -> Any:
 def _check(meta: dict[str, Any], want: list[tuple[str, Any]], source: Path) -> None:
     where = f"maxfx.restore({str(source)!r})"
     if meta.get("format", 0) > _FORMAT:
-        raise ValueError(f"{where}: checkpoint format {meta.get('format')} is newer than this maxfx reads ({_FORMAT}); upgrade maxfx")
+        raise ValueError(
+            f"{where}: checkpoint format {meta.get('format')} is newer than this maxfx reads ({_FORMAT}); upgrade maxfx"
+        )
     paths, shapes, dtypes = meta["paths"], meta["shapes"], meta["dtypes"]
     if len(paths) != len(want):
-        raise ValueError(f"{where}: the checkpoint has {len(paths)} leaves but `like` has {len(want)}; pass a tree built like the one saved")
+        raise ValueError(
+            f"{where}: the checkpoint has {len(paths)} leaves but `like` has {len(want)}; pass a tree built like the "
+            "one saved"
+        )
     for i, (name, a) in enumerate(want):
         got = (paths[i], list(shapes[i]), dtypes[i])
         exp = (name, list(a.shape), str(a.dtype))
         if got != exp:
-            raise ValueError(f"{where}: leaf {i} differs: the checkpoint has {got[0]} {got[2]}{got[1]}, `like` has {exp[0]} {exp[2]}{exp[1]}; pass a tree built like the one saved")
+            raise ValueError(
+                f"{where}: leaf {i} differs: the checkpoint has {got[0]} {got[2]}{got[1]}, `like` has {exp[0]} "
+                f"{exp[2]}{exp[1]}; pass a tree built like the one saved"
+            )

@@ -44,7 +44,14 @@ class _UsageError(Exception):
 
 def _model_argument(parser: argparse.ArgumentParser) -> None:
     """``--model`` (MAX's ``--model-path`` too): what every subcommand loads."""
-    parser.add_argument("--model", "--model-path", dest="model", required=True, metavar="PATH", help="a Hugging Face folder (config.json, weights, tokenizer.json) or a .gguf file")
+    parser.add_argument(
+        "--model",
+        "--model-path",
+        dest="model",
+        required=True,
+        metavar="PATH",
+        help="a Hugging Face folder (config.json, weights, tokenizer.json) or a .gguf file",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,12 +70,41 @@ def build_parser() -> argparse.ArgumentParser:
         description="Complete a prompt with a causal language model and stream the text to stdout; a timing line (load, compile, prefill and decode speed) goes to stderr.",
     )
     _model_argument(gen)
-    gen.add_argument("--prompt", metavar="TEXT", help="the prompt; read from stdin when absent or '-' (one trailing newline dropped)")
-    gen.add_argument("--prompt-ids", type=_token_ids, metavar="IDS", help="the prompt as token ids '1,2,3' (for models without a tokenizer): prints the new ids")
-    gen.add_argument("--max-new-tokens", type=_positive_int, default=64, metavar="N", help="tokens to generate (default 64; fewer when EOS comes first)")
-    gen.add_argument("--temperature", type=_non_negative_float, default=0.0, metavar="T", help="0 (default) decodes greedily; > 0 samples")
-    gen.add_argument("--top-k", type=_positive_int, metavar="K", help="sample among the K most likely tokens (with --temperature > 0)")
-    gen.add_argument("--top-p", type=_probability, metavar="P", help="sample from the smallest set of tokens whose probability reaches P (with --temperature > 0)")
+    gen.add_argument(
+        "--prompt", metavar="TEXT", help="the prompt; read from stdin when absent or '-' (one trailing newline dropped)"
+    )
+    gen.add_argument(
+        "--prompt-ids",
+        type=_token_ids,
+        metavar="IDS",
+        help="the prompt as token ids '1,2,3' (for models without a tokenizer): prints the new ids",
+    )
+    gen.add_argument(
+        "--max-new-tokens",
+        type=_positive_int,
+        default=64,
+        metavar="N",
+        help="tokens to generate (default 64; fewer when EOS comes first)",
+    )
+    gen.add_argument(
+        "--temperature",
+        type=_non_negative_float,
+        default=0.0,
+        metavar="T",
+        help="0 (default) decodes greedily; > 0 samples",
+    )
+    gen.add_argument(
+        "--top-k",
+        type=_positive_int,
+        metavar="K",
+        help="sample among the K most likely tokens (with --temperature > 0)",
+    )
+    gen.add_argument(
+        "--top-p",
+        type=_probability,
+        metavar="P",
+        help="sample from the smallest set of tokens whose probability reaches P (with --temperature > 0)",
+    )
     gen.add_argument("--seed", type=int, metavar="S", help="makes sampling reproducible (default: a fresh seed)")
     gen.add_argument("--dtype", choices=_DTYPES, help="convert float weights to this dtype (default: as stored)")
     gen.set_defaults(run=_generate)
@@ -117,22 +153,39 @@ def _generate(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     try:
         model = models.load_pretrained(args.model, dtype=dtype)
-    except (OSError, ValueError, ImportError) as e:  # missing files, bad config/weights/tokenizer (ConfigError is a ValueError)
+    except (
+        OSError,
+        ValueError,
+        ImportError,
+    ) as e:  # missing files, bad config/weights/tokenizer (ConfigError is a ValueError)
         raise _UsageError(str(e)) from None
     load_s = time.perf_counter() - start
 
     if isinstance(prompt, str) and model.tokenizer is None:
-        raise _UsageError(f"{args.model} has no tokenizer (tokenizer.json or GGUF vocabulary): a text prompt needs one; pass token ids with --prompt-ids 1,2,3")
-    sampling = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed}
+        raise _UsageError(
+            f"{args.model} has no tokenizer (tokenizer.json or GGUF vocabulary): a text prompt needs one; pass token "
+            "ids with --prompt-ids 1,2,3"
+        )
+    sampling = {
+        "max_new_tokens": args.max_new_tokens,
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "seed": args.seed,
+    }
     _reconfigure_stdout()
     try:
         if isinstance(prompt, str):
             for piece in model.stream(prompt, **sampling):
                 _emit(piece)
         else:
-            for i, step in enumerate(model.stream([prompt], **sampling)):  # a batch of one prompt: each step is int64 [1]
+            for i, step in enumerate(
+                model.stream([prompt], **sampling)
+            ):  # a batch of one prompt: each step is int64 [1]
                 _emit(("" if i == 0 else " ") + str(int(step[0])))
-    except ValueError as e:  # the model refused the input (a prompt longer than its context, ids outside the vocabulary, ...)
+    except (
+        ValueError
+    ) as e:  # the model refused the input (a prompt longer than its context, ids outside the vocabulary, ...)
         raise _UsageError(str(e)) from None
     _emit("\n")
     print(_timing_line(load_s, model.last_stats), file=sys.stderr)
@@ -177,30 +230,70 @@ def _one_line(message: str) -> str:
 # ─── encode (MAX's `max encode`) ──────────────────────────────────────────
 
 _ENCODE_DEFAULT_PROMPT = "I believe the meaning of life is"  # MAX's `max encode` default
-_POOLING_KINDS = ("mean", "last_token", "cls")  # maxfx.pipelines.lib.embeddings_pipeline.POOLING_KINDS (not imported: flags parse without JAX)
+_POOLING_KINDS = (
+    "mean",
+    "last_token",
+    "cls",
+)  # maxfx.pipelines.lib.embeddings_pipeline.POOLING_KINDS (not imported: flags parse without JAX)
 
 
 def _add_encode(commands: Any) -> None:
-    """The ``encode`` subcommand: MAX's ``max encode`` flags (``--model``/``--model-path``, ``--prompt``, ``--num-warmups``, ``--pool-embeddings``) and maxfx's."""
+    """The ``encode`` subcommand: MAX's ``max encode`` flags (``--model``/``--model-path``, ``--prompt``,
+    ``--num-warmups``, ``--pool-embeddings``) and maxfx's.
+    """
     enc = commands.add_parser(
         "encode",
         help="embed a prompt with a pretrained model",
-        description="Embed a prompt with an EmbeddingsPipeline (the model's final hidden states, pooled) and print 'Encoding:', the shape and 'Embeddings:' to stdout; a timing line goes to stderr.",
+        description=(
+            "Embed a prompt with an EmbeddingsPipeline (the model's final hidden states, pooled) and print "
+            "'Encoding:', the shape and 'Embeddings:' to stdout; a timing line goes to stderr."
+        ),
     )
     _model_argument(enc)
-    enc.add_argument("--prompt", metavar="TEXT", help=f"the text to embed (default: {_ENCODE_DEFAULT_PROMPT!r}, as MAX); '-' reads it from stdin")
-    enc.add_argument("--prompt-ids", type=_token_ids, metavar="IDS", help="the token ids '1,2,3' to embed (for models without a tokenizer)")
-    enc.add_argument("--pool-embeddings", "--pool", dest="pool", action=argparse.BooleanOptionalAction, default=True, help="pooled [hidden] (default) or per-token [tokens, hidden]")
-    enc.add_argument("--pooling", choices=_POOLING_KINDS, help="how to pool (default: the checkpoint's sentence-transformers config, last_token for Qwen3, else mean)")
-    enc.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None, help="L2-normalize the pooled vector (default: as the checkpoint's sentence-transformers modules say)")
-    enc.add_argument("--num-warmups", type=_non_negative_int, default=0, metavar="N", help="runs before the timed one (default 0)")
+    enc.add_argument(
+        "--prompt",
+        metavar="TEXT",
+        help=f"the text to embed (default: {_ENCODE_DEFAULT_PROMPT!r}, as MAX); '-' reads it from stdin",
+    )
+    enc.add_argument(
+        "--prompt-ids",
+        type=_token_ids,
+        metavar="IDS",
+        help="the token ids '1,2,3' to embed (for models without a tokenizer)",
+    )
+    enc.add_argument(
+        "--pool-embeddings",
+        "--pool",
+        dest="pool",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="pooled [hidden] (default) or per-token [tokens, hidden]",
+    )
+    enc.add_argument(
+        "--pooling",
+        choices=_POOLING_KINDS,
+        help="how to pool (default: the checkpoint's sentence-transformers config, last_token for Qwen3, else mean)",
+    )
+    enc.add_argument(
+        "--normalize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="L2-normalize the pooled vector (default: as the checkpoint's sentence-transformers modules say)",
+    )
+    enc.add_argument(
+        "--num-warmups", type=_non_negative_int, default=0, metavar="N", help="runs before the timed one (default 0)"
+    )
     enc.set_defaults(run=_encode)
 
 
 def _encode(args: argparse.Namespace) -> int:
     if args.prompt_ids is not None and args.prompt is not None:
         raise _UsageError("give --prompt or --prompt-ids, not both")
-    prompt = args.prompt_ids if args.prompt_ids is not None else (_ENCODE_DEFAULT_PROMPT if args.prompt is None else _read_prompt(args.prompt))
+    prompt = (
+        args.prompt_ids
+        if args.prompt_ids is not None
+        else (_ENCODE_DEFAULT_PROMPT if args.prompt is None else _read_prompt(args.prompt))
+    )
     pipelines = importlib.import_module("maxfx.pipelines")
     embeddings = importlib.import_module("maxfx.pipelines.lib.embeddings_pipeline")
     interfaces = importlib.import_module("maxfx.interfaces")
@@ -214,14 +307,22 @@ def _encode(args: argparse.Namespace) -> int:
             try:
                 tokenizer = tok_module.TextTokenizer(args.model, pipeline_config=config)
             except ValueError as e:
-                raise _UsageError(f"{e}; a text prompt needs a tokenizer: pass token ids with --prompt-ids 1,2,3") from None
-        pipeline = embeddings.EmbeddingsPipeline(config, None, getattr(tokenizer, "eos", None), {}, tokenizer, pooling=args.pooling, normalize=args.normalize)
+                raise _UsageError(
+                    f"{e}; a text prompt needs a tokenizer: pass token ids with --prompt-ids 1,2,3"
+                ) from None
+        pipeline = embeddings.EmbeddingsPipeline(
+            config, None, getattr(tokenizer, "eos", None), {}, tokenizer, pooling=args.pooling, normalize=args.normalize
+        )
     except (OSError, ValueError, ImportError) as e:  # missing files, bad config/weights (ConfigError is a ValueError)
         raise _UsageError(str(e)) from None
     load_s = time.perf_counter() - start
 
     try:
-        ids = importlib.import_module("asyncio").run(tokenizer.encode(prompt, add_special_tokens=True)) if tokenizer is not None else prompt
+        ids = (
+            importlib.import_module("asyncio").run(tokenizer.encode(prompt, add_special_tokens=True))
+            if tokenizer is not None
+            else prompt
+        )
         ctx = embeddings.EmbeddingsRequestContext(ids, request_id="prompt", model_name=args.model)
         inputs = interfaces.EmbeddingsGenerationInputs([{ctx.request_id: ctx}])
         for _ in range(args.num_warmups):
@@ -245,28 +346,94 @@ def _encode(args: argparse.Namespace) -> int:
 
 
 def _add_serve(commands: Any) -> None:
-    """The ``serve`` subcommand: an OpenAI-compatible server (`maxfx.serve`); flags as ``max serve``'s where they exist."""
+    """The ``serve`` subcommand: an OpenAI-compatible server (`maxfx.serve`); flags as ``max serve``'s where they
+    exist.
+    """
     srv = commands.add_parser(
         "serve",
         help="serve a model over an OpenAI-compatible HTTP API",
-        description="Load a model, warm up its engine and serve /v1/completions, /v1/chat/completions, /v1/embeddings, /v1/models, /health, /tokenize, /detokenize and /metrics until SIGINT/SIGTERM.",
+        description=(
+            "Load a model, warm up its engine and serve /v1/completions, /v1/chat/completions, /v1/embeddings, "
+            "/v1/models, /health, /tokenize, /detokenize and /metrics until SIGINT/SIGTERM."
+        ),
     )
     _model_argument(srv)
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     srv.add_argument("--port", type=_port, default=8000, help="port to listen on (default 8000)")
-    srv.add_argument("--served-model-name", metavar="NAME", help="the name clients pass as 'model' (default: the folder's or file's name)")
-    srv.add_argument("--max-batch-size", type=_positive_int, default=16, metavar="N", help="sequences per decode step (default 16)")
-    srv.add_argument("--max-length", type=_positive_int, metavar="N", help="longest sequence, prompt + output (default: the model's context)")
-    srv.add_argument("--max-queue-size", type=_positive_int, default=256, metavar="N", help="requests that may wait for a batch row; more get HTTP 503 (default 256)")
-    srv.add_argument("--prefill-chunk-size", type=_positive_int, default=1024, metavar="N", help="most prompt tokens per prefill step, padding included; prompts arriving together share a step within it (default 1024)")
-    srv.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True, help="reuse KV pages of repeated prompt prefixes (default on)")
-    srv.add_argument("--kv-cache-format", choices=("float32", "float16", "bfloat16"), help="dtype the KV cache is stored in; float16 halves its memory and what a decode step reads (default: the model's)")
-    srv.add_argument("--enable-structured-output", action="store_true", help="accept response_format JSON schemas and tool_choice 'required'/named (enforced by llguidance)")
-    srv.add_argument("--api-key", metavar="KEY", default=os.environ.get("MAXFX_API_KEY"), help="require 'Authorization: Bearer KEY' (default: $MAXFX_API_KEY, else none)")
+    srv.add_argument(
+        "--served-model-name",
+        metavar="NAME",
+        help="the name clients pass as 'model' (default: the folder's or file's name)",
+    )
+    srv.add_argument(
+        "--max-batch-size", type=_positive_int, default=16, metavar="N", help="sequences per decode step (default 16)"
+    )
+    srv.add_argument(
+        "--max-length",
+        type=_positive_int,
+        metavar="N",
+        help="longest sequence, prompt + output (default: the model's context)",
+    )
+    srv.add_argument(
+        "--max-queue-size",
+        type=_positive_int,
+        default=256,
+        metavar="N",
+        help="requests that may wait for a batch row; more get HTTP 503 (default 256)",
+    )
+    srv.add_argument(
+        "--prefill-chunk-size",
+        type=_positive_int,
+        default=1024,
+        metavar="N",
+        help=(
+            "most prompt tokens per prefill step, padding included; prompts arriving together share a step within it "
+            "(default 1024)"
+        ),
+    )
+    srv.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="reuse KV pages of repeated prompt prefixes (default on)",
+    )
+    srv.add_argument(
+        "--kv-cache-format",
+        choices=("float32", "float16", "bfloat16"),
+        help=(
+            "dtype the KV cache is stored in; float16 halves its memory and what a decode step reads (default: the "
+            "model's)"
+        ),
+    )
+    srv.add_argument(
+        "--enable-structured-output",
+        action="store_true",
+        help="accept response_format JSON schemas and tool_choice 'required'/named (enforced by llguidance)",
+    )
+    srv.add_argument(
+        "--api-key",
+        metavar="KEY",
+        default=os.environ.get("MAXFX_API_KEY"),
+        help="require 'Authorization: Bearer KEY' (default: $MAXFX_API_KEY, else none)",
+    )
     srv.add_argument("--metrics-port", type=_port, metavar="N", help="also serve /metrics on this port")
-    srv.add_argument("--chat-template", metavar="FILE", help="a Jinja chat template (or JSON with 'chat_template') replacing the model's")
-    srv.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip compiling the engine's steps before the port opens")
-    srv.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"), help="uvicorn's log level (default info)")
+    srv.add_argument(
+        "--chat-template",
+        metavar="FILE",
+        help="a Jinja chat template (or JSON with 'chat_template') replacing the model's",
+    )
+    srv.add_argument(
+        "--no-warmup",
+        dest="warmup",
+        action="store_false",
+        help="skip compiling the engine's steps before the port opens",
+    )
+    srv.add_argument(
+        "--log-level",
+        default="info",
+        choices=("critical", "error", "warning", "info", "debug"),
+        help="uvicorn's log level (default info)",
+    )
     srv.set_defaults(run=_serve)
 
 
@@ -277,11 +444,22 @@ def _serve(args: argparse.Namespace) -> int:
         raise _UsageError(f"--chat-template {args.chat_template}: no such file")
     server = importlib.import_module("maxfx.serve")
     config = server.ServeConfig(
-        model=args.model, host=args.host, port=args.port, served_model_name=args.served_model_name, max_batch_size=args.max_batch_size,
-        max_length=args.max_length, max_queue_size=args.max_queue_size, enable_structured_output=args.enable_structured_output, api_key=args.api_key,
-        metrics_port=args.metrics_port, chat_template=args.chat_template, prefill_chunk_size=args.prefill_chunk_size,
-        enable_prefix_caching=args.enable_prefix_caching, kv_cache_format=args.kv_cache_format, warmup=args.warmup,
-    )  # fmt: skip
+        model=args.model,
+        host=args.host,
+        port=args.port,
+        served_model_name=args.served_model_name,
+        max_batch_size=args.max_batch_size,
+        max_length=args.max_length,
+        max_queue_size=args.max_queue_size,
+        enable_structured_output=args.enable_structured_output,
+        api_key=args.api_key,
+        metrics_port=args.metrics_port,
+        chat_template=args.chat_template,
+        prefill_chunk_size=args.prefill_chunk_size,
+        enable_prefix_caching=args.enable_prefix_caching,
+        kv_cache_format=args.kv_cache_format,
+        warmup=args.warmup,
+    )
     try:
         server.serve(config, log_level=args.log_level)
     except (OSError, ValueError, ImportError) as e:  # bad checkpoint, a port in use

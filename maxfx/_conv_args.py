@@ -21,7 +21,9 @@ __all__ = ["check_conv_input", "check_groups", "check_positive", "conv_padding",
 
 
 def _ints(value: Any, n: int) -> tuple[Any, ...]:
-    """``value`` repeated ``n`` times if an int, its items if a tuple or list, else ``()`` (which every check refuses)."""
+    """``value`` repeated ``n`` times if an int, its items if a tuple or list, else ``()`` (which every check
+    refuses).
+    """
     if isinstance(value, int):
         return (value,) * n
     return tuple(value) if isinstance(value, (tuple, list)) else ()
@@ -56,20 +58,28 @@ def check_groups(layer: str, in_channels: int, out_channels: int, num_groups: in
     """Raise a ValueError naming ``layer`` unless the channel counts and ``num_groups`` are positive and divisible."""
     check_positive(layer, in_channels=in_channels, out_channels=out_channels, num_groups=num_groups)
     if in_channels % num_groups or out_channels % num_groups:
-        raise ValueError(f"{layer}: in_channels={in_channels} and out_channels={out_channels} must both be divisible by num_groups={num_groups}")
+        raise ValueError(
+            f"{layer}: in_channels={in_channels} and out_channels={out_channels} must both be divisible by "
+            f"num_groups={num_groups}"
+        )
 
 
 _INPUT_DOC = {1: ("(N, L, C)", "(N, C, L)"), 2: ("NHWC", "NCHW"), 3: ("NDHWC", "NCDHW")}
 
 
 def check_conv_input(layer: str, x: Any, nd: int, in_channels: int | None, channels_first: bool) -> None:
-    """Raise a ValueError naming ``layer`` unless ``x`` is a rank ``nd + 2`` float value with ``in_channels`` channels."""
+    """Raise a ValueError naming ``layer`` unless ``x`` is a rank ``nd + 2`` float value with ``in_channels``
+    channels.
+    """
     layout = _INPUT_DOC[nd][1 if channels_first else 0]
     if x.rank != nd + 2:
         raise ValueError(f"{layer}: expected a rank-{nd + 2} {layout} input, got shape {format_shape(x.shape)}")
     c = x.shape[1 if channels_first else -1]
     if in_channels is not None and str(c) != str(in_channels):
-        raise ValueError(f"{layer}: the input {format_shape(x.shape)} ({layout}) has {c} channels, expected in_channels={in_channels}")
+        raise ValueError(
+            f"{layer}: the input {format_shape(x.shape)} ({layout}) has {c} channels, expected "
+            f"in_channels={in_channels}"
+        )
 
 
 def padding_1d(layer: str, value: Any) -> tuple[int, int, int, int]:
@@ -77,5 +87,7 @@ def padding_1d(layer: str, value: Any) -> tuple[int, int, int, int]:
     if len(vals) == 2:  # (left, right) along the length
         vals = (0, 0, *vals)
     if len(vals) != 4 or not all(isinstance(v, int) and v >= 0 for v in vals) or vals[0] or vals[1]:
-        raise ValueError(f"{layer}: padding must be an int, (left, right) or (0, 0, left, right) of ints >= 0, got {value!r}")
+        raise ValueError(
+            f"{layer}: padding must be an int, (left, right) or (0, 0, left, right) of ints >= 0, got {value!r}"
+        )
     return vals

@@ -47,7 +47,15 @@ from lowering.interpret import run_block
 from lowering.targets import export_for, lowering_for, symbolic_input_specs
 from lowering.types import BufferType, DeviceRef, TensorType
 from lowering.x64 import traced
-from maxfx._artifact import ArtifactError, ExportedModel, is_exported_artifact, load_exported, mesh_json, platform_of, program_tree
+from maxfx._artifact import (
+    ArtifactError,
+    ExportedModel,
+    is_exported_artifact,
+    load_exported,
+    mesh_json,
+    platform_of,
+    program_tree,
+)
 from maxfx.distributed._gather import gather, is_global
 from maxfx.engine import InferenceSession, Model
 from maxfx.experimental._tensor import Tensor, _leaf
@@ -67,7 +75,14 @@ class _Source:
     ``program`` returns one array or a tuple of arrays (a tuple-returning model, even of one output).
     """
 
-    def __init__(self, program: Callable[..., Any], weights: Mapping[str, Any], device: Any, name: str, input_types: Sequence[Any]):
+    def __init__(
+        self,
+        program: Callable[..., Any],
+        weights: Mapping[str, Any],
+        device: Any,
+        name: str,
+        input_types: Sequence[Any],
+    ):
         self.program = program
         self.weights = dict(weights)
         self.device = device
@@ -103,10 +118,15 @@ def _source(model: Any, input_types: Sequence[Any], weights_registry: Mapping[st
         return _block_source(model.compile(*types_).model._compiled, type(model).__name__, False), True
     if callable(model):
         if not input_types:
-            raise TypeError(f"maxfx.export: exporting the function {_name(model)!r} needs input_types (e.g. TensorType(DType.float32, ['batch', 4]))")
+            raise TypeError(
+                f"maxfx.export: exporting the function {_name(model)!r} needs input_types (e.g. "
+                "TensorType(DType.float32, ['batch', 4]))"
+            )
         _check_types(input_types, "maxfx.export")
         return _function_source(model, input_types), True
-    raise TypeError(f"maxfx.export: expected a compiled module, Module, engine Model, Graph or function, got {type(model).__name__}")
+    raise TypeError(
+        f"maxfx.export: expected a compiled module, Module, engine Model, Graph or function, got {type(model).__name__}"
+    )
 
 
 def _name(fn: Any) -> str:
@@ -129,7 +149,10 @@ def _function_source(fn: Callable[..., Any], input_types: Sequence[Any]) -> _Sou
         try:
             return _jax_function(fn, input_types)
         except Exception as e:
-            e.add_note(f"maxfx.export: tracing {_name(fn)!r} with JAX arrays failed (above); tracing it as a function of Tensors failed too: {type(graph_error).__name__}: {graph_error}")
+            e.add_note(
+                f"maxfx.export: tracing {_name(fn)!r} with JAX arrays failed (above); tracing it as a function of "
+                f"Tensors failed too: {type(graph_error).__name__}: {graph_error}"
+            )
             raise
 
 
@@ -140,7 +163,8 @@ def _graph_function(fn: Callable[..., Any], input_types: Sequence[Any]) -> _Sour
     registry: dict[str, Any] = {}
 
     def weight(var: str, t: Tensor) -> Tensor:
-        # A graph runs on one device: a weight placed over several processes is read whole first (export runs on every process).
+        # A graph runs on one device: a weight placed over several processes is read whole first (export runs on every
+        # process).
         registry[var] = gather(t._array()) if is_global(t._array()) else t._array()
         w = Weight(var, t.dtype, [int(d) for d in t.shape], DeviceRef.from_device(t.device))
         return Tensor.from_graph_value(graph.add_weight(w))
@@ -221,7 +245,9 @@ def _rebind(fn: Callable[..., Any], lift: Callable[[Any, str], Any]) -> Callable
 
 
 def _lift(value: Any, var: str, weight: Callable[[str, Any], Any]) -> Any:
-    """``value`` with its eager Tensors (a Tensor, a Module's parameters) or JAX array replaced by ``weight(name, value)``."""
+    """``value`` with its eager Tensors (a Tensor, a Module's parameters) or JAX array replaced by ``weight(name,
+    value)``.
+    """
     if isinstance(value, Tensor) and value._gv is None:
         return weight(var, value)
     if isinstance(value, Module):
@@ -250,12 +276,21 @@ def _input_types(source: _Source, given: Sequence[Any]) -> list[TensorType]:
         return own
     _check_types(given, "maxfx.export")
     if len(given) != len(own):
-        raise TypeError(f"maxfx.export({source.name!r}): got {len(given)} input type(s), the model has {len(own)}: {[str(t) for t in own]}")
+        raise TypeError(
+            f"maxfx.export({source.name!r}): got {len(given)} input type(s), the model has {len(own)}: "
+            f"{[str(t) for t in own]}"
+        )
     for i, (g, b) in enumerate(zip(given, own)):
         same = g.dtype is b.dtype and g.rank == b.rank
-        same = same and all(not isinstance(bd, StaticDim) or (isinstance(gd, StaticDim) and gd.dim == bd.dim) for gd, bd in zip(g.shape, b.shape))
+        same = same and all(
+            not isinstance(bd, StaticDim) or (isinstance(gd, StaticDim) and gd.dim == bd.dim)
+            for gd, bd in zip(g.shape, b.shape)
+        )
         if not same:
-            raise ValueError(f"maxfx.export({source.name!r}): input type {i} {g} does not fit the model's input {b} (dtype and rank must match, static dims must be equal)")
+            raise ValueError(
+                f"maxfx.export({source.name!r}): input type {i} {g} does not fit the model's input {b} (dtype and rank "
+                "must match, static dims must be equal)"
+            )
     return list(given)
 
 
@@ -265,7 +300,10 @@ def _placed_sharding(array: Any) -> Any:
     if sharding is None or len(sharding.device_set) == 1:
         return None
     if not isinstance(sharding, NamedSharding):
-        raise ValueError(f"maxfx.export: a weight is placed with {type(sharding).__name__}; sharded exports take NamedSharding (maxfx.shard gives one)")
+        raise ValueError(
+            f"maxfx.export: a weight is placed with {type(sharding).__name__}; sharded exports take NamedSharding "
+            "(maxfx.shard gives one)"
+        )
     return sharding
 
 
@@ -273,8 +311,12 @@ def _with_shardings(specs: Sequence[Any], shardings: Sequence[Any], where: str) 
     """``specs`` with their shardings, and the one mesh the NamedShardings share (None: one device)."""
     meshes = {s.mesh for s in shardings if isinstance(s, NamedSharding)}
     if len(meshes) > 1:
-        raise ValueError(f"{where}: the inputs and weights are sharded over {len(meshes)} different meshes; use one mesh")
-    out = [jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh) if sh is not None else s for s, sh in zip(specs, shardings)]
+        raise ValueError(
+            f"{where}: the inputs and weights are sharded over {len(meshes)} different meshes; use one mesh"
+        )
+    out = [
+        jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh) if sh is not None else s for s, sh in zip(specs, shardings)
+    ]
     return out, next(iter(meshes), None)
 
 
@@ -286,7 +328,9 @@ def _input_shardings(in_shardings: Sequence[Any] | None, n: int, where: str) -> 
         raise ValueError(f"{where}: in_shardings has {len(in_shardings)} entries, the model has {n} inputs")
     for i, s in enumerate(in_shardings):
         if s is not None and not isinstance(s, NamedSharding):
-            raise TypeError(f"{where}: in_shardings[{i}] must be a jax.sharding.NamedSharding or None, got {type(s).__name__}")
+            raise TypeError(
+                f"{where}: in_shardings[{i}] must be a jax.sharding.NamedSharding or None, got {type(s).__name__}"
+            )
     return in_shardings
 
 
@@ -350,35 +394,64 @@ def export(
     where = f"maxfx.export({source.name!r})"
     weights = list(source.weights.values())
     specs, mesh = _with_shardings(
-        [*symbolic_input_specs(in_types, "maxfx.export", "exported inputs"), *(jax.ShapeDtypeStruct(w.shape, w.dtype) for w in weights)],
+        [
+            *symbolic_input_specs(in_types, "maxfx.export", "exported inputs"),
+            *(jax.ShapeDtypeStruct(w.shape, w.dtype) for w in weights),
+        ],
         [*_input_shardings(in_shardings, len(in_types), where), *(_placed_sharding(w) for w in weights)],
         where,
     )
     device = source.device if mesh is None else mesh.devices.flat[0]
     lowering_platforms = tuple(platforms) if platforms else (platform_of(device),)
-    exported = _export_program(source, specs[: len(in_types)], specs[len(in_types) :], lowering_platforms, where, in_types)
-    # The VJP is traced too: with 64-bit types, for the same targets (the GPU kernels are emitted for "cuda" even where no GPU is attached).
+    exported = _export_program(
+        source, specs[: len(in_types)], specs[len(in_types) :], lowering_platforms, where, in_types
+    )
+    # The VJP is traced too: with 64-bit types, for the same targets (the GPU kernels are emitted for "cuda" even where
+    # no GPU is attached).
     with lowering_for(lowering_platforms):
         program = traced(_serialize, exported, vjp_order, where)
     # The artifact checks these trees on load; the program must have them.
     assert exported.in_tree == program_tree(len(in_types), len(weights)), exported.in_tree
     if exported.out_tree not in (jax.tree.structure(0), jax.tree.structure((0,) * len(exported.out_avals))):
-        raise TypeError(f"{where}: the model returns {exported.out_tree}; exported models return an array or a tuple/list of arrays")
-    # gather: a weight split over several processes' devices is read whole (every process runs export, so the all-gather is matched).
+        raise TypeError(
+            f"{where}: the model returns {exported.out_tree}; exported models return an array or a tuple/list of arrays"
+        )
+    # gather: a weight split over several processes' devices is read whole (every process runs export, so the all-gather
+    # is matched).
     host = dict(zip(source.weights, gather(list(source.weights.values()))))
-    return ExportedModel(jax.export.deserialize(program), program, source.name, host, mesh_json(mesh) if mesh is not None else None)
+    return ExportedModel(
+        jax.export.deserialize(program), program, source.name, host, mesh_json(mesh) if mesh is not None else None
+    )
 
 
-def _export_program(source: _Source, specs: list[Any], weight_specs: list[Any], platforms: tuple[str, ...], where: str, in_types: Sequence[Any]) -> Any:
+def _export_program(
+    source: _Source,
+    specs: list[Any],
+    weight_specs: list[Any],
+    platforms: tuple[str, ...],
+    where: str,
+    in_types: Sequence[Any],
+) -> Any:
     try:
-        return export_for(source.program, platforms, tuple(specs), tuple(weight_specs))  # traced with 64-bit types, inside lowering_for
+        return export_for(
+            source.program, platforms, tuple(specs), tuple(weight_specs)
+        )  # traced with 64-bit types, inside lowering_for
     except jax.errors.ConcretizationTypeError as e:
-        raise ValueError(f"{where}: the graph has data-dependent ops (output shapes depend on values), which cannot be exported: {e}") from e
+        raise ValueError(
+            f"{where}: the graph has data-dependent ops (output shapes depend on values), which cannot be exported: {e}"
+        ) from e
     except Exception as e:
         # jax.export's InconclusiveDimensionOperation is not public; it and int() of a symbolic size land here.
-        if "symbolic" not in str(e).lower() and "inconclusive" not in str(e).lower() and "dimension" not in str(e).lower():
+        if (
+            "symbolic" not in str(e).lower()
+            and "inconclusive" not in str(e).lower()
+            and "dimension" not in str(e).lower()
+        ):
             raise
-        raise ValueError(f"{where}: the program needs a concrete size for a symbolic dim of {[str(t) for t in in_types]}; give a static size in input_types ({type(e).__name__}: {e})") from e
+        raise ValueError(
+            f"{where}: the program needs a concrete size for a symbolic dim of {[str(t) for t in in_types]}; give a "
+            f"static size in input_types ({type(e).__name__}: {e})"
+        ) from e
 
 
 def _serialize(exported: Any, vjp_order: int | None, where: str) -> bytes:
@@ -389,7 +462,10 @@ def _serialize(exported: Any, vjp_order: int | None, where: str) -> bytes:
         try:
             return bytes(exported.serialize(vjp_order=vjp_order))
         except Exception as e:
-            raise ValueError(f"{where}: the program cannot be differentiated to order {vjp_order} ({type(e).__name__}: {e}); export with vjp_order=0") from e
+            raise ValueError(
+                f"{where}: the program cannot be differentiated to order {vjp_order} ({type(e).__name__}: {e}); export "
+                "with vjp_order=0"
+            ) from e
     try:
         return bytes(exported.serialize(vjp_order=1))
     except Exception:  # e.g. a Pallas kernel without a VJP rule: the artifact runs, without gradients

@@ -82,7 +82,10 @@ class _HeaderScan:
         """Advance past ``n`` bytes and return where they start; refuse reading past the end."""
         left = self.size - self.pos
         if n > left:
-            raise self.error(f"{what} needs {n} bytes at offset {self.pos} but the file has {left} left (truncated or corrupt)", **where)
+            raise self.error(
+                f"{what} needs {n} bytes at offset {self.pos} but the file has {left} left (truncated or corrupt)",
+                **where,
+            )
         start, self.pos = self.pos, self.pos + n
         return start
 
@@ -106,7 +109,10 @@ class _HeaderScan:
         n_tensors, n_kv = self.u64("tensor count"), self.u64("key/value count")
         least = n_kv * _MIN_KV_BYTES + n_tensors * _MIN_TENSOR_INFO_BYTES
         if least > self.size - self.pos:
-            raise self.error(f"header claims {n_tensors} tensors and {n_kv} key/value pairs, at least {least} bytes, but the file has {self.size - self.pos} left")
+            raise self.error(
+                f"header claims {n_tensors} tensors and {n_kv} key/value pairs, at least {least} bytes, but the file "
+                f"has {self.size - self.pos} left"
+            )
         alignment = self._key_values(n_kv)
         names: set[str] = set()
         tensors = [self._tensor_info(i, names) for i in range(n_tensors)]
@@ -157,27 +163,40 @@ class _HeaderScan:
             elif itype == _STRING:
                 self._skip_strings(key, count)
             else:
-                raise self.error(f"array element type {itype} is not a scalar or string type (llama.cpp refuses nested arrays)", key=key)
+                raise self.error(
+                    f"array element type {itype} is not a scalar or string type (llama.cpp refuses nested arrays)",
+                    key=key,
+                )
         else:
             raise self.error(f"value type {vtype} is not a GGUF type (0-12)", key=key)
 
     def _skip_strings(self, key: str, count: int) -> None:
         # A tokenizer holds ~10**5 strings: a tight loop, not one take() per string.
         if 8 * count > self.size - self.pos:
-            raise self.error(f"array of {count} strings needs at least {8 * count} bytes but the file has {self.size - self.pos} left", key=key)
+            raise self.error(
+                f"array of {count} strings needs at least {8 * count} bytes but the file has {self.size - self.pos} "
+                "left",
+                key=key,
+            )
         unpack, buf, pos, size = self._u64.unpack_from, self.buf, self.pos, self.size
         for i in range(count):
             if pos + 8 > size:
-                raise self.error(f"string {i} of {count} starts past the end of the file (truncated or corrupt)", key=key)
+                raise self.error(
+                    f"string {i} of {count} starts past the end of the file (truncated or corrupt)", key=key
+                )
             pos += 8 + unpack(buf, pos)[0]
             if pos > size:
-                raise self.error(f"string {i} of {count} ends at byte {pos}, past the end of the file ({size} bytes)", key=key)
+                raise self.error(
+                    f"string {i} of {count} ends at byte {pos}, past the end of the file ({size} bytes)", key=key
+                )
         self.pos = pos
 
     def _tensor_info(self, index: int, names: set[str]) -> _TensorSpan:
         name = self.text(f"name of tensor {index}")
         if len(name.encode()) >= _GGML_MAX_NAME:
-            raise self.error(f"name is {len(name.encode())} bytes; llama.cpp allows at most {_GGML_MAX_NAME - 1}", tensor=name)
+            raise self.error(
+                f"name is {len(name.encode())} bytes; llama.cpp allows at most {_GGML_MAX_NAME - 1}", tensor=name
+            )
         if name in names:
             raise self.error("two tensors have this name", tensor=name)
         names.add(name)
@@ -194,7 +213,10 @@ class _HeaderScan:
             raise self.error(f"GGML type id {type_id} is unknown (known: {known})", tensor=name)
         type_name, block, type_size = self.ggml_types[type_id]
         if (ne[0] if ne else 1) % block:
-            raise self.error(f"{type_name} rows hold blocks of {block} values but the row length is {ne[0] if ne else 1}", tensor=name)
+            raise self.error(
+                f"{type_name} rows hold blocks of {block} values but the row length is {ne[0] if ne else 1}",
+                tensor=name,
+            )
         offset = self.u64("data offset", tensor=name)
         return _TensorSpan(name, type_name, ne, offset, numel // block * type_size)
 
@@ -220,15 +242,23 @@ class _HeaderScan:
                 raise self.error(f"data offset {t.offset}, expected {expected}: {why}", tensor=t.name)
             end = data_start + t.offset + t.nbytes
             if end > self.size:
-                raise self.error(f"{t.type_name} {list(t.ne)} data ends at byte {end} but the file has {self.size} (truncated file?)", tensor=t.name)
+                raise self.error(
+                    f"{t.type_name} {list(t.ne)} data ends at byte {end} but the file has {self.size} (truncated file?)",
+                    tensor=t.name,
+                )
             expected, previous = expected + _pad(t.nbytes, alignment), t
         if tensors and self.size > data_start + expected:
-            raise self.error(f"{self.size - data_start - expected} bytes follow the last tensor {previous.describe()} and its padding; a tensor's type or shape was changed?")
+            raise self.error(
+                f"{self.size - data_start - expected} bytes follow the last tensor {previous.describe()} and its "
+                "padding; a tensor's type or shape was changed?"
+            )
 
 
 def scan_header(gguf: Any, path: str) -> None:
     """Run `_HeaderScan` over ``path`` (memory-mapped; only the header pages are touched)."""
-    ggml_types = {int(t): (t.name, *gguf.GGML_QUANT_SIZES[t]) for t in gguf.GGMLQuantizationType if t in gguf.GGML_QUANT_SIZES}
+    ggml_types = {
+        int(t): (t.name, *gguf.GGML_QUANT_SIZES[t]) for t in gguf.GGMLQuantizationType if t in gguf.GGML_QUANT_SIZES
+    }
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
             raise ValueError(f"{path}: corrupt GGUF file: the file is empty")

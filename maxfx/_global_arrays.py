@@ -65,7 +65,8 @@ def _axes(entry: Any) -> tuple[str, ...]:
 
 
 def global_shape(local_shape: Sequence[int], mesh: Mesh, spec: PartitionSpec) -> tuple[int, ...]:
-    """The global shape that this process's ``local_shape`` slice is part of (split dims grow by the processes along them).
+    """The global shape that this process's ``local_shape`` slice is part of (split dims grow by the processes along
+    them).
 
     A dim split over mesh axes ``A`` is ``prod(sizes of A)`` pieces, of which this
     process holds as many as its devices have distinct coordinates along ``A``.
@@ -86,7 +87,10 @@ def global_shape(local_shape: Sequence[int], mesh: Mesh, spec: PartitionSpec) ->
         index = [names.index(a) for a in axes]
         held = len({tuple(p[index]) for p in positions})
         if held == 0 or size % held:
-            raise ValueError(f"dim {dim} of this process's data (shape {list(local_shape)}) is not divisible by the {held} piece(s) of it this process holds on mesh axes {list(axes)}")
+            raise ValueError(
+                f"dim {dim} of this process's data (shape {list(local_shape)}) is not divisible by the {held} piece(s) "
+                f"of it this process holds on mesh axes {list(axes)}"
+            )
         out.append(int(size) // held * math.prod(mesh.shape[a] for a in axes))
     return tuple(out)
 
@@ -120,6 +124,8 @@ def check_same_on_every_process(values: Sequence[tuple[str, Any]], where: str) -
             other = int(np.nonzero(column != column[0])[0][0])
             raise ValueError(
                 f"{where}: {name} differs between processes (process 0 and process {other} hold different values). "
-                "A value placed replicated or split must be the same on every process: seed its initialization the same way everywhere "
-                "or load it on every process; for per-process data (each process's part of the batch) pass process_local=True"
+                "A value placed replicated or split must be the same on every process: seed its initialization the "
+                "same way everywhere "
+                "or load it on every process; for per-process data (each process's part of the batch) pass "
+                "process_local=True"
             )

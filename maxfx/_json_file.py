@@ -26,4 +26,6 @@ def read_json_file(path: os.PathLike[str] | str, error: type[ValueError] = Value
         raise error(f"{path}: not valid JSON ({e})") from None
     except RecursionError:
         # json's decoder recurses once per nesting level: a hostile file would escape as a bare RecursionError.
-        raise error(f"{path}: JSON nested too deeply (more levels than Python's recursion limit); not a valid config file") from None
+        raise error(
+            f"{path}: JSON nested too deeply (more levels than Python's recursion limit); not a valid config file"
+        ) from None

@@ -31,7 +31,11 @@ __all__ = ["commit_unplaced", "replicated_like"]
 
 
 def _committed(tree: Any) -> list[jax.Array]:
-    return [x for x in jax.tree_util.tree_leaves(tree) if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) and x.committed]
+    return [
+        x
+        for x in jax.tree_util.tree_leaves(tree)
+        if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) and x.committed
+    ]
 
 
 def replicated_like(tree: Any) -> jax.sharding.Sharding | None:
@@ -76,7 +80,8 @@ def commit_unplaced(tree: Any) -> Any:
             return x
         if target is None:
             return jax.device_put(x, next(iter(x.devices())))
-        # Over several processes' devices a device_put would be a cross-host transfer; each process writes its own replicas.
+        # Over several processes' devices a device_put would be a cross-host transfer; each process writes its own
+        # replicas.
         return put_replicated(x, target) if isinstance(target, NamedSharding) else jax.device_put(x, target)
 
     return jax.tree_util.tree_map(place, tree)

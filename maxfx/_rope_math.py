@@ -63,5 +63,7 @@ _GRAPH_ARRAYS = _GraphArrays()
 
 
 def default_inv_freq(theta: float, rope_dim: int) -> np.ndarray:
-    """``[rope_dim // 2]`` float64 ``theta ** (-2i / rope_dim)`` (host-side, for the scaled variants and `maxfx.models`)."""
+    """``[rope_dim // 2]`` float64 ``theta ** (-2i / rope_dim)`` (host-side, for the scaled variants and
+    `maxfx.models`).
+    """
     return 1.0 / float(theta) ** (np.arange(0, rope_dim, 2, dtype=np.float64) / rope_dim)

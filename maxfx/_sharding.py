@@ -84,7 +84,11 @@ def make_mesh(axis_shapes: Sequence[int], axis_names: Sequence[str], *, devices:
     if need != len(devs):
         raise ValueError(
             f"make_mesh: axes {dict(zip(names, shape))} need {need} devices, but {len(devs)} are given"
-            + ("" if devices is not None else " (jax.devices(); on CPU set XLA_FLAGS=--xla_force_host_platform_device_count=N before JAX starts)")
+            + (
+                ""
+                if devices is not None
+                else " (jax.devices(); on CPU set XLA_FLAGS=--xla_force_host_platform_device_count=N before JAX starts)"
+            )
         )
     return Mesh(np.array(devs, dtype=object).reshape(shape), names)
 
@@ -101,14 +105,18 @@ def _spec(spec: SpecLike) -> PartitionSpec:
         return PartitionSpec(*spec)
     if isinstance(spec, str):
         return PartitionSpec(spec)
-    raise TypeError(f"shard: a spec must be a PartitionSpec, a tuple of axis names/None, or None; got {type(spec).__name__}")
+    raise TypeError(
+        f"shard: a spec must be a PartitionSpec, a tuple of axis names/None, or None; got {type(spec).__name__}"
+    )
 
 
 def _check(spec: PartitionSpec, mesh: Mesh, shape: Sequence[int], what: str) -> None:
     """Raise naming the axis and sizes when ``spec`` cannot shard ``shape`` on ``mesh``."""
     sizes = dict(mesh.shape)
     if len(spec) > len(shape):
-        raise ValueError(f"shard: {what} has rank {len(shape)} (shape {list(shape)}) but the spec {spec} names {len(spec)} dims")
+        raise ValueError(
+            f"shard: {what} has rank {len(shape)} (shape {list(shape)}) but the spec {spec} names {len(spec)} dims"
+        )
     used: set[str] = set()
     for dim, entry in enumerate(spec):
         if entry is None or entry is PartitionSpec.UNCONSTRAINED:
@@ -123,13 +131,20 @@ def _check(spec: PartitionSpec, mesh: Mesh, shape: Sequence[int], what: str) -> 
         n = math.prod(sizes[a] for a in axes)
         if shape[dim] % n:
             names = " x ".join(f"{a!r} (size {sizes[a]})" for a in axes)
-            raise ValueError(f"shard: {what}: dim {dim} of size {shape[dim]} (shape {list(shape)}) is not divisible by mesh axis {names}")
+            raise ValueError(
+                f"shard: {what}: dim {dim} of size {shape[dim]} (shape {list(shape)}) is not divisible by mesh axis "
+                f"{names}"
+            )
 
 
 def sharding_of(x: Any) -> Any:
     """The ``jax.sharding.Sharding`` of a Tensor or jax array (None for a traced or graph value)."""
     array = x._array() if isinstance(x, Tensor) else x
-    return getattr(array, "sharding", None) if isinstance(array, jax.Array) and not isinstance(array, jax.core.Tracer) else None
+    return (
+        getattr(array, "sharding", None)
+        if isinstance(array, jax.Array) and not isinstance(array, jax.core.Tracer)
+        else None
+    )
 
 
 # ─── shard ────────────────────────────────────────────────────────────────
@@ -137,14 +152,23 @@ def sharding_of(x: Any) -> Any:
 
 def _source(x: Any) -> Any:
     """The array behind ``x``: a Tensor's, a driver Tensor's, or ``x`` itself (lists and scalars become arrays)."""
-    return x._array() if isinstance(x, Tensor) else as_array(x) if isinstance(x, DriverTensor) or not hasattr(x, "shape") else x
+    return (
+        x._array()
+        if isinstance(x, Tensor)
+        else as_array(x)
+        if isinstance(x, DriverTensor) or not hasattr(x, "shape")
+        else x
+    )
 
 
 def _put(x: Any, mesh: Mesh, spec: PartitionSpec, what: str, process_local: bool) -> Any:
     array = _source(x)
     if isinstance(array, jax.core.Tracer):
         if process_local:
-            raise TypeError(f"shard: {what} is traced (inside jit); process_local=True places concrete per-process data, outside jit")
+            raise TypeError(
+                f"shard: {what} is traced (inside jit); process_local=True places concrete per-process data, outside "
+                "jit"
+            )
         _check(spec, mesh, np.shape(array), what)
         constrained = jax.lax.with_sharding_constraint(array, NamedSharding(mesh, spec))
         return _leaf(constrained, x.dtype) if isinstance(x, Tensor) else constrained
@@ -165,12 +189,17 @@ def _check_replicas(items: list[tuple[str, Any]], mesh: Mesh, process_local: boo
     """On a mesh over several processes, every process must hold the same value of what is placed whole."""
     if process_local or not _spans_processes(mesh):
         return
-    local = [(what, a) for what, a in ((w, _source(v)) for w, v in items) if not isinstance(a, jax.core.Tracer) and not (isinstance(a, jax.Array) and not a.is_fully_addressable)]
+    local = [
+        (what, a)
+        for what, a in ((w, _source(v)) for w, v in items)
+        if not isinstance(a, jax.core.Tracer) and not (isinstance(a, jax.Array) and not a.is_fully_addressable)
+    ]
     check_same_on_every_process(local, "shard")
 
 
 def _spans_processes(mesh: Mesh) -> bool:
-    # The same answer on every process (unlike "are all its devices mine"), so all of them take part in the check's collective or none.
+    # The same answer on every process (unlike "are all its devices mine"), so all of them take part in the check's
+    # collective or none.
     return len({d.process_index for d in mesh.devices.flat}) > 1
 
 
@@ -181,7 +210,10 @@ def _module_rule(rule: Any, names: list[str]) -> Callable[[str], PartitionSpec]:
     if callable(rule) and not isinstance(rule, Mapping):
         return lambda name: _spec(rule(name))
     if not isinstance(rule, Mapping):
-        raise TypeError(f"shard: a Module takes a rule mapping parameter-name patterns to PartitionSpecs (or a callable name -> spec), got {type(rule).__name__}")
+        raise TypeError(
+            "shard: a Module takes a rule mapping parameter-name patterns to PartitionSpecs (or a callable name -> "
+            f"spec), got {type(rule).__name__}"
+        )
     patterns = [(str(k), _spec(v)) for k, v in rule.items()]
     unused = [p for p, _ in patterns if not any(fnmatch.fnmatchcase(n, p) for n in names)]
     if unused:
@@ -231,12 +263,16 @@ def shard(x: Any, mesh: Mesh, spec: Any = None, *, process_local: bool = False) 
     if isinstance(mesh, DeviceMesh):  # MAX's mesh type: the same grid as a jax Mesh
         mesh = mesh.jax_mesh()
     if not isinstance(mesh, Mesh):
-        raise TypeError(f"shard: mesh must be a jax.sharding.Mesh (see maxfx.make_mesh) or a DeviceMesh, got {type(mesh).__name__}")
+        raise TypeError(
+            f"shard: mesh must be a jax.sharding.Mesh (see maxfx.make_mesh) or a DeviceMesh, got {type(mesh).__name__}"
+        )
     if isinstance(x, Module):
         names = [n for n, _ in x.parameters]
         lookup = _module_rule(spec, names)
         _check_replicas([(f"parameter {n!r}", t) for n, t in x.parameters], mesh, process_local)
-        placed = {n: _put(t, mesh, lookup(n), f"parameter {n!r}", process_local) for n, t in x.parameters}  # check all before changing any
+        placed = {
+            n: _put(t, mesh, lookup(n), f"parameter {n!r}", process_local) for n, t in x.parameters
+        }  # check all before changing any
         x.apply_to_parameters(lambda n, t: placed[n])
         return x
     pspec = _spec(spec)

@@ -104,7 +104,9 @@ def _shift_argnums(kwargs: dict[str, Any], names: Sequence[str]) -> dict[str, An
     return out
 
 
-def _module_as_argument(fun: Any, transform: Callable[..., Any], argnum_options: Sequence[str], **kwargs: Any) -> Callable[..., Any] | None:
+def _module_as_argument(
+    fun: Any, transform: Callable[..., Any], argnum_options: Sequence[str], **kwargs: Any
+) -> Callable[..., Any] | None:
     """``transform`` applied to a Module ``fun`` that takes the Module as its first argument.
 
     A Module passed as the function is called through ``module(*args)`` with the
@@ -173,7 +175,11 @@ def jit(fun: Callable[..., Any] | None = None, /, **jit_kwargs: Any) -> Any:
 
 def _arg_name(fun: Callable[..., Any], i: int) -> str:
     try:
-        params = [p for p in inspect.signature(fun).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        params = [
+            p
+            for p in inspect.signature(fun).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
     except (TypeError, ValueError):
         params = []
     return f"argument {i} ({params[i].name!r})" if i < len(params) else f"argument {i}"
@@ -185,11 +191,15 @@ def _leaf_desc(x: Any) -> str:
     return f"dtype {dtype}, shape {shape}"
 
 
-def _check_differentiable_args(fun: Callable[..., Any], args: Sequence[Any], argnums: Sequence[int], where: str) -> None:
+def _check_differentiable_args(
+    fun: Callable[..., Any], args: Sequence[Any], argnums: Sequence[int], where: str
+) -> None:
     """Every leaf we differentiate with respect to must be floating point (else say which one)."""
     for i in argnums:
         if i >= len(args):
-            raise TypeError(f"{where}({_name(fun)}): argnums includes {i} but only {len(args)} positional argument(s) were given")
+            raise TypeError(
+                f"{where}({_name(fun)}): argnums includes {i} but only {len(args)} positional argument(s) were given"
+            )
         for path, leaf in jax.tree_util.tree_flatten_with_path(args[i], is_leaf=_is_tensor)[0]:
             dtype = leaf.dtype.to_numpy() if isinstance(leaf, Tensor) else getattr(leaf, "dtype", None)
             if dtype is None:
@@ -231,7 +241,10 @@ def _scalar_output(fun: Callable[..., Any], has_aux: bool, where: str) -> Callab
         out = fun(*args, **kwargs)
         if has_aux:
             if not (isinstance(out, (tuple, list)) and len(out) == 2):
-                raise TypeError(f"{where}({_name(fun)}, has_aux=True): the function must return a pair (loss, aux), got {type(out).__name__}")
+                raise TypeError(
+                    f"{where}({_name(fun)}, has_aux=True): the function must return a pair (loss, aux), got "
+                    f"{type(out).__name__}"
+                )
             value, aux = out
         else:
             value, aux = out, None
@@ -239,7 +252,9 @@ def _scalar_output(fun: Callable[..., Any], has_aux: bool, where: str) -> Callab
         shape = getattr(array, "shape", None)
         dtype = getattr(array, "dtype", None)
         if shape is None or dtype is None:
-            raise TypeError(f"{where}({_name(fun)}): the function must return a scalar Tensor or array, got {type(value).__name__}")
+            raise TypeError(
+                f"{where}({_name(fun)}): the function must return a scalar Tensor or array, got {type(value).__name__}"
+            )
         if tuple(shape) != () or not jnp.issubdtype(dtype, np.floating):
             raise TypeError(
                 f"{where}({_name(fun)}): the function's output must be a floating-point scalar (shape []), got "
@@ -256,7 +271,9 @@ def _argnums_tuple(argnums: int | Sequence[int]) -> tuple[int, ...]:
     return (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
 
-def value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False, allow_int: bool = False) -> Callable[..., Any]:
+def value_and_grad(
+    fun: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False, allow_int: bool = False
+) -> Callable[..., Any]:
     """``jax.value_and_grad`` for functions of Tensors and Modules.
 
     Returns ``f(*args) -> (value, grads)`` (``((value, aux), grads)`` with
@@ -279,9 +296,13 @@ def value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0, ha
     return _value_and_grad(fun, argnums, has_aux, allow_int, "maxfx.value_and_grad")
 
 
-def _value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int], has_aux: bool, allow_int: bool, where: str) -> Callable[..., Any]:
+def _value_and_grad(
+    fun: Callable[..., Any], argnums: int | Sequence[int], has_aux: bool, allow_int: bool, where: str
+) -> Callable[..., Any]:
     nums = _argnums_tuple(argnums)
-    inner = jax.value_and_grad(_scalar_output(fun, has_aux, where), argnums=argnums, has_aux=has_aux, allow_int=allow_int)
+    inner = jax.value_and_grad(
+        _scalar_output(fun, has_aux, where), argnums=argnums, has_aux=has_aux, allow_int=allow_int
+    )
 
     @functools.wraps(fun)
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -295,7 +316,9 @@ def _value_and_grad(fun: Callable[..., Any], argnums: int | Sequence[int], has_a
     return call
 
 
-def grad(fun: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False, allow_int: bool = False) -> Callable[..., Any]:
+def grad(
+    fun: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False, allow_int: bool = False
+) -> Callable[..., Any]:
     """``jax.grad`` for functions of Tensors and Modules (see `value_and_grad`).
 
     Example:
@@ -393,7 +416,14 @@ def _like(template: Any, value: Any) -> Any:
     return jax.tree_util.tree_map(match, template, value, is_leaf=_is_tensor)
 
 
-def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, length: int | None = None, reverse: bool = False, unroll: int | bool = 1) -> tuple[Any, Any]:
+def scan(
+    f: Callable[[Any, Any], tuple[Any, Any]],
+    init: Any,
+    xs: Any = None,
+    length: int | None = None,
+    reverse: bool = False,
+    unroll: int | bool = 1,
+) -> tuple[Any, Any]:
     """``jax.lax.scan`` over Tensors and Modules: ``f(carry, x) -> (carry, y)``.
 
     ``xs`` may be a Module whose parameters are stacked along a leading axis
@@ -418,7 +448,9 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
         try:
             new_carry = _like(carry, new_carry)
         except ValueError as e:
-            raise TypeError(f"maxfx.scan({_name(f)}): the carry returned by the body must have the structure of init: {e}") from None
+            raise TypeError(
+                f"maxfx.scan({_name(f)}): the carry returned by the body must have the structure of init: {e}"
+            ) from None
         return new_carry, (_tensorize(y) if _has_tensor((carry, x)) else y)
 
     return traced(jax.lax.scan, body, init, xs, length=length, reverse=reverse, unroll=unroll)

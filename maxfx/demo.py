@@ -127,8 +127,15 @@ def tiny_llm(steps: int = 300) -> None:
     _title("4. train a tiny Llama on characters, generate with the KV cache")
     chars = sorted(set(TEXT))
     ids = np.array([chars.index(c) for c in TEXT], np.int64)
-    cfg = LlamaConfig(vocab_size=len(chars), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    cfg = LlamaConfig(
+        vocab_size=len(chars),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
     _, device = defaults()  # the first GPU if there is one (MAXFX_DEFAULT_DEVICE=gpu), else the CPU
     model = LlamaForCausalLM.random(cfg, seed=0).to(device)  # the batches below land there too
     opt = optax.adam(3e-3)
@@ -145,15 +152,23 @@ def tiny_llm(steps: int = 300) -> None:
         model, state, loss = step(model, state, Tensor(x), Tensor(y))
         if i % 100 == 0 or i == steps - 1:
             print(f"step {i:4d}  loss {loss.item():.3f}")
-    print(f"trained {steps} steps in {time.perf_counter() - t0:.1f} s ({model.config.num_hidden_layers} layers, "
-          f"{sum(t.num_elements() for _, t in model.parameters)} parameters)")
+    print(
+        f"trained {steps} steps in {time.perf_counter() - t0:.1f} s ({model.config.num_hidden_layers} layers, "
+        f"{sum(t.num_elements() for _, t in model.parameters)} parameters)"
+    )
 
     prompts = ["the graph ", "the model r"]
     encoded = [[chars.index(c) for c in p] for p in prompts]
-    for label, kwargs in (("greedy", {}), ("sampled (T=1.5, top_k=5, seed=0)", {"temperature": 1.5, "top_k": 5, "seed": 0})):
+    for label, kwargs in (
+        ("greedy", {}),
+        ("sampled (T=1.5, top_k=5, seed=0)", {"temperature": 1.5, "top_k": 5, "seed": 0}),
+    ):
         model.generate(encoded, 60, **kwargs)  # compile prefill + decode (once per shape bucket)
         out, stats = model.generate(encoded, 60, return_stats=True, **kwargs)
-        print(f"{label}: prefill {stats.prefill_tokens_per_s:,.0f} tok/s, decode {stats.decode_tokens_per_s:,.0f} tok/s (batch {stats.batch})")
+        print(
+            f"{label}: prefill {stats.prefill_tokens_per_s:,.0f} tok/s, decode {stats.decode_tokens_per_s:,.0f} tok/s "
+            f"(batch {stats.batch})"
+        )
         for p, row in zip(prompts, out):
             print(f"  {p!r} -> {''.join(chars[i] for i in row)!r}")
 

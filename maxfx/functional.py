@@ -1,4 +1,6 @@
-"""``maxfx.functional``: the same module object as ``maxfx.experimental.functional`` (MAX's ``max.functional`` alias)."""
+"""``maxfx.functional``: the same module object as ``maxfx.experimental.functional`` (MAX's ``max.functional``
+alias).
+"""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""``python -m maxfx.launch --nproc N [--devices-per-process K] [--timeout S] script.py args...``: a local multi-process JAX job.
+"""``python -m maxfx.launch --nproc N [--devices-per-process K] [--timeout S] script.py args...``: a local multi-process
+JAX job.
 
 Starts N processes on 127.0.0.1 with a free coordinator port; each calls
 ``maxfx.distributed.initialize()`` to join. See `maxfx.distributed.launch`.

@@ -141,7 +141,10 @@ def softmax_cross_entropy_with_integer_labels(logits: Any, labels: Any, reductio
     if not labels.dtype.is_integral():
         raise TypeError(f"{name}: labels must be integer class indices, got {labels.dtype.name}")
     if list(labels.shape) != list(logits.shape)[:-1]:
-        raise ValueError(f"{name}: labels shape {list(labels.shape)} must be logits shape without its class axis, {list(logits.shape)[:-1]}")
+        raise ValueError(
+            f"{name}: labels shape {list(labels.shape)} must be logits shape without its class axis, "
+            f"{list(logits.shape)[:-1]}"
+        )
     num_classes = int(logits.shape[-1])
     classes = F.range(0, num_classes, 1, dtype=labels.dtype, device=labels.device)
     # One-hot by comparison (no gather): differentiable in the logits, and the same ops in every mode.

@@ -71,7 +71,10 @@ def init(optimizer: Any, model: Any) -> Any:
             parameter is not floating point (the message names it).
     """
     if not hasattr(optimizer, "init") or not hasattr(optimizer, "update"):
-        raise TypeError(f"maxfx.optim.init: expected an optax GradientTransformation (with init/update), got {type(optimizer).__name__}")
+        raise TypeError(
+            "maxfx.optim.init: expected an optax GradientTransformation (with init/update), got "
+            f"{type(optimizer).__name__}"
+        )
     _check_trainable(model, "maxfx.optim.init")
     # One compiled program instead of op-by-op zeros per parameter shape. optax builds its state
     # from constants, so without out_shardings it would land uncommitted on device 0 whatever
@@ -102,7 +105,10 @@ def _state_shardings(state: Any, model: Any) -> list[Any] | None:
     shapes = [getattr(p, "shape", None) for p in params]
 
     def mirrors_model(node: Any) -> bool:
-        return jax.tree.structure(node) == model_def and [getattr(x, "shape", None) for x in jax.tree.leaves(node)] == shapes
+        return (
+            jax.tree.structure(node) == model_def
+            and [getattr(x, "shape", None) for x in jax.tree.leaves(node)] == shapes
+        )
 
     out: list[Any] = []
     for node in jax.tree.leaves(state, is_leaf=mirrors_model):
@@ -114,7 +120,12 @@ def _state_shardings(state: Any, model: Any) -> list[Any] | None:
 
 
 def make_train_step(
-    loss_fn: Callable[..., Any], optimizer: Any, *, has_aux: bool = False, donate: bool = False, jit_compile: bool = True
+    loss_fn: Callable[..., Any],
+    optimizer: Any,
+    *,
+    has_aux: bool = False,
+    donate: bool = False,
+    jit_compile: bool = True,
 ) -> Callable[..., Any]:
     """A pure train step ``(model, opt_state, *batch) -> (model, opt_state, loss)``.
 
@@ -134,7 +145,9 @@ def make_train_step(
         jit_compile: compile the step (turn off to debug with prints).
     """
     if not hasattr(optimizer, "update"):
-        raise TypeError(f"maxfx.optim.make_train_step: expected an optax GradientTransformation, got {type(optimizer).__name__}")
+        raise TypeError(
+            f"maxfx.optim.make_train_step: expected an optax GradientTransformation, got {type(optimizer).__name__}"
+        )
     grad_fn = value_and_grad(loss_fn, has_aux=has_aux)
 
     def step(model: Any, opt_state: Any, *batch: Any) -> tuple[Any, Any, Any]:

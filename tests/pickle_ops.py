@@ -1,4 +1,6 @@
-"""Pickle opcodes written by hand (protocol 2, as ``torch.save`` writes), for building hostile ``.bin`` files without torch."""
+"""Pickle opcodes written by hand (protocol 2, as ``torch.save`` writes), for building hostile ``.bin`` files without
+torch.
+"""
 
 import struct
 

@@ -73,10 +73,16 @@ def test_flash_attention_gpu_graph_runs_the_kernel(kernel_calls, rng):
     valid = np.array([7, 5], np.uint32)
     types = [TensorType(F32, list(x.shape)) for x in (q, k, v)] + [TensorType(DType.uint32, [b])]
     out = _run(
-        "fa_wiring", types,
-        lambda a, c, e, n: kernels.flash_attention_gpu(a, c, e, MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK, 0.3, local_window_size=3, valid_length=n),
-        q, k, v, valid,
-    )  # fmt: skip
+        "fa_wiring",
+        types,
+        lambda a, c, e, n: kernels.flash_attention_gpu(
+            a, c, e, MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK, 0.3, local_window_size=3, valid_length=n
+        ),
+        q,
+        k,
+        v,
+        valid,
+    )
     assert kernel_calls, "flash_attention_gpu did not reach the Pallas kernel"
     for i in range(b):
         want = np_attend(q[i], k[i], v[i], np.arange(s), valid[i], "sliding_window", 0.3, 3)
@@ -88,7 +94,15 @@ def test_flash_attention_ragged_gpu_graph_runs_the_kernel(kernel_calls, rng):
     t, h, d = 13, 2, 8
     q, k, v = (rng.normal(size=(t, h, d)).astype(np.float32) for _ in range(3))
     types = [TensorType(F32, [t, h, d])] * 3 + [TensorType(DType.uint32, [5])]
-    out = _run("far_wiring", types, lambda a, c, e, o: kernels.flash_attention_ragged_gpu(a, c, e, o, 6, MHAMaskVariant.CAUSAL_MASK, 0.5), q, k, v, offs)
+    out = _run(
+        "far_wiring",
+        types,
+        lambda a, c, e, o: kernels.flash_attention_ragged_gpu(a, c, e, o, 6, MHAMaskVariant.CAUSAL_MASK, 0.5),
+        q,
+        k,
+        v,
+        offs,
+    )
     assert kernel_calls
     for s, e in zip(offs[:-1], offs[1:]):
         want = np_attend(q[s:e], k[s:e], v[s:e], np.arange(e - s), e - s, "causal", 0.5)
@@ -102,12 +116,25 @@ def test_ragged_chunked_prefill_positions_run_the_kernel(kernel_calls, rng):
     q = rng.normal(size=(5, 2, 8)).astype(np.float32)
     k, v = (rng.normal(size=(9, 1, 8)).astype(np.float32) for _ in range(2))
     q_start, kv_start = np.array([3, 1], np.uint32), np.array([0, 0], np.uint32)
-    types = [TensorType(F32, list(x.shape)) for x in (q, k, v)] + [TensorType(DType.uint32, [3])] * 2 + [TensorType(DType.uint32, [2])] * 2
+    types = (
+        [TensorType(F32, list(x.shape)) for x in (q, k, v)]
+        + [TensorType(DType.uint32, [3])] * 2
+        + [TensorType(DType.uint32, [2])] * 2
+    )
     out = _run(
-        "far_starts", types,
-        lambda a, c, e, qo, ko, qs, ks: ops.ragged_attention(a, c, e, qo, kv_row_offsets=ko, q_start=qs, kv_start=ks, scale=0.5),
-        q, k, v, q_offs, kv_offs, q_start, kv_start,
-    )  # fmt: skip
+        "far_starts",
+        types,
+        lambda a, c, e, qo, ko, qs, ks: ops.ragged_attention(
+            a, c, e, qo, kv_row_offsets=ko, q_start=qs, kv_start=ks, scale=0.5
+        ),
+        q,
+        k,
+        v,
+        q_offs,
+        kv_offs,
+        q_start,
+        kv_start,
+    )
     assert kernel_calls
     for i in range(2):
         qs, qe, ks, ke = q_offs[i], q_offs[i + 1], kv_offs[i], kv_offs[i + 1]
@@ -122,7 +149,13 @@ def test_paged_attention_runs_the_kernel(kernel_calls, rng):
     lookup = np.array([[4, 0, 2], [5, 1, 3]], np.uint32)
     cache_len, offs = np.array([5, 0], np.uint32), np.array([0, 3, 7], np.uint32)
     q = rng.normal(size=(7, 2, d)).astype(np.float32)
-    types = [BufferType(F32, list(pool.shape), CPU), TensorType(F32, list(q.shape)), TensorType(DType.uint32, [2, 3]), TensorType(DType.uint32, [3]), TensorType(DType.uint32, [2])]
+    types = [
+        BufferType(F32, list(pool.shape), CPU),
+        TensorType(F32, list(q.shape)),
+        TensorType(DType.uint32, [2, 3]),
+        TensorType(DType.uint32, [3]),
+        TensorType(DType.uint32, [2]),
+    ]
     with Graph("paged_wiring", input_types=types) as g:
         blocks, qv, lk, of, cl = g.inputs[0].buffer, *(x.tensor for x in g.inputs[1:])
         g.output(ops.paged_attention(qv, blocks, lk, ops.constant(1, DType.uint32, CPU), of, cl, scale=0.4))
@@ -133,13 +166,17 @@ def test_paged_attention_runs_the_kernel(kernel_calls, rng):
         rows = [(lookup[i, p // page], p % page) for p in range(n)]
         k = np.stack([pool[pg, 0, 1, sl] for pg, sl in rows])
         v = np.stack([pool[pg, 1, 1, sl] for pg, sl in rows])
-        want = np_attend(q[offs[i] : offs[i + 1]], k, v, cache_len[i] + np.arange(offs[i + 1] - offs[i]), n, "causal", 0.4)
+        want = np_attend(
+            q[offs[i] : offs[i + 1]], k, v, cache_len[i] + np.arange(offs[i + 1] - offs[i]), n, "causal", 0.4
+        )
         np.testing.assert_allclose(out[offs[i] : offs[i + 1]], want, rtol=2e-5, atol=2e-5)
 
 
 @pytest.mark.parametrize("mask", ["causal", "null"])
 def test_one_query_per_row_against_a_cache_runs_the_decode_kernel(kernel_calls, monkeypatch, rng, mask):
-    """ops.attention with one query per row and cache lengths (a model's decode step) takes the split-K decode kernel."""
+    """ops.attention with one query per row and cache lengths (a model's decode step) takes the split-K decode
+    kernel.
+    """
     decode_calls = []
     real = pd.decode_attention
     monkeypatch.setattr(pd, "decode_attention", lambda *a, **kw: decode_calls.append(1) or real(*a, **kw))
@@ -149,10 +186,21 @@ def test_one_query_per_row_against_a_cache_runs_the_decode_kernel(kernel_calls, 
     pos = np.array([4, 19, 0], np.int32)  # the query's position; its key was stored at that slot
     kv_len = np.array([5, 20, 3], np.int32)  # row 2: a longer valid length than the causal bound
     types = [TensorType(F32, list(x.shape), CPU) for x in (q, k, v)] + [TensorType(DType.int32, [b], CPU)] * 2
-    out = _run(f"decode_{mask}", types, lambda q_, k_, v_, p_, n_: ops.attention(q_, k_, v_, mask=mask, scale=0.25, q_offset=p_, kv_length=n_), q, k, v, pos, kv_len)
+    out = _run(
+        f"decode_{mask}",
+        types,
+        lambda q_, k_, v_, p_, n_: ops.attention(q_, k_, v_, mask=mask, scale=0.25, q_offset=p_, kv_length=n_),
+        q,
+        k,
+        v,
+        pos,
+        kv_len,
+    )
     assert decode_calls and not kernel_calls, "a one-query step should use the decode kernel, not the flash kernel"
     for i in range(b):
-        np.testing.assert_allclose(out[i], np_attend(q[i], k[i], v[i], [pos[i]], kv_len[i], mask, 0.25), rtol=2e-5, atol=2e-5)
+        np.testing.assert_allclose(
+            out[i], np_attend(q[i], k[i], v[i], [pos[i]], kv_len[i], mask, 0.25), rtol=2e-5, atol=2e-5
+        )
 
 
 @pytest.mark.parametrize("interpret", [False, True], ids=["reference", "pallas_interpret"])
@@ -220,7 +268,16 @@ def test_sinks_fall_back_to_the_reference_with_one_warning(kernel_calls, rng):
 
 def test_functional_flash_attention_in_a_graph_runs_the_kernel(kernel_calls, rng):
     q, k, v = (rng.normal(size=(2, 5, 2, 8)).astype(np.float32) for _ in range(3))
-    out = _run("F_fa", [TensorType(F32, [2, 5, 2, 8])] * 3, lambda a, c, e: F.flash_attention(a, c, e, causal=True, scale=0.4), q, k, v)
+    out = _run(
+        "F_fa",
+        [TensorType(F32, [2, 5, 2, 8])] * 3,
+        lambda a, c, e: F.flash_attention(a, c, e, causal=True, scale=0.4),
+        q,
+        k,
+        v,
+    )
     assert kernel_calls
     for i in range(2):
-        np.testing.assert_allclose(out[i], np_attend(q[i], k[i], v[i], np.arange(5), 5, "causal", 0.4), rtol=2e-5, atol=2e-5)
+        np.testing.assert_allclose(
+            out[i], np_attend(q[i], k[i], v[i], np.arange(5), 5, "causal", 0.4), rtol=2e-5, atol=2e-5
+        )

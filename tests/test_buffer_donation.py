@@ -23,7 +23,9 @@ CPU = DeviceRef.CPU()
 
 def _accumulator():
     """``buf += x`` (plus a weight); returns the old value: one buffer input, one tensor input."""
-    with Graph("acc", input_types=[BufferType(DType.float32, [2, 3], CPU), TensorType(DType.float32, [2, 3], CPU)]) as g:
+    with Graph(
+        "acc", input_types=[BufferType(DType.float32, [2, 3], CPU), TensorType(DType.float32, [2, 3], CPU)]
+    ) as g:
         buf, x = g.inputs
         before = ops.buffer_load(buf)
         ops.buffer_store(buf, before + x)

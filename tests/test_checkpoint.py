@@ -86,7 +86,9 @@ def test_save_is_atomic_and_refuses_to_overwrite(tmp_path):
 def test_restore_names_the_mismatch(tmp_path):
     path = tmp_path / "ckpt"
     maxfx.save(path, {"w": Tensor.ones([2]), "b": np.arange(3, dtype=np.int64)})
-    with pytest.raises(ValueError, match=r"leaf 1 differs: the checkpoint has \['w'\] float32\[2\], `like` has \['w'\] float32\[5\]"):
+    with pytest.raises(
+        ValueError, match=r"leaf 1 differs: the checkpoint has \['w'\] float32\[2\], `like` has \['w'\] float32\[5\]"
+    ):
         maxfx.restore(path, {"w": Tensor.ones([5]), "b": np.arange(3, dtype=np.int64)})
     with pytest.raises(ValueError, match="the checkpoint has 2 leaves but `like` has 1"):
         maxfx.restore(path, {"w": Tensor.ones([2])})
@@ -121,7 +123,9 @@ def test_trained_tiny_llama_round_trips_through_an_hf_folder(tmp_path):
     model = load_pretrained(TINY_LLAMA)
     rng = np.random.default_rng(1)
     # Stand-in for training: every weight moves, so the reloaded logits cannot come from the original file.
-    trained = model.map_parameters(lambda name, t: Tensor(t.to_numpy() + 0.05 * rng.normal(size=t.to_numpy().shape).astype(np.float32)))
+    trained = model.map_parameters(
+        lambda name, t: Tensor(t.to_numpy() + 0.05 * rng.normal(size=t.to_numpy().shape).astype(np.float32))
+    )
     ids = Tensor(np.array([[1, 5, 9, 2]], np.int64), dtype=DType.int64)
     want = trained(ids).to_numpy()
 

@@ -1,4 +1,5 @@
-"""The ``maxfx`` command line: ``python -m maxfx generate`` reproduces transformers' completion; bad input is one line and exit 2.
+"""The ``maxfx`` command line: ``python -m maxfx generate`` reproduces transformers' completion; bad input is one line
+and exit 2.
 
 Runs that load a model start JAX in a subprocess (seconds each), so they are
 few; flag parsing is checked in-process through `maxfx._cli.main`.
@@ -23,7 +24,16 @@ TIMING = re.compile(r"^load \d+\.\d\d s, compile \d+\.\d\d s, prefill \d+\.\d to
 
 def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "MAXFX_DEFAULT_DEVICE": "cpu", "PYTHONIOENCODING": "utf-8"}
-    return subprocess.run([sys.executable, "-m", "maxfx", *args], cwd=ROOT, env=env, input=stdin, capture_output=True, text=True, encoding="utf-8", timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "maxfx", *args],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=300,
+    )
 
 
 def _golden() -> dict:
@@ -33,7 +43,15 @@ def _golden() -> dict:
 def test_generate_streams_the_golden_completion():
     """Greedy text from the CLI equals Hugging Face transformers' 16-token completion; stderr is one timing line."""
     case = _golden()["cases"][0]
-    proc = _run("generate", "--model", str(TINY_LLAMA), "--prompt", case["prompt"], "--max-new-tokens", str(_golden()["greedy_new_tokens"]))
+    proc = _run(
+        "generate",
+        "--model",
+        str(TINY_LLAMA),
+        "--prompt",
+        case["prompt"],
+        "--max-new-tokens",
+        str(_golden()["greedy_new_tokens"]),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout == case["completion"] + "\n"
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -43,7 +61,14 @@ def test_generate_streams_the_golden_completion():
 def test_generate_reads_the_prompt_from_stdin():
     """No --prompt: the prompt is stdin without its trailing newline (the second golden case, so both are covered)."""
     case = _golden()["cases"][1]
-    proc = _run("generate", "--model", str(TINY_LLAMA), "--max-new-tokens", str(_golden()["greedy_new_tokens"]), stdin=case["prompt"] + "\n")
+    proc = _run(
+        "generate",
+        "--model",
+        str(TINY_LLAMA),
+        "--max-new-tokens",
+        str(_golden()["greedy_new_tokens"]),
+        stdin=case["prompt"] + "\n",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout == case["completion"] + "\n"
 
@@ -75,7 +100,20 @@ def test_prompt_ids_print_the_golden_greedy_ids(capsys):
     golden = _golden()
     case = golden["cases"][0]
     ids = ",".join(map(str, case["prompt_ids"]))
-    assert _cli.main(["generate", "--model", str(TINY_LLAMA), "--prompt-ids", ids, "--max-new-tokens", str(golden["greedy_new_tokens"])]) == 0
+    assert (
+        _cli.main(
+            [
+                "generate",
+                "--model",
+                str(TINY_LLAMA),
+                "--prompt-ids",
+                ids,
+                "--max-new-tokens",
+                str(golden["greedy_new_tokens"]),
+            ]
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     assert out == " ".join(map(str, case["new_ids"])) + "\n"
     assert TIMING.match(err.strip()), err
@@ -103,7 +141,10 @@ def test_prompt_ids_outside_the_vocabulary_are_one_line(capsys):
     [
         (["generate", "--model", "m", "--bogus"], "unrecognized arguments: --bogus"),
         (["generate", "--prompt", "hi"], "required: --model"),
-        (["generate", "--model", "m", "--max-new-tokens", "0"], "--max-new-tokens: expected a positive integer, got '0'"),
+        (
+            ["generate", "--model", "m", "--max-new-tokens", "0"],
+            "--max-new-tokens: expected a positive integer, got '0'",
+        ),
         (["generate", "--model", "m", "--temperature", "-1"], "--temperature: expected a number >= 0"),
         (["generate", "--model", "m", "--top-p", "1.5"], "--top-p: expected a number in (0, 1]"),
         (["generate", "--model", "m", "--dtype", "int8"], "--dtype: invalid choice: 'int8'"),
@@ -124,7 +165,11 @@ def test_bad_flags_are_one_line_and_exit_2(argv, says, capsys):
     [
         (["generate", "--model", "m", "--prompt", ""], "", "the prompt is empty"),
         (["generate", "--model", "m"], "\n", "the prompt on stdin is empty"),
-        (["generate", "--model", "m", "--prompt", "a", "--prompt-ids", "1"], "", "give --prompt or --prompt-ids, not both"),
+        (
+            ["generate", "--model", "m", "--prompt", "a", "--prompt-ids", "1"],
+            "",
+            "give --prompt or --prompt-ids, not both",
+        ),
     ],
 )
 def test_bad_prompts_are_one_line_and_exit_2(argv, stdin, says, capsys, monkeypatch):

@@ -46,7 +46,9 @@ def _model():
 
     net = Net(3)
     rng = np.random.default_rng(0)
-    net.load_state_dict({n: (rng.standard_normal([int(d) for d in t.shape]) * 0.1).astype(np.float32) for n, t in net.parameters})
+    net.load_state_dict(
+        {n: (rng.standard_normal([int(d) for d in t.shape]) * 0.1).astype(np.float32) for n, t in net.parameters}
+    )
     return net
 
 
@@ -81,7 +83,11 @@ def _child(mode: str, cache_dir: str) -> dict:
         entry.write_bytes(b"truncated")
         lc.clear_cache()  # forget the in-memory executable so the disk is read again
         again = net.compile(TensorType(DType.float32, ["batch", 8, 32]))(x).to_numpy()
-        result["damaged"] = {"stats": lc.compile_stats(), "out": again.tolist(), "rewritten_bytes": entry.stat().st_size}
+        result["damaged"] = {
+            "stats": lc.compile_stats(),
+            "out": again.tolist(),
+            "rewritten_bytes": entry.stat().st_size,
+        }
     return result
 
 
@@ -95,7 +101,9 @@ def _run(mode: str, cache_dir: Path) -> dict:
     env["JAX_PLATFORMS"] = "cpu"
     if mode.startswith("env"):
         env["MAXFX_COMPILATION_CACHE_DIR"] = str(cache_dir)
-    proc = subprocess.run([sys.executable, __file__, mode, str(cache_dir)], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, __file__, mode, str(cache_dir)], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -106,7 +114,9 @@ def test_second_process_compiles_in_at_most_20_percent(tmp_path):
     assert cold["stats"]["disk_hits"] == 0
     entries = list((cache / "maxfx").glob("*.mxc"))
     assert len(entries) == 1, "the compiled model is written to the maxfx level"
-    assert any(p.name.startswith("jit_") for p in cache.iterdir()), "JAX's own cache is enabled too (reset after earlier JAX work)"
+    assert any(p.name.startswith("jit_") for p in cache.iterdir()), (
+        "JAX's own cache is enabled too (reset after earlier JAX work)"
+    )
     assert entries[0].read_bytes()[:8] == b"MAXFXCC\x00", "an entry starts with maxfx's magic, not a pickle"
 
     warm = [_run("env", cache), _run("env_damage", cache)]
@@ -114,7 +124,10 @@ def test_second_process_compiles_in_at_most_20_percent(tmp_path):
         assert w["stats"]["disk_hits"] == 1
         np.testing.assert_array_equal(np.array(w["out"]), np.array(cold["out"]))
     ratio = statistics.median(w["seconds"] for w in warm) / cold["seconds"]
-    assert ratio <= 0.20, f"warm compile {[round(w['seconds'], 3) for w in warm]} CPU s vs cold {cold['seconds']:.3f} s (ratio {ratio:.2f})"
+    assert ratio <= 0.20, (
+        f"warm compile {[round(w['seconds'], 3) for w in warm]} CPU s vs cold {cold['seconds']:.3f} s (ratio "
+        f"{ratio:.2f})"
+    )
 
     damaged = warm[1]["damaged"]
     assert damaged["stats"]["disk_hits"] == 1 and damaged["stats"]["compiles"] == 2, "the damaged entry was not used"

@@ -74,7 +74,10 @@ def test_nan_check_names_the_op_and_its_source_line():
     graph = _sqrt_then_log_graph("checked")
     InferenceSession.debug.nan_check = True
     model = InferenceSession().load(graph)
-    with pytest.raises(FloatingPointError, match=r"nan_check: op 'sqrt' output 0 .* holds 1 NaN and 0 Inf values, created at .*test_debug_options\.py:\d+"):
+    with pytest.raises(
+        FloatingPointError,
+        match=r"nan_check: op 'sqrt' output 0 .* holds 1 NaN and 0 Inf values, created at .*test_debug_options\.py:\d+",
+    ):
         model.execute(x)
     ok = model.execute(np.array([0.0, 3.0, 8.0], np.float32))[0].to_numpy()
     np.testing.assert_allclose(ok, np.log(np.sqrt([0.0, 3.0, 8.0]) + 1.0), rtol=1e-6)
@@ -130,8 +133,16 @@ def test_max_option_names_and_defaults():
     }
     cfg.op_log_level, cfg.assert_level, cfg.print_style = "NotSet", "safe", "FULL"
     assert (cfg.op_log_level, cfg.assert_level, cfg.print_style) == ("notset", "safe", PrintStyle.FULL)
-    env = DebugConfig(env="uninitialized-read-check,assert-level=warn,print-style=BINARY,ir-output-dir=/tmp/ir,stack-trace-on-error")
-    assert (env.uninitialized_read_check, env.assert_level, env.print_style, env.ir_output_dir, env.stack_trace_on_error) == (True, "warn", PrintStyle.BINARY, "/tmp/ir", True)
+    env = DebugConfig(
+        env="uninitialized-read-check,assert-level=warn,print-style=BINARY,ir-output-dir=/tmp/ir,stack-trace-on-error"
+    )
+    assert (
+        env.uninitialized_read_check,
+        env.assert_level,
+        env.print_style,
+        env.ir_output_dir,
+        env.stack_trace_on_error,
+    ) == (True, "warn", PrintStyle.BINARY, "/tmp/ir", True)
 
 
 def test_sensible_mode_turns_on_max_curated_set_which_options_override():

@@ -63,7 +63,13 @@ def test_a_refused_setting_changes_nothing(session, capfd):
 
 def test_max_style_values():
     # MAX numbers them out of order: BINARY_MAX_CHECKPOINT was added after NONE.
-    assert [(s.name, s.value) for s in PrintStyle] == [("COMPACT", 0), ("FULL", 1), ("BINARY", 2), ("NONE", 3), ("BINARY_MAX_CHECKPOINT", 4)]
+    assert [(s.name, s.value) for s in PrintStyle] == [
+        ("COMPACT", 0),
+        ("FULL", 1),
+        ("BINARY", 2),
+        ("NONE", 3),
+        ("BINARY_MAX_CHECKPOINT", 4),
+    ]
 
 
 @pytest.mark.parametrize("buffer", [False, True], ids=["tensor", "buffer"])
@@ -115,10 +121,14 @@ def test_c_api_lines_compact_and_full(session, capfd):
     session.set_debug_print_options("FULL", 6)
     model.execute(*_C_API_INPUTS)
     assert capfd.readouterr().out == (
-        "input_vector_1 = tensor<8xf32> [1.000000e+00, 2.000000e+00, 3.000000e+00, 4.000000e+00, 5.000000e+00, 6.000000e+00, 7.000000e+00, 8.000000e+00]\n"
-        "input_vector_2 = tensor<8xf32> [8.000000e+00, 7.000000e+00, 6.000000e+00, 5.000000e+00, 4.000000e+00, 3.000000e+00, 2.000000e+00, 1.000000e+00]\n"
-        "sum_result = tensor<8xf32> [9.000000e+00, 9.000000e+00, 9.000000e+00, 9.000000e+00, 9.000000e+00, 9.000000e+00, 9.000000e+00, 9.000000e+00]\n"
-        "final_output = tensor<8xf32> [1.800000e+01, 1.800000e+01, 1.800000e+01, 1.800000e+01, 1.800000e+01, 1.800000e+01, 1.800000e+01, 1.800000e+01]\n"
+        "input_vector_1 = tensor<8xf32> [1.000000e+00, 2.000000e+00, 3.000000e+00, 4.000000e+00, 5.000000e+00, "
+        "6.000000e+00, 7.000000e+00, 8.000000e+00]\n"
+        "input_vector_2 = tensor<8xf32> [8.000000e+00, 7.000000e+00, 6.000000e+00, 5.000000e+00, 4.000000e+00, "
+        "3.000000e+00, 2.000000e+00, 1.000000e+00]\n"
+        "sum_result = tensor<8xf32> [9.000000e+00, 9.000000e+00, 9.000000e+00, 9.000000e+00, 9.000000e+00, "
+        "9.000000e+00, 9.000000e+00, 9.000000e+00]\n"
+        "final_output = tensor<8xf32> [1.800000e+01, 1.800000e+01, 1.800000e+01, 1.800000e+01, 1.800000e+01, "
+        "1.800000e+01, 1.800000e+01, 1.800000e+01]\n"
     )
     session.set_debug_print_options("NONE")
     model.execute(*_C_API_INPUTS)
@@ -166,7 +176,17 @@ def _parse_max_file(path: Path):
     return key, code, shape, raw[offset:]
 
 
-_ROUND_TRIP = [DType.float32, DType.float64, DType.bfloat16, DType.int8, DType.int32, DType.int64, DType.uint8, DType.uint64, DType.bool]
+_ROUND_TRIP = [
+    DType.float32,
+    DType.float64,
+    DType.bfloat16,
+    DType.int8,
+    DType.int32,
+    DType.int64,
+    DType.uint8,
+    DType.uint64,
+    DType.bool,
+]
 
 
 @pytest.mark.parametrize("dtype", _ROUND_TRIP, ids=lambda d: d.name)
@@ -218,10 +238,16 @@ def test_compact_matrices_and_stacks(capfd):
     session = InferenceSession()
     model = _print_input_model(session, DType.int32, shape=(8, 1, 2))
     model.execute(np.arange(16, dtype=np.int32).reshape(8, 1, 2))
-    assert capfd.readouterr().out == ("test_x_value = tensor([[[0, 1]],\n[[2, 3]],\n[[4, 5]]\n..., ,\n[[10, 11]],\n[[12, 13]],\n[[14, 15]]], dtype=si32, shape=[8, 1, 2])\n")
+    assert capfd.readouterr().out == (
+        "test_x_value = tensor([[[0, 1]],\n[[2, 3]],\n[[4, 5]]\n..., ,\n[[10, 11]],\n[[12, 13]],\n[[14, 15]]], "
+        "dtype=si32, shape=[8, 1, 2])\n"
+    )
     model = _print_input_model(session, DType.int32, shape=(8, 2))
     model.execute(np.arange(16, dtype=np.int32).reshape(8, 2))
-    assert capfd.readouterr().out == ("test_x_value = tensor([[0, 1],\n[2, 3],\n[4, 5],\n..., \n[10, 11],\n[12, 13],\n[14, 15]], dtype=si32, shape=[8, 2])\n")
+    assert capfd.readouterr().out == (
+        "test_x_value = tensor([[0, 1],\n[2, 3],\n[4, 5],\n..., \n[10, 11],\n[12, 13],\n[14, 15]], dtype=si32, "
+        "shape=[8, 2])\n"
+    )
 
 
 def test_layer_comparison_guide_flow(tmp_path):
@@ -285,6 +311,13 @@ def test_layer_comparison_guide_flow(tmp_path):
     h1 = h0 + silu(h0 @ weights["layers.0.proj.weight"].T)
     h2 = h1 + silu(h1 @ weights["layers.1.proj.weight"].T)
     out = h2 / np.sqrt(np.mean(h2**2, axis=-1, keepdims=True) + eps)
-    expected = {"model.embed_tokens-output": h0, "model.layers.layers.0-output": h1, "model.layers.layers.1-output": h2, "model.norm-output": out}
+    expected = {
+        "model.embed_tokens-output": h0,
+        "model.layers.layers.0-output": h1,
+        "model.layers.layers.1-output": h2,
+        "model.norm-output": out,
+    }
     for name, value in expected.items():
-        np.testing.assert_allclose(load_max_buffer(tmp_path / f"{name}.max").to_numpy(), value, rtol=1e-5, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(
+            load_max_buffer(tmp_path / f"{name}.max").to_numpy(), value, rtol=1e-5, atol=1e-5, err_msg=name
+        )

@@ -10,7 +10,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_demo_runs_and_trains():
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "MAXFX_DEFAULT_DEVICE": "cpu"}
-    proc = subprocess.run([sys.executable, "-m", "maxfx.demo"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "maxfx.demo"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout.splitlines()
     # The developer guide's eager example, in its exact printed format.

@@ -115,6 +115,8 @@ def test_background_recorder_interval_must_be_non_negative():
 
 def test_the_module_imports_without_pynvml():
     code = "import sys\nsys.modules['pynvml'] = None\nfrom maxfx.diagnostics.gpu import GPUDiagContext\nprint(GPUDiagContext().get_stats())\n"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, timeout=120
+    )
     assert out.stdout.strip() == "{}"
     assert gpu.__all__ == ["BackgroundRecorder", "GPUDiagContext", "GPUStats", "MemoryStats", "UtilizationStats"]

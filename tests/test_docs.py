@@ -21,7 +21,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_mkdocs_strict_build(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(ROOT / "docs" / "mkdocs.yml"), "-d", str(tmp_path / "site")],
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-q",
+            "-f",
+            str(ROOT / "docs" / "mkdocs.yml"),
+            "-d",
+            str(tmp_path / "site"),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -71,7 +82,11 @@ def _run_examples(blocks: list[str], source: str) -> None:
         try:
             exec(compile(block, f"{source} block {index}", "exec"), namespace)  # noqa: S102 - our own docs
         except Exception as err:
-            hint = f" (a block that needs an earlier block's names must start with {CONTINUES!r})" if isinstance(err, NameError) else ""
+            hint = (
+                f" (a block that needs an earlier block's names must start with {CONTINUES!r})"
+                if isinstance(err, NameError)
+                else ""
+            )
             raise AssertionError(f"{source} block {index}: {type(err).__name__}: {err}{hint}") from err
 
 

@@ -199,7 +199,14 @@ def test_device_ref_resolution(fake_gpu):
 # ---------------------------------------------------------------- tensor construction
 def test_constructor_overloads():
     t = Tensor(DType.float32, [2, 3])
-    assert (t.shape, t.dtype, t.device, t.rank, t.num_elements, t.element_size) == ((2, 3), DType.float32, CPU(), 2, 6, 4)
+    assert (t.shape, t.dtype, t.device, t.rank, t.num_elements, t.element_size) == (
+        (2, 3),
+        DType.float32,
+        CPU(),
+        2,
+        6,
+        4,
+    )
     assert t.is_host and not t.pinned and t.is_contiguous and t.stream is CPU().default_stream
     assert t.to_numpy().dtype == np.float32 and t.to_numpy().flags.writeable
     assert Tensor(shape=[2, 3], dtype=DType.bfloat16).to_numpy().dtype == ml_dtypes.bfloat16
@@ -272,7 +279,9 @@ def test_from_numpy_errors():
 
 # ---------------------------------------------------------------- item / indexing / views
 def test_item_types_and_errors():
-    assert Tensor.from_numpy(np.array(3, np.int32)).item() == 3 and isinstance(Tensor.scalar(3, DType.int32).item(), int)
+    assert Tensor.from_numpy(np.array(3, np.int32)).item() == 3 and isinstance(
+        Tensor.scalar(3, DType.int32).item(), int
+    )
     assert isinstance(Tensor.scalar(1.5, DType.bfloat16).item(), float)
     assert Tensor.scalar(1.5, DType.bfloat16).item() == 1.5
     with pytest.raises(ValueError, match=r"tensor with 6 items but expected only 1 \(shape \(2, 3\)\)"):
@@ -658,7 +667,12 @@ def test_setitem_of_a_float_past_the_dtype_range_stores_inf_without_a_warning():
 def test_calculate_virtual_device_count_follows_the_published_page():
     """``max.driver.calculate_virtual_device_count(*device_spec_lists)``: max GPU id + 1 over all lists, or 1."""
     spec = driver.DeviceSpec
-    assert driver.calculate_virtual_device_count([spec.accelerator(0), spec.accelerator(3)], [spec.accelerator(5), spec.cpu()]) == 6
+    assert (
+        driver.calculate_virtual_device_count(
+            [spec.accelerator(0), spec.accelerator(3)], [spec.accelerator(5), spec.cpu()]
+        )
+        == 6
+    )
     assert driver.calculate_virtual_device_count([spec.cpu()]) == 1
     assert driver.calculate_virtual_device_count() == 1
     assert driver.calculate_virtual_device_count([spec.accelerator(0)]) == 1

@@ -63,7 +63,9 @@ def test_driver_tensors_and_scalars_as_inputs():
 
 
 def test_python_lists_convert_to_the_declared_dtype():
-    """Issue 35 item 2d: ``execute([[1.0, 2.0]])`` said "expected float32, got float64"; Python data takes the input's dtype."""
+    """Issue 35 item 2d: ``execute([[1.0, 2.0]])`` said "expected float32, got float64"; Python data takes the input's
+    dtype.
+    """
     model = InferenceSession().load(_relu_graph(["batch", 2]))
     data = [[1.0, -2.0], [-3.5, 4.0]]
     out = model.execute(data)[0].to_numpy()
@@ -81,7 +83,9 @@ def test_python_lists_convert_to_the_declared_dtype():
             int8.execute(bad)
     with pytest.raises(ValueError, match=r"input 0.*ragged: at depth 1"):
         model.execute([[1.0, 2.0], [3.0]])
-    with pytest.raises(ValueError, match=r"input 0.*dtype float32.*float64"):  # a numpy array keeps its dtype (no silent cast)
+    with pytest.raises(
+        ValueError, match=r"input 0.*dtype float32.*float64"
+    ):  # a numpy array keeps its dtype (no silent cast)
         model.execute(np.array(data))
 
 

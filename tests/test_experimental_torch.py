@@ -9,7 +9,9 @@ torch = pytest.importorskip("torch")
 from maxfx.experimental.torch import max_dtype_to_torch, torch_dtype_to_max  # noqa: E402
 
 
-@pytest.mark.parametrize("name", ["bool", "int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64", "float8_e4m3fn"])
+@pytest.mark.parametrize(
+    "name", ["bool", "int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64", "float8_e4m3fn"]
+)
 def test_round_trip_of_every_shared_dtype(name):
     assert torch_dtype_to_max(getattr(torch, name)) is DType[name]
     assert max_dtype_to_torch(DType[name]) is getattr(torch, name)

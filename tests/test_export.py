@@ -96,9 +96,13 @@ def test_compiled_module_runs_in_a_fresh_process(mlp, tmp_path, rng):
 
 
 def _python(code, *args, cwd, devices=1):
-    """Run ``code`` in a fresh interpreter with ``devices`` forced host CPU devices (as tests/forced_devices.py does)."""
+    """Run ``code`` in a fresh interpreter with ``devices`` forced host CPU devices (as tests/forced_devices.py
+    does).
+    """
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
-    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=240, env=env, cwd=cwd)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=240, env=env, cwd=cwd
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc.stdout
 
@@ -142,7 +146,11 @@ def test_jax_functions_and_a_module_load_and_differentiate_in_a_fresh_process(ml
     models = {
         "jnp": (uses_jnp, lambda x: np.tanh(x) @ w, lambda x: (1 - np.tanh(x) ** 2) * w.sum(1)),
         "jax_jit": (jax.jit(lambda x: jnp.sin(x) * 2 + 1), lambda x: np.sin(x) * 2 + 1, lambda x: np.cos(x) * 2),
-        "maxfx_jit": (maxfx.jit(lambda x: jnp.cos(x) @ w_jax), lambda x: np.cos(x) @ w, lambda x: -np.sin(x) * w.sum(1)),
+        "maxfx_jit": (
+            maxfx.jit(lambda x: jnp.cos(x) @ w_jax),
+            lambda x: np.cos(x) @ w,
+            lambda x: -np.sin(x) * w.sum(1),
+        ),
         "module": (mlp, lambda x: _np_mlp(mlp, x), None),
     }
     data = {}
@@ -227,15 +235,22 @@ def test_module_weights_are_stored_beside_the_program(mlp, rng):
         meta = json.loads(z.read("maxfx_export.json"))
         assert [w["name"] for w in meta["weights"]] == sorted(art.weights)
         for i, w in enumerate(meta["weights"]):  # raw little-endian bytes beside the program
-            np.testing.assert_array_equal(np.frombuffer(z.read(f"weights/{i}.bin"), "<f4").reshape(w["shape"]), dict(mlp.parameters)[w["name"]].to_numpy())
+            np.testing.assert_array_equal(
+                np.frombuffer(z.read(f"weights/{i}.bin"), "<f4").reshape(w["shape"]),
+                dict(mlp.parameters)[w["name"]].to_numpy(),
+            )
         program = jax.export.deserialize(bytearray(z.read("program.jaxexport")))  # JAX's own format
     assert program.has_vjp()
-    assert [tuple(a.shape) for a in program.in_avals[1:]] == [tuple(w["shape"]) for w in meta["weights"]]  # 1 input, then the weights
+    assert [tuple(a.shape) for a in program.in_avals[1:]] == [
+        tuple(w["shape"]) for w in meta["weights"]
+    ]  # 1 input, then the weights
     # Weights are arguments of the program, not constants: 1 input + 6 weights.
     main = next(line for line in art.stablehlo().splitlines() if "func.func public @main" in line)
     assert main.count("%arg") == 7
     x = rng.standard_normal((5, 4)).astype(np.float32)
-    np.testing.assert_allclose(maxfx.load_exported(art.serialize())(x).to_numpy(), _np_mlp(mlp, x), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        maxfx.load_exported(art.serialize())(x).to_numpy(), _np_mlp(mlp, x), rtol=1e-4, atol=1e-5
+    )
 
 
 def test_function_of_tensors_with_captured_module(mlp, rng):
@@ -248,7 +263,9 @@ def test_function_of_tensors_with_captured_module(mlp, rng):
     assert set(art.weights) == {"scale"} | {f"mlp.{n}" for n, _ in mlp.parameters}
     for n in (1, 6):
         x = rng.standard_normal((n, 4)).astype(np.float32)
-        np.testing.assert_allclose(art(Tensor(x)).to_numpy(), np.maximum(_np_mlp(mlp, x), 0) * [1.0, -2.0, 0.5], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            art(Tensor(x)).to_numpy(), np.maximum(_np_mlp(mlp, x), 0) * [1.0, -2.0, 0.5], rtol=1e-4, atol=1e-5
+        )
 
 
 def test_pure_function_two_symbolic_dims_and_tuple_output(rng):
@@ -347,7 +364,10 @@ def _with_version(data, version):
 
 def test_other_format_versions(mlp):
     data = maxfx.export(mlp.compile(_t("batch", 4))).serialize()
-    with pytest.raises(ArtifactError, match=r"written by a newer maxfx \(format version 99\); this maxfx reads version 2: upgrade maxfx"):
+    with pytest.raises(
+        ArtifactError,
+        match=r"written by a newer maxfx \(format version 99\); this maxfx reads version 2: upgrade maxfx",
+    ):
         maxfx.load_exported(_with_version(data, 99))
     with pytest.raises(ArtifactError, match="format version 1, .* no longer read; .* export the model again"):
         maxfx.load_exported(_with_version(data, 1))

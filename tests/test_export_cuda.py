@@ -30,12 +30,21 @@ def _graph(rng):
     w = rng.integers(0, 256, size=(N, K // 32, 18), dtype=np.uint8)  # Q4_0 blocks: f16 scale, 16 bytes of nibbles
     w[:, :, 0:2] = np.full((N, K // 32), 0.01, np.float16).view(np.uint8).reshape(N, K // 32, 2)
     w = w.reshape(N, -1)
-    types = [TensorType(F32, [B, S, H, D], CPU), TensorType(F32, [B, S, HKV, D], CPU), TensorType(F32, [B, S, HKV, D], CPU)]
+    types = [
+        TensorType(F32, [B, S, H, D], CPU),
+        TensorType(F32, [B, S, HKV, D], CPU),
+        TensorType(F32, [B, S, HKV, D], CPU),
+    ]
     with Graph("attn_q4", input_types=types) as g:
         q, k, v = (x.tensor for x in g.inputs)
         o = kernels.flash_attention_gpu(q, k, v, MHAMaskVariant.CAUSAL_MASK, 0.25)
         flat = ops.reshape(o, [B * S, H * D])
-        proj = ops.qmatmul(QuantizationEncoding.Q4_0, None, ops.slice_tensor(flat, [slice(None), slice(0, K)]), ops.constant(w, DType.uint8, CPU))
+        proj = ops.qmatmul(
+            QuantizationEncoding.Q4_0,
+            None,
+            ops.slice_tensor(flat, [slice(None), slice(0, K)]),
+            ops.constant(w, DType.uint8, CPU),
+        )
         g.output(o, proj)
     return g, w
 
@@ -90,13 +99,20 @@ def test_an_artifact_disabling_other_checks_is_refused(rng):
 
     g, _ = _graph(rng)
     buf = io.BytesIO()
-    with zipfile.ZipFile(io.BytesIO(maxfx.export(g, platforms=["cuda"]).serialize())) as src, zipfile.ZipFile(buf, "w") as dst:
+    with (
+        zipfile.ZipFile(io.BytesIO(maxfx.export(g, platforms=["cuda"]).serialize())) as src,
+        zipfile.ZipFile(buf, "w") as dst,
+    ):
         for name in src.namelist():
             content = src.read(name)
             if name == "program.jaxexport":  # the same program, re-serialized with one more check disabled
                 program = jax.export.deserialize(bytearray(content))
                 unvetted = jax.export.DisabledSafetyCheck.custom_call("some_unvetted_target")
-                content = bytes(dataclasses.replace(program, disabled_safety_checks=(*program.disabled_safety_checks, unvetted)).serialize())
+                content = bytes(
+                    dataclasses.replace(
+                        program, disabled_safety_checks=(*program.disabled_safety_checks, unvetted)
+                    ).serialize()
+                )
             dst.writestr(name, content)
     with pytest.raises(ValueError, match="unsupported disabled safety check 'custom_call:some_unvetted_target'"):
         maxfx.load_exported(buf.getvalue())

@@ -78,7 +78,11 @@ def test_layer_norm_eps_mismatch_is_an_error():
 
 def _pair():
     ours = Sequential(Linear(4, 8), LayerNorm(8), Linear(8, 2))
-    theirs = nnx.Sequential(nnx.Linear(4, 8, rngs=nnx.Rngs(0)), nnx.LayerNorm(8, epsilon=1e-5, rngs=nnx.Rngs(0)), nnx.Linear(8, 2, rngs=nnx.Rngs(1)))
+    theirs = nnx.Sequential(
+        nnx.Linear(4, 8, rngs=nnx.Rngs(0)),
+        nnx.LayerNorm(8, epsilon=1e-5, rngs=nnx.Rngs(0)),
+        nnx.Linear(8, 2, rngs=nnx.Rngs(1)),
+    )
     return ours, theirs
 
 
@@ -137,7 +141,9 @@ def test_custom_module_with_list_attribute():
     ours, theirs = Block(), FlaxBlock(nnx.Rngs(3))
     ids = np.array([1, 9, 4], np.int64)
     from_flax(theirs, ours)
-    np.testing.assert_allclose(ours(Tensor(ids, dtype=DType.int64)).to_numpy(), np.asarray(theirs(ids)), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        ours(Tensor(ids, dtype=DType.int64)).to_numpy(), np.asarray(theirs(ids)), rtol=1e-4, atol=1e-5
+    )
     assert flax_paths(ours, theirs)["layers.1.weight"] == "layers/1/kernel"
 
 
@@ -157,7 +163,9 @@ def test_extra_key_names_the_path():
 def test_shape_mismatch_names_both_sides():
     ours = Sequential(Linear(4, 8), Linear(8, 2))
     theirs = nnx.Sequential(nnx.Linear(4, 8, rngs=nnx.Rngs(0)), nnx.Linear(8, 3, rngs=nnx.Rngs(0)))
-    with pytest.raises(StructureMismatchError, match=r"maxfx '1.weight' is float32\[2, 8\].*flax 'layers/1/kernel' is float32\[8, 3\]"):
+    with pytest.raises(
+        StructureMismatchError, match=r"maxfx '1.weight' is float32\[2, 8\].*flax 'layers/1/kernel' is float32\[8, 3\]"
+    ):
         to_flax(ours, theirs)
 
 

@@ -62,7 +62,10 @@ def test_grad_check(name, index, request):
 
         def f(*arrays):
             differentiated = dict(zip(example.wrt, arrays))
-            tensors = [Tensor.from_dlpack(differentiated[i]) if i in differentiated else Tensor(a) for i, a in enumerate(example.inputs)]
+            tensors = [
+                Tensor.from_dlpack(differentiated[i]) if i in differentiated else Tensor(a)
+                for i, a in enumerate(example.inputs)
+            ]
             return _raw_outputs(example.call(front, *tensors))
 
         assert f(*args), f"{name}: the example produced no float output"
@@ -94,5 +97,7 @@ def test_maxfx_grad_agrees_with_finite_differences_through_tensors():
     for idx in np.ndindex(*x.shape):
         d = np.zeros_like(x)
         d[idx] = eps
-        num[idx] = (loss(Tensor(x + d, dtype=DType.float64)).item() - loss(Tensor(x - d, dtype=DType.float64)).item()) / (2 * eps)
+        num[idx] = (
+            loss(Tensor(x + d, dtype=DType.float64)).item() - loss(Tensor(x - d, dtype=DType.float64)).item()
+        ) / (2 * eps)
     np.testing.assert_allclose(g, num, rtol=1e-6, atol=1e-8)

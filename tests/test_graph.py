@@ -45,7 +45,9 @@ def test_values_from_another_graph_are_rejected():
 
 
 def test_values_of_a_closed_graph_are_refused_naming_it():
-    """Issue 35 item 2c: an op on a value after its ``with Graph(...)`` block closed joined the closed graph silently."""
+    """Issue 35 item 2c: an op on a value after its ``with Graph(...)`` block closed joined the closed graph
+    silently.
+    """
     from maxfx.experimental.tensor import Tensor
 
     with Graph("closed_g", input_types=[TensorType(DType.float32, [2])]) as g:
@@ -161,14 +163,19 @@ def test_tensor_value_from_tensor_likes_and_ops_take_objects_that_convert_themse
 
 
 def test_tensor_value_and_buffer_value_refuse_the_wrong_kind():
-    with Graph("kinds", input_types=[TensorType(DType.float32, [2], DeviceRef.CPU()), BufferType(DType.float32, [2], DeviceRef.CPU())]) as g:
+    with Graph(
+        "kinds",
+        input_types=[TensorType(DType.float32, [2], DeviceRef.CPU()), BufferType(DType.float32, [2], DeviceRef.CPU())],
+    ) as g:
         x, buf = g.inputs
         assert isinstance(BufferValue(buf), BufferValue)
         with pytest.raises(TypeError, match="TensorValue: expected a tensor value, got a value of type BufferType"):
             TensorValue(buf)
         with pytest.raises(TypeError, match=r"BufferValue: expected a buffer value .* TensorType"):
             BufferValue(x)
-        with pytest.raises(TypeError, match=r"got int \(make Python numbers and arrays graph constants with ops.constant"):
+        with pytest.raises(
+            TypeError, match=r"got int \(make Python numbers and arrays graph constants with ops.constant"
+        ):
             TensorValue(3)
     from maxfx.experimental.tensor import Tensor
 
@@ -203,7 +210,10 @@ def test_objects_converting_to_buffer_values_are_buffer_value_like():
         def __buffervalue__(self):
             return self.buffer
 
-    with Graph("store", input_types=[BufferType(DType.float32, [3], DeviceRef.CPU()), TensorType(DType.float32, [3], DeviceRef.CPU())]) as g:
+    with Graph(
+        "store",
+        input_types=[BufferType(DType.float32, [3], DeviceRef.CPU()), TensorType(DType.float32, [3], DeviceRef.CPU())],
+    ) as g:
         cache = Cache(g.inputs[0].buffer)
         assert isinstance(cache, HasBufferValue) and isinstance(g.inputs[0].buffer, BufferValueLike)
         ops.buffer_store(cache, g.inputs[1] * 2)

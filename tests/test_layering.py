@@ -28,7 +28,10 @@ def _imported_packages(path: Path) -> set[str]:
             found.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.add(node.module.split(".")[0])
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in ("import_module", "__import__"):
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
+            "import_module",
+            "__import__",
+        ):
             if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
                 found.add(node.args[0].value.split(".")[0])
     return found
@@ -46,7 +49,10 @@ def test_no_upward_imports(package):
 
 def test_the_checker_sees_imports(tmp_path):
     f = tmp_path / "m.py"
-    f.write_text("import maxfx.graph\nfrom lowering import ir\ndef f():\n    importlib.import_module('custom_calls.x')\n    __import__('numpy')\n")
+    f.write_text(
+        "import maxfx.graph\nfrom lowering import ir\ndef f():\n    importlib.import_module('custom_calls.x')\n    "
+        "__import__('numpy')\n"
+    )
     assert _imported_packages(f) == {"maxfx", "lowering", "custom_calls", "numpy"}
 
 
@@ -69,7 +75,9 @@ def _module_files(root: Path, packages: tuple[str, ...]) -> dict[str, tuple[Path
 
 
 def _imported_names(node: ast.AST, module: str, is_package: bool, modules: dict) -> list[str]:
-    """The dotted names an import statement reaches: ``from a.b import c`` is ``a.b.c`` when that is a module, else ``a.b``."""
+    """The dotted names an import statement reaches: ``from a.b import c`` is ``a.b.c`` when that is a module, else
+    ``a.b``.
+    """
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names]
     if not isinstance(node, ast.ImportFrom):
@@ -83,7 +91,9 @@ def _imported_names(node: ast.AST, module: str, is_package: bool, modules: dict)
     return [f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source for alias in node.names]
 
 
-def import_graph(root: Path, packages: tuple[str, ...] = PROJECT, package_inits: bool = False) -> dict[str, dict[str, list[int]]]:
+def import_graph(
+    root: Path, packages: tuple[str, ...] = PROJECT, package_inits: bool = False
+) -> dict[str, dict[str, list[int]]]:
     """module → {imported project module: line numbers}.
 
     With ``package_inits``, importing ``p.q.m`` from outside ``p.q`` is also an edge
@@ -149,24 +159,42 @@ def import_cycles(graph: dict[str, dict[str, list[int]]]) -> list[list[str]]:
 
 def _describe(cycle: list[str], graph: dict[str, dict[str, list[int]]]) -> str:
     members = set(cycle)
-    edges = [f"    {a} -> {b} (line {', '.join(map(str, graph[a][b]))})" for a in cycle for b in sorted(graph[a]) if b in members]
+    edges = [
+        f"    {a} -> {b} (line {', '.join(map(str, graph[a][b]))})"
+        for a in cycle
+        for b in sorted(graph[a])
+        if b in members
+    ]
     return " / ".join(cycle) + "\n" + "\n".join(edges)
 
 
 def test_no_import_cycles():
     graph = import_graph(ROOT)
     cycles = import_cycles(graph)
-    assert not cycles, f"{len(cycles)} import cycle(s), counting imports inside functions:\n" + "\n".join(_describe(c, graph) for c in cycles)
+    assert not cycles, f"{len(cycles)} import cycle(s), counting imports inside functions:\n" + "\n".join(
+        _describe(c, graph) for c in cycles
+    )
 
 
 def test_no_import_cycles_through_package_inits():
     graph = import_graph(ROOT, package_inits=True)
     cycles = import_cycles(graph)
-    assert not cycles, f"{len(cycles)} import cycle(s) through package __init__ files:\n" + "\n".join(_describe(c, graph) for c in cycles)
+    assert not cycles, f"{len(cycles)} import cycle(s) through package __init__ files:\n" + "\n".join(
+        _describe(c, graph) for c in cycles
+    )
 
 
 # The engine runs any op from its registry entry: it never imports an op family.
-ENGINE = ("lowering.ir", "lowering.registry", "lowering.plan", "lowering.context", "lowering.interpret", "lowering.eager", "lowering.executables", "lowering.compile")
+ENGINE = (
+    "lowering.ir",
+    "lowering.registry",
+    "lowering.plan",
+    "lowering.context",
+    "lowering.interpret",
+    "lowering.eager",
+    "lowering.executables",
+    "lowering.compile",
+)
 
 
 def _reachable(graph: dict[str, dict[str, list[int]]], start: str) -> dict[str, str]:
@@ -184,11 +212,17 @@ def _reachable(graph: dict[str, dict[str, list[int]]], start: str) -> dict[str, 
 
 def test_the_engine_imports_no_op_definitions():
     graph = import_graph(ROOT)
-    assert {"lowering.ir", "lowering.registry", "lowering.context", "lowering.interpret", "lowering.compile"} <= set(graph)
+    assert {"lowering.ir", "lowering.registry", "lowering.context", "lowering.interpret", "lowering.compile"} <= set(
+        graph
+    )
     bad = []
     for module in (m for m in ENGINE if m in graph):
         via = _reachable(graph, module)
-        bad += [f"{module} reaches {op} (imported by {via[op]})" for op in sorted(via) if op == "lowering.ops" or op.startswith("lowering.ops.")]
+        bad += [
+            f"{module} reaches {op} (imported by {via[op]})"
+            for op in sorted(via)
+            if op == "lowering.ops" or op.startswith("lowering.ops.")
+        ]
     assert not bad, "the engine imports op definitions:\n" + "\n".join(bad)
 
 
@@ -242,14 +276,25 @@ def _import_time_statements(body: list[ast.stmt]):
 
 
 def import_time_patches(path: Path, package: str) -> list[str]:
-    """Import-time writes into names imported from another project package (``pkg.attr = x``, ``setattr``, ``set_*()``)."""
+    """Import-time writes into names imported from another project package (``pkg.attr = x``, ``setattr``,
+    ``set_*()``).
+    """
     tree = ast.parse(path.read_text(), filename=str(path))
     foreign = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] in set(PROJECT) - {package}:
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and node.module.split(".")[0] in set(PROJECT) - {package}
+        ):
             foreign.update(a.asname or a.name for a in node.names)
         elif isinstance(node, ast.Import):
-            foreign.update((a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] in set(PROJECT) - {package})
+            foreign.update(
+                (a.asname or a.name).split(".")[0]
+                for a in node.names
+                if a.name.split(".")[0] in set(PROJECT) - {package}
+            )
 
     def root(expr: ast.expr) -> str | None:
         while isinstance(expr, (ast.Attribute, ast.Subscript)):
@@ -258,8 +303,18 @@ def import_time_patches(path: Path, package: str) -> list[str]:
 
     found = []
     for stmt in _import_time_statements(tree.body):
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) else []
-        found += [f"{path.name}:{stmt.lineno}: {ast.unparse(t)} = ..." for t in targets if isinstance(t, (ast.Attribute, ast.Subscript)) and root(t) in foreign]
+        targets = (
+            stmt.targets
+            if isinstance(stmt, ast.Assign)
+            else [stmt.target]
+            if isinstance(stmt, (ast.AugAssign, ast.AnnAssign))
+            else []
+        )
+        found += [
+            f"{path.name}:{stmt.lineno}: {ast.unparse(t)} = ..."
+            for t in targets
+            if isinstance(t, (ast.Attribute, ast.Subscript)) and root(t) in foreign
+        ]
         if isinstance(stmt, (ast.Expr, ast.Assign)):
             for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
                 name = ast.unparse(call.func)
@@ -272,7 +327,11 @@ def import_time_patches(path: Path, package: str) -> list[str]:
 
 @pytest.mark.parametrize("package", PROJECT)
 def test_no_import_time_patching(package):
-    found = [f"{path.relative_to(ROOT).parent}/{hit}" for path in sorted((ROOT / package).rglob("*.py")) for hit in import_time_patches(path, package)]
+    found = [
+        f"{path.relative_to(ROOT).parent}/{hit}"
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for hit in import_time_patches(path, package)
+    ]
     assert not found, "modules that change another package's objects when imported:\n" + "\n".join(found)
 
 
@@ -316,15 +375,24 @@ def deferred_import_problems(path: Path, project: tuple[str, ...] = PROJECT) -> 
         if line is None:
             continue
         seen.add(line)
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else [("." * node.level) + (node.module or "")]
+        names = (
+            [a.name for a in node.names] if isinstance(node, ast.Import) else [("." * node.level) + (node.module or "")]
+        )
         where = f"{path.name}:{line}"
         tops = [name.split(".")[0] for name in names]
         if any(not top or top in project for top in tops):
-            problems.append(f"{where}: defers a project import ({', '.join(names)}); import it at module level (break the cycle instead)")
+            problems.append(
+                f"{where}: defers a project import ({', '.join(names)}); import it at module level (break the cycle "
+                "instead)"
+            )
         elif any(top in sys.stdlib_module_names for top in tops):
-            problems.append(f"{where}: defers the standard-library module {', '.join(names)}; import it at module level")
+            problems.append(
+                f"{where}: defers the standard-library module {', '.join(names)}; import it at module level"
+            )
         elif not lines[line - 1].split(_SUPPRESSION, 1)[1].strip(" -–:()"):
-            problems.append(f"{where}: say why {', '.join(names)} is imported late, e.g. '# {_SUPPRESSION} - optional dependency'")
+            problems.append(
+                f"{where}: say why {', '.join(names)} is imported late, e.g. '# {_SUPPRESSION} - optional dependency'"
+            )
     problems += [f"{path.name}:{n}: {_SUPPRESSION} on a line without an import" for n in sorted(marked - seen)]
     return len(marked), problems
 
@@ -336,7 +404,9 @@ def test_deferred_imports_are_few_and_optional():
             n, bad = deferred_import_problems(path)
             count += n
             problems += [f"{path.relative_to(ROOT).parent}/{p}" for p in bad]
-    assert count <= MAX_DEFERRED_IMPORTS and not problems, f"{count} deferred imports (at most {MAX_DEFERRED_IMPORTS}):\n" + "\n".join(problems)
+    assert count <= MAX_DEFERRED_IMPORTS and not problems, (
+        f"{count} deferred imports (at most {MAX_DEFERRED_IMPORTS}):\n" + "\n".join(problems)
+    )
 
 
 def test_the_deferred_import_check_sees_bad_ones(tmp_path):
@@ -355,7 +425,12 @@ def test_the_deferred_import_check_sees_bad_ones(tmp_path):
     count, problems = deferred_import_problems(f)
     assert count == 6
     assert [p.split(":")[1] for p in problems] == ["3", "4", "7", "8", "9"], problems
-    assert "say why" in problems[0] and "maxfx.graph" in problems[1] and "standard-library" in problems[2] and "without an import" in problems[4]
+    assert (
+        "say why" in problems[0]
+        and "maxfx.graph" in problems[1]
+        and "standard-library" in problems[2]
+        and "without an import" in problems[4]
+    )
 
 
 def test_a_cpu_program_does_not_import_pallas():

@@ -9,10 +9,26 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_ruff_check_passes():
     proc = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "maxfx", "lowering", "custom_calls", "tests"],
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--no-cache",
+            "--output-format",
+            "concise",
+            "maxfx",
+            "lowering",
+            "custom_calls",
+            "tests",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
     )
-    assert "No module named ruff" not in proc.stderr, "ruff is missing: it comes with the dev extra (`make venv` installs it)"
-    assert proc.returncode == 0, f"ruff found problems (fix them or run `.venv/bin/ruff check --fix`):\n{proc.stdout}{proc.stderr}"
+    assert "No module named ruff" not in proc.stderr, (
+        "ruff is missing: it comes with the dev extra (`make venv` installs it)"
+    )
+    assert proc.returncode == 0, (
+        f"ruff found problems (fix them or run `.venv/bin/ruff check --fix`):\n{proc.stdout}{proc.stderr}"
+    )

@@ -106,7 +106,9 @@ InferenceSession(devices=[CPU()]).load(g).execute(np.ones([2, 4], np.float32))
 
 def _run(mode: str, cache_dir: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, JAX_PLATFORMS="cpu", MAXFX_COMPILATION_CACHE_DIR=str(cache_dir))
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, mode], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, mode], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc
 

@@ -54,7 +54,10 @@ def test_sequential_children_are_named_by_position():
 def test_compile_then_init_runs_with_the_registry_weights(rng):
     model = Model()
     # As on the modules page: the weights' values are known (which names them) before the graph is built.
-    weights = {name: rng.normal(size=tuple(int(d) for d in w.shape)).astype(np.float32) for name, w in model.raw_state_dict().items()}
+    weights = {
+        name: rng.normal(size=tuple(int(d) for d in w.shape)).astype(np.float32)
+        for name, w in model.raw_state_dict().items()
+    }
     model.load_state_dict(weights)
     with Graph("mlp", input_types=[TensorType(DType.float32, ["batch", 4], CPU)]) as graph:
         graph.output(model(graph.inputs[0].tensor))
@@ -69,7 +72,9 @@ def test_compile_then_init_runs_with_the_registry_weights(rng):
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
     # One CompiledModel, initialized again with other weights.
     zeros = {k: np.zeros_like(v) for k, v in weights.items()}
-    np.testing.assert_array_equal(session.init(compiled, weights_registry=zeros).execute(x)[0].to_numpy(), np.zeros((3, 4), np.float32))
+    np.testing.assert_array_equal(
+        session.init(compiled, weights_registry=zeros).execute(x)[0].to_numpy(), np.zeros((3, 4), np.float32)
+    )
     with pytest.raises(ValueError, match="layers.0.fc1.weight"):
         session.init(compiled, weights_registry={})
     with pytest.raises(TypeError, match="CompiledModel"):
@@ -89,7 +94,9 @@ def test_default_device_and_dtype_helpers_and_defaults_like():
 
 
 def test_norm_layers_import_from_their_own_modules_and_offset_the_weight():
-    """The layers guide subclasses ``max.nn.norm.rms_norm.RMSNorm`` with ``weight_offset=1.0`` (Gemma's ``1 + weight``)."""
+    """The layers guide subclasses ``max.nn.norm.rms_norm.RMSNorm`` with ``weight_offset=1.0`` (Gemma's ``1 +
+    weight``).
+    """
     from maxfx.nn.norm.group_norm import GroupNorm
     from maxfx.nn.norm.layer_norm import LayerNorm
     from maxfx.nn.norm.rms_norm import RMSNorm

@@ -13,7 +13,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_custom_op_library_needs_mojo():
-    with pytest.raises(MojoKernelsUnavailableError, match=r"max\.torch\.CustomOpLibrary needs Mojo: it compiles the Mojo kernels of 'my_library'.*maxfx runs on JAX") as info:
+    with pytest.raises(
+        MojoKernelsUnavailableError,
+        match=r"max\.torch\.CustomOpLibrary needs Mojo: it compiles the Mojo kernels of 'my_library'.*maxfx runs on JAX",
+    ) as info:
         CustomOpLibrary("my_library")
     assert isinstance(info.value, RuntimeError) and "maxfx.graph.ops.custom" in str(info.value)
 
@@ -41,4 +44,9 @@ def test_graph_op_checks_its_options():
 def test_the_module_is_maxs_path_and_does_not_need_torch():
     assert maxfx.torch.__all__ == ["CustomOpLibrary", "MojoKernelsUnavailableError", "graph_op"]
     code = "import sys\nsys.modules['torch'] = None\nimport maxfx.torch\nprint('ok')\n"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, timeout=120).stdout.strip() == "ok"
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, timeout=120
+        ).stdout.strip()
+        == "ok"
+    )

@@ -34,7 +34,9 @@ def _code_cells(nb):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs_with_jupyter_execute(path, tmp_path, monkeypatch):
-    """``jupyter execute notebooks/X.ipynb`` from the repository root: the kernel starts in notebooks/, as in JupyterLab."""
+    """``jupyter execute notebooks/X.ipynb`` from the repository root: the kernel starts in notebooks/, as in
+    JupyterLab.
+    """
     _use_this_interpreter(tmp_path, monkeypatch)
     out = tmp_path / "executed"
     cmd = [sys.executable, "-m", "jupyter", "execute", "--timeout=600", f"--output={out}", str(path)]

@@ -122,7 +122,10 @@ def test_jax_arrays_are_typed_values_in_every_mode():
     j = jnp.asarray([1, 2, 3], dtype=jnp.int32)
     with pytest.raises(ValueError, match="incompatible input dtypes"):
         F.add(Tensor(x), j)
-    with Graph("g", input_types=[TensorType(DType.float32, [3])]) as g, pytest.raises(ValueError, match="incompatible input dtypes"):
+    with (
+        Graph("g", input_types=[TensorType(DType.float32, [3])]) as g,
+        pytest.raises(ValueError, match="incompatible input dtypes"),
+    ):
         ops.add(g.inputs[0].tensor, j)
     np.testing.assert_array_equal(F.add(Tensor(x), j.astype(jnp.float32)).to_numpy(), x + [1, 2, 3])
 
@@ -196,7 +199,16 @@ def test_captured_data_lands_on_the_device_of_the_graph_values():
     assert [n.outputs[0].type.device for n in constants] == [gpu, gpu]
 
 
-@pytest.mark.parametrize("module", ["lowering.plan", "lowering.executables", "lowering.registry", "lowering.piecewise", "maxfx.experimental._random_state"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "lowering.plan",
+        "lowering.executables",
+        "lowering.registry",
+        "lowering.piecewise",
+        "maxfx.experimental._random_state",
+    ],
+)
 def test_engine_docstring_examples_run(module):
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0, result

@@ -38,7 +38,11 @@ def _np_layers(x, weights, n_layers):
 
 def test_each_subgraph_compiles_once_whatever_the_number_of_calls(rng):
     n = 6
-    weights = {f"layers.{i}.{k}": rng.normal(size=s).astype(np.float32) for i in range(n) for k, s in (("w", (4, 4)), ("b", (4,)))}
+    weights = {
+        f"layers.{i}.{k}": rng.normal(size=s).astype(np.float32)
+        for i in range(n)
+        for k, s in (("w", (4, 4)), ("b", (4,)))
+    }
     weights["scale"] = np.float32(3.0)
     model = InferenceSession().load(_layers_graph(n), weights_registry=weights)
     clear_cache()
@@ -86,6 +90,12 @@ def test_a_graph_returning_a_weight_and_a_call(rng):
 
 
 def test_piece_inputs_are_checked_like_the_whole_graph():
-    model = InferenceSession().load(_layers_graph(2), weights_registry={**{f"layers.{i}.{k}": np.zeros(s, np.float32) for i in range(2) for k, s in (("w", (4, 4)), ("b", (4,)))}, "scale": np.float32(1)})
+    model = InferenceSession().load(
+        _layers_graph(2),
+        weights_registry={
+            **{f"layers.{i}.{k}": np.zeros(s, np.float32) for i in range(2) for k, s in (("w", (4, 4)), ("b", (4,)))},
+            "scale": np.float32(1),
+        },
+    )
     with pytest.raises(ValueError, match="float32"):
         model.execute(np.zeros((2, 4), np.int32))

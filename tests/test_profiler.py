@@ -1,4 +1,6 @@
-"""maxfx.profiler: spans are jax.profiler.TraceAnnotations while MODULAR_ENABLE_PROFILING is on, and nothing otherwise."""
+"""maxfx.profiler: spans are jax.profiler.TraceAnnotations while MODULAR_ENABLE_PROFILING is on, and nothing
+otherwise.
+"""
 
 import asyncio
 import subprocess
@@ -47,7 +49,10 @@ def disabled(monkeypatch):
     monkeypatch.delenv("MODULAR_ENABLE_PROFILING", raising=False)
 
 
-@pytest.mark.parametrize(("value", "on"), [("1", True), ("on", True), ("TRUE", True), ("detailed", True), ("0", False), ("off", False), ("", False)])
+@pytest.mark.parametrize(
+    ("value", "on"),
+    [("1", True), ("on", True), ("TRUE", True), ("detailed", True), ("0", False), ("off", False), ("", False)],
+)
 def test_the_environment_variable_is_read_at_each_call(monkeypatch, value, on):
     monkeypatch.setenv("MODULAR_ENABLE_PROFILING", value)
     assert is_profiling_enabled() is on
@@ -64,7 +69,12 @@ def test_traced_records_a_span_when_enabled(enabled, annotations):
         return 2
 
     assert prefill(1) == 2 and step() == 2
-    assert annotations == [("enter", "prefill", {"color": "modular_purple"}), ("exit", "prefill", None), ("enter", "decode", {"color": "red"}), ("exit", "decode", None)]
+    assert annotations == [
+        ("enter", "prefill", {"color": "modular_purple"}),
+        ("exit", "prefill", None),
+        ("enter", "decode", {"color": "red"}),
+        ("exit", "decode", None),
+    ]
     assert prefill.__name__ == "prefill" and prefill.__doc__ == "Docs."
 
 
@@ -81,7 +91,12 @@ def test_traced_async_functions_and_exceptions(enabled, annotations):
     assert asyncio.run(fetch()) == "done"
     with pytest.raises(KeyError):
         broken()
-    assert annotations == [("enter", "fetch", {"color": "modular_purple"}), ("exit", "fetch", None), ("enter", "broken", {"color": "modular_purple"}), ("exit", "broken", KeyError)]
+    assert annotations == [
+        ("enter", "fetch", {"color": "modular_purple"}),
+        ("exit", "fetch", None),
+        ("enter", "broken", {"color": "modular_purple"}),
+        ("exit", "broken", KeyError),
+    ]
 
 
 def test_nothing_is_recorded_when_disabled(disabled, annotations):
@@ -156,7 +171,12 @@ def test_spans_reach_a_real_jax_trace(enabled, tmp_path):
         with Tracer("maxfx_tracer_span") as tracer:
             tracer.mark()
     data = b"".join(p.read_bytes() for p in tmp_path.rglob("*.xplane.pb"))
-    assert b"maxfx_traced_span" in data and b"maxfx_tracer_span" in data and b"maxfx_tracer_span:mark" in data and b"modular_purple" in data
+    assert (
+        b"maxfx_traced_span" in data
+        and b"maxfx_tracer_span" in data
+        and b"maxfx_tracer_span:mark" in data
+        and b"modular_purple" in data
+    )
 
 
 def test_a_disabled_profiler_does_not_import_jax():
@@ -170,5 +190,7 @@ def test_a_disabled_profiler_does_not_import_jax():
         "    t.push('y')\n"
         "print('jax' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, timeout=120
+    )
     assert out.stdout.strip() == "False"

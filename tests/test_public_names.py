@@ -115,7 +115,12 @@ def _fills_globals(tree: ast.AST) -> list[int]:
     """Lines that write the module namespace through ``globals()`` / ``vars()``."""
 
     def is_namespace_call(node: ast.AST) -> bool:
-        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("globals", "vars") and not node.args
+        return (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("globals", "vars")
+            and not node.args
+        )
 
     hits = []
     for node in ast.walk(tree):

@@ -18,7 +18,9 @@ ALL_ENCODINGS = ENCODINGS + ["Q8_0"]  # custom_calls also decodes Q8_0
 _F16_FIELDS = {"Q4_0": (0,), "Q8_0": (0,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
 
 
-def random_blocks(rng: np.random.Generator, encoding: str, rows: int, blocks_per_row: int, *, raw: bool = False) -> np.ndarray:
+def random_blocks(
+    rng: np.random.Generator, encoding: str, rows: int, blocks_per_row: int, *, raw: bool = False
+) -> np.ndarray:
     """``uint8 [rows, blocks_per_row * block_bytes]`` of valid blocks.
 
     Any byte pattern is a valid block except non-finite f16 scales, so the
@@ -122,7 +124,9 @@ def test_qmatmul_matches_numpy(rng, encoding):
     dense = gguf_dequant(encoding, w).astype(np.float64)
     got = qmatmul(encoding, x, w)  # Q4_0 / Q8_0 with few rows: the CPU kernels, 16-bit activations
     assert got.shape == (2, 3, 5) and got.dtype == jnp.float32
-    np.testing.assert_allclose(np.asarray(got), x.astype(np.float64) @ dense.T, rtol=1e-5, atol=cpu_kernel_atol(x, dense))
+    np.testing.assert_allclose(
+        np.asarray(got), x.astype(np.float64) @ dense.T, rtol=1e-5, atol=cpu_kernel_atol(x, dense)
+    )
 
 
 def test_qmatmul_transforms(rng):
@@ -168,7 +172,9 @@ def test_gptq_unpack_and_dequantize_with_zeros(rng):
     want = (q - zeros[g_idx]) * scales.astype(np.float64)[g_idx]
     got = gptq_dequantize(pack_int4_rows(q), scales, qzeros, g_idx, group_size=gs)
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
-    v2 = gptq_dequantize(pack_int4_rows(q), scales, pack_int4_rows(zeros.T).T.copy(), g_idx, group_size=gs, zero_offset=0)
+    v2 = gptq_dequantize(
+        pack_int4_rows(q), scales, pack_int4_rows(zeros.T).T.copy(), g_idx, group_size=gs, zero_offset=0
+    )
     np.testing.assert_allclose(np.asarray(v2), want, rtol=1e-6)
     sym = gptq_dequantize(pack_int4_rows(q), scales, group_size=gs)
     np.testing.assert_allclose(np.asarray(sym), (q - 8) * scales.astype(np.float64)[np.arange(k) // gs], rtol=1e-6)

@@ -50,7 +50,9 @@ def _assert_rounded_once(out: np.ndarray, ref: np.ndarray, where: str) -> None:
     err = np.abs(out.astype(np.float64) - ref)
     bound = 2.0**-8 * np.abs(ref) + 1e-5  # half a bfloat16 ulp, plus float32's own error
     bad = err > bound
-    assert not bad.any(), f"{where}: {int(bad.sum())} of {bad.size} values off by more than half a bfloat16 ulp (worst {err.max():.4g})"
+    assert not bad.any(), (
+        f"{where}: {int(bad.sum())} of {bad.size} values off by more than half a bfloat16 ulp (worst {err.max():.4g})"
+    )
 
 
 def _eager_layer(x: np.ndarray, interleaved: bool) -> np.ndarray:
@@ -65,7 +67,9 @@ def _eager_apply(x: np.ndarray, interleaved: bool) -> np.ndarray:
     """`apply_rope` on eager Tensors: bfloat16 x, float32 cos/sin, a bfloat16 result."""
     inv = 1.0 / THETA ** (np.arange(0, D, 2, dtype=np.float64) / D)
     ang = np.outer(np.arange(S, dtype=np.float64), inv)[:, None, :].astype(np.float32)
-    out = apply_rope(Tensor.from_dlpack(x), Tensor.from_dlpack(np.cos(ang)), Tensor.from_dlpack(np.sin(ang)), interleaved=interleaved)
+    out = apply_rope(
+        Tensor.from_dlpack(x), Tensor.from_dlpack(np.cos(ang)), Tensor.from_dlpack(np.sin(ang)), interleaved=interleaved
+    )
     return np.asarray(out.to_numpy())
 
 
@@ -92,12 +96,19 @@ def _kernel(x: np.ndarray, interleaved: bool) -> np.ndarray:
 def test_bfloat16_rope_is_float32_math_on_every_path(interleaved):
     x = _x()
     ref = _reference(x, interleaved)
-    outs = {"eager layer": _eager_layer(x, interleaved), "eager apply_rope": _eager_apply(x, interleaved), "graph layer": _graph(x, interleaved), "rope_ragged kernel": _kernel(x, interleaved)}
+    outs = {
+        "eager layer": _eager_layer(x, interleaved),
+        "eager apply_rope": _eager_apply(x, interleaved),
+        "graph layer": _graph(x, interleaved),
+        "rope_ragged kernel": _kernel(x, interleaved),
+    }
     for where, out in outs.items():
         _assert_rounded_once(out, ref, where)
     eager = outs["eager layer"].astype(np.float64)
     for where in ("eager apply_rope", "graph layer", "rope_ragged kernel"):
-        np.testing.assert_allclose(outs[where].astype(np.float64), eager, rtol=2.0**-7, atol=1e-5, err_msg=f"{where} vs eager layer")
+        np.testing.assert_allclose(
+            outs[where].astype(np.float64), eager, rtol=2.0**-7, atol=1e-5, err_msg=f"{where} vs eager layer"
+        )
 
 
 def test_one_rotation_for_layers_and_kernel():

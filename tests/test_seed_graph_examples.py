@@ -43,7 +43,9 @@ def test_002_graph_forward_linear():
             bias_tensor = ops.constant(self.bias, dtype=DType.float32, device=DeviceRef.CPU())
             return ops.matmul(x, weight_tensor) + bias_tensor
 
-    linear_graph = Graph("linear", Linear(np.ones((2, 2)), np.ones((2,))), input_types=[TensorType(DType.float32, (2,))])
+    linear_graph = Graph(
+        "linear", Linear(np.ones((2, 2)), np.ones((2,))), input_types=[TensorType(DType.float32, (2,))]
+    )
     assert linear_graph.output_types == [TensorType(DType.float32, [2])]
     from maxfx.engine import InferenceSession
 

@@ -43,11 +43,15 @@ def _setup():
 
     def loss_fn(m, x, y):
         d = m(x) - y
-        return F.mean(F.reshape(d * d, [-1]), axis=0).squeeze(0)  # MAX reductions keep the dim: flatten, reduce, drop it
+        return F.mean(F.reshape(d * d, [-1]), axis=0).squeeze(
+            0
+        )  # MAX reductions keep the dim: flatten, reduce, drop it
 
     rng = np.random.default_rng(0)
     model = MLP()
-    model.load_state_dict({n: rng.standard_normal([int(d) for d in t.shape]).astype(np.float32) * 0.3 for n, t in model.parameters})
+    model.load_state_dict(
+        {n: rng.standard_normal([int(d) for d in t.shape]).astype(np.float32) * 0.3 for n, t in model.parameters}
+    )
     x = Tensor(rng.standard_normal((64, 8)).astype(np.float32))
     y = Tensor(rng.standard_normal((64, 4)).astype(np.float32))
     return model, loss_fn, x, y
@@ -97,7 +101,9 @@ def _child() -> dict:
     out: dict = {"n_devices": len(jax.devices()), "ref_loss_falls": ref_losses[-1] < ref_losses[0] * 0.8}
 
     def run(mesh, rule, batch_spec, *, how):
-        m = maxfx.shard(model.map_parameters(lambda n, t: t), mesh, {k: P(*v) for k, v in rule.items()} if rule else None)
+        m = maxfx.shard(
+            model.map_parameters(lambda n, t: t), mesh, {k: P(*v) for k, v in rule.items()} if rule else None
+        )
         placed = {n: sharding_of(t) for n, t in m.parameters}
         xs, ys = maxfx.shard((x, y), mesh, batch_spec)
         if how == "make_train_step":
@@ -133,8 +139,12 @@ def _child() -> dict:
         }
         if how == "make_train_step":  # maxfx.optim.init places Adam's mu/nu like the parameters they follow
             mu = state[0].mu
-            result["init_state_like_params"] = all(s is not None and len(s.device_set) == N_DEVICES for s in state_placed)
-            result["mu_as_placed"] = all(sharding_of(t).is_equivalent_to(placed[n], got[n].ndim) for n, t in mu.parameters)
+            result["init_state_like_params"] = all(
+                s is not None and len(s.device_set) == N_DEVICES for s in state_placed
+            )
+            result["mu_as_placed"] = all(
+                sharding_of(t).is_equivalent_to(placed[n], got[n].ndim) for n, t in mu.parameters
+            )
         return result
 
     dp_mesh = maxfx.make_mesh((N_DEVICES,), ("data",))
@@ -148,7 +158,10 @@ def _child() -> dict:
     value, grads = maxfx.value_and_grad(loss_fn)(m, *maxfx.shard((x, y), grid, P("data", None)))
     out["vg"] = {
         "value_close": bool(np.isclose(value.item(), ref_losses[0], rtol=1e-5)),
-        "grads_as_placed": all(sharding_of(g).is_equivalent_to(sharding_of(p), len(g.shape)) for (_, g), (_, p) in zip(grads.parameters, m.parameters)),
+        "grads_as_placed": all(
+            sharding_of(g).is_equivalent_to(sharding_of(p), len(g.shape))
+            for (_, g), (_, p) in zip(grads.parameters, m.parameters)
+        ),
     }
     return out
 
@@ -204,7 +217,11 @@ def test_value_and_grad_keeps_shardings(child):
 @pytest.mark.parametrize(
     ("fn", "arg", "hint"),
     [
-        ("vector", "tensor", r"maxfx\.losses\.reduce_mean\(loss\).*F\.mean\(F\.reshape\(loss, \[-1\]\), axis=0\)\.squeeze\(0\)"),
+        (
+            "vector",
+            "tensor",
+            r"maxfx\.losses\.reduce_mean\(loss\).*F\.mean\(F\.reshape\(loss, \[-1\]\), axis=0\)\.squeeze\(0\)",
+        ),
         ("kept_dim", "tensor", r"F\.reshape\(loss, \[\]\)"),
         ("vector", "array", r"jnp\.mean\(x\)"),
     ],
@@ -227,7 +244,9 @@ def test_grad_error_hint_gives_a_scalar(fn, arg, hint):
     }[fn]
     g = maxfx.grad(fixed)(x)
     if fn == "vector" and arg == "tensor":  # the by-hand form the hint also names
-        np.testing.assert_allclose(maxfx.grad(lambda t: F.mean(F.reshape(t * t, [-1]), axis=0).squeeze(0))(x).to_numpy(), [1.0, 2.0])
+        np.testing.assert_allclose(
+            maxfx.grad(lambda t: F.mean(F.reshape(t * t, [-1]), axis=0).squeeze(0))(x).to_numpy(), [1.0, 2.0]
+        )
     want = np.array([1.0, 2.0]) if fn == "vector" else np.array([2.0, 4.0])
     np.testing.assert_allclose(np.asarray(g.to_numpy() if hasattr(g, "to_numpy") else g), want)
 

@@ -33,7 +33,9 @@ def _mlp_and_data():
 
     rng = np.random.default_rng(0)
     model = MLP()
-    model.load_state_dict({n: rng.standard_normal([int(d) for d in t.shape]).astype(np.float32) * 0.3 for n, t in model.parameters})
+    model.load_state_dict(
+        {n: rng.standard_normal([int(d) for d in t.shape]).astype(np.float32) * 0.3 for n, t in model.parameters}
+    )
     x = Tensor(rng.standard_normal((64, 8)).astype(np.float32))
     y = Tensor(rng.standard_normal((64, 4)).astype(np.float32))
     return model, x, y
@@ -128,7 +130,9 @@ def _child() -> dict:
     # Mismatches name the axis and the sizes.
     errors = {}
     for key, fn in {
-        "indivisible": lambda: maxfx.shard(model.map_parameters(lambda n, t: t), maxfx.make_mesh((8,), ("model",)), {"fc2.weight": P("model", None)}),
+        "indivisible": lambda: maxfx.shard(
+            model.map_parameters(lambda n, t: t), maxfx.make_mesh((8,), ("model",)), {"fc2.weight": P("model", None)}
+        ),
         "unknown_axis": lambda: maxfx.shard(x, mesh, P("batch")),
         "too_many_devices": lambda: maxfx.make_mesh((4, 4), ("data", "model")),
     }.items():
@@ -183,7 +187,11 @@ def test_data_and_tensor_parallel_2x4(child):
 
 def test_mismatch_errors_name_axis_and_sizes(child):
     e = child["errors"]
-    assert "dim 0 of size 4" in e["indivisible"] and "'model' (size 8)" in e["indivisible"] and "fc2.weight" in e["indivisible"]
+    assert (
+        "dim 0 of size 4" in e["indivisible"]
+        and "'model' (size 8)" in e["indivisible"]
+        and "fc2.weight" in e["indivisible"]
+    )
     assert "'batch'" in e["unknown_axis"] and "'data': 2" in e["unknown_axis"]
     assert "need 16 devices, but 8" in e["too_many_devices"]
 

@@ -52,7 +52,14 @@ def test_device_coord_follows_the_pages_example():
     assert mesh.device_coord(4, 0) == 1 and mesh.device_coord(4, 1) == 1
     assert (mesh.device_coord(4, "dp"), mesh.device_coord(4, "tp")) == (1, 1)
     # Row-major: every device's coordinates, and each within [0, axis_size).
-    assert [(mesh.device_coord(i, 0), mesh.device_coord(i, 1)) for i in range(6)] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert [(mesh.device_coord(i, 0), mesh.device_coord(i, 1)) for i in range(6)] == [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (1, 0),
+        (1, 1),
+        (1, 2),
+    ]
     assert [(mesh.device_coord(i, 0), mesh.device_coord(i, 1)) for i in range(6)] == list(mesh.coords())
     # Several axes (MAX's source): the index among the devices they span, row-major over the axes as given.
     assert mesh.device_coord(4, (0, 1)) == 4 and mesh.device_coord(4, ("tp", "dp")) == 1 * 2 + 1
@@ -123,7 +130,11 @@ def test_an_axis_the_active_mesh_lacks_replicates():
     assert mapping.to_placements() == (Replicated(),) and mapping.is_fully_replicated
     assert mapping.spec == (None, None) and mapping.original_spec == ("tp", None)
     model_spec = NamedMapping(DeviceMesh((CPU(),) * 2, (2,), ("tp",)), (("dp", "tp"), None), frozenset({"dp"}))
-    assert model_spec.spec == ("tp", None) and model_spec.unreduced == frozenset() and model_spec.to_placements() == (Sharded(0),)
+    assert (
+        model_spec.spec == ("tp", None)
+        and model_spec.unreduced == frozenset()
+        and model_spec.to_placements() == (Sharded(0),)
+    )
 
 
 def test_contexts_nest_and_restore_even_on_errors():
@@ -244,7 +255,11 @@ def test_sharded_even_defaults_true_and_is_a_field():
     # class max.experimental.sharding.Sharded(axis, even=True); even: bool = True
     assert Sharded(0).even is True and Sharded(0, even=False).even is False and Sharded(axis=1, even=True) == Sharded(1)
     assert Sharded(0) != Sharded(0, even=False) and repr(Sharded(0, even=False)) == "Sharded(axis=0, even=False)"
-    assert Sharded(2).localized_axis() == 2 and Replicated().localized_axis() is None and Partial().localized_axis() is None
+    assert (
+        Sharded(2).localized_axis() == 2
+        and Replicated().localized_axis() is None
+        and Partial().localized_axis() is None
+    )
     with pytest.raises(TypeError, match="even must be a bool, got str"):
         Sharded(0, even="yes")
     with pytest.raises(TypeError, match=r"axis must be an int \(the tensor axis to split\), got str"):

@@ -160,7 +160,9 @@ def test_jit_static_argnums_and_module_argument():
     m = _mlp()
     x = RNG.normal(size=(2, 3)).astype(np.float32)
     f = maxfx.jit(lambda m, x, scale: m(x) * scale, static_argnums=2)
-    np.testing.assert_allclose(f(m, Tensor(x), 2.0).to_numpy(), 2 * np.asarray(_jax_mlp(_raw(m), x)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        f(m, Tensor(x), 2.0).to_numpy(), 2 * np.asarray(_jax_mlp(_raw(m), x)), rtol=1e-5, atol=1e-6
+    )
     assert "dot_general" in f.lower(m, Tensor(x), 2.0).as_text()
 
 
@@ -213,7 +215,11 @@ def test_checkpoint_gives_same_gradients_and_remats():
     for (_, a), (_, b) in zip(plain.parameters, ckpt.parameters):
         np.testing.assert_allclose(a.to_numpy(), b.to_numpy(), rtol=1e-6)
     assert maxfx.remat is maxfx.checkpoint
-    jaxpr = str(jax.make_jaxpr(jax.grad(lambda a: jnp.sum(maxfx.checkpoint(lambda t: F.tanh(t))(Tensor.from_dlpack(a))._array())))(jnp.ones(2)))
+    jaxpr = str(
+        jax.make_jaxpr(
+            jax.grad(lambda a: jnp.sum(maxfx.checkpoint(lambda t: F.tanh(t))(Tensor.from_dlpack(a))._array()))
+        )(jnp.ones(2))
+    )
     assert "checkpoint" in jaxpr or "remat" in jaxpr
 
 
@@ -262,7 +268,13 @@ def test_composes_with_raw_jax_transforms():
     # Raw jax.grad wants a JAX array output, not a Tensor pytree: jnp.asarray converts explicitly.
     raw = lambda t: jnp.asarray(f(t))  # noqa: E731
     raw_of_jit = lambda t: jnp.asarray(maxfx.jit(f)(t))  # noqa: E731
-    for g in (jax.jit(maxfx.grad(f)), maxfx.jit(jax.grad(raw)), jax.grad(raw_of_jit), maxfx.jit(maxfx.grad(f)), maxfx.grad(maxfx.jit(f))):
+    for g in (
+        jax.jit(maxfx.grad(f)),
+        maxfx.jit(jax.grad(raw)),
+        jax.grad(raw_of_jit),
+        maxfx.jit(maxfx.grad(f)),
+        maxfx.grad(maxfx.jit(f)),
+    ):
         out = g(x)
         assert isinstance(out, Tensor)
         np.testing.assert_allclose(out.to_numpy(), expected, rtol=1e-6)

@@ -10,7 +10,10 @@ from maxfx.graph import BufferType, DeviceKind, DeviceRef, TensorType
 def test_tensor_type_repr_matches_the_guide():
     t = TensorType(DType.float32, shape=[5], device=DeviceRef.CPU())
     assert repr(t) == "TensorType(dtype=float32, shape=[Dim(5)], device=cpu:0)"
-    assert repr(TensorType(DType.float32, ["batch", 3])) == "TensorType(dtype=float32, shape=[Dim('batch'), Dim(3)], device=cpu:0)"
+    assert (
+        repr(TensorType(DType.float32, ["batch", 3]))
+        == "TensorType(dtype=float32, shape=[Dim('batch'), Dim(3)], device=cpu:0)"
+    )
 
 
 def test_tensor_type_defaults_and_equality():
@@ -37,20 +40,31 @@ def test_device_ref():
     assert DeviceRef.from_device(DeviceRef.CPU()) == DeviceRef.CPU()
 
 
-@pytest.mark.parametrize("a,b,out", [
-    (DType.float16, DType.float32, DType.float32),
-    (DType.bool, DType.int32, DType.int32),
-    (DType.uint8, DType.int16, DType.int16),
-    (DType.int8, DType.float16, DType.float16),
-    (DType.int16, DType.float32, DType.float32),
-    (DType.int32, DType.float64, DType.float64),
-    (DType.bfloat16, DType.float32, DType.float32),
-])
+@pytest.mark.parametrize(
+    "a,b,out",
+    [
+        (DType.float16, DType.float32, DType.float32),
+        (DType.bool, DType.int32, DType.int32),
+        (DType.uint8, DType.int16, DType.int16),
+        (DType.int8, DType.float16, DType.float16),
+        (DType.int16, DType.float32, DType.float32),
+        (DType.int32, DType.float64, DType.float64),
+        (DType.bfloat16, DType.float32, DType.float32),
+    ],
+)
 def test_promotion_of_typed_operands(a, b, out):
     assert promote_strong(a, b) is out and promote_strong(b, a) is out
 
 
-@pytest.mark.parametrize("a,b", [(DType.int32, DType.float32), (DType.uint8, DType.int8), (DType.bfloat16, DType.float16), (DType.int64, DType.float32)])
+@pytest.mark.parametrize(
+    "a,b",
+    [
+        (DType.int32, DType.float32),
+        (DType.uint8, DType.int8),
+        (DType.bfloat16, DType.float16),
+        (DType.int64, DType.float32),
+    ],
+)
 def test_lossy_promotion_is_an_error(a, b):
     with pytest.raises(ValueError, match="Unsafe cast"):
         promote_strong(a, b)

@@ -74,7 +74,13 @@ def test_warning_attributed_to_maxfx_fails_the_test(module):
 def test_jax_truncation_warning_fails_the_test():
     # JAX attributes this one to its own frames, so the module filters alone miss it.
     with pytest.raises(UserWarning, match="Explicitly requested dtype int64"):
-        warnings.warn_explicit("Explicitly requested dtype int64 requested in astype is not available", UserWarning, "jax/_src/numpy/array_methods.py", 1, module="jax._src.numpy.array_methods")
+        warnings.warn_explicit(
+            "Explicitly requested dtype int64 requested in astype is not available",
+            UserWarning,
+            "jax/_src/numpy/array_methods.py",
+            1,
+            module="jax._src.numpy.array_methods",
+        )
 
 
 @pytest.mark.parametrize("module", ["tests.user_code", "maxfx_plugin", "my_lowering"])

@@ -41,7 +41,12 @@ MODELS = [LLAMA, GPT2]
 
 # -- helpers: independent writers -------------------------------------------------
 
-_ST_CODES = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16", np.dtype(ml_dtypes.bfloat16): "BF16", np.dtype(np.int64): "I64"}
+_ST_CODES = {
+    np.dtype(np.float32): "F32",
+    np.dtype(np.float16): "F16",
+    np.dtype(ml_dtypes.bfloat16): "BF16",
+    np.dtype(np.int64): "I64",
+}
 
 
 def write_safetensors(path, tensors, metadata=None):
@@ -51,7 +56,11 @@ def write_safetensors(path, tensors, metadata=None):
         header["__metadata__"] = metadata
     for name, arr in tensors.items():
         raw = np.ascontiguousarray(arr).tobytes()
-        header[name] = {"dtype": _ST_CODES[arr.dtype], "shape": list(arr.shape), "data_offsets": [offset, offset + len(raw)]}
+        header[name] = {
+            "dtype": _ST_CODES[arr.dtype],
+            "shape": list(arr.shape),
+            "data_offsets": [offset, offset + len(raw)],
+        }
         blobs.append(raw)
         offset += len(raw)
     head = json.dumps(header).encode()
@@ -65,7 +74,9 @@ def _p_value(v):
     if isinstance(v, int):
         return p_int(v)
     stype, key, numel, offset, size, stride, *v3_dtype = v
-    storage = b"((" + p_str("storage") + f"ctorch\n{stype}\n".encode() + p_str(key) + p_str("cpu") + p_int(numel) + b"tQ"
+    storage = (
+        b"((" + p_str("storage") + f"ctorch\n{stype}\n".encode() + p_str(key) + p_str("cpu") + p_int(numel) + b"tQ"
+    )
     args = storage + p_int(offset) + p_ints(size) + p_ints(stride) + b"\x89ccollections\nOrderedDict\n)R"
     if v3_dtype:  # _rebuild_tensor_v3: untyped storage plus a torch.<dtype> global
         return b"ctorch._utils\n_rebuild_tensor_v3\n" + args + f"ctorch\n{v3_dtype[0]}\n".encode() + b"tR"
@@ -124,7 +135,14 @@ def test_hierarchical_names_exists_and_items():
 
 def test_items_match_whole_components(tmp_path):
     path = tmp_path / "m.safetensors"
-    safetensors.numpy.save_file({"layers.1.w": np.zeros(2, np.float32), "layers.10.w": np.ones(2, np.float32), "layers.1": np.ones(1, np.float32)}, path)
+    safetensors.numpy.save_file(
+        {
+            "layers.1.w": np.zeros(2, np.float32),
+            "layers.10.w": np.ones(2, np.float32),
+            "layers.1": np.ones(1, np.float32),
+        },
+        path,
+    )
     weights = SafetensorWeights([path])
     assert sorted(n for n, _ in weights.layers[1].items()) == ["", "w"]
     assert [n for n, _ in weights.layers[10].items()] == ["w"]
@@ -273,7 +291,9 @@ def test_pytorch_offsets_strides_and_nesting(tmp_path, compress):
 
 def test_pytorch_tensor_outside_its_storage_is_rejected(tmp_path):
     path = tmp_path / "bad.bin"
-    write_torch_zip(path, torch_state_pickle({"w": ("FloatStorage", "0", 4, 2, (4,), (1,))}), {"0": np.zeros(4, np.float32)})
+    write_torch_zip(
+        path, torch_state_pickle({"w": ("FloatStorage", "0", 4, 2, (4,), (1,))}), {"0": np.zeros(4, np.float32)}
+    )
     with pytest.raises(ValueError, match=r"bad.bin.*'w'"):
         PytorchWeights(path)
 
@@ -313,7 +333,10 @@ for _i in range(2):
     _HF_NAMES |= {
         f"blk.{_i}.attn_norm.weight": f"model.layers.{_i}.input_layernorm.weight",
         f"blk.{_i}.ffn_norm.weight": f"model.layers.{_i}.post_attention_layernorm.weight",
-        **{f"blk.{_i}.attn_{g}.weight": f"model.layers.{_i}.self_attn.{h}_proj.weight" for g, h in [("q", "q"), ("k", "k"), ("v", "v"), ("output", "o")]},
+        **{
+            f"blk.{_i}.attn_{g}.weight": f"model.layers.{_i}.self_attn.{h}_proj.weight"
+            for g, h in [("q", "q"), ("k", "k"), ("v", "v"), ("output", "o")]
+        },
         **{f"blk.{_i}.ffn_{p}.weight": f"model.layers.{_i}.mlp.{p}_proj.weight" for p in ("gate", "up", "down")},
     }
 
@@ -332,7 +355,9 @@ def _unpermute_rows(w, gguf_name, metadata):
 
 
 def _check_block_error(deq, ref, levels, rounding):
-    """Per 32-value block with step d = amax/levels: |error| <= rounding*d, plus the f16 rounding of d (2**-11 relative)."""
+    """Per 32-value block with step d = amax/levels: |error| <= rounding*d, plus the f16 rounding of d (2**-11
+    relative).
+    """
     amax = np.abs(ref.reshape(-1, 32)).max(axis=1, keepdims=True)
     step = amax / levels
     err = np.abs(deq - ref).reshape(-1, 32)
@@ -370,7 +395,9 @@ def test_gguf_q4_0_dequantizes_to_the_safetensors_weights():
         packed = weights[name].data().to_numpy()
         deq = gguf.quants.dequantize(packed, gguf.GGMLQuantizationType.Q4_0)
         assert deq.shape == reference[hf].shape
-        _check_block_error(_unpermute_rows(deq, name, meta), reference[hf], levels=8, rounding=1.0)  # Q4_0 clips +8d to 7d
+        _check_block_error(
+            _unpermute_rows(deq, name, meta), reference[hf], levels=8, rounding=1.0
+        )  # Q4_0 clips +8d to 7d
         # allocate(dtype=float32) dequantizes with the same oracle.
         w = weights[name].allocate(dtype=DType.float32)
         assert w.dtype is DType.float32 and w.shape == list(reference[hf].shape) and w.quantization_encoding is None
@@ -384,7 +411,12 @@ def test_gguf_q8_0_values_and_packed_bytes():
     raw = q.raw_tensor()
     assert raw.dtype == np.uint8 and raw.shape == (64, 64 // 32 * 34)
     np.testing.assert_array_equal(q.data().to_numpy(), gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q8_0))
-    _check_block_error(_unpermute_rows(q.data().to_numpy(), "blk.0.attn_q.weight", weights.metadata), reference["model.layers.0.self_attn.q_proj.weight"], levels=127, rounding=0.5)
+    _check_block_error(
+        _unpermute_rows(q.data().to_numpy(), "blk.0.attn_q.weight", weights.metadata),
+        reference["model.layers.0.self_attn.q_proj.weight"],
+        levels=127,
+        rounding=0.5,
+    )
     w = q.allocate(dtype=DType.uint8)
     assert (w.dtype, w.shape) == (DType.uint8, [64, 68])
     np.testing.assert_array_equal(weights.allocated_weights["blk.0.attn_q.weight"], raw)

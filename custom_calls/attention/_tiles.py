@@ -79,7 +79,9 @@ def store_rows(ref, start, x, d: int, dp: int, row_ok=None, head=None):
 
 
 def load_vec(ref, start, n: int, ok=None, other=0.0, head=None):
-    """``ref[start:start + n]`` of a 1-D ref (``ref[head, start:start + n]`` of a 2-D one), masked where ``ok`` is False."""
+    """``ref[start:start + n]`` of a 1-D ref (``ref[head, start:start + n]`` of a 2-D one), masked where ``ok`` is
+    False.
+    """
     idx = (ds(start, n),) if head is None else (head, ds(start, n))
     if ok is None:
         return ref[idx]
@@ -121,7 +123,9 @@ def visible(qpos, kpos, causal: bool, window, *, transposed: bool = False):
 
 
 def mask_scores(s, qpos, kpos, causal: bool, window, key_ok=None, *, transposed: bool = False):
-    """``s`` with the scores of keys that `visible` (or ``key_ok``, a per-key mask of untransposed scores) rules out at ``-inf``."""
+    """``s`` with the scores of keys that `visible` (or ``key_ok``, a per-key mask of untransposed scores) rules out at
+    ``-inf``.
+    """
     ok = visible(qpos, kpos, causal, window, transposed=transposed)
     if key_ok is not None:
         ok = key_ok[None, :] if ok is None else ok & key_ok[None, :]
@@ -150,7 +154,9 @@ def softmax_step(carry, s, v, *, masked: bool, precision=None):
 
 
 def softmax_finish(carry, empty_lse: float):
-    """``(o, lse)`` of a finished carry: the normalized output and base-2 logsumexp (``empty_lse`` where a row saw no key)."""
+    """``(o, lse)`` of a finished carry: the normalized output and base-2 logsumexp (``empty_lse`` where a row saw no
+    key).
+    """
     acc, m, l = carry
     empty = l == 0.0
     l_safe = jnp.where(empty, 1.0, l)

@@ -56,8 +56,15 @@ def applies(q: Any, k: Any, v: Any, *, extensions: bool) -> bool:
 
 
 def applies_paged(q: Any, k_pages: Any, v_pages: Any) -> bool:
-    """Whether `paged_one_query_attention` can run: `applies`, except that the pools may be float16 (half the bytes a step reads)."""
-    return _one_float32_query(q, k_pages) and k_pages.dtype == v_pages.dtype and k_pages.dtype in (jnp.float32, jnp.float16) and cpu.callable_here()
+    """Whether `paged_one_query_attention` can run: `applies`, except that the pools may be float16 (half the bytes a
+    step reads).
+    """
+    return (
+        _one_float32_query(q, k_pages)
+        and k_pages.dtype == v_pages.dtype
+        and k_pages.dtype in (jnp.float32, jnp.float16)
+        and cpu.callable_here()
+    )
 
 
 def _visible_range(b: int, sk: int, *, causal: bool, window: ref.Window, q_offset: Any, kv_lens: Any, q_lens: Any):
@@ -76,15 +83,30 @@ def _visible_range(b: int, sk: int, *, causal: bool, window: ref.Window, q_offse
 
 
 def _kernel(q, k, v, lo, hi, *, scale: float):
-    """The paged kernel over ``k, v [B, L, Hkv, D]`` as ``B`` pages of ``L`` slots, row ``b`` on page ``b`` (read in place)."""
+    """The paged kernel over ``k, v [B, L, Hkv, D]`` as ``B`` pages of ``L`` slots, row ``b`` on page ``b`` (read in
+    place).
+    """
     b, _, hq, d = q.shape
     hkv, dv = k.shape[2], v.shape[3]
     table = jnp.arange(b, dtype=jnp.int32)[:, None]
-    out = jax.ffi.ffi_call("maxfx_paged_decode_attention", jax.ShapeDtypeStruct((b, hkv, hq // hkv, dv), jnp.float32))(q.reshape(b, hkv, hq // hkv, d), k, v, table, lo, hi, scale=np.float32(scale))
+    out = jax.ffi.ffi_call("maxfx_paged_decode_attention", jax.ShapeDtypeStruct((b, hkv, hq // hkv, dv), jnp.float32))(
+        q.reshape(b, hkv, hq // hkv, d), k, v, table, lo, hi, scale=np.float32(scale)
+    )
     return out.reshape(b, 1, hq, dv)
 
 
-def one_query_attention(q: Any, k: Any, v: Any, *, causal: bool, window: ref.Window, scale: float | None, q_offset: Any = 0, kv_lens: Any = None, q_lens: Any = None) -> jax.Array:
+def one_query_attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    causal: bool,
+    window: ref.Window,
+    scale: float | None,
+    q_offset: Any = 0,
+    kv_lens: Any = None,
+    q_lens: Any = None,
+) -> jax.Array:
     """`reference.attention` for ``q [B, 1, Hq, D]`` against ``k, v [B, Sk, Hkv, D]`` by the C++ kernel.
 
     ``window`` is `reference.window_pair`'s ``(left, right)`` or None; the other
@@ -99,7 +121,17 @@ def one_query_attention(q: Any, k: Any, v: Any, *, causal: bool, window: ref.Win
         return _kernel(q, k, v, lo, hi, scale=scale)
 
     def reference(q, k, v):
-        return ref.attention(q, k, v, causal=causal, local_window_size=window, scale=scale, q_lens=q_lens, kv_lens=kv_lens, q_offset=q_offset)
+        return ref.attention(
+            q,
+            k,
+            v,
+            causal=causal,
+            local_window_size=window,
+            scale=scale,
+            q_lens=q_lens,
+            kv_lens=kv_lens,
+            q_offset=q_offset,
+        )
 
     def fwd(q, k, v):
         return attend(q, k, v), (q, k, v)
@@ -111,7 +143,9 @@ def one_query_attention(q: Any, k: Any, v: Any, *, causal: bool, window: ref.Win
     return attend(q, k, v)
 
 
-def paged_one_query_attention(q: Any, k_pages: Any, v_pages: Any, block_table: Any, kv_lens: Any, *, window: ref.Window, scale: float | None) -> jax.Array:
+def paged_one_query_attention(
+    q: Any, k_pages: Any, v_pages: Any, block_table: Any, kv_lens: Any, *, window: ref.Window, scale: float | None
+) -> jax.Array:
     """`reference.paged_decode_attention` for one query per row (``q [B, 1, Hq, D]``) by the C++ kernel.
 
     Row ``b``'s query sits at position ``kv_lens[b] - 1`` and sees the keys
@@ -133,16 +167,28 @@ def paged_one_query_attention(q: Any, k_pages: Any, v_pages: Any, block_table: A
     scale = ref._scale(scale, d)
     kv_lens = jnp.asarray(kv_lens, jnp.int32)
     table = jnp.asarray(block_table, jnp.int32)
-    lo, hi = _visible_range(b, table.shape[1] * k_pages.shape[1], causal=True, window=window, q_offset=kv_lens - 1, kv_lens=kv_lens, q_lens=None)
+    lo, hi = _visible_range(
+        b,
+        table.shape[1] * k_pages.shape[1],
+        causal=True,
+        window=window,
+        q_offset=kv_lens - 1,
+        kv_lens=kv_lens,
+        q_lens=None,
+    )
     call = jax.ffi.ffi_call("maxfx_paged_decode_attention", jax.ShapeDtypeStruct((b, hkv, hq // hkv, dv), jnp.float32))
 
     @jax.custom_vjp
     def attend(q, k_pages, v_pages):
-        return call(q.reshape(b, hkv, hq // hkv, d), k_pages, v_pages, table, lo, hi, scale=np.float32(scale)).reshape(b, 1, hq, dv)
+        return call(q.reshape(b, hkv, hq // hkv, d), k_pages, v_pages, table, lo, hi, scale=np.float32(scale)).reshape(
+            b, 1, hq, dv
+        )
 
     def reference(q, k_pages, v_pages):
         k_pages, v_pages = k_pages.astype(q.dtype), v_pages.astype(q.dtype)
-        return ref.paged_decode_attention(q, k_pages, v_pages, table, kv_lens, causal=True, local_window_size=window, scale=scale)
+        return ref.paged_decode_attention(
+            q, k_pages, v_pages, table, kv_lens, causal=True, local_window_size=window, scale=scale
+        )
 
     def fwd(q, k_pages, v_pages):
         return attend(q, k_pages, v_pages), (q, k_pages, v_pages)

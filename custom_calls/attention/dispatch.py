@@ -82,7 +82,15 @@ def _check(fn: str, q, k, v, rank: int) -> str | None:
 
 
 def _extension_reason(chunk_size, alibi, sinks) -> str | None:
-    named = [n for n, on in (("chunk_size (chunked mask)", chunk_size is not None), ("alibi", alibi), ("sinks", sinks is not None)) if on]
+    named = [
+        n
+        for n, on in (
+            ("chunk_size (chunked mask)", chunk_size is not None),
+            ("alibi", alibi),
+            ("sinks", sinks is not None),
+        )
+        if on
+    ]
     return f"{', '.join(named)} not supported by the kernel" if named else None
 
 
@@ -182,7 +190,16 @@ def flash_attention(
         window = ref.window_pair(local_window_size, causal)
         return cpu_attention.one_query_attention(q, k, v, causal=causal, window=window, scale=scale, **unpack(rest))
 
-    return run("flash_attention", impl, (q, k, v, *extras), kernel, reference, why or _fallback_reason(q, k), cpu=cpu, cpu_label="one query")
+    return run(
+        "flash_attention",
+        impl,
+        (q, k, v, *extras),
+        kernel,
+        reference,
+        why or _fallback_reason(q, k),
+        cpu=cpu,
+        cpu_label="one query",
+    )
 
 
 def flash_attention_ragged(
@@ -231,8 +248,15 @@ def flash_attention_ragged(
 
     def kernel(q, k, v, qo, ko, interpret):
         return pf.flash_attention_ragged(
-            q, k, v, qo, kv_row_offsets=ko if kv_given else None, max_kv_len=lk, **common,
-            config=config, interpret=interpret,
+            q,
+            k,
+            v,
+            qo,
+            kv_row_offsets=ko if kv_given else None,
+            max_kv_len=lk,
+            **common,
+            config=config,
+            interpret=interpret,
         )
 
     def reference(q, k, v, qo, ko):
@@ -277,14 +301,37 @@ def decode_attention(
     q, k, v = _checked("decode_attention", q, k_cache, v_cache, 4)
     if k.shape[0] != q.shape[0]:
         raise ValueError(f"k_cache: decode_attention batch ({k.shape[0]}) differs from q's ({q.shape[0]})")
-    return run("decode_attention", impl, *_decode_call(
-        pd.decode_attention, ref.decode_attention, "decode_attention", (q, k, v), kv_lens,
-        causal=causal, local_window_size=local_window_size, scale=scale, config=config,
-    ))
+    return run(
+        "decode_attention",
+        impl,
+        *_decode_call(
+            pd.decode_attention,
+            ref.decode_attention,
+            "decode_attention",
+            (q, k, v),
+            kv_lens,
+            causal=causal,
+            local_window_size=local_window_size,
+            scale=scale,
+            config=config,
+        ),
+    )
 
 
-def _decode_call(kernel_fn, reference_fn, fn: str, operands: tuple, kv_lens, *, block_table=None, page_size=None,
-                 causal, local_window_size, scale, config):
+def _decode_call(
+    kernel_fn,
+    reference_fn,
+    fn: str,
+    operands: tuple,
+    kv_lens,
+    *,
+    block_table=None,
+    page_size=None,
+    causal,
+    local_window_size,
+    scale,
+    config,
+):
     """What the decode entry points hand to `run` after the mask, table and length checks.
 
     Returns ``(args, kernel, reference, why)``: ``operands`` start with ``q``
@@ -297,7 +344,9 @@ def _decode_call(kernel_fn, reference_fn, fn: str, operands: tuple, kv_lens, *, 
     ref.window_pair(local_window_size, causal)
     tables = () if block_table is None else (_check_block_table(fn, block_table, q.shape[0]),)
     lens = _check_lens(fn, kv_lens, q.shape[0])
-    kernel, reference = _paths(kernel_fn, reference_fn, config, causal=causal, local_window_size=local_window_size, scale=scale)
+    kernel, reference = _paths(
+        kernel_fn, reference_fn, config, causal=causal, local_window_size=local_window_size, scale=scale
+    )
     why = _fallback_reason(q, kv)
     if why is None and page_size is not None and not pd.page_block(page_size, (config or pd.DecodeConfig()).block_k):
         why = f"page_size {page_size} is not a multiple of 16"
@@ -331,8 +380,16 @@ def paged_decode_attention(
         ``page_size % 16 == 0`` (else the reference, with a one-time warning).
     """
     q, k, v = jnp.asarray(q), jnp.asarray(k_pages), jnp.asarray(v_pages)
-    if jnp.issubdtype(k.dtype, jnp.floating) and k.dtype == v.dtype:  # pools may be stored narrower than q (a float16 KV cache)
-        pf.check_inputs("paged_decode_attention", q, jax.ShapeDtypeStruct(k.shape, q.dtype), jax.ShapeDtypeStruct(v.shape, q.dtype), 4)
+    if (
+        jnp.issubdtype(k.dtype, jnp.floating) and k.dtype == v.dtype
+    ):  # pools may be stored narrower than q (a float16 KV cache)
+        pf.check_inputs(
+            "paged_decode_attention",
+            q,
+            jax.ShapeDtypeStruct(k.shape, q.dtype),
+            jax.ShapeDtypeStruct(v.shape, q.dtype),
+            4,
+        )
     else:
         pf.check_inputs("paged_decode_attention", q, k, v, 4)
 
@@ -348,11 +405,25 @@ def paged_decode_attention(
         window = ref.window_pair(local_window_size, causal)
         return cpu_attention.paged_one_query_attention(q, k, v, table, lens, window=window, scale=scale)
 
-    return run("paged_decode_attention", impl, *_decode_call(
-        kernel, reference, "paged_decode_attention", (q, k, v), kv_lens,
-        block_table=block_table, page_size=k.shape[1],
-        causal=causal, local_window_size=local_window_size, scale=scale, config=config,
-    ), cpu=cpu, cpu_label="one query, pages read in place")
+    return run(
+        "paged_decode_attention",
+        impl,
+        *_decode_call(
+            kernel,
+            reference,
+            "paged_decode_attention",
+            (q, k, v),
+            kv_lens,
+            block_table=block_table,
+            page_size=k.shape[1],
+            causal=causal,
+            local_window_size=local_window_size,
+            scale=scale,
+            config=config,
+        ),
+        cpu=cpu,
+        cpu_label="one query, pages read in place",
+    )
 
 
 def _check_block_table(fn: str, block_table, b: int):
@@ -398,12 +469,26 @@ def paged_decode_attention_pool(
     pf.check_inputs("paged_decode_attention_pool", q, pages, pages, 4)
     layer = jnp.asarray(layer)
     if layer.size != 1 or not jnp.issubdtype(layer.dtype, jnp.integer):
-        raise ValueError(f"layer: paged_decode_attention_pool expects an integer scalar, got {layer.dtype}{list(layer.shape)}")
-    return run("paged_decode_attention_pool", impl, *_decode_call(
-        pd.paged_decode_attention_pool, ref.paged_decode_attention_pool, "paged_decode_attention_pool",
-        (q, pool, layer), kv_lens, block_table=block_table, page_size=pool.shape[3],
-        causal=causal, local_window_size=local_window_size, scale=scale, config=config,
-    ))
+        raise ValueError(
+            f"layer: paged_decode_attention_pool expects an integer scalar, got {layer.dtype}{list(layer.shape)}"
+        )
+    return run(
+        "paged_decode_attention_pool",
+        impl,
+        *_decode_call(
+            pd.paged_decode_attention_pool,
+            ref.paged_decode_attention_pool,
+            "paged_decode_attention_pool",
+            (q, pool, layer),
+            kv_lens,
+            block_table=block_table,
+            page_size=pool.shape[3],
+            causal=causal,
+            local_window_size=local_window_size,
+            scale=scale,
+            config=config,
+        ),
+    )
 
 
 def flash_attention_packed(
@@ -453,7 +538,9 @@ def flash_attention_packed(
     table = jnp.asarray(seq, jnp.int32)
     if table.ndim != 2 or table.shape[0] != 5:
         raise ValueError(f"seq: flash_attention_packed expects int [5, batch], got {list(table.shape)}")
-    common = dict(causal=causal, local_window_size=local_window_size, scale=scale, max_q_len=max_q_len, max_kv_len=max_kv_len)
+    common = dict(
+        causal=causal, local_window_size=local_window_size, scale=scale, max_q_len=max_q_len, max_kv_len=max_kv_len
+    )
     args = (q, k, v, table) if sinks is None else (q, k, v, table, jnp.asarray(sinks))
 
     def kernel(q, k, v, table, interpret):

@@ -45,7 +45,14 @@ from custom_calls.attention import _tiles as t_
 from custom_calls.attention import reference as ref
 from custom_calls.attention.pallas_flash import _head_fields, _HeadSpec, check_inputs, unsupported_reason
 
-__all__ = ["DecodeConfig", "decode_attention", "paged_decode_attention", "paged_decode_attention_pool", "page_block", "TARGET_PROGRAMS"]
+__all__ = [
+    "DecodeConfig",
+    "decode_attention",
+    "paged_decode_attention",
+    "paged_decode_attention_pool",
+    "page_block",
+    "TARGET_PROGRAMS",
+]
 
 TARGET_PROGRAMS = 264  # 2 waves of 132 SMs (H100)
 
@@ -243,8 +250,16 @@ def _check_supported(fn: str, q):
 
 
 def decode_attention(
-    q, k_cache, v_cache, kv_lens, *, causal=True, local_window_size=None, scale=None,
-    config: DecodeConfig | None = None, interpret=False,
+    q,
+    k_cache,
+    v_cache,
+    kv_lens,
+    *,
+    causal=True,
+    local_window_size=None,
+    scale=None,
+    config: DecodeConfig | None = None,
+    interpret=False,
 ):
     """Split-K decode attention over a dense cache; semantics of `reference.decode_attention`.
 
@@ -265,8 +280,15 @@ def decode_attention(
     splits = _splits(cfg, b, hkv, t, bk)
     split_len = t_.cdiv(t_.cdiv(t, splits), bk) * bk
     spec = _make_spec(
-        q, hkv, causal=causal, local_window_size=local_window_size, scale=scale,
-        bk=bk, split_len=split_len, page=0, interpret=interpret,
+        q,
+        hkv,
+        causal=causal,
+        local_window_size=local_window_size,
+        scale=scale,
+        bk=bk,
+        split_len=split_len,
+        page=0,
+        interpret=interpret,
     )
     lens = jnp.minimum(jnp.asarray(kv_lens, jnp.int32).reshape(b), t)
 
@@ -302,8 +324,17 @@ def _paged_launch(fn, q, k_pages, v_pages, block_table, kv_lens, *, pool: bool, 
 
 
 def paged_decode_attention(
-    q, k_pages, v_pages, block_table, kv_lens, *, causal=True, local_window_size=None, scale=None,
-    config: DecodeConfig | None = None, interpret=False,
+    q,
+    k_pages,
+    v_pages,
+    block_table,
+    kv_lens,
+    *,
+    causal=True,
+    local_window_size=None,
+    scale=None,
+    config: DecodeConfig | None = None,
+    interpret=False,
 ):
     """Split-K decode attention over a paged cache; semantics of `reference.paged_decode_attention`.
 
@@ -332,8 +363,17 @@ def paged_decode_attention(
 
 
 def paged_decode_attention_pool(
-    q, pool, layer, block_table, kv_lens, *, causal=True, local_window_size=None, scale=None,
-    config: DecodeConfig | None = None, interpret=False,
+    q,
+    pool,
+    layer,
+    block_table,
+    kv_lens,
+    *,
+    causal=True,
+    local_window_size=None,
+    scale=None,
+    config: DecodeConfig | None = None,
+    interpret=False,
 ):
     """`paged_decode_attention` reading layer ``layer`` straight out of a multi-layer block pool.
 
@@ -353,7 +393,16 @@ def paged_decode_attention_pool(
     pages = jax.ShapeDtypeStruct((pool.shape[0], *pool.shape[3:]), pool.dtype)
     head = dict(causal=causal, local_window_size=local_window_size, scale=scale)
     spec, cfg, splits, lens, bt = _paged_launch(
-        "paged_decode_attention_pool", q, pages, pages, block_table, kv_lens, pool=True, config=config, interpret=interpret, **head
+        "paged_decode_attention_pool",
+        q,
+        pages,
+        pages,
+        block_table,
+        kv_lens,
+        pool=True,
+        config=config,
+        interpret=interpret,
+        **head,
     )
     layer = jnp.clip(jnp.asarray(layer, jnp.int32).reshape(1), 0, pool.shape[2] - 1)
 

@@ -296,9 +296,7 @@ def _dkdv_kernel(seq_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_re
         k = t_.load_rows(k_ref, k_start + k0, bk, spec.d, spec.dp, key_ok)
         v = t_.load_rows(v_ref, k_start + k0, bk, spec.d, spec.dp, key_ok)
         prec = _prec(k.dtype)
-        lo, a, cc, hi = t_.q_tile_range(
-            k0, k0 + bk - 1, pos0, q_len, bq, spec.causal, spec.window, k0 + bk <= k_len
-        )
+        lo, a, cc, hi = t_.q_tile_range(k0, k0 + bk - 1, pos0, q_len, bq, spec.causal, spec.window, k0 + bk <= k_len)
 
         def step(masked: bool, g):
             def body(t, carry):
@@ -465,7 +463,11 @@ def dense_seq_table(b: int, sq: int, sk: int, q_lens=None, kv_lens=None, q_offse
     """The ``seq [5, B]`` table of a dense ``[B, S, H, D]`` batch flattened to ``[B*S, H, D]``."""
     ar = jnp.arange(b, dtype=jnp.int32)
     ql = jnp.full((b,), sq, jnp.int32) if q_lens is None else jnp.minimum(jnp.asarray(q_lens, jnp.int32).reshape(b), sq)
-    kl = jnp.full((b,), sk, jnp.int32) if kv_lens is None else jnp.minimum(jnp.asarray(kv_lens, jnp.int32).reshape(b), sk)
+    kl = (
+        jnp.full((b,), sk, jnp.int32)
+        if kv_lens is None
+        else jnp.minimum(jnp.asarray(kv_lens, jnp.int32).reshape(b), sk)
+    )
     pos0 = jnp.broadcast_to(jnp.asarray(q_offset, jnp.int32), (b,))
     return jnp.stack([ar * sq, ql, ar * sk, kl, pos0])
 
@@ -517,8 +519,20 @@ def _make_spec(q, k, *, causal, local_window_size, scale, even, max_q, max_k, co
 
 
 def flash_attention_packed(
-    q, k, v, seq, *, causal=False, local_window_size=None, scale=None, max_q_len, max_kv_len,
-    even=False, config: FlashConfig | None = None, interpret=False, return_lse=False,
+    q,
+    k,
+    v,
+    seq,
+    *,
+    causal=False,
+    local_window_size=None,
+    scale=None,
+    max_q_len,
+    max_kv_len,
+    even=False,
+    config: FlashConfig | None = None,
+    interpret=False,
+    return_lse=False,
 ):
     """Flash attention on the packed layout (module docstring); differentiable in q, k, v.
 
@@ -538,8 +552,16 @@ def flash_attention_packed(
     if why:
         raise ValueError(f"flash_attention kernel: {why}")
     spec = _make_spec(
-        q, k, causal=causal, local_window_size=local_window_size, scale=scale, even=even,
-        max_q=max_q_len, max_k=max_kv_len, config=config, interpret=interpret,
+        q,
+        k,
+        causal=causal,
+        local_window_size=local_window_size,
+        scale=scale,
+        even=even,
+        max_q=max_q_len,
+        max_k=max_kv_len,
+        config=config,
+        interpret=interpret,
     )
     o, lse2 = _flash(q, k, v, jnp.asarray(seq, jnp.int32), spec)
     if return_lse:
@@ -548,8 +570,19 @@ def flash_attention_packed(
 
 
 def flash_attention(
-    q, k, v, *, causal=False, local_window_size=None, scale=None, q_lens=None, kv_lens=None, q_offset=0,
-    config: FlashConfig | None = None, interpret=False, return_lse=False,
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    local_window_size=None,
+    scale=None,
+    q_lens=None,
+    kv_lens=None,
+    q_offset=0,
+    config: FlashConfig | None = None,
+    interpret=False,
+    return_lse=False,
 ):
     """Flash attention on ``[B, S, H, D]`` (``jax.nn.dot_product_attention`` layout).
 
@@ -565,17 +598,35 @@ def flash_attention(
     sk, hkv = k.shape[1], k.shape[2]
     cfg = config or default_config(d, q.dtype)
     probe = _make_spec(
-        q, k, causal=causal, local_window_size=local_window_size, scale=scale, even=False,
-        max_q=sq, max_k=sk, config=cfg, interpret=interpret,
+        q,
+        k,
+        causal=causal,
+        local_window_size=local_window_size,
+        scale=scale,
+        even=False,
+        max_q=sq,
+        max_k=sk,
+        config=cfg,
+        interpret=interpret,
     )
     bq, bk = probe.blocks(False)
     bqb, bkb = probe.blocks(True)
     even = q_lens is None and kv_lens is None and sq % max(bq, bqb) == 0 and sk % max(bk, bkb) == 0
     seq = dense_seq_table(b, sq, sk, q_lens, kv_lens, q_offset)
     out = flash_attention_packed(
-        q.reshape(b * sq, hq, d), k.reshape(b * sk, hkv, d), v.reshape(b * sk, hkv, d), seq,
-        causal=causal, local_window_size=local_window_size, scale=scale, max_q_len=sq, max_kv_len=sk,
-        even=even, config=cfg, interpret=interpret, return_lse=return_lse,
+        q.reshape(b * sq, hq, d),
+        k.reshape(b * sk, hkv, d),
+        v.reshape(b * sk, hkv, d),
+        seq,
+        causal=causal,
+        local_window_size=local_window_size,
+        scale=scale,
+        max_q_len=sq,
+        max_kv_len=sk,
+        even=even,
+        config=cfg,
+        interpret=interpret,
+        return_lse=return_lse,
     )
     o, lse = out if return_lse else (out, None)
     o = o.reshape(b, sq, hq, d)
@@ -591,8 +642,19 @@ def flash_attention(
 
 
 def flash_attention_ragged(
-    q, k, v, input_row_offsets, *, kv_row_offsets=None, causal=False, local_window_size=None, scale=None,
-    max_seq_len=None, max_kv_len=None, config: FlashConfig | None = None, interpret=False,
+    q,
+    k,
+    v,
+    input_row_offsets,
+    *,
+    kv_row_offsets=None,
+    causal=False,
+    local_window_size=None,
+    scale=None,
+    max_seq_len=None,
+    max_kv_len=None,
+    config: FlashConfig | None = None,
+    interpret=False,
 ):
     """Flash attention over ragged batches (same semantics as `reference.ragged_attention`).
 
@@ -607,8 +669,17 @@ def flash_attention_ragged(
     lk = lq if kv_row_offsets is None else _max_len(kv_row_offsets, k.shape[0], max_kv_len, "max_kv_len")
     seq = ragged_seq_table(input_row_offsets, kv_row_offsets)
     o = flash_attention_packed(
-        q, k, v, seq, causal=causal, local_window_size=local_window_size, scale=scale,
-        max_q_len=lq, max_kv_len=lk, config=config, interpret=interpret,
+        q,
+        k,
+        v,
+        seq,
+        causal=causal,
+        local_window_size=local_window_size,
+        scale=scale,
+        max_q_len=lq,
+        max_kv_len=lk,
+        config=config,
+        interpret=interpret,
     )
     qo = jnp.asarray(input_row_offsets, jnp.int32)
     t = jnp.arange(q.shape[0])

@@ -76,7 +76,9 @@ def window_pair(local_window_size: Any, causal: bool) -> Window:
         try:
             left, right = (int(x) for x in local_window_size)
         except (TypeError, ValueError):
-            raise ValueError(f"local_window_size: expected an int or a (left, right) pair, got {local_window_size!r}") from None
+            raise ValueError(
+                f"local_window_size: expected an int or a (left, right) pair, got {local_window_size!r}"
+            ) from None
     if left < 0 or right < 0:
         raise ValueError(f"local_window_size: window sizes must be >= 0, got {(left, right)}")
     return (left, 0 if causal else right)
@@ -116,13 +118,17 @@ def _one_query_scores(qf, k):
 
 
 def _one_query_values(p, v):
-    """``sum_k p v`` as ``[B, 1, Hkv, G, Dv]`` for probabilities ``p [B, Hkv, G, 1, Sk]`` and values ``[B, Sk, Hkv, Dv]``."""
+    """``sum_k p v`` as ``[B, 1, Hkv, G, Dv]`` for probabilities ``p [B, Hkv, G, 1, Sk]`` and values ``[B, Sk, Hkv,
+    Dv]``.
+    """
     pt = jnp.transpose(p[:, :, :, 0, :], (0, 3, 1, 2))  # [B, Sk, Hkv, G]
     return jnp.sum(pt[..., None] * v.astype(jnp.float32)[:, :, :, None, :], axis=1)[:, None]
 
 
 def _core(q, k, v, *, causal, window, scale, q_len, kv_len, q_pos0, chunk=None, alibi=False, sinks=None):
-    """Masked GQA attention on ``[B, Sq, Hq, D]`` / ``[B, Sk, Hkv, D]``; returns (o, lse) (lse natural log, [B, Hq, Sq])."""
+    """Masked GQA attention on ``[B, Sq, Hq, D]`` / ``[B, Sk, Hkv, D]``; returns (o, lse) (lse natural log, [B, Hq,
+    Sq]).
+    """
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     g = hq // hkv
@@ -205,8 +211,19 @@ def _mods(chunk_size, alibi, sinks, hq: int) -> dict:
 
 
 def attention_with_lse(
-    q, k, v, *, causal=False, local_window_size=None, scale=None, q_lens=None, kv_lens=None, q_offset=0,
-    chunk_size=None, alibi=False, sinks=None,
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    local_window_size=None,
+    scale=None,
+    q_lens=None,
+    kv_lens=None,
+    q_offset=0,
+    chunk_size=None,
+    alibi=False,
+    sinks=None,
 ):
     """`attention` plus the natural-log logsumexp of the scores, ``float32 [B, n_heads, q_seq]``."""
     q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
@@ -215,7 +232,9 @@ def attention_with_lse(
         raise ValueError(f"attention: batch of q ({q.shape[0]}) and k ({k.shape[0]}) differ")
     b, sq = q.shape[:2]
     return _core(
-        q, k, v,
+        q,
+        k,
+        v,
         **_masks(causal, local_window_size, scale, q.shape[-1]),
         q_len=_lens(q_lens, b, sq),
         kv_len=_lens(kv_lens, b, k.shape[1]),
@@ -225,8 +244,19 @@ def attention_with_lse(
 
 
 def attention(
-    q, k, v, *, causal=False, local_window_size=None, scale=None, q_lens=None, kv_lens=None, q_offset=0,
-    chunk_size=None, alibi=False, sinks=None,
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    local_window_size=None,
+    scale=None,
+    q_lens=None,
+    kv_lens=None,
+    q_offset=0,
+    chunk_size=None,
+    alibi=False,
+    sinks=None,
 ):
     """Softmax attention ``softmax(q k^T * scale + mask) v``, fp32 inside.
 
@@ -243,8 +273,18 @@ def attention(
         ``[B, Sq, Hq, Dv]`` in ``q.dtype``.
     """
     return attention_with_lse(
-        q, k, v, causal=causal, local_window_size=local_window_size, scale=scale,
-        q_lens=q_lens, kv_lens=kv_lens, q_offset=q_offset, chunk_size=chunk_size, alibi=alibi, sinks=sinks,
+        q,
+        k,
+        v,
+        causal=causal,
+        local_window_size=local_window_size,
+        scale=scale,
+        q_lens=q_lens,
+        kv_lens=kv_lens,
+        q_offset=q_offset,
+        chunk_size=chunk_size,
+        alibi=alibi,
+        sinks=sinks,
     )[0]
 
 
@@ -263,7 +303,9 @@ def _max_len(offsets, total: int, max_seq_len, name: str = "max_seq_len") -> int
 
 
 def ragged_to_padded(x, offsets, max_len: int):
-    """``[T, H, D]`` rows ``offsets[b]:offsets[b+1]`` → ``[B, max_len, H, D]`` (rows past a sequence are clipped copies)."""
+    """``[T, H, D]`` rows ``offsets[b]:offsets[b+1]`` → ``[B, max_len, H, D]`` (rows past a sequence are clipped
+    copies).
+    """
     return _rows_from(x, offsets[:-1], max_len)
 
 
@@ -312,7 +354,9 @@ def ragged_attention(
     qp = ragged_to_padded(q, qo, max(lq, 1))
     kp, vp = ragged_to_padded(k, ko, lk), ragged_to_padded(v, ko, lk)
     o, _ = _core(
-        qp, kp, vp,
+        qp,
+        kp,
+        vp,
         **_masks(causal, local_window_size, scale, q.shape[-1]),
         q_len=q_len,
         kv_len=kv_len,
@@ -343,7 +387,9 @@ def decode_attention(q, k_cache, v_cache, kv_lens, *, causal=True, local_window_
     b, sq = q.shape[:2]
     kv_len = _lens(kv_lens, b, k.shape[1])
     return _core(
-        q, k, v,
+        q,
+        k,
+        v,
         **_masks(causal, local_window_size, scale, q.shape[-1]),
         q_len=jnp.full((b,), sq, jnp.int32),
         kv_len=kv_len,
@@ -380,8 +426,13 @@ def paged_decode_attention(
         raise ValueError(f"paged_decode_attention: block_table must be int [batch, max_pages], got {list(bt.shape)}")
     bt = jnp.clip(bt, 0, k_pages.shape[0] - 1)
     return decode_attention(
-        q, gather_pages(k_pages, bt), gather_pages(v_pages, bt), kv_lens,
-        causal=causal, local_window_size=local_window_size, scale=scale,
+        q,
+        gather_pages(k_pages, bt),
+        gather_pages(v_pages, bt),
+        kv_lens,
+        causal=causal,
+        local_window_size=local_window_size,
+        scale=scale,
     )
 
 
@@ -415,8 +466,19 @@ def paged_decode_attention_pool(
 
 
 def packed_attention(
-    q, k, v, seq, *, max_q_len: int, max_kv_len: int, causal=False, local_window_size=None, scale=None,
-    chunk_size=None, alibi=False, sinks=None,
+    q,
+    k,
+    v,
+    seq,
+    *,
+    max_q_len: int,
+    max_kv_len: int,
+    causal=False,
+    local_window_size=None,
+    scale=None,
+    chunk_size=None,
+    alibi=False,
+    sinks=None,
 ):
     """Attention on the packed token layout of the flash kernel (``pallas_flash``).
 
@@ -440,7 +502,9 @@ def packed_attention(
     lq, lk = max(int(max_q_len), 1), max(int(max_kv_len), 1)
     qp, kp, vp = _rows_from(q, q_start, lq), _rows_from(k, kv_start, lk), _rows_from(v, kv_start, lk)
     o, _ = _core(
-        qp, kp, vp,
+        qp,
+        kp,
+        vp,
         **_masks(causal, local_window_size, scale, q.shape[-1]),
         q_len=q_len,
         kv_len=kv_len,

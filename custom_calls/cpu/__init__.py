@@ -10,7 +10,8 @@ Two kernels where XLA's CPU backend is slow for LLM generation:
 They run on XLA's own CPU thread pool (``parallel.h``).
 
 Building: ``python -m custom_calls.cpu`` (the install step, ``make venv``)
-compiles the sources with ``$CXX`` (default ``c++``), ``-O3 -march=native`` (``$MAXFX_CPU_MARCH`` overrides native), into
+compiles the sources with ``$CXX`` (default ``c++``), ``-O3 -march=native`` (``$MAXFX_CPU_MARCH`` overrides native),
+into
 one library in ``_build/`` beside this file; a first use builds it too when it is
 missing (a file lock keeps parallel processes from racing). No compiler, or a
 failed build: `available` is False, the reason is logged on ``maxfx.kernels``
@@ -40,7 +41,17 @@ import jax
 
 from custom_calls._target import exporting
 
-__all__ = ["ENV_ENABLE", "ENV_MARCH", "available", "build", "callable_here", "qgemv_is_fast", "qgemv_path", "unavailable_reason", "use_amx"]
+__all__ = [
+    "ENV_ENABLE",
+    "ENV_MARCH",
+    "available",
+    "build",
+    "callable_here",
+    "qgemv_is_fast",
+    "qgemv_path",
+    "unavailable_reason",
+    "use_amx",
+]
 
 _HERE = Path(__file__).parent
 _SOURCES = (_HERE / "qgemv.cc", _HERE / "decode_attention.cc")
@@ -68,13 +79,29 @@ _state: dict[str, Any] = {}
 
 
 def _flags() -> list[str]:
-    return ["-O3", f"-march={os.environ.get(ENV_MARCH) or 'native'}", "-std=c++17", "-shared", "-fPIC", "-isystem", jax.ffi.include_dir(), "-I", str(_HERE)]
+    return [
+        "-O3",
+        f"-march={os.environ.get(ENV_MARCH) or 'native'}",
+        "-std=c++17",
+        "-shared",
+        "-fPIC",
+        "-isystem",
+        jax.ffi.include_dir(),
+        "-I",
+        str(_HERE),
+    ]
 
 
 def _library_path(compiler: str) -> Path:
     """The library's file name holds a hash of what it is built from, so a change rebuilds it."""
     key = hashlib.sha256()
-    for part in (*(f.read_bytes() for f in (*_SOURCES, *_HEADERS)), compiler.encode(), " ".join(_flags()).encode(), jax.__version__.encode(), platform.machine().encode()):
+    for part in (
+        *(f.read_bytes() for f in (*_SOURCES, *_HEADERS)),
+        compiler.encode(),
+        " ".join(_flags()).encode(),
+        jax.__version__.encode(),
+        platform.machine().encode(),
+    ):
         key.update(part)
     return _BUILD_DIR / f"libmaxfx_cpu-{key.hexdigest()[:16]}.so"
 

@@ -134,7 +134,9 @@ class KernelConfig:
 
 
 def default_config(m: int, n_chunks: int, np_: int) -> KernelConfig:
-    """Heuristic tiling by M: H100 starting points, not yet timed on a GPU (``tests/bench/qmatmul_kernels.py`` sweeps the alternatives; ``make sm90-report`` checks they compile for sm_90a, see docs/pages/kernels.md)."""
+    """Heuristic tiling by M: H100 starting points, not yet timed on a GPU (``tests/bench/qmatmul_kernels.py`` sweeps
+    the alternatives; ``make sm90-report`` checks they compile for sm_90a, see docs/pages/kernels.md).
+    """
     if m == 1:
         return KernelConfig(bm=1, bn=16, mode="fma", splits=4, unroll=2, num_warps=4, num_stages=3)
     if m <= 16:
@@ -165,11 +167,19 @@ def _kernel(x_ref, *refs, fmt: Format, cfg: KernelConfig, chunks_per_split: int,
                     acc = acc + w * xs[u][p].astype(jnp.float32)
                 elif cfg.swap:
                     acc = acc + lax.dot_general(
-                        w.astype(cdt), xs[u][p].astype(cdt), dims, precision=precision, preferred_element_type=jnp.float32
+                        w.astype(cdt),
+                        xs[u][p].astype(cdt),
+                        dims,
+                        precision=precision,
+                        preferred_element_type=jnp.float32,
                     )
                 else:
                     acc = acc + lax.dot_general(
-                        xs[u][p].astype(cdt), w.astype(cdt), dims, precision=precision, preferred_element_type=jnp.float32
+                        xs[u][p].astype(cdt),
+                        w.astype(cdt),
+                        dims,
+                        precision=precision,
+                        preferred_element_type=jnp.float32,
                     )
         return acc
 

@@ -114,7 +114,9 @@ def _with_grad(kernel: Callable, dequant_nt: Callable) -> Callable:
 
     def bwd(raw, dy):
         wt = dequant_nt(raw)
-        dx = lax.dot_general(dy.astype(jnp.float32), wt, (((dy.ndim - 1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        dx = lax.dot_general(
+            dy.astype(jnp.float32), wt, (((dy.ndim - 1,), (0,)), ((), ())), preferred_element_type=jnp.float32
+        )
         return dx.astype(dy.dtype), None, None
 
     f.defvjp(fwd, bwd)
@@ -122,7 +124,8 @@ def _with_grad(kernel: Callable, dequant_nt: Callable) -> Callable:
 
 
 def _kernel(kernel: Callable, dequant_nt: Callable, w_fn: Callable) -> Callable:
-    """The Pallas path for `custom_calls._dispatch.run`: ``kernel(lhs, w_fn(), interpret)`` with `_with_grad`'s gradient.
+    """The Pallas path for `custom_calls._dispatch.run`: ``kernel(lhs, w_fn(), interpret)`` with `_with_grad`'s
+    gradient.
 
     Its operands are ``(lhs, raw)``: ``w_fn()`` builds the prepared weight inside
     the path that runs the kernel (the ``cuda`` branch on a GPU).
@@ -135,7 +138,9 @@ def _kernel(kernel: Callable, dequant_nt: Callable, w_fn: Callable) -> Callable:
 
 
 def _cpu_kernel_applies(lhs: jax.Array) -> bool:
-    """A non-empty float32 ``lhs`` on a CPU backend, and the kernels built with their fast path (`custom_calls.qmatmul.cpu`)."""
+    """A non-empty float32 ``lhs`` on a CPU backend, and the kernels built with their fast path
+    (`custom_calls.qmatmul.cpu`).
+    """
     return lhs.dtype == jnp.float32 and lhs.size > 0 and cpu_library.callable_here() and cpu_library.qgemv_is_fast()
 
 
@@ -158,14 +163,19 @@ def float_matmul_nt(lhs: jax.Array, rhs: jax.Array) -> jax.Array | None:
     """
     if lhs.dtype != jnp.float32 or rhs.dtype != jnp.float32 or rhs.ndim != 2 or rhs.size < _F32_KERNEL_MIN_WEIGHTS:
         return None
-    if lhs.size == 0 or lhs.size // lhs.shape[-1] > cpu.FEW_ROWS or not (cpu_library.callable_here() and cpu_library.qgemv_is_fast()):
+    if (
+        lhs.size == 0
+        or lhs.size // lhs.shape[-1] > cpu.FEW_ROWS
+        or not (cpu_library.callable_here() and cpu_library.qgemv_is_fast())
+    ):
         return None
     LOG.debug("matmul: CPU kernel (float32, %d rows)", lhs.size // lhs.shape[-1])
     return cpu.f32_matmul(lhs, rhs)
 
 
 def q8_0_matmul(lhs: Any, values: Any, scales: Any) -> jax.Array:
-    """``lhs @ W.T`` for Q8_0 ``W`` held split: int8 ``values [N, K]`` and float16 ``scales [N, K / 32]`` (decoded in float32).
+    """``lhs @ W.T`` for Q8_0 ``W`` held split: int8 ``values [N, K]`` and float16 ``scales [N, K / 32]`` (decoded in
+    float32).
 
     On a CPU with a float32 ``lhs``, the `custom_calls.qmatmul.cpu` kernel (reads
     the 8-bit values in place; ``lhs`` rounded to int16 per 32 values);
@@ -180,9 +190,20 @@ def q8_0_matmul(lhs: Any, values: Any, scales: Any) -> jax.Array:
         return w.reshape(q.shape)
 
     def cpu_kernel(x, parts):
-        return _with_grad(lambda x_, w: cpu.q8_0_matmul(x_, *w), decoded)(x, parts, parts) if _cpu_kernel_applies(x) else None
+        return (
+            _with_grad(lambda x_, w: cpu.q8_0_matmul(x_, *w), decoded)(x, parts, parts)
+            if _cpu_kernel_applies(x)
+            else None
+        )
 
-    return run("q8_0_matmul", None, (lhs, (values, scales)), None, lambda x, parts: ref._matmul_nt(x, decoded(parts)), cpu=cpu_kernel)
+    return run(
+        "q8_0_matmul",
+        None,
+        (lhs, (values, scales)),
+        None,
+        lambda x, parts: ref._matmul_nt(x, decoded(parts)),
+        cpu=cpu_kernel,
+    )
 
 
 # GGUF rows the C++ CPU kernels read in place (Q8_0 goes through `q8_0_matmul`'s split form).
@@ -202,25 +223,35 @@ def qmatmul(encoding: str, lhs: Any, rhs: Any) -> jax.Array:
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
     elems, nbytes = ref.block_shape(encoding)
     if rhs.dtype != jnp.uint8 or rhs.ndim != 2 or rhs.shape[1] % nbytes:
-        raise ValueError(f"rhs: {encoding} qmatmul needs uint8 [N, a multiple of {nbytes} bytes], got {rhs.dtype}{list(rhs.shape)}")
+        raise ValueError(
+            f"rhs: {encoding} qmatmul needs uint8 [N, a multiple of {nbytes} bytes], got {rhs.dtype}{list(rhs.shape)}"
+        )
     k = rhs.shape[1] // nbytes * elems
     if lhs.shape[-1:] != (k,):
-        raise ValueError(f"lhs: {encoding} qmatmul lhs {list(lhs.shape)} does not match rhs {list(rhs.shape)} (K = {k})")
+        raise ValueError(
+            f"lhs: {encoding} qmatmul lhs {list(lhs.shape)} does not match rhs {list(rhs.shape)} (K = {k})"
+        )
     dequant_nt = lambda r: ref.dequantize(encoding, r)  # noqa: E731
     cpu_kernel = _CPU_KERNELS.get(encoding)
 
     def on_cpu(x, r):
-        return _with_grad(cpu_kernel, dequant_nt)(x, r, r) if cpu_kernel is not None and _cpu_kernel_applies(x) else None
+        return (
+            _with_grad(cpu_kernel, dequant_nt)(x, r, r) if cpu_kernel is not None and _cpu_kernel_applies(x) else None
+        )
 
     return run(
-        "qmatmul", None, (lhs, rhs),
+        "qmatmul",
+        None,
+        (lhs, rhs),
         _kernel(
-            lambda x, w, interp: pallas_gguf.qmatmul(encoding, x, w, interpret=interp), dequant_nt,
+            lambda x, w, interp: pallas_gguf.qmatmul(encoding, x, w, interpret=interp),
+            dequant_nt,
             lambda: _cached(("gguf", encoding), (rhs,), lambda: pallas_gguf.prepare(encoding, rhs)),
         ),
         lambda x, r: ref.qmatmul(encoding, x, r),
         lambda: _check_lhs("qmatmul", lhs),  # every encoding `ref.block_shape` accepts has a kernel
-        cpu=on_cpu, cpu_label=encoding,
+        cpu=on_cpu,
+        cpu_label=encoding,
     )
 
 
@@ -245,11 +276,17 @@ def gptq_qmatmul(lhs: Any, packed: Any, perm_idx: Any = None, *, group_size: int
         return reason
 
     return run(
-        "gptq_qmatmul", None, (lhs, (packed, perm)),
+        "gptq_qmatmul",
+        None,
+        (lhs, (packed, perm)),
         _kernel(
             lambda x, w, interp: pallas_gptq.gptq_qmatmul(x, w, group_size=group_size, interpret=interp),
             lambda r: ref.gptq_dequantize_packed(r[0], r[1], group_size=group_size).T,
-            lambda: _cached(("gptq", group_size), (packed, perm), lambda: pallas_gptq.prepare_gptq(packed, perm, group_size=group_size)),
+            lambda: _cached(
+                ("gptq", group_size),
+                (packed, perm),
+                lambda: pallas_gptq.prepare_gptq(packed, perm, group_size=group_size),
+            ),
         ),
         lambda x, r: ref.gptq_qmatmul(x, r[0], r[1], group_size=group_size),
         why,
@@ -263,7 +300,9 @@ def int8_qmatmul(lhs: Any, weight: Any, scale: Any) -> jax.Array:
     if lhs.shape[-1:] != (weight.shape[1],):
         raise ValueError(f"lhs: int8 qmatmul lhs {list(lhs.shape)} does not match weight {list(weight.shape)}")
     return run(
-        "int8_qmatmul", None, (lhs, (weight, scale)),
+        "int8_qmatmul",
+        None,
+        (lhs, (weight, scale)),
         _kernel(
             lambda x, w, interp: pallas_gptq.int8_qmatmul(x, w, interpret=interp),
             lambda r: ref.int8_dequantize(r[0], r[1]),

@@ -138,7 +138,8 @@ def _load_q5_k(refs, t):
 
 
 def _fifth_bits(qh: jax.Array, part: int, bn: int) -> jax.Array:
-    """uint8 ``[bn, 32]`` high-bit bytes → the fifth bits (0 or 16) of the chunk's ``part``-th 128-wide tile, uint8 ``[bn, 128]``.
+    """uint8 ``[bn, 32]`` high-bit bytes → the fifth bits (0 or 16) of the chunk's ``part``-th 128-wide tile, uint8
+    ``[bn, 128]``.
 
     Column ``32i + j`` of the tile is bit ``4 * part + i`` of byte ``j`` (a
     broadcast shift and a reshape: no concatenate, which Triton lacks).
@@ -210,7 +211,9 @@ def pack_nibbles(codes: jax.Array) -> jax.Array:
 
 
 def _pack_crumbs(codes: jax.Array) -> jax.Array:
-    """``uint8 [R, Kp]`` 2-bit codes → ``uint8 [R, Kp/4]``: byte ``64c + j`` holds element ``256c + 64i + j`` at bits ``2i``."""
+    """``uint8 [R, Kp]`` 2-bit codes → ``uint8 [R, Kp/4]``: byte ``64c + j`` holds element ``256c + 64i + j`` at bits
+    ``2i``.
+    """
     r, kp = codes.shape
     c = codes.astype(jnp.uint8).reshape(r, kp // CHUNK, 4, CHUNK // 4)
     return (c[:, :, 0] | (c[:, :, 1] << 2) | (c[:, :, 2] << 4) | (c[:, :, 3] << 6)).reshape(r, kp // 4)

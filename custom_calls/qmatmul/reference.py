@@ -225,7 +225,9 @@ def qmatmul(encoding: str, lhs: Any, rhs: Any) -> jax.Array:
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
     elems, nbytes = block_shape(encoding)
     if rhs.ndim != 2:
-        raise ValueError(f"{encoding} qmatmul: rhs must be a uint8 matrix [N, row_bytes], got {rhs.dtype}{list(rhs.shape)}")
+        raise ValueError(
+            f"{encoding} qmatmul: rhs must be a uint8 matrix [N, row_bytes], got {rhs.dtype}{list(rhs.shape)}"
+        )
     k = rhs.shape[1] // nbytes * elems
     if lhs.shape[-1:] != (k,):
         raise ValueError(f"{encoding} qmatmul: lhs {list(lhs.shape)} does not match rhs {list(rhs.shape)} (K = {k})")
@@ -250,7 +252,9 @@ def gptq_packed_k(rows: int, group_size: int) -> int:
 
 
 def gptq_unpack_int4(qweight: Any) -> jax.Array:
-    """``int32 [K/8, N]`` packed nibbles → ``int32 [K, N]`` values in 0..15 (row ``8r+i`` = bits ``4i..4i+3`` of word ``r``)."""
+    """``int32 [K/8, N]`` packed nibbles → ``int32 [K, N]`` values in 0..15 (row ``8r+i`` = bits ``4i..4i+3`` of word
+    ``r``).
+    """
     qw = lax.bitcast_convert_type(jnp.asarray(qweight), jnp.uint32)
     shifts = jnp.arange(0, 32, 4, dtype=jnp.uint32)
     q = (qw[:, None, :] >> shifts[None, :, None]) & 0xF
@@ -345,7 +349,9 @@ def gptq_pack(qweight: np.ndarray, scales: np.ndarray) -> np.ndarray:
     qweight = np.ascontiguousarray(qweight, dtype="<i4")
     scales = np.ascontiguousarray(scales, dtype="<f2")
     if qweight.ndim != 2 or scales.ndim != 2 or qweight.shape[1] != scales.shape[1]:
-        raise ValueError(f"gptq_pack: expected qweight [K/8, N] and scales [K/g, N], got {qweight.shape} and {scales.shape}")
+        raise ValueError(
+            f"gptq_pack: expected qweight [K/8, N] and scales [K/g, N], got {qweight.shape} and {scales.shape}"
+        )
     n = qweight.shape[1]
     raw = np.concatenate([qweight.view(np.uint8).reshape(-1), scales.view(np.uint8).reshape(-1)])
     return raw.reshape(-1, n)
@@ -375,5 +381,7 @@ def int8_qmatmul(lhs: Any, weight: Any, scale: Any) -> jax.Array:
     lhs = jnp.asarray(lhs)
     w = int8_dequantize(weight, scale)
     if lhs.shape[-1:] != (w.shape[1],):
-        raise ValueError(f"int8 qmatmul: lhs {list(lhs.shape)} does not match weight {list(w.shape)} (K = {w.shape[1]})")
+        raise ValueError(
+            f"int8 qmatmul: lhs {list(lhs.shape)} does not match weight {list(w.shape)} (K = {w.shape[1]})"
+        )
     return _matmul_nt(lhs, w)

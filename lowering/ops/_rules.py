@@ -196,8 +196,11 @@ def same_device(op: str, *types: Type) -> DeviceRef:
     return next(iter(devices), DeviceRef.CPU())
 
 
-def require_tensor(op: str, t: Type, name: str = "input", *, rank: int | tuple[int, ...] | None = None, kind: Kind | None = None) -> TensorType:
-    """``t`` as a TensorType (buffers must be loaded first); of rank ``rank`` (or one of several) and of ``kind`` if given.
+def require_tensor(
+    op: str, t: Type, name: str = "input", *, rank: int | tuple[int, ...] | None = None, kind: Kind | None = None
+) -> TensorType:
+    """``t`` as a TensorType (buffers must be loaded first); of rank ``rank`` (or one of several) and of ``kind`` if
+    given.
 
     Raises:
         OpError: ``"sgmv: lora_ids must have rank 1, got int32[2, 2]"``,
@@ -268,7 +271,13 @@ def require_same_dim(op: str, what: str, a: Dim, b: Dim, ta: Type, tb: Type) -> 
     Raises:
         OpError: ``"attention: query and key head dims differ: 8 vs 4 (float32[1, 3, 2, 8] and float32[1, 3, 1, 4])"``.
     """
-    if a != b and (isinstance(a, StaticDim) and isinstance(b, StaticDim) or not isinstance(a, StaticDim) and not isinstance(b, StaticDim) and str(a) == str(b)):
+    if a != b and (
+        isinstance(a, StaticDim)
+        and isinstance(b, StaticDim)
+        or not isinstance(a, StaticDim)
+        and not isinstance(b, StaticDim)
+        and str(a) == str(b)
+    ):
         raise OpError(f"{op}: {what} differ: {a} vs {b} ({fmt(ta)} and {fmt(tb)})")
 
 
@@ -327,7 +336,9 @@ def enum_param(op: str, value: Any, cls: type[enum.Enum], name: str) -> enum.Enu
 # ─── whole rules ──────────────────────────────────────────────────────────
 
 
-def _elementwise_type(name: str, kind: Kind, out_dtype: DType | Callable[[DType], DType] | None, ts: Sequence[TensorType]) -> TensorType:
+def _elementwise_type(
+    name: str, kind: Kind, out_dtype: DType | Callable[[DType], DType] | None, ts: Sequence[TensorType]
+) -> TensorType:
     if len({t.dtype for t in ts}) > 1:
         # Only reachable by binding without promotion: bind promotes an op's `promote` inputs first.
         raise OpError(f"{name}: inputs must have the same dtype, got {fmt_all(ts)}")
@@ -359,7 +370,9 @@ def unary(name: str, kind: Kind = ANY, *, out_dtype: DType | None = None) -> Cal
     return _named(rule, name)
 
 
-def binary(name: str, kind: Kind = ANY, *, out_dtype: DType | Callable[[DType], DType] | None = None) -> Callable[..., TensorType]:
+def binary(
+    name: str, kind: Kind = ANY, *, out_dtype: DType | Callable[[DType], DType] | None = None
+) -> Callable[..., TensorType]:
     """Rule of a binary elementwise op: ``rule(lhs, rhs)``, one dtype of ``kind``, broadcast shape out.
 
     The op's inputs are promoted to one dtype before the rule runs (``OpDef(promote=(0, 1))``).
@@ -372,15 +385,21 @@ def binary(name: str, kind: Kind = ANY, *, out_dtype: DType | Callable[[DType], 
     """
 
     def rule(lhs: Type, rhs: Type) -> TensorType:
-        return _elementwise_type(name, kind, out_dtype, [require_tensor(name, lhs, "lhs"), require_tensor(name, rhs, "rhs")])
+        return _elementwise_type(
+            name, kind, out_dtype, [require_tensor(name, lhs, "lhs"), require_tensor(name, rhs, "rhs")]
+        )
 
     return _named(rule, name)
 
 
-def elementwise(name: str, kind: Kind = ANY, *, out_dtype: DType | Callable[[DType], DType] | None = None) -> Callable[..., TensorType]:
+def elementwise(
+    name: str, kind: Kind = ANY, *, out_dtype: DType | Callable[[DType], DType] | None = None
+) -> Callable[..., TensorType]:
     """Rule of an n-ary elementwise op (inputs named ``input 0``, ``input 1``...): `binary` for any arity."""
 
     def rule(*types: Type) -> TensorType:
-        return _elementwise_type(name, kind, out_dtype, [require_tensor(name, t, f"input {i}") for i, t in enumerate(types)])
+        return _elementwise_type(
+            name, kind, out_dtype, [require_tensor(name, t, f"input {i}") for i, t in enumerate(types)]
+        )
 
     return _named(rule, name)

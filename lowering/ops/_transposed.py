@@ -38,7 +38,9 @@ def _storage(value: Any) -> Any:
 
 
 def note(transposed: Any, source: Any) -> None:
-    """Record that ``transposed`` is ``source`` with its last two axes swapped (a no-op for values without weak references)."""
+    """Record that ``transposed`` is ``source`` with its last two axes swapped (a no-op for values without weak
+    references).
+    """
     key = id(transposed)
     try:
         ref = weakref.ref(transposed, lambda _, key=key: _NOTES.pop(key, None))

@@ -63,7 +63,9 @@ __all__ = ["getitem", "setitem", "setitem_inplace", "is_advanced", "DataDependen
 
 
 class DataDependentShapeError(IndexOpError):
-    """``x[mask]`` where the mask's values are unknown: the result's shape would depend on them (JAX's NonConcreteBooleanIndexError)."""
+    """``x[mask]`` where the mask's values are unknown: the result's shape would depend on them (JAX's
+    NonConcreteBooleanIndexError).
+    """
 
 
 _FULL = ("s", None, None, 1)
@@ -89,7 +91,9 @@ def _broadcast_indices(op: str, types: Sequence[TensorType]) -> list[Dim]:
         return list(R.broadcast_shapes(op, *(t.shape for t in types)))
     except R.OpError:
         shapes = " ".join("[" + ", ".join(str(d) for d in t.shape) + "]" for t in types)
-        raise IndexOpError(f"{op}: shape mismatch: indexing arrays could not be broadcast together with shapes {shapes}") from None
+        raise IndexOpError(
+            f"{op}: shape mismatch: indexing arrays could not be broadcast together with shapes {shapes}"
+        ) from None
 
 
 def _region(op: str, x: TensorType, index_types: Sequence[Any], index: tuple) -> list[Dim]:
@@ -99,7 +103,8 @@ def _region(op: str, x: TensorType, index_types: Sequence[Any], index: tuple) ->
         if not t.dtype.is_integral():
             raise IndexOpError(
                 f"{op}: index tensors must have an integer dtype, got index {j}: {R.fmt(t)} "
-                "(MAX's kernel takes no boolean masks: x[mask] converts a known mask to the positions of its True entries)"
+                "(MAX's kernel takes no boolean masks: x[mask] converts a known mask to the positions of its True "
+                "entries)"
             )
     specs = _filled(op, index, x)
     arrays = any(s[0] == "a" for s in specs)
@@ -138,7 +143,8 @@ def _check_updates(op: str, x: TensorType, upd: Any, region: list[Dim]) -> None:
             ok = False
     if not ok:
         raise R.OpError(
-            f"{op}: updates {R.fmt(upd)} cannot be broadcast to the indexed region [{', '.join(str(d) for d in region)}] of input {R.fmt(x)}"
+            f"{op}: updates {R.fmt(upd)} cannot be broadcast to the indexed region "
+            f"[{', '.join(str(d) for d in region)}] of input {R.fmt(x)}"
         )
 
 
@@ -223,8 +229,12 @@ def _setitem_inplace_check(buf, upd, *arrays, index: tuple) -> None:
     _check_bounds("advanced_indexing_setitem_inplace", buf, arrays, index)
 
 
-getitem_p = register(OpDef("advanced_indexing_getitem", rule=_getitem_rule, impl=_getitem_impl, check_values=_getitem_check))
-setitem_p = register(OpDef("advanced_indexing_setitem", rule=_setitem_rule, impl=_setitem_impl, check_values=_setitem_check))
+getitem_p = register(
+    OpDef("advanced_indexing_getitem", rule=_getitem_rule, impl=_getitem_impl, check_values=_getitem_check)
+)
+setitem_p = register(
+    OpDef("advanced_indexing_setitem", rule=_setitem_rule, impl=_setitem_impl, check_values=_setitem_check)
+)
 setitem_inplace_p = register(
     OpDef(
         "advanced_indexing_setitem_inplace",
@@ -246,7 +256,9 @@ def _shape_of(x: Any) -> tuple:
 
 
 def _is_array_entry(ix: Any) -> bool:
-    """An entry that makes ``x[...]`` advanced: a list, a numpy array (not a 0-d int), a typed tensor of rank >= 1, or any bool."""
+    """An entry that makes ``x[...]`` advanced: a list, a numpy array (not a 0-d int), a typed tensor of rank >= 1, or
+    any bool.
+    """
     if isinstance(ix, (bool, np.bool_, list)):
         return True
     if isinstance(ix, np.ndarray):
@@ -277,7 +289,9 @@ def _index_array(op: str, ix: Any, pos: int) -> tuple[str, Any]:
         if dt is DType.bool:
             return ("mask", ix)
         if not dt.is_integral():
-            raise IndexOpError(f"{op}: arrays used as indices must be of integer (or boolean) type, got {dt.name} at position {pos}")
+            raise IndexOpError(
+                f"{op}: arrays used as indices must be of integer (or boolean) type, got {dt.name} at position {pos}"
+            )
         return ("arr", ix)
     try:
         arr = np.asarray(ix)
@@ -288,7 +302,9 @@ def _index_array(op: str, ix: Any, pos: int) -> tuple[str, Any]:
     if arr.dtype == np.bool_:
         return ("mask", arr)
     if arr.dtype.kind not in "iu":
-        raise IndexOpError(f"{op}: arrays used as indices must be of integer (or boolean) type, got {arr.dtype} at position {pos}")
+        raise IndexOpError(
+            f"{op}: arrays used as indices must be of integer (or boolean) type, got {arr.dtype} at position {pos}"
+        )
     return ("arr", arr)
 
 
@@ -300,18 +316,26 @@ def _entry(op: str, ix: Any, pos: int) -> tuple:
     if isinstance(ix, slice):
         for what, v in (("start", ix.start), ("stop", ix.stop), ("step", ix.step)):
             if v is not None and not is_int(v):
-                raise TypeError(f"{op}: next to index arrays, slice {what}s must be ints or None, got {type(v).__name__} {v!r} at position {pos}")
+                raise TypeError(
+                    f"{op}: next to index arrays, slice {what}s must be ints or None, got {type(v).__name__} {v!r} at "
+                    f"position {pos}"
+                )
         step = 1 if ix.step is None else int(ix.step)
         if step == 0:
             raise R.OpError(f"{op}: slice step of index {pos} cannot be zero")
         return ("s", None if ix.start is None else int(ix.start), None if ix.stop is None else int(ix.stop), step)
     if isinstance(ix, (bool, np.bool_)):
-        raise TypeError(f"{op}: a bool scalar index ({ix!r} at position {pos}) is not supported; index with a boolean array")
+        raise TypeError(
+            f"{op}: a bool scalar index ({ix!r} at position {pos}) is not supported; index with a boolean array"
+        )
     if is_int(ix):
         return ("i", int(ix))
     if isinstance(ix, (list, np.ndarray)) or is_value(ix):
         return _index_array(op, ix, pos)
-    raise TypeError(f"{op}: unsupported index {ix!r} ({type(ix).__name__}) at position {pos}; use ints, slices, None, Ellipsis or integer/boolean arrays")
+    raise TypeError(
+        f"{op}: unsupported index {ix!r} ({type(ix).__name__}) at position {pos}; use ints, slices, None, Ellipsis or "
+        "integer/boolean arrays"
+    )
 
 
 def _rank_used(e: tuple) -> int:
@@ -333,7 +357,9 @@ def _expand_ellipsis(op: str, entries: list[tuple], rank: int) -> list[tuple]:
 
 
 def _host_mask(m: Any) -> np.ndarray | None:
-    """The values of a boolean mask if they are known now (numpy data, a realized or pending eager tensor), else None."""
+    """The values of a boolean mask if they are known now (numpy data, a realized or pending eager tensor), else
+    None.
+    """
     if isinstance(m, np.ndarray):
         return m
     if isinstance(m, jax.core.Tracer) or isinstance(getattr(getattr(m, "_var", None), "array", None), jax.core.Tracer):
@@ -353,16 +379,20 @@ def _mask_positions(op: str, mask: np.ndarray, shape: Sequence[Dim], axis: int) 
         d = shape[axis + j]
         if isinstance(d, StaticDim) and d.dim != m:
             raise IndexOpError(
-                f"{op}: boolean index did not match indexed tensor along axis {axis + j}; size of axis is {d.dim} but size of corresponding boolean axis is {m}"
+                f"{op}: boolean index did not match indexed tensor along axis {axis + j}; size of axis is {d.dim} but "
+                f"size of corresponding boolean axis is {m}"
             )
     return [("arr", p.astype(np.int32 if mask.size < 2**31 else np.int64)) for p in np.nonzero(mask)]
 
 
 def _data_dependent(op: str) -> DataDependentShapeError:
     return DataDependentShapeError(
-        f"{op}: indexing with a boolean mask gives a result whose shape depends on the mask's values (how many are True), "
-        "which are not known inside jax.jit/grad/vmap or while a graph is built; use ops.where(mask, x, fill) to keep the shape, "
-        "pass the mask as numpy data (known when the program is built), or name the count with ops.nonzero(mask, out_dim) and gather"
+        f"{op}: indexing with a boolean mask gives a result whose shape depends on the mask's values (how many are "
+        "True), "
+        "which are not known inside jax.jit/grad/vmap or while a graph is built; use ops.where(mask, x, fill) to keep "
+        "the shape, "
+        "pass the mask as numpy data (known when the program is built), or name the count with ops.nonzero(mask, "
+        "out_dim) and gather"
     )
 
 
@@ -375,7 +405,9 @@ def _constant_indices(op: str, a: np.ndarray, d: Dim, axis: int) -> np.ndarray:
 
 
 def _clamped(s: tuple, n: int) -> tuple:
-    """A slice of a static dim with numpy's clamped bounds (next to index arrays, slices follow numpy, not MAX's strict bounds)."""
+    """A slice of a static dim with numpy's clamped bounds (next to index arrays, slices follow numpy, not MAX's strict
+    bounds).
+    """
     if s == _FULL:
         return s
     r = range(*slice(s[1], s[2], s[3]).indices(n))
@@ -451,7 +483,9 @@ def getitem(x: Any, index: Any) -> Any:
 
 
 def _updates_for(op: str, x: Any, value: Any) -> Any:
-    """``value`` in the dtype of ``x``: Python/numpy data converted, tensors cast; floats never go into integer tensors."""
+    """``value`` in the dtype of ``x``: Python/numpy data converted, tensors cast; floats never go into integer
+    tensors.
+    """
     dt = dtype_of(x)
     if is_value(value):
         vdt = dtype_of(value)
@@ -500,7 +534,9 @@ def _only_mask(index: Any) -> Any:
 
 
 def _set_by_mask(op: str, x: Any, mask: Any, value: Any) -> Any:
-    """``x[mask] = value`` with the shape of ``x``: ``where`` for a value that broadcasts over the masked rows, else ``masked_scatter``."""
+    """``x[mask] = value`` with the shape of ``x``: ``where`` for a value that broadcasts over the masked rows, else
+    ``masked_scatter``.
+    """
     shape, k = _shape_of(x), len(_shape_of(mask))
     rest = list(shape[k:])
     keep = list(_shape_of(mask)) + [1] * len(rest)
@@ -512,7 +548,9 @@ def _set_by_mask(op: str, x: Any, mask: Any, value: Any) -> Any:
     if len(vshape) <= len(rest):
         return bind(where_p, m, value, x)
     if vshape[1:] != rest:  # one value row per True entry, each broadcast to the row shape
-        value = broadcast_to(value, [vshape[0], *rest]) if is_value(value) else np.broadcast_to(value, [vshape[0], *rest])
+        value = (
+            broadcast_to(value, [vshape[0], *rest]) if is_value(value) else np.broadcast_to(value, [vshape[0], *rest])
+        )
     return masked_scatter(x, m, value, vshape[0])
 
 
@@ -625,8 +663,9 @@ def _setitem_kernel(values: Sequence[Any], out_types: Sequence[Any] | None, para
 
 
 @custom_kernel("advanced_indexing_setitem_inplace", inplace=True)
-def _setitem_inplace_kernel(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
+def _setitem_inplace_kernel(
+    values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]
+) -> list[Any]:
     buffer, updates, *indices = values
     bind(setitem_inplace_p, buffer, updates, *indices, index=_max_index(parameters, len(indices)))
     return []
-

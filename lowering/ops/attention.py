@@ -96,7 +96,9 @@ def _mask_args(mask: str, window: int) -> dict[str, Any]:
 def _packed(q, k, v, seq, sink, *, max_q: int, max_kv: int, mask: str, scale: float, window: int):
     """Attention over the packed layout (`custom_calls.attention.dispatch.flash_attention_packed`)."""
     k, v = _like(q, k), _like(q, v)
-    return att.flash_attention_packed(q, k, v, seq, max_q_len=max_q, max_kv_len=max_kv, scale=scale, sinks=sink, **_mask_args(mask, window))
+    return att.flash_attention_packed(
+        q, k, v, seq, max_q_len=max_q, max_kv_len=max_kv, scale=scale, sinks=sink, **_mask_args(mask, window)
+    )
 
 
 def _like(q, x):
@@ -126,10 +128,15 @@ def _row_batch(row_offsets, n_rows: int):
 
 def _check_heads(op: str, q: TensorType, k: TensorType, hq: Dim, hkv: Dim) -> None:
     if isinstance(hq, StaticDim) and isinstance(hkv, StaticDim) and (hkv.dim == 0 or hq.dim % hkv.dim):
-        raise OpError(f"{op}: query heads ({hq}) must be a multiple of key/value heads ({hkv}) for grouped-query attention ({fmt(q)} vs {fmt(k)})")
+        raise OpError(
+            f"{op}: query heads ({hq}) must be a multiple of key/value heads ({hkv}) for grouped-query attention "
+            f"({fmt(q)} vs {fmt(k)})"
+        )
 
 
-def _check_qkv(op: str, q: Type, k: Type, v: Type, rank: int, mask: str, window: int) -> tuple[TensorType, TensorType, TensorType]:
+def _check_qkv(
+    op: str, q: Type, k: Type, v: Type, rank: int, mask: str, window: int
+) -> tuple[TensorType, TensorType, TensorType]:
     """q, k, v as rank-``rank`` float tensors (heads on axis -2, head dim last), and a valid mask."""
     q, k, v = (require_tensor_of(op, t, name, rank=rank, kind=FLOAT) for t, name in ((q, "q"), (k, "k"), (v, "v")))
     _check_mask(op, mask, window)
@@ -152,7 +159,10 @@ def _check_mask(op: str, mask: str, window: int) -> None:
 
 def _pool(op: str, t: Type) -> Type:
     if not isinstance(t, (TensorType, BufferType)) or t.rank != 6 or not t.dtype.is_float():
-        raise OpError(f"{op}: blocks must be a rank-6 float pool [num_pages, kv_dim, num_layers, page_size, n_kv_heads, head_dim], got {fmt(t)}")
+        raise OpError(
+            f"{op}: blocks must be a rank-6 float pool [num_pages, kv_dim, num_layers, page_size, n_kv_heads, "
+            f"head_dim], got {fmt(t)}"
+        )
     return t
 
 
@@ -186,7 +196,14 @@ def _attention_impl(q, k, v, *rest, mask, scale, window, present):
     if _is_cache_decode(q, mask, opt):
         return _decode_impl(q, _like(q, k), _like(q, v), opt, mask=mask, scale=scale)
     return att.flash_attention(
-        q, _like(q, k), _like(q, v), scale=scale, q_offset=opt.get("q_offset", 0), kv_lens=opt.get("kv_length"), sinks=opt.get("sink"), **_mask_args(mask, window)
+        q,
+        _like(q, k),
+        _like(q, v),
+        scale=scale,
+        q_offset=opt.get("q_offset", 0),
+        kv_lens=opt.get("kv_length"),
+        sinks=opt.get("sink"),
+        **_mask_args(mask, window),
     )
 
 
@@ -198,7 +215,13 @@ def _is_cache_decode(q, mask: str, opt: dict) -> bool:
     Windows and sinks keep the flash path (the decode kernel places the query at
     the end of its keys, which differs from ``q_offset`` once a window matters).
     """
-    return q.shape[1] == 1 and mask in ("causal", "null") and "kv_length" in opt and "sink" not in opt and att.kernel_mode() is not None
+    return (
+        q.shape[1] == 1
+        and mask in ("causal", "null")
+        and "kv_length" in opt
+        and "sink" not in opt
+        and att.kernel_mode() is not None
+    )
 
 
 def _decode_impl(q, k, v, opt: dict, *, mask: str, scale: float):
@@ -214,7 +237,9 @@ attention_p = register(OpDef("attention", rule=_attention_rule, impl=_attention_
 
 
 @front(attention_p)
-def attention(q, k, v, *, mask: str = "causal", scale: float, window: int = -1, q_offset=None, kv_length=None, sink_weights=None):
+def attention(
+    q, k, v, *, mask: str = "causal", scale: float, window: int = -1, q_offset=None, kv_length=None, sink_weights=None
+):
     """Masked softmax attention over padded ``[batch, seq, heads, dim]`` tensors.
 
     ``k``/``v`` may have fewer heads than ``q`` (grouped-query attention).
@@ -234,7 +259,17 @@ def attention(q, k, v, *, mask: str = "causal", scale: float, window: int = -1, 
     """
     extra = {"q_offset": q_offset, "kv_length": kv_length, "sink": sink_weights}
     present = tuple(n for n, x in extra.items() if x is not None)
-    return bind(attention_p, q, k, v, *[extra[n] for n in present], mask=mask, scale=float(scale), window=int(window), present=present)
+    return bind(
+        attention_p,
+        q,
+        k,
+        v,
+        *[extra[n] for n in present],
+        mask=mask,
+        scale=float(scale),
+        window=int(window),
+        present=present,
+    )
 
 
 @front()
@@ -257,11 +292,16 @@ def flash_attention(q, k, v, *, causal: bool = False, scale: float | None = None
     """
     window = int(local_window_size)
     if window > 0 and not causal:
-        raise OpError(f"flash_attention: local_window_size={window} is a causal sliding window (MAX convention); pass causal=True")
+        raise OpError(
+            f"flash_attention: local_window_size={window} is a causal sliding window (MAX convention); pass causal=True"
+        )
     if scale is None:
         d = Dim(q.shape[-1]) if len(q.shape) else None
         if not isinstance(d, StaticDim):
-            raise OpError(f"flash_attention: the default scale needs q [batch, seq, heads, head_dim] with a static head_dim, got shape {list(q.shape)}")
+            raise OpError(
+                "flash_attention: the default scale needs q [batch, seq, heads, head_dim] with a static head_dim, got "
+                f"shape {list(q.shape)}"
+            )
         scale = 1.0 / float(d.dim) ** 0.5
     mask = "null" if not causal else ("sliding_window" if window > 0 else "causal")
     return attention(q, k, v, mask=mask, scale=float(scale), window=window)
@@ -275,7 +315,10 @@ def _ragged_rule(q, k, v, q_rows, kv_rows, *rest, mask, scale, window, present, 
     q, k, v = _check_qkv(op, q, k, v, 3, mask, window)
     require_same_dim(op, "key and value rows", k.shape[0], v.shape[0], k, v)
     _check_qkv_heads(op, q, k, v)
-    qr, kr = require_tensor_of(op, q_rows, "input_row_offsets", rank=1, kind=INT), require_tensor_of(op, kv_rows, "kv_row_offsets", rank=1, kind=INT)
+    qr, kr = (
+        require_tensor_of(op, q_rows, "input_row_offsets", rank=1, kind=INT),
+        require_tensor_of(op, kv_rows, "kv_row_offsets", rank=1, kind=INT),
+    )
     require_same_dim(op, "query and key/value batch sizes (row offsets)", qr.shape[0], kr.shape[0], qr, kr)
     opt = _optional(("q_start", "kv_start"), present, rest)
     for name, t in opt.items():
@@ -302,7 +345,21 @@ ragged_attention_p = register(OpDef("ragged_attention", rule=_ragged_rule, impl=
 
 
 @front(ragged_attention_p)
-def ragged_attention(q, k, v, input_row_offsets, *, mask: str = "causal", scale: float, window: int = -1, kv_row_offsets=None, q_start=None, kv_start=None, max_q_len: int = 0, max_kv_len: int = 0):
+def ragged_attention(
+    q,
+    k,
+    v,
+    input_row_offsets,
+    *,
+    mask: str = "causal",
+    scale: float,
+    window: int = -1,
+    kv_row_offsets=None,
+    q_start=None,
+    kv_start=None,
+    max_q_len: int = 0,
+    max_kv_len: int = 0,
+):
     """Attention over ragged ``[total_tokens, heads, dim]`` tensors.
 
     Sequence ``b`` has query rows ``input_row_offsets[b]:input_row_offsets[b+1]``
@@ -325,9 +382,20 @@ def ragged_attention(q, k, v, input_row_offsets, *, mask: str = "causal", scale:
     present = tuple(n for n, x in extra.items() if x is not None)
     kv_rows = input_row_offsets if kv_row_offsets is None else kv_row_offsets
     return bind(
-        ragged_attention_p, q, k, v, input_row_offsets, kv_rows, *[extra[n] for n in present],
-        mask=mask, scale=float(scale), window=int(window), present=present, max_q=int(max_q_len), max_kv=int(max_kv_len),
-    )  # fmt: skip
+        ragged_attention_p,
+        q,
+        k,
+        v,
+        input_row_offsets,
+        kv_rows,
+        *[extra[n] for n in present],
+        mask=mask,
+        scale=float(scale),
+        window=int(window),
+        present=present,
+        max_q=int(max_q_len),
+        max_kv=int(max_kv_len),
+    )
 
 
 # ─── paged cache addressing ───────────────────────────────────────────────
@@ -377,7 +445,9 @@ def _store_rule(blocks, x, lookup, layer, row_offsets, start_pos, batch_offset, 
         raise OpError(f"{op}: blocks must be a buffer (the KV cache is written in place), got {fmt(blocks)}")
     x = require_tensor_of(op, x, "x", rank=3, kind=FLOAT)
     if list(x.shape[1:]) != list(pool.shape[4:]):
-        raise OpError(f"{op}: rows must be [n, n_kv_heads, head_dim] = [n, {pool.shape[4]}, {pool.shape[5]}], got {fmt(x)}")
+        raise OpError(
+            f"{op}: rows must be [n, n_kv_heads, head_dim] = [n, {pool.shape[4]}, {pool.shape[5]}], got {fmt(x)}"
+        )
     if not 0 <= kv_index < int(pool.shape[1]):
         raise OpError(f"{op}: kv_index {kv_index} is out of range for a pool with kv_dim {pool.shape[1]}")
     return None
@@ -385,14 +455,20 @@ def _store_rule(blocks, x, lookup, layer, row_offsets, start_pos, batch_offset, 
 
 def _store_impl(blocks, x, lookup, layer, row_offsets, start_pos, batch_offset, *, kv_index: int):
     page, slot, _ = _row_slots(blocks, lookup, row_offsets, start_pos, batch_offset, x.shape[0])
-    return (blocks.at[page, kv_index, layer.astype(jnp.int32).reshape(()), slot].set(x.astype(blocks.dtype), mode="drop"),)
+    return (
+        blocks.at[page, kv_index, layer.astype(jnp.int32).reshape(()), slot].set(x.astype(blocks.dtype), mode="drop"),
+    )
 
 
-kv_cache_store_p = register(OpDef("kv_cache_store", rule=_store_rule, impl=_store_impl, mutates=(0,), differentiable=False))
+kv_cache_store_p = register(
+    OpDef("kv_cache_store", rule=_store_rule, impl=_store_impl, mutates=(0,), differentiable=False)
+)
 
 
 @front(kv_cache_store_p)
-def kv_cache_store(blocks, x, lookup_table, layer_idx, input_row_offsets, start_positions, batch_offset, *, kv_index: int = 0) -> None:
+def kv_cache_store(
+    blocks, x, lookup_table, layer_idx, input_row_offsets, start_positions, batch_offset, *, kv_index: int = 0
+) -> None:
     """Write ragged rows ``x [n, n_kv_heads, head_dim]`` into the paged pool ``blocks`` (a buffer).
 
     Row ``i`` of sequence ``b`` goes to position ``start_positions[b + batch_offset] + i``
@@ -423,7 +499,17 @@ def kv_cache_store(blocks, x, lookup_table, layer_idx, input_row_offsets, start_
         >>> c[3, 0, 0, 1, 0].tolist(), c[1, 0, 0, 0, 0].tolist()  # K at positions 1 and 2
         ([1.0, 2.0], [3.0, 4.0])
     """
-    bind(kv_cache_store_p, blocks, x, lookup_table, layer_idx, input_row_offsets, start_positions, batch_offset, kv_index=int(kv_index))
+    bind(
+        kv_cache_store_p,
+        blocks,
+        x,
+        lookup_table,
+        layer_idx,
+        input_row_offsets,
+        start_positions,
+        batch_offset,
+        kv_index=int(kv_index),
+    )
 
 
 def _gather_rule(blocks, lookup, layer, row_offsets, start_pos, batch_offset, *, kv_index: int, n_rows: Dim):
@@ -444,7 +530,9 @@ kv_cache_gather_p = register(OpDef("kv_cache_gather", rule=_gather_rule, impl=_g
 
 
 @front(kv_cache_gather_p)
-def kv_cache_gather(blocks, lookup_table, layer_idx, input_row_offsets, start_positions, batch_offset, *, n_rows, kv_index: int = 0):
+def kv_cache_gather(
+    blocks, lookup_table, layer_idx, input_row_offsets, start_positions, batch_offset, *, n_rows, kv_index: int = 0
+):
     """Read ragged rows ``[n_rows, n_kv_heads, head_dim]`` from the paged pool (the inverse of `kv_cache_store`).
 
     Rows past the last offset read as zeros.
@@ -472,7 +560,17 @@ def kv_cache_gather(blocks, lookup_table, layer_idx, input_row_offsets, start_po
         >>> rows.to_numpy()[:, 0].tolist()  # row 2 is past the last offset: zeros
         [[5.0, 6.0], [7.0, 8.0], [0.0, 0.0]]
     """
-    return bind(kv_cache_gather_p, blocks, lookup_table, layer_idx, input_row_offsets, start_positions, batch_offset, kv_index=int(kv_index), n_rows=Dim(n_rows))
+    return bind(
+        kv_cache_gather_p,
+        blocks,
+        lookup_table,
+        layer_idx,
+        input_row_offsets,
+        start_positions,
+        batch_offset,
+        kv_index=int(kv_index),
+        n_rows=Dim(n_rows),
+    )
 
 
 # ─── paged_attention ──────────────────────────────────────────────────────
@@ -484,14 +582,22 @@ def _paged_rule(q, blocks, lookup, layer, row_offsets, cache_lengths, *rest, mas
     q = require_tensor_of(op, q, "input", rank=3, kind=FLOAT)
     _check_mask(op, mask, window)
     if q.shape[2] != pool.shape[5]:
-        raise OpError(f"{op}: input head_dim {q.shape[2]} does not match the cache's head_dim {pool.shape[5]} ({fmt(q)} vs {fmt(pool)})")
+        raise OpError(
+            f"{op}: input head_dim {q.shape[2]} does not match the cache's head_dim {pool.shape[5]} ({fmt(q)} vs "
+            f"{fmt(pool)})"
+        )
     _check_heads(op, q, pool, q.shape[1], pool.shape[4])
     if v_dim is None and int(pool.shape[1]) != 2:
-        raise OpError(f"{op}: a cache with kv_dim {pool.shape[1]} holds no values; pass v_dim (MLA: values are the first v_dim latent dims)")
+        raise OpError(
+            f"{op}: a cache with kv_dim {pool.shape[1]} holds no values; pass v_dim (MLA: values are the first v_dim "
+            "latent dims)"
+        )
     opt = _optional(("kv_row_offsets", "sink"), present, rest)
     if opt["kv_row_offsets"] is not None:
         t = require_tensor_of(op, opt["kv_row_offsets"], "kv_row_offsets", rank=1, kind=INT)
-        require_same_dim(op, "kv_row_offsets and input_row_offsets sizes", t.shape[0], row_offsets.shape[0], t, row_offsets)
+        require_same_dim(
+            op, "kv_row_offsets and input_row_offsets sizes", t.shape[0], row_offsets.shape[0], t, row_offsets
+        )
     if opt["sink"] is not None:
         t = require_tensor_of(op, opt["sink"], "sink_weights", rank=1, kind=FLOAT)
         require_same_dim(op, "sink weights and query heads", t.shape[0], q.shape[1], t, q)
@@ -501,7 +607,9 @@ def _paged_rule(q, blocks, lookup, layer, row_offsets, cache_lengths, *rest, mas
 
 def _paged_impl(q, blocks, lookup, layer, row_offsets, cache_lengths, *rest, mask, scale, window, present, v_dim):
     if _decode_step(q, blocks, lookup, mask, present, v_dim):
-        return _paged_decode(q, blocks, lookup, layer, row_offsets, cache_lengths, mask=mask, scale=scale, window=window)
+        return _paged_decode(
+            q, blocks, lookup, layer, row_offsets, cache_lengths, mask=mask, scale=scale, window=window
+        )
     opt = dict(zip(present, rest))
     k = _pool_layer(blocks, lookup, layer, 0)
     v = k[..., :v_dim] if v_dim is not None else _pool_layer(blocks, lookup, layer, 1)
@@ -516,7 +624,9 @@ def _paged_impl(q, blocks, lookup, layer, row_offsets, cache_lengths, *rest, mas
     b, s = k.shape[:2]
     seq = jnp.stack([offs[:-1], offs[1:] - offs[:-1], jnp.arange(b, dtype=jnp.int32) * s, kv_len, cl])
     flat = lambda x: x.reshape(b * s, *x.shape[2:])  # noqa: E731
-    return _packed(q, flat(k), flat(v), seq, opt.get("sink"), max_q=q.shape[0], max_kv=s, mask=mask, scale=scale, window=window)
+    return _packed(
+        q, flat(k), flat(v), seq, opt.get("sink"), max_q=q.shape[0], max_kv=s, mask=mask, scale=scale, window=window
+    )
 
 
 # A decode step (one query row per sequence) runs the split-K paged decode kernel, which reads K/V through the
@@ -558,7 +668,13 @@ def _paged_decode(q, blocks, lookup, layer, row_offsets, cache_lengths, *, mask,
     kv_len = jnp.where(valid, cl[b] + seen, 0)
     table = lookup.astype(jnp.int32)[b]
     out = att.paged_decode_attention_pool(
-        q[:, None].astype(blocks.dtype), blocks, layer.reshape(()), table, kv_len, scale=scale, **_mask_args(mask, window)
+        q[:, None].astype(blocks.dtype),
+        blocks,
+        layer.reshape(()),
+        table,
+        kv_len,
+        scale=scale,
+        **_mask_args(mask, window),
     )
     return out[:, 0].astype(q.dtype)
 
@@ -567,7 +683,21 @@ paged_attention_p = register(OpDef("paged_attention", rule=_paged_rule, impl=_pa
 
 
 @front(paged_attention_p)
-def paged_attention(q, blocks, lookup_table, layer_idx, input_row_offsets, cache_lengths, *, mask: str = "causal", scale: float, window: int = -1, kv_row_offsets=None, sink_weights=None, v_dim: int | None = None):
+def paged_attention(
+    q,
+    blocks,
+    lookup_table,
+    layer_idx,
+    input_row_offsets,
+    cache_lengths,
+    *,
+    mask: str = "causal",
+    scale: float,
+    window: int = -1,
+    kv_row_offsets=None,
+    sink_weights=None,
+    v_dim: int | None = None,
+):
     """Attention of ragged queries ``[total_tokens, n_heads, head_dim]`` over a paged KV cache.
 
     Query ``i`` of sequence ``b`` is at position ``cache_lengths[b] + i``; the
@@ -603,9 +733,20 @@ def paged_attention(q, blocks, lookup_table, layer_idx, input_row_offsets, cache
     extra = {"kv_row_offsets": kv_row_offsets, "sink": sink_weights}
     present = tuple(n for n, x in extra.items() if x is not None)
     return bind(
-        paged_attention_p, q, blocks, lookup_table, layer_idx, input_row_offsets, cache_lengths, *[extra[n] for n in present],
-        mask=mask, scale=float(scale), window=int(window), present=present, v_dim=None if v_dim is None else int(v_dim),
-    )  # fmt: skip
+        paged_attention_p,
+        q,
+        blocks,
+        lookup_table,
+        layer_idx,
+        input_row_offsets,
+        cache_lengths,
+        *[extra[n] for n in present],
+        mask=mask,
+        scale=float(scale),
+        window=int(window),
+        present=present,
+        v_dim=None if v_dim is None else int(v_dim),
+    )
 
 
 # ─── paged_cache_attention (the generation engine's) ────────────────────
@@ -627,7 +768,8 @@ def _paged_cache_rule(q, k_pages, v_pages, pages, q_offset, *, mask: str, scale:
 
 
 def _paged_cache_impl(q, k_pages, v_pages, pages, q_offset, *, mask, scale, window):
-    # The pools stay in their stored dtype (a float16 KV cache is read as it is; converting it here would copy it whole).
+    # The pools stay in their stored dtype (a float16 KV cache is read as it is; converting it here would copy it
+    # whole).
     first = q_offset.astype(jnp.int32)
     table = jnp.clip(pages.astype(jnp.int32), 0, k_pages.shape[0] - 1)
     masks = _mask_args(mask, window)
@@ -639,7 +781,9 @@ def _paged_cache_impl(q, k_pages, v_pages, pages, q_offset, *, mask, scale, wind
     return att.flash_attention(q, dense(k_pages), dense(v_pages), scale=scale, q_offset=first, **masks)
 
 
-paged_cache_attention_p = register(OpDef("paged_cache_attention", rule=_paged_cache_rule, impl=_paged_cache_impl, differentiable=False))
+paged_cache_attention_p = register(
+    OpDef("paged_cache_attention", rule=_paged_cache_rule, impl=_paged_cache_impl, differentiable=False)
+)
 """Self-attention of ``q [B, T, H, D]`` over a paged KV cache, the generation engine's (not a MAX op; no front).
 
 Operands ``(q, k_pages, v_pages, pages, q_offset)``: ``k_pages [P, page_size, Hkv, D]``
@@ -661,7 +805,10 @@ their pages and run `flash_attention`. Inference only (``differentiable=False``)
 
 def _rope_rule(x, freqs, row_offsets, start_pos, *rest, interleaved: bool, mrope_section):
     op = "rope_ragged"
-    x, f = require_tensor_of(op, x, "input", rank=3, kind=FLOAT), require_tensor_of(op, freqs, "freqs_cis", rank=2, kind=FLOAT)
+    x, f = (
+        require_tensor_of(op, x, "input", rank=3, kind=FLOAT),
+        require_tensor_of(op, freqs, "freqs_cis", rank=2, kind=FLOAT),
+    )
     d = f.shape[1]
     if isinstance(d, StaticDim) and d.dim % 2:
         raise OpError(f"{op}: freqs_cis must be [max_seq_len, head_dim] with an even head_dim, got {fmt(f)}")
@@ -673,14 +820,19 @@ def _rope_rule(x, freqs, row_offsets, start_pos, *rest, interleaved: bool, mrope
         p = require_tensor(op, rest[0], "position_ids")
         want = 1 if mrope_section is None else 2
         if not p.dtype.is_integral() or p.rank != want or p.shape[-1] != x.shape[0]:
-            raise OpError(f"{op}: position_ids must be an integer tensor [{'sections, ' if want == 2 else ''}{x.shape[0]}], got {fmt(p)}")
+            raise OpError(
+                f"{op}: position_ids must be an integer tensor [{'sections, ' if want == 2 else ''}{x.shape[0]}], got "
+                f"{fmt(p)}"
+            )
         if mrope_section is not None and isinstance(d, StaticDim) and sum(mrope_section) != d.dim // 2:
             raise OpError(f"{op}: mrope_section {list(mrope_section)} must sum to head_dim // 2 = {d.dim // 2}")
     return TensorType(x.dtype, x.shape, x.device)
 
 
 def apply_rope(x, cos, sin, interleaved: bool):
-    """Rotate pairs of ``x [..., D]`` by angles with ``cos``/``sin [..., D/2]`` (float32 math; `lowering.rope_math.rotate_pairs`)."""
+    """Rotate pairs of ``x [..., D]`` by angles with ``cos``/``sin [..., D/2]`` (float32 math;
+    `lowering.rope_math.rotate_pairs`).
+    """
     return rotate_pairs(x, cos, sin, interleaved=interleaved, xp=JAX_ARRAYS)
 
 
@@ -706,7 +858,9 @@ rope_ragged_p = register(OpDef("rope_ragged", rule=_rope_rule, impl=_rope_impl))
 
 
 @front(rope_ragged_p)
-def rope_ragged(x, freqs_cis, input_row_offsets, start_positions, *, interleaved: bool = True, position_ids=None, mrope_section=None):
+def rope_ragged(
+    x, freqs_cis, input_row_offsets, start_positions, *, interleaved: bool = True, position_ids=None, mrope_section=None
+):
     """Rotary position embedding of ragged rows ``x [total_tokens, heads, head_dim]``.
 
     ``freqs_cis [max_seq_len, head_dim]`` holds ``(cos, sin)`` pairs per
@@ -728,4 +882,13 @@ def rope_ragged(x, freqs_cis, input_row_offsets, start_positions, *, interleaved
     """
     section = None if mrope_section is None else tuple(int(s) for s in mrope_section)
     extra = () if position_ids is None else (position_ids,)
-    return bind(rope_ragged_p, x, freqs_cis, input_row_offsets, start_positions, *extra, interleaved=bool(interleaved), mrope_section=section)
+    return bind(
+        rope_ragged_p,
+        x,
+        freqs_cis,
+        input_row_offsets,
+        start_positions,
+        *extra,
+        interleaved=bool(interleaved),
+        mrope_section=section,
+    )

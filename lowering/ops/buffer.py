@@ -28,7 +28,9 @@ __all__ = ["buffer_create", "buffer_load", "buffer_store", "buffer_store_slice"]
 def _require_buffer(op: str, t: Any, name: str) -> BufferType:
     if not isinstance(t, BufferType):
         got = fmt(t) if isinstance(t, Type) else type(t).__name__
-        raise TypeError(f"{op}: {name} must be a BufferValue (a BufferType graph input or ops.buffer_create), got {got}")
+        raise TypeError(
+            f"{op}: {name} must be a BufferValue (a BufferType graph input or ops.buffer_create), got {got}"
+        )
     return t
 
 
@@ -63,14 +65,20 @@ def _check_source(op: str, dest: BufferType, src: Type, region: list[Dim], broad
     if not isinstance(src, TensorType):
         raise TypeError(f"{op}: source must be a tensor, got {fmt(src)}; load buffers with ops.buffer_load")
     if src.dtype is not dest.dtype:
-        raise OpError(f"{op}: source dtype {src.dtype.name} does not match the buffer's dtype {dest.dtype.name} ({fmt(src)} into {fmt(dest)})")
+        raise OpError(
+            f"{op}: source dtype {src.dtype.name} does not match the buffer's dtype {dest.dtype.name} ({fmt(src)} into "
+            f"{fmt(dest)})"
+        )
     if src.device != dest.device:
         raise OpError(f"{op}: source is on {src.device} but the buffer is on {dest.device}; transfer it first")
     if broadcast:
         if broadcast_shapes(op, src.shape, region) != region:
             raise OpError(f"{op}: source {fmt(src)} cannot be broadcast to the written shape {list(region)}")
     elif list(src.shape) != list(region):
-        raise OpError(f"{op}: expected source to have shape {list(region)}, but source had shape {list(src.shape)} ({fmt(src)} into {fmt(dest)})")
+        raise OpError(
+            f"{op}: expected source to have shape {list(region)}, but source had shape {list(src.shape)} ({fmt(src)} "
+            f"into {fmt(dest)})"
+        )
 
 
 # ─── buffer_create ────────────────────────────────────────────────────────
@@ -228,7 +236,9 @@ def _parse_indices(op: str, indices: Any) -> tuple[list[tuple], list[Any]]:
             for name in ("start", "stop", "step"):
                 p = getattr(ix, name)
                 if p is not None and (isinstance(p, bool) or not isinstance(p, (numbers.Integral, StaticDim))):
-                    raise TypeError(f"{op}: slice {name} of index {i} must be an int or None, got {type(p).__name__} {p!r}")
+                    raise TypeError(
+                        f"{op}: slice {name} of index {i} must be an int or None, got {type(p).__name__} {p!r}"
+                    )
                 parts.append(None if p is None else int(p))
             if parts[2] == 0:
                 raise OpError(f"{op}: slice step of index {i} cannot be zero")
@@ -239,7 +249,10 @@ def _parse_indices(op: str, indices: Any) -> tuple[list[tuple], list[Any]]:
             specs.append(("t", len(tensors)))
             tensors.append(ix)
         else:
-            raise TypeError(f"{op}: index {i} must be an int, slice, Ellipsis or integer scalar tensor, got {type(ix).__name__} {ix!r}")
+            raise TypeError(
+                f"{op}: index {i} must be an int, slice, Ellipsis or integer scalar tensor, got {type(ix).__name__} "
+                f"{ix!r}"
+            )
     if sum(s[0] == "e" for s in specs) > 1:
         raise IndexError(f"{op}: an index can only have a single ellipsis ('...')")
     return specs, tensors
@@ -281,7 +294,10 @@ def _region(op: str, dest: BufferType, specs: tuple[tuple, ...], index_types: tu
             elif step in (None, 1) and start is not None and stop is not None and 0 <= start <= stop:
                 out.append(StaticDim(stop - start))
             else:
-                raise OpError(f"{op}: slicing symbolic dim {d} (axis {axis}) with {slice(start, stop, step)} needs an out_dim: pass (slice, out_dim)")
+                raise OpError(
+                    f"{op}: slicing symbolic dim {d} (axis {axis}) with {slice(start, stop, step)} needs an out_dim: "
+                    "pass (slice, out_dim)"
+                )
     return out
 
 
@@ -345,4 +361,3 @@ def buffer_store_slice(destination: Any, source: Any, indices: Any) -> None:
     specs, tensors = _parse_indices(op, indices)
     src, broadcast = _source_var(op, ctx, destination.type, source)
     ctx.bind(buffer_store_slice_p, [destination, src, *tensors], {"index": tuple(specs), "broadcast": broadcast})
-

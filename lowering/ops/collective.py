@@ -42,7 +42,9 @@ def _transfer_impl(x, *, device: DeviceRef):
     return jax.device_put(x, jax_device(device))
 
 
-transfer_to_p = register(OpDef("transfer_to", rule=_transfer_rule, impl=_transfer_impl, immediate=True, cross_device=True))
+transfer_to_p = register(
+    OpDef("transfer_to", rule=_transfer_rule, impl=_transfer_impl, immediate=True, cross_device=True)
+)
 
 
 @front(transfer_to_p)
@@ -90,7 +92,10 @@ def _allgather_rule(*types: Type, n: int, axis: int) -> tuple[TensorType, ...]:
             raise OpError(f"allgather: inputs must be on distinct devices; got {', '.join(str(x.device) for x in ts)}")
         seen.append(t.device)
     if not -first.rank <= axis < first.rank:
-        raise IndexError(f"allgather: axis {axis} is out of range for rank {first.rank} (expected {-first.rank} <= axis < {first.rank})")
+        raise IndexError(
+            f"allgather: axis {axis} is out of range for rank {first.rank} (expected {-first.rank} <= axis < "
+            f"{first.rank})"
+        )
     axis = axis % first.rank
     for i, t in enumerate(ts[1:], 1):
         for d in range(first.rank):
@@ -112,7 +117,9 @@ def _allgather_impl(*arrays, n: int, axis: int):
     return tuple(gathered for _ in range(n))
 
 
-allgather_p = register(OpDef("allgather", rule=_allgather_rule, impl=_allgather_impl, multiple_results=True, cross_device=True))
+allgather_p = register(
+    OpDef("allgather", rule=_allgather_rule, impl=_allgather_impl, multiple_results=True, cross_device=True)
+)
 
 
 @front(allgather_p)
@@ -153,7 +160,10 @@ def allgather(inputs: Iterable[Any], signal_buffers: Iterable[Any], axis: int = 
     inputs = list(inputs)
     signal_buffers = list(signal_buffers)
     if len(inputs) != len(signal_buffers):
-        raise ValueError(f"allgather: expected number of inputs ({len(inputs)}) and number of signal buffers ({len(signal_buffers)}) to match")
+        raise ValueError(
+            f"allgather: expected number of inputs ({len(inputs)}) and number of signal buffers "
+            f"({len(signal_buffers)}) to match"
+        )
     if isinstance(axis, bool) or not isinstance(axis, int):
         raise TypeError(f"allgather: axis must be an int, got {type(axis).__name__}")
     if len(inputs) < 2:
@@ -176,7 +186,9 @@ def _allreduce_rule(*types: Type, n: int) -> tuple[TensorType, ...]:
     first = ts[0]
     for i, t in enumerate(ts[1:], 1):
         if t.dtype is not first.dtype or list(t.shape) != list(first.shape):
-            raise OpError(f"allreduce.sum: inputs must share dtype and shape; input 0 is {fmt(first)}, input {i} is {fmt(t)}")
+            raise OpError(
+                f"allreduce.sum: inputs must share dtype and shape; input 0 is {fmt(first)}, input {i} is {fmt(t)}"
+            )
     return tuple(TensorType(first.dtype, first.shape, t.device) for t in ts)
 
 
@@ -188,7 +200,9 @@ def _allreduce_impl(*arrays, n: int):
     return tuple(total for _ in range(n))
 
 
-allreduce_sum_p = register(OpDef("allreduce_sum", rule=_allreduce_rule, impl=_allreduce_impl, multiple_results=True, cross_device=True))
+allreduce_sum_p = register(
+    OpDef("allreduce_sum", rule=_allreduce_rule, impl=_allreduce_impl, multiple_results=True, cross_device=True)
+)
 
 
 @front(allreduce_sum_p)
@@ -228,7 +242,8 @@ def allreduce_sum(inputs: Iterable[Any], signal_buffers: Iterable[Any]) -> list[
         raise ValueError("allreduce.sum: need at least one input")
     if len(inputs) != len(signal_buffers):
         raise ValueError(
-            f"allreduce.sum: expected number of inputs ({len(inputs)}) and number of signal buffers ({len(signal_buffers)}) to match"
+            f"allreduce.sum: expected number of inputs ({len(inputs)}) and number of signal buffers "
+            f"({len(signal_buffers)}) to match"
         )
     return list(bind(allreduce_sum_p, *inputs, *signal_buffers, n=len(inputs)))
 
@@ -299,9 +314,15 @@ def distributed_broadcast(input: Any, signal_buffers: Iterable[Any]) -> list[Any
     device = getattr(t, "device", None)
     if device is not None and all(d is not None for d in devices):
         if device not in devices:
-            raise ValueError(f"distributed_broadcast: input tensor device {device} not found in signal buffer devices: [{', '.join(map(str, devices))}]")
+            raise ValueError(
+                f"distributed_broadcast: input tensor device {device} not found in signal buffer devices: "
+                f"[{', '.join(map(str, devices))}]"
+            )
         if len(set(devices)) < len(devices):
-            raise ValueError(f"distributed_broadcast requires unique devices across signal buffers, got [{', '.join(map(str, devices))}]")
+            raise ValueError(
+                "distributed_broadcast requires unique devices across signal buffers, got "
+                f"[{', '.join(map(str, devices))}]"
+            )
         root = devices.index(device)
     else:
         root = 0
@@ -317,9 +338,13 @@ def _shard_and_stack_rule(*types: Type, devices: tuple[DeviceRef, ...], axis: in
     first = ts[0]
     for i, t in enumerate(ts[1:], 1):
         if t.device != first.device:
-            raise OpError(f"{op}: Input values must be on the same device; input 0 is on {first.device}, input {i} on {t.device}")
+            raise OpError(
+                f"{op}: Input values must be on the same device; input 0 is on {first.device}, input {i} on {t.device}"
+            )
         if t.dtype is not first.dtype:
-            raise OpError(f"{op}: All input tensors must have the same dtype; input 0 is {fmt(first)}, input {i} is {fmt(t)}")
+            raise OpError(
+                f"{op}: All input tensors must have the same dtype; input 0 is {fmt(first)}, input {i} is {fmt(t)}"
+            )
         if list(t.shape) != list(first.shape):
             raise OpError(
                 f"{op}: All input tensors must have the same shape. "
@@ -334,7 +359,9 @@ def _shard_and_stack_rule(*types: Type, devices: tuple[DeviceRef, ...], axis: in
     n = len(devices)
     dim = first.shape[axis]
     if isinstance(dim, StaticDim) and dim.dim % n:
-        raise OpError(f"{op}: Dimension size along axis {axis} ({dim}) must be evenly divisible by number of devices ({n})")
+        raise OpError(
+            f"{op}: Dimension size along axis {axis} ({dim}) must be evenly divisible by number of devices ({n})"
+        )
     shape = [Dim(len(ts)), *first.shape]
     shape[axis + 1] = dim // n
     return tuple(TensorType(first.dtype, shape, d) for d in devices)
@@ -345,7 +372,10 @@ def _shard_and_stack_impl(*arrays, devices: tuple[DeviceRef, ...], axis: int):
     ax = axis % arrays[0].ndim + 1
     n = len(devices)
     if stacked.shape[ax] % n:
-        raise ValueError(f"shard_and_stack: dimension size along axis {ax - 1} ({stacked.shape[ax]}) must be evenly divisible by number of devices ({n})")
+        raise ValueError(
+            f"shard_and_stack: dimension size along axis {ax - 1} ({stacked.shape[ax]}) must be evenly divisible by "
+            f"number of devices ({n})"
+        )
     parts = jnp.split(stacked, n, axis=ax)
     if isinstance(stacked, jax.core.Tracer):
         return tuple(parts)
@@ -353,7 +383,14 @@ def _shard_and_stack_impl(*arrays, devices: tuple[DeviceRef, ...], axis: int):
 
 
 shard_and_stack_p = register(
-    OpDef("shard_and_stack", rule=_shard_and_stack_rule, impl=_shard_and_stack_impl, multiple_results=True, immediate=True, cross_device=True)
+    OpDef(
+        "shard_and_stack",
+        rule=_shard_and_stack_rule,
+        impl=_shard_and_stack_impl,
+        multiple_results=True,
+        immediate=True,
+        cross_device=True,
+    )
 )
 
 

@@ -34,7 +34,17 @@ from lowering.ops._rules import OpError, fmt, fmt_all
 from lowering.registry import OpDef, front, get_op, register
 from lowering.types import BufferType, TensorType, Type
 
-__all__ = ["cond", "while_loop", "call", "cond_p", "while_loop_p", "call_p", "mutated_outer_vars", "mutates_from", "ResultTypeError"]
+__all__ = [
+    "cond",
+    "while_loop",
+    "call",
+    "cond_p",
+    "while_loop_p",
+    "call_p",
+    "mutated_outer_vars",
+    "mutates_from",
+    "ResultTypeError",
+]
 
 
 def mutates_from(start: int):
@@ -76,7 +86,10 @@ def _checked_results(op: str, who: str, child, res, types, count_desc: str, slot
     out = [_result_var(op, f"{who} result {i}", child, r, t) for i, (r, t) in enumerate(zip(res, types))]
     for i, (v, t) in enumerate(zip(out, types)):
         if v.type != t:
-            raise ResultTypeError(f"{op}: {who} result {i} has type {fmt(v.type)} but {slot(i)} is {fmt(t)} (Results don't match expected types)")
+            raise ResultTypeError(
+                f"{op}: {who} result {i} has type {fmt(v.type)} but {slot(i)} is {fmt(t)} (Results don't match "
+                "expected types)"
+            )
     return out
 
 
@@ -84,7 +97,10 @@ def _check_count(op: str, who: str, res: list[Any], types, count_desc: str) -> N
     """A branch/body returned as many values as ``types`` holds (see `_checked_results` for the wording)."""
     if len(res) != len(types):
         got = ", ".join(fmt(getattr(r, "type", r)) for r in res) or "nothing"
-        raise OpError(f"{op}: {who} returned {len(res)} value(s) ({got}) but {count_desc} {len(types)} ({fmt_all(types) or 'None'})")
+        raise OpError(
+            f"{op}: {who} returned {len(res)} value(s) ({got}) but {count_desc} {len(types)} "
+            f"({fmt_all(types) or 'None'})"
+        )
 
 
 def _pred_type(op: str, ctx, pred: Any, what: str) -> Type | None:
@@ -178,7 +194,9 @@ def _owner(op: str, values: list[Any], eager: bool = False):
     """The context that builds ``op``: a graph builder, JAX's trace, or (``eager``) the eager context."""
     ctx = find_context(op, values)
     if ctx is not TRACE and ctx.recording_builder() is None and not (eager and _is_eager(ctx)):
-        raise TypeError(f"{op}: needs a Graph being built (or JAX arrays under jax.jit), got context {type(ctx).__name__}")
+        raise TypeError(
+            f"{op}: needs a Graph being built (or JAX arrays under jax.jit), got context {type(ctx).__name__}"
+        )
     return ctx
 
 
@@ -203,10 +221,15 @@ def _eager_results(op: str, ctx, who: str, res: list[Any], types, count_desc: st
     out = []
     for i, (r, t) in enumerate(zip(res, types)):
         if type_of(ctx, r) is None and is_weak(r) and isinstance(t, TensorType) and t.is_static():
-            r = ctx.wrap(ctx.constant(np.asarray(r, t.dtype.to_numpy()).reshape([int(d) for d in t.shape]), t.dtype, t.device))
+            r = ctx.wrap(
+                ctx.constant(np.asarray(r, t.dtype.to_numpy()).reshape([int(d) for d in t.shape]), t.dtype, t.device)
+            )
         got = type_of(ctx, r)
         if got != t:
-            raise ResultTypeError(f"{op}: {who} result {i} has type {fmt(got) if got is not None else type(r).__name__} but {slot(i)} is {fmt(t)} (Results don't match expected types)")
+            raise ResultTypeError(
+                f"{op}: {who} result {i} has type {fmt(got) if got is not None else type(r).__name__} but {slot(i)} is "
+                f"{fmt(t)} (Results don't match expected types)"
+            )
         out.append(r)
     return out
 
@@ -214,7 +237,9 @@ def _eager_results(op: str, ctx, who: str, res: list[Any], types, count_desc: st
 # ─── cond ─────────────────────────────────────────────────────────────────
 
 
-def _cond_rule(pred: Type, *buffers: Type, out_types: tuple[Type, ...], then_block: Block, else_block: Block) -> tuple[Type, ...]:
+def _cond_rule(
+    pred: Type, *buffers: Type, out_types: tuple[Type, ...], then_block: Block, else_block: Block
+) -> tuple[Type, ...]:
     _check_pred("cond", pred, "pred")
     return tuple(out_types)
 
@@ -255,12 +280,15 @@ cond_p = register(
 
 
 @front(cond_p)
-def cond(pred: Any, out_types: Iterable[Type] | None, then_fn: Callable[[], Any], else_fn: Callable[[], Any]) -> list[Any]:
+def cond(
+    pred: Any, out_types: Iterable[Type] | None, then_fn: Callable[[], Any], else_fn: Callable[[], Any]
+) -> list[Any]:
     """Run ``then_fn`` if ``pred`` is true, else ``else_fn`` (``jax.lax.cond``).
 
     Both branch functions take no arguments and may use any value of the
     enclosing graph. On eager tensors (MAX's default mode, ``F.cond``) the
-    predicate is computed and only the branch it picks runs, as Python's ``if``. Each must return values matching ``out_types`` (a value, a
+    predicate is computed and only the branch it picks runs, as Python's ``if``. Each must return values matching
+    ``out_types`` (a value, a
     list of values, or None when ``out_types`` is None). Branches may write
     buffers of the enclosing graph (``ops.buffer_store``, ``ops.inplace_custom``);
     the write happens only if that branch runs.
@@ -342,7 +370,10 @@ def _cond_traced(pred, types, then_fn, else_fn) -> list[Any]:
         def run():
             res = _results(fn())
             if len(res) != len(types):
-                raise OpError(f"cond: {name} returned {len(res)} value(s) but out_types has {len(types)} ({fmt_all(types) or 'None'})")
+                raise OpError(
+                    f"cond: {name} returned {len(res)} value(s) but out_types has {len(types)} "
+                    f"({fmt_all(types) or 'None'})"
+                )
             return tuple(_canon(r, t) for r, t in zip(res, types))
 
         return run
@@ -383,8 +414,13 @@ def _while_interpret(interp: Interpreter, node, ins, params, env):
             tuple(_canon(o, t) for o, t in zip(outs[n:], buf_types)),
         )
 
-    init = (tuple(_canon(a, t) for a, t in zip(ins[k:], val_types)), tuple(_canon(a, t) for a, t in zip(ins[:k], buf_types)))
-    if not any(isinstance(a, jax.core.Tracer) for a in ins) and (block_is_data_dependent(pred_block) or block_is_data_dependent(body_block)):
+    init = (
+        tuple(_canon(a, t) for a, t in zip(ins[k:], val_types)),
+        tuple(_canon(a, t) for a, t in zip(ins[:k], buf_types)),
+    )
+    if not any(isinstance(a, jax.core.Tracer) for a in ins) and (
+        block_is_data_dependent(pred_block) or block_is_data_dependent(body_block)
+    ):
         # Op-by-op execution: shapes inside the body depend on values, so iterate in Python.
         state = init
         while bool(cond_fn(state)):
@@ -410,7 +446,9 @@ while_loop_p = register(
 
 
 @front(while_loop_p)
-def while_loop(initial_values: Iterable[Any] | Any, predicate: Callable[..., Any], body: Callable[..., Any]) -> list[Any]:
+def while_loop(
+    initial_values: Iterable[Any] | Any, predicate: Callable[..., Any], body: Callable[..., Any]
+) -> list[Any]:
     """Loop ``vals = body(*vals)`` while ``predicate(*vals)`` is true (``jax.lax.while_loop``).
 
     ``predicate`` and ``body`` receive one value per initial value, with the same
@@ -457,7 +495,9 @@ def while_loop(initial_values: Iterable[Any] | Any, predicate: Callable[..., Any
     else:
         vals = [initial_values]
     if not vals:
-        raise ValueError("while_loop: While loops must have at least one iteration value; initial_values must not be empty")
+        raise ValueError(
+            "while_loop: While loops must have at least one iteration value; initial_values must not be empty"
+        )
     for i, v in enumerate(vals):
         if isinstance(getattr(v, "type", None), BufferType):
             raise NotImplementedError(
@@ -491,11 +531,17 @@ def while_loop(initial_values: Iterable[Any] | Any, predicate: Callable[..., Any
         )
 
     body_block, res, child = _build_block("while_loop", ctx, "while_body", body, types, "body")
-    out_vars = _checked_results("while_loop", "body", child, res, types, "the loop carries", lambda i: f"initial value {i}")
+    out_vars = _checked_results(
+        "while_loop", "body", child, res, types, "the loop carries", lambda i: f"initial value {i}"
+    )
     writes = mutated_outer_vars(body_block)
     body_block.outputs = out_vars + writes
     body_block.invalidate()
-    outs = ctx.bind(while_loop_p, [*writes, *in_vars], {"n_buffers": len(writes), "pred_block": pred_block, "body_block": body_block})
+    outs = ctx.bind(
+        while_loop_p,
+        [*writes, *in_vars],
+        {"n_buffers": len(writes), "pred_block": pred_block, "body_block": body_block},
+    )
     return list(outs)
 
 
@@ -515,7 +561,9 @@ def _while_eager(ctx, vals: list[Any], predicate: Callable[..., Any], body: Call
         if not callable(fn):
             raise TypeError(f"while_loop: {name} must be callable, got {type(fn).__name__}")
     coerced = coerce_inputs(ctx, while_loop_p, vals)
-    state = [x if hasattr(x, "__lowering_context__") else ctx.wrap(x) for x in coerced]  # Python data came back as the context's vars
+    state = [
+        x if hasattr(x, "__lowering_context__") else ctx.wrap(x) for x in coerced
+    ]  # Python data came back as the context's vars
     types = [type_of(ctx, x) for x in state]
     while True:
         res = _results(predicate(*state))
@@ -523,7 +571,9 @@ def _while_eager(ctx, vals: list[Any], predicate: Callable[..., Any], body: Call
             raise OpError(f"while_loop: predicate must return one bool scalar tensor, got {len(res)} values")
         if not _eager_truth("while_loop", ctx, res[0], "predicate result"):
             return state
-        state = _eager_results("while_loop", ctx, "body", _results(body(*state)), types, "the loop carries", lambda i: f"initial value {i}")
+        state = _eager_results(
+            "while_loop", ctx, "body", _results(body(*state)), types, "the loop carries", lambda i: f"initial value {i}"
+        )
 
 
 def _while_traced(vals, predicate, body) -> list[Any]:
@@ -566,22 +616,34 @@ def _call_rule(*types: Type, block: Block, prefix: str, name: str, n_buffers: in
                 raise OpError(f"call: argument {i} of subgraph {name!r} must have type {want!r}, got {got!r}")
             continue
         if want.dtype is not got.dtype or want.rank != got.rank:
-            raise OpError(f"call: argument {i} of subgraph {name!r} has the wrong type: must be {fmt(want)}, got {fmt(got)}")
+            raise OpError(
+                f"call: argument {i} of subgraph {name!r} has the wrong type: must be {fmt(want)}, got {fmt(got)}"
+            )
         if want.device != got.device:
-            raise OpError(f"call: argument {i} of subgraph {name!r} must be on {want.device}, got {fmt(got)} on {got.device}")
+            raise OpError(
+                f"call: argument {i} of subgraph {name!r} must be on {want.device}, got {fmt(got)} on {got.device}"
+            )
         for j, (wd, gd) in enumerate(zip(want.shape, got.shape)):
             if isinstance(wd, SymbolicDim):
                 bound = env.setdefault(wd.name, gd)
                 if bound != gd:
-                    raise OpError(f"call: argument {i} of subgraph {name!r}: dim {j} ({wd.name}) is {gd}, but {wd.name} is already {bound}")
+                    raise OpError(
+                        f"call: argument {i} of subgraph {name!r}: dim {j} ({wd.name}) is {gd}, but {wd.name} is "
+                        f"already {bound}"
+                    )
             elif isinstance(wd, StaticDim):
                 if wd != gd:
-                    raise OpError(f"call: argument {i} of subgraph {name!r} has the wrong type: must be {fmt(want)}, got {fmt(got)} (dim {j})")
+                    raise OpError(
+                        f"call: argument {i} of subgraph {name!r} has the wrong type: must be {fmt(want)}, got "
+                        f"{fmt(got)} (dim {j})"
+                    )
             else:
                 deferred.append((i, j, want, wd, got, gd))
     for i, j, want, wd, got, gd in deferred:
         if _subst(wd, env) != gd:
-            raise OpError(f"call: argument {i} of subgraph {name!r} must be {fmt(want)}, got {fmt(got)} (dim {j}: {wd})")
+            raise OpError(
+                f"call: argument {i} of subgraph {name!r} must be {fmt(want)}, got {fmt(got)} (dim {j}: {wd})"
+            )
     outs = []
     for v in block.outputs:
         t = v.type
@@ -726,7 +788,8 @@ def call(graph: Any, *args: Any, prefix: str = "") -> list[Any]:
     builder = ctx.recording_builder()
     coerced = coerce_inputs(builder, call_p, [builder.capture(a) for a in args])  # eager data: constants
     in_vars = [x if isinstance(x, Var) else builder.var_of(x) for x in coerced]
-    bufs = [v for v, s in zip(in_vars, block.inputs) if isinstance(s.type, BufferType) and isinstance(v.type, BufferType)]
+    bufs = [
+        v for v, s in zip(in_vars, block.inputs) if isinstance(s.type, BufferType) and isinstance(v.type, BufferType)
+    ]
     outs = ctx.bind(call_p, [*bufs, *in_vars], {"block": block, "prefix": prefix, "name": name, "n_buffers": len(bufs)})
     return list(outs)
-

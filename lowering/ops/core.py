@@ -108,16 +108,25 @@ def to_constant_array(value: Any, dtype: DType | None, op: str = "constant") -> 
         where = ragged_at(value)
         if where is None:
             raise
-        raise ValueError(f"{op}: the nested list is ragged: {where}; every list at one depth must have the same length (pad the shorter lists)") from None
+        raise ValueError(
+            f"{op}: the nested list is ragged: {where}; every list at one depth must have the same length (pad the "
+            "shorter lists)"
+        ) from None
     if arr.dtype == object:
-        raise TypeError(f"{op}: value must be a number, a nested sequence of numbers or a DLPack array, got {type(value).__name__}")
+        raise TypeError(
+            f"{op}: value must be a number, a nested sequence of numbers or a DLPack array, got {type(value).__name__}"
+        )
     if dtype is None:
         if isinstance(value, (np.ndarray, np.generic)) or arr.dtype not in (np.float64, np.int64, np.bool_):
             dtype = DType.from_numpy(arr.dtype)
         elif arr.dtype == np.float64:
             dtype = DType.float32
         else:
-            dtype = result_dtype_for_python_scalar(arr.flat[0] if arr.size else 0.0) if arr.dtype != np.bool_ else DType.bool
+            dtype = (
+                result_dtype_for_python_scalar(arr.flat[0] if arr.size else 0.0)
+                if arr.dtype != np.bool_
+                else DType.bool
+            )
     if dtype.is_integral() and arr.size:
         info = np.iinfo(dtype.to_numpy())
         if arr.dtype.kind in "iub" and (int(arr.min()) < info.min or int(arr.max()) > info.max):
@@ -176,7 +185,10 @@ def _check_graph_constant(value: Any, dtype: DType | None, device: Any) -> None:
     if isinstance(value, (list, tuple)):
         missing = [name for name, given in (("dtype", dtype), ("device", device)) if given is None]
         if missing:
-            raise TypeError(f"constant: a list constant in a Graph needs {' and '.join(missing)} (e.g. ops.constant(value, DType.float32, DeviceRef.CPU()))")
+            raise TypeError(
+                f"constant: a list constant in a Graph needs {' and '.join(missing)} (e.g. ops.constant(value, "
+                "DType.float32, DeviceRef.CPU()))"
+            )
 
 
 def _accelerator_of(value: Any) -> DeviceRef | None:
@@ -256,7 +268,9 @@ def cast(x: Any, dtype: DType):
 # ─── weights (graph inputs bound at load time) ────────────────────────────
 
 
-def _weight_rule(*, name: str, type: TensorType, shard: tuple[int, tuple[tuple[int, int], ...], int] | None = None) -> TensorType:
+def _weight_rule(
+    *, name: str, type: TensorType, shard: tuple[int, tuple[tuple[int, int], ...], int] | None = None
+) -> TensorType:
     return type
 
 

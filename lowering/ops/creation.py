@@ -57,7 +57,9 @@ def _dim_len(start: Dim, stop: Dim, step: int) -> Dim:
     return span if k == 1 else (span + (k - 1)) // k
 
 
-def _range_rule(*vals, start: Any, stop: Any, step: Any, out_dim: DataDim, dtype: DType, device: DeviceRef) -> TensorType:
+def _range_rule(
+    *vals, start: Any, stop: Any, step: Any, out_dim: DataDim, dtype: DType, device: DeviceRef
+) -> TensorType:
     op = "range"
     ts = [R.require_tensor(op, v, name) for v, name in zip(vals, ("start", "stop", "step"))]
     for t, name in zip(ts, ("start", "stop", "step")):
@@ -101,11 +103,14 @@ def _range_apply(vals, params: dict[str, Any], env: dict[str, int]):
         if not any(isinstance(v, jax.core.Tracer) for v in (start, stop, step)):
             actual = _range_len(op, *(v.item() for v in (start, stop, step)))
             if n is not None and n != actual:
-                raise ValueError(f"{op}: out_dim {out_dim} is {n} but range({start}, {stop}, {step}) has {actual} elements")
+                raise ValueError(
+                    f"{op}: out_dim {out_dim} is {n} but range({start}, {stop}, {step}) has {actual} elements"
+                )
             n = actual
         elif n is None:
             raise ValueError(
-                f"{op}: out_dim {out_dim} is not bound by the graph's input shapes, and under jax.jit the range's length "
+                f"{op}: out_dim {out_dim} is not bound by the graph's input shapes, and under jax.jit the range's "
+                "length "
                 "cannot be read from its tensor bounds; use a static int out_dim or a dim of an input shape"
             )
     else:
@@ -160,7 +165,9 @@ def _as_out_dim(out_dim: Any) -> Dim:
     try:
         return Dim(out_dim)
     except TypeError:
-        raise TypeError(f"range: out_dim must be an int, str or Dim, got {type(out_dim).__name__} {out_dim!r}") from None
+        raise TypeError(
+            f"range: out_dim must be an int, str or Dim, got {type(out_dim).__name__} {out_dim!r}"
+        ) from None
 
 
 @front(range_p)
@@ -213,25 +220,40 @@ def range(start, stop, step=1, out_dim=None, *, dtype=None, device=None):  # noq
     if tensors:
         dtypes = {dtype_of(t) for t in tensors}
         if len(dtypes) > 1:
-            raise ValueError(f"range: start, stop and step must have the same dtype, got {', '.join(sorted(d.name for d in dtypes))}")
+            raise ValueError(
+                f"range: start, stop and step must have the same dtype, got {', '.join(sorted(d.name for d in dtypes))}"
+            )
         tdt = dtypes.pop()
         vals = []
         for name, a in zip(names, args):
             if not is_value(a):
                 v = _static_arg(name, a)
                 if isinstance(v, Dim):
-                    raise TypeError(f"range: a symbolic {name} ({v}) cannot be mixed with tensor bounds; use ops.shape_to_tensor for it")
+                    raise TypeError(
+                        f"range: a symbolic {name} ({v}) cannot be mixed with tensor bounds; use ops.shape_to_tensor "
+                        "for it"
+                    )
                 if tdt.is_integral() and not _is_whole(v):
                     raise ValueError(f"range: {name} {v} is not representable in the bounds' dtype {tdt.name}")
                 a = np.asarray(v).astype(tdt.to_numpy())
             vals.append(a)
         if od is None:
             # MAX's wording.
-            raise ValueError("range: Dynamic ranges must provide an explicit out_dim: tensor-valued start/stop/step need out_dim (the length of the result)")
+            raise ValueError(
+                "range: Dynamic ranges must provide an explicit out_dim: tensor-valued start/stop/step need out_dim "
+                "(the length of the result)"
+            )
         if device is None and not isinstance(tensors[0], (jax.Array, jax.core.Tracer)):
             device = getattr(tensors[0], "device", None)  # a graph value's DeviceRef (or an eager tensor's device)
         return bind(
-            range_p, *vals, start=None, stop=None, step=None, out_dim=DataDim(od), dtype=dtype or tdt, device=_default_device(device)
+            range_p,
+            *vals,
+            start=None,
+            stop=None,
+            step=None,
+            out_dim=DataDim(od),
+            dtype=dtype or tdt,
+            device=_default_device(device),
         )
     s0, s1, s2 = (_static_arg(n, a) for n, a in zip(names, args))
     dtype = dtype or DType.float32
@@ -260,10 +282,20 @@ def range(start, stop, step=1, out_dim=None, *, dtype=None, device=None):  # noq
             info = np.iinfo(dtype.to_numpy())
             last = s0 + (length.dim - 1) * s2
             if min(s0, last) < info.min or max(s0, last) > info.max:
-                raise ValueError(f"range: values from {s0} to {last} are out of range for {dtype.name} [{info.min}, {info.max}]")
+                raise ValueError(
+                    f"range: values from {s0} to {last} are out of range for {dtype.name} [{info.min}, {info.max}]"
+                )
     if od is not None and isinstance(od, StaticDim) and isinstance(length, StaticDim) and od != length:
         raise ValueError(f"range: out_dim {od} differs from the length {length} of range({s0}, {s1}, {s2})")
-    return bind(range_p, start=s0, stop=s1, step=s2, out_dim=DataDim(od if od is not None else length), dtype=dtype, device=_default_device(device))
+    return bind(
+        range_p,
+        start=s0,
+        stop=s1,
+        step=s2,
+        out_dim=DataDim(od if od is not None else length),
+        dtype=dtype,
+        device=_default_device(device),
+    )
 
 
 # ─── hann_window ──────────────────────────────────────────────────────────
@@ -318,13 +350,23 @@ def hann_window(window_length, device=None, periodic=True, dtype=DType.float32):
         >>> symmetric.to_numpy()
         array([0. , 0.5, 1. , 0.5, 0. ], dtype=float32)
     """
-    if isinstance(window_length, (bool, np.bool_)) or not isinstance(window_length, (numbers.Integral, np.integer, StaticDim)):
-        raise TypeError(f"hann_window: window_length must be an integer, got {type(window_length).__name__} {window_length!r}")
+    if isinstance(window_length, (bool, np.bool_)) or not isinstance(
+        window_length, (numbers.Integral, np.integer, StaticDim)
+    ):
+        raise TypeError(
+            f"hann_window: window_length must be an integer, got {type(window_length).__name__} {window_length!r}"
+        )
     if int(window_length) < 0:
         raise ValueError(f"hann_window: window_length must be non-negative, got {int(window_length)}")
     if not isinstance(dtype, DType):
         raise TypeError(f"hann_window: dtype must be a DType, got {type(dtype).__name__} {dtype!r}")
-    return bind(hann_window_p, window_length=int(window_length), periodic=bool(periodic), dtype=dtype, device=_default_device(device))
+    return bind(
+        hann_window_p,
+        window_length=int(window_length),
+        periodic=bool(periodic),
+        dtype=dtype,
+        device=_default_device(device),
+    )
 
 
 # ─── constant_external ───────────────────────────────────────────────────

@@ -125,7 +125,9 @@ def register_custom_op(
         out_types = tuple(out_types)
         for i, t in enumerate(out_types):
             if not isinstance(t, Type):
-                raise TypeError(f"register_custom_op: out_types[{i}] for {name!r} must be a Type, got {type(t).__name__}")
+                raise TypeError(
+                    f"register_custom_op: out_types[{i}] for {name!r} must be a Type, got {type(t).__name__}"
+                )
     with _lock:
         entry = CustomOp(name, fn, out_types, next(_versions))
         _BY_NAME[name] = entry
@@ -143,8 +145,11 @@ def custom_op_names() -> list[str]:
 _KERNELS: dict[str, tuple[Callable[..., list[Any]], bool]] = {}
 
 
-def custom_kernel(name: str, *, inplace: bool = False) -> Callable[[Callable[..., list[Any]]], Callable[..., list[Any]]]:
-    """Make ``ops.custom(name, ...)`` (``ops.inplace_custom`` if ``inplace``) call a registry op instead of a custom function.
+def custom_kernel(
+    name: str, *, inplace: bool = False
+) -> Callable[[Callable[..., list[Any]]], Callable[..., list[Any]]]:
+    """Make ``ops.custom(name, ...)`` (``ops.inplace_custom`` if ``inplace``) call a registry op instead of a custom
+    function.
 
     For MAX's own kernels that maxfx defines once in the op registry: the
     decorated ``fn(values, out_types, parameters)`` binds that op with MAX's
@@ -205,7 +210,9 @@ def _freeze_parameters(op: str, parameters: Mapping[str, Any] | None) -> tuple[t
     if parameters is None:
         return ()
     if not isinstance(parameters, Mapping):
-        raise TypeError(f"{op}: parameters must be a mapping of str to bool/int/str/DType, got {type(parameters).__name__}")
+        raise TypeError(
+            f"{op}: parameters must be a mapping of str to bool/int/str/DType, got {type(parameters).__name__}"
+        )
     items = []
     for k, v in parameters.items():
         if not isinstance(k, str):
@@ -216,14 +223,19 @@ def _freeze_parameters(op: str, parameters: Mapping[str, Any] | None) -> tuple[t
     return tuple(sorted(items))
 
 
-def _resolve_out_types(op: str, entry: CustomOp, out_types: Any, in_types: list[Type], parameters: dict[str, Any], required: bool) -> tuple[Type, ...]:
+def _resolve_out_types(
+    op: str, entry: CustomOp, out_types: Any, in_types: list[Type], parameters: dict[str, Any], required: bool
+) -> tuple[Type, ...]:
     if out_types is None:
         if callable(entry.out_types):
             out_types = entry.out_types(list(in_types), dict(parameters))
         elif entry.out_types is not None:
             out_types = entry.out_types
         elif required:
-            raise TypeError(f"{op}: out_types is required for custom op {entry.name!r} (it was registered without default out_types)")
+            raise TypeError(
+                f"{op}: out_types is required for custom op {entry.name!r} (it was registered without default "
+                "out_types)"
+            )
         else:
             out_types = ()
     if isinstance(out_types, Type):
@@ -239,7 +251,9 @@ def _static(t: Type) -> bool:
     return isinstance(t, (TensorType, BufferType)) and t.is_static()
 
 
-def _check_abstract(op: str, entry: CustomOp, in_types: Sequence[Type], parameters: dict[str, Any], expected: Sequence[Type]) -> None:
+def _check_abstract(
+    op: str, entry: CustomOp, in_types: Sequence[Type], parameters: dict[str, Any], expected: Sequence[Type]
+) -> None:
     """Trace ``fn`` on abstract inputs (when every shape is static) and compare with ``expected``."""
     if not all(_static(t) for t in (*in_types, *expected)):
         return
@@ -247,16 +261,23 @@ def _check_abstract(op: str, entry: CustomOp, in_types: Sequence[Type], paramete
     try:
         res = traced(jax.eval_shape, lambda *a: _as_tuple(entry.fn(*a, **parameters)), *args)
     except Exception as e:  # the user's function failed: report it at the call site
-        raise OpError(f"{op}: custom op {entry.name!r} failed on inputs ({fmt_all(in_types)}): {type(e).__name__}: {e}") from e
+        raise OpError(
+            f"{op}: custom op {entry.name!r} failed on inputs ({fmt_all(in_types)}): {type(e).__name__}: {e}"
+        ) from e
     _compare(op, entry.name, [(tuple(r.shape), DType.from_numpy(r.dtype)) for r in res], expected)
 
 
 def _compare(op: str, name: str, got: list[tuple[tuple[int, ...], DType]], expected: Sequence[Type]) -> None:
     if len(got) != len(expected):
-        raise OpError(f"{op}: custom op {name!r} returned {len(got)} value(s) but {len(expected)} were expected ({fmt_all(expected)})")
+        raise OpError(
+            f"{op}: custom op {name!r} returned {len(got)} value(s) but {len(expected)} were expected "
+            f"({fmt_all(expected)})"
+        )
     for i, ((shape, dtype), t) in enumerate(zip(got, expected)):
         # Symbolic dims of the expected type match any size here; they are bound when the graph runs.
-        static_ok = len(shape) == t.rank and all(not isinstance(d, StaticDim) or d.dim == n for d, n in zip(t.shape, shape))
+        static_ok = len(shape) == t.rank and all(
+            not isinstance(d, StaticDim) or d.dim == n for d, n in zip(t.shape, shape)
+        )
         if dtype is not t.dtype or not static_ok:
             raise OpError(f"{op}: custom op {name!r} output {i} is {dtype.name}{list(shape)} but {fmt(t)} was expected")
 
@@ -282,10 +303,14 @@ def _type(ctx: Any, x: Any) -> Type:
 # ─── custom ───────────────────────────────────────────────────────────────
 
 
-def _custom_rule(*types: Type, name: str, version: int, device: DeviceRef, out_types: tuple[Type, ...], parameters: tuple) -> tuple[Type, ...]:
+def _custom_rule(
+    *types: Type, name: str, version: int, device: DeviceRef, out_types: tuple[Type, ...], parameters: tuple
+) -> tuple[Type, ...]:
     for i, t in enumerate(types):
         if isinstance(t, BufferType):
-            raise TypeError(f"custom: value {i} is a buffer ({fmt(t)}); custom ops that write buffers must use ops.inplace_custom")
+            raise TypeError(
+                f"custom: value {i} is a buffer ({fmt(t)}); custom ops that write buffers must use ops.inplace_custom"
+            )
     return tuple(out_types)
 
 
@@ -300,11 +325,19 @@ def _custom_impl(*arrays, name: str, version: int, device: DeviceRef, out_types:
     return _run(_BY_VERSION[version], arrays, parameters, out_types)
 
 
-custom_p = register(OpDef("custom", rule=_custom_rule, impl=_custom_impl, multiple_results=True, differentiable=False, immediate=True))
+custom_p = register(
+    OpDef("custom", rule=_custom_rule, impl=_custom_impl, multiple_results=True, differentiable=False, immediate=True)
+)
 
 
 @front(custom_p)
-def custom(name: str, device: Any, values: Sequence[Any], out_types: Sequence[Type] | None, parameters: Mapping[str, Any] | None = None) -> list[Any]:
+def custom(
+    name: str,
+    device: Any,
+    values: Sequence[Any],
+    out_types: Sequence[Type] | None,
+    parameters: Mapping[str, Any] | None = None,
+) -> list[Any]:
     """Apply the custom op registered as ``name`` (see `register_custom_op`) to ``values``.
 
     Args:
@@ -347,27 +380,44 @@ def custom(name: str, device: Any, values: Sequence[Any], out_types: Sequence[Ty
     entry = lookup_custom_op(name)
     for i, v in enumerate(values):
         if isinstance(getattr(v, "type", None), BufferType):
-            raise TypeError(f"custom: value {i} is a buffer ({fmt(v.type)}); custom ops that take buffers to update in place must use ops.inplace_custom")
+            raise TypeError(
+                f"custom: value {i} is a buffer ({fmt(v.type)}); custom ops that take buffers to update in place must "
+                "use ops.inplace_custom"
+            )
     device = DeviceRef.from_device(device)
     params = _freeze_parameters("custom", parameters)
     ctx, vals = _prepare("custom", values)
     in_types = [_type(ctx, v) for v in vals]
     types = _resolve_out_types("custom", entry, out_types, in_types, dict(params), required=True)
     _check_abstract("custom", entry, in_types, dict(params), types)
-    outs = ctx.bind(custom_p, vals, {"name": name, "version": entry.version, "device": device, "out_types": types, "parameters": params})
+    outs = ctx.bind(
+        custom_p,
+        vals,
+        {"name": name, "version": entry.version, "device": device, "out_types": types, "parameters": params},
+    )
     return list(outs)
 
 
 # ─── inplace_custom ─────────────────────────────────────────────────────────
 
 
-def _inplace_rule(*types: Type, name: str, version: int, device: DeviceRef, out_types: tuple[Type, ...], parameters: tuple, n_buffers: int) -> tuple[Type, ...]:
+def _inplace_rule(
+    *types: Type,
+    name: str,
+    version: int,
+    device: DeviceRef,
+    out_types: tuple[Type, ...],
+    parameters: tuple,
+    n_buffers: int,
+) -> tuple[Type, ...]:
     if not any(isinstance(t, BufferType) for t in types[:n_buffers]):
         raise TypeError("inplace_custom: expected at least one BufferValue among the values")
     return tuple(out_types)
 
 
-def _inplace_impl(*arrays, name: str, version: int, device: DeviceRef, out_types: tuple[Type, ...], parameters: tuple, n_buffers: int):
+def _inplace_impl(
+    *arrays, name: str, version: int, device: DeviceRef, out_types: tuple[Type, ...], parameters: tuple, n_buffers: int
+):
     bufs = arrays[:n_buffers]
     buf_types = [TensorType(DType.from_numpy(b.dtype), b.shape) for b in bufs]
     res = _run(_BY_VERSION[version], arrays[n_buffers:], parameters, (*out_types, *buf_types))
@@ -388,7 +438,13 @@ inplace_custom_p = register(
 
 
 @front(inplace_custom_p)
-def inplace_custom(name: str, device: Any, values: Sequence[Any], out_types: Sequence[Type] | None = None, parameters: Mapping[str, Any] | None = None) -> list[Any]:
+def inplace_custom(
+    name: str,
+    device: Any,
+    values: Sequence[Any],
+    out_types: Sequence[Type] | None = None,
+    parameters: Mapping[str, Any] | None = None,
+) -> list[Any]:
     """Apply the registered custom op ``name``, which updates its buffer arguments in place.
 
     The registered function receives every value (buffers as their current
@@ -433,7 +489,10 @@ def inplace_custom(name: str, device: Any, values: Sequence[Any], out_types: Seq
     entry = lookup_custom_op(name)
     values = list(values)
     if not any(isinstance(getattr(v, "type", None), BufferType) for v in values):
-        raise TypeError(f"inplace_custom: expected at least one BufferValue among the values of {name!r}, got ({', '.join(type(v).__name__ for v in values)})")
+        raise TypeError(
+            f"inplace_custom: expected at least one BufferValue among the values of {name!r}, got "
+            f"({', '.join(type(v).__name__ for v in values)})"
+        )
     device = DeviceRef.from_device(device)
     params = _freeze_parameters("inplace_custom", parameters)
     ctx, vals = _prepare("inplace_custom", values)
@@ -447,6 +506,13 @@ def inplace_custom(name: str, device: Any, values: Sequence[Any], out_types: Seq
     outs = ctx.bind(
         inplace_custom_p,
         [*bufs, *vals],
-        {"name": name, "version": entry.version, "device": device, "out_types": types, "parameters": params, "n_buffers": len(bufs)},
+        {
+            "name": name,
+            "version": entry.version,
+            "device": device,
+            "out_types": types,
+            "parameters": params,
+            "n_buffers": len(bufs),
+        },
     )
     return list(outs)

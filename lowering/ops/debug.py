@@ -21,7 +21,9 @@ __all__ = ["print_", "export_tensor", "assert_same_device"]
 def _print_rule(*types: Type, label: str, message: str | None) -> None:
     if message is None:
         if len(types) != 1 or not isinstance(types[0], (TensorType, BufferType)):
-            raise OpError(f"print: value must be a str or a tensor, got {', '.join(fmt(t) for t in types) or 'nothing'}")
+            raise OpError(
+                f"print: value must be a str or a tensor, got {', '.join(fmt(t) for t in types) or 'nothing'}"
+            )
     return None
 
 
@@ -101,7 +103,9 @@ def _export_impl(x, *, path: str, label: str):
     return None
 
 
-export_tensor_p = register(OpDef("export_tensor", rule=_export_rule, impl=_export_impl, effect=True, differentiable=False))
+export_tensor_p = register(
+    OpDef("export_tensor", rule=_export_rule, impl=_export_impl, effect=True, differentiable=False)
+)
 
 
 @front(export_tensor_p)

@@ -96,8 +96,12 @@ def _require_value(name: str, x: Any) -> None:
 # ─── unary ops ────────────────────────────────────────────────────────────
 
 
-def _unary(name: str, kind: R.Kind, impl: Callable[..., Any], *, out_dtype: DType | None = None, differentiable: bool = True) -> OpDef:
-    return register(OpDef(name, rule=R.unary(name, kind, out_dtype=out_dtype), impl=impl, differentiable=differentiable))
+def _unary(
+    name: str, kind: R.Kind, impl: Callable[..., Any], *, out_dtype: DType | None = None, differentiable: bool = True
+) -> OpDef:
+    return register(
+        OpDef(name, rule=R.unary(name, kind, out_dtype=out_dtype), impl=impl, differentiable=differentiable)
+    )
 
 
 def _bind_unary(op: OpDef, x: Any, **params: Any):
@@ -165,6 +169,8 @@ rsqrt_p = _unary("rsqrt", R.FLOAT, lax.rsqrt)
 sigmoid_p = _unary("sigmoid", R.FLOAT, jax.nn.sigmoid)
 silu_p = _unary("silu", R.FLOAT, lambda x: x * jax.nn.sigmoid(x))
 sin_p = _unary("sin", R.FLOAT, jnp.sin)
+
+
 def _sqrt_impl(x):
     if jnp.issubdtype(x.dtype, jnp.floating):
         return jnp.sqrt(x)
@@ -530,7 +536,15 @@ def trunc(x):
 
 
 def _binary(name: str, kind: R.Kind, impl: Callable[..., Any], *, out_dtype=None, differentiable: bool = True) -> OpDef:
-    return register(OpDef(name, rule=R.binary(name, kind, out_dtype=out_dtype), impl=impl, promote=(0, 1), differentiable=differentiable))
+    return register(
+        OpDef(
+            name,
+            rule=R.binary(name, kind, out_dtype=out_dtype),
+            impl=impl,
+            promote=(0, 1),
+            differentiable=differentiable,
+        )
+    )
 
 
 def _div_out_dtype(d: DType) -> DType:
@@ -800,7 +814,10 @@ def _check_where_devices(c, x, y) -> None:
     """MAX's message, listing the three types, when typed inputs sit on different devices."""
     types = [t for t in (c, x, y) if isinstance(t, TensorType)]
     if len({t.device for t in types}) > 1:
-        names = [f"    {n}: {t!r}" if isinstance(t, TensorType) else f"    {n}: {type(t).__name__}" for n, t in zip(("condition", "x", "y"), (c, x, y))]
+        names = [
+            f"    {n}: {t!r}" if isinstance(t, TensorType) else f"    {n}: {type(t).__name__}"
+            for n, t in zip(("condition", "x", "y"), (c, x, y))
+        ]
         raise OpError("where: Input values must be on the same device\n" + "\n".join(names))
 
 
@@ -810,7 +827,10 @@ def _where_rule(condition, x, y) -> TensorType:
     ty = R.require_tensor("where", y, "y")
     if c.dtype is not DType.bool:
         # MAX's wording.
-        raise OpError(f"where: Expected condition to be a boolean tensor, but got a tensor with dtype DType.{c.dtype.name} (condition: {R.fmt(c)})")
+        raise OpError(
+            f"where: Expected condition to be a boolean tensor, but got a tensor with dtype DType.{c.dtype.name} "
+            f"(condition: {R.fmt(c)})"
+        )
     if tx.dtype is not ty.dtype:
         raise OpError(f"where: x and y must have the same dtype, got {R.fmt_all([tx, ty])}")
     _check_where_devices(c, tx, ty)
@@ -883,7 +903,6 @@ def outer(lhs, rhs):
     return bind(outer_p, lhs, rhs)
 
 
-
 # ─── complex numbers as interleaved pairs ─────────────────────────────────
 
 
@@ -905,7 +924,9 @@ def _complex_mul_impl(lhs, rhs):
     return jnp.stack([a * c - b * d, a * d + b * c], axis=-1)
 
 
-complex_mul_p = register(OpDef("complex_mul", rule=_complex_mul_rule, impl=_bool_as_int(_complex_mul_impl), promote=(0, 1)))
+complex_mul_p = register(
+    OpDef("complex_mul", rule=_complex_mul_rule, impl=_bool_as_int(_complex_mul_impl), promote=(0, 1))
+)
 
 
 def complex_mul(lhs, rhs):

@@ -37,11 +37,15 @@ def _check_scale_dim(op: str, scale_dim: Dim, dim: Dim, shapes: str, axis: int) 
     if scale_dim == 1 or scale_dim == dim:
         return
     if not (isinstance(scale_dim, StaticDim) and isinstance(dim, StaticDim)):
-        raise OpError(f"{op}: scale dim {axis} ({scale_dim}) must be 1 or equal {dim} when either is symbolic: {shapes}")
+        raise OpError(
+            f"{op}: scale dim {axis} ({scale_dim}) must be 1 or equal {dim} when either is symbolic: {shapes}"
+        )
     s, d = scale_dim.dim, dim.dim
     block = -(-d // s) if s > 0 else 0
     if s <= 0 or s > d or -(-d // block) != s:
-        raise OpError(f"{op}: scale dim {axis} has {s} entries, which is not ceil({d} / block) for any block size: {shapes}")
+        raise OpError(
+            f"{op}: scale dim {axis} has {s} entries, which is not ceil({d} / block) for any block size: {shapes}"
+        )
 
 
 def check_scales(op: str, m: TensorType, s: TensorType, mname: str, sname: str) -> None:
@@ -95,7 +99,9 @@ def _quantize_static_impl(x, scale, *, scale_is_inverted: bool, out_dtype: DType
     return jnp.clip(y, -lim, lim).astype(out_dtype.to_numpy())
 
 
-quantize_static_float8_p = register(OpDef("quantize_static_float8", rule=_quantize_static_rule, impl=_quantize_static_impl, differentiable=False))
+quantize_static_float8_p = register(
+    OpDef("quantize_static_float8", rule=_quantize_static_rule, impl=_quantize_static_impl, differentiable=False)
+)
 
 
 @front(quantize_static_float8_p)
@@ -114,7 +120,9 @@ def quantize_static_float8(x, scale, scale_is_inverted: bool = True, out_dtype: 
         >>> ops.cast(q, DType.float32)
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [0.5, -1.5, 448.0]
     """
-    return bind(quantize_static_float8_p, x, scale, scale_is_inverted=bool(scale_is_inverted), out_dtype=DType(out_dtype))
+    return bind(
+        quantize_static_float8_p, x, scale, scale_is_inverted=bool(scale_is_inverted), out_dtype=DType(out_dtype)
+    )
 
 
 def _quantize_dynamic_rule(x, *, group_size: int, scale_ub: float, out_dtype: DType, scales_dtype: DType):
@@ -124,7 +132,10 @@ def _quantize_dynamic_rule(x, *, group_size: int, scale_ub: float, out_dtype: DT
     k = R.static_int(op, x.shape[-1], "the last dim of input")
     g = k if group_size == -1 else group_size
     if g <= 0 or k % g:
-        raise OpError(f"{op}: group_size_or_per_token={group_size} must be -1 or a positive divisor of the last dim {k}: input {R.fmt(x)}")
+        raise OpError(
+            f"{op}: group_size_or_per_token={group_size} must be -1 or a positive divisor of the last dim {k}: input "
+            f"{R.fmt(x)}"
+        )
     if out_dtype not in FLOAT8_DTYPES:
         raise OpError(f"{op}: out_type must be a float8 dtype, got {out_dtype}")
     if not scales_dtype.is_float():
@@ -160,7 +171,13 @@ quantize_dynamic_float8_p = register(
 
 
 @front(quantize_dynamic_float8_p)
-def quantize_dynamic_float8(x, group_size: int = -1, scale_ub: float = 1200.0, out_dtype: DType = DType.float8_e4m3fn, scales_dtype: DType = DType.bfloat16):
+def quantize_dynamic_float8(
+    x,
+    group_size: int = -1,
+    scale_ub: float = 1200.0,
+    out_dtype: DType = DType.float8_e4m3fn,
+    scales_dtype: DType = DType.bfloat16,
+):
     """Per-group dynamic float8 quantization along the last dim: ``(q, scales)``.
 
     Each run of ``group_size`` elements (the whole last dim when -1) gets
@@ -215,11 +232,15 @@ def _scaled_matmul_rule(a, b, a_scales, b_scales, *, out_dtype: DType) -> Tensor
 
 
 def _scaled_matmul_impl(a, b, a_scales, b_scales, *, out_dtype: DType):
-    out = jnp.einsum("...mk,...nk->...mn", dequant_scaled(a, a_scales), dequant_scaled(b, b_scales), precision=lax.Precision.HIGHEST)
+    out = jnp.einsum(
+        "...mk,...nk->...mn", dequant_scaled(a, a_scales), dequant_scaled(b, b_scales), precision=lax.Precision.HIGHEST
+    )
     return out.astype(out_dtype.to_numpy())
 
 
-scaled_matmul_p = register(OpDef("scaled_matmul", rule=_scaled_matmul_rule, impl=_scaled_matmul_impl, differentiable=False))
+scaled_matmul_p = register(
+    OpDef("scaled_matmul", rule=_scaled_matmul_rule, impl=_scaled_matmul_impl, differentiable=False)
+)
 
 
 @front(scaled_matmul_p)

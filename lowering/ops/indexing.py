@@ -76,12 +76,18 @@ def _slice_bound(op: str, v: Any, what: str, pos: int, tensors: list[Any]) -> An
     if is_value(v):
         tensors.append(v)
         return ("t", len(tensors) - 1)
-    raise TypeError(f"{op}: slice {what} of index {pos} must be an int, a Dim, a scalar integer tensor or None, got {type(v).__name__} {v!r}")
+    raise TypeError(
+        f"{op}: slice {what} of index {pos} must be an int, a Dim, a scalar integer tensor or None, got "
+        f"{type(v).__name__} {v!r}"
+    )
 
 
 def _is_named_slice(ix: Any) -> bool:
-    return isinstance(ix, tuple) and len(ix) == 2 and isinstance(ix[0], slice) and (
-        isinstance(ix[1], str) or (isinstance(ix[1], Dim) and not isinstance(ix[1], StaticDim))
+    return (
+        isinstance(ix, tuple)
+        and len(ix) == 2
+        and isinstance(ix[0], slice)
+        and (isinstance(ix[1], str) or (isinstance(ix[1], Dim) and not isinstance(ix[1], StaticDim)))
     )
 
 
@@ -91,7 +97,9 @@ def _parse_index(indices: Any) -> tuple[tuple, list[Any]]:
     if not isinstance(indices, (list, tuple)):
         indices = (indices,)
     if _is_named_slice(indices):
-        indices = (indices,)  # x[1:, "n"] cannot mean two entries: a str is no index, so it is one (slice, out_dim) pair
+        indices = (
+            indices,
+        )  # x[1:, "n"] cannot mean two entries: a str is no index, so it is one (slice, out_dim) pair
     specs: list[tuple] = []
     tensors: list[Any] = []
     for pos, ix in enumerate(indices):
@@ -103,7 +111,9 @@ def _parse_index(indices: Any) -> tuple[tuple, list[Any]]:
             try:
                 out_dim = DataDim(out_dim)
             except TypeError:
-                raise TypeError(f"{op}: out_dim of index {pos} must be an int, str or Dim, got {type(out_dim).__name__} {out_dim!r}") from None
+                raise TypeError(
+                    f"{op}: out_dim of index {pos} must be an int, str or Dim, got {type(out_dim).__name__} {out_dim!r}"
+                ) from None
         if ix is None:
             specs.append(("n",))
         elif ix is Ellipsis:
@@ -124,7 +134,8 @@ def _parse_index(indices: Any) -> tuple[tuple, list[Any]]:
             tensors.append(ix)
         else:
             raise TypeError(
-                f"{op}: unsupported index {ix!r} ({type(ix).__name__}) at position {pos}; use ints, slices, None, Ellipsis, "
+                f"{op}: unsupported index {ix!r} ({type(ix).__name__}) at position {pos}; use ints, slices, None, "
+                "Ellipsis, "
                 "(slice, out_dim) pairs or scalar integer tensors (ops.gather selects by an index tensor)"
             )
     return tuple(specs), tensors
@@ -235,17 +246,29 @@ def _slice_rule_dim(x: TensorType, axis: int, d: Dim, s: tuple) -> Dim:
     _, start, stop, step, out_dim = s
     if _is_dynamic(s):
         if out_dim is None:
-            raise R.OpError(f"{op}: a slice with tensor bounds (axis {axis} of {R.fmt(x)}) needs an out_dim: pass (slice, out_dim)")
+            raise R.OpError(
+                f"{op}: a slice with tensor bounds (axis {axis} of {R.fmt(x)}) needs an out_dim: pass (slice, out_dim)"
+            )
         if step < 0:
-            raise R.OpError(f"{op}: slices with tensor bounds need a positive step, got {step} (axis {axis} of {R.fmt(x)})")
+            raise R.OpError(
+                f"{op}: slices with tensor bounds need a positive step, got {step} (axis {axis} of {R.fmt(x)})"
+            )
         return out_dim.dim
     if isinstance(d, StaticDim) and all(v is None or isinstance(v, int) for v in (start, stop)):
         _check_slice_bounds(d.dim, s, axis, R.fmt(x))
         n = StaticDim(len(range(*slice(start, stop, step).indices(d.dim))))
         if out_dim is not None and out_dim.dim != n:
-            raise R.OpError(f"{op}: slice {slice(start, stop, step)} of axis {axis} in {R.fmt(x)} has {n} elements, but out_dim is {out_dim}")
+            raise R.OpError(
+                f"{op}: slice {slice(start, stop, step)} of axis {axis} in {R.fmt(x)} has {n} elements, but out_dim is "
+                f"{out_dim}"
+            )
         return n
-    if isinstance(start, int) and isinstance(stop, int) and (start < 0) == (stop < 0) and (start > stop if step > 0 else start < stop):
+    if (
+        isinstance(start, int)
+        and isinstance(stop, int)
+        and (start < 0) == (stop < 0)
+        and (start > stop if step > 0 else start < stop)
+    ):
         # Both bounds counted from the same end of a symbolic dim: an empty or reversed range (MAX's wording).
         raise R.OpError(
             f"{op}: start and stop should be increasing for positive step and decreasing for negative step, "
@@ -293,7 +316,10 @@ def _dynamic_slice(x, tensor_idx, s: tuple, axis: int, env: dict[str, int]):
     n = x.shape[axis]
     span = (length - 1) * step + 1 if length > 0 else 0
     if span > n:
-        raise IndexOpError(f"slice_tensor: out_dim {out_dim} = {length} with step {step} needs {span} elements, but axis {axis} has {n}")
+        raise IndexOpError(
+            f"slice_tensor: out_dim {out_dim} = {length} with step {step} needs {span} elements, but axis {axis} has "
+            f"{n}"
+        )
     if isinstance(start, tuple):
         i = jnp.reshape(tensor_idx[start[1]], ())
         begin = jnp.where(i < 0, i + n, i)
@@ -315,8 +341,10 @@ def _slice_interpret(interp, node, ins, params, env):
     err = bind_symbols(t.shape, out.shape, interp.dims)
     if err:
         raise IndexOpError(
-            f"slice_tensor: at run time the result has shape {list(out.shape)} but the graph expects {R.fmt(t)} ({err}); "
-            "slice bounds must lie within their dims ([-dim, dim] for a positive step, [-dim - 1, dim - 1] for a negative one)"
+            f"slice_tensor: at run time the result has shape {list(out.shape)} but the graph expects {R.fmt(t)} "
+            f"({err}); "
+            "slice bounds must lie within their dims ([-dim, dim] for a positive step, [-dim - 1, dim - 1] for a "
+            "negative one)"
         )
     return out
 
@@ -423,7 +451,9 @@ def check_index_bounds(op: str, idx: Any, sizes: tuple[int, ...], axes: tuple[in
     for j, (n, axis) in enumerate(zip(sizes, axes)):
         bad = int(hi[j]) if hi[j] >= n else int(lo[j]) if lo[j] < -n else None
         if bad is not None:
-            raise IndexOpError(f"{op}: index {bad} is out of range for axis {axis} of size {n} (valid: {-n} to {n - 1})")
+            raise IndexOpError(
+                f"{op}: index {bad} is out of range for axis {axis} of size {n} (valid: {-n} to {n - 1})"
+            )
 
 
 def _gather_check(x, idx, *, axis: int) -> None:
@@ -477,10 +507,14 @@ def _gather_nd_rule(x, idx, *, batch_dims: int) -> TensorType:
     if b < 0 or b > idx.rank - 1:
         raise R.OpError(f"{op}: batch_dims={b} must be in [0, {idx.rank - 1}] for indices {R.fmt(idx)}")
     if b + k > x.rank:
-        raise R.OpError(f"{op}: indices {R.fmt(idx)} index {k} dims after {b} batch dims, but input {R.fmt(x)} has rank {x.rank}")
+        raise R.OpError(
+            f"{op}: indices {R.fmt(idx)} index {k} dims after {b} batch dims, but input {R.fmt(x)} has rank {x.rank}"
+        )
     for i in range(b):
         if x.shape[i] != idx.shape[i]:
-            raise R.OpError(f"{op}: batch dim {i} differs between input {R.fmt(x)} and indices {R.fmt(idx)} (no broadcasting)")
+            raise R.OpError(
+                f"{op}: batch dim {i} differs between input {R.fmt(x)} and indices {R.fmt(idx)} (no broadcasting)"
+            )
     device = R.same_device(op, x, idx)
     return TensorType(x.dtype, list(x.shape[:b]) + list(idx.shape[b:-1]) + list(x.shape[b + k :]), device)
 
@@ -553,10 +587,17 @@ def _same_dtype(op: str, x: TensorType, upd: TensorType) -> None:
 def _scatter_dtypes(op: str, x: TensorType, upd: TensorType, idx: TensorType, *, quoted: bool) -> None:
     # MAX's wording: scatter quotes the dtypes, scatter_nd parenthesizes them.
     if x.dtype is not upd.dtype:
-        pair = f"'{x.dtype}' and updates dtype '{upd.dtype}' must match." if quoted else f"({x.dtype}) and updates dtype ({upd.dtype}) must match"
+        pair = (
+            f"'{x.dtype}' and updates dtype '{upd.dtype}' must match."
+            if quoted
+            else f"({x.dtype}) and updates dtype ({upd.dtype}) must match"
+        )
         raise R.OpError(f"{op}: The input dtype {pair} (input {R.fmt(x)}, updates {R.fmt(upd)})")
     if idx.dtype not in (DType.int32, DType.int64):
-        raise R.OpError(f"{op}: Invalid indices dtype: '{idx.dtype}'. Indices must be of type int32 or int64. (indices {R.fmt(idx)})")
+        raise R.OpError(
+            f"{op}: Invalid indices dtype: '{idx.dtype}'. Indices must be of type int32 or int64. (indices "
+            f"{R.fmt(idx)})"
+        )
 
 
 def _check_scatter_devices(op: str, values: tuple[Any, ...]) -> None:
@@ -566,7 +607,10 @@ def _check_scatter_devices(op: str, values: tuple[Any, ...]) -> None:
     """
     types = [getattr(v, "type", None) for v in values]
     if len({t.device for t in types if isinstance(t, TensorType)}) > 1:
-        lines = [f"    {n}: {t!r}" if isinstance(t, TensorType) else f"    {n}: {type(v).__name__}" for n, v, t in zip(("input", "updates", "indices"), values, types)]
+        lines = [
+            f"    {n}: {t!r}" if isinstance(t, TensorType) else f"    {n}: {type(v).__name__}"
+            for n, v, t in zip(("input", "updates", "indices"), values, types)
+        ]
         raise R.OpError(f"{op}: Input values must be on the same device\n" + "\n".join(lines))
 
 
@@ -588,7 +632,9 @@ def _scatter_rule_for(op: str):
         if isinstance(axis, bool) or not is_int(axis):
             raise TypeError(f"{op}: axis must be an int, got {type(axis).__name__}")
         if not -x.rank <= axis < x.rank:
-            raise IndexOpError(f"{op}: Invalid axis value {axis}. Axis must be in range [-{x.rank}, {x.rank - 1}] (input {R.fmt(x)})")
+            raise IndexOpError(
+                f"{op}: Invalid axis value {axis}. Axis must be in range [-{x.rank}, {x.rank - 1}] (input {R.fmt(x)})"
+            )
         _scatter_dtypes(op, x, upd, idx, quoted=True)
         # As in MAX, the ranks and shapes of updates and indices are checked when the graph runs.
         device = R.same_device(op, x, upd, idx)
@@ -604,7 +650,9 @@ def _scatter_impl_for(op: str, reduction: str | None):
     def impl(x, upd, idx, *, axis: int):
         axis %= x.ndim
         if not upd.ndim == idx.ndim == x.ndim:
-            raise ValueError(f"{op}: input {x.shape}, updates {upd.shape} and indices {idx.shape} must have the same rank")
+            raise ValueError(
+                f"{op}: input {x.shape}, updates {upd.shape} and indices {idx.shape} must have the same rank"
+            )
         if upd.shape != idx.shape:
             raise ValueError(f"{op}: updates {upd.shape} and indices {idx.shape} must have the same shape")
         for d, (i, n) in enumerate(zip(idx.shape, x.shape)):
@@ -732,7 +780,9 @@ def _scatter_nd_rule_for(op: str):
             raise R.OpError(f"{op}: indices must have rank >= 1 ([num_updates, k]), got {R.fmt(idx)}")
         k = R.static_int(op, idx.shape[-1], "the last dim of indices")
         if k > x.rank:
-            raise R.OpError(f"{op}: index vectors of length {k} (indices {R.fmt(idx)}) exceed the rank of input {R.fmt(x)}")
+            raise R.OpError(
+                f"{op}: index vectors of length {k} (indices {R.fmt(idx)}) exceed the rank of input {R.fmt(x)}"
+            )
         want = list(idx.shape[:-1]) + list(x.shape[k:])
         if len(want) != upd.rank or any(a != b for a, b in zip(want, upd.shape)):
             raise R.OpError(
@@ -919,7 +969,9 @@ def masked_scatter(input, mask, updates, out_dim):  # noqa: A002 - MAX's name
     try:
         od = DataDim(out_dim)
     except TypeError:
-        raise TypeError(f"masked_scatter: out_dim must be an int, str or Dim, got {type(out_dim).__name__} {out_dim!r}") from None
+        raise TypeError(
+            f"masked_scatter: out_dim must be an int, str or Dim, got {type(out_dim).__name__} {out_dim!r}"
+        ) from None
     if is_weak(mask) and not isinstance(mask, Dim):
         mask = np.asarray(mask).astype(bool)
     return bind(masked_scatter_p, input, mask, updates, out_dim=od)
@@ -938,8 +990,10 @@ def _nonzero_impl(x, *, out_dim: DataDim):
     if isinstance(x, jax.core.Tracer):
         if size is None:
             raise ValueError(
-                f"nonzero: under jax.jit/vmap the number of nonzero elements is unknown, so out_dim {out_dim} cannot be sized; "
-                "pass a static int out_dim (the result is then padded with zero rows or truncated, like jnp.nonzero(size=...))"
+                f"nonzero: under jax.jit/vmap the number of nonzero elements is unknown, so out_dim {out_dim} cannot "
+                "be sized; "
+                "pass a static int out_dim (the result is then padded with zero rows or truncated, like "
+                "jnp.nonzero(size=...))"
             )
         return jnp.argwhere(x, size=size).astype(jnp.int64)
     out = jnp.argwhere(x).astype(jnp.int64)
@@ -948,7 +1002,9 @@ def _nonzero_impl(x, *, out_dim: DataDim):
     return out
 
 
-nonzero_p = register(OpDef("nonzero", rule=_nonzero_rule, impl=_nonzero_impl, differentiable=False, data_dependent=True))
+nonzero_p = register(
+    OpDef("nonzero", rule=_nonzero_rule, impl=_nonzero_impl, differentiable=False, data_dependent=True)
+)
 
 
 @front(nonzero_p)
@@ -972,5 +1028,7 @@ def nonzero(x, out_dim):
     try:
         od = DataDim(out_dim)
     except TypeError:
-        raise TypeError(f"nonzero: out_dim must be an int, str or Dim, got {type(out_dim).__name__} {out_dim!r}") from None
+        raise TypeError(
+            f"nonzero: out_dim must be an int, str or Dim, got {type(out_dim).__name__} {out_dim!r}"
+        ) from None
     return bind(nonzero_p, x, out_dim=od)

@@ -31,7 +31,10 @@ def _matmul_rule(lhs, rhs, *, rhs_transposed: bool = False) -> TensorType:
     if rhs_vec:
         rs = rs + [Dim(1)]
     if ls[-1] != rs[-2]:
-        raise R.OpError(f"matmul: contracting dims differ: lhs {R.fmt(lhs)} has {ls[-1]} columns but rhs {R.fmt(rhs)} has {rs[-2]} rows")
+        raise R.OpError(
+            f"matmul: contracting dims differ: lhs {R.fmt(lhs)} has {ls[-1]} columns but rhs {R.fmt(rhs)} has {rs[-2]} "
+            "rows"
+        )
     batch = R.broadcast_shapes("matmul", ls[:-2], rs[:-2])
     out = list(batch) + ([] if lhs_vec else [ls[-2]]) + ([] if rhs_vec else [rs[-1]])
     return TensorType(lhs.dtype, out, device)

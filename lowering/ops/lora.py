@@ -32,7 +32,9 @@ def _sgmv_rule(x, lora, ids, ranks, offsets, *bias, mask_rank: bool) -> TensorTy
     if bias:
         b = R.require_tensor(op, bias[0], "bias", rank=2)
         if b.shape[0] != lo.shape[0] or b.shape[1] != lo.shape[1] or b.dtype is not x.dtype:
-            raise OpError(f"{op}: bias must be {x.dtype.name}[{lo.shape[0]}, {lo.shape[1]}] (one row per LoRA), got {R.fmt(b)}")
+            raise OpError(
+                f"{op}: bias must be {x.dtype.name}[{lo.shape[0]}, {lo.shape[1]}] (one row per LoRA), got {R.fmt(b)}"
+            )
     return TensorType(x.dtype, [x.shape[0], lo.shape[1]], R.same_device(op, x, lo))
 
 

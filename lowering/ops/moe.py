@@ -33,13 +33,17 @@ def _grouped_rule_common(op: str, h: Any, w: Any, starts: Any, ids: Any, stats: 
     starts = R.require_tensor(op, starts, "expert_start_indices", rank=1, kind=R.INT)
     ids = R.require_tensor(op, ids, "expert_ids", rank=1, kind=R.INT)
     stats = R.require_tensor(op, stats, "expert_usage_stats", rank=1, kind=R.INT)
-    shapes = f"hidden_states {R.fmt(h)}, weight {R.fmt(w)}, expert_ids {R.fmt(ids)}, expert_start_indices {R.fmt(starts)}"
+    shapes = (
+        f"hidden_states {R.fmt(h)}, weight {R.fmt(w)}, expert_ids {R.fmt(ids)}, expert_start_indices {R.fmt(starts)}"
+    )
     if w.shape[2] != h.shape[1]:
         raise OpError(f"{op}: weight must be [num_experts, N, {h.shape[1]}] (transposed per expert): {shapes}")
     if starts.shape[0] != ids.shape[0] + 1:
         raise OpError(f"{op}: expert_start_indices must have one more entry than expert_ids: {shapes}")
     if stats.shape[0] != 2:
-        raise OpError(f"{op}: expert_usage_stats must be [2] (max tokens per expert, active experts), got {R.fmt(stats)}")
+        raise OpError(
+            f"{op}: expert_usage_stats must be [2] (max tokens per expert, active experts), got {R.fmt(stats)}"
+        )
     return h, w
 
 
@@ -70,7 +74,9 @@ def _grouped_impl(h, w, starts, ids, stats):
 
 
 # MAX reads the usage stats on the host (``expert_usage_stats_host``): they may stay on the CPU.
-grouped_matmul_ragged_p = register(OpDef("grouped_matmul_ragged", rule=_grouped_rule, impl=_grouped_impl, differentiable=False, host_inputs=(4,)))
+grouped_matmul_ragged_p = register(
+    OpDef("grouped_matmul_ragged", rule=_grouped_rule, impl=_grouped_impl, differentiable=False, host_inputs=(4,))
+)
 
 
 @front(grouped_matmul_ragged_p)
@@ -109,15 +115,34 @@ def _grouped_scaled_rule(h, w, a_scales, b_scales, starts, ids, stats, *, out_dt
 
 def _grouped_scaled_impl(h, w, a_scales, b_scales, starts, ids, stats, *, out_dtype: DType):
     safe = jnp.clip(ids.astype(jnp.int64), 0, w.shape[0] - 1)
-    out = ragged_matmul(dequant_scaled(h, a_scales), dequant_scaled(w, b_scales)[safe], _group_sizes(starts, ids, stats, h.shape[0]))
+    out = ragged_matmul(
+        dequant_scaled(h, a_scales), dequant_scaled(w, b_scales)[safe], _group_sizes(starts, ids, stats, h.shape[0])
+    )
     return out.astype(out_dtype.to_numpy())
 
 
-grouped_scaled_matmul_ragged_p = register(OpDef("grouped_scaled_matmul_ragged", rule=_grouped_scaled_rule, impl=_grouped_scaled_impl, differentiable=False, host_inputs=(6,)))
+grouped_scaled_matmul_ragged_p = register(
+    OpDef(
+        "grouped_scaled_matmul_ragged",
+        rule=_grouped_scaled_rule,
+        impl=_grouped_scaled_impl,
+        differentiable=False,
+        host_inputs=(6,),
+    )
+)
 
 
 @front(grouped_scaled_matmul_ragged_p)
-def grouped_scaled_matmul_ragged(hidden_states, weight, a_scales, b_scales, expert_start_indices, expert_ids, expert_usage_stats, out_dtype=DType.bfloat16):
+def grouped_scaled_matmul_ragged(
+    hidden_states,
+    weight,
+    a_scales,
+    b_scales,
+    expert_start_indices,
+    expert_ids,
+    expert_usage_stats,
+    out_dtype=DType.bfloat16,
+):
     """`grouped_matmul_ragged` over float8 operands dequantized by their scales.
 
     Example:
@@ -179,7 +204,15 @@ def _moe_indices_impl(topk_ids, *, num_experts: int):
     return u32(order), u32(starts), u32(restore), expert_ids, u32(stats)
 
 
-moe_create_indices_p = register(OpDef("moe_create_indices", rule=_moe_indices_rule, impl=_moe_indices_impl, multiple_results=True, differentiable=False))
+moe_create_indices_p = register(
+    OpDef(
+        "moe_create_indices",
+        rule=_moe_indices_rule,
+        impl=_moe_indices_impl,
+        multiple_results=True,
+        differentiable=False,
+    )
+)
 
 
 @front(moe_create_indices_p)

@@ -107,14 +107,18 @@ def _specs(op: str, nd: int, input_layout: ConvInputLayout, filter_layout: Filte
 
 
 def _conv_rule(op: str, nd: int, transpose: bool):
-    def rule(x, filt, *bias, stride, dilation, padding, groups=1, output_paddings=None, input_layout, filter_layout) -> TensorType:
+    def rule(
+        x, filt, *bias, stride, dilation, padding, groups=1, output_paddings=None, input_layout, filter_layout
+    ) -> TensorType:
         x = R.require_tensor(op, x, "input")
         f = R.require_tensor(op, filt, "filter")
         xspec, fspec = _specs(op, nd, input_layout, filter_layout)
         if x.rank != nd + 2:
             raise OpError(f"{op}: input must have rank {nd + 2} ({xspec}), got {R.fmt(x)}")
         if f.rank != nd + 2:
-            raise OpError(f"{op}: filter must have rank {nd + 2} ({filter_layout.value}: {_FILTER_DOCS[op]}), got {R.fmt(f)}")
+            raise OpError(
+                f"{op}: filter must have rank {nd + 2} ({filter_layout.value}: {_FILTER_DOCS[op]}), got {R.fmt(f)}"
+            )
         if x.dtype is DType.bool:
             raise OpError(f"{op}: expected numeric inputs, got {R.fmt_all([x, f])}")
         device = R.same_device(op, x, f, *bias)
@@ -147,7 +151,9 @@ def _conv_rule(op: str, nd: int, transpose: bool):
             if transpose:
                 size = (xdim[c] - 1) * s - lo - hi + d * (k - 1) + 1 + output_paddings[i]
                 if isinstance(size, StaticDim) and size.dim <= 0:
-                    raise OpError(f"{op}: output spatial dim {i} would be {size} for input {R.fmt(x)}; reduce the padding")
+                    raise OpError(
+                        f"{op}: output spatial dim {i} would be {size} for input {R.fmt(x)}; reduce the padding"
+                    )
                 out_spatial.append(size)
             else:
                 out_spatial.append(_window_out(op, xdim[c], k, s, d, lo + hi, False, f"input spatial dim {c}"))
@@ -188,7 +194,9 @@ def _conv_impl(op: str, nd: int):
     return impl
 
 
-def _conv_transpose_impl(x, f, *bias, stride, dilation, padding, output_paddings, input_layout, filter_layout, groups=1):
+def _conv_transpose_impl(
+    x, f, *bias, stride, dilation, padding, output_paddings, input_layout, filter_layout, groups=1
+):
     op = "conv2d_transpose"
     xspec, fspec = _specs(op, 2, input_layout, filter_layout)
     spatial = [fspec.index(c) for c in "HW"]
@@ -197,7 +205,10 @@ def _conv_transpose_impl(x, f, *bias, stride, dilation, padding, output_paddings
     # stride and correlate with the spatially flipped kernel.
     f = jnp.flip(f, axis=spatial)
     pads = [
-        (dilation[i] * (ks[i] - 1) - padding[2 * i], dilation[i] * (ks[i] - 1) - padding[2 * i + 1] + output_paddings[i])
+        (
+            dilation[i] * (ks[i] - 1) - padding[2 * i],
+            dilation[i] * (ks[i] - 1) - padding[2 * i + 1] + output_paddings[i],
+        )
         for i in range(2)
     ]
     dn = lax.conv_dimension_numbers(x.shape, f.shape, (xspec, fspec, xspec))
@@ -217,10 +228,16 @@ def _conv_transpose_impl(x, f, *bias, stride, dilation, padding, output_paddings
     return out.astype(x.dtype)
 
 
-conv2d_p = register(OpDef("conv2d", rule=_conv_rule("conv2d", 2, False), impl=_conv_impl("conv2d", 2), promote=(0, 1, 2)))
-conv3d_p = register(OpDef("conv3d", rule=_conv_rule("conv3d", 3, False), impl=_conv_impl("conv3d", 3), promote=(0, 1, 2)))
+conv2d_p = register(
+    OpDef("conv2d", rule=_conv_rule("conv2d", 2, False), impl=_conv_impl("conv2d", 2), promote=(0, 1, 2))
+)
+conv3d_p = register(
+    OpDef("conv3d", rule=_conv_rule("conv3d", 3, False), impl=_conv_impl("conv3d", 3), promote=(0, 1, 2))
+)
 conv2d_transpose_p = register(
-    OpDef("conv2d_transpose", rule=_conv_rule("conv2d_transpose", 2, True), impl=_conv_transpose_impl, promote=(0, 1, 2))
+    OpDef(
+        "conv2d_transpose", rule=_conv_rule("conv2d_transpose", 2, True), impl=_conv_transpose_impl, promote=(0, 1, 2)
+    )
 )
 
 
@@ -369,7 +386,8 @@ def conv2d_transpose(
         if ops_[i] >= params["stride"][i] and ops_[i] >= params["dilation"][i]:
             raise OpError(
                 f"{op}: output padding must be smaller than either stride or dilation, got "
-                f"output_paddings={tuple(output_paddings)} with stride={params['stride']} and dilation={params['dilation']}"
+                f"output_paddings={tuple(output_paddings)} with stride={params['stride']} and "
+                f"dilation={params['dilation']}"
             )
     return bind(conv2d_transpose_p, *_inputs(x, filter, bias), output_paddings=ops_, **params)
 
@@ -402,7 +420,16 @@ def _pool_rule(op: str, float_only: bool):
         else:
             R.require_dtype(op, x, R.is_numeric, "a numeric")
         out = [
-            _window_out(op, x.shape[1 + i], kernel_size[i], stride[i], dilation[i], padding[2 * i] + padding[2 * i + 1], ceil_mode, ("height", "width")[i])
+            _window_out(
+                op,
+                x.shape[1 + i],
+                kernel_size[i],
+                stride[i],
+                dilation[i],
+                padding[2 * i] + padding[2 * i + 1],
+                ceil_mode,
+                ("height", "width")[i],
+            )
             for i in range(2)
         ]
         return TensorType(x.dtype, [x.shape[0], *out, x.shape[3]], x.device)
@@ -444,7 +471,13 @@ def _avg_pool_impl(x, *, kernel_size, stride, dilation, padding, ceil_mode, coun
     outs, pads = _pool_windows(x.shape, kernel_size, stride, dilation, padding, ceil_mode)
     acc = _acc_dtype(x.dtype) or x.dtype
     total = lax.reduce_window(
-        x.astype(acc), np.array(0, acc), lax.add, (1, *kernel_size, 1), (1, *stride, 1), pads, window_dilation=(1, *dilation, 1)
+        x.astype(acc),
+        np.array(0, acc),
+        lax.add,
+        (1, *kernel_size, 1),
+        (1, *stride, 1),
+        pads,
+        window_dilation=(1, *dilation, 1),
     )
     if count_boundary:
         # MAX divides by the full window, counting padding and the ceil-mode overhang.
@@ -480,7 +513,12 @@ def max_pool2d(input, kernel_size, stride=1, dilation=1, padding=0, ceil_mode=Fa
         >>> ops.max_pool2d(x, (2, 2), stride=2)[0, :, :, 0]
         TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [5.0, 7.0, 13.0, 15.0]
     """
-    return bind(max_pool2d_p, input, ceil_mode=bool(ceil_mode), **_pool_geometry("max_pool2d", kernel_size, stride, dilation, padding))
+    return bind(
+        max_pool2d_p,
+        input,
+        ceil_mode=bool(ceil_mode),
+        **_pool_geometry("max_pool2d", kernel_size, stride, dilation, padding),
+    )
 
 
 @front(avg_pool2d_p)
@@ -522,19 +560,27 @@ def _fold_rule(x, *, output_size, kernel_size, stride, dilation, padding) -> Ten
     settings = f"output_size={tuple(output_size)}, kernel_size={kernel_size}, stride={stride}, dilation={dilation}, padding={padding}"
     # MAX's count first, so a wrong L gets MAX's message even where a window is also too big.
     if all(isinstance(Dim(o), StaticDim) for o in output_size) and isinstance(x.shape[2], StaticDim):
-        counts = [(int(Dim(output_size[i])) + 2 * padding[i] - dilation[i] * (kernel_size[i] - 1) - 1) // stride[i] + 1 for i in range(2)]
+        counts = [
+            (int(Dim(output_size[i])) + 2 * padding[i] - dilation[i] * (kernel_size[i] - 1) - 1) // stride[i] + 1
+            for i in range(2)
+        ]
         if x.shape[2].dim != counts[0] * counts[1]:
             raise OpError(
                 f"{op}: last dim of {R.fmt(x)} must match the calculated number of blocks "
                 f"{counts[0]} * {counts[1]} = {counts[0] * counts[1]} for {settings}"
             )
     blocks = [
-        _window_out(op, Dim(output_size[i]), kernel_size[i], stride[i], dilation[i], 2 * padding[i], False, f"output_size[{i}]")
+        _window_out(
+            op, Dim(output_size[i]), kernel_size[i], stride[i], dilation[i], 2 * padding[i], False, f"output_size[{i}]"
+        )
         for i in range(2)
     ]
     expected = blocks[0] * blocks[1]
     if isinstance(expected, StaticDim) and isinstance(x.shape[2], StaticDim) and x.shape[2] != expected:
-        raise OpError(f"{op}: last dim of {R.fmt(x)} must match the calculated number of blocks {blocks[0]} * {blocks[1]} = {expected} for {settings}")
+        raise OpError(
+            f"{op}: last dim of {R.fmt(x)} must match the calculated number of blocks {blocks[0]} * {blocks[1]} = "
+            f"{expected} for {settings}"
+        )
     return TensorType(x.dtype, [x.shape[0], cols // kk, *output_size], x.device)
 
 
@@ -616,7 +662,17 @@ def fold(input, output_size, kernel_size, stride=1, dilation=1, padding=0):
 _ROI_MODES = ("AVG", "MAX")
 
 
-def _roi_align_rule(x, rois, *, output_height: int, output_width: int, spatial_scale: float, sampling_ratio: float, aligned: bool, mode: str) -> TensorType:
+def _roi_align_rule(
+    x,
+    rois,
+    *,
+    output_height: int,
+    output_width: int,
+    spatial_scale: float,
+    sampling_ratio: float,
+    aligned: bool,
+    mode: str,
+) -> TensorType:
     op = "roi_align"
     x = R.require_tensor(op, x)
     rois = R.require_tensor(op, rois, "rois")
@@ -701,7 +757,9 @@ roi_align_p = register(OpDef("roi_align", rule=_roi_align_rule, impl=_roi_align_
 
 
 @front(roi_align_p)
-def roi_align(input, rois, output_height, output_width, spatial_scale=1.0, sampling_ratio=0.0, aligned=False, mode="AVG"):  # noqa: A002 - MAX's name
+def roi_align(
+    input, rois, output_height, output_width, spatial_scale=1.0, sampling_ratio=0.0, aligned=False, mode="AVG"
+):  # noqa: A002 - MAX's name
     """ROI Align pooling (Mask R-CNN) of an NHWC input: one fixed-size map per region.
 
     Each output bin pools bilinear samples of its part of the region; samples
@@ -805,7 +863,9 @@ irfft_p = register(OpDef("irfft", rule=_irfft_rule, impl=_irfft_impl))
 
 
 @front(irfft_p)
-def irfft(input_tensor, n=None, axis=-1, normalization=Normalization.BACKWARD, input_is_complex=False, buffer_size_mb=512):
+def irfft(
+    input_tensor, n=None, axis=-1, normalization=Normalization.BACKWARD, input_is_complex=False, buffer_size_mb=512
+):
     """Inverse real FFT along ``axis`` (numpy's ``irfft`` semantics).
 
     Args:
@@ -841,6 +901,10 @@ def irfft(input_tensor, n=None, axis=-1, normalization=Normalization.BACKWARD, i
         raise TypeError(f"{op}: axis must be an int, got {type(axis).__name__} {axis!r}")
     norm = normalization.value if isinstance(normalization, enum.Enum) else normalization
     if not isinstance(norm, str) or norm.lower() not in {m.value for m in Normalization}:
-        raise OpError(f"{op}: Invalid normalization: {norm}; expected 'backward', 'ortho' or 'forward' (or a Normalization)")
+        raise OpError(
+            f"{op}: Invalid normalization: {norm}; expected 'backward', 'ortho' or 'forward' (or a Normalization)"
+        )
     R.int_param(op, buffer_size_mb, "buffer_size_mb", 0)
-    return bind(irfft_p, input_tensor, n=n, axis=int(axis), normalization=norm.lower(), input_is_complex=bool(input_is_complex))
+    return bind(
+        irfft_p, input_tensor, n=n, axis=int(axis), normalization=norm.lower(), input_is_complex=bool(input_is_complex)
+    )

@@ -66,7 +66,10 @@ def rms_norm(input, weight, epsilon, weight_offset=0.0, multiply_before_cast=Fal
     if len(input.shape) == 0:
         raise ValueError(f"{op}: input must have at least one dim, got a scalar")
     if len(weight.shape) != 1 or Dim(weight.shape[0]) != Dim(input.shape[-1]):
-        raise ValueError(f"{op}: weight must have shape [{input.shape[-1]}] (the last dim of input {format_shape(input.shape)}), got {format_shape(weight.shape)}")
+        raise ValueError(
+            f"{op}: weight must have shape [{input.shape[-1]}] (the last dim of input {format_shape(input.shape)}), "
+            f"got {format_shape(weight.shape)}"
+        )
     x32 = _float32(input)
     normed = mul(x32, rsqrt(add(mean(mul(x32, x32), -1), eps)))
     offset = float(weight_offset)
@@ -110,10 +113,16 @@ def group_norm(input, gamma, beta, num_groups, epsilon):  # noqa: A002 - MAX's n
         raise ValueError(f"{op}: num_groups must be a positive int, got {num_groups!r}")
     channels = Dim(shape[1])
     if not isinstance(channels, StaticDim) or int(channels) % num_groups:
-        raise ValueError(f"{op}: the {shape[1]} channels of input {format_shape(shape)} must be a static multiple of num_groups={num_groups}")
+        raise ValueError(
+            f"{op}: the {shape[1]} channels of input {format_shape(shape)} must be a static multiple of "
+            f"num_groups={num_groups}"
+        )
     for name, t in (("gamma", gamma), ("beta", beta)):
         if len(t.shape) != 1 or Dim(t.shape[0]) != channels:
-            raise ValueError(f"{op}: {name} must have shape [{channels}] (the channels of input {format_shape(shape)}), got {format_shape(t.shape)}")
+            raise ValueError(
+                f"{op}: {name} must have shape [{channels}] (the channels of input {format_shape(shape)}), got "
+                f"{format_shape(t.shape)}"
+            )
     x32 = _float32(input)
     grouped = reshape(x32, [shape[0], num_groups, -1])
     centered = sub(grouped, mean(grouped, -1))

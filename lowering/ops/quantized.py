@@ -54,7 +54,9 @@ def _as_encoding(op: str, encoding: Any) -> QuantizationEncoding:
             if encoding.upper() in (member.value, f"QUANTIZATIONENCODING.{member.value}"):
                 return member
     supported = ", ".join(m.value for m in QuantizationEncoding)
-    raise OpError(f"{op}: unsupported quantization encoding {encoding!r}; expected a QuantizationEncoding ({supported})")
+    raise OpError(
+        f"{op}: unsupported quantization encoding {encoding!r}; expected a QuantizationEncoding ({supported})"
+    )
 
 
 def _gguf_block(op: str, enc: QuantizationEncoding) -> tuple[int, int]:
@@ -76,15 +78,23 @@ def _quantized_matrix(op: str, enc: QuantizationEncoding, t: Any, name: str) -> 
 def _dequantize_rule(quantized, *, encoding: QuantizationEncoding) -> TensorType:
     op = "dequantize"
     if encoding is QuantizationEncoding.GPTQ:
-        raise OpError(f"{op}: {encoding} weights have no standalone block layout (their packing depends on a QuantizationConfig); use ops.qmatmul(encoding, config, x, weight) instead")
+        raise OpError(
+            f"{op}: {encoding} weights have no standalone block layout (their packing depends on a "
+            "QuantizationConfig); use ops.qmatmul(encoding, config, x, weight) instead"
+        )
     elems, nbytes = _gguf_block(op, encoding)
     q = _quantized_matrix(op, encoding, quantized, "quantized")
     R.require_rank(op, q, lambda r: r >= 1, ">= 1 (rows of packed blocks)", "quantized")
     last = q.shape[-1]
     if not isinstance(last, StaticDim):
-        raise QuantizedInputError(f"{op}: dequantize only supported with static last dimension; {R.fmt(q)} has a symbolic one ({encoding})")
+        raise QuantizedInputError(
+            f"{op}: dequantize only supported with static last dimension; {R.fmt(q)} has a symbolic one ({encoding})"
+        )
     if last.dim % nbytes:
-        raise OpError(f"{op}: last dimension ({last.dim}) not divisible by block size ({nbytes}) of {encoding}: {R.fmt(q)} must hold whole {nbytes}-byte blocks")
+        raise OpError(
+            f"{op}: last dimension ({last.dim}) not divisible by block size ({nbytes}) of {encoding}: {R.fmt(q)} must "
+            f"hold whole {nbytes}-byte blocks"
+        )
     return TensorType(DType.float32, list(q.shape[:-1]) + [last.dim // nbytes * elems], q.device)
 
 
@@ -139,7 +149,9 @@ def dequantize(encoding, quantized):
 # ─── qmatmul ──────────────────────────────────────────────────────────────
 
 
-def _qmatmul_rule(lhs, *rhs, encoding: QuantizationEncoding, group_size: int | None = None, desc_act: bool = False) -> TensorType:
+def _qmatmul_rule(
+    lhs, *rhs, encoding: QuantizationEncoding, group_size: int | None = None, desc_act: bool = False
+) -> TensorType:
     op = "qmatmul"
     lhs = R.require_tensor(op, lhs, "lhs")
     if not lhs.dtype.is_float():
@@ -189,7 +201,10 @@ def _check_gguf_k(encoding: QuantizationEncoding, lhs_shape: tuple[int, ...], rh
     shapes = f"lhs float{list(lhs_shape)}, rhs uint8{list(rhs_shape)}"
     width = rhs_shape[1]
     if width % nbytes:
-        raise OpError(f"{op}: rhs row width {width} bytes is not a multiple of the {encoding} block size ({nbytes} bytes): {shapes} (rhs is transposed: [N, K / {elems} * {nbytes}])")
+        raise OpError(
+            f"{op}: rhs row width {width} bytes is not a multiple of the {encoding} block size ({nbytes} bytes): "
+            f"{shapes} (rhs is transposed: [N, K / {elems} * {nbytes}])"
+        )
     k = width // nbytes * elems
     if lhs_shape[-1] != k:
         raise OpError(f"{op}: lhs last dim {lhs_shape[-1]} must equal K = {k} of the {encoding} rhs: {shapes}")
@@ -214,7 +229,11 @@ qmatmul_p = register(OpDef("qmatmul", rule=_qmatmul_rule, impl=_qmatmul_impl))
 
 def _q8_0_matmul_rule(lhs, values, scales) -> TensorType:
     op = "q8_0_matmul"
-    lhs, q, d = R.require_tensor(op, lhs, "lhs"), R.require_tensor(op, values, "values"), R.require_tensor(op, scales, "scales")
+    lhs, q, d = (
+        R.require_tensor(op, lhs, "lhs"),
+        R.require_tensor(op, values, "values"),
+        R.require_tensor(op, scales, "scales"),
+    )
     shapes = f"lhs {R.fmt(lhs)}, values {R.fmt(q)}, scales {R.fmt(d)}"
     if not lhs.dtype.is_float() or q.dtype is not DType.int8 or d.dtype is not DType.float16:
         raise QuantizedInputError(f"{op}: expected float lhs, int8 values and float16 scales, got {shapes}")
@@ -259,7 +278,10 @@ def _gptq_params(config: Any) -> tuple[int, bool]:
     if str(fields["quant_method"]).lower() != "gptq" or fields["bits"] != 4:
         raise OpError(f"qmatmul: unsupported GPTQ config {config!r}; only quant_method='gptq' with bits=4 is supported")
     if not fields["sym"]:
-        raise OpError(f"qmatmul: unsupported GPTQ config {config!r}: sym=False needs zero points, which the packed GPTQ weight does not carry; only symmetric (sym=True) GPTQ is supported")
+        raise OpError(
+            f"qmatmul: unsupported GPTQ config {config!r}: sym=False needs zero points, which the packed GPTQ weight "
+            "does not carry; only symmetric (sym=True) GPTQ is supported"
+        )
     gs = fields["group_size"]
     if isinstance(gs, bool) or not isinstance(gs, int) or gs <= 0:
         raise OpError(f"qmatmul: GPTQ group_size must be a positive int, got {gs!r}")

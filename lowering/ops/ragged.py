@@ -30,7 +30,9 @@ def _merge_rule(a, a_off, b, b_off):
     if a.rank < 1 or a.rank != b.rank or list(a.shape[1:]) != list(b.shape[1:]):
         raise OpError(f"{op}: a and b must have equal shapes after the row dim, got {shapes}")
     if ao.shape[0] != bo.shape[0]:
-        raise OpError(f"{op}: a_row_offsets and b_row_offsets must have the same shape, got {R.fmt(ao)} and {R.fmt(bo)}")
+        raise OpError(
+            f"{op}: a_row_offsets and b_row_offsets must have the same shape, got {R.fmt(ao)} and {R.fmt(bo)}"
+        )
     dev = R.same_device(op, a, b)
     return TensorType(a.dtype, [a.shape[0] + b.shape[0], *a.shape[1:]], dev), TensorType(DType.uint32, ao.shape, dev)
 
@@ -48,7 +50,9 @@ def _merge_impl(a, a_off, b, b_off):
     return out, (ao + bo).astype(jnp.uint32)
 
 
-merge_ragged_tensors_p = register(OpDef("merge_ragged_tensors", rule=_merge_rule, impl=_merge_impl, multiple_results=True, differentiable=False))
+merge_ragged_tensors_p = register(
+    OpDef("merge_ragged_tensors", rule=_merge_rule, impl=_merge_impl, multiple_results=True, differentiable=False)
+)
 
 
 @front(merge_ragged_tensors_p)

@@ -42,7 +42,10 @@ def _key_type(op: str, key: Any) -> TensorType:
     key = R.require_tensor(op, key)
     shape = list(key.shape)
     if not (key.dtype is DType.uint32 and shape == [2] or key.dtype is DType.uint64 and shape == [1]):
-        raise R.OpError(f"{op}: the key must be a uint32 tensor of shape [2] (seed, counter) or a uint64 seed of shape [1], got {R.fmt(key)}")
+        raise R.OpError(
+            f"{op}: the key must be a uint32 tensor of shape [2] (seed, counter) or a uint64 seed of shape [1], got "
+            f"{R.fmt(key)}"
+        )
     return key
 
 
@@ -64,7 +67,9 @@ def _normal_rule(key, *, shape, dtype, device, mean, std) -> TensorType:
 
 
 def _work_dtype(dtype: DType) -> Any:
-    """The dtype to sample in: float32 at least (bfloat16/float16 samples straight from jax.random are coarse); float64 for non-floats."""
+    """The dtype to sample in: float32 at least (bfloat16/float16 samples straight from jax.random are coarse); float64
+    for non-floats.
+    """
     if not dtype.is_float():
         return "float64"
     return dtype.to_numpy() if dtype.size_in_bytes >= 4 else "float32"
@@ -137,7 +142,15 @@ def random_normal(key, shape, dtype: DType, device: DeviceRef, mean: float = 0.0
     if not std > 0:
         raise R.OpError(f"random_normal: std must be > 0, got {std}")
     _require_float("random_normal", dtype)
-    return bind(random_normal_p, key, shape=_shape_param("random_normal", shape), dtype=dtype, device=DeviceRef.from_device(device), mean=float(mean), std=float(std))
+    return bind(
+        random_normal_p,
+        key,
+        shape=_shape_param("random_normal", shape),
+        dtype=dtype,
+        device=DeviceRef.from_device(device),
+        mean=float(mean),
+        std=float(std),
+    )
 
 
 @front(random_uniform_p)
@@ -157,7 +170,15 @@ def random_uniform(key, shape, dtype: DType, device: DeviceRef, low: float = 0.0
         ((1000,), True, True)
     """
     _require_float("random_uniform", dtype)
-    return bind(random_uniform_p, key, shape=_shape_param("random_uniform", shape), dtype=dtype, device=DeviceRef.from_device(device), low=float(low), high=float(high))
+    return bind(
+        random_uniform_p,
+        key,
+        shape=_shape_param("random_uniform", shape),
+        dtype=dtype,
+        device=DeviceRef.from_device(device),
+        low=float(low),
+        high=float(high),
+    )
 
 
 # ─── MAX's graph-level API (max.graph.ops.random) ─────────────────────────
@@ -218,9 +239,13 @@ def set_seed(seed: Any = 0) -> None:
     else:
         t = getattr(seed, "type", None)
         if not isinstance(t, TensorType):
-            raise TypeError(f"ops.random.set_seed: seed must be an int or a graph tensor value, got {type(seed).__name__}")
+            raise TypeError(
+                f"ops.random.set_seed: seed must be an int or a graph tensor value, got {type(seed).__name__}"
+            )
         if not all(isinstance(d, StaticDim) and d.dim == 1 for d in t.shape):
-            raise ValueError(f"ops.random.set_seed: the seed must hold one element (uint64[1], see SeedType), got {R.fmt(t)}")
+            raise ValueError(
+                f"ops.random.set_seed: the seed must hold one element (uint64[1], see SeedType), got {R.fmt(t)}"
+            )
         value = seed if t.dtype is DType.uint64 else cast(seed, DType.uint64)
         if list(t.shape) != [1]:
             value = reshape(value, [1])
@@ -273,7 +298,9 @@ def uniform(like: TensorType, range: Sequence[float] = (0, 1)):  # noqa: A002 - 
     for v in (low, high):
         promote_weak(t.dtype, v)  # MAX: "Unsafe cast" when a bound does not fit the dtype
     seed = _next_seed("uniform")
-    return bind(random_uniform_p, seed, shape=_like_shape(t), dtype=t.dtype, device=t.device, low=float(low), high=float(high))
+    return bind(
+        random_uniform_p, seed, shape=_like_shape(t), dtype=t.dtype, device=t.device, low=float(low), high=float(high)
+    )
 
 
 def gaussian(like: TensorType, mean: float = 0.0, std: float = 1.0):
@@ -298,7 +325,9 @@ def gaussian(like: TensorType, mean: float = 0.0, std: float = 1.0):
     """
     t = _like("gaussian", like)
     seed = _next_seed("gaussian")
-    return bind(random_normal_p, seed, shape=_like_shape(t), dtype=t.dtype, device=t.device, mean=float(mean), std=float(std))
+    return bind(
+        random_normal_p, seed, shape=_like_shape(t), dtype=t.dtype, device=t.device, mean=float(mean), std=float(std)
+    )
 
 
 normal = gaussian

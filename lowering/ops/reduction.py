@@ -122,8 +122,22 @@ def _argmin_impl(x, *, axis: int):
     return jnp.argmin(x, axis=_axis(x, axis), keepdims=True).astype(jnp.int64)
 
 
-argmax_p = register(OpDef("argmax", rule=_reduce_rule("argmax", out_dtype=DType.int64), impl=_nonempty("argmax", _argmax_impl), differentiable=False))
-argmin_p = register(OpDef("argmin", rule=_reduce_rule("argmin", out_dtype=DType.int64), impl=_nonempty("argmin", _argmin_impl), differentiable=False))
+argmax_p = register(
+    OpDef(
+        "argmax",
+        rule=_reduce_rule("argmax", out_dtype=DType.int64),
+        impl=_nonempty("argmax", _argmax_impl),
+        differentiable=False,
+    )
+)
+argmin_p = register(
+    OpDef(
+        "argmin",
+        rule=_reduce_rule("argmin", out_dtype=DType.int64),
+        impl=_nonempty("argmin", _argmin_impl),
+        differentiable=False,
+    )
+)
 
 
 @front(argmax_p)
@@ -279,7 +293,9 @@ def max_(x, y=None, /, axis=None):
     """
     if y is not None:
         if axis is not None:
-            raise ValueError(f"max: pass either y (elementwise maximum) or axis (reduction), not both; got axis={axis!r}")
+            raise ValueError(
+                f"max: pass either y (elementwise maximum) or axis (reduction), not both; got axis={axis!r}"
+            )
         return bind(maximum_p, x, y)
     return bind(reduce_max_p, x, axis=-1 if axis is None else _check_axis_param("max", axis))
 
@@ -302,7 +318,9 @@ def min_(x, y=None, /, axis=None):
     """
     if y is not None:
         if axis is not None:
-            raise ValueError(f"min: pass either y (elementwise minimum) or axis (reduction), not both; got axis={axis!r}")
+            raise ValueError(
+                f"min: pass either y (elementwise minimum) or axis (reduction), not both; got axis={axis!r}"
+            )
         return bind(minimum_p, x, y)
     return bind(reduce_min_p, x, axis=-1 if axis is None else _check_axis_param("min", axis))
 
@@ -509,7 +527,8 @@ def _layer_norm_rule(x, gamma, beta, *, epsilon: float) -> TensorType:
     for what, t in (("gamma", gamma), ("beta", beta)):
         if t.rank != 1 or t.shape[0] != last:
             raise R.OpError(
-                f"layer_norm: {what} shape {list(t.shape)} does not match dimension of reduction [{last}] (the last dim of input {R.fmt(x)})"
+                f"layer_norm: {what} shape {list(t.shape)} does not match dimension of reduction [{last}] (the last "
+                f"dim of input {R.fmt(x)})"
             )
     return x
 
@@ -553,7 +572,9 @@ def layer_norm(input, gamma, beta, epsilon):
 
 
 def check_epsilon(op: str, epsilon: Any) -> float:
-    """``epsilon`` as a positive float (the normalisations' variance offset); TypeError/ValueError naming ``op`` otherwise."""
+    """``epsilon`` as a positive float (the normalisations' variance offset); TypeError/ValueError naming ``op``
+    otherwise.
+    """
     try:
         eps = float(epsilon)
     except (TypeError, ValueError):

@@ -61,7 +61,10 @@ def _resize_rule(x, *, shape, interpolation, coordinate_transform_mode, round_mo
     op = _OP_NAMES[interpolation]
     x = R.require_tensor(op, x)
     if len(shape) != x.rank:
-        raise OpError(f"{op}: size must have the same rank as input ({x.rank}), got {len(shape)}: {format_shape(shape)} for input {R.fmt(x)}")
+        raise OpError(
+            f"{op}: size must have the same rank as input ({x.rank}), got {len(shape)}: {format_shape(shape)} for "
+            f"input {R.fmt(x)}"
+        )
     if interpolation is _BICUBIC and x.rank != 4:
         raise OpError(f"{op} requires rank-4 (NCHW) input, got rank {x.rank} ({R.fmt(x)})")
     _check_dims(op, shape, "size")
@@ -157,9 +160,13 @@ def _resize_impl(x, *, shape, interpolation, coordinate_transform_mode, round_mo
     acc = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
     out = x.astype(acc)
     for axis, n, o in changed:
-        index, weight = _cubic_taps(n, o) if interpolation is _BICUBIC else _linear_taps(n, o, coordinate_transform_mode, antialias)
+        index, weight = (
+            _cubic_taps(n, o) if interpolation is _BICUBIC else _linear_taps(n, o, coordinate_transform_mode, antialias)
+        )
         taps = index.shape[1]
-        gathered = jnp.take(out, index.reshape(-1), axis=axis, mode="clip").reshape((*out.shape[:axis], o, taps, *out.shape[axis + 1 :]))
+        gathered = jnp.take(out, index.reshape(-1), axis=axis, mode="clip").reshape(
+            (*out.shape[:axis], o, taps, *out.shape[axis + 1 :])
+        )
         w = jnp.asarray(weight, acc).reshape((o, taps) + (1,) * (out.ndim - axis - 1))
         out = jnp.sum(gathered * w, axis=axis + 1)
     return _from_float(out, x.dtype)
@@ -184,7 +191,9 @@ def _mode_param(op: str, value: Any, name: str, listing: str) -> int:
 
 def _size_dims(op: str, size: Any, name: str) -> tuple[Dim, ...]:
     if hasattr(size, "type") or isinstance(size, (str, bytes)) or not isinstance(size, Iterable):
-        raise TypeError(f"{op}: {name} must be a sequence of dims (ints or dim names), got {type(size).__name__} {size!r}")
+        raise TypeError(
+            f"{op}: {name} must be a sequence of dims (ints or dim names), got {type(size).__name__} {size!r}"
+        )
     return tuple(Dim(d) for d in size)
 
 
@@ -208,10 +217,20 @@ def _input_rank(x: Any) -> tuple[int, str] | None:
 def _check_same_rank(op: str, x: Any, dims: tuple[Dim, ...]) -> None:
     seen = _input_rank(x)
     if seen is not None and len(dims) != seen[0]:
-        raise OpError(f"{op}: size must have the same rank as input ({seen[0]}), got {len(dims)}: {format_shape(dims)} for input {seen[1]}")
+        raise OpError(
+            f"{op}: size must have the same rank as input ({seen[0]}), got {len(dims)}: {format_shape(dims)} for input "
+            f"{seen[1]}"
+        )
 
 
-def _bind(x: Any, dims: tuple[Dim, ...], mode: InterpolationMode, coordinate_transform_mode: int = HALF_PIXEL, round_mode: int = HALF_DOWN, antialias: bool = False) -> Any:
+def _bind(
+    x: Any,
+    dims: tuple[Dim, ...],
+    mode: InterpolationMode,
+    coordinate_transform_mode: int = HALF_PIXEL,
+    round_mode: int = HALF_DOWN,
+    antialias: bool = False,
+) -> Any:
     return bind(
         resize_p,
         x,
@@ -411,9 +430,15 @@ def resize(input, shape, interpolation=InterpolationMode.BILINEAR):  # noqa: A00
     t = getattr(input, "type", None)
     if isinstance(t, TensorType) and t.rank != 4:
         # MAX's wording; the input's rank is checked before the shape's length, as there.
-        raise OpError(f"{op}: Input tensor must have rank 4 (NCHW format) for resize operation, but got rank {t.rank} ({R.fmt(t)})")
+        raise OpError(
+            f"{op}: Input tensor must have rank 4 (NCHW format) for resize operation, but got rank {t.rank} "
+            f"({R.fmt(t)})"
+        )
     if len(dims) != 4:
-        raise OpError(f"{op}: shape must have 4 elements for NCHW format (batch, channels, height, width), got {len(dims)}: {format_shape(dims)}")
+        raise OpError(
+            f"{op}: shape must have 4 elements for NCHW format (batch, channels, height, width), got {len(dims)}: "
+            f"{format_shape(dims)}"
+        )
     mode = R.enum_param(op, interpolation, InterpolationMode, "interpolation")
     _check_dims(op, dims, "shape")
     return _bind(input, dims, mode)

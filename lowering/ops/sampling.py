@@ -23,13 +23,19 @@ from lowering.registry import OpDef, OpError, front, register
 from lowering.sampling_math import gumbel_argmax, masked_probs, packed_bits
 from lowering.types import TensorType
 
-__all__ = ["topk_sampling", "apply_penalties", "update_frequency_data"]  # and the front-less ops min_p_mask, apply_packed_bitmask, topk_topp_masked_probs, gumbel_argmax
+__all__ = [
+    "topk_sampling",
+    "apply_penalties",
+    "update_frequency_data",
+]  # and the front-less ops min_p_mask, apply_packed_bitmask, topk_topp_masked_probs, gumbel_argmax
 
 # ─── fused top-k / top-p sampling ─────────────────────────────────────────
 
 
 def _rows(op: str, logits, named, *, what: str = "logits") -> TensorType:
-    """``logits`` (float ``[batch, vocab]``, called ``what`` in errors) and each ``(tensor, name, kind)`` of ``named`` one entry per batch row."""
+    """``logits`` (float ``[batch, vocab]``, called ``what`` in errors) and each ``(tensor, name, kind)`` of ``named``
+    one entry per batch row.
+    """
     lg = R.require_tensor(op, logits, what, rank=2, kind=R.FLOAT)
     for t, name, kind in named:
         t = R.require_tensor(op, t, name, rank=1, kind=kind)
@@ -40,7 +46,16 @@ def _rows(op: str, logits, named, *, what: str = "logits") -> TensorType:
 
 def _sampling_rule(logits, top_k, temperature, top_p, seed, *, max_k: int, use_top_p: bool) -> TensorType:
     op = "topk_fused_sampling"
-    lg = _rows(op, logits, ((top_k, "top_k", R.INT), (temperature, "temperature", R.FLOAT), (top_p, "top_p", R.FLOAT), (seed, "seed", R.INT)))
+    lg = _rows(
+        op,
+        logits,
+        (
+            (top_k, "top_k", R.INT),
+            (temperature, "temperature", R.FLOAT),
+            (top_p, "top_p", R.FLOAT),
+            (seed, "seed", R.INT),
+        ),
+    )
     vocab = lg.shape[1]
     if max_k <= 0 or (isinstance(vocab, StaticDim) and max_k > vocab.dim):
         raise OpError(f"{op}: max_k must be in [1, vocab_size={vocab}], got {max_k}")
@@ -129,7 +144,9 @@ def _segment_of(offsets, n: int):
 
 
 def _penalty_at(v, rows, batch: int):
-    """A penalty for each frequency entry: a scalar applies to every row, a ``[batch]`` one is read at the entry's row."""
+    """A penalty for each frequency entry: a scalar applies to every row, a ``[batch]`` one is read at the entry's
+    row.
+    """
     v = v.astype(jnp.float32)
     return v.reshape(-1)[rows] if v.ndim == 1 and v.size == batch and batch != 1 else v.reshape(())
 
@@ -171,7 +188,15 @@ def apply_penalties(logits, frequency_data, frequency_offsets, frequency_penalty
         >>> ops.apply_penalties(logits, frequency, offsets, fp, pp, rp)  # 2 / 2 - 0.5 * 2 - 0.25; -1 * 2 - 0.5 - 0.25
         TensorType(dtype=float32, shape=[Dim(1), Dim(4)], device=cpu:0): [1.0, -0.25, -2.75, 0.5]
     """
-    return bind(apply_penalties_p, logits, frequency_data, frequency_offsets, frequency_penalty, presence_penalty, repetition_penalty)
+    return bind(
+        apply_penalties_p,
+        logits,
+        frequency_data,
+        frequency_offsets,
+        frequency_penalty,
+        presence_penalty,
+        repetition_penalty,
+    )
 
 
 def _update_freq_rule(fd, fo, tokens) -> TensorType:
@@ -202,7 +227,9 @@ def _update_freq_impl(fd, fo, tokens):
     return fd.at[target, 1].set(counts.astype(fd.dtype), mode="drop")
 
 
-update_frequency_data_p = register(OpDef("update_frequency_data", rule=_update_freq_rule, impl=_update_freq_impl, differentiable=False))
+update_frequency_data_p = register(
+    OpDef("update_frequency_data", rule=_update_freq_rule, impl=_update_freq_impl, differentiable=False)
+)
 
 
 @front(update_frequency_data_p)
@@ -235,7 +262,8 @@ def _min_p_rule(logits, min_p, temperature) -> TensorType:
 
 
 def _min_p_impl(logits, min_p, temperature):
-    # p_i >= min_p * p_max  <=>  l_i / T >= l_max / T + log(min_p); temperature <= 0 (greedy) and min_p <= 0 keep every token.
+    # p_i >= min_p * p_max  <=>  l_i / T >= l_max / T + log(min_p); temperature <= 0 (greedy) and min_p <= 0 keep every
+    # token.
     x = logits.astype(jnp.float32)
     t = temperature.astype(jnp.float32)[:, None]
     mp = min_p.astype(jnp.float32)[:, None]
@@ -263,9 +291,13 @@ def _bitmask_rule(logits, packed, fill_value) -> TensorType:
         raise R.OpError(f"{op}: logits must have a vocabulary dim, got {R.fmt(lg)}")
     vocab, words = lg.shape[-1], pk.shape[-1]
     if list(pk.shape[:-1]) != list(lg.shape[:-1]):
-        raise R.OpError(f"{op}: packed_bitmask's leading dims must equal the logits', got {R.fmt(pk)} for logits {R.fmt(lg)}")
+        raise R.OpError(
+            f"{op}: packed_bitmask's leading dims must equal the logits', got {R.fmt(pk)} for logits {R.fmt(lg)}"
+        )
     if isinstance(vocab, StaticDim) and isinstance(words, StaticDim) and words.dim != -(-vocab.dim // 32):
-        raise R.OpError(f"{op}: packed_bitmask's last dim must be ceil({vocab.dim} / 32) = {-(-vocab.dim // 32)}, got {R.fmt(pk)}")
+        raise R.OpError(
+            f"{op}: packed_bitmask's last dim must be ceil({vocab.dim} / 32) = {-(-vocab.dim // 32)}, got {R.fmt(pk)}"
+        )
     return lg
 
 
@@ -276,7 +308,9 @@ def _bitmask_impl(logits, packed, fill_value):
     return jnp.where(keep, logits, fill_value.astype(logits.dtype))
 
 
-apply_packed_bitmask_p = register(OpDef("apply_packed_bitmask", rule=_bitmask_rule, impl=_bitmask_impl, differentiable=False))
+apply_packed_bitmask_p = register(
+    OpDef("apply_packed_bitmask", rule=_bitmask_rule, impl=_bitmask_impl, differentiable=False)
+)
 """``logits`` with every token whose bit is clear in ``packed_bitmask`` set to ``fill_value`` (``-inf`` logits kept)."""
 
 
@@ -284,7 +318,11 @@ apply_packed_bitmask_p = register(OpDef("apply_packed_bitmask", rule=_bitmask_ru
 
 
 def _masked_probs_rule(logits, top_k, temperature, top_p) -> TensorType:
-    lg = _rows("topk_topp_masked_probs", logits, ((top_k, "top_k", R.INT), (temperature, "temperature", R.FLOAT), (top_p, "top_p", R.FLOAT)))
+    lg = _rows(
+        "topk_topp_masked_probs",
+        logits,
+        ((top_k, "top_k", R.INT), (temperature, "temperature", R.FLOAT), (top_p, "top_p", R.FLOAT)),
+    )
     return TensorType(DType.float32, list(lg.shape), lg.device)
 
 
@@ -292,7 +330,9 @@ def _masked_probs_impl(logits, top_k, temperature, top_p):
     return masked_probs(logits, temperature.astype(jnp.float32), top_k.astype(jnp.int32), top_p.astype(jnp.float32))
 
 
-masked_probs_p = register(OpDef("topk_topp_masked_probs", rule=_masked_probs_rule, impl=_masked_probs_impl, differentiable=False))
+masked_probs_p = register(
+    OpDef("topk_topp_masked_probs", rule=_masked_probs_rule, impl=_masked_probs_impl, differentiable=False)
+)
 """Float32 ``[batch, vocab]``: each row's renormalised softmax over its top-k / top-p set (one-hot argmax when greedy)."""
 
 

@@ -54,7 +54,15 @@ from lowering.ops import _rules as R
 from lowering.ops.buffer import buffer_load, buffer_store
 from lowering.ops.core import cast_p, constant
 from lowering.ops.custom import custom_kernel
-from lowering.ops.sampling import apply_packed_bitmask_p, apply_penalties_p, gumbel_argmax_p, masked_probs_p, min_p_mask_p, topk_sampling_p, update_frequency_data_p
+from lowering.ops.sampling import (
+    apply_packed_bitmask_p,
+    apply_penalties_p,
+    gumbel_argmax_p,
+    masked_probs_p,
+    min_p_mask_p,
+    topk_sampling_p,
+    update_frequency_data_p,
+)
 from lowering.ops.shape import broadcast_to, reshape
 
 __all__ = ["per_row"]
@@ -90,39 +98,65 @@ _FUSED_LAYOUTS = {
 
 
 @custom_kernel(_FUSED)
-def _fused_token_sampling(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
+def _fused_token_sampling(
+    values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]
+) -> list[Any]:
     layout = _FUSED_LAYOUTS.get(len(values))
     if layout is None:
-        raise R.OpError(f"custom: kernel {_FUSED!r} takes {' or '.join(map(str, _FUSED_LAYOUTS))} values ({', '.join(_FUSED_LAYOUTS[8])}), got {len(values)}")
+        raise R.OpError(
+            f"custom: kernel {_FUSED!r} takes {' or '.join(map(str, _FUSED_LAYOUTS))} values "
+            f"({', '.join(_FUSED_LAYOUTS[8])}), got {len(values)}"
+        )
     v = dict(zip(layout, values))
     logits = v["logits"]
     R.require_tensor(_FUSED, logits.type, "logits", rank=2, kind=R.FLOAT)
     batch = logits.type.shape[0]
     if "min_p" in v:
-        logits = bind(min_p_mask_p, logits, per_row(v["min_p"], DType.float32, batch), per_row(v["temperature"], DType.float32, batch))
-    args = [per_row(v[n], dt, batch) for n, dt in (("K", DType.int64), ("temperature", DType.float32), ("top_p", DType.float32), ("seed", DType.uint64))]
+        logits = bind(
+            min_p_mask_p,
+            logits,
+            per_row(v["min_p"], DType.float32, batch),
+            per_row(v["temperature"], DType.float32, batch),
+        )
+    args = [
+        per_row(v[n], dt, batch)
+        for n, dt in (
+            ("K", DType.int64),
+            ("temperature", DType.float32),
+            ("top_p", DType.float32),
+            ("seed", DType.uint64),
+        )
+    ]
     return [bind(topk_sampling_p, logits, *args, max_k=_vocab(_FUSED, logits), use_top_p=True)]
 
 
 @custom_kernel("min_p_sampling")
 def _min_p_sampling(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
     if len(values) != 3:
-        raise R.OpError(f"custom: kernel 'min_p_sampling' takes 3 values (min_ps, logits, temperature), got {len(values)}")
+        raise R.OpError(
+            f"custom: kernel 'min_p_sampling' takes 3 values (min_ps, logits, temperature), got {len(values)}"
+        )
     min_ps, logits, temperature = values
     R.require_tensor("min_p_sampling", logits.type, "logits", rank=2, kind=R.FLOAT)
     batch, vocab = logits.type.shape[0], _vocab("min_p_sampling", logits)
     device = logits.type.device
     temp = per_row(temperature, DType.float32, batch)
     masked = bind(min_p_mask_p, logits, per_row(min_ps, DType.float32, batch), temp)
-    every, whole, seed = (per_row(constant(x, dt, device), dt, batch) for x, dt in ((vocab, DType.int64), (1.0, DType.float32), (0, DType.uint64)))
+    every, whole, seed = (
+        per_row(constant(x, dt, device), dt, batch)
+        for x, dt in ((vocab, DType.int64), (1.0, DType.float32), (0, DType.uint64))
+    )
     return [bind(topk_sampling_p, masked, every, temp, whole, seed, max_k=vocab, use_top_p=False)]
 
 
 @custom_kernel("sampler.apply_penalties", inplace=True)
-def _apply_penalties(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
+def _apply_penalties(
+    values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]
+) -> list[Any]:
     if len(values) != 6:
         raise R.OpError(
-            f"inplace_custom: kernel 'sampler.apply_penalties' takes 6 values (logits, frequency_data, frequency_offsets, frequency_penalty, presence_penalty, repetition_penalty), got {len(values)}"
+            "inplace_custom: kernel 'sampler.apply_penalties' takes 6 values (logits, frequency_data, "
+            f"frequency_offsets, frequency_penalty, presence_penalty, repetition_penalty), got {len(values)}"
         )
     buf, fd, fo, *pens = values
     pens = [p if p.type.dtype is DType.float32 else bind(cast_p, p, dtype=DType.float32) for p in pens]
@@ -131,16 +165,23 @@ def _apply_penalties(values: Sequence[Any], out_types: Sequence[Any] | None, par
 
 
 @custom_kernel("sampler.update_frequency_data", inplace=True)
-def _update_frequency_data(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
+def _update_frequency_data(
+    values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]
+) -> list[Any]:
     if len(values) != 3:
-        raise R.OpError(f"inplace_custom: kernel 'sampler.update_frequency_data' takes 3 values (frequency_data, frequency_offsets, new_tokens), got {len(values)}")
+        raise R.OpError(
+            "inplace_custom: kernel 'sampler.update_frequency_data' takes 3 values (frequency_data, "
+            f"frequency_offsets, new_tokens), got {len(values)}"
+        )
     buf, fo, tokens = values
     buffer_store(buf, bind(update_frequency_data_p, buffer_load(buf), fo, tokens))
     return []
 
 
 @custom_kernel("mo.apply_packed_bitmask")
-def _apply_packed_bitmask(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
+def _apply_packed_bitmask(
+    values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]
+) -> list[Any]:
     name = "mo.apply_packed_bitmask"
     if len(values) == 2 and "fill_value" in parameters:
         logits, packed = values
@@ -148,7 +189,10 @@ def _apply_packed_bitmask(values: Sequence[Any], out_types: Sequence[Any] | None
     elif len(values) == 3:
         logits, packed, fill = values
     else:
-        raise R.OpError(f"custom: kernel {name!r} takes 3 values (logits, packed_bitmask, fill_value), or 2 and parameters={{'fill_value': x}}; got {len(values)} values")
+        raise R.OpError(
+            f"custom: kernel {name!r} takes 3 values (logits, packed_bitmask, fill_value), or 2 and "
+            f"parameters={{'fill_value': x}}; got {len(values)} values"
+        )
     if fill.type.rank == 1:
         fill = reshape(fill, [])
     if fill.type.dtype is not logits.type.dtype:
@@ -162,21 +206,27 @@ def _arity(name: str, values: Sequence[Any], names: tuple[str, ...]) -> None:
 
 
 @custom_kernel("sampler.topk_topp_masked_probs")
-def _topk_topp_masked_probs(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
+def _topk_topp_masked_probs(
+    values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]
+) -> list[Any]:
     _arity("sampler.topk_topp_masked_probs", values, ("K", "temperature", "top_p", "input"))
     k, temperature, top_p, logits = values
     return [bind(masked_probs_p, logits, k, temperature, top_p)]
 
 
 @custom_kernel("sampler.gumbel_argmax_from_probs")
-def _gumbel_argmax_from_probs(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
+def _gumbel_argmax_from_probs(
+    values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]
+) -> list[Any]:
     _arity("sampler.gumbel_argmax_from_probs", values, ("seed", "probs"))
     seed, probs = values
     return [bind(gumbel_argmax_p, probs, seed)]
 
 
 @custom_kernel("sampler.fused_token_sampling_with_dist")
-def _fused_token_sampling_with_dist(values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]) -> list[Any]:
+def _fused_token_sampling_with_dist(
+    values: Sequence[Any], out_types: Sequence[Any] | None, parameters: Mapping[str, Any]
+) -> list[Any]:
     # max_k only bounds K in MAX's kernel (it sizes the candidate buffer); the filter reads K itself.
     _arity("sampler.fused_token_sampling_with_dist", values, ("K", "max_k", "temperature", "top_p", "seed", "input"))
     k, _max_k, temperature, top_p, seed, logits = values

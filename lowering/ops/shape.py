@@ -20,7 +20,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from lowering.context import bind, current_context
-from lowering.dims import Dim, StaticDim, _from_poly, _make_poly, bind_symbols, format_shape  # exact division by a monomial (see _exact_div)
+from lowering.dims import (
+    Dim,
+    StaticDim,
+    _from_poly,
+    _make_poly,
+    bind_symbols,
+    format_shape,
+)  # exact division by a monomial (see _exact_div)
 from lowering.dtypes import DType
 from lowering.ops import _rules as R
 from lowering.ops import _transposed
@@ -76,7 +83,7 @@ def _exact_div(n: Dim, p: Dim) -> Dim | None:
     terms = p._poly
     if len(terms) != 1:
         return None
-    (p_mono, p_coeff), = terms
+    ((p_mono, p_coeff),) = terms
     out: dict[tuple, int] = {}
     for mono, coeff in n._poly:
         if coeff % p_coeff:
@@ -96,18 +103,26 @@ def _as_dims(op: str, shape: Any, what: str = "shape") -> tuple[Dim, ...]:
     if hasattr(shape, "type") or isinstance(shape, (jax.Array, jax.core.Tracer)):
         raise TypeError(f"{op}: {what} must be a list of dims (ints, strings or Dims), got a tensor value")
     if isinstance(shape, (str, Dim)) or not isinstance(shape, Iterable):
-        raise TypeError(f"{op}: {what} must be a list of dims (ints, strings or Dims), got {type(shape).__name__} {shape!r}")
+        raise TypeError(
+            f"{op}: {what} must be a list of dims (ints, strings or Dims), got {type(shape).__name__} {shape!r}"
+        )
     dims = []
     for d in shape:
         try:
             dims.append(Dim(d))
         except TypeError:
-            raise TypeError(f"{op}: {what} entries must be ints, strings or Dims, got {type(d).__name__} {d!r}") from None
+            raise TypeError(
+                f"{op}: {what} entries must be ints, strings or Dims, got {type(d).__name__} {d!r}"
+            ) from None
     return tuple(dims)
 
 
 def _as_ints(op: str, values: Any, what: str) -> tuple[int, ...]:
-    if hasattr(values, "type") or isinstance(values, (str, jax.Array, jax.core.Tracer)) or not isinstance(values, Iterable):
+    if (
+        hasattr(values, "type")
+        or isinstance(values, (str, jax.Array, jax.core.Tracer))
+        or not isinstance(values, Iterable)
+    ):
         raise TypeError(f"{op}: {what} must be a list of ints, got {type(values).__name__} {values!r}")
     out = []
     for v in values:
@@ -146,7 +161,10 @@ def _reshape_rule(x, *, shape: tuple[Dim, ...]) -> TensorType:
     out = list(shape)
     if holes and known == 0:
         # MAX's wording.
-        raise R.OpError(f"reshape(): cannot infer -1 dimension when another dimension is 0 (reshape of {R.fmt(x)} to {format_shape(shape)})")
+        raise R.OpError(
+            f"reshape(): cannot infer -1 dimension when another dimension is 0 (reshape of {R.fmt(x)} to "
+            f"{format_shape(shape)})"
+        )
     if holes:
         q = _exact_div(total, known)
         if q is None:
@@ -293,7 +311,9 @@ def _transpose_axis(axis: Any, rank: int, name: str) -> int:
     if isinstance(axis, (bool, np.bool_)) or not hasattr(axis, "__index__"):
         raise TypeError(f"transpose: {name} must be an int, got {type(axis).__name__}")
     if not -n <= int(axis) < n:
-        raise R.AxisError(f"transpose: Axis {name} out of range (expected to be in range of [{-n}, {n - 1}], but got {int(axis)})")
+        raise R.AxisError(
+            f"transpose: Axis {name} out of range (expected to be in range of [{-n}, {n - 1}], but got {int(axis)})"
+        )
     return int(axis) % n
 
 
@@ -372,7 +392,10 @@ def _broadcast_to_rule(x, *shape_tensor, shape: tuple[Dim, ...]) -> TensorType:
         R.require_rank("broadcast_to", st, lambda r: r == 1, "1", "shape")
         R.require_dtype("broadcast_to", st, R.is_int, "an integer", "shape")
         if isinstance(st.shape[0], StaticDim) and st.shape[0] != len(shape):
-            raise R.OpError(f"broadcast_to: shape tensor {R.fmt(st)} has {st.shape[0]} entries but out_dims {format_shape(shape)} has {len(shape)}")
+            raise R.OpError(
+                f"broadcast_to: shape tensor {R.fmt(st)} has {st.shape[0]} entries but out_dims {format_shape(shape)} "
+                f"has {len(shape)}"
+            )
     if len(shape) < x.rank:
         raise R.OpError(f"broadcast_to: cannot broadcast {R.fmt(x)} to the lower-rank shape {format_shape(shape)}")
     for i in range(1, x.rank + 1):
@@ -383,7 +406,8 @@ def _broadcast_to_rule(x, *shape_tensor, shape: tuple[Dim, ...]) -> TensorType:
             # MAX's wording, then the types.
             raise R.OpError(
                 f"[broadcast_to] input dimension at index {x.rank - i} ({d}) must be either 1 or equal to "
-                f"corresponding output dimension at index {len(shape) - i} ({t}); cannot broadcast {R.fmt(x)} to {format_shape(shape)}"
+                f"corresponding output dimension at index {len(shape) - i} ({t}); cannot broadcast {R.fmt(x)} to "
+                f"{format_shape(shape)}"
             )
     return TensorType(x.dtype, shape, x.device)
 
@@ -468,7 +492,10 @@ def _rebind_rule(x, *, shape: _ShapeSpec, message: str, layout: Any) -> TensorTy
 def _rebind_check(x, spec: _ShapeSpec, message: str, env: dict[str, int]) -> None:
     err = bind_symbols(spec.dims, x.shape, env)
     if err:
-        raise ValueError(f"rebind: {message + ': ' if message else ''}shape {list(x.shape)} does not match {format_shape(spec.dims)}: {err}")
+        raise ValueError(
+            f"rebind: {message + ': ' if message else ''}shape {list(x.shape)} does not match "
+            f"{format_shape(spec.dims)}: {err}"
+        )
 
 
 def _rebind_impl(x, *, shape: _ShapeSpec, message: str, layout: Any):
@@ -534,7 +561,10 @@ def _check_same_device(op: str, values: list[Any]) -> None:
     """
     types = [getattr(v, "type", None) for v in values]
     if len({t.device for t in types if isinstance(t, TensorType)}) > 1:
-        lines = [f"    {i}: {R.fmt(t)} on {t.device}" if isinstance(t, TensorType) else f"    {i}: {type(v).__name__}" for i, (v, t) in enumerate(zip(values, types))]
+        lines = [
+            f"    {i}: {R.fmt(t)} on {t.device}" if isinstance(t, TensorType) else f"    {i}: {type(v).__name__}"
+            for i, (v, t) in enumerate(zip(values, types))
+        ]
         raise R.OpError(f"{op}: Input values must be on the same device\n" + "\n".join(lines))
 
 
@@ -550,14 +580,17 @@ def _concat_rule(*xs, axis: int) -> TensorType:
         for j, (a, b) in enumerate(zip(first.shape, t.shape)):
             if j != ax and a != b:
                 raise R.OpError(
-                    f"concat: inputs must match in every dim but axis {axis}; input 0 {R.fmt(first)} and input {i} {R.fmt(t)} differ in dim {j}"
+                    f"concat: inputs must match in every dim but axis {axis}; input 0 {R.fmt(first)} and input {i} "
+                    f"{R.fmt(t)} differ in dim {j}"
                 )
     shape = list(first.shape)
     shape[ax] = functools.reduce(operator.add, (t.shape[ax] for t in ts), StaticDim(0))
     return TensorType(first.dtype, shape, first.device)
 
 
-concat_p = register(OpDef("concat", rule=_concat_rule, impl=lambda *xs, axis: jnp.concatenate(xs, axis=axis % xs[0].ndim)))
+concat_p = register(
+    OpDef("concat", rule=_concat_rule, impl=lambda *xs, axis: jnp.concatenate(xs, axis=axis % xs[0].ndim))
+)
 
 
 @front(concat_p)
@@ -587,12 +620,17 @@ def _stack_rule(*xs, axis: int) -> TensorType:
     first = ts[0]
     for i, t in enumerate(ts[1:], 1):
         if list(t.shape) != list(first.shape):
-            raise R.OpError(f"stack: inputs must have the same shape; input 0 is {R.fmt(first)}, input {i} is {R.fmt(t)}")
+            raise R.OpError(
+                f"stack: inputs must have the same shape; input 0 is {R.fmt(first)}, input {i} is {R.fmt(t)}"
+            )
     n = first.rank + 1
     if isinstance(axis, (bool, np.bool_)) or not hasattr(axis, "__index__"):
         raise TypeError(f"stack: axis must be an int, got {type(axis).__name__}")
     if not -n <= int(axis) < n:
-        raise R.AxisError(f"stack: Axis out of range (expected to be in range of [{-n}, {n - 1}], but got {int(axis)}) for inputs {R.fmt(first)}")
+        raise R.AxisError(
+            f"stack: Axis out of range (expected to be in range of [{-n}, {n - 1}], but got {int(axis)}) for inputs "
+            f"{R.fmt(first)}"
+        )
     ax = int(axis) % n
     shape = list(first.shape[:ax]) + [StaticDim(len(ts))] + list(first.shape[ax:])
     return TensorType(first.dtype, shape, first.device)
@@ -636,7 +674,8 @@ def _split_rule(x, *, split_sizes: tuple[Dim, ...], axis: int) -> tuple[TensorTy
         raise R.OpError(f"split: Split sizes must be positive: sizes={sizes}")
     if x.shape[ax] != sum(sizes):
         raise R.OpError(
-            f"split: Split sizes must sum to dimension value; x.shape[axis]={x.shape[ax]!r} != sum(sizes={sizes}) (input {R.fmt(x)}, axis {axis})"
+            f"split: Split sizes must sum to dimension value; x.shape[axis]={x.shape[ax]!r} != sum(sizes={sizes}) "
+            f"(input {R.fmt(x)}, axis {axis})"
         )
     outs = []
     for s in split_sizes:
@@ -678,7 +717,9 @@ def split(x, split_sizes, axis=0):
     symbolic = [d for d in sizes if not isinstance(d, StaticDim)]
     if symbolic:
         # MAX's split slices at static offsets: every size must be known.
-        raise TypeError(f"split: split_sizes must be static ints, got symbolic dim {symbolic[0]} in {format_shape(sizes)}")
+        raise TypeError(
+            f"split: split_sizes must be static ints, got symbolic dim {symbolic[0]} in {format_shape(sizes)}"
+        )
     if isinstance(axis, (bool, np.bool_)) or not hasattr(axis, "__index__"):
         raise TypeError(f"split: axis must be an int, got {type(axis).__name__}")
     return list(bind(split_p, x, split_sizes=sizes, axis=int(axis)))
@@ -691,7 +732,10 @@ def _chunk_rule(x, *, chunks: int, axis: int) -> tuple[TensorType, ...]:
     d = x.shape[ax]
     if not isinstance(d, StaticDim):
         # MAX's chunk needs a static dim (a TypeError there too).
-        raise TypeError(f"chunk: dim {axis} of {R.fmt(x)} must be static to chunk, got symbolic dim {d}; rebind it to a static size first")
+        raise TypeError(
+            f"chunk: dim {axis} of {R.fmt(x)} must be static to chunk, got symbolic dim {d}; rebind it to a static "
+            "size first"
+        )
     if chunks <= 0:
         raise R.OpError(f"chunk: chunks must be positive, got {chunks}")
     if d.dim % chunks:
@@ -875,7 +919,9 @@ def repeat_interleave(x, repeats, axis=None, out_dim=None):
         raise TypeError(f"repeat_interleave: repeats must be an int or an integer tensor, got {type(repeats).__name__}")
     if out is None:
         raise ValueError("repeat_interleave: tensor-valued repeats need out_dim (the size of the repeated axis)")
-    input_dims = {p.name for v in (x, repeats) for d in getattr(getattr(v, "type", None), "shape", ()) for p in d.parameters}
+    input_dims = {
+        p.name for v in (x, repeats) for d in getattr(getattr(v, "type", None), "shape", ()) for p in d.parameters
+    }
     if any(p.name not in input_dims for p in out.parameters):
         # A symbol no input carries: the output's size comes from the values of repeats.
         out = DataDim(out)
@@ -894,7 +940,8 @@ def _pad_rule(x, value, *, paddings: tuple[int, ...], mode: str = "constant") ->
     R.require_rank("pad", v, lambda r: r == 0, "0 (a scalar)", "value")
     if len(paddings) != 2 * x.rank:
         raise R.OpError(
-            f"pad: paddings must have 2 * rank = {2 * x.rank} values [before0, after0, ...] for {R.fmt(x)}, got {list(paddings)}"
+            f"pad: paddings must have 2 * rank = {2 * x.rank} values [before0, after0, ...] for {R.fmt(x)}, got "
+            f"{list(paddings)}"
         )
     if any(p < 0 for p in paddings):
         raise R.OpError(f"pad: paddings must be non-negative, got {list(paddings)}")
@@ -949,7 +996,9 @@ def pad(input, paddings, mode="constant", value=0):
 def _band_part_rule(x, *, num_lower: int | None, num_upper: int | None, exclude: bool) -> TensorType:
     x = R.require_tensor("band_part", x)
     if x.rank < 2:
-        raise R.OpError(f"band_part: input must have at least 2 dimensions (the last two are the matrix), got {R.fmt(x)}")
+        raise R.OpError(
+            f"band_part: input must have at least 2 dimensions (the last two are the matrix), got {R.fmt(x)}"
+        )
     for name, v, d in (("num_lower", num_lower, x.shape[-2]), ("num_upper", num_upper, x.shape[-1])):
         if v is None:
             continue
@@ -958,7 +1007,9 @@ def _band_part_rule(x, *, num_lower: int | None, num_upper: int | None, exclude:
         if v < 0:
             raise R.OpError(f"band_part: {name} must be non-negative (or None, or -1 meaning None), got {v}")
         if isinstance(d, StaticDim) and v >= d.dim:
-            raise R.OpError(f"band_part: {name}={v} is out of bounds for {R.fmt(x)} (expected 0 <= {name} < {d}, or None)")
+            raise R.OpError(
+                f"band_part: {name}={v} is out of bounds for {R.fmt(x)} (expected 0 <= {name} < {d}, or None)"
+            )
     return x
 
 
@@ -999,7 +1050,9 @@ def band_part(x, num_lower=None, num_upper=None, exclude=False):
         TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
     """
     # MAX: -1 is a historical spelling of None (no bound).
-    num_lower, num_upper = (None if v is not None and _opt_int(v) == -1 else _opt_int(v) for v in (num_lower, num_upper))
+    num_lower, num_upper = (
+        None if v is not None and _opt_int(v) == -1 else _opt_int(v) for v in (num_lower, num_upper)
+    )
     return bind(band_part_p, x, num_lower=num_lower, num_upper=num_upper, exclude=bool(exclude))
 
 
@@ -1010,9 +1063,14 @@ def _interleaved_rule(x) -> TensorType:
     half = _exact_div(last, StaticDim(2))
     if half is None and not isinstance(last, StaticDim):
         # MAX: a TypeError for a symbolic last dim (maxfx also takes one that is provably even, like 2 * n).
-        raise TypeError(f"as_interleaved_complex: the last dim of {R.fmt(x)} must be static or provably even (pairs of real, imag), got {last}")
+        raise TypeError(
+            f"as_interleaved_complex: the last dim of {R.fmt(x)} must be static or provably even (pairs of real, "
+            f"imag), got {last}"
+        )
     if half is None:
-        raise R.OpError(f"as_interleaved_complex: the last dim of {R.fmt(x)} must be divisible by 2 (pairs of real, imag)")
+        raise R.OpError(
+            f"as_interleaved_complex: the last dim of {R.fmt(x)} must be divisible by 2 (pairs of real, imag)"
+        )
     return TensorType(x.dtype, list(x.shape[:-1]) + [half, StaticDim(2)], x.device)
 
 
@@ -1076,7 +1134,9 @@ def shape_to_tensor(shape):
     """
     if isinstance(shape, str):
         # MAX reads a string as a sequence of one-letter dims and rejects it as a ValueError.
-        raise ValueError(f"shape_to_tensor: shape must be a list of dims (ints, strings or Dims), got the string {shape!r}")
+        raise ValueError(
+            f"shape_to_tensor: shape must be a list of dims (ints, strings or Dims), got the string {shape!r}"
+        )
     dims = _as_dims("shape_to_tensor", shape)
     if _all_static(dims):
         return constant(np.asarray([d.dim for d in dims], dtype=np.int64).reshape((len(dims),)), DType.int64)

@@ -48,7 +48,10 @@ class SafeTensor:
         """
         if name not in self._file.entries:
             known = ", ".join(repr(k) for k in list(self._file.entries)[:5])
-            raise KeyError(f"safe_open: {name!r} is not a tensor of {self._file.path} (it has {len(self._file.entries)}: {known}{', ...' if len(self._file.entries) > 5 else ''})")
+            raise KeyError(
+                f"safe_open: {name!r} is not a tensor of {self._file.path} (it has {len(self._file.entries)}: "
+                f"{known}{', ...' if len(self._file.entries) > 5 else ''})"
+            )
         tensor = DriverTensor.from_numpy(self._file.read(name))
         return tensor if self._device.is_host else tensor.to(self._device)
 

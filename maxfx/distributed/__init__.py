@@ -21,4 +21,16 @@ from maxfx.distributed._gather import barrier, gather, is_global
 from maxfx.distributed._launch import TIMEOUT_STATUS, free_port, launch
 from maxfx.distributed._runtime import initialize, is_coordinator, process_count, process_index
 
-__all__ = ["NotAddressableError", "TIMEOUT_STATUS", "barrier", "free_port", "gather", "initialize", "is_coordinator", "is_global", "launch", "process_count", "process_index"]
+__all__ = [
+    "NotAddressableError",
+    "TIMEOUT_STATUS",
+    "barrier",
+    "free_port",
+    "gather",
+    "initialize",
+    "is_coordinator",
+    "is_global",
+    "launch",
+    "process_count",
+    "process_index",
+]

@@ -45,7 +45,9 @@ def is_global(x: Any) -> bool:
 def _host(leaf: Any) -> Any:
     array = leaf._array() if isinstance(leaf, Tensor) else leaf
     if isinstance(array, jax.core.Tracer):
-        raise TypeError("maxfx.distributed.gather: got a traced value; gather reads concrete values (call it outside jit)")
+        raise TypeError(
+            "maxfx.distributed.gather: got a traced value; gather reads concrete values (call it outside jit)"
+        )
     return array
 
 
@@ -65,7 +67,9 @@ def gather(tree: Any) -> Any:
     leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=lambda v: isinstance(v, Tensor))
     arrays = [_host(v) for v in leaves]
     split = [i for i, a in enumerate(arrays) if not readable_here(a)]
-    out: list[Any] = [None if i in split else np.asarray(a) for i, a in enumerate(arrays)]  # what this process holds whole is read here
+    out: list[Any] = [
+        None if i in split else np.asarray(a) for i, a in enumerate(arrays)
+    ]  # what this process holds whole is read here
     if split:
         # run: int64/float64 leaves keep their width through the all-gather
         gathered = run(multihost_utils.process_allgather, [arrays[i] for i in split], tiled=True)

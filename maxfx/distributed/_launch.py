@@ -48,9 +48,13 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _child_env(base: dict[str, str], index: int, nproc: int, address: str, devices_per_process: int | None) -> dict[str, str]:
+def _child_env(
+    base: dict[str, str], index: int, nproc: int, address: str, devices_per_process: int | None
+) -> dict[str, str]:
     env = dict(base)
-    env.update({ENV_COORDINATOR: address, ENV_NUM_PROCESSES: str(nproc), ENV_PROCESS_ID: str(index), "PYTHONUNBUFFERED": "1"})
+    env.update(
+        {ENV_COORDINATOR: address, ENV_NUM_PROCESSES: str(nproc), ENV_PROCESS_ID: str(index), "PYTHONUNBUFFERED": "1"}
+    )
     if devices_per_process is not None:
         env[ENV_DEVICES] = str(devices_per_process)
         # JAX refuses both ways of setting the CPU device count at once; the launcher's is the one asked for.
@@ -162,7 +166,13 @@ def launch(
             previous[sig] = signal.signal(sig, forward)
     try:
         for i in range(nproc):
-            p = subprocess.Popen(argv, env=_child_env(base, i, nproc, address, devices_per_process), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+            p = subprocess.Popen(
+                argv,
+                env=_child_env(base, i, nproc, address, devices_per_process),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
             procs.append(p)
             for stream, target in ((p.stdout, out), (p.stderr, err)):
                 t = threading.Thread(target=_pump, args=(stream, f"[{i}] ", target, lock), daemon=True)
@@ -204,15 +214,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m maxfx.launch --nproc N [--devices-per-process K] [--timeout S] (script.py | -m module) args...``."""
     parser = argparse.ArgumentParser(
         prog="python -m maxfx.launch",
-        description="Run a program as N processes of one JAX job on this machine (coordinator on 127.0.0.1). The program calls maxfx.distributed.initialize() first.",
+        description=(
+            "Run a program as N processes of one JAX job on this machine (coordinator on 127.0.0.1). The "
+            "program calls maxfx.distributed.initialize() first."
+        ),
     )
     parser.add_argument("--nproc", type=int, required=True, help="number of processes")
-    parser.add_argument("--devices-per-process", type=int, default=None, help="CPU devices per process (GPUs per process on a GPU host)")
-    parser.add_argument("--timeout", type=float, default=None, help="seconds for the whole job; then every process is stopped (status 124)")
+    parser.add_argument(
+        "--devices-per-process", type=int, default=None, help="CPU devices per process (GPUs per process on a GPU host)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds for the whole job; then every process is stopped (status 124)",
+    )
     parser.add_argument("-m", dest="module", action="store_true", help="run the program as a module (python -m)")
     parser.add_argument("program", help="the script (or with -m the module) to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the program's arguments")
     ns = parser.parse_args(argv)
     if ns.nproc < 1 or (ns.devices_per_process is not None and ns.devices_per_process < 1):
         parser.error(f"--nproc and --devices-per-process must be >= 1, got {ns.nproc} and {ns.devices_per_process}")
-    return launch([ns.program, *ns.args], nproc=ns.nproc, devices_per_process=ns.devices_per_process, timeout=ns.timeout, module=ns.module)
+    return launch(
+        [ns.program, *ns.args],
+        nproc=ns.nproc,
+        devices_per_process=ns.devices_per_process,
+        timeout=ns.timeout,
+        module=ns.module,
+    )

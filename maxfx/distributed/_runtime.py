@@ -31,7 +31,16 @@ import jax
 from jax._src import xla_bridge
 from jax._src.distributed import global_state  # JAX keeps the running job's process id and count only here
 
-__all__ = ["ENV_COORDINATOR", "ENV_DEVICES", "ENV_NUM_PROCESSES", "ENV_PROCESS_ID", "initialize", "is_coordinator", "process_count", "process_index"]
+__all__ = [
+    "ENV_COORDINATOR",
+    "ENV_DEVICES",
+    "ENV_NUM_PROCESSES",
+    "ENV_PROCESS_ID",
+    "initialize",
+    "is_coordinator",
+    "process_count",
+    "process_index",
+]
 
 ENV_COORDINATOR = "MAXFX_COORDINATOR_ADDRESS"
 ENV_NUM_PROCESSES = "MAXFX_NUM_PROCESSES"
@@ -49,11 +58,14 @@ def _env_int(name: str) -> int | None:
     try:
         return int(text)
     except ValueError:
-        raise ValueError(f"maxfx.distributed.initialize: the environment variable {name}={text!r} is not an integer") from None
+        raise ValueError(
+            f"maxfx.distributed.initialize: the environment variable {name}={text!r} is not an integer"
+        ) from None
 
 
 def _gpu_platform_possible() -> bool:
-    # local_device_ids only restricts GPUs (JAX turns it into CUDA/ROCm visible devices); skip it where JAX is told to use the CPU alone.
+    # local_device_ids only restricts GPUs (JAX turns it into CUDA/ROCm visible devices); skip it where JAX is told to
+    # use the CPU alone.
     platforms = jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS", "")
     return not platforms or any(p.strip() in ("cuda", "gpu", "rocm") for p in platforms.split(","))
 
@@ -118,11 +130,15 @@ def initialize(
     if _joined or jax.distributed.is_initialized():
         pid, count = _joined[0] if _joined else (global_state.process_id, global_state.num_processes)
         if num_processes not in (None, count) or process_id not in (None, pid):
-            raise RuntimeError(f"{where}: already initialized as process {pid} of {count}; cannot become process {process_id} of {num_processes}")
+            raise RuntimeError(
+                f"{where}: already initialized as process {pid} of {count}; cannot become process {process_id} of "
+                f"{num_processes}"
+            )
         return
     if xla_bridge.backends_are_initialized():
         raise RuntimeError(
-            f"{where}: JAX already started its devices in this process (some JAX or maxfx work ran first, e.g. jax.devices() or a Tensor); "
+            f"{where}: JAX already started its devices in this process (some JAX or maxfx work ran first, e.g. "
+            "jax.devices() or a Tensor); "
             "call initialize() at the top of the program, before anything else touches JAX"
         )
     if cpu_collectives not in ("gloo", "mpi"):
@@ -138,7 +154,12 @@ def initialize(
         # A one-process job needs no coordinator, and JAX's runtime, once started, would route even this
         # process's own device collectives through gloo over TCP (a 2-device CPU step: ~20 ms instead of ~1 ms).
         if local_device_ids is not None:
-            jax.config.update("jax_cuda_visible_devices", ",".join(str(i) for i in ([local_device_ids] if isinstance(local_device_ids, int) else local_device_ids)))
+            jax.config.update(
+                "jax_cuda_visible_devices",
+                ",".join(
+                    str(i) for i in ([local_device_ids] if isinstance(local_device_ids, int) else local_device_ids)
+                ),
+            )
         _joined.append((0, 1))
         return
     try:
@@ -148,15 +169,19 @@ def initialize(
     except ValueError as e:
         if coordinator_address is None and "coordinator" in str(e):
             raise ValueError(
-                f"{where}: no coordinator address: pass coordinator_address='host:port' (with num_processes and process_id), "
-                f"set {ENV_COORDINATOR}, {ENV_NUM_PROCESSES} and {ENV_PROCESS_ID}, start the program with `python -m maxfx.launch`, "
+                f"{where}: no coordinator address: pass coordinator_address='host:port' (with num_processes and "
+                "process_id), "
+                f"set {ENV_COORDINATOR}, {ENV_NUM_PROCESSES} and {ENV_PROCESS_ID}, start the program with `python -m "
+                "maxfx.launch`, "
                 f"or run it under Slurm / Open MPI / Cloud TPU, which JAX detects ({e})"
             ) from e
         raise
 
 
 def _exit_on_uncaught(previous: Any) -> Any:
-    """``sys.excepthook`` that reports the exception as ``previous`` does, then leaves without JAX's shutdown barrier."""
+    """``sys.excepthook`` that reports the exception as ``previous`` does, then leaves without JAX's shutdown
+    barrier.
+    """
 
     def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         previous(kind, value, tb)

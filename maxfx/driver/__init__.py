@@ -46,7 +46,11 @@ from maxfx.driver._virtual import (
     set_virtual_device_count,
     set_virtual_device_target_arch,
 )
-from maxfx.driver.driver import calculate_virtual_device_count, calculate_virtual_device_count_from_cli, enable_all_peer_access
+from maxfx.driver.driver import (
+    calculate_virtual_device_count,
+    calculate_virtual_device_count_from_cli,
+    enable_all_peer_access,
+)
 
 __all__ = [
     "Accelerator",

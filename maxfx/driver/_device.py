@@ -155,7 +155,9 @@ def load_devices(device_specs: Sequence[DeviceSpec]) -> list[Device]:
         if spec.device_type == "cpu":
             out.append(CPU(spec.id))
         elif spec.id >= n:
-            raise ValueError(f"load_devices: accelerator {spec.id} was requested but this machine has {n} accelerator(s)")
+            raise ValueError(
+                f"load_devices: accelerator {spec.id} was requested but this machine has {n} accelerator(s)"
+            )
         else:
             out.append(Accelerator(spec.id))
     return out

@@ -29,7 +29,19 @@ from jax import lax
 
 from lowering.x64 import run
 
-__all__ = ["HostStorage", "DeviceStorage", "IndexStep", "ViewStep", "shadow_of", "apply_np", "apply_jax", "write_back_jax", "device_zeros", "np_view", "is_strided_contiguous"]
+__all__ = [
+    "HostStorage",
+    "DeviceStorage",
+    "IndexStep",
+    "ViewStep",
+    "shadow_of",
+    "apply_np",
+    "apply_jax",
+    "write_back_jax",
+    "device_zeros",
+    "np_view",
+    "is_strided_contiguous",
+]
 
 # One recipe step: ("index", key) for basic indexing, ("view", np.dtype, shape) for reinterpretation.
 IndexStep = tuple[str, Any]
@@ -207,7 +219,9 @@ def _write_back_jax(root: jax.Array, steps: tuple, leaf: Any) -> jax.Array:
 
 
 def write_back_jax(root: jax.Array, steps: tuple, leaf: Any) -> jax.Array:
-    """The root array after the view at the end of ``steps`` is replaced by ``leaf`` (run with 64-bit types, as `apply_jax`)."""
+    """The root array after the view at the end of ``steps`` is replaced by ``leaf`` (run with 64-bit types, as
+    `apply_jax`).
+    """
     return run(_write_back_jax, root, steps, leaf)
 
 

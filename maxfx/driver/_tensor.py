@@ -74,7 +74,13 @@ def _normalize_key(key: Any, where: str) -> tuple:
     """A basic-indexing key as a tuple ending in Ellipsis (so numpy returns a view, never a scalar)."""
     key = key if isinstance(key, tuple) else (key,)
     for k in key:
-        if not (k is None or k is Ellipsis or isinstance(k, slice) or isinstance(k, (int, np.integer)) and not isinstance(k, bool)):
+        if not (
+            k is None
+            or k is Ellipsis
+            or isinstance(k, slice)
+            or isinstance(k, (int, np.integer))
+            and not isinstance(k, bool)
+        ):
             raise TypeError(
                 f"{where}: only basic indexing (ints, slices, ..., None) makes views; got {type(k).__name__} {k!r}. "
                 "Gather with numpy on t.to_numpy() instead"
@@ -96,7 +102,9 @@ def _broadcast_value(value: Any, dtype: np.dtype, shape: tuple[int, ...]) -> jax
     try:
         return jnp.broadcast_to(val, shape)
     except ValueError:
-        raise ValueError(f"Tensor.__setitem__: value of shape {val.shape} does not fit the indexed shape {shape}") from None
+        raise ValueError(
+            f"Tensor.__setitem__: value of shape {val.shape} does not fit the indexed shape {shape}"
+        ) from None
 
 
 class Tensor:
@@ -117,13 +125,36 @@ class Tensor:
         Tensor(dtype=float32, shape=(2, 3), device=CPU())
     """
 
-    __slots__ = ("_storage", "_steps", "_shape", "_dtype", "_device", "_stream", "_pinned", "_shadow", "_cache", "__weakref__")
+    __slots__ = (
+        "_storage",
+        "_steps",
+        "_shape",
+        "_dtype",
+        "_device",
+        "_stream",
+        "_pinned",
+        "_shadow",
+        "_cache",
+        "__weakref__",
+    )
 
-    def __init__(self, dtype: Any = None, shape: Any = None, device: Any = None, pinned: bool = False, *, stream: DeviceStream | None = None):
+    def __init__(
+        self,
+        dtype: Any = None,
+        shape: Any = None,
+        device: Any = None,
+        pinned: bool = False,
+        *,
+        stream: DeviceStream | None = None,
+    ):
         if isinstance(dtype, np.ndarray) or isinstance(shape, np.ndarray) and dtype is None:
             # Tensor(array, device): MAX names the array argument "shape".
             arr = dtype if isinstance(dtype, np.ndarray) else shape
-            dev = shape if isinstance(dtype, np.ndarray) and not isinstance(shape, np.ndarray) and shape is not None else device
+            dev = (
+                shape
+                if isinstance(dtype, np.ndarray) and not isinstance(shape, np.ndarray) and shape is not None
+                else device
+            )
             self._init_from(Tensor.from_numpy(arr).copy(as_device(dev, "Tensor")))
             return
         if isinstance(device, DeviceStream):
@@ -131,7 +162,10 @@ class Tensor:
         if not isinstance(dtype, DType) and isinstance(shape, DType):
             dtype, shape = shape, dtype  # Tensor([2, 3], DType.float32)
         if dtype is None or shape is None:
-            raise TypeError("Tensor: expected Tensor(dtype, shape, device=None, pinned=False), Tensor(dtype, shape, stream) or Tensor(array, device)")
+            raise TypeError(
+                "Tensor: expected Tensor(dtype, shape, device=None, pinned=False), Tensor(dtype, shape, stream) or "
+                "Tensor(array, device)"
+            )
         dt = _as_dtype(dtype, "Tensor")
         dims = _as_shape(shape, "Tensor")
         if stream is not None:
@@ -160,7 +194,16 @@ class Tensor:
         self._cache: tuple[int, Any] | None = None
 
     def _init_from(self, other: Tensor) -> None:
-        self._setup(other._storage, other._steps, other._shape, other._dtype, other._device, other._pinned, other._stream, other._shadow)
+        self._setup(
+            other._storage,
+            other._steps,
+            other._shape,
+            other._dtype,
+            other._device,
+            other._pinned,
+            other._stream,
+            other._shadow,
+        )
 
     @classmethod
     def _new(cls, storage, shape, dtype, device, pinned=False, stream=None, steps=(), shadow=None) -> Tensor:
@@ -257,7 +300,8 @@ class Tensor:
         """Replace the contents with ``array`` (same shape and dtype); used for mutated buffer inputs."""
         if tuple(array.shape) != self._shape or np.dtype(array.dtype) != self._dtype.to_numpy():
             raise ValueError(
-                f"Tensor._assign: expected shape {self._shape} and dtype {self._dtype.name}, got shape {tuple(array.shape)} and dtype {array.dtype}"
+                f"Tensor._assign: expected shape {self._shape} and dtype {self._dtype.name}, got shape "
+                f"{tuple(array.shape)} and dtype {array.dtype}"
             )
         if self._is_host_memory:
             if not self._steps:
@@ -265,7 +309,11 @@ class Tensor:
             else:
                 np.copyto(self._host_write(), np.asarray(array))
         else:
-            data = array if _is_jax_array(array) and self._device.jax_device in array.devices() else _device_put(array, self._device)
+            data = (
+                array
+                if _is_jax_array(array) and self._device.jax_device in array.devices()
+                else _device_put(array, self._device)
+            )
             if not self._steps:
                 self._storage.replace(data)
             else:
@@ -281,7 +329,9 @@ class Tensor:
         return self._shadow
 
     def _derived(self, steps: tuple, shadow: np.ndarray, dtype: DType) -> Tensor:
-        return Tensor._new(self._storage, shadow.shape, dtype, self._device, self._pinned, self._stream, (*self._steps, *steps), shadow)
+        return Tensor._new(
+            self._storage, shadow.shape, dtype, self._device, self._pinned, self._stream, (*self._steps, *steps), shadow
+        )
 
     # -- properties -------------------------------------------------------
     @property
@@ -398,7 +448,10 @@ class Tensor:
         if isinstance(arr, np.generic):
             arr = np.asarray(arr)
         if not isinstance(arr, np.ndarray):
-            raise TypeError(f"Tensor.from_numpy: expected a numpy array, got {type(arr).__name__}; use Tensor.from_dlpack for other arrays")
+            raise TypeError(
+                f"Tensor.from_numpy: expected a numpy array, got {type(arr).__name__}; use Tensor.from_dlpack for "
+                "other arrays"
+            )
         try:
             DType.from_numpy(arr.dtype)
         except ValueError as e:
@@ -437,7 +490,9 @@ class Tensor:
             # jax.Arrays are immutable, so sharing one is indistinguishable from a copy.
             return cls._from_array(array)
         if not (hasattr(array, "__dlpack__") and hasattr(array, "__dlpack_device__")):
-            raise TypeError(f"Tensor.from_dlpack: {type(array).__name__} does not implement __dlpack__/__dlpack_device__")
+            raise TypeError(
+                f"Tensor.from_dlpack: {type(array).__name__} does not implement __dlpack__/__dlpack_device__"
+            )
         is_contiguous = getattr(array, "is_contiguous", None)  # torch.Tensor
         if callable(is_contiguous) and not is_contiguous():
             raise ValueError(
@@ -453,7 +508,8 @@ class Tensor:
             else:
                 if not is_strided_contiguous(host):
                     raise ValueError(
-                        f"Tensor.from_dlpack: from_dlpack only accepts contiguous tensors (got a {type(array).__name__} of shape {host.shape} "
+                        "Tensor.from_dlpack: from_dlpack only accepts contiguous tensors (got a "
+                        f"{type(array).__name__} of shape {host.shape} "
                         f"with strides {host.strides}); make it contiguous first"
                     )
                 return cls._host(host)
@@ -461,7 +517,14 @@ class Tensor:
         return cls._from_array(arr)
 
     @classmethod
-    def mmap(cls, filename: str | os.PathLike, dtype: DType, shape: Sequence[int] | int, mode: str = "copyonwrite", offset: int = 0) -> Tensor:
+    def mmap(
+        cls,
+        filename: str | os.PathLike,
+        dtype: DType,
+        shape: Sequence[int] | int,
+        mode: str = "copyonwrite",
+        offset: int = 0,
+    ) -> Tensor:
         """A host tensor over a file, mapped with ``np.memmap`` semantics.
 
         ``mode='copyonwrite'`` keeps writes in memory, ``'r+'`` writes them to
@@ -486,7 +549,9 @@ class Tensor:
     def _copy_to(self, device: Device, stream: DeviceStream | None, pinned: bool) -> Tensor:
         if device.is_host or pinned:
             src = self._host_numpy()
-            return Tensor._new(HostStorage(np.array(src, order="C", copy=True)), self._shape, self._dtype, device, pinned, stream)
+            return Tensor._new(
+                HostStorage(np.array(src, order="C", copy=True)), self._shape, self._dtype, device, pinned, stream
+            )
         src = self._jax_input()
         if _is_jax_array(src) and src.devices() == {device.jax_device}:
             data = src  # immutable: sharing it is a copy
@@ -529,7 +594,16 @@ class Tensor:
             return [self.to(x) for x in target]
         if isinstance(target, DeviceStream):
             if target.device == self._device and not self._needs_upload(target.device):
-                return Tensor._new(self._storage, self._shape, self._dtype, self._device, self._pinned, target, self._steps, self._shadow)
+                return Tensor._new(
+                    self._storage,
+                    self._shape,
+                    self._dtype,
+                    self._device,
+                    self._pinned,
+                    target,
+                    self._steps,
+                    self._shadow,
+                )
             return self._copy_to(target.device, target, False)
         device = as_device(target, "Tensor.to")
         if device == self._device and not self._needs_upload(device):
@@ -559,14 +633,22 @@ class Tensor:
         if src is self or (src._storage is self._storage and src._steps == self._steps and src._dtype is self._dtype):
             return  # copying a tensor onto itself changes nothing (even when it is not contiguous)
         if not self.is_contiguous:
-            raise ValueError(f"Tensor.inplace_copy_from: destination (shape {self._shape}) is not contiguous; copy into a contiguous tensor")
+            raise ValueError(
+                f"Tensor.inplace_copy_from: destination (shape {self._shape}) is not contiguous; copy into a "
+                "contiguous tensor"
+            )
         if not src.is_contiguous:
-            raise ValueError(f"Tensor.inplace_copy_from: source (shape {src.shape}) is not contiguous; call src.contiguous() first")
+            raise ValueError(
+                f"Tensor.inplace_copy_from: source (shape {src.shape}) is not contiguous; call src.contiguous() first"
+            )
         if src.dtype is not self._dtype:
-            raise ValueError(f"Tensor.inplace_copy_from: dtype mismatch: destination {self._dtype.name}, source {src.dtype.name}")
+            raise ValueError(
+                f"Tensor.inplace_copy_from: dtype mismatch: destination {self._dtype.name}, source {src.dtype.name}"
+            )
         if src.num_elements != self.num_elements:
             raise ValueError(
-                f"Tensor.inplace_copy_from: size mismatch: destination shape {self._shape} ({self.num_elements} elements), "
+                f"Tensor.inplace_copy_from: size mismatch: destination shape {self._shape} ({self.num_elements} "
+                "elements), "
                 f"source shape {src.shape} ({src.num_elements} elements)"
             )
         if self._is_host_memory:
@@ -587,7 +669,10 @@ class Tensor:
             RuntimeError: for accelerator tensors; call ``.to(CPU())`` first.
         """
         if not self._is_host_memory:
-            raise RuntimeError(f"Tensor.to_numpy: tensor of shape {self._shape} is on {self._device!r}; move it to the host with .to(CPU()) first")
+            raise RuntimeError(
+                f"Tensor.to_numpy: tensor of shape {self._shape} is on {self._device!r}; move it to the host with "
+                ".to(CPU()) first"
+            )
         return self._host_read()
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -639,13 +724,17 @@ class Tensor:
         if shape is None:
             if not self._shape:
                 if np_dt.itemsize != old_size:
-                    raise ValueError(f"Tensor.view: cannot deduce a shape to view a rank-0 {self._dtype.name} tensor as {dt.name}; pass shape=")
+                    raise ValueError(
+                        f"Tensor.view: cannot deduce a shape to view a rank-0 {self._dtype.name} tensor as {dt.name}; "
+                        "pass shape="
+                    )
                 dims: tuple[int, ...] = ()
             else:
                 last_bytes = self._shape[-1] * old_size
                 if last_bytes % np_dt.itemsize:
                     raise ValueError(
-                        f"Tensor.view: cannot deduce a shape: the last axis of shape {self._shape} holds {last_bytes} bytes "
+                        f"Tensor.view: cannot deduce a shape: the last axis of shape {self._shape} holds {last_bytes} "
+                        "bytes "
                         f"({self._dtype.name}), not a multiple of {dt.name}'s {np_dt.itemsize}; pass shape="
                     )
                 dims = (*self._shape[:-1], last_bytes // np_dt.itemsize)
@@ -656,12 +745,19 @@ class Tensor:
                 f"Tensor.view: shape {dims} of {dt.name} needs {math.prod(dims) * np_dt.itemsize} bytes, "
                 f"but shape {self._shape} of {self._dtype.name} holds {self.num_elements * old_size}"
             )
-        if not self._is_host_memory and (dt is DType.float4_e2m1fn or self._dtype is DType.float4_e2m1fn) and dt is not self._dtype:
+        if (
+            not self._is_host_memory
+            and (dt is DType.float4_e2m1fn or self._dtype is DType.float4_e2m1fn)
+            and dt is not self._dtype
+        ):
             raise ValueError("Tensor.view: reinterpreting float4_e2m1fn accelerator memory is not supported")
         try:
             shadow = np_view(self._layout(), np_dt, dims)
         except (ValueError, AttributeError) as e:
-            raise ValueError(f"Tensor.view: cannot view the non-contiguous tensor of shape {self._shape} as {dt.name}{list(dims)} without a copy ({e}); call .contiguous() first") from None
+            raise ValueError(
+                f"Tensor.view: cannot view the non-contiguous tensor of shape {self._shape} as {dt.name}{list(dims)} "
+                f"without a copy ({e}); call .contiguous() first"
+            ) from None
         return self._derived((("view", np_dt, dims),), shadow, dt)
 
     def _data_address(self) -> int:
@@ -713,13 +809,16 @@ class Tensor:
             [[0, 3], [0, 0]]
         """
         raw = key if isinstance(key, tuple) else (key,)
-        if all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in raw) and not isinstance(value, (Tensor, np.ndarray, list, tuple)):
+        if all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in raw) and not isinstance(
+            value, (Tensor, np.ndarray, list, tuple)
+        ):
             # An element write: MAX requires one index per axis (a rank-0 tensor takes [0]).
             if not self._shape and raw in ((), (0,)):
                 key = ()
             elif len(raw) != len(self._shape):
                 raise ValueError(
-                    f"Tensor.__setitem__: writing a single element needs {len(self._shape)} indices for a tensor of shape {self._shape}, got {len(raw)}: {list(raw)}"
+                    f"Tensor.__setitem__: writing a single element needs {len(self._shape)} indices for a tensor of "
+                    f"shape {self._shape}, got {len(raw)}: {list(raw)}"
                 )
         key = _normalize_key(key, "Tensor.__setitem__")
         try:
@@ -733,8 +832,12 @@ class Tensor:
             try:
                 np.broadcast_shapes(val.shape, target_shape)
             except ValueError:
-                raise ValueError(f"Tensor.__setitem__: value of shape {val.shape} does not fit the indexed shape {target_shape}") from None
-            with np.errstate(over="ignore"):  # a float past the dtype's range stores inf (IEEE), as MAX does, without numpy's warning
+                raise ValueError(
+                    f"Tensor.__setitem__: value of shape {val.shape} does not fit the indexed shape {target_shape}"
+                ) from None
+            with np.errstate(
+                over="ignore"
+            ):  # a float past the dtype's range stores inf (IEEE), as MAX does, without numpy's warning
                 self._host_write()[key] = val
         else:
             val = run(_broadcast_value, value, self._dtype.to_numpy(), target_shape)
@@ -746,7 +849,14 @@ class Tensor:
         return self._shape[0]
 
     # -- DLPack -----------------------------------------------------------
-    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None, dl_device: Any = None, copy: bool | None = None) -> Any:
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: Any = None,
+        copy: bool | None = None,
+    ) -> Any:
         """Export as a DLPack capsule (zero-copy where the dtype allows)."""
         kwargs = {"stream": stream, "max_version": max_version, "dl_device": dl_device, "copy": copy}
         if self._is_host_memory:
@@ -772,7 +882,9 @@ class Tensor:
         return f"Tensor(dtype={self._dtype.name}, shape={self._shape}, device={self._device!r})"
 
     def __copy__(self) -> Tensor:
-        return Tensor._new(self._storage, self._shape, self._dtype, self._device, self._pinned, self._stream, self._steps, self._shadow)
+        return Tensor._new(
+            self._storage, self._shape, self._dtype, self._device, self._pinned, self._stream, self._steps, self._shadow
+        )
 
     def __deepcopy__(self, memo: dict) -> Tensor:
         return self.copy()
@@ -823,7 +935,9 @@ class DevicePinnedBuffer(Tensor):
         super().__init__(dtype, shape, dev, pinned=True)
 
     @classmethod
-    def zeros(cls, shape: Sequence[int], dtype: DType, device: Device | None = None, pinned: bool = True) -> DevicePinnedBuffer:
+    def zeros(
+        cls, shape: Sequence[int], dtype: DType, device: Device | None = None, pinned: bool = True
+    ) -> DevicePinnedBuffer:
         """A zero-filled pinned buffer for ``device``.
 
         Raises:
@@ -838,7 +952,10 @@ class DevicePinnedBuffer(Tensor):
 def _pinned_device(device: Any, where: str) -> Device:
     dev = as_device(device, where)
     if dev.is_host:
-        raise ValueError(f"DevicePinnedBuffer requires a non-host device: {where} got {dev!r}; pass an Accelerator(), or use Buffer for host memory")
+        raise ValueError(
+            f"DevicePinnedBuffer requires a non-host device: {where} got {dev!r}; pass an Accelerator(), or use Buffer "
+            "for host memory"
+        )
     return dev
 
 
@@ -864,4 +981,7 @@ def as_array(x: Any) -> np.ndarray | jax.Array:
         return Tensor.from_dlpack(x)._jax_input()
     if isinstance(x, (list, tuple)):
         return np.asarray(x)
-    raise TypeError(f"as_array: cannot turn {type(x).__name__} into an array; pass a Tensor, numpy/JAX array, DLPack object or scalar")
+    raise TypeError(
+        f"as_array: cannot turn {type(x).__name__} into an array; pass a Tensor, numpy/JAX array, DLPack object or "
+        "scalar"
+    )

@@ -1,4 +1,5 @@
-"""Device queries shared by MAX's driver tools: `calculate_virtual_device_count` (and its CLI form), `enable_all_peer_access`.
+"""Device queries shared by MAX's driver tools: `calculate_virtual_device_count` (and its CLI form),
+`enable_all_peer_access`.
 
 ``max.driver.driver`` is the module these helpers live in, so a test may patch
 ``max.driver.driver.accelerator_count`` to fake the number of GPUs.
@@ -16,11 +17,17 @@ import jax
 
 from maxfx.driver._device import DeviceSpec, accelerator_count
 
-__all__ = ["accelerator_count", "calculate_virtual_device_count", "calculate_virtual_device_count_from_cli", "enable_all_peer_access"]
+__all__ = [
+    "accelerator_count",
+    "calculate_virtual_device_count",
+    "calculate_virtual_device_count_from_cli",
+    "enable_all_peer_access",
+]
 
 
 def calculate_virtual_device_count(*device_spec_lists: Sequence[DeviceSpec]) -> int:
-    """The fewest virtual devices that hold every GPU named in ``device_spec_lists``: the highest GPU id + 1, at least 1.
+    """The fewest virtual devices that hold every GPU named in ``device_spec_lists``: the highest GPU id + 1, at least
+    1.
 
     Args:
         *device_spec_lists: lists of `DeviceSpec` (e.g. a model's main devices and its draft model's).
@@ -38,7 +45,9 @@ def calculate_virtual_device_count(*device_spec_lists: Sequence[DeviceSpec]) -> 
     for specs in device_spec_lists:
         for spec in specs:
             if not isinstance(spec, DeviceSpec):
-                raise TypeError(f"calculate_virtual_device_count: expected lists of DeviceSpec, got {type(spec).__name__} {spec!r}")
+                raise TypeError(
+                    f"calculate_virtual_device_count: expected lists of DeviceSpec, got {type(spec).__name__} {spec!r}"
+                )
             if spec.device_type == "gpu":
                 ids.append(spec.id)
     return max(ids, default=-1) + 1 or 1
@@ -76,7 +85,10 @@ def calculate_virtual_device_count_from_cli(devices: str) -> int:
         (3, 1)
     """
     if not isinstance(devices, str):
-        raise TypeError(f"calculate_virtual_device_count_from_cli: expected a string such as 'gpu:0,1', got {type(devices).__name__}")
+        raise TypeError(
+            "calculate_virtual_device_count_from_cli: expected a string such as 'gpu:0,1', got "
+            f"{type(devices).__name__}"
+        )
     spec = devices.strip().lower()
     ids: list[int] = []
     if spec in ("", "cpu", "default"):
@@ -90,11 +102,13 @@ def calculate_virtual_device_count_from_cli(devices: str) -> int:
             part = part.strip()
             if not part.isdigit():
                 raise ValueError(
-                    f"calculate_virtual_device_count_from_cli: invalid GPU id {part!r} in {devices!r}; expected 'gpu:all' or 'gpu:<id>,<id>,...' with non-negative integer ids"
+                    f"calculate_virtual_device_count_from_cli: invalid GPU id {part!r} in {devices!r}; expected "
+                    "'gpu:all' or 'gpu:<id>,<id>,...' with non-negative integer ids"
                 )
             ids.append(int(part))
     else:
         raise ValueError(
-            f"calculate_virtual_device_count_from_cli: unrecognised devices value {devices!r}; expected 'cpu', 'default', 'gpu', 'gpu:all' or 'gpu:<id>,<id>,...'"
+            f"calculate_virtual_device_count_from_cli: unrecognised devices value {devices!r}; expected 'cpu', "
+            "'default', 'gpu', 'gpu:all' or 'gpu:<id>,<id>,...'"
         )
     return calculate_virtual_device_count([DeviceSpec.accelerator(i) for i in ids])

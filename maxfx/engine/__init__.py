@@ -7,6 +7,24 @@ Example:
 
 from lowering.debug import DebugConfig
 from maxfx.engine._model import Model, MojoValue, TensorSpec
-from maxfx.engine._session import CompiledModel, CustomExtensionsType, GPUProfilingMode, InferenceSession, LogLevel, PrintStyle
+from maxfx.engine._session import (
+    CompiledModel,
+    CustomExtensionsType,
+    GPUProfilingMode,
+    InferenceSession,
+    LogLevel,
+    PrintStyle,
+)
 
-__all__ = ["CompiledModel", "CustomExtensionsType", "DebugConfig", "GPUProfilingMode", "InferenceSession", "LogLevel", "Model", "MojoValue", "PrintStyle", "TensorSpec"]
+__all__ = [
+    "CompiledModel",
+    "CustomExtensionsType",
+    "DebugConfig",
+    "GPUProfilingMode",
+    "InferenceSession",
+    "LogLevel",
+    "Model",
+    "MojoValue",
+    "PrintStyle",
+    "TensorSpec",
+]

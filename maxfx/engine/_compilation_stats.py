@@ -40,7 +40,9 @@ class CompilationStats:
     num_phases: int = 0
 
 
-_active: contextvars.ContextVar[tuple[CompilationStats, ...]] = contextvars.ContextVar("maxfx_compilation_stats", default=())
+_active: contextvars.ContextVar[tuple[CompilationStats, ...]] = contextvars.ContextVar(
+    "maxfx_compilation_stats", default=()
+)
 
 
 @contextlib.contextmanager

@@ -31,7 +31,12 @@ from lowering.types import BufferType
 __all__ = ["lower_for_platform"]
 
 
-def lower_for_platform(block: Block, weights: Mapping[str, tuple[Any, tuple[int, ...]]], platform: str, where: str = "InferenceSession.compile") -> jax.export.Exported:
+def lower_for_platform(
+    block: Block,
+    weights: Mapping[str, tuple[Any, tuple[int, ...]]],
+    platform: str,
+    where: str = "InferenceSession.compile",
+) -> jax.export.Exported:
     """``block`` lowered for the JAX ``platform``: a ``jax.export.Exported`` taking (inputs, weights).
 
     Args:
@@ -55,5 +60,6 @@ def lower_for_platform(block: Block, weights: Mapping[str, tuple[Any, tuple[int,
 
     specs = symbolic_input_specs([v.type for v in block.inputs], where, "inputs compiled for a virtual device")
     weight_specs = [jax.ShapeDtypeStruct(weights[n][1], weights[n][0].dtype.to_numpy()) for n in names]
-    # export_for: traced with 64-bit types, inside lowering_for (GPU kernels are emitted for the target even where no GPU is attached).
+    # export_for: traced with 64-bit types, inside lowering_for (GPU kernels are emitted for the target even where no
+    # GPU is attached).
     return export_for(program, (platform,), specs, weight_specs)

@@ -86,7 +86,10 @@ def require_contiguous(where: str, what: str, x: Any) -> None:
     else:
         return
     if not contiguous:
-        raise ValueError(f"{where}: {what} is strided; non-contiguous tensors are not supported (pass a contiguous copy, e.g. np.ascontiguousarray(x))")
+        raise ValueError(
+            f"{where}: {what} is strided; non-contiguous tensors are not supported (pass a contiguous copy, e.g. "
+            "np.ascontiguousarray(x))"
+        )
 
 
 class Model:
@@ -96,7 +99,13 @@ class Model:
     as they are when it runs.
     """
 
-    def __init__(self, compiled: CompiledBlock, name: str, input_names: Sequence[str], print_options: PrintOptions = DEFAULT_PRINT_OPTIONS):
+    def __init__(
+        self,
+        compiled: CompiledBlock,
+        name: str,
+        input_names: Sequence[str],
+        print_options: PrintOptions = DEFAULT_PRINT_OPTIONS,
+    ):
         self._compiled = compiled
         self._name = name
         self._input_names = list(input_names)
@@ -149,14 +158,22 @@ class Model:
         """
         compiled = self._compiled
         if not hasattr(compiled, "optimized_hlo"):
-            raise RuntimeError(f"Model {self._name!r}: kernel_summaries needs the graph; a model loaded from an exported artifact has only its compiled program")
+            raise RuntimeError(
+                f"Model {self._name!r}: kernel_summaries needs the graph; a model loaded from an exported artifact has "
+                "only its compiled program"
+            )
         inputs = compiled.block.inputs
         try:
             avals = [(tuple(int(d) for d in v.type.shape), v.type.dtype.to_numpy()) for v in inputs]
         except TypeError:
             if self._last_input_avals is None:
-                dims = sorted({str(d) for v in inputs for d in v.type.shape if not isinstance(d, int) and not str(d).isdigit()})
-                raise RuntimeError(f"Model {self._name!r}: kernel_summaries depends on the sizes of the symbolic dims {dims}; execute the model once, then read kernel_summaries") from None
+                dims = sorted(
+                    {str(d) for v in inputs for d in v.type.shape if not isinstance(d, int) and not str(d).isdigit()}
+                )
+                raise RuntimeError(
+                    f"Model {self._name!r}: kernel_summaries depends on the sizes of the symbolic dims {dims}; execute "
+                    "the model once, then read kernel_summaries"
+                ) from None
             avals = self._last_input_avals
         return kernel_summaries(compiled.optimized_hlo(avals))
 
@@ -170,7 +187,8 @@ class Model:
 
         Arguments may be driver Tensors, numpy/JAX/DLPack arrays, or Python
         scalars and (nested) lists, which are converted to the input's declared
-        dtype (``[[1.0, 2.0]]`` for a float32 input) when their values fit it. Buffer inputs must be driver Tensors; they are updated
+        dtype (``[[1.0, 2.0]]`` for a float32 input) when their values fit it. Buffer inputs must be driver Tensors;
+        they are updated
         in place: the executable reuses (donates) their memory when the engine owns it
         (a previous execution's value, or host memory it copies anyway), so a
         step does not copy e.g. a whole KV-cache pool.
@@ -182,11 +200,16 @@ class Model:
         """
         inputs = self._compiled.block.inputs
         if len(args) != len(inputs):
-            raise ValueError(f"Model {self._name!r}: expected {len(inputs)} inputs ({', '.join(self._input_names)}), got {len(args)}")
+            raise ValueError(
+                f"Model {self._name!r}: expected {len(inputs)} inputs ({', '.join(self._input_names)}), got {len(args)}"
+            )
         arrays = []
         for i, (v, a) in enumerate(zip(inputs, args)):
             if isinstance(v.type, BufferType) and not isinstance(a, Tensor):
-                raise TypeError(f"Model {self._name!r}: input {i} is a buffer ({v.type}); pass a maxfx.driver.Tensor so it can be updated in place")
+                raise TypeError(
+                    f"Model {self._name!r}: input {i} is a buffer ({v.type}); pass a maxfx.driver.Tensor so it can be "
+                    "updated in place"
+                )
             if isinstance(a, (int, float, bool, np.generic, list, tuple)) and not isinstance(a, np.ndarray):
                 a = self._python_input(i, v.type, a)
             require_contiguous(f"Model {self._name!r}", f"input {i}", a)
@@ -208,7 +231,8 @@ class Model:
         return [Tensor._from_array(o) for o in outs]
 
     def _python_input(self, i: int, t: Any, value: Any) -> np.ndarray:
-        """A Python scalar or (nested) list for input ``i`` as an array of the input's dtype, as MAX converts Python values.
+        """A Python scalar or (nested) list for input ``i`` as an array of the input's dtype, as MAX converts Python
+        values.
 
         The values must fit the dtype as MAX's promotion of weak values requires
         (`lowering.dtypes.check_weak_array`: no floats into an int input, ints
@@ -224,7 +248,10 @@ class Model:
             check_weak_array(dtype, np.asarray(value))
         except (TypeError, ValueError) as e:
             msg = str(e).removeprefix(f"{where}: ")
-            raise ValueError(f"{where}: the Python value does not convert to {dtype}: {msg}; pass a numpy array of dtype {dtype.to_numpy()} instead") from None
+            raise ValueError(
+                f"{where}: the Python value does not convert to {dtype}: {msg}; pass a numpy array of dtype "
+                f"{dtype.to_numpy()} instead"
+            ) from None
         with np.errstate(over="ignore"):
             return np.asarray(value, dtype=dtype.to_numpy())
 
@@ -246,7 +273,9 @@ class Model:
         return self.execute(*args)
 
     def _stablehlo(self, *args: Any, platform: str | None = None) -> str:
-        """StableHLO of the program for ``args``; ``platform="cuda"`` lowers for a GPU (also from a CPU-only machine)."""
+        """StableHLO of the program for ``args``; ``platform="cuda"`` lowers for a GPU (also from a CPU-only
+        machine).
+        """
         return self._compiled.lower_text([as_array(a) for a in args], donate_buffers=True, platform=platform)
 
     def __repr__(self) -> str:

@@ -74,7 +74,9 @@ class _CompiledGraph:
     the `VirtualAccelerator`.
     """
 
-    def __init__(self, graph: Graph, expected_weights: Mapping[str, Any], device: Any, exported: Any = None, virtual: Any = None):
+    def __init__(
+        self, graph: Graph, expected_weights: Mapping[str, Any], device: Any, exported: Any = None, virtual: Any = None
+    ):
         self.graph = graph
         self.expected_weights = dict(expected_weights)
         self.device = device
@@ -117,7 +119,10 @@ class CompiledModel:
 
     def _single(self, where: str) -> _CompiledGraph:
         if len(self._graphs) != 1:
-            raise ValueError(f"{where}: this CompiledModel holds {len(self._graphs)} graphs {self.graph_names}; use InferenceSession.init_all to get a Model per graph")
+            raise ValueError(
+                f"{where}: this CompiledModel holds {len(self._graphs)} graphs {self.graph_names}; use "
+                "InferenceSession.init_all to get a Model per graph"
+            )
         return self._graphs[0]
 
     def __repr__(self) -> str:
@@ -138,7 +143,13 @@ class InferenceSession:
     """Process-wide debugging options (MAX's ``InferenceSession.debug``, a `DebugConfig`): ``nan_check`` and
     ``op_log_level`` are read by ``compile``/``load``, ``device_sync_mode`` by each execution."""
 
-    def __init__(self, devices: Sequence[Any] | None = None, num_threads: int | None = None, *, custom_extensions: CustomExtensionsType | None = None):
+    def __init__(
+        self,
+        devices: Sequence[Any] | None = None,
+        num_threads: int | None = None,
+        *,
+        custom_extensions: CustomExtensionsType | None = None,
+    ):
         self._devices = list(devices) if devices else [CPU()]
         self.num_threads = num_threads
         self.custom_extensions = custom_extensions
@@ -170,11 +181,22 @@ class InferenceSession:
         if isinstance(model, (str, Path)):
             if is_exported_artifact(model):  # written by maxfx.export(...).save(path)
                 exported = load_exported(model, device=self._devices[0])
-                return Model(ArtifactProgram(exported), exported.name, [f"input{i}" for i in range(len(exported.input_types))])
-            raise RuntimeError(f"InferenceSession.load({model!r}): loading serialized MAX graphs from a path is not supported; pass a maxfx Graph")
+                return Model(
+                    ArtifactProgram(exported), exported.name, [f"input{i}" for i in range(len(exported.input_types))]
+                )
+            raise RuntimeError(
+                f"InferenceSession.load({model!r}): loading serialized MAX graphs from a path is not supported; pass a "
+                "maxfx Graph"
+            )
         return self.init(self.compile(model), weights_registry=weights_registry)
 
-    def compile(self, model: Graph | Module, *, custom_extensions: CustomExtensionsType | None = None, custom_ops_path: str | None = None) -> CompiledModel:
+    def compile(
+        self,
+        model: Graph | Module,
+        *,
+        custom_extensions: CustomExtensionsType | None = None,
+        custom_ops_path: str | None = None,
+    ) -> CompiledModel:
         """Check ``model`` (a `Graph`, or a `Module` of graphs) and prepare it to run, before any weight has a value.
 
         MAX's two-step form of `load`: ``session.init(compiled, weights_registry=...)``
@@ -214,12 +236,16 @@ class InferenceSession:
         elif isinstance(model, Module):
             graphs = model.graphs
             if not graphs:
-                raise ValueError("InferenceSession.compile: the Module has no graphs; build each Graph with module=this_module")
+                raise ValueError(
+                    "InferenceSession.compile: the Module has no graphs; build each Graph with module=this_module"
+                )
         else:
             raise TypeError(f"InferenceSession.compile: expected a Graph or a Module, got {type(model).__name__}")
         for graph in graphs:
             if not graph._has_output:
-                raise ValueError(f"InferenceSession.compile: graph {graph.name!r} has no outputs; call graph.output(...)")
+                raise ValueError(
+                    f"InferenceSession.compile: graph {graph.name!r} has no outputs; call graph.output(...)"
+                )
         with timed_phase("compile"):
             compiled = CompiledModel([self._compile_graph(graph) for graph in graphs])
         _check_shared_weights(compiled._graphs)
@@ -234,7 +260,10 @@ class InferenceSession:
             try:
                 exported = lower_for_platform(graph._ir, weights, platform)
             except Exception as e:  # noqa: BLE001 - any lowering failure is reported with the graph and the target
-                raise RuntimeError(f"InferenceSession.compile: lowering graph {graph.name!r} for the virtual {virtual.api} {virtual.architecture_name} device {target} failed: {e}") from e
+                raise RuntimeError(
+                    f"InferenceSession.compile: lowering graph {graph.name!r} for the virtual {virtual.api} "
+                    f"{virtual.architecture_name} device {target} failed: {e}"
+                ) from e
             return _CompiledGraph(graph, weights, None, exported, virtual)
         return _CompiledGraph(graph, weights, jax_device(target))
 
@@ -248,18 +277,26 @@ class InferenceSession:
             RuntimeError: ``compiled`` was compiled for a virtual device.
         """
         if not isinstance(compiled, CompiledModel):
-            raise TypeError(f"InferenceSession.init: expected the CompiledModel that InferenceSession.compile returns, got {type(compiled).__name__}")
+            raise TypeError(
+                "InferenceSession.init: expected the CompiledModel that InferenceSession.compile returns, got "
+                f"{type(compiled).__name__}"
+            )
         entry = compiled._single("InferenceSession.init")
         with timed_phase("init"):
             return self._init(entry, _contiguous_registry(weights_registry))
 
-    def init_all(self, compiled: CompiledModel, *, weights_registry: Mapping[str, Any] | None = None) -> dict[str, Model]:
+    def init_all(
+        self, compiled: CompiledModel, *, weights_registry: Mapping[str, Any] | None = None
+    ) -> dict[str, Model]:
         """`init` for every graph of ``compiled``, as ``{graph name: Model}`` (MAX's multi-graph form).
 
         Each graph takes the weights it reads from ``weights_registry``.
         """
         if not isinstance(compiled, CompiledModel):
-            raise TypeError(f"InferenceSession.init_all: expected the CompiledModel that InferenceSession.compile returns, got {type(compiled).__name__}")
+            raise TypeError(
+                "InferenceSession.init_all: expected the CompiledModel that InferenceSession.compile returns, got "
+                f"{type(compiled).__name__}"
+            )
         with timed_phase("init"):
             registry = _contiguous_registry(weights_registry)
             return {entry.graph.name: self._init(entry, registry) for entry in compiled._graphs}
@@ -270,7 +307,9 @@ class InferenceSession:
 
     def _init(self, compiled: _CompiledGraph, registry: dict[str, Any]) -> Model:
         if compiled.device is None:
-            raise compiled.virtual._no_hardware(f"initializing graph {compiled.graph.name!r} (binding its weights and making it runnable)")
+            raise compiled.virtual._no_hardware(
+                f"initializing graph {compiled.graph.name!r} (binding its weights and making it runnable)"
+            )
         weights = {}
         for name, (t, full_shape) in compiled.expected_weights.items():
             if name not in registry:
@@ -283,18 +322,29 @@ class InferenceSession:
         return Model(block, graph.name, [f"input{i}" for i in range(len(graph.inputs))], self._print_options)
 
     def _target_for(self, block: Block) -> DeviceRef:
-        """The device ``block`` runs on: its GPU if it uses one (which the session must have), else the session's first device."""
+        """The device ``block`` runs on: its GPU if it uses one (which the session must have), else the session's first
+        device.
+        """
         refs = {v.type.device for v in block.inputs if isinstance(v.type, (TensorType, BufferType))}
         refs |= {v.type.device for v in block.outputs if isinstance(v.type, (TensorType, BufferType))}
         session_refs = [DeviceRef.from_device(d) for d in self._devices]
         gpu = [r for r in refs if r.is_gpu()]
         target = gpu[0] if gpu else (session_refs[0] if session_refs else DeviceRef.CPU())
         if gpu and gpu[0] not in session_refs:
-            raise ValueError(f"InferenceSession.load: graph uses {gpu[0]} but the session's devices are {[str(r) for r in session_refs]}")
+            raise ValueError(
+                f"InferenceSession.load: graph uses {gpu[0]} but the session's devices are "
+                f"{[str(r) for r in session_refs]}"
+            )
         return target
 
-    def set_debug_print_options(self, style: str | PrintStyle = PrintStyle.COMPACT, precision: int = 6, output_directory: str | os.PathLike | None = None) -> None:
-        """How the print ops (``ops.print``, ``TensorValue.print``, ``PrintHook``) of this session's models show tensors.
+    def set_debug_print_options(
+        self,
+        style: str | PrintStyle = PrintStyle.COMPACT,
+        precision: int = 6,
+        output_directory: str | os.PathLike | None = None,
+    ) -> None:
+        """How the print ops (``ops.print``, ``TensorValue.print``, ``PrintHook``) of this session's models show
+        tensors.
 
         Takes effect at each execution, also for models loaded before. ``BINARY``
         writes each printed tensor's raw bytes to ``{output_directory}/{label}``
@@ -367,13 +417,17 @@ def _check_shared_weights(graphs: Sequence[_CompiledGraph]) -> None:
             first = seen.setdefault(name, (entry.graph.name, (t, full_shape)))
             if first[1][0].dtype is not t.dtype or first[1][1] != full_shape:
                 raise ValueError(
-                    f"InferenceSession.compile: graphs {first[0]!r} and {entry.graph.name!r} both read weight {name!r}, "
-                    f"as {first[1][0].dtype.name}{list(first[1][1])} and {t.dtype.name}{list(full_shape)}; one weights_registry binds both, so rename one"
+                    f"InferenceSession.compile: graphs {first[0]!r} and {entry.graph.name!r} both read weight "
+                    f"{name!r}, "
+                    f"as {first[1][0].dtype.name}{list(first[1][1])} and {t.dtype.name}{list(full_shape)}; one "
+                    "weights_registry binds both, so rename one"
                 )
 
 
 def _weight_inputs(block: Block) -> dict[str, tuple[TensorType, tuple[int, ...]]]:
-    """Every weight ``block`` reads (nested blocks and subgraph calls included): name → (type, full shape before sharding)."""
+    """Every weight ``block`` reads (nested blocks and subgraph calls included): name → (type, full shape before
+    sharding).
+    """
     found: dict[str, tuple[TensorType, tuple[int, ...]]] = {}
     for name, node in weight_reads(block.nodes):
         t = node.params["type"]
@@ -393,7 +447,8 @@ def _weight_array(name: str, t: TensorType, full_shape: tuple[int, ...], value: 
     """
     if isinstance(value, (str, bytes, os.PathLike)):
         raise TypeError(
-            f"InferenceSession.load: weights_registry[{name!r}] is a {type(value).__name__} ({value!r:.80}), not the weight's values; "
+            f"InferenceSession.load: weights_registry[{name!r}] is a {type(value).__name__} ({value!r:.80}), not the "
+            "weight's values; "
             f"expected an array of {t.dtype.name}{list(full_shape)} (numpy/JAX array, Tensor or DLPack object); "
             "load files first, e.g. with maxfx.graph.weights.load_weights"
         )
@@ -408,4 +463,6 @@ def _check_weight(name: str, t: TensorType, full_shape: tuple[int, ...], arr: An
     if got is not t.dtype:
         raise ValueError(f"InferenceSession.load: weight {name!r} expects dtype {t.dtype.name}, got {got.name}")
     if tuple(arr.shape) != full_shape:
-        raise ValueError(f"InferenceSession.load: weight {name!r} expects shape {list(full_shape)}, got {list(arr.shape)}")
+        raise ValueError(
+            f"InferenceSession.load: weight {name!r} expects shape {list(full_shape)}, got {list(arr.shape)}"
+        )

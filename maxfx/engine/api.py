@@ -8,6 +8,23 @@ Example:
 """
 
 from maxfx.engine._model import Model, MojoValue, TensorSpec
-from maxfx.engine._session import CompiledModel, CustomExtensionsType, GPUProfilingMode, InferenceSession, LogLevel, PrintStyle
+from maxfx.engine._session import (
+    CompiledModel,
+    CustomExtensionsType,
+    GPUProfilingMode,
+    InferenceSession,
+    LogLevel,
+    PrintStyle,
+)
 
-__all__ = ["CompiledModel", "CustomExtensionsType", "GPUProfilingMode", "InferenceSession", "LogLevel", "Model", "MojoValue", "PrintStyle", "TensorSpec"]
+__all__ = [
+    "CompiledModel",
+    "CustomExtensionsType",
+    "GPUProfilingMode",
+    "InferenceSession",
+    "LogLevel",
+    "Model",
+    "MojoValue",
+    "PrintStyle",
+    "TensorSpec",
+]

@@ -59,9 +59,13 @@ class LLM:
         self._lock = threading.Lock()
 
     def _sampling(self, max_new_tokens: int | None) -> SamplingParams:
-        return SamplingParams.from_input_and_generation_config(SamplingParamsInput(max_new_tokens=max_new_tokens), self._defaults)
+        return SamplingParams.from_input_and_generation_config(
+            SamplingParamsInput(max_new_tokens=max_new_tokens), self._defaults
+        )
 
-    def generate(self, prompts: str | Sequence[str], max_new_tokens: int | None = 100, use_tqdm: bool = True) -> list[str]:
+    def generate(
+        self, prompts: str | Sequence[str], max_new_tokens: int | None = 100, use_tqdm: bool = True
+    ) -> list[str]:
         """Generate a completion for each prompt; returns the completions (without the prompts), in order.
 
         Raises:
@@ -77,11 +81,19 @@ class LLM:
         for i, p in enumerate(items):
             if not isinstance(p, str) or not p:
                 raise ValueError(f"LLM.generate: prompt {i} must be a non-empty string, got {p!r}")
-        if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1):
+        if max_new_tokens is not None and (
+            not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1
+        ):
             raise ValueError(f"LLM.generate: max_new_tokens must be a positive int or None, got {max_new_tokens!r}")
         requests = [
-            TextGenerationRequest(request_id=RequestID(), model_name=self._model_name, prompt=p, sampling_params=self._sampling(max_new_tokens)) for p in items
-        ]  # fmt: skip
+            TextGenerationRequest(
+                request_id=RequestID(),
+                model_name=self._model_name,
+                prompt=p,
+                sampling_params=self._sampling(max_new_tokens),
+            )
+            for p in items
+        ]
         if self._scheduler is None:
             return self._generate_with_pipeline(requests, use_tqdm)
         contexts = run_sync(lambda: _contexts(self.tokenizer, requests))

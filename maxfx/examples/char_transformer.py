@@ -55,7 +55,9 @@ class Vocab:
         try:
             return np.array([self.index[c] for c in text], np.int64)
         except KeyError as e:
-            raise ValueError(f"Vocab.encode: character {e.args[0]!r} is not in the vocabulary {''.join(self.chars)!r}") from None
+            raise ValueError(
+                f"Vocab.encode: character {e.args[0]!r} is not in the vocabulary {''.join(self.chars)!r}"
+            ) from None
 
     def decode(self, ids: Any) -> str:
         return "".join(self.chars[int(i)] for i in np.asarray(ids).reshape(-1))
@@ -111,7 +113,9 @@ class CharTransformer(Module):
         [Dim(2), Dim(8), Dim(10)]
     """
 
-    def __init__(self, vocab_size: int, dim: int = 32, heads: int = 2, layers: int = 2, max_len: int = 32, seed: int = 0):
+    def __init__(
+        self, vocab_size: int, dim: int = 32, heads: int = 2, layers: int = 2, max_len: int = 32, seed: int = 0
+    ):
         self.tok = Embedding(vocab_size, dim=dim)
         self.pos = Embedding(max_len, dim=dim)
         self.blocks = ModuleList([Block(dim, heads) for _ in range(layers)])
@@ -168,7 +172,9 @@ class TrainRun:
     seconds: float = 0.0
 
 
-def train(steps: int = 300, *, seed: int = 0, batch: int = 16, seq: int = 32, lr: float = 3e-3, dim: int = 32, layers: int = 2) -> TrainRun:
+def train(
+    steps: int = 300, *, seed: int = 0, batch: int = 16, seq: int = 32, lr: float = 3e-3, dim: int = 32, layers: int = 2
+) -> TrainRun:
     """Train a `CharTransformer` on `sample_text` with AdamW; returns the model and loss curve."""
     text = sample_text(seed=seed)
     vocab = Vocab(text)
@@ -201,5 +207,8 @@ def generate(run: TrainRun, prompt: str, n: int = 40) -> str:
 
 if __name__ == "__main__":
     result = train()
-    print(f"trained {len(result.losses)} steps in {result.seconds:.1f} s: loss {result.losses[0]:.3f} → {result.losses[-1]:.3f}")
+    print(
+        f"trained {len(result.losses)} steps in {result.seconds:.1f} s: loss {result.losses[0]:.3f} → "
+        f"{result.losses[-1]:.3f}"
+    )
     print(repr(generate(result, "jax ")))

@@ -152,7 +152,9 @@ def zeros_like(like: Any) -> Any:
     return full_like(like, 0)
 
 
-def arange(start: Any = 0, stop: Any = None, step: Any = 1, *, dtype: DType | None = None, device: Any = None) -> Tensor:
+def arange(
+    start: Any = 0, stop: Any = None, step: Any = 1, *, dtype: DType | None = None, device: Any = None
+) -> Tensor:
     """``start, start + step, ...`` up to (not including) ``stop``; ``arange(n)`` is ``0 .. n-1`` (`Tensor.arange`).
 
     Example:

@@ -97,7 +97,9 @@ def _leaf(array: Any, dtype: DType | None = None, device: driver.Device | None =
 
 
 def _host_value(array: Any, where: str) -> np.ndarray:
-    """``np.asarray(array)``; a global array this process holds only part of raises `NotAddressableError` naming ``where``."""
+    """``np.asarray(array)``; a global array this process holds only part of raises `NotAddressableError` naming
+    ``where``.
+    """
     try:
         return np.asarray(array)
     except RuntimeError:
@@ -176,7 +178,15 @@ class Tensor(TensorOperators):
 
     __slots__ = ("_var", "_gv", "__weakref__")
 
-    def __init__(self, data: Any = None, dtype: DType | None = None, device: Any = None, *, storage: Any = None, value: Any = None):
+    def __init__(
+        self,
+        data: Any = None,
+        dtype: DType | None = None,
+        device: Any = None,
+        *,
+        storage: Any = None,
+        value: Any = None,
+    ):
         if value is not None:
             src = Tensor.from_graph_value(value)
         elif storage is not None:
@@ -185,10 +195,15 @@ class Tensor(TensorOperators):
             given = getattr(data, "dtype", None) if _is_array_like(data) else None
             if dtype is not None and given is not None and DType.from_numpy(np.dtype(given)) is not dtype:
                 # MAX: the constructor keeps an array's dtype and never casts it silently.
-                raise ValueError(f"Tensor: DType must match the array's dtype: dtype={dtype.name} given for a {np.dtype(given).name} array; cast the array (or use .cast) first")
+                raise ValueError(
+                    f"Tensor: DType must match the array's dtype: dtype={dtype.name} given for a "
+                    f"{np.dtype(given).name} array; cast the array (or use .cast) first"
+                )
             src = Tensor._constant(data, dtype=dtype, device=device)
         else:
-            raise TypeError("Tensor() needs data (a scalar, list or array), storage= (a driver.Tensor) or value= (a graph value)")
+            raise TypeError(
+                "Tensor() needs data (a scalar, list or array), storage= (a driver.Tensor) or value= (a graph value)"
+            )
         self._var = src._var
         self._gv = src._gv
         if self._var is not None:
@@ -217,7 +232,9 @@ class Tensor(TensorOperators):
             ...     Tensor.constant([1, 2, 3]).dtype
             <DType.float32: 81>
         """
-        warnings.warn("Tensor.constant is deprecated: use Tensor(value, dtype=..., device=...)", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "Tensor.constant is deprecated: use Tensor(value, dtype=..., device=...)", DeprecationWarning, stacklevel=2
+        )
         return cls._constant(value, dtype=dtype, device=device)
 
     @classmethod
@@ -285,7 +302,10 @@ class Tensor(TensorOperators):
             return cls(int(d), dtype=DType.int64, device=driver.CPU())
         builder = _graph_being_built()
         if builder is None:
-            raise ValueError(f"Tensor.from_dim({d}): a symbolic dimension has no value in eager mode. Use a static dimension, or call this while building a graph (e.g. inside Module.compile)")
+            raise ValueError(
+                f"Tensor.from_dim({d}): a symbolic dimension has no value in eager mode. Use a static dimension, or "
+                "call this while building a graph (e.g. inside Module.compile)"
+            )
         with use_context(builder):
             value = ops.reshape(ops.shape_to_tensor([d]), [])
         return cls.from_graph_value(value)
@@ -339,7 +359,9 @@ class Tensor(TensorOperators):
         return cls.full_like(type, 1)
 
     @classmethod
-    def arange(cls, start: Any = 0, stop: Any = None, step: Any = 1, *, dtype: DType | None = None, device: Any = None) -> Tensor:
+    def arange(
+        cls, start: Any = 0, stop: Any = None, step: Any = 1, *, dtype: DType | None = None, device: Any = None
+    ) -> Tensor:
         """Evenly spaced values in ``[start, stop)``, like Python's ``range``.
 
         Example:
@@ -449,7 +471,10 @@ class Tensor(TensorOperators):
     def _array(self) -> Any:
         """The realized value (a JAX array, or a tracer under a JAX transform)."""
         if self._gv is not None:
-            raise TypeError("this Tensor is a symbolic graph value (inside Module.compile or a Graph); its values exist only when the graph runs")
+            raise TypeError(
+                "this Tensor is a symbolic graph value (inside Module.compile or a Graph); its values exist only when "
+                "the graph runs"
+            )
         var = self._var
         if var.node is not None:
             realize([var])
@@ -482,7 +507,10 @@ class Tensor(TensorOperators):
             self._array()  # raises: symbolic values have no Python value
         n = self.num_elements()
         if n != 1:
-            raise TypeError(f"Tensor.item: only tensors with exactly one element can be converted to a Python scalar; this one has shape {list(map(int, self.shape))} ({n} elements)")
+            raise TypeError(
+                "Tensor.item: only tensors with exactly one element can be converted to a Python scalar; this one has "
+                f"shape {list(map(int, self.shape))} ({n} elements)"
+            )
         return self._numpy("Tensor.item").reshape(()).item()
 
     def to(self, device: Any) -> Tensor:
@@ -519,7 +547,10 @@ class Tensor(TensorOperators):
             return self._gv
         builder = _graph_being_built()
         if builder is None:
-            raise TypeError("Tensor.__tensorvalue__: no Graph is being built, so there is no graph for the value; pass the tensor to maxfx ops as it is, or convert it inside `with Graph(...)`")
+            raise TypeError(
+                "Tensor.__tensorvalue__: no Graph is being built, so there is no graph for the value; pass the tensor "
+                "to maxfx ops as it is, or convert it inside `with Graph(...)`"
+            )
         return wrap_var(builder, builder.constant(self._numpy(), self.dtype, self.type.device))
 
     # -- extra methods (MAX 26.7) -----------------------------------------
@@ -569,7 +600,10 @@ class Tensor(TensorOperators):
 
     def __bool__(self) -> bool:
         if self.num_elements() != 1:
-            raise ValueError(f"the truth value of a Tensor with {self.num_elements()} elements is ambiguous; use .item() on a one-element tensor")
+            raise ValueError(
+                f"the truth value of a Tensor with {self.num_elements()} elements is ambiguous; use .item() on a "
+                "one-element tensor"
+            )
         return bool(self.item())
 
     def __int__(self) -> int:
@@ -593,7 +627,8 @@ class Tensor(TensorOperators):
             yield self[i]
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        """Write ``value`` into ``self[index]`` (numpy indexing, index arrays and masks included); the tensor is rebound to the result.
+        """Write ``value`` into ``self[index]`` (numpy indexing, index arrays and masks included); the tensor is rebound
+        to the result.
 
         One op (``advanced_indexing_setitem``) whatever the mode: it runs now on
         eager tensors, is recorded inside ``F.lazy()``, traced under ``jax.jit``.
@@ -609,7 +644,9 @@ class Tensor(TensorOperators):
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         var = self._var
         if var is None or var.node is not None:
-            arr = _host_value(self._array(), "np.asarray(Tensor)")  # realizes (or explains why a graph value cannot be read)
+            arr = _host_value(
+                self._array(), "np.asarray(Tensor)"
+            )  # realizes (or explains why a graph value cannot be read)
         else:
             arr = _host_value(var.array, "np.asarray(Tensor)")  # the hot path of `np.asarray(t)` on a realized tensor
         if dtype is not None:
@@ -710,7 +747,9 @@ def _static_shape(shape: Any, where: str, *, named: bool = False) -> tuple[Any, 
     try:
         entries = list(shape)
     except TypeError:
-        raise TypeError(f"{where}: shape must be a sequence of ints{' or dim names' if named else ''}, got {shape!r}") from None
+        raise TypeError(
+            f"{where}: shape must be a sequence of ints{' or dim names' if named else ''}, got {shape!r}"
+        ) from None
     dims: list[Any] = []
     for i, d in enumerate(entries):
         if named and _is_named_dim(d):
@@ -722,9 +761,17 @@ def _static_shape(shape: Any, where: str, *, named: bool = False) -> tuple[Any, 
             dims.append(operator.index(d))  # ints, numpy integers and static Dims; not floats or strings
         except TypeError:
             if _is_named_dim(d):
-                where_named = f"{where} needs static sizes" if is_lazy() else "an eager tensor with named dims can only be traced inside F.lazy() (or used as a graph input type)"
-                raise TypeError(f"{where}: dim {i} of shape {entries!r} is the symbolic dim {d!r}: {where_named}; give an int") from None
-            raise TypeError(f"{where}: dim {i} of shape {entries!r} must be an int, got {type(d).__name__} {d!r}") from None
+                where_named = (
+                    f"{where} needs static sizes"
+                    if is_lazy()
+                    else "an eager tensor with named dims can only be traced inside F.lazy() (or used as a graph input type)"
+                )
+                raise TypeError(
+                    f"{where}: dim {i} of shape {entries!r} is the symbolic dim {d!r}: {where_named}; give an int"
+                ) from None
+            raise TypeError(
+                f"{where}: dim {i} of shape {entries!r} must be an int, got {type(d).__name__} {d!r}"
+            ) from None
     for i, d in enumerate(dims):
         if isinstance(d, int) and d < 0:
             raise ValueError(f"{where}: dim {i} of shape {dims} is negative ({d}): a shape must not have negative dims")
@@ -779,7 +826,11 @@ def format_values(array: np.ndarray) -> str:
     flat = array.reshape(-1)
     n = flat.size
     if n > _SUMMARY_THRESHOLD:
-        parts = [_scalar_text(flat[i]) for i in range(_EDGE)] + ["..."] + [_scalar_text(flat[i]) for i in range(n - _EDGE, n)]
+        parts = (
+            [_scalar_text(flat[i]) for i in range(_EDGE)]
+            + ["..."]
+            + [_scalar_text(flat[i]) for i in range(n - _EDGE, n)]
+        )
     else:
         parts = [_scalar_text(x) for x in flat]
     return "[" + ", ".join(parts) + "]"

@@ -156,7 +156,11 @@ def functional(op: Callable[..., Any]) -> Callable[..., Any]:
                 return op(*args, **kwargs)
         with use_context(_EAGER), lazy():
             out = op(*args, **kwargs)
-        pending = [t._var for t in jax.tree.leaves(out, is_leaf=lambda x: isinstance(x, _Tensor)) if isinstance(t, _Tensor) and not t.real]
+        pending = [
+            t._var
+            for t in jax.tree.leaves(out, is_leaf=lambda x: isinstance(x, _Tensor))
+            if isinstance(t, _Tensor) and not t.real
+        ]
         if pending:
             realize(pending)
         return out

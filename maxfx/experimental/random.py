@@ -67,7 +67,9 @@ def _eager_key(device) -> Tensor:
     return Tensor._constant(_next_key(), device=device)
 
 
-def uniform(shape: Any = (), range: Sequence[float] = (0, 1), *, dtype: DType | None = None, device: Any = None) -> Tensor:  # noqa: A002
+def uniform(
+    shape: Any = (), range: Sequence[float] = (0, 1), *, dtype: DType | None = None, device: Any = None
+) -> Tensor:  # noqa: A002
     """Samples uniform in ``[min, max)`` of ``range``.
 
     Example:
@@ -81,7 +83,9 @@ def uniform(shape: Any = (), range: Sequence[float] = (0, 1), *, dtype: DType | 
     return ops.random_uniform(_eager_key(dev), shape, dtype, DeviceRef.from_device(dev), low, high)
 
 
-def gaussian(shape: Any = (), mean: float = 0.0, std: float = 1.0, *, dtype: DType | None = None, device: Any = None) -> Tensor:
+def gaussian(
+    shape: Any = (), mean: float = 0.0, std: float = 1.0, *, dtype: DType | None = None, device: Any = None
+) -> Tensor:
     """Normal samples with ``mean`` and ``std``.
 
     Example:

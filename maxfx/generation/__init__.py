@@ -24,7 +24,14 @@ from maxfx.generation._grammar import GrammarMatcher, compile_json_schema
 from maxfx.generation._paged_cache import PagedLayerCache
 from maxfx.generation._pages import OutOfPagesError, PagePool, PrefixCacheStats
 from maxfx.generation._runner import ModelRunner, StepOutput, compile_counts
-from maxfx.generation._scheduler import GenerationResult, QueueFullError, RequestStream, Scheduler, SchedulerStats, StreamEvent
+from maxfx.generation._scheduler import (
+    GenerationResult,
+    QueueFullError,
+    RequestStream,
+    Scheduler,
+    SchedulerStats,
+    StreamEvent,
+)
 
 __all__ = [
     "GenerationResult",

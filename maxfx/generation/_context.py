@@ -89,7 +89,10 @@ class TextContext:
         if int(max_length) < 1:
             raise ValueError(f"TextContext: max_length must be >= 1, got {max_length}")
         if len(prompt) >= int(max_length):
-            raise ValueError(f"TextContext: the prompt has {len(prompt)} tokens; max_length {int(max_length)} leaves no room to generate")
+            raise ValueError(
+                f"TextContext: the prompt has {len(prompt)} tokens; max_length {int(max_length)} leaves no room to "
+                "generate"
+            )
         if int(log_probabilities) < 0:
             raise ValueError(f"TextContext: log_probabilities must be >= 0, got {log_probabilities}")
         self.request_id = RequestID() if request_id is None else RequestID(str(request_id))
@@ -111,8 +114,11 @@ class TextContext:
         self._active_idx = self._end_idx = len(prompt)
         self._returned = len(prompt)  # generated tokens below this index were handed out already
         self._log_probs: dict[int, LogProbabilities] = {}
-        # Echo: the log probability of each prompt token given the ones before (None for the first), filled during prefill.
-        self.prompt_log_probabilities: list[LogProbabilities | None] = [None] * len(prompt) if self.log_probabilities_echo else []
+        # Echo: the log probability of each prompt token given the ones before (None for the first), filled during
+        # prefill.
+        self.prompt_log_probabilities: list[LogProbabilities | None] = (
+            [None] * len(prompt) if self.log_probabilities_echo else []
+        )
         self._matcher: Any = None
 
     # ── cursors ──
@@ -198,7 +204,9 @@ class TextContext:
         """The request finished (EOS, a limit, or cancelled)."""
         return self.status.is_done
 
-    def set_token_indices(self, start_idx: int | None = None, active_idx: int | None = None, end_idx: int | None = None) -> None:
+    def set_token_indices(
+        self, start_idx: int | None = None, active_idx: int | None = None, end_idx: int | None = None
+    ) -> None:
         """Set the cursors; ValueError unless ``0 <= start_idx <= active_idx <= end_idx <= len(tokens)``."""
         s = self._start_idx if start_idx is None else int(start_idx)
         a = self._active_idx if active_idx is None else int(active_idx)
@@ -206,7 +214,10 @@ class TextContext:
         if end_idx is not None and e > len(self.tokens):
             self._grow(e)
         if not 0 <= s <= a <= e <= len(self.tokens):
-            raise ValueError(f"TextContext.set_token_indices: need 0 <= start_idx ({s}) <= active_idx ({a}) <= end_idx ({e}) <= {len(self.tokens)}")
+            raise ValueError(
+                f"TextContext.set_token_indices: need 0 <= start_idx ({s}) <= active_idx ({a}) <= end_idx ({e}) <= "
+                f"{len(self.tokens)}"
+            )
         self._start_idx, self._active_idx, self._end_idx = s, a, e
 
     def bump_token_indices(self, start_idx: int = 0, active_idx: int = 0, end_idx: int = 0) -> None:
@@ -220,7 +231,9 @@ class TextContext:
     # ── tokens ──
     def _grow(self, need: int) -> None:
         if need > len(self.tokens):
-            self.tokens = np.concatenate([self.tokens, np.zeros(max(need - len(self.tokens), len(self.tokens)), np.int64)])
+            self.tokens = np.concatenate(
+                [self.tokens, np.zeros(max(need - len(self.tokens), len(self.tokens)), np.int64)]
+            )
 
     def _append(self, token: int) -> None:
         self._grow(self._end_idx + 1)
@@ -258,14 +271,19 @@ class TextContext:
     def get_last_generated_token(self) -> int:
         """The newest generated token; ValueError when none was generated."""
         if self.num_generated == 0:
-            raise ValueError(f"TextContext.get_last_generated_token: request {self.request_id} has generated no token yet")
+            raise ValueError(
+                f"TextContext.get_last_generated_token: request {self.request_id} has generated no token yet"
+            )
         return int(self.tokens[self._end_idx - 1])
 
     def get_min_token_logit_mask(self, num_steps: int) -> list[np.ndarray]:
         """Per step, the token ids to mask (EOS) because ``min_new_tokens`` is not reached yet (empty arrays after)."""
         eos = np.array(sorted(self.eos_token_ids), np.int32)
         empty = np.zeros(0, np.int32)
-        return [eos if self.num_generated + i < self.min_tokens and not self.ignore_eos else empty for i in range(int(num_steps))]
+        return [
+            eos if self.num_generated + i < self.min_tokens and not self.ignore_eos else empty
+            for i in range(int(num_steps))
+        ]
 
     def reset(self) -> None:
         """Put every token back to be prefilled again (after the request's KV pages were taken away)."""
@@ -281,7 +299,9 @@ class TextContext:
     # ── structured output ──
     @property
     def matcher(self) -> Any:
-        """The grammar constraining this request (a `maxfx.generation.GrammarMatcher`, set by `Scheduler.submit` from ``json_schema``), or None."""
+        """The grammar constraining this request (a `maxfx.generation.GrammarMatcher`, set by `Scheduler.submit` from
+        ``json_schema``), or None.
+        """
         return self._matcher
 
     def set_matcher(self, matcher: Any) -> None:
@@ -294,9 +314,16 @@ class TextContext:
         start, end = self._returned, self._end_idx
         self._returned = end
         tokens = self.tokens[start:end].tolist()
-        logprobs = [self._log_probs.pop(i) for i in range(start, end) if i in self._log_probs] if self._log_probs else None
-        return TextGenerationOutput(request_id=self.request_id, tokens=tokens, final_status=self.status, log_probabilities=logprobs or None)
+        logprobs = (
+            [self._log_probs.pop(i) for i in range(start, end) if i in self._log_probs] if self._log_probs else None
+        )
+        return TextGenerationOutput(
+            request_id=self.request_id, tokens=tokens, final_status=self.status, log_probabilities=logprobs or None
+        )
 
     def __repr__(self) -> str:
-        return (f"TextContext(request_id={self.request_id!s}, prompt={self._prompt_len}, generated={self.num_generated}, "
-                f"start_idx={self._start_idx}, active_idx={self._active_idx}, end_idx={self._end_idx}, status={self.status.name})")  # fmt: skip
+        return (
+            f"TextContext(request_id={self.request_id!s}, prompt={self._prompt_len}, generated={self.num_generated}, "
+            f"start_idx={self._start_idx}, active_idx={self._active_idx}, end_idx={self._end_idx}, "
+            f"status={self.status.name})"
+        )

@@ -60,23 +60,31 @@ def _first_line(message: str) -> str:
 
 
 def _tokenizer_json(tokenizer: Any) -> str:
-    """The ``tokenizer.json`` text of a `maxfx.models.Tokenizer`, a ``TextTokenizer``, a transformers fast tokenizer, or a ``tokenizers.Tokenizer``."""
+    """The ``tokenizer.json`` text of a `maxfx.models.Tokenizer`, a ``TextTokenizer``, a transformers fast tokenizer, or
+    a ``tokenizers.Tokenizer``.
+    """
     obj = getattr(tokenizer, "delegate", tokenizer)  # maxfx.pipelines TextTokenizer
     for attr in ("backend", "backend_tokenizer"):  # maxfx.models.Tokenizer / transformers' fast tokenizers
         obj = getattr(obj, attr, obj)
     to_str = getattr(obj, "to_str", None)
     if not callable(to_str):
-        raise ValueError(f"structured output (json_schema) needs a tokenizer backed by Hugging Face tokenizers (maxfx.models.Tokenizer); got {type(tokenizer).__name__}")
+        raise ValueError(
+            "structured output (json_schema) needs a tokenizer backed by Hugging Face tokenizers "
+            f"(maxfx.models.Tokenizer); got {type(tokenizer).__name__}"
+        )
     return to_str()
 
 
 def ll_tokenizer(tokenizer: Any, eos_token_ids: Iterable[int] = ()) -> Any:
-    """The ``llguidance.LLTokenizer`` of ``tokenizer`` with these EOS ids (cached: building one takes ~1 s for a large vocabulary).
+    """The ``llguidance.LLTokenizer`` of ``tokenizer`` with these EOS ids (cached: building one takes ~1 s for a large
+    vocabulary).
 
     The grammar allows the EOS ids only where the JSON is complete. Without any
     (``ignore_eos``), the tokenizer's own ``eos_token_ids`` are used, else llguidance's guess.
     """
-    eos = tuple(sorted({int(t) for t in eos_token_ids} or {int(t) for t in getattr(tokenizer, "eos_token_ids", ()) or ()}))
+    eos = tuple(
+        sorted({int(t) for t in eos_token_ids} or {int(t) for t in getattr(tokenizer, "eos_token_ids", ()) or ()})
+    )
     key = (id(tokenizer), eos)
     with _CACHE_LOCK:
         hit = _CACHE.get(key)
@@ -150,11 +158,21 @@ class GrammarMatcher:
         return np.nonzero(self.allowed())[0]
 
     def __repr__(self) -> str:
-        state = "error" if self.matcher.is_error() else "stopped" if self.matcher.is_stopped() else "accepting" if self.matcher.is_accepting() else "running"
+        state = (
+            "error"
+            if self.matcher.is_error()
+            else "stopped"
+            if self.matcher.is_stopped()
+            else "accepting"
+            if self.matcher.is_accepting()
+            else "running"
+        )
         return f"GrammarMatcher(vocab_size={self.vocab_size}, {state})"
 
 
-def compile_json_schema(tokenizer: Any, schema: str | dict[str, Any], *, eos_token_ids: Iterable[int] = ()) -> GrammarMatcher:
+def compile_json_schema(
+    tokenizer: Any, schema: str | dict[str, Any], *, eos_token_ids: Iterable[int] = ()
+) -> GrammarMatcher:
     """A `GrammarMatcher` for output that is one JSON value following ``schema`` (JSON text or a dict).
 
     ``{"type": "object"}`` is OpenAI's ``json_object``. The schema may carry llguidance's
@@ -184,7 +202,9 @@ def compile_json_schema(tokenizer: Any, schema: str | dict[str, Any], *, eos_tok
         grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(parsed), defaults=JSON_DEFAULTS)
     except ValueError as err:
         raise ValueError(f"json_schema cannot be used for structured output: {err}") from None
-    matcher = llguidance.LLMatcher(llt, grammar, log_level=0, limits=llguidance.LLParserLimits(verbose_errors=False))  # errors go to clients: no parser dumps
+    matcher = llguidance.LLMatcher(
+        llt, grammar, log_level=0, limits=llguidance.LLParserLimits(verbose_errors=False)
+    )  # errors go to clients: no parser dumps
     if matcher.is_error():  # llguidance reports schema errors (unknown types, bad $ref, bad regex) here
         raise ValueError(f"json_schema cannot be used for structured output: {_first_line(matcher.get_error())}")
     return GrammarMatcher(matcher, llt.vocab_size)
@@ -198,7 +218,8 @@ def _executor() -> Any:
 
 
 def _unpack(mask: np.ndarray, tokenizer_vocab: int, vocab_size: int) -> np.ndarray:
-    """llguidance's int32 bitmask ``[n, words]`` (bit ``t % 32`` of word ``t // 32`` = token t) as bool ``[n, vocab_size]``.
+    """llguidance's int32 bitmask ``[n, words]`` (bit ``t % 32`` of word ``t // 32`` = token t) as bool ``[n,
+    vocab_size]``.
 
     Ids past the tokenizer's vocabulary (a model's padded embedding rows) are disallowed.
     """
@@ -209,7 +230,8 @@ def _unpack(mask: np.ndarray, tokenizer_vocab: int, vocab_size: int) -> np.ndarr
 
 
 def apply_token_masks(contexts: Sequence[Any], bias: np.ndarray) -> None:
-    """Set ``bias[i, t] = -inf`` for every token t that row i's grammar does not allow next (rows without a matcher untouched).
+    """Set ``bias[i, t] = -inf`` for every token t that row i's grammar does not allow next (rows without a matcher
+    untouched).
 
     The runner's step adds ``bias`` to the logits before sampling, so a constrained row
     can only sample an allowed token (greedy or not, whatever its filters).
@@ -230,7 +252,8 @@ def apply_token_masks(contexts: Sequence[Any], bias: np.ndarray) -> None:
 
 
 def advance(ctx: Any, token: int) -> str | None:
-    """After ``ctx.update(token)``: feed the grammar, fast-forward forced tokens, end a complete grammar. Returns an error message, or None.
+    """After ``ctx.update(token)``: feed the grammar, fast-forward forced tokens, end a complete grammar. Returns an
+    error message, or None.
 
     Forced tokens are appended with ``ctx.jump_ahead`` and the cursor put back at the
     sampled token, so the next step runs the sampled and forced tokens through the model

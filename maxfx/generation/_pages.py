@@ -131,7 +131,8 @@ class PagePool:
 
     # ── prefix caching ──
     def seal(self, pages: Sequence[int], tokens: Sequence[int], start_page: int = 0) -> int:
-        """Key every full page of ``pages`` from ``start_page`` on by its tokens (``tokens`` covers them from position 0).
+        """Key every full page of ``pages`` from ``start_page`` on by its tokens (``tokens`` covers them from position
+        0).
 
         Returns the number of full pages now sealed (the next call can start there).
         A page whose key is already held by another page stays unsealed (its twin serves lookups).

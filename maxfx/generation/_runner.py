@@ -65,7 +65,26 @@ def _wrap(x: Any) -> Tensor:
 # ─── the compiled step ────────────────────────────────────────────────────
 
 
-def _step(weights, pools, tokens, pos, slots, pages, last, params, bias, repetition, seen, *, model_tree, page_size, sample, filters, n_logprobs, all_logits):
+def _step(
+    weights,
+    pools,
+    tokens,
+    pos,
+    slots,
+    pages,
+    last,
+    params,
+    bias,
+    repetition,
+    seen,
+    *,
+    model_tree,
+    page_size,
+    sample,
+    filters,
+    n_logprobs,
+    all_logits,
+):
     model = jax.tree_util.tree_unflatten(model_tree, weights)
     caches = [PagedLayerCache(_wrap(k), _wrap(v), _wrap(slots), _wrap(pages), page_size) for k, v in pools]
     h, caches = model.hidden(_wrap(tokens), _wrap(pos), caches)
@@ -76,7 +95,9 @@ def _step(weights, pools, tokens, pos, slots, pages, last, params, bias, repetit
     else:
         h_last = F.gather_nd(h, F.unsqueeze(_wrap(last), -1), batch_dims=1)  # [B, D] at each row's last token
         logits = F.cast(model.head(h_last), DType.float32)._array()
-    out = {"tokens": choose(logits, params, filters=filters, sample=sample, bias=bias, repetition=repetition, seen=seen)}
+    out = {
+        "tokens": choose(logits, params, filters=filters, sample=sample, bias=bias, repetition=repetition, seen=seen)
+    }
     out["next_input"] = out["tokens"][:, None].astype(jnp.int32)  # what a run-ahead decode step takes as its tokens
     if n_logprobs:
         out["logprob"], out["top_values"], out["top_ids"] = top_logprobs(logits, out["tokens"], n_logprobs)
@@ -88,7 +109,11 @@ def _step(weights, pools, tokens, pos, slots, pages, last, params, bias, repetit
     return out, new_pools
 
 
-_STEP = jax.jit(_step, static_argnames=("model_tree", "page_size", "sample", "filters", "n_logprobs", "all_logits"), donate_argnums=(1,))
+_STEP = jax.jit(
+    _step,
+    static_argnames=("model_tree", "page_size", "sample", "filters", "n_logprobs", "all_logits"),
+    donate_argnums=(1,),
+)
 
 
 @dataclass
@@ -123,7 +148,10 @@ def _record_prompt_logprobs(c: TextContext, start: int, n: int, logprobs: np.nda
         row = logprobs[j]
         top = np.argpartition(-row, k - 1)[:k]
         top = top[np.argsort(-row[top])]
-        c.prompt_log_probabilities[p] = LogProbabilities(token_log_probabilities=[float(row[c.tokens[p]])], top_log_probabilities=[{int(t): float(row[t]) for t in top}])
+        c.prompt_log_probabilities[p] = LogProbabilities(
+            token_log_probabilities=[float(row[c.tokens[p]])],
+            top_log_probabilities=[{int(t): float(row[t]) for t in top}],
+        )
 
 
 class _PenaltyState:
@@ -163,7 +191,10 @@ def kv_dtype(value: Any, where: str = "kv_cache_dtype") -> np.dtype:
     except (TypeError, ValueError, AttributeError):
         dt = None
     if dt is None or not jnp.issubdtype(dt, jnp.floating):
-        raise ValueError(f"{where}: the KV cache dtype must be a float dtype such as 'float32', 'float16' or 'bfloat16', got {value!r}")
+        raise ValueError(
+            f"{where}: the KV cache dtype must be a float dtype such as 'float32', 'float16' or 'bfloat16', got "
+            f"{value!r}"
+        )
     return np.dtype(dt)
 
 
@@ -173,7 +204,9 @@ def _cache_spec(model: Any) -> tuple[int, int, Any]:
 
     def probe(weights):
         m = jax.tree_util.tree_unflatten(tree, weights)
-        _, caches = m.hidden(_wrap(jnp.zeros((1, 1), jnp.int32)), _wrap(jnp.zeros((1, 1), jnp.int32)), [("fresh", 1)] * m.num_layers)
+        _, caches = m.hidden(
+            _wrap(jnp.zeros((1, 1), jnp.int32)), _wrap(jnp.zeros((1, 1), jnp.int32)), [("fresh", 1)] * m.num_layers
+        )
         return caches[0][0]._array()
 
     weights, tree = jax.tree_util.tree_flatten(model)
@@ -202,17 +235,34 @@ class ModelRunner:
     """
 
     def __init__(
-        self, model: Any, *, max_batch_size: int = 16, max_length: int | None = None, page_size: int = 16, num_pages: int | None = None,
-        prefill_chunk_size: int = 512, enable_prefix_caching: bool = False, min_context: int = 128, max_cache_bytes: int | None = None,
+        self,
+        model: Any,
+        *,
+        max_batch_size: int = 16,
+        max_length: int | None = None,
+        page_size: int = 16,
+        num_pages: int | None = None,
+        prefill_chunk_size: int = 512,
+        enable_prefix_caching: bool = False,
+        min_context: int = 128,
+        max_cache_bytes: int | None = None,
         kv_cache_dtype: Any = None,
-    ):  # fmt: skip
+    ):
         name = "ModelRunner"
         context = int(getattr(model.config, "max_position_embeddings", 0) or 0) or None
         self.max_length = int(max_length or context or 2048)
         # The last token of a sequence is sampled, never fed back: a sequence may be one token past the context.
         if context is not None and self.max_length > context + 1:
-            raise ValueError(f"{name}: max_length {self.max_length} exceeds the model's context of {context} positions (max_position_embeddings) by more than the last, unfed token")
-        for field, value in (("max_batch_size", max_batch_size), ("page_size", page_size), ("prefill_chunk_size", prefill_chunk_size), ("max_length", self.max_length)):
+            raise ValueError(
+                f"{name}: max_length {self.max_length} exceeds the model's context of {context} positions "
+                "(max_position_embeddings) by more than the last, unfed token"
+            )
+        for field, value in (
+            ("max_batch_size", max_batch_size),
+            ("page_size", page_size),
+            ("prefill_chunk_size", prefill_chunk_size),
+            ("max_length", self.max_length),
+        ):
             if int(value) < 1:
                 raise ValueError(f"{name}: {field} must be >= 1, got {value}")
         self.model = model
@@ -259,7 +309,10 @@ class ModelRunner:
         if ctx.request_id in self._pages:
             raise ValueError(f"ModelRunner.claim: request {ctx.request_id} already holds pages")
         if ctx.end_idx > self.max_length:
-            raise ValueError(f"ModelRunner.claim: request {ctx.request_id} has {ctx.end_idx} tokens, more than max_length {self.max_length}")
+            raise ValueError(
+                f"ModelRunner.claim: request {ctx.request_id} has {ctx.end_idx} tokens, more than max_length "
+                f"{self.max_length}"
+            )
         tokens = ctx.all_tokens.tolist()
         cached = self.pool.match_prefix(tokens)
         try:
@@ -273,7 +326,9 @@ class ModelRunner:
         return len(cached) * self.page_size
 
     def reserve(self, ctx: TextContext, num_tokens: int) -> None:
-        """Make room for ``num_tokens`` more tokens after ``ctx.start_idx``; OutOfPagesError (nothing taken) otherwise."""
+        """Make room for ``num_tokens`` more tokens after ``ctx.start_idx``; OutOfPagesError (nothing taken)
+        otherwise.
+        """
         self._reserve_at(ctx, ctx.start_idx + int(num_tokens))
 
     def _reserve_at(self, ctx: TextContext, num_tokens: int) -> None:
@@ -292,7 +347,9 @@ class ModelRunner:
             self.pool.release(pages)
 
     # ── steps ──
-    def execute(self, contexts: Sequence[TextContext], *, all_logits: bool = False) -> dict[RequestID, StepOutput | None]:
+    def execute(
+        self, contexts: Sequence[TextContext], *, all_logits: bool = False
+    ) -> dict[RequestID, StepOutput | None]:
         """Run one step: each context's next tokens (``ctx.next_tokens``, at most ``prefill_chunk_size``).
 
         A context whose tokens are all processed by this step gets its next token
@@ -324,7 +381,9 @@ class ModelRunner:
             and ctx.num_generated + 1 < ctx.max_new_tokens and ctx.end_idx + 1 < min(ctx.max_length, self.max_length)
         )  # fmt: skip
 
-    def dispatch(self, contexts: Sequence[TextContext], *, all_logits: bool = False, after: PendingStep | None = None) -> PendingStep:
+    def dispatch(
+        self, contexts: Sequence[TextContext], *, all_logits: bool = False, after: PendingStep | None = None
+    ) -> PendingStep:
         """Start one step (as `execute`) without waiting for it; `collect` its results.
 
         With ``after`` (a decode step of exactly these contexts, dispatched and not
@@ -342,10 +401,18 @@ class ModelRunner:
             raise ValueError(f"ModelRunner.execute: {len(contexts)} contexts; max_batch_size is {self.max_batch_size}")
         if after is not None:
             if [c.request_id for c in after.contexts] != [c.request_id for c in contexts]:
-                raise ValueError("ModelRunner.dispatch: after= must be a pending step of the same contexts, in the same order")
-            counts, starts = [1] * len(contexts), [c.end_idx for c in contexts]  # the token `after` samples lands at end_idx
+                raise ValueError(
+                    "ModelRunner.dispatch: after= must be a pending step of the same contexts, in the same order"
+                )
+            counts, starts = (
+                [1] * len(contexts),
+                [c.end_idx for c in contexts],
+            )  # the token `after` samples lands at end_idx
         else:
-            counts, starts = [min(c.active_length, self.prefill_chunk_size) for c in contexts], [c.start_idx for c in contexts]
+            counts, starts = (
+                [min(c.active_length, self.prefill_chunk_size) for c in contexts],
+                [c.start_idx for c in contexts],
+            )
         for c, s, n in zip(contexts, starts, counts):
             if n < 1:
                 raise ValueError(f"ModelRunner.execute: request {c.request_id} has no tokens to run")
@@ -363,7 +430,14 @@ class ModelRunner:
         n_logprobs = max((c.log_probabilities for c in contexts), default=0)
         n_logprobs = 0 if n_logprobs == 0 else (5 if n_logprobs <= 5 else 20)
         all_logits = all_logits or any(c.log_probabilities_echo and c.needs_ce for c in contexts)
-        static = dict(model_tree=self._tree, page_size=self.page_size, sample=params.sample, filters=params.filters, n_logprobs=n_logprobs, all_logits=all_logits)
+        static = dict(
+            model_tree=self._tree,
+            page_size=self.page_size,
+            sample=params.sample,
+            filters=params.filters,
+            n_logprobs=n_logprobs,
+            all_logits=all_logits,
+        )
         with self._lock:
             out = self._run(arrays, params.arrays(), extras, static)
         return PendingStep(list(contexts), starts, counts, out, n_logprobs, all_logits)
@@ -430,7 +504,9 @@ class ModelRunner:
             return self.max_pages_per_seq
         return min(self.max_pages_per_seq, max(self.min_pages, _bucket(pages)))
 
-    def _inputs(self, contexts: Sequence[TextContext], starts: Sequence[int], counts: Sequence[int], b: int, t: int, width: int) -> tuple[np.ndarray, ...]:
+    def _inputs(
+        self, contexts: Sequence[TextContext], starts: Sequence[int], counts: Sequence[int], b: int, t: int, width: int
+    ) -> tuple[np.ndarray, ...]:
         """``(tokens, positions, slots, pages, last)`` of a step: padding rows and pages point at the scratch page 0."""
         ps = self.page_size
         tokens = np.zeros((b, t), np.int32)
@@ -455,7 +531,13 @@ class ModelRunner:
         temperature = float(sp.temperature)
         if int(sp.top_k) == 1:  # MAX: top_k 1 is greedy
             temperature = 0.0
-        return {"temperature": temperature, "top_k": int(sp.top_k), "top_p": float(sp.top_p), "min_p": float(sp.min_p), "seed": int(sp.seed or 0)}
+        return {
+            "temperature": temperature,
+            "top_k": int(sp.top_k),
+            "top_p": float(sp.top_p),
+            "min_p": float(sp.min_p),
+            "seed": int(sp.seed or 0),
+        }
 
     def _penalty_inputs(self, contexts: Sequence[TextContext], b: int) -> tuple[Any, Any, Any]:
         """``(bias, repetition, seen)`` for the step (None where no row needs them)."""
@@ -491,9 +573,19 @@ class ModelRunner:
         rid = c.request_id
         full = cached // self.page_size
         if full > self._sealed[rid]:
-            self._sealed[rid] = self.pool.seal(self._pages[rid][:full], c.tokens[: full * self.page_size].tolist(), self._sealed[rid])
+            self._sealed[rid] = self.pool.seal(
+                self._pages[rid][:full], c.tokens[: full * self.page_size].tolist(), self._sealed[rid]
+            )
 
-    def warmup(self, *, prefill: bool = True, decode: bool = True, progress: bool = False, prefill_rows: int = 1, prefill_tokens: int | None = None) -> int:
+    def warmup(
+        self,
+        *,
+        prefill: bool = True,
+        decode: bool = True,
+        progress: bool = False,
+        prefill_rows: int = 1,
+        prefill_tokens: int | None = None,
+    ) -> int:
         """Compile every bucket the scheduler can use (greedy sampling); returns the programs compiled now.
 
         ``prefill_rows`` / ``prefill_tokens``: the scheduler's ``max_prefill_rows`` and
@@ -505,16 +597,37 @@ class ModelRunner:
         budget = self.prefill_chunk_size if prefill_tokens is None else int(prefill_tokens)
         shapes = []
         if decode:
-            shapes += [(b, 1, w) for b in sorted({_bucket(n) for n in range(1, self.max_batch_size + 1)}) for w in widths]
+            shapes += [
+                (b, 1, w) for b in sorted({_bucket(n) for n in range(1, self.max_batch_size + 1)}) for w in widths
+            ]
         if prefill:
             rows = sorted({_bucket(n) for n in range(1, min(int(prefill_rows), self.max_batch_size) + 1)})
             chunks = sorted({_bucket(n, 16) for n in range(2, self.prefill_chunk_size + 1)})
-            # The scheduler's rule (`Scheduler._prefill_batch`): a step's first row always runs; more only within the budget.
-            shapes += [(b, t, self.max_pages_per_seq) for b in rows for t in chunks if b == 1 or self.step_tokens([t] * b) <= budget]
+            # The scheduler's rule (`Scheduler._prefill_batch`): a step's first row always runs; more only within the
+            # budget.
+            shapes += [
+                (b, t, self.max_pages_per_seq)
+                for b in rows
+                for t in chunks
+                if b == 1 or self.step_tokens([t] * b) <= budget
+            ]
         for b, t, w in shapes:
-            arrays = (np.zeros((b, t), np.int32), np.zeros((b, t), np.int32), np.zeros((b, t), np.int32), np.zeros((b, w), np.int32), np.zeros(b, np.int32))
+            arrays = (
+                np.zeros((b, t), np.int32),
+                np.zeros((b, t), np.int32),
+                np.zeros((b, t), np.int32),
+                np.zeros((b, w), np.int32),
+                np.zeros(b, np.int32),
+            )
             params = SamplingRows.build([{}] * b, [0] * b)
-            static = dict(model_tree=self._tree, page_size=self.page_size, sample=False, filters=False, n_logprobs=0, all_logits=False)
+            static = dict(
+                model_tree=self._tree,
+                page_size=self.page_size,
+                sample=False,
+                filters=False,
+                n_logprobs=0,
+                all_logits=False,
+            )
             with self._lock:
                 self._run(arrays, params.arrays(), (None, None, None), static)
         return _COUNTS["compiles"] - before
@@ -522,4 +635,8 @@ class ModelRunner:
 
 def _has_bias(c: TextContext) -> bool:
     sp = c.sampling_params
-    return float(sp.frequency_penalty) != 0.0 or float(sp.presence_penalty) != 0.0 or (c.min_tokens > 0 and c.num_generated < c.min_tokens and bool(c.eos_token_ids) and not c.ignore_eos)
+    return (
+        float(sp.frequency_penalty) != 0.0
+        or float(sp.presence_penalty) != 0.0
+        or (c.min_tokens > 0 and c.num_generated < c.min_tokens and bool(c.eos_token_ids) and not c.ignore_eos)
+    )

@@ -59,9 +59,17 @@ class SamplingRows:
 
     @classmethod
     def build(cls, rows: Sequence[Mapping[str, Any]], step: Sequence[int]) -> SamplingRows:
-        """From per-row dicts with ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed`` (defaults: greedy, no filters)."""
+        """From per-row dicts with ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed`` (defaults: greedy, no
+        filters).
+        """
         n = len(rows)
-        out = cls(np.zeros(n, np.float32), np.zeros(n, np.int32), np.ones(n, np.float32), np.zeros(n, np.float32), np.zeros((n, 2), np.uint32))
+        out = cls(
+            np.zeros(n, np.float32),
+            np.zeros(n, np.int32),
+            np.ones(n, np.float32),
+            np.zeros(n, np.float32),
+            np.zeros((n, 2), np.uint32),
+        )
         for i, r in enumerate(rows):
             k = r.get("top_k", -1)
             out.top_k[i] = -1 if k is None else int(k)
@@ -93,7 +101,9 @@ def _draw(key_data: jax.Array, x: jax.Array) -> jax.Array:
     return gumbel_argmax(jax.random.wrap_key_data(key_data, impl="threefry2x32"), x)
 
 
-def penalize(logits: jax.Array, bias: jax.Array | None, repetition: jax.Array | None, seen: jax.Array | None) -> jax.Array:
+def penalize(
+    logits: jax.Array, bias: jax.Array | None, repetition: jax.Array | None, seen: jax.Array | None
+) -> jax.Array:
     """Steps 1 and 2 of the module docstring (either may be None)."""
     if repetition is not None:
         r = repetition[:, None]
@@ -103,8 +113,19 @@ def penalize(logits: jax.Array, bias: jax.Array | None, repetition: jax.Array | 
     return logits
 
 
-def choose(logits: jax.Array, params: Sequence[jax.Array], *, filters: bool, sample: bool, bias=None, repetition=None, seen=None) -> jax.Array:
-    """The next token of each row (int32 ``[B]``); ``params`` as `SamplingRows.arrays`, ``filters``/``sample`` static."""
+def choose(
+    logits: jax.Array,
+    params: Sequence[jax.Array],
+    *,
+    filters: bool,
+    sample: bool,
+    bias=None,
+    repetition=None,
+    seen=None,
+) -> jax.Array:
+    """The next token of each row (int32 ``[B]``); ``params`` as `SamplingRows.arrays`, ``filters``/``sample``
+    static.
+    """
     temperature, top_k, top_p, min_p, keys = params
     x = penalize(logits.astype(jnp.float32), bias, repetition, seen)
     greedy = jnp.argmax(x, axis=-1).astype(jnp.int32)
@@ -116,13 +137,17 @@ def choose(logits: jax.Array, params: Sequence[jax.Array], *, filters: bool, sam
 
 
 def sampling_probs(logits: jax.Array, params: Sequence[jax.Array], *, filters: bool) -> jax.Array:
-    """The distribution each row samples from, ``[B, V]`` (one-hot argmax for greedy rows): speculative decoding's p and q."""
+    """The distribution each row samples from, ``[B, V]`` (one-hot argmax for greedy rows): speculative decoding's p and
+    q.
+    """
     temperature, top_k, top_p, min_p, _ = params
     return masked_probs(logits, temperature, top_k, top_p, min_p, filters=filters)
 
 
 def top_logprobs(logits: jax.Array, chosen: jax.Array, n: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """``log_softmax`` of the raw logits: the chosen tokens' ``[B]`` and the ``n`` best ``(values [B, n], ids [B, n])``."""
+    """``log_softmax`` of the raw logits: the chosen tokens' ``[B]`` and the ``n`` best ``(values [B, n], ids [B,
+    n])``.
+    """
     lp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     picked = jnp.take_along_axis(lp, chosen[:, None].astype(jnp.int32), axis=-1)[:, 0]
     values, ids = jax.lax.top_k(lp, n)

@@ -86,7 +86,11 @@ class StreamEvent:
         return _FINISH.get(self.status) if self.is_done else None
 
 
-_FINISH = {GenerationStatus.END_OF_SEQUENCE: "stop", GenerationStatus.MAXIMUM_LENGTH: "length", GenerationStatus.CANCELLED: "cancelled"}
+_FINISH = {
+    GenerationStatus.END_OF_SEQUENCE: "stop",
+    GenerationStatus.MAXIMUM_LENGTH: "length",
+    GenerationStatus.CANCELLED: "cancelled",
+}
 
 
 @dataclass
@@ -165,7 +169,9 @@ class RequestStream:
                 return
 
     def result(self) -> GenerationResult:
-        """Wait for the request to finish (sync streams) and collect its events (once: later calls return the same result)."""
+        """Wait for the request to finish (sync streams) and collect its events (once: later calls return the same
+        result).
+        """
         if self._result is not None:
             return self._result
         tokens: list[int] = []
@@ -177,7 +183,16 @@ class RequestStream:
             text.append(event.text)
             logprobs += event.log_probabilities or []
             status = event.status
-        self._result = GenerationResult(self.request_id, tokens, "".join(text), status, self.prompt_tokens, self.cached_tokens, logprobs, self.stop_string)
+        self._result = GenerationResult(
+            self.request_id,
+            tokens,
+            "".join(text),
+            status,
+            self.prompt_tokens,
+            self.cached_tokens,
+            logprobs,
+            self.stop_string,
+        )
         return self._result
 
 
@@ -223,13 +238,22 @@ class Scheduler:
     """
 
     def __init__(
-        self, runner: ModelRunner, tokenizer: Any = None, *, max_queue_size: int | None = None, max_prefill_rows: int = 1, max_prefill_tokens: int | None = None,
-    ):  # fmt: skip
+        self,
+        runner: ModelRunner,
+        tokenizer: Any = None,
+        *,
+        max_queue_size: int | None = None,
+        max_prefill_rows: int = 1,
+        max_prefill_tokens: int | None = None,
+    ):
         if int(max_prefill_rows) < 1:
             raise ValueError(f"Scheduler: max_prefill_rows must be >= 1, got {max_prefill_rows}")
         self.max_prefill_tokens = runner.prefill_chunk_size if max_prefill_tokens is None else int(max_prefill_tokens)
         if self.max_prefill_tokens < runner.prefill_chunk_size:
-            raise ValueError(f"Scheduler: max_prefill_tokens ({self.max_prefill_tokens}) must be at least the runner's prefill_chunk_size ({runner.prefill_chunk_size})")
+            raise ValueError(
+                f"Scheduler: max_prefill_tokens ({self.max_prefill_tokens}) must be at least the runner's "
+                f"prefill_chunk_size ({runner.prefill_chunk_size})"
+            )
         self.runner = runner
         self.tokenizer = tokenizer
         self.max_queue_size = max_queue_size
@@ -257,7 +281,9 @@ class Scheduler:
         """Requests waiting for admission (including the inbox)."""
         return len(self._waiting) + len(self._inbox)
 
-    def submit(self, ctx: TextContext, *, stop: Sequence[str] | None = None, loop: asyncio.AbstractEventLoop | None = None) -> RequestStream:
+    def submit(
+        self, ctx: TextContext, *, stop: Sequence[str] | None = None, loop: asyncio.AbstractEventLoop | None = None
+    ) -> RequestStream:
         """Queue a request; returns its `RequestStream`. Thread-safe.
 
         Raises:
@@ -267,7 +293,10 @@ class Scheduler:
             RuntimeError: the scheduler is shutting down.
         """
         if ctx.max_length > self.runner.max_length:
-            raise ValueError(f"Scheduler.submit: request {ctx.request_id} has max_length {ctx.max_length}; the engine holds at most {self.runner.max_length} tokens per sequence")
+            raise ValueError(
+                f"Scheduler.submit: request {ctx.request_id} has max_length {ctx.max_length}; the engine holds at most "
+                f"{self.runner.max_length} tokens per sequence"
+            )
         if stop and self.tokenizer is None:
             raise ValueError("Scheduler.submit: stop strings need a tokenizer to decode the text")
         self._attach_grammar(ctx)
@@ -277,26 +306,40 @@ class Scheduler:
             if self._stopping or self._draining:
                 raise RuntimeError("Scheduler.submit: the scheduler is shutting down")
             if self.max_queue_size is not None and self.num_waiting >= self.max_queue_size:
-                raise QueueFullError(f"Scheduler.submit: {self.num_waiting} requests are waiting (max_queue_size={self.max_queue_size})")
+                raise QueueFullError(
+                    f"Scheduler.submit: {self.num_waiting} requests are waiting (max_queue_size={self.max_queue_size})"
+                )
             self._inbox.append(("add", _Request(ctx, stream, text)))
             self._cond.notify()
         return stream
 
     def _attach_grammar(self, ctx: TextContext) -> None:
-        """Structured output: compile ``ctx.json_schema`` here, in the caller's thread, so a bad schema is the caller's ValueError."""
-        if ctx.matcher is not None and not isinstance(ctx.matcher, GrammarMatcher):  # it would fail the whole batch's step later
-            raise ValueError(f"Scheduler.submit: request {ctx.request_id}: ctx.matcher must be a GrammarMatcher, got {type(ctx.matcher).__name__}")
+        """Structured output: compile ``ctx.json_schema`` here, in the caller's thread, so a bad schema is the caller's
+        ValueError.
+        """
+        if ctx.matcher is not None and not isinstance(
+            ctx.matcher, GrammarMatcher
+        ):  # it would fail the whole batch's step later
+            raise ValueError(
+                f"Scheduler.submit: request {ctx.request_id}: ctx.matcher must be a GrammarMatcher, got "
+                f"{type(ctx.matcher).__name__}"
+            )
         if ctx.json_schema is None or ctx.matcher is not None:
             return
         if self.tokenizer is None:
-            raise ValueError(f"Scheduler.submit: request {ctx.request_id} has a json_schema; structured output needs the scheduler's tokenizer (Scheduler(runner, tokenizer=...))")
+            raise ValueError(
+                f"Scheduler.submit: request {ctx.request_id} has a json_schema; structured output needs the "
+                "scheduler's tokenizer (Scheduler(runner, tokenizer=...))"
+            )
         try:
             ctx.set_matcher(compile_json_schema(self.tokenizer, ctx.json_schema, eos_token_ids=ctx.eos_token_ids))
         except ValueError as err:
             raise ValueError(f"Scheduler.submit: request {ctx.request_id}: {err}") from None
 
     def cancel(self, request_id: RequestID) -> None:
-        """Cancel a request: it stops at the next iteration and its pages are freed. Thread-safe; unknown ids are ignored."""
+        """Cancel a request: it stops at the next iteration and its pages are freed. Thread-safe; unknown ids are
+        ignored.
+        """
         with self._cond:
             self._inbox.append(("cancel", request_id))
             self._cond.notify()
@@ -360,7 +403,12 @@ class Scheduler:
         if self._pending is not None:
             rows, pending = self._pending
             self._pending = None
-            if not prefills and len(rows) == len(decode) and all(a is b for a, b in zip(rows, decode)) and all(self.runner.can_run_ahead(r.ctx) for r in rows):
+            if (
+                not prefills
+                and len(rows) == len(decode)
+                and all(a is b for a, b in zip(rows, decode))
+                and all(self.runner.can_run_ahead(r.ctx) for r in rows)
+            ):
                 try:
                     self._pending = (rows, self.runner.dispatch([r.ctx for r in rows], after=pending))
                 except OutOfPagesError:
@@ -385,7 +433,9 @@ class Scheduler:
             if not r.ctx.needs_ce:
                 continue
             n = min(r.ctx.active_length, chunk)
-            if batch and (len(batch) >= self.max_prefill_rows or self.runner.step_tokens([*counts, n]) > self.max_prefill_tokens):
+            if batch and (
+                len(batch) >= self.max_prefill_rows or self.runner.step_tokens([*counts, n]) > self.max_prefill_tokens
+            ):
                 break
             batch.append(r)
             counts.append(n)
@@ -413,7 +463,13 @@ class Scheduler:
             except OutOfPagesError:
                 if not self._running:
                     self._waiting.popleft()
-                    self._fail(r, ValueError(f"request {r.ctx.request_id} needs {self.runner.pages_needed(r.ctx)} KV pages; the pool has {self.runner.pool.num_pages - 1}"))
+                    self._fail(
+                        r,
+                        ValueError(
+                            f"request {r.ctx.request_id} needs {self.runner.pages_needed(r.ctx)} KV pages; the pool "
+                            f"has {self.runner.pool.num_pages - 1}"
+                        ),
+                    )
                     continue
                 return
             except ValueError as err:
@@ -440,7 +496,10 @@ class Scheduler:
         self._running.remove(victim)
         self._waiting.appendleft(victim)
         self.stats.preemptions += 1
-        log.info("maxfx scheduler: preempted request %s (KV pages exhausted); it will be prefilled again", victim.ctx.request_id)
+        log.info(
+            "maxfx scheduler: preempted request %s (KV pages exhausted); it will be prefilled again",
+            victim.ctx.request_id,
+        )
         return True
 
     def _run(self, batch: list[_Request], prefill: bool, ahead: bool = False) -> None:
@@ -456,7 +515,13 @@ class Scheduler:
                     break
                 except OutOfPagesError:
                     if not self._preempt_for(r):
-                        self._fail(r, RuntimeError(f"request {r.ctx.request_id}: the KV page pool is too small for its {r.ctx.start_idx + n} tokens"))
+                        self._fail(
+                            r,
+                            RuntimeError(
+                                f"request {r.ctx.request_id}: the KV page pool is too small for its "
+                                f"{r.ctx.start_idx + n} tokens"
+                            ),
+                        )
                         break
         batch = [r for r in batch if r in self._running]
         if not batch:
@@ -494,7 +559,11 @@ class Scheduler:
         tokens = output.tokens
         text = ""
         if r.text is not None:
-            shown = [t for t in tokens if not (ctx.status is GenerationStatus.END_OF_SEQUENCE and t in ctx.eos_token_ids and t == tokens[-1])]
+            shown = [
+                t
+                for t in tokens
+                if not (ctx.status is GenerationStatus.END_OF_SEQUENCE and t in ctx.eos_token_ids and t == tokens[-1])
+            ]
             text = r.text.add(shown)
             if r.text.stopped and not ctx.is_done:
                 ctx.status = GenerationStatus.END_OF_SEQUENCE
@@ -514,7 +583,9 @@ class Scheduler:
             self._waiting.remove(r)
         self.stats.requests_cancelled += 1
         output = r.ctx.to_generation_output()
-        r.stream._put(StreamEvent(r.ctx.request_id, output.tokens, "", GenerationStatus.CANCELLED, output.log_probabilities))
+        r.stream._put(
+            StreamEvent(r.ctx.request_id, output.tokens, "", GenerationStatus.CANCELLED, output.log_probabilities)
+        )
 
     def _fail(self, r: _Request, err: BaseException) -> None:
         self._release(r)

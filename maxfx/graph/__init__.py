@@ -15,7 +15,19 @@ from maxfx.graph._value import BufferValue, TensorValue, Value
 from maxfx.graph._weight import ShardingStrategy, Weight
 from maxfx.graph.dim import AlgebraicDim, Dim, DimLike, StaticDim, SymbolicDim
 from maxfx.graph.shape import Shape, ShapeLike
-from maxfx.graph.type import BufferType, ConvInputLayout, DeviceKind, DevicePlacementPolicy, DeviceRef, FilterLayout, OpaqueType, TensorType, Type, _ChainType, _OpaqueType
+from maxfx.graph.type import (
+    BufferType,
+    ConvInputLayout,
+    DeviceKind,
+    DevicePlacementPolicy,
+    DeviceRef,
+    FilterLayout,
+    OpaqueType,
+    TensorType,
+    Type,
+    _ChainType,
+    _OpaqueType,
+)
 from maxfx.graph.value import BufferValueLike, TensorValueLike
 
 __all__ = [

@@ -63,7 +63,9 @@ def cast_tensor_to(tensor: Buffer, new_dtype: DType, session: Any = None) -> Buf
 
 
 def cast_dlpack_to(raw_tensor: Any, old_dtype: DType, new_dtype: DType, device: Any, session: Any = None) -> Buffer:
-    """A DLPack array read as ``old_dtype`` (its bits reinterpreted if it has another), moved to ``device``, cast to ``new_dtype``."""
+    """A DLPack array read as ``old_dtype`` (its bits reinterpreted if it has another), moved to ``device``, cast to
+    ``new_dtype``.
+    """
     t = Buffer.from_dlpack(raw_tensor)
     if t.dtype != old_dtype:
         t = t.view(old_dtype, t.shape)

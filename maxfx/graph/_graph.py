@@ -106,6 +106,7 @@ class _DeviceChainMap(Mapping):
     def __repr__(self) -> str:
         return "{" + ", ".join(f"{d}: {self[d]!r}" for d in self) + "}"
 
+
 class _CurrentGraph:
     """Descriptor so that ``Graph.current`` reads the innermost active graph (None outside one)."""
 
@@ -136,7 +137,9 @@ class KernelLibrary:
         if not p.exists():
             raise FileNotFoundError(f"KernelLibrary.add_path: {p} does not exist")
         if p not in self._paths:
-            load_library(p)  # its Python custom ops register themselves; Mojo kernels are noted (lowering.custom_ops_path)
+            load_library(
+                p
+            )  # its Python custom ops register themselves; Mojo kernels are noted (lowering.custom_ops_path)
             self._paths.append(p)
 
     def library_paths(self) -> list[Path]:
@@ -214,7 +217,9 @@ class Graph:
         input_types = list(input_types)
         for i, t in enumerate(input_types):
             if not isinstance(t, Type):
-                raise TypeError(f"Graph {name!r}: input_types[{i}] must be a TensorType or BufferType, got {type(t).__name__}")
+                raise TypeError(
+                    f"Graph {name!r}: input_types[{i}] must be a TensorType or BufferType, got {type(t).__name__}"
+                )
         device = next((t.device for t in input_types if hasattr(t, "device")), DeviceRef.CPU())
         self._builder = GraphBuilder(self._block, wrap_var, default_device=device)
         self._builder.strict_device_placement = DevicePlacementPolicy(strict_device_placement)
@@ -312,7 +317,8 @@ class Graph:
             if existing is weight:
                 return self._weight_values[name]
             raise ValueError(
-                f"Graph {self.name!r}: weight {name!r} already exists (a different Weight object of type {existing.type}); "
+                f"Graph {self.name!r}: weight {name!r} already exists (a different Weight object of type "
+                f"{existing.type}); "
                 f"add that Weight again, or give the new one ({weight.type}) another name"
             )
         if name in self._builder.weights:
@@ -381,8 +387,15 @@ class Graph:
             ('double_copy', True, True)
         """
         if self._ctx_stack:
-            raise RuntimeError(f"Graph {self.name!r}.copy(): finish building the graph (leave its `with` block) before copying it")
-        new = Graph(self.name if name is None else name, input_types=self.input_types, kernel_library=self.kernel_library, strict_device_placement=self._builder.strict_device_placement)
+            raise RuntimeError(
+                f"Graph {self.name!r}.copy(): finish building the graph (leave its `with` block) before copying it"
+            )
+        new = Graph(
+            self.name if name is None else name,
+            input_types=self.input_types,
+            kernel_library=self.kernel_library,
+            strict_device_placement=self._builder.strict_device_placement,
+        )
         # The IR's nodes and vars are immutable records: the copy shares them in its own lists,
         # so what either graph records later goes to that graph only.
         new._block.inputs = list(self._block.inputs)
@@ -473,12 +486,16 @@ class GraphWeights(Mapping):
         """True if a weight with exactly this name is in the graph."""
         return self.name in self._graph._weights
 
-    def allocate(self, dtype: Any = None, shape: Any = None, quantization_encoding: Any = None, device: Any = None) -> Any:
+    def allocate(
+        self, dtype: Any = None, shape: Any = None, quantization_encoding: Any = None, device: Any = None
+    ) -> Any:
         """Create the weight called `name` in the graph and return it."""
         if not self.name:
             raise ValueError("GraphWeights.allocate: name a weight first, e.g. weights.layer.weight.allocate(...)")
         if dtype is None or shape is None:
-            raise ValueError(f"GraphWeights.allocate({self.name!r}): dtype and shape are required (the graph has no weight file)")
+            raise ValueError(
+                f"GraphWeights.allocate({self.name!r}): dtype and shape are required (the graph has no weight file)"
+            )
         weight = Weight(self.name, dtype, shape, device, quantization_encoding)
         self._graph.add_weight(weight)
         return weight

@@ -39,7 +39,8 @@ class Module:
     def __init__(self, mlir_module: Any = None):
         if mlir_module is not None:
             raise TypeError(
-                f"Module(mlir_module=...): maxfx graphs are not MLIR modules, so a {type(mlir_module).__name__} cannot be wrapped; create Module() and build each Graph with module=that_module"
+                f"Module(mlir_module=...): maxfx graphs are not MLIR modules, so a {type(mlir_module).__name__} cannot "
+                "be wrapped; create Module() and build each Graph with module=that_module"
             )
         self._graphs: dict[str, Any] = {}
 
@@ -51,7 +52,10 @@ class Module:
                 the Models that ``init_all`` returns).
         """
         if graph.name in self._graphs:
-            raise ValueError(f"Module: a graph named {graph.name!r} is already in this module; graphs of one module need distinct names (InferenceSession.init_all returns their Models by name)")
+            raise ValueError(
+                f"Module: a graph named {graph.name!r} is already in this module; graphs of one module need distinct "
+                "names (InferenceSession.init_all returns their Models by name)"
+            )
         self._graphs[graph.name] = graph
 
     def top_level_graph_names(self) -> list[str]:

@@ -184,12 +184,16 @@ class TensorOperators:
         return ops.mean(centered * centered, axis)
 
     def stdev(self, axis: int = -1) -> TensorValue:
-        """Population standard deviation along ``axis`` (kept as size 1); integer for integer inputs, TypeError for bool."""
+        """Population standard deviation along ``axis`` (kept as size 1); integer for integer inputs, TypeError for
+        bool.
+        """
         return ops.sqrt(self.var(axis))
 
     # -- operators -------------------------------------------------------
     def __getitem__(self, index) -> TensorValue:
-        """``x[index]``: numpy basic indexing (``slice_tensor``), or advanced indexing with index arrays and boolean masks."""
+        """``x[index]``: numpy basic indexing (``slice_tensor``), or advanced indexing with index arrays and boolean
+        masks.
+        """
         return advanced_indexing.getitem(self, index)
 
     def __neg__(self):
@@ -298,7 +302,9 @@ class TensorValue(TensorOperators, _Shaped):
         return ops.transfer_to(self, device)
 
     def __bool__(self):
-        raise TypeError("the truth value of a symbolic TensorValue is unknown while building a graph; use ops.cond or ops.where")
+        raise TypeError(
+            "the truth value of a symbolic TensorValue is unknown while building a graph; use ops.cond or ops.where"
+        )
 
     def __len__(self):
         if not self.shape:
@@ -309,7 +315,10 @@ class TensorValue(TensorOperators, _Shaped):
         raise TypeError("TensorValue is not iterable; index it or use ops.split")
 
     def __contains__(self, item: Any) -> bool:
-        raise TypeError("TensorValue is not a container: membership of a symbolic value is unknown while building a graph; compare with ops.equal and reduce")
+        raise TypeError(
+            "TensorValue is not a container: membership of a symbolic value is unknown while building a graph; compare "
+            "with ops.equal and reduce"
+        )
 
 
 class BufferValue(_Shaped):
@@ -362,14 +371,18 @@ def _tensor_value_of(value: Any) -> TensorValue:
     if hasattr(type(value), "__tensorvalue__"):
         converted = value.__tensorvalue__()
         if not isinstance(converted, TensorValue):
-            raise TypeError(f"TensorValue: {type(value).__name__}.__tensorvalue__() returned {type(converted).__name__}, not a TensorValue")
+            raise TypeError(
+                f"TensorValue: {type(value).__name__}.__tensorvalue__() returned {type(converted).__name__}, not a "
+                "TensorValue"
+            )
         return converted
     if isinstance(value, Shape):
         return ops.shape_to_tensor(value)
     if isinstance(value, Dim):  # a dim is a scalar
         return ops.reshape(ops.shape_to_tensor([value]), [])
     raise TypeError(
-        f"TensorValue: expected a graph value, an object with __tensorvalue__(), a Shape or a Dim; got {type(value).__name__} "
+        "TensorValue: expected a graph value, an object with __tensorvalue__(), a Shape or a Dim; got "
+        f"{type(value).__name__} "
         "(make Python numbers and arrays graph constants with ops.constant(value, dtype, device))"
     )
 

@@ -112,7 +112,9 @@ def _axis_slices(shape: Sequence[Any], i: int, num_devices: int, axis: int) -> S
     return axis, (_split(_dim(shape, axis, "axiswise sharding"), i, num_devices),)
 
 
-def _segmented_slices(shape: Sequence[Any], dtype: DType, i: int, num_devices: int, axis: int, segments: Sequence[Segment], name: str) -> Slices:
+def _segmented_slices(
+    shape: Sequence[Any], dtype: DType, i: int, num_devices: int, axis: int, segments: Sequence[Segment], name: str
+) -> Slices:
     if not segments:
         raise ValueError(f"segmented_sharding_strategy: weight {name!r} needs at least one segment")
     axis = _norm_axis(shape, axis, "segmented_sharding_strategy")
@@ -123,12 +125,17 @@ def _segmented_slices(shape: Sequence[Any], dtype: DType, i: int, num_devices: i
     elif dtype is DType.uint8 and total == 2 * dim:
         pack = 2  # packed FP4: each uint8 holds two values
     else:
-        raise ValueError(f"segmented_sharding_strategy: weight {name!r} segments cover {total} elements but axis {axis} of shape {list(shape)} has {dim}")
+        raise ValueError(
+            f"segmented_sharding_strategy: weight {name!r} segments cover {total} elements but axis {axis} of shape "
+            f"{list(shape)} has {dim}"
+        )
     parts, offset = [], 0
     for seg in segments:
         start, length = seg._part(i, num_devices)
         if (start % pack) or (length % pack):
-            raise ValueError(f"segmented_sharding_strategy: weight {name!r}: shard {i} of segment {seg} splits a packed element")
+            raise ValueError(
+                f"segmented_sharding_strategy: weight {name!r}: shard {i} of segment {seg} splits a packed element"
+            )
         parts.append(((offset + start) // pack, length // pack))
         offset += seg.size
     return axis, tuple(parts)
@@ -177,37 +184,65 @@ def _head_rows(heads: Sequence[int], head_dim: int, offset: int = 0) -> tuple[tu
     return tuple((a, b) for a, b in parts)
 
 
-def _query_rows(num_heads: int, head_dim: int, i: int, num_devices: int, offset: int = 0) -> tuple[tuple[int, int], ...]:
+def _query_rows(
+    num_heads: int, head_dim: int, i: int, num_devices: int, offset: int = 0
+) -> tuple[tuple[int, int], ...]:
     start, count = _split(num_heads, i, num_devices)
     return _head_rows(range(start, start + count), head_dim, offset)
 
 
-def _head_rows_slices(shape: Sequence[Any], i: int, num_devices: int, num_heads: int, head_dim: int, num_kv_heads: int | None, name: str) -> Slices:
+def _head_rows_slices(
+    shape: Sequence[Any], i: int, num_devices: int, num_heads: int, head_dim: int, num_kv_heads: int | None, name: str
+) -> Slices:
     """Dim 0 in whole heads: query heads, or (``num_kv_heads``) the KV heads they read."""
     rows = _dim(shape, 0, "head_aware_rowwise")
     heads = num_heads if num_kv_heads is None else num_kv_heads
     if rows != heads * head_dim:
-        raise ValueError(f"head_aware_rowwise: weight {name!r} has {rows} rows but {heads} heads of {head_dim} need {heads * head_dim}")
+        raise ValueError(
+            f"head_aware_rowwise: weight {name!r} has {rows} rows but {heads} heads of {head_dim} need "
+            f"{heads * head_dim}"
+        )
     if num_kv_heads is None:
         return 0, _query_rows(num_heads, head_dim, i, num_devices)
     return 0, _head_rows(query_kv_heads(num_heads, num_kv_heads, i, num_devices), head_dim)
 
 
-def _stacked_qkv_slices(shape: Sequence[Any], dtype: DType, i: int, num_devices: int, num_heads: int, head_dim: int, name: str, num_kv_heads: int | None = None) -> Slices:
+def _stacked_qkv_slices(
+    shape: Sequence[Any],
+    dtype: DType,
+    i: int,
+    num_devices: int,
+    num_heads: int,
+    head_dim: int,
+    name: str,
+    num_kv_heads: int | None = None,
+) -> Slices:
     rows = _dim(shape, 0, "stacked_qkv_sharding_strategy")
     if num_kv_heads is None:
         if rows % 3:
-            raise ValueError(f"Stacked QKV weight must have shape [3*hidden_size, hidden_size], got shape {list(shape)}")
+            raise ValueError(
+                f"Stacked QKV weight must have shape [3*hidden_size, hidden_size], got shape {list(shape)}"
+            )
         if rows // 3 != num_heads * head_dim:
-            raise ValueError(f"Weight hidden_size {rows // 3} doesn't match num_heads * head_dim = {num_heads} * {head_dim} = {num_heads * head_dim}")
+            raise ValueError(
+                f"Weight hidden_size {rows // 3} doesn't match num_heads * head_dim = {num_heads} * {head_dim} = "
+                f"{num_heads * head_dim}"
+            )
         seg = Segment.head_aware(num_heads, head_dim)
         return _segmented_slices(shape, dtype, i, num_devices, 0, (seg, seg, seg), name)
     # Grouped-query [Q; K; V]: Q by query heads, K and V by the KV heads those queries read.
     q_rows, kv_rows = num_heads * head_dim, num_kv_heads * head_dim
     if rows != q_rows + 2 * kv_rows:
-        raise ValueError(f"stacked_qkv_sharding_strategy: weight {name!r} has {rows} rows; {num_heads} query and 2 x {num_kv_heads} KV heads of {head_dim} need {q_rows + 2 * kv_rows}")
+        raise ValueError(
+            f"stacked_qkv_sharding_strategy: weight {name!r} has {rows} rows; {num_heads} query and 2 x {num_kv_heads} "
+            f"KV heads of {head_dim} need {q_rows + 2 * kv_rows}"
+        )
     kv = query_kv_heads(num_heads, num_kv_heads, i, num_devices)
-    parts = _query_rows(num_heads, head_dim, i, num_devices) + _head_rows(kv, head_dim, q_rows) + _head_rows(kv, head_dim, q_rows + kv_rows)
+    parts = (
+        _query_rows(num_heads, head_dim, i, num_devices)
+        + _head_rows(kv, head_dim, q_rows)
+        + _head_rows(kv, head_dim, q_rows + kv_rows)
+    )
     return 0, parts
 
 
@@ -312,7 +347,12 @@ class ShardingStrategy:
             return replicate_sharding_strategy
         if kind == "rowwise":
             if self.num_heads is not None:
-                return partial(head_aware_row_sharding_strategy, num_heads=self.num_heads, head_dim=self.head_dim, num_kv_heads=self.num_kv_heads)
+                return partial(
+                    head_aware_row_sharding_strategy,
+                    num_heads=self.num_heads,
+                    head_dim=self.head_dim,
+                    num_kv_heads=self.num_kv_heads,
+                )
             return row_sharding_strategy
         if kind == "columnwise":
             return col_sharding_strategy
@@ -380,7 +420,9 @@ class ShardingStrategy:
         return ShardingStrategy(num_devices, None, "replicate")
 
     @staticmethod
-    def head_aware_rowwise(num_devices: int, num_heads: int, head_dim: int, num_kv_heads: int | None = None) -> ShardingStrategy:
+    def head_aware_rowwise(
+        num_devices: int, num_heads: int, head_dim: int, num_kv_heads: int | None = None
+    ) -> ShardingStrategy:
         """Split dim 0 in whole heads of ``head_dim`` rows (a rowwise strategy: ``is_rowwise``).
 
         The rows are ``num_heads`` query heads split as ``num_heads_for_device``;
@@ -396,7 +438,9 @@ class ShardingStrategy:
         return ShardingStrategy(num_devices, 0, "rowwise", num_heads, head_dim, num_kv_heads=num_kv_heads)
 
     @staticmethod
-    def stacked_qkv(num_devices: int, num_heads: int, head_dim: int, num_kv_heads: int | None = None) -> ShardingStrategy:
+    def stacked_qkv(
+        num_devices: int, num_heads: int, head_dim: int, num_kv_heads: int | None = None
+    ) -> ShardingStrategy:
         """Split a stacked ``[Q; K; V]`` weight by heads: ``[3 * num_heads * head_dim, ...]``, or with
         ``num_kv_heads`` (grouped-query) ``[(num_heads + 2 * num_kv_heads) * head_dim, ...]`` whose
         K and V rows follow the query heads as in `head_aware_rowwise`."""
@@ -404,7 +448,9 @@ class ShardingStrategy:
 
     @staticmethod
     def head_aware_columnwise(num_devices: int, num_heads: int, head_dim: int) -> ShardingStrategy:
-        """Split dim 1 by whole heads (an attention output projection); uneven head counts give the first devices one head more."""
+        """Split dim 1 by whole heads (an attention output projection); uneven head counts give the first devices one
+        head more.
+        """
         return ShardingStrategy(num_devices, 1, "head_aware_columnwise", num_heads, head_dim)
 
     @staticmethod
@@ -488,19 +534,28 @@ class ShardingStrategy:
 
 def _module_level_shard(kind: str) -> Callable[..., TensorValue]:
     def shard(weight: Weight, i: int, num_devices: int) -> TensorValue:
-        raise ValueError(f"ShardingStrategy.{kind} is a module-level strategy: the module shards its own weights, a single weight has no {kind} shard")
+        raise ValueError(
+            f"ShardingStrategy.{kind} is a module-level strategy: the module shards its own weights, a single weight "
+            f"has no {kind} shard"
+        )
 
     return shard
 
 
-def _builtin_kind(shard: Callable[..., Any]) -> tuple[str, Any, int | None, int | None, tuple[Segment, ...], int | None] | None:
+def _builtin_kind(
+    shard: Callable[..., Any],
+) -> tuple[str, Any, int | None, int | None, tuple[Segment, ...], int | None] | None:
     """``(kind, axis, num_heads, head_dim, segments, num_kv_heads)`` when ``shard`` is one of the
     strategy functions below (or a ``partial`` binding their keywords), else None."""
     func, kw = (shard.func, dict(shard.keywords)) if isinstance(shard, partial) and not shard.args else (shard, {})
     kv = kw.get("num_kv_heads")
     if func is row_sharding_strategy and not kw:
         return "rowwise", 0, None, None, (), None
-    if func is head_aware_row_sharding_strategy and {"num_heads", "head_dim"} <= set(kw) <= {"num_heads", "head_dim", "num_kv_heads"}:
+    if func is head_aware_row_sharding_strategy and {"num_heads", "head_dim"} <= set(kw) <= {
+        "num_heads",
+        "head_dim",
+        "num_kv_heads",
+    }:
         return "rowwise", 0, kw["num_heads"], kw["head_dim"], (), kv
     if func is col_sharding_strategy and not kw:
         return "columnwise", 1, None, None, (), None
@@ -510,7 +565,11 @@ def _builtin_kind(shard: Callable[..., Any]) -> tuple[str, Any, int | None, int 
         return "axiswise", kw["axis"], None, None, (), None
     if func is gate_up_sharding_strategy and set(kw) <= {"axis"}:
         return "gate_up", kw.get("axis", 2), None, None, (), None
-    if func is stacked_qkv_sharding_strategy and {"num_heads", "head_dim"} <= set(kw) <= {"num_heads", "head_dim", "num_kv_heads"}:
+    if func is stacked_qkv_sharding_strategy and {"num_heads", "head_dim"} <= set(kw) <= {
+        "num_heads",
+        "head_dim",
+        "num_kv_heads",
+    }:
         return "stacked_qkv", 0, kw["num_heads"], kw["head_dim"], (), kv
     if func is head_aware_col_sharding_strategy and set(kw) == {"num_heads", "head_dim"}:
         return "head_aware_columnwise", 1, kw["num_heads"], kw["head_dim"], (), None
@@ -570,7 +629,9 @@ def col_sharding_strategy(weight: Weight, i: int, num_devices: int) -> TensorVal
     return axiswise_sharding_strategy(weight, i, num_devices, 1)
 
 
-def segmented_sharding_strategy(weight: Weight, i: int, num_devices: int, axis: int, segments: Sequence[Segment]) -> TensorValue:
+def segmented_sharding_strategy(
+    weight: Weight, i: int, num_devices: int, axis: int, segments: Sequence[Segment]
+) -> TensorValue:
     """Split each `Segment` of ``axis`` over the devices and concatenate device ``i``'s parts.
 
     The segments must cover the axis: their sizes add up to its length, or to
@@ -579,21 +640,36 @@ def segmented_sharding_strategy(weight: Weight, i: int, num_devices: int, axis: 
     Raises:
         ValueError: the segments do not cover the axis, or a packed part is odd.
     """
-    return _slice_axis(weight, _segmented_slices(weight.shape, weight.dtype, i, num_devices, axis, segments, _name(weight)))
+    return _slice_axis(
+        weight, _segmented_slices(weight.shape, weight.dtype, i, num_devices, axis, segments, _name(weight))
+    )
 
 
-def stacked_qkv_sharding_strategy(weight: Weight, i: int, num_devices: int, num_heads: int, head_dim: int, num_kv_heads: int | None = None) -> TensorValue:
+def stacked_qkv_sharding_strategy(
+    weight: Weight, i: int, num_devices: int, num_heads: int, head_dim: int, num_kv_heads: int | None = None
+) -> TensorValue:
     """Shard ``i`` of a stacked ``[Q; K; V]`` weight (dim 0 is ``3 * num_heads * head_dim``, or
     ``(num_heads + 2 * num_kv_heads) * head_dim`` grouped-query), each of Q, K, V split by whole heads."""
-    return _slice_axis(weight, _stacked_qkv_slices(weight.shape, weight.dtype, i, num_devices, num_heads, head_dim, _name(weight), num_kv_heads))
+    return _slice_axis(
+        weight,
+        _stacked_qkv_slices(
+            weight.shape, weight.dtype, i, num_devices, num_heads, head_dim, _name(weight), num_kv_heads
+        ),
+    )
 
 
-def head_aware_row_sharding_strategy(weight: Weight, i: int, num_devices: int, num_heads: int, head_dim: int, num_kv_heads: int | None = None) -> TensorValue:
+def head_aware_row_sharding_strategy(
+    weight: Weight, i: int, num_devices: int, num_heads: int, head_dim: int, num_kv_heads: int | None = None
+) -> TensorValue:
     """Shard ``i`` of ``weight`` split along dim 0 in whole heads (see `ShardingStrategy.head_aware_rowwise`)."""
-    return _slice_axis(weight, _head_rows_slices(weight.shape, i, num_devices, num_heads, head_dim, num_kv_heads, _name(weight)))
+    return _slice_axis(
+        weight, _head_rows_slices(weight.shape, i, num_devices, num_heads, head_dim, num_kv_heads, _name(weight))
+    )
 
 
-def head_aware_col_sharding_strategy(weight: Weight, i: int, num_devices: int, num_heads: int, head_dim: int) -> TensorValue:
+def head_aware_col_sharding_strategy(
+    weight: Weight, i: int, num_devices: int, num_heads: int, head_dim: int
+) -> TensorValue:
     """Shard ``i`` of ``weight`` split along dim 1 by whole heads of ``head_dim`` columns
     (packed FP4 / MXFP6 weights: the matching byte columns)."""
     return _slice_axis(weight, _head_aware_col_slices(weight.shape, i, num_devices, num_heads, head_dim))
@@ -682,13 +758,19 @@ class Weight(TensorValue):
     def _value(self) -> TensorValue:
         graph = current_graph()
         if graph is None:
-            raise ValueError(f"Weight {self.name!r} has no parent graph: it can only be used in ops inside `with Graph(...)`")
+            raise ValueError(
+                f"Weight {self.name!r} has no parent graph: it can only be used in ops inside `with Graph(...)`"
+            )
         if self._is_custom_shard():
             return self._custom_shard_value(graph)
         return graph.add_weight(self)
 
     def _is_custom_shard(self) -> bool:
-        return self._shard_of is not None and self._sharding_strategy is not None and self._sharding_strategy.kind == "custom"
+        return (
+            self._shard_of is not None
+            and self._sharding_strategy is not None
+            and self._sharding_strategy.kind == "custom"
+        )
 
     def _custom_shard_value(self, graph: Any) -> TensorValue:
         """A custom strategy's shard is its function applied to the host weight in the
@@ -781,7 +863,10 @@ class Weight(TensorValue):
             raise ValueError(f"Weight {self.name} was already sharded and cannot be sharded again.")
         devices = list(devices)
         if len(devices) != strategy.num_devices:
-            raise ValueError(f"Weight {self.name!r}: strategy has {strategy.num_devices} shards but {len(devices)} devices were given")
+            raise ValueError(
+                f"Weight {self.name!r}: strategy has {strategy.num_devices} shards but {len(devices)} devices were "
+                "given"
+            )
         out = []
         for i, dev in enumerate(devices):
             if strategy.kind == "custom":

@@ -60,4 +60,3 @@ def _promote_to_strong(value: Any, strong_dtype: DType, device: DeviceRef | Any)
         return constant(value, strong_dtype, device)
     check_weak_array(strong_dtype, arr)
     return constant(arr.astype(strong_dtype.to_numpy()), strong_dtype, device)
-

@@ -9,14 +9,33 @@ the msgpack wire format (numpy arrays, optionally through shared memory).
 A leaf package: it imports only the standard library, numpy and msgpack.
 """
 
-from ._audio import AudioGenerationContextType, AudioGenerationInputs, AudioGenerationMetadata, AudioGenerationOutput, AudioGenerationRequest
+from ._audio import (
+    AudioGenerationContextType,
+    AudioGenerationInputs,
+    AudioGenerationMetadata,
+    AudioGenerationOutput,
+    AudioGenerationRequest,
+)
 from ._context import BaseContext, BaseContextType
-from ._embeddings import EmbeddingsContext, EmbeddingsGenerationContextType, EmbeddingsGenerationInputs, EmbeddingsGenerationOutput
+from ._embeddings import (
+    EmbeddingsContext,
+    EmbeddingsGenerationContextType,
+    EmbeddingsGenerationInputs,
+    EmbeddingsGenerationOutput,
+)
 from ._log_probabilities import LogProbabilities
 from ._logits import BatchLogitsProcessor, BatchProcessorInputs, LogitsProcessor, ProcessorInputs
 from ._lora import LoRAOperation, LoRARequest, LoRAResponse, LoRAStatus, LoRAType
 from ._msgpack import MsgpackNumpyDecoder, MsgpackNumpyEncoder, msgpack_eq, msgpack_numpy_decoder, msgpack_numpy_encoder
-from ._pipeline import Pipeline, PipelineInputs, PipelineInputsType, PipelineOutput, PipelineOutputsDict, PipelineOutputType, PipelinesFactory
+from ._pipeline import (
+    Pipeline,
+    PipelineInputs,
+    PipelineInputsType,
+    PipelineOutput,
+    PipelineOutputsDict,
+    PipelineOutputType,
+    PipelinesFactory,
+)
 from ._queue import MAXPullQueue, MAXPushQueue, drain_queue, get_blocking
 from ._request import Request, RequestID
 from ._sampling import SamplingParams, SamplingParamsGenerationConfigDefaults, SamplingParamsInput

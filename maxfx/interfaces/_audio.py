@@ -13,7 +13,13 @@ from ._request import Request, RequestID
 from ._sampling import SamplingParams
 from ._status import GenerationStatus
 
-__all__ = ["AudioGenerationContextType", "AudioGenerationInputs", "AudioGenerationMetadata", "AudioGenerationOutput", "AudioGenerationRequest"]
+__all__ = [
+    "AudioGenerationContextType",
+    "AudioGenerationInputs",
+    "AudioGenerationMetadata",
+    "AudioGenerationOutput",
+    "AudioGenerationRequest",
+]
 
 _MAX_INPUT_CHARS = 4096
 
@@ -53,7 +59,9 @@ class AudioGenerationRequest(Request):
         if self.input is None and self.prompt is None:
             raise ValueError("AudioGenerationRequest needs input (text) or prompt")
         if self.input is not None and len(self.input) > _MAX_INPUT_CHARS:
-            raise ValueError(f"AudioGenerationRequest.input has {len(self.input)} characters, more than {_MAX_INPUT_CHARS}")
+            raise ValueError(
+                f"AudioGenerationRequest.input has {len(self.input)} characters, more than {_MAX_INPUT_CHARS}"
+            )
 
 
 @dataclass(kw_only=True)
@@ -131,7 +139,9 @@ class AudioGenerationOutput:
         if not isinstance(other, AudioGenerationOutput):
             return NotImplemented
         same_buffer = (self.buffer_speech_tokens is None and other.buffer_speech_tokens is None) or (
-            self.buffer_speech_tokens is not None and other.buffer_speech_tokens is not None and np.array_equal(self.buffer_speech_tokens, other.buffer_speech_tokens)
+            self.buffer_speech_tokens is not None
+            and other.buffer_speech_tokens is not None
+            and np.array_equal(self.buffer_speech_tokens, other.buffer_speech_tokens)
         )
         return (
             self.final_status == other.final_status
@@ -161,4 +171,6 @@ class AudioGenerationInputs(PipelineInputs, Generic[AudioGenerationContextType])
 
     def __post_init__(self) -> None:
         if not isinstance(self.batch, dict):
-            raise TypeError(f"AudioGenerationInputs.batch must be a dict {{RequestID: context}}, got {type(self.batch).__name__}")
+            raise TypeError(
+                f"AudioGenerationInputs.batch must be a dict {{RequestID: context}}, got {type(self.batch).__name__}"
+            )

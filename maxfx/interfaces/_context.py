@@ -21,7 +21,9 @@ def context_state(ctx: object, name: str) -> Any:
     try:
         return getattr(ctx, "_" + name)
     except AttributeError:
-        raise AttributeError(f"{type(ctx).__name__} must override {name!r} or store its state in the attribute '_{name}'") from None
+        raise AttributeError(
+            f"{type(ctx).__name__} must override {name!r} or store its state in the attribute '_{name}'"
+        ) from None
 
 
 _STATE_TYPES: dict[type, dict[str, Any]] = {}

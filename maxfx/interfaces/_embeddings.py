@@ -13,7 +13,12 @@ from ._pipeline import PipelineInputs
 from ._request import RequestID
 from ._text_generation import _merge_batches
 
-__all__ = ["EmbeddingsContext", "EmbeddingsGenerationContextType", "EmbeddingsGenerationInputs", "EmbeddingsGenerationOutput"]
+__all__ = [
+    "EmbeddingsContext",
+    "EmbeddingsGenerationContextType",
+    "EmbeddingsGenerationInputs",
+    "EmbeddingsGenerationOutput",
+]
 
 
 @runtime_checkable
@@ -73,11 +78,17 @@ class EmbeddingsGenerationInputs(PipelineInputs, Generic[_ContextT]):  # noqa: U
 
     def __post_init__(self) -> None:
         if isinstance(self.batches, dict):
-            raise TypeError("EmbeddingsGenerationInputs.batches must be a list of per-replica dicts, e.g. batches=[{request_id: context}]")
+            raise TypeError(
+                "EmbeddingsGenerationInputs.batches must be a list of per-replica dicts, e.g. batches=[{request_id: "
+                "context}]"
+            )
         self.batches = list(self.batches)
         for i, batch in enumerate(self.batches):
             if not isinstance(batch, dict):
-                raise TypeError(f"EmbeddingsGenerationInputs.batches[{i}] must be a dict {{RequestID: context}}, got {type(batch).__name__}")
+                raise TypeError(
+                    f"EmbeddingsGenerationInputs.batches[{i}] must be a dict {{RequestID: context}}, got "
+                    f"{type(batch).__name__}"
+                )
 
     @property
     def batch(self) -> dict[RequestID, _ContextT]:
@@ -104,7 +115,10 @@ class EmbeddingsGenerationOutput:
         if not isinstance(self.embeddings, np.ndarray):
             self.embeddings = np.asarray(self.embeddings)
         if self.embeddings.dtype.kind in "biuOSUcMm":
-            raise TypeError(f"EmbeddingsGenerationOutput.embeddings must be a floating-point array, got dtype {self.embeddings.dtype}")
+            raise TypeError(
+                "EmbeddingsGenerationOutput.embeddings must be a floating-point array, got dtype "
+                f"{self.embeddings.dtype}"
+            )
 
     @property
     def is_done(self) -> bool:

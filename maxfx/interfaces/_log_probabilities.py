@@ -31,5 +31,6 @@ class LogProbabilities:
     def __post_init__(self) -> None:
         if len(self.token_log_probabilities) != len(self.top_log_probabilities):
             raise ValueError(
-                f"LogProbabilities: token_log_probabilities and top_log_probabilities must have one entry per position, got {len(self.token_log_probabilities)} and {len(self.top_log_probabilities)}"
+                "LogProbabilities: token_log_probabilities and top_log_probabilities must have one entry per "
+                f"position, got {len(self.token_log_probabilities)} and {len(self.top_log_probabilities)}"
             )

@@ -41,7 +41,11 @@ class MsgpackNumpyEncoder:
     """
 
     def __init__(self, use_shared_memory: bool = False, shared_memory_threshold: int = 0) -> None:
-        if isinstance(shared_memory_threshold, bool) or not isinstance(shared_memory_threshold, int) or shared_memory_threshold < 0:
+        if (
+            isinstance(shared_memory_threshold, bool)
+            or not isinstance(shared_memory_threshold, int)
+            or shared_memory_threshold < 0
+        ):
             raise ValueError(f"shared_memory_threshold must be an int >= 0 (bytes), got {shared_memory_threshold!r}")
         self.use_shared_memory = bool(use_shared_memory)
         self.shared_memory_threshold = shared_memory_threshold
@@ -53,7 +57,12 @@ class MsgpackNumpyEncoder:
             ref = ndarray_to_shared_memory(array)
             if ref is not None:
                 return self._shm(ref)
-        return {"__np__": True, "data": np.ascontiguousarray(array).tobytes(), "shape": list(array.shape), "dtype": str(array.dtype)}
+        return {
+            "__np__": True,
+            "data": np.ascontiguousarray(array).tobytes(),
+            "shape": list(array.shape),
+            "dtype": str(array.dtype),
+        }
 
     @staticmethod
     def _shm(ref: SharedMemoryArray) -> dict[str, Any]:
@@ -73,7 +82,9 @@ class MsgpackNumpyEncoder:
             return sorted(obj) if all(isinstance(x, (int, str)) for x in obj) else list(obj)
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-        if hasattr(obj, "__dict__") and not isinstance(obj, (type, types.ModuleType, types.FunctionType, types.MethodType)):
+        if hasattr(obj, "__dict__") and not isinstance(
+            obj, (type, types.ModuleType, types.FunctionType, types.MethodType)
+        ):
             return dict(vars(obj))
         raise TypeError(f"msgpack cannot encode {type(obj).__name__} objects ({obj!r:.80})")
 
@@ -340,7 +351,13 @@ def msgpack_eq(a: Any, b: Any) -> bool:
         (True, False)
     """
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and bool(np.array_equal(a, b))
+        )
     if type(a) is not type(b):
         return False
     if isinstance(a, dict):
@@ -349,6 +366,10 @@ def msgpack_eq(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(msgpack_eq(x, y) for x, y in zip(a, b, strict=True))
     if dataclasses.is_dataclass(a) and not isinstance(a, type):
         return all(msgpack_eq(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
-    if hasattr(a, "__dict__") and not isinstance(a, (type, types.ModuleType, types.FunctionType)) and not isinstance(a, enum.Enum):
+    if (
+        hasattr(a, "__dict__")
+        and not isinstance(a, (type, types.ModuleType, types.FunctionType))
+        and not isinstance(a, enum.Enum)
+    ):
         return msgpack_eq(vars(a), vars(b))
     return bool(a == b)

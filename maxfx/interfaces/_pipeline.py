@@ -8,7 +8,15 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from ._request import RequestID
 
-__all__ = ["Pipeline", "PipelineInputs", "PipelineInputsType", "PipelineOutput", "PipelineOutputType", "PipelineOutputsDict", "PipelinesFactory"]
+__all__ = [
+    "Pipeline",
+    "PipelineInputs",
+    "PipelineInputsType",
+    "PipelineOutput",
+    "PipelineOutputType",
+    "PipelineOutputsDict",
+    "PipelinesFactory",
+]
 
 
 class PipelineInputs:

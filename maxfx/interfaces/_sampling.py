@@ -169,7 +169,9 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.top_p must be in [0, 1], got {self.top_p}")
         if not 0.0 <= _check_number("min_p", self.min_p) <= 1.0:
             raise ValueError(f"SamplingParams.min_p must be in [0, 1], got {self.min_p}")
-        if _check_number("temperature", self.temperature) < 0:  # any value >= 0, as MAX documents; OpenAI's [0, 2] is the server's rule
+        if (
+            _check_number("temperature", self.temperature) < 0
+        ):  # any value >= 0, as MAX documents; OpenAI's [0, 2] is the server's rule
             raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
         for name in ("frequency_penalty", "presence_penalty"):
             value = getattr(self, name)
@@ -222,7 +224,10 @@ class SamplingParams:
         if not isinstance(input_params, SamplingParamsInput):
             raise TypeError(f"input_params must be a SamplingParamsInput, got {type(input_params).__name__}")
         if not isinstance(sampling_params_defaults, SamplingParamsGenerationConfigDefaults):
-            raise TypeError(f"sampling_params_defaults must be a SamplingParamsGenerationConfigDefaults, got {type(sampling_params_defaults).__name__}")
+            raise TypeError(
+                "sampling_params_defaults must be a SamplingParamsGenerationConfigDefaults, got "
+                f"{type(sampling_params_defaults).__name__}"
+            )
         values: dict[str, Any] = sampling_params_defaults.values_to_update
         do_sample = values.pop("do_sample", None)
         if do_sample is False:
@@ -243,7 +248,19 @@ class SamplingParams:
         """Log every setting at INFO level on the ``max.pipelines`` logger, one per line."""
         _logger.info("Sampling Config")
         _logger.info("=" * 60)
-        for name in ("top_k", "top_p", "min_p", "temperature", "frequency_penalty", "presence_penalty", "repetition_penalty", "max_new_tokens", "min_new_tokens", "ignore_eos", "detokenize"):
+        for name in (
+            "top_k",
+            "top_p",
+            "min_p",
+            "temperature",
+            "frequency_penalty",
+            "presence_penalty",
+            "repetition_penalty",
+            "max_new_tokens",
+            "min_new_tokens",
+            "ignore_eos",
+            "detokenize",
+        ):
             _logger.info("    %-22s : %s", name, getattr(self, name))
         stops = ", ".join(f'"{s}"' for s in self.stop) if self.stop else None
         _logger.info("    %-22s : %s", "stop_strings", f"[{stops}]" if stops else None)

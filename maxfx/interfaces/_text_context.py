@@ -206,13 +206,20 @@ class TextGenerationContext(BaseContext, Protocol):
             raise ValueError(f"request {self.request_id!r} has not generated any token yet")
         return int(generated[-1])
 
-    def set_token_indices(self, start_idx: int | None = None, active_idx: int | None = None, end_idx: int | None = None) -> None:
-        """Set the cursors to absolute values (``None`` keeps one); keeps ``0 <= start <= active <= end <= len(tokens)``."""
+    def set_token_indices(
+        self, start_idx: int | None = None, active_idx: int | None = None, end_idx: int | None = None
+    ) -> None:
+        """Set the cursors to absolute values (``None`` keeps one); keeps ``0 <= start <= active <= end <=
+        len(tokens)``.
+        """
         start = self.start_idx if start_idx is None else start_idx
         active = self.active_idx if active_idx is None else active_idx
         end = self.end_idx if end_idx is None else end_idx
         if not 0 <= start <= active <= end <= len(self.tokens):
-            raise ValueError(f"token indices must satisfy 0 <= start_idx <= active_idx <= end_idx <= {len(self.tokens)}, got start_idx={start}, active_idx={active}, end_idx={end}")
+            raise ValueError(
+                f"token indices must satisfy 0 <= start_idx <= active_idx <= end_idx <= {len(self.tokens)}, got "
+                f"start_idx={start}, active_idx={active}, end_idx={end}"
+            )
         self._start_idx, self._active_idx, self._end_idx = start, active, end
 
     def bump_token_indices(self, start_idx: int = 0, active_idx: int = 0, end_idx: int = 0) -> None:

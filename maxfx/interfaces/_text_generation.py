@@ -59,13 +59,19 @@ class TextGenerationRequestMessage(TypedDict):
 
 def _check_message(i: int, message: Any) -> None:
     if not isinstance(message, dict):
-        raise TypeError(f"TextGenerationRequest.messages[{i}] must be a dict with 'role' and 'content', got {type(message).__name__}")
+        raise TypeError(
+            f"TextGenerationRequest.messages[{i}] must be a dict with 'role' and 'content', got "
+            f"{type(message).__name__}"
+        )
     role = message.get("role")
     if role not in _ROLES:
         raise ValueError(f"TextGenerationRequest.messages[{i}]['role'] must be one of {_ROLES}, got {role!r}")
     content = message.get("content")
     if content is not None and not isinstance(content, (str, list)):
-        raise TypeError(f"TextGenerationRequest.messages[{i}]['content'] must be a str or a list of parts, got {type(content).__name__}")
+        raise TypeError(
+            f"TextGenerationRequest.messages[{i}]['content'] must be a str or a list of parts, got "
+            f"{type(content).__name__}"
+        )
 
 
 @dataclass(frozen=True)
@@ -116,7 +122,9 @@ class TextGenerationRequest(Request):
         if not isinstance(self.model_name, str):
             raise TypeError(f"TextGenerationRequest.model_name must be a str, got {type(self.model_name).__name__}")
         if self.prompt is not None and not isinstance(self.prompt, str):
-            if not isinstance(self.prompt, Sequence) or not all(isinstance(t, int) and not isinstance(t, bool) for t in self.prompt):
+            if not isinstance(self.prompt, Sequence) or not all(
+                isinstance(t, int) and not isinstance(t, bool) for t in self.prompt
+            ):
                 raise TypeError("TextGenerationRequest.prompt must be a str or a sequence of int token ids")
         if self.messages is not None:
             for i, message in enumerate(self.messages):
@@ -128,7 +136,10 @@ class TextGenerationRequest(Request):
         if isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int) or self.logprobs < 0:
             raise ValueError(f"TextGenerationRequest.logprobs must be an int >= 0, got {self.logprobs!r}")
         if not isinstance(self.sampling_params, SamplingParams):
-            raise TypeError(f"TextGenerationRequest.sampling_params must be a SamplingParams, got {type(self.sampling_params).__name__}")
+            raise TypeError(
+                "TextGenerationRequest.sampling_params must be a SamplingParams, got "
+                f"{type(self.sampling_params).__name__}"
+            )
 
     def __str__(self) -> str:
         return str(self.request_id)
@@ -240,11 +251,16 @@ class TextGenerationInputs(PipelineInputs, Generic[_ContextT]):  # noqa: UP046 -
 
     def __post_init__(self) -> None:
         if isinstance(self.batches, dict):
-            raise TypeError("TextGenerationInputs.batches must be a list of per-replica dicts, e.g. batches=[{request_id: context}]")
+            raise TypeError(
+                "TextGenerationInputs.batches must be a list of per-replica dicts, e.g. batches=[{request_id: context}]"
+            )
         self.batches = list(self.batches)
         for i, batch in enumerate(self.batches):
             if not isinstance(batch, dict):
-                raise TypeError(f"TextGenerationInputs.batches[{i}] must be a dict {{RequestID: context}}, got {type(batch).__name__}")
+                raise TypeError(
+                    f"TextGenerationInputs.batches[{i}] must be a dict {{RequestID: context}}, got "
+                    f"{type(batch).__name__}"
+                )
         if isinstance(self.num_steps, bool) or not isinstance(self.num_steps, int) or self.num_steps < 1:
             raise ValueError(f"TextGenerationInputs.num_steps must be an int >= 1, got {self.num_steps!r}")
         self.batch_type = BatchType(self.batch_type)

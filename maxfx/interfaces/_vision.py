@@ -37,12 +37,18 @@ class ImageMetadata:
 
     def __post_init__(self) -> None:
         if not 0 <= self.start_idx < self.end_idx:
-            raise ValueError(f"ImageMetadata needs 0 <= start_idx < end_idx, got start_idx={self.start_idx}, end_idx={self.end_idx}")
+            raise ValueError(
+                f"ImageMetadata needs 0 <= start_idx < end_idx, got start_idx={self.start_idx}, end_idx={self.end_idx}"
+            )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ImageMetadata):
             return NotImplemented
-        return (self.start_idx, self.end_idx, self.image_hash) == (other.start_idx, other.end_idx, other.image_hash) and np.array_equal(self.pixel_values, other.pixel_values)
+        return (self.start_idx, self.end_idx, self.image_hash) == (
+            other.start_idx,
+            other.end_idx,
+            other.image_hash,
+        ) and np.array_equal(self.pixel_values, other.pixel_values)
 
 
 @runtime_checkable

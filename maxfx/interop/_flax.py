@@ -67,7 +67,9 @@ class _Matcher:
     def node(self, module: Module, tree: Any, path: tuple, prefix: str) -> None:
         where = f"maxfx {type(module).__name__} {prefix[:-1] or '<root>'!r}"
         if not isinstance(tree, Mapping):
-            raise StructureMismatchError(f"{where}: flax has a leaf at {_fmt(path)!r} where a module (a mapping of parameters) is expected")
+            raise StructureMismatchError(
+                f"{where}: flax has a leaf at {_fmt(path)!r} where a module (a mapping of parameters) is expected"
+            )
         if isinstance(module, ModuleList) and _key(tree, "0") is None and list(map(str, tree)) == ["layers"]:
             tree, path = tree["layers"], (*path, "layers")  # nnx.Sequential keeps its items in `layers`
         self.layers.append((module, path, prefix))
@@ -77,7 +79,10 @@ class _Matcher:
             fname, transpose = layout.get(name, (name, False))
             k = _key(tree, fname)
             if k is None:
-                raise StructureMismatchError(f"{where}: parameter {prefix + name!r} has no flax counterpart: key {fname!r} missing at {_fmt(path)!r} (flax has {sorted(map(str, tree))})")
+                raise StructureMismatchError(
+                    f"{where}: parameter {prefix + name!r} has no flax counterpart: key {fname!r} missing at "
+                    f"{_fmt(path)!r} (flax has {sorted(map(str, tree))})"
+                )
             used.add(k)
             self.pairs.append(_Pair(prefix + name, (*path, k), transpose))
         groups: dict[str, list[tuple[str, Module]]] = {}
@@ -87,7 +92,10 @@ class _Matcher:
         for head, items in groups.items():
             k = _key(tree, head)
             if k is None:
-                raise StructureMismatchError(f"{where}: child {prefix + head!r} has no flax counterpart: key {head!r} missing at {_fmt(path)!r} (flax has {sorted(map(str, tree))})")
+                raise StructureMismatchError(
+                    f"{where}: child {prefix + head!r} has no flax counterpart: key {head!r} missing at {_fmt(path)!r} "
+                    f"(flax has {sorted(map(str, tree))})"
+                )
             used.add(k)
             if items[0][0] == "":
                 self.node(items[0][1], tree[k], (*path, k), f"{prefix}{head}.")
@@ -95,22 +103,32 @@ class _Matcher:
                 self.sequence(items, tree[k], (*path, k), f"{prefix}{head}.")
         extra = [str(k) for k in tree if k not in used]
         if extra:
-            raise StructureMismatchError(f"{where}: flax has extra key(s) {extra} at {_fmt(path)!r} with no maxfx parameter or child")
+            raise StructureMismatchError(
+                f"{where}: flax has extra key(s) {extra} at {_fmt(path)!r} with no maxfx parameter or child"
+            )
 
     def sequence(self, items: list[tuple[str, Module]], tree: Any, path: tuple, prefix: str) -> None:
         """A Python list of modules stored on one attribute (children ``attr.0``, ``attr.1``...)."""
         if not isinstance(tree, Mapping):
-            raise StructureMismatchError(f"maxfx list {prefix[:-1]!r}: flax has a leaf at {_fmt(path)!r} where a list of modules is expected")
+            raise StructureMismatchError(
+                f"maxfx list {prefix[:-1]!r}: flax has a leaf at {_fmt(path)!r} where a list of modules is expected"
+            )
         used = set()
         for index, child in items:
             k = _key(tree, index)
             if k is None:
-                raise StructureMismatchError(f"maxfx list {prefix[:-1]!r}: item {index} missing at {_fmt(path)!r} (flax has {sorted(map(str, tree))})")
+                raise StructureMismatchError(
+                    f"maxfx list {prefix[:-1]!r}: item {index} missing at {_fmt(path)!r} (flax has "
+                    f"{sorted(map(str, tree))})"
+                )
             used.add(k)
             self.node(child, tree[k], (*path, k), f"{prefix}{index}.")
         extra = [str(k) for k in tree if k not in used]
         if extra:
-            raise StructureMismatchError(f"maxfx list {prefix[:-1]!r} has {len(items)} item(s) but flax has extra key(s) {extra} at {_fmt(path)!r}")
+            raise StructureMismatchError(
+                f"maxfx list {prefix[:-1]!r} has {len(items)} item(s) but flax has extra key(s) {extra} at "
+                f"{_fmt(path)!r}"
+            )
 
 
 def _get(tree: Any, path: tuple) -> Any:
@@ -140,9 +158,14 @@ def _check_leaf(pair: _Pair, tensor: Any, leaf: Any) -> None:
     got_dtype = DType.from_numpy(np.dtype(leaf.dtype)).name if hasattr(leaf, "dtype") else type(leaf).__name__
     layout = f" (its transpose {want}: flax stores [in, out])" if pair.transpose else ""
     if got != want:
-        raise StructureMismatchError(f"shape mismatch: maxfx {pair.name!r} is {dtype}{shape}{layout} but flax {_fmt(pair.path)!r} is {got_dtype}{got}")
+        raise StructureMismatchError(
+            f"shape mismatch: maxfx {pair.name!r} is {dtype}{shape}{layout} but flax {_fmt(pair.path)!r} is "
+            f"{got_dtype}{got}"
+        )
     if got_dtype != dtype:
-        raise StructureMismatchError(f"dtype mismatch: maxfx {pair.name!r} is {dtype}{shape} but flax {_fmt(pair.path)!r} is {got_dtype}{got}")
+        raise StructureMismatchError(
+            f"dtype mismatch: maxfx {pair.name!r} is {dtype}{shape} but flax {_fmt(pair.path)!r} is {got_dtype}{got}"
+        )
 
 
 def _check_hyperparameters(layers: list[tuple[Module, tuple, str]], root: nnx.Module) -> None:
@@ -156,7 +179,8 @@ def _check_hyperparameters(layers: list[tuple[Module, tuple, str]], root: nnx.Mo
         eps = getattr(obj, "epsilon", None)
         if eps is not None and not np.isclose(eps, module.eps, rtol=1e-6, atol=0):
             raise StructureMismatchError(
-                f"maxfx LayerNorm {prefix[:-1] or '<root>'!r} has eps={module.eps} but flax {type(obj).__name__} at {_fmt(path)!r} has epsilon={eps}; "
+                f"maxfx LayerNorm {prefix[:-1] or '<root>'!r} has eps={module.eps} but flax {type(obj).__name__} at "
+                f"{_fmt(path)!r} has epsilon={eps}; "
                 f"build one with the other's value (e.g. nnx.LayerNorm(..., epsilon={module.eps}))"
             )
 
@@ -172,8 +196,14 @@ def _param_tree(obj: Any) -> dict:
         params = nnx.filter_state(obj, nnx.Param)
         return nnx.to_pure_dict(params if len(params) or not len(obj) else obj)  # a State of plain arrays has no Params
     if isinstance(obj, Mapping):
-        return jax.tree.map(lambda v: v[...] if isinstance(v, nnx.Variable) else v, dict(obj), is_leaf=lambda v: isinstance(v, nnx.Variable))
-    raise TypeError(f"maxfx.interop.flax: expected an nnx.Module, nnx.State or nested dict of arrays, got {type(obj).__name__}")
+        return jax.tree.map(
+            lambda v: v[...] if isinstance(v, nnx.Variable) else v,
+            dict(obj),
+            is_leaf=lambda v: isinstance(v, nnx.Variable),
+        )
+    raise TypeError(
+        f"maxfx.interop.flax: expected an nnx.Module, nnx.State or nested dict of arrays, got {type(obj).__name__}"
+    )
 
 
 def _set(tree: dict, path: tuple, value: Any) -> None:
@@ -237,7 +267,9 @@ def to_flax(module: Module, target: Any) -> Any:
         nnx.update(target, state)
         return target
     if isinstance(target, nnx.State):
-        out = jax.tree.map(copy.copy, target, is_leaf=lambda v: isinstance(v, nnx.Variable))  # leave the caller's state as it was
+        out = jax.tree.map(
+            copy.copy, target, is_leaf=lambda v: isinstance(v, nnx.Variable)
+        )  # leave the caller's state as it was
         nnx.replace_by_pure_dict(out, new)
         return out
     out = copy.deepcopy(tree)

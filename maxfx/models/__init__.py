@@ -1,4 +1,5 @@
-"""Pretrained causal language models as eager Modules: the Llama family (Llama, Qwen2, Qwen3, Mistral, Phi-3, Gemma) and GPT-2.
+"""Pretrained causal language models as eager Modules: the Llama family (Llama, Qwen2, Qwen3, Mistral, Phi-3, Gemma) and
+GPT-2.
 
 `load_pretrained` reads a Hugging Face folder (``config.json`` with
 safetensors or PyTorch ``.bin`` weights) or a llama.cpp ``.gguf`` file and

@@ -54,7 +54,11 @@ def _int(value: Any, key: str, source: str) -> int:
 
 def _float(value: Any, key: str, source: str) -> float:
     """A config number as a float: a finite JSON int or float, never a bool or a string."""
-    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)) and np.isfinite(value):
+    if (
+        isinstance(value, (int, float, np.integer, np.floating))
+        and not isinstance(value, (bool, np.bool_))
+        and np.isfinite(value)
+    ):
         return float(value)
     raise ConfigError(f"{source}: {key} must be a finite number, got {value!r} ({type(value).__name__})")
 
@@ -111,7 +115,9 @@ class LlamaConfig:
     qkv_bias: bool = False  # q/k/v projections have a bias (Qwen2; `attention_bias`)
     o_bias: bool = False  # o_proj has a bias (Llama's and Qwen3's `attention_bias`)
     qk_norm: bool = False  # RMSNorm over head_dim on q and k before RoPE (Qwen3)
-    sliding_window: int | None = None  # each query sees the `sliding_window` latest positions, itself included (Mistral, Phi-3)
+    sliding_window: int | None = (
+        None  # each query sees the `sliding_window` latest positions, itself included (Mistral, Phi-3)
+    )
     hidden_act: str = "silu"  # the gated MLP's activation (HF name)
     norm_weight_offset: float = 0.0  # RMSNorm scales by (offset + w) (Gemma: 1)
     norm_multiply_before_cast: bool = False  # RMSNorm multiplies in float32, then casts (Gemma)
@@ -122,31 +128,60 @@ class LlamaConfig:
 
     def __post_init__(self) -> None:
         src = type(self).__name__
-        for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads"):
+        for key in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+        ):
             _positive_int(getattr(self, key), key, src)
         if not self.head_dim:
             if self.hidden_size % self.num_attention_heads:
-                raise ConfigError(f"{src}: hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}")
+                raise ConfigError(
+                    f"{src}: hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
+                    f"{self.num_attention_heads}"
+                )
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
         if self.head_dim % 2:
             raise ConfigError(f"{src}: head_dim must be even for RoPE, got {self.head_dim}")
         if self.num_attention_heads % self.num_key_value_heads:
-            raise ConfigError(f"{src}: num_attention_heads {self.num_attention_heads} must be a multiple of num_key_value_heads {self.num_key_value_heads}")
+            raise ConfigError(
+                f"{src}: num_attention_heads {self.num_attention_heads} must be a multiple of num_key_value_heads "
+                f"{self.num_key_value_heads}"
+            )
         if self.rope_scaling is not None:
             kind = dict(self.rope_scaling).get("rope_type", dict(self.rope_scaling).get("type"))
             if kind not in ("llama3", "default", None):
-                raise ConfigError(f"{src}: rope_scaling type {kind!r} is not supported (supported: 'llama3', 'default')")
+                raise ConfigError(
+                    f"{src}: rope_scaling type {kind!r} is not supported (supported: 'llama3', 'default')"
+                )
             if kind == "llama3":  # read later by llama3_scaling: check the numbers now
                 scaling = dict(self.rope_scaling)
                 for key in ("factor", "low_freq_factor", "high_freq_factor"):
                     _float(_need(scaling, key, f"{src}: rope_scaling"), f"rope_scaling.{key}", src)
-                _int(_need(scaling, "original_max_position_embeddings", f"{src}: rope_scaling"), "rope_scaling.original_max_position_embeddings", src)
-        if self.sliding_window is not None and (isinstance(self.sliding_window, bool) or not isinstance(self.sliding_window, (int, np.integer)) or self.sliding_window <= 0):
+                _int(
+                    _need(scaling, "original_max_position_embeddings", f"{src}: rope_scaling"),
+                    "rope_scaling.original_max_position_embeddings",
+                    src,
+                )
+        if self.sliding_window is not None and (
+            isinstance(self.sliding_window, bool)
+            or not isinstance(self.sliding_window, (int, np.integer))
+            or self.sliding_window <= 0
+        ):
             raise ConfigError(f"{src}: sliding_window must be a positive integer or null, got {self.sliding_window!r}")
         if not isinstance(self.hidden_act, str) or self.hidden_act not in MLP_ACTIVATIONS:
-            raise ConfigError(f"{src}: hidden_act {self.hidden_act!r} is not supported (supported: {', '.join(sorted(MLP_ACTIVATIONS))})")
+            raise ConfigError(
+                f"{src}: hidden_act {self.hidden_act!r} is not supported (supported: "
+                f"{', '.join(sorted(MLP_ACTIVATIONS))})"
+            )
         if self.rope_freq_factors is not None and len(self.rope_freq_factors) != self.head_dim // 2:
-            raise ConfigError(f"{src}: rope_freq_factors has {len(self.rope_freq_factors)} entries, head_dim {self.head_dim} needs {self.head_dim // 2}")
+            raise ConfigError(
+                f"{src}: rope_freq_factors has {len(self.rope_freq_factors)} entries, head_dim {self.head_dim} needs "
+                f"{self.head_dim // 2}"
+            )
 
     @classmethod
     def from_hf(cls, cfg: Mapping[str, Any], source: str = "config.json") -> LlamaConfig:
@@ -168,7 +203,9 @@ class LlamaConfig:
             raise ConfigError(f"{source}: rope_scaling must be an object or null, got {scaling!r}")
         partial = cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor", 1.0))
         if partial is not None and _float(partial, "partial_rotary_factor", source) != 1.0:
-            raise ConfigError(f"{source}: partial_rotary_factor {partial!r} is not supported (RoPE over the whole head_dim only)")
+            raise ConfigError(
+                f"{source}: partial_rotary_factor {partial!r} is not supported (RoPE over the whole head_dim only)"
+            )
         heads = _need(cfg, "num_attention_heads", source)
         try:
             return cls(
@@ -183,7 +220,9 @@ class LlamaConfig:
                 rope_theta=_float(theta, "rope_theta", source),
                 rope_scaling=_freeze(scaling),
                 tie_word_embeddings=_bool(_get(cfg, "tie_word_embeddings", False), "tie_word_embeddings", source),
-                max_position_embeddings=_int(_get(cfg, "max_position_embeddings", 2048), "max_position_embeddings", source),
+                max_position_embeddings=_int(
+                    _get(cfg, "max_position_embeddings", 2048), "max_position_embeddings", source
+                ),
                 bos_token_id=_first(cfg.get("bos_token_id"), "bos_token_id", source),
                 eos_token_id=_first(cfg.get("eos_token_id"), "eos_token_id", source),
                 **cls.hf_variant(cfg, source),
@@ -200,7 +239,9 @@ class LlamaConfig:
         return {"qkv_bias": bias, "o_bias": bias, "hidden_act": cfg.get("hidden_act") or "silu"}
 
     @classmethod
-    def from_gguf(cls, meta: Mapping[str, Any], tensor_names: set[str], rope_factors: np.ndarray | None, source: str) -> LlamaConfig:
+    def from_gguf(
+        cls, meta: Mapping[str, Any], tensor_names: set[str], rope_factors: np.ndarray | None, source: str
+    ) -> LlamaConfig:
         """From GGUF metadata (``llama.*`` keys) and the file's tensor names."""
         p = "llama."
         heads = _need(meta, p + "attention.head_count", source)
@@ -209,18 +250,26 @@ class LlamaConfig:
         if vocab is None:
             tokens = meta.get("tokenizer.ggml.tokens")
             vocab = len(tokens) if tokens is not None else None
-        head_dim_key = p + "attention.key_length" if meta.get(p + "attention.key_length") else p + "rope.dimension_count"
+        head_dim_key = (
+            p + "attention.key_length" if meta.get(p + "attention.key_length") else p + "rope.dimension_count"
+        )
         return cls(
             vocab_size=_need({"v": vocab}, "v", source) if vocab is None else _int(vocab, p + "vocab_size", source),
             hidden_size=_int(hidden, p + "embedding_length", source),
             intermediate_size=_int(_need(meta, p + "feed_forward_length", source), p + "feed_forward_length", source),
             num_hidden_layers=_int(_need(meta, p + "block_count", source), p + "block_count", source),
             num_attention_heads=_int(heads, p + "attention.head_count", source),
-            num_key_value_heads=_int(meta.get(p + "attention.head_count_kv") or heads, p + "attention.head_count_kv", source),
+            num_key_value_heads=_int(
+                meta.get(p + "attention.head_count_kv") or heads, p + "attention.head_count_kv", source
+            ),
             head_dim=_int(meta.get(head_dim_key) or 0, head_dim_key, source),
-            rms_norm_eps=_float(_get(meta, p + "attention.layer_norm_rms_epsilon", 1e-5), p + "attention.layer_norm_rms_epsilon", source),
+            rms_norm_eps=_float(
+                _get(meta, p + "attention.layer_norm_rms_epsilon", 1e-5), p + "attention.layer_norm_rms_epsilon", source
+            ),
             rope_theta=_float(_get(meta, p + "rope.freq_base", 10000.0), p + "rope.freq_base", source),
-            rope_freq_factors=None if rope_factors is None else tuple(float(f) for f in np.asarray(rope_factors).reshape(-1)),
+            rope_freq_factors=None
+            if rope_factors is None
+            else tuple(float(f) for f in np.asarray(rope_factors).reshape(-1)),
             tie_word_embeddings="output.weight" not in tensor_names,
             max_position_embeddings=_int(_get(meta, p + "context_length", 2048), p + "context_length", source),
             bos_token_id=_first(meta.get("tokenizer.ggml.bos_token_id"), "tokenizer.ggml.bos_token_id", source),
@@ -240,7 +289,12 @@ class LlamaConfig:
         s = dict(self.rope_scaling or ())
         if s.get("rope_type", s.get("type")) != "llama3":
             return None
-        return Llama3RopeScalingParams(float(s["factor"]), float(s["low_freq_factor"]), float(s["high_freq_factor"]), int(s["original_max_position_embeddings"]))
+        return Llama3RopeScalingParams(
+            float(s["factor"]),
+            float(s["low_freq_factor"]),
+            float(s["high_freq_factor"]),
+            int(s["original_max_position_embeddings"]),
+        )
 
     def replace(self, **changes: Any) -> LlamaConfig:
         """A copy with some fields changed."""
@@ -275,7 +329,10 @@ class GPT2Config:
         if self.n_embd % self.n_head:
             raise ConfigError(f"GPT2Config: n_embd {self.n_embd} is not a multiple of n_head {self.n_head}")
         if self.activation_function not in _GPT2_ACTIVATIONS:
-            raise ConfigError(f"GPT2Config: activation_function {self.activation_function!r} is not supported (supported: {sorted(_GPT2_ACTIVATIONS)})")
+            raise ConfigError(
+                f"GPT2Config: activation_function {self.activation_function!r} is not supported (supported: "
+                f"{sorted(_GPT2_ACTIVATIONS)})"
+            )
 
     @property
     def head_dim(self) -> int:
@@ -316,7 +373,13 @@ _GPT2_ACTIVATIONS = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "n
 
 
 # HF's gated-MLP activation names -> maxfx.nn's activation names (`maxfx.nn.activation`).
-MLP_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "gelu": "gelu"}
+MLP_ACTIVATIONS = {
+    "silu": "silu",
+    "swish": "silu",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_new": "gelu_tanh",
+    "gelu": "gelu",
+}
 
 
 def gpt2_gelu_mode(cfg: GPT2Config) -> str:

@@ -33,15 +33,22 @@ __all__ = ["GemmaConfig", "MistralConfig", "Phi3Config", "Qwen2Config", "Qwen3Co
 
 
 def _head_dim_required(cfg: Mapping[str, Any], source: str) -> None:
-    # Transformers' defaults (128 for Qwen3, 256 for Gemma) are not hidden_size / heads: a file without the key is ambiguous.
+    # Transformers' defaults (128 for Qwen3, 256 for Gemma) are not hidden_size / heads: a file without the key is
+    # ambiguous.
     if cfg.get("head_dim") is None:
-        raise ConfigError(f"{source}: missing config key 'head_dim' (required for model_type={cfg.get('model_type')!r}: it is independent of hidden_size / num_attention_heads)")
+        raise ConfigError(
+            f"{source}: missing config key 'head_dim' (required for model_type={cfg.get('model_type')!r}: it is "
+            "independent of hidden_size / num_attention_heads)"
+        )
 
 
 def _no_layer_windows(cfg: Mapping[str, Any], source: str) -> None:
     # Qwen's `use_sliding_window` windows only some layers (`max_window_layers`): not modelled.
     if _bool(_get(cfg, "use_sliding_window", False), "use_sliding_window", source):
-        raise ConfigError(f"{source}: use_sliding_window=true (per-layer sliding windows) is not supported for model_type={cfg.get('model_type')!r}")
+        raise ConfigError(
+            f"{source}: use_sliding_window=true (per-layer sliding windows) is not supported for "
+            f"model_type={cfg.get('model_type')!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,9 @@ class MistralConfig(LlamaConfig):
 
 @dataclass(frozen=True)
 class Phi3Config(LlamaConfig):
-    """Phi-3: Llama whose checkpoint fuses ``qkv_proj`` ([q; k; v] rows) and ``gate_up_proj`` ([gate; up] rows); optional sliding window."""
+    """Phi-3: Llama whose checkpoint fuses ``qkv_proj`` ([q; k; v] rows) and ``gate_up_proj`` ([gate; up] rows);
+    optional sliding window.
+    """
 
     architecture = "phi3"
 
@@ -90,14 +99,29 @@ class Phi3Config(LlamaConfig):
     def hf_variant(cls, cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
         hidden, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
         head_dim = None if cfg.get("head_dim") is None else _int(cfg["head_dim"], "head_dim", source)
-        if head_dim is not None and isinstance(hidden, int) and isinstance(heads, int) and heads and head_dim * heads != hidden:
-            raise ConfigError(f"{source}: head_dim {head_dim} contradicts hidden_size {hidden} / num_attention_heads {heads} (Phi-3 splits hidden_size into heads)")
-        return {"fused_projections": True, "sliding_window": cfg.get("sliding_window"), "hidden_act": cfg.get("hidden_act") or "silu"}
+        if (
+            head_dim is not None
+            and isinstance(hidden, int)
+            and isinstance(heads, int)
+            and heads
+            and head_dim * heads != hidden
+        ):
+            raise ConfigError(
+                f"{source}: head_dim {head_dim} contradicts hidden_size {hidden} / num_attention_heads {heads} (Phi-3 "
+                "splits hidden_size into heads)"
+            )
+        return {
+            "fused_projections": True,
+            "sliding_window": cfg.get("sliding_window"),
+            "hidden_act": cfg.get("hidden_act") or "silu",
+        }
 
 
 @dataclass(frozen=True)
 class GemmaConfig(LlamaConfig):
-    """Gemma: RMSNorm scale ``(1 + w)``, embeddings times ``sqrt(hidden_size)``, tanh-GELU gated MLP, tied head, own ``head_dim``."""
+    """Gemma: RMSNorm scale ``(1 + w)``, embeddings times ``sqrt(hidden_size)``, tanh-GELU gated MLP, tied head, own
+    ``head_dim``.
+    """
 
     architecture = "gemma"
 
@@ -105,11 +129,22 @@ class GemmaConfig(LlamaConfig):
     def hf_variant(cls, cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
         _head_dim_required(cfg, source)
         if cfg.get("tie_word_embeddings") is False:
-            raise ConfigError(f"{source}: tie_word_embeddings=false contradicts model_type='gemma' (Gemma's head is the embedding table)")
+            raise ConfigError(
+                f"{source}: tie_word_embeddings=false contradicts model_type='gemma' (Gemma's head is the embedding "
+                "table)"
+            )
         bias = _bool(_get(cfg, "attention_bias", False), "attention_bias", source)
-        # `hidden_activation` is Gemma's own key (the tanh GELU the model was trained with); older files only have `hidden_act`.
+        # `hidden_activation` is Gemma's own key (the tanh GELU the model was trained with); older files only have
+        # `hidden_act`.
         act = cfg.get("hidden_activation") or cfg.get("hidden_act") or "gelu_pytorch_tanh"
-        return {"qkv_bias": bias, "o_bias": bias, "hidden_act": act, "norm_weight_offset": 1.0, "norm_multiply_before_cast": True, "scale_embeddings": True}
+        return {
+            "qkv_bias": bias,
+            "o_bias": bias,
+            "hidden_act": act,
+            "norm_weight_offset": 1.0,
+            "norm_multiply_before_cast": True,
+            "scale_embeddings": True,
+        }
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tie_word_embeddings", True)  # Gemma always ties its head (HF's default too)

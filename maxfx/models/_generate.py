@@ -107,7 +107,10 @@ class CausalLM(Module):
     @tokenizer.setter
     def tokenizer(self, value: Tokenizer | None) -> None:
         if value is not None and not isinstance(value, Tokenizer):
-            raise TypeError(f"{type(self).__name__}.tokenizer: expected a maxfx.models.Tokenizer or None, got {type(value).__name__}")
+            raise TypeError(
+                f"{type(self).__name__}.tokenizer: expected a maxfx.models.Tokenizer or None, got "
+                f"{type(value).__name__}"
+            )
         extras = model_extras(self)
         extras.tokenizer = value
         extras.why_no_tokenizer = "its tokenizer was set to None"
@@ -121,7 +124,10 @@ class CausalLM(Module):
         tok = self.tokenizer
         if tok is None:
             reason = model_extras(self).why_no_tokenizer
-            raise ValueError(f"{type(self).__name__}.{where}: a text prompt needs a tokenizer, and this model has none ({reason}); pass token ids instead")
+            raise ValueError(
+                f"{type(self).__name__}.{where}: a text prompt needs a tokenizer, and this model has none ({reason}); "
+                "pass token ids instead"
+            )
         return tok
 
     def _eos_ids(self, explicit: int | Iterable[int] | None, tok: Tokenizer) -> tuple[int, ...]:
@@ -233,7 +239,9 @@ class CausalLM(Module):
             ids = [tok.encode(p) for p in prompts]
             for i, row in enumerate(ids):
                 if not row:
-                    raise ValueError(f"{type(self).__name__}.generate: prompt {i} ({prompts[i]!r}) encodes to no tokens")
+                    raise ValueError(
+                        f"{type(self).__name__}.generate: prompt {i} ({prompts[i]!r}) encodes to no tokens"
+                    )
             eos = self._eos_ids(eos_token_id, tok)
             steps = _Steps(self, ids, max_new_tokens, temperature, top_k, top_p, seed, eos or None)
             return _TextSteps(steps, tok, eos, single=isinstance(input_ids, str))
@@ -322,7 +330,8 @@ def _as_ids(value: int | Iterable[int] | None) -> tuple[int, ...]:
 
 
 def token_tensor(input_ids: Any, device: Any, where: str) -> Tensor:
-    """``input_ids`` (Tensor, numpy or JAX array, nested lists of ints) as a Tensor on ``device``; integer arrays keep their dtype.
+    """``input_ids`` (Tensor, numpy or JAX array, nested lists of ints) as a Tensor on ``device``; integer arrays keep
+    their dtype.
 
     Example:
         >>> token_tensor([[1, 2, 3]], CPU(), "model").dtype  # doctest: +SKIP
@@ -333,25 +342,37 @@ def token_tensor(input_ids: Any, device: Any, where: str) -> Tensor:
     if isinstance(input_ids, jax.Array):  # also a tracer, when the model is called inside jax.jit
         return Tensor.from_dlpack(input_ids)
     if isinstance(input_ids, (str, bytes)) or not isinstance(input_ids, (np.ndarray, np.generic, Sequence)):
-        raise ValueError(f"{where}: input_ids must be [batch, seq] token ids (a Tensor, numpy or JAX array, or nested lists), got {type(input_ids).__name__}")
+        raise ValueError(
+            f"{where}: input_ids must be [batch, seq] token ids (a Tensor, numpy or JAX array, or nested lists), got "
+            f"{type(input_ids).__name__}"
+        )
     try:
         arr = np.asarray(input_ids)
     except ValueError:
-        raise ValueError(f"{where}: input_ids must be a rectangular [batch, seq] array of token ids (rows of one length)") from None
+        raise ValueError(
+            f"{where}: input_ids must be a rectangular [batch, seq] array of token ids (rows of one length)"
+        ) from None
     if arr.dtype == object or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
         raise ValueError(f"{where}: input_ids must be integer token ids, got {arr.dtype}")
-    return Tensor(arr if arr.size else arr.astype(np.int64), device=device)  # an int64 array stays int64 (the transfer keeps it)
+    return Tensor(
+        arr if arr.size else arr.astype(np.int64), device=device
+    )  # an int64 array stays int64 (the transfer keeps it)
 
 
 def check_context(where: str, config: Any, length: Any) -> None:
-    """ValueError naming ``where`` when a sequence of ``length`` tokens exceeds the model's context (``max_position_embeddings``)."""
+    """ValueError naming ``where`` when a sequence of ``length`` tokens exceeds the model's context
+    (``max_position_embeddings``).
+    """
     limit = getattr(config, "max_position_embeddings", None)
     try:
         n = int(length)
     except (TypeError, ValueError):  # a symbolic dim while compiling: checked when it runs
         return
     if limit is not None and n > int(limit):
-        raise ValueError(f"{where}: the input has {n} tokens, more than the model's context of {int(limit)} positions (max_position_embeddings)")
+        raise ValueError(
+            f"{where}: the input has {n} tokens, more than the model's context of {int(limit)} positions "
+            "(max_position_embeddings)"
+        )
 
 
 def _rows(input_ids: Any) -> list[np.ndarray]:
@@ -365,21 +386,35 @@ def _rows(input_ids: Any) -> list[np.ndarray]:
         if input_ids.ndim != 2:
             raise ValueError(f"generate: input_ids must be [batch, seq] token ids, got shape {list(input_ids.shape)}")
         rows = list(input_ids)
-    elif isinstance(input_ids, Sequence) and input_ids and all(isinstance(r, (Sequence, np.ndarray)) for r in input_ids):
+    elif (
+        isinstance(input_ids, Sequence) and input_ids and all(isinstance(r, (Sequence, np.ndarray)) for r in input_ids)
+    ):
         rows = [np.asarray(r) for r in input_ids]
     elif isinstance(input_ids, Sequence) and input_ids:
         rows = [np.asarray(input_ids)]
     else:
-        raise ValueError(f"generate: input_ids must be a [batch, seq] array or a list of prompts, got {type(input_ids).__name__}")
+        raise ValueError(
+            f"generate: input_ids must be a [batch, seq] array or a list of prompts, got {type(input_ids).__name__}"
+        )
     for i, r in enumerate(rows):
         if r.ndim != 1 or r.size == 0 or not np.issubdtype(r.dtype, np.integer):
-            raise ValueError(f"generate: prompt {i} must be a non-empty 1-D list of int token ids, got {r.dtype} shape {list(r.shape)}")
+            raise ValueError(
+                f"generate: prompt {i} must be a non-empty 1-D list of int token ids, got {r.dtype} shape "
+                f"{list(r.shape)}"
+            )
     return [r.astype(np.int64) for r in rows]
 
 
 def prompt_rows(where: str, input_ids: Any, vocab: int) -> list[np.ndarray]:
-    """The prompts of ``input_ids`` as int64 rows (see `CausalLM.generate`); ValueError naming ``where`` for ids outside ``[0, vocab)``."""
-    if isinstance(input_ids, np.ndarray) and input_ids.ndim == 2 and input_ids.size and np.issubdtype(input_ids.dtype, np.integer):
+    """The prompts of ``input_ids`` as int64 rows (see `CausalLM.generate`); ValueError naming ``where`` for ids outside
+    ``[0, vocab)``.
+    """
+    if (
+        isinstance(input_ids, np.ndarray)
+        and input_ids.ndim == 2
+        and input_ids.size
+        and np.issubdtype(input_ids.dtype, np.integer)
+    ):
         # The common case, a [batch, seq] id array: one range check (rows named only on failure).
         if input_ids.min() >= 0 and input_ids.max() < vocab:
             return list(input_ids.astype(np.int64, copy=False))
@@ -398,7 +433,9 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
-def check_generation(where: str, max_new_tokens: Any, temperature: Any, top_k: Any, top_p: Any, vocab: int, seed: Any = None) -> None:
+def check_generation(
+    where: str, max_new_tokens: Any, temperature: Any, top_k: Any, top_p: Any, vocab: int, seed: Any = None
+) -> None:
     """The argument rules every model's ``generate`` follows; ValueError naming ``where`` and the argument.
 
     Example:
@@ -430,7 +467,8 @@ def check_length(where: str, config: Any, prompt: int, max_new_tokens: int) -> N
     limit = getattr(config, "max_position_embeddings", None)
     if limit is not None and prompt + max_new_tokens - 1 > int(limit):
         raise ValueError(
-            f"{where}: the prompt ({prompt} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's context of {int(limit)} positions (max_position_embeddings); lower max_new_tokens"
+            f"{where}: the prompt ({prompt} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's context of "
+            f"{int(limit)} positions (max_position_embeddings); lower max_new_tokens"
         )
 
 
@@ -484,7 +522,10 @@ class _Steps(Iterator[np.ndarray]):
         limit = getattr(model.config, "max_position_embeddings", None)
         longest = int(np.argmax(lengths))
         if limit is not None and lengths[longest] > limit:
-            raise ValueError(f"{name}.generate: prompt {longest} has {int(lengths[longest])} tokens, more than the model's context of {int(limit)} positions (max_position_embeddings)")
+            raise ValueError(
+                f"{name}.generate: prompt {longest} has {int(lengths[longest])} tokens, more than the model's context "
+                f"of {int(limit)} positions (max_position_embeddings)"
+            )
         check_length(f"{name}.generate", model.config, int(lengths.max()), int(max_new_tokens))
         self._model, self._lengths, self._max = model, lengths, int(max_new_tokens)
         self._eos = None if not eos_token_ids else np.asarray(eos_token_ids, np.int64)
@@ -493,13 +534,28 @@ class _Steps(Iterator[np.ndarray]):
         length = _round_up(need, 64) if limit is None else min(_round_up(need, 64), int(limit) + 1)
         self._runner = _borrow_runner(model, len(rows), length)
         # The prompts arrive together: one prefill step for all of them (a chunk each).
-        self._sched = Scheduler(self._runner, max_prefill_rows=len(rows), max_prefill_tokens=self._runner.step_tokens([self._runner.prefill_chunk_size] * len(rows)))
+        self._sched = Scheduler(
+            self._runner,
+            max_prefill_rows=len(rows),
+            max_prefill_tokens=self._runner.step_tokens([self._runner.prefill_chunk_size] * len(rows)),
+        )
         base = (secrets.randbits(32) if seed is None else int(seed)) & 0xFFFFFFFF
-        sampling = {"temperature": float(temperature), "top_k": -1 if top_k is None else int(top_k), "top_p": 1.0 if top_p is None else float(top_p)}
+        sampling = {
+            "temperature": float(temperature),
+            "top_k": -1 if top_k is None else int(top_k),
+            "top_p": 1.0 if top_p is None else float(top_p),
+        }
         self._contexts = []
         for i, row in enumerate(rows):
-            params = SamplingParams(**sampling, seed=(base + i) & 0xFFFFFFFF, max_new_tokens=self._max, ignore_eos=self._eos is None)
-            ctx = TextContext(max_length=len(row) + self._max, tokens=row, eos_token_ids=() if self._eos is None else self._eos.tolist(), sampling_params=params)
+            params = SamplingParams(
+                **sampling, seed=(base + i) & 0xFFFFFFFF, max_new_tokens=self._max, ignore_eos=self._eos is None
+            )
+            ctx = TextContext(
+                max_length=len(row) + self._max,
+                tokens=row,
+                eos_token_ids=() if self._eos is None else self._eos.tolist(),
+                sampling_params=params,
+            )
             self._sched.submit(ctx)
             self._contexts.append(ctx)
         self._step = 0  # steps returned
@@ -518,7 +574,11 @@ class _Steps(Iterator[np.ndarray]):
 
     def _ended(self) -> bool:
         """Every row ended before the limit (EOS), and every step up to the last real token was returned."""
-        return self._eos is not None and all(c.is_done for c in self._contexts) and self._step >= max(c.num_generated for c in self._contexts)
+        return (
+            self._eos is not None
+            and all(c.is_done for c in self._contexts)
+            and self._step >= max(c.num_generated for c in self._contexts)
+        )
 
     def _finish(self) -> None:
         if self._runner is not None:

@@ -1,4 +1,5 @@
-"""GPT-2 (``GPT2LMHeadModel``): the one definition behind `load_pretrained` (eager Modules) and `load_pretrained_graph` (a `maxfx.nn` graph).
+"""GPT-2 (``GPT2LMHeadModel``): the one definition behind `load_pretrained` (eager Modules) and `load_pretrained_graph`
+(a `maxfx.nn` graph).
 
 Three parts, as for Llama (`maxfx.models._llama`):
 
@@ -61,7 +62,10 @@ __all__ = [
 
 def _unused(c: GPT2Config) -> tuple[str, ...]:
     """Checkpoint entries that are not parameters: the lm_head copy of the tied table, the causal-mask buffers."""
-    return ("lm_head.weight", *(f"transformer.h.{i}.attn.{b}" for i in range(c.n_layer) for b in ("bias", "masked_bias")))
+    return (
+        "lm_head.weight",
+        *(f"transformer.h.{i}.attn.{b}" for i in range(c.n_layer) for b in ("bias", "masked_bias")),
+    )
 
 
 def read_gpt2(c: GPT2Config, src: ParamSource) -> dict[str, StoredTensor]:
@@ -97,8 +101,12 @@ def read_gpt2(c: GPT2Config, src: ParamSource) -> dict[str, StoredTensor]:
         conv(p + "mlp.c_proj", inner, e)
         ln(p + "ln_1")
         ln(p + "ln_2")
-    out["transformer.wte.weight"] = src.read("transformer.wte.weight", (c.vocab_size, e), kind="embedding", keep_blocks=True)
-    out["transformer.wpe.weight"] = src.read("transformer.wpe.weight", (c.n_positions, e), kind="embedding", keep_blocks=True)
+    out["transformer.wte.weight"] = src.read(
+        "transformer.wte.weight", (c.vocab_size, e), kind="embedding", keep_blocks=True
+    )
+    out["transformer.wpe.weight"] = src.read(
+        "transformer.wpe.weight", (c.n_positions, e), kind="embedding", keep_blocks=True
+    )
     ln("transformer.ln_f")
     src.finish(ignore=_unused(c))
     return out
@@ -123,7 +131,9 @@ class GPT2Attention(Module):
     def forward(self, x: Tensor, qpos: Tensor, cache: Any = None) -> tuple[Tensor, Any]:
         c = self.config
         b, t = x.shape[0], x.shape[1]
-        q, k, v = (F.reshape(part, [b, t, c.n_head, c.head_dim]) for part in F.split(self.c_attn(x), [c.n_embd] * 3, axis=-1))
+        q, k, v = (
+            F.reshape(part, [b, t, c.n_head, c.head_dim]) for part in F.split(self.c_attn(x), [c.n_embd] * 3, axis=-1)
+        )
         out, cache = attention_with_cache(q, k, v, qpos, cache)
         return self.c_proj(out), cache
 
@@ -226,7 +236,8 @@ class GPT2LMHeadModel(CausalLM):
 # ─── the maxfx.nn graph ───────────────────────────────────────────────────
 
 _CPU = DeviceRef.CPU()
-# HF name under transformer.h.N. -> Transformer state-dict name under layers.N. (Conv1D weights are transposed to Linear's [out, in])
+# HF name under transformer.h.N. -> Transformer state-dict name under layers.N. (Conv1D weights are transposed to
+# Linear's [out, in])
 _GRAPH_LAYER = {
     "ln_1": "input_layernorm",
     "ln_2": "post_attention_layernorm",
@@ -240,11 +251,14 @@ _GRAPH_TOP = {"transformer.wte": "embed_tokens", "transformer.wpe": "position_em
 
 def _graph_name(hf: str) -> str:
     """``transformer.h.3.attn.c_attn.weight`` -> ``layers.3.self_attn.qkv_proj.weight``."""
-    return rename_tensor(hf, top=_GRAPH_TOP, layer=_GRAPH_LAYER, hf_layers="transformer.h", layers="layers", what="graph")
+    return rename_tensor(
+        hf, top=_GRAPH_TOP, layer=_GRAPH_LAYER, hf_layers="transformer.h", layers="layers", what="graph"
+    )
 
 
 def gpt2_graph_weights(params: Mapping[str, StoredTensor]) -> dict[str, GraphWeight]:
-    """`read_gpt2`'s tensors under the `gpt2_transformer` state-dict names, ``Conv1D`` weights transposed to ``[out, in]``.
+    """`read_gpt2`'s tensors under the `gpt2_transformer` state-dict names, ``Conv1D`` weights transposed to ``[out,
+    in]``.
 
     Example:
         >>> from maxfx.models._source import RandomSource
@@ -261,7 +275,8 @@ def gpt2_graph_weights(params: Mapping[str, StoredTensor]) -> dict[str, GraphWei
 
 
 class GPT2GraphAttention(_RaggedAttentionBase):
-    """GPT-2's causal self-attention over the paged cache: fused ``qkv_proj`` and ``o_proj``, both with biases, no rotary positions.
+    """GPT-2's causal self-attention over the paged cache: fused ``qkv_proj`` and ``o_proj``, both with biases, no
+    rotary positions.
 
     The ragged pipeline of `maxfx.nn.AttentionWithRope` (fused QKV matmul writing
     K/V into the cache, then flash attention) without its RoPE step: GPT-2's
@@ -271,14 +286,28 @@ class GPT2GraphAttention(_RaggedAttentionBase):
     def __init__(self, c: GPT2Config, kv_params: KVCacheParams, dtype: DType):
         super().__init__()
         self._init_common(
-            type(self).__name__, num_attention_heads=c.n_head, num_key_value_heads=c.n_head, hidden_size=c.n_embd, kv_params=kv_params, devices=None,
-            dtype=dtype, linear_cls=nn.Linear, stacked_qkv=True, scale=None, has_bias=True, clip_qkv=None,
-        )  # fmt: skip
-        self.o_proj = nn.Linear(c.n_embd, c.n_embd, dtype, _CPU, has_bias=True)  # c_proj has a bias (Llama's o_proj has none)
+            type(self).__name__,
+            num_attention_heads=c.n_head,
+            num_key_value_heads=c.n_head,
+            hidden_size=c.n_embd,
+            kv_params=kv_params,
+            devices=None,
+            dtype=dtype,
+            linear_cls=nn.Linear,
+            stacked_qkv=True,
+            scale=None,
+            has_bias=True,
+            clip_qkv=None,
+        )
+        self.o_proj = nn.Linear(
+            c.n_embd, c.n_embd, dtype, _CPU, has_bias=True
+        )  # c_proj has a bias (Llama's o_proj has none)
 
 
 class GPT2GraphMLP(nn.Module):
-    """``c_proj(gelu(c_fc(x)))`` with biases, as graph ops (``approximate`` from the config's ``activation_function``)."""
+    """``c_proj(gelu(c_fc(x)))`` with biases, as graph ops (``approximate`` from the config's
+    ``activation_function``).
+    """
 
     def __init__(self, c: GPT2Config, dtype: DType):
         super().__init__()
@@ -291,7 +320,8 @@ class GPT2GraphMLP(nn.Module):
 
 
 def gpt2_transformer(c: GPT2Config, dtype: DType, kv_params: KVCacheParams) -> Transformer:
-    """The `maxfx.nn.Transformer` of ``c`` (every token's logits, ``ReturnLogits.ALL``) whose state dict `gpt2_graph_weights` fills.
+    """The `maxfx.nn.Transformer` of ``c`` (every token's logits, ``ReturnLogits.ALL``) whose state dict
+    `gpt2_graph_weights` fills.
 
     Token and learned position embeddings, pre-LayerNorm blocks, the final LayerNorm and a head
     that reads the token embedding's table (one tensor, two uses).
@@ -306,11 +336,23 @@ def gpt2_transformer(c: GPT2Config, dtype: DType, kv_params: KVCacheParams) -> T
     head = nn.Linear(c.n_embd, c.vocab_size, dtype, _CPU)
     head.set_shared_weight("weight", wte.weight)
     norm = nn.LayerNorm(c.n_embd, [_CPU], dtype, eps=eps)
-    return Transformer(c.n_embd, c.n_head, blocks, norm, head, wte, kv_params, None, return_logits=ReturnLogits.ALL, position_embedding=wpe)
+    return Transformer(
+        c.n_embd,
+        c.n_head,
+        blocks,
+        norm,
+        head,
+        wte,
+        kv_params,
+        None,
+        return_logits=ReturnLogits.ALL,
+        position_embedding=wpe,
+    )
 
 
 class GPT2GraphModel(PagedCausalLM):
-    """GPT-2 compiled as one `maxfx.nn` graph over the paged KV cache: ``model(input_ids) -> logits [B, T, vocab]`` and ``generate``.
+    """GPT-2 compiled as one `maxfx.nn` graph over the paged KV cache: ``model(input_ids) -> logits [B, T, vocab]`` and
+    ``generate``.
 
     Build one with `maxfx.models.load_pretrained_graph`; the runtime (ragged
     prefill, decode, sampling) is `PagedCausalLM`'s.
@@ -332,14 +374,31 @@ class GPT2GraphModel(PagedCausalLM):
     """
 
     def __init__(
-        self, config: GPT2Config, weights: Mapping[str, GraphWeight], *, max_batch_size: int = 8, max_seq_len: int | None = None, page_size: int = 16,
+        self,
+        config: GPT2Config,
+        weights: Mapping[str, GraphWeight],
+        *,
+        max_batch_size: int = 8,
+        max_seq_len: int | None = None,
+        page_size: int = 16,
         session: Any = None,
-    ):  # fmt: skip
+    ):
         if max_seq_len is not None and int(max_seq_len) > config.n_positions:
-            raise ValueError(f"GPT2GraphModel: max_seq_len={max_seq_len} exceeds the {config.n_positions} learned positions (n_positions)")
-        super().__init__(config, weights, max_batch_size=max_batch_size, max_seq_len=max_seq_len, page_size=page_size, session=session)
+            raise ValueError(
+                f"GPT2GraphModel: max_seq_len={max_seq_len} exceeds the {config.n_positions} learned positions "
+                "(n_positions)"
+            )
+        super().__init__(
+            config,
+            weights,
+            max_batch_size=max_batch_size,
+            max_seq_len=max_seq_len,
+            page_size=page_size,
+            session=session,
+        )
 
-    # The eager model's reading of the config: one place says how GPT-2's layers and KV heads are counted, for both runtimes.
+    # The eager model's reading of the config: one place says how GPT-2's layers and KV heads are counted, for both
+    # runtimes.
     num_layers = GPT2LMHeadModel.num_layers
     kv_shape = GPT2LMHeadModel.kv_shape
 

@@ -33,7 +33,17 @@ from maxfx.nn._q8 import q8_lookup, q8_matmul
 from maxfx.nn._rope import apply_rope, rope_cos_sin
 from maxfx.nn.attention._attention_without_rope import padded_attention
 
-__all__ = ["Conv1D", "PackedEmbedding", "Q8Embedding", "Q8Linear", "ScaledRMSNorm", "attend", "embedding", "linear", "rope"]
+__all__ = [
+    "Conv1D",
+    "PackedEmbedding",
+    "Q8Embedding",
+    "Q8Linear",
+    "ScaledRMSNorm",
+    "attend",
+    "embedding",
+    "linear",
+    "rope",
+]
 
 
 def linear(weight: Tensor, bias: Tensor | None = None) -> Linear:
@@ -63,7 +73,9 @@ class Conv1D(Module):
 
 
 class Q8Linear(Module):
-    """``y = x @ W.T`` with W stored as GGUF Q8_0: ``values`` int8 ``[out, in]``, ``scales`` float16 ``[out, in / 32]``."""
+    """``y = x @ W.T`` with W stored as GGUF Q8_0: ``values`` int8 ``[out, in]``, ``scales`` float16 ``[out, in /
+    32]``.
+    """
 
     def __init__(self, values: Tensor, scales: Tensor):
         self.values = values
@@ -146,7 +158,9 @@ def attend(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor | None = None, window: 
         return padded_attention(q, k, v, **mask)
     # Per row: first query position and valid cache length (slots past it are stale or unwritten).
     b = q.shape[0]
-    return padded_attention(q, k, v, q_offset=F.reshape(qpos[:, :1], [b]), kv_length=F.reshape(qpos[:, -1:], [b]) + 1, **mask)
+    return padded_attention(
+        q, k, v, q_offset=F.reshape(qpos[:, :1], [b]), kv_length=F.reshape(qpos[:, -1:], [b]) + 1, **mask
+    )
 
 
 def write_cache(cache: Tensor, new: Tensor, pos: Tensor) -> Tensor:
@@ -160,7 +174,9 @@ def write_cache(cache: Tensor, new: Tensor, pos: Tensor) -> Tensor:
     return F.scatter(cache, new, F.broadcast_to(pos, new.shape), axis=1)
 
 
-def paged_attention(cache: PagedLayerCache, q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, window: int | None) -> tuple[Tensor, PagedLayerCache]:
+def paged_attention(
+    cache: PagedLayerCache, q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, window: int | None
+) -> tuple[Tensor, PagedLayerCache]:
     """Attention over the engine's paged cache: write the new keys/values into their slots, then attend
     over each row's pages (``paged_cache_attention``: decode reads them in place)."""
     b, t, n_kv, d = (int(x) for x in k.shape)
@@ -170,11 +186,22 @@ def paged_attention(cache: PagedLayerCache, q: Tensor, k: Tensor, v: Tensor, qpo
     k_pool = ops.scatter_nd(cache.k, F.cast(F.reshape(k, [b * t, n_kv, d]), cache.k.dtype), where)
     v_pool = ops.scatter_nd(cache.v, F.cast(F.reshape(v, [b * t, *v.shape[2:]]), cache.v.dtype), where)
     mask = {"mask": "causal", "window": -1} if window is None else {"mask": "sliding_window", "window": int(window)}
-    out = bind(paged_cache_attention_p, q, k_pool, v_pool, cache.pages, F.reshape(qpos[:, :1], [b]), scale=1.0 / math.sqrt(d), **mask)
+    out = bind(
+        paged_cache_attention_p,
+        q,
+        k_pool,
+        v_pool,
+        cache.pages,
+        F.reshape(qpos[:, :1], [b]),
+        scale=1.0 / math.sqrt(d),
+        **mask,
+    )
     return F.reshape(out, [b, t, -1]), PagedLayerCache(k_pool, v_pool, cache.slots, cache.pages, cache.page_size)
 
 
-def attention_with_cache(q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, cache: Any, window: int | None = None) -> tuple[Tensor, Any]:
+def attention_with_cache(
+    q: Tensor, k: Tensor, v: Tensor, qpos: Tensor, cache: Any, window: int | None = None
+) -> tuple[Tensor, Any]:
     """Attention for one layer; ``cache`` is None (no cache), ``("fresh", L)`` (prefill), ``(k_cache, v_cache)``
     (each ``[B, L, Hkv, D]``), or a `PagedLayerCache` (the generation engine).
 

@@ -64,7 +64,10 @@ _NORMS = ("input_layernorm", "post_attention_layernorm")
 _QK_NORMS = ("q_norm", "k_norm")
 _ACTIVATIONS = activation_table(F)
 # Phi-3's fused matrices (name under ``model.layers.N.``) -> the projections whose rows they stack, in order.
-_FUSED = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj")}
+_FUSED = {
+    "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
+}
 _FUSED_PARTS = {n for parts in _FUSED.values() for n in parts}
 
 
@@ -129,9 +132,12 @@ def read_llama(c: LlamaConfig, src: ParamSource) -> dict[str, StoredTensor]:
         out[name] = src.read(name, (dim,), kind="norm")
 
     def fused(prefix: str, name: str, parts: tuple[str, ...]) -> None:
-        # Phi-3 stores [q; k; v] and [gate; up] as one matrix: split its rows (blocks run along columns, so packed rows split too).
+        # Phi-3 stores [q; k; v] and [gate; up] as one matrix: split its rows (blocks run along columns, so packed rows
+        # split too).
         rows = [mats[n][0] for n in parts]
-        w = src.read(f"{prefix}{name}.weight", (sum(rows), mats[parts[0]][1]), fan_in=mats[parts[0]][1], keep_blocks=True)
+        w = src.read(
+            f"{prefix}{name}.weight", (sum(rows), mats[parts[0]][1]), fan_in=mats[parts[0]][1], keep_blocks=True
+        )
         for n, a, b in zip(parts, np.cumsum([0, *rows[:-1]]), np.cumsum(rows)):
             out[f"{prefix}{n}.weight"] = StoredTensor(np.ascontiguousarray(w.value[a:b]), w.format)
 
@@ -150,7 +156,9 @@ def read_llama(c: LlamaConfig, src: ParamSource) -> dict[str, StoredTensor]:
         if c.qk_norm:
             for name in _QK_NORMS:
                 norm(f"{p}self_attn.{name}.weight", c.head_dim)
-    out["model.embed_tokens.weight"] = src.read("model.embed_tokens.weight", (c.vocab_size, c.hidden_size), kind="embedding", keep_blocks=True)
+    out["model.embed_tokens.weight"] = src.read(
+        "model.embed_tokens.weight", (c.vocab_size, c.hidden_size), kind="embedding", keep_blocks=True
+    )
     norm("model.norm.weight")
     if not c.tie_word_embeddings:
         matrix("lm_head.weight", c.vocab_size, c.hidden_size)
@@ -169,9 +177,15 @@ class LlamaAttention(Module):
     """
 
     def __init__(
-        self, config: LlamaConfig, q_proj: Module, k_proj: Module, v_proj: Module, o_proj: Module, q_norm: Module | None = None,
+        self,
+        config: LlamaConfig,
+        q_proj: Module,
+        k_proj: Module,
+        v_proj: Module,
+        o_proj: Module,
+        q_norm: Module | None = None,
         k_norm: Module | None = None,
-    ):  # fmt: skip
+    ):
         self.config = config
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = q_proj, k_proj, v_proj, o_proj
         self.q_norm, self.k_norm = q_norm, k_norm
@@ -184,7 +198,9 @@ class LlamaAttention(Module):
         v = F.reshape(self.v_proj(x), [b, t, c.num_key_value_heads, c.head_dim])
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        cos, sin = rope_table(qpos, c.inv_freq())  # once for q and k: XLA does not merge the two (libm sincos per entry)
+        cos, sin = rope_table(
+            qpos, c.inv_freq()
+        )  # once for q and k: XLA does not merge the two (libm sincos per entry)
         out, cache = attention_with_cache(rope(q, cos, sin), rope(k, cos, sin), v, qpos, cache, c.sliding_window)
         return self.o_proj(out), cache
 
@@ -203,7 +219,9 @@ class LlamaMLP(Module):
 class LlamaDecoderLayer(Module):
     """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``."""
 
-    def __init__(self, self_attn: LlamaAttention, mlp: LlamaMLP, input_layernorm: RMSNorm, post_attention_layernorm: RMSNorm):
+    def __init__(
+        self, self_attn: LlamaAttention, mlp: LlamaMLP, input_layernorm: RMSNorm, post_attention_layernorm: RMSNorm
+    ):
         self.self_attn = self_attn
         self.mlp = mlp
         self.input_layernorm = input_layernorm
@@ -256,13 +274,20 @@ class LlamaForCausalLM(CausalLM):
 
     @classmethod
     def from_parameters(cls, config: LlamaConfig, w: Mapping[str, StoredTensor]) -> LlamaForCausalLM:
-        """Build from `read_llama`'s tensors; packed and Q8_0 matrices stay as stored (`QuantizedLinear`, `Q8Linear`)."""
+        """Build from `read_llama`'s tensors; packed and Q8_0 matrices stay as stored (`QuantizedLinear`,
+        `Q8Linear`).
+        """
         c = config
 
         def norm(name: str, dim: int = c.hidden_size) -> Module:
             weight = eager_tensor(w[name + ".weight"])
             if c.norm_weight_offset or c.norm_multiply_before_cast:
-                return ScaledRMSNorm(weight, eps=c.rms_norm_eps, offset=c.norm_weight_offset, multiply_before_cast=c.norm_multiply_before_cast)
+                return ScaledRMSNorm(
+                    weight,
+                    eps=c.rms_norm_eps,
+                    offset=c.norm_weight_offset,
+                    multiply_before_cast=c.norm_multiply_before_cast,
+                )
             return RMSNorm(dim, eps=c.rms_norm_eps, weight=weight)
 
         def proj(name: str) -> Module:
@@ -307,7 +332,9 @@ class LlamaForCausalLM(CausalLM):
         if self.lm_head is not None:
             return self.lm_head(h)
         emb = self.model.embed_tokens
-        return emb.as_linear()(h) if hasattr(emb, "as_linear") else h @ emb.weight.T  # packed/Q8_0 tables: the table's own product
+        return (
+            emb.as_linear()(h) if hasattr(emb, "as_linear") else h @ emb.weight.T
+        )  # packed/Q8_0 tables: the table's own product
 
 
 # ─── the maxfx.nn graph ───────────────────────────────────────────────────
@@ -333,16 +360,33 @@ def _linear(in_dim: int, out_dim: int, dtype: DType, fmt: Any, has_bias: bool = 
     return nn.Linear(in_dim, out_dim, dtype, _CPU, quantization_encoding=fmt, has_bias=has_bias)
 
 
-def _graph_attention(c: LlamaConfig, w: Mapping[str, GraphWeight], prefix: str, rope: Any, kv_params: KVCacheParams, dtype: DType) -> Any:
+def _graph_attention(
+    c: LlamaConfig, w: Mapping[str, GraphWeight], prefix: str, rope: Any, kv_params: KVCacheParams, dtype: DType
+) -> Any:
     fmts = {n: w[f"{prefix}self_attn.{n}.weight"][1] for n in _PROJ}
     qkv = {fmts["q_proj"], fmts["k_proj"], fmts["v_proj"]}
     if len(qkv) != 1:
-        raise ValueError(f"LlamaGraphModel: {prefix}self_attn q/k/v projections mix weight formats {fmts}; the fused QKV kernels need one format")
+        raise ValueError(
+            f"LlamaGraphModel: {prefix}self_attn q/k/v projections mix weight formats {fmts}; the fused QKV kernels "
+            "need one format"
+        )
     (fmt,) = qkv
-    kw = dict(rope=rope, num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads, hidden_size=c.hidden_size, kv_params=kv_params)
-    variant = dict(has_bias=c.qkv_bias, use_qk_norm=c.qk_norm, rms_norm_eps=c.rms_norm_eps) if (c.qkv_bias or c.qk_norm) else {}
+    kw = dict(
+        rope=rope,
+        num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=c.num_key_value_heads,
+        hidden_size=c.hidden_size,
+        kv_params=kv_params,
+    )
+    variant = (
+        dict(has_bias=c.qkv_bias, use_qk_norm=c.qk_norm, rms_norm_eps=c.rms_norm_eps)
+        if (c.qkv_bias or c.qk_norm)
+        else {}
+    )
     if variant and fmt is not None:
-        raise ValueError(f"LlamaGraphModel: {prefix}self_attn: q/k/v biases and q/k norms need float weights, got {fmt}")
+        raise ValueError(
+            f"LlamaGraphModel: {prefix}self_attn: q/k/v biases and q/k norms need float weights, got {fmt}"
+        )
     if fmt is None:
         attn = AttentionWithRope(**kw, **variant, dtype=dtype)
     elif fmt == Q8_0:  # the fused QKV kernel gets a wqkv decoded in the graph
@@ -350,15 +394,23 @@ def _graph_attention(c: LlamaConfig, w: Mapping[str, GraphWeight], prefix: str, 
     else:
         attn = GGUFQAttentionWithRope(**kw, dtype=dtype, quantization_encoding=fmt)
     if fmts["o_proj"] != fmt or c.o_bias:
-        attn.o_proj = _linear(c.num_attention_heads * c.head_dim, c.hidden_size, dtype, fmts["o_proj"], has_bias=c.o_bias)
+        attn.o_proj = _linear(
+            c.num_attention_heads * c.head_dim, c.hidden_size, dtype, fmts["o_proj"], has_bias=c.o_bias
+        )
     if c.sliding_window is not None:  # the ragged flash kernel masks keys outside (q_pos - window, q_pos]
         attn.mask_variant, attn.local_window_size = MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK, int(c.sliding_window)
     return attn
 
 
 def _graph_mlp(c: LlamaConfig, w: Mapping[str, GraphWeight], prefix: str, dtype: DType) -> nn.MLP:
-    mlp = nn.MLP(dtype, None, c.hidden_size, c.intermediate_size, [_CPU], activation_function=MLP_ACTIVATIONS[c.hidden_act])
-    dims = {"gate_proj": (c.hidden_size, c.intermediate_size), "up_proj": (c.hidden_size, c.intermediate_size), "down_proj": (c.intermediate_size, c.hidden_size)}
+    mlp = nn.MLP(
+        dtype, None, c.hidden_size, c.intermediate_size, [_CPU], activation_function=MLP_ACTIVATIONS[c.hidden_act]
+    )
+    dims = {
+        "gate_proj": (c.hidden_size, c.intermediate_size),
+        "up_proj": (c.hidden_size, c.intermediate_size),
+        "down_proj": (c.intermediate_size, c.hidden_size),
+    }
     for n in _MLP:  # each projection in its own format (GGUF files mix block types)
         setattr(mlp, n, _linear(*dims[n], dtype, w[f"{prefix}mlp.{n}.weight"][1]))
     return mlp
@@ -374,7 +426,9 @@ def llama_transformer(c: LlamaConfig, w: Mapping[str, GraphWeight], kv_params: K
     for i in range(c.num_hidden_layers):
         p = f"layers.{i}."
         norms = [_graph_norm(c, dtype) for _ in _NORMS]
-        blocks.append(TransformerBlock(_graph_attention(c, w, p, rope, kv_params, dtype), _graph_mlp(c, w, p, dtype), *norms))
+        blocks.append(
+            TransformerBlock(_graph_attention(c, w, p, rope, kv_params, dtype), _graph_mlp(c, w, p, dtype), *norms)
+        )
     emb_fmt = w["embed_tokens.weight"][1]
     if emb_fmt == Q8_0:
         embedding = Q8Embedding(c.vocab_size, c.hidden_size, dtype, _CPU)
@@ -388,11 +442,25 @@ def llama_transformer(c: LlamaConfig, w: Mapping[str, GraphWeight], kv_params: K
     else:
         head = _linear(c.hidden_size, c.vocab_size, dtype, w["lm_head.weight"][1])
     return Transformer(
-        c.hidden_size, c.num_attention_heads, blocks, _graph_norm(c, dtype), head, embedding, kv_params, rope, return_logits=ReturnLogits.ALL,
+        c.hidden_size,
+        c.num_attention_heads,
+        blocks,
+        _graph_norm(c, dtype),
+        head,
+        embedding,
+        kv_params,
+        rope,
+        return_logits=ReturnLogits.ALL,
         embedding_multiplier=embedding_scale(c, dtype),
-    )  # fmt: skip
+    )
 
 
 def _graph_norm(c: LlamaConfig, dtype: DType) -> nn.RMSNorm:
     # Llama casts before scaling (HF's LlamaRMSNorm); Gemma scales by (1 + w) in float32, then casts.
-    return nn.RMSNorm(c.hidden_size, dtype, eps=c.rms_norm_eps, weight_offset=c.norm_weight_offset, multiply_before_cast=c.norm_multiply_before_cast)
+    return nn.RMSNorm(
+        c.hidden_size,
+        dtype,
+        eps=c.rms_norm_eps,
+        weight_offset=c.norm_weight_offset,
+        multiply_before_cast=c.norm_multiply_before_cast,
+    )

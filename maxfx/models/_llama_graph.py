@@ -1,4 +1,5 @@
-"""`load_pretrained_graph` (Llama and GPT-2) and the graph-API Llama, `LlamaGraphModel`, run by `InferenceSession` over the paged KV cache.
+"""`load_pretrained_graph` (Llama and GPT-2) and the graph-API Llama, `LlamaGraphModel`, run by `InferenceSession` over
+the paged KV cache.
 
 `load_pretrained_graph` reads any checkpoint through `open_checkpoint` and the
 architecture's reader (`GRAPH_ARCHITECTURES`: `read_llama`, `read_gpt2`), then
@@ -50,8 +51,13 @@ __all__ = ["GRAPH_ARCHITECTURES", "LlamaGraphModel", "load_pretrained_graph"]
 
 
 def load_pretrained_graph(
-    path: os.PathLike[str] | str, *, max_batch_size: int = 8, max_seq_len: int | None = None, page_size: int = 16, dtype: DType | None = None,
-) -> PagedCausalLM:  # fmt: skip
+    path: os.PathLike[str] | str,
+    *,
+    max_batch_size: int = 8,
+    max_seq_len: int | None = None,
+    page_size: int = 16,
+    dtype: DType | None = None,
+) -> PagedCausalLM:
     """Load a Llama or GPT-2 checkpoint as a compiled `maxfx.nn` graph (`LlamaGraphModel`, `GPT2GraphModel`).
 
     Args:
@@ -83,7 +89,9 @@ def load_pretrained_graph(
 
 
 def _from_checkpoint(path: Path, dtype: DType | None) -> tuple[Any, dict[str, GraphWeight]]:
-    """The config and the graph weights (the architecture's reader, then its graph names) of any checkpoint `load_pretrained` reads."""
+    """The config and the graph weights (the architecture's reader, then its graph names) of any checkpoint
+    `load_pretrained` reads.
+    """
     config, src = open_checkpoint(path, dtype, "load_pretrained_graph", only=tuple(GRAPH_ARCHITECTURES))
     _, read, to_graph = GRAPH_ARCHITECTURES[config.architecture]
     return config, to_graph(read(config, src))
@@ -138,22 +146,42 @@ class LlamaGraphModel(PagedCausalLM):
     """
 
     def __init__(
-        self, config: LlamaConfig, weights: Mapping[str, GraphWeight], *, interleaved: bool = False, max_batch_size: int = 8, max_seq_len: int | None = None,
-        page_size: int = 16, session: InferenceSession | None = None,
-    ):  # fmt: skip
+        self,
+        config: LlamaConfig,
+        weights: Mapping[str, GraphWeight],
+        *,
+        interleaved: bool = False,
+        max_batch_size: int = 8,
+        max_seq_len: int | None = None,
+        page_size: int = 16,
+        session: InferenceSession | None = None,
+    ):
         self.interleaved = bool(interleaved)
-        super().__init__(config, weights, max_batch_size=max_batch_size, max_seq_len=max_seq_len, page_size=page_size, session=session)
+        super().__init__(
+            config,
+            weights,
+            max_batch_size=max_batch_size,
+            max_seq_len=max_seq_len,
+            page_size=page_size,
+            session=session,
+        )
 
-    # The eager model's reading of the config: one place says how Llama's layers and KV heads are counted, for both runtimes.
+    # The eager model's reading of the config: one place says how Llama's layers and KV heads are counted, for both
+    # runtimes.
     num_layers = LlamaForCausalLM.num_layers
     kv_shape = LlamaForCausalLM.kv_shape
 
     def build_transformer(self, weights: Mapping[str, GraphWeight]) -> Transformer:
-        return llama_transformer(self.config, weights, self.kv_params, _rope(self.config, self.max_seq_len, self.interleaved))
+        return llama_transformer(
+            self.config, weights, self.kv_params, _rope(self.config, self.max_seq_len, self.interleaved)
+        )
 
 
 # model_type -> (graph model class, checkpoint reader, reader's tensors -> graph weights)
 GRAPH_ARCHITECTURES: dict[str, tuple[type[PagedCausalLM], Any, Any]] = {
-    **{arch: (LlamaGraphModel, read_llama, graph_weights) for arch in ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma")},
+    **{
+        arch: (LlamaGraphModel, read_llama, graph_weights)
+        for arch in ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma")
+    },
     "gpt2": (GPT2GraphModel, read_gpt2, gpt2_graph_weights),
 }

@@ -1,4 +1,5 @@
-"""`load_pretrained` and `open_checkpoint`: a Hugging Face folder (``config.json`` + weights) or a ``.gguf`` file → a model.
+"""`load_pretrained` and `open_checkpoint`: a Hugging Face folder (``config.json`` + weights) or a ``.gguf`` file → a
+model.
 
 `open_checkpoint` is the one reader of configs and weight files: it returns the
 config and a `ParamSource`, from which `load_pretrained` builds eager Modules and
@@ -31,7 +32,14 @@ from maxfx.models._llama import LlamaForCausalLM
 from maxfx.models._source import CheckpointSource, GGUFSource, ParamSource
 from maxfx.models._tokenizer import attach_tokenizer
 
-__all__ = ["ARCHITECTURES", "check_architecture", "load_pretrained", "open_checkpoint", "read_hf_config", "weights_dtype"]
+__all__ = [
+    "ARCHITECTURES",
+    "check_architecture",
+    "load_pretrained",
+    "open_checkpoint",
+    "read_hf_config",
+    "weights_dtype",
+]
 
 # model_type / general.architecture -> (config class, model class)
 # The Llama family shares one definition (`LlamaForCausalLM`); each config class says what differs.
@@ -48,7 +56,13 @@ ARCHITECTURES: dict[str, tuple[type, type]] = {
 _GGUF_ARCHITECTURES = ("llama",)
 
 # Weight files of a Hugging Face folder, in order of preference (single file or shards).
-_WEIGHT_PATTERNS = ("model.safetensors", "model-*-of-*.safetensors", "*.safetensors", "pytorch_model.bin", "pytorch_model-*-of-*.bin")
+_WEIGHT_PATTERNS = (
+    "model.safetensors",
+    "model-*-of-*.safetensors",
+    "*.safetensors",
+    "pytorch_model.bin",
+    "pytorch_model-*-of-*.bin",
+)
 
 
 def load_pretrained(path: os.PathLike[str] | str, *, dtype: DType | None = None, device: Any = None) -> CausalLM:
@@ -88,8 +102,11 @@ def load_pretrained(path: os.PathLike[str] | str, *, dtype: DType | None = None,
     return model
 
 
-def open_checkpoint(path: os.PathLike[str] | str, dtype: DType | None, caller: str, *, only: Sequence[str] | None = None) -> tuple[Any, ParamSource]:
-    """The config and a `ParamSource` of a checkpoint: what `load_pretrained` and `load_pretrained_graph` both build from.
+def open_checkpoint(
+    path: os.PathLike[str] | str, dtype: DType | None, caller: str, *, only: Sequence[str] | None = None
+) -> tuple[Any, ParamSource]:
+    """The config and a `ParamSource` of a checkpoint: what `load_pretrained` and `load_pretrained_graph` both build
+    from.
 
     Args:
         path: a Hugging Face folder (``config.json`` + weights) or a ``.gguf`` file.
@@ -112,12 +129,15 @@ def open_checkpoint(path: os.PathLike[str] | str, dtype: DType | None, caller: s
     if not p.is_file():
         return _open_folder(p, dtype, caller, only)
     if p.suffix.lower() != ".gguf":
-        raise ValueError(f"{caller}: {str(p)!r} is a file but not .gguf; pass a folder with config.json and weights, or a .gguf file")
+        raise ValueError(
+            f"{caller}: {str(p)!r} is a file but not .gguf; pass a folder with config.json and weights, or a .gguf file"
+        )
     return _open_gguf(p, dtype, caller, only)
 
 
 def weights_dtype(dtype: Any, caller: str) -> DType | None:
-    """The ``dtype`` argument of the loaders as a `DType`: a DType, a dtype name (``"bfloat16"``, ``"float32"``...) or None.
+    """The ``dtype`` argument of the loaders as a `DType`: a DType, a dtype name (``"bfloat16"``, ``"float32"``...) or
+    None.
 
     Raises:
         TypeError: ``dtype`` is neither a DType, a str nor None (the message names ``dtype``).
@@ -134,8 +154,13 @@ def weights_dtype(dtype: Any, caller: str) -> DType | None:
         name = dtype.strip().lower().removeprefix("dtype.")
         if name in floats:
             return DType[name]
-        raise ValueError(f"{caller}: dtype={dtype!r} is not a float dtype name; expected a maxfx.dtype.DType or one of {floats}")
-    raise TypeError(f"{caller}: dtype must be a maxfx.dtype.DType (e.g. DType.bfloat16) or a dtype name such as 'bfloat16' or 'float32', got {type(dtype).__name__} {dtype!r}")
+        raise ValueError(
+            f"{caller}: dtype={dtype!r} is not a float dtype name; expected a maxfx.dtype.DType or one of {floats}"
+        )
+    raise TypeError(
+        f"{caller}: dtype must be a maxfx.dtype.DType (e.g. DType.bfloat16) or a dtype name such as 'bfloat16' or "
+        f"'float32', got {type(dtype).__name__} {dtype!r}"
+    )
 
 
 def read_hf_config(folder: Path, caller: str = "load_pretrained") -> tuple[dict[str, Any], str]:
@@ -163,13 +188,17 @@ def read_hf_config(folder: Path, caller: str = "load_pretrained") -> tuple[dict[
 def check_architecture(arch: Any, where: str, key: str) -> tuple[type, type]:
     """(config class, model class) of ``arch``; ConfigError naming ``where`` and ``key`` when it is unsupported."""
     if arch not in ARCHITECTURES:
-        raise ConfigError(f"{where}: unsupported architecture {key}={arch!r}; supported: {', '.join(sorted(ARCHITECTURES))}")
+        raise ConfigError(
+            f"{where}: unsupported architecture {key}={arch!r}; supported: {', '.join(sorted(ARCHITECTURES))}"
+        )
     return ARCHITECTURES[arch]
 
 
 def _require(arch: str, supported: Sequence[str] | None, where: str, key: str, what: str) -> None:
     if supported is not None and arch not in supported:
-        raise ConfigError(f"{where}: {what} supports the {' and '.join(supported)} architecture only, got {key}={arch!r}")
+        raise ConfigError(
+            f"{where}: {what} supports the {' and '.join(supported)} architecture only, got {key}={arch!r}"
+        )
 
 
 def _open_folder(folder: Path, dtype: DType | None, caller: str, only: Sequence[str] | None) -> tuple[Any, ParamSource]:
@@ -180,7 +209,13 @@ def _open_folder(folder: Path, dtype: DType | None, caller: str, only: Sequence[
     files = _weight_files(folder, caller)
     label = str(files[0]) if len(files) == 1 else f"{len(files)} files in {folder}"
     declared = raw.get("torch_dtype") or raw.get("dtype")
-    return config, CheckpointSource(load_weights(files), label, dtype, where, config_dtype=str(declared).removeprefix("torch.") if declared else None)
+    return config, CheckpointSource(
+        load_weights(files),
+        label,
+        dtype,
+        where,
+        config_dtype=str(declared).removeprefix("torch.") if declared else None,
+    )
 
 
 def _weight_files(folder: Path, caller: str) -> list[Path]:

@@ -45,7 +45,9 @@ GraphWeight = tuple[np.ndarray, Any]
 
 
 def q8_graph_entries(name: str, value: np.ndarray, fmt: Any) -> dict[str, GraphWeight]:
-    """The graph weights of one stored tensor: itself, or a Q8_0 matrix's ``weight`` (int8 quants) and ``scales`` (float16), a byte view."""
+    """The graph weights of one stored tensor: itself, or a Q8_0 matrix's ``weight`` (int8 quants) and ``scales``
+    (float16), a byte view.
+    """
     value = np.ascontiguousarray(value)
     if fmt != Q8_0:
         return {name: (value, fmt)}
@@ -54,7 +56,9 @@ def q8_graph_entries(name: str, value: np.ndarray, fmt: Any) -> dict[str, GraphW
 
 
 def graph_dtype(w: Mapping[str, GraphWeight]) -> DType:
-    """The float dtype the graph computes in: its final norm's (GGUF and quantized checkpoints keep only norms as floats)."""
+    """The float dtype the graph computes in: its final norm's (GGUF and quantized checkpoints keep only norms as
+    floats).
+    """
     return DType.from_numpy(w["norm.weight"][0].dtype)
 
 
@@ -81,27 +85,51 @@ class PagedCausalLM(abc.ABC):
     """
 
     def __init__(
-        self, config: Any, weights: Mapping[str, GraphWeight], *, max_batch_size: int = 8, max_seq_len: int | None = None, page_size: int = 16,
+        self,
+        config: Any,
+        weights: Mapping[str, GraphWeight],
+        *,
+        max_batch_size: int = 8,
+        max_seq_len: int | None = None,
+        page_size: int = 16,
         session: InferenceSession | None = None,
-    ):  # fmt: skip
+    ):
         name = type(self).__name__
         self.config = c = config
         self.max_seq_len = int(max_seq_len or c.max_position_embeddings)
         if self.max_seq_len < 1 or int(max_batch_size) < 1:
-            raise ValueError(f"{name}: max_seq_len ({self.max_seq_len}) and max_batch_size ({max_batch_size}) must be >= 1")
+            raise ValueError(
+                f"{name}: max_seq_len ({self.max_seq_len}) and max_batch_size ({max_batch_size}) must be >= 1"
+            )
         n_kv_heads, head_dim = self.kv_shape()
-        self.kv_params = KVCacheParams(graph_dtype(weights), n_kv_heads=n_kv_heads, head_dim=head_dim, page_size=int(page_size))
+        self.kv_params = KVCacheParams(
+            graph_dtype(weights), n_kv_heads=n_kv_heads, head_dim=head_dim, page_size=int(page_size)
+        )
         self.transformer = self.build_transformer(weights)
         registry = self.transformer.raw_state_dict()  # also names every Weight for the graph
         if set(registry) != set(weights):
-            raise ValueError(f"{name}: weights {sorted(set(weights) ^ set(registry))[:4]} do not match the model's state dict")
-        types = [TensorType(DType.int64, ["total_seq_len"]), TensorType(DType.uint32, ["batch_plus_1"]), *self.kv_params.input_types()]
+            raise ValueError(
+                f"{name}: weights {sorted(set(weights) ^ set(registry))[:4]} do not match the model's state dict"
+            )
+        types = [
+            TensorType(DType.int64, ["total_seq_len"]),
+            TensorType(DType.uint32, ["batch_plus_1"]),
+            *self.kv_params.input_types(),
+        ]
         with Graph(f"{c.architecture}_graph", input_types=types) as graph:
             kv = PagedCacheValues.from_graph_inputs(graph.inputs[2:])
             graph.output(*self.transformer(graph.inputs[0].tensor, kv, 1, graph.inputs[1].tensor))
-        self.compiled = (session or InferenceSession()).load(graph, weights_registry={k: v for k, (v, _) in weights.items()})
+        self.compiled = (session or InferenceSession()).load(
+            graph, weights_registry={k: v for k, (v, _) in weights.items()}
+        )
         pages = -(-self.max_seq_len // int(page_size))
-        self.cache = PagedKVCacheManager(self.kv_params, self.num_layers, total_num_pages=int(max_batch_size) * pages, max_batch_size=int(max_batch_size), max_seq_len=self.max_seq_len)
+        self.cache = PagedKVCacheManager(
+            self.kv_params,
+            self.num_layers,
+            total_num_pages=int(max_batch_size) * pages,
+            max_batch_size=int(max_batch_size),
+            max_seq_len=self.max_seq_len,
+        )
 
     @property
     def vocab_size(self) -> int:
@@ -133,12 +161,17 @@ class PagedCausalLM(abc.ABC):
         return last.to_numpy(), logits.to_numpy()
 
     def _prompts(self, input_ids: Any, where: str) -> list[np.ndarray]:
-        """``input_ids`` as int64 rows; `TokenIdError` for an id outside the vocabulary (the graph's gather would clamp it)."""
+        """``input_ids`` as int64 rows; `TokenIdError` for an id outside the vocabulary (the graph's gather would clamp
+        it).
+        """
         rows = _rows(input_ids)
         for i, row in enumerate(rows):
             check_token_ids(f"{where}, prompt {i}" if len(rows) > 1 else where, row, self.vocab_size)
         if len(rows) > self.cache.max_batch_size:
-            raise ValueError(f"{where}: batch of {len(rows)} prompts; this model was built for max_batch_size={self.cache.max_batch_size}")
+            raise ValueError(
+                f"{where}: batch of {len(rows)} prompts; this model was built for "
+                f"max_batch_size={self.cache.max_batch_size}"
+            )
         return rows
 
     def _session(self, n: int) -> list[int]:
@@ -150,7 +183,9 @@ class PagedCausalLM(abc.ABC):
 
     # ── forward ──
     def forward_ragged(self, prompts: Any) -> list[np.ndarray]:
-        """Logits of every token of prompts of different lengths, in one ragged prefill: one float32 ``[T_b, vocab]`` per prompt."""
+        """Logits of every token of prompts of different lengths, in one ragged prefill: one float32 ``[T_b, vocab]``
+        per prompt.
+        """
         return self._forward(prompts, f"{type(self).__name__}.forward_ragged")
 
     def _forward(self, prompts: Any, where: str) -> list[np.ndarray]:
@@ -167,14 +202,26 @@ class PagedCausalLM(abc.ABC):
         """float32 logits ``[B, T, vocab]`` of ``[B, T]`` token ids (array or nested list)."""
         ids = np.asarray(input_ids.to_numpy() if hasattr(input_ids, "to_numpy") else input_ids)
         if ids.ndim != 2:
-            raise ValueError(f"{type(self).__name__}: input_ids must be [batch, seq] token ids, got shape {list(ids.shape)}; use forward_ragged for prompts of different lengths")
+            raise ValueError(
+                f"{type(self).__name__}: input_ids must be [batch, seq] token ids, got shape {list(ids.shape)}; use "
+                "forward_ragged for prompts of different lengths"
+            )
         return np.stack(self._forward(list(ids), type(self).__name__))
 
     # ── generation ──
     def generate(
-        self, input_ids: Any, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-        *, eos_token_id: int | None = None, stream: Callable[[np.ndarray], Any] | None = None, progress: bool | None = None,
-    ) -> np.ndarray:  # fmt: skip
+        self,
+        input_ids: Any,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        *,
+        eos_token_id: int | None = None,
+        stream: Callable[[np.ndarray], Any] | None = None,
+        progress: bool | None = None,
+    ) -> np.ndarray:
         """Generate ``max_new_tokens`` tokens after each prompt: one ragged prefill, then one decode step per token.
 
         Every decode step feeds ``[B]`` tokens with a fixed-width page table, so all
@@ -199,7 +246,10 @@ class PagedCausalLM(abc.ABC):
         rows = self._prompts(input_ids, f"{type(self).__name__}.generate")
         longest = max(len(r) for r in rows) + int(max_new_tokens) - 1
         if longest > self.max_seq_len:
-            raise ValueError(f"{type(self).__name__}.generate: prompt + new tokens need {longest} cache positions; max_seq_len is {self.max_seq_len}")
+            raise ValueError(
+                f"{type(self).__name__}.generate: prompt + new tokens need {longest} cache positions; max_seq_len is "
+                f"{self.max_seq_len}"
+            )
         ids = self._session(len(rows))
         out: list[np.ndarray] = []
         done = np.zeros(len(rows), bool)
@@ -224,11 +274,15 @@ class PagedCausalLM(abc.ABC):
         return np.stack(out, axis=1)
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(layers={self.num_layers}, vocab={self.vocab_size}, max_seq_len={self.max_seq_len}, "
-                f"page_size={self.kv_params.page_size})")  # fmt: skip
+        return (
+            f"{type(self).__name__}(layers={self.num_layers}, vocab={self.vocab_size}, max_seq_len={self.max_seq_len}, "
+            f"page_size={self.kv_params.page_size})"
+        )
 
 
-def _sampler(temperature: float, top_k: int | None, top_p: float | None, seed: int | None) -> Callable[[np.ndarray], np.ndarray]:
+def _sampler(
+    temperature: float, top_k: int | None, top_p: float | None, seed: int | None
+) -> Callable[[np.ndarray], np.ndarray]:
     """Next-token choice from float32 logits ``[B, vocab]`` (arguments checked by `check_generation`).
 
     The engine's sampling (`maxfx.generation._sampling.choose`): argmax for
@@ -239,13 +293,19 @@ def _sampler(temperature: float, top_k: int | None, top_p: float | None, seed: i
     if temperature == 0:
         return lambda logits: logits.argmax(-1).astype(np.int64)
     base = int(np.random.SeedSequence().entropy if seed is None else seed) & 0xFFFFFFFFFFFFFFFF
-    row = {"temperature": float(temperature), "top_k": -1 if top_k is None else int(top_k), "top_p": 1.0 if top_p is None else float(top_p)}
+    row = {
+        "temperature": float(temperature),
+        "top_k": -1 if top_k is None else int(top_k),
+        "top_p": 1.0 if top_p is None else float(top_p),
+    }
     steps = itertools.count()
 
     def pick(logits: np.ndarray) -> np.ndarray:
         n, step = logits.shape[0], next(steps)
         rows = SamplingRows.build([{**row, "seed": (base + i) & 0xFFFFFFFFFFFFFFFF} for i in range(n)], step=[step] * n)
-        return np.asarray(_choose(jnp.asarray(logits, jnp.float32), rows.arrays(), filters=rows.filters, sample=True)).astype(np.int64)
+        return np.asarray(
+            _choose(jnp.asarray(logits, jnp.float32), rows.arrays(), filters=rows.filters, sample=True)
+        ).astype(np.int64)
 
     return pick
 

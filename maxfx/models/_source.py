@@ -80,12 +80,22 @@ def _to_tensor(array: np.ndarray) -> Tensor:
 def eager_tensor(w: StoredTensor) -> Tensor:
     """A float `StoredTensor` as an eager `Tensor` (sharing the array's memory where it can)."""
     if w.format is not None:
-        raise ValueError(f"eager_tensor: expected float values, got a {w.format} block array {list(w.value.shape)}; build a layer with eager_linear/eager_embedding")
+        raise ValueError(
+            f"eager_tensor: expected float values, got a {w.format} block array {list(w.value.shape)}; build a layer "
+            "with eager_linear/eager_embedding"
+        )
     return _to_tensor(w.value)
 
 
-def _eager_layer(w: StoredTensor, plain: Callable[[Tensor], Module], q8: Callable[[Tensor, Tensor], Module], packed: Callable[[Tensor, Any], Module]) -> Module:
-    """The eager layer for ``w``'s format: ``plain(values)``, ``q8(quants, scales)`` (`Q8_0`) or ``packed(blocks, encoding)``."""
+def _eager_layer(
+    w: StoredTensor,
+    plain: Callable[[Tensor], Module],
+    q8: Callable[[Tensor, Tensor], Module],
+    packed: Callable[[Tensor, Any], Module],
+) -> Module:
+    """The eager layer for ``w``'s format: ``plain(values)``, ``q8(quants, scales)`` (`Q8_0`) or ``packed(blocks,
+    encoding)``.
+    """
     if w.format is None:
         return plain(_to_tensor(w.value))
     if w.format == Q8_0:
@@ -94,7 +104,9 @@ def _eager_layer(w: StoredTensor, plain: Callable[[Tensor], Module], q8: Callabl
 
 
 def eager_linear(w: StoredTensor) -> Module:
-    """The eager ``[out, in]`` projection (no bias) holding ``w`` in its format: `Linear`, `QuantizedLinear` or `Q8Linear`."""
+    """The eager ``[out, in]`` projection (no bias) holding ``w`` in its format: `Linear`, `QuantizedLinear` or
+    `Q8Linear`.
+    """
     return _eager_layer(w, linear, Q8Linear, QuantizedLinear)
 
 
@@ -112,9 +124,15 @@ class ParamSource(abc.ABC):
 
     @abc.abstractmethod
     def read(
-        self, name: str, shape: tuple[int, ...], *, kind: str = "weight", fan_in: int | None = None, rope_heads: int | None = None,
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        *,
+        kind: str = "weight",
+        fan_in: int | None = None,
+        rope_heads: int | None = None,
         keep_blocks: bool = False,
-    ) -> StoredTensor:  # fmt: skip
+    ) -> StoredTensor:
         """The tensor ``name`` (a Hugging Face name) of logical shape ``shape``.
 
         Args:
@@ -132,7 +150,9 @@ class ParamSource(abc.ABC):
         """
 
     def finish(self, ignore: Iterable[str] = ()) -> None:  # noqa: B027 - an optional hook, a no-op by default
-        """Called once every parameter was read: raises `CheckpointMismatchError` for tensors nobody asked for (except ``ignore``)."""
+        """Called once every parameter was read: raises `CheckpointMismatchError` for tensors nobody asked for (except
+        ``ignore``).
+        """
 
     # -- eager conveniences --------------------------------------------------
     def tensor(self, name: str, shape: tuple[int, ...], *, kind: str = "weight", fan_in: int | None = None) -> Tensor:
@@ -143,8 +163,12 @@ class ParamSource(abc.ABC):
         return self.tensor(name, (dim,), kind="norm")
 
     def linear(self, name: str, out_dim: int, in_dim: int, *, rope_heads: int | None = None) -> Module:
-        """The eager ``[out_dim, in_dim]`` projection named ``name + ".weight"`` (no bias), packed weights kept packed."""
-        return eager_linear(self.read(name + ".weight", (out_dim, in_dim), fan_in=in_dim, rope_heads=rope_heads, keep_blocks=True))
+        """The eager ``[out_dim, in_dim]`` projection named ``name + ".weight"`` (no bias), packed weights kept
+        packed.
+        """
+        return eager_linear(
+            self.read(name + ".weight", (out_dim, in_dim), fan_in=in_dim, rope_heads=rope_heads, keep_blocks=True)
+        )
 
     def embedding(self, name: str, vocab: int, dim: int) -> Module:
         return eager_embedding(self.read(name + ".weight", (vocab, dim), kind="embedding", keep_blocks=True))
@@ -163,9 +187,15 @@ class RandomSource(ParamSource):
         self._dtype = dtype
 
     def read(
-        self, name: str, shape: tuple[int, ...], *, kind: str = "weight", fan_in: int | None = None, rope_heads: int | None = None,
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        *,
+        kind: str = "weight",
+        fan_in: int | None = None,
+        rope_heads: int | None = None,
         keep_blocks: bool = False,
-    ) -> StoredTensor:  # fmt: skip
+    ) -> StoredTensor:
         rng = self._rng
         if kind == "norm":
             value = 1.0 + 0.1 * rng.standard_normal(shape, np.float32)
@@ -180,7 +210,9 @@ class RandomSource(ParamSource):
 class _Checked(ParamSource):
     """Shared bookkeeping of the checkpoint sources: used names, progress, shape checks, dtype conversion."""
 
-    def __init__(self, weights: Any, label: str, dtype: DType | None, config_label: str, *, config_dtype: str | None = None):
+    def __init__(
+        self, weights: Any, label: str, dtype: DType | None, config_label: str, *, config_dtype: str | None = None
+    ):
         self._weights = weights
         self._label = label
         self._dtype = dtype
@@ -192,13 +224,20 @@ class _Checked(ParamSource):
         self._bar = progress_bar(sum(i.nbytes for i in self._info.values()), f"loading {os.path.basename(label)}")
 
     def _checked(self, name: str, shape: tuple[int, ...], hf: str) -> Any:
-        """The `TensorInfo` of the file's tensor ``name`` after checking it exists and has the logical ``shape``; marks it used."""
+        """The `TensorInfo` of the file's tensor ``name`` after checking it exists and has the logical ``shape``; marks
+        it used.
+        """
         info = self._info.get(name)
         if info is None:
             what = "required by the model" if name == hf else f"HF {hf!r}"
-            raise CheckpointMismatchError(f"{self._label}: tensor {name!r} ({what}) is missing; {self._config_label} describes it")
+            raise CheckpointMismatchError(
+                f"{self._label}: tensor {name!r} ({what}) is missing; {self._config_label} describes it"
+            )
         if tuple(info.logical_shape) != tuple(shape):
-            raise CheckpointMismatchError(f"{self._label}: tensor {name!r} has shape {list(info.logical_shape)} but {self._config_label} needs {list(shape)}")
+            raise CheckpointMismatchError(
+                f"{self._label}: tensor {name!r} has shape {list(info.logical_shape)} but {self._config_label} needs "
+                f"{list(shape)}"
+            )
         self._used.add(name)
         self._bar.update(info.nbytes)
         return info
@@ -210,15 +249,23 @@ class _Checked(ParamSource):
             # Every parameter a model reads is float: an integer tensor of the same byte size would
             # otherwise load and fail only at the first forward, deep inside an op.
             want = self._dtype.name if self._dtype is not None else self._config_dtype or "a float dtype"
-            raise CheckpointMismatchError(f"{self._label}: tensor {name!r} is stored as {logical.name}, but {self._config_label} needs {want} (model parameters are float)")
+            raise CheckpointMismatchError(
+                f"{self._label}: tensor {name!r} is stored as {logical.name}, but {self._config_label} needs {want} "
+                "(model parameters are float)"
+            )
         return np.asarray(self._weights[name].values(self._dtype))
 
     def finish(self, ignore: Iterable[str] = ()) -> None:
         self._bar.close()
         skip = set(ignore)
-        extra = [n for n in self._names if n not in self._used and n not in skip and not n.endswith("rotary_emb.inv_freq")]
+        extra = [
+            n for n in self._names if n not in self._used and n not in skip and not n.endswith("rotary_emb.inv_freq")
+        ]
         if extra:
-            raise CheckpointMismatchError(f"{self._label}: {len(extra)} tensor(s) are not part of the model {self._config_label} describes, e.g. {extra[:3]}")
+            raise CheckpointMismatchError(
+                f"{self._label}: {len(extra)} tensor(s) are not part of the model {self._config_label} describes, e.g. "
+                f"{extra[:3]}"
+            )
 
 
 class CheckpointSource(_Checked):
@@ -233,9 +280,15 @@ class CheckpointSource(_Checked):
     """
 
     def read(
-        self, name: str, shape: tuple[int, ...], *, kind: str = "weight", fan_in: int | None = None, rope_heads: int | None = None,
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        *,
+        kind: str = "weight",
+        fan_in: int | None = None,
+        rope_heads: int | None = None,
         keep_blocks: bool = False,
-    ) -> StoredTensor:  # fmt: skip
+    ) -> StoredTensor:
         self._checked(name, shape, name)
         return StoredTensor(self._floats(name))
 
@@ -255,7 +308,9 @@ _GGUF_LAYER = {
 _GGUF_TOP = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
 
 
-def rename_tensor(hf: str, *, top: Mapping[str, str], layer: Mapping[str, str], hf_layers: str, layers: str, what: str) -> str:
+def rename_tensor(
+    hf: str, *, top: Mapping[str, str], layer: Mapping[str, str], hf_layers: str, layers: str, what: str
+) -> str:
     """The Hugging Face tensor name ``hf`` in another naming, by tables; its last part (``weight``, ``bias``) is kept.
 
     A top-level tensor is renamed by ``top``; a layer's tensor ``{hf_layers}.N.part``
@@ -304,9 +359,15 @@ class GGUFSource(_Checked):
     """
 
     def read(
-        self, name: str, shape: tuple[int, ...], *, kind: str = "weight", fan_in: int | None = None, rope_heads: int | None = None,
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        *,
+        kind: str = "weight",
+        fan_in: int | None = None,
+        rope_heads: int | None = None,
         keep_blocks: bool = False,
-    ) -> StoredTensor:  # fmt: skip
+    ) -> StoredTensor:
         gname = gguf_name(name)
         stored = self._checked(gname, shape, name).storage_type
         if keep_blocks and len(shape) == 2 and (stored in _PACKED or stored == Q8_0):

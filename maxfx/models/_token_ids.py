@@ -48,4 +48,7 @@ def check_token_ids(where: str, ids: Any, vocab_size: int) -> None:
     lo, hi = int(a.min()), int(a.max())
     if lo < 0 or hi >= vocab_size:
         bad = hi if hi >= vocab_size else lo
-        raise TokenIdError(f"{where}: token id {bad} is out of range for the vocabulary of {vocab_size} tokens (config.vocab_size); valid ids are 0 to {vocab_size - 1}")
+        raise TokenIdError(
+            f"{where}: token id {bad} is out of range for the vocabulary of {vocab_size} tokens (config.vocab_size); "
+            f"valid ids are 0 to {vocab_size - 1}"
+        )

@@ -48,7 +48,9 @@ class TokenizerError(ValueError):
 # ``tokenizer.ggml.pre`` (the same regexes as those models' tokenizer.json). None: GPT-2's
 # own split, built into the ByteLevel pre-tokenizer.
 _LLAMA3_SPLIT = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-_QWEN2_SPLIT = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 _GGUF_PRE: dict[str, str | None] = {
     "default": None,
     "gpt2": None,
@@ -121,23 +123,39 @@ class Tokenizer:
         if kind is None:
             raise TokenizerError(f"{where}: no tokenizer in the GGUF metadata (tokenizer.ggml.model is missing)")
         if kind != "gpt2":
-            raise TokenizerError(f"{where}: tokenizer.ggml.model={kind!r} is not supported; only byte-level BPE vocabularies (tokenizer.ggml.model='gpt2') are built from GGUF metadata")
+            raise TokenizerError(
+                f"{where}: tokenizer.ggml.model={kind!r} is not supported; only byte-level BPE vocabularies "
+                "(tokenizer.ggml.model='gpt2') are built from GGUF metadata"
+            )
         pre = fields.get("tokenizer.ggml.pre", "default")
         if pre not in _GGUF_PRE:
-            raise TokenizerError(f"{where}: tokenizer.ggml.pre={pre!r} is not supported; supported: {', '.join(sorted(_GGUF_PRE))}")
+            raise TokenizerError(
+                f"{where}: tokenizer.ggml.pre={pre!r} is not supported; supported: {', '.join(sorted(_GGUF_PRE))}"
+            )
         tokens = _strings(fields.get("tokenizer.ggml.tokens"), where, "tokenizer.ggml.tokens")
-        merges = [_merge(m, i, where) for i, m in enumerate(_strings(fields.get("tokenizer.ggml.merges", []), where, "tokenizer.ggml.merges"))]
+        merges = [
+            _merge(m, i, where)
+            for i, m in enumerate(_strings(fields.get("tokenizer.ggml.merges", []), where, "tokenizer.ggml.merges"))
+        ]
         types = list(fields.get("tokenizer.ggml.token_type") or [])
         if types and len(types) != len(tokens):
-            raise TokenizerError(f"{where}: tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
+            raise TokenizerError(
+                f"{where}: tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens"
+            )
         bos = _token_id(fields, "tokenizer.ggml.bos_token_id", len(tokens), where)
         eos = _token_id(fields, "tokenizer.ggml.eos_token_id", len(tokens), where)
         backend = _byte_level_bpe(tokens, merges, types, _GGUF_PRE[pre], where)
         add_bos = fields.get("tokenizer.ggml.add_bos_token", False)
         if not isinstance(add_bos, (bool, np.bool_)):
-            raise TokenizerError(f"{where}: tokenizer.ggml.add_bos_token must be a bool, got {type(add_bos).__name__} {add_bos!r}")
+            raise TokenizerError(
+                f"{where}: tokenizer.ggml.add_bos_token must be a bool, got {type(add_bos).__name__} {add_bos!r}"
+            )
         if bos is not None and add_bos:
-            backend.post_processor = processors.TemplateProcessing(single=f"{tokens[bos]} $A", pair=f"{tokens[bos]} $A {tokens[bos]} $B:1", special_tokens=[(tokens[bos], bos)])
+            backend.post_processor = processors.TemplateProcessing(
+                single=f"{tokens[bos]} $A",
+                pair=f"{tokens[bos]} $A {tokens[bos]} $B:1",
+                special_tokens=[(tokens[bos], bos)],
+            )
         return cls(backend, where, () if eos is None else (eos,))
 
     # -- use ---------------------------------------------------------------
@@ -190,7 +208,9 @@ def _token_id(fields: dict[str, Any], key: str, n: int, where: str) -> int | Non
     return int(value)
 
 
-def _byte_level_bpe(tokens: list[str], merges: list[tuple[str, str]], types: list[int], split: str | None, where: str) -> Any:
+def _byte_level_bpe(
+    tokens: list[str], merges: list[tuple[str, str]], types: list[int], split: str | None, where: str
+) -> Any:
     vocab: dict[str, int] = {}
     for i, t in enumerate(tokens):
         vocab.setdefault(t, i)  # a repeated string keeps its first id, as llama.cpp's lookup does
@@ -201,7 +221,12 @@ def _byte_level_bpe(tokens: list[str], merges: list[tuple[str, str]], types: lis
     if split is None:
         backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     else:
-        backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        backend.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     backend.decoder = decoders.ByteLevel()
     # Control tokens (BOS, EOS, chat markers) are matched whole in text and dropped by
     # decode(skip_special_tokens=True); user-defined ones are matched whole but kept.
@@ -230,7 +255,9 @@ class ModelExtras:
     why_no_tokenizer: str = "the model was not loaded from a checkpoint with a tokenizer"
     load_s: float = 0.0
     last_stats: Any = None
-    idle_runner: Any = None  # the engine runner `generate` used last (its pools are reused by the next call of that shape)
+    idle_runner: Any = (
+        None  # the engine runner `generate` used last (its pools are reused by the next call of that shape)
+    )
 
 
 _EXTRAS: weakref.WeakKeyDictionary[Any, ModelExtras] = weakref.WeakKeyDictionary()
@@ -261,7 +288,11 @@ def load_tokenizer(path: os.PathLike[str] | str) -> tuple[Tokenizer | None, str]
             return None, f"{str(p)!r} has no tokenizer.json"
         return Tokenizer.from_file(file), ""
     reader = GGUFWeights(str(p)).reader
-    fields = {k: _contents(f, k, str(p)) for k, f in reader.fields.items() if k.startswith("tokenizer.ggml.") and k != "tokenizer.ggml.scores"}
+    fields = {
+        k: _contents(f, k, str(p))
+        for k, f in reader.fields.items()
+        if k.startswith("tokenizer.ggml.") and k != "tokenizer.ggml.scores"
+    }
     if "tokenizer.ggml.model" not in fields:
         return None, f"{str(p)!r} has no tokenizer metadata (tokenizer.ggml.model is missing)"
     return Tokenizer.from_gguf(fields, str(p)), ""
@@ -272,7 +303,9 @@ def _contents(field: Any, key: str, where: str) -> Any:
     try:
         return field.contents()
     except UnicodeDecodeError as e:
-        raise TokenizerError(f"{where}: {key} holds a string that is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+        raise TokenizerError(
+            f"{where}: {key} holds a string that is not valid UTF-8 ({e.reason} at byte {e.start})"
+        ) from None
 
 
 def attach_tokenizer(model: Any, path: os.PathLike[str] | str, since: float | None = None) -> None:

@@ -63,7 +63,13 @@ from maxfx.nn.quant_config import *  # noqa: F403 - QuantConfig, QuantFormat, In
 from maxfx.nn.rotary_embedding import *  # noqa: F403 - RoPE layers and scaling params
 from maxfx.nn.sampling import *  # noqa: F403
 from maxfx.nn.stacked_linear import StackedLinear
-from maxfx.nn.transformer import DistributedTransformer, DistributedTransformerBlock, ReturnLogits, Transformer, TransformerBlock
+from maxfx.nn.transformer import (
+    DistributedTransformer,
+    DistributedTransformerBlock,
+    ReturnLogits,
+    Transformer,
+    TransformerBlock,
+)
 
 EmbeddingV2 = Embedding
 """Seed 002's example name for `Embedding` (API_INVENTORY §6 #8)."""
@@ -71,8 +77,21 @@ EmbeddingV2 = Embedding
 __all__ = [
     "activation",
     "identity",
-    "attention", "kv_cache", "transformer", "AttentionWithRope", "MultiheadAttention", "RaggedAttention", "KVCacheParams", "KVCacheStrategy",
-    "PagedCacheValues", "PagedKVCacheManager", "DistributedTransformer", "DistributedTransformerBlock", "ReturnLogits", "Transformer", "TransformerBlock",
+    "attention",
+    "kv_cache",
+    "transformer",
+    "AttentionWithRope",
+    "MultiheadAttention",
+    "RaggedAttention",
+    "KVCacheParams",
+    "KVCacheStrategy",
+    "PagedCacheValues",
+    "PagedKVCacheManager",
+    "DistributedTransformer",
+    "DistributedTransformerBlock",
+    "ReturnLogits",
+    "Transformer",
+    "TransformerBlock",
     *float8_config.__all__,
     *lora.__all__,
     *moe.__all__,

@@ -38,7 +38,9 @@ def clamp(x: Any, min: float | None = None, max: float | None = None) -> Any:  #
     return x
 
 
-def _weight_shape(encoding: QuantizationEncoding | None, out_dim: int, in_dim: int, where: str) -> tuple[DType | None, list[int]]:
+def _weight_shape(
+    encoding: QuantizationEncoding | None, out_dim: int, in_dim: int, where: str
+) -> tuple[DType | None, list[int]]:
     if encoding is None:
         return None, [out_dim, in_dim]
     elems, nbytes = encoding.block_parameters.elements_per_block, encoding.block_parameters.block_size
@@ -76,7 +78,9 @@ class Linear(Module, Shardable):
     ):
         super().__init__()
         if float8_config is not None and quant_config is not None and float8_config is not quant_config:
-            raise ValueError("Linear: pass one of quant_config and float8_config (float8_config is its older name), not both")
+            raise ValueError(
+                "Linear: pass one of quant_config and float8_config (float8_config is its older name), not both"
+            )
         # MAX's quant_config keeps the given dtype for the weight (float8 checkpoints pass
         # DType.float8_e4m3fn); the older float8_config always stores float8_e4m3fn.
         weight_dtype = dtype if quant_config is not None else DType.float8_e4m3fn
@@ -95,10 +99,14 @@ class Linear(Module, Shardable):
             return
         qdtype, shape = _weight_shape(quantization_encoding, self.out_dim, self.in_dim, "Linear")
         prefix = f"{name}." if name else ""
-        self.weight = Weight(prefix + "weight", qdtype or dtype, shape, DeviceRef.CPU(), quantization_encoding=quantization_encoding)
+        self.weight = Weight(
+            prefix + "weight", qdtype or dtype, shape, DeviceRef.CPU(), quantization_encoding=quantization_encoding
+        )
         self.bias = Weight(prefix + "bias", dtype, [self.out_dim], DeviceRef.CPU()) if has_bias else None
         if quant_config is not None:
-            self.weight, self.weight_scale, self.input_scale = float8_weights(quant_config, self.in_dim, self.out_dim, prefix, weight_dtype)
+            self.weight, self.weight_scale, self.input_scale = float8_weights(
+                quant_config, self.in_dim, self.out_dim, prefix, weight_dtype
+            )
 
     def __call__(self, x: Any) -> Any:
         w = _on(self.weight, self.device)
@@ -160,11 +168,24 @@ class MLP(Module, Shardable):
     ):
         super().__init__()
         if activation_function not in _ACTIVATIONS:
-            raise ValueError(f"MLP: activation_function must be one of {sorted(_ACTIVATIONS)}, got {activation_function!r}")
+            raise ValueError(
+                f"MLP: activation_function must be one of {sorted(_ACTIVATIONS)}, got {activation_function!r}"
+            )
         devices = list(devices) or [DeviceRef.CPU()]
         self.devices = [device_ref(d) for d in devices]
         self.activation_function = activation_function
-        make = lambda i, o: linear_cls(i, o, dtype, self.devices[0], has_bias=has_bias, quantization_encoding=quantization_encoding, float8_config=float8_config)  # noqa: E731
+
+        def make(i: int, o: int) -> Any:
+            return linear_cls(
+                i,
+                o,
+                dtype,
+                self.devices[0],
+                has_bias=has_bias,
+                quantization_encoding=quantization_encoding,
+                float8_config=float8_config,
+            )
+
         self.gate_proj = make(hidden_dim, feed_forward_length)
         self.down_proj = make(feed_forward_length, hidden_dim)
         self.up_proj = make(hidden_dim, feed_forward_length)
@@ -202,12 +223,22 @@ class Embedding(Module):
         ['weight']
     """
 
-    def __init__(self, vocab_size: int, hidden_dim: int, dtype: DType, device: Any, quantization_encoding: QuantizationEncoding | None = None, name: str | None = None):
+    def __init__(
+        self,
+        vocab_size: int,
+        hidden_dim: int,
+        dtype: DType,
+        device: Any,
+        quantization_encoding: QuantizationEncoding | None = None,
+        name: str | None = None,
+    ):
         super().__init__()
         self.device = device_ref(device)
         self.quantization_encoding = quantization_encoding
         qdtype, shape = _weight_shape(quantization_encoding, int(vocab_size), int(hidden_dim), "Embedding")
-        self.weight = Weight(name or "weight", qdtype or dtype, shape, DeviceRef.CPU(), quantization_encoding=quantization_encoding)
+        self.weight = Weight(
+            name or "weight", qdtype or dtype, shape, DeviceRef.CPU(), quantization_encoding=quantization_encoding
+        )
 
     def __call__(self, indices: Any) -> Any:
         w = _on(self.weight, self.device)
@@ -231,7 +262,16 @@ class LayerNorm(Module, Shardable):
         []
     """
 
-    def __init__(self, dims: int, devices: Sequence[Any], dtype: DType, eps: float = 1e-5, use_bias: bool = True, keep_dtype: bool = False, elementwise_affine: bool = True):
+    def __init__(
+        self,
+        dims: int,
+        devices: Sequence[Any],
+        dtype: DType,
+        eps: float = 1e-5,
+        use_bias: bool = True,
+        keep_dtype: bool = False,
+        elementwise_affine: bool = True,
+    ):
         super().__init__()
         self.devices = [device_ref(d) for d in (list(devices) or [DeviceRef.CPU()])]
         self.eps = eps
@@ -266,9 +306,16 @@ class RMSNorm(Module, Shardable):
         ['weight']
     """
 
-    def __init__(self, dim: int, dtype: DType, eps: float = 1e-6, weight_offset: float = 0.0, multiply_before_cast: bool = True):
+    def __init__(
+        self, dim: int, dtype: DType, eps: float = 1e-6, weight_offset: float = 0.0, multiply_before_cast: bool = True
+    ):
         super().__init__()
-        self.dim, self.eps, self.weight_offset, self.multiply_before_cast = int(dim), eps, weight_offset, multiply_before_cast
+        self.dim, self.eps, self.weight_offset, self.multiply_before_cast = (
+            int(dim),
+            eps,
+            weight_offset,
+            multiply_before_cast,
+        )
         self.weight = Weight("weight", dtype, [self.dim], DeviceRef.CPU())
 
     def __call__(self, x: Any) -> Any:

@@ -38,8 +38,12 @@ __all__ = ["Conv1D", "Conv2d", "Conv3D", "Conv1DV1", "Conv2dV1", "Conv3DV1", "co
 # ─── argument normalisation ───────────────────────────────────────────────
 
 
-def _new_weights(name: str | None, dtype: DType, shape: list[int], out_channels: int, has_bias: bool) -> tuple[Weight, Weight | None]:
-    """The layer's ``weight`` of ``shape`` and, with ``has_bias``, its ``(out_channels,)`` ``bias`` (names prefixed by ``name.``)."""
+def _new_weights(
+    name: str | None, dtype: DType, shape: list[int], out_channels: int, has_bias: bool
+) -> tuple[Weight, Weight | None]:
+    """The layer's ``weight`` of ``shape`` and, with ``has_bias``, its ``(out_channels,)`` ``bias`` (names prefixed by
+    ``name.``).
+    """
     prefix = f"{name}." if name else ""
     bias = Weight(prefix + "bias", dtype, [out_channels], DeviceRef.CPU()) if has_bias else None
     return Weight(prefix + "weight", dtype, shape, DeviceRef.CPU()), bias
@@ -55,16 +59,33 @@ class _ConvND(Module):
     filter: Weight  # noqa: A003 - MAX's name; the kernel, laid out RSCF (QRSCF for 3D)
     bias: Weight | None
 
-    def _setup(self, kernel: tuple[int, ...], in_channels: int, out_channels: int, dtype: DType, num_groups: int, device: Any, has_bias: bool, permute: bool, name: str | None) -> None:
+    def _setup(
+        self,
+        kernel: tuple[int, ...],
+        in_channels: int,
+        out_channels: int,
+        dtype: DType,
+        num_groups: int,
+        device: Any,
+        has_bias: bool,
+        permute: bool,
+        name: str | None,
+    ) -> None:
         layer = type(self).__name__
         check_groups(layer, in_channels, out_channels, num_groups)
         self.in_channels, self.out_channels, self.num_groups = in_channels, out_channels, num_groups
         self.device = device_ref(device)
         self.permute = bool(permute)
-        shape = [out_channels, in_channels // num_groups, *kernel] if permute else [*kernel, in_channels // num_groups, out_channels]
+        shape = (
+            [out_channels, in_channels // num_groups, *kernel]
+            if permute
+            else [*kernel, in_channels // num_groups, out_channels]
+        )
         self.filter, self.bias = _new_weights(name, dtype, shape, out_channels, has_bias)
 
-    def _setup_nd(self, kernel_what: str, kernel_size: Any, stride: Any, padding: Any, dilation: Any, *setup_args: Any) -> None:
+    def _setup_nd(
+        self, kernel_what: str, kernel_size: Any, stride: Any, padding: Any, dilation: Any, *setup_args: Any
+    ) -> None:
         """`Conv2d`/`Conv3D`: normalise the geometry to ``_nd``-tuples, then `_setup` the weights."""
         layer, nd = type(self).__name__, self._nd
         self.kernel_size = conv_tuple(layer, kernel_what, kernel_size, nd)
@@ -136,8 +157,20 @@ class Conv1D(_ConvND):
             self._adopt(filter, bias, num_groups, device, permute)
             return
         if None in (kernel_size, in_channels, out_channels, dtype):
-            raise TypeError("Conv1D: pass kernel_size, in_channels, out_channels and dtype (or existing values as filter=/bias=)")
-        self._setup(conv_tuple("Conv1D", "kernel_size", kernel_size, 1), in_channels, out_channels, dtype, num_groups, device, has_bias, permute, name)
+            raise TypeError(
+                "Conv1D: pass kernel_size, in_channels, out_channels and dtype (or existing values as filter=/bias=)"
+            )
+        self._setup(
+            conv_tuple("Conv1D", "kernel_size", kernel_size, 1),
+            in_channels,
+            out_channels,
+            dtype,
+            num_groups,
+            device,
+            has_bias,
+            permute,
+            name,
+        )
 
     def _adopt(self, filt: Any, bias: Any, num_groups: int, device: Any, permute: bool) -> None:
         shape = [int(d) for d in filt.shape]
@@ -145,7 +178,10 @@ class Conv1D(_ConvND):
             raise ValueError(f"Conv1D: filter must have rank 3, got shape {shape}")
         out_c, in_per_group = (shape[0], shape[1]) if permute else (shape[2], shape[1])
         self.in_channels, self.out_channels, self.num_groups = in_per_group * num_groups, out_c, num_groups
-        self.device, self.permute = device_ref(device if device is not None else getattr(filt, "device", None)), bool(permute)
+        self.device, self.permute = (
+            device_ref(device if device is not None else getattr(filt, "device", None)),
+            bool(permute),
+        )
         self.filter, self.bias = filt, bias
 
     def __call__(self, x: Any) -> Any:
@@ -193,7 +229,21 @@ class Conv2d(_ConvND, Shardable):
         name: str | None = None,
     ) -> None:
         super().__init__()
-        self._setup_nd("kernel_size", kernel_size, stride, padding, dilation, in_channels, out_channels, dtype, num_groups, device, has_bias, permute, name)
+        self._setup_nd(
+            "kernel_size",
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            in_channels,
+            out_channels,
+            dtype,
+            num_groups,
+            device,
+            has_bias,
+            permute,
+            name,
+        )
 
     @property
     def sharding_strategy(self) -> Any:
@@ -213,14 +263,26 @@ class Conv2d(_ConvND, Shardable):
         """Creates sharded views of this Conv2d layer across multiple devices (each holds the full filter)."""
         devices = list(devices)
         if self.sharding_strategy is None:
-            raise ValueError("Conv2d.shard: the layer has no sharding strategy; set sharding_strategy first (ShardingStrategy.replicate(n))")
+            raise ValueError(
+                "Conv2d.shard: the layer has no sharding strategy; set sharding_strategy first "
+                "(ShardingStrategy.replicate(n))"
+            )
         filters = self.filter.shard(devices)
         biases = self.bias.shard(devices) if self.bias is not None else [None] * len(devices)
         out = []
         for dev, f, b in zip(devices, filters, biases):
             layer = Conv2d.__new__(Conv2d)
             Module.__init__(layer)
-            for attr in ("kernel_size", "stride", "padding", "dilation", "in_channels", "out_channels", "num_groups", "permute"):
+            for attr in (
+                "kernel_size",
+                "stride",
+                "padding",
+                "dilation",
+                "in_channels",
+                "out_channels",
+                "num_groups",
+                "permute",
+            ):
                 setattr(layer, attr, getattr(self, attr))
             layer.device, layer.filter, layer.bias = device_ref(dev), f, b
             out.append(layer)
@@ -261,13 +323,37 @@ class Conv3D(_ConvND):
     ) -> None:
         super().__init__()
         kernel = (depth, height, width)
-        self._setup_nd("kernel size (depth, height, width)", kernel, stride, padding, dilation, in_channels, out_channels, dtype, num_groups, device, has_bias, permute, name)
+        self._setup_nd(
+            "kernel size (depth, height, width)",
+            kernel,
+            stride,
+            padding,
+            dilation,
+            in_channels,
+            out_channels,
+            dtype,
+            num_groups,
+            device,
+            has_bias,
+            permute,
+            name,
+        )
 
 
 # ─── deprecated value-holding forms ───────────────────────────────────────
 
 
-def _v1_call(layer: str, nd: int, x: Any, filt: Any, bias: Any, stride: Sequence[int], dilation: Sequence[int], padding: Sequence[int], groups: int) -> Any:
+def _v1_call(
+    layer: str,
+    nd: int,
+    x: Any,
+    filt: Any,
+    bias: Any,
+    stride: Sequence[int],
+    dilation: Sequence[int],
+    padding: Sequence[int],
+    groups: int,
+) -> Any:
     x = _as_value(x)
     filt = _as_value(filt)
     bias = _as_value(bias) if bias is not None else None
@@ -281,7 +367,9 @@ def _v1_call(layer: str, nd: int, x: Any, filt: Any, bias: Any, stride: Sequence
 
 @dataclass
 class Conv1DV1(Layer):
-    """DEPRECATED (use `Conv1D`): 1-D convolution of a ``(N, L, C)`` input with a ``(k, C/groups, out)`` filter value."""
+    """DEPRECATED (use `Conv1D`): 1-D convolution of a ``(N, L, C)`` input with a ``(k, C/groups, out)`` filter
+    value.
+    """
 
     filter: Any  # noqa: A003 - MAX's name
     bias: Any = None
@@ -293,17 +381,32 @@ class Conv1DV1(Layer):
     def __call__(self, x: Any) -> Any:
         filt = _as_value(self.filter)
         if filt.rank != 3:
-            raise ValueError(f"Conv1DV1: filter must be (kernel_size, in_channels/groups, out_channels), got shape {format_shape(filt.shape)}")
+            raise ValueError(
+                "Conv1DV1: filter must be (kernel_size, in_channels/groups, out_channels), got shape "
+                f"{format_shape(filt.shape)}"
+            )
         x = _as_value(x)
         check_conv_input("Conv1DV1", x, 1, None, False)
         pad = conv_padding("Conv1DV1", self.padding, 1)
-        out = _v1_call("Conv1DV1", 2, ops.unsqueeze(x, 1), ops.unsqueeze(filt, 0), self.bias, (1, self.stride), (1, self.dilation), (0, 0, *pad), self.groups)
+        out = _v1_call(
+            "Conv1DV1",
+            2,
+            ops.unsqueeze(x, 1),
+            ops.unsqueeze(filt, 0),
+            self.bias,
+            (1, self.stride),
+            (1, self.dilation),
+            (0, 0, *pad),
+            self.groups,
+        )
         return ops.squeeze(out, 1)
 
 
 @dataclass
 class Conv2dV1(Layer):
-    """DEPRECATED (use `Conv2d`): NHWC input, RSCF filter value; ``padding`` an int or ``(top, bottom, left, right)``."""
+    """DEPRECATED (use `Conv2d`): NHWC input, RSCF filter value; ``padding`` an int or ``(top, bottom, left,
+    right)``.
+    """
 
     filter: Any  # noqa: A003 - MAX's name
     bias: Any = None
@@ -313,7 +416,11 @@ class Conv2dV1(Layer):
     groups: int = 1
 
     def __call__(self, x: Any) -> Any:
-        args = conv_tuple("Conv2dV1", "stride", self.stride, 2), conv_tuple("Conv2dV1", "dilation", self.dilation, 2), conv_padding("Conv2dV1", self.padding, 2)
+        args = (
+            conv_tuple("Conv2dV1", "stride", self.stride, 2),
+            conv_tuple("Conv2dV1", "dilation", self.dilation, 2),
+            conv_padding("Conv2dV1", self.padding, 2),
+        )
         return _v1_call("Conv2dV1", 2, x, self.filter, self.bias, *args, self.groups)
 
 
@@ -329,5 +436,9 @@ class Conv3DV1(Layer):
     groups: int = 1
 
     def __call__(self, x: Any) -> Any:
-        args = conv_tuple("Conv3DV1", "stride", self.stride, 3), conv_tuple("Conv3DV1", "dilation", self.dilation, 3), conv_padding("Conv3DV1", self.padding, 3)
+        args = (
+            conv_tuple("Conv3DV1", "stride", self.stride, 3),
+            conv_tuple("Conv3DV1", "dilation", self.dilation, 3),
+            conv_padding("Conv3DV1", self.padding, 3),
+        )
         return _v1_call("Conv3DV1", 3, x, self.filter, self.bias, *args, self.groups)

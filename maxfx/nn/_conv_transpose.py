@@ -100,7 +100,9 @@ class ConvTranspose1d(Module):
         return ops.squeeze(out, 2 if self.permute else 1)
 
     def __call__(self, x: Any) -> Any:
-        """``(batch, length, in_channels)`` -> ``(batch, new_length, out_channels)`` (channels-first with ``permute``)."""
+        """``(batch, length, in_channels)`` -> ``(batch, new_length, out_channels)`` (channels-first with
+        ``permute``).
+        """
         return self._apply(x, _on(self.weight, self.device), _on(self.bias, self.device))
 
 
@@ -133,7 +135,20 @@ class WeightNormConvTranspose1d(Module):
         name: str | None = None,
     ) -> None:
         super().__init__()
-        conv = ConvTranspose1d(length, in_channels, out_channels, dtype, stride, padding, dilation, output_padding, device, has_bias, permute, name)
+        conv = ConvTranspose1d(
+            length,
+            in_channels,
+            out_channels,
+            dtype,
+            stride,
+            padding,
+            dilation,
+            output_padding,
+            device,
+            has_bias,
+            permute,
+            name,
+        )
         self.device = conv.device
         prefix = f"{name}." if name else ""
         self.weight_g = Weight(prefix + "weight_g", dtype, [in_channels, 1, 1], DeviceRef.CPU())

@@ -40,7 +40,9 @@ def _weight_scale_shape(config: Float8Config, out_dim: int, in_dim: int) -> list
     return [math.ceil(out_dim / bn), math.ceil(in_dim / bk)]
 
 
-def float8_weights(config: Any, in_dim: int, out_dim: int, prefix: str, weight_dtype: DType = DType.float8_e4m3fn) -> tuple[Weight, Weight, Weight | None]:
+def float8_weights(
+    config: Any, in_dim: int, out_dim: int, prefix: str, weight_dtype: DType = DType.float8_e4m3fn
+) -> tuple[Weight, Weight, Weight | None]:
     """``(weight, weight_scale, input_scale)`` Weights of a float8 Linear (input_scale only when static).
 
     ``weight_dtype`` is the stored weight's type: float8_e4m3fn for ``float8_config``;
@@ -52,10 +54,15 @@ def float8_weights(config: Any, in_dim: int, out_dim: int, prefix: str, weight_d
     if config.is_static and not spec.is_tensor:
         raise ValueError(f"Linear: static float8 input scales must be per tensor, got {spec.granularity}")
     if config.is_dynamic and spec.is_rowwise:
-        raise ValueError("Linear: dynamic row-wise (per input channel) activation scales are not supported; use COLWISE (per token), TENSOR or BLOCK")
+        raise ValueError(
+            "Linear: dynamic row-wise (per input channel) activation scales are not supported; use COLWISE (per "
+            "token), TENSOR or BLOCK"
+        )
     cpu = DeviceRef.CPU()
     weight = Weight(prefix + "weight", weight_dtype, [out_dim, in_dim], cpu)
-    weight_scale = Weight(prefix + "weight_scale", config.weight_scale.dtype, _weight_scale_shape(config, out_dim, in_dim), cpu)
+    weight_scale = Weight(
+        prefix + "weight_scale", config.weight_scale.dtype, _weight_scale_shape(config, out_dim, in_dim), cpu
+    )
     input_scale = Weight(prefix + "input_scale", spec.dtype, [], cpu) if config.is_static else None
     return weight, weight_scale, input_scale
 
@@ -80,17 +87,29 @@ def _quantize_input(config: Float8Config, x2: Any, input_scale: Any) -> tuple[An
 
 def float8_matmul(layer: Any, x: Any, weight: Any, weight_scale: Any, input_scale: Any) -> Any:
     """``x @ dequant(weight).T`` with ``x`` quantized as the layer's float8 config says."""
-    return scaled_linear(x, weight, weight_scale, input_scale, layer.float8_config, layer.in_dim, layer.out_dim, "Linear")
+    return scaled_linear(
+        x, weight, weight_scale, input_scale, layer.float8_config, layer.in_dim, layer.out_dim, "Linear"
+    )
 
 
-def scaled_linear(x: Any, weight: Any, weight_scale: Any, input_scale: Any, config: Float8Config, in_dim: int, out_dim: int, owner: str) -> Any:
+def scaled_linear(
+    x: Any,
+    weight: Any,
+    weight_scale: Any,
+    input_scale: Any,
+    config: Float8Config,
+    in_dim: int,
+    out_dim: int,
+    owner: str,
+) -> Any:
     """``x @ (weight * weight_scale).T`` for a float8 ``weight [out_dim, in_dim]``, ``x``
     quantized per ``config`` (statically with ``input_scale``, or dynamically)."""
     if not x.dtype.is_float():
         raise ValueError(f"{owner}: float8 layers take float inputs, got {x.dtype.name}{list(x.shape)}")
     if weight.dtype is not DType.float8_e4m3fn:
         raise ValueError(
-            f"{owner}: a float8 layer multiplies float8_e4m3fn weights, but its weight is {weight.dtype.name}; build it with dtype=DType.float8_e4m3fn (quant_config keeps the dtype given)"
+            f"{owner}: a float8 layer multiplies float8_e4m3fn weights, but its weight is {weight.dtype.name}; build "
+            "it with dtype=DType.float8_e4m3fn (quant_config keeps the dtype given)"
         )
     if x.shape[-1] != in_dim:
         raise ValueError(f"{owner}: input last dim {x.shape[-1]} must equal in_dim {in_dim}")

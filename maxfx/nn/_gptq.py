@@ -43,15 +43,26 @@ class GPTQLinear(Linear):
         if float8_config is not None:
             raise ValueError("GPTQLinear: float8_config is not supported (GPTQ weights are int4)")
         if quantization_encoding not in (None, QuantizationEncoding.GPTQ):
-            raise ValueError(f"GPTQLinear: quantization_encoding must be QuantizationEncoding.GPTQ, got {quantization_encoding}")
+            raise ValueError(
+                f"GPTQLinear: quantization_encoding must be QuantizationEncoding.GPTQ, got {quantization_encoding}"
+            )
         gs = getattr(quantization_config, "group_size", None)
         if quantization_config is None or not isinstance(gs, int) or gs <= 0 or in_dim % gs or in_dim % 8:
-            raise ValueError(f"GPTQLinear: needs a QuantizationConfig with a group_size dividing in_dim={in_dim} (a multiple of 8), got {quantization_config!r}")
+            raise ValueError(
+                f"GPTQLinear: needs a QuantizationConfig with a group_size dividing in_dim={in_dim} (a multiple of 8), "
+                f"got {quantization_config!r}"
+            )
         super().__init__(in_dim, out_dim, dtype, device, has_bias=has_bias)
         self.quantization_encoding = QuantizationEncoding.GPTQ
         self.quantization_config = quantization_config
         cpu = DeviceRef.CPU()
-        self.weight = Weight("weight", DType.uint8, [in_dim // 2 + 2 * (in_dim // gs), out_dim], cpu, quantization_encoding=QuantizationEncoding.GPTQ)
+        self.weight = Weight(
+            "weight",
+            DType.uint8,
+            [in_dim // 2 + 2 * (in_dim // gs), out_dim],
+            cpu,
+            quantization_encoding=QuantizationEncoding.GPTQ,
+        )
         self.perm_idx = Weight("perm_idx", DType.int32, [in_dim], cpu) if quantization_config.desc_act else None
 
     def __call__(self, x: Any) -> Any:

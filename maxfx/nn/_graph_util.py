@@ -25,7 +25,9 @@ def device_ref(device: Any) -> DeviceRef:
 
 
 def on_device(value: Any, device: DeviceRef) -> Any:
-    """``value`` (a Weight or graph value) moved to ``device`` when it lives elsewhere; ``None`` (an absent bias) stays ``None``."""
+    """``value`` (a Weight or graph value) moved to ``device`` when it lives elsewhere; ``None`` (an absent bias) stays
+    ``None``.
+    """
     if value is None:
         return None
     return value if value.device == device else value.to(device)

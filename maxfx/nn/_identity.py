@@ -1,4 +1,5 @@
-"""`Identity`, the graph-API layer that returns its input unchanged (public as ``max.nn.identity.Identity`` and ``max.nn.Identity``).
+"""`Identity`, the graph-API layer that returns its input unchanged (public as ``max.nn.identity.Identity`` and
+``max.nn.Identity``).
 
 Example:
     >>> from maxfx.nn import Identity

@@ -189,9 +189,12 @@ class Module(Layer):
                 qualified = prefix + name
                 if qualified in out and out[qualified] is not w:
                     raise ValueError(
-                        f"{type(self).__name__}: Duplicate weight FQN {qualified!r} produced by two distinct attribute paths: "
-                        f"{owners[qualified] or '<root>'!r} and {path or '<root>'!r}. A module that sets _omit_module_attr_name "
-                        "(notably StackedLinear with stacked=False) leaves its own attribute name out of its weights' names, "
+                        f"{type(self).__name__}: Duplicate weight FQN {qualified!r} produced by two distinct attribute "
+                        "paths: "
+                        f"{owners[qualified] or '<root>'!r} and {path or '<root>'!r}. A module that sets "
+                        "_omit_module_attr_name "
+                        "(notably StackedLinear with stacked=False) leaves its own attribute name out of its weights' "
+                        "names, "
                         "so one of its children can collide with a sibling; rename one of them"
                     )
                 w.name = qualified
@@ -213,10 +216,15 @@ class Module(Layer):
             value = getattr(w, "_loaded_value", None)
             if value is None:
                 if not auto_initialize:
-                    raise ValueError(f"{type(self).__name__}.state_dict: weight {name!r} has no value; call load_state_dict first")
+                    raise ValueError(
+                        f"{type(self).__name__}.state_dict: weight {name!r} has no value; call load_state_dict first"
+                    )
                 dims = _static_dims(w.shape)
                 if any(d is None for d in dims):
-                    raise ValueError(f"{type(self).__name__}.state_dict: weight {name!r} has symbolic shape {format_shape(w.shape)}; load a value with load_state_dict first")
+                    raise ValueError(
+                        f"{type(self).__name__}.state_dict: weight {name!r} has symbolic shape "
+                        f"{format_shape(w.shape)}; load a value with load_state_dict first"
+                    )
                 value = Buffer.zeros(dims, w.dtype)
             out[name] = value
         return out
@@ -261,20 +269,24 @@ class Module(Layer):
             if len(got) != len(expect):
                 problem = f"shape rank mismatch: expected rank {len(expect)}, got {len(got)}"
             else:
-                bad = next((i for i, (e, g) in enumerate(zip(expect, got, strict=True)) if e is not None and e != g), None)
+                bad = next(
+                    (i for i, (e, g) in enumerate(zip(expect, got, strict=True)) if e is not None and e != g), None
+                )
                 if bad is not None:
                     problem = f"dimension {bad} mismatch: expected {expect[bad]}, got {got[bad]}"
             if problem is None and w.dtype.to_numpy() != np.dtype(arr.dtype):
                 problem = f"dtype mismatch: expected {w.dtype.name}, got {np.dtype(arr.dtype).name}"
             if problem is not None:
                 raise ValueError(
-                    f"{type(self).__name__}.load_state_dict: weight {name!r} expects {w.dtype.name}{format_shape(w.shape)}, "
+                    f"{type(self).__name__}.load_state_dict: weight {name!r} expects "
+                    f"{w.dtype.name}{format_shape(w.shape)}, "
                     f"got {np.dtype(arr.dtype).name}{got}: {problem}"
                 )
             align = weight_alignment or w.align or np.dtype(arr.dtype).alignment
             if isinstance(arr, np.ndarray) and arr.size and arr.ctypes.data % align:
                 raise ValueError(
-                    f"{type(self).__name__}.load_state_dict: Found unaligned weight {name!r}: its data is not aligned to {align} bytes; copy it or pass weight_alignment="
+                    f"{type(self).__name__}.load_state_dict: Found unaligned weight {name!r}: its data is not aligned "
+                    f"to {align} bytes; copy it or pass weight_alignment="
                 )
             staged.append((w, value, encoding))
         for w, value, encoding in staged:
@@ -368,7 +380,9 @@ class LayerList(Module):
     def insert(self, i: int, layer: Module | Callable[..., Any]) -> None:
         """Insert ``layer`` (a Module, or a plain callable such as ``ops.relu``) before position ``i``."""
         if not isinstance(layer, Layer) and not callable(layer):
-            raise TypeError(f"LayerList: expected a Module or a callable (e.g. ops.relu), got {type(layer).__name__} {layer!r:.60}")
+            raise TypeError(
+                f"LayerList: expected a Module or a callable (e.g. ops.relu), got {type(layer).__name__} {layer!r:.60}"
+            )
         self.__dict__["layers"].insert(i, layer)
         self._sync()
 

@@ -46,19 +46,28 @@ def _block_scale_strategy(layer: Any, strategy: ShardingStrategy) -> ShardingStr
     scale, n = layer.weight_scale, strategy.num_devices
     bn, bk = layer.quant_config.weight_scale.block_size
     if splits_rows(strategy) and not strategy.is_rowwise:
-        raise ValueError(f"Linear: block-wise float8 scales follow only a rowwise or columnwise weight split, got a {strategy.kind} strategy")
+        raise ValueError(
+            f"Linear: block-wise float8 scales follow only a rowwise or columnwise weight split, got a {strategy.kind} "
+            "strategy"
+        )
     if strategy.is_rowwise or strategy.is_colwise or strategy.is_head_aware_colwise:
         axis = 0 if strategy.is_rowwise else 1
         blocks = int(scale.shape[axis])
         if blocks % n:
             extra = "" if axis == 0 else " with columnwise weight sharding"
-            raise ValueError(f"Weight scale dim {axis} ({blocks}) is not divisible by the number of devices ({n}) for block-wise scaling{extra}.")
+            raise ValueError(
+                f"Weight scale dim {axis} ({blocks}) is not divisible by the number of devices ({n}) for block-wise "
+                f"scaling{extra}."
+            )
         if not strategy.is_head_aware_colwise:
             # The weight's split must land on block edges, or a shard's scales would cover another shard's rows.
             size, block = int(layer.weight.shape[axis]), (bn if axis == 0 else bk)
             starts = [_split(size, i, n)[0] for i in range(n)]
             if any(start % block for start in starts):
-                raise ValueError(f"Linear: splitting weight dim {axis} ({size}) over {n} devices starts shards at {starts}, which are not all multiples of the float8 block size {block}")
+                raise ValueError(
+                    f"Linear: splitting weight dim {axis} ({size}) over {n} devices starts shards at {starts}, which "
+                    f"are not all multiples of the float8 block size {block}"
+                )
             return strategy
         if strategy.head_dim % bk == 0:  # heads are whole blocks: split the scale by heads of blocks
             return ShardingStrategy.head_aware_columnwise(n, strategy.num_heads, strategy.head_dim // bk)

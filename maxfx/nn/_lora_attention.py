@@ -52,23 +52,56 @@ class AttentionWithRopeAndLoRA(AttentionWithRope):
     """
 
     def __init__(
-        self, *, rope: Any, num_attention_heads: int, num_key_value_heads: int, hidden_size: int, kv_params: KVCacheParams,
-        devices: Sequence[Any] | None = None, dtype: DType = DType.float32, linear_cls: Callable[..., Any] = Linear, stacked_qkv: bool = False,
-        scale: float | None = None, has_bias: bool = False, float8_config: Any = None, clip_qkv: float | None = None,
-        max_num_loras: int = 1, max_lora_rank: int = 16,
-    ):  # fmt: skip
+        self,
+        *,
+        rope: Any,
+        num_attention_heads: int,
+        num_key_value_heads: int,
+        hidden_size: int,
+        kv_params: KVCacheParams,
+        devices: Sequence[Any] | None = None,
+        dtype: DType = DType.float32,
+        linear_cls: Callable[..., Any] = Linear,
+        stacked_qkv: bool = False,
+        scale: float | None = None,
+        has_bias: bool = False,
+        float8_config: Any = None,
+        clip_qkv: float | None = None,
+        max_num_loras: int = 1,
+        max_lora_rank: int = 16,
+    ):
         if stacked_qkv:
-            raise ValueError(f"{_NAME}: stacked_qkv is not supported; the adapters are per projection, so load q_proj/k_proj/v_proj separately")
+            raise ValueError(
+                f"{_NAME}: stacked_qkv is not supported; the adapters are per projection, so load q_proj/k_proj/v_proj "
+                "separately"
+            )
         super().__init__(
-            rope=rope, num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads, hidden_size=hidden_size,
-            kv_params=kv_params, devices=devices, dtype=dtype, linear_cls=linear_cls, scale=scale, has_bias=has_bias,
-            float8_config=float8_config, clip_qkv=clip_qkv,
-        )  # fmt: skip
+            rope=rope,
+            num_attention_heads=num_attention_heads,
+            num_key_value_heads=num_key_value_heads,
+            hidden_size=hidden_size,
+            kv_params=kv_params,
+            devices=devices,
+            dtype=dtype,
+            linear_cls=linear_cls,
+            scale=scale,
+            has_bias=has_bias,
+            float8_config=float8_config,
+            clip_qkv=clip_qkv,
+        )
         if int(max_num_loras) <= 0 or int(max_lora_rank) <= 0:
-            raise ValueError(f"{_NAME}: max_num_loras and max_lora_rank must be positive, got {max_num_loras} and {max_lora_rank}")
+            raise ValueError(
+                f"{_NAME}: max_num_loras and max_lora_rank must be positive, got {max_num_loras} and {max_lora_rank}"
+            )
         self.max_num_loras, self.max_lora_rank = int(max_num_loras), int(max_lora_rank)
         q_dim, kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-        lora = dict(max_num_loras=self.max_num_loras, max_lora_rank=self.max_lora_rank, dtype=dtype, device=self.devices[0], has_bias=self.has_bias)
+        lora = dict(
+            max_num_loras=self.max_num_loras,
+            max_lora_rank=self.max_lora_rank,
+            dtype=dtype,
+            device=self.devices[0],
+            has_bias=self.has_bias,
+        )
         # Replaces the base projections built by AttentionWithRope (same weight names plus the adapters).
         self.q_proj = LinearLoRA(self.hidden_size, q_dim, **lora)
         self.k_proj = LinearLoRA(self.hidden_size, kv_dim, **lora)
@@ -96,7 +129,14 @@ class AttentionWithRopeAndLoRA(AttentionWithRope):
         Raises:
             ValueError: wrong ranks/lengths/dtypes, or (host arrays) ids or ranks out of range.
         """
-        ids, ranks, offsets = (self._batch_value(n, v) for n, v in (("lora_ids", lora_ids), ("lora_ranks", lora_ranks), ("lora_grouped_offsets", lora_grouped_offsets)))
+        ids, ranks, offsets = (
+            self._batch_value(n, v)
+            for n, v in (
+                ("lora_ids", lora_ids),
+                ("lora_ranks", lora_ranks),
+                ("lora_grouped_offsets", lora_grouped_offsets),
+            )
+        )
         # Dims compare algebraically: symbolic sizes must be written as g, g and g + 1.
         n_ids, n_ranks, n_off = (v.shape[0] for v in (ids, ranks, offsets))
         if n_ranks != n_ids or n_off != n_ids + 1:
@@ -117,11 +157,16 @@ class AttentionWithRopeAndLoRA(AttentionWithRope):
         if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
             raise ValueError(f"{where}: {what} must be a 1-D integer array, got {a.dtype}{list(a.shape)}")
         if what == "lora_ids" and (a >= self.max_num_loras).any():
-            raise ValueError(f"{where}: lora_ids {a.tolist()} out of range; this layer holds {self.max_num_loras} adapters (ids 0..{self.max_num_loras - 1}, < 0 for none)")
+            raise ValueError(
+                f"{where}: lora_ids {a.tolist()} out of range; this layer holds {self.max_num_loras} adapters (ids "
+                f"0..{self.max_num_loras - 1}, < 0 for none)"
+            )
         if what == "lora_ranks" and ((a < 0) | (a > self.max_lora_rank)).any():
             raise ValueError(f"{where}: lora_ranks {a.tolist()} must lie in [0, max_lora_rank={self.max_lora_rank}]")
         if what == "lora_grouped_offsets" and ((a < 0).any() or (np.diff(a) < 0).any()):
-            raise ValueError(f"{where}: lora_grouped_offsets {a.tolist()} must be non-negative and non-decreasing row prefix sums")
+            raise ValueError(
+                f"{where}: lora_grouped_offsets {a.tolist()} must be non-negative and non-decreasing row prefix sums"
+            )
         dtype = DType.uint32 if what == "lora_grouped_offsets" else DType.int32
         return ops.constant(a.astype(dtype.to_numpy()), dtype, self.devices[0])
 
@@ -138,11 +183,19 @@ class AttentionWithRopeAndLoRA(AttentionWithRope):
             ValueError: ``set_lora_batch_info`` has not been called, or ``x`` has the wrong shape.
         """
         if x.rank != 2 or int(x.shape[1]) != self.hidden_size:
-            raise ValueError(f"{_NAME}.fused_qkv_lora: x must be ragged [total_tokens, {self.hidden_size}], got shape [{", ".join(map(str, x.shape))}]")
+            raise ValueError(
+                f"{_NAME}.fused_qkv_lora: x must be ragged [total_tokens, {self.hidden_size}], got shape "
+                f"[{', '.join(map(str, x.shape))}]"
+            )
         if any(lin.__dict__.get("lora_ids") is None for lin in self.qkv_loras):
-            raise ValueError(f"{_NAME}.fused_qkv_lora: 'set_lora_batch_info' has not been called on the LoRAs (q_proj, k_proj, v_proj)")
+            raise ValueError(
+                f"{_NAME}.fused_qkv_lora: 'set_lora_batch_info' has not been called on the LoRAs (q_proj, k_proj, "
+                "v_proj)"
+            )
         dq, dk, dv = (lin.lora_delta(x) for lin in self.qkv_loras)
-        kernels.kv_cache_ragged_radd(self.kv_params, ops.concat([dk, dv], axis=1), kv_collection, input_row_offsets, 0, layer_idx)
+        kernels.kv_cache_ragged_radd(
+            self.kv_params, ops.concat([dk, dv], axis=1), kv_collection, input_row_offsets, 0, layer_idx
+        )
         return dq
 
     def _qkv(self, layer_idx: Any, x: Any, kv: Any, offsets: Any) -> Any:

@@ -26,7 +26,10 @@ class SupportsLoRA:
     def set_lora_batch_info(self, lora_ids: Any, lora_ranks: Any, lora_grouped_offsets: Any) -> None:
         """Record which adapter each group of rows uses (graph values of this batch)."""
         if lora_ids.rank != 1 or lora_ranks.rank != 1 or lora_grouped_offsets.rank != 1:
-            raise ValueError(f"{type(self).__name__}.set_lora_batch_info: lora_ids, lora_ranks and lora_grouped_offsets must be 1-D tensors")
+            raise ValueError(
+                f"{type(self).__name__}.set_lora_batch_info: lora_ids, lora_ranks and lora_grouped_offsets must be 1-D "
+                "tensors"
+            )
         self.__dict__["lora_ids"] = lora_ids
         self.__dict__["lora_ranks"] = lora_ranks
         self.__dict__["lora_grouped_offsets"] = lora_grouped_offsets
@@ -72,16 +75,33 @@ class LinearLoRA(Linear, SupportsLoRA):
         quantization_encoding: Any = None,
         float8_config: Any = None,
     ):
-        super().__init__(in_dim, out_dim, dtype, device, has_bias=has_bias, quantization_encoding=quantization_encoding, float8_config=float8_config, name=name)
+        super().__init__(
+            in_dim,
+            out_dim,
+            dtype,
+            device,
+            has_bias=has_bias,
+            quantization_encoding=quantization_encoding,
+            float8_config=float8_config,
+            name=name,
+        )
         if max_num_loras <= 0 or max_lora_rank <= 0:
-            raise ValueError(f"LinearLoRA: max_num_loras and max_lora_rank must be positive, got {max_num_loras} and {max_lora_rank}")
+            raise ValueError(
+                f"LinearLoRA: max_num_loras and max_lora_rank must be positive, got {max_num_loras} and {max_lora_rank}"
+            )
         self.max_num_loras, self.max_lora_rank = int(max_num_loras), int(max_lora_rank)
         prefix = f"{name}." if name else ""
         cpu = DeviceRef.CPU()
         # Adapters stay unquantized: they are small and loaded per request.
-        self.lora_A = Weight(prefix + "lora_A.weight", dtype, [self.max_num_loras, self.max_lora_rank, self.in_dim], cpu)
-        self.lora_B = Weight(prefix + "lora_B.weight", dtype, [self.max_num_loras, self.out_dim, self.max_lora_rank], cpu)
-        self.lora_bias = Weight(prefix + "lora.bias", dtype, [self.max_num_loras, self.out_dim], cpu) if has_lora_bias else None
+        self.lora_A = Weight(
+            prefix + "lora_A.weight", dtype, [self.max_num_loras, self.max_lora_rank, self.in_dim], cpu
+        )
+        self.lora_B = Weight(
+            prefix + "lora_B.weight", dtype, [self.max_num_loras, self.out_dim, self.max_lora_rank], cpu
+        )
+        self.lora_bias = (
+            Weight(prefix + "lora.bias", dtype, [self.max_num_loras, self.out_dim], cpu) if has_lora_bias else None
+        )
 
     def lora_delta(self, x: Any) -> Any:
         """``(x @ A[id].T)[:, :rank] @ B[id].T (+ lora_bias[id])`` for each group of rows of ``x [rows, in_dim]``."""
@@ -93,4 +113,3 @@ class LinearLoRA(Linear, SupportsLoRA):
     def apply_lora(self, x: Any) -> Any:
         """``self(x)`` plus each row's adapter delta (see `lora_delta`)."""
         return SupportsLoRA.apply_lora(self, x)
-

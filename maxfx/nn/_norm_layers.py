@@ -52,7 +52,14 @@ class GroupNorm(Module):
         ['bias', 'weight']
     """
 
-    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True, device: Any = DeviceRef.GPU()):  # noqa: B008 - MAX's documented default
+    def __init__(
+        self,
+        num_groups: int,
+        num_channels: int,
+        eps: float = 1e-5,
+        affine: bool = True,
+        device: Any = DeviceRef.GPU(),  # noqa: B008 - MAX's documented default
+    ):
         super().__init__()
         if num_channels % num_groups:
             raise ValueError(f"GroupNorm: num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
@@ -69,5 +76,7 @@ class GroupNorm(Module):
         if self.affine:
             gamma, beta = _on(self.weight, x.device), _on(self.bias, x.device)
         else:
-            gamma, beta = (ops.constant(np.full(self.num_channels, v, np.float32), DType.float32, x.device) for v in (1.0, 0.0))
+            gamma, beta = (
+                ops.constant(np.full(self.num_channels, v, np.float32), DType.float32, x.device) for v in (1.0, 0.0)
+            )
         return ops.group_norm(x, gamma, beta, self.num_groups, self.eps)

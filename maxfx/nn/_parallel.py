@@ -42,7 +42,9 @@ class DistributedGemmConfig:
     @staticmethod
     def generate() -> DistributedGemmConfig | None:
         """The default config: matmul+allreduce fusion off unless ``MAXFX_ENABLE_MATMUL_ALLREDUCE=1``."""
-        return DistributedGemmConfig(enable_matmul_allreduce=os.environ.get("MAXFX_ENABLE_MATMUL_ALLREDUCE", "0") == "1")
+        return DistributedGemmConfig(
+            enable_matmul_allreduce=os.environ.get("MAXFX_ENABLE_MATMUL_ALLREDUCE", "0") == "1"
+        )
 
 
 def _refs(devices: Sequence[Any], owner: str) -> list[DeviceRef]:
@@ -74,18 +76,31 @@ class ColumnParallelLinear(Linear):
         >>> ys = lin(x, signal_buffers)  # doctest: +SKIP  (one [.., 4] result per device)
     """
 
-    def __init__(self, in_dim: int, out_dim: int, dtype: DType, devices: Sequence[Any], tied_weight: Weight | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        dtype: DType,
+        devices: Sequence[Any],
+        tied_weight: Weight | None = None,
+        **kwargs: Any,
+    ):
         self.devices = _refs(devices, "ColumnParallelLinear")
         n = len(self.devices)
-        if tied_weight is not None and (kwargs.get("quant_config") is not None or kwargs.get("float8_config") is not None or kwargs.get("has_bias")):
+        if tied_weight is not None and (
+            kwargs.get("quant_config") is not None or kwargs.get("float8_config") is not None or kwargs.get("has_bias")
+        ):
             raise ValueError(
-                "ColumnParallelLinear: float8 and bias are both unsupported by ColumnParallelLinear currently when a tied_weight is given "
+                "ColumnParallelLinear: float8 and bias are both unsupported by ColumnParallelLinear currently when a "
+                "tied_weight is given "
                 "(the tied weight has no scales or bias to shard); drop quant_config/float8_config and has_bias"
             )
         super().__init__(in_dim, out_dim, dtype, self.devices[0], **kwargs)
         if tied_weight is not None:
             if list(tied_weight.shape) != [out_dim, in_dim]:
-                raise ValueError(f"ColumnParallelLinear: tied_weight must be [{out_dim}, {in_dim}], got {list(tied_weight.shape)}")
+                raise ValueError(
+                    f"ColumnParallelLinear: tied_weight must be [{out_dim}, {in_dim}], got {list(tied_weight.shape)}"
+                )
             self.set_shared_weight("weight", tied_weight)
         self.sharding_strategy = ShardingStrategy.rowwise(n)
         self.__dict__["distributed_linear_layers"] = self.shard(self.devices)
@@ -116,13 +131,24 @@ class VocabParallelEmbedding(Embedding):
         >>> outs = emb(ids, signal_buffers)  # doctest: +SKIP  (one [.., 4] per device)
     """
 
-    def __init__(self, vocab_size: int, hidden_dim: int, dtype: DType, devices: Sequence[Any], quantization_encoding: Any = None, name: str | None = None):
+    def __init__(
+        self,
+        vocab_size: int,
+        hidden_dim: int,
+        dtype: DType,
+        devices: Sequence[Any],
+        quantization_encoding: Any = None,
+        name: str | None = None,
+    ):
         self.devices = _refs(devices, "VocabParallelEmbedding")
         n = len(self.devices)
         if vocab_size % n:
             raise ValueError(f"VocabParallelEmbedding: vocab_size {vocab_size} must split evenly over {n} devices")
         if quantization_encoding is not None:
-            raise ValueError("VocabParallelEmbedding: quantized tables are not supported (their packed rows cannot be split per device)")
+            raise ValueError(
+                "VocabParallelEmbedding: quantized tables are not supported (their packed rows cannot be split per "
+                "device)"
+            )
         super().__init__(vocab_size, hidden_dim, dtype, self.devices[0], None, name)
         self.vocab_size, self.hidden_dim, self.shard_rows = int(vocab_size), int(hidden_dim), int(vocab_size) // n
         self.weight.sharding_strategy = ShardingStrategy.rowwise(n)

@@ -120,7 +120,9 @@ class PrintHook:
             >>> hook.remove()
         """
         if not isinstance(model, Module):
-            raise TypeError(f"PrintHook.name_layers_v3 expects a max.experimental.nn Module, got {type(model).__name__}")
+            raise TypeError(
+                f"PrintHook.name_layers_v3 expects a max.experimental.nn Module, got {type(model).__name__}"
+            )
         for path, module in [("model", model), *((f"model.{p}", m) for p, m in model.descendants)]:
             if id(module) not in self._names:
                 self._names[id(module)] = path

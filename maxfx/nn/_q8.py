@@ -34,14 +34,24 @@ from maxfx.nn._graph_util import on_device as _on
 from maxfx.nn._layer import Module
 from maxfx.nn.attention._rope_attention import AttentionWithRope
 
-__all__ = ["Q8_BLOCK", "Q8AttentionWithRope", "Q8Embedding", "Q8Linear", "q8_decode", "q8_lookup", "q8_matmul", "split_q8_0"]
+__all__ = [
+    "Q8_BLOCK",
+    "Q8AttentionWithRope",
+    "Q8Embedding",
+    "Q8Linear",
+    "q8_decode",
+    "q8_lookup",
+    "q8_matmul",
+    "split_q8_0",
+]
 
 Q8_BLOCK = 32  # values per Q8_0 block (a float16 scale + 32 int8 quants)
 _Q8_BYTES = 2 + Q8_BLOCK  # bytes per block in a GGUF file
 
 
 def split_q8_0(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """GGUF Q8_0 bytes ``uint8 [rows, n_blocks * 34]`` → (int8 quants ``[rows, n_blocks * 32]``, float16 scales ``[rows, n_blocks]``).
+    """GGUF Q8_0 bytes ``uint8 [rows, n_blocks * 34]`` → (int8 quants ``[rows, n_blocks * 32]``, float16 scales ``[rows,
+    n_blocks]``).
 
     A view-and-copy of the bytes: no arithmetic, the values stay 8-bit.
 
@@ -52,7 +62,10 @@ def split_q8_0(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     raw = np.asarray(raw)
     if raw.dtype != np.uint8 or raw.ndim != 2 or raw.shape[1] % _Q8_BYTES:
-        raise ValueError(f"split_q8_0: expected uint8 [rows, a multiple of {_Q8_BYTES} bytes] (whole Q8_0 blocks), got {raw.dtype} {list(raw.shape)}")
+        raise ValueError(
+            f"split_q8_0: expected uint8 [rows, a multiple of {_Q8_BYTES} bytes] (whole Q8_0 blocks), got {raw.dtype} "
+            f"{list(raw.shape)}"
+        )
     rows, width = raw.shape
     blocks = np.ascontiguousarray(raw).reshape(rows, width // _Q8_BYTES, _Q8_BYTES)
     scales = np.ascontiguousarray(blocks[:, :, :2]).view(np.float16).reshape(rows, -1)
@@ -61,7 +74,9 @@ def split_q8_0(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def q8_decode(values: Any, scales: Any, dtype: DType) -> Any:
-    """``dtype [..., cols]`` from int8 quants ``[..., cols]`` and float16 scales ``[..., cols / 32]`` (math in float32)."""
+    """``dtype [..., cols]`` from int8 quants ``[..., cols]`` and float16 scales ``[..., cols / 32]`` (math in
+    float32).
+    """
     lead = [values.shape[i] for i in range(values.rank - 1)]
     cols = int(values.shape[-1])
     blocks = ops.reshape(ops.cast(values, DType.float32), [*lead, cols // Q8_BLOCK, Q8_BLOCK])
@@ -79,7 +94,9 @@ def q8_matmul(x: Any, values: Any, scales: Any) -> Any:
 
 
 def q8_lookup(values: Any, scales: Any, ids: Any, dtype: DType) -> Any:
-    """Rows ``ids`` of a Q8_0 table, as ``dtype [*ids.shape, cols]``: gathers the 8-bit rows, then decodes only those."""
+    """Rows ``ids`` of a Q8_0 table, as ``dtype [*ids.shape, cols]``: gathers the 8-bit rows, then decodes only
+    those.
+    """
     return q8_decode(ops.gather(values, ids, axis=0), ops.gather(scales, ids, axis=0), dtype)
 
 
@@ -127,7 +144,12 @@ class Q8Embedding(Module):
 
     def __init__(self, vocab_size: int, hidden_dim: int, dtype: DType, device: Any = None):
         super().__init__()
-        self.vocab_size, self.hidden_dim, self.dtype, self.device = int(vocab_size), int(hidden_dim), dtype, device_ref(device)
+        self.vocab_size, self.hidden_dim, self.dtype, self.device = (
+            int(vocab_size),
+            int(hidden_dim),
+            dtype,
+            device_ref(device),
+        )
         _q8_weights(self, self.vocab_size, self.hidden_dim, "Q8Embedding")
 
     def __call__(self, indices: Any) -> Any:
@@ -155,7 +177,9 @@ class Q8AttentionWithRope(AttentionWithRope):
 
     @property
     def wqkv(self) -> Any:
-        """The decoded q, k and v weights concatenated along the output dim (``[(n_heads + 2 n_kv_heads) * head_dim, hidden]``)."""
+        """The decoded q, k and v weights concatenated along the output dim (``[(n_heads + 2 n_kv_heads) * head_dim,
+        hidden]``).
+        """
         dev = self.devices[0]
         return ops.concat([_on(p.decoded(), dev) for p in (self.q_proj, self.k_proj, self.v_proj)], axis=0)
 

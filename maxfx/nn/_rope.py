@@ -165,7 +165,16 @@ def _yarn_ramp(beta_fast: float, beta_slow: float, dim: int, base: float, max_po
     return 1.0 - ramp
 
 
-def _yarn_interpolate(inv_freq: Any, factor: float, beta_fast: float, beta_slow: float, dim: int, base: float, max_pos: int, truncate: bool) -> Any:
+def _yarn_interpolate(
+    inv_freq: Any,
+    factor: float,
+    beta_fast: float,
+    beta_slow: float,
+    dim: int,
+    base: float,
+    max_pos: int,
+    truncate: bool,
+) -> Any:
     """Blend ``inv_freq`` (extrapolated) with ``inv_freq / factor`` (interpolated) along the YaRN ramp."""
     keep = _yarn_ramp(beta_fast, beta_slow, dim, base, max_pos, truncate)
     return (inv_freq / float(factor)) * (1.0 - keep) + inv_freq * keep
@@ -302,9 +311,14 @@ class RotaryEmbedding(Module):
     def _check_input(self, v: Any) -> None:
         name = type(self).__name__
         if v.rank != 4:
-            raise ValueError(f"{name}: expected a [batch, seq_len, n_heads, head_dim] value, got rank {v.rank} shape {format_shape(v.shape)}")
+            raise ValueError(
+                f"{name}: expected a [batch, seq_len, n_heads, head_dim] value, got rank {v.rank} shape "
+                f"{format_shape(v.shape)}"
+            )
         if str(v.shape[-1]) != str(self._rope_dim):
-            raise ValueError(f"{name}: the last dim of the input {format_shape(v.shape)} must be head_dim={self._rope_dim}")
+            raise ValueError(
+                f"{name}: the last dim of the input {format_shape(v.shape)} must be head_dim={self._rope_dim}"
+            )
         if not v.dtype.is_float():
             raise ValueError(f"{name}: expected a floating-point input, got {v.dtype}")
 
@@ -366,8 +380,13 @@ class Llama3RotaryEmbedding(RotaryEmbedding):
         scaling_params: Llama3RopeScalingParams | LinearScalingParams | None = None,
     ) -> None:
         super().__init__(dim, n_heads, theta, max_seq_len, head_dim, _freqs_cis, interleaved)
-        if scaling_params is not None and not isinstance(scaling_params, (Llama3RopeScalingParams, LinearScalingParams)):
-            raise TypeError(f"Llama3RotaryEmbedding: scaling_params must be Llama3RopeScalingParams or LinearScalingParams, got {type(scaling_params).__name__}")
+        if scaling_params is not None and not isinstance(
+            scaling_params, (Llama3RopeScalingParams, LinearScalingParams)
+        ):
+            raise TypeError(
+                "Llama3RotaryEmbedding: scaling_params must be Llama3RopeScalingParams or LinearScalingParams, got "
+                f"{type(scaling_params).__name__}"
+            )
         self.scaling_params = scaling_params
 
     def _compute_inv_freqs(self) -> Any:
@@ -394,7 +413,12 @@ def scaled_inv_freq(inv: np.ndarray, params: Llama3RopeScalingParams | LinearSca
     inv = np.asarray(inv, np.float64)
     if isinstance(params, LinearScalingParams):
         return inv / float(params.factor)
-    factor, lo, hi, old = float(params.factor), float(params.low_freq_factor), float(params.high_freq_factor), float(params.orig_max_position)
+    factor, lo, hi, old = (
+        float(params.factor),
+        float(params.low_freq_factor),
+        float(params.high_freq_factor),
+        float(params.orig_max_position),
+    )
     wavelen = 2 * math.pi / inv
     smooth = (old / wavelen - lo) / (hi - lo) if hi != lo else np.zeros_like(inv)
     blended = (1.0 - smooth) * inv / factor + smooth * inv
@@ -465,7 +489,8 @@ class DynamicRotaryEmbedding(RotaryEmbedding):
         return int(arr.max()) + 1 if arr.size else 0
 
     def maybe_update_freqs(self, position_ids: Any) -> None:
-        """Update freqs_cis if the sequence exceeds max_seq_len_cached, or revert to the original version if back below the threshold.
+        """Update freqs_cis if the sequence exceeds max_seq_len_cached, or revert to the original version if back below
+        the threshold.
 
         Args:
             position_ids: positions (array: its max + 1 is the length) or a
@@ -483,7 +508,9 @@ class DynamicRotaryEmbedding(RotaryEmbedding):
             self._cache = None
 
     def freqs_cis_base(self) -> Any:
-        """Computes freqs_cis dynamically using the current self.inv_freq: ``(max_seq_len_cached * 2, head_dim // 2, 2)``."""
+        """Computes freqs_cis dynamically using the current self.inv_freq: ``(max_seq_len_cached * 2, head_dim // 2,
+        2)``.
+        """
         return super().freqs_cis_base()
 
 
@@ -524,7 +551,16 @@ class YarnRotaryEmbedding(RotaryEmbedding):
         base = super()._compute_inv_freqs()
         if p is None:
             return base
-        return _yarn_interpolate(base, p.factor, p.beta_fast, p.beta_slow, self._rope_dim, self.theta, p.original_max_position_embeddings, p.truncate)
+        return _yarn_interpolate(
+            base,
+            p.factor,
+            p.beta_fast,
+            p.beta_slow,
+            self._rope_dim,
+            self.theta,
+            p.original_max_position_embeddings,
+            p.truncate,
+        )
 
     def _table_scale(self) -> float:
         return _yarn_mscale(self.scaling_params.factor) if self.scaling_params is not None else 1.0
@@ -579,14 +615,25 @@ class DeepseekYarnRotaryEmbedding(RotaryEmbedding):
 
     def _params(self) -> DeepseekYarnRopeScalingParams:
         if self.scaling_params is None:
-            raise ValueError("DeepseekYarnRotaryEmbedding: scaling_params (DeepseekYarnRopeScalingParams) must be provided")
+            raise ValueError(
+                "DeepseekYarnRotaryEmbedding: scaling_params (DeepseekYarnRopeScalingParams) must be provided"
+            )
         return self.scaling_params
 
     def _compute_inv_freqs(self) -> Any:
         p = self._params()
         base = super()._compute_inv_freqs()
         # DeepSeek always rounds the correction range (floor/ceil) with an integer base.
-        return _yarn_interpolate(base, p.scaling_factor, p.beta_fast, p.beta_slow, self.dim, float(int(self.theta)), p.original_max_position_embeddings, True)
+        return _yarn_interpolate(
+            base,
+            p.scaling_factor,
+            p.beta_fast,
+            p.beta_slow,
+            self.dim,
+            float(int(self.theta)),
+            p.original_max_position_embeddings,
+            True,
+        )
 
     def _table_scale(self) -> float:
         p = self._params()
@@ -601,7 +648,9 @@ class DeepseekYarnRotaryEmbedding(RotaryEmbedding):
         return super().freqs_cis_base()
 
     def compute_scale(self, user_scale: float | None = None) -> float:
-        """``1 / sqrt(head_dim)`` (or ``user_scale``) times ``mscale(factor, mscale_all_dim) ** 2`` (DeepSeek's softmax scale)."""
+        """``1 / sqrt(head_dim)`` (or ``user_scale``) times ``mscale(factor, mscale_all_dim) ** 2`` (DeepSeek's softmax
+        scale).
+        """
         p = self._params()
         m = _yarn_mscale(p.scaling_factor, p.mscale_all_dim)
         return super().compute_scale(user_scale) * m * m
@@ -645,7 +694,9 @@ class LongRoPERotaryEmbedding(RotaryEmbedding):
             for which in ("short_factor", "long_factor"):
                 got = len(getattr(scaling_params, which))
                 if got < need:
-                    raise ValueError(f"LongRoPERotaryEmbedding: {which} needs head_dim // 2 = {need} entries, got {got}")
+                    raise ValueError(
+                        f"LongRoPERotaryEmbedding: {which} needs head_dim // 2 = {need} entries, got {got}"
+                    )
         self.scaling_params = scaling_params
 
     def _scaled(self, factors: list[float]) -> Any:

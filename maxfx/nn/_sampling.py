@@ -37,7 +37,10 @@ def _static_shape(layer: str, value: Any, what: str) -> list[int]:
     try:
         return [int(d) for d in value.shape]
     except TypeError:
-        raise ValueError(f"{layer}: drawing random numbers needs a static shape, got {what} {format_shape(value.shape)}; pass them explicitly") from None
+        raise ValueError(
+            f"{layer}: drawing random numbers needs a static shape, got {what} {format_shape(value.shape)}; pass them "
+            "explicitly"
+        ) from None
 
 
 class _Uniforms:
@@ -48,7 +51,9 @@ class _Uniforms:
         self._counter = itertools.count()
 
     def draw(self, shape: list[int], device: DeviceRef) -> Any:
-        key = ops.constant(np.array([self.seed % 2**32, next(self._counter) % 2**32], np.uint32), DType.uint32, DeviceRef.CPU())
+        key = ops.constant(
+            np.array([self.seed % 2**32, next(self._counter) % 2**32], np.uint32), DType.uint32, DeviceRef.CPU()
+        )
         return ops.random_uniform(key, shape, DType.float32, device)
 
 
@@ -104,9 +109,13 @@ class MinPSampler(Module):
         self._rng = _Uniforms(seed)
 
     def __call__(self, input: Any, uniforms: Any = None) -> Any:  # noqa: A002 - MAX's name
-        """Sample token ids from ``input`` logits ``[batch, vocab]``; ``uniforms`` (``[batch]`` in [0, 1)) fixes the draws."""
+        """Sample token ids from ``input`` logits ``[batch, vocab]``; ``uniforms`` (``[batch]`` in [0, 1)) fixes the
+        draws.
+        """
         logits = as_value(input)
-        _check("MinPSampler", logits.rank == 2, f"expected [batch, vocab] logits, got shape {format_shape(logits.shape)}")
+        _check(
+            "MinPSampler", logits.rank == 2, f"expected [batch, vocab] logits, got shape {format_shape(logits.shape)}"
+        )
         _check("MinPSampler", logits.dtype == self.dtype, f"expected {self.dtype.name} logits, got {logits.dtype.name}")
         probs = ops.softmax(ops.cast(logits, DType.float32) / self.temperature)
         kept = ops.where(probs >= ops.max(probs, axis=-1) * self.min_p, probs, 0.0)
@@ -115,7 +124,11 @@ class MinPSampler(Module):
             u = self._rng.draw(_static_shape("MinPSampler", logits, "logits")[:1], logits.device)
         else:
             u = ops.cast(as_value(uniforms), DType.float32)
-            _check("MinPSampler", u.rank == 1 and str(u.shape[0]) == str(logits.shape[0]), f"uniforms must be [batch], got {format_shape(u.shape)}")
+            _check(
+                "MinPSampler",
+                u.rank == 1 and str(u.shape[0]) == str(logits.shape[0]),
+                f"uniforms must be [batch], got {format_shape(u.shape)}",
+            )
         # Scaling u by the kept mass (the last cdf entry) avoids normalizing and never lands past it.
         target = ops.unsqueeze(u, 1) * cdf[:, -1:]
         tokens = ops.sum(ops.cast(cdf <= target, DType.int64), axis=-1)  # [batch, 1]
@@ -126,8 +139,17 @@ class MinPSampler(Module):
 
 
 def _check_spec_inputs(layer: str, draft_tokens: Any, target_logits: Any, offsets: Any) -> None:
-    _check(layer, draft_tokens.rank == 2 and draft_tokens.dtype.is_integral(), f"draft_tokens must be integer [batch, num_steps], got {draft_tokens.dtype.name}{format_shape(draft_tokens.shape)}")
-    _check(layer, target_logits.rank == 2, f"target_logits must be [total_rows, vocab], got {format_shape(target_logits.shape)}")
+    _check(
+        layer,
+        draft_tokens.rank == 2 and draft_tokens.dtype.is_integral(),
+        "draft_tokens must be integer [batch, num_steps], got "
+        f"{draft_tokens.dtype.name}{format_shape(draft_tokens.shape)}",
+    )
+    _check(
+        layer,
+        target_logits.rank == 2,
+        f"target_logits must be [total_rows, vocab], got {format_shape(target_logits.shape)}",
+    )
     _check(layer, offsets.rank == 1, f"target_logit_offsets must be [batch + 1], got {format_shape(offsets.shape)}")
 
 
@@ -145,20 +167,41 @@ class RejectionSampler(Module):
         >>> sampler = RejectionSampler(DeviceRef.CPU(), top_k=1)
     """
 
-    def __init__(self, device: DeviceRef, top_k: int = 1, top_p: float = 1, temperature: float = 1.0, seed: int = 0, eps: float = 1e-05) -> None:
+    def __init__(
+        self,
+        device: DeviceRef,
+        top_k: int = 1,
+        top_p: float = 1,
+        temperature: float = 1.0,
+        seed: int = 0,
+        eps: float = 1e-05,
+    ) -> None:
         super().__init__()
         _check("RejectionSampler", isinstance(top_k, int) and top_k >= 1, f"top_k must be an int >= 1, got {top_k!r}")
         _check("RejectionSampler", 0 < top_p <= 1, f"top_p must be in (0, 1], got {top_p!r}")
         self.device = device
-        self.top_k, self.top_p, self.temperature, self.seed, self.eps = top_k, float(top_p), float(temperature), int(seed), float(eps)
+        self.top_k, self.top_p, self.temperature, self.seed, self.eps = (
+            top_k,
+            float(top_p),
+            float(temperature),
+            int(seed),
+            float(eps),
+        )
 
-    def __call__(self, draft_tokens: Any, draft_logits_for_sampled_tokens: Any, target_logits: Any, target_logit_offsets: Any) -> tuple[Any, Any]:
+    def __call__(
+        self, draft_tokens: Any, draft_logits_for_sampled_tokens: Any, target_logits: Any, target_logit_offsets: Any
+    ) -> tuple[Any, Any]:
         """Verify ``draft_tokens`` against the target logits; see the class docstring for shapes."""
         layer = "RejectionSampler"
         tokens, draft_logits = as_value(draft_tokens), as_value(draft_logits_for_sampled_tokens)
         logits, offsets = as_value(target_logits), as_value(target_logit_offsets)
         _check_spec_inputs(layer, tokens, logits, offsets)
-        _check(layer, str(draft_logits.shape) == str(tokens.shape), f"draft_logits_for_sampled_tokens {format_shape(draft_logits.shape)} must match draft_tokens {format_shape(tokens.shape)}")
+        _check(
+            layer,
+            str(draft_logits.shape) == str(tokens.shape),
+            f"draft_logits_for_sampled_tokens {format_shape(draft_logits.shape)} must match draft_tokens "
+            f"{format_shape(tokens.shape)}",
+        )
         steps = int(tokens.shape[1])
         starts = ops.cast(offsets[:-1], DType.int64)  # first target row of each sequence
         rows = ops.unsqueeze(starts, 1) + ops.unsqueeze(ops.range(0, steps, dtype=DType.int64, device=logits.device), 0)
@@ -195,16 +238,38 @@ class RejectionSamplerWithResiduals(Module):
         >>> sampler = RejectionSamplerWithResiduals(DeviceRef.CPU(), top_k=1)
     """
 
-    def __init__(self, device: DeviceRef, top_k: int = 1, temperature: float = 1.0, eps: float = 1e-10, seed: int = 0, debug: bool = False) -> None:
+    def __init__(
+        self,
+        device: DeviceRef,
+        top_k: int = 1,
+        temperature: float = 1.0,
+        eps: float = 1e-10,
+        seed: int = 0,
+        debug: bool = False,
+    ) -> None:
         super().__init__()
-        _check("RejectionSamplerWithResiduals", isinstance(top_k, int) and top_k >= 1, f"top_k must be an int >= 1, got {top_k!r}")
+        _check(
+            "RejectionSamplerWithResiduals",
+            isinstance(top_k, int) and top_k >= 1,
+            f"top_k must be an int >= 1, got {top_k!r}",
+        )
         self.device = device
-        self.top_k, self.temperature, self.eps, self.seed, self.debug = top_k, float(temperature), float(eps), int(seed), bool(debug)
+        self.top_k, self.temperature, self.eps, self.seed, self.debug = (
+            top_k,
+            float(temperature),
+            float(eps),
+            int(seed),
+            bool(debug),
+        )
         self._rng = _Uniforms(seed)
 
     def _probs(self, layer: str, logits: Any, all_draft_logits: Any, batch: Any, steps: int) -> tuple[Any, Any]:
         vocab = logits.shape[1]
-        _check(layer, all_draft_logits.rank == 3, f"all_draft_logits must be [num_steps, batch, vocab], got {format_shape(all_draft_logits.shape)}")
+        _check(
+            layer,
+            all_draft_logits.rank == 3,
+            f"all_draft_logits must be [num_steps, batch, vocab], got {format_shape(all_draft_logits.shape)}",
+        )
         per_seq = ops.reshape(ops.cast(logits, DType.float32), [batch, steps + 1, vocab])
         target = ops.softmax(per_seq[:, :steps, :])
         draft = ops.softmax(ops.permute(ops.cast(all_draft_logits, DType.float32), [1, 0, 2]))
@@ -214,7 +279,11 @@ class RejectionSamplerWithResiduals(Module):
         if given is None:
             return self._rng.draw(_static_shape(layer, like, what), like.device)
         r = ops.cast(as_value(given), DType.float32)
-        _check(layer, str(r.shape) == str(like.shape), f"{what} must have shape {format_shape(like.shape)}, got {format_shape(r.shape)}")
+        _check(
+            layer,
+            str(r.shape) == str(like.shape),
+            f"{what} must have shape {format_shape(like.shape)}, got {format_shape(r.shape)}",
+        )
         return r
 
     def __call__(

@@ -82,7 +82,9 @@ class StackedLinear(Module):
         self._names = [str(n) for n in names]
         self._out_dims = [int(d) for d in out_dims]
         if len(self._names) != len(self._out_dims) or not self._names:
-            raise ValueError(f"StackedLinear: needs one name per output dim, got names {self._names} and out_dims {self._out_dims}")
+            raise ValueError(
+                f"StackedLinear: needs one name per output dim, got names {self._names} and out_dims {self._out_dims}"
+            )
         self._stacked = bool(stacked)
         self._in_dim = int(in_dim)
         self._has_bias = bool(has_bias)
@@ -95,14 +97,25 @@ class StackedLinear(Module):
             if clip_weight:
                 raise ValueError("StackedLinear: clip_weight is not yet supported with stacked=True; use stacked=False")
             if quant_config is not None and quant_config.is_static:
-                raise ValueError("StackedLinear: float8 static scaling with stacked=True is not supported; use stacked=False (one scale per projection)")
+                raise ValueError(
+                    "StackedLinear: float8 static scaling with stacked=True is not supported; use stacked=False (one "
+                    "scale per projection)"
+                )
             total = sum(self._out_dims)
             self.weight = Weight("weight", dtype, [total, self._in_dim], DeviceRef.CPU())
             if has_bias:
                 self.bias = Weight("bias", dtype, [total], DeviceRef.CPU())
             return
         for name, out_dim in zip(self._names, self._out_dims):
-            child = linear_cls(in_dim=self._in_dim, out_dim=out_dim, dtype=dtype, device=device, has_bias=has_bias, quant_config=quant_config, clip_weight=clip_weight)
+            child = linear_cls(
+                in_dim=self._in_dim,
+                out_dim=out_dim,
+                dtype=dtype,
+                device=device,
+                has_bias=has_bias,
+                quant_config=quant_config,
+                clip_weight=clip_weight,
+            )
             setattr(self, name, child)
 
     @property
@@ -120,7 +133,9 @@ class StackedLinear(Module):
             ValueError: a stacked layer (one fused weight, no children) or an unknown name.
         """
         if self._stacked or name not in self._names:
-            raise ValueError(f"StackedLinear: no child projection {name!r} (stacked={self._stacked}, names={self._names})")
+            raise ValueError(
+                f"StackedLinear: no child projection {name!r} (stacked={self._stacked}, names={self._names})"
+            )
         return getattr(self, name)
 
     # -- the stacked tensors -------------------------------------------------------
@@ -136,7 +151,10 @@ class StackedLinear(Module):
             weights = [clamp(w, -self._clip_weight, self._clip_weight) for w in weights]
         if self._static_tensor_scales():
             # Each projection has its own scale: dequantize, then requantize under the largest.
-            deq = [ops.cast(w, DType.float32) * ops.cast(c.weight_scale, DType.float32).to(w.device) for w, c in zip(weights, children)]
+            deq = [
+                ops.cast(w, DType.float32) * ops.cast(c.weight_scale, DType.float32).to(w.device)
+                for w, c in zip(weights, children)
+            ]
             scale = ops.cast(self.stacked_weight_scale, DType.float32)
             return ops.quantize_static_float8(ops.concat(deq), scale.to(deq[0].device), False)
         return ops.concat(weights) if len(weights) > 1 else weights[0]
@@ -176,13 +194,18 @@ class StackedLinear(Module):
         if cfg is None:
             return None
         if self._stacked:
-            raise ValueError("StackedLinear: a stacked=True layer has no float8 weight scales; use stacked=False for float8 layers")
+            raise ValueError(
+                "StackedLinear: a stacked=True layer has no float8 weight scales; use stacked=False for float8 layers"
+            )
         children = self._children()
         if not cfg.weight_scale.is_tensor:
             scales = [child.weight_scale for child in children]
             return ops.concat(scales) if len(scales) > 1 else scales[0]
         if cfg.is_dynamic:
-            rows = [ops.broadcast_to(child.weight_scale.reshape([1, 1]), [int(child.weight.shape[0]), 1]) for child in children]
+            rows = [
+                ops.broadcast_to(child.weight_scale.reshape([1, 1]), [int(child.weight.shape[0]), 1])
+                for child in children
+            ]
             return ops.concat(rows)
         return ops.max(ops.concat([child.weight_scale.reshape([1]) for child in children]), axis=0).reshape([])
 

@@ -46,7 +46,16 @@ class LinearV1(Layer):
         return out + _value(self.bias, x) if self.bias is not None else out
 
     @classmethod
-    def create(cls, dtype: DType, quantization_encoding: QuantizationEncoding | None, in_features: int, out_features: int, weights: Any, bias: Any = None, quantization_config: QuantizationConfig | None = None) -> LinearV1:
+    def create(
+        cls,
+        dtype: DType,
+        quantization_encoding: QuantizationEncoding | None,
+        in_features: int,
+        out_features: int,
+        weights: Any,
+        bias: Any = None,
+        quantization_config: QuantizationConfig | None = None,
+    ) -> LinearV1:
         """A V1 linear layer whose weight is allocated from ``weights`` (a `Weights` node).
 
         Float weights give a `LinearV1`, GGUF encodings a `QLinearV1`, GPTQ a `GPTQLinearV1`.
@@ -57,7 +66,11 @@ class LinearV1(Layer):
             return LinearV1(w, b)
         if quantization_encoding is QuantizationEncoding.GPTQ:
             w = weights.qweight.allocate(DType.uint8, None, quantization_encoding)
-            perm = weights.perm_idx.allocate(DType.int32, [in_features]) if quantization_config is not None and quantization_config.desc_act else None
+            perm = (
+                weights.perm_idx.allocate(DType.int32, [in_features])
+                if quantization_config is not None and quantization_config.desc_act
+                else None
+            )
             return GPTQLinearV1(w, None, quantization_encoding, quantization_config, perm)
         w = weights.weight.allocate(DType.uint8, None, quantization_encoding)
         return QLinearV1(w, None, quantization_encoding)
@@ -129,7 +142,11 @@ class LayerNormV1(Layer):
 
     def __call__(self, x: Any) -> Any:
         w = _value(self.weight, x)
-        b = _value(self.bias, x) if self.bias is not None else ops.broadcast_to(ops.constant(0.0, w.dtype, w.device), w.shape)
+        b = (
+            _value(self.bias, x)
+            if self.bias is not None
+            else ops.broadcast_to(ops.constant(0.0, w.dtype, w.device), w.shape)
+        )
         return ops.layer_norm(x, w, b, self.eps)
 
 

@@ -17,6 +17,7 @@ from maxfx.graph import ops
 
 __all__ = ["activation_function_from_name", "activation_table"]
 
+
 def activation_table(ops_namespace: Any) -> dict[str, Callable[..., Any]]:
     """Activation name -> function of ``ops_namespace`` (``maxfx.graph.ops`` or ``maxfx.experimental.functional``).
 
@@ -50,11 +51,15 @@ def lookup_activation(table: dict[str, Callable[..., Any]], name: str) -> Callab
     try:
         return table[name]
     except (KeyError, TypeError):
-        raise ValueError(f"activation_function_from_name: Unrecognized activation function name {name!r}; expected one of {sorted(table)}") from None
+        raise ValueError(
+            f"activation_function_from_name: Unrecognized activation function name {name!r}; expected one of "
+            f"{sorted(table)}"
+        ) from None
 
 
 def activation_function_from_name(name: str) -> Callable[..., Any]:
-    """The graph op for activation ``name``: ``silu`` (``swish``), ``gelu``, ``gelu_tanh``, ``gelu_quick`` (``quick_gelu``), ``relu``, ``tanh`` or ``sigmoid``.
+    """The graph op for activation ``name``: ``silu`` (``swish``), ``gelu``, ``gelu_tanh``, ``gelu_quick``
+    (``quick_gelu``), ``relu``, ``tanh`` or ``sigmoid``.
 
     ``gelu_tanh`` is ``functools.partial(ops.gelu, approximate="tanh")`` (and
     the quick variants ``approximate="quick"``); the others are the ops themselves.

@@ -193,7 +193,10 @@ def _layers_in_float8(hf: Any, ignored: set[str], prefix: str) -> tuple[set[int]
             if not any(skipped):
                 out.add(i)
             elif not all(skipped):
-                raise ValueError(f"parse_float8_config: {prefix}{what} mixes float8 and unquantized projections; float8 must be uniform per block")
+                raise ValueError(
+                    f"parse_float8_config: {prefix}{what} mixes float8 and unquantized projections; float8 must be "
+                    "uniform per block"
+                )
     return mlp, attn
 
 
@@ -202,7 +205,10 @@ def _embedding_dtype(state_dict: Mapping[str, Any], ignored: set[str], prefix: s
         if name in state_dict:
             return _dtype_of(state_dict[name])
     if f"{prefix}lm_head" in ignored:
-        raise ValueError("parse_float8_config: lm_head is not quantized but neither it nor embed_tokens is in the checkpoint; cannot tell the embedding dtype")
+        raise ValueError(
+            "parse_float8_config: lm_head is not quantized but neither it nor embed_tokens is in the checkpoint; "
+            "cannot tell the embedding dtype"
+        )
     return DType.float8_e4m3fn
 
 
@@ -210,17 +216,27 @@ def _find_scale(state_dict: Mapping[str, Any], suffix: str) -> Any:
     return next((v for k, v in state_dict.items() if k.endswith(suffix)), None)
 
 
-_CT_GRANULARITY = {"tensor": Float8ScaleGranularity.TENSOR, "channel": Float8ScaleGranularity.ROWWISE, "token": Float8ScaleGranularity.COLWISE, "block": Float8ScaleGranularity.BLOCK}
+_CT_GRANULARITY = {
+    "tensor": Float8ScaleGranularity.TENSOR,
+    "channel": Float8ScaleGranularity.ROWWISE,
+    "token": Float8ScaleGranularity.COLWISE,
+    "block": Float8ScaleGranularity.BLOCK,
+}
 
 
 def _ct_granularity(strategy: str, what: str) -> Float8ScaleGranularity:
     try:
         return _CT_GRANULARITY[strategy]
     except KeyError:
-        raise ValueError(f"parse_float8_config: unsupported compressed-tensors {what} strategy {strategy!r}; expected one of {sorted(_CT_GRANULARITY)}") from None
+        raise ValueError(
+            f"parse_float8_config: unsupported compressed-tensors {what} strategy {strategy!r}; expected one of "
+            f"{sorted(_CT_GRANULARITY)}"
+        ) from None
 
 
-def _parse_compressed_tensors(qc: Mapping[str, Any], state_dict: Mapping[str, Any], dtype: DType) -> tuple[Float8InputScaleSpec, Float8WeightScaleSpec, set[str]]:
+def _parse_compressed_tensors(
+    qc: Mapping[str, Any], state_dict: Mapping[str, Any], dtype: DType
+) -> tuple[Float8InputScaleSpec, Float8WeightScaleSpec, set[str]]:
     groups = qc.get("config_groups") or {}
     if not groups:
         raise ValueError("parse_float8_config: compressed-tensors config has no config_groups")
@@ -245,24 +261,42 @@ def _parse_compressed_tensors(qc: Mapping[str, Any], state_dict: Mapping[str, An
     return inputs, wspec, set(qc.get("ignore") or [])
 
 
-def _parse_fbgemm(qc: Mapping[str, Any], state_dict: Mapping[str, Any], dtype: DType) -> tuple[Float8InputScaleSpec, Float8WeightScaleSpec, set[str]]:
+def _parse_fbgemm(
+    qc: Mapping[str, Any], state_dict: Mapping[str, Any], dtype: DType
+) -> tuple[Float8InputScaleSpec, Float8WeightScaleSpec, set[str]]:
     scale_dtypes = {_dtype_of(v) for k, v in state_dict.items() if "weight_scale" in k}
     bad = [k for k, v in state_dict.items() if "weight_scale" in k and (len(_shape_of(v)) != 2 or _shape_of(v)[1] != 1)]
     if bad or len(scale_dtypes) > 1:
-        raise ValueError(f"parse_float8_config: fbgemm_fp8 needs row-wise [N, 1] weight scales of one dtype; offending: {bad or sorted(d.name for d in scale_dtypes)}")
-    inputs = Float8InputScaleSpec(Float8ScaleGranularity.COLWISE, Float8ScaleOrigin.DYNAMIC, dtype, activation_scale_ub=qc.get("activation_scale_ub"))
+        raise ValueError(
+            "parse_float8_config: fbgemm_fp8 needs row-wise [N, 1] weight scales of one dtype; offending: "
+            f"{bad or sorted(d.name for d in scale_dtypes)}"
+        )
+    inputs = Float8InputScaleSpec(
+        Float8ScaleGranularity.COLWISE,
+        Float8ScaleOrigin.DYNAMIC,
+        dtype,
+        activation_scale_ub=qc.get("activation_scale_ub"),
+    )
     wspec = Float8WeightScaleSpec(Float8ScaleGranularity.ROWWISE, scale_dtypes.pop() if scale_dtypes else DType.float32)
     return inputs, wspec, set(qc.get("modules_to_not_convert") or [])
 
 
-def _parse_finegrained_fp8(qc: Mapping[str, Any], state_dict: Mapping[str, Any], dtype: DType) -> tuple[Float8InputScaleSpec, Float8WeightScaleSpec, set[str]]:
+def _parse_finegrained_fp8(
+    qc: Mapping[str, Any], state_dict: Mapping[str, Any], dtype: DType
+) -> tuple[Float8InputScaleSpec, Float8WeightScaleSpec, set[str]]:
     block = qc.get("weight_block_size")
     w_scale = _find_scale(state_dict, "weight_scale_inv")
     scale_dtype = _dtype_of(w_scale) if w_scale is not None else DType.float32
-    wspec = Float8WeightScaleSpec(Float8ScaleGranularity.BLOCK if block else Float8ScaleGranularity.TENSOR, scale_dtype, block_size=tuple(block) if block else None)
+    wspec = Float8WeightScaleSpec(
+        Float8ScaleGranularity.BLOCK if block else Float8ScaleGranularity.TENSOR,
+        scale_dtype,
+        block_size=tuple(block) if block else None,
+    )
     if qc.get("activation_scheme", "dynamic") == "dynamic":
         gran = Float8ScaleGranularity.BLOCK if block else Float8ScaleGranularity.COLWISE
-        inputs = Float8InputScaleSpec(gran, Float8ScaleOrigin.DYNAMIC, scale_dtype, block_size=(1, block[1]) if block else None)
+        inputs = Float8InputScaleSpec(
+            gran, Float8ScaleOrigin.DYNAMIC, scale_dtype, block_size=(1, block[1]) if block else None
+        )
     else:
         inputs = Float8InputScaleSpec(Float8ScaleGranularity.TENSOR, Float8ScaleOrigin.STATIC, scale_dtype)
     return inputs, wspec, set(qc.get("modules_to_not_convert") or [])
@@ -295,11 +329,15 @@ def parse_float8_config(
         return None
     qc = _get(huggingface_config, "quantization_config")
     if not qc:
-        raise ValueError("parse_float8_config: dtype is float8_e4m3fn but the Hugging Face config has no quantization_config")
+        raise ValueError(
+            "parse_float8_config: dtype is float8_e4m3fn but the Hugging Face config has no quantization_config"
+        )
     qc = dict(qc) if isinstance(qc, Mapping) else dict(vars(qc))
     method = qc.get("quant_method") or "compressed-tensors"
     if method not in _PARSERS:
-        raise ValueError(f"parse_float8_config: unsupported float8 quant_method {method!r}; supported: {sorted(_PARSERS)}")
+        raise ValueError(
+            f"parse_float8_config: unsupported float8 quant_method {method!r}; supported: {sorted(_PARSERS)}"
+        )
     inputs, weights, ignored = _PARSERS[method](qc, state_dict, dtype)
     mlp, attn = _layers_in_float8(huggingface_config, ignored, ignored_modules_prefix)
     return Float8Config(

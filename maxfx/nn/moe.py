@@ -51,12 +51,20 @@ class MoEGate(Module, Shardable):
         ['gate_score.weight']
     """
 
-    def __init__(self, devices: Sequence[Any], hidden_dim: int, num_experts: int, num_experts_per_token: int, dtype: DType):
+    def __init__(
+        self, devices: Sequence[Any], hidden_dim: int, num_experts: int, num_experts_per_token: int, dtype: DType
+    ):
         super().__init__()
         if not 0 < num_experts_per_token <= num_experts:
-            raise ValueError(f"MoEGate: num_experts_per_token must be in [1, num_experts={num_experts}], got {num_experts_per_token}")
+            raise ValueError(
+                f"MoEGate: num_experts_per_token must be in [1, num_experts={num_experts}], got {num_experts_per_token}"
+            )
         self.devices = _devices(devices)
-        self.hidden_dim, self.num_experts, self.num_experts_per_token = int(hidden_dim), int(num_experts), int(num_experts_per_token)
+        self.hidden_dim, self.num_experts, self.num_experts_per_token = (
+            int(hidden_dim),
+            int(num_experts),
+            int(num_experts_per_token),
+        )
         self.gate_score = Linear(hidden_dim, num_experts, dtype, self.devices[0])
 
     def __call__(self, hidden_state: Any) -> tuple[Any, Any]:
@@ -85,7 +93,12 @@ class MoEGate(Module, Shardable):
         for lin, dev in zip(self.gate_score.shard(devices), devices):
             g = MoEGate.__new__(MoEGate)
             Module.__init__(g)
-            g.devices, g.hidden_dim, g.num_experts, g.num_experts_per_token = [DeviceRef.from_device(dev)], self.hidden_dim, self.num_experts, self.num_experts_per_token
+            g.devices, g.hidden_dim, g.num_experts, g.num_experts_per_token = (
+                [DeviceRef.from_device(dev)],
+                self.hidden_dim,
+                self.num_experts,
+                self.num_experts_per_token,
+            )
             g.gate_score = lin
             out.append(g)
         return out
@@ -125,19 +138,39 @@ class MoE(Module, Shardable):
     ):
         super().__init__()
         if ep_size != 1 and ep_batch_manager is None:
-            raise ValueError(f"{type(self).__name__}: ep_size={ep_size} (expert parallelism) needs an EPBatchManager for multi-GPU token dispatch, which maxfx does not provide; use ep_size=1 and shard() for tensor parallelism")
+            raise ValueError(
+                f"{type(self).__name__}: ep_size={ep_size} (expert parallelism) needs an EPBatchManager for multi-GPU "
+                "token dispatch, which maxfx does not provide; use ep_size=1 and shard() for tensor parallelism"
+            )
         if ep_size <= 0 or num_experts % ep_size:
             raise ValueError(f"{type(self).__name__}: ep_size={ep_size} must divide num_experts={num_experts}")
         if has_shared_experts and shared_experts_dim <= 0:
-            raise ValueError(f"{type(self).__name__}: has_shared_experts needs shared_experts_dim > 0, got {shared_experts_dim}")
+            raise ValueError(
+                f"{type(self).__name__}: has_shared_experts needs shared_experts_dim > 0, got {shared_experts_dim}"
+            )
         self.devices = _devices(devices)
-        self.hidden_dim, self.num_experts, self.num_experts_per_token, self.moe_dim = int(hidden_dim), int(num_experts), int(num_experts_per_token), int(moe_dim)
-        self.gate_cls, self.has_shared_experts, self.shared_experts_dim = gate_cls, has_shared_experts, int(shared_experts_dim)
+        self.hidden_dim, self.num_experts, self.num_experts_per_token, self.moe_dim = (
+            int(hidden_dim),
+            int(num_experts),
+            int(num_experts_per_token),
+            int(moe_dim),
+        )
+        self.gate_cls, self.has_shared_experts, self.shared_experts_dim = (
+            gate_cls,
+            has_shared_experts,
+            int(shared_experts_dim),
+        )
         self.ep_size, self.dtype, self.apply_router_weight_first = int(ep_size), dtype, apply_router_weight_first
         self.float8_config = float8_config
         self.__dict__["_ep_batch_manager"] = ep_batch_manager
         self.num_local_experts = self.num_experts // self.ep_size
-        self.gate = gate_cls(devices=self.devices, hidden_dim=hidden_dim, num_experts=num_experts, num_experts_per_token=num_experts_per_token, dtype=dtype)
+        self.gate = gate_cls(
+            devices=self.devices,
+            hidden_dim=hidden_dim,
+            num_experts=num_experts,
+            num_experts_per_token=num_experts_per_token,
+            dtype=dtype,
+        )
         make = lambda width: MLP(dtype, None, hidden_dim, width, self.devices, float8_config=float8_config)  # noqa: E731
         self.experts = LayerList([make(self.moe_dim) for _ in range(self.num_local_experts)])
         if has_shared_experts:
@@ -152,7 +185,10 @@ class MoE(Module, Shardable):
         """
         manager = self.__dict__.get("_ep_batch_manager")
         if manager is None:
-            raise ValueError(f"{type(self).__name__}.ep_batch_manager: this layer has no expert parallelism (ep_size=1, no EPBatchManager given)")
+            raise ValueError(
+                f"{type(self).__name__}.ep_batch_manager: this layer has no expert parallelism (ep_size=1, no "
+                "EPBatchManager given)"
+            )
         return manager
 
     @property
@@ -173,11 +209,16 @@ class MoE(Module, Shardable):
 
     def __call__(self, hidden_state: Any) -> Any:
         if hidden_state.rank != 2 or hidden_state.shape[1] != self.hidden_dim:
-            raise ValueError(f"{type(self).__name__}: hidden_state must be [tokens, {self.hidden_dim}], got {hidden_state.dtype.name}{list(hidden_state.shape)}")
+            raise ValueError(
+                f"{type(self).__name__}: hidden_state must be [tokens, {self.hidden_dim}], got "
+                f"{hidden_state.dtype.name}{list(hidden_state.shape)}"
+            )
         k = self.num_experts_per_token
         seq_len = hidden_state.shape[0]
         topk_idx, topk_w = self.gate(hidden_state)
-        order, starts, restore, ids, stats = moe_create_indices(topk_idx.reshape([-1]).cast(DType.uint32), self.num_local_experts)
+        order, starts, restore, ids, stats = moe_create_indices(
+            topk_idx.reshape([-1]).cast(DType.uint32), self.num_local_experts
+        )
         token_of_slot = ops.floor_div(order.cast(DType.int64), k)
         states = ops.gather(hidden_state, token_of_slot, axis=0)
         if self.apply_router_weight_first:
@@ -206,7 +247,9 @@ class MoE(Module, Shardable):
     @sharding_strategy.setter
     def sharding_strategy(self, strategy: ShardingStrategy) -> None:
         if strategy.is_replicate:
-            raise ValueError(f"{type(self).__name__}: only tensor-parallel sharding (ShardingStrategy.rowwise(n)) is supported")
+            raise ValueError(
+                f"{type(self).__name__}: only tensor-parallel sharding (ShardingStrategy.rowwise(n)) is supported"
+            )
         self.__dict__["_sharding_strategy"] = strategy
 
     def shard(self, devices: Iterable[Any]) -> list[MoE]:
@@ -220,7 +263,10 @@ class MoE(Module, Shardable):
             raise ValueError(f"{type(self).__name__}.shard: set sharding_strategy first (ShardingStrategy.rowwise(n))")
         n = strategy.num_devices
         if self.moe_dim % n or (self.has_shared_experts and self.shared_experts_dim % n):
-            raise ValueError(f"{type(self).__name__}.shard: moe_dim {self.moe_dim} and shared_experts_dim {self.shared_experts_dim} must divide over {n} devices")
+            raise ValueError(
+                f"{type(self).__name__}.shard: moe_dim {self.moe_dim} and shared_experts_dim {self.shared_experts_dim} "
+                f"must divide over {n} devices"
+            )
         self.gate.sharding_strategy = ShardingStrategy.replicate(n)
         gates = self.gate.shard(devices)
         experts = [e.shard(devices) for e in self.experts]
@@ -229,10 +275,25 @@ class MoE(Module, Shardable):
         for i, dev in enumerate(devices):
             m = type(self).__new__(type(self))
             Module.__init__(m)
-            for key in ("hidden_dim", "num_experts", "num_experts_per_token", "gate_cls", "has_shared_experts", "ep_size", "dtype", "apply_router_weight_first", "float8_config", "num_local_experts"):
+            for key in (
+                "hidden_dim",
+                "num_experts",
+                "num_experts_per_token",
+                "gate_cls",
+                "has_shared_experts",
+                "ep_size",
+                "dtype",
+                "apply_router_weight_first",
+                "float8_config",
+                "num_local_experts",
+            ):
                 setattr(m, key, getattr(self, key))
             m.__dict__["_ep_batch_manager"] = self.__dict__.get("_ep_batch_manager")
-            m.devices, m.moe_dim, m.shared_experts_dim = [DeviceRef.from_device(dev)], self.moe_dim // n, self.shared_experts_dim // n
+            m.devices, m.moe_dim, m.shared_experts_dim = (
+                [DeviceRef.from_device(dev)],
+                self.moe_dim // n,
+                self.shared_experts_dim // n,
+            )
             m.gate = gates[i]
             m.experts = LayerList([parts[i] for parts in experts])
             if shared is not None:
@@ -263,7 +324,10 @@ class MoEFp8(MoE):
         if cfg is None:
             raise ValueError("MoEFp8: float8_config is required")
         if not cfg.is_dynamic or cfg.input_scale.is_rowwise:
-            raise ValueError("MoEFp8: expert activations are quantized dynamically per tensor, token or block; static or per-channel input scales are not supported")
+            raise ValueError(
+                "MoEFp8: expert activations are quantized dynamically per tensor, token or block; static or "
+                "per-channel input scales are not supported"
+            )
         bs = cfg.weight_scale.block_size
         if cfg.weight_scale.is_block and self.moe_dim % bs[0]:  # type: ignore[index]
             raise ValueError(f"MoEFp8: moe_dim {self.moe_dim} must be a multiple of the weight block rows {bs[0]}")  # type: ignore[index]
@@ -273,7 +337,13 @@ class MoEFp8(MoE):
         """Scales of `gate_up_proj`: ``[num_local_experts, 2 * moe_dim / block_rows, *]``."""
         dev = self.devices[0]
         per_expert = [
-            ops.concat([_row_scales(_on(e.gate_proj.weight_scale, dev), self.moe_dim), _row_scales(_on(e.up_proj.weight_scale, dev), self.moe_dim)], axis=0)
+            ops.concat(
+                [
+                    _row_scales(_on(e.gate_proj.weight_scale, dev), self.moe_dim),
+                    _row_scales(_on(e.up_proj.weight_scale, dev), self.moe_dim),
+                ],
+                axis=0,
+            )
             for e in self.experts
         ]
         return ops.stack(per_expert, axis=0)
@@ -282,7 +352,9 @@ class MoEFp8(MoE):
     def down_proj_scales(self) -> Any:
         """Scales of `down_proj`: ``[num_local_experts, hidden_dim / block_rows, *]``."""
         dev = self.devices[0]
-        return ops.stack([_row_scales(_on(e.down_proj.weight_scale, dev), self.hidden_dim) for e in self.experts], axis=0)
+        return ops.stack(
+            [_row_scales(_on(e.down_proj.weight_scale, dev), self.hidden_dim) for e in self.experts], axis=0
+        )
 
     def _expert_matmul(self, x: Any, which: str, groups: tuple[Any, Any, Any]) -> Any:
         spec = self.float8_config.input_scale  # type: ignore[union-attr]

@@ -25,7 +25,13 @@ import enum
 from collections.abc import Iterable
 
 from lowering.dtypes import DType
-from maxfx.nn.float8_config import Float8Config, Float8InputScaleSpec, Float8ScaleGranularity, Float8ScaleOrigin, Float8WeightScaleSpec
+from maxfx.nn.float8_config import (
+    Float8Config,
+    Float8InputScaleSpec,
+    Float8ScaleGranularity,
+    Float8ScaleOrigin,
+    Float8WeightScaleSpec,
+)
 
 __all__ = ["InputScaleSpec", "QuantConfig", "QuantFormat", "ScaleGranularity", "ScaleOrigin", "WeightScaleSpec"]
 

@@ -56,7 +56,9 @@ class _Span:
         self._annotation.__enter__()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc_value: BaseException | None, traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc_value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self._annotation.__exit__(exc_type, exc_value, traceback)
 
     def mark(self) -> None:
@@ -139,7 +141,12 @@ class Tracer:
         span.__enter__()
         self.trace_stack.append(span)
 
-    def pop(self, exc_type: type[BaseException] | None = None, exc_value: BaseException | None = None, traceback: TracebackType | None = None) -> None:
+    def pop(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
         """Close the newest span (passing on exception details, as a ``with`` block would).
 
         Raises:
@@ -174,7 +181,9 @@ class Tracer:
     def __enter__(self) -> Tracer:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc_value: BaseException | None, traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc_value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self.cleanup()
 
     def __del__(self) -> None:

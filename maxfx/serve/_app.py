@@ -41,7 +41,15 @@ from maxfx.serve import _responses as R
 from maxfx.serve._errors import APIError, bad_request
 from maxfx.serve._metrics import CONTENT_TYPE, Metrics
 from maxfx.serve._model import ServedModel
-from maxfx.serve._protocol import MAX_TOP_LOGPROBS, ChatCompletionRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest, TokenizeRequest, _Sampling
+from maxfx.serve._protocol import (
+    MAX_TOP_LOGPROBS,
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    EmbeddingRequest,
+    TokenizeRequest,
+    _Sampling,
+)
 from maxfx.serve._tools import ToolPlan, forced_call, parse_tool_calls, plan_tools
 
 __all__ = ["create_app"]
@@ -94,7 +102,11 @@ class _Generation:
         return sum(len(c.tokens) for c in self.choices)
 
     def usage(self) -> dict[str, Any]:
-        return R.usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens, cached_tokens=sum(c.stream.cached_tokens for c in self.choices))
+        return R.usage(
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            cached_tokens=sum(c.stream.cached_tokens for c in self.choices),
+        )
 
     async def events(self) -> AsyncIterator[tuple[_Choice, StreamEvent]]:
         """Every choice's events as they arrive (an engine error ends the call with a 500)."""
@@ -146,14 +158,22 @@ class _Generation:
         self._done = True
         first = [c.stream.first_token_at for c in self.choices if c.stream.first_token_at is not None]
         ttft = min(first) - self.started if first else None
-        self.metrics.generation_done(seconds=time.perf_counter() - self.started, ttft_s=ttft, prompt_tokens=self.prompt_tokens, output_tokens=self.completion_tokens)
+        self.metrics.generation_done(
+            seconds=time.perf_counter() - self.started,
+            ttft_s=ttft,
+            prompt_tokens=self.prompt_tokens,
+            output_tokens=self.completion_tokens,
+        )
 
 
 async def _checked(stream: RequestStream) -> AsyncIterator[StreamEvent]:
     try:
         async for event in stream:
             yield event
-    except (ValueError, TypeError) as err:  # the request was rejected inside the engine (a grammar error, a pool too small)
+    except (
+        ValueError,
+        TypeError,
+    ) as err:  # the request was rejected inside the engine (a grammar error, a pool too small)
         raise bad_request(str(err)) from err
     except Exception as err:
         log.exception("maxfx serve: request %s failed in the engine", stream.request_id)
@@ -163,7 +183,15 @@ async def _checked(stream: RequestStream) -> AsyncIterator[StreamEvent]:
 _DONE = b"data: [DONE]\n\n"
 
 
-def _sse_response(gen: _Generation, choice_chunks: AsyncIterator[bytes], obj: str, rid: str, model: str, created: int, include_usage: bool) -> StreamingResponse:
+def _sse_response(
+    gen: _Generation,
+    choice_chunks: AsyncIterator[bytes],
+    obj: str,
+    rid: str,
+    model: str,
+    created: int,
+    include_usage: bool,
+) -> StreamingResponse:
     """A server-sent-event response: the choices' chunks, then (``include_usage``) the usage chunk and ``[DONE]``.
 
     An engine error ends the stream with OpenAI's error body; however the stream ends
@@ -185,7 +213,9 @@ def _sse_response(gen: _Generation, choice_chunks: AsyncIterator[bytes], obj: st
         finally:
             gen.cancel()
 
-    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
 
 
 def _sse(obj: Any) -> bytes:
@@ -206,7 +236,12 @@ def create_app(served: ServedModel, metrics: Metrics | None = None) -> FastAPI:
         await asyncio.to_thread(served.close, False)
         log.info("maxfx serve: engine stopped")
 
-    app = FastAPI(title="maxfx serve", description="OpenAI-compatible text generation and embeddings on maxfx's engine.", version=__version__, lifespan=lifespan)
+    app = FastAPI(
+        title="maxfx serve",
+        description="OpenAI-compatible text generation and embeddings on maxfx's engine.",
+        version=__version__,
+        lifespan=lifespan,
+    )
     app.state.served, app.state.metrics = served, metrics
     text_of = R.TokenText(served.tokenizer.delegate)
     api_key = served.config.api_key
@@ -228,20 +263,34 @@ def create_app(served: ServedModel, metrics: Metrics | None = None) -> FastAPI:
     async def _auth_and_count(request: Request, call_next: Any) -> Response:
         path = request.url.path
         if api_key and path not in _OPEN_PATHS and request.headers.get("authorization") != f"Bearer {api_key}":
-            response: Response = JSONResponse(APIError(401, "Incorrect API key provided: pass it as 'Authorization: Bearer <key>'", code="invalid_api_key").body(), status_code=401)
+            response: Response = JSONResponse(
+                APIError(
+                    401, "Incorrect API key provided: pass it as 'Authorization: Bearer <key>'", code="invalid_api_key"
+                ).body(),
+                status_code=401,
+            )
         else:
             try:
                 response = await call_next(request)
             except Exception as err:  # a bug in a route: an OpenAI error body, and the server goes on
                 log.exception("maxfx serve: %s failed", path)
-                response = JSONResponse(APIError(500, f"internal error: {type(err).__name__}: {err}").body(), status_code=500)
+                response = JSONResponse(
+                    APIError(500, f"internal error: {type(err).__name__}: {err}").body(), status_code=500
+                )
         route = request.scope.get("route")
         metrics.request_done(getattr(route, "path", "other"), response.status_code)
         return response
 
     # ── models and health ──
     def model_card() -> dict[str, Any]:
-        return {"id": served.name, "object": "model", "created": served.created, "owned_by": "maxfx", "root": served.config.model, "max_model_len": served.max_length}
+        return {
+            "id": served.name,
+            "object": "model",
+            "created": served.created,
+            "owned_by": "maxfx",
+            "root": served.config.model,
+            "max_model_len": served.max_length,
+        }
 
     @app.get("/v1/models")
     async def list_models() -> dict[str, Any]:
@@ -255,7 +304,12 @@ def create_app(served: ServedModel, metrics: Metrics | None = None) -> FastAPI:
     @app.get("/health")
     @app.get("/v1/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "model": served.name, "running": served.scheduler.num_running, "waiting": served.scheduler.num_waiting}
+        return {
+            "status": "ok",
+            "model": served.name,
+            "running": served.scheduler.num_running,
+            "waiting": served.scheduler.num_waiting,
+        }
 
     @app.get("/metrics")
     async def prometheus() -> Response:
@@ -294,9 +348,14 @@ def create_app(served: ServedModel, metrics: Metrics | None = None) -> FastAPI:
         vectors = await asyncio.to_thread(served.embed, rows)
         if body.dimensions is not None:
             if not 1 <= body.dimensions <= len(vectors[0]):
-                raise bad_request(f"dimensions must be in [1, {len(vectors[0])}], got {body.dimensions}", param="dimensions")
+                raise bad_request(
+                    f"dimensions must be in [1, {len(vectors[0])}], got {body.dimensions}", param="dimensions"
+                )
             vectors = [v[: body.dimensions] for v in vectors]
-        data = [{"object": "embedding", "index": i, "embedding": _encode_vector(v, body.encoding_format)} for i, v in enumerate(vectors)]
+        data = [
+            {"object": "embedding", "index": i, "embedding": _encode_vector(v, body.encoding_format)}
+            for i, v in enumerate(vectors)
+        ]
         n = sum(len(r) for r in rows)
         return {"object": "list", "data": data, "model": served.name, "usage": {"prompt_tokens": n, "total_tokens": n}}
 
@@ -312,7 +371,12 @@ def create_app(served: ServedModel, metrics: Metrics | None = None) -> FastAPI:
         if not prompts:
             raise bad_request("prompt is empty", param="prompt")
         k = body.logprobs or 0
-        reqs = [_text_request(served, body, prompt=p, logprobs=(max(k, 1) if body.logprobs is not None else 0), echo=body.echo) for p in prompts]
+        reqs = [
+            _text_request(
+                served, body, prompt=p, logprobs=(max(k, 1) if body.logprobs is not None else 0), echo=body.echo
+            )
+            for p in prompts
+        ]
         gen = await _start(served, metrics, reqs, body.stops())
         if body.echo:
             for c, p in zip(gen.choices, prompts):
@@ -333,14 +397,28 @@ def create_app(served: ServedModel, metrics: Metrics | None = None) -> FastAPI:
                 offsets = {c.index: 0 for c in gen.choices}
                 echoed: set[int] = set()
                 async for c, event in gen.events():
-                    if c.echo and c.index not in echoed:  # at the first event: the prompt's log probabilities exist by then
+                    if (
+                        c.echo and c.index not in echoed
+                    ):  # at the first event: the prompt's log probabilities exist by then
                         echoed.add(c.index)
-                        yield _sse(R.completion_chunk(rid, served.name, created, c.index, c.echo, None, echo_logprobs(c)))
+                        yield _sse(
+                            R.completion_chunk(rid, served.name, created, c.index, c.echo, None, echo_logprobs(c))
+                        )
                         offsets[c.index] = len(c.echo)
                     lp = logprobs_of(c, event.tokens, _per_token(event), offsets[c.index])
                     offsets[c.index] += len(event.text)
                     if event.text or event.is_done or lp is not None:
-                        yield _sse(R.completion_chunk(rid, served.name, created, c.index, event.text, event.finish_reason if event.is_done else None, lp))
+                        yield _sse(
+                            R.completion_chunk(
+                                rid,
+                                served.name,
+                                created,
+                                c.index,
+                                event.text,
+                                event.finish_reason if event.is_done else None,
+                                lp,
+                            )
+                        )
 
             return _sse_response(gen, chunks(), "text_completion", rid, served.name, created, body.include_usage)
 
@@ -353,7 +431,16 @@ def create_app(served: ServedModel, metrics: Metrics | None = None) -> FastAPI:
                 head = echo_logprobs(c)
                 lp = {key: head[key] + lp[key] for key in lp}
             choices.append({"index": c.index, "text": c.echo + text, "logprobs": lp, "finish_reason": c.finish_reason})
-        return JSONResponse({"id": rid, "object": "text_completion", "created": created, "model": served.name, "choices": choices, "usage": gen.usage()})
+        return JSONResponse(
+            {
+                "id": rid,
+                "object": "text_completion",
+                "created": created,
+                "model": served.name,
+                "choices": choices,
+                "usage": gen.usage(),
+            }
+        )
 
     # ── chat ──
     @app.post("/v1/chat/completions")
@@ -363,15 +450,32 @@ def create_app(served: ServedModel, metrics: Metrics | None = None) -> FastAPI:
             if not body.logprobs:
                 raise bad_request("top_logprobs needs logprobs: true", param="top_logprobs")
             if not 0 <= body.top_logprobs <= MAX_TOP_LOGPROBS:
-                raise bad_request(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {body.top_logprobs}", param="top_logprobs")
+                raise bad_request(
+                    f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {body.top_logprobs}", param="top_logprobs"
+                )
         if not body.messages:
             raise bad_request("messages is empty", param="messages")
         plan = plan_tools(body.tools, body.tool_choice)
         if plan.schema is not None and not served.config.enable_structured_output:
-            raise bad_request("tool_choice 'required' or a named function constrains the output: start the server with --enable-structured-output", param="tool_choice")
+            raise bad_request(
+                "tool_choice 'required' or a named function constrains the output: start the server with "
+                "--enable-structured-output",
+                param="tool_choice",
+            )
         k = body.top_logprobs or 0
-        fmt = {"type": "json_schema", "json_schema": {"name": "tool_call", "schema": plan.schema}} if plan.schema is not None else body.response_format
-        req = _text_request(served, body, messages=body.messages, logprobs=max(k, 1) if body.logprobs else 0, tools=plan.tools, response_format=fmt)
+        fmt = (
+            {"type": "json_schema", "json_schema": {"name": "tool_call", "schema": plan.schema}}
+            if plan.schema is not None
+            else body.response_format
+        )
+        req = _text_request(
+            served,
+            body,
+            messages=body.messages,
+            logprobs=max(k, 1) if body.logprobs else 0,
+            tools=plan.tools,
+            response_format=fmt,
+        )
         gen = await _start(served, metrics, [req], body.stops())
         rid, created = R.new_id("chatcmpl"), R.now()
         buffered = bool(plan.names)  # tool calls are parsed from the whole text, so it is sent at the end
@@ -398,11 +502,17 @@ def create_app(served: ServedModel, metrics: Metrics | None = None) -> FastAPI:
                             message, reason = finish_message(c)
                             delta = {k2: v for k2, v in message.items() if k2 != "role" and v is not None}
                             if "tool_calls" in delta:
-                                delta["tool_calls"] = [dict(call, index=i) for i, call in enumerate(delta["tool_calls"])]
+                                delta["tool_calls"] = [
+                                    dict(call, index=i) for i, call in enumerate(delta["tool_calls"])
+                                ]
                             yield _sse(R.chat_chunk(rid, served.name, created, delta, reason, lp))
                     elif event.text or lp is not None or event.is_done:
                         delta = {"content": event.text} if event.text else {}
-                        yield _sse(R.chat_chunk(rid, served.name, created, delta, event.finish_reason if event.is_done else None, lp))
+                        yield _sse(
+                            R.chat_chunk(
+                                rid, served.name, created, delta, event.finish_reason if event.is_done else None, lp
+                            )
+                        )
 
             return _sse_response(gen, chunks(), "chat.completion.chunk", rid, served.name, created, body.include_usage)
 
@@ -411,7 +521,16 @@ def create_app(served: ServedModel, metrics: Metrics | None = None) -> FastAPI:
         message, reason = finish_message(c)
         lp = R.chat_logprobs(c.tokens, c.logprobs, k, text_of) if body.logprobs else None
         choice = {"index": 0, "message": message, "logprobs": lp, "finish_reason": reason}
-        return JSONResponse({"id": rid, "object": "chat.completion", "created": created, "model": served.name, "choices": [choice], "usage": gen.usage()})
+        return JSONResponse(
+            {
+                "id": rid,
+                "object": "chat.completion",
+                "created": created,
+                "model": served.name,
+                "choices": [choice],
+                "usage": gen.usage(),
+            }
+        )
 
     return app
 
@@ -421,7 +540,12 @@ def create_app(served: ServedModel, metrics: Metrics | None = None) -> FastAPI:
 
 def _check_model(served: ServedModel, model: str | None) -> None:
     if model is not None and model not in (served.name, served.config.model):
-        raise APIError(404, f"The model '{model}' does not exist; this server serves '{served.name}'", param="model", code="model_not_found")
+        raise APIError(
+            404,
+            f"The model '{model}' does not exist; this server serves '{served.name}'",
+            param="model",
+            code="model_not_found",
+        )
 
 
 def _check_common(served: ServedModel, body: _Sampling) -> None:
@@ -430,8 +554,15 @@ def _check_common(served: ServedModel, body: _Sampling) -> None:
         raise bad_request(f"n must be 1 (maxfx serve returns one choice per prompt), got {body.n}", param="n")
     if body.best_of not in (None, 1):
         raise bad_request(f"best_of must be 1, got {body.best_of}", param="best_of")
-    if body.response_format and body.response_format.get("type") not in (None, "text") and not served.config.enable_structured_output:
-        raise bad_request("response_format needs structured output: start the server with --enable-structured-output", param="response_format")
+    if (
+        body.response_format
+        and body.response_format.get("type") not in (None, "text")
+        and not served.config.enable_structured_output
+    ):
+        raise bad_request(
+            "response_format needs structured output: start the server with --enable-structured-output",
+            param="response_format",
+        )
     for s in body.stops():
         if not s:
             raise bad_request("stop strings must not be empty", param="stop")
@@ -444,7 +575,9 @@ def _text_request(served: ServedModel, body: _Sampling, **fields: Any) -> TextGe
         raise bad_request(str(err).replace("SamplingParams.", ""), param=_field_of(str(err))) from err
     if sampling.seed < 0 or sampling.seed >= 1 << 63:
         raise bad_request(f"seed must be in [0, 2**63), got {sampling.seed}", param="seed")
-    return TextGenerationRequest(request_id=RequestID(), model_name=served.name, sampling_params=sampling, stop=body.stops() or None, **fields)
+    return TextGenerationRequest(
+        request_id=RequestID(), model_name=served.name, sampling_params=sampling, stop=body.stops() or None, **fields
+    )
 
 
 def _field_of(message: str) -> str | None:
@@ -452,7 +585,9 @@ def _field_of(message: str) -> str | None:
     return {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens"}.get(name, name) if name else None
 
 
-async def _start(served: ServedModel, metrics: Metrics, requests: Sequence[TextGenerationRequest], stop: list[str]) -> _Generation:
+async def _start(
+    served: ServedModel, metrics: Metrics, requests: Sequence[TextGenerationRequest], stop: list[str]
+) -> _Generation:
     """Build every request's context (all or none), then queue them on the engine."""
     contexts = []
     for req in requests:
@@ -464,8 +599,10 @@ async def _start(served: ServedModel, metrics: Metrics, requests: Sequence[TextG
         asked = req.sampling_params.max_new_tokens
         if asked is not None and ctx.end_idx + asked > served.max_length:
             raise bad_request(
-                f"This model's maximum context length is {served.max_length} tokens. However, you requested {ctx.end_idx + asked} tokens "
-                f"({ctx.end_idx} in the {where}, {asked} for the completion). Please reduce the length of the {where} or max_tokens.",
+                f"This model's maximum context length is {served.max_length} tokens. However, you requested "
+                f"{ctx.end_idx + asked} tokens "
+                f"({ctx.end_idx} in the {where}, {asked} for the completion). Please reduce the length of the {where} "
+                "or max_tokens.",
                 param="max_tokens",
             )
         contexts.append(ctx)
@@ -518,7 +655,11 @@ def _tool_calls(plan: ToolPlan, text: str, reason: str | None) -> tuple[list[dic
 
 
 async def _embedding_rows(served: ServedModel, given: Any) -> list[list[int]]:
-    items = [given] if isinstance(given, str) or (isinstance(given, list) and given and all(isinstance(x, int) for x in given)) else list(given)
+    items = (
+        [given]
+        if isinstance(given, str) or (isinstance(given, list) and given and all(isinstance(x, int) for x in given))
+        else list(given)
+    )
     if not items:
         raise bad_request("input is empty", param="input")
     rows = []
@@ -531,17 +672,24 @@ async def _embedding_rows(served: ServedModel, given: Any) -> list[list[int]]:
             ids = [int(t) for t in item]
             bad = [t for t in ids if not 0 <= t < served.vocab_size]
             if bad:
-                raise bad_request(f"input[{i}] has token ids outside [0, {served.vocab_size}): {bad[:5]}", param="input")
+                raise bad_request(
+                    f"input[{i}] has token ids outside [0, {served.vocab_size}): {bad[:5]}", param="input"
+                )
         if not ids:
             raise bad_request(f"input[{i}] has no tokens", param="input")
         if len(ids) > served.max_length:
-            raise bad_request(f"input[{i}] has {len(ids)} tokens; this model's maximum context length is {served.max_length}", param="input")
+            raise bad_request(
+                f"input[{i}] has {len(ids)} tokens; this model's maximum context length is {served.max_length}",
+                param="input",
+            )
         rows.append(ids)
     return rows
 
 
 def _encode_vector(v: Any, encoding_format: str) -> Any:
-    """A list of floats, or (``base64``, what the ``openai`` client asks for by default) the float32 little-endian bytes in base64."""
+    """A list of floats, or (``base64``, what the ``openai`` client asks for by default) the float32 little-endian bytes
+    in base64.
+    """
     if encoding_format == "base64":
         return base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode()
     return [float(x) for x in v]
@@ -552,7 +700,11 @@ def _validation_error(err: RequestValidationError) -> APIError:
     problems = err.errors()
     if any(p.get("type") == "json_invalid" for p in problems):
         detail = next(p for p in problems if p.get("type") == "json_invalid")
-        return APIError(400, f"the request body is not valid JSON: {detail.get('ctx', {}).get('error', detail.get('msg'))}", code="invalid_json")
+        return APIError(
+            400,
+            f"the request body is not valid JSON: {detail.get('ctx', {}).get('error', detail.get('msg'))}",
+            code="invalid_json",
+        )
     parts, first = [], None
     for p in problems:
         loc = [str(x) for x in p.get("loc", ()) if x != "body"]

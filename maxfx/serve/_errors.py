@@ -16,7 +16,14 @@ from typing import Any
 
 __all__ = ["APIError", "bad_request"]
 
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error", 503: "server_overloaded", 500: "internal_error"}
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    503: "server_overloaded",
+    500: "internal_error",
+}
 
 
 class APIError(Exception):
@@ -35,7 +42,14 @@ class APIError(Exception):
 
     def body(self) -> dict[str, Any]:
         """OpenAI's error object."""
-        return {"error": {"message": self.message, "type": _TYPES.get(self.status, "invalid_request_error"), "param": self.param, "code": self.code}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": _TYPES.get(self.status, "invalid_request_error"),
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
 
 def bad_request(message: str, param: str | None = None) -> APIError:

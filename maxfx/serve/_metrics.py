@@ -42,18 +42,42 @@ class _EngineCollector:
         s = self.scheduler
         pool = s.runner.pool
         stats = s.stats
-        yield GaugeMetricFamily("maxserve_num_requests_running", "Requests admitted to the engine (holding KV pages).", value=s.num_running)
-        yield GaugeMetricFamily("maxserve_num_requests_queued", "Requests waiting for a batch row.", value=s.num_waiting)
-        yield GaugeMetricFamily("maxserve_kv_cache_usage_ratio", "Share of the KV pages that requests hold.", value=pool.usage)
-        yield GaugeMetricFamily("maxserve_kv_cache_pages_total", "KV pages in the pool (without the scratch page).", value=pool.num_pages - 1)
-        yield GaugeMetricFamily("maxserve_cache_hit_rate", "Share of looked-up prompt tokens served from prefix-cached pages.", value=pool.stats.hit_rate)
-        yield CounterMetricFamily("maxserve_cache_preemption_count", "Requests preempted because KV pages ran out.", value=stats.preemptions)
-        yield CounterMetricFamily("maxserve_cached_prompt_tokens", "Prompt tokens found in prefix-cached pages.", value=stats.cached_prompt_tokens)
+        yield GaugeMetricFamily(
+            "maxserve_num_requests_running", "Requests admitted to the engine (holding KV pages).", value=s.num_running
+        )
+        yield GaugeMetricFamily(
+            "maxserve_num_requests_queued", "Requests waiting for a batch row.", value=s.num_waiting
+        )
+        yield GaugeMetricFamily(
+            "maxserve_kv_cache_usage_ratio", "Share of the KV pages that requests hold.", value=pool.usage
+        )
+        yield GaugeMetricFamily(
+            "maxserve_kv_cache_pages_total",
+            "KV pages in the pool (without the scratch page).",
+            value=pool.num_pages - 1,
+        )
+        yield GaugeMetricFamily(
+            "maxserve_cache_hit_rate",
+            "Share of looked-up prompt tokens served from prefix-cached pages.",
+            value=pool.stats.hit_rate,
+        )
+        yield CounterMetricFamily(
+            "maxserve_cache_preemption_count", "Requests preempted because KV pages ran out.", value=stats.preemptions
+        )
+        yield CounterMetricFamily(
+            "maxserve_cached_prompt_tokens",
+            "Prompt tokens found in prefix-cached pages.",
+            value=stats.cached_prompt_tokens,
+        )
         mean = stats.decode_rows / stats.decode_steps if stats.decode_steps else 0.0
         yield GaugeMetricFamily("maxserve_batch_size", "Mean sequences per decode step since start.", value=mean)
         yield CounterMetricFamily("maxserve_decode_steps", "Decode steps the engine ran.", value=stats.decode_steps)
         yield CounterMetricFamily("maxserve_prefill_steps", "Prefill chunks the engine ran.", value=stats.prefill_steps)
-        yield CounterMetricFamily("maxfx_engine_compiles", "Programs the engine compiled (flat after warm-up).", value=compile_counts()["compiles"])
+        yield CounterMetricFamily(
+            "maxfx_engine_compiles",
+            "Programs the engine compiled (flat after warm-up).",
+            value=compile_counts()["compiles"],
+        )
 
 
 class Metrics:
@@ -67,13 +91,29 @@ class Metrics:
     def __init__(self, model_name: str, scheduler: Any = None):
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("maxserve_request_count", "HTTP requests by route and status code.", ["code", "path"], registry=r)
-        self.request_time = Histogram("maxserve_request_time_milliseconds", "End-to-end time of a request.", buckets=_MS_BUCKETS, registry=r)
-        self.ttft = Histogram("maxserve_time_to_first_token_milliseconds", "Time from arrival to the first generated token.", buckets=_MS_BUCKETS, registry=r)
-        self.itl = Histogram("maxserve_itl_milliseconds", "Time between consecutive streamed tokens of a request.", buckets=_MS_BUCKETS, registry=r)
+        self.requests = Counter(
+            "maxserve_request_count", "HTTP requests by route and status code.", ["code", "path"], registry=r
+        )
+        self.request_time = Histogram(
+            "maxserve_request_time_milliseconds", "End-to-end time of a request.", buckets=_MS_BUCKETS, registry=r
+        )
+        self.ttft = Histogram(
+            "maxserve_time_to_first_token_milliseconds",
+            "Time from arrival to the first generated token.",
+            buckets=_MS_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "maxserve_itl_milliseconds",
+            "Time between consecutive streamed tokens of a request.",
+            buckets=_MS_BUCKETS,
+            registry=r,
+        )
         self.input_tokens = Counter("maxserve_num_input_tokens", "Prompt tokens of finished requests.", registry=r)
         self.output_tokens = Counter("maxserve_num_output_tokens", "Generated tokens of finished requests.", registry=r)
-        self.cancelled = Counter("maxserve_request_cancelled", "Requests cancelled because the client went away.", registry=r)
+        self.cancelled = Counter(
+            "maxserve_request_cancelled", "Requests cancelled because the client went away.", registry=r
+        )
         self.loads = Counter("maxserve_pipeline_load", "Pipelines loaded.", ["model"], registry=r)
         self.loads.labels(model=model_name).inc()
         if scheduler is not None:

@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from maxfx.generation import RequestStream, compile_counts
-from maxfx.interfaces import EmbeddingsGenerationInputs, PipelineTask, RequestID, SamplingParams, SamplingParamsInput, TextGenerationRequest
+from maxfx.interfaces import (
+    EmbeddingsGenerationInputs,
+    PipelineTask,
+    RequestID,
+    SamplingParams,
+    SamplingParamsInput,
+    TextGenerationRequest,
+)
 from maxfx.pipelines import PIPELINE_REGISTRY, EmbeddingsPipeline, PipelineConfig
 from maxfx.pipelines.lib.embeddings_pipeline import EmbeddingsRequestContext
 
@@ -77,7 +84,11 @@ class ServedModel:
     def __init__(self, config: ServeConfig):
         self.config = config
         start = time.perf_counter()
-        kwargs: dict[str, Any] = {"model_path": config.model, "max_batch_size": config.max_batch_size, "enable_prefix_caching": config.enable_prefix_caching}
+        kwargs: dict[str, Any] = {
+            "model_path": config.model,
+            "max_batch_size": config.max_batch_size,
+            "enable_prefix_caching": config.enable_prefix_caching,
+        }
         if config.max_length is not None:
             kwargs["max_length"] = config.max_length
         if config.chat_template is not None:
@@ -85,7 +96,9 @@ class ServedModel:
         kwargs["prefill_chunk_size"] = config.prefill_chunk_size
         kwargs["kv_cache_format"] = config.kv_cache_format
         self.pipeline_config = PipelineConfig(**kwargs)
-        self.tokenizer, self.pipeline = PIPELINE_REGISTRY.retrieve(self.pipeline_config, task=PipelineTask.TEXT_GENERATION)
+        self.tokenizer, self.pipeline = PIPELINE_REGISTRY.retrieve(
+            self.pipeline_config, task=PipelineTask.TEXT_GENERATION
+        )
         self.name = config.served_model_name or Path(config.model.rstrip("/")).name
         self.created = int(time.time())
         self.max_length = int(self.pipeline.runner.max_length)
@@ -101,7 +114,13 @@ class ServedModel:
         self.scheduler.start()
         self._embeddings: Any = None
         self._embed_lock = threading.Lock()
-        log.info("maxfx serve: %s loaded in %.1f s, warmed up in %.1f s (%d compiled programs)", self.name, self.load_s, self.warmup_s, compile_counts()["compiles"])
+        log.info(
+            "maxfx serve: %s loaded in %.1f s, warmed up in %.1f s (%d compiled programs)",
+            self.name,
+            self.load_s,
+            self.warmup_s,
+            compile_counts()["compiles"],
+        )
 
     # ── text generation ──
     @property
@@ -110,7 +129,9 @@ class ServedModel:
         return int(self.pipeline.runner.vocab_size)
 
     def sampling_params(self, given: SamplingParamsInput) -> SamplingParams:
-        """A request's `SamplingParams`: its fields, else the model's generation config, else MAX's defaults (ValueError/TypeError naming a bad field)."""
+        """A request's `SamplingParams`: its fields, else the model's generation config, else MAX's defaults
+        (ValueError/TypeError naming a bad field).
+        """
         return SamplingParams.from_input_and_generation_config(given, self._defaults)
 
     async def submit(self, request: TextGenerationRequest, stop: list[str]) -> RequestStream:
@@ -132,7 +153,9 @@ class ServedModel:
         """Mean- or last-token-pooled embeddings of token-id rows (blocking; run it off the event loop)."""
         with self._embed_lock:
             if self._embeddings is None:
-                self._embeddings = EmbeddingsPipeline(self.pipeline_config, None, self.tokenizer.eos, {}, self.tokenizer, model=self.pipeline.model)
+                self._embeddings = EmbeddingsPipeline(
+                    self.pipeline_config, None, self.tokenizer.eos, {}, self.tokenizer, model=self.pipeline.model
+                )
             contexts = [EmbeddingsRequestContext(row, request_id=f"emb-{i}") for i, row in enumerate(token_rows)]
             out = self._embeddings.execute(EmbeddingsGenerationInputs([{c.request_id: c for c in contexts}]))
             return [out[c.request_id].embeddings for c in contexts]

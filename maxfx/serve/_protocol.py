@@ -19,7 +19,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from maxfx.interfaces import SamplingParamsInput
 
-__all__ = ["ChatCompletionRequest", "CompletionRequest", "DetokenizeRequest", "EmbeddingRequest", "StreamOptions", "TokenizeRequest"]
+__all__ = [
+    "ChatCompletionRequest",
+    "CompletionRequest",
+    "DetokenizeRequest",
+    "EmbeddingRequest",
+    "StreamOptions",
+    "TokenizeRequest",
+]
 
 MAX_TOP_LOGPROBS = 20
 """The most alternatives per token a request may ask for (OpenAI's limit)."""
@@ -66,10 +73,19 @@ class _Sampling(_Body):
     def sampling_input(self) -> SamplingParamsInput:
         """The request's sampling fields as MAX's `SamplingParamsInput` (merged with the model's defaults later)."""
         return SamplingParamsInput(
-            top_k=self.top_k, top_p=self.top_p, min_p=self.min_p, temperature=self.temperature, frequency_penalty=self.frequency_penalty,
-            presence_penalty=self.presence_penalty, repetition_penalty=self.repetition_penalty, max_new_tokens=self.limit(),
-            min_new_tokens=self.min_tokens, ignore_eos=self.ignore_eos or None, stop_token_ids=self.stop_token_ids, seed=self.seed,
-        )  # fmt: skip
+            top_k=self.top_k,
+            top_p=self.top_p,
+            min_p=self.min_p,
+            temperature=self.temperature,
+            frequency_penalty=self.frequency_penalty,
+            presence_penalty=self.presence_penalty,
+            repetition_penalty=self.repetition_penalty,
+            max_new_tokens=self.limit(),
+            min_new_tokens=self.min_tokens,
+            ignore_eos=self.ignore_eos or None,
+            stop_token_ids=self.stop_token_ids,
+            seed=self.seed,
+        )
 
     @property
     def include_usage(self) -> bool:

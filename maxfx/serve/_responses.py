@@ -25,15 +25,21 @@ def new_id(prefix: str) -> str:
 
 
 def usage(*, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
-    """OpenAI's ``usage`` object (``prompt_tokens_details.cached_tokens``: prompt tokens served from prefix-cached KV pages)."""
+    """OpenAI's ``usage`` object (``prompt_tokens_details.cached_tokens``: prompt tokens served from prefix-cached KV
+    pages).
+    """
     return {
-        "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
         "prompt_tokens_details": {"cached_tokens": cached_tokens},
-    }  # fmt: skip
+    }
 
 
 class TokenText:
-    """The text of single tokens, for log-probability fields (a token that is part of a UTF-8 character shows U+FFFD)."""
+    """The text of single tokens, for log-probability fields (a token that is part of a UTF-8 character shows
+    U+FFFD).
+    """
 
     def __init__(self, tokenizer: Any):
         self._tokenizer = tokenizer
@@ -46,8 +52,11 @@ class TokenText:
         return text
 
 
-def completion_logprobs(tokens: Sequence[int], logprobs: Sequence[Any], k: int, text_of: TokenText, offset: int = 0) -> dict[str, Any]:
-    """``choices[i].logprobs`` of ``/v1/completions``: ``tokens``, ``token_logprobs``, ``top_logprobs`` (k per token), ``text_offset``.
+def completion_logprobs(
+    tokens: Sequence[int], logprobs: Sequence[Any], k: int, text_of: TokenText, offset: int = 0
+) -> dict[str, Any]:
+    """``choices[i].logprobs`` of ``/v1/completions``: ``tokens``, ``token_logprobs``, ``top_logprobs`` (k per token),
+    ``text_offset``.
 
     ``logprobs`` holds one `LogProbabilities` (or None, e.g. an echoed first prompt token) per token.
     """
@@ -73,7 +82,9 @@ def _entry(text: str, logprob: float) -> dict[str, Any]:
 
 
 def chat_logprobs(tokens: Sequence[int], logprobs: Sequence[Any], k: int, text_of: TokenText) -> dict[str, Any]:
-    """``choices[0].logprobs`` of ``/v1/chat/completions``: ``content``, one entry per token with ``top_logprobs`` (k)."""
+    """``choices[0].logprobs`` of ``/v1/chat/completions``: ``content``, one entry per token with ``top_logprobs``
+    (k).
+    """
     content = []
     for tok, lp in zip(tokens, logprobs):
         if lp is None:
@@ -85,13 +96,17 @@ def chat_logprobs(tokens: Sequence[int], logprobs: Sequence[Any], k: int, text_o
     return {"content": content}
 
 
-def completion_chunk(rid: str, model: str, created: int, index: int, text: str, finish_reason: str | None, logprobs: Any = None) -> dict[str, Any]:
+def completion_chunk(
+    rid: str, model: str, created: int, index: int, text: str, finish_reason: str | None, logprobs: Any = None
+) -> dict[str, Any]:
     """One streamed ``text_completion`` chunk."""
     choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
     return {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": [choice]}
 
 
-def chat_chunk(rid: str, model: str, created: int, delta: dict[str, Any], finish_reason: str | None, logprobs: Any = None) -> dict[str, Any]:
+def chat_chunk(
+    rid: str, model: str, created: int, delta: dict[str, Any], finish_reason: str | None, logprobs: Any = None
+) -> dict[str, Any]:
     """One streamed ``chat.completion.chunk``."""
     choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
     return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [choice]}

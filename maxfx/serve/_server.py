@@ -35,8 +35,24 @@ def serve(config: ServeConfig, *, graceful_s: float = 30.0, log_level: str = "in
     app = create_app(served, metrics)
     if config.metrics_port is not None:
         start_http_server(int(config.metrics_port), addr=config.host, registry=metrics.registry)
-    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=int(config.port), log_level=log_level, access_log=False, timeout_graceful_shutdown=graceful_s))
-    log.info("maxfx serve: %s on http://%s:%d/v1 (load %.1f s, warm-up %.1f s)", served.name, config.host, config.port, served.load_s, served.warmup_s)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=config.host,
+            port=int(config.port),
+            log_level=log_level,
+            access_log=False,
+            timeout_graceful_shutdown=graceful_s,
+        )
+    )
+    log.info(
+        "maxfx serve: %s on http://%s:%d/v1 (load %.1f s, warm-up %.1f s)",
+        served.name,
+        config.host,
+        config.port,
+        served.load_s,
+        served.warmup_s,
+    )
     try:
         server.run()  # on SIGTERM uvicorn drains, runs the app's shutdown (the engine stops), then re-raises the signal
     finally:

@@ -1,4 +1,5 @@
-"""Tool calling for ``/v1/chat/completions``: what ``tool_choice`` asks of the engine, and the calls parsed from the text.
+"""Tool calling for ``/v1/chat/completions``: what ``tool_choice`` asks of the engine, and the calls parsed from the
+text.
 
 - ``"none"``: the tools are not shown to the model; plain text comes back.
 - ``"auto"`` (the default when ``tools`` is given): the chat template shows the tools;
@@ -59,11 +60,21 @@ def _functions(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for i, tool in enumerate(tools):
         fn = tool.get("function") if isinstance(tool, dict) else None
-        if tool.get("type", "function") != "function" or not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise bad_request(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': str, 'parameters': {{...}}}}}}", param=f"tools[{i}]")
+        if (
+            tool.get("type", "function") != "function"
+            or not isinstance(fn, dict)
+            or not isinstance(fn.get("name"), str)
+            or not fn["name"]
+        ):
+            raise bad_request(
+                f"tools[{i}] must be {{'type': 'function', 'function': {{'name': str, 'parameters': {{...}}}}}}",
+                param=f"tools[{i}]",
+            )
         params = fn.get("parameters", {"type": "object"})
         if not isinstance(params, dict):
-            raise bad_request(f"tools[{i}].function.parameters must be a JSON schema object", param=f"tools[{i}].function.parameters")
+            raise bad_request(
+                f"tools[{i}].function.parameters must be a JSON schema object", param=f"tools[{i}].function.parameters"
+            )
         out[fn["name"]] = params
     return out
 
@@ -81,15 +92,29 @@ def plan_tools(tools: list[dict[str, Any]] | None, tool_choice: str | dict[str, 
     if choice == "auto":
         return ToolPlan(tools, None, None, set(functions))
     if choice == "required":
-        options = [{"type": "object", "properties": {"name": {"const": n}, "arguments": p}, "required": ["name", "arguments"], "additionalProperties": False} for n, p in functions.items()]
+        options = [
+            {
+                "type": "object",
+                "properties": {"name": {"const": n}, "arguments": p},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+            for n, p in functions.items()
+        ]
         schema = dict(options[0]) if len(options) == 1 else {"anyOf": options}
         return ToolPlan(tools, dict(schema, **{"x-guidance": _COMPACT}), None, set(functions))
     if isinstance(choice, dict):
         name = (choice.get("function") or {}).get("name") if choice.get("type", "function") == "function" else None
         if name not in functions:
-            raise bad_request(f"tool_choice names function {name!r}, which is not in tools ({sorted(functions)})", param="tool_choice")
+            raise bad_request(
+                f"tool_choice names function {name!r}, which is not in tools ({sorted(functions)})", param="tool_choice"
+            )
         return ToolPlan(tools, dict(functions[name], **{"x-guidance": _COMPACT}), name, set(functions))
-    raise bad_request(f"tool_choice must be 'none', 'auto', 'required' or {{'type': 'function', 'function': {{'name': ...}}}}, got {choice!r}", param="tool_choice")
+    raise bad_request(
+        f"tool_choice must be 'none', 'auto', 'required' or {{'type': 'function', 'function': {{'name': ...}}}}, got "
+        f"{choice!r}",
+        param="tool_choice",
+    )
 
 
 def _call(name: str, arguments: Any) -> dict[str, Any]:
@@ -105,7 +130,9 @@ def _as_call(obj: Any, names: set[str]) -> dict[str, Any] | None:
 
 
 def parse_tool_calls(text: str, names: set[str]) -> tuple[list[dict[str, Any]], str]:
-    """The OpenAI ``tool_calls`` found in ``text`` (calls of unknown names are left as text) and the remaining content."""
+    """The OpenAI ``tool_calls`` found in ``text`` (calls of unknown names are left as text) and the remaining
+    content.
+    """
     calls: list[dict[str, Any]] = []
     if "<tool_call>" in text:
         kept: list[str] = []

@@ -24,8 +24,10 @@ from typing import Any
 __all__ = ["CustomOpLibrary", "MojoKernelsUnavailableError", "graph_op"]
 
 _ALTERNATIVES = (
-    "maxfx runs on JAX and has no Mojo compiler. Write the kernel as a JAX function and call it through maxfx.graph.ops.custom "
-    "(an op registered in lowering.registry), and pass tensors to and from PyTorch with DLPack (Tensor.from_dlpack, torch.from_dlpack)"
+    "maxfx runs on JAX and has no Mojo compiler. Write the kernel as a JAX function and call it through "
+    "maxfx.graph.ops.custom "
+    "(an op registered in lowering.registry), and pass tensors to and from PyTorch with DLPack (Tensor.from_dlpack, "
+    "torch.from_dlpack)"
 )
 
 
@@ -44,7 +46,10 @@ class CustomOpLibrary:
     """
 
     def __init__(self, kernel_library: str | os.PathLike[str] | Any) -> None:
-        raise MojoKernelsUnavailableError(f"max.torch.CustomOpLibrary needs Mojo: it compiles the Mojo kernels of {str(kernel_library)!r} into PyTorch custom ops. {_ALTERNATIVES}")
+        raise MojoKernelsUnavailableError(
+            f"max.torch.CustomOpLibrary needs Mojo: it compiles the Mojo kernels of {str(kernel_library)!r} into "
+            f"PyTorch custom ops. {_ALTERNATIVES}"
+        )
 
 
 def graph_op(
@@ -61,14 +66,27 @@ def graph_op(
     the error comes when a function is given, i.e. when the op would be built.
 
     Raises:
-        MojoKernelsUnavailableError: MAX compiles the graph with its Mojo kernels (and ``kernel_library``'s) for PyTorch to call.
+        MojoKernelsUnavailableError: MAX compiles the graph with its Mojo kernels (and ``kernel_library``'s) for PyTorch
+        to call.
         ValueError: ``num_outputs`` below 1, or disagreeing with ``output_types``.
     """
-    if num_outputs is not None and (isinstance(num_outputs, bool) or not isinstance(num_outputs, int) or num_outputs < 1):
+    if num_outputs is not None and (
+        isinstance(num_outputs, bool) or not isinstance(num_outputs, int) or num_outputs < 1
+    ):
         raise ValueError(f"graph_op: num_outputs must be an int >= 1, got {num_outputs!r}")
     if num_outputs is not None and output_types is not None and len(output_types) != num_outputs:
         raise ValueError(f"graph_op: num_outputs ({num_outputs}) must match the {len(output_types)} output_types")
     if fn is None:
-        return lambda f: graph_op(f, name=name, kernel_library=kernel_library, input_types=input_types, output_types=output_types, num_outputs=num_outputs)
+        return lambda f: graph_op(
+            f,
+            name=name,
+            kernel_library=kernel_library,
+            input_types=input_types,
+            output_types=output_types,
+            num_outputs=num_outputs,
+        )
     op = name or getattr(fn, "__name__", repr(fn))
-    raise MojoKernelsUnavailableError(f"max.torch.graph_op needs Mojo: MAX compiles the graph of {op!r} with its Mojo kernels into a PyTorch custom op. {_ALTERNATIVES}")
+    raise MojoKernelsUnavailableError(
+        f"max.torch.graph_op needs Mojo: MAX compiles the graph of {op!r} with its Mojo kernels into a PyTorch custom "
+        f"op. {_ALTERNATIVES}"
+    )

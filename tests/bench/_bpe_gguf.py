@@ -33,13 +33,21 @@ def corpus() -> list[str]:
 
 
 def train_vocab(size: int) -> dict:
-    """A byte-level BPE of ``size`` ids: ``tokens``, ``merges`` ("a b" strings), gguf ``types``, ``bos``, ``eos``, ``pre``."""
+    """A byte-level BPE of ``size`` ids: ``tokens``, ``merges`` ("a b" strings), gguf ``types``, ``bos``, ``eos``,
+    ``pre``.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=size, min_frequency=2, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=size,
+        min_frequency=2,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(corpus(), trainer=trainer)
     model = json.loads(tok.to_str())["model"]
     vocab: dict[str, int] = model["vocab"]
@@ -50,7 +58,15 @@ def train_vocab(size: int) -> dict:
     # The corpus is too small for 49k merges: the rest are placeholders no merge produces.
     tokens += [f"<|pad_{i}|>" for i in range(len(tokens), size)]
     types = [CONTROL if t in SPECIALS else NORMAL for t in tokens]
-    return {"tokens": tokens, "merges": merges, "types": types, "bos": 0, "eos": 0, "pre": "gpt-2", "learned": len(vocab)}
+    return {
+        "tokens": tokens,
+        "merges": merges,
+        "types": types,
+        "bos": 0,
+        "eos": 0,
+        "pre": "gpt-2",
+        "learned": len(vocab),
+    }
 
 
 def model_file(qname: str = "Q8_0") -> Path:
@@ -87,7 +103,12 @@ class PromptSource:
             at = doc.find(" ", at) + 1  # start on a word, so the first token is a whole one
             ids = tok.encode(doc[at : at + 8 * n], add_special_tokens=False)[:n]
             text = tok.decode(ids)
-            if len(ids) != n or tok.encode(text, add_special_tokens=False) != ids or text != text.strip() or tuple(ids[:16]) in self.starts:
+            if (
+                len(ids) != n
+                or tok.encode(text, add_special_tokens=False) != ids
+                or text != text.strip()
+                or tuple(ids[:16]) in self.starts
+            ):
                 continue
             self.starts.add(tuple(ids[:16]))
             out.append((text, ids))

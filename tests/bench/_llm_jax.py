@@ -144,11 +144,18 @@ def make_steps(arch: Arch):
         caches = []
         for i in range(arch.layers):
             pre = f"model.layers.{i}."
-            q, k, v = _qkv(arch, params, pre + "self_attn.", _norm(arch, x, params[pre + "input_layernorm.weight"]), cos, sin)
+            q, k, v = _qkv(
+                arch, params, pre + "self_attn.", _norm(arch, x, params[pre + "input_layernorm.weight"]), cos, sin
+            )
             x = x + _proj(_attend(arch, q, k, v, causal), params[pre + "self_attn.o_proj.weight"])
             x = x + _mlp(arch, params, pre + "mlp.", _norm(arch, x, params[pre + "post_attention_layernorm.weight"]))
             empty = jnp.zeros((b, arch.kv_heads, length, arch.head_dim), k.dtype)
-            caches.append((jax.lax.dynamic_update_slice(empty, k, (0, 0, 0, 0)), jax.lax.dynamic_update_slice(empty, v, (0, 0, 0, 0))))
+            caches.append(
+                (
+                    jax.lax.dynamic_update_slice(empty, k, (0, 0, 0, 0)),
+                    jax.lax.dynamic_update_slice(empty, v, (0, 0, 0, 0)),
+                )
+            )
         return jnp.argmax(_logits(arch, params, x[:, -1]), -1).astype(jnp.int32), caches
 
     def decode(params, caches, tokens, pos):
@@ -159,7 +166,9 @@ def make_steps(arch: Arch):
         new = []
         for i, (kc, vc) in enumerate(caches):
             pre = f"model.layers.{i}."
-            q, k, v = _qkv(arch, params, pre + "self_attn.", _norm(arch, x, params[pre + "input_layernorm.weight"]), cos, sin)
+            q, k, v = _qkv(
+                arch, params, pre + "self_attn.", _norm(arch, x, params[pre + "input_layernorm.weight"]), cos, sin
+            )
             kc = jax.lax.dynamic_update_slice(kc, k, (0, 0, pos, 0))
             vc = jax.lax.dynamic_update_slice(vc, v, (0, 0, pos, 0))
             x = x + _proj(_attend(arch, q, kc, vc, visible), params[pre + "self_attn.o_proj.weight"])

@@ -88,7 +88,9 @@ def run_header() -> dict[str, object]:
 
 
 def results_file(out: str | None, name: str, payload: dict) -> tuple[Path, Callable[[], None]]:
-    """The result path (``out`` or tests/bench/results/<name>.json, folder created) and a ``save()`` that rewrites ``payload`` there."""
+    """The result path (``out`` or tests/bench/results/<name>.json, folder created) and a ``save()`` that rewrites
+    ``payload`` there.
+    """
     path = Path(out) if out else RESULTS / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
 

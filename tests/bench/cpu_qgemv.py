@@ -70,7 +70,12 @@ def main(argv: list[str] | None = None) -> dict:
                     cands["amx"] = lambda: run(True)
                 t = _timing.interleaved(cands, repeats=args.repeats, warmup=3)
                 cpu_library.use_amx(True)
-                row = {"format": qname, "shape": label, "rows": rows, **{f"{c}_ms": _timing.sig(s * 1e3) for c, s in t.items()}}
+                row = {
+                    "format": qname,
+                    "shape": label,
+                    "rows": rows,
+                    **{f"{c}_ms": _timing.sig(s * 1e3) for c, s in t.items()},
+                }
                 if amx:
                     row["speedup"] = _timing.sig(t[other] / t["amx"])
                 results.append(row)

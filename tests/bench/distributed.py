@@ -68,7 +68,9 @@ def worker(out: str, size: str, warmup: int, steps: int) -> None:
     d_in, d_hidden, d_out = SIZES[size]
     rng = np.random.default_rng(0)
     model = MLP(d_in, d_hidden, d_out)
-    model.load_state_dict({n: (rng.standard_normal([int(d) for d in t.shape]) * 0.05).astype(np.float32) for n, t in model.parameters})
+    model.load_state_dict(
+        {n: (rng.standard_normal([int(d) for d in t.shape]) * 0.05).astype(np.float32) for n, t in model.parameters}
+    )
     x = rng.standard_normal((BATCH, d_in)).astype(np.float32)
     y = rng.standard_normal((BATCH, d_out)).astype(np.float32)
     mesh = maxfx.make_mesh((jax.device_count(),), ("data",))
@@ -87,14 +89,32 @@ def worker(out: str, size: str, warmup: int, steps: int) -> None:
         if i >= warmup:
             times.append(time.perf_counter() - start)
     if distributed.is_coordinator():
-        Path(out).write_text(json.dumps({"median_s": statistics.median(times), "last_loss": value, "parameters": sum(int(np.prod([int(d) for d in t.shape])) for _, t in m.parameters)}))
+        Path(out).write_text(
+            json.dumps(
+                {
+                    "median_s": statistics.median(times),
+                    "last_loss": value,
+                    "parameters": sum(int(np.prod([int(d) for d in t.shape])) for _, t in m.parameters),
+                }
+            )
+        )
 
 
 def _job(nproc: int, devices: int, size: str, warmup: int, steps: int, folder: Path) -> dict:
     out = folder / f"{size}_{nproc}x{devices}.json"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     env.pop("XLA_FLAGS", None)
-    command = ["tests.bench.distributed", "--worker", str(out), "--size", size, "--warmup", str(warmup), "--steps", str(steps)]
+    command = [
+        "tests.bench.distributed",
+        "--worker",
+        str(out),
+        "--size",
+        size,
+        "--warmup",
+        str(warmup),
+        "--steps",
+        str(steps),
+    ]
     status = distributed.launch(command, nproc=nproc, devices_per_process=devices, timeout=600, module=True, env=env)
     if status != 0:
         raise RuntimeError(f"the {nproc} x {devices} {size} job failed with status {status}")
@@ -122,16 +142,28 @@ def main(argv: list[str] | None = None) -> dict:
                 for name, (nproc, devices) in CONFIGS.items():
                     runs[name].append(_job(nproc, devices, size, warmup, steps, Path(tmp)))
             losses = [r["last_loss"] for rs in runs.values() for r in rs]
-            np.testing.assert_allclose(losses, losses[0], rtol=1e-5)  # one program, the same numbers, however it is split
+            np.testing.assert_allclose(
+                losses, losses[0], rtol=1e-5
+            )  # one program, the same numbers, however it is split
             medians = {name: statistics.median(r["median_s"] for r in rs) for name, rs in runs.items()}
             two, one = medians["2 processes x 1 device"], medians["1 process x 2 devices"]
-            results[size] = {"parameters": runs["1 process x 2 devices"][0]["parameters"], "step_s": medians, "ratio": two / one, "overhead_s": two - one}
-    print(f"\nData-parallel Adam step, batch {BATCH} split over 2 CPU devices, float32 ({os.cpu_count()} cores, shared machine)")
+            results[size] = {
+                "parameters": runs["1 process x 2 devices"][0]["parameters"],
+                "step_s": medians,
+                "ratio": two / one,
+                "overhead_s": two - one,
+            }
+    print(
+        f"\nData-parallel Adam step, batch {BATCH} split over 2 CPU devices, float32 ({os.cpu_count()} cores, shared "
+        "machine)"
+    )
     print(f"  {'model':<36}{'2 processes x 1 device':>24}{'1 process x 2 devices':>24}{'ratio':>8}{'overhead':>14}")
     for size in SIZES:
         r = results[size]
         label = f"{size} {'-'.join(map(str, SIZES[size]))} ({r['parameters']:,} p)"
-        print(f"  {label:<36}{fmt_time(r['step_s']['2 processes x 1 device']):>24}{fmt_time(r['step_s']['1 process x 2 devices']):>24}{r['ratio']:>8.2f}{fmt_time(r['overhead_s']):>14}")
+        print(
+            f"  {label:<36}{fmt_time(r['step_s']['2 processes x 1 device']):>24}{fmt_time(r['step_s']['1 process x 2 devices']):>24}{r['ratio']:>8.2f}{fmt_time(r['overhead_s']):>14}"
+        )
     print(f"\nwritten {save('distributed', results)}")
     return results
 

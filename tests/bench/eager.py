@@ -54,7 +54,9 @@ def small_step(repeats: int) -> dict[str, float]:
 
     np.testing.assert_array_equal(maxfx_step(), jax_step())
     np.testing.assert_array_equal(maxfx_lazy_step(), jax_step())
-    return interleaved({"maxfx": maxfx_step, "jax eager": jax_step, "maxfx lazy": maxfx_lazy_step}, repeats=repeats, warmup=200)
+    return interleaved(
+        {"maxfx": maxfx_step, "jax eager": jax_step, "maxfx lazy": maxfx_lazy_step}, repeats=repeats, warmup=200
+    )
 
 
 def _chain(x, relu, tanh):
@@ -89,7 +91,12 @@ def fused_chain(repeats: int) -> dict[str, float]:
 
     np.testing.assert_allclose(maxfx_chain(), jit_chain(), rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(maxfx_default_chain(), jit_chain(), rtol=1e-6, atol=1e-6)
-    candidates = {"maxfx": maxfx_chain, "jax.jit": jit_chain, "jax eager": eager_chain, "maxfx default": maxfx_default_chain}
+    candidates = {
+        "maxfx": maxfx_chain,
+        "jax.jit": jit_chain,
+        "jax eager": eager_chain,
+        "maxfx default": maxfx_default_chain,
+    }
     return interleaved(candidates, repeats=repeats, warmup=3)
 
 
@@ -115,14 +122,15 @@ def single_ops(repeats: int) -> dict[str, dict[str, float]]:
 def _report_ops(times: dict[str, dict[str, float]]) -> dict:
     print("\none op at a time on 3 × 4 f32 (maxfx: MAX's default mode; results stay on the device)")
     for name, t in times.items():
-        print(f"  {name:13s} maxfx {fmt_time(t['maxfx'])}  jnp {fmt_time(t['jax eager'])}  ratio {t['maxfx'] / t['jax eager']:4.2f}")
+        print(
+            f"  {name:13s} maxfx {fmt_time(t['maxfx'])}  jnp {fmt_time(t['jax eager'])}  ratio "
+            f"{t['maxfx'] / t['jax eager']:4.2f}"
+        )
     return {name: {"median_s": t, "ratio_vs_jax_eager": t["maxfx"] / t["jax eager"]} for name, t in times.items()}
 
 
 COLD_MAXFX = (
-    "from maxfx import functional as F\n"
-    "from maxfx.tensor import Tensor\n"
-    "print(F.relu(Tensor([1.0, -2.0, 3.0])))\n"
+    "from maxfx import functional as F\nfrom maxfx.tensor import Tensor\nprint(F.relu(Tensor([1.0, -2.0, 3.0])))\n"
 )
 COLD_JAX = "import jax, jax.numpy as jnp\nprint(jax.nn.relu(jnp.array([1.0, -2.0, 3.0])))\n"
 
@@ -154,10 +162,22 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     q = args.quick
     results = {"machine": machine()}
-    results["small_step"] = _report("small step: x * 2 + 1 (4 × f32) → numpy (maxfx: MAX's default, op by op)", small_step(300 if q else 5000), "jax eager", "≤ 1.0")
-    results["fused_chain"] = _report("20-op elementwise chain on 1M × f32 → numpy (maxfx: inside F.lazy())", fused_chain(5 if q else 40), "jax.jit", "≤ 1.5")
+    results["small_step"] = _report(
+        "small step: x * 2 + 1 (4 × f32) → numpy (maxfx: MAX's default, op by op)",
+        small_step(300 if q else 5000),
+        "jax eager",
+        "≤ 1.0",
+    )
+    results["fused_chain"] = _report(
+        "20-op elementwise chain on 1M × f32 → numpy (maxfx: inside F.lazy())",
+        fused_chain(5 if q else 40),
+        "jax.jit",
+        "≤ 1.5",
+    )
     results["single_ops"] = _report_ops(single_ops(300 if q else 3000))
-    results["cold_start"] = _report("cold start: import, 3-element tensor, relu, print", cold_start(2 if q else 7), "jax", "≤ 1.5")
+    results["cold_start"] = _report(
+        "cold start: import, 3-element tensor, relu, print", cold_start(2 if q else 7), "jax", "≤ 1.5"
+    )
     print(f"\nwritten {save('eager', results)}")
     return results
 

@@ -57,7 +57,14 @@ def engine_decode(sched, runner, concurrency: int, new_tokens: int, rng) -> floa
     from maxfx.interfaces import SamplingParams  # noqa: PLC0415
 
     params = SamplingParams(top_k=1, max_new_tokens=new_tokens, ignore_eos=True)
-    streams = [sched.submit(TextContext(max_length=runner.max_length, tokens=rng.integers(0, runner.vocab_size, PROMPT), sampling_params=params)) for _ in range(concurrency)]
+    streams = [
+        sched.submit(
+            TextContext(
+                max_length=runner.max_length, tokens=rng.integers(0, runner.vocab_size, PROMPT), sampling_params=params
+            )
+        )
+        for _ in range(concurrency)
+    ]
     while sched.num_waiting or any(r.ctx.needs_ce for r in sched._running):
         sched.step()
     before, start = sched.stats.generated_tokens, time.perf_counter()
@@ -75,7 +82,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--kv-cache-dtype", default=None, help="the engine's KV pages' dtype (default: the model's, float32); e.g. float16")
+    ap.add_argument(
+        "--kv-cache-dtype",
+        default=None,
+        help="the engine's KV pages' dtype (default: the model's, float32); e.g. float16",
+    )
     args = ap.parse_args(argv)
 
     from maxfx.generation import ModelRunner, Scheduler, compile_counts  # noqa: PLC0415
@@ -86,7 +97,14 @@ def main(argv: list[str] | None = None) -> dict:
     rng = np.random.default_rng(0)
     ids = rng.integers(0, model.config.vocab_size, (1, PROMPT))
     model.generate(ids, max_new_tokens=args.new_tokens)  # compile
-    runner = ModelRunner(model, max_batch_size=16, max_length=512, page_size=16, prefill_chunk_size=512, kv_cache_dtype=args.kv_cache_dtype)
+    runner = ModelRunner(
+        model,
+        max_batch_size=16,
+        max_length=512,
+        page_size=16,
+        prefill_chunk_size=512,
+        kv_cache_dtype=args.kv_cache_dtype,
+    )
     start = time.perf_counter()
     compiled = runner.warmup()
     warmup_s = time.perf_counter() - start
@@ -103,11 +121,21 @@ def main(argv: list[str] | None = None) -> dict:
     compiles_in_window = compile_counts()["compiles"] - before
     med = {k: statistics.median(v) for k, v in runs.items()}
     out = {
-        "machine": machine(), "model": path.name, "kv_cache_dtype": str(runner._pools[0][0].dtype), "prompt_tokens": PROMPT, "new_tokens": args.new_tokens, "repeats": args.repeats,
-        "warmup_programs": compiled, "warmup_s": round(warmup_s, 1), "decode_tokens_per_s": {k: round(v, 1) for k, v in med.items()},
-        "runs": runs, "ratio_c1_vs_generate": round(med["engine c=1"] / med["generate"], 3), "ratio_c16_vs_c1": round(med["engine c=16"] / med["engine c=1"], 2),
-        "ratio_c4_vs_c1": round(med["engine c=4"] / med["engine c=1"], 2), "compiles_in_timed_window": compiles_in_window,
-    }  # fmt: skip
+        "machine": machine(),
+        "model": path.name,
+        "kv_cache_dtype": str(runner._pools[0][0].dtype),
+        "prompt_tokens": PROMPT,
+        "new_tokens": args.new_tokens,
+        "repeats": args.repeats,
+        "warmup_programs": compiled,
+        "warmup_s": round(warmup_s, 1),
+        "decode_tokens_per_s": {k: round(v, 1) for k, v in med.items()},
+        "runs": runs,
+        "ratio_c1_vs_generate": round(med["engine c=1"] / med["generate"], 3),
+        "ratio_c16_vs_c1": round(med["engine c=16"] / med["engine c=1"], 2),
+        "ratio_c4_vs_c1": round(med["engine c=4"] / med["engine c=1"], 2),
+        "compiles_in_timed_window": compiles_in_window,
+    }
     print(f"warm-up: {compiled} programs in {warmup_s:.1f} s")
     print(f"{'candidate':<14}{'decode tok/s (median)':>24}")
     for k, v in med.items():

@@ -117,8 +117,17 @@ def bench_prefill(b, s, h, d, causal, *, sweep, interpret, gpu, reps, repeats, k
     keys = jax.random.split(key, 3 * reps)
     ops = [tuple(jax.random.normal(keys[3 * r + i], (b, s, h, d), dt) for i in range(3)) for r in range(reps)]
     flops = 4 * b * h * s * s * d / (2 if causal else 1)
-    result = {"B": b, "S": s, "H": h, "D": d, "causal": causal, "reps_per_call": reps, "fwd_flops": flops,
-              "compile_s": {}, "errors": {}}
+    result = {
+        "B": b,
+        "S": s,
+        "H": h,
+        "D": d,
+        "causal": causal,
+        "reps_per_call": reps,
+        "fwd_flops": flops,
+        "compile_s": {},
+        "errors": {},
+    }
     base = pf.default_config(d)
     ours = {"default": base, **(FWD_CONFIGS if sweep else {})}
 
@@ -136,8 +145,10 @@ def bench_prefill(b, s, h, d, causal, *, sweep, interpret, gpu, reps, repeats, k
             cands[n], ops_for[n] = c, ops
     prim, wall, kind = _time(cands, ops_for, repeats=repeats, gpu=gpu, reps=reps)
     result["timing"] = kind
-    result["fwd"] = {n: {"us": round(t * 1e6, 1), "TFLOPs": _timing.sig(flops / t / 1e12), "wall_us": round(wall[n] * 1e6, 1)}
-                     for n, t in prim.items()}
+    result["fwd"] = {
+        n: {"us": round(t * 1e6, 1), "TFLOPs": _timing.sig(flops / t / 1e12), "wall_us": round(wall[n] * 1e6, 1)}
+        for n, t in prim.items()
+    }
     mine_fwd = {n: t for n, t in prim.items() if n.startswith("pallas_")}
     if mine_fwd:
         best = min(mine_fwd, key=mine_fwd.get)
@@ -152,7 +163,7 @@ def bench_prefill(b, s, h, d, causal, *, sweep, interpret, gpu, reps, repeats, k
     def grad_of(f):
         return jax.grad(lambda q, k, v: f(q, k, v).astype(jnp.float32).sum(), argnums=(0, 1, 2))
 
-    best_name = result.get("fwd_best", "pallas_default")[len("pallas_"):]
+    best_name = result.get("fwd_best", "pallas_default")[len("pallas_") :]
     best_fwd_cfg = ours.get(best_name, base)
     bwd_cfgs = {"default": best_fwd_cfg}
     if sweep:
@@ -170,7 +181,11 @@ def bench_prefill(b, s, h, d, causal, *, sweep, interpret, gpu, reps, repeats, k
     result["fwd_bwd"] = {}
     for n, t in gprim.items():
         tf = prim.get(ref_name if n == ref_name else f"pallas_{best_name}")
-        entry = {"us": round(t * 1e6, 1), "TFLOPs": _timing.sig(3.5 * flops / t / 1e12), "wall_us": round(gwall[n] * 1e6, 1)}
+        entry = {
+            "us": round(t * 1e6, 1),
+            "TFLOPs": _timing.sig(3.5 * flops / t / 1e12),
+            "wall_us": round(gwall[n] * 1e6, 1),
+        }
         if tf and t > tf:  # the backward alone: fwd+bwd minus the same implementation's forward
             entry["bwd_only_us"] = round((t - tf) * 1e6, 1)
             entry["bwd_only_TFLOPs"] = _timing.sig(2.5 * flops / (t - tf) / 1e12)
@@ -179,7 +194,9 @@ def bench_prefill(b, s, h, d, causal, *, sweep, interpret, gpu, reps, repeats, k
     if mine_bwd and "bwd_only_us" in result["fwd_bwd"].get(ref_name, {}):
         best = min(mine_bwd, key=lambda n: mine_bwd[n]["bwd_only_us"])
         result["bwd_best"] = best
-        result[f"bwd_best_vs_{ref_name}"] = round(result["fwd_bwd"][ref_name]["bwd_only_us"] / mine_bwd[best]["bwd_only_us"], 3)
+        result[f"bwd_best_vs_{ref_name}"] = round(
+            result["fwd_bwd"][ref_name]["bwd_only_us"] / mine_bwd[best]["bwd_only_us"], 3
+        )
     q, k, v = ops[0]
     g_mine = gcands["pallas_default"](q, k, v)
     g_ref = grad_of(fwd["xla"])(q, k, v)
@@ -211,8 +228,18 @@ def bench_decode(b, t, hq, hkv, d, *, sweep, interpret, gpu, reps, repeats, key,
     table = jnp.arange(b * n_pages, dtype=jnp.int32).reshape(b, n_pages)
     paged_ops = [(q, k.reshape(b * n_pages, page, hkv, d), v.reshape(b * n_pages, page, hkv, d)) for q, k, v in ops]
     nbytes = 2 * b * t * hkv * d * 2
-    result = {"B": b, "T": t, "Hq": hq, "Hkv": hkv, "D": d, "page": page, "kv_bytes": nbytes, "reps_per_call": reps,
-              "compile_s": {}, "errors": {}}
+    result = {
+        "B": b,
+        "T": t,
+        "Hq": hq,
+        "Hkv": hkv,
+        "D": d,
+        "page": page,
+        "kv_bytes": nbytes,
+        "reps_per_call": reps,
+        "compile_s": {},
+        "errors": {},
+    }
     auto = pd._splits(pd.DecodeConfig(), b, hkv, t, min(128, t))
     cfgs = {"default": pd.DecodeConfig()}
     if sweep:
@@ -225,7 +252,9 @@ def bench_decode(b, t, hq, hkv, d, *, sweep, interpret, gpu, reps, repeats, key,
     fns["pallas_paged"] = lambda q, k, v: pd.paged_decode_attention(q, k, v, table, lens, interpret=interpret)
     fops["pallas_paged"] = paged_ops
     # the multi-layer pool form maxfx's KV cache uses ([P, 2, layers, page, H, D], read in place; one layer here)
-    fns["pallas_paged_pool"] = lambda q, pool: pd.paged_decode_attention_pool(q, pool, 0, table, lens, interpret=interpret)
+    fns["pallas_paged_pool"] = lambda q, pool: pd.paged_decode_attention_pool(
+        q, pool, 0, table, lens, interpret=interpret
+    )
     fops["pallas_paged_pool"] = [(q, jnp.stack([kp, vp], axis=1)[:, :, None]) for q, kp, vp in paged_ops]
     fns["xla"] = functools.partial(jax.nn.dot_product_attention, implementation="xla")
     fops["xla"] = ops
@@ -242,8 +271,13 @@ def bench_decode(b, t, hq, hkv, d, *, sweep, interpret, gpu, reps, repeats, key,
     result["impls"] = {}
     for n, tt in prim.items():
         gbps = nbytes / tt / 1e9
-        result["impls"][n] = {"us": round(tt * 1e6, 2), "GBps": _timing.sig(gbps), "pct_of_copy": _timing.sig(100 * gbps / copy_gbps),
-                              "pct_of_hbm_spec": _timing.sig(100 * gbps / H100_HBM_GBPS), "wall_us": round(wall[n] * 1e6, 2)}
+        result["impls"][n] = {
+            "us": round(tt * 1e6, 2),
+            "GBps": _timing.sig(gbps),
+            "pct_of_copy": _timing.sig(100 * gbps / copy_gbps),
+            "pct_of_hbm_spec": _timing.sig(100 * gbps / H100_HBM_GBPS),
+            "wall_us": round(wall[n] * 1e6, 2),
+        }
     mine = {n: tt for n, tt in prim.items() if n.startswith("pallas_")}
     if mine:
         best = min(mine, key=mine.get)
@@ -282,8 +316,20 @@ def main(argv: list[str] | None = None) -> dict:
         copy_gbps = copy_bandwidth(1 << 29)
     out["copy_GBps"] = round(copy_gbps, 1)
     for b, s, h, d, causal in prefill:
-        r = bench_prefill(b, s, h, d, causal, sweep=sweep, interpret=quick, gpu=gpu, reps=reps, repeats=repeats,
-                          key=key, bwd=not a.no_bwd)
+        r = bench_prefill(
+            b,
+            s,
+            h,
+            d,
+            causal,
+            sweep=sweep,
+            interpret=quick,
+            gpu=gpu,
+            reps=reps,
+            repeats=repeats,
+            key=key,
+            bwd=not a.no_bwd,
+        )
         out["prefill"].append(r)
         save()
         best = r.get("fwd_best")
@@ -293,21 +339,43 @@ def main(argv: list[str] | None = None) -> dict:
             line += f"; best {best} (x{r.get('fwd_best_vs_cudnn', '-')} cuDNN, err {r['fwd_rel_err_vs_xla']:.1e})"
         print(line, flush=True)
         if "fwd_bwd" in r:
-            print("  fwd+bwd: " + ", ".join(
-                f"{n} {e['TFLOPs']} TF/s (bwd {e.get('bwd_only_TFLOPs', '-')})" for n, e in r["fwd_bwd"].items()
-            ) + f"; bwd best {r.get('bwd_best')} x{r.get('bwd_best_vs_cudnn', '-')} cuDNN; grad err {r['grad_rel_err_vs_xla']}",
-                flush=True)
+            print(
+                "  fwd+bwd: "
+                + ", ".join(
+                    f"{n} {e['TFLOPs']} TF/s (bwd {e.get('bwd_only_TFLOPs', '-')})" for n, e in r["fwd_bwd"].items()
+                )
+                + f"; bwd best {r.get('bwd_best')} x{r.get('bwd_best_vs_cudnn', '-')} cuDNN; grad err {r['grad_rel_err_vs_xla']}",
+                flush=True,
+            )
         if r["errors"]:
             print(f"  errors: {r['errors']}", flush=True)
     if not a.no_decode:
         for b, t, hq, hkv, d in decode:
-            r = bench_decode(b, t, hq, hkv, d, sweep=sweep, interpret=quick, gpu=gpu, reps=max(reps, 4 if gpu else 1),
-                             repeats=repeats, key=key, copy_gbps=copy_gbps)
+            r = bench_decode(
+                b,
+                t,
+                hq,
+                hkv,
+                d,
+                sweep=sweep,
+                interpret=quick,
+                gpu=gpu,
+                reps=max(reps, 4 if gpu else 1),
+                repeats=repeats,
+                key=key,
+                copy_gbps=copy_gbps,
+            )
             out["decode"].append(r)
             save()
-            print(f"decode B{b} T{t} Hq{hq} Hkv{hkv} D{d} [{r.get('timing')}]: " + ", ".join(
-                f"{n} {e['GBps']} GB/s ({e['pct_of_copy']}% copy, {e['pct_of_hbm_spec']}% spec)" for n, e in r["impls"].items()
-            ) + f"; best {r.get('best')} err {r.get('rel_err_vs_xla', float('nan')):.1e}", flush=True)
+            print(
+                f"decode B{b} T{t} Hq{hq} Hkv{hkv} D{d} [{r.get('timing')}]: "
+                + ", ".join(
+                    f"{n} {e['GBps']} GB/s ({e['pct_of_copy']}% copy, {e['pct_of_hbm_spec']}% spec)"
+                    for n, e in r["impls"].items()
+                )
+                + f"; best {r.get('best')} err {r.get('rel_err_vs_xla', float('nan')):.1e}",
+                flush=True,
+            )
             if r["errors"]:
                 print(f"  errors: {r['errors']}", flush=True)
     out["total_s"] = round(time.perf_counter() - t0, 1)

@@ -43,7 +43,15 @@ from tests.bench import _llm_jax
 from tests.bench._timing import fmt_time, interleaved, machine, save
 
 CPU_CONFIG = LlamaConfig(
-    vocab_size=8192, hidden_size=512, intermediate_size=1408, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=2048
+    vocab_size=8192,
+    hidden_size=512,
+    intermediate_size=1408,
+    num_hidden_layers=4,
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    rms_norm_eps=1e-5,
+    rope_theta=10000.0,
+    max_position_embeddings=2048,
 )
 GPU_CONFIG = LlamaConfig(
     vocab_size=128256,
@@ -106,10 +114,19 @@ def jax_arch(c: LlamaConfig) -> _llm_jax.Arch:
     plain = not (c.qkv_bias or c.o_bias or c.sliding_window or c.rope_scaling or c.rope_freq_factors)
     assert plain and c.hidden_act == ("gelu_pytorch_tanh" if gemma else "silu"), f"_llm_jax does not implement {c}"
     return _llm_jax.Arch(
-        vocab=c.vocab_size, hidden=c.hidden_size, inter=c.intermediate_size, layers=c.num_hidden_layers, heads=c.num_attention_heads,
-        kv_heads=c.num_key_value_heads, head_dim=c.head_dim, eps=c.rms_norm_eps, theta=c.rope_theta, tied=c.tie_word_embeddings,
-        qk_norm=c.qk_norm, gemma=gemma,
-    )  # fmt: skip
+        vocab=c.vocab_size,
+        hidden=c.hidden_size,
+        inter=c.intermediate_size,
+        layers=c.num_hidden_layers,
+        heads=c.num_attention_heads,
+        kv_heads=c.num_key_value_heads,
+        head_dim=c.head_dim,
+        eps=c.rms_norm_eps,
+        theta=c.rope_theta,
+        tied=c.tie_word_embeddings,
+        qk_norm=c.qk_norm,
+        gemma=gemma,
+    )
 
 
 def jax_params(model: LlamaForCausalLM) -> dict:
@@ -117,7 +134,9 @@ def jax_params(model: LlamaForCausalLM) -> dict:
     return {name: t._array() for name, t in model.parameters}
 
 
-def bench_generate(model: LlamaForCausalLM, label: str, batch: int, prompt: int, new_tokens: int, repeats: int, jax_side: bool = True) -> dict:
+def bench_generate(
+    model: LlamaForCausalLM, label: str, batch: int, prompt: int, new_tokens: int, repeats: int, jax_side: bool = True
+) -> dict:
     """``model.generate`` vs the `_llm_jax` loop on the same weights (module docstring: what is timed)."""
     cfg = model.config
     ids = np.random.default_rng(0).integers(0, cfg.vocab_size, (batch, prompt))
@@ -158,7 +177,12 @@ def bench_generate(model: LlamaForCausalLM, label: str, batch: int, prompt: int,
     for name in sides:
         pre, full = med[f"{name}_1"], med[f"{name}_n"]
         dec = max(full - pre, 1e-12) / (new_tokens - 1)
-        out[name] = {"prefill_s": pre, "prefill_tok_s": batch * prompt / pre, "decode_s": dec, "decode_tok_s": batch / dec}
+        out[name] = {
+            "prefill_s": pre,
+            "prefill_tok_s": batch * prompt / pre,
+            "decode_s": dec,
+            "decode_tok_s": batch / dec,
+        }
     if jax_side:
         out["prefill_ratio"] = out["maxfx"]["prefill_tok_s"] / out["jax"]["prefill_tok_s"]
         out["decode_ratio"] = out["maxfx"]["decode_tok_s"] / out["jax"]["decode_tok_s"]
@@ -175,7 +199,10 @@ def decode_bytes(model: LlamaForCausalLM, batch: int, length: int) -> int:
 
 
 def _print(r: dict, peak: float | None = None, nbytes: int | None = None) -> None:
-    print(f"\n{r['label']}: batch {r['batch']}, prompt {r['prompt']}, {r['new_tokens']} new tokens, cache {r['cache_length']}")
+    print(
+        f"\n{r['label']}: batch {r['batch']}, prompt {r['prompt']}, {r['new_tokens']} new tokens, cache "
+        f"{r['cache_length']}"
+    )
     for name in ("maxfx", "jax"):
         if name in r:
             m = r[name]
@@ -186,7 +213,10 @@ def _print(r: dict, peak: float | None = None, nbytes: int | None = None) -> Non
             print(line)
     print(f"  maxfx compile (prefill + decode programs, not in the tokens/s): {r['maxfx_compile_s']:.2f} s")
     if "decode_ratio" in r:
-        print(f"  maxfx/jax tokens/s: prefill {r['prefill_ratio']:.3f}x, decode {r['decode_ratio']:.3f}x (target >= 0.95x)")
+        print(
+            f"  maxfx/jax tokens/s: prefill {r['prefill_ratio']:.3f}x, decode {r['decode_ratio']:.3f}x (target >= "
+            "0.95x)"
+        )
 
 
 class Q4Source(RandomSource):

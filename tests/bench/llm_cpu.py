@@ -88,7 +88,13 @@ def make_gguf(path: Path, qname: str, shape: dict = SMOLLM2_135M, vocab: dict | 
     wr.add_layer_norm_rms_eps(shape["eps"])
     wr.add_rope_freq_base(shape["theta"])
     wr.add_vocab_size(shape["vocab"])
-    wr.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}[qname])
+    wr.add_file_type(
+        {
+            "F32": gguf.LlamaFileType.ALL_F32,
+            "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+            "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+        }[qname]
+    )
     wr.add_tokenizer_model("gpt2")
     if vocab is not None:
         assert len(vocab["tokens"]) == shape["vocab"], "the tokenizer must fill the model's vocabulary"
@@ -163,7 +169,15 @@ def llama_cpp_side(path: Path, ids: np.ndarray, threads: int):
     except ImportError:
         return None, "llama_cpp is not importable (pip install llama-cpp-python to compare)"
     start = time.perf_counter()
-    llm = Llama(model_path=str(path), n_ctx=256, n_threads=threads, n_threads_batch=threads, n_batch=PROMPT, logits_all=False, verbose=False)
+    llm = Llama(
+        model_path=str(path),
+        n_ctx=256,
+        n_threads=threads,
+        n_threads_batch=threads,
+        n_batch=PROMPT,
+        logits_all=False,
+        verbose=False,
+    )
     load_s = time.perf_counter() - start
 
     vocab = llm.n_vocab()
@@ -207,11 +221,20 @@ def bench_file(path: Path, repeats: int, threads: int, bandwidth: float) -> dict
     for name in runs:
         pre, full = med[f"{name}|1"], med[f"{name}|n"]
         dec = max(full - pre, 1e-9) / (NEW_TOKENS - 1)
-        out[name] = {"prefill_tok_s": PROMPT / pre, "decode_tok_s": 1 / dec, "decode_gb_s": nbytes / dec / 1e9, "bandwidth_fraction": nbytes / dec / bandwidth}
+        out[name] = {
+            "prefill_tok_s": PROMPT / pre,
+            "decode_tok_s": 1 / dec,
+            "decode_gb_s": nbytes / dec / 1e9,
+            "bandwidth_fraction": nbytes / dec / bandwidth,
+        }
     if "llama.cpp" in runs:
         out["prefill_ratio"] = out["maxfx"]["prefill_tok_s"] / out["llama.cpp"]["prefill_tok_s"]
         out["decode_ratio"] = out["maxfx"]["decode_tok_s"] / out["llama.cpp"]["decode_tok_s"]
-        out["same_first_tokens"] = int(np.argmax(tokens["maxfx"] != tokens["llama.cpp"])) if (tokens["maxfx"] != tokens["llama.cpp"]).any() else NEW_TOKENS
+        out["same_first_tokens"] = (
+            int(np.argmax(tokens["maxfx"] != tokens["llama.cpp"]))
+            if (tokens["maxfx"] != tokens["llama.cpp"]).any()
+            else NEW_TOKENS
+        )
     return out
 
 
@@ -223,8 +246,11 @@ def _print(r: dict) -> None:
             print(f"  {name:9s} prefill {m['prefill_tok_s']:7.1f} tok/s  decode {m['decode_tok_s']:6.1f} tok/s  "
                   f"{m['decode_gb_s']:5.2f} GB/s ({100 * m['bandwidth_fraction']:.0f}% of read bandwidth)")  # fmt: skip
     if "decode_ratio" in r:
-        print(f"  maxfx / llama.cpp: prefill {r['prefill_ratio']:.2f}x, decode {r['decode_ratio']:.2f}x (target >= 0.8x decode, >= 1.0x prefill); "
-              f"greedy tokens agree for the first {r['same_first_tokens']} of {NEW_TOKENS}")  # fmt: skip
+        print(
+            f"  maxfx / llama.cpp: prefill {r['prefill_ratio']:.2f}x, decode {r['decode_ratio']:.2f}x (target >= 0.8x "
+            "decode, >= 1.0x prefill); "
+            f"greedy tokens agree for the first {r['same_first_tokens']} of {NEW_TOKENS}"
+        )
     elif "llama_cpp" in r:
         print(f"  llama.cpp: {r['llama_cpp']}")
 

@@ -74,8 +74,14 @@ def mlp(repeats: int, compile_repeats: int) -> dict:
         "jax.jit": _compile_seconds(lambda: jax.jit(_jax_mlp).lower(params, x_j).compile(), compile_repeats),
     }
     print("\nMLP 1024-4096-4096-1024, batch 64, float32")
-    print(f"  forward   maxfx {fmt_time(run['maxfx'])}   jax.jit {fmt_time(run['jax.jit'])}   ratio {run['maxfx'] / run['jax.jit']:.2f} (target ≤ 1.10)")
-    print(f"  compile   maxfx {fmt_time(ct['maxfx'])}   jax.jit {fmt_time(ct['jax.jit'])}   ratio {ct['maxfx'] / ct['jax.jit']:.2f} (target ≤ 3)")
+    print(
+        f"  forward   maxfx {fmt_time(run['maxfx'])}   jax.jit {fmt_time(run['jax.jit'])}   ratio "
+        f"{run['maxfx'] / run['jax.jit']:.2f} (target ≤ 1.10)"
+    )
+    print(
+        f"  compile   maxfx {fmt_time(ct['maxfx'])}   jax.jit {fmt_time(ct['jax.jit'])}   ratio "
+        f"{ct['maxfx'] / ct['jax.jit']:.2f} (target ≤ 3)"
+    )
     return {
         "forward_s": run,
         "forward_ratio": run["maxfx"] / run["jax.jit"],
@@ -105,7 +111,9 @@ class GPT2Block(Module):
         heads = lambda t: F.permute(F.reshape(t, [b, s, H, D // H]), [0, 2, 1, 3])  # noqa: E731
         q, k, v = heads(q), heads(k), heads(v)
         scores = (q @ F.transpose(k, -1, -2)) * (1.0 / (D // H) ** 0.5)
-        causal = F.band_part(F.broadcast_to(F.constant(1.0, DType.float32, x.device), [s, s]), num_lower=None, num_upper=0)
+        causal = F.band_part(
+            F.broadcast_to(F.constant(1.0, DType.float32, x.device), [s, s]), num_lower=None, num_upper=0
+        )
         scores = F.where(causal > 0, scores, -1e9)
         attn = F.reshape(F.permute(F.softmax(scores, axis=-1) @ v, [0, 2, 1, 3]), [b, s, D])
         x = x + self.attn_proj(attn)
@@ -136,7 +144,10 @@ def _jax_block(p, x):
 
 
 def _block_params(block: GPT2Block) -> dict:
-    return {name: (getattr(block, name).weight._array(), getattr(block, name).bias._array()) for name in ("ln_1", "c_attn", "attn_proj", "ln_2", "c_fc", "mlp_proj")}
+    return {
+        name: (getattr(block, name).weight._array(), getattr(block, name).bias._array())
+        for name in ("ln_1", "c_attn", "attn_proj", "ln_2", "c_fc", "mlp_proj")
+    }
 
 
 def _compile_seconds(compile_only, repeats: int) -> float:
@@ -178,7 +189,10 @@ def gpt2(repeats: int, compile_repeats: int) -> dict:
     exe = jax.jit(_jax_block).lower(params, x_j).compile()
     np.testing.assert_allclose(compiled(x_t).to_numpy(), np.asarray(exe(params, x_j)), rtol=2e-3, atol=2e-3)
     run = interleaved(
-        {"maxfx": lambda: jax.block_until_ready(compiled(x_t)._array()), "jax.jit": lambda: jax.block_until_ready(exe(params, x_j))},
+        {
+            "maxfx": lambda: jax.block_until_ready(compiled(x_t)._array()),
+            "jax.jit": lambda: jax.block_until_ready(exe(params, x_j)),
+        },
         repeats=repeats,
         warmup=3,
     )
@@ -201,16 +215,31 @@ def gpt2(repeats: int, compile_repeats: int) -> dict:
     pieces, whole = twelve.compile(in_type, use_subgraphs=True), twelve.compile(in_type)
     np.testing.assert_allclose(pieces(x_t).to_numpy(), whole(x_t).to_numpy(), rtol=2e-3, atol=2e-3)
     run12 = interleaved(
-        {"subgraphs": lambda: jax.block_until_ready(pieces(x_t)._array()), "one program": lambda: jax.block_until_ready(whole(x_t)._array())},
+        {
+            "subgraphs": lambda: jax.block_until_ready(pieces(x_t)._array()),
+            "one program": lambda: jax.block_until_ready(whole(x_t)._array()),
+        },
         repeats=max(repeats // 4, 3),
         warmup=1,
     )
     print(f"\nGPT-2-small block (batch {BATCH}, seq {SEQ}, d {D}), float32")
-    print(f"  forward   maxfx {fmt_time(run['maxfx'])}   jax.jit {fmt_time(run['jax.jit'])}   ratio {run['maxfx'] / run['jax.jit']:.2f} (target ≤ 1.10)")
-    print(f"  compile   maxfx {fmt_time(ct['maxfx'])}   jax.jit {fmt_time(ct['jax.jit'])}   ratio {ct['maxfx'] / ct['jax.jit']:.2f} (target ≤ 3)")
-    print(f"  12 blocks, use_subgraphs=True: compile {fmt_time(st['12 blocks'])} vs one block {fmt_time(st['one block'])}: ratio {ratio:.2f} (target ≤ 2)")
+    print(
+        f"  forward   maxfx {fmt_time(run['maxfx'])}   jax.jit {fmt_time(run['jax.jit'])}   ratio "
+        f"{run['maxfx'] / run['jax.jit']:.2f} (target ≤ 1.10)"
+    )
+    print(
+        f"  compile   maxfx {fmt_time(ct['maxfx'])}   jax.jit {fmt_time(ct['jax.jit'])}   ratio "
+        f"{ct['maxfx'] / ct['jax.jit']:.2f} (target ≤ 3)"
+    )
+    print(
+        f"  12 blocks, use_subgraphs=True: compile {fmt_time(st['12 blocks'])} vs one block "
+        f"{fmt_time(st['one block'])}: ratio {ratio:.2f} (target ≤ 2)"
+    )
     print(f"   (as one program, use_subgraphs=False: {fmt_time(whole_compile)});")
-    print(f"   12-block forward with subgraphs {fmt_time(run12['subgraphs'])} vs one program {fmt_time(run12['one program'])}: ratio {run12['subgraphs'] / run12['one program']:.2f}")
+    print(
+        f"   12-block forward with subgraphs {fmt_time(run12['subgraphs'])} vs one program "
+        f"{fmt_time(run12['one program'])}: ratio {run12['subgraphs'] / run12['one program']:.2f}"
+    )
     return {
         "forward_s": run,
         "forward_ratio": run["maxfx"] / run["jax.jit"],

@@ -38,6 +38,7 @@ from tests.bench import _timing
 FORMATS = ("Q4_0", "Q4_K", "Q5_K", "Q8_0", "Q6_K", "GPTQ", "INT8")
 GPTQ_GROUP = 128
 
+
 # Tilings swept per shape class (the default heuristic is always timed too).
 def _fma(bn, splits=1, unroll=1, warps=4):
     return KernelConfig(bm=1, bn=bn, mode="fma", splits=splits, unroll=unroll, num_warps=warps, num_stages=3)
@@ -207,7 +208,9 @@ def bench_case(fmt, m, n, k, configs, *, reps, repeats, interpret, key):
     result["xla_bf16_wall_us"] = round(wall["xla_bf16"] / reps * 1e6, 2)
     wbytes = wq[0].nbytes
     for name, t in times.items():
-        entry = dict(us=round(t * 1e6, 2), speedup_vs_bf16=_timing.sig(t_bf16 / t), weight_GBps=_timing.sig(wbytes / t / 1e9))
+        entry = dict(
+            us=round(t * 1e6, 2), speedup_vs_bf16=_timing.sig(t_bf16 / t), weight_GBps=_timing.sig(wbytes / t / 1e9)
+        )
         entry["wall_us"] = round(wall[name] / reps * 1e6, 2)
         entry["wall_speedup_vs_bf16"] = _timing.sig(wall["xla_bf16"] / wall[name])
         if dev:
@@ -277,7 +280,8 @@ def main(argv: list[str] | None = None) -> dict:
                 print(f"decode {fmt} {n}x{k}: no kernel tiling ran: {r['configs']}", flush=True)
                 continue
             print(
-                f"decode {fmt:5s} M=1 N={n:5d} K={k:5d} [{r['timing']}]: bf16 {r['xla_bf16_us']:8.1f} µs, best {r['best']} "
+                f"decode {fmt:5s} M=1 N={n:5d} K={k:5d} [{r['timing']}]: bf16 {r['xla_bf16_us']:8.1f} µs, best "
+                f"{r['best']} "
                 f"{r['configs'][r['best']]['us']:8.1f} µs = {r['best_speedup_vs_bf16']:.2f}x "
                 f"({r['configs'][r['best']]['weight_GBps']} GB/s; default {r['default_speedup_vs_bf16']}x; "
                 f"err {r['best_max_rel_err']:.1e}; {time.perf_counter() - t_start:.0f}s)",
@@ -285,7 +289,9 @@ def main(argv: list[str] | None = None) -> dict:
             )
         else:
             cfgs = PREFILL_CONFIGS if fmt in sweep and not smoke else {}
-            r = bench_case(fmt, m_prefill, n, k, cfgs, reps=max(2, reps // 4), repeats=repeats, interpret=smoke, key=key)
+            r = bench_case(
+                fmt, m_prefill, n, k, cfgs, reps=max(2, reps // 4), repeats=repeats, interpret=smoke, key=key
+            )
             out["prefill"].append(r)
             save()
             if r["best"] is None:
@@ -293,7 +299,8 @@ def main(argv: list[str] | None = None) -> dict:
                 continue
             tflops = 2 * m_prefill * n * k / (r["configs"][r["best"]]["us"] * 1e-6) / 1e12
             print(
-                f"prefill {fmt:5s} M={m_prefill} N={n:5d} K={k:5d} [{r['timing']}]: bf16 {r['xla_bf16_us']:8.1f} µs, best {r['best']} "
+                f"prefill {fmt:5s} M={m_prefill} N={n:5d} K={k:5d} [{r['timing']}]: bf16 {r['xla_bf16_us']:8.1f} µs, "
+                f"best {r['best']} "
                 f"{r['configs'][r['best']]['us']:8.1f} µs = {r['best_speedup_vs_bf16']:.2f}x of bf16 throughput "
                 f"({tflops:.0f} TFLOP/s; default {r['default_speedup_vs_bf16']}x; err {r['best_max_rel_err']:.1e}; "
                 f"{time.perf_counter() - t_start:.0f}s)",

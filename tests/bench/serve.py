@@ -92,7 +92,9 @@ def find_llama_server(given: str | None) -> Path | None:
     for p in (given, os.environ.get("LLAMA_SERVER")):
         if p:
             return Path(p) if Path(p).is_file() else None
-    found = sorted(BENCH_DIR.glob("llama-cpp-python-*/vendor/llama.cpp/build/bin/llama-server"), key=lambda p: p.stat().st_mtime)
+    found = sorted(
+        BENCH_DIR.glob("llama-cpp-python-*/vendor/llama.cpp/build/bin/llama-server"), key=lambda p: p.stat().st_mtime
+    )
     return found[-1] if found else None
 
 
@@ -114,7 +116,9 @@ class Server:
     def start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "wb") as f:
-            self.proc = subprocess.Popen(self.cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
 
     def wait_ready(self, timeout: float) -> None:
         """Poll ``/health`` until 200 (llama-server answers 503 while it loads; maxfx compiles its buckets first)."""
@@ -123,7 +127,10 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} before it was ready; log: {self.log}\n{self.tail()}")
+                raise RuntimeError(
+                    f"{self.name} exited with {self.proc.returncode} before it was ready; log: "
+                    f"{self.log}\n{self.tail()}"
+                )
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(self.url + "/health", timeout=5).status_code == 200:
                     return
@@ -151,7 +158,23 @@ class Server:
 
 def maxfx_server(path: Path, logs: Path, extra: list[str]) -> Server:
     port = free_port()
-    cmd = [sys.executable, "-m", "maxfx", "serve", "--model", str(path), "--host", "127.0.0.1", "--port", str(port), "--max-batch-size", "16", "--max-length", "512", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "maxfx",
+        "serve",
+        "--model",
+        str(path),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-batch-size",
+        "16",
+        "--max-length",
+        "512",
+        *extra,
+    ]
     return Server(MAXFX, cmd, port, logs / "maxfx.log")
 
 
@@ -159,7 +182,23 @@ def llama_server(binary: Path, path: Path, logs: Path, extra: list[str]) -> Serv
     port = free_port()
     # -c is the whole context, split evenly over the --parallel slots: 16 x 512, maxfx's --max-length.
     # --no-webui: nothing but the API is needed.
-    cmd = [str(binary), "-m", str(path), "-t", "2", "--parallel", "16", "-c", "8192", "--host", "127.0.0.1", "--port", str(port), "--no-webui", *extra]
+    cmd = [
+        str(binary),
+        "-m",
+        str(path),
+        "-t",
+        "2",
+        "--parallel",
+        "16",
+        "-c",
+        "8192",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-webui",
+        *extra,
+    ]
     return Server(LLAMA, cmd, port, logs / "llama-server.log")
 
 
@@ -187,7 +226,8 @@ def compiles(server: Server) -> float | None:
 
 
 def cpu_ticks(pids: list[int]) -> tuple[int, int, float]:
-    """``(machine busy ticks, ticks of pids, this process's CPU seconds)``, to tell how much CPU others took during a run.
+    """``(machine busy ticks, ticks of pids, this process's CPU seconds)``, to tell how much CPU others took during a
+    run.
 
     /proc/stat counts every process on the machine, including other containers'
     that ``ps`` cannot see; a server's own ticks (all its threads) are subtracted.
@@ -211,7 +251,9 @@ def background_cores(before: tuple[int, int, float], after: tuple[int, int, floa
 
 
 def wait_quiet(pids: list[int], threshold: float, budget: float) -> float:
-    """Sample others' CPU in 1 s windows until it is at most ``threshold`` cores or ``budget`` seconds have passed; the last sample."""
+    """Sample others' CPU in 1 s windows until it is at most ``threshold`` cores or ``budget`` seconds have passed; the
+    last sample.
+    """
     deadline = time.monotonic() + budget
     while True:
         before, start = cpu_ticks(pids), time.perf_counter()
@@ -285,7 +327,15 @@ async def request(client, url: str, body: dict) -> Result:
 
 def body(prompt: str | list[int], model: str | None) -> dict:
     # llama-server reads max_tokens as n_predict and honours ignore_eos; both stream usage on request.
-    return {**({"model": model} if model else {}), "prompt": prompt, "max_tokens": OUTPUT, "temperature": 0, "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
+    return {
+        **({"model": model} if model else {}),
+        "prompt": prompt,
+        "max_tokens": OUTPUT,
+        "temperature": 0,
+        "stream": True,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
 
 
 async def run_load(server: Server, prompts: list, concurrency: int) -> tuple[list[Result], float]:
@@ -315,15 +365,23 @@ def summarize(results: list[Result], duration: float) -> dict:
     out["request_throughput"] = len(ok) / duration
     out["output_throughput"] = sum(r.output_tokens for r in ok) / duration
     out["output_tokens_mean"] = statistics.mean(r.output_tokens for r in ok)
-    out["chunks_mean"] = statistics.mean(r.chunks for r in ok)  # < output tokens: some chunks carried two (held-back UTF-8)
+    out["chunks_mean"] = statistics.mean(
+        r.chunks for r in ok
+    )  # < output tokens: some chunks carried two (held-back UTF-8)
     out["prompt_tokens"] = sorted({r.prompt_tokens for r in ok})
     series = {
-        "ttft": [r.ttft for r in ok], "tpot": [(r.e2e - r.ttft) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1],
-        "itl": [g for r in ok for g in r.itl], "e2el": [r.e2e for r in ok],
-    }  # fmt: skip
+        "ttft": [r.ttft for r in ok],
+        "tpot": [(r.e2e - r.ttft) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1],
+        "itl": [g for r in ok for g in r.itl],
+        "e2el": [r.e2e for r in ok],
+    }
     for k, v in series.items():
         a = np.asarray(v or [0.0]) * 1e3
-        out[f"{k}_mean"], out[f"{k}_p50"], out[f"{k}_p99"] = float(a.mean()), float(np.median(a)), float(np.percentile(a, 99))
+        out[f"{k}_mean"], out[f"{k}_p50"], out[f"{k}_p99"] = (
+            float(a.mean()),
+            float(np.median(a)),
+            float(np.percentile(a, 99)),
+        )
     if served := [r.server_prompt_ms for r in ok if r.server_prompt_ms is not None]:
         out["server_prompt_ms_p50"] = float(np.median(served))
     if len(ok) < len(results):
@@ -340,17 +398,26 @@ def check_llama_tokenizer(server: Server, sample: list[tuple[str, list[int]]]) -
 
     bad = 0
     for text, ids in sample:
-        got = httpx.post(server.url + "/tokenize", json={"content": text, "add_special": False}, timeout=30).json()["tokens"]
+        got = httpx.post(server.url + "/tokenize", json={"content": text, "add_special": False}, timeout=30).json()[
+            "tokens"
+        ]
         if got != ids:
             bad += 1
             if bad == 1:
-                first = next((i for i, (a, b) in enumerate(zip(got, ids, strict=False)) if a != b), min(len(got), len(ids)))
-                print(f"  tokenizers differ on a prompt: llama-server {len(got)} ids, maxfx {len(ids)}; first difference at {first}: {got[first : first + 4]} vs {ids[first : first + 4]}")
+                first = next(
+                    (i for i, (a, b) in enumerate(zip(got, ids, strict=False)) if a != b), min(len(got), len(ids))
+                )
+                print(
+                    f"  tokenizers differ on a prompt: llama-server {len(got)} ids, maxfx {len(ids)}; first difference "
+                    f"at {first}: {got[first : first + 4]} vs {ids[first : first + 4]}"
+                )
     return bad
 
 
 def in_process_generate(path: Path):
-    """``run() -> decode tokens/s`` of ``load_pretrained(path).generate`` on 128 prompt ids, 128 new tokens (as tests.bench.engine)."""
+    """``run() -> decode tokens/s`` of ``load_pretrained(path).generate`` on 128 prompt ids, 128 new tokens (as
+    tests.bench.engine).
+    """
     from maxfx.models import load_pretrained  # noqa: PLC0415
 
     model = load_pretrained(str(path))
@@ -366,17 +433,31 @@ def in_process_generate(path: Path):
 # ─── the report ──────────────────────────────────────────────────────────
 
 ROWS = [
-    ("output tok/s", "output_throughput", "{:.1f}"), ("requests/s", "request_throughput", "{:.3f}"),
-    ("TTFT mean ms", "ttft_mean", "{:.1f}"), ("TTFT p50 ms", "ttft_p50", "{:.1f}"), ("TTFT p99 ms", "ttft_p99", "{:.1f}"),
-    ("  srv prefill", "server_prompt_ms_p50", "{:.1f}"),  # llama-server's own timings.prompt_ms: TTFT less queueing and HTTP
-    ("TPOT mean ms", "tpot_mean", "{:.2f}"), ("TPOT p50 ms", "tpot_p50", "{:.2f}"), ("TPOT p99 ms", "tpot_p99", "{:.2f}"),
-    ("ITL mean ms", "itl_mean", "{:.2f}"), ("ITL p50 ms", "itl_p50", "{:.2f}"), ("ITL p99 ms", "itl_p99", "{:.2f}"),
-    ("E2E p50 ms", "e2el_p50", "{:.0f}"), ("others' cores", "background_cores", "{:.2f}"),
-]  # fmt: skip
+    ("output tok/s", "output_throughput", "{:.1f}"),
+    ("requests/s", "request_throughput", "{:.3f}"),
+    ("TTFT mean ms", "ttft_mean", "{:.1f}"),
+    ("TTFT p50 ms", "ttft_p50", "{:.1f}"),
+    ("TTFT p99 ms", "ttft_p99", "{:.1f}"),
+    (
+        "  srv prefill",
+        "server_prompt_ms_p50",
+        "{:.1f}",
+    ),  # llama-server's own timings.prompt_ms: TTFT less queueing and HTTP
+    ("TPOT mean ms", "tpot_mean", "{:.2f}"),
+    ("TPOT p50 ms", "tpot_p50", "{:.2f}"),
+    ("TPOT p99 ms", "tpot_p99", "{:.2f}"),
+    ("ITL mean ms", "itl_mean", "{:.2f}"),
+    ("ITL p50 ms", "itl_p50", "{:.2f}"),
+    ("ITL p99 ms", "itl_p99", "{:.2f}"),
+    ("E2E p50 ms", "e2el_p50", "{:.0f}"),
+    ("others' cores", "background_cores", "{:.2f}"),
+]
 
 
 def medians(runs: list[dict], quiet: float) -> dict:
-    """Each figure's median over the clean runs (others' CPU at most ``quiet``), over all when none was clean; ``runs_used`` says which."""
+    """Each figure's median over the clean runs (others' CPU at most ``quiet``), over all when none was clean;
+    ``runs_used`` says which.
+    """
     clean = [r for r in runs if r.get("background_cores", 0.0) <= quiet]
     use = clean or runs
     keys = [k for _, k, _ in ROWS]
@@ -386,7 +467,9 @@ def medians(runs: list[dict], quiet: float) -> dict:
     return out
 
 
-def targets(med: dict[str, dict[int, dict]], generate_tok_s: float | None, compiled: float | None, have_llama: bool) -> list[tuple[str, float | None, str, bool | None]]:
+def targets(
+    med: dict[str, dict[int, dict]], generate_tok_s: float | None, compiled: float | None, have_llama: bool
+) -> list[tuple[str, float | None, str, bool | None]]:
     """``(name, value, bound, passed)`` of the issue's targets (value None: not measurable here)."""
     mx, ll = med.get(MAXFX, {}), med.get(LLAMA, {})
     out: list[tuple[str, float | None, str, bool | None]] = []
@@ -397,9 +480,21 @@ def targets(med: dict[str, dict[int, dict]], generate_tok_s: float | None, compi
         return mx[c][key] / ll[c][key]
 
     for c in sorted(mx):
-        for name, key, op, bound in (("output tok/s", "output_throughput", ">=", 1.0), ("TTFT p50", "ttft_p50", "<=", 1.0), ("TTFT p99", "ttft_p99", "<=", 1.5), ("TPOT p50", "tpot_p50", "<=", 1.0)):
+        for name, key, op, bound in (
+            ("output tok/s", "output_throughput", ">=", 1.0),
+            ("TTFT p50", "ttft_p50", "<=", 1.0),
+            ("TTFT p99", "ttft_p99", "<=", 1.5),
+            ("TPOT p50", "tpot_p50", "<=", 1.0),
+        ):
             v = ratio(c, key)
-            out.append((f"c={c} {name} maxfx / llama-server", v, f"{op} {bound}", None if v is None else (v >= bound if op == ">=" else v <= bound)))
+            out.append(
+                (
+                    f"c={c} {name} maxfx / llama-server",
+                    v,
+                    f"{op} {bound}",
+                    None if v is None else (v >= bound if op == ">=" else v <= bound),
+                )
+            )
         if c == 16:
             v = ratio(c, "output_throughput")
             out.append(("c=16 output tok/s maxfx / llama-server (goal)", v, ">= 1.2", None if v is None else v >= 1.2))
@@ -413,7 +508,9 @@ def targets(med: dict[str, dict[int, dict]], generate_tok_s: float | None, compi
     if 1 in mx and generate_tok_s:
         v = (1e3 / mx[1]["tpot_p50"]) / generate_tok_s
         out.append(("maxfx c=1 decode rate (1/TPOT p50) / in-process generate", v, ">= 0.9", v >= 0.9))
-    out.append(("maxfx programs compiled in the timed window", compiled, "== 0", None if compiled is None else compiled == 0))
+    out.append(
+        ("maxfx programs compiled in the timed window", compiled, "== 0", None if compiled is None else compiled == 0)
+    )
     return out
 
 
@@ -443,25 +540,58 @@ def print_report(med: dict[str, dict[int, dict]], have_llama: bool, checks: list
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quant", default="Q8_0", choices=["Q8_0", "F32", "Q4_0"])
-    ap.add_argument("--quick", action="store_true", help="one wave of c requests per concurrency (rounds 1) instead of 3")
-    ap.add_argument("--rounds", type=int, default=None, help="requests per run = rounds x concurrency (default 3, --quick 1)")
+    ap.add_argument(
+        "--quick", action="store_true", help="one wave of c requests per concurrency (rounds 1) instead of 3"
+    )
+    ap.add_argument(
+        "--rounds", type=int, default=None, help="requests per run = rounds x concurrency (default 3, --quick 1)"
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)))
-    ap.add_argument("--llama-server", default=None, help="llama-server binary (default: $LLAMA_SERVER or build_llama_server.sh's)")
+    ap.add_argument(
+        "--llama-server", default=None, help="llama-server binary (default: $LLAMA_SERVER or build_llama_server.sh's)"
+    )
     ap.add_argument("--llama-args", default="", help="extra llama-server flags (e.g. '--poll 0')")
     # llama-server keeps its KV cache in float16 (-ctk/-ctv f16) unless told otherwise: the same here.
-    ap.add_argument("--maxfx-args", default="--kv-cache-format float16", help="extra maxfx serve flags (default '--kv-cache-format float16', llama-server's KV precision)")
+    ap.add_argument(
+        "--maxfx-args",
+        default="--kv-cache-format float16",
+        help="extra maxfx serve flags (default '--kv-cache-format float16', llama-server's KV precision)",
+    )
     ap.add_argument("--only", choices=[MAXFX, LLAMA], default=None, help="run one server only")
     ap.add_argument("--token-ids", action="store_true", help="send prompts as token ids instead of text")
-    ap.add_argument("--no-pause", action="store_true", help="leave the idle server running (not SIGSTOPped) while the other is timed")
+    ap.add_argument(
+        "--no-pause",
+        action="store_true",
+        help="leave the idle server running (not SIGSTOPped) while the other is timed",
+    )
     ap.add_argument("--no-generate", action="store_true", help="skip the in-process generate comparison")
-    ap.add_argument("--quiet", type=float, default=0.25, help="others' CPU (cores) above which a timed run is not clean (default 0.25)")
-    ap.add_argument("--quiet-wait", type=float, default=60.0, help="seconds to wait for others' CPU to fall to --quiet before each timed run (default 60)")
-    ap.add_argument("--retries", type=int, default=2, help="times a run that was not clean is run again, with fresh prompts (default 2)")
+    ap.add_argument(
+        "--quiet",
+        type=float,
+        default=0.25,
+        help="others' CPU (cores) above which a timed run is not clean (default 0.25)",
+    )
+    ap.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=60.0,
+        help="seconds to wait for others' CPU to fall to --quiet before each timed run (default 60)",
+    )
+    ap.add_argument(
+        "--retries",
+        type=int,
+        default=2,
+        help="times a run that was not clean is run again, with fresh prompts (default 2)",
+    )
     ap.add_argument("--ready-timeout", type=float, default=1800.0, help="seconds to wait for each server's /health")
-    ap.add_argument("--report", metavar="FILE", default=None, help="print the table and targets of a saved result and exit")
+    ap.add_argument(
+        "--report", metavar="FILE", default=None, help="print the table and targets of a saved result and exit"
+    )
     args = ap.parse_args(argv)
     if args.report:
         out = json.loads(Path(args.report).read_text())
@@ -489,9 +619,21 @@ def main(argv: list[str] | None = None) -> dict:
 
     servers: list[Server] = []
     binary = find_llama_server(args.llama_server)
-    info: dict = {"model": path.name, "quant": args.quant, "prompt_tokens": PROMPT, "output_tokens": OUTPUT, "rounds": rounds, "repeats": args.repeats,
-                  "concurrency": conc, "prompts": "token ids" if args.token_ids else "text", "cpus": os.cpu_count(), "pause_idle": not args.no_pause,
-                  "quiet_cores": args.quiet, "llama_args": args.llama_args, "maxfx_args": args.maxfx_args}  # fmt: skip
+    info: dict = {
+        "model": path.name,
+        "quant": args.quant,
+        "prompt_tokens": PROMPT,
+        "output_tokens": OUTPUT,
+        "rounds": rounds,
+        "repeats": args.repeats,
+        "concurrency": conc,
+        "prompts": "token ids" if args.token_ids else "text",
+        "cpus": os.cpu_count(),
+        "pause_idle": not args.no_pause,
+        "quiet_cores": args.quiet,
+        "llama_args": args.llama_args,
+        "maxfx_args": args.maxfx_args,
+    }
     if args.only != LLAMA:
         servers.append(maxfx_server(path, logs, args.maxfx_args.split()))
     if args.only != MAXFX:
@@ -501,7 +643,10 @@ def main(argv: list[str] | None = None) -> dict:
         else:
             servers.append(llama_server(binary, path, logs, args.llama_args.split()))
             info["llama_server"] = str(binary)
-    print(f"model {path.name}; prompts: {PROMPT} tokens as {info['prompts']}, unique; {OUTPUT} output tokens; {rounds} x c requests per run; {args.repeats} repeats")
+    print(
+        f"model {path.name}; prompts: {PROMPT} tokens as {info['prompts']}, unique; {OUTPUT} output tokens; {rounds} x "
+        f"c requests per run; {args.repeats} repeats"
+    )
 
     gen = None
     gen_runs: list[dict] = []
@@ -519,7 +664,10 @@ def main(argv: list[str] | None = None) -> dict:
             if s.name == LLAMA:
                 bad = check_llama_tokenizer(s, sample)
                 info["tokenizer_mismatches_of_32"] = bad
-                print(f"tokenizers: llama-server /tokenize and maxfx's tokenizer give the same ids on {32 - bad} of 32 prompts")
+                print(
+                    f"tokenizers: llama-server /tokenize and maxfx's tokenizer give the same ids on {32 - bad} of 32 "
+                    "prompts"
+                )
         if not args.no_generate and any(s.name == MAXFX for s in servers):
             gen = in_process_generate(path)
 
@@ -546,9 +694,14 @@ def main(argv: list[str] | None = None) -> dict:
                 if summary.get("errors"):
                     print(f"  {s.name} c={c}: {summary['failed']} failed: {summary['errors']}")
                 again = bg > args.quiet and attempt < retries
-                print(f"  {label} {s.name:>12} c={c:<2} {duration:6.1f} s  {summary.get('output_throughput', 0):7.1f} out tok/s  "
-                      f"TTFT p50 {summary.get('ttft_p50', 0):7.1f} ms  TPOT p50 {summary.get('tpot_p50', 0):6.2f} ms  prompt tokens {summary.get('prompt_tokens')}  "
-                      f"others' CPU {bg:.2f} cores{'  (not clean: again)' if again else ''}", flush=True)  # fmt: skip
+                print(
+                    f"  {label} {s.name:>12} c={c:<2} {duration:6.1f} s  {summary.get('output_throughput', 0):7.1f} "
+                    "out tok/s  "
+                    f"TTFT p50 {summary.get('ttft_p50', 0):7.1f} ms  TPOT p50 {summary.get('tpot_p50', 0):6.2f} ms  "
+                    f"prompt tokens {summary.get('prompt_tokens')}  "
+                    f"others' CPU {bg:.2f} cores{'  (not clean: again)' if again else ''}",
+                    flush=True,
+                )
                 if not again:
                     return summary
                 attempt += 1
@@ -588,25 +741,39 @@ def main(argv: list[str] | None = None) -> dict:
             s.stop()
 
     compiled = None if compiled_before is None or compiled_after is None else compiled_after - compiled_before
-    out = {**info, "runs": runs, "generate_runs": gen_runs, "compiles_in_timed_window": compiled if compiled is not None else "unknown"}
+    out = {
+        **info,
+        "runs": runs,
+        "generate_runs": gen_runs,
+        "compiles_in_timed_window": compiled if compiled is not None else "unknown",
+    }
     report(out)
     print(f"saved {save(f'serve-{args.quant.lower()}', out)}")
     return out
 
 
 def report(out: dict) -> None:
-    """Medians, ratios and targets of a result (``runs``, ``generate_runs``, ...) into ``out``, and the table on stdout."""
+    """Medians, ratios and targets of a result (``runs``, ``generate_runs``, ...) into ``out``, and the table on
+    stdout.
+    """
     quiet = out.get("quiet_cores", 0.25)
     runs = {name: {int(c): rs for c, rs in by_c.items()} for name, by_c in out["runs"].items()}
     have_llama = LLAMA in runs
     med = {name: {c: m for c, rs in by_c.items() if (m := medians(rs, quiet))} for name, by_c in runs.items()}
-    gens = [g if isinstance(g, dict) else {"decode_tok_s": g, "background_cores": None} for g in out.get("generate_runs", [])]  # older results: no CPU record
-    clean_gens = [g["decode_tok_s"] for g in gens if g["background_cores"] is not None and g["background_cores"] <= quiet] or [g["decode_tok_s"] for g in gens]
+    gens = [
+        g if isinstance(g, dict) else {"decode_tok_s": g, "background_cores": None}
+        for g in out.get("generate_runs", [])
+    ]  # older results: no CPU record
+    clean_gens = [
+        g["decode_tok_s"] for g in gens if g["background_cores"] is not None and g["background_cores"] <= quiet
+    ] or [g["decode_tok_s"] for g in gens]
     gen_med = statistics.median(clean_gens) if clean_gens else None
     compiled = out.get("compiles_in_timed_window")
     checks = targets(med, gen_med, compiled if isinstance(compiled, (int, float)) else None, have_llama)
     print(
-        f"\n{out.get('model')}: {out.get('prompt_tokens')} prompt tokens ({out.get('prompts')}), {out.get('output_tokens')} output tokens, {out.get('rounds')} x c requests per run, {out.get('repeats')} passes"
+        f"\n{out.get('model')}: {out.get('prompt_tokens')} prompt tokens ({out.get('prompts')}), "
+        f"{out.get('output_tokens')} output tokens, {out.get('rounds')} x c requests per run, {out.get('repeats')} "
+        "passes"
     )
     if not have_llama:
         print(f"llama-server: {out.get('llama_server', f'missing ({BUILD_HINT})')}")
@@ -616,7 +783,14 @@ def report(out: dict) -> None:
     timed = [r for by_c in runs.values() for rs in by_c.values() for r in rs]
     dirty = sum(r.get("background_cores", 0.0) > quiet for r in timed)
     print(f"timed runs in which other processes took more than {quiet} cores: {dirty} of {len(timed)}")
-    out.update({"medians": med, "generate_decode_tok_s": gen_med, "not_clean_runs": dirty, "targets": [{"name": n, "value": v, "target": b, "pass": ok} for n, v, b, ok in checks]})
+    out.update(
+        {
+            "medians": med,
+            "generate_decode_tok_s": gen_med,
+            "not_clean_runs": dirty,
+            "targets": [{"name": n, "value": v, "target": b, "pass": ok} for n, v, b, ok in checks],
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -74,9 +74,13 @@ def _cases():
         "flash_bwd_d128_causal": (flash_grad(True), (q128,) * 3),
         "flash_bwd_d64_causal": (flash_grad(True), (q64,) * 3),
         "decode_b8_t8192": (lambda q, k, v, n: pd.decode_attention(q, k, v, n), (qd, kc, kc, lens)),
-        "paged_decode_b8_t8192": (lambda q, k, v, t, n: pd.paged_decode_attention(q, k, v, t, n), (qd, pages, pages, table, lens)),
+        "paged_decode_b8_t8192": (
+            lambda q, k, v, t, n: pd.paged_decode_attention(q, k, v, t, n),
+            (qd, pages, pages, table, lens),
+        ),
         "paged_decode_pool_b8_t8192": (
-            lambda q, p, i, t, n: pd.paged_decode_attention_pool(q, p, i, t, n), (qd, pool, layer, table, lens)
+            lambda q, p, i, t, n: pd.paged_decode_attention_pool(q, p, i, t, n),
+            (qd, pool, layer, table, lens),
         ),
     }
     cases.update(_anchor_cases(q128, qd, kc))
@@ -107,7 +111,11 @@ def _maxfx_cuda_export():
     with Graph("cuda_block", input_types=[TensorType(bf, [b, s, h, d], cpu)] * 3) as g:
         q, k, v = (x.tensor for x in g.inputs)
         o = kernels.flash_attention_gpu(q, k, v, MHAMaskVariant.CAUSAL_MASK, d**-0.5)
-        g.output(ops.qmatmul(QuantizationEncoding.Q4_0, None, ops.reshape(o, [b * s, h * d]), ops.constant(w, DType.uint8, cpu)))
+        g.output(
+            ops.qmatmul(
+                QuantizationEncoding.Q4_0, None, ops.reshape(o, [b * s, h * d]), ops.constant(w, DType.uint8, cpu)
+            )
+        )
     maxfx.export(g, platforms=["cuda"])
 
 
@@ -166,7 +174,12 @@ def capture(out: str, only: list[str] | None = None, cases: dict | None = None) 
 
     def spy_call(*args, backend_config=None, **kwargs):
         if backend_config and "num_warps" in backend_config:
-            launches.append({n: int(str(backend_config[n]).split(":")[0]) for n in ("num_warps", "num_stages", "grid_x", "grid_y", "grid_z")})
+            launches.append(
+                {
+                    n: int(str(backend_config[n]).split(":")[0])
+                    for n in ("num_warps", "num_stages", "grid_x", "grid_y", "grid_z")
+                }
+            )
         return custom_call(*args, backend_config=backend_config, **kwargs)
 
     records = []
@@ -205,11 +218,18 @@ def _ptxas_usage(ptxas: str, ptx: str) -> dict:
         with open(src, "w") as f:
             f.write(ptx)
         log = subprocess.run(
-            [ptxas, "-arch=sm_90a", "-v", src, "-o", os.path.join(d, "k.cubin")], capture_output=True, text=True, check=True
+            [ptxas, "-arch=sm_90a", "-v", src, "-o", os.path.join(d, "k.cubin")],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stderr
     regs = re.search(r"Used (\d+) registers", log)
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    return {"registers": int(regs.group(1)) if regs else None, "spill_store_bytes": int(spills.group(1)) if spills else 0, "spill_load_bytes": int(spills.group(2)) if spills else 0}
+    return {
+        "registers": int(regs.group(1)) if regs else None,
+        "spill_store_bytes": int(spills.group(1)) if spills else 0,
+        "spill_load_bytes": int(spills.group(2)) if spills else 0,
+    }
 
 
 def _occupancy(warps: int, registers: int | None, shared: int) -> int | None:
@@ -232,7 +252,11 @@ def compile_dir(d: str) -> list[dict]:
         with open(path + ".json") as f:
             rec = json.load(f)
         try:
-            k = triton.compile(path, target=GPUTarget("cuda", 90, 32), options={"num_warps": rec["num_warps"], "num_stages": rec["num_stages"]})
+            k = triton.compile(
+                path,
+                target=GPUTarget("cuda", 90, 32),
+                options={"num_warps": rec["num_warps"], "num_stages": rec["num_stages"]},
+            )
             ptx = k.asm["ptx"]
             mma = "wgmma" if "wgmma.mma_async" in ptx else "mma.sync" if "mma.sync" in ptx else "none"
             rec.update(ok=True, shared_bytes=k.metadata.shared, mma=mma, **_ptxas_usage(ptxas, ptx))
@@ -253,9 +277,13 @@ def table(results: list[dict]) -> str:
     rows = [head, "-" * len(head)]
     for r in results:
         if not r.get("ok"):
-            rows.append(f"{r['case']:31} {r['kernel']:24} {r['num_warps']:5} {r['num_stages']:3}  FAILED: {r.get('error')}")
+            rows.append(
+                f"{r['case']:31} {r['kernel']:24} {r['num_warps']:5} {r['num_stages']:3}  FAILED: {r.get('error')}"
+            )
             continue
-        fit = "yes" if r["fits_smem"] and not r["spill_store_bytes"] else ("SPILLS" if r["fits_smem"] else "SMEM>227KiB")
+        fit = (
+            "yes" if r["fits_smem"] and not r["spill_store_bytes"] else ("SPILLS" if r["fits_smem"] else "SMEM>227KiB")
+        )
         rows.append(
             f"{r['case']:31} {r['kernel']:24} {r['num_warps']:5} {r['num_stages']:3} {r['shared_bytes'] / 1024:8.1f} "
             f"{r['registers']:4} {r['spill_store_bytes']:7} {r['blocks_per_sm']:6} {r['mma']:>8}  {fit}"
@@ -267,9 +295,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     g = p.add_mutually_exclusive_group()
     g.add_argument("--capture-only", metavar="DIR", help="phase 1 only: write the Triton modules to DIR")
-    g.add_argument("--compile", metavar="DIR", help="phase 2 only (run with the triton venv's python): print JSON results")
-    p.add_argument("--triton-python", default=".venv-triton/bin/python", help="a Python with the triton wheel (phase 2)")
-    p.add_argument("--only", action="append", help="only this case, or the cases whose tag starts with this plus '_' (repeatable)")
+    g.add_argument(
+        "--compile", metavar="DIR", help="phase 2 only (run with the triton venv's python): print JSON results"
+    )
+    p.add_argument(
+        "--triton-python", default=".venv-triton/bin/python", help="a Python with the triton wheel (phase 2)"
+    )
+    p.add_argument(
+        "--only", action="append", help="only this case, or the cases whose tag starts with this plus '_' (repeatable)"
+    )
     a = p.parse_args(argv)
     if a.compile:
         results = compile_dir(a.compile)
@@ -280,11 +314,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(f"{len(records)} Triton modules written to {a.capture_only}")
         return records
     if not os.path.exists(a.triton_python):
-        print(f"sm90_report: skipped, {a.triton_python} does not exist (`make sm90-report` creates it: a venv with the triton wheel, ~1 GB)")
+        print(
+            f"sm90_report: skipped, {a.triton_python} does not exist (`make sm90-report` creates it: a venv with the "
+            "triton wheel, ~1 GB)"
+        )
         return []
     with tempfile.TemporaryDirectory() as d:
         capture(d, a.only)
-        out = subprocess.run([a.triton_python, os.path.abspath(__file__), "--compile", d], capture_output=True, text=True)
+        out = subprocess.run(
+            [a.triton_python, os.path.abspath(__file__), "--compile", d], capture_output=True, text=True
+        )
         if out.returncode:
             sys.exit(f"sm90_report: the compile phase failed ({a.triton_python}):\n{out.stderr[-3000:]}")
         results = json.loads(out.stdout.strip().splitlines()[-1])

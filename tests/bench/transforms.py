@@ -54,7 +54,10 @@ def _jax_step(optimizer):
 
 def train_step(repeats: int, warmup: int) -> dict:
     model = MLP(fc1=Linear(1024, 4096), fc2=Linear(4096, 4096), fc3=Linear(4096, 1024))
-    params = [(jnp.asarray(layer.weight.to_numpy()), jnp.asarray(layer.bias.to_numpy())) for layer in (model.fc1, model.fc2, model.fc3)]
+    params = [
+        (jnp.asarray(layer.weight.to_numpy()), jnp.asarray(layer.bias.to_numpy()))
+        for layer in (model.fc1, model.fc2, model.fc3)
+    ]
     rng = np.random.default_rng(0)
     x_np = rng.normal(size=(64, 1024)).astype(np.float32)
     y_np = rng.normal(size=(64, 1024)).astype(np.float32)
@@ -84,7 +87,10 @@ def train_step(repeats: int, warmup: int) -> dict:
     np.testing.assert_allclose(last[0], last[1], rtol=1e-3)
     ratio = times["maxfx"] / times["jax"]
     print("\nTraining step: MLP 1024-4096-4096-1024, batch 64, float32, Adam (forward + backward + update)")
-    print(f"  maxfx.value_and_grad + optax {fmt_time(times['maxfx'])}   raw JAX + optax {fmt_time(times['jax'])}   ratio {ratio:.3f} (target ≤ 1.10)")
+    print(
+        f"  maxfx.value_and_grad + optax {fmt_time(times['maxfx'])}   raw JAX + optax {fmt_time(times['jax'])}   ratio "
+        f"{ratio:.3f} (target ≤ 1.10)"
+    )
     print(f"  loss {first[0]:.4f} → {last[0]:.4f} (maxfx) / {last[1]:.4f} (JAX)")
     return {"step_s": times, "ratio": ratio, "loss_first": first, "loss_last": last, "repeats": repeats}
 

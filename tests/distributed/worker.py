@@ -129,7 +129,11 @@ def _error(fn) -> str:
 
 def task_train(out: Path) -> None:
     n = jax.process_count()
-    result: dict = {"devices": jax.device_count(), "local_devices": jax.local_device_count(), "process": jax.process_index()}
+    result: dict = {
+        "devices": jax.device_count(),
+        "local_devices": jax.local_device_count(),
+        "process": jax.process_index(),
+    }
     dp_mesh = maxfx.make_mesh((jax.device_count(),), ("data",))
     result["dp"], _, _ = _train(dp_mesh, None, "make_train_step")
     _mark("data-parallel make_train_step")
@@ -148,17 +152,25 @@ def task_train(out: Path) -> None:
         result["split_repr"] = repr(xs)
         result["split_to_numpy"] = _error(xs.to_numpy)
         result["split_is_global"] = distributed.is_global(xs)
-        # A one-element value that lives only on process 1's devices: process 0 can neither print it nor read its .item().
-        theirs = maxfx.make_mesh((jax.local_device_count(),), ("data",), devices=[d for d in jax.devices() if d.process_index == 1])
+        # A one-element value that lives only on process 1's devices: process 0 can neither print it nor read its
+        # .item().
+        theirs = maxfx.make_mesh(
+            (jax.local_device_count(),), ("data",), devices=[d for d in jax.devices() if d.process_index == 1]
+        )
         remote = maxfx.shard(Tensor(np.array([2.5], np.float32)), theirs)
         result["remote_repr"], result["remote_item"] = repr(remote), _error(lambda: print("item", remote.item()))
         differs = Linear(2, 2)
-        differs.load_state_dict({"weight": np.full((2, 2), float(jax.process_index()), np.float32), "bias": np.zeros(2, np.float32)})
+        differs.load_state_dict(
+            {"weight": np.full((2, 2), float(jax.process_index()), np.float32), "bias": np.zeros(2, np.float32)}
+        )
         result["differs"] = _error(lambda: maxfx.shard(differs, dp_mesh))
         tree = {"model": m, "opt": state}
         maxfx.save(out / "ckpt", tree, overwrite=True)
         _mark("checkpoint saved")
-        saved, params = _named(tree), distributed.gather({n: t for n, t in m.parameters})  # collectives: every process takes part
+        saved, params = (
+            _named(tree),
+            distributed.gather({n: t for n, t in m.parameters}),
+        )  # collectives: every process takes part
         if distributed.is_coordinator():
             np.savez(out / "ckpt_ref.npz", **saved)
             np.savez(out / "model_ref.npz", **params)
@@ -168,17 +180,33 @@ def task_train(out: Path) -> None:
 
 
 def _export(out: Path, grid, m: MLP) -> None:
-    """A sharded SGD step (inputs split over the job's mesh) and a forward pass whose fc1 weight is split over the processes."""
+    """A sharded SGD step (inputs split over the job's mesh) and a forward pass whose fc1 weight is split over the
+    processes.
+    """
     S = lambda *spec: NamedSharding(grid, P(*spec))  # noqa: E731
     f32 = lambda *shape: TensorType(DType.float32, list(shape))  # noqa: E731
     step = maxfx.export(
         maxfx.jit(jax_sgd_step),
-        f32(32, 8), f32(32), f32(4, 32), f32(4), f32(64, 8), f32(64, 4),
-        in_shardings=[S(*RULE["fc1.weight"]), S(*RULE["fc1.bias"]), S(*RULE["fc2.weight"]), S(), S("data", None), S("data", None)],
-    )  # fmt: skip
+        f32(32, 8),
+        f32(32),
+        f32(4, 32),
+        f32(4),
+        f32(64, 8),
+        f32(64, 4),
+        in_shardings=[
+            S(*RULE["fc1.weight"]),
+            S(*RULE["fc1.bias"]),
+            S(*RULE["fc2.weight"]),
+            S(),
+            S("data", None),
+            S("data", None),
+        ],
+    )
     fwd_model = maxfx.shard(m.map_parameters(lambda n, t: t), grid, {"fc1.weight": P(("data", "model"), None)})
     fwd = maxfx.export(maxfx.jit(lambda x: fwd_model(x)), f32(5, 8))  # traced by JAX: the weights keep their split
-    fwd_graph = maxfx.export(lambda x: fwd_model(x), f32("batch", 8))  # traced into a maxfx graph, which runs on one device
+    fwd_graph = maxfx.export(
+        lambda x: fwd_model(x), f32("batch", 8)
+    )  # traced into a maxfx graph, which runs on one device
     if distributed.is_coordinator():
         step.save(out / "step.maxfx")
         fwd.save(out / "fwd.maxfx")
@@ -187,7 +215,10 @@ def _export(out: Path, grid, m: MLP) -> None:
 
 def _named(tree) -> dict[str, np.ndarray]:
     """Every leaf of ``tree`` by its key path, read whole (an all-gather where a leaf is split over processes)."""
-    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda v: isinstance(v, Tensor))[0]]
+    paths = [
+        jax.tree_util.keystr(p)
+        for p, _ in jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda v: isinstance(v, Tensor))[0]
+    ]
     return dict(zip(paths, distributed.gather(jax.tree.leaves(tree))))
 
 
@@ -203,7 +234,11 @@ def task_restore(out: Path) -> None:
     values = _named(back)
     if distributed.is_coordinator():
         np.savez(out / f"restored_{jax.process_count()}.npz", **values)
-    _write(out, "restore", {"leaves": len(leaves), "span_all": all(len(a.sharding.device_set) == jax.device_count() for a in leaves)})
+    _write(
+        out,
+        "restore",
+        {"leaves": len(leaves), "span_all": all(len(a.sharding.device_set) == jax.device_count() for a in leaves)},
+    )
 
 
 def task_reload(out: Path) -> None:
@@ -220,7 +255,14 @@ def task_reload(out: Path) -> None:
         fwd_graph=fwd_graph(x[:7]).to_numpy(),
         fwd_weight=fwd.weights["fwd_model.fc1.weight"],
     )
-    _write(out, "reload", {"devices": {"step": step.nr_devices, "fwd": fwd.nr_devices, "fwd_graph": fwd_graph.nr_devices}, "fwd_weights": sorted(fwd.weights)})
+    _write(
+        out,
+        "reload",
+        {
+            "devices": {"step": step.nr_devices, "fwd": fwd.nr_devices, "fwd_graph": fwd_graph.nr_devices},
+            "fwd_weights": sorted(fwd.weights),
+        },
+    )
 
 
 def task_die(out: Path) -> None:

@@ -71,7 +71,11 @@ def test_jax_array_keeps_its_dtype():
 def test_numpy_data_mixes_with_tensors(mode):
     # numpy arrays are weak data (MAX): next to a tensor they become constants of its dtype
     t = Tensor(W)
-    out = _run(mode, lambda x: F.matmul(Tensor(X), x) + np.float32(1.0), t) if mode == "eager" else maxfx.jit(lambda x: F.add(x, X))(Tensor(X))
+    out = (
+        _run(mode, lambda x: F.matmul(Tensor(X), x) + np.float32(1.0), t)
+        if mode == "eager"
+        else maxfx.jit(lambda x: F.add(x, X))(Tensor(X))
+    )
     expect = X @ W + 1 if mode == "eager" else X + X
     np.testing.assert_allclose(np.asarray(out), expect, rtol=1e-6)
 
@@ -136,7 +140,9 @@ def test_modules_take_arrays(mode, kind):
 
 
 def test_weak_int_array_out_of_range_is_refused_as_in_the_graph():
-    """``int8 + np.array([1000, 1])`` wrapped to ``[-23, 3]`` eagerly; MAX's promotion refuses it (one check, same error)."""
+    """``int8 + np.array([1000, 1])`` wrapped to ``[-23, 3]`` eagerly; MAX's promotion refuses it (one check, same
+    error).
+    """
     from lowering.dtypes import check_weak_array
     from lowering.registry import OpError
     from maxfx.dtype import DType
@@ -158,4 +164,6 @@ def test_weak_int_array_out_of_range_is_refused_as_in_the_graph():
     assert "1000" in msg and "[-128, 127]" in msg and str(direct.value) == msg
     assert str(eager.value) == f"add: {msg}" == str(graph.value)
     # in range it still works (numpy's int8 sum)
-    np.testing.assert_array_equal(ops.add(t, np.array([100, -3])).to_numpy(), np.array([1, 2], np.int8) + np.array([100, -3], np.int8))
+    np.testing.assert_array_equal(
+        ops.add(t, np.array([100, -3])).to_numpy(), np.array([1, 2], np.int8) + np.array([100, -3], np.int8)
+    )

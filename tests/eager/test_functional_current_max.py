@@ -17,7 +17,20 @@ from maxfx.graph import DeviceRef, Graph, TensorType
 
 
 def test_the_extras_stay_out_of_the_documented_list():
-    extras = {"acos", "ceil", "clamp", "clip", "uniform", "normal", "full", "bottom_k", "prod", "rms_norm", "group_norm", "ensure_context"}
+    extras = {
+        "acos",
+        "ceil",
+        "clamp",
+        "clip",
+        "uniform",
+        "normal",
+        "full",
+        "bottom_k",
+        "prod",
+        "rms_norm",
+        "group_norm",
+        "ensure_context",
+    }
     assert all(hasattr(F, name) for name in extras) and not extras & set(F.__all__)
 
 
@@ -81,11 +94,19 @@ def test_prod_unary_and_norm_extras_match_numpy():
     x = Tensor(x_np)
     np.testing.assert_allclose(F.prod(x).to_numpy(), x_np.prod(-1, keepdims=True))
     np.testing.assert_allclose(F.prod(x, axis=None).to_numpy(), [x_np.prod()])
-    np.testing.assert_allclose(F.acos(Tensor([1.0, 0.0, -1.0])).to_numpy(), np.arccos([1.0, 0.0, -1.0]).astype(np.float32), rtol=1e-6)
+    np.testing.assert_allclose(
+        F.acos(Tensor([1.0, 0.0, -1.0])).to_numpy(), np.arccos([1.0, 0.0, -1.0]).astype(np.float32), rtol=1e-6
+    )
     np.testing.assert_array_equal(F.ceil(x * 0.5).to_numpy(), np.ceil(x_np * 0.5))
-    np.testing.assert_array_equal(F.floor_div(Tensor(np.array([7, -7], np.int32)), 2).to_numpy(), np.array([3, -4], np.int32))
+    np.testing.assert_array_equal(
+        F.floor_div(Tensor(np.array([7, -7], np.int32)), 2).to_numpy(), np.array([3, -4], np.int32)
+    )
     w = np.array([1.0, 2.0, 0.5], np.float32)
-    np.testing.assert_allclose(F.rms_norm(x, Tensor(w), 1e-6).to_numpy(), x_np / np.sqrt((x_np**2).mean(-1, keepdims=True) + 1e-6) * w, rtol=1e-5)
+    np.testing.assert_allclose(
+        F.rms_norm(x, Tensor(w), 1e-6).to_numpy(),
+        x_np / np.sqrt((x_np**2).mean(-1, keepdims=True) + 1e-6) * w,
+        rtol=1e-5,
+    )
 
 
 def test_ensure_context_lets_python_data_become_eager_values():

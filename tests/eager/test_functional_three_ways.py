@@ -69,7 +69,10 @@ def test_every_functional_name_is_tested():
         for name in set(F.__all__) - set(ELSEWHERE)
         if not any(_front_name(op) == name for op_name, op in all_ops().items() if op_name in with_values)
     )
-    assert not untested, f"maxfx.functional names with no value example in tests/ops/op_table.py (add one to their op's record): {untested}"
+    assert not untested, (
+        "maxfx.functional names with no value example in tests/ops/op_table.py (add one to their op's record): "
+        f"{untested}"
+    )
     assert set(ELSEWHERE) <= set(F.__all__), sorted(set(ELSEWHERE) - set(F.__all__))
 
 
@@ -87,7 +90,9 @@ def _compare(name: str, got: list[np.ndarray], example: Example, way: str) -> No
     for g, w in zip(got, want):
         assert g.shape == w.shape, f"{name} ({way}): shape {g.shape} != {w.shape}"
         if w.dtype.kind in "fc":
-            np.testing.assert_allclose(g.astype(np.float64), w, rtol=example.tol, atol=example.tol, err_msg=f"{name} ({way})")
+            np.testing.assert_allclose(
+                g.astype(np.float64), w, rtol=example.tol, atol=example.tol, err_msg=f"{name} ({way})"
+            )
         else:
             np.testing.assert_array_equal(g, w, err_msg=f"{name} ({way})")
 
@@ -120,7 +125,9 @@ def test_three_ways(name, index):
         with lazy():
             pending_inputs = [_identity(Tensor(a)) for a in example.inputs]
             outs = [_identity(o) for o in _as_list(call(*pending_inputs))]
-            assert _runs_at_once(op) or all(not o.real for o in outs), f"{name}: a recorded op was realized before being observed"
+            assert _runs_at_once(op) or all(not o.real for o in outs), (
+                f"{name}: a recorded op was realized before being observed"
+            )
         return _numpy(outs)
 
     fused_once()

@@ -14,7 +14,14 @@ from lowering.dims import Dim
 from lowering.registry import OpError
 from maxfx.driver import CPU
 from maxfx.experimental import functional as F
-from maxfx.experimental.sharding import DeviceMesh, PlacementMapping, Replicated, Sharded, from_shards, local_shard_shape
+from maxfx.experimental.sharding import (
+    DeviceMesh,
+    PlacementMapping,
+    Replicated,
+    Sharded,
+    from_shards,
+    local_shard_shape,
+)
 from maxfx.experimental.tensor import Tensor
 
 
@@ -44,19 +51,32 @@ def test_shape_errors_surface_when_recorded():
 def test_computing_values_names_the_symbolic_dim():
     with F.lazy():
         y = (Tensor.ones(["batch", 2]) + 1).sum(axis=-1)
-    with pytest.raises(OpError, match=r"cannot realize a tensor of shape \[batch, 1\] \(from sum\): dim batch is symbolic.*F.lazy\(\)"):
+    with pytest.raises(
+        OpError, match=r"cannot realize a tensor of shape \[batch, 1\] \(from sum\): dim batch is symbolic.*F.lazy\(\)"
+    ):
         y.to_numpy()
 
 
 def test_named_dims_outside_lazy_are_refused_with_the_way_out():
-    with pytest.raises(TypeError, match=r"Tensor.zeros: dim 0 of shape \['batch', 8\] is the symbolic dim 'batch'.*F.lazy\(\)"):
+    with pytest.raises(
+        TypeError, match=r"Tensor.zeros: dim 0 of shape \['batch', 8\] is the symbolic dim 'batch'.*F.lazy\(\)"
+    ):
         Tensor.zeros(["batch", 8])
 
 
 def test_random_creation_needs_static_sizes_even_inside_lazy():
     from maxfx.experimental import random
 
-    with F.lazy(), pytest.raises(TypeError, match=r"random.gaussian: dim 0 of shape \['batch', 4\] is the symbolic dim 'batch': random.gaussian needs static sizes"):
+    with (
+        F.lazy(),
+        pytest.raises(
+            TypeError,
+            match=(
+                r"random.gaussian: dim 0 of shape \['batch', 4\] is the symbolic dim 'batch': random.gaussian needs "
+                r"static sizes"
+            ),
+        ),
+    ):
         random.normal(["batch", 4])
 
 
@@ -65,7 +85,10 @@ def test_a_named_dim_split_over_a_mesh_axis_gets_one_name_per_shard():
     sharded = PlacementMapping(mesh, (Sharded(0),))
     assert local_shard_shape(["batch", 3], sharded, 0) == [Dim("batch_dp_0"), 3]
     assert local_shard_shape(["batch", 5], sharded, 1) == [Dim("batch_dp_1"), 5]
-    assert local_shard_shape([5, "seq"], sharded, 0) == [3, Dim("seq")]  # static dims split unevenly, names unsplit stay
+    assert local_shard_shape([5, "seq"], sharded, 0) == [
+        3,
+        Dim("seq"),
+    ]  # static dims split unevenly, names unsplit stay
     with pytest.raises(ValueError, match="cannot split the algebraic dim"):
         local_shard_shape([Dim("batch") + 1, 3], sharded, 0)
     with F.lazy():

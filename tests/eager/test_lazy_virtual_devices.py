@@ -22,7 +22,9 @@ from maxfx.experimental.sharding import DeviceMesh, Partial, PlacementMapping, R
 from maxfx.experimental.tensor import Tensor
 from maxfx.graph import DeviceRef
 
-pytestmark = pytest.mark.skipif(driver.accelerator_count() > 0, reason="needs a machine without GPUs (virtual GPUs stand in for absent ones)")
+pytestmark = pytest.mark.skipif(
+    driver.accelerator_count() > 0, reason="needs a machine without GPUs (virtual GPUs stand in for absent ones)"
+)
 
 
 @pytest.fixture
@@ -100,7 +102,9 @@ def test_tensor_parallel_moe_traces_over_two_virtual_gpus(two_virtual_gpus):
 
 
 def test_a_stand_in_gpu_device_traces_and_comes_back_from_its_ref():
-    """MAX's MoE tests trace on MagicMock GPUs: a DeviceRef made from a device this machine lacks gives that device back."""
+    """MAX's MoE tests trace on MagicMock GPUs: a DeviceRef made from a device this machine lacks gives that device
+    back.
+    """
     fake = MagicMock(spec=Device)
     fake.id, fake.label = 7, "gpu"
     ref = DeviceRef.from_device(fake)

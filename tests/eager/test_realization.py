@@ -47,7 +47,14 @@ def test_repeated_operators_reuse_one_program_and_stay_correct():
             assert after["op_runs"] - before["op_runs"] == len(got) and all(t.real for t in got.values())
             if k:
                 assert after["compiles"] == before["compiles"]
-            want = {"add": a_np + b_np, "rsub": scalar - a_np, "mul": a_np * scalar, "lt": a_np < b_np, "pow": a_np**2, "eq": a_np == b_np[0]}
+            want = {
+                "add": a_np + b_np,
+                "rsub": scalar - a_np,
+                "mul": a_np * scalar,
+                "lt": a_np < b_np,
+                "pow": a_np**2,
+                "eq": a_np == b_np[0],
+            }
             for name, t in got.items():
                 np.testing.assert_allclose(t.to_numpy(), want[name], rtol=1e-6, err_msg=name)
     with F.lazy():  # inside lazy() the same operators record instead of running

@@ -82,7 +82,8 @@ EXAMPLES = {
         print(z)
         """,
         "TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [1.0, 1.4142135, 1.7320508, 2.0]\n"
-        "TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [0.26894143, 0.7310586, 0.26894143, 0.7310586]\n",
+        "TensorType(dtype=float32, shape=[Dim(2), Dim(2)], device=cpu:0): [0.26894143, 0.7310586, 0.26894143, "
+        "0.7310586]\n",
     ),
     "debug": (
         """
@@ -155,8 +156,13 @@ def test_seed_000_example(name, capsys):
         assert lines[0] == "Input shape: [Dim(2), Dim(2)]"
         assert lines[1] == "After matmul: [Dim(2), Dim(2)]"
         # Reductions keep the axis (API_INVENTORY §6 #10): the mean over the last axis is [2, 1].
-        assert lines[2].startswith("Output: TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [") and "[[" not in lines[2]
+        assert (
+            lines[2].startswith("Output: TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [")
+            and "[[" not in lines[2]
+        )
         import numpy as np
 
         x, w = namespace["x"].to_numpy(), namespace["w"].to_numpy()
-        np.testing.assert_allclose(namespace["out"].to_numpy(), np.maximum(x @ w, 0).mean(axis=-1, keepdims=True), rtol=1e-6)
+        np.testing.assert_allclose(
+            namespace["out"].to_numpy(), np.maximum(x @ w, 0).mean(axis=-1, keepdims=True), rtol=1e-6
+        )

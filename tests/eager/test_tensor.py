@@ -71,7 +71,9 @@ def test_ragged_nested_list_names_depth_and_lengths(data, where):
         assert "the nested list is ragged" in str(e.value) and where in str(e.value)
         assert "inhomogeneous" not in str(e.value)
     # a rectangular list of the same numbers is fine, as numpy builds it
-    np.testing.assert_array_equal(Tensor([[1.0, 2.0], [3.0, 4.0]]).to_numpy(), np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))
+    np.testing.assert_array_equal(
+        Tensor([[1.0, 2.0], [3.0, 4.0]]).to_numpy(), np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    )
 
 
 def test_filled_and_range_constructors():
@@ -428,7 +430,9 @@ def test_functional_custom():
 
 
 def test_guide_example_in_a_fresh_process():
-    code = "from maxfx import functional as F\nfrom maxfx.tensor import Tensor\nprint(F.relu(Tensor([1.0, -2.0, 3.0])))\n"
+    code = (
+        "from maxfx import functional as F\nfrom maxfx.tensor import Tensor\nprint(F.relu(Tensor([1.0, -2.0, 3.0])))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out == "TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [1.0, 0.0, 3.0]\n"
 

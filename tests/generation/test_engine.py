@@ -235,7 +235,10 @@ def test_no_compile_after_warmup(llama):
     runner.warmup()
     before = compile_counts()["compiles"]
     sched = Scheduler(runner)
-    streams = [sched.submit(TextContext(max_length=64, tokens=p, sampling_params=SamplingParams(top_k=1, max_new_tokens=n))) for p, n in zip(prompts(7, seed=9), [3, 9, 1, 20, 5, 2, 11])]
+    streams = [
+        sched.submit(TextContext(max_length=64, tokens=p, sampling_params=SamplingParams(top_k=1, max_new_tokens=n)))
+        for p, n in zip(prompts(7, seed=9), [3, 9, 1, 20, 5, 2, 11])
+    ]
     sched.run_until_idle()
     assert all(s.result().tokens for s in streams)
     assert compile_counts()["compiles"] == before
@@ -248,7 +251,14 @@ def test_no_compile_after_warmup_with_batched_prefill(llama):
     runner.warmup(prefill_rows=sched.max_prefill_rows, prefill_tokens=sched.max_prefill_tokens)
     before = compile_counts()["compiles"]
     lengths = [3, 17, 30, 9, 31, 2]
-    streams = [sched.submit(TextContext(max_length=64, tokens=np.arange(1, n + 1), sampling_params=SamplingParams(top_k=1, max_new_tokens=4))) for n in lengths]
+    streams = [
+        sched.submit(
+            TextContext(
+                max_length=64, tokens=np.arange(1, n + 1), sampling_params=SamplingParams(top_k=1, max_new_tokens=4)
+            )
+        )
+        for n in lengths
+    ]
     sched.run_until_idle()
     assert [len(s.result().tokens) for s in streams] == [4] * len(lengths)
     assert sched.stats.prefill_steps < len(lengths)  # some steps encoded several prompts

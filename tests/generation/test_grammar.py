@@ -27,7 +27,10 @@ MAX_LEN = 128
 EOS = 2
 PERSON = {
     "type": "object",
-    "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer", "minimum": 0, "maximum": 999}},
+    "properties": {
+        "name": {"type": "string", "maxLength": 8},
+        "age": {"type": "integer", "minimum": 0, "maximum": 999},
+    },
     "required": ["name", "age"],
     "additionalProperties": False,  # JSON Schema allows extra keys by default; a random model would add some forever
 }
@@ -51,7 +54,13 @@ def runner(llama):
 def ctx(tok, prompt, schema=None, max_new=100, eos=(EOS,), **sampling):
     params = SamplingParams(max_new_tokens=max_new, **({"top_k": 1} | sampling))
     text = None if schema is None else json.dumps(schema)
-    return TextContext(max_length=MAX_LEN, tokens=np.asarray(tok.encode(prompt)), eos_token_ids=set(eos), json_schema=text, sampling_params=params)
+    return TextContext(
+        max_length=MAX_LEN,
+        tokens=np.asarray(tok.encode(prompt)),
+        eos_token_ids=set(eos),
+        json_schema=text,
+        sampling_params=params,
+    )
 
 
 def run(sched, contexts):
@@ -65,7 +74,9 @@ def run(sched, contexts):
 
 def direct_matcher(tok, schema):
     llt = llguidance.LLTokenizer(tok.backend.to_str(), eos_token=[EOS])
-    return llguidance.LLMatcher(llt, llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=JSON_DEFAULTS), log_level=0)
+    return llguidance.LLMatcher(
+        llt, llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=JSON_DEFAULTS), log_level=0
+    )
 
 
 def direct_allowed(m, vocab=256):
@@ -77,7 +88,9 @@ def direct_allowed(m, vocab=256):
 
 
 def replay(tok, schema, tokens):
-    """Feed ``tokens`` to a fresh llguidance matcher, checking each was allowed; returns (matcher, positions where a token was forced)."""
+    """Feed ``tokens`` to a fresh llguidance matcher, checking each was allowed; returns (matcher, positions where a
+    token was forced).
+    """
     m = direct_matcher(tok, schema)
     forced = []
     for i, t in enumerate(tokens):
@@ -135,7 +148,9 @@ def test_json_schema_output_validates_and_equals_masked_greedy(llama, tok, runne
         assert res.tokens == masked_greedy_reference(llama, tok, p, PERSON, 100)
     assert forced_somewhere  # the schema's keys force tokens: the fast-forward path ran
     # Forced tokens were appended without a sampling step of their own.
-    sampled = sched.stats.decode_rows + sched.stats.prefill_steps  # every step of a row sampled one token (no prompt needed two chunks)
+    sampled = (
+        sched.stats.decode_rows + sched.stats.prefill_steps
+    )  # every step of a row sampled one token (no prompt needed two chunks)
     assert sched.stats.generated_tokens == sum(len(r.tokens) for r in results)
     assert sampled < sched.stats.generated_tokens
     assert runner.pool.num_used == 0
@@ -144,7 +159,15 @@ def test_json_schema_output_validates_and_equals_masked_greedy(llama, tok, runne
 def test_json_object_and_scalar_schemas(tok, runner):
     sched = Scheduler(runner, tokenizer=tok)
     number = {"type": "integer", "minimum": 0, "maximum": 999}
-    obj, obj2, num, no_eos = run(sched, [ctx(tok, "x", {"type": "object"}), ctx(tok, "A", {"type": "object"}), ctx(tok, "n=", number), ctx(tok, "Person: ", PERSON, eos=())])
+    obj, obj2, num, no_eos = run(
+        sched,
+        [
+            ctx(tok, "x", {"type": "object"}),
+            ctx(tok, "A", {"type": "object"}),
+            ctx(tok, "n=", number),
+            ctx(tok, "Person: ", PERSON, eos=()),
+        ],
+    )
     for res in (obj, obj2):
         assert isinstance(json.loads(res.text), dict) and res.status is GenerationStatus.END_OF_SEQUENCE
     assert isinstance(json.loads(num.text), int) and 0 <= json.loads(num.text) <= 999
@@ -175,7 +198,10 @@ def test_constrained_and_unconstrained_in_one_batch(tok, runner):
     free_prompt = "hello there"
     alone = run(Scheduler(runner, tokenizer=tok), [ctx(tok, free_prompt, None, max_new=30)])[0]
     sched = Scheduler(runner, tokenizer=tok)
-    free, constrained, obj = run(sched, [ctx(tok, free_prompt, None, max_new=30), ctx(tok, "Person: ", PERSON), ctx(tok, "x", {"type": "object"})])
+    free, constrained, obj = run(
+        sched,
+        [ctx(tok, free_prompt, None, max_new=30), ctx(tok, "Person: ", PERSON), ctx(tok, "x", {"type": "object"})],
+    )
     assert sched.stats.decode_rows > sched.stats.decode_steps  # rows shared decode steps
     assert free.tokens == alone.tokens and len(free.tokens) == 30
     assert not free.text.startswith("{")  # unconstrained: the mask did not leak into its row
@@ -204,7 +230,9 @@ def test_matcher_error_fails_that_request_only(tok, runner):
     broken = sched.submit(ctx(tok, "Person: ", PERSON))
     fine = sched.submit(ctx(tok, "{", PERSON))
     sched.step()
-    assert not broken.context.matcher.consume(1)  # a control byte: never valid JSON; the matcher is now in its error state
+    assert not broken.context.matcher.consume(
+        1
+    )  # a control byte: never valid JSON; the matcher is now in its error state
     sched.run_until_idle()
     with pytest.raises(RuntimeError, match="grammar is in an error state"):
         broken.result()
@@ -214,7 +242,12 @@ def test_matcher_error_fails_that_request_only(tok, runner):
 
 def test_bad_schemas_raise_at_submit(tok, runner):
     sched = Scheduler(runner, tokenizer=tok)
-    for schema, why in (('{"type": "objekt"}', "objekt"), ("{not json", "not valid JSON"), ('{"$ref": "#/nowhere"}', "nowhere"), ("[1, 2]", "must be a JSON object")):
+    for schema, why in (
+        ('{"type": "objekt"}', "objekt"),
+        ("{not json", "not valid JSON"),
+        ('{"$ref": "#/nowhere"}', "nowhere"),
+        ("[1, 2]", "must be a JSON object"),
+    ):
         c = TextContext(max_length=MAX_LEN, tokens=np.array([5, 6]), json_schema=schema)
         with pytest.raises(ValueError, match=f"json_schema.*{why}"):
             sched.submit(c)
@@ -238,11 +271,17 @@ def test_token_mask_equals_llguidance_and_fits_the_model_vocab(tok, vocab):
         assert g.consume(t) and ref.consume_token(t)
     bias = np.zeros((3, vocab), np.float32)
     bias[:, 7] = -1.5  # a penalty already there stays on allowed tokens
-    rows = [SimpleNamespace(matcher=None), SimpleNamespace(matcher=g), SimpleNamespace(matcher=compile_json_schema(tok, '{"type": "object"}', eos_token_ids=[EOS]))]
+    rows = [
+        SimpleNamespace(matcher=None),
+        SimpleNamespace(matcher=g),
+        SimpleNamespace(matcher=compile_json_schema(tok, '{"type": "object"}', eos_token_ids=[EOS])),
+    ]
     apply_token_masks(rows, bias)
     assert np.all(bias[0, :7] == 0) and bias[0, 7] == -1.5  # unconstrained row untouched
     allowed = {t for t in range(vocab) if np.isfinite(bias[1, t])}
-    assert allowed == {t for t in direct_allowed(ref) if t < vocab} and allowed  # ids past the tokenizer's 256 are never allowed
+    assert (
+        allowed == {t for t in direct_allowed(ref) if t < vocab} and allowed
+    )  # ids past the tokenizer's 256 are never allowed
     assert {t for t in range(vocab) if np.isfinite(bias[2, t])} == {ord("{")}
     assert set(g.allowed_tokens().tolist()) == direct_allowed(ref)
     assert isinstance(g, GrammarMatcher) and not g.is_stopped()

@@ -64,8 +64,18 @@ def test_penalties_equal_numpy():
 def test_greedy_rows_take_the_argmax_and_sampled_rows_stay_in_their_set():
     rng = np.random.default_rng(2)
     x = rng.standard_normal((4, 30)).astype(np.float32)
-    rows = [dict(temperature=0.0), dict(temperature=1.0, top_k=3, seed=1), dict(temperature=0.7, top_p=0.5, seed=2), dict(temperature=1.2, min_p=0.3, seed=3)]
-    allowed = np_filter(x / np.array([1, 1, 0.7, 1.2])[:, None], np.array([-1, 3, -1, -1]), np.array([1, 1, 0.5, 1]), np.array([0, 0, 0, 0.3]))
+    rows = [
+        dict(temperature=0.0),
+        dict(temperature=1.0, top_k=3, seed=1),
+        dict(temperature=0.7, top_p=0.5, seed=2),
+        dict(temperature=1.2, min_p=0.3, seed=3),
+    ]
+    allowed = np_filter(
+        x / np.array([1, 1, 0.7, 1.2])[:, None],
+        np.array([-1, 3, -1, -1]),
+        np.array([1, 1, 0.5, 1]),
+        np.array([0, 0, 0, 0.3]),
+    )
     for step in range(20):
         params = SamplingRows.build(rows, [step] * 4)
         tok = np.asarray(choose(jnp.asarray(x), [jnp.asarray(a) for a in params.arrays()], filters=True, sample=True))
@@ -79,7 +89,13 @@ def test_sampling_frequencies_follow_the_softmax():
     draws = []
     for step in range(3000):
         params = SamplingRows.build([dict(temperature=1.0, seed=11)], [step])
-        draws.append(int(np.asarray(choose(jnp.asarray(x), [jnp.asarray(a) for a in params.arrays()], filters=False, sample=True))[0]))
+        draws.append(
+            int(
+                np.asarray(
+                    choose(jnp.asarray(x), [jnp.asarray(a) for a in params.arrays()], filters=False, sample=True)
+                )[0]
+            )
+        )
     freq = np.bincount(draws, minlength=3) / len(draws)
     np.testing.assert_allclose(freq, [0.5, 0.3, 0.2], atol=0.03)
 

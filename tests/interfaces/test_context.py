@@ -46,7 +46,9 @@ def test_update_moves_the_window_and_stops_on_eos():
     c.update(0)
     assert c.status is GenerationStatus.END_OF_SEQUENCE and c.is_done
     out = c.to_generation_output()
-    assert out.tokens == [9, 0] and out.final_status is GenerationStatus.END_OF_SEQUENCE and out.log_probabilities is None
+    assert (
+        out.tokens == [9, 0] and out.final_status is GenerationStatus.END_OF_SEQUENCE and out.log_probabilities is None
+    )
     assert c.to_generation_output().tokens == []  # handed out once
 
 
@@ -148,7 +150,9 @@ def test_status_setter_and_missing_state_error():
     class Bare(TextGenerationContext):
         pass
 
-    with pytest.raises(AttributeError, match="Bare must override 'start_idx' or store its state in the attribute '_start_idx'"):
+    with pytest.raises(
+        AttributeError, match="Bare must override 'start_idx' or store its state in the attribute '_start_idx'"
+    ):
         _ = Bare().start_idx
 
 
@@ -169,7 +173,12 @@ def test_protocols_accept_duck_typed_classes():
 def test_embeddings_context_defaults():
     class E(EmbeddingsContext):
         def __init__(self):
-            self._request_id, self._status, self._tokens, self._model_name = RequestID("e"), GenerationStatus.ACTIVE, np.array([101, 5, 102]), "bert"
+            self._request_id, self._status, self._tokens, self._model_name = (
+                RequestID("e"),
+                GenerationStatus.ACTIVE,
+                np.array([101, 5, 102]),
+                "bert",
+            )
 
     e = E()
     assert (e.active_length, e.model_name, e.request_id, e.is_done) == (3, "bert", "e", False)
@@ -179,7 +188,10 @@ def test_vlm_context_defaults():
     class V(VLMTextGenerationContext):
         def __init__(self):
             init_text_generation_state(self, request_id="v", tokens=np.arange(12))
-            self._images = [ImageMetadata(start_idx=2, end_idx=5, pixel_values=np.zeros(1)), ImageMetadata(start_idx=8, end_idx=10, pixel_values=np.ones(1))]
+            self._images = [
+                ImageMetadata(start_idx=2, end_idx=5, pixel_values=np.zeros(1)),
+                ImageMetadata(start_idx=8, end_idx=10, pixel_values=np.ones(1)),
+            ]
 
     v = V()
     assert v.image_idx == 0 and v.needs_vision_encoding and len(v.next_images) == 2

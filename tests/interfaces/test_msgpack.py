@@ -49,7 +49,12 @@ def test_text_generation_request_roundtrip():
 
 
 def test_text_generation_output_with_log_probabilities_roundtrip():
-    out = TextGenerationOutput(RequestID("r"), [4, 5], GenerationStatus.END_OF_SEQUENCE, [LogProbabilities([-0.25, -1.0], [{4: -0.25, 9: -3.5}, {5: -1.0}])])
+    out = TextGenerationOutput(
+        RequestID("r"),
+        [4, 5],
+        GenerationStatus.END_OF_SEQUENCE,
+        [LogProbabilities([-0.25, -1.0], [{4: -0.25, 9: -3.5}, {5: -1.0}])],
+    )
     back = roundtrip(out, TextGenerationOutput)
     assert back == out
     assert back.final_status is GenerationStatus.END_OF_SEQUENCE
@@ -90,15 +95,24 @@ def test_non_contiguous_array_and_copy_false():
 def test_embeddings_audio_image_roundtrip(rng):
     emb = EmbeddingsGenerationOutput(rng.standard_normal((2, 8)).astype(np.float32))
     assert msgpack_eq(roundtrip(emb, EmbeddingsGenerationOutput), emb)
-    audio = AudioGenerationOutput(GenerationStatus.ACTIVE, 2, audio_data=np.linspace(0, 1, 5, dtype=np.float32), buffer_speech_tokens=np.array([3, 4]))
+    audio = AudioGenerationOutput(
+        GenerationStatus.ACTIVE,
+        2,
+        audio_data=np.linspace(0, 1, 5, dtype=np.float32),
+        buffer_speech_tokens=np.array([3, 4]),
+    )
     back = roundtrip(audio, AudioGenerationOutput)
     assert back == audio and back.buffer_speech_tokens.dtype == np.int64
-    img = ImageMetadata(start_idx=0, end_idx=4, pixel_values=rng.standard_normal((3, 2, 2)).astype(np.float32), image_hash=123)
+    img = ImageMetadata(
+        start_idx=0, end_idx=4, pixel_values=rng.standard_normal((3, 2, 2)).astype(np.float32), image_hash=123
+    )
     assert roundtrip([img], list[ImageMetadata]) == [img]
 
 
 def test_lora_and_sets_tuples_enums():
-    assert roundtrip(LoRARequest(LoRAOperation.LOAD, "a", "/p"), LoRARequest) == LoRARequest(LoRAOperation.LOAD, "a", "/p")
+    assert roundtrip(LoRARequest(LoRAOperation.LOAD, "a", "/p"), LoRARequest) == LoRARequest(
+        LoRAOperation.LOAD, "a", "/p"
+    )
     assert roundtrip({1, 3, 2}, set[int]) == {1, 2, 3}
     assert roundtrip((1, "a"), tuple[int, str]) == (1, "a")
     assert roundtrip([1, 2], tuple[int, ...]) == (1, 2)
@@ -147,7 +161,9 @@ def test_errors():
     with pytest.raises(TypeError, match="dtype=object"):
         msgpack_numpy_encoder()(np.array([object()]))
     with pytest.raises(TypeError, match="has no field"):
-        msgpack_numpy_decoder(TextGenerationOutput)(msgpack_numpy_encoder()({"request_id": "r", "tokens": [], "final_status": "active", "extra": 1}))
+        msgpack_numpy_decoder(TextGenerationOutput)(
+            msgpack_numpy_encoder()({"request_id": "r", "tokens": [], "final_status": "active", "extra": 1})
+        )
     with pytest.raises(TypeError, match="expected int, got str"):
         msgpack_numpy_decoder(list[int])(msgpack_numpy_encoder()(["x"]))
     with pytest.raises(ValueError, match="shared_memory_threshold must be an int >= 0"):

@@ -28,7 +28,11 @@ MAX_DEFAULTS = {
 def test_defaults_are_maxs():
     p = SamplingParams()
     assert {k: getattr(p, k) for k in MAX_DEFAULTS} == MAX_DEFAULTS
-    assert [f.name for f in dataclasses.fields(SamplingParams)] == [*list(MAX_DEFAULTS)[:13], "seed", "logits_processors"]
+    assert [f.name for f in dataclasses.fields(SamplingParams)] == [
+        *list(MAX_DEFAULTS)[:13],
+        "seed",
+        "logits_processors",
+    ]
 
 
 def test_default_seed_is_random_32_bit():
@@ -97,17 +101,31 @@ def test_generation_config_defaults_values_to_update():
     assert d.values_to_update == {"temperature": 0.7, "top_k": 50}
     d.values_to_update["top_k"] = 1  # a copy: mutating it does not change the defaults
     assert d.values_to_update["top_k"] == 50
-    assert [f.name for f in dataclasses.fields(d)] == ["temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens", "min_new_tokens", "do_sample"]
+    assert [f.name for f in dataclasses.fields(d)] == [
+        "temperature",
+        "top_p",
+        "top_k",
+        "repetition_penalty",
+        "max_new_tokens",
+        "min_new_tokens",
+        "do_sample",
+    ]
 
 
 def test_from_generation_config_reads_known_keys_only():
-    d = SamplingParamsGenerationConfigDefaults.from_generation_config({"temperature": 0.6, "top_p": 0.9, "do_sample": True, "eos_token_id": [1, 2], "bos_token_id": 0})
+    d = SamplingParamsGenerationConfigDefaults.from_generation_config(
+        {"temperature": 0.6, "top_p": 0.9, "do_sample": True, "eos_token_id": [1, 2], "bos_token_id": 0}
+    )
     assert d.values_to_update == {"temperature": 0.6, "top_p": 0.9, "do_sample": True}
 
 
 def test_merge_priority_user_over_generation_config_over_defaults():
-    gen = SamplingParamsGenerationConfigDefaults(temperature=0.6, top_p=0.9, top_k=20, max_new_tokens=256, repetition_penalty=1.1)
-    p = SamplingParams.from_input_and_generation_config(SamplingParamsInput(temperature=0.2, max_new_tokens=8, seed=3), gen)
+    gen = SamplingParamsGenerationConfigDefaults(
+        temperature=0.6, top_p=0.9, top_k=20, max_new_tokens=256, repetition_penalty=1.1
+    )
+    p = SamplingParams.from_input_and_generation_config(
+        SamplingParamsInput(temperature=0.2, max_new_tokens=8, seed=3), gen
+    )
     assert p.temperature == 0.2  # user
     assert p.max_new_tokens == 8  # user
     assert p.top_p == 0.9 and p.top_k == 20 and p.repetition_penalty == 1.1  # generation config
@@ -116,7 +134,9 @@ def test_merge_priority_user_over_generation_config_over_defaults():
 
 
 def test_merge_with_empty_generation_config_gives_class_defaults():
-    p = SamplingParams.from_input_and_generation_config(SamplingParamsInput(max_new_tokens=32), SamplingParamsGenerationConfigDefaults())
+    p = SamplingParams.from_input_and_generation_config(
+        SamplingParamsInput(max_new_tokens=32), SamplingParamsGenerationConfigDefaults()
+    )
     assert (p.temperature, p.top_k, p.top_p, p.max_new_tokens) == (1, -1, 1, 32)
 
 
@@ -126,13 +146,17 @@ def test_do_sample_false_means_greedy_unless_user_overrides():
     assert (p.temperature, p.top_k) == (0, 1)
     q = SamplingParams.from_input_and_generation_config(SamplingParamsInput(temperature=0.5, top_k=10), greedy)
     assert (q.temperature, q.top_k) == (0.5, 10)
-    sampled = SamplingParams.from_input_and_generation_config(SamplingParamsInput(), SamplingParamsGenerationConfigDefaults(do_sample=True, temperature=0.8))
+    sampled = SamplingParams.from_input_and_generation_config(
+        SamplingParamsInput(), SamplingParamsGenerationConfigDefaults(do_sample=True, temperature=0.8)
+    )
     assert (sampled.temperature, sampled.top_k) == (0.8, -1)
 
 
 def test_merge_validates_the_result_and_the_arguments():
     with pytest.raises(ValueError, match="top_p"):
-        SamplingParams.from_input_and_generation_config(SamplingParamsInput(top_p=3.0), SamplingParamsGenerationConfigDefaults())
+        SamplingParams.from_input_and_generation_config(
+            SamplingParamsInput(top_p=3.0), SamplingParamsGenerationConfigDefaults()
+        )
     with pytest.raises(TypeError, match="input_params must be a SamplingParamsInput, got dict"):
         SamplingParams.from_input_and_generation_config({"top_k": 1}, SamplingParamsGenerationConfigDefaults())
 

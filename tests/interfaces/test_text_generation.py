@@ -57,7 +57,10 @@ def test_request_fields_and_each_request_gets_its_own_sampling_params():
     req = TextGenerationRequest(
         request_id="c1",
         model_name="m",
-        messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+        messages=[
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+        ],
         tools=[tool],
         response_format={"type": "json_schema", "json_schema": {"type": "object"}},
         logprobs=3,
@@ -77,7 +80,11 @@ def test_request_fields_and_each_request_gets_its_own_sampling_params():
         ({"prompt": [1, "2"]}, TypeError, "prompt must be a str or a sequence of int"),
         ({"prompt": "look", "images": [b"\x89PNG"]}, ValueError, "images need messages"),
         ({"prompt": "x", "logprobs": -1}, ValueError, "logprobs must be an int >= 0, got -1"),
-        ({"prompt": "x", "sampling_params": {"top_k": 1}}, TypeError, "sampling_params must be a SamplingParams, got dict"),
+        (
+            {"prompt": "x", "sampling_params": {"top_k": 1}},
+            TypeError,
+            "sampling_params must be a SamplingParams, got dict",
+        ),
     ],
 )
 def test_request_validation(kwargs, error, message):
@@ -120,7 +127,10 @@ def _ctx(top, echo):
 
 
 def test_inputs_summaries_over_replicas():
-    inputs = TextGenerationInputs(batches=[{RequestID("a"): _ctx(0, False), RequestID("b"): _ctx(2, False)}, {RequestID("c"): _ctx(0, True)}], num_steps=3)
+    inputs = TextGenerationInputs(
+        batches=[{RequestID("a"): _ctx(0, False), RequestID("b"): _ctx(2, False)}, {RequestID("c"): _ctx(0, True)}],
+        num_steps=3,
+    )
     assert list(inputs.batch) == ["a", "b", "c"]
     assert inputs.batch_top_log_probs == [0, 2, 0]
     assert inputs.batch_echo == [False, False, True]
@@ -158,7 +168,13 @@ def test_embeddings_inputs_and_output():
 
 def test_audio_types():
     req = AudioGenerationRequest(request_id="a", model="tts", input="hi")
-    assert (req.audio_prompt_tokens, req.audio_prompt_transcription, req.streaming, req.prompt, req.buffer_speech_tokens) == ([], "", True, None, None)
+    assert (
+        req.audio_prompt_tokens,
+        req.audio_prompt_transcription,
+        req.streaming,
+        req.prompt,
+        req.buffer_speech_tokens,
+    ) == ([], "", True, None, None)
     with pytest.raises(ValueError, match="needs input"):
         AudioGenerationRequest(request_id="a", model="tts")
     with pytest.raises(ValueError, match="more than 4096"):

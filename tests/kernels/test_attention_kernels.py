@@ -34,7 +34,11 @@ def _compile_cache():
     """Persistent XLA cache for the interpret-mode kernels (cold ~6x slower than warm)."""
     from jax._src import compilation_cache as cc
 
-    keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs", "jax_persistent_cache_min_entry_size_bytes")
+    keys = (
+        "jax_compilation_cache_dir",
+        "jax_persistent_cache_min_compile_time_secs",
+        "jax_persistent_cache_min_entry_size_bytes",
+    )
     old = {k: getattr(jax.config, k) for k in keys}
     jax.config.update(keys[0], str(ROOT / ".jax_cache" / "kernels"))
     jax.config.update(keys[1], 0.0)
@@ -65,7 +69,8 @@ def np_attention(q, k, v, *, causal=False, window=None, scale=None, q_len=None, 
             for i in range(ql):
                 pos = p0 + i
                 js = [
-                    j for j in range(kl)
+                    j
+                    for j in range(kl)
                     if (not causal or j <= pos) and (window is None or pos - window[0] <= j <= pos + window[1])
                 ]
                 if not js:
@@ -107,17 +112,27 @@ def test_reference_matches_numpy(rng, case, heads):
     got = ref.attention(q, k, v, **case)
     causal = case.get("causal", False)
     want = np_attention(
-        q, k, v, causal=causal, window=ref.window_pair(case.get("local_window_size"), causal),
-        q_len=case.get("q_lens"), kv_len=case.get("kv_lens"), q_pos0=[case.get("q_offset", 0)] * 2,
+        q,
+        k,
+        v,
+        causal=causal,
+        window=ref.window_pair(case.get("local_window_size"), causal),
+        q_len=case.get("q_lens"),
+        kv_len=case.get("kv_lens"),
+        q_pos0=[case.get("q_offset", 0)] * 2,
     )
     assert got.shape == q.shape and _err(got, want) < 1e-5
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(is_causal=True), dict(local_window_size=(2, 1)), dict(is_causal=True, local_window_size=(3, 0))])
+@pytest.mark.parametrize(
+    "kw", [dict(), dict(is_causal=True), dict(local_window_size=(2, 1)), dict(is_causal=True, local_window_size=(3, 0))]
+)
 def test_reference_matches_jax_nn(rng, kw):
     q, k, v = _rand(rng, (2, 9, 4, 16)), _rand(rng, (2, 9, 2, 16)), _rand(rng, (2, 9, 2, 16))
     want = jax.nn.dot_product_attention(q, k, v, implementation="xla", **kw)
-    got = ref.attention(q, k, v, causal=kw.get("is_causal", False), local_window_size=kw.get("local_window_size"), scale=None)
+    got = ref.attention(
+        q, k, v, causal=kw.get("is_causal", False), local_window_size=kw.get("local_window_size"), scale=None
+    )
     assert _err(got, want) < 1e-5
 
 
@@ -128,8 +143,14 @@ def test_reference_ragged_and_decode_match_numpy(rng):
     got = np.asarray(ref.ragged_attention(q, k, v, qo, kv_row_offsets=ko, causal=True))
     for b in range(3):
         ql, kl = qo[b + 1] - qo[b], ko[b + 1] - ko[b]
-        want = np_attention(q[None, qo[b]:qo[b + 1]], k[None, ko[b]:ko[b + 1]], v[None, ko[b]:ko[b + 1]], causal=True, q_pos0=[kl - ql])
-        assert _err(got[qo[b]:qo[b + 1]], want[0]) < 1e-5
+        want = np_attention(
+            q[None, qo[b] : qo[b + 1]],
+            k[None, ko[b] : ko[b + 1]],
+            v[None, ko[b] : ko[b + 1]],
+            causal=True,
+            q_pos0=[kl - ql],
+        )
+        assert _err(got[qo[b] : qo[b + 1]], want[0]) < 1e-5
     assert not got[8:].any()  # row 8 belongs to no sequence
     # decode: 2 new tokens against caches of different lengths
     qd, kc, vc = _rand(rng, (2, 2, 4, 8)), _rand(rng, (2, 11, 2, 8)), _rand(rng, (2, 11, 2, 8))
@@ -145,7 +166,7 @@ def test_reference_ragged_and_decode_match_numpy(rng):
     vp = np.pad(np.asarray(vc), ((0, 0), (0, 1), (0, 0), (0, 0)))
     for b in range(2):
         for j in range(3):
-            pool_k[table[b, j]], pool_v[table[b, j]] = kp[b, 4 * j:4 * j + 4], vp[b, 4 * j:4 * j + 4]
+            pool_k[table[b, j]], pool_v[table[b, j]] = kp[b, 4 * j : 4 * j + 4], vp[b, 4 * j : 4 * j + 4]
     assert _err(ref.paged_decode_attention(qd, pool_k, pool_v, table, lens), want) < 1e-5
 
 
@@ -165,9 +186,10 @@ def test_reference_rows_without_keys_are_zero_with_zero_gradients(rng):
     grads = jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
     for b, n in enumerate(q_lens):
         wb = w[b : b + 1, :n]
-        want = jax.grad(lambda q, k, v, wb=wb: jnp.sum(jax.nn.dot_product_attention(q, k, v, implementation="xla") * wb), argnums=(0, 1, 2))(
-            q[b : b + 1, :n], k[b : b + 1], v[b : b + 1]
-        )
+        want = jax.grad(
+            lambda q, k, v, wb=wb: jnp.sum(jax.nn.dot_product_attention(q, k, v, implementation="xla") * wb),
+            argnums=(0, 1, 2),
+        )(q[b : b + 1, :n], k[b : b + 1], v[b : b + 1])
         assert _err(grads[0][b : b + 1, :n], want[0]) < 1e-5 and not np.asarray(grads[0][b, n:]).any()
         assert _err(grads[1][b : b + 1], want[1]) < 1e-5 and _err(grads[2][b : b + 1], want[2]) < 1e-5
 
@@ -253,7 +275,10 @@ def test_inputs_shorter_than_one_tile(rng):
     g_ref = jax.grad(lambda q, k: ref.attention(q, k, k, causal=True).sum(), argnums=(0, 1))(q, k)
     assert all(_err(a, b) < 1e-5 for a, b in zip(g, g_ref))
     lens = np.array([33], np.int32)
-    assert _err(pd.decode_attention(q[:, :1], k, k, lens, interpret=True), ref.decode_attention(q[:, :1], k, k, lens)) < 1e-5
+    assert (
+        _err(pd.decode_attention(q[:, :1], k, k, lens, interpret=True), ref.decode_attention(q[:, :1], k, k, lens))
+        < 1e-5
+    )
 
 
 MASKS = [{}, dict(causal=True), dict(local_window_size=(5, 2)), dict(causal=True, local_window_size=(9, 0))]
@@ -265,7 +290,11 @@ MASKS = [{}, dict(causal=True), dict(local_window_size=(5, 2)), dict(causal=True
 @pytest.mark.parametrize("heads", [(4, 4), (4, 2), (4, 1)], ids=["mha", "gqa", "mqa"])
 def test_flash_grid_slow(rng, dt, kw, heads):
     """The full dtype x mask x head-ratio grid at an uneven length (forward; gradients for float32)."""
-    q, k, v = _rand(rng, (2, 40, heads[0], 32), dt), _rand(rng, (2, 40, heads[1], 32), dt), _rand(rng, (2, 40, heads[1], 32), dt)
+    q, k, v = (
+        _rand(rng, (2, 40, heads[0], 32), dt),
+        _rand(rng, (2, 40, heads[1], 32), dt),
+        _rand(rng, (2, 40, heads[1], 32), dt),
+    )
     o, vjp = jax.vjp(lambda *a: pf.flash_attention(*a, config=CFG, interpret=True, **kw), q, k, v)
     o_ref, vjp_ref = jax.vjp(lambda *a: ref.attention(*a, **kw), q, k, v)
     assert _err(o, o_ref) < TOL[dt]
@@ -308,7 +337,9 @@ LOWER_FLASH = [
 ]
 
 
-@pytest.mark.parametrize("case", LOWER_FLASH, ids=[f"S{c[0]}-H{c[1]}/{c[2]}-D{c[3]}-{jnp.dtype(c[4]).name}" for c in LOWER_FLASH])
+@pytest.mark.parametrize(
+    "case", LOWER_FLASH, ids=[f"S{c[0]}-H{c[1]}/{c[2]}-D{c[3]}-{jnp.dtype(c[4]).name}" for c in LOWER_FLASH]
+)
 def test_flash_triton_lowering(case):
     s, hq, hkv, d, dt, kw, cfg = case
     q, kv = jax.ShapeDtypeStruct((2, s, hq, d), dt), jax.ShapeDtypeStruct((2, s, hkv, d), dt)
@@ -371,11 +402,13 @@ def _paged(rng, k, v, page):
     vp = kp.copy()
     for bi in range(b):
         for j in range(n):
-            kp[table[bi, j]], vp[table[bi, j]] = kk[bi, j * page:(j + 1) * page], vv[bi, j * page:(j + 1) * page]
+            kp[table[bi, j]], vp[table[bi, j]] = kk[bi, j * page : (j + 1) * page], vv[bi, j * page : (j + 1) * page]
     return jnp.asarray(kp, k.dtype), jnp.asarray(vp, k.dtype), table
 
 
-@pytest.mark.parametrize("case", DECODE_CASES, ids=[f"B{c[0]}-Sq{c[1]}-H{c[2]}/{c[3]}-D{c[4]}-T{c[5]}-{c[7]}" for c in DECODE_CASES])
+@pytest.mark.parametrize(
+    "case", DECODE_CASES, ids=[f"B{c[0]}-Sq{c[1]}-H{c[2]}/{c[3]}-D{c[4]}-T{c[5]}-{c[7]}" for c in DECODE_CASES]
+)
 def test_decode_kernel_matches_reference(rng, case):
     b, sq, hq, hkv, d, t, lens, dt, kw, cfg = case
     q, k, v = _rand(rng, (b, sq, hq, d), dt), _rand(rng, (b, t, hkv, d), dt), _rand(rng, (b, t, hkv, d), dt)
@@ -406,7 +439,10 @@ def test_pool_decode_gradients_reach_only_the_layer_read(rng):
     kp, vp, table = _paged(rng, k, v, 16)
     pool, layer = _pool(rng, jnp.nan_to_num(kp), jnp.nan_to_num(vp))
     lens = np.array(lens, np.int32)
-    got = jax.grad(lambda q, p: pd.paged_decode_attention_pool(q, p, layer, table, lens, config=cfg, interpret=True).sum(), argnums=(0, 1))(q, pool)
+    got = jax.grad(
+        lambda q, p: pd.paged_decode_attention_pool(q, p, layer, table, lens, config=cfg, interpret=True).sum(),
+        argnums=(0, 1),
+    )(q, pool)
     gk, gv = jax.grad(lambda k, v: ref.decode_attention(q, k, v, lens).sum(), argnums=(0, 1))(k, v)
     assert _err(got[0], jax.grad(lambda q: ref.decode_attention(q, k, v, lens).sum())(q)) < 1e-5
     g_layer = np.asarray(got[1])[:, :, layer]  # [P, 2, page, H, D] → back to dense [B, T, H, D] through the table
@@ -419,7 +455,9 @@ def test_decode_gradients_use_the_reference(rng):
     b, sq, hq, hkv, d, t, lens, _, kw, cfg = DECODE_CASES[0]
     q, k, v = _rand(rng, (b, sq, hq, d)), _rand(rng, (b, t, hkv, d)), _rand(rng, (b, t, hkv, d))
     lens = np.array(lens, np.int32)
-    got = jax.grad(lambda *a: pd.decode_attention(*a, lens, config=cfg, interpret=True).sum(), argnums=(0, 1, 2))(q, k, v)
+    got = jax.grad(lambda *a: pd.decode_attention(*a, lens, config=cfg, interpret=True).sum(), argnums=(0, 1, 2))(
+        q, k, v
+    )
     want = jax.grad(lambda *a: ref.decode_attention(*a, lens).sum(), argnums=(0, 1, 2))(q, k, v)
     for g, w in zip(got, want):
         assert _err(g, w) < 1e-5
@@ -429,15 +467,27 @@ def test_decode_triton_lowering():
     s = jax.ShapeDtypeStruct
     bf = jnp.bfloat16
     dense = lambda q, k, v, n: pd.decode_attention(q, k, v, n)  # noqa: E731
-    assert _lowers_for_cuda(dense, s((8, 1, 32, 128), bf), s((8, 8192, 8, 128), bf), s((8, 8192, 8, 128), bf), s((8,), jnp.int32)) == 1
+    assert (
+        _lowers_for_cuda(
+            dense, s((8, 1, 32, 128), bf), s((8, 8192, 8, 128), bf), s((8, 8192, 8, 128), bf), s((8,), jnp.int32)
+        )
+        == 1
+    )
     win = lambda q, k, v, n: pd.decode_attention(q, k, v, n, local_window_size=(100, 0))  # noqa: E731
     f32 = jnp.float32
-    assert _lowers_for_cuda(win, s((2, 3, 8, 80), f32), s((2, 1000, 2, 80), f32), s((2, 1000, 2, 80), f32), s((2,), jnp.int32)) == 1
+    assert (
+        _lowers_for_cuda(
+            win, s((2, 3, 8, 80), f32), s((2, 1000, 2, 80), f32), s((2, 1000, 2, 80), f32), s((2,), jnp.int32)
+        )
+        == 1
+    )
     paged = lambda q, k, v, bt, n: pd.paged_decode_attention(q, k, v, bt, n)  # noqa: E731
     in_pool = lambda q, p, i, bt, n: pd.paged_decode_attention_pool(q, p, i, bt, n)  # noqa: E731
     for page, dt in ((128, bf), (16, jnp.float16)):
         pool = s((600, page, 8, 128), dt)
-        assert _lowers_for_cuda(paged, s((4, 1, 32, 128), dt), pool, pool, s((4, 64), jnp.int32), s((4,), jnp.int32)) == 1
+        assert (
+            _lowers_for_cuda(paged, s((4, 1, 32, 128), dt), pool, pool, s((4, 64), jnp.int32), s((4,), jnp.int32)) == 1
+        )
         layers = s((600, 2, 4, page, 8, 128), dt)
         args = (s((4, 1, 32, 128), dt), layers, s((), jnp.int32), s((4, 64), jnp.int32), s((4,), jnp.int32))
         assert _lowers_for_cuda(in_pool, *args) == 1
@@ -552,8 +602,12 @@ def _bench_quick(tmp_path, *extra):
     pre = data["prefill"][0]
     assert not pre["errors"] and pre["fwd"]["pallas_default"]["us"] > 0 and pre["fwd_rel_err_vs_xla"] < 1e-2
     dec = data["decode"][0]
-    assert not dec["errors"] and dec["impls"]["pallas_paged"]["GBps"] > 0 and dec["impls"]["pallas_paged_pool"]["GBps"] > 0
-    assert max(dec["rel_errs_vs_xla"].values()) < 1e-2 and {"pallas_paged", "pallas_paged_pool"} <= set(dec["rel_errs_vs_xla"])
+    assert (
+        not dec["errors"] and dec["impls"]["pallas_paged"]["GBps"] > 0 and dec["impls"]["pallas_paged_pool"]["GBps"] > 0
+    )
+    assert max(dec["rel_errs_vs_xla"].values()) < 1e-2 and {"pallas_paged", "pallas_paged_pool"} <= set(
+        dec["rel_errs_vs_xla"]
+    )
     return pre
 
 
@@ -600,7 +654,11 @@ def test_gpu_decode_paged_and_dispatch(rng):
     dev = jax.devices("gpu")[0]
     with jax.default_device(dev):
         b, hq, hkv, d, t = 3, 32, 8, 128, 1000
-        q, k, v = _rand(rng, (b, 1, hq, d), "bfloat16"), _rand(rng, (b, t, hkv, d), "bfloat16"), _rand(rng, (b, t, hkv, d), "bfloat16")
+        q, k, v = (
+            _rand(rng, (b, 1, hq, d), "bfloat16"),
+            _rand(rng, (b, t, hkv, d), "bfloat16"),
+            _rand(rng, (b, t, hkv, d), "bfloat16"),
+        )
         lens = jnp.array([1, 517, 1000], jnp.int32)
         want = ref.decode_attention(q, k, v, lens)
         assert _err(jax.jit(pd.decode_attention)(q, k, v, lens), want) < 2e-2

@@ -9,7 +9,10 @@ from custom_calls import cpu as cpu_lib
 from custom_calls._target import lowering_for
 from custom_calls.attention import cpu, dispatch
 
-pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu" or not cpu_lib.available(), reason="the kernel needs a CPU backend and a C++ compiler")
+pytestmark = pytest.mark.skipif(
+    jax.default_backend() != "cpu" or not cpu_lib.available(),
+    reason="the kernel needs a CPU backend and a C++ compiler",
+)
 
 
 def _numpy_attention(q, k, v, lo, hi, scale):
@@ -42,7 +45,11 @@ POS = np.array([5, 40, 69])
     "masks, lo, hi",
     [
         (dict(causal=True, q_offset=POS, kv_lens=POS + 1), [0, 0, 0], POS + 1),  # a decode step
-        (dict(causal=True, q_offset=POS, kv_lens=np.array([3, 41, 70])), [0, 0, 0], [3, 41, 70]),  # fewer valid keys than the position
+        (
+            dict(causal=True, q_offset=POS, kv_lens=np.array([3, 41, 70])),
+            [0, 0, 0],
+            [3, 41, 70],
+        ),  # fewer valid keys than the position
         (dict(causal=False, kv_lens=np.array([0, 12, 70])), [0, 0, 0], [0, 12, 70]),  # an empty row gives zeros
         (dict(causal=True, local_window_size=(7, 0), q_offset=POS), POS - 7, POS + 1),  # sliding window
         (dict(causal=False, q_lens=np.array([1, 0, 1])), [0, 0, 0], [70, 0, 70]),  # a row without its query
@@ -52,7 +59,9 @@ def test_matches_numpy(rng, masks, lo, hi):
     q, k, v = _inputs(rng)
     assert cpu.applies(q, k, v, extensions=False)
     got = np.asarray(dispatch.flash_attention(q, k, v, scale=0.125, **masks))
-    np.testing.assert_allclose(got, _numpy_attention(q, k, v, np.asarray(lo), np.asarray(hi), 0.125), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        got, _numpy_attention(q, k, v, np.asarray(lo), np.asarray(hi), 0.125), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_multi_query_and_narrower_values(rng):
@@ -62,7 +71,9 @@ def test_multi_query_and_narrower_values(rng):
 
 
 def test_dense_cache_is_read_in_place(rng):
-    """A cache [B, L, Hkv, D] (the one layout of every attention path), written in place, compiles to no copy of the cache."""
+    """A cache [B, L, Hkv, D] (the one layout of every attention path), written in place, compiles to no copy of the
+    cache.
+    """
     q, k, v = _inputs(rng, b=1, s=256)
 
     def step(q, k, v, row):
@@ -77,7 +88,12 @@ def test_dense_cache_is_read_in_place(rng):
     assert not copies, f"the cache was copied into another layout: {copies}"
     k2, v2 = (np.asarray(x).copy() for x in (k, v))
     k2[0, 200], v2[0, 200] = row, row
-    np.testing.assert_allclose(np.asarray(jax.jit(step)(q, k, v, row)[0]), _numpy_attention(q, k2, v2, [0], [201], 64**-0.5), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(jax.jit(step)(q, k, v, row)[0]),
+        _numpy_attention(q, k2, v2, [0], [201], 64**-0.5),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def test_gradients_match_finite_differences(rng):
@@ -96,7 +112,11 @@ def test_not_used_where_it_cannot_run(rng):
     assert not cpu.applies(np.concatenate([q, q], 1), k, v, extensions=False)  # two queries per row
     with lowering_for(("cpu",)):  # an export: the artifact must run where the library is not built
         assert not cpu.applies(q, k, v, extensions=False)
-        hlo = jax.jit(lambda q, k, v: dispatch.flash_attention(q, k, v, causal=True, q_offset=POS)).lower(q, k, v).as_text()
+        hlo = (
+            jax.jit(lambda q, k, v: dispatch.flash_attention(q, k, v, causal=True, q_offset=POS))
+            .lower(q, k, v)
+            .as_text()
+        )
     assert "maxfx_decode_attention" not in hlo
 
 
@@ -117,7 +137,11 @@ def _paged(rng, b=3, pages=24, ps=16, hq=6, hkv=2, d=64, width=6):
 def test_paged_matches_numpy(rng, window):
     q, kp, vp, table, k, v = _paged(rng)
     lens = np.array([1, 37, 96])  # one key, mid-page, the whole table
-    got = np.asarray(dispatch.paged_decode_attention(q, kp, vp, table, lens, local_window_size=None if window is None else (window - 1, 0)))
+    got = np.asarray(
+        dispatch.paged_decode_attention(
+            q, kp, vp, table, lens, local_window_size=None if window is None else (window - 1, 0)
+        )
+    )
     lo = np.zeros(3, int) if window is None else np.maximum(lens - window, 0)
     np.testing.assert_allclose(got, _numpy_attention(q, k, v, lo, lens, 64**-0.5), rtol=1e-5, atol=1e-5)
 
@@ -130,13 +154,22 @@ def test_float16_pool_matches_numpy_on_the_rounded_values(rng, b):
     lens = rng.integers(1, 97, b)
     got = np.asarray(dispatch.paged_decode_attention(q, kh, vh, table, lens))
     dense = lambda x: x.astype(np.float32)[table].reshape(b, -1, 3, 80)  # noqa: E731
-    np.testing.assert_allclose(got, _numpy_attention(q, dense(kh), dense(vh), np.zeros(b, int), lens, 80**-0.5), rtol=1e-5, atol=1e-5)
-    hlo = jax.jit(lambda q, k, v: dispatch.paged_decode_attention(q, k, v, table, lens)).lower(q, kh, vh).compile().as_text()
+    np.testing.assert_allclose(
+        got, _numpy_attention(q, dense(kh), dense(vh), np.zeros(b, int), lens, 80**-0.5), rtol=1e-5, atol=1e-5
+    )
+    hlo = (
+        jax.jit(lambda q, k, v: dispatch.paged_decode_attention(q, k, v, table, lens))
+        .lower(q, kh, vh)
+        .compile()
+        .as_text()
+    )
     assert "maxfx_paged_decode_attention" in hlo and "f32[24,16,3,80]" not in hlo
 
 
 def test_paged_pool_is_read_in_place(rng):
-    """A pool written in place and read by the kernel compiles to no copy of the pool (a reshaped pool made XLA copy it)."""
+    """A pool written in place and read by the kernel compiles to no copy of the pool (a reshaped pool made XLA copy
+    it).
+    """
     q, kp, vp, table, _, _ = _paged(rng)
 
     def step(kp, vp, q, row):

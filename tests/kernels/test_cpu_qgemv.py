@@ -1,4 +1,5 @@
-"""The C++ CPU kernels for Q8_0 / Q4_0 / Q4_K products (custom_calls/cpu/qgemv.cc) against gguf's own quantizer and numpy.
+"""The C++ CPU kernels for Q8_0 / Q4_0 / Q4_K products (custom_calls/cpu/qgemv.cc) against gguf's own quantizer and
+numpy.
 
 The kernels quantize each row of x to int16 per 32 values (scale max|x| / 32767,
 round to nearest even), then take integer block dots. The reference is that
@@ -21,7 +22,9 @@ from custom_calls import cpu as cpu_library
 from custom_calls.qmatmul import cpu, dispatch
 from tests.test_qmatmul_reference import cpu_kernel_atol, random_blocks
 
-pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu" or not cpu.available(), reason="CPU kernels need a CPU backend and a C++ compiler")
+pytestmark = pytest.mark.skipif(
+    jax.default_backend() != "cpu" or not cpu.available(), reason="CPU kernels need a CPU backend and a C++ compiler"
+)
 
 
 def _weights(rng, n, k, qname):
@@ -55,7 +58,9 @@ def _check(out, x, dense):
 
 def _split_q8(packed, n, k):
     blocks = packed.reshape(n, k // 32, 34)
-    return blocks[..., 2:].copy().view(np.int8).reshape(n, k), blocks[..., :2].copy().view(np.float16).reshape(n, k // 32)
+    return blocks[..., 2:].copy().view(np.int8).reshape(n, k), blocks[..., :2].copy().view(np.float16).reshape(
+        n, k // 32
+    )
 
 
 # K = 96 and 32: odd block counts; 1536 and 576 are SmolLM2's. Rows up to 4: one
@@ -133,7 +138,9 @@ def test_gradient_through_the_q8_0_kernel(rng):
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 instruction-set levels")
 @pytest.mark.parametrize("march,fast", [("x86-64-v3", True), ("x86-64-v2", False)])
 def test_portable_build_gives_the_same_numbers(rng, tmp_path, march, fast):
-    """Built for a CPU without AVX-512: AVX2 (x86-64-v3, AMD Zen 2/3) is a fast path, SSE only (v2) the scalar loop; same numerics."""
+    """Built for a CPU without AVX-512: AVX2 (x86-64-v3, AMD Zen 2/3) is a fast path, SSE only (v2) the scalar loop;
+    same numerics.
+    """
     packed, dense = _weights(rng, 70, 96, "Q4_0")
     x = rng.standard_normal((20, 96)).astype(np.float32)  # 16 rows, then 4
     np.save(tmp_path / "x.npy", x)
@@ -220,7 +227,9 @@ def test_matmul_uses_the_f32_kernel_for_decode_shaped_products(rng, caplog, monk
 @pytest.mark.parametrize("qname", ["Q8_0", "Q4_0", "Q4_K"])
 @pytest.mark.parametrize("rows", [5, 16, 40])
 def test_amx_path_matches_the_reference_and_the_vector_path(rng, qname, rows):
-    """AMX splits x's int16 values into exact high and low bytes: the same integer dots as AVX-512, only float order differs."""
+    """AMX splits x's int16 values into exact high and low bytes: the same integer dots as AVX-512, only float order
+    differs.
+    """
     n, k = 37, 512  # 37 columns: a last group of 5 decoded (not read in place)
     packed, dense = _weights(rng, n, k, qname)
     x = rng.standard_normal((rows, k)).astype(np.float32) + (0.5 if qname == "Q4_K" else 0.0)

@@ -37,7 +37,9 @@ def _rel(got, want) -> float:
 
 # Default suite: each format at every row count in float32 and one bf16 case (m=5, ragged n);
 # the other bf16 row counts run with -m slow (interpret mode costs 1-3 s a case on 2 cores).
-_GGUF_CASES = [("float32", 1), ("float32", 5), ("float32", 130), ("bfloat16", 5)] + [pytest.param("bfloat16", m, marks=pytest.mark.slow) for m in (1, 130)]
+_GGUF_CASES = [("float32", 1), ("float32", 5), ("float32", 130), ("bfloat16", 5)] + [
+    pytest.param("bfloat16", m, marks=pytest.mark.slow) for m in (1, 130)
+]
 
 
 @pytest.mark.parametrize("encoding", GGUF)
@@ -75,7 +77,9 @@ def test_in_kernel_decode_is_bit_exact(rng, encoding):
         want = gguf_dequant(encoding, w).T
         got = pallas_gguf.qmatmul(encoding, np.eye(want.shape[0], dtype=np.float32), w, interpret=True)
     # (+ 0.0: a dot sums exact zeros to +0 where the decoder gives -0)
-    np.testing.assert_array_equal(np.asarray(got).view(np.uint32), (want.astype(np.float32) + np.float32(0)).view(np.uint32))
+    np.testing.assert_array_equal(
+        np.asarray(got).view(np.uint32), (want.astype(np.float32) + np.float32(0)).view(np.uint32)
+    )
 
 
 @pytest.mark.parametrize(
@@ -125,7 +129,11 @@ def test_gptq_kernel(rng, act_order, group_size, k, n, m):
     assert _rel(got, x.astype(np.float64) @ w) < 1e-5
     assert _rel(got, ref.gptq_qmatmul(lhs, packed, perm, group_size=group_size)) < 1e-5
     gb = pallas_gptq.gptq_qmatmul(jnp.asarray(lhs, jnp.bfloat16), packed, perm, group_size=group_size, interpret=True)
-    assert gb.dtype == jnp.bfloat16 and _rel(gb, np.asarray(jnp.asarray(lhs, jnp.bfloat16), np.float64) @ w[perm if act_order else slice(None)]) < 1.5e-2
+    assert (
+        gb.dtype == jnp.bfloat16
+        and _rel(gb, np.asarray(jnp.asarray(lhs, jnp.bfloat16), np.float64) @ w[perm if act_order else slice(None)])
+        < 1.5e-2
+    )
 
 
 @pytest.mark.parametrize("m", [1, 130])
@@ -157,7 +165,9 @@ def test_dispatch_env_forces_interpreted_kernels(monkeypatch, rng):
     w = random_blocks(rng, "Q8_0", 6, 8)
     x = rng.standard_normal((3, 256)).astype(np.float32)
     assert uses_pallas(lambda a: cq.qmatmul("Q8_0", a, w), x)
-    np.testing.assert_allclose(np.asarray(cq.qmatmul("Q8_0", x, w)), x @ gguf_dequant("Q8_0", w).T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(cq.qmatmul("Q8_0", x, w)), x @ gguf_dequant("Q8_0", w).T, rtol=1e-5, atol=1e-5
+    )
     # gradients flow to lhs through the custom_vjp (dy @ dequant(W))
     g = jax.grad(lambda a: cq.qmatmul("Q8_0", a, w).sum())(x)
     np.testing.assert_allclose(np.asarray(g), np.broadcast_to(gguf_dequant("Q8_0", w).sum(0), x.shape), rtol=1e-5)
@@ -248,7 +258,9 @@ def test_triton_lowering(fmt, cfg):
     n, k = 256, 512
     w = make_weight(fmt, jax.random.key(0), n, k)
     planes = [jax.ShapeDtypeStruct(p.shape, p.dtype) for p in w.planes]
-    f = jax.jit(lambda x, ps: kernel_fn(fmt, cfg, False)(x, jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(w), ps)))
+    f = jax.jit(
+        lambda x, ps: kernel_fn(fmt, cfg, False)(x, jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(w), ps))
+    )
     for dt in (jnp.bfloat16, jnp.float32):
         assert pltriton.CUSTOM_CALL_TARGET_NAME in cuda_module(f, jax.ShapeDtypeStruct((cfg.bm, k), dt), planes)
 

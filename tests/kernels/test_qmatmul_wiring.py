@@ -33,7 +33,13 @@ def test_graph_qmatmul_runs_the_pallas_kernel(kernel_calls, rng, encoding, block
     w = random_blocks(rng, encoding, 6, blocks)
     k = gguf_dequant(encoding, w).shape[1]
     x = rng.standard_normal((3, k)).astype(np.float32)
-    with Graph(f"q_{encoding}", input_types=[TensorType(DType.float32, ["m", k], DeviceRef.CPU()), TensorType(DType.uint8, list(w.shape), DeviceRef.CPU())]) as g:
+    with Graph(
+        f"q_{encoding}",
+        input_types=[
+            TensorType(DType.float32, ["m", k], DeviceRef.CPU()),
+            TensorType(DType.uint8, list(w.shape), DeviceRef.CPU()),
+        ],
+    ) as g:
         lhs, rhs = (v.tensor for v in g.inputs)
         g.output(ops.qmatmul(getattr(QuantizationEncoding, encoding), None, lhs, rhs))
     out = InferenceSession().load(g).execute(x, w)[0].to_numpy()

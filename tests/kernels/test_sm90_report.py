@@ -49,7 +49,11 @@ def test_missing_triton_python_skips_with_a_hint(tmp_path, capsys):
 def test_compiled_kernels_fit_an_h100(tmp_path):
     sm90_report.capture(str(tmp_path), only=SUBSET)
     out = subprocess.run(
-        [str(TRITON_PY), sm90_report.__file__, "--compile", str(tmp_path)], capture_output=True, text=True, check=True, env={**os.environ}
+        [str(TRITON_PY), sm90_report.__file__, "--compile", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ},
     )
     results = {r["case"]: r for r in json.loads(out.stdout.strip().splitlines()[-1])}
     for r in results.values():

@@ -75,7 +75,10 @@ def test_creation_with_a_mapping_is_sharded_per_device():
     np.testing.assert_array_equal(p.to_numpy(), np.ones(2, np.float32))
 
 
-@pytest.mark.parametrize("placements", [(Sharded(0), Sharded(1)), (Sharded(1), Replicated()), (Sharded(0), Sharded(0)), (Replicated(), Partial())])
+@pytest.mark.parametrize(
+    "placements",
+    [(Sharded(0), Sharded(1)), (Sharded(1), Replicated()), (Sharded(0), Sharded(0)), (Replicated(), Partial())],
+)
 def test_distribute_assembles_back(placements):
     value = np.arange(24, dtype=np.float32).reshape(4, 6)
     mesh = DeviceMesh((CPU(),) * 4, (2, 2), (DP, TP))
@@ -114,7 +117,10 @@ def test_ops_on_sharded_tensors_need_a_redistribution():
         _ = t.device
 
 
-@pytest.mark.skipif(__import__("maxfx.driver", fromlist=["accelerator_count"]).accelerator_count() < 2, reason="needs two accelerators (host CPU ids are one driver device)")
+@pytest.mark.skipif(
+    __import__("maxfx.driver", fromlist=["accelerator_count"]).accelerator_count() < 2,
+    reason="needs two accelerators (host CPU ids are one driver device)",
+)
 def test_jax_array_on_distinct_devices():
     import jax
 
@@ -160,7 +166,9 @@ def _moe_reference(x, gate_w, experts, k, shared=None, router_first=False):
 
 
 def _weights(moe):
-    experts = [(e.gate_proj.weight.to_numpy(), e.up_proj.weight.to_numpy(), e.down_proj.weight.to_numpy()) for e in moe.experts]
+    experts = [
+        (e.gate_proj.weight.to_numpy(), e.up_proj.weight.to_numpy(), e.down_proj.weight.to_numpy()) for e in moe.experts
+    ]
     shared = None
     if moe.shared_experts is not None:
         m = moe.shared_experts
@@ -171,12 +179,22 @@ def _weights(moe):
 @pytest.mark.parametrize("router_first", [False, True])
 @pytest.mark.parametrize("shared", [False, True])
 def test_moe_matches_dense_reference(router_first, shared):
-    moe = MoE(hidden_dim=8, num_experts=4, num_experts_per_token=2, moe_dim=6, has_shared_experts=shared, shared_experts_dim=4, apply_router_weight_first=router_first)
+    moe = MoE(
+        hidden_dim=8,
+        num_experts=4,
+        num_experts_per_token=2,
+        moe_dim=6,
+        has_shared_experts=shared,
+        shared_experts_dim=4,
+        apply_router_weight_first=router_first,
+    )
     x = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
     gate_w, experts, shared_w = _weights(moe)
     assert [list(map(int, w.shape)) for w in moe.gate_up_proj] == [[4, 12, 8]]
     assert [list(map(int, w.shape)) for w in moe.down_proj] == [[4, 8, 6]]
-    np.testing.assert_allclose(moe(Tensor(x)).to_numpy(), _moe_reference(x, gate_w, experts, 2, shared_w, router_first), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        moe(Tensor(x)).to_numpy(), _moe_reference(x, gate_w, experts, 2, shared_w, router_first), rtol=1e-4, atol=1e-5
+    )
 
 
 def test_moe_rejects_a_multi_device_mesh_and_bad_input():
@@ -189,7 +207,9 @@ def test_moe_rejects_a_multi_device_mesh_and_bad_input():
 
 @pytest.mark.parametrize("shared", [False, True])
 def test_tensor_parallel_moe_partials_sum_to_the_moe(shared):
-    moe = TensorParallelMoE(hidden_dim=8, num_experts=4, num_experts_per_token=2, moe_dim=6, has_shared_experts=shared, shared_experts_dim=4)
+    moe = TensorParallelMoE(
+        hidden_dim=8, num_experts=4, num_experts_per_token=2, moe_dim=6, has_shared_experts=shared, shared_experts_dim=4
+    )
     gate_w, experts, shared_w = _weights(moe)
     mesh = _mesh(2)
     moe.to(mesh)

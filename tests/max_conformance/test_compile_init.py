@@ -67,7 +67,12 @@ def test_accelerators_are_virtual_while_the_mode_is_on(virtual_cuda):
     assert driver.accelerator_count() == 2
     gpu = Accelerator()
     assert isinstance(gpu, VirtualAccelerator) and gpu is Accelerator(0) and gpu.id == 0
-    assert (gpu.api, gpu.architecture_name, driver.accelerator_api(), driver.accelerator_architecture_name()) == ("cuda", "sm_80", "cuda", "sm_80")
+    assert (gpu.api, gpu.architecture_name, driver.accelerator_api(), driver.accelerator_architecture_name()) == (
+        "cuda",
+        "sm_80",
+        "cuda",
+        "sm_80",
+    )
     assert DeviceRef.GPU(1).to_device() == Accelerator(1) and DeviceRef.from_device(gpu) == DeviceRef.GPU(0)
     assert [s.device_type for s in driver.scan_available_devices()] == ["gpu", "gpu"]
     with pytest.raises(ValueError, match="virtual-device mode has 2 virtual accelerator"):
@@ -117,7 +122,9 @@ def test_a_module_collects_its_graphs_and_a_graph_has_its_own_by_default():
 def test_subgraphs_stay_out_of_the_modules_top_level():
     module = Module()
     with Graph("main", input_types=[TensorType(DType.float32, [2], DeviceRef.CPU())], module=module) as g:
-        sub = g.add_subgraph("double", forward=lambda x: x * 2, input_types=[TensorType(DType.float32, [2], DeviceRef.CPU())])
+        sub = g.add_subgraph(
+            "double", forward=lambda x: x * 2, input_types=[TensorType(DType.float32, [2], DeviceRef.CPU())]
+        )
         g.output(ops.call(sub, g.inputs[0])[0])
     assert module.top_level_graph_names() == ["main"] and sub.module is module
     out = InferenceSession().load(g).execute(np.array([1.0, -2.0], np.float32))[0].to_numpy()
@@ -188,7 +195,10 @@ def test_cpu_graphs_still_run_in_virtual_mode(virtual_cuda):
     _affine("encoder", module)
     _affine("decoder", module, weight="v")
     session = InferenceSession(devices=[CPU()])
-    models = session.init_all(session.compile(module), weights_registry={"w": np.eye(4, 3, dtype=np.float32), "v": np.ones((4, 3), np.float32)})
+    models = session.init_all(
+        session.compile(module),
+        weights_registry={"w": np.eye(4, 3, dtype=np.float32), "v": np.ones((4, 3), np.float32)},
+    )
     x = np.array([[1.0, -2.0, 3.0, 4.0]], np.float32)
     np.testing.assert_array_equal(models["encoder"].execute(x)[0].to_numpy(), np.maximum(x @ np.eye(4, 3), 0))
     np.testing.assert_array_equal(models["decoder"].execute(x)[0].to_numpy(), np.maximum(x @ np.ones((4, 3)), 0))
@@ -244,7 +254,11 @@ def test_a_cpu_target_set_before_the_first_compile_caps_xlas_isa(tmp_path):
         """
     )
     env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={tmp_path}", "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
-    options = [p.read_text() for p in tmp_path.glob("*sin2*debug_options")] or [p.read_text() for p in tmp_path.glob("*debug_options")]
+    options = [p.read_text() for p in tmp_path.glob("*sin2*debug_options")] or [
+        p.read_text() for p in tmp_path.glob("*debug_options")
+    ]
     assert options and all('xla_cpu_max_isa: "AVX2"' in o for o in options)

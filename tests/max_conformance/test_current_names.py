@@ -170,7 +170,9 @@ def test_identity_returns_its_input():
         x = g.inputs[0].tensor
         assert Identity()(x) is x
         g.output(Identity()(x))
-    np.testing.assert_array_equal(InferenceSession().load(g).execute(np.arange(3, dtype=np.float32))[0].to_numpy(), [0, 1, 2])
+    np.testing.assert_array_equal(
+        InferenceSession().load(g).execute(np.arange(3, dtype=np.float32))[0].to_numpy(), [0, 1, 2]
+    )
 
 
 def _rope_reference(x, offsets, start, freqs, interleaved=True):
@@ -203,9 +205,15 @@ def test_rope_ragged_in_max_argument_order(interleaved, rope_dim):
     got = rope_ragged(Tensor(x), Tensor(offsets), Tensor(start), Tensor(freqs), interleaved=interleaved).to_numpy()
     np.testing.assert_allclose(got, _rope_reference(x, offsets, start, freqs, interleaved), atol=1e-5)
     if rope_dim < 8:  # rope_first rotates the leading columns instead
-        first = rope_ragged(Tensor(x), Tensor(offsets), Tensor(start), Tensor(freqs), interleaved=interleaved, rope_first=True).to_numpy()
-        flipped = _rope_reference(np.concatenate([x[..., rope_dim:], x[..., :rope_dim]], -1), offsets, start, freqs, interleaved)
-        np.testing.assert_allclose(first, np.concatenate([flipped[..., -rope_dim:], flipped[..., :-rope_dim]], -1), atol=1e-5)
+        first = rope_ragged(
+            Tensor(x), Tensor(offsets), Tensor(start), Tensor(freqs), interleaved=interleaved, rope_first=True
+        ).to_numpy()
+        flipped = _rope_reference(
+            np.concatenate([x[..., rope_dim:], x[..., :rope_dim]], -1), offsets, start, freqs, interleaved
+        )
+        np.testing.assert_allclose(
+            first, np.concatenate([flipped[..., -rope_dim:], flipped[..., :-rope_dim]], -1), atol=1e-5
+        )
     half = rope_ragged(Tensor(x), Tensor(offsets), Tensor(start), Tensor(freqs), output_dtype=DType.float16)
     assert half.dtype == DType.float16
     with pytest.raises(ValueError, match="input_row_offsets to have dtype uint32"):
@@ -217,7 +225,12 @@ def test_rope_ragged_in_max_argument_order(interleaved, rope_dim):
     [
         ([1.0, 2.0, 3.0, 4.0, 5.0], [10.0, 15.0, 20.0], [[1], [-999], [3]], [1.0, 10.0, 3.0, 20.0, 5.0]),
         ([1.0, 2.0, 3.0, 4.0, 5.0], [10.0, 15.0, 20.0], [[-4], [999], [-2]], [1.0, 10.0, 3.0, 20.0, 5.0]),
-        ([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], [[9.0, 9.0], [7.0, 7.0]], [[2], [-4]], [[1.0, 2.0], [3.0, 4.0], [9.0, 9.0]]),
+        (
+            [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]],
+            [[9.0, 9.0], [7.0, 7.0]],
+            [[2], [-4]],
+            [[1.0, 2.0], [3.0, 4.0], [9.0, 9.0]],
+        ),
         ([[1.0, 2.0], [3.0, 4.0]], [8.0, 9.0], [[1, 0], [0, 2]], [[1.0, 2.0], [8.0, 4.0]]),
     ],
 )
@@ -244,16 +257,25 @@ def test_apply_packed_bitmask_against_numpy(shape):
     vocab, words = shape[-1], -(-shape[-1] // 32)
     logits = rng.standard_normal(shape).astype(np.float32)
     packed = rng.integers(np.iinfo(np.int32).min, np.iinfo(np.int32).max, size=(*shape[:-1], words), dtype=np.int32)
-    keep = ((packed[..., None].astype(np.int64) >> np.arange(32)) & 1).reshape(*shape[:-1], -1)[..., :vocab].astype(bool)
+    keep = (
+        ((packed[..., None].astype(np.int64) >> np.arange(32)) & 1).reshape(*shape[:-1], -1)[..., :vocab].astype(bool)
+    )
     want = np.where(keep, logits, np.float32(-7.0))
     np.testing.assert_array_equal(apply_packed_bitmask(Tensor(logits), Tensor(packed), fill_val=-7.0).to_numpy(), want)
-    types = [TensorType(DType.float32, [*shape[:-1], "vocab"], CPU_REF), TensorType(DType.int32, [*shape[:-1], "words"], CPU_REF)]
+    types = [
+        TensorType(DType.float32, [*shape[:-1], "vocab"], CPU_REF),
+        TensorType(DType.int32, [*shape[:-1], "words"], CPU_REF),
+    ]
     with Graph("bitmask", input_types=types) as g:
         g.output(apply_packed_bitmask(*g.inputs, fill_val=-7.0))
     np.testing.assert_array_equal(InferenceSession().load(g).execute(logits, packed)[0].to_numpy(), want)
-    assert apply_packed_bitmask(Tensor(logits), Tensor(np.zeros_like(packed))).to_numpy().max() == -10000.0  # MAX's sampler fill
+    assert (
+        apply_packed_bitmask(Tensor(logits), Tensor(np.zeros_like(packed))).to_numpy().max() == -10000.0
+    )  # MAX's sampler fill
     with pytest.raises(ValueError, match="ceil"):
-        apply_packed_bitmask(Tensor(logits), Tensor(packed[..., :1]) if words > 1 else Tensor(np.zeros((*shape[:-1], 3), np.int32)))
+        apply_packed_bitmask(
+            Tensor(logits), Tensor(packed[..., :1]) if words > 1 else Tensor(np.zeros((*shape[:-1], 3), np.int32))
+        )
 
 
 # ─── max.dtype ─────────────────────────────────────────────────────────────
@@ -263,9 +285,19 @@ def test_finfo_matches_ieee_and_ocp_limits():
     from maxfx.dtype import finfo
 
     bf16 = finfo(DType.bfloat16)
-    assert (bf16.bits, bf16.eps, bf16.max, bf16.min, bf16.tiny) == (16, 2**-7, (2 - 2**-7) * 2**127, -(2 - 2**-7) * 2**127, 2**-126)
+    assert (bf16.bits, bf16.eps, bf16.max, bf16.min, bf16.tiny) == (
+        16,
+        2**-7,
+        (2 - 2**-7) * 2**127,
+        -(2 - 2**-7) * 2**127,
+        2**-126,
+    )
     assert bf16.smallest_normal == bf16.tiny and bf16.dtype is DType.bfloat16
-    assert (finfo(DType.float8_e4m3fn).max, finfo(DType.float8_e4m3fnuz).tiny, finfo(DType.float8_e5m2).max) == (448.0, 2**-7, 57344.0)
+    assert (finfo(DType.float8_e4m3fn).max, finfo(DType.float8_e4m3fnuz).tiny, finfo(DType.float8_e5m2).max) == (
+        448.0,
+        2**-7,
+        57344.0,
+    )
     e8m0 = finfo(DType.float8_e8m0fnu)
     assert (e8m0.eps, e8m0.max, e8m0.min) == (1.0, 2.0**127, 2.0**-127)  # no sign bit: min is the smallest positive
     assert (finfo(DType.float4_e2m1fn).max, finfo(DType.float4_e2m1fn).tiny) == (6.0, 1.0)
@@ -284,7 +316,15 @@ def test_finfo_matches_ieee_and_ocp_limits():
 def _mha(layers: int = 2, **kw):
     from maxfx.nn.kv_cache import MHAKVCacheParams
 
-    return MHAKVCacheParams(kw.pop("dtype", DType.float32), head_dim=kw.pop("head_dim", 8), num_layers=layers, devices=[CPU_REF], n_kv_heads=2, page_size=16, **kw)
+    return MHAKVCacheParams(
+        kw.pop("dtype", DType.float32),
+        head_dim=kw.pop("head_dim", 8),
+        num_layers=layers,
+        devices=[CPU_REF],
+        n_kv_heads=2,
+        page_size=16,
+        **kw,
+    )
 
 
 def test_kv_cache_memory_estimation():
@@ -318,7 +358,10 @@ def test_kv_cache_quantization_config_and_buffers():
     with pytest.raises(ValueError, match="granularity"):
         _mha(1, dtype=DType.float8_e4m3fn, head_dim=96, kvcache_quant_config=KVCacheQuantizationConfig())
     with pytest.raises(ValueError, match="same shape"):
-        KVCacheBuffer(replicates_kv_across_tp=False, values=[Buffer.zeros((2, 3), DType.float32), Buffer.zeros((2, 4), DType.float32)])
+        KVCacheBuffer(
+            replicates_kv_across_tp=False,
+            values=[Buffer.zeros((2, 3), DType.float32), Buffer.zeros((2, 4), DType.float32)],
+        )
     with pytest.raises(ValueError, match="at least 2 TP shards"):
         KVCacheBuffer(replicates_kv_across_tp=True, values=[Buffer.zeros((2, 3), DType.float32)])
 
@@ -332,20 +375,33 @@ def test_multi_kv_cache_params_is_a_tree_over_one_pool():
     assert tree.page_size == 16 and tree.n_devices == 1 and tree.tensor_parallel_degree == 1
     flat = tree.flattened_kv_inputs()
     assert len(flat) == len(target.flattened_kv_inputs()) + len(draft.flattened_kv_inputs())
-    assert [str(flat[0].shape[0]), str(flat[len(flat) // 2].shape[0])] == ["target_total_num_pages", "draft_total_num_pages"]
+    assert [str(flat[0].shape[0]), str(flat[len(flat) // 2].shape[0])] == [
+        "target_total_num_pages",
+        "draft_total_num_pages",
+    ]
     per_child = tree.unflatten_basic_kv_tree(iter(range(len(flat))))
     assert [len(c) for c in per_child] == [1, 1] and per_child[1][0].kv_blocks == len(flat) // 2
     assert isinstance(tree.get_symbolic_inputs().children["target"], KVCacheLeafInputs)
     [bufs] = tree.allocate_buffers(2)
     assert isinstance(bufs, MultiKVCacheBuffer) and bufs.total_num_pages == 2 and len(bufs.all_buffers) == 2
     other = MultiKVCacheParams.from_params({"a": _mha(1)})
-    assert MultiKVCacheParams.from_params({"tree": tree, "more": _mha(1)}).bytes_per_block == tree.bytes_per_block + other.bytes_per_block
+    assert (
+        MultiKVCacheParams.from_params({"tree": tree, "more": _mha(1)}).bytes_per_block
+        == tree.bytes_per_block + other.bytes_per_block
+    )
     with pytest.raises(ValueError, match="at least one"):
         MultiKVCacheParams.from_params({})
     with pytest.raises(ValueError, match="same page_size"):
         from maxfx.nn.kv_cache import MHAKVCacheParams
 
-        MultiKVCacheParams.from_params({"a": target, "b": MHAKVCacheParams(DType.float32, head_dim=8, num_layers=1, devices=[CPU_REF], n_kv_heads=2, page_size=32)})
+        MultiKVCacheParams.from_params(
+            {
+                "a": target,
+                "b": MHAKVCacheParams(
+                    DType.float32, head_dim=8, num_layers=1, devices=[CPU_REF], n_kv_heads=2, page_size=32
+                ),
+            }
+        )
 
 
 def test_mha_flattened_kv_inputs_is_the_flattened_symbolic_inputs():
@@ -403,8 +459,13 @@ def test_buffer_utils_cast_on_device():
     np.testing.assert_array_equal(b.to_numpy(), x.astype(ml_dtypes.bfloat16))
     same = Buffer.from_numpy(x)
     assert cast_tensor_to(same, DType.float32) is same
-    assert cast_dlpack_to(np.array([1, 2], np.int32), DType.int32, DType.float16, CPU()).to_numpy().tolist() == [1.0, 2.0]
-    assert [t.dtype for t in cast_tensors_to([same, same], DType.float64)] == [DType.float64] * 2 and cast_tensors_to(None, DType.float64) == []
+    assert cast_dlpack_to(np.array([1, 2], np.int32), DType.int32, DType.float16, CPU()).to_numpy().tolist() == [
+        1.0,
+        2.0,
+    ]
+    assert [t.dtype for t in cast_tensors_to([same, same], DType.float64)] == [DType.float64] * 2 and cast_tensors_to(
+        None, DType.float64
+    ) == []
 
 
 # ─── Graph.copy, Model.kernel_summaries, CUSTOM_OPS_PATH ────────────────────
@@ -429,9 +490,16 @@ def test_model_kernel_summaries_name_the_fused_kernels():
     with Graph("fused", input_types=[TensorType(DType.float32, [4, 8], CPU_REF)]) as g:
         g.output(ops.exp(g.inputs[0]) * 2 + 1)
     summaries = InferenceSession().load(g).kernel_summaries
-    assert len(summaries) == 1 and summaries[0].startswith("Loop(") and "exponential" in summaries[0] and "add" in summaries[0]
+    assert (
+        len(summaries) == 1
+        and summaries[0].startswith("Loop(")
+        and "exponential" in summaries[0]
+        and "add" in summaries[0]
+    )
 
-    with Graph("sym", input_types=[TensorType(DType.float32, ["b", 8], CPU_REF), TensorType(DType.float32, [8, 8], CPU_REF)]) as h:
+    with Graph(
+        "sym", input_types=[TensorType(DType.float32, ["b", 8], CPU_REF), TensorType(DType.float32, [8, 8], CPU_REF)]
+    ) as h:
         h.output(ops.softmax(h.inputs[0] @ h.inputs[1]))
     model = InferenceSession().load(h)
     with pytest.raises(RuntimeError, match="symbolic dims \\['b'\\]"):
@@ -447,23 +515,35 @@ def test_custom_ops_path_loads_python_ops_and_names_mojo_libraries(tmp_path, mon
     py, mojo = tmp_path / "py_ops", tmp_path / "mojo_ops"
     py.mkdir()
     mojo.mkdir()
-    (py / "ops.py").write_text("from lowering.ops.custom import register_custom_op\nregister_custom_op('issue35_times_three', lambda x: x * 3)\n")
+    (py / "ops.py").write_text(
+        "from lowering.ops.custom import register_custom_op\nregister_custom_op('issue35_times_three', lambda x: x * "
+        "3)\n"
+    )
     (mojo / "kernels.mojo").write_text("fn main(): pass\n")
     monkeypatch.setenv("CUSTOM_OPS_PATH", os.pathsep.join([str(py), str(mojo)]))
     t = TensorType(DType.float32, [2], CPU_REF)
     with Graph("custom", input_types=[t]) as g:
         [y] = ops.custom("issue35_times_three", CPU_REF, [g.inputs[0]], [t])
         g.output(y)
-    np.testing.assert_array_equal(InferenceSession().load(g).execute(np.array([1.0, 2.0], np.float32))[0].to_numpy(), [3.0, 6.0])
-    with pytest.raises(CustomOpNotFoundError, match=r"mojo_ops \(1 Mojo file\) hold Mojo kernels"), Graph("mojo", input_types=[t], custom_extensions=[mojo]) as g2:
+    np.testing.assert_array_equal(
+        InferenceSession().load(g).execute(np.array([1.0, 2.0], np.float32))[0].to_numpy(), [3.0, 6.0]
+    )
+    with (
+        pytest.raises(CustomOpNotFoundError, match=r"mojo_ops \(1 Mojo file\) hold Mojo kernels"),
+        Graph("mojo", input_types=[t], custom_extensions=[mojo]) as g2,
+    ):
         ops.custom("issue35_mojo_only_op", CPU_REF, [g2.inputs[0]], [t])
 
 
 def test_custom_extensions_python_file(tmp_path):
     lib = tmp_path / "negate_ops.py"
-    lib.write_text("from lowering.ops.custom import register_custom_op\nregister_custom_op('issue35_negate', lambda x: -x)\n")
+    lib.write_text(
+        "from lowering.ops.custom import register_custom_op\nregister_custom_op('issue35_negate', lambda x: -x)\n"
+    )
     t = TensorType(DType.float32, [2], CPU_REF)
     with Graph("ext", input_types=[t], custom_extensions=[lib]) as g:
         [y] = ops.custom("issue35_negate", CPU_REF, [g.inputs[0]], [t])
         g.output(y)
-    np.testing.assert_array_equal(InferenceSession().load(g).execute(np.array([1.0, -2.0], np.float32))[0].to_numpy(), [-1.0, 2.0])
+    np.testing.assert_array_equal(
+        InferenceSession().load(g).execute(np.array([1.0, -2.0], np.float32))[0].to_numpy(), [-1.0, 2.0]
+    )

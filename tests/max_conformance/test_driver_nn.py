@@ -17,7 +17,14 @@ import numpy as np
 import pytest
 
 from maxfx import driver
-from maxfx.driver import CPU, Accelerator, Buffer, DeviceEvent, DevicePinnedBuffer, calculate_virtual_device_count_from_cli
+from maxfx.driver import (
+    CPU,
+    Accelerator,
+    Buffer,
+    DeviceEvent,
+    DevicePinnedBuffer,
+    calculate_virtual_device_count_from_cli,
+)
 from maxfx.dtype import DType
 
 
@@ -225,7 +232,9 @@ def test_item_of_many_elements_raises():
 
 def test_from_dlpack_rejects_non_contiguous_numpy():
     arr = np.arange(4).reshape(2, 2).T
-    with pytest.raises(ValueError, match=r"from_dlpack only accepts contiguous arrays. First call np.ascontiguousarray"):
+    with pytest.raises(
+        ValueError, match=r"from_dlpack only accepts contiguous arrays. First call np.ascontiguousarray"
+    ):
         Buffer.from_dlpack(arr)
     # from_numpy keeps copying strided arrays
     np.testing.assert_array_equal(Buffer.from_numpy(arr).to_numpy(), arr)
@@ -292,7 +301,9 @@ def test_activation_function_from_name():
     for name in ("silu", "gelu", "relu", "tanh", "sigmoid"):
         assert activation_function_from_name(name) is getattr(ops, name)
     gelu_tanh = activation_function_from_name("gelu_tanh")
-    assert isinstance(gelu_tanh, partial) and gelu_tanh.func is ops.gelu and gelu_tanh.keywords == {"approximate": "tanh"}
+    assert (
+        isinstance(gelu_tanh, partial) and gelu_tanh.func is ops.gelu and gelu_tanh.keywords == {"approximate": "tanh"}
+    )
     with pytest.raises(ValueError, match="Unrecognized activation function name"):
         activation_function_from_name("swish7")
 
@@ -314,7 +325,10 @@ def test_nn_layer_is_a_package_with_layer_module():
     assert Module is nn.Module and LayerList is nn.LayerList
 
 
-@pytest.mark.parametrize(("heads", "devices", "expected"), [(8, 4, [2, 2, 2, 2]), (7, 4, [2, 2, 2, 1]), (2, 4, [1, 1, 0, 0]), (16, 1, [16]), (30, 4, [8, 8, 7, 7])])
+@pytest.mark.parametrize(
+    ("heads", "devices", "expected"),
+    [(8, 4, [2, 2, 2, 2]), (7, 4, [2, 2, 2, 1]), (2, 4, [1, 1, 0, 0]), (16, 1, [16]), (30, 4, [8, 8, 7, 7])],
+)
 def test_num_heads_for_device(heads, devices, expected):
     from maxfx.nn.attention import num_heads_for_device
 
@@ -331,7 +345,14 @@ def test_mha_and_mla_kv_cache_params():
     gpus = [DeviceRef.GPU(0), DeviceRef.GPU(1)]
     p = MHAKVCacheParams(DType.bfloat16, head_dim=64, num_layers=3, devices=gpus, n_kv_heads=8)
     assert isinstance(p, KVCacheParams)
-    assert (p.n_devices, p.num_layers, p.page_size, p.n_kv_heads, p.n_kv_heads_per_device, p.kv_dim) == (2, 3, 128, 8, 4, 2)
+    assert (p.n_devices, p.num_layers, p.page_size, p.n_kv_heads, p.n_kv_heads_per_device, p.kv_dim) == (
+        2,
+        3,
+        128,
+        8,
+        4,
+        2,
+    )
     assert p.blocks_shape(total_num_pages=10) == [10, 2, 3, 128, 4, 64]
     with pytest.raises(ValueError, match="do not split evenly"):
         MHAKVCacheParams(DType.float32, head_dim=8, num_layers=1, devices=gpus, n_kv_heads=3)
@@ -350,7 +371,9 @@ def test_attention_tp_shard_splits_heads_with_mha_params(n):
 
     rope = RotaryEmbedding(dim=256, n_heads=8, theta=10000.0, max_seq_len=64, head_dim=32)
     kv = MHAKVCacheParams(DType.float32, head_dim=32, num_layers=1, devices=[DeviceRef.GPU(0)], n_kv_heads=4)
-    attn = AttentionWithRope(rope=rope, num_attention_heads=8, num_key_value_heads=4, hidden_size=256, kv_params=kv, dtype=DType.float32)
+    attn = AttentionWithRope(
+        rope=rope, num_attention_heads=8, num_key_value_heads=4, hidden_size=256, kv_params=kv, dtype=DType.float32
+    )
     attn.sharding_strategy = ShardingStrategy.tensor_parallel(n)
     devices = [DeviceRef.GPU(i) for i in range(n)]
     shards = attn.shard(devices)
@@ -422,8 +445,12 @@ def test_column_parallel_linear_validation_messages():
     tied = Weight("tied_weight", DType.float32, (32, 16), DeviceRef.CPU())
     for extra in ({"has_bias": True}, {"quant_config": {}}):
         with pytest.raises(ValueError, match="float8 and bias are both unsupported by ColumnParallelLinear currently"):
-            ColumnParallelLinear(in_dim=16, out_dim=32, dtype=DType.float32, devices=[DeviceRef.CPU()], tied_weight=tied, **extra)
-    lin = ColumnParallelLinear(in_dim=16, out_dim=32, dtype=DType.float32, devices=[DeviceRef.CPU(0), DeviceRef.CPU(1)], tied_weight=tied)
+            ColumnParallelLinear(
+                in_dim=16, out_dim=32, dtype=DType.float32, devices=[DeviceRef.CPU()], tied_weight=tied, **extra
+            )
+    lin = ColumnParallelLinear(
+        in_dim=16, out_dim=32, dtype=DType.float32, devices=[DeviceRef.CPU(0), DeviceRef.CPU(1)], tied_weight=tied
+    )
     assert lin.weight is tied
 
 
@@ -486,9 +513,21 @@ def test_forward_sequential_layers_rejects_bad_groups():
     from maxfx.nn.transformer import forward_sequential_layers
 
     with pytest.raises(ValueError, match="names layer 3"):
-        forward_sequential_layers([object()] * 2, inputs_for_layer=lambda i, h: [h], weight_prefix_for_layer=str, subgraph_layer_groups=[[3]], initial_hidden_states=[])
+        forward_sequential_layers(
+            [object()] * 2,
+            inputs_for_layer=lambda i, h: [h],
+            weight_prefix_for_layer=str,
+            subgraph_layer_groups=[[3]],
+            initial_hidden_states=[],
+        )
     with pytest.raises(ValueError, match="appears in subgraph groups 0 and 1"):
-        forward_sequential_layers([object()] * 2, inputs_for_layer=lambda i, h: [h], weight_prefix_for_layer=str, subgraph_layer_groups=[[0], [0, 1]], initial_hidden_states=[])
+        forward_sequential_layers(
+            [object()] * 2,
+            inputs_for_layer=lambda i, h: [h],
+            weight_prefix_for_layer=str,
+            subgraph_layer_groups=[[0], [0, 1]],
+            initial_hidden_states=[],
+        )
 
 
 # ---------------------------------------------------------------- tensor-parallel attention
@@ -502,7 +541,13 @@ def _tp_attention(stacked):
     rope = RotaryEmbedding(dim=8, n_heads=4, theta=10000.0, max_seq_len=16, head_dim=2)
     kv = MHAKVCacheParams(DType.float32, head_dim=2, num_layers=1, devices=[cpu], n_kv_heads=2, page_size=4)
     return TensorParallelAttentionWithRope(
-        rope=rope, num_attention_heads=4, num_key_value_heads=2, hidden_size=8, kv_params=kv, devices=[cpu, cpu], stacked_qkv=stacked
+        rope=rope,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        hidden_size=8,
+        kv_params=kv,
+        devices=[cpu, cpu],
+        stacked_qkv=stacked,
     )
 
 
@@ -540,13 +585,22 @@ def test_common_layers_activation_names_and_values():
 def test_quant_config_is_a_float8_config_with_max_265_names():
     from maxfx import nn
     from maxfx.nn.float8_config import Float8Config, Float8InputScaleSpec
-    from maxfx.nn.quant_config import InputScaleSpec, QuantConfig, QuantFormat, ScaleGranularity, ScaleOrigin, WeightScaleSpec
+    from maxfx.nn.quant_config import (
+        InputScaleSpec,
+        QuantConfig,
+        QuantFormat,
+        ScaleGranularity,
+        ScaleOrigin,
+        WeightScaleSpec,
+    )
 
     assert InputScaleSpec is Float8InputScaleSpec and nn.QuantConfig is QuantConfig
     cfg = QuantConfig(
         format=QuantFormat.BLOCKSCALED_FP8,
         weight_scale=WeightScaleSpec(dtype=DType.float32, granularity=ScaleGranularity.BLOCK, block_size=(128, 128)),
-        input_scale=InputScaleSpec(dtype=DType.float32, granularity=ScaleGranularity.BLOCK, block_size=(1, 128), origin=ScaleOrigin.DYNAMIC),
+        input_scale=InputScaleSpec(
+            dtype=DType.float32, granularity=ScaleGranularity.BLOCK, block_size=(1, 128), origin=ScaleOrigin.DYNAMIC
+        ),
         mlp_quantized_layers={1},
         attn_quantized_layers=set(),
     )

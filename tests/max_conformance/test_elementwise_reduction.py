@@ -66,9 +66,18 @@ def test_outer_requires_vectors():
 
 
 def test_where_error_messages():
-    with _graph(_t(DType.float32, [3]), _t(DType.int32, [3]), _t(DType.bool, [2, 4]), _t(DType.int32, [2, 6]), _t(DType.int32, [3], DeviceRef.GPU())) as g:
+    with _graph(
+        _t(DType.float32, [3]),
+        _t(DType.int32, [3]),
+        _t(DType.bool, [2, 4]),
+        _t(DType.int32, [2, 6]),
+        _t(DType.int32, [3], DeviceRef.GPU()),
+    ) as g:
         f, i, c, i26, gi = (v.tensor for v in g.inputs)
-        with pytest.raises(ValueError, match=r"where: Expected condition to be a boolean tensor, but got a tensor with dtype DType.float32"):
+        with pytest.raises(
+            ValueError,
+            match=r"where: Expected condition to be a boolean tensor, but got a tensor with dtype DType.float32",
+        ):
             ops.where(f, i, i)
         with pytest.raises(ValueError, match=r"where: .*\[2, 4\].*\[2, 6\].*are neither equivalent nor broadcastable"):
             ops.where(c, i26, i26)
@@ -155,7 +164,11 @@ def test_random_draws_are_reproducible_from_the_seed_and_differ_per_draw():
     like = _t(DType.float32, [2000])
     with _graph(ops.random.SeedType(DeviceRef.CPU())) as g:
         ops.random.set_seed(g.inputs[0].tensor)
-        g.output(ops.random.uniform(like, range=(-2, 3)), ops.random.uniform(like), ops.random.gaussian(like, mean=1.0, std=2.0))
+        g.output(
+            ops.random.uniform(like, range=(-2, 3)),
+            ops.random.uniform(like),
+            ops.random.gaussian(like, mean=1.0, std=2.0),
+        )
     a1, b1, n1 = _run(g, np.array([7], np.uint64))
     a2, b2, n2 = _run(g, np.array([7], np.uint64))
     a3, _, _ = _run(g, np.array([8], np.uint64))
@@ -243,12 +256,23 @@ def test_promote_to_strong_follows_max_ranges():
     assert table[DType.int8] == (-128, 127) and table[DType.uint64] == (0, 2**64 - 1)
     cpu = DeviceRef.CPU()
     with Graph("promote"):
-        for value, dtype in [(1e300, DType.float16), (2**24, DType.float32), (-128, DType.int8), (np.array(7), DType.uint8)]:
+        for value, dtype in [
+            (1e300, DType.float16),
+            (2**24, DType.float32),
+            (-128, DType.int8),
+            (np.array(7), DType.uint8),
+        ]:
             out = dtype_promotion._promote_to_strong(value, dtype, cpu)
             assert out.type == _t(dtype, [])
         buf = Buffer(DType.int64, [], CPU())
         buf[()] = 300
-        for value, dtype in [(2**24 + 1, DType.float32), (128, DType.int8), (0.5, DType.int32), (np.array(1.0), DType.int64), (buf, DType.uint8)]:
+        for value, dtype in [
+            (2**24 + 1, DType.float32),
+            (128, DType.int8),
+            (0.5, DType.int32),
+            (np.array(1.0), DType.int64),
+            (buf, DType.uint8),
+        ]:
             with pytest.raises(ValueError, match="Unsafe cast"):
                 dtype_promotion._promote_to_strong(value, dtype, cpu)
 
@@ -268,7 +292,8 @@ def test_integer_sqrt_and_stdev_var_dtypes():
     np.testing.assert_array_equal(run_op(ops.sqrt, x), np.floor(np.sqrt(np.maximum(x, 0))).astype(np.int32))
     u = np.array([[1, 2, 3, 10]], np.uint8)
     sd, var = run_op(lambda v: [v.stdev(), v.var()], u)
-    # MAX's formula on integers: mean floors (4), (u - 4)^2 wraps in uint8 like MAX's kernels, its mean floors, sqrt floors.
+    # MAX's formula on integers: mean floors (4), (u - 4)^2 wraps in uint8 like MAX's kernels, its mean floors, sqrt
+    # floors.
     centered = (u - np.uint8(4)).astype(np.uint8)
     want_var = (centered * centered).astype(np.uint8).astype(np.int64).sum(-1, keepdims=True) // 4
     np.testing.assert_array_equal(var, want_var.astype(np.uint8))

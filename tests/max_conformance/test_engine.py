@@ -38,7 +38,9 @@ def test_strided_weights_and_inputs_are_refused():
     model = session.load(_scale_graph(), weights_registry={"w": np.ones(2, np.float32)})
     with pytest.raises(ValueError, match="non-contiguous tensors"):
         model.execute(strided)
-    np.testing.assert_array_equal(model.execute(np.ascontiguousarray(strided))[0].to_numpy(), np.ones((2, 2), np.float32))
+    np.testing.assert_array_equal(
+        model.execute(np.ascontiguousarray(strided))[0].to_numpy(), np.ones((2, 2), np.float32)
+    )
 
 
 def test_init_all_load_all_and_the_compiled_models_repr():

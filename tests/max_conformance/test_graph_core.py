@@ -80,7 +80,9 @@ def test_col_sharding_matches_numpy_array_split():
 def test_stacked_qkv_sharding_splits_q_k_v_by_heads():
     num_heads, head_dim, n = 5, 2, 2  # 3 + 2 heads
     hidden = num_heads * head_dim
-    data, shards = _sharded_outputs([3 * hidden, 4], lambda w, i, k: stacked_qkv_sharding_strategy(w, i, k, num_heads, head_dim), n)
+    data, shards = _sharded_outputs(
+        [3 * hidden, 4], lambda w, i, k: stacked_qkv_sharding_strategy(w, i, k, num_heads, head_dim), n
+    )
     q, k, v = np.split(data, 3, axis=0)
     bounds = [(0, 3 * head_dim), (3 * head_dim, hidden)]
     for got, (lo, hi) in zip(shards, bounds, strict=True):
@@ -95,14 +97,21 @@ def test_head_aware_columnwise_keeps_whole_heads():
 
 def test_segmented_sharding_mixes_head_aware_and_even_segments():
     segments = (Segment.head_aware(2, 3), Segment.even(4))  # 6 + 4 elements along axis 1
-    data, shards = _sharded_outputs([2, 10], lambda w, i, k: segmented_sharding_strategy(w, i, k, axis=1, segments=segments), 2)
+    data, shards = _sharded_outputs(
+        [2, 10], lambda w, i, k: segmented_sharding_strategy(w, i, k, axis=1, segments=segments), 2
+    )
     np.testing.assert_array_equal(shards[0], np.concatenate([data[:, 0:3], data[:, 6:8]], axis=1))
     np.testing.assert_array_equal(shards[1], np.concatenate([data[:, 3:6], data[:, 8:10]], axis=1))
 
 
 def test_segmented_sharding_packed_uint8_halves_the_parts():
     # a packed FP4 weight stores two values per uint8: 8 logical columns in 4 bytes
-    data, shards = _sharded_outputs([1, 4], lambda w, i, k: segmented_sharding_strategy(w, i, k, axis=1, segments=(Segment.even(8),)), 2, DType.uint8)
+    data, shards = _sharded_outputs(
+        [1, 4],
+        lambda w, i, k: segmented_sharding_strategy(w, i, k, axis=1, segments=(Segment.even(8),)),
+        2,
+        DType.uint8,
+    )
     np.testing.assert_array_equal(shards[0], data[:, :2])
     np.testing.assert_array_equal(shards[1], data[:, 2:])
 
@@ -122,7 +131,9 @@ def test_sharding_strategy_kinds_and_axes():
     assert hac.is_head_aware_colwise and not hac.is_colwise and hac.sharded_axis == 1
     assert ShardingStrategy.stacked_qkv(2, 8, 64).is_stacked_qkv
     assert ShardingStrategy.gate_up(2, axis=0).is_gate_up and ShardingStrategy.gate_up(2, axis=0).sharded_axis == 0
-    assert [s.sharded_axis for s in (ShardingStrategy.tensor_parallel(2), ShardingStrategy.expert_parallel(2), rep)] == [None] * 3
+    assert [
+        s.sharded_axis for s in (ShardingStrategy.tensor_parallel(2), ShardingStrategy.expert_parallel(2), rep)
+    ] == [None] * 3
     seg = ShardingStrategy.segmented(2, axis=0, segments=(Segment.even(4),))
     assert seg.is_segmented and not seg.is_gate_up and seg.sharded_axis == 0
     assert ShardingStrategy.stacked_qkv(2, 8, 64) == ShardingStrategy.stacked_qkv(2, 8, 64)
@@ -236,7 +247,12 @@ def test_branch_and_body_result_types_raise_type_error():
         (x,) = graph.inputs
         pred = ops.constant(False, DType.bool, device=CPU)
         with pytest.raises(TypeError, match="Results don't match expected types"):
-            ops.cond(pred, [TensorType(DType.float32, [], CPU)], lambda: ops.constant(1.0, DType.float32, CPU), lambda: ops.constant(0, DType.int32, CPU))
+            ops.cond(
+                pred,
+                [TensorType(DType.float32, [], CPU)],
+                lambda: ops.constant(1.0, DType.float32, CPU),
+                lambda: ops.constant(0, DType.int32, CPU),
+            )
         with pytest.raises(TypeError, match="Results don't match expected types"):
             ops.while_loop(x, lambda v: v < 10, lambda v: ops.cast(v + 1, DType.float32))
         with pytest.raises(ValueError, match="While loops must have at least one iteration value"):
@@ -327,9 +343,17 @@ def test_gguf_qmatmul_builds_like_max_and_checks_blocks_at_compile_time():
         out = ops.qmatmul(QE.Q4_0, None, *graph.inputs)
         assert out.type == TensorType(DType.float32, [5, 3], CPU)  # [..., N]
         graph.output(out)
-    with pytest.raises(ValueError, match=r"qmatmul: rhs row width 5 bytes is not a multiple of the QuantizationEncoding.Q4_0 block size \(18 bytes\)"):
+    with pytest.raises(
+        ValueError,
+        match=(
+            r"qmatmul: rhs row width 5 bytes is not a multiple of the QuantizationEncoding.Q4_0 block size \(18 "
+            r"bytes\)"
+        ),
+    ):
         InferenceSession().load(graph).execute(np.zeros((5, 3), np.float32), np.zeros((3, 5), np.uint8))
-    with Graph("q2", input_types=[TensorType(DType.float32, [2, 64], CPU), TensorType(DType.uint8, [3, 18], CPU)]) as graph:
+    with Graph(
+        "q2", input_types=[TensorType(DType.float32, [2, 64], CPU), TensorType(DType.uint8, [3, 18], CPU)]
+    ) as graph:
         graph.output(ops.qmatmul(QE.Q4_0, None, *graph.inputs))
     with pytest.raises(ValueError, match=r"qmatmul: lhs last dim 64 must equal K = 32"):
         InferenceSession().load(graph).execute(np.zeros((2, 64), np.float32), np.zeros((3, 18), np.uint8))
@@ -338,7 +362,9 @@ def test_gguf_qmatmul_builds_like_max_and_checks_blocks_at_compile_time():
 def test_dequantize_errors_use_max_wording():
     from maxfx.graph.quantization import QuantizationEncoding as QE
 
-    with Graph("d", input_types=[TensorType(DType.uint8, [1, 1], CPU), TensorType(DType.uint8, [1, "n"], CPU)]) as graph:
+    with Graph(
+        "d", input_types=[TensorType(DType.uint8, [1, 1], CPU), TensorType(DType.uint8, [1, "n"], CPU)]
+    ) as graph:
         fixed, symbolic = graph.inputs
         with pytest.raises(ValueError, match=r"last dimension \(1\) not divisible by block size \(18\)"):
             ops.dequantize(QE.Q4_0, fixed)
@@ -374,7 +400,9 @@ def test_call_argument_errors_use_max_wording():
             sub.output(sub.inputs[0] + sub.inputs[1])
         with pytest.raises(ValueError, match=r"Expected 2 args to call to 'f', got 1"):
             ops.call(sub, graph.inputs[0])
-        with pytest.raises(ValueError, match=r"argument 0 of subgraph 'f' has the wrong type: must be float32\[3\], got int32\[3\]"):
+        with pytest.raises(
+            ValueError, match=r"argument 0 of subgraph 'f' has the wrong type: must be float32\[3\], got int32\[3\]"
+        ):
             ops.call(sub, graph.inputs[0], graph.inputs[0])
         graph.output()
 
@@ -427,7 +455,14 @@ def test_dim_constructors_are_strict_and_keep_their_argument():
     s, y, a = StaticDim(5), SymbolicDim("batch"), Dim("batch") + 10
     assert StaticDim(s) is s and SymbolicDim(y) is y and AlgebraicDim(a) is a and Dim(s) is s
     assert isinstance(a, AlgebraicDim) and StaticDim(np.int64(4)) == 4
-    for cls, bad in ((StaticDim, "5"), (StaticDim, y), (SymbolicDim, 5), (SymbolicDim, s), (AlgebraicDim, 5), (AlgebraicDim, s)):
+    for cls, bad in (
+        (StaticDim, "5"),
+        (StaticDim, y),
+        (SymbolicDim, 5),
+        (SymbolicDim, s),
+        (AlgebraicDim, 5),
+        (AlgebraicDim, s),
+    ):
         with pytest.raises(TypeError, match=rf"{cls.__name__}.__init__ only accepts"):
             cls(bad)
 

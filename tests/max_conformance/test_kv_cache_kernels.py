@@ -21,12 +21,18 @@ from maxfx.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 CPU = DeviceRef.CPU()
 F8, F4, E8M0, BF16 = ml_dtypes.float8_e4m3fn, ml_dtypes.float4_e2m1fn, ml_dtypes.float8_e8m0fnu, ml_dtypes.bfloat16
 COLWISE, ROWWISE = InSpec(G.COLWISE, O.DYNAMIC, DType.float32), WSpec(G.ROWWISE, DType.float32)
-BLOCK_IN, BLOCK_W = InSpec(G.BLOCK, O.DYNAMIC, DType.float32, block_size=(1, 8)), WSpec(G.BLOCK, DType.float32, block_size=(8, 8))
+BLOCK_IN, BLOCK_W = (
+    InSpec(G.BLOCK, O.DYNAMIC, DType.float32, block_size=(1, 8)),
+    WSpec(G.BLOCK, DType.float32, block_size=(8, 8)),
+)
 
 
 def run(fn, *arrays, buffers=()):
     """Build a graph over ``arrays`` (indices in ``buffers`` become buffer inputs), run it, return numpy outputs."""
-    types = [(BufferType if i in buffers else TensorType)(DType.from_numpy(a.dtype), list(a.shape), CPU) for i, a in enumerate(arrays)]
+    types = [
+        (BufferType if i in buffers else TensorType)(DType.from_numpy(a.dtype), list(a.shape), CPU)
+        for i, a in enumerate(arrays)
+    ]
     with Graph("k", input_types=types) as g:
         vals = [v.buffer if i in buffers else v.tensor for i, v in enumerate(g.inputs)]
         out = fn(*vals)
@@ -49,17 +55,28 @@ def test_dynamic_scaled_matmul_per_token_and_block_layouts(rng):
     a, b = rng.normal(size=(5, 16)).astype(F8), rng.normal(size=(6, 16)).astype(F8)
     af, bf = a.astype(np.float32), b.astype(np.float32)
     sa, sb = rng.uniform(0.5, 2, (1, 5)).astype(np.float32), rng.uniform(0.5, 2, (6, 1)).astype(np.float32)
-    (got,), _ = run(lambda *v: kernels.dynamic_scaled_matmul(*v, COLWISE, ROWWISE, out_type=DType.float32), a, b, sa, sb)
+    (got,), _ = run(
+        lambda *v: kernels.dynamic_scaled_matmul(*v, COLWISE, ROWWISE, out_type=DType.float32), a, b, sa, sb
+    )
     np.testing.assert_allclose(got, (af * sa.T) @ (bf * sb).T, rtol=1e-5, atol=1e-4)  # [1, M] is per token, K-major
 
     # block scales: a_scales K-major [ceil(K/8), M padded to 8], b_scales [ceil(N/8), ceil(K/8)]
     sa_t = rng.uniform(0.5, 2, (2, 8)).astype(np.float32)
     sb = rng.uniform(0.5, 2, (1, 2)).astype(np.float32)
-    (got,), _ = run(lambda *v: kernels.dynamic_scaled_matmul(*v, BLOCK_IN, BLOCK_W, out_type=DType.float32), a, b, sa_t, sb)
+    (got,), _ = run(
+        lambda *v: kernels.dynamic_scaled_matmul(*v, BLOCK_IN, BLOCK_W, out_type=DType.float32), a, b, sa_t, sb
+    )
     ref = (af * blocks_of(sa_t.T[:5], af.shape)) @ (bf * blocks_of(sb, bf.shape)).T
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4)
 
-    with Graph("e", input_types=[TensorType(DType.float8_e4m3fn, [5, 16]), TensorType(DType.float32, [1, 5]), TensorType(DType.bfloat16, [6, 1])]) as g:
+    with Graph(
+        "e",
+        input_types=[
+            TensorType(DType.float8_e4m3fn, [5, 16]),
+            TensorType(DType.float32, [1, 5]),
+            TensorType(DType.bfloat16, [6, 1]),
+        ],
+    ) as g:
         x, s1, s2 = (v.tensor for v in g.inputs)
         with pytest.raises(TypeError, match="as do a and b scales dtypes"):
             kernels.dynamic_scaled_matmul(x, x, s1, s2, COLWISE, ROWWISE)
@@ -70,7 +87,13 @@ def test_dynamic_scaled_matmul_per_token_and_block_layouts(rng):
 def test_batched_and_grouped_block_scaled_fp8(rng):
     a, b = rng.normal(size=(2, 4, 16)).astype(F8), rng.normal(size=(2, 8, 16)).astype(F8)
     sa, sb = rng.uniform(0.5, 2, (2, 2, 4)).astype(np.float32), rng.uniform(0.5, 2, (2, 1, 2)).astype(np.float32)
-    (got,), _ = run(lambda *v: kernels.batched_dynamic_scaled_fp8_matmul(*v, BLOCK_IN, BLOCK_W, out_type=DType.float32), a, b, sa, sb)
+    (got,), _ = run(
+        lambda *v: kernels.batched_dynamic_scaled_fp8_matmul(*v, BLOCK_IN, BLOCK_W, out_type=DType.float32),
+        a,
+        b,
+        sa,
+        sb,
+    )
     for i in range(2):
         ai, bi = a[i].astype(np.float32), b[i].astype(np.float32)
         ref = (ai * blocks_of(sa[i].T, ai.shape)) @ (bi * blocks_of(sb[i], bi.shape)).T
@@ -86,7 +109,9 @@ def test_batched_and_grouped_block_scaled_fp8(rng):
     np.testing.assert_allclose(got, np.concatenate([hd[:2] @ wd[2].T, hd[2:] @ wd[0].T]), rtol=1e-5, atol=1e-4)
     # a start vector shorter than expert_ids + 1 describes fewer groups: the missing ones are empty
     (got,), _ = run(call, h, w, hs, ws, starts[:2], ids, stats)
-    np.testing.assert_allclose(got, np.concatenate([hd[:2] @ wd[2].T, np.zeros((3, 8), np.float32)]), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        got, np.concatenate([hd[:2] @ wd[2].T, np.zeros((3, 8), np.float32)]), rtol=1e-5, atol=1e-4
+    )
 
 
 # ─── block-scaled formats ─────────────────────────────────────────────────
@@ -118,18 +143,27 @@ def test_nvfp4_quantize_pack_and_matmul(rng):
     (s5,), _ = run(lambda v: kernels.block_scales_interleave(v, 16), ws)
     assert s5.shape == (1, 1, 32, 4, 4)
     r, c = np.meshgrid(np.arange(4), np.arange(2), indexing="ij")
-    np.testing.assert_array_equal(s5[r // 128, c // 4, r % 32, (r % 128) // 32, c % 4].astype(np.float32), ws.astype(np.float32))
+    np.testing.assert_array_equal(
+        s5[r // 128, c // 4, r % 32, (r % 128) // 32, c % 4].astype(np.float32), ws.astype(np.float32)
+    )
     (got,), _ = run(lambda *v: kernels.dynamic_block_scaled_matmul(*v, 2.0), q, wq, s, s5)
     deq = lambda p, sc: fp4_unpack_ref(p) * np.repeat(sc.astype(np.float32), 16, axis=1)  # noqa: E731
     ref = deq(q, s) @ deq(wq, ws).T * 2.0
     np.testing.assert_allclose(got.astype(np.float32), ref, rtol=1e-2, atol=1e-2)
-    exact = x.astype(np.float32) @ w.astype(np.float32).T  # tensor_sf 0.5 at quantization, 2.0 in the matmul: the product is restored
+    exact = (
+        x.astype(np.float32) @ w.astype(np.float32).T
+    )  # tensor_sf 0.5 at quantization, 2.0 in the matmul: the product is restored
     assert np.linalg.norm(ref - exact) / np.linalg.norm(exact) < 0.2
 
 
 def test_mx_quantize_power_of_two_scales(rng):
     x = rng.normal(size=(3, 64)).astype(BF16) * 10
-    (q, s), _ = run(lambda v: kernels.quantize_dynamic_block_scaled(v, sf_vector_size=32, scales_type=DType.float8_e8m0fnu, out_type=DType.float8_e4m3fn), x)
+    (q, s), _ = run(
+        lambda v: kernels.quantize_dynamic_block_scaled(
+            v, sf_vector_size=32, scales_type=DType.float8_e8m0fnu, out_type=DType.float8_e4m3fn
+        ),
+        x,
+    )
     assert q.dtype == F8 and s.dtype == E8M0 and s.shape == (3, 2)
     amax = np.abs(x.astype(np.float32).reshape(3, 2, 32)).max(-1)
     ref_s = np.exp2(np.floor(np.log2(amax)) - 8)  # OCP MX: 2**(floor(log2 amax) - emax(e4m3))
@@ -155,7 +189,18 @@ def test_grouped_matmul_block_scaled_nvfp4(rng):
     b6 = np.stack([interleave(ws[i]) for i in range(e)])
     starts, offs, ids = np.array([0, 3, 5], np.uint32), np.zeros(e, np.uint32), np.array([1, 0], np.int32)
     scales, stats = np.array([2.0, 0.5], np.float32), np.array([3, 2], np.uint32)
-    (got,), _ = run(kernels.grouped_matmul_block_scaled, fp4_pack_ref(hv), fp4_pack_ref(wv.reshape(e * n, k)).reshape(e, n, k // 2), a5, b6, starts, offs, ids, scales, stats)
+    (got,), _ = run(
+        kernels.grouped_matmul_block_scaled,
+        fp4_pack_ref(hv),
+        fp4_pack_ref(wv.reshape(e * n, k)).reshape(e, n, k // 2),
+        a5,
+        b6,
+        starts,
+        offs,
+        ids,
+        scales,
+        stats,
+    )
     hd = hv * np.repeat(hs.astype(np.float32), 16, 1)
     wd = wv * np.repeat(ws.astype(np.float32), 16, 2)
     ref = np.concatenate([hd[:3] @ wd[1].T * 0.5, hd[3:] @ wd[0].T * 2.0])
@@ -167,7 +212,9 @@ def test_grouped_matmul_block_scaled_nvfp4(rng):
 
 def test_fused_qkv_mxfp8_into_single_layer_pool(rng):
     heads, kv_heads, d, hidden, page = 2, 1, 8, 32, 4
-    params = MHAKVCacheParams(DType.float32, head_dim=d, num_layers=1, devices=[CPU], page_size=page, n_kv_heads=kv_heads)
+    params = MHAKVCacheParams(
+        DType.float32, head_dim=d, num_layers=1, devices=[CPU], page_size=page, n_kv_heads=kv_heads
+    )
     x = rng.normal(size=(3, hidden)).astype(BF16)
     w = rng.normal(size=((heads + 2 * kv_heads) * d, hidden)).astype(F8)
     ws = np.exp2(rng.integers(-2, 2, ((heads + 2 * kv_heads) * d, 1))).astype(E8M0)
@@ -177,9 +224,13 @@ def test_fused_qkv_mxfp8_into_single_layer_pool(rng):
 
     def fn(xv, wv, wsv, blocks, off, cl, lk, mp, mc):
         kv = PagedCacheValues(blocks, cl, lk, mp, mc)
-        q8, qs = kernels.quantize_dynamic_block_scaled(xv, sf_vector_size=32, scales_type=DType.float8_e8m0fnu, out_type=DType.float8_e4m3fn)
+        q8, qs = kernels.quantize_dynamic_block_scaled(
+            xv, sf_vector_size=32, scales_type=DType.float8_e8m0fnu, out_type=DType.float8_e4m3fn
+        )
         layer = ops.constant(0, DType.uint32, CPU)
-        return kernels._fused_qkv_ragged_matmul_scaled_mxfp8(params, q8, off, wv, kv, layer, heads, qs, kernels.block_scales_interleave(wsv, 32))
+        return kernels._fused_qkv_ragged_matmul_scaled_mxfp8(
+            params, q8, off, wv, kv, layer, heads, qs, kernels.block_scales_interleave(wsv, 32)
+        )
 
     (q,), (pool_out,) = run(fn, x, w, ws, pool, offsets, lengths, lookup, mx, mx, buffers=(3,))
     # numpy: MX-quantize x, dequantize both operands, project
@@ -191,18 +242,32 @@ def test_fused_qkv_mxfp8_into_single_layer_pool(rng):
     for i in range(3):  # token i sits at position 2 + i: page lookup[(2+i)//4], slot (2+i)%4
         pos = 2 + i
         pg, sl = lookup[0, pos // page], pos % page
-        np.testing.assert_allclose(pool_out[pg, 0, :, sl].reshape(-1), qkv[i, heads * d : (heads + kv_heads) * d], rtol=1e-2, atol=1e-2)
-        np.testing.assert_allclose(pool_out[pg, 1, :, sl].reshape(-1), qkv[i, (heads + kv_heads) * d :], rtol=1e-2, atol=1e-2)
+        np.testing.assert_allclose(
+            pool_out[pg, 0, :, sl].reshape(-1), qkv[i, heads * d : (heads + kv_heads) * d], rtol=1e-2, atol=1e-2
+        )
+        np.testing.assert_allclose(
+            pool_out[pg, 1, :, sl].reshape(-1), qkv[i, (heads + kv_heads) * d :], rtol=1e-2, atol=1e-2
+        )
     assert not pool_out[1].any()  # untouched page
 
 
 def test_fused_qkv_float8_per_token_into_multi_layer_pool(rng):
     heads, kv_heads, d, hidden, page = 2, 2, 4, 16, 2
-    params = MHAKVCacheParams(DType.float32, head_dim=d, num_layers=2, devices=[CPU], page_size=page, n_kv_heads=kv_heads)
+    params = MHAKVCacheParams(
+        DType.float32, head_dim=d, num_layers=2, devices=[CPU], page_size=page, n_kv_heads=kv_heads
+    )
     x, w = rng.normal(size=(2, hidden)).astype(F8), rng.normal(size=((heads + 2 * kv_heads) * d, hidden)).astype(F8)
-    sx, sw = rng.uniform(0.5, 2, (1, 2)).astype(np.float32), rng.uniform(0.5, 2, ((heads + 2 * kv_heads) * d, 1)).astype(np.float32)
+    sx, sw = (
+        rng.uniform(0.5, 2, (1, 2)).astype(np.float32),
+        rng.uniform(0.5, 2, ((heads + 2 * kv_heads) * d, 1)).astype(np.float32),
+    )
     pool = np.zeros((2, 2, 2, page, kv_heads, d), np.float32)
-    offsets, lengths, lookup, mx = np.array([0, 1, 2], np.uint32), np.array([0, 1], np.uint32), np.array([[0], [1]], np.uint32), np.array([[1, 2]], np.uint32)
+    offsets, lengths, lookup, mx = (
+        np.array([0, 1, 2], np.uint32),
+        np.array([0, 1], np.uint32),
+        np.array([[0], [1]], np.uint32),
+        np.array([[1, 2]], np.uint32),
+    )
 
     def fn(xv, wv, sxv, swv, blocks, off, cl, lk, ml):
         kv = PagedCacheValues(blocks, cl, lk, ml[0, 0:1], ml[0, 1:2])

@@ -18,7 +18,14 @@ from maxfx.dtype import DType
 from maxfx.engine import InferenceSession
 from maxfx.graph import BufferType, DeviceRef, Graph, ShardingStrategy, TensorType
 from maxfx.graph.weight import Segment, Weight, head_aware_col_sharding_strategy, row_sharding_strategy
-from maxfx.nn.quant_config import InputScaleSpec, QuantConfig, QuantFormat, ScaleGranularity, ScaleOrigin, WeightScaleSpec
+from maxfx.nn.quant_config import (
+    InputScaleSpec,
+    QuantConfig,
+    QuantFormat,
+    ScaleGranularity,
+    ScaleOrigin,
+    WeightScaleSpec,
+)
 from maxfx.nn.stacked_linear import StackedLinear
 
 CPU = DeviceRef.CPU()
@@ -63,7 +70,12 @@ def test_uneven_rowwise_linear_shards_match_numpy(rng):
     lin.sharding_strategy = ShardingStrategy.rowwise(4)
     assert lin.sharding_strategy == lin.weight.sharding_strategy == ShardingStrategy.rowwise(4)
     shards = lin.shard([CPU] * 4)
-    assert [(s.out_dim, int(s.weight.shape[0]), int(s.bias.shape[0])) for s in shards] == [(3, 3, 3), (3, 3, 3), (3, 3, 3), (2, 2, 2)]
+    assert [(s.out_dim, int(s.weight.shape[0]), int(s.bias.shape[0])) for s in shards] == [
+        (3, 3, 3),
+        (3, 3, 3),
+        (3, 3, 3),
+        (2, 2, 2),
+    ]
     outs = _run(lambda v: [s(v) for s in shards], x, {"weight": w, "bias": b})
     for out, (lo, hi) in zip(outs, _ranges(11, 4)):
         np.testing.assert_allclose(out, x @ w[lo:hi].T + b[lo:hi], rtol=1e-5, atol=1e-5)
@@ -78,7 +90,13 @@ def test_column_split_partial_sums_add_the_bias_once(rng, strategy):
     lin.sharding_strategy = strategy
     shards = lin.shard([CPU] * 3)
     assert [s.bias is not None for s in shards] == [True, False, False]
-    outs = _run(lambda v: [s(v[:, lo : lo + s.in_dim]) for s, lo in zip(shards, np.cumsum([0] + [s.in_dim for s in shards[:-1]]))], x, {"weight": w, "bias": b})
+    outs = _run(
+        lambda v: [
+            s(v[:, lo : lo + s.in_dim]) for s, lo in zip(shards, np.cumsum([0] + [s.in_dim for s in shards[:-1]]))
+        ],
+        x,
+        {"weight": w, "bias": b},
+    )
     # columnwise: 8 columns -> 3, 3, 2; head-aware: 4 heads of 2 -> 2, 1, 1 heads = 4, 2, 2 columns
     widths = [3, 3, 2] if strategy.is_colwise else [4, 2, 2]
     assert [s.in_dim for s in shards] == widths
@@ -88,8 +106,16 @@ def test_column_split_partial_sums_add_the_bias_once(rng, strategy):
 def test_weight_shard_stacked_qkv_and_segmented_slices(rng):
     heads, head_dim, n = 3, 2, 2
     data = rng.normal(size=(3 * heads * head_dim, 4)).astype(np.float32)
-    qkv = Weight("qkv", DType.float32, list(data.shape), CPU, sharding_strategy=ShardingStrategy.stacked_qkv(n, heads, head_dim))
-    seg = Weight("seg", DType.float32, [4, 10], CPU, sharding_strategy=ShardingStrategy.segmented(n, 1, [Segment.even(3), Segment.head_aware(7, 1)]))
+    qkv = Weight(
+        "qkv", DType.float32, list(data.shape), CPU, sharding_strategy=ShardingStrategy.stacked_qkv(n, heads, head_dim)
+    )
+    seg = Weight(
+        "seg",
+        DType.float32,
+        [4, 10],
+        CPU,
+        sharding_strategy=ShardingStrategy.segmented(n, 1, [Segment.even(3), Segment.head_aware(7, 1)]),
+    )
     seg_data = rng.normal(size=(4, 10)).astype(np.float32)
     shards = qkv.shard([CPU] * n) + seg.shard([CPU] * n)
     outs = _run(lambda v: [s * 1.0 for s in shards], np.zeros((1,), np.float32), {"qkv": data, "seg": seg_data})
@@ -138,7 +164,9 @@ def test_float8_scale_strategies_follow_the_weight():
     block = QuantConfig(
         format=QuantFormat.BLOCKSCALED_FP8,
         weight_scale=WeightScaleSpec(dtype=DType.float32, granularity=ScaleGranularity.BLOCK, block_size=(4, 4)),
-        input_scale=InputScaleSpec(dtype=DType.float32, granularity=ScaleGranularity.BLOCK, block_size=(1, 4), origin=ScaleOrigin.DYNAMIC),
+        input_scale=InputScaleSpec(
+            dtype=DType.float32, granularity=ScaleGranularity.BLOCK, block_size=(1, 4), origin=ScaleOrigin.DYNAMIC
+        ),
     )
     lin = nn.Linear(16, 8, DType.float8_e4m3fn, CPU, quant_config=block)
     lin.sharding_strategy = ShardingStrategy.rowwise(2)
@@ -147,7 +175,13 @@ def test_float8_scale_strategies_follow_the_weight():
         lin.sharding_strategy = ShardingStrategy.rowwise(3)
     lin.sharding_strategy = ShardingStrategy.head_aware_columnwise(2, 2, 8)  # heads of 8 columns = 2 blocks
     assert lin.weight_scale.sharding_strategy.is_head_aware_colwise and lin.weight_scale.sharding_strategy.head_dim == 2
-    row = nn.Linear(16, 8, DType.float8_e4m3fn, CPU, quant_config=_quant(ScaleGranularity.ROWWISE, ScaleGranularity.TENSOR, ScaleOrigin.DYNAMIC))
+    row = nn.Linear(
+        16,
+        8,
+        DType.float8_e4m3fn,
+        CPU,
+        quant_config=_quant(ScaleGranularity.ROWWISE, ScaleGranularity.TENSOR, ScaleOrigin.DYNAMIC),
+    )
     row.sharding_strategy = ShardingStrategy.columnwise(2)
     assert row.weight_scale.sharding_strategy.is_replicate
     with pytest.raises(ValueError, match="no sharding strategy"):
@@ -162,7 +196,11 @@ def test_stacked_linear_matches_numpy(rng, stacked):
     if stacked:
         state = {"weight": np.concatenate(ws), "bias": np.concatenate(bs)}
     else:
-        state = {f"{n}.{k}": v for n, w, b in zip(("q_proj", "k_proj", "v_proj"), ws, bs) for k, v in (("weight", w), ("bias", b))}
+        state = {
+            f"{n}.{k}": v
+            for n, w, b in zip(("q_proj", "k_proj", "v_proj"), ws, bs)
+            for k, v in (("weight", w), ("bias", b))
+        }
     assert sorted(sl.raw_state_dict()) == sorted(state)
     sl.load_state_dict(state)
     x = rng.normal(size=(3, 6)).astype(np.float32)
@@ -174,7 +212,12 @@ def test_stacked_linear_rowwise_shards_and_float8_static(rng):
     sl = StackedLinear(6, [4, 2], ["a", "b"], DType.float32, CPU, has_bias=True)
     sl.sharding_strategy = ShardingStrategy.rowwise(2)
     shards = sl.shard([CPU, CPU])
-    assert sorted(sl.raw_state_dict()) == ["a.bias", "a.weight", "b.bias", "b.weight"]  # shards follow names given after sharding
+    assert sorted(sl.raw_state_dict()) == [
+        "a.bias",
+        "a.weight",
+        "b.bias",
+        "b.weight",
+    ]  # shards follow names given after sharding
     assert [s._out_dims for s in shards] == [[2, 1], [2, 1]] and all(s._has_bias for s in shards)
     wa, wb = rng.normal(size=(4, 6)).astype(np.float32), rng.normal(size=(2, 6)).astype(np.float32)
     ba, bb = rng.normal(size=4).astype(np.float32), rng.normal(size=2).astype(np.float32)
@@ -191,10 +234,19 @@ def test_stacked_linear_rowwise_shards_and_float8_static(rng):
     wa, wb = (rng.normal(size=(4, 8)).astype(F8) for _ in range(2))
     sa, sb, s_in = np.float32(0.5), np.float32(2.0), np.float32(0.05)
     x = rng.normal(size=(2, 8)).astype(np.float32)
-    reg = {"a.weight": wa, "a.weight_scale": sa, "a.input_scale": s_in, "b.weight": wb, "b.weight_scale": sb, "b.input_scale": s_in}
+    reg = {
+        "a.weight": wa,
+        "a.weight_scale": sa,
+        "a.input_scale": s_in,
+        "b.weight": wb,
+        "b.weight_scale": sb,
+        "b.input_scale": s_in,
+    }
     (out,) = _run(lambda v: [q(v)], x, reg)
     scale = max(sa, sb)
-    wq = (np.concatenate([wa.astype(np.float32) * sa, wb.astype(np.float32) * sb]) / scale).astype(F8).astype(np.float32) * scale
+    wq = (np.concatenate([wa.astype(np.float32) * sa, wb.astype(np.float32) * sb]) / scale).astype(F8).astype(
+        np.float32
+    ) * scale
     xq = np.clip(x / s_in, -448, 448).astype(F8).astype(np.float32) * s_in
     np.testing.assert_allclose(out, xq @ wq.T, rtol=1e-4, atol=1e-4)
 
@@ -206,7 +258,10 @@ def test_omitted_attribute_names_collide_with_a_clear_error():
             self.qkv_proj = StackedLinear(4, [2, 2], ["q_proj", "k_proj"], DType.float32, CPU)
             self.q_proj = nn.Linear(4, 2, DType.float32, CPU)
 
-    with pytest.raises(ValueError, match=r"Duplicate weight FQN 'q_proj\.weight'.*'qkv_proj\.q_proj' and 'q_proj'.*_omit_module_attr_name"):
+    with pytest.raises(
+        ValueError,
+        match=r"Duplicate weight FQN 'q_proj\.weight'.*'qkv_proj\.q_proj' and 'q_proj'.*_omit_module_attr_name",
+    ):
         Model().raw_state_dict()
     with pytest.raises(ValueError, match="clip_weight"):
         StackedLinear(4, [2, 2], ["a", "b"], DType.float32, CPU, stacked=True, clip_weight=1.0)

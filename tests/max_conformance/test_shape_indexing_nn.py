@@ -49,9 +49,14 @@ def test_transpose_rank_zero_accepts_0_and_minus_1():
         x = g.inputs[0].tensor
         for a, b in [(0, 0), (-1, 0), (0, -1)]:
             assert ops.transpose(x, a, b).type == _t(DType.float32, [])
-        with pytest.raises(IndexError, match=r"transpose: Axis axis_1 out of range \(expected to be in range of \[-1, 0\], but got 1\)"):
+        with pytest.raises(
+            IndexError, match=r"transpose: Axis axis_1 out of range \(expected to be in range of \[-1, 0\], but got 1\)"
+        ):
             ops.transpose(x, 1, 0)
-        with pytest.raises(IndexError, match=r"transpose: Axis axis_2 out of range \(expected to be in range of \[-1, 0\], but got -2\)"):
+        with pytest.raises(
+            IndexError,
+            match=r"transpose: Axis axis_2 out of range \(expected to be in range of \[-1, 0\], but got -2\)",
+        ):
             ops.transpose(x, 0, -2)
     np.testing.assert_array_equal(run_op(lambda v: ops.transpose(v, 0, -1), np.float32(2.5)), np.float32(2.5))
 
@@ -63,7 +68,13 @@ def test_concat_stack_mismatched_devices_list_the_inputs():
     with _graph(_t(DType.float32, [1, 2]), _t(DType.float32, [1, 2], DeviceRef.GPU())) as g:
         a, b = (v.tensor for v in g.inputs)
         for op in (ops.concat, ops.stack):
-            with pytest.raises(ValueError, match=r"Input values must be on the same device\n    0: float32\[1, 2\] on cpu:0\n    1: float32\[1, 2\] on gpu:0"):
+            with pytest.raises(
+                ValueError,
+                match=(
+                    r"Input values must be on the same device\n    0: float32\[1, 2\] on cpu:0\n    1: float32\[1, "
+                    r"2\] on gpu:0"
+                ),
+            ):
                 op([a, b])
 
 
@@ -72,11 +83,17 @@ def test_stack_messages():
         a, b, c = (v.tensor for v in g.inputs)
         with pytest.raises(ValueError, match="stack: Expected at least one value to stack"):
             ops.stack(v for v in [])
-        with pytest.raises(ValueError, match=r"All inputs to stack must be the same rank, got float32\[1, 2\], float32\[1, 2, 3\]"):
+        with pytest.raises(
+            ValueError, match=r"All inputs to stack must be the same rank, got float32\[1, 2\], float32\[1, 2, 3\]"
+        ):
             ops.stack([a, b])
-        with pytest.raises(ValueError, match=r"All inputs to stack must have the same dtype, got float32\[1, 2\], int32\[1, 2\]"):
+        with pytest.raises(
+            ValueError, match=r"All inputs to stack must have the same dtype, got float32\[1, 2\], int32\[1, 2\]"
+        ):
             ops.stack([a, c])
-        with pytest.raises(IndexError, match=r"stack: Axis out of range \(expected to be in range of \[-3, 2\], but got -4\)"):
+        with pytest.raises(
+            IndexError, match=r"stack: Axis out of range \(expected to be in range of \[-3, 2\], but got -4\)"
+        ):
             ops.stack([a], axis=-4)
 
 
@@ -87,7 +104,10 @@ def test_split_needs_static_sizes_and_uses_max_wording():
     np.testing.assert_array_equal(b, x[10:])
     with _graph(_t(DType.float32, [15]), _t(DType.float32, ["n"])) as g:
         x, s = (v.tensor for v in g.inputs)
-        with pytest.raises(ValueError, match=r"Split sizes must sum to dimension value; x\.shape\[axis\]=Dim\(15\) != sum\(sizes=\[10, 6\]\)"):
+        with pytest.raises(
+            ValueError,
+            match=r"Split sizes must sum to dimension value; x\.shape\[axis\]=Dim\(15\) != sum\(sizes=\[10, 6\]\)",
+        ):
             ops.split(x, [10, 6])
         with pytest.raises(ValueError, match=r"Split sizes must be positive: sizes=\[10, -6\]"):
             ops.split(x, [10, -6])
@@ -147,12 +167,21 @@ def test_roi_align_matches_the_kernel_loops(mode, aligned, ratio):
         ],
         np.float32,
     )
-    got = run_op(lambda a, r: ops.roi_align(a, r, 3, 2, spatial_scale=0.5, sampling_ratio=ratio, aligned=aligned, mode=mode), x, rois)
+    got = run_op(
+        lambda a, r: ops.roi_align(a, r, 3, 2, spatial_scale=0.5, sampling_ratio=ratio, aligned=aligned, mode=mode),
+        x,
+        rois,
+    )
     np.testing.assert_allclose(got, np_roi_align(x, rois, 3, 2, 0.5, ratio, aligned, mode), rtol=1e-5, atol=1e-5)
 
 
 def test_roi_align_types_and_errors():
-    with _graph(_t(DType.float64, [2, 8, 8, 4]), _t(DType.float64, ["m", 5]), _t(DType.float32, [10, 10]), _t(DType.float32, [1, 5, 1])) as g:
+    with _graph(
+        _t(DType.float64, [2, 8, 8, 4]),
+        _t(DType.float64, ["m", 5]),
+        _t(DType.float32, [10, 10]),
+        _t(DType.float32, [1, 5, 1]),
+    ) as g:
         x, rois, flat, bad_rois = (v.tensor for v in g.inputs)
         assert ops.roi_align(x, rois, 2, 3).type == _t(DType.float64, ["m", 2, 3, 4])
         with pytest.raises(ValueError, match=r"roi_align: expects rank-4 NHWC input, got rank 2"):
@@ -169,16 +198,27 @@ def test_roi_align_types_and_errors():
 def test_broadcast_to_names_the_mismatched_dims():
     with _graph(_t(DType.float32, [6]), _t(DType.float32, ["D0"]), _t(DType.float32, [2]), _t(DType.int64, [2])) as g:
         x, s, two, shape = (v.tensor for v in g.inputs)
-        with pytest.raises(ValueError, match=r"\[broadcast_to\] input dimension at index 0 \(6\) must be either 1 or equal to corresponding output dimension at index 1 \(7\)"):
+        with pytest.raises(
+            ValueError,
+            match=r"\[broadcast_to\] input dimension at index 0 \(6\) must be either 1 or equal to corresponding output dimension at index 1 \(7\)",
+        ):
             ops.broadcast_to(x, [6, 7])
-        with pytest.raises(ValueError, match=r"\[broadcast_to\] input dimension at index 0 \(D0\) must be either 1 or equal to corresponding output dimension at index 1 \(D2\)"):
+        with pytest.raises(
+            ValueError,
+            match=(
+                r"\[broadcast_to\] input dimension at index 0 \(D0\) must be either 1 or equal to corresponding "
+                r"output dimension at index 1 \(D2\)"
+            ),
+        ):
             ops.broadcast_to(s, ["D1", "D2"])
         # A tensor-valued shape: its out_dims are known only when the graph runs.
         assert ops.broadcast_to(two, shape, out_dims=["a", "b"]).type == _t(DType.float32, ["a", "b"])
 
 
 def test_tile_repeats_must_be_positive():
-    np.testing.assert_array_equal(run_op(lambda v: ops.tile(v, [2, 1]), np.eye(2, dtype=np.float32)), np.tile(np.eye(2), (2, 1)))
+    np.testing.assert_array_equal(
+        run_op(lambda v: ops.tile(v, [2, 1]), np.eye(2, dtype=np.float32)), np.tile(np.eye(2), (2, 1))
+    )
     with _graph(_t(DType.bool, [1, 3])) as g:
         with pytest.raises(ValueError, match=r"tile: repeats must be positive, got \[0, 1\]"):
             ops.tile(g.inputs[0].tensor, [0, 1])
@@ -196,7 +236,9 @@ def test_reshape_with_zero_dims():
 
 def test_shape_to_tensor_rejects_strings_and_non_shapes():
     with _graph() as g:
-        with pytest.raises(ValueError, match="shape_to_tensor: shape must be a list of dims .*got the string 'not a shape'"):
+        with pytest.raises(
+            ValueError, match="shape_to_tensor: shape must be a list of dims .*got the string 'not a shape'"
+        ):
             ops.shape_to_tensor("not a shape")
         for bad in (None, 42):
             with pytest.raises(TypeError):
@@ -208,7 +250,12 @@ def test_shape_to_tensor_rejects_strings_and_non_shapes():
 
 
 def test_conv_symbolic_channels_are_checked_when_the_graph_runs():
-    with _graph(_t(DType.bfloat16, [1, "height", "width", "channels"]), _t(DType.bfloat16, [16, 16, 3, 1024]), _t(DType.float32, [1, 8, 8, 4]), _t(DType.float32, [3, 3, 3, 2])) as g:
+    with _graph(
+        _t(DType.bfloat16, [1, "height", "width", "channels"]),
+        _t(DType.bfloat16, [16, 16, 3, 1024]),
+        _t(DType.float32, [1, 8, 8, 4]),
+        _t(DType.float32, [3, 3, 3, 2]),
+    ) as g:
         x, f, y, bad = (v.tensor for v in g.inputs)
         out = ops.conv2d(x, f, (16, 16))
         assert out.shape[3] == 1024 and str(out.shape[1]) != "height"  # (height - 16) // 16 + 1
@@ -219,7 +266,13 @@ def test_conv_symbolic_channels_are_checked_when_the_graph_runs():
 def test_slice_reversed_range_of_a_symbolic_dim():
     with _graph(_t(DType.float32, ["n"])) as g:
         x = g.inputs[0].tensor
-        with pytest.raises(ValueError, match="start and stop should be increasing for positive step and decreasing for negative step, but got start 2, stop 1 for step 1"):
+        with pytest.raises(
+            ValueError,
+            match=(
+                "start and stop should be increasing for positive step and decreasing for negative step, but got "
+                "start 2, stop 1 for step 1"
+            ),
+        ):
             x[2:1]
         with pytest.raises(ValueError, match="but got start -3, stop -1 for step -1"):
             x[-3:-1:-1]
@@ -230,7 +283,11 @@ def test_slice_reversed_range_of_a_symbolic_dim():
 def test_resize_checks_the_input_rank_first():
     with _graph(_t(DType.float32, [224, 224]), _t(DType.float32, [1, 3, 8, 8])) as g:
         m, x = (v.tensor for v in g.inputs)
-        with pytest.raises(ValueError, match=r"Input tensor must have rank 4 \(NCHW format\) for resize operation, but got rank 2"):
+        with pytest.raises(
+            ValueError, match=r"Input tensor must have rank 4 \(NCHW format\) for resize operation, but got rank 2"
+        ):
             ops.resize(m, [448, 448])
-        with pytest.raises(ValueError, match=r"shape must have 4 elements for NCHW format \(batch, channels, height, width\)"):
+        with pytest.raises(
+            ValueError, match=r"shape must have 4 elements for NCHW format \(batch, channels, height, width\)"
+        ):
             ops.resize(x, [16, 16])

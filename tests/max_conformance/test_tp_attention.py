@@ -71,8 +71,12 @@ def np_attention(w, x, n_heads, n_kv, stacked, qk_norm=False):
 
 def _layers(n_heads, n_kv, stacked, **kw):
     rope = RotaryEmbedding(HID, n_heads, THETA, 32, head_dim=HD)
-    common = dict(rope=rope, num_attention_heads=n_heads, num_key_value_heads=n_kv, hidden_size=HID, stacked_qkv=stacked, **kw)
-    tp = TensorParallelAttentionWithRope(**common, kv_params=KVCacheParams(F32, n_kv_heads=n_kv, head_dim=HD, page_size=4), devices=[CPU, CPU])
+    common = dict(
+        rope=rope, num_attention_heads=n_heads, num_key_value_heads=n_kv, hidden_size=HID, stacked_qkv=stacked, **kw
+    )
+    tp = TensorParallelAttentionWithRope(
+        **common, kv_params=KVCacheParams(F32, n_kv_heads=n_kv, head_dim=HD, page_size=4), devices=[CPU, CPU]
+    )
     single = AttentionWithRope(**common, kv_params=KVCacheParams(F32, n_kv_heads=n_kv, head_dim=HD, page_size=4))
     return tp, single
 
@@ -119,7 +123,9 @@ CASES = [
     # (query heads, KV heads, stacked): heads per device / KV heads each device holds
     (3, 3, False),  # MHA, 2 + 1 heads: KV heads split unevenly
     pytest.param(3, 3, True, marks=pytest.mark.slow),  # the same split, stacked: in the slow run (5 s each)
-    pytest.param(9, 3, False, marks=pytest.mark.slow),  # GQA, 5 + 4 heads: groups cut across devices, KV heads copied per query head
+    pytest.param(
+        9, 3, False, marks=pytest.mark.slow
+    ),  # GQA, 5 + 4 heads: groups cut across devices, KV heads copied per query head
     (9, 3, True),
     (6, 2, False),  # 3 + 3 heads, one KV group each
     (5, 1, True),  # MQA, 3 + 2 heads: the single KV head on both devices
@@ -132,13 +138,18 @@ def test_uneven_tensor_parallel_attention_matches_numpy(n_heads, n_kv, stacked):
     tp, single = _layers(n_heads, n_kv, stacked)
     w = _fill(tp, rng)
     single.load_state_dict(w)
-    assert [a.n_heads for a in tp.list_of_attentions] == [num_heads_for_device(num_heads=n_heads, device_idx=i, num_devices=2) for i in range(2)]
+    assert [a.n_heads for a in tp.list_of_attentions] == [
+        num_heads_for_device(num_heads=n_heads, device_idx=i, num_devices=2) for i in range(2)
+    ]
     for i, a in enumerate(tp.list_of_attentions):
         assert a.kv_params.n_kv_heads_per_device == len(query_kv_heads(n_heads, n_kv, i, 2)) == a.n_kv_heads
     xs = [rng.normal(size=(3, HID)).astype(np.float32), rng.normal(size=(2, HID)).astype(np.float32)]
     x2 = rng.normal(size=(2, HID)).astype(np.float32)
     steps = [(np.concatenate(xs), [3, 2]), (x2, [1, 1])]
-    ref = [np_attention(w, np.concatenate([xs[0], x2[:1]]), n_heads, n_kv, stacked), np_attention(w, np.concatenate([xs[1], x2[1:]]), n_heads, n_kv, stacked)]
+    ref = [
+        np_attention(w, np.concatenate([xs[0], x2[:1]]), n_heads, n_kv, stacked),
+        np_attention(w, np.concatenate([xs[1], x2[1:]]), n_heads, n_kv, stacked),
+    ]
     want = [np.concatenate([ref[0][:3], ref[1][:2]]), np.stack([ref[0][3], ref[1][2]])]
     for step, expected in zip(_run(tp, single, w, steps), want):
         for out in step:  # device 0, device 1, single device
@@ -171,22 +182,38 @@ def test_query_kv_heads_plans():
     assert [query_kv_heads(8, 4, i, 2) for i in range(2)] == [(0, 1), (2, 3)]  # even groups
     assert [query_kv_heads(9, 3, i, 2) for i in range(2)] == [(0, 0, 0, 1, 1), (1, 2, 2, 2)]  # groups cut: copies
     assert [query_kv_heads(4, 1, i, 2) for i in range(2)] == [(0,), (0,)]  # a KV head shared
-    assert [query_kv_heads(30, 8, i, 4) for i in range(4)] == [(0, 1), (2, 3), (4, 5), (6, 7)]  # not grouped: even split
+    assert [query_kv_heads(30, 8, i, 4) for i in range(4)] == [
+        (0, 1),
+        (2, 3),
+        (4, 5),
+        (6, 7),
+    ]  # not grouped: even split
 
 
 def test_non_grouped_heads_build_but_refuse_to_run():
     rope = RotaryEmbedding(HID, 3, THETA, 32, head_dim=HD)
     tp = TensorParallelAttentionWithRope(
-        rope=rope, num_attention_heads=3, num_key_value_heads=2, hidden_size=HID, kv_params=KVCacheParams(F32, n_kv_heads=2, head_dim=HD, page_size=4), devices=[CPU, CPU]
+        rope=rope,
+        num_attention_heads=3,
+        num_key_value_heads=2,
+        hidden_size=HID,
+        kv_params=KVCacheParams(F32, n_kv_heads=2, head_dim=HD, page_size=4),
+        devices=[CPU, CPU],
     )
     assert [a.n_heads for a in tp.list_of_attentions] == [2, 1]
     params = [a.kv_params for a in tp.list_of_attentions]
-    types = [TensorType(F32, ["t", HID]), TensorType(DType.uint32, ["b1"])] + params[0].input_types() + params[1].input_types()
+    types = (
+        [TensorType(F32, ["t", HID]), TensorType(DType.uint32, ["b1"])]
+        + params[0].input_types()
+        + params[1].input_types()
+    )
     with Graph("bad", input_types=types) as g:
         x, offs = g.inputs[0].tensor, g.inputs[1].tensor
         kvs = [PagedCacheValues.from_graph_inputs(g.inputs[2 + 4 * i : 6 + 4 * i]) for i in range(2)]
         f = rope.freqs_cis
-        with pytest.raises(ValueError, match=r"num_attention_heads \(3\) must be a multiple of num_key_value_heads \(2\) to run"):
+        with pytest.raises(
+            ValueError, match=r"num_attention_heads \(3\) must be a multiple of num_key_value_heads \(2\) to run"
+        ):
             tp(0, [x, x], None, kvs, [f, f], [offs, offs])
         g.output(x)
 
@@ -195,5 +222,10 @@ def test_more_devices_than_heads_is_an_error():
     rope = RotaryEmbedding(HID, 1, THETA, 32, head_dim=HD)
     with pytest.raises(ValueError, match=r"1 query heads cannot be split over 2 devices"):
         TensorParallelAttentionWithRope(
-            rope=rope, num_attention_heads=1, num_key_value_heads=1, hidden_size=HID, kv_params=KVCacheParams(F32, n_kv_heads=1, head_dim=HD, page_size=4), devices=[CPU, CPU]
+            rope=rope,
+            num_attention_heads=1,
+            num_key_value_heads=1,
+            hidden_size=HID,
+            kv_params=KVCacheParams(F32, n_kv_heads=1, head_dim=HD, page_size=4),
+            devices=[CPU, CPU],
         )

@@ -30,7 +30,14 @@ from maxfx.experimental.tensor import Tensor
 from maxfx.models import LlamaConfig, LlamaForCausalLM
 from maxfx.models._layers import positions
 
-CFG = LlamaConfig(vocab_size=48, hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+CFG = LlamaConfig(
+    vocab_size=48,
+    hidden_size=24,
+    intermediate_size=40,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+)
 PROMPT = np.array([[5, 17, 3, 40, 11, 2], [7, 29, 13, 1, 0, 0]], np.int64)  # row 1 is 4 tokens long, right-padded
 LENGTHS = np.array([6, 4], np.int64)
 FED = np.array([[3, 9], [17, 1]], np.int64)  # the tokens fed to decode steps 1 and 2 (rows)
@@ -90,7 +97,9 @@ def _decode(model, caches, tokens, pos):
 
 
 def _generation_logits(model, pad: int, length: int) -> list[np.ndarray]:
-    """Logits at each row's prompt end, then after two decode steps (fresh jitted lambdas: traced in the current mode)."""
+    """Logits at each row's prompt end, then after two decode steps (fresh jitted lambdas: traced in the current
+    mode).
+    """
     ids = np.zeros((2, pad), np.int64)
     ids[:, : PROMPT.shape[1]] = PROMPT
     with x64():
@@ -119,8 +128,12 @@ def test_prefill_and_decode_run_the_pallas_kernel(llama, kernel_calls):
     calls = kernel_calls(True)
     got = _generation_logits(llama, pad=8, length=16)
     shapes = set(calls)
-    assert ("flash", (2, 8, CFG.num_attention_heads, CFG.head_dim)) in shapes, f"prefill did not reach the flash kernel: {shapes}"
-    assert ("decode", (2, 1, CFG.num_attention_heads, CFG.head_dim)) in shapes, f"decode did not reach the decode kernel: {shapes}"
+    assert ("flash", (2, 8, CFG.num_attention_heads, CFG.head_dim)) in shapes, (
+        f"prefill did not reach the flash kernel: {shapes}"
+    )
+    assert ("decode", (2, 1, CFG.num_attention_heads, CFG.head_dim)) in shapes, (
+        f"decode did not reach the decode kernel: {shapes}"
+    )
     calls = kernel_calls(False)
     want = _generation_logits(llama, pad=6, length=24)  # other padding and cache length: same logits
     if dispatch.kernel_mode() is None:
@@ -134,4 +147,6 @@ def test_prefill_and_decode_run_the_pallas_kernel(llama, kernel_calls):
         seq[b, : LENGTHS[b] + FED.shape[1]] = np.concatenate([PROMPT[b, : LENGTHS[b]], FED[b]])
     full = _eager_forward(llama, seq)
     for i, g in enumerate(got):
-        np.testing.assert_allclose(g, full[np.arange(2), LENGTHS - 1 + i], atol=ATOL, rtol=0, err_msg=f"step {i} vs full forward")
+        np.testing.assert_allclose(
+            g, full[np.arange(2), LENGTHS - 1 + i], atol=ATOL, rtol=0, err_msg=f"step {i} vs full forward"
+        )

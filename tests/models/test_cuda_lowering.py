@@ -35,15 +35,23 @@ def _step_args(model, seq_ids, chunks):
     return (np.concatenate(chunks).astype(np.int64), offsets, *model.cache.fetch(seq_ids, counts))
 
 
-@pytest.mark.parametrize("source, qmatmuls", [("model.safetensors", 0), ("tiny_llama-q4_0.gguf", 7)], ids=["f32", "q4_0"])  # Q4_0: q, k, v, o, gate, up, down
+@pytest.mark.parametrize(
+    "source, qmatmuls", [("model.safetensors", 0), ("tiny_llama-q4_0.gguf", 7)], ids=["f32", "q4_0"]
+)  # Q4_0: q, k, v, o, gate, up, down
 def test_prefill_and_decode_lower_for_cuda_with_the_kernels(source, qmatmuls):
     model = load_pretrained_graph(DATA if source.endswith("safetensors") else DATA / source, max_batch_size=2)
     seqs = [model.cache.claim(), model.cache.claim()]
-    prefill = _kernels(model.compiled._stablehlo(*_step_args(model, seqs, [np.arange(5), np.arange(9)]), platform="cuda"))
+    prefill = _kernels(
+        model.compiled._stablehlo(*_step_args(model, seqs, [np.arange(5), np.arange(9)]), platform="cuda")
+    )
     model.cache.step(seqs, [5, 9])
-    decode = _kernels(model.compiled._stablehlo(*_step_args(model, seqs, [np.array([3]), np.array([4])]), platform="cuda"))
+    decode = _kernels(
+        model.compiled._stablehlo(*_step_args(model, seqs, [np.array([3]), np.array([4])]), platform="cuda")
+    )
     assert prefill.count("flash_attention_fwd") == LAYERS and "paged_decode_attention" not in prefill
     assert decode.count("paged_decode_attention") == LAYERS and "flash_attention_fwd" not in decode
     for names in (prefill, decode):
         assert sum(n == "qmatmul_q4_0" for n in names) >= qmatmuls * LAYERS
-    assert TRITON not in model.compiled._stablehlo(*_step_args(model, seqs, [np.array([1]), np.array([2])]))  # the CPU program
+    assert TRITON not in model.compiled._stablehlo(
+        *_step_args(model, seqs, [np.array([1]), np.array([2])])
+    )  # the CPU program

@@ -23,7 +23,13 @@ from maxfx.models._loading import ARCHITECTURES
 from maxfx.models._source import RandomSource
 from tests.models._helpers import DATA, golden
 
-FAMILIES = {"qwen2": Qwen2Config, "qwen3": Qwen3Config, "mistral": MistralConfig, "phi3": Phi3Config, "gemma": GemmaConfig}
+FAMILIES = {
+    "qwen2": Qwen2Config,
+    "qwen3": Qwen3Config,
+    "mistral": MistralConfig,
+    "phi3": Phi3Config,
+    "gemma": GemmaConfig,
+}
 # The fixtures' README requires 1e-4 in float32; measured here <= 2e-5 (Gemma's logits reach 55).
 ATOL = 1e-4
 
@@ -58,7 +64,12 @@ def test_what_each_config_reads_from_config_json():
     assert cfg["mistral"].sliding_window == 8
     assert cfg["phi3"].fused_projections and cfg["phi3"].head_dim == 16
     g = cfg["gemma"]
-    assert (g.norm_weight_offset, g.scale_embeddings, g.hidden_act, g.tie_word_embeddings) == (1.0, True, "gelu_pytorch_tanh", True)
+    assert (g.norm_weight_offset, g.scale_embeddings, g.hidden_act, g.tie_word_embeddings) == (
+        1.0,
+        True,
+        "gelu_pytorch_tanh",
+        True,
+    )
 
 
 def test_checkpoint_layouts_become_the_llama_parameters():
@@ -77,7 +88,9 @@ def test_mistral_window_decides_the_golden():
     # Without the window the same weights give other logits: the golden really exercises it.
     g = golden(DATA / "tiny_mistral")
     m = _model("mistral", "eager")
-    full = LlamaForCausalLM.from_parameters(m.config.replace(sliding_window=None), read_llama(m.config, _source("mistral")))
+    full = LlamaForCausalLM.from_parameters(
+        m.config.replace(sliding_window=None), read_llama(m.config, _source("mistral"))
+    )
     later = np.abs(_logits(full, g["input_ids"]) - g["logits"])[:, 8:]  # positions past the window
     assert later.max() > 1e-2
     np.testing.assert_allclose(_logits(full, g["input_ids"])[:, :8], g["logits"][:, :8], rtol=0, atol=ATOL)
@@ -88,7 +101,9 @@ def _source(arch: str):
     from maxfx.models._source import CheckpointSource  # noqa: PLC0415
 
     folder = DATA / f"tiny_{arch}"
-    return CheckpointSource(load_weights([folder / "model.safetensors"]), str(folder), None, str(folder / "config.json"))
+    return CheckpointSource(
+        load_weights([folder / "model.safetensors"]), str(folder), None, str(folder / "config.json")
+    )
 
 
 # ─── sliding window vs a numpy reference ─────────────────────────────────
@@ -126,8 +141,17 @@ def np_windowed_llama(w: dict[str, np.ndarray], c, ids: np.ndarray) -> np.ndarra
     return norm(x, w["model.norm.weight"]) @ w["lm_head.weight"].T
 
 
-WINDOWED = MistralConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         rms_norm_eps=1e-5, sliding_window=4, max_position_embeddings=64)  # fmt: skip
+WINDOWED = MistralConfig(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rms_norm_eps=1e-5,
+    sliding_window=4,
+    max_position_embeddings=64,
+)
 
 
 @pytest.mark.parametrize("runtime", ["eager", "graph"])
@@ -165,17 +189,33 @@ def _config(arch: str, **changes) -> dict:
 _DROP = object()
 
 BAD = {
-    "qwen2-kv-heads": ("qwen2", {"num_key_value_heads": 3}, r"num_attention_heads 4 must be a multiple of num_key_value_heads 3"),
+    "qwen2-kv-heads": (
+        "qwen2",
+        {"num_key_value_heads": 3},
+        r"num_attention_heads 4 must be a multiple of num_key_value_heads 3",
+    ),
     "qwen2-layer-windows": ("qwen2", {"use_sliding_window": True}, r"use_sliding_window=true .* not supported"),
     "qwen3-no-head-dim": ("qwen3", {"head_dim": _DROP}, r"missing config key 'head_dim'"),
     "qwen3-no-vocab": ("qwen3", {"vocab_size": _DROP}, r"missing config key 'vocab_size'"),
     "mistral-window-0": ("mistral", {"sliding_window": 0}, r"sliding_window must be a positive integer or null, got 0"),
-    "mistral-window-negative": ("mistral", {"sliding_window": -4}, r"sliding_window must be a positive integer or null, got -4"),
+    "mistral-window-negative": (
+        "mistral",
+        {"sliding_window": -4},
+        r"sliding_window must be a positive integer or null, got -4",
+    ),
     "phi3-head-dim": ("phi3", {"head_dim": 8}, r"head_dim 8 contradicts hidden_size 64 / num_attention_heads 4"),
     "phi3-heads": ("phi3", {"num_attention_heads": 5}, r"hidden_size 64 is not a multiple of num_attention_heads 5"),
-    "phi3-longrope": ("phi3", {"rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}}, r"rope_scaling type 'longrope' is not supported"),
+    "phi3-longrope": (
+        "phi3",
+        {"rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}},
+        r"rope_scaling type 'longrope' is not supported",
+    ),
     "gemma-no-head-dim": ("gemma", {"head_dim": _DROP}, r"missing config key 'head_dim'"),
-    "gemma-untied": ("gemma", {"tie_word_embeddings": False}, r"tie_word_embeddings=false contradicts model_type='gemma'"),
+    "gemma-untied": (
+        "gemma",
+        {"tie_word_embeddings": False},
+        r"tie_word_embeddings=false contradicts model_type='gemma'",
+    ),
     "gemma-activation": ("gemma", {"hidden_act": "relu2"}, r"hidden_act 'relu2' is not supported"),
 }
 

@@ -55,9 +55,13 @@ def test_ragged_batch_matches_single_prompts(llama):
 
 
 def test_generation_compiles_once_per_bucket(llama):
-    """generate runs on the engine: its step programs are bucketed, and values (temperature, top_p, seeds) are arrays."""
+    """generate runs on the engine: its step programs are bucketed, and values (temperature, top_p, seeds) are
+    arrays.
+    """
     ids = golden(LLAMA)["input_ids"]
-    llama.generate(ids[:, :9], max_new_tokens=20)  # warm: one prefill step of both prompts (2 x 16 tokens), decode of 2 rows
+    llama.generate(
+        ids[:, :9], max_new_tokens=20
+    )  # warm: one prefill step of both prompts (2 x 16 tokens), decode of 2 rows
     before = compile_counts()["compiles"]
     for t in (9, 10, 12, 16):  # same buckets: no new program, however many steps
         llama.generate(ids[:, :t], max_new_tokens=20)
@@ -65,7 +69,9 @@ def test_generation_compiles_once_per_bucket(llama):
     llama.generate(ids[:, :9], max_new_tokens=20, temperature=0.7, seed=0)  # sampling: the same two shapes, sampling
     after = compile_counts()["compiles"]
     assert after == before + 2
-    llama.generate(ids[:, :9], max_new_tokens=20, temperature=1.3, top_p=0.9, seed=5)  # top_p adds the filtering variant
+    llama.generate(
+        ids[:, :9], max_new_tokens=20, temperature=1.3, top_p=0.9, seed=5
+    )  # top_p adds the filtering variant
     llama.generate(ids[:, :9], max_new_tokens=20, temperature=0.2, top_p=0.5, seed=6)  # other values: no new program
     assert compile_counts()["compiles"] == after + 2
 
@@ -151,7 +157,10 @@ def test_bad_arguments(llama):
         ({"temperature": float("nan")}, "temperature must be a number >= 0, got nan"),
         ({"temperature": 1.0, "top_p": "most"}, r"top_p must be a number in \(0, 1\], got 'most'"),
         ({"seed": "abc"}, "seed must be an int or None, got 'abc'"),
-        ({"max_new_tokens": 10**18}, r"max_new_tokens \(1000000000000000000\) exceeds the model's context of 128 positions"),
+        (
+            {"max_new_tokens": 10**18},
+            r"max_new_tokens \(1000000000000000000\) exceeds the model's context of 128 positions",
+        ),
         ({"max_new_tokens": True}, "max_new_tokens must be a positive int, got True"),
     ],
 )
@@ -181,7 +190,9 @@ def test_tracing_asks_no_tracer_for_its_device(monkeypatch):
 
     walks = []
     original = partial_eval.JaxprStackFrame.find_progenitors
-    monkeypatch.setattr(partial_eval.JaxprStackFrame, "find_progenitors", lambda *a, **k: walks.append(1) or original(*a, **k))
+    monkeypatch.setattr(
+        partial_eval.JaxprStackFrame, "find_progenitors", lambda *a, **k: walks.append(1) or original(*a, **k)
+    )
     m = model(str(LLAMA))
     ids = np.array([[1, 2, 3, 4]])
     jax.jit(lambda m, x: m(x)._array()).lower(m, Tensor(ids))
@@ -195,7 +206,15 @@ def test_models_that_differ_only_in_weight_types_each_get_their_program():
     from maxfx.dtype import DType  # noqa: PLC0415
     from maxfx.models import LlamaConfig, LlamaForCausalLM  # noqa: PLC0415
 
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+    )
     half, full = LlamaForCausalLM.random(cfg, seed=3, dtype=DType.bfloat16), LlamaForCausalLM.random(cfg, seed=3)
     ids = [[1, 2, 3, 4, 5]]
     want = half.generate(ids, max_new_tokens=4)

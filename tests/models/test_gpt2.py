@@ -60,7 +60,9 @@ def np_gpt2(w, c, ids, gelu=_gelu_tanh):
 
     def ln(v, p):
         m = v.mean(-1, keepdims=True)
-        return (v - m) / np.sqrt(((v - m) ** 2).mean(-1, keepdims=True) + c.layer_norm_epsilon) * w[p + ".weight"] + w[p + ".bias"]
+        return (v - m) / np.sqrt(((v - m) ** 2).mean(-1, keepdims=True) + c.layer_norm_epsilon) * w[p + ".weight"] + w[
+            p + ".bias"
+        ]
 
     b, t = ids.shape
     h, e = c.n_head, c.n_embd
@@ -73,7 +75,11 @@ def np_gpt2(w, c, ids, gelu=_gelu_tanh):
         s = np.where(np.tril(np.ones((t, t), bool)), s, -np.inf)
         pr = np.exp(s - s.max(-1, keepdims=True))
         pr /= pr.sum(-1, keepdims=True)
-        x = x + np.einsum("bhts,bshd->bthd", pr, v).reshape(b, t, e) @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
+        x = (
+            x
+            + np.einsum("bhts,bshd->bthd", pr, v).reshape(b, t, e) @ w[p + "attn.c_proj.weight"]
+            + w[p + "attn.c_proj.bias"]
+        )
         y = ln(x, p + "ln_2") @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"]
         y = gelu(y)
         x = x + y @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
@@ -102,5 +108,7 @@ def test_unsupported_activation_and_mismatch(tmp_path):
     cfg = json.loads((GPT2 / "config.json").read_text())
     cfg["n_positions"] = 64
     (d / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(CheckpointMismatchError, match=r"'transformer\.wpe\.weight' has shape \[128, 64\] but .*needs \[64, 64\]"):
+    with pytest.raises(
+        CheckpointMismatchError, match=r"'transformer\.wpe\.weight' has shape \[128, 64\] but .*needs \[64, 64\]"
+    ):
         load_pretrained(d)

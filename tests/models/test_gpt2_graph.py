@@ -65,20 +65,32 @@ def test_ragged_prefill_and_generation_use_each_row_s_positions():
 def test_graph_layout_fused_qkv_with_biases_and_tied_head():
     tr = _graph_model().transformer
     attn = tr.layers[0].self_attn
-    assert isinstance(attn, GPT2GraphAttention) and [int(d) for d in attn.qkv_proj.weight.shape] == [192, 64] and attn.o_proj.bias is not None
+    assert (
+        isinstance(attn, GPT2GraphAttention)
+        and [int(d) for d in attn.qkv_proj.weight.shape] == [192, 64]
+        and attn.o_proj.bias is not None
+    )
     names = set(tr.raw_state_dict())
-    assert "position_embedding.weight" in names and "norm.bias" in names and not any(n.startswith("lm_head") for n in names)
+    assert (
+        "position_embedding.weight" in names
+        and "norm.bias" in names
+        and not any(n.startswith("lm_head") for n in names)
+    )
 
 
 def test_eager_and_graph_models_are_built_from_the_same_tensors_and_match_numpy():
-    c = GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=2, n_positions=24, n_inner=40, activation_function="gelu")
+    c = GPT2Config(
+        vocab_size=50, n_embd=32, n_layer=2, n_head=2, n_positions=24, n_inner=40, activation_function="gelu"
+    )
     params = read_gpt2(c, RandomSource(seed=3))
     eager = GPT2LMHeadModel.from_parameters(c, params)
     graph = GPT2GraphModel(c, gpt2_graph_weights(params), max_batch_size=2)
     assert {n for n, _ in eager.parameters} == set(params)
     ids = np.random.default_rng(0).integers(0, 50, (2, 24))  # every learned position
     w = {n: t.value.astype(np.float64) for n, t in params.items()}
-    want = np_gpt2(w, c, ids, gelu=lambda y: 0.5 * y * (1 + _erf(y / np.sqrt(2))))  # activation_function="gelu": exact GELU
+    want = np_gpt2(
+        w, c, ids, gelu=lambda y: 0.5 * y * (1 + _erf(y / np.sqrt(2)))
+    )  # activation_function="gelu": exact GELU
     np.testing.assert_allclose(eager(Tensor(ids)).to_numpy(), want, rtol=0, atol=1e-4)
     np.testing.assert_allclose(graph(ids), want, rtol=0, atol=1e-4)
 
@@ -91,12 +103,17 @@ def test_bad_sizes_raise_clear_errors():
     weights = gpt2_graph_weights(read_gpt2(c, RandomSource(seed=0)))
     with pytest.raises(ValueError, match="max_seq_len=32 exceeds the 16 learned positions"):
         GPT2GraphModel(c, weights, max_seq_len=32)
-    with pytest.raises(ValueError, match=r"GPT2GraphModel.generate: prompt \+ new tokens need 130 cache positions; max_seq_len is 128"):
+    with pytest.raises(
+        ValueError, match=r"GPT2GraphModel.generate: prompt \+ new tokens need 130 cache positions; max_seq_len is 128"
+    ):
         _graph_model().generate([[1, 2, 3]], 128)
 
 
 def test_ragged_positions_match_numpy():
-    offsets, cached = np.array([0, 2, 2, 7], np.uint32), np.array([4, 9, 0], np.uint32)  # the middle row has no new tokens
+    offsets, cached = (
+        np.array([0, 2, 2, 7], np.uint32),
+        np.array([4, 9, 0], np.uint32),
+    )  # the middle row has no new tokens
     with Graph("positions", input_types=[TensorType(DType.uint32, [4]), TensorType(DType.uint32, [3])]) as g:
         g.output(ragged_positions(g.inputs[0].tensor, g.inputs[1].tensor, 7))
     got = InferenceSession().load(g).execute(offsets, cached)[0].to_numpy()

@@ -89,7 +89,14 @@ def test_gguf_weights_stay_packed():
 def test_gguf_config_from_metadata():
     m = _load("gguf_q8_0")
     c = m.config
-    assert (c.vocab_size, c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.head_dim) == (256, 64, 2, 4, 2, 16)
+    assert (
+        c.vocab_size,
+        c.hidden_size,
+        c.num_hidden_layers,
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        c.head_dim,
+    ) == (256, 64, 2, 4, 2, 16)
     assert not c.tie_word_embeddings and m.lm_head is not None
 
 
@@ -143,7 +150,13 @@ def np_inv_freq_llama3(d, theta, factor, lo, hi, old):
 
 def test_llama3_rope_scaling_from_config_json_and_rope_parameters():
     base = json.loads((LLAMA / "config.json").read_text())
-    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    }
     a = LlamaConfig.from_hf({**base, "rope_scaling": scaling, "head_dim": 128, "rope_theta": 500000.0})
     expected = np_inv_freq_llama3(128, 500000.0, 8.0, 1.0, 4.0, 64)
     np.testing.assert_allclose(a.inv_freq(), expected, rtol=1e-12)
@@ -189,7 +202,13 @@ def np_llama(w, c, ids):
 
 
 def test_tied_llama3_random_model_matches_numpy():
-    scaling = (("factor", 4.0), ("high_freq_factor", 4.0), ("low_freq_factor", 1.0), ("original_max_position_embeddings", 16), ("rope_type", "llama3"))
+    scaling = (
+        ("factor", 4.0),
+        ("high_freq_factor", 4.0),
+        ("low_freq_factor", 1.0),
+        ("original_max_position_embeddings", 16),
+        ("rope_type", "llama3"),
+    )
     c = LlamaConfig(
         vocab_size=64,
         hidden_size=32,
@@ -266,7 +285,9 @@ def test_pickle_outside_allow_list_is_refused(tmp_path):
     with zipfile.ZipFile(d / "pytorch_model.bin", "w") as zf:
         zf.writestr("archive/data.pkl", pickle.dumps({"model.embed_tokens.weight": _Evil()}, protocol=2))
         zf.writestr("archive/version", "3\n")
-    with pytest.raises(pickle.UnpicklingError, match=r"pytorch_model\.bin.*refusing to load global '(posix|os|nt)\.system'"):
+    with pytest.raises(
+        pickle.UnpicklingError, match=r"pytorch_model\.bin.*refusing to load global '(posix|os|nt)\.system'"
+    ):
         load_pretrained(d)
 
 
@@ -280,7 +301,13 @@ def test_truncated_gguf_names_file(tmp_path):
 
 def test_config_weights_shape_mismatch_names_tensor(tmp_path):
     d = _copy_with_config(tmp_path, intermediate_size=96)
-    with pytest.raises(CheckpointMismatchError, match=r"model\.safetensors: tensor 'model\.layers\.0\.mlp\.gate_proj\.weight' has shape \[128, 64\] but .*config\.json needs \[96, 64\]"):
+    with pytest.raises(
+        CheckpointMismatchError,
+        match=(
+            r"model\.safetensors: tensor 'model\.layers\.0\.mlp\.gate_proj\.weight' has shape \[128, 64\] but "
+            r".*config\.json needs \[96, 64\]"
+        ),
+    ):
         load_pretrained(d)
 
 
@@ -304,7 +331,10 @@ def test_integer_tensor_where_config_needs_float_fails_at_load(tmp_path):
     header = raw[8 : 8 + n]
     at = header.index(b'"F32"', header.index(b'"model.norm.weight"'))
     path.write_bytes(raw[:8] + header[:at] + b'"I32"' + header[at + 5 :] + raw[8 + n :])
-    with pytest.raises(CheckpointMismatchError, match=r"model\.safetensors: tensor 'model\.norm\.weight' is stored as int32, but .*config\.json needs float32"):
+    with pytest.raises(
+        CheckpointMismatchError,
+        match=r"model\.safetensors: tensor 'model\.norm\.weight' is stored as int32, but .*config\.json needs float32",
+    ):
         load_pretrained(d)
 
 
@@ -316,7 +346,13 @@ def test_extra_layers_in_checkpoint_are_reported(tmp_path):
 
 def test_unknown_architecture(tmp_path):
     d = _copy_with_config(tmp_path, model_type="mamba")
-    with pytest.raises(ConfigError, match=r"config\.json: unsupported architecture model_type='mamba'; supported: gemma, gpt2, llama, mistral, phi3, qwen2, qwen3"):
+    with pytest.raises(
+        ConfigError,
+        match=(
+            r"config\.json: unsupported architecture model_type='mamba'; supported: gemma, gpt2, llama, mistral, "
+            r"phi3, qwen2, qwen3"
+        ),
+    ):
         load_pretrained(d)
 
 
@@ -366,7 +402,12 @@ def test_bfloat16_load_and_progress_bar(monkeypatch):
 
     monkeypatch.setattr(source, "progress_bar", spy)
     m = load_pretrained(LLAMA, dtype=DType.bfloat16)
-    assert totals == [((LLAMA / "model.safetensors").stat().st_size - _header_bytes(LLAMA / "model.safetensors"), "loading model.safetensors")]
+    assert totals == [
+        (
+            (LLAMA / "model.safetensors").stat().st_size - _header_bytes(LLAMA / "model.safetensors"),
+            "loading model.safetensors",
+        )
+    ]
     assert {t.dtype for _, t in m.parameters} == {DType.bfloat16}
     g = golden(LLAMA)
     np.testing.assert_allclose(m(Tensor(g["input_ids"])).to_numpy(), g["logits"], rtol=0, atol=0.15)

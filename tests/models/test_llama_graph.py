@@ -65,7 +65,9 @@ def test_logits_match_golden(fmt, bin_dir):
 @pytest.mark.parametrize("fmt", ["gguf_q8_0", "gguf_q4_0"])
 def test_gguf_logits_with_float_products_match_golden_to_fp32_rounding(fmt, float_products):
     g = golden(LLAMA, FORMATS[fmt][1])
-    logits = load_pretrained_graph(FORMATS[fmt][0], max_batch_size=4)(g["input_ids"])  # fresh: compiled with the kernels off
+    logits = load_pretrained_graph(FORMATS[fmt][0], max_batch_size=4)(
+        g["input_ids"]
+    )  # fresh: compiled with the kernels off
     np.testing.assert_allclose(logits, g["logits"], rtol=0, atol=FP32_ATOL)
 
 
@@ -73,7 +75,9 @@ def test_gguf_logits_with_float_products_match_golden_to_fp32_rounding(fmt, floa
 def test_greedy_generation_matches_golden_and_decode_does_not_recompile(fmt, bin_dir):
     g = golden(LLAMA, FORMATS[fmt][1])
     compiles = []  # compile count seen after each step's token was chosen
-    out = _load(fmt, bin_dir).generate(g["input_ids"], g["greedy_ids"].shape[1], stream=lambda t: compiles.append(compile_stats()["compiles"]))
+    out = _load(fmt, bin_dir).generate(
+        g["input_ids"], g["greedy_ids"].shape[1], stream=lambda t: compiles.append(compile_stats()["compiles"])
+    )
     np.testing.assert_array_equal(out, g["greedy_ids"])
     # compiles[0]: after the prefill; compiles[1]: after the first decode step (its one compile, if any).
     assert len(compiles) == 16 and compiles[1:] == [compiles[1]] * 15, f"decode steps recompiled: {compiles}"
@@ -118,7 +122,10 @@ def test_gguf_q4_0_stays_packed(bin_dir):
     attn = q4.layers[0].self_attn
     assert isinstance(attn, GGUFQAttentionWithRope) and attn.quantization_encoding is QuantizationEncoding.Q4_0
     assert attn.q_proj.weight.dtype is DType.uint8 and [int(d) for d in attn.q_proj.weight.shape] == [64, 64 // 32 * 18]
-    assert q4.lm_head.quantization_encoding is QuantizationEncoding.Q4_0 and q4.layers[1].mlp.down_proj.quantization_encoding is QuantizationEncoding.Q4_0
+    assert (
+        q4.lm_head.quantization_encoding is QuantizationEncoding.Q4_0
+        and q4.layers[1].mlp.down_proj.quantization_encoding is QuantizationEncoding.Q4_0
+    )
     assert q4.embed_tokens.quantization_encoding is QuantizationEncoding.Q4_0
 
 
@@ -130,15 +137,26 @@ def test_gguf_q8_0_stays_8_bit(bin_dir):
     assert len(matrices) == 2 * 7 + 2
     for n in matrices:  # int8 quants [rows, cols] + float16 scales [rows, cols / 32]: the file's bytes, not float32
         quants, scales = registry[n][0], registry[n.removesuffix("weight") + "scales"][0]
-        assert quants.dtype == np.int8 and scales.dtype == np.float16 and scales.shape == (quants.shape[0], quants.shape[1] // 32), n
+        assert (
+            quants.dtype == np.int8
+            and scales.dtype == np.float16
+            and scales.shape == (quants.shape[0], quants.shape[1] // 32)
+        ), n
     assert {v.dtype for v, _ in registry.values()} == {np.dtype(np.int8), np.dtype(np.float16), np.dtype(np.float32)}
     assert all(v.ndim == 1 for v, _ in registry.values() if v.dtype == np.float32)  # only the norms are float
     q8 = _load("gguf_q8_0", bin_dir).transformer
     attn = q8.layers[0].self_attn
-    assert isinstance(attn, Q8AttentionWithRope) and isinstance(attn.o_proj, Q8Linear) and isinstance(q8.layers[1].mlp.down_proj, Q8Linear)
+    assert (
+        isinstance(attn, Q8AttentionWithRope)
+        and isinstance(attn.o_proj, Q8Linear)
+        and isinstance(q8.layers[1].mlp.down_proj, Q8Linear)
+    )
     assert isinstance(q8.embed_tokens, Q8Embedding) and isinstance(q8.lm_head, Q8Linear)
     graph_weights = q8.raw_state_dict()
-    assert graph_weights["layers.0.self_attn.q_proj.weight"].dtype is DType.int8 and graph_weights["lm_head.scales"].dtype is DType.float16
+    assert (
+        graph_weights["layers.0.self_attn.q_proj.weight"].dtype is DType.int8
+        and graph_weights["lm_head.scales"].dtype is DType.float16
+    )
 
 
 def _np_logits(w, tokens, cfg):
@@ -149,7 +167,9 @@ def _np_logits(w, tokens, cfg):
     for i in range(cfg["num_hidden_layers"]):
         p = f"layers.{i}."
         x = np_rms(h, w[p + "input_layernorm.weight"], eps)
-        h = h + np_attention_layer(w, p + "self_attn.", x, cfg["num_attention_heads"], cfg["num_key_value_heads"], hd, cfg["rope_theta"], False)
+        h = h + np_attention_layer(
+            w, p + "self_attn.", x, cfg["num_attention_heads"], cfg["num_key_value_heads"], hd, cfg["rope_theta"], False
+        )
         x = np_rms(h, w[p + "post_attention_layernorm.weight"], eps)
         gate, up = x @ w[p + "mlp.gate_proj.weight"].T, x @ w[p + "mlp.up_proj.weight"].T
         h = h + (gate / (1 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
@@ -177,15 +197,26 @@ def test_tied_q8_0_embeddings_match_numpy(float_products):  # float products, as
 
     config, weights = _from_gguf(LLAMA / "tiny_llama-q8_0.gguf", None)
     del weights["lm_head.weight"], weights["lm_head.scales"]
-    model = LlamaGraphModel(dataclasses.replace(config, tie_word_embeddings=True), weights, max_batch_size=1, max_seq_len=16)
+    model = LlamaGraphModel(
+        dataclasses.replace(config, tie_word_embeddings=True), weights, max_batch_size=1, max_seq_len=16
+    )
     assert not any(n.startswith("lm_head") for n in model.transformer.raw_state_dict())  # the head reads the Q8_0 table
     decoded = {}  # numpy decode of the Q8_0 parts: int8 quants times their block's float16 scale
     for name, (value, _) in weights.items():
         if name.endswith("scales"):
             continue
         scales = weights.get(name.removesuffix("weight") + "scales")
-        decoded[name] = value if scales is None else (value.reshape(len(value), -1, 32) * scales[0][..., None].astype(np.float64)).reshape(value.shape)
-    cfg = {"rms_norm_eps": config.rms_norm_eps, "head_dim": config.head_dim, "num_hidden_layers": config.num_hidden_layers, "rope_theta": config.rope_theta}
+        decoded[name] = (
+            value
+            if scales is None
+            else (value.reshape(len(value), -1, 32) * scales[0][..., None].astype(np.float64)).reshape(value.shape)
+        )
+    cfg = {
+        "rms_norm_eps": config.rms_norm_eps,
+        "head_dim": config.head_dim,
+        "num_hidden_layers": config.num_hidden_layers,
+        "rope_theta": config.rope_theta,
+    }
     cfg.update(num_attention_heads=config.num_attention_heads, num_key_value_heads=config.num_key_value_heads)
     tokens = golden(LLAMA)["input_ids"][0, :6]
     np.testing.assert_allclose(model([tokens])[0], _np_logits(decoded, tokens, cfg), rtol=0, atol=FP32_ATOL)
@@ -194,8 +225,16 @@ def test_tied_q8_0_embeddings_match_numpy(float_products):  # float products, as
 def test_bad_inputs_raise_clear_errors(tmp_path):
     model = _graph_model(str(LLAMA))
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "falcon"}))
-    with pytest.raises(ConfigError, match=r"unsupported architecture model_type='falcon'; supported: gemma, gpt2, llama, mistral, phi3, qwen2, qwen3"):
-        load_pretrained_graph(tmp_path)  # GPT-2 folders load (tests/models/test_gpt2_graph.py); an unknown one names the supported
+    with pytest.raises(
+        ConfigError,
+        match=(
+            r"unsupported architecture model_type='falcon'; supported: gemma, gpt2, llama, mistral, phi3, qwen2, "
+            r"qwen3"
+        ),
+    ):
+        load_pretrained_graph(
+            tmp_path
+        )  # GPT-2 folders load (tests/models/test_gpt2_graph.py); an unknown one names the supported
     with pytest.raises(ValueError, match="max_batch_size=4"):
         model.generate([[1, 2]] * 5, 2)
     with pytest.raises(ValueError, match=r"token id 256 is out of range for the vocabulary of 256 tokens"):
@@ -254,10 +293,23 @@ def test_rope_scaling_and_gguf_freq_factors_reach_the_rope_layer():
     from maxfx.models import LlamaConfig  # noqa: PLC0415
     from maxfx.models._llama_graph import _rope  # noqa: PLC0415
 
-    base = dict(vocab_size=32, hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2)
+    base = dict(
+        vocab_size=32,
+        hidden_size=64,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     inv = 10000.0 ** (-np.arange(0, 16, 2) / 16)
     # Llama 3: wavelengths < 64/4 kept, > 64/1 divided by 8, blended in between (all three bands occur here).
-    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    }
     cfg = LlamaConfig.from_hf({**base, "rope_scaling": scaling})
     wavelen = 2 * np.pi / inv
     smooth = (64 / wavelen - 1.0) / (4.0 - 1.0)
@@ -266,4 +318,6 @@ def test_rope_scaling_and_gguf_freq_factors_reach_the_rope_layer():
     np.testing.assert_allclose(_rope_table(_rope(cfg, 8, False)), _np_table(want, 16), rtol=0, atol=2e-5)
     factors = tuple(1.0 + np.arange(8) / 2)  # GGUF's rope_freqs: per-frequency divisors
     cfg = LlamaConfig(**base, rope_freq_factors=factors)
-    np.testing.assert_allclose(_rope_table(_rope(cfg, 8, False)), _np_table(inv / np.array(factors), 16), rtol=0, atol=2e-5)
+    np.testing.assert_allclose(
+        _rope_table(_rope(cfg, 8, False)), _np_table(inv / np.array(factors), 16), rtol=0, atol=2e-5
+    )

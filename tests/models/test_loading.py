@@ -42,7 +42,9 @@ def test_graph_loader_reads_names_too():
     assert src.read(NORM, (64,)).value.dtype == np.float16
 
 
-@pytest.mark.parametrize(("bad", "error"), [(3, TypeError), (np.float32, TypeError), ("bfloat17", ValueError), ("int8", ValueError)])
+@pytest.mark.parametrize(
+    ("bad", "error"), [(3, TypeError), (np.float32, TypeError), ("bfloat17", ValueError), ("int8", ValueError)]
+)
 def test_bad_dtype_is_a_typed_error_naming_dtype(bad, error):
     with pytest.raises(error, match=r"load_pretrained: dtype") as e:
         load_pretrained(LLAMA, dtype=bad)

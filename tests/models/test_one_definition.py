@@ -12,9 +12,26 @@ from maxfx.models._llama import graph_weights, read_llama
 from maxfx.models._source import RandomSource
 from tests.models.test_llama import np_llama
 
-SCALING = (("factor", 4.0), ("high_freq_factor", 4.0), ("low_freq_factor", 1.0), ("original_max_position_embeddings", 16), ("rope_type", "llama3"))
-CFG = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                  rms_norm_eps=1e-5, rope_theta=1000.0, rope_scaling=SCALING, tie_word_embeddings=True, max_position_embeddings=32)  # fmt: skip
+SCALING = (
+    ("factor", 4.0),
+    ("high_freq_factor", 4.0),
+    ("low_freq_factor", 1.0),
+    ("original_max_position_embeddings", 16),
+    ("rope_type", "llama3"),
+)
+CFG = LlamaConfig(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rms_norm_eps=1e-5,
+    rope_theta=1000.0,
+    rope_scaling=SCALING,
+    tie_word_embeddings=True,
+    max_position_embeddings=32,
+)
 
 
 def test_eager_and_graph_models_are_built_from_the_same_tensors_and_match_numpy():

@@ -59,7 +59,9 @@ def test_quantized_linear_matches_dequantized_numpy(qtype):
     layer = QuantizedLinear(Tensor(packed), qtype, bias=Tensor(bias))
     assert int(layer.in_dim) == k and int(layer.out_dim) == 8
     # The CPU kernel rounds x to int16 per 32 values (cpu_kernel_atol bounds it).
-    np.testing.assert_allclose(layer(Tensor(x)).to_numpy(), x @ dense.T + bias, rtol=1e-4, atol=cpu_kernel_atol(x, dense.astype(np.float64)))
+    np.testing.assert_allclose(
+        layer(Tensor(x)).to_numpy(), x @ dense.T + bias, rtol=1e-4, atol=cpu_kernel_atol(x, dense.astype(np.float64))
+    )
     np.testing.assert_array_equal(layer.dequantized_weight().to_numpy(), dense)
     assert [n for n, _ in layer.parameters] == ["weight", "bias"]
     assert layer.weight.dtype is DType.uint8  # stays packed

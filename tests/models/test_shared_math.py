@@ -53,7 +53,9 @@ def test_split_q8_0_keeps_the_file_bytes(q8):
     raw, dense = q8
     values, scales = split_q8_0(raw)
     assert (values.dtype, values.shape, scales.dtype, scales.shape) == (np.int8, (6, 64), np.float16, (6, 2))
-    np.testing.assert_array_equal(values.reshape(6, 2, 32) * scales[..., None].astype(np.float64), dense.reshape(6, 2, 32))
+    np.testing.assert_array_equal(
+        values.reshape(6, 2, 32) * scales[..., None].astype(np.float64), dense.reshape(6, 2, 32)
+    )
     with pytest.raises(ValueError, match=r"split_q8_0: expected uint8 \[rows, a multiple of 34 bytes\].*\[6, 33\]"):
         split_q8_0(raw[:, :33])
 
@@ -108,5 +110,7 @@ def test_padded_attention_against_a_cache_matches_numpy(rng):
     for got in _three_ways(lambda q, k, v, f: padded_attention(q, k, v, q_offset=f, kv_length=f + t), q, k, v, first):
         assert got.shape == (b, t, h * d)
         for row in range(b):
-            want = np_attend(q[row], k[row], v[row], np.arange(t) + first[row], int(first[row]) + t, scale=1 / np.sqrt(d))
+            want = np_attend(
+                q[row], k[row], v[row], np.arange(t) + first[row], int(first[row]) + t, scale=1 / np.sqrt(d)
+            )
             np.testing.assert_allclose(got[row], want.reshape(t, h * d), rtol=1e-5, atol=1e-5)

@@ -1,4 +1,5 @@
-"""Text in, text out: tokenizers (tokenizer.json and GGUF metadata), text generation and streaming, token-id inputs, timings.
+"""Text in, text out: tokenizers (tokenizer.json and GGUF metadata), text generation and streaming, token-id inputs,
+timings.
 
 References: ``golden_text.json`` (prompt -> ids -> 16 greedy ids -> completion) was
 made with Hugging Face transformers; GGUF vocabularies are checked against BPE
@@ -134,7 +135,9 @@ def test_eos_from_the_config_stops_a_row(tmp_path):
     assert m.generate(case["prompt"], max_new_tokens=N_NEW) == expected
     assert m.last_stats.new_tokens == stop + 1  # generation stopped at the EOS step
     assert "".join(m.stream(case["prompt"], max_new_tokens=N_NEW)) == expected
-    np.testing.assert_array_equal(m.generate([case["prompt_ids"]], N_NEW)[0], case["new_ids"])  # ids: no EOS unless asked
+    np.testing.assert_array_equal(
+        m.generate([case["prompt_ids"]], N_NEW)[0], case["new_ids"]
+    )  # ids: no EOS unless asked
     out = m.generate([c["prompt"] for c in CASES], max_new_tokens=N_NEW)
     assert out[0] == expected and out[1] == CASES[1]["completion"]
 
@@ -154,8 +157,17 @@ def _vocab() -> tuple[list[str], list[int]]:
     return tokens, types
 
 
-def _write_gguf(path: Path, *, kind: str | None = "gpt2", pre: str | None = "gpt2", add_bos: bool = False, source: Path | None = None, vocab=None) -> Path:
-    """A GGUF file with a tokenizer in its metadata: tensors and metadata copied from ``source`` if given, else no tensors.
+def _write_gguf(
+    path: Path,
+    *,
+    kind: str | None = "gpt2",
+    pre: str | None = "gpt2",
+    add_bos: bool = False,
+    source: Path | None = None,
+    vocab=None,
+) -> Path:
+    """A GGUF file with a tokenizer in its metadata: tensors and metadata copied from ``source`` if given, else no
+    tensors.
 
     ``vocab``: (tokens, types, merges, bos, eos); default the vocabulary of `_vocab` with `_MERGES`.
     """
@@ -200,7 +212,12 @@ def _reference(split_digits: bool = False):
     tokens, _ = _vocab()
     ref = Backend(models.BPE({t: i for i, t in enumerate(tokens)}, list(_MERGES)))
     if split_digits:
-        ref.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"\p{N}{1,3}|[^\p{N}]+"), "isolated"), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        ref.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(r"\p{N}{1,3}|[^\p{N}]+"), "isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     else:
         ref.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     ref.decoder = decoders.ByteLevel()
@@ -246,7 +263,9 @@ def test_gguf_add_bos_token(tmp_path):
 def test_gguf_model_with_a_tokenizer_generates_text(tmp_path, llama):
     # tiny_llama's own vocabulary (256 byte tokens, no merges), written as GGUF metadata next to its q8_0 weights.
     tokens = [BYTE[b] for b in range(256)]
-    path = _write_gguf(tmp_path / "tiny.gguf", source=LLAMA / "tiny_llama-q8_0.gguf", vocab=(tokens, [1] * 256, [], 1, 2))
+    path = _write_gguf(
+        tmp_path / "tiny.gguf", source=LLAMA / "tiny_llama-q8_0.gguf", vocab=(tokens, [1] * 256, [], 1, 2)
+    )
     m = load_pretrained(path)
     assert isinstance(m.tokenizer, Tokenizer) and m.tokenizer.eos_token_ids == (2,)
     for c in CASES:  # the same ids as the tokenizer.json that transformers used
@@ -267,12 +286,19 @@ def test_gguf_other_tokenizer_kinds_are_refused(tmp_path):
     with pytest.raises(TokenizerError, match="no tokenizer in the GGUF metadata"):
         Tokenizer.from_gguf({}, "x.gguf")
     with pytest.raises(TokenizerError, match=r"merges\[0\]='abc' is not two tokens"):
-        Tokenizer.from_gguf({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a"], "tokenizer.ggml.merges": ["abc"]}, "x.gguf")
+        Tokenizer.from_gguf(
+            {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a"], "tokenizer.ggml.merges": ["abc"]}, "x.gguf"
+        )
 
 
 def test_gguf_tokenizer_metadata_of_the_wrong_kind_is_named(tmp_path):
     tokens, _ = _vocab()
-    fields = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.merges": [], "tokenizer.ggml.add_bos_token": 1}
+    fields = {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.merges": [],
+        "tokenizer.ggml.add_bos_token": 1,
+    }
     with pytest.raises(TokenizerError, match=r"x\.gguf: tokenizer\.ggml\.add_bos_token must be a bool, got int 1"):
         Tokenizer.from_gguf(fields, "x.gguf")
     # A token string that is not UTF-8: written as "<|QQ|>", then its two Q bytes replaced in the file.
@@ -281,7 +307,9 @@ def test_gguf_tokenizer_metadata_of_the_wrong_kind_is_named(tmp_path):
     data = path.read_bytes()
     assert data.count(b"<|QQ|>") == 1
     path.write_bytes(data.replace(b"<|QQ|>", b"<|\xff\xfe|>"))
-    with pytest.raises(TokenizerError, match=r"utf8\.gguf: tokenizer\.ggml\.tokens holds a string that is not valid UTF-8"):
+    with pytest.raises(
+        TokenizerError, match=r"utf8\.gguf: tokenizer\.ggml\.tokens holds a string that is not valid UTF-8"
+    ):
         load_tokenizer(path)
 
 
@@ -342,7 +370,9 @@ def test_prompt_longer_than_the_context_is_refused(llama):
         llama.generate([[1, 2], [3] * (limit + 1)], 2)
     with pytest.raises(ValueError, match=rf"more than the model's context of {limit}"):
         llama.generate("x" * (limit + 5), max_new_tokens=2)
-    with pytest.raises(ValueError, match=rf"the input has {limit + 1} tokens, more than the model's context of {limit}"):
+    with pytest.raises(
+        ValueError, match=rf"the input has {limit + 1} tokens, more than the model's context of {limit}"
+    ):
         llama(np.ones((1, limit + 1), np.int64))
     assert llama.generate([[3] * limit], 1).shape == (1, 1)  # exactly the context is fine
 
@@ -357,7 +387,13 @@ def test_empty_text_prompt_is_refused(llama):
 
 def test_ids_as_tensor_numpy_jax_or_list(llama):
     ids = np.array([CASES[1]["prompt_ids"]], np.int64)
-    forms = {"tensor": Tensor(ids), "numpy": ids, "numpy32": ids.astype(np.int32), "jax": jnp.asarray(ids), "list": ids.tolist()}
+    forms = {
+        "tensor": Tensor(ids),
+        "numpy": ids,
+        "numpy32": ids.astype(np.int32),
+        "jax": jnp.asarray(ids),
+        "list": ids.tolist(),
+    }
     logits = {k: llama(v).to_numpy() for k, v in forms.items()}
     for k, v in logits.items():
         assert v.shape == (1, ids.shape[1], 256), k
@@ -372,7 +408,16 @@ def test_ids_as_tensor_numpy_jax_or_list(llama):
 
 # ─── timings ──────────────────────────────────────────────────────────────
 
-_STAT_FIELDS = ("load_s", "compile_s", "prefill_tokens", "prefill_s", "prefill_tokens_per_s", "decode_tokens", "decode_s", "decode_tokens_per_s")
+_STAT_FIELDS = (
+    "load_s",
+    "compile_s",
+    "prefill_tokens",
+    "prefill_s",
+    "prefill_tokens_per_s",
+    "decode_tokens",
+    "decode_s",
+    "decode_tokens_per_s",
+)
 
 
 def test_last_stats_separate_load_compile_prefill_decode():

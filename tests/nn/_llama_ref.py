@@ -67,14 +67,28 @@ def np_llama(w, tokens, cfg):
     for i in range(cfg["n_layers"]):
         p = f"layers.{i}."
         x = np_rms(h, w[p + "input_layernorm.weight"])
-        h = h + np_attention_layer(w, p + "self_attn.", x, cfg["n_heads"], cfg["n_kv"], cfg["head_dim"], cfg["theta"], cfg["interleaved"])
+        h = h + np_attention_layer(
+            w, p + "self_attn.", x, cfg["n_heads"], cfg["n_kv"], cfg["head_dim"], cfg["theta"], cfg["interleaved"]
+        )
         x = np_rms(h, w[p + "post_attention_layernorm.weight"])
         gate, up = x @ w[p + "mlp.gate_proj.weight"].T, x @ w[p + "mlp.up_proj.weight"].T
         h = h + (gate / (1 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
     return np_rms(h, w["norm.weight"]) @ w["lm_head.weight"].T
 
 
-TINY = dict(vocab=50, dim=32, n_heads=4, n_kv=2, head_dim=8, ffn=48, n_layers=2, theta=10000.0, interleaved=True, page_size=4, max_seq_len=32)
+TINY = dict(
+    vocab=50,
+    dim=32,
+    n_heads=4,
+    n_kv=2,
+    head_dim=8,
+    ffn=48,
+    n_layers=2,
+    theta=10000.0,
+    interleaved=True,
+    page_size=4,
+    max_seq_len=32,
+)
 
 
 def build_llama(cfg=TINY, return_logits=ReturnLogits.LAST_TOKEN):
@@ -84,7 +98,13 @@ def build_llama(cfg=TINY, return_logits=ReturnLogits.LAST_TOKEN):
     rope = RotaryEmbedding(cfg["dim"], cfg["n_heads"], cfg["theta"], cfg["max_seq_len"], interleaved=cfg["interleaved"])
     blocks = [
         TransformerBlock(
-            attention=AttentionWithRope(rope=rope, num_attention_heads=cfg["n_heads"], num_key_value_heads=cfg["n_kv"], hidden_size=cfg["dim"], kv_params=kv_params),
+            attention=AttentionWithRope(
+                rope=rope,
+                num_attention_heads=cfg["n_heads"],
+                num_key_value_heads=cfg["n_kv"],
+                hidden_size=cfg["dim"],
+                kv_params=kv_params,
+            ),
             mlp=nn.MLP(f32, None, cfg["dim"], cfg["ffn"], [CPU]),
             attention_norm=nn.RMSNorm(cfg["dim"], f32),
             mlp_norm=nn.RMSNorm(cfg["dim"], f32),
@@ -92,9 +112,16 @@ def build_llama(cfg=TINY, return_logits=ReturnLogits.LAST_TOKEN):
         for _ in range(cfg["n_layers"])
     ]
     model = Transformer(
-        dim=cfg["dim"], n_heads=cfg["n_heads"], layers=blocks, norm=nn.RMSNorm(cfg["dim"], f32), output=nn.Linear(cfg["dim"], cfg["vocab"], f32, CPU),
-        embedding=nn.Embedding(cfg["vocab"], cfg["dim"], f32, CPU), kv_params=kv_params, rope=rope, return_logits=return_logits,
-    )  # fmt: skip
+        dim=cfg["dim"],
+        n_heads=cfg["n_heads"],
+        layers=blocks,
+        norm=nn.RMSNorm(cfg["dim"], f32),
+        output=nn.Linear(cfg["dim"], cfg["vocab"], f32, CPU),
+        embedding=nn.Embedding(cfg["vocab"], cfg["dim"], f32, CPU),
+        kv_params=kv_params,
+        rope=rope,
+        return_logits=return_logits,
+    )
     return model, kv_params
 
 

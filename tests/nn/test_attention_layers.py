@@ -28,7 +28,16 @@ from maxfx.nn.attention import (
 from maxfx.nn.kv_cache import KVCacheParams, PagedCacheValues, PagedKVCacheManager
 from maxfx.nn.rotary_embedding import RotaryEmbedding
 from maxfx.nn.transformer import ReturnLogits
-from tests.nn._llama_ref import TINY, build_llama, np_attention_layer, np_causal_attention, np_llama, np_rms, np_rope, random_weights
+from tests.nn._llama_ref import (
+    TINY,
+    build_llama,
+    np_attention_layer,
+    np_causal_attention,
+    np_llama,
+    np_rms,
+    np_rope,
+    random_weights,
+)
 
 CPU = DeviceRef.CPU()
 F32 = DType.float32
@@ -38,7 +47,10 @@ F32 = DType.float32
 
 
 def _llama_graph(model, kv_params, n_logits=1):
-    types = [TensorType(DType.int64, ["total_seq_len"]), TensorType(DType.uint32, ["batch_plus_1"])] + kv_params.input_types()
+    types = [
+        TensorType(DType.int64, ["total_seq_len"]),
+        TensorType(DType.uint32, ["batch_plus_1"]),
+    ] + kv_params.input_types()
     with Graph("llama", input_types=types) as g:
         kv = PagedCacheValues.from_graph_inputs(g.inputs[2:])
         g.output(*model(g.inputs[0].tensor, kv, n_logits, g.inputs[1].tensor))
@@ -48,10 +60,19 @@ def _llama_graph(model, kv_params, n_logits=1):
 def test_tiny_llama_prefill_and_decode_match_numpy(rng):
     model, kv_params = build_llama()
     weights = random_weights(model, rng)
-    assert "layers.1.self_attn.q_proj.weight" in weights and "lm_head.weight" in weights and "embed_tokens.weight" in weights
+    assert (
+        "layers.1.self_attn.q_proj.weight" in weights
+        and "lm_head.weight" in weights
+        and "embed_tokens.weight" in weights
+    )
     session_model = _llama_graph(model, kv_params)
-    mgr = PagedKVCacheManager(kv_params, num_layers=TINY["n_layers"], total_num_pages=12, max_batch_size=2, max_seq_len=TINY["max_seq_len"])
-    seqs = [list(rng.integers(0, TINY["vocab"], 7)), list(rng.integers(0, TINY["vocab"], 3))]  # 7 tokens span two pages of 4
+    mgr = PagedKVCacheManager(
+        kv_params, num_layers=TINY["n_layers"], total_num_pages=12, max_batch_size=2, max_seq_len=TINY["max_seq_len"]
+    )
+    seqs = [
+        list(rng.integers(0, TINY["vocab"], 7)),
+        list(rng.integers(0, TINY["vocab"], 3)),
+    ]  # 7 tokens span two pages of 4
     ids = [mgr.claim(), mgr.claim()]
     counts = [len(s) for s in seqs]
     tokens, offsets = np.concatenate(seqs).astype(np.int64), np.array([0, 7, 10], np.uint32)
@@ -81,7 +102,12 @@ def test_transformer_return_logits(rng, mode):
     mgr = PagedKVCacheManager(kv_params, 1, 8, 2, 16)
     seqs = [list(rng.integers(0, 50, 4)), list(rng.integers(0, 50, 3))]
     ids = [mgr.claim(), mgr.claim()]
-    last, logits, offs = (o.to_numpy() for o in m.execute(np.concatenate(seqs).astype(np.int64), np.array([0, 4, 7], np.uint32), *mgr.fetch(ids, [4, 3])))
+    last, logits, offs = (
+        o.to_numpy()
+        for o in m.execute(
+            np.concatenate(seqs).astype(np.int64), np.array([0, 4, 7], np.uint32), *mgr.fetch(ids, [4, 3])
+        )
+    )
     refs = [np_llama(weights, s, cfg) for s in seqs]
     np.testing.assert_allclose(last, np.stack([r[-1] for r in refs]), rtol=1e-4, atol=1e-4)
     if mode is ReturnLogits.ALL:
@@ -152,7 +178,9 @@ def _check_steps(outs, full, ref):
 @pytest.mark.parametrize("interleaved", [True, False])
 def test_attention_with_rope_gqa_prefill_then_decode(rng, interleaved):
     rope = RotaryEmbedding(HID, NH, 10000.0, 32, head_dim=HD, interleaved=interleaved)
-    layer = AttentionWithRope(rope=rope, num_attention_heads=NH, num_key_value_heads=NKV, hidden_size=HID, kv_params=_attn_params())
+    layer = AttentionWithRope(
+        rope=rope, num_attention_heads=NH, num_key_value_heads=NKV, hidden_size=HID, kv_params=_attn_params()
+    )
     w = _fill(layer, rng)
     steps, full = _two_steps(rng)
     outs = _run_steps(layer, _attn_params(), steps, n_layers=2, layer_idx=1)
@@ -184,14 +212,26 @@ def test_attention_with_rope_stacked_bias_clip_and_qk_norm(rng):
 
 def test_attention_with_rope_no_opaque_matches_numpy(rng):
     rope = RotaryEmbedding(HID, NH, 10000.0, 32, head_dim=HD)
-    layer = AttentionWithRopeNoOpaque(rope=rope, num_attention_heads=NH, num_key_value_heads=NKV, hidden_size=HID, kv_params=_attn_params())
+    layer = AttentionWithRopeNoOpaque(
+        rope=rope, num_attention_heads=NH, num_key_value_heads=NKV, hidden_size=HID, kv_params=_attn_params()
+    )
     w = _fill(layer, rng)
     steps, full = _two_steps(rng)
-    _check_steps(_run_steps(layer, _attn_params(), steps), full, lambda x: np_attention_layer(w, "", x, NH, NKV, HD, 10000.0, True))
+    _check_steps(
+        _run_steps(layer, _attn_params(), steps),
+        full,
+        lambda x: np_attention_layer(w, "", x, NH, NKV, HD, 10000.0, True),
+    )
 
 
 def test_ragged_attention_null_mask(rng):
-    layer = RaggedAttention(mask_variant=MHAMaskVariant.NULL_MASK, num_attention_heads=NH, num_key_value_heads=NKV, hidden_size=HID, kv_params=_attn_params())
+    layer = RaggedAttention(
+        mask_variant=MHAMaskVariant.NULL_MASK,
+        num_attention_heads=NH,
+        num_key_value_heads=NKV,
+        hidden_size=HID,
+        kv_params=_attn_params(),
+    )
     w = _fill(layer, rng)
     x = rng.normal(size=(7, HID)).astype(np.float32)
     (out,) = _run_steps(layer, _attn_params(), [(x, [4, 3])], freqs=False)
@@ -221,12 +261,21 @@ def test_multihead_attention_padded(rng):
             lg = q[:, h * 4 : h * 4 + 4] @ k[:, h * 4 : h * 4 + 4].T / 2.0
             p = np.exp(lg - lg.max(-1, keepdims=True))
             a[:, h] = p / p.sum(-1, keepdims=True) @ v[:, h * 4 : h * 4 + 4]
-        np.testing.assert_allclose(out[b], a.reshape(5, 8) @ w["o_proj.weight"].T + w["o_proj.bias"], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            out[b], a.reshape(5, 8) @ w["o_proj.weight"].T + w["o_proj.bias"], rtol=1e-4, atol=1e-5
+        )
 
 
 def test_tensor_and_data_parallel_attention(rng):
     rope = RotaryEmbedding(HID, NH, 10000.0, 32, head_dim=HD)
-    kwargs = dict(rope=rope, num_attention_heads=NH, num_key_value_heads=NKV, hidden_size=HID, kv_params=_attn_params(), devices=[CPU, CPU])
+    kwargs = dict(
+        rope=rope,
+        num_attention_heads=NH,
+        num_key_value_heads=NKV,
+        hidden_size=HID,
+        kv_params=_attn_params(),
+        devices=[CPU, CPU],
+    )
     tp, dp = TensorParallelAttentionWithRope(**kwargs), DataParallelAttentionWithRope(**kwargs)
     w = _fill(tp, rng)
     dp.load_state_dict(w)
@@ -234,7 +283,13 @@ def test_tensor_and_data_parallel_attention(rng):
     want = np_attention_layer(w, "", x, NH, NKV, HD, 10000.0, True)
     kv_params = _attn_params()
     tp_kv = KVCacheParams(F32, n_kv_heads=NKV, head_dim=HD, page_size=4, n_devices=2)
-    types = [TensorType(F32, ["t", HID]), TensorType(DType.uint32, ["b1"])] + tp_kv.input_types() + tp_kv.input_types() + kv_params.input_types() + kv_params.input_types()
+    types = (
+        [TensorType(F32, ["t", HID]), TensorType(DType.uint32, ["b1"])]
+        + tp_kv.input_types()
+        + tp_kv.input_types()
+        + kv_params.input_types()
+        + kv_params.input_types()
+    )
     with Graph("dist", input_types=types) as g:
         x_in, offs = g.inputs[0].tensor, g.inputs[1].tensor
         kvs = [PagedCacheValues.from_graph_inputs(g.inputs[2 + 4 * i : 6 + 4 * i]) for i in range(4)]
@@ -256,15 +311,40 @@ def test_tensor_and_data_parallel_attention(rng):
 
 def test_attention_layer_errors():
     rope = RotaryEmbedding(HID, NH, 10000.0, 32, head_dim=HD)
-    with pytest.raises(ValueError, match=r"num_attention_heads \(4\) must be a positive multiple of num_key_value_heads \(3\)"):
-        AttentionWithRope(rope=rope, num_attention_heads=4, num_key_value_heads=3, hidden_size=HID, kv_params=KVCacheParams(F32, 3, HD, page_size=4))
+    with pytest.raises(
+        ValueError, match=r"num_attention_heads \(4\) must be a positive multiple of num_key_value_heads \(3\)"
+    ):
+        AttentionWithRope(
+            rope=rope,
+            num_attention_heads=4,
+            num_key_value_heads=3,
+            hidden_size=HID,
+            kv_params=KVCacheParams(F32, 3, HD, page_size=4),
+        )
     with pytest.raises(ValueError, match=r"kv_params.n_kv_heads \(2\) differs from num_key_value_heads \(1\)"):
-        AttentionWithRope(rope=rope, num_attention_heads=4, num_key_value_heads=1, hidden_size=HID, kv_params=_attn_params())
+        AttentionWithRope(
+            rope=rope, num_attention_heads=4, num_key_value_heads=1, hidden_size=HID, kv_params=_attn_params()
+        )
     with pytest.raises(ValueError, match="float8_config is not supported"):
-        AttentionWithRope(rope=rope, num_attention_heads=4, num_key_value_heads=2, hidden_size=HID, kv_params=_attn_params(), float8_config=object())
+        AttentionWithRope(
+            rope=rope,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            hidden_size=HID,
+            kv_params=_attn_params(),
+            float8_config=object(),
+        )
     with pytest.raises(ValueError, match="needs local_window_size > 0"):
-        RaggedAttention(mask_variant=MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK, num_attention_heads=4, num_key_value_heads=2, hidden_size=HID, kv_params=_attn_params())
-    layer = AttentionWithRope(rope=rope, num_attention_heads=4, num_key_value_heads=2, hidden_size=HID, kv_params=_attn_params())
+        RaggedAttention(
+            mask_variant=MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            hidden_size=HID,
+            kv_params=_attn_params(),
+        )
+    layer = AttentionWithRope(
+        rope=rope, num_attention_heads=4, num_key_value_heads=2, hidden_size=HID, kv_params=_attn_params()
+    )
     assert layer.qkv_input_scale is None and layer.scale == pytest.approx(0.5)
     with pytest.raises(ValueError, match="has no float8 weight scales"):
         layer.qkv_weight_scale
@@ -274,7 +354,15 @@ def test_attention_layer_errors():
         with pytest.raises(ValueError, match=r"x must be ragged \[total_tokens, 16\]"):
             layer(0, g.inputs[0].tensor, kv, rope.freqs_cis, g.inputs[1].tensor)
         with pytest.raises(TypeError, match="kv_collection must be a PagedCacheValues"):
-            kernels.flash_attention_ragged(_attn_params(), ops.reshape(g.inputs[0].tensor, [3, 2, 4]), g.inputs[1].tensor, list(kv), 0, MHAMaskVariant.CAUSAL_MASK, 1.0)
+            kernels.flash_attention_ragged(
+                _attn_params(),
+                ops.reshape(g.inputs[0].tensor, [3, 2, 4]),
+                g.inputs[1].tensor,
+                list(kv),
+                0,
+                MHAMaskVariant.CAUSAL_MASK,
+                1.0,
+            )
         g.output(g.inputs[0].tensor)
 
 
@@ -339,32 +427,49 @@ def test_tensor_parallel_latent_attention_sums_head_shards(rng):
 
 
 def test_mla_prefill_kernels_match_decode_kernel(rng):
-    """plan → decompress K/V from the latent cache → flare_mla_prefill_ragged equals the absorbed flare_mla_decode_ragged."""
+    """plan → decompress K/V from the latent cache → flare_mla_prefill_ragged equals the absorbed
+    flare_mla_decode_ragged.
+    """
     p = _mla_params()
     w_kvb = (0.5 * rng.normal(size=(MH * (NOPE + VD), R))).astype(np.float32)
     q = rng.normal(size=(5, MH, NOPE + ROPE_D)).astype(np.float32)
     pool = rng.normal(size=(8, 1, 1, 4, 1, R + ROPE_D)).astype(np.float32)
     lookup = np.array([[2, 5, 0], [7, 1, 0]], np.uint32)
     cache_len, offs = np.array([3, 6], np.uint32), np.array([0, 3, 5], np.uint32)
-    types = [TensorType(F32, [5, MH, NOPE + ROPE_D]), TensorType(F32, list(w_kvb.shape)), TensorType(DType.uint32, [3])] + p.input_types()
+    types = [
+        TensorType(F32, [5, MH, NOPE + ROPE_D]),
+        TensorType(F32, list(w_kvb.shape)),
+        TensorType(DType.uint32, [3]),
+    ] + p.input_types()
     with Graph("mla_kernels", input_types=types) as g:
         qv, wv, ov = (v.tensor for v in g.inputs[:3])
         kv = PagedCacheValues.from_graph_inputs(g.inputs[3:])
         bro, co, blen = kernels.flare_mla_prefill_plan(p, ov, kv, 0, buffer_size=64, max_chunks=2)
         kvb = kernels.flare_mla_decompress_k_cache(p, bro[0], co[0], blen[0], wv, kv, 0, 64)  # [64, H*(nope+v)]
         kvb = ops.reshape(kvb, [64, MH, NOPE + VD])
-        k_pe = ops.reshape(kernels.k_cache_to_buffer(p, bro[0], co[0], kv, 0, blen[0], 64, R + ROPE_D)[:, R:], [64, 1, ROPE_D])
+        k_pe = ops.reshape(
+            kernels.k_cache_to_buffer(p, bro[0], co[0], kv, 0, blen[0], 64, R + ROPE_D)[:, R:], [64, 1, ROPE_D]
+        )
         k = ops.concat([kvb[:, :, :NOPE], ops.broadcast_to(k_pe, [64, MH, ROPE_D])], axis=-1)
-        pre = kernels.flare_mla_prefill_ragged(p, qv, k, kvb[:, :, NOPE:], ov, bro[0], co[0], kv, 0, MHAMaskVariant.CAUSAL_MASK, 0.3, ROPE_D)
+        pre = kernels.flare_mla_prefill_ragged(
+            p, qv, k, kvb[:, :, NOPE:], ov, bro[0], co[0], kv, 0, MHAMaskVariant.CAUSAL_MASK, 0.3, ROPE_D
+        )
         w_uk = ops.reshape(wv, [MH, NOPE + VD, R])
         q_lat = ops.permute(ops.permute(qv[:, :, :NOPE], [1, 0, 2]) @ w_uk[:, :NOPE, :], [1, 0, 2])
-        dec = kernels.flare_mla_decode_ragged(p, ops.concat([q_lat, qv[:, :, NOPE:]], axis=-1), ov, kv, 0, MHAMaskVariant.CAUSAL_MASK, 0.3, ROPE_D)
+        dec = kernels.flare_mla_decode_ragged(
+            p, ops.concat([q_lat, qv[:, :, NOPE:]], axis=-1), ov, kv, 0, MHAMaskVariant.CAUSAL_MASK, 0.3, ROPE_D
+        )
         dec = ops.permute(ops.permute(dec, [1, 0, 2]) @ ops.permute(w_uk[:, NOPE:, :], [0, 2, 1]), [1, 0, 2])
         g.output(pre, dec, bro, co, blen, kernels.kv_cache_get_max_seq_len(p, kv))
     from maxfx.driver import Tensor
 
     max_lengths = np.array([[3, 8]], np.uint32)
-    pre, dec, bro, co, blen, mx = (o.to_numpy() for o in InferenceSession().load(g).execute(q, w_kvb, offs, Tensor.from_numpy(pool), cache_len, lookup, max_lengths))
+    pre, dec, bro, co, blen, mx = (
+        o.to_numpy()
+        for o in InferenceSession()
+        .load(g)
+        .execute(q, w_kvb, offs, Tensor.from_numpy(pool), cache_len, lookup, max_lengths)
+    )
     np.testing.assert_array_equal(bro, [[0, 6, 14], [0, 0, 0]])  # 6 and 8 keys in one chunk of 64
     np.testing.assert_array_equal(co, [[0, 0], [6, 8]])  # the unused chunk starts past every key
     np.testing.assert_array_equal(blen, [14, 0])
@@ -380,7 +485,17 @@ def test_mla_prefill_plan_splits_long_batches():
     from maxfx.driver import Tensor
 
     pool = Tensor.from_numpy(np.zeros((2, 1, 1, 4, 1, R + ROPE_D), np.float32))
-    outs = InferenceSession().load(g).execute(np.array([0, 2, 3], np.uint32), pool, np.array([3, 1], np.uint32), np.zeros((2, 1), np.uint32), np.zeros((1, 2), np.uint32))
+    outs = (
+        InferenceSession()
+        .load(g)
+        .execute(
+            np.array([0, 2, 3], np.uint32),
+            pool,
+            np.array([3, 1], np.uint32),
+            np.zeros((2, 1), np.uint32),
+            np.zeros((1, 2), np.uint32),
+        )
+    )
     bro, co, blen = (o.to_numpy() for o in outs)
     # sequence lengths 5 and 2 (7 keys): chunks [0,4) [4,7)
     np.testing.assert_array_equal(bro, [[0, 4, 4], [0, 1, 3], [0, 0, 0], [0, 0, 0]])
@@ -398,7 +513,11 @@ def test_flash_attention_gpu_sliding_window_and_valid_length(rng):
     valid = np.array([6, 4], np.uint32)
     with Graph("fa", input_types=[TensorType(F32, [2, 6, 4, 8])] * 3 + [TensorType(DType.uint32, [2])]) as g:
         a, b, c, n = (x.tensor for x in g.inputs)
-        g.output(kernels.flash_attention_gpu(a, b, c, MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK, 0.5, local_window_size=3, valid_length=n))
+        g.output(
+            kernels.flash_attention_gpu(
+                a, b, c, MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK, 0.5, local_window_size=3, valid_length=n
+            )
+        )
     out = InferenceSession().load(g).execute(q, k, v, valid)[0].to_numpy()
     for i in range(2):
         want = np_attend(q[i], k[i], v[i], np.arange(6), valid[i], "sliding_window", 0.5, 3)
@@ -415,7 +534,9 @@ def test_flash_attention_ragged_gpu(rng):
         g.output(kernels.flash_attention_ragged_gpu(a, b, c, o, 5, MHAMaskVariant.CAUSAL_MASK, 0.5))
     out = InferenceSession().load(g).execute(q, k, v, offs)[0].to_numpy()
     for s, e in ((0, 5), (5, 7)):
-        np.testing.assert_allclose(out[s:e], np_attend(q[s:e], k[s:e], v[s:e], np.arange(e - s), e - s, "causal", 0.5), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            out[s:e], np_attend(q[s:e], k[s:e], v[s:e], np.arange(e - s), e - s, "causal", 0.5), rtol=1e-5, atol=1e-5
+        )
 
 
 def test_cache_kernels_write_radd_norm_and_cross_attention(rng):
@@ -431,7 +552,13 @@ def test_cache_kernels_write_radd_norm_and_cross_attention(rng):
     gamma = (1 + 0.1 * rng.normal(size=HD)).astype(np.float32)
     q = rng.normal(size=(3, NH, HD)).astype(np.float32)
     enc_offs, q_offs = np.array([0, 2, 5], np.uint32), np.array([0, 1, 3], np.uint32)
-    types = [TensorType(F32, [5, HID]), TensorType(F32, list(w_kv.shape)), TensorType(F32, [5, 2 * NKV * HD]), TensorType(F32, [HD]), TensorType(F32, [3, NH, HD])]
+    types = [
+        TensorType(F32, [5, HID]),
+        TensorType(F32, list(w_kv.shape)),
+        TensorType(F32, [5, 2 * NKV * HD]),
+        TensorType(F32, [HD]),
+        TensorType(F32, [3, NH, HD]),
+    ]
     types += [TensorType(DType.uint32, [3]), TensorType(DType.uint32, [3])] + p.input_types()
     with Graph("cache_kernels", input_types=types) as g:
         e, wkv, d, gm, qv, eo, qo = (x.tensor for x in g.inputs[:7])
@@ -442,7 +569,24 @@ def test_cache_kernels_write_radd_norm_and_cross_attention(rng):
         g.output(kernels.cross_attention_ragged(p, qv, qo, kv, 0, MHAMaskVariant.NULL_MASK, eo, 2, 0.5))
     lookup = np.array([[0, 1], [2, 3]], np.uint32)
     pool = Tensor.from_numpy(np.zeros((4, 2, 1, 4, NKV, HD), np.float32))
-    out = InferenceSession().load(g).execute(enc, w_kv, delta, gamma, q, enc_offs, q_offs, pool, np.zeros(2, np.uint32), lookup, np.zeros((1, 2), np.uint32))[0].to_numpy()
+    out = (
+        InferenceSession()
+        .load(g)
+        .execute(
+            enc,
+            w_kv,
+            delta,
+            gamma,
+            q,
+            enc_offs,
+            q_offs,
+            pool,
+            np.zeros(2, np.uint32),
+            lookup,
+            np.zeros((1, 2), np.uint32),
+        )[0]
+        .to_numpy()
+    )
     kvd = NKV * HD
     kvr = enc @ w_kv.T + delta
     k = np_rms(kvr[:, :kvd].reshape(5, NKV, HD), gamma)
@@ -462,8 +606,19 @@ def test_gguf_attention_matches_dequantized_numpy(rng):
     hid, heads, kvh, hd = 32, 2, 1, 32
     p = KVCacheParams(F32, kvh, hd, page_size=4)
     rope = RotaryEmbedding(hid, heads, 10000.0, 32, head_dim=hd)
-    layer = GGUFQAttentionWithRope(rope=rope, num_attention_heads=heads, num_key_value_heads=kvh, hidden_size=hid, kv_params=p, dtype=F32, quantization_encoding=QuantizationEncoding.Q4_0)
-    dense = {n: (0.3 * rng.normal(size=s)).astype(np.float32) for n, s in (("q_proj", (64, 32)), ("k_proj", (32, 32)), ("v_proj", (32, 32)), ("o_proj", (32, 64)))}
+    layer = GGUFQAttentionWithRope(
+        rope=rope,
+        num_attention_heads=heads,
+        num_key_value_heads=kvh,
+        hidden_size=hid,
+        kv_params=p,
+        dtype=F32,
+        quantization_encoding=QuantizationEncoding.Q4_0,
+    )
+    dense = {
+        n: (0.3 * rng.normal(size=s)).astype(np.float32)
+        for n, s in (("q_proj", (64, 32)), ("k_proj", (32, 32)), ("v_proj", (32, 32)), ("o_proj", (32, 64)))
+    }
     packed = {f"{n}.weight": gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q4_0) for n, w in dense.items()}
     layer.load_state_dict(packed)
     deq = {k: gguf.quants.dequantize(v, gguf.GGMLQuantizationType.Q4_0).astype(np.float64) for k, v in packed.items()}
@@ -473,7 +628,12 @@ def test_gguf_attention_matches_dequantized_numpy(rng):
         kv = PagedCacheValues.from_graph_inputs(g.inputs[2:])
         g.output(layer(0, g.inputs[0].tensor, kv, rope.freqs_cis, g.inputs[1].tensor))
     mgr = PagedKVCacheManager(p, 1, 4, 1, 8)
-    out = InferenceSession().load(g, weights_registry=layer.state_dict()).execute(x, np.array([0, 4], np.uint32), *mgr.fetch([mgr.claim()], [4]))[0].to_numpy()
+    out = (
+        InferenceSession()
+        .load(g, weights_registry=layer.state_dict())
+        .execute(x, np.array([0, 4], np.uint32), *mgr.fetch([mgr.claim()], [4]))[0]
+        .to_numpy()
+    )
     # atol 1e-3: on a CPU the Q4_0 products round x to int16 per 32 values (custom_calls/cpu/qgemv.cc).
     np.testing.assert_allclose(out, np_attention_layer(deq, "", x, heads, kvh, hd, 10000.0, True), rtol=1e-3, atol=1e-3)
 
@@ -486,15 +646,35 @@ def test_sgmv_qkv_lora_kernel_adds_kv_deltas_to_the_cache(rng):
     x = rng.normal(size=(3, HID)).astype(np.float32)
     a = rng.normal(size=(1, rank, HID)).astype(np.float32)
     b = rng.normal(size=(1, qd + 2 * kvd, rank)).astype(np.float32)
-    types = [TensorType(F32, [3, HID]), TensorType(F32, [1, rank, HID]), TensorType(F32, [1, qd + 2 * kvd, rank]), TensorType(DType.int32, [1]), TensorType(DType.int32, [1]), TensorType(DType.uint32, [2])]
+    types = [
+        TensorType(F32, [3, HID]),
+        TensorType(F32, [1, rank, HID]),
+        TensorType(F32, [1, qd + 2 * kvd, rank]),
+        TensorType(DType.int32, [1]),
+        TensorType(DType.int32, [1]),
+        TensorType(DType.uint32, [2]),
+    ]
     with Graph("lora", input_types=types + p.input_types()) as g:
         xv, av, bv, ids, ranks, offs = (v.tensor for v in g.inputs[:6])
         kv = PagedCacheValues.from_graph_inputs(g.inputs[6:])
         g.output(kernels.sgmv_qkv_lora_kernel(xv, av, bv, ids, ranks, offs, offs, kv, p, 0, 8, rank, qd, kvd))
     pool = Tensor.from_numpy(np.zeros((2, 2, 1, 4, NKV, HD), np.float32))
-    args = (x, a, b, np.zeros(1, np.int32), np.array([rank], np.int32), np.array([0, 3], np.uint32), pool, np.zeros(1, np.uint32), np.array([[1]], np.uint32), np.zeros((1, 2), np.uint32))
+    args = (
+        x,
+        a,
+        b,
+        np.zeros(1, np.int32),
+        np.array([rank], np.int32),
+        np.array([0, 3], np.uint32),
+        pool,
+        np.zeros(1, np.uint32),
+        np.array([[1]], np.uint32),
+        np.zeros((1, 2), np.uint32),
+    )
     q = InferenceSession().load(g).execute(*args)[0].to_numpy()
     delta = x @ a[0].T @ b[0].T
     np.testing.assert_allclose(q, delta[:, :qd], rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(pool.to_numpy()[1, 0, 0, :3].reshape(3, kvd), delta[:, qd : qd + kvd], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        pool.to_numpy()[1, 0, 0, :3].reshape(3, kvd), delta[:, qd : qd + kvd], rtol=1e-4, atol=1e-5
+    )
     np.testing.assert_allclose(pool.to_numpy()[1, 1, 0, :3].reshape(3, kvd), delta[:, qd + kvd :], rtol=1e-4, atol=1e-5)

@@ -74,7 +74,9 @@ def fill(layer, rng):
 
 @pytest.mark.parametrize("stride,padding,dilation,groups", [(1, 0, 1, 1), (2, 1, 1, 2), (1, 2, 2, 1)])
 def test_conv1d_matches_numpy(rng, stride, padding, dilation, groups):
-    conv = nn.Conv1D(3, 4, 6, DType.float32, stride=stride, padding=padding, dilation=dilation, num_groups=groups, has_bias=True)
+    conv = nn.Conv1D(
+        3, 4, 6, DType.float32, stride=stride, padding=padding, dilation=dilation, num_groups=groups, has_bias=True
+    )
     w = fill(conv, rng)
     assert list(conv.filter.shape) == [3, 4 // groups, 6] and conv.stride == stride and conv.padding == padding
     x = rng.normal(size=(2, 9, 4)).astype(np.float32)
@@ -110,7 +112,18 @@ def test_conv1d_from_existing_weights_as_in_the_seed_example(rng):
 
 @pytest.mark.parametrize("permute", [False, True])
 def test_conv2d_matches_numpy(rng, permute):
-    conv = nn.Conv2d((2, 3), 4, 6, DType.float32, stride=(2, 1), padding=(1, 0, 2, 1), dilation=(1, 2), num_groups=2, has_bias=True, permute=permute)
+    conv = nn.Conv2d(
+        (2, 3),
+        4,
+        6,
+        DType.float32,
+        stride=(2, 1),
+        padding=(1, 0, 2, 1),
+        dilation=(1, 2),
+        num_groups=2,
+        has_bias=True,
+        permute=permute,
+    )
     w = fill(conv, rng)
     x = rng.normal(size=(2, 7, 8, 4)).astype(np.float32)
     rscf = w["weight"].transpose(2, 3, 1, 0) if permute else w["weight"]
@@ -139,7 +152,18 @@ def test_conv2d_padding_forms_and_shard(rng):
 
 @pytest.mark.parametrize("permute", [False, True])
 def test_conv3d_matches_numpy(rng, permute):
-    conv = nn.Conv3D(2, 2, 3, in_channels=3, out_channels=4, dtype=DType.float32, stride=(1, 2, 1), padding=(1, 0, 0, 1, 1, 1), has_bias=True, permute=permute)
+    conv = nn.Conv3D(
+        2,
+        2,
+        3,
+        in_channels=3,
+        out_channels=4,
+        dtype=DType.float32,
+        stride=(1, 2, 1),
+        padding=(1, 0, 0, 1, 1, 1),
+        has_bias=True,
+        permute=permute,
+    )
     w = fill(conv, rng)
     x = rng.normal(size=(1, 4, 5, 5, 3)).astype(np.float32)
     qrscf = w["weight"].transpose(2, 3, 4, 1, 0) if permute else w["weight"]
@@ -211,9 +235,13 @@ def _build(layer, shape):
 def test_bad_inputs_name_the_layer_and_shapes():
     with pytest.raises(ValueError, match=r"Conv2d: expected a rank-4 NHWC input, got shape \[1, 5, 3\]"):
         _build(nn.Conv2d(3, 3, 4, DType.float32), [1, 5, 3])
-    with pytest.raises(ValueError, match=r"Conv2d: the input \[1, 5, 5, 2\] \(NHWC\) has 2 channels, expected in_channels=3"):
+    with pytest.raises(
+        ValueError, match=r"Conv2d: the input \[1, 5, 5, 2\] \(NHWC\) has 2 channels, expected in_channels=3"
+    ):
         _build(nn.Conv2d(3, 3, 4, DType.float32), [1, 5, 5, 2])
-    with pytest.raises(ValueError, match=r"Conv1D: the input \[1, 3, 9\] \(\(N, C, L\)\) has 3 channels, expected in_channels=4"):
+    with pytest.raises(
+        ValueError, match=r"Conv1D: the input \[1, 3, 9\] \(\(N, C, L\)\) has 3 channels, expected in_channels=4"
+    ):
         _build(nn.Conv1D(3, 4, 4, DType.float32, permute=True), [1, 3, 9])
     with pytest.raises(ValueError, match=r"Conv3D: expected a rank-5 NDHWC input"):
         _build(nn.Conv3D(1, 1, 1, 2, 2, DType.float32), [1, 2, 2, 2])

@@ -1,4 +1,6 @@
-"""max.experimental.nn.dropout.Dropout (MAX keeps it at that path only): pass-through at inference, inverted dropout given a PRNG key."""
+"""max.experimental.nn.dropout.Dropout (MAX keeps it at that path only): pass-through at inference, inverted dropout
+given a PRNG key.
+"""
 
 import jax
 import jax.numpy as jnp
@@ -49,7 +51,9 @@ def test_p_must_be_a_probability_below_one(p):
         Dropout(p)
 
 
-@pytest.mark.parametrize("module", ["maxfx.experimental.nn.dropout", "maxfx.experimental.nn.rope", "maxfx.experimental.nn.rope.rope"])
+@pytest.mark.parametrize(
+    "module", ["maxfx.experimental.nn.dropout", "maxfx.experimental.nn.rope", "maxfx.experimental.nn.rope.rope"]
+)
 def test_docstring_examples_run(module):
     """Also MAX's module paths: ``max.experimental.nn.dropout`` and the ``rope`` package with its ``rope`` module."""
     import doctest

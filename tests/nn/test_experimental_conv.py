@@ -1,4 +1,6 @@
-"""max.experimental.nn.conv (Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d) against direct-loop numpy convolutions."""
+"""max.experimental.nn.conv (Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d) against direct-loop numpy
+convolutions.
+"""
 
 from __future__ import annotations
 
@@ -34,9 +36,13 @@ def np_conv(x, w, b, stride, pad, dil, groups):
         xs = xp[:, g * cin_g : (g + 1) * cin_g]
         ws = w[g * cout_g : (g + 1) * cout_g].astype(np.float64)
         for k in np.ndindex(*kernel):
-            window = tuple(slice(k[i] * dil[i], k[i] * dil[i] + (out_sp[i] - 1) * stride[i] + 1, stride[i]) for i in range(nd))
+            window = tuple(
+                slice(k[i] * dil[i], k[i] * dil[i] + (out_sp[i] - 1) * stride[i] + 1, stride[i]) for i in range(nd)
+            )
             patch = xs[(slice(None), slice(None), *window)]  # (N, cin_g, *out_sp)
-            out[:, g * cout_g : (g + 1) * cout_g] += np.einsum("nc...,oc->no...", patch, ws[(slice(None), slice(None), *k)])
+            out[:, g * cout_g : (g + 1) * cout_g] += np.einsum(
+                "nc...,oc->no...", patch, ws[(slice(None), slice(None), *k)]
+            )
     if b is not None:
         out += b.reshape(1, -1, *([1] * nd))
     return out
@@ -73,7 +79,9 @@ def np_conv_transpose_2d(x, w, b, stride, pad, dil, out_pad):
         for j in range(wd):
             for p in range(kh):
                 for q in range(kw):
-                    out[:, :, i * stride[0] + p * dil[0], j * stride[1] + q * dil[1]] += x[:, :, i, j].astype(np.float64) @ w[:, :, p, q]
+                    out[:, :, i * stride[0] + p * dil[0], j * stride[1] + q * dil[1]] += (
+                        x[:, :, i, j].astype(np.float64) @ w[:, :, p, q]
+                    )
     if b is not None:
         out += b.reshape(1, -1, 1, 1)
     return out[:, :, pad[0] : full[0] - pad[1], pad[2] : full[1] - pad[3]]
@@ -115,7 +123,19 @@ def _check(out, expect):
     ],
 )
 def test_conv1d_matches_numpy(rng, permute, stride, padding, dilation, groups, has_bias, batch):
-    conv, w, b = _make(rng, Conv1d, 4, 8, 4, stride=stride, padding=padding, dilation=dilation, num_groups=groups, has_bias=has_bias, permute=permute)
+    conv, w, b = _make(
+        rng,
+        Conv1d,
+        4,
+        8,
+        4,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        num_groups=groups,
+        has_bias=has_bias,
+        permute=permute,
+    )
     x = rng.normal(size=(batch, 4, 11)).astype(np.float32)  # NCL
     w_pt = w if permute else w.transpose(2, 1, 0)  # (K, C_in/G, C_out) -> (C_out, C_in/G, K)
     expect = np_conv(x, w_pt, b, (conv.stride,), conv.padding[2:], (conv.dilation,), groups)
@@ -135,7 +155,19 @@ def test_conv1d_matches_numpy(rng, permute, stride, padding, dilation, groups, h
     ],
 )
 def test_conv2d_matches_numpy(rng, permute, kernel, stride, padding, dilation, groups, has_bias, batch):
-    conv, w, b = _make(rng, Conv2d, kernel, 4, 8, stride=stride, padding=padding, dilation=dilation, num_groups=groups, has_bias=has_bias, permute=permute)
+    conv, w, b = _make(
+        rng,
+        Conv2d,
+        kernel,
+        4,
+        8,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        num_groups=groups,
+        has_bias=has_bias,
+        permute=permute,
+    )
     x = rng.normal(size=(batch, 4, 7, 6)).astype(np.float32)  # NCHW
     w_pt = w if permute else w.transpose(3, 2, 0, 1)  # RSCF -> FCRS
     expect = np_conv(x, w_pt, b, conv.stride, conv.padding, conv.dilation, groups)
@@ -153,8 +185,23 @@ def test_conv2d_matches_numpy(rng, permute, kernel, stride, padding, dilation, g
         (False, 2, 1, 1, 1, 2, False, 3),
     ],
 )
-def test_conv_transpose1d_matches_numpy(rng, permute, stride, padding, output_padding, dilation, groups, has_bias, batch):
-    conv, w, b = _make(rng, ConvTranspose1d, 4, 6, 3, stride=stride, padding=padding, output_padding=output_padding, dilation=dilation, num_groups=groups, has_bias=has_bias, permute=permute)
+def test_conv_transpose1d_matches_numpy(
+    rng, permute, stride, padding, output_padding, dilation, groups, has_bias, batch
+):
+    conv, w, b = _make(
+        rng,
+        ConvTranspose1d,
+        4,
+        6,
+        3,
+        stride=stride,
+        padding=padding,
+        output_padding=output_padding,
+        dilation=dilation,
+        num_groups=groups,
+        has_bias=has_bias,
+        permute=permute,
+    )
     x = rng.normal(size=(batch, 4, 5)).astype(np.float32)  # NCL
     if permute:
         w_pt = w
@@ -192,7 +239,19 @@ def test_numpy_references_are_adjoint(rng):
     ],
 )
 def test_conv3d_matches_numpy(rng, permute, kernel, stride, padding, dilation, groups, has_bias, batch):
-    conv, w, b = _make(rng, Conv3d, kernel, 4, 8, stride=stride, padding=padding, dilation=dilation, num_groups=groups, has_bias=has_bias, permute=permute)
+    conv, w, b = _make(
+        rng,
+        Conv3d,
+        kernel,
+        4,
+        8,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        num_groups=groups,
+        has_bias=has_bias,
+        permute=permute,
+    )
     x = rng.normal(size=(batch, 4, 5, 6, 5)).astype(np.float32)  # NCDHW
     w_pt = w if permute else w.transpose(4, 3, 0, 1, 2)  # QRSCF -> FCQRS
     expect = np_conv(x, w_pt, b, conv.stride, conv.padding, conv.dilation, groups)
@@ -209,8 +268,22 @@ def test_conv3d_matches_numpy(rng, permute, kernel, stride, padding, dilation, g
         (True, (3, 2), (1, 2), (1, 2), (2, 1), (1, 0), False, 2),
     ],
 )
-def test_conv_transpose2d_matches_numpy(rng, permute, kernel, stride, padding, dilation, output_padding, has_bias, batch):
-    conv, w, b = _make(rng, ConvTranspose2d, kernel, 4, 6, stride=stride, padding=padding, dilation=dilation, output_padding=output_padding, has_bias=has_bias, permute=permute)
+def test_conv_transpose2d_matches_numpy(
+    rng, permute, kernel, stride, padding, dilation, output_padding, has_bias, batch
+):
+    conv, w, b = _make(
+        rng,
+        ConvTranspose2d,
+        kernel,
+        4,
+        6,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        output_padding=output_padding,
+        has_bias=has_bias,
+        permute=permute,
+    )
     x = rng.normal(size=(batch, 4, 4, 5)).astype(np.float32)  # NCHW
     w_pt = w if permute else w.transpose(3, 2, 0, 1)  # RSCF (kH, kW, C_out, C_in) -> CFRS (C_in, C_out, kH, kW)
     expect = np_conv_transpose_2d(x, w_pt, b, conv.stride, conv.padding, conv.dilation, conv.output_padding)
@@ -242,7 +315,13 @@ def test_parameter_names_shapes_and_stored_geometry():
     # Conv2d: RSCF by default, PyTorch's FCRS with permute; padding stored as 4 ints.
     c2 = _lazy(Conv2d, (3, 5), 6, 8, num_groups=2, has_bias=True, padding=(1, 2))
     assert _shapes(c2) == {"weight": [3, 5, 3, 8], "bias": [8]}
-    assert (c2.kernel_size, c2.stride, c2.padding, c2.dilation, c2.permute) == ((3, 5), (1, 1), (1, 1, 2, 2), (1, 1), False)
+    assert (c2.kernel_size, c2.stride, c2.padding, c2.dilation, c2.permute) == (
+        (3, 5),
+        (1, 1),
+        (1, 1, 2, 2),
+        (1, 1),
+        False,
+    )
     assert _shapes(_lazy(Conv2d, 3, 6, 8, num_groups=2, permute=True)) == {"weight": [8, 3, 3, 3]}
     # Conv1d: permute=True by default (PyTorch order); padding stored as MAX's (0, 0, left, right).
     c1 = _lazy(Conv1d, 6, 4, 5, num_groups=2, has_bias=True, padding="same", dilation=2)
@@ -263,15 +342,39 @@ def test_parameter_names_shapes_and_stored_geometry():
 
 def test_conv3d_and_conv_transpose2d_parameters_and_stored_geometry():
     # Conv3d: QRSCF (kD, kH, kW, C_in/G, C_out) by default, PyTorch's FCQRS with permute; padding stored as 6 ints.
-    c3 = _lazy(Conv3d, (1, 2, 3), 6, 8, num_groups=2, has_bias=True, padding=(1, 0, 2), stride=(1, 2, 1), dilation=(2, 1, 1))
+    c3 = _lazy(
+        Conv3d, (1, 2, 3), 6, 8, num_groups=2, has_bias=True, padding=(1, 0, 2), stride=(1, 2, 1), dilation=(2, 1, 1)
+    )
     assert not c3.permute and _shapes(c3) == {"weight": [1, 2, 3, 3, 8], "bias": [8]}
-    assert (c3.kernel_size, c3.stride, c3.padding, c3.dilation, c3.num_groups) == ((1, 2, 3), (1, 2, 1), (1, 1, 0, 0, 2, 2), (2, 1, 1), 2)
+    assert (c3.kernel_size, c3.stride, c3.padding, c3.dilation, c3.num_groups) == (
+        (1, 2, 3),
+        (1, 2, 1),
+        (1, 1, 0, 0, 2, 2),
+        (2, 1, 1),
+        2,
+    )
     assert _lazy(Conv3d, 2, 2, 2, padding=(1, 2, 3, 4, 5, 6)).padding == (1, 2, 3, 4, 5, 6)
     assert _shapes(_lazy(Conv3d, 3, 6, 8, num_groups=2, permute=True)) == {"weight": [8, 3, 3, 3, 3]}
     # ConvTranspose2d: RSCF (kH, kW, C_out, C_in) by default, PyTorch's (C_in, C_out, kH, kW) with permute; no groups.
-    t2 = _lazy(ConvTranspose2d, (2, 3), 6, 4, stride=(2, 1), padding=(1, 0), dilation=(1, 2), output_padding=(1, 1), has_bias=True)
+    t2 = _lazy(
+        ConvTranspose2d,
+        (2, 3),
+        6,
+        4,
+        stride=(2, 1),
+        padding=(1, 0),
+        dilation=(1, 2),
+        output_padding=(1, 1),
+        has_bias=True,
+    )
     assert not t2.permute and _shapes(t2) == {"weight": [2, 3, 4, 6], "bias": [4]}
-    assert (t2.kernel_size, t2.stride, t2.padding, t2.dilation, t2.output_padding) == ((2, 3), (2, 1), (1, 1, 0, 0), (1, 2), (1, 1))
+    assert (t2.kernel_size, t2.stride, t2.padding, t2.dilation, t2.output_padding) == (
+        (2, 3),
+        (2, 1),
+        (1, 1, 0, 0),
+        (1, 2),
+        (1, 1),
+    )
     assert _lazy(ConvTranspose2d, 2, 2, 2, stride=2, output_padding=1).output_padding == (1, 1)
     assert _shapes(_lazy(ConvTranspose2d, 3, 6, 4, permute=True)) == {"weight": [6, 4, 3, 3]}
     assert not hasattr(t2, "num_groups")
@@ -301,7 +404,9 @@ def test_layers_run_under_jit_grad_and_compile(rng):
             ConvTranspose1d(4, 4, 2, stride=2, num_groups=2, has_bias=True),
             Conv1d(4, 2, 3, stride=2, padding="same"),
         )
-    net.load_state_dict({name: rng.normal(size=[int(d) for d in t.shape]).astype(np.float32) for name, t in net.parameters})
+    net.load_state_dict(
+        {name: rng.normal(size=[int(d) for d in t.shape]).astype(np.float32) for name, t in net.parameters}
+    )
     x = rng.normal(size=(2, 3, 8)).astype(np.float32)
     with F.lazy():  # the eager result, run as one fused program
         eager = _np(net(Tensor(x)))
@@ -314,7 +419,10 @@ def test_layers_run_under_jit_grad_and_compile(rng):
     conv2, w, b = _make(rng, Conv2d, 3, 2, 4, padding=1, has_bias=True)
     x2 = rng.normal(size=(1, 5, 5, 2)).astype(np.float32)  # NHWC
     out = _np(conv2.compile(TensorType(DType.float32, [1, 5, 5, 2]))(Tensor(x2)))
-    _check(out.transpose(0, 3, 1, 2), np_conv(x2.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), b, (1, 1), (1, 1, 1, 1), (1, 1), 1))
+    _check(
+        out.transpose(0, 3, 1, 2),
+        np_conv(x2.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), b, (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    )
 
 
 def test_conv3d_and_conv_transpose2d_run_under_jit(rng):
@@ -326,14 +434,20 @@ def test_conv3d_and_conv_transpose2d_run_under_jit(rng):
     x2 = rng.normal(size=(2, 3, 4, 2)).astype(np.float32)  # NHWC
     out = _np(jax.jit(lambda m, x: m(x))(up, Tensor(x2)))
     assert out.shape == (2, 6, 8, 3)
-    expect = np_conv_transpose_2d(x2.transpose(0, 3, 1, 2), wt.transpose(3, 2, 0, 1), bt, (2, 2), (1, 1, 1, 1), (1, 1), (1, 1))
+    expect = np_conv_transpose_2d(
+        x2.transpose(0, 3, 1, 2), wt.transpose(3, 2, 0, 1), bt, (2, 2), (1, 1, 1, 1), (1, 1), (1, 1)
+    )
     _check(out.transpose(0, 3, 1, 2), expect)
 
 
 @pytest.mark.parametrize("name", ["Conv3d", "ConvTranspose2d"])
 def test_docstring_example_runs(name):
     """The class docstring's example runs as written (the suite's doctest collection covers only the op modules)."""
-    [test] = [t for t in doctest.DocTestFinder().find(getattr(conv_module, name), name, module=conv_module, globs={}) if t.examples]
+    [test] = [
+        t
+        for t in doctest.DocTestFinder().find(getattr(conv_module, name), name, module=conv_module, globs={})
+        if t.examples
+    ]
     report = []
     result = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS).run(test, out=report.append, clear_globs=True)
     assert result.attempted > 0 and result.failed == 0, "".join(report)
@@ -344,7 +458,9 @@ def test_docstring_example_runs(name):
 
 def test_bad_inputs_raise_clear_errors():
     with F.lazy():  # the errors come from the checks, before anything runs
-        with pytest.raises(ValueError, match=r"Conv1d: the input \[1, 5, 8\] \(\(N, C, L\)\) has 5 channels, expected in_channels=4"):
+        with pytest.raises(
+            ValueError, match=r"Conv1d: the input \[1, 5, 8\] \(\(N, C, L\)\) has 5 channels, expected in_channels=4"
+        ):
             Conv1d(4, 2, 3)(Tensor.ones([1, 5, 8]))
         with pytest.raises(ValueError, match=r"Conv1d: expected a rank-3 \(N, L, C\) input"):
             Conv1d(4, 2, 3, permute=False)(Tensor.ones([8, 4]))
@@ -358,21 +474,30 @@ def test_bad_inputs_raise_clear_errors():
             Conv1d(2, 2, 5)(Tensor.ones([1, 2, 3]))
         with pytest.raises(ValueError, match=r"Conv3d: expected a rank-5 NDHWC input, got shape \[1, 6, 6, 2\]"):
             Conv3d(3, 2, 2)(Tensor.ones([1, 6, 6, 2]))
-        with pytest.raises(ValueError, match=r"Conv3d: the input \[1, 3, 4, 4, 4\] \(NCDHW\) has 3 channels, expected in_channels=2"):
+        with pytest.raises(
+            ValueError, match=r"Conv3d: the input \[1, 3, 4, 4, 4\] \(NCDHW\) has 3 channels, expected in_channels=2"
+        ):
             Conv3d(3, 2, 2, permute=True)(Tensor.ones([1, 3, 4, 4, 4]))
         with pytest.raises(ValueError, match="conv3d: input spatial dim D .* the output would be empty"):
             Conv3d(3, 2, 2)(Tensor.ones([1, 2, 6, 6, 2]))
-        with pytest.raises(ValueError, match=r"ConvTranspose2d: the input \[1, 2, 3, 3\] \(NCHW\) has 2 channels, expected in_channels=3"):
+        with pytest.raises(
+            ValueError,
+            match=r"ConvTranspose2d: the input \[1, 2, 3, 3\] \(NCHW\) has 2 channels, expected in_channels=3",
+        ):
             ConvTranspose2d(2, 3, 2, permute=True)(Tensor.ones([1, 2, 3, 3]))
         with pytest.raises(ValueError, match=r"ConvTranspose2d: expected a rank-4 NHWC input"):
             ConvTranspose2d(2, 3, 2)(Tensor.ones([1, 3, 3]))
-        with pytest.raises(ValueError, match="conv2d_transpose: output spatial dim 0 would be -2 .* reduce the padding"):
+        with pytest.raises(
+            ValueError, match="conv2d_transpose: output spatial dim 0 would be -2 .* reduce the padding"
+        ):
             ConvTranspose2d(2, 2, 2, padding=(2, 0))(Tensor.ones([1, 1, 3, 2]))
 
 
 def test_bad_configurations_raise_at_construction():
     with F.lazy():
-        with pytest.raises(ValueError, match="Conv2d: in_channels=6 and out_channels=4 must both be divisible by num_groups=4"):
+        with pytest.raises(
+            ValueError, match="Conv2d: in_channels=6 and out_channels=4 must both be divisible by num_groups=4"
+        ):
             Conv2d(3, 6, 4, num_groups=4)
         with pytest.raises(ValueError, match="Conv1d: in_channels must be a positive int"):
             Conv1d(0, 4, 3)
@@ -388,13 +513,19 @@ def test_bad_configurations_raise_at_construction():
             Conv1d(2, 2, 0)
         with pytest.raises(ValueError, match="ConvTranspose1d: output_padding must be smaller than stride or dilation"):
             ConvTranspose1d(2, 2, 3, stride=2, output_padding=2)
-        with pytest.raises(ValueError, match="ConvTranspose1d: in_channels=3 and out_channels=4 must both be divisible"):
+        with pytest.raises(
+            ValueError, match="ConvTranspose1d: in_channels=3 and out_channels=4 must both be divisible"
+        ):
             ConvTranspose1d(3, 4, 2, num_groups=2)
-        with pytest.raises(ValueError, match="Conv3d: in_channels=6 and out_channels=4 must both be divisible by num_groups=4"):
+        with pytest.raises(
+            ValueError, match="Conv3d: in_channels=6 and out_channels=4 must both be divisible by num_groups=4"
+        ):
             Conv3d(2, 6, 4, num_groups=4)
         with pytest.raises(ValueError, match=r"Conv3d: kernel_size must be an int or 3 ints >= 1, got \(2, 2\)"):
             Conv3d((2, 2), 2, 2)
-        with pytest.raises(ValueError, match=r"Conv3d: padding must be an int, 3 ints or 6 ints >= 0, got \(1, 1, 1, 1\)"):
+        with pytest.raises(
+            ValueError, match=r"Conv3d: padding must be an int, 3 ints or 6 ints >= 0, got \(1, 1, 1, 1\)"
+        ):
             Conv3d(2, 2, 2, padding=(1, 1, 1, 1))
         with pytest.raises(ValueError, match="Conv3d: dilation must be an int or 3 ints >= 1, got None"):
             Conv3d(2, 2, 2, dilation=None)
@@ -404,7 +535,13 @@ def test_bad_configurations_raise_at_construction():
             ConvTranspose2d(2, 2, 2, padding=-1)
         with pytest.raises(ValueError, match="ConvTranspose2d: stride must be an int or 2 ints"):
             ConvTranspose2d(2, 2, 2, stride=(1, 1, 1))
-        with pytest.raises(ValueError, match=r"ConvTranspose2d: each output_padding must be smaller than its stride or its dilation, got output_padding=\(1, 1\)"):
+        with pytest.raises(
+            ValueError,
+            match=(
+                r"ConvTranspose2d: each output_padding must be smaller than its stride or its dilation, got "
+                r"output_padding=\(1, 1\)"
+            ),
+        ):
             ConvTranspose2d(2, 2, 2, stride=(2, 1), output_padding=1)
         with pytest.raises(ValueError, match="ConvTranspose2d: output_padding must be an int or 2 ints >= 0"):
             ConvTranspose2d(2, 2, 2, output_padding=-1)

@@ -18,8 +18,20 @@ from maxfx.dtype import DType
 from maxfx.experimental import functional as F
 from maxfx.experimental.nn.common_layers.kv_cache import PagedCacheValues
 from maxfx.experimental.nn.common_layers.mesh_axis import DP, TP
-from maxfx.experimental.nn.common_layers.multi_latent_attention import LatentAttentionWithRope, MLAPrefillMetadata, tensor_parallel_latent_attention_with_rope
-from maxfx.experimental.sharding import DeviceMesh, Partial, PlacementMapping, Replicated, Sharded, distribute, from_shards
+from maxfx.experimental.nn.common_layers.multi_latent_attention import (
+    LatentAttentionWithRope,
+    MLAPrefillMetadata,
+    tensor_parallel_latent_attention_with_rope,
+)
+from maxfx.experimental.sharding import (
+    DeviceMesh,
+    Partial,
+    PlacementMapping,
+    Replicated,
+    Sharded,
+    distribute,
+    from_shards,
+)
 from maxfx.experimental.tensor import Tensor
 from maxfx.graph import BufferType, DeviceRef, SymbolicDim, TensorType
 from maxfx.nn.kv_cache import KVCacheInputsPerDevice, KVCacheLeafInputs, MHAKVCacheParams, MLAKVCacheParams
@@ -31,14 +43,31 @@ EPS = 1e-6
 
 
 def _params(n_devices: int = 1) -> MLAKVCacheParams:
-    return MLAKVCacheParams(DType.float32, head_dim=RANK + ROPE, num_layers=LAYERS, devices=[DeviceRef.CPU()] * n_devices, num_q_heads=H, page_size=PAGE)
+    return MLAKVCacheParams(
+        DType.float32,
+        head_dim=RANK + ROPE,
+        num_layers=LAYERS,
+        devices=[DeviceRef.CPU()] * n_devices,
+        num_q_heads=H,
+        page_size=PAGE,
+    )
 
 
-def _layer(params: MLAKVCacheParams, q_lora_rank: int | None, weights: dict[str, np.ndarray]) -> LatentAttentionWithRope:
+def _layer(
+    params: MLAKVCacheParams, q_lora_rank: int | None, weights: dict[str, np.ndarray]
+) -> LatentAttentionWithRope:
     layer = LatentAttentionWithRope(
-        num_attention_heads=H, num_key_value_heads=1, hidden_size=HIDDEN, kv_params=params, layer_idx=LAYER, q_lora_rank=q_lora_rank,
-        kv_lora_rank=RANK, qk_nope_head_dim=NOPE, qk_rope_head_dim=ROPE, v_head_dim=V,
-    )  # fmt: skip
+        num_attention_heads=H,
+        num_key_value_heads=1,
+        hidden_size=HIDDEN,
+        kv_params=params,
+        layer_idx=LAYER,
+        q_lora_rank=q_lora_rank,
+        kv_lora_rank=RANK,
+        qk_nope_head_dim=NOPE,
+        qk_rope_head_dim=ROPE,
+        v_head_dim=V,
+    )
     layer.load_state_dict({k: Tensor(v) for k, v in weights.items()})
     return layer
 
@@ -56,7 +85,13 @@ def _weights(rng: np.random.Generator, q_lora_rank: int | None) -> dict[str, np.
     if q_lora_rank is None:
         w["q_proj"] = r(H * (NOPE + ROPE), HIDDEN)
     else:
-        w.update({"q_a_proj": r(q_lora_rank, HIDDEN), "q_a_layernorm.weight": 1 + r(q_lora_rank, s=0.1), "q_b_proj": r(H * (NOPE + ROPE), q_lora_rank)})
+        w.update(
+            {
+                "q_a_proj": r(q_lora_rank, HIDDEN),
+                "q_a_layernorm.weight": 1 + r(q_lora_rank, s=0.1),
+                "q_b_proj": r(H * (NOPE + ROPE), q_lora_rank),
+            }
+        )
     return w
 
 
@@ -85,7 +120,15 @@ def _rope(x: np.ndarray, pos: np.ndarray, freqs: np.ndarray) -> np.ndarray:
     return out
 
 
-def _reference(w: dict[str, np.ndarray], x: np.ndarray, blocks: np.ndarray, lookup: np.ndarray, cache_lengths: np.ndarray, offsets: np.ndarray, n_heads: int = H):
+def _reference(
+    w: dict[str, np.ndarray],
+    x: np.ndarray,
+    blocks: np.ndarray,
+    lookup: np.ndarray,
+    cache_lengths: np.ndarray,
+    offsets: np.ndarray,
+    n_heads: int = H,
+):
     """(output [T, HIDDEN], the cache blocks after this step)."""
     blocks = blocks.copy()
     t = x.shape[0]
@@ -193,7 +236,10 @@ def test_data_parallel_replicas_each_run_their_sequences():
     mesh = _cpu_mesh(2, DP)
     layer = _layer(params, None, w).to(mesh)
     # Device 0 holds sequence 0 (tokens 0-1), device 1 sequence 1 (tokens 2-4), each with its own cache.
-    parts = [(x[0:2], lookup[0:1], cache_lengths[0:1], np.array([0, 2], np.uint32)), (x[2:5], lookup[1:2], cache_lengths[1:2], np.array([0, 3], np.uint32))]
+    parts = [
+        (x[0:2], lookup[0:1], cache_lengths[0:1], np.array([0, 2], np.uint32)),
+        (x[2:5], lookup[1:2], cache_lengths[1:2], np.array([0, 3], np.uint32)),
+    ]
     kv = _collection(params, [_device_values(blocks, lk, cl, off) for _, lk, cl, off in parts], mesh)
     sharded = PlacementMapping(mesh, (Sharded(0),))
     xs = from_shards([Tensor(p[0]) for p in parts], sharded)
@@ -234,11 +280,20 @@ def test_the_prefill_plan_covers_the_step():
 
 
 def test_symbolic_inputs_follow_maxs_layout_and_round_trip():
-    params = MLAKVCacheParams(DType.bfloat16, head_dim=80, num_layers=2, devices=[DeviceRef.CPU()] * 2, num_q_heads=8, data_parallel_degree=2)
+    params = MLAKVCacheParams(
+        DType.bfloat16, head_dim=80, num_layers=2, devices=[DeviceRef.CPU()] * 2, num_q_heads=8, data_parallel_degree=2
+    )
     symbols = params.get_symbolic_inputs()
     assert isinstance(symbols, KVCacheLeafInputs) and len(symbols.inputs) == 2
     first, second = symbols.inputs
-    assert isinstance(first.kv_blocks, BufferType) and [str(d) for d in first.kv_blocks.shape] == ["total_num_pages", "1", "2", "128", "1", "80"]
+    assert isinstance(first.kv_blocks, BufferType) and [str(d) for d in first.kv_blocks.shape] == [
+        "total_num_pages",
+        "1",
+        "2",
+        "128",
+        "1",
+        "80",
+    ]
     assert [str(d) for d in second.lookup_table.shape] == ["replica_1_batch_size", "replica_1_max_num_pages"]
     assert first.attention_dispatch_metadata == TensorType(DType.int64, [3], DeviceRef.CPU())
     assert first.mla_num_partitions == TensorType(DType.int64, [1], DeviceRef.CPU())
@@ -247,8 +302,13 @@ def test_symbolic_inputs_follow_maxs_layout_and_round_trip():
     back = symbols.unflatten(iter(range(14)))
     assert [d.flatten() for d in back.inputs] == [list(range(7)), list(range(7, 14))]
     assert isinstance(back.inputs[0], GraphPagedCacheValues)  # maxfx's kernels take it as kv_collection
-    mha = MHAKVCacheParams(DType.float32, head_dim=8, num_layers=1, devices=[DeviceRef.CPU()], n_kv_heads=2, page_size=16).get_symbolic_inputs()
-    assert mha.inputs[0].attention_dispatch_metadata == TensorType(DType.int64, [4], DeviceRef.CPU()) and mha.inputs[0].mla_num_partitions is None
+    mha = MHAKVCacheParams(
+        DType.float32, head_dim=8, num_layers=1, devices=[DeviceRef.CPU()], n_kv_heads=2, page_size=16
+    ).get_symbolic_inputs()
+    assert (
+        mha.inputs[0].attention_dispatch_metadata == TensorType(DType.int64, [4], DeviceRef.CPU())
+        and mha.inputs[0].mla_num_partitions is None
+    )
 
 
 def test_symbolic_input_errors():
@@ -261,7 +321,9 @@ def test_symbolic_input_errors():
 # ─── tracing for GPUs this machine lacks ──────────────────────────────────────
 
 
-@pytest.mark.skipif(driver.accelerator_count() > 0, reason="needs a machine without GPUs (virtual GPUs stand in for absent ones)")
+@pytest.mark.skipif(
+    driver.accelerator_count() > 0, reason="needs a machine without GPUs (virtual GPUs stand in for absent ones)"
+)
 @pytest.mark.parametrize("q_lora_rank", [None, Q_LORA])
 def test_traces_on_virtual_gpus_one_device_and_tensor_parallel(virtual_cuda, q_lora_rank):
     driver.set_virtual_device_count(2)
@@ -270,27 +332,53 @@ def test_traces_on_virtual_gpus_one_device_and_tensor_parallel(virtual_cuda, q_l
     w = _weights(rng, q_lora_rank)
     x, blocks, lookup, cache_lengths, offsets = _step(rng)
     with F.lazy():
-        params = MLAKVCacheParams(DType.float32, head_dim=RANK + ROPE, num_layers=LAYERS, devices=[DeviceRef.from_device(gpus[0])], num_q_heads=H, page_size=PAGE)
+        params = MLAKVCacheParams(
+            DType.float32,
+            head_dim=RANK + ROPE,
+            num_layers=LAYERS,
+            devices=[DeviceRef.from_device(gpus[0])],
+            num_q_heads=H,
+            page_size=PAGE,
+        )
         layer = _layer(params, q_lora_rank, w).to(gpus[0])
-        values = [v.to(t.device.to_device()) for v, t in zip(_device_values(blocks, lookup, cache_lengths, offsets), params.get_symbolic_inputs().flatten())]
+        values = [
+            v.to(t.device.to_device())
+            for v, t in zip(
+                _device_values(blocks, lookup, cache_lengths, offsets), params.get_symbolic_inputs().flatten()
+            )
+        ]
         kv = PagedCacheValues.from_upstream(params.get_symbolic_inputs().unflatten(iter(values)).inputs, gpus[0])
         out = layer(Tensor(x).to(gpus[0]), kv, Tensor(_freqs()).to(gpus[0]), Tensor(offsets))
         assert [int(d) for d in out.shape] == [5, HIDDEN] and out.device == gpus[0] and not out.real
 
         mesh = DeviceMesh(tuple(gpus), (2,), (TP,))
-        tp_params = MLAKVCacheParams(DType.float32, head_dim=RANK + ROPE, num_layers=LAYERS, devices=[DeviceRef.from_device(g) for g in gpus], num_q_heads=H, page_size=PAGE)
+        tp_params = MLAKVCacheParams(
+            DType.float32,
+            head_dim=RANK + ROPE,
+            num_layers=LAYERS,
+            devices=[DeviceRef.from_device(g) for g in gpus],
+            num_q_heads=H,
+            page_size=PAGE,
+        )
         tp = tensor_parallel_latent_attention_with_rope(_layer(tp_params, q_lora_rank, w)).to(mesh)
         flat = tp_params.get_symbolic_inputs().flatten()
-        values = [v.to(t.device.to_device()) for v, t in zip([v for _ in gpus for v in _device_values(blocks, lookup, cache_lengths, offsets)], flat)]
+        values = [
+            v.to(t.device.to_device())
+            for v, t in zip([v for _ in gpus for v in _device_values(blocks, lookup, cache_lengths, offsets)], flat)
+        ]
         tp_kv = PagedCacheValues.from_upstream(tp_params.get_symbolic_inputs().unflatten(iter(values)).inputs, mesh)
         rep = PlacementMapping(mesh, (Replicated(),))
-        tp_out = tp(distribute(Tensor(x), rep), tp_kv, distribute(Tensor(_freqs()), rep), distribute(Tensor(offsets), rep))
+        tp_out = tp(
+            distribute(Tensor(x), rep), tp_kv, distribute(Tensor(_freqs()), rep), distribute(Tensor(offsets), rep)
+        )
     assert [int(d) for d in tp_out.shape] == [5, HIDDEN] and tp_out.mapping.mesh == mesh
     assert [s.device for s in tp_out.local_shards] == gpus
 
 
 def test_data_parallel_traces_with_named_token_and_batch_dims():
-    """MAX traces data-parallel layers with symbolic token/batch counts inside F.lazy(): each shard gets its own names."""
+    """MAX traces data-parallel layers with symbolic token/batch counts inside F.lazy(): each shard gets its own
+    names.
+    """
     rng = np.random.default_rng(5)
     w = _weights(rng, Q_LORA)
     params = _params(2)
@@ -301,9 +389,14 @@ def test_data_parallel_traces_with_named_token_and_batch_dims():
         sizes = {"total_num_pages": PAGES, "batch_size": "batch", "max_num_pages": PAGES, "steps_remaining": 2}
         values = []
         for t in params.get_symbolic_inputs().flatten():
-            shape = [next(v for k, v in sizes.items() if d.name.endswith(k)) if isinstance(d, SymbolicDim) else int(d) for d in t.shape]
+            shape = [
+                next(v for k, v in sizes.items() if d.name.endswith(k)) if isinstance(d, SymbolicDim) else int(d)
+                for d in t.shape
+            ]
             values.append(Tensor.zeros(shape, dtype=t.dtype))
-        kv = PagedCacheValues.from_upstream(params.get_symbolic_inputs().unflatten(iter(values)).inputs, PlacementMapping(mesh, (Replicated(),)))
+        kv = PagedCacheValues.from_upstream(
+            params.get_symbolic_inputs().unflatten(iter(values)).inputs, PlacementMapping(mesh, (Replicated(),))
+        )
         x = Tensor.zeros(["tokens", HIDDEN], device=sharded)
         offsets = Tensor.zeros(["batch_plus_one"], dtype=DType.uint32, device=sharded)
         out = layer(x, kv, distribute(Tensor(_freqs()), PlacementMapping(mesh, (Replicated(),))), offsets)
@@ -315,14 +408,26 @@ def test_data_parallel_traces_with_named_token_and_batch_dims():
 
 
 def _kwargs(**over):
-    base = dict(num_attention_heads=H, num_key_value_heads=1, hidden_size=HIDDEN, kv_params=_params(), layer_idx=0, kv_lora_rank=RANK, qk_nope_head_dim=NOPE, qk_rope_head_dim=ROPE, v_head_dim=V)
+    base = dict(
+        num_attention_heads=H,
+        num_key_value_heads=1,
+        hidden_size=HIDDEN,
+        kv_params=_params(),
+        layer_idx=0,
+        kv_lora_rank=RANK,
+        qk_nope_head_dim=NOPE,
+        qk_rope_head_dim=ROPE,
+        v_head_dim=V,
+    )
     return {**base, **over}
 
 
 def test_construction_errors_name_the_layer_and_what_is_expected():
     with pytest.raises(ValueError, match=r"LatentAttentionWithRope: invalid graph_mode 'train'"):
         LatentAttentionWithRope(**_kwargs(graph_mode="train"))
-    with pytest.raises(ValueError, match=r"kv_params.head_dim \(22\) must be kv_lora_rank \+ qk_rope_head_dim = 32 \+ 6"):
+    with pytest.raises(
+        ValueError, match=r"kv_params.head_dim \(22\) must be kv_lora_rank \+ qk_rope_head_dim = 32 \+ 6"
+    ):
         LatentAttentionWithRope(**_kwargs(kv_lora_rank=32))
     mha = MHAKVCacheParams(DType.float32, head_dim=RANK + ROPE, num_layers=1, devices=[DeviceRef.CPU()], n_kv_heads=1)
     with pytest.raises(ValueError, match="must be an MLA cache's KVCacheParams"):
@@ -344,11 +449,17 @@ def test_call_errors_give_shapes():
     freqs, offs = Tensor(_freqs()), Tensor(offsets)
     with pytest.raises(ValueError, match=r"x must be ragged \[total_tokens, hidden_size=24\], got float32\[5, 7\]"):
         layer(Tensor(np.zeros((5, 7), np.float32)), kv, freqs, offs)
-    with pytest.raises(ValueError, match=r"freqs_cis must be \[max_seq_len, qk_rope_head_dim=6\], got float32\[16, 4\]"):
+    with pytest.raises(
+        ValueError, match=r"freqs_cis must be \[max_seq_len, qk_rope_head_dim=6\], got float32\[16, 4\]"
+    ):
         layer(Tensor(x), kv, Tensor(_freqs()[:, :4]), offs)
-    with pytest.raises(ValueError, match=r"input_row_offsets must be an integer \[batch \+ 1\] tensor, got float32\[3\]"):
+    with pytest.raises(
+        ValueError, match=r"input_row_offsets must be an integer \[batch \+ 1\] tensor, got float32\[3\]"
+    ):
         layer(Tensor(x), kv, freqs, Tensor(offsets.astype(np.float32)))
-    with pytest.raises(TypeError, match="kv_collection must be a max.experimental.nn.common_layers.kv_cache.PagedCacheValues"):
+    with pytest.raises(
+        TypeError, match="kv_collection must be a max.experimental.nn.common_layers.kv_cache.PagedCacheValues"
+    ):
         layer(Tensor(x), kv.for_device(0), freqs, offs)
     with pytest.raises(ValueError, match=r"from_upstream: 1 per-device records for a mesh of 2 devices"):
         PagedCacheValues.from_upstream(_params().get_symbolic_inputs().inputs, _cpu_mesh(2, "x"))

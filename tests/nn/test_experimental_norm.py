@@ -28,7 +28,9 @@ def test_rms_norm_and_gemma_variant_match_numpy(rng):
     gemma.load_state_dict({"weight": w})
     np.testing.assert_allclose(norm(Tensor(x)).to_numpy(), _rms(x, 1e-5) * w, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(gemma(Tensor(x)).to_numpy(), _rms(x, 1e-5) * (1 + w), rtol=1e-5, atol=1e-6)
-    assert sorted(norm.state_dict()) == ["weight"] and norm.dim == 8 and repr(norm) == "RMSNorm(dim=Dim(8), eps=1e-05)"  # MAX: rich pretty_repr, dim a Dim
+    assert (
+        sorted(norm.state_dict()) == ["weight"] and norm.dim == 8 and repr(norm) == "RMSNorm(dim=Dim(8), eps=1e-05)"
+    )  # MAX: rich pretty_repr, dim a Dim
 
 
 def test_bfloat16_rms_norm_casts_before_or_after_the_scale(rng):
@@ -39,7 +41,9 @@ def test_bfloat16_rms_norm_casts_before_or_after_the_scale(rng):
     gemma = rms_norm(Tensor(x), Tensor(w), 1e-6, weight_offset=1.0, multiply_before_cast=True)
     assert llama.dtype == DType.float32 and gemma.dtype == DType.bfloat16
     np.testing.assert_allclose(llama.to_numpy(), _rms(x, 1e-6).astype(bf16).astype(np.float32) * w, rtol=1e-6)
-    np.testing.assert_allclose(gemma.to_numpy().astype(np.float32), (_rms(x, 1e-6) * (1 + w)).astype(bf16).astype(np.float32), rtol=1e-2)
+    np.testing.assert_allclose(
+        gemma.to_numpy().astype(np.float32), (_rms(x, 1e-6) * (1 + w)).astype(bf16).astype(np.float32), rtol=1e-2
+    )
 
 
 @pytest.mark.parametrize("affine", [True, False])
@@ -56,7 +60,13 @@ def test_group_norm_matches_numpy(rng, affine):
     else:
         assert dict(norm.state_dict()) == {}
     np.testing.assert_allclose(norm(Tensor(x)).to_numpy(), want, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(group_norm(Tensor(x), Tensor(np.ones(6, np.float32)), Tensor(np.zeros(6, np.float32)), 3, 1e-5).to_numpy().std(), 1.0, rtol=1e-3)
+    np.testing.assert_allclose(
+        group_norm(Tensor(x), Tensor(np.ones(6, np.float32)), Tensor(np.zeros(6, np.float32)), 3, 1e-5)
+        .to_numpy()
+        .std(),
+        1.0,
+        rtol=1e-3,
+    )
 
 
 def test_norm_errors_and_compile():

@@ -1,4 +1,6 @@
-"""The eager Module-API RoPE layers (maxfx.experimental.nn.rope = max.experimental.nn.rope) against a numpy reference."""
+"""The eager Module-API RoPE layers (maxfx.experimental.nn.rope = max.experimental.nn.rope) against a numpy
+reference.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +26,9 @@ def ref_inv_freq(dim: int, base: float) -> np.ndarray:
 
 def ref_table(dim: int, base: float, length: int) -> np.ndarray:
     """``(length, dim / 2, 2)`` float32 (cos, sin) of ``p * inv_freq``."""
-    angles = (np.arange(length, dtype=np.float64)[:, None] * ref_inv_freq(dim, base).astype(np.float64)).astype(np.float32)
+    angles = (np.arange(length, dtype=np.float64)[:, None] * ref_inv_freq(dim, base).astype(np.float64)).astype(
+        np.float32
+    )
     return np.stack([np.cos(angles.astype(np.float64)), np.sin(angles.astype(np.float64))], axis=-1).astype(np.float32)
 
 
@@ -118,16 +122,22 @@ def test_forward_matches_reference_eagerly(cls: type, interleaved: bool, start: 
     x = rng_x(X, seed=start)
     out = cls(table())(Tensor(x), start_pos=start)
     assert out.dtype == DType.float32 and [int(d) for d in out.shape] == list(X)
-    np.testing.assert_allclose(out.to_numpy(), ref_rope(x, 10000.0, start, interleaved=interleaved), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        out.to_numpy(), ref_rope(x, 10000.0, start, interleaved=interleaved), rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("cls,interleaved", LAYOUTS)
 @pytest.mark.parametrize("head_dim,seq,start,length", [(2, 1, 0, 4), (64, 7, 100, 128)])
-def test_forward_matches_reference_jitted(cls: type, interleaved: bool, head_dim: int, seq: int, start: int, length: int) -> None:
+def test_forward_matches_reference_jitted(
+    cls: type, interleaved: bool, head_dim: int, seq: int, start: int, length: int
+) -> None:
     x = rng_x((2, seq, 3, head_dim), seed=head_dim)
     out = jax.jit(lambda m, x: m(x, start))(cls(table(head_dim, length)), Tensor(x))
     assert [int(d) for d in out.shape] == list(x.shape)
-    np.testing.assert_allclose(np.asarray(out.to_numpy()), ref_rope(x, 10000.0, start, interleaved=interleaved), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(out.to_numpy()), ref_rope(x, 10000.0, start, interleaved=interleaved), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_default_start_pos_is_zero_and_positional_arg() -> None:
@@ -160,9 +170,15 @@ def test_relative_position_property() -> None:
     def dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.sum(a.astype(np.float64) * b, axis=-1)
 
-    np.testing.assert_allclose(dot(rq0[:, 4], rk11[:, 0]), dot(rq0[:, 1], rk4[:, 4]), rtol=1e-4, atol=1e-5)  # (4, 11) vs (1, 8)
-    np.testing.assert_allclose(dot(rq4[:, 4], rk11[:, 0]), dot(rq0[:, 1], rk4[:, 0]), rtol=1e-4, atol=1e-5)  # (8, 11) vs (1, 4)
-    assert not np.allclose(dot(rq0[:, 4], rk11[:, 0]), dot(rq0[:, 0], rk11[:, 0]), rtol=1e-3)  # other distance, other score
+    np.testing.assert_allclose(
+        dot(rq0[:, 4], rk11[:, 0]), dot(rq0[:, 1], rk4[:, 4]), rtol=1e-4, atol=1e-5
+    )  # (4, 11) vs (1, 8)
+    np.testing.assert_allclose(
+        dot(rq4[:, 4], rk11[:, 0]), dot(rq0[:, 1], rk4[:, 0]), rtol=1e-4, atol=1e-5
+    )  # (8, 11) vs (1, 4)
+    assert not np.allclose(
+        dot(rq0[:, 4], rk11[:, 0]), dot(rq0[:, 0], rk11[:, 0]), rtol=1e-3
+    )  # other distance, other score
     np.testing.assert_allclose(np.linalg.norm(rk11, axis=-1), np.linalg.norm(k, axis=-1), rtol=1e-5)
 
 
@@ -185,7 +201,10 @@ def test_attributes_parameters_and_repr() -> None:
     layer = RotaryEmbedding(Tensor.zeros([2, 3, 2]))
     assert layer.dim == 6 and layer.max_sequence_length == 2
     assert repr(layer) == "RotaryEmbedding(dim=6, max_sequence_length=2)"
-    assert repr(TransposedRotaryEmbedding(Tensor.zeros([2, 3, 2]))) == "TransposedRotaryEmbedding(dim=6, max_sequence_length=2)"
+    assert (
+        repr(TransposedRotaryEmbedding(Tensor.zeros([2, 3, 2])))
+        == "TransposedRotaryEmbedding(dim=6, max_sequence_length=2)"
+    )
     assert dict(layer.parameters) == {"weight": layer.weight}
     assert list(layer.state_dict()) == ["weight"]
     assert isinstance(TransposedRotaryEmbedding(Tensor.zeros([2, 3, 2])), RotaryEmbedding)
@@ -213,7 +232,9 @@ def test_dtype_of_result_is_maxs_promotion() -> None:
     assert f32(Tensor(x).cast(DType.bfloat16), 1).dtype == DType.float32  # bfloat16 x float32 -> float32
     assert bf16(Tensor(x), 1).dtype == DType.float32
     ref = ref_rope(x, 10000.0, 1, interleaved=True)
-    np.testing.assert_allclose(bf16(Tensor(x).cast(DType.bfloat16), 1).cast(DType.float32).to_numpy(), ref, rtol=5e-2, atol=5e-2)
+    np.testing.assert_allclose(
+        bf16(Tensor(x).cast(DType.bfloat16), 1).cast(DType.float32).to_numpy(), ref, rtol=5e-2, atol=5e-2
+    )
 
 
 # ─── jax.jit and Module.compile ─────────────────────────────────────────────
@@ -224,7 +245,9 @@ def test_runs_under_jax_jit(cls: type) -> None:
     layer = cls(table())
     x = rng_x(X)
     out = jax.jit(lambda m, x: m(x, start_pos=5))(layer, Tensor(x))
-    np.testing.assert_allclose(np.asarray(out.to_numpy()), ref_rope(x, 10000.0, 5, interleaved=cls is RotaryEmbedding), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(out.to_numpy()), ref_rope(x, 10000.0, 5, interleaved=cls is RotaryEmbedding), rtol=1e-5, atol=1e-5
+    )
     # the table is a pytree leaf (a parameter), not static metadata
     assert len(jax.tree_util.tree_leaves(layer)) == 1
 
@@ -232,10 +255,17 @@ def test_runs_under_jax_jit(cls: type) -> None:
 @pytest.mark.parametrize("cls", [RotaryEmbedding, TransposedRotaryEmbedding])
 def test_compile_with_symbolic_seqlen(cls: type) -> None:
     layer = cls(positional_embedding(6, 10000.0, 4))
-    compiled = layer.compile(TensorType(layer.weight.dtype, ["batch", "seqlen", "n_kv_heads", layer.dim], layer.weight.device))
+    compiled = layer.compile(
+        TensorType(layer.weight.dtype, ["batch", "seqlen", "n_kv_heads", layer.dim], layer.weight.device)
+    )
     assert [int(d) for d in compiled(Tensor.zeros([1, 1, 1, 6])).shape] == [1, 1, 1, 6]
     x = rng_x((3, 4, 5, 6))
-    np.testing.assert_allclose(compiled(Tensor(x)).to_numpy(), ref_rope(x, 10000.0, 0, interleaved=cls is RotaryEmbedding), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        compiled(Tensor(x)).to_numpy(),
+        ref_rope(x, 10000.0, 0, interleaved=cls is RotaryEmbedding),
+        rtol=1e-5,
+        atol=1e-5,
+    )
     with pytest.raises(ValueError):  # head_dim differs from the compiled type
         compiled(Tensor.zeros([1, 2, 1, 5]))
     with pytest.raises(ValueError):  # more positions than the table has

@@ -73,26 +73,57 @@ def test_parse_fbgemm_compressed_tensors_and_fp8():
         "embed_tokens.weight": np.zeros((4, 4), ml_dtypes.bfloat16),
     }
     fb = parse_float8_config(
-        HFConfig({"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0, "modules_to_not_convert": [f"model.layers.1.mlp.{p}" for p in ("gate_proj", "up_proj", "down_proj")]}),
+        HFConfig(
+            {
+                "quant_method": "fbgemm_fp8",
+                "activation_scale_ub": 1200.0,
+                "modules_to_not_convert": [f"model.layers.1.mlp.{p}" for p in ("gate_proj", "up_proj", "down_proj")],
+            }
+        ),
         sd,
         DType.float8_e4m3fn,
     )
     assert fb.quant_method == "fbgemm_fp8" and fb.input_scale.is_colwise and fb.is_dynamic
-    assert fb.weight_scale.is_rowwise and fb.weight_scale.dtype is DType.float32 and fb.input_scale.activation_scale_ub == 1200.0
+    assert (
+        fb.weight_scale.is_rowwise
+        and fb.weight_scale.dtype is DType.float32
+        and fb.input_scale.activation_scale_ub == 1200.0
+    )
     assert fb.mlp_in_float8 == {0} and fb.attn_qkv_in_float8 == {0, 1} and fb.embedding_output_dtype is DType.bfloat16
 
     ct = {
         "quant_method": "compressed-tensors",
-        "config_groups": {"group_0": {"input_activations": {"dynamic": False, "strategy": "tensor"}, "weights": {"dynamic": False, "strategy": "channel"}}},
+        "config_groups": {
+            "group_0": {
+                "input_activations": {"dynamic": False, "strategy": "tensor"},
+                "weights": {"dynamic": False, "strategy": "channel"},
+            }
+        },
         "ignore": ["lm_head"],
     }
-    sd2 = {"layers.0.mlp.down_proj.input_scale": np.zeros((), np.float32), "layers.0.mlp.down_proj.weight_scale": np.zeros((8, 1), ml_dtypes.bfloat16), "lm_head.weight": np.zeros((2, 2), np.float16)}
+    sd2 = {
+        "layers.0.mlp.down_proj.input_scale": np.zeros((), np.float32),
+        "layers.0.mlp.down_proj.weight_scale": np.zeros((8, 1), ml_dtypes.bfloat16),
+        "lm_head.weight": np.zeros((2, 2), np.float16),
+    }
     cfg = parse_float8_config({"quantization_config": ct, "num_hidden_layers": 1}, sd2, DType.float8_e4m3fn)
     assert cfg.is_static and cfg.input_scale.is_tensor and cfg.input_scale.dtype is DType.float32
-    assert cfg.weight_scale.is_rowwise and cfg.weight_scale.dtype is DType.bfloat16 and cfg.embedding_output_dtype is DType.float16
+    assert (
+        cfg.weight_scale.is_rowwise
+        and cfg.weight_scale.dtype is DType.bfloat16
+        and cfg.embedding_output_dtype is DType.float16
+    )
 
-    fp8 = parse_float8_config(HFConfig({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}), {}, DType.float8_e4m3fn)
-    assert fp8.weight_scale.block_size == (128, 128) and fp8.input_scale.is_block and fp8.input_scale.block_size == (1, 128)
+    fp8 = parse_float8_config(
+        HFConfig({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}),
+        {},
+        DType.float8_e4m3fn,
+    )
+    assert (
+        fp8.weight_scale.block_size == (128, 128)
+        and fp8.input_scale.is_block
+        and fp8.input_scale.block_size == (1, 128)
+    )
     assert fp8.embedding_output_dtype is DType.float8_e4m3fn
 
 
@@ -103,9 +134,17 @@ def test_parse_errors_and_non_float8():
     with pytest.raises(ValueError, match="unsupported float8 quant_method 'awq'"):
         parse_float8_config(HFConfig({"quant_method": "awq"}), {}, DType.float8_e4m3fn)
     with pytest.raises(ValueError, match="mixes float8 and unquantized"):
-        parse_float8_config(HFConfig({"quant_method": "fbgemm_fp8", "modules_to_not_convert": ["model.layers.0.mlp.up_proj"]}), {}, DType.float8_e4m3fn)
+        parse_float8_config(
+            HFConfig({"quant_method": "fbgemm_fp8", "modules_to_not_convert": ["model.layers.0.mlp.up_proj"]}),
+            {},
+            DType.float8_e4m3fn,
+        )
     with pytest.raises(ValueError, match=r"row-wise \[N, 1\] weight scales"):
-        parse_float8_config(HFConfig({"quant_method": "fbgemm_fp8"}), {"a.weight_scale": np.zeros((4,), np.float32)}, DType.float8_e4m3fn)
+        parse_float8_config(
+            HFConfig({"quant_method": "fbgemm_fp8"}),
+            {"a.weight_scale": np.zeros((4,), np.float32)},
+            DType.float8_e4m3fn,
+        )
 
 
 # ─── kernels ──────────────────────────────────────────────────────────────
@@ -124,7 +163,9 @@ def test_quantize_kernels_against_numpy(rng):
     np.testing.assert_allclose(q.astype(np.float32) * s, x, rtol=0.07, atol=1e-6)
     block_in = Float8InputScaleSpec(G.BLOCK, O.DYNAMIC, DType.float32, block_size=(1, 8))
     x3 = rng.normal(size=(2, 3, 16)).astype(np.float32)
-    q, s = run(lambda a: kernels.batched_quantize_dynamic_scaled_float8(a, block_in, W_ROW, scales_type=DType.float32), x3)
+    q, s = run(
+        lambda a: kernels.batched_quantize_dynamic_scaled_float8(a, block_in, W_ROW, scales_type=DType.float32), x3
+    )
     assert s.shape == (2, 3, 2)
     np.testing.assert_allclose(s, np.abs(x3.reshape(2, 3, 2, 8)).max(-1) / FMAX, rtol=1e-6)
 
@@ -141,7 +182,9 @@ def test_scaled_matmul_kernels_against_numpy(rng):
     s1, s2 = np.array([0.5], np.float32), np.array([3.0], np.float32)
     got = run(kernels.matmul_static_scaled_float8, a, b, s1, s2)
     assert got.dtype == ml_dtypes.bfloat16
-    np.testing.assert_allclose(got.astype(np.float32), 1.5 * a.astype(np.float32) @ b.astype(np.float32).T, rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(
+        got.astype(np.float32), 1.5 * a.astype(np.float32) @ b.astype(np.float32).T, rtol=1e-2, atol=1e-2
+    )
 
 
 def test_grouped_scaled_kernel_and_fnuz(rng):
@@ -149,7 +192,16 @@ def test_grouped_scaled_kernel_and_fnuz(rng):
     w = rng.normal(size=(2, 3, 8)).astype(F8)
     hs, ws = rng.uniform(0.5, 2, (5, 1)).astype(np.float32), rng.uniform(0.5, 2, (2, 3, 1)).astype(np.float32)
     starts, ids, stats = np.array([0, 2, 5], np.uint32), np.array([1, 0], np.uint32), np.array([3, 2], np.uint32)
-    got = run(lambda *v: kernels.grouped_dynamic_scaled_fp8_matmul(*v, IN_DYN, W_ROW, out_type=DType.float32), h, w, hs, ws, starts, ids, stats)
+    got = run(
+        lambda *v: kernels.grouped_dynamic_scaled_fp8_matmul(*v, IN_DYN, W_ROW, out_type=DType.float32),
+        h,
+        w,
+        hs,
+        ws,
+        starts,
+        ids,
+        stats,
+    )
     hd, wd = h.astype(np.float32) * hs, w.astype(np.float32) * ws
     ref = np.concatenate([hd[:2] @ wd[1].T, hd[2:] @ wd[0].T])
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4)
@@ -205,7 +257,10 @@ def _run_layer(layer, x):
         (Float8InputScaleSpec(G.TENSOR, O.STATIC, DType.float32), Float8WeightScaleSpec(G.TENSOR, DType.float32)),
         (Float8InputScaleSpec(G.COLWISE, O.DYNAMIC, DType.float32), Float8WeightScaleSpec(G.ROWWISE, DType.float32)),
         (Float8InputScaleSpec(G.TENSOR, O.DYNAMIC, DType.float32), Float8WeightScaleSpec(G.ROWWISE, DType.float32)),
-        (Float8InputScaleSpec(G.BLOCK, O.DYNAMIC, DType.float32, block_size=(1, 8)), Float8WeightScaleSpec(G.BLOCK, DType.float32, block_size=(4, 8))),
+        (
+            Float8InputScaleSpec(G.BLOCK, O.DYNAMIC, DType.float32, block_size=(1, 8)),
+            Float8WeightScaleSpec(G.BLOCK, DType.float32, block_size=(4, 8)),
+        ),
     ],
     ids=["static-tensor", "dynamic-token-rowwise", "dynamic-tensor", "block"],
 )
@@ -234,7 +289,13 @@ def test_float8_linear_errors(rng):
     with pytest.raises(TypeError, match="float8_config must be a Float8Config"):
         nn.Linear(4, 4, DType.float32, CPU, float8_config={"quant_method": "fp8"})
     with pytest.raises(ValueError, match="static float8 input scales must be per tensor"):
-        nn.Linear(4, 4, DType.float32, CPU, float8_config=Float8Config(Float8InputScaleSpec(G.COLWISE, O.STATIC, DType.float32), W_ROW))
+        nn.Linear(
+            4,
+            4,
+            DType.float32,
+            CPU,
+            float8_config=Float8Config(Float8InputScaleSpec(G.COLWISE, O.STATIC, DType.float32), W_ROW),
+        )
     lin, _ = _f8_linear(Float8Config(IN_DYN, W_ROW), rng)
     with pytest.raises(ValueError, match="input last dim 8 must equal in_dim 16"):
         _run_layer(lin, np.zeros((2, 8), np.float32))
@@ -242,5 +303,7 @@ def test_float8_linear_errors(rng):
     shards = lin.shard([CPU, CPU])  # float8 layers shard as in MAX: row-wise scales follow the weight's rows
     assert [[int(d) for d in s.weight_scale.shape] for s in shards] == [[3, 1], [3, 1]]
     mlp = nn.MLP(DType.float32, None, 8, 16, [CPU], float8_config=Float8Config(IN_DYN, W_ROW))
-    assert sorted(mlp.state_dict()) == sorted(f"{p}.{n}" for p in ("down_proj", "gate_proj", "up_proj") for n in ("weight", "weight_scale"))
+    assert sorted(mlp.state_dict()) == sorted(
+        f"{p}.{n}" for p in ("down_proj", "gate_proj", "up_proj") for n in ("weight", "weight_scale")
+    )
     assert BufferType  # imported for the buffer kernels' tests elsewhere

@@ -97,7 +97,9 @@ def test_linear_mlp_embedding_norms_against_numpy(rng):
     ln = nn.LayerNorm(8, [CPU], DType.float32, eps=1e-5)
     w = _fill(ln, rng)
     mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-    np.testing.assert_allclose(_run(ln, x), (x - mu) / np.sqrt(var + 1e-5) * w["weight"] + w["bias"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        _run(ln, x), (x - mu) / np.sqrt(var + 1e-5) * w["weight"] + w["bias"], rtol=1e-4, atol=1e-5
+    )
 
     # MAX's defaults: computed in float32, returned in the input's dtype; no weights without elementwise_affine.
     xb = x.astype(ml_dtypes.bfloat16)
@@ -111,7 +113,9 @@ def test_linear_mlp_embedding_norms_against_numpy(rng):
     wk = _fill(kept, rng)
     out = _run(kept, xb)
     assert out.dtype == ml_dtypes.bfloat16
-    np.testing.assert_allclose(out.astype(np.float32), (xf - mu) / np.sqrt(var + 1e-5) * wk["weight"].astype(np.float32), rtol=5e-2, atol=5e-2)
+    np.testing.assert_allclose(
+        out.astype(np.float32), (xf - mu) / np.sqrt(var + 1e-5) * wk["weight"].astype(np.float32), rtol=5e-2, atol=5e-2
+    )
 
     rms = nn.RMSNorm(8, DType.float32, eps=1e-6, weight_offset=1.0)
     w = _fill(rms, rng)
@@ -128,7 +132,9 @@ def test_linear_mlp_embedding_norms_against_numpy(rng):
 
 
 def test_sequential_takes_plain_callables_as_in_the_mlp_tutorial(rng):
-    """Issue 35 item 3: Modular's "Build an MLP block" puts ``ops.relu`` in a Sequential ("LayerList: expected a Module, got function")."""
+    """Issue 35 item 3: Modular's "Build an MLP block" puts ``ops.relu`` in a Sequential ("LayerList: expected a Module,
+    got function").
+    """
 
     class MLPBlock(nn.Module):
         def __init__(self, in_features, out_features, hidden_features, activation=ops.relu):
@@ -143,7 +149,11 @@ def test_sequential_takes_plain_callables_as_in_the_mlp_tutorial(rng):
             return self.model(x)
 
     mlp = MLPBlock(8, 2, [16, 4])
-    assert sorted(mlp.state_dict()) == ["model.0.weight", "model.2.weight", "model.4.weight"]  # modules keep their positions
+    assert sorted(mlp.state_dict()) == [
+        "model.0.weight",
+        "model.2.weight",
+        "model.4.weight",
+    ]  # modules keep their positions
     assert len(mlp.model) == 5 and mlp.model[1] is ops.relu
     w = _fill(mlp, rng)
     x = rng.normal(size=(3, 8)).astype(np.float32)
@@ -183,11 +193,15 @@ def test_state_dict_keys_are_the_weights_own_names():
     m = Holder()
     assert set(m.state_dict()) == {"fc1.weight", "bias"}
     w = np.arange(4, dtype=np.float32).reshape(2, 2)
-    m.load_state_dict({"fc1.weight": w, "bias": np.array([5, 6], np.int32), "extra.key": np.zeros(2, np.float32)}, strict=False)
+    m.load_state_dict(
+        {"fc1.weight": w, "bias": np.array([5, 6], np.int32), "extra.key": np.zeros(2, np.float32)}, strict=False
+    )
     np.testing.assert_array_equal(np.asarray(m.state_dict()["fc1.weight"]), w)
     with pytest.raises(ValueError, match="Unexpected keys in state_dict"):
         m.load_state_dict({"fc1.weight": w, "bias": np.array([5, 6], np.int32), "extra.key": w})
-    conv = nn.Conv2d(3, in_channels=2, out_channels=4, dtype=DType.float32)  # its `filter` loads from a PyTorch-style `weight`
+    conv = nn.Conv2d(
+        3, in_channels=2, out_channels=4, dtype=DType.float32
+    )  # its `filter` loads from a PyTorch-style `weight`
     assert set(conv.state_dict()) == {"weight"}
 
 
@@ -205,7 +219,9 @@ def test_state_dict_loading_errors():
     with pytest.raises(ValueError, match="has no value"):
         mlp.state_dict(auto_initialize=False)
     assert set(mlp.raw_state_dict()) == set(good) and all(isinstance(v, Weight) for v in mlp.raw_state_dict().values())
-    assert list(mlp.sublayers) == ["gate_proj", "down_proj", "up_proj"] and list(mlp.gate_proj.layer_weights) == ["weight"]
+    assert list(mlp.sublayers) == ["gate_proj", "down_proj", "up_proj"] and list(mlp.gate_proj.layer_weights) == [
+        "weight"
+    ]
 
 
 def test_layer_list_subgraph_and_hooks(rng):
@@ -237,7 +253,16 @@ def test_layer_list_subgraph_and_hooks(rng):
     for i in range(3):
         ref = np.maximum(ref @ w[f"layers.{i}.lin.weight"].T, 0) + ref
     np.testing.assert_allclose(_run(net, x), ref, rtol=1e-5, atol=1e-5)
-    assert [n for n, _ in nn.recursive_named_layers(net)] == ["", "layers", "layers.0", "layers.0.lin", "layers.1", "layers.1.lin", "layers.2", "layers.2.lin"]
+    assert [n for n, _ in nn.recursive_named_layers(net)] == [
+        "",
+        "layers",
+        "layers.0",
+        "layers.0.lin",
+        "layers.1",
+        "layers.1.lin",
+        "layers.2",
+        "layers.2.lin",
+    ]
 
     seen = []
     nn.add_layer_hook(lambda layer, args, kwargs, out: seen.append(type(layer).__name__))
@@ -275,14 +300,20 @@ def test_v1_layers_and_group_norm(rng):
     np.testing.assert_array_equal(_run(nn.EmbeddingV1(table, CPU), ids), table[ids])
     gamma = rng.normal(size=8).astype(np.float32)
     mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-    np.testing.assert_allclose(_run(nn.LayerNormV1(gamma, eps=1e-6), x), (x - mu) / np.sqrt(var + 1e-6) * gamma, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(_run(nn.ConstantLayerNorm(8, CPU, DType.float32), x), (x - mu) / np.sqrt(var + 1e-5), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        _run(nn.LayerNormV1(gamma, eps=1e-6), x), (x - mu) / np.sqrt(var + 1e-6) * gamma, rtol=1e-4, atol=1e-5
+    )
+    np.testing.assert_allclose(
+        _run(nn.ConstantLayerNorm(8, CPU, DType.float32), x), (x - mu) / np.sqrt(var + 1e-5), rtol=1e-4, atol=1e-5
+    )
     rms = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * gamma
     np.testing.assert_allclose(_run(nn.RMSNormV1(gamma), x), rms, rtol=1e-5, atol=1e-5)
     packed = gguf.quants.quantize(w.repeat(4, axis=1), gguf.GGMLQuantizationType.Q4_0)  # [4, 32] -> Q4_0
     xq = rng.normal(size=(2, 32)).astype(np.float32)
     ref = xq @ gguf.quants.dequantize(packed, gguf.GGMLQuantizationType.Q4_0).T
-    np.testing.assert_allclose(_run(nn.QLinearV1(packed, None, QuantizationEncoding.Q4_0), xq), ref, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(
+        _run(nn.QLinearV1(packed, None, QuantizationEncoding.Q4_0), xq), ref, rtol=1e-4, atol=1e-3
+    )
 
     gn = nn.GroupNorm(2, 4, device=CPU)
     st = _fill(gn, rng)

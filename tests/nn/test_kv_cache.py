@@ -29,7 +29,11 @@ def test_params_fields_and_properties():
     assert p.n_kv_heads_per_device == 8 and p.dtype_shorthand == "bf16" and p.kv_dim == 2
     assert KVCacheParams(DType.float32, 2, 8, page_size=16).dtype_shorthand == "f32"
     assert p.static_cache_shape == ("num_layers", "batch_size", "seq_len", "n_kv_heads", "head_dim")
-    assert p.enable_prefix_caching is False and p.enable_kvcache_swapping_to_host is False and p.host_kvcache_swap_space_gb is None
+    assert (
+        p.enable_prefix_caching is False
+        and p.enable_kvcache_swapping_to_host is False
+        and p.host_kvcache_swap_space_gb is None
+    )
     tp = KVCacheParams(DType.float32, n_kv_heads=8, head_dim=4, page_size=16, n_devices=4)
     assert tp.n_kv_heads_per_device == 2
     assert KVCacheParams(DType.float32, n_kv_heads=2, head_dim=4, page_size=16, n_devices=4).n_kv_heads_per_device == 1
@@ -78,7 +82,14 @@ def test_inputs_iterate_in_order():
 def test_input_types_and_paged_values():
     p = KVCacheParams(DType.float32, 2, 8, page_size=4)
     blocks_t, lengths_t, lookup_t, max_t = p.input_types()
-    assert isinstance(blocks_t, BufferType) and [str(d) for d in blocks_t.shape] == ["total_num_pages", "2", "num_layers", "4", "2", "8"]
+    assert isinstance(blocks_t, BufferType) and [str(d) for d in blocks_t.shape] == [
+        "total_num_pages",
+        "2",
+        "num_layers",
+        "4",
+        "2",
+        "8",
+    ]
     assert lengths_t == TensorType(DType.uint32, ["batch_size"]) and lookup_t.rank == 2 and max_t.rank == 2
     with Graph("kv", input_types=p.input_types()) as g:
         kv = PagedCacheValues.from_graph_inputs(g.inputs)
@@ -139,7 +150,9 @@ def test_manager_pool_is_updated_by_the_model():
     """A graph that stores rows through the cache inputs changes the manager's pool in place."""
     p = KVCacheParams(DType.float32, 1, 2, page_size=2)
     mgr = PagedKVCacheManager(p, num_layers=1, total_num_pages=4, max_batch_size=1, max_seq_len=4)
-    with Graph("store", input_types=[TensorType(DType.float32, [3, 1, 2]), TensorType(DType.uint32, [2])] + mgr.input_types()) as g:
+    with Graph(
+        "store", input_types=[TensorType(DType.float32, [3, 1, 2]), TensorType(DType.uint32, [2])] + mgr.input_types()
+    ) as g:
         x, offs = g.inputs[0].tensor, g.inputs[1].tensor
         kv = PagedCacheValues.from_graph_inputs(g.inputs[2:])
         zero = ops.constant(0, DType.uint32, DeviceRef.CPU())

@@ -31,7 +31,9 @@ def _params():
 def _layer(**kw):
     rope = RotaryEmbedding(HID, NH, THETA, 32, head_dim=HD)
     kw = dict(max_num_loras=N_LORAS, max_lora_rank=MAX_RANK) | kw
-    return AttentionWithRopeAndLoRA(rope=rope, num_attention_heads=NH, num_key_value_heads=NKV, hidden_size=HID, kv_params=_params(), **kw)
+    return AttentionWithRopeAndLoRA(
+        rope=rope, num_attention_heads=NH, num_key_value_heads=NKV, hidden_size=HID, kv_params=_params(), **kw
+    )
 
 
 def _fill(layer, rng):
@@ -58,7 +60,13 @@ def np_lora_attention(w, x, lora_id, rank, has_bias=False):
 
 def _graph(layer):
     i32, u32 = DType.int32, DType.uint32
-    types = [TensorType(F32, ["t", HID]), TensorType(u32, ["b1"]), TensorType(i32, ["g"]), TensorType(i32, ["g"]), TensorType(u32, [Dim("g") + 1])]
+    types = [
+        TensorType(F32, ["t", HID]),
+        TensorType(u32, ["b1"]),
+        TensorType(i32, ["g"]),
+        TensorType(i32, ["g"]),
+        TensorType(u32, [Dim("g") + 1]),
+    ]
     with Graph("lora_attn", input_types=types + _params().input_types()) as g:
         x, offsets, ids, ranks, groups = (v.tensor for v in g.inputs[:5])
         kv = PagedCacheValues.from_graph_inputs(g.inputs[5:])
@@ -118,7 +126,12 @@ def test_members():
 
 
 def _build(layer, call, n_rows=5):
-    types = [TensorType(F32, [n_rows, HID]), TensorType(DType.uint32, [2]), TensorType(DType.int32, [1]), TensorType(DType.int32, [2])]
+    types = [
+        TensorType(F32, [n_rows, HID]),
+        TensorType(DType.uint32, [2]),
+        TensorType(DType.int32, [1]),
+        TensorType(DType.int32, [2]),
+    ]
     with Graph("bad", input_types=types + _params().input_types()) as g:
         call(layer, *(v.tensor for v in g.inputs[:4]), PagedCacheValues.from_graph_inputs(g.inputs[4:]))
 
@@ -131,7 +144,9 @@ def test_bad_inputs():
         _build(layer, lambda m, *a: m.set_lora_batch_info([2, 3], [1, 1], [0, 2, 5]))
     with pytest.raises(ValueError, match=r"lora_ranks \[2, 5\] must lie in \[0, max_lora_rank=4\]"):
         _build(layer, lambda m, *a: m.set_lora_batch_info([0, 1], [2, 5], [0, 2, 5]))
-    with pytest.raises(ValueError, match=r"one rank per lora id.*lora_ids \[1\], lora_ranks \[2\], lora_grouped_offsets \[2\]"):
+    with pytest.raises(
+        ValueError, match=r"one rank per lora id.*lora_ids \[1\], lora_ranks \[2\], lora_grouped_offsets \[2\]"
+    ):
         _build(layer, lambda m, x, o, i, r, kv: m.set_lora_batch_info(i, r, o))
     with pytest.raises(ValueError, match=r"lora_grouped_offsets \[0, 3, 2\] must be non-negative and non-decreasing"):
         _build(layer, lambda m, *a: m.set_lora_batch_info([0, 1], [1, 1], [0, 3, 2]))

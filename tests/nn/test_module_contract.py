@@ -179,7 +179,9 @@ def test_numpy_array_in_a_data_field_warns_once():
             self.weight = _t([1.0, 2.0])
             self.mask = np.array([1.0, 0.0], np.float32)
 
-    with pytest.warns(StaticFieldWarning, match=r"Masked.mask holds a numpy array in a data field.*Tensor\(\.\.\.\)") as record:
+    with pytest.warns(
+        StaticFieldWarning, match=r"Masked.mask holds a numpy array in a data field.*Tensor\(\.\.\.\)"
+    ) as record:
         jax.tree_util.tree_leaves(Masked())
     assert record[0].filename == __file__  # points at the user's line, not at maxfx or JAX
     with warnings.catch_warnings():

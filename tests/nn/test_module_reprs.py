@@ -38,19 +38,25 @@ def test_layer_norm():
 
 
 def test_group_norm():
-    # norm/group_norm.py: yield "num_groups", ...; yield "num_channels", ...; yield "eps", self.eps, 1e-5; yield "affine", self.affine, True
+    # norm/group_norm.py: yield "num_groups", ...; yield "num_channels", ...; yield "eps", self.eps, 1e-5; yield
+    # "affine", self.affine, True
     assert repr(GroupNorm(2, 4)) == "GroupNorm(num_groups=2, num_channels=4)"
-    assert repr(GroupNorm(2, 4, eps=1e-3, affine=False)) == "GroupNorm(num_groups=2, num_channels=4, eps=0.001, affine=False)"
+    assert (
+        repr(GroupNorm(2, 4, eps=1e-3, affine=False))
+        == "GroupNorm(num_groups=2, num_channels=4, eps=0.001, affine=False)"
+    )
 
 
 def test_linear():
-    # linear.py: yield "in_dim", self.in_dim; yield "out_dim", self.out_dim; yield "bias", isinstance(self.bias, Tensor), True
+    # linear.py: yield "in_dim", self.in_dim; yield "out_dim", self.out_dim; yield "bias", isinstance(self.bias,
+    # Tensor), True
     assert repr(Linear(4, 2)) == "Linear(in_dim=Dim(4), out_dim=Dim(2))"
     assert repr(Linear(4, 2, bias=False)) == "Linear(in_dim=Dim(4), out_dim=Dim(2), bias=False)"
 
 
 def test_embedding():
-    # embedding.py: yield "vocab_size", self.vocab_size; if self.weight.rank == 2: yield "dim", self.dim; else: yield "dims", self.dims
+    # embedding.py: yield "vocab_size", self.vocab_size; if self.weight.rank == 2: yield "dim", self.dim; else: yield
+    # "dims", self.dims
     assert repr(Embedding(10, dim=4)) == "Embedding(vocab_size=Dim(10), dim=Dim(4))"
     assert repr(Embedding(10, dims=[2, 3])) == "Embedding(vocab_size=Dim(10), dims=[Dim(2), Dim(3)])"
 
@@ -58,24 +64,32 @@ def test_embedding():
 def test_rotary_embedding():
     # rope/rope.py: yield "dim", self.dim; yield "max_sequence_length", self.max_sequence_length
     assert repr(RotaryEmbedding(Tensor.zeros([2, 3, 2]))) == "RotaryEmbedding(dim=6, max_sequence_length=2)"
-    assert repr(TransposedRotaryEmbedding(Tensor.zeros([2, 3, 2]))) == "TransposedRotaryEmbedding(dim=6, max_sequence_length=2)"
+    assert (
+        repr(TransposedRotaryEmbedding(Tensor.zeros([2, 3, 2])))
+        == "TransposedRotaryEmbedding(dim=6, max_sequence_length=2)"
+    )
 
 
 def test_layers_without_their_own_rich_repr_print_their_children():
-    # module.py: Module.__rich_repr__: yield from self.children  (conv.py, dropout.py define none: no children, "Name()")
+    # module.py: Module.__rich_repr__: yield from self.children  (conv.py, dropout.py define none: no children,
+    # "Name()")
     assert repr(Dropout(0.1)) == "Dropout()"
     assert repr(Conv2d(3, 3, 8)) == "Conv2d()"
 
 
 def test_sequential_and_module_list():
     # sequential.py: ModuleList.__rich_repr__: for _, child in self.children: yield child  (Sequential inherits it)
-    assert repr(Sequential(Linear(4, 8), RMSNorm(8))) == "Sequential(Linear(in_dim=Dim(4), out_dim=Dim(8)), RMSNorm(dim=Dim(8)))"
+    assert (
+        repr(Sequential(Linear(4, 8), RMSNorm(8)))
+        == "Sequential(Linear(in_dim=Dim(4), out_dim=Dim(8)), RMSNorm(dim=Dim(8)))"
+    )
     assert repr(ModuleList([Linear(2, 2)])) == "ModuleList(Linear(in_dim=Dim(2), out_dim=Dim(2)))"
     assert repr(Sequential()) == "Sequential()"
 
 
 def test_nested_sequential_is_multi_line_only_over_80_columns():
-    # module.py: return pretty_repr(self)  (rich: max_width=80, indent 4; each nested node stays on one line when it fits)
+    # module.py: return pretty_repr(self)  (rich: max_width=80, indent 4; each nested node stays on one line when it
+    # fits)
     net = Sequential(Sequential(Linear(4, 8), RMSNorm(8)), Sequential(Linear(8, 2), Dropout(0.1)))
     assert repr(net) == (
         "Sequential(\n"
@@ -111,7 +125,10 @@ class _Block(Module):
 
 def test_plain_module_prints_its_children_by_name():
     # module.py: def __rich_repr__(self): yield from self.children
-    assert repr(_Block()) == "_Block(\n    norm=RMSNorm(dim=Dim(4)),\n    proj=Linear(in_dim=Dim(4), out_dim=Dim(4), bias=False)\n)"
+    assert (
+        repr(_Block())
+        == "_Block(\n    norm=RMSNorm(dim=Dim(4)),\n    proj=Linear(in_dim=Dim(4), out_dim=Dim(4), bias=False)\n)"
+    )
 
 
 @module_dataclass
@@ -125,7 +142,8 @@ class _Affine(Module):
 
 
 def test_module_dataclass_prints_its_fields_omitting_defaults():
-    # module.py: _module_dataclass_rich_repr: yield field.name, value (a Tensor) / yield field.name, value, field.default
+    # module.py: _module_dataclass_rich_repr: yield field.name, value (a Tensor) / yield field.name, value,
+    # field.default
     assert repr(_Affine(Tensor.zeros([5, 4]))) == "_Affine(weight=Tensor(dtype=float32, shape=[5, 4], device=cpu:0))"
     assert repr(_Affine(Tensor.zeros([2, 2]), Tensor.zeros([2]), name="x")) == (
         "_Affine(\n"

@@ -202,7 +202,8 @@ EXPECTED_OUTPUT = {
     "TensorType(dtype=float32, shape=[Dim(5)], device=cpu:0): [0.0, 0.0, 0.0, 0.0, 0.0]\n",
     "001_device": "CPU()\n",
     "001_compile_fixed_shape": "TensorType(dtype=float32, shape=[Dim(3), Dim(10)], device=cpu:0): "
-    + str([0.0] * 30) + "\n",  # printed flat, as MAX does
+    + str([0.0] * 30)
+    + "\n",  # printed flat, as MAX does
     "001_mlp_parameters": "325\nTrue\n",
     "003_compile_symbolic": "[Dim(3), Dim(3)]\n[Dim(10), Dim(3)]\n",
 }
@@ -389,7 +390,9 @@ def test_use_subgraphs_compiles_a_sequential_of_identical_blocks_once(rng):
             x = x + _np_gelu(h) @ p[b + "down.weight"].T + p[b + "down.bias"]
         return x @ p["head.weight"].T + p["head.bias"]
 
-    net = Net(blocks=Sequential(*[Block(LayerNorm(8), Linear(8, 16), Linear(16, 8)) for _ in range(4)]), head=Linear(8, 3))
+    net = Net(
+        blocks=Sequential(*[Block(LayerNorm(8), Linear(8, 16), Linear(16, 8)) for _ in range(4)]), head=Linear(8, 3)
+    )
     x = rng.normal(size=(5, 8)).astype(np.float32)
     in_type = TensorType(DType.float32, ["batch", 8])
     clear_cache()
@@ -410,7 +413,9 @@ def test_use_subgraphs_compiles_a_sequential_of_identical_blocks_once(rng):
     assert "call(" not in unrolled and unrolled.count("layer_norm(") == 4
     # Blocks that differ (in class, or in a static field such as eps) are traced as written too.
     mixed = Sequential(Linear(8, 8), LayerNorm(8))
-    assert "call(" not in str(mixed.compile(TensorType(DType.float32, [2, 8]), use_subgraphs=True).model._compiled.block)
+    assert "call(" not in str(
+        mixed.compile(TensorType(DType.float32, [2, 8]), use_subgraphs=True).model._compiled.block
+    )
     eps = Sequential(LayerNorm(8), LayerNorm(8, eps=1e-3))
     assert "call(" not in str(eps.compile(TensorType(DType.float32, [2, 8]), use_subgraphs=True).model._compiled.block)
 
@@ -435,7 +440,9 @@ def test_use_subgraphs_on_the_sequential_itself_and_with_weight_overrides(rng):
     other = {n: rng.normal(size=tuple(int(d) for d in t.shape)).astype(np.float32) for n, t in net.parameters}
     compiled = net.compile(TensorType(DType.float32, [2, 4]), weights=other, use_subgraphs=True)
     pieces = compiled.model._compiled._pieces.pieces  # three calls of one subgraph, nothing else to run
-    assert [[n.op for n in p.nodes] for p in pieces] == [["call"]] * 3 and len({p.block.structure_key() for p in pieces}) == 1
+    assert [[n.op for n in p.nodes] for p in pieces] == [["call"]] * 3 and len(
+        {p.block.structure_key() for p in pieces}
+    ) == 1
     x = rng.normal(size=(2, 4)).astype(np.float32)
     expect = x
     for i in range(3):
@@ -445,7 +452,9 @@ def test_use_subgraphs_on_the_sequential_itself_and_with_weight_overrides(rng):
 
 def test_compile_weights_override_is_checked():
     m = _mlp()
-    with pytest.raises(ValueError, match=r"weights\['fc1.weight'\] is float32\[4, 8\], but the parameter is float32\[8, 4\]"):
+    with pytest.raises(
+        ValueError, match=r"weights\['fc1.weight'\] is float32\[4, 8\], but the parameter is float32\[8, 4\]"
+    ):
         m.compile(TensorType(DType.float32, [2, 4]), weights={"fc1.weight": np.zeros((4, 8), np.float32)})
     with pytest.raises(ValueError, match="unknown parameter name.*'fc9.weight'"):
         m.compile(TensorType(DType.float32, [2, 4]), weights={"fc9.weight": np.zeros((4, 8), np.float32)})

@@ -66,7 +66,17 @@ def np_moe(x, st, n_exp, k, weight_first=False, shared=False, dequant=None):
 
 @pytest.mark.parametrize("weight_first,shared", [(False, False), (True, True)])
 def test_moe_against_numpy(rng, weight_first, shared):
-    moe = nn.MoE([CPU], 8, 4, 2, 6, dtype=DType.float32, apply_router_weight_first=weight_first, has_shared_experts=shared, shared_experts_dim=4 if shared else 0)
+    moe = nn.MoE(
+        [CPU],
+        8,
+        4,
+        2,
+        6,
+        dtype=DType.float32,
+        apply_router_weight_first=weight_first,
+        has_shared_experts=shared,
+        shared_experts_dim=4 if shared else 0,
+    )
     st = fill(moe, rng)
     x = rng.normal(size=(5, 8)).astype(np.float32)
     np.testing.assert_allclose(run_layer(moe, x), np_moe(x, st, 4, 2, weight_first, shared), rtol=1e-4, atol=1e-5)
@@ -108,7 +118,9 @@ def test_moe_gate_projections_and_errors(rng):
     np.testing.assert_allclose(w[:, 0], p.max(-1), rtol=1e-5)
     gu, down = run_layer(moe, x, call=lambda _x: (moe.gate_up_proj, moe.down_proj))
     assert gu.shape == (3, 12, 8) and down.shape == (3, 8, 6)
-    np.testing.assert_array_equal(gu[1], np.concatenate([st["experts.1.gate_proj.weight"], st["experts.1.up_proj.weight"]]))
+    np.testing.assert_array_equal(
+        gu[1], np.concatenate([st["experts.1.gate_proj.weight"], st["experts.1.up_proj.weight"]])
+    )
     with pytest.raises(ValueError, match="EPBatchManager"):
         nn.MoE([CPU], 8, 4, 2, 6, ep_size=2, dtype=DType.float32)
     with pytest.raises(ValueError, match="num_experts_per_token must be in"):
@@ -131,7 +143,9 @@ def test_moe_tensor_parallel_shards_sum_to_full(rng):
 
 
 def test_moe_fp8_against_numpy(rng):
-    cfg = Float8Config(Float8InputScaleSpec(G.COLWISE, O.DYNAMIC, DType.float32), Float8WeightScaleSpec(G.ROWWISE, DType.float32))
+    cfg = Float8Config(
+        Float8InputScaleSpec(G.COLWISE, O.DYNAMIC, DType.float32), Float8WeightScaleSpec(G.ROWWISE, DType.float32)
+    )
     moe = nn.MoEFp8([CPU], 8, 4, 2, 6, dtype=DType.float32, float8_config=cfg)
     st = {}
     for k, v in moe.state_dict().items():
@@ -149,7 +163,9 @@ def test_moe_fp8_against_numpy(rng):
     got = run_layer(moe, x)
     assert np.abs(got - ref).max() < 0.08 * np.abs(ref).max()  # activations go through float8
     scales = run_layer(moe, x, call=lambda _x: moe.gate_up_proj_scales)
-    np.testing.assert_array_equal(scales[2], np.concatenate([st["experts.2.gate_proj.weight_scale"], st["experts.2.up_proj.weight_scale"]]))
+    np.testing.assert_array_equal(
+        scales[2], np.concatenate([st["experts.2.gate_proj.weight_scale"], st["experts.2.up_proj.weight_scale"]])
+    )
     with pytest.raises(ValueError, match="float8_config is required"):
         nn.MoEFp8([CPU], 8, 4, 2, 6, dtype=DType.float32)
 
@@ -158,7 +174,9 @@ def test_moe_fp8_against_numpy(rng):
 
 
 def test_linear_lora_against_numpy(rng):
-    lin = nn.LinearLoRA(6, 5, max_num_loras=3, max_lora_rank=4, dtype=DType.float32, device=CPU, has_bias=True, has_lora_bias=True)
+    lin = nn.LinearLoRA(
+        6, 5, max_num_loras=3, max_lora_rank=4, dtype=DType.float32, device=CPU, has_bias=True, has_lora_bias=True
+    )
     st = fill(lin, rng)
     x = rng.normal(size=(7, 6)).astype(np.float32)
     ids = np.array([1, -1, 2], np.int32)
@@ -215,11 +233,27 @@ def test_moe_and_lora_kernels(rng):
     h = rng.normal(size=(4, 5)).astype(np.float32)
     w = rng.normal(size=(3, 2, 5)).astype(np.float32)
     (y,) = run_fn(kernels.grouped_matmul_ragged, h, w, starts, eids, stats)
-    np.testing.assert_allclose(y, np.concatenate([h[:1] @ w[0].T, h[1:2] @ w[1].T, h[2:] @ w[2].T]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        y, np.concatenate([h[:1] @ w[0].T, h[1:2] @ w[1].T, h[2:] @ w[2].T]), rtol=1e-5, atol=1e-5
+    )
     lora = rng.normal(size=(2, 3, 5)).astype(np.float32)
-    (v,) = run_fn(lambda *a: kernels.sgmv_kernel(*a, 4), h, lora, np.array([1, 0], np.int32), np.array([3, 3], np.int32), np.array([0, 1, 4], np.uint32))
+    (v,) = run_fn(
+        lambda *a: kernels.sgmv_kernel(*a, 4),
+        h,
+        lora,
+        np.array([1, 0], np.int32),
+        np.array([3, 3], np.int32),
+        np.array([0, 1, 4], np.uint32),
+    )
     np.testing.assert_allclose(v, np.concatenate([h[:1] @ lora[1].T, h[1:] @ lora[0].T]), rtol=1e-5, atol=1e-5)
-    with Graph("e", input_types=[TensorType(DType.float32, [4, 5]), TensorType(DType.float32, [2, 2, 5]), TensorType(DType.uint32, [3])]) as g:
+    with Graph(
+        "e",
+        input_types=[
+            TensorType(DType.float32, [4, 5]),
+            TensorType(DType.float32, [2, 2, 5]),
+            TensorType(DType.uint32, [3]),
+        ],
+    ) as g:
         x, wt, u = (i.tensor for i in g.inputs)
         with pytest.raises(ValueError, match=r"grouped_matmul_ragged: expected weight of shape \[num_experts=3"):
             kernels.grouped_matmul_ragged(x, wt, ops_constant(np.zeros(4, np.uint32)), u, u)
@@ -245,19 +279,34 @@ def test_sampling_kernels(rng):
     ranks = np.argsort(np.argsort(-logits, axis=-1), axis=-1)
     assert all(ranks[b, tok[b, 0]] < k[b] for b in range(3))
     assert tok[0, 0] == logits[0].argmax()
-    for bad, msg in (({"top_k": 0}, "top_k to be a positive int"), ({"top_k": 2, "top_p": 1.5}, r"top_p to be in \(0, 1\]"), ({"top_k": 2, "temperature": -1.0}, "temperature to be >= 0")):
+    for bad, msg in (
+        ({"top_k": 0}, "top_k to be a positive int"),
+        ({"top_k": 2, "top_p": 1.5}, r"top_p to be in \(0, 1\]"),
+        ({"top_k": 2, "temperature": -1.0}, "temperature to be >= 0"),
+    ):
         with Graph("e", input_types=[TensorType(DType.float32, [3, 9])]) as g, pytest.raises(ValueError, match=msg):
             kernels.topk_fused_sampling(g.inputs[0].tensor, **bad)
-    with Graph("e", input_types=[TensorType(DType.float32, [3, 9]), TensorType(DType.int64, [3])]) as g, pytest.raises(ValueError, match="max_k is required"):
+    with (
+        Graph("e", input_types=[TensorType(DType.float32, [3, 9]), TensorType(DType.int64, [3])]) as g,
+        pytest.raises(ValueError, match="max_k is required"),
+    ):
         kernels.topk_fused_sampling(g.inputs[0].tensor, g.inputs[1].tensor)
 
     fd = np.array([[2, 1], [-1, 0], [5, 2], [-1, 0]], np.int32)
     fo = np.array([0, 2, 4], np.uint32)
     lg = rng.normal(size=(2, 9)).astype(np.float32)
-    types = [BufferType(DType.float32, [2, 9]), TensorType(DType.int32, [4, 2]), TensorType(DType.uint32, [3]), BufferType(DType.int32, [4, 2]), TensorType(DType.int64, [2])]
+    types = [
+        BufferType(DType.float32, [2, 9]),
+        TensorType(DType.int32, [4, 2]),
+        TensorType(DType.uint32, [3]),
+        BufferType(DType.int32, [4, 2]),
+        TensorType(DType.int64, [2]),
+    ]
 
     def step(lbuf, fdata, foff, fbuf, toks):
-        kernels.apply_penalties_to_logits(lbuf, fdata, foff, frequency_penalty=0.5, presence_penalty=0.1, repetition_penalty=2.0)
+        kernels.apply_penalties_to_logits(
+            lbuf, fdata, foff, frequency_penalty=0.5, presence_penalty=0.1, repetition_penalty=2.0
+        )
         kernels.update_frequency_data(fbuf, foff, toks)
         return fdata  # outputs are unused; buffers are written in place
 
@@ -278,10 +327,20 @@ def test_sampling_kernels(rng):
 
 
 def test_misc_kernels(rng):
-    a, b0, b1 = rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=(5, 4)).astype(np.float32), rng.normal(size=(5, 4)).astype(np.float32)
+    a, b0, b1 = (
+        rng.normal(size=(3, 4)).astype(np.float32),
+        rng.normal(size=(5, 4)).astype(np.float32),
+        rng.normal(size=(5, 4)).astype(np.float32),
+    )
     (y,) = run_fn(kernels.swish_glu, a, b0, b1)
     np.testing.assert_allclose(y, silu(a @ b0.T) * (a @ b1.T), rtol=1e-5, atol=1e-6)
-    m, off = run_fn(kernels.merge_ragged_tensors, np.arange(1, 7, dtype=np.float32), np.array([0, 2, 6], np.uint32), np.arange(7, 11, dtype=np.float32), np.array([0, 3, 4], np.uint32))
+    m, off = run_fn(
+        kernels.merge_ragged_tensors,
+        np.arange(1, 7, dtype=np.float32),
+        np.array([0, 2, 6], np.uint32),
+        np.arange(7, 11, dtype=np.float32),
+        np.array([0, 3, 4], np.uint32),
+    )
     np.testing.assert_array_equal(m, [1, 2, 7, 8, 9, 3, 4, 5, 6, 10])
     np.testing.assert_array_equal(off, [0, 5, 10])
     from maxfx.driver import Tensor  # noqa: PLC0415
@@ -295,6 +354,9 @@ def test_misc_kernels(rng):
     ref = np.zeros((3, 4), np.float32)
     ref[0, 1] = ref[2, 3] = -7.0
     np.testing.assert_array_equal(data.to_numpy(), ref)
-    with Graph("e", input_types=[TensorType(DType.float32, [3, 4])]) as g, pytest.raises(ValueError, match="swish_glu: b0 and b1 must both be"):
+    with (
+        Graph("e", input_types=[TensorType(DType.float32, [3, 4])]) as g,
+        pytest.raises(ValueError, match="swish_glu: b0 and b1 must both be"),
+    ):
         x = g.inputs[0].tensor
         kernels.swish_glu(x, x, x.T)

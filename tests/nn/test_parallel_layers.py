@@ -25,7 +25,9 @@ def fill(layer, rng):
 
 def signals(n=2, nbytes=8):
     """Small stand-in signal buffers (the collectives accept any uint8 buffer per device)."""
-    return [BufferType(DType.uint8, [nbytes], d) for d in (CPU0, CPU1)[:n]], [Tensor.from_numpy(np.zeros(nbytes, np.uint8)) for _ in range(n)]
+    return [BufferType(DType.uint8, [nbytes], d) for d in (CPU0, CPU1)[:n]], [
+        Tensor.from_numpy(np.zeros(nbytes, np.uint8)) for _ in range(n)
+    ]
 
 
 def test_column_parallel_linear_matches_linear(rng):
@@ -44,7 +46,9 @@ def test_column_parallel_linear_matches_linear(rng):
     ref = x @ st["weight"].T + st["bias"]
     for o in outs:
         np.testing.assert_allclose(o.to_numpy(), ref, rtol=1e-5, atol=1e-5)
-    uneven = nn.ColumnParallelLinear(6, 5, DType.float32, [CPU0, CPU1])  # as in MAX: the first device gets the extra row
+    uneven = nn.ColumnParallelLinear(
+        6, 5, DType.float32, [CPU0, CPU1]
+    )  # as in MAX: the first device gets the extra row
     assert [[int(d) for d in s.weight.shape] for s in uneven.distributed_linear_layers] == [[3, 6], [2, 6]]
 
 
@@ -92,7 +96,10 @@ def test_allreduce_and_signals(rng):
         with pytest.raises(TypeError, match="signal buffer 1 must be a BufferValue"):
             ar([a, b], [g.inputs[2].buffer, b])
     sig = nn.Signals([CPU0, DeviceRef.GPU(1)])
-    assert [(t.dtype, list(t.shape), t.device) for t in sig.input_types()] == [(DType.uint8, [nn.Signals.NUM_BYTES], CPU0), (DType.uint8, [537919488], DeviceRef.GPU(1))]
+    assert [(t.dtype, list(t.shape), t.device) for t in sig.input_types()] == [
+        (DType.uint8, [nn.Signals.NUM_BYTES], CPU0),
+        (DType.uint8, [537919488], DeviceRef.GPU(1)),
+    ]
     cpu_bufs = nn.Signals([CPU0]).buffers()
     assert tuple(cpu_bufs[0].shape) == (537919488,) and cpu_bufs[0].dtype is DType.uint8
 
@@ -108,7 +115,15 @@ def test_gptq_linear_against_numpy(rng, desc_act):
     k, n, gs = 64, 8, 32
     qweight, scales, g_idx, w = random_gptq(rng, k, n, gs, act_order=desc_act)
     cfg = QuantizationConfig(quant_method="gptq", bits=4, group_size=gs, desc_act=desc_act, sym=True)
-    lin = nn.GPTQLinear(k, n, DType.float32, CPU0, has_bias=True, quantization_encoding=QuantizationEncoding.GPTQ, quantization_config=cfg)
+    lin = nn.GPTQLinear(
+        k,
+        n,
+        DType.float32,
+        CPU0,
+        has_bias=True,
+        quantization_encoding=QuantizationEncoding.GPTQ,
+        quantization_config=cfg,
+    )
     bias = rng.normal(size=n).astype(np.float32)
     state = {"weight": gptq_pack(qweight, scales), "bias": bias}
     x = rng.normal(size=(3, k)).astype(np.float32)
@@ -131,4 +146,6 @@ def test_gptq_linear_errors():
     with pytest.raises(ValueError, match="group_size dividing in_dim=40"):
         nn.GPTQLinear(40, 8, DType.float32, CPU0, quantization_config=cfg)
     with pytest.raises(ValueError, match="must be QuantizationEncoding.GPTQ"):
-        nn.GPTQLinear(64, 8, DType.float32, CPU0, quantization_encoding=QuantizationEncoding.Q4_0, quantization_config=cfg)
+        nn.GPTQLinear(
+            64, 8, DType.float32, CPU0, quantization_encoding=QuantizationEncoding.Q4_0, quantization_config=cfg
+        )

@@ -115,7 +115,9 @@ def test_default_rope_matches_hf(rng, interleaved):
     x = rng.normal(size=(2, 5, 3, 8)).astype(np.float32)
     np.testing.assert_allclose(run_apply(rope, x), np_rope(x, ref[:5], interleaved), rtol=1e-5, atol=1e-5)
     # start_pos offsets the angles; a symbolic sequence length works too.
-    np.testing.assert_allclose(run_apply(rope, x, start_pos=7, symbolic=True), np_rope(x, ref[7:12], interleaved), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        run_apply(rope, x, start_pos=7, symbolic=True), np_rope(x, ref[7:12], interleaved), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_interleaved_and_half_layouts_differ_and_preserve_norm(rng):
@@ -140,14 +142,18 @@ def test_bfloat16_input_keeps_dtype(rng):
 
 def test_llama3_scaling_matches_hf(rng):
     p = nn.Llama3RopeScalingParams(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, orig_max_position=64)
-    rope = nn.Llama3RotaryEmbedding(dim=64, n_heads=2, theta=500000.0, max_seq_len=32, scaling_params=p, interleaved=False)
+    rope = nn.Llama3RotaryEmbedding(
+        dim=64, n_heads=2, theta=500000.0, max_seq_len=32, scaling_params=p, interleaved=False
+    )
     inv = hf_llama3(500000.0, 32, 8.0, 1.0, 4.0, 64)
     # The chosen sizes put frequencies in all three bands (kept, blended, divided).
     wavelen = 2 * math.pi / hf_inv_freq(500000.0, 32)
     assert (wavelen < 16).any() and (wavelen > 64).any() and ((wavelen >= 16) & (wavelen <= 64)).any()
     np.testing.assert_allclose(run_table(rope), table(inv, 64), atol=3e-5)
     x = rng.normal(size=(1, 6, 2, 32)).astype(np.float32)
-    np.testing.assert_allclose(run_apply(rope, x, start_pos=20), np_rope(x, table(inv, 26)[20:], False), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        run_apply(rope, x, start_pos=20), np_rope(x, table(inv, 26)[20:], False), rtol=1e-4, atol=1e-4
+    )
     # No scaling_params: plain RoPE.
     plain = nn.Llama3RotaryEmbedding(dim=64, n_heads=2, theta=500000.0, max_seq_len=32)
     np.testing.assert_allclose(run_table(plain), table(hf_inv_freq(500000.0, 32), 64), atol=3e-5)
@@ -182,20 +188,31 @@ def test_dynamic_ntk_updates_and_reverts():
 
 @pytest.mark.parametrize("truncate", [True, False])
 def test_yarn_matches_hf(rng, truncate):
-    p = nn.YarnScalingParams(factor=4.0, beta_fast=32.0, beta_slow=1.0, original_max_position_embeddings=64, truncate=truncate)
+    p = nn.YarnScalingParams(
+        factor=4.0, beta_fast=32.0, beta_slow=1.0, original_max_position_embeddings=64, truncate=truncate
+    )
     rope = nn.YarnRotaryEmbedding(dim=64, n_heads=2, theta=10000.0, max_seq_len=32, scaling_params=p, interleaved=False)
     inv, attn = hf_yarn(10000.0, 32, 4.0, 32.0, 1.0, 64, truncate)
     assert attn > 1
     np.testing.assert_allclose(run_table(rope), table(inv, 64, attn), atol=3e-5)
     x = rng.normal(size=(2, 4, 2, 32)).astype(np.float32)
-    np.testing.assert_allclose(run_apply(rope, x, start_pos=3), np_rope(x, table(inv, 7, attn)[3:], False), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        run_apply(rope, x, start_pos=3), np_rope(x, table(inv, 7, attn)[3:], False), rtol=1e-4, atol=1e-4
+    )
 
 
 def test_deepseek_yarn_matches_hf(rng):
     p = nn.DeepseekYarnRopeScalingParams(
-        scaling_factor=40.0, original_max_position_embeddings=64, beta_fast=32, beta_slow=1, mscale=0.707, mscale_all_dim=1.0
+        scaling_factor=40.0,
+        original_max_position_embeddings=64,
+        beta_fast=32,
+        beta_slow=1,
+        mscale=0.707,
+        mscale_all_dim=1.0,
     )
-    rope = nn.DeepseekYarnRotaryEmbedding(dim=16, n_heads=4, theta=10000.0, max_seq_len=24, head_dim=24, scaling_params=p)
+    rope = nn.DeepseekYarnRotaryEmbedding(
+        dim=16, n_heads=4, theta=10000.0, max_seq_len=24, head_dim=24, scaling_params=p
+    )
     inv, attn = hf_yarn(10000.0, 16, 40.0, 32, 1, 64, True, mscale=0.707, mscale_all_dim=1.0)
     got = run_table(rope)
     assert got.shape == (24, 8, 2)  # (max_seq_len, rope_dim // 2, 2)
@@ -211,7 +228,9 @@ def test_deepseek_yarn_matches_hf(rng):
 def test_longrope_stitched_table_and_scale():
     short = list(np.linspace(1.0, 1.5, 4))
     long = list(np.linspace(2.0, 8.0, 4))
-    p = nn.LongRoPEScalingParams(short_factor=short, long_factor=long, original_max_position=10, max_position_embeddings=40)
+    p = nn.LongRoPEScalingParams(
+        short_factor=short, long_factor=long, original_max_position=10, max_position_embeddings=40
+    )
     rope = nn.LongRoPERotaryEmbedding(32, 4, 10000.0, 16, scaling_params=p)
     inv = hf_inv_freq(10000.0, 8)
     ref = np.concatenate([table(inv / np.array(short), 10), table(inv / np.array(long), 32, start=10)])
@@ -240,9 +259,15 @@ def test_table_is_rebuilt_for_each_graph():
 def test_bad_inputs_raise_clear_errors(rng):
     rope = nn.RotaryEmbedding(32, 4, 10000.0, 8)
     for shape, msg in [([2, 5, 8], "rank 3"), ([2, 5, 3, 6], r"head_dim=8")]:
-        with Graph("bad", input_types=[TensorType(DType.float32, shape)]) as g, pytest.raises(ValueError, match=f"RotaryEmbedding: .*{msg}"):
+        with (
+            Graph("bad", input_types=[TensorType(DType.float32, shape)]) as g,
+            pytest.raises(ValueError, match=f"RotaryEmbedding: .*{msg}"),
+        ):
             rope(g.inputs[0].tensor)
-    with Graph("int", input_types=[TensorType(DType.int32, [1, 2, 3, 8])]) as g, pytest.raises(ValueError, match="floating-point"):
+    with (
+        Graph("int", input_types=[TensorType(DType.int32, [1, 2, 3, 8])]) as g,
+        pytest.raises(ValueError, match="floating-point"),
+    ):
         rope(g.inputs[0].tensor)
     with pytest.raises(ValueError, match="head_dim must be even"):
         nn.RotaryEmbedding(30, 2, 10000.0, 8)

@@ -75,7 +75,11 @@ def test_min_p_random_draws_stay_in_the_kept_set_and_follow_probs(rng):
 
 def test_min_p_one_keeps_only_the_argmax(rng):
     logits = rng.normal(size=(5, 30)).astype(np.float32)
-    (tokens,) = run(lambda x, uu: nn.MinPSampler(DType.float32, [5, 1], min_p=1.0)(x, uniforms=uu), logits, rng.uniform(size=5).astype(np.float32))
+    (tokens,) = run(
+        lambda x, uu: nn.MinPSampler(DType.float32, [5, 1], min_p=1.0)(x, uniforms=uu),
+        logits,
+        rng.uniform(size=5).astype(np.float32),
+    )
     np.testing.assert_array_equal(tokens[:, 0], logits.argmax(-1))
 
 
@@ -133,7 +137,13 @@ def test_rejection_sampler_with_residuals_matches_numpy(rng):
     sampler = nn.RejectionSamplerWithResiduals(CPU, top_k=1)
     first, recovered, bonus = run(
         lambda t, dl, tl, o, ad, r1, r2: sampler(t, dl, tl, o, ad, rejection_rand=r1, residual_rand=r2),
-        tokens, np.zeros((batch, steps), np.float32), target, offsets, all_draft, rej_u, res_u,
+        tokens,
+        np.zeros((batch, steps), np.float32),
+        target,
+        offsets,
+        all_draft,
+        rej_u,
+        res_u,
     )
     p = softmax(target.reshape(batch, steps + 1, vocab)[:, :steps].astype(np.float64))
     q = softmax(all_draft.transpose(1, 0, 2).astype(np.float64))
@@ -161,8 +171,19 @@ def test_residual_sampler_random_path_and_debug_print(rng, capfd):
 
 def test_rejection_sampler_bad_inputs(rng):
     sampler = nn.RejectionSampler(CPU)
-    with Graph("b", input_types=[TensorType(DType.float32, [2, 3]), TensorType(DType.float32, [2, 3]), TensorType(DType.float32, [8, 5]), TensorType(DType.uint32, [3])]) as g:
-        with pytest.raises(ValueError, match=r"RejectionSampler: draft_tokens must be integer \[batch, num_steps\], got float32\[2, 3\]"):
+    with Graph(
+        "b",
+        input_types=[
+            TensorType(DType.float32, [2, 3]),
+            TensorType(DType.float32, [2, 3]),
+            TensorType(DType.float32, [8, 5]),
+            TensorType(DType.uint32, [3]),
+        ],
+    ) as g:
+        with pytest.raises(
+            ValueError,
+            match=r"RejectionSampler: draft_tokens must be integer \[batch, num_steps\], got float32\[2, 3\]",
+        ):
             sampler(*[v.tensor for v in g.inputs])
     with pytest.raises(ValueError, match="top_k must be an int >= 1"):
         nn.RejectionSampler(CPU, top_k=0)
@@ -264,7 +285,10 @@ def test_print_hook_watches_eager_modules_by_name_with_a_filter(rng, capfd):
     assert "tensor(" not in capfd.readouterr().out
     other = nn.PrintHook()
     try:
-        with pytest.raises(TypeError, match=r"PrintHook.name_layers expects a max.nn \(V2\) Layer or a max.experimental.nn \(V3\) Module, got int"):
+        with pytest.raises(
+            TypeError,
+            match=r"PrintHook.name_layers expects a max.nn \(V2\) Layer or a max.experimental.nn \(V3\) Module, got int",
+        ):
             other.name_layers(42)
     finally:
         other.remove()

@@ -15,7 +15,15 @@ from maxfx.driver import CPU
 from maxfx.dtype import DType
 from maxfx.experimental import functional as F
 from maxfx.experimental.nn import Linear
-from maxfx.experimental.sharding import BufferLayout, DeviceMapping, DeviceMesh, PlacementMapping, Replicated, Sharded, TensorLayout
+from maxfx.experimental.sharding import (
+    BufferLayout,
+    DeviceMapping,
+    DeviceMesh,
+    PlacementMapping,
+    Replicated,
+    Sharded,
+    TensorLayout,
+)
 from maxfx.experimental.tensor import Tensor, defaults
 from maxfx.graph import BufferType, DeviceRef, TensorType
 
@@ -33,7 +41,10 @@ def test_fields_follow_maxs_reference():
     assert layout.to_placements() == (Sharded(0),) and not layout.is_fully_replicated and layout.is_fully_resolved
     assert layout.to_named_sharding().spec == ("dp", None)
     assert layout.local_shape(1) == [Dim("batch_dp_1"), 8]
-    assert layout == TensorLayout(DType.bfloat16, ["batch", 8], mapping) and len({layout, TensorLayout(DType.bfloat16, ["batch", 8], mapping)}) == 1
+    assert (
+        layout == TensorLayout(DType.bfloat16, ["batch", 8], mapping)
+        and len({layout, TensorLayout(DType.bfloat16, ["batch", 8], mapping)}) == 1
+    )
     assert layout != TensorLayout(DType.float32, ["batch", 8], mapping)
 
 
@@ -62,7 +73,9 @@ def test_module_compile_takes_a_layout_as_in_the_api_reference():
     with F.lazy():
         model = Linear(2, 3)
     dtype, device = defaults()
-    compiled = model.compile(TensorLayout(dtype, ["batch", 2], device), weights={"weight": Tensor(w), "bias": Tensor(b)})
+    compiled = model.compile(
+        TensorLayout(dtype, ["batch", 2], device), weights={"weight": Tensor(w), "bias": Tensor(b)}
+    )
     for batch in (4, 7):
         x = rng.standard_normal((batch, 2)).astype(np.float32)
         np.testing.assert_allclose(compiled(Tensor(x)).to_numpy(), x @ w.T + b, rtol=1e-5, atol=1e-6)

@@ -37,7 +37,12 @@ def tensor_type(a: np.ndarray, symbolic: Sequence[str | None] | None = None) -> 
     return TensorType(DType.from_numpy(a.dtype), dims)
 
 
-def build(fn: Callable[..., Any], *arrays: np.ndarray, symbolic: Sequence[Sequence[str | None] | None] | None = None, **kwargs: Any) -> Graph:
+def build(
+    fn: Callable[..., Any],
+    *arrays: np.ndarray,
+    symbolic: Sequence[Sequence[str | None] | None] | None = None,
+    **kwargs: Any,
+) -> Graph:
     """A graph with one input per array whose output is ``fn(*inputs, **kwargs)``."""
     types = [tensor_type(a, symbolic[i] if symbolic else None) for i, a in enumerate(arrays)]
     with Graph(getattr(fn, "__name__", "op"), input_types=types) as g:
@@ -63,7 +68,9 @@ def run_op(fn: Callable[..., Any], *arrays: np.ndarray, symbolic=None, **kwargs:
     return outs[0] if len(outs) == 1 else outs
 
 
-def rand(rng: np.random.Generator, shape: Sequence[int], dtype: Any = np.float32, low: float = -3, high: float = 3) -> np.ndarray:
+def rand(
+    rng: np.random.Generator, shape: Sequence[int], dtype: Any = np.float32, low: float = -3, high: float = 3
+) -> np.ndarray:
     """Random test data of ``dtype`` (ints in [low, high), bools 50/50)."""
     dt = np.dtype(DType.to_numpy(dtype) if isinstance(dtype, DType) else dtype)
     if dt == np.bool_:

@@ -123,7 +123,9 @@ def record(tested_in: str | Sequence[str], *examples: Example, no_grad: str = ""
     return OpRecord(modules, examples, no_grad)
 
 
-def value(inputs: Sequence[np.ndarray], reference: Callable[..., Any], call: Callable[..., Any] = _apply, *, tol: float = 1e-5) -> Example:
+def value(
+    inputs: Sequence[np.ndarray], reference: Callable[..., Any], call: Callable[..., Any] = _apply, *, tol: float = 1e-5
+) -> Example:
     """A value example: ``call(f, *inputs)`` against ``reference(*inputs)``."""
     return Example(call, tuple(inputs), reference, tol)
 
@@ -138,7 +140,14 @@ def grad(
     jit: bool = True,
 ) -> Example:
     """A gradient example differentiating the inputs ``wrt`` (default: all of them)."""
-    return Example(call, tuple(inputs), wrt=tuple(range(len(inputs)) if wrt is None else wrt), grad_dtype=dtype, grad_tol=tol, grad_jit=jit)
+    return Example(
+        call,
+        tuple(inputs),
+        wrt=tuple(range(len(inputs)) if wrt is None else wrt),
+        grad_dtype=dtype,
+        grad_tol=tol,
+        grad_jit=jit,
+    )
 
 
 # ─── inputs ───────────────────────────────────────────────────────────────
@@ -268,7 +277,9 @@ def _masked_scatter(x, mask, upd):
     return out
 
 
-def _keepdims_reduction(method: str, axis: int, grad_input: np.ndarray, grad_axis: int, *, tol: float = 1e-5) -> OpRecord:
+def _keepdims_reduction(
+    method: str, axis: int, grad_input: np.ndarray, grad_axis: int, *, tol: float = 1e-5
+) -> OpRecord:
     """The record of an axis reduction ``f(x, axis=...)``, which keeps the axis: its value against numpy's
     ``x.<method>(axis, keepdims=True)`` on ``X``, its gradient on ``grad_input`` along ``grad_axis``."""
     return record(
@@ -280,7 +291,9 @@ def _keepdims_reduction(method: str, axis: int, grad_input: np.ndarray, grad_axi
 
 def _attention(q, k, v, scale):
     """Causal attention of each batch row (queries at positions 0..Sq-1, all keys visible)."""
-    return np.stack([np_attend(q[b], k[b], v[b], np.arange(q.shape[1]), k.shape[1], "causal", scale) for b in range(q.shape[0])])
+    return np.stack(
+        [np_attend(q[b], k[b], v[b], np.arange(q.shape[1]), k.shape[1], "causal", scale) for b in range(q.shape[0])]
+    )
 
 
 # ─── the table: registry op name → record ─────────────────────────────────
@@ -289,7 +302,10 @@ _GRAPH_ONLY = "graph-only: runs nested Graph blocks (no eager/traced impl); insi
 
 OP_TABLE: dict[str, OpRecord] = {
     # core and devices
-    "constant": record("test_core", value((), lambda: np.array([[1.5, 2.0]], np.float32), lambda f: f([[1.5, 2.0]], DType.float32, CPU))),
+    "constant": record(
+        "test_core",
+        value((), lambda: np.array([[1.5, 2.0]], np.float32), lambda f: f([[1.5, 2.0]], DType.float32, CPU)),
+    ),
     "cast": record(
         "test_core",
         value((X * 3,), lambda x: (x * 1).astype(np.int32), lambda f, x: f(x, DType.int32)),
@@ -304,12 +320,32 @@ OP_TABLE: dict[str, OpRecord] = {
     ),
     "print": record("test_debug_collective"),
     "export_tensor": record("test_debug_export"),
-    "allgather": record("test_debug_collective", no_grad="a collective over several devices with signal buffers; needs a multi-device setup (see the multi-device tests)"),
-    "allreduce_sum": record("test_allreduce", no_grad="a collective over several devices with signal buffers; needs a multi-device setup (see the multi-device tests)"),
-    "distributed_broadcast": record("test_debug_collective", no_grad="a collective over several devices with signal buffers; needs a multi-device setup (see the multi-device tests)"),
+    "allgather": record(
+        "test_debug_collective",
+        no_grad=(
+            "a collective over several devices with signal buffers; needs a multi-device setup (see the "
+            "multi-device tests)"
+        ),
+    ),
+    "allreduce_sum": record(
+        "test_allreduce",
+        no_grad=(
+            "a collective over several devices with signal buffers; needs a multi-device setup (see the "
+            "multi-device tests)"
+        ),
+    ),
+    "distributed_broadcast": record(
+        "test_debug_collective",
+        no_grad=(
+            "a collective over several devices with signal buffers; needs a multi-device setup (see the "
+            "multi-device tests)"
+        ),
+    ),
     "shard_and_stack": record(
         "test_debug_collective",
-        value((X, Y), lambda a, b: np.split(np.stack([a, b]), 2, axis=2), lambda f, a, b: f([a, b], [CPU, CPU], axis=1)),
+        value(
+            (X, Y), lambda a, b: np.split(np.stack([a, b]), 2, axis=2), lambda f, a, b: f([a, b], [CPU, CPU], axis=1)
+        ),
         grad((u(4, 3), u(4, 3)), lambda f, a, b: tuple(f([a, b], [CPU, CPU], axis=0))),
     ),
     # elementwise unary
@@ -348,7 +384,9 @@ OP_TABLE: dict[str, OpRecord] = {
     "mul": record("test_elementwise", value((X, Y), np.multiply), grad((u(2, 3), u(2, 3)))),
     "div": record("test_elementwise", value((X, POS), np.divide, tol=1e-6), grad((u(2, 3), away(2, 3, margin=0.5)))),
     "mod": record("test_elementwise", value((X, POS), np.mod), grad((_MOD_X, _MOD_Y))),
-    "floor_div": record("test_elementwise", value((i64(3, 4, low=-9, high=9), i64(3, 4, low=1, high=4)), np.floor_divide)),
+    "floor_div": record(
+        "test_elementwise", value((i64(3, 4, low=-9, high=9), i64(3, 4, low=1, high=4)), np.floor_divide)
+    ),
     "pow": record("test_elementwise", value((POS, Y), np.power), grad((u(2, 3, lo=0.5, hi=2), u(2, 3)))),
     "maximum": record("test_reduction", value((X, Y), np.maximum), grad((distinct(2, 3), distinct(2, 3) + 0.05))),
     "minimum": record("test_reduction", value((X, Y), np.minimum), grad((distinct(2, 3), distinct(2, 3) + 0.05))),
@@ -366,7 +404,10 @@ OP_TABLE: dict[str, OpRecord] = {
     ),
     "complex_mul": record(
         "test_elementwise",
-        no_grad="no front in the registry (MAX's ops.complex.mul lives in a submodule): its values are checked against numpy's complex product in test_elementwise",
+        no_grad=(
+            "no front in the registry (MAX's ops.complex.mul lives in a submodule): its values are checked against "
+            "numpy's complex product in test_elementwise"
+        ),
     ),
     "outer": record("test_elementwise", value((f32(3), f32(4)), np.outer), grad((u(3), u(4)))),
     # reductions, scans, normalisation (reductions keep the axis)
@@ -401,7 +442,9 @@ OP_TABLE: dict[str, OpRecord] = {
         ),
         grad((distinct(2, 5),), lambda f, x: f(x, 2)[0]),
     ),
-    "argsort": record("test_reduction", value((f32(7),), lambda x: np.argsort(-x, kind="stable"), lambda f, x: f(x, ascending=False))),
+    "argsort": record(
+        "test_reduction", value((f32(7),), lambda x: np.argsort(-x, kind="stable"), lambda f, x: f(x, ascending=False))
+    ),
     "layer_norm": record(
         "test_reduction",
         value((X, f32(4), f32(4)), lambda x, g, b: _np_layer_norm(x, g, b, 1e-5), lambda f, x, g, b: f(x, g, b, 1e-5)),
@@ -439,7 +482,9 @@ OP_TABLE: dict[str, OpRecord] = {
         value((f32(1, 4),), lambda x: np.broadcast_to(x, (3, 4)), lambda f, x: f(x, [3, 4])),
         grad((u(3, 1),), lambda f, x: f(x, [2, 3, 4])),
     ),
-    "rebind": record("test_shape", value((X,), lambda x: x, lambda f, x: f(x, [3, 4])), grad((u(2, 3),), lambda f, x: f(x, [2, 3]))),
+    "rebind": record(
+        "test_shape", value((X,), lambda x: x, lambda f, x: f(x, [3, 4])), grad((u(2, 3),), lambda f, x: f(x, [2, 3]))
+    ),
     "shape_to_tensor": record("test_shape"),
     "concat": record(
         "test_shape",
@@ -510,8 +555,16 @@ OP_TABLE: dict[str, OpRecord] = {
     ),
     "scatter_add": record(
         "test_indexing",
-        value((X, f32(3, 4), _idx([[2, 0, 1, 2], [0, 0, 2, 1], [2, 1, 1, 0]])), _scatter_reduce_axis0("add"), lambda f, x, upd, i: f(x, upd, i, axis=0)),
-        grad((u(3, 4), u(2, 4), _idx([[2, 0, 1, 2], [0, 1, 2, 0]])), lambda f, x, upd, i: f(x, upd, i, axis=0), wrt=(0, 1)),
+        value(
+            (X, f32(3, 4), _idx([[2, 0, 1, 2], [0, 0, 2, 1], [2, 1, 1, 0]])),
+            _scatter_reduce_axis0("add"),
+            lambda f, x, upd, i: f(x, upd, i, axis=0),
+        ),
+        grad(
+            (u(3, 4), u(2, 4), _idx([[2, 0, 1, 2], [0, 1, 2, 0]])),
+            lambda f, x, upd, i: f(x, upd, i, axis=0),
+            wrt=(0, 1),
+        ),
     ),
     "scatter_nd_add": record(
         "test_indexing",
@@ -520,8 +573,16 @@ OP_TABLE: dict[str, OpRecord] = {
     ),
     "scatter_max": record(
         "test_indexing",
-        value((X, f32(3, 4), _idx([[2, 0, 1, 2], [0, 0, 2, 1], [2, 1, 1, 0]])), _scatter_reduce_axis0("max"), lambda f, x, upd, i: f(x, upd, i, axis=0)),
-        grad((u(3, 4), u(2, 4), _idx([[2, 0, 1, 2], [0, 1, 2, 0]])), lambda f, x, upd, i: f(x, upd, i, axis=0), wrt=(0, 1)),
+        value(
+            (X, f32(3, 4), _idx([[2, 0, 1, 2], [0, 0, 2, 1], [2, 1, 1, 0]])),
+            _scatter_reduce_axis0("max"),
+            lambda f, x, upd, i: f(x, upd, i, axis=0),
+        ),
+        grad(
+            (u(3, 4), u(2, 4), _idx([[2, 0, 1, 2], [0, 1, 2, 0]])),
+            lambda f, x, upd, i: f(x, upd, i, axis=0),
+            wrt=(0, 1),
+        ),
     ),
     "scatter_nd_max": record(
         "test_indexing",
@@ -530,8 +591,16 @@ OP_TABLE: dict[str, OpRecord] = {
     ),
     "scatter_min": record(
         "test_indexing",
-        value((X, f32(3, 4), _idx([[2, 0, 1, 2], [0, 0, 2, 1], [2, 1, 1, 0]])), _scatter_reduce_axis0("min"), lambda f, x, upd, i: f(x, upd, i, axis=0)),
-        grad((u(3, 4), u(2, 4), _idx([[2, 0, 1, 2], [0, 1, 2, 0]])), lambda f, x, upd, i: f(x, upd, i, axis=0), wrt=(0, 1)),
+        value(
+            (X, f32(3, 4), _idx([[2, 0, 1, 2], [0, 0, 2, 1], [2, 1, 1, 0]])),
+            _scatter_reduce_axis0("min"),
+            lambda f, x, upd, i: f(x, upd, i, axis=0),
+        ),
+        grad(
+            (u(3, 4), u(2, 4), _idx([[2, 0, 1, 2], [0, 1, 2, 0]])),
+            lambda f, x, upd, i: f(x, upd, i, axis=0),
+            wrt=(0, 1),
+        ),
     ),
     "scatter_nd_min": record(
         "test_indexing",
@@ -540,13 +609,23 @@ OP_TABLE: dict[str, OpRecord] = {
     ),
     "scatter_mul": record(
         "test_indexing",
-        value((X, f32(3, 4), _idx([[2, 0, 1, 2], [0, 0, 2, 1], [2, 1, 1, 0]])), _scatter_reduce_axis0("mul"), lambda f, x, upd, i: f(x, upd, i, axis=0)),
-        no_grad="JAX differentiates a scatter-multiply only with unique indices (its gradient is not defined for duplicates)",
+        value(
+            (X, f32(3, 4), _idx([[2, 0, 1, 2], [0, 0, 2, 1], [2, 1, 1, 0]])),
+            _scatter_reduce_axis0("mul"),
+            lambda f, x, upd, i: f(x, upd, i, axis=0),
+        ),
+        no_grad=(
+            "JAX differentiates a scatter-multiply only with unique indices (its gradient is not defined for "
+            "duplicates)"
+        ),
     ),
     "scatter_nd_mul": record(
         "test_indexing",
         value((X, f32(3, 4), _idx([[2], [0], [2]])), _scatter_nd_reduce_rows("mul")),
-        no_grad="JAX differentiates a scatter-multiply only with unique indices (its gradient is not defined for duplicates)",
+        no_grad=(
+            "JAX differentiates a scatter-multiply only with unique indices (its gradient is not defined for "
+            "duplicates)"
+        ),
     ),
     "masked_scatter": record(
         "test_indexing",
@@ -555,9 +634,15 @@ OP_TABLE: dict[str, OpRecord] = {
             _masked_scatter,
             lambda f, x, m, upd: f(x, m, upd, out_dim=3),
         ),
-        grad((u(2, 2), np.array([[True, False], [False, True]]), u(3)), lambda f, x, m, upd: f(x, m, upd, out_dim=2), wrt=(0, 2)),
+        grad(
+            (u(2, 2), np.array([[True, False], [False, True]]), u(3)),
+            lambda f, x, m, upd: f(x, m, upd, out_dim=2),
+            wrt=(0, 2),
+        ),
     ),
-    "nonzero": record("test_indexing", value((np.array([[0, 3, 0], [4, 0, 5]], np.int32),), np.argwhere, lambda f, x: f(x, out_dim=3))),
+    "nonzero": record(
+        "test_indexing", value((np.array([[0, 3, 0], [4, 0, 5]], np.int32),), np.argwhere, lambda f, x: f(x, out_dim=3))
+    ),
     # advanced indexing (x[idx], x[idx] = v; no front: Tensor/TensorValue indexing and ops.custom reach them)
     "advanced_indexing_getitem": record(
         "test_advanced_indexing",
@@ -601,17 +686,29 @@ OP_TABLE: dict[str, OpRecord] = {
     # Pools are checked op by op: under jax.jit their reverse mode fails (`test_pools_differentiate_under_jit`).
     "max_pool2d": record(
         "test_nn_ops",
-        value((IMG,), lambda x: np_pool(x, (2, 2), (2, 2), (1, 1), (0, 0), False, "max"), lambda f, x: f(x, (2, 2), stride=2)),
+        value(
+            (IMG,),
+            lambda x: np_pool(x, (2, 2), (2, 2), (1, 1), (0, 0), False, "max"),
+            lambda f, x: f(x, (2, 2), stride=2),
+        ),
         grad((distinct(1, 3, 3, 2),), lambda f, x: f(x, (2, 2), stride=1), jit=False),
     ),
     "avg_pool2d": record(
         "test_nn_ops",
-        value((IMG,), lambda x: np_pool(x, (3, 3), (1, 1), (1, 1), (1, 1), False, "avg"), lambda f, x: f(x, (3, 3), stride=1, padding=1)),
+        value(
+            (IMG,),
+            lambda x: np_pool(x, (3, 3), (1, 1), (1, 1), (1, 1), False, "avg"),
+            lambda f, x: f(x, (3, 3), stride=1, padding=1),
+        ),
         grad((u(1, 3, 3, 2),), lambda f, x: f(x, (2, 2), stride=1), jit=False),
     ),
     "fold": record(
         "test_nn_ops",
-        value((f32(1, 8, 6),), lambda x: np_fold(x, (3, 4), (2, 2), (1, 1), (1, 1), (0, 0)), lambda f, x: f(x, (3, 4), (2, 2))),
+        value(
+            (f32(1, 8, 6),),
+            lambda x: np_fold(x, (3, 4), (2, 2), (1, 1), (1, 1), (0, 0)),
+            lambda f, x: f(x, (3, 4), (2, 2)),
+        ),
         grad((u(1, 4, 4),), lambda f, x: f(x, (3, 3), (2, 2))),
     ),
     "resize": record(
@@ -629,11 +726,18 @@ OP_TABLE: dict[str, OpRecord] = {
     ),
     "irfft": record(
         "test_nn_ops",
-        value((f32(2, 4, 2),), lambda x: np.fft.irfft(x[..., 0] + 1j * x[..., 1], n=6), lambda f, x: f(x, n=6, input_is_complex=True)),
+        value(
+            (f32(2, 4, 2),),
+            lambda x: np.fft.irfft(x[..., 0] + 1j * x[..., 1], n=6),
+            lambda f, x: f(x, n=6, input_is_complex=True),
+        ),
         grad((u(2, 4),), lambda f, x: f(x, n=6)),
     ),
     # creation (no tensor inputs) and random
-    "range": record("test_creation", value((), lambda: np.arange(0, 10, 3, dtype=np.int32), lambda f: f(0, 10, 3, dtype=DType.int32, device=CPU))),
+    "range": record(
+        "test_creation",
+        value((), lambda: np.arange(0, 10, 3, dtype=np.int32), lambda f: f(0, 10, 3, dtype=DType.int32, device=CPU)),
+    ),
     "hann_window": record("test_creation", value((), lambda: _hann_ref(6, True), lambda f: f(6, CPU), tol=1e-6)),
     "random_normal": record("test_random"),
     "random_uniform": record("test_random"),
@@ -643,7 +747,10 @@ OP_TABLE: dict[str, OpRecord] = {
     "buffer_store": record("test_buffer"),
     "buffer_store_slice": record("test_buffer"),
     "cond": record("test_control_flow", no_grad=_GRAPH_ONLY),
-    "call": record("test_control_flow", no_grad="graph-only: calls a subgraph (no eager/traced impl); inside JAX transforms call the Python function"),
+    "call": record(
+        "test_control_flow",
+        no_grad="graph-only: calls a subgraph (no eager/traced impl); inside JAX transforms call the Python function",
+    ),
     "while_loop": record("test_control_flow"),
     "custom": record("test_custom"),
     "inplace_custom": record("test_custom"),
@@ -677,8 +784,17 @@ OP_TABLE: dict[str, OpRecord] = {
     # attention family (accumulates in float32 whatever the input dtype: gradients checked in float32, loose tolerances)
     "attention": record(
         "test_attention_ops",
-        value((f32(2, 5, 4, 8), f32(2, 5, 2, 8), f32(2, 5, 2, 6)), lambda q, k, v: _attention(q, k, v, 0.3), lambda f, q, k, v: f(q, k, v, scale=0.3)),
-        grad((u(1, 3, 2, 4), u(1, 3, 1, 4), u(1, 3, 1, 2)), lambda f, q, k, v: f(q, k, v, scale=0.5), dtype=np.float32, tol=2e-2),
+        value(
+            (f32(2, 5, 4, 8), f32(2, 5, 2, 8), f32(2, 5, 2, 6)),
+            lambda q, k, v: _attention(q, k, v, 0.3),
+            lambda f, q, k, v: f(q, k, v, scale=0.3),
+        ),
+        grad(
+            (u(1, 3, 2, 4), u(1, 3, 1, 4), u(1, 3, 1, 2)),
+            lambda f, q, k, v: f(q, k, v, scale=0.5),
+            dtype=np.float32,
+            tol=2e-2,
+        ),
     ),
     "ragged_attention": record(
         "test_attention_ops",

@@ -1,4 +1,5 @@
-"""Advanced indexing (``x[idx]``, ``x[mask]``, ``x[idx] = v``) against numpy: eager, ``F.lazy()``, graphs, ``jax.jit``, ``jax.grad``.
+"""Advanced indexing (``x[idx]``, ``x[mask]``, ``x[idx] = v``) against numpy: eager, ``F.lazy()``, graphs, ``jax.jit``,
+``jax.grad``.
 
 The ops are ``"advanced_indexing_getitem"``, ``"advanced_indexing_setitem"`` and
 ``"advanced_indexing_setitem_inplace"`` (MAX's kernel names, also reached through
@@ -103,7 +104,9 @@ def test_getitem_index_tensors_traced_and_in_graphs(rng):
     got_jit = jax.jit(lambda t, a, b: t[a, :, b])(Tensor(x), Tensor(i), Tensor(j))
     np.testing.assert_array_equal(np.asarray(got_jit), want)
     np.testing.assert_array_equal(run_op(lambda v, a, b: v[a, :, b], x, i, j), want)
-    np.testing.assert_array_equal(np.asarray(jax.jit(lambda t, a: t[a])(jnp.asarray(x), jnp.asarray(i))), x[i])  # JAX arrays too
+    np.testing.assert_array_equal(
+        np.asarray(jax.jit(lambda t, a: t[a])(jnp.asarray(x), jnp.asarray(i))), x[i]
+    )  # JAX arrays too
 
 
 def test_getitem_symbolic_dims():
@@ -193,7 +196,9 @@ def test_setitem_traced_mask_keeps_the_shape():
     fill = np.array([[-1.0, -2.0, -3.0, -4.0], [-5.0, -6.0, -7.0, -8.0]], np.float32)
     got = run_op(lambda v, m, f: setitem(v, m, f), x, rows, fill)  # one value row per True row (masked_scatter)
     np.testing.assert_array_equal(got, _np_set(x, rows, fill))
-    got = run_op(lambda v, m: setitem(v, m, np.array([0.5, 1.5, 2.5, 3.5], np.float32)), x, rows)  # one row for all (where)
+    got = run_op(
+        lambda v, m: setitem(v, m, np.array([0.5, 1.5, 2.5, 3.5], np.float32)), x, rows
+    )  # one row for all (where)
     np.testing.assert_array_equal(got, _np_set(x, rows, [0.5, 1.5, 2.5, 3.5]))
     column = np.array([[10.0], [20.0]], np.float32)  # a value per True row, broadcast along it
     np.testing.assert_array_equal(run_op(lambda v, m, c: setitem(v, m, c), x, rows, column), _np_set(x, rows, column))
@@ -219,7 +224,11 @@ def test_setitem_grad_matches_numpy():
 
 
 def test_buffer_setitem_with_index_arrays():
-    types = [BufferType(DType.float32, [3, 4], CPU), TensorType(DType.int64, [2], CPU), TensorType(DType.float32, [2, 4], CPU)]
+    types = [
+        BufferType(DType.float32, [3, 4], CPU),
+        TensorType(DType.int64, [2], CPU),
+        TensorType(DType.float32, [2, 4], CPU),
+    ]
     with Graph("buf", input_types=types) as g:
         buf, rows, vals = g.inputs
         buf[rows] = vals  # advanced_indexing_setitem_inplace
@@ -301,11 +310,26 @@ def test_custom_setitem_and_inplace_with_max_conventions(start_axis, n):
     xt = TensorType(DType.float32, x.shape, CPU)
     types = [xt, TensorType(DType.float32, region, CPU)] + [TensorType(DType.int32, [1, 2], CPU)] * n
     with Graph("setitem", input_types=types) as g:
-        (out,) = ops.custom("advanced_indexing_setitem", device=CPU, values=list(g.inputs), out_types=[xt], parameters={"start_axis": start_axis})
+        (out,) = ops.custom(
+            "advanced_indexing_setitem",
+            device=CPU,
+            values=list(g.inputs),
+            out_types=[xt],
+            parameters={"start_axis": start_axis},
+        )
         g.output(out)
     np.testing.assert_array_equal(session().load(g).execute(x, updates, *indices)[0].to_numpy(), want)
     with Graph("setitem_inplace", input_types=[xt.as_buffer(), *types[1:]]) as g:
-        assert ops.inplace_custom("advanced_indexing_setitem_inplace", device=CPU, values=list(g.inputs), out_types=[], parameters={"start_axis": start_axis}) == []
+        assert (
+            ops.inplace_custom(
+                "advanced_indexing_setitem_inplace",
+                device=CPU,
+                values=list(g.inputs),
+                out_types=[],
+                parameters={"start_axis": start_axis},
+            )
+            == []
+        )
         g.output()
     buf = DriverTensor.from_numpy(x.copy())
     session().load(g).execute(buf, updates, *indices)
@@ -314,14 +338,24 @@ def test_custom_setitem_and_inplace_with_max_conventions(start_axis, n):
 
 def test_custom_kernels_on_eager_tensors_and_their_errors():
     x = Tensor(A)
-    (out,) = ops.custom("advanced_indexing_getitem", CPU, [x, Tensor(np.array([2, 0], np.int32))], None, {"start_axis": 1})
+    (out,) = ops.custom(
+        "advanced_indexing_getitem", CPU, [x, Tensor(np.array([2, 0], np.int32))], None, {"start_axis": 1}
+    )
     np.testing.assert_array_equal(out.to_numpy(), A[:, [2, 0]])
     with pytest.raises(TypeError, match="'advanced_indexing_setitem_inplace' is called with ops.inplace_custom"):
         ops.custom("advanced_indexing_setitem_inplace", CPU, [x, x, Tensor(np.array([0], np.int32))], None)
     with pytest.raises(ValueError, match="gives float32\\[3, 2, 5\\], but out_types declares int32"):
-        ops.custom("advanced_indexing_getitem", CPU, [x, Tensor(np.array([2, 0], np.int32))], [TensorType(DType.int32, [3, 2, 5], CPU)], {"start_axis": 1})
+        ops.custom(
+            "advanced_indexing_getitem",
+            CPU,
+            [x, Tensor(np.array([2, 0], np.int32))],
+            [TensorType(DType.int32, [3, 2, 5], CPU)],
+            {"start_axis": 1},
+        )
     with pytest.raises(IndexError, match="too many indices"):
-        ops.custom("advanced_indexing_getitem", CPU, [x, *[Tensor(np.array([0], np.int32))] * 2], None, {"start_axis": 2})
+        ops.custom(
+            "advanced_indexing_getitem", CPU, [x, *[Tensor(np.array([0], np.int32))] * 2], None, {"start_axis": 2}
+        )
 
 
 # ─── errors ───────────────────────────────────────────────────────────────
@@ -372,7 +406,13 @@ def test_boolean_mask_with_unknown_values_raises_data_dependent():
 
 def test_index_errors():
     x = Tensor(A)
-    with pytest.raises(IndexError, match="boolean index did not match indexed tensor along axis 1; size of axis is 4 but size of corresponding boolean axis is 3"):
+    with pytest.raises(
+        IndexError,
+        match=(
+            "boolean index did not match indexed tensor along axis 1; size of axis is 4 but size of corresponding "
+            "boolean axis is 3"
+        ),
+    ):
         x[:, np.array([True, False, True])]
     with pytest.raises(IndexError, match=r"indexing arrays could not be broadcast together with shapes \[2\] \[3\]"):
         x[[0, 1], [0, 1, 2]]

@@ -33,7 +33,10 @@ def test_allreduce_sum_gives_every_device_the_total():
 def test_allreduce_sum_checks_its_inputs():
     with _graph() as g:
         x0, x1, s0, s1 = g.inputs
-        with pytest.raises(ValueError, match=r"allreduce.sum: expected number of inputs \(2\) and number of signal buffers \(1\) to match"):
+        with pytest.raises(
+            ValueError,
+            match=r"allreduce.sum: expected number of inputs \(2\) and number of signal buffers \(1\) to match",
+        ):
             ops.allreduce.sum([x0, x1], [s0])
         with pytest.raises(ValueError, match="allreduce.sum: inputs must share dtype and shape"):
             ops.allreduce.sum([x0, ops.reshape(x1, [3, 1])], [s0, s1])

@@ -87,7 +87,14 @@ def test_attention_padded_masks_gqa_offsets(rng, mask, window):
     v = rng.normal(size=(b, sk, hkv, 6)).astype(np.float32)
     q_off = np.array([4, 1], np.uint32)
     kv_len = np.array([9, 6], np.uint32)
-    out = run_op(lambda q, k, v, o, n: ops.attention(q, k, v, mask=mask, scale=0.3, window=window, q_offset=o, kv_length=n), q, k, v, q_off, kv_len)
+    out = run_op(
+        lambda q, k, v, o, n: ops.attention(q, k, v, mask=mask, scale=0.3, window=window, q_offset=o, kv_length=n),
+        q,
+        k,
+        v,
+        q_off,
+        kv_len,
+    )
     for bi in range(b):
         want = np_attend(q[bi], k[bi], v[bi], q_off[bi] + np.arange(sq), kv_len[bi], mask, 0.3, window)
         np.testing.assert_allclose(out[bi], want, rtol=1e-5, atol=1e-5)
@@ -99,7 +106,9 @@ def test_attention_defaults_sink_and_bfloat16(rng):
     v = rng.normal(size=(1, 4, 2, 8)).astype(np.float32)
     sink = np.array([0.5, -1.0], np.float32)
     out = run_op(lambda q, k, v, s: ops.attention(q, k, v, scale=0.5, sink_weights=s), q, k, v, sink)
-    np.testing.assert_allclose(out[0], np_attend(q[0], k[0], v[0], np.arange(4), 4, "causal", 0.5, sink=sink), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        out[0], np_attend(q[0], k[0], v[0], np.arange(4), 4, "causal", 0.5, sink=sink), rtol=1e-5, atol=1e-6
+    )
     import ml_dtypes
 
     bf = [a.astype(ml_dtypes.bfloat16) for a in (q, k, v)]
@@ -110,9 +119,18 @@ def test_attention_defaults_sink_and_bfloat16(rng):
 
 
 def test_attention_errors():
-    with Graph("e", input_types=[TensorType(DType.float32, [1, 4, 3, 8]), TensorType(DType.float32, [1, 4, 2, 8]), TensorType(DType.float32, [1, 4, 2, 4])]) as g:
+    with Graph(
+        "e",
+        input_types=[
+            TensorType(DType.float32, [1, 4, 3, 8]),
+            TensorType(DType.float32, [1, 4, 2, 8]),
+            TensorType(DType.float32, [1, 4, 2, 4]),
+        ],
+    ) as g:
         q, k, v = (x.tensor for x in g.inputs)
-        with pytest.raises(ValueError, match=r"attention: query heads \(3\) must be a multiple of key/value heads \(2\)"):
+        with pytest.raises(
+            ValueError, match=r"attention: query heads \(3\) must be a multiple of key/value heads \(2\)"
+        ):
             ops.attention(q, k, k, scale=1.0)
         with pytest.raises(ValueError, match="attention: mask must be one of"):
             ops.attention(k, k, k, mask="diagonal", scale=1.0)
@@ -143,7 +161,18 @@ def test_ragged_attention_separate_kv_rows_and_starts(rng):
     q = rng.normal(size=(5, 2, 4)).astype(np.float32)
     k, v = (rng.normal(size=(6, 2, 4)).astype(np.float32) for _ in range(2))
     q_start, kv_start = np.array([3, 1], np.uint32), np.array([0, 0], np.uint32)
-    out = run_op(lambda q, k, v, a, b, c, d: ops.ragged_attention(q, k, v, a, kv_row_offsets=b, q_start=c, kv_start=d, scale=0.5), q, k, v, q_offs, kv_offs, q_start, kv_start)
+    out = run_op(
+        lambda q, k, v, a, b, c, d: ops.ragged_attention(
+            q, k, v, a, kv_row_offsets=b, q_start=c, kv_start=d, scale=0.5
+        ),
+        q,
+        k,
+        v,
+        q_offs,
+        kv_offs,
+        q_start,
+        kv_start,
+    )
     for b in range(2):
         qs, qe, ks, ke = q_offs[b], q_offs[b + 1], kv_offs[b], kv_offs[b + 1]
         want = np_attend(q[qs:qe], k[ks:ke], v[ks:ke], q_start[b] + np.arange(qe - qs), ke - ks, "causal", 0.5)
@@ -175,7 +204,13 @@ def test_kv_cache_store_and_gather(rng):
     cache_len = np.array([2, 5], np.uint32)
     offs = np.array([0, 3, 7], np.uint32)
     x = rng.normal(size=(8, HKV, D)).astype(np.float32)  # row 7 is padding: not written
-    types = [TensorType(DType.float32, [8, HKV, D]), TensorType(DType.uint32, [2, 3]), TensorType(DType.uint32, []), TensorType(DType.uint32, [3]), TensorType(DType.uint32, [2])]
+    types = [
+        TensorType(DType.float32, [8, HKV, D]),
+        TensorType(DType.uint32, [2, 3]),
+        TensorType(DType.uint32, []),
+        TensorType(DType.uint32, [3]),
+        TensorType(DType.uint32, [2]),
+    ]
 
     def build(blocks, x, lookup, layer, offs, cl):
         zero = ops.constant(0, DType.uint32, CPU)
@@ -207,7 +242,12 @@ def test_kv_cache_store_drops_rows_past_the_lookup_table(rng):
         ops.kv_cache_store(blocks, x, lookup, zero, offs, cl, zero)
         return [ops.buffer_load(blocks)]
 
-    types = [TensorType(DType.float32, [3, HKV, D]), TensorType(DType.uint32, [1, 1]), TensorType(DType.uint32, [2]), TensorType(DType.uint32, [1])]
+    types = [
+        TensorType(DType.float32, [3, HKV, D]),
+        TensorType(DType.uint32, [1, 1]),
+        TensorType(DType.uint32, [2]),
+        TensorType(DType.uint32, [1]),
+    ]
     t = Tensor.from_numpy(pool.copy())
     _paged_graph(build, types).execute(t, x, lookup, np.array([0, 3], np.uint32), np.array([2], np.uint32))
     want = pool.copy()
@@ -222,7 +262,12 @@ def test_paged_attention(rng, mask, window):
     cache_len = np.array([6, 1], np.uint32)
     offs = np.array([0, 2, 5], np.uint32)
     q = rng.normal(size=(5, 4, D)).astype(np.float32)
-    types = [TensorType(DType.float32, [5, 4, D]), TensorType(DType.uint32, [2, 3]), TensorType(DType.uint32, [3]), TensorType(DType.uint32, [2])]
+    types = [
+        TensorType(DType.float32, [5, 4, D]),
+        TensorType(DType.uint32, [2, 3]),
+        TensorType(DType.uint32, [3]),
+        TensorType(DType.uint32, [2]),
+    ]
 
     def build(blocks, q, lookup, offs, cl):
         layer = ops.constant(1, DType.uint32, CPU)
@@ -236,12 +281,20 @@ def test_paged_attention(rng, mask, window):
         rows = [_np_slot(lookup, b, p) for p in range(n)]
         k = np.stack([pool[pg, 0, 1, s] for pg, s in rows])
         v = np.stack([pool[pg, 1, 1, s] for pg, s in rows])
-        want = np_attend(q[offs[b] : offs[b + 1]], k, v, cache_len[b] + np.arange(offs[b + 1] - offs[b]), n, mask, 0.4, window)
+        want = np_attend(
+            q[offs[b] : offs[b + 1]], k, v, cache_len[b] + np.arange(offs[b + 1] - offs[b]), n, mask, 0.4, window
+        )
         np.testing.assert_allclose(out.to_numpy()[offs[b] : offs[b + 1]], want, rtol=1e-5, atol=1e-5)
 
 
 def test_paged_attention_errors():
-    types = [BufferType(DType.float32, [2, 1, 1, 4, 2, 4]), TensorType(DType.float32, [3, 4, 4]), TensorType(DType.uint32, [1, 2]), TensorType(DType.uint32, [2]), TensorType(DType.uint32, [1])]
+    types = [
+        BufferType(DType.float32, [2, 1, 1, 4, 2, 4]),
+        TensorType(DType.float32, [3, 4, 4]),
+        TensorType(DType.uint32, [1, 2]),
+        TensorType(DType.uint32, [2]),
+        TensorType(DType.uint32, [1]),
+    ]
     with Graph("e", input_types=types) as g:
         blocks, q, lookup, offs, cl = g.inputs[0].buffer, *(x.tensor for x in g.inputs[1:])
         layer = ops.constant(0, DType.uint32, CPU)
@@ -276,7 +329,14 @@ def test_rope_ragged_position_ids_and_mrope(rng):
     out = run_op(lambda x, f, o, s, p: ops.rope_ragged(x, f, o, s, position_ids=p), x, freqs, offs, start, pid)
     np.testing.assert_allclose(out, np_rope(x, pid, freqs, True), rtol=1e-5, atol=1e-5)
     pids = np.array([[1, 2, 3], [4, 5, 6]], np.int64)
-    out = run_op(lambda x, f, o, s, p: ops.rope_ragged(x, f, o, s, position_ids=p, mrope_section=[3, 1]), x, freqs, offs, start, pids)
+    out = run_op(
+        lambda x, f, o, s, p: ops.rope_ragged(x, f, o, s, position_ids=p, mrope_section=[3, 1]),
+        x,
+        freqs,
+        offs,
+        start,
+        pids,
+    )
     # frequencies 0..2 use axis 0, frequency 3 uses axis 1: build the mixed table row by row
     want = np.zeros_like(x, dtype=np.float64)
     for t in range(3):
@@ -303,7 +363,9 @@ def test_paged_cache_attention_matches_numpy(rng, mask, window, t):
     table = np.array([[4, 1, 7], [2, 8, 0]], np.int32)  # each row's pages in order
     first = np.array([19, 3], np.int32)  # row 0 crosses a page boundary
     wrap = lambda x: Tensor.from_dlpack(jnp.asarray(x))  # noqa: E731
-    out = bind(paged_cache_attention_p, *map(wrap, (q, kp, vp, table, first)), mask=mask, scale=0.4, window=window).to_numpy()
+    out = bind(
+        paged_cache_attention_p, *map(wrap, (q, kp, vp, table, first)), mask=mask, scale=0.4, window=window
+    ).to_numpy()
     assert out.shape == (2, t, 4, d)
     for b in range(2):
         k, v = kp[table[b]].reshape(-1, hkv, d), vp[table[b]].reshape(-1, hkv, d)
@@ -322,4 +384,14 @@ def test_paged_cache_attention_errors(rng):
     with pytest.raises(OpError, match="mask must be 'causal' or 'sliding_window'"):
         bind(paged_cache_attention_p, q, kp, kp, table, first, mask="null", scale=1.0, window=-1)
     with pytest.raises(OpError, match="pages and query batch sizes"):
-        bind(paged_cache_attention_p, q, kp, kp, Tensor(np.zeros((3, 2), np.int32)), first, mask="causal", scale=1.0, window=-1)
+        bind(
+            paged_cache_attention_p,
+            q,
+            kp,
+            kp,
+            Tensor(np.zeros((3, 2), np.int32)),
+            first,
+            mask="causal",
+            scale=1.0,
+            window=-1,
+        )

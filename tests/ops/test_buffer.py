@@ -78,7 +78,10 @@ def test_buffer_store_python_data_broadcasts():
 def test_buffer_store_slice_against_numpy(rng, index, source_shape):
     state = rand(rng, [3, 4, 5])
     src = rand(rng, list(source_shape))
-    with Graph("slice", input_types=[BufferType(DType.float32, [3, 4, 5], CPU), TensorType(DType.float32, list(source_shape), CPU)]) as g:
+    with Graph(
+        "slice",
+        input_types=[BufferType(DType.float32, [3, 4, 5], CPU), TensorType(DType.float32, list(source_shape), CPU)],
+    ) as g:
         ops.buffer_store_slice(g.inputs[0], g.inputs[1], index)
         g.output(ops.buffer_load(g.inputs[0]))
     t = _tensor(state.copy())
@@ -94,7 +97,11 @@ def test_buffer_store_slice_runtime_index_setitem_and_symbolic_dim(rng):
     row = rand(rng, [2], np.int64)
     with Graph(
         "kv",
-        input_types=[BufferType(DType.int64, ["seq", 2], CPU), TensorType(DType.int64, [2], CPU), TensorType(DType.int32, [], CPU)],
+        input_types=[
+            BufferType(DType.int64, ["seq", 2], CPU),
+            TensorType(DType.int64, [2], CPU),
+            TensorType(DType.int32, [], CPU),
+        ],
     ) as g:
         buf, r, pos = g.inputs
         ops.buffer_store_slice(buf, r, [pos])  # position known only at run time
@@ -111,16 +118,29 @@ def test_buffer_store_slice_runtime_index_setitem_and_symbolic_dim(rng):
 
 
 def test_buffer_errors():
-    types = [BufferType(DType.float32, [2, 3], CPU), TensorType(DType.float32, [2, 3], CPU), TensorType(DType.int32, [2, 3], CPU), TensorType(DType.float32, [3], CPU)]
+    types = [
+        BufferType(DType.float32, [2, 3], CPU),
+        TensorType(DType.float32, [2, 3], CPU),
+        TensorType(DType.int32, [2, 3], CPU),
+        TensorType(DType.float32, [3], CPU),
+    ]
     with Graph("errors", input_types=types) as g:
         buf, x, xi, row = g.inputs
         with pytest.raises(TypeError, match="buffer_load: x must be a BufferValue"):
             ops.buffer_load(x)
         with pytest.raises(TypeError, match="buffer_store: destination must be a BufferValue"):
             ops.buffer_store(x, x)
-        with pytest.raises(ValueError, match=r"buffer_store: source dtype int32 does not match the buffer's dtype float32"):
+        with pytest.raises(
+            ValueError, match=r"buffer_store: source dtype int32 does not match the buffer's dtype float32"
+        ):
             ops.buffer_store(buf, xi)
-        with pytest.raises(ValueError, match=r"buffer_store: expected source to have shape \[Dim\(2\), Dim\(3\)\], but source had shape \[Dim\(3\)\]"):
+        with pytest.raises(
+            ValueError,
+            match=(
+                r"buffer_store: expected source to have shape \[Dim\(2\), Dim\(3\)\], but source had shape "
+                r"\[Dim\(3\)\]"
+            ),
+        ):
             ops.buffer_store(buf, row)
         with pytest.raises(ValueError, match=r"buffer_store_slice: expected source to have shape \[Dim\(3\)\]"):
             ops.buffer_store_slice(buf, x, [0])

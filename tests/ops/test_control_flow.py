@@ -110,7 +110,9 @@ def test_cond_write_in_one_branch_and_nested_cond():
 
 
 def test_cond_errors():
-    with Graph("e", input_types=[TensorType(DType.int32, []), TensorType(DType.bool, [2]), TensorType(DType.bool, [])]) as g:
+    with Graph(
+        "e", input_types=[TensorType(DType.int32, []), TensorType(DType.bool, [2]), TensorType(DType.bool, [])]
+    ) as g:
         i, bv, b = g.inputs
         t = [TensorType(DType.float32, [], CPU)]
         one = lambda: ops.constant(1.0, DType.float32, CPU)  # noqa: E731
@@ -120,7 +122,9 @@ def test_cond_errors():
             ops.cond(bv, t, one, one)
         with pytest.raises(ValueError, match=r"cond: pred"):
             ops.cond(1, t, one, one)
-        with pytest.raises(ValueError, match=r"cond: else_fn result 0 has type int32\[\] but out_types\[0\] is float32\[\]"):
+        with pytest.raises(
+            ValueError, match=r"cond: else_fn result 0 has type int32\[\] but out_types\[0\] is float32\[\]"
+        ):
             ops.cond(b, t, one, lambda: ops.constant(1, DType.int32, CPU))
         with pytest.raises(ValueError, match=r"cond: then_fn returned 2 value\(s\).*out_types has 1"):
             ops.cond(b, t, lambda: [one(), one()], one)
@@ -205,7 +209,9 @@ def test_while_loop_errors():
             ops.while_loop([buf], lambda b: True, lambda b: b)
         with pytest.raises(ValueError, match=r"while_loop: predicate result must be a bool scalar.*float32\[2\]"):
             ops.while_loop(x, lambda v: v, lambda v: v)
-        with pytest.raises(ValueError, match=r"while_loop: body result 0 has type int32\[2\] but initial value 0 is float32\[2\]"):
+        with pytest.raises(
+            ValueError, match=r"while_loop: body result 0 has type int32\[2\] but initial value 0 is float32\[2\]"
+        ):
             ops.while_loop(x, lambda v: ops.constant(True, DType.bool, CPU), lambda v: v.cast(DType.int32))
         with pytest.raises(ValueError, match=r"while_loop: body returned 2 value\(s\)"):
             ops.while_loop(x, lambda v: ops.constant(True, DType.bool, CPU), lambda v: [v, v])
@@ -263,7 +269,10 @@ def test_call_errors():
             sub.output(sub.inputs[0] + sub.inputs[1])
         with pytest.raises(ValueError, match="call: Expected 2 args to call to 'f', got 1"):
             ops.call(sub, x)
-        with pytest.raises(ValueError, match=r"call: argument 1 of subgraph 'f' has the wrong type: must be float32\[3\], got int32\[3\]"):
+        with pytest.raises(
+            ValueError,
+            match=r"call: argument 1 of subgraph 'f' has the wrong type: must be float32\[3\], got int32\[3\]",
+        ):
             ops.call(sub, x, i)
         empty = g.add_subgraph("empty", input_types=[TensorType(DType.float32, [3])])
         with pytest.raises(ValueError, match="call: subgraph 'empty' has no outputs"):

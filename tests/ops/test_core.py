@@ -9,13 +9,16 @@ from maxfx.graph import DeviceRef, Graph, TensorType, Weight, ops
 from tests.ops.harness import rand, run_op
 
 
-@pytest.mark.parametrize("value,dtype,expected", [
-    ([1, 2, 3], DType.int32, np.array([1, 2, 3], np.int32)),
-    (2.5, DType.float32, np.float32(2.5)),
-    (2.5, None, np.float32(2.5)),
-    (np.array([[1.0, 2.0]]), DType.float32, np.array([[1.0, 2.0]], np.float32)),
-    (16777217, DType.float32, np.float32(16777216.0)),
-])
+@pytest.mark.parametrize(
+    "value,dtype,expected",
+    [
+        ([1, 2, 3], DType.int32, np.array([1, 2, 3], np.int32)),
+        (2.5, DType.float32, np.float32(2.5)),
+        (2.5, None, np.float32(2.5)),
+        (np.array([[1.0, 2.0]]), DType.float32, np.array([[1.0, 2.0]], np.float32)),
+        (16777217, DType.float32, np.float32(16777216.0)),
+    ],
+)
 def test_constant(value, dtype, expected):
     with Graph("c") as g:
         device = DeviceRef.CPU() if isinstance(value, list) else None  # a list needs both (MAX's rule, below)
@@ -40,14 +43,25 @@ def test_a_list_constant_in_a_graph_needs_dtype_and_device():
             ops.constant([[0, 1, 2]], DType.int8)
         with pytest.raises(TypeError, match="needs dtype and device"):
             ops.constant([1.0])
-        assert ops.constant(np.array([1, 2], np.int32)).type == TensorType(DType.int32, [2], DeviceRef.CPU())  # numpy brings its dtype
+        assert ops.constant(np.array([1, 2], np.int32)).type == TensorType(
+            DType.int32, [2], DeviceRef.CPU()
+        )  # numpy brings its dtype
     from maxfx.experimental import functional as F  # noqa: PLC0415
 
     eager = F.constant([1.0, 2.0])  # eager: float32 on the default device, no dtype or device needed
     assert eager.dtype == DType.float32 and eager.to_numpy().tolist() == [1.0, 2.0]
 
 
-@pytest.mark.parametrize("src,dst", [(np.float32, DType.int32), (np.int32, DType.float32), (np.float32, DType.bool), (np.float32, DType.float16), (np.int64, DType.uint8)])
+@pytest.mark.parametrize(
+    "src,dst",
+    [
+        (np.float32, DType.int32),
+        (np.int32, DType.float32),
+        (np.float32, DType.bool),
+        (np.float32, DType.float16),
+        (np.int64, DType.uint8),
+    ],
+)
 def test_cast(rng, src, dst):
     x = rand(rng, [3, 4], src, 0, 100)
     out = run_op(lambda v: ops.cast(v, dst), x)

@@ -68,7 +68,12 @@ def test_range_symbolic_bounds():
 
 
 def test_range_with_tensor_bounds():
-    types = [TensorType(DType.int64, []), TensorType(DType.int64, []), TensorType(DType.float32, []), TensorType(DType.float32, ["seq"])]
+    types = [
+        TensorType(DType.int64, []),
+        TensorType(DType.int64, []),
+        TensorType(DType.float32, []),
+        TensorType(DType.float32, ["seq"]),
+    ]
 
     def fn(start, stop, fstart, x):
         return (
@@ -94,7 +99,9 @@ def test_range_tensor_bounds_at_run_time():
     with pytest.raises(ValueError, match="range: out_dim n is not bound"):
         session().load(g).execute(np.int64(4))
     # On concrete arrays (eager use) the values are checked against out_dim.
-    np.testing.assert_array_equal(ops.range(jnp.int32(1), jnp.int32(4), 1, out_dim=3, dtype=DType.int32, device=CPU), [1, 2, 3])
+    np.testing.assert_array_equal(
+        ops.range(jnp.int32(1), jnp.int32(4), 1, out_dim=3, dtype=DType.int32, device=CPU), [1, 2, 3]
+    )
     with pytest.raises(ValueError, match="range: out_dim 3 is 3 but range.* has 5 elements"):
         ops.range(jnp.int32(0), jnp.int32(5), 1, out_dim=3, dtype=DType.int32, device=CPU)
     with pytest.raises(ValueError, match="range: stop - start"):
@@ -122,7 +129,9 @@ def test_range_in_a_graph_run_op_by_op(rng):
 
 
 def test_range_errors():
-    with Graph("r", input_types=[TensorType(DType.int32, []), TensorType(DType.int64, []), TensorType(DType.int64, [2])]) as g:
+    with Graph(
+        "r", input_types=[TensorType(DType.int32, []), TensorType(DType.int64, []), TensorType(DType.int64, [2])]
+    ) as g:
         i32, i64, vec = g.inputs
         with pytest.raises(ValueError, match="range: step must be non-zero"):
             ops.range(0, 10, 0, dtype=DType.int64, device=CPU)
@@ -130,7 +139,10 @@ def test_range_errors():
             ops.range(0, 10, -1, dtype=DType.int64, device=CPU)
         with pytest.raises(ValueError, match="range: out_dim 3 differs from the length 10"):
             ops.range(0, 10, 1, out_dim=3, dtype=DType.int64, device=CPU)
-        with pytest.raises(ValueError, match="range: Dynamic ranges must provide an explicit out_dim: tensor-valued start/stop/step need out_dim"):
+        with pytest.raises(
+            ValueError,
+            match="range: Dynamic ranges must provide an explicit out_dim: tensor-valued start/stop/step need out_dim",
+        ):
             ops.range(0, i64, 1, dtype=DType.int64, device=CPU)
         with pytest.raises(ValueError, match="range: start, stop and step must have the same dtype"):
             ops.range(i32, i64, 1, out_dim="n", dtype=DType.int64, device=CPU)
@@ -140,7 +152,10 @@ def test_range_errors():
             ops.range(0, i64, 0.5, out_dim="n", dtype=DType.int64, device=CPU)
         with pytest.raises(ValueError, match=r"range: values from 5 to -1 are out of range for uint8"):
             ops.range(5, -3, -2, dtype=DType.uint8, device=CPU)
-        with pytest.raises(ValueError, match=r"range expected scalar values as inputs! stop must be a scalar \(rank 0\), got int64\[2\]"):
+        with pytest.raises(
+            ValueError,
+            match=r"range expected scalar values as inputs! stop must be a scalar \(rank 0\), got int64\[2\]",
+        ):
             ops.range(0, vec, 1, out_dim=2, dtype=DType.int64, device=CPU)
         with pytest.raises(TypeError, match="range: stop must be a number"):
             ops.range(0, "10", dtype=DType.int64, device=CPU)
@@ -183,7 +198,9 @@ def test_eager_hann_window_needs_no_device():
 def test_hann_window_dtypes(dtype):
     (out,) = _run(lambda: ops.hann_window(6, CPU, dtype=dtype))
     assert out.dtype == dtype.to_numpy()
-    np.testing.assert_allclose(out.astype(np.float64), _hann_ref(6, True), atol=1e-2 if dtype is not DType.float64 else 1e-12)
+    np.testing.assert_allclose(
+        out.astype(np.float64), _hann_ref(6, True), atol=1e-2 if dtype is not DType.float64 else 1e-12
+    )
 
 
 def test_hann_window_errors():

@@ -18,7 +18,10 @@ register_custom_op("increment", lambda b: b + 1)
 register_custom_op("decrement", lambda b: b - 1)
 
 
-@register_custom_op("test_custom.row_sum", out_types=lambda types, params: [TensorType(types[0].dtype, [types[0].shape[0]], types[0].device)])
+@register_custom_op(
+    "test_custom.row_sum",
+    out_types=lambda types, params: [TensorType(types[0].dtype, [types[0].shape[0]], types[0].device)],
+)
 def _row_sum(x):
     return jnp.sum(x, axis=1)
 
@@ -91,7 +94,9 @@ def test_inplace_custom_in_cond_branches_doc_example():
 def test_unknown_custom_op_is_a_clear_error():
     with Graph("unknown", input_types=[TensorType(DType.float32, [2], CPU)]) as g:
         x = g.inputs[0]
-        with pytest.raises(ValueError, match=r"custom op 'my_mojo_kernel' is not registered.*'increment'.*Mojo kernels") as info:
+        with pytest.raises(
+            ValueError, match=r"custom op 'my_mojo_kernel' is not registered.*'increment'.*Mojo kernels"
+        ) as info:
             ops.custom("my_mojo_kernel", CPU, [x], [x.type])
         assert isinstance(info.value, KeyError)
         with pytest.raises(ValueError, match="'my_mojo_kernel' is not registered"):
@@ -106,9 +111,13 @@ def test_unknown_custom_op_is_a_clear_error():
 def test_custom_errors():
     with Graph("errors", input_types=[TensorType(DType.float32, [2], CPU), BufferType(DType.int32, [2], CPU)]) as g:
         x, buf = g.inputs
-        with pytest.raises(ValueError, match=r"custom: custom op 'increment' output 0 is float32\[2\] but float32\[3\] was expected"):
+        with pytest.raises(
+            ValueError, match=r"custom: custom op 'increment' output 0 is float32\[2\] but float32\[3\] was expected"
+        ):
             ops.custom("increment", CPU, [x], [TensorType(DType.float32, [3], CPU)])
-        with pytest.raises(ValueError, match=r"custom: custom op 'increment' returned 1 value\(s\) but 2 were expected"):
+        with pytest.raises(
+            ValueError, match=r"custom: custom op 'increment' returned 1 value\(s\) but 2 were expected"
+        ):
             ops.custom("increment", CPU, [x], [x.type, x.type])
         with pytest.raises(ValueError, match=r"custom: custom op 'test_custom.scale_add' failed on inputs"):
             ops.custom("test_custom.scale_add", CPU, [x, x], [x.type])  # missing the factor parameter

@@ -27,7 +27,9 @@ def test_print_doc_example(capfd):
         out = ops.add(lhs, rhs)
         ops.print(out, label="addition_output")
         graph.output(out)
-    result = InferenceSession().load(graph).execute(np.array([1.0, 2.0], np.float32), np.array([3.0, 4.0], np.float32))[0]
+    result = (
+        InferenceSession().load(graph).execute(np.array([1.0, 2.0], np.float32), np.array([3.0, 4.0], np.float32))[0]
+    )
     np.testing.assert_allclose(result.to_numpy(), [4.0, 6.0])
     # The printed line of MAX's own ops.print docstring (MAX's COMPACT style: a vector is one row of a matrix).
     assert _printed(capfd) == ["addition_output = tensor([[4.0000, 6.0000]], dtype=f32, shape=[2])"]
@@ -70,11 +72,21 @@ def test_print_errors():
 
 
 def test_assert_same_device():
-    types = [TensorType(DType.float32, [2], CPU0), BufferType(DType.float32, [2], CPU0), TensorType(DType.float32, [2], DeviceRef.GPU(0))]
+    types = [
+        TensorType(DType.float32, [2], CPU0),
+        BufferType(DType.float32, [2], CPU0),
+        TensorType(DType.float32, [2], DeviceRef.GPU(0)),
+    ]
     with Graph("dev", input_types=types) as g:
         a, b, c = g.inputs
         assert ops.assert_same_device(a, b, other=a) is None
-        with pytest.raises(ValueError, match=r"assert_same_device: input values must be on the same device\n    0: float32\[2\] on cpu:0\n    w: float32\[2\] on gpu:0"):
+        with pytest.raises(
+            ValueError,
+            match=(
+                r"assert_same_device: input values must be on the same device\n    0: float32\[2\] on cpu:0\n    w: "
+                r"float32\[2\] on gpu:0"
+            ),
+        ):
             ops.assert_same_device(a, w=c)
 
 
@@ -149,7 +161,9 @@ def test_allgather_single_input_and_errors():
     with Graph("errors", input_types=types) as g:
         a, b, a2, i, sq, s0, s1 = g.inputs
         assert ops.allgather([a], [s0]) == [a]
-        with pytest.raises(ValueError, match=r"allgather: expected number of inputs \(2\) and number of signal buffers \(1\) to match"):
+        with pytest.raises(
+            ValueError, match=r"allgather: expected number of inputs \(2\) and number of signal buffers \(1\) to match"
+        ):
             ops.allgather([a, b], [s0])
         with pytest.raises(ValueError, match="allgather: inputs must be on distinct devices"):
             ops.allgather([a, a2], [s0, s1])
@@ -183,13 +197,20 @@ def test_distributed_broadcast_copies_the_root_to_every_device(rng):
 
 
 def test_distributed_broadcast_errors():
-    types = [TensorType(DType.float32, [2], CPU0), BufferType(DType.uint8, [16], CPU0), BufferType(DType.uint8, [16], CPU1), BufferType(DType.uint8, [16], CPU2)]
+    types = [
+        TensorType(DType.float32, [2], CPU0),
+        BufferType(DType.uint8, [16], CPU0),
+        BufferType(DType.uint8, [16], CPU1),
+        BufferType(DType.uint8, [16], CPU2),
+    ]
     with Graph("errors", input_types=types) as g:
         x, s0, s1, s2 = g.inputs
         assert ops.distributed_broadcast(x, [s0]) == [x]
         with pytest.raises(ValueError, match="distributed_broadcast requires at least 1 signal buffer"):
             ops.distributed_broadcast(x, [])
-        with pytest.raises(ValueError, match=r"input tensor device cpu:0 not found in signal buffer devices: \[cpu:1, cpu:2\]"):
+        with pytest.raises(
+            ValueError, match=r"input tensor device cpu:0 not found in signal buffer devices: \[cpu:1, cpu:2\]"
+        ):
             ops.distributed_broadcast(x, [s1, s2])
         with pytest.raises(ValueError, match="distributed_broadcast requires unique devices"):
             ops.distributed_broadcast(x, [s0, s0, s1])
@@ -213,7 +234,12 @@ def test_shard_and_stack_splits_then_stacks(rng, axis):
 
 
 def test_shard_and_stack_symbolic_dim_and_errors():
-    types = [TensorType(DType.float32, ["n", 4], CPU0), TensorType(DType.float32, [10, 4], CPU0), TensorType(DType.float32, [8, 4], CPU0), TensorType(DType.float32, [8, 4], DeviceRef.GPU())]
+    types = [
+        TensorType(DType.float32, ["n", 4], CPU0),
+        TensorType(DType.float32, [10, 4], CPU0),
+        TensorType(DType.float32, [8, 4], CPU0),
+        TensorType(DType.float32, [8, 4], DeviceRef.GPU()),
+    ]
     with Graph("errors", input_types=types) as g:
         s, ten, eight, far = (v.tensor for v in g.inputs)
         (out,) = ops.shard_and_stack([s, s], [CPU1], axis=-1)
@@ -222,9 +248,17 @@ def test_shard_and_stack_symbolic_dim_and_errors():
             ops.shard_and_stack([], [CPU0])
         with pytest.raises(ValueError, match="shard_and_stack: Must provide at least one device."):
             ops.shard_and_stack([ten], [])
-        with pytest.raises(ValueError, match=r"Dimension size along axis 0 \(10\) must be evenly divisible by number of devices \(3\)"):
+        with pytest.raises(
+            ValueError, match=r"Dimension size along axis 0 \(10\) must be evenly divisible by number of devices \(3\)"
+        ):
             ops.shard_and_stack([ten], [CPU0] * 3)
-        with pytest.raises(ValueError, match=r"All input tensors must have the same shape. Input 0 has shape \[Dim\(10\), Dim\(4\)\], but input 1 has shape \[Dim\(8\), Dim\(4\)\]"):
+        with pytest.raises(
+            ValueError,
+            match=(
+                r"All input tensors must have the same shape. Input 0 has shape \[Dim\(10\), Dim\(4\)\], but input 1 "
+                r"has shape \[Dim\(8\), Dim\(4\)\]"
+            ),
+        ):
             ops.shard_and_stack([ten, eight], [CPU0, CPU1])
         with pytest.raises(IndexError, match=r"Axis must be in range \[-2, 2\), got -3"):
             ops.shard_and_stack([ten], [CPU0], axis=-3)

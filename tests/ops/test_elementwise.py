@@ -39,7 +39,9 @@ def _check(out, expected, dtype, what=""):
     assert out.dtype == dtype, f"{what}: dtype {out.dtype}, expected {dtype}"
     if dtype.kind == "f" or dtype == BF16:
         tol = _TOL[dtype]
-        np.testing.assert_allclose(out.astype(np.float64), np.asarray(expected, np.float64), rtol=tol, atol=tol, equal_nan=True, err_msg=what)
+        np.testing.assert_allclose(
+            out.astype(np.float64), np.asarray(expected, np.float64), rtol=tol, atol=tol, equal_nan=True, err_msg=what
+        )
     else:
         np.testing.assert_array_equal(out, np.asarray(expected).astype(dtype), err_msg=what)
 
@@ -203,18 +205,42 @@ BINARY = {
     "add": (ops.add, np.add, NUMERIC + [np.float16], _default_data, None),
     "sub": (ops.sub, np.subtract, NUMERIC + [np.float16], _default_data, None),
     "mul": (ops.mul, np.multiply, NUMERIC + [np.float16], _default_data, None),
-    "div": (ops.div, _div_expected, NUMERIC + [np.float16], lambda r, d: (rand(r, SHAPE, d, -9, 9), _nonzero(r, d)), _div_dtype),
-    "mod": (ops.mod, np.mod, [np.float32, np.float64, np.int32, np.int64], lambda r, d: (rand(r, SHAPE, d, -9, 9), _nonzero(r, d)), None),
-    "floor_div": (ops.floor_div, np.floor_divide, [np.float32, np.float64, np.int32, np.int64], lambda r, d: (rand(r, SHAPE, d, -9, 9), _nonzero(r, d)), None),
+    "div": (
+        ops.div,
+        _div_expected,
+        NUMERIC + [np.float16],
+        lambda r, d: (rand(r, SHAPE, d, -9, 9), _nonzero(r, d)),
+        _div_dtype,
+    ),
+    "mod": (
+        ops.mod,
+        np.mod,
+        [np.float32, np.float64, np.int32, np.int64],
+        lambda r, d: (rand(r, SHAPE, d, -9, 9), _nonzero(r, d)),
+        None,
+    ),
+    "floor_div": (
+        ops.floor_div,
+        np.floor_divide,
+        [np.float32, np.float64, np.int32, np.int64],
+        lambda r, d: (rand(r, SHAPE, d, -9, 9), _nonzero(r, d)),
+        None,
+    ),
     "pow": (ops.pow, np.power, [np.float32, BF16, np.int32, np.int64], _pow_data, None),
     "equal": (ops.equal, np.equal, ALL, lambda r, d: (_ties(r, d), _ties(r, d)), np.bool_),
     "not_equal": (ops.not_equal, np.not_equal, ALL, lambda r, d: (_ties(r, d), _ties(r, d)), np.bool_),
     "greater": (ops.greater, np.greater, ALL + [BF16], lambda r, d: (_ties(r, d), _ties(r, d)), np.bool_),
-    "greater_equal": (ops.greater_equal, np.greater_equal, ALL + [BF16], lambda r, d: (_ties(r, d), _ties(r, d)), np.bool_),
+    "greater_equal": (
+        ops.greater_equal,
+        np.greater_equal,
+        ALL + [BF16],
+        lambda r, d: (_ties(r, d), _ties(r, d)),
+        np.bool_,
+    ),
     "logical_and": (ops.logical_and, np.logical_and, [np.bool_], _default_data, None),
     "logical_or": (ops.logical_or, np.logical_or, [np.bool_], _default_data, None),
     "logical_xor": (ops.logical_xor, np.logical_xor, [np.bool_], _default_data, None),
-}  # fmt: skip
+}
 
 
 def _out_dtype(rule, dtype):
@@ -292,11 +318,39 @@ def test_python_scalars_on_either_side(rng):
     x = rand(rng, [6], np.float32, 0.5, 3)
     i = rand(rng, [6], np.int32, -9, 9)
     outs = run_op(
-        lambda v, w: (2 - v, v / 2, 2 / v, v**2, 2**v, v % 1.5, 1 + v, v * 0.5, 0 < v - 1, w // 2, -7 // (w * 0 + 2), w / 2, w * 3),
+        lambda v, w: (
+            2 - v,
+            v / 2,
+            2 / v,
+            v**2,
+            2**v,
+            v % 1.5,
+            1 + v,
+            v * 0.5,
+            0 < v - 1,
+            w // 2,
+            -7 // (w * 0 + 2),
+            w / 2,
+            w * 3,
+        ),
         x,
         i,
     )
-    expected = [2 - x, x / 2, 2 / x, x**2, 2**x, np.mod(x, 1.5), 1 + x, x * 0.5, 0 < x - 1, i // 2, np.full(6, -4, np.int32), i / 2, i * 3]
+    expected = [
+        2 - x,
+        x / 2,
+        2 / x,
+        x**2,
+        2**x,
+        np.mod(x, 1.5),
+        1 + x,
+        x * 0.5,
+        0 < x - 1,
+        i // 2,
+        np.full(6, -4, np.int32),
+        i / 2,
+        i * 3,
+    ]
     dtypes = [np.float32] * 8 + [np.bool_, np.int32, np.int32, np.float64, np.int32]
     for k, (out, want, dt) in enumerate(zip(outs, expected, dtypes)):
         _check(out, want, dt, f"expression {k}")
@@ -345,7 +399,9 @@ def test_where(rng, dtype):
 def test_where_scalars_and_symbolic(rng):
     c = rand(rng, [5, 3], np.bool_)
     x = rand(rng, [5, 3], np.float32)
-    out = run_op(lambda cc, xx: (ops.where(cc, xx, 0.0), ops.where(cc, -1.0, xx)), c, x, symbolic=[["n", None], ["n", None]])
+    out = run_op(
+        lambda cc, xx: (ops.where(cc, xx, 0.0), ops.where(cc, -1.0, xx)), c, x, symbolic=[["n", None], ["n", None]]
+    )
     np.testing.assert_array_equal(out[0], np.where(c, x, 0.0))
     np.testing.assert_array_equal(out[1], np.where(c, -1.0, x).astype(np.float32))
     traced = jax.jit(lambda cc, xx: ops.where(cc, xx, 0.0))(jnp.asarray(c), jnp.asarray(x))
@@ -353,9 +409,18 @@ def test_where_scalars_and_symbolic(rng):
 
 
 def test_where_errors():
-    with Graph("g", input_types=[TensorType(DType.float32, [2, 3]), TensorType(DType.int32, [2, 3]), TensorType(DType.bool, [4])]) as g:
+    with Graph(
+        "g",
+        input_types=[TensorType(DType.float32, [2, 3]), TensorType(DType.int32, [2, 3]), TensorType(DType.bool, [4])],
+    ) as g:
         f, i, b = (v.tensor for v in g.inputs)
-        with pytest.raises(ValueError, match=r"where: Expected condition to be a boolean tensor, but got a tensor with dtype DType.float32 \(condition: float32\[2, 3\]\)"):
+        with pytest.raises(
+            ValueError,
+            match=(
+                r"where: Expected condition to be a boolean tensor, but got a tensor with dtype DType.float32 "
+                r"\(condition: float32\[2, 3\]\)"
+            ),
+        ):
             ops.where(f, f, f)
         with pytest.raises(ValueError, match="where"):
             ops.where(f > 0, f, i)  # float32 with int32 does not promote
@@ -380,7 +445,14 @@ def test_outer_symbolic_and_errors(rng):
     b = rand(rng, [2], np.float32)
     out = run_op(ops.outer, a, b, symbolic=[["batch"], None])
     np.testing.assert_allclose(out, np.outer(a, b), rtol=1e-6)
-    with Graph("g", input_types=[TensorType(DType.float32, ["batch"]), TensorType(DType.float32, [2]), TensorType(DType.float32, [2, 3])]) as g:
+    with Graph(
+        "g",
+        input_types=[
+            TensorType(DType.float32, ["batch"]),
+            TensorType(DType.float32, [2]),
+            TensorType(DType.float32, [2, 3]),
+        ],
+    ) as g:
         t = ops.outer(g.inputs[0], g.inputs[1]).type
         assert t.shape == [g.inputs[0].shape[0], 2]
         with pytest.raises(ValueError, match="outer"):
@@ -404,7 +476,12 @@ def test_promotion_follows_max_rules(rng):
 
 
 def test_binary_errors():
-    types = [TensorType(DType.int32, [2, 3]), TensorType(DType.float32, [2, 3]), TensorType(DType.float32, [4]), TensorType(DType.float32, [2, 3])]
+    types = [
+        TensorType(DType.int32, [2, 3]),
+        TensorType(DType.float32, [2, 3]),
+        TensorType(DType.float32, [4]),
+        TensorType(DType.float32, [2, 3]),
+    ]
     with Graph("g", input_types=types) as g:
         i, f, v, f2 = (x.tensor for x in g.inputs)
         with pytest.raises(ValueError, match=r"add: .*int32.*float32"):
@@ -419,7 +496,12 @@ def test_binary_errors():
             ops.mul(1.0, np.float32(2.0))
         with pytest.raises(ValueError, match=r"add: shapes \[2, 3\] and \[4\]"):
             f + v
-        for fn, name in [(ops.sub, "sub"), (ops.floor_div, "floor_div"), (ops.greater, "greater"), (ops.logical_and, "logical_and")]:
+        for fn, name in [
+            (ops.sub, "sub"),
+            (ops.floor_div, "floor_div"),
+            (ops.greater, "greater"),
+            (ops.logical_and, "logical_and"),
+        ]:
             with pytest.raises(ValueError, match=rf"{name}: .*\[2, 3\].*\[4\]"):
                 fn(f > 0 if name == "logical_and" else f, v > 0 if name == "logical_and" else v)
         with pytest.raises(ValueError, match=r"logical_and: .*bool.*float32"):

@@ -32,9 +32,13 @@ def test_quantize_static(rng):
     s = np.array([0.5], np.float32)
     got = run_op(lambda a, b: ops.quantize_static_float8(a, b), x, s)
     assert got.dtype == F8
-    np.testing.assert_array_equal(got.astype(np.float32), np.clip(x * 0.5, -F8_MAX, F8_MAX).astype(F8).astype(np.float32))
+    np.testing.assert_array_equal(
+        got.astype(np.float32), np.clip(x * 0.5, -F8_MAX, F8_MAX).astype(F8).astype(np.float32)
+    )
     got = run_op(lambda a, b: ops.quantize_static_float8(a, b, scale_is_inverted=False), x, s)
-    np.testing.assert_array_equal(got.astype(np.float32), np.clip(x / 0.5, -F8_MAX, F8_MAX).astype(F8).astype(np.float32))
+    np.testing.assert_array_equal(
+        got.astype(np.float32), np.clip(x / 0.5, -F8_MAX, F8_MAX).astype(F8).astype(np.float32)
+    )
 
 
 @pytest.mark.parametrize("group", [-1, 4])
@@ -109,7 +113,9 @@ def test_moe_create_indices_and_grouped_matmul(rng):
     hq, wq = h.astype(F8), w.astype(F8)
     hs = rng.uniform(0.5, 2, size=(7, 1)).astype(np.float32)
     ws = rng.uniform(0.5, 2, size=(4, 5, 1)).astype(np.float32)
-    got = run_op(lambda *v: ops.grouped_scaled_matmul_ragged(*v, out_dtype=DType.float32), hq, wq, hs, ws, starts, eids, stats)
+    got = run_op(
+        lambda *v: ops.grouped_scaled_matmul_ragged(*v, out_dtype=DType.float32), hq, wq, hs, ws, starts, eids, stats
+    )
     hd, wd = hq.astype(np.float32) * hs, wq.astype(np.float32) * ws
     ref = np.zeros((7, 5), np.float32)
     for g in range(int(stats[1])):
@@ -205,12 +211,17 @@ def test_penalties_and_frequency_update(rng):
 
 
 def test_min_p_mask_against_numpy(rng):
-    """min_p_mask (the min-p filter of MAX's sampling kernels): tokens below min_p x the row's top probability become -inf."""
+    """min_p_mask (the min-p filter of MAX's sampling kernels): tokens below min_p x the row's top probability become
+    -inf.
+    """
     from lowering.context import bind  # noqa: PLC0415
     from lowering.ops.sampling import min_p_mask_p  # noqa: PLC0415
 
     logits = (rng.normal(size=(3, 8)) * 2).astype(np.float32)
-    min_p, temp = np.array([0.5, 0.0, 0.9], np.float32), np.array([1.5, 2.0, 0.0], np.float32)  # row 1: min_p 0, row 2: greedy
+    min_p, temp = (
+        np.array([0.5, 0.0, 0.9], np.float32),
+        np.array([1.5, 2.0, 0.0], np.float32),
+    )  # row 1: min_p 0, row 2: greedy
     got = run_op(lambda lg, m, t: bind(min_p_mask_p, lg, m, t), logits, min_p, temp)
     probs = np.exp((logits[0] - logits[0].max()) / temp[0])
     np.testing.assert_array_equal(got[0], np.where(probs >= min_p[0], logits[0], -np.inf))
@@ -225,7 +236,9 @@ def _np_unpack(packed: np.ndarray, vocab: int) -> np.ndarray:
 
 @pytest.mark.parametrize("dtype", [np.float32, "bfloat16", np.int32])
 def test_apply_packed_bitmask_against_numpy(rng, dtype):
-    """apply_packed_bitmask (MAX's ``mo.apply_packed_bitmask``): clear bits take the fill value; a logit already -inf stays -inf."""
+    """apply_packed_bitmask (MAX's ``mo.apply_packed_bitmask``): clear bits take the fill value; a logit already -inf
+    stays -inf.
+    """
     from lowering.context import bind  # noqa: PLC0415
     from lowering.ops.sampling import apply_packed_bitmask_p  # noqa: PLC0415
 
@@ -234,7 +247,11 @@ def test_apply_packed_bitmask_against_numpy(rng, dtype):
     if np.dtype(dt).kind == "f":
         logits[0, 1, [3, 40, 69]] = -np.inf  # the model's own exclusions
     packed = rng.integers(np.iinfo(np.int32).min, np.iinfo(np.int32).max, size=(2, 3, 3), dtype=np.int32, endpoint=True)
-    packed[1, 2] = [-1, 0, -(1 << 31)]  # all of word 0, none of word 1, only bit 31 of word 2 (token 95: past the vocab)
+    packed[1, 2] = [
+        -1,
+        0,
+        -(1 << 31),
+    ]  # all of word 0, none of word 1, only bit 31 of word 2 (token 95: past the vocab)
     fill = np.array(-5, dt)
     got = run_op(lambda lg, pk, f: bind(apply_packed_bitmask_p, lg, pk, f), logits, packed, fill)
     keep = _np_unpack(packed, 70)
@@ -248,19 +265,30 @@ def test_apply_packed_bitmask_errors_name_the_mask():
     from lowering.context import bind  # noqa: PLC0415
     from lowering.ops.sampling import apply_packed_bitmask_p  # noqa: PLC0415
 
-    types = [TensorType(DType.float32, [2, 70]), TensorType(DType.int32, [2, 2]), TensorType(DType.uint32, [2, 3]), TensorType(DType.int32, [3, 3])]
+    types = [
+        TensorType(DType.float32, [2, 70]),
+        TensorType(DType.int32, [2, 2]),
+        TensorType(DType.uint32, [2, 3]),
+        TensorType(DType.int32, [3, 3]),
+    ]
     with Graph("bitmask_errors", input_types=[*types, TensorType(DType.float32, [])]) as g:
         logits, short, unsigned, rows, fill = (v.tensor for v in g.inputs)
-        with pytest.raises(ValueError, match=r"apply_packed_bitmask: packed_bitmask's last dim must be ceil\(70 / 32\) = 3"):
+        with pytest.raises(
+            ValueError, match=r"apply_packed_bitmask: packed_bitmask's last dim must be ceil\(70 / 32\) = 3"
+        ):
             bind(apply_packed_bitmask_p, logits, short, fill)
         with pytest.raises(ValueError, match=r"apply_packed_bitmask: packed_bitmask must be int32"):
             bind(apply_packed_bitmask_p, logits, unsigned, fill)
-        with pytest.raises(ValueError, match=r"apply_packed_bitmask: packed_bitmask's leading dims must equal the logits'"):
+        with pytest.raises(
+            ValueError, match=r"apply_packed_bitmask: packed_bitmask's leading dims must equal the logits'"
+        ):
             bind(apply_packed_bitmask_p, logits, rows, fill)
 
 
 def _np_masked_probs(logits, top_k, temperature, top_p):
-    """numpy: softmax(logits / T) over the top-k, then the smallest best set reaching top_p; one-hot argmax when T <= 0."""
+    """numpy: softmax(logits / T) over the top-k, then the smallest best set reaching top_p; one-hot argmax when T <=
+    0.
+    """
     out = np.zeros(logits.shape, np.float64)
     for r, x in enumerate(logits.astype(np.float64)):
         if temperature[r] <= 0:
@@ -291,7 +319,9 @@ def test_topk_topp_masked_probs_against_numpy(rng):
 
 
 def test_gumbel_argmax_draws_in_proportion_and_repeats_per_seed():
-    """gumbel_argmax (MAX's ``sampler.gumbel_argmax_from_probs``): frequencies follow the (unnormalised) probs; a seed repeats its draw."""
+    """gumbel_argmax (MAX's ``sampler.gumbel_argmax_from_probs``): frequencies follow the (unnormalised) probs; a seed
+    repeats its draw.
+    """
     from lowering.context import bind  # noqa: PLC0415
     from lowering.ops.sampling import gumbel_argmax_p  # noqa: PLC0415
 
@@ -310,15 +340,22 @@ def test_gumbel_argmax_draws_in_proportion_and_repeats_per_seed():
 
 def test_errors_name_the_op():
     f32, u32 = DType.float32, DType.uint32
-    with Graph("e", input_types=[TensorType(f32, [3, 8]), TensorType(DType.float8_e4m3fn, [4, 8]), TensorType(u32, [5])]) as g:
+    with Graph(
+        "e", input_types=[TensorType(f32, [3, 8]), TensorType(DType.float8_e4m3fn, [4, 8]), TensorType(u32, [5])]
+    ) as g:
         x, w, ids = (v.tensor for v in g.inputs)
         with pytest.raises(ValueError, match=r"quantize_static_scaled_float8: scale must be a scalar"):
             ops.quantize_static_float8(x, x)
-        with pytest.raises(ValueError, match=r"quantize_dynamic_scaled_float8: group_size_or_per_token=3 must be -1 or a positive divisor"):
+        with pytest.raises(
+            ValueError,
+            match=r"quantize_dynamic_scaled_float8: group_size_or_per_token=3 must be -1 or a positive divisor",
+        ):
             ops.quantize_dynamic_float8(x, 3)
         with pytest.raises(ValueError, match=r"scaled_matmul: a must have a float8 dtype"):
             ops.scaled_matmul(x, w, x, x)
-        with pytest.raises(ValueError, match=r"scaled_matmul: scale dim 1 has 5 entries, which is not ceil\(8 / block\)"):
+        with pytest.raises(
+            ValueError, match=r"scaled_matmul: scale dim 1 has 5 entries, which is not ceil\(8 / block\)"
+        ):
             sw = ops.constant(np.ones((4, 5), np.float32), f32, x.device)
             ops.scaled_matmul(w, w, sw, sw)
         with pytest.raises(ValueError, match=r"moe_create_indices: topk_ids must have rank 1, got float32\[3, 8\]"):

@@ -96,12 +96,17 @@ def test_slice_symbolic_bounds_checked_at_run_time(rng):
     g = build(lambda v: v[:3], rand(rng, [4, 2]), symbolic=[["batch", None]])
     model = session().load(g)
     np.testing.assert_array_equal(model.execute(np.ones((5, 2), np.float32))[0].to_numpy(), np.ones((3, 2)))
-    with pytest.raises(IndexError, match=r"slice_tensor: rmo.slice stop index 3 out of range for dimension size 2 \(axis 0"):
+    with pytest.raises(
+        IndexError, match=r"slice_tensor: rmo.slice stop index 3 out of range for dimension size 2 \(axis 0"
+    ):
         model.execute(np.ones((2, 2), np.float32))
 
 
 def test_slice_errors():
-    with Graph("s", input_types=[TensorType(DType.float32, [4, 3]), TensorType(DType.float32, []), TensorType(DType.int64, [2])]) as g:
+    with Graph(
+        "s",
+        input_types=[TensorType(DType.float32, [4, 3]), TensorType(DType.float32, []), TensorType(DType.int64, [2])],
+    ) as g:
         x, f, iv = (v.tensor for v in g.inputs)
         with pytest.raises(IndexError, match=r"slice_tensor: index 4 is out of range for axis 0 of size 4"):
             x[4]
@@ -130,7 +135,7 @@ def test_slice_errors():
         with pytest.raises(ValueError, match="slice_tensor: a tensor index must be a scalar"):
             ops.slice_tensor(x, [iv])  # x[iv] is advanced indexing (tests/ops/test_advanced_indexing.py)
         with pytest.raises(ValueError, match="slice_tensor: .*needs an out_dim"):
-            x[iv[0]:]
+            x[iv[0] :]
         with pytest.raises(ValueError, match="slice_tensor: .*has 2 elements, but out_dim is 3"):
             ops.slice_tensor(x, [(slice(0, 2), 3)])
 
@@ -163,7 +168,10 @@ def test_gather_symbolic_and_int_data(rng):
 
 
 def test_gather_errors():
-    with Graph("g", input_types=[TensorType(DType.float32, [4, 5]), TensorType(DType.float32, [2]), TensorType(DType.int16, [2])]) as g:
+    with Graph(
+        "g",
+        input_types=[TensorType(DType.float32, [4, 5]), TensorType(DType.float32, [2]), TensorType(DType.int16, [2])],
+    ) as g:
         x, fi, si = g.inputs
         ii = ops.constant([0], DType.int32, DeviceRef.CPU())
         with pytest.raises(ValueError, match="gather: indices must have dtype int32 or int64, got float32"):
@@ -180,18 +188,26 @@ def _gather_nd_ref(x, idx, b):
     if b:
         return np.stack([_gather_nd_ref(x[i], idx[i], b - 1) for i in range(x.shape[0])])
     flat = idx.reshape(-1, idx.shape[-1])
-    return np.stack([x[tuple(r)] for r in flat]).reshape(idx.shape[:-1] + x.shape[idx.shape[-1]:])
+    return np.stack([x[tuple(r)] for r in flat]).reshape(idx.shape[:-1] + x.shape[idx.shape[-1] :])
 
 
 @pytest.mark.parametrize(
     "xshape,ishape,b",
-    [([4, 5, 3], [2, 2], 0), ([4, 5, 3], [6, 1], 0), ([4, 5, 3], [2, 3], 0), ([4, 5, 3], [4, 2, 1], 1), ([2, 4, 5, 3], [2, 4, 3, 1], 2)],
+    [
+        ([4, 5, 3], [2, 2], 0),
+        ([4, 5, 3], [6, 1], 0),
+        ([4, 5, 3], [2, 3], 0),
+        ([4, 5, 3], [4, 2, 1], 1),
+        ([2, 4, 5, 3], [2, 4, 3, 1], 2),
+    ],
 )
 def test_gather_nd(rng, xshape, ishape, b):
     x = rand(rng, xshape)
     k = ishape[-1]
     idx = np.stack([rng.integers(0, xshape[b + j], size=ishape[:-1]) for j in range(k)], axis=-1).astype(np.int64)
-    np.testing.assert_array_equal(run_op(lambda v, i: ops.gather_nd(v, i, batch_dims=b), x, idx), _gather_nd_ref(x, idx, b))
+    np.testing.assert_array_equal(
+        run_op(lambda v, i: ops.gather_nd(v, i, batch_dims=b), x, idx), _gather_nd_ref(x, idx, b)
+    )
 
 
 def test_gather_nd_documented_shape():
@@ -202,7 +218,12 @@ def test_gather_nd_documented_shape():
 
 
 def test_gather_nd_errors():
-    types = [TensorType(DType.float32, [4, 5]), TensorType(DType.int32, [2, 3]), TensorType(DType.int32, [3, 1]), TensorType(DType.int32, [2, "k"])]
+    types = [
+        TensorType(DType.float32, [4, 5]),
+        TensorType(DType.int32, [2, 3]),
+        TensorType(DType.int32, [3, 1]),
+        TensorType(DType.int32, [2, "k"]),
+    ]
     with Graph("g", input_types=types) as g:
         x, i3, i1, ik = g.inputs
         with pytest.raises(ValueError, match="gather_nd: indices .* index 3 dims"):
@@ -243,7 +264,9 @@ def test_scatter_elements(rng, axis, dtype):
 
 def test_scatter_documented_example():
     x = np.array([1, 2, 3, 4, 5], np.int32)
-    out = run_op(lambda v, u, i: ops.scatter(v, u, i, axis=0), x, np.array([10, 20], np.int32), np.array([0, 3], np.int64))
+    out = run_op(
+        lambda v, u, i: ops.scatter(v, u, i, axis=0), x, np.array([10, 20], np.int32), np.array([0, 3], np.int64)
+    )
     np.testing.assert_array_equal(out, [10, 2, 3, 20, 5])
 
 
@@ -263,7 +286,9 @@ def test_scatter_nd(rng, ishape, k):
 def test_scatter_symbolic_and_traced(rng):
     x, u = rand(rng, [6, 2]), rand(rng, [6, 1])
     i = np.zeros((6, 1), np.int64)
-    out = run_op(lambda v, uu, ii: ops.scatter(v, uu, ii, axis=1), x, u, i, symbolic=[["n", None], ["n", None], ["n", None]])
+    out = run_op(
+        lambda v, uu, ii: ops.scatter(v, uu, ii, axis=1), x, u, i, symbolic=[["n", None], ["n", None], ["n", None]]
+    )
     ref = x.copy()
     ref[:, 0] = u[:, 0]
     np.testing.assert_array_equal(out, ref)
@@ -272,12 +297,21 @@ def test_scatter_symbolic_and_traced(rng):
 
 
 def test_scatter_errors():
-    types = [TensorType(DType.float32, [4, 5]), TensorType(DType.float32, [2, 3]), TensorType(DType.int64, [2, 2]), TensorType(DType.int64, [2, 3])]
+    types = [
+        TensorType(DType.float32, [4, 5]),
+        TensorType(DType.float32, [2, 3]),
+        TensorType(DType.int64, [2, 2]),
+        TensorType(DType.int64, [2, 3]),
+    ]
     with Graph("s", input_types=types) as g:
         x, u, i22, i23 = g.inputs
-        with pytest.raises(ValueError, match="scatter: The input dtype 'DType.float32' and updates dtype 'DType.int32' must match."):
+        with pytest.raises(
+            ValueError, match="scatter: The input dtype 'DType.float32' and updates dtype 'DType.int32' must match."
+        ):
             ops.scatter(x, ops.cast(u, DType.int32), i23)
-        with pytest.raises(ValueError, match="scatter: Invalid indices dtype: 'DType.float32'. Indices must be of type int32 or int64."):
+        with pytest.raises(
+            ValueError, match="scatter: Invalid indices dtype: 'DType.float32'. Indices must be of type int32 or int64."
+        ):
             ops.scatter(x, u, ops.cast(i23, DType.float32))
         with pytest.raises(IndexError, match=r"scatter: Invalid axis value 2. Axis must be in range \[-2, 1\]"):
             ops.scatter(x, u, i23, axis=2)
@@ -290,7 +324,13 @@ def test_scatter_errors():
 
 
 @pytest.mark.parametrize(
-    ("op", "ufunc"), [(ops.scatter_add, np.add), (ops.scatter_max, np.maximum), (ops.scatter_min, np.minimum), (ops.scatter_mul, np.multiply)]
+    ("op", "ufunc"),
+    [
+        (ops.scatter_add, np.add),
+        (ops.scatter_max, np.maximum),
+        (ops.scatter_min, np.minimum),
+        (ops.scatter_mul, np.multiply),
+    ],
 )
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_scatter_reductions_combine_duplicates(rng, op, ufunc, axis):
@@ -306,7 +346,12 @@ def test_scatter_reductions_combine_duplicates(rng, op, ufunc, axis):
 
 @pytest.mark.parametrize(
     ("op", "ufunc"),
-    [(ops.scatter_nd_add, np.add), (ops.scatter_nd_max, np.maximum), (ops.scatter_nd_min, np.minimum), (ops.scatter_nd_mul, np.multiply)],
+    [
+        (ops.scatter_nd_add, np.add),
+        (ops.scatter_nd_max, np.maximum),
+        (ops.scatter_nd_min, np.minimum),
+        (ops.scatter_nd_mul, np.multiply),
+    ],
 )
 def test_scatter_nd_reductions_combine_duplicates(rng, op, ufunc):
     x = rand(rng, [4, 3, 2])
@@ -320,18 +365,35 @@ def test_scatter_nd_reductions_combine_duplicates(rng, op, ufunc):
 def test_scatter_family_messages_and_devices():
 
     cpu, gpu = DeviceRef.CPU(), DeviceRef.GPU()
-    types = [TensorType(DType.float32, [5, 3], cpu), TensorType(DType.float32, [2, 3], gpu), TensorType(DType.int64, [2, 1], cpu), TensorType(DType.float64, [2, 3], cpu)]
+    types = [
+        TensorType(DType.float32, [5, 3], cpu),
+        TensorType(DType.float32, [2, 3], gpu),
+        TensorType(DType.int64, [2, 1], cpu),
+        TensorType(DType.float64, [2, 3], cpu),
+    ]
     with Graph("s", input_types=types) as g:
         x, u_gpu, i, u64 = (v.tensor for v in g.inputs)
         for name in ("scatter_nd", "scatter_nd_max", "scatter_nd_add"):
-            with pytest.raises(ValueError, match=rf"{name}: Input values must be on the same device\n    input: TensorType\(dtype=float32, shape=\[Dim\(5\), Dim\(3\)\], device=cpu:0\)\n    updates: .*device=gpu:0\)"):
+            with pytest.raises(
+                ValueError,
+                match=(
+                    rf"{name}: Input values must be on the same device\n    input: TensorType\(dtype=float32, "
+                    rf"shape=\[Dim\(5\), Dim\(3\)\], device=cpu:0\)\n    updates: .*device=gpu:0\)"
+                ),
+            ):
                 getattr(ops, name)(x, u_gpu, i)
-            with pytest.raises(ValueError, match=rf"{name}: The input dtype \(DType.float32\) and updates dtype \(DType.float64\) must match"):
+            with pytest.raises(
+                ValueError,
+                match=rf"{name}: The input dtype \(DType.float32\) and updates dtype \(DType.float64\) must match",
+            ):
                 getattr(ops, name)(x, u64, i)
         for name in ("scatter_max", "scatter_min", "scatter_mul", "scatter_add"):
             with pytest.raises(ValueError, match=rf"{name}: Invalid axis value -3. Axis must be in range \[-2, 1\]"):
                 getattr(ops, name)(x, u64, i, axis=-3)
-            with pytest.raises(ValueError, match=rf"{name}: The input dtype 'DType.float32' and updates dtype 'DType.float64' must match."):
+            with pytest.raises(
+                ValueError,
+                match=rf"{name}: The input dtype 'DType.float32' and updates dtype 'DType.float64' must match.",
+            ):
                 getattr(ops, name)(x, u64, i, axis=0)
 
 
@@ -343,7 +405,9 @@ def test_scatter_shapes_are_checked_when_the_graph_runs():
         ([4, 5], [2, 6], [2, 6], r"scatter: dim 1 of indices \(2, 6\) exceeds that of input \(4, 5\)"),
     ]
     for xs, us, js, msg in cases:
-        with Graph("s", input_types=[TensorType(DType.float32, xs), TensorType(DType.float32, us), TensorType(DType.int64, js)]) as g:
+        with Graph(
+            "s", input_types=[TensorType(DType.float32, xs), TensorType(DType.float32, us), TensorType(DType.int64, js)]
+        ) as g:
             g.output(ops.scatter(*(v.tensor for v in g.inputs), axis=0))
         args = [np.zeros(xs, np.float32), np.zeros(us, np.float32), np.zeros(js, np.int64)]
         with pytest.raises(ValueError, match=msg):
@@ -379,7 +443,9 @@ def test_masked_scatter(rng):
 def test_masked_scatter_documented_example():
     x = np.array([[1, 2], [3, 4]], np.int32)
     mask = np.array([[True, False], [False, True]])
-    out = run_op(lambda v, m, u: ops.masked_scatter(v, m, u, out_dim="num_updates"), x, mask, np.array([10, 20], np.int32))
+    out = run_op(
+        lambda v, m, u: ops.masked_scatter(v, m, u, out_dim="num_updates"), x, mask, np.array([10, 20], np.int32)
+    )
     np.testing.assert_array_equal(out, [[10, 2], [3, 20]])
 
 
@@ -391,7 +457,9 @@ def test_masked_scatter_errors():
             ops.masked_scatter(x, m, ops.cast(u, DType.int32), "n")
         with pytest.raises(ValueError, match="masked_scatter"):
             ops.masked_scatter(x, ops.constant([True, False], DType.bool, DeviceRef.CPU()), u, "n")
-        with pytest.raises(ValueError, match="masked_scatter: updates float32.2. have 2 elements, fewer than out_dim 3"):
+        with pytest.raises(
+            ValueError, match="masked_scatter: updates float32.2. have 2 elements, fewer than out_dim 3"
+        ):
             ops.masked_scatter(x, m, u, 3)
         with pytest.raises(TypeError, match="masked_scatter: out_dim"):
             ops.masked_scatter(x, m, u, 1.5)

@@ -26,12 +26,16 @@ def test_matmul_shapes(rng, lshape, rshape):
     np.testing.assert_allclose(run_op(ops.matmul, a, b), np.matmul(a, b), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-12), (np.int32, 0), (np.int64, 0), (DType.bfloat16, 3e-2), (np.float16, 3e-3)])
+@pytest.mark.parametrize(
+    "dtype,tol", [(np.float64, 1e-12), (np.int32, 0), (np.int64, 0), (DType.bfloat16, 3e-2), (np.float16, 3e-3)]
+)
 def test_matmul_dtypes(rng, dtype, tol):
     a, b = rand(rng, [3, 8], dtype), rand(rng, [8, 2], dtype)
     out = run_op(lambda x, y: x @ y, a, b)
     assert out.dtype == a.dtype
-    np.testing.assert_allclose(out.astype(np.float64), a.astype(np.float64) @ b.astype(np.float64), rtol=tol, atol=tol * 8)
+    np.testing.assert_allclose(
+        out.astype(np.float64), a.astype(np.float64) @ b.astype(np.float64), rtol=tol, atol=tol * 8
+    )
 
 
 @pytest.mark.parametrize("lshape,rshape", [([2, 3], [3, 2]), ([2, 3], [3]), ([3], [3, 2]), ([2, 4, 3], [3, 5])])
@@ -51,7 +55,14 @@ def test_matmul_symbolic_batch(rng):
 
 
 def test_matmul_errors():
-    with Graph("mm", input_types=[TensorType(DType.float32, [2, 3]), TensorType(DType.float32, [4, 5]), TensorType(DType.int32, [3, 2])]) as g:
+    with Graph(
+        "mm",
+        input_types=[
+            TensorType(DType.float32, [2, 3]),
+            TensorType(DType.float32, [4, 5]),
+            TensorType(DType.int32, [3, 2]),
+        ],
+    ) as g:
         a, b, c = g.inputs
         with pytest.raises(ValueError, match=r"matmul.*float32\[2, 3\].*float32\[4, 5\]"):
             ops.matmul(a, b)

@@ -25,10 +25,15 @@ def np_conv(x, f, stride, dilation, padding, groups=1, bias=None):
     cout_g = cout // groups
     out = np.zeros((x.shape[0], *out_sp, cout))
     for idx in np.ndindex(*kernel):
-        sl = tuple(slice(idx[i] * dilation[i], idx[i] * dilation[i] + stride[i] * (out_sp[i] - 1) + 1, stride[i]) for i in range(nd))
+        sl = tuple(
+            slice(idx[i] * dilation[i], idx[i] * dilation[i] + stride[i] * (out_sp[i] - 1) + 1, stride[i])
+            for i in range(nd)
+        )
         patch = xp[(slice(None), *sl, slice(None))]
         for g in range(groups):
-            out[..., g * cout_g : (g + 1) * cout_g] += patch[..., g * cin_g : (g + 1) * cin_g] @ f[idx][:, g * cout_g : (g + 1) * cout_g]
+            out[..., g * cout_g : (g + 1) * cout_g] += (
+                patch[..., g * cin_g : (g + 1) * cin_g] @ f[idx][:, g * cout_g : (g + 1) * cout_g]
+            )
     return out if bias is None else out + bias
 
 
@@ -37,7 +42,10 @@ def np_conv_transpose(x, f, stride, dilation, padding, output_paddings, bias=Non
     x, f = x.astype(np.float64), f.astype(np.float64)
     n, h, w, _ = x.shape
     kh, kw, cout, _ = f.shape
-    sizes = [(s - 1) * st + d * (k - 1) + 1 + op for s, st, d, k, op in zip((h, w), stride, dilation, (kh, kw), output_paddings)]
+    sizes = [
+        (s - 1) * st + d * (k - 1) + 1 + op
+        for s, st, d, k, op in zip((h, w), stride, dilation, (kh, kw), output_paddings)
+    ]
     full = np.zeros((n, *sizes, cout))
     for a in range(kh):
         for b in range(kw):
@@ -85,7 +93,9 @@ def np_fold(x, output_size, kernel, stride, dilation, padding):
             for ch in range(c):
                 for i in range(kh):
                     for j in range(kw):
-                        out[:, ch, by * stride[0] + i * dilation[0], bx * stride[1] + j * dilation[1]] += x[:, ch * kh * kw + i * kw + j, by * ow + bx]
+                        out[:, ch, by * stride[0] + i * dilation[0], bx * stride[1] + j * dilation[1]] += x[
+                            :, ch * kh * kw + i * kw + j, by * ow + bx
+                        ]
     return out[:, :, padding[0] : padding[0] + output_size[0], padding[1] : padding[1] + output_size[1]]
 
 
@@ -212,7 +222,12 @@ def test_conv2d_symbolic_batch(rng):
     f = rand(rng, [3, 3, 2, 3])
     for batch in (1, 3):
         x = rand(rng, [batch, 6, 6, 2])
-        got = run_op(lambda a, w: ops.conv2d(a, w, stride=(2, 2), padding=(1, 1, 1, 1)), x, f, symbolic=[["batch", None, None, None], None])
+        got = run_op(
+            lambda a, w: ops.conv2d(a, w, stride=(2, 2), padding=(1, 1, 1, 1)),
+            x,
+            f,
+            symbolic=[["batch", None, None, None], None],
+        )
         assert_close(got, np_conv(x, f, (2, 2), (1, 1), (1, 1, 1, 1)), 1e-4)
 
 
@@ -245,7 +260,9 @@ def test_conv2d_transpose_matches_numpy(rng, kwargs):
     x, f, b = rand(rng, [2, 3, 4, 3]), rand(rng, [3, 2, 5, 3]), rand(rng, [5])
     kw = {"stride": (1, 1), "dilation": (1, 1), "padding": (0, 0, 0, 0), "output_paddings": (0, 0), **kwargs}
     got = run_op(lambda a, w, c: ops.conv2d_transpose(a, w, bias=c, **kwargs), x, f, b)
-    assert_close(got, np_conv_transpose(x, f, kw["stride"], kw["dilation"], kw["padding"], kw["output_paddings"], b), 1e-4)
+    assert_close(
+        got, np_conv_transpose(x, f, kw["stride"], kw["dilation"], kw["padding"], kw["output_paddings"], b), 1e-4
+    )
 
 
 def test_conv2d_transpose_pytorch_layouts(rng):
@@ -253,7 +270,9 @@ def test_conv2d_transpose_pytorch_layouts(rng):
     x, f = rand(rng, [1, 3, 3, 2]), rand(rng, [2, 2, 4, 2])
     want = np_conv_transpose(x, f, (2, 2), (1, 1), (0, 0, 0, 0), (0, 0))
     got = run_op(
-        lambda a, w: ops.conv2d_transpose(a, w, stride=(2, 2), input_layout=ConvInputLayout.NCHW, filter_layout=FilterLayout.CFRS),
+        lambda a, w: ops.conv2d_transpose(
+            a, w, stride=(2, 2), input_layout=ConvInputLayout.NCHW, filter_layout=FilterLayout.CFRS
+        ),
         x.transpose(0, 3, 1, 2),
         f.transpose(3, 2, 0, 1),
     )
@@ -291,7 +310,11 @@ def test_pools_match_numpy(rng, kernel, stride, dilation, padding, ceil_mode):
     t = lambda v: v if isinstance(v, tuple) else (v, v)  # noqa: E731
     ref = dict(stride=t(stride), dilation=t(dilation), padding=t(padding), ceil_mode=ceil_mode)
     mx, avg_in, avg_ex = run_op(
-        lambda a: (ops.max_pool2d(a, kernel, **geo), ops.avg_pool2d(a, kernel, **geo), ops.avg_pool2d(a, kernel, count_boundary=False, **geo)),
+        lambda a: (
+            ops.max_pool2d(a, kernel, **geo),
+            ops.avg_pool2d(a, kernel, **geo),
+            ops.avg_pool2d(a, kernel, count_boundary=False, **geo),
+        ),
         x,
     )
     assert_close(mx, np_pool(x, kernel, mode="max", **ref), 1e-6)
@@ -346,7 +369,9 @@ def test_fold_symbolic_batch_and_errors(rng):
     x = rand(rng, [3, 8, 9])
     got = run_op(lambda a: ops.fold(a, (4, 4), (2, 2)), x, symbolic=[["batch", None, None]])
     assert_close(got, np_fold(x, (4, 4), (2, 2), (1, 1), (1, 1), (0, 0)), 1e-5)
-    with Graph("fold_err", input_types=[TensorType(DType.float32, [1, 10, 9]), TensorType(DType.float32, [1, 8, 7])]) as g:
+    with Graph(
+        "fold_err", input_types=[TensorType(DType.float32, [1, 10, 9]), TensorType(DType.float32, [1, 8, 7])]
+    ) as g:
         a, b = g.inputs
         with pytest.raises(ValueError, match=r"fold.*multiple of the product of the total kernel size"):
             ops.fold(a, (4, 4), (2, 2))
@@ -380,7 +405,9 @@ def test_resize_identity_default_and_dtypes(rng):
     assert got.dtype == xb.dtype
     assert_close(got, np_resize(xb.astype(np.float32), (6, 6), "bicubic"), 5e-2)
     xi = rand(rng, [1, 1, 3, 3], np.int32)
-    np.testing.assert_array_equal(run_op(lambda a: ops.resize(a, [1, 1, 6, 2], "nearest"), xi), np_resize(xi, (6, 2), "nearest"))
+    np.testing.assert_array_equal(
+        run_op(lambda a: ops.resize(a, [1, 1, 6, 2], "nearest"), xi), np_resize(xi, (6, 2), "nearest")
+    )
 
 
 def test_resize_any_dim_and_integer_dtypes(rng):
@@ -399,7 +426,11 @@ def test_resize_any_dim_and_integer_dtypes(rng):
 def test_resize_symbolic_batch(rng):
     for batch in (1, 2):
         x = rand(rng, [batch, 2, 4, 4])
-        got = run_op(lambda a: ops.resize(a, ["batch", 2, 8, 6], InterpolationMode.BICUBIC), x, symbolic=[["batch", None, None, None]])
+        got = run_op(
+            lambda a: ops.resize(a, ["batch", 2, 8, 6], InterpolationMode.BICUBIC),
+            x,
+            symbolic=[["batch", None, None, None]],
+        )
         assert_close(got, np_resize(x, (8, 6), "bicubic"), 1e-5)
 
 
@@ -471,7 +502,9 @@ def test_conv_errors():
             ops.conv2d(x, f3)
         with pytest.raises(ValueError, match=r"conv2d: input must have rank 4"):
             ops.conv2d(f3, f)
-        with pytest.raises(ValueError, match=r"conv2d: input channels do not match.*float32\[1, 5, 5, 4\].*float32\[3, 3, 3, 6\]"):
+        with pytest.raises(
+            ValueError, match=r"conv2d: input channels do not match.*float32\[1, 5, 5, 4\].*float32\[3, 3, 3, 6\]"
+        ):
             ops.conv2d(x, fbad)
         with pytest.raises(ValueError, match=r"conv2d: bias must have shape \[6\]"):
             ops.conv2d(x, f, bias=b5)
@@ -498,7 +531,12 @@ def test_conv_errors():
 
 
 def test_pool_resize_irfft_errors():
-    types = [TensorType(DType.float32, [1, 4, 4, 2]), TensorType(DType.int32, [1, 4, 4, 2]), TensorType(DType.float32, [4, 4]), TensorType(DType.float32, [4, "n"])]
+    types = [
+        TensorType(DType.float32, [1, 4, 4, 2]),
+        TensorType(DType.int32, [1, 4, 4, 2]),
+        TensorType(DType.float32, [4, 4]),
+        TensorType(DType.float32, [4, "n"]),
+    ]
     with Graph("misc_err", input_types=types) as g:
         x, xi, m, msym = g.inputs
         with pytest.raises(ValueError, match="max_pool2d: input must have rank 4"):
@@ -509,9 +547,14 @@ def test_pool_resize_irfft_errors():
             ops.max_pool2d(x, (5, 5))
         with pytest.raises(TypeError, match="max_pool2d: kernel_size must be a pair"):
             ops.max_pool2d(x, 2)
-        with pytest.raises(ValueError, match=r"resize: Input tensor must have rank 4 \(NCHW format\) for resize operation, but got rank"):
+        with pytest.raises(
+            ValueError,
+            match=r"resize: Input tensor must have rank 4 \(NCHW format\) for resize operation, but got rank",
+        ):
             ops.resize(m, [1, 1, 2, 2])
-        with pytest.raises(ValueError, match=r"resize: shape must have 4 elements for NCHW format \(batch, channels, height, width\)"):
+        with pytest.raises(
+            ValueError, match=r"resize: shape must have 4 elements for NCHW format \(batch, channels, height, width\)"
+        ):
             ops.resize(x, [8, 8])
         with pytest.raises(ValueError, match="resize: output dims must be positive"):
             ops.resize(x, [1, 0, 8, 8])
@@ -531,7 +574,9 @@ def test_pool_resize_irfft_errors():
 
 def test_roi_align_symbolic_roi_count(rng):
     x = rand(rng, [1, 5, 5, 2])
-    with Graph("roi_align", input_types=[TensorType(DType.float32, [1, 5, 5, 2]), TensorType(DType.float32, ["m", 5])]) as g:
+    with Graph(
+        "roi_align", input_types=[TensorType(DType.float32, [1, 5, 5, 2]), TensorType(DType.float32, ["m", 5])]
+    ) as g:
         out = ops.roi_align(g.inputs[0].tensor, g.inputs[1].tensor, 2, 2, sampling_ratio=2.0, mode="MAX")
         assert str(out.type.shape[0]) == "m"
         g.output(out)
@@ -539,6 +584,8 @@ def test_roi_align_symbolic_roi_count(rng):
 
     model = InferenceSession().load(g)
     for m in (1, 3):
-        rois = np.concatenate([np.zeros((m, 1)), rng.uniform(0, 2, (m, 2)), rng.uniform(2.5, 5, (m, 2))], axis=1).astype(np.float32)
+        rois = np.concatenate(
+            [np.zeros((m, 1)), rng.uniform(0, 2, (m, 2)), rng.uniform(2.5, 5, (m, 2))], axis=1
+        ).astype(np.float32)
         got = model.execute(x, rois)[0].to_numpy()
         np.testing.assert_allclose(got, np_roi_align(x, rois, 2, 2, 1.0, 2.0, False, "MAX"), rtol=1e-5, atol=1e-6)

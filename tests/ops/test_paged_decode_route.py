@@ -106,7 +106,9 @@ DECODE_LENS = np.array([5, 16, 30], np.uint32)  # mid-page, first slot of page 1
 def test_decode_step_runs_the_paged_decode_kernel(interpret, rng, n_pages, mask, window):
     pool, q, k_new, v_new = _inputs(rng, n_pages, 3)
     out = _step(pool, q, k_new, v_new, DECODE_OFFS, DECODE_LENS, mask=mask, window=window)
-    assert interpret["decode"] == [(3, 1, H, D)], "the decode step did not reach pallas_decode.paged_decode_attention_pool"
+    assert interpret["decode"] == [(3, 1, H, D)], (
+        "the decode step did not reach pallas_decode.paged_decode_attention_pool"
+    )
     assert not interpret["packed"]
     want = _want(pool, q, k_new, v_new, DECODE_OFFS, DECODE_LENS, mask=mask, window=window)
     np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-5)
@@ -173,7 +175,10 @@ def test_decode_step_reads_the_pool_in_place(monkeypatch):
         s((3, H, D), jnp.float32), s((n_pages, 2, LAYERS, PAGE, HKV, D), jnp.float32), s(LOOKUP.shape, jnp.uint32),
         s((), jnp.uint32), s((4,), jnp.uint32), s((3,), jnp.uint32),
     )  # fmt: skip
-    step = lambda q, pool, lk, layer, offs, cl: _paged_decode(q, pool, lk, layer, offs, cl, mask="causal", scale=0.4, window=-1)  # noqa: E731
+
+    def step(q, pool, lk, layer, offs, cl):
+        return _paged_decode(q, pool, lk, layer, offs, cl, mask="causal", scale=0.4, window=-1)
+
     text = str(jax.make_jaxpr(step)(*args))
     assert "pallas_call" in text
     assert not re.search(rf"f32\[\d+,{PAGE},{HKV},{D}\]", text), "a [pages, page_size, Hkv, D] layer copy was made"

@@ -57,7 +57,9 @@ def test_qmatmul_dtypes_and_symbolic_batch(rng):
         np.testing.assert_allclose(got, x @ deq.T, rtol=1e-6, atol=1e-6)
     # A 1-D lhs gives a vector.
     v = rand(rng, [64])
-    np.testing.assert_allclose(run_op(lambda a, b: ops.qmatmul(QE.Q4_0, None, a, b), v, w), v @ deq.T, rtol=1e-5, atol=cpu_kernel_atol(v, deq))
+    np.testing.assert_allclose(
+        run_op(lambda a, b: ops.qmatmul(QE.Q4_0, None, a, b), v, w), v @ deq.T, rtol=1e-5, atol=cpu_kernel_atol(v, deq)
+    )
 
 
 def test_qmatmul_q4_0_from_real_weights(rng):
@@ -98,7 +100,9 @@ def test_quantized_ops_under_jit_and_grad(rng):
     np.testing.assert_allclose(np.asarray(got), x @ deq.T, rtol=1e-5, atol=cpu_kernel_atol(x, deq))
     grad = jax.grad(lambda a: ops.qmatmul(QE.Q4_K, None, a, w).sum())(x)
     np.testing.assert_allclose(np.asarray(grad), np.broadcast_to(deq.sum(0), x.shape), rtol=1e-5)
-    np.testing.assert_array_equal(np.asarray(jax.jit(lambda b: ops.dequantize(QE.Q4_K, b))(w)).view(np.uint32), deq.view(np.uint32))
+    np.testing.assert_array_equal(
+        np.asarray(jax.jit(lambda b: ops.dequantize(QE.Q4_K, b))(w)).view(np.uint32), deq.view(np.uint32)
+    )
 
 
 def test_quantized_errors():
@@ -119,7 +123,9 @@ def test_quantized_errors():
         # as in MAX, a GGUF qmatmul builds whatever the byte width ([..., N]); the blocks are checked at compile time
         assert ops.qmatmul(QE.Q4_K, None, x, w_bad).type.shape == [2, 3]
         assert ops.qmatmul(QE.Q4_0, None, x, w36).type.shape == [2, 3]
-        with pytest.raises(TypeError, match=r"qmatmul: rhs must be uint8 bytes packed as QuantizationEncoding.Q4_K, got int8\[3, 144\]"):
+        with pytest.raises(
+            TypeError, match=r"qmatmul: rhs must be uint8 bytes packed as QuantizationEncoding.Q4_K, got int8\[3, 144\]"
+        ):
             ops.qmatmul(QE.Q4_K, None, x, w_i8)
         with pytest.raises(ValueError, match=r"qmatmul: rhs .* must be a rank-2 matrix"):
             ops.qmatmul(QE.Q4_K, None, x, w3)
@@ -135,18 +141,31 @@ def test_quantized_errors():
             ops.qmatmul(QE.GPTQ, QuantizationConfig("gptq", 8, 128, sym=True), x, wg)
         with pytest.raises(ValueError, match=r"qmatmul: .*not K/2 \+ 2\*K/128"):
             ops.qmatmul(QE.GPTQ, gptq, x, w)
-        with pytest.raises(ValueError, match=r"qmatmul: QuantizationEncoding.GPTQ with desc_act=True takes the packed weight and perm_idx"):
+        with pytest.raises(
+            ValueError,
+            match=r"qmatmul: QuantizationEncoding.GPTQ with desc_act=True takes the packed weight and perm_idx",
+        ):
             ops.qmatmul(QE.GPTQ, QuantizationConfig("gptq", 4, 128, desc_act=True, sym=True), x, wg)
         assert ops.qmatmul(QE.GPTQ, gptq, x, wg).type.shape == [2, 8]
-        with pytest.raises(ValueError, match=r"dequantize: last dimension \(100\) not divisible by block size \(144\) of QuantizationEncoding.Q4_K: uint8\[3, 100\]"):
+        with pytest.raises(
+            ValueError,
+            match=(
+                r"dequantize: last dimension \(100\) not divisible by block size \(144\) of "
+                r"QuantizationEncoding.Q4_K: uint8\[3, 100\]"
+            ),
+        ):
             ops.dequantize(QE.Q4_K, w_bad)
-        with pytest.raises(TypeError, match=r"dequantize: dequantize only supported with static last dimension; uint8\[3, bytes\]"):
+        with pytest.raises(
+            TypeError, match=r"dequantize: dequantize only supported with static last dimension; uint8\[3, bytes\]"
+        ):
             ops.dequantize(QE.Q4_K, w_sym)
         with pytest.raises(ValueError, match=r"dequantize: .*GPTQ.* use ops.qmatmul"):
             ops.dequantize(QE.GPTQ, w)
         with pytest.raises(ValueError, match=r"dequantize: unsupported quantization encoding 'int4'"):
             ops.dequantize("int4", w)
-        with pytest.raises(TypeError, match=r"dequantize: quantized must be uint8 bytes packed as QuantizationEncoding.Q4_K"):
+        with pytest.raises(
+            TypeError, match=r"dequantize: quantized must be uint8 bytes packed as QuantizationEncoding.Q4_K"
+        ):
             ops.dequantize(QE.Q4_K, w_i8)
 
 
@@ -166,5 +185,7 @@ def test_q8_0_matmul_op_matches_gguf_and_checks_its_operands(rng):
         np.testing.assert_allclose(out, x.astype(np.float64) @ dense.T, rtol=1e-5, atol=cpu_kernel_atol(x, dense))
     with pytest.raises(ValueError, match=r"q8_0_matmul: expected float lhs, int8 values and float16 scales"):
         ops.q8_0_matmul(Tensor(x), Tensor(values.astype(np.int32)), Tensor(scales))
-    with pytest.raises(ValueError, match=r"q8_0_matmul: lhs \[\.\.\., K\], values \[N, K\] and scales \[N, K / 32\] do not agree"):
+    with pytest.raises(
+        ValueError, match=r"q8_0_matmul: lhs \[\.\.\., K\], values \[N, K\] and scales \[N, K / 32\] do not agree"
+    ):
         q8_matmul(Tensor(x[:, :32]), Tensor(values), Tensor(scales))

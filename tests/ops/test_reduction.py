@@ -39,7 +39,14 @@ def _execute_at(g, *arrays):
 def test_keepdim_reductions(rng, dtype, axis):
     x = rand(rng, [3, 4, 5], dtype, -5, 5)
     outs = run_op(
-        lambda v: [ops.sum(v, axis), ops.mean(v, axis), ops.max(v, axis=axis), ops.min(v, axis=axis), ops.argmax(v, axis), ops.argmin(v, axis)],
+        lambda v: [
+            ops.sum(v, axis),
+            ops.mean(v, axis),
+            ops.max(v, axis=axis),
+            ops.min(v, axis=axis),
+            ops.argmax(v, axis),
+            ops.argmin(v, axis),
+        ],
         x,
     )
     xf = x.astype(np.float64)
@@ -110,7 +117,9 @@ def test_max_min_with_python_scalar_and_promotion(rng):
 
 def test_symbolic_batch_mean_and_argmax(rng):
     x1, x5 = rand(rng, [1, 3]), rand(rng, [5, 3])
-    g = build(lambda v: [ops.mean(v), ops.argmax(v, 0), ops.max(v, axis=0), ops.sum(v, 0)], x1, symbolic=[["batch", None]])
+    g = build(
+        lambda v: [ops.mean(v), ops.argmax(v, 0), ops.max(v, axis=0), ops.sum(v, 0)], x1, symbolic=[["batch", None]]
+    )
     assert [list(t.shape) for t in g.output_types] == [["batch", 1], [1, 3], [1, 3], [1, 3]]
     model = InferenceSession().load(g)
     for x in (x1, x5):
@@ -123,7 +132,9 @@ def test_symbolic_batch_mean_and_argmax(rng):
 
 def test_tensorvalue_reduction_methods(rng):
     x = rand(rng, [3, 4])
-    am, mx, mn, mean, var, std = run_op(lambda v: [v.argmax(), v.max(), v.min(axis=0), v.mean(axis=0), v.var(), v.stdev(axis=0)], x)
+    am, mx, mn, mean, var, std = run_op(
+        lambda v: [v.argmax(), v.max(), v.min(axis=0), v.mean(axis=0), v.var(), v.stdev(axis=0)], x
+    )
     np.testing.assert_array_equal(am, x.argmax(-1)[:, None])
     np.testing.assert_array_equal(mx, x.max(-1, keepdims=True))
     np.testing.assert_array_equal(mn, x.min(0, keepdims=True))
@@ -148,7 +159,10 @@ def _np_cumsum(x, axis, exclusive, reverse):
 @pytest.mark.parametrize("reverse", [False, True])
 def test_cumsum(rng, dtype, exclusive, reverse):
     x = rand(rng, [3, 4], dtype, -4, 4)
-    a0, a1 = run_op(lambda v: [ops.cumsum(v, 0, exclusive, reverse), ops.cumsum(v, axis=-1, exclusive=exclusive, reverse=reverse)], x)
+    a0, a1 = run_op(
+        lambda v: [ops.cumsum(v, 0, exclusive, reverse), ops.cumsum(v, axis=-1, exclusive=exclusive, reverse=reverse)],
+        x,
+    )
     xr = x.astype(np.float64) if np.dtype(dtype).kind == "f" else x
     for got, axis in ((a0, 0), (a1, -1)):
         expected = _np_cumsum(xr, axis, exclusive, reverse)
@@ -162,7 +176,12 @@ def test_cumsum(rng, dtype, exclusive, reverse):
 def test_cumsum_documented_example():
     x = np.array([1, 2, 3], np.int32)
     outs = run_op(
-        lambda v: [ops.cumsum(v), ops.cumsum(v, exclusive=True), ops.cumsum(v, reverse=True), ops.cumsum(v, exclusive=True, reverse=True)],
+        lambda v: [
+            ops.cumsum(v),
+            ops.cumsum(v, exclusive=True),
+            ops.cumsum(v, reverse=True),
+            ops.cumsum(v, exclusive=True, reverse=True),
+        ],
         x,
     )
     for got, want in zip(outs, ([1, 3, 6], [0, 1, 3], [6, 5, 3], [5, 3, 0])):
@@ -181,7 +200,9 @@ def _np_softmax(x, axis):
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16, np.float64])
 def test_softmax_logsoftmax(rng, dtype):
     x = rand(rng, [3, 5], dtype, -4, 4)
-    s_last, s0, ls_last, ls0 = run_op(lambda v: [ops.softmax(v), ops.softmax(v, axis=0), ops.logsoftmax(v), ops.logsoftmax(v, 0)], x)
+    s_last, s0, ls_last, ls0 = run_op(
+        lambda v: [ops.softmax(v), ops.softmax(v, axis=0), ops.logsoftmax(v), ops.logsoftmax(v, 0)], x
+    )
     _close(s_last, _np_softmax(x, -1), dtype)
     _close(s0, _np_softmax(x, 0), dtype)
     _close(ls_last, np.log(_np_softmax(x, -1)), dtype)
@@ -227,7 +248,9 @@ def test_argsort(rng, dtype):
 
 
 def test_top_k_argsort_symbolic(rng):
-    g = build(lambda v: [*ops.top_k(v, 2), ops.argsort(ops.reshape(v, [-1]))], rand(rng, [2, 4]), symbolic=[["n", None]])
+    g = build(
+        lambda v: [*ops.top_k(v, 2), ops.argsort(ops.reshape(v, [-1]))], rand(rng, [2, 4]), symbolic=[["n", None]]
+    )
     assert list(g.output_types[0].shape) == ["n", 2]
     model = InferenceSession().load(g)
     for n in (1, 3):
@@ -261,7 +284,9 @@ def test_layer_norm_symbolic_batch_and_constant_params(rng):
     model = InferenceSession().load(g)
     for batch in (1, 6):
         x = rand(rng, [batch, 4])
-        np.testing.assert_allclose(model.execute(x)[0].to_numpy(), _np_layer_norm(x, gamma, beta, 1e-3), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            model.execute(x)[0].to_numpy(), _np_layer_norm(x, gamma, beta, 1e-3), rtol=1e-4, atol=1e-5
+        )
 
 
 # ─── tracing (jax.jit / grad) ─────────────────────────────────────────────
@@ -331,7 +356,10 @@ def test_dtype_errors():
 def test_shape_and_parameter_errors():
     with _graph((DType.float32, [2, 3]), (DType.float32, [3]), (DType.float32, [4]), (DType.float32, [2, 0])) as g:
         x, v3, v4, empty = (v.tensor for v in g.inputs)
-        with pytest.raises(ValueError, match=r"top_k: k \(4\) cannot be larger than dimension size along axis 1 \(3\) of float32\[2, 3\]"):
+        with pytest.raises(
+            ValueError,
+            match=r"top_k: k \(4\) cannot be larger than dimension size along axis 1 \(3\) of float32\[2, 3\]",
+        ):
             ops.top_k(x, 4)
         with pytest.raises(IndexError, match=r"top_k: axis \(3\) out of bound"):
             ops.top_k(x, 1, axis=3)
@@ -339,11 +367,17 @@ def test_shape_and_parameter_errors():
             ops.top_k(x, -1)
         with pytest.raises(TypeError, match="top_k: k must be an int"):
             ops.top_k(x, 1.5)
-        with pytest.raises(ValueError, match=r"argsort only implemented for input tensors of rank 1, got float32\[2, 3\]"):
+        with pytest.raises(
+            ValueError, match=r"argsort only implemented for input tensors of rank 1, got float32\[2, 3\]"
+        ):
             ops.argsort(x)
-        with pytest.raises(ValueError, match=r"layer_norm: gamma shape \[Dim\(4\)\] does not match dimension of reduction \[3\]"):
+        with pytest.raises(
+            ValueError, match=r"layer_norm: gamma shape \[Dim\(4\)\] does not match dimension of reduction \[3\]"
+        ):
             ops.layer_norm(x, v4, v3, 1e-5)
-        with pytest.raises(ValueError, match=r"layer_norm: beta shape \[Dim\(4\)\] does not match dimension of reduction"):
+        with pytest.raises(
+            ValueError, match=r"layer_norm: beta shape \[Dim\(4\)\] does not match dimension of reduction"
+        ):
             ops.layer_norm(x, v3, v4, 1e-5)
         for eps in (0.0, -1e-5):
             with pytest.raises(ValueError, match="layer_norm: epsilon must be positive"):

@@ -20,12 +20,19 @@ WHERE = "tests/ops/op_table.py (OP_TABLE)"
 
 def library_ops() -> dict[str, OpDef]:
     """``all_ops()`` less the ops registered outside the library (user code, docs/pages/ops.md's example)."""
-    return {name: op for name, op in all_ops().items() if op.front is None or (op.front.__module__ or "").split(".")[0] in ("lowering", "maxfx")}
+    return {
+        name: op
+        for name, op in all_ops().items()
+        if op.front is None or (op.front.__module__ or "").split(".")[0] in ("lowering", "maxfx")
+    }
 
 
 def test_every_registered_op_has_a_record():
     missing = sorted(set(library_ops()) - set(OP_TABLE))
-    assert not missing, f"registered ops without a record: {missing}; add one per op to {WHERE}: its value example (numpy reference), gradient example if differentiable, and the tests/ops module with its graph tests"
+    assert not missing, (
+        f"registered ops without a record: {missing}; add one per op to {WHERE}: its value example (numpy reference), "
+        "gradient example if differentiable, and the tests/ops module with its graph tests"
+    )
 
 
 def test_every_record_is_a_registered_op():
@@ -36,9 +43,14 @@ def test_every_record_is_a_registered_op():
 def test_gradient_examples_match_differentiability():
     ops = all_ops()
     need = sorted(n for n, rec in OP_TABLE.items() if ops[n].differentiable and bool(rec.grads) == bool(rec.no_grad))
-    assert not need, f"differentiable ops whose record in {WHERE} needs a gradient example, grad(...), or else a no_grad reason (not both): {need}"
+    assert not need, (
+        f"differentiable ops whose record in {WHERE} needs a gradient example, grad(...), or else a no_grad reason "
+        f"(not both): {need}"
+    )
     stale = sorted(n for n, rec in OP_TABLE.items() if not ops[n].differentiable and (rec.grads or rec.no_grad))
-    assert not stale, f"ops registered with differentiable=False whose record in {WHERE} has a gradient example or no_grad: {stale}"
+    assert not stale, (
+        f"ops registered with differentiable=False whose record in {WHERE} has a gradient example or no_grad: {stale}"
+    )
 
 
 def _malformed(name: str, ex: Example) -> str | None:

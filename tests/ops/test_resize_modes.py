@@ -220,7 +220,15 @@ def test_output_size_one_half_pixel_vs_half_pixel_1d_and_align_corners(rng):
     np.testing.assert_array_equal(run_op(lambda a: ops.resize_nearest(a, [2, 1], HALF_PIXEL_1D), x), x[:, :1])
 
 
-@pytest.mark.parametrize("shape,size", [([1, 2, 5, 4], [1, 2, 9, 7]), ([2, 1, 9, 8], [2, 1, 4, 3]), ([1, 3, 4, 4], [1, 3, 4, 10]), ([2, 3, 4, 4], [3, 2, 6, 5])])
+@pytest.mark.parametrize(
+    "shape,size",
+    [
+        ([1, 2, 5, 4], [1, 2, 9, 7]),
+        ([2, 1, 9, 8], [2, 1, 4, 3]),
+        ([1, 3, 4, 4], [1, 3, 4, 10]),
+        ([2, 3, 4, 4], [3, 2, 6, 5]),
+    ],
+)
 def test_resize_bicubic(rng, shape, size):
     x = rand(rng, shape)
     want = ref_bicubic(x, size)
@@ -231,7 +239,11 @@ def test_resize_bicubic(rng, shape, size):
 def test_resize_picks_each_op_with_its_defaults(rng):
     x = rand(rng, [1, 2, 5, 4])
     size = [1, 2, 7, 3]
-    cases = [(InterpolationMode.BILINEAR, ref_linear(x, size)), (InterpolationMode.NEAREST, ref_nearest(x, size)), (InterpolationMode.BICUBIC, ref_bicubic(x, size))]
+    cases = [
+        (InterpolationMode.BILINEAR, ref_linear(x, size)),
+        (InterpolationMode.NEAREST, ref_nearest(x, size)),
+        (InterpolationMode.BICUBIC, ref_bicubic(x, size)),
+    ]
     for mode, want in cases:
         close(run_op(lambda a, mode=mode: ops.resize(a, size, mode), x), want)
         close(eager(F.resize, x, size, mode), want)
@@ -260,7 +272,9 @@ def test_dtypes(rng):
     # A nearest integer to the reference (either one where it is a tie like 49.5).
     assert np.all(np.abs(got - ref_linear(xi, [5, 6], ASYMMETRIC)) <= 0.5 + 1e-4)
     xbool = rng.random([3, 4]) < 0.5
-    np.testing.assert_array_equal(run_op(lambda a: ops.resize_nearest(a, [5, 2], 2, 2), xbool), ref_nearest(xbool, [5, 2], 2, 2))
+    np.testing.assert_array_equal(
+        run_op(lambda a: ops.resize_nearest(a, [5, 2], 2, 2), xbool), ref_nearest(xbool, [5, 2], 2, 2)
+    )
 
 
 def test_symbolic_dims(rng):
@@ -325,19 +339,28 @@ def test_errors_name_the_op_and_what_is_expected():
     types = [TensorType(DType.float32, [1, 3, 8, 8]), TensorType(DType.float32, [4, 4, 2])]
     with Graph("resize_errors", input_types=types) as g:
         x, r3 = (v.tensor for v in g.inputs)
-        with pytest.raises(ValueError, match=r"resize_linear: coordinate_transform_mode must be 0-3, got 4 \(0 half_pixel"):
+        with pytest.raises(
+            ValueError, match=r"resize_linear: coordinate_transform_mode must be 0-3, got 4 \(0 half_pixel"
+        ):
             ops.resize_linear(x, [1, 3, 4, 4], coordinate_transform_mode=4)
         with pytest.raises(ValueError, match="resize_nearest: coordinate_transform_mode must be 0-3, got 'half_pixel'"):
             ops.resize_nearest(x, [1, 3, 4, 4], coordinate_transform_mode="half_pixel")
         with pytest.raises(ValueError, match=r"resize_nearest: round_mode must be 0-3, got -1 \(0 HalfDown"):
             ops.resize_nearest(x, [1, 3, 4, 4], round_mode=-1)
-        with pytest.raises(ValueError, match=r"resize_linear: size must have the same rank as input \(4\), got 2: \[16, 16\] for input float32\[1, 3, 8, 8\]"):
+        with pytest.raises(
+            ValueError,
+            match=r"resize_linear: size must have the same rank as input \(4\), got 2: \[16, 16\] for input float32\[1, 3, 8, 8\]",
+        ):
             ops.resize_linear(x, [16, 16])
         with pytest.raises(ValueError, match=r"resize_nearest: size must have the same rank as input \(3\), got 4"):
             ops.resize_nearest(r3, [1, 4, 4, 2])
-        with pytest.raises(ValueError, match=r"resize_bicubic requires rank-4 \(NCHW\) input, got rank 3 \(float32\[4, 4, 2\]\)"):
+        with pytest.raises(
+            ValueError, match=r"resize_bicubic requires rank-4 \(NCHW\) input, got rank 3 \(float32\[4, 4, 2\]\)"
+        ):
             ops.resize_bicubic(r3, [8, 8, 2])
-        with pytest.raises(ValueError, match=r"resize_bicubic: size must have 4 elements for NCHW format, got 2: \[16, 16\]"):
+        with pytest.raises(
+            ValueError, match=r"resize_bicubic: size must have 4 elements for NCHW format, got 2: \[16, 16\]"
+        ):
             ops.resize_bicubic(x, [16, 16])
         with pytest.raises(ValueError, match=r"resize_linear: output dims must be positive, got size \[1, 3, 0, 8\]"):
             ops.resize_linear(x, [1, 3, 0, 8])
@@ -345,7 +368,10 @@ def test_errors_name_the_op_and_what_is_expected():
             ops.resize_bicubic(x, [1, 3, -2, 8])
         with pytest.raises(TypeError, match="resize_nearest: size must be a sequence of dims"):
             ops.resize_nearest(x, 16)
-        with pytest.raises(ValueError, match=r"resize: Input tensor must have rank 4 \(NCHW format\) for resize operation, but got rank 3"):
+        with pytest.raises(
+            ValueError,
+            match=r"resize: Input tensor must have rank 4 \(NCHW format\) for resize operation, but got rank 3",
+        ):
             ops.resize(r3, [4, 4, 2, 2])
     # Eager tensors are checked the same way, before anything runs.
     t = Tensor(np.zeros((2, 3), np.float32))

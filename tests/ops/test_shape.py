@@ -89,14 +89,26 @@ def test_tensorvalue_shape_methods(rng):
     x = rand(rng, [2, 3, 4])
     outs = run_op(
         lambda v: [
-            v.reshape([4, 6]), v.flatten(), v.flatten(1, 2), v.permute([1, 2, 0]),
-            v.transpose(0, 1), v.T, v.broadcast_to([2, 2, 3, 4]), v.rebind([2, 3, 4]),
+            v.reshape([4, 6]),
+            v.flatten(),
+            v.flatten(1, 2),
+            v.permute([1, 2, 0]),
+            v.transpose(0, 1),
+            v.T,
+            v.broadcast_to([2, 2, 3, 4]),
+            v.rebind([2, 3, 4]),
         ],
         x,
     )
     expected = [
-        x.reshape(4, 6), x.reshape(-1), x.reshape(2, 12), x.transpose(1, 2, 0),
-        x.swapaxes(0, 1), x.swapaxes(-1, -2), np.broadcast_to(x, [2, 2, 3, 4]), x,
+        x.reshape(4, 6),
+        x.reshape(-1),
+        x.reshape(2, 12),
+        x.transpose(1, 2, 0),
+        x.swapaxes(0, 1),
+        x.swapaxes(-1, -2),
+        np.broadcast_to(x, [2, 2, 3, 4]),
+        x,
     ]
     for got, want in zip(outs, expected):
         np.testing.assert_array_equal(got, want)
@@ -108,7 +120,12 @@ def test_tensorvalue_shape_methods(rng):
 def test_reshape_symbolic_dims(rng):
     x = rand(rng, [2, 4])
     g = build(
-        lambda v: [ops.reshape(v, ["batch", 2, 2]), ops.reshape(v, [-1, 2]), ops.reshape(v, [-1]), ops.flatten(ops.reshape(v, ["batch", 2, 2]), 1)],
+        lambda v: [
+            ops.reshape(v, ["batch", 2, 2]),
+            ops.reshape(v, [-1, 2]),
+            ops.reshape(v, [-1]),
+            ops.flatten(ops.reshape(v, ["batch", 2, 2]), 1),
+        ],
         x,
         symbolic=[["batch", None]],
     )
@@ -155,7 +172,16 @@ def test_symbolic_concat_stack_split_chunk_broadcast(rng):
         a, b = rand(rng, [batch, 2]), rand(rng, [batch, 3])
         outs = [o.to_numpy() for o in model.execute(a, b)]
         cat = np.concatenate([a, b], -1)
-        want = [cat, np.concatenate([a, a]), np.stack([a, a, a], -1), cat[:, :2], cat[:, 2:], a, a, np.broadcast_to(a, [4, batch, 2])]
+        want = [
+            cat,
+            np.concatenate([a, a]),
+            np.stack([a, a, a], -1),
+            cat[:, :2],
+            cat[:, 2:],
+            a,
+            a,
+            np.broadcast_to(a, [4, batch, 2]),
+        ]
         for got, w in zip(outs, want):
             np.testing.assert_array_equal(got, w)
 
@@ -344,7 +370,9 @@ def test_repeat_interleave_symbolic_input(rng):
 def test_pad(rng, dtype):
     x = rand(rng, [2, 3], dtype)
     fill = True if dtype == np.bool_ else 7
-    a, b, c = run_op(lambda v: [ops.pad(v, [1, 0, 2, 1]), ops.pad(v, (0, 2, 1, 1), value=fill), ops.pad(v, [0, 0, 0, 0])], x)
+    a, b, c = run_op(
+        lambda v: [ops.pad(v, [1, 0, 2, 1]), ops.pad(v, (0, 2, 1, 1), value=fill), ops.pad(v, [0, 0, 0, 0])], x
+    )
     np.testing.assert_array_equal(a, np.pad(x, [(1, 0), (2, 1)]))
     np.testing.assert_array_equal(b, np.pad(x, [(0, 2), (1, 1)], constant_values=fill))
     np.testing.assert_array_equal(c, x)
@@ -352,7 +380,11 @@ def test_pad(rng, dtype):
 
 
 def test_pad_and_tile_symbolic(rng):
-    g = build(lambda v: [ops.pad(v, [1, 1, 0, 2], value=-1.0), ops.tile(v, [2, 1])], rand(rng, [2, 3]), symbolic=[["batch", None]])
+    g = build(
+        lambda v: [ops.pad(v, [1, 1, 0, 2], value=-1.0), ops.tile(v, [2, 1])],
+        rand(rng, [2, 3]),
+        symbolic=[["batch", None]],
+    )
     assert str(_shapes(g)[0][0]) == "batch + 2" and str(_shapes(g)[1][0]) == "batch * 2"
     model = InferenceSession().load(g)
     for batch in (1, 4):
@@ -403,7 +435,9 @@ def test_as_interleaved_complex(rng, dtype):
     out = run_op(ops.as_interleaved_complex, x)
     np.testing.assert_array_equal(out, x.reshape(3, 4, 2))
     with pytest.raises(TypeError, match=r"as_interleaved_complex: the last dim of .*\[2, d\] must be static"):
-        build(ops.as_interleaved_complex, rand(rng, [2, 4], dtype), symbolic=[[None, "d"]])  # MAX: a symbolic last dim is a TypeError
+        build(
+            ops.as_interleaved_complex, rand(rng, [2, 4], dtype), symbolic=[[None, "d"]]
+        )  # MAX: a symbolic last dim is a TypeError
 
 
 def test_as_interleaved_complex_symbolic_even_dim(rng):
@@ -413,7 +447,9 @@ def test_as_interleaved_complex_symbolic_even_dim(rng):
         assert str(y.shape[1]) == "half" and y.shape[2] == 2
         g.output(y)
     x = rand(rng, [3, 2])
-    np.testing.assert_array_equal(InferenceSession().load(g).execute(x)[0].to_numpy(), np.concatenate([x, x], -1).reshape(3, 2, 2))
+    np.testing.assert_array_equal(
+        InferenceSession().load(g).execute(x)[0].to_numpy(), np.concatenate([x, x], -1).reshape(3, 2, 2)
+    )
 
 
 # ─── tracing (jax.jit / grad) ─────────────────────────────────────────────
@@ -426,7 +462,11 @@ def test_shape_ops_on_jax_arrays_under_jit_and_grad(rng):
         b = ops.concat([ops.reshape(a, [3, 2]), ops.transpose(a, 0, 1)], axis=1)
         c = ops.pad(ops.band_part(ops.tile(b, [1, 1]), 0, None), [1, 0, 0, 1])
         parts = ops.split(ops.repeat_interleave(c, 2, axis=0), [3, 5], axis=0)
-        return jnp.sum(parts[0] * 2.0) + jnp.sum(parts[1]) + jnp.sum(ops.stack(ops.chunk(ops.rebind(a, [2, 3]), 3, axis=1)))
+        return (
+            jnp.sum(parts[0] * 2.0)
+            + jnp.sum(parts[1])
+            + jnp.sum(ops.stack(ops.chunk(ops.rebind(a, [2, 3]), 3, axis=1)))
+        )
 
     np.testing.assert_allclose(jax.jit(f)(x), f(x), rtol=1e-6)
     g = jax.grad(f)(x)
@@ -441,7 +481,10 @@ def test_shape_ops_on_jax_arrays_under_jit_and_grad(rng):
 def test_reshape_errors():
     with _graph((DType.float32, [2, 3]), (DType.float32, ["batch", 3])) as g:
         x, s = (v.tensor for v in g.inputs)
-        with pytest.raises(ValueError, match=r"number of elements must match: input float32\[2, 3\] has 6 elements but target shape \[4, 2\] has 8"):
+        with pytest.raises(
+            ValueError,
+            match=r"number of elements must match: input float32\[2, 3\] has 6 elements but target shape \[4, 2\] has 8",
+        ):
             ops.reshape(x, [4, 2])
         with pytest.raises(ValueError, match="reshape: cannot reshape .* 6 is not divisible by 4"):
             ops.reshape(x, [4, -1])
@@ -472,7 +515,9 @@ def test_axis_and_dim_errors():
             ops.unsqueeze(x, 3)
         with pytest.raises(ValueError, match="unsqueeze: axis -4"):
             ops.unsqueeze(x, -4)
-        with pytest.raises(ValueError, match=r"transpose: Axis axis_2 out of range \(expected to be in range of \[-2, 1\], but got 2\)"):
+        with pytest.raises(
+            ValueError, match=r"transpose: Axis axis_2 out of range \(expected to be in range of \[-2, 1\], but got 2\)"
+        ):
             ops.transpose(x, 0, 2)
         with pytest.raises(ValueError, match="transpose"):
             ops.transpose(scalar, -1, -2)
@@ -487,7 +532,10 @@ def test_axis_and_dim_errors():
 def test_broadcast_to_errors():
     with _graph((DType.float32, [2, 3]), (DType.int64, [2])) as g:
         x, shape = (v.tensor for v in g.inputs)
-        with pytest.raises(ValueError, match=r"\[broadcast_to\] input dimension at index 1 \(3\) must be either 1 or equal to corresponding output dimension at index 1 \(4\); cannot broadcast float32\[2, 3\] to \[2, 4\]"):
+        with pytest.raises(
+            ValueError,
+            match=r"\[broadcast_to\] input dimension at index 1 \(3\) must be either 1 or equal to corresponding output dimension at index 1 \(4\); cannot broadcast float32\[2, 3\] to \[2, 4\]",
+        ):
             ops.broadcast_to(x, [2, 4])
         with pytest.raises(ValueError, match="broadcast_to: cannot broadcast .* lower-rank"):
             ops.broadcast_to(x, [3])
@@ -508,7 +556,10 @@ def test_broadcast_to_with_tensor_shape_runs(rng):
 def test_concat_stack_errors():
     with _graph((DType.float32, [2, 3]), (DType.float32, [3, 3]), (DType.int32, [2, 3]), (DType.float32, [2])) as g:
         a, b, i, r1 = (v.tensor for v in g.inputs)
-        with pytest.raises(ValueError, match=r"concat: All inputs to concat must have the same dtype, got float32\[2, 3\], int32\[2, 3\]"):
+        with pytest.raises(
+            ValueError,
+            match=r"concat: All inputs to concat must have the same dtype, got float32\[2, 3\], int32\[2, 3\]",
+        ):
             ops.concat([a, i])
         with pytest.raises(ValueError, match="concat: All inputs to concat must be the same rank"):
             ops.concat([a, r1])
@@ -518,9 +569,14 @@ def test_concat_stack_errors():
             ops.concat([a, a], axis=2)
         with pytest.raises(ValueError, match="concat: original_vals must contain"):
             ops.concat([])
-        with pytest.raises(ValueError, match=r"stack: inputs must have the same shape; input 0 is float32\[2, 3\], input 1 is float32\[3, 3\]"):
+        with pytest.raises(
+            ValueError,
+            match=r"stack: inputs must have the same shape; input 0 is float32\[2, 3\], input 1 is float32\[3, 3\]",
+        ):
             ops.stack([a, b])
-        with pytest.raises(ValueError, match=r"stack: Axis out of range \(expected to be in range of \[-3, 2\], but got 3\)"):
+        with pytest.raises(
+            ValueError, match=r"stack: Axis out of range \(expected to be in range of \[-3, 2\], but got 3\)"
+        ):
             ops.stack([a, a], axis=3)
         with pytest.raises(ValueError, match="stack: All inputs to stack must have the same dtype"):
             ops.stack([a, i])
@@ -529,14 +585,22 @@ def test_concat_stack_errors():
 def test_split_chunk_tile_errors():
     with _graph((DType.float32, [5, 4]), (DType.float32, ["batch", 4])) as g:
         x, s = (v.tensor for v in g.inputs)
-        with pytest.raises(ValueError, match=r"split: Split sizes must sum to dimension value; x\.shape\[axis\]=Dim\(5\) != sum\(sizes=\[2, 2\]\) \(input float32\[5, 4\], axis 0\)"):
+        with pytest.raises(
+            ValueError,
+            match=(
+                r"split: Split sizes must sum to dimension value; x\.shape\[axis\]=Dim\(5\) != sum\(sizes=\[2, 2\]\) "
+                r"\(input float32\[5, 4\], axis 0\)"
+            ),
+        ):
             ops.split(x, [2, 2])
         with pytest.raises(ValueError, match=r"split: Split sizes must be positive: sizes=\[6, -1\]"):
             ops.split(x, [6, -1])
         # API_INVENTORY §6 row 20: chunks must divide the dim evenly.
         with pytest.raises(ValueError, match=r"chunk: chunks=2 must statically divide dim 0 of float32\[5, 4\]"):
             ops.chunk(x, 2)
-        with pytest.raises(TypeError, match=r"chunk: dim 0 of float32\[batch, 4\] must be static to chunk, got symbolic dim batch"):
+        with pytest.raises(
+            TypeError, match=r"chunk: dim 0 of float32\[batch, 4\] must be static to chunk, got symbolic dim batch"
+        ):
             ops.chunk(s, 2)
         with pytest.raises(ValueError, match="chunk: chunks must be positive"):
             ops.chunk(x, 0, axis=1)
@@ -596,13 +660,20 @@ def test_pad_band_part_interleaved_shape_to_tensor_errors():
             ops.pad(i, [1, 1, 1, 1], value=0.5)
         with pytest.raises(ValueError, match=r"band_part: input must have at least 2 dimensions .*float32\[3\]"):
             ops.band_part(v, 0, 0)
-        with pytest.raises(ValueError, match=r"band_part: num_lower=2 is out of bounds for float32\[2, 3\] \(expected 0 <= num_lower < 2"):
+        with pytest.raises(
+            ValueError,
+            match=r"band_part: num_lower=2 is out of bounds for float32\[2, 3\] \(expected 0 <= num_lower < 2",
+        ):
             ops.band_part(x, 2, None)
-        with pytest.raises(ValueError, match=r"band_part: num_upper must be non-negative \(or None, or -1 meaning None\), got -2"):
+        with pytest.raises(
+            ValueError, match=r"band_part: num_upper must be non-negative \(or None, or -1 meaning None\), got -2"
+        ):
             ops.band_part(x, None, -2)
         with pytest.raises(TypeError, match="band_part: num_lower must be an int"):
             ops.band_part(x, 0.5, None)
-        with pytest.raises(ValueError, match=r"as_interleaved_complex: the last dim of float32\[2, 5\] must be divisible by 2"):
+        with pytest.raises(
+            ValueError, match=r"as_interleaved_complex: the last dim of float32\[2, 5\] must be divisible by 2"
+        ):
             ops.as_interleaved_complex(odd)
         with pytest.raises(TypeError, match="shape_to_tensor: shape entries"):
             ops.shape_to_tensor([1.5])

@@ -60,7 +60,10 @@ def _copy_model(src: str, dst: Path, *names: str) -> Path:
 
 
 def test_pipeline_config_defaults_are_maxs():
-    defaults = {f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default) for f in options(PipelineConfig)}
+    defaults = {
+        f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
+        for f in options(PipelineConfig)
+    }
     expected = {
         "max_length": None,
         "pipeline_role": PipelineRole.PrefillAndDecode,
@@ -89,13 +92,22 @@ def test_pipeline_config_defaults_are_maxs():
     }
     zmq = defaults.pop("zmq_endpoint_base")
     assert defaults == expected
-    assert zmq.startswith("ipc://") and zmq != PipelineConfig.__dataclass_fields__["zmq_endpoint_base"].default_factory()
+    assert (
+        zmq.startswith("ipc://") and zmq != PipelineConfig.__dataclass_fields__["zmq_endpoint_base"].default_factory()
+    )
 
 
 def test_nested_config_defaults_are_maxs():
     kv = KVCacheConfig()
     assert kv.kv_cache_format is None and KVCacheConfig(kv_cache_format="DType.float16").kv_cache_format == "float16"
-    assert (kv.cache_strategy, kv.kv_cache_page_size, kv.enable_prefix_caching, kv.enable_kvcache_swapping_to_host, kv.device_memory_utilization, kv.host_kvcache_swap_space_gb) == (
+    assert (
+        kv.cache_strategy,
+        kv.kv_cache_page_size,
+        kv.enable_prefix_caching,
+        kv.enable_kvcache_swapping_to_host,
+        kv.device_memory_utilization,
+        kv.host_kvcache_swap_space_gb,
+    ) == (
         KVCacheStrategy.MODEL_DEFAULT,
         128,
         False,
@@ -104,7 +116,15 @@ def test_nested_config_defaults_are_maxs():
         50.0,
     )
     s = SamplingConfig()
-    assert (s.in_dtype, s.out_dtype, s.enable_structured_output, s.enable_variable_logits, s.enable_penalties, s.do_penalties, s.enable_min_tokens) == (
+    assert (
+        s.in_dtype,
+        s.out_dtype,
+        s.enable_structured_output,
+        s.enable_variable_logits,
+        s.enable_penalties,
+        s.do_penalties,
+        s.enable_min_tokens,
+    ) == (
         DType.float32,
         DType.float32,
         False,
@@ -119,13 +139,41 @@ def test_nested_config_defaults_are_maxs():
     spec = SpeculativeConfig()
     assert (spec.speculative_method, spec.num_speculative_tokens) == (SpeculativeMethod.STANDALONE, 2)
     m = MAXModelConfig()
-    assert (m.model_path, m.served_model_name, m.weight_path, m.quantization_encoding, m.huggingface_model_revision, m.huggingface_weight_revision) == ("", None, [], None, "main", "main")
-    assert (m.trust_remote_code, m.force_download, m.rope_type, m.use_subgraphs, m.data_parallel_degree, m.vision_config_overrides) == (False, False, None, True, 1, {})
-    assert m.device_specs == [DeviceSpec.cpu()] and isinstance(m.kv_cache, KVCacheConfig) and m.kv_cache_config is m.kv_cache
+    assert (
+        m.model_path,
+        m.served_model_name,
+        m.weight_path,
+        m.quantization_encoding,
+        m.huggingface_model_revision,
+        m.huggingface_weight_revision,
+    ) == ("", None, [], None, "main", "main")
+    assert (
+        m.trust_remote_code,
+        m.force_download,
+        m.rope_type,
+        m.use_subgraphs,
+        m.data_parallel_degree,
+        m.vision_config_overrides,
+    ) == (False, False, None, True, 1, {})
+    assert (
+        m.device_specs == [DeviceSpec.cpu()]
+        and isinstance(m.kv_cache, KVCacheConfig)
+        and m.kv_cache_config is m.kv_cache
+    )
 
 
 def test_enums_have_maxs_members():
-    assert [e.value for e in SupportedEncoding] == ["float32", "bfloat16", "q4_k", "q4_0", "q6_k", "q8_0", "float8_e4m3fn", "float4_e2m1fnx2", "gptq"]
+    assert [e.value for e in SupportedEncoding] == [
+        "float32",
+        "bfloat16",
+        "q4_k",
+        "q4_0",
+        "q6_k",
+        "q8_0",
+        "float8_e4m3fn",
+        "float4_e2m1fnx2",
+        "gptq",
+    ]
     assert [e.value for e in RopeType] == ["none", "normal", "neox", "longrope", "yarn"]
     assert [e.value for e in PipelineRole] == ["prefill_and_decode", "prefill_only", "decode_only"]
     assert PipelineRole.DecodeOnly.uses_dispatch_service and not PipelineRole.PrefillAndDecode.uses_dispatch_service
@@ -135,11 +183,21 @@ def test_enums_have_maxs_members():
     assert SupportedEncoding.parse_from_file_name("m-q8_0.gguf") is SupportedEncoding.q8_0
     assert SupportedEncoding.parse_from_file_name("model.gguf") is None
     assert SupportedEncoding.q4_0.dtype is DType.uint8 and SupportedEncoding.bfloat16.cache_dtype is DType.bfloat16
-    assert SupportedEncoding.q8_0.supported_on(DeviceSpec.cpu()) and SupportedEncoding.bfloat16.supported_on(DeviceSpec.accelerator(0))
+    assert SupportedEncoding.q8_0.supported_on(DeviceSpec.cpu()) and SupportedEncoding.bfloat16.supported_on(
+        DeviceSpec.accelerator(0)
+    )
 
 
 def test_option_names_never_overlap_between_configs():
-    groups = [PipelineConfig, MAXModelConfig, KVCacheConfig, SamplingConfig, LoRAConfig, ProfilingConfig, SpeculativeConfig]
+    groups = [
+        PipelineConfig,
+        MAXModelConfig,
+        KVCacheConfig,
+        SamplingConfig,
+        LoRAConfig,
+        ProfilingConfig,
+        SpeculativeConfig,
+    ]
     seen = {}
     for cls in groups:
         for f in options(cls):
@@ -171,7 +229,11 @@ def test_flat_kwargs_reach_the_config_that_owns_them():
     )
     assert (config.max_length, config.max_batch_size, config.prefill_chunk_size) == (64, 16, 32)
     m = config.model_config
-    assert (m.kv_cache.kv_cache_page_size, m.kv_cache.enable_prefix_caching, m.kv_cache.device_memory_utilization) == (16, True, 0.5)
+    assert (m.kv_cache.kv_cache_page_size, m.kv_cache.enable_prefix_caching, m.kv_cache.device_memory_utilization) == (
+        16,
+        True,
+        0.5,
+    )
     assert m.quantization_encoding is SupportedEncoding.q8_0 and m.served_model_name == "tiny" == m.model_name
     s = config.sampling_config
     assert (s.enable_penalties, s.enable_min_tokens, s.top_k, s.enable_structured_output) == (True, True, 5, True)
@@ -192,7 +254,11 @@ def test_model_is_an_alias_of_model_path():
 
 def test_whole_nested_configs_are_taken_and_flat_options_win():
     sampling = SamplingConfig(enable_min_tokens=True)
-    config = PipelineConfig(model_config=MAXModelConfig(model_path=LLAMA, kv_cache=KVCacheConfig(kv_cache_page_size=32)), sampling_config=sampling, enable_penalties=True)
+    config = PipelineConfig(
+        model_config=MAXModelConfig(model_path=LLAMA, kv_cache=KVCacheConfig(kv_cache_page_size=32)),
+        sampling_config=sampling,
+        enable_penalties=True,
+    )
     assert config.model_config.kv_cache.kv_cache_page_size == 32
     assert config.sampling_config.enable_min_tokens and config.sampling_config.enable_penalties
     with pytest.raises(ConfigError, match="sampling_config must be a SamplingConfig"):
@@ -250,20 +316,46 @@ def test_help_documents_every_option():
         ({"max_num_steps": 0}, r"PipelineConfig\.max_num_steps must be an int >= 1 or -1, got 0"),
         ({"max_length": "64"}, r"PipelineConfig\.max_length must be an int >= 1 or None, got '64'"),
         ({"ce_delay_ms": -1.0}, r"PipelineConfig\.ce_delay_ms must be a number >= 0.0, got -1.0"),
-        ({"pipeline_role": "both"}, r"PipelineConfig\.pipeline_role must be one of 'prefill_and_decode', 'prefill_only', 'decode_only', got 'both'"),
+        (
+            {"pipeline_role": "both"},
+            r"PipelineConfig\.pipeline_role must be one of 'prefill_and_decode', 'prefill_only', 'decode_only', got "
+            r"'both'",
+        ),
         ({"kv_cache_page_size": 0}, r"KVCacheConfig\.kv_cache_page_size must be an int >= 1, got 0"),
-        ({"device_memory_utilization": 0.0}, r"KVCacheConfig\.device_memory_utilization must be a number > 0.0 and <= 1.0, got 0.0"),
-        ({"device_memory_utilization": 1.5}, r"KVCacheConfig\.device_memory_utilization must be a number > 0.0 and <= 1.0, got 1.5"),
-        ({"cache_strategy": "continuous"}, r"KVCacheConfig\.cache_strategy must be one of 'model_default', 'paged', got 'continuous'"),
-        ({"kv_cache_format": "int8"}, r"KVCacheConfig\.kv_cache_format must be one of \('float32', 'float16', 'bfloat16'\) or None, got 'int8'"),
+        (
+            {"device_memory_utilization": 0.0},
+            r"KVCacheConfig\.device_memory_utilization must be a number > 0.0 and <= 1.0, got 0.0",
+        ),
+        (
+            {"device_memory_utilization": 1.5},
+            r"KVCacheConfig\.device_memory_utilization must be a number > 0.0 and <= 1.0, got 1.5",
+        ),
+        (
+            {"cache_strategy": "continuous"},
+            r"KVCacheConfig\.cache_strategy must be one of 'model_default', 'paged', got 'continuous'",
+        ),
+        (
+            {"kv_cache_format": "int8"},
+            r"KVCacheConfig\.kv_cache_format must be one of \('float32', 'float16', 'bfloat16'\) or None, got 'int8'",
+        ),
         ({"quantization_encoding": "q3"}, r"MAXModelConfig\.quantization_encoding must be one of 'float32'.*got 'q3'"),
-        ({"quantization_encoding": "q4_k"}, r"MAXModelConfig\.quantization_encoding must be an encoding the weights of .* come in \(q4_0, q8_0, float32\), got 'q4_k'"),
+        (
+            {"quantization_encoding": "q4_k"},
+            r"MAXModelConfig\.quantization_encoding must be an encoding the weights of .* come in \(q4_0, q8_0, "
+            r"float32\), got 'q4_k'",
+        ),
         ({"data_parallel_degree": 0}, r"MAXModelConfig\.data_parallel_degree must be an int >= 1, got 0"),
         ({"max_lora_rank": 0, "enable_lora": True}, r"LoRAConfig\.max_lora_rank must be an int >= 1, got 0"),
         ({"enable_penalties": "maybe"}, r"SamplingConfig\.enable_penalties must be a bool, got 'maybe'"),
         ({"device_specs": "gpu:7"}, r"MAXModelConfig\.device_specs must name devices of this machine"),
-        ({"device_specs": "tpu"}, r"MAXModelConfig\.device_specs must be DeviceSpecs or 'cpu', 'gpu', 'gpu:0,1', got 'tpu'"),
-        ({"max_length": 512}, r"PipelineConfig\.max_length must be at most the model's max_position_embeddings \(128\).*got 512"),
+        (
+            {"device_specs": "tpu"},
+            r"MAXModelConfig\.device_specs must be DeviceSpecs or 'cpu', 'gpu', 'gpu:0,1', got 'tpu'",
+        ),
+        (
+            {"max_length": 512},
+            r"PipelineConfig\.max_length must be at most the model's max_position_embeddings \(128\).*got 512",
+        ),
     ],
 )
 def test_invalid_values_raise_a_config_error_naming_the_option(kwargs, match):
@@ -277,13 +369,19 @@ def test_config_errors_are_value_errors():
 
 
 def test_model_path_is_required():
-    with pytest.raises(ConfigError, match=r"MAXModelConfig\.model_path must be a local folder, a \.gguf file or a Hugging Face repo id in the local cache, got ''"):
+    with pytest.raises(
+        ConfigError,
+        match=r"MAXModelConfig\.model_path must be a local folder, a \.gguf file or a Hugging Face repo id in the local cache, got ''",
+    ):
         PipelineConfig()
 
 
 def test_a_repo_id_that_is_not_cached_is_not_available_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    with pytest.raises(RepoNotAvailableOfflineError, match=r"MAXModelConfig\.model_path: 'some-org/some-model' \(revision 'main'\) is not available offline"):
+    with pytest.raises(
+        RepoNotAvailableOfflineError,
+        match=r"MAXModelConfig\.model_path: 'some-org/some-model' \(revision 'main'\) is not available offline",
+    ):
         PipelineConfig(model_path="some-org/some-model")
 
 
@@ -315,13 +413,21 @@ def test_resolve_fills_in_length_steps_encoding_and_weights():
     assert m.resolved_weight_paths() == [Path(LLAMA) / "model.safetensors"] and m.local_model_path == Path(LLAMA)
     assert m.weights_size() == (Path(LLAMA) / "model.safetensors").stat().st_size
     assert m.served_model_name == LLAMA == m.model_name and m.default_device_spec == DeviceSpec.cpu()
-    assert m.huggingface_config.architectures == ["LlamaForCausalLM"] and m.huggingface_config.max_position_embeddings == 128
+    assert (
+        m.huggingface_config.architectures == ["LlamaForCausalLM"]
+        and m.huggingface_config.max_position_embeddings == 128
+    )
     assert m.huggingface_model_repo.repo_id == LLAMA == m.huggingface_weight_repo_id
     assert PipelineConfig(model_path=GPT2).max_length == 128  # GPT-2's n_positions
 
 
 @pytest.mark.parametrize(
-    ("encoding", "weights", "graph"), [("q8_0", "tiny_llama-q8_0.gguf", None), ("q4_0", "tiny_llama-q4_0.gguf", QuantizationEncoding.Q4_0), ("float32", "model.safetensors", None)]
+    ("encoding", "weights", "graph"),
+    [
+        ("q8_0", "tiny_llama-q8_0.gguf", None),
+        ("q4_0", "tiny_llama-q4_0.gguf", QuantizationEncoding.Q4_0),
+        ("float32", "model.safetensors", None),
+    ],
 )
 def test_an_encoding_picks_its_weight_files(encoding, weights, graph):
     config = PipelineConfig(model_path=LLAMA, quantization_encoding=encoding)
@@ -340,28 +446,44 @@ def test_a_gguf_model_path_is_its_own_weights():
     gguf = str(MODELS / "tiny_llama" / "tiny_llama-q4_0.gguf")
     config = PipelineConfig(model_path=gguf)
     m = config.model_config
-    assert m.quantization_encoding is SupportedEncoding.q4_0 and m.weight_path == [Path(gguf)] and m.local_model_path == Path(gguf)
+    assert (
+        m.quantization_encoding is SupportedEncoding.q4_0
+        and m.weight_path == [Path(gguf)]
+        and m.local_model_path == Path(gguf)
+    )
     assert m.huggingface_config.architectures == ["LlamaForCausalLM"]  # the folder's config.json
 
 
 def test_a_lone_gguf_describes_itself(tmp_path):
-    gguf = shutil.copy(MODELS / "tiny_llama" / "tiny_llama-q8_0.gguf", tmp_path / "model.gguf")  # no encoding in the name, no config.json
+    gguf = shutil.copy(
+        MODELS / "tiny_llama" / "tiny_llama-q8_0.gguf", tmp_path / "model.gguf"
+    )  # no encoding in the name, no config.json
     config = PipelineConfig(model_path=str(gguf))
     cfg = config.model_config.huggingface_config
     assert config.model_config.quantization_encoding is SupportedEncoding.q8_0  # from general.file_type
-    assert (cfg.architectures, cfg.model_type, cfg.max_position_embeddings, cfg.num_key_value_heads, cfg.vocab_size) == (["LlamaForCausalLM"], "llama", 128, 2, 256)
+    assert (
+        cfg.architectures,
+        cfg.model_type,
+        cfg.max_position_embeddings,
+        cfg.num_key_value_heads,
+        cfg.vocab_size,
+    ) == (["LlamaForCausalLM"], "llama", 128, 2, 256)
     assert config.max_length == 128
 
 
 def test_a_weight_path_alone_gives_the_model_path():
     config = PipelineConfig(weight_path=[str(MODELS / "tiny_llama" / "tiny_llama-q8_0.gguf")])
-    assert config.model_config.model_path == LLAMA and config.model_config.quantization_encoding is SupportedEncoding.q8_0
+    assert (
+        config.model_config.model_path == LLAMA and config.model_config.quantization_encoding is SupportedEncoding.q8_0
+    )
 
 
 def test_a_weight_path_must_agree_with_the_encoding():
     with pytest.raises(ConfigError, match=r"quantization_encoding must match the weights' encoding 'q8_0'.*got 'q4_0'"):
         PipelineConfig(model_path=LLAMA, weight_path=["tiny_llama-q8_0.gguf"], quantization_encoding="q4_0")
-    with pytest.raises(ConfigError, match=r"weight_path entry '.*missing\.safetensors' must be an existing weight file"):
+    with pytest.raises(
+        ConfigError, match=r"weight_path entry '.*missing\.safetensors' must be an existing weight file"
+    ):
         PipelineConfig(model_path=LLAMA, weight_path=["missing.safetensors"])
 
 
@@ -370,18 +492,29 @@ def test_float32_weights_load_as_bfloat16_only_when_casting_is_allowed():
         PipelineConfig(model_path=GPT2, quantization_encoding="bfloat16")
     with pytest.raises(ConfigError, match="quantization_encoding must be set when allow_safetensors"):
         PipelineConfig(model_path=GPT2, allow_safetensors_weights_fp32_bf6_bidirectional_cast=True)
-    m = PipelineConfig(model_path=GPT2, quantization_encoding="bfloat16", allow_safetensors_weights_fp32_bf6_bidirectional_cast=True).model_config
-    assert m.quantization_encoding is SupportedEncoding.bfloat16 and m._applied_dtype_cast_from is SupportedEncoding.float32
+    m = PipelineConfig(
+        model_path=GPT2, quantization_encoding="bfloat16", allow_safetensors_weights_fp32_bf6_bidirectional_cast=True
+    ).model_config
+    assert (
+        m.quantization_encoding is SupportedEncoding.bfloat16
+        and m._applied_dtype_cast_from is SupportedEncoding.float32
+    )
     assert m.weight_path == [Path("model.safetensors")]
 
 
 def test_generation_config_sets_sampling_defaults_and_switches(tmp_path):
     folder = _copy_model(LLAMA, tmp_path / "m", "config.json", "model.safetensors")
-    (folder / "generation_config.json").write_text(json.dumps({"temperature": 0.7, "top_k": 50, "repetition_penalty": 1.1, "min_new_tokens": 2, "eos_token_id": 2}))
+    (folder / "generation_config.json").write_text(
+        json.dumps({"temperature": 0.7, "top_k": 50, "repetition_penalty": 1.1, "min_new_tokens": 2, "eos_token_id": 2})
+    )
     config = PipelineConfig(model_path=str(folder))
     defaults = config.model_config.sampling_params_defaults
     assert isinstance(defaults, SamplingParamsGenerationConfigDefaults)
-    assert defaults.values_to_update == {"temperature": 0.7, "repetition_penalty": 1.1, "min_new_tokens": 2}  # top_k 50 is transformers' default
+    assert defaults.values_to_update == {
+        "temperature": 0.7,
+        "repetition_penalty": 1.1,
+        "min_new_tokens": 2,
+    }  # top_k 50 is transformers' default
     assert config.sampling_config.enable_penalties and config.sampling_config.enable_min_tokens
     explicit = PipelineConfig(model_path=str(folder), enable_penalties=False)
     assert not explicit.sampling_config.enable_penalties
@@ -398,28 +531,50 @@ def test_echo_switches_on_variable_logits():
 
 def test_draft_options_build_the_draft_model(caplog):
     with caplog.at_level(logging.WARNING, logger="max.pipelines"):
-        config = PipelineConfig(model_path=LLAMA, draft_model_path=LLAMA, draft_quantization_encoding="q4_0", num_speculative_tokens=3, enable_penalties=True, enable_prefix_caching=True)
+        config = PipelineConfig(
+            model_path=LLAMA,
+            draft_model_path=LLAMA,
+            draft_quantization_encoding="q4_0",
+            num_speculative_tokens=3,
+            enable_penalties=True,
+            enable_prefix_caching=True,
+        )
     draft = config.draft_model_config
     assert draft.model_path == LLAMA and draft.quantization_encoding is SupportedEncoding.q4_0
     assert config.speculative_config.num_speculative_tokens == 3 and config.speculative_config.is_standalone()
     assert config.sampling_config.enable_variable_logits
     assert not config.sampling_config.enable_penalties and not config.model_config.kv_cache.enable_prefix_caching
-    assert config.model_config.kv_cache.device_memory_utilization == pytest.approx(0.63) and draft.kv_cache.device_memory_utilization == pytest.approx(0.27)
+    assert config.model_config.kv_cache.device_memory_utilization == pytest.approx(
+        0.63
+    ) and draft.kv_cache.device_memory_utilization == pytest.approx(0.27)
     assert "penalties are not supported with speculative decoding" in caplog.text
-    kept = PipelineConfig(model_path=LLAMA, draft_model_path=LLAMA, enable_prefix_caching=True, force=True, draft_device_memory_utilization=0.2)
-    assert kept.model_config.kv_cache.enable_prefix_caching and kept.draft_model_config.kv_cache.device_memory_utilization == 0.2
+    kept = PipelineConfig(
+        model_path=LLAMA,
+        draft_model_path=LLAMA,
+        enable_prefix_caching=True,
+        force=True,
+        draft_device_memory_utilization=0.2,
+    )
+    assert (
+        kept.model_config.kv_cache.enable_prefix_caching
+        and kept.draft_model_config.kv_cache.device_memory_utilization == 0.2
+    )
 
 
 def test_draft_model_rules():
     with pytest.raises(ConfigError, match=r"draft_model_path must be set to use draft_quantization_encoding"):
         PipelineConfig(model_path=LLAMA, draft_quantization_encoding="q4_0")
-    with pytest.raises(ConfigError, match=r"draft_model_path must be set for speculative decoding options \(num_speculative_tokens\)"):
+    with pytest.raises(
+        ConfigError, match=r"draft_model_path must be set for speculative decoding options \(num_speculative_tokens\)"
+    ):
         PipelineConfig(model_path=LLAMA, num_speculative_tokens=3)
     with pytest.raises(ConfigError, match=r"enable_echo must be False with speculative decoding"):
         PipelineConfig(model_path=LLAMA, draft_model_path=LLAMA, enable_echo=True)
     with pytest.raises(ConfigError, match=r"enable_structured_output must be False with speculative decoding"):
         PipelineConfig(model_path=LLAMA, draft_model_path=LLAMA, enable_structured_output=True)
-    with pytest.raises(ConfigError, match=r"draft_model_path must name a model with the target's architecture \(\['LlamaForCausalLM'\]"):
+    with pytest.raises(
+        ConfigError, match=r"draft_model_path must name a model with the target's architecture \(\['LlamaForCausalLM'\]"
+    ):
         PipelineConfig(model_path=LLAMA, draft_model_path=GPT2)
 
 
@@ -466,7 +621,9 @@ def test_logging_and_session(caplog):
     with caplog.at_level(logging.INFO, logger="max.pipelines"):
         config.log_basic_config()
         config.log_pipeline_info()
-    assert "LlamaForCausalLM" in caplog.text and "max_batch_size=2" in caplog.text and "kv_cache_page_size" in caplog.text
+    assert (
+        "LlamaForCausalLM" in caplog.text and "max_batch_size=2" in caplog.text and "kv_cache_page_size" in caplog.text
+    )
 
     class Session:
         modes = []
@@ -479,7 +636,15 @@ def test_logging_and_session(caplog):
     assert session.modes == [GPUProfilingMode.DETAILED]
 
 
-@pytest.mark.parametrize(("env", "mode"), [("1", GPUProfilingMode.ON), ("on", GPUProfilingMode.ON), ("detailed", GPUProfilingMode.DETAILED), ("0", GPUProfilingMode.OFF)])
+@pytest.mark.parametrize(
+    ("env", "mode"),
+    [
+        ("1", GPUProfilingMode.ON),
+        ("on", GPUProfilingMode.ON),
+        ("detailed", GPUProfilingMode.DETAILED),
+        ("0", GPUProfilingMode.OFF),
+    ],
+)
 def test_profiling_follows_the_environment(monkeypatch, env, mode):
     monkeypatch.setenv("MODULAR_ENABLE_PROFILING", env)
     assert ProfilingConfig().gpu_profiling is mode
@@ -492,9 +657,16 @@ def test_profiling_environment_must_be_a_mode(monkeypatch):
 
 
 def test_audio_generation_config():
-    config = AudioGenerationConfig.from_flags({"audio_decoder": "dac", "chunk_size": "10,20", "buffer": "4", "prepend_prompt_speech_tokens": "rolling"}, model_path=LLAMA, max_batch_size=2)
+    config = AudioGenerationConfig.from_flags(
+        {"audio_decoder": "dac", "chunk_size": "10,20", "buffer": "4", "prepend_prompt_speech_tokens": "rolling"},
+        model_path=LLAMA,
+        max_batch_size=2,
+    )
     assert (config.audio_decoder, config.chunk_size, config.buffer, config.max_batch_size) == ("dac", [10, 20], 4, 2)
-    assert config.prepend_prompt_speech_tokens is PrependPromptSpeechTokens.ROLLING and config.prometheus_metrics_mode is PrometheusMetricsMode.INSTRUMENT_ONLY
+    assert (
+        config.prepend_prompt_speech_tokens is PrependPromptSpeechTokens.ROLLING
+        and config.prometheus_metrics_mode is PrometheusMetricsMode.INSTRUMENT_ONLY
+    )
     assert AudioGenerationConfig("dac", model_path=LLAMA).block_causal is False
     with pytest.raises(ConfigError, match=r"AudioGenerationConfig\.audio_decoder must name"):
         AudioGenerationConfig("", model_path=LLAMA)
@@ -507,10 +679,16 @@ def test_audio_generation_config():
 def test_a_config_pickles():
     config = PipelineConfig(model_path=LLAMA, kv_cache_page_size=16, draft_model_path=LLAMA)
     again = pickle.loads(pickle.dumps(config))
-    assert again == config and again.model_config.kv_cache.kv_cache_page_size == 16 and again.draft_model_config.model_path == LLAMA
+    assert (
+        again == config
+        and again.model_config.kv_cache.kv_cache_page_size == 16
+        and again.draft_model_config.model_path == LLAMA
+    )
 
 
 def test_importing_the_configs_does_not_load_jax():
     code = "import sys, maxfx.pipelines.lib.config; print('jax' in sys.modules, 'maxfx.models' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, timeout=120).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, timeout=120
+    ).stdout.split()
     assert out == ["False", "False"]

@@ -30,7 +30,9 @@ def _image(start, end, ndim=3):
 
 
 def _vision(tokens=(5, V, V, V, 6, V, V, 7), images=((1, 4), (5, 7)), **kwargs):
-    return TextAndVisionContext(max_length=32, tokens=np.array(tokens), vision_token_ids=[V], images=[_image(s, e) for s, e in images], **kwargs)
+    return TextAndVisionContext(
+        max_length=32, tokens=np.array(tokens), vision_token_ids=[V], images=[_image(s, e) for s, e in images], **kwargs
+    )
 
 
 def test_text_context_is_the_engines_class():
@@ -83,9 +85,17 @@ def test_vision_context_checks_its_images(tokens, images, message):
 
 
 def test_tts_context_fields_and_done_from_the_audio_status():
-    ctx = TTSContext(max_length=16, tokens=np.array([1, 2]), audio_prompt_tokens=[4, 5], streaming=True, prev_samples_beyond_offset=3)
+    ctx = TTSContext(
+        max_length=16, tokens=np.array([1, 2]), audio_prompt_tokens=[4, 5], streaming=True, prev_samples_beyond_offset=3
+    )
     assert ctx.audio_prompt_tokens.tolist() == [4, 5] and ctx.audio_prompt_tokens.dtype == np.int32
-    assert (ctx.streaming, ctx.prev_samples_beyond_offset, ctx.decoded_index, ctx.buffer_speech_tokens, ctx.audio_buffer) == (True, 3, 0, None, None)
+    assert (
+        ctx.streaming,
+        ctx.prev_samples_beyond_offset,
+        ctx.decoded_index,
+        ctx.buffer_speech_tokens,
+        ctx.audio_buffer,
+    ) == (True, 3, 0, None, None)
     assert ctx.audio_generation_status is GenerationStatus.ACTIVE and not ctx.is_done
     ctx.update(2)  # text EOS does not end a TTS request: the audio side decides
     ctx.audio_generation_status = GenerationStatus.END_OF_SEQUENCE
@@ -115,7 +125,14 @@ def test_tts_speech_tokens_grow_past_a_chunk_and_come_out_in_chunks():
 
 def test_text_contexts_pass_the_vision_validators_except_the_vision_requirement():
     text = TextContext(max_length=8, tokens=np.array([1, 2]))
-    for validator in (validate_only_one_image, validate_initial_prompt_has_image, validate_aspect_ratio_args, validate_image_shape_5d, validate_image_grid_thw_args, validate_vision_position_ids):
+    for validator in (
+        validate_only_one_image,
+        validate_initial_prompt_has_image,
+        validate_aspect_ratio_args,
+        validate_image_shape_5d,
+        validate_image_grid_thw_args,
+        validate_vision_position_ids,
+    ):
         validator(text)
     with pytest.raises(InputError, match="requires a TextAndVisionContext, got TextContext"):
         validate_requires_vision_context(text)
@@ -135,11 +152,20 @@ def test_vision_validators_check_images_and_model_args():
         validate_aspect_ratio_args(two)
     with pytest.raises(InputError, match="aspect_ratio_mask"):
         validate_aspect_ratio_args(_vision(extra_model_args={"aspect_ratio_ids": np.zeros(1)}))
-    validate_aspect_ratio_args(_vision(extra_model_args={"aspect_ratio_ids": np.zeros(1), "aspect_ratio_mask": np.zeros(1)}))
+    validate_aspect_ratio_args(
+        _vision(extra_model_args={"aspect_ratio_ids": np.zeros(1), "aspect_ratio_mask": np.zeros(1)})
+    )
     with pytest.raises(InputError, match="expected 5 dimensions, got 3"):
         validate_image_shape_5d(two)
-    validate_image_shape_5d(TextAndVisionContext(max_length=32, tokens=np.array([5, V, V]), vision_token_ids=[V], images=[_image(1, 3, ndim=5)]))
-    for validator, key in ((validate_image_grid_thw_args, "image_grid_thw"), (validate_vision_position_ids, "vision_position_ids")):
+    validate_image_shape_5d(
+        TextAndVisionContext(
+            max_length=32, tokens=np.array([5, V, V]), vision_token_ids=[V], images=[_image(1, 3, ndim=5)]
+        )
+    )
+    for validator, key in (
+        (validate_image_grid_thw_args, "image_grid_thw"),
+        (validate_vision_position_ids, "vision_position_ids"),
+    ):
         with pytest.raises(InputError, match=key):
             validator(two)
         validator(_vision(extra_model_args={key: np.zeros(1)}))

@@ -1,4 +1,5 @@
-"""`EmbeddingsPipeline` on the tiny fixtures: embeddings vs an independent numpy forward, batching, pooling kinds, errors.
+"""`EmbeddingsPipeline` on the tiny fixtures: embeddings vs an independent numpy forward, batching, pooling kinds,
+errors.
 
 The reference hidden states come from a numpy re-implementation of the fixtures'
 architectures (Llama, Qwen3 with its q/k norms, GPT-2) read straight from
@@ -18,7 +19,13 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from maxfx.interfaces import EmbeddingsContext, EmbeddingsGenerationInputs, EmbeddingsGenerationOutput, RequestID, TextGenerationRequest
+from maxfx.interfaces import (
+    EmbeddingsContext,
+    EmbeddingsGenerationInputs,
+    EmbeddingsGenerationOutput,
+    RequestID,
+    TextGenerationRequest,
+)
 from maxfx.models import load_pretrained
 from maxfx.pipelines import PipelineConfig
 from maxfx.pipelines.lib import embeddings_pipeline as ep
@@ -104,7 +111,11 @@ def _gpt2_hidden(w, cfg, ids):
         q, k, v = (a.reshape(t, nh, -1).transpose(1, 0, 2) for a in np.split(qkv, 3, -1))
         x = x + _causal_attention(q, k, v) @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
         h = _layer_norm(x, w[p + "ln_2.weight"], w[p + "ln_2.bias"], eps)
-        x = x + _gelu_new(h @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"]) @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
+        x = (
+            x
+            + _gelu_new(h @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"]) @ w[p + "mlp.c_proj.weight"]
+            + w[p + "mlp.c_proj.bias"]
+        )
     return _layer_norm(x, w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], eps)
 
 
@@ -146,7 +157,9 @@ def _model(arch: str):
     return load_pretrained(DATA / arch)
 
 
-def make_pipeline(arch: str = "tiny_llama", *, pool_embeddings: bool = True, max_batch_size: int | None = None, **kwargs) -> EmbeddingsPipeline:
+def make_pipeline(
+    arch: str = "tiny_llama", *, pool_embeddings: bool = True, max_batch_size: int | None = None, **kwargs
+) -> EmbeddingsPipeline:
     config = PipelineConfig(model_path=str(DATA / arch), pool_embeddings=pool_embeddings, max_batch_size=max_batch_size)
     return EmbeddingsPipeline(config, None, None, {}, None, model=_model(arch), **kwargs)
 
@@ -192,7 +205,9 @@ def test_per_token_states_with_pool_embeddings_false(arch):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_a_batch_gives_each_prompt_its_alone_result(arch):
-    """Prompts of different lengths batched (padded) equal each prompt run alone, unpadded, batch 1, through model.hidden (eager)."""
+    """Prompts of different lengths batched (padded) equal each prompt run alone, unpadded, batch 1, through
+    model.hidden (eager).
+    """
     from maxfx.models._generate import token_tensor
     from maxfx.models._layers import positions
 
@@ -222,7 +237,10 @@ def _st_copy(tmp_path, pooling: dict, normalize: bool) -> Path:
     """tiny_llama with sentence-transformers modules.json and 1_Pooling/config.json."""
     folder = tmp_path / "st_llama"
     shutil.copytree(DATA / "tiny_llama", folder, ignore=shutil.ignore_patterns("*.gguf", "*.bin", "*.npz"))
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}, {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
     if normalize:
         modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
     (folder / "modules.json").write_text(json.dumps(modules))
@@ -242,15 +260,31 @@ def test_sentence_transformers_pooling_config_and_normalize(tmp_path):
         np.testing.assert_allclose(g, want / np.linalg.norm(want), rtol=0, atol=ATOL)
         assert abs(np.linalg.norm(g) - 1) < 1e-5
     # The keywords override the checkpoint's choice.
-    plain = EmbeddingsPipeline(PipelineConfig(model_path=str(folder)), None, None, {}, None, pooling="mean", normalize=False, model=pipeline.model)
-    np.testing.assert_allclose(_embed(plain, prompts[:1])[0], reference_hidden("tiny_llama", prompts[0]).mean(0), rtol=0, atol=ATOL)
+    plain = EmbeddingsPipeline(
+        PipelineConfig(model_path=str(folder)),
+        None,
+        None,
+        {},
+        None,
+        pooling="mean",
+        normalize=False,
+        model=pipeline.model,
+    )
+    np.testing.assert_allclose(
+        _embed(plain, prompts[:1])[0], reference_hidden("tiny_llama", prompts[0]).mean(0), rtol=0, atol=ATOL
+    )
 
 
 def test_unsupported_sentence_transformers_pooling_is_refused(tmp_path):
     folder = _st_copy(tmp_path, {"pooling_mode_max_tokens": True}, normalize=False)
     with pytest.raises(ValueError, match=r"pooling_mode_max_tokens.*pooling="):
         EmbeddingsPipeline(PipelineConfig(model_path=str(folder)), None, None, {}, None, model=_model("tiny_llama"))
-    assert EmbeddingsPipeline(PipelineConfig(model_path=str(folder)), None, None, {}, None, pooling="cls", model=_model("tiny_llama")).pooling == "cls"
+    assert (
+        EmbeddingsPipeline(
+            PipelineConfig(model_path=str(folder)), None, None, {}, None, pooling="cls", model=_model("tiny_llama")
+        ).pooling
+        == "cls"
+    )
 
 
 def test_normalize_keyword_on_pooled_output():
@@ -261,11 +295,17 @@ def test_normalize_keyword_on_pooled_output():
 
 
 def test_the_pipeline_loads_the_configured_checkpoint_folder_and_gguf():
-    """No model= given: the pipeline loads pipeline_config.model_config.local_model_path itself (a folder, a GGUF file)."""
+    """No model= given: the pipeline loads pipeline_config.model_config.local_model_path itself (a folder, a GGUF
+    file).
+    """
     prompt = _prompts()[1]
     folder = EmbeddingsPipeline(PipelineConfig(model_path=str(DATA / "tiny_qwen3")), None, None, {}, None)
-    np.testing.assert_allclose(_embed(folder, [prompt])[0], reference_hidden("tiny_qwen3", prompt)[-1], rtol=0, atol=ATOL)
-    gguf = EmbeddingsPipeline(PipelineConfig(model_path=str(DATA / "tiny_llama" / "tiny_llama-q8_0.gguf")), None, None, {}, None)
+    np.testing.assert_allclose(
+        _embed(folder, [prompt])[0], reference_hidden("tiny_qwen3", prompt)[-1], rtol=0, atol=ATOL
+    )
+    gguf = EmbeddingsPipeline(
+        PipelineConfig(model_path=str(DATA / "tiny_llama" / "tiny_llama-q8_0.gguf")), None, None, {}, None
+    )
     got = _embed(gguf, [prompt])[0]
     assert got.shape == (64,)
     # Q8_0 weights: close to the float model, not equal.
@@ -273,14 +313,20 @@ def test_the_pipeline_loads_the_configured_checkpoint_folder_and_gguf():
 
 
 def test_a_text_tokenizer_context_embeds_its_prompt_tokens():
-    """TextTokenizer.new_context gives a TextContext (whose token buffer is preallocated): its prompt tokens are embedded."""
+    """TextTokenizer.new_context gives a TextContext (whose token buffer is preallocated): its prompt tokens are
+    embedded.
+    """
     config = PipelineConfig(model_path=str(DATA / "tiny_llama"))
     tok = TextTokenizer(str(DATA / "tiny_llama"), pipeline_config=config)
-    ctx = asyncio.run(tok.new_context(TextGenerationRequest(request_id=RequestID("t"), model_name="tiny", prompt="hello embeddings")))
+    ctx = asyncio.run(
+        tok.new_context(TextGenerationRequest(request_id=RequestID("t"), model_name="tiny", prompt="hello embeddings"))
+    )
     assert len(ctx.tokens) > len(ctx.all_tokens)
     pipeline = EmbeddingsPipeline(config, None, tok.eos, {}, tok, model=_model("tiny_llama"))
     out = pipeline.execute(EmbeddingsGenerationInputs([{ctx.request_id: ctx}]))
-    np.testing.assert_allclose(out[RequestID("t")].embeddings, reference_hidden("tiny_llama", ctx.all_tokens).mean(0), rtol=0, atol=ATOL)
+    np.testing.assert_allclose(
+        out[RequestID("t")].embeddings, reference_hidden("tiny_llama", ctx.all_tokens).mean(0), rtol=0, atol=ATOL
+    )
     assert pipeline.tokenizer is tok and pipeline.eos_token_id == tok.eos
 
 
@@ -330,7 +376,9 @@ def test_bad_requests_name_the_request():
     with pytest.raises(ValueError, match=r"request 'bad-one' has 129 tokens, more than max_length 128"):
         run(np.ones(129, np.int64))
     run(np.ones(128, np.int64))  # exactly the context: fine
-    with pytest.raises(ValueError, match=r"request 'bad-one': token ids must be in \[0, 256\); got \[256, -1\] at positions \[1, 2\]"):
+    with pytest.raises(
+        ValueError, match=r"request 'bad-one': token ids must be in \[0, 256\); got \[256, -1\] at positions \[1, 2\]"
+    ):
         run([5, 256, -1])
 
     class NoTokens:
@@ -353,7 +401,9 @@ def test_max_length_of_the_config_bounds_requests():
     pipeline = EmbeddingsPipeline(config, None, None, {}, None, model=_model("tiny_llama"))
     assert pipeline.max_length == 16
     with pytest.raises(ValueError, match=r"request 'long' has 17 tokens, more than max_length 16"):
-        pipeline.execute(EmbeddingsGenerationInputs([{RequestID("long"): EmbeddingsRequestContext(np.ones(17, np.int64))}]))
+        pipeline.execute(
+            EmbeddingsGenerationInputs([{RequestID("long"): EmbeddingsRequestContext(np.ones(17, np.int64))}])
+        )
 
 
 def test_bad_constructor_arguments():
@@ -372,7 +422,13 @@ def test_release_and_contexts():
         pipeline.release(3)
     ctx = EmbeddingsRequestContext([5, 6, 7], request_id="c", model_name="tiny")
     assert isinstance(ctx, EmbeddingsContext)
-    assert (ctx.request_id, ctx.tokens.dtype, ctx.active_length, ctx.model_name, ctx.is_done) == (RequestID("c"), np.int64, 3, "tiny", False)
+    assert (ctx.request_id, ctx.tokens.dtype, ctx.active_length, ctx.model_name, ctx.is_done) == (
+        RequestID("c"),
+        np.int64,
+        3,
+        "tiny",
+        False,
+    )
     with pytest.raises(ValueError, match="tokens must be a 1-D sequence of int token ids"):
         EmbeddingsRequestContext([[1, 2]])
     assert pipeline.pipeline_config.pool_embeddings is True

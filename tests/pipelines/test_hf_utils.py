@@ -37,7 +37,15 @@ def no_network(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("hf_utils reached for the network")
 
-    for name in ("hf_hub_download", "model_info", "revision_exists", "file_exists", "get_hf_file_metadata", "snapshot_download", "list_repo_files"):
+    for name in (
+        "hf_hub_download",
+        "model_info",
+        "revision_exists",
+        "file_exists",
+        "get_hf_file_metadata",
+        "snapshot_download",
+        "list_repo_files",
+    ):
         monkeypatch.setattr(huggingface_hub, name, refuse)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
@@ -74,8 +82,13 @@ def test_local_folder_weights_and_encodings():
     assert repo.formats_available == [WeightsFormat.safetensors, WeightsFormat.gguf, WeightsFormat.pytorch]
     assert repo.supported_encodings == [SupportedEncoding.q4_0, SupportedEncoding.q8_0, SupportedEncoding.float32]
     assert repo.files_for_encoding(SupportedEncoding.q8_0) == {WeightsFormat.gguf: [Path("tiny_llama-q8_0.gguf")]}
-    assert repo.files_for_encoding(SupportedEncoding.float32) == {WeightsFormat.safetensors: [Path("model.safetensors")], WeightsFormat.pytorch: [Path("pytorch_model.bin")]}
-    assert repo.files_for_encoding("float32", WeightsFormat.pytorch) == {WeightsFormat.pytorch: [Path("pytorch_model.bin")]}
+    assert repo.files_for_encoding(SupportedEncoding.float32) == {
+        WeightsFormat.safetensors: [Path("model.safetensors")],
+        WeightsFormat.pytorch: [Path("pytorch_model.bin")],
+    }
+    assert repo.files_for_encoding("float32", WeightsFormat.pytorch) == {
+        WeightsFormat.pytorch: [Path("pytorch_model.bin")]
+    }
     assert repo.files_for_encoding(SupportedEncoding.q4_k) == {}
 
 
@@ -85,7 +98,10 @@ def test_local_folder_files():
     assert repo.encoding_for_file("model.safetensors") is SupportedEncoding.float32
     assert repo.encoding_for_file("pytorch_model.bin") is SupportedEncoding.float32  # config.json's torch_dtype
     assert repo.file_exists("config.json") and not repo.file_exists("nope.json")
-    assert repo.size_of("model.safetensors") == (Path(GPT2) / "model.safetensors").stat().st_size and repo.size_of("nope") is None
+    assert (
+        repo.size_of("model.safetensors") == (Path(GPT2) / "model.safetensors").stat().st_size
+        and repo.size_of("nope") is None
+    )
     with pytest.raises(ValueError, match="not .gguf, .safetensors or .bin"):
         repo.encoding_for_file("config.json")
     with pytest.raises(ValueError, match="model info of a local repo is not supported"):
@@ -96,9 +112,16 @@ def test_local_folder_files():
 def test_gguf_encoding_from_the_header_when_the_name_says_none(tmp_path):
     shutil.copy(Path(LLAMA) / "tiny_llama-q4_0.gguf", tmp_path / "model.gguf")
     repo = HuggingFaceRepo(str(tmp_path))
-    assert repo.supported_encodings == [SupportedEncoding.q4_0] and repo.encoding_for_file("model.gguf") is SupportedEncoding.q4_0
+    assert (
+        repo.supported_encodings == [SupportedEncoding.q4_0]
+        and repo.encoding_for_file("model.gguf") is SupportedEncoding.q4_0
+    )
     meta = read_gguf_metadata(tmp_path / "model.gguf")
-    assert meta["general.architecture"] == "llama" and meta["general.file_type"] == 2 and not any(k.startswith("tokenizer.") for k in meta)
+    assert (
+        meta["general.architecture"] == "llama"
+        and meta["general.file_type"] == 2
+        and not any(k.startswith("tokenizer.") for k in meta)
+    )
 
 
 def _safetensors(path: Path, dtypes: list[str]) -> None:
@@ -122,11 +145,17 @@ def test_safetensors_dtypes_and_gptq(tmp_path):
 def test_consolidated_safetensors_are_left_out_of_several(tmp_path):
     for name in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "consolidated.safetensors"):
         _safetensors(tmp_path / name, ["F32"])
-    assert HuggingFaceRepo(str(tmp_path)).weight_files[WeightsFormat.safetensors] == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    assert HuggingFaceRepo(str(tmp_path)).weight_files[WeightsFormat.safetensors] == [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    ]
 
 
 def test_download_weight_files_returns_local_files():
-    assert download_weight_files(LLAMA, ["model.safetensors", "tiny_llama-q8_0.gguf"]) == [Path(LLAMA) / "model.safetensors", Path(LLAMA) / "tiny_llama-q8_0.gguf"]
+    assert download_weight_files(LLAMA, ["model.safetensors", "tiny_llama-q8_0.gguf"]) == [
+        Path(LLAMA) / "model.safetensors",
+        Path(LLAMA) / "tiny_llama-q8_0.gguf",
+    ]
     given = str(Path(LLAMA) / "config.json")
     assert download_weight_files("anything", [given]) == [Path(given)]
     with pytest.raises(WeightFilesNotAvailableError, match=r"\['missing\.safetensors'\] not found"):
@@ -139,12 +168,25 @@ def test_download_weight_files_returns_local_files():
 def test_a_cached_repo_is_read_from_its_snapshot(hf_cache):
     repo = HuggingFaceRepo("tiny-org/tiny-llama")
     assert repo.repo_type is RepoType.online and repo.local_path == hf_cache
-    assert repo.weight_files == {WeightsFormat.safetensors: ["model.safetensors"], WeightsFormat.gguf: ["tiny_llama-q8_0.gguf"]}
+    assert repo.weight_files == {
+        WeightsFormat.safetensors: ["model.safetensors"],
+        WeightsFormat.gguf: ["tiny_llama-q8_0.gguf"],
+    }
     assert repo.supported_encodings == [SupportedEncoding.q8_0, SupportedEncoding.float32]
-    assert repo.file_exists("tokenizer.json") and repo.size_of("config.json") == (Path(LLAMA) / "config.json").stat().st_size
+    assert (
+        repo.file_exists("tokenizer.json")
+        and repo.size_of("config.json") == (Path(LLAMA) / "config.json").stat().st_size
+    )
     info = repo.info
-    assert (info.id, info.sha) == ("tiny-org/tiny-llama", COMMIT) and info.config["architectures"] == ["LlamaForCausalLM"]
-    assert sorted(s.rfilename for s in info.siblings) == ["config.json", "model.safetensors", "tiny_llama-q8_0.gguf", "tokenizer.json"]
+    assert (info.id, info.sha) == ("tiny-org/tiny-llama", COMMIT) and info.config["architectures"] == [
+        "LlamaForCausalLM"
+    ]
+    assert sorted(s.rfilename for s in info.siblings) == [
+        "config.json",
+        "model.safetensors",
+        "tiny_llama-q8_0.gguf",
+        "tokenizer.json",
+    ]
     assert HuggingFaceRepo("tiny-org/tiny-llama", revision=COMMIT).local_path == hf_cache
 
 
@@ -156,7 +198,9 @@ def test_cache_functions(hf_cache):
     validate_hf_repo_access("tiny-org/tiny-llama", "main")
     assert try_to_load_from_cache("tiny-org/tiny-llama", "config.json", "main") == str(hf_cache / "config.json")
     assert try_to_load_from_cache("tiny-org/tiny-llama", "absent.json", "main") is None
-    assert download_weight_files("tiny-org/tiny-llama", ["model.safetensors"], revision="main") == [hf_cache / "model.safetensors"]
+    assert download_weight_files("tiny-org/tiny-llama", ["model.safetensors"], revision="main") == [
+        hf_cache / "model.safetensors"
+    ]
     with pytest.raises(WeightFilesNotAvailableError, match="maxfx never downloads"):
         download_weight_files("tiny-org/tiny-llama", ["pytorch_model.bin"])
 
@@ -169,7 +213,13 @@ def test_an_uncached_repo_is_not_available_offline(hf_cache):
         lambda: HuggingFaceRepo("tiny-org/tiny-llama", revision="v2"),
         lambda: download_weight_files("other-org/model", ["model.safetensors"]),
     ):
-        with pytest.raises(RepoNotAvailableOfflineError, match=r"is not available offline: it is not a local folder and not in the Hugging Face cache at .*hub.*huggingface-cli download"):
+        with pytest.raises(
+            RepoNotAvailableOfflineError,
+            match=(
+                r"is not available offline: it is not a local folder and not in the Hugging Face cache at "
+                r".*hub.*huggingface-cli download"
+            ),
+        ):
             call()
 
 
@@ -179,7 +229,10 @@ def test_pipeline_config_loads_a_cached_repo(hf_cache):
     assert m.local_model_path == hf_cache / "tiny_llama-q8_0.gguf" and config.max_length == 128
     assert PipelineConfig(model_path="tiny-org/tiny-llama").model_config.local_model_path == hf_cache
     by_file = PipelineConfig(weight_path=["tiny-org/tiny-llama/model.safetensors"])
-    assert by_file.model_config.model_path == "tiny-org/tiny-llama" and by_file.model_config.resolved_weight_paths() == [hf_cache / "model.safetensors"]
+    assert (
+        by_file.model_config.model_path == "tiny-org/tiny-llama"
+        and by_file.model_config.resolved_weight_paths() == [hf_cache / "model.safetensors"]
+    )
 
 
 def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):

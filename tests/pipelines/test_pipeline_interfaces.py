@@ -1,4 +1,6 @@
-"""max.pipelines.lib.interfaces (PipelineModel, KVCacheMixin, ...), log_probabilities and sampling.sampling, against numpy."""
+"""max.pipelines.lib.interfaces (PipelineModel, KVCacheMixin, ...), log_probabilities and sampling.sampling, against
+numpy.
+"""
 
 import types
 
@@ -16,9 +18,20 @@ from maxfx.nn.kv_cache import KVCacheParams, KVCacheStrategy, PagedKVCacheManage
 from maxfx.nn.transformer import ReturnLogits
 from maxfx.pipelines import PipelineConfig, SamplingConfig
 from maxfx.pipelines.lib import interfaces
-from maxfx.pipelines.lib.interfaces import AlwaysSignalBuffersMixin, KVCacheMixin, ModelInputs, ModelOutputs, PipelineModel, get_paged_manager
+from maxfx.pipelines.lib.interfaces import (
+    AlwaysSignalBuffersMixin,
+    KVCacheMixin,
+    ModelInputs,
+    ModelOutputs,
+    PipelineModel,
+    get_paged_manager,
+)
 from maxfx.pipelines.lib.interfaces.pipeline_model import RaggedTokenInputs
-from maxfx.pipelines.lib.log_probabilities import compute_log_probabilities_ragged, log_probabilities_ragged_graph, log_softmax
+from maxfx.pipelines.lib.log_probabilities import (
+    compute_log_probabilities_ragged,
+    log_probabilities_ragged_graph,
+    log_softmax,
+)
 from maxfx.pipelines.lib.sampling.sampling import rejection_sampler, rejection_sampler_with_residuals, token_sampler
 
 LLAMA = "tests/data/models/tiny_llama"
@@ -40,12 +53,24 @@ def session():
 
 
 def _one_hot_graph(vocab):
-    """tokens [t], offsets [b + 1], return_n [1] -> (3 * one-hot of each sequence's last token [b, V], 3 * one-hot of every token [t, V])."""
-    with Graph("one_hot", input_types=[TensorType(DType.int64, ["t"], CPU_REF), TensorType(DType.uint32, ["b1"], CPU_REF), TensorType(DType.int64, [1], CPU_REF)]) as g:
+    """tokens [t], offsets [b + 1], return_n [1] -> (3 * one-hot of each sequence's last token [b, V], 3 * one-hot of
+    every token [t, V]).
+    """
+    with Graph(
+        "one_hot",
+        input_types=[
+            TensorType(DType.int64, ["t"], CPU_REF),
+            TensorType(DType.uint32, ["b1"], CPU_REF),
+            TensorType(DType.int64, [1], CPU_REF),
+        ],
+    ) as g:
         tokens, offsets, _ = (v.tensor for v in g.inputs)
         ids = ops.unsqueeze(ops.range(0, vocab, 1, dtype=DType.int64, device=CPU_REF), 0)
         last = ops.gather(tokens, ops.cast(offsets[1:], DType.int64) - 1, 0)
-        g.output(ops.cast(ops.unsqueeze(last, 1) == ids, DType.float32) * 3.0, ops.cast(ops.unsqueeze(tokens, 1) == ids, DType.float32) * 3.0)
+        g.output(
+            ops.cast(ops.unsqueeze(last, 1) == ids, DType.float32) * 3.0,
+            ops.cast(ops.unsqueeze(tokens, 1) == ids, DType.float32) * 3.0,
+        )
     return g
 
 
@@ -69,8 +94,12 @@ class TinyModel(PipelineModel, KVCacheMixin):
         return super().get_num_layers(huggingface_config)
 
     @classmethod
-    def estimate_kv_cache_size(cls, pipeline_config, available_cache_memory, devices, huggingface_config, kv_cache_config, cache_dtype):
-        return super().estimate_kv_cache_size(pipeline_config, available_cache_memory, devices, huggingface_config, kv_cache_config, cache_dtype)
+    def estimate_kv_cache_size(
+        cls, pipeline_config, available_cache_memory, devices, huggingface_config, kv_cache_config, cache_dtype
+    ):
+        return super().estimate_kv_cache_size(
+            pipeline_config, available_cache_memory, devices, huggingface_config, kv_cache_config, cache_dtype
+        )
 
     def execute(self, model_inputs):
         return super().execute(model_inputs)
@@ -98,7 +127,9 @@ class NoCacheModel(PipelineModel):
 
 
 def _config(**kwargs):
-    return PipelineConfig(model_path=LLAMA, max_length=64, max_batch_size=2, kv_cache_page_size=16, device_specs="cpu", **kwargs)
+    return PipelineConfig(
+        model_path=LLAMA, max_length=64, max_batch_size=2, kv_cache_page_size=16, device_specs="cpu", **kwargs
+    )
 
 
 BYTES_PER_TOKEN = 2 * 2 * 2 * 16 * 4  # K and V, 2 layers, 2 KV heads of 16 float32s (tiny_llama)
@@ -108,17 +139,31 @@ def _tiny(session, config=None, available=10 * 16 * BYTES_PER_TOKEN, return_logi
     config = config or _config()
     m = config.model_config
     m.kv_cache._available_cache_memory = available
-    return TinyModel(config, session, m.huggingface_config, m.quantization_encoding, [CPU()], m.kv_cache, None, None, return_logits)
+    return TinyModel(
+        config, session, m.huggingface_config, m.quantization_encoding, [CPU()], m.kv_cache, None, None, return_logits
+    )
 
 
 def test_the_package_exports():
-    assert set(interfaces.__all__) >= {"PipelineModel", "KVCacheMixin", "ModelInputs", "ModelOutputs", "AlwaysSignalBuffersMixin", "get_paged_manager"}
+    assert set(interfaces.__all__) >= {
+        "PipelineModel",
+        "KVCacheMixin",
+        "ModelInputs",
+        "ModelOutputs",
+        "AlwaysSignalBuffersMixin",
+        "get_paged_manager",
+    }
 
 
 def test_model_inputs_update_sets_only_known_non_none_fields():
     inputs = RaggedTokenInputs(tokens=[1, 2], input_row_offsets=[0, 2])
     inputs.update(tokens=[3], kv_cache_inputs=None, lora_ids=[0], nonsense=1)
-    assert inputs.tokens == [3] and inputs.lora_ids == [0] and inputs.kv_cache_inputs is None and not hasattr(inputs, "nonsense")
+    assert (
+        inputs.tokens == [3]
+        and inputs.lora_ids == [0]
+        and inputs.kv_cache_inputs is None
+        and not hasattr(inputs, "nonsense")
+    )
     base = ModelInputs()
     assert (base.kv_cache_inputs, base.lora_ids, base.lora_ranks) == (None, None, None)
 
@@ -146,7 +191,12 @@ def test_a_model_with_a_kv_cache_gets_a_paged_manager_sized_by_memory(session):
     model = _tiny(session)
     assert model.max_seq_len == 64 and model.dtype is DType.float32 and model.lora_manager is None
     assert isinstance(model, KVCacheMixin) and isinstance(model.kv_manager, PagedKVCacheManager)
-    assert (model.kv_manager.total_num_pages, model.kv_manager.page_size, model.kv_manager.num_layers, model.kv_manager.max_batch_size) == (10, 16, 2, 2)
+    assert (
+        model.kv_manager.total_num_pages,
+        model.kv_manager.page_size,
+        model.kv_manager.num_layers,
+        model.kv_manager.max_batch_size,
+    ) == (10, 16, 2, 2)
     assert model.signal_buffers == []  # one device: nothing to synchronize
     pipeline = types.SimpleNamespace(_pipeline_model=model)
     assert get_paged_manager(pipeline) is model.kv_manager
@@ -161,7 +211,12 @@ def test_kv_params_layers_and_sizes_from_the_hf_config(session):
     config = _config()
     hf = config.model_config.huggingface_config
     params = TinyModel.get_kv_params(hf, 1, config.model_config.kv_cache, DType.float32)
-    assert (params.n_kv_heads, params.head_dim, params.page_size, params.cache_strategy) == (2, 16, 16, KVCacheStrategy.PAGED)
+    assert (params.n_kv_heads, params.head_dim, params.page_size, params.cache_strategy) == (
+        2,
+        16,
+        16,
+        KVCacheStrategy.PAGED,
+    )
     assert TinyModel.get_num_layers(hf) == 2
     assert TinyModel.get_num_layers({"n_layer": 5}) == 5  # GPT-2's key
     with pytest.raises(ValueError, match="num_hidden_layers"):
@@ -177,7 +232,9 @@ def test_infer_optimal_batch_size(session):
     config = _config()
     hf, kv = config.model_config.huggingface_config, config.model_config.kv_cache
     gpu = types.SimpleNamespace(is_host=False)
-    assert TinyModel.infer_optimal_batch_size(config, 10**9, hf, [CPU()], kv, DType.float32) == 1  # batching on a lone CPU: 1, as MAX
+    assert (
+        TinyModel.infer_optimal_batch_size(config, 10**9, hf, [CPU()], kv, DType.float32) == 1
+    )  # batching on a lone CPU: 1, as MAX
     assert NoCacheModel.infer_optimal_batch_size(config, 10**9, hf, [gpu], kv, DType.float32) == 1  # no KV cache: 1
     assert TinyModel.infer_optimal_batch_size(config, 30 * 64 * BYTES_PER_TOKEN + 5, hf, [gpu], kv, DType.float32) == 30
     assert TinyModel.infer_optimal_batch_size(config, 0, hf, [gpu], kv, DType.float32) == 1
@@ -203,9 +260,16 @@ def test_lora_configs_are_refused(session):
 
 def test_inputs_execute_and_log_probabilities(session):
     model = _tiny(session)
-    contexts = [TextContext(max_length=16, tokens=np.array([5, 6, 7])), TextContext(max_length=16, tokens=np.array([9]))]
+    contexts = [
+        TextContext(max_length=16, tokens=np.array([5, 6, 7])),
+        TextContext(max_length=16, tokens=np.array([9])),
+    ]
     inputs = model.prepare_initial_token_inputs(contexts, kv_cache_inputs=None, return_n_logits=1)
-    assert inputs.tokens.to_numpy().tolist() == [5, 6, 7, 9] and inputs.input_row_offsets.to_numpy().tolist() == [0, 3, 4]
+    assert inputs.tokens.to_numpy().tolist() == [5, 6, 7, 9] and inputs.input_row_offsets.to_numpy().tolist() == [
+        0,
+        3,
+        4,
+    ]
     out = model.execute(inputs)
     next_logits, logits = out.next_token_logits.to_numpy(), out.logits.to_numpy()
     assert next_logits.shape == (2, 256) and logits.shape == (4, 256)
@@ -218,7 +282,10 @@ def test_inputs_execute_and_log_probabilities(session):
     np.testing.assert_allclose(lps[0].token_log_probabilities, expected0, rtol=1e-5)
     assert set(lps[0].top_log_probabilities[2]) >= {7} and len(lps[0].top_log_probabilities[2]) == 2
     np.testing.assert_allclose(lps[1].token_log_probabilities, [row_lp[1, 1]], rtol=1e-5)
-    assert lps[1].top_log_probabilities[0][9] == pytest.approx(row_lp[1, 9], rel=1e-5) and 1 in lps[1].top_log_probabilities[0]
+    assert (
+        lps[1].top_log_probabilities[0][9] == pytest.approx(row_lp[1, 9], rel=1e-5)
+        and 1 in lps[1].top_log_probabilities[0]
+    )
     nxt = model.prepare_next_token_inputs(np.array([3, 4]), inputs)
     assert nxt.tokens.to_numpy().tolist() == [3, 4] and nxt.input_row_offsets.to_numpy().tolist() == [0, 1, 2]
     assert model.execute(nxt).next_token_logits.to_numpy().argmax(-1).tolist() == [3, 4]
@@ -238,7 +305,17 @@ def test_signal_buffers(monkeypatch, session):
         pass
 
     model = _tiny(session)
-    always = Always(model.pipeline_config, session, model.huggingface_config, model.encoding, [CPU()], model.kv_cache_config, None, None, ReturnLogits.ALL)
+    always = Always(
+        model.pipeline_config,
+        session,
+        model.huggingface_config,
+        model.encoding,
+        [CPU()],
+        model.kv_cache_config,
+        None,
+        None,
+        ReturnLogits.ALL,
+    )
     [buf] = always.signal_buffers  # one per device, even for one device
     assert buf.dtype is DType.uint8 and list(buf.shape) == [16] and not buf.to_numpy().any()
     assert model.signal_buffers == []
@@ -254,7 +331,11 @@ def _expected(logits, next_logits, tokens, offsets, sampled, top_n, echo):
             out.append(None)
             continue
         start, end = offsets[b], offsets[b + 1]
-        rows = [(logits[j], tokens[j + 1]) for j in range(start, end - 1)] + [(logits[end - 1], sampled[b])] if e else [(next_logits[b], sampled[b])]
+        rows = (
+            [(logits[j], tokens[j + 1]) for j in range(start, end - 1)] + [(logits[end - 1], sampled[b])]
+            if e
+            else [(next_logits[b], sampled[b])]
+        )
         values, tops = [], []
         for row, scored in rows:
             lp = np_log_softmax(row)
@@ -281,7 +362,15 @@ def test_ragged_log_probabilities_match_numpy(logprob_model, echo):
     sampled = rng.integers(0, vocab, 3)
     top_n = [5, 0, 2]
     got = compute_log_probabilities_ragged(
-        CPU(), logprob_model, input_row_offsets=offsets, logits=logits, next_token_logits=next_logits, tokens=tokens, sampled_tokens=sampled, batch_top_n=top_n, batch_echo=echo
+        CPU(),
+        logprob_model,
+        input_row_offsets=offsets,
+        logits=logits,
+        next_token_logits=next_logits,
+        tokens=tokens,
+        sampled_tokens=sampled,
+        batch_top_n=top_n,
+        batch_echo=echo,
     )
     expected = _expected(logits, next_logits, tokens, offsets, sampled, top_n, echo)
     assert got[1] is None
@@ -297,31 +386,64 @@ def test_ragged_log_probabilities_match_numpy(logprob_model, echo):
 def test_log_probabilities_without_full_logits_and_small_vocabularies(session, logprob_model):
     logits = np.log(np.array([[0.5, 0.3, 0.2]], np.float32))
     [lp] = compute_log_probabilities_ragged(
-        CPU(), logprob_model, input_row_offsets=np.array([0, 2]), logits=None, next_token_logits=logits, tokens=np.array([1, 2]), sampled_tokens=np.array([2]), batch_top_n=[5], batch_echo=[False]
+        CPU(),
+        logprob_model,
+        input_row_offsets=np.array([0, 2]),
+        logits=None,
+        next_token_logits=logits,
+        tokens=np.array([1, 2]),
+        sampled_tokens=np.array([2]),
+        batch_top_n=[5],
+        batch_echo=[False],
     )
     assert sorted(lp.top_log_probabilities[0]) == [0, 1, 2]  # 3 tokens: the graph's padding slots are dropped
     np.testing.assert_allclose(lp.token_log_probabilities, [np.log(0.2)], rtol=1e-5)
     level0 = session.load(log_probabilities_ragged_graph(CPU_REF, levels=0))  # only the scored token's column
     u32 = lambda a: np.asarray(a, np.uint32)  # noqa: E731
-    lp_logits, lp_tokens = (o.to_numpy() for o in level0.execute(logits, u32([1, 2]), u32([0]), u32([0, 1]), u32([0, 2]), u32([0, 1]), u32([0, 1])))
+    lp_logits, lp_tokens = (
+        o.to_numpy()
+        for o in level0.execute(logits, u32([1, 2]), u32([0]), u32([0, 1]), u32([0, 2]), u32([0, 1]), u32([0, 1]))
+    )
     assert lp_tokens.tolist() == [[0]] and lp_logits[0, 0] == pytest.approx(np.log(0.5), rel=1e-5)
     with pytest.raises(ValueError, match="larger levels"):  # as MAX: no top tokens to give
         compute_log_probabilities_ragged(
-            CPU(), level0, input_row_offsets=np.array([0, 2]), logits=None, next_token_logits=logits, tokens=np.array([1, 2]), sampled_tokens=np.array([0]), batch_top_n=[1], batch_echo=[False]
+            CPU(),
+            level0,
+            input_row_offsets=np.array([0, 2]),
+            logits=None,
+            next_token_logits=logits,
+            tokens=np.array([1, 2]),
+            sampled_tokens=np.array([0]),
+            batch_top_n=[1],
+            batch_echo=[False],
         )
     np.testing.assert_allclose(log_softmax(np.log([0.5, 0.25, 0.25])), np.log([0.5, 0.25, 0.25]), rtol=1e-6)
 
 
 def test_log_probabilities_errors(logprob_model):
-    args = dict(input_row_offsets=np.array([0, 2]), next_token_logits=np.zeros((1, 4), np.float32), tokens=np.array([1, 2]), sampled_tokens=np.array([0]))
+    args = dict(
+        input_row_offsets=np.array([0, 2]),
+        next_token_logits=np.zeros((1, 4), np.float32),
+        tokens=np.array([1, 2]),
+        sampled_tokens=np.array([0]),
+    )
     with pytest.raises(ValueError, match="echo needs"):
         compute_log_probabilities_ragged(CPU(), logprob_model, logits=None, batch_top_n=[1], batch_echo=[True], **args)
     with pytest.raises(ValueError, match="rebuild it with larger levels"):
         compute_log_probabilities_ragged(CPU(), logprob_model, logits=None, batch_top_n=[8], batch_echo=[False], **args)
     with pytest.raises(ValueError, match="batch sizes disagree"):
-        compute_log_probabilities_ragged(CPU(), logprob_model, logits=None, batch_top_n=[1, 1], batch_echo=[False, False], **args)
+        compute_log_probabilities_ragged(
+            CPU(), logprob_model, logits=None, batch_top_n=[1, 1], batch_echo=[False, False], **args
+        )
     with pytest.raises(ValueError, match="float32"):
-        compute_log_probabilities_ragged(CPU(), logprob_model, logits=None, batch_top_n=[1], batch_echo=[False], **{**args, "next_token_logits": np.zeros((1, 4))})
+        compute_log_probabilities_ragged(
+            CPU(),
+            logprob_model,
+            logits=None,
+            batch_top_n=[1],
+            batch_echo=[False],
+            **{**args, "next_token_logits": np.zeros((1, 4))},
+        )
     with pytest.raises(ValueError, match="levels"):
         log_probabilities_ragged_graph(CPU_REF, levels=2.5)
     with pytest.raises(TypeError, match="DeviceRef"):
@@ -331,7 +453,20 @@ def test_log_probabilities_errors(logprob_model):
 # ─── token_sampler ────────────────────────────────────────────────────────────
 
 
-def _run_sampler(session, config, logits, *, top_k, temperature=None, top_p=None, seed=None, prev=None, return_logits=False, max_k=None, **named):
+def _run_sampler(
+    session,
+    config,
+    logits,
+    *,
+    top_k,
+    temperature=None,
+    top_p=None,
+    seed=None,
+    prev=None,
+    return_logits=False,
+    max_k=None,
+    **named,
+):
     """Run token_sampler with the named optional inputs; returns (outputs as numpy, the logits buffer)."""
     graph = token_sampler(config, CPU_REF, return_logits=return_logits, max_k=max_k)
     batch = len(top_k)
@@ -351,7 +486,15 @@ def _run_sampler(session, config, logits, *, top_k, temperature=None, top_p=None
     names += ["logit_offsets"] if config.enable_variable_logits else []
     names += ["bitmask"] if config.enable_structured_output else []
     if config.enable_penalties:
-        names += ["penalty_freq_data", "penalty_freq_offsets", "repetition_freq_data", "repetition_freq_offsets", "frequency_penalty", "presence_penalty", "repetition_penalty"]
+        names += [
+            "penalty_freq_data",
+            "penalty_freq_offsets",
+            "repetition_freq_data",
+            "repetition_freq_offsets",
+            "frequency_penalty",
+            "presence_penalty",
+            "repetition_penalty",
+        ]
     names += ["min_tokens_mask"] if config.enable_min_tokens else []
     assert len(graph.inputs) == len(names)
     outputs = session.load(graph).execute(*[values[n] for n in names])
@@ -361,11 +504,15 @@ def _run_sampler(session, config, logits, *, top_k, temperature=None, top_p=None
 def test_greedy_sampling_is_argmax_and_the_seed_advances(session):
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(4, 10)).astype(np.float32)
-    (tokens, all_tokens, seed), _ = _run_sampler(session, SamplingConfig(), logits, top_k=[1, 1, 1, 1], prev=np.array([[1], [2], [3], [4]]), seed=[5, 6, 7, 8])
+    (tokens, all_tokens, seed), _ = _run_sampler(
+        session, SamplingConfig(), logits, top_k=[1, 1, 1, 1], prev=np.array([[1], [2], [3], [4]]), seed=[5, 6, 7, 8]
+    )
     assert tokens.tolist() == logits.argmax(-1).tolist()
     assert all_tokens.tolist() == [[p, t] for p, t in zip([1, 2, 3, 4], tokens.tolist())]
     assert seed.tolist() == [6, 7, 8, 9]
-    (tokens, _, _), _ = _run_sampler(session, SamplingConfig(), logits, top_k=[5, 5, 5, 5], temperature=[0, 0, 0, 0])  # temperature 0: greedy
+    (tokens, _, _), _ = _run_sampler(
+        session, SamplingConfig(), logits, top_k=[5, 5, 5, 5], temperature=[0, 0, 0, 0]
+    )  # temperature 0: greedy
     assert tokens.tolist() == logits.argmax(-1).tolist()
 
 
@@ -378,7 +525,9 @@ def test_top_k_sampling_stays_in_the_top_k_and_whole_vocabulary_rows_reach_every
     uniform = np.zeros((300, 6), np.float32)
     (tokens, _, _), _ = _run_sampler(session, SamplingConfig(), uniform, top_k=[-1] * 300, seed=np.arange(300), max_k=6)
     assert set(tokens.tolist()) == set(range(6))
-    (tokens, _, _), _ = _run_sampler(session, SamplingConfig(), logits, top_k=[-1] * 64, top_p=[0.3] * 64, seed=np.arange(64))
+    (tokens, _, _), _ = _run_sampler(
+        session, SamplingConfig(), logits, top_k=[-1] * 64, top_p=[0.3] * 64, seed=np.arange(64)
+    )
     assert set(tokens.tolist()) == {0}  # the best token alone holds 30% of the mass
     with pytest.raises(ValueError, match="max_k"):
         token_sampler(SamplingConfig(), CPU_REF, max_k=0)
@@ -391,7 +540,14 @@ def test_variable_logits_sample_each_sequences_last_row_and_return_logits(sessio
     logits = rng.normal(size=(5, 7)).astype(np.float32)
     config = SamplingConfig(enable_variable_logits=True)
     (tokens, _, all_logits, _), _ = _run_sampler(
-        session, config, logits, top_k=[1, 1], prev=np.array([[7], [8]]), return_logits=True, logit_offsets=np.array([0, 2, 5], np.uint32), existing_logits=np.array([[0.5], [0.25]], np.float32)
+        session,
+        config,
+        logits,
+        top_k=[1, 1],
+        prev=np.array([[7], [8]]),
+        return_logits=True,
+        logit_offsets=np.array([0, 2, 5], np.uint32),
+        existing_logits=np.array([[0.5], [0.25]], np.float32),
     )
     assert tokens.tolist() == [logits[1].argmax(), logits[4].argmax()]
     np.testing.assert_allclose(all_logits, [[0.5, logits[1].max()], [0.25, logits[4].max()]])
@@ -401,9 +557,17 @@ def test_structured_output_bitmask_and_min_tokens_mask(session):
     logits = np.array([[0.0, 5.0, 4.0, 1.0], [3.0, 0.0, 2.0, 1.0]], np.float32)
     bitmask = np.ones((2, 32), bool)  # llguidance pads to 32 tokens
     bitmask[0, 1] = False
-    (tokens, _, _), _ = _run_sampler(session, SamplingConfig(enable_structured_output=True), logits, top_k=[1, 1], bitmask=bitmask)
+    (tokens, _, _), _ = _run_sampler(
+        session, SamplingConfig(enable_structured_output=True), logits, top_k=[1, 1], bitmask=bitmask
+    )
     assert tokens.tolist() == [2, 0]
-    (tokens, _, _), values = _run_sampler(session, SamplingConfig(enable_min_tokens=True), logits, top_k=[1, 1], min_tokens_mask=np.array([[1, 0], [0, 2]], np.int32))
+    (tokens, _, _), values = _run_sampler(
+        session,
+        SamplingConfig(enable_min_tokens=True),
+        logits,
+        top_k=[1, 1],
+        min_tokens_mask=np.array([[1, 0], [0, 2]], np.int32),
+    )
     assert tokens.tolist() == [1, 2]
     assert values["logits"].to_numpy()[1, 0] == -10000.0  # the mask is written into the logits buffer, as MAX
 
@@ -476,11 +640,19 @@ def test_rejection_sampler_matches_the_nn_module(session):
     rng = np.random.default_rng(4)
     draft_tokens, target, offsets, rows = _spec_inputs(rng)
     draft_logits = (target[rows, draft_tokens] + rng.normal(scale=0.5, size=draft_tokens.shape)).astype(np.float32)
-    types_ = [TensorType(DType.int64, [3, 4], CPU_REF), TensorType(DType.float32, [3, 4], CPU_REF), TensorType(DType.float32, [15, 9], CPU_REF), TensorType(DType.int64, [4], CPU_REF)]
+    types_ = [
+        TensorType(DType.int64, [3, 4], CPU_REF),
+        TensorType(DType.float32, [3, 4], CPU_REF),
+        TensorType(DType.float32, [15, 9], CPU_REF),
+        TensorType(DType.int64, [4], CPU_REF),
+    ]
     with Graph("module", input_types=types_) as g:
         g.output(*RejectionSampler(CPU_REF)(*(v.tensor for v in g.inputs)))
     reference = [o.to_numpy() for o in session.load(g).execute(draft_tokens, draft_logits, target, offsets)]
-    ours = [o.to_numpy() for o in session.load(rejection_sampler(CPU_REF)).execute(draft_tokens, draft_logits, target, offsets)]
+    ours = [
+        o.to_numpy()
+        for o in session.load(rejection_sampler(CPU_REF)).execute(draft_tokens, draft_logits, target, offsets)
+    ]
     for a, b in zip(ours, reference):
         np.testing.assert_array_equal(a, b)
 
@@ -498,7 +670,9 @@ def test_rejection_sampler_with_residuals_matches_numpy_and_the_nn_module(sessio
     u = rng.uniform(size=(3, 4)).astype(np.float32)
     r = rng.uniform(size=(3, 4, 9)).astype(np.float32)
     inputs = (draft_tokens, draft_logits, target, offsets, all_draft, u, r)
-    first, recovered, bonus = (o.to_numpy() for o in session.load(rejection_sampler_with_residuals(CPU_REF, debug=True)).execute(*inputs))
+    first, recovered, bonus = (
+        o.to_numpy() for o in session.load(rejection_sampler_with_residuals(CPU_REF, debug=True)).execute(*inputs)
+    )
     p, q = _softmax(target[rows].astype(np.float64)), _softmax(all_draft.transpose(1, 0, 2).astype(np.float64))
     idx = (np.arange(3)[:, None], np.arange(4)[None, :], draft_tokens)
     rejected = u >= np.minimum(p[idx] / (q[idx] + 1e-10), 1.0)
@@ -531,7 +705,9 @@ def test_rejection_sampler_with_residuals_accepts_identical_distributions(sessio
     all_draft = target[rows].transpose(1, 0, 2).copy()  # the draft model predicts exactly the target's distribution
     draft_logits = target[rows, draft_tokens]
     model = session.load(rejection_sampler_with_residuals(CPU_REF, seed=11))
-    first, recovered, bonus = (o.to_numpy() for o in model.execute(draft_tokens, draft_logits, target, offsets, all_draft))
+    first, recovered, bonus = (
+        o.to_numpy() for o in model.execute(draft_tokens, draft_logits, target, offsets, all_draft)
+    )
     assert first.tolist() == [4, 4, 4] and recovered.shape == (3, 4) and bonus.shape == (3, 1)
     assert ((0 <= recovered) & (recovered < 9)).all()
 

@@ -17,10 +17,20 @@ from maxfx.interfaces import PipelineTask, RequestID, SamplingParams, TextGenera
 from maxfx.models import GPT2LMHeadModel, LlamaForCausalLM
 from maxfx.nn.kv_cache import KVCacheStrategy
 from maxfx.pipelines import PipelineConfig, RopeType, SupportedEncoding
-from maxfx.pipelines.architectures import ARCHITECTURES, EMBEDDINGS_ARCHITECTURES, TEXT_GENERATION_ARCHITECTURES, register_all_models
+from maxfx.pipelines.architectures import (
+    ARCHITECTURES,
+    EMBEDDINGS_ARCHITECTURES,
+    TEXT_GENERATION_ARCHITECTURES,
+    register_all_models,
+)
 from maxfx.pipelines.lib.config import ConfigError
 from maxfx.pipelines.lib.hf_utils import HuggingFaceRepo
-from maxfx.pipelines.lib.registry import PIPELINE_REGISTRY, PipelineRegistry, SupportedArchitecture, get_pipeline_for_task
+from maxfx.pipelines.lib.registry import (
+    PIPELINE_REGISTRY,
+    PipelineRegistry,
+    SupportedArchitecture,
+    get_pipeline_for_task,
+)
 from maxfx.pipelines.lib.tokenizer import TextTokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,12 +85,28 @@ def _with_tokenizer(tmp_path, family):
 
 
 def test_supported_architecture_converts_strings_and_defaults():
-    arch = _arch(supported_encodings={"float32": ["paged"], "q4_0": ["paged"]}, rope_type="neox", weight_adapters={"gguf": len})
-    assert arch.task is TEXT and arch.default_encoding is SupportedEncoding.float32 and arch.default_weights_format is WeightsFormat.safetensors
-    assert arch.supported_encodings == {SupportedEncoding.float32: [KVCacheStrategy.PAGED], SupportedEncoding.q4_0: [KVCacheStrategy.PAGED]}
+    arch = _arch(
+        supported_encodings={"float32": ["paged"], "q4_0": ["paged"]}, rope_type="neox", weight_adapters={"gguf": len}
+    )
+    assert (
+        arch.task is TEXT
+        and arch.default_encoding is SupportedEncoding.float32
+        and arch.default_weights_format is WeightsFormat.safetensors
+    )
+    assert arch.supported_encodings == {
+        SupportedEncoding.float32: [KVCacheStrategy.PAGED],
+        SupportedEncoding.q4_0: [KVCacheStrategy.PAGED],
+    }
     assert arch.rope_type is RopeType.neox and arch.weight_adapters == {WeightsFormat.gguf: len}
     plain = _arch()
-    assert (plain.rope_type, plain.weight_adapters, plain.multi_gpu_supported, plain.required_arguments, plain.context_validators, plain.supports_empty_batches) == (
+    assert (
+        plain.rope_type,
+        plain.weight_adapters,
+        plain.multi_gpu_supported,
+        plain.required_arguments,
+        plain.context_validators,
+        plain.supports_empty_batches,
+    ) == (
         RopeType.none,
         {},
         False,
@@ -89,7 +115,9 @@ def test_supported_architecture_converts_strings_and_defaults():
         False,
     )
     assert plain.tokenizer_cls is TextTokenizer and _arch(tokenizer=lambda **kw: None).tokenizer_cls is TextTokenizer
-    assert _arch(supported_encodings={"float32"}).supported_encodings == {SupportedEncoding.float32: []}  # later MAX's set form
+    assert _arch(supported_encodings={"float32"}).supported_encodings == {
+        SupportedEncoding.float32: []
+    }  # later MAX's set form
     assert _arch() == _arch() and _arch() != _arch(task=EMBED)
 
 
@@ -114,7 +142,10 @@ def test_supported_architecture_rejects_bad_fields(kwargs, error, message):
 
 def test_register_refuses_duplicates_unless_overridden(caplog):
     registry = PipelineRegistry([_arch()])
-    with pytest.raises(ValueError, match="Refusing to override existing architecture for 'CustomForCausalLM' with task 'text_generation'"):
+    with pytest.raises(
+        ValueError,
+        match="Refusing to override existing architecture for 'CustomForCausalLM' with task 'text_generation'",
+    ):
         registry.register(_arch())
     replacement = _arch(example_repo_ids=["org/other"])
     with caplog.at_level(logging.WARNING, logger="max.pipelines"):
@@ -152,20 +183,39 @@ def test_register_all_models_keeps_a_users_record():
         "register_all_models()\n"
         "print(PIPELINE_REGISTRY.architectures['LlamaForCausalLM'] is mine, len(PIPELINE_REGISTRY.architectures))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, timeout=300).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, timeout=300
+    ).stdout.split()
     assert out == ["True", "7"]
 
 
 def test_the_builtin_records():
     by_key = {(a.name, a.task): a for a in ARCHITECTURES}
     llama = by_key[("LlamaForCausalLM", TEXT)]
-    assert llama.pipeline_model is LlamaForCausalLM and llama.rope_type is RopeType.normal and llama.tokenizer is TextTokenizer
-    assert set(llama.supported_encodings) == {SupportedEncoding.float32, SupportedEncoding.bfloat16, SupportedEncoding.q4_0, SupportedEncoding.q4_k, SupportedEncoding.q6_k, SupportedEncoding.q8_0}
+    assert (
+        llama.pipeline_model is LlamaForCausalLM
+        and llama.rope_type is RopeType.normal
+        and llama.tokenizer is TextTokenizer
+    )
+    assert set(llama.supported_encodings) == {
+        SupportedEncoding.float32,
+        SupportedEncoding.bfloat16,
+        SupportedEncoding.q4_0,
+        SupportedEncoding.q4_k,
+        SupportedEncoding.q6_k,
+        SupportedEncoding.q8_0,
+    }
     assert all(s == [KVCacheStrategy.PAGED] for s in llama.supported_encodings.values())
     gpt2 = by_key[("GPT2LMHeadModel", TEXT)]
-    assert gpt2.pipeline_model is GPT2LMHeadModel and gpt2.rope_type is RopeType.none and set(gpt2.supported_encodings) == {SupportedEncoding.float32, SupportedEncoding.bfloat16}
+    assert (
+        gpt2.pipeline_model is GPT2LMHeadModel
+        and gpt2.rope_type is RopeType.none
+        and set(gpt2.supported_encodings) == {SupportedEncoding.float32, SupportedEncoding.bfloat16}
+    )
     assert by_key[("Qwen3ForCausalLM", TEXT)].rope_type is RopeType.neox
-    assert all(s == [] for a in EMBEDDINGS_ARCHITECTURES for s in a.supported_encodings.values())  # embeddings keep no KV cache
+    assert all(
+        s == [] for a in EMBEDDINGS_ARCHITECTURES for s in a.supported_encodings.values()
+    )  # embeddings keep no KV cache
 
 
 # ─── finding architectures ────────────────────────────────────────────────────
@@ -198,7 +248,9 @@ def test_retrieve_architecture_from_gguf_metadata(tmp_path):
 
 def test_deeply_nested_config_json_is_a_value_error_naming_it(tmp_path):
     """Issue 35: the pipelines' config readers turn json's RecursionError into a ValueError naming the file."""
-    (tmp_path / "config.json").write_text('{"model_type": "llama", "x": ' + '{"a": ' * 100_000 + "1" + "}" * 100_000 + "}")
+    (tmp_path / "config.json").write_text(
+        '{"model_type": "llama", "x": ' + '{"a": ' * 100_000 + "1" + "}" * 100_000 + "}"
+    )
     with pytest.raises(ValueError, match=r"config\.json: JSON nested too deeply"):
         _builtin_registry().retrieve_architecture(str(tmp_path))
     with pytest.raises(ValueError, match=r"HuggingFaceRepo: .*config\.json.*JSON nested too deeply"):
@@ -229,10 +281,14 @@ def test_get_active_tokenizer_is_cached():
 
 def test_retrieve_pipeline_task():
     registry = _builtin_registry()
-    assert registry.retrieve_pipeline_task(PipelineConfig(model_path=LLAMA)) is TEXT  # text generation wins when a name serves both
+    assert (
+        registry.retrieve_pipeline_task(PipelineConfig(model_path=LLAMA)) is TEXT
+    )  # text generation wins when a name serves both
     only = PipelineRegistry([_arch(name="LlamaForCausalLM", task=EMBED, supported_encodings={"float32": []})])
     assert only.retrieve_pipeline_task(PipelineConfig(model_path=LLAMA)) is EMBED
-    with pytest.raises(ValueError, match="architecture LlamaForCausalLM of .* is not supported; supported: \\(none registered\\)"):
+    with pytest.raises(
+        ValueError, match="architecture LlamaForCausalLM of .* is not supported; supported: \\(none registered\\)"
+    ):
         PipelineRegistry([]).retrieve_pipeline_task(PipelineConfig(model_path=LLAMA))
 
 
@@ -258,10 +314,21 @@ def test_context_validators_run_on_new_contexts():
 
     registry = PipelineRegistry([_arch(name="LlamaForCausalLM", context_validators=[reject_long])])
     tokenizer = registry.retrieve_tokenizer(PipelineConfig(model_path=LLAMA))
-    request = TextGenerationRequest(request_id=RequestID("a"), model_name="m", prompt="hey", sampling_params=SamplingParams(max_new_tokens=2))
+    request = TextGenerationRequest(
+        request_id=RequestID("a"), model_name="m", prompt="hey", sampling_params=SamplingParams(max_new_tokens=2)
+    )
     assert asyncio.run(tokenizer.new_context(request)).prompt_tokens.tolist() == [104, 101, 121]
     with pytest.raises(ValueError, match="too long"):
-        asyncio.run(tokenizer.new_context(TextGenerationRequest(request_id=RequestID("b"), model_name="m", prompt="hello", sampling_params=SamplingParams(max_new_tokens=2))))
+        asyncio.run(
+            tokenizer.new_context(
+                TextGenerationRequest(
+                    request_id=RequestID("b"),
+                    model_name="m",
+                    prompt="hello",
+                    sampling_params=SamplingParams(max_new_tokens=2),
+                )
+            )
+        )
     assert seen == ["a", "b"]
 
     class Plain(TextTokenizer):  # a factory that does not take context_validators: new_context is wrapped
@@ -272,14 +339,25 @@ def test_context_validators_run_on_new_contexts():
         [
             _arch(
                 name="LlamaForCausalLM",
-                tokenizer=lambda model_path, revision, max_length, trust_remote_code, pipeline_config, chat_template: Plain(model_path, max_length=max_length),
+                tokenizer=lambda model_path, revision, max_length, trust_remote_code, pipeline_config, chat_template: (
+                    Plain(model_path, max_length=max_length)
+                ),
                 context_validators=[reject_long],
             )
         ]
     )
     tokenizer = registry.retrieve_tokenizer(PipelineConfig(model_path=LLAMA))
     with pytest.raises(ValueError, match="too long"):
-        asyncio.run(tokenizer.new_context(TextGenerationRequest(request_id=RequestID("c"), model_name="m", prompt="hello", sampling_params=SamplingParams(max_new_tokens=2))))
+        asyncio.run(
+            tokenizer.new_context(
+                TextGenerationRequest(
+                    request_id=RequestID("c"),
+                    model_name="m",
+                    prompt="hello",
+                    sampling_params=SamplingParams(max_new_tokens=2),
+                )
+            )
+        )
 
 
 def test_mistral_and_phi3_get_the_llama_whitespace_fix(tmp_path, monkeypatch):
@@ -301,18 +379,31 @@ def test_mistral_and_phi3_get_the_llama_whitespace_fix(tmp_path, monkeypatch):
 
 
 def test_unknown_architectures_are_named_with_the_supported_ones(tmp_path):
-    (tmp_path / "config.json").write_text('{"architectures": ["BertModel"], "model_type": "bert", "max_position_embeddings": 16}')
+    (tmp_path / "config.json").write_text(
+        '{"architectures": ["BertModel"], "model_type": "bert", "max_position_embeddings": 16}'
+    )
     shutil.copy(MODELS / "tiny_llama/model.safetensors", tmp_path / "model.safetensors")
     config = PipelineConfig(model_path=str(tmp_path))
-    with pytest.raises(ValueError, match="architecture BertModel of .* is not supported; supported: GPT2LMHeadModel, GemmaForCausalLM, LlamaForCausalLM"):
+    with pytest.raises(
+        ValueError,
+        match=(
+            "architecture BertModel of .* is not supported; supported: GPT2LMHeadModel, GemmaForCausalLM, "
+            "LlamaForCausalLM"
+        ),
+    ):
         _builtin_registry().retrieve_factory(config)
     with pytest.raises(ValueError, match="override_architecture 'NopeForCausalLM' is not registered"):
         _builtin_registry().retrieve_factory(config, override_architecture="NopeForCausalLM")
 
 
 def test_an_encoding_the_architecture_does_not_run_is_refused():
-    registry = PipelineRegistry([_arch(name="LlamaForCausalLM", default_encoding="bfloat16", supported_encodings={"bfloat16": ["paged"]})])
-    with pytest.raises(ValueError, match="architecture LlamaForCausalLM does not support the encoding 'float32' of .*; supported: bfloat16"):
+    registry = PipelineRegistry(
+        [_arch(name="LlamaForCausalLM", default_encoding="bfloat16", supported_encodings={"bfloat16": ["paged"]})]
+    )
+    with pytest.raises(
+        ValueError,
+        match="architecture LlamaForCausalLM does not support the encoding 'float32' of .*; supported: bfloat16",
+    ):
         registry.retrieve_factory(PipelineConfig(model_path=LLAMA))
     gguf = PipelineConfig(model_path=LLAMA, quantization_encoding="q4_0")
     with pytest.raises(ValueError, match="architecture GPT2LMHeadModel does not support the encoding 'q4_0'"):
@@ -320,18 +411,27 @@ def test_an_encoding_the_architecture_does_not_run_is_refused():
 
 
 def test_kv_cache_strategy_resolution():
-    registry = PipelineRegistry([_arch(name="LlamaForCausalLM", supported_encodings={"float32": ["paged"]}), _arch(name="LlamaForCausalLM", task=EMBED, supported_encodings={"float32": []})])
+    registry = PipelineRegistry(
+        [
+            _arch(name="LlamaForCausalLM", supported_encodings={"float32": ["paged"]}),
+            _arch(name="LlamaForCausalLM", task=EMBED, supported_encodings={"float32": []}),
+        ]
+    )
     config = PipelineConfig(model_path=LLAMA)
     assert config.model_config.kv_cache.cache_strategy is KVCacheStrategy.MODEL_DEFAULT
     registry._validate(registry._architecture(config, TEXT, None), config)
-    assert config.model_config.kv_cache.cache_strategy is KVCacheStrategy.PAGED  # model_default becomes the architecture's
+    assert (
+        config.model_config.kv_cache.cache_strategy is KVCacheStrategy.PAGED
+    )  # model_default becomes the architecture's
     embed_config = PipelineConfig(model_path=LLAMA)
     registry._validate(registry._architecture(embed_config, EMBED, None), embed_config)
     assert embed_config.model_config.kv_cache.cache_strategy is KVCacheStrategy.MODEL_DEFAULT  # no KV cache: left alone
 
 
 def test_required_arguments(caplog):
-    arch = _arch(name="LlamaForCausalLM", required_arguments={"enable_prefix_caching": True, "enable_chunked_prefill": False})
+    arch = _arch(
+        name="LlamaForCausalLM", required_arguments={"enable_prefix_caching": True, "enable_chunked_prefill": False}
+    )
     registry = PipelineRegistry([arch])
     config = PipelineConfig(model_path=LLAMA)
     with caplog.at_level(logging.INFO, logger="max.pipelines"):
@@ -339,7 +439,10 @@ def test_required_arguments(caplog):
     assert config.model_config.kv_cache.enable_prefix_caching is True and config.enable_chunked_prefill is False
     assert "requires enable_prefix_caching=True" in caplog.text
     strict = _arch(name="LlamaForCausalLM", required_arguments={"max_num_steps": 4})
-    with pytest.raises(ConfigError, match="architecture LlamaForCausalLM requires max_num_steps=4, got 2 \\(force=True skips this check\\)"):
+    with pytest.raises(
+        ConfigError,
+        match="architecture LlamaForCausalLM requires max_num_steps=4, got 2 \\(force=True skips this check\\)",
+    ):
         PipelineRegistry([strict])._validate(strict, PipelineConfig(model_path=LLAMA, max_num_steps=2))
     forced = PipelineConfig(model_path=LLAMA, max_num_steps=2, force=True)
     PipelineRegistry([strict])._validate(strict, forced)
@@ -354,7 +457,9 @@ def test_a_task_the_architecture_does_not_serve():
     with pytest.raises(ValueError, match="registered for the task 'text_generation', not 'embeddings_generation'"):
         registry.retrieve_factory(PipelineConfig(model_path=LLAMA), task=EMBED)
     with pytest.raises(ValueError, match="no pipeline for the task 'audio_generation'"):
-        PipelineRegistry([_arch(name="LlamaForCausalLM", task="audio_generation")]).retrieve_factory(PipelineConfig(model_path=LLAMA), task="audio_generation")
+        PipelineRegistry([_arch(name="LlamaForCausalLM", task="audio_generation")]).retrieve_factory(
+            PipelineConfig(model_path=LLAMA), task="audio_generation"
+        )
 
 
 def test_a_tokenizer_without_eos_is_refused():
@@ -363,7 +468,9 @@ def test_a_tokenizer_without_eos_is_refused():
         def eos(self):
             return None
 
-    registry = PipelineRegistry([_arch(name="LlamaForCausalLM", task=EMBED, supported_encodings={"float32": []}, tokenizer=NoEos)])
+    registry = PipelineRegistry(
+        [_arch(name="LlamaForCausalLM", task=EMBED, supported_encodings={"float32": []}, tokenizer=NoEos)]
+    )
     with pytest.raises(ValueError, match="no EOS token"):
         registry.retrieve_factory(PipelineConfig(model_path=LLAMA), task=EMBED)
 
@@ -384,7 +491,9 @@ def test_get_pipeline_for_task():
 
 def test_a_missing_pipeline_module_is_an_import_error(monkeypatch):
     registry_module = importlib.import_module("maxfx.pipelines.lib.registry")
-    monkeypatch.setitem(registry_module._PIPELINE_CLASSES, "embeddings", ("maxfx.no_such_pipeline_module", "EmbeddingsPipeline"))
+    monkeypatch.setitem(
+        registry_module._PIPELINE_CLASSES, "embeddings", ("maxfx.no_such_pipeline_module", "EmbeddingsPipeline")
+    )
     with pytest.raises(ImportError, match="maxfx.no_such_pipeline_module.EmbeddingsPipeline is not available"):
         get_pipeline_for_task(EMBED, None)
 
@@ -399,7 +508,10 @@ def test_get_pipeline_for_speculative_decoding():
     config = PipelineConfig(model_path=LLAMA, draft_model_path=LLAMA)
     assert get_pipeline_for_task(TEXT, config) is spec.SpeculativeDecodingTextGenerationPipeline
     _, factory = _builtin_registry().retrieve_factory(config)  # a draft model picks the speculative pipeline
-    assert factory.func is spec.SpeculativeDecodingTextGenerationPipeline and factory.keywords["pipeline_model"] is LlamaForCausalLM
+    assert (
+        factory.func is spec.SpeculativeDecodingTextGenerationPipeline
+        and factory.keywords["pipeline_model"] is LlamaForCausalLM
+    )
 
 
 def test_retrieve_factory_builds_an_embeddings_pipeline_lazily(tmp_path):
@@ -410,8 +522,15 @@ def test_retrieve_factory_builds_an_embeddings_pipeline_lazily(tmp_path):
     config = PipelineConfig(model_path=_with_tokenizer(tmp_path, "tiny_qwen3"))
     tokenizer, factory = registry.retrieve_factory(config, task="embeddings_generation")
     assert isinstance(tokenizer, TextTokenizer) and callable(factory)
-    assert factory.keywords["pipeline_model"] is LlamaForCausalLM and factory.keywords["eos_token_id"] == tokenizer.eos == 2
-    assert factory.keywords["weight_adapters"] == {} and factory.keywords["tokenizer"] is tokenizer and factory.keywords["pipeline_config"] is config
+    assert (
+        factory.keywords["pipeline_model"] is LlamaForCausalLM
+        and factory.keywords["eos_token_id"] == tokenizer.eos == 2
+    )
+    assert (
+        factory.keywords["weight_adapters"] == {}
+        and factory.keywords["tokenizer"] is tokenizer
+        and factory.keywords["pipeline_config"] is config
+    )
     pipeline = factory()
     assert isinstance(pipeline, EmbeddingsPipeline) and pipeline.pooling == "last_token"  # Qwen3-Embedding style
     ctx = EmbeddingsRequestContext(asyncio.run(tokenizer.encode("hello")))
@@ -431,7 +550,12 @@ def test_retrieve_builds_a_text_generation_pipeline_that_generates_the_golden_to
     assert config.model_config.kv_cache.cache_strategy is KVCacheStrategy.PAGED
     golden = np.load(MODELS / "tiny_llama/golden.npz")
     prompt, expected = golden["input_ids"][0].tolist(), golden["greedy_ids"][0].tolist()
-    request = TextGenerationRequest(request_id=RequestID(), model_name="tiny", prompt=prompt, sampling_params=SamplingParams(top_k=1, max_new_tokens=len(expected), ignore_eos=True))
+    request = TextGenerationRequest(
+        request_id=RequestID(),
+        model_name="tiny",
+        prompt=prompt,
+        sampling_params=SamplingParams(top_k=1, max_new_tokens=len(expected), ignore_eos=True),
+    )
     ctx = asyncio.run(tokenizer.new_context(request))
     tokens = []
     for _ in range(64):
@@ -449,7 +573,8 @@ def test_custom_architectures_from_the_config(tmp_path):
         "from maxfx.models import LlamaForCausalLM\n"
         "from maxfx.pipelines.lib.registry import SupportedArchitecture\n"
         "from maxfx.pipelines.lib.tokenizer import TextTokenizer\n"
-        "ARCHITECTURES = [SupportedArchitecture(name='LlamaForCausalLM', example_repo_ids=['me/custom'], default_encoding='float32',\n"
+        "ARCHITECTURES = [SupportedArchitecture(name='LlamaForCausalLM', example_repo_ids=['me/custom'], "
+        "default_encoding='float32',\n"
         "    supported_encodings={'float32': []}, pipeline_model=LlamaForCausalLM, task='embeddings_generation',\n"
         "    tokenizer=TextTokenizer, default_weights_format='safetensors')]\n"
     )
@@ -463,7 +588,9 @@ def test_custom_architectures_from_the_config(tmp_path):
 
 def test_importing_the_pipelines_package_does_not_load_jax():
     code = "import sys, maxfx.pipelines, maxfx.pipelines.lib; print('jax' in sys.modules, 'maxfx.pipelines.lib.registry' in sys.modules, 'PIPELINE_REGISTRY' in dir(maxfx.pipelines))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, timeout=120).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, timeout=120
+    ).stdout.split()
     assert out == ["False", "False", "True"]
     assert {"core", "architectures", "PipelineModel", "TextContext", "SupportedArchitecture"} <= set(dir(pipelines))
     assert {"registry", "interfaces", "log_probabilities", "sampling", "token_sampler"} <= set(dir(pipelines.lib))

@@ -17,11 +17,23 @@ import numpy as np
 import pytest
 
 from maxfx.generation import TextContext
-from maxfx.interfaces import GenerationStatus, PipelineTask, RequestID, SamplingParams, TextGenerationInputs, TextGenerationRequest
+from maxfx.interfaces import (
+    GenerationStatus,
+    PipelineTask,
+    RequestID,
+    SamplingParams,
+    TextGenerationInputs,
+    TextGenerationRequest,
+)
 from maxfx.models import LlamaForCausalLM
 from maxfx.pipelines import PipelineConfig
 from maxfx.pipelines.lib.registry import PIPELINE_REGISTRY, get_pipeline_for_task
-from maxfx.pipelines.lib.speculative_decoding import SpeculativeDecodingMetrics, SpeculativeDecodingTextGenerationPipeline, rejection_sample, sample_from
+from maxfx.pipelines.lib.speculative_decoding import (
+    SpeculativeDecodingMetrics,
+    SpeculativeDecodingTextGenerationPipeline,
+    rejection_sample,
+    sample_from,
+)
 from tests.models._helpers import LLAMA, golden, model
 
 GOLDEN = golden(LLAMA)
@@ -44,12 +56,19 @@ def noised_draft(target):
     """The target with 4% Gaussian noise on its matrices: it agrees with the target about half the time."""
     leaves, tree = jax.tree_util.tree_flatten(target)
     rng = np.random.default_rng(0)
-    noisy = [w + (0.04 * np.std(np.asarray(w)) * rng.standard_normal(w.shape)).astype(np.asarray(w).dtype) if w.ndim >= 2 else w for w in leaves]
+    noisy = [
+        w + (0.04 * np.std(np.asarray(w)) * rng.standard_normal(w.shape)).astype(np.asarray(w).dtype)
+        if w.ndim >= 2
+        else w
+        for w in leaves
+    ]
     return jax.tree_util.tree_unflatten(tree, noisy)
 
 
 def _pipeline(target, draft, k=2, **options):
-    config = PipelineConfig(model_path=str(LLAMA), draft_model_path=str(LLAMA), max_batch_size=2, num_speculative_tokens=k, **options)
+    config = PipelineConfig(
+        model_path=str(LLAMA), draft_model_path=str(LLAMA), max_batch_size=2, num_speculative_tokens=k, **options
+    )
     return SpeculativeDecodingTextGenerationPipeline(config, None, EOS, {}, None, model=target, draft_model=draft)
 
 
@@ -58,7 +77,10 @@ def _greedy(n=16):
 
 
 def _contexts(params, rows=(0, 1), **kw):
-    return [TextContext(max_length=128, tokens=GOLDEN["input_ids"][r], sampling_params=p, **kw) for r, p in zip(rows, params)]
+    return [
+        TextContext(max_length=128, tokens=GOLDEN["input_ids"][r], sampling_params=p, **kw)
+        for r, p in zip(rows, params)
+    ]
 
 
 def _drive(pipe, contexts):
@@ -83,33 +105,53 @@ def _drive(pipe, contexts):
 
 
 def test_registry_routes_a_draft_config_and_the_target_as_draft_accepts_everything():
-    config = PipelineConfig(model_path=str(LLAMA), draft_model_path=str(LLAMA), max_batch_size=2, num_speculative_tokens=3)
+    config = PipelineConfig(
+        model_path=str(LLAMA), draft_model_path=str(LLAMA), max_batch_size=2, num_speculative_tokens=3
+    )
     assert get_pipeline_for_task(PipelineTask.TEXT_GENERATION, config) is SpeculativeDecodingTextGenerationPipeline
     tokenizer, pipe = PIPELINE_REGISTRY.retrieve(config)
     assert isinstance(pipe, SpeculativeDecodingTextGenerationPipeline) and pipe.num_speculative_tokens == 3
     n = GOLDEN_TEXT["greedy_new_tokens"]
-    reqs = [TextGenerationRequest(request_id=RequestID(), model_name="tiny", prompt=c["prompt"], sampling_params=_greedy(n), logprobs=2) for c in GOLDEN_TEXT["cases"]]
+    reqs = [
+        TextGenerationRequest(
+            request_id=RequestID(), model_name="tiny", prompt=c["prompt"], sampling_params=_greedy(n), logprobs=2
+        )
+        for c in GOLDEN_TEXT["cases"]
+    ]
     outs = pipe.generate(reqs)
     assert [o.tokens for o in outs] == [c["new_ids"] for c in GOLDEN_TEXT["cases"]]
     assert all(o.final_status is GenerationStatus.MAXIMUM_LENGTH for o in outs)
     m = pipe.metrics
     assert m.acceptance_rate == 1.0 and m.draft_tokens_accepted == m.draft_tokens_generated
     # 16 tokens = 1 (prefill) + 3 rounds of 3 drafts + bonus + 1 round of 2 drafts + bonus, per request
-    assert m.draft_tokens_generated == 2 * 11 and m.rounds == 2 * 4 and m.bonus_tokens_used == m.rounds and m.avg_acceptance_length == 11 / 4
+    assert (
+        m.draft_tokens_generated == 2 * 11
+        and m.rounds == 2 * 4
+        and m.bonus_tokens_used == m.rounds
+        and m.avg_acceptance_length == 11 / 4
+    )
     for o in outs:  # a log probability per emitted token, the greedy token the most likely
         assert len(o.log_probabilities) == n
         for token, lp in zip(o.tokens, o.log_probabilities):
             top = lp.top_log_probabilities[0]
-            assert len(top) == 2 and max(top, key=top.get) == token and lp.token_log_probabilities[0] == pytest.approx(top[token])
+            assert (
+                len(top) == 2
+                and max(top, key=top.get) == token
+                and lp.token_log_probabilities[0] == pytest.approx(top[token])
+            )
     assert [p.num_used for p in pipe.kv_managers] == [0, 0]
 
 
 def test_target_as_draft_with_chunked_prefill_equals_the_transformers_greedy_ids(target):
-    pipe = _pipeline(target, target, k=2, prefill_chunk_size=8)  # the 12-token prompts prefill in two calls, on both models
+    pipe = _pipeline(
+        target, target, k=2, prefill_chunk_size=8
+    )  # the 12-token prompts prefill in two calls, on both models
     tokens, status, calls = _drive(pipe, _contexts([_greedy(), _greedy()]))
     assert tokens == GOLDEN["greedy_ids"].tolist()
     assert status == [GenerationStatus.MAXIMUM_LENGTH] * 2
-    assert pipe.metrics.acceptance_rate == 1.0 and pipe.metrics.draft_tokens_generated == 2 * 10  # 2 prefill calls, then 5 rounds of 2 drafts + 1 bonus
+    assert (
+        pipe.metrics.acceptance_rate == 1.0 and pipe.metrics.draft_tokens_generated == 2 * 10
+    )  # 2 prefill calls, then 5 rounds of 2 drafts + 1 bonus
     assert calls == 2 + 5
 
 
@@ -132,7 +174,9 @@ def test_a_different_draft_leaves_the_greedy_tokens_unchanged(request, target, w
 
 
 def _reference(drafts, q, p, u_accept, u_final):
-    """Speculative sampling as the paper defines it (accept w.p. min(1, p/q); residual at the first rejection; else bonus)."""
+    """Speculative sampling as the paper defines it (accept w.p. min(1, p/q); residual at the first rejection; else
+    bonus).
+    """
 
     def draw(w, u):
         w = w / w.sum()
@@ -198,8 +242,15 @@ def test_max_new_tokens_is_exact_when_k_exceeds_the_remaining_budget(target):
     # max_length limits the same way; an EOS inside an accepted run ends the request there
     prompt = len(GOLDEN["input_ids"][0])
     eos = gold[0][3]
-    limited = TextContext(max_length=prompt + 3, tokens=GOLDEN["input_ids"][0], sampling_params=SamplingParams(top_k=1), ignore_eos=True)
-    stopped = TextContext(max_length=128, tokens=GOLDEN["input_ids"][0], sampling_params=SamplingParams(top_k=1, max_new_tokens=16), eos_token_ids={eos})
+    limited = TextContext(
+        max_length=prompt + 3, tokens=GOLDEN["input_ids"][0], sampling_params=SamplingParams(top_k=1), ignore_eos=True
+    )
+    stopped = TextContext(
+        max_length=128,
+        tokens=GOLDEN["input_ids"][0],
+        sampling_params=SamplingParams(top_k=1, max_new_tokens=16),
+        eos_token_ids={eos},
+    )
     tokens, status, _ = _drive(pipe, [limited, stopped])
     assert tokens == [gold[0][:3], gold[0][: gold[0].index(eos) + 1]]
     assert status == [GenerationStatus.MAXIMUM_LENGTH, GenerationStatus.END_OF_SEQUENCE]
@@ -229,7 +280,9 @@ def test_seeded_sampling_reproduces_whatever_the_neighbour(target, noised_draft)
     pipe = _pipeline(target, noised_draft, k=3)
 
     def sampled(seed, row):
-        return _contexts([SamplingParams(temperature=0.8, seed=seed, max_new_tokens=12, ignore_eos=True)], rows=(row,))[0]
+        return _contexts([SamplingParams(temperature=0.8, seed=seed, max_new_tokens=12, ignore_eos=True)], rows=(row,))[
+            0
+        ]
 
     first, _, _ = _drive(pipe, [sampled(7, 0), sampled(1, 1)])
     again, _, _ = _drive(pipe, [sampled(7, 0), sampled(2, 1)])
@@ -243,7 +296,13 @@ def test_metrics_counts_and_validation(target):
     m = SpeculativeDecodingMetrics()
     assert m.acceptance_rate == 0.0 and m.avg_acceptance_length == 0.0
     m.update(6, 3, 1, [2, 1, 0])
-    assert m.get_stats() == {"acceptance_rate": 0.5, "bonus_tokens_used": 1, "draft_tokens_accepted": 3, "draft_tokens_generated": 6, "avg_acceptance_length": 1.0}
+    assert m.get_stats() == {
+        "acceptance_rate": 0.5,
+        "bonus_tokens_used": 1,
+        "draft_tokens_accepted": 3,
+        "draft_tokens_generated": 6,
+        "avg_acceptance_length": 1.0,
+    }
     assert m.rounds == 3 and "50.00%" in str(m)
     config = PipelineConfig(model_path=str(LLAMA), max_batch_size=2)
     with pytest.raises(ValueError, match="draft model is needed"):

@@ -15,7 +15,14 @@ import numpy as np
 import pytest
 
 from maxfx.entrypoints.llm import LLM
-from maxfx.interfaces import GenerationStatus, PipelineTask, RequestID, SamplingParams, TextGenerationInputs, TextGenerationRequest
+from maxfx.interfaces import (
+    GenerationStatus,
+    PipelineTask,
+    RequestID,
+    SamplingParams,
+    TextGenerationInputs,
+    TextGenerationRequest,
+)
 from maxfx.pipelines import PipelineConfig
 from maxfx.pipelines.lib.pipeline_variants.text_generation import TextGenerationPipeline
 from maxfx.pipelines.lib.registry import PIPELINE_REGISTRY
@@ -26,7 +33,9 @@ GOLDEN = json.loads((LLAMA / "golden_text.json").read_text())
 
 @pytest.fixture(scope="module")
 def greedy_folder(tmp_path_factory):
-    """tiny_llama with a generation_config.json whose top_k=1 makes decoding greedy (MAX merges it into SamplingParams)."""
+    """tiny_llama with a generation_config.json whose top_k=1 makes decoding greedy (MAX merges it into
+    SamplingParams).
+    """
     folder = tmp_path_factory.mktemp("models") / "tiny_llama_greedy"
     shutil.copytree(LLAMA, folder)
     (folder / "generation_config.json").write_text(json.dumps({"do_sample": True, "top_k": 1, "eos_token_id": 2}))
@@ -40,7 +49,10 @@ def test_registry_execute_loop_matches_the_goldens():
     contexts = []
     for case in GOLDEN["cases"]:
         req = TextGenerationRequest(
-            request_id=RequestID(), model_name="tiny", prompt=case["prompt"], sampling_params=SamplingParams(top_k=1, max_new_tokens=GOLDEN["greedy_new_tokens"], ignore_eos=True)
+            request_id=RequestID(),
+            model_name="tiny",
+            prompt=case["prompt"],
+            sampling_params=SamplingParams(top_k=1, max_new_tokens=GOLDEN["greedy_new_tokens"], ignore_eos=True),
         )
         contexts.append(asyncio.run(tokenizer.new_context(req)))
     assert [c.prompt_tokens.tolist() for c in contexts] == [c["prompt_ids"] for c in GOLDEN["cases"]]
@@ -63,9 +75,14 @@ def test_generate_mixin_runs_requests_together():
     config = PipelineConfig(model_path=str(LLAMA), max_batch_size=4)
     _, pipeline = PIPELINE_REGISTRY.retrieve(config)
     reqs = [
-        TextGenerationRequest(request_id=RequestID(), model_name="tiny", prompt=case["prompt"], sampling_params=SamplingParams(top_k=1, max_new_tokens=16, ignore_eos=True))
+        TextGenerationRequest(
+            request_id=RequestID(),
+            model_name="tiny",
+            prompt=case["prompt"],
+            sampling_params=SamplingParams(top_k=1, max_new_tokens=16, ignore_eos=True),
+        )
         for case in GOLDEN["cases"]
-    ]  # fmt: skip
+    ]
     outs = pipeline.generate(reqs)
     assert [o.tokens for o in outs] == [case["new_ids"] for case in GOLDEN["cases"]]
     assert all(o.final_status is GenerationStatus.MAXIMUM_LENGTH for o in outs)
@@ -86,7 +103,9 @@ def test_llm_from_four_threads_equals_serial_results(greedy_folder):
         for th in threads:
             th.join(timeout=120)
         assert [results[t] for t in range(4)] == serial
-        assert llm._scheduler.stats.decode_rows > llm._scheduler.stats.decode_steps  # rows of different calls shared steps
+        assert (
+            llm._scheduler.stats.decode_rows > llm._scheduler.stats.decode_steps
+        )  # rows of different calls shared steps
 
 
 @pytest.mark.parametrize("kv_cache_format", [None, "float16"])
@@ -134,12 +153,19 @@ def test_pipeline_execute_with_chunked_prefill_and_bad_batches():
     config = PipelineConfig(model_path=str(LLAMA), max_batch_size=2, prefill_chunk_size=8)
     tokenizer, pipeline = PIPELINE_REGISTRY.retrieve(config)
     case = GOLDEN["cases"][0]
-    req = TextGenerationRequest(request_id=RequestID(), model_name="tiny", prompt=case["prompt"], sampling_params=SamplingParams(top_k=1, max_new_tokens=4, ignore_eos=True))
+    req = TextGenerationRequest(
+        request_id=RequestID(),
+        model_name="tiny",
+        prompt=case["prompt"],
+        sampling_params=SamplingParams(top_k=1, max_new_tokens=4, ignore_eos=True),
+    )
     ctx = asyncio.run(tokenizer.new_context(req))
     calls = 0
     got: list[int] = []
     while not ctx.is_done:
-        got += pipeline.execute(TextGenerationInputs(batches=[{ctx.request_id: ctx}], num_steps=4))[ctx.request_id].tokens
+        got += pipeline.execute(TextGenerationInputs(batches=[{ctx.request_id: ctx}], num_steps=4))[
+            ctx.request_id
+        ].tokens
         calls += 1
     assert got == case["new_ids"][:4]
     assert calls >= 3  # an 18-token prompt in chunks of 8, then decode
@@ -151,7 +177,9 @@ def test_pipeline_execute_with_chunked_prefill_and_bad_batches():
 def test_llm_with_a_draft_model_runs_speculative_decoding(greedy_folder):
     config = PipelineConfig(model_path=str(greedy_folder), draft_model_path=str(greedy_folder), max_batch_size=2)
     with LLM(config) as llm, LLM(PipelineConfig(model_path=str(greedy_folder), max_batch_size=2)) as plain:
-        assert llm.generate(["hello, world"], max_new_tokens=8, use_tqdm=False) == plain.generate(["hello, world"], max_new_tokens=8, use_tqdm=False)
+        assert llm.generate(["hello, world"], max_new_tokens=8, use_tqdm=False) == plain.generate(
+            ["hello, world"], max_new_tokens=8, use_tqdm=False
+        )
 
 
 def test_llm_generate_inside_a_running_event_loop(greedy_folder):

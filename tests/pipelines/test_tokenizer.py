@@ -178,7 +178,9 @@ def test_gguf_tokenizer_with_chat_template(tmp_path, tiny):
     assert tok.chat_template == CHATML and "tokenizer.chat_template" in tok.chat_template_source
     messages = [{"role": "user", "content": "hi"}]
     # bos_token is the GGUF vocabulary's BOS string (id 1 is "ā" in the byte-level alphabet).
-    assert tok.apply_chat_template(messages) == reference_render(CHATML, messages=messages, add_generation_prompt=True, bos_token="ā")
+    assert tok.apply_chat_template(messages) == reference_render(
+        CHATML, messages=messages, add_generation_prompt=True, bos_token="ā"
+    )
     ctx = run(tok.new_context(request(messages=messages)))
     assert ctx.prompt_tokens.tolist() == list(tok.apply_chat_template(messages).encode())
 
@@ -224,7 +226,12 @@ def test_repo_id_from_the_hugging_face_cache_and_subfolder(tmp_path, monkeypatch
 
 
 def test_chat_template_rendering_matches_jinja(chat):
-    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}, {"role": "user", "content": "bye"}]
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "bye"},
+    ]
     assert chat.apply_chat_template(messages) == reference_render(CHATML, messages=messages, add_generation_prompt=True)
     no_prompt = chat.apply_chat_template(messages, None, {"add_generation_prompt": False})
     assert no_prompt == reference_render(CHATML, messages=messages, add_generation_prompt=False)
@@ -235,25 +242,52 @@ def test_chat_template_rendering_matches_jinja(chat):
 
 def test_chat_template_variables_tools_and_special_tokens(tmp_path):
     template = "{{ bos_token }}|{{ eos_token }}|{% if tools %}{{ tools | tojson }}|{% endif %}{% if enable_thinking %}think|{% endif %}{% for m in messages %}{{ m.role }}={{ m.content }};{% endfor %}"
-    tok = TextTokenizer(str(folder(tmp_path, tokenizer_config={"bos_token": "ā", "eos_token": {"content": "Ă", "special": True}}, chat_template=template)))
+    tok = TextTokenizer(
+        str(
+            folder(
+                tmp_path,
+                tokenizer_config={"bos_token": "ā", "eos_token": {"content": "Ă", "special": True}},
+                chat_template=template,
+            )
+        )
+    )
     tools = [{"type": "function", "function": {"name": "f", "description": "<é>", "parameters": {}}}]
     messages = [{"role": "user", "content": "x"}]
     got = tok.apply_chat_template(messages, tools, {"enable_thinking": True})
-    assert got == 'ā|Ă|[{"type": "function", "function": {"name": "f", "description": "<é>", "parameters": {}}}]|think|user=x;'
+    assert (
+        got
+        == 'ā|Ă|[{"type": "function", "function": {"name": "f", "description": "<é>", "parameters": {}}}]|think|user=x;'
+    )
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson"] = lambda v: json.dumps(v, ensure_ascii=False)  # Hugging Face's: no HTML escaping
-    assert got == env.from_string(template).render(messages=messages, tools=tools, enable_thinking=True, bos_token="ā", eos_token="Ă")
+    assert got == env.from_string(template).render(
+        messages=messages, tools=tools, enable_thinking=True, bos_token="ā", eos_token="Ă"
+    )
     assert tok.eos == 2  # eos_token "Ă" is id 2 of the byte alphabet
 
 
 def test_chat_template_helpers(tmp_path):
     base = folder(tmp_path)
-    tok = TextTokenizer(str(base), chat_template="{% if messages | length > 1 %}{{ raise_exception('only one message, got ' ~ messages | length) }}{% endif %}{{ strftime_now('%Y') }}")
+    tok = TextTokenizer(
+        str(base),
+        chat_template=(
+            "{% if messages | length > 1 %}{{ raise_exception('only one message, got ' ~ messages | length) "
+            "}}{% endif %}{{ strftime_now('%Y') }}"
+        ),
+    )
     assert tok.apply_chat_template([{"role": "user", "content": "a"}]) == str(datetime.datetime.now().year)
-    with pytest.raises(ValueError, match="chat template .the chat_template argument. failed: TemplateError: only one message, got 2"):
+    with pytest.raises(
+        ValueError, match="chat template .the chat_template argument. failed: TemplateError: only one message, got 2"
+    ):
         tok.apply_chat_template([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
     # loop controls and Hugging Face's {% generation %} marker.
-    tok = TextTokenizer(str(base), chat_template="{% for m in messages %}{% if loop.index > 2 %}{% break %}{% endif %}{% generation %}[{{ m.content }}]{% endgeneration %}{% endfor %}")
+    tok = TextTokenizer(
+        str(base),
+        chat_template=(
+            "{% for m in messages %}{% if loop.index > 2 %}{% break %}{% endif %}{% generation %}[{{ "
+            "m.content }}]{% endgeneration %}{% endfor %}"
+        ),
+    )
     assert tok.apply_chat_template([{"role": "user", "content": c} for c in "abcd"]) == "[a][b]"
     # The sandbox refuses unsafe attribute access.
     tok = TextTokenizer(str(base), chat_template="{{ messages.__class__.__mro__ }}")
@@ -263,7 +297,9 @@ def test_chat_template_helpers(tmp_path):
 
 def test_content_parts_are_joined_and_messages_checked(chat):
     parts = [{"role": "user", "content": [{"type": "text", "text": "line one"}, {"type": "text", "text": "line two"}]}]
-    assert chat.apply_chat_template(parts) == reference_render(CHATML, messages=[{"role": "user", "content": "line one\nline two"}], add_generation_prompt=True)
+    assert chat.apply_chat_template(parts) == reference_render(
+        CHATML, messages=[{"role": "user", "content": "line one\nline two"}], add_generation_prompt=True
+    )
     with pytest.raises(ValueError, match=r"messages\[0\]\['content'\]\[0\]: unsupported content type 'image_url'"):
         chat.apply_chat_template([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])
     with pytest.raises(ValueError, match=r"missing 'type' field"):
@@ -275,8 +311,21 @@ def test_content_parts_are_joined_and_messages_checked(chat):
     with pytest.raises(ValueError, match=r"messages\[0\] must be a dict"):
         chat.apply_chat_template(["hi"])
     # An assistant turn carrying only tool calls may have no content; extra keys reach the template.
-    tok = TextTokenizer(chat.model_path, chat_template="{% for m in messages %}{{ m.role }}:{{ m.tool_calls[0].function.name if m.tool_calls else m.content }};{% endfor %}")
-    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}]}]
+    tok = TextTokenizer(
+        chat.model_path,
+        chat_template=(
+            "{% for m in messages %}{{ m.role }}:{{ m.tool_calls[0].function.name if m.tool_calls else "
+            "m.content }};{% endfor %}"
+        ),
+    )
+    msgs = [
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
+    ]
     assert tok.apply_chat_template(msgs) == "user:q;assistant:f;"
 
 
@@ -294,12 +343,28 @@ def test_chat_template_sources_in_order(tmp_path):
     msg = [{"role": "user", "content": "x"}]
     # tokenizer_config.json's chat_template (a string)
     tok = TextTokenizer(str(folder(tmp_path, name="cfg", tokenizer_config={"chat_template": c})))
-    assert tok.apply_chat_template(msg) == "Cx" and tok.chat_template_source.endswith("tokenizer_config.json: chat_template")
+    assert tok.apply_chat_template(msg) == "Cx" and tok.chat_template_source.endswith(
+        "tokenizer_config.json: chat_template"
+    )
     # ... or Hugging Face's list of named templates: "default" is used.
-    tok = TextTokenizer(str(folder(tmp_path, name="named", tokenizer_config={"chat_template": [{"name": "tool_use", "template": a}, {"name": "default", "template": c}]})))
+    tok = TextTokenizer(
+        str(
+            folder(
+                tmp_path,
+                name="named",
+                tokenizer_config={
+                    "chat_template": [{"name": "tool_use", "template": a}, {"name": "default", "template": c}]
+                },
+            )
+        )
+    )
     assert tok.apply_chat_template(msg) == "Cx"
     with pytest.raises(ValueError, match="none is named 'default'"):
-        TextTokenizer(str(folder(tmp_path, name="nodefault", tokenizer_config={"chat_template": [{"name": "rag", "template": a}]})))
+        TextTokenizer(
+            str(
+                folder(tmp_path, name="nodefault", tokenizer_config={"chat_template": [{"name": "rag", "template": a}]})
+            )
+        )
     # chat_template.jinja beats tokenizer_config.json
     both = folder(tmp_path, name="both", tokenizer_config={"chat_template": c}, chat_template=b)
     tok = TextTokenizer(str(both))
@@ -314,7 +379,9 @@ def test_chat_template_sources_in_order(tmp_path):
 
 
 def test_no_chat_template_says_how_to_pass_one(tiny):
-    with pytest.raises(ValueError, match=r"has no chat template .* Pass one with TextTokenizer\(\.\.\., chat_template=") as e:
+    with pytest.raises(
+        ValueError, match=r"has no chat template .* Pass one with TextTokenizer\(\.\.\., chat_template="
+    ) as e:
         tiny.apply_chat_template([{"role": "user", "content": "hi"}])
     assert "tokenizer_config.json" in str(e.value)
     with pytest.raises(ValueError, match="has no chat template"):
@@ -337,7 +404,9 @@ def test_new_context_from_text_tokens_and_messages(chat):
     messages = [{"role": "user", "content": "hi"}]
     ctx = run(chat.new_context(request(messages=messages, chat_template_options={"add_generation_prompt": False})))
     text = reference_render(CHATML, messages=messages, add_generation_prompt=False)
-    assert ctx.prompt_tokens.tolist() == Tokenizer.from_file(LLAMA / "tokenizer.json").encode(text, add_special_tokens=False)
+    assert ctx.prompt_tokens.tolist() == Tokenizer.from_file(LLAMA / "tokenizer.json").encode(
+        text, add_special_tokens=False
+    )
 
 
 def test_new_context_caps_max_new_tokens(tiny):
@@ -360,8 +429,13 @@ def test_new_context_eos_sets(tmp_path):
     assert ctx.eos_token_ids == {2, 7}
     ctx = run(tok.new_context(request(prompt="a", sampling_params=SamplingParams(stop_token_ids=[40, 41]))))
     assert ctx.eos_token_ids == {2, 7, 40, 41}
-    assert run(tok.new_context(request(prompt="a"))).eos_token_ids == {2, 7}  # the defaults were not changed by the request before
-    ctx = run(tok.new_context(request(prompt="a", sampling_params=SamplingParams(ignore_eos=True, stop_token_ids=[40]))))
+    assert run(tok.new_context(request(prompt="a"))).eos_token_ids == {
+        2,
+        7,
+    }  # the defaults were not changed by the request before
+    ctx = run(
+        tok.new_context(request(prompt="a", sampling_params=SamplingParams(ignore_eos=True, stop_token_ids=[40])))
+    )
     assert ctx.eos_token_ids == set() and ctx.ignore_eos
     # Stop strings become token sequences (both the sampling params' and the request's).
     ctx = run(tok.new_context(request(prompt="a", stop=["!!"], sampling_params=SamplingParams(stop=["END", "!!"]))))
@@ -369,7 +443,9 @@ def test_new_context_eos_sets(tmp_path):
     # An int eos_token_id in generation_config.json, and the pipeline config's model config.
     tok = TextTokenizer(str(folder(tmp_path, name="int", generation_config={"eos_token_id": 9})))
     assert run(tok.new_context(request(prompt="a"))).eos_token_ids == {2, 9}
-    pipeline_config = SimpleNamespace(max_length=None, model_config=SimpleNamespace(huggingface_config={"eos_token_id": [11]}))
+    pipeline_config = SimpleNamespace(
+        max_length=None, model_config=SimpleNamespace(huggingface_config={"eos_token_id": [11]})
+    )
     tok = TextTokenizer(str(LLAMA), pipeline_config=pipeline_config)
     assert run(tok.new_context(request(prompt="a"))).eos_token_ids == {2, 11}
 
@@ -392,7 +468,14 @@ def test_new_context_logprobs_echo_and_json_schema(tiny):
     ctx = run(tiny.new_context(request(prompt="a", response_format={"type": "json_schema", "json_schema": schema})))
     assert json.loads(ctx.json_schema) == schema
     # OpenAI's shape wraps the schema with a name.
-    ctx = run(tiny.new_context(request(prompt="a", response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": schema, "strict": True}})))
+    ctx = run(
+        tiny.new_context(
+            request(
+                prompt="a",
+                response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": schema, "strict": True}},
+            )
+        )
+    )
     assert json.loads(ctx.json_schema) == schema
     ctx = run(tiny.new_context(request(prompt="a", response_format={"type": "json_object"})))
     assert json.loads(ctx.json_schema) == {"type": "object"}
@@ -430,10 +513,17 @@ def test_max_length_sources(tmp_path):
     assert TextTokenizer(str(LLAMA)).max_length == 128  # config.json max_position_embeddings
     assert TextTokenizer(str(LLAMA), max_length=32).max_length == 32
     assert TextTokenizer(str(LLAMA), pipeline_config=SimpleNamespace(max_length=48)).max_length == 48
-    only_tok = folder(tmp_path, name="tokcfg", config={"max_position_embeddings": ...}, tokenizer_config={"model_max_length": 64})
+    only_tok = folder(
+        tmp_path, name="tokcfg", config={"max_position_embeddings": ...}, tokenizer_config={"model_max_length": 64}
+    )
     assert TextTokenizer(str(only_tok)).max_length == 64
     # Hugging Face's "no limit" sentinel is no limit: new_context then needs max_new_tokens.
-    unlimited = folder(tmp_path, name="unlimited", config={"max_position_embeddings": ...}, tokenizer_config={"model_max_length": int(1e30)})
+    unlimited = folder(
+        tmp_path,
+        name="unlimited",
+        config={"max_position_embeddings": ...},
+        tokenizer_config={"model_max_length": int(1e30)},
+    )
     tok = TextTokenizer(str(unlimited))
     assert tok.max_length is None
     with pytest.raises(ValueError, match="no max_length is known"):
@@ -494,7 +584,9 @@ def test_max_tokens_to_generate():
 
 def test_run_with_default_executor():
     async def go():
-        return await run_with_default_executor(lambda a, b=0: (a + b, threading.current_thread() is threading.main_thread()), 2, b=3)
+        return await run_with_default_executor(
+            lambda a, b=0: (a + b, threading.current_thread() is threading.main_thread()), 2, b=3
+        )
 
     assert run(go()) == (5, False)
 
@@ -529,7 +621,9 @@ class FakeHF:
 
     def apply_chat_template(self, messages, tokenize=True, add_generation_prompt=False):
         assert tokenize is False
-        return "".join(f"{m['role']}:{m['content']}\n" for m in messages) + ("assistant:" if add_generation_prompt else "")
+        return "".join(f"{m['role']}:{m['content']}\n" for m in messages) + (
+            "assistant:" if add_generation_prompt else ""
+        )
 
 
 def test_pretrained_pipeline_tokenizer():
@@ -551,9 +645,19 @@ def test_pretrained_pipeline_tokenizer():
 
 
 def test_text_and_vision_tokenizer_is_refused():
-    with pytest.raises(NotImplementedError, match="vision-language models are not supported by maxfx: it has no vision encoders"):
+    with pytest.raises(
+        NotImplementedError, match="vision-language models are not supported by maxfx: it has no vision encoders"
+    ):
         TextAndVisionTokenizer("org/vlm", max_length=128, trust_remote_code=True)
-    assert list(inspect.signature(TextAndVisionTokenizer).parameters) == ["model_path", "revision", "max_length", "trust_remote_code", "pipeline_config", "context_validators", "unused_kwargs"]
+    assert list(inspect.signature(TextAndVisionTokenizer).parameters) == [
+        "model_path",
+        "revision",
+        "max_length",
+        "trust_remote_code",
+        "pipeline_config",
+        "context_validators",
+        "unused_kwargs",
+    ]
     bare = object.__new__(TextAndVisionTokenizer)  # past the constructor: every member still says why
     assert bare.expects_content_wrapping is True
     with pytest.raises(NotImplementedError, match="TextAndVisionTokenizer.eos: vision-language"):
@@ -567,11 +671,33 @@ def test_text_and_vision_tokenizer_is_refused():
 
 def test_signatures_keep_maxs_names():
     params = inspect.signature(TextTokenizer).parameters
-    assert list(params)[:9] == ["model_path", "revision", "max_length", "trust_remote_code", "enable_llama_whitespace_fix", "pipeline_config", "chat_template", "context_validators", "subfolder"]
+    assert list(params)[:9] == [
+        "model_path",
+        "revision",
+        "max_length",
+        "trust_remote_code",
+        "enable_llama_whitespace_fix",
+        "pipeline_config",
+        "chat_template",
+        "context_validators",
+        "subfolder",
+    ]
     assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in list(params)[1:9])
-    assert list(inspect.signature(TextTokenizer.apply_chat_template).parameters) == ["self", "messages", "tools", "chat_template_options"]
+    assert list(inspect.signature(TextTokenizer.apply_chat_template).parameters) == [
+        "self",
+        "messages",
+        "tools",
+        "chat_template_options",
+    ]
     assert inspect.signature(TextTokenizer.encode).parameters["add_special_tokens"].default is True
     assert inspect.signature(IdentityPipelineTokenizer.encode).parameters["add_special_tokens"].default is False
     assert inspect.signature(PreTrainedPipelineTokenizer.encode).parameters["add_special_tokens"].default is False
     assert list(inspect.signature(max_tokens_to_generate).parameters) == ["prompt_size", "max_length", "max_new_tokens"]
-    assert set(tk.__all__) == {"IdentityPipelineTokenizer", "PreTrainedPipelineTokenizer", "TextAndVisionTokenizer", "TextTokenizer", "max_tokens_to_generate", "run_with_default_executor"}
+    assert set(tk.__all__) == {
+        "IdentityPipelineTokenizer",
+        "PreTrainedPipelineTokenizer",
+        "TextAndVisionTokenizer",
+        "TextTokenizer",
+        "max_tokens_to_generate",
+        "run_with_default_executor",
+    }

@@ -96,14 +96,18 @@ def _env(cache: Path) -> dict:
 
 
 def _child(cache: Path, *argv: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", _CHILD, *argv], capture_output=True, text=True, timeout=300, env=_env(cache), cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, *argv], capture_output=True, text=True, timeout=300, env=_env(cache), cwd=ROOT
+    )
     assert proc.returncode == 0, f"child exited with {proc.returncode}:\n{proc.stderr[-4000:]}"
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]), stderr=proc.stderr)
 
 
 def _check_outputs(result: dict) -> None:
     for name in ("a", "b"):
-        np.testing.assert_allclose(np.array(result[name], np.float32), EXPECTED[name], rtol=1e-6, atol=1e-6, err_msg=f"graph {name}")
+        np.testing.assert_allclose(
+            np.array(result[name], np.float32), EXPECTED[name], rtol=1e-6, atol=1e-6, err_msg=f"graph {name}"
+        )
 
 
 def _maxfx_entries(cache: Path) -> list[Path]:
@@ -171,7 +175,9 @@ def test_foreign_entry_is_a_miss(filled_cache):
     result = _child(filled_cache, "run")
     _check_outputs(result)
     assert result["stats"]["disk_hits"] == 0
-    assert first.read_bytes() == a and second.read_bytes() == b, "the foreign entries were rewritten with the right ones"
+    assert first.read_bytes() == a and second.read_bytes() == b, (
+        "the foreign entries were rewritten with the right ones"
+    )
 
 
 def test_jax_entries_swapped_between_keys_are_rejected_and_rebuilt(filled_cache):
@@ -186,7 +192,9 @@ def test_jax_entries_swapped_between_keys_are_rejected_and_rebuilt(filled_cache)
     _check_outputs(swapped)
     for path in (first, second):
         assert f"rejected JAX compile-cache entry {path}" in swapped["stderr"], swapped["stderr"]
-    assert first.read_bytes() not in (a, b) and second.read_bytes() not in (a, b), "the swapped entries were not rebuilt"
+    assert first.read_bytes() not in (a, b) and second.read_bytes() not in (a, b), (
+        "the swapped entries were not rebuilt"
+    )
     later = _child(filled_cache, "run")  # an untouched cache: both levels hit, nothing is compiled or written
     _check_outputs(later)
     assert "rejected" not in later["stderr"], later["stderr"]
@@ -205,7 +213,13 @@ def _flip_positions(size: int, count: int, seed: int) -> list[tuple[int, int]]:
 
 def _check_flips(result: dict, level: str) -> None:
     for flip in result["flips"]:
-        np.testing.assert_allclose(np.array(flip["out"], np.float32), EXPECTED["a"], rtol=1e-6, atol=1e-6, err_msg=f"{level} byte {flip['pos']}")
+        np.testing.assert_allclose(
+            np.array(flip["out"], np.float32),
+            EXPECTED["a"],
+            rtol=1e-6,
+            atol=1e-6,
+            err_msg=f"{level} byte {flip['pos']}",
+        )
         if level == "maxfx":
             assert not flip["disk_hit"], f"byte {flip['pos']} flipped and the entry was still used"
             assert flip["rewritten"], f"byte {flip['pos']} flipped: the entry was not rewritten"
@@ -214,7 +228,11 @@ def _check_flips(result: dict, level: str) -> None:
 def _run_flips(pristine_cache: tuple[Path, list[str]], cache: Path, level: str, count: int, seed: int) -> None:
     """Damage the entry of graph a at ``level`` ("maxfx" or "jax"), one byte at a time, in one child process."""
     shutil.copytree(pristine_cache[0], cache)
-    entries = _maxfx_entries(cache) if level == "maxfx" else [p for p in _jax_entries(cache) if p.name.startswith("jit_call-")]
+    entries = (
+        _maxfx_entries(cache)
+        if level == "maxfx"
+        else [p for p in _jax_entries(cache) if p.name.startswith("jit_call-")]
+    )
     (path,) = [p for p in entries if str(p.relative_to(cache)) in pristine_cache[1]]
     positions = _flip_positions(path.stat().st_size, count, seed)
     _check_flips(_child(cache, level, str(path), json.dumps(positions)), level)
@@ -236,8 +254,20 @@ def test_flipped_bytes_in_jax_entries_give_right_numbers(pristine_cache, tmp_pat
 
 
 def _fill_concurrently(cache: Path, processes: int) -> None:
-    """``processes`` children race to fill the empty ``cache``; each gives the right numbers and a later one reads both entries."""
-    procs = [subprocess.Popen([sys.executable, "-c", _CHILD, "run"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(cache), cwd=ROOT) for _ in range(processes)]
+    """``processes`` children race to fill the empty ``cache``; each gives the right numbers and a later one reads both
+    entries.
+    """
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CHILD, "run"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(cache),
+            cwd=ROOT,
+        )
+        for _ in range(processes)
+    ]
     for proc in procs:
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-4000:]
@@ -302,7 +332,9 @@ def test_enable_persistent_cache_on_a_file_raises_naming_the_path(tmp_path):
 
 def test_import_with_a_file_as_cache_dir_runs_uncached(tmp_path):
     path = _bad_paths(tmp_path)["a regular file"]
-    proc = subprocess.run([sys.executable, "-c", _CHILD, "run"], capture_output=True, text=True, timeout=300, env=_env(path), cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, "run"], capture_output=True, text=True, timeout=300, env=_env(path), cwd=ROOT
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     _check_outputs(json.loads(proc.stdout.strip().splitlines()[-1]))
     assert proc.stderr.count(pc.CACHE_DIR_ENV) == 1, proc.stderr
@@ -318,7 +350,14 @@ def test_importing_maxfx_leaves_jax_config_alone_until_the_first_compile(tmp_pat
         "np.asarray(F.exp(Tensor(np.ones(3, np.float32))))\n"
         "print(repr(before), repr(jax.config.jax_compilation_cache_dir))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300, env=_env(tmp_path / "cache"), cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", child],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(tmp_path / "cache"),
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     before, after = proc.stdout.strip().splitlines()[-1].split(" ", 1)
     assert before == "None" and str(tmp_path / "cache") in after, proc.stdout

@@ -104,15 +104,35 @@ def _weight(i, key, value):
         (_set("version", 3), r"newer maxfx \(format version 3\)"),
         (_set("weights", {}), "'weights' must be a list"),
         (lambda m: m["weights"].pop(), r"the program takes .*, not \(inputs, 2 weights\)"),
-        (_weight(0, "shape", [8]), r"weight 0 \('layer.bias'\) is float32\[8\] in the metadata but float32\[3\] in the program"),
+        (
+            _weight(0, "shape", [8]),
+            r"weight 0 \('layer.bias'\) is float32\[8\] in the metadata but float32\[3\] in the program",
+        ),
         (_weight(0, "shape", [2**29]), r"weight 0 .* is float32\[536870912\] in the metadata"),
         (_weight(0, "shape", [-3]), r"the shape \[-3\] must be a list of sizes >= 0"),
         (_weight(0, "dtype", "float64"), r"is float64\[3\] in the metadata but float32\[3\] in the program"),
         (_weight(0, "dtype", "not_a_dtype"), "unknown dtype 'not_a_dtype'"),
         (_weight(1, "name", "layer.bias"), "the name 'layer.bias' must be a string not used by another weight"),
-        (_set("mesh", {"axis_names": ["x"], "axis_sizes": [0], "axis_types": ["Auto"]}), r"mesh axis_sizes \[0\] must be one size >= 1"),
+        (
+            _set("mesh", {"axis_names": ["x"], "axis_sizes": [0], "axis_types": ["Auto"]}),
+            r"mesh axis_sizes \[0\] must be one size >= 1",
+        ),
     ],
-    ids=["no-name", "format", "version-str", "version-newer", "weights-dict", "weight-missing", "shape", "shape-huge", "shape-negative", "dtype", "dtype-unknown", "duplicate-name", "mesh"],
+    ids=[
+        "no-name",
+        "format",
+        "version-str",
+        "version-newer",
+        "weights-dict",
+        "weight-missing",
+        "shape",
+        "shape-huge",
+        "shape-negative",
+        "dtype",
+        "dtype-unknown",
+        "duplicate-name",
+        "mesh",
+    ],
 )
 def test_metadata_edits_are_refused_at_load(artifact, change, message):
     with pytest.raises(ArtifactError, match=message):
@@ -134,11 +154,22 @@ def test_renamed_weights_are_labels_only(artifact):
         (lambda n, c: None if n == "weights/2.bin" else c, r"the entry 'weights/2.bin' is missing"),
         (lambda n, c: None if n == "program.jaxexport" else c, r"the entry 'program.jaxexport' is missing"),
         (lambda n, c: b"\x00" * 64 if n == "program.jaxexport" else c, r"program.jaxexport cannot be deserialized"),
-        (lambda n, c: b"[" * 100_000 if n == "maxfx_export.json" else c, r"maxfx_export.json is not valid JSON \(RecursionError"),
+        (
+            lambda n, c: b"[" * 100_000 if n == "maxfx_export.json" else c,
+            r"maxfx_export.json is not valid JSON \(RecursionError",
+        ),
         (lambda n, c: b"\xff\xfe" if n == "maxfx_export.json" else c, r"maxfx_export.json is not valid JSON"),
         (lambda n, c: b"[1, 2]" if n == "maxfx_export.json" else c, r"does not name the format"),
     ],
-    ids=["weight-truncated", "weight-missing", "program-missing", "program-garbage", "json-deep", "json-bytes", "json-list"],
+    ids=[
+        "weight-truncated",
+        "weight-missing",
+        "program-missing",
+        "program-garbage",
+        "json-deep",
+        "json-bytes",
+        "json-list",
+    ],
 )
 def test_damaged_entries_are_refused_at_load(artifact, edit, message):
     with pytest.raises(ArtifactError, match=message):
@@ -159,7 +190,9 @@ def test_a_program_whose_stablehlo_is_damaged_is_refused_at_load(artifact):
 def test_error_names_the_file(artifact, tmp_path):
     path = tmp_path / "model.maxfx"
     path.write_bytes(artifact[0][:-30])
-    with pytest.raises(ArtifactError, match=f"load_exported\\('{path}'\\): not a maxfx export artifact, or a damaged one"):
+    with pytest.raises(
+        ArtifactError, match=f"load_exported\\('{path}'\\): not a maxfx export artifact, or a damaged one"
+    ):
         maxfx.load_exported(path)
 
 
@@ -184,9 +217,14 @@ def test_truncations_and_byte_flips_are_refused_or_equal(artifact):
 
 
 def _bomb(data, weight_shape=None):
-    """``data`` with ``weights/1.bin`` a deflate bomb: 256 MiB of zeros in 256 KB (2 GiB in 2 MB is the same bomb, 8x slower to build)."""
+    """``data`` with ``weights/1.bin`` a deflate bomb: 256 MiB of zeros in 256 KB (2 GiB in 2 MB is the same bomb, 8x
+    slower to build).
+    """
     bomb = io.BytesIO()
-    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as dst:
+    with (
+        zipfile.ZipFile(io.BytesIO(data)) as src,
+        zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as dst,
+    ):
         for name in src.namelist():
             content = src.read(name)
             if name == "weights/1.bin":
@@ -208,7 +246,10 @@ def test_a_deflate_bomb_weight_is_refused_before_inflating(artifact, weight_shap
     data = _bomb(artifact[0], weight_shape)
     tracemalloc.start()
     try:
-        with pytest.raises(ArtifactError, match=r"the entry 'weights/1.bin' is compressed|weight 1 .* is float32\[16777216, 4\] in the metadata but"):
+        with pytest.raises(
+            ArtifactError,
+            match=r"the entry 'weights/1.bin' is compressed|weight 1 .* is float32\[16777216, 4\] in the metadata but",
+        ):
             maxfx.load_exported(data)
         peak = tracemalloc.get_traced_memory()[1]
     finally:

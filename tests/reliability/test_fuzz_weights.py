@@ -110,7 +110,17 @@ class Original:
 def _interesting(rng: random.Random, value: int, width: int) -> int:
     """A boundary or random replacement for an unsigned ``width``-byte field holding ``value``."""
     top = (1 << (8 * width)) - 1
-    choices = [0, 1, value + 1, max(value - 1, 0), value * 2, value // 2, top, 1 << (8 * width - 1), rng.getrandbits(8 * width)]
+    choices = [
+        0,
+        1,
+        value + 1,
+        max(value - 1, 0),
+        value * 2,
+        value // 2,
+        top,
+        1 << (8 * width - 1),
+        rng.getrandbits(8 * width),
+    ]
     return rng.choice(choices) & top
 
 
@@ -170,11 +180,15 @@ def _st_edit(rng, orig):
     names = [k for k in header if k != "__metadata__"]
     name = rng.choice(names)
     entry = header[name]
-    edit = rng.choice(["offsets", "shape", "dtype", "duplicate", "swap", "drop", "rename", "metadata", "length", "nest", "identity"])
+    edit = rng.choice(
+        ["offsets", "shape", "dtype", "duplicate", "swap", "drop", "rename", "metadata", "length", "nest", "identity"]
+    )
     if edit == "offsets":
         i = rng.randrange(2)
         v = entry["data_offsets"][i]
-        entry["data_offsets"][i] = rng.choice([v + 1, v - 1, v + 4, v - 4, 0, 2**64 - 1, 2**64, -1, float(v), str(v), None, True])
+        entry["data_offsets"][i] = rng.choice(
+            [v + 1, v - 1, v + 4, v - 4, 0, 2**64 - 1, 2**64, -1, float(v), str(v), None, True]
+        )
     elif edit == "shape":
         shape = entry["shape"]
         how = rng.choice(["dim", "append1", "drop", "reverse", "value"])
@@ -199,7 +213,9 @@ def _st_edit(rng, orig):
     elif edit == "rename":
         header = {(name + rng.choice([".x", "", "\u00e9", "\x00"]) if k == name else k): v for k, v in header.items()}
     elif edit == "metadata":
-        header["__metadata__"] = rng.choice([{"format": 1}, ["pt"], "pt", {"format": "pt", "x": None}, {"k": "v" * 1000}, None])
+        header["__metadata__"] = rng.choice(
+            [{"format": 1}, ["pt"], "pt", {"format": "pt", "x": None}, {"k": "v" * 1000}, None]
+        )
     text = json.dumps(header)
     if edit == "duplicate":  # json.dumps cannot write a key twice: splice the entry's text in again
         piece = f"{json.dumps(name)}: {json.dumps(entry)}, "
@@ -217,7 +233,18 @@ def _st_edit(rng, orig):
 
 # .bin: zip header fields and data.pkl (rewritten with a correct CRC, so only the reader's own checks stand).
 
-_LOCAL_FIELDS = {"version": (4, 2), "flags": (6, 2), "method": (8, 2), "time": (10, 2), "date": (12, 2), "crc": (14, 4), "csize": (18, 4), "usize": (22, 4), "nlen": (26, 2), "xlen": (28, 2)}
+_LOCAL_FIELDS = {
+    "version": (4, 2),
+    "flags": (6, 2),
+    "method": (8, 2),
+    "time": (10, 2),
+    "date": (12, 2),
+    "crc": (14, 4),
+    "csize": (18, 4),
+    "usize": (22, 4),
+    "nlen": (26, 2),
+    "xlen": (28, 2),
+}
 _CENTRAL_FIELDS = {
     "made_by": (4, 2),
     "version": (6, 2),
@@ -233,7 +260,15 @@ _CENTRAL_FIELDS = {
     "ext_attr": (38, 4),
     "offset": (42, 4),
 }
-_EOCD_FIELDS = {"disk": (4, 2), "cd_disk": (6, 2), "n_here": (8, 2), "n_total": (10, 2), "cd_size": (12, 4), "cd_offset": (16, 4), "clen": (20, 2)}
+_EOCD_FIELDS = {
+    "disk": (4, 2),
+    "cd_disk": (6, 2),
+    "n_here": (8, 2),
+    "n_total": (10, 2),
+    "cd_size": (12, 4),
+    "cd_offset": (16, 4),
+    "clen": (20, 2),
+}
 
 
 def _zip_edit(rng, orig):
@@ -284,7 +319,11 @@ def _pickle_edit(rng, orig):
     end = ends[i]
     edit = rng.choice(["opcode", "memo", "int", "string", "global", "delete", "duplicate", "identity"])
     if edit == "memo":
-        memo = [(o, a, p, e) for (o, a, p), e in zip(ops, ends) if o.name in ("BINPUT", "BINGET", "LONG_BINPUT", "LONG_BINGET")]
+        memo = [
+            (o, a, p, e)
+            for (o, a, p), e in zip(ops, ends)
+            if o.name in ("BINPUT", "BINGET", "LONG_BINPUT", "LONG_BINGET")
+        ]
         op, arg, pos, end = rng.choice(memo)
         width = end - pos - 1
         new = pkl[:pos] + op.code.encode() + _interesting(rng, arg, width).to_bytes(width, "little") + pkl[end:]
@@ -349,13 +388,33 @@ def _mutant(fmt: str, index: int, orig: Original) -> Mutant:
 
 
 # safetensors dtype codes as numpy dtype names (what maxfx hands out; ml_dtypes names the 16- and 8-bit floats).
-_ST_DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16", "U32": "uint32", "I32": "int32", "U64": "uint64", "I64": "int64"}
-_ST_DTYPES |= {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+_ST_DTYPES = {
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "U16": "uint16",
+    "I16": "int16",
+    "U32": "uint32",
+    "I32": "int32",
+    "U64": "uint64",
+    "I64": "int64",
+}
+_ST_DTYPES |= {
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F32": "float32",
+    "F64": "float64",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+}
 
 
 def _st_reference(data: bytes) -> dict[str, tuple[str, tuple[int, ...], bytes]]:
     """The ``safetensors`` package's reading (its Rust parser): name -> (numpy dtype name, shape, bytes)."""
-    return {name: (_ST_DTYPES.get(t["dtype"], t["dtype"]), tuple(t["shape"]), bytes(t["data"])) for name, t in deserialize(data)}
+    return {
+        name: (_ST_DTYPES.get(t["dtype"], t["dtype"]), tuple(t["shape"]), bytes(t["data"]))
+        for name, t in deserialize(data)
+    }
 
 
 def _open_safetensors(path: Path) -> Original:
@@ -378,7 +437,10 @@ class _RefTensor:
         count = math.prod(size)
         if count and offset + sum((d - 1) * s for d, s in zip(size, stride)) >= storage.values.size:
             raise pickle.UnpicklingError("tensor outside its storage")
-        index = offset + sum(np.arange(d).reshape([-1 if k == j else 1 for k in range(len(size))]) * s for j, (d, s) in enumerate(zip(size, stride)))
+        index = offset + sum(
+            np.arange(d).reshape([-1 if k == j else 1 for k in range(len(size))]) * s
+            for j, (d, s) in enumerate(zip(size, stride))
+        )
         self.array = storage.values[np.asarray(index, np.int64)] if count else np.zeros(size, storage.values.dtype)
 
 
@@ -389,7 +451,14 @@ def _ref_parameter(data, *_):
     return data
 
 
-_REF_STORAGES = {"FloatStorage": "<f4", "HalfStorage": "<f2", "IntStorage": "<i4", "ByteStorage": "u1", "DoubleStorage": "<f8", "LongStorage": "<i8"}
+_REF_STORAGES = {
+    "FloatStorage": "<f4",
+    "HalfStorage": "<f2",
+    "IntStorage": "<i4",
+    "ByteStorage": "u1",
+    "DoubleStorage": "<f8",
+    "LongStorage": "<i8",
+}
 
 
 def _bin_reference(data: bytes) -> dict[str, tuple[str, tuple[int, ...], bytes]]:
@@ -425,7 +494,11 @@ def _bin_reference(data: bytes) -> dict[str, tuple[str, tuple[int, ...], bytes]]
     def flatten(obj, prefix):
         for key, value in dict.items(obj):
             if isinstance(value, _RefTensor):
-                out[prefix + key] = (value.array.dtype.name, value.array.shape, np.ascontiguousarray(value.array).tobytes())
+                out[prefix + key] = (
+                    value.array.dtype.name,
+                    value.array.shape,
+                    np.ascontiguousarray(value.array).tobytes(),
+                )
             elif isinstance(value, dict):
                 flatten(value, f"{prefix}{key}.")
 
@@ -443,7 +516,9 @@ def _open_bin(path: Path) -> Original:
         pkl = zf.read(next(n for n in zf.namelist() if n.endswith("data.pkl")))
     for info in infos:
         h = info.header_offset
-        header_len = 30 + int.from_bytes(data[h + 26 : h + 28], "little") + int.from_bytes(data[h + 28 : h + 30], "little")
+        header_len = (
+            30 + int.from_bytes(data[h + 26 : h + 28], "little") + int.from_bytes(data[h + 28 : h + 30], "little")
+        )
         is_storage = "/data/" in info.filename
         structure.append((h, h + header_len + (0 if is_storage else info.compress_size)))
     pos = cd_offset
@@ -461,7 +536,10 @@ def _gguf_reference(path: Path) -> dict[str, tuple[str, tuple[int, ...], bytes]]
     passed (the reader alone can loop for ever on a hostile count).
     """
     reader = gguf.GGUFReader(path)
-    return {t.name: (t.tensor_type.name, tuple(int(d) for d in reversed(t.shape.tolist())), t.data.tobytes()) for t in reader.tensors}
+    return {
+        t.name: (t.tensor_type.name, tuple(int(d) for d in reversed(t.shape.tolist())), t.data.tobytes())
+        for t in reader.tensors
+    }
 
 
 def _open_gguf(path: Path) -> Original:
@@ -479,7 +557,13 @@ def _open_gguf(path: Path) -> Original:
     for t in reader.tensors:
         start = int(t.data_offset)
         name_at = t.field.offset + 8
-        tensors[t.name] = (t.tensor_type.name, tuple(int(d) for d in reversed(t.shape.tolist())), data[start : start + int(t.n_bytes)], name_at, start)
+        tensors[t.name] = (
+            t.tensor_type.name,
+            tuple(int(d) for d in reversed(t.shape.tolist())),
+            data[start : start + int(t.n_bytes)],
+            name_at,
+            start,
+        )
     layout = {name: (name_at, start) for name, (_, _, _, name_at, start) in tensors.items()}
     plain = {name: v[:3] for name, v in tensors.items()}
     return Original(path, data, [(0, reader.data_offset)], plain, {"parts": parts, "layout": layout})
@@ -512,7 +596,9 @@ def _load_maxfx(fmt: str, path: Path) -> dict[str, tuple[str, tuple[int, ...], b
 
 
 def _refusal_is_typed(error: BaseException, path: Path) -> bool:
-    typed = isinstance(error, (ValueError, pickle.UnpicklingError)) and not isinstance(error, (UnicodeError, json.JSONDecodeError))
+    typed = isinstance(error, (ValueError, pickle.UnpicklingError)) and not isinstance(
+        error, (UnicodeError, json.JSONDecodeError)
+    )
     return typed and str(path) in str(error)
 
 
@@ -570,7 +656,9 @@ def classify(fmt: str, orig: Original, mutant: Mutant, path: Path) -> str:
     if _same(got, orig.tensors):
         return "equal"
     if fmt == "bin" and not mutant.kind.startswith("pickle-"):
-        raise WrongOutput("loaded different tensors from a .bin whose pickle was not rewritten (its CRCs should refuse it)")
+        raise WrongOutput(
+            "loaded different tensors from a .bin whose pickle was not rewritten (its CRCs should refuse it)"
+        )
     if fmt == "safetensors":
         try:
             reference = _st_reference(mutant.data)
@@ -586,7 +674,9 @@ def classify(fmt: str, orig: Original, mutant: Mutant, path: Path) -> str:
         if not _same(got, reference):
             raise WrongOutput("loaded tensors that differ from the reference reading of the rewritten pickle")
     elif not (_gguf_at_original_places(orig, mutant, got) or _same(got, _gguf_reference(path))):
-        raise WrongOutput("loaded tensors that are neither the bytes at the tensors' places in the file nor gguf.GGUFReader's reading")
+        raise WrongOutput(
+            "loaded tensors that are neither the bytes at the tensors' places in the file nor gguf.GGUFReader's reading"
+        )
     return "undetectable-data" if _confined_to_flips(fmt, orig, got, mutant.flips) else "undetectable-header"
 
 
@@ -626,7 +716,10 @@ def run_batch(fmt: str, start: int, stop: int, workdir: Path) -> None:
         finally:
             signal.alarm(0)
         path.unlink()
-        print(json.dumps({"i": i, "kind": mutant.kind, "fixture": orig.path.name, "outcome": outcome, "detail": detail}), flush=True)
+        print(
+            json.dumps({"i": i, "kind": mutant.kind, "fixture": orig.path.name, "outcome": outcome, "detail": detail}),
+            flush=True,
+        )
 
 
 # ─── the tests ────────────────────────────────────────────────────────────────
@@ -642,7 +735,10 @@ def _fuzz(fmt: str, count: int, workdir: Path) -> Counter:
         cmd = [sys.executable, __file__, fmt, str(start), str(stop), str(workdir)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60 + 2 * (stop - start), env=env)
-            stdout, crashed = proc.stdout, proc.returncode != 0 and f"exit status {proc.returncode} ({proc.stderr[-2000:]})"
+            stdout, crashed = (
+                proc.stdout,
+                proc.returncode != 0 and f"exit status {proc.returncode} ({proc.stderr[-2000:]})",
+            )
         except subprocess.TimeoutExpired as e:
             stdout, crashed = (e.stdout or b"").decode(), "the batch timed out (a hang outside Python code)"
         results = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
@@ -687,7 +783,9 @@ def _x(text: str) -> bytes:
 
 
 def _payloads(marker: Path) -> dict[str, bytes]:
-    """Pickle fragments that create ``marker`` when a plain unpickler runs them, each leaving the stack as it found it."""
+    """Pickle fragments that create ``marker`` when a plain unpickler runs them, each leaving the stack as it found
+    it.
+    """
     shell, code = f"touch {marker}", f"open({str(marker)!r}, 'w').close()"
 
     def call(module: str, name: str, arg: str) -> bytes:  # GLOBAL, (arg,), REDUCE, POP

@@ -34,7 +34,9 @@ TENSORS = {
 
 @contextlib.contextmanager
 def _deadline(seconds):
-    """Raise TimeoutError in the main thread after ``seconds`` (the unpatched reader loops in Python, so this interrupts it)."""
+    """Raise TimeoutError in the main thread after ``seconds`` (the unpatched reader loops in Python, so this interrupts
+    it).
+    """
 
     def expire(signum, frame):
         raise TimeoutError(f"still running after {seconds} s")
@@ -96,7 +98,11 @@ def _refused(path, match):
 
 
 def test_well_formed_files_load_like_the_gguf_reader(tmp_path):
-    for path in (_write(tmp_path / "plain.gguf"), _write(tmp_path / "aligned64.gguf", alignment=64), LLAMA / "tiny_llama-q8_0.gguf"):
+    for path in (
+        _write(tmp_path / "plain.gguf"),
+        _write(tmp_path / "aligned64.gguf", alignment=64),
+        LLAMA / "tiny_llama-q8_0.gguf",
+    ):
         weights, reader = GGUFWeights(path), gguf.GGUFReader(path)
         for t in reader.tensors:
             assert weights[t.name].raw_tensor().tobytes() == t.data.tobytes(), (path, t.name)
@@ -157,7 +163,11 @@ def test_changed_tensor_type_is_refused(tmp_path):
     path = tmp_path / "retyped.gguf"
     path.write_bytes((LLAMA / "tiny_llama-q8_0.gguf").read_bytes())
     _patch(path, _info_positions(path, "token_embd.weight")["type"], "<I", int(gguf.GGMLQuantizationType.Q4_0))
-    _refused(path, r"tensor 'output_norm\.weight'.*expected 9216: it leaves a gap after 'token_embd\.weight' \(Q4_0 \[64, 256\], 9216 bytes\)")
+    _refused(
+        path,
+        r"tensor 'output_norm\.weight'.*expected 9216: it leaves a gap after 'token_embd\.weight' \(Q4_0 \[64, 256\], "
+        r"9216 bytes\)",
+    )
 
 
 def test_changed_type_of_the_last_tensor_is_refused(tmp_path):
@@ -190,7 +200,13 @@ def test_too_many_dimensions(tmp_path):
     "what, key, part, fmt, match",
     [
         ("uint8 array", "test.bytes", 4, "<Q", r"key 'test\.bytes'.*array of 1152921504606846976 elements needs"),
-        ("string array", "test.words", 4, "<Q", r"key 'test\.words'.*array of 1152921504606846976 strings needs at least"),
+        (
+            "string array",
+            "test.words",
+            4,
+            "<Q",
+            r"key 'test\.words'.*array of 1152921504606846976 strings needs at least",
+        ),
         ("string length", "test.word", 3, "<Q", r"key 'test\.word'.*string value needs 1152921504606846976 bytes"),
     ],
 )
@@ -211,7 +227,11 @@ def test_pipelines_metadata_reader_is_bounded_too(tmp_path, count):
     refused by the per-string walk (work proportional to the file, not to the count).
     """
     path = _write(tmp_path / "huge.gguf", metadata=[("test.bytes", [1, 2, 3]), ("test.words", ["x", "yz"])])
-    key, claimed = ("test.bytes", count) if count else ("test.words", (path.stat().st_size - _field_position(path, "test.words", 4)) // 8 - 2)
+    key, claimed = (
+        ("test.bytes", count)
+        if count
+        else ("test.words", (path.stat().st_size - _field_position(path, "test.words", 4)) // 8 - 2)
+    )
     _patch(path, _field_position(path, key, 4), "<Q", claimed)
     start = time.perf_counter()
     with _deadline(10), pytest.raises(ValueError, match=rf"huge\.gguf.*key '{key}'.*{claimed}"):
@@ -219,7 +239,9 @@ def test_pipelines_metadata_reader_is_bounded_too(tmp_path, count):
     assert time.perf_counter() - start < 1.0
 
 
-@pytest.mark.parametrize("count, match", [(1, r"header claims 1152921504606846976 tensors"), (2, r"1152921504606846976 key/value pairs")])
+@pytest.mark.parametrize(
+    "count, match", [(1, r"header claims 1152921504606846976 tensors"), (2, r"1152921504606846976 key/value pairs")]
+)
 def test_huge_header_counts_fail_fast(tmp_path, count, match):
     path = _patch(_write(tmp_path / "counts.gguf"), 8 * count, "<Q", 2**60)
     _refused(path, match)

@@ -84,8 +84,12 @@ def test_build_cannot_repoint_a_validated_storage(tmp_path, state):
     # Storage '0' is 4 floats; entry '1' is 1 float and sits just before other zip bytes.
     # Re-pointed, 'w' would read 12 bytes beyond entry '1' (the next header), with no error.
     storage = p_storage("0", 4) + b"q\x00"  # BINPUT 0
-    body = p_state_dict({"w": p_tensor(storage, 0, (4,), (1,))}) + b"h\x00" + state + b"b0"  # BINGET 0, state, BUILD, POP
-    path = write_zip(tmp_path / "repoint.bin", pickled(body), {"1": np.float32([7.0]), "0": np.arange(4, dtype=np.float32)})
+    body = (
+        p_state_dict({"w": p_tensor(storage, 0, (4,), (1,))}) + b"h\x00" + state + b"b0"
+    )  # BINGET 0, state, BUILD, POP
+    path = write_zip(
+        tmp_path / "repoint.bin", pickled(body), {"1": np.float32([7.0]), "0": np.arange(4, dtype=np.float32)}
+    )
     with pytest.raises(pt.ForbiddenBuildError, match=r"repoint\.bin.*BUILD.*_Storage"):
         PytorchWeights(path)
 
@@ -105,7 +109,9 @@ def test_build_cannot_change_a_dtype_marker(tmp_path):
 
 
 _LOADER_STATES = {
-    "slot-state": b"N" + p_state_dict({"__qualname__": p_str("pwned"), "__defaults__": b"(" + p_int(1) + b"t"}) + b"\x86",
+    "slot-state": b"N"
+    + p_state_dict({"__qualname__": p_str("pwned"), "__defaults__": b"(" + p_int(1) + b"t"})
+    + b"\x86",
     "dict-state": p_state_dict({"pwned": p_int(1)}),  # -> the function's __dict__
 }
 
@@ -120,7 +126,9 @@ def test_build_cannot_modify_an_allowlisted_callable(tmp_path, state):
         PytorchWeights(path)
     assert (fn.__qualname__, fn.__defaults__, dict(fn.__dict__)) == before
     values = np.arange(3, dtype=np.float32)  # the loader still works as before
-    np.testing.assert_array_equal(PytorchWeights(one_tensor_bin(tmp_path / "ok.bin", values)).w.data().to_numpy(), values)
+    np.testing.assert_array_equal(
+        PytorchWeights(one_tensor_bin(tmp_path / "ok.bin", values)).w.data().to_numpy(), values
+    )
 
 
 def test_build_on_the_ordereddict_class_changes_nothing(tmp_path):
@@ -183,7 +191,10 @@ def test_overlapping_strides_are_refused_at_load(tmp_path):
     # [64, 64] with stride (1, 1) stays inside a 127-element storage but repeats elements: only as_strided makes that.
     body = p_state_dict({"w": p_tensor(p_storage("0", 127), 0, (64, 64), (1, 1))})
     path = write_zip(tmp_path / "overlap.bin", pickled(body), {"0": np.zeros(127, np.float32)})
-    with pytest.raises(pt.CorruptCheckpointError, match=r"overlap\.bin: tensor 'w' .*overlapping strides: its 4096 elements repeat storage elements"):
+    with pytest.raises(
+        pt.CorruptCheckpointError,
+        match=r"overlap\.bin: tensor 'w' .*overlapping strides: its 4096 elements repeat storage elements",
+    ):
         PytorchWeights(path)
 
 
@@ -191,7 +202,9 @@ def test_deflate_bomb_data_pkl_is_refused_before_inflating(tmp_path):
     bomb = b"\x80\x02" + p_str("a" * (pt._MAX_PICKLE_BYTES + 1)) + b"."  # 64 MiB of 'a' deflates to ~64 KB
     path = write_zip(tmp_path / "bomb.bin", bomb, {}, zipfile.ZIP_DEFLATED)
     assert os.path.getsize(path) < 1 << 20
-    with pytest.raises(pt.CorruptCheckpointError, match=r"bomb\.bin.*data\.pkl.*declares \d+ bytes.*at most 67108864") as err:
+    with pytest.raises(
+        pt.CorruptCheckpointError, match=r"bomb\.bin.*data\.pkl.*declares \d+ bytes.*at most 67108864"
+    ) as err:
         peak = peak_bytes(lambda: PytorchWeights(path))
     assert "peak" not in locals() or peak < 4 << 20
     assert isinstance(err.value, ValueError)
@@ -213,7 +226,10 @@ def test_deflate_bomb_storage_is_streamed_within_the_tensor_size(tmp_path):
 def test_storage_claiming_more_than_its_entry_is_refused(tmp_path):
     body = p_state_dict({"w": p_tensor(p_storage("0", 1 << 30), 0, (1 << 15, 1 << 15), (1 << 15, 1))})
     path = write_zip(tmp_path / "claim.bin", pickled(body), {"0": np.zeros(4, np.float32)}, zipfile.ZIP_DEFLATED)
-    with pytest.raises(pt.CorruptCheckpointError, match=r"claim\.bin.*data/0 has 16 bytes but 1073741824 .*float32 elements need 4294967296"):
+    with pytest.raises(
+        pt.CorruptCheckpointError,
+        match=r"claim\.bin.*data/0 has 16 bytes but 1073741824 .*float32 elements need 4294967296",
+    ):
         PytorchWeights(path)
 
 
@@ -262,11 +278,15 @@ def test_flipped_storage_byte_is_caught_by_crc(tmp_path, compress):
 
 def test_local_header_name_must_match_the_central_directory(tmp_path):
     values = np.arange(4, dtype=np.float32)
-    body = p_state_dict({"w": p_tensor(p_storage("0", 4), 0, (4,), (1,)), "v": p_tensor(p_storage("1", 4), 0, (4,), (1,))})
+    body = p_state_dict(
+        {"w": p_tensor(p_storage("0", 4), 0, (4,), (1,)), "v": p_tensor(p_storage("1", 4), 0, (4,), (1,))}
+    )
     path = write_zip(tmp_path / "names.bin", pickled(body), {"0": values, "1": values + 1})
     info = _entry(path, "archive/data/0")
     _patch(path, info.header_offset + 30, b"archive/data/1")  # the local header now claims the other entry
-    with pytest.raises(pt.CorruptCheckpointError, match=r"names\.bin.*local header.*archive/data/1.*central directory.*archive/data/0"):
+    with pytest.raises(
+        pt.CorruptCheckpointError, match=r"names\.bin.*local header.*archive/data/1.*central directory.*archive/data/0"
+    ):
         PytorchWeights(path)
 
 
@@ -280,7 +300,11 @@ def test_entry_name_flagged_utf8_that_is_not_is_a_typed_error(tmp_path, where):
     # Found by tests/reliability/test_fuzz_weights.py: zipfile decodes names flagged UTF-8 (bit 11)
     # itself and raised a bare UnicodeDecodeError from the central directory or data.pkl's local header.
     path = one_tensor_bin(tmp_path / "utf8.bin", np.arange(4, dtype=np.float32))
-    header = _entry(path, "archive/data.pkl").header_offset if where == "local" else _central_header(path, "archive/data.pkl")
+    header = (
+        _entry(path, "archive/data.pkl").header_offset
+        if where == "local"
+        else _central_header(path, "archive/data.pkl")
+    )
     flags_at, name_at = (header + 6, header + 30) if where == "local" else (header + 8, header + 46)
     _patch(path, flags_at, struct.pack("<H", 0x800))
     _patch(path, name_at, b"\xff")
@@ -313,9 +337,28 @@ def _hostile_pickles(marker):
         "subprocess.call/INST": b"((" + p_str("touch") + p_str(str(marker)) + b"lisubprocess\ncall\n.",
         "builtins.eval/OBJ": b"\x80\x02(cbuiltins\neval\n" + write + b"o.",
         # A first BUILD puts an allowed callable in the instance dict, where a second BUILD would look up __setstate__.
-        "BUILD __setstate__ on OrderedDict": pickled(b"ccollections\nOrderedDict\n)R" + p_state_dict({"__setstate__": b"ctorch._utils\n_rebuild_parameter\n"}) + b"b" + write + b"b"),
-        "BUILD __setstate__ with exec": pickled(b"ccollections\nOrderedDict\n)R" + p_state_dict({"__setstate__": b"cbuiltins\nexec\n"}) + b"b" + write + b"b"),
-        "BUILD __call__ on a rebuild function": pickled(b"ctorch._utils\n_rebuild_tensor_v2\n" + b"N" + p_state_dict({"__call__": b"cos\nsystem\n"}) + b"\x86b" + touch + b"\x85R"),
+        "BUILD __setstate__ on OrderedDict": pickled(
+            b"ccollections\nOrderedDict\n)R"
+            + p_state_dict({"__setstate__": b"ctorch._utils\n_rebuild_parameter\n"})
+            + b"b"
+            + write
+            + b"b"
+        ),
+        "BUILD __setstate__ with exec": pickled(
+            b"ccollections\nOrderedDict\n)R"
+            + p_state_dict({"__setstate__": b"cbuiltins\nexec\n"})
+            + b"b"
+            + write
+            + b"b"
+        ),
+        "BUILD __call__ on a rebuild function": pickled(
+            b"ctorch._utils\n_rebuild_tensor_v2\n"
+            + b"N"
+            + p_state_dict({"__call__": b"cos\nsystem\n"})
+            + b"\x86b"
+            + touch
+            + b"\x85R"
+        ),
         "REDUCE on a storage type": pickled(b"ctorch\nFloatStorage\n" + touch + b"\x85R"),
         "REDUCE on a dtype marker": pickled(b"ctorch\nfloat32\n" + touch + b"\x85R"),
     }

@@ -62,7 +62,9 @@ def test_graph_model_rejects_token_ids_outside_the_vocabulary(name):
 
     model = load_pretrained_graph(f"tests/data/models/{name}", max_batch_size=2)
     vocab, cls = model.vocab_size, type(model).__name__
-    with pytest.raises(TokenIdError, match=rf"{cls}: token id {vocab} is out of range for the vocabulary of {vocab} tokens"):
+    with pytest.raises(
+        TokenIdError, match=rf"{cls}: token id {vocab} is out of range for the vocabulary of {vocab} tokens"
+    ):
         model(np.array([[1, vocab]]))
     with pytest.raises(IndexError, match=rf"{cls}.forward_ragged, prompt 1: token id -1 is out of range"):
         model.forward_ragged([[1], [2, -1]])
@@ -106,9 +108,13 @@ def test_eager_results_larger_than_memory_raise_resource_exhausted_in_process():
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = dict(json.loads(proc.stdout.strip().splitlines()[-1]))
     assert set(got) == {"gaussian", "matmul", "lazy matmul"}
-    assert got["gaussian"].startswith("RESOURCE_EXHAUSTED: random_normal: the result float32[1099511627776] needs 4398046511104 bytes")
+    assert got["gaussian"].startswith(
+        "RESOURCE_EXHAUSTED: random_normal: the result float32[1099511627776] needs 4398046511104 bytes"
+    )
     for name in ("matmul", "lazy matmul"):
-        assert got[name].startswith("RESOURCE_EXHAUSTED: matmul: the result float32[1048576, 1048576] needs 4398046511104 bytes"), got[name]
+        assert got[name].startswith(
+            "RESOURCE_EXHAUSTED: matmul: the result float32[1048576, 1048576] needs 4398046511104 bytes"
+        ), got[name]
 
 
 # ─── item 9: inputs that bare float()/int()/bool() took or failed on without a name ──
@@ -129,7 +135,10 @@ _LLAMA = dict(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_la
 def test_llama_config_value_of_wrong_type_names_key_value_and_type(key, value, expected):
     from maxfx.models import ConfigError, LlamaConfig
 
-    with pytest.raises(ConfigError, match=rf"config.json: {key} must be {expected}, got {value!r}".replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(
+        ConfigError,
+        match=rf"config.json: {key} must be {expected}, got {value!r}".replace("[", r"\[").replace("]", r"\]"),
+    ):
         LlamaConfig.from_hf({**_LLAMA, key: value})
 
 
@@ -171,7 +180,13 @@ def test_hidden_act_that_is_not_a_string_is_a_config_error():
 def test_llama3_rope_scaling_numbers_are_checked_when_read():
     from maxfx.models import ConfigError, LlamaConfig
 
-    scaling = {"rope_type": "llama3", "factor": "8", "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    scaling = {
+        "rope_type": "llama3",
+        "factor": "8",
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    }
     with pytest.raises(ConfigError, match=r"rope_scaling.factor must be a finite number, got '8'"):
         LlamaConfig.from_hf({**_LLAMA, "rope_scaling": scaling})
 
@@ -188,9 +203,20 @@ def test_gpt2_config_value_of_wrong_type_names_key():
 def test_config_numbers_as_json_writes_them_still_load():
     from maxfx.models import GPT2Config, LlamaConfig
 
-    cfg = LlamaConfig.from_hf({**_LLAMA, "max_position_embeddings": 64.0, "eos_token_id": [3, 4], "rms_norm_eps": 1e-5, "tie_word_embeddings": True})
+    cfg = LlamaConfig.from_hf(
+        {
+            **_LLAMA,
+            "max_position_embeddings": 64.0,
+            "eos_token_id": [3, 4],
+            "rms_norm_eps": 1e-5,
+            "tie_word_embeddings": True,
+        }
+    )
     assert (cfg.max_position_embeddings, cfg.eos_token_id, cfg.tie_word_embeddings) == (64, 3, True)
-    assert GPT2Config.from_hf(dict(vocab_size=32, n_embd=16, n_layer=1, n_head=2, max_position_embeddings=8)).n_positions == 8
+    assert (
+        GPT2Config.from_hf(dict(vocab_size=32, n_embd=16, n_layer=1, n_head=2, max_position_embeddings=8)).n_positions
+        == 8
+    )
 
 
 def test_integer_tensor_assigned_over_a_float_weight_is_refused_at_assignment():
@@ -198,11 +224,19 @@ def test_integer_tensor_assigned_over_a_float_weight_is_refused_at_assignment():
 
     layer = Linear(4, 4)
     before = layer.weight
-    with pytest.raises(TypeError, match=r"Linear.weight is a Tensor of dtype float32; the assigned Tensor has dtype int32 \(integer where floating-point is expected\).*value.cast\(DType.float32\)"):
+    with pytest.raises(
+        TypeError,
+        match=(
+            r"Linear.weight is a Tensor of dtype float32; the assigned Tensor has dtype int32 \(integer where "
+            r"floating-point is expected\).*value.cast\(DType.float32\)"
+        ),
+    ):
         layer.weight = Tensor(np.zeros((4, 4), np.int32))  # used to fail only inside forward's matmul
     assert layer.weight is before
     table = Embedding(8, dim=2)
-    with pytest.raises(TypeError, match=r"Embedding.weight is a Tensor of dtype float32; the assigned Tensor has dtype uint8"):
+    with pytest.raises(
+        TypeError, match=r"Embedding.weight is a Tensor of dtype float32; the assigned Tensor has dtype uint8"
+    ):
         table.weight = Tensor(np.zeros((8, 2), np.uint8))
 
 
@@ -212,7 +246,10 @@ def test_same_kind_and_first_assignments_of_tensors_are_accepted():
     layer = Linear(4, 4)
     layer.weight = Tensor(np.eye(4, dtype=np.float32)).cast(DType.bfloat16)  # float -> float: a precision choice
     x = np.arange(4, dtype=np.float32)[None]
-    np.testing.assert_array_equal(layer(Tensor(x).cast(DType.bfloat16)).cast(DType.float32).to_numpy(), x + layer.bias.cast(DType.float32).to_numpy())
+    np.testing.assert_array_equal(
+        layer(Tensor(x).cast(DType.bfloat16)).cast(DType.float32).to_numpy(),
+        x + layer.bias.cast(DType.float32).to_numpy(),
+    )
 
     class Quantized(Module):
         def __init__(self):
@@ -229,7 +266,13 @@ def test_graph_output_of_a_string_is_a_type_error_naming_what_is_expected():
     from maxfx.graph import Graph, TensorType
 
     with Graph("g", input_types=[TensorType(DType.float32, [2])]) as g:
-        with pytest.raises(TypeError, match=r"Graph 'g': output 0 must be a graph value \(TensorValue, BufferValue\) or numeric constant data, got str 'not a tensor'"):
+        with pytest.raises(
+            TypeError,
+            match=(
+                r"Graph 'g': output 0 must be a graph value \(TensorValue, BufferValue\) or numeric constant data, "
+                r"got str 'not a tensor'"
+            ),
+        ):
             g.output("not a tensor")
 
 
@@ -240,7 +283,13 @@ def test_weights_registry_entry_that_is_a_path_names_the_weight():
     w = Weight("proj.weight", DType.float32, [2], DeviceRef.CPU())
     with Graph("g", input_types=[TensorType(DType.float32, [2])]) as g:
         g.output(g.inputs[0].tensor * w)
-    with pytest.raises(TypeError, match=r"weights_registry\['proj.weight'\] is a str \('w.npy'\), not the weight's values; expected an array of float32\[2\]"):
+    with pytest.raises(
+        TypeError,
+        match=(
+            r"weights_registry\['proj.weight'\] is a str \('w.npy'\), not the weight's values; expected an array of "
+            r"float32\[2\]"
+        ),
+    ):
         InferenceSession().load(g, weights_registry={"proj.weight": "w.npy"})
     with pytest.raises(TypeError, match=r"weights_registry\['proj.weight'\]: as_array: cannot turn object"):
         InferenceSession().load(g, weights_registry={"proj.weight": object()})
@@ -257,7 +306,9 @@ def test_tensor_zeros_rejects_non_integer_and_negative_dims(shape, error, messag
         Tensor.zeros(shape)
 
 
-@pytest.mark.parametrize(("draw", "op"), [("gaussian", "random.gaussian"), ("normal", "random.gaussian"), ("uniform", "random.uniform")])
+@pytest.mark.parametrize(
+    ("draw", "op"), [("gaussian", "random.gaussian"), ("normal", "random.gaussian"), ("uniform", "random.uniform")]
+)
 def test_random_draws_reject_non_integer_and_negative_dims(draw, op):
     from maxfx import random
 

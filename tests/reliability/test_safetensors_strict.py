@@ -65,7 +65,11 @@ HOSTILE = {
     "trailing_bytes": ({"a": _f32(0, 8)}, FOUR_FLOATS, r"cover 8 bytes but the data section .* has 16"),
     "data_but_no_tensors": ({}, FOUR_FLOATS, r"cover 0 bytes .* has 16"),
     # json keeps the last of two equal keys; the file then means something else to other readers.
-    "duplicate_tensor": (b'{"a": %s, "a": %s}' % (json.dumps(_f32(0, 8)).encode(), json.dumps(_f32(8, 16)).encode()), FOUR_FLOATS, "key 'a' twice"),
+    "duplicate_tensor": (
+        b'{"a": %s, "a": %s}' % (json.dumps(_f32(0, 8)).encode(), json.dumps(_f32(8, 16)).encode()),
+        FOUR_FLOATS,
+        "key 'a' twice",
+    ),
     "negative_dim": ({"a": _f32(0, 8, shape=(-2,))}, FOUR_FLOATS[:8], r"'a'.*shape \[-2\]"),
     "bool_dim": ({"a": _f32(0, 8, shape=(True, 2))}, FOUR_FLOATS[:8], r"'a'.*shape \[True, 2\]"),
     "float_dim": ({"a": _f32(0, 8, shape=(2.0,))}, FOUR_FLOATS[:8], r"'a'.*shape \[2\.0\]"),
@@ -73,8 +77,16 @@ HOSTILE = {
     "negative_offset": ({"a": _f32(-8, 0)}, FOUR_FLOATS[:8], r"'a'.*data_offsets \[-8, 0\]"),
     "end_before_begin": ({"a": _f32(8, 0)}, FOUR_FLOATS[:8], r"'a'.*data_offsets \[8, 0\]"),
     "wrong_size": ({"a": _f32(0, 12)}, FOUR_FLOATS[:12], r"'a'.*hold 12 bytes but F32\[2\] needs 8"),
-    "unknown_dtype": ({"a": {"dtype": "F7", "shape": [2], "data_offsets": [0, 8]}}, FOUR_FLOATS[:8], r"'a'.*dtype 'F7'"),
-    "metadata_not_strings": ({"__metadata__": {"format": 1}, "a": _f32(0, 8)}, FOUR_FLOATS[:8], "__metadata__ must be an object of string values"),
+    "unknown_dtype": (
+        {"a": {"dtype": "F7", "shape": [2], "data_offsets": [0, 8]}},
+        FOUR_FLOATS[:8],
+        r"'a'.*dtype 'F7'",
+    ),
+    "metadata_not_strings": (
+        {"__metadata__": {"format": 1}, "a": _f32(0, 8)},
+        FOUR_FLOATS[:8],
+        "__metadata__ must be an object of string values",
+    ),
     "metadata_not_object": ({"__metadata__": [1], "a": _f32(0, 8)}, FOUR_FLOATS[:8], "__metadata__ must be an object"),
     "not_an_object": ([1, 2], b"", "not a JSON object"),
     "empty_header": (b"", b"", "not valid JSON"),
@@ -125,7 +137,9 @@ def test_aliased_fixture_tensor_is_refused(tmp_path):
     data = LLAMA.read_bytes()
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + n])
-    header["model.layers.0.self_attn.v_proj.weight"]["data_offsets"] = header["model.layers.0.self_attn.k_proj.weight"]["data_offsets"]
+    header["model.layers.0.self_attn.v_proj.weight"]["data_offsets"] = header["model.layers.0.self_attn.k_proj.weight"][
+        "data_offsets"
+    ]
     path = _write(tmp_path / "aliased.safetensors", header, data[8 + n :])
     _assert_both_refuse(path, r"(overlap|unused)")
 

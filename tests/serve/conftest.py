@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests/data/models/tiny_llama"
 CHAT_TEMPLATE = (  # short: the tiny model has 128 positions
     "{% if tools %}tools:{% for t in tools %} {{ t['function']['name'] }}{% endfor %}\n{% endif %}"
-    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}"
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant: "
+    "{% endif %}"
 )
 START_TIMEOUT_S = 240  # load + warm-up compiles on a busy 2-core machine
 
@@ -35,7 +36,21 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        cmd = [sys.executable, "-m", "maxfx", "serve", "--model", str(model), "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning", *flags]
+        cmd = [
+            sys.executable,
+            "-m",
+            "maxfx",
+            "serve",
+            "--model",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--log-level",
+            "warning",
+            *flags,
+        ]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self._out = open(log, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._out, stderr=subprocess.STDOUT, env=env)
@@ -50,7 +65,9 @@ class Server:
                 pass
             if time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"maxfx serve did not answer /health within {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"maxfx serve did not answer /health within {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}"
+                )
             time.sleep(0.5)
 
     def metric(self, name: str) -> float:
@@ -88,6 +105,17 @@ def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("serve")
     template = tmp / "chat_template.jinja"
     template.write_text(CHAT_TEMPLATE)
-    srv = Server("--max-batch-size", "16", "--max-queue-size", "128", "--enable-structured-output", "--chat-template", str(template), "--served-model-name", "tiny", log=tmp / "server.log")
+    srv = Server(
+        "--max-batch-size",
+        "16",
+        "--max-queue-size",
+        "128",
+        "--enable-structured-output",
+        "--chat-template",
+        str(template),
+        "--served-model-name",
+        "tiny",
+        log=tmp / "server.log",
+    )
     yield srv
     srv.stop()

@@ -81,7 +81,13 @@ def test_bad_inputs_get_400_and_the_server_stays_up(server):
     assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
     r = post(None, json={"prompt": [1, 2, 9999], "max_tokens": 4})
     assert r.status_code == 400 and "[0, 256)" in r.json()["error"]["message"]
-    r = httpx.post(server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "nope"}}}})
+    r = httpx.post(
+        server.url + "/v1/chat/completions",
+        json={
+            "messages": [{"role": "user", "content": "x"}],
+            "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "nope"}}},
+        },
+    )
     assert r.status_code == 400 and "schema" in r.json()["error"]["message"]
     good = post(None, json={"prompt": CASE["prompt"], "max_tokens": 16, "temperature": 0})
     assert good.status_code == 200 and good.json()["choices"][0]["text"] == CASE["completion"]
@@ -113,7 +119,9 @@ def test_resident_memory_is_flat_over_500_requests(server):
 
             async def one(i: int):
                 async with sem:
-                    r = await c.post(COMPLETIONS, json={"prompt": f"request {i}", "max_tokens": 3, "temperature": 0.5, "seed": i})
+                    r = await c.post(
+                        COMPLETIONS, json={"prompt": f"request {i}", "max_tokens": 3, "temperature": 0.5, "seed": i}
+                    )
                     assert r.status_code == 200
 
             await asyncio.gather(*(one(i) for i in range(n)))

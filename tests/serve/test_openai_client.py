@@ -53,7 +53,11 @@ def numpy_greedy(ids: list[int], n: int) -> list[int]:
 
 def chat_prompt_ids(messages, tools=None) -> list[int]:
     """The byte tokenizer's ids of the rendered chat template (ids are the UTF-8 bytes)."""
-    text = jinja2.Environment().from_string(CHAT_TEMPLATE).render(messages=messages, tools=tools, add_generation_prompt=True)
+    text = (
+        jinja2.Environment()
+        .from_string(CHAT_TEMPLATE)
+        .render(messages=messages, tools=tools, add_generation_prompt=True)
+    )
     return list(text.encode())
 
 
@@ -72,7 +76,11 @@ def test_completion_equals_transformers_golden(server, case):
     r = c.completions.create(model="tiny", prompt=case["prompt"], max_tokens=n, temperature=0)
     assert r.choices[0].text == case["completion"]
     assert r.choices[0].finish_reason == "length"
-    assert (r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.total_tokens) == (len(case["prompt_ids"]), n, len(case["prompt_ids"]) + n)
+    assert (r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.total_tokens) == (
+        len(case["prompt_ids"]),
+        n,
+        len(case["prompt_ids"]) + n,
+    )
     ids = c.completions.create(model="tiny", prompt=case["prompt_ids"], max_tokens=n, temperature=0)
     assert ids.choices[0].text == case["completion"]
 
@@ -83,8 +91,12 @@ def test_completion_list_of_prompts_in_order(server):
     r = c.completions.create(model="tiny", prompt=prompts, max_tokens=GOLDEN["greedy_new_tokens"], temperature=0)
     assert [ch.index for ch in r.choices] == [0, 1]
     assert [ch.text for ch in r.choices] == [case["completion"] for case in GOLDEN["cases"]]
-    both = c.completions.create(model="tiny", prompt=[case["prompt_ids"] for case in GOLDEN["cases"]], max_tokens=4, temperature=0)
-    assert [ch.text for ch in both.choices] == [c2.text for c2 in c.completions.create(model="tiny", prompt=prompts, max_tokens=4, temperature=0).choices]
+    both = c.completions.create(
+        model="tiny", prompt=[case["prompt_ids"] for case in GOLDEN["cases"]], max_tokens=4, temperature=0
+    )
+    assert [ch.text for ch in both.choices] == [
+        c2.text for c2 in c.completions.create(model="tiny", prompt=prompts, max_tokens=4, temperature=0).choices
+    ]
 
 
 def test_chat_equals_numpy_greedy_of_the_template(server):
@@ -106,8 +118,21 @@ def test_streamed_deltas_concatenate_to_the_text(server):
     assert all(ch.usage is None for ch in chunks)
 
     messages = [{"role": "user", "content": "stream please"}]
-    text = c.chat.completions.create(model="tiny", messages=messages, max_tokens=10, temperature=0).choices[0].message.content
-    stream = list(c.chat.completions.create(model="tiny", messages=messages, max_tokens=10, temperature=0, stream=True, stream_options={"include_usage": True}))
+    text = (
+        c.chat.completions.create(model="tiny", messages=messages, max_tokens=10, temperature=0)
+        .choices[0]
+        .message.content
+    )
+    stream = list(
+        c.chat.completions.create(
+            model="tiny",
+            messages=messages,
+            max_tokens=10,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert stream[0].choices[0].delta.role == "assistant"
     assert "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices) == text
     usage = [ch for ch in stream if ch.usage is not None]
@@ -122,12 +147,16 @@ def test_stop_strings_and_stop_tokens_finish_with_stop(server):
     r = c.completions.create(model="tiny", prompt=CASE["prompt"], max_tokens=16, temperature=0, stop=[stop])
     assert r.choices[0].text == golden[: golden.index(stop)]
     assert r.choices[0].finish_reason == "stop"
-    streamed = list(c.completions.create(model="tiny", prompt=CASE["prompt"], max_tokens=16, temperature=0, stop=stop, stream=True))
+    streamed = list(
+        c.completions.create(model="tiny", prompt=CASE["prompt"], max_tokens=16, temperature=0, stop=stop, stream=True)
+    )
     assert "".join(ch.choices[0].text for ch in streamed) == r.choices[0].text
     assert streamed[-1].choices[0].finish_reason == "stop"
     # A stop token id (the golden's 6th token) ends the request like EOS: "stop", the token's text not shown.
     ids = CASE["new_ids"]
-    r2 = c.completions.create(model="tiny", prompt=CASE["prompt"], max_tokens=16, temperature=0, extra_body={"stop_token_ids": [ids[5]]})
+    r2 = c.completions.create(
+        model="tiny", prompt=CASE["prompt"], max_tokens=16, temperature=0, extra_body={"stop_token_ids": [ids[5]]}
+    )
     assert r2.choices[0].finish_reason == "stop"
     assert r2.usage.completion_tokens == 6
     assert r2.choices[0].text == bytes(ids[:5]).decode("utf-8", errors="replace")
@@ -137,7 +166,11 @@ def test_seeded_sampling_is_reproducible(server):
     c = client(server)
 
     def run(seed):
-        return c.completions.create(model="tiny", prompt="the graph", max_tokens=16, temperature=0.8, seed=seed).choices[0].text
+        return (
+            c.completions.create(model="tiny", prompt="the graph", max_tokens=16, temperature=0.8, seed=seed)
+            .choices[0]
+            .text
+        )
 
     first = run(1234)
     assert run(1234) == first
@@ -147,7 +180,9 @@ def test_seeded_sampling_is_reproducible(server):
 def test_logprobs_equal_numpy_log_softmax(server):
     c = client(server)
     messages = [{"role": "user", "content": "hello"}]
-    r = c.chat.completions.create(model="tiny", messages=messages, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3)
+    r = c.chat.completions.create(
+        model="tiny", messages=messages, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3
+    )
     content = r.choices[0].logprobs.content
     assert len(content) == 6 and all(len(e.top_logprobs) == 3 for e in content)
     prompt = chat_prompt_ids(messages)
@@ -183,9 +218,14 @@ def test_json_schema_output_parses_and_validates(server):
         )  # fmt: skip
         assert r.choices[0].finish_reason == "stop"
         jsonschema.validate(json.loads(r.choices[0].message.content), SCHEMA)
-    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "no-such-type"}}}}}
+    bad = {
+        "type": "json_schema",
+        "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "no-such-type"}}}},
+    }
     with pytest.raises(openai.BadRequestError, match="schema"):
-        c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=4, response_format=bad)
+        c.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=4, response_format=bad
+        )
 
 
 def test_tool_call_comes_back_as_tool_calls(server):
@@ -195,20 +235,36 @@ def test_tool_call_comes_back_as_tool_calls(server):
             "function": {
                 "name": "get_weather",
                 "description": "weather",
-                "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}}, "required": ["city"]},
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}},
+                    "required": ["city"],
+                },
             },
         }
     ]
     c = client(server)
     r = c.chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "weather?"}], tools=tools, tool_choice={"type": "function", "function": {"name": "get_weather"}}, max_tokens=40, temperature=0
-    )  # fmt: skip
+        model="tiny",
+        messages=[{"role": "user", "content": "weather?"}],
+        tools=tools,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=40,
+        temperature=0,
+    )
     choice = r.choices[0]
     assert choice.finish_reason == "tool_calls"
     (call,) = choice.message.tool_calls
     assert call.function.name == "get_weather"
     assert json.loads(call.function.arguments)["city"] in ("Paris", "Oslo")
-    required = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "weather?"}], tools=tools, tool_choice="required", max_tokens=60, temperature=0)
+    required = c.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "weather?"}],
+        tools=tools,
+        tool_choice="required",
+        max_tokens=60,
+        temperature=0,
+    )
     (call,) = required.choices[0].message.tool_calls
     assert call.function.name == "get_weather" and json.loads(call.function.arguments)["city"] in ("Paris", "Oslo")
 
@@ -217,12 +273,20 @@ def test_sixteen_concurrent_async_requests_equal_sequential(server):
     c = client(server)
     prompts = [f"prompt number {i} " + "x" * (i * 3) for i in range(16)]
     lengths = [4 + (i % 5) * 3 for i in range(16)]
-    sequential = [c.completions.create(model="tiny", prompt=p, max_tokens=n, temperature=0).choices[0].text for p, n in zip(prompts, lengths)]
+    sequential = [
+        c.completions.create(model="tiny", prompt=p, max_tokens=n, temperature=0).choices[0].text
+        for p, n in zip(prompts, lengths)
+    ]
     before = server.metric('maxserve_request_count_total{code="200",path="/v1/completions"}')
 
     async def together():
         ac = aclient(server)
-        rs = await asyncio.gather(*(ac.completions.create(model="tiny", prompt=p, max_tokens=n, temperature=0) for p, n in zip(prompts, lengths)))
+        rs = await asyncio.gather(
+            *(
+                ac.completions.create(model="tiny", prompt=p, max_tokens=n, temperature=0)
+                for p, n in zip(prompts, lengths)
+            )
+        )
         await ac.close()
         return [r.choices[0].text for r in rs]
 
@@ -233,7 +297,9 @@ def test_sixteen_concurrent_async_requests_equal_sequential(server):
 
 def test_closed_stream_frees_its_request(server):
     c = client(server)
-    stream = c.completions.create(model="tiny", prompt="a long one", max_tokens=100, temperature=0, stream=True, extra_body={"ignore_eos": True})
+    stream = c.completions.create(
+        model="tiny", prompt="a long one", max_tokens=100, temperature=0, stream=True, extra_body={"ignore_eos": True}
+    )
     for i, _ in enumerate(stream):
         if i == 1:
             break
@@ -243,7 +309,10 @@ def test_closed_stream_frees_its_request(server):
         time.sleep(0.05)
     assert server.metric("maxserve_num_requests_running") == 0
     assert server.metric("maxserve_request_cancelled_total") >= 1
-    assert c.completions.create(model="tiny", prompt=CASE["prompt"], max_tokens=16, temperature=0).choices[0].text == CASE["completion"]
+    assert (
+        c.completions.create(model="tiny", prompt=CASE["prompt"], max_tokens=16, temperature=0).choices[0].text
+        == CASE["completion"]
+    )
 
 
 def test_client_exception_types(server):
@@ -281,7 +350,9 @@ def test_embeddings_equal_numpy_pooling(server):
         ref = reference_pool(reference_hidden("tiny_llama", list(text.encode())), "mean")
         np.testing.assert_allclose(d.embedding, ref, rtol=0, atol=2e-4)
     assert r.usage.prompt_tokens == 7
-    floats = httpx.post(server.url + "/v1/embeddings", json={"input": "ab", "encoding_format": "float"}).json()["data"][0]["embedding"]
+    floats = httpx.post(server.url + "/v1/embeddings", json={"input": "ab", "encoding_format": "float"}).json()["data"][
+        0
+    ]["embedding"]
     np.testing.assert_allclose(floats, r.data[0].embedding, rtol=0, atol=1e-6)  # the client decoded base64, its default
 
 
@@ -303,5 +374,7 @@ def test_echo_returns_the_prompt_and_its_log_probabilities(server):
     ids = CASE["prompt_ids"] + CASE["new_ids"][:3]
     for p in range(1, n + 3):
         assert abs(lp.token_logprobs[p] - ref[p - 1][ids[p]]) < 1e-4
-    streamed = list(c.completions.create(model="tiny", prompt=CASE["prompt"], max_tokens=3, temperature=0, echo=True, stream=True))
+    streamed = list(
+        c.completions.create(model="tiny", prompt=CASE["prompt"], max_tokens=3, temperature=0, echo=True, stream=True)
+    )
     assert "".join(ch.choices[0].text for ch in streamed) == choice.text

@@ -8,13 +8,18 @@ from maxfx.serve._errors import APIError
 from maxfx.serve._tools import parse_tool_calls, plan_tools
 
 TOOLS = [
-    {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}},
+    {
+        "type": "function",
+        "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+    },
     {"type": "function", "function": {"name": "g"}},
 ]
 
 
 def test_hermes_blocks_and_bare_json_are_parsed():
-    calls, content = parse_tool_calls('before <tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call> after', {"f", "g"})
+    calls, content = parse_tool_calls(
+        'before <tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call> after', {"f", "g"}
+    )
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [("f", {"x": 1})]
     assert content == "before  after" and calls[0]["id"].startswith("call_") and calls[0]["type"] == "function"
     calls, content = parse_tool_calls('{"name": "g", "parameters": {}}', {"f", "g"})
@@ -41,7 +46,12 @@ def test_plans():
 
 @pytest.mark.parametrize(
     ("tools", "choice", "param"),
-    [(TOOLS, {"type": "function", "function": {"name": "h"}}, "tool_choice"), (None, "required", "tool_choice"), ([{"type": "function"}], None, "tools[0]"), (TOOLS, "sometimes", "tool_choice")],
+    [
+        (TOOLS, {"type": "function", "function": {"name": "h"}}, "tool_choice"),
+        (None, "required", "tool_choice"),
+        ([{"type": "function"}], None, "tools[0]"),
+        (TOOLS, "sometimes", "tool_choice"),
+    ],
 )
 def test_bad_tools_are_400_naming_the_field(tools, choice, param):
     with pytest.raises(APIError) as info:

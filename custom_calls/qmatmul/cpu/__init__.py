@@ -27,7 +27,16 @@ import jax.numpy as jnp
 
 from custom_calls.cpu import available, build, unavailable_reason
 
-__all__ = ["FEW_ROWS", "available", "build", "f32_matmul", "q4_0_matmul", "q4_k_matmul", "q8_0_matmul", "unavailable_reason"]
+__all__ = [
+    "FEW_ROWS",
+    "available",
+    "build",
+    "f32_matmul",
+    "q4_0_matmul",
+    "q4_k_matmul",
+    "q8_0_matmul",
+    "unavailable_reason",
+]
 
 
 def _call(target: str, x: Any, *weights: Any, n: int) -> jax.Array:
@@ -35,7 +44,9 @@ def _call(target: str, x: Any, *weights: Any, n: int) -> jax.Array:
     lead = x.shape[:-1]
     rows = x.reshape(-1, x.shape[-1])
     # Under vmap the kernel runs once per batch element (the weights stay 2-D).
-    out = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct((rows.shape[0], n), jnp.float32), vmap_method="sequential")(rows, *weights)
+    out = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct((rows.shape[0], n), jnp.float32), vmap_method="sequential")(
+        rows, *weights
+    )
     return out.reshape(*lead, n)
 
 
@@ -43,7 +54,9 @@ def q8_0_matmul(x: Any, values: Any, scales: Any) -> jax.Array:
     """``x @ W.T`` for ``x float32 [..., K]`` and Q8_0 ``W``: int8 ``values [N, K]``, float16 ``scales [N, K / 32]``."""
     if not available():
         raise RuntimeError(f"CPU quantized kernels unavailable: {unavailable_reason()}")
-    return _call("maxfx_q8_0_matmul", x, jnp.asarray(values, jnp.int8), jnp.asarray(scales, jnp.float16), n=int(values.shape[0]))
+    return _call(
+        "maxfx_q8_0_matmul", x, jnp.asarray(values, jnp.int8), jnp.asarray(scales, jnp.float16), n=int(values.shape[0])
+    )
 
 
 def q4_0_matmul(x: Any, packed: Any) -> jax.Array:

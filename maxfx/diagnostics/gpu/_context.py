@@ -42,7 +42,9 @@ class GPUDiagContext:
             self._errors.append(("nv", err))
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc_value: BaseException | None, traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc_value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         if self._nvml is not None:
             self._nvml.close()
         self._nvml = None

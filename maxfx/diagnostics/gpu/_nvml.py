@@ -36,7 +36,9 @@ class NVMLReader:
         except (AttributeError, TypeError, nvml.NVMLError):
             info = nvml.nvmlDeviceGetMemoryInfo(handle)
             reserved = None
-        return MemoryStats(total_bytes=int(info.total), free_bytes=int(info.free), used_bytes=int(info.used), reserved_bytes=reserved)
+        return MemoryStats(
+            total_bytes=int(info.total), free_bytes=int(info.free), used_bytes=int(info.used), reserved_bytes=reserved
+        )
 
     def _utilization(self, handle: Any) -> UtilizationStats:
         rates = self._nvml.nvmlDeviceGetUtilizationRates(handle)

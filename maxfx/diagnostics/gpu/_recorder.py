@@ -44,7 +44,9 @@ class BackgroundRecorder:
             RuntimeError: the recorder has not finished (read it after the ``with`` block).
         """
         if self._stats is None:
-            raise RuntimeError("BackgroundRecorder.stats: the recorder has not finished yet; read stats after its with block exits")
+            raise RuntimeError(
+                "BackgroundRecorder.stats: the recorder has not finished yet; read stats after its with block exits"
+            )
         return self._stats
 
     def __enter__(self) -> BackgroundRecorder:
@@ -62,7 +64,9 @@ class BackgroundRecorder:
         while not self._stop.wait(self._interval):
             self._samples.append(self._context.get_stats())
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc_value: BaseException | None, traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc_value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         if self._thread is None:
             return
         self._stop.set()

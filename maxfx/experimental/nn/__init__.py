@@ -12,7 +12,14 @@ from maxfx.experimental.nn._fields import StaticFieldWarning, static_field
 from maxfx.experimental.nn._layers import Embedding, Linear, ModuleList, Sequential
 from maxfx.experimental.nn._quantized_linear import QuantizedLinear
 from maxfx.experimental.nn.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
-from maxfx.experimental.nn.module import CompiledModel, Module, PinnedDeviceTensor, module_dataclass, replace_module, subgraphable
+from maxfx.experimental.nn.module import (
+    CompiledModel,
+    Module,
+    PinnedDeviceTensor,
+    module_dataclass,
+    replace_module,
+    subgraphable,
+)
 from maxfx.experimental.nn.norm import GemmaRMSNorm, GroupNorm, LayerNorm, RMSNorm
 from maxfx.experimental.nn.rope import RotaryEmbedding, TransposedRotaryEmbedding
 

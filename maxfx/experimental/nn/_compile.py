@@ -39,7 +39,9 @@ def _check_arity(name: str, entry: Callable[..., Any], input_types: Sequence[Typ
     if not len(required) <= len(input_types) <= len(positional):
         raise TypeError(
             f"{name}.compile: got {len(input_types)} input type(s) but forward takes "
-            f"{len(required)}" + (f" to {len(positional)}" if len(positional) != len(required) else "") + f" positional argument(s) ({', '.join(p.name for p in positional)})"
+            f"{len(required)}"
+            + (f" to {len(positional)}" if len(positional) != len(required) else "")
+            + f" positional argument(s) ({', '.join(p.name for p in positional)})"
         )
 
 
@@ -94,14 +96,23 @@ class _SubgraphSequential:
 
     def __call__(self, x: Any) -> Any:
         if not isinstance(x, Tensor) or x._gv is None:
-            raise TypeError(f"compile(use_subgraphs=True): a Sequential of identical blocks takes one graph-valued Tensor, got {type(x).__name__}")
+            raise TypeError(
+                "compile(use_subgraphs=True): a Sequential of identical blocks takes one graph-valued Tensor, got "
+                f"{type(x).__name__}"
+            )
         sub = Graph.current.add_subgraph(f"{self.prefix or 'sequential.'}block", input_types=[x._gv.type])
         with sub:
-            weights = {n: sub.add_weight(Weight(n, t.dtype, [int(d) for d in t.shape], DeviceRef.from_device(t.device))) for n, t in self.template.parameters}
+            weights = {
+                n: sub.add_weight(Weight(n, t.dtype, [int(d) for d in t.shape], DeviceRef.from_device(t.device)))
+                for n, t in self.template.parameters
+            }
             block = self.template.map_parameters(lambda n, t: Tensor.from_graph_value(weights[n]))
             out = block(Tensor.from_graph_value(sub.inputs[0]))
             if not isinstance(out, Tensor) or out._gv is None:
-                raise TypeError(f"compile(use_subgraphs=True): a block of a Sequential must return one Tensor, got {type(out).__name__}")
+                raise TypeError(
+                    "compile(use_subgraphs=True): a block of a Sequential must return one Tensor, got "
+                    f"{type(out).__name__}"
+                )
             sub.output(out._gv)
         h = x._gv
         for i in range(self.n):
@@ -124,7 +135,9 @@ def _host_or_array(value: Any) -> Any:
     return value._array() if isinstance(value, Tensor) else as_array(value)
 
 
-def _parameter_values(module: Any, params: list[tuple[str, Tensor]], weights: Mapping[str, Any] | None) -> dict[str, Any]:
+def _parameter_values(
+    module: Any, params: list[tuple[str, Tensor]], weights: Mapping[str, Any] | None
+) -> dict[str, Any]:
     """Parameter name → array to compile with: the parameter's own, or its override from ``weights``."""
     name = type(module).__name__
     overrides = dict(weights or {})
@@ -139,18 +152,33 @@ def _parameter_values(module: Any, params: list[tuple[str, Tensor]], weights: Ma
         arr = _host_or_array(overrides[n])
         given, shape = DType.from_numpy(arr.dtype), [int(d) for d in t.shape]
         if given is not t.dtype or list(arr.shape) != shape:
-            raise ValueError(f"{name}.compile: weights[{n!r}] is {given.name}{list(arr.shape)}, but the parameter is {t.dtype.name}{shape}")
+            raise ValueError(
+                f"{name}.compile: weights[{n!r}] is {given.name}{list(arr.shape)}, but the parameter is "
+                f"{t.dtype.name}{shape}"
+            )
         values[n] = arr
     return values
 
 
-def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[str, Any] | None, *, entry: Callable[..., Any], use_subgraphs: bool = False) -> CompiledModel:
-    """`Module.compile`: ``entry`` is the method traced (``forward`` or ``__call__``), checked against ``input_types``."""
+def compile_module(
+    module: Any,
+    input_types: Sequence[Type],
+    weights: Mapping[str, Any] | None,
+    *,
+    entry: Callable[..., Any],
+    use_subgraphs: bool = False,
+) -> CompiledModel:
+    """`Module.compile`: ``entry`` is the method traced (``forward`` or ``__call__``), checked against
+    ``input_types``.
+    """
     name = type(module).__name__
     input_types = [t.to_type() if isinstance(t, TensorLayout) else t for t in input_types]  # MAX's layout specs
     for i, t in enumerate(input_types):
         if not isinstance(t, Type):
-            raise TypeError(f"{name}.compile: input type {i} must be a TensorType, TensorLayout (or other graph Type), got {type(t).__name__}")
+            raise TypeError(
+                f"{name}.compile: input type {i} must be a TensorType, TensorLayout (or other graph Type), got "
+                f"{type(t).__name__}"
+            )
     _check_arity(name, entry, input_types)
     params = list(module.parameters)
     values = _parameter_values(module, params, weights)
@@ -159,9 +187,17 @@ def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[st
     graph = Graph(name, input_types=list(input_types))
     with graph:
         # A grouped block's weights are declared by its subgraph's calls (under their prefixes), the others here.
-        graph_values = {n: graph.add_weight(Weight(n, t.dtype, [int(d) for d in t.shape], DeviceRef.from_device(t.device))) for n, t in params if n not in in_group}
-        traced = module.map_parameters(lambda n, t: Tensor.from_graph_value(graph_values[n]) if n in graph_values else t)
-        copy_call_hooks(zip([m for _, m in module._walk("")], [m for _, m in traced._walk("")]))  # e.g. a PrintHook's prints
+        graph_values = {
+            n: graph.add_weight(Weight(n, t.dtype, [int(d) for d in t.shape], DeviceRef.from_device(t.device)))
+            for n, t in params
+            if n not in in_group
+        }
+        traced = module.map_parameters(
+            lambda n, t: Tensor.from_graph_value(graph_values[n]) if n in graph_values else t
+        )
+        copy_call_hooks(
+            zip([m for _, m in module._walk("")], [m for _, m in traced._walk("")])
+        )  # e.g. a PrintHook's prints
         for prefix, seq in groups.items():
             grouped = _SubgraphSequential(list(seq)[0], prefix, len(seq))
             if prefix:

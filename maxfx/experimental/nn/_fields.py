@@ -210,9 +210,16 @@ class StaticValue:
                 return
             except TypeError:
                 self._hash = hash(type(value))
-                _warn_once(owner, field, f"holds an unhashable {type(value).__name__} in a static place: it is compared with == on every jax.jit call. Make it hashable (a tuple, a frozen dataclass).")
+                _warn_once(
+                    owner,
+                    field,
+                    f"holds an unhashable {type(value).__name__} in a static place: it is compared with == on every "
+                    "jax.jit call. Make it hashable (a tuple, a frozen dataclass).",
+                )
                 return
-        where = "in a static field" if declared_static else "in a data field; only Tensors are parameters, so it is static"
+        where = (
+            "in a static field" if declared_static else "in a data field; only Tensors are parameters, so it is static"
+        )
         _warn_once(
             owner,
             field,

@@ -85,7 +85,9 @@ class Embedding(Module):
     def __init__(self, vocab_size: int, *, dim: int | None = None, dims: Sequence[int] | None = None):
         if (dim is None) == (dims is None):
             raise TypeError("Embedding: give exactly one of dim= or dims=")
-        shape = [_dim(vocab_size, "Embedding: vocab_size")] + ([_dim(dim, "Embedding: dim")] if dim is not None else [_dim(d, "Embedding: dims") for d in dims])
+        shape = [_dim(vocab_size, "Embedding: vocab_size")] + (
+            [_dim(dim, "Embedding: dim")] if dim is not None else [_dim(d, "Embedding: dims") for d in dims]
+        )
         self.weight = random.normal(shape)
 
     @property

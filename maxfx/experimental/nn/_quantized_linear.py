@@ -27,7 +27,9 @@ def _encoding(encoding: Any) -> QuantizationEncoding:
             if member.is_gguf and member.value == encoding.upper():
                 return member
     supported = ", ".join(m.value for m in QuantizationEncoding if m.is_gguf)
-    raise ValueError(f"QuantizedLinear: unsupported encoding {encoding!r}; expected a GGUF QuantizationEncoding ({supported})")
+    raise ValueError(
+        f"QuantizedLinear: unsupported encoding {encoding!r}; expected a GGUF QuantizationEncoding ({supported})"
+    )
 
 
 class QuantizedLinear(Module):
@@ -55,7 +57,10 @@ class QuantizedLinear(Module):
         if weight.dtype is not DType.uint8 or weight.rank != 2:
             raise ValueError(f"QuantizedLinear: weight must be a uint8 matrix of {enc.value} blocks, got {weight.type}")
         if int(weight.shape[1]) % enc.block_size:
-            raise ValueError(f"QuantizedLinear: weight rows of {int(weight.shape[1])} bytes are not whole {enc.value} blocks of {enc.block_size} bytes")
+            raise ValueError(
+                f"QuantizedLinear: weight rows of {int(weight.shape[1])} bytes are not whole {enc.value} blocks of "
+                f"{enc.block_size} bytes"
+            )
         self.weight = weight
         self.bias = 0 if bias is None else bias
         self.encoding = enc

@@ -46,7 +46,14 @@ def call_as_subgraph(module: Any, name: str | None, args: tuple, kwargs: dict) -
     input_types = [values[i]._gv.type if values[i]._gv is not None else values[i].type for i in slots]
     param_types = [t.type if t._gv is None else t._gv.type for _, t in params]
     structure = (type(module), jax.tree_util.tree_structure(module)) if name is None else ("name", name)
-    key = (structure, len(args), tuple(keys), statics, tuple(map(str, input_types)), tuple((n, str(t)) for (n, _), t in zip(params, param_types)))
+    key = (
+        structure,
+        len(args),
+        tuple(keys),
+        statics,
+        tuple(map(str, input_types)),
+        tuple((n, str(t)) for (n, _), t in zip(params, param_types)),
+    )
     cache = graph.__dict__.setdefault("_subgraphable_calls", {})
     entry = cache.get(key)
     if entry is None:
@@ -62,7 +69,10 @@ def call_as_subgraph(module: Any, name: str | None, args: tuple, kwargs: dict) -
             out = body.forward(*bound[: len(args)], **dict(zip(keys, bound[len(args) :])))
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
             if not all(isinstance(o, Tensor) and o._gv is not None for o in outs):
-                raise TypeError(f"subgraphable {label}: forward must return a graph Tensor or a tuple of them, got {type(out).__name__}")
+                raise TypeError(
+                    f"subgraphable {label}: forward must return a graph Tensor or a tuple of them, got "
+                    f"{type(out).__name__}"
+                )
             sub.output(*[o._gv for o in outs])
         entry = cache[key] = (sub, isinstance(out, (tuple, list)), type(out))
     sub, is_seq, seq_type = entry

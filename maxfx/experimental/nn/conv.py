@@ -62,9 +62,22 @@ def _int_1d(layer: str, name: str, value: Any, minimum: int) -> int:
 
 
 def _setup_1d(
-    module: Module, layer: str, in_channels: int, out_channels: int, kernel_size: Any, dtype: DType | None, stride: Any, dilation: Any, num_groups: int, has_bias: bool, permute: bool, name: str | None
+    module: Module,
+    layer: str,
+    in_channels: int,
+    out_channels: int,
+    kernel_size: Any,
+    dtype: DType | None,
+    stride: Any,
+    dilation: Any,
+    num_groups: int,
+    has_bias: bool,
+    permute: bool,
+    name: str | None,
 ) -> None:
-    """The settings `Conv1d` and `ConvTranspose1d` share, checked and stored (weights and padding are each layer's own)."""
+    """The settings `Conv1d` and `ConvTranspose1d` share, checked and stored (weights and padding are each layer's
+    own).
+    """
     check_groups(layer, in_channels, out_channels, num_groups)
     module.in_channels, module.out_channels, module.num_groups = in_channels, out_channels, num_groups
     module.kernel_size = _int_1d(layer, "kernel_size", kernel_size, 1)
@@ -105,8 +118,12 @@ def _setup_nd(
     module.dilation = conv_tuple(layer, "dilation", dilation, nd)
 
 
-def _init_params(module: Module, shape: list[int], out_channels: int, has_bias: bool, dtype: DType | None, device: Any) -> None:
-    """MAX's initialisation: ``weight`` of ``shape`` and (with ``has_bias``) ``bias`` of ``[out_channels]``, both standard normal."""
+def _init_params(
+    module: Module, shape: list[int], out_channels: int, has_bias: bool, dtype: DType | None, device: Any
+) -> None:
+    """MAX's initialisation: ``weight`` of ``shape`` and (with ``has_bias``) ``bias`` of ``[out_channels]``, both
+    standard normal.
+    """
     module.weight = random.normal(shape, dtype=dtype, device=device)
     module.bias = random.normal([out_channels], dtype=dtype, device=device) if has_bias else 0
     module.device = module.weight.device
@@ -135,15 +152,45 @@ class _ConvNd(Module):
     _conv: Any
     _filter_layouts: tuple[FilterLayout, FilterLayout]
 
-    def _build(self, kernel_size: Any, in_channels: int, out_channels: int, dtype: DType | None, stride: Any, padding: Any, dilation: Any, num_groups: int, device: Any, has_bias: bool, permute: bool, name: str | None) -> None:
-        _setup_nd(self, type(self).__name__, self._nd, kernel_size, in_channels, out_channels, num_groups, dtype, stride, padding, dilation, has_bias, permute, name)
+    def _build(
+        self,
+        kernel_size: Any,
+        in_channels: int,
+        out_channels: int,
+        dtype: DType | None,
+        stride: Any,
+        padding: Any,
+        dilation: Any,
+        num_groups: int,
+        device: Any,
+        has_bias: bool,
+        permute: bool,
+        name: str | None,
+    ) -> None:
+        _setup_nd(
+            self,
+            type(self).__name__,
+            self._nd,
+            kernel_size,
+            in_channels,
+            out_channels,
+            num_groups,
+            dtype,
+            stride,
+            padding,
+            dilation,
+            has_bias,
+            permute,
+            name,
+        )
         self.num_groups = num_groups
         cin = in_channels // num_groups
         shape = [out_channels, cin, *self.kernel_size] if permute else [*self.kernel_size, cin, out_channels]
         _init_params(self, shape, out_channels, has_bias, dtype, device)
 
     def forward(self, x: Tensor) -> Tensor:
-        """Channels-last ``[N, *spatial, in_channels]`` -> ``[N, *spatial', out_channels]`` (both channels-first with ``permute``).
+        """Channels-last ``[N, *spatial, in_channels]`` -> ``[N, *spatial', out_channels]`` (both channels-first with
+        ``permute``).
 
         Raises:
             ValueError: ``x`` has the wrong rank or channel count, or the output would be empty.
@@ -205,7 +252,20 @@ class Conv2d(_ConvNd):
         permute: bool = False,
         name: str | None = None,
     ) -> None:
-        self._build(kernel_size, in_channels, out_channels, dtype, stride, padding, dilation, num_groups, device, has_bias, permute, name)
+        self._build(
+            kernel_size,
+            in_channels,
+            out_channels,
+            dtype,
+            stride,
+            padding,
+            dilation,
+            num_groups,
+            device,
+            has_bias,
+            permute,
+            name,
+        )
 
 
 # ─── Conv3d ──────────────────────────────────────────────────────────────
@@ -253,7 +313,20 @@ class Conv3d(_ConvNd):
         permute: bool = False,
         name: str | None = None,
     ) -> None:
-        self._build(kernel_size, in_channels, out_channels, dtype, stride, padding, dilation, num_groups, device, has_bias, permute, name)
+        self._build(
+            kernel_size,
+            in_channels,
+            out_channels,
+            dtype,
+            stride,
+            padding,
+            dilation,
+            num_groups,
+            device,
+            has_bias,
+            permute,
+            name,
+        )
 
 
 # ─── Conv1d ──────────────────────────────────────────────────────────────
@@ -298,7 +371,20 @@ class Conv1d(Module):
         name: str | None = None,
     ) -> None:
         layer = "Conv1d"
-        _setup_1d(self, layer, in_channels, out_channels, kernel_size, dtype, stride, dilation, num_groups, has_bias, permute, name)
+        _setup_1d(
+            self,
+            layer,
+            in_channels,
+            out_channels,
+            kernel_size,
+            dtype,
+            stride,
+            dilation,
+            num_groups,
+            has_bias,
+            permute,
+            name,
+        )
         if isinstance(padding, str):
             if padding != "same":
                 raise ValueError(f"Conv1d only supports padding='same' or an integer/tuple, got {padding!r}")
@@ -307,7 +393,9 @@ class Conv1d(Module):
         else:
             self.padding = padding_1d(layer, padding)
         k = self.kernel_size
-        shape = [out_channels, in_channels // num_groups, k] if permute else [k, in_channels // num_groups, out_channels]
+        shape = (
+            [out_channels, in_channels // num_groups, k] if permute else [k, in_channels // num_groups, out_channels]
+        )
         _init_params(self, shape, out_channels, has_bias, dtype, device)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -381,14 +469,32 @@ class ConvTranspose1d(Module):
         name: str | None = None,
     ) -> None:
         layer = "ConvTranspose1d"
-        _setup_1d(self, layer, in_channels, out_channels, kernel_size, dtype, stride, dilation, num_groups, has_bias, permute, name)
+        _setup_1d(
+            self,
+            layer,
+            in_channels,
+            out_channels,
+            kernel_size,
+            dtype,
+            stride,
+            dilation,
+            num_groups,
+            has_bias,
+            permute,
+            name,
+        )
         self.padding = padding_1d(layer, padding)
         op = _int_1d(layer, "output_padding", output_padding, 0)
         if op >= self.stride and op >= self.dilation:
-            raise ValueError(f"{layer}: output_padding must be smaller than stride or dilation, got output_padding={op} with stride={self.stride}, dilation={self.dilation}")
+            raise ValueError(
+                f"{layer}: output_padding must be smaller than stride or dilation, got output_padding={op} with "
+                f"stride={self.stride}, dilation={self.dilation}"
+            )
         self.output_padding = (0, op)
         k = self.kernel_size
-        shape = [in_channels, out_channels // num_groups, k] if permute else [k, out_channels, in_channels // num_groups]
+        shape = (
+            [in_channels, out_channels // num_groups, k] if permute else [k, out_channels, in_channels // num_groups]
+        )
         _init_params(self, shape, out_channels, has_bias, dtype, device)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -483,13 +589,35 @@ class ConvTranspose2d(Module):
         name: str | None = None,
     ) -> None:
         layer = "ConvTranspose2d"
-        _setup_nd(self, layer, 2, kernel_size, in_channels, out_channels, 1, dtype, stride, padding, dilation, has_bias, permute, name)
+        _setup_nd(
+            self,
+            layer,
+            2,
+            kernel_size,
+            in_channels,
+            out_channels,
+            1,
+            dtype,
+            stride,
+            padding,
+            dilation,
+            has_bias,
+            permute,
+            name,
+        )
         op = conv_tuple(layer, "output_padding", output_padding, 2, 0)
         for o, s, d in zip(op, self.stride, self.dilation):
             if o >= s and o >= d:
-                raise ValueError(f"{layer}: each output_padding must be smaller than its stride or its dilation, got output_padding={op} with stride={self.stride}, dilation={self.dilation}")
+                raise ValueError(
+                    f"{layer}: each output_padding must be smaller than its stride or its dilation, got "
+                    f"output_padding={op} with stride={self.stride}, dilation={self.dilation}"
+                )
         self.output_padding = op
-        shape = [in_channels, out_channels, *self.kernel_size] if permute else [*self.kernel_size, out_channels, in_channels]
+        shape = (
+            [in_channels, out_channels, *self.kernel_size]
+            if permute
+            else [*self.kernel_size, out_channels, in_channels]
+        )
         _init_params(self, shape, out_channels, has_bias, dtype, device)
 
     def forward(self, x: Tensor) -> Tensor:

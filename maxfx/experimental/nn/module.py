@@ -53,7 +53,15 @@ from maxfx.experimental.nn._hooks import _CALL_HOOKS, add_call_hook
 from maxfx.experimental.nn._subgraph import call_as_subgraph, in_graph_call
 from maxfx.experimental.sharding import DeviceMapping, DeviceMesh, distribute
 
-__all__ = ["CompiledModel", "Module", "PinnedDeviceTensor", "add_call_hook", "module_dataclass", "replace_module", "subgraphable"]
+__all__ = [
+    "CompiledModel",
+    "Module",
+    "PinnedDeviceTensor",
+    "add_call_hook",
+    "module_dataclass",
+    "replace_module",
+    "subgraphable",
+]
 
 _M = TypeVar("_M", bound="Module")
 
@@ -67,7 +75,6 @@ _M = TypeVar("_M", bound="Module")
 
 # Exact node types, checked by identity before the isinstance below (subclasses still reach it).
 _NODES: set[type] = {Tensor}
-
 
 
 def _is_node(value: Any) -> bool:
@@ -108,7 +115,11 @@ def _split_fields(module: Module) -> tuple[list[str], list[Any], tuple]:
             layout.append((name, StaticValue(value, owner, name, False)))
             continue
         nodes = [leaf if isinstance(leaf, (Tensor, Module)) else None for leaf in leaves]
-        statics = tuple((i, StaticValue(leaf, owner, name, False)) for i, (leaf, node) in enumerate(zip(leaves, nodes)) if node is None)
+        statics = tuple(
+            (i, StaticValue(leaf, owner, name, False))
+            for i, (leaf, node) in enumerate(zip(leaves, nodes))
+            if node is None
+        )
         names.append(name)
         children.append(treedef.unflatten(nodes))
         layout.append((name, (treedef, statics)))
@@ -281,7 +292,9 @@ class Module:
             try:
                 dev = as_device(target, where)
             except TypeError:
-                raise TypeError(f"{where}() expects a Device, DeviceMesh, or DeviceMapping, got {type(target).__name__}") from None
+                raise TypeError(
+                    f"{where}() expects a Device, DeviceMesh, or DeviceMapping, got {type(target).__name__}"
+                ) from None
             primary, move = dev, (lambda t: t.to(dev))
         for _, m in self._walk(""):
             pinned = _pinned_device_fields(type(m))
@@ -397,11 +410,16 @@ class Module:
         names = [name for name, _ in self.parameters]
         missing = [n for n in names if n not in state]
         if missing:
-            raise KeyError(f"{type(self).__name__}.load_state_dict: missing parameter(s) {missing}; state has {sorted(state)[:10]}")
+            raise KeyError(
+                f"{type(self).__name__}.load_state_dict: missing parameter(s) {missing}; state has {sorted(state)[:10]}"
+            )
         if strict:
             extra = sorted(set(state) - set(names))
             if extra:
-                raise ValueError(f"{type(self).__name__}.load_state_dict: unexpected key(s) {extra} (strict=True); parameters are {names}")
+                raise ValueError(
+                    f"{type(self).__name__}.load_state_dict: unexpected key(s) {extra} (strict=True); parameters are "
+                    f"{names}"
+                )
         self._assign_checked({n: state[n] for n in names})
 
     def _assign_checked(self, new: Mapping[str, Any]) -> None:
@@ -411,16 +429,23 @@ class Module:
             old = current[name]
             t = _as_tensor(value, name, device=old.device)
             if t.dtype is not old.dtype or list(t.shape) != list(old.shape):
-                raise ValueError(f"{type(self).__name__}: parameter {name!r} expects {old.dtype.name}{[int(d) for d in old.shape]}, got {t.dtype.name}{[int(d) for d in t.shape]}")
+                raise ValueError(
+                    f"{type(self).__name__}: parameter {name!r} expects {old.dtype.name}{[int(d) for d in old.shape]}, "
+                    f"got {t.dtype.name}{[int(d) for d in t.shape]}"
+                )
             converted[name] = t if t.device == old.device else t.to(old.device)
         self.apply_to_parameters(lambda name, t: converted.get(name, t))
 
     # -- compile -------------------------------------------------------------
     def input_types(self) -> tuple[Type, ...]:
         """Input types for `compile` (layers that know their input shape define this)."""
-        raise NotImplementedError(f"{type(self).__name__} does not define input_types(); pass TensorTypes to compile() explicitly")
+        raise NotImplementedError(
+            f"{type(self).__name__} does not define input_types(); pass TensorTypes to compile() explicitly"
+        )
 
-    def compile(self, *input_types: Type, weights: Mapping[str, Any] | None = None, use_subgraphs: bool = False) -> CompiledModel:
+    def compile(
+        self, *input_types: Type, weights: Mapping[str, Any] | None = None, use_subgraphs: bool = False
+    ) -> CompiledModel:
         """Trace the module into a Graph and compile it; returns a `CompiledModel` (callable on eager Tensors).
 
         Parameters become graph weights (arguments of the executable, never
@@ -448,7 +473,8 @@ class Module:
 
     # -- printing ------------------------------------------------------------
     def __rich_repr__(self) -> Iterator[tuple[str, Any]]:
-        """MAX's: the child modules, ``name=child`` (``rich``'s repr protocol; layers yield their constructor's arguments).
+        """MAX's: the child modules, ``name=child`` (``rich``'s repr protocol; layers yield their constructor's
+        arguments).
 
         A field holding several modules (a list, a dict) is shown once, by its
         field name, with its Tensors as their types.
@@ -507,8 +533,10 @@ def _check_dtype_kind(module: Module, name: str, old: Tensor, new: Tensor) -> No
     if before is None or after is None or before == after:
         return
     raise TypeError(
-        f"{type(module).__name__}.{name} is a Tensor of dtype {old.dtype.name}; the assigned Tensor has dtype {new.dtype.name} "
-        f"({after} where {before} is expected), which would fail only when the module runs; cast it first: value.cast(DType.{old.dtype.name})"
+        f"{type(module).__name__}.{name} is a Tensor of dtype {old.dtype.name}; the assigned Tensor has dtype "
+        f"{new.dtype.name} "
+        f"({after} where {before} is expected), which would fail only when the module runs; cast it first: "
+        f"value.cast(DType.{old.dtype.name})"
     )
 
 
@@ -548,7 +576,9 @@ def _for_repr(value: Any) -> Any:
 
 
 def _module_dataclass_rich_repr(self: Any) -> Iterator[tuple[Any, ...]]:
-    """MAX's repr of a `module_dataclass`: ``(name, value, default)`` per field; rich omits a value equal to its default."""
+    """MAX's repr of a `module_dataclass`: ``(name, value, default)`` per field; rich omits a value equal to its
+    default.
+    """
     for field in dataclasses.fields(self):
         value = getattr(self, field.name)
         if isinstance(value, Tensor) or field.default is dataclasses.MISSING:
@@ -644,7 +674,9 @@ def replace_module(root: Module, name: str, new: Module) -> Module:
         raise TypeError(f"replace_module: new must be a Module, got {type(new).__name__}")
     paths = dict(root.descendants)
     if name not in paths:
-        raise KeyError(f"replace_module: {type(root).__name__} has no descendant {name!r} (descendants: {sorted(paths)})")
+        raise KeyError(
+            f"replace_module: {type(root).__name__} has no descendant {name!r} (descendants: {sorted(paths)})"
+        )
     old = paths[name]
     parent_path, _, leaf = name.rpartition(".")
     parent = paths[parent_path] if parent_path else root
@@ -657,7 +689,9 @@ def replace_module(root: Module, name: str, new: Module) -> Module:
                 container = getattr(parent, head)
                 key: Any = int(rest) if isinstance(container, (list, tuple)) else rest
                 if isinstance(container, tuple):
-                    object.__setattr__(parent, head, type(container)(new if i == key else v for i, v in enumerate(container)))
+                    object.__setattr__(
+                        parent, head, type(container)(new if i == key else v for i, v in enumerate(container))
+                    )
                 else:
                     container[key] = new
             return old

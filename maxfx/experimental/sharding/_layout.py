@@ -55,11 +55,16 @@ class TensorLayout(DeviceMapping):
         if self._mapping.is_fully_resolved:
             for p in self._mapping.to_placements():
                 if isinstance(p, Sharded) and not 0 <= p.axis < len(self._shape):
-                    raise ValueError(f"{name}: {p!r} is out of range for the rank-{len(self._shape)} shape {list(self._shape)}")
+                    raise ValueError(
+                        f"{name}: {p!r} is out of range for the rank-{len(self._shape)} shape {list(self._shape)}"
+                    )
         elif isinstance(self._mapping, NamedMapping):  # compiler-only priorities: no placements, check the spec
             for i, entry in enumerate(self._mapping.spec):
                 if entry is not None and i >= len(self._shape):
-                    raise ValueError(f"{name}: spec entry {i} ({entry!r}) is out of range for the rank-{len(self._shape)} shape {list(self._shape)}")
+                    raise ValueError(
+                        f"{name}: spec entry {i} ({entry!r}) is out of range for the rank-{len(self._shape)} shape "
+                        f"{list(self._shape)}"
+                    )
 
     @property
     def dtype(self) -> DType:
@@ -93,7 +98,9 @@ class TensorLayout(DeviceMapping):
 
     @property
     def is_fully_resolved(self) -> bool:
-        """Whether eager dispatch can use this layout: the mapping's answer (False for a `NamedMapping` with priorities)."""
+        """Whether eager dispatch can use this layout: the mapping's answer (False for a `NamedMapping` with
+        priorities).
+        """
         return self._mapping.is_fully_resolved
 
     def to_placements(self) -> tuple[Placement, ...]:

@@ -93,7 +93,9 @@ class PlacementMapping(DeviceMapping):
             raise ValueError(f"Need one placement per mesh axis ({self._mesh.ndim}), got {len(self._placements)}.")
         for p in self._placements:
             if not isinstance(p, Placement):
-                raise TypeError(f"PlacementMapping: placements must be Replicated(), Sharded(axis) or Partial(), got {p!r}")
+                raise TypeError(
+                    f"PlacementMapping: placements must be Replicated(), Sharded(axis) or Partial(), got {p!r}"
+                )
 
     @property
     def mesh(self) -> DeviceMesh:
@@ -210,13 +212,19 @@ class NamedMapping(DeviceMapping):
         if _mesh is None:
             _mesh = get_active_mesh()
             if _mesh is None:
-                raise ValueError("NamedMapping needs a mesh to resolve its spec against: pass one, or build it inside mesh_context(mesh)")
+                raise ValueError(
+                    "NamedMapping needs a mesh to resolve its spec against: pass one, or build it inside "
+                    "mesh_context(mesh)"
+                )
         if not isinstance(_mesh, DeviceMesh):
             raise TypeError(f"NamedMapping: expected a DeviceMesh, got {type(_mesh).__name__}")
         original = _check_spec(_spec if _original_spec is None else _original_spec)
         given = _check_spec(_spec)
         if isinstance(_unreduced, str):
-            raise TypeError(f"NamedMapping: unreduced is a set of mesh axis names, got the string {_unreduced!r} (write {{{_unreduced!r}}})")
+            raise TypeError(
+                f"NamedMapping: unreduced is a set of mesh axis names, got the string {_unreduced!r} (write "
+                f"{{{_unreduced!r}}})"
+            )
         unreduced_set = frozenset(_unreduced)
         for name in unreduced_set:
             if not isinstance(name, str):
@@ -228,7 +236,9 @@ class NamedMapping(DeviceMapping):
         if priorities and len(priorities) != len(given):
             raise ValueError(f"priorities length ({len(priorities)}) must match spec length ({len(given)}).")
         if _memory_kind is not None and not isinstance(_memory_kind, str):
-            raise TypeError(f"NamedMapping: memory_kind is a str (e.g. 'device') or None, got {type(_memory_kind).__name__}")
+            raise TypeError(
+                f"NamedMapping: memory_kind is a str (e.g. 'device') or None, got {type(_memory_kind).__name__}"
+            )
         names = set(_mesh.axis_names)
         resolved = tuple(_resolve_entry(entry, names) for entry in given)
         unreduced_set &= names
@@ -321,7 +331,10 @@ class NamedMapping(DeviceMapping):
                 splitting two tensor dims.
         """
         if self._priorities:
-            raise ConversionError(f"{self}: priorities {self._priorities} are compiler-only annotations with no placements; drop them for eager use")
+            raise ConversionError(
+                f"{self}: priorities {self._priorities} are compiler-only annotations with no placements; drop them "
+                "for eager use"
+            )
         out: list[Placement] = [Replicated()] * self._mesh.ndim
         for dim, entry in enumerate(self._spec):
             for name in _axes(entry):
@@ -337,13 +350,16 @@ class NamedMapping(DeviceMapping):
         return self
 
     def named_sharding(self) -> Any:
-        """The ``jax.sharding.NamedSharding`` of this layout (with `memory_kind`; priorities, compiler hints, are dropped).
+        """The ``jax.sharding.NamedSharding`` of this layout (with `memory_kind`; priorities, compiler hints, are
+        dropped).
 
         Raises:
             ConversionError: unreduced axes (JAX arrays hold reduced values).
         """
         if self._unreduced:
-            raise ConversionError(f"{self}: partial sums over {sorted(self._unreduced)} have no NamedSharding; reduce them first")
+            raise ConversionError(
+                f"{self}: partial sums over {sorted(self._unreduced)} have no NamedSharding; reduce them first"
+            )
         return NamedSharding(self._mesh.jax_mesh(), PartitionSpec(*self._spec), memory_kind=self._memory_kind)
 
     def __repr__(self) -> str:
@@ -360,7 +376,9 @@ def _check_spec(spec: Any) -> tuple[SpecEntry, ...]:
         TypeError: not a sequence, or an entry that is not a name, a tuple of names or None.
     """
     if isinstance(spec, str) or not isinstance(spec, Sequence):
-        raise TypeError(f"NamedMapping: spec is a tuple with one entry per tensor dim, got {type(spec).__name__} {spec!r}")
+        raise TypeError(
+            f"NamedMapping: spec is a tuple with one entry per tensor dim, got {type(spec).__name__} {spec!r}"
+        )
     out: list[SpecEntry] = []
     for i, entry in enumerate(spec):
         if entry is None or isinstance(entry, str):
@@ -368,7 +386,9 @@ def _check_spec(spec: Any) -> tuple[SpecEntry, ...]:
         elif isinstance(entry, (tuple, list)) and all(isinstance(n, str) for n in entry):
             out.append(tuple(entry))
         else:
-            raise TypeError(f"NamedMapping: spec entry {i} must be a mesh axis name, a tuple of names or None, got {entry!r}")
+            raise TypeError(
+                f"NamedMapping: spec entry {i} must be a mesh axis name, a tuple of names or None, got {entry!r}"
+            )
     return tuple(out)
 
 
@@ -410,7 +430,9 @@ def shard_slices(shape: Sequence[int], mapping: DeviceMapping, coord: Sequence[i
     for ax, p in enumerate(mapping.to_placements()):
         if isinstance(p, Sharded):
             if not 0 <= p.axis < len(bounds):
-                raise ValueError(f"{mapping}: Sharded(axis={p.axis}) is out of range for a tensor of shape {list(shape)}")
+                raise ValueError(
+                    f"{mapping}: Sharded(axis={p.axis}) is out of range for a tensor of shape {list(shape)}"
+                )
             lo, hi = bounds[p.axis]
             sizes = shard_sizes(hi - lo, mesh.mesh_shape[ax])
             start = lo + sum(sizes[: coord[ax]])
@@ -456,5 +478,3 @@ def local_shard_shape(shape: Sequence[Any], mapping: DeviceMapping, device_index
         hi - lo if i in split and isinstance(d, StaticDim) else int(d) if isinstance(d, StaticDim) else d
         for i, ((lo, hi), d) in enumerate(zip(bounds, dims))
     ]
-
-

@@ -74,13 +74,18 @@ class DeviceMesh:
         if len(self.devices) != expected:
             raise ValueError(f"mesh_shape {self.mesh_shape} expects {expected} devices, got {len(self.devices)}")
         if len(self.axis_names) != len(self.mesh_shape):
-            raise ValueError(f"axis_names length ({len(self.axis_names)}) must match mesh_shape rank ({len(self.mesh_shape)})")
+            raise ValueError(
+                f"axis_names length ({len(self.axis_names)}) must match mesh_shape rank ({len(self.mesh_shape)})"
+            )
         if len(set(self.axis_names)) != len(self.axis_names):
             raise ValueError(f"axis_names must be unique, got {self.axis_names}")
         if len(self.devices) > 1:
             unique = len(set(self.devices))
             if unique not in (1, len(self.devices)):
-                raise ValueError(f"DeviceMesh requires either all-same devices (simulated) or all-distinct devices (multi-device), but got {unique} unique devices for {len(self.devices)} slots.")
+                raise ValueError(
+                    "DeviceMesh requires either all-same devices (simulated) or all-distinct devices (multi-device), "
+                    f"but got {unique} unique devices for {len(self.devices)} slots."
+                )
 
     @staticmethod
     def from_jax(mesh: Mesh) -> DeviceMesh:

@@ -83,7 +83,9 @@ class Sharded(Placement):
 
     def __post_init__(self) -> None:
         if isinstance(self.axis, bool) or not isinstance(self.axis, numbers.Integral):
-            raise TypeError(f"Sharded: axis must be an int (the tensor axis to split), got {type(self.axis).__name__} {self.axis!r}")
+            raise TypeError(
+                f"Sharded: axis must be an int (the tensor axis to split), got {type(self.axis).__name__} {self.axis!r}"
+            )
         if not isinstance(self.even, bool):
             raise TypeError(f"Sharded: even must be a bool, got {type(self.even).__name__} {self.even!r}")
         object.__setattr__(self, "axis", int(self.axis))

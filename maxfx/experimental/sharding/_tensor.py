@@ -43,7 +43,16 @@ from maxfx.experimental.sharding._mesh import DeviceMesh
 from maxfx.experimental.sharding._placements import Partial, ReduceOp, Replicated, Sharded
 from maxfx.graph import ops
 
-__all__ = ["DistributedTensor", "ShardingError", "as_mapping", "assemble", "distribute", "filled", "from_shards", "redistribute"]
+__all__ = [
+    "DistributedTensor",
+    "ShardingError",
+    "as_mapping",
+    "assemble",
+    "distribute",
+    "filled",
+    "from_shards",
+    "redistribute",
+]
 
 
 class ShardingError(ValueError):
@@ -72,7 +81,10 @@ class DistributedTensor(Tensor):
     __slots__ = ("_shards", "_mapping", "_shape")
 
     def __init__(self, *args: Any, **kwargs: Any):
-        raise TypeError("DistributedTensor: build one with sharding.distribute, sharding.from_shards or Tensor.zeros(shape, device=mapping)")
+        raise TypeError(
+            "DistributedTensor: build one with sharding.distribute, sharding.from_shards or Tensor.zeros(shape, "
+            "device=mapping)"
+        )
 
     @classmethod
     def _make(cls, shards: Sequence[Tensor], mapping: PlacementMapping) -> DistributedTensor:
@@ -157,8 +169,13 @@ class DistributedTensor(Tensor):
         named = self._mapping.to_named_sharding(self.rank)
         sizes = {tuple(int(d) for d in s.shape) for s in self._shards}
         if named.unreduced or self.mesh.is_simulated or len(sizes) != 1:
-            raise ShardingError(f"jax_array: {self._mapping} with shard shapes {sorted(sizes)} has no NamedSharding (needs real devices, even shards, no Partial)")
-        return jax.make_array_from_single_device_arrays(tuple(int(d) for d in self._shape), named.named_sharding(), [s._array() for s in self._shards])
+            raise ShardingError(
+                f"jax_array: {self._mapping} with shard shapes {sorted(sizes)} has no NamedSharding (needs real "
+                "devices, even shards, no Partial)"
+            )
+        return jax.make_array_from_single_device_arrays(
+            tuple(int(d) for d in self._shape), named.named_sharding(), [s._array() for s in self._shards]
+        )
 
     def to(self, target: Any) -> Tensor:
         """The tensor on ``target``: a Device (the assembled tensor), a DeviceMesh (replicated) or a mapping."""
@@ -167,7 +184,9 @@ class DistributedTensor(Tensor):
         return redistribute(self, target)
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        raise TypeError("DistributedTensor.__setitem__: distributed tensors are immutable; assemble or redistribute first")
+        raise TypeError(
+            "DistributedTensor.__setitem__: distributed tensors are immutable; assemble or redistribute first"
+        )
 
     def __repr__(self) -> str:
         head = f"DistributedTensor(dtype={self.dtype}, shape={list(self.shape)}, mapping={self._mapping})"
@@ -188,13 +207,20 @@ def _global_shape(shards: tuple[Tensor, ...], mapping: PlacementMapping) -> list
         if not isinstance(s, Tensor) or isinstance(s, DistributedTensor):
             raise TypeError(f"from_shards: shard {i} must be a single-device Tensor, got {type(s).__name__}")
         if s.dtype != first.dtype or s.rank != first.rank:
-            raise ShardingError(f"from_shards: shard {i} is {s.dtype.name}{list(s.shape)} but shard 0 is {first.dtype.name}{list(first.shape)}")
+            raise ShardingError(
+                f"from_shards: shard {i} is {s.dtype.name}{list(s.shape)} but shard 0 is "
+                f"{first.dtype.name}{list(first.shape)}"
+            )
     coords = list(mesh.coords())
     shape: list[Any] = list(first.shape)
     for dim in range(first.rank):
         axes = [ax for ax, p in enumerate(mapping.to_placements()) if isinstance(p, Sharded) and p.axis == dim]
         if axes:  # the shards at coordinate 0 on every other axis tile this dim
-            tiles = [s.shape[dim] for s, c in zip(shards, coords) if all(c[a] == 0 for a in range(mesh.ndim) if a not in axes)]
+            tiles = [
+                s.shape[dim]
+                for s, c in zip(shards, coords)
+                if all(c[a] == 0 for a in range(mesh.ndim) if a not in axes)
+            ]
             shape[dim] = functools.reduce(operator.add, tiles)  # named shard dims add up to an algebraic dim
             if isinstance(shape[dim], StaticDim):
                 shape[dim] = int(shape[dim])
@@ -238,7 +264,9 @@ def distribute(tensor: Any, target: Any) -> DistributedTensor:
         shape = [int(d) for d in tensor.shape]
     except TypeError:
         raise ShardingError(f"distribute: cannot lay out a tensor of symbolic shape {list(tensor.shape)}") from None
-    partial_sum = [ax for ax, p in enumerate(mapping.to_placements()) if isinstance(p, Partial) and p.reduce_op is ReduceOp.SUM]
+    partial_sum = [
+        ax for ax, p in enumerate(mapping.to_placements()) if isinstance(p, Partial) and p.reduce_op is ReduceOp.SUM
+    ]
     shards = []
     for dev, coord in zip(mapping.mesh.devices, mapping.mesh.coords()):
         bounds = shard_slices(shape, mapping, coord)
@@ -255,7 +283,9 @@ def filled(shape: Any, value: Any, dtype: Any, target: Any, where: str = "Tensor
     """``Tensor.full(shape, value)`` laid out by ``target``, made shard by shard on each device."""
     mapping = as_mapping(target, where)
     dims = [shape] if isinstance(shape, int) else list(shape)
-    partial_sum = [ax for ax, p in enumerate(mapping.to_placements()) if isinstance(p, Partial) and p.reduce_op is ReduceOp.SUM]
+    partial_sum = [
+        ax for ax, p in enumerate(mapping.to_placements()) if isinstance(p, Partial) and p.reduce_op is ReduceOp.SUM
+    ]
     shards = []
     for i, (dev, coord) in enumerate(zip(mapping.mesh.devices, mapping.mesh.coords())):
         local = local_shard_shape(dims, mapping, i)
@@ -331,10 +361,16 @@ class _Shardwise(Context):
                 raise ShardingError(f"{op.name}: operands live on different meshes ({mesh} and {x.mesh})")
             if not x.mapping.is_fully_replicated:
                 layouts = ", ".join(str(list(x.placements)) for x in dist)
-                raise ShardingError(f"{op.name}: no sharding rule for operands laid out as {layouts}; redistribute them to Replicated() first (sharding.redistribute) or work on .local_shards")
+                raise ShardingError(
+                    f"{op.name}: no sharding rule for operands laid out as {layouts}; redistribute them to "
+                    "Replicated() first (sharding.redistribute) or work on .local_shards"
+                )
         for x in inputs:
             if isinstance(x, Tensor) and not isinstance(x, DistributedTensor) and mesh.num_devices > 1:
-                raise ShardingError(f"{op.name}: a single-device tensor on {x.device} next to a tensor distributed over {mesh}; distribute it first")
+                raise ShardingError(
+                    f"{op.name}: a single-device tensor on {x.device} next to a tensor distributed over {mesh}; "
+                    "distribute it first"
+                )
         results = []
         for i in range(mesh.num_devices):
             local = [x.local_shards[i] if isinstance(x, DistributedTensor) else x for x in inputs]

@@ -91,5 +91,7 @@ def load_weights(paths: Iterable[os.PathLike[str] | str]) -> Weights:
     if fmt is WeightsFormat.pytorch:
         return PytorchWeights(files[0]) if len(files) == 1 else open_pytorch_checkpoints(files)
     if len(files) != 1:
-        raise ValueError(f"load_weights: GGUF checkpoints are single files, got {len(files)}: {[str(f) for f in files]}")
+        raise ValueError(
+            f"load_weights: GGUF checkpoints are single files, got {len(files)}: {[str(f) for f in files]}"
+        )
     return GGUFWeights(files[0])

@@ -97,7 +97,9 @@ class _GGUFSource(TensorSource):
             return TensorInfo(dtype, shape, dtype, shape, None, int(t.n_bytes), qtype.name)
         if qtype in self._packed:
             byte_shape = tuple(int(d) for d in self._gguf.quant_shape_to_byte_shape(shape, qtype))
-            return TensorInfo(DType.uint8, byte_shape, DType.float32, shape, self._packed[qtype], int(t.n_bytes), qtype.name)
+            return TensorInfo(
+                DType.uint8, byte_shape, DType.float32, shape, self._packed[qtype], int(t.n_bytes), qtype.name
+            )
         return TensorInfo(DType.float32, shape, DType.float32, shape, None, math.prod(shape) * 4, qtype.name)
 
     def read(self, name: str) -> np.ndarray:
@@ -122,7 +124,9 @@ class _GGUFSource(TensorSource):
         try:
             values = self._gguf.quants.dequantize(self.read_packed(name), t.tensor_type)
         except NotImplementedError:
-            raise ValueError(f"{self.label}: tensor {name!r} is {t.tensor_type.name}, which the gguf package cannot dequantize") from None
+            raise ValueError(
+                f"{self.label}: tensor {name!r} is {t.tensor_type.name}, which the gguf package cannot dequantize"
+            ) from None
         return np.asarray(values, np.float32).reshape(self._logical_shape(t))
 
     def convert(self, name: str, dtype: DType) -> np.ndarray:
@@ -135,8 +139,15 @@ class _GGUFSource(TensorSource):
         if dtype.is_float():
             values = self._dequantize(name) if qtype in self._packed else self.read(name)
             return values.astype(dtype.to_numpy(), copy=qtype not in self._packed)
-        hint = "dtype=None keeps the packed blocks" if qtype in self._packed else "dtype=None gives float32, DType.uint8 the packed blocks"
-        raise ValueError(f"Weight {name!r} in {self.label}: is {qtype.name}-quantized and cannot become {dtype}; use a float dtype to dequantize ({hint})")
+        hint = (
+            "dtype=None keeps the packed blocks"
+            if qtype in self._packed
+            else "dtype=None gives float32, DType.uint8 the packed blocks"
+        )
+        raise ValueError(
+            f"Weight {name!r} in {self.label}: is {qtype.name}-quantized and cannot become {dtype}; use a float dtype "
+            f"to dequantize ({hint})"
+        )
 
 
 class GGUFWeights(CheckpointWeights):
@@ -197,7 +208,9 @@ class GGUFWeights(CheckpointWeights):
             try:
                 values[key] = field.contents()
             except UnicodeDecodeError as e:
-                raise ValueError(f"{self._source.label}: corrupt GGUF file (key {key!r}): a string value is not UTF-8 ({e})") from None
+                raise ValueError(
+                    f"{self._source.label}: corrupt GGUF file (key {key!r}): a string value is not UTF-8 ({e})"
+                ) from None
         return values
 
     def raw_tensor(self) -> np.ndarray:

@@ -115,7 +115,8 @@ class TensorSource(abc.ABC):
             return np.asarray(self.read(name)).astype(dtype.to_numpy())
         raise ValueError(
             f"Weight {name!r} in {self.label}: is {info.dtype} in the checkpoint; "
-            f"converting it to {dtype} is not supported (only float-to-float conversions are; pass dtype=None to keep {info.dtype})"
+            f"converting it to {dtype} is not supported (only float-to-float conversions are; pass dtype=None to keep "
+            f"{info.dtype})"
         )
 
 
@@ -181,7 +182,10 @@ class Weights(Protocol):
 
     def __getattr__(self: _Self, attr: str) -> _Self:
         if attr.startswith("_"):
-            raise AttributeError(f"{type(self).__name__} has no attribute {attr!r} (for a weight name starting with '_', index: weights[{attr!r}])")
+            raise AttributeError(
+                f"{type(self).__name__} has no attribute {attr!r} (for a weight name starting with '_', index: "
+                f"weights[{attr!r}])"
+            )
         return _derive(self, _join(self._prefix, attr))
 
     def __getitem__(self: _Self, idx: int | str) -> _Self:
@@ -198,7 +202,9 @@ class Weights(Protocol):
             KeyError: no weight has the current name (the message suggests close names).
         """
         info = _info(self)
-        return WeightData(self._source.read(self._prefix), self._prefix, info.dtype, Shape(info.shape), info.quantization_encoding)
+        return WeightData(
+            self._source.read(self._prefix), self._prefix, info.dtype, Shape(info.shape), info.quantization_encoding
+        )
 
     def items(self: _Self) -> Iterator[tuple[str, _Self]]:
         """``(name, accessor)`` for every weight under the current prefix, in file order.
@@ -249,8 +255,14 @@ class Weights(Protocol):
             raise TypeError(f"allocate({name!r}): dtype must be a DType or None, got {type(dtype).__name__}")
         converting = dtype is not None and dtype is not info.dtype
         if quantization_encoding is not None and (converting or info.quantization_encoding is None):
-            reason = f"dtype={dtype} asks for unpacked values" if converting else f"the checkpoint holds an unquantized {info.dtype} tensor"
-            raise ValueError(f"Weight {name!r} in {source.label}: expected a quantized weight ({quantization_encoding}) but {reason}")
+            reason = (
+                f"dtype={dtype} asks for unpacked values"
+                if converting
+                else f"the checkpoint holds an unquantized {info.dtype} tensor"
+            )
+            raise ValueError(
+                f"Weight {name!r} in {source.label}: expected a quantized weight ({quantization_encoding}) but {reason}"
+            )
         if converting:
             value = source.convert(name, dtype)
             w_dtype, w_shape, encoding = dtype, tuple(value.shape), None

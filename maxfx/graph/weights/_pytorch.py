@@ -118,7 +118,9 @@ _TORCH_DTYPES: dict[str, DType] = {
 
 
 class CorruptCheckpointError(ValueError):
-    """A ``torch.save`` checkpoint is truncated, inconsistent or oversized (the message names the file and entry or tensor)."""
+    """A ``torch.save`` checkpoint is truncated, inconsistent or oversized (the message names the file and entry or
+    tensor).
+    """
 
 
 class ForbiddenGlobalError(pickle.UnpicklingError):
@@ -148,7 +150,10 @@ class _Immutable:
     __slots__ = ()
 
     def __setstate__(self, state: Any) -> None:
-        raise ForbiddenBuildError(f"refusing BUILD (set state) on {self._what()}; a state dict sets state only on OrderedDict, so the pickle tries to change a validated storage or the loader itself")
+        raise ForbiddenBuildError(
+            f"refusing BUILD (set state) on {self._what()}; a state dict sets state only on OrderedDict, so the pickle "
+            "tries to change a validated storage or the loader itself"
+        )
 
     def _what(self) -> str:
         return _short(self)
@@ -203,11 +208,28 @@ class TorchTensorInfo:
         return self.storage.dtype
 
 
-def _rebuild_tensor_v2(storage: Any, storage_offset: Any, size: Any, stride: Any, requires_grad: Any = False, backward_hooks: Any = None, metadata: Any = None) -> Any:
+def _rebuild_tensor_v2(
+    storage: Any,
+    storage_offset: Any,
+    size: Any,
+    stride: Any,
+    requires_grad: Any = False,
+    backward_hooks: Any = None,
+    metadata: Any = None,
+) -> Any:
     return ("tensor", storage, storage_offset, size, stride)
 
 
-def _rebuild_tensor_v3(storage: Any, storage_offset: Any, size: Any, stride: Any, requires_grad: Any, backward_hooks: Any, dtype: Any, metadata: Any = None) -> Any:
+def _rebuild_tensor_v3(
+    storage: Any,
+    storage_offset: Any,
+    size: Any,
+    stride: Any,
+    requires_grad: Any,
+    backward_hooks: Any,
+    dtype: Any,
+    metadata: Any = None,
+) -> Any:
     # The storage is untyped (bytes); offset, size and stride count elements of ``dtype``.
     if isinstance(storage, _Storage) and isinstance(dtype, _DTypeMarker):
         storage = _Storage(storage.key, dtype.dtype, storage.nbytes // dtype.dtype.size_in_bytes)
@@ -247,7 +269,10 @@ class _StateDict(collections.OrderedDict):
 
     def __setstate__(self, state: Any) -> None:
         if not (isinstance(state, dict) and all(isinstance(k, str) for k in state)):
-            raise ForbiddenBuildError(f"refusing BUILD (set state) {_short(state)} on an OrderedDict; expected a dict of attributes such as torch's _metadata")
+            raise ForbiddenBuildError(
+                f"refusing BUILD (set state) {_short(state)} on an OrderedDict; expected a dict of attributes such as "
+                "torch's _metadata"
+            )
 
 
 class RestrictedUnpickler(pickle.Unpickler):
@@ -269,7 +294,9 @@ class RestrictedUnpickler(pickle.Unpickler):
         ("torch._utils", "_rebuild_tensor_v2"): _Rebuilder("_rebuild_tensor_v2", _rebuild_tensor_v2),
         ("torch._utils", "_rebuild_tensor_v3"): _Rebuilder("_rebuild_tensor_v3", _rebuild_tensor_v3),
         ("torch._utils", "_rebuild_parameter"): _Rebuilder("_rebuild_parameter", _rebuild_parameter),
-        ("torch._utils", "_rebuild_parameter_with_state"): _Rebuilder("_rebuild_parameter_with_state", _rebuild_parameter),
+        ("torch._utils", "_rebuild_parameter_with_state"): _Rebuilder(
+            "_rebuild_parameter_with_state", _rebuild_parameter
+        ),
         ("collections", "OrderedDict"): _StateDict,
     }
 
@@ -288,12 +315,15 @@ class RestrictedUnpickler(pickle.Unpickler):
             return _DTypeMarker(_TORCH_DTYPES[name])
         raise ForbiddenGlobalError(
             f"{self._path}: refusing to load global '{module}.{name}' from the checkpoint's pickle; "
-            "a PyTorch state dict needs only tensors, storages and OrderedDict, so this file may run code when loaded by torch.load"
+            "a PyTorch state dict needs only tensors, storages and OrderedDict, so this file may run code when loaded "
+            "by torch.load"
         )
 
     def persistent_load(self, pid: Any) -> _Storage:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage" and isinstance(pid[1], _StorageType)):
-            raise pickle.UnpicklingError(f"{self._path}: unsupported persistent id {_short(pid)} in the checkpoint's pickle")
+            raise pickle.UnpicklingError(
+                f"{self._path}: unsupported persistent id {_short(pid)} in the checkpoint's pickle"
+            )
         _, storage_type, key, _location, numel = pid
         if not isinstance(key, str) or not isinstance(numel, int) or numel < 0:
             raise pickle.UnpicklingError(f"{self._path}: malformed storage reference {_short(pid)}")
@@ -344,20 +374,35 @@ class TorchCheckpoint:
                 self._entries = {i.filename: i for i in zf.infolist()}
                 pkl_names = [n for n in self._entries if n == "data.pkl" or n.endswith("/data.pkl")]
                 if len(pkl_names) != 1:
-                    raise CorruptCheckpointError(f"{self.path}: not a torch.save checkpoint: expected one data.pkl in the zip, found {len(pkl_names)}")
+                    raise CorruptCheckpointError(
+                        f"{self.path}: not a torch.save checkpoint: expected one data.pkl in the zip, found "
+                        f"{len(pkl_names)}"
+                    )
                 self._root = pkl_names[0][: -len("data.pkl")]
                 pickled = self._read_small(zf, pkl_names[0], _MAX_PICKLE_BYTES)
                 has_order = self._root + "byteorder" in self._entries
-                byteorder = self._read_small(zf, self._root + "byteorder", 16).decode(errors="replace").strip() if has_order else "little"
+                byteorder = (
+                    self._read_small(zf, self._root + "byteorder", 16).decode(errors="replace").strip()
+                    if has_order
+                    else "little"
+                )
         except zipfile.BadZipFile as e:
-            hint = " (legacy non-zip torch.save files are not supported)" if _looks_like_legacy_pickle(self.path) else ""
-            raise CorruptCheckpointError(f"{self.path}: not a zip-based PyTorch checkpoint or truncated: {e}{hint}") from None
+            hint = (
+                " (legacy non-zip torch.save files are not supported)" if _looks_like_legacy_pickle(self.path) else ""
+            )
+            raise CorruptCheckpointError(
+                f"{self.path}: not a zip-based PyTorch checkpoint or truncated: {e}{hint}"
+            ) from None
         except UnicodeDecodeError as e:  # zipfile decodes names flagged UTF-8 itself; a damaged name is not
-            raise CorruptCheckpointError(f"{self.path}: a zip entry name flagged as UTF-8 is not valid UTF-8 (damaged zip directory): {e}") from None
+            raise CorruptCheckpointError(
+                f"{self.path}: a zip entry name flagged as UTF-8 is not valid UTF-8 (damaged zip directory): {e}"
+            ) from None
         except (OSError, EOFError, zipfile.LargeZipFile, NotImplementedError) as e:
             raise CorruptCheckpointError(f"{self.path}: cannot read PyTorch checkpoint: {e}") from None
         if byteorder not in ("little", "big"):
-            raise CorruptCheckpointError(f"{self.path}: unknown byteorder record {byteorder!r}; expected 'little' or 'big'")
+            raise CorruptCheckpointError(
+                f"{self.path}: unknown byteorder record {byteorder!r}; expected 'little' or 'big'"
+            )
         self._big_endian = byteorder == "big"
         unpickler = RestrictedUnpickler(io.BytesIO(pickled), self.path)
         try:
@@ -367,14 +412,19 @@ class TorchCheckpoint:
         except ForbiddenBuildError as e:
             raise ForbiddenBuildError(f"{self.path}: {e}") from None
         except Exception as e:  # noqa: BLE001 - malformed pickles raise anything (RecursionError, MemoryError, ...)
-            raise CorruptCheckpointError(f"{self.path}: corrupt pickle in the checkpoint: {type(e).__name__}: {_short(str(e))}") from None
+            raise CorruptCheckpointError(
+                f"{self.path}: corrupt pickle in the checkpoint: {type(e).__name__}: {_short(str(e))}"
+            ) from None
         self.tensors: dict[str, TorchTensorInfo] = {}
         self._flatten(obj, "", set(), 0)
         for key, storage in unpickler.storages.items():
             self._check_storage(key, storage)
         for name, info in self.tensors.items():
             if unpickler.storages.get(info.storage.key) is None:  # only persistent_load makes storages; be sure
-                raise CorruptCheckpointError(f"{self.path}: tensor {name!r} refers to storage {info.storage.key!r} that the pickle never declared")
+                raise CorruptCheckpointError(
+                    f"{self.path}: tensor {name!r} refers to storage {info.storage.key!r} that the pickle never "
+                    "declared"
+                )
             self._check_storage(info.storage.key, info.storage)
             self._check_extent(name, info)
         self._map: np.ndarray | None = None
@@ -385,7 +435,9 @@ class TorchCheckpoint:
         """A metadata entry (``data.pkl``, ``byteorder``) read whole, refused above ``limit`` bytes before inflating."""
         entry = self._entries[name]
         if entry.file_size > limit:
-            raise CorruptCheckpointError(f"{self.path}: zip entry {name} declares {entry.file_size} bytes; at most {limit} are accepted for it")
+            raise CorruptCheckpointError(
+                f"{self.path}: zip entry {name} declares {entry.file_size} bytes; at most {limit} are accepted for it"
+            )
         return bytes(self._stream(zf, entry, entry.file_size))
 
     def _stream(self, zf: zipfile.ZipFile, entry: zipfile.ZipInfo, keep: int) -> bytearray:
@@ -409,11 +461,20 @@ class TorchCheckpoint:
                         out[filled : filled + len(take)] = take
                         filled += len(take)
         # RuntimeError: encrypted entry; UnicodeDecodeError: a local header name flagged UTF-8 that is not.
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError, UnicodeDecodeError) as e:
+        except (
+            zipfile.BadZipFile,
+            zlib.error,
+            EOFError,
+            OSError,
+            NotImplementedError,
+            RuntimeError,
+            UnicodeDecodeError,
+        ) as e:
             raise CorruptCheckpointError(f"{self.path}: zip entry {entry.filename} is corrupt: {e}") from None
         if total != entry.file_size or crc != entry.CRC:
             raise CorruptCheckpointError(
-                f"{self.path}: zip entry {entry.filename} inflates to {total} bytes with CRC-32 {crc:08x}; the zip directory records {entry.file_size} bytes with CRC-32 {entry.CRC:08x}"
+                f"{self.path}: zip entry {entry.filename} inflates to {total} bytes with CRC-32 {crc:08x}; the zip "
+                f"directory records {entry.file_size} bytes with CRC-32 {entry.CRC:08x}"
             )
         return out
 
@@ -423,7 +484,9 @@ class TorchCheckpoint:
         if id(obj) in seen:
             raise CorruptCheckpointError(f"{self.path}: the state dict refers to itself at {prefix[:-1]!r}")
         if depth > _MAX_NESTING:
-            raise CorruptCheckpointError(f"{self.path}: the state dict nests deeper than {_MAX_NESTING} levels at {_short(prefix[:-1])}")
+            raise CorruptCheckpointError(
+                f"{self.path}: the state dict nests deeper than {_MAX_NESTING} levels at {_short(prefix[:-1])}"
+            )
         seen.add(id(obj))
         for key, value in dict.items(obj):  # dict.items: a pickle may shadow 'items' on an OrderedDict instance
             name = f"{prefix}{key}"
@@ -446,27 +509,47 @@ class TorchCheckpoint:
         )
         ok = ok and isinstance(storage.key, str) and isinstance(storage.dtype, DType) and isinstance(storage.numel, int)
         if not ok or offset < 0:
-            raise CorruptCheckpointError(f"{self.path}: malformed tensor record for {name!r}: expected (storage, offset >= 0, size, stride) with non-negative ints")
+            raise CorruptCheckpointError(
+                f"{self.path}: malformed tensor record for {name!r}: expected (storage, offset >= 0, size, stride) "
+                "with non-negative ints"
+            )
         return TorchTensorInfo(storage, offset, tuple(size), tuple(stride), self.path)
 
     def _entry(self, key: str) -> zipfile.ZipInfo:
         return self._entries[self._root + "data/" + key]
 
     def _check_storage(self, key: str, storage: _Storage) -> None:
-        """The storage's zip entry exists, holds numel x element-size bytes, and its stored bytes lie inside the file."""
-        if not (storage.key == key and isinstance(storage.dtype, DType) and isinstance(storage.numel, int) and storage.numel >= 0):
+        """The storage's zip entry exists, holds numel x element-size bytes, and its stored bytes lie inside the
+        file.
+        """
+        if not (
+            storage.key == key
+            and isinstance(storage.dtype, DType)
+            and isinstance(storage.numel, int)
+            and storage.numel >= 0
+        ):
             raise CorruptCheckpointError(f"{self.path}: malformed storage record {key!r} in the checkpoint's pickle")
         entry = self._entries.get(self._root + "data/" + key)
         if entry is None:
-            raise CorruptCheckpointError(f"{self.path}: storage data/{key} is missing from the zip (truncated checkpoint?)")
+            raise CorruptCheckpointError(
+                f"{self.path}: storage data/{key} is missing from the zip (truncated checkpoint?)"
+            )
         if entry.file_size < storage.nbytes:
-            raise CorruptCheckpointError(f"{self.path}: storage data/{key} has {entry.file_size} bytes but {storage.numel} {storage.dtype} elements need {storage.nbytes}")
+            raise CorruptCheckpointError(
+                f"{self.path}: storage data/{key} has {entry.file_size} bytes but {storage.numel} {storage.dtype} "
+                f"elements need {storage.nbytes}"
+            )
         if entry.compress_type == zipfile.ZIP_STORED:
             if entry.compress_size != entry.file_size:
-                raise CorruptCheckpointError(f"{self.path}: stored zip entry {entry.filename} records {entry.compress_size} bytes on disk but {entry.file_size} uncompressed")
+                raise CorruptCheckpointError(
+                    f"{self.path}: stored zip entry {entry.filename} records {entry.compress_size} bytes on disk but "
+                    f"{entry.file_size} uncompressed"
+                )
             start = self._data_start(entry)
             if start + entry.file_size > self._size:
-                raise CorruptCheckpointError(f"{self.path}: storage data/{key} runs past the end of the file (truncated checkpoint)")
+                raise CorruptCheckpointError(
+                    f"{self.path}: storage data/{key} runs past the end of the file (truncated checkpoint)"
+                )
 
     def _check_extent(self, name: str, info: TorchTensorInfo) -> None:
         """The view lies in its storage and repeats elements only as ``expand`` does, within `_MAX_EXPANDED_BYTES`.
@@ -478,7 +561,9 @@ class TorchCheckpoint:
         count = math.prod(info.shape)
         if count == 0:
             return
-        where = f"{self.path}: tensor {name!r} (shape {list(info.shape)}, stride {list(info.stride)}, offset {info.offset})"
+        where = (
+            f"{self.path}: tensor {name!r} (shape {list(info.shape)}, stride {list(info.stride)}, offset {info.offset})"
+        )
         last = info.offset + sum((d - 1) * s for d, s in zip(info.shape, info.stride))
         if last >= info.storage.numel:
             raise CorruptCheckpointError(f"{where} reaches element {last} of a storage with {info.storage.numel}")
@@ -488,12 +573,17 @@ class TorchCheckpoint:
         # not overlapping) is what torch writes; overlapping non-zero strides come from as_strided alone.
         dims = sorted((s, d) for d, s in zip(info.shape, info.stride) if d > 1 and s > 0)
         if any(s_next < s * d for (s, d), (s_next, _) in zip(dims, dims[1:])):
-            raise CorruptCheckpointError(f"{where} has overlapping strides: its {count} elements repeat storage elements, which only expand() (stride 0) may do")
+            raise CorruptCheckpointError(
+                f"{where} has overlapping strides: its {count} elements repeat storage elements, which only expand() "
+                "(stride 0) may do"
+            )
         nbytes, limit = count * info.dtype.size_in_bytes, max(_MAX_EXPANSION * info.storage.nbytes, _MAX_EXPANDED_BYTES)
         if nbytes > limit:
             raise CorruptCheckpointError(
-                f"{where} is a stride-0 (expanded) view of {nbytes} bytes over a storage of {info.storage.nbytes}; maxfx materializes views up to {limit} bytes "
-                f"({_MAX_EXPANSION}x the storage or {_MAX_EXPANDED_BYTES >> 20} MiB); save the tensor with .contiguous()"
+                f"{where} is a stride-0 (expanded) view of {nbytes} bytes over a storage of {info.storage.nbytes}; "
+                f"maxfx materializes views up to {limit} bytes "
+                f"({_MAX_EXPANSION}x the storage or {_MAX_EXPANDED_BYTES >> 20} MiB); save the tensor with "
+                ".contiguous()"
             )
 
     def _data_start(self, entry: zipfile.ZipInfo) -> int:
@@ -515,7 +605,8 @@ class TorchCheckpoint:
         method = int.from_bytes(header[8:10], "little")
         if name != entry.orig_filename.encode(encoding) or method != entry.compress_type:
             raise CorruptCheckpointError(
-                f"{self.path}: zip local header at byte {entry.header_offset} names {name!r} (method {method}) but the central directory says {entry.orig_filename!r} (method {entry.compress_type})"
+                f"{self.path}: zip local header at byte {entry.header_offset} names {name!r} (method {method}) but the "
+                f"central directory says {entry.orig_filename!r} (method {entry.compress_type})"
             )
         extra_len = int.from_bytes(header[28:30], "little")
         return entry.header_offset + 30 + name_len + extra_len
@@ -535,7 +626,8 @@ class TorchCheckpoint:
                 crc = zlib.crc32(self._map[start : start + entry.file_size])
                 if crc != entry.CRC:
                     raise CorruptCheckpointError(
-                        f"{self.path}: storage {entry.filename} has CRC-32 {crc:08x} but the zip directory records {entry.CRC:08x} (damaged file, or a local header that shifts the data)"
+                        f"{self.path}: storage {entry.filename} has CRC-32 {crc:08x} but the zip directory records "
+                        f"{entry.CRC:08x} (damaged file, or a local header that shifts the data)"
                     )
                 self._crc_checked.add(storage.key)
             raw = self._map[start : start + storage.nbytes]
@@ -568,7 +660,9 @@ class TorchCheckpoint:
         if all(s == c for _, s, c in dims_that_matter):
             return storage[info.offset : info.offset + count].reshape(info.shape)
         item = storage.itemsize
-        view = np.lib.stride_tricks.as_strided(storage[info.offset :], shape=info.shape, strides=tuple(s * item for s in info.stride), writeable=False)
+        view = np.lib.stride_tricks.as_strided(
+            storage[info.offset :], shape=info.shape, strides=tuple(s * item for s in info.stride), writeable=False
+        )
         return view if count > info.storage.numel else np.ascontiguousarray(view)
 
 
@@ -611,7 +705,9 @@ def open_pytorch_checkpoints(paths: Sequence[os.PathLike[str] | str]) -> Pytorch
     for path, checkpoint in checkpoints.items():
         for name, info in checkpoint.tensors.items():
             if name in merged:
-                raise CorruptCheckpointError(f"{path}: tensor {name!r} is also in {merged[name].file}; shards of one checkpoint must not overlap")
+                raise CorruptCheckpointError(
+                    f"{path}: tensor {name!r} is also in {merged[name].file}; shards of one checkpoint must not overlap"
+                )
             merged[name] = info
     weights = PytorchWeights(next(iter(checkpoints)), tensor_infos=merged)
     weights._source._checkpoints.update(checkpoints)
@@ -654,7 +750,9 @@ class PytorchWeights(CheckpointWeights):
             tensor_infos = checkpoint.tensors
         self._tensor_infos = tensor_infos
         files = {info.file for info in tensor_infos.values()} or {self._filepath}
-        label = self._filepath if len(files) == 1 else f"{len(files)} PyTorch checkpoint files ({sorted(files)[0]}, ...)"
+        label = (
+            self._filepath if len(files) == 1 else f"{len(files)} PyTorch checkpoint files ({sorted(files)[0]}, ...)"
+        )
         self._source = _PytorchSource(checkpoints, tensor_infos, label)
         self._prefix = prefix
         self._allocated = {} if allocated is None else allocated
@@ -671,5 +769,7 @@ class PytorchWeights(CheckpointWeights):
 
     @property
     def quantization_encoding(self) -> QuantizationEncoding | None:
-        """Always None for an existing weight: PyTorch checkpoints hold plain tensors (KeyError if none has this name)."""
+        """Always None for an existing weight: PyTorch checkpoints hold plain tensors (KeyError if none has this
+        name).
+        """
         return _info(self).quantization_encoding

@@ -6,7 +6,8 @@ duplicate keys, known dtypes, non-negative integer shapes, and byte ranges that
 tile the data section exactly (sorted by offset, each starting where the previous
 one ended, the last ending at the end of the file). A truncated, shifted or
 overlapping file therefore fails at construction with the file and tensor named,
-instead of loading bytes that belong to another tensor. Tensor data are views of one copy-on-write memory map per file: nothing
+instead of loading bytes that belong to another tensor. Tensor data are views of one copy-on-write memory map per file:
+nothing
 is read until used, and bfloat16/float8 tensors come back as ``ml_dtypes`` arrays.
 
 Example:
@@ -101,9 +102,15 @@ class SafetensorsFile:
                     raise self._error(f"file is {size} bytes, too short for the 8-byte header length")
                 header_len = int.from_bytes(head, "little")
                 if header_len > _MAX_HEADER_BYTES:
-                    raise self._error(f"header length {header_len} is above the {_MAX_HEADER_BYTES}-byte limit of the safetensors format")
+                    raise self._error(
+                        f"header length {header_len} is above the {_MAX_HEADER_BYTES}-byte limit of the safetensors "
+                        "format"
+                    )
                 if 8 + header_len > size:
-                    raise self._error(f"header length {header_len} does not fit in the file ({size} bytes): truncated or not a safetensors file")
+                    raise self._error(
+                        f"header length {header_len} does not fit in the file ({size} bytes): truncated or not a "
+                        "safetensors file"
+                    )
                 raw = f.read(header_len)
         except OSError as e:
             raise ValueError(f"{self.path}: cannot read safetensors file: {e}") from e
@@ -146,7 +153,10 @@ class SafetensorsFile:
             raise self._error("entry needs 'dtype', 'shape' and 'data_offsets'", name)
         code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
         if code not in _DTYPES:
-            raise ValueError(f"{self.path}: tensor {name!r} has dtype {code!r}, which maxfx cannot load (supported: {', '.join(_DTYPES)})")
+            raise ValueError(
+                f"{self.path}: tensor {name!r} has dtype {code!r}, which maxfx cannot load (supported: "
+                f"{', '.join(_DTYPES)})"
+            )
         if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
             raise self._error(f"shape {shape!r} is not a list of non-negative integers", name)
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)):
@@ -157,7 +167,10 @@ class SafetensorsFile:
         if not 0 <= begin <= end or end - begin != nbytes:
             raise self._error(f"data_offsets {offsets} hold {end - begin} bytes but {code}{shape} needs {nbytes}", name)
         if end > data_len:
-            raise self._error(f"data ends at byte {end} of the data section but only {data_len} bytes are present (truncated file?)", name)
+            raise self._error(
+                f"data ends at byte {end} of the data section but only {data_len} bytes are present (truncated file?)",
+                name,
+            )
         return dtype, tuple(shape), begin, end
 
     def _check_tiling(self, data_len: int) -> None:
@@ -170,12 +183,23 @@ class SafetensorsFile:
         covered, previous = 0, None
         for begin, end, name in sorted((begin, end, name) for name, (_, _, begin, end) in self.entries.items()):
             if begin < covered:
-                raise self._error(f"data_offsets [{begin}, {end}] overlap tensor {previous!r}, which ends at byte {covered}; each tensor needs its own bytes", name)
+                raise self._error(
+                    f"data_offsets [{begin}, {end}] overlap tensor {previous!r}, which ends at byte {covered}; each "
+                    "tensor needs its own bytes",
+                    name,
+                )
             if begin > covered:
-                raise self._error(f"data_offsets [{begin}, {end}] leave bytes {covered}..{begin} of the data section unused; tensors must be contiguous", name)
+                raise self._error(
+                    f"data_offsets [{begin}, {end}] leave bytes {covered}..{begin} of the data section unused; tensors "
+                    "must be contiguous",
+                    name,
+                )
             covered, previous = end, name
         if covered != data_len:
-            raise self._error(f"the tensors cover {covered} bytes but the data section (file size - 8 - header length) has {data_len}; the header length or the file size is wrong")
+            raise self._error(
+                f"the tensors cover {covered} bytes but the data section (file size - 8 - header length) has "
+                f"{data_len}; the header length or the file size is wrong"
+            )
 
     def read(self, name: str) -> np.ndarray:
         """A view of tensor ``name`` in the memory map."""
@@ -273,7 +297,10 @@ class SafetensorWeights(CheckpointWeights):
             for idx, p in enumerate(paths):
                 for name in handles[p].entries:
                     if name in tensors_to_file_idx:
-                        raise ValueError(f"{p}: tensor {name!r} is also in {paths[tensors_to_file_idx[name]]}; shards of one checkpoint must not overlap")
+                        raise ValueError(
+                            f"{p}: tensor {name!r} is also in {paths[tensors_to_file_idx[name]]}; shards of one "
+                            "checkpoint must not overlap"
+                        )
                     tensors_to_file_idx[name] = idx
         if tensors is None:
             tensors = set(tensors_to_file_idx)
@@ -309,7 +336,10 @@ class SafetensorWeights(CheckpointWeights):
         """
         info = _info(self)
         if dtype is not None and dtype is not info.dtype:
-            raise ValueError(f"Weight {self._prefix!r} in {self._source.label}: expected dtype {dtype}, the checkpoint has {info.dtype}")
+            raise ValueError(
+                f"Weight {self._prefix!r} in {self._source.label}: expected dtype {dtype}, the checkpoint has "
+                f"{info.dtype}"
+            )
         value = self._source.read(self._prefix)
         if value.ndim == 0:
             value = value.reshape(1)

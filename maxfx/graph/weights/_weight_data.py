@@ -86,7 +86,8 @@ class WeightData:
             raise TypeError(f"WeightData.astype({self.name!r}): expected a DType, got {type(dtype).__name__}")
         if self.quantization_encoding is not None:
             raise ValueError(
-                f"WeightData.astype({self.name!r}): the weight holds {self.quantization_encoding.value} blocks as uint8; "
+                f"WeightData.astype({self.name!r}): the weight holds {self.quantization_encoding.value} blocks as "
+                "uint8; "
                 "converting the bytes would not dequantize them"
             )
         converted = self.to_numpy().astype(dtype.to_numpy())

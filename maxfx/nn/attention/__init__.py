@@ -11,9 +11,20 @@ Example:
     4
 """
 
-from maxfx.nn.attention import attention_with_rope, interfaces, mask_config, multi_latent_attention, multihead_attention, ragged_attention
+from maxfx.nn.attention import (
+    attention_with_rope,
+    interfaces,
+    mask_config,
+    multi_latent_attention,
+    multihead_attention,
+    ragged_attention,
+)
 from maxfx.nn.attention._attention_without_rope import MultiheadAttention, RaggedAttention
-from maxfx.nn.attention._latent import DataParallelLatentAttentionWithRope, LatentAttentionWithRope, TensorParallelLatentAttentionWithRope
+from maxfx.nn.attention._latent import (
+    DataParallelLatentAttentionWithRope,
+    LatentAttentionWithRope,
+    TensorParallelLatentAttentionWithRope,
+)
 from maxfx.nn.attention._rope_attention import (
     AttentionWithRope,
     AttentionWithRopeNoOpaque,
@@ -25,7 +36,12 @@ from maxfx.nn.attention._rope_attention import (
 )
 from maxfx.nn.attention.attention_with_rope import TensorParallelAttentionWithRope
 from maxfx.nn.attention.interfaces import DistributedAttentionImpl
-from maxfx.nn.attention.mask_config import AttentionMaskVariant, MHAMaskConfig, MHAMaskVariant, PositionalEncodingVariant
+from maxfx.nn.attention.mask_config import (
+    AttentionMaskVariant,
+    MHAMaskConfig,
+    MHAMaskVariant,
+    PositionalEncodingVariant,
+)
 
 __all__ = [
     "AttentionMaskVariant",

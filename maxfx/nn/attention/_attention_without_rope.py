@@ -24,9 +24,18 @@ __all__ = ["MultiheadAttention", "RaggedAttention", "padded_attention"]
 
 
 def padded_attention(
-    q: Any, k: Any, v: Any, *, scale: float | None = None, mask: str = "causal", window: int = -1, q_offset: Any = None, kv_length: Any = None,
-) -> Any:  # fmt: skip
-    """Grouped-query attention over padded batches through the registry ``attention`` op (the Pallas flash kernel on GPU).
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    scale: float | None = None,
+    mask: str = "causal",
+    window: int = -1,
+    q_offset: Any = None,
+    kv_length: Any = None,
+) -> Any:
+    """Grouped-query attention over padded batches through the registry ``attention`` op (the Pallas flash kernel on
+    GPU).
 
     Written over ``maxfx.graph.ops``: runs on graph values, eager Tensors and under ``jax.jit``.
 
@@ -51,7 +60,8 @@ def padded_attention(
 
 
 class RaggedAttention(_RaggedAttentionBase):
-    """Layer that computes the self attention score for ragged inputs (no RoPE; the mask variant is applied in the kernel).
+    """Layer that computes the self attention score for ragged inputs (no RoPE; the mask variant is applied in the
+    kernel).
 
     Call: ``attn(layer_idx, x, kv_collection, freqs_cis=None, input_row_offsets=...)``
     (``freqs_cis`` is ignored, so it drops into a `TransformerBlock`).
@@ -62,18 +72,39 @@ class RaggedAttention(_RaggedAttentionBase):
     """
 
     def __init__(
-        self, *, mask_variant: MHAMaskVariant, num_attention_heads: int, num_key_value_heads: int, hidden_size: int, kv_params: KVCacheParams,
-        devices: Sequence[Any] | None = None, dtype: DType = DType.float32, linear_cls: Callable[..., Any] = Linear, stacked_qkv: bool = False,
-        scale: float | None = None, has_bias: bool = False, clip_qkv: float | None = None, local_window_size: int = -1,
-    ):  # fmt: skip
+        self,
+        *,
+        mask_variant: MHAMaskVariant,
+        num_attention_heads: int,
+        num_key_value_heads: int,
+        hidden_size: int,
+        kv_params: KVCacheParams,
+        devices: Sequence[Any] | None = None,
+        dtype: DType = DType.float32,
+        linear_cls: Callable[..., Any] = Linear,
+        stacked_qkv: bool = False,
+        scale: float | None = None,
+        has_bias: bool = False,
+        clip_qkv: float | None = None,
+        local_window_size: int = -1,
+    ):
         super().__init__()
         mask_name("RaggedAttention", mask_variant, local_window_size)  # validates early
         self.mask_variant, self.local_window_size = mask_variant, int(local_window_size)
         self._init_common(
-            "RaggedAttention", num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads, hidden_size=hidden_size,
-            kv_params=kv_params, devices=devices, dtype=dtype, linear_cls=linear_cls, stacked_qkv=stacked_qkv, scale=scale, has_bias=has_bias,
+            "RaggedAttention",
+            num_attention_heads=num_attention_heads,
+            num_key_value_heads=num_key_value_heads,
+            hidden_size=hidden_size,
+            kv_params=kv_params,
+            devices=devices,
+            dtype=dtype,
+            linear_cls=linear_cls,
+            stacked_qkv=stacked_qkv,
+            scale=scale,
+            has_bias=has_bias,
             clip_qkv=clip_qkv,
-        )  # fmt: skip
+        )
 
 
 class MultiheadAttention(Module):
@@ -91,9 +122,16 @@ class MultiheadAttention(Module):
     """
 
     def __init__(
-        self, num_attention_heads: int, hidden_size: int, devices: Sequence[Any] | None = None, dtype: DType = DType.float32, scale: float | None = None,
-        qkv_has_bias: bool = False, o_proj_has_bias: bool = False, stacked_qkv: bool = False,
-    ):  # fmt: skip
+        self,
+        num_attention_heads: int,
+        hidden_size: int,
+        devices: Sequence[Any] | None = None,
+        dtype: DType = DType.float32,
+        scale: float | None = None,
+        qkv_has_bias: bool = False,
+        o_proj_has_bias: bool = False,
+        stacked_qkv: bool = False,
+    ):
         super().__init__()
         n, h = int(num_attention_heads), int(hidden_size)
         if n < 1 or h % n:
@@ -128,9 +166,13 @@ class MultiheadAttention(Module):
         bs = [_on(p.bias, self.devices[0]) for p in self._projections()]
         return bs[0] if len(bs) == 1 else ops.concat(bs, axis=0)
 
-    def __call__(self, x: Any, mask_variant: MHAMaskVariant = MHAMaskVariant.NULL_MASK, valid_length: Any = None, **kwargs: Any) -> Any:
+    def __call__(
+        self, x: Any, mask_variant: MHAMaskVariant = MHAMaskVariant.NULL_MASK, valid_length: Any = None, **kwargs: Any
+    ) -> Any:
         if x.rank != 3 or int(x.shape[2]) != self.hidden_size:
-            raise ValueError(f"MultiheadAttention: x must be [batch, seq, {self.hidden_size}], got shape {list(x.shape)}")
+            raise ValueError(
+                f"MultiheadAttention: x must be [batch, seq, {self.hidden_size}], got shape {list(x.shape)}"
+            )
         qkv = x @ self.wqkv.T
         if self.qkv_has_bias:
             qkv = qkv + self.wqkv_bias

@@ -47,22 +47,48 @@ class LatentAttentionWithRope(Module, _HeadShardable):
     """The rope layer (``qk_rope_head_dim`` wide) the freqs_cis table comes from."""
 
     def __init__(
-        self, *, rope: Any, num_attention_heads: int, num_key_value_heads: int, hidden_size: int, kv_params: KVCacheParams, dtype: DType,
-        devices: Sequence[Any] | None = None, linear_cls: Callable[..., Any] = Linear, scale: float | None = None, q_lora_rank: int | None = None,
-        kv_lora_rank: int = 512, qk_nope_head_dim: int = 128, qk_rope_head_dim: int = 64, v_head_dim: int = 128, buffer_size: int = 16384, graph_mode: str | None = None,
-    ):  # fmt: skip
+        self,
+        *,
+        rope: Any,
+        num_attention_heads: int,
+        num_key_value_heads: int,
+        hidden_size: int,
+        kv_params: KVCacheParams,
+        dtype: DType,
+        devices: Sequence[Any] | None = None,
+        linear_cls: Callable[..., Any] = Linear,
+        scale: float | None = None,
+        q_lora_rank: int | None = None,
+        kv_lora_rank: int = 512,
+        qk_nope_head_dim: int = 128,
+        qk_rope_head_dim: int = 64,
+        v_head_dim: int = 128,
+        buffer_size: int = 16384,
+        graph_mode: str | None = None,
+    ):
         super().__init__()
         name = type(self).__name__
         if not isinstance(kv_params, KVCacheParams) or not kv_params.is_mla:
             raise ValueError(f"{name}: kv_params must be a KVCacheParams with is_mla=True")
         if kv_params.head_dim != kv_lora_rank + qk_rope_head_dim:
-            raise ValueError(f"{name}: kv_params.head_dim ({kv_params.head_dim}) must be kv_lora_rank + qk_rope_head_dim = {kv_lora_rank + qk_rope_head_dim}")
+            raise ValueError(
+                f"{name}: kv_params.head_dim ({kv_params.head_dim}) must be kv_lora_rank + qk_rope_head_dim = "
+                f"{kv_lora_rank + qk_rope_head_dim}"
+            )
         if graph_mode not in (None, "auto", "prefill", "decode"):
             raise ValueError(f"{name}: graph_mode must be None, 'auto', 'prefill' or 'decode', got {graph_mode!r}")
         self.rope, self.kv_params, self.devices, self.dtype = rope, kv_params, _devices(devices), dtype
-        self.n_heads, self.n_kv_heads, self.hidden_size = int(num_attention_heads), int(num_key_value_heads), int(hidden_size)
+        self.n_heads, self.n_kv_heads, self.hidden_size = (
+            int(num_attention_heads),
+            int(num_key_value_heads),
+            int(hidden_size),
+        )
         self.q_lora_rank, self.kv_lora_rank = q_lora_rank, int(kv_lora_rank)
-        self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim = int(qk_nope_head_dim), int(qk_rope_head_dim), int(v_head_dim)
+        self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim = (
+            int(qk_nope_head_dim),
+            int(qk_rope_head_dim),
+            int(v_head_dim),
+        )
         self.qk_head_dim = self.qk_nope_head_dim + self.qk_rope_head_dim
         self.buffer_size, self.graph_mode = int(buffer_size), graph_mode
         self.scale = float(scale) if scale is not None else math.sqrt(1.0 / self.qk_head_dim)
@@ -80,8 +106,13 @@ class LatentAttentionWithRope(Module, _HeadShardable):
 
     @property
     def w_uk_uv(self) -> list[Any]:
-        """``[W_uk, W_uv]`` from ``kv_b_proj``: ``[n_heads, qk_nope_head_dim, kv_lora_rank]`` and ``[n_heads, kv_lora_rank, v_head_dim]``."""
-        w = ops.reshape(_on(self.kv_b_proj.weight, self.devices[0]), [self.n_heads, self.qk_nope_head_dim + self.v_head_dim, self.kv_lora_rank])
+        """``[W_uk, W_uv]`` from ``kv_b_proj``: ``[n_heads, qk_nope_head_dim, kv_lora_rank]`` and ``[n_heads,
+        kv_lora_rank, v_head_dim]``.
+        """
+        w = ops.reshape(
+            _on(self.kv_b_proj.weight, self.devices[0]),
+            [self.n_heads, self.qk_nope_head_dim + self.v_head_dim, self.kv_lora_rank],
+        )
         return [w[:, : self.qk_nope_head_dim, :], ops.permute(w[:, self.qk_nope_head_dim :, :], [0, 2, 1])]
 
     def shard(self, devices: Iterable[Any]) -> list[LatentAttentionWithRope]:
@@ -114,7 +145,15 @@ class LatentAttentionWithRope(Module, _HeadShardable):
         q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))) if self.q_lora_rank else self.q_proj(x)
         return ops.reshape(q, [x.shape[0], self.n_heads, self.qk_head_dim])
 
-    def __call__(self, layer_idx: Any, x: Any, kv_collection: Any, freqs_cis: Any = None, input_row_offsets: Any = None, **kwargs: Any) -> Any:
+    def __call__(
+        self,
+        layer_idx: Any,
+        x: Any,
+        kv_collection: Any,
+        freqs_cis: Any = None,
+        input_row_offsets: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         name = type(self).__name__
         if input_row_offsets is None:
             raise ValueError(f"{name}: input_row_offsets (uint32 [batch + 1]) is required")
@@ -123,14 +162,32 @@ class LatentAttentionWithRope(Module, _HeadShardable):
         kv, p = kv_collection, self.kv_params
         freqs = _on(self.rope.freqs_cis if freqs_cis is None else freqs_cis, x.device)
         interleaved = getattr(self.rope, "interleaved", True)
-        layer = ops.constant(int(layer_idx), DType.uint32, x.device) if not hasattr(layer_idx, "type") else ops.reshape(layer_idx, [])
+        layer = (
+            ops.constant(int(layer_idx), DType.uint32, x.device)
+            if not hasattr(layer_idx, "type")
+            else ops.reshape(layer_idx, [])
+        )
         ckv = self.kv_a_proj_with_mqa(x)
         latent = self.kv_a_layernorm(ckv[:, : self.kv_lora_rank])
         zero = ops.constant(0, DType.uint32, x.device)
         out = mla_absorbed_attention(
-            p, self._queries(x), latent, ckv[:, self.kv_lora_rank :], _on(self.kv_b_proj.weight, self.devices[0]), freqs, input_row_offsets, kv, layer, zero,
-            MHAMaskVariant.CAUSAL_MASK, self.scale, n_heads=self.n_heads, qk_nope_head_dim=self.qk_nope_head_dim, v_head_dim=self.v_head_dim, interleaved=interleaved,
-        )  # fmt: skip
+            p,
+            self._queries(x),
+            latent,
+            ckv[:, self.kv_lora_rank :],
+            _on(self.kv_b_proj.weight, self.devices[0]),
+            freqs,
+            input_row_offsets,
+            kv,
+            layer,
+            zero,
+            MHAMaskVariant.CAUSAL_MASK,
+            self.scale,
+            n_heads=self.n_heads,
+            qk_nope_head_dim=self.qk_nope_head_dim,
+            v_head_dim=self.v_head_dim,
+            interleaved=interleaved,
+        )
         return self.o_proj(out)
 
 
@@ -142,10 +199,29 @@ class TensorParallelLatentAttentionWithRope(LatentAttentionWithRope, Distributed
     Call: ``attn(layer_idx, xs, signal_buffers, kv_collections, freqs_cis, input_row_offsets)``.
     """
 
-    def __call__(self, layer_idx: Any, xs: Any, signal_buffers: Any = None, kv_collections: Any = None, freqs_cis: Any = None, input_row_offsets: Any = None, **kwargs: Any) -> list[Any]:  # type: ignore[override]
+    def __call__(
+        self,
+        layer_idx: Any,
+        xs: Any,
+        signal_buffers: Any = None,
+        kv_collections: Any = None,
+        freqs_cis: Any = None,
+        input_row_offsets: Any = None,
+        **kwargs: Any,
+    ) -> list[Any]:  # type: ignore[override]
         n = len(self.devices)
-        _per_device(type(self).__name__, n, xs=xs, kv_collections=kv_collections, freqs_cis=freqs_cis, input_row_offsets=input_row_offsets)
-        parts = [LatentAttentionWithRope.__call__(s, layer_idx, x, kv, f, o) for s, x, kv, f, o in zip(self.shard(self.devices), xs, kv_collections, freqs_cis, input_row_offsets)]
+        _per_device(
+            type(self).__name__,
+            n,
+            xs=xs,
+            kv_collections=kv_collections,
+            freqs_cis=freqs_cis,
+            input_row_offsets=input_row_offsets,
+        )
+        parts = [
+            LatentAttentionWithRope.__call__(s, layer_idx, x, kv, f, o)
+            for s, x, kv, f, o in zip(self.shard(self.devices), xs, kv_collections, freqs_cis, input_row_offsets)
+        ]
         total = parts[0]
         for part in parts[1:]:
             total = total + _on(part, total.device)
@@ -156,7 +232,25 @@ class DataParallelLatentAttentionWithRope(LatentAttentionWithRope, DistributedAt
     """Data-parallel implementation of Latent Attention with RoPE: the replica on device ``i`` runs on
     ``xs[i]`` with its own KV cache. Call: ``attn(layer_idx, xs, kv_collections, freqs_cis, input_row_offsets)``."""
 
-    def __call__(self, layer_idx: Any, xs: Any, kv_collections: Any = None, freqs_cis: Any = None, input_row_offsets: Any = None, **kwargs: Any) -> list[Any]:  # type: ignore[override]
+    def __call__(
+        self,
+        layer_idx: Any,
+        xs: Any,
+        kv_collections: Any = None,
+        freqs_cis: Any = None,
+        input_row_offsets: Any = None,
+        **kwargs: Any,
+    ) -> list[Any]:  # type: ignore[override]
         n = len(self.devices)
-        _per_device(type(self).__name__, n, xs=xs, kv_collections=kv_collections, freqs_cis=freqs_cis, input_row_offsets=input_row_offsets)
-        return [LatentAttentionWithRope.__call__(self, layer_idx, x, kv, f, o) for x, kv, f, o in zip(xs, kv_collections, freqs_cis, input_row_offsets)]
+        _per_device(
+            type(self).__name__,
+            n,
+            xs=xs,
+            kv_collections=kv_collections,
+            freqs_cis=freqs_cis,
+            input_row_offsets=input_row_offsets,
+        )
+        return [
+            LatentAttentionWithRope.__call__(self, layer_idx, x, kv, f, o)
+            for x, kv, f, o in zip(xs, kv_collections, freqs_cis, input_row_offsets)
+        ]

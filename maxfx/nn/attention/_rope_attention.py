@@ -87,9 +87,13 @@ def _check_heads(layer: str, n_heads: int, n_kv: int, hidden: int, kv_params: An
     if not isinstance(kv_params, KVCacheParams):
         raise TypeError(f"{layer}: kv_params must be a KVCacheParams, got {type(kv_params).__name__}")
     if n_heads < 1 or n_kv < 1 or (grouped and n_heads % n_kv):
-        raise ValueError(f"{layer}: num_attention_heads ({n_heads}) must be a positive multiple of num_key_value_heads ({n_kv})")
+        raise ValueError(
+            f"{layer}: num_attention_heads ({n_heads}) must be a positive multiple of num_key_value_heads ({n_kv})"
+        )
     if kv_params.n_kv_heads != n_kv:
-        raise ValueError(f"{layer}: kv_params.n_kv_heads ({kv_params.n_kv_heads}) differs from num_key_value_heads ({n_kv})")
+        raise ValueError(
+            f"{layer}: kv_params.n_kv_heads ({kv_params.n_kv_heads}) differs from num_key_value_heads ({n_kv})"
+        )
     if hidden < 1:
         raise ValueError(f"{layer}: hidden_size must be positive, got {hidden}")
 
@@ -112,7 +116,9 @@ _HOST_ONLY = ("list_of_attentions", "allreduce")
 
 
 def _shard_view(layer: Module, cls: type | None = None) -> Any:
-    """A new ``cls`` (default: ``layer``'s class) holding only ``layer``'s plain settings (sizes, scale, flags): no weights, no sublayers."""
+    """A new ``cls`` (default: ``layer``'s class) holding only ``layer``'s plain settings (sizes, scale, flags): no
+    weights, no sublayers.
+    """
     cls = cls or type(layer)
     s = cls.__new__(cls)
     Module.__init__(s)
@@ -138,9 +144,20 @@ def _device_kv_params(kv_params: KVCacheParams, devices: list[DeviceRef], n_kv_l
     return p
 
 
-def _qkv_container(hidden: int, out_dims: list[int], dtype: DType, device: Any, has_bias: bool, layers: Sequence[Any]) -> StackedLinear:
+def _qkv_container(
+    hidden: int, out_dims: list[int], dtype: DType, device: Any, has_bias: bool, layers: Sequence[Any]
+) -> StackedLinear:
     """An unfused `StackedLinear` holding the ``q_proj``/``k_proj``/``v_proj`` ``layers`` (weight names unchanged)."""
-    qkv = StackedLinear(hidden, out_dims, ["q_proj", "k_proj", "v_proj"], dtype, device, stacked=False, has_bias=has_bias, _is_sharding=True)
+    qkv = StackedLinear(
+        hidden,
+        out_dims,
+        ["q_proj", "k_proj", "v_proj"],
+        dtype,
+        device,
+        stacked=False,
+        has_bias=has_bias,
+        _is_sharding=True,
+    )
     for name, layer in zip(("q_proj", "k_proj", "v_proj"), layers):
         setattr(qkv, name, layer)
     return qkv
@@ -157,11 +174,35 @@ class _RaggedAttentionBase(Module, _HeadShardable):
     _qkv_as_container: bool = False
 
     def _init_common(
-        self, layer: str, *, num_attention_heads: int, num_key_value_heads: int, hidden_size: int, kv_params: KVCacheParams, devices: Any, dtype: DType,
-        linear_cls: Callable[..., Any], stacked_qkv: bool, scale: float | None, has_bias: bool, clip_qkv: float | None, quantization_encoding: Any = None,
-    ) -> None:  # fmt: skip
-        _check_heads(layer, int(num_attention_heads), int(num_key_value_heads), int(hidden_size), kv_params, self._grouped_heads_at_init)
-        self.n_heads, self.n_kv_heads, self.hidden_size = int(num_attention_heads), int(num_key_value_heads), int(hidden_size)
+        self,
+        layer: str,
+        *,
+        num_attention_heads: int,
+        num_key_value_heads: int,
+        hidden_size: int,
+        kv_params: KVCacheParams,
+        devices: Any,
+        dtype: DType,
+        linear_cls: Callable[..., Any],
+        stacked_qkv: bool,
+        scale: float | None,
+        has_bias: bool,
+        clip_qkv: float | None,
+        quantization_encoding: Any = None,
+    ) -> None:
+        _check_heads(
+            layer,
+            int(num_attention_heads),
+            int(num_key_value_heads),
+            int(hidden_size),
+            kv_params,
+            self._grouped_heads_at_init,
+        )
+        self.n_heads, self.n_kv_heads, self.hidden_size = (
+            int(num_attention_heads),
+            int(num_key_value_heads),
+            int(hidden_size),
+        )
         self.kv_params, self.devices, self.dtype = kv_params, _devices(devices), dtype
         self.head_dim = kv_params.head_dim
         self.stacked_qkv, self.has_bias, self.clip_qkv = bool(stacked_qkv), bool(has_bias), clip_qkv
@@ -174,9 +215,13 @@ class _RaggedAttentionBase(Module, _HeadShardable):
                 raise ValueError(f"{layer}: stacked_qkv cannot be combined with a quantization encoding")
             self.qkv_proj = linear_cls(self.hidden_size, q_dim + 2 * kv_dim, dtype, dev, has_bias=has_bias)
         else:
-            q, k, v = (linear_cls(self.hidden_size, d, dtype, dev, has_bias=has_bias, **qe) for d in (q_dim, kv_dim, kv_dim))
+            q, k, v = (
+                linear_cls(self.hidden_size, d, dtype, dev, has_bias=has_bias, **qe) for d in (q_dim, kv_dim, kv_dim)
+            )
             if self._qkv_as_container:
-                self.qkv_proj = _qkv_container(self.hidden_size, [q_dim, kv_dim, kv_dim], dtype, dev, has_bias, (q, k, v))
+                self.qkv_proj = _qkv_container(
+                    self.hidden_size, [q_dim, kv_dim, kv_dim], dtype, dev, has_bias, (q, k, v)
+                )
             else:
                 self.q_proj, self.k_proj, self.v_proj = q, k, v
         self.o_proj = linear_cls(q_dim, self.hidden_size, dtype, dev, **qe)
@@ -239,10 +284,15 @@ class _RaggedAttentionBase(Module, _HeadShardable):
         n = len(devs)
         name = type(self).__name__
         if n > self.n_heads:
-            raise ValueError(f"{name}.shard: {self.n_heads} query heads cannot be split over {n} devices (each device needs at least one head)")
+            raise ValueError(
+                f"{name}.shard: {self.n_heads} query heads cannot be split over {n} devices (each device needs at "
+                "least one head)"
+            )
         hd, projections = self.head_dim, self._projections()
         if self.stacked_qkv:
-            projections[0].sharding_strategy = ShardingStrategy.stacked_qkv(n, self.n_heads, hd, num_kv_heads=self.n_kv_heads)
+            projections[0].sharding_strategy = ShardingStrategy.stacked_qkv(
+                n, self.n_heads, hd, num_kv_heads=self.n_kv_heads
+            )
         else:
             q, k, v = projections
             q.sharding_strategy = ShardingStrategy.head_aware_rowwise(n, self.n_heads, hd)
@@ -273,16 +323,28 @@ class _RaggedAttentionBase(Module, _HeadShardable):
     # ── the pipeline ──
     def _qkv(self, layer_idx: Any, x: Any, kv: Any, offsets: Any) -> Any:
         """Q ``[T, n_heads, head_dim]``; K/V written into the cache."""
-        xq = kernels.fused_qkv_ragged_matmul(self.kv_params, x, offsets, self.wqkv, kv, layer_idx, self.n_heads, bias=self.wqkv_bias)
+        xq = kernels.fused_qkv_ragged_matmul(
+            self.kv_params, x, offsets, self.wqkv, kv, layer_idx, self.n_heads, bias=self.wqkv_bias
+        )
         return ops.reshape(xq, [x.shape[0], self.n_heads, self.head_dim])
 
     def _position(self, layer_idx: Any, xq: Any, kv: Any, freqs_cis: Any, offsets: Any) -> Any:
         return xq
 
     def _attend(self, layer_idx: Any, xq: Any, kv: Any, offsets: Any) -> Any:
-        return kernels.flash_attention_ragged(self.kv_params, xq, offsets, kv, layer_idx, self.mask_variant, self.scale, self.local_window_size)
+        return kernels.flash_attention_ragged(
+            self.kv_params, xq, offsets, kv, layer_idx, self.mask_variant, self.scale, self.local_window_size
+        )
 
-    def __call__(self, layer_idx: Any, x: Any, kv_collection: Any, freqs_cis: Any = None, input_row_offsets: Any = None, **kwargs: Any) -> Any:
+    def __call__(
+        self,
+        layer_idx: Any,
+        x: Any,
+        kv_collection: Any,
+        freqs_cis: Any = None,
+        input_row_offsets: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         name = type(self).__name__
         if input_row_offsets is None:
             input_row_offsets = kwargs.get("input_row_offsets")
@@ -311,20 +373,47 @@ class AttentionWithRope(_RaggedAttentionBase):
     """
 
     def __init__(
-        self, *, rope: Any, sharding_strategy: ShardingStrategy | None = None, num_attention_heads: int, num_key_value_heads: int, hidden_size: int,
-        kv_params: KVCacheParams, devices: Sequence[Any] | None = None, dtype: DType = DType.float32, linear_cls: Callable[..., Any] = Linear,
-        stacked_qkv: bool = False, scale: float | None = None, has_bias: bool = False, float8_config: Any = None, clip_qkv: float | None = None,
-        use_qk_norm: bool = False, rms_norm_eps: float = 1e-6,
-    ):  # fmt: skip
+        self,
+        *,
+        rope: Any,
+        sharding_strategy: ShardingStrategy | None = None,
+        num_attention_heads: int,
+        num_key_value_heads: int,
+        hidden_size: int,
+        kv_params: KVCacheParams,
+        devices: Sequence[Any] | None = None,
+        dtype: DType = DType.float32,
+        linear_cls: Callable[..., Any] = Linear,
+        stacked_qkv: bool = False,
+        scale: float | None = None,
+        has_bias: bool = False,
+        float8_config: Any = None,
+        clip_qkv: float | None = None,
+        use_qk_norm: bool = False,
+        rms_norm_eps: float = 1e-6,
+    ):
         super().__init__()
         name = type(self).__name__
         if float8_config is not None:
-            raise ValueError(f"{name}: float8_config is not supported by the maxfx layer; use kernels.fused_qkv_ragged_matmul_scaled_float8 with float8 weights")
+            raise ValueError(
+                f"{name}: float8_config is not supported by the maxfx layer; use "
+                "kernels.fused_qkv_ragged_matmul_scaled_float8 with float8 weights"
+            )
         self.rope = rope
         self._init_common(
-            name, num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads, hidden_size=hidden_size, kv_params=kv_params,
-            devices=devices, dtype=dtype, linear_cls=linear_cls, stacked_qkv=stacked_qkv, scale=scale, has_bias=has_bias, clip_qkv=clip_qkv,
-        )  # fmt: skip
+            name,
+            num_attention_heads=num_attention_heads,
+            num_key_value_heads=num_key_value_heads,
+            hidden_size=hidden_size,
+            kv_params=kv_params,
+            devices=devices,
+            dtype=dtype,
+            linear_cls=linear_cls,
+            stacked_qkv=stacked_qkv,
+            scale=scale,
+            has_bias=has_bias,
+            clip_qkv=clip_qkv,
+        )
         self.use_qk_norm, self.rms_norm_eps = bool(use_qk_norm), float(rms_norm_eps)
         if self.use_qk_norm:
             self.q_norm = RMSNorm(self.head_dim, dtype, eps=rms_norm_eps, multiply_before_cast=False)
@@ -347,7 +436,10 @@ class AttentionWithRope(_RaggedAttentionBase):
         Raises:
             ValueError: the layer has no float8 weights (maxfx layers hold float weights).
         """
-        raise ValueError(f"{type(self).__name__}.qkv_weight_scale: the layer has no float8 weight scales (float8_config is unsupported); weights are {self.dtype}")
+        raise ValueError(
+            f"{type(self).__name__}.qkv_weight_scale: the layer has no float8 weight scales (float8_config is "
+            f"unsupported); weights are {self.dtype}"
+        )
 
     def _position(self, layer_idx: Any, xq: Any, kv: Any, freqs_cis: Any, offsets: Any) -> Any:
         if freqs_cis is None:
@@ -355,8 +447,20 @@ class AttentionWithRope(_RaggedAttentionBase):
         if self.use_qk_norm:
             xq = self.q_norm(xq)
             k_gamma = _on(self.k_norm.weight, xq.device)
-            kernels.rms_norm_key_cache(self.kv_params, kv, k_gamma, self.rms_norm_eps, layer_idx, xq.shape[0], offsets, 0.0, multiply_before_cast=False)
-        return kernels.fused_qk_ragged_rope(self.kv_params, xq, offsets, kv, freqs_cis, layer_idx, interleaved=getattr(self.rope, "interleaved", True))
+            kernels.rms_norm_key_cache(
+                self.kv_params,
+                kv,
+                k_gamma,
+                self.rms_norm_eps,
+                layer_idx,
+                xq.shape[0],
+                offsets,
+                0.0,
+                multiply_before_cast=False,
+            )
+        return kernels.fused_qk_ragged_rope(
+            self.kv_params, xq, offsets, kv, freqs_cis, layer_idx, interleaved=getattr(self.rope, "interleaved", True)
+        )
 
 
 class AttentionWithRopeNoOpaque(AttentionWithRope):
@@ -369,13 +473,29 @@ class AttentionWithRopeNoOpaque(AttentionWithRope):
     """
 
     def __init__(
-        self, *, rope: Any, num_attention_heads: int, num_key_value_heads: int, hidden_size: int, kv_params: KVCacheParams,
-        devices: Sequence[Any] | None = None, dtype: DType = DType.float32, linear_cls: Callable[..., Any] = Linear, scale: float | None = None,
-    ):  # fmt: skip
+        self,
+        *,
+        rope: Any,
+        num_attention_heads: int,
+        num_key_value_heads: int,
+        hidden_size: int,
+        kv_params: KVCacheParams,
+        devices: Sequence[Any] | None = None,
+        dtype: DType = DType.float32,
+        linear_cls: Callable[..., Any] = Linear,
+        scale: float | None = None,
+    ):
         super().__init__(
-            rope=rope, num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads, hidden_size=hidden_size,
-            kv_params=kv_params, devices=devices, dtype=dtype, linear_cls=linear_cls, scale=scale,
-        )  # fmt: skip
+            rope=rope,
+            num_attention_heads=num_attention_heads,
+            num_key_value_heads=num_key_value_heads,
+            hidden_size=hidden_size,
+            kv_params=kv_params,
+            devices=devices,
+            dtype=dtype,
+            linear_cls=linear_cls,
+            scale=scale,
+        )
 
     def _qkv(self, layer_idx: Any, x: Any, kv: Any, offsets: Any) -> Any:
         self._pending = (layer_idx, x)
@@ -387,14 +507,27 @@ class AttentionWithRopeNoOpaque(AttentionWithRope):
         freqs = self.rope.freqs_cis if freqs_cis is None else freqs_cis
         freqs = _on(freqs, x.device)
         interleaved = getattr(self.rope, "interleaved", True)
-        layer = ops.constant(int(layer_idx), DType.uint32, x.device) if not hasattr(layer_idx, "type") else ops.reshape(layer_idx, [])
+        layer = (
+            ops.constant(int(layer_idx), DType.uint32, x.device)
+            if not hasattr(layer_idx, "type")
+            else ops.reshape(layer_idx, [])
+        )
         zero = ops.constant(0, DType.uint32, x.device)
         t = x.shape[0]
         k = ops.reshape(self.k_proj(x), [t, self.n_kv_heads, self.head_dim])
         v = ops.reshape(self.v_proj(x), [t, self.n_kv_heads, self.head_dim])
         k = ops.rope_ragged(k, freqs, offsets, kv.cache_lengths, interleaved=interleaved)
         for kv_index, rows in ((0, k), (1, v)):
-            ops.kv_cache_store(kv.kv_blocks, rows.cast(kv.kv_blocks.dtype), kv.lookup_table, layer, offsets, kv.cache_lengths, zero, kv_index=kv_index)
+            ops.kv_cache_store(
+                kv.kv_blocks,
+                rows.cast(kv.kv_blocks.dtype),
+                kv.lookup_table,
+                layer,
+                offsets,
+                kv.cache_lengths,
+                zero,
+                kv_index=kv_index,
+            )
         return ops.rope_ragged(xq, freqs, offsets, kv.cache_lengths, interleaved=interleaved)
 
 
@@ -403,10 +536,21 @@ class GGUFQAttentionWithRope(AttentionWithRope):
     hold packed blocks; ``unfused_qkv_ragged_matmul_gguf_quantized``)."""
 
     def __init__(
-        self, *, rope: Any, num_attention_heads: int, num_key_value_heads: int, hidden_size: int, kv_params: KVCacheParams, dtype: DType,
-        quantization_encoding: Any, devices: Sequence[Any] | None = None, linear_cls: Callable[..., Any] = Linear, scale: float | None = None,
-        has_bias: bool = False, clip_qkv: float | None = None,
-    ):  # fmt: skip
+        self,
+        *,
+        rope: Any,
+        num_attention_heads: int,
+        num_key_value_heads: int,
+        hidden_size: int,
+        kv_params: KVCacheParams,
+        dtype: DType,
+        quantization_encoding: Any,
+        devices: Sequence[Any] | None = None,
+        linear_cls: Callable[..., Any] = Linear,
+        scale: float | None = None,
+        has_bias: bool = False,
+        clip_qkv: float | None = None,
+    ):
         Module.__init__(self)
         name = type(self).__name__
         if quantization_encoding is None:
@@ -416,15 +560,27 @@ class GGUFQAttentionWithRope(AttentionWithRope):
         self.rope, self.quantization_encoding = rope, quantization_encoding
         self.use_qk_norm, self.rms_norm_eps = False, 1e-6
         self._init_common(
-            name, num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads, hidden_size=hidden_size, kv_params=kv_params,
-            devices=devices, dtype=dtype, linear_cls=linear_cls, stacked_qkv=False, scale=scale, has_bias=False, clip_qkv=None,
+            name,
+            num_attention_heads=num_attention_heads,
+            num_key_value_heads=num_key_value_heads,
+            hidden_size=hidden_size,
+            kv_params=kv_params,
+            devices=devices,
+            dtype=dtype,
+            linear_cls=linear_cls,
+            stacked_qkv=False,
+            scale=scale,
+            has_bias=False,
+            clip_qkv=None,
             quantization_encoding=quantization_encoding,
-        )  # fmt: skip
+        )
 
     def _qkv(self, layer_idx: Any, x: Any, kv: Any, offsets: Any) -> Any:
         dev, enc = self.devices[0], self.quantization_encoding
         ws = [_on(p.weight, dev) for p in (self.q_proj, self.k_proj, self.v_proj)]
-        xq = kernels.unfused_qkv_ragged_matmul_gguf_quantized(self.kv_params, x, offsets, self.n_heads, *ws, enc, enc, enc, kv, layer_idx)
+        xq = kernels.unfused_qkv_ragged_matmul_gguf_quantized(
+            self.kv_params, x, offsets, self.n_heads, *ws, enc, enc, enc, kv, layer_idx
+        )
         return ops.reshape(xq, [x.shape[0], self.n_heads, self.head_dim])
 
     def shard(self, devices: Iterable[Any]) -> list[Any]:
@@ -440,9 +596,18 @@ class GPTQAttentionWithRope(AttentionWithRope):
     """
 
     def __init__(
-        self, quantization_config: Any, rope: Any, num_attention_heads: int, num_key_value_heads: int, hidden_size: int, kv_params: KVCacheParams,
-        devices: Sequence[Any] | None = None, dtype: DType = DType.float32, scale: float | None = None, linear_cls: Callable[..., Any] = Linear,
-    ):  # fmt: skip
+        self,
+        quantization_config: Any,
+        rope: Any,
+        num_attention_heads: int,
+        num_key_value_heads: int,
+        hidden_size: int,
+        kv_params: KVCacheParams,
+        devices: Sequence[Any] | None = None,
+        dtype: DType = DType.float32,
+        scale: float | None = None,
+        linear_cls: Callable[..., Any] = Linear,
+    ):
 
         Module.__init__(self)
         name = type(self).__name__
@@ -451,13 +616,26 @@ class GPTQAttentionWithRope(AttentionWithRope):
         self.rope, self.quantization_config = rope, quantization_config
         self.use_qk_norm, self.rms_norm_eps = False, 1e-6
         _check_heads(name, int(num_attention_heads), int(num_key_value_heads), int(hidden_size), kv_params)
-        self.n_heads, self.n_kv_heads, self.hidden_size = int(num_attention_heads), int(num_key_value_heads), int(hidden_size)
-        self.kv_params, self.devices, self.dtype, self.head_dim = kv_params, _devices(devices), dtype, kv_params.head_dim
+        self.n_heads, self.n_kv_heads, self.hidden_size = (
+            int(num_attention_heads),
+            int(num_key_value_heads),
+            int(hidden_size),
+        )
+        self.kv_params, self.devices, self.dtype, self.head_dim = (
+            kv_params,
+            _devices(devices),
+            dtype,
+            kv_params.head_dim,
+        )
         self.stacked_qkv, self.has_bias, self.clip_qkv = False, False, None
         self.scale = float(scale) if scale is not None else self._default_scale()
         q_dim, kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         make = lambda i, o: gptq_projection(i, o, dtype, self.devices[0], quantization_config)  # noqa: E731
-        self.q_proj, self.k_proj, self.v_proj = make(hidden_size, q_dim), make(hidden_size, kv_dim), make(hidden_size, kv_dim)
+        self.q_proj, self.k_proj, self.v_proj = (
+            make(hidden_size, q_dim),
+            make(hidden_size, kv_dim),
+            make(hidden_size, kv_dim),
+        )
         self.o_proj = make(q_dim, hidden_size)
 
     @property
@@ -468,8 +646,12 @@ class GPTQAttentionWithRope(AttentionWithRope):
         return concat_gptq(packed, self.hidden_size, int(self.quantization_config.group_size))
 
     def _qkv(self, layer_idx: Any, x: Any, kv: Any, offsets: Any) -> Any:
-        perm = _on(self.q_proj.perm_idx, self.devices[0]) if getattr(self.q_proj, "perm_idx", None) is not None else None
-        xq = kernels.fused_qkv_ragged_matmul_quantized(self.kv_params, x, offsets, self.wqkv, kv, layer_idx, self.n_heads, self.quantization_config, perm_idx=perm)
+        perm = (
+            _on(self.q_proj.perm_idx, self.devices[0]) if getattr(self.q_proj, "perm_idx", None) is not None else None
+        )
+        xq = kernels.fused_qkv_ragged_matmul_quantized(
+            self.kv_params, x, offsets, self.wqkv, kv, layer_idx, self.n_heads, self.quantization_config, perm_idx=perm
+        )
         return ops.reshape(xq, [x.shape[0], self.n_heads, self.head_dim])
 
     def shard(self, devices: Iterable[Any]) -> list[Any]:
@@ -505,9 +687,24 @@ class DataParallelAttentionWithRope(AttentionWithRope, DistributedAttentionImpl)
     Call: ``attn(layer_idx, xs, kv_collections, freqs_cis, input_row_offsets)`` → one output per device.
     """
 
-    def __call__(self, layer_idx: Any, xs: Any, kv_collections: Any = None, freqs_cis: Any = None, input_row_offsets: Any = None, **kwargs: Any) -> list[Any]:  # type: ignore[override]
+    def __call__(
+        self,
+        layer_idx: Any,
+        xs: Any,
+        kv_collections: Any = None,
+        freqs_cis: Any = None,
+        input_row_offsets: Any = None,
+        **kwargs: Any,
+    ) -> list[Any]:  # type: ignore[override]
         n = len(self.devices)
-        _per_device(type(self).__name__, n, xs=xs, kv_collections=kv_collections, freqs_cis=freqs_cis, input_row_offsets=input_row_offsets)
+        _per_device(
+            type(self).__name__,
+            n,
+            xs=xs,
+            kv_collections=kv_collections,
+            freqs_cis=freqs_cis,
+            input_row_offsets=input_row_offsets,
+        )
         home = self.devices
         outs = []
         try:

@@ -75,17 +75,37 @@ class TensorParallelAttentionWithRope(AttentionWithRope, DistributedAttentionImp
     def _shard_class(self) -> type:
         return AttentionWithRope
 
-    def __call__(self, layer_idx: Any, xs: Any, signal_buffers: Any = None, kv_collections: Any = None, freqs_cis: Any = None, input_row_offsets: Any = None, **kwargs: Any) -> list[Any]:  # type: ignore[override]
+    def __call__(
+        self,
+        layer_idx: Any,
+        xs: Any,
+        signal_buffers: Any = None,
+        kv_collections: Any = None,
+        freqs_cis: Any = None,
+        input_row_offsets: Any = None,
+        **kwargs: Any,
+    ) -> list[Any]:  # type: ignore[override]
         n = len(self.devices)
         name = type(self).__name__
-        _per_device(name, n, xs=xs, kv_collections=kv_collections, freqs_cis=freqs_cis, input_row_offsets=input_row_offsets)
+        _per_device(
+            name, n, xs=xs, kv_collections=kv_collections, freqs_cis=freqs_cis, input_row_offsets=input_row_offsets
+        )
         if not all(isinstance(o, TensorValue) for o in input_row_offsets):
-            raise TypeError(f"{name}: All elements in input_row_offsets must be TensorValue instances, got {[type(o).__name__ for o in input_row_offsets]}")
+            raise TypeError(
+                f"{name}: All elements in input_row_offsets must be TensorValue instances, got "
+                f"{[type(o).__name__ for o in input_row_offsets]}"
+            )
         if signal_buffers is not None:
             _per_device(name, n, signal_buffers=signal_buffers)
         if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"{name}: num_attention_heads ({self.n_heads}) must be a multiple of num_key_value_heads ({self.n_kv_heads}) to run: each query head reads KV head (head // group)")
-        parts = [s._forward_shard(layer_idx, x, kv, f, o) for s, x, kv, f, o in zip(self.list_of_attentions, xs, kv_collections, freqs_cis, input_row_offsets)]
+            raise ValueError(
+                f"{name}: num_attention_heads ({self.n_heads}) must be a multiple of num_key_value_heads "
+                f"({self.n_kv_heads}) to run: each query head reads KV head (head // group)"
+            )
+        parts = [
+            s._forward_shard(layer_idx, x, kv, f, o)
+            for s, x, kv, f, o in zip(self.list_of_attentions, xs, kv_collections, freqs_cis, input_row_offsets)
+        ]
         if signal_buffers is not None and n > 1:
             return self.allreduce(parts, signal_buffers)
         total = parts[0]

@@ -7,7 +7,18 @@ in private files: attention and KV-cache kernels, float8/MoE/LoRA/sampling
 kernels.
 """
 
-from maxfx.nn.kernels import _attention, _block_scaled, _float8, _lora, _moe, _ragged, _sampling, _scaled_matmul, _scaled_qkv, _swish_glu
+from maxfx.nn.kernels import (
+    _attention,
+    _block_scaled,
+    _float8,
+    _lora,
+    _moe,
+    _ragged,
+    _sampling,
+    _scaled_matmul,
+    _scaled_qkv,
+    _swish_glu,
+)
 from maxfx.nn.kernels._attention import *  # noqa: F403  (attention and paged KV-cache kernels)
 from maxfx.nn.kernels._block_scaled import *  # noqa: F403  (NVFP4 / MXFP4 / MXFP8 quantize and matmuls)
 from maxfx.nn.kernels._block_scaled import _is_sm10x_gpu as _is_sm10x_gpu  # MAX's private helper, used by its tests

@@ -35,7 +35,12 @@ from lowering.dtypes import DType
 from maxfx.graph import DeviceRef, ops
 from maxfx.nn.kernels._scaled_matmul import _full_starts
 
-__all__ = ["block_scales_interleave", "dynamic_block_scaled_matmul", "grouped_matmul_block_scaled", "quantize_dynamic_block_scaled"]
+__all__ = [
+    "block_scales_interleave",
+    "dynamic_block_scaled_matmul",
+    "grouped_matmul_block_scaled",
+    "quantize_dynamic_block_scaled",
+]
 
 _ATOM_ROWS, _ATOM_GROUPS = 128, 4  # one interleaved tile: 128 rows (32 x 4) by 4 scale groups
 _FP4_LEVELS = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # E2M1 magnitudes of codes 1..7
@@ -66,7 +71,8 @@ def _ceil(n: Any, d: int) -> int:
 
 
 def block_scales_interleave(scales: Any, sf_vector_size: int = 16) -> Any:
-    """Scales ``[rows, groups]`` in the 5-D tcgen05 layout ``[ceil(rows / 128), ceil(groups / 4), 32, 4, 4]`` (zero padded).
+    """Scales ``[rows, groups]`` in the 5-D tcgen05 layout ``[ceil(rows / 128), ceil(groups / 4), 32, 4, 4]`` (zero
+    padded).
 
     Example:
         >>> s5 = block_scales_interleave(weight_scales, sf_vector_size=16)  # doctest: +SKIP
@@ -77,7 +83,10 @@ def block_scales_interleave(scales: Any, sf_vector_size: int = 16) -> Any:
     if scales.dtype not in _SCALE_DTYPES:
         raise TypeError(f"{where}: scales dtype must be {_SCALES_MSG}, got {scales.dtype}")
     if int(sf_vector_size) != _SCALE_DTYPES[scales.dtype]:
-        raise ValueError(f"{where}: sf_vector_size {sf_vector_size} does not match {scales.dtype} scales (expected {_SCALE_DTYPES[scales.dtype]})")
+        raise ValueError(
+            f"{where}: sf_vector_size {sf_vector_size} does not match {scales.dtype} scales (expected "
+            f"{_SCALE_DTYPES[scales.dtype]})"
+        )
     rows, groups = int(scales.shape[0]), int(scales.shape[1])
     tr, tg = _ceil(rows, _ATOM_ROWS), _ceil(groups, _ATOM_GROUPS)
     # Padding and layout moves run in float32: the scale dtypes only need to round-trip exactly.
@@ -93,10 +102,16 @@ def _scales_2d(where: str, name: str, scales: Any, rows: Any, groups: int) -> An
             raise ValueError(f"{where}: expected {name} of shape [{rows}, {groups}], got {list(scales.shape)}")
         return scales.cast(DType.float32)
     if scales.rank != 5 or [int(d) for d in scales.shape[2:]] != [32, 4, 4]:
-        raise ValueError(f"{where}: expected {name} to have rank 5 [*, *, 32, 4, 4] (or rank 2), was {scales.rank}: {list(scales.shape)}")
+        raise ValueError(
+            f"{where}: expected {name} to have rank 5 [*, *, 32, 4, 4] (or rank 2), was {scales.rank}: "
+            f"{list(scales.shape)}"
+        )
     tr, tg = int(scales.shape[0]), int(scales.shape[1])
     if tg != _ceil(groups, _ATOM_GROUPS) or tr * _ATOM_ROWS < int(rows):
-        raise ValueError(f"{where}: {name} {list(scales.shape)} does not cover [{rows}, {groups}] scales (expected [>= {_ceil(rows, _ATOM_ROWS)}, {_ceil(groups, _ATOM_GROUPS)}, 32, 4, 4])")
+        raise ValueError(
+            f"{where}: {name} {list(scales.shape)} does not cover [{rows}, {groups}] scales (expected [>= "
+            f"{_ceil(rows, _ATOM_ROWS)}, {_ceil(groups, _ATOM_GROUPS)}, 32, 4, 4])"
+        )
     s = ops.permute(scales.cast(DType.float32), [0, 3, 2, 1, 4])
     return ops.reshape(s, [tr * _ATOM_ROWS, tg * _ATOM_GROUPS])[: int(rows), :groups]
 
@@ -212,7 +227,15 @@ def quantize_dynamic_block_scaled(
 # ─── matmuls ──────────────────────────────────────────────────────────────
 
 
-def dynamic_block_scaled_matmul(a: Any, b: Any, a_scales: Any, b_scales: Any, tensor_sf: Any = 1.0, sf_vector_size: int = 16, out_type: DType = DType.bfloat16) -> Any:
+def dynamic_block_scaled_matmul(
+    a: Any,
+    b: Any,
+    a_scales: Any,
+    b_scales: Any,
+    tensor_sf: Any = 1.0,
+    sf_vector_size: int = 16,
+    out_type: DType = DType.bfloat16,
+) -> Any:
     """``(deq(a) @ deq(b).T) * tensor_sf`` for block-scaled ``a [M, K']`` and transposed ``b [N, K']``.
 
     ``K'`` is ``K / 2`` for packed FP4 (uint8) and ``K`` for float8 (MXFP8).
@@ -224,9 +247,15 @@ def dynamic_block_scaled_matmul(a: Any, b: Any, a_scales: Any, b_scales: Any, te
     if a.rank != 2 or b.rank != 2:
         raise ValueError(f"{where}: Both a and b must be rank 2 tensors, got {list(a.shape)} and {list(b.shape)}")
     if a.shape[1] != b.shape[1]:
-        raise ValueError(f"{where}: The second dimension of b must match the second dimension of a: {list(a.shape)} vs {list(b.shape)}")
+        raise ValueError(
+            f"{where}: The second dimension of b must match the second dimension of a: {list(a.shape)} vs "
+            f"{list(b.shape)}"
+        )
     if a.dtype != b.dtype or a_scales.dtype != b_scales.dtype:
-        raise TypeError(f"{where}: a and b dtypes {a.dtype}, {b.dtype} must match, as do a and b scales dtypes {a_scales.dtype}, {b_scales.dtype}")
+        raise TypeError(
+            f"{where}: a and b dtypes {a.dtype}, {b.dtype} must match, as do a and b scales dtypes {a_scales.dtype}, "
+            f"{b_scales.dtype}"
+        )
     if a.dtype not in (DType.uint8, DType.float8_e4m3fn):
         raise ValueError(f"{where}: A dtype must be uint8 (fp4-e2m1fnX2) or float8_e4m3fn (MXFP8), got {a.dtype}")
     sf = _sf_size(where, a_scales.dtype, sf_vector_size)
@@ -270,9 +299,15 @@ def grouped_matmul_block_scaled(
     """
     where = "grouped_matmul_block_scaled"
     if hidden_states.dtype != weight.dtype:
-        raise ValueError(f"{where}: expected hidden_states and weight to have the same dtype, but got {hidden_states.dtype} and {weight.dtype}")
+        raise ValueError(
+            f"{where}: expected hidden_states and weight to have the same dtype, but got {hidden_states.dtype} and "
+            f"{weight.dtype}"
+        )
     if a_scales.dtype != b_scales.dtype:
-        raise ValueError(f"{where}: expected a_scales and b_scales to have the same dtype, but got {a_scales.dtype} and {b_scales.dtype}")
+        raise ValueError(
+            f"{where}: expected a_scales and b_scales to have the same dtype, but got {a_scales.dtype} and "
+            f"{b_scales.dtype}"
+        )
     sf = _sf_size(where, a_scales.dtype, None)
     for t, name in (
         (weight, "weight"),
@@ -284,18 +319,32 @@ def grouped_matmul_block_scaled(
         (expert_scales, "expert_scales"),
     ):
         if t.device != hidden_states.device:
-            raise ValueError(f"{where}: expected hidden_states and {name} to have the same device, but got {hidden_states.device} and {t.device}")
-    if hidden_states.dtype not in (DType.uint8, DType.float8_e4m3fn) or (hidden_states.dtype == DType.float8_e4m3fn and sf != 32):
-        raise TypeError(f"{where}: hidden_states must be uint8 (packed FP4) or float8_e4m3fn with float8_e8m0fnu scales (MXFP8), got {hidden_states.dtype} with {a_scales.dtype} scales")
+            raise ValueError(
+                f"{where}: expected hidden_states and {name} to have the same device, but got {hidden_states.device} "
+                f"and {t.device}"
+            )
+    if hidden_states.dtype not in (DType.uint8, DType.float8_e4m3fn) or (
+        hidden_states.dtype == DType.float8_e4m3fn and sf != 32
+    ):
+        raise TypeError(
+            f"{where}: hidden_states must be uint8 (packed FP4) or float8_e4m3fn with float8_e8m0fnu scales (MXFP8), "
+            f"got {hidden_states.dtype} with {a_scales.dtype} scales"
+        )
     if hidden_states.rank != 2 or weight.rank != 3:
-        raise ValueError(f"{where}: expected hidden_states of rank 2 and weight of rank 3, was {hidden_states.rank} and {weight.rank}")
+        raise ValueError(
+            f"{where}: expected hidden_states of rank 2 and weight of rank 3, was {hidden_states.rank} and "
+            f"{weight.rank}"
+        )
     if a_scales.rank != 5:
         raise ValueError(f"{where}: expected a_scales to have rank 5, was {a_scales.rank}")
     if b_scales.rank != 6:
         raise ValueError(f"{where}: expected b_scales to have rank 6, was {b_scales.rank}")
     n_exp = int(expert_ids.shape[0])
     if weight.shape[2] != hidden_states.shape[1] or int(weight.shape[0]) != n_exp or int(b_scales.shape[0]) != n_exp:
-        raise ValueError(f"{where}: expected weight (and b_scales) of shape [num_experts={n_exp}, *, {hidden_states.shape[1]}], got {list(weight.shape)} and {list(b_scales.shape)}")
+        raise ValueError(
+            f"{where}: expected weight (and b_scales) of shape [num_experts={n_exp}, *, {hidden_states.shape[1]}], got "
+            f"{list(weight.shape)} and {list(b_scales.shape)}"
+        )
     for t, name in ((a_scale_offsets, "a_scale_offsets"), (expert_scales, "expert_scales")):
         if t.rank != 1 or int(t.shape[0]) != n_exp:
             raise ValueError(f"{where}: expected {name} of shape [{n_exp}], got {list(t.shape)}")
@@ -307,12 +356,17 @@ def grouped_matmul_block_scaled(
     sa = _scales_2d(where, "a_scales", a_scales, tiles * _ATOM_ROWS, groups)  # every scale row the tiles hold
     starts = _full_starts(where, expert_start_indices, n_exp)
     g = _row_groups(starts, t_rows, n_exp)
-    scale_row = ops.range(0, t_rows, 1, dtype=DType.int32, device=h.device) + ops.gather(a_scale_offsets.cast(DType.int32), g, axis=0) * _ATOM_ROWS
+    scale_row = (
+        ops.range(0, t_rows, 1, dtype=DType.int32, device=h.device)
+        + ops.gather(a_scale_offsets.cast(DType.int32), g, axis=0) * _ATOM_ROWS
+    )
     scale_row = ops.min(ops.max(scale_row, 0), tiles * _ATOM_ROWS - 1)
     h = h * ops.repeat_interleave(ops.gather(sa, scale_row, axis=0), sf, axis=1)[:, :k]
     n = int(weight.shape[1])
     w_vals = ops.reshape(_values(ops.reshape(weight, [n_exp * n, int(weight.shape[2])])), [n_exp, n, k])
-    sb = ops.stack([_scales_2d(where, "b_scales", b_scales[e], n, groups) for e in range(n_exp)], axis=0)  # [E, N, groups]
+    sb = ops.stack(
+        [_scales_2d(where, "b_scales", b_scales[e], n, groups) for e in range(n_exp)], axis=0
+    )  # [E, N, groups]
     w = w_vals * ops.repeat_interleave(sb, sf, axis=2)[:, :, :k]
     out = ops.grouped_matmul_ragged(h, w, starts, expert_ids, expert_usage_stats_host)  # float32 [T, N]
     ids = ops.min(ops.max(expert_ids.cast(DType.int64), 0), n_exp - 1)
@@ -324,7 +378,9 @@ def check_same_device(where: str, input: Any, named: list[tuple[Any, str]]) -> N
     """MAX's device check of the fused kernels: every tensor on ``input``'s device."""
     if not all(t.device == input.device for t, _ in named):
         listing = "\n".join(f"  {name}={t.device}" for t, name in named)
-        raise ValueError(f"{where}: expected all tensors to be on the same device as input ({input.device}), but got:\n{listing}")
+        raise ValueError(
+            f"{where}: expected all tensors to be on the same device as input ({input.device}), but got:\n{listing}"
+        )
 
 
 def check_layer_idx_on_cpu(where: str, layer_idx: Any) -> None:

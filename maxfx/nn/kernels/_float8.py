@@ -43,14 +43,28 @@ def _group_size(input_scale_spec: Float8InputScaleSpec, group_size_or_per_token:
     return group_size_or_per_token
 
 
-def _quantize_dynamic(kernel: str, rank: int, input: Any, input_scale_spec: Any, weight_scale_spec: Any, scale_ub: float, group_size_or_per_token: int, out_type: DType, scales_type: DType) -> tuple[Any, Any]:  # noqa: A002
+def _quantize_dynamic(
+    kernel: str,
+    rank: int,
+    input: Any,
+    input_scale_spec: Any,
+    weight_scale_spec: Any,
+    scale_ub: float,
+    group_size_or_per_token: int,
+    out_type: DType,
+    scales_type: DType,
+) -> tuple[Any, Any]:  # noqa: A002
     """The checks and op shared by the plain (rank 2) and batched (rank 3) dynamic quantizations."""
     _specs(kernel, input_scale_spec, weight_scale_spec)
     _rank(kernel, input, "input", rank)
-    return ops.quantize_dynamic_float8(input, _group_size(input_scale_spec, group_size_or_per_token), scale_ub, out_type, scales_type)
+    return ops.quantize_dynamic_float8(
+        input, _group_size(input_scale_spec, group_size_or_per_token), scale_ub, out_type, scales_type
+    )
 
 
-def quantize_static_scaled_float8(x: Any, scale: Any, scale_is_inverted: bool = True, out_type: DType = DType.float8_e4m3fn) -> Any:
+def quantize_static_scaled_float8(
+    x: Any, scale: Any, scale_is_inverted: bool = True, out_type: DType = DType.float8_e4m3fn
+) -> Any:
     """``x`` quantized with one static scale: ``x * scale`` if ``scale_is_inverted`` else ``x / scale``.
 
     Example:
@@ -77,7 +91,17 @@ def quantize_dynamic_scaled_float8(
     Example:
         >>> q, s = quantize_dynamic_scaled_float8(x, in_spec, w_spec)  # doctest: +SKIP
     """
-    return _quantize_dynamic("quantize_dynamic_scaled_float8", 2, input, input_scale_spec, weight_scale_spec, scale_ub, group_size_or_per_token, out_type, scales_type)
+    return _quantize_dynamic(
+        "quantize_dynamic_scaled_float8",
+        2,
+        input,
+        input_scale_spec,
+        weight_scale_spec,
+        scale_ub,
+        group_size_or_per_token,
+        out_type,
+        scales_type,
+    )
 
 
 def batched_quantize_dynamic_scaled_float8(
@@ -94,7 +118,17 @@ def batched_quantize_dynamic_scaled_float8(
     Example:
         >>> q, s = batched_quantize_dynamic_scaled_float8(x3, in_spec, w_spec)  # doctest: +SKIP
     """
-    return _quantize_dynamic("batched_quantize_dynamic_scaled_float8", 3, input, input_scale_spec, weight_scale_spec, scale_ub, group_size_or_per_token, out_type, scales_type)
+    return _quantize_dynamic(
+        "batched_quantize_dynamic_scaled_float8",
+        3,
+        input,
+        input_scale_spec,
+        weight_scale_spec,
+        scale_ub,
+        group_size_or_per_token,
+        out_type,
+        scales_type,
+    )
 
 
 def _scalar(kernel: str, s: Any, name: str) -> Any:
@@ -115,7 +149,13 @@ def matmul_static_scaled_float8(input: Any, weight: Any, input_scale: Any, weigh
     for t, name in ((input, "input"), (weight, "weight")):
         if t.dtype is not DType.float8_e4m3fn:
             raise ValueError(f"{kernel}: {name} must be float8_e4m3fn, got {t.dtype.name}")
-    return ops.scaled_matmul(input, weight, _scalar(kernel, input_scale, "input_scale"), _scalar(kernel, weight_scale, "weight_scale"), DType.bfloat16)
+    return ops.scaled_matmul(
+        input,
+        weight,
+        _scalar(kernel, input_scale, "input_scale"),
+        _scalar(kernel, weight_scale, "weight_scale"),
+        DType.bfloat16,
+    )
 
 
 def needs_fp8_fnuz_conversion() -> bool:

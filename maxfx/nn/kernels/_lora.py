@@ -25,7 +25,15 @@ def _max_len(kernel: str, max_lora_seq_len: Any) -> None:
         raise ValueError(f"{kernel}: max_lora_seq_len must be a positive int, got {max_lora_seq_len!r}")
 
 
-def sgmv_kernel(input: Any, lora: Any, lora_ids: Any, lora_ranks: Any, input_row_offsets: Any, max_lora_seq_len: int, bias: Any = None) -> Any:  # noqa: A002
+def sgmv_kernel(
+    input: Any,
+    lora: Any,
+    lora_ids: Any,
+    lora_ranks: Any,
+    input_row_offsets: Any,
+    max_lora_seq_len: int,
+    bias: Any = None,
+) -> Any:  # noqa: A002
     """Rows of group ``i`` times ``lora[lora_ids[i]].T`` (+ ``bias[lora_ids[i]]``), one LoRA step (A or B).
 
     ``lora`` is ``[num_loras, out, in]``; rows of groups without an adapter and
@@ -59,6 +67,9 @@ def sgmv_lora_kernel(
     """
     _max_len("sgmv_lora_kernel", max_lora_seq_len)
     if lora_a.rank == 3 and lora_b.rank == 3 and lora_a.shape[1] != lora_b.shape[2]:
-        raise ValueError(f"sgmv_lora_kernel: lora_a [L, rank, in] and lora_b [L, out, rank] ranks differ: {list(lora_a.shape)} vs {list(lora_b.shape)}")
+        raise ValueError(
+            f"sgmv_lora_kernel: lora_a [L, rank, in] and lora_b [L, out, rank] ranks differ: {list(lora_a.shape)} vs "
+            f"{list(lora_b.shape)}"
+        )
     shrunk = ops.sgmv(input, lora_a, lora_ids, lora_ranks, grouped_row_offsets, None, mask_rank=True)
     return ops.sgmv(shrunk, lora_b, lora_ids, lora_ranks, grouped_row_offsets, bias)

@@ -33,7 +33,9 @@ def moe_create_indices(topk_ids: Any, num_local_experts: int) -> tuple[Any, Any,
     return tuple(ops.moe_create_indices(topk_ids, num_local_experts))  # type: ignore[return-value]
 
 
-def grouped_matmul_ragged(hidden_states: Any, weight: Any, expert_start_indices: Any, expert_ids: Any, expert_usage_stats_host: Any) -> Any:
+def grouped_matmul_ragged(
+    hidden_states: Any, weight: Any, expert_start_indices: Any, expert_ids: Any, expert_usage_stats_host: Any
+) -> Any:
     """Per-expert matmul over a ragged batch: rows ``[starts[i], starts[i+1])`` times ``weight[expert_ids[i]].T``.
 
     ``hidden_states [T, K]``, ``weight [E, N, K]`` (transposed per expert);

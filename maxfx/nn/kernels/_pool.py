@@ -43,7 +43,10 @@ def check_pool(where: str, blocks: Any, n_kv_heads: int, head_dim: int) -> None:
             f"or a single layer's [pages, kv_dim, n_kv_heads, page_size, head_dim], got shape {shape}"
         )
     if int(heads) != int(n_kv_heads) or int(dim) != int(head_dim):
-        raise ValueError(f"{where}: kv_collection.kv_blocks {shape} holds {heads} heads of dim {dim}; kv_params says {n_kv_heads} of dim {head_dim}")
+        raise ValueError(
+            f"{where}: kv_collection.kv_blocks {shape} holds {heads} heads of dim {dim}; kv_params says {n_kv_heads} "
+            f"of dim {head_dim}"
+        )
 
 
 def _as_multi_layer(pool: Any) -> Any:
@@ -65,7 +68,9 @@ def layer_for(blocks: Any, layer: Any) -> Any:
     return layer
 
 
-def store_rows(blocks: Any, rows: Any, lookup_table: Any, layer: Any, offsets: Any, start: Any, batch_offset: Any, kv_index: int) -> None:
+def store_rows(
+    blocks: Any, rows: Any, lookup_table: Any, layer: Any, offsets: Any, start: Any, batch_offset: Any, kv_index: int
+) -> None:
     """``ops.kv_cache_store`` of ragged ``rows [n, n_kv_heads, head_dim]`` into either pool layout."""
     rows = rows.cast(blocks.dtype)
     if blocks.rank != SINGLE_LAYER_RANK:
@@ -74,6 +79,8 @@ def store_rows(blocks: Any, rows: Any, lookup_table: Any, layer: Any, offsets: A
     view = _as_multi_layer(ops.buffer_load(blocks))
     scratch = ops.buffer_create(BufferType(view.dtype, list(view.shape), view.device))
     ops.buffer_store(scratch, view)
-    ops.kv_cache_store(scratch, rows, lookup_table, layer_for(blocks, layer), offsets, start, batch_offset, kv_index=kv_index)
+    ops.kv_cache_store(
+        scratch, rows, lookup_table, layer_for(blocks, layer), offsets, start, batch_offset, kv_index=kv_index
+    )
     updated = ops.squeeze(ops.buffer_load(scratch), 2)  # [P, kv, S, H, D]
     ops.buffer_store(blocks, ops.permute(updated, [0, 1, 3, 2, 4]))

@@ -26,7 +26,13 @@ from lowering.dtypes import DType
 from lowering.ops.sampling import apply_packed_bitmask_p
 from maxfx.graph import ops
 
-__all__ = ["apply_packed_bitmask", "merge_ragged_tensors", "rope_ragged", "scatter_nd_skip_oob_indices", "scatter_set_constant"]
+__all__ = [
+    "apply_packed_bitmask",
+    "merge_ragged_tensors",
+    "rope_ragged",
+    "scatter_nd_skip_oob_indices",
+    "scatter_set_constant",
+]
 
 
 def _check(name: str, value: Any, *, dtype: DType | None = None, rank: int | None = None) -> None:
@@ -80,7 +86,9 @@ def rope_ragged(
         try:
             h, r = int(head_dim), int(rope_dim)
         except TypeError:
-            raise ValueError(f"rope_ragged: freqs_cis width {rope_dim} differs from the head dim {head_dim} and one is symbolic") from None
+            raise ValueError(
+                f"rope_ragged: freqs_cis width {rope_dim} differs from the head dim {head_dim} and one is symbolic"
+            ) from None
         if r > h:
             raise ValueError(f"rope_ragged: freqs_cis rotates {r} columns but a head has only {h}")
         rot, keep = (input[:, :, :r], input[:, :, r:]) if rope_first else (input[:, :, h - r :], input[:, :, : h - r])
@@ -113,7 +121,9 @@ def scatter_nd_skip_oob_indices(input: Any, updates: Any, indices: Any) -> Any: 
     spare = ops.broadcast_to(input[:1] * 0, [1, *input.shape[1:]])
     padded = ops.concat([input, spare], axis=0)
     out = ops.scatter_nd(padded, updates, safe)
-    return ops.rebind(out[:d0] if isinstance(d0, int) else ops.slice_tensor(out, [(slice(0, d0), d0)]), list(input.shape))
+    return ops.rebind(
+        out[:d0] if isinstance(d0, int) else ops.slice_tensor(out, [(slice(0, d0), d0)]), list(input.shape)
+    )
 
 
 def _is_static(dim: Any) -> bool:
@@ -172,7 +182,10 @@ def scatter_set_constant(data: Any, indices: Any, fill_val: float) -> None:
     if getattr(data, "rank", None) != 2 or type(getattr(data, "type", None)).__name__ != "BufferType":
         raise ValueError(f"scatter_set_constant: data must be a 2d BufferValue, got {getattr(data, 'type', data)!r}")
     if indices.rank != 2 or indices.shape[1] != 2:
-        raise ValueError(f"scatter_set_constant: indices must be [K, 2] (row, column) pairs, got {indices.dtype.name}{list(indices.shape)}")
+        raise ValueError(
+            "scatter_set_constant: indices must be [K, 2] (row, column) pairs, got "
+            f"{indices.dtype.name}{list(indices.shape)}"
+        )
     if indices.dtype not in (DType.int32, DType.int64):
         indices = indices.cast(DType.int64)
     fill = ops.broadcast_to(ops.constant(fill_val, data.dtype, data.device).reshape([1]), [indices.shape[0]])

@@ -39,7 +39,16 @@ def _check_scalar(name: str, value: Any, ok: bool, expected: str) -> None:
         raise ValueError(f"topk_fused_sampling: expected {name} {expected}, got {value!r}")
 
 
-def topk_fused_sampling(logits: Any, top_k: Any, *, temperature: Any = 1.0, max_k: Any = None, min_top_p: Any = None, top_p: Any = 1.0, seed: Any = 0) -> Any:
+def topk_fused_sampling(
+    logits: Any,
+    top_k: Any,
+    *,
+    temperature: Any = 1.0,
+    max_k: Any = None,
+    min_top_p: Any = None,
+    top_p: Any = 1.0,
+    seed: Any = 0,
+) -> Any:
     """Sample a token per row of ``logits [batch, vocab]`` from its top ``top_k`` after ``/ temperature``.
 
     ``top_k``, ``temperature``, ``top_p`` and ``seed`` are scalars or ``[batch]``
@@ -71,7 +80,10 @@ def topk_fused_sampling(logits: Any, top_k: Any, *, temperature: Any = 1.0, max_
         _check_scalar("min_top_p", min_top_p, 0 < min_top_p <= 1, "to be in (0, 1]")
     known_p = min_top_p if min_top_p is not None else top_p
     use_top_p = _is_value(known_p) or known_p < 1
-    args = [_per_row(v, dt, logits) for v, dt in ((top_k, DType.int64), (temperature, DType.float32), (top_p, DType.float32), (seed, DType.uint64))]
+    args = [
+        _per_row(v, dt, logits)
+        for v, dt in ((top_k, DType.int64), (temperature, DType.float32), (top_p, DType.float32), (seed, DType.uint64))
+    ]
     return ops.topk_sampling(logits, *args, max_k=int(max_k), use_top_p=use_top_p)
 
 
@@ -89,7 +101,13 @@ def _require_buffer(kernel: str, buf: Any, name: str) -> None:
 
 
 def apply_penalties_to_logits(
-    logits_buffer: Any, frequency_data: Any, frequency_offsets: Any, *, frequency_penalty: Any = 0.0, presence_penalty: Any = 0.0, repetition_penalty: Any = 1.0
+    logits_buffer: Any,
+    frequency_data: Any,
+    frequency_offsets: Any,
+    *,
+    frequency_penalty: Any = 0.0,
+    presence_penalty: Any = 0.0,
+    repetition_penalty: Any = 1.0,
 ) -> None:
     """Penalize, in ``logits_buffer [batch, vocab]``, the tokens each sequence has produced.
 
@@ -104,7 +122,9 @@ def apply_penalties_to_logits(
     _require_buffer(kernel, logits_buffer, "logits_buffer")
     dev = logits_buffer.device
     pens = [_scalar_f32(p, dev) for p in (frequency_penalty, presence_penalty, repetition_penalty)]
-    ops.buffer_store(logits_buffer, ops.apply_penalties(ops.buffer_load(logits_buffer), frequency_data, frequency_offsets, *pens))
+    ops.buffer_store(
+        logits_buffer, ops.apply_penalties(ops.buffer_load(logits_buffer), frequency_data, frequency_offsets, *pens)
+    )
 
 
 def update_frequency_data(frequency_data: Any, frequency_offsets: Any, tokens: Any) -> None:
@@ -117,4 +137,6 @@ def update_frequency_data(frequency_data: Any, frequency_offsets: Any, tokens: A
         >>> update_frequency_data(fd_buf, fo, new_tokens)  # doctest: +SKIP
     """
     _require_buffer("update_frequency_data", frequency_data, "frequency_data")
-    ops.buffer_store(frequency_data, ops.update_frequency_data(ops.buffer_load(frequency_data), frequency_offsets, tokens))
+    ops.buffer_store(
+        frequency_data, ops.update_frequency_data(ops.buffer_load(frequency_data), frequency_offsets, tokens)
+    )

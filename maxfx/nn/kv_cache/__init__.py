@@ -12,7 +12,14 @@ Example:
 """
 
 from maxfx.nn.kv_cache import cache_params, data_parallelism_utils, manager, utils
-from maxfx.nn.kv_cache._attn_key import AttnKey, AttnKeyInterface, MHAAttnKey, MLAAttnKey, MultiAttnKey, build_max_lengths_tensors
+from maxfx.nn.kv_cache._attn_key import (
+    AttnKey,
+    AttnKeyInterface,
+    MHAAttnKey,
+    MLAAttnKey,
+    MultiAttnKey,
+    build_max_lengths_tensors,
+)
 from maxfx.nn.kv_cache._memory import (
     KVCacheBuffer,
     KVCacheQuantizationConfig,
@@ -26,7 +33,12 @@ from maxfx.nn.kv_cache._memory import (
 from maxfx.nn.kv_cache._page_manager import PagedKVCacheManager
 from maxfx.nn.kv_cache._paged import KVCacheInputs, KVCacheInputsSequence, PagedCacheValues, RaggedKVCacheInputs
 from maxfx.nn.kv_cache._params import KVCacheParams, KVCacheStrategy, MHAKVCacheParams, MLAKVCacheParams
-from maxfx.nn.kv_cache._symbolic_inputs import KVCacheInputsInterface, KVCacheInputsPerDevice, KVCacheLeafInputs, MultiKVCacheInputs
+from maxfx.nn.kv_cache._symbolic_inputs import (
+    KVCacheInputsInterface,
+    KVCacheInputsPerDevice,
+    KVCacheLeafInputs,
+    MultiKVCacheInputs,
+)
 
 __all__ = [
     "AttnKey",

@@ -34,7 +34,10 @@ class AttnKeyInterface:
 
     def pack_into_buffer(self, device: Any, max_cache_valid_length: int) -> Buffer:
         """This key with ``max_cache_valid_length`` as a kernel dispatch-metadata buffer."""
-        raise TypeError(f"{type(self).__name__} has no buffer layout of its own: use MHAAttnKey or MLAAttnKey (or pack each leaf of a MultiAttnKey)")
+        raise TypeError(
+            f"{type(self).__name__} has no buffer layout of its own: use MHAAttnKey or MLAAttnKey (or pack each leaf "
+            "of a MultiAttnKey)"
+        )
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,9 @@ class MHAAttnKey(AttnKey):
 
     def pack_into_buffer(self, device: Any, max_cache_valid_length: int) -> Buffer:
         """The 4-int64 host buffer (``device`` is not used: MHA's metadata input is on the CPU)."""
-        return Buffer.from_numpy(np.array([self.batch_size, self.max_prompt_length, self.num_partitions, max_cache_valid_length], np.int64))
+        return Buffer.from_numpy(
+            np.array([self.batch_size, self.max_prompt_length, self.num_partitions, max_cache_valid_length], np.int64)
+        )
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,9 @@ class MLAAttnKey(AttnKey):
 
     def pack_into_buffer(self, device: Any, max_cache_valid_length: int) -> Buffer:
         """The 3-int64 buffer on ``device`` (the cache length travels in ``max_cache_length``)."""
-        return Buffer.from_numpy(np.array([self.batch_size, self.max_prompt_length, self.num_partitions], np.int64)).to(device)
+        return Buffer.from_numpy(np.array([self.batch_size, self.max_prompt_length, self.num_partitions], np.int64)).to(
+            device
+        )
 
 
 @dataclass(frozen=True)
@@ -83,4 +90,6 @@ def build_max_lengths_tensors(max_prompt_length: int, max_cache_length: int) -> 
         >>> [b.to_numpy().tolist() for b in build_max_lengths_tensors(5, 40)]
         [[5], [40]]
     """
-    return Buffer.from_numpy(np.array([max_prompt_length], np.uint32)), Buffer.from_numpy(np.array([max_cache_length], np.uint32))
+    return Buffer.from_numpy(np.array([max_prompt_length], np.uint32)), Buffer.from_numpy(
+        np.array([max_cache_length], np.uint32)
+    )

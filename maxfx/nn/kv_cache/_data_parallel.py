@@ -18,7 +18,8 @@ __all__ = ["split_input_row_offsets", "split_into_groups"]
 
 
 def split_into_groups[T](x: Sequence[T], groups: int) -> list[Sequence[T]]:
-    """``x`` in ``groups`` consecutive groups of ``ceil(len(x) / groups)`` items (the last ones may be shorter or empty).
+    """``x`` in ``groups`` consecutive groups of ``ceil(len(x) / groups)`` items (the last ones may be shorter or
+    empty).
 
     Raises:
         ValueError: ``groups`` is not positive.
@@ -52,7 +53,10 @@ def split_input_row_offsets(num_replicas: int, input_row_offsets: Any, data_para
     if not hasattr(data_parallel_splits, "type"):  # host integers: static slices
         splits = [int(v) for v in np.asarray(data_parallel_splits).reshape(-1)]
         if len(splits) != num_replicas + 1:
-            raise ValueError(f"split_input_row_offsets: data_parallel_splits needs num_replicas + 1 = {num_replicas + 1} entries, got {len(splits)}")
+            raise ValueError(
+                f"split_input_row_offsets: data_parallel_splits needs num_replicas + 1 = {num_replicas + 1} entries, "
+                f"got {len(splits)}"
+            )
         ends = [splits[i + 1] + 1 for i in range(num_replicas - 1)] + [None]
         return [input_row_offsets[splits[i] : ends[i]] - input_row_offsets[splits[i]] for i in range(num_replicas)]
     out = []

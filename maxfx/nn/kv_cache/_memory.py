@@ -76,7 +76,8 @@ def _human_bytes(n: int) -> str:
 
 @dataclass
 class KVCacheBuffer:
-    """One data-parallel replica's allocated cache: one value tensor per tensor-parallel shard (and scales when quantized).
+    """One data-parallel replica's allocated cache: one value tensor per tensor-parallel shard (and scales when
+    quantized).
 
     Attributes:
         replicates_kv_across_tp: every shard holds the same values (MLA under
@@ -99,18 +100,29 @@ class KVCacheBuffer:
         if not self.values:
             raise ValueError("KVCacheBuffer: the list of values must be non-empty")
         if self.replicates_kv_across_tp and len(self.values) <= 1:
-            raise ValueError("KVCacheBuffer: replicates_kv_across_tp=True requires at least 2 TP shards (len(values) > 1)")
+            raise ValueError(
+                "KVCacheBuffer: replicates_kv_across_tp=True requires at least 2 TP shards (len(values) > 1)"
+            )
         for what, group in (("values", self.values), ("scales", self.scales or [])):
             if len({b.dtype for b in group}) > 1:
-                raise ValueError(f"KVCacheBuffer: all {what} must have the same dtype, got {sorted(str(b.dtype) for b in group)}")
+                raise ValueError(
+                    f"KVCacheBuffer: all {what} must have the same dtype, got {sorted(str(b.dtype) for b in group)}"
+                )
             if len({tuple(b.shape) for b in group}) > 1:
-                raise ValueError(f"KVCacheBuffer: all {what} must have the same shape, got {[tuple(b.shape) for b in group]}")
+                raise ValueError(
+                    f"KVCacheBuffer: all {what} must have the same shape, got {[tuple(b.shape) for b in group]}"
+                )
         if self.scales is None:
             return
         if len(self.scales) != len(self.values):
-            raise ValueError(f"KVCacheBuffer: scales must be one per value ({len(self.values)}), got {len(self.scales)}")
+            raise ValueError(
+                f"KVCacheBuffer: scales must be one per value ({len(self.values)}), got {len(self.scales)}"
+            )
         if self.scales[0].shape[0] != self.values[0].shape[0]:
-            raise ValueError(f"KVCacheBuffer: values and scales must have the same number of pages, got {self.values[0].shape[0]} and {self.scales[0].shape[0]}")
+            raise ValueError(
+                f"KVCacheBuffer: values and scales must have the same number of pages, got {self.values[0].shape[0]} "
+                f"and {self.scales[0].shape[0]}"
+            )
         for v, s in zip(self.values, self.scales):
             if v.device != s.device:
                 raise ValueError(f"KVCacheBuffer: a value on {v.device} has its scales on {s.device}")
@@ -211,7 +223,9 @@ class MultiKVCacheParams:
         for name in ("page_size", "data_parallel_degree", "enable_prefix_caching", "num_draft_tokens"):
             _shared(params, name, 0 if name == "num_draft_tokens" else None)
         if len({tuple(_devices_of(p)) for p in params}) > 1:
-            raise ValueError(f"MultiKVCacheParams: all params must use the same devices, got: {[_devices_of(p) for p in params]}")
+            raise ValueError(
+                f"MultiKVCacheParams: all params must use the same devices, got: {[_devices_of(p) for p in params]}"
+            )
 
     @property
     def n_devices(self) -> int:
@@ -235,7 +249,9 @@ class MultiKVCacheParams:
 
     def get_symbolic_inputs(self, namespace: str = "") -> MultiKVCacheInputs[Any, Any]:
         """The children's graph input types, each child's page-count dim prefixed by ``{namespace}{name}_``."""
-        return MultiKVCacheInputs(children={k: p.get_symbolic_inputs(namespace=f"{namespace}{k}_") for k, p in self.children.items()})
+        return MultiKVCacheInputs(
+            children={k: p.get_symbolic_inputs(namespace=f"{namespace}{k}_") for k, p in self.children.items()}
+        )
 
     def flattened_kv_inputs(self) -> list[Any]:
         """Every child's graph input types, in graph-input order."""
@@ -260,9 +276,14 @@ class MultiKVCacheParams:
         return tuple(out)
 
     def allocate_buffers(self, total_num_pages: int) -> list[MultiKVCacheBuffer]:
-        """One `MultiKVCacheBuffer` per data-parallel replica, holding each child's buffers of ``total_num_pages`` pages."""
+        """One `MultiKVCacheBuffer` per data-parallel replica, holding each child's buffers of ``total_num_pages``
+        pages.
+        """
         per_child = {k: p.allocate_buffers(total_num_pages) for k, p in self.children.items()}
-        return [MultiKVCacheBuffer(children={k: bufs[r] for k, bufs in per_child.items()}) for r in range(self.data_parallel_degree)]
+        return [
+            MultiKVCacheBuffer(children={k: bufs[r] for k, bufs in per_child.items()})
+            for r in range(self.data_parallel_degree)
+        ]
 
     @cached_property
     def devices_per_replica(self) -> list[Sequence[DeviceRef]]:
@@ -314,25 +335,40 @@ def compute_num_device_blocks(
     have = f"only have enough memory for {allocable} pages ({_human_bytes(memory)}{across})"
     if allocable == 0:
         raise RuntimeError(
-            f"Insufficient cache memory to allocate even a single page.\nOne page requires {_human_bytes(params.bytes_per_block)} but only {_human_bytes(memory)} are available{across}."
+            "Insufficient cache memory to allocate even a single page.\nOne page requires "
+            f"{_human_bytes(params.bytes_per_block)} but only {_human_bytes(memory)} are available{across}."
         )
     if max_batch_size is not None and max_batch_size > allocable:
-        logger.warning(f"Insufficient cache memory to support a batch containing {max_batch_size} requests with one token per request. Need to allocate at least {max_batch_size} pages, but {have}.")
+        logger.warning(
+            f"Insufficient cache memory to support a batch containing {max_batch_size} requests with one token per "
+            f"request. Need to allocate at least {max_batch_size} pages, but {have}."
+        )
     if per_req is not None and per_req > allocable:
         msg = f"Insufficient cache memory to support a batch containing one request at the max sequence length of {max_seq_len} tokens. Need to allocate at least {per_req} pages ({_human_bytes(per_req * params.bytes_per_block)}), but {have}."
         if require_max_seq_len_fits:
-            raise RuntimeError(msg + f" Reduce the max length to at most {allocable * params.page_size} or give the KV cache more memory.")
+            raise RuntimeError(
+                msg
+                + f" Reduce the max length to at most {allocable * params.page_size} or give the KV cache more memory."
+            )
         logger.warning(msg)
     return allocable if total is None else min(allocable, total)
 
 
-def estimated_memory_size(params: Any, available_cache_memory: int, max_batch_size: int, max_seq_len: int, include_null_block: bool = False) -> int:
-    """Bytes the KV cache of every replica takes: `compute_num_device_blocks` pages of `bytes_per_block`, per replica."""
-    blocks = compute_num_device_blocks(params, available_cache_memory, max_batch_size, max_seq_len, include_null_block=include_null_block)
+def estimated_memory_size(
+    params: Any, available_cache_memory: int, max_batch_size: int, max_seq_len: int, include_null_block: bool = False
+) -> int:
+    """Bytes the KV cache of every replica takes: `compute_num_device_blocks` pages of `bytes_per_block`, per
+    replica.
+    """
+    blocks = compute_num_device_blocks(
+        params, available_cache_memory, max_batch_size, max_seq_len, include_null_block=include_null_block
+    )
     return blocks * params.bytes_per_block * params.data_parallel_degree
 
 
-def compute_max_seq_len_fitting_in_cache(params: Any, available_cache_memory: int, include_null_block: bool = False) -> int:
+def compute_max_seq_len_fitting_in_cache(
+    params: Any, available_cache_memory: int, include_null_block: bool = False
+) -> int:
     """The longest sequence whose pages fit in ``available_cache_memory`` (less the speculative slack; at least 1).
 
     Raises:
@@ -340,5 +376,7 @@ def compute_max_seq_len_fitting_in_cache(params: Any, available_cache_memory: in
     """
     if params.bytes_per_block == 0:
         raise ValueError("bytes_per_block cannot be zero")
-    blocks = compute_num_device_blocks(params, available_cache_memory, max_batch_size=1, max_seq_len=None, include_null_block=include_null_block)
+    blocks = compute_num_device_blocks(
+        params, available_cache_memory, max_batch_size=1, max_seq_len=None, include_null_block=include_null_block
+    )
     return max(1, blocks * params.page_size - spec_decode_cache_slack(params))

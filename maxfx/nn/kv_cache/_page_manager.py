@@ -34,10 +34,23 @@ class PagedKVCacheManager:
         >>> model.execute(tokens, offsets, *inputs); mgr.step([a, b], [5, 3])  # doctest: +SKIP
     """
 
-    def __init__(self, params: KVCacheParams, num_layers: int, total_num_pages: int, max_batch_size: int, max_seq_len: int, device: Any = None):
+    def __init__(
+        self,
+        params: KVCacheParams,
+        num_layers: int,
+        total_num_pages: int,
+        max_batch_size: int,
+        max_seq_len: int,
+        device: Any = None,
+    ):
         if params.page_size is None:
             raise ValueError("PagedKVCacheManager: params.page_size must be set")
-        for name, v in (("num_layers", num_layers), ("total_num_pages", total_num_pages), ("max_batch_size", max_batch_size), ("max_seq_len", max_seq_len)):
+        for name, v in (
+            ("num_layers", num_layers),
+            ("total_num_pages", total_num_pages),
+            ("max_batch_size", max_batch_size),
+            ("max_seq_len", max_seq_len),
+        ):
             if int(v) < 1:
                 raise ValueError(f"PagedKVCacheManager: {name} must be >= 1, got {v}")
         self.params = params
@@ -99,17 +112,25 @@ class PagedKVCacheManager:
         if len(seq_ids) != len(counts):
             raise ValueError(f"PagedKVCacheManager.fetch: {len(seq_ids)} sequences but {len(counts)} token counts")
         if not 1 <= len(seq_ids) <= self.max_batch_size:
-            raise ValueError(f"PagedKVCacheManager.fetch: batch of {len(seq_ids)} sequences; expected 1..{self.max_batch_size}")
+            raise ValueError(
+                f"PagedKVCacheManager.fetch: batch of {len(seq_ids)} sequences; expected 1..{self.max_batch_size}"
+            )
         needed = 0
         for sid, n in zip(seq_ids, counts):
             self._check(sid, "fetch")
             total = self._lengths[sid] + n
             if total > self.max_seq_len:
-                raise ValueError(f"PagedKVCacheManager.fetch: sequence {sid} would hold {total} tokens, more than max_seq_len={self.max_seq_len}")
+                raise ValueError(
+                    f"PagedKVCacheManager.fetch: sequence {sid} would hold {total} tokens, more than "
+                    f"max_seq_len={self.max_seq_len}"
+                )
             needed += max(0, math.ceil(total / self.page_size) - len(self._pages[sid]))
         if needed > len(self._free):
             # Checked before allocating anything, so a failed fetch changes nothing.
-            raise RuntimeError(f"PagedKVCacheManager.fetch: out of pages (need {needed}, {len(self._free)} free of {self.total_num_pages}); release sequences or make the pool larger")
+            raise RuntimeError(
+                f"PagedKVCacheManager.fetch: out of pages (need {needed}, {len(self._free)} free of "
+                f"{self.total_num_pages}); release sequences or make the pool larger"
+            )
         lookup = np.zeros((len(seq_ids), self.max_pages_per_seq), np.uint32)
         for row, (sid, n) in enumerate(zip(seq_ids, counts)):
             pages = self._pages[sid]
@@ -118,14 +139,18 @@ class PagedKVCacheManager:
             lookup[row, : len(pages)] = pages
         lengths = np.array([self._lengths[s] for s in seq_ids], np.uint32)
         max_lengths = np.array([[max(counts), int((lengths + np.array(counts)).max())]], np.uint32)
-        return RaggedKVCacheInputs(self.blocks, Tensor.from_numpy(lengths), Tensor.from_numpy(lookup), Tensor.from_numpy(max_lengths))
+        return RaggedKVCacheInputs(
+            self.blocks, Tensor.from_numpy(lengths), Tensor.from_numpy(lookup), Tensor.from_numpy(max_lengths)
+        )
 
     def step(self, seq_ids: Sequence[int], num_new_tokens: Sequence[int]) -> None:
         """Commit a step that ran: each sequence's cache grew by its new tokens."""
         for sid, n in zip(seq_ids, num_new_tokens):
             self._check(sid, "step")
             if self._lengths[sid] + int(n) > len(self._pages[sid]) * self.page_size:
-                raise ValueError(f"PagedKVCacheManager.step: sequence {sid} has no pages for {n} more tokens; call fetch() first")
+                raise ValueError(
+                    f"PagedKVCacheManager.step: sequence {sid} has no pages for {n} more tokens; call fetch() first"
+                )
             self._lengths[sid] += int(n)
 
     def input_types(self) -> list[Any]:

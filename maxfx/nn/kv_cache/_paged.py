@@ -115,18 +115,32 @@ class PagedCacheValues:
         """
         values = list(values)
         if len(values) != 4:
-            raise ValueError(f"PagedCacheValues.from_graph_inputs: expected 4 values (blocks, cache_lengths, lookup_table, max_lengths), got {len(values)}")
+            raise ValueError(
+                "PagedCacheValues.from_graph_inputs: expected 4 values (blocks, cache_lengths, lookup_table, "
+                f"max_lengths), got {len(values)}"
+            )
         try:
             blocks = values[0].buffer
             cache_lengths, lookup_table, max_lengths = (v.tensor for v in values[1:])
         except (AttributeError, TypeError) as e:
-            raise TypeError(f"PagedCacheValues.from_graph_inputs: expected a buffer and three tensors (KVCacheParams.input_types), got {[getattr(v, 'type', v) for v in values]}") from e
+            raise TypeError(
+                "PagedCacheValues.from_graph_inputs: expected a buffer and three tensors (KVCacheParams.input_types), "
+                f"got {[getattr(v, 'type', v) for v in values]}"
+            ) from e
         if max_lengths.rank != 2 or int(max_lengths.shape[1]) != 2:
-            raise ValueError(f"PagedCacheValues.from_graph_inputs: max_lengths must be [steps, 2], got {list(max_lengths.shape)}")
+            raise ValueError(
+                f"PagedCacheValues.from_graph_inputs: max_lengths must be [steps, 2], got {list(max_lengths.shape)}"
+            )
         return cls(blocks, cache_lengths, lookup_table, max_lengths[0, 0:1], max_lengths[0, 1:2])
 
     def __iter__(self) -> Iterator[Any]:
         """The values in MAX's ABI order (``kv_scales`` only when set; dispatch metadata never)."""
-        yield from (self.kv_blocks, self.cache_lengths, self.lookup_table, self.max_prompt_length, self.max_cache_length)
+        yield from (
+            self.kv_blocks,
+            self.cache_lengths,
+            self.lookup_table,
+            self.max_prompt_length,
+            self.max_cache_length,
+        )
         if self.kv_scales is not None:
             yield self.kv_scales

@@ -33,7 +33,9 @@ class KVCacheStrategy(str, enum.Enum):
             ValueError: for ``MODEL_DEFAULT``, which must be resolved to a concrete strategy first.
         """
         if self is KVCacheStrategy.MODEL_DEFAULT:
-            raise ValueError("KVCacheStrategy.MODEL_DEFAULT has no kernels: resolve it to a concrete strategy (PAGED) first")
+            raise ValueError(
+                "KVCacheStrategy.MODEL_DEFAULT has no kernels: resolve it to a concrete strategy (PAGED) first"
+            )
         return self.value
 
     def uses_opaque(self) -> bool:
@@ -82,14 +84,22 @@ class KVCacheParams:
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"KVCacheParams: {name} must be >= 1, got {getattr(self, name)}")
         if self.cache_strategy is KVCacheStrategy.PAGED and (self.page_size is None or int(self.page_size) < 1):
-            raise ValueError(f"KVCacheParams: page_size (tokens per page) is required for the PAGED strategy, got {self.page_size}")
+            raise ValueError(
+                f"KVCacheParams: page_size (tokens per page) is required for the PAGED strategy, got {self.page_size}"
+            )
         if self.enable_kvcache_swapping_to_host and self.host_kvcache_swap_space_gb is None:
-            raise ValueError("KVCacheParams: host_kvcache_swap_space_gb is required when enable_kvcache_swapping_to_host is set")
+            raise ValueError(
+                "KVCacheParams: host_kvcache_swap_space_gb is required when enable_kvcache_swapping_to_host is set"
+            )
         if self.data_parallel_degree not in (1, self.n_devices):
-            raise ValueError(f"KVCacheParams: data_parallel_degree must be 1 or n_devices ({self.n_devices}), got {self.data_parallel_degree} (DP+TP is not supported)")
+            raise ValueError(
+                f"KVCacheParams: data_parallel_degree must be 1 or n_devices ({self.n_devices}), got "
+                f"{self.data_parallel_degree} (DP+TP is not supported)"
+            )
         if self.quantized_kv_cache and self.head_dim % self.kvcache_quant_config.quantization_granularity:
             raise ValueError(
-                f"KVCacheParams: the quantization granularity ({self.kvcache_quant_config.quantization_granularity}) must evenly divide head_dim ({self.head_dim})"
+                f"KVCacheParams: the quantization granularity ({self.kvcache_quant_config.quantization_granularity}) "
+                f"must evenly divide head_dim ({self.head_dim})"
             )
         self.n_kv_heads_per_device = self._heads_per_device()
 
@@ -124,8 +134,13 @@ class KVCacheParams:
             ValueError: ``n_devices`` is not divisible by ``data_parallel_degree``.
         """
         if self.n_devices % self.data_parallel_degree:
-            raise ValueError(f"KVCacheParams.copy_as_dp_1: n_devices ({self.n_devices}) is not divisible by data_parallel_degree ({self.data_parallel_degree})")
-        return dataclasses.replace(self, n_devices=self.n_devices // self.data_parallel_degree, data_parallel_degree=1, n_kv_heads_per_device=0)
+            raise ValueError(
+                f"KVCacheParams.copy_as_dp_1: n_devices ({self.n_devices}) is not divisible by data_parallel_degree "
+                f"({self.data_parallel_degree})"
+            )
+        return dataclasses.replace(
+            self, n_devices=self.n_devices // self.data_parallel_degree, data_parallel_degree=1, n_kv_heads_per_device=0
+        )
 
     def _tensor_parallel(self, devices: list[DeviceRef]) -> KVCacheParams:
         """A copy for the tensor-parallel ``devices`` (no data parallelism): what each shard of a layer uses."""
@@ -139,7 +154,9 @@ class KVCacheParams:
 
     @property
     def quantized_kv_cache(self) -> bool:
-        """Whether the cache is quantized: FP8/int8 values with a `KVCacheQuantizationConfig` of float32/e8m0/float16 scales."""
+        """Whether the cache is quantized: FP8/int8 values with a `KVCacheQuantizationConfig` of float32/e8m0/float16
+        scales.
+        """
         return (
             self.kvcache_quant_config is not None
             and self.dtype in (DType.float8_e4m3fn, DType.float8_e4m3fnuz, DType.int8)
@@ -154,7 +171,10 @@ class KVCacheParams:
     def _num_layers(self) -> int:
         layers = getattr(self, "num_layers", None)
         if layers is None:
-            raise ValueError(f"{type(self).__name__}: the page size in bytes needs num_layers; use MHAKVCacheParams/MLAKVCacheParams (MAX 26.5's constructors)")
+            raise ValueError(
+                f"{type(self).__name__}: the page size in bytes needs num_layers; use "
+                "MHAKVCacheParams/MLAKVCacheParams (MAX 26.5's constructors)"
+            )
         return int(layers)
 
     @property
@@ -185,7 +205,11 @@ class KVCacheParams:
         """Bytes of one page's scales over a replica's devices (0 when not quantized)."""
         if not self.quantized_kv_cache:
             return 0
-        return math.prod(self.shape_per_scale_block) * self.kvcache_quant_config.scale_dtype.size_in_bytes * self.tensor_parallel_degree
+        return (
+            math.prod(self.shape_per_scale_block)
+            * self.kvcache_quant_config.scale_dtype.size_in_bytes
+            * self.tensor_parallel_degree
+        )
 
     @property
     def bytes_per_block(self) -> int:
@@ -213,13 +237,33 @@ class KVCacheParams:
         for devices in split_into_groups(self._symbolic_devices(), self.data_parallel_degree):
             devs = [d.to_device() for d in devices]
             values = [Buffer.zeros([int(total_num_pages), *self.shape_per_block], self.dtype, device=d) for d in devs]
-            scales = [Buffer.zeros([int(total_num_pages), *self.shape_per_scale_block], self.kv_cache_scale_dtype, device=d) for d in devs] if self.quantized_kv_cache else None
-            out.append(KVCacheBuffer(replicates_kv_across_tp=self.replicates_kv_across_tp, values=values, scales=scales))
+            scales = (
+                [
+                    Buffer.zeros(
+                        [int(total_num_pages), *self.shape_per_scale_block], self.kv_cache_scale_dtype, device=d
+                    )
+                    for d in devs
+                ]
+                if self.quantized_kv_cache
+                else None
+            )
+            out.append(
+                KVCacheBuffer(replicates_kv_across_tp=self.replicates_kv_across_tp, values=values, scales=scales)
+            )
         return out
 
     def blocks_shape(self, num_layers: Any = "num_layers", total_num_pages: Any = "total_num_pages") -> list[Any]:
-        """Shape of the paged block pool: ``[total_num_pages, kv_dim, num_layers, page_size, n_kv_heads_per_device, head_dim]``."""
-        return [total_num_pages, self.kv_dim, num_layers, int(self.page_size or 1), self.n_kv_heads_per_device, self.head_dim]
+        """Shape of the paged block pool: ``[total_num_pages, kv_dim, num_layers, page_size, n_kv_heads_per_device,
+        head_dim]``.
+        """
+        return [
+            total_num_pages,
+            self.kv_dim,
+            num_layers,
+            int(self.page_size or 1),
+            self.n_kv_heads_per_device,
+            self.head_dim,
+        ]
 
     def input_types(self, device: Any = None) -> list[Any]:
         """Graph input types of one step's cache: blocks (a buffer), cache_lengths, lookup_table, max_lengths.
@@ -231,7 +275,9 @@ class KVCacheParams:
             ['DType.float32', 'DType.uint32', 'DType.uint32', 'DType.uint32']
         """
         if self.cache_strategy is not KVCacheStrategy.PAGED:
-            raise ValueError(f"KVCacheParams.input_types: only the PAGED strategy has graph inputs, got {self.cache_strategy}")
+            raise ValueError(
+                f"KVCacheParams.input_types: only the PAGED strategy has graph inputs, got {self.cache_strategy}"
+            )
         dev = DeviceRef.from_device(device) if device is not None else DeviceRef.CPU()
         return [
             BufferType(self.dtype, self.blocks_shape(), dev),
@@ -275,11 +321,16 @@ class KVCacheParams:
         """
         name = type(self).__name__
         if self.cache_strategy is not KVCacheStrategy.PAGED:
-            raise ValueError(f"{name}.get_symbolic_inputs: only the PAGED strategy has graph inputs, got {self.cache_strategy}")
+            raise ValueError(
+                f"{name}.get_symbolic_inputs: only the PAGED strategy has graph inputs, got {self.cache_strategy}"
+            )
         devices = self._symbolic_devices()
         replicas = self.data_parallel_degree
         if len(devices) % replicas:
-            raise ValueError(f"{name}.get_symbolic_inputs: {len(devices)} devices do not split into data_parallel_degree={replicas} replicas")
+            raise ValueError(
+                f"{name}.get_symbolic_inputs: {len(devices)} devices do not split into data_parallel_degree={replicas} "
+                "replicas"
+            )
         per_replica = len(devices) // replicas
         layers = getattr(self, "num_layers", "num_layers")
         host = DeviceRef.CPU()
@@ -316,7 +367,9 @@ class KVCacheParams:
 
 
 def _frozen(value: Any) -> Any:
-    """``value`` with lists made tuples (and dataclasses, e.g. a `KVCacheQuantizationConfig`, their fields), so that it hashes."""
+    """``value`` with lists made tuples (and dataclasses, e.g. a `KVCacheQuantizationConfig`, their fields), so that it
+    hashes.
+    """
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return (type(value), tuple(_frozen(getattr(value, f.name)) for f in dataclasses.fields(value)))
     return tuple(_frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
@@ -368,7 +421,8 @@ class MHAKVCacheParams(KVCacheParams):
         n = len(devs)
         if not allow_kv_head_replication and data_parallel_degree == 1 and n > 1 and int(n_kv_heads) % n:
             raise ValueError(
-                f"{type(self).__name__}: {n_kv_heads} KV heads do not split evenly over {n} devices; pass allow_kv_head_replication=True to replicate them"
+                f"{type(self).__name__}: {n_kv_heads} KV heads do not split evenly over {n} devices; pass "
+                "allow_kv_head_replication=True to replicate them"
             )
         super().__init__(
             dtype=dtype,
@@ -399,7 +453,10 @@ class MHAKVCacheParams(KVCacheParams):
     def copy_as_dp_1(self) -> KVCacheParams:
         """A copy with data parallelism off: each replica's devices (``n_devices // data_parallel_degree`` of them)."""
         if self.n_devices % self.data_parallel_degree:
-            raise ValueError(f"{type(self).__name__}.copy_as_dp_1: n_devices ({self.n_devices}) is not divisible by data_parallel_degree ({self.data_parallel_degree})")
+            raise ValueError(
+                f"{type(self).__name__}.copy_as_dp_1: n_devices ({self.n_devices}) is not divisible by "
+                f"data_parallel_degree ({self.data_parallel_degree})"
+            )
         out = copy.copy(self)
         out.devices = self.devices[: self.n_devices // self.data_parallel_degree]
         out.n_devices = len(out.devices)

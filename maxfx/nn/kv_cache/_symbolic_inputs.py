@@ -36,7 +36,13 @@ from maxfx.nn.kv_cache._paged import KVCacheInputs, PagedCacheValues
 
 __all__ = ["KVCacheInputsInterface", "KVCacheInputsPerDevice", "KVCacheLeafInputs", "MultiKVCacheInputs"]
 
-_OPTIONAL_TAIL = ("kv_scales", "attention_dispatch_metadata", "draft_attention_dispatch_metadata", "mla_num_partitions", "draft_mla_num_partitions")
+_OPTIONAL_TAIL = (
+    "kv_scales",
+    "attention_dispatch_metadata",
+    "draft_attention_dispatch_metadata",
+    "mla_num_partitions",
+    "draft_mla_num_partitions",
+)
 
 
 def _check_rank1_int64(name: str, t: Any) -> None:
@@ -74,7 +80,12 @@ class KVCacheInputsPerDevice[Tensor, Buffer](PagedCacheValues):
     kv_blocks_per_layer: list[Any] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("attention_dispatch_metadata", "draft_attention_dispatch_metadata", "mla_num_partitions", "draft_mla_num_partitions"):
+        for name in (
+            "attention_dispatch_metadata",
+            "draft_attention_dispatch_metadata",
+            "mla_num_partitions",
+            "draft_mla_num_partitions",
+        ):
             _check_rank1_int64(name, getattr(self, name))
 
     def flatten(self) -> list[Any]:
@@ -86,7 +97,15 @@ class KVCacheInputsPerDevice[Tensor, Buffer](PagedCacheValues):
     def flatten_without_attention_dispatch_metadata(self) -> list[Any]:
         """`flatten` without the dispatch metadata and partition fields (what MAX's kernels take)."""
         scales = [self.kv_scales] if self.kv_scales is not None else []
-        return [self.kv_blocks, self.cache_lengths, self.lookup_table, self.max_prompt_length, self.max_cache_length, *scales, *(self.kv_blocks_per_layer or ())]
+        return [
+            self.kv_blocks,
+            self.cache_lengths,
+            self.lookup_table,
+            self.max_prompt_length,
+            self.max_cache_length,
+            *scales,
+            *(self.kv_blocks_per_layer or ()),
+        ]
 
     def unflatten(self, it: Iterator[Any]) -> KVCacheInputsPerDevice[Any, Any]:
         """A record like this one holding the next values of ``it``, consumed in `flatten`'s order.
@@ -99,12 +118,17 @@ class KVCacheInputsPerDevice[Tensor, Buffer](PagedCacheValues):
             tail = {name: (next(it) if getattr(self, name) is not None else None) for name in _OPTIONAL_TAIL}
             per_layer = [next(it) for _ in self.kv_blocks_per_layer] if self.kv_blocks_per_layer else None
         except StopIteration:
-            raise ValueError(f"KVCacheInputsPerDevice.unflatten: the iterator ended early; it needs {len(self.flatten())} values (see flatten())") from None
+            raise ValueError(
+                f"KVCacheInputsPerDevice.unflatten: the iterator ended early; it needs {len(self.flatten())} values "
+                "(see flatten())"
+            ) from None
         return KVCacheInputsPerDevice(*head, kv_blocks_per_layer=per_layer, **tail)
 
 
 class KVCacheInputsInterface[Tensor, Buffer](ABC):
-    """A KV cache's inputs, a leaf (`KVCacheLeafInputs`) or a tree (`MultiKVCacheInputs`): ``flatten`` / ``unflatten``."""
+    """A KV cache's inputs, a leaf (`KVCacheLeafInputs`) or a tree (`MultiKVCacheInputs`): ``flatten`` /
+    ``unflatten``.
+    """
 
     @abstractmethod
     def flatten(self) -> list[Any]:

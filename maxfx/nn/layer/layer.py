@@ -1,4 +1,5 @@
-"""``max.nn.layer.layer``: the module MAX defines `Module`, `Layer` and `LayerList` in (the same classes as `maxfx.nn.layer`).
+"""``max.nn.layer.layer``: the module MAX defines `Module`, `Layer` and `LayerList` in (the same classes as
+`maxfx.nn.layer`).
 
 Example:
     >>> from maxfx.nn.layer.layer import Module

@@ -19,7 +19,14 @@ from maxfx.nn._layer import LayerList, Module
 from maxfx.nn.attention._rope_attention import distribute_value
 from maxfx.nn.transformer._transformer import ReturnLogits
 
-__all__ = ["DistributedTransformer", "DistributedTransformerBlock", "ShardableCallable", "distribute_value", "forward_sharded_layers", "take"]
+__all__ = [
+    "DistributedTransformer",
+    "DistributedTransformerBlock",
+    "ShardableCallable",
+    "distribute_value",
+    "forward_sharded_layers",
+    "take",
+]
 
 
 @runtime_checkable
@@ -96,7 +103,15 @@ class DistributedTransformerBlock(Module):
     with per-device lists; returns one residual stream per device.
     """
 
-    def __init__(self, attention: Module, mlp: Any, attention_norm: Any, mlp_norm: Any, devices: Sequence[Any], distributed_gemm_config: Any = None):
+    def __init__(
+        self,
+        attention: Module,
+        mlp: Any,
+        attention_norm: Any,
+        mlp_norm: Any,
+        devices: Sequence[Any],
+        distributed_gemm_config: Any = None,
+    ):
         super().__init__()
         self.self_attn, self.mlp = attention, mlp
         self.input_layernorm, self.post_attention_layernorm = attention_norm, mlp_norm
@@ -105,7 +120,16 @@ class DistributedTransformerBlock(Module):
             raise ValueError("DistributedTransformerBlock: devices must not be empty")
         self.distributed_gemm_config = distributed_gemm_config
 
-    def __call__(self, layer_idx: Any, xs: Any, signal_buffers: Any, kv_collections: Any, freqs_cis: Any, input_row_offsets: Any, **kwargs: Any) -> list[Any]:
+    def __call__(
+        self,
+        layer_idx: Any,
+        xs: Any,
+        signal_buffers: Any,
+        kv_collections: Any,
+        freqs_cis: Any,
+        input_row_offsets: Any,
+        **kwargs: Any,
+    ) -> list[Any]:
         devs = self.devices
         normed = forward_sharded_layers(_replicas(self.input_layernorm, devs), xs)
         attn = self.self_attn(layer_idx, normed, signal_buffers, kv_collections, freqs_cis, input_row_offsets)
@@ -125,9 +149,21 @@ class DistributedTransformer(Module):
     """
 
     def __init__(
-        self, dim: int, n_heads: int, layers: Sequence[Module], norm: Any, output: Any, embedding: Any, kv_params: Any, devices: Sequence[Any], rope: Any,
-        return_logits: ReturnLogits = ReturnLogits.LAST_TOKEN, use_subgraphs: bool = False, subgraph_layer_groups: Any = None, logits_scaling: float = 1.0,
-    ):  # fmt: skip
+        self,
+        dim: int,
+        n_heads: int,
+        layers: Sequence[Module],
+        norm: Any,
+        output: Any,
+        embedding: Any,
+        kv_params: Any,
+        devices: Sequence[Any],
+        rope: Any,
+        return_logits: ReturnLogits = ReturnLogits.LAST_TOKEN,
+        use_subgraphs: bool = False,
+        subgraph_layer_groups: Any = None,
+        logits_scaling: float = 1.0,
+    ):
         super().__init__()
         self.dim, self.n_heads = int(dim), int(n_heads)
         self.layers = LayerList(list(layers))
@@ -138,10 +174,21 @@ class DistributedTransformer(Module):
         self.use_subgraphs, self.subgraph_layer_groups = bool(use_subgraphs), subgraph_layer_groups
         self.logits_scaling = float(logits_scaling)
 
-    def __call__(self, tokens: Any, kv_collections: Any, return_n_logits: Any, input_row_offsets: Any, signal_buffers: Any = None, **kwargs: Any) -> tuple[Any, ...]:
+    def __call__(
+        self,
+        tokens: Any,
+        kv_collections: Any,
+        return_n_logits: Any,
+        input_row_offsets: Any,
+        signal_buffers: Any = None,
+        **kwargs: Any,
+    ) -> tuple[Any, ...]:
         devs = self.devices
         if not isinstance(kv_collections, (list, tuple)) or len(kv_collections) != len(devs):
-            raise ValueError(f"DistributedTransformer: kv_collections must be a list with one PagedCacheValues per device ({len(devs)})")
+            raise ValueError(
+                "DistributedTransformer: kv_collections must be a list with one PagedCacheValues per device "
+                f"({len(devs)})"
+            )
         h = self.embed_tokens(tokens)
         xs = distribute_value(h, devs)
         freqs = distribute_value(self.rope.freqs_cis, devs)
@@ -156,7 +203,9 @@ class DistributedTransformer(Module):
             return (logits(last),)
         if self.return_logits is ReturnLogits.ALL:
             return (logits(last), logits(h0), input_row_offsets)
-        raise ValueError("DistributedTransformer: ReturnLogits.VARIABLE is supported by Transformer only; use LAST_TOKEN or ALL")
+        raise ValueError(
+            "DistributedTransformer: ReturnLogits.VARIABLE is supported by Transformer only; use LAST_TOKEN or ALL"
+        )
 
     def _scale(self, v: Any) -> Any:
         return v / self.logits_scaling if self.logits_scaling != 1.0 else v

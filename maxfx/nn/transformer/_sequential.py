@@ -58,9 +58,14 @@ def forward_sequential_layers(
     for gi, group in enumerate(subgraph_layer_groups or ()):
         for i in group:
             if not 0 <= int(i) < len(layers):
-                raise ValueError(f"forward_sequential_layers: subgraph_layer_groups[{gi}] names layer {i}, but there are {len(layers)} layers")
+                raise ValueError(
+                    f"forward_sequential_layers: subgraph_layer_groups[{gi}] names layer {i}, but there are "
+                    f"{len(layers)} layers"
+                )
             if int(i) in group_of:
-                raise ValueError(f"forward_sequential_layers: layer {i} appears in subgraph groups {group_of[int(i)]} and {gi}")
+                raise ValueError(
+                    f"forward_sequential_layers: layer {i} appears in subgraph groups {group_of[int(i)]} and {gi}"
+                )
             group_of[int(i)] = gi
     subgraphs: dict[int, Any] = {}
     h = list(initial_hidden_states)

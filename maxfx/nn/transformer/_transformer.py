@@ -52,7 +52,9 @@ class TransformerBlock(Module):
     ragged ``x [total_tokens, hidden]``; ``kv_collection`` and the rest go to the attention layer.
     """
 
-    def __init__(self, attention: Module, mlp: Module, attention_norm: Module, mlp_norm: Module, residual_multiplier: float = 1.0):
+    def __init__(
+        self, attention: Module, mlp: Module, attention_norm: Module, mlp_norm: Module, residual_multiplier: float = 1.0
+    ):
         super().__init__()
         self.self_attn = attention
         self.mlp = mlp
@@ -63,7 +65,9 @@ class TransformerBlock(Module):
     def _scaled(self, v: Any) -> Any:
         return v * self.residual_multiplier if self.residual_multiplier != 1.0 else v
 
-    def __call__(self, layer_idx: Any, x: Any, kv_collection: Any, freqs_cis: Any, input_row_offsets: Any, **kwargs: Any) -> Any:
+    def __call__(
+        self, layer_idx: Any, x: Any, kv_collection: Any, freqs_cis: Any, input_row_offsets: Any, **kwargs: Any
+    ) -> Any:
         attn = self.self_attn(layer_idx, self.input_layernorm(x), kv_collection, freqs_cis, input_row_offsets, **kwargs)
         h = x + self._scaled(attn)
         return h + self._scaled(self.mlp(self.post_attention_layernorm(h)))
@@ -103,10 +107,20 @@ class Transformer(Module):
     """
 
     def __init__(
-        self, dim: int, n_heads: int, layers: Sequence[Module], norm: Module, output: Module, embedding: Module, kv_params: Any, rope: Any,
-        return_logits: ReturnLogits = ReturnLogits.LAST_TOKEN, embedding_multiplier: float = 1.0, logits_scaling: float = 1.0,
+        self,
+        dim: int,
+        n_heads: int,
+        layers: Sequence[Module],
+        norm: Module,
+        output: Module,
+        embedding: Module,
+        kv_params: Any,
+        rope: Any,
+        return_logits: ReturnLogits = ReturnLogits.LAST_TOKEN,
+        embedding_multiplier: float = 1.0,
+        logits_scaling: float = 1.0,
         position_embedding: Module | None = None,
-    ):  # fmt: skip
+    ):
         super().__init__()
         self.dim, self.n_heads = int(dim), int(n_heads)
         self.layers = LayerList(list(layers))
@@ -124,7 +138,9 @@ class Transformer(Module):
         logits = self.lm_head(self.norm(h)).cast(DType.float32)
         return logits / self.logits_scaling if self.logits_scaling != 1.0 else logits
 
-    def __call__(self, tokens: Any, kv_collection: Any, return_n_logits: Any, input_row_offsets: Any, **kwargs: Any) -> tuple[Any, ...]:
+    def __call__(
+        self, tokens: Any, kv_collection: Any, return_n_logits: Any, input_row_offsets: Any, **kwargs: Any
+    ) -> tuple[Any, ...]:
         if tokens.rank != 1:
             raise ValueError(f"Transformer: tokens must be ragged [total_tokens], got shape {list(tokens.shape)}")
         h = self.embed_tokens(tokens)
@@ -150,9 +166,15 @@ class Transformer(Module):
         return (last_logits, *self._variable_logits(h, offsets, return_n_logits))
 
     def _variable_logits(self, h: Any, offsets: Any, return_n_logits: Any) -> tuple[Any, Any]:
-        if hasattr(return_n_logits, "type") or isinstance(return_n_logits, bool) or not isinstance(return_n_logits, int) or return_n_logits < 1:
+        if (
+            hasattr(return_n_logits, "type")
+            or isinstance(return_n_logits, bool)
+            or not isinstance(return_n_logits, int)
+            or return_n_logits < 1
+        ):
             raise ValueError(
-                f"Transformer: ReturnLogits.VARIABLE needs return_n_logits as a positive Python int (XLA compiles a static number "
+                "Transformer: ReturnLogits.VARIABLE needs return_n_logits as a positive Python int (XLA compiles a "
+                "static number "
                 f"of logit rows), got {return_n_logits!r}"
             )
         n = return_n_logits

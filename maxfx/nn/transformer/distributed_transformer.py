@@ -9,4 +9,11 @@ from maxfx.nn.transformer._distributed import (
     take,
 )
 
-__all__ = ["DistributedTransformer", "DistributedTransformerBlock", "ShardableCallable", "distribute_value", "forward_sharded_layers", "take"]
+__all__ = [
+    "DistributedTransformer",
+    "DistributedTransformerBlock",
+    "ShardableCallable",
+    "distribute_value",
+    "forward_sharded_layers",
+    "take",
+]

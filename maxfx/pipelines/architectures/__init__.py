@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import logging
 
-from maxfx.pipelines.architectures._families import ARCHITECTURES, EMBEDDINGS_ARCHITECTURES, TEXT_GENERATION_ARCHITECTURES
+from maxfx.pipelines.architectures._families import (
+    ARCHITECTURES,
+    EMBEDDINGS_ARCHITECTURES,
+    TEXT_GENERATION_ARCHITECTURES,
+)
 from maxfx.pipelines.lib.registry import PIPELINE_REGISTRY
 
 __all__ = ["ARCHITECTURES", "EMBEDDINGS_ARCHITECTURES", "TEXT_GENERATION_ARCHITECTURES", "register_all_models"]
@@ -20,7 +24,8 @@ logger = logging.getLogger("max.pipelines")
 
 
 def register_all_models() -> None:
-    """Register maxfx's built-in architectures in `PIPELINE_REGISTRY` (the seven families, text generation and embeddings).
+    """Register maxfx's built-in architectures in `PIPELINE_REGISTRY` (the seven families, text generation and
+    embeddings).
 
     Safe to call again: records already there are skipped, and a different record a
     user registered under the same name and task is kept (it wins over the built-in).
@@ -31,4 +36,8 @@ def register_all_models() -> None:
         if not existing:
             PIPELINE_REGISTRY.register(arch)
         elif existing[0] is not arch:
-            logger.debug("register_all_models: keeping the registered %s for %s over the built-in one", arch.name, arch.task.value)
+            logger.debug(
+                "register_all_models: keeping the registered %s for %s over the built-in one",
+                arch.name,
+                arch.task.value,
+            )

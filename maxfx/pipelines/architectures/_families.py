@@ -40,17 +40,59 @@ _GGUF = (SupportedEncoding.q4_0, SupportedEncoding.q4_k, SupportedEncoding.q6_k,
 
 # name, model class, example repos, default encoding, encodings, RoPE type
 _FAMILIES: list[tuple[str, type, list[str], SupportedEncoding, tuple[SupportedEncoding, ...], RopeType]] = [
-    ("LlamaForCausalLM", LlamaForCausalLM, ["meta-llama/Llama-3.2-1B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"], SupportedEncoding.bfloat16, _FLOAT + _GGUF, RopeType.normal),
-    ("Qwen2ForCausalLM", LlamaForCausalLM, ["Qwen/Qwen2.5-0.5B-Instruct"], SupportedEncoding.bfloat16, _FLOAT, RopeType.neox),
-    ("Qwen3ForCausalLM", LlamaForCausalLM, ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-Embedding-0.6B"], SupportedEncoding.bfloat16, _FLOAT, RopeType.neox),
-    ("MistralForCausalLM", LlamaForCausalLM, ["mistralai/Mistral-7B-Instruct-v0.3"], SupportedEncoding.bfloat16, _FLOAT, RopeType.normal),
-    ("Phi3ForCausalLM", LlamaForCausalLM, ["microsoft/Phi-3-mini-4k-instruct"], SupportedEncoding.bfloat16, _FLOAT, RopeType.neox),
+    (
+        "LlamaForCausalLM",
+        LlamaForCausalLM,
+        ["meta-llama/Llama-3.2-1B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"],
+        SupportedEncoding.bfloat16,
+        _FLOAT + _GGUF,
+        RopeType.normal,
+    ),
+    (
+        "Qwen2ForCausalLM",
+        LlamaForCausalLM,
+        ["Qwen/Qwen2.5-0.5B-Instruct"],
+        SupportedEncoding.bfloat16,
+        _FLOAT,
+        RopeType.neox,
+    ),
+    (
+        "Qwen3ForCausalLM",
+        LlamaForCausalLM,
+        ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-Embedding-0.6B"],
+        SupportedEncoding.bfloat16,
+        _FLOAT,
+        RopeType.neox,
+    ),
+    (
+        "MistralForCausalLM",
+        LlamaForCausalLM,
+        ["mistralai/Mistral-7B-Instruct-v0.3"],
+        SupportedEncoding.bfloat16,
+        _FLOAT,
+        RopeType.normal,
+    ),
+    (
+        "Phi3ForCausalLM",
+        LlamaForCausalLM,
+        ["microsoft/Phi-3-mini-4k-instruct"],
+        SupportedEncoding.bfloat16,
+        _FLOAT,
+        RopeType.neox,
+    ),
     ("GemmaForCausalLM", LlamaForCausalLM, ["google/gemma-2b-it"], SupportedEncoding.bfloat16, _FLOAT, RopeType.neox),
     ("GPT2LMHeadModel", GPT2LMHeadModel, ["openai-community/gpt2"], SupportedEncoding.float32, _FLOAT, RopeType.none),
 ]
 
 
-def _text_generation(name: str, model: type, repos: list[str], default: SupportedEncoding, encodings: tuple[SupportedEncoding, ...], rope: RopeType) -> SupportedArchitecture:
+def _text_generation(
+    name: str,
+    model: type,
+    repos: list[str],
+    default: SupportedEncoding,
+    encodings: tuple[SupportedEncoding, ...],
+    rope: RopeType,
+) -> SupportedArchitecture:
     return SupportedArchitecture(
         name=name,
         example_repo_ids=list(repos),
@@ -64,7 +106,14 @@ def _text_generation(name: str, model: type, repos: list[str], default: Supporte
     )
 
 
-def _embeddings(name: str, model: type, repos: list[str], default: SupportedEncoding, encodings: tuple[SupportedEncoding, ...], rope: RopeType) -> SupportedArchitecture:
+def _embeddings(
+    name: str,
+    model: type,
+    repos: list[str],
+    default: SupportedEncoding,
+    encodings: tuple[SupportedEncoding, ...],
+    rope: RopeType,
+) -> SupportedArchitecture:
     return SupportedArchitecture(
         name=name,
         example_repo_ids=list(repos),

@@ -55,7 +55,14 @@ class TextAndVisionContext(TextContext):
             first or last token is not a vision token.
     """
 
-    def __init__(self, *, vision_token_ids: Iterable[int], images: Iterable[ImageMetadata] | None = None, extra_model_args: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        vision_token_ids: Iterable[int],
+        images: Iterable[ImageMetadata] | None = None,
+        extra_model_args: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.vision_token_ids: list[int] = [int(t) for t in vision_token_ids]
         """The image placeholder token id(s) (a list: Pixtral also has an image-break token)."""
@@ -65,14 +72,28 @@ class TextAndVisionContext(TextContext):
         """Model-specific arrays for the vision model."""
         for prev, nxt in zip(self.images[:-1], self.images[1:]):
             if nxt.start_idx < prev.start_idx:
-                raise ValueError(f"TextAndVisionContext: images must be sorted by position, got an image at {nxt.start_idx} after one at {prev.start_idx}")
+                raise ValueError(
+                    f"TextAndVisionContext: images must be sorted by position, got an image at {nxt.start_idx} after "
+                    f"one at {prev.start_idx}"
+                )
             if nxt.start_idx < prev.end_idx:
-                raise ValueError(f"TextAndVisionContext: images must not overlap, got [{prev.start_idx}, {prev.end_idx}) and [{nxt.start_idx}, {nxt.end_idx})")
+                raise ValueError(
+                    f"TextAndVisionContext: images must not overlap, got [{prev.start_idx}, {prev.end_idx}) and "
+                    f"[{nxt.start_idx}, {nxt.end_idx})"
+                )
         for img in self.images:
             if img.end_idx > self.end_idx:
-                raise ValueError(f"TextAndVisionContext: an image ends at {img.end_idx}, past the {self.end_idx} tokens")
-            if int(self.tokens[img.start_idx]) not in self.vision_token_ids or int(self.tokens[img.end_idx - 1]) not in self.vision_token_ids:
-                raise ValueError(f"TextAndVisionContext: image [{img.start_idx}, {img.end_idx}) must be filled with vision tokens {self.vision_token_ids}")
+                raise ValueError(
+                    f"TextAndVisionContext: an image ends at {img.end_idx}, past the {self.end_idx} tokens"
+                )
+            if (
+                int(self.tokens[img.start_idx]) not in self.vision_token_ids
+                or int(self.tokens[img.end_idx - 1]) not in self.vision_token_ids
+            ):
+                raise ValueError(
+                    f"TextAndVisionContext: image [{img.start_idx}, {img.end_idx}) must be filled with vision tokens "
+                    f"{self.vision_token_ids}"
+                )
         self._validate_state()
 
     @property
@@ -102,12 +123,22 @@ class TextAndVisionContext(TextContext):
 
     def _validate_state(self) -> None:
         if (img := self._bisected_image(self.active_idx)) is not None:
-            raise ValueError(f"TextAndVisionContext: active_idx {self.active_idx} would cut the image [{img.start_idx}, {img.end_idx}) in two")
+            raise ValueError(
+                f"TextAndVisionContext: active_idx {self.active_idx} would cut the image [{img.start_idx}, "
+                f"{img.end_idx}) in two"
+            )
         if self.active_idx != self.end_idx:
-            raise ValueError(f"TextAndVisionContext: active_idx ({self.active_idx}) must equal end_idx ({self.end_idx}): vision models do not prefill in chunks")
+            raise ValueError(
+                f"TextAndVisionContext: active_idx ({self.active_idx}) must equal end_idx ({self.end_idx}): vision "
+                "models do not prefill in chunks"
+            )
 
-    def set_token_indices(self, start_idx: int | None = None, active_idx: int | None = None, end_idx: int | None = None) -> None:
-        """As `TextContext.set_token_indices`, refusing cursors that cut an image or chunk the prefill (the old ones stay)."""
+    def set_token_indices(
+        self, start_idx: int | None = None, active_idx: int | None = None, end_idx: int | None = None
+    ) -> None:
+        """As `TextContext.set_token_indices`, refusing cursors that cut an image or chunk the prefill (the old ones
+        stay).
+        """
         saved = (self.start_idx, self.active_idx, self.end_idx)
         super().set_token_indices(start_idx, active_idx, end_idx)
         try:
@@ -157,9 +188,13 @@ class TTSContext(TextContext):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.audio_prompt_tokens: np.ndarray = np.asarray([] if audio_prompt_tokens is None else audio_prompt_tokens, dtype=np.int32)
+        self.audio_prompt_tokens: np.ndarray = np.asarray(
+            [] if audio_prompt_tokens is None else audio_prompt_tokens, dtype=np.int32
+        )
         """Speech tokens of the voice prompt."""
-        self.buffer_speech_tokens: np.ndarray | None = None if buffer_speech_tokens is None else np.asarray(buffer_speech_tokens)
+        self.buffer_speech_tokens: np.ndarray | None = (
+            None if buffer_speech_tokens is None else np.asarray(buffer_speech_tokens)
+        )
         """Speech tokens carried over to the audio decoder."""
         self.audio_buffer: np.ndarray | None = None if audio_buffer is None else np.asarray(audio_buffer)
         """Audio decoded so far."""
@@ -195,13 +230,18 @@ class TTSContext(TextContext):
         new = np.asarray(new_tokens).reshape(-1)
         need = self._speech_token_end_idx + len(new)
         if need >= len(self._speech_tokens):
-            size = len(self._speech_tokens) + math.ceil(len(new) / SPEECH_TOKEN_audio_chunk_size) * SPEECH_TOKEN_audio_chunk_size
+            size = (
+                len(self._speech_tokens)
+                + math.ceil(len(new) / SPEECH_TOKEN_audio_chunk_size) * SPEECH_TOKEN_audio_chunk_size
+            )
             self._speech_tokens = np.resize(self._speech_tokens, max(size, need + 1))
         self._speech_tokens[self._speech_token_end_idx : need] = new
         self._speech_token_end_idx = need
         self._block_counter += 1
 
-    def next_speech_tokens(self, audio_chunk_size: int | None = None, buffer: int | None = None) -> tuple[np.ndarray, int]:
+    def next_speech_tokens(
+        self, audio_chunk_size: int | None = None, buffer: int | None = None
+    ) -> tuple[np.ndarray, int]:
         """The next speech tokens not yet decoded, and how many earlier tokens lead them.
 
         Args:

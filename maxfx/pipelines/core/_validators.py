@@ -67,16 +67,27 @@ def validate_image_shape_5d(context: Any) -> None:
     if isinstance(context, TextAndVisionContext):
         for img in context.images:
             if len(img.pixel_values.shape) != 5:
-                raise InputError(f"Invalid image shape: expected 5 dimensions, got {len(img.pixel_values.shape)} ({list(img.pixel_values.shape)})")
+                raise InputError(
+                    f"Invalid image shape: expected 5 dimensions, got {len(img.pixel_values.shape)} "
+                    f"({list(img.pixel_values.shape)})"
+                )
 
 
 def validate_image_grid_thw_args(context: Any) -> None:
     """While images await encoding, ``extra_model_args`` must hold ``image_grid_thw``."""
-    if isinstance(context, TextAndVisionContext) and context.needs_vision_encoding and "image_grid_thw" not in context.extra_model_args:
+    if (
+        isinstance(context, TextAndVisionContext)
+        and context.needs_vision_encoding
+        and "image_grid_thw" not in context.extra_model_args
+    ):
         raise InputError("image_grid_thw is required in extra_model_args while images await vision encoding")
 
 
 def validate_vision_position_ids(context: Any) -> None:
     """While images await encoding, ``extra_model_args`` must hold ``vision_position_ids``."""
-    if isinstance(context, TextAndVisionContext) and context.needs_vision_encoding and "vision_position_ids" not in context.extra_model_args:
+    if (
+        isinstance(context, TextAndVisionContext)
+        and context.needs_vision_encoding
+        and "vision_position_ids" not in context.extra_model_args
+    ):
         raise InputError("vision_position_ids is required in extra_model_args while images await vision encoding")

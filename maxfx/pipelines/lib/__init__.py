@@ -28,7 +28,13 @@ from maxfx.pipelines.lib.config import (
     SpeculativeConfig,
     SupportedEncoding,
 )
-from maxfx.pipelines.lib.hf_utils import HuggingFaceRepo, download_weight_files, generate_local_model_path, try_to_load_from_cache, validate_hf_repo_access
+from maxfx.pipelines.lib.hf_utils import (
+    HuggingFaceRepo,
+    download_weight_files,
+    generate_local_model_path,
+    try_to_load_from_cache,
+    validate_hf_repo_access,
+)
 
 # Loaded on first use: name -> the module defining it.
 _LAZY = {

@@ -24,7 +24,9 @@ def load_model(model_config: Any) -> Any:
 
 
 def cache_budget_bytes(kv_config: Any) -> int:
-    """Host memory the KV pool may take: ``device_memory_utilization`` of the physical memory, less a quarter for everything else."""
+    """Host memory the KV pool may take: ``device_memory_utilization`` of the physical memory, less a quarter for
+    everything else.
+    """
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
@@ -42,8 +44,16 @@ def build_runner(pipeline_config: Any, model: Any, model_config: Any = None) -> 
     kv = model_config.kv_cache
     batch = int(pipeline_config.max_batch_size or DEFAULT_MAX_BATCH_SIZE)
     page = int(kv.kv_cache_page_size)
-    chunk = int(pipeline_config.prefill_chunk_size) if getattr(pipeline_config, "enable_chunked_prefill", True) else None
+    chunk = (
+        int(pipeline_config.prefill_chunk_size) if getattr(pipeline_config, "enable_chunked_prefill", True) else None
+    )
     return ModelRunner(
-        model, max_batch_size=batch, max_length=pipeline_config.max_length, page_size=page, prefill_chunk_size=chunk or (pipeline_config.max_length or 1 << 30),
-        enable_prefix_caching=bool(kv.enable_prefix_caching), max_cache_bytes=cache_budget_bytes(kv), kv_cache_dtype=kv.kv_cache_format,
-    )  # fmt: skip
+        model,
+        max_batch_size=batch,
+        max_length=pipeline_config.max_length,
+        page_size=page,
+        prefill_chunk_size=chunk or (pipeline_config.max_length or 1 << 30),
+        enable_prefix_caching=bool(kv.enable_prefix_caching),
+        max_cache_bytes=cache_budget_bytes(kv),
+        kv_cache_dtype=kv.kv_cache_format,
+    )

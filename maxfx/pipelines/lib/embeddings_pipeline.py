@@ -58,7 +58,14 @@ from maxfx import driver
 from maxfx._json_file import read_json_file
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
-from maxfx.interfaces import EmbeddingsContext, EmbeddingsGenerationInputs, EmbeddingsGenerationOutput, GenerationStatus, Pipeline, RequestID
+from maxfx.interfaces import (
+    EmbeddingsContext,
+    EmbeddingsGenerationInputs,
+    EmbeddingsGenerationOutput,
+    GenerationStatus,
+    Pipeline,
+    RequestID,
+)
 from maxfx.models import load_pretrained
 from maxfx.models._layers import positions
 
@@ -72,7 +79,11 @@ POOLING_KINDS: tuple[str, ...] = ("mean", "last_token", "cls")
 # Architectures (maxfx.models config ``architecture``) whose embedding models pool the last token.
 _LAST_TOKEN_ARCHITECTURES = frozenset({"qwen3"})
 # sentence-transformers 1_Pooling/config.json switches -> our kinds.
-_ST_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_lasttoken": "last_token", "pooling_mode_cls_token": "cls"}
+_ST_MODES = {
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_lasttoken": "last_token",
+    "pooling_mode_cls_token": "cls",
+}
 _ST_UNSUPPORTED = ("pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens")
 _ST_POOLING = "sentence_transformers.models.Pooling"
 _ST_NORMALIZE = "sentence_transformers.models.Normalize"
@@ -102,10 +113,15 @@ class EmbeddingsRequestContext(EmbeddingsContext):
         (RequestID('a'), [5, 6, 7], 3, False)
     """
 
-    def __init__(self, tokens: Iterable[int] | npt.ArrayLike, request_id: RequestID | str | None = None, model_name: str = "") -> None:
+    def __init__(
+        self, tokens: Iterable[int] | npt.ArrayLike, request_id: RequestID | str | None = None, model_name: str = ""
+    ) -> None:
         arr = np.asarray(list(tokens) if not isinstance(tokens, np.ndarray) else tokens)
         if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
-            raise ValueError(f"EmbeddingsRequestContext: tokens must be a 1-D sequence of int token ids, got {arr.dtype} of shape {list(arr.shape)}")
+            raise ValueError(
+                f"EmbeddingsRequestContext: tokens must be a 1-D sequence of int token ids, got {arr.dtype} of shape "
+                f"{list(arr.shape)}"
+            )
         self._tokens = arr.astype(np.int64)
         self._request_id = RequestID() if request_id is None else RequestID(str(request_id))
         self._model_name = str(model_name)
@@ -171,25 +187,52 @@ class EmbeddingsPipeline(Pipeline[EmbeddingsGenerationInputs, EmbeddingsGenerati
         self.model = model if model is not None else _load(model_config)
         """The `maxfx.models.CausalLM` whose final hidden states are the embeddings."""
         if not callable(getattr(self.model, "hidden", None)):
-            raise TypeError(f"{_OWNER}: the model must be a maxfx.models.CausalLM (with hidden(ids, positions, caches)), got {type(self.model).__name__}")
+            raise TypeError(
+                f"{_OWNER}: the model must be a maxfx.models.CausalLM (with hidden(ids, positions, caches)), got "
+                f"{type(self.model).__name__}"
+            )
         folder = _model_folder(model_config)
         modules = _st_modules(folder)
         self.pooling: str = pooling if pooling is not None else _default_pooling(folder, modules, self.model)
         """The pooling kind in use (one of `POOLING_KINDS`); applies when ``pool_embeddings`` is True."""
-        self.normalize: bool = bool(normalize) if normalize is not None else any(m.get("type") == _ST_NORMALIZE for m in modules)
+        self.normalize: bool = (
+            bool(normalize) if normalize is not None else any(m.get("type") == _ST_NORMALIZE for m in modules)
+        )
         """Whether pooled embeddings are divided by their L2 norm."""
         self.pool_embeddings: bool = bool(pipeline_config.pool_embeddings)
         """``pipeline_config.pool_embeddings``: one vector per request (True) or per-token states (False)."""
         cfg = self.model.config
-        limits = [int(v) for v in (getattr(pipeline_config, "max_length", None), getattr(cfg, "max_position_embeddings", None)) if v is not None]
+        limits = [
+            int(v)
+            for v in (getattr(pipeline_config, "max_length", None), getattr(cfg, "max_position_embeddings", None))
+            if v is not None
+        ]
         self.max_length: int | None = min(limits) if limits else None
         """The most tokens a request may have (the config's ``max_length`` and the model's context)."""
         self._vocab = int(cfg.vocab_size)
-        budgets = [int(v) for v in (getattr(pipeline_config, "max_batch_context_length", None), getattr(pipeline_config, "prefill_chunk_size", None)) if v]
+        budgets = [
+            int(v)
+            for v in (
+                getattr(pipeline_config, "max_batch_context_length", None),
+                getattr(pipeline_config, "prefill_chunk_size", None),
+            )
+            if v
+        ]
         self._token_budget = min(budgets) if budgets else 8192
         configured = getattr(pipeline_config, "max_batch_size", None)
-        self._max_batch_size = int(configured) if configured else max(1, self._token_budget // _length_bucket(self.max_length or _MIN_LENGTH_BUCKET, None))
-        logger.debug("%s: pooling=%s normalize=%s pool_embeddings=%s max_length=%s", _OWNER, self.pooling, self.normalize, self.pool_embeddings, self.max_length)
+        self._max_batch_size = (
+            int(configured)
+            if configured
+            else max(1, self._token_budget // _length_bucket(self.max_length or _MIN_LENGTH_BUCKET, None))
+        )
+        logger.debug(
+            "%s: pooling=%s normalize=%s pool_embeddings=%s max_length=%s",
+            _OWNER,
+            self.pooling,
+            self.normalize,
+            self.pool_embeddings,
+            self.max_length,
+        )
 
     # ─── MAX's members ────────────────────────────────────────────────────────
 
@@ -200,7 +243,8 @@ class EmbeddingsPipeline(Pipeline[EmbeddingsGenerationInputs, EmbeddingsGenerati
 
     @property
     def max_batch_size(self) -> int:
-        """The most requests one program runs: ``pipeline_config.max_batch_size``, else ``prefill_chunk_size`` tokens' worth of ``max_length`` rows.
+        """The most requests one program runs: ``pipeline_config.max_batch_size``, else ``prefill_chunk_size`` tokens'
+        worth of ``max_length`` rows.
 
         ``execute`` takes any number of requests and splits them itself.
         """
@@ -221,8 +265,15 @@ class EmbeddingsPipeline(Pipeline[EmbeddingsGenerationInputs, EmbeddingsGenerati
             TypeError: ``inputs`` has no ``batches``, or a context has no tokens.
         """
         if not hasattr(inputs, "batches"):
-            raise TypeError(f"{_OWNER}.execute: expected EmbeddingsGenerationInputs(batches=[{{request_id: context}}]), got {type(inputs).__name__}")
-        batch = inputs.batch if isinstance(inputs, EmbeddingsGenerationInputs) else EmbeddingsGenerationInputs(list(inputs.batches)).batch
+            raise TypeError(
+                f"{_OWNER}.execute: expected EmbeddingsGenerationInputs(batches=[{{request_id: context}}]), got "
+                f"{type(inputs).__name__}"
+            )
+        batch = (
+            inputs.batch
+            if isinstance(inputs, EmbeddingsGenerationInputs)
+            else EmbeddingsGenerationInputs(list(inputs.batches)).batch
+        )
         rows = [(rid, self._tokens_of(rid, ctx)) for rid, ctx in batch.items()]
         results: dict[RequestID, EmbeddingsGenerationOutput] = {}
         order = sorted(range(len(rows)), key=lambda i: len(rows[i][1]))
@@ -236,7 +287,8 @@ class EmbeddingsPipeline(Pipeline[EmbeddingsGenerationInputs, EmbeddingsGenerati
         return {rid: results[rid] for rid, _ in rows}  # the order of inputs.batch
 
     def release(self, request_id: RequestID) -> None:
-        """Free what the pipeline holds for ``request_id``: nothing, since an embeddings request ends in its `execute` (any id is accepted).
+        """Free what the pipeline holds for ``request_id``: nothing, since an embeddings request ends in its `execute`
+        (any id is accepted).
 
         Raises:
             TypeError: ``request_id`` is not a `RequestID` (or str).
@@ -257,7 +309,10 @@ class EmbeddingsPipeline(Pipeline[EmbeddingsGenerationInputs, EmbeddingsGenerati
             except AttributeError:
                 raw = None
         if raw is None:
-            raise TypeError(f"{where}: the context ({type(ctx).__name__}) has no tokens; pass an EmbeddingsContext, a TextContext from TextTokenizer.new_context, or an EmbeddingsRequestContext")
+            raise TypeError(
+                f"{where}: the context ({type(ctx).__name__}) has no tokens; pass an EmbeddingsContext, a TextContext "
+                "from TextTokenizer.new_context, or an EmbeddingsRequestContext"
+            )
         arr = np.asarray(raw)
         if arr.ndim != 1:
             raise ValueError(f"{where}: tokens must be a 1-D array of token ids, got shape {list(arr.shape)}")
@@ -266,14 +321,22 @@ class EmbeddingsPipeline(Pipeline[EmbeddingsGenerationInputs, EmbeddingsGenerati
         if not np.issubdtype(arr.dtype, np.integer):
             raise ValueError(f"{where}: tokens must be integer token ids, got {arr.dtype}")
         if self.max_length is not None and arr.size > self.max_length:
-            raise ValueError(f"{where} has {arr.size} tokens, more than max_length {self.max_length} (the model's context and pipeline_config.max_length); shorten the input")
+            raise ValueError(
+                f"{where} has {arr.size} tokens, more than max_length {self.max_length} (the model's context and "
+                "pipeline_config.max_length); shorten the input"
+            )
         bad = np.nonzero((arr < 0) | (arr >= self._vocab))[0]
         if bad.size:
-            raise ValueError(f"{where}: token ids must be in [0, {self._vocab}); got {arr[bad[:8]].tolist()} at positions {bad[:8].tolist()}")
+            raise ValueError(
+                f"{where}: token ids must be in [0, {self._vocab}); got {arr[bad[:8]].tolist()} at positions "
+                f"{bad[:8].tolist()}"
+            )
         return arr.astype(np.int64)
 
     def _groups(self, lengths: list[int]) -> list[list[int]]:
-        """Consecutive index groups of ascending ``lengths``: at most `max_batch_size` rows and the token budget of padded tokens each."""
+        """Consecutive index groups of ascending ``lengths``: at most `max_batch_size` rows and the token budget of
+        padded tokens each.
+        """
         groups: list[list[int]] = []
         current: list[int] = []
         for i, n in enumerate(lengths):
@@ -288,7 +351,9 @@ class EmbeddingsPipeline(Pipeline[EmbeddingsGenerationInputs, EmbeddingsGenerati
         return groups
 
     def _run(self, token_rows: list[np.ndarray]) -> np.ndarray:
-        """One program over ``token_rows`` (ascending lengths): ``[rows, hidden]`` pooled, else ``[rows, T, hidden]``."""
+        """One program over ``token_rows`` (ascending lengths): ``[rows, hidden]`` pooled, else ``[rows, T,
+        hidden]``.
+        """
         lengths = np.array([len(r) for r in token_rows], np.int64)
         t = _length_bucket(int(lengths.max()), self.max_length)
         b = _row_bucket(len(token_rows), self._max_batch_size)
@@ -298,7 +363,14 @@ class EmbeddingsPipeline(Pipeline[EmbeddingsGenerationInputs, EmbeddingsGenerati
         padded_lengths = np.ones(b, np.int64)  # filler rows: one token (id 0), dropped below
         padded_lengths[: len(token_rows)] = lengths
         weights, tree = jax.tree_util.tree_flatten(self.model)
-        out = _embed_step(weights, ids, padded_lengths, model_tree=tree, pooling=self.pooling if self.pool_embeddings else None, normalize=self.normalize and self.pool_embeddings)
+        out = _embed_step(
+            weights,
+            ids,
+            padded_lengths,
+            model_tree=tree,
+            pooling=self.pooling if self.pool_embeddings else None,
+            normalize=self.normalize and self.pool_embeddings,
+        )
         return np.asarray(out)[: len(token_rows)]
 
 
@@ -306,7 +378,9 @@ class EmbeddingsPipeline(Pipeline[EmbeddingsGenerationInputs, EmbeddingsGenerati
 
 
 def _embed_arrays(weights, ids, lengths, *, model_tree, pooling, normalize):
-    """Final hidden states of ``ids [B, T]`` (float32), pooled over each row's first ``lengths`` tokens unless ``pooling`` is None."""
+    """Final hidden states of ``ids [B, T]`` (float32), pooled over each row's first ``lengths`` tokens unless
+    ``pooling`` is None.
+    """
     model = jax.tree_util.tree_unflatten(model_tree, weights)
     tokens = Tensor.from_dlpack(ids)
     h, _ = model.hidden(tokens, positions(tokens), None)
@@ -328,7 +402,9 @@ def _embed_arrays(weights, ids, lengths, *, model_tree, pooling, normalize):
 
 
 # One jitted forward per process: pipelines of equal models share its programs.
-_embed_step = jit(_embed_arrays, static_argnames=("model_tree", "pooling", "normalize"))  # traced with 64-bit types (int64 ids)
+_embed_step = jit(
+    _embed_arrays, static_argnames=("model_tree", "pooling", "normalize")
+)  # traced with 64-bit types (int64 ids)
 
 
 def compiled_programs() -> int:
@@ -353,12 +429,15 @@ _FLOAT_ENCODINGS = ("float32", "bfloat16", "float16")
 
 
 def _load(model_config: Any) -> Any:
-    """`load_pretrained` of the config's model: its float encoding as the dtype, its device when ``device_specs`` was set."""
+    """`load_pretrained` of the config's model: its float encoding as the dtype, its device when ``device_specs`` was
+    set.
+    """
     path = model_config.local_model_path
     encoding = getattr(model_config.quantization_encoding, "value", model_config.quantization_encoding)
     dtype = DType[encoding] if encoding in _FLOAT_ENCODINGS and not str(path).lower().endswith(".gguf") else None
     specs = list(model_config.device_specs)
-    # The scanned default keeps load_pretrained's own default (MAX's default device, MAXFX_DEFAULT_DEVICE); explicit specs pick their first device.
+    # The scanned default keeps load_pretrained's own default (MAX's default device, MAXFX_DEFAULT_DEVICE); explicit
+    # specs pick their first device.
     device = None if specs == list(driver.scan_available_devices()) else driver.load_devices(specs[:1])[0]
     try:
         return load_pretrained(path, dtype=dtype, device=device)
@@ -407,8 +486,10 @@ def _st_pooling(folder: Path | None, modules: list[dict[str, Any]]) -> str | Non
         return chosen[0]
     named = [key for key in (*_ST_MODES, *_ST_UNSUPPORTED) if config.get(key)]
     raise ValueError(
-        f"{_OWNER}: {config_path} asks for pooling {named or 'none'}; maxfx pools one way at a time, with {list(POOLING_KINDS)} "
-        "(pooling_mode_mean_tokens, pooling_mode_lasttoken, pooling_mode_cls_token): pass EmbeddingsPipeline(..., pooling=...)"
+        f"{_OWNER}: {config_path} asks for pooling {named or 'none'}; maxfx pools one way at a time, with "
+        f"{list(POOLING_KINDS)} "
+        "(pooling_mode_mean_tokens, pooling_mode_lasttoken, pooling_mode_cls_token): pass EmbeddingsPipeline(..., "
+        "pooling=...)"
     )
 
 

@@ -128,7 +128,9 @@ class SupportedEncoding(str, enum.Enum):
 
     @property
     def quantization_encoding(self) -> QuantizationEncoding | None:
-        """The graph `QuantizationEncoding` (None for float encodings and for q8_0, which maxfx reads as int8 blocks)."""
+        """The graph `QuantizationEncoding` (None for float encodings and for q8_0, which maxfx reads as int8
+        blocks).
+        """
         return _QUANTIZATION_ENCODINGS.get(self)
 
     @property
@@ -185,7 +187,11 @@ _QUANTIZATION_ENCODINGS = {
 }
 
 # safetensors header dtype -> encoding.
-_SAFETENSORS_DTYPES = {"F32": SupportedEncoding.float32, "BF16": SupportedEncoding.bfloat16, "F8_E4M3": SupportedEncoding.float8_e4m3fn}
+_SAFETENSORS_DTYPES = {
+    "F32": SupportedEncoding.float32,
+    "BF16": SupportedEncoding.bfloat16,
+    "F8_E4M3": SupportedEncoding.float8_e4m3fn,
+}
 # Integer/bool tensors (position ids, masks, packed GPTQ words) say nothing about the encoding.
 _NEUTRAL_DTYPES = {"I64", "I32", "I16", "I8", "U8", "U16", "U32", "U64", "BOOL"}
 
@@ -194,7 +200,8 @@ _NEUTRAL_DTYPES = {"I64", "I32", "I16", "I8", "U8", "U16", "U32", "U64", "BOOL"}
 
 
 def hf_cache_dir() -> Path:
-    """The Hugging Face hub cache: ``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub`` (read now).
+    """The Hugging Face hub cache: ``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub`` (read
+    now).
 
     Example:
         >>> hf_cache_dir().name
@@ -222,9 +229,11 @@ def _snapshot(repo_id: str, revision: str | None) -> Path | None:
 
 def _offline_message(repo_id: str, revision: str | None) -> str:
     return (
-        f"{repo_id!r} (revision {revision or DEFAULT_REVISION!r}) is not available offline: it is not a local folder and not in the "
+        f"{repo_id!r} (revision {revision or DEFAULT_REVISION!r}) is not available offline: it is not a local folder "
+        "and not in the "
         f"Hugging Face cache at {hf_cache_dir()} (set HF_HUB_CACHE or HF_HOME to use another). maxfx never downloads: "
-        f"fetch it where there is network (huggingface-cli download {repo_id}) and copy the cache, or pass a local folder"
+        f"fetch it where there is network (huggingface-cli download {repo_id}) and copy the cache, or pass a local "
+        "folder"
     )
 
 
@@ -241,7 +250,10 @@ def generate_local_model_path(repo_id: str, revision: str) -> str:
     """
     snapshot = _snapshot(repo_id, revision)
     if snapshot is None:
-        raise FileNotFoundError(f"Model path does not exist: {_repo_cache_folder(repo_id) / 'snapshots' / revision} ({_offline_message(repo_id, revision)})")
+        raise FileNotFoundError(
+            f"Model path does not exist: {_repo_cache_folder(repo_id) / 'snapshots' / revision} "
+            f"({_offline_message(repo_id, revision)})"
+        )
     return str(snapshot)
 
 
@@ -255,7 +267,9 @@ def validate_hf_repo_access(repo_id: str, revision: str | None = DEFAULT_REVISIO
         >>> validate_hf_repo_access("tests/data/models/tiny_llama", "main")
     """
     if not repo_id:
-        raise RepoNotAvailableOfflineError("validate_hf_repo_access: repo_id is empty; pass a local folder or a repo id in the Hugging Face cache")
+        raise RepoNotAvailableOfflineError(
+            "validate_hf_repo_access: repo_id is empty; pass a local folder or a repo id in the Hugging Face cache"
+        )
     if Path(repo_id).expanduser().exists() or _snapshot(repo_id, revision) is not None:
         return
     raise RepoNotAvailableOfflineError(_offline_message(repo_id, revision))
@@ -271,10 +285,18 @@ def try_to_load_from_cache(repo_id: str, filename: str, revision: str | None = D
         RepoNotAvailableOfflineError: the repo is not in the cache.
     """
     validate_hf_repo_access(repo_id=repo_id, revision=revision)
-    return huggingface_hub.try_to_load_from_cache(repo_id=repo_id, filename=filename, cache_dir=hf_cache_dir(), revision=revision)
+    return huggingface_hub.try_to_load_from_cache(
+        repo_id=repo_id, filename=filename, cache_dir=hf_cache_dir(), revision=revision
+    )
 
 
-def download_weight_files(huggingface_model_id: str, filenames: list[str], revision: str | None = None, force_download: bool = False, max_workers: int = 8) -> list[Path]:
+def download_weight_files(
+    huggingface_model_id: str,
+    filenames: list[str],
+    revision: str | None = None,
+    force_download: bool = False,
+    max_workers: int = 8,
+) -> list[Path]:
     """The local paths of ``filenames`` of a repo: as given when they exist, else in the folder or the cache.
 
     Nothing is downloaded (``force_download`` and ``max_workers`` are accepted
@@ -289,7 +311,11 @@ def download_weight_files(huggingface_model_id: str, filenames: list[str], revis
         ['model.safetensors']
     """
     if force_download:
-        logger.warning("download_weight_files: force_download=True ignored: maxfx reads %s offline (local folder or Hugging Face cache)", huggingface_model_id)
+        logger.warning(
+            "download_weight_files: force_download=True ignored: maxfx reads %s offline (local folder or Hugging Face "
+            "cache)",
+            huggingface_model_id,
+        )
     if all(Path(f).exists() for f in filenames):
         return [Path(f) for f in filenames]
     repo = HuggingFaceRepo(huggingface_model_id, revision=revision or DEFAULT_REVISION)
@@ -297,7 +323,8 @@ def download_weight_files(huggingface_model_id: str, filenames: list[str], revis
     missing = [name for name, path in zip(filenames, paths) if not path.exists()]
     if missing:
         raise WeightFilesNotAvailableError(
-            f"download_weight_files: {missing} not found in {repo.local_path} ({huggingface_model_id!r}); maxfx never downloads, so fetch them into the Hugging Face cache elsewhere"
+            f"download_weight_files: {missing} not found in {repo.local_path} ({huggingface_model_id!r}); maxfx never "
+            "downloads, so fetch them into the Hugging Face cache elsewhere"
         )
     return paths
 
@@ -369,9 +396,24 @@ class HuggingFaceRepo:
             ValueError: for a local repo, as in MAX.
         """
         if self.repo_type is RepoType.local:
-            raise ValueError("HuggingFaceRepo.info: model info of a local repo is not supported (it describes a hub repo)")
-        siblings = [{"rfilename": str(p.relative_to(self._root)), "size": p.stat().st_size} for p in sorted(self._root.rglob("*")) if p.is_file()]
-        return huggingface_hub.ModelInfo(id=self.repo_id, sha=self._root.name, siblings=siblings, config=self._config_json(), private=False, downloads=0, likes=0, tags=[])
+            raise ValueError(
+                "HuggingFaceRepo.info: model info of a local repo is not supported (it describes a hub repo)"
+            )
+        siblings = [
+            {"rfilename": str(p.relative_to(self._root)), "size": p.stat().st_size}
+            for p in sorted(self._root.rglob("*"))
+            if p.is_file()
+        ]
+        return huggingface_hub.ModelInfo(
+            id=self.repo_id,
+            sha=self._root.name,
+            siblings=siblings,
+            config=self._config_json(),
+            private=False,
+            downloads=0,
+            likes=0,
+            tags=[],
+        )
 
     @cached_property
     def weight_files(self) -> dict[Any, list[str]]:
@@ -384,7 +426,11 @@ class HuggingFaceRepo:
         safetensors = self._glob("*.safetensors")
         if len(safetensors) > 1:
             safetensors = [f for f in safetensors if "consolidated" not in f]
-        for fmt, names in ((weights_format.safetensors, safetensors), (weights_format.gguf, self._glob("*.gguf")), (weights_format.pytorch, self._glob("*.bin"))):
+        for fmt, names in (
+            (weights_format.safetensors, safetensors),
+            (weights_format.gguf, self._glob("*.gguf")),
+            (weights_format.pytorch, self._glob("*.bin")),
+        ):
             if names:
                 found[fmt] = names
         return found
@@ -409,9 +455,16 @@ class HuggingFaceRepo:
 
     @cached_property
     def supported_encodings(self) -> list[SupportedEncoding]:
-        """Encodings found: GGUF names or headers, the safetensors header's dtypes, ``config.json``'s dtype for ``.bin`` and GPTQ."""
+        """Encodings found: GGUF names or headers, the safetensors header's dtypes, ``config.json``'s dtype for ``.bin``
+        and GPTQ.
+        """
         found: list[SupportedEncoding] = []
-        for encoding in [*self._gguf_encodings.values(), *self._safetensors_encodings(), *self._pytorch_encodings(), *self._gptq_encodings()]:
+        for encoding in [
+            *self._gguf_encodings.values(),
+            *self._safetensors_encodings(),
+            *self._pytorch_encodings(),
+            *self._gptq_encodings(),
+        ]:
             if encoding not in found:
                 found.append(encoding)
         return found
@@ -424,16 +477,27 @@ class HuggingFaceRepo:
         """
         name = str(file)
         if name.endswith(".gguf"):
-            encoding = SupportedEncoding.parse_from_file_name(Path(name).name) or _gguf_header_encoding(self._root / name if not Path(name).is_absolute() else Path(name))
+            encoding = SupportedEncoding.parse_from_file_name(Path(name).name) or _gguf_header_encoding(
+                self._root / name if not Path(name).is_absolute() else Path(name)
+            )
             if encoding is None:
-                raise ValueError(f"HuggingFaceRepo.encoding_for_file: cannot tell the encoding of GGUF file {name!r} (not in its name nor its general.file_type)")
+                raise ValueError(
+                    f"HuggingFaceRepo.encoding_for_file: cannot tell the encoding of GGUF file {name!r} (not in its "
+                    "name nor its general.file_type)"
+                )
             return encoding
         if name.endswith(".safetensors") or name.endswith(".bin"):
             encodings = self._safetensors_encodings() if name.endswith(".safetensors") else self._pytorch_encodings()
             if not encodings:
-                raise ValueError(f"HuggingFaceRepo.encoding_for_file: cannot tell the encoding of {name!r} in {self.repo_id!r} (no float32/bfloat16/float8 tensors, or no torch_dtype in config.json)")
+                raise ValueError(
+                    f"HuggingFaceRepo.encoding_for_file: cannot tell the encoding of {name!r} in {self.repo_id!r} (no "
+                    "float32/bfloat16/float8 tensors, or no torch_dtype in config.json)"
+                )
             return encodings[0]
-        raise ValueError(f"HuggingFaceRepo.encoding_for_file: weight path {name!r} is not .gguf, .safetensors or .bin; cannot infer its encoding")
+        raise ValueError(
+            f"HuggingFaceRepo.encoding_for_file: weight path {name!r} is not .gguf, .safetensors or .bin; cannot infer "
+            "its encoding"
+        )
 
     def files_for_encoding(self, encoding: SupportedEncoding, weights_format: Any = None) -> dict[Any, list[Path]]:
         """Weight files per format that hold ``encoding`` (only ``weights_format``'s when given)."""
@@ -469,7 +533,9 @@ class HuggingFaceRepo:
     def _gguf_encodings(self) -> dict[str, SupportedEncoding]:
         out = {}
         for name in self.weight_files.get(_weights_format().gguf, []):
-            encoding = SupportedEncoding.parse_from_file_name(Path(name).name) or _gguf_header_encoding(self._root / name)
+            encoding = SupportedEncoding.parse_from_file_name(Path(name).name) or _gguf_header_encoding(
+                self._root / name
+            )
             if encoding is not None:
                 out[name] = encoding
         return out
@@ -484,7 +550,9 @@ class HuggingFaceRepo:
             encoding = _SAFETENSORS_DTYPES.get(dtype)
             if encoding is None:
                 if dtype not in _NEUTRAL_DTYPES:
-                    logger.warning("HuggingFaceRepo: %s holds %s tensors, which no SupportedEncoding describes", names[0], dtype)
+                    logger.warning(
+                        "HuggingFaceRepo: %s holds %s tensors, which no SupportedEncoding describes", names[0], dtype
+                    )
             elif encoding not in found:
                 found.append(encoding)
         return found
@@ -497,9 +565,15 @@ class HuggingFaceRepo:
             return []
         config = self._config_json()
         dtype = config.get("torch_dtype") or config.get("dtype")
-        encoding = {"float32": SupportedEncoding.float32, "bfloat16": SupportedEncoding.bfloat16}.get(str(dtype).removeprefix("torch."))
+        encoding = {"float32": SupportedEncoding.float32, "bfloat16": SupportedEncoding.bfloat16}.get(
+            str(dtype).removeprefix("torch.")
+        )
         if encoding is None:
-            logger.warning("HuggingFaceRepo: cannot tell the encoding of the .bin files of %s: config.json has torch_dtype %r", self.repo_id, dtype)
+            logger.warning(
+                "HuggingFaceRepo: cannot tell the encoding of the .bin files of %s: config.json has torch_dtype %r",
+                self.repo_id,
+                dtype,
+            )
             return []
         return [encoding]
 
@@ -524,7 +598,8 @@ def _safetensors_dtypes(path: Path) -> list[str]:
 
 
 def read_gguf_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The key/value metadata of a GGUF file (``general.architecture``, ``llama.context_length``...), tokenizer arrays left out.
+    """The key/value metadata of a GGUF file (``general.architecture``, ``llama.context_length``...), tokenizer arrays
+    left out.
 
     Raises:
         ValueError: the file is not a readable GGUF file.

@@ -80,7 +80,9 @@ def log_probabilities_ragged_graph(device: DeviceRef, *, levels: int) -> Graph:
     if not isinstance(device, DeviceRef):
         raise TypeError(f"log_probabilities_ragged_graph: device must be a DeviceRef, got {type(device).__name__}")
     if isinstance(levels, bool) or not isinstance(levels, (int, np.integer)) or levels > 16:
-        raise ValueError(f"log_probabilities_ragged_graph: levels must be an int <= 16 (log2 of top-k + 1), got {levels!r}")
+        raise ValueError(
+            f"log_probabilities_ragged_graph: levels must be an int <= 16 (log2 of top-k + 1), got {levels!r}"
+        )
     per_row = 2 ** int(levels) if levels > 0 else 1
     host = DeviceRef.CPU()
     input_types = [
@@ -93,19 +95,32 @@ def log_probabilities_ragged_graph(device: DeviceRef, *, levels: int) -> Graph:
         TensorType(_OFFSET, ["batchp1"], host),
     ]
     with Graph("ragged_logprobs", input_types=input_types) as graph:
-        logits, tokens, sampled, logit_offsets, token_offsets, output_offsets, _host_offsets = (v.tensor for v in graph.inputs)
-        logit_offsets, token_offsets, output_offsets = (ops.cast(v, DType.int64) for v in (logit_offsets, token_offsets, output_offsets))
+        logits, tokens, sampled, logit_offsets, token_offsets, output_offsets, _host_offsets = (
+            v.tensor for v in graph.inputs
+        )
+        logit_offsets, token_offsets, output_offsets = (
+            ops.cast(v, DType.int64) for v in (logit_offsets, token_offsets, output_offsets)
+        )
         counts = output_offsets[1:] - output_offsets[:-1]
         num_seqs = counts.shape[0]
         # The request of each output row, and the row's distance from its request's last row.
-        request = ops.repeat_interleave(ops.range(0, num_seqs, 1, out_dim=num_seqs, dtype=DType.int64, device=device), counts, 0, out_dim="out_batch_seq")
+        request = ops.repeat_interleave(
+            ops.range(0, num_seqs, 1, out_dim=num_seqs, dtype=DType.int64, device=device),
+            counts,
+            0,
+            out_dim="out_batch_seq",
+        )
         rows = request.shape[0]
         row = ops.range(0, rows, 1, out_dim=rows, dtype=DType.int64, device=device)
         back = ops.gather(output_offsets[1:], request, 0) - row - 1
         zero = ops.constant(0, DType.int64, device)
         last = back == zero
         token_index = ops.where(last, zero, ops.gather(token_offsets[1:], request, 0) - back)
-        scored = ops.where(last, ops.gather(ops.cast(sampled, DType.int64), request, 0), ops.gather(ops.cast(tokens, DType.int64), token_index, 0))
+        scored = ops.where(
+            last,
+            ops.gather(ops.cast(sampled, DType.int64), request, 0),
+            ops.gather(ops.cast(tokens, DType.int64), token_index, 0),
+        )
         logits_rows = ops.gather(logits, ops.gather(logit_offsets[1:], request, 0) - back - 1, 0)
         log_probs = ops.logsoftmax(logits_rows)
         scored_lp = ops.unsqueeze(ops.gather_nd(log_probs, ops.stack([row, scored], axis=-1)), 1)
@@ -138,7 +153,9 @@ def _device_tensor(name: str, value: Any, device: Any) -> Any:
         if value.dtype is not _LOGIT:
             raise ValueError(f"compute_log_probabilities_ragged: {name} must be float32, got {value.dtype.name}")
         if value.device != device:
-            raise ValueError(f"compute_log_probabilities_ragged: {name} is on {value.device}, the computation runs on {device}")
+            raise ValueError(
+                f"compute_log_probabilities_ragged: {name} is on {value.device}, the computation runs on {device}"
+            )
         return value
     arr = np.asarray(value)
     if arr.dtype != np.float32:
@@ -188,24 +205,40 @@ def compute_log_probabilities_ragged(
     batch = len(top_n)
     next_shape = list(next_token_logits.shape)
     if len(next_shape) != 2:
-        raise ValueError(f"compute_log_probabilities_ragged: next_token_logits must be [batch, vocab], got shape {next_shape}")
-    sizes = {"batch_top_n": batch, "batch_echo": len(echo), "input_row_offsets - 1": len(offsets) - 1, "next_token_logits rows": next_shape[0], "sampled_tokens": len(sampled_np)}
+        raise ValueError(
+            f"compute_log_probabilities_ragged: next_token_logits must be [batch, vocab], got shape {next_shape}"
+        )
+    sizes = {
+        "batch_top_n": batch,
+        "batch_echo": len(echo),
+        "input_row_offsets - 1": len(offsets) - 1,
+        "next_token_logits rows": next_shape[0],
+        "sampled_tokens": len(sampled_np),
+    }
     if len(set(sizes.values())) != 1:
         raise ValueError(f"compute_log_probabilities_ragged: the batch sizes disagree: {sizes}")
     if any(n < 0 for n in top_n):
         raise ValueError(f"compute_log_probabilities_ragged: batch_top_n must be >= 0, got {top_n}")
     if np.any(np.diff(offsets) < 0) or (len(offsets) and (offsets[0] != 0 or offsets[-1] != len(tokens_np))):
-        raise ValueError(f"compute_log_probabilities_ragged: input_row_offsets must rise from 0 to len(tokens) = {len(tokens_np)}, got {offsets.tolist()}")
+        raise ValueError(
+            f"compute_log_probabilities_ragged: input_row_offsets must rise from 0 to len(tokens) = {len(tokens_np)}, "
+            f"got {offsets.tolist()}"
+        )
     vocab = next_shape[1]
     if logits is None:
         if any(echo):
-            raise ValueError("compute_log_probabilities_ragged: batch_echo needs the logits of every input token (logits=None)")
+            raise ValueError(
+                "compute_log_probabilities_ragged: batch_echo needs the logits of every input token (logits=None)"
+            )
         kernel_logits = _device_tensor("next_token_logits", next_token_logits, device)
         logit_offsets = np.arange(batch + 1)
     else:
         shape = list(logits.shape)
         if len(shape) != 2 or shape[0] != len(tokens_np) or shape[1] != vocab:
-            raise ValueError(f"compute_log_probabilities_ragged: logits must be [len(tokens), vocab] = [{len(tokens_np)}, {vocab}], got {shape}")
+            raise ValueError(
+                f"compute_log_probabilities_ragged: logits must be [len(tokens), vocab] = [{len(tokens_np)}, {vocab}], "
+                f"got {shape}"
+            )
         kernel_logits = _device_tensor("logits", logits, device)
         logit_offsets = offsets
     counts = np.array([offsets[i + 1] - offsets[i] if e else 1 for i, e in enumerate(echo)], np.int64)
@@ -214,14 +247,29 @@ def compute_log_probabilities_ragged(
     def u32(a: np.ndarray) -> Any:
         return Tensor.from_numpy(np.ascontiguousarray(np.asarray(a).astype(np.uint32))).to(device)
 
-    lp_logits_t, lp_tokens_t = model.execute(kernel_logits, u32(tokens_np), u32(sampled_np), u32(logit_offsets), u32(offsets), u32(output_offsets), Tensor.from_numpy(output_offsets))
+    lp_logits_t, lp_tokens_t = model.execute(
+        kernel_logits,
+        u32(tokens_np),
+        u32(sampled_np),
+        u32(logit_offsets),
+        u32(offsets),
+        u32(output_offsets),
+        Tensor.from_numpy(output_offsets),
+    )
     lp_logits, lp_tokens = lp_logits_t.to_numpy(), lp_tokens_t.to_numpy()
     width = lp_logits.shape[1] - 1
 
     def top(i: int, n: int) -> dict[int, float]:
         if n > width:
-            raise ValueError(f"compute_log_probabilities_ragged: top_n {n} is more than this graph returns ({width}); rebuild it with larger levels")
-        best = sorted(((int(t), float(v)) for t, v in zip(lp_tokens[i, :-1], lp_logits[i, :-1]) if t < vocab), key=lambda item: item[1], reverse=True)[:n]
+            raise ValueError(
+                f"compute_log_probabilities_ragged: top_n {n} is more than this graph returns ({width}); rebuild it "
+                "with larger levels"
+            )
+        best = sorted(
+            ((int(t), float(v)) for t, v in zip(lp_tokens[i, :-1], lp_logits[i, :-1]) if t < vocab),
+            key=lambda item: item[1],
+            reverse=True,
+        )[:n]
         out = dict(best)
         out[int(lp_tokens[i, -1])] = float(lp_logits[i, -1])  # the scored token is always included
         return out
@@ -232,5 +280,10 @@ def compute_log_probabilities_ragged(
             results.append(None)
             continue
         start, end = int(output_offsets[b]), int(output_offsets[b + 1])
-        results.append(LogProbabilities(token_log_probabilities=[float(v) for v in lp_logits[start:end, -1]], top_log_probabilities=[top(i, top_n[b]) for i in range(start, end)]))
+        results.append(
+            LogProbabilities(
+                token_log_probabilities=[float(v) for v in lp_logits[start:end, -1]],
+                top_log_probabilities=[top(i, top_n[b]) for i in range(start, end)],
+            )
+        )
     return results

@@ -38,7 +38,14 @@ from typing import Any
 from maxfx.graph.weights import WeightsFormat
 from maxfx.interfaces import PipelineTask, PipelineTokenizer
 from maxfx.nn.kv_cache import KVCacheStrategy
-from maxfx.pipelines.lib.config import ConfigError, HuggingFaceConfig, MAXModelConfig, PipelineConfig, RopeType, SupportedEncoding
+from maxfx.pipelines.lib.config import (
+    ConfigError,
+    HuggingFaceConfig,
+    MAXModelConfig,
+    PipelineConfig,
+    RopeType,
+    SupportedEncoding,
+)
 from maxfx.pipelines.lib.config._base import default_of
 from maxfx.pipelines.lib.config._model_files import gguf_config, model_max_length, read_json
 from maxfx.pipelines.lib.hf_utils import HuggingFaceRepo
@@ -76,7 +83,9 @@ def _import_pipeline_class(kind: str) -> type:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
-        raise ImportError(f"get_pipeline_for_task: {module_name}.{class_name} is not available in this maxfx ({err})") from err
+        raise ImportError(
+            f"get_pipeline_for_task: {module_name}.{class_name} is not available in this maxfx ({err})"
+        ) from err
     return getattr(module, class_name)
 
 
@@ -98,12 +107,19 @@ def get_pipeline_for_task(task: PipelineTask | str, pipeline_config: Any) -> typ
     try:
         task = PipelineTask(task)
     except ValueError:
-        raise ValueError(f"get_pipeline_for_task: unknown task {task!r}; tasks: {', '.join(t.value for t in PipelineTask)}") from None
+        raise ValueError(
+            f"get_pipeline_for_task: unknown task {task!r}; tasks: {', '.join(t.value for t in PipelineTask)}"
+        ) from None
     if task is PipelineTask.TEXT_GENERATION:
-        return _import_pipeline_class("speculative" if getattr(pipeline_config, "draft_model_config", None) is not None else "text")
+        return _import_pipeline_class(
+            "speculative" if getattr(pipeline_config, "draft_model_config", None) is not None else "text"
+        )
     if task is PipelineTask.EMBEDDINGS_GENERATION:
         return _import_pipeline_class("embeddings")
-    raise ValueError(f"get_pipeline_for_task: maxfx has no pipeline for the task {task.value!r} (MAX's audio and speech-token pipelines are out of maxfx's scope)")
+    raise ValueError(
+        f"get_pipeline_for_task: maxfx has no pipeline for the task {task.value!r} (MAX's audio and speech-token "
+        "pipelines are out of maxfx's scope)"
+    )
 
 
 def _coerce(owner: str, what: str, value: Any, enum_cls: type) -> Any:
@@ -166,7 +182,9 @@ class SupportedArchitecture:
     def __post_init__(self) -> None:
         owner = "SupportedArchitecture"
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"{owner}: name must be a non-empty str (the config.json architectures entry), got {self.name!r}")
+            raise ValueError(
+                f"{owner}: name must be a non-empty str (the config.json architectures entry), got {self.name!r}"
+            )
         owner = f"SupportedArchitecture({self.name!r})"
         self.example_repo_ids = list(self.example_repo_ids)
         self.task = _coerce(owner, "task", self.task, PipelineTask)
@@ -174,16 +192,28 @@ class SupportedArchitecture:
         if isinstance(self.supported_encodings, (set, frozenset, list, tuple)):
             self.supported_encodings = {e: [] for e in self.supported_encodings}  # later MAX: a set of encodings
         self.supported_encodings = {
-            _coerce(owner, "supported_encodings key", enc, SupportedEncoding): [_coerce(owner, "KV cache strategy", s, KVCacheStrategy) for s in strategies]
+            _coerce(owner, "supported_encodings key", enc, SupportedEncoding): [
+                _coerce(owner, "KV cache strategy", s, KVCacheStrategy) for s in strategies
+            ]
             for enc, strategies in dict(self.supported_encodings).items()
         }
         if self.default_encoding not in self.supported_encodings:
-            raise ValueError(f"{owner}: default_encoding {self.default_encoding.value!r} must be one of supported_encodings {[e.value for e in self.supported_encodings]}")
-        self.default_weights_format = _coerce(owner, "default_weights_format", self.default_weights_format, WeightsFormat)
+            raise ValueError(
+                f"{owner}: default_encoding {self.default_encoding.value!r} must be one of supported_encodings "
+                f"{[e.value for e in self.supported_encodings]}"
+            )
+        self.default_weights_format = _coerce(
+            owner, "default_weights_format", self.default_weights_format, WeightsFormat
+        )
         self.rope_type = _coerce(owner, "rope_type", self.rope_type, RopeType)
-        self.weight_adapters = {_coerce(owner, "weight_adapters key", k, WeightsFormat): v for k, v in dict(self.weight_adapters).items()}
+        self.weight_adapters = {
+            _coerce(owner, "weight_adapters key", k, WeightsFormat): v for k, v in dict(self.weight_adapters).items()
+        }
         if not callable(self.tokenizer):
-            raise TypeError(f"{owner}: tokenizer must be a callable returning a PipelineTokenizer (e.g. TextTokenizer), got {self.tokenizer!r}")
+            raise TypeError(
+                f"{owner}: tokenizer must be a callable returning a PipelineTokenizer (e.g. TextTokenizer), got "
+                f"{self.tokenizer!r}"
+            )
         self.context_validators = list(self.context_validators)
         if not all(callable(v) for v in self.context_validators):
             raise TypeError(f"{owner}: context_validators must be callables taking a context")
@@ -281,14 +311,21 @@ class PipelineRegistry:
             ValueError: the name is already registered for that task and ``allow_override`` is False.
         """
         if not isinstance(architecture, SupportedArchitecture):
-            raise TypeError(f"PipelineRegistry.register: expected a SupportedArchitecture, got {type(architecture).__name__}")
+            raise TypeError(
+                f"PipelineRegistry.register: expected a SupportedArchitecture, got {type(architecture).__name__}"
+            )
         self._ensure_builtins()
         key = (architecture.name, architecture.task)
         if key in self._architectures_by_task:
             if not allow_override:
-                raise ValueError(f"Refusing to override existing architecture for {architecture.name!r} with task {architecture.task.value!r}; pass allow_override=True to replace it")
+                raise ValueError(
+                    f"Refusing to override existing architecture for {architecture.name!r} with task "
+                    f"{architecture.task.value!r}; pass allow_override=True to replace it"
+                )
             if self._architectures_by_task[key] is not architecture:
-                logger.warning("Overriding existing architecture for %r with task %s", architecture.name, architecture.task.value)
+                logger.warning(
+                    "Overriding existing architecture for %r with task %s", architecture.name, architecture.task.value
+                )
         self._architectures_by_task[key] = architecture
         current = self._architectures.get(architecture.name)
         if current is None or current.task is architecture.task:
@@ -330,13 +367,17 @@ class PipelineRegistry:
             if data is None:
                 ggufs = sorted(root.glob("*.gguf"))
                 if not ggufs:
-                    raise FileNotFoundError(f"PipelineRegistry: {huggingface_repo.repo_id!r} has no config.json and no .gguf file to read the architecture from")
+                    raise FileNotFoundError(
+                        f"PipelineRegistry: {huggingface_repo.repo_id!r} has no config.json and no .gguf file to read "
+                        "the architecture from"
+                    )
                 data = gguf_config(ggufs[0])
             self._cached_huggingface_configs[huggingface_repo] = HuggingFaceConfig.from_dict(data)
         return self._cached_huggingface_configs[huggingface_repo]
 
     def get_active_tokenizer(self, huggingface_repo: HuggingFaceRepo) -> Any:
-        """The repo's tokenizer (``tokenizer.json``, else a ``.gguf`` file's vocabulary) as a `maxfx.models.Tokenizer`, cached per repo.
+        """The repo's tokenizer (``tokenizer.json``, else a ``.gguf`` file's vocabulary) as a `maxfx.models.Tokenizer`,
+        cached per repo.
 
         It stands in for transformers' ``AutoTokenizer``: ``encode``, ``decode``, ``eos_token_ids``.
 
@@ -349,7 +390,9 @@ class PipelineRegistry:
             source = ggufs[0] if not (root / "tokenizer.json").is_file() and ggufs else root
             tokenizer, why = importlib.import_module("maxfx.models._tokenizer").load_tokenizer(source)
             if tokenizer is None:
-                raise ValueError(f"PipelineRegistry.get_active_tokenizer: no tokenizer for {huggingface_repo.repo_id!r}: {why}")
+                raise ValueError(
+                    f"PipelineRegistry.get_active_tokenizer: no tokenizer for {huggingface_repo.repo_id!r}: {why}"
+                )
             self._cached_huggingface_tokenizers[huggingface_repo] = tokenizer
         return self._cached_huggingface_tokenizers[huggingface_repo]
 
@@ -365,14 +408,22 @@ class PipelineRegistry:
             path = Path(source).expanduser()
             if path.is_file():
                 if path.suffix.lower() != ".gguf":
-                    raise ValueError(f"PipelineRegistry: {str(source)!r} is a file but not .gguf; pass a model folder, a .gguf file or a repo id")
+                    raise ValueError(
+                        f"PipelineRegistry: {str(source)!r} is a file but not .gguf; pass a model folder, a .gguf file "
+                        "or a repo id"
+                    )
                 return HuggingFaceConfig.from_dict(gguf_config(path)), str(source)
             return self.get_active_huggingface_config(HuggingFaceRepo(str(source))), str(source)
-        raise TypeError(f"PipelineRegistry: expected a HuggingFaceRepo, PipelineConfig, MAXModelConfig or a path, got {type(source).__name__}")
+        raise TypeError(
+            "PipelineRegistry: expected a HuggingFaceRepo, PipelineConfig, MAXModelConfig or a path, got "
+            f"{type(source).__name__}"
+        )
 
     # ─── lookups ──────────────────────────────────────────────────────────────
 
-    def retrieve_architecture(self, huggingface_repo: Any, *, task: PipelineTask | str | None = None) -> SupportedArchitecture | None:
+    def retrieve_architecture(
+        self, huggingface_repo: Any, *, task: PipelineTask | str | None = None
+    ) -> SupportedArchitecture | None:
         """The registered architecture of a model, or None when none matches (as MAX).
 
         Args:
@@ -385,9 +436,16 @@ class PipelineRegistry:
             FileNotFoundError / RepoNotAvailableOfflineError: no config to read.
         """
         task = None if task is None else _coerce("PipelineRegistry.retrieve_architecture", "task", task, PipelineTask)
-        if isinstance(huggingface_repo, str) and (arch := self._resolve_architecture(huggingface_repo, task)) is not None:
+        if (
+            isinstance(huggingface_repo, str)
+            and (arch := self._resolve_architecture(huggingface_repo, task)) is not None
+        ):
             return arch
-        if isinstance(huggingface_repo, str) and "/" not in huggingface_repo and not Path(huggingface_repo).expanduser().exists():
+        if (
+            isinstance(huggingface_repo, str)
+            and "/" not in huggingface_repo
+            and not Path(huggingface_repo).expanduser().exists()
+        ):
             return None  # an architecture name that is not registered (neither a path nor an org/name repo id)
         config, where = self._config_of(huggingface_repo)
         names = _architecture_names(config)
@@ -406,22 +464,31 @@ class PipelineRegistry:
             if self._architectures_by_task.get((arch.name, arch.task)) is not arch:
                 self.register(arch, allow_override=True)
 
-    def _architecture(self, pipeline_config: Any, task: PipelineTask | None, override_architecture: str | None) -> SupportedArchitecture:
+    def _architecture(
+        self, pipeline_config: Any, task: PipelineTask | None, override_architecture: str | None
+    ) -> SupportedArchitecture:
         """The architecture a config resolves to, with clear errors."""
         self._register_custom(pipeline_config)
         if override_architecture:
             arch = self._resolve_architecture(override_architecture, task)
             if arch is None:
-                raise ValueError(f"override_architecture {override_architecture!r} is not registered; supported: {self._supported(task)}")
+                raise ValueError(
+                    f"override_architecture {override_architecture!r} is not registered; supported: "
+                    f"{self._supported(task)}"
+                )
         else:
             config, where = self._config_of(pipeline_config)
             names = _architecture_names(config)
             arch = next((a for n in names if (a := self._resolve_architecture(n, task)) is not None), None)
             if arch is None:
                 stated = ", ".join(names) if names else "none (its config has no architectures or known model_type)"
-                raise ValueError(f"architecture {stated} of {where!r} is not supported; supported: {self._supported(task)}")
+                raise ValueError(
+                    f"architecture {stated} of {where!r} is not supported; supported: {self._supported(task)}"
+                )
         if task is not None and arch.task is not task:
-            raise ValueError(f"architecture {arch.name} is registered for the task {arch.task.value!r}, not {task.value!r}")
+            raise ValueError(
+                f"architecture {arch.name} is registered for the task {arch.task.value!r}, not {task.value!r}"
+            )
         return arch
 
     def retrieve_pipeline_task(self, pipeline_config: Any) -> PipelineTask:
@@ -440,7 +507,9 @@ class PipelineRegistry:
             return arch.pipeline_model.calculate_max_seq_len(pipeline_config, huggingface_config=hf_config)
         return pipeline_config.max_length if pipeline_config.max_length is not None else model_max_length(hf_config)
 
-    def retrieve_tokenizer(self, pipeline_config: Any, override_architecture: str | None = None, *, task: PipelineTask | str | None = None) -> PipelineTokenizer:
+    def retrieve_tokenizer(
+        self, pipeline_config: Any, override_architecture: str | None = None, *, task: PipelineTask | str | None = None
+    ) -> PipelineTokenizer:
         """The tokenizer of the configured model, built by its architecture's ``tokenizer`` factory.
 
         The factory gets ``model_path``, ``revision``, ``max_length`` (the model's
@@ -486,7 +555,8 @@ class PipelineRegistry:
             model_config.quantization_encoding = encoding = arch.default_encoding
         if encoding not in arch.supported_encodings:
             raise ValueError(
-                f"architecture {arch.name} does not support the encoding {encoding.value!r} of {model_config.model_path!r}; supported: {', '.join(e.value for e in arch.supported_encodings)}"
+                f"architecture {arch.name} does not support the encoding {encoding.value!r} of "
+                f"{model_config.model_path!r}; supported: {', '.join(e.value for e in arch.supported_encodings)}"
             )
         strategies = arch.supported_encodings[encoding]
         kv_cache = model_config.kv_cache
@@ -495,7 +565,8 @@ class PipelineRegistry:
                 kv_cache.cache_strategy = strategies[0]
             elif kv_cache.cache_strategy not in strategies:
                 raise ValueError(
-                    f"architecture {arch.name} with {encoding.value} weights does not support the KV cache strategy {kv_cache.cache_strategy.value!r}; supported: {', '.join(s.value for s in strategies)}"
+                    f"architecture {arch.name} with {encoding.value} weights does not support the KV cache strategy "
+                    f"{kv_cache.cache_strategy.value!r}; supported: {', '.join(s.value for s in strategies)}"
                 )
         self._check_required_arguments(arch, pipeline_config)
         model_config.validate_multi_gpu_supported(arch.multi_gpu_supported)
@@ -503,7 +574,9 @@ class PipelineRegistry:
 
     @staticmethod
     def _check_required_arguments(arch: SupportedArchitecture, pipeline_config: Any) -> None:
-        """Each required option must hold its value: a default is set to it; an explicit other value is an error unless ``force``."""
+        """Each required option must hold its value: a default is set to it; an explicit other value is an error unless
+        ``force``.
+        """
         paths = PipelineConfig.option_paths()
         for name, required in arch.required_arguments.items():
             path = paths.get(name, name).split(".")
@@ -512,22 +585,40 @@ class PipelineRegistry:
                 owner = getattr(owner, part, None)
             attr = path[-1]
             if owner is None or not hasattr(owner, attr):
-                raise ValueError(f"architecture {arch.name} requires the option {name}={required!r}, which no config has")
+                raise ValueError(
+                    f"architecture {arch.name} requires the option {name}={required!r}, which no config has"
+                )
             current = getattr(owner, attr)
             if current == required:
                 continue
             fields = {f.name: f for f in dataclasses.fields(owner)} if dataclasses.is_dataclass(owner) else {}
             if attr in fields and current == default_of(fields[attr]):
-                logger.info("architecture %s requires %s=%r; setting it (was the default %r)", arch.name, name, required, current)
+                logger.info(
+                    "architecture %s requires %s=%r; setting it (was the default %r)",
+                    arch.name,
+                    name,
+                    required,
+                    current,
+                )
                 setattr(owner, attr, required)
             elif pipeline_config.force:
-                logger.warning("architecture %s requires %s=%r, got %r (kept: force=True)", arch.name, name, required, current)
+                logger.warning(
+                    "architecture %s requires %s=%r, got %r (kept: force=True)", arch.name, name, required, current
+                )
             else:
-                raise ConfigError(f"architecture {arch.name} requires {name}={required!r}, got {current!r} (force=True skips this check)")
+                raise ConfigError(
+                    f"architecture {arch.name} requires {name}={required!r}, got {current!r} (force=True skips this "
+                    "check)"
+                )
 
     # ─── building pipelines ───────────────────────────────────────────────────
 
-    def retrieve_factory(self, pipeline_config: Any, task: PipelineTask | str = PipelineTask.TEXT_GENERATION, override_architecture: str | None = None) -> tuple[PipelineTokenizer, Callable[[], Any]]:
+    def retrieve_factory(
+        self,
+        pipeline_config: Any,
+        task: PipelineTask | str = PipelineTask.TEXT_GENERATION,
+        override_architecture: str | None = None,
+    ) -> tuple[PipelineTokenizer, Callable[[], Any]]:
         """The tokenizer and a zero-argument factory of the pipeline, without loading the model.
 
         Steps: register the config's ``custom_architectures``; find the architecture
@@ -550,7 +641,10 @@ class PipelineRegistry:
         pipeline_class = get_pipeline_for_task(task, pipeline_config)
         tokenizer = self._build_tokenizer(arch, pipeline_config)
         if tokenizer.eos is None:
-            raise ValueError(f"the tokenizer of {pipeline_config.model_config.model_path!r} has no EOS token (tokenizer.eos is None): its tokenizer configuration is incomplete")
+            raise ValueError(
+                f"the tokenizer of {pipeline_config.model_config.model_path!r} has no EOS token (tokenizer.eos is "
+                "None): its tokenizer configuration is incomplete"
+            )
         logger.info(
             "Loading %s and %s(%s) factory for %s: architecture %s, encoding %s, devices %s",
             type(tokenizer).__name__,
@@ -562,11 +656,21 @@ class PipelineRegistry:
             pipeline_config.model_config.device_specs,
         )
         factory = functools.partial(
-            pipeline_class, pipeline_config=pipeline_config, pipeline_model=arch.pipeline_model, eos_token_id=tokenizer.eos, weight_adapters=arch.weight_adapters, tokenizer=tokenizer
+            pipeline_class,
+            pipeline_config=pipeline_config,
+            pipeline_model=arch.pipeline_model,
+            eos_token_id=tokenizer.eos,
+            weight_adapters=arch.weight_adapters,
+            tokenizer=tokenizer,
         )
         return tokenizer, factory
 
-    def retrieve(self, pipeline_config: Any, task: PipelineTask | str = PipelineTask.TEXT_GENERATION, override_architecture: str | None = None) -> tuple[PipelineTokenizer, Any]:
+    def retrieve(
+        self,
+        pipeline_config: Any,
+        task: PipelineTask | str = PipelineTask.TEXT_GENERATION,
+        override_architecture: str | None = None,
+    ) -> tuple[PipelineTokenizer, Any]:
         """The tokenizer and the pipeline (`retrieve_factory`, then the factory: this loads the model).
 
         Raises:

@@ -66,11 +66,24 @@ from typing import Any
 import numpy as np
 
 from maxfx.generation import ModelRunner, OutOfPagesError, TextContext
-from maxfx.interfaces import LogProbabilities, Pipeline, RequestID, TextGenerationInputs, TextGenerationOutput, TextGenerationRequest
+from maxfx.interfaces import (
+    LogProbabilities,
+    Pipeline,
+    RequestID,
+    TextGenerationInputs,
+    TextGenerationOutput,
+    TextGenerationRequest,
+)
 from maxfx.pipelines.lib._engine_setup import build_runner, load_model
 from maxfx.pipelines.lib.interfaces._generate import BatchInfo, GenerateMixin
 
-__all__ = ["DraftInputs", "SpeculativeDecodingMetrics", "SpeculativeDecodingTextGenerationPipeline", "rejection_sample", "sample_from"]
+__all__ = [
+    "DraftInputs",
+    "SpeculativeDecodingMetrics",
+    "SpeculativeDecodingTextGenerationPipeline",
+    "rejection_sample",
+    "sample_from",
+]
 
 log = logging.getLogger("maxfx.pipelines")
 
@@ -94,7 +107,13 @@ def sample_from(probs: np.ndarray, u: float) -> int:
     return int(min(np.searchsorted(c, float(u) * total, side="right"), len(w) - 1))
 
 
-def rejection_sample(draft_tokens: Sequence[int], draft_probs: np.ndarray, target_probs: np.ndarray, accept_draws: Sequence[float], final_draw: float) -> tuple[int, int]:
+def rejection_sample(
+    draft_tokens: Sequence[int],
+    draft_probs: np.ndarray,
+    target_probs: np.ndarray,
+    accept_draws: Sequence[float],
+    final_draw: float,
+) -> tuple[int, int]:
     """Speculative sampling of one sequence: ``(accepted, token)``.
 
     Args:
@@ -126,7 +145,9 @@ def rejection_sample(draft_tokens: Sequence[int], draft_probs: np.ndarray, targe
 
 
 def _forbid(probs: np.ndarray, logprobs: np.ndarray | None, ids: Sequence[int]) -> np.ndarray:
-    """``probs [V]`` with ``ids`` removed and renormalized (min_new_tokens keeps EOS out); the best other raw token when nothing is left."""
+    """``probs [V]`` with ``ids`` removed and renormalized (min_new_tokens keeps EOS out); the best other raw token when
+    nothing is left.
+    """
     out = np.array(probs, np.float64)
     out[list(ids)] = 0.0
     if out.sum() > 0:
@@ -158,7 +179,13 @@ class SpeculativeDecodingMetrics:
     total_acceptance_lengths: int = 0
     num_generations: int = 0
 
-    def update(self, draft_tokens_generated: int, draft_tokens_accepted: int, bonus_tokens_used: int, acceptance_lengths: Sequence[int]) -> None:
+    def update(
+        self,
+        draft_tokens_generated: int,
+        draft_tokens_accepted: int,
+        bonus_tokens_used: int,
+        acceptance_lengths: Sequence[int],
+    ) -> None:
         """Add one batch's counts (``acceptance_lengths``: accepted drafts per speculative row)."""
         self.draft_tokens_generated += int(draft_tokens_generated)
         self.draft_tokens_accepted += int(draft_tokens_accepted)
@@ -193,11 +220,17 @@ class SpeculativeDecodingMetrics:
 
     def reset(self) -> None:
         """Zero every counter."""
-        self.bonus_tokens_used = self.draft_tokens_accepted = self.draft_tokens_generated = self.total_acceptance_lengths = self.num_generations = 0
+        self.bonus_tokens_used = self.draft_tokens_accepted = self.draft_tokens_generated = (
+            self.total_acceptance_lengths
+        ) = self.num_generations = 0
 
     def __str__(self) -> str:
-        return (f"SpeculativeDecodingMetrics(acceptance_rate={self.acceptance_rate:.2%}, avg_acceptance_length={self.avg_acceptance_length:.2f}, "
-                f"bonus_tokens_used={self.bonus_tokens_used}, draft_tokens_accepted={self.draft_tokens_accepted}/{self.draft_tokens_generated})")  # fmt: skip
+        return (
+            f"SpeculativeDecodingMetrics(acceptance_rate={self.acceptance_rate:.2%}, "
+            f"avg_acceptance_length={self.avg_acceptance_length:.2f}, "
+            f"bonus_tokens_used={self.bonus_tokens_used}, "
+            f"draft_tokens_accepted={self.draft_tokens_accepted}/{self.draft_tokens_generated})"
+        )
 
 
 @dataclass
@@ -219,7 +252,8 @@ class DraftInputs:
 
 
 class SpeculativeDecodingTextGenerationPipeline(GenerateMixin, Pipeline):
-    """MAX's ``SpeculativeDecodingTextGenerationPipeline(pipeline_config, pipeline_model, eos_token_id, weight_adapters, tokenizer)``.
+    """MAX's ``SpeculativeDecodingTextGenerationPipeline(pipeline_config, pipeline_model, eos_token_id, weight_adapters,
+    tokenizer)``.
 
     See the module docstring for the algorithm.
 
@@ -237,7 +271,17 @@ class SpeculativeDecodingTextGenerationPipeline(GenerateMixin, Pipeline):
         ValueError: no draft model, or draft and target vocabularies differ.
     """
 
-    def __init__(self, pipeline_config: Any, pipeline_model: Any, eos_token_id: int | None, weight_adapters: Any, tokenizer: Any, *, model: Any = None, draft_model: Any = None):
+    def __init__(
+        self,
+        pipeline_config: Any,
+        pipeline_model: Any,
+        eos_token_id: int | None,
+        weight_adapters: Any,
+        tokenizer: Any,
+        *,
+        model: Any = None,
+        draft_model: Any = None,
+    ):
         self._pipeline_config = pipeline_config
         self._pipeline_model = pipeline_model
         self._eos_token_id = eos_token_id
@@ -245,21 +289,31 @@ class SpeculativeDecodingTextGenerationPipeline(GenerateMixin, Pipeline):
         self._tokenizer = tokenizer
         draft_config = getattr(pipeline_config, "draft_model_config", None)
         if draft_model is None and draft_config is None:
-            raise ValueError(f"{_NAME}: a draft model is needed: set PipelineConfig(draft_model_path=...) or pass draft_model=")
+            raise ValueError(
+                f"{_NAME}: a draft model is needed: set PipelineConfig(draft_model_path=...) or pass draft_model="
+            )
         self.model = model if model is not None else load_model(pipeline_config.model_config)
         self.draft_model = draft_model if draft_model is not None else load_model(draft_config)
         target_vocab, draft_vocab = int(self.model.config.vocab_size), int(self.draft_model.config.vocab_size)
         if target_vocab != draft_vocab:
-            raise ValueError(f"{_NAME}: the draft model's vocabulary ({draft_vocab} tokens) must be the target's ({target_vocab} tokens)")
+            raise ValueError(
+                f"{_NAME}: the draft model's vocabulary ({draft_vocab} tokens) must be the target's ({target_vocab} "
+                "tokens)"
+            )
         self.vocab_size = target_vocab
         self.runner: ModelRunner = build_runner(pipeline_config, self.model)
-        self.draft_runner: ModelRunner = build_runner(pipeline_config, self.draft_model, draft_config or pipeline_config.model_config)
+        self.draft_runner: ModelRunner = build_runner(
+            pipeline_config, self.draft_model, draft_config or pipeline_config.model_config
+        )
         for r in (self.runner, self.draft_runner):
             if r.pool.enable_prefix_caching:  # sealing pages would key them by draft tokens the target may reject
                 log.warning("%s: prefix caching is not supported with speculative decoding; turned off", _NAME)
                 r.pool.enable_prefix_caching = False
         if min(self.runner.prefill_chunk_size, self.draft_runner.prefill_chunk_size) < 2:
-            raise ValueError(f"{_NAME}: prefill_chunk_size must be at least 2 (a verify step runs the last token and the drafts), got {self.runner.prefill_chunk_size}")
+            raise ValueError(
+                f"{_NAME}: prefill_chunk_size must be at least 2 (a verify step runs the last token and the drafts), "
+                f"got {self.runner.prefill_chunk_size}"
+            )
         spec = getattr(pipeline_config, "speculative_config", None)
         k = int(getattr(spec, "num_speculative_tokens", 2) or 2)
         self._num_draft_steps = max(1, min(k, self.runner.prefill_chunk_size - 1, self.draft_runner.prefill_chunk_size))
@@ -284,17 +338,27 @@ class SpeculativeDecodingTextGenerationPipeline(GenerateMixin, Pipeline):
 
     @property
     def scheduler(self) -> Any:
-        """maxfx's `Scheduler` runs one model; a speculative pipeline is driven by `generate` or by calling `execute`."""
-        raise NotImplementedError(f"{_NAME}: the engine's Scheduler does not drive speculative decoding; use pipeline.generate(requests) or call execute() in a loop")
+        """maxfx's `Scheduler` runs one model; a speculative pipeline is driven by `generate` or by calling
+        `execute`.
+        """
+        raise NotImplementedError(
+            f"{_NAME}: the engine's Scheduler does not drive speculative decoding; use pipeline.generate(requests) or "
+            "call execute() in a loop"
+        )
 
     @property
     def num_speculative_tokens(self) -> int:
-        """``k``: drafts proposed per round (``speculative_config.num_speculative_tokens``, cut to the prefill chunk)."""
+        """``k``: drafts proposed per round (``speculative_config.num_speculative_tokens``, cut to the prefill
+        chunk).
+        """
         return self._num_draft_steps
 
     # ── steps allowed ──
-    def calculate_num_steps(self, model: Any, huggingface_config: Any, num_steps: int, context: TextContext, is_draft: bool = False) -> int:
-        """``num_steps`` cut to the tokens ``context`` may still emit (its ``max_new_tokens``, ``max_length`` and the runner's).
+    def calculate_num_steps(
+        self, model: Any, huggingface_config: Any, num_steps: int, context: TextContext, is_draft: bool = False
+    ) -> int:
+        """``num_steps`` cut to the tokens ``context`` may still emit (its ``max_new_tokens``, ``max_length`` and the
+        runner's).
 
         ``model`` is a `ModelRunner` (or a model with ``config.max_position_embeddings``);
         ``huggingface_config`` is kept for MAX's signature. For the target the result is
@@ -302,12 +366,23 @@ class SpeculativeDecodingTextGenerationPipeline(GenerateMixin, Pipeline):
         ValueError; ``is_draft`` keeps one token back for the target, so it is ``k_eff``
         (possibly 0).
         """
-        limit = getattr(model, "max_length", None) or int(getattr(getattr(model, "config", None), "max_position_embeddings", 0) or 0) or context.max_length
-        left = min(int(limit) - context.end_idx, context.max_length - context.end_idx, context.max_new_tokens - context.num_generated)
+        limit = (
+            getattr(model, "max_length", None)
+            or int(getattr(getattr(model, "config", None), "max_position_embeddings", 0) or 0)
+            or context.max_length
+        )
+        left = min(
+            int(limit) - context.end_idx,
+            context.max_length - context.end_idx,
+            context.max_new_tokens - context.num_generated,
+        )
         if is_draft:
             return max(0, min(int(num_steps), left - 1))
         if left <= 0:
-            raise ValueError(f"{_NAME}: request {context.request_id} is at its length limit ({context.end_idx} tokens, {context.num_generated} generated)")
+            raise ValueError(
+                f"{_NAME}: request {context.request_id} is at its length limit ({context.end_idx} tokens, "
+                f"{context.num_generated} generated)"
+            )
         return max(1, min(int(num_steps), left))
 
     # ── the draft's shadow contexts ──
@@ -315,11 +390,20 @@ class SpeculativeDecodingTextGenerationPipeline(GenerateMixin, Pipeline):
         """The draft's context of ``ctx`` (created, and given draft pages, on first sight)."""
         shadow = self._shadows.get(ctx.request_id)
         if shadow is None:
-            shadow = TextContext(max_length=ctx.max_length, tokens=ctx.all_tokens.copy(), request_id=ctx.request_id, sampling_params=ctx.sampling_params, ignore_eos=True)
+            shadow = TextContext(
+                max_length=ctx.max_length,
+                tokens=ctx.all_tokens.copy(),
+                request_id=ctx.request_id,
+                sampling_params=ctx.sampling_params,
+                ignore_eos=True,
+            )
             try:
                 self.draft_runner.claim(shadow)
             except OutOfPagesError as err:
-                raise RuntimeError(f"{_NAME}.execute: no draft KV pages for request {ctx.request_id}: {err}; release finished requests or lower max_batch_size") from None
+                raise RuntimeError(
+                    f"{_NAME}.execute: no draft KV pages for request {ctx.request_id}: {err}; release finished "
+                    "requests or lower max_batch_size"
+                ) from None
             self._shadows[ctx.request_id] = shadow
         return shadow
 
@@ -342,9 +426,16 @@ class SpeculativeDecodingTextGenerationPipeline(GenerateMixin, Pipeline):
 
     # ── MAX's steps ──
     def prepare_batch(
-        self, model: ModelRunner, batch: Sequence[TextContext], num_steps: int, return_n_logits: int = 1, is_draft: bool = False, draft_inputs: DraftInputs | None = None,
-        merged_draft_tokens: np.ndarray | None = None, merged_draft_offsets: np.ndarray | None = None,
-    ) -> tuple[Any, int]:  # fmt: skip
+        self,
+        model: ModelRunner,
+        batch: Sequence[TextContext],
+        num_steps: int,
+        return_n_logits: int = 1,
+        is_draft: bool = False,
+        draft_inputs: DraftInputs | None = None,
+        merged_draft_tokens: np.ndarray | None = None,
+        merged_draft_offsets: np.ndarray | None = None,
+    ) -> tuple[Any, int]:
         """The inputs of one model for ``batch`` (target contexts), and the steps they allow.
 
         - ``is_draft``: the shadows, synced to the contexts (created with draft pages when
@@ -363,32 +454,51 @@ class SpeculativeDecodingTextGenerationPipeline(GenerateMixin, Pipeline):
         if is_draft:
             shadows = [self._sync_shadow(c) for c in batch]
             kd = np.array([self.calculate_num_steps(model, None, num_steps, c, is_draft=True) for c in batch], np.int64)
-            uniforms = np.stack([self._uniforms(c) for c in batch]) if batch else np.zeros((0, 2 * self._num_draft_steps + 1))
+            uniforms = (
+                np.stack([self._uniforms(c) for c in batch]) if batch else np.zeros((0, 2 * self._num_draft_steps + 1))
+            )
             return DraftInputs(shadows, kd, uniforms), int(kd.max(initial=0))
         for c in batch:
             if not c.is_done and not model.has(c.request_id):
                 try:
                     model.claim(c)
                 except OutOfPagesError as err:
-                    raise RuntimeError(f"{_NAME}.execute: no KV pages for request {c.request_id}: {err}; release finished requests or lower max_batch_size") from None
+                    raise RuntimeError(
+                        f"{_NAME}.execute: no KV pages for request {c.request_id}: {err}; release finished requests or "
+                        "lower max_batch_size"
+                    ) from None
         if merged_draft_tokens is not None:
             merged, offsets = np.asarray(merged_draft_tokens, np.int64), np.asarray(merged_draft_offsets, np.int64)
             for b, c in enumerate(batch):
                 row = merged[offsets[b] : offsets[b + 1]]
                 end = c.end_idx
                 if c.start_idx != end - 1 or int(row[0]) != int(c.tokens[end - 1]):
-                    raise ValueError(f"{_NAME}.prepare_batch: request {c.request_id} is not decoding from its last token")
+                    raise ValueError(
+                        f"{_NAME}.prepare_batch: request {c.request_id} is not decoding from its last token"
+                    )
                 c.set_token_indices(end_idx=end + len(row) - 1)
                 c.tokens[end : end + len(row) - 1] = row[1:]
                 c.set_token_indices(active_idx=end + len(row) - 1)
         live = [c for c in batch if not c.is_done]
-        steps = min((self.calculate_num_steps(model, None, num_steps, c) for c in live if c.active_length <= 1), default=int(num_steps))
+        steps = min(
+            (self.calculate_num_steps(model, None, num_steps, c) for c in live if c.active_length <= 1),
+            default=int(num_steps),
+        )
         return list(batch), steps
 
     def sample_draft_logits(
-        self, batch: Sequence[TextContext], model_outputs: Any, prev_tokens: np.ndarray, prev_logits: np.ndarray, top_k: Any = None, max_k: Any = None, temperature: Any = None,
-        top_p: Any = None, min_top_p: Any = None, seed: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+        self,
+        batch: Sequence[TextContext],
+        model_outputs: Any,
+        prev_tokens: np.ndarray,
+        prev_logits: np.ndarray,
+        top_k: Any = None,
+        max_k: Any = None,
+        temperature: Any = None,
+        top_p: Any = None,
+        min_top_p: Any = None,
+        seed: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Draw each row's next draft token from its draft distribution ``q``.
 
         Args:
@@ -410,15 +520,23 @@ class SpeculativeDecodingTextGenerationPipeline(GenerateMixin, Pipeline):
         picked = q[np.arange(len(batch)), new] if len(batch) else np.zeros(0)
         prev_tokens = np.asarray(prev_tokens, np.int64).reshape(len(batch), -1)
         prev_logits = np.asarray(prev_logits, np.float64).reshape(len(batch), -1)
-        return new, np.concatenate([prev_tokens, new[:, None]], axis=1), np.concatenate([prev_logits, picked[:, None]], axis=1)
+        return (
+            new,
+            np.concatenate([prev_tokens, new[:, None]], axis=1),
+            np.concatenate([prev_logits, picked[:, None]], axis=1),
+        )
 
-    def _min_token_mask(self, ctx: TextContext, probs: np.ndarray, logprobs: np.ndarray | None, step: int) -> np.ndarray:
+    def _min_token_mask(
+        self, ctx: TextContext, probs: np.ndarray, logprobs: np.ndarray | None, step: int
+    ) -> np.ndarray:
         """``probs`` without EOS when the token ``step`` tokens ahead would come before ``min_new_tokens``."""
         if ctx.ignore_eos or not ctx.eos_token_ids or ctx.num_generated + step >= ctx.min_tokens:
             return probs
         return _forbid(probs, logprobs, [t for t in ctx.eos_token_ids if 0 <= t < len(probs)])
 
-    def generate_draft_tokens(self, batch: Sequence[TextContext], num_steps: int, model_inputs: DraftInputs) -> tuple[int, np.ndarray, np.ndarray, DraftInputs, np.ndarray]:
+    def generate_draft_tokens(
+        self, batch: Sequence[TextContext], num_steps: int, model_inputs: DraftInputs
+    ) -> tuple[int, np.ndarray, np.ndarray, DraftInputs, np.ndarray]:
         """Run the draft ``num_steps`` single-token steps (row ``b`` only its ``k_eff``), drawing ``d_i ~ q_i``.
 
         Returns MAX's tuple ``(num_steps, draft_tokens [B, num_steps], draft_logits [B,
@@ -443,8 +561,15 @@ class SpeculativeDecodingTextGenerationPipeline(GenerateMixin, Pipeline):
             if not rows:
                 break
             q = np.stack([outs[shadows[r].request_id].all_probs[-1] for r in rows]).astype(np.float64)
-            q = np.stack([self._min_token_mask(batch[r], q[j], outs[shadows[r].request_id].all_logprobs[-1], i) for j, r in enumerate(rows)])
-            new, _, _ = self.sample_draft_logits([batch[r] for r in rows], q, np.zeros((len(rows), 0)), np.zeros((len(rows), 0)), seed=uniforms[rows, i])
+            q = np.stack(
+                [
+                    self._min_token_mask(batch[r], q[j], outs[shadows[r].request_id].all_logprobs[-1], i)
+                    for j, r in enumerate(rows)
+                ]
+            )
+            new, _, _ = self.sample_draft_logits(
+                [batch[r] for r in rows], q, np.zeros((len(rows), 0)), np.zeros((len(rows), 0)), seed=uniforms[rows, i]
+            )
             for j, r in enumerate(rows):
                 tokens[r, i], picked[r, i], all_q[i, r] = new[j], q[j, new[j]], q[j]
                 s = shadows[r]
@@ -455,9 +580,16 @@ class SpeculativeDecodingTextGenerationPipeline(GenerateMixin, Pipeline):
         return num_steps, tokens, picked, model_inputs, all_q
 
     def verify_draft_tokens_with_target_model(
-        self, draft_inputs: DraftInputs, context_batch: Sequence[TextContext], num_draft_tokens_generated: int, draft_tokens: np.ndarray, draft_logits: np.ndarray,
-        merged_draft_tokens: np.ndarray, merged_draft_offsets: np.ndarray, all_draft_logits: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+        self,
+        draft_inputs: DraftInputs,
+        context_batch: Sequence[TextContext],
+        num_draft_tokens_generated: int,
+        draft_tokens: np.ndarray,
+        draft_logits: np.ndarray,
+        merged_draft_tokens: np.ndarray,
+        merged_draft_offsets: np.ndarray,
+        all_draft_logits: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One target forward over each row's ``[last token, d_1..d_k]``, then `rejection_sample`.
 
         Returns MAX's ``(first_rejected_tokens [B], recovered_tokens [B, num_steps + 1],
@@ -466,7 +598,16 @@ class SpeculativeDecodingTextGenerationPipeline(GenerateMixin, Pipeline):
         accepted). The contexts' cursors are back where they were before the drafts; the
         target's KV of ``[last token, d_1..d_k]`` is written.
         """
-        ctxs, _ = self.prepare_batch(self.runner, context_batch, num_draft_tokens_generated + 1, num_draft_tokens_generated + 1, False, draft_inputs, merged_draft_tokens, merged_draft_offsets)
+        ctxs, _ = self.prepare_batch(
+            self.runner,
+            context_batch,
+            num_draft_tokens_generated + 1,
+            num_draft_tokens_generated + 1,
+            False,
+            draft_inputs,
+            merged_draft_tokens,
+            merged_draft_offsets,
+        )
         outs = self.runner.execute(ctxs, all_logits=True)
         b = len(ctxs)
         first_rejected = np.zeros(b, np.int64)
@@ -480,10 +621,17 @@ class SpeculativeDecodingTextGenerationPipeline(GenerateMixin, Pipeline):
             c.set_token_indices(start_idx=old_end - 1, active_idx=old_end, end_idx=old_end)
             out = outs[c.request_id]
             lp = np.asarray(out.all_logprobs, np.float64)
-            p = np.stack([self._min_token_mask(c, np.asarray(out.all_probs[j], np.float64), lp[j], j) for j in range(n_drafts + 1)])
+            p = np.stack(
+                [
+                    self._min_token_mask(c, np.asarray(out.all_probs[j], np.float64), lp[j], j)
+                    for j in range(n_drafts + 1)
+                ]
+            )
             draft_inputs.target_logprobs[c.request_id] = lp
             u = draft_inputs.uniforms[r]
-            accepted, token = rejection_sample(draft_tokens[r, :n_drafts], all_draft_logits[:n_drafts, r], p, u[k : k + n_drafts], u[2 * k])
+            accepted, token = rejection_sample(
+                draft_tokens[r, :n_drafts], all_draft_logits[:n_drafts, r], p, u[k : k + n_drafts], u[2 * k]
+            )
             first_rejected[r] = accepted
             if accepted == n_drafts:
                 bonus[r, 0] = token
@@ -492,10 +640,17 @@ class SpeculativeDecodingTextGenerationPipeline(GenerateMixin, Pipeline):
         return first_rejected, recovered, bonus
 
     def update_contexts(
-        self, context_batch: Sequence[TextContext], first_rejected_tokens: np.ndarray, recovered_tokens: np.ndarray, bonus_tokens: np.ndarray | None, draft_tokens: np.ndarray,
-        num_draft_tokens_generated: int, target_logprobs: Mapping[RequestID, np.ndarray] | None = None,
-    ) -> None:  # fmt: skip
-        """Append each row's accepted drafts, then its replacement or bonus token (``ctx.update``: stops apply); update `metrics`.
+        self,
+        context_batch: Sequence[TextContext],
+        first_rejected_tokens: np.ndarray,
+        recovered_tokens: np.ndarray,
+        bonus_tokens: np.ndarray | None,
+        draft_tokens: np.ndarray,
+        num_draft_tokens_generated: int,
+        target_logprobs: Mapping[RequestID, np.ndarray] | None = None,
+    ) -> None:
+        """Append each row's accepted drafts, then its replacement or bonus token (``ctx.update``: stops apply); update
+        `metrics`.
 
         A row's drafts are its ``draft_tokens`` entries that are not -1. With
         ``target_logprobs`` (per request ``[k_eff + 1, V]``) requests that asked for log
@@ -507,7 +662,9 @@ class SpeculativeDecodingTextGenerationPipeline(GenerateMixin, Pipeline):
         for r, c in enumerate(context_batch):
             n_drafts = int((np.asarray(draft_tokens[r]) >= 0).sum()) if num_draft_tokens_generated else 0
             n = int(first_rejected_tokens[r])
-            final = int(bonus_tokens[r, 0]) if (n == n_drafts and bonus_tokens is not None) else int(recovered_tokens[r, n])
+            final = (
+                int(bonus_tokens[r, 0]) if (n == n_drafts and bonus_tokens is not None) else int(recovered_tokens[r, n])
+            )
             emitted = [int(t) for t in draft_tokens[r, :n]] + [final]
             lp = target_logprobs.get(c.request_id) if target_logprobs else None
             for j, token in enumerate(emitted):
@@ -529,10 +686,14 @@ class SpeculativeDecodingTextGenerationPipeline(GenerateMixin, Pipeline):
             return None
         row = lp[j]
         top = np.argsort(-row, kind="stable")[: ctx.log_probabilities]
-        return LogProbabilities(token_log_probabilities=[float(row[token])], top_log_probabilities=[{int(t): float(row[t]) for t in top}])
+        return LogProbabilities(
+            token_log_probabilities=[float(row[token])], top_log_probabilities=[{int(t): float(row[t]) for t in top}]
+        )
 
     def build_response(self, context_batch: Sequence[TextContext]) -> dict[RequestID, TextGenerationOutput]:
-        """Each context's tokens since the previous call (a variable number), as `TextGenerationOutput`s by request id."""
+        """Each context's tokens since the previous call (a variable number), as `TextGenerationOutput`s by request
+        id.
+        """
         return {c.request_id: c.to_generation_output() for c in context_batch}
 
     # ── one call ──
@@ -571,12 +732,21 @@ class SpeculativeDecodingTextGenerationPipeline(GenerateMixin, Pipeline):
     def _speculate(self, contexts: list[TextContext]) -> None:
         k = self._num_draft_steps
         draft_inputs, steps = self.prepare_batch(self.draft_runner, contexts, k, 1, is_draft=True)
-        steps, draft_tokens, draft_logits, draft_inputs, all_q = self.generate_draft_tokens(contexts, steps, draft_inputs)
-        rows = [np.concatenate([[c.tokens[c.end_idx - 1]], draft_tokens[r, : draft_inputs.num_draft_tokens[r]]]) for r, c in enumerate(contexts)]
+        steps, draft_tokens, draft_logits, draft_inputs, all_q = self.generate_draft_tokens(
+            contexts, steps, draft_inputs
+        )
+        rows = [
+            np.concatenate([[c.tokens[c.end_idx - 1]], draft_tokens[r, : draft_inputs.num_draft_tokens[r]]])
+            for r, c in enumerate(contexts)
+        ]
         offsets = np.concatenate([[0], np.cumsum([len(x) for x in rows])]).astype(np.int64)
         merged = np.concatenate(rows).astype(np.int64)
-        first_rejected, recovered, bonus = self.verify_draft_tokens_with_target_model(draft_inputs, contexts, steps, draft_tokens, draft_logits, merged, offsets, all_q)
-        self.update_contexts(contexts, first_rejected, recovered, bonus, draft_tokens, steps, draft_inputs.target_logprobs)
+        first_rejected, recovered, bonus = self.verify_draft_tokens_with_target_model(
+            draft_inputs, contexts, steps, draft_tokens, draft_logits, merged, offsets, all_q
+        )
+        self.update_contexts(
+            contexts, first_rejected, recovered, bonus, draft_tokens, steps, draft_inputs.target_logprobs
+        )
 
     def release(self, request_id: RequestID) -> None:
         """Free the request's pages in both pools and its draft shadow (unknown ids are ignored)."""
@@ -609,17 +779,28 @@ class SpeculativeDecodingTextGenerationPipeline(GenerateMixin, Pipeline):
                     self.release(rid)
                     del live[rid]
         return [
-            TextGenerationOutput(request_id=c.request_id, tokens=tokens[c.request_id], final_status=final[c.request_id], log_probabilities=logprobs[c.request_id] or None)
+            TextGenerationOutput(
+                request_id=c.request_id,
+                tokens=tokens[c.request_id],
+                final_status=final[c.request_id],
+                log_probabilities=logprobs[c.request_id] or None,
+            )
             for c in contexts
-        ]  # fmt: skip
+        ]
 
-    async def generate_async(self, prompts: TextGenerationRequest | str | Sequence[TextGenerationRequest | str]) -> list[TextGenerationOutput]:
-        """Run the requests to completion (``max_batch_size`` at a time); one merged `TextGenerationOutput` per request, in order."""
+    async def generate_async(
+        self, prompts: TextGenerationRequest | str | Sequence[TextGenerationRequest | str]
+    ) -> list[TextGenerationOutput]:
+        """Run the requests to completion (``max_batch_size`` at a time); one merged `TextGenerationOutput` per request,
+        in order.
+        """
         requests = self._requests(prompts)
         contexts = [await self.tokenizer.new_context(r) for r in requests]
         return await asyncio.to_thread(self._run_to_completion, contexts)
 
-    def generate(self, prompts: TextGenerationRequest | str | Sequence[TextGenerationRequest | str]) -> list[TextGenerationOutput]:
+    def generate(
+        self, prompts: TextGenerationRequest | str | Sequence[TextGenerationRequest | str]
+    ) -> list[TextGenerationOutput]:
         """`generate_async` from synchronous code."""
         return asyncio.run(self.generate_async(prompts))
 

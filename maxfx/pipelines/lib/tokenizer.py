@@ -125,7 +125,10 @@ def _bad_ids_message(encoded: Any, vocab_size: int) -> str:
         high = np.nonzero(arr >= vocab_size)[0]
         low = np.nonzero(arr < 0)[0]
         if high.size:
-            issues.append(f"token ids exceeding the vocabulary size ({vocab_size}) at indices {high.tolist()}: {arr[high].tolist()}")
+            issues.append(
+                f"token ids exceeding the vocabulary size ({vocab_size}) at indices {high.tolist()}: "
+                f"{arr[high].tolist()}"
+            )
         if low.size:
             issues.append(f"negative token ids at indices {low.tolist()}: {arr[low].tolist()}")
     detail = "; ".join(issues) if issues else f"token ids {arr.tolist()}"
@@ -199,7 +202,10 @@ class PreTrainedPipelineTokenizer(PipelineTokenizer):
     def __init__(self, delegate: Any) -> None:
         for method in ("encode", "decode"):
             if not callable(getattr(delegate, method, None)):
-                raise TypeError(f"PreTrainedPipelineTokenizer: the delegate ({type(delegate).__name__}) has no {method}() method; pass a tokenizer object (transformers or maxfx.models.Tokenizer)")
+                raise TypeError(
+                    f"PreTrainedPipelineTokenizer: the delegate ({type(delegate).__name__}) has no {method}() method; "
+                    "pass a tokenizer object (transformers or maxfx.models.Tokenizer)"
+                )
         self.delegate = delegate
 
     def apply_chat_template(self, messages: list[dict[str, Any]]) -> str:
@@ -210,10 +216,16 @@ class PreTrainedPipelineTokenizer(PipelineTokenizer):
         """
         apply = getattr(self.delegate, "apply_chat_template", None)
         if not callable(apply):
-            raise ValueError(f"PreTrainedPipelineTokenizer.apply_chat_template: the delegate ({type(self.delegate).__name__}) has no apply_chat_template(); use TextTokenizer for chat templates")
+            raise ValueError(
+                f"PreTrainedPipelineTokenizer.apply_chat_template: the delegate ({type(self.delegate).__name__}) has "
+                "no apply_chat_template(); use TextTokenizer for chat templates"
+            )
         templated = apply(messages, tokenize=False, add_generation_prompt=True)
         if not isinstance(templated, str):
-            raise TypeError(f"PreTrainedPipelineTokenizer.apply_chat_template: the delegate returned {type(templated).__name__}, expected a str")
+            raise TypeError(
+                f"PreTrainedPipelineTokenizer.apply_chat_template: the delegate returned {type(templated).__name__}, "
+                "expected a str"
+            )
         return templated
 
     @property
@@ -268,7 +280,9 @@ def _strftime_now(format: str) -> str:  # noqa: A002 - the name Hugging Face tem
     return datetime.datetime.now().strftime(format)
 
 
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None, sort_keys: bool = False) -> str:
+def _tojson(
+    value: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None, sort_keys: bool = False
+) -> str:
     # Hugging Face's tojson: no HTML escaping, unicode kept (jinja's own filter escapes <, >, &, ').
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
@@ -287,7 +301,9 @@ class _GenerationBlock(Extension):
 @functools.lru_cache(maxsize=64)
 def _compile_template(template: str) -> Any:
     """The template compiled as Hugging Face compiles chat templates (sandboxed, trim/lstrip blocks, loop controls)."""
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationBlock, "jinja2.ext.loopcontrols"])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationBlock, "jinja2.ext.loopcontrols"]
+    )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -302,7 +318,9 @@ def _template_from_argument(value: str | os.PathLike[str]) -> str:
             raise ValueError(f"TextTokenizer: chat_template file {str(path)!r} does not exist")
         return path.read_text(encoding="utf-8")
     if not isinstance(value, str):
-        raise TypeError(f"TextTokenizer: chat_template must be a template string or a file path, got {type(value).__name__}")
+        raise TypeError(
+            f"TextTokenizer: chat_template must be a template string or a file path, got {type(value).__name__}"
+        )
     if "\n" not in value and len(value) < 4096:
         try:
             path = Path(value).expanduser()
@@ -311,12 +329,17 @@ def _template_from_argument(value: str | os.PathLike[str]) -> str:
         except OSError:
             pass
     if "{" not in value:
-        raise ValueError(f"TextTokenizer: chat_template={value!r} is neither a Jinja template (no '{{{{' or '{{%') nor an existing file")
+        raise ValueError(
+            f"TextTokenizer: chat_template={value!r} is neither a Jinja template (no '{{{{' or '{{%') nor an existing "
+            "file"
+        )
     return value
 
 
 def _template_from_config(value: Any, where: str) -> str | None:
-    """``chat_template`` of tokenizer_config.json / chat_template.json: a string, or a list of named templates ("default" is used)."""
+    """``chat_template`` of tokenizer_config.json / chat_template.json: a string, or a list of named templates
+    ("default" is used).
+    """
     if value is None:
         return None
     if isinstance(value, str):
@@ -325,8 +348,14 @@ def _template_from_config(value: Any, where: str) -> str | None:
         named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
         if "default" in named and isinstance(named["default"], str):
             return named["default"]
-        raise ValueError(f"TextTokenizer: {where} has several chat templates ({', '.join(map(str, named))}) and none is named 'default'; pass chat_template= to choose one")
-    raise ValueError(f"TextTokenizer: {where}'s chat_template must be a string or a list of {{'name', 'template'}}, got {type(value).__name__}")
+        raise ValueError(
+            f"TextTokenizer: {where} has several chat templates ({', '.join(map(str, named))}) and none is named "
+            "'default'; pass chat_template= to choose one"
+        )
+    raise ValueError(
+        f"TextTokenizer: {where}'s chat_template must be a string or a list of {{'name', 'template'}}, got "
+        f"{type(value).__name__}"
+    )
 
 
 def _token_text(value: Any) -> str | None:
@@ -372,7 +401,10 @@ def _gguf_fields(path: Path, keys: Sequence[str]) -> dict[str, Any]:
             try:
                 out[key] = fields[key].contents()
             except UnicodeDecodeError as e:
-                raise ValueError(f"TextTokenizer: {path}: {key} holds a string that is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+                raise ValueError(
+                    f"TextTokenizer: {path}: {key} holds a string that is not valid UTF-8 ({e.reason} at byte "
+                    f"{e.start})"
+                ) from None
     out["general.architecture"] = arch
     return out
 
@@ -461,15 +493,30 @@ class TextTokenizer(PipelineTokenizer):
         template: str | None = None
         template_source = ""
         if self._is_gguf:
-            meta = _gguf_fields(source, ("tokenizer.chat_template", "{arch}.context_length", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id", "tokenizer.ggml.bos_token_id"))
+            meta = _gguf_fields(
+                source,
+                (
+                    "tokenizer.chat_template",
+                    "{arch}.context_length",
+                    "tokenizer.ggml.eot_token_id",
+                    "tokenizer.ggml.eom_token_id",
+                    "tokenizer.ggml.bos_token_id",
+                ),
+            )
             arch = meta["general.architecture"]
             context_length = meta.get(f"{arch}.context_length")
             if context_length is not None:
                 model_config["max_position_embeddings"] = int(context_length)
-            gguf_eos = list(delegate.eos_token_ids) + _id_list(meta.get("tokenizer.ggml.eot_token_id")) + _id_list(meta.get("tokenizer.ggml.eom_token_id"))
+            gguf_eos = (
+                list(delegate.eos_token_ids)
+                + _id_list(meta.get("tokenizer.ggml.eot_token_id"))
+                + _id_list(meta.get("tokenizer.ggml.eom_token_id"))
+            )
             bos_id = meta.get("tokenizer.ggml.bos_token_id")
             self._bos_token = delegate.backend.id_to_token(int(bos_id)) if bos_id is not None else None
-            self._eos_token = delegate.backend.id_to_token(delegate.eos_token_ids[0]) if delegate.eos_token_ids else None
+            self._eos_token = (
+                delegate.backend.id_to_token(delegate.eos_token_ids[0]) if delegate.eos_token_ids else None
+            )
             self._extra_tokens: dict[str, str] = {}
             if isinstance(meta.get("tokenizer.chat_template"), str):
                 template, template_source = meta["tokenizer.chat_template"], f"{source}: tokenizer.chat_template"
@@ -486,13 +533,22 @@ class TextTokenizer(PipelineTokenizer):
                 return text if text is not None else _token_text(special_map.get(name))
 
             self._bos_token, self._eos_token = special("bos_token"), special("eos_token")
-            self._extra_tokens = {n: t for n in ("unk_token", "pad_token", "sep_token", "cls_token", "mask_token") if (t := special(n)) is not None}
+            self._extra_tokens = {
+                n: t
+                for n in ("unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
+                if (t := special(n)) is not None
+            }
             jinja_file, json_file = folder / "chat_template.jinja", folder / "chat_template.json"
             if jinja_file.is_file():
                 template, template_source = jinja_file.read_text(encoding="utf-8"), str(jinja_file)
-            elif json_file.is_file() and (t := _template_from_config(_read_json(json_file).get("chat_template"), str(json_file))) is not None:
+            elif (
+                json_file.is_file()
+                and (t := _template_from_config(_read_json(json_file).get("chat_template"), str(json_file))) is not None
+            ):
                 template, template_source = t, str(json_file)
-            elif (t := _template_from_config(tok_config.get("chat_template"), str(folder / "tokenizer_config.json"))) is not None:
+            elif (
+                t := _template_from_config(tok_config.get("chat_template"), str(folder / "tokenizer_config.json"))
+            ) is not None:
                 template, template_source = t, f"{folder / 'tokenizer_config.json'}: chat_template"
 
         # A chat template given here overrides the model's.
@@ -508,7 +564,11 @@ class TextTokenizer(PipelineTokenizer):
         eos_id: int | None = None
         if self._eos_token is not None:
             eos_id = delegate.backend.token_to_id(self._eos_token)
-        config_eos = _id_list(gen_config.get("eos_token_id")) + _id_list(model_config.get("eos_token_id")) + _hf_config_eos(pipeline_config)
+        config_eos = (
+            _id_list(gen_config.get("eos_token_id"))
+            + _id_list(model_config.get("eos_token_id"))
+            + _hf_config_eos(pipeline_config)
+        )
         if eos_id is None:
             candidates = gguf_eos + config_eos
             eos_id = candidates[0] if candidates else None
@@ -525,12 +585,20 @@ class TextTokenizer(PipelineTokenizer):
                 max_length = mpe
             elif isinstance(mml, (int, float)) and 0 < mml < _NO_LIMIT:
                 max_length = int(mml)
-        if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 1):
+        if max_length is not None and (
+            isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 1
+        ):
             raise ValueError(f"TextTokenizer: max_length must be a positive int or None, got {max_length!r}")
         self.max_length: int | None = None if max_length is None else int(max_length)
 
-        self._enable_llama_whitespace_fix = bool(enable_llama_whitespace_fix) and tok_config.get("tokenizer_class") in _LLAMA_TOKENIZERS and delegate.vocab_size > _WHITESPACE_FIX_TOKEN
-        self._whitespace_fix_len = len(delegate.decode([_WHITESPACE_FIX_TOKEN])) if self._enable_llama_whitespace_fix else 0
+        self._enable_llama_whitespace_fix = (
+            bool(enable_llama_whitespace_fix)
+            and tok_config.get("tokenizer_class") in _LLAMA_TOKENIZERS
+            and delegate.vocab_size > _WHITESPACE_FIX_TOKEN
+        )
+        self._whitespace_fix_len = (
+            len(delegate.decode([_WHITESPACE_FIX_TOKEN])) if self._enable_llama_whitespace_fix else 0
+        )
         self._context_validators = list(context_validators) if context_validators else []
         del trust_remote_code, unused_kwargs
 
@@ -548,14 +616,22 @@ class TextTokenizer(PipelineTokenizer):
             return path
         if path.is_file():
             if path.suffix.lower() != ".gguf":
-                raise ValueError(f"Failed to load tokenizer from {model_path}: {str(path)!r} is a file but not .gguf; pass a folder with tokenizer.json or a .gguf file")
+                raise ValueError(
+                    f"Failed to load tokenizer from {model_path}: {str(path)!r} is a file but not .gguf; pass a folder "
+                    "with tokenizer.json or a .gguf file"
+                )
             return path
-        raise ValueError(f"Failed to load tokenizer from {model_path}: {str(path)!r} does not exist (pass a local folder with tokenizer.json, a .gguf file, or a repo id in the Hugging Face cache)")
+        raise ValueError(
+            f"Failed to load tokenizer from {model_path}: {str(path)!r} does not exist (pass a local folder with "
+            "tokenizer.json, a .gguf file, or a repo id in the Hugging Face cache)"
+        )
 
     # ── properties ──
     @property
     def eos(self) -> int:
-        """The end-of-sequence token id (tokenizer_config's ``eos_token`` / the GGUF EOS, else the model configs' first ``eos_token_id``; None when none names one)."""
+        """The end-of-sequence token id (tokenizer_config's ``eos_token`` / the GGUF EOS, else the model configs' first
+        ``eos_token_id``; None when none names one).
+        """
         return self._eos  # type: ignore[return-value]
 
     @property
@@ -572,17 +648,28 @@ class TextTokenizer(PipelineTokenizer):
         flat: list[dict[str, Any]] = []
         for i, message in enumerate(messages):
             if not isinstance(message, dict):
-                raise ValueError(f"messages[{i}] must be a dict with 'role' and 'content', got {type(message).__name__}")
+                raise ValueError(
+                    f"messages[{i}] must be a dict with 'role' and 'content', got {type(message).__name__}"
+                )
             if not isinstance(message.get("role"), str):
-                raise ValueError(f"messages[{i}] has no 'role'" if "role" not in message else f"messages[{i}]['role'] must be a str, got {type(message['role']).__name__}")
+                raise ValueError(
+                    f"messages[{i}] has no 'role'"
+                    if "role" not in message
+                    else f"messages[{i}]['role'] must be a str, got {type(message['role']).__name__}"
+                )
             content = message.get("content")
             if isinstance(content, list):
                 texts = []
                 for j, part in enumerate(content):
                     if not isinstance(part, dict) or "type" not in part:
-                        raise ValueError(f"messages[{i}]['content'][{j}]: malformed message content, missing 'type' field")
+                        raise ValueError(
+                            f"messages[{i}]['content'][{j}]: malformed message content, missing 'type' field"
+                        )
                     if part["type"] != "text":
-                        raise ValueError(f"messages[{i}]['content'][{j}]: unsupported content type {part['type']!r} (TextTokenizer takes text parts only)")
+                        raise ValueError(
+                            f"messages[{i}]['content'][{j}]: unsupported content type {part['type']!r} (TextTokenizer "
+                            "takes text parts only)"
+                        )
                     text = part.get("text", part.get("content"))
                     if not isinstance(text, str):
                         raise ValueError(f"messages[{i}]['content'][{j}]: a text part needs a string 'text' field")
@@ -592,11 +679,18 @@ class TextTokenizer(PipelineTokenizer):
                 if not message.get("tool_calls"):
                     raise ValueError(f"messages[{i}] has no 'content'")
             elif not isinstance(content, str):
-                raise ValueError(f"messages[{i}]['content'] must be a str or a list of text parts, got {type(content).__name__}")
+                raise ValueError(
+                    f"messages[{i}]['content'] must be a str or a list of text parts, got {type(content).__name__}"
+                )
             flat.append({**message, "content": content})
         return flat
 
-    def apply_chat_template(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, chat_template_options: dict[str, Any] | None = None) -> str:
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        chat_template_options: dict[str, Any] | None = None,
+    ) -> str:
         """``messages`` (and ``tools``) rendered with the model's chat template, as Hugging Face renders it.
 
         The template sees ``messages`` (content parts joined into a string), ``tools``,
@@ -612,17 +706,24 @@ class TextTokenizer(PipelineTokenizer):
                 template failed (e.g. its ``raise_exception``).
         """
         if self.chat_template is None:
-            where = "the GGUF metadata has no tokenizer.chat_template" if self._is_gguf else "no chat_template.jinja, chat_template.json, or chat_template in tokenizer_config.json"
+            where = (
+                "the GGUF metadata has no tokenizer.chat_template"
+                if self._is_gguf
+                else "no chat_template.jinja, chat_template.json, or chat_template in tokenizer_config.json"
+            )
             raise ValueError(
                 f"TextTokenizer.apply_chat_template: the model at {self.model_path} has no chat template ({where}). "
-                "Pass one with TextTokenizer(..., chat_template=<template string or file path>) (PipelineConfig(chat_template=<file>)), "
+                "Pass one with TextTokenizer(..., chat_template=<template string or file path>) "
+                "(PipelineConfig(chat_template=<file>)), "
                 "or send a completion prompt instead of chat messages"
             )
         options = dict(chat_template_options or {})
         continue_final = bool(options.pop("continue_final_message", False))
         add_generation_prompt = bool(options.pop("add_generation_prompt", not continue_final))
         if continue_final and add_generation_prompt:
-            raise ValueError("TextTokenizer.apply_chat_template: continue_final_message and add_generation_prompt cannot both be set")
+            raise ValueError(
+                "TextTokenizer.apply_chat_template: continue_final_message and add_generation_prompt cannot both be set"
+            )
         flat = self._flatten_messages(messages)
         variables: dict[str, Any] = dict(self._extra_tokens)
         if self._bos_token is not None:
@@ -634,18 +735,31 @@ class TextTokenizer(PipelineTokenizer):
         try:
             rendered = _compile_template(self.chat_template).render(**variables)
         except TemplateError as e:
-            hint = " Check the template's syntax and that it handles these messages and tools (it sees messages, tools, add_generation_prompt)." if self._custom_template_provided else ""
-            raise ValueError(f"TextTokenizer.apply_chat_template: the chat template ({self.chat_template_source}) failed: {type(e).__name__}: {e}.{hint}") from e
+            hint = (
+                " Check the template's syntax and that it handles these messages and tools (it sees messages, tools, "
+                "add_generation_prompt)."
+                if self._custom_template_provided
+                else ""
+            )
+            raise ValueError(
+                f"TextTokenizer.apply_chat_template: the chat template ({self.chat_template_source}) failed: "
+                f"{type(e).__name__}: {e}.{hint}"
+            ) from e
         if continue_final:
             if not flat or not isinstance(flat[-1]["content"], str):
-                raise ValueError("TextTokenizer.apply_chat_template: continue_final_message needs a final message with content")
+                raise ValueError(
+                    "TextTokenizer.apply_chat_template: continue_final_message needs a final message with content"
+                )
             final = flat[-1]["content"]
             end = rendered.rfind(final) if final else -1
             if end < 0 and final.strip():
                 final = final.strip()
                 end = rendered.rfind(final)
             if end < 0:
-                raise ValueError("TextTokenizer.apply_chat_template: continue_final_message is set but the final message does not appear in the rendered chat")
+                raise ValueError(
+                    "TextTokenizer.apply_chat_template: continue_final_message is set but the final message does not "
+                    "appear in the rendered chat"
+                )
             rendered = rendered[: end + len(final)]
         return rendered
 
@@ -667,13 +781,18 @@ class TextTokenizer(PipelineTokenizer):
         if isinstance(prompt, str):
             ids = await self._encode_text(prompt, add_special_tokens)
             if self.max_length is not None and len(ids) > self.max_length:
-                raise ValueError(f"Input string is larger than tokenizer's max length ({len(ids)} > {self.max_length}).")
+                raise ValueError(
+                    f"Input string is larger than tokenizer's max length ({len(ids)} > {self.max_length})."
+                )
             return ids
         arr = np.asarray(list(prompt) if not isinstance(prompt, np.ndarray) else prompt)
         if arr.size == 0:
             return arr.astype(np.int64).reshape(0)
         if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
-            raise TypeError(f"TextTokenizer.encode: prompt must be a str or a 1-D sequence of int token ids, got {arr.dtype} of shape {list(arr.shape)}")
+            raise TypeError(
+                f"TextTokenizer.encode: prompt must be a str or a 1-D sequence of int token ids, got {arr.dtype} of "
+                f"shape {list(arr.shape)}"
+            )
         return arr.astype(np.int64)
 
     async def decode(self, encoded: Any, **kwargs: Any) -> str:
@@ -710,7 +829,10 @@ class TextTokenizer(PipelineTokenizer):
             text = self.apply_chat_template(messages, request.tools, request.chat_template_options)
             return "messages", await self._encode_text(text, add_special_tokens=False)
         if prompt is None:
-            raise ValueError("TextTokenizer.new_context: the request has no prompt and no messages (give prompt as a str or token ids, or messages)")
+            raise ValueError(
+                "TextTokenizer.new_context: the request has no prompt and no messages (give prompt as a str or token "
+                "ids, or messages)"
+            )
         if isinstance(prompt, str):
             if not prompt:
                 raise ValueError("TextTokenizer.new_context: prompt is empty")
@@ -721,7 +843,10 @@ class TextTokenizer(PipelineTokenizer):
         vocab = self.delegate.vocab_size
         bad = np.nonzero((ids < 0) | (ids >= vocab))[0]
         if bad.size:
-            raise ValueError(f"TextTokenizer.new_context: prompt token ids must be in [0, {vocab}); got {ids[bad].tolist()} at positions {bad.tolist()}")
+            raise ValueError(
+                f"TextTokenizer.new_context: prompt token ids must be in [0, {vocab}); got {ids[bad].tolist()} at "
+                f"positions {bad.tolist()}"
+            )
         return "prompt", ids
 
     @staticmethod
@@ -729,12 +854,17 @@ class TextTokenizer(PipelineTokenizer):
         if not response_format:
             return None
         if not isinstance(response_format, dict):
-            raise ValueError(f"TextTokenizer.new_context: response_format must be a dict with a 'type', got {type(response_format).__name__}")
+            raise ValueError(
+                "TextTokenizer.new_context: response_format must be a dict with a 'type', got "
+                f"{type(response_format).__name__}"
+            )
         kind = response_format.get("type")
         if kind == "json_schema":
             schema = response_format.get("json_schema")
             if not isinstance(schema, dict):
-                raise ValueError("TextTokenizer.new_context: response_format of type 'json_schema' needs a 'json_schema' object")
+                raise ValueError(
+                    "TextTokenizer.new_context: response_format of type 'json_schema' needs a 'json_schema' object"
+                )
             # OpenAI's shape wraps the schema: {"name": ..., "schema": {...}, "strict": ...}.
             inner = schema.get("schema") if isinstance(schema.get("schema"), dict) else schema
             return json.dumps(inner)
@@ -742,7 +872,10 @@ class TextTokenizer(PipelineTokenizer):
             return json.dumps({"type": "object"})
         if kind in (None, "text"):
             return None
-        raise ValueError(f"TextTokenizer.new_context: response_format.type must be 'text', 'json_object' or 'json_schema', got {kind!r}")
+        raise ValueError(
+            "TextTokenizer.new_context: response_format.type must be 'text', 'json_object' or 'json_schema', got "
+            f"{kind!r}"
+        )
 
     async def _eos_variables(self, sampling_params: Any, request_stop: Any) -> tuple[set[int], list[list[int]]]:
         if sampling_params.ignore_eos:
@@ -787,13 +920,21 @@ class TextTokenizer(PipelineTokenizer):
         if n == 0:
             raise ValueError(f"TextTokenizer.new_context: {field} encodes to 0 tokens")
         if self.max_length is not None and n >= self.max_length:
-            raise ValueError(f"TextTokenizer.new_context: {field} is too long: prompt has {n} tokens, max_length is {self.max_length} (at least one token must be left to generate)")
+            raise ValueError(
+                f"TextTokenizer.new_context: {field} is too long: prompt has {n} tokens, max_length is "
+                f"{self.max_length} (at least one token must be left to generate)"
+            )
         sampling_params = request.sampling_params
         budget = max_tokens_to_generate(n, self.max_length, sampling_params.max_new_tokens)
         if budget is None:
-            raise ValueError(f"TextTokenizer.new_context: no max_length is known for {self.model_path}; pass TextTokenizer(..., max_length=N) or set sampling_params.max_new_tokens")
+            raise ValueError(
+                f"TextTokenizer.new_context: no max_length is known for {self.model_path}; pass TextTokenizer(..., "
+                "max_length=N) or set sampling_params.max_new_tokens"
+            )
         if budget == 0:
-            raise ValueError("TextTokenizer.new_context: sampling_params.max_new_tokens is 0; at least one token must be generated")
+            raise ValueError(
+                "TextTokenizer.new_context: sampling_params.max_new_tokens is 0; at least one token must be generated"
+            )
         json_schema = self._json_schema(request.response_format)
         eos_token_ids, eos_sequences = await self._eos_variables(sampling_params, getattr(request, "stop", None))
         context = TextContext(
@@ -819,7 +960,8 @@ class TextTokenizer(PipelineTokenizer):
 
 _NO_VISION = (
     "vision-language models are not supported by maxfx: it has no vision encoders (no image processor, no vision "
-    "tower, no TextAndVisionContext), so images cannot be turned into model inputs. Serve a text-only model with TextTokenizer"
+    "tower, no TextAndVisionContext), so images cannot be turned into model inputs. Serve a text-only model with "
+    "TextTokenizer"
 )
 
 
@@ -888,5 +1030,7 @@ class TextAndVisionTokenizer(PipelineTokenizer):
         raise _vision_unsupported("decode")
 
     async def new_context(self, request: Any) -> Any:
-        """MAX: a ``TextAndVisionContext`` (tokens + processed images) for a request. maxfx: raises `NotImplementedError`."""
+        """MAX: a ``TextAndVisionContext`` (tokens + processed images) for a request. maxfx: raises
+        `NotImplementedError`.
+        """
         raise _vision_unsupported("new_context")

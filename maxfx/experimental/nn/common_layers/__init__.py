@@ -12,6 +12,18 @@ Example:
 
 from maxfx.experimental.nn.common_layers import activation, kv_cache, multi_latent_attention
 from maxfx.experimental.nn.common_layers.kv_cache import PagedCacheValues
-from maxfx.experimental.nn.common_layers.multi_latent_attention import LatentAttentionWithRope, MLAPrefillMetadata, tensor_parallel_latent_attention_with_rope
+from maxfx.experimental.nn.common_layers.multi_latent_attention import (
+    LatentAttentionWithRope,
+    MLAPrefillMetadata,
+    tensor_parallel_latent_attention_with_rope,
+)
 
-__all__ = ["LatentAttentionWithRope", "MLAPrefillMetadata", "PagedCacheValues", "activation", "kv_cache", "multi_latent_attention", "tensor_parallel_latent_attention_with_rope"]
+__all__ = [
+    "LatentAttentionWithRope",
+    "MLAPrefillMetadata",
+    "PagedCacheValues",
+    "activation",
+    "kv_cache",
+    "multi_latent_attention",
+    "tensor_parallel_latent_attention_with_rope",
+]

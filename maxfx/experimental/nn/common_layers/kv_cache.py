@@ -47,9 +47,14 @@ def _as_tensor(value: Any, where: str) -> Tensor:
         return value
     if isinstance(value, Value):
         if isinstance(value, BufferValue) or isinstance(value.type, BufferType):
-            raise TypeError(f"PagedCacheValues.from_upstream: {where} is a graph buffer value, which an eager Tensor cannot wrap; pass the eager tensor itself")
+            raise TypeError(
+                f"PagedCacheValues.from_upstream: {where} is a graph buffer value, which an eager Tensor cannot wrap; "
+                "pass the eager tensor itself"
+            )
         return Tensor.from_graph_value(value)
-    raise TypeError(f"PagedCacheValues.from_upstream: {where} must be an eager Tensor or a graph value, got {type(value).__name__}")
+    raise TypeError(
+        f"PagedCacheValues.from_upstream: {where} must be an eager Tensor or a graph value, got {type(value).__name__}"
+    )
 
 
 def _mapping_for(shards: list[Tensor], mapping: PlacementMapping, name: str) -> PlacementMapping:
@@ -63,13 +68,17 @@ def _mapping_for(shards: list[Tensor], mapping: PlacementMapping, name: str) -> 
     if all(s._gv is not None for s in shards) or all(d == m for d, m in zip(devices, mesh.devices)):
         return mapping
     if len(set(devices)) != 1:
-        raise ValueError(f"PagedCacheValues.from_upstream: {name} lives on {list(devices)}, neither the mesh's devices {list(mesh.devices)} nor one host device")
+        raise ValueError(
+            f"PagedCacheValues.from_upstream: {name} lives on {list(devices)}, neither the mesh's devices "
+            f"{list(mesh.devices)} nor one host device"
+        )
     return PlacementMapping(DeviceMesh(devices, mesh.mesh_shape, mesh.axis_names), mapping.to_placements())
 
 
 @dataclass
 class PagedCacheValues(KVCacheInputsPerDevice):
-    """Distributed view of the paged KV cache inputs: every field is a tensor over one mesh (shard ``i`` = device ``i``).
+    """Distributed view of the paged KV cache inputs: every field is a tensor over one mesh (shard ``i`` = device
+    ``i``).
 
     Build it with `from_upstream` from the per-device records that
     ``KVCacheParams.get_symbolic_inputs().unflatten(...)`` gives.
@@ -80,22 +89,30 @@ class PagedCacheValues(KVCacheInputsPerDevice):
         """The distributed cache made of ``per_device`` records (one per device of ``mapping``'s mesh, in mesh order).
 
         Raises:
-            ValueError: the record count differs from the mesh's device count, or the records set different optional fields.
+            ValueError: the record count differs from the mesh's device count, or the records set different optional
+            fields.
             TypeError: a field is neither an eager tensor nor a graph value.
         """
         per_device = list(per_device)
         mapping = as_mapping(mapping, "PagedCacheValues.from_upstream")
         n = mapping.mesh.num_devices
         if len(per_device) != n:
-            raise ValueError(f"PagedCacheValues.from_upstream: {len(per_device)} per-device records for a mesh of {n} devices ({mapping.mesh})")
+            raise ValueError(
+                f"PagedCacheValues.from_upstream: {len(per_device)} per-device records for a mesh of {n} devices "
+                f"({mapping.mesh})"
+            )
         if per_device[0].kv_blocks_per_layer:
-            raise ValueError("PagedCacheValues.from_upstream: per-layer block buffers (kv_blocks_per_layer) are not supported")
+            raise ValueError(
+                "PagedCacheValues.from_upstream: per-layer block buffers (kv_blocks_per_layer) are not supported"
+            )
         fields: dict[str, Any] = {}
         for name in _FIELDS:
             values = [getattr(d, name) for d in per_device]
             present = [v is not None for v in values]
             if any(present) and not all(present):
-                raise ValueError(f"PagedCacheValues.from_upstream: {name} is set on some devices but not on others ({present})")
+                raise ValueError(
+                    f"PagedCacheValues.from_upstream: {name} is set on some devices but not on others ({present})"
+                )
             if values[0] is not None:
                 shards = [_as_tensor(v, f"{name} of device {i}") for i, v in enumerate(values)]
                 fields[name] = from_shards(shards, _mapping_for(shards, mapping, name))
@@ -108,7 +125,13 @@ class PagedCacheValues(KVCacheInputsPerDevice):
 
     def __iter__(self) -> Iterator[Tensor]:
         """The cache tensors in MAX's ABI order (``kv_scales`` only when set; dispatch metadata never)."""
-        yield from (self.kv_blocks, self.cache_lengths, self.lookup_table, self.max_prompt_length, self.max_cache_length)
+        yield from (
+            self.kv_blocks,
+            self.cache_lengths,
+            self.lookup_table,
+            self.max_prompt_length,
+            self.max_cache_length,
+        )
         if self.kv_scales is not None:
             yield self.kv_scales
 
@@ -119,7 +142,9 @@ class PagedCacheValues(KVCacheInputsPerDevice):
             IndexError: ``i`` is not a device of the mesh.
         """
         if not 0 <= i < self.n_devices:
-            raise IndexError(f"PagedCacheValues.for_device: device {i} is out of range for a cache on {self.n_devices} devices")
+            raise IndexError(
+                f"PagedCacheValues.for_device: device {i} is out of range for a cache on {self.n_devices} devices"
+            )
 
         def local(name: str) -> Any:
             value = getattr(self, name)

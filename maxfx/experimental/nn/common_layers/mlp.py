@@ -31,7 +31,9 @@ class MLP(Module):
         activation_function: an activation name (`activation_function_from_name`), ``"silu"`` by default.
     """
 
-    def __init__(self, hidden_dim: int, feed_forward_length: int, bias: bool = False, activation_function: str = "silu"):
+    def __init__(
+        self, hidden_dim: int, feed_forward_length: int, bias: bool = False, activation_function: str = "silu"
+    ):
         self.hidden_dim, self.feed_forward_length = int(hidden_dim), int(feed_forward_length)
         self.gate_proj = Linear(hidden_dim, feed_forward_length, bias=bias)
         self.up_proj = Linear(hidden_dim, feed_forward_length, bias=bias)

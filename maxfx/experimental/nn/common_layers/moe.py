@@ -30,7 +30,16 @@ from maxfx.experimental import functional as F
 from maxfx.experimental.nn._layers import Linear, ModuleList
 from maxfx.experimental.nn.common_layers.mlp import MLP
 from maxfx.experimental.nn.module import Module
-from maxfx.experimental.sharding import DeviceMapping, DeviceMesh, DistributedTensor, Partial, PlacementMapping, distribute, from_shards, shard_sizes
+from maxfx.experimental.sharding import (
+    DeviceMapping,
+    DeviceMesh,
+    DistributedTensor,
+    Partial,
+    PlacementMapping,
+    distribute,
+    from_shards,
+    shard_sizes,
+)
 from maxfx.experimental.tensor import Tensor
 from maxfx.nn.kernels import grouped_matmul_ragged, moe_create_indices
 
@@ -45,8 +54,14 @@ class MoEGate(Module):
 
     def __init__(self, hidden_dim: int, num_experts: int, num_experts_per_token: int):
         if not 0 < int(num_experts_per_token) <= int(num_experts):
-            raise ValueError(f"MoEGate: num_experts_per_token must be in [1, num_experts={num_experts}], got {num_experts_per_token}")
-        self.hidden_dim, self.num_experts, self.num_experts_per_token = int(hidden_dim), int(num_experts), int(num_experts_per_token)
+            raise ValueError(
+                f"MoEGate: num_experts_per_token must be in [1, num_experts={num_experts}], got {num_experts_per_token}"
+            )
+        self.hidden_dim, self.num_experts, self.num_experts_per_token = (
+            int(hidden_dim),
+            int(num_experts),
+            int(num_experts_per_token),
+        )
         self.gate_score = Linear(hidden_dim, num_experts, bias=False)
 
     def forward(self, hidden_state: Tensor) -> tuple[Tensor, Tensor]:
@@ -54,7 +69,16 @@ class MoEGate(Module):
         return indices, scores
 
 
-def routed_experts(x: Tensor, topk_indices: Tensor, topk_weights: Tensor, gate_up: Tensor, down: Tensor, *, moe_dim: int, apply_router_weight_first: bool = False) -> Tensor:
+def routed_experts(
+    x: Tensor,
+    topk_indices: Tensor,
+    topk_weights: Tensor,
+    gate_up: Tensor,
+    down: Tensor,
+    *,
+    moe_dim: int,
+    apply_router_weight_first: bool = False,
+) -> Tensor:
     """The routed experts' output for ``x [tokens, hidden]`` on one device.
 
     ``gate_up [E, 2 * moe_dim, hidden]`` holds each expert's gate rows then up
@@ -67,7 +91,9 @@ def routed_experts(x: Tensor, topk_indices: Tensor, topk_weights: Tensor, gate_u
     """
     seq_len, k = x.shape[0], int(topk_indices.shape[-1])
     num_experts = int(gate_up.shape[0])
-    order, starts, restore, ids, stats = moe_create_indices(F.cast(F.reshape(topk_indices, [-1]), DType.int32), num_experts)
+    order, starts, restore, ids, stats = moe_create_indices(
+        F.cast(F.reshape(topk_indices, [-1]), DType.int32), num_experts
+    )
     states = F.gather(x, F.cast(order // k, DType.int32), axis=0)
     if apply_router_weight_first:
         states = states * F.gather(F.reshape(topk_weights, [-1, 1]), F.cast(order, DType.int32), axis=0).cast(x.dtype)
@@ -83,7 +109,8 @@ def routed_experts(x: Tensor, topk_indices: Tensor, topk_weights: Tensor, gate_u
 
 
 def shard_and_stack(weights: list[Tensor], devices: tuple[Any, ...], axis: int = 0) -> list[Tensor]:
-    """Split each of ``weights`` along ``axis`` into ``len(devices)`` balanced pieces; device ``i`` gets its pieces stacked.
+    """Split each of ``weights`` along ``axis`` into ``len(devices)`` balanced pieces; device ``i`` gets its pieces
+    stacked.
 
     Example:
         >>> [list(map(int, s.shape)) for s in shard_and_stack([Tensor.ones([4, 2])] * 3, (CPU(), CPU()))]
@@ -139,10 +166,18 @@ class MoE(Module):
         apply_router_weight_first: bool = False,
     ):
         if has_shared_experts and int(shared_experts_dim) <= 0:
-            raise ValueError(f"{type(self).__name__}: has_shared_experts needs shared_experts_dim > 0, got {shared_experts_dim}")
-        self.hidden_dim, self.num_experts, self.num_experts_per_token = int(hidden_dim), int(num_experts), int(num_experts_per_token)
+            raise ValueError(
+                f"{type(self).__name__}: has_shared_experts needs shared_experts_dim > 0, got {shared_experts_dim}"
+            )
+        self.hidden_dim, self.num_experts, self.num_experts_per_token = (
+            int(hidden_dim),
+            int(num_experts),
+            int(num_experts_per_token),
+        )
         self.moe_dim, self.apply_router_weight_first = int(moe_dim), bool(apply_router_weight_first)
-        self.gate = gate_cls(hidden_dim=hidden_dim, num_experts=num_experts, num_experts_per_token=num_experts_per_token)
+        self.gate = gate_cls(
+            hidden_dim=hidden_dim, num_experts=num_experts, num_experts_per_token=num_experts_per_token
+        )
         self.shared_experts = MLP(self.hidden_dim, int(shared_experts_dim), bias=False) if has_shared_experts else None
         self.experts = ModuleList([MLP(self.hidden_dim, self.moe_dim, bias=False) for _ in range(self.num_experts)])
 
@@ -154,25 +189,41 @@ class MoE(Module):
         """
         mesh = _mesh(target)
         if mesh.num_devices > 1:
-            raise ValueError(f"Cannot move an MoE layer to a multi-device mesh ({mesh}); use TensorParallelMoE instead.")
+            raise ValueError(
+                f"Cannot move an MoE layer to a multi-device mesh ({mesh}); use TensorParallelMoE instead."
+            )
         return super().to(mesh.devices[0])
 
     @property
     def gate_up_proj(self) -> list[Tensor]:
-        """Per-device bundle (one entry here): every expert's gate then up rows, ``[num_experts, 2 * moe_dim, hidden_dim]``."""
+        """Per-device bundle (one entry here): every expert's gate then up rows, ``[num_experts, 2 * moe_dim,
+        hidden_dim]``.
+        """
         rows = [w for e in self.experts for w in (e.gate_proj.weight, e.up_proj.weight)]
         return [F.stack(rows, axis=0).reshape([self.num_experts, -1, self.hidden_dim])]
 
     @property
     def down_proj(self) -> list[Tensor]:
-        """Per-device bundle (one entry here): every expert's down projection, ``[num_experts, hidden_dim, moe_dim]``."""
+        """Per-device bundle (one entry here): every expert's down projection, ``[num_experts, hidden_dim,
+        moe_dim]``.
+        """
         return [F.stack([e.down_proj.weight for e in self.experts], axis=0)]
 
     def forward(self, x: Tensor) -> Tensor:
         if x.rank != 2 or int(x.shape[1]) != self.hidden_dim:
-            raise ValueError(f"{type(self).__name__}: x must be [tokens, {self.hidden_dim}], got {x.dtype.name}{list(x.shape)}")
+            raise ValueError(
+                f"{type(self).__name__}: x must be [tokens, {self.hidden_dim}], got {x.dtype.name}{list(x.shape)}"
+            )
         indices, weights = self.gate(x)
-        out = routed_experts(x, indices, weights, self.gate_up_proj[0], self.down_proj[0], moe_dim=self.moe_dim, apply_router_weight_first=self.apply_router_weight_first)
+        out = routed_experts(
+            x,
+            indices,
+            weights,
+            self.gate_up_proj[0],
+            self.down_proj[0],
+            moe_dim=self.moe_dim,
+            apply_router_weight_first=self.apply_router_weight_first,
+        )
         if self.shared_experts is not None:
             out = out + self.shared_experts(x)
         return out
@@ -210,26 +261,36 @@ class TensorParallelMoE(MoE):
         n = mesh.num_devices
         shared = self.shared_experts.feed_forward_length if self.shared_experts is not None else 0
         if self._initial_moe_dim % n or shared % n:
-            raise ValueError(f"TensorParallelMoE: moe_dim ({self._initial_moe_dim}) and shared_experts_dim ({shared}) must split evenly over {n} devices")
+            raise ValueError(
+                f"TensorParallelMoE: moe_dim ({self._initial_moe_dim}) and shared_experts_dim ({shared}) must split "
+                f"evenly over {n} devices"
+            )
         self.mesh, self.moe_dim = mesh, self._initial_moe_dim // n
         if n == 1:
             Module.to(self, mesh.devices[0])
             return self
-        # The router is replicated; experts stay where they are and each device gets its slices (gate_up_proj, down_proj).
+        # The router is replicated; experts stay where they are and each device gets its slices (gate_up_proj,
+        # down_proj).
         self.gate.apply_to_parameters(lambda _, t: distribute(t, mesh))
         return self
 
     @property
     def gate_up_proj(self) -> list[Tensor]:
-        """Per-device bundle: device ``i`` holds rows ``i`` of every expert's gate and up projections, ``[E, 2 * moe_dim / n, hidden]``."""
+        """Per-device bundle: device ``i`` holds rows ``i`` of every expert's gate and up projections, ``[E, 2 * moe_dim
+        / n, hidden]``.
+        """
         if self.mesh.num_devices == 1:
             return super().gate_up_proj
         rows = [w for e in self.experts for w in (e.gate_proj.weight, e.up_proj.weight)]
-        return [s.reshape([self.num_experts, -1, self.hidden_dim]) for s in shard_and_stack(rows, self.mesh.devices, axis=0)]
+        return [
+            s.reshape([self.num_experts, -1, self.hidden_dim]) for s in shard_and_stack(rows, self.mesh.devices, axis=0)
+        ]
 
     @property
     def down_proj(self) -> list[Tensor]:
-        """Per-device bundle: device ``i`` holds columns ``i`` of every expert's down projection, ``[E, hidden, moe_dim / n]``."""
+        """Per-device bundle: device ``i`` holds columns ``i`` of every expert's down projection, ``[E, hidden, moe_dim
+        / n]``.
+        """
         if self.mesh.num_devices == 1:
             return super().down_proj
         return shard_and_stack([e.down_proj.weight for e in self.experts], self.mesh.devices, axis=-1)
@@ -247,13 +308,24 @@ class TensorParallelMoE(MoE):
         if self.mesh.num_devices == 1:
             return super().forward(x)
         if not isinstance(x, DistributedTensor) or x.mesh != self.mesh or not x.mapping.is_fully_replicated:
-            raise ValueError(f"TensorParallelMoE: x must be replicated over {self.mesh} (Tensor(..., device=PlacementMapping(mesh, (Replicated(),)))), got {getattr(x, 'mapping', x)}")
+            raise ValueError(
+                f"TensorParallelMoE: x must be replicated over {self.mesh} (Tensor(..., device=PlacementMapping(mesh, "
+                f"(Replicated(),)))), got {getattr(x, 'mapping', x)}"
+            )
         indices, weights = self.gate(x)  # replicated router, run on every device
         gate_up, down = self.gate_up_proj, self.down_proj
         outs = []
         for i in range(self.mesh.num_devices):
             xi = x.local_shards[i]
-            out = routed_experts(xi, indices.local_shards[i], weights.local_shards[i], gate_up[i], down[i], moe_dim=self.moe_dim, apply_router_weight_first=self.apply_router_weight_first)
+            out = routed_experts(
+                xi,
+                indices.local_shards[i],
+                weights.local_shards[i],
+                gate_up[i],
+                down[i],
+                moe_dim=self.moe_dim,
+                apply_router_weight_first=self.apply_router_weight_first,
+            )
             if self.shared_experts is not None:
                 out = out + self._shared_slice(xi, i)
             outs.append(out)

@@ -54,7 +54,17 @@ from maxfx.experimental.nn.common_layers.kv_cache import PagedCacheValues
 from maxfx.experimental.nn.common_layers.mesh_axis import TP
 from maxfx.experimental.nn.module import Module
 from maxfx.experimental.nn.norm.rms_norm import RMSNorm
-from maxfx.experimental.sharding import DeviceMapping, DeviceMesh, DistributedTensor, Partial, PlacementMapping, Replicated, Sharded, distribute, from_shards
+from maxfx.experimental.sharding import (
+    DeviceMapping,
+    DeviceMesh,
+    DistributedTensor,
+    Partial,
+    PlacementMapping,
+    Replicated,
+    Sharded,
+    distribute,
+    from_shards,
+)
 from maxfx.experimental.tensor import Tensor
 from maxfx.nn.attention.mask_config import MHAMaskVariant
 from maxfx.nn.kernels import flare_mla_prefill_plan
@@ -126,7 +136,8 @@ class LatentAttentionWithRope(Module):
         kv_params: the latent cache's parameters (``is_mla``, ``head_dim = kv_lora_rank + qk_rope_head_dim``).
         layer_idx: this layer's slot in the cache.
         scale: attention scale (default ``1 / sqrt(qk_nope_head_dim + qk_rope_head_dim)``).
-        q_lora_rank: width of the query bottleneck (``q_a_proj``, ``q_a_layernorm``, ``q_b_proj``), or None for ``q_proj``.
+        q_lora_rank: width of the query bottleneck (``q_a_proj``, ``q_a_layernorm``, ``q_b_proj``), or None for
+        ``q_proj``.
         kv_lora_rank: width of the cached latent.
         qk_nope_head_dim: per-head query/key width without RoPE.
         qk_rope_head_dim: per-head query/key width with RoPE (the shared key's width).
@@ -152,25 +163,51 @@ class LatentAttentionWithRope(Module):
     """
 
     def __init__(
-        self, *, num_attention_heads: int, num_key_value_heads: int, hidden_size: int, kv_params: KVCacheParams, layer_idx: int,
-        scale: float | None = None, q_lora_rank: int | None = None, kv_lora_rank: int = 512, qk_nope_head_dim: int = 128,
-        qk_rope_head_dim: int = 64, v_head_dim: int = 128, buffer_size: int = 16384, graph_mode: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        *,
+        num_attention_heads: int,
+        num_key_value_heads: int,
+        hidden_size: int,
+        kv_params: KVCacheParams,
+        layer_idx: int,
+        scale: float | None = None,
+        q_lora_rank: int | None = None,
+        kv_lora_rank: int = 512,
+        qk_nope_head_dim: int = 128,
+        qk_rope_head_dim: int = 64,
+        v_head_dim: int = 128,
+        buffer_size: int = 16384,
+        graph_mode: str | None = None,
+    ) -> None:
         name = type(self).__name__
         mode = graph_mode or "auto"
         if mode not in _GRAPH_MODES:
             raise ValueError(f"{name}: invalid graph_mode {graph_mode!r}; use 'prefill', 'decode' or 'auto'")
-        sizes = dict(num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads, hidden_size=hidden_size, kv_lora_rank=kv_lora_rank,
-                     qk_nope_head_dim=qk_nope_head_dim, qk_rope_head_dim=qk_rope_head_dim, v_head_dim=v_head_dim, buffer_size=buffer_size)  # fmt: skip
+        sizes = dict(
+            num_attention_heads=num_attention_heads,
+            num_key_value_heads=num_key_value_heads,
+            hidden_size=hidden_size,
+            kv_lora_rank=kv_lora_rank,
+            qk_nope_head_dim=qk_nope_head_dim,
+            qk_rope_head_dim=qk_rope_head_dim,
+            v_head_dim=v_head_dim,
+            buffer_size=buffer_size,
+        )
         if q_lora_rank is not None:
             sizes["q_lora_rank"] = q_lora_rank
         for key, value in sizes.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: {key} must be a positive int, got {value!r}")
         if not isinstance(kv_params, KVCacheParams) or not kv_params.is_mla:
-            raise ValueError(f"{name}: kv_params must be an MLA cache's KVCacheParams (MLAKVCacheParams), got {type(kv_params).__name__}")
+            raise ValueError(
+                f"{name}: kv_params must be an MLA cache's KVCacheParams (MLAKVCacheParams), got "
+                f"{type(kv_params).__name__}"
+            )
         if kv_params.head_dim != kv_lora_rank + qk_rope_head_dim:
-            raise ValueError(f"{name}: kv_params.head_dim ({kv_params.head_dim}) must be kv_lora_rank + qk_rope_head_dim = {kv_lora_rank} + {qk_rope_head_dim}")
+            raise ValueError(
+                f"{name}: kv_params.head_dim ({kv_params.head_dim}) must be kv_lora_rank + qk_rope_head_dim = "
+                f"{kv_lora_rank} + {qk_rope_head_dim}"
+            )
         if int(layer_idx) < 0:
             raise ValueError(f"{name}: layer_idx must be >= 0, got {layer_idx}")
         self.graph_mode = mode
@@ -243,12 +280,16 @@ class LatentAttentionWithRope(Module):
         n = mesh.num_devices
         tensor_parallel = self._is_tensor_parallel(mesh)
         if tensor_parallel and self.n_heads % n:
-            raise ValueError(f"{name}.to: {self.n_heads} attention heads do not split evenly over the {n} devices of {mesh}")
+            raise ValueError(
+                f"{name}.to: {self.n_heads} attention heads do not split evenly over the {n} devices of {mesh}"
+            )
         layout = dict(self._layout) if tensor_parallel else {}
         placements = {_ROWWISE: Sharded(0), _COLUMNWISE: Sharded(1)}
 
         def place(param: str, t: Tensor) -> Tensor:
-            return distribute(t, PlacementMapping(mesh, (placements.get(layout.get(param, _REPLICATED), Replicated()),)))
+            return distribute(
+                t, PlacementMapping(mesh, (placements.get(layout.get(param, _REPLICATED), Replicated()),))
+            )
 
         self.apply_to_parameters(place)
         self._mesh = mesh
@@ -258,7 +299,9 @@ class LatentAttentionWithRope(Module):
         return bool(self._layout) and mesh is not None and mesh.num_devices > 1 and tuple(mesh.axis_names) == (TP,)
 
     # -- prefill plan -------------------------------------------------------------
-    def create_mla_prefill_metadata(self, input_row_offsets: Tensor, kv_collection: PagedCacheValues) -> MLAPrefillMetadata:
+    def create_mla_prefill_metadata(
+        self, input_row_offsets: Tensor, kv_collection: PagedCacheValues
+    ) -> MLAPrefillMetadata:
         """The one-chunk prefill plan (``flare_mla_prefill_plan`` with ``buffer_size`` tokens per chunk).
 
         maxfx's absorbed attention reads the cache directly, so `forward` does not need
@@ -270,7 +313,11 @@ class LatentAttentionWithRope(Module):
             local = kv.for_device(i)
             dev = local.cache_lengths.device
             offsets = _local(input_row_offsets, i, dev)
-            parts.append(_prefill_plan(self.kv_params, offsets, self._graph_collection(local), 0, self.BUFFER_TOK_SIZE, max_chunks=1))
+            parts.append(
+                _prefill_plan(
+                    self.kv_params, offsets, self._graph_collection(local), 0, self.BUFFER_TOK_SIZE, max_chunks=1
+                )
+            )
         if kv.n_devices == 1 and not isinstance(input_row_offsets, DistributedTensor):
             return MLAPrefillMetadata(*parts[0])
         mapping = PlacementMapping(kv.kv_blocks.mesh, (Replicated(),))
@@ -280,7 +327,9 @@ class LatentAttentionWithRope(Module):
     def _collection(self, kv_collection: Any) -> PagedCacheValues:
         if not isinstance(kv_collection, PagedCacheValues):
             raise TypeError(
-                f"{type(self).__name__}: kv_collection must be a max.experimental.nn.common_layers.kv_cache.PagedCacheValues (PagedCacheValues.from_upstream), got {type(kv_collection).__name__}"
+                f"{type(self).__name__}: kv_collection must be a "
+                "max.experimental.nn.common_layers.kv_cache.PagedCacheValues (PagedCacheValues.from_upstream), got "
+                f"{type(kv_collection).__name__}"
             )
         return kv_collection
 
@@ -292,17 +341,42 @@ class LatentAttentionWithRope(Module):
         name = type(self).__name__
         if not isinstance(x, Tensor) or x.rank != 2 or str(x.shape[1]) != str(self.hidden_size):
             raise ValueError(f"{name}: x must be ragged [total_tokens, hidden_size={self.hidden_size}], got {_desc(x)}")
-        if not isinstance(freqs_cis, Tensor) or freqs_cis.rank != 2 or str(freqs_cis.shape[1]) != str(self.qk_rope_head_dim):
-            raise ValueError(f"{name}: freqs_cis must be [max_seq_len, qk_rope_head_dim={self.qk_rope_head_dim}], got {_desc(freqs_cis)}")
-        if not isinstance(input_row_offsets, Tensor) or input_row_offsets.rank != 1 or not input_row_offsets.dtype.is_integral():
-            raise ValueError(f"{name}: input_row_offsets must be an integer [batch + 1] tensor, got {_desc(input_row_offsets)}")
+        if (
+            not isinstance(freqs_cis, Tensor)
+            or freqs_cis.rank != 2
+            or str(freqs_cis.shape[1]) != str(self.qk_rope_head_dim)
+        ):
+            raise ValueError(
+                f"{name}: freqs_cis must be [max_seq_len, qk_rope_head_dim={self.qk_rope_head_dim}], got "
+                f"{_desc(freqs_cis)}"
+            )
+        if (
+            not isinstance(input_row_offsets, Tensor)
+            or input_row_offsets.rank != 1
+            or not input_row_offsets.dtype.is_integral()
+        ):
+            raise ValueError(
+                f"{name}: input_row_offsets must be an integer [batch + 1] tensor, got {_desc(input_row_offsets)}"
+            )
         blocks = kv.kv_blocks
         if blocks.rank != 6 or str(blocks.shape[-1]) != str(self.cache_head_dim):
-            raise ValueError(f"{name}: the cache's blocks must be [pages, 1, layers, page_size, 1, {self.cache_head_dim}] (kv_lora_rank + qk_rope_head_dim), got {_dims(blocks)}")
+            raise ValueError(
+                f"{name}: the cache's blocks must be [pages, 1, layers, page_size, 1, {self.cache_head_dim}] "
+                f"(kv_lora_rank + qk_rope_head_dim), got {_dims(blocks)}"
+            )
         if self.layer_idx >= int(blocks.shape[2]):
-            raise ValueError(f"{name}: layer_idx {self.layer_idx} is out of range for a cache of {int(blocks.shape[2])} layers")
+            raise ValueError(
+                f"{name}: layer_idx {self.layer_idx} is out of range for a cache of {int(blocks.shape[2])} layers"
+            )
 
-    def forward(self, x: Tensor, kv_collection: PagedCacheValues, freqs_cis: Tensor, input_row_offsets: Tensor, mla_prefill_metadata: MLAPrefillMetadata | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        kv_collection: PagedCacheValues,
+        freqs_cis: Tensor,
+        input_row_offsets: Tensor,
+        mla_prefill_metadata: MLAPrefillMetadata | None = None,
+    ) -> Tensor:
         """Attention output ``[total_tokens, hidden_size]``; this step's latent rows are written into the cache.
 
         Raises:
@@ -313,11 +387,16 @@ class LatentAttentionWithRope(Module):
         kv = self._collection(kv_collection)
         self._check_inputs(x, freqs_cis, input_row_offsets, kv)
         if mla_prefill_metadata is not None and not isinstance(mla_prefill_metadata, MLAPrefillMetadata):
-            raise TypeError(f"{name}: mla_prefill_metadata must be an MLAPrefillMetadata, got {type(mla_prefill_metadata).__name__}")
+            raise TypeError(
+                f"{name}: mla_prefill_metadata must be an MLAPrefillMetadata, got {type(mla_prefill_metadata).__name__}"
+            )
         x_mesh = x.mesh if isinstance(x, DistributedTensor) else None
         n = x_mesh.num_devices if x_mesh is not None else 1
         if kv.n_devices != n:
-            raise ValueError(f"{name}: the KV cache is on {kv.n_devices} device(s) but x is on {n}; pass one cache per device of x's mesh")
+            raise ValueError(
+                f"{name}: the KV cache is on {kv.n_devices} device(s) but x is on {n}; pass one cache per device of "
+                "x's mesh"
+            )
         if n == 1:
             dev = x.local_shards[0].device if x_mesh is not None else x.device
             local_x = x.local_shards[0] if x_mesh is not None else x
@@ -325,17 +404,34 @@ class LatentAttentionWithRope(Module):
             return from_shards([out], x.mapping) if x_mesh is not None else out
         if self._is_tensor_parallel(self._mesh):
             if x_mesh != self._mesh or not x.mapping.is_fully_replicated:
-                raise ValueError(f"{name}: tensor-parallel attention needs x replicated over {self._mesh}, got {x.mapping}")
+                raise ValueError(
+                    f"{name}: tensor-parallel attention needs x replicated over {self._mesh}, got {x.mapping}"
+                )
             heads = self.n_heads // n
-            outs = [self._device_forward(i, d, x.local_shards[i], kv, freqs_cis, input_row_offsets, heads) for i, d in enumerate(x_mesh.devices)]
+            outs = [
+                self._device_forward(i, d, x.local_shards[i], kv, freqs_cis, input_row_offsets, heads)
+                for i, d in enumerate(x_mesh.devices)
+            ]
             return from_shards(outs, PlacementMapping(x_mesh, (Partial(),)))
         # Data parallel: every device runs the whole layer on its tokens and its cache.
         if self._mesh is not None and self._mesh != x_mesh:
             raise ValueError(f"{name}: the layer is laid out over {self._mesh} but x is on {x_mesh}")
-        outs = [self._device_forward(i, d, x.local_shards[i], kv, freqs_cis, input_row_offsets, self.n_heads) for i, d in enumerate(x_mesh.devices)]
+        outs = [
+            self._device_forward(i, d, x.local_shards[i], kv, freqs_cis, input_row_offsets, self.n_heads)
+            for i, d in enumerate(x_mesh.devices)
+        ]
         return from_shards(outs, x.mapping)
 
-    def _device_forward(self, i: int, dev: Device, x: Tensor, kv: PagedCacheValues, freqs_cis: Tensor, input_row_offsets: Tensor, n_heads: int) -> Tensor:
+    def _device_forward(
+        self,
+        i: int,
+        dev: Device,
+        x: Tensor,
+        kv: PagedCacheValues,
+        freqs_cis: Tensor,
+        input_row_offsets: Tensor,
+        n_heads: int,
+    ) -> Tensor:
         """The layer on device ``i`` with its ``n_heads`` heads (all, or its tensor-parallel share)."""
         w: Callable[[Any], Tensor] = lambda t: _local(t, i, dev)  # noqa: E731
         cache = self._graph_collection(kv.for_device(i))
@@ -351,20 +447,48 @@ class LatentAttentionWithRope(Module):
             xq = x @ w(self.q_proj).T
             latent_kv = x @ w(self.kv_a_proj_with_mqa).T
         xq = xq.reshape([-1, n_heads, self.qk_head_dim])
-        attn = self._latent_attention(xq, latent_kv, cache, offsets, freqs, w(self.kv_a_proj_layernorm), w(self.kv_b_proj), n_heads)
+        attn = self._latent_attention(
+            xq, latent_kv, cache, offsets, freqs, w(self.kv_a_proj_layernorm), w(self.kv_b_proj), n_heads
+        )
         return attn @ w(self.o_proj.weight).T
 
-    def _latent_attention(self, xq: Tensor, latent_kv: Tensor, cache: Any, offsets: Tensor, freqs: Tensor, gamma: Tensor, kv_b_proj: Tensor, n_heads: int) -> Tensor:
-        """Cache this step's latent rows, attend in the latent space, up-project the values: ``[tokens, n_heads * v_head_dim]``."""
+    def _latent_attention(
+        self,
+        xq: Tensor,
+        latent_kv: Tensor,
+        cache: Any,
+        offsets: Tensor,
+        freqs: Tensor,
+        gamma: Tensor,
+        kv_b_proj: Tensor,
+        n_heads: int,
+    ) -> Tensor:
+        """Cache this step's latent rows, attend in the latent space, up-project the values: ``[tokens, n_heads *
+        v_head_dim]``.
+        """
         rank, dev = self.kv_lora_rank, xq.device
         layer = F.constant(self.layer_idx, DType.uint32, device=dev)
         zero = F.constant(0, DType.uint32, device=dev)
         latent = F.rms_norm(latent_kv[:, :rank], gamma, 1e-6)
         return mla_absorbed_attention(
-            self.kv_params, xq, latent, latent_kv[:, rank:], kv_b_proj, freqs, offsets, cache, layer, zero,
-            MHAMaskVariant.CAUSAL_MASK, self.scale, n_heads=n_heads, qk_nope_head_dim=self.qk_nope_head_dim, v_head_dim=self.v_head_dim,
-            q_dtype=cache.kv_blocks.dtype, out_dtype=kv_b_proj.dtype,
-        )  # fmt: skip
+            self.kv_params,
+            xq,
+            latent,
+            latent_kv[:, rank:],
+            kv_b_proj,
+            freqs,
+            offsets,
+            cache,
+            layer,
+            zero,
+            MHAMaskVariant.CAUSAL_MASK,
+            self.scale,
+            n_heads=n_heads,
+            qk_nope_head_dim=self.qk_nope_head_dim,
+            v_head_dim=self.v_head_dim,
+            q_dtype=cache.kv_blocks.dtype,
+            out_dtype=kv_b_proj.dtype,
+        )
 
 
 # ─── tensor parallelism ──────────────────────────────────────────────────────
@@ -385,8 +509,16 @@ def tensor_parallel_latent_attention_with_rope(layer: LatentAttentionWithRope) -
         >>> layer = tensor_parallel_latent_attention_with_rope(LatentAttentionWithRope(...)).to(mesh)  # doctest: +SKIP
     """
     if not isinstance(layer, LatentAttentionWithRope):
-        raise TypeError(f"tensor_parallel_latent_attention_with_rope: expected a LatentAttentionWithRope, got {type(layer).__name__}")
-    layout = {"kv_a_proj_layernorm": _REPLICATED, "kv_a_proj_with_mqa": _REPLICATED, "kv_b_proj": _ROWWISE, "o_proj.weight": _COLUMNWISE}
+        raise TypeError(
+            "tensor_parallel_latent_attention_with_rope: expected a LatentAttentionWithRope, got "
+            f"{type(layer).__name__}"
+        )
+    layout = {
+        "kv_a_proj_layernorm": _REPLICATED,
+        "kv_a_proj_with_mqa": _REPLICATED,
+        "kv_b_proj": _ROWWISE,
+        "o_proj.weight": _COLUMNWISE,
+    }
     if layer.q_lora_rank is not None:
         layout.update({"q_a_proj": _REPLICATED, "q_a_layernorm.weight": _REPLICATED, "q_b_proj": _ROWWISE})
     else:

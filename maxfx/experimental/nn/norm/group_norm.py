@@ -40,7 +40,12 @@ class GroupNorm(Module):
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
         if num_groups <= 0 or num_channels % num_groups != 0:
             raise ValueError(f"num_channels({num_channels}) should be divisible by num_groups({num_groups})")
-        self.num_groups, self.num_channels, self.eps, self.affine = int(num_groups), int(num_channels), float(eps), bool(affine)
+        self.num_groups, self.num_channels, self.eps, self.affine = (
+            int(num_groups),
+            int(num_channels),
+            float(eps),
+            bool(affine),
+        )
         self.weight = Tensor.ones([num_channels]) if affine else None
         self.bias = Tensor.zeros([num_channels]) if affine else None
 

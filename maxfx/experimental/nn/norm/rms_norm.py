@@ -46,7 +46,9 @@ class RMSNorm(Module):
         if not eps > 0:
             raise ValueError(f"{type(self).__name__}: eps must be > 0, got {eps}")
         if weight is not None and [int(d) for d in weight.shape] != [int(dim)]:
-            raise ValueError(f"{type(self).__name__}: weight must have shape [{int(dim)}], got {[int(d) for d in weight.shape]}")
+            raise ValueError(
+                f"{type(self).__name__}: weight must have shape [{int(dim)}], got {[int(d) for d in weight.shape]}"
+            )
         self.weight = Tensor.ones([int(dim)], dtype=dtype) if weight is None else weight
         self.eps = float(eps)
 
@@ -62,7 +64,9 @@ class RMSNorm(Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.shape[-1] != self.weight.shape[0]:
             raise ValueError(f"{type(self).__name__}: input {x.type} must end in dim {self.weight.shape[0]}")
-        return rms_norm(x, self.weight, self.eps, weight_offset=self._weight_offset, multiply_before_cast=self._multiply_before_cast)
+        return rms_norm(
+            x, self.weight, self.eps, weight_offset=self._weight_offset, multiply_before_cast=self._multiply_before_cast
+        )
 
     def __rich_repr__(self) -> Iterator[tuple[Any, ...]]:
         """MAX's: ``dim`` (a Dim) and ``eps`` when it is not 1e-6."""

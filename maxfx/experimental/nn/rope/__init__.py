@@ -1,4 +1,5 @@
-"""``max.experimental.nn.rope``: rotary position embeddings (defined in `maxfx.experimental.nn.rope.rope`, MAX's module path).
+"""``max.experimental.nn.rope``: rotary position embeddings (defined in `maxfx.experimental.nn.rope.rope`, MAX's module
+path).
 
 Example:
     >>> from maxfx.experimental.nn.rope import RotaryEmbedding
@@ -8,6 +9,12 @@ Example:
 """
 
 from maxfx.experimental.nn.rope import rope, yarn
-from maxfx.experimental.nn.rope.rope import RotaryEmbedding, TransposedRotaryEmbedding, embed, positional_embedding, theta
+from maxfx.experimental.nn.rope.rope import (
+    RotaryEmbedding,
+    TransposedRotaryEmbedding,
+    embed,
+    positional_embedding,
+    theta,
+)
 
 __all__ = ["RotaryEmbedding", "TransposedRotaryEmbedding", "embed", "positional_embedding", "rope", "theta", "yarn"]

@@ -1,4 +1,5 @@
-"""Rotary position embeddings of the eager Module API (``max.experimental.nn.rope.rope``, re-exported by ``max.experimental.nn.rope``).
+"""Rotary position embeddings of the eager Module API (``max.experimental.nn.rope.rope``, re-exported by
+``max.experimental.nn.rope``).
 
 `RotaryEmbedding` holds a precomputed rotation table ``weight`` of shape
 ``(max_sequence_length, dim // 2, 2)``: ``weight[p, i] = [cos(p * f_i),
@@ -157,10 +158,15 @@ class RotaryEmbedding(Module):
     def __post_init__(self) -> None:
         name = type(self).__name__
         if not isinstance(self.weight, Tensor):
-            raise TypeError(f"{name}: weight must be a Tensor of shape (max_sequence_length, dim // 2, 2), got {type(self.weight).__name__}")
+            raise TypeError(
+                f"{name}: weight must be a Tensor of shape (max_sequence_length, dim // 2, 2), got "
+                f"{type(self.weight).__name__}"
+            )
         shape = list(self.weight.shape)
         if len(shape) != 3 or str(shape[2]) != "2":
-            raise ValueError(f"{name}: weight must have shape (max_sequence_length, dim // 2, 2), got {[str(d) for d in shape]}")
+            raise ValueError(
+                f"{name}: weight must have shape (max_sequence_length, dim // 2, 2), got {[str(d) for d in shape]}"
+            )
 
     @property
     def dim(self) -> int:
@@ -210,27 +216,45 @@ class RotaryEmbedding(Module):
         name = type(self).__name__
         shape = list(x.shape)
         if len(shape) != 4:
-            raise ValueError(f"{name}: expected x of shape (batch, seq_len, n_heads, head_dim), got rank {len(shape)} shape {[str(d) for d in shape]}")
+            raise ValueError(
+                f"{name}: expected x of shape (batch, seq_len, n_heads, head_dim), got rank {len(shape)} shape "
+                f"{[str(d) for d in shape]}"
+            )
         head_dim = shape[-1]
         if not isinstance(head_dim, StaticDim):
-            raise ValueError(f"{name}: the last dim of x must be the static head_dim={self.dim}, got the symbolic dim {head_dim}")
+            raise ValueError(
+                f"{name}: the last dim of x must be the static head_dim={self.dim}, got the symbolic dim {head_dim}"
+            )
         if int(head_dim) % 2:
-            raise ValueError(f"{name}: the last dim of x ({int(head_dim)}) must be even: RoPE rotates pairs of components")
+            raise ValueError(
+                f"{name}: the last dim of x ({int(head_dim)}) must be even: RoPE rotates pairs of components"
+            )
         if int(head_dim) != self.dim:
-            raise ValueError(f"{name}: the last dim of x ({int(head_dim)}) must equal the table's dim {self.dim} (weight {[int(d) for d in self.weight.shape]})")
+            raise ValueError(
+                f"{name}: the last dim of x ({int(head_dim)}) must equal the table's dim {self.dim} (weight "
+                f"{[int(d) for d in self.weight.shape]})"
+            )
         try:
             dtype = promote_strong(x.dtype, self.weight.dtype)
         except ValueError as e:
-            raise ValueError(f"{name}: x ({x.dtype}) and weight ({self.weight.dtype}) have no common dtype: {e}") from None
+            raise ValueError(
+                f"{name}: x ({x.dtype}) and weight ({self.weight.dtype}) have no common dtype: {e}"
+            ) from None
         if not dtype.is_float():
-            raise ValueError(f"{name}: x ({x.dtype}) and weight ({self.weight.dtype}) must promote to a floating-point dtype, got {dtype}")
+            raise ValueError(
+                f"{name}: x ({x.dtype}) and weight ({self.weight.dtype}) must promote to a floating-point dtype, got "
+                f"{dtype}"
+            )
         start = Dim(start_pos)
         seq_len = shape[1]
         if isinstance(start, StaticDim):
             if int(start) < 0:
                 raise ValueError(f"{name}: start_pos must be >= 0, got {int(start)}")
             if isinstance(seq_len, StaticDim) and int(start) + int(seq_len) > self.max_sequence_length:
-                raise ValueError(f"{name}: positions {int(start)}..{int(start) + int(seq_len) - 1} run past max_sequence_length={self.max_sequence_length}")
+                raise ValueError(
+                    f"{name}: positions {int(start)}..{int(start) + int(seq_len) - 1} run past "
+                    f"max_sequence_length={self.max_sequence_length}"
+                )
         table = self.weight[start : start + seq_len]  # (seq_len, dim // 2, 2)
         # (seq_len, 1, dim // 2): broadcasts over batch and heads
         cos = F.unsqueeze(table[:, :, 0], 1)

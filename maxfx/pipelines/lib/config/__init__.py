@@ -19,7 +19,14 @@ Example:
 """
 
 from maxfx.pipelines.lib.config._base import ConfigError, MAXConfig, UnknownConfigOptionError
-from maxfx.pipelines.lib.config._enums import PipelineRole, PrependPromptSpeechTokens, PrometheusMetricsMode, RepoType, RopeType, SupportedEncoding
+from maxfx.pipelines.lib.config._enums import (
+    PipelineRole,
+    PrependPromptSpeechTokens,
+    PrometheusMetricsMode,
+    RepoType,
+    RopeType,
+    SupportedEncoding,
+)
 from maxfx.pipelines.lib.config._model_files import HuggingFaceConfig
 from maxfx.pipelines.lib.config.audio_generation_config import AudioGenerationConfig
 from maxfx.pipelines.lib.config.kv_cache_config import KVCacheConfig

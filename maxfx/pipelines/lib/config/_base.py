@@ -82,7 +82,9 @@ def _fail(owner: str, name: str, value: Any, expected: str) -> ConfigError:
     return ConfigError(f"{owner}.{name} must be {expected}, got {value!r}")
 
 
-def check_int(owner: str, name: str, value: Any, *, minimum: int | None = None, optional: bool = False, also: tuple[int, ...] = ()) -> int | None:
+def check_int(
+    owner: str, name: str, value: Any, *, minimum: int | None = None, optional: bool = False, also: tuple[int, ...] = ()
+) -> int | None:
     """``value`` as an int (None allowed when ``optional``), at least ``minimum`` unless it is one of ``also``."""
     if value is None and optional:
         return None
@@ -95,15 +97,37 @@ def check_int(owner: str, name: str, value: Any, *, minimum: int | None = None, 
     return int(value)
 
 
-def check_number(owner: str, name: str, value: Any, *, minimum: float | None = None, above: float | None = None, maximum: float | None = None, optional: bool = False) -> float | None:
+def check_number(
+    owner: str,
+    name: str,
+    value: Any,
+    *,
+    minimum: float | None = None,
+    above: float | None = None,
+    maximum: float | None = None,
+    optional: bool = False,
+) -> float | None:
     """``value`` as a float in the given range (``above`` is a strict lower bound)."""
     if value is None and optional:
         return None
-    parts = [f"> {above}" if above is not None else "", f">= {minimum}" if minimum is not None else "", f"<= {maximum}" if maximum is not None else ""]
-    expected = "a number" + (" " + " and ".join(p for p in parts if p) if any(parts) else "") + (" or None" if optional else "")
+    parts = [
+        f"> {above}" if above is not None else "",
+        f">= {minimum}" if minimum is not None else "",
+        f"<= {maximum}" if maximum is not None else "",
+    ]
+    expected = (
+        "a number"
+        + (" " + " and ".join(p for p in parts if p) if any(parts) else "")
+        + (" or None" if optional else "")
+    )
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _fail(owner, name, value, expected)
-    if (above is not None and not value > above) or (minimum is not None and value < minimum) or (maximum is not None and value > maximum) or value != value:
+    if (
+        (above is not None and not value > above)
+        or (minimum is not None and value < minimum)
+        or (maximum is not None and value > maximum)
+        or value != value
+    ):
         raise _fail(owner, name, value, expected)
     return float(value)
 
@@ -139,7 +163,9 @@ def coerce_enum(owner: str, name: str, value: Any, enum_cls: type[enum.Enum], *,
     if isinstance(value, enum_cls):
         return value
     for member in enum_cls:
-        if value == member.value or (isinstance(value, str) and value.casefold() in (str(member.value).casefold(), member.name.casefold())):
+        if value == member.value or (
+            isinstance(value, str) and value.casefold() in (str(member.value).casefold(), member.name.casefold())
+        ):
             return member
     choices = ", ".join(repr(m.value) for m in enum_cls)
     raise _fail(owner, name, value, f"one of {choices}" + (" or None" if optional else ""))

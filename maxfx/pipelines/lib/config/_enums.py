@@ -14,7 +14,14 @@ import enum
 
 from maxfx.pipelines.lib.hf_utils import RepoType, SupportedEncoding
 
-__all__ = ["PipelineRole", "PrependPromptSpeechTokens", "PrometheusMetricsMode", "RepoType", "RopeType", "SupportedEncoding"]
+__all__ = [
+    "PipelineRole",
+    "PrependPromptSpeechTokens",
+    "PrometheusMetricsMode",
+    "RepoType",
+    "RopeType",
+    "SupportedEncoding",
+]
 
 
 class PipelineRole(str, enum.Enum):

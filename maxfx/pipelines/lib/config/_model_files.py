@@ -58,7 +58,9 @@ class HuggingFaceConfig(SimpleNamespace):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HuggingFaceConfig:
         """Build from a dict; nested ``*_config`` dicts become `HuggingFaceConfig` too."""
-        return cls(**{k: cls.from_dict(v) if isinstance(v, dict) and k.endswith("_config") else v for k, v in data.items()})
+        return cls(
+            **{k: cls.from_dict(v) if isinstance(v, dict) and k.endswith("_config") else v for k, v in data.items()}
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The config as a plain dict (nested configs too)."""
@@ -93,7 +95,10 @@ def gguf_config(path: Path) -> dict[str, Any]:
     """A ``config.json``-like dict from a GGUF file's metadata (architecture, sizes, context length)."""
     meta = read_gguf_metadata(path)
     arch = str(meta.get("general.architecture", ""))
-    config: dict[str, Any] = {"model_type": arch, "architectures": [_GGUF_ARCHITECTURES.get(arch, f"{arch.capitalize()}ForCausalLM")]}
+    config: dict[str, Any] = {
+        "model_type": arch,
+        "architectures": [_GGUF_ARCHITECTURES.get(arch, f"{arch.capitalize()}ForCausalLM")],
+    }
     for key, name in _GGUF_KEYS.items():
         if f"{arch}.{key}" in meta:
             config[name] = meta[f"{arch}.{key}"]

@@ -47,7 +47,10 @@ _GROUPS = {
     "profiling": (ProfilingConfig, "profiling_config"),
     "speculative": (SpeculativeConfig, "speculative_config"),
 }
-_DRAFT_GROUPS = {"draft_model": (MAXModelConfig, "draft_model_config"), "draft_kv_cache": (KVCacheConfig, "draft_model_config.kv_cache")}
+_DRAFT_GROUPS = {
+    "draft_model": (MAXModelConfig, "draft_model_config"),
+    "draft_kv_cache": (KVCacheConfig, "draft_model_config.kv_cache"),
+}
 
 
 def _names(cls: type) -> set[str]:
@@ -102,7 +105,10 @@ def route_options(pipeline_cls: type, kwargs: dict[str, Any]) -> RoutedOptions:
         for key in unknown:
             close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
             hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        raise UnknownConfigOptionError(f"{pipeline_cls.__name__} got unknown option(s) {', '.join(hints)}; {pipeline_cls.__name__}.help() lists every option")
+        raise UnknownConfigOptionError(
+            f"{pipeline_cls.__name__} got unknown option(s) {', '.join(hints)}; {pipeline_cls.__name__}.help() lists "
+            "every option"
+        )
     return routed
 
 

@@ -45,13 +45,23 @@ class AudioGenerationConfig(PipelineConfig):
 
     audio_decoder: str = option("", doc="Architecture of the audio decoder (required).")
     audio_decoder_weights: str = option("", doc="Path of the audio decoder's weights ('').")
-    chunk_size: list[int] | None = option(None, doc="Streaming chunk size(s) in speech tokens: one size, or one per chunk (None: one chunk).")
+    chunk_size: list[int] | None = option(
+        None, doc="Streaming chunk size(s) in speech tokens: one size, or one per chunk (None: one chunk)."
+    )
     buffer: int = option(0, doc="Previous speech tokens passed to the decoder with each chunk (0).")
     block_causal: bool = option(False, doc="Buffered tokens attend to the current block (False).")
-    prepend_prompt_speech_tokens: PrependPromptSpeechTokens = option(PrependPromptSpeechTokens.ONCE, doc="When the prompt's speech tokens go to the decoder: 'never', 'once' or 'rolling' ('once').")
-    prepend_prompt_speech_tokens_causal: bool = option(False, doc="Prepended prompt tokens attend to the current block (False).")
+    prepend_prompt_speech_tokens: PrependPromptSpeechTokens = option(
+        PrependPromptSpeechTokens.ONCE,
+        doc="When the prompt's speech tokens go to the decoder: 'never', 'once' or 'rolling' ('once').",
+    )
+    prepend_prompt_speech_tokens_causal: bool = option(
+        False, doc="Prepended prompt tokens attend to the current block (False)."
+    )
     audio_decoder_config: dict[str, Any] = option(factory=dict, doc="Keyword arguments of the audio decoder ({}).")
-    prometheus_metrics_mode: PrometheusMetricsMode = option(PrometheusMetricsMode.INSTRUMENT_ONLY, doc="How metrics are exported: 'instrument_only', 'launch_server' or 'launch_multiproc_server'.")
+    prometheus_metrics_mode: PrometheusMetricsMode = option(
+        PrometheusMetricsMode.INSTRUMENT_ONLY,
+        doc="How metrics are exported: 'instrument_only', 'launch_server' or 'launch_multiproc_server'.",
+    )
 
     def __init__(self, audio_decoder: str, **kwargs: Any) -> None:
         super().__init__(audio_decoder=audio_decoder, **kwargs)
@@ -65,15 +75,25 @@ class AudioGenerationConfig(PipelineConfig):
         self.chunk_size = _chunk_sizes(self.chunk_size)
         self.buffer = check_int(_OWNER, "buffer", self.buffer, minimum=0)
         self.block_causal = check_bool(_OWNER, "block_causal", self.block_causal)
-        self.prepend_prompt_speech_tokens_causal = check_bool(_OWNER, "prepend_prompt_speech_tokens_causal", self.prepend_prompt_speech_tokens_causal)
-        self.prepend_prompt_speech_tokens = coerce_enum(_OWNER, "prepend_prompt_speech_tokens", self.prepend_prompt_speech_tokens, PrependPromptSpeechTokens)
-        self.prometheus_metrics_mode = coerce_enum(_OWNER, "prometheus_metrics_mode", self.prometheus_metrics_mode, PrometheusMetricsMode)
+        self.prepend_prompt_speech_tokens_causal = check_bool(
+            _OWNER, "prepend_prompt_speech_tokens_causal", self.prepend_prompt_speech_tokens_causal
+        )
+        self.prepend_prompt_speech_tokens = coerce_enum(
+            _OWNER, "prepend_prompt_speech_tokens", self.prepend_prompt_speech_tokens, PrependPromptSpeechTokens
+        )
+        self.prometheus_metrics_mode = coerce_enum(
+            _OWNER, "prometheus_metrics_mode", self.prometheus_metrics_mode, PrometheusMetricsMode
+        )
         if not isinstance(self.audio_decoder_config, dict):
-            raise ConfigError(f"{_OWNER}.audio_decoder_config must be a dict of decoder keyword arguments, got {self.audio_decoder_config!r}")
+            raise ConfigError(
+                f"{_OWNER}.audio_decoder_config must be a dict of decoder keyword arguments, got "
+                f"{self.audio_decoder_config!r}"
+            )
 
     @classmethod
     def from_flags(cls, audio_flags: dict[str, Any], **config_flags: Any) -> AudioGenerationConfig:
-        """Build from CLI-style flags: ``audio_flags`` holds the audio options (strings allowed), ``config_flags`` the rest.
+        """Build from CLI-style flags: ``audio_flags`` holds the audio options (strings allowed), ``config_flags`` the
+        rest.
 
         Raises:
             ConfigError: an ``audio_flags`` key that is not an audio option, or a value `resolve` rejects.
@@ -81,11 +101,16 @@ class AudioGenerationConfig(PipelineConfig):
         flags = dict(audio_flags)
         unknown = sorted(set(flags) - set(_AUDIO_OPTIONS))
         if unknown:
-            raise ConfigError(f"{_OWNER}.from_flags: audio_flags must only hold audio options ({', '.join(_AUDIO_OPTIONS)}), got {unknown}")
+            raise ConfigError(
+                f"{_OWNER}.from_flags: audio_flags must only hold audio options ({', '.join(_AUDIO_OPTIONS)}), got "
+                f"{unknown}"
+            )
         if isinstance(flags.get("buffer"), str) and flags["buffer"].strip().isdigit():
             flags["buffer"] = int(flags["buffer"])
         if "audio_decoder" not in flags:
-            raise ConfigError(f"{_OWNER}.audio_decoder must name the audio decoder architecture, got none in audio_flags")
+            raise ConfigError(
+                f"{_OWNER}.audio_decoder must name the audio decoder architecture, got none in audio_flags"
+            )
         return cls(**flags, **config_flags)
 
 

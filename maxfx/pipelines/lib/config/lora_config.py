@@ -27,7 +27,9 @@ class LoRAConfig(MAXConfig):
     enable_lora: bool = option(False, doc="Serve LoRA adapters (False).")
     lora_paths: list[str] = option(factory=list, doc="Adapters loaded at start: paths, or name=path entries ([]).")
     max_lora_rank: int = option(16, doc="Largest rank of any LoRA adapter (16).")
-    max_num_loras: int = option(100, doc="Most adapters active in one batch; others are evicted least recently used first (100).")
+    max_num_loras: int = option(
+        100, doc="Most adapters active in one batch; others are evicted least recently used first (100)."
+    )
 
     def __post_init__(self) -> None:
         self.validate()
@@ -41,8 +43,12 @@ class LoRAConfig(MAXConfig):
         self.enable_lora = check_bool(_OWNER, "enable_lora", self.enable_lora)
         if isinstance(self.lora_paths, (str, Path)):
             self.lora_paths = [self.lora_paths]
-        if not isinstance(self.lora_paths, (list, tuple)) or not all(isinstance(p, (str, Path)) for p in self.lora_paths):
-            raise ConfigError(f"{_OWNER}.lora_paths must be a list of paths (or name=path strings), got {self.lora_paths!r}")
+        if not isinstance(self.lora_paths, (list, tuple)) or not all(
+            isinstance(p, (str, Path)) for p in self.lora_paths
+        ):
+            raise ConfigError(
+                f"{_OWNER}.lora_paths must be a list of paths (or name=path strings), got {self.lora_paths!r}"
+            )
         self.lora_paths = [str(p) for p in self.lora_paths]
         self.max_lora_rank = check_int(_OWNER, "max_lora_rank", self.max_lora_rank, minimum=1)
         self.max_num_loras = check_int(_OWNER, "max_num_loras", self.max_num_loras, minimum=1)
@@ -69,4 +75,7 @@ class LoRAConfig(MAXConfig):
         self.validate()
         for name, path in self.adapter_paths().items():
             if not path.exists():
-                raise ConfigError(f"{_OWNER}.lora_paths entry {name!r} must be an existing LoRA adapter path, got {str(path)!r}, which does not exist")
+                raise ConfigError(
+                    f"{_OWNER}.lora_paths entry {name!r} must be an existing LoRA adapter path, got {str(path)!r}, "
+                    "which does not exist"
+                )

@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from maxfx.pipelines.lib.config import _deps
-from maxfx.pipelines.lib.config._base import ConfigError, MAXConfig, check_bool, check_int, check_str, coerce_enum, option
+from maxfx.pipelines.lib.config._base import (
+    ConfigError,
+    MAXConfig,
+    check_bool,
+    check_int,
+    check_str,
+    coerce_enum,
+    option,
+)
 from maxfx.pipelines.lib.config._enums import RopeType, SupportedEncoding
 from maxfx.pipelines.lib.config._model_files import HuggingFaceConfig, gguf_config, read_json
 from maxfx.pipelines.lib.config.kv_cache_config import KVCacheConfig
@@ -32,7 +40,8 @@ logger = logging.getLogger("max.pipelines")
 _OWNER = "MAXModelConfig"
 # Encodings a checkpoint may be cast between at load time.
 _CASTABLE = (SupportedEncoding.float32, SupportedEncoding.bfloat16)
-# transformers' GenerationConfig defaults: a generation_config.json value equal to one says nothing (MAX reads to_diff_dict()).
+# transformers' GenerationConfig defaults: a generation_config.json value equal to one says nothing (MAX reads
+# to_diff_dict()).
 _HF_GENERATION_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 50, "repetition_penalty": 1.0, "do_sample": False}
 
 
@@ -50,21 +59,49 @@ class MAXModelConfig(MAXConfig):
     maxfx additions `local_model_path` and `resolved_weight_paths`.
     """
 
-    model_path: str = option("", doc="Model to serve: a local folder (config.json + weights), a .gguf file, or a Hugging Face repo id in the local cache.")
+    model_path: str = option(
+        "",
+        doc=(
+            "Model to serve: a local folder (config.json + weights), a .gguf file, or a Hugging Face repo id in the "
+            "local cache."
+        ),
+    )
     model: str = option("", doc="Alias of model_path (MAX's --model).")
     served_model_name: str | None = option(None, doc="Name clients use for the model (default: model_path).")
-    weight_path: list[Path] = option(factory=list, doc="Weight files to load (safetensors, GGUF or .bin): local paths, or paths inside the model's repo (default: found in the repo).")
-    quantization_encoding: SupportedEncoding | None = option(
-        None, doc="Weight encoding: float32, bfloat16, q4_k, q4_0, q6_k, q8_0, float8_e4m3fn, float4_e2m1fnx2 or gptq (default: inferred from the weights)."
+    weight_path: list[Path] = option(
+        factory=list,
+        doc=(
+            "Weight files to load (safetensors, GGUF or .bin): local paths, or paths inside the model's repo (default: "
+            "found in the repo)."
+        ),
     )
-    allow_safetensors_weights_fp32_bf6_bidirectional_cast: bool = option(False, doc="Allow casting float32 safetensors weights to bfloat16 and back when loading (False).")
-    huggingface_model_revision: str = option("main", doc="Revision (branch, tag or commit) of the model repo in the Hugging Face cache ('main').")
+    quantization_encoding: SupportedEncoding | None = option(
+        None,
+        doc=(
+            "Weight encoding: float32, bfloat16, q4_k, q4_0, q6_k, q8_0, float8_e4m3fn, float4_e2m1fnx2 or gptq "
+            "(default: inferred from the weights)."
+        ),
+    )
+    allow_safetensors_weights_fp32_bf6_bidirectional_cast: bool = option(
+        False, doc="Allow casting float32 safetensors weights to bfloat16 and back when loading (False)."
+    )
+    huggingface_model_revision: str = option(
+        "main", doc="Revision (branch, tag or commit) of the model repo in the Hugging Face cache ('main')."
+    )
     huggingface_weight_revision: str = option("main", doc="Revision of the repo the weights come from ('main').")
     trust_remote_code: bool = option(False, doc="Allow the repo's own modelling code (False; maxfx never runs it).")
-    device_specs: list[Any] = option(factory=_scan_devices, doc="Devices to run on: DeviceSpecs, or 'cpu', 'gpu', 'gpu:0,1' (default: every GPU, else the CPU).")
-    force_download: bool = option(False, doc="Download files again even if cached (False; maxfx is offline and uses the cached files).")
+    device_specs: list[Any] = option(
+        factory=_scan_devices,
+        doc="Devices to run on: DeviceSpecs, or 'cpu', 'gpu', 'gpu:0,1' (default: every GPU, else the CPU).",
+    )
+    force_download: bool = option(
+        False, doc="Download files again even if cached (False; maxfx is offline and uses the cached files)."
+    )
     vision_config_overrides: dict[str, Any] = option(factory=dict, doc="Model-specific vision config overrides ({}).")
-    rope_type: RopeType | None = option(None, doc="Force a RoPE flavour for GGUF weights: none, normal, neox, longrope or yarn (default: the architecture's).")
+    rope_type: RopeType | None = option(
+        None,
+        doc="Force a RoPE flavour for GGUF weights: none, normal, neox, longrope or yarn (default: the architecture's).",
+    )
     use_subgraphs: bool = option(True, doc="Compile repeated blocks once (True).")
     data_parallel_degree: int = option(1, doc="Replicas of the model for data parallelism (1).")
     kv_cache: KVCacheConfig = option(factory=KVCacheConfig, nested=True, doc="The KV cache config of this model.")
@@ -75,7 +112,10 @@ class MAXModelConfig(MAXConfig):
         self._applied_dtype_cast_to: SupportedEncoding | None = None
         self._cache: dict[str, Any] = {}
         if self.model and self.model_path and str(self.model) != str(self.model_path):
-            raise ConfigError(f"{_OWNER}.model and model_path name the same option; pass one of them, got model={self.model!r} and model_path={self.model_path!r}")
+            raise ConfigError(
+                f"{_OWNER}.model and model_path name the same option; pass one of them, got model={self.model!r} and "
+                f"model_path={self.model_path!r}"
+            )
         if self.model:
             self.model_path = self.model
         self.model = ""
@@ -96,9 +136,16 @@ class MAXModelConfig(MAXConfig):
         if not isinstance(weights, (list, tuple)) or not all(isinstance(p, (str, Path)) for p in weights):
             raise ConfigError(f"{_OWNER}.weight_path must be a list of paths, got {self.weight_path!r}")
         self.weight_path = [Path(p) for p in weights]
-        self.quantization_encoding = coerce_enum(_OWNER, "quantization_encoding", self.quantization_encoding, SupportedEncoding, optional=True)
+        self.quantization_encoding = coerce_enum(
+            _OWNER, "quantization_encoding", self.quantization_encoding, SupportedEncoding, optional=True
+        )
         self.rope_type = coerce_enum(_OWNER, "rope_type", self.rope_type, RopeType, optional=True)
-        for name in ("allow_safetensors_weights_fp32_bf6_bidirectional_cast", "trust_remote_code", "force_download", "use_subgraphs"):
+        for name in (
+            "allow_safetensors_weights_fp32_bf6_bidirectional_cast",
+            "trust_remote_code",
+            "force_download",
+            "use_subgraphs",
+        ):
             setattr(self, name, check_bool(_OWNER, name, getattr(self, name)))
         for name in ("huggingface_model_revision", "huggingface_weight_revision"):
             setattr(self, name, check_str(_OWNER, name, getattr(self, name)))
@@ -113,10 +160,12 @@ class MAXModelConfig(MAXConfig):
         self.kv_cache.validate()
 
     def resolve(self) -> None:
-        """Check the model can be read offline and fill in ``quantization_encoding``, ``weight_path`` and ``served_model_name``.
+        """Check the model can be read offline and fill in ``quantization_encoding``, ``weight_path`` and
+        ``served_model_name``.
 
         Raises:
-            ConfigError: no model_path nor weight_path, a missing weight file, an encoding the weights do not have, missing devices.
+            ConfigError: no model_path nor weight_path, a missing weight file, an encoding the weights do not have,
+            missing devices.
             RepoNotAvailableOfflineError: ``model_path`` is neither local nor in the Hugging Face cache.
         """
         self.validate()
@@ -131,19 +180,30 @@ class MAXModelConfig(MAXConfig):
     def _check_devices(self) -> None:
         driver = _deps.driver()
         if not driver.devices_exist(self.device_specs):
-            raise ConfigError(f"{_OWNER}.device_specs must name devices of this machine ({driver.scan_available_devices()}), got {self.device_specs!r}")
+            raise ConfigError(
+                f"{_OWNER}.device_specs must name devices of this machine ({driver.scan_available_devices()}), got "
+                f"{self.device_specs!r}"
+            )
 
     def _resolve_model_path(self) -> None:
         if self.allow_safetensors_weights_fp32_bf6_bidirectional_cast and self.quantization_encoding is None:
-            raise ConfigError(f"{_OWNER}.quantization_encoding must be set when allow_safetensors_weights_fp32_bf6_bidirectional_cast is True (the encoding to cast to), got None")
+            raise ConfigError(
+                f"{_OWNER}.quantization_encoding must be set when "
+                "allow_safetensors_weights_fp32_bf6_bidirectional_cast is True (the encoding to cast to), got None"
+            )
         if not self.model_path:
             if not self.weight_path:
-                raise ConfigError(f"{_OWNER}.model_path must be a local folder, a .gguf file or a Hugging Face repo id in the local cache, got '' (and weight_path is empty)")
+                raise ConfigError(
+                    f"{_OWNER}.model_path must be a local folder, a .gguf file or a Hugging Face repo id in the local "
+                    "cache, got '' (and weight_path is empty)"
+                )
             self.model_path = self._model_path_from_weights()
         local = Path(self.model_path).expanduser()
         if local.is_file():
             if local.suffix.lower() != ".gguf":
-                raise ConfigError(f"{_OWNER}.model_path must be a folder, a .gguf file or a repo id, got the file {self.model_path!r}")
+                raise ConfigError(
+                    f"{_OWNER}.model_path must be a folder, a .gguf file or a repo id, got the file {self.model_path!r}"
+                )
             if not self.weight_path:
                 self.weight_path = [local]
         elif not local.exists():
@@ -153,14 +213,23 @@ class MAXModelConfig(MAXConfig):
                 raise RepoNotAvailableOfflineError(f"{_OWNER}.model_path: {err}") from err
 
     def _model_path_from_weights(self) -> str:
-        """model_path derived from weight_path: the local file's folder (the file itself for a lone .gguf), or ``org/name`` of ``org/name/file``."""
+        """model_path derived from weight_path: the local file's folder (the file itself for a lone .gguf), or
+        ``org/name`` of ``org/name/file``.
+        """
         first = self.weight_path[0].expanduser()
         if first.exists():
             folder = first.parent
-            return str(first) if first.suffix.lower() == ".gguf" and not (folder / "config.json").is_file() else str(folder)
+            return (
+                str(first)
+                if first.suffix.lower() == ".gguf" and not (folder / "config.json").is_file()
+                else str(folder)
+            )
         parts = first.parts
         if len(parts) < 3:
-            raise ConfigError(f"{_OWNER}.weight_path entry {str(first)!r} must be an existing file or 'org/repo/file' of a repo in the Hugging Face cache")
+            raise ConfigError(
+                f"{_OWNER}.weight_path entry {str(first)!r} must be an existing file or 'org/repo/file' of a repo in "
+                "the Hugging Face cache"
+            )
         repo_id = "/".join(parts[:2])
         self._weights_repo_id = repo_id
         self.weight_path = [Path(*p.parts[2:]) if p.parts[:2] == parts[:2] else p for p in self.weight_path]
@@ -174,22 +243,37 @@ class MAXModelConfig(MAXConfig):
         else:
             available = repo.supported_encodings
             if not available:
-                raise ConfigError(f"{_OWNER}.model_path {self.model_path!r} must hold weights (.safetensors, .gguf or .bin), found none in {repo.local_path}")
+                raise ConfigError(
+                    f"{_OWNER}.model_path {self.model_path!r} must hold weights (.safetensors, .gguf or .bin), found "
+                    f"none in {repo.local_path}"
+                )
             if wanted is None or wanted in available:
                 self.quantization_encoding = wanted or self._default_encoding(repo, available)
                 return
-            stored = next((e for e in available if e in _CASTABLE), None) if self.allow_safetensors_weights_fp32_bf6_bidirectional_cast else None
+            stored = (
+                next((e for e in available if e in _CASTABLE), None)
+                if self.allow_safetensors_weights_fp32_bf6_bidirectional_cast
+                else None
+            )
             if stored is None:
-                raise ConfigError(f"{_OWNER}.quantization_encoding must be an encoding the weights of {self.model_path!r} come in ({', '.join(e.value for e in available)}), got {wanted.value!r}")
+                raise ConfigError(
+                    f"{_OWNER}.quantization_encoding must be an encoding the weights of {self.model_path!r} come in "
+                    f"({', '.join(e.value for e in available)}), got {wanted.value!r}"
+                )
         if wanted is None or stored is wanted:
             self.quantization_encoding = stored
         elif self.allow_safetensors_weights_fp32_bf6_bidirectional_cast and stored in _CASTABLE and wanted in _CASTABLE:
             self._applied_dtype_cast_from, self._applied_dtype_cast_to = stored, wanted
         else:
-            raise ConfigError(f"{_OWNER}.quantization_encoding must match the weights' encoding {stored.value!r} ({self.weight_path[0]}) or be castable to it, got {wanted.value!r}")
+            raise ConfigError(
+                f"{_OWNER}.quantization_encoding must match the weights' encoding {stored.value!r} "
+                f"({self.weight_path[0]}) or be castable to it, got {wanted.value!r}"
+            )
 
     def _default_encoding(self, repo: HuggingFaceRepo, available: list[SupportedEncoding]) -> SupportedEncoding:
-        """With several encodings in a repo: float8/bfloat16 on a GPU (as MAX), else the checkpoint's own (safetensors/.bin) one."""
+        """With several encodings in a repo: float8/bfloat16 on a GPU (as MAX), else the checkpoint's own
+        (safetensors/.bin) one.
+        """
         if self.default_device_spec.device_type == "gpu":
             for preferred in (SupportedEncoding.float8_e4m3fn, SupportedEncoding.bfloat16):
                 if preferred in available:
@@ -201,14 +285,22 @@ class MAXModelConfig(MAXConfig):
     def _resolve_weight_path(self) -> None:
         if not self.weight_path:
             fmt = _weights_format()
-            files = self.huggingface_weight_repo.files_for_encoding(self._applied_dtype_cast_from or self.quantization_encoding)
+            files = self.huggingface_weight_repo.files_for_encoding(
+                self._applied_dtype_cast_from or self.quantization_encoding
+            )
             found = next((files[f] for f in (fmt.safetensors, fmt.gguf, fmt.pytorch) if f in files), [])
             if not found:
-                raise ConfigError(f"{_OWNER}.weight_path: no weight files of encoding {self.quantization_encoding.value!r} in {self.huggingface_weight_repo.local_path}")
+                raise ConfigError(
+                    f"{_OWNER}.weight_path: no weight files of encoding {self.quantization_encoding.value!r} in "
+                    f"{self.huggingface_weight_repo.local_path}"
+                )
             self.weight_path = list(found)
         for path in self.weight_path:
             if not self._weight_file(path).is_file():
-                raise ConfigError(f"{_OWNER}.weight_path entry {str(path)!r} must be an existing file (as given, or inside {self.huggingface_weight_repo.local_path}); not found")
+                raise ConfigError(
+                    f"{_OWNER}.weight_path entry {str(path)!r} must be an existing file (as given, or inside "
+                    f"{self.huggingface_weight_repo.local_path}); not found"
+                )
 
     def _weight_file(self, path: Path) -> Path:
         path = Path(path).expanduser()
@@ -252,7 +344,10 @@ class MAXModelConfig(MAXConfig):
             ConfigError: no encoding is set yet (call `resolve`).
         """
         if self.quantization_encoding is None:
-            raise ConfigError(f"{_OWNER}.quantization_encoding must be set (resolve() infers it) to give a graph quantization encoding, got None")
+            raise ConfigError(
+                f"{_OWNER}.quantization_encoding must be set (resolve() infers it) to give a graph quantization "
+                "encoding, got None"
+            )
         return self.quantization_encoding.quantization_encoding
 
     @property
@@ -264,11 +359,16 @@ class MAXModelConfig(MAXConfig):
             RepoNotAvailableOfflineError: neither local nor in the Hugging Face cache.
         """
         if not self.model_path:
-            raise ConfigError(f"{_OWNER}.model_path must be set to find the model's repo (resolve() derives it from weight_path), got ''")
+            raise ConfigError(
+                f"{_OWNER}.model_path must be set to find the model's repo (resolve() derives it from weight_path), "
+                "got ''"
+            )
         if "repo" not in self._cache:
             local = Path(self.model_path).expanduser()
             repo_id = str(local.parent) if local.is_file() else self.model_path
-            self._cache["repo"] = HuggingFaceRepo(repo_id, revision=self.huggingface_model_revision, trust_remote_code=self.trust_remote_code)
+            self._cache["repo"] = HuggingFaceRepo(
+                repo_id, revision=self.huggingface_model_revision, trust_remote_code=self.trust_remote_code
+            )
         return self._cache["repo"]
 
     @property
@@ -282,7 +382,11 @@ class MAXModelConfig(MAXConfig):
         if self._weights_repo_id is None:
             return self.huggingface_model_repo
         if "weight_repo" not in self._cache:
-            self._cache["weight_repo"] = HuggingFaceRepo(self._weights_repo_id, revision=self.huggingface_weight_revision, trust_remote_code=self.trust_remote_code)
+            self._cache["weight_repo"] = HuggingFaceRepo(
+                self._weights_repo_id,
+                revision=self.huggingface_weight_revision,
+                trust_remote_code=self.trust_remote_code,
+            )
         return self._cache["weight_repo"]
 
     @property
@@ -296,9 +400,16 @@ class MAXModelConfig(MAXConfig):
             root = self.huggingface_model_repo.local_path
             data = read_json(root / "config.json")
             if data is None:
-                ggufs = [p for p in (Path(self.model_path).expanduser(), *map(self._weight_file, self.weight_path)) if p.suffix.lower() == ".gguf" and p.is_file()]
+                ggufs = [
+                    p
+                    for p in (Path(self.model_path).expanduser(), *map(self._weight_file, self.weight_path))
+                    if p.suffix.lower() == ".gguf" and p.is_file()
+                ]
                 if not ggufs:
-                    raise FileNotFoundError(f"{_OWNER}.huggingface_config: {root} has no config.json, and no GGUF weight file to read one from")
+                    raise FileNotFoundError(
+                        f"{_OWNER}.huggingface_config: {root} has no config.json, and no GGUF weight file to read one "
+                        "from"
+                    )
                 data = gguf_config(ggufs[0])
             self._cache["hf_config"] = HuggingFaceConfig.from_dict(data)
         return self._cache["hf_config"]
@@ -307,21 +418,28 @@ class MAXModelConfig(MAXConfig):
     def generation_config(self) -> dict[str, Any]:
         """The model's ``generation_config.json`` as a dict ({} when there is none)."""
         if "generation_config" not in self._cache:
-            self._cache["generation_config"] = read_json(self.huggingface_model_repo.local_path / "generation_config.json") or {}
+            self._cache["generation_config"] = (
+                read_json(self.huggingface_model_repo.local_path / "generation_config.json") or {}
+            )
         return self._cache["generation_config"]
 
     @property
     def sampling_params_defaults(self) -> Any:
-        """A `SamplingParamsGenerationConfigDefaults` of what ``generation_config.json`` sets (values equal to transformers' defaults left out, as MAX).
+        """A `SamplingParamsGenerationConfigDefaults` of what ``generation_config.json`` sets (values equal to
+        transformers' defaults left out, as MAX).
 
         An unreadable model gives empty defaults (logged at debug level).
         """
         try:
             generation = self.generation_config
         except (OSError, ValueError) as err:
-            logger.debug("%s: no generation config for %r (%s); using empty sampling defaults", _OWNER, self.model_path, err)
+            logger.debug(
+                "%s: no generation config for %r (%s); using empty sampling defaults", _OWNER, self.model_path, err
+            )
             generation = {}
-        explicit = {k: v for k, v in generation.items() if k not in _HF_GENERATION_DEFAULTS or _HF_GENERATION_DEFAULTS[k] != v}
+        explicit = {
+            k: v for k, v in generation.items() if k not in _HF_GENERATION_DEFAULTS or _HF_GENERATION_DEFAULTS[k] != v
+        }
         return _deps.sampling_defaults_class().from_generation_config(explicit)
 
     def resolved_weight_paths(self) -> list[Path]:
@@ -332,7 +450,9 @@ class MAXModelConfig(MAXConfig):
 
     @property
     def local_model_path(self) -> Path:
-        """What to give ``maxfx.models.load_pretrained``: the ``.gguf`` file when that is the weights, else the model folder."""
+        """What to give ``maxfx.models.load_pretrained``: the ``.gguf`` file when that is the weights, else the model
+        folder.
+        """
         paths = self.resolved_weight_paths()
         if len(paths) == 1 and paths[0].suffix.lower() == ".gguf":
             return paths[0]
@@ -355,7 +475,10 @@ class MAXModelConfig(MAXConfig):
             ConfigError: more than one GPU in ``device_specs`` and ``multi_gpu_supported`` is False.
         """
         if not multi_gpu_supported and len(self.device_specs) > 1 and self.default_device_spec.device_type == "gpu":
-            raise ConfigError(f"{_OWNER}.device_specs must name one GPU: {self.model_path!r}'s architecture does not run on several, got {self.device_specs!r}")
+            raise ConfigError(
+                f"{_OWNER}.device_specs must name one GPU: {self.model_path!r}'s architecture does not run on several, "
+                f"got {self.device_specs!r}"
+            )
 
     def validate_and_resolve_rope_type(self, arch_rope_type: RopeType) -> None:
         """Take the architecture's RoPE flavour unless one was forced."""
@@ -365,7 +488,11 @@ class MAXModelConfig(MAXConfig):
     def validate_prefix_caching_supported(self, prefix_caching_supported: bool) -> None:
         """Turn prefix caching off (logging a warning) for an architecture that does not support it."""
         if not prefix_caching_supported and self.kv_cache.enable_prefix_caching:
-            logger.warning("%s: the architecture of %r does not support prefix caching; enable_prefix_caching set to False", _OWNER, self.model_path)
+            logger.warning(
+                "%s: the architecture of %r does not support prefix caching; enable_prefix_caching set to False",
+                _OWNER,
+                self.model_path,
+            )
             self.kv_cache.enable_prefix_caching = False
 
 

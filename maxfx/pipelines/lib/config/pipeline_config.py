@@ -29,7 +29,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from maxfx.pipelines.lib.config._base import ConfigError, MAXConfig, check_bool, check_int, check_number, check_str, coerce_enum, default_of, option, options
+from maxfx.pipelines.lib.config._base import (
+    ConfigError,
+    MAXConfig,
+    check_bool,
+    check_int,
+    check_number,
+    check_str,
+    coerce_enum,
+    default_of,
+    option,
+    options,
+)
 from maxfx.pipelines.lib.config._enums import PipelineRole
 from maxfx.pipelines.lib.config._model_files import model_max_length
 from maxfx.pipelines.lib.config._routing import NESTED_CONFIGS, RoutedOptions, option_paths, route_options
@@ -74,31 +85,74 @@ class PipelineConfig(MAXConfig):
         RepoNotAvailableOfflineError: ``model_path`` is neither local nor in the Hugging Face cache.
     """
 
-    max_length: int | None = option(None, doc="Longest sequence (prompt + generated tokens), >= 1 (default: the model's max_position_embeddings).")
-    pipeline_role: PipelineRole = option(PipelineRole.PrefillAndDecode, doc="Role in disaggregated serving: 'prefill_and_decode', 'prefill_only' or 'decode_only'.")
-    max_batch_size: int | None = option(None, doc="Most sequences decoded at once, >= 1 (default: the engine derives it from free memory).")
-    max_ce_batch_size: int = option(192, doc="Most requests in one prefill (context-encoding) batch; the lesser of this and max_batch_size applies (192).")
-    max_queue_size_tg: int | None = option(None, doc="Most requests waiting in the decode queue (default: max_batch_size).")
-    min_batch_size_tg: int | None = option(None, doc="TTS scheduler: soft floor on the decode batch size (default: max_queue_size_tg).")
+    max_length: int | None = option(
+        None, doc="Longest sequence (prompt + generated tokens), >= 1 (default: the model's max_position_embeddings)."
+    )
+    pipeline_role: PipelineRole = option(
+        PipelineRole.PrefillAndDecode,
+        doc="Role in disaggregated serving: 'prefill_and_decode', 'prefill_only' or 'decode_only'.",
+    )
+    max_batch_size: int | None = option(
+        None, doc="Most sequences decoded at once, >= 1 (default: the engine derives it from free memory)."
+    )
+    max_ce_batch_size: int = option(
+        192,
+        doc=(
+            "Most requests in one prefill (context-encoding) batch; the lesser of this and max_batch_size applies "
+            "(192)."
+        ),
+    )
+    max_queue_size_tg: int | None = option(
+        None, doc="Most requests waiting in the decode queue (default: max_batch_size)."
+    )
+    min_batch_size_tg: int | None = option(
+        None, doc="TTS scheduler: soft floor on the decode batch size (default: max_queue_size_tg)."
+    )
     ep_size: int = option(1, doc="Expert-parallel degree (1: none).")
     ce_delay_ms: float = option(0.0, doc="TTS scheduler: sleep before each prefill batch, in ms (0.0).")
-    enable_prioritize_first_decode: bool = option(False, doc="TTS scheduler: run a decode batch right after each prefill, on the same requests (False).")
+    enable_prioritize_first_decode: bool = option(
+        False, doc="TTS scheduler: run a decode batch right after each prefill, on the same requests (False)."
+    )
     experimental_background_queue: bool = option(False, doc="Drain the request queues on a background thread (False).")
     enable_chunked_prefill: bool = option(True, doc="Split long prompts into prefill_chunk_size chunks (True).")
     enable_in_flight_batching: bool = option(False, doc="Let decode tokens ride along in prefill batches (False).")
-    max_num_steps: int = option(-1, doc="Decode steps per scheduler iteration, >= 1; -1 picks the platform default (1 on CPU, 10 on GPU).")
-    prefill_chunk_size: int = option(DEFAULT_PREFILL_CHUNK_SIZE, doc="Target number of un-encoded tokens per batch, for chunked prefill and memory planning (8192).")
+    max_num_steps: int = option(
+        -1, doc="Decode steps per scheduler iteration, >= 1; -1 picks the platform default (1 on CPU, 10 on GPU)."
+    )
+    prefill_chunk_size: int = option(
+        DEFAULT_PREFILL_CHUNK_SIZE,
+        doc="Target number of un-encoded tokens per batch, for chunked prefill and memory planning (8192).",
+    )
     enable_echo: bool = option(False, doc="Build the model with echo (prompt log-probabilities) support (False).")
     pool_embeddings: bool = option(True, doc="Pool embedding outputs (True).")
-    chat_template: Path | None = option(None, doc="File with a chat template overriding the model's (a Jinja template, or JSON with a 'chat_template' key).")
-    use_experimental_kernels: str = option(factory=_env("USE_EXPERIMENTAL_KERNELS", "false"), doc="Use experimental kernels ('false'; MAX's Mojo kernels, accepted for compatibility).")
-    use_vendor_blas: str = option(factory=_env("MAX_SERVE_USE_VENDOR_BLAS", "false"), doc="Use the vendor BLAS for matmuls ('false'; accepted for compatibility, XLA picks).")
-    pdl_level: str = option(factory=_env("PDL_LEVEL", "0"), doc="GPU kernel-launch overlap level ('0'; accepted for compatibility).")
-    custom_architectures: list[str] = option(factory=list, doc="Modules ('mod' or 'path/to/folder:mod') whose ARCHITECTURES list is registered ([]).")
-    zmq_endpoint_base: str = option(factory=_zmq_endpoint_base, doc="Prefix of the IPC endpoint names, unique per config (random).")
+    chat_template: Path | None = option(
+        None,
+        doc="File with a chat template overriding the model's (a Jinja template, or JSON with a 'chat_template' key).",
+    )
+    use_experimental_kernels: str = option(
+        factory=_env("USE_EXPERIMENTAL_KERNELS", "false"),
+        doc="Use experimental kernels ('false'; MAX's Mojo kernels, accepted for compatibility).",
+    )
+    use_vendor_blas: str = option(
+        factory=_env("MAX_SERVE_USE_VENDOR_BLAS", "false"),
+        doc="Use the vendor BLAS for matmuls ('false'; accepted for compatibility, XLA picks).",
+    )
+    pdl_level: str = option(
+        factory=_env("PDL_LEVEL", "0"), doc="GPU kernel-launch overlap level ('0'; accepted for compatibility)."
+    )
+    custom_architectures: list[str] = option(
+        factory=list, doc="Modules ('mod' or 'path/to/folder:mod') whose ARCHITECTURES list is registered ([])."
+    )
+    zmq_endpoint_base: str = option(
+        factory=_zmq_endpoint_base, doc="Prefix of the IPC endpoint names, unique per config (random)."
+    )
     execute_empty_batches: bool = option(False, doc="Run the model on empty batches too (expert parallelism) (False).")
-    max_batch_context_length: int | None = option(None, doc="Cap on the summed context length of a batch, >= 1 (None: no cap).")
-    force: bool = option(False, doc="Skip checks against the architecture's required arguments and the model's limits (False).")
+    max_batch_context_length: int | None = option(
+        None, doc="Cap on the summed context length of a batch, >= 1 (None: no cap)."
+    )
+    force: bool = option(
+        False, doc="Skip checks against the architecture's required arguments and the model's limits (False)."
+    )
 
     _model_config: MAXModelConfig = field(default_factory=MAXModelConfig, repr=False)
     _draft_model_config: MAXModelConfig | None = field(default=None, repr=False)
@@ -112,12 +166,16 @@ class PipelineConfig(MAXConfig):
         for f in options(type(self)):
             setattr(self, f.name, routed.pipeline[f.name] if f.name in routed.pipeline else default_of(f))
         self._custom_architecture_list: list[Any] = []
-        self._model_config = _build_model(routed.objects.get("model_config"), routed.model, routed.kv_cache, "model_config")
+        self._model_config = _build_model(
+            routed.objects.get("model_config"), routed.model, routed.kv_cache, "model_config"
+        )
         self._draft_model_config = _build_draft(routed)
         if self._draft_model_config is not None:
             self._split_memory_with_draft(routed)
         self._lora_config = _build_lora(routed.objects.get("lora_config"), routed.lora)
-        self._profiling_config = _merge(routed.objects.get("profiling_config"), ProfilingConfig, routed.profiling, "profiling_config")
+        self._profiling_config = _merge(
+            routed.objects.get("profiling_config"), ProfilingConfig, routed.profiling, "profiling_config"
+        )
         self._speculative_config = _build_speculative(routed, self._draft_model_config)
         self._sampling_config = self._build_sampling(routed)
         self.resolve()
@@ -137,7 +195,9 @@ class PipelineConfig(MAXConfig):
         if given is not None:
             sampling = _merge(given, SamplingConfig, routed.sampling, "sampling_config")
         else:
-            sampling = SamplingConfig.from_generation_config_sampling_defaults(self._model_config.sampling_params_defaults, **routed.sampling)
+            sampling = SamplingConfig.from_generation_config_sampling_defaults(
+                self._model_config.sampling_params_defaults, **routed.sampling
+            )
         if self._draft_model_config is not None:
             sampling.enable_variable_logits = True
         return sampling
@@ -203,7 +263,10 @@ class PipelineConfig(MAXConfig):
         if self._lora_config is not None:
             self._lora_config.resolve()
             if len(self._model_config.device_specs) > 1:
-                raise ConfigError(f"{_OWNER}.lora_config: LoRA runs on one device, got device_specs={self._model_config.device_specs!r}")
+                raise ConfigError(
+                    f"{_OWNER}.lora_config: LoRA runs on one device, got "
+                    f"device_specs={self._model_config.device_specs!r}"
+                )
         self._resolve_max_length()
         if self.max_num_steps == -1:
             self.max_num_steps = 1 if self._model_config.default_device_spec.device_type == "cpu" else 10
@@ -216,7 +279,9 @@ class PipelineConfig(MAXConfig):
     def _validate_options(self) -> None:
         for name in ("max_length", "max_batch_size", "max_queue_size_tg", "max_batch_context_length"):
             setattr(self, name, check_int(_OWNER, name, getattr(self, name), minimum=1, optional=True))
-        self.min_batch_size_tg = check_int(_OWNER, "min_batch_size_tg", self.min_batch_size_tg, minimum=0, optional=True)
+        self.min_batch_size_tg = check_int(
+            _OWNER, "min_batch_size_tg", self.min_batch_size_tg, minimum=0, optional=True
+        )
         for name in ("max_ce_batch_size", "ep_size", "prefill_chunk_size"):
             setattr(self, name, check_int(_OWNER, name, getattr(self, name), minimum=1))
         self.max_num_steps = check_int(_OWNER, "max_num_steps", self.max_num_steps, minimum=1, also=(-1,))
@@ -239,8 +304,13 @@ class PipelineConfig(MAXConfig):
             self.chat_template = Path(check_str(_OWNER, "chat_template", self.chat_template))
         if isinstance(self.custom_architectures, str):
             self.custom_architectures = [self.custom_architectures]
-        if not isinstance(self.custom_architectures, (list, tuple)) or not all(isinstance(m, str) for m in self.custom_architectures):
-            raise ConfigError(f"{_OWNER}.custom_architectures must be a list of module names ('mod' or 'path:mod'), got {self.custom_architectures!r}")
+        if not isinstance(self.custom_architectures, (list, tuple)) or not all(
+            isinstance(m, str) for m in self.custom_architectures
+        ):
+            raise ConfigError(
+                f"{_OWNER}.custom_architectures must be a list of module names ('mod' or 'path:mod'), got "
+                f"{self.custom_architectures!r}"
+            )
         self.custom_architectures = list(self.custom_architectures)
 
     def _resolve_max_length(self) -> None:
@@ -256,24 +326,41 @@ class PipelineConfig(MAXConfig):
         elif self.max_length > limit:
             if not self.force:
                 raise ConfigError(
-                    f"{_OWNER}.max_length must be at most the model's max_position_embeddings ({limit}) of {self._model_config.model_path!r}, got {self.max_length} (force=True skips this check)"
+                    f"{_OWNER}.max_length must be at most the model's max_position_embeddings ({limit}) of "
+                    f"{self._model_config.model_path!r}, got {self.max_length} (force=True skips this check)"
                 )
-            logger.warning("%s: max_length %d exceeds the model's limit %d (kept: force=True)", _OWNER, self.max_length, limit)
+            logger.warning(
+                "%s: max_length %d exceeds the model's limit %d (kept: force=True)", _OWNER, self.max_length, limit
+            )
 
     def _validate_speculative_decoding(self) -> None:
         draft, target = self._draft_model_config, self._model_config
         if self.enable_echo:
-            raise ConfigError(f"{_OWNER}.enable_echo must be False with speculative decoding (draft_model_path={draft.model_path!r}), got True")
+            raise ConfigError(
+                f"{_OWNER}.enable_echo must be False with speculative decoding "
+                f"(draft_model_path={draft.model_path!r}), got True"
+            )
         if self._sampling_config.enable_structured_output:
-            raise ConfigError(f"{_OWNER}.enable_structured_output must be False with speculative decoding (draft_model_path={draft.model_path!r}), got True")
+            raise ConfigError(
+                f"{_OWNER}.enable_structured_output must be False with speculative decoding "
+                f"(draft_model_path={draft.model_path!r}), got True"
+            )
         if self._speculative_config is not None and self._speculative_config.is_standalone():
             self._check_draft_matches_target(draft, target)
         self._sampling_config.enable_variable_logits = True
         if self._sampling_config.enable_penalties:
-            logger.warning("%s: frequency/presence/repetition penalties are not supported with speculative decoding; enable_penalties set to False", _OWNER)
+            logger.warning(
+                "%s: frequency/presence/repetition penalties are not supported with speculative decoding; "
+                "enable_penalties set to False",
+                _OWNER,
+            )
             self._sampling_config.enable_penalties = False
         if target.kv_cache.enable_prefix_caching and not self.force:
-            logger.warning("%s: prefix caching is not supported with speculative decoding; enable_prefix_caching set to False (force=True keeps it)", _OWNER)
+            logger.warning(
+                "%s: prefix caching is not supported with speculative decoding; enable_prefix_caching set to False "
+                "(force=True keeps it)",
+                _OWNER,
+            )
             target.kv_cache.enable_prefix_caching = False
             draft.kv_cache.enable_prefix_caching = False
 
@@ -285,7 +372,10 @@ class PipelineConfig(MAXConfig):
             return
         for key, what in (("architectures", "architecture"), ("vocab_size", "vocabulary size")):
             if d.get(key) is not None and t.get(key) is not None and d.get(key) != t.get(key):
-                raise ConfigError(f"{_OWNER}.draft_model_path must name a model with the target's {what} ({t.get(key)!r} for {target.model_path!r}), got {d.get(key)!r} for {draft.model_path!r}")
+                raise ConfigError(
+                    f"{_OWNER}.draft_model_path must name a model with the target's {what} ({t.get(key)!r} for "
+                    f"{target.model_path!r}), got {d.get(key)!r} for {draft.model_path!r}"
+                )
 
     def _resolve_chat_template(self) -> None:
         if self.chat_template is None:
@@ -293,25 +383,37 @@ class PipelineConfig(MAXConfig):
         path = self.chat_template.expanduser()
         self.chat_template = path if path.is_absolute() else Path.cwd() / path
         if not self.chat_template.is_file():
-            raise ConfigError(f"{_OWNER}.chat_template must be an existing template file, got {str(self.chat_template)!r}")
+            raise ConfigError(
+                f"{_OWNER}.chat_template must be an existing template file, got {str(self.chat_template)!r}"
+            )
 
     def _import_custom_architectures(self) -> None:
-        """Import each ``custom_architectures`` module and keep its ARCHITECTURES (`PipelineRegistry.retrieve*` registers them)."""
+        """Import each ``custom_architectures`` module and keep its ARCHITECTURES (`PipelineRegistry.retrieve*`
+        registers them).
+        """
         found = []
         for spec in self.custom_architectures:
             parts = spec.split(":")
             if len(parts) > 2:
-                raise ConfigError(f"{_OWNER}.custom_architectures entry must be 'module' or 'path:module', got {spec!r}")
+                raise ConfigError(
+                    f"{_OWNER}.custom_architectures entry must be 'module' or 'path:module', got {spec!r}"
+                )
             folder, name = parts if len(parts) == 2 else (os.path.dirname(spec), os.path.basename(spec))
             if folder and folder not in sys.path:
                 sys.path.append(folder)
             try:
                 module = importlib.import_module(name)
             except Exception as err:
-                raise ConfigError(f"{_OWNER}.custom_architectures entry {spec!r} must be an importable module: {type(err).__name__}: {err}") from err
+                raise ConfigError(
+                    f"{_OWNER}.custom_architectures entry {spec!r} must be an importable module: {type(err).__name__}: "
+                    f"{err}"
+                ) from err
             archs = getattr(module, "ARCHITECTURES", None)
             if not isinstance(archs, list) or not archs:
-                raise ConfigError(f"{_OWNER}.custom_architectures entry {spec!r} must expose a non-empty ARCHITECTURES list, got {archs!r}")
+                raise ConfigError(
+                    f"{_OWNER}.custom_architectures entry {spec!r} must expose a non-empty ARCHITECTURES list, got "
+                    f"{archs!r}"
+                )
             found.extend(archs)
         self._custom_architecture_list = found  # the registry registers them when it resolves this config
 
@@ -333,7 +435,9 @@ class PipelineConfig(MAXConfig):
         try:
             text = Path(self.chat_template).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
-            raise ConfigError(f"{_OWNER}.chat_template must be a readable UTF-8 file, got {str(self.chat_template)!r}: {err}") from err
+            raise ConfigError(
+                f"{_OWNER}.chat_template must be a readable UTF-8 file, got {str(self.chat_template)!r}: {err}"
+            ) from err
         try:
             data = json.loads(text)
         except ValueError:
@@ -343,7 +447,11 @@ class PipelineConfig(MAXConfig):
     def configure_session(self, session: Any) -> None:
         """Apply the profiling mode (and, where the session has them, the kernel knobs) to an `InferenceSession`."""
         session.gpu_profiling(self._profiling_config.gpu_profiling)
-        for setter, value in (("_use_experimental_kernels", self.use_experimental_kernels), ("_use_vendor_blas", self.use_vendor_blas), ("_pdl_level", self.pdl_level)):
+        for setter, value in (
+            ("_use_experimental_kernels", self.use_experimental_kernels),
+            ("_use_vendor_blas", self.use_vendor_blas),
+            ("_pdl_level", self.pdl_level),
+        ):
             if hasattr(session, setter):
                 getattr(session, setter)(value)
 
@@ -358,22 +466,40 @@ class PipelineConfig(MAXConfig):
         out = dict(super().help())
         for nested in (MAXModelConfig, KVCacheConfig, SamplingConfig, LoRAConfig, ProfilingConfig, SpeculativeConfig):
             out.update(nested.help())
-        out.update({f"draft_{k}": f"Draft model: {v}" for nested in (MAXModelConfig, KVCacheConfig) for k, v in nested.help().items()})
+        out.update(
+            {
+                f"draft_{k}": f"Draft model: {v}"
+                for nested in (MAXModelConfig, KVCacheConfig)
+                for k, v in nested.help().items()
+            }
+        )
         out["do_penalties"] = "Alias of enable_penalties (MAX 25.x's name)."
         out.update({k: f"A whole {c.__name__} (instead of its flat options)." for k, c in NESTED_CONFIGS.items()})
         return out
 
     @classmethod
     def option_paths(cls) -> dict[str, str]:
-        """Every flat option -> the attribute that holds it once built (``kv_cache_page_size`` -> ``model_config.kv_cache.kv_cache_page_size``)."""
+        """Every flat option -> the attribute that holds it once built (``kv_cache_page_size`` ->
+        ``model_config.kv_cache.kv_cache_page_size``).
+        """
         return option_paths(cls)
 
     def log_basic_config(self) -> None:
-        """Log the main settings (model, encoding, weights, batch size, length, devices) at INFO on ``max.pipelines``."""
+        """Log the main settings (model, encoding, weights, batch size, length, devices) at INFO on
+        ``max.pipelines``.
+        """
         m = self._model_config
         arch = _architecture(m)
-        logger.info("Model: %s (%s), encoding %s, weights %s", m.model_name, arch, m.quantization_encoding, [str(p) for p in m.weight_path])
-        logger.info("Pipeline: max_batch_size=%s max_length=%s devices=%s", self.max_batch_size, self.max_length, m.device_specs)
+        logger.info(
+            "Model: %s (%s), encoding %s, weights %s",
+            m.model_name,
+            arch,
+            m.quantization_encoding,
+            [str(p) for p in m.weight_path],
+        )
+        logger.info(
+            "Pipeline: max_batch_size=%s max_length=%s devices=%s", self.max_batch_size, self.max_length, m.device_specs
+        )
 
     def log_pipeline_info(self) -> None:
         """Log the model, the pipeline settings and each KV cache config at INFO on ``max.pipelines``."""
@@ -389,14 +515,27 @@ class PipelineConfig(MAXConfig):
         ):
             logger.info("    %-22s : %s", key, value)
         logger.info("Pipeline Config")
-        for key in ("max_length", "max_batch_size", "enable_chunked_prefill", "prefill_chunk_size", "enable_in_flight_batching", "max_num_steps"):
+        for key in (
+            "max_length",
+            "max_batch_size",
+            "enable_chunked_prefill",
+            "prefill_chunk_size",
+            "enable_in_flight_batching",
+            "max_num_steps",
+        ):
             logger.info("    %-22s : %s", key, getattr(self, key))
         for title, config in (("KVCache Config", m), ("Draft Model KVCache Config", self._draft_model_config)):
             if config is None:
                 continue
             logger.info(title)
             kv = config.kv_cache
-            for key in ("cache_strategy", "kv_cache_page_size", "enable_prefix_caching", "enable_kvcache_swapping_to_host", "device_memory_utilization"):
+            for key in (
+                "cache_strategy",
+                "kv_cache_page_size",
+                "enable_prefix_caching",
+                "enable_kvcache_swapping_to_host",
+                "device_memory_utilization",
+            ):
                 logger.info("    %-22s : %s", key, getattr(kv, key))
 
 
@@ -421,7 +560,9 @@ def _merge(given: Any, cls: type, flat: dict[str, Any], name: str) -> Any:
     return dataclasses.replace(given, **flat) if flat else given
 
 
-def _build_model(given: MAXModelConfig | None, flat: dict[str, Any], kv_flat: dict[str, Any], name: str) -> MAXModelConfig:
+def _build_model(
+    given: MAXModelConfig | None, flat: dict[str, Any], kv_flat: dict[str, Any], name: str
+) -> MAXModelConfig:
     model = _merge(given, MAXModelConfig, flat, name)
     if kv_flat:
         model.kv_cache = dataclasses.replace(model.kv_cache, **kv_flat)
@@ -455,6 +596,9 @@ def _build_speculative(routed: RoutedOptions, draft: MAXModelConfig | None) -> S
     given = routed.objects.get("speculative_config")
     if draft is None:
         if given is not None or routed.speculative:
-            raise ConfigError(f"{_OWNER}.draft_model_path must be set for speculative decoding options ({', '.join(routed.speculative) or 'speculative_config'}), got none")
+            raise ConfigError(
+                f"{_OWNER}.draft_model_path must be set for speculative decoding options "
+                f"({', '.join(routed.speculative) or 'speculative_config'}), got none"
+            )
         return None
     return _merge(given, SpeculativeConfig, routed.speculative, "speculative_config")

@@ -46,7 +46,10 @@ def profiling_mode_from_env() -> Any:
 class ProfilingConfig(MAXConfig):
     """GPU profiling of the model (maxfx: recorded as ``jax.profiler`` traces by the engine)."""
 
-    gpu_profiling: Any = option(factory=profiling_mode_from_env, doc="GPU profiling: 'off', 'on' or 'detailed' (default: from MODULAR_ENABLE_PROFILING, else 'off').")
+    gpu_profiling: Any = option(
+        factory=profiling_mode_from_env,
+        doc="GPU profiling: 'off', 'on' or 'detailed' (default: from MODULAR_ENABLE_PROFILING, else 'off').",
+    )
 
     def __post_init__(self) -> None:
         self.validate()

@@ -32,14 +32,34 @@ class SamplingConfig(MAXConfig):
     defaults (None: each request's `SamplingParams` decide).
     """
 
-    in_dtype: Any = option(factory=lambda: _deps.dtype().float32, doc="DType of the logits given to the sampler (float32).")
+    in_dtype: Any = option(
+        factory=lambda: _deps.dtype().float32, doc="DType of the logits given to the sampler (float32)."
+    )
     out_dtype: Any = option(factory=lambda: _deps.dtype().float32, doc="DType of the sampler's outputs (float32).")
-    enable_structured_output: bool = option(False, doc="Constrain decoding to a request's response_format JSON schema (False).")
-    enable_variable_logits: bool = option(False, doc="Sample from a ragged batch of logits with offsets, as echo and speculative decoding need (False).")
-    enable_penalties: bool = option(False, doc="Apply frequency, presence and repetition penalties (False); also called do_penalties.")
+    enable_structured_output: bool = option(
+        False, doc="Constrain decoding to a request's response_format JSON schema (False)."
+    )
+    enable_variable_logits: bool = option(
+        False, doc="Sample from a ragged batch of logits with offsets, as echo and speculative decoding need (False)."
+    )
+    enable_penalties: bool = option(
+        False, doc="Apply frequency, presence and repetition penalties (False); also called do_penalties."
+    )
     enable_min_tokens: bool = option(False, doc="Mask stop tokens until a request's min_tokens are generated (False).")
-    top_k: int | None = option(None, doc="Default top-k for requests that set none (None: the request's SamplingParams decide; MAX 25.1's graph default).")
-    temperature: float | None = option(None, doc="Default temperature for requests that set none (None: the request's SamplingParams decide; MAX 25.1's graph default).")
+    top_k: int | None = option(
+        None,
+        doc=(
+            "Default top-k for requests that set none (None: the request's SamplingParams decide; MAX 25.1's graph "
+            "default)."
+        ),
+    )
+    temperature: float | None = option(
+        None,
+        doc=(
+            "Default temperature for requests that set none (None: the request's SamplingParams decide; MAX 25.1's "
+            "graph default)."
+        ),
+    )
 
     def __post_init__(self) -> None:
         self.validate()

@@ -27,8 +27,13 @@ class SpeculativeMethod(str, enum.Enum):
 class SpeculativeConfig(MAXConfig):
     """Speculative decoding: the method and how many tokens the draft proposes per step."""
 
-    speculative_method: SpeculativeMethod = option(SpeculativeMethod.STANDALONE, doc="Speculative decoding method: 'standalone' (a draft model) or 'eagle' ('standalone').")
-    num_speculative_tokens: int = option(2, doc="Tokens the draft model proposes per step, verified by the target in one forward (2).")
+    speculative_method: SpeculativeMethod = option(
+        SpeculativeMethod.STANDALONE,
+        doc="Speculative decoding method: 'standalone' (a draft model) or 'eagle' ('standalone').",
+    )
+    num_speculative_tokens: int = option(
+        2, doc="Tokens the draft model proposes per step, verified by the target in one forward (2)."
+    )
 
     def __post_init__(self) -> None:
         self.validate()
@@ -39,8 +44,12 @@ class SpeculativeConfig(MAXConfig):
         Raises:
             ConfigError: an unknown method, or ``num_speculative_tokens`` below 1.
         """
-        self.speculative_method = coerce_enum("SpeculativeConfig", "speculative_method", self.speculative_method, SpeculativeMethod)
-        self.num_speculative_tokens = check_int("SpeculativeConfig", "num_speculative_tokens", self.num_speculative_tokens, minimum=1)
+        self.speculative_method = coerce_enum(
+            "SpeculativeConfig", "speculative_method", self.speculative_method, SpeculativeMethod
+        )
+        self.num_speculative_tokens = check_int(
+            "SpeculativeConfig", "num_speculative_tokens", self.num_speculative_tokens, minimum=1
+        )
 
     def is_standalone(self) -> bool:
         """True for a standalone draft model."""

@@ -16,6 +16,20 @@ Example:
 
 from maxfx.pipelines.lib.interfaces._generate import BatchInfo, GenerateMixin
 from maxfx.pipelines.lib.interfaces.kv_cache import KVCacheMixin, get_paged_manager
-from maxfx.pipelines.lib.interfaces.pipeline_model import AlwaysSignalBuffersMixin, ModelInputs, ModelOutputs, PipelineModel
+from maxfx.pipelines.lib.interfaces.pipeline_model import (
+    AlwaysSignalBuffersMixin,
+    ModelInputs,
+    ModelOutputs,
+    PipelineModel,
+)
 
-__all__ = ["AlwaysSignalBuffersMixin", "BatchInfo", "GenerateMixin", "KVCacheMixin", "ModelInputs", "ModelOutputs", "PipelineModel", "get_paged_manager"]
+__all__ = [
+    "AlwaysSignalBuffersMixin",
+    "BatchInfo",
+    "GenerateMixin",
+    "KVCacheMixin",
+    "ModelInputs",
+    "ModelOutputs",
+    "PipelineModel",
+    "get_paged_manager",
+]

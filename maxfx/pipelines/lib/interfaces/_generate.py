@@ -87,13 +87,19 @@ class GenerateMixin:
         out = []
         for p in items:
             if isinstance(p, str):
-                p = TextGenerationRequest(request_id=RequestID(), model_name="", prompt=p, sampling_params=SamplingParams())
+                p = TextGenerationRequest(
+                    request_id=RequestID(), model_name="", prompt=p, sampling_params=SamplingParams()
+                )
             if not isinstance(p, TextGenerationRequest):
-                raise TypeError(f"GenerateMixin.generate: expected TextGenerationRequest or str prompts, got {type(p).__name__}")
+                raise TypeError(
+                    f"GenerateMixin.generate: expected TextGenerationRequest or str prompts, got {type(p).__name__}"
+                )
             out.append(p)
         return out
 
-    async def generate_async(self, prompts: TextGenerationRequest | str | Sequence[TextGenerationRequest | str]) -> list[TextGenerationOutput]:
+    async def generate_async(
+        self, prompts: TextGenerationRequest | str | Sequence[TextGenerationRequest | str]
+    ) -> list[TextGenerationOutput]:
         """Run the requests to completion together; one merged `TextGenerationOutput` per request, in order."""
         requests = self._requests(prompts)
         contexts = [await self.tokenizer.new_context(r) for r in requests]
@@ -103,11 +109,18 @@ class GenerateMixin:
             await asyncio.to_thread(sched.run_until_idle)
         results = [await asyncio.to_thread(s.result) for s in streams]
         return [
-            TextGenerationOutput(request_id=c.request_id, tokens=res.tokens, final_status=res.status, log_probabilities=res.log_probabilities or None)
+            TextGenerationOutput(
+                request_id=c.request_id,
+                tokens=res.tokens,
+                final_status=res.status,
+                log_probabilities=res.log_probabilities or None,
+            )
             for c, res in zip(contexts, results)
-        ]  # fmt: skip
+        ]
 
-    def generate(self, prompts: TextGenerationRequest | str | Sequence[TextGenerationRequest | str]) -> list[TextGenerationOutput]:
+    def generate(
+        self, prompts: TextGenerationRequest | str | Sequence[TextGenerationRequest | str]
+    ) -> list[TextGenerationOutput]:
         """`generate_async` from synchronous code (also from a notebook cell, whose event loop is running)."""
         return run_sync(lambda: self.generate_async(prompts))
 

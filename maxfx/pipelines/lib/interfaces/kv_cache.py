@@ -39,8 +39,16 @@ def _config_int(config: Any, keys: tuple[str, ...], where: str, default: int | N
 
 
 def kv_cache_bytes_per_token(params: KVCacheParams, num_layers: int) -> int:
-    """Bytes one cached token takes on one device: ``kv_dim * num_layers * n_kv_heads_per_device * head_dim * dtype size``."""
-    return int(params.kv_dim) * int(num_layers) * int(params.n_kv_heads_per_device) * int(params.head_dim) * int(params.dtype.size_in_bytes)
+    """Bytes one cached token takes on one device: ``kv_dim * num_layers * n_kv_heads_per_device * head_dim * dtype
+    size``.
+    """
+    return (
+        int(params.kv_dim)
+        * int(num_layers)
+        * int(params.n_kv_heads_per_device)
+        * int(params.head_dim)
+        * int(params.dtype.size_in_bytes)
+    )
 
 
 @runtime_checkable
@@ -53,7 +61,9 @@ class KVCacheMixin(Protocol):
 
     @classmethod
     @abstractmethod
-    def get_kv_params(cls, huggingface_config: Any, n_devices: int, kv_cache_config: Any, cache_dtype: Any) -> KVCacheParams:
+    def get_kv_params(
+        cls, huggingface_config: Any, n_devices: int, kv_cache_config: Any, cache_dtype: Any
+    ) -> KVCacheParams:
         """The `KVCacheParams` of the model's cache (abstract, as MAX).
 
         The base body is the usual decoder's, for overrides to call: KV heads
@@ -66,7 +76,10 @@ class KVCacheMixin(Protocol):
         """
         heads = _config_int(huggingface_config, ("num_attention_heads", "n_head"), "get_kv_params")
         kv_heads = _config_int(huggingface_config, ("num_key_value_heads",), "get_kv_params", default=heads)
-        head_dim = _config_int(huggingface_config, ("head_dim",), "get_kv_params", default=0) or _config_int(huggingface_config, ("hidden_size", "n_embd"), "get_kv_params") // heads
+        head_dim = (
+            _config_int(huggingface_config, ("head_dim",), "get_kv_params", default=0)
+            or _config_int(huggingface_config, ("hidden_size", "n_embd"), "get_kv_params") // heads
+        )
         strategy = KVCacheStrategy(getattr(kv_cache_config, "cache_strategy", KVCacheStrategy.PAGED))
         return KVCacheParams(
             dtype=cache_dtype,
@@ -81,7 +94,8 @@ class KVCacheMixin(Protocol):
     @classmethod
     @abstractmethod
     def get_num_layers(cls, huggingface_config: Any) -> int:
-        """How many layers keep a KV cache (abstract, as MAX; the base body reads ``num_hidden_layers`` / GPT-2's ``n_layer``).
+        """How many layers keep a KV cache (abstract, as MAX; the base body reads ``num_hidden_layers`` / GPT-2's
+        ``n_layer``).
 
         Raises:
             ValueError: the config states no layer count.
@@ -90,7 +104,15 @@ class KVCacheMixin(Protocol):
 
     @classmethod
     @abstractmethod
-    def estimate_kv_cache_size(cls, pipeline_config: Any, available_cache_memory: int, devices: list[Any], huggingface_config: Any, kv_cache_config: Any, cache_dtype: Any) -> int:
+    def estimate_kv_cache_size(
+        cls,
+        pipeline_config: Any,
+        available_cache_memory: int,
+        devices: list[Any],
+        huggingface_config: Any,
+        kv_cache_config: Any,
+        cache_dtype: Any,
+    ) -> int:
         """Bytes the KV cache will take, at most ``available_cache_memory`` (abstract, as MAX).
 
         The base body, for overrides to call: what ``max_batch_size`` sequences of the
@@ -101,11 +123,21 @@ class KVCacheMixin(Protocol):
         max_batch_size = getattr(pipeline_config, "max_batch_size", None)
         if not max_batch_size:
             return int(available_cache_memory)
-        params = cls.get_kv_params(huggingface_config=huggingface_config, n_devices=len(devices), kv_cache_config=kv_cache_config, cache_dtype=cache_dtype)
+        params = cls.get_kv_params(
+            huggingface_config=huggingface_config,
+            n_devices=len(devices),
+            kv_cache_config=kv_cache_config,
+            cache_dtype=cache_dtype,
+        )
         num_layers = cls.get_num_layers(huggingface_config=huggingface_config)
         max_seq_len = cls.calculate_max_seq_len(pipeline_config, huggingface_config=huggingface_config)  # type: ignore[attr-defined]
         page_size = int(params.page_size or 1)
-        needed = kv_cache_bytes_per_token(params, num_layers) * page_size * math.ceil(max_seq_len / page_size) * int(max_batch_size)
+        needed = (
+            kv_cache_bytes_per_token(params, num_layers)
+            * page_size
+            * math.ceil(max_seq_len / page_size)
+            * int(max_batch_size)
+        )
         return min(int(available_cache_memory), needed)
 
     def load_kv_manager(self, session: Any, available_cache_memory: int | None) -> PagedKVCacheManager:
@@ -122,10 +154,22 @@ class KVCacheMixin(Protocol):
         del session  # maxfx's page allocator lives on the host; the session compiles nothing for it
         pipeline_config, hf_config = self.pipeline_config, self.huggingface_config  # type: ignore[attr-defined]
         devices = list(self.devices)  # type: ignore[attr-defined]
-        encoding = self.encoding if getattr(self, "encoding", None) is not None else pipeline_config.model_config.quantization_encoding  # type: ignore[attr-defined]
-        params = type(self).get_kv_params(huggingface_config=hf_config, n_devices=len(devices), kv_cache_config=self.kv_cache_config, cache_dtype=encoding.cache_dtype)  # type: ignore[attr-defined]
+        encoding = (
+            self.encoding
+            if getattr(self, "encoding", None) is not None
+            else pipeline_config.model_config.quantization_encoding
+        )  # type: ignore[attr-defined]
+        params = type(self).get_kv_params(
+            huggingface_config=hf_config,
+            n_devices=len(devices),
+            kv_cache_config=self.kv_cache_config,
+            cache_dtype=encoding.cache_dtype,
+        )  # type: ignore[attr-defined]
         if params.page_size is None:
-            raise ValueError(f"{type(self).__name__}.load_kv_manager: get_kv_params returned no page_size (the paged cache needs one)")
+            raise ValueError(
+                f"{type(self).__name__}.load_kv_manager: get_kv_params returned no page_size (the paged cache needs "
+                "one)"
+            )
         num_layers = type(self).get_num_layers(huggingface_config=hf_config)
         max_seq_len = type(self).calculate_max_seq_len(pipeline_config, huggingface_config=hf_config)  # type: ignore[attr-defined]
         max_batch_size = pipeline_config.max_batch_size or 1
@@ -135,12 +179,24 @@ class KVCacheMixin(Protocol):
         else:
             total_pages = int(available_cache_memory) // page_bytes
             if total_pages < 1:
-                raise ValueError(f"{type(self).__name__}.load_kv_manager: {available_cache_memory} bytes hold no KV page ({page_bytes} bytes each)")
-        return PagedKVCacheManager(params, num_layers=num_layers, total_num_pages=total_pages, max_batch_size=max_batch_size, max_seq_len=max_seq_len, device=devices[0] if devices else None)
+                raise ValueError(
+                    f"{type(self).__name__}.load_kv_manager: {available_cache_memory} bytes hold no KV page "
+                    f"({page_bytes} bytes each)"
+                )
+        return PagedKVCacheManager(
+            params,
+            num_layers=num_layers,
+            total_num_pages=total_pages,
+            max_batch_size=max_batch_size,
+            max_seq_len=max_seq_len,
+            device=devices[0] if devices else None,
+        )
 
 
 def _is_paged_manager(manager: Any) -> bool:
-    return isinstance(manager, PagedKVCacheManager) or (manager is not None and all(callable(getattr(manager, m, None)) for m in _PAGED_MANAGER_METHODS))
+    return isinstance(manager, PagedKVCacheManager) or (
+        manager is not None and all(callable(getattr(manager, m, None)) for m in _PAGED_MANAGER_METHODS)
+    )
 
 
 def get_paged_manager(pipeline: Any) -> Any:

@@ -1,4 +1,5 @@
-"""`PipelineModel` (what a model implements to plug into MAX's pipelines), `ModelInputs`, `ModelOutputs`, `AlwaysSignalBuffersMixin`.
+"""`PipelineModel` (what a model implements to plug into MAX's pipelines), `ModelInputs`, `ModelOutputs`,
+`AlwaysSignalBuffersMixin`.
 
 A `PipelineModel` prepares batched inputs from contexts
 (`prepare_initial_token_inputs`, then `prepare_next_token_inputs` for each further
@@ -79,7 +80,9 @@ class RaggedTokenInputs(ModelInputs):
         kv_cache_inputs: the KV cache inputs of the step, or None.
     """
 
-    def __init__(self, tokens: Any, input_row_offsets: Any, return_n_logits: Any = None, kv_cache_inputs: Any = None) -> None:
+    def __init__(
+        self, tokens: Any, input_row_offsets: Any, return_n_logits: Any = None, kv_cache_inputs: Any = None
+    ) -> None:
         self.tokens = tokens
         self.input_row_offsets = input_row_offsets
         self.return_n_logits = return_n_logits
@@ -88,7 +91,10 @@ class RaggedTokenInputs(ModelInputs):
 
 def _require_ragged(owner: str, method: str, inputs: Any) -> None:
     if getattr(inputs, "tokens", None) is None or getattr(inputs, "input_row_offsets", None) is None:
-        raise TypeError(f"{owner}.{method}: the base implementation needs ragged inputs (tokens and input_row_offsets), got {type(inputs).__name__}")
+        raise TypeError(
+            f"{owner}.{method}: the base implementation needs ragged inputs (tokens and input_row_offsets), got "
+            f"{type(inputs).__name__}"
+        )
 
 
 @dataclass(frozen=True)
@@ -160,7 +166,10 @@ class PipelineModel(ABC):
         self.adapter = adapter
         self.return_logits = ReturnLogits(return_logits)
         if getattr(pipeline_config, "lora_config", None) is not None:
-            raise ValueError(f"{type(self).__name__}: LoRA adapters are not supported by maxfx's PipelineModel (it has no LoRA manager); set enable_lora=False")
+            raise ValueError(
+                f"{type(self).__name__}: LoRA adapters are not supported by maxfx's PipelineModel (it has no LoRA "
+                "manager); set enable_lora=False"
+            )
         self._lora_manager: Any = None
         self._logprobs_model: Any = None
         self.max_seq_len = self.calculate_max_seq_len(pipeline_config, huggingface_config)
@@ -174,9 +183,14 @@ class PipelineModel(ABC):
         Raises:
             ValueError: neither names an encoding.
         """
-        encoding = self.encoding if self.encoding is not None else self.pipeline_config.model_config.quantization_encoding
+        encoding = (
+            self.encoding if self.encoding is not None else self.pipeline_config.model_config.quantization_encoding
+        )
         if encoding is None:
-            raise ValueError(f"{type(self).__name__}.dtype: no quantization encoding is set (pass encoding= or resolve the pipeline config)")
+            raise ValueError(
+                f"{type(self).__name__}.dtype: no quantization encoding is set (pass encoding= or resolve the pipeline "
+                "config)"
+            )
         return encoding.dtype
 
     @property
@@ -211,14 +225,28 @@ class PipelineModel(ABC):
         wanted = getattr(pipeline_config, "max_length", None)
         if wanted is None:
             if limit is None:
-                raise ValueError(f"{cls.__name__}.calculate_max_seq_len: neither the pipeline config's max_length nor the model config's max_position_embeddings is set")
+                raise ValueError(
+                    f"{cls.__name__}.calculate_max_seq_len: neither the pipeline config's max_length nor the model "
+                    "config's max_position_embeddings is set"
+                )
             return limit
         if limit is not None and int(wanted) > limit:
-            raise ValueError(f"{cls.__name__}.calculate_max_seq_len: max_length {wanted} exceeds the model's max_position_embeddings ({limit})")
+            raise ValueError(
+                f"{cls.__name__}.calculate_max_seq_len: max_length {wanted} exceeds the model's "
+                f"max_position_embeddings ({limit})"
+            )
         return int(wanted)
 
     @classmethod
-    def infer_optimal_batch_size(cls, pipeline_config: Any, available_cache_memory: int, huggingface_config: Any, devices: list[Any], kv_cache_config: Any, cache_dtype: Any) -> int:
+    def infer_optimal_batch_size(
+        cls,
+        pipeline_config: Any,
+        available_cache_memory: int,
+        huggingface_config: Any,
+        devices: list[Any],
+        kv_cache_config: Any,
+        cache_dtype: Any,
+    ) -> int:
         """How many sequences of the longest length fit in ``available_cache_memory`` bytes of KV cache.
 
         1 for a model without a KV cache (not a `KVCacheMixin`) and on a lone host
@@ -230,7 +258,12 @@ class PipelineModel(ABC):
         if len(devices) == 1 and getattr(devices[0], "is_host", False):
             return 1
         num_layers = cls.get_num_layers(huggingface_config=huggingface_config)
-        params = cls.get_kv_params(huggingface_config=huggingface_config, n_devices=len(devices), kv_cache_config=kv_cache_config, cache_dtype=cache_dtype)
+        params = cls.get_kv_params(
+            huggingface_config=huggingface_config,
+            n_devices=len(devices),
+            kv_cache_config=kv_cache_config,
+            cache_dtype=cache_dtype,
+        )
         max_seq_len = cls.calculate_max_seq_len(pipeline_config, huggingface_config=huggingface_config)
         per_sequence = kv_cache_bytes_per_token(params, num_layers) * max_seq_len
         inferred = int(available_cache_memory) // max(per_sequence, 1)
@@ -262,20 +295,36 @@ class PipelineModel(ABC):
         """
         model = getattr(self, "model", None)
         if model is None or not callable(getattr(model, "execute", None)):
-            raise TypeError(f"{type(self).__name__}.execute: set self.model to the compiled graph (InferenceSession.load) or implement execute")
+            raise TypeError(
+                f"{type(self).__name__}.execute: set self.model to the compiled graph (InferenceSession.load) or "
+                "implement execute"
+            )
         _require_ragged(type(self).__name__, "execute", model_inputs)
         kv_inputs = [] if model_inputs.kv_cache_inputs is None else list(model_inputs.kv_cache_inputs)
         return_n = getattr(model_inputs, "return_n_logits", None)
-        args = [model_inputs.tokens, model_inputs.input_row_offsets, *([] if return_n is None else [return_n]), *self.signal_buffers, *kv_inputs]
+        args = [
+            model_inputs.tokens,
+            model_inputs.input_row_offsets,
+            *([] if return_n is None else [return_n]),
+            *self.signal_buffers,
+            *kv_inputs,
+        ]
         outputs = list(model.execute(*args))
         if len(outputs) == 1:
             return ModelOutputs(logits=outputs[0], next_token_logits=outputs[0])
         if len(outputs) in (2, 3):
-            return ModelOutputs(next_token_logits=outputs[0], logits=outputs[1], logit_offsets=outputs[2] if len(outputs) == 3 else None)
-        raise TypeError(f"{type(self).__name__}.execute: the graph returned {len(outputs)} outputs; expected 1 to 3 (next-token logits, all logits, offsets)")
+            return ModelOutputs(
+                next_token_logits=outputs[0], logits=outputs[1], logit_offsets=outputs[2] if len(outputs) == 3 else None
+            )
+        raise TypeError(
+            f"{type(self).__name__}.execute: the graph returned {len(outputs)} outputs; expected 1 to 3 (next-token "
+            "logits, all logits, offsets)"
+        )
 
     @abstractmethod
-    def prepare_initial_token_inputs(self, context_batch: Sequence[Any], kv_cache_inputs: Any = None, return_n_logits: int = 1) -> ModelInputs:
+    def prepare_initial_token_inputs(
+        self, context_batch: Sequence[Any], kv_cache_inputs: Any = None, return_n_logits: int = 1
+    ) -> ModelInputs:
         """Batch the contexts' next tokens into the first step's inputs (abstract, as MAX).
 
         The base body, for overrides to call, builds `RaggedTokenInputs` on the first
@@ -323,7 +372,13 @@ class PipelineModel(ABC):
         return tensor.to(self.devices[0]) if self.devices else tensor
 
     def compute_log_probabilities(
-        self, session: Any, model_inputs: ModelInputs, model_outputs: ModelOutputs, next_tokens: Any, batch_top_n: list[int], batch_echo: list[bool]
+        self,
+        session: Any,
+        model_inputs: ModelInputs,
+        model_outputs: ModelOutputs,
+        next_tokens: Any,
+        batch_top_n: list[int],
+        batch_echo: list[bool],
     ) -> list[LogProbabilities | None]:
         """Log probabilities of the sampled tokens (and, with echo, the input tokens) of a step.
 
@@ -340,15 +395,25 @@ class PipelineModel(ABC):
         """
         tokens, offsets = getattr(model_inputs, "tokens", None), getattr(model_inputs, "input_row_offsets", None)
         if tokens is None or offsets is None:
-            raise ValueError(f"{type(self).__name__}.compute_log_probabilities: needs ragged model inputs with tokens and input_row_offsets; override it for other layouts")
+            raise ValueError(
+                f"{type(self).__name__}.compute_log_probabilities: needs ragged model inputs with tokens and "
+                "input_row_offsets; override it for other layouts"
+            )
         if model_outputs.next_token_logits is None:
-            raise ValueError(f"{type(self).__name__}.compute_log_probabilities: the model outputs have no next_token_logits")
+            raise ValueError(
+                f"{type(self).__name__}.compute_log_probabilities: the model outputs have no next_token_logits"
+            )
         all_logits = self.return_logits in (ReturnLogits.ALL, ReturnLogits.VARIABLE)
         if any(batch_echo) and not all_logits:
-            raise ValueError(f"{type(self).__name__}.compute_log_probabilities: echo needs the logits of every token; build the pipeline with enable_echo=True")
+            raise ValueError(
+                f"{type(self).__name__}.compute_log_probabilities: echo needs the logits of every token; build the "
+                "pipeline with enable_echo=True"
+            )
         device = self.devices[0]
         if self._logprobs_model is None:
-            self._logprobs_model = session.load(log_probabilities_ragged_graph(DeviceRef.from_device(device), levels=_LOGPROB_LEVELS))
+            self._logprobs_model = session.load(
+                log_probabilities_ragged_graph(DeviceRef.from_device(device), levels=_LOGPROB_LEVELS)
+            )
         return compute_log_probabilities_ragged(
             device,
             self._logprobs_model,
@@ -375,7 +440,9 @@ class AlwaysSignalBuffersMixin:
 
     @cached_property
     def signal_buffers(self) -> list[Any]:
-        """One zeroed uint8 ``[Signals.NUM_BYTES]`` buffer per device, one device included; empty in virtual-device mode."""
+        """One zeroed uint8 ``[Signals.NUM_BYTES]`` buffer per device, one device included; empty in virtual-device
+        mode.
+        """
         if is_virtual_device_mode():
             return []
         return Signals([DeviceRef.from_device(d) for d in self.devices]).buffers()

@@ -55,7 +55,16 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
         model: an already loaded `maxfx.models.CausalLM` to use instead of loading one.
     """
 
-    def __init__(self, pipeline_config: Any, pipeline_model: Any, eos_token_id: int | None, weight_adapters: Any, tokenizer: Any, *, model: Any = None):
+    def __init__(
+        self,
+        pipeline_config: Any,
+        pipeline_model: Any,
+        eos_token_id: int | None,
+        weight_adapters: Any,
+        tokenizer: Any,
+        *,
+        model: Any = None,
+    ):
         self._pipeline_config = pipeline_config
         self._pipeline_model = pipeline_model
         self._eos_token_id = eos_token_id
@@ -80,7 +89,9 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
         return self._scheduler
 
     def warmup(self) -> int:
-        """Compile every step the scheduler can run with greedy requests (`ModelRunner.warmup`); returns the programs compiled."""
+        """Compile every step the scheduler can run with greedy requests (`ModelRunner.warmup`); returns the programs
+        compiled.
+        """
         s = self.scheduler
         return self.runner.warmup(prefill_rows=s.max_prefill_rows, prefill_tokens=s.max_prefill_tokens)
 
@@ -89,11 +100,17 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
         """``num_steps`` cut to what the context may still generate; ValueError when it is already at its limit."""
         left = min(context.max_length - context.current_length, context.max_new_tokens - context.num_generated)
         if left <= 0:
-            raise ValueError(f"TextGenerationPipeline: request {context.request_id} is at its length limit ({context.current_length} of max_length {context.max_length})")
+            raise ValueError(
+                f"TextGenerationPipeline: request {context.request_id} is at its length limit "
+                f"({context.current_length} of max_length {context.max_length})"
+            )
         return max(1, min(int(num_steps), left))
 
-    def prepare_batch(self, batches: Sequence[dict[RequestID, TextContext]], num_steps: int) -> tuple[list[TextContext], int]:
-        """Flatten the replicas' batches, give new contexts KV pages, and cut ``num_steps`` to what every context allows.
+    def prepare_batch(
+        self, batches: Sequence[dict[RequestID, TextContext]], num_steps: int
+    ) -> tuple[list[TextContext], int]:
+        """Flatten the replicas' batches, give new contexts KV pages, and cut ``num_steps`` to what every context
+        allows.
 
         Raises:
             RuntimeError: the KV pool cannot hold a new context (nothing is taken for it).
@@ -104,7 +121,10 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
                 try:
                     self.runner.claim(ctx)
                 except OutOfPagesError as err:
-                    raise RuntimeError(f"TextGenerationPipeline.execute: no KV pages for request {ctx.request_id}: {err}; release finished requests or lower max_batch_size") from None
+                    raise RuntimeError(
+                        f"TextGenerationPipeline.execute: no KV pages for request {ctx.request_id}: {err}; release "
+                        "finished requests or lower max_batch_size"
+                    ) from None
         steps = min((self.calculate_num_steps(num_steps, c) for c in flat if not c.is_done), default=0)
         return flat, steps
 
@@ -125,10 +145,16 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
             bitmask[index, np.asarray(allowed, np.int64)] = True
 
     def update_context_and_prepare_responses(
-        self, generated_tokens_host: np.ndarray, batch_log_probabilities: list[list[LogProbabilities | None]] | None, flat_batch: Sequence[TextContext], num_steps: int,
+        self,
+        generated_tokens_host: np.ndarray,
+        batch_log_probabilities: list[list[LogProbabilities | None]] | None,
+        flat_batch: Sequence[TextContext],
+        num_steps: int,
         enable_log_probs: bool,
-    ) -> dict[RequestID, TextGenerationOutput]:  # fmt: skip
-        """Write ``generated_tokens_host [B, num_steps]`` (-1: nothing this step) into the contexts; their outputs by request id."""
+    ) -> dict[RequestID, TextGenerationOutput]:
+        """Write ``generated_tokens_host [B, num_steps]`` (-1: nothing this step) into the contexts; their outputs by
+        request id.
+        """
         for i, ctx in enumerate(flat_batch):
             for step in range(int(num_steps)):
                 token = int(generated_tokens_host[i, step])

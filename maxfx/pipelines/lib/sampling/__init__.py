@@ -1,4 +1,5 @@
-"""``max.pipelines.lib.sampling``: the sampling graphs of the pipelines (`sampling`: `token_sampler`, the rejection samplers).
+"""``max.pipelines.lib.sampling``: the sampling graphs of the pipelines (`sampling`: `token_sampler`, the rejection
+samplers).
 
 Example:
     >>> from maxfx.pipelines.lib.sampling import token_sampler
@@ -6,6 +7,11 @@ Example:
     True
 """
 
-from maxfx.pipelines.lib.sampling.sampling import DEFAULT_MAX_K, rejection_sampler, rejection_sampler_with_residuals, token_sampler
+from maxfx.pipelines.lib.sampling.sampling import (
+    DEFAULT_MAX_K,
+    rejection_sampler,
+    rejection_sampler_with_residuals,
+    token_sampler,
+)
 
 __all__ = ["DEFAULT_MAX_K", "rejection_sampler", "rejection_sampler_with_residuals", "token_sampler"]

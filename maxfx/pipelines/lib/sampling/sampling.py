@@ -52,7 +52,9 @@ _MASKED_LOGIT = -10000.0
 _BIG_INDEX = 2**62
 
 
-def _sampling_input_types(sampling_config: Any, return_logits: bool, device: DeviceRef) -> dict[str, TensorType | BufferType]:
+def _sampling_input_types(
+    sampling_config: Any, return_logits: bool, device: DeviceRef
+) -> dict[str, TensorType | BufferType]:
     """The sampler's inputs, by name, in MAX's order (the config decides which optional ones exist)."""
     inputs: dict[str, TensorType | BufferType] = {}
     rows = "total_output_len" if sampling_config.enable_variable_logits else "batch"
@@ -85,11 +87,16 @@ def _sampling_input_types(sampling_config: Any, return_logits: bool, device: Dev
 
 def _check_device(fn: str, device: Any) -> DeviceRef:
     if not isinstance(device, DeviceRef):
-        raise TypeError(f"{fn}: device must be a DeviceRef (e.g. DeviceRef.CPU() or DeviceRef.from_device(dev)), got {type(device).__name__}")
+        raise TypeError(
+            f"{fn}: device must be a DeviceRef (e.g. DeviceRef.CPU() or DeviceRef.from_device(dev)), got "
+            f"{type(device).__name__}"
+        )
     return device
 
 
-def token_sampler(sampling_config: Any, device: DeviceRef, return_logits: bool = False, *, max_k: int | None = None) -> Graph:
+def token_sampler(
+    sampling_config: Any, device: DeviceRef, return_logits: bool = False, *, max_k: int | None = None
+) -> Graph:
     """The graph of one sampling step, as MAX's ``token_sampler``.
 
     Inputs, in order (the optional ones only when ``sampling_config`` enables them):
@@ -144,7 +151,9 @@ def token_sampler(sampling_config: Any, device: DeviceRef, return_logits: bool =
             offsets = ops.cast(inputs["logit_offsets"].tensor, DType.int64)
             logits = ops.rebind(ops.gather(logits, offsets[1:] - 1, 0), ["batch", "vocab_size"])
         logits = _penalize_rows(sampling_config, inputs, logits, device)
-        if not sampling_config.enable_variable_logits and (sampling_config.enable_penalties or sampling_config.enable_min_tokens):
+        if not sampling_config.enable_variable_logits and (
+            sampling_config.enable_penalties or sampling_config.enable_min_tokens
+        ):
             ops.buffer_store(logits_buffer, logits)  # as MAX, which penalizes the logits buffer in place
         logits = ops.cast(logits, sampling_config.out_dtype)
         if sampling_config.enable_structured_output:
@@ -153,13 +162,23 @@ def token_sampler(sampling_config: Any, device: DeviceRef, return_logits: bool =
             logits = ops.where(bitmask, logits, ops.constant(_MASKED_LOGIT, logits.dtype, device))
         top_k = inputs["top_k"].tensor
         # top_k <= 0 asks for the whole vocabulary: the most the graph was built to consider.
-        top_k = ops.where(top_k <= ops.constant(0, DType.int64, device), ops.broadcast_to(ops.constant(bound, DType.int64, device), list(top_k.shape)), top_k)
+        top_k = ops.where(
+            top_k <= ops.constant(0, DType.int64, device),
+            ops.broadcast_to(ops.constant(bound, DType.int64, device), list(top_k.shape)),
+            top_k,
+        )
         # Padding with -inf columns lets the static bound exceed the vocabulary.
         pad = ops.broadcast_to(ops.constant(float("-inf"), logits.dtype, device), [logits.shape[0], bound])
         padded = ops.concat([logits, pad], axis=1)
         seed = inputs["seed"].tensor
         tokens = topk_fused_sampling(
-            padded, top_k, max_k=bound, temperature=inputs["temperature"].tensor, top_p=inputs["top_p"].tensor, min_top_p=ops.cast(inputs["min_top_p"].tensor, DType.float32), seed=seed
+            padded,
+            top_k,
+            max_k=bound,
+            temperature=inputs["temperature"].tensor,
+            top_p=inputs["top_p"].tensor,
+            min_top_p=ops.cast(inputs["min_top_p"].tensor, DType.float32),
+            seed=seed,
         )
         if sampling_config.enable_penalties:
             sampled = ops.squeeze(tokens, 1)
@@ -184,7 +203,15 @@ def _dim_scalar(dim: Any, device: DeviceRef) -> Any:
     return value if value.device == device else ops.transfer_to(value, device)
 
 
-def _apply_row_penalties(logits: Any, frequency_data: Any, frequency_offsets: Any, frequency: Any, presence: Any, repetition: Any, device: DeviceRef) -> Any:
+def _apply_row_penalties(
+    logits: Any,
+    frequency_data: Any,
+    frequency_offsets: Any,
+    frequency: Any,
+    presence: Any,
+    repetition: Any,
+    device: DeviceRef,
+) -> Any:
     """MAX's penalty kernel with per-row penalties ``[batch]``: for each ``(token, count)`` of sequence b's slice.
 
     ``l = l / repetition[b] if l > 0 else l * repetition[b]``, then
@@ -197,9 +224,16 @@ def _apply_row_penalties(logits: Any, frequency_data: Any, frequency_offsets: An
     counts = ops.cast(frequency_data[:, 1], DType.float32)
     position = _arange(entries, device)
     # Sequence of each entry: how many sequences end at or before it.
-    row = ops.squeeze(ops.sum(ops.cast(ops.unsqueeze(offsets[1:], 0) <= ops.unsqueeze(position, 1), DType.int64), axis=-1), -1)
+    row = ops.squeeze(
+        ops.sum(ops.cast(ops.unsqueeze(offsets[1:], 0) <= ops.unsqueeze(position, 1), DType.int64), axis=-1), -1
+    )
     zero_i = ops.constant(0, DType.int64, device)
-    valid = (position < offsets[-1]) & (tokens >= zero_i) & (tokens < _dim_scalar(vocab, device)) & (counts > ops.constant(0.0, DType.float32, device))
+    valid = (
+        (position < offsets[-1])
+        & (tokens >= zero_i)
+        & (tokens < _dim_scalar(vocab, device))
+        & (counts > ops.constant(0.0, DType.float32, device))
+    )
     r, c = ops.where(valid, row, zero_i), ops.where(valid, tokens, zero_i)
     index = ops.stack([r, c], axis=-1)
     old = ops.cast(ops.gather_nd(logits, index), DType.float32)
@@ -211,15 +245,33 @@ def _apply_row_penalties(logits: Any, frequency_data: Any, frequency_offsets: An
 
 
 def _penalize_rows(sampling_config: Any, inputs: dict[str, Any], logits: Any, device: DeviceRef) -> Any:
-    """The repetition penalty, then frequency/presence penalties, then the min_tokens mask, on ``logits [batch, vocab]``."""
+    """The repetition penalty, then frequency/presence penalties, then the min_tokens mask, on ``logits [batch,
+    vocab]``.
+    """
     if sampling_config.enable_penalties:
         rows = logits.shape[0]
         zero = ops.broadcast_to(ops.constant(0.0, DType.float32, device), [rows])
         one = ops.broadcast_to(ops.constant(1.0, DType.float32, device), [rows])
         repetition_data = ops.buffer_load(inputs["repetition_freq_data"].buffer)
-        logits = _apply_row_penalties(logits, repetition_data, inputs["repetition_freq_offsets"], zero, zero, inputs["repetition_penalty"].tensor, device)
+        logits = _apply_row_penalties(
+            logits,
+            repetition_data,
+            inputs["repetition_freq_offsets"],
+            zero,
+            zero,
+            inputs["repetition_penalty"].tensor,
+            device,
+        )
         penalty_data = ops.buffer_load(inputs["penalty_freq_data"].buffer)
-        logits = _apply_row_penalties(logits, penalty_data, inputs["penalty_freq_offsets"], inputs["frequency_penalty"].tensor, inputs["presence_penalty"].tensor, one, device)
+        logits = _apply_row_penalties(
+            logits,
+            penalty_data,
+            inputs["penalty_freq_offsets"],
+            inputs["frequency_penalty"].tensor,
+            inputs["presence_penalty"].tensor,
+            one,
+            device,
+        )
     if sampling_config.enable_min_tokens:
         mask = ops.cast(inputs["min_tokens_mask"].tensor, DType.int64)
         fill = ops.broadcast_to(ops.constant(_MASKED_LOGIT, logits.dtype, device), [mask.shape[0]])
@@ -234,7 +286,9 @@ def _spec_input_types(device: DeviceRef) -> list[TensorType]:
     return [
         TensorType(DType.int64, ["batch_size", "num_steps"], device),  # draft tokens
         TensorType(DType.float32, ["batch_size", "num_steps"], device),  # draft logits of the drafted tokens
-        TensorType(DType.float32, ["total_output_len", "vocab_size"], device),  # target logits, num_steps + 1 rows per sequence
+        TensorType(
+            DType.float32, ["total_output_len", "vocab_size"], device
+        ),  # target logits, num_steps + 1 rows per sequence
         TensorType(DType.int64, ["logit_offsets_len"], device),  # first target row of each sequence (+ the end)
     ]
 
@@ -255,11 +309,15 @@ def _first_true(mask: Any, device: DeviceRef) -> Any:
     marked = ops.concat([mask, sentinel], axis=1)  # [batch, n + 1]: position n is always True
     width = marked.shape[1]
     positions = ops.broadcast_to(ops.unsqueeze(_arange(width, device), 0), [batch, width])
-    return ops.squeeze(ops.min(ops.where(marked, positions, ops.constant(_BIG_INDEX, DType.int64, device)), axis=-1), -1)
+    return ops.squeeze(
+        ops.min(ops.where(marked, positions, ops.constant(_BIG_INDEX, DType.int64, device)), axis=-1), -1
+    )
 
 
 def _greedy_rows(rows: Any, device: DeviceRef, seed: int) -> Any:
-    """``topk_fused_sampling`` with top_k 1 (greedy), as MAX's samplers draw replacement and bonus tokens: ``[batch, 1]``."""
+    """``topk_fused_sampling`` with top_k 1 (greedy), as MAX's samplers draw replacement and bonus tokens: ``[batch,
+    1]``.
+    """
     return topk_fused_sampling(rows, 1, temperature=1.0, top_p=1.0, seed=seed)
 
 
@@ -322,9 +380,15 @@ def rejection_sampler_with_residuals(device: DeviceRef, *, seed: int = 0, debug:
         TypeError: ``device`` is not a `DeviceRef`.
     """
     device = _check_device("rejection_sampler_with_residuals", device)
-    input_types = [*_spec_input_types(device), TensorType(DType.float32, ["num_steps", "batch_size", "vocab_size"], device)]
+    input_types = [
+        *_spec_input_types(device),
+        TensorType(DType.float32, ["num_steps", "batch_size", "vocab_size"], device),
+    ]
     if debug:
-        input_types += [TensorType(DType.float32, ["batch_size", "num_steps"], device), TensorType(DType.float32, ["batch_size", "num_steps", "vocab_size"], device)]
+        input_types += [
+            TensorType(DType.float32, ["batch_size", "num_steps"], device),
+            TensorType(DType.float32, ["batch_size", "num_steps", "vocab_size"], device),
+        ]
     with Graph("rejection_sampler_with_residuals", input_types=input_types) as graph:
         values = [v.tensor for v in graph.inputs]
         draft_tokens, _draft_logits, target_logits, offsets, all_draft_logits = values[:5]
@@ -335,7 +399,9 @@ def rejection_sampler_with_residuals(device: DeviceRef, *, seed: int = 0, debug:
         b_idx = ops.broadcast_to(ops.unsqueeze(_arange(batch, device), 1), [batch, steps])
         s_idx = ops.broadcast_to(ops.unsqueeze(_arange(steps, device), 0), [batch, steps])
         index = ops.stack([b_idx, s_idx, draft_tokens], axis=-1)
-        ratio = ops.gather_nd(target, index) / (ops.gather_nd(draft, index) + ops.constant(1e-10, DType.float32, device))
+        ratio = ops.gather_nd(target, index) / (
+            ops.gather_nd(draft, index) + ops.constant(1e-10, DType.float32, device)
+        )
         residual = ops.max(target - draft, ops.constant(float(np.finfo(np.float32).tiny), DType.float32, device))
         residual = residual / ops.sum(residual, axis=-1)
         if debug:
