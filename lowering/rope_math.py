@@ -10,7 +10,8 @@ input's dtype, so the eager, graph and kernel paths give the same numbers.
 Example:
     >>> import numpy as np
     >>> x = np.array([[1.0, 0.0]], np.float32)
-    >>> rotate_pairs(x, np.zeros((1, 1), np.float32), np.ones((1, 1), np.float32), interleaved=True, xp=JAX_ARRAYS).tolist()
+    >>> rotate_pairs(x, np.zeros((1, 1), np.float32), np.ones((1, 1), np.float32), interleaved=True,
+    ...     xp=JAX_ARRAYS).tolist()
     [[0.0, 1.0]]
 """
 

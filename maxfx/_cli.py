@@ -7,7 +7,8 @@ and exit status 2, never a traceback. Parsing the flags does not import JAX,
 so ``--help`` and flag errors answer at once.
 
 Example:
-    >>> main(["generate", "--model", "tests/data/models/tiny_llama", "--prompt", "hello", "--max-new-tokens", "4"])  # doctest: +SKIP
+    >>> main(["generate", "--model", "tests/data/models/tiny_llama", "--prompt", "hello", "--max-new-tokens",
+    ...     "4"])  # doctest: +SKIP
     ...
     load 0.05 s, compile 1.32 s, prefill 912.5 tok/s, decode 250.1 tok/s
     0

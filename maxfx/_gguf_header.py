@@ -61,7 +61,8 @@ class _HeaderScan:
     Python integers; it reads only the header and never the tensor data.
 
     Example:
-        >>> with open("model.gguf", "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:  # doctest: +SKIP
+        >>> with open("model.gguf", "rb") as f, mmap.mmap(f.fileno(), 0,
+        ...     access=mmap.ACCESS_READ) as buf:  # doctest: +SKIP
         ...     _HeaderScan("model.gguf", buf, {0: ("F32", 1, 4)}).run()
     """
 

@@ -159,7 +159,8 @@ def paged_one_query_attention(
         >>> from custom_calls.attention import cpu
         >>> q = np.ones((1, 1, 4, 16), np.float32); pages = np.ones((3, 16, 2, 16), np.float32)
         >>> if cpu.applies_paged(q, pages, pages):
-        ...     print(cpu.paged_one_query_attention(q, pages, pages, np.array([[2, 1]]), np.array([20]), window=None, scale=0.25).shape)
+        ...     print(cpu.paged_one_query_attention(q, pages, pages, np.array([[2, 1]]), np.array([20]), window=None,
+        ...     scale=0.25).shape)
         (1, 1, 4, 16)
     """
     b, hq, d = q.shape[0], q.shape[2], q.shape[3]

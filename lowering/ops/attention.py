@@ -482,11 +482,13 @@ def kv_cache_store(
         >>> from maxfx.engine import InferenceSession
         >>> from maxfx.graph import BufferType, DeviceRef, Graph, TensorType, ops
         >>> cpu, u32 = DeviceRef.CPU(), DType.uint32
-        >>> pool = BufferType(DType.float32, [4, 2, 1, 2, 1, 2], cpu)  # [pages, K|V, layers, page_size, kv_heads, head_dim]
+        >>> pool = BufferType(DType.float32, [4, 2, 1, 2, 1, 2],
+        ...     cpu)  # [pages, K|V, layers, page_size, kv_heads, head_dim]
         >>> lookup = np.array([[3, 1]], np.uint32)  # sequence 0: positions 0-1 on page 3, 2-3 on page 1
         >>> row_offsets = np.array([0, 2], np.uint32)  # one sequence of 2 new rows...
         >>> cached = np.array([1], np.uint32)  # ...after 1 cached token: positions 1 and 2
-        >>> types = [pool, TensorType(DType.float32, [2, 1, 2], cpu), TensorType(u32, [1, 2], cpu), TensorType(u32, [2], cpu), TensorType(u32, [1], cpu)]
+        >>> types = [pool, TensorType(DType.float32, [2, 1, 2], cpu), TensorType(u32, [1, 2], cpu), TensorType(u32, [2],
+        ...     cpu), TensorType(u32, [1], cpu)]
         >>> with Graph("store", input_types=types) as g:
         ...     blocks, k, lookup_table, offsets, cache_lengths = g.inputs
         ...     zero = ops.constant(0, u32, cpu)
@@ -544,7 +546,8 @@ def kv_cache_gather(
         >>> from maxfx.engine import InferenceSession
         >>> from maxfx.graph import BufferType, DeviceRef, Graph, TensorType, ops
         >>> cpu, u32 = DeviceRef.CPU(), DType.uint32
-        >>> pool = BufferType(DType.float32, [4, 2, 1, 2, 1, 2], cpu)  # [pages, K|V, layers, page_size, kv_heads, head_dim]
+        >>> pool = BufferType(DType.float32, [4, 2, 1, 2, 1, 2],
+        ...     cpu)  # [pages, K|V, layers, page_size, kv_heads, head_dim]
         >>> lookup = np.array([[3, 1]], np.uint32)  # sequence 0: positions 0-1 on page 3, 2-3 on page 1
         >>> row_offsets = np.array([0, 2], np.uint32)  # one sequence of 2 new rows...
         >>> cached = np.array([1], np.uint32)  # ...after 1 cached token: positions 1 and 2
@@ -552,7 +555,8 @@ def kv_cache_gather(
         >>> with Graph("gather", input_types=types) as g:
         ...     blocks, lookup_table, offsets, cache_lengths = g.inputs
         ...     zero = ops.constant(0, u32, cpu)
-        ...     g.output(ops.kv_cache_gather(blocks, lookup_table, zero, offsets, cache_lengths, zero, n_rows=3, kv_index=1))
+        ...     g.output(ops.kv_cache_gather(blocks, lookup_table, zero, offsets, cache_lengths, zero, n_rows=3,
+        ...     kv_index=1))
         >>> c = np.zeros((4, 2, 1, 2, 1, 2), np.float32)
         >>> c[3, 1, 0, 1, 0] = [5.0, 6.0]  # V at position 1
         >>> c[1, 1, 0, 0, 0] = [7.0, 8.0]  # V at position 2
@@ -713,11 +717,13 @@ def paged_attention(
         >>> from maxfx.engine import InferenceSession
         >>> from maxfx.graph import BufferType, DeviceRef, Graph, TensorType, ops
         >>> cpu, u32 = DeviceRef.CPU(), DType.uint32
-        >>> pool = BufferType(DType.float32, [4, 2, 1, 2, 1, 2], cpu)  # [pages, K|V, layers, page_size, kv_heads, head_dim]
+        >>> pool = BufferType(DType.float32, [4, 2, 1, 2, 1, 2],
+        ...     cpu)  # [pages, K|V, layers, page_size, kv_heads, head_dim]
         >>> lookup = np.array([[3, 1]], np.uint32)  # sequence 0: positions 0-1 on page 3, 2-3 on page 1
         >>> row_offsets = np.array([0, 2], np.uint32)  # one sequence of 2 new rows...
         >>> cached = np.array([1], np.uint32)  # ...after 1 cached token: positions 1 and 2
-        >>> types = [pool, TensorType(DType.float32, [2, 1, 2], cpu), TensorType(u32, [1, 2], cpu), TensorType(u32, [2], cpu), TensorType(u32, [1], cpu)]
+        >>> types = [pool, TensorType(DType.float32, [2, 1, 2], cpu), TensorType(u32, [1, 2], cpu), TensorType(u32, [2],
+        ...     cpu), TensorType(u32, [1], cpu)]
         >>> with Graph("attend", input_types=types) as g:
         ...     blocks, q, lookup_table, offsets, cache_lengths = g.inputs
         ...     layer = ops.constant(0, u32, cpu)
@@ -873,7 +879,8 @@ def rope_ragged(
         >>> import numpy as np
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> freqs_cis = Tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]])  # (cos, sin): 90 degrees per position
+        >>> freqs_cis = Tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0,
+        ...     -1.0]])  # (cos, sin): 90 degrees per position
         >>> x = Tensor(np.array([[[1.0, 0.0]], [[1.0, 0.0]]], np.float32))  # [tokens, heads, head_dim]
         >>> offsets = Tensor(np.array([0, 2], np.uint32))
         >>> start = Tensor(np.array([1], np.uint32))  # the sequence starts at position 1

@@ -344,7 +344,8 @@ def buffer_store_slice(destination: Any, source: Any, indices: Any) -> None:
         >>> from maxfx.graph import BufferType, DeviceRef, Graph, TensorType, ops
         >>> from maxfx.dtype import DType
         >>> from maxfx.engine import InferenceSession
-        >>> types = [BufferType(DType.float32, [2, 3], DeviceRef.CPU()), TensorType(DType.float32, [3], DeviceRef.CPU())]
+        >>> types = [BufferType(DType.float32, [2, 3], DeviceRef.CPU()), TensorType(DType.float32, [3],
+        ...     DeviceRef.CPU())]
         >>> with Graph("g", input_types=types) as g:
         ...     buf, row = g.inputs
         ...     ops.buffer_store_slice(buf, row, [0, slice(None)])  # buf[0, :] = row

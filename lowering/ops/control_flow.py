@@ -758,7 +758,8 @@ def call(graph: Any, *args: Any, prefix: str = "") -> list[Any]:
         >>> from maxfx.dtype import DType
         >>> from maxfx.engine import InferenceSession
         >>> with Graph("main", input_types=[TensorType(DType.float32, ["batch", 2], DeviceRef.CPU())]) as g:
-        ...     with g.add_subgraph("add_one", input_types=[TensorType(DType.float32, ["n", 2], DeviceRef.CPU())]) as sub:
+        ...     with g.add_subgraph("add_one", input_types=[TensorType(DType.float32, ["n", 2],
+        ...     DeviceRef.CPU())]) as sub:
         ...         sub.output(sub.inputs[0] + 1)
         ...     [y] = ops.call(sub, g.inputs[0])
         ...     print(y.type)  # the subgraph's n is the caller's batch

@@ -371,7 +371,8 @@ def custom(
         ...     row = TensorType(DType.float32, [2], DeviceRef.CPU())
         ...     lo, hi = ops.custom("example.min_max", DeviceRef.CPU(), [y], [row, row])
         ...     g.output(lo, hi)
-        >>> [t.to_numpy().tolist() for t in InferenceSession().load(g).execute(np.array([[1.0, 5.0, 3.0], [0.0, -2.0, 4.0]], np.float32))]
+        >>> [t.to_numpy().tolist() for t in InferenceSession().load(g).execute(np.array([[1.0, 5.0, 3.0], [0.0, -2.0,
+        ...     4.0]], np.float32))]
         [[2.0, -1.0], [6.0, 5.0]]
     """
     kernel = _kernel(name, inplace=False)

@@ -256,7 +256,8 @@ def scaled_matmul(a, b, a_scales, b_scales, out_dtype: DType = DType.bfloat16):
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
         >>> a = ops.cast(Tensor([[1.0, 2.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]]), DType.float8_e4m3fn)  # [M=2, K=4]
-        >>> b = ops.cast(Tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]]), DType.float8_e4m3fn)  # [N=3, K]
+        >>> b = ops.cast(Tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]]),
+        ...     DType.float8_e4m3fn)  # [N=3, K]
         >>> a_scales = Tensor([[0.5]])  # per tensor
         >>> b_scales = Tensor([[1.0], [2.0], [1.0]])  # per row of b
         >>> ops.scaled_matmul(a, b, a_scales, b_scales, out_dtype=DType.float32)

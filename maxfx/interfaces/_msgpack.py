@@ -326,7 +326,8 @@ def msgpack_numpy_decoder(type_: Any, copy: bool = True) -> MsgpackNumpyDecoder:
 
         >>> from maxfx.interfaces import RequestID, SchedulerResult, TextGenerationOutput, GenerationStatus
         >>> tp = dict[RequestID, SchedulerResult[TextGenerationOutput]]
-        >>> msg = {RequestID("a"): SchedulerResult.create(TextGenerationOutput("a", [3], GenerationStatus.END_OF_SEQUENCE))}
+        >>> msg = {RequestID("a"): SchedulerResult.create(TextGenerationOutput("a", [3],
+        ...     GenerationStatus.END_OF_SEQUENCE))}
         >>> back = msgpack_numpy_decoder(tp)(msgpack_numpy_encoder()(msg))
         >>> back["a"].result.tokens, back["a"].is_done
         ([3], True)

@@ -130,7 +130,8 @@ class TextGenerationContext(BaseContext, Protocol):
         >>> class Ctx(TextGenerationContext):
         ...     def __init__(self, **kw):
         ...         init_text_generation_state(self, **kw)
-        >>> c = Ctx(request_id="r", tokens=[1, 2, 3], eos_token_ids={0}, sampling_params=SamplingParams(max_new_tokens=4))
+        >>> c = Ctx(request_id="r", tokens=[1, 2, 3], eos_token_ids={0},
+        ...     sampling_params=SamplingParams(max_new_tokens=4))
         >>> c.update(7); c.next_tokens.tolist(), c.start_idx, c.generated_tokens.tolist()
         ([7], 3, [7])
         >>> c.update(0); c.status, c.to_generation_output().tokens

@@ -262,7 +262,8 @@ def gpt2_graph_weights(params: Mapping[str, StoredTensor]) -> dict[str, GraphWei
 
     Example:
         >>> from maxfx.models._source import RandomSource
-        >>> w = gpt2_graph_weights(read_gpt2(GPT2Config(vocab_size=32, n_embd=16, n_layer=1, n_head=2), RandomSource(seed=0)))
+        >>> w = gpt2_graph_weights(read_gpt2(GPT2Config(vocab_size=32, n_embd=16, n_layer=1, n_head=2),
+        ...     RandomSource(seed=0)))
         >>> w["layers.0.self_attn.qkv_proj.weight"][0].shape, w["position_embedding.weight"][0].shape
         ((48, 16), (1024, 16))
     """

@@ -77,7 +77,8 @@ def load_pretrained_graph(
         ValueError: as `load_pretrained`.
 
     Example:
-        >>> model = load_pretrained_graph("tests/data/models/tiny_llama/tiny_llama-q4_0.gguf", max_batch_size=2)  # doctest: +SKIP
+        >>> model = load_pretrained_graph("tests/data/models/tiny_llama/tiny_llama-q4_0.gguf",
+        ...     max_batch_size=2)  # doctest: +SKIP
         >>> model.generate([[1, 2, 3]], max_new_tokens=4).shape  # doctest: +SKIP
         (1, 4)
     """

@@ -321,7 +321,8 @@ def rename_tensor(
         KeyError: neither table names ``hf`` (``no {what} name for ...``).
 
     Example:
-        >>> rename_tensor("model.layers.3.mlp.up_proj.weight", top={}, layer={"mlp.up_proj": "ffn_up"}, hf_layers="model.layers", layers="blk", what="GGUF")
+        >>> rename_tensor("model.layers.3.mlp.up_proj.weight", top={}, layer={"mlp.up_proj": "ffn_up"},
+        ...     hf_layers="model.layers", layers="blk", what="GGUF")
         'blk.3.ffn_up.weight'
     """
     base, suffix = hf.rsplit(".", 1)

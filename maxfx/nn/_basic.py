@@ -329,10 +329,12 @@ class Sequential(LayerList):
     ``layers.0.fc1.weight``, the names MAX's docs and checkpoints use.
 
     Example:
-        >>> seq = Sequential([Linear(4, 4, DType.float32, DeviceRef.CPU()), Linear(4, 2, DType.float32, DeviceRef.CPU())])
+        >>> seq = Sequential([Linear(4, 4, DType.float32, DeviceRef.CPU()), Linear(4, 2, DType.float32,
+        ...     DeviceRef.CPU())])
         >>> sorted(seq.state_dict())
         ['0.weight', '1.weight']
-        >>> sorted(Sequential([Linear(4, 4, DType.float32, DeviceRef.CPU()), ops.relu, Linear(4, 2, DType.float32, DeviceRef.CPU())]).state_dict())
+        >>> sorted(Sequential([Linear(4, 4, DType.float32, DeviceRef.CPU()), ops.relu, Linear(4, 2, DType.float32,
+        ...     DeviceRef.CPU())]).state_dict())
         ['0.weight', '2.weight']
     """
 

@@ -24,7 +24,8 @@ class GPTQLinear(Linear):
 
     Example:
         >>> cfg = QuantizationConfig(quant_method="gptq", bits=4, group_size=32, desc_act=True, sym=True)
-        >>> lin = GPTQLinear(64, 8, DType.float32, DeviceRef.CPU(), quantization_encoding=QuantizationEncoding.GPTQ, quantization_config=cfg)
+        >>> lin = GPTQLinear(64, 8, DType.float32, DeviceRef.CPU(), quantization_encoding=QuantizationEncoding.GPTQ,
+        ...     quantization_config=cfg)
         >>> {k: list(v.shape) for k, v in lin.raw_state_dict().items()}
         {'weight': [36, 8], 'perm_idx': [64]}
     """

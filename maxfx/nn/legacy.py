@@ -10,7 +10,8 @@ Example:
     >>> from maxfx.dtype import DType
     >>> from maxfx.graph import DeviceRef
     >>> from maxfx.nn import legacy as nn
-    >>> mlp = nn.Sequential([nn.Linear(4, 8, DType.float32, DeviceRef.CPU()), nn.Linear(8, 2, DType.float32, DeviceRef.CPU())])
+    >>> mlp = nn.Sequential([nn.Linear(4, 8, DType.float32, DeviceRef.CPU()), nn.Linear(8, 2, DType.float32,
+    ...     DeviceRef.CPU())])
     >>> sorted(mlp.state_dict())
     ['0.weight', '1.weight']
 """

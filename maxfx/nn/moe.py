@@ -11,7 +11,8 @@ Example:
     >>> from maxfx import nn
     >>> from maxfx.dtype import DType
     >>> from maxfx.graph import DeviceRef
-    >>> moe = nn.MoE([DeviceRef.CPU()], hidden_dim=8, num_experts=4, num_experts_per_token=2, moe_dim=16, dtype=DType.float32)
+    >>> moe = nn.MoE([DeviceRef.CPU()], hidden_dim=8, num_experts=4, num_experts_per_token=2, moe_dim=16,
+    ...     dtype=DType.float32)
     >>> sorted(moe.state_dict())[:3]
     ['experts.0.down_proj.weight', 'experts.0.gate_proj.weight', 'experts.0.up_proj.weight']
 """
@@ -116,7 +117,8 @@ class MoE(Module, Shardable):
     which maxfx does not provide; tensor parallelism is `shard`.
 
     Example:
-        >>> moe = MoE([DeviceRef.CPU()], 8, 4, 2, 16, dtype=DType.float32, has_shared_experts=True, shared_experts_dim=8)
+        >>> moe = MoE([DeviceRef.CPU()], 8, 4, 2, 16, dtype=DType.float32, has_shared_experts=True,
+        ...     shared_experts_dim=8)
         >>> moe.gate_up_proj  # doctest: +SKIP  (inside a Graph: [4, 32, 8])
     """
 

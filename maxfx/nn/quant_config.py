@@ -13,7 +13,8 @@ Example:
     >>> cfg = QuantConfig(
     ...     format=QuantFormat.COMPRESSED_TENSORS_FP8,
     ...     weight_scale=WeightScaleSpec(dtype=DType.float32, granularity=ScaleGranularity.ROWWISE),
-    ...     input_scale=InputScaleSpec(dtype=DType.float32, granularity=ScaleGranularity.TENSOR, origin=ScaleOrigin.STATIC),
+    ...     input_scale=InputScaleSpec(dtype=DType.float32, granularity=ScaleGranularity.TENSOR,
+    ...     origin=ScaleOrigin.STATIC),
     ...     mlp_quantized_layers={0, 1}, attn_quantized_layers=set())
     >>> cfg.is_static, cfg.weight_scale.is_rowwise, sorted(cfg.mlp_quantized_layers), cfg.format.value
     (True, True, [0, 1], 'compressed-tensors-fp8')

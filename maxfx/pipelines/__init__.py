@@ -2,7 +2,8 @@
 
 Example:
     >>> from maxfx.pipelines import PipelineConfig, SupportedEncoding
-    >>> PipelineConfig(model_path="tests/data/models/tiny_llama", quantization_encoding="q4_0").model_config.quantization_encoding is SupportedEncoding.q4_0
+    >>> PipelineConfig(model_path="tests/data/models/tiny_llama",
+    ...     quantization_encoding="q4_0").model_config.quantization_encoding is SupportedEncoding.q4_0
     True
 
 The registry, the architectures, the model interfaces and the contexts load on first

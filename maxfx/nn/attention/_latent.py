@@ -38,7 +38,8 @@ class LatentAttentionWithRope(Module, _HeadShardable):
     `AttentionWithRope`; ``freqs_cis`` is the rope table for ``qk_rope_head_dim``.
 
     Example:
-        >>> mla = LatentAttentionWithRope(rope=rope, num_attention_heads=4, num_key_value_heads=1, hidden_size=32,  # doctest: +SKIP
+        >>> mla = LatentAttentionWithRope(rope=rope, num_attention_heads=4, num_key_value_heads=1, hidden_size=32,
+        ...      # doctest: +SKIP
         ...     kv_params=KVCacheParams(DType.float32, 1, 16 + 8, page_size=4, is_mla=True), dtype=DType.float32,
         ...     kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8)
     """

@@ -55,7 +55,8 @@ class TensorParallelAttentionWithRope(AttentionWithRope, DistributedAttentionImp
     `Allreduce`; with None, by transfers and adds. The sum is returned on every device.
 
     Example:
-        >>> attn = TensorParallelAttentionWithRope(rope=rope, num_attention_heads=3, num_key_value_heads=3,  # doctest: +SKIP
+        >>> attn = TensorParallelAttentionWithRope(rope=rope, num_attention_heads=3, num_key_value_heads=3,
+        ...      # doctest: +SKIP
         ...                                        hidden_size=24, kv_params=kv_params, devices=[cpu, cpu])
         >>> [a.n_heads for a in attn.list_of_attentions]  # doctest: +SKIP
         [2, 1]

@@ -46,7 +46,8 @@ class MHAMaskConfig:
     """A mask variant plus a positional encoding (ALiBi or none).
 
     Example:
-        >>> MHAMaskConfig(AttentionMaskVariant.CAUSAL_MASK, PositionalEncodingVariant.ALIBI_POS).attention_mask_variant.value
+        >>> MHAMaskConfig(AttentionMaskVariant.CAUSAL_MASK,
+        ...     PositionalEncodingVariant.ALIBI_POS).attention_mask_variant.value
         'causal'
     """
 

@@ -236,7 +236,8 @@ def flash_attention_ragged(
     ``sink_weights [n_heads]`` adds a per-head sink logit to each softmax.
 
     Example:
-        >>> attn = flash_attention_ragged(kv_params, xq, offsets, kv, layer_idx, MHAMaskVariant.CAUSAL_MASK, scale)  # doctest: +SKIP
+        >>> attn = flash_attention_ragged(kv_params, xq, offsets, kv, layer_idx, MHAMaskVariant.CAUSAL_MASK,
+        ...     scale)  # doctest: +SKIP
     """
     where = "flash_attention_ragged"
     p, kv = _params(where, kv_params), _collection(where, kv_collection)
@@ -275,7 +276,8 @@ def cross_attention_ragged(
     `matmul_kv_cache_ragged` on the encoder states); ``q_max_seq_len`` is informational.
 
     Example:
-        >>> out = cross_attention_ragged(kv_params, xq, offsets, kv, 0, MHAMaskVariant.NULL_MASK, vision_offsets, 16, scale)  # doctest: +SKIP
+        >>> out = cross_attention_ragged(kv_params, xq, offsets, kv, 0, MHAMaskVariant.NULL_MASK, vision_offsets, 16,
+        ...     scale)  # doctest: +SKIP
     """
     where = "cross_attention_ragged"
     _params(where, kv_params)

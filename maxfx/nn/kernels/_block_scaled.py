@@ -188,7 +188,8 @@ def quantize_dynamic_block_scaled(
     scales ``[M, K / sf_vector_size]`` (interleaved 5-D on sm10x GPUs).
 
     Example:
-        >>> q, s = quantize_dynamic_block_scaled(x, 1.0, sf_vector_size=32, scales_type=DType.float8_e8m0fnu, out_type=DType.float8_e4m3fn)  # doctest: +SKIP
+        >>> q, s = quantize_dynamic_block_scaled(x, 1.0, sf_vector_size=32, scales_type=DType.float8_e8m0fnu,
+        ...     out_type=DType.float8_e4m3fn)  # doctest: +SKIP
     """
     where = "quantize_dynamic_block_scaled"
     if input.rank != 2:

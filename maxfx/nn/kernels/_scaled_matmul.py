@@ -261,7 +261,8 @@ def grouped_dynamic_scaled_fp8_matmul(
     ``tokens_padded_per_expert`` is a GPU-kernel alignment promise with no effect here.
 
     Example:
-        >>> y = grouped_dynamic_scaled_fp8_matmul(hq, wq, hs, ws, starts, ids, stats, block_in, block_w)  # doctest: +SKIP
+        >>> y = grouped_dynamic_scaled_fp8_matmul(hq, wq, hs, ws, starts, ids, stats, block_in,
+        ...     block_w)  # doctest: +SKIP
     """
     kernel = "grouped_dynamic_scaled_fp8_matmul"
     _specs(kernel, input_scale_spec, weight_scale_spec)

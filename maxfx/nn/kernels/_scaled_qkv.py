@@ -108,7 +108,8 @@ def fused_qkv_ragged_matmul_scaled_float8(
         ValueError: on dtypes, ranks or devices that are invalid for the kernel.
 
     Example:
-        >>> xq = fused_qkv_ragged_matmul_scaled_float8(kv_params, xq8, offsets, wqkv8, kv, layer_idx, 32, x_scale, w_scale)  # doctest: +SKIP
+        >>> xq = fused_qkv_ragged_matmul_scaled_float8(kv_params, xq8, offsets, wqkv8, kv, layer_idx, 32, x_scale,
+        ...     w_scale)  # doctest: +SKIP
     """
     where = "fused_qkv_ragged_matmul_scaled_float8"
     _check_ragged(where, input, input_row_offsets, layer_idx, wqkv)
@@ -166,7 +167,8 @@ def fused_qkv_ragged_matmul_scaled_float4(
     KV cache; maxfx caches store plain values and do not read it.
 
     Example:
-        >>> xq = fused_qkv_ragged_matmul_scaled_float4(kv_params, x4, offsets, w4, kv, layer_idx, 32, xs, ws, alpha)  # doctest: +SKIP
+        >>> xq = fused_qkv_ragged_matmul_scaled_float4(kv_params, x4, offsets, w4, kv, layer_idx, 32, xs, ws,
+        ...     alpha)  # doctest: +SKIP
     """
     where = "fused_qkv_ragged_matmul_scaled_float4"
     _check_ragged(where, input, input_row_offsets, layer_idx, wqkv)
@@ -211,7 +213,8 @@ def fused_qkv_ragged_matmul_scaled_mxfp8(
     Scales are ``[rows, K / 32]`` or interleaved 5-D (`block_scales_interleave`).
 
     Example:
-        >>> xq = fused_qkv_ragged_matmul_scaled_mxfp8(kv_params, x8, offsets, w8, kv, layer_idx, 32, xs, ws)  # doctest: +SKIP
+        >>> xq = fused_qkv_ragged_matmul_scaled_mxfp8(kv_params, x8, offsets, w8, kv, layer_idx, 32, xs,
+        ...     ws)  # doctest: +SKIP
     """
     where = "fused_qkv_ragged_matmul_scaled_mxfp8"
     named = [
@@ -256,7 +259,8 @@ def matmul_k_cache_ragged_scaled_float8(
         ValueError: on dtypes, ranks or scale shapes that are invalid for the kernel.
 
     Example:
-        >>> matmul_k_cache_ragged_scaled_float8(kv_params, h8, offsets, wk8, hs, ws, kv, (1, 128, 128), layer_idx)  # doctest: +SKIP
+        >>> matmul_k_cache_ragged_scaled_float8(kv_params, h8, offsets, wk8, hs, ws, kv, (1, 128, 128),
+        ...     layer_idx)  # doctest: +SKIP
     """
     where = "matmul_k_cache_ragged_scaled_float8"
     _check_ragged(where, hidden_states, input_row_offsets, layer_idx, weight, ("hidden_states", "weight"))

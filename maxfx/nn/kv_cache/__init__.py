@@ -7,7 +7,8 @@ lookup table per step, and `PagedKVCacheManager` handing out pages.
 Example:
     >>> from maxfx.dtype import DType
     >>> from maxfx.nn.kv_cache import KVCacheParams
-    >>> KVCacheParams(DType.float32, n_kv_heads=2, head_dim=8, page_size=16).blocks_shape(num_layers=4, total_num_pages=10)
+    >>> KVCacheParams(DType.float32, n_kv_heads=2, head_dim=8, page_size=16).blocks_shape(num_layers=4,
+    ...     total_num_pages=10)
     [10, 2, 4, 16, 2, 8]
 """
 

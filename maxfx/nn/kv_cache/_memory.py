@@ -17,7 +17,8 @@ Example:
     >>> from maxfx.dtype import DType
     >>> from maxfx.graph import DeviceRef
     >>> from maxfx.nn.kv_cache import MHAKVCacheParams, estimated_memory_size
-    >>> p = MHAKVCacheParams(DType.float32, head_dim=8, num_layers=2, devices=[DeviceRef.CPU()], n_kv_heads=2, page_size=16)
+    >>> p = MHAKVCacheParams(DType.float32, head_dim=8, num_layers=2, devices=[DeviceRef.CPU()], n_kv_heads=2,
+    ...     page_size=16)
     >>> p.bytes_per_block  # 2 (K, V) * 2 layers * 16 tokens * 2 heads * 8 * 4 bytes
     4096
     >>> estimated_memory_size(p, available_cache_memory=1 << 20, max_batch_size=4, max_seq_len=64)
@@ -184,7 +185,8 @@ class MultiKVCacheParams:
         >>> from maxfx.dtype import DType
         >>> from maxfx.graph import DeviceRef
         >>> from maxfx.nn.kv_cache import MHAKVCacheParams, MultiKVCacheParams
-        >>> mha = lambda n: MHAKVCacheParams(DType.float32, head_dim=8, num_layers=n, devices=[DeviceRef.CPU()], n_kv_heads=2, page_size=16)
+        >>> mha = lambda n: MHAKVCacheParams(DType.float32, head_dim=8, num_layers=n, devices=[DeviceRef.CPU()],
+        ...     n_kv_heads=2, page_size=16)
         >>> tree = MultiKVCacheParams.from_params({"target": mha(4), "draft": mha(1)})
         >>> tree.bytes_per_block == mha(4).bytes_per_block + mha(1).bytes_per_block
         True

@@ -28,7 +28,8 @@ class PagedKVCacheManager:
         device: driver device of the pool (default CPU).
 
     Example:
-        >>> mgr = PagedKVCacheManager(params, num_layers=2, total_num_pages=8, max_batch_size=2, max_seq_len=64)  # doctest: +SKIP
+        >>> mgr = PagedKVCacheManager(params, num_layers=2, total_num_pages=8, max_batch_size=2,
+        ...     max_seq_len=64)  # doctest: +SKIP
         >>> a, b = mgr.claim(), mgr.claim()  # doctest: +SKIP
         >>> inputs = mgr.fetch([a, b], [5, 3])  # a RaggedKVCacheInputs for a prefill step  # doctest: +SKIP
         >>> model.execute(tokens, offsets, *inputs); mgr.step([a, b], [5, 3])  # doctest: +SKIP

@@ -229,7 +229,8 @@ class KVCacheParams:
 
         Example:
             >>> from maxfx.graph import DeviceRef
-            >>> p = MHAKVCacheParams(DType.float32, head_dim=8, num_layers=2, devices=[DeviceRef.CPU()], n_kv_heads=2, page_size=16)
+            >>> p = MHAKVCacheParams(DType.float32, head_dim=8, num_layers=2, devices=[DeviceRef.CPU()], n_kv_heads=2,
+            ...     page_size=16)
             >>> [b.shape for b in p.allocate_buffers(total_num_pages=4)[0].values]
             [(4, 2, 2, 16, 2, 8)]
         """
@@ -315,7 +316,8 @@ class KVCacheParams:
 
         Example:
             >>> from maxfx.graph import DeviceRef
-            >>> p = MHAKVCacheParams(DType.float32, head_dim=8, num_layers=1, devices=[DeviceRef.CPU()], n_kv_heads=2, page_size=16)
+            >>> p = MHAKVCacheParams(DType.float32, head_dim=8, num_layers=1, devices=[DeviceRef.CPU()], n_kv_heads=2,
+            ...     page_size=16)
             >>> [type(t).__name__ for t in p.get_symbolic_inputs().flatten()]
             ['BufferType', 'TensorType', 'TensorType', 'TensorType', 'TensorType', 'TensorType']
         """
@@ -355,7 +357,8 @@ class KVCacheParams:
 
         Example:
             >>> from maxfx.graph import DeviceRef
-            >>> p = MHAKVCacheParams(DType.float32, head_dim=8, num_layers=1, devices=[DeviceRef.CPU()], n_kv_heads=2, page_size=16)
+            >>> p = MHAKVCacheParams(DType.float32, head_dim=8, num_layers=1, devices=[DeviceRef.CPU()], n_kv_heads=2,
+            ...     page_size=16)
             >>> [type(t).__name__ for t in p.flattened_kv_inputs()][:2]
             ['BufferType', 'TensorType']
         """
@@ -474,7 +477,8 @@ class MLAKVCacheParams(MHAKVCacheParams):
 
     Example:
         >>> from maxfx.graph import DeviceRef
-        >>> p = MLAKVCacheParams(DType.float32, head_dim=576, num_layers=1, devices=[DeviceRef.CPU()], num_q_heads=16, page_size=64)
+        >>> p = MLAKVCacheParams(DType.float32, head_dim=576, num_layers=1, devices=[DeviceRef.CPU()], num_q_heads=16,
+        ...     page_size=64)
         >>> p.is_mla, p.n_kv_heads, p.kv_dim, p.num_q_heads
         (True, 1, 1, 16)
     """

@@ -101,7 +101,8 @@ class Transformer(Module):
 
     Example:
         >>> model = Transformer(dim=32, n_heads=4, layers=blocks, norm=RMSNorm(32, DType.float32),  # doctest: +SKIP
-        ...                     output=Linear(32, vocab, DType.float32, cpu), embedding=Embedding(vocab, 32, DType.float32, cpu),
+        ...                     output=Linear(32, vocab, DType.float32, cpu), embedding=Embedding(vocab, 32,
+        ...     DType.float32, cpu),
         ...                     kv_params=kv_params, rope=rope)
         >>> (logits,) = model(tokens, kv_collection, 1, input_row_offsets)  # doctest: +SKIP
     """

@@ -9,7 +9,8 @@ Example:
     >>> from maxfx.interfaces import ImageMetadata
     >>> tokens = np.array([5, 9, 9, 9, 6])  # 9: the image placeholder token
     >>> ctx = TextAndVisionContext(max_length=16, tokens=tokens, vision_token_ids=[9],
-    ...                            images=[ImageMetadata(start_idx=1, end_idx=4, pixel_values=np.zeros((3, 2, 2), np.float32))])
+    ...                            images=[ImageMetadata(start_idx=1, end_idx=4, pixel_values=np.zeros((3, 2, 2),
+    ...     np.float32))])
     >>> ctx.needs_vision_encoding, ctx.image_idx, ctx.compute_image_aligned_idx(2)
     (True, 0, 1)
     >>> tts = TTSContext(max_length=16, tokens=np.array([1, 2]))

@@ -19,8 +19,10 @@ Example:
     >>> model = InferenceSession().load(log_probabilities_ragged_graph(DeviceRef.CPU(), levels=3))
     >>> logits = np.log(np.array([[0.5, 0.25, 0.25]], np.float32))
     >>> [lp] = compute_log_probabilities_ragged(CPU(), model, input_row_offsets=np.array([0, 2]), logits=None,
-    ...     next_token_logits=logits, tokens=np.array([1, 2]), sampled_tokens=np.array([0]), batch_top_n=[1], batch_echo=[False])
-    >>> [round(v, 4) for v in lp.token_log_probabilities], {k: round(v, 4) for k, v in lp.top_log_probabilities[0].items()}
+    ...     next_token_logits=logits, tokens=np.array([1,
+    ...     2]), sampled_tokens=np.array([0]), batch_top_n=[1], batch_echo=[False])
+    >>> [round(v, 4) for v in lp.token_log_probabilities], {k: round(v, 4) for k,
+    ...     v in lp.top_log_probabilities[0].items()}
     ([-0.6931], {0: -0.6931})
 """
 

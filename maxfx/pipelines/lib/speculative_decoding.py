@@ -47,10 +47,12 @@ Example:
     >>> from maxfx.interfaces import RequestID, SamplingParams, TextGenerationRequest
     >>> from maxfx.pipelines import PipelineConfig
     >>> from maxfx.pipelines.lib.tokenizer import TextTokenizer
-    >>> config = PipelineConfig(model_path="tests/data/models/tiny_llama", draft_model_path="tests/data/models/tiny_llama", max_batch_size=2)
+    >>> config = PipelineConfig(model_path="tests/data/models/tiny_llama",
+    ...     draft_model_path="tests/data/models/tiny_llama", max_batch_size=2)
     >>> tok = TextTokenizer(config.model_config.model_path, pipeline_config=config)
     >>> pipe = SpeculativeDecodingTextGenerationPipeline(config, None, tok.eos, {}, tok)
-    >>> req = TextGenerationRequest(request_id=RequestID(), model_name="tiny", prompt="hello", sampling_params=SamplingParams(top_k=1, max_new_tokens=6, ignore_eos=True))
+    >>> req = TextGenerationRequest(request_id=RequestID(), model_name="tiny", prompt="hello",
+    ...     sampling_params=SamplingParams(top_k=1, max_new_tokens=6, ignore_eos=True))
     >>> [len(out.tokens) for out in pipe.generate([req])], pipe.metrics.acceptance_rate
     ([6], 1.0)
 """

@@ -454,7 +454,8 @@ class TextTokenizer(PipelineTokenizer):
 
     Example:
         >>> import asyncio
-        >>> tok = TextTokenizer("tests/data/models/tiny_llama", chat_template="{% for m in messages %}{{ m.role }}: {{ m.content }}\\n{% endfor %}")
+        >>> tok = TextTokenizer("tests/data/models/tiny_llama",
+        ...     chat_template="{% for m in messages %}{{ m.role }}: {{ m.content }}\\n{% endfor %}")
         >>> tok.apply_chat_template([{"role": "user", "content": "hi"}])
         'user: hi\\n'
         >>> tok.max_length, tok.eos

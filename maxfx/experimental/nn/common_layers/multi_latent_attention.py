@@ -24,13 +24,17 @@ Example:
     >>> from maxfx.experimental.tensor import Tensor
     >>> from maxfx.graph import DeviceRef
     >>> from maxfx.nn.kv_cache import MLAKVCacheParams
-    >>> params = MLAKVCacheParams(DType.float32, head_dim=8 + 4, num_layers=1, devices=[DeviceRef.CPU()], num_q_heads=2, page_size=4)
-    >>> attn = LatentAttentionWithRope(num_attention_heads=2, num_key_value_heads=1, hidden_size=16, kv_params=params, layer_idx=0,
+    >>> params = MLAKVCacheParams(DType.float32, head_dim=8 + 4, num_layers=1, devices=[DeviceRef.CPU()], num_q_heads=2,
+    ...     page_size=4)
+    >>> attn = LatentAttentionWithRope(num_attention_heads=2, num_key_value_heads=1, hidden_size=16, kv_params=params,
+    ...     layer_idx=0,
     ...     kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4)
     >>> symbols = params.get_symbolic_inputs().inputs[0]
     >>> u32 = DType.uint32
-    >>> values = [Tensor.zeros([2, 1, 1, 4, 1, 12]), Tensor.zeros([1], dtype=u32), Tensor(np.array([[0, 1]], np.uint32)),
-    ...     Tensor.zeros([1], dtype=u32), Tensor.zeros([1], dtype=u32), Tensor.zeros([3], dtype=DType.int64), Tensor.zeros([1], dtype=DType.int64)]
+    >>> values = [Tensor.zeros([2, 1, 1, 4, 1, 12]), Tensor.zeros([1], dtype=u32), Tensor(np.array([[0, 1]],
+    ...     np.uint32)),
+    ...     Tensor.zeros([1], dtype=u32), Tensor.zeros([1], dtype=u32), Tensor.zeros([3],
+    ...     dtype=DType.int64), Tensor.zeros([1], dtype=DType.int64)]
     >>> mesh = PlacementMapping(DeviceMesh((CPU(),), (1,), ("x",)), (Replicated(),))
     >>> kv = PagedCacheValues.from_upstream([symbols.unflatten(iter(values))], mesh)
     >>> freqs = Tensor(np.tile([1.0, 0.0], (8, 2)).astype(np.float32))  # [max_seq_len, qk_rope_head_dim]: no rotation
@@ -157,7 +161,8 @@ class LatentAttentionWithRope(Module):
             of ``kv_lora_rank + qk_rope_head_dim`` columns.
 
     Example:
-        >>> attn = LatentAttentionWithRope(num_attention_heads=8, num_key_value_heads=1, hidden_size=256,  # doctest: +SKIP
+        >>> attn = LatentAttentionWithRope(num_attention_heads=8, num_key_value_heads=1, hidden_size=256,
+        ...      # doctest: +SKIP
         ...     kv_params=params, layer_idx=0, q_lora_rank=32, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32)
         >>> out = attn(x, kv_collection, freqs_cis, input_row_offsets)  # doctest: +SKIP
     """

@@ -1,7 +1,8 @@
 """`AudioGenerationConfig`: a `PipelineConfig` for text-to-speech, with the audio decoder's settings.
 
 Example:
-    >>> config = AudioGenerationConfig.from_flags({"audio_decoder": "dac", "chunk_size": "10,20", "buffer": "4"}, model_path="tests/data/models/tiny_llama")
+    >>> config = AudioGenerationConfig.from_flags({"audio_decoder": "dac", "chunk_size": "10,20", "buffer": "4"},
+    ...     model_path="tests/data/models/tiny_llama")
     >>> config.audio_decoder, config.chunk_size, config.buffer, config.prepend_prompt_speech_tokens.value
     ('dac', [10, 20], 4, 'once')
 """

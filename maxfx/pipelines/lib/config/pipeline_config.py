@@ -8,7 +8,8 @@ cache options to ``model_config.kv_cache``, sampling switches to
 `draft_model_config`. Building one calls `resolve`, which checks every value.
 
 Example:
-    >>> config = PipelineConfig(model_path="tests/data/models/tiny_llama", max_batch_size=4, kv_cache_page_size=16, enable_penalties=True)
+    >>> config = PipelineConfig(model_path="tests/data/models/tiny_llama", max_batch_size=4, kv_cache_page_size=16,
+    ...     enable_penalties=True)
     >>> config.max_length, config.model_config.kv_cache.kv_cache_page_size, config.sampling_config.enable_penalties
     (128, 16, True)
     >>> config.model_config.quantization_encoding, config.max_num_steps

@@ -35,7 +35,8 @@ class GenerateMixin:
     the ``_pipeline_config`` / ``_tokenizer`` it was built with.
 
     Example:
-        >>> outs = pipeline.generate([TextGenerationRequest(request_id=RequestID(), model_name="m", prompt="hi")])  # doctest: +SKIP
+        >>> outs = pipeline.generate([TextGenerationRequest(request_id=RequestID(), model_name="m",
+        ...     prompt="hi")])  # doctest: +SKIP
         >>> outs[0].tokens  # doctest: +SKIP
     """
 

@@ -16,7 +16,8 @@ Example:
     >>> config = PipelineConfig(model_path="tests/data/models/tiny_llama", max_batch_size=2)
     >>> tok = TextTokenizer(config.model_config.model_path, pipeline_config=config)
     >>> pipe = TextGenerationPipeline(config, None, tok.eos, {}, tok)
-    >>> req = TextGenerationRequest(request_id=RequestID(), model_name="tiny", prompt="hello", sampling_params=SamplingParams(top_k=1, max_new_tokens=3))
+    >>> req = TextGenerationRequest(request_id=RequestID(), model_name="tiny", prompt="hello",
+    ...     sampling_params=SamplingParams(top_k=1, max_new_tokens=3))
     >>> ctx = asyncio.run(tok.new_context(req))
     >>> out = pipe.execute(TextGenerationInputs(batches=[{ctx.request_id: ctx}], num_steps=3))
     >>> len(out[ctx.request_id].tokens), out[ctx.request_id].is_done
