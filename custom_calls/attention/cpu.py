@@ -19,8 +19,7 @@ Both read caches as ``[B, L, Hkv, D]``, the layout of every path of
 runs the paged kernel with row ``b``'s cache as its one page (``B`` pages of
 ``L`` slots), so a dense cache is read in place, in memory order, with no
 copy into another layout. (The paged kernel measured as fast as the
-head-major dense kernel of ``decode_attention.cc`` inside a model step,
-docs/pages/kernels.md.)
+head-major dense kernel it replaced inside a model step, docs/pages/kernels.md.)
 
 Example:
     >>> import numpy as np

@@ -4,8 +4,9 @@ Two kernels where XLA's CPU backend is slow for LLM generation:
 
 - ``qgemv.cc``: GGUF Q8_0 / Q4_0 products (decode and prefill), reading the 8- or
   4-bit blocks in place (`custom_calls.qmatmul.cpu` is their Python side);
-- ``decode_attention.cc``: one query per row against a head-major KV cache, or
-  against a paged pool through a page table (`custom_calls.attention.cpu`).
+- ``decode_attention.cc``: one query per row against a paged KV pool through a
+  page table, or a dense ``[B, L, Hkv, D]`` cache as one page a row
+  (`custom_calls.attention.cpu`).
 
 They run on XLA's own CPU thread pool (``parallel.h``).
 
@@ -63,7 +64,6 @@ _TARGETS = {
     "maxfx_q4_0_matmul": "MaxfxQ4_0Matmul",
     "maxfx_q4_k_matmul": "MaxfxQ4_KMatmul",
     "maxfx_f32_matmul": "MaxfxF32Matmul",
-    "maxfx_decode_attention": "MaxfxDecodeAttention",
     "maxfx_paged_decode_attention": "MaxfxPagedDecodeAttention",
 }
 _LOG = logging.getLogger("maxfx.kernels")

@@ -1,9 +1,10 @@
-// CPU kernel for one query per row against a head-major KV cache (LLM decode).
+// CPU kernel for one query per row against a paged KV cache (LLM decode).
 //
 // o[b, h, g] = sum_l softmax_l(scale * q[b, h, g] . k[b, h, l]) v[b, h, l] over
-// the visible keys l in [lo[b], hi[b]) (clamped to the cache; none visible: o = 0).
+// the visible keys l in [lo[b], hi[b]) (clamped to the table; none visible: o = 0).
 // The causal mask, valid lengths and sliding windows of a decode step are all
-// such a range, which custom_calls/attention/cpu.py computes.
+// such a range, which custom_calls/attention/cpu.py computes. A dense cache
+// [B, L, Hkv, D] runs it too, with row b's cache as its one page (read in place).
 //
 // Why a kernel: as XLA ops a layer's decode attention is ~9 small thunks
 // (scores, mask, max, exp, sums, division, values), and the products run as
@@ -21,14 +22,12 @@
 // keys x 3 KV heads of 64 (4.2 MB per layer) went from 1.0 to 0.8 ms on one
 // core with these; a one-row step from 76 to 62 us.
 //
-// Handlers (XLA FFI, CPU):
-//   maxfx_decode_attention(q f32[B, H, G, D], k f32[B, H, L, D], v f32[B, H, L, Dv],
-//                          lo s32[B], hi s32[B]; scale f32) -> f32[B, H, G, Dv]
+// Handler (XLA FFI, CPU):
 //   maxfx_paged_decode_attention(q f32[B, H, G, D], k [P, S, H, D], v [P, S, H, Dv] (both f32 or both f16),
 //                                table s32[B, W], lo s32[B], hi s32[B]; scale f32) -> f32[B, H, G, Dv]
-// The paged one reads row b's key l from page table[b, l / S], slot l % S, in
-// place: the generation engine's KV pool is never gathered into a dense window
-// (that copy cost more than the attention itself).
+// It reads row b's key l from page table[b, l / S], slot l % S, in place: the
+// generation engine's KV pool is never gathered into a dense window (that copy
+// cost more than the attention itself).
 
 #include <immintrin.h>
 
@@ -142,10 +141,6 @@ void WeightedSum(int64_t keys, int64_t dv, const float* __restrict p, Value valu
   }
 }
 
-struct Dims {
-  int64_t b, h, g, l, d, dv;
-};
-
 // Each of `rows` score rows of `keys` becomes exp(s - max) / sum (in place).
 void Softmax(float* s, int64_t rows, int64_t keys) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -166,44 +161,6 @@ void Softmax(float* s, int64_t rows, int64_t keys) {
     const float inv = 1.0f / sum;
     for (j = 0; j < keys; ++j) sr[j] *= inv;
   }
-}
-
-// One (row, KV head): its G queries against the visible keys; key(l) and value(l)
-// point at key and value row l (a dense cache or a page of the pool).
-template <class Key, class Value>
-void Head(int64_t g_count, int64_t d, int64_t dv, int64_t length, const float* q, Key key, Value value, int64_t lo, int64_t hi,
-          float scale, float* out) {
-  std::fill(out, out + g_count * dv, 0.0f);
-  lo = std::max<int64_t>(lo, 0);
-  hi = std::min<int64_t>(hi, length);
-  const int64_t keys = hi - lo;
-  if (keys <= 0) return;
-  std::vector<float> s(g_count * keys);  // scores [g, key], then probabilities
-  for (int64_t j = 0; j < keys; ++j) Scores(g_count, d, q, key(lo + j), scale, s.data() + j, keys);
-  Softmax(s.data(), g_count, keys);
-  for (int64_t g = 0; g < g_count; ++g) WeightedSum(keys, dv, s.data() + g * keys, [&](int64_t j) { return value(lo + j); }, out + g * dv);
-}
-
-ffi::Error DecodeAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
-                               ffi::Buffer<ffi::S32> lo, ffi::Buffer<ffi::S32> hi, float scale, ffi::ResultBuffer<ffi::F32> out) {
-  const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
-  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4) return ffi::Error::InvalidArgument("maxfx_decode_attention: q, k, v must be rank 4");
-  const Dims n{qd[0], qd[1], qd[2], kd[2], qd[3], vd[3]};
-  if (kd[0] != n.b || kd[1] != n.h || kd[3] != n.d || vd[0] != n.b || vd[1] != n.h || vd[2] != n.l ||
-      lo.element_count() != n.b || hi.element_count() != n.b) {
-    return ffi::Error::InvalidArgument("maxfx_decode_attention: q [B, H, G, D], k [B, H, L, D], v [B, H, L, Dv], lo and hi [B] disagree");
-  }
-  const float *qs = q.typed_data(), *ks = k.typed_data(), *vs = v.typed_data();
-  const int32_t *los = lo.typed_data(), *his = hi.typed_data();
-  float* os = out->typed_data();
-  const int64_t work = n.b * n.h * n.g * n.l * (n.d + n.dv);  // multiply-adds at most
-  maxfx_cpu::ParallelFor(pool, n.b * n.h, 1, work >= (int64_t{1} << 20), [&](int64_t bh) {
-    const int64_t b = bh / n.h;
-    const float *k0 = ks + bh * n.l * n.d, *v0 = vs + bh * n.l * n.dv;
-    Head(n.g, n.d, n.dv, n.l, qs + bh * n.g * n.d, [&](int64_t l) { return k0 + l * n.d; }, [&](int64_t l) { return v0 + l * n.dv; },
-         los[b], his[b], scale, os + bh * n.g * n.dv);
-  });
-  return ffi::Error::Success();
 }
 
 // One row of the paged kernel: the queries of KV heads [h0, h1) (G each) against
@@ -281,17 +238,6 @@ ffi::Error PagedDecodeAttentionImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> 
 }
 
 }  // namespace
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxfxDecodeAttention, DecodeAttentionImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Attr<float>("scale")
-                                  .Ret<ffi::Buffer<ffi::F32>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxfxPagedDecodeAttention, PagedDecodeAttentionImpl,
                               ffi::Ffi::Bind()

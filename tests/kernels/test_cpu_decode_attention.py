@@ -117,7 +117,7 @@ def test_not_used_where_it_cannot_run(rng):
             .lower(q, k, v)
             .as_text()
         )
-    assert "maxfx_decode_attention" not in hlo
+    assert "maxfx_paged_decode_attention" not in hlo
 
 
 # ─── the paged kernel (maxfx_paged_decode_attention): pages read through a table ───
