@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import re
 import signal
 import socket
@@ -147,6 +148,9 @@ def launch(
     lock = threading.Lock()
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
+    # Exits in the order they happen: when one process's death makes the others fail too, the one named is the cause
+    # (polling them in index order named whichever had the lowest index).
+    exits: queue.Queue[tuple[int, int]] = queue.Queue()
 
     def note(text: str) -> None:
         with lock:
@@ -178,28 +182,35 @@ def launch(
                 t = threading.Thread(target=_pump, args=(stream, f"[{i}] ", target, lock), daemon=True)
                 t.start()
                 pumps.append(t)
+            threading.Thread(target=lambda i=i, p=p: exits.put((i, p.wait())), daemon=True).start()
         deadline = None if timeout is None else time.monotonic() + timeout
         status = 0
+        ended = 0
         while True:
-            if received:
+            try:
+                ended_one = exits.get(timeout=_POLL_S)
+            except queue.Empty:
+                ended_one = None
+            if received:  # checked after the wait: a forwarded signal's exits are the signal's, not failures
                 note(f"received signal {received[0]}; stopping all {nproc} processes")
                 status = 128 + received[0]
-                break
-            failed = [(i, p.returncode) for i, p in enumerate(procs) if p.poll() is not None and p.returncode != 0]
-            if failed:
-                i, code = failed[0]
-                running = sum(p.poll() is None for p in procs)
-                how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-                note(f"process {i} {how}; stopping the {running} other running process(es)")
-                status = _status(code)
-                break
-            if all(p.poll() is not None for p in procs):
                 break
             if deadline is not None and time.monotonic() > deadline:
                 note(f"time limit of {timeout:g} s reached; stopping all {nproc} processes")
                 status = TIMEOUT_STATUS
                 break
-            time.sleep(_POLL_S)
+            if ended_one is None:
+                continue
+            i, code = ended_one
+            ended += 1
+            if code != 0:
+                running = sum(p.returncode is None for p in procs)
+                how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+                note(f"process {i} {how}; stopping the {running} other running process(es)")
+                status = _status(code)
+                break
+            if ended == nproc:
+                break
     finally:
         _stop(procs)
         for t in pumps:

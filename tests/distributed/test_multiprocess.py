@@ -20,6 +20,7 @@ checkpoint's values as the writing job gathered them, bit for bit.
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -219,7 +220,12 @@ def test_a_process_that_dies_mid_training_stops_the_job(four_processes):
         "[1] maxfx.distributed: process 1 stops on this uncaught RuntimeError, without waiting for the other processes"
         in stderr
     )
-    assert "maxfx.launch: process 1 exited with status 1; stopping the 3 other running process(es)" in stderr
+    # Named as the cause even when the others fail at once on its closed connections (how many of them were still
+    # running by then is timing).
+    notes = [line for line in stderr.splitlines() if line.startswith("maxfx.launch")]
+    assert re.search(
+        r"maxfx\.launch: process 1 exited with status 1; stopping the [0-3] other running process", stderr
+    ), notes
     died = float(stdout.split("[1] process 1 fails before step 5 at unix time ")[1].split()[0])
     assert ended - died < 15, (
         ended - died
