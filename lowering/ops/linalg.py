@@ -9,18 +9,15 @@ from custom_calls.qmatmul.dispatch import float_matmul_nt
 from lowering.context import bind
 from lowering.dims import Dim
 from lowering.ops import _rules as R
-from lowering.ops import _transposed
 from lowering.registry import OpDef, front, register
 from lowering.types import TensorType
 
 __all__ = ["matmul"]
 
 
-def _matmul_rule(lhs, rhs, *, rhs_transposed: bool = False) -> TensorType:
+def _matmul_rule(lhs, rhs) -> TensorType:
     lhs = R.require_tensor("matmul", lhs, "lhs")
     rhs = R.require_tensor("matmul", rhs, "rhs")
-    if rhs_transposed:  # rhs holds the [n, k] matrix whose transpose is the product's rhs
-        rhs = TensorType(rhs.dtype, [rhs.shape[1], rhs.shape[0]], rhs.device)
     if lhs.rank == 0 or rhs.rank == 0:
         raise R.OpError(f"matmul: inputs must have rank >= 1, got {R.fmt(lhs)} @ {R.fmt(rhs)}")
     device = R.same_device("matmul", lhs, rhs)
@@ -40,18 +37,38 @@ def _matmul_rule(lhs, rhs, *, rhs_transposed: bool = False) -> TensorType:
     return TensorType(lhs.dtype, out, device)
 
 
-def _matmul_impl(lhs, rhs, *, rhs_transposed: bool = False):
+def _transposed_from(rhs):
+    """The matrix ``rhs`` was transposed from in the program being traced, or None.
+
+    XLA's CPU backend does not fold a transpose into the dot that consumes it:
+    ``x @ w.T`` copies ``w`` transposed on every call, while a dot contracting
+    ``w``'s last axis reads it in place (one row times 5632x512 float32, JAX
+    0.11.2: 3.0 ms vs 0.47-0.61 ms). ``x @ w.T`` is how MAX's ``Linear`` and
+    model code are written, so the product reads the equation that made its rhs
+    in the jaxpr being built (``DynamicJaxprTracer.parent``, JAX's only handle
+    on it; pyproject pins JAX, and the HLO test in tests/ops/test_linalg.py
+    guards it) and multiplies by ``w``; the transpose is then dead code. Graphs,
+    eager programs and user ``jax.jit`` all trace through here; concrete arrays
+    (op by op) have no producer, and their transpose has already run.
+    """
+    eqn = getattr(rhs, "parent", None) if isinstance(rhs, jax.core.Tracer) else None
+    if eqn is None or eqn.primitive is not jax.lax.transpose_p or tuple(eqn.params["permutation"]) != (1, 0):
+        return None
+    return eqn.in_tracers[0]
+
+
+def _matmul_impl(lhs, rhs):
     if lhs.dtype == jnp.bool_:  # numpy's boolean product: any(lhs[i, k] and rhs[k, j]), counted in int32
-        counts = _matmul_impl(lhs.astype(jnp.int32), rhs.astype(jnp.int32), rhs_transposed=rhs_transposed)
-        return counts > 0
+        return _matmul_impl(lhs.astype(jnp.int32), rhs.astype(jnp.int32)) > 0
     # Half-precision inputs accumulate in float32, like MAX's kernels.
     half = lhs.dtype in (jnp.float16, jnp.bfloat16)
     options = {"preferred_element_type": jnp.float32} if half else {"precision": jax.lax.Precision.HIGHEST}
-    if rhs_transposed:  # lhs [..., k] times rhs [n, k] contracted on k: XLA reads rhs in place
-        kernel = float_matmul_nt(lhs, rhs)  # a decode step's float32 projection on a CPU: the C++ kernel
+    source = _transposed_from(rhs)
+    if source is not None:  # lhs [..., k] times source [n, k] contracted on k: XLA reads source in place
+        kernel = float_matmul_nt(lhs, source)  # a decode step's float32 projection on a CPU: the C++ kernel
         if kernel is not None:
             return kernel
-        out = jax.lax.dot_general(lhs, rhs, (((lhs.ndim - 1,), (1,)), ((), ())), **options)
+        out = jax.lax.dot_general(lhs, source, (((lhs.ndim - 1,), (1,)), ((), ())), **options)
     else:
         out = jnp.matmul(lhs, rhs, **options)
     return out.astype(lhs.dtype) if half else out
@@ -79,7 +96,4 @@ def matmul(lhs, rhs):
         >>> ops.matmul(Tensor([1.0, 1.0]), w)  # a 1-D lhs is a row vector
         TensorType(dtype=float32, shape=[Dim(3)], device=cpu:0): [1.0, 1.0, 2.0]
     """
-    source = _transposed.source_of(rhs)
-    if source is not None:  # `x @ w.T`: multiply by w without materializing its transpose
-        return bind(matmul_p, lhs, source, rhs_transposed=True)
     return bind(matmul_p, lhs, rhs)

@@ -30,7 +30,6 @@ from lowering.dims import (
 )  # exact division by a monomial (see _exact_div)
 from lowering.dtypes import DType
 from lowering.ops import _rules as R
-from lowering.ops import _transposed
 from lowering.ops._indexing_util import DataDim
 from lowering.ops.core import constant
 from lowering.registry import OpDef, front, register
@@ -347,10 +346,7 @@ def transpose(x, axis_1, axis_2):
         >>> ops.transpose(Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), -1, -2)
         TensorType(dtype=float32, shape=[Dim(3), Dim(2)], device=cpu:0): [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
     """
-    out = bind(transpose_p, x, axis_1=axis_1, axis_2=axis_2)
-    if getattr(x, "rank", None) == 2 and getattr(out, "rank", None) == 2 and axis_1 % 2 != axis_2 % 2:
-        _transposed.note(out, x)  # lets `matmul` read x in place (see lowering/ops/_transposed.py)
-    return out
+    return bind(transpose_p, x, axis_1=axis_1, axis_2=axis_2)
 
 
 def _permute_rule(x, *, dims: tuple[int, ...]) -> TensorType:

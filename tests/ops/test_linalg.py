@@ -7,7 +7,7 @@ import pytest
 
 from maxfx.dtype import DType
 from maxfx.graph import Graph, TensorType, ops
-from tests.ops.harness import rand, run_op
+from tests.ops.harness import build, rand, run_op, session
 
 
 @pytest.mark.parametrize(
@@ -81,13 +81,20 @@ def test_matmul_under_jit_and_grad(rng):
         ops.matmul(jnp.asarray(a), jnp.asarray(b.T))
 
 
-# ─── x @ w.T reads w in place (lowering/ops/_transposed.py) ──────────────
+# ─── x @ w.T reads w in place (lowering/ops/linalg.py: _transposed_from) ──
 
 
 @pytest.mark.parametrize("lshape", [[3, 4], [2, 3, 4], [4]])
 def test_matmul_by_a_transposed_matrix_in_a_graph(rng, lshape):
     a, w = rand(rng, lshape), rand(rng, [5, 4])
     np.testing.assert_allclose(run_op(lambda x, y: x @ y.T, a, w), np.matmul(a, w.T), rtol=1e-5, atol=1e-5)
+
+
+def test_a_compiled_graph_multiplying_by_a_transposed_weight_copies_no_weight(rng):
+    a, w = rand(rng, [1, 64]), rand(rng, [96, 64])
+    model = session().load(build(lambda x, y: x @ y.T, a, w))
+    hlo = model._compiled.optimized_hlo([((1, 64), np.float32), ((96, 64), np.float32)])
+    assert "transpose(" not in hlo and "f32[64,96]" not in hlo, hlo
 
 
 def test_matmul_by_a_transposed_matrix_eager_jit_and_grad(rng):
