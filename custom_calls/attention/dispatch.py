@@ -61,6 +61,8 @@ __all__ = [
     "paged_decode_attention",
     "paged_decode_attention_pool",
     "flash_attention_packed",
+    "attention",
+    "paged_attention_pool",
     "reset_warnings",
 ]
 
@@ -555,3 +557,156 @@ def flash_attention_packed(
         )
 
     return run("flash_attention_packed", impl, args, kernel, reference, why or _fallback_reason(q, k))
+
+
+# ─── the registry ops' routes: which of the kernels above serves an op's arguments ─────────────────────────
+
+
+def attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    q_offset: Any = 0,
+    kv_lens: Any = None,
+    sinks: Any = None,
+    causal: bool = False,
+    local_window_size: int | tuple[int, int] | None = None,
+    scale: float | None = None,
+    chunk_size: int | None = None,
+    alibi: bool = False,
+    impl: str | None = None,
+) -> jax.Array:
+    """`flash_attention`, or `decode_attention` where it computes the same faster (the ``attention`` op's route).
+
+    With one query per row, ``kv_lens`` and no window, sinks, chunks or ALiBi,
+    where a kernel runs, the split-K decode kernel reads the cache once, split
+    across blocks, while the flash kernel would tile over queries there are none
+    of. (The decode kernel places the query at the end of its keys, which differs
+    from ``q_offset`` once a window matters.) Elsewhere `flash_attention` runs,
+    its CPU one-query kernel included. Arguments as in `flash_attention`.
+
+    Example:
+        >>> import numpy as np
+        >>> from custom_calls.attention import dispatch
+        >>> q = np.ones((2, 1, 4, 16), np.float32); cache = np.ones((2, 8, 2, 16), np.float32)
+        >>> dispatch.attention(q, cache, cache, q_offset=np.array([3, 7]), kv_lens=np.array([4, 8]), causal=True).shape
+        (2, 1, 4, 16)
+    """
+    q = jnp.asarray(q)
+    one_query = q.ndim == 4 and q.shape[1] == 1 and kv_lens is not None
+    plain = sinks is None and local_window_size is None and chunk_size is None and not alibi
+    if one_query and plain and kernel_mode(impl) is not None:
+        lens = jnp.asarray(kv_lens, jnp.int32)
+        if causal:  # the query at position p sees keys [0, min(p + 1, kv_lens)): all of a cache of that length
+            lens = jnp.minimum(lens, jnp.asarray(q_offset, jnp.int32) + 1)
+        return decode_attention(q, k, v, lens, causal=False, scale=scale, impl=impl)
+    return flash_attention(
+        q,
+        k,
+        v,
+        causal=causal,
+        local_window_size=local_window_size,
+        scale=scale,
+        kv_lens=kv_lens,
+        q_offset=q_offset,
+        impl=impl,
+        chunk_size=chunk_size,
+        alibi=alibi,
+        sinks=sinks,
+    )
+
+
+def _layer_rows(pool, table, layer, plane: int):
+    """``[B, max_pages * page_size, Hkv, D]``: the rows of ``plane`` of one layer, in each sequence's page order."""
+    g = pool[table, plane, layer]  # [B, P, page, H, D]
+    return g.reshape(g.shape[0], g.shape[1] * g.shape[2], *g.shape[3:])
+
+
+def paged_attention_pool(
+    q: Any,
+    pool: Any,
+    layer: Any,
+    block_table: Any,
+    row_offsets: Any,
+    cache_lengths: Any,
+    *,
+    kv_row_offsets: Any = None,
+    sinks: Any = None,
+    v_dim: int | None = None,
+    causal: bool = True,
+    local_window_size: int | tuple[int, int] | None = None,
+    scale: float | None = None,
+    chunk_size: int | None = None,
+    alibi: bool = False,
+    impl: str | None = None,
+) -> jax.Array:
+    """Ragged queries over layer ``layer`` of a multi-layer paged pool (the ``paged_attention`` op's route).
+
+    Args:
+        q: ``[total_tokens, Hq, D]``; row ``i`` of sequence ``b`` (rows
+            ``row_offsets[b]:row_offsets[b+1]``) sits at position ``cache_lengths[b] + i``.
+        pool: ``[num_pages, kv_dim, num_layers, page_size, Hkv, D]``: plane 0
+            keys, plane 1 values (the new rows already stored).
+        layer: int scalar; block_table: ``int [B, max_pages]``; row_offsets:
+            ``int [B+1]``; cache_lengths: ``int [B]``.
+        kv_row_offsets: ``int [B+1]``: the keys of sequence ``b`` are its
+            ``kv_row_offsets[b+1] - kv_row_offsets[b]`` first positions (cross
+            attention); default ``cache_lengths[b] + seq_len[b]``.
+        v_dim: values are the first ``v_dim`` dims of the keys (MLA's latent cache).
+        Other arguments as in `flash_attention`.
+
+    A decode step (one row per sequence) with none of ``kv_row_offsets``,
+    ``sinks``, ``v_dim``, chunks or ALiBi, where a kernel runs and takes the
+    page size, runs `paged_decode_attention_pool` with each row as its own
+    one-token sequence, reading the pages in place; everything else gathers the
+    layer's pages and runs `flash_attention_packed`.
+
+    Returns:
+        ``[total_tokens, Hq, Dv]`` in ``q``'s dtype; rows past the last offset are zero.
+    """
+    q, pool = jnp.asarray(q), jnp.asarray(pool)
+    table, layer = jnp.asarray(block_table, jnp.int32), jnp.asarray(layer, jnp.int32).reshape(())
+    offs, cached = jnp.asarray(row_offsets, jnp.int32), jnp.asarray(cache_lengths, jnp.int32)
+    masks = dict(causal=causal, local_window_size=local_window_size, scale=scale)
+    extended = kv_row_offsets is not None or sinks is not None or v_dim is not None or chunk_size is not None or alibi
+    if (
+        0 < q.shape[0] == table.shape[0]
+        and not extended
+        and pool.shape[1] == 2
+        and kernel_mode(impl) is not None
+        and pd.page_block(pool.shape[3], pd.DecodeConfig().block_k) > 0
+    ):
+        # Row i of sequence b sees keys < cache_lengths[b] + i + 1 (causal) or all of its sequence's: exact for any
+        # row offsets; padding rows see no key (zeros). A query in another dtype is cast to the pool's.
+        b, i, valid = ref.ragged_rows(offs, q.shape[0])
+        seen = i + 1 if causal else offs[b + 1] - offs[b]
+        kv_len = jnp.where(valid, cached[b] + seen, 0)
+        out = paged_decode_attention_pool(
+            q[:, None].astype(pool.dtype), pool, layer, table[b], kv_len, **masks, impl=impl
+        )
+        return out[:, 0].astype(q.dtype)
+    k = _layer_rows(pool, table, layer, 0)
+    v = k[..., :v_dim] if v_dim is not None else _layer_rows(pool, table, layer, 1)
+    if kv_row_offsets is None:
+        kv_len = cached + offs[1:] - offs[:-1]
+    else:
+        ko = jnp.asarray(kv_row_offsets, jnp.int32)
+        kv_len = ko[1:] - ko[:-1]
+    # the gathered rows are [batch, s, ...]: sequence b's keys are rows b*s.. of their flattening
+    nb, s = k.shape[:2]
+    seq = jnp.stack([offs[:-1], offs[1:] - offs[:-1], jnp.arange(nb, dtype=jnp.int32) * s, kv_len, cached])
+    flat = lambda x: x.reshape(nb * s, *x.shape[2:]).astype(q.dtype)  # noqa: E731
+    return flash_attention_packed(
+        q,
+        flat(k),
+        flat(v),
+        seq,
+        max_q_len=q.shape[0],
+        max_kv_len=s,
+        **masks,
+        chunk_size=chunk_size,
+        alibi=alibi,
+        sinks=sinks,
+        impl=impl,
+    )

@@ -59,6 +59,7 @@ __all__ = [
     "paged_decode_attention",
     "gather_pages",
     "ragged_to_padded",
+    "ragged_rows",
     "alibi_slopes",
     "packed_attention",
 ]
@@ -307,6 +308,16 @@ def ragged_to_padded(x, offsets, max_len: int):
     copies).
     """
     return _rows_from(x, offsets[:-1], max_len)
+
+
+def ragged_rows(row_offsets, n_rows: int):
+    """For each row ``t < n_rows`` of a ragged batch: its sequence ``b``, its index in the sequence, and whether
+    it lies before the last offset (``row_offsets int [B+1]``, starting at 0)."""
+    offs = jnp.asarray(row_offsets).astype(jnp.int32)
+    t = jnp.arange(n_rows, dtype=jnp.int32)
+    nb = offs.shape[0] - 1
+    b = jnp.clip(jnp.searchsorted(offs[1:], t, side="right"), 0, max(nb - 1, 0)).astype(jnp.int32)
+    return b, t - offs[b], t < offs[-1]
 
 
 def _rows_from(x, starts, max_len: int):

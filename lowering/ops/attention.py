@@ -1,15 +1,14 @@
 """Attention and paged KV-cache ops.
 
 The attention math lives in `custom_calls.attention` (one jnp reference,
-the Pallas flash kernels on GPU or with ``MAXFX_PALLAS_INTERPRET=1``, chosen
-by its dispatch); this module checks types, maps MAX's mask names to the
-kernels' keywords and moves data into their layouts. ``attention`` (padded
-``[batch, seq, heads, dim]``) calls ``flash_attention``; ``ragged_attention``
-and ``paged_attention`` describe each sequence's q rows, k/v rows and first
-query position in the kernel's packed table and call
-``flash_attention_packed`` (the paged cache is gathered per layer first;
-a decode step, one query row per sequence, runs ``paged_decode_attention_pool``
-instead where a kernel runs: it reads the layer's pages in place).
+the Pallas flash and decode kernels on GPU or with ``MAXFX_PALLAS_INTERPRET=1``);
+this module checks types, maps MAX's mask names to the kernels' keywords and
+states each op's arguments: which kernel serves them is the dispatch's choice.
+``attention`` (padded ``[batch, seq, heads, dim]``) calls
+``dispatch.attention``, ``paged_attention`` calls ``dispatch.paged_attention_pool``
+(a decode step may run a split-K decode kernel there); ``ragged_attention``
+describes each sequence's q rows, k/v rows and first query position in the
+kernel's packed table and calls ``flash_attention_packed``.
 Scores and softmax are float32; ``n_heads`` is a multiple of ``n_kv_heads``
 (GQA). Sink weights, ALiBi, chunked masks and MLA's narrower values run the
 reference (the dispatch warns once where a kernel would have run).
@@ -40,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from custom_calls.attention import dispatch as att
-from custom_calls.attention.pallas_decode import DecodeConfig, page_block
+from custom_calls.attention.reference import ragged_rows
 from lowering.context import bind
 from lowering.dims import Dim, StaticDim
 from lowering.ops._rules import (
@@ -104,23 +103,6 @@ def _packed(q, k, v, seq, sink, *, max_q: int, max_kv: int, mask: str, scale: fl
 def _like(q, x):
     # The rules accept any float k/v; the kernels need one dtype (scores are float32 either way).
     return x if x.dtype == q.dtype else x.astype(q.dtype)
-
-
-# ─── ragged rows ──────────────────────────────────────────────────────────
-
-
-def _offsets(row_offsets):
-    return row_offsets.astype(jnp.int32)
-
-
-def _row_batch(row_offsets, n_rows: int):
-    """For each row ``t < n_rows``: its sequence ``b``, index in the sequence, and validity."""
-    offs = _offsets(row_offsets)
-    t = jnp.arange(n_rows, dtype=jnp.int32)
-    nb = offs.shape[0] - 1
-    b = jnp.clip(jnp.searchsorted(offs[1:], t, side="right"), 0, max(nb - 1, 0)).astype(jnp.int32)
-    valid = t < offs[-1]
-    return b, t - offs[b], valid
 
 
 # ─── rule helpers ─────────────────────────────────────────────────────────
@@ -193,9 +175,7 @@ def _attention_rule(q, k, v, *rest, mask: str, scale: float, window: int, presen
 
 def _attention_impl(q, k, v, *rest, mask, scale, window, present):
     opt = dict(zip(present, rest))
-    if _is_cache_decode(q, mask, opt):
-        return _decode_impl(q, _like(q, k), _like(q, v), opt, mask=mask, scale=scale)
-    return att.flash_attention(
+    return att.attention(
         q,
         _like(q, k),
         _like(q, v),
@@ -205,32 +185,6 @@ def _attention_impl(q, k, v, *rest, mask, scale, window, present):
         sinks=opt.get("sink"),
         **_mask_args(mask, window),
     )
-
-
-def _is_cache_decode(q, mask: str, opt: dict) -> bool:
-    """One query per row against a KV cache with valid lengths, with a kernel to run.
-
-    Then the split-K decode kernel (which reads the cache once, split across
-    blocks) beats the flash kernel, which tiles over queries there are none of.
-    Windows and sinks keep the flash path (the decode kernel places the query at
-    the end of its keys, which differs from ``q_offset`` once a window matters).
-    """
-    return (
-        q.shape[1] == 1
-        and mask in ("causal", "null")
-        and "kv_length" in opt
-        and "sink" not in opt
-        and att.kernel_mode() is not None
-    )
-
-
-def _decode_impl(q, k, v, opt: dict, *, mask: str, scale: float):
-    kv_len = jnp.asarray(opt["kv_length"], jnp.int32)
-    if mask == "causal":
-        # The query at position p sees keys [0, min(p + 1, kv_length)): exactly the
-        # decode kernel's keys when its length is that bound.
-        kv_len = jnp.minimum(kv_len, jnp.asarray(opt.get("q_offset", 0), jnp.int32) + 1)
-    return att.decode_attention(q, k, v, kv_len, causal=False, scale=scale)
 
 
 attention_p = register(OpDef("attention", rule=_attention_rule, impl=_attention_impl))
@@ -333,7 +287,7 @@ def _ragged_impl(q, k, v, q_rows, kv_rows, *rest, mask, scale, window, present, 
     nb = q_rows.shape[0] - 1
     sq = min(max_q, q.shape[0]) if max_q else q.shape[0]
     sk = min(max_kv, k.shape[0]) if max_kv else k.shape[0]
-    qo, ko = _offsets(q_rows), _offsets(kv_rows)
+    qo, ko = q_rows.astype(jnp.int32), kv_rows.astype(jnp.int32)
     q_start = opt.get("q_start", jnp.zeros((nb,), jnp.int32)).astype(jnp.int32)
     kv_start = opt.get("kv_start", jnp.zeros((nb,), jnp.int32)).astype(jnp.int32)
     # keys sit at kv_start + j, queries at q_start + i: only the difference matters
@@ -401,16 +355,9 @@ def ragged_attention(
 # ─── paged cache addressing ───────────────────────────────────────────────
 
 
-def _pool_layer(blocks, lookup, layer, kv_index: int):
-    """``[batch, max_pages * page_size, n_kv_heads, head_dim]``: every cached row of one layer."""
-    g = blocks[lookup.astype(jnp.int32), kv_index, layer.astype(jnp.int32).reshape(())]  # [B, P, page, H, D]
-    b, p, page = g.shape[:3]
-    return g.reshape(b, p * page, *g.shape[3:])
-
-
 def _row_slots(blocks, lookup, row_offsets, start_pos, batch_offset, n_rows: int):
     """Page id and slot of each ragged row (page id = num_pages, out of range, for rows that write nothing)."""
-    b, i, valid = _row_batch(row_offsets, n_rows)
+    b, i, valid = ragged_rows(row_offsets, n_rows)
     b = b + batch_offset.astype(jnp.int32).reshape(())
     pos = start_pos.astype(jnp.int32)[b] + i
     page_size = blocks.shape[3]
@@ -610,77 +557,20 @@ def _paged_rule(q, blocks, lookup, layer, row_offsets, cache_lengths, *rest, mas
 
 
 def _paged_impl(q, blocks, lookup, layer, row_offsets, cache_lengths, *rest, mask, scale, window, present, v_dim):
-    if _decode_step(q, blocks, lookup, mask, present, v_dim):
-        return _paged_decode(
-            q, blocks, lookup, layer, row_offsets, cache_lengths, mask=mask, scale=scale, window=window
-        )
     opt = dict(zip(present, rest))
-    k = _pool_layer(blocks, lookup, layer, 0)
-    v = k[..., :v_dim] if v_dim is not None else _pool_layer(blocks, lookup, layer, 1)
-    offs = _offsets(row_offsets)
-    cl = cache_lengths.astype(jnp.int32)
-    if "kv_row_offsets" in opt:
-        ko = _offsets(opt["kv_row_offsets"])
-        kv_len = ko[1:] - ko[:-1]
-    else:
-        kv_len = cl + offs[1:] - offs[:-1]
-    # the gathered cache is [batch, s, ...]: sequence b's keys are rows b*s.. of its flattening
-    b, s = k.shape[:2]
-    seq = jnp.stack([offs[:-1], offs[1:] - offs[:-1], jnp.arange(b, dtype=jnp.int32) * s, kv_len, cl])
-    flat = lambda x: x.reshape(b * s, *x.shape[2:])  # noqa: E731
-    return _packed(
-        q, flat(k), flat(v), seq, opt.get("sink"), max_q=q.shape[0], max_kv=s, mask=mask, scale=scale, window=window
-    )
-
-
-# A decode step (one query row per sequence) runs the split-K paged decode kernel, which reads K/V through the
-# page table; everything else (prefill, cross attention, sinks, ALiBi, chunked masks, MLA) gathers the layer's
-# pages and runs the packed flash kernel above.
-_DECODE_MASKS = ("null", "causal", "sliding_window")
-
-
-def _decode_step(q, blocks, lookup, mask: str, present, v_dim) -> bool:
-    """Static choice of the decode kernel: ``total_tokens == batch`` and options the kernel supports.
-
-    Only where a kernel runs (GPU, ``MAXFX_PALLAS_INTERPRET=1``): on the
-    reference path the gathered packed attention is kept as is.
-    """
-    return (
-        0 < q.shape[0] == lookup.shape[0]
-        and mask in _DECODE_MASKS
-        and not present
-        and v_dim is None
-        and blocks.shape[1] == 2
-        and att.kernel_mode() is not None
-        and page_block(blocks.shape[3], DecodeConfig().block_k) > 0
-    )
-
-
-def _paged_decode(q, blocks, lookup, layer, row_offsets, cache_lengths, *, mask, scale, window):
-    """`paged_decode_attention_pool` with each query row as its own one-token sequence.
-
-    Row ``i`` of sequence ``b`` sits at position ``cache_lengths[b] + i`` and
-    (causal masks) sees keys ``< cache_lengths[b] + i + 1``: exact for any row
-    offsets, and for the decode step's ``0..batch`` it is ``cache_lengths + 1``
-    (the new token is stored before attention). Padding rows see no key (zeros).
-    The kernel reads the layer's pages straight out of the pool (no copy); a
-    query in another dtype than the cache is cast to the cache's dtype.
-    """
-    b, i, valid = _row_batch(row_offsets, q.shape[0])
-    offs, cl = _offsets(row_offsets), cache_lengths.astype(jnp.int32)
-    seen = offs[b + 1] - offs[b] if mask == "null" else i + 1
-    kv_len = jnp.where(valid, cl[b] + seen, 0)
-    table = lookup.astype(jnp.int32)[b]
-    out = att.paged_decode_attention_pool(
-        q[:, None].astype(blocks.dtype),
+    return att.paged_attention_pool(
+        q,
         blocks,
-        layer.reshape(()),
-        table,
-        kv_len,
+        layer,
+        lookup,
+        row_offsets,
+        cache_lengths,
+        kv_row_offsets=opt.get("kv_row_offsets"),
+        sinks=opt.get("sink"),
+        v_dim=v_dim,
         scale=scale,
         **_mask_args(mask, window),
     )
-    return out[:, 0].astype(q.dtype)
 
 
 paged_attention_p = register(OpDef("paged_attention", rule=_paged_rule, impl=_paged_impl))
@@ -848,7 +738,7 @@ def _rope_impl(x, freqs, row_offsets, start_pos, *rest, interleaved: bool, mrope
     if rest:
         pos = rest[0].astype(jnp.int32)
     else:
-        b, i, valid = _row_batch(row_offsets, t)
+        b, i, valid = ragged_rows(row_offsets, t)
         pos = jnp.where(valid, start_pos.astype(jnp.int32)[b] + i, 0)
     if mrope_section is not None:
         # Each frequency band takes its position from its section's axis (Qwen2-VL's M-RoPE).

@@ -166,8 +166,6 @@ def test_decode_step_reads_the_pool_in_place(monkeypatch):
     import jax
     import jax.numpy as jnp
 
-    from lowering.ops.attention import _paged_decode
-
     monkeypatch.setenv(dispatch.ENV_INTERPRET, "1")
     s = jax.ShapeDtypeStruct
     n_pages = 9
@@ -177,7 +175,7 @@ def test_decode_step_reads_the_pool_in_place(monkeypatch):
     )  # fmt: skip
 
     def step(q, pool, lk, layer, offs, cl):
-        return _paged_decode(q, pool, lk, layer, offs, cl, mask="causal", scale=0.4, window=-1)
+        return dispatch.paged_attention_pool(q, pool, layer, lk, offs, cl, scale=0.4)
 
     text = str(jax.make_jaxpr(step)(*args))
     assert "pallas_call" in text
