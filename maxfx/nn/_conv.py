@@ -23,9 +23,9 @@ from typing import Any
 
 from lowering.dims import format_shape
 from lowering.dtypes import DType
-from lowering.types import ConvInputLayout, DeviceRef, FilterLayout
+from lowering.types import DeviceRef
 from maxfx._conv_args import check_conv_input, check_groups, conv_padding, conv_tuple
-from maxfx.graph import ops
+from maxfx._conv_math import conv, conv1d
 from maxfx.graph._weight import Weight
 from maxfx.nn._graph_util import as_value as _as_value
 from maxfx.nn._graph_util import device_ref
@@ -99,15 +99,7 @@ class _ConvND(Module):
         x = _as_value(x)
         check_conv_input(type(self).__name__, x, self._nd, self.in_channels, self.permute)
         filt, bias = self._weights_on_device()
-        return self._conv(x, filt, bias, self.stride, self.dilation, self.padding)
-
-    def _conv(self, x: Any, filt: Any, bias: Any, stride: tuple, dilation: tuple, padding: tuple) -> Any:
-        in_layout = ConvInputLayout.NCHW if self.permute else ConvInputLayout.NHWC
-        if self._nd == 3:
-            f_layout = FilterLayout.FCQRS if self.permute else FilterLayout.QRSCF
-            return ops.conv3d(x, filt, stride, dilation, padding, self.num_groups, bias, in_layout, f_layout)
-        f_layout = FilterLayout.FCRS if self.permute else FilterLayout.RSCF
-        return ops.conv2d(x, filt, stride, dilation, padding, self.num_groups, bias, in_layout, f_layout)
+        return conv(x, filt, bias, self.stride, self.dilation, self.padding, self.num_groups, self.permute)
 
     def _weights_on_device(self) -> tuple[Any, Any]:
         return _on(self.filter, self.device), _on(self.bias, self.device)
@@ -190,12 +182,8 @@ class Conv1D(_ConvND):
         check_conv_input("Conv1D", x, 1, self.in_channels, self.permute)
         filt, bias = self._weights_on_device()
         filt, bias = _as_value(filt), (_as_value(bias) if bias is not None else None)
-        # A unit height turns the 1-D convolution into a 2-D one.
-        x = ops.unsqueeze(x, 2 if self.permute else 1)
-        filt = ops.unsqueeze(filt, 2 if self.permute else 0)
-        pad = conv_padding("Conv1D", self.padding, 1)
-        out = self._conv(x, filt, bias, (1, self.stride), (1, self.dilation), (0, 0, *pad))
-        return ops.squeeze(out, 2 if self.permute else 1)
+        pad = (0, 0, *conv_padding("Conv1D", self.padding, 1))
+        return conv1d(x, filt, bias, self.stride, self.dilation, pad, self.num_groups, self.permute)
 
 
 class Conv2d(_ConvND, Shardable):
@@ -360,9 +348,7 @@ def _v1_call(
     check_conv_input(layer, x, nd, None, False)
     if filt.rank != nd + 2:
         raise ValueError(f"{layer}: filter must have rank {nd + 2}, got shape {format_shape(filt.shape)}")
-    if nd == 3:
-        return ops.conv3d(x, filt, stride, dilation, padding, groups, bias)
-    return ops.conv2d(x, filt, stride, dilation, padding, groups, bias)
+    return conv(x, filt, bias, stride, dilation, padding, groups, permute=False)
 
 
 @dataclass
@@ -387,19 +373,9 @@ class Conv1DV1(Layer):
             )
         x = _as_value(x)
         check_conv_input("Conv1DV1", x, 1, None, False)
-        pad = conv_padding("Conv1DV1", self.padding, 1)
-        out = _v1_call(
-            "Conv1DV1",
-            2,
-            ops.unsqueeze(x, 1),
-            ops.unsqueeze(filt, 0),
-            self.bias,
-            (1, self.stride),
-            (1, self.dilation),
-            (0, 0, *pad),
-            self.groups,
-        )
-        return ops.squeeze(out, 1)
+        bias = _as_value(self.bias) if self.bias is not None else None
+        pad = (0, 0, *conv_padding("Conv1DV1", self.padding, 1))
+        return conv1d(x, filt, bias, self.stride, self.dilation, pad, self.groups, permute=False)
 
 
 @dataclass

@@ -18,8 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from lowering.dtypes import DType
-from lowering.types import ConvInputLayout, DeviceRef, FilterLayout
+from lowering.types import DeviceRef
 from maxfx._conv_args import check_conv_input, check_positive, conv_tuple, padding_1d
+from maxfx._conv_math import conv_transpose1d
 from maxfx.graph import ops
 from maxfx.graph._weight import Weight
 from maxfx.nn._conv import _new_weights, _on
@@ -83,21 +84,8 @@ class ConvTranspose1d(Module):
     def _apply(self, x: Any, weight: Any, bias: Any) -> Any:
         x = _as_value(x)
         check_conv_input(type(self).__name__, x, 1, self.in_channels, self.permute)
-        # A unit height: (N, L, C) -> (N, 1, L, C); the filter gains a kernel height of 1.
-        x = ops.unsqueeze(x, 2 if self.permute else 1)
-        weight = ops.unsqueeze(weight, 2 if self.permute else 0)
-        out = ops.conv2d_transpose(
-            x,
-            weight,
-            stride=self.stride,
-            dilation=self.dilation,
-            padding=self.padding,
-            output_paddings=self.output_padding,
-            bias=bias,
-            input_layout=ConvInputLayout.NCHW if self.permute else ConvInputLayout.NHWC,
-            filter_layout=FilterLayout.CFRS if self.permute else FilterLayout.RSCF,
-        )
-        return ops.squeeze(out, 2 if self.permute else 1)
+        settings = (self.stride, self.dilation, self.padding, self.output_padding, self.permute)
+        return conv_transpose1d(x, weight, bias, *settings)
 
     def __call__(self, x: Any) -> Any:
         """``(batch, length, in_channels)`` -> ``(batch, new_length, out_channels)`` (channels-first with

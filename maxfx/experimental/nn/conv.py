@@ -7,9 +7,9 @@ in MAX; `maxfx.experimental.nn.conv_transpose` re-exports the 2-D one).
 The weights are eager Tensors drawn from a standard normal (MAX's default
 initialisation; load real values with ``load_state_dict``), named ``weight``
 and, with ``has_bias=True``, ``bias`` (otherwise ``bias`` is the literal ``0``
-and not a parameter). Every computation goes through
-``maxfx.experimental.functional``, so the layers run eagerly, under
-``jax.jit`` and inside `Module.compile` alike.
+and not a parameter). The convolutions are `maxfx._conv_math`'s, the
+graph layers' math, so the layers run eagerly, under ``jax.jit`` and inside
+`Module.compile` alike.
 
 Layouts are MAX's, chosen by ``permute``:
 
@@ -41,9 +41,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from lowering.dtypes import DType
-from lowering.types import ConvInputLayout, FilterLayout
 from maxfx._conv_args import check_conv_input, check_groups, conv_padding, conv_tuple, padding_1d
-from maxfx.experimental import functional as F
+from maxfx._conv_math import conv, conv1d, conv_transpose, conv_transpose1d
 from maxfx.experimental import random
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn.module import Module
@@ -143,14 +142,10 @@ def _bias(module: Module, x: Tensor) -> Tensor | None:
 class _ConvNd(Module):
     """Conv2d and Conv3d: one construction and one forward over ``_nd`` spatial dims.
 
-    Subclasses keep MAX's explicit constructor signatures and call `_build`;
-    ``_conv`` is the functional op and ``_filter_layouts`` the weight layouts
-    (channels-last, ``permute``).
+    Subclasses keep MAX's explicit constructor signatures and call `_build`.
     """
 
     _nd: int
-    _conv: Any
-    _filter_layouts: tuple[FilterLayout, FilterLayout]
 
     def _build(
         self,
@@ -196,17 +191,8 @@ class _ConvNd(Module):
             ValueError: ``x`` has the wrong rank or channel count, or the output would be empty.
         """
         check_conv_input(type(self).__name__, x, self._nd, self.in_channels, self.permute)
-        return type(self)._conv(
-            x,
-            _on(self.weight, x),
-            self.stride,
-            self.dilation,
-            self.padding,
-            self.num_groups,
-            _bias(self, x),
-            input_layout=ConvInputLayout.NCHW if self.permute else ConvInputLayout.NHWC,  # NCDHW / NDHWC for 3-D
-            filter_layout=self._filter_layouts[self.permute],
-        )
+        weight, bias = _on(self.weight, x), _bias(self, x)
+        return conv(x, weight, bias, self.stride, self.dilation, self.padding, self.num_groups, self.permute)
 
 
 # ─── Conv2d ──────────────────────────────────────────────────────────────
@@ -234,8 +220,6 @@ class Conv2d(_ConvNd):
     weight: Tensor
     bias: Tensor | Literal[0]
     _nd = 2
-    _conv = staticmethod(F.conv2d)
-    _filter_layouts = (FilterLayout.RSCF, FilterLayout.FCRS)
 
     def __init__(
         self,
@@ -295,8 +279,6 @@ class Conv3d(_ConvNd):
     weight: Tensor
     bias: Tensor | Literal[0]
     _nd = 3
-    _conv = staticmethod(F.conv3d)
-    _filter_layouts = (FilterLayout.QRSCF, FilterLayout.FCQRS)
 
     def __init__(
         self,
@@ -408,20 +390,9 @@ class Conv1d(Module):
         """
         check_conv_input("Conv1d", x, 1, self.in_channels, self.permute)
         weight = _on(self.weight, x).cast(x.dtype)
-        # A unit height: [N, C, L] -> [N, C, 1, L] (NCHW), or [N, L, C] -> [N, 1, L, C] (NHWC).
-        axis = 2 if self.permute else 1
-        out = F.conv2d(
-            F.unsqueeze(x, axis),
-            F.unsqueeze(weight, 2 if self.permute else 0),
-            (1, self.stride),
-            (1, self.dilation),
-            self.padding,
-            self.num_groups,
-            _bias(self, x),
-            input_layout=ConvInputLayout.NCHW if self.permute else ConvInputLayout.NHWC,
-            filter_layout=FilterLayout.FCRS if self.permute else FilterLayout.RSCF,
+        return conv1d(
+            x, weight, _bias(self, x), self.stride, self.dilation, self.padding, self.num_groups, self.permute
         )
-        return F.squeeze(out, axis)
 
 
 # ─── ConvTranspose1d ─────────────────────────────────────────────────────
@@ -509,38 +480,9 @@ class ConvTranspose1d(Module):
         """
         check_conv_input("ConvTranspose1d", x, 1, self.in_channels, self.permute)
         weight = _on(self.weight, x).cast(x.dtype)
-        bias = _bias(self, x)
-        # A unit height: [N, C, L] -> [N, C, 1, L] (NCHW), or [N, L, C] -> [N, 1, L, C] (NHWC).
-        axis, channel_axis = (2, 1) if self.permute else (1, 3)
-        x = F.unsqueeze(x, axis)
-        # CFRS [C_in, C_out/G, 1, K] or RSCF [1, K, C_out, C_in/G].
-        weight = F.unsqueeze(weight, 2 if self.permute else 0)
-        g = self.num_groups
-        if g == 1:
-            out = self._transpose(x, weight, bias)
-        else:
-            cin, cout = self.in_channels // g, self.out_channels // g
-            outs = []
-            for i in range(g):
-                xs = x[:, i * cin : (i + 1) * cin] if self.permute else x[:, :, :, i * cin : (i + 1) * cin]
-                ws = weight[i * cin : (i + 1) * cin] if self.permute else weight[:, :, i * cout : (i + 1) * cout]
-                bs = bias[i * cout : (i + 1) * cout] if bias is not None else None
-                outs.append(self._transpose(xs, ws, bs))
-            out = F.concat(outs, axis=channel_axis)
-        return F.squeeze(out, axis)
-
-    def _transpose(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        return F.conv2d_transpose(
-            x,
-            weight,
-            stride=(1, self.stride),
-            dilation=(1, self.dilation),
-            padding=self.padding,
-            output_paddings=self.output_padding,
-            bias=bias,
-            input_layout=ConvInputLayout.NCHW if self.permute else ConvInputLayout.NHWC,
-            filter_layout=FilterLayout.CFRS if self.permute else FilterLayout.RSCF,
-        )
+        stride, dilation = (1, self.stride), (1, self.dilation)
+        settings = (stride, dilation, self.padding, self.output_padding, self.permute, self.num_groups)
+        return conv_transpose1d(x, weight, _bias(self, x), *settings)
 
 
 # ─── ConvTranspose2d ─────────────────────────────────────────────────────
@@ -627,14 +569,5 @@ class ConvTranspose2d(Module):
             ValueError: ``x`` is not rank 4 or has the wrong channel count, or the padding crops the output to nothing.
         """
         check_conv_input("ConvTranspose2d", x, 2, self.in_channels, self.permute)
-        return F.conv2d_transpose(
-            x,
-            _on(self.weight, x),
-            stride=self.stride,
-            dilation=self.dilation,
-            padding=self.padding,
-            output_paddings=self.output_padding,
-            bias=_bias(self, x),
-            input_layout=ConvInputLayout.NCHW if self.permute else ConvInputLayout.NHWC,
-            filter_layout=FilterLayout.CFRS if self.permute else FilterLayout.RSCF,
-        )
+        settings = (self.stride, self.dilation, self.padding, self.output_padding, self.permute)
+        return conv_transpose(x, _on(self.weight, x), _bias(self, x), *settings)
