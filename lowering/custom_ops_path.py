@@ -16,7 +16,10 @@ Example:
     >>> from lowering.ops.custom import lookup_custom_op
     >>> folder = tempfile.mkdtemp()
     >>> with open(os.path.join(folder, "ops.py"), "w") as f:
-    ...     _ = f.write("from lowering.ops.custom import register_custom_op\\nregister_custom_op('doc_add_one', lambda x: x + 1)\\n")
+    ...     _ = f.write(
+    ...         "from lowering.ops.custom import register_custom_op\\n"
+    ...         "register_custom_op('doc_add_one', lambda x: x + 1)\\n"
+    ...     )
     >>> load_library(folder)
     >>> lookup_custom_op("doc_add_one").name
     'doc_add_one'

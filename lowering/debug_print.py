@@ -122,7 +122,10 @@ class PrintOptions:
         return self.style if self.style is not None else DEBUG.print_style
 
     def __repr__(self) -> str:
-        return f"PrintOptions(style={self.style_now.name}, precision={self.precision}, output_directory={self.output_directory!r})"
+        return (
+            f"PrintOptions(style={self.style_now.name}, precision={self.precision}, "
+            f"output_directory={self.output_directory!r})"
+        )
 
 
 DEFAULT_PRINT_OPTIONS = PrintOptions()

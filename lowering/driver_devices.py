@@ -440,7 +440,8 @@ class VirtualAccelerator(Accelerator):
 
     Example:
         >>> from lowering import virtual_devices as vd
-        >>> vd.set_virtual_device_api("cuda"); vd.set_virtual_device_target_arch("sm_80"); vd.set_virtual_device_count(1)
+        >>> vd.set_virtual_device_api("cuda"); vd.set_virtual_device_target_arch("sm_80")
+        >>> vd.set_virtual_device_count(1)
         >>> gpu = Accelerator()
         >>> isinstance(gpu, VirtualAccelerator), gpu.api, gpu.architecture_name
         (True, 'cuda', 'sm_80')

@@ -440,7 +440,10 @@ class finfo:  # noqa: N801 - MAX's (and torch's, numpy's) name
         return self.tiny
 
     def __repr__(self) -> str:
-        return f"finfo(dtype={self.dtype.name}, bits={self.bits}, eps={self.eps}, max={self.max}, min={self.min}, tiny={self.tiny})"
+        return (
+            f"finfo(dtype={self.dtype.name}, bits={self.bits}, eps={self.eps}, max={self.max}, min={self.min}, "
+            f"tiny={self.tiny})"
+        )
 
 
 DType.finfo = finfo  # MAX: DType.finfo(DType.bfloat16)

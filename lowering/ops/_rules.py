@@ -21,10 +21,11 @@ Example (the rule of a float-only unary op)::
     >>> rule = R.unary("exp", R.FLOAT)
     >>> rule(TensorType(DType.float32, [2, 3], DeviceRef.CPU())).shape
     [Dim(2), Dim(3)]
-    >>> rule(TensorType(DType.int32, [2], DeviceRef.CPU()))
+    >>> rule(TensorType(DType.int32, [2], DeviceRef.CPU()))  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    lowering.registry.OpError: exp: expected a floating-point dtype for input, got int32[2]; cast it first, e.g. x.cast(DType.float32)
+    lowering.registry.OpError: exp: expected a floating-point dtype for input, got int32[2];
+    cast it first, e.g. x.cast(DType.float32)
 """
 
 from __future__ import annotations

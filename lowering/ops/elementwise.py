@@ -897,8 +897,9 @@ def outer(lhs, rhs):
         >>> from maxfx.tensor import Tensor
         >>> a = Tensor([1.0, 2.0, 3.0])
         >>> b = Tensor([1.0, 2.0, 3.0, 4.0])
-        >>> ops.outer(a, b)
-        TensorType(dtype=float32, shape=[Dim(3), Dim(4)], device=cpu:0): [1.0, 2.0, 3.0, 4.0, 2.0, 4.0, 6.0, 8.0, 3.0, 6.0, 9.0, 12.0]
+        >>> ops.outer(a, b)  # doctest: +NORMALIZE_WHITESPACE
+        TensorType(dtype=float32, shape=[Dim(3), Dim(4)], device=cpu:0):
+        [1.0, 2.0, 3.0, 4.0, 2.0, 4.0, 6.0, 8.0, 3.0, 6.0, 9.0, 12.0]
     """
     return bind(outer_p, lhs, rhs)
 

@@ -195,7 +195,9 @@ def quantize_dynamic_float8(
         >>> ops.cast(scales, DType.float32)
         TensorType(dtype=float32, shape=[Dim(2), Dim(1)], device=cpu:0): [0.0089..., 0.0008...]
         >>> ops.cast(q, DType.float32) * ops.cast(scales, DType.float32)  # dequantized: close to x
-        TensorType(dtype=float32, shape=[Dim(2), Dim(4)], device=cpu:0): [0.9980..., -1.9960..., 0.4990..., 3.9921..., 0.0999..., 0.1999..., 0.3142..., 0.3999...]
+        ... # doctest: +NORMALIZE_WHITESPACE
+        TensorType(dtype=float32, shape=[Dim(2), Dim(4)], device=cpu:0):
+        [0.9980..., -1.9960..., 0.4990..., 3.9921..., 0.0999..., 0.1999..., 0.3142..., 0.3999...]
     """
     return bind(
         quantize_dynamic_float8_p,

@@ -489,8 +489,9 @@ def gather(input, indices, axis):  # noqa: A002 - MAX's name
         >>> from maxfx.dtype import DType
         >>> table = Tensor([[0.0, 0.1], [1.0, 1.1], [2.0, 2.1]])
         >>> ids = Tensor([[2, 0], [1, -1]], dtype=DType.int64)
-        >>> ops.gather(table, ids, axis=0)  # [3, 2] by [2, 2] -> [2, 2, 2]
-        TensorType(dtype=float32, shape=[Dim(2), Dim(2), Dim(2)], device=cpu:0): [2.0, 2.1, 0.0, 0.1, 1.0, 1.1, 2.0, 2.1]
+        >>> ops.gather(table, ids, axis=0)  # [3, 2] by [2, 2] -> [2, 2, 2]  # doctest: +NORMALIZE_WHITESPACE
+        TensorType(dtype=float32, shape=[Dim(2), Dim(2), Dim(2)], device=cpu:0):
+        [2.0, 2.1, 0.0, 0.1, 1.0, 1.1, 2.0, 2.1]
     """
     return bind(gather_p, input, indices, axis=int(axis) if is_int(axis) else axis)
 

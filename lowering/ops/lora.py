@@ -22,7 +22,10 @@ def _sgmv_rule(x, lora, ids, ranks, offsets, *bias, mask_rank: bool) -> TensorTy
     ids = R.require_tensor(op, ids, "lora_ids", rank=1, kind=R.INT)
     ranks = R.require_tensor(op, ranks, "lora_ranks", rank=1, kind=R.INT)
     off = R.require_tensor(op, offsets, "input_row_offsets", rank=1, kind=R.INT)
-    shapes = f"input {R.fmt(x)}, lora {R.fmt(lo)}, lora_ids {R.fmt(ids)}, lora_ranks {R.fmt(ranks)}, row offsets {R.fmt(off)}"
+    shapes = (
+        f"input {R.fmt(x)}, lora {R.fmt(lo)}, lora_ids {R.fmt(ids)}, lora_ranks {R.fmt(ranks)}, "
+        f"row offsets {R.fmt(off)}"
+    )
     if lo.shape[2] != x.shape[1]:
         raise OpError(f"{op}: lora must be [num_loras, out_dim, {x.shape[1]}]: {shapes}")
     if ranks.shape[0] != ids.shape[0] or off.shape[0] != ids.shape[0] + 1:

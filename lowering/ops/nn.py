@@ -377,7 +377,9 @@ def conv2d_transpose(
         >>> x = Tensor(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32).reshape(1, 2, 2, 1))
         >>> w = Tensor(np.ones((2, 2, 1, 1), np.float32))
         >>> ops.conv2d_transpose(x, w, stride=(2, 2))[0, :, :, 0]  # each pixel becomes a 2x2 block
-        TensorType(dtype=float32, shape=[Dim(4), Dim(4)], device=cpu:0): [1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0, 3.0, 3.0, 4.0, 4.0]
+        ... # doctest: +NORMALIZE_WHITESPACE
+        TensorType(dtype=float32, shape=[Dim(4), Dim(4)], device=cpu:0):
+        [1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0, 3.0, 3.0, 4.0, 4.0]
     """
     op = "conv2d_transpose"
     params = _conv_params(op, 2, stride, dilation, padding, input_layout, filter_layout)
@@ -557,7 +559,10 @@ def _fold_rule(x, *, output_size, kernel_size, stride, dilation, padding) -> Ten
             f"{op}: dim 1 of {R.fmt(x)} must be a multiple of the product of the total kernel size "
             f"kH * kW = {kernel_size[0]} * {kernel_size[1]}"
         )
-    settings = f"output_size={tuple(output_size)}, kernel_size={kernel_size}, stride={stride}, dilation={dilation}, padding={padding}"
+    settings = (
+        f"output_size={tuple(output_size)}, kernel_size={kernel_size}, stride={stride}, dilation={dilation}, "
+        f"padding={padding}"
+    )
     # MAX's count first, so a wrong L gets MAX's message even where a window is also too big.
     if all(isinstance(Dim(o), StaticDim) for o in output_size) and isinstance(x.shape[2], StaticDim):
         counts = [

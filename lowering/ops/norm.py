@@ -101,7 +101,9 @@ def group_norm(input, gamma, beta, num_groups, epsilon):  # noqa: A002 - MAX's n
         >>> from maxfx.tensor import Tensor
         >>> x = Tensor([[[1.0, 3.0], [2.0, 6.0]]])  # [1, 2 channels, 2]
         >>> ops.group_norm(x, Tensor([1.0, 1.0]), Tensor([0.0, 0.0]), num_groups=2, epsilon=1e-5)
-        TensorType(dtype=float32, shape=[Dim(1), Dim(2), Dim(2)], device=cpu:0): [-0.9999..., 0.9999..., -0.9999..., 0.9999...]
+        ... # doctest: +NORMALIZE_WHITESPACE
+        TensorType(dtype=float32, shape=[Dim(1), Dim(2), Dim(2)], device=cpu:0):
+        [-0.9999..., 0.9999..., -0.9999..., 0.9999...]
     """
     op = "group_norm"
     eps = check_epsilon(op, epsilon)

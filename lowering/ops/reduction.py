@@ -410,8 +410,9 @@ def softmax(value, axis=-1):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.softmax(Tensor([[0.0, 1.0, 2.0], [5.0, 5.0, 5.0]]))
-        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [0.0900..., 0.2447..., 0.6652..., 0.3333..., 0.3333..., 0.3333...]
+        >>> ops.softmax(Tensor([[0.0, 1.0, 2.0], [5.0, 5.0, 5.0]]))  # doctest: +NORMALIZE_WHITESPACE
+        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0):
+        [0.0900..., 0.2447..., 0.6652..., 0.3333..., 0.3333..., 0.3333...]
     """
     return bind(softmax_p, value, axis=_check_axis_param("softmax", axis))
 
@@ -565,8 +566,9 @@ def layer_norm(input, gamma, beta, epsilon):
         >>> x = Tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 3.0]])
         >>> gamma = Tensor([1.0, 1.0, 2.0])
         >>> beta = Tensor([0.0, 0.0, 0.5])
-        >>> ops.layer_norm(x, gamma, beta, epsilon=1e-5)
-        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): [-1.2247..., 0.0, 2.9494..., -0.7071..., -0.7071..., 3.3284...]
+        >>> ops.layer_norm(x, gamma, beta, epsilon=1e-5)  # doctest: +NORMALIZE_WHITESPACE
+        TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0):
+        [-1.2247..., 0.0, 2.9494..., -0.7071..., -0.7071..., 3.3284...]
     """
     return bind(layer_norm_p, input, gamma, beta, epsilon=check_epsilon("layer_norm", epsilon))
 

@@ -379,7 +379,9 @@ def resize_bicubic(input, size):  # noqa: A002 - MAX's names
         >>> from maxfx.tensor import Tensor
         >>> x = Tensor([[[[0.0, 1.0, 2.0, 3.0]]]])  # [1, 1, 1, 4]
         >>> ops.resize_bicubic(x, [1, 1, 1, 8])[0, 0, 0]  # sources -0.25, 0.25, ..., 3.25
-        TensorType(dtype=float32, shape=[Dim(8)], device=cpu:0): [-0.1054..., 0.1914..., 0.6679..., 1.2968..., 1.7031..., 2.3320..., 2.8085..., 3.1054...]
+        ... # doctest: +NORMALIZE_WHITESPACE
+        TensorType(dtype=float32, shape=[Dim(8)], device=cpu:0):
+        [-0.1054..., 0.1914..., 0.6679..., 1.2968..., 1.7031..., 2.3320..., 2.8085..., 3.1054...]
     """
     op = "resize_bicubic"
     dims = _size_dims(op, size, "size")
@@ -418,8 +420,9 @@ def resize(input, shape, interpolation=InterpolationMode.BILINEAR):  # noqa: A00
         >>> from maxfx.tensor import Tensor
         >>> from maxfx.graph.ops import InterpolationMode
         >>> x = Tensor([[[[0.0, 1.0], [2.0, 3.0]]]])  # NCHW [1, 1, 2, 2]
-        >>> ops.resize(x, [1, 1, 4, 4])[0, 0]  # bilinear, half-pixel centers
-        TensorType(dtype=float32, shape=[Dim(4), Dim(4)], device=cpu:0): [0.0, 0.25, 0.75, 1.0, 0.5, 0.75, 1.25, 1.5, 1.5, 1.75, 2.25, 2.5, 2.0, 2.25, 2.75, 3.0]
+        >>> ops.resize(x, [1, 1, 4, 4])[0, 0]  # bilinear, half-pixel centers  # doctest: +NORMALIZE_WHITESPACE
+        TensorType(dtype=float32, shape=[Dim(4), Dim(4)], device=cpu:0):
+        [0.0, 0.25, 0.75, 1.0, 0.5, 0.75, 1.25, 1.5, 1.5, 1.75, 2.25, 2.5, 2.0, 2.25, 2.75, 3.0]
         >>> ops.resize(x, [1, 1, 3, 3], InterpolationMode.NEAREST)[0, 0]
         TensorType(dtype=float32, shape=[Dim(3), Dim(3)], device=cpu:0): [0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 3.0]
     """

@@ -274,7 +274,9 @@ def _min_p_impl(logits, min_p, temperature):
 
 
 min_p_mask_p = register(OpDef("min_p_mask", rule=_min_p_rule, impl=_min_p_impl, differentiable=False))
-"""``logits`` with the tokens below ``min_p`` times their row's largest probability (after ``/ temperature``) set to -inf."""
+"""``logits`` with the tokens below ``min_p`` times their row's largest probability (after ``/ temperature``)
+set to -inf.
+"""
 
 
 # ─── apply_packed_bitmask: a grammar's packed token mask on the logits ─────
@@ -333,7 +335,9 @@ def _masked_probs_impl(logits, top_k, temperature, top_p):
 masked_probs_p = register(
     OpDef("topk_topp_masked_probs", rule=_masked_probs_rule, impl=_masked_probs_impl, differentiable=False)
 )
-"""Float32 ``[batch, vocab]``: each row's renormalised softmax over its top-k / top-p set (one-hot argmax when greedy)."""
+"""Float32 ``[batch, vocab]``: each row's renormalised softmax over its top-k / top-p set (one-hot argmax
+when greedy).
+"""
 
 
 def _gumbel_rule(probs, seed) -> TensorType:
@@ -347,4 +351,6 @@ def _gumbel_impl(probs, seed):
 
 
 gumbel_argmax_p = register(OpDef("gumbel_argmax", rule=_gumbel_rule, impl=_gumbel_impl, differentiable=False))
-"""Int64 ``[batch]``: one token per row drawn in proportion to ``probs`` (Gumbel-max over ``ln p``, keyed by ``seed``)."""
+"""Int64 ``[batch]``: one token per row drawn in proportion to ``probs`` (Gumbel-max over ``ln p``, keyed by
+``seed``).
+"""
