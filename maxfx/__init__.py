@@ -55,7 +55,7 @@ _LAZY |= {
     "OpError": "lowering.registry",  # an op rejected its inputs (a ValueError)
     "AxisError": "lowering.ops._rules",  # an axis out of range (an OpError and an IndexError)
     "IndexOpError": "lowering.ops._indexing_util",  # a bad index (an OpError and an IndexError)
-    "DataDependentShapeError": "lowering.ops.advanced_indexing",  # a result shape that depends on values (an IndexOpError)
+    "DataDependentShapeError": "lowering.ops.advanced_indexing",  # a shape that depends on values (an IndexOpError)
 }
 
 __all__ = list(_SUBMODULES) + list(_LAZY)

@@ -303,7 +303,10 @@ class ExportedModel:
         return path
 
     def __repr__(self) -> str:
-        return f"ExportedModel({self.name!r}, inputs={[str(t) for t in self.input_types]}, platforms={list(self.platforms)})"
+        return (
+            f"ExportedModel({self.name!r}, inputs={[str(t) for t in self.input_types]}, "
+            f"platforms={list(self.platforms)})"
+        )
 
 
 def _weight_entry(i: int) -> str:

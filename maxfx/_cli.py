@@ -68,7 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     gen = commands.add_parser(
         "generate",
         help="complete a prompt with a pretrained model",
-        description="Complete a prompt with a causal language model and stream the text to stdout; a timing line (load, compile, prefill and decode speed) goes to stderr.",
+        description=(
+            "Complete a prompt with a causal language model and stream the text to stdout; "
+            "a timing line (load, compile, prefill and decode speed) goes to stderr."
+        ),
     )
     _model_argument(gen)
     gen.add_argument(
@@ -221,7 +224,10 @@ def _reconfigure_stdout() -> None:
 
 def _timing_line(load_s: float, stats: Any) -> str:
     """One line: load and compile seconds, prefill and decode tokens/s (compilation excluded)."""
-    return f"load {load_s:.2f} s, compile {stats.compile_s:.2f} s, prefill {stats.prefill_tokens_per_s:.1f} tok/s, decode {stats.decode_tokens_per_s:.1f} tok/s"
+    return (
+        f"load {load_s:.2f} s, compile {stats.compile_s:.2f} s, prefill {stats.prefill_tokens_per_s:.1f} tok/s, "
+        f"decode {stats.decode_tokens_per_s:.1f} tok/s"
+    )
 
 
 def _one_line(message: str) -> str:

@@ -234,17 +234,24 @@ class _HeaderScan:
                 if t.offset % alignment:
                     why = f"not a multiple of the alignment {alignment}"
                 elif data_start + t.offset >= self.size:
-                    why = f"it points past the end of the file ({self.size} bytes; the data section starts at byte {data_start})"
+                    why = (
+                        f"it points past the end of the file ({self.size} bytes; "
+                        f"the data section starts at byte {data_start})"
+                    )
                 elif previous is None:
                     why = "the first tensor must start the data section"
                 else:
                     how = "overlaps" if t.offset < expected else "leaves a gap after"
-                    why = f"it {how} {previous.describe()}; tensors follow each other in header order, each padded to {alignment} bytes"
+                    why = (
+                        f"it {how} {previous.describe()}; "
+                        f"tensors follow each other in header order, each padded to {alignment} bytes"
+                    )
                 raise self.error(f"data offset {t.offset}, expected {expected}: {why}", tensor=t.name)
             end = data_start + t.offset + t.nbytes
             if end > self.size:
                 raise self.error(
-                    f"{t.type_name} {list(t.ne)} data ends at byte {end} but the file has {self.size} (truncated file?)",
+                    f"{t.type_name} {list(t.ne)} data ends at byte {end} "
+                    f"but the file has {self.size} (truncated file?)",
                     tensor=t.name,
                 )
             expected, previous = expected + _pad(t.nbytes, alignment), t

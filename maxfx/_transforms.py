@@ -216,7 +216,10 @@ def _check_differentiable_args(
 def _scalar_hint(value: Any, shape: Sequence[int]) -> str:
     """How to get a shape-[] loss from ``value`` (MAX reductions keep the reduced dim, so `.mean()` alone does not)."""
     if tuple(shape) == ():
-        return "gradients need a floating-point output: cast it (e.g. `F.cast(loss, DType.float32)` or `x.astype(jnp.float32)`)"
+        return (
+            "gradients need a floating-point output: "
+            "cast it (e.g. `F.cast(loss, DType.float32)` or `x.astype(jnp.float32)`)"
+        )
     one = all(int(d) == 1 for d in shape)
     if not isinstance(value, Tensor):
         fix = "`x.reshape(())`" if one else "`jnp.mean(x)` (reduces over all axes)"

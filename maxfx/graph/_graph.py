@@ -279,7 +279,10 @@ class Graph:
                 if gv is not None:
                     o = gv
                 if not isinstance(o, Value):
-                    bad = f"Graph {self.name!r}: output {i} must be a graph value (TensorValue, BufferValue) or numeric constant data, got {type(o).__name__} {o!r:.80}"
+                    bad = (
+                        f"Graph {self.name!r}: output {i} must be a graph value (TensorValue, BufferValue) "
+                        f"or numeric constant data, got {type(o).__name__} {o!r:.80}"
+                    )
                     if isinstance(o, (str, bytes)):  # numpy would make a text array of it
                         raise TypeError(bad)
                     try:

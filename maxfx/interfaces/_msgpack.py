@@ -92,7 +92,10 @@ class MsgpackNumpyEncoder:
         return msgpack.packb(obj, default=self._default, use_bin_type=True)
 
     def __repr__(self) -> str:
-        return f"MsgpackNumpyEncoder(use_shared_memory={self.use_shared_memory}, shared_memory_threshold={self.shared_memory_threshold})"
+        return (
+            f"MsgpackNumpyEncoder(use_shared_memory={self.use_shared_memory}, "
+            f"shared_memory_threshold={self.shared_memory_threshold})"
+        )
 
 
 def msgpack_numpy_encoder(use_shared_memory: bool = False, shared_memory_threshold: int = 0) -> MsgpackNumpyEncoder:

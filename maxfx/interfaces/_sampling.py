@@ -79,8 +79,9 @@ class SamplingParamsGenerationConfigDefaults:
         Example::
 
             >>> SamplingParamsGenerationConfigDefaults.from_generation_config({"do_sample": True, "top_p": 0.9,
-            ...     "eos_token_id": 2})
-            SamplingParamsGenerationConfigDefaults(temperature=None, top_p=0.9, top_k=None, repetition_penalty=None, max_new_tokens=None, min_new_tokens=None, do_sample=True)
+            ...     "eos_token_id": 2})  # doctest: +NORMALIZE_WHITESPACE
+            SamplingParamsGenerationConfigDefaults(temperature=None, top_p=0.9, top_k=None, repetition_penalty=None,
+            max_new_tokens=None, min_new_tokens=None, do_sample=True)
         """
         get = config.get if isinstance(config, dict) else (lambda k: getattr(config, k, None))
         return cls(**{f.name: get(f.name) for f in fields(cls)})

@@ -31,9 +31,11 @@ def check_token_ids(where: str, ids: Any, vocab_size: int) -> None:
         >>> from maxfx.experimental.tensor import Tensor
         >>> from maxfx.dtype import DType
         >>> check_token_ids("LlamaForCausalLM", Tensor([[1, 300]], dtype=DType.int64), 256)
+        ... # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        maxfx.models._token_ids.TokenIdError: LlamaForCausalLM: token id 300 is out of range for the vocabulary of 256 tokens (config.vocab_size); valid ids are 0 to 255
+        maxfx.models._token_ids.TokenIdError: LlamaForCausalLM: token id 300 is out of range for the vocabulary
+        of 256 tokens (config.vocab_size); valid ids are 0 to 255
     """
     if isinstance(ids, np.ndarray):
         a = ids

@@ -115,4 +115,7 @@ class WeightData:
 
     def __repr__(self) -> str:
         enc = f", quantization_encoding={self.quantization_encoding}" if self.quantization_encoding is not None else ""
-        return f"WeightData(name={self.name!r}, dtype={self.dtype}, shape={[int(d) if isinstance(d, StaticDim) else str(d) for d in self.shape]}{enc})"
+        return (
+            f"WeightData(name={self.name!r}, dtype={self.dtype}, "
+            f"shape={[int(d) if isinstance(d, StaticDim) else str(d) for d in self.shape]}{enc})"
+        )

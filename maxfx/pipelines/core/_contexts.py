@@ -159,7 +159,10 @@ class TextAndVisionContext(TextContext):
         self._validate_state()
 
     def __repr__(self) -> str:
-        return f"TextAndVisionContext(request_id={self.request_id!s}, start_idx={self.start_idx}, active_idx={self.active_idx}, end_idx={self.end_idx}, images={len(self.images)})"
+        return (
+            f"TextAndVisionContext(request_id={self.request_id!s}, start_idx={self.start_idx}, "
+            f"active_idx={self.active_idx}, end_idx={self.end_idx}, images={len(self.images)})"
+        )
 
 
 class TTSContext(TextContext):

@@ -132,7 +132,10 @@ def _bad_ids_message(encoded: Any, vocab_size: int) -> str:
         if low.size:
             issues.append(f"negative token ids at indices {low.tolist()}: {arr[low].tolist()}")
     detail = "; ".join(issues) if issues else f"token ids {arr.tolist()}"
-    return f"invalid token ids to decode: {detail} (vocabulary size {vocab_size}, shape {list(np.shape(encoded))}, dtype {np.asarray(encoded).dtype})"
+    return (
+        f"invalid token ids to decode: {detail} (vocabulary size {vocab_size}, shape {list(np.shape(encoded))}, "
+        f"dtype {np.asarray(encoded).dtype})"
+    )
 
 
 # ─── IdentityPipelineTokenizer ────────────────────────────────────────────────

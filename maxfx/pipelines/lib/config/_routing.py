@@ -119,7 +119,9 @@ def option_paths(pipeline_cls: type) -> dict[str, str]:
         >>> from maxfx.pipelines.lib.config import PipelineConfig
         >>> paths = option_paths(PipelineConfig)
         >>> paths["kv_cache_page_size"], paths["enable_penalties"], paths["draft_model_path"]
-        ('model_config.kv_cache.kv_cache_page_size', 'sampling_config.enable_penalties', 'draft_model_config.model_path')
+        ... # doctest: +NORMALIZE_WHITESPACE
+        ('model_config.kv_cache.kv_cache_page_size', 'sampling_config.enable_penalties',
+         'draft_model_config.model_path')
     """
     paths = {name: name for name in _names(pipeline_cls)}
     for cls, where in _GROUPS.values():

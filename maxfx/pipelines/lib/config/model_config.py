@@ -100,7 +100,9 @@ class MAXModelConfig(MAXConfig):
     vision_config_overrides: dict[str, Any] = option(factory=dict, doc="Model-specific vision config overrides ({}).")
     rope_type: RopeType | None = option(
         None,
-        doc="Force a RoPE flavour for GGUF weights: none, normal, neox, longrope or yarn (default: the architecture's).",
+        doc=(
+            "Force a RoPE flavour for GGUF weights: none, normal, neox, longrope or yarn (default: the architecture's)."
+        ),
     )
     use_subgraphs: bool = option(True, doc="Compile repeated blocks once (True).")
     data_parallel_degree: int = option(1, doc="Replicas of the model for data parallelism (1).")
