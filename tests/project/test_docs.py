@@ -16,7 +16,7 @@ import pytest
 import maxfx.graph.ops  # noqa: F401 - registers every op first, so the pages' scoped registrations only remove their own
 from lowering.registry import scoped_registrations
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_mkdocs_strict_build(tmp_path):

@@ -23,7 +23,7 @@ from maxfx.experimental import functional as F
 from maxfx.experimental import nn
 from maxfx.experimental.tensor import Tensor
 
-PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 X = (np.arange(12, dtype=np.float32).reshape(3, 4) - 5.0) * np.float32(0.5)
 W = np.linspace(-1.0, 1.0, 20, dtype=np.float32).reshape(4, 5)
 IDX = np.array([2, 0, 2], dtype=np.int32)
