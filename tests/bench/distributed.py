@@ -162,7 +162,8 @@ def main(argv: list[str] | None = None) -> dict:
         r = results[size]
         label = f"{size} {'-'.join(map(str, SIZES[size]))} ({r['parameters']:,} p)"
         print(
-            f"  {label:<36}{fmt_time(r['step_s']['2 processes x 1 device']):>24}{fmt_time(r['step_s']['1 process x 2 devices']):>24}{r['ratio']:>8.2f}{fmt_time(r['overhead_s']):>14}"
+            f"  {label:<36}{fmt_time(r['step_s']['2 processes x 1 device']):>24}"
+            f"{fmt_time(r['step_s']['1 process x 2 devices']):>24}{r['ratio']:>8.2f}{fmt_time(r['overhead_s']):>14}"
         )
     print(f"\nwritten {save('distributed', results)}")
     return results

@@ -344,7 +344,8 @@ def main(argv: list[str] | None = None) -> dict:
                 + ", ".join(
                     f"{n} {e['TFLOPs']} TF/s (bwd {e.get('bwd_only_TFLOPs', '-')})" for n, e in r["fwd_bwd"].items()
                 )
-                + f"; bwd best {r.get('bwd_best')} x{r.get('bwd_best_vs_cudnn', '-')} cuDNN; grad err {r['grad_rel_err_vs_xla']}",
+                + f"; bwd best {r.get('bwd_best')} x{r.get('bwd_best_vs_cudnn', '-')} cuDNN; "
+                f"grad err {r['grad_rel_err_vs_xla']}",
                 flush=True,
             )
         if r["errors"]:

@@ -206,7 +206,10 @@ def _print(r: dict, peak: float | None = None, nbytes: int | None = None) -> Non
     for name in ("maxfx", "jax"):
         if name in r:
             m = r[name]
-            line = f"  {name:6s} prefill {fmt_time(m['prefill_s'])} ({m['prefill_tok_s']:10.0f} tok/s)  decode {fmt_time(m['decode_s'])} ({m['decode_tok_s']:8.1f} tok/s)"
+            line = (
+                f"  {name:6s} prefill {fmt_time(m['prefill_s'])} ({m['prefill_tok_s']:10.0f} tok/s)  "
+                f"decode {fmt_time(m['decode_s'])} ({m['decode_tok_s']:8.1f} tok/s)"
+            )
             if peak and nbytes:
                 m["hbm_fraction"] = nbytes / m["decode_s"] / peak
                 line += f"  {100 * m['hbm_fraction']:.0f}% of HBM bandwidth"

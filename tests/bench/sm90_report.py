@@ -273,7 +273,10 @@ def compile_dir(d: str) -> list[dict]:
 
 
 def table(results: list[dict]) -> str:
-    head = f"{'case':31} {'kernel':24} {'warps':>5} {'stg':>3} {'smem KiB':>8} {'regs':>4} {'spill B':>7} {'blk/SM':>6} {'mma':>8}  ok"
+    head = (
+        f"{'case':31} {'kernel':24} {'warps':>5} {'stg':>3} {'smem KiB':>8} {'regs':>4} {'spill B':>7} "
+        f"{'blk/SM':>6} {'mma':>8}  ok"
+    )
     rows = [head, "-" * len(head)]
     for r in results:
         if not r.get("ok"):

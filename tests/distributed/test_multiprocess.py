@@ -34,7 +34,9 @@ from maxfx import distributed
 from tests.distributed._mlp import NAMES, data, jax_reference, jax_sgd_step, numpy_forward
 
 ROOT = Path(__file__).resolve().parents[2]
-JOB_LIMIT_S = 120  # the launcher's time limit for one job (about 15 s each here, slower when the machine is busy); a hung job fails at this
+# The launcher's time limit for one job (about 15 s each here, slower when the machine is busy); a hung job
+# fails at this.
+JOB_LIMIT_S = 120
 RUNS = ("dp", "dp_jit", "dp_tp")
 
 
@@ -332,9 +334,9 @@ def test_launch_rejects_bad_counts():
 def test_initialize_in_one_process_and_again(one_process):
     # The 1 x 8 job: only the devices were set; a second call is a no-op, another job's settings an error.
     assert one_process["runtime_started"] is False
-    assert (
-        one_process["other_job"]
-        == "RuntimeError: maxfx.distributed.initialize: already initialized as process 0 of 1; cannot become process 1 of 2"
+    assert one_process["other_job"] == (
+        "RuntimeError: maxfx.distributed.initialize: already initialized as process 0 of 1; "
+        "cannot become process 1 of 2"
     )
 
 

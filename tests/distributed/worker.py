@@ -95,7 +95,8 @@ def _train(mesh, rule, how: str) -> tuple[dict, MLP, object]:
     if how == "make_train_step":
         step = maxfx.optim.make_train_step(loss_fn, opt)
         state = maxfx.optim.init(opt, m)
-    else:  # by hand under maxfx.jit, fed optax's own state: its uncommitted step count is replicated over the processes' mesh
+    else:  # by hand under maxfx.jit, fed optax's own state: its uncommitted step count is replicated over the
+        # processes' mesh
 
         @maxfx.jit
         def step(m, s, x, y):

@@ -200,7 +200,10 @@ def test_broadcast_to_names_the_mismatched_dims():
         x, s, two, shape = (v.tensor for v in g.inputs)
         with pytest.raises(
             ValueError,
-            match=r"\[broadcast_to\] input dimension at index 0 \(6\) must be either 1 or equal to corresponding output dimension at index 1 \(7\)",
+            match=(
+                r"\[broadcast_to\] input dimension at index 0 \(6\) must be either 1 "
+                r"or equal to corresponding output dimension at index 1 \(7\)"
+            ),
         ):
             ops.broadcast_to(x, [6, 7])
         with pytest.raises(

@@ -287,7 +287,10 @@ def test_print_hook_watches_eager_modules_by_name_with_a_filter(rng, capfd):
     try:
         with pytest.raises(
             TypeError,
-            match=r"PrintHook.name_layers expects a max.nn \(V2\) Layer or a max.experimental.nn \(V3\) Module, got int",
+            match=(
+                r"PrintHook.name_layers expects a max.nn \(V2\) Layer "
+                r"or a max.experimental.nn \(V3\) Module, got int"
+            ),
         ):
             other.name_layers(42)
     finally:

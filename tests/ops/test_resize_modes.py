@@ -349,7 +349,10 @@ def test_errors_name_the_op_and_what_is_expected():
             ops.resize_nearest(x, [1, 3, 4, 4], round_mode=-1)
         with pytest.raises(
             ValueError,
-            match=r"resize_linear: size must have the same rank as input \(4\), got 2: \[16, 16\] for input float32\[1, 3, 8, 8\]",
+            match=(
+                r"resize_linear: size must have the same rank as input \(4\), got 2: "
+                r"\[16, 16\] for input float32\[1, 3, 8, 8\]"
+            ),
         ):
             ops.resize_linear(x, [16, 16])
         with pytest.raises(ValueError, match=r"resize_nearest: size must have the same rank as input \(3\), got 4"):

@@ -483,7 +483,10 @@ def test_reshape_errors():
         x, s = (v.tensor for v in g.inputs)
         with pytest.raises(
             ValueError,
-            match=r"number of elements must match: input float32\[2, 3\] has 6 elements but target shape \[4, 2\] has 8",
+            match=(
+                r"number of elements must match: input float32\[2, 3\] has 6 elements "
+                r"but target shape \[4, 2\] has 8"
+            ),
         ):
             ops.reshape(x, [4, 2])
         with pytest.raises(ValueError, match="reshape: cannot reshape .* 6 is not divisible by 4"):
@@ -534,7 +537,11 @@ def test_broadcast_to_errors():
         x, shape = (v.tensor for v in g.inputs)
         with pytest.raises(
             ValueError,
-            match=r"\[broadcast_to\] input dimension at index 1 \(3\) must be either 1 or equal to corresponding output dimension at index 1 \(4\); cannot broadcast float32\[2, 3\] to \[2, 4\]",
+            match=(
+                r"\[broadcast_to\] input dimension at index 1 \(3\) must be either 1 "
+                r"or equal to corresponding output dimension at index 1 \(4\); "
+                r"cannot broadcast float32\[2, 3\] to \[2, 4\]"
+            ),
         ):
             ops.broadcast_to(x, [2, 4])
         with pytest.raises(ValueError, match="broadcast_to: cannot broadcast .* lower-rank"):

@@ -371,7 +371,10 @@ def test_config_errors_are_value_errors():
 def test_model_path_is_required():
     with pytest.raises(
         ConfigError,
-        match=r"MAXModelConfig\.model_path must be a local folder, a \.gguf file or a Hugging Face repo id in the local cache, got ''",
+        match=(
+            r"MAXModelConfig\.model_path must be a local folder, a \.gguf file "
+            r"or a Hugging Face repo id in the local cache, got ''"
+        ),
     ):
         PipelineConfig()
 

@@ -587,7 +587,11 @@ def test_custom_architectures_from_the_config(tmp_path):
 
 
 def test_importing_the_pipelines_package_does_not_load_jax():
-    code = "import sys, maxfx.pipelines, maxfx.pipelines.lib; print('jax' in sys.modules, 'maxfx.pipelines.lib.registry' in sys.modules, 'PIPELINE_REGISTRY' in dir(maxfx.pipelines))"
+    code = (
+        "import sys, maxfx.pipelines, maxfx.pipelines.lib; "
+        "print('jax' in sys.modules, 'maxfx.pipelines.lib.registry' in sys.modules, "
+        "'PIPELINE_REGISTRY' in dir(maxfx.pipelines))"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, timeout=120
     ).stdout.split()

@@ -241,7 +241,11 @@ def test_chat_template_rendering_matches_jinja(chat):
 
 
 def test_chat_template_variables_tools_and_special_tokens(tmp_path):
-    template = "{{ bos_token }}|{{ eos_token }}|{% if tools %}{{ tools | tojson }}|{% endif %}{% if enable_thinking %}think|{% endif %}{% for m in messages %}{{ m.role }}={{ m.content }};{% endfor %}"
+    template = (
+        "{{ bos_token }}|{{ eos_token }}|{% if tools %}{{ tools | tojson }}|{% endif %}"
+        "{% if enable_thinking %}think|{% endif %}"
+        "{% for m in messages %}{{ m.role }}={{ m.content }};{% endfor %}"
+    )
     tok = TextTokenizer(
         str(
             folder(

@@ -75,7 +75,9 @@ def flips(path, positions, level):
             rewritten = key is not None and bool(pc.decode_entry(open(path, "rb").read(), key))
         except pc.DamagedEntryError:
             rewritten = False
-        results.append({"pos": pos, "out": out, "disk_hit": lc.compile_stats()["disk_hits"] > before, "rewritten": rewritten})
+        results.append(
+            {"pos": pos, "out": out, "disk_hit": lc.compile_stats()["disk_hits"] > before, "rewritten": rewritten}
+        )
         open(path, "wb").write(pristine)
     return results
 
@@ -84,7 +86,9 @@ if mode == "run":
     a = run("a")
     files_after_a = sorted(str(p) for p in pc.disk_dir().parent.rglob("*")) if pc.disk_dir() else []
     b = run("b")
-    print(json.dumps({"a": a, "b": b, "stats": lc.compile_stats(), "jax_cache": JAX_CACHE, "files_after_a": files_after_a}))
+    print(json.dumps(
+        {"a": a, "b": b, "stats": lc.compile_stats(), "jax_cache": JAX_CACHE, "files_after_a": files_after_a}
+    ))
 else:
     run("a")  # warm the process: imports, eager ops
     print(json.dumps({"flips": flips(sys.argv[2], json.loads(sys.argv[3]), mode)}))

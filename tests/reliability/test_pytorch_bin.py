@@ -178,7 +178,10 @@ def test_huge_stride_zero_view_is_refused_at_load(tmp_path):
     """Issue 35: one float viewed as [2**18, 1024] (1 GiB) loaded, then every consumer's copy grew past 3 GB."""
     body = p_state_dict({"w": p_tensor(p_storage("0", 1), 0, (2**18, 1024), (0, 0))})
     path = write_zip(tmp_path / "expand.bin", pickled(body), {"0": np.float32([2.5])})
-    match = r"expand\.bin: tensor 'w' \(shape \[262144, 1024\], stride \[0, 0\], offset 0\) is a stride-0 \(expanded\) view of 1073741824 bytes over a storage of 4"
+    match = (
+        r"expand\.bin: tensor 'w' \(shape \[262144, 1024\], stride \[0, 0\], offset 0\) "
+        r"is a stride-0 \(expanded\) view of 1073741824 bytes over a storage of 4"
+    )
 
     def load():
         with pytest.raises(pt.CorruptCheckpointError, match=match):
