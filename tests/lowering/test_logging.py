@@ -22,7 +22,7 @@ from maxfx.dtype import DType
 from maxfx.engine import InferenceSession
 from maxfx.graph import DeviceRef, Graph, TensorType, ops
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _records(caplog, logger: str) -> list[str]:

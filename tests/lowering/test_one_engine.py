@@ -27,7 +27,7 @@ from maxfx.dtype import DType
 from maxfx.graph import Graph, ops
 from maxfx.tensor import Tensor
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _impl_calls() -> list[str]:
