@@ -25,7 +25,7 @@ from lowering.dims import format_shape
 from lowering.dtypes import DType
 from lowering.types import DeviceRef
 from maxfx._conv_args import check_conv_input, check_groups, conv_padding, conv_tuple
-from maxfx._conv_math import conv, conv1d
+from maxfx._conv_math import conv
 from maxfx.graph._weight import Weight
 from maxfx.nn._graph_util import as_value as _as_value
 from maxfx.nn._graph_util import device_ref
@@ -56,8 +56,35 @@ class _ConvND(Module):
     """Shared body of `Conv1D`/`Conv2d`/`Conv3D`: one Weight ``filter`` (+ ``bias``) and an ``ops.conv*`` call."""
 
     _nd = 2
+    _kernel_what = "kernel_size"  # the kernel argument, as errors name it
     filter: Weight  # noqa: A003 - MAX's name; the kernel, laid out RSCF (QRSCF for 3D)
     bias: Weight | None
+
+    def __init__(
+        self,
+        kernel_size: int | tuple[int, int],
+        in_channels: int,
+        out_channels: int,
+        dtype: DType,
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] | tuple[int, int, int, int] = 0,
+        dilation: int | tuple[int, int] = 1,
+        num_groups: int = 1,
+        device: Any = None,
+        has_bias: bool = False,
+        permute: bool = False,
+        name: str | None = None,
+    ) -> None:
+        """`Conv2d`'s signature (`Conv3D` passes its kernel as a tuple): the geometry as ``_nd``-tuples, then the
+        weights.
+        """
+        super().__init__()
+        layer, nd = type(self).__name__, self._nd
+        self.kernel_size = conv_tuple(layer, self._kernel_what, kernel_size, nd)
+        self.stride = conv_tuple(layer, "stride", stride, nd)
+        self.padding = conv_padding(layer, padding, nd)
+        self.dilation = conv_tuple(layer, "dilation", dilation, nd)
+        self._setup(self.kernel_size, in_channels, out_channels, dtype, num_groups, device, has_bias, permute, name)
 
     def _setup(
         self,
@@ -82,17 +109,6 @@ class _ConvND(Module):
             else [*kernel, in_channels // num_groups, out_channels]
         )
         self.filter, self.bias = _new_weights(name, dtype, shape, out_channels, has_bias)
-
-    def _setup_nd(
-        self, kernel_what: str, kernel_size: Any, stride: Any, padding: Any, dilation: Any, *setup_args: Any
-    ) -> None:
-        """`Conv2d`/`Conv3D`: normalise the geometry to ``_nd``-tuples, then `_setup` the weights."""
-        layer, nd = type(self).__name__, self._nd
-        self.kernel_size = conv_tuple(layer, kernel_what, kernel_size, nd)
-        self.stride = conv_tuple(layer, "stride", stride, nd)
-        self.padding = conv_padding(layer, padding, nd)
-        self.dilation = conv_tuple(layer, "dilation", dilation, nd)
-        self._setup(self.kernel_size, *setup_args)
 
     def __call__(self, x: Any) -> Any:
         """Convolve ``x`` (channels-last, or channels-first with ``permute``); the output has the input's layout."""
@@ -140,7 +156,7 @@ class Conv1D(_ConvND):
         filter: Any = None,  # noqa: A002 - MAX's name
         bias: Any = None,
     ) -> None:
-        super().__init__()
+        Module.__init__(self)  # not _ConvND's: a 1-D kernel and the filter=/bias= form
         self.stride = conv_tuple("Conv1D", "stride", stride, 1)[0]
         self.dilation = conv_tuple("Conv1D", "dilation", dilation, 1)[0]
         pad = conv_padding("Conv1D", padding, 1)
@@ -152,17 +168,8 @@ class Conv1D(_ConvND):
             raise TypeError(
                 "Conv1D: pass kernel_size, in_channels, out_channels and dtype (or existing values as filter=/bias=)"
             )
-        self._setup(
-            conv_tuple("Conv1D", "kernel_size", kernel_size, 1),
-            in_channels,
-            out_channels,
-            dtype,
-            num_groups,
-            device,
-            has_bias,
-            permute,
-            name,
-        )
+        kernel = conv_tuple("Conv1D", "kernel_size", kernel_size, 1)
+        self._setup(kernel, in_channels, out_channels, dtype, num_groups, device, has_bias, permute, name)
 
     def _adopt(self, filt: Any, bias: Any, num_groups: int, device: Any, permute: bool) -> None:
         shape = [int(d) for d in filt.shape]
@@ -182,8 +189,8 @@ class Conv1D(_ConvND):
         check_conv_input("Conv1D", x, 1, self.in_channels, self.permute)
         filt, bias = self._weights_on_device()
         filt, bias = _as_value(filt), (_as_value(bias) if bias is not None else None)
-        pad = (0, 0, *conv_padding("Conv1D", self.padding, 1))
-        return conv1d(x, filt, bias, self.stride, self.dilation, pad, self.num_groups, self.permute)
+        stride, dilation, pad = (1, self.stride), (1, self.dilation), (0, 0, *conv_padding("Conv1D", self.padding, 1))
+        return conv(x, filt, bias, stride, dilation, pad, self.num_groups, self.permute)
 
 
 class Conv2d(_ConvND, Shardable):
@@ -200,38 +207,6 @@ class Conv2d(_ConvND, Shardable):
     """
 
     _nd = 2
-
-    def __init__(
-        self,
-        kernel_size: int | tuple[int, int],
-        in_channels: int,
-        out_channels: int,
-        dtype: DType,
-        stride: int | tuple[int, int] = 1,
-        padding: int | tuple[int, int] | tuple[int, int, int, int] = 0,
-        dilation: int | tuple[int, int] = 1,
-        num_groups: int = 1,
-        device: Any = None,
-        has_bias: bool = False,
-        permute: bool = False,
-        name: str | None = None,
-    ) -> None:
-        super().__init__()
-        self._setup_nd(
-            "kernel_size",
-            kernel_size,
-            stride,
-            padding,
-            dilation,
-            in_channels,
-            out_channels,
-            dtype,
-            num_groups,
-            device,
-            has_bias,
-            permute,
-            name,
-        )
 
     @property
     def sharding_strategy(self) -> Any:
@@ -291,6 +266,7 @@ class Conv3D(_ConvND):
     """
 
     _nd = 3
+    _kernel_what = "kernel size (depth, height, width)"
 
     def __init__(
         self,
@@ -309,23 +285,21 @@ class Conv3D(_ConvND):
         permute: bool = False,
         name: str | None = None,
     ) -> None:
-        super().__init__()
         kernel = (depth, height, width)
-        self._setup_nd(
-            "kernel size (depth, height, width)",
-            kernel,
-            stride,
-            padding,
-            dilation,
+        args = (
             in_channels,
             out_channels,
             dtype,
+            stride,
+            padding,
+            dilation,
             num_groups,
             device,
             has_bias,
             permute,
             name,
         )
+        super().__init__(kernel, *args)
 
 
 # ─── deprecated value-holding forms ───────────────────────────────────────
@@ -375,7 +349,7 @@ class Conv1DV1(Layer):
         check_conv_input("Conv1DV1", x, 1, None, False)
         bias = _as_value(self.bias) if self.bias is not None else None
         pad = (0, 0, *conv_padding("Conv1DV1", self.padding, 1))
-        return conv1d(x, filt, bias, self.stride, self.dilation, pad, self.groups, permute=False)
+        return conv(x, filt, bias, (1, self.stride), (1, self.dilation), pad, self.groups, permute=False)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Any
 from lowering.dtypes import DType
 from lowering.types import DeviceRef
 from maxfx._conv_args import check_conv_input, check_positive, conv_tuple, padding_1d
-from maxfx._conv_math import conv_transpose1d
+from maxfx._conv_math import conv_transpose
 from maxfx.graph import ops
 from maxfx.graph._weight import Weight
 from maxfx.nn._conv import _new_weights, _on
@@ -85,7 +85,7 @@ class ConvTranspose1d(Module):
         x = _as_value(x)
         check_conv_input(type(self).__name__, x, 1, self.in_channels, self.permute)
         settings = (self.stride, self.dilation, self.padding, self.output_padding, self.permute)
-        return conv_transpose1d(x, weight, bias, *settings)
+        return conv_transpose(x, weight, bias, *settings)
 
     def __call__(self, x: Any) -> Any:
         """``(batch, length, in_channels)`` -> ``(batch, new_length, out_channels)`` (channels-first with

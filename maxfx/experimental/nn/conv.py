@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 from lowering.dtypes import DType
 from maxfx._conv_args import check_conv_input, check_groups, conv_padding, conv_tuple, padding_1d
-from maxfx._conv_math import conv, conv1d, conv_transpose, conv_transpose1d
+from maxfx._conv_math import conv, conv_transpose
 from maxfx.experimental import random
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn.module import Module
@@ -62,7 +62,6 @@ def _int_1d(layer: str, name: str, value: Any, minimum: int) -> int:
 
 def _setup_1d(
     module: Module,
-    layer: str,
     in_channels: int,
     out_channels: int,
     kernel_size: Any,
@@ -77,6 +76,7 @@ def _setup_1d(
     """The settings `Conv1d` and `ConvTranspose1d` share, checked and stored (weights and padding are each layer's
     own).
     """
+    layer = type(module).__name__
     check_groups(layer, in_channels, out_channels, num_groups)
     module.in_channels, module.out_channels, module.num_groups = in_channels, out_channels, num_groups
     module.kernel_size = _int_1d(layer, "kernel_size", kernel_size, 1)
@@ -87,7 +87,6 @@ def _setup_1d(
 
 def _setup_nd(
     module: Module,
-    layer: str,
     nd: int,
     kernel_size: Any,
     in_channels: int,
@@ -108,6 +107,7 @@ def _setup_nd(
     are checked before any weight is drawn. ``num_groups`` is checked here but
     stored by the layers that have it.
     """
+    layer = type(module).__name__
     check_groups(layer, in_channels, out_channels, num_groups)
     module.in_channels, module.out_channels = in_channels, out_channels
     module.dtype, module.permute, module.has_bias, module.name = dtype, bool(permute), bool(has_bias), name
@@ -140,44 +140,30 @@ def _bias(module: Module, x: Tensor) -> Tensor | None:
 
 
 class _ConvNd(Module):
-    """Conv2d and Conv3d: one construction and one forward over ``_nd`` spatial dims.
-
-    Subclasses keep MAX's explicit constructor signatures and call `_build`.
+    """Conv2d and Conv3d: one construction (MAX's signature, the same for both) and one forward over ``_nd``
+    spatial dims.
     """
 
     _nd: int
 
-    def _build(
+    def __init__(
         self,
-        kernel_size: Any,
+        kernel_size: int | tuple[int, ...],
         in_channels: int,
         out_channels: int,
-        dtype: DType | None,
-        stride: Any,
-        padding: Any,
-        dilation: Any,
-        num_groups: int,
-        device: Any,
-        has_bias: bool,
-        permute: bool,
-        name: str | None,
+        dtype: DType | None = None,
+        stride: int | tuple[int, ...] = 1,
+        padding: int | tuple[int, ...] = 0,
+        dilation: int | tuple[int, ...] = 1,
+        num_groups: int = 1,
+        device: Any = None,
+        has_bias: bool = False,
+        permute: bool = False,
+        name: str | None = None,
     ) -> None:
-        _setup_nd(
-            self,
-            type(self).__name__,
-            self._nd,
-            kernel_size,
-            in_channels,
-            out_channels,
-            num_groups,
-            dtype,
-            stride,
-            padding,
-            dilation,
-            has_bias,
-            permute,
-            name,
-        )
+        """Kernel size, stride and dilation: an int or ``_nd`` ints; padding: an int, ``_nd`` or ``2 * _nd`` ints."""
+        args = (in_channels, out_channels, num_groups, dtype, stride, padding, dilation, has_bias, permute, name)
+        _setup_nd(self, self._nd, kernel_size, *args)
         self.num_groups = num_groups
         cin = in_channels // num_groups
         shape = [out_channels, cin, *self.kernel_size] if permute else [*self.kernel_size, cin, out_channels]
@@ -221,36 +207,6 @@ class Conv2d(_ConvNd):
     bias: Tensor | Literal[0]
     _nd = 2
 
-    def __init__(
-        self,
-        kernel_size: int | tuple[int, int],
-        in_channels: int,
-        out_channels: int,
-        dtype: DType | None = None,
-        stride: int | tuple[int, int] = 1,
-        padding: int | tuple[int, int] | tuple[int, int, int, int] = 0,
-        dilation: int | tuple[int, int] = 1,
-        num_groups: int = 1,
-        device: Any = None,
-        has_bias: bool = False,
-        permute: bool = False,
-        name: str | None = None,
-    ) -> None:
-        self._build(
-            kernel_size,
-            in_channels,
-            out_channels,
-            dtype,
-            stride,
-            padding,
-            dilation,
-            num_groups,
-            device,
-            has_bias,
-            permute,
-            name,
-        )
-
 
 # ─── Conv3d ──────────────────────────────────────────────────────────────
 
@@ -279,36 +235,6 @@ class Conv3d(_ConvNd):
     weight: Tensor
     bias: Tensor | Literal[0]
     _nd = 3
-
-    def __init__(
-        self,
-        kernel_size: int | tuple[int, int, int],
-        in_channels: int,
-        out_channels: int,
-        dtype: DType | None = None,
-        stride: int | tuple[int, int, int] = 1,
-        padding: int | tuple[int, int, int] | tuple[int, int, int, int, int, int] = 0,
-        dilation: int | tuple[int, int, int] = 1,
-        num_groups: int = 1,
-        device: Any = None,
-        has_bias: bool = False,
-        permute: bool = False,
-        name: str | None = None,
-    ) -> None:
-        self._build(
-            kernel_size,
-            in_channels,
-            out_channels,
-            dtype,
-            stride,
-            padding,
-            dilation,
-            num_groups,
-            device,
-            has_bias,
-            permute,
-            name,
-        )
 
 
 # ─── Conv1d ──────────────────────────────────────────────────────────────
@@ -354,18 +280,7 @@ class Conv1d(Module):
     ) -> None:
         layer = "Conv1d"
         _setup_1d(
-            self,
-            layer,
-            in_channels,
-            out_channels,
-            kernel_size,
-            dtype,
-            stride,
-            dilation,
-            num_groups,
-            has_bias,
-            permute,
-            name,
+            self, in_channels, out_channels, kernel_size, dtype, stride, dilation, num_groups, has_bias, permute, name
         )
         if isinstance(padding, str):
             if padding != "same":
@@ -390,9 +305,8 @@ class Conv1d(Module):
         """
         check_conv_input("Conv1d", x, 1, self.in_channels, self.permute)
         weight = _on(self.weight, x).cast(x.dtype)
-        return conv1d(
-            x, weight, _bias(self, x), self.stride, self.dilation, self.padding, self.num_groups, self.permute
-        )
+        stride, dilation = (1, self.stride), (1, self.dilation)
+        return conv(x, weight, _bias(self, x), stride, dilation, self.padding, self.num_groups, self.permute)
 
 
 # ─── ConvTranspose1d ─────────────────────────────────────────────────────
@@ -441,18 +355,7 @@ class ConvTranspose1d(Module):
     ) -> None:
         layer = "ConvTranspose1d"
         _setup_1d(
-            self,
-            layer,
-            in_channels,
-            out_channels,
-            kernel_size,
-            dtype,
-            stride,
-            dilation,
-            num_groups,
-            has_bias,
-            permute,
-            name,
+            self, in_channels, out_channels, kernel_size, dtype, stride, dilation, num_groups, has_bias, permute, name
         )
         self.padding = padding_1d(layer, padding)
         op = _int_1d(layer, "output_padding", output_padding, 0)
@@ -482,7 +385,7 @@ class ConvTranspose1d(Module):
         weight = _on(self.weight, x).cast(x.dtype)
         stride, dilation = (1, self.stride), (1, self.dilation)
         settings = (stride, dilation, self.padding, self.output_padding, self.permute, self.num_groups)
-        return conv_transpose1d(x, weight, _bias(self, x), *settings)
+        return conv_transpose(x, weight, _bias(self, x), *settings)
 
 
 # ─── ConvTranspose2d ─────────────────────────────────────────────────────
@@ -531,22 +434,8 @@ class ConvTranspose2d(Module):
         name: str | None = None,
     ) -> None:
         layer = "ConvTranspose2d"
-        _setup_nd(
-            self,
-            layer,
-            2,
-            kernel_size,
-            in_channels,
-            out_channels,
-            1,
-            dtype,
-            stride,
-            padding,
-            dilation,
-            has_bias,
-            permute,
-            name,
-        )
+        args = (in_channels, out_channels, 1, dtype, stride, padding, dilation, has_bias, permute, name)
+        _setup_nd(self, 2, kernel_size, *args)
         op = conv_tuple(layer, "output_padding", output_padding, 2, 0)
         for o, s, d in zip(op, self.stride, self.dilation):
             if o >= s and o >= d:
