@@ -23,8 +23,8 @@ from maxfx.graph import DeviceRef, Graph, TensorType, ops
 from maxfx.nn._q8 import q8_lookup, q8_matmul, split_q8_0
 from maxfx.nn._rope import apply_rope, rope_cos_sin
 from maxfx.nn.attention._attention_without_rope import padded_attention
+from tests.kernels.test_qmatmul_reference import cpu_kernel_atol
 from tests.ops.test_attention_ops import np_attend
-from tests.test_qmatmul_reference import cpu_kernel_atol
 
 CPU = DeviceRef.CPU()
 

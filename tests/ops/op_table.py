@@ -13,7 +13,7 @@ The table is iterated, keyed by ``lowering.registry.all_ops()``, by:
   (or a ``no_grad`` reason);
 - ``tests/eager/test_functional_three_ways.py``: every value example, eager,
   fused and under ``jax.jit``, against its reference;
-- ``tests/test_grad_check.py``: every gradient example, JAX's VJP through the
+- ``tests/ops/test_grad_check.py``: every gradient example, JAX's VJP through the
   op against finite differences.
 
 A new op gets one entry in `OP_TABLE` below, e.g.::
@@ -41,6 +41,7 @@ from lowering.registry import get_op
 from maxfx.dtype import DType
 from maxfx.graph import DeviceRef
 from maxfx.graph.quantization import QuantizationEncoding
+from tests.kernels.test_qmatmul_reference import gguf_dequant, random_blocks
 from tests.ops.test_attention_ops import np_attend
 from tests.ops.test_creation import _hann_ref
 from tests.ops.test_indexing import _gather_nd_ref
@@ -54,7 +55,6 @@ from tests.ops.test_nn_ops import (
 )
 from tests.ops.test_reduction import _np_cumsum, _np_layer_norm, _np_softmax
 from tests.ops.test_shape import _np_band
-from tests.test_qmatmul_reference import gguf_dequant, random_blocks
 
 __all__ = ["OP_TABLE", "Example", "OpRecord", "grad", "record", "value"]
 

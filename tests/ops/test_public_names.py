@@ -19,7 +19,7 @@ from lowering.registry import fronts
 from maxfx.experimental import functional as F
 from maxfx.graph import ops
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Names maxfx.graph.ops re-exports beside the op fronts (MAX documents them there).
 OPS_REEXPORTS = {"Callable", "DeviceRef", "InterpolationMode", "TensorType"}
 # MAX's submodules of ops (ops.random.uniform, ops.elementwise.max...), exported beside the fronts.

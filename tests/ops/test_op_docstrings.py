@@ -14,7 +14,7 @@ import pytest
 
 import lowering.ops
 from lowering.registry import fronts
-from tests.test_public_names import library_fronts
+from tests.ops.test_public_names import library_fronts
 
 MODULES = [
     *(f"lowering.ops.{m.name}" for m in pkgutil.iter_modules(lowering.ops.__path__)),
@@ -27,7 +27,7 @@ FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 def _is_front_copy(module, test: doctest.DocTest) -> bool:
     # maxfx.experimental.functional's wrappers carry their front's docstring
-    # (tests/test_public_names.py checks it); that example already runs under the front's module.
+    # (tests/ops/test_public_names.py checks it); that example already runs under the front's module.
     obj = getattr(module, test.name.rsplit(".", 1)[-1], None)
     return getattr(obj, "__wrapped__", None) in fronts().values() and obj.__doc__ == obj.__wrapped__.__doc__
 
