@@ -33,7 +33,7 @@ from maxfx.graph.weights import (
 from maxfx.graph.weights._progress import progress_bar
 from tests.pickle_ops import p_int, p_ints, p_str
 
-DATA = Path(__file__).parent / "data" / "models"
+DATA = Path(__file__).parents[1] / "data" / "models"
 LLAMA = DATA / "tiny_llama"
 GPT2 = DATA / "tiny_gpt2"
 MODELS = [LLAMA, GPT2]
