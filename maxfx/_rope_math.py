@@ -15,7 +15,7 @@ from lowering.dtypes import DType
 from lowering.rope_math import rotate_pairs
 from maxfx.graph import ops
 
-__all__ = ["apply_rope", "default_inv_freq"]
+__all__ = ["apply_rope", "default_inv_freq", "rope_cos_sin", "rotate_by_table"]
 
 
 def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool) -> Any:
@@ -34,6 +34,26 @@ def apply_rope(x: Any, cos: Any, sin: Any, *, interleaved: bool) -> Any:
         >>> q = apply_rope(q, ops.unsqueeze(cos, 2), ops.unsqueeze(sin, 2), interleaved=False)  # doctest: +SKIP
     """
     return rotate_pairs(x, cos, sin, interleaved=interleaved, xp=_GRAPH_ARRAYS)
+
+
+def rotate_by_table(x: Any, table: Any, start: Any, length: Any, *, interleaved: bool) -> Any:
+    """`apply_rope` of a ``[batch, seq, heads, head_dim]`` ``x`` by rows ``start ... start + length - 1`` of a
+    ``(L, head_dim // 2, 2)`` table of ``[cos, sin]`` pairs (both RoPE layers' table layout).
+    """
+    rows = table[start : start + length]  # [seq, d/2, 2]
+    cos = ops.unsqueeze(rows[:, :, 0], 1)  # [seq, 1, d/2]: broadcasts over batch and heads
+    sin = ops.unsqueeze(rows[:, :, 1], 1)
+    return apply_rope(x, cos, sin, interleaved=interleaved)
+
+
+def rope_cos_sin(positions: Any, inv_freq: Any) -> tuple[Any, Any]:
+    """cos and sin of the angles ``positions[..., None] * inv_freq``: float32 ``[*positions.shape, len(inv_freq)]``.
+
+    Written over ``maxfx.graph.ops``, so ``positions`` and ``inv_freq`` may be
+    graph values, eager Tensors or traced Tensors (any int or float dtype).
+    """
+    angles = ops.unsqueeze(ops.cast(positions, DType.float32), -1) * inv_freq
+    return ops.cos(angles), ops.sin(angles)
 
 
 class _GraphArrays:

@@ -32,7 +32,7 @@ import numpy as np
 from lowering.dims import format_shape
 from lowering.dtypes import DType
 from lowering.types import DeviceRef
-from maxfx._rope_math import apply_rope, default_inv_freq
+from maxfx._rope_math import apply_rope, default_inv_freq, rope_cos_sin, rotate_by_table
 from maxfx.graph import Dim, Graph, ops
 from maxfx.nn._graph_util import as_value as _as_value
 from maxfx.nn._layer import Module
@@ -165,18 +165,12 @@ def _yarn_ramp(beta_fast: float, beta_slow: float, dim: int, base: float, max_po
     return 1.0 - ramp
 
 
-def _yarn_interpolate(
-    inv_freq: Any,
-    factor: float,
-    beta_fast: float,
-    beta_slow: float,
-    dim: int,
-    base: float,
-    max_pos: int,
-    truncate: bool,
-) -> Any:
-    """Blend ``inv_freq`` (extrapolated) with ``inv_freq / factor`` (interpolated) along the YaRN ramp."""
-    keep = _yarn_ramp(beta_fast, beta_slow, dim, base, max_pos, truncate)
+def _yarn_interpolate(inv_freq: Any, params: Any, factor: float, dim: int, base: float, truncate: bool) -> Any:
+    """Blend ``inv_freq`` (extrapolated) with ``inv_freq / factor`` (interpolated) along the YaRN ramp.
+
+    ``params`` is a `YarnScalingParams` or `DeepseekYarnRopeScalingParams` (their betas and original context).
+    """
+    keep = _yarn_ramp(params.beta_fast, params.beta_slow, dim, base, params.original_max_position_embeddings, truncate)
     return (inv_freq / float(factor)) * (1.0 - keep) + inv_freq * keep
 
 
@@ -196,19 +190,6 @@ def _cos_sin(positions: Any, inv_freq: Any, scale: float = 1.0) -> Any:
     if scale != 1.0:
         cos, sin = cos * scale, sin * scale
     return ops.stack([cos, sin], axis=-1)
-
-
-# ─── the rotation (shared with the eager models of maxfx.models) ─────────
-
-
-def rope_cos_sin(positions: Any, inv_freq: Any) -> tuple[Any, Any]:
-    """cos and sin of the angles ``positions[..., None] * inv_freq``: float32 ``[*positions.shape, len(inv_freq)]``.
-
-    Written over ``maxfx.graph.ops``, so ``positions`` and ``inv_freq`` may be
-    graph values, eager Tensors or traced Tensors (any int or float dtype).
-    """
-    angles = ops.unsqueeze(ops.cast(positions, DType.float32), -1) * inv_freq
-    return ops.cos(angles), ops.sin(angles)
 
 
 # ─── base layer ───────────────────────────────────────────────────────────
@@ -251,12 +232,17 @@ class RotaryEmbedding(Module):
         if not self.theta > 1.0:
             raise ValueError(f"{name}: theta must be > 1, got {theta!r}")
         self.max_seq_len = _positive_int(name, "max_seq_len", max_seq_len)
-        self.head_dim = _positive_int(name, "head_dim", head_dim if head_dim is not None else dim // n_heads)
+        head_dim = head_dim if head_dim is not None else self._default_head_dim(dim, n_heads)
+        self.head_dim = _positive_int(name, "head_dim", head_dim)
         if self.head_dim % 2:
             raise ValueError(f"{name}: head_dim must be even (RoPE rotates pairs), got {self.head_dim}")
         self.interleaved = bool(interleaved)
         self._freqs_cis = _freqs_cis
         self._cache: tuple[Any, Any] | None = None
+
+    @staticmethod
+    def _default_head_dim(dim: int, n_heads: int) -> int:
+        return dim // n_heads
 
     # -- frequencies ---------------------------------------------------------
     @property
@@ -336,10 +322,8 @@ class RotaryEmbedding(Module):
         length = v.shape[1] if seq_len is None else Dim(seq_len)
         table = self.freqs_cis_base()
         table = table.to(v.device) if table.device != v.device else table
-        angles = table[start : start + length]  # [seq, d/2, 2]; apply_rope rotates in float32 and casts back to v.dtype
-        cos = ops.unsqueeze(angles[:, :, 0], 1)  # [seq, 1, d/2]: broadcasts over batch and heads
-        sin = ops.unsqueeze(angles[:, :, 1], 1)
-        return apply_rope(v, cos, sin, interleaved=self.interleaved)
+        # float32 arithmetic, cast back to v.dtype (apply_rope)
+        return rotate_by_table(v, table, start, length, interleaved=self.interleaved)
 
     def __repr__(self) -> str:
         return (
@@ -348,10 +332,34 @@ class RotaryEmbedding(Module):
         )
 
 
+class _ScaledRotaryEmbedding(RotaryEmbedding):
+    """The scaled variants' constructor: `RotaryEmbedding`'s arguments and ``scaling_params``, checked by
+    ``_check_params``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        n_heads: int,
+        theta: float,
+        max_seq_len: int,
+        head_dim: int | None = None,
+        _freqs_cis: Any = None,
+        interleaved: bool = True,
+        scaling_params: Any = None,
+    ) -> None:
+        super().__init__(dim, n_heads, theta, max_seq_len, head_dim, _freqs_cis, interleaved)
+        self._check_params(scaling_params)
+        self.scaling_params = scaling_params
+
+    def _check_params(self, scaling_params: Any) -> None:
+        """Raise unless ``scaling_params`` suits this variant (any value by default)."""
+
+
 # ─── Llama 3 / linear ─────────────────────────────────────────────────────
 
 
-class Llama3RotaryEmbedding(RotaryEmbedding):
+class Llama3RotaryEmbedding(_ScaledRotaryEmbedding):
     """RotaryEmbedding for Llama3 that takes rope scaling into account.
 
     With `Llama3RopeScalingParams` the frequencies follow HF's
@@ -368,18 +376,7 @@ class Llama3RotaryEmbedding(RotaryEmbedding):
 
     scaling_params: Llama3RopeScalingParams | None = None
 
-    def __init__(
-        self,
-        dim: int,
-        n_heads: int,
-        theta: float,
-        max_seq_len: int,
-        head_dim: int | None = None,
-        _freqs_cis: Any = None,
-        interleaved: bool = True,
-        scaling_params: Llama3RopeScalingParams | LinearScalingParams | None = None,
-    ) -> None:
-        super().__init__(dim, n_heads, theta, max_seq_len, head_dim, _freqs_cis, interleaved)
+    def _check_params(self, scaling_params: Any) -> None:
         if scaling_params is not None and not isinstance(
             scaling_params, (Llama3RopeScalingParams, LinearScalingParams)
         ):
@@ -387,7 +384,6 @@ class Llama3RotaryEmbedding(RotaryEmbedding):
                 "Llama3RotaryEmbedding: scaling_params must be Llama3RopeScalingParams or LinearScalingParams, got "
                 f"{type(scaling_params).__name__}"
             )
-        self.scaling_params = scaling_params
 
     def _compute_inv_freqs(self) -> Any:
         if self.scaling_params is None:
@@ -517,7 +513,7 @@ class DynamicRotaryEmbedding(RotaryEmbedding):
 # ─── YaRN ─────────────────────────────────────────────────────────────────
 
 
-class YarnRotaryEmbedding(RotaryEmbedding):
+class YarnRotaryEmbedding(_ScaledRotaryEmbedding):
     """Generic YaRN (Yet another RoPE eNhancement) Rotary Position Embedding layer.
 
     HF ``rope_type="yarn"``: frequencies between the ``beta_fast`` and
@@ -532,35 +528,12 @@ class YarnRotaryEmbedding(RotaryEmbedding):
 
     scaling_params: YarnScalingParams | None = None
 
-    def __init__(
-        self,
-        dim: int,
-        n_heads: int,
-        theta: float,
-        max_seq_len: int,
-        head_dim: int | None = None,
-        _freqs_cis: Any = None,
-        interleaved: bool = True,
-        scaling_params: YarnScalingParams | None = None,
-    ) -> None:
-        super().__init__(dim, n_heads, theta, max_seq_len, head_dim, _freqs_cis, interleaved)
-        self.scaling_params = scaling_params
-
     def _compute_inv_freqs(self) -> Any:
         p = self.scaling_params
         base = super()._compute_inv_freqs()
         if p is None:
             return base
-        return _yarn_interpolate(
-            base,
-            p.factor,
-            p.beta_fast,
-            p.beta_slow,
-            self._rope_dim,
-            self.theta,
-            p.original_max_position_embeddings,
-            p.truncate,
-        )
+        return _yarn_interpolate(base, p, p.factor, self._rope_dim, self.theta, p.truncate)
 
     def _table_scale(self) -> float:
         return _yarn_mscale(self.scaling_params.factor) if self.scaling_params is not None else 1.0
@@ -570,7 +543,7 @@ class YarnRotaryEmbedding(RotaryEmbedding):
         return super().freqs_cis_base()
 
 
-class DeepseekYarnRotaryEmbedding(RotaryEmbedding):
+class DeepseekYarnRotaryEmbedding(_ScaledRotaryEmbedding):
     """Deepseek's YaRN (Yet another RoPE eNhancement) Rotary Position Embedding layer.
 
     Unlike Llama3RotaryEmbedding, the ``dim`` argument here is the rope
@@ -588,23 +561,13 @@ class DeepseekYarnRotaryEmbedding(RotaryEmbedding):
 
     scaling_params: DeepseekYarnRopeScalingParams | None = None
 
-    def __init__(
-        self,
-        dim: int,
-        n_heads: int,
-        theta: float,
-        max_seq_len: int,
-        head_dim: int | None = None,
-        _freqs_cis: Any = None,
-        interleaved: bool = True,
-        scaling_params: DeepseekYarnRopeScalingParams | None = None,
-    ) -> None:
-        # dim is the rope width, often smaller than n_heads: head_dim then defaults to dim.
-        head_dim = head_dim if head_dim is not None else (dim // n_heads or dim)
-        super().__init__(dim, n_heads, theta, max_seq_len, head_dim, _freqs_cis, interleaved)
+    @staticmethod
+    def _default_head_dim(dim: int, n_heads: int) -> int:
+        return dim // n_heads or dim  # dim is the rope width, often smaller than n_heads
+
+    def _check_params(self, scaling_params: Any) -> None:
         if self.dim % 2:
             raise ValueError(f"DeepseekYarnRotaryEmbedding: dim (the rope dimension) must be even, got {self.dim}")
-        self.scaling_params = scaling_params
 
     @property
     def _rope_dim(self) -> int:
@@ -624,16 +587,7 @@ class DeepseekYarnRotaryEmbedding(RotaryEmbedding):
         p = self._params()
         base = super()._compute_inv_freqs()
         # DeepSeek always rounds the correction range (floor/ceil) with an integer base.
-        return _yarn_interpolate(
-            base,
-            p.scaling_factor,
-            p.beta_fast,
-            p.beta_slow,
-            self.dim,
-            float(int(self.theta)),
-            p.original_max_position_embeddings,
-            True,
-        )
+        return _yarn_interpolate(base, p, p.scaling_factor, self.dim, float(int(self.theta)), True)
 
     def _table_scale(self) -> float:
         p = self._params()
@@ -659,7 +613,7 @@ class DeepseekYarnRotaryEmbedding(RotaryEmbedding):
 # ─── LongRoPE ─────────────────────────────────────────────────────────────
 
 
-class LongRoPERotaryEmbedding(RotaryEmbedding):
+class LongRoPERotaryEmbedding(_ScaledRotaryEmbedding):
     """Rotary position embedding with LongRoPE scaling for Phi-3.5 models.
 
     The table is stitched: positions below ``original_max_position`` use
@@ -677,18 +631,7 @@ class LongRoPERotaryEmbedding(RotaryEmbedding):
 
     scaling_params: LongRoPEScalingParams | None = None
 
-    def __init__(
-        self,
-        dim: int,
-        n_heads: int,
-        theta: float,
-        max_seq_len: int,
-        head_dim: int | None = None,
-        _freqs_cis: Any = None,
-        interleaved: bool = True,
-        scaling_params: LongRoPEScalingParams | None = None,
-    ) -> None:
-        super().__init__(dim, n_heads, theta, max_seq_len, head_dim, _freqs_cis, interleaved)
+    def _check_params(self, scaling_params: Any) -> None:
         if scaling_params is not None:
             need = self.head_dim // 2
             for which in ("short_factor", "long_factor"):
@@ -697,7 +640,6 @@ class LongRoPERotaryEmbedding(RotaryEmbedding):
                     raise ValueError(
                         f"LongRoPERotaryEmbedding: {which} needs head_dim // 2 = {need} entries, got {got}"
                     )
-        self.scaling_params = scaling_params
 
     def _scaled(self, factors: list[float]) -> Any:
         f = np.asarray(factors[: self.head_dim // 2], np.float32)

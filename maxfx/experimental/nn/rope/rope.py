@@ -17,7 +17,7 @@ by the angles of positions ``start_pos ... start_pos + seq_len - 1``:
   parts and the second half as the imaginary ones, pairs ``(i, i + head_dim/2)``
   (Hugging Face's ``rotate_half`` layout).
 
-The rotation itself is ``maxfx._rope_math.apply_rope`` (shared with the graph-API
+The rotation itself is ``maxfx._rope_math.rotate_by_table`` (shared with the graph-API
 layers and ``maxfx.models``); the result dtype is MAX's promotion of the
 input's and the table's dtypes (an input of the table's dtype keeps it).
 
@@ -38,7 +38,7 @@ from typing import Any
 
 from lowering.dims import Dim, StaticDim
 from lowering.dtypes import DType, promote_strong
-from maxfx._rope_math import apply_rope, default_inv_freq
+from maxfx._rope_math import default_inv_freq, rotate_by_table
 from maxfx.experimental import functional as F
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn._layers import _dim
@@ -206,13 +206,13 @@ class RotaryEmbedding(Module):
                 e.g. bfloat16 with float16, int32 with float32).
             TypeError: ``start_pos`` is not an int, str or Dim.
         """
-        cos, sin, dtype = self._angles(x, start_pos)
+        start, dtype = self._check(x, start_pos)
         if x.dtype != dtype:
             x = x.cast(dtype)
-        return apply_rope(x, cos, sin, interleaved=self._interleaved)
+        return rotate_by_table(x, self.weight, start, x.shape[1], interleaved=self._interleaved)
 
-    def _angles(self, x: Any, start_pos: DimLike) -> tuple[Any, Any, DType]:
-        """Check ``x`` and return the ``(seq_len, 1, dim // 2)`` cos and sin for it and the result dtype."""
+    def _check(self, x: Any, start_pos: DimLike) -> tuple[Dim, DType]:
+        """Check ``x`` and ``start_pos``; return the start position as a `Dim` and the result dtype."""
         name = type(self).__name__
         shape = list(x.shape)
         if len(shape) != 4:
@@ -255,11 +255,7 @@ class RotaryEmbedding(Module):
                     f"{name}: positions {int(start)}..{int(start) + int(seq_len) - 1} run past "
                     f"max_sequence_length={self.max_sequence_length}"
                 )
-        table = self.weight[start : start + seq_len]  # (seq_len, dim // 2, 2)
-        # (seq_len, 1, dim // 2): broadcasts over batch and heads
-        cos = F.unsqueeze(table[:, :, 0], 1)
-        sin = F.unsqueeze(table[:, :, 1], 1)
-        return cos, sin, dtype
+        return start, dtype
 
 
 class TransposedRotaryEmbedding(RotaryEmbedding):
