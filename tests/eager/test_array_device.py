@@ -6,7 +6,7 @@ differently (``cpu:3`` vs ``cpu:0``), so ``F.add(Tensor.from_dlpack(a3), a3)``
 said the inputs were on different devices. Both now ask
 `lowering.devices.array_device_ref`. The multi-device checks run in a child
 process with 4 forced host devices (this file run as a script), as
-tests/test_sharding.py does.
+tests/sharding/test_sharding.py does.
 """
 
 import json

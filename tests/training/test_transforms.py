@@ -310,8 +310,11 @@ def test_import_maxfx_does_not_load_transforms():
     import subprocess
     import sys
 
-    code = "import sys, maxfx; assert 'maxfx._transforms' not in sys.modules and 'jax' not in sys.modules; maxfx.jit; assert 'maxfx._transforms' in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
+    code = (
+        "import sys, maxfx; assert 'maxfx._transforms' not in sys.modules and 'jax' not in sys.modules; "
+        "maxfx.jit; assert 'maxfx._transforms' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
 
 
 def test_int64_ops_under_plain_jit_do_not_warn():

@@ -13,7 +13,7 @@ import pytest
 
 from maxfx.profiler import Tracer, is_profiling_enabled, traced
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Recorder:

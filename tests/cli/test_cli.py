@@ -17,7 +17,7 @@ import pytest
 
 from maxfx import _cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY_LLAMA = ROOT / "tests" / "data" / "models" / "tiny_llama"
 TIMING = re.compile(r"^load \d+\.\d\d s, compile \d+\.\d\d s, prefill \d+\.\d tok/s, decode \d+\.\d tok/s$")
 

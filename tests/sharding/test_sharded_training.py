@@ -8,7 +8,7 @@ array sharded as it was placed. The reference is the same math written with
 plain ``jax.jit`` + ``jax.value_and_grad`` on one device, so maxfx's placement
 logic is not checked against itself.
 
-Like tests/test_sharding.py, the pytest process already runs JAX on one CPU
+Like tests/sharding/test_sharding.py, the pytest process already runs JAX on one CPU
 device, so the 8-device work runs in a child process (this file run as a
 script with ``XLA_FLAGS=--xla_force_host_platform_device_count=8``) that
 prints one JSON line.

@@ -11,7 +11,7 @@ import pytest
 from maxfx.diagnostics import gpu
 from maxfx.diagnostics.gpu import BackgroundRecorder, GPUDiagContext, GPUStats, MemoryStats, UtilizationStats
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
 
 
@@ -114,7 +114,10 @@ def test_background_recorder_interval_must_be_non_negative():
 
 
 def test_the_module_imports_without_pynvml():
-    code = "import sys\nsys.modules['pynvml'] = None\nfrom maxfx.diagnostics.gpu import GPUDiagContext\nprint(GPUDiagContext().get_stats())\n"
+    code = (
+        "import sys\nsys.modules['pynvml'] = None\n"
+        "from maxfx.diagnostics.gpu import GPUDiagContext\nprint(GPUDiagContext().get_stats())\n"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, timeout=120
     )

@@ -21,7 +21,7 @@ from maxfx.experimental.nn import Linear, Sequential
 from maxfx.experimental.tensor import Tensor
 from maxfx.models import load_pretrained
 
-TINY_LLAMA = Path(__file__).parent / "data" / "models" / "tiny_llama"
+TINY_LLAMA = Path(__file__).parents[1] / "data" / "models" / "tiny_llama"
 
 
 def _mlp():

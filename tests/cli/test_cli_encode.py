@@ -18,7 +18,7 @@ import pytest
 
 from maxfx import _cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "tests" / "data" / "models"
 TINY_LLAMA = MODELS / "tiny_llama"
 TIMING = re.compile(
