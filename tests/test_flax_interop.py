@@ -164,7 +164,8 @@ def test_shape_mismatch_names_both_sides():
     ours = Sequential(Linear(4, 8), Linear(8, 2))
     theirs = nnx.Sequential(nnx.Linear(4, 8, rngs=nnx.Rngs(0)), nnx.Linear(8, 3, rngs=nnx.Rngs(0)))
     with pytest.raises(
-        StructureMismatchError, match=r"maxfx '1.weight' is float32\[2, 8\].*flax 'layers/1/kernel' is float32\[8, 3\]"
+        StructureMismatchError,
+        match=r"'1.weight' expects float32\[2, 8\], got float32\[3, 8\].*flax 'layers/1/kernel' is float32\[8, 3\]",
     ):
         to_flax(ours, theirs)
 
@@ -173,7 +174,9 @@ def test_dtype_mismatch_leaves_module_unchanged():
     layer = Linear(4, 3)
     before = layer.weight.to_numpy().copy()
     theirs = nnx.Linear(4, 3, param_dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
-    with pytest.raises(StructureMismatchError, match=r"dtype mismatch: maxfx 'weight' is float32.*bfloat16"):
+    with pytest.raises(
+        StructureMismatchError, match=r"'weight' expects float32.*dtype mismatch: expected float32, got bfloat16"
+    ):
         from_flax(theirs, layer)
     np.testing.assert_array_equal(layer.weight.to_numpy(), before)
 

@@ -29,11 +29,11 @@ from lowering.compile import CompiledBlock
 from lowering.debug import DEBUG
 from lowering.debug_print import PrintOptions, PrintStyle
 from lowering.devices import jax_device
-from lowering.dtypes import DType
 from lowering.ir import Block, weight_reads
 from lowering.types import BufferType, DeviceRef, TensorType
 from lowering.virtual_devices import is_virtual_device_mode, jax_platform_of_api
 from maxfx._artifact import ArtifactProgram, is_exported_artifact, load_exported
+from maxfx._weight_check import check_weight_value
 from maxfx.driver import CPU
 from maxfx.driver._tensor import as_array
 from maxfx.engine._compilation_stats import timed_phase
@@ -315,7 +315,7 @@ class InferenceSession:
             if name not in registry:
                 raise ValueError(f"InferenceSession.load: weight {name!r} ({t}) is missing from weights_registry")
             arr = _weight_array(name, t, full_shape, registry[name])
-            _check_weight(name, t, full_shape, arr)
+            check_weight_value(name, arr, full_shape, t.dtype, where="InferenceSession.load")
             weights[name] = arr
         graph = compiled.graph
         block = CompiledBlock(graph._ir, weights, compiled.device)
@@ -456,13 +456,3 @@ def _weight_array(name: str, t: TensorType, full_shape: tuple[int, ...], value: 
         return as_array(value)
     except TypeError as e:
         raise TypeError(f"InferenceSession.load: weights_registry[{name!r}]: {e}") from None
-
-
-def _check_weight(name: str, t: TensorType, full_shape: tuple[int, ...], arr: Any) -> None:
-    got = DType.from_numpy(arr.dtype)
-    if got is not t.dtype:
-        raise ValueError(f"InferenceSession.load: weight {name!r} expects dtype {t.dtype.name}, got {got.name}")
-    if tuple(arr.shape) != full_shape:
-        raise ValueError(
-            f"InferenceSession.load: weight {name!r} expects shape {list(full_shape)}, got {list(arr.shape)}"
-        )

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from lowering.dtypes import DType
+from maxfx._weight_check import check_weight_value
 from maxfx.experimental.nn import Embedding, LayerNorm, Linear, ModuleList
 from maxfx.experimental.nn.module import Module
 
@@ -151,21 +151,19 @@ def _match(module: Module, tree: Mapping, flax_obj: Any) -> list[_Pair]:
 
 
 def _check_leaf(pair: _Pair, tensor: Any, leaf: Any) -> None:
-    shape = [int(d) for d in tensor.shape]
-    want = shape[::-1] if pair.transpose else shape
-    got = list(np.shape(leaf))
-    dtype = tensor.dtype.name
-    got_dtype = DType.from_numpy(np.dtype(leaf.dtype)).name if hasattr(leaf, "dtype") else type(leaf).__name__
-    layout = f" (its transpose {want}: flax stores [in, out])" if pair.transpose else ""
-    if got != want:
-        raise StructureMismatchError(
-            f"shape mismatch: maxfx {pair.name!r} is {dtype}{shape}{layout} but flax {_fmt(pair.path)!r} is "
-            f"{got_dtype}{got}"
-        )
-    if got_dtype != dtype:
-        raise StructureMismatchError(
-            f"dtype mismatch: maxfx {pair.name!r} is {dtype}{shape} but flax {_fmt(pair.path)!r} is {got_dtype}{got}"
-        )
+    """The flax leaf, read in maxfx's layout (a Linear kernel transposed), must match the maxfx parameter."""
+    shape, dtype = np.shape(leaf), leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype
+    as_maxfx = jax.ShapeDtypeStruct(shape[::-1] if pair.transpose else shape, dtype)
+    layout = ", transposed: flax stores [in, out]" if pair.transpose else ""
+    check_weight_value(
+        pair.name,
+        as_maxfx,
+        tensor.shape,
+        tensor.dtype,
+        where="maxfx.interop.flax",
+        error=StructureMismatchError,
+        note=f" (flax {_fmt(pair.path)!r} is {np.dtype(dtype).name}{list(shape)}{layout})",
+    )
 
 
 def _check_hyperparameters(layers: list[tuple[Module, tuple, str]], root: nnx.Module) -> None:

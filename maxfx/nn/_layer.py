@@ -35,6 +35,7 @@ import numpy as np
 
 from lowering.dims import format_shape
 from lowering.types import Type
+from maxfx._weight_check import check_weight_value
 from maxfx.driver._tensor import Buffer, as_array
 from maxfx.graph import Graph
 from maxfx.graph._weight import ShardingStrategy, Weight
@@ -263,25 +264,7 @@ class Module(Layer):
             encoding = getattr(raw, "quantization_encoding", None)
             value = getattr(raw, "data", raw) if hasattr(raw, "quantization_encoding") else raw
             arr = as_array(value)
-            expect = _static_dims(w.shape)
-            got = [int(d) for d in arr.shape]
-            problem = None
-            if len(got) != len(expect):
-                problem = f"shape rank mismatch: expected rank {len(expect)}, got {len(got)}"
-            else:
-                bad = next(
-                    (i for i, (e, g) in enumerate(zip(expect, got, strict=True)) if e is not None and e != g), None
-                )
-                if bad is not None:
-                    problem = f"dimension {bad} mismatch: expected {expect[bad]}, got {got[bad]}"
-            if problem is None and w.dtype.to_numpy() != np.dtype(arr.dtype):
-                problem = f"dtype mismatch: expected {w.dtype.name}, got {np.dtype(arr.dtype).name}"
-            if problem is not None:
-                raise ValueError(
-                    f"{type(self).__name__}.load_state_dict: weight {name!r} expects "
-                    f"{w.dtype.name}{format_shape(w.shape)}, "
-                    f"got {np.dtype(arr.dtype).name}{got}: {problem}"
-                )
+            check_weight_value(name, arr, w.shape, w.dtype, where=f"{type(self).__name__}.load_state_dict")
             align = weight_alignment or w.align or np.dtype(arr.dtype).alignment
             if isinstance(arr, np.ndarray) and arr.size and arr.ctypes.data % align:
                 raise ValueError(
@@ -414,6 +397,5 @@ def _weight_owners(parent: Module, path: str = "", prefix: str = "") -> Iterator
 
 def recursive_named_layers(parent: Module, prefix: str = "") -> Iterator[tuple[str, Module]]:
     """``(qualified name, layer)`` for ``parent`` (named ``prefix``) and every layer below it."""
-    yield prefix, parent
-    for name, child in parent.sublayers.items():
-        yield from recursive_named_layers(child, f"{prefix}.{name}" if prefix else name)
+    for path, _, layer in _weight_owners(parent, prefix):
+        yield path, layer

@@ -15,8 +15,8 @@ from typing import Any
 import jax
 
 from lowering.compile import InputMismatchError
-from lowering.dtypes import DType
 from lowering.types import DeviceRef, Type
+from maxfx._weight_check import check_weight_value
 from maxfx.driver._tensor import Buffer, as_array
 from maxfx.engine import InferenceSession, Model
 from maxfx.experimental._tensor import Tensor, _leaf
@@ -150,12 +150,7 @@ def _parameter_values(
             values[n] = t._array()
             continue
         arr = _host_or_array(overrides[n])
-        given, shape = DType.from_numpy(arr.dtype), [int(d) for d in t.shape]
-        if given is not t.dtype or list(arr.shape) != shape:
-            raise ValueError(
-                f"{name}.compile: weights[{n!r}] is {given.name}{list(arr.shape)}, but the parameter is "
-                f"{t.dtype.name}{shape}"
-            )
+        check_weight_value(n, arr, t.shape, t.dtype, where=f"{name}.compile(weights=...)")
         values[n] = arr
     return values
 

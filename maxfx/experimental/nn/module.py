@@ -45,6 +45,7 @@ from rich.pretty import pretty_repr
 
 from lowering.types import Type
 from maxfx import driver
+from maxfx._weight_check import check_weight_value
 from maxfx.driver._device import as_device
 from maxfx.experimental._tensor import Tensor
 from maxfx.experimental.nn._compile import CompiledModel, compile_module
@@ -396,7 +397,7 @@ class Module:
             lookup = lookup.__getitem__
         two_args = _arity(lookup) >= 2
         new = {name: (lookup(name, t) if two_args else lookup(name)) for name, t in self.parameters}
-        self._assign_checked(new)
+        self._assign_checked(new, "load_state")
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """Load ``state`` (qualified name → DLPack array or Tensor) into the parameters.
@@ -420,19 +421,15 @@ class Module:
                     f"{type(self).__name__}.load_state_dict: unexpected key(s) {extra} (strict=True); parameters are "
                     f"{names}"
                 )
-        self._assign_checked({n: state[n] for n in names})
+        self._assign_checked({n: state[n] for n in names}, "load_state_dict")
 
-    def _assign_checked(self, new: Mapping[str, Any]) -> None:
+    def _assign_checked(self, new: Mapping[str, Any], where: str) -> None:
         current = dict(self.parameters)
         converted: dict[str, Tensor] = {}
         for name, value in new.items():
             old = current[name]
             t = _as_tensor(value, name, device=old.device)
-            if t.dtype is not old.dtype or list(t.shape) != list(old.shape):
-                raise ValueError(
-                    f"{type(self).__name__}: parameter {name!r} expects {old.dtype.name}{[int(d) for d in old.shape]}, "
-                    f"got {t.dtype.name}{[int(d) for d in t.shape]}"
-                )
+            check_weight_value(name, t, old.shape, old.dtype, where=f"{type(self).__name__}.{where}")
             converted[name] = t if t.device == old.device else t.to(old.device)
         self.apply_to_parameters(lambda name, t: converted.get(name, t))
 
@@ -524,10 +521,12 @@ def _check_dtype_kind(module: Module, name: str, old: Tensor, new: Tensor) -> No
         >>> import numpy as np
         >>> from maxfx.experimental.nn import Linear
         >>> layer = Linear(2, 2)
-        >>> layer.weight = Tensor(np.zeros((2, 2), np.int32))
+        >>> layer.weight = Tensor(np.zeros((2, 2), np.int32))  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        TypeError: Linear.weight is a Tensor of dtype float32; the assigned Tensor has dtype int32 (integer where floating-point is expected), which would fail only when the module runs; cast it first: value.cast(DType.float32)
+        TypeError: Linear.weight is a Tensor of dtype float32; the assigned Tensor has dtype int32
+        (integer where floating-point is expected), which would fail only when the module runs;
+        cast it first: value.cast(DType.float32)
     """
     before, after = _dtype_kind(old), _dtype_kind(new)
     if before is None or after is None or before == after:
