@@ -22,11 +22,11 @@ from lowering.compile import clear_cache
 from maxfx import functional as F
 from maxfx.driver import Tensor as DriverTensor
 from maxfx.dtype import DType
-from maxfx.engine import InferenceSession
-from maxfx.graph import BufferType, DeviceRef, Graph, TensorType, ops
+from maxfx.graph import BufferType, DeviceRef, TensorType, ops
 from maxfx.nn import kernels
 from maxfx.nn.attention import MHAMaskVariant
 from maxfx.tensor import Tensor
+from tests.graph_run import run_graph
 from tests.ops.test_attention_ops import np_attend
 
 F32 = DType.float32
@@ -53,12 +53,6 @@ def kernel_calls(monkeypatch):
     clear_cache()
 
 
-def _run(name, types, build, *args):
-    with Graph(name, input_types=types) as g:
-        g.output(build(*[x.tensor for x in g.inputs]))
-    return InferenceSession().load(g).execute(*args)[0].to_numpy()
-
-
 def test_cpu_default_is_the_reference(monkeypatch):
     monkeypatch.delenv(dispatch.ENV_INTERPRET, raising=False)
     assert dispatch.kernel_mode() is None
@@ -71,10 +65,7 @@ def test_flash_attention_gpu_graph_runs_the_kernel(kernel_calls, rng):
     q = rng.normal(size=(b, s, h, d)).astype(np.float32)
     k, v = (rng.normal(size=(b, s, hkv, d)).astype(np.float32) for _ in range(2))
     valid = np.array([7, 5], np.uint32)
-    types = [TensorType(F32, list(x.shape)) for x in (q, k, v)] + [TensorType(DType.uint32, [b])]
-    out = _run(
-        "fa_wiring",
-        types,
+    (out,) = run_graph(
         lambda a, c, e, n: kernels.flash_attention_gpu(
             a, c, e, MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK, 0.3, local_window_size=3, valid_length=n
         ),
@@ -93,10 +84,7 @@ def test_flash_attention_ragged_gpu_graph_runs_the_kernel(kernel_calls, rng):
     offs = np.array([0, 3, 9, 9, 11], np.uint32)  # an empty sequence; rows 11, 12 are padding
     t, h, d = 13, 2, 8
     q, k, v = (rng.normal(size=(t, h, d)).astype(np.float32) for _ in range(3))
-    types = [TensorType(F32, [t, h, d])] * 3 + [TensorType(DType.uint32, [5])]
-    out = _run(
-        "far_wiring",
-        types,
+    (out,) = run_graph(
         lambda a, c, e, o: kernels.flash_attention_ragged_gpu(a, c, e, o, 6, MHAMaskVariant.CAUSAL_MASK, 0.5),
         q,
         k,
@@ -116,14 +104,7 @@ def test_ragged_chunked_prefill_positions_run_the_kernel(kernel_calls, rng):
     q = rng.normal(size=(5, 2, 8)).astype(np.float32)
     k, v = (rng.normal(size=(9, 1, 8)).astype(np.float32) for _ in range(2))
     q_start, kv_start = np.array([3, 1], np.uint32), np.array([0, 0], np.uint32)
-    types = (
-        [TensorType(F32, list(x.shape)) for x in (q, k, v)]
-        + [TensorType(DType.uint32, [3])] * 2
-        + [TensorType(DType.uint32, [2])] * 2
-    )
-    out = _run(
-        "far_starts",
-        types,
+    (out,) = run_graph(
         lambda a, c, e, qo, ko, qs, ks: ops.ragged_attention(
             a, c, e, qo, kv_row_offsets=ko, q_start=qs, kv_start=ks, scale=0.5
         ),
@@ -156,10 +137,18 @@ def test_paged_attention_runs_the_kernel(kernel_calls, rng):
         TensorType(DType.uint32, [3]),
         TensorType(DType.uint32, [2]),
     ]
-    with Graph("paged_wiring", input_types=types) as g:
-        blocks, qv, lk, of, cl = g.inputs[0].buffer, *(x.tensor for x in g.inputs[1:])
-        g.output(ops.paged_attention(qv, blocks, lk, ops.constant(1, DType.uint32, CPU), of, cl, scale=0.4))
-    out = InferenceSession().load(g).execute(DriverTensor.from_numpy(pool), q, lookup, offs, cache_len)[0].to_numpy()
+    (out,) = run_graph(
+        lambda blocks, qv, lk, of, cl: ops.paged_attention(
+            qv, blocks, lk, ops.constant(1, DType.uint32, CPU), of, cl, scale=0.4
+        ),
+        DriverTensor.from_numpy(pool),
+        q,
+        lookup,
+        offs,
+        cache_len,
+        types=types,
+        name="paged_wiring",
+    )
     assert kernel_calls
     for i in range(2):
         n = int(cache_len[i] + offs[i + 1] - offs[i])
@@ -185,10 +174,7 @@ def test_one_query_per_row_against_a_cache_runs_the_decode_kernel(kernel_calls, 
     k, v = (rng.normal(size=(b, s, hkv, d)).astype(np.float32) for _ in range(2))
     pos = np.array([4, 19, 0], np.int32)  # the query's position; its key was stored at that slot
     kv_len = np.array([5, 20, 3], np.int32)  # row 2: a longer valid length than the causal bound
-    types = [TensorType(F32, list(x.shape), CPU) for x in (q, k, v)] + [TensorType(DType.int32, [b], CPU)] * 2
-    out = _run(
-        f"decode_{mask}",
-        types,
+    (out,) = run_graph(
         lambda q_, k_, v_, p_, n_: ops.attention(q_, k_, v_, mask=mask, scale=0.25, q_offset=p_, kv_length=n_),
         q,
         k,
@@ -268,9 +254,7 @@ def test_sinks_fall_back_to_the_reference_with_one_warning(kernel_calls, rng):
 
 def test_functional_flash_attention_in_a_graph_runs_the_kernel(kernel_calls, rng):
     q, k, v = (rng.normal(size=(2, 5, 2, 8)).astype(np.float32) for _ in range(3))
-    out = _run(
-        "F_fa",
-        [TensorType(F32, [2, 5, 2, 8])] * 3,
+    (out,) = run_graph(
         lambda a, c, e: F.flash_attention(a, c, e, causal=True, scale=0.4),
         q,
         k,

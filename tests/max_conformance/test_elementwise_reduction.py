@@ -10,6 +10,7 @@ import pytest
 
 from maxfx.dtype import DType
 from maxfx.graph import DeviceRef, Graph, TensorType, ops
+from tests.graph_run import execute
 from tests.ops.harness import run_op
 
 
@@ -139,12 +140,6 @@ def test_min_max_overloads():
 # ─── ops.random (MAX's graph-level module) ────────────────────────────────
 
 
-def _run(g, *args):
-    from maxfx.engine import InferenceSession
-
-    return [o.to_numpy() for o in InferenceSession().load(g).execute(*args)]
-
-
 def test_random_needs_a_seed_and_checks_it():
     like = _t(DType.float32, [3])
     with Graph("no_seed"):
@@ -169,9 +164,9 @@ def test_random_draws_are_reproducible_from_the_seed_and_differ_per_draw():
             ops.random.uniform(like),
             ops.random.gaussian(like, mean=1.0, std=2.0),
         )
-    a1, b1, n1 = _run(g, np.array([7], np.uint64))
-    a2, b2, n2 = _run(g, np.array([7], np.uint64))
-    a3, _, _ = _run(g, np.array([8], np.uint64))
+    a1, b1, n1 = execute(g, np.array([7], np.uint64))
+    a2, b2, n2 = execute(g, np.array([7], np.uint64))
+    a3, _, _ = execute(g, np.array([8], np.uint64))
     np.testing.assert_array_equal(a1, a2)
     np.testing.assert_array_equal(n1, n2)
     assert not np.array_equal(a1, a3)  # another seed
@@ -194,7 +189,7 @@ def test_random_like_dtype_shape_and_device():
     with Graph("ints") as g:
         ops.random.set_seed(3)
         g.output(ops.random.uniform(_t(DType.int8, [500]), range=(-5, 5)))
-    (x,) = _run(g)
+    (x,) = execute(g)
     assert x.dtype == np.int8 and x.min() == -5 and x.max() == 4  # ints in [low, high)
     with Graph("rank0", input_types=[_t(DType.uint64, [])]) as g:
         ops.random.set_seed(g.inputs[0].tensor)  # rank 0 is reshaped to [1]

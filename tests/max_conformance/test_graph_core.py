@@ -20,13 +20,9 @@ from maxfx.graph.weight import (
     segmented_sharding_strategy,
     stacked_qkv_sharding_strategy,
 )
+from tests.graph_run import execute
 
 CPU = DeviceRef.CPU()
-
-
-def _run(graph: Graph, weights: dict[str, np.ndarray], *inputs: np.ndarray) -> list[np.ndarray]:
-    out = InferenceSession().load(graph, weights_registry=weights).execute(*inputs)
-    return [o.to_numpy() for o in out]
 
 
 # ─── Graph.add_weight / Weight ────────────────────────────────────────────
@@ -41,7 +37,7 @@ def test_add_weight_same_object_twice_and_other_weight_of_same_name():
         with pytest.raises(ValueError, match="already exists"):
             graph.add_weight(twin)
         graph.output(a + b)
-    [got] = _run(graph, {"w": np.array([1.0, 2.0], np.float32)})
+    [got] = execute(graph, weights={"w": np.array([1.0, 2.0], np.float32)})
     np.testing.assert_array_equal(got, [2.0, 4.0])
 
 
@@ -61,7 +57,7 @@ def _sharded_outputs(shape, strategy_fn, n, dtype=DType.float32):
         w = Weight("w", dtype, shape, CPU)
         graph.output(*[strategy_fn(w, i, n) for i in range(n)])
     data = np.arange(int(np.prod(shape))).reshape(shape).astype(dtype.to_numpy())
-    return data, _run(graph, {"w": data})
+    return data, execute(graph, weights={"w": data})
 
 
 @pytest.mark.parametrize(("rows", "n"), [(10, 3), (12, 4), (7, 4)])
@@ -145,7 +141,7 @@ def test_sharding_strategy_call_gives_the_shard():
         strategy = ShardingStrategy.rowwise(2)
         graph.output(strategy(w, 0), strategy(w, 1))
     data = np.arange(10, dtype=np.float32).reshape(5, 2)
-    got = _run(graph, {"w": data})
+    got = execute(graph, weights={"w": data})
     np.testing.assert_array_equal(got[0], data[:3])
     np.testing.assert_array_equal(got[1], data[3:])
 
@@ -157,7 +153,7 @@ def test_custom_shard_function():
         w = Weight("w", DType.float32, [2, 3], CPU)
         graph.output(strategy(w, 1))
     data = np.arange(6, dtype=np.float32).reshape(2, 3)
-    np.testing.assert_array_equal(_run(graph, {"w": data})[0], data[1])
+    np.testing.assert_array_equal(execute(graph, weights={"w": data})[0], data[1])
 
 
 # ─── values ───────────────────────────────────────────────────────────────

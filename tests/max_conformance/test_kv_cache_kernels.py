@@ -9,7 +9,6 @@ import pytest
 
 from maxfx.driver import Tensor
 from maxfx.dtype import DType
-from maxfx.engine import InferenceSession
 from maxfx.graph import BufferType, DeviceRef, Graph, TensorType, ops
 from maxfx.nn import kernels
 from maxfx.nn.float8_config import Float8InputScaleSpec as InSpec
@@ -17,6 +16,7 @@ from maxfx.nn.float8_config import Float8ScaleGranularity as G
 from maxfx.nn.float8_config import Float8ScaleOrigin as O
 from maxfx.nn.float8_config import Float8WeightScaleSpec as WSpec
 from maxfx.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
+from tests.graph_run import run_graph
 
 CPU = DeviceRef.CPU()
 F8, F4, E8M0, BF16 = ml_dtypes.float8_e4m3fn, ml_dtypes.float4_e2m1fn, ml_dtypes.float8_e8m0fnu, ml_dtypes.bfloat16
@@ -33,13 +33,8 @@ def run(fn, *arrays, buffers=()):
         (BufferType if i in buffers else TensorType)(DType.from_numpy(a.dtype), list(a.shape), CPU)
         for i, a in enumerate(arrays)
     ]
-    with Graph("k", input_types=types) as g:
-        vals = [v.buffer if i in buffers else v.tensor for i, v in enumerate(g.inputs)]
-        out = fn(*vals)
-        g.output(*(out if isinstance(out, (list, tuple)) else [out]))
     tensors = [Tensor.from_numpy(a) if i in buffers else a for i, a in enumerate(arrays)]
-    outs = [o.to_numpy() for o in InferenceSession().load(g).execute(*tensors)]
-    return outs, [t.to_numpy() for i, t in enumerate(tensors) if i in buffers]
+    return run_graph(fn, *tensors, types=types), [t.to_numpy() for i, t in enumerate(tensors) if i in buffers]
 
 
 def blocks_of(s, shape):

@@ -27,6 +27,7 @@ from maxfx.nn.quant_config import (
     WeightScaleSpec,
 )
 from maxfx.nn.stacked_linear import StackedLinear
+from tests.graph_run import run_graph
 
 CPU = DeviceRef.CPU()
 F8 = DType.float8_e4m3fn.to_numpy()
@@ -35,13 +36,6 @@ F8 = DType.float8_e4m3fn.to_numpy()
 @pytest.fixture
 def rng():
     return np.random.default_rng(7)
-
-
-def _run(build, x, registry):
-    """Outputs (numpy) of the graph ``build(x_value) -> list of values``."""
-    with Graph("shards", input_types=[TensorType(DType.float32, list(x.shape), CPU)]) as g:
-        g.output(*build(g.inputs[0].tensor))
-    return [o.to_numpy() for o in InferenceSession().load(g, weights_registry=registry).execute(x)]
 
 
 def _ranges(total, n):
@@ -76,7 +70,7 @@ def test_uneven_rowwise_linear_shards_match_numpy(rng):
         (3, 3, 3),
         (2, 2, 2),
     ]
-    outs = _run(lambda v: [s(v) for s in shards], x, {"weight": w, "bias": b})
+    outs = run_graph(lambda v: [s(v) for s in shards], x, weights={"weight": w, "bias": b})
     for out, (lo, hi) in zip(outs, _ranges(11, 4)):
         np.testing.assert_allclose(out, x @ w[lo:hi].T + b[lo:hi], rtol=1e-5, atol=1e-5)
 
@@ -90,12 +84,12 @@ def test_column_split_partial_sums_add_the_bias_once(rng, strategy):
     lin.sharding_strategy = strategy
     shards = lin.shard([CPU] * 3)
     assert [s.bias is not None for s in shards] == [True, False, False]
-    outs = _run(
+    outs = run_graph(
         lambda v: [
             s(v[:, lo : lo + s.in_dim]) for s, lo in zip(shards, np.cumsum([0] + [s.in_dim for s in shards[:-1]]))
         ],
         x,
-        {"weight": w, "bias": b},
+        weights={"weight": w, "bias": b},
     )
     # columnwise: 8 columns -> 3, 3, 2; head-aware: 4 heads of 2 -> 2, 1, 1 heads = 4, 2, 2 columns
     widths = [3, 3, 2] if strategy.is_colwise else [4, 2, 2]
@@ -118,7 +112,9 @@ def test_weight_shard_stacked_qkv_and_segmented_slices(rng):
     )
     seg_data = rng.normal(size=(4, 10)).astype(np.float32)
     shards = qkv.shard([CPU] * n) + seg.shard([CPU] * n)
-    outs = _run(lambda v: [s * 1.0 for s in shards], np.zeros((1,), np.float32), {"qkv": data, "seg": seg_data})
+    outs = run_graph(
+        lambda v: [s * 1.0 for s in shards], np.zeros((1,), np.float32), weights={"qkv": data, "seg": seg_data}
+    )
     block = heads * head_dim
     for i, out in enumerate(outs[:n]):
         (lo, hi) = _ranges(heads, n)[i]
@@ -137,7 +133,7 @@ def test_max_style_strategies_and_custom_functions(rng):
     data = rng.normal(size=(6, 3)).astype(np.float32)
     w = Weight("w", DType.float32, [6, 3], CPU, sharding_strategy=ShardingStrategy(2, shard=lambda wt, i, n: wt[i::n]))
     shards = w.shard([CPU, CPU])
-    outs = _run(lambda v: [sh * 1.0 for sh in shards], np.zeros((1,), np.float32), {"w": data})
+    outs = run_graph(lambda v: [sh * 1.0 for sh in shards], np.zeros((1,), np.float32), weights={"w": data})
     np.testing.assert_array_equal(outs[0], data[0::2])
     np.testing.assert_array_equal(outs[1], data[1::2])
 
@@ -154,7 +150,9 @@ def test_float8_rowwise_linear_shards_match_numpy(rng):
     ws = rng.uniform(0.5, 2, size=(6, 1)).astype(np.float32)
     s_in = np.float32(0.05)
     x = rng.normal(size=(3, 8)).astype(np.float32)
-    outs = _run(lambda v: [s(v) for s in shards], x, {"weight": w, "weight_scale": ws, "input_scale": s_in})
+    outs = run_graph(
+        lambda v: [s(v) for s in shards], x, weights={"weight": w, "weight_scale": ws, "input_scale": s_in}
+    )
     xq = np.clip(x / s_in, -448, 448).astype(F8).astype(np.float32) * s_in
     ref = xq @ (w.astype(np.float32) * ws).T
     np.testing.assert_allclose(np.concatenate(outs, -1), ref, rtol=1e-4, atol=1e-4)
@@ -204,7 +202,7 @@ def test_stacked_linear_matches_numpy(rng, stacked):
     assert sorted(sl.raw_state_dict()) == sorted(state)
     sl.load_state_dict(state)
     x = rng.normal(size=(3, 6)).astype(np.float32)
-    (out,) = _run(lambda v: [sl(v)], x, sl.state_dict())
+    (out,) = run_graph(lambda v: [sl(v)], x, weights=sl.state_dict())
     np.testing.assert_allclose(out, x @ np.concatenate(ws).T + np.concatenate(bs), rtol=1e-5, atol=1e-5)
 
 
@@ -222,7 +220,9 @@ def test_stacked_linear_rowwise_shards_and_float8_static(rng):
     wa, wb = rng.normal(size=(4, 6)).astype(np.float32), rng.normal(size=(2, 6)).astype(np.float32)
     ba, bb = rng.normal(size=4).astype(np.float32), rng.normal(size=2).astype(np.float32)
     x = rng.normal(size=(2, 6)).astype(np.float32)
-    outs = _run(lambda v: [s(v) for s in shards], x, {"a.weight": wa, "a.bias": ba, "b.weight": wb, "b.bias": bb})
+    outs = run_graph(
+        lambda v: [s(v) for s in shards], x, weights={"a.weight": wa, "a.bias": ba, "b.weight": wb, "b.bias": bb}
+    )
     for i, out in enumerate(outs):
         w = np.concatenate([wa[2 * i : 2 * i + 2], wb[i : i + 1]])
         b = np.concatenate([ba[2 * i : 2 * i + 2], bb[i : i + 1]])
@@ -242,7 +242,7 @@ def test_stacked_linear_rowwise_shards_and_float8_static(rng):
         "b.weight_scale": sb,
         "b.input_scale": s_in,
     }
-    (out,) = _run(lambda v: [q(v)], x, reg)
+    (out,) = run_graph(lambda v: [q(v)], x, weights=reg)
     scale = max(sa, sb)
     wq = (np.concatenate([wa.astype(np.float32) * sa, wb.astype(np.float32) * sb]) / scale).astype(F8).astype(
         np.float32

@@ -13,6 +13,7 @@ from maxfx.engine import InferenceSession
 from maxfx.graph import DeviceRef, Graph, ShardingStrategy, TensorType, Weight, ops
 from maxfx.nn import conv as conv_mod
 from maxfx.nn import conv_transpose as convt_mod
+from tests.graph_run import run_graph
 
 CPU = DeviceRef.CPU()
 
@@ -55,12 +56,10 @@ def np_conv_transpose_1d(x, w, stride, pad_lo, pad_hi, dil, out_pad):
 
 
 def run(layer, x, registry=None):
-    with Graph("conv", input_types=[TensorType(DType.from_numpy(x.dtype), list(x.shape))]) as g:
-        g.output(layer(g.inputs[0].tensor))
     reg = layer.state_dict() if registry is None else registry
     # The engine refuses strided inputs and weights (as MAX does): permuted layouts are passed as contiguous copies.
     reg = {k: np.ascontiguousarray(v) if isinstance(v, np.ndarray) else v for k, v in reg.items()}
-    return InferenceSession().load(g, weights_registry=reg).execute(np.ascontiguousarray(x))[0].to_numpy()
+    return run_graph(layer, np.ascontiguousarray(x), weights=reg)[0]
 
 
 def fill(layer, rng):

@@ -8,7 +8,6 @@ import pytest
 
 from maxfx import nn
 from maxfx.dtype import DType
-from maxfx.engine import InferenceSession
 from maxfx.graph import BufferType, DeviceRef, Graph, TensorType
 from maxfx.nn import kernels
 from maxfx.nn.float8_config import (
@@ -23,6 +22,7 @@ from maxfx.nn.float8_config import (
 from maxfx.nn.float8_config import (
     Float8ScaleOrigin as O,
 )
+from tests.graph_run import run_graph
 
 CPU = DeviceRef.CPU()
 F8 = ml_dtypes.float8_e4m3fn
@@ -30,11 +30,7 @@ FMAX = 448.0
 
 
 def run(fn, *arrays):
-    types = [TensorType(DType.from_numpy(a.dtype), list(a.shape)) for a in arrays]
-    with Graph("f8", input_types=types) as g:
-        out = fn(*[v.tensor for v in g.inputs])
-        g.output(*(out if isinstance(out, (list, tuple)) else [out]))
-    outs = [o.to_numpy() for o in InferenceSession().load(g).execute(*arrays)]
+    outs = run_graph(fn, *arrays)
     return outs if len(outs) > 1 else outs[0]
 
 
@@ -246,9 +242,7 @@ def _f8_linear(cfg, rng, out_dim=6, in_dim=16, bias=True):
 
 
 def _run_layer(layer, x):
-    with Graph("lin", input_types=[TensorType(DType.float32, list(x.shape))]) as g:
-        g.output(layer(g.inputs[0].tensor))
-    return InferenceSession().load(g, weights_registry=layer.state_dict()).execute(x)[0].to_numpy()
+    return run_graph(layer, x, types=[TensorType(DType.float32, list(x.shape))], weights=layer.state_dict())[0]
 
 
 @pytest.mark.parametrize(

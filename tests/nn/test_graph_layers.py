@@ -14,18 +14,14 @@ from maxfx.dtype import DType
 from maxfx.engine import InferenceSession
 from maxfx.graph import DeviceRef, Graph, TensorType, Weight, ops
 from maxfx.graph.quantization import QuantizationEncoding
+from tests.graph_run import run_graph
 
 CPU = DeviceRef.CPU()
 
 
 def _run(layer, *arrays, types=None):
-    types = types or [TensorType(DType.from_numpy(a.dtype), list(a.shape)) for a in arrays]
-    with Graph("layer", input_types=types) as g:
-        out = layer(*[v.tensor for v in g.inputs])
-        g.output(*(out if isinstance(out, (list, tuple)) else [out]))
-    registry = layer.state_dict() if hasattr(layer, "state_dict") else {}
-    outs = InferenceSession().load(g, weights_registry=registry).execute(*arrays)
-    return [o.to_numpy() for o in outs] if len(outs) > 1 else outs[0].to_numpy()
+    outs = run_graph(layer, *arrays, types=types, weights=getattr(layer, "state_dict", dict)())
+    return outs if len(outs) > 1 else outs[0]
 
 
 def _fill(layer, rng):

@@ -14,6 +14,7 @@ from maxfx.nn import kernels
 from maxfx.nn.float8_config import Float8Config, Float8InputScaleSpec, Float8WeightScaleSpec
 from maxfx.nn.float8_config import Float8ScaleGranularity as G
 from maxfx.nn.float8_config import Float8ScaleOrigin as O
+from tests.graph_run import run_graph
 
 CPU = DeviceRef.CPU()
 F8 = ml_dtypes.float8_e4m3fn
@@ -24,11 +25,7 @@ def silu(z):
 
 
 def run_layer(layer, *arrays, call=None):
-    types = [TensorType(DType.from_numpy(a.dtype), list(a.shape)) for a in arrays]
-    with Graph("layer", input_types=types) as g:
-        out = (call or layer)(*[v.tensor for v in g.inputs])
-        g.output(*(out if isinstance(out, (list, tuple)) else [out]))
-    outs = [o.to_numpy() for o in InferenceSession().load(g, weights_registry=layer.state_dict()).execute(*arrays)]
+    outs = run_graph(call or layer, *arrays, weights=layer.state_dict())
     return outs if len(outs) > 1 else outs[0]
 
 
@@ -213,18 +210,9 @@ def test_lora_errors():
 # ─── kernels: MoE, LoRA, sampling, misc ───────────────────────────────────
 
 
-def run_fn(fn, *arrays, types=None):
-    types = types or [TensorType(DType.from_numpy(a.dtype), list(a.shape)) for a in arrays]
-    with Graph("k", input_types=types) as g:
-        vals = [v.buffer if isinstance(t, BufferType) else v.tensor for v, t in zip(g.inputs, types)]
-        out = fn(*vals)
-        g.output(*(out if isinstance(out, (list, tuple)) else [out]))
-    return [o.to_numpy() for o in InferenceSession().load(g).execute(*arrays)]
-
-
 def test_moe_and_lora_kernels(rng):
     ids = np.array([2, 0, 2, 1], np.uint32)
-    order, starts, restore, eids, stats = run_fn(lambda t: kernels.moe_create_indices(t, 3), ids)
+    order, starts, restore, eids, stats = run_graph(lambda t: kernels.moe_create_indices(t, 3), ids)
     np.testing.assert_array_equal(order, [1, 3, 0, 2])
     np.testing.assert_array_equal(starts, [0, 1, 2, 4])
     np.testing.assert_array_equal(restore, [2, 0, 3, 1])
@@ -232,12 +220,12 @@ def test_moe_and_lora_kernels(rng):
     np.testing.assert_array_equal(stats, [2, 3])
     h = rng.normal(size=(4, 5)).astype(np.float32)
     w = rng.normal(size=(3, 2, 5)).astype(np.float32)
-    (y,) = run_fn(kernels.grouped_matmul_ragged, h, w, starts, eids, stats)
+    (y,) = run_graph(kernels.grouped_matmul_ragged, h, w, starts, eids, stats)
     np.testing.assert_allclose(
         y, np.concatenate([h[:1] @ w[0].T, h[1:2] @ w[1].T, h[2:] @ w[2].T]), rtol=1e-5, atol=1e-5
     )
     lora = rng.normal(size=(2, 3, 5)).astype(np.float32)
-    (v,) = run_fn(
+    (v,) = run_graph(
         lambda *a: kernels.sgmv_kernel(*a, 4),
         h,
         lora,
@@ -271,11 +259,11 @@ def ops_constant(arr):
 
 def test_sampling_kernels(rng):
     logits = rng.normal(size=(3, 9)).astype(np.float32)
-    (tok,) = run_fn(lambda l: kernels.topk_fused_sampling(l, 1), logits)
+    (tok,) = run_graph(lambda l: kernels.topk_fused_sampling(l, 1), logits)
     np.testing.assert_array_equal(tok, logits.argmax(-1)[:, None])
     assert tok.dtype == np.int64 and tok.shape == (3, 1)
     k = np.array([1, 3, 2], np.int64)
-    (tok,) = run_fn(lambda l, kk: kernels.topk_fused_sampling(l, kk, max_k=3, temperature=2.0, seed=5), logits, k)
+    (tok,) = run_graph(lambda l, kk: kernels.topk_fused_sampling(l, kk, max_k=3, temperature=2.0, seed=5), logits, k)
     ranks = np.argsort(np.argsort(-logits, axis=-1), axis=-1)
     assert all(ranks[b, tok[b, 0]] < k[b] for b in range(3))
     assert tok[0, 0] == logits[0].argmax()
@@ -332,9 +320,9 @@ def test_misc_kernels(rng):
         rng.normal(size=(5, 4)).astype(np.float32),
         rng.normal(size=(5, 4)).astype(np.float32),
     )
-    (y,) = run_fn(kernels.swish_glu, a, b0, b1)
+    (y,) = run_graph(kernels.swish_glu, a, b0, b1)
     np.testing.assert_allclose(y, silu(a @ b0.T) * (a @ b1.T), rtol=1e-5, atol=1e-6)
-    m, off = run_fn(
+    m, off = run_graph(
         kernels.merge_ragged_tensors,
         np.arange(1, 7, dtype=np.float32),
         np.array([0, 2, 6], np.uint32),

@@ -9,9 +9,9 @@ import pytest
 
 from maxfx import nn
 from maxfx.dtype import DType
-from maxfx.engine import InferenceSession
 from maxfx.graph import DeviceRef, Graph, TensorType
 from maxfx.nn import rotary_embedding as re_mod
+from tests.graph_run import execute, run_graph
 
 CPU = DeviceRef.CPU()
 
@@ -85,18 +85,14 @@ def np_rope(x, tab, interleaved):
 
 
 def run_table(rope, flat=False):
-    with Graph("t", input_types=[]) as g:
-        g.output(rope.freqs_cis if flat else rope.freqs_cis_base())
-    return InferenceSession().load(g).execute()[0].to_numpy()
+    return run_graph(lambda: rope.freqs_cis if flat else rope.freqs_cis_base())[0]
 
 
 def run_apply(rope, x, start_pos=None, symbolic=False):
     shape = list(x.shape)
     if symbolic:
         shape[1] = "seq"
-    with Graph("r", input_types=[TensorType(DType.from_numpy(x.dtype), shape)]) as g:
-        g.output(rope(g.inputs[0].tensor, start_pos=start_pos))
-    return InferenceSession().load(g).execute(x)[0].to_numpy()
+    return run_graph(lambda v: rope(v, start_pos=start_pos), x, types=[TensorType(DType.from_numpy(x.dtype), shape)])[0]
 
 
 # ─── tests ────────────────────────────────────────────────────────────────
@@ -183,7 +179,7 @@ def test_dynamic_ntk_updates_and_reverts():
         rope.maybe_update_freqs(g.inputs[0].tensor)
         g.output(rope.freqs_cis)
     assert rope.max_seq_len_cached == 30
-    assert InferenceSession().load(g).execute(np.arange(30))[0].to_numpy().shape == (60, 8)
+    assert execute(g, np.arange(30))[0].shape == (60, 8)
 
 
 @pytest.mark.parametrize("truncate", [True, False])

@@ -12,19 +12,13 @@ from maxfx.engine import InferenceSession
 from maxfx.graph import DeviceRef, Graph, TensorType
 from maxfx.nn import hooks as hooks_mod
 from maxfx.nn import sampling as sampling_mod
+from tests.graph_run import run_graph
 
 CPU = DeviceRef.CPU()
 
 
 def _type(a):
     return TensorType(DType.from_numpy(a.dtype), list(a.shape))
-
-
-def run(fn, *arrays):
-    with Graph("s", input_types=[_type(a) for a in arrays]) as g:
-        out = fn(*[v.tensor for v in g.inputs])
-        g.output(*(out if isinstance(out, tuple) else (out,)))
-    return [o.to_numpy() for o in InferenceSession().load(g).execute(*arrays)]
 
 
 def softmax(x, axis=-1):
@@ -47,7 +41,7 @@ def test_min_p_sampler_matches_numpy_inverse_cdf(rng):
     u = rng.uniform(size=6).astype(np.float32)
     sampler = nn.MinPSampler(DType.float32, [6, 1], temperature=0.7, min_p=0.2)
     assert (sampler.dtype, sampler.min_p, sampler.temperature, list(sampler.shape)) == (DType.float32, 0.2, 0.7, [6, 1])
-    (tokens,) = run(lambda x, uu: sampler(x, uniforms=uu), logits, u)
+    (tokens,) = run_graph(lambda x, uu: sampler(x, uniforms=uu), logits, u)
     ref, kept = np_min_p(logits, u, 0.2, 0.7)
     assert tokens.shape == (6, 1) and tokens.dtype == np.int64
     np.testing.assert_array_equal(tokens[:, 0], ref)
@@ -58,7 +52,7 @@ def test_min_p_random_draws_stay_in_the_kept_set_and_follow_probs(rng):
     row = rng.normal(size=12).astype(np.float32) * 2
     logits = np.tile(row, (4000, 1))
     sampler = nn.MinPSampler(DType.float32, [4000], min_p=0.1, seed=3)
-    (tokens,) = run(sampler, logits)
+    (tokens,) = run_graph(sampler, logits)
     _, kept = np_min_p(row[None], np.zeros(1), 0.1, 1.0)
     assert kept[0, tokens].all() and len(np.unique(tokens)) == kept.sum()
     p = softmax(row.astype(np.float64))
@@ -67,15 +61,15 @@ def test_min_p_random_draws_stay_in_the_kept_set_and_follow_probs(rng):
     freq = np.bincount(tokens, minlength=12) / len(tokens)
     np.testing.assert_allclose(freq, p, atol=0.03)
     # Same seed, same graph: same draws; another seed: different draws.
-    (again,) = run(nn.MinPSampler(DType.float32, [4000], min_p=0.1, seed=3), logits)
-    (other,) = run(nn.MinPSampler(DType.float32, [4000], min_p=0.1, seed=4), logits)
+    (again,) = run_graph(nn.MinPSampler(DType.float32, [4000], min_p=0.1, seed=3), logits)
+    (other,) = run_graph(nn.MinPSampler(DType.float32, [4000], min_p=0.1, seed=4), logits)
     np.testing.assert_array_equal(tokens, again)
     assert (tokens != other).any()
 
 
 def test_min_p_one_keeps_only_the_argmax(rng):
     logits = rng.normal(size=(5, 30)).astype(np.float32)
-    (tokens,) = run(
+    (tokens,) = run_graph(
         lambda x, uu: nn.MinPSampler(DType.float32, [5, 1], min_p=1.0)(x, uniforms=uu),
         logits,
         rng.uniform(size=5).astype(np.float32),
@@ -120,7 +114,7 @@ def test_rejection_sampler_matches_numpy(rng):
     draft_logits = (target_for_draft + rng.choice([-1.0, 1.0], size=tokens.shape)).astype(np.float32)
     draft_logits[1] = target_for_draft[1] - 0.5  # all accepted in sequence 1
     sampler = nn.RejectionSampler(CPU, top_k=1, eps=1e-5)
-    first, sampled = run(sampler, tokens, draft_logits, target, offsets)
+    first, sampled = run_graph(sampler, tokens, draft_logits, target, offsets)
     ref_first = first_true(draft_logits > target_for_draft + 1e-5)
     assert ref_first[1] == 4
     np.testing.assert_array_equal(first[:, 0], ref_first)
@@ -135,7 +129,7 @@ def test_rejection_sampler_with_residuals_matches_numpy(rng):
     rej_u = rng.uniform(size=(batch, steps)).astype(np.float32)
     res_u = rng.uniform(size=(batch, steps, vocab)).astype(np.float32)
     sampler = nn.RejectionSamplerWithResiduals(CPU, top_k=1)
-    first, recovered, bonus = run(
+    first, recovered, bonus = run_graph(
         lambda t, dl, tl, o, ad, r1, r2: sampler(t, dl, tl, o, ad, rejection_rand=r1, residual_rand=r2),
         tokens,
         np.zeros((batch, steps), np.float32),
@@ -162,7 +156,7 @@ def test_residual_sampler_random_path_and_debug_print(rng, capfd):
     # Identical draft and target distributions: every draft is accepted (ratio ~ 1 > u).
     all_draft = target.reshape(batch, steps + 1, vocab)[:, :steps].transpose(1, 0, 2).copy()
     sampler = nn.RejectionSamplerWithResiduals(CPU, seed=1, eps=0.0, debug=True)
-    first, recovered, _ = run(sampler, tokens, np.zeros((batch, steps), np.float32), target, offsets, all_draft)
+    first, recovered, _ = run_graph(sampler, tokens, np.zeros((batch, steps), np.float32), target, offsets, all_draft)
     jax.effects_barrier()
     np.testing.assert_array_equal(first, [steps, steps])
     assert recovered.shape == (batch, steps) and ((recovered >= 0) & (recovered < vocab)).all()

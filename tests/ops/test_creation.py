@@ -8,16 +8,10 @@ from lowering.dims import Dim
 from maxfx.dtype import DType
 from maxfx.engine import InferenceSession
 from maxfx.graph import DeviceRef, Graph, TensorType, Weight, ops
+from tests.graph_run import run_graph
 from tests.ops.harness import run_op, session
 
 CPU = DeviceRef.CPU()
-
-
-def _run(fn, *args, input_types=()):
-    with Graph("c", input_types=list(input_types)) as g:
-        out = fn(*g.inputs)
-        g.output(*out) if isinstance(out, tuple) else g.output(out)
-    return [o.to_numpy() for o in session().load(g).execute(*args)]
 
 
 # ─── range ────────────────────────────────────────────────────────────────
@@ -35,7 +29,7 @@ RANGES = [
 
 
 def test_range_static():
-    outs = _run(lambda: tuple(ops.range(*args, dtype=dt, device=CPU) for args, dt in RANGES))
+    outs = run_graph(lambda: tuple(ops.range(*args, dtype=dt, device=CPU) for args, dt in RANGES))
     for out, (args, dt) in zip(outs, RANGES):
         np.testing.assert_allclose(out, np.arange(*args, dtype=np.float64).astype(dt.to_numpy()), rtol=1e-6)
         assert out.dtype == dt.to_numpy()
@@ -47,7 +41,7 @@ def test_range_defaults_and_out_dim():
         assert r.dtype is DType.float32 and r.shape == [4] and r.device == CPU  # MAX: float32 for numeric inputs
         assert ops.range(0, 4, 1, out_dim=4, dtype=DType.int32, device=CPU).shape == [4]
         assert ops.range(0, 4, 1, out_dim="n", dtype=DType.int32, device=CPU).shape == ["n"]
-    outs = _run(lambda: (ops.range(0, 4, 1, out_dim="n", dtype=DType.int32, device=CPU) * 3).reshape(["n", 1]))
+    outs = run_graph(lambda: (ops.range(0, 4, 1, out_dim="n", dtype=DType.int32, device=CPU) * 3).reshape(["n", 1]))
     np.testing.assert_array_equal(outs[0], np.arange(4).reshape(4, 1) * 3)
 
 
@@ -82,7 +76,7 @@ def test_range_with_tensor_bounds():
             ops.range(fstart, 0.0, -0.5, out_dim=3),  # Python numbers take the tensors' dtype
         )
 
-    outs = _run(fn, np.int64(5), np.int64(8), np.float32(1.5), np.zeros(3, np.float32), input_types=types)
+    outs = run_graph(fn, np.int64(5), np.int64(8), np.float32(1.5), np.zeros(3, np.float32), types=types)
     for out, ref, dt in zip(outs, [[5, 8, 11, 14], [5, 6, 7], [1.5, 1.0, 0.5]], [np.int64, np.int32, np.float32]):
         np.testing.assert_array_equal(out, ref)
         assert out.dtype == dt
@@ -175,7 +169,7 @@ def _hann_ref(n, periodic):
 
 def test_hann_window():
     cases = [(n, p) for n in (0, 1, 2, 8, 11) for p in (True, False)]
-    outs = _run(lambda: tuple(ops.hann_window(n, CPU, periodic=p) for n, p in cases))
+    outs = run_graph(lambda: tuple(ops.hann_window(n, CPU, periodic=p) for n, p in cases))
     for out, (n, p) in zip(outs, cases):
         np.testing.assert_allclose(out, _hann_ref(n, p), atol=1e-6)
         assert out.dtype == np.float32
@@ -196,7 +190,7 @@ def test_eager_hann_window_needs_no_device():
 
 @pytest.mark.parametrize("dtype", [DType.float16, DType.bfloat16, DType.float64])
 def test_hann_window_dtypes(dtype):
-    (out,) = _run(lambda: ops.hann_window(6, CPU, dtype=dtype))
+    (out,) = run_graph(lambda: ops.hann_window(6, CPU, dtype=dtype))
     assert out.dtype == dtype.to_numpy()
     np.testing.assert_allclose(
         out.astype(np.float64), _hann_ref(6, True), atol=1e-2 if dtype is not DType.float64 else 1e-12

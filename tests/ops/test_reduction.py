@@ -27,10 +27,6 @@ def _close(out, expected, dtype):
     np.testing.assert_allclose(np.asarray(out, np.float64), np.asarray(expected, np.float64), **_tol(dtype))
 
 
-def _execute_at(g, *arrays):
-    return [np.asarray(o.to_numpy()) for o in InferenceSession().load(g).execute(*arrays)]
-
-
 # ─── keepdim reductions ───────────────────────────────────────────────────
 
 
