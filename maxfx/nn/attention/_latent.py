@@ -22,10 +22,17 @@ from maxfx.graph import ops
 from maxfx.graph._weight import ShardingStrategy
 from maxfx.nn._basic import Linear, RMSNorm
 from maxfx.nn._layer import Module
-from maxfx.nn.attention._rope_attention import _devices, _HeadShardable, _on, _per_device, _shard_view
+from maxfx.nn.attention._rope_attention import (
+    _devices,
+    _HeadShardable,
+    _layer_scalar,
+    _on,
+    _per_device_inputs,
+    _shard_view,
+)
 from maxfx.nn.attention.interfaces import DistributedAttentionImpl
 from maxfx.nn.attention.mask_config import MHAMaskVariant
-from maxfx.nn.kernels._attention import mla_absorbed_attention
+from maxfx.nn.kernels._attention import check_mla_settings, mla_absorbed_attention
 from maxfx.nn.kv_cache._params import KVCacheParams
 
 __all__ = ["DataParallelLatentAttentionWithRope", "LatentAttentionWithRope", "TensorParallelLatentAttentionWithRope"]
@@ -68,16 +75,7 @@ class LatentAttentionWithRope(Module, _HeadShardable):
         graph_mode: str | None = None,
     ):
         super().__init__()
-        name = type(self).__name__
-        if not isinstance(kv_params, KVCacheParams) or not kv_params.is_mla:
-            raise ValueError(f"{name}: kv_params must be a KVCacheParams with is_mla=True")
-        if kv_params.head_dim != kv_lora_rank + qk_rope_head_dim:
-            raise ValueError(
-                f"{name}: kv_params.head_dim ({kv_params.head_dim}) must be kv_lora_rank + qk_rope_head_dim = "
-                f"{kv_lora_rank + qk_rope_head_dim}"
-            )
-        if graph_mode not in (None, "auto", "prefill", "decode"):
-            raise ValueError(f"{name}: graph_mode must be None, 'auto', 'prefill' or 'decode', got {graph_mode!r}")
+        check_mla_settings(type(self).__name__, kv_params, kv_lora_rank, qk_rope_head_dim, graph_mode)
         self.rope, self.kv_params, self.devices, self.dtype = rope, kv_params, _devices(devices), dtype
         self.n_heads, self.n_kv_heads, self.hidden_size = (
             int(num_attention_heads),
@@ -163,11 +161,7 @@ class LatentAttentionWithRope(Module, _HeadShardable):
         kv, p = kv_collection, self.kv_params
         freqs = _on(self.rope.freqs_cis if freqs_cis is None else freqs_cis, x.device)
         interleaved = getattr(self.rope, "interleaved", True)
-        layer = (
-            ops.constant(int(layer_idx), DType.uint32, x.device)
-            if not hasattr(layer_idx, "type")
-            else ops.reshape(layer_idx, [])
-        )
+        layer = _layer_scalar(layer_idx, x.device)
         ckv = self.kv_a_proj_with_mqa(x)
         latent = self.kv_a_layernorm(ckv[:, : self.kv_lora_rank])
         zero = ops.constant(0, DType.uint32, x.device)
@@ -210,15 +204,7 @@ class TensorParallelLatentAttentionWithRope(LatentAttentionWithRope, Distributed
         input_row_offsets: Any = None,
         **kwargs: Any,
     ) -> list[Any]:  # type: ignore[override]
-        n = len(self.devices)
-        _per_device(
-            type(self).__name__,
-            n,
-            xs=xs,
-            kv_collections=kv_collections,
-            freqs_cis=freqs_cis,
-            input_row_offsets=input_row_offsets,
-        )
+        _per_device_inputs(self, xs, kv_collections, freqs_cis, input_row_offsets)
         parts = [
             LatentAttentionWithRope.__call__(s, layer_idx, x, kv, f, o)
             for s, x, kv, f, o in zip(self.shard(self.devices), xs, kv_collections, freqs_cis, input_row_offsets)
@@ -242,15 +228,7 @@ class DataParallelLatentAttentionWithRope(LatentAttentionWithRope, DistributedAt
         input_row_offsets: Any = None,
         **kwargs: Any,
     ) -> list[Any]:  # type: ignore[override]
-        n = len(self.devices)
-        _per_device(
-            type(self).__name__,
-            n,
-            xs=xs,
-            kv_collections=kv_collections,
-            freqs_cis=freqs_cis,
-            input_row_offsets=input_row_offsets,
-        )
+        _per_device_inputs(self, xs, kv_collections, freqs_cis, input_row_offsets)
         return [
             LatentAttentionWithRope.__call__(self, layer_idx, x, kv, f, o)
             for x, kv, f, o in zip(xs, kv_collections, freqs_cis, input_row_offsets)

@@ -507,11 +507,7 @@ class AttentionWithRopeNoOpaque(AttentionWithRope):
         freqs = self.rope.freqs_cis if freqs_cis is None else freqs_cis
         freqs = _on(freqs, x.device)
         interleaved = getattr(self.rope, "interleaved", True)
-        layer = (
-            ops.constant(int(layer_idx), DType.uint32, x.device)
-            if not hasattr(layer_idx, "type")
-            else ops.reshape(layer_idx, [])
-        )
+        layer = _layer_scalar(layer_idx, x.device)
         zero = ops.constant(0, DType.uint32, x.device)
         t = x.shape[0]
         k = ops.reshape(self.k_proj(x), [t, self.n_kv_heads, self.head_dim])
@@ -670,6 +666,19 @@ def _per_device(name: str, n: int, **lists: Any) -> None:
             raise ValueError(f"{name}: Expected {n} {k}, got {len(v)} (one entry per device)")
 
 
+def _per_device_inputs(layer: Any, xs: Any, kv_collections: Any, freqs_cis: Any, input_row_offsets: Any) -> None:
+    """Raise unless each input of a distributed ``layer`` is a list with one entry per device."""
+    lists = dict(xs=xs, kv_collections=kv_collections, freqs_cis=freqs_cis, input_row_offsets=input_row_offsets)
+    _per_device(type(layer).__name__, len(layer.devices), **lists)
+
+
+def _layer_scalar(layer_idx: Any, device: Any) -> Any:
+    """``layer_idx`` (an int or a uint32 graph value) as the uint32 scalar the cache ops take."""
+    if hasattr(layer_idx, "type"):
+        return ops.reshape(layer_idx, [])
+    return ops.constant(int(layer_idx), DType.uint32, device)
+
+
 def _forward_shard(self: Any, layer_idx: Any, x: Any, kv: Any, freqs: Any, offsets: Any) -> Any:
     return _RaggedAttentionBase.__call__(self, layer_idx, x, kv, freqs, offsets)
 
@@ -696,15 +705,7 @@ class DataParallelAttentionWithRope(AttentionWithRope, DistributedAttentionImpl)
         input_row_offsets: Any = None,
         **kwargs: Any,
     ) -> list[Any]:  # type: ignore[override]
-        n = len(self.devices)
-        _per_device(
-            type(self).__name__,
-            n,
-            xs=xs,
-            kv_collections=kv_collections,
-            freqs_cis=freqs_cis,
-            input_row_offsets=input_row_offsets,
-        )
+        _per_device_inputs(self, xs, kv_collections, freqs_cis, input_row_offsets)
         home = self.devices
         outs = []
         try:

@@ -19,6 +19,7 @@ from maxfx.nn.attention._rope_attention import (
     GGUFQAttentionWithRope,
     GPTQAttentionWithRope,
     _per_device,
+    _per_device_inputs,
     distribute_value,
 )
 from maxfx.nn.attention.interfaces import DistributedAttentionImpl
@@ -88,9 +89,7 @@ class TensorParallelAttentionWithRope(AttentionWithRope, DistributedAttentionImp
     ) -> list[Any]:  # type: ignore[override]
         n = len(self.devices)
         name = type(self).__name__
-        _per_device(
-            name, n, xs=xs, kv_collections=kv_collections, freqs_cis=freqs_cis, input_row_offsets=input_row_offsets
-        )
+        _per_device_inputs(self, xs, kv_collections, freqs_cis, input_row_offsets)
         if not all(isinstance(o, TensorValue) for o in input_row_offsets):
             raise TypeError(
                 f"{name}: All elements in input_row_offsets must be TensorValue instances, got "

@@ -621,6 +621,35 @@ def flare_mla_decode_ragged(
     )
 
 
+MLA_GRAPH_MODES = ("prefill", "decode", "auto")
+
+
+def check_mla_settings(
+    layer: str, kv_params: Any, kv_lora_rank: int, qk_rope_head_dim: int, graph_mode: str | None
+) -> str:
+    """The settings both MLA layers check (the cache must hold ``[latent | k_pe]`` rows); returns the mode
+    (None: ``"auto"``).
+
+    Raises:
+        ValueError: an unknown ``graph_mode``, or ``kv_params`` that is not an MLA cache of ``kv_lora_rank +
+            qk_rope_head_dim`` columns.
+    """
+    mode = graph_mode or "auto"
+    if mode not in MLA_GRAPH_MODES:
+        raise ValueError(f"{layer}: invalid graph_mode {graph_mode!r}; use 'prefill', 'decode' or 'auto'")
+    if not isinstance(kv_params, KVCacheParams) or not kv_params.is_mla:
+        raise ValueError(
+            f"{layer}: kv_params must be an MLA cache's KVCacheParams (MLAKVCacheParams), got "
+            f"{type(kv_params).__name__}"
+        )
+    if kv_params.head_dim != kv_lora_rank + qk_rope_head_dim:
+        raise ValueError(
+            f"{layer}: kv_params.head_dim ({kv_params.head_dim}) must be kv_lora_rank + qk_rope_head_dim = "
+            f"{kv_lora_rank} + {qk_rope_head_dim}"
+        )
+    return mode
+
+
 def mla_absorbed_attention(
     kv_params: Any,
     q: Any,

@@ -72,7 +72,7 @@ from maxfx.experimental.sharding import (
 from maxfx.experimental.tensor import Tensor
 from maxfx.nn.attention.mask_config import MHAMaskVariant
 from maxfx.nn.kernels import flare_mla_prefill_plan
-from maxfx.nn.kernels._attention import mla_absorbed_attention
+from maxfx.nn.kernels._attention import check_mla_settings, mla_absorbed_attention
 from maxfx.nn.kv_cache._paged import PagedCacheValues as _GraphPagedCacheValues
 from maxfx.nn.kv_cache._params import KVCacheParams
 
@@ -84,8 +84,6 @@ __all__ = [
     "MLAPrefillMetadata",
     "tensor_parallel_latent_attention_with_rope",
 ]
-
-_GRAPH_MODES = ("prefill", "decode", "auto")
 
 # How `tensor_parallel_latent_attention_with_rope` lays out each weight over the TP axis.
 _REPLICATED, _ROWWISE, _COLUMNWISE = "replicated", "rowwise", "columnwise"
@@ -185,9 +183,6 @@ class LatentAttentionWithRope(Module):
         graph_mode: str | None = None,
     ) -> None:
         name = type(self).__name__
-        mode = graph_mode or "auto"
-        if mode not in _GRAPH_MODES:
-            raise ValueError(f"{name}: invalid graph_mode {graph_mode!r}; use 'prefill', 'decode' or 'auto'")
         sizes = dict(
             num_attention_heads=num_attention_heads,
             num_key_value_heads=num_key_value_heads,
@@ -203,16 +198,7 @@ class LatentAttentionWithRope(Module):
         for key, value in sizes.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: {key} must be a positive int, got {value!r}")
-        if not isinstance(kv_params, KVCacheParams) or not kv_params.is_mla:
-            raise ValueError(
-                f"{name}: kv_params must be an MLA cache's KVCacheParams (MLAKVCacheParams), got "
-                f"{type(kv_params).__name__}"
-            )
-        if kv_params.head_dim != kv_lora_rank + qk_rope_head_dim:
-            raise ValueError(
-                f"{name}: kv_params.head_dim ({kv_params.head_dim}) must be kv_lora_rank + qk_rope_head_dim = "
-                f"{kv_lora_rank} + {qk_rope_head_dim}"
-            )
+        mode = check_mla_settings(name, kv_params, kv_lora_rank, qk_rope_head_dim, graph_mode)
         if int(layer_idx) < 0:
             raise ValueError(f"{name}: layer_idx must be >= 0, got {layer_idx}")
         self.graph_mode = mode
