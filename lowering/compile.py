@@ -47,7 +47,8 @@ import hashlib
 import os
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -59,7 +60,7 @@ from lowering.debug import DEBUG, DebugInterpreter
 from lowering.dims import bind_symbols
 from lowering.dtypes import DType
 from lowering.executables import EXECUTABLES
-from lowering.interpret import block_is_data_dependent, run_block
+from lowering.interpret import Interpreter, block_is_data_dependent, run_block
 from lowering.ir import Block, uses_op
 from lowering.logs import CACHE_LOG, compiling
 from lowering.persistent_cache import DamagedEntryError, decode_entry, enable_persistent_cache, encode_entry
@@ -68,7 +69,14 @@ from lowering.targets import export_for
 from lowering.types import BufferType
 from lowering.x64 import jit, run, to_device
 
-__all__ = ["CompiledBlock", "InputMismatchError", "compile_stats", "enable_persistent_cache", "clear_cache"]
+__all__ = [
+    "CompiledBlock",
+    "InputMismatchError",
+    "block_program",
+    "compile_stats",
+    "enable_persistent_cache",
+    "clear_cache",
+]
 
 _lock = threading.Lock()
 _stats = {"compiles": 0, "hits": 0, "disk_hits": 0}
@@ -115,6 +123,35 @@ def check_input_types(types: Sequence[Any], args: Sequence[Any], names: Sequence
     return env
 
 
+def block_program(
+    block: Block, interpreter: Callable[[Mapping[str, Any]], Interpreter] | None = None
+) -> Callable[[Sequence[Any], Sequence[Any] | None, Mapping[str, Any]], tuple[list[Any], list[Any]]]:
+    """``block`` as a JAX function ``program(args, buffers, weights) -> (outputs, final buffer-input values)``.
+
+    The one such closure: compiled blocks, their persistent-cache entries, virtual-device lowering and
+    ``maxfx.export`` jit or export it. ``weights`` maps names to arrays. ``buffers`` is None when ``args`` holds the
+    buffer inputs, else their values kept apart so that jit can donate just them (their slots in ``args`` are
+    ignored). ``interpreter(weights)`` runs the nodes (default: a plain `Interpreter`).
+
+    Example:
+        >>> from lowering.ir import Var
+        >>> from lowering.types import TensorType
+        >>> x = Var(TensorType(DType.float32, [2]))
+        >>> block_program(Block("id", [x], [], [x]))([np.ones(2, np.float32)], None, {})
+        ([array([1., 1.], dtype=float32)], [])
+    """
+    buffer_inputs = [i for i, v in enumerate(block.inputs) if isinstance(v.type, BufferType)]
+
+    def program(args, buffers, weights):
+        full = list(args)
+        for i, b in zip(buffer_inputs, buffers or ()):
+            full[i] = b
+        outs, finals = run_block(block, full, weights, None if interpreter is None else interpreter(weights))
+        return outs, [finals[i] for i in buffer_inputs]
+
+    return program
+
+
 class CompiledBlock:
     """A block ready to run on a device with bound weights.
 
@@ -144,20 +181,8 @@ class CompiledBlock:
         pieces = split_at_calls(block) if not (self._interpreted or self._buffer_inputs) else []
         self._pieces = Pieces(block, pieces, device) if pieces else None
 
-        def program(args, buffers, weights):
-            # Buffer inputs come apart from the others so that jit can donate just them (argument 1).
-            full = list(args)
-            for i, b in zip(self._buffer_inputs, buffers):
-                full[i] = b
-            interp = (
-                DebugInterpreter(weights, nan_check=nan_check, log_ops=log_ops, sync=DEBUG.device_sync_mode)
-                if debug
-                else None
-            )
-            outs, finals = run_block(block, full, weights, interp)
-            return outs, [finals[i] for i in self._buffer_inputs]
-
-        self._program = program
+        interpreter = partial(DebugInterpreter, nan_check=nan_check, log_ops=log_ops, sync=DEBUG.device_sync_mode)
+        self._program = block_program(block, interpreter if debug else None)
 
     def check_inputs(self, args: Sequence[Any], names: Sequence[str] | None = None) -> dict[str, int]:
         """Check dtypes/ranks/dims of ``args``; returns the symbol binding.

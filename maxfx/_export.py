@@ -42,8 +42,8 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding
 
+from lowering.compile import block_program
 from lowering.dims import StaticDim
-from lowering.interpret import run_block
 from lowering.targets import export_for, lowering_for, symbolic_input_specs
 from lowering.types import BufferType, DeviceRef, TensorType
 from lowering.x64 import traced
@@ -93,9 +93,10 @@ class _Source:
 def _block_source(compiled: Any, name: str, is_tuple: bool) -> _Source:
     """A compiled maxfx block: the program interprets its IR with JAX."""
     block, names = compiled.block, sorted(compiled.weights)
+    run = block_program(block)
 
-    def program(args: tuple, weights: tuple) -> Any:
-        outs, _ = run_block(block, list(args), dict(zip(names, weights)))
+    def program(args: tuple, weights: tuple) -> Any:  # the artifact's form: (inputs, weights) tuples, no buffers
+        outs, _ = run(args, None, dict(zip(names, weights)))
         return tuple(outs) if is_tuple else outs[0]
 
     weights = {n: compiled.weights[n] for n in names}

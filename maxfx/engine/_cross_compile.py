@@ -23,10 +23,9 @@ from typing import Any
 
 import jax
 
-from lowering.interpret import run_block
+from lowering.compile import block_program
 from lowering.ir import Block
 from lowering.targets import export_for, symbolic_input_specs
-from lowering.types import BufferType
 
 __all__ = ["lower_for_platform"]
 
@@ -37,7 +36,8 @@ def lower_for_platform(
     platform: str,
     where: str = "InferenceSession.compile",
 ) -> jax.export.Exported:
-    """``block`` lowered for the JAX ``platform``: a ``jax.export.Exported`` taking (inputs, weights).
+    """``block`` lowered for the JAX ``platform``: a ``jax.export.Exported`` of `block_program` taking (inputs, None,
+    weights by name).
 
     Args:
         block: the graph's top-level block.
@@ -51,15 +51,8 @@ def lower_for_platform(
     Raises:
         TypeError / ValueError: an input JAX cannot give an abstract shape.
     """
-    names = sorted(weights)
-    buffer_inputs = [i for i, v in enumerate(block.inputs) if isinstance(v.type, BufferType)]
-
-    def program(args, weight_list):
-        outs, finals = run_block(block, list(args), dict(zip(names, weight_list)))
-        return tuple(outs), tuple(finals[i] for i in buffer_inputs)
-
     specs = symbolic_input_specs([v.type for v in block.inputs], where, "inputs compiled for a virtual device")
-    weight_specs = [jax.ShapeDtypeStruct(weights[n][1], weights[n][0].dtype.to_numpy()) for n in names]
+    weight_specs = {n: jax.ShapeDtypeStruct(full, t.dtype.to_numpy()) for n, (t, full) in weights.items()}
     # export_for: traced with 64-bit types, inside lowering_for (GPU kernels are emitted for the target even where no
     # GPU is attached).
-    return export_for(program, (platform,), specs, weight_specs)
+    return export_for(block_program(block), (platform,), specs, None, weight_specs)
