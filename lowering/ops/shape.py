@@ -798,8 +798,9 @@ def tile(x, repeats):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.tile(Tensor([[1.0, 2.0]]), [2, 3])
-        TensorType(dtype=float32, shape=[Dim(2), Dim(6)], device=cpu:0): [1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0]
+        >>> ops.tile(Tensor([[1.0, 2.0]]), [2, 3])  # doctest: +NORMALIZE_WHITESPACE
+        TensorType(dtype=float32, shape=[Dim(2), Dim(6)], device=cpu:0):
+        [1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0]
     """
     return bind(tile_p, x, repeats=_as_dims("tile", repeats, "repeats"))
 
@@ -883,8 +884,9 @@ def repeat_interleave(x, repeats, axis=None, out_dim=None):
         TensorType(dtype=float32, shape=[Dim(4), Dim(2)], device=cpu:0): [1.0, 2.0, 1.0, 2.0, 3.0, 4.0, 3.0, 4.0]
         >>> ops.repeat_interleave(x, 2, axis=1)
         TensorType(dtype=float32, shape=[Dim(2), Dim(4)], device=cpu:0): [1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0]
-        >>> ops.repeat_interleave(x, [2, 3], axis=0)
-        TensorType(dtype=float32, shape=[Dim(5), Dim(2)], device=cpu:0): [1.0, 2.0, 1.0, 2.0, 3.0, 4.0, 3.0, 4.0, 3.0, 4.0]
+        >>> ops.repeat_interleave(x, [2, 3], axis=0)  # doctest: +NORMALIZE_WHITESPACE
+        TensorType(dtype=float32, shape=[Dim(5), Dim(2)], device=cpu:0):
+        [1.0, 2.0, 1.0, 2.0, 3.0, 4.0, 3.0, 4.0, 3.0, 4.0]
         >>> ops.repeat_interleave(x, 2)  # axis=None flattens first
         TensorType(dtype=float32, shape=[Dim(8)], device=cpu:0): [1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0]
     """
@@ -974,8 +976,10 @@ def pad(input, paddings, mode="constant", value=0):
     Example:
         >>> from maxfx.graph import ops
         >>> from maxfx.tensor import Tensor
-        >>> ops.pad(Tensor([[1.0, 2.0], [3.0, 4.0]]), [1, 0, 0, 2], value=9.0)  # rows: 1 before; cols: 2 after
-        TensorType(dtype=float32, shape=[Dim(3), Dim(4)], device=cpu:0): [9.0, 9.0, 9.0, 9.0, 1.0, 2.0, 9.0, 9.0, 3.0, 4.0, 9.0, 9.0]
+        >>> # rows: 1 before; cols: 2 after
+        >>> ops.pad(Tensor([[1.0, 2.0], [3.0, 4.0]]), [1, 0, 0, 2], value=9.0)  # doctest: +NORMALIZE_WHITESPACE
+        TensorType(dtype=float32, shape=[Dim(3), Dim(4)], device=cpu:0):
+        [9.0, 9.0, 9.0, 9.0, 1.0, 2.0, 9.0, 9.0, 3.0, 4.0, 9.0, 9.0]
         >>> ops.pad(Tensor([1.0, 2.0, 3.0]), [2, 1], mode="reflect")
         TensorType(dtype=float32, shape=[Dim(6)], device=cpu:0): [3.0, 2.0, 1.0, 2.0, 3.0, 2.0]
         >>> ops.pad(Tensor([1.0, 2.0, 3.0]), [2, 1], mode="edge")
