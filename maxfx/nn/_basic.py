@@ -138,7 +138,10 @@ class Linear(Module, Shardable):
         set_linear_strategy(self, strategy)
 
     def __repr__(self) -> str:
-        return f"Linear(in_dim={self.in_dim}, out_dim={self.out_dim}, dtype={self.weight.dtype.name}, bias={self.bias is not None})"
+        return (
+            f"Linear(in_dim={self.in_dim}, out_dim={self.out_dim}, dtype={self.weight.dtype.name}, "
+            f"bias={self.bias is not None})"
+        )
 
 
 _ACTIVATIONS = activation_table(ops)  # the one table of activation names (maxfx.nn.activation)

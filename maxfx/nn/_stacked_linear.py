@@ -292,4 +292,7 @@ class StackedLinear(Module):
         return out
 
     def __repr__(self) -> str:
-        return f"StackedLinear(in_dim={self._in_dim}, out_dims={self._out_dims}, names={self._names}, stacked={self._stacked}, bias={self._has_bias})"
+        return (
+            f"StackedLinear(in_dim={self._in_dim}, out_dims={self._out_dims}, names={self._names}, "
+            f"stacked={self._stacked}, bias={self._has_bias})"
+        )

@@ -346,7 +346,11 @@ def compute_num_device_blocks(
             f"request. Need to allocate at least {max_batch_size} pages, but {have}."
         )
     if per_req is not None and per_req > allocable:
-        msg = f"Insufficient cache memory to support a batch containing one request at the max sequence length of {max_seq_len} tokens. Need to allocate at least {per_req} pages ({_human_bytes(per_req * params.bytes_per_block)}), but {have}."
+        msg = (
+            "Insufficient cache memory to support a batch containing one request at the max sequence length of "
+            f"{max_seq_len} tokens. Need to allocate at least {per_req} pages "
+            f"({_human_bytes(per_req * params.bytes_per_block)}), but {have}."
+        )
         if require_max_seq_len_fits:
             raise RuntimeError(
                 msg

@@ -15,7 +15,8 @@ Example:
     >>> params = MLAKVCacheParams(DType.float32, head_dim=24, num_layers=1, devices=[DeviceRef.CPU()], num_q_heads=4,
     ...     page_size=4)
     >>> sizes = {"total_num_pages": 2, "batch_size": 1, "max_num_pages": 2}
-    >>> shape = lambda t: [sizes[next(k for k in sizes if str(d).endswith(k))] if not str(d).isdigit() else int(d) for d in t.shape]
+    >>> size = lambda d: int(d) if str(d).isdigit() else sizes[next(k for k in sizes if str(d).endswith(k))]
+    >>> shape = lambda t: [size(d) for d in t.shape]
     >>> symbols = params.get_symbolic_inputs()
     >>> values = [Tensor.zeros(shape(t), dtype=t.dtype) for t in symbols.flatten()]
     >>> mapping = PlacementMapping(DeviceMesh((CPU(),), (1,), ("x",)), (Replicated(),))

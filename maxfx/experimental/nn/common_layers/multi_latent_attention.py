@@ -161,7 +161,8 @@ class LatentAttentionWithRope(Module):
     Example:
         >>> attn = LatentAttentionWithRope(num_attention_heads=8, num_key_value_heads=1, hidden_size=256,
         ...      # doctest: +SKIP
-        ...     kv_params=params, layer_idx=0, q_lora_rank=32, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32)
+        ...     kv_params=params, layer_idx=0, q_lora_rank=32, kv_lora_rank=64, qk_nope_head_dim=32,
+        ...     qk_rope_head_dim=16, v_head_dim=32)
         >>> out = attn(x, kv_collection, freqs_cis, input_row_offsets)  # doctest: +SKIP
     """
 
