@@ -105,6 +105,7 @@ def run(
     *,
     cpu: Callable[..., Any] | None = None,
     cpu_label: str = "",
+    depth: int = 0,
 ) -> Any:
     """``kernel(*args, interpret=...)``, ``cpu(*args)`` or ``reference(*args)``, per `kernel_mode` and ``why``.
 
@@ -122,8 +123,8 @@ def run(
             ``impl=None`` (also the ``default`` branch on a GPU machine):
             returns the result, or None where it does not apply.
         cpu_label: what the log calls that kernel.
-
-    The fallback warning points at the caller of ``fn`` (``fn`` calls `run` directly).
+        depth: the frames between ``fn`` and `run` (a family's shared helper),
+            so that the fallback warning points at the caller of ``fn``.
     """
     mode = kernel_mode(impl)
 
@@ -144,7 +145,7 @@ def run(
         return reference(*args)
     reason = why() if callable(why) else why
     if reason:
-        fallback(fn, reason, stacklevel=3)
+        fallback(fn, reason, stacklevel=3 + depth)
         return ref_path(*args)
     LOG.debug("%s: Pallas kernel (%s)", fn, mode)
     if mode in ("interpret", "pallas"):

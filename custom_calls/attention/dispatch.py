@@ -103,18 +103,6 @@ def _checked(fn: str, q, k, v, rank: int):
     return q, k, v
 
 
-def _paths(kernel_fn: Callable, reference_fn: Callable, config, **common) -> tuple[Callable, Callable]:
-    """The ``kernel`` / ``reference`` pair of `run`: both get the same positional and keyword arguments."""
-
-    def kernel(*args, interpret):
-        return kernel_fn(*args, **common, config=config, interpret=interpret)
-
-    def reference(*args):
-        return reference_fn(*args, **common)
-
-    return kernel, reference
-
-
 def flash_attention(
     q: Any,
     k: Any,
@@ -303,56 +291,50 @@ def decode_attention(
     q, k, v = _checked("decode_attention", q, k_cache, v_cache, 4)
     if k.shape[0] != q.shape[0]:
         raise ValueError(f"k_cache: decode_attention batch ({k.shape[0]}) differs from q's ({q.shape[0]})")
-    return run(
-        "decode_attention",
-        impl,
-        *_decode_call(
-            pd.decode_attention,
-            ref.decode_attention,
-            "decode_attention",
-            (q, k, v),
-            kv_lens,
-            causal=causal,
-            local_window_size=local_window_size,
-            scale=scale,
-            config=config,
-        ),
+    head = dict(causal=causal, local_window_size=local_window_size, scale=scale)
+    return _run_decode(
+        "decode_attention", impl, pd.decode_attention, ref.decode_attention, (q, k, v), kv_lens, head, config
     )
 
 
-def _decode_call(
-    kernel_fn,
-    reference_fn,
+def _run_decode(
     fn: str,
+    impl,
+    kernel_fn: Callable,
+    reference_fn: Callable,
     operands: tuple,
     kv_lens,
+    head: dict,
+    config,
     *,
     block_table=None,
     page_size=None,
-    causal,
-    local_window_size,
-    scale,
-    config,
+    cpu=None,
+    cpu_label: str = "",
 ):
-    """What the decode entry points hand to `run` after the mask, table and length checks.
+    """`run` for the decode entry points, after the mask, table and length checks.
 
-    Returns ``(args, kernel, reference, why)``: ``operands`` start with ``q``
-    and the K/V storage, and the paths get ``(*operands, [block_table,]
-    kv_lens)``. ``page_size`` (paged caches) adds the kernel's page-size
-    condition to the fallback reason. (Callers call `run` themselves so the
-    fallback warning's stack level still points at the user's call.)
+    ``operands`` start with ``q`` and the K/V storage; both paths get
+    ``(*operands, [block_table,] kv_lens)`` and the ``head`` keywords (causal,
+    local_window_size, scale). ``page_size`` (paged caches) adds the kernel's
+    page-size condition to the fallback reason.
     """
     q, kv = operands[0], operands[1]
-    ref.window_pair(local_window_size, causal)
+    ref.window_pair(head["local_window_size"], head["causal"])
     tables = () if block_table is None else (_check_block_table(fn, block_table, q.shape[0]),)
     lens = _check_lens(fn, kv_lens, q.shape[0])
-    kernel, reference = _paths(
-        kernel_fn, reference_fn, config, causal=causal, local_window_size=local_window_size, scale=scale
-    )
+
+    def kernel(*args, interpret):
+        return kernel_fn(*args, **head, config=config, interpret=interpret)
+
+    def reference(*args):
+        return reference_fn(*args, **head)
+
     why = _fallback_reason(q, kv)
     if why is None and page_size is not None and not pd.page_block(page_size, (config or pd.DecodeConfig()).block_k):
         why = f"page_size {page_size} is not a multiple of 16"
-    return (*operands, *tables, lens), kernel, reference, why
+    args = (*operands, *tables, lens)
+    return run(fn, impl, args, kernel, reference, why, cpu=cpu, cpu_label=cpu_label, depth=1)
 
 
 def paged_decode_attention(
@@ -407,22 +389,18 @@ def paged_decode_attention(
         window = ref.window_pair(local_window_size, causal)
         return cpu_attention.paged_one_query_attention(q, k, v, table, lens, window=window, scale=scale)
 
-    return run(
+    head = dict(causal=causal, local_window_size=local_window_size, scale=scale)
+    return _run_decode(
         "paged_decode_attention",
         impl,
-        *_decode_call(
-            kernel,
-            reference,
-            "paged_decode_attention",
-            (q, k, v),
-            kv_lens,
-            block_table=block_table,
-            page_size=k.shape[1],
-            causal=causal,
-            local_window_size=local_window_size,
-            scale=scale,
-            config=config,
-        ),
+        kernel,
+        reference,
+        (q, k, v),
+        kv_lens,
+        head,
+        config,
+        block_table=block_table,
+        page_size=k.shape[1],
         cpu=cpu,
         cpu_label="one query, pages read in place",
     )
@@ -474,22 +452,18 @@ def paged_decode_attention_pool(
         raise ValueError(
             f"layer: paged_decode_attention_pool expects an integer scalar, got {layer.dtype}{list(layer.shape)}"
         )
-    return run(
+    head = dict(causal=causal, local_window_size=local_window_size, scale=scale)
+    return _run_decode(
         "paged_decode_attention_pool",
         impl,
-        *_decode_call(
-            pd.paged_decode_attention_pool,
-            ref.paged_decode_attention_pool,
-            "paged_decode_attention_pool",
-            (q, pool, layer),
-            kv_lens,
-            block_table=block_table,
-            page_size=pool.shape[3],
-            causal=causal,
-            local_window_size=local_window_size,
-            scale=scale,
-            config=config,
-        ),
+        pd.paged_decode_attention_pool,
+        ref.paged_decode_attention_pool,
+        (q, pool, layer),
+        kv_lens,
+        head,
+        config,
+        block_table=block_table,
+        page_size=pool.shape[3],
     )
 
 

@@ -279,24 +279,15 @@ def decode_attention(
     bk = min(cfg.block_k, max(16, t_.next_pow2(t)))
     splits = _splits(cfg, b, hkv, t, bk)
     split_len = t_.cdiv(t_.cdiv(t, splits), bk) * bk
-    spec = _make_spec(
-        q,
-        hkv,
-        causal=causal,
-        local_window_size=local_window_size,
-        scale=scale,
-        bk=bk,
-        split_len=split_len,
-        page=0,
-        interpret=interpret,
-    )
+    head = dict(causal=causal, local_window_size=local_window_size, scale=scale)
+    spec = _make_spec(q, hkv, bk=bk, split_len=split_len, page=0, interpret=interpret, **head)
     lens = jnp.minimum(jnp.asarray(kv_lens, jnp.int32).reshape(b), t)
 
     def kernel(q, k, v, lens):
         return _run(q, k, v, lens, None, spec=spec, splits=t_.cdiv(t, split_len), cfg=cfg)
 
     def reference(q, k, v, lens):
-        return ref.decode_attention(q, k, v, lens, causal=causal, local_window_size=local_window_size, scale=scale)
+        return ref.decode_attention(q, k, v, lens, **head)
 
     return _with_reference_vjp(kernel, reference)(q, k, v, lens)
 

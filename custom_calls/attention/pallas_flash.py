@@ -49,7 +49,7 @@ from jax import lax
 
 from custom_calls._pallas import pl, pltriton
 from custom_calls.attention import _tiles as t_
-from custom_calls.attention.reference import _max_len, window_pair
+from custom_calls.attention.reference import _max_len, ragged_seq_table, window_pair
 
 __all__ = [
     "FlashConfig",
@@ -60,7 +60,6 @@ __all__ = [
     "flash_attention_packed",
     "flash_attention_ragged",
     "dense_seq_table",
-    "ragged_seq_table",
 ]
 
 SUPPORTED_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
@@ -187,48 +186,71 @@ def _q_tile(spec: _Spec):
     return i
 
 
-def _fwd_kernel(seq_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, spec: _Spec):
-    bq, bk = spec.blocks(False)
-    i, b = _q_tile(spec), pl.program_id(1)
-    q_start, q_len, k_start, k_len, pos0 = _seq(seq_ref, b)
-    r0 = i * bq
+@dataclasses.dataclass(frozen=True)
+class _QRows:
+    """This program's query tile, loaded: ``n`` rows from ``start`` (``row_ok`` masks those past the sequence),
+    at positions ``qpos``, against the keys ``k_start .. k_start + k_len`` in tiles of ``bk`` (``tiles``: the
+    `_tiles.kv_tile_range` it sees)."""
+
+    start: object
+    n: int
+    row_ok: object
+    q: object
+    qpos: object
+    k_start: object
+    k_len: object
+    bk: int
+    tiles: tuple
+    prec: object
+
+
+def _over_q_rows(spec: _Spec, seq_ref, q_ref, backward: bool, body) -> None:
+    """``body(rows)`` (`_QRows`) for this program's query tile of its sequence, if the tile holds any row."""
+    bq, bk = spec.blocks(backward)
+    q_start, q_len, k_start, k_len, pos0 = _seq(seq_ref, pl.program_id(1))
+    r0 = _q_tile(spec) * bq
 
     @pl.when(r0 < q_len)
     def _():
         rows = r0 + jnp.arange(bq)
         row_ok = None if spec.even else rows < q_len
         q = t_.load_rows(q_ref, q_start + r0, bq, spec.d, spec.dp, row_ok)
-        prec = _prec(q.dtype)
-        qpos = pos0 + rows
-        lo, a, cc, hi = t_.kv_tile_range(pos0 + r0, pos0 + r0 + bq - 1, k_len, bk, spec.causal, spec.window)
+        tiles = t_.kv_tile_range(pos0 + r0, pos0 + r0 + bq - 1, k_len, bk, spec.causal, spec.window)
+        body(_QRows(q_start + r0, bq, row_ok, q, pos0 + rows, k_start, k_len, bk, tiles, _prec(q.dtype)))
 
+
+def _fwd_kernel(seq_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, spec: _Spec):
+    def body(r: _QRows):
         def step(masked: bool):
-            def body(t, carry):
-                _, v, s = _kv_tile(spec, q, qpos, k_ref, v_ref, k_start, k_len, t, bk, masked, prec)
-                return t_.softmax_step(carry, s, v, masked=masked, precision=prec)
+            def loop(t, carry):
+                _, v, s = _kv_tile(spec, r, k_ref, v_ref, t, masked)
+                return t_.softmax_step(carry, s, v, masked=masked, precision=r.prec)
 
-            return body
+            return loop
 
-        carry = _tile_loops(lo, a, cc, hi, step, t_.softmax_init(bq, spec.dp))
+        carry = _tile_loops(*r.tiles, step, t_.softmax_init(r.n, spec.dp))
         o, lse = t_.softmax_finish(carry, jnp.inf)
-        t_.store_rows(o_ref, q_start + r0, o.astype(o_ref.dtype), spec.d, spec.dp, row_ok)
-        t_.store_vec(lse_ref, q_start + r0, lse, row_ok)
+        t_.store_rows(o_ref, r.start, o.astype(o_ref.dtype), spec.d, spec.dp, r.row_ok)
+        t_.store_vec(lse_ref, r.start, lse, r.row_ok)
+
+    _over_q_rows(spec, seq_ref, q_ref, False, body)
 
 
-def _kv_tile(spec: _Spec, q, qpos, k_ref, v_ref, k_start, k_len, t, bk: int, masked: bool, prec):
-    """K/V tile ``t`` of a sequence and the base-2 scores of the query rows ``q`` (at ``qpos``) against it.
+def _kv_tile(spec: _Spec, r: _QRows, k_ref, v_ref, t, masked: bool):
+    """K/V tile ``t`` of a sequence and the base-2 scores of the query rows ``r`` against it.
 
     ``masked``: rows past ``k_len`` read zeros and invisible keys score ``-inf``
     (with ``spec.even`` every tile lies inside ``k_len``: only the causal/window
     mask applies, which keeps the diagonal loop's registers down on GPU).
     """
+    bk = r.bk
     kpos = t * bk + jnp.arange(bk)
-    key_ok = (kpos < k_len) if masked and not spec.even else None
-    k = t_.load_rows(k_ref, k_start + t * bk, bk, spec.d, spec.dp, key_ok)
-    v = t_.load_rows(v_ref, k_start + t * bk, bk, spec.d, spec.dp, key_ok)
-    s = t_.dot(q, k, trans_b=True, precision=prec) * (spec.scale * t_.LOG2E)
+    key_ok = (kpos < r.k_len) if masked and not spec.even else None
+    k = t_.load_rows(k_ref, r.k_start + t * bk, bk, spec.d, spec.dp, key_ok)
+    v = t_.load_rows(v_ref, r.k_start + t * bk, bk, spec.d, spec.dp, key_ok)
+    s = t_.dot(r.q, k, trans_b=True, precision=r.prec) * (spec.scale * t_.LOG2E)
     if masked:
-        s = t_.mask_scores(s, qpos, kpos, spec.causal, spec.window, key_ok)
+        s = t_.mask_scores(s, r.qpos, kpos, spec.causal, spec.window, key_ok)
     return k, v, s
 
 
@@ -329,35 +351,25 @@ def _dkdv_kernel(seq_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_re
 
 
 def _dq_kernel(seq_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, *, spec: _Spec):
-    bq, bk = spec.blocks(True)
-    i, b = _q_tile(spec), pl.program_id(1)
-    q_start, q_len, k_start, k_len, pos0 = _seq(seq_ref, b)
-    r0 = i * bq
-
-    @pl.when(r0 < q_len)
-    def _():
-        rows = r0 + jnp.arange(bq)
-        row_ok = None if spec.even else rows < q_len
-        q = t_.load_rows(q_ref, q_start + r0, bq, spec.d, spec.dp, row_ok)
-        do = t_.load_rows(do_ref, q_start + r0, bq, spec.d, spec.dp, row_ok)
-        lse = t_.load_vec(lse_ref, q_start + r0, bq, row_ok, other=jnp.inf)
-        delta = t_.load_vec(delta_ref, q_start + r0, bq, row_ok)
-        prec = _prec(q.dtype)
-        qpos = pos0 + rows
-        lo, a, cc, hi = t_.kv_tile_range(pos0 + r0, pos0 + r0 + bq - 1, k_len, bk, spec.causal, spec.window)
+    def body(r: _QRows):
+        do = t_.load_rows(do_ref, r.start, r.n, spec.d, spec.dp, r.row_ok)
+        lse = t_.load_vec(lse_ref, r.start, r.n, r.row_ok, other=jnp.inf)
+        delta = t_.load_vec(delta_ref, r.start, r.n, r.row_ok)
 
         def step(masked: bool):
-            def body(t, dq):
-                k, v, s = _kv_tile(spec, q, qpos, k_ref, v_ref, k_start, k_len, t, bk, masked, prec)
+            def loop(t, dq):
+                k, v, s = _kv_tile(spec, r, k_ref, v_ref, t, masked)
                 p = jnp.exp2(s - lse[:, None])
-                dp_ = t_.dot(do, v, trans_b=True, precision=prec)
+                dp_ = t_.dot(do, v, trans_b=True, precision=r.prec)
                 ds = p * (dp_ - delta[:, None])
-                return dq + t_.dot(ds.astype(k.dtype), k, trans_b=False, precision=prec)
+                return dq + t_.dot(ds.astype(k.dtype), k, trans_b=False, precision=r.prec)
 
-            return body
+            return loop
 
-        dq = _tile_loops(lo, a, cc, hi, step, jnp.zeros((bq, spec.dp), jnp.float32))
-        t_.store_rows(dq_ref, q_start + r0, (dq * spec.scale).astype(dq_ref.dtype), spec.d, spec.dp, row_ok)
+        dq = _tile_loops(*r.tiles, step, jnp.zeros((r.n, spec.dp), jnp.float32))
+        t_.store_rows(dq_ref, r.start, (dq * spec.scale).astype(dq_ref.dtype), spec.d, spec.dp, r.row_ok)
+
+    _over_q_rows(spec, seq_ref, q_ref, True, body)
 
 
 def _bwd_calls(q, k, v, seq, o, lse, do, spec: _Spec):
@@ -470,14 +482,6 @@ def dense_seq_table(b: int, sq: int, sk: int, q_lens=None, kv_lens=None, q_offse
     )
     pos0 = jnp.broadcast_to(jnp.asarray(q_offset, jnp.int32), (b,))
     return jnp.stack([ar * sq, ql, ar * sk, kl, pos0])
-
-
-def ragged_seq_table(q_offsets, kv_offsets=None):
-    """The ``seq [5, B]`` table of ragged row offsets (queries aligned to the end of their keys)."""
-    qo = jnp.asarray(q_offsets, jnp.int32)
-    ko = qo if kv_offsets is None else jnp.asarray(kv_offsets, jnp.int32)
-    ql, kl = qo[1:] - qo[:-1], ko[1:] - ko[:-1]
-    return jnp.stack([qo[:-1], ql, ko[:-1], kl, kl - ql])
 
 
 def check_inputs(fn: str, q, k, v, rank: int) -> None:

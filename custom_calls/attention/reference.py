@@ -58,7 +58,7 @@ __all__ = [
     "decode_attention",
     "paged_decode_attention",
     "gather_pages",
-    "ragged_to_padded",
+    "ragged_seq_table",
     "ragged_rows",
     "alibi_slopes",
     "packed_attention",
@@ -211,39 +211,6 @@ def _mods(chunk_size, alibi, sinks, hq: int) -> dict:
     return dict(chunk=None if chunk_size is None else int(chunk_size), alibi=bool(alibi), sinks=sinks)
 
 
-def attention_with_lse(
-    q,
-    k,
-    v,
-    *,
-    causal=False,
-    local_window_size=None,
-    scale=None,
-    q_lens=None,
-    kv_lens=None,
-    q_offset=0,
-    chunk_size=None,
-    alibi=False,
-    sinks=None,
-):
-    """`attention` plus the natural-log logsumexp of the scores, ``float32 [B, n_heads, q_seq]``."""
-    q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
-    _check_qkv("attention", q, k, v, 4)
-    if q.shape[0] != k.shape[0]:
-        raise ValueError(f"attention: batch of q ({q.shape[0]}) and k ({k.shape[0]}) differ")
-    b, sq = q.shape[:2]
-    return _core(
-        q,
-        k,
-        v,
-        **_masks(causal, local_window_size, scale, q.shape[-1]),
-        q_len=_lens(q_lens, b, sq),
-        kv_len=_lens(kv_lens, b, k.shape[1]),
-        q_pos0=jnp.broadcast_to(jnp.asarray(q_offset, jnp.int32), (b,)),
-        **_mods(chunk_size, alibi, sinks, q.shape[2]),
-    )
-
-
 def attention(
     q,
     k,
@@ -258,6 +225,7 @@ def attention(
     chunk_size=None,
     alibi=False,
     sinks=None,
+    return_lse=False,
 ):
     """Softmax attention ``softmax(q k^T * scale + mask) v``, fp32 inside.
 
@@ -269,24 +237,33 @@ def attention(
         q_offset: position of query row 0 (int or ``int [B]``).
         chunk_size, alibi, sinks: chunked mask, ALiBi bias, sink logits ``[Hq]``
             (module docstring).
+        return_lse: also return the natural-log logsumexp of the scores,
+            ``float32 [B, n_heads, q_seq]`` (as `pallas_flash.flash_attention`).
 
     Returns:
-        ``[B, Sq, Hq, Dv]`` in ``q.dtype``.
+        ``[B, Sq, Hq, Dv]`` in ``q.dtype`` (and the logsumexp).
     """
-    return attention_with_lse(
+    q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
+    _check_qkv("attention", q, k, v, 4)
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"attention: batch of q ({q.shape[0]}) and k ({k.shape[0]}) differ")
+    b, sq = q.shape[:2]
+    o, lse = _core(
         q,
         k,
         v,
-        causal=causal,
-        local_window_size=local_window_size,
-        scale=scale,
-        q_lens=q_lens,
-        kv_lens=kv_lens,
-        q_offset=q_offset,
-        chunk_size=chunk_size,
-        alibi=alibi,
-        sinks=sinks,
-    )[0]
+        **_masks(causal, local_window_size, scale, q.shape[-1]),
+        q_len=_lens(q_lens, b, sq),
+        kv_len=_lens(kv_lens, b, k.shape[1]),
+        q_pos0=jnp.broadcast_to(jnp.asarray(q_offset, jnp.int32), (b,)),
+        **_mods(chunk_size, alibi, sinks, q.shape[2]),
+    )
+    return (o, lse) if return_lse else o
+
+
+def attention_with_lse(q, k, v, **kwargs):
+    """`attention` with ``return_lse=True``: the output and the natural-log logsumexp ``float32 [B, n_heads, q_seq]``."""
+    return attention(q, k, v, return_lse=True, **kwargs)
 
 
 def _max_len(offsets, total: int, max_seq_len, name: str = "max_seq_len") -> int:
@@ -303,11 +280,12 @@ def _max_len(offsets, total: int, max_seq_len, name: str = "max_seq_len") -> int
     return int(max_seq_len)
 
 
-def ragged_to_padded(x, offsets, max_len: int):
-    """``[T, H, D]`` rows ``offsets[b]:offsets[b+1]`` → ``[B, max_len, H, D]`` (rows past a sequence are clipped
-    copies).
-    """
-    return _rows_from(x, offsets[:-1], max_len)
+def ragged_seq_table(q_offsets, kv_offsets=None):
+    """The `packed_attention` ``seq [5, B]`` table of ragged row offsets (queries aligned to the end of their keys)."""
+    qo = jnp.asarray(q_offsets, jnp.int32)
+    ko = qo if kv_offsets is None else jnp.asarray(kv_offsets, jnp.int32)
+    ql, kl = qo[1:] - qo[:-1], ko[1:] - ko[:-1]
+    return jnp.stack([qo[:-1], ql, ko[:-1], kl, kl - ql])
 
 
 def ragged_rows(row_offsets, n_rows: int):
@@ -360,26 +338,10 @@ def ragged_attention(
     if qo.ndim != 1 or ko.shape != qo.shape:
         raise ValueError(f"ragged_attention: row offsets must be int [B+1], got {list(qo.shape)} and {list(ko.shape)}")
     lq = _max_len(input_row_offsets, q.shape[0], max_seq_len)
-    lk = max(lq if kv_row_offsets is None else _max_len(kv_row_offsets, k.shape[0], max_kv_len, "max_kv_len"), 1)
-    q_len, kv_len = qo[1:] - qo[:-1], ko[1:] - ko[:-1]
-    qp = ragged_to_padded(q, qo, max(lq, 1))
-    kp, vp = ragged_to_padded(k, ko, lk), ragged_to_padded(v, ko, lk)
-    o, _ = _core(
-        qp,
-        kp,
-        vp,
-        **_masks(causal, local_window_size, scale, q.shape[-1]),
-        q_len=q_len,
-        kv_len=kv_len,
-        q_pos0=kv_len - q_len,
-    )
-    # scatter back: row t belongs to the sequence whose offsets bracket it
-    t = jnp.arange(q.shape[0])
-    seq = jnp.clip(jnp.searchsorted(qo, t, side="right") - 1, 0, qo.shape[0] - 2)
-    row = t - qo[seq]
-    inside = (t >= qo[0]) & (t < qo[-1])
-    out = o[seq, jnp.clip(row, 0, o.shape[1] - 1)]
-    return jnp.where(inside[:, None, None], out, 0).astype(q.dtype)
+    lk = lq if kv_row_offsets is None else _max_len(kv_row_offsets, k.shape[0], max_kv_len, "max_kv_len")
+    seq = ragged_seq_table(qo, ko)
+    masks = dict(causal=causal, local_window_size=local_window_size, scale=scale)
+    return packed_attention(q, k, v, seq, max_q_len=lq, max_kv_len=lk, **masks)
 
 
 def decode_attention(q, k_cache, v_cache, kv_lens, *, causal=True, local_window_size=None, scale=None):

@@ -41,7 +41,16 @@ from custom_calls._pallas import pl, pltriton
 CHUNK = 256  # K elements decoded per loop step (one K-quant super-block)
 N_ALIGN = 128  # prepared weights have N padded to a multiple of this (largest bn)
 
-__all__ = ["CHUNK", "N_ALIGN", "Format", "KernelConfig", "PreparedWeight", "default_config", "matmul_prepared"]
+__all__ = [
+    "CHUNK",
+    "N_ALIGN",
+    "Format",
+    "KernelConfig",
+    "PreparedWeight",
+    "default_config",
+    "matmul_checked",
+    "matmul_prepared",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,3 +270,29 @@ def matmul_prepared(
     if split:
         y = y.sum(axis=0).astype(x.dtype)
     return y[:m, : w.n]
+
+
+def matmul_checked(
+    fmt: Format,
+    lhs,
+    w: PreparedWeight,
+    cfg: KernelConfig | None,
+    *,
+    interpret: bool,
+    what: str,
+    weight: str = "the weight",
+) -> jax.Array:
+    """`matmul_prepared` on ``lhs [..., K]`` → ``[..., N]``, after the checks the public wrappers share.
+
+    ``what`` names the kernel and ``weight`` the weight argument in the messages.
+
+    Raises:
+        ValueError: ``lhs`` not float32/bfloat16/float16, or its K not the weight's.
+    """
+    lhs = jnp.asarray(lhs)
+    if lhs.dtype not in (jnp.float32, jnp.bfloat16, jnp.float16):
+        raise ValueError(f"lhs: dtype must be float32, bfloat16 or float16 for the {what} kernel, got {lhs.dtype}")
+    if lhs.ndim == 0 or lhs.shape[-1] != w.k:
+        raise ValueError(f"lhs: {what} qmatmul lhs {list(lhs.shape)} does not match {weight} (K = {w.k})")
+    y = matmul_prepared(fmt, lhs.reshape(-1, w.k), w, cfg, interpret=interpret)
+    return y.reshape(lhs.shape[:-1] + (w.n,))

@@ -58,7 +58,7 @@ from custom_calls.qmatmul._pallas_core import (
     Format,
     KernelConfig,
     PreparedWeight,
-    matmul_prepared,
+    matmul_checked,
 )
 
 __all__ = ["ENCODINGS", "FORMATS", "prepare", "qmatmul", "KernelConfig", "PreparedWeight"]
@@ -302,11 +302,4 @@ def qmatmul(
     w = rhs if isinstance(rhs, PreparedWeight) else prepare(encoding, rhs)
     if w.fmt != encoding:
         raise ValueError(f"rhs: prepared for {w.fmt}, called with encoding {encoding!r}")
-    lhs = jnp.asarray(lhs)
-    if lhs.dtype not in (jnp.float32, jnp.bfloat16, jnp.float16):
-        raise ValueError(f"lhs: dtype must be float32, bfloat16 or float16 for the {encoding} kernel, got {lhs.dtype}")
-    if lhs.ndim == 0 or lhs.shape[-1] != w.k:
-        raise ValueError(f"lhs: {encoding} qmatmul lhs {list(lhs.shape)} does not match rhs (K = {w.k})")
-    lead = lhs.shape[:-1]
-    y = matmul_prepared(FORMATS[encoding], lhs.reshape(-1, w.k), w, config, interpret=interpret)
-    return y.reshape(lead + (w.n,))
+    return matmul_checked(FORMATS[encoding], lhs, w, config, interpret=interpret, what=encoding, weight="rhs")

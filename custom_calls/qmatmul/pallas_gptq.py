@@ -37,7 +37,7 @@ from jax import lax
 
 from custom_calls._pallas import pl
 from custom_calls.qmatmul import reference as ref
-from custom_calls.qmatmul._pallas_core import CHUNK, N_ALIGN, Format, KernelConfig, PreparedWeight, matmul_prepared
+from custom_calls.qmatmul._pallas_core import CHUNK, N_ALIGN, Format, KernelConfig, PreparedWeight, matmul_checked
 from custom_calls.qmatmul.pallas_gguf import _grouped, _load_nibbles, _nibbles, _pad2, _round_up, pack_nibbles
 
 __all__ = [
@@ -128,7 +128,7 @@ def gptq_qmatmul(
         ``[..., N]`` in ``lhs``'s dtype, float32 accumulation.
     """
     w = packed if isinstance(packed, PreparedWeight) else prepare_gptq(packed, perm_idx, group_size=group_size)
-    return _run(gptq_format(group_size), lhs, w, config, interpret, "GPTQ")
+    return matmul_checked(gptq_format(group_size), lhs, w, config, interpret=interpret, what="GPTQ")
 
 
 # ─── int8 per output channel ──────────────────────────────────────────────
@@ -169,15 +169,4 @@ def int8_qmatmul(
 ) -> jax.Array:
     """``lhs @ (weight * scale[:, None]).T`` with the Pallas kernel; ``weight`` may be a `PreparedWeight`."""
     w = weight if isinstance(weight, PreparedWeight) else prepare_int8(weight, scale)
-    return _run(INT8_FORMAT, lhs, w, config, interpret, "int8")
-
-
-def _run(fmt: Format, lhs: Any, w: PreparedWeight, config, interpret: bool, what: str) -> jax.Array:
-    lhs = jnp.asarray(lhs)
-    if lhs.dtype not in (jnp.float32, jnp.bfloat16, jnp.float16):
-        raise ValueError(f"lhs: dtype must be float32, bfloat16 or float16 for the {what} kernel, got {lhs.dtype}")
-    if lhs.ndim == 0 or lhs.shape[-1] != w.k:
-        raise ValueError(f"lhs: {what} qmatmul lhs {list(lhs.shape)} does not match the weight (K = {w.k})")
-    lead = lhs.shape[:-1]
-    y = matmul_prepared(fmt, lhs.reshape(-1, w.k), w, config, interpret=interpret)
-    return y.reshape(lead + (w.n,))
+    return matmul_checked(INT8_FORMAT, lhs, w, config, interpret=interpret, what="int8")
