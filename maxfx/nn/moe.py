@@ -4,8 +4,8 @@ Each token's hidden state goes to its ``num_experts_per_token`` best experts
 (the gate's softmax over expert logits, top-k), each expert is a gated MLP
 ``down(silu(gate(x)) * up(x))``, and the expert outputs are summed weighted by
 the router probabilities. The experts run as two grouped matmuls over the
-tokens sorted by expert (`kernels.moe_create_indices`,
-`kernels.grouped_matmul_ragged`), not one matmul per expert.
+tokens sorted by expert (`maxfx.nn._moe_math.routed_experts`, shared with the
+eager MoE), not one matmul per expert.
 
 Example:
     >>> from maxfx import nn
@@ -29,8 +29,9 @@ from maxfx.graph._weight import ShardingStrategy
 from maxfx.nn._basic import MLP, Linear
 from maxfx.nn._graph_util import on_device as _on
 from maxfx.nn._layer import LayerList, Module, Shardable
+from maxfx.nn._moe_math import routed_experts
 from maxfx.nn.float8_config import Float8Config
-from maxfx.nn.kernels._moe import grouped_matmul_ragged, moe_create_indices
+from maxfx.nn.kernels._moe import grouped_matmul_ragged
 
 __all__ = ["MoE", "MoEFp8", "MoEGate"]
 
@@ -119,7 +120,7 @@ class MoE(Module, Shardable):
     Example:
         >>> moe = MoE([DeviceRef.CPU()], 8, 4, 2, 16, dtype=DType.float32, has_shared_experts=True,
         ...     shared_experts_dim=8)
-        >>> moe.gate_up_proj  # doctest: +SKIP  (inside a Graph: [4, 32, 8])
+        >>> moe.gate_up_proj  # inside a Graph: [4, 32, 8]  # doctest: +SKIP
     """
 
     def __init__(
@@ -215,26 +216,18 @@ class MoE(Module, Shardable):
                 f"{type(self).__name__}: hidden_state must be [tokens, {self.hidden_dim}], got "
                 f"{hidden_state.dtype.name}{list(hidden_state.shape)}"
             )
-        k = self.num_experts_per_token
-        seq_len = hidden_state.shape[0]
         topk_idx, topk_w = self.gate(hidden_state)
-        order, starts, restore, ids, stats = moe_create_indices(
-            topk_idx.reshape([-1]).cast(DType.uint32), self.num_local_experts
+        out = routed_experts(
+            hidden_state,
+            topk_idx,
+            topk_w,
+            self.num_local_experts,
+            self._expert_matmul,
+            moe_dim=self.moe_dim,
+            host=DeviceRef.CPU(),
+            apply_router_weight_first=self.apply_router_weight_first,
+            sum_dtype=DType.float32,  # the router's probabilities weight the expert outputs in float32
         )
-        token_of_slot = ops.floor_div(order.cast(DType.int64), k)
-        states = ops.gather(hidden_state, token_of_slot, axis=0)
-        if self.apply_router_weight_first:
-            states = states * ops.gather(topk_w.reshape([-1, 1]), order.cast(DType.int64), axis=0).cast(states.dtype)
-        groups = (starts, ids, stats.to(DeviceRef.CPU()))
-        gate_up = self._expert_matmul(states, "gate_up", groups)
-        act = ops.silu(gate_up[:, : self.moe_dim]) * gate_up[:, self.moe_dim :]
-        down = self._expert_matmul(act, "down", groups)
-        down = ops.gather(down, restore.cast(DType.int64), axis=0).reshape([seq_len, k, self.hidden_dim])
-        if self.apply_router_weight_first:
-            out = ops.sum(down.cast(DType.float32), axis=1).reshape([seq_len, self.hidden_dim])
-        else:
-            out = (ops.unsqueeze(topk_w, 1) @ down.cast(DType.float32)).reshape([seq_len, self.hidden_dim])
-        out = out.cast(hidden_state.dtype)
         if self.has_shared_experts:
             out = out + self.shared_experts(hidden_state)
         return out

@@ -24,7 +24,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lowering.dtypes import DType
 from maxfx.driver import CPU, Device
 from maxfx.experimental import functional as F
 from maxfx.experimental.nn._layers import Linear, ModuleList
@@ -41,7 +40,8 @@ from maxfx.experimental.sharding import (
     shard_sizes,
 )
 from maxfx.experimental.tensor import Tensor
-from maxfx.nn.kernels import grouped_matmul_ragged, moe_create_indices
+from maxfx.nn._moe_math import routed_experts as _routed_experts
+from maxfx.nn.kernels import grouped_matmul_ragged
 
 __all__ = ["MoE", "MoEGate", "TensorParallelMoE", "routed_experts", "shard_and_stack"]
 
@@ -87,25 +87,24 @@ def routed_experts(
     (``moe_create_indices``), each expert's rows go through two grouped matmuls
     with ``silu(gate) * up`` between them, and the results are put back in token
     order and summed weighted by the router (before the experts with
-    ``apply_router_weight_first``).
+    ``apply_router_weight_first``): `maxfx.nn._moe_math.routed_experts`, the
+    graph-API MoE's math, summing in the experts' dtype.
     """
-    seq_len, k = x.shape[0], int(topk_indices.shape[-1])
+
+    def matmul(rows: Tensor, which: str, groups: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+        return grouped_matmul_ragged(rows, gate_up if which == "gate_up" else down, *groups)
+
     num_experts = int(gate_up.shape[0])
-    order, starts, restore, ids, stats = moe_create_indices(
-        F.cast(F.reshape(topk_indices, [-1]), DType.int32), num_experts
+    return _routed_experts(
+        x,
+        topk_indices,
+        topk_weights,
+        num_experts,
+        matmul,
+        moe_dim=moe_dim,
+        host=CPU(),
+        apply_router_weight_first=apply_router_weight_first,
     )
-    states = F.gather(x, F.cast(order // k, DType.int32), axis=0)
-    if apply_router_weight_first:
-        states = states * F.gather(F.reshape(topk_weights, [-1, 1]), F.cast(order, DType.int32), axis=0).cast(x.dtype)
-    stats_host = stats.to(CPU())  # the kernel reads the group sizes on the host
-    gate_up_out = grouped_matmul_ragged(states, gate_up, starts, ids, stats_host)
-    hidden = F.silu(gate_up_out[:, :moe_dim]) * gate_up_out[:, moe_dim:]
-    down_out = grouped_matmul_ragged(hidden, down, starts, ids, stats_host)
-    down_out = F.reshape(F.gather(down_out, F.cast(restore, DType.int32), axis=0), [seq_len, k, -1])
-    if apply_router_weight_first:
-        return F.sum(down_out, axis=1).reshape([seq_len, -1]).cast(x.dtype)
-    weighted = F.unsqueeze(topk_weights.cast(down_out.dtype), 1) @ down_out  # [tokens, 1, k] @ [tokens, k, hidden]
-    return F.squeeze(weighted, 1).cast(x.dtype)
 
 
 def shard_and_stack(weights: list[Tensor], devices: tuple[Any, ...], axis: int = 0) -> list[Tensor]:
