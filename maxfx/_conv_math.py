@@ -26,6 +26,8 @@ from maxfx.graph import ops
 
 __all__ = ["conv", "conv_transpose"]
 
+Ints = Sequence[int]
+
 
 def _unit_height(x: Any, filt: Any, permute: bool) -> tuple[Any, Any, int]:
     """A rank-3 input and filter with a unit height added; the axis to squeeze from the output."""
@@ -33,16 +35,7 @@ def _unit_height(x: Any, filt: Any, permute: bool) -> tuple[Any, Any, int]:
     return ops.unsqueeze(x, axis), ops.unsqueeze(filt, 2 if permute else 0), axis
 
 
-def conv(
-    x: Any,
-    filt: Any,
-    bias: Any,
-    stride: Sequence[int],
-    dilation: Sequence[int],
-    padding: Sequence[int],
-    groups: int,
-    permute: bool,
-) -> Any:
+def conv(x: Any, filt: Any, bias: Any, stride: Ints, dilation: Ints, padding: Ints, groups: int, permute: bool) -> Any:
     """``ops.conv2d`` of a rank-3 or rank-4 ``x``, ``ops.conv3d`` of a rank-5 one, in the layouts ``permute`` names."""
     if x.rank == 3:
         x, filt, axis = _unit_height(x, filt, permute)
@@ -59,10 +52,10 @@ def conv_transpose(
     x: Any,
     filt: Any,
     bias: Any,
-    stride: Sequence[int],
-    dilation: Sequence[int],
-    padding: Sequence[int],
-    output_padding: Sequence[int],
+    stride: Ints,
+    dilation: Ints,
+    padding: Ints,
+    output_padding: Ints,
     permute: bool,
     groups: int = 1,
 ) -> Any:

@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -305,24 +305,18 @@ class Conv3D(_ConvND):
 # ─── deprecated value-holding forms ───────────────────────────────────────
 
 
-def _v1_call(
-    layer: str,
-    nd: int,
-    x: Any,
-    filt: Any,
-    bias: Any,
-    stride: Sequence[int],
-    dilation: Sequence[int],
-    padding: Sequence[int],
-    groups: int,
-) -> Any:
-    x = _as_value(x)
-    filt = _as_value(filt)
-    bias = _as_value(bias) if bias is not None else None
-    check_conv_input(layer, x, nd, None, False)
+def _v1_call(layer: Any, nd: int, x: Any) -> Any:
+    """`Conv2dV1`/`Conv3DV1`: ``layer``'s settings checked and normalised, then the channels-last convolution."""
+    name = type(layer).__name__
+    stride = conv_tuple(name, "stride", layer.stride, nd)
+    dilation = conv_tuple(name, "dilation", layer.dilation, nd)
+    padding = conv_padding(name, layer.padding, nd)
+    x, filt = _as_value(x), _as_value(layer.filter)
+    bias = _as_value(layer.bias) if layer.bias is not None else None
+    check_conv_input(name, x, nd, None, False)
     if filt.rank != nd + 2:
-        raise ValueError(f"{layer}: filter must have rank {nd + 2}, got shape {format_shape(filt.shape)}")
-    return conv(x, filt, bias, stride, dilation, padding, groups, permute=False)
+        raise ValueError(f"{name}: filter must have rank {nd + 2}, got shape {format_shape(filt.shape)}")
+    return conv(x, filt, bias, stride, dilation, padding, layer.groups, permute=False)
 
 
 @dataclass
@@ -366,12 +360,7 @@ class Conv2dV1(Layer):
     groups: int = 1
 
     def __call__(self, x: Any) -> Any:
-        args = (
-            conv_tuple("Conv2dV1", "stride", self.stride, 2),
-            conv_tuple("Conv2dV1", "dilation", self.dilation, 2),
-            conv_padding("Conv2dV1", self.padding, 2),
-        )
-        return _v1_call("Conv2dV1", 2, x, self.filter, self.bias, *args, self.groups)
+        return _v1_call(self, 2, x)
 
 
 @dataclass
@@ -386,9 +375,4 @@ class Conv3DV1(Layer):
     groups: int = 1
 
     def __call__(self, x: Any) -> Any:
-        args = (
-            conv_tuple("Conv3DV1", "stride", self.stride, 3),
-            conv_tuple("Conv3DV1", "dilation", self.dilation, 3),
-            conv_padding("Conv3DV1", self.padding, 3),
-        )
-        return _v1_call("Conv3DV1", 3, x, self.filter, self.bias, *args, self.groups)
+        return _v1_call(self, 3, x)
