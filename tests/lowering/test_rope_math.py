@@ -17,12 +17,12 @@ import pytest
 from maxfx import nn
 from maxfx._rope_math import apply_rope
 from maxfx.dtype import DType
-from maxfx.engine import InferenceSession
 from maxfx.experimental.nn.rope import RotaryEmbedding as EagerRope
 from maxfx.experimental.nn.rope import TransposedRotaryEmbedding as EagerTransposedRope
 from maxfx.experimental.nn.rope import positional_embedding
 from maxfx.experimental.tensor import Tensor
-from maxfx.graph import DeviceRef, Graph, TensorType, ops
+from maxfx.graph import TensorType, ops
+from tests.graph_run import run_graph
 
 BF16 = ml_dtypes.bfloat16
 B, S, H, D, THETA, MAX_SEQ = 2, 64, 3, 16, 10000.0, 64
@@ -75,10 +75,7 @@ def _eager_apply(x: np.ndarray, interleaved: bool) -> np.ndarray:
 
 def _graph(x: np.ndarray, interleaved: bool) -> np.ndarray:
     rope = nn.RotaryEmbedding(D * H, H, THETA, MAX_SEQ, interleaved=interleaved)
-    with Graph("rope_bf16", input_types=[TensorType(DType.bfloat16, list(x.shape), DeviceRef.CPU())]) as g:
-        g.output(rope(g.inputs[0].tensor))
-    model = InferenceSession().load(g)
-    return np.asarray(model.execute(x)[0].to_numpy())
+    return run_graph(rope, x, types=[TensorType(DType.bfloat16, list(x.shape))])[0]
 
 
 def _kernel(x: np.ndarray, interleaved: bool) -> np.ndarray:

@@ -22,6 +22,7 @@ from lowering.quantization import QuantizationEncoding
 from maxfx.models import ConfigError, load_pretrained_graph
 from maxfx.nn._q8 import Q8AttentionWithRope, Q8Embedding, Q8Linear
 from maxfx.nn.attention import GGUFQAttentionWithRope
+from tests.graph_run import run_graph
 from tests.models._helpers import FP32_ATOL, LLAMA, QUANT_KERNEL_ATOL, golden
 from tests.nn._llama_ref import np_attention_layer, np_rms
 
@@ -276,12 +277,7 @@ def test_docs_page_example_runs(capsys):
 
 
 def _rope_table(rope) -> np.ndarray:
-    from maxfx.engine import InferenceSession  # noqa: PLC0415
-    from maxfx.graph import Graph  # noqa: PLC0415
-
-    with Graph("rope_table", input_types=[]) as g:
-        g.output(rope.freqs_cis)
-    return InferenceSession().load(g).execute()[0].to_numpy()
+    return run_graph(lambda: rope.freqs_cis)[0]
 
 
 def _np_table(inv_freq, length):

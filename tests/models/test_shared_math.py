@@ -17,12 +17,12 @@ import pytest
 
 from lowering.dtypes import DType
 from lowering.x64 import x64
-from maxfx.engine import InferenceSession
 from maxfx.experimental.tensor import Tensor
-from maxfx.graph import DeviceRef, Graph, TensorType, ops
+from maxfx.graph import DeviceRef, ops
 from maxfx.nn._q8 import q8_lookup, q8_matmul, split_q8_0
 from maxfx.nn._rope import apply_rope, rope_cos_sin
 from maxfx.nn.attention._attention_without_rope import padded_attention
+from tests.graph_run import run_graph
 from tests.kernels.test_qmatmul_reference import cpu_kernel_atol
 from tests.ops.test_attention_ops import np_attend
 
@@ -34,11 +34,7 @@ def _three_ways(fn, *arrays):
     with x64():
         eager = fn(*[Tensor(a) for a in arrays]).to_numpy()
         jitted = jax.jit(fn)(*[Tensor(a) for a in arrays]).to_numpy()
-    types = [TensorType(DType.from_numpy(a.dtype), list(a.shape), CPU) for a in arrays]
-    with Graph("shared_math", input_types=types) as g:
-        g.output(fn(*[x.tensor for x in g.inputs]))
-    graph = InferenceSession().load(g).execute(*arrays)[0].to_numpy()
-    return eager, jitted, graph
+    return eager, jitted, run_graph(fn, *arrays)[0]
 
 
 @pytest.fixture
