@@ -36,7 +36,7 @@ step() {  # step NAME SECONDS CMD...: run CMD under a limit, log to $OUT/NAME.lo
 want() { [[ " ${STEPS:-gpu_tests kernels qmatmul demo llm} " == *" $1 "* ]]; }
 
 step info 60 bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; $PY -c 'import jax; print(jax.__version__, jax.devices())'"
-want gpu_tests && step gpu_tests "${T_TESTS:-240}" $PY -m pytest -m gpu tests/kernels -q -p no:cacheprovider --no-header -rfE
+want gpu_tests && step gpu_tests "${T_TESTS:-240}" $PY -m pytest -m gpu tests/custom_calls -q -p no:cacheprovider --no-header -rfE
 want kernels && step kernels "${T_KERNELS:-120}" $PY -m tests.bench.kernels --no-sweep --repeats 5 --out "$OUT/kernels.json"
 want qmatmul && step qmatmul "${T_QMATMUL:-100}" $PY -m tests.bench.qmatmul_kernels --no-sweep --repeats 7 --budget-s 70 --out "$OUT/qmatmul.json"
 want demo && step demo "${T_DEMO:-60}" env MAXFX_DEFAULT_DEVICE=gpu $PY -m maxfx.demo

@@ -7,7 +7,7 @@ GPU (the real run)::
     python3 -m tests.bench.kernels --with-qmatmul    # also run tests.bench.qmatmul_kernels
 
 CPU smoke (tiny shapes, Pallas interpret mode; exercised by
-tests/kernels/test_attention_kernels.py so the script cannot rot)::
+tests/custom_calls/test_attention_kernels.py so the script cannot rot)::
 
     .venv/bin/python -m tests.bench.kernels --quick
 

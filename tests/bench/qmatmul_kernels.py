@@ -6,7 +6,7 @@ GPU (the real run)::
     python3 -m tests.bench.qmatmul_kernels --formats Q4_0,Q4_K --no-prefill
 
 CPU smoke (tiny shapes, Pallas interpret mode; exercised by
-tests/kernels/test_qmatmul_kernels.py so the script cannot rot)::
+tests/custom_calls/test_qmatmul_kernels.py so the script cannot rot)::
 
     .venv/bin/python -m tests.bench.qmatmul_kernels --smoke
 

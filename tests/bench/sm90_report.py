@@ -23,7 +23,7 @@ uses wgmma; only ``tests/bench/kernels.py`` on a GPU says how fast it is.
 Usage::
 
     make sm90-report                                   # both phases, writes tests/bench/results/sm90_report.json
-    .venv/bin/python -m tests.bench.sm90_report --capture-only DIR   # phase 1 (tested by tests/kernels)
+    .venv/bin/python -m tests.bench.sm90_report --capture-only DIR   # phase 1 (tested by tests/custom_calls)
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def capture(out: str, only: list[str] | None = None, cases: dict | None = None) 
     import jax
     from jax._src.pallas.triton import pallas_call_registration as reg
 
-    from tests.kernels._util import cuda_module
+    from tests.custom_calls._util import cuda_module
 
     modules: list[tuple[str, str]] = []
     launches: list[dict] = []

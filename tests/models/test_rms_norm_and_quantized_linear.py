@@ -9,7 +9,7 @@ from lowering.types import DeviceRef, TensorType
 from maxfx.dtype import DType
 from maxfx.experimental.nn import QuantizedLinear, RMSNorm
 from maxfx.experimental.tensor import Tensor
-from tests.kernels.test_qmatmul_reference import cpu_kernel_atol
+from tests.custom_calls.test_qmatmul_reference import cpu_kernel_atol
 
 
 def np_rms_norm(x, w, eps):

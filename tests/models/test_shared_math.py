@@ -22,8 +22,8 @@ from maxfx.graph import DeviceRef, ops
 from maxfx.nn._q8 import q8_lookup, q8_matmul, split_q8_0
 from maxfx.nn._rope import apply_rope, rope_cos_sin
 from maxfx.nn.attention._attention_without_rope import padded_attention
+from tests.custom_calls.test_qmatmul_reference import cpu_kernel_atol
 from tests.graph_run import run_graph
-from tests.kernels.test_qmatmul_reference import cpu_kernel_atol
 from tests.ops.test_attention_ops import np_attend
 
 CPU = DeviceRef.CPU()

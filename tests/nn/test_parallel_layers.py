@@ -12,7 +12,7 @@ from maxfx.dtype import DType
 from maxfx.engine import InferenceSession
 from maxfx.graph import BufferType, DeviceRef, Graph, TensorType
 from maxfx.graph.quantization import QuantizationConfig, QuantizationEncoding
-from tests.kernels.test_qmatmul_reference import random_gptq
+from tests.custom_calls.test_qmatmul_reference import random_gptq
 
 CPU0, CPU1 = DeviceRef.CPU(0), DeviceRef.CPU(1)
 

@@ -41,7 +41,7 @@ from lowering.registry import get_op
 from maxfx.dtype import DType
 from maxfx.graph import DeviceRef
 from maxfx.graph.quantization import QuantizationEncoding
-from tests.kernels.test_qmatmul_reference import gguf_dequant, random_blocks
+from tests.custom_calls.test_qmatmul_reference import gguf_dequant, random_blocks
 from tests.ops.test_attention_ops import np_attend
 from tests.ops.test_creation import _hann_ref
 from tests.ops.test_indexing import _gather_nd_ref

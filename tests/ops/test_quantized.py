@@ -9,7 +9,13 @@ from custom_calls.qmatmul import gptq_pack
 from maxfx.dtype import DType
 from maxfx.graph import Graph, TensorType, ops
 from maxfx.graph.quantization import QuantizationConfig, QuantizationEncoding
-from tests.kernels.test_qmatmul_reference import ENCODINGS, cpu_kernel_atol, gguf_dequant, random_blocks, random_gptq
+from tests.custom_calls.test_qmatmul_reference import (
+    ENCODINGS,
+    cpu_kernel_atol,
+    gguf_dequant,
+    random_blocks,
+    random_gptq,
+)
 from tests.ops.harness import rand, run_op
 
 QE = QuantizationEncoding

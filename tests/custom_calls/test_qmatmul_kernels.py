@@ -19,8 +19,8 @@ from custom_calls import qmatmul as cq
 from custom_calls.qmatmul import dispatch, pallas_gguf, pallas_gptq
 from custom_calls.qmatmul import reference as ref
 from custom_calls.qmatmul._pallas_core import KernelConfig
-from tests.kernels._util import HAS_GPU, cuda_module, quiet_triton, uses_pallas  # noqa: F401 - quiet_triton: autouse fixture
-from tests.kernels.test_qmatmul_reference import gguf_dequant, random_blocks, random_gptq
+from tests.custom_calls._util import HAS_GPU, cuda_module, quiet_triton, uses_pallas  # noqa: F401 - quiet_triton: autouse fixture
+from tests.custom_calls.test_qmatmul_reference import gguf_dequant, random_blocks, random_gptq
 
 GGUF = list(pallas_gguf.ENCODINGS)  # Q4_0, Q8_0, Q4_K, Q5_K, Q6_K
 # blocks per row: K = 640 for the 32-element formats (not a multiple of the 256 chunk), 768 for K-quants

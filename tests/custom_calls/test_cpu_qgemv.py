@@ -20,7 +20,7 @@ import pytest
 
 from custom_calls import cpu as cpu_library
 from custom_calls.qmatmul import cpu, dispatch
-from tests.kernels.test_qmatmul_reference import cpu_kernel_atol, random_blocks
+from tests.custom_calls.test_qmatmul_reference import cpu_kernel_atol, random_blocks
 
 pytestmark = pytest.mark.skipif(
     jax.default_backend() != "cpu" or not cpu.available(), reason="CPU kernels need a CPU backend and a C++ compiler"

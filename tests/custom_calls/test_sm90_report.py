@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.bench import sm90_report
-from tests.kernels._util import quiet_triton  # noqa: F401
+from tests.custom_calls._util import quiet_triton  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 TRITON_PY = ROOT / ".venv-triton" / "bin" / "python"

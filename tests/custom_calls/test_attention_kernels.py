@@ -8,7 +8,7 @@ every kernel is checked by exporting for CUDA from the CPU. Interpret-mode
 compiles dominate the cost, so this module turns on JAX's persistent
 compilation cache (``.jax_cache/`` in the repo, git-ignored) and keeps shapes
 tiny. ``@pytest.mark.gpu`` tests run the compiled kernels
-(``JAX_PLATFORMS= pytest -m gpu tests/kernels/test_attention_kernels.py``).
+(``JAX_PLATFORMS= pytest -m gpu tests/custom_calls/test_attention_kernels.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 
 from custom_calls import attention as ca
 from custom_calls.attention import reference as ref
-from tests.kernels._util import HAS_GPU, cuda_module, quiet_triton, uses_pallas  # noqa: F401 - quiet_triton: autouse fixture
+from tests.custom_calls._util import HAS_GPU, cuda_module, quiet_triton, uses_pallas  # noqa: F401 - quiet_triton: autouse fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 

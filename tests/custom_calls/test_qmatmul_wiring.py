@@ -14,7 +14,7 @@ from maxfx.dtype import DType
 from maxfx.engine import InferenceSession
 from maxfx.graph import DeviceRef, Graph, TensorType, ops
 from maxfx.graph.quantization import QuantizationEncoding
-from tests.kernels.test_qmatmul_reference import gguf_dequant, random_blocks
+from tests.custom_calls.test_qmatmul_reference import gguf_dequant, random_blocks
 
 
 @pytest.fixture
