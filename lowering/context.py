@@ -134,22 +134,36 @@ class Context:
             f"{type(x).__name__}"
         )
 
+    def kinds(self, op: OpDef, inputs: Sequence[Any]) -> list[Any]:
+        """The kinds of ``inputs`` (what their `BindPlan` is keyed on)."""
+        return [self.kind_of(op, x) for x in inputs]
+
     def constant(self, array: np.ndarray, dtype: DType, device: DeviceRef | None) -> Any:
         """A value of this context holding ``array`` (already of ``dtype``)."""
         raise NotImplementedError(f"{type(self).__name__} makes no constants")
+
+    def data(self, op: OpDef, x: Any, dtype: DType, device: DeviceRef | None, *, promoted: bool) -> Any:
+        """Untyped input ``x`` (Python or numpy data) as a constant of ``dtype``; with ``promoted`` it must fit.
+
+        The one place data becomes a constant (`weak_array` checks the fit);
+        contexts override it only to cache the result.
+        """
+        return self.constant(weak_array(op.name, x, dtype, promoted=promoted), dtype, device)
 
     def cast(self, x: Any, dtype: DType) -> Any:
         """Value ``x`` of this context converted to ``dtype``."""
         raise NotImplementedError(f"{type(self).__name__} makes no casts")
 
-    def apply(self, op: OpDef, plan: BindPlan, inputs: list[Any], params: dict[str, Any]) -> Any:
+    def apply(self, op: OpDef, plan: BindPlan, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
         """Apply ``op`` to converted ``inputs`` whose types the ``plan`` gives."""
         raise NotImplementedError(f"{type(self).__name__} applies no ops")
 
     def convert(
         self, op: OpDef, inputs: Sequence[Any], actions: Sequence[Any], types: Sequence[Any], device: DeviceRef | None
     ) -> list[Any]:
-        """``inputs`` converted as ``actions`` say (casts, constants of types ``types``)."""
+        """``inputs`` converted as ``actions`` say (casts, constants of types ``types``): the one interpreter of a
+        plan's actions.
+        """
         out = list(inputs)
         for i, act in enumerate(actions):
             if act is None:
@@ -157,15 +171,19 @@ class Context:
             if act[0] == "cast":
                 out[i] = self.cast(inputs[i], act[1])
             else:
-                out[i] = self.constant(
-                    weak_array(op.name, inputs[i], types[i].dtype, promoted=act[0] == "weak"), types[i].dtype, device
-                )
+                out[i] = self.data(op, inputs[i], types[i].dtype, device, promoted=act[0] == "weak")
         return out
 
     def bind(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
-        """Apply ``op`` to ``inputs`` in this context (the one bind every context shares)."""
-        plan = bind_plan(op, [self.kind_of(op, x) for x in inputs], params)
-        return self.apply(op, plan, self.convert(op, inputs, plan.actions, plan.in_types, plan.device), params)
+        """Apply ``op`` to ``inputs`` in this context: the one bind every context shares.
+
+        The memoised plan of the inputs' kinds converts them and has checked the
+        op's rule; the context then applies the op (records or runs it).
+        """
+        plan = bind_plan(op, self.kinds(op, inputs), params)
+        if plan.converts:
+            inputs = self.convert(op, inputs, plan.actions, plan.in_types, plan.device)
+        return self.apply(op, plan, inputs, params)
 
     def is_ancestor_of(self, other: Context | None) -> bool:
         while other is not None:
@@ -246,7 +264,8 @@ def bind(op: OpDef, *inputs: Any, **params: Any) -> Any:
     Returns one value, a tuple (``multiple_results``) or None (no outputs).
     """
     for x in inputs:
-        if _converts_itself(x.__class__):
+        converts = _CONVERTS_ITSELF.get(x.__class__)  # the memo read inline: every eager op passes here
+        if converts or (converts is None and _converts_itself(x.__class__)):
             inputs = tuple([own_value(x) for x in inputs])
             break
     return find_context(op.name, inputs).bind(op, inputs, params)
@@ -394,7 +413,7 @@ class GraphBuilder(Context):
         device = next((x.type.device for x in inputs if _is_graph_value(x)), None)
         return super().bind(op, [self.capture(x, device) for x in inputs], params)
 
-    def apply(self, op: OpDef, plan: BindPlan, inputs: list[Any], params: dict[str, Any]) -> Any:
+    def apply(self, op: OpDef, plan: BindPlan, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
         in_vars = [self.var_of(x) for x in inputs]
         values = tuple(self.wrap(self, v) for v in self._record(op, in_vars, params, plan.out_types))
         if op.multiple_results:
@@ -450,7 +469,7 @@ class TraceContext(Context):
             return super().bind(op, inputs, params)
         return run(super().bind, op, inputs, params)
 
-    def apply(self, op: OpDef, plan: BindPlan, inputs: list[Any], params: dict[str, Any]) -> Any:
+    def apply(self, op: OpDef, plan: BindPlan, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
         out = apply_impl(op, inputs, resolve_params(params, {}))
         if op.multiple_results:
             return tuple(out)

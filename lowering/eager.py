@@ -2,29 +2,33 @@
 
 As in MAX, an op on eager tensors runs when it is called, so ``(a + b).real``
 is true; inside ``with lazy():`` (``F.lazy()``) ops are only recorded and run
-together, fused into one program, when a result is observed. Both modes share
-the recording below: a default-mode op is recorded and realized at once.
+together, fused into one program, when a result is observed.
 
-Ops applied to eager tensors are *recorded*: `EagerContext.bind` checks
-the op's rule at once through the same `BindPlan` as every context (so shape
-and dtype errors surface at the call line) and returns a `LazyVar` whose
-producing `PendingNode` points at its inputs. A tensor is
-*realized* when someone needs its values; `realize` then gathers every pending
-node it depends on and runs them as one program:
+Binding is `Context.bind`, as everywhere: the op's memoised `BindPlan` converts
+the inputs and has checked the op's rule (so shape and dtype errors surface at
+the call line), then `EagerContext.apply` acts on the realized or pending vars:
 
-- the program's inputs (*leaves*) are the already-realized arrays and the
-  constants the ops captured; its key is the graph's structure plus the leaves'
-  shapes and dtypes, never their values, so a loop body maps to one key;
-- on a cache miss the pending sub-graph is cut into an IR `Block` and run by
-  the one interpreter (`lowering.interpret`): op by op the first time its key
-  is seen (no XLA compile of a graph that may never recur), traced by
-  ``jax.jit`` into one executable from the second time on, kept in the
-  process-wide `EXECUTABLES` cache that graphs and compiled Modules share;
-- the requested tensors and every other still-referenced tensor of that graph
-  come back from the same run, so nothing alive is computed twice.
+- default mode, realized inputs: the op runs now as a one-op program, compiled
+  once per op, params and input avals (`_run_op`); the plan keeps that
+  program's C++ entry, so the next call with the same kinds goes straight to it;
+- inside `lazy` (or on a pending input): a `PendingNode` is recorded and the
+  result is a pending `LazyVar`. A tensor is *realized* when someone needs its
+  values; `realize` then gathers every pending node it depends on and runs
+  them as one program:
+
+  - the program's inputs (*leaves*) are the already-realized arrays and the
+    constants the ops captured; its key is the graph's structure plus the leaves'
+    shapes and dtypes, never their values, so a loop body maps to one key;
+  - on a cache miss the pending sub-graph is cut into an IR `Block` and run by
+    the one interpreter (`lowering.interpret`): op by op the first time its key
+    is seen (no XLA compile of a graph that may never recur), traced by
+    ``jax.jit`` into one executable from the second time on, kept in the
+    process-wide `EXECUTABLES` cache that graphs and compiled Modules share;
+  - the requested tensors and every other still-referenced tensor of that graph
+    come back from the same run, so nothing alive is computed twice.
 
 Inside ``jax.jit``/``grad``/``vmap`` eager tensors hold tracers and ops apply
-their implementation directly (`TraceContext`). Ops the registry marks
+their implementation in the trace (`TraceContext.apply`). Ops the registry marks
 ``immediate`` (transfers, custom kernels), and ops with side effects, buffer
 writes or data-dependent output shapes, run at once.
 
@@ -50,9 +54,9 @@ from lowering.context import TRACE, Context
 from lowering.device_memory import check_fits_device
 from lowering.devices import array_device_ref, has_hardware, jax_device
 from lowering.dims import StaticDim, format_shape
-from lowering.dtypes import DType, promote_weak, result_dtype_for_python_scalar
+from lowering.dtypes import DType
 from lowering.executables import EXECUTABLES
-from lowering.interpret import Interpreter, run_block
+from lowering.interpret import Interpreter, apply_impl, run_block
 from lowering.ir import Block, Node, Var, _var_ids
 from lowering.logs import compiling
 from lowering.plan import PYTHON_SCALARS, BindPlan, bind_plan, clear_plans, infer_types, signature
@@ -212,51 +216,25 @@ def _device_constant(array: np.ndarray, device: jax.Device) -> jax.Array:
 # ─── Recording ────────────────────────────────────────────────────────────
 
 
-_NO_PARAMS: dict[str, Any] = {}
-_binary_plans: dict[tuple, BindPlan] = {}  # (op, lhs kind, rhs kind) -> bind_plan(op, kinds, {}): the operators' lookup
 # A binding's plan keeps the C++ entry of its one-op program (`BindPlan.entry`): dropping the
 # executables drops those shortcuts with them.
 EXECUTABLES.on_clear(clear_plans)
-EXECUTABLES.on_clear(_binary_plans.clear)
 
 
-def _remember_entry(op: OpDef, plan: BindPlan, in_vars: Sequence[LazyVar], kinds: Sequence[Any]) -> None:
-    """Keep on ``plan`` the entry of the program `_run_op` just ran for it, when ``kinds`` pin its inputs.
+def _remember_entry(op: OpDef, plan: BindPlan, in_vars: Sequence[LazyVar]) -> None:
+    """Keep on ``plan`` the entry of the program `_run_op` just ran for it, when the plan pins its inputs.
 
-    Only static tensor types (and Python scalars, whose leaf is rank 0) fix every
-    input's shape, dtype and device, which is what the program was compiled for;
-    ops that check input values run those checks on every call, so they keep
-    the general path.
+    Only static tensor types fix every input's shape, dtype and device, which is
+    what the program was compiled for; ops that check input values run those
+    checks on every call, so they keep the general path.
     """
-    if op.check_values is None and all(_static(k) for k in kinds):
+    if op.check_values is None and all(_static(t) for t in plan.in_types):
         plan.entry = EXECUTABLES.get(_op_key(plan.signature, in_vars))
 
 
 _Tracer = jax.core.Tracer
 _scalar_leaves: collections.OrderedDict[tuple, LazyVar] = collections.OrderedDict()
-
-
-def _scalar_leaf(op_name: str, x: Any, dtype: DType | None, device: DeviceRef | None) -> LazyVar:
-    """A realized rank-0 constant for the Python scalar ``x`` (cached: loops reuse ``x * 2``'s 2)."""
-    key = (type(x), x, dtype, device)
-    leaf = _scalar_leaves.get(key)
-    if leaf is None:
-        if dtype is None:
-            dtype = result_dtype_for_python_scalar(x)
-        else:
-            try:
-                promote_weak(dtype, x)
-            except ValueError as e:
-                raise OpError(f"{op_name}: {e}") from None
-        device = device or DeviceRef.CPU()
-        arr = np.asarray(x, dtype.to_numpy())
-        if not has_hardware(device):
-            return placed_leaf(arr, dtype, device)  # pending inside lazy(): not cached
-        leaf = LazyVar(TensorType(dtype, [], device), array=to_device(arr, jax_device(device)))
-        _scalar_leaves[key] = leaf
-        if len(_scalar_leaves) > 4096:
-            _scalar_leaves.popitem(last=False)
-    return leaf
+EXECUTABLES.on_clear(_scalar_leaves.clear)
 
 
 def placed_leaf(array: np.ndarray, dtype: DType, device: DeviceRef) -> LazyVar:
@@ -308,11 +286,13 @@ def write_lock(tensor: Any) -> threading.RLock:
 class EagerContext(Context):
     """Records ops on eager tensors into a pending graph, realized when observed.
 
-    Binding goes through the same `BindPlan` as every context; ``apply``
-    records a `PendingNode` (or, for ops the registry marks immediate, runs it
-    at once through the interpreter). ``bind`` is `Context.bind` with the
-    common case (eager tensors and Python scalars, hashable params) kept tight,
-    because it is the path of every eager step.
+    Binding is `Context.bind`, as in every context: the memoised `BindPlan`
+    converts the inputs (`data` caches Python scalars' leaves) and has run the
+    op's rule. ``apply`` then runs the op now (MAX's default mode; once a plan
+    has run, straight from the program entry kept on it), records a
+    `PendingNode` (inside `lazy`), runs an immediate op through the
+    interpreter, or, when an input holds a tracer, runs the implementation in
+    the enclosing JAX trace.
 
     Args:
         wrap: ``wrap(var) -> tensor`` makes the user-facing object for a new var
@@ -331,21 +311,58 @@ class EagerContext(Context):
         v = getattr(x, "_var", x)
         if isinstance(v, LazyVar):
             return v.type
+        if isinstance(x, jax.Array) and not isinstance(x, _Tracer):
+            return TensorType(DType.from_numpy(x.dtype), x.shape, _device_ref(x))  # typed data on its device (`var_of`)
         return super().kind_of(op, x)
 
+    def kinds(self, op: OpDef, inputs: Sequence[Any]) -> list[Any]:
+        kinds = []
+        for x in inputs:  # the common inputs (tensors, Python scalars) without a method call each
+            v = x if x.__class__ is LazyVar else getattr(x, "_var", None)
+            if v.__class__ is LazyVar:
+                kinds.append(v.type)
+            elif x.__class__ in PYTHON_SCALARS:
+                kinds.append(x.__class__)
+            else:
+                kinds.append(self.kind_of(op, x))
+        if op.mutates and not callable(op.mutates):
+            for i in op.mutates:  # a tensor written by the op stands for a buffer of its type
+                if isinstance(kinds[i], TensorType):
+                    kinds[i] = kinds[i].as_buffer()
+        return kinds
+
+    def data(self, op: OpDef, x: Any, dtype: DType, device: DeviceRef | None, *, promoted: bool) -> LazyVar:
+        if x.__class__ not in PYTHON_SCALARS:
+            return super().data(op, x, dtype, device, promoted=promoted)
+        # Python scalars recur in loops (``x * 2``'s 2): their realized leaves are cached.
+        key = (x.__class__, x, dtype, device, promoted)
+        leaf = _scalar_leaves.get(key)
+        if leaf is None:
+            leaf = super().data(op, x, dtype, device, promoted=promoted)
+            if leaf.node is None:  # not a pending transfer to a device this machine lacks (inside lazy)
+                _scalar_leaves[key] = leaf
+                if len(_scalar_leaves) > 4096:
+                    _scalar_leaves.popitem(last=False)
+        return leaf
+
     def constant(self, array: np.ndarray, dtype: DType, device: DeviceRef | None) -> LazyVar:
-        if array.ndim == 0 and array.dtype.kind in "biuf":
-            return _scalar_leaf("constant", array.item(), dtype, device)
         device = device or self.default_device
         arr = np.asarray(array, dtype.to_numpy())
         if not has_hardware(device):
             return placed_leaf(arr, dtype, device)
-        return LazyVar(TensorType(dtype, arr.shape, device), array=_device_constant(arr, jax_device(device)))
+        # Concrete even while a JAX trace is active (an op on a traced tensor with a Python scalar): the constant is
+        # data the trace captures, and it is cached, so it must not be a tracer of that trace.
+        with jax.core.eval_context():
+            return LazyVar(TensorType(dtype, arr.shape, device), array=_device_constant(arr, jax_device(device)))
 
     def cast(self, x: Any, dtype: DType) -> LazyVar:
-        v = self.var_of(x, "cast")
+        v = self._input_var(x, "cast")
         op = get_op("cast")
-        return record(op, (v,), {"dtype": dtype}, infer_types(op, [v.type], {"dtype": dtype}))[0]
+        params = {"dtype": dtype}
+        out_types = infer_types(op, [v.type], params)
+        if isinstance(v.array, _Tracer):  # inside a JAX trace: the cast is part of it
+            return self.leaf(apply_impl(op, (v.array,), params), out_types[0])
+        return record(op, (v,), params, out_types)[0]
 
     # An eager tensor is its own buffer (MAX: ``F.buffer_store(t, v)`` writes ``t``): the buffer
     # ops' fronts bind here with the tensor as their destination.
@@ -366,8 +383,8 @@ class EagerContext(Context):
 
         A concrete ``jax.Array`` is what MAX calls an array-like (DLPack data with
         its own dtype): it becomes a realized leaf on its own device with its own
-        dtype, as `_bind_other` does for ops bound through `Context.bind`, so ops
-        that pick their context themselves (``while_loop``, ``call``) take it too.
+        dtype (`kind_of` types it so), also for ops that pick their context
+        themselves (``while_loop``, ``call``).
         """
         if isinstance(x, LazyVar):
             return x
@@ -381,6 +398,10 @@ class EagerContext(Context):
             "wrap the data first with maxfx.experimental.tensor.Tensor(data) (or Tensor.from_dlpack)"
         )
 
+    def _input_var(self, x: Any, op_name: str) -> LazyVar:
+        """`var_of` for an op's input, which may also be a raw tracer (the op then runs in its trace)."""
+        return self.leaf(x) if isinstance(x, _Tracer) else self.var_of(x, op_name)
+
     def leaf(self, array: Any, type: TensorType | None = None) -> LazyVar:
         """A realized var holding ``array`` (a JAX array or tracer)."""
         if type is None:
@@ -388,58 +409,6 @@ class EagerContext(Context):
         return LazyVar(type, array=array)
 
     # ─── Binding ─────────────────────────────────────────────────────────
-
-    def bind(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
-        if not params:
-            if len(inputs) == 2:
-                return self._bind_binary(op, inputs[0], inputs[1])
-            if len(inputs) == 1:
-                return self._bind_unary(op, inputs[0])
-        return self._bind_values(op, inputs, params)
-
-    def _bind_binary(self, op: OpDef, lhs: Any, rhs: Any) -> Any:
-        """`bind` of two operands without params: every ``x * 2`` and ``a + b`` of an eager step.
-
-        The same `BindPlan` as the general path, found by the operand kinds alone
-        (a lookup without the params key: every eager step comes here).
-        """
-        lo, ro = _operand(lhs), _operand(rhs)
-        if lo is None or ro is None:
-            return self._bind_values(op, (lhs, rhs), _NO_PARAMS)
-        (lk, lv), (rk, rv) = lo, ro
-        key = (op, lk, rk)
-        plan = _binary_plans.get(key)
-        if plan is None:  # the same memoised plan as bind_plan's; this table skips its call on every `x * 2`
-            plan = _binary_plans[key] = bind_plan(op, (lk, rk), _NO_PARAMS)
-            if len(_binary_plans) > 4096:
-                _binary_plans.clear()
-        la, ra = plan.actions
-        if la is not None:
-            lv = self.cast(lv, la[1]) if la[0] == "cast" else _scalar_leaf(op.name, lhs, la[1], plan.device)
-        if ra is not None:
-            rv = self.cast(rv, ra[1]) if ra[0] == "cast" else _scalar_leaf(op.name, rhs, ra[1], plan.device)
-        if plan.immediate or not plan.single or op.impl is None:
-            return self.apply(op, plan, [lv, rv], _NO_PARAMS)
-        if lv.node is None and rv.node is None and not _lazy.get():  # MAX's default mode: run now
-            if plan.entry is not None:
-                return self.wrap(_run_entry1(op, plan, lv.array, rv.array))
-            result = record(op, (lv, rv), _NO_PARAMS, plan.out_types, plan.signature)[0]
-            _remember_entry(op, plan, (lv, rv), (lk, rk))
-            return self.wrap(result)
-        return self.wrap(record(op, (lv, rv), _NO_PARAMS, plan.out_types, plan.signature)[0])
-
-    def _bind_unary(self, op: OpDef, x: Any) -> Any:
-        """`bind` of one operand without params: every ``F.exp(x)`` of an eager step.
-
-        A realized operand whose program ran before goes straight to it; anything
-        else takes the general path (which keeps the program for next time).
-        """
-        o = _operand(x)
-        if o is not None and o[1] is not None and o[1].node is None and not _lazy.get():
-            plan = bind_plan(op, (o[0],), _NO_PARAMS)
-            if plan.entry is not None:
-                return self.wrap(_run_entry1(op, plan, o[1].array))
-        return self._bind_values(op, (x,), _NO_PARAMS)
 
     def _host_inputs_on_device(self, op: OpDef, in_vars: list[LazyVar]) -> list[LazyVar]:
         """``in_vars`` with the op's host inputs (MAX reads them on the CPU) moved to the device it runs on.
@@ -464,47 +433,27 @@ class EagerContext(Context):
                 moved[i] = self.var_of(self.apply(transfer, bind_plan(transfer, (v.type,), params), [v], params))
         return moved
 
-    def _bind_values(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
-        operands = [_operand(x) for x in inputs]
-        if any(o is None for o in operands):
-            return self._bind_other(op, inputs, params)
-        kinds = [k for k, _ in operands]
-        written = () if callable(op.mutates) else op.mutates
-        for i in written:  # a tensor written by the op stands for a buffer of its type
-            if isinstance(kinds[i], TensorType):
-                kinds[i] = kinds[i].as_buffer()
-        plan = bind_plan(op, kinds, params)
+    def apply(self, op: OpDef, plan: BindPlan, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
         in_vars = []
-        for x, (_, v), act in zip(inputs, operands, plan.actions):
-            if act is None:
-                in_vars.append(v)
-            elif act[0] == "cast":
-                in_vars.append(self.cast(v, act[1]))
-            else:
-                in_vars.append(_scalar_leaf(op.name, x, act[1], plan.device))
+        traced = False
+        for x in inputs:
+            v = x if x.__class__ is LazyVar else getattr(x, "_var", None)
+            if v.__class__ is not LazyVar:
+                v = self._input_var(x, op.name)
+            if isinstance(v.array, _Tracer):
+                traced = True
+            in_vars.append(v)
+        if traced:
+            return self._apply_traced(op, plan, in_vars, params)
+        entry = plan.entry
+        if entry is not None and not _lazy.get():
+            # MAX's default mode on realized inputs: the op's program, straight from the entry kept on its plan.
+            arrays = [v.array for v in in_vars if v.node is None]
+            if len(arrays) == len(in_vars):
+                outs = _run_entry(op, plan, arrays)
+                return self.wrap(outs[0]) if plan.single else self._wrap_outputs(op, plan, outs)
         if op.host_inputs:
             in_vars = self._host_inputs_on_device(op, in_vars)
-        if _lazy.get() or plan.immediate or op.impl is None or any(v.node is not None for v in in_vars):
-            return self.apply(op, plan, in_vars, params)
-        # MAX's default mode on realized inputs: run the op's program now, straight from its entry once known.
-        if plan.entry is not None:
-            return self._wrap_outputs(op, plan, _run_entry(op, plan, [v.array for v in in_vars]))
-        result = self.apply(op, plan, in_vars, params)
-        _remember_entry(op, plan, in_vars, kinds)
-        return result
-
-    def _bind_other(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
-        """Inputs beyond tensors and scalars: tracers, JAX arrays (typed leaves), numpy data."""
-        if any(
-            isinstance(x, _Tracer) or isinstance(getattr(getattr(x, "_var", None), "array", None), _Tracer)
-            for x in inputs
-        ):
-            return self._bind_traced(op, inputs, params)
-        inputs = [self.leaf(x) if isinstance(x, jax.Array) else x for x in inputs]
-        return super().bind(op, inputs, params)
-
-    def apply(self, op: OpDef, plan: BindPlan, inputs: list[Any], params: dict[str, Any]) -> Any:
-        in_vars = tuple([self.var_of(x, op.name) for x in inputs])
         written = () if callable(op.mutates) else op.mutates
         if written and _lazy.get() and op.impl is not None:
             return self._record_writes(op, plan, in_vars, params, written)
@@ -514,8 +463,12 @@ class EagerContext(Context):
                 outs = record(op, in_vars, params, plan.out_types, plan.signature)
             else:
                 outs = self._run_now(op, in_vars, params, plan.out_types)
-        else:
-            outs = record(op, in_vars, params, plan.out_types, plan.signature)
+            return self._wrap_outputs(op, plan, outs)
+        outs = record(op, in_vars, params, plan.out_types, plan.signature)
+        if not _lazy.get() and all(v.node is None for v in in_vars):
+            _remember_entry(
+                op, plan, in_vars
+            )  # the one-op program `record` just ran: the next call goes straight to it
         return self._wrap_outputs(op, plan, outs)
 
     def _wrap_outputs(self, op: OpDef, plan: BindPlan, outs: Sequence[LazyVar]) -> Any:
@@ -572,26 +525,16 @@ class EagerContext(Context):
             in_vars[i].array = env[in_vars[i].id]
         return tuple(self.leaf(env[v.id], _concrete(v.type, env[v.id])) for v in outs)
 
-    def _bind_traced(self, op: OpDef, inputs: Sequence[Any], params: dict[str, Any]) -> Any:
-        out = TRACE.bind(op, [_array_of(x) for x in inputs], params)
+    def _apply_traced(self, op: OpDef, plan: BindPlan, in_vars: Sequence[LazyVar], params: dict[str, Any]) -> Any:
+        """Inside ``jax.jit``/``grad``/``vmap`` (an input holds a tracer): the op's implementation runs in the trace."""
+        if op.mutates and not callable(op.mutates):
+            raise TypeError(f"{op.name}: mutates a buffer and cannot run on immutable JAX arrays")
+        out = TRACE.apply(op, plan, [_array_of(v) for v in in_vars], params)
         if out is None:
             return None
         if op.multiple_results:
             return tuple(self.wrap(self.leaf(a)) for a in out)
         return self.wrap(self.leaf(out))
-
-
-def _operand(x: Any) -> tuple[Any, LazyVar | None] | None:
-    """(kind, var) of an eager tensor, `LazyVar` or Python scalar operand (var None for
-    a scalar), or None when the operand needs the general path (tracers, JAX arrays,
-    numpy data...)."""
-    k = x.__class__
-    if k in PYTHON_SCALARS:
-        return k, None
-    v = x if k is LazyVar else getattr(x, "_var", None)
-    if v is None or v.__class__ is not LazyVar or isinstance(v.array, _Tracer):
-        return None
-    return v.type, v
 
 
 def _array_of(x: Any) -> Any:
@@ -757,16 +700,6 @@ def _op_executable(
         exe = jit(lambda *args: _run(block, args)).lower(*[v.array for v in in_vars]).compile()
     _stats.compiles += 1
     return exe
-
-
-def _run_entry1(op: OpDef, plan: BindPlan, *arrays: Any) -> LazyVar:
-    """`_run_entry` for a one-output plan, kept tight: the operator and unary paths of every eager step."""
-    try:
-        out = plan.entry(*arrays)[0]
-    except Exception as e:
-        raise RuntimeError(f"running {op.name} failed: {e}") from e
-    _stats.op_runs += 1
-    return LazyVar(plan.out_types[0], out)
 
 
 def _run_entry(op: OpDef, plan: BindPlan, arrays: Sequence[Any]) -> tuple[LazyVar, ...]:

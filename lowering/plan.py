@@ -284,6 +284,7 @@ class BindPlan:
         in_types: the input types after conversion.
         out_types: the op's output types (its rule has run).
         device: the device of the first typed input (constants go there), or None.
+        converts: some input is converted (an action is not None).
         signature: see `signature`.
         immediate: an eager binding runs at once instead of recording (the op
             writes buffers, acts, has data-dependent shapes, or reads device state).
@@ -294,10 +295,11 @@ class BindPlan:
             without planning or cache keys (see `lowering.eager`). None until then.
     """
 
-    __slots__ = ("actions", "in_types", "out_types", "device", "signature", "immediate", "single", "entry")
+    __slots__ = ("actions", "converts", "in_types", "out_types", "device", "signature", "immediate", "single", "entry")
 
     def __init__(self, op: OpDef, kinds: Sequence[Any], params: dict[str, Any]):
         self.actions, self.in_types, self.device = coercion(op, kinds)
+        self.converts = any(a is not None for a in self.actions)
         check_devices(op, kinds)
         self.out_types = infer_types(op, self.in_types, params)
         self.signature = signature(op, params, self.out_types)

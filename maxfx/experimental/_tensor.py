@@ -35,8 +35,6 @@ from lowering.dtypes import DType
 from lowering.eager import EagerContext, LazyVar, is_lazy, pending_block, placed_leaf, realize, write_lock
 from lowering.ops import advanced_indexing
 from lowering.ops.core import to_constant_array
-from lowering.plan import PYTHON_SCALARS
-from lowering.registry import get_op
 from lowering.types import DeviceRef, TensorType
 from lowering.x64 import to_device
 from maxfx import driver
@@ -46,7 +44,7 @@ from maxfx.experimental import _random_state
 from maxfx.experimental._defaults import defaults
 from maxfx.graph import ops
 from maxfx.graph._graph import Graph
-from maxfx.graph._value import BINARY_OPERATORS, TensorOperators, TensorValue, Value, wrap_var
+from maxfx.graph._value import TensorOperators, TensorValue, Value, wrap_var
 
 __all__ = ["Tensor", "ComputeGraph", "driver_tensor_type"]
 
@@ -58,6 +56,7 @@ def _new(var: LazyVar) -> Tensor:
     t = object.__new__(Tensor)
     t._var = var
     t._gv = None
+    t.__lowering_context__ = EAGER
     var.owner = weakref.ref(t)
     return t
 
@@ -176,7 +175,9 @@ class Tensor(TensorOperators):
         7.0
     """
 
-    __slots__ = ("_var", "_gv", "__weakref__")
+    # How ops on this tensor are bound: the eager context, or the one of the graph value it wraps (`_gv`). A slot
+    # rather than a property: every op reads it (`find_context`), and a slot is read without a Python call.
+    __slots__ = ("_var", "_gv", "__lowering_context__", "__weakref__")
 
     def __init__(
         self,
@@ -206,15 +207,9 @@ class Tensor(TensorOperators):
             )
         self._var = src._var
         self._gv = src._gv
+        self.__lowering_context__ = src.__lowering_context__
         if self._var is not None:
             self._var.owner = weakref.ref(self)
-
-    # -- context (how ops on this tensor are bound) ------------------------
-    @property
-    def __lowering_context__(self) -> Context:
-        if self._gv is not None:
-            return _graph_context(self._gv.__lowering_context__)
-        return EAGER
 
     # -- constructors ------------------------------------------------------
     @classmethod
@@ -279,6 +274,7 @@ class Tensor(TensorOperators):
         t = object.__new__(cls)
         t._var = None
         t._gv = value.tensor
+        t.__lowering_context__ = _graph_context(t._gv.__lowering_context__)
         return t
 
     @classmethod
@@ -637,6 +633,7 @@ class Tensor(TensorOperators):
             out = advanced_indexing.setitem(self, index, value)
             if self._gv is not None:
                 self._gv = out._gv
+                self.__lowering_context__ = out.__lowering_context__
                 return
             self._var = out._var
             self._var.owner = weakref.ref(self)
@@ -670,6 +667,7 @@ class Tensor(TensorOperators):
         src = _leaf(_put(state["array"], state["device"]), state["dtype"], state["device"])
         self._var = src._var
         self._gv = None
+        self.__lowering_context__ = EAGER
         self._var.owner = weakref.ref(self)
 
 
@@ -679,41 +677,6 @@ DISTRIBUTED: dict[str, Any] = {}
 
 
 # ─── Operators: the eager shortcut ───────────────────────────────────────
-
-# Elementwise operators whose op front is a plain two-operand bind (matmul's
-# front does more: it stays on the generic path).
-_ELEMENTWISE_OPERATORS = {name: entry for name, entry in BINARY_OPERATORS.items() if entry[0] != "matmul"}
-
-
-def _eager_operator(name: str, op_name: str, swapped: bool):
-    """``Tensor.<name>``: eager operands go straight to the eager context, the rest to `TensorOperators`.
-
-    The shortcut binds exactly as ``ops.<op_name>`` would when no graph is being
-    built and both operands are plain eager tensors or Python scalars (what
-    `find_context` picks then): every ``x * 2`` of a user's eager loop skips the
-    context search.
-    """
-    op = get_op(op_name)
-    generic = getattr(TensorOperators, name)
-    bind_binary = EAGER._bind_binary
-
-    def method(self, other):
-        if (
-            self.__class__ is Tensor  # subclasses (DistributedTensor) bind in their own context
-            and self._gv is None
-            and (other.__class__ in PYTHON_SCALARS or (other.__class__ is Tensor and other._gv is None))
-            and current_context() is None
-        ):
-            return bind_binary(op, other, self) if swapped else bind_binary(op, self, other)
-        return generic(self, other)
-
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = generic.__doc__
-    return method
-
-
-for _name, (_op_name, _swapped) in _ELEMENTWISE_OPERATORS.items():
-    setattr(Tensor, _name, _eager_operator(_name, _op_name, _swapped))
 
 
 def _is_layout(device: Any) -> bool:
@@ -951,6 +914,7 @@ def _unflatten(aux: Any, children: Sequence[Any]) -> Tensor:
     t = object.__new__(Tensor)
     t._var = LazyVar(None, array=child)
     t._gv = None
+    t.__lowering_context__ = EAGER
     return t
 
 

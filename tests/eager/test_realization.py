@@ -276,3 +276,23 @@ def test_graph_value_constructors_take_eager_tensors_outside_a_graph():
     np.testing.assert_array_equal(a.to_numpy(), [0.0, 2.0, 4.0, 6.0])
     with pytest.raises(TypeError, match="BufferValue: expected a buffer value"):
         BufferValue(np.zeros(2))
+
+
+def test_constants_made_inside_a_trace_stay_concrete_and_serve_eager_ops_after():
+    # One bind for every mode: an op on a traced tensor converts its Python scalar through the same (cached) constant
+    # as an eager op. Made while tracing, it must still be data, or the next eager `x * 3.5` would get a dead tracer.
+    import jax
+    import jax.numpy as jnp
+
+    from maxfx.experimental.tensor import Tensor as EagerTensor
+
+    @jax.jit
+    def traced(a):
+        return (EagerTensor.from_dlpack(a) * 3.5 + 0.25).cast(DType.float16)
+
+    with jax.checking_leaks():
+        out = traced(jnp.arange(3, dtype=jnp.float32))
+    np.testing.assert_array_equal(np.asarray(out), np.arange(3, dtype=np.float16) * 3.5 + 0.25)
+    eager = EagerTensor(np.arange(3, dtype=np.float32)) * 3.5 + 0.25
+    assert eager.real
+    np.testing.assert_array_equal(np.asarray(eager), np.arange(3, dtype=np.float32) * 3.5 + 0.25)
