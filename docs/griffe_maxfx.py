@@ -41,4 +41,6 @@ class FunctionalFronts(griffe.Extension):
         for name, member in list(mod.members.items()):
             match = _FRONT.match(str(member.value)) if isinstance(member, griffe.Attribute) else None
             if match:
-                mod.set_member(name, griffe.Alias(name, f"maxfx.graph.ops.{match.group(1)}", lineno=member.lineno, endlineno=member.endlineno, parent=mod))
+                target = f"maxfx.graph.ops.{match.group(1)}"
+                alias = griffe.Alias(name, target, lineno=member.lineno, endlineno=member.endlineno, parent=mod)
+                mod.set_member(name, alias)

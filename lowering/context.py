@@ -331,7 +331,8 @@ class GraphBuilder(Context):
     """
 
     closed_graph: str | None = None
-    """The name of the Graph this builder records for while its ``with`` block is closed (`find_context` refuses new ops then)."""
+    """The name of the Graph this builder records for while its ``with`` block is closed (`find_context` refuses new
+    ops then)."""
 
     def __init__(
         self,

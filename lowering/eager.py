@@ -450,8 +450,14 @@ class EagerContext(Context):
             # MAX's default mode on realized inputs: the op's program, straight from the entry kept on its plan.
             arrays = [v.array for v in in_vars if v.node is None]
             if len(arrays) == len(in_vars):
-                outs = _run_entry(op, plan, arrays)
-                return self.wrap(outs[0]) if plan.single else self._wrap_outputs(op, plan, outs)
+                try:
+                    results = entry(*arrays)
+                except Exception as e:
+                    raise RuntimeError(f"running {op.name} failed: {e}") from e
+                _stats.op_runs += 1
+                if plan.single:  # every elementwise op: no tuple of outputs to build
+                    return self.wrap(LazyVar(plan.out_types[0], results[0]))
+                return self._wrap_outputs(op, plan, [LazyVar(t, a) for t, a in zip(plan.out_types, results)])
         if op.host_inputs:
             in_vars = self._host_inputs_on_device(op, in_vars)
         written = () if callable(op.mutates) else op.mutates
@@ -700,16 +706,6 @@ def _op_executable(
         exe = jit(lambda *args: _run(block, args)).lower(*[v.array for v in in_vars]).compile()
     _stats.compiles += 1
     return exe
-
-
-def _run_entry(op: OpDef, plan: BindPlan, arrays: Sequence[Any]) -> tuple[LazyVar, ...]:
-    """Run the one-op program kept on ``plan`` (see `_remember_entry`) on realized arrays."""
-    try:
-        results = plan.entry(*arrays)
-    except Exception as e:
-        raise RuntimeError(f"running {op.name} failed: {e}") from e
-    _stats.op_runs += 1
-    return tuple([LazyVar(t, a) for t, a in zip(plan.out_types, results)])
 
 
 def _op_key(sig: int, in_vars: Sequence[LazyVar]) -> tuple:

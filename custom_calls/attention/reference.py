@@ -262,7 +262,9 @@ def attention(
 
 
 def attention_with_lse(q, k, v, **kwargs):
-    """`attention` with ``return_lse=True``: the output and the natural-log logsumexp ``float32 [B, n_heads, q_seq]``."""
+    """`attention` with ``return_lse=True``: the output and the natural-log logsumexp
+    ``float32 [B, n_heads, q_seq]``.
+    """
     return attention(q, k, v, return_lse=True, **kwargs)
 
 

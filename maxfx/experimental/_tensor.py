@@ -727,7 +727,8 @@ def _static_shape(shape: Any, where: str, *, named: bool = False) -> tuple[Any, 
                 where_named = (
                     f"{where} needs static sizes"
                     if is_lazy()
-                    else "an eager tensor with named dims can only be traced inside F.lazy() (or used as a graph input type)"
+                    else "an eager tensor with named dims can only be traced inside F.lazy() "
+                    "(or used as a graph input type)"
                 )
                 raise TypeError(
                     f"{where}: dim {i} of shape {entries!r} is the symbolic dim {d!r}: {where_named}; give an int"

@@ -132,8 +132,8 @@ class Conv1D(_ConvND):
 
     Example:
         >>> conv = Conv1D(3, 16, 32, DType.float32, padding=1, has_bias=True)
-        >>> sorted(conv.state_dict())
-        ['bias', 'filter']
+        >>> sorted(conv.state_dict())  # checkpoint names: the filter is stored as 'weight'
+        ['bias', 'weight']
     """
 
     _nd = 1
