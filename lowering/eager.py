@@ -50,7 +50,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from lowering.context import TRACE, Context
+from lowering.context import TRACE, Context, type_of
 from lowering.device_memory import check_fits_device
 from lowering.devices import array_device_ref, has_hardware, jax_device
 from lowering.dims import StaticDim, format_shape
@@ -317,14 +317,26 @@ class EagerContext(Context):
 
     def kinds(self, op: OpDef, inputs: Sequence[Any]) -> list[Any]:
         kinds = []
+        traced = False
         for x in inputs:  # the common inputs (tensors, Python scalars) without a method call each
             v = x if x.__class__ is LazyVar else getattr(x, "_var", None)
             if v.__class__ is LazyVar:
                 kinds.append(v.type)
+                traced = traced or isinstance(v.array, _Tracer)
             elif x.__class__ in PYTHON_SCALARS:
                 kinds.append(x.__class__)
             else:
                 kinds.append(self.kind_of(op, x))
+                traced = traced or isinstance(x, _Tracer)
+        if traced:
+            # The op runs in a JAX trace: its tensors are typed as JAX values are (`type_of`), since placement is the
+            # trace's business there and the same-device rule must not fire on the devices the tensors came from.
+            kinds = [
+                type_of(TRACE, v.array)
+                if (v := getattr(x, "_var", x)).__class__ is LazyVar and v.array is not None
+                else k
+                for x, k in zip(inputs, kinds)
+            ]
         if op.mutates and not callable(op.mutates):
             for i in op.mutates:  # a tensor written by the op stands for a buffer of its type
                 if isinstance(kinds[i], TensorType):

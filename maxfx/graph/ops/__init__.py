@@ -4,7 +4,7 @@ Each function records a node into the graph that owns its inputs (or the
 active ``Graph``) and returns `TensorValue`s. The functions are the fronts
 registered in ``lowering.registry``, imported here by name so that grep, IDEs
 and ``help()`` find them; nothing here defines op math.
-``tests/test_public_names.py`` checks that this module exports exactly the
+``tests/ops/test_public_names.py`` checks that this module exports exactly the
 registry's fronts.
 
 Example:
