@@ -30,7 +30,7 @@ from lowering.debug import DEBUG, source_location
 from lowering.dtypes import DType
 from lowering.interpret import apply_impl, resolve_params
 from lowering.ir import Block, ConstantValue, Node, Var
-from lowering.plan import BindPlan, bind_plan, coercion, infer_types, is_weak, weak_array, weak_kind
+from lowering.plan import PYTHON_SCALARS, BindPlan, bind_plan, coercion, infer_types, is_weak, weak_array, weak_kind
 from lowering.registry import OpDef, get_op
 from lowering.types import DeviceRef, TensorType, Type
 from lowering.x64 import run
@@ -106,6 +106,9 @@ class Context:
     """
 
     parent: Context | None = None
+    closed_graph: str | None = None
+    """The name of the Graph whose closed ``with`` block this context records for (`find_context` refuses new ops
+    then); None while ops may be added."""
     concrete: bool = False
     """Values of this context hold data (JAX arrays, eager tensors): next to graph
     values they become constants of the graph."""
@@ -211,6 +214,8 @@ def find_context(op_name: str, inputs: Sequence[Any]) -> Context:
     ambient = _current.get()
     found: Context | None = None
     for x in inputs:
+        if x.__class__ in PYTHON_SCALARS:  # data names no context (the scalar of every `x * 2`)
+            continue
         ctx = getattr(x, "__lowering_context__", None)
         if ctx is None:
             if not isinstance(x, _JAX_VALUES):
@@ -245,7 +250,7 @@ def find_context(op_name: str, inputs: Sequence[Any]) -> Context:
         return ambient  # closure capture inside a nested block (cond / while_loop bodies)
     if found is TRACE and ambient is not None:
         return ambient
-    closed = getattr(found, "closed_graph", None)
+    closed = found.closed_graph
     if closed is not None and not found.is_ancestor_of(ambient):
         raise RuntimeError(
             f"{op_name}: an input belongs to Graph {closed!r}, whose `with Graph(...)` block has closed; "
@@ -329,10 +334,6 @@ class GraphBuilder(Context):
         parent: the enclosing builder for nested blocks (closure capture allowed).
         default_device: device of constants created from Python data.
     """
-
-    closed_graph: str | None = None
-    """The name of the Graph this builder records for while its ``with`` block is closed (`find_context` refuses new
-    ops then)."""
 
     def __init__(
         self,
