@@ -9,7 +9,7 @@ wrong at the call line.
   checked by `require_kind` (a group of inputs) or `require_tensor`;
 - one input: `require_tensor` (optionally of a rank and kind),
   `require_tensor_of`, `require_dtype`, `require_rank`, `static_int`;
-- several inputs: `same_device`, `broadcast_shapes`, `require_same_dim`;
+- several inputs: `input_device`, `broadcast_shapes`, `require_same_dim`;
 - parameters: `normalize_axis`, `int_param`, `int_params`, `enum_param`;
 - whole rules: `unary`, `binary`, `elementwise`.
 
@@ -56,7 +56,7 @@ __all__ = [
     "fmt_all",
     "broadcast_shapes",
     "normalize_axis",
-    "same_device",
+    "input_device",
     "require_tensor",
     "require_tensor_of",
     "require_kind",
@@ -186,15 +186,13 @@ def normalize_axis(op: str, axis: int, rank: int, *, new_axis: bool = False, nam
     return axis + n if axis < 0 else axis
 
 
-def same_device(op: str, *types: Type) -> DeviceRef:
-    """The common device of ``types``; error if they differ."""
-    devices = {t.device for t in types if hasattr(t, "device")}
-    if len(devices) > 1:
-        raise OpError(
-            f"{op}: inputs are on different devices ({', '.join(sorted(str(d) for d in devices))}); "
-            "they must be on the same device: transfer them first"
-        )
-    return next(iter(devices), DeviceRef.CPU())
+def input_device(*types: Type) -> DeviceRef:
+    """The device of an op's inputs, where its result lives.
+
+    The bind plan has already checked that they agree (`lowering.plan.check_devices`, the one same-device rule, with
+    its exemptions for host inputs and cross-device ops), so a rule only reads it.
+    """
+    return next((t.device for t in types if hasattr(t, "device")), DeviceRef.CPU())
 
 
 def require_tensor(
@@ -344,7 +342,7 @@ def _elementwise_type(
         # Only reachable by binding without promotion: bind promotes an op's `promote` inputs first.
         raise OpError(f"{name}: inputs must have the same dtype, got {fmt_all(ts)}")
     require_kind(name, kind, ts)
-    device = same_device(name, *ts)
+    device = input_device(*ts)
     shape = broadcast_shapes(name, *(t.shape for t in ts)) if len(ts) > 1 else ts[0].shape
     dt = ts[0].dtype
     out = dt if out_dtype is None else (out_dtype if isinstance(out_dtype, DType) else out_dtype(dt))

@@ -151,7 +151,7 @@ def _check_updates(op: str, x: TensorType, upd: Any, region: list[Dim]) -> None:
 def _getitem_rule(x, *index_types, index: tuple) -> TensorType:
     op = "advanced_indexing_getitem"
     x = R.require_tensor(op, x)
-    device = R.same_device(op, x, *index_types)
+    device = R.input_device(x, *index_types)
     return TensorType(x.dtype, _region(op, x, index_types, index), device)
 
 
@@ -159,7 +159,7 @@ def _setitem_rule(x, upd, *index_types, index: tuple) -> TensorType:
     op = "advanced_indexing_setitem"
     x = R.require_tensor(op, x)
     _check_updates(op, x, upd, _region(op, x, index_types, index))
-    device = R.same_device(op, x, upd, *index_types)
+    device = R.input_device(x, upd, *index_types)
     return TensorType(x.dtype, x.shape, device)
 
 
@@ -168,7 +168,7 @@ def _setitem_inplace_rule(buf, upd, *index_types, index: tuple) -> None:
     buf = _require_buffer(op, buf, "input")
     x = TensorType(buf.dtype, buf.shape, buf.device)
     _check_updates(op, x, upd, _region(op, x, index_types, index))
-    R.same_device(op, x, upd, *index_types)
+    R.input_device(x, upd, *index_types)
     return None
 
 

@@ -47,10 +47,10 @@ from lowering.ops._rules import (
     INT,
     OpError,
     fmt,
+    input_device,
     require_same_dim,
     require_tensor,
     require_tensor_of,
-    same_device,
 )
 from lowering.registry import OpDef, front, register
 from lowering.rope_math import JAX_ARRAYS, rotate_pairs
@@ -170,7 +170,7 @@ def _attention_rule(q, k, v, *rest, mask: str, scale: float, window: int, presen
     if opt["sink"] is not None:
         t = require_tensor_of(op, opt["sink"], "sink_weights", rank=1, kind=FLOAT)
         require_same_dim(op, "sink weights and query heads", t.shape[0], q.shape[2], t, q)
-    return TensorType(q.dtype, [q.shape[0], q.shape[1], q.shape[2], v.shape[3]], same_device(op, q, k, v))
+    return TensorType(q.dtype, [q.shape[0], q.shape[1], q.shape[2], v.shape[3]], input_device(q, k, v))
 
 
 def _attention_impl(q, k, v, *rest, mask, scale, window, present):
@@ -279,7 +279,7 @@ def _ragged_rule(q, k, v, q_rows, kv_rows, *rest, mask, scale, window, present, 
         if t is not None:
             t = require_tensor_of(op, t, name, rank=1, kind=INT)
             require_same_dim(op, f"{name} and batch size + 1", t.shape[0] + 1, qr.shape[0], t, qr)
-    return TensorType(q.dtype, [q.shape[0], q.shape[1], v.shape[2]], same_device(op, q, k, v))
+    return TensorType(q.dtype, [q.shape[0], q.shape[1], v.shape[2]], input_device(q, k, v))
 
 
 def _ragged_impl(q, k, v, q_rows, kv_rows, *rest, mask, scale, window, present, max_q, max_kv):
@@ -553,7 +553,7 @@ def _paged_rule(q, blocks, lookup, layer, row_offsets, cache_lengths, *rest, mas
         t = require_tensor_of(op, opt["sink"], "sink_weights", rank=1, kind=FLOAT)
         require_same_dim(op, "sink weights and query heads", t.shape[0], q.shape[1], t, q)
     dv = pool.shape[5] if v_dim is None else Dim(v_dim)
-    return TensorType(q.dtype, [q.shape[0], q.shape[1], dv], same_device(op, q, pool))
+    return TensorType(q.dtype, [q.shape[0], q.shape[1], dv], input_device(q, pool))
 
 
 def _paged_impl(q, blocks, lookup, layer, row_offsets, cache_lengths, *rest, mask, scale, window, present, v_dim):
@@ -660,7 +660,7 @@ def _paged_cache_rule(q, k_pages, v_pages, pages, q_offset, *, mask: str, scale:
     offset = require_tensor_of(op, q_offset, "q_offset", rank=1, kind=INT)
     require_same_dim(op, "pages and query batch sizes", table.shape[0], q.shape[0], table, q)
     require_same_dim(op, "q_offset and query batch sizes", offset.shape[0], q.shape[0], offset, q)
-    return TensorType(q.dtype, [q.shape[0], q.shape[1], q.shape[2], v.shape[3]], same_device(op, q, k, v))
+    return TensorType(q.dtype, [q.shape[0], q.shape[1], q.shape[2], v.shape[3]], input_device(q, k, v))
 
 
 def _paged_cache_impl(q, k_pages, v_pages, pages, q_offset, *, mask, scale, window):

@@ -876,7 +876,7 @@ def _outer_rule(lhs, rhs) -> TensorType:
             raise OpError(f"outer: {name} must be a rank-1 vector, got {R.fmt(t)}; flatten it first (x.reshape([-1]))")
     if ts[0].dtype is not ts[1].dtype:
         raise OpError(f"outer: inputs must have the same dtype, got {R.fmt_all(ts)}")
-    device = R.same_device("outer", *ts)
+    device = R.input_device(*ts)
     return TensorType(ts[0].dtype, [ts[0].shape[0], ts[1].shape[0]], device)
 
 
@@ -915,7 +915,7 @@ def _complex_mul_rule(lhs, rhs) -> TensorType:
             raise OpError(f"{op}: {name} must be complex: a last dim of 2 (interleaved real, imag), got {R.fmt(t)}")
     if ts[0].dtype is not ts[1].dtype:
         raise OpError(f"{op}: inputs must have the same dtype, got {R.fmt_all(ts)}")
-    device = R.same_device(op, *ts)
+    device = R.input_device(*ts)
     return TensorType(ts[0].dtype, R.broadcast_shapes(op, ts[0].shape, ts[1].shape), device)
 
 

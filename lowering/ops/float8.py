@@ -229,7 +229,7 @@ def _scaled_matmul_rule(a, b, a_scales, b_scales, *, out_dtype: DType) -> Tensor
     check_scales(op, b, sb, "b", "b_scales")
     if not out_dtype.is_float():
         raise OpError(f"{op}: out_type must be a float dtype, got {out_dtype}")
-    device = R.same_device(op, a, b)
+    device = R.input_device(a, b)
     return TensorType(out_dtype, [*a.shape[:-1], b.shape[-2]], device)
 
 

@@ -396,7 +396,7 @@ def _gather_rule(x, idx, *, axis: int) -> TensorType:
     idx = R.require_tensor("gather", idx, "indices")
     require_index_dtype("gather", idx)
     a = axis_index("gather", axis, x.rank)
-    device = R.same_device("gather", x, idx)
+    device = R.input_device(x, idx)
     return TensorType(x.dtype, list(x.shape[:a]) + list(idx.shape) + list(x.shape[a + 1 :]), device)
 
 
@@ -516,7 +516,7 @@ def _gather_nd_rule(x, idx, *, batch_dims: int) -> TensorType:
             raise R.OpError(
                 f"{op}: batch dim {i} differs between input {R.fmt(x)} and indices {R.fmt(idx)} (no broadcasting)"
             )
-    device = R.same_device(op, x, idx)
+    device = R.input_device(x, idx)
     return TensorType(x.dtype, list(x.shape[:b]) + list(idx.shape[b:-1]) + list(x.shape[b + k :]), device)
 
 
@@ -638,7 +638,7 @@ def _scatter_rule_for(op: str):
             )
         _scatter_dtypes(op, x, upd, idx, quoted=True)
         # As in MAX, the ranks and shapes of updates and indices are checked when the graph runs.
-        device = R.same_device(op, x, upd, idx)
+        device = R.input_device(x, upd, idx)
         return TensorType(x.dtype, x.shape, device)
 
     rule.__name__ = rule.__qualname__ = f"_{op}_rule"
@@ -790,7 +790,7 @@ def _scatter_nd_rule_for(op: str):
                 f"{op}: updates {R.fmt(upd)} must have shape indices.shape[:-1] + input.shape[{k}:] = "
                 f"[{', '.join(str(d) for d in want)}] (input {R.fmt(x)}, indices {R.fmt(idx)})"
             )
-        device = R.same_device(op, x, upd, idx)
+        device = R.input_device(x, upd, idx)
         return TensorType(x.dtype, x.shape, device)
 
     rule.__name__ = rule.__qualname__ = f"_{op}_rule"
@@ -927,7 +927,7 @@ def _masked_scatter_rule(x, mask, upd, *, out_dim: DataDim) -> TensorType:
         count = count * d
     if isinstance(n, StaticDim) and isinstance(count, StaticDim) and count.dim < n.dim:
         raise R.OpError(f"{op}: updates {R.fmt(upd)} have {count} elements, fewer than out_dim {n}")
-    device = R.same_device(op, x, mask, upd)
+    device = R.input_device(x, mask, upd)
     return TensorType(x.dtype, x.shape, device)
 
 

@@ -20,7 +20,7 @@ def _matmul_rule(lhs, rhs) -> TensorType:
     rhs = R.require_tensor("matmul", rhs, "rhs")
     if lhs.rank == 0 or rhs.rank == 0:
         raise R.OpError(f"matmul: inputs must have rank >= 1, got {R.fmt(lhs)} @ {R.fmt(rhs)}")
-    device = R.same_device("matmul", lhs, rhs)
+    device = R.input_device(lhs, rhs)
     ls, rs = list(lhs.shape), list(rhs.shape)
     lhs_vec, rhs_vec = len(ls) == 1, len(rs) == 1
     if lhs_vec:

@@ -38,7 +38,7 @@ def _sgmv_rule(x, lora, ids, ranks, offsets, *bias, mask_rank: bool) -> TensorTy
             raise OpError(
                 f"{op}: bias must be {x.dtype.name}[{lo.shape[0]}, {lo.shape[1]}] (one row per LoRA), got {R.fmt(b)}"
             )
-    return TensorType(x.dtype, [x.shape[0], lo.shape[1]], R.same_device(op, x, lo))
+    return TensorType(x.dtype, [x.shape[0], lo.shape[1]], R.input_device(x, lo))
 
 
 def _sgmv_impl(x, lora, ids, ranks, offsets, *bias, mask_rank: bool):

@@ -52,7 +52,7 @@ def _grouped_rule(h, w, starts, ids, stats) -> TensorType:
     h, w = _grouped_rule_common(op, h, w, starts, ids, stats)
     if not h.dtype.is_float() or w.dtype is not h.dtype:
         raise OpError(f"{op}: hidden_states and weight must share a float dtype, got {R.fmt(h)} and {R.fmt(w)}")
-    return TensorType(h.dtype, [h.shape[0], w.shape[1]], R.same_device(op, h, w))
+    return TensorType(h.dtype, [h.shape[0], w.shape[1]], R.input_device(h, w))
 
 
 def _group_sizes(starts, ids, stats, rows: int):
@@ -110,7 +110,7 @@ def _grouped_scaled_rule(h, w, a_scales, b_scales, starts, ids, stats, *, out_dt
         raise OpError(f"{op}: hidden_states and weight must share a float8 dtype, got {R.fmt(h)} and {R.fmt(w)}")
     check_scales(op, h, R.require_tensor(op, a_scales, "a_scales", kind=R.FLOAT), "hidden_states", "a_scales")
     check_scales(op, w, R.require_tensor(op, b_scales, "b_scales", kind=R.FLOAT), "weight", "b_scales")
-    return TensorType(out_dtype, [h.shape[0], w.shape[1]], R.same_device(op, h, w))
+    return TensorType(out_dtype, [h.shape[0], w.shape[1]], R.input_device(h, w))
 
 
 def _grouped_scaled_impl(h, w, a_scales, b_scales, starts, ids, stats, *, out_dtype: DType):

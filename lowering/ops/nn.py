@@ -121,7 +121,7 @@ def _conv_rule(op: str, nd: int, transpose: bool):
             )
         if x.dtype is DType.bool:
             raise OpError(f"{op}: expected numeric inputs, got {R.fmt_all([x, f])}")
-        device = R.same_device(op, x, f, *bias)
+        device = R.input_device(x, f, *bias)
         fdim = {c: f.shape[i] for i, c in enumerate(fspec)}
         xdim = {c: x.shape[i] for i, c in enumerate(xspec)}
         spatial = xspec.replace("N", "").replace("C", "")

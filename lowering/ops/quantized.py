@@ -172,7 +172,7 @@ def _qmatmul_rule(
             raise OpError(f"{op}: {encoding} takes one quantized rhs, got {len(rhs)} tensors")
         # As in MAX, the result is [..., N] whatever the byte width; whether the
         # blocks match lhs's K is checked when the graph compiles (_check_gguf_k).
-        device = R.same_device(op, lhs, *rhs)
+        device = R.input_device(lhs, *rhs)
         return TensorType(lhs.dtype, list(lhs.shape[:-1]) + [w.shape[0]], device)
     else:
         try:
@@ -190,7 +190,7 @@ def _qmatmul_rule(
                 raise OpError(f"{op}: perm_idx must be an int tensor [{k}], got {R.fmt(perm)}")
     if lhs.shape[-1] != k:
         raise OpError(f"{op}: lhs last dim {lhs.shape[-1]} must equal K = {k} of the {encoding} rhs: {shapes}")
-    device = R.same_device(op, lhs, *rhs)
+    device = R.input_device(lhs, *rhs)
     return TensorType(lhs.dtype, list(lhs.shape[:-1]) + [n], device)
 
 
@@ -241,7 +241,7 @@ def _q8_0_matmul_rule(lhs, values, scales) -> TensorType:
         raise QuantizedInputError(f"{op}: expected lhs [..., K], values [N, K] and scales [N, K / 32], got {shapes}")
     if lhs.shape[-1] != q.shape[1] or d.shape[0] != q.shape[0] or q.shape[1] != d.shape[1] * 32:
         raise OpError(f"{op}: lhs [..., K], values [N, K] and scales [N, K / 32] do not agree: {shapes}")
-    return TensorType(lhs.dtype, list(lhs.shape[:-1]) + [q.shape[0]], R.same_device(op, lhs, values, scales))
+    return TensorType(lhs.dtype, list(lhs.shape[:-1]) + [q.shape[0]], R.input_device(lhs, values, scales))
 
 
 q8_0_matmul_p = register(OpDef("q8_0_matmul", rule=_q8_0_matmul_rule, impl=cq.q8_0_matmul))

@@ -33,7 +33,7 @@ def _merge_rule(a, a_off, b, b_off):
         raise OpError(
             f"{op}: a_row_offsets and b_row_offsets must have the same shape, got {R.fmt(ao)} and {R.fmt(bo)}"
         )
-    dev = R.same_device(op, a, b)
+    dev = R.input_device(a, b)
     return TensorType(a.dtype, [a.shape[0] + b.shape[0], *a.shape[1:]], dev), TensorType(DType.uint32, ao.shape, dev)
 
 

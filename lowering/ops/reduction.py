@@ -523,7 +523,7 @@ def _layer_norm_rule(x, gamma, beta, *, epsilon: float) -> TensorType:
     beta = R.require_tensor("layer_norm", beta, "beta")
     R.require_dtype("layer_norm", x, R.is_float, "a floating-point")
     R.require_rank("layer_norm", x, lambda r: r >= 1, ">= 1")
-    R.same_device("layer_norm", x, gamma, beta)
+    R.input_device(x, gamma, beta)
     last = x.shape[-1]
     for what, t in (("gamma", gamma), ("beta", beta)):
         if t.rank != 1 or t.shape[0] != last:
