@@ -56,10 +56,10 @@ from lowering.devices import array_device_ref, has_hardware, jax_device
 from lowering.dims import StaticDim, format_shape
 from lowering.dtypes import DType
 from lowering.executables import EXECUTABLES
-from lowering.interpret import Interpreter, apply_impl, run_block
+from lowering.interpret import Interpreter, run_block
 from lowering.ir import Block, Node, Var, _var_ids
 from lowering.logs import compiling
-from lowering.plan import PYTHON_SCALARS, BindPlan, bind_plan, clear_plans, infer_types, signature
+from lowering.plan import PYTHON_SCALARS, BindPlan, bind_plan, clear_plans, signature
 from lowering.registry import OpDef, OpError, get_op
 from lowering.types import DeviceRef, TensorType
 from lowering.x64 import jit, run, to_device
@@ -331,12 +331,10 @@ class EagerContext(Context):
         if traced:
             # The op runs in a JAX trace: its tensors are typed as JAX values are (`type_of`), since placement is the
             # trace's business there and the same-device rule must not fire on the devices the tensors came from.
-            kinds = [
-                type_of(TRACE, v.array)
-                if (v := getattr(x, "_var", x)).__class__ is LazyVar and v.array is not None
-                else k
-                for x, k in zip(inputs, kinds)
-            ]
+            for i, x in enumerate(inputs):
+                v = getattr(x, "_var", x)
+                if v.__class__ is LazyVar and v.array is not None:
+                    kinds[i] = type_of(TRACE, v.array)
         if op.mutates and not callable(op.mutates):
             for i in op.mutates:  # a tensor written by the op stands for a buffer of its type
                 if isinstance(kinds[i], TensorType):
@@ -371,10 +369,8 @@ class EagerContext(Context):
         v = self._input_var(x, "cast")
         op = get_op("cast")
         params = {"dtype": dtype}
-        out_types = infer_types(op, [v.type], params)
-        if isinstance(v.array, _Tracer):  # inside a JAX trace: the cast is part of it
-            return self.leaf(apply_impl(op, (v.array,), params), out_types[0])
-        return record(op, (v,), params, out_types)[0]
+        # Applied like any op: run now, recorded inside lazy, or in the enclosing trace when v holds a tracer.
+        return self.var_of(self.apply(op, bind_plan(op, (v.type,), params), (v,), params), "cast")
 
     # An eager tensor is its own buffer (MAX: ``F.buffer_store(t, v)`` writes ``t``): the buffer
     # ops' fronts bind here with the tensor as their destination.
@@ -484,9 +480,8 @@ class EagerContext(Context):
             return self._wrap_outputs(op, plan, outs)
         outs = record(op, in_vars, params, plan.out_types, plan.signature)
         if not _lazy.get() and all(v.node is None for v in in_vars):
-            _remember_entry(
-                op, plan, in_vars
-            )  # the one-op program `record` just ran: the next call goes straight to it
+            # `record` just ran the op's one-op program: the next call goes straight to it.
+            _remember_entry(op, plan, in_vars)
         return self._wrap_outputs(op, plan, outs)
 
     def _wrap_outputs(self, op: OpDef, plan: BindPlan, outs: Sequence[LazyVar]) -> Any:

@@ -176,12 +176,10 @@ def _eager_front(op: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(op)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if args and args[0].__class__ is _Tensor and args[0]._gv is None and current_context() is None:
-            return op(*args, **kwargs)  # the front is the same function here: an eager tensor names its context
-        if current_context() is None:
-            # No graph: the eager context answers for inputs that name none (JAX arrays, Python data).
-            return call_in_context(_EAGER, op, *args, **kwargs)
-        return op(*args, **kwargs)
+        if current_context() is not None or (args and args[0].__class__ is _Tensor and args[0]._gv is None):
+            return op(*args, **kwargs)  # a graph is being built, or an eager tensor names its context
+        # No graph: the eager context answers for inputs that name none (JAX arrays, Python data).
+        return call_in_context(_EAGER, op, *args, **kwargs)
 
     wrapper.__module__ = __name__
     return wrapper
